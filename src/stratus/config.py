@@ -1,0 +1,178 @@
+"""Typed configuration: defaults, a YAML file, and ``-c key=value`` overrides, validated once.
+
+Keys are flat and dotted, as in Storm's ``storm.yaml`` (``zookeeper.servers``,
+``nimbus.seeds``); "topology" in the seed documents is spelled "pipeline" here. Precedence,
+lowest first: built-in defaults, the file named by ``--config`` (or ``STRATUS_CONF``), then each
+``-c key=value``. An unknown key is an error that names it and the closest valid key; a bad value
+names the key and the type it expects::
+
+    conf = load_config(path="stratus.yaml", overrides=["zookeeper.session.timeout.secs=4"])
+    conf.zookeeper_session_timeout_secs  # 4.0
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from stratus.errors import ConfigError
+
+CONFIG_ENV_VAR = "STRATUS_CONF"
+
+
+class StratusConfig(BaseModel):
+    """Every setting stratus reads, under its dotted name (the field alias)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    zookeeper_servers: list[str] = Field(
+        default=["127.0.0.1:2181"],
+        alias="zookeeper.servers",
+        description="host:port of every server of the ZooKeeper ensemble",
+    )
+    zookeeper_root: str = Field(
+        default="/stratus",
+        alias="zookeeper.root",
+        description="znode under which stratus keeps all of its state",
+    )
+    zookeeper_session_timeout_secs: float = Field(
+        default=10.0,
+        gt=0,
+        alias="zookeeper.session.timeout.secs",
+        description="ZooKeeper session timeout; bounds how long a crashed leader blocks failover",
+    )
+    zookeeper_connection_timeout_secs: float = Field(
+        default=15.0,
+        gt=0,
+        alias="zookeeper.connection.timeout.secs",
+        description="how long a daemon waits for its first ZooKeeper connection at start-up",
+    )
+    zookeeper_server_port: int = Field(
+        default=2181,
+        ge=0,
+        le=65535,
+        alias="zookeeper.server.port",
+        description="client port of `stratus zookeeper` (0 picks a free port)",
+    )
+    zookeeper_server_data_dir: str | None = Field(
+        default=None,
+        alias="zookeeper.server.data.dir",
+        description="data directory of `stratus zookeeper` (default: a fresh temporary directory)",
+    )
+    zookeeper_server_tick_time_ms: int = Field(
+        default=200,
+        gt=0,
+        alias="zookeeper.server.tick.time.ms",
+        description="tickTime of `stratus zookeeper`; the minimum session timeout is two ticks",
+    )
+    elect_stop_grace_secs: float = Field(
+        default=1.0,
+        gt=0,
+        alias="elect.stop.grace.secs",
+        description="`stratus elect`: time between SIGTERM and SIGKILL of the command",
+    )
+
+    @model_validator(mode="after")
+    def _grace_fits_in_session(self) -> StratusConfig:
+        if self.elect_stop_grace_secs >= self.zookeeper_session_timeout_secs / 4:
+            raise ValueError(
+                "elect.stop.grace.secs must be less than a quarter of "
+                "zookeeper.session.timeout.secs, so that a command is dead before its "
+                "leadership can pass to another process"
+            )
+        return self
+
+    def zookeeper_hosts(self) -> str:
+        """The kazoo connect string for ``zookeeper.servers``."""
+        return ",".join(self.zookeeper_servers)
+
+
+def valid_keys() -> list[str]:
+    """Every dotted key that a configuration may set."""
+    return [str(field.alias) for field in StratusConfig.model_fields.values()]
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    overrides: Iterable[str] = (),
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> StratusConfig:
+    """Build the configuration from defaults, a YAML file and ``key=value`` overrides."""
+    environ = os.environ if environ is None else environ
+    if path is None and environ.get(CONFIG_ENV_VAR):
+        path = environ[CONFIG_ENV_VAR]
+    values: dict[str, Any] = {}
+    if path is not None:
+        values.update(_read_file(Path(path)))
+    for item in overrides:
+        key, value = _parse_override(item)
+        values[key] = value
+    return config_from_mapping(values)
+
+
+def config_from_mapping(values: Mapping[str, Any]) -> StratusConfig:
+    """Validate a mapping of dotted keys, with errors that name the key at fault."""
+    _reject_unknown_keys(values)
+    try:
+        return StratusConfig.model_validate(dict(values))
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration file {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"configuration file {path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"configuration file {path} must be a mapping of dotted keys to values, "
+            f"not a {type(data).__name__}"
+        )
+    return {str(key): value for key, value in data.items()}
+
+
+def _parse_override(item: str) -> tuple[str, Any]:
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {item!r} is not of the form key=value")
+    # YAML parsing gives `4` an int, `a,b` stays a string, `[a, b]` a list.
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else raw
+    except yaml.YAMLError:
+        value = raw
+    key = key.strip()
+    if key == "zookeeper.servers" and isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    return key, value
+
+
+def _reject_unknown_keys(values: Mapping[str, Any]) -> None:
+    known = valid_keys()
+    for key in values:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"unknown configuration key {key!r}{hint}")
+
+
+def _describe(exc: ValidationError) -> str:
+    problems = []
+    for error in exc.errors():
+        key = ".".join(str(part) for part in error["loc"]) or "configuration"
+        got = error.get("input")
+        problems.append(f"{key}: {error['msg']} (got {got!r})" if error["loc"] else error["msg"])
+    return "invalid configuration: " + "; ".join(problems)

@@ -1,0 +1,39 @@
+"""Errors of the election library."""
+
+from stratus.errors import StratusError
+
+
+class CoordinationError(StratusError):
+    """Something went wrong while coordinating through ZooKeeper."""
+
+
+class ZooKeeperUnavailableError(CoordinationError):
+    """No ZooKeeper server of the ensemble could be reached in time."""
+
+
+class LeadershipLostError(CoordinationError, RuntimeError):
+    """A leader-only action was refused because this member no longer leads.
+
+    Raised by a fenced transaction when the group's epoch has moved past the leader's own
+    (someone else was elected since), when the session was lost or suspended, or after the
+    member resigned. Nothing of the refused transaction was written.
+    """
+
+
+class CommitOutcomeUnknownError(CoordinationError):
+    """The connection dropped while a fenced transaction was in flight.
+
+    ZooKeeper may or may not have applied it: read the state back before retrying.
+    """
+
+
+class TransactionFailedError(CoordinationError):
+    """A fenced transaction was refused by ZooKeeper for a reason other than fencing."""
+
+
+class NoLeaderError(CoordinationError, RuntimeError):
+    """Nobody holds the leadership of a group right now."""
+
+
+class ElectionTimeoutError(CoordinationError, TimeoutError):
+    """A blocking nomination was not elected within its timeout; the candidacy was withdrawn."""

@@ -1,0 +1,101 @@
+"""The process that keeps a command alive only while its leadership lease is renewed.
+
+``stratus elect`` starts this watchdog, which starts the command in a process group of its
+own. The elect process writes ``renew <deadline>`` lines (``time.monotonic()`` values, shared by
+all processes of the machine) to the watchdog's stdin while it leads. The command is stopped
+(SIGTERM to its group, SIGKILL after the grace period) when the deadline passes, on ``stop``,
+or at once when stdin closes (the elect process died). Being a separate process, the watchdog
+keeps counting while the elect process is frozen (SIGSTOP, a long pause): a paused leader's
+command is stopped before ZooKeeper can expire its session and elect someone else.
+
+Exit code: the command's own when it ends by itself, else 128 + the signal that stopped it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+EXIT_BAD_USAGE = 2
+
+
+def stop_group(process: subprocess.Popen[bytes], grace: float) -> int:
+    """SIGTERM the command's process group, SIGKILL it after ``grace`` seconds; the exit code."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            process.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    _reap_group(process.pid)
+    code = process.returncode
+    return 128 - code if code is not None and code < 0 else (code or 0)
+
+
+def _reap_group(pgid: int) -> None:
+    """Children the command left in its group go too."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def watch(command: list[str], deadline: float, grace: float) -> int:
+    """Run ``command`` until it exits or its lease lapses; see the module docstring."""
+    terminated: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: terminated.append(signum))
+    process = subprocess.Popen(command, start_new_session=True)
+    stdin = sys.stdin.buffer
+    pending = b""
+    while True:
+        if terminated:
+            return stop_group(process, grace)
+        if process.poll() is not None:
+            code = process.returncode
+            _reap_group(process.pid)
+            return 128 - code if code < 0 else code
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            print("lease-watchdog: lease expired, stopping the command", file=sys.stderr)
+            return stop_group(process, grace)
+        ready, _, _ = select.select([stdin], [], [], min(remaining, 0.05))
+        if not ready:
+            continue
+        chunk = os.read(stdin.fileno(), 4096)
+        if not chunk:
+            return stop_group(process, grace)  # the elect process is gone
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            verb, _, value = line.decode().partition(" ")
+            if verb == "renew":
+                deadline = max(deadline, float(value))
+            elif verb == "stop":
+                return stop_group(process, grace)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="stratus-lease-watchdog")
+    parser.add_argument("--until", type=float, required=True, help="initial lease deadline")
+    parser.add_argument("--grace", type=float, required=True, help="SIGTERM to SIGKILL, secs")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command given")
+        return EXIT_BAD_USAGE
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the elect process decides when to stop
+    return watch(command, args.until, args.grace)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""The znode layout: every path stratus uses is built here and nowhere else."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass
+
+_GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,199}$")
+
+
+def join(*parts: str) -> str:
+    """Join znode path parts into one absolute, normalised path."""
+    return posixpath.normpath("/" + "/".join(part.strip("/") for part in parts if part))
+
+
+def check_group_name(group: str) -> str:
+    """Return ``group`` if it is a valid election group name, else raise ``ValueError``."""
+    if not _GROUP_NAME.match(group):
+        raise ValueError(
+            f"invalid group name {group!r}: use 1-200 letters, digits and _ . : @ -, "
+            "starting with a letter or digit"
+        )
+    return group
+
+
+@dataclass(frozen=True)
+class GroupPaths:
+    """Where one election group lives under the coordination root.
+
+    ``<root>/groups/<group>``            persistent, data = the group's leader count
+    ``.../candidates/m-<seq>``           ephemeral sequential, one per candidate (the queue)
+    ``.../slots/<k>``                    ephemeral, held by the leader of slot k (0 <= k < N)
+    ``.../epochs/<k>``                   persistent; its version is slot k's epoch (fencing token)
+    ``.../terms/t-<seq>``                persistent sequential, one per term won (leader changes)
+    ``.../breadcrumb``                   persistent, the active's data (ActiveStandbyElector)
+    """
+
+    root: str
+    group: str
+
+    @property
+    def base(self) -> str:
+        return join(self.root, "groups", check_group_name(self.group))
+
+    @property
+    def candidates(self) -> str:
+        return join(self.base, "candidates")
+
+    @property
+    def candidate_prefix(self) -> str:
+        return join(self.candidates, "m-")
+
+    @property
+    def slots(self) -> str:
+        return join(self.base, "slots")
+
+    def slot(self, index: int) -> str:
+        return join(self.slots, str(index))
+
+    @property
+    def epochs(self) -> str:
+        return join(self.base, "epochs")
+
+    def epoch(self, index: int) -> str:
+        return join(self.epochs, str(index))
+
+    @property
+    def terms(self) -> str:
+        return join(self.base, "terms")
+
+    @property
+    def term_prefix(self) -> str:
+        return join(self.terms, "t-")
+
+    @property
+    def breadcrumb(self) -> str:
+        return join(self.base, "breadcrumb")
+
+
+def sequence_of(node_name: str) -> int:
+    """The sequence number ZooKeeper appended to a sequential node's name."""
+    return int(node_name[-10:])
