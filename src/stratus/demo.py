@@ -21,7 +21,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from stratus.cli import with_config
+from stratus.command_options import with_config
 from stratus.config import StratusConfig
 from stratus.coordination import Coordinator
 from stratus.zk.server import ZooKeeperServer
@@ -69,11 +69,22 @@ def _wait_for_new_leader(log_file: Path, seen: int, timeout: float) -> tuple[str
 def _spawn(member_id: str, zk: str, log_file: Path) -> Contender:
     stratus = Path(sys.executable).parent / "stratus"
     command = [
-        str(stratus), "elect", GROUP, "--id", member_id,
-        "-c", f"zookeeper.servers={zk}",
-        "-c", f"zookeeper.session.timeout.secs={DEMO_SESSION_TIMEOUT}",
-        "-c", f"elect.stop.grace.secs={DEMO_GRACE}",
-        "--", sys.executable, "-c", SERVE, str(log_file),
+        str(stratus),
+        "elect",
+        GROUP,
+        "--id",
+        member_id,
+        "-c",
+        f"zookeeper.servers={zk}",
+        "-c",
+        f"zookeeper.session.timeout.secs={DEMO_SESSION_TIMEOUT}",
+        "-c",
+        f"elect.stop.grace.secs={DEMO_GRACE}",
+        "--",
+        sys.executable,
+        "-c",
+        SERVE,
+        str(log_file),
     ]
     process = subprocess.Popen(command, stderr=subprocess.DEVNULL)
     return Contender(member_id, process)
@@ -84,8 +95,9 @@ def run_election_demo(console: Console, conf: StratusConfig) -> list[tuple[str, 
     rows: list[tuple[str, str, float]] = []
     with tempfile.TemporaryDirectory(prefix="stratus-local-") as tmp:
         log_file = Path(tmp) / "serving.log"
-        server = ZooKeeperServer(Path(tmp) / "zookeeper", port=0,
-                                 tick_time_ms=conf.zookeeper_server_tick_time_ms)
+        server = ZooKeeperServer(
+            Path(tmp) / "zookeeper", port=0, tick_time_ms=conf.zookeeper_server_tick_time_ms
+        )
         contenders: dict[str, Contender] = {}
         try:
             with console.status("starting ZooKeeper"):
@@ -94,18 +106,23 @@ def run_election_demo(console: Console, conf: StratusConfig) -> list[tuple[str, 
             for index in range(1, CONTENDERS + 1):
                 member = f"contender-{index}"
                 contenders[member] = _spawn(member, server.connect_string, log_file)
-            console.print(f"{CONTENDERS} contenders queued in group [bold]{GROUP}[/] "
-                          f"(session timeout {DEMO_SESSION_TIMEOUT:g}s)")
+            console.print(
+                f"{CONTENDERS} contenders queued in group [bold]{GROUP}[/] "
+                f"(session timeout {DEMO_SESSION_TIMEOUT:g}s)"
+            )
             leader, _ = _wait_for_new_leader(log_file, 0, 60)
             console.print(f"leader: [green]{leader}[/]")
-            for label, sig in (("kill -9 of the leader", signal.SIGKILL),
-                               ("SIGTERM of the leader (clean hand-over)", signal.SIGTERM)):
+            for label, sig in (
+                ("kill -9 of the leader", signal.SIGKILL),
+                ("SIGTERM of the leader (clean hand-over)", signal.SIGTERM),
+            ):
                 seen = len(_started(log_file))
                 killed_at = time.monotonic()
                 contenders[leader].process.send_signal(sig)
                 console.print(f"{label}: {leader}")
                 new_leader, started_at = _wait_for_new_leader(
-                    log_file, seen, DEMO_SESSION_TIMEOUT * 4)
+                    log_file, seen, DEMO_SESSION_TIMEOUT * 4
+                )
                 took = started_at - killed_at
                 console.print(f"  → [green]{new_leader}[/] serving after [bold]{took:.3f}s[/]")
                 rows.append((label, new_leader, took))
@@ -113,8 +130,9 @@ def run_election_demo(console: Console, conf: StratusConfig) -> list[tuple[str, 
                 leader = new_leader
             with Coordinator(server.connect_string, session_timeout=5) as observer:
                 for current in observer.get_leaders(GROUP):
-                    console.print(f"ZooKeeper says: {current.member_id} leads, "
-                                  f"epoch {current.epoch}")
+                    console.print(
+                        f"ZooKeeper says: {current.member_id} leads, epoch {current.epoch}"
+                    )
         finally:
             for contender in contenders.values():
                 if contender.process.poll() is None:

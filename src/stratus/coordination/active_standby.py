@@ -139,8 +139,12 @@ class ActiveStandbyElector:
                 self._drop_and_rejoin(f"become_active failed: {exc}")
                 return
             self.state = ElectorState.ACTIVE
-            log.info("event=active group=%s member=%s epoch=%d", self.group, self.member_id,
-                     leadership.epoch)
+            log.info(
+                "event=active group=%s member=%s epoch=%d",
+                self.group,
+                self.member_id,
+                leadership.epoch,
+            )
 
     def _revoked(self, leadership: Leadership, reason: RevokeReason) -> None:
         with self._lock:
@@ -174,7 +178,7 @@ class ActiveStandbyElector:
 
     def _rejoin(self) -> None:
         with self._lock:
-            if self._joined:
+            if self._joined and not self._coordinator.closed:
                 self._nominate()
 
     # ----------------------------------------------------------------- the breadcrumb

@@ -20,6 +20,7 @@ so a slow callback delays other callbacks but never the election itself.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import posixpath
 import queue
@@ -154,6 +155,10 @@ class Coordinator:
         client_id = self._client.client_id
         return int(client_id[0]) if client_id else None
 
+    @property
+    def closed(self) -> bool:
+        return self._stopping.is_set()
+
     def start(self) -> Coordinator:
         """Connect to ZooKeeper (within ``connection_timeout``) and start the worker threads."""
         self._client.add_listener(self._on_kazoo_state)
@@ -260,9 +265,7 @@ class Coordinator:
             )
         paths = GroupPaths(self.root, group)
         self._prepare_group(paths, leaders)
-        candidacy = _Candidacy(
-            group, member_id, data, leaders, on_elected, on_revoked, paths=paths
-        )
+        candidacy = _Candidacy(group, member_id, data, leaders, on_elected, on_revoked, paths=paths)
         self._candidacies[group] = candidacy
         self._submit(lambda: self._evaluate(group))
 
@@ -490,8 +493,12 @@ class Coordinator:
                 ephemeral=True,
                 sequence=True,
             )
-            log.info("event=queued group=%s member=%s node=%s", group, candidacy.member_id,
-                     candidacy.node)
+            log.info(
+                "event=queued group=%s member=%s node=%s",
+                group,
+                candidacy.member_id,
+                candidacy.node,
+            )
         watch = self._watcher("candidacy", group)
         queue_names = sorted(
             self._client.get_children(paths.candidates, watch=watch), key=sequence_of
@@ -537,8 +544,9 @@ class Coordinator:
         if isinstance(results[0], NoNodeError) or isinstance(results[2], BadVersionError):
             self._submit(lambda: self._evaluate(candidacy.group))
         elif not isinstance(results[1], NodeExistsError):
-            log.warning("event=claim_refused group=%s slot=%d results=%s",
-                        candidacy.group, slot, results)
+            log.warning(
+                "event=claim_refused group=%s slot=%d results=%s", candidacy.group, slot, results
+            )
         return False
 
     def _adopt_claimed_slot(self, candidacy: _Candidacy, taken: set[str]) -> bool:
@@ -615,20 +623,16 @@ class Coordinator:
         for path in (paths.candidates, paths.slots, paths.terms, paths.epochs):
             self._client.ensure_path(path)
         for slot in range(leaders):
-            try:
+            with contextlib.suppress(NodeExistsError):
                 self._client.create(paths.epoch(slot), b"")
-            except NodeExistsError:
-                pass
 
     def _trim_terms(self, paths: GroupPaths) -> None:
         names = self._client.get_children(paths.terms)
         if len(names) <= 2 * TERMS_KEPT:
             return
         for name in sorted(names, key=sequence_of)[:-TERMS_KEPT]:
-            try:
+            with contextlib.suppress(NoNodeError):
                 self._client.delete(posixpath.join(paths.terms, name))
-            except NoNodeError:
-                pass
 
     # ----------------------------------------------------------------- leader-change subscribers
 
@@ -669,10 +673,9 @@ class Coordinator:
     def _run_lease_keeper(self) -> None:
         interval = self.session_timeout * RENEW_FRACTION
         while not self._stopping.wait(interval):
-            try:
+            # On failure the lease lapses by itself; the connection listener does the rest.
+            with contextlib.suppress(KazooException):
                 self._renew_lease()
-            except KazooException:
-                pass  # the lease lapses by itself; the connection listener does the rest
 
     def _renew_lease(self) -> None:
         """One round trip to ZooKeeper; a reply proves the session alive when it was sent."""
@@ -724,5 +727,9 @@ class Coordinator:
     def _log_term(event: str, term: Leadership) -> None:
         log.info(
             "event=%s group=%s member=%s slot=%d epoch=%d",
-            event, term.group, term.member_id, term.slot, term.epoch,
+            event,
+            term.group,
+            term.member_id,
+            term.slot,
+            term.epoch,
         )

@@ -25,7 +25,7 @@ from typing import IO
 
 import click
 
-from stratus.cli import with_config
+from stratus.command_options import with_config
 from stratus.config import StratusConfig
 from stratus.coordination.coordinator import RENEW_FRACTION, Coordinator
 from stratus.coordination.errors import LeadershipLostError
@@ -209,13 +209,19 @@ def _show(coordinator: Coordinator, group: str) -> None:
 @click.command(context_settings={"ignore_unknown_options": False})
 @click.argument("group")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-@click.option("--leaders", type=click.IntRange(min=1), default=1, show_default=True,
-              help="How many members lead the group at once.")
+@click.option(
+    "--leaders",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="How many members lead the group at once.",
+)
 @click.option("--id", "member_id", default=None, help="Member id [default: host-pid].")
 @click.option("--show", is_flag=True, help="Print the group's leaders and epochs, then exit.")
 @with_config
 def elect(
     conf: StratusConfig,
+    *,
     group: str,
     command: tuple[str, ...],
     leaders: int,
@@ -238,8 +244,12 @@ def elect(
     member = member_id or f"{socket.gethostname()}-{os.getpid()}"
     with coordinator:
         runner = ElectedCommand(
-            coordinator, group, member, list(command),
-            leaders=leaders, grace=conf.elect_stop_grace_secs,
+            coordinator,
+            group,
+            member,
+            list(command),
+            leaders=leaders,
+            grace=conf.elect_stop_grace_secs,
         )
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda s, _f: runner.signalled(s))

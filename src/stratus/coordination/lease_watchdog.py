@@ -14,6 +14,7 @@ Exit code: the command's own when it ends by itself, else 128 + the signal that 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import select
 import signal
@@ -21,16 +22,12 @@ import subprocess
 import sys
 import time
 
-EXIT_BAD_USAGE = 2
-
 
 def stop_group(process: subprocess.Popen[bytes], grace: float) -> int:
     """SIGTERM the command's process group, SIGKILL it after ``grace`` seconds; the exit code."""
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            pass
         try:
             process.wait(timeout=wait)
             break
@@ -43,10 +40,8 @@ def stop_group(process: subprocess.Popen[bytes], grace: float) -> int:
 
 def _reap_group(pgid: int) -> None:
     """Children the command left in its group go too."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def watch(command: list[str], deadline: float, grace: float) -> int:
@@ -91,8 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
-        parser.error("no command given")
-        return EXIT_BAD_USAGE
+        parser.error("no command given")  # exits with status 2
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the elect process decides when to stop
     return watch(command, args.until, args.grace)
 

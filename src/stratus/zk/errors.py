@@ -1,0 +1,29 @@
+"""Errors of the ZooKeeper package: each message is one line that names the problem and the fix."""
+
+from __future__ import annotations
+
+from stratus.errors import StratusError
+
+
+class ZooKeeperServerError(StratusError):
+    """The local ZooKeeper server (``stratus zookeeper``, test fixtures) could not do its job."""
+
+
+class JavaNotFoundError(ZooKeeperServerError):
+    """No usable ``java`` executable: none installed, a wrong path, or one older than Java 17."""
+
+
+class ZooKeeperJarsNotFoundError(ZooKeeperServerError):
+    """The ZooKeeper jars that the pyspark wheel ships could not be found."""
+
+
+class ZooKeeperPortInUseError(ZooKeeperServerError):
+    """A port the server must listen on is already taken by another process."""
+
+
+class ZooKeeperDataDirError(ZooKeeperServerError):
+    """The data directory cannot be created or written."""
+
+
+class ZooKeeperStartError(ZooKeeperServerError):
+    """The JVM exited, or did not serve requests in time, after it was launched."""

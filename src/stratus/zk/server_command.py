@@ -1,0 +1,127 @@
+"""``stratus zookeeper``: a real ZooKeeper server (or a loopback quorum) until SIGINT/SIGTERM.
+
+Once it accepts clients it prints exactly one line, ``zookeeper: serving at <connect string>``,
+which scripts and tests wait for; on SIGINT or SIGTERM it stops the JVM(s) cleanly and exits 0::
+
+    $ stratus zookeeper --port 2181 --data-dir /var/tmp/zk
+    zookeeper: serving at 127.0.0.1:2181
+    $ stratus zookeeper --ensemble 3 --port 0
+    zookeeper: serving at 127.0.0.1:21001,127.0.0.1:17342,127.0.0.1:28713
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from stratus.command_options import with_config
+from stratus.config import StratusConfig
+from stratus.zk.errors import ZooKeeperServerError
+from stratus.zk.server import ZooKeeperEnsemble, ZooKeeperServer
+
+LIVENESS_CHECK_SECS = 0.5
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@click.command("zookeeper")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Client port (default: zookeeper.server.port; 0 picks a free one). With --ensemble, "
+    "the first server's client port.",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Data directory, kept after exit (default: zookeeper.server.data.dir, else a fresh "
+    "temporary directory removed at exit).",
+)
+@click.option(
+    "--tick-time",
+    "tick_time_ms",
+    type=click.IntRange(min=1),
+    default=None,
+    help="ZooKeeper tickTime in ms (default: zookeeper.server.tick.time.ms); the minimum "
+    "session timeout is two ticks.",
+)
+@click.option(
+    "--ensemble",
+    "ensemble_size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Run N quorum servers on loopback instead of one standalone server.",
+)
+@with_config
+def zookeeper(
+    conf: StratusConfig,
+    port: int | None,
+    data_dir: Path | None,
+    tick_time_ms: int | None,
+    ensemble_size: int | None,
+) -> None:
+    """Run a real ZooKeeper server on this machine until SIGINT or SIGTERM."""
+    port = conf.zookeeper_server_port if port is None else port
+    tick_time_ms = tick_time_ms or conf.zookeeper_server_tick_time_ms
+    if data_dir is None and conf.zookeeper_server_data_dir:
+        data_dir = Path(conf.zookeeper_server_data_dir)
+    with contextlib.ExitStack() as stack:
+        stop_requested = stack.enter_context(_stop_signals())
+        if data_dir is None:
+            tmp = tempfile.TemporaryDirectory(prefix="stratus-zookeeper-")
+            data_dir = Path(stack.enter_context(tmp))
+        if ensemble_size:
+            ensemble = ZooKeeperEnsemble(
+                data_dir, ensemble_size, tick_time_ms=tick_time_ms, port=port
+            )
+            servers = ensemble.servers
+            stack.enter_context(ensemble)
+            connect_string = ensemble.connect_string
+        else:
+            server = ZooKeeperServer(data_dir, port, tick_time_ms=tick_time_ms)
+            servers = [server]
+            stack.enter_context(server)
+            connect_string = server.connect_string
+        click.echo(f"zookeeper: serving at {connect_string}")
+        sys.stdout.flush()  # the line scripts wait for must not sit in a buffer
+        _serve_until_stopped(stop_requested, servers)
+
+
+def _serve_until_stopped(stop_requested: threading.Event, servers: list[ZooKeeperServer]) -> None:
+    """Wait for a stop signal; fail if every server has died under us.
+
+    One dead member of an ensemble is not an error: killing members is how failover is tried.
+    """
+    while not stop_requested.wait(LIVENESS_CHECK_SECS):
+        if not any(server.is_running() for server in servers):
+            logs = ", ".join(str(server.log_path) for server in servers)
+            raise ZooKeeperServerError(f"ZooKeeper exited unexpectedly; see {logs}")
+
+
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[threading.Event]:
+    """An event set by SIGINT/SIGTERM while the block runs; the old handlers come back after.
+
+    The handler only sets the event, so a signal during start-up lets the start finish and the
+    server is then stopped by the normal path (no JVM half-started, none left behind).
+    """
+    requested = threading.Event()
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        requested.set()
+
+    previous = {signum: signal.signal(signum, handle) for signum in STOP_SIGNALS}
+    try:
+        yield requested
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -1,0 +1,93 @@
+"""Fixtures that give every test a real ZooKeeper (no mocks), started as few times as possible.
+
+- ``zk_server`` (session): one standalone server shared by the whole run, tick 100 ms, so the
+  minimum session timeout is 200 ms. Never stop or restart it from a test.
+- ``zk_hosts`` (function): a connect string to ``zk_server`` chrooted to a fresh znode unique to
+  the test (``127.0.0.1:PORT/t/<test name>-<uuid>``), so tests cannot see each other's znodes.
+- ``zk_restartable`` (function): a server of the test's own, to stop, kill and restart.
+- ``zk_ensemble`` (function; JVMs shared per module): a 3-server quorum with every member
+  serving when the test begins. Tests may stop, kill and start members: the fixture restarts
+  the missing ones before the next test, which costs far less than three fresh JVMs per test.
+  Data persists across the module's tests, so use paths unique to each test.
+
+No ZooKeeper JVM outlives the run: fixtures stop what they start, every server has a
+finalizer that kills its JVM at interpreter exit, on Linux the kernel kills JVMs whose parent
+died, and ``pytest_sessionfinish`` kills any ZooKeeper child process still left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from stratus.zk.server import ZooKeeperEnsemble, ZooKeeperServer
+from tests.zkfixtures import chroot_for, kazoo_client, kill_stray_zookeepers
+
+SHARED_TICK_MS = 100
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """The ZooKeeper server that the whole test session shares."""
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zk-shared"), tick_time_ms=SHARED_TICK_MS)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def _zk_admin(zk_server: ZooKeeperServer) -> Iterator[Any]:
+    """One kazoo client for the fixtures' own bookkeeping (creating chroots)."""
+    with kazoo_client(zk_server.connect_string) as client:
+        yield client
+
+
+@pytest.fixture
+def zk_hosts(request: pytest.FixtureRequest, zk_server: ZooKeeperServer, _zk_admin: Any) -> str:
+    """A connect string to the shared server, chrooted to a znode unique to this test."""
+    if not zk_server.is_running():
+        pytest.fail(f"the shared ZooKeeper server died; see {zk_server.log_path}")
+    chroot = chroot_for(request.node.name)
+    _zk_admin.ensure_path(chroot)
+    return zk_server.connect_string + chroot
+
+
+@pytest.fixture
+def zk_restartable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """A ZooKeeper server of this test's own, free to stop, kill and restart."""
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zk-own"), tick_time_ms=SHARED_TICK_MS)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def _zk_ensemble_of_module(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ZooKeeperEnsemble]:
+    ensemble = ZooKeeperEnsemble(tmp_path_factory.mktemp("zk-ensemble"), size=3)
+    ensemble.start()
+    try:
+        yield ensemble
+    finally:
+        ensemble.stop()
+
+
+@pytest.fixture
+def zk_ensemble(_zk_ensemble_of_module: ZooKeeperEnsemble) -> ZooKeeperEnsemble:
+    """A 3-server quorum, every member serving (members a previous test stopped are back)."""
+    _zk_ensemble_of_module.start()
+    return _zk_ensemble_of_module
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Last line of defence: kill ZooKeeper JVMs this run started and did not stop."""
+    strays = kill_stray_zookeepers()
+    if strays:
+        print(f"\nconftest: killed ZooKeeper JVMs left running: {strays}")

@@ -1,0 +1,134 @@
+"""Hadoop's ActiveStandbyElector scenarios (seed 003 §2.3, §2.5) against a real ZooKeeper."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from stratus.coordination import ActiveStandbyElector, Coordinator, ElectorState
+from tests.zkfixtures import wait_until
+
+SESSION = 2.0
+
+
+@dataclass
+class Service:
+    """Records what the elector asked of it; its fencer fails ``fence_failures`` times first."""
+
+    fence_failures: int = 0
+    calls: list[str] = field(default_factory=list)
+    fenced: list[bytes] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def become_active(self) -> None:
+        self.calls.append("active")
+
+    def become_standby(self) -> None:
+        self.calls.append("standby")
+
+    def enter_neutral_mode(self) -> None:
+        self.calls.append("neutral")
+
+    def fence_old_active(self, data: bytes) -> bool:
+        self.fenced.append(data)
+        if self.fence_failures > 0:
+            self.fence_failures -= 1
+            return False
+        return True
+
+    def notify_fatal_error(self, message: str) -> None:
+        self.calls.append(f"fatal {message}")
+
+
+@pytest.fixture
+def coordinators(zk_hosts: str) -> Iterator[list[Coordinator]]:
+    started = [Coordinator(zk_hosts, session_timeout=SESSION).start() for _ in range(3)]
+    yield started
+    for coordinator in started:
+        coordinator.close()
+
+
+def elector(coordinator: Coordinator, name: str, service: Service) -> ActiveStandbyElector:
+    return ActiveStandbyElector(coordinator, "ha", service, member_id=name, rejoin_delay=0.2)
+
+
+def test_new_active_fences_the_old_one_with_its_breadcrumb(coordinators) -> None:
+    a_service, b_service = Service(), Service()
+    a = elector(coordinators[0], "a", a_service)
+    b = elector(coordinators[1], "b", b_service)
+    a.join_election(b"a-host:8020")
+    wait_until(lambda: a.state is ElectorState.ACTIVE, 10, "a active")
+    b.join_election(b"b-host:8020")
+    wait_until(lambda: b_service.calls == ["standby"], 10, "b standby")
+
+    coordinators[0].close()  # a dies uncleanly: its breadcrumb stays
+
+    wait_until(lambda: b.state is ElectorState.ACTIVE, 10, "b active")
+    assert b_service.fenced == [b"a-host:8020"]
+    breadcrumb, _ = coordinators[2].client.get("/stratus/groups/ha/breadcrumb")
+    assert breadcrumb == b"b-host:8020"
+
+
+def test_fencing_failure_means_not_active_and_retry(coordinators) -> None:
+    a_service, b_service = Service(), Service(fence_failures=2)
+    a = elector(coordinators[0], "a", a_service)
+    b = elector(coordinators[1], "b", b_service)
+    a.join_election(b"a")
+    wait_until(lambda: a.state is ElectorState.ACTIVE, 10, "a active")
+    b.join_election(b"b")
+    coordinators[0].close()
+
+    wait_until(lambda: len(b_service.fenced) >= 1, 10, "b tried to fence")
+    assert "active" not in b_service.calls
+    wait_until(lambda: b.state is ElectorState.ACTIVE, 10, "b active after retrying")
+    assert b_service.fenced == [b"a", b"a", b"a"]
+    assert b_service.calls.count("active") == 1
+
+
+def test_quit_without_fence_deletes_breadcrumb_so_nobody_fences_us(coordinators) -> None:
+    a_service, b_service = Service(), Service()
+    a = elector(coordinators[0], "a", a_service)
+    b = elector(coordinators[1], "b", b_service)
+    a.join_election(b"a")
+    wait_until(lambda: a.state is ElectorState.ACTIVE, 10, "a active")
+    b.join_election(b"b")
+
+    a.quit_election(need_fence=False)
+
+    wait_until(lambda: b.state is ElectorState.ACTIVE, 10, "b active")
+    assert b_service.fenced == []
+
+
+def test_quit_with_fence_keeps_breadcrumb_for_the_next_active(coordinators) -> None:
+    a_service, b_service = Service(), Service()
+    a = elector(coordinators[0], "a", a_service)
+    b = elector(coordinators[1], "b", b_service)
+    a.join_election(b"a")
+    wait_until(lambda: a.state is ElectorState.ACTIVE, 10, "a active")
+    b.join_election(b"b")
+
+    a.quit_election(need_fence=True)
+
+    wait_until(lambda: b.state is ElectorState.ACTIVE, 10, "b active")
+    assert b_service.fenced == [b"a"]
+
+
+def test_become_active_failure_drops_the_lock_and_keeps_the_breadcrumb(coordinators) -> None:
+    class Refusing(Service):
+        def become_active(self) -> None:
+            self.calls.append("refused")
+            raise RuntimeError("not ready")
+
+    refusing, healthy = Refusing(), Service()
+    a = elector(coordinators[0], "a", refusing)
+    a.join_election(b"a")
+    wait_until(lambda: "refused" in refusing.calls, 10, "a refused to become active")
+    b = elector(coordinators[1], "b", healthy)
+    b.join_election(b"b")
+
+    wait_until(lambda: b.state is ElectorState.ACTIVE, 10, "b active")
+    assert healthy.fenced == [b"a"], "a may be half-active: its breadcrumb must be fenced"
+    assert a.state is not ElectorState.ACTIVE

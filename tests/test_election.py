@@ -1,0 +1,322 @@
+"""The seed-004 election scenarios against a real ZooKeeper, real processes where it matters."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from kazoo.client import KazooClient
+
+from stratus.coordination import (
+    CoordinationError,
+    CoordinationEvent,
+    Coordinator,
+    ElectionTimeoutError,
+    ErrorKind,
+    LeaderChange,
+    Leadership,
+    LeadershipLostError,
+    RevokeReason,
+)
+from tests.contender import Contender
+from tests.zkfixtures import wait_until
+
+SESSION = 2.0  # seconds; the shared server allows down to 0.2 s
+
+
+@pytest.fixture
+def contenders() -> Iterator[list[Contender]]:
+    spawned: list[Contender] = []
+    yield spawned
+    for contender in spawned:
+        contender.stop()
+
+
+@pytest.fixture
+def coordinators() -> Iterator[list[Coordinator]]:
+    started: list[Coordinator] = []
+    yield started
+    for coordinator in started:
+        coordinator.close()
+
+
+def start(hosts: str, coordinators: list[Coordinator], session: float = SESSION) -> Coordinator:
+    coordinator = Coordinator(hosts, session_timeout=session).start()
+    coordinators.append(coordinator)
+    return coordinator
+
+
+def expire_session(coordinator: Coordinator, hosts: str) -> None:
+    """Expire a session the way ZooKeeper's own tests do: a second client takes it over."""
+    session_id, password = coordinator.client.client_id
+    intruder = KazooClient(hosts=hosts, client_id=(session_id, password), timeout=SESSION)
+    intruder.start(timeout=10)
+    intruder.stop()
+    intruder.close()
+
+
+def leader_of(contenders: list[Contender], timeout: float) -> Contender:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for contender in contenders:
+            if contender.poll_line("elected"):
+                return contender
+        time.sleep(0.02)
+    raise AssertionError(f"no contender was elected within {timeout}s")
+
+
+def test_kill_9_of_the_leading_process_elects_another(
+    zk_hosts: str, contenders: list[Contender]
+) -> None:
+    contenders += [
+        Contender.spawn(zk_hosts, "g", f"p{i}", session_timeout=SESSION) for i in range(3)
+    ]
+    leader = leader_of(contenders, timeout=30)
+    leader.signal(signal.SIGKILL)
+    others = [c for c in contenders if c is not leader]
+    successor = leader_of(others, timeout=SESSION * 5)
+    _, slot, epoch = successor.poll_line("elected").split()  # type: ignore[union-attr]
+    assert (slot, epoch) == ("0", "2")
+
+
+def test_session_expiry_of_the_leader_revokes_requeues_and_never_overlaps(
+    zk_hosts: str, coordinators: list[Coordinator]
+) -> None:
+    a, b = start(zk_hosts, coordinators), start(zk_hosts, coordinators)
+    revoked: list[RevokeReason] = []
+    a_terms: list[Leadership] = []
+    overlaps: list[bool] = []
+    a.nominate_async("g", "a", a_terms.append, on_revoked=lambda _t, r: revoked.append(r))
+    wait_until(lambda: a.is_leader("g"), 10, "a leads")
+    b.nominate_async("g", "b", lambda _t: overlaps.append(a.is_leader("g")))
+    wait_until(lambda: b.get_candidates("g") == ["a", "b"], 10, "b queued behind a")
+
+    expire_session(a, zk_hosts)
+
+    wait_until(lambda: RevokeReason.SESSION_LOST in revoked, 10, "a's term ends")
+    assert not a.is_leader("g")
+    wait_until(lambda: overlaps, 10, "b elected")
+    assert overlaps == [False], "b was elected while a still believed it led"
+    wait_until(lambda: b.get_candidates("g") == ["b", "a"], 10, "a re-queued by itself")
+    assert a.get_leader("g") == "b"
+    with pytest.raises(LeadershipLostError):
+        a_terms[0].transaction().create("/stale", b"a").commit()
+
+
+def test_zombie_leader_is_fenced_after_sigcont(zk_hosts: str, contenders: list[Contender]) -> None:
+    zombie = Contender.spawn(zk_hosts, "g", "zombie", session_timeout=SESSION)
+    zombie.expect("elected", timeout=30)
+    rival = Contender.spawn(zk_hosts, "g", "rival", session_timeout=SESSION)
+    contenders += [zombie, rival]
+
+    zombie.signal(signal.SIGSTOP)
+    rival.expect("elected", timeout=SESSION * 5)
+    rival.send("write /by-rival x")
+    assert rival.expect("write-", timeout=10) == "write-ok /by-rival"
+    zombie.signal(signal.SIGCONT)
+    zombie.send("write /by-zombie x")
+
+    assert zombie.expect("write-", timeout=10) == "write-refused LeadershipLostError"
+    observer = KazooClient(hosts=zk_hosts)
+    observer.start(timeout=10)
+    try:
+        assert observer.exists("/by-rival") is not None
+        assert observer.exists("/by-zombie") is None
+    finally:
+        observer.stop()
+        observer.close()
+    zombie.expect("revoked session_lost", timeout=SESSION * 5)
+
+
+def test_fenced_transaction_is_refused_once_the_epoch_moved(
+    zk_hosts: str, coordinators: list[Coordinator]
+) -> None:
+    """The epoch check itself, without the local is_leader guard: the ZooKeeper side refuses."""
+    a, b = start(zk_hosts, coordinators), start(zk_hosts, coordinators)
+    old = a.nominate("g", "a", timeout=10)
+    a.client.ensure_path("/data")
+    b.nominate_async("g", "b", lambda _t: None)
+    a.unnominate("g")
+    wait_until(lambda: b.is_leader("g"), 10, "b leads")
+    forged = Leadership(
+        group=old.group,
+        member_id=old.member_id,
+        slot=old.slot,
+        epoch=old.epoch,
+        epoch_path=old.epoch_path,
+        slot_path=old.slot_path,
+        _client=a.client,
+        _holds=lambda _t: True,
+        _lease_end=lambda: float("inf"),
+    )
+    with pytest.raises(LeadershipLostError, match="epoch has moved"):
+        forged.transaction().create("/data/x", b"").set_data("/data", b"stale").commit()
+    assert a.client.exists("/data/x") is None
+    assert a.client.get("/data")[0] == b""
+
+
+def test_n_leaders_exactly_n_while_candidates_die_and_join(
+    zk_hosts: str, coordinators: list[Coordinator]
+) -> None:
+    n = 2
+    members = {f"m{i}": start(zk_hosts, coordinators) for i in range(5)}
+    for name, coordinator in members.items():
+        coordinator.nominate_async("g", name, lambda _t: None, leaders=n)
+
+    too_many: list[int] = []
+    stop = threading.Event()
+
+    def watch_count() -> None:
+        while not stop.is_set():
+            count = sum(c.is_leader("g") for c in list(members.values()))
+            if count > n:
+                too_many.append(count)
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch_count, daemon=True)
+    watcher.start()
+    observer = start(zk_hosts, coordinators)
+
+    def settled(expected: int) -> None:
+        wait_until(
+            lambda: (
+                sum(c.is_leader("g") for c in members.values()) == expected
+                and len(observer.get_leaders("g")) == expected
+            ),
+            15,
+            f"{expected} leaders",
+        )
+
+    settled(n)
+    for round_ in range(4):
+        leader = next(name for name, c in members.items() if c.is_leader("g"))
+        dying = members.pop(leader)
+        if round_ % 2:
+            expire_session(dying, zk_hosts)
+            dying.unnominate("g")
+        dying.close()
+        joiner = start(zk_hosts, coordinators)
+        members[f"j{round_}"] = joiner
+        joiner.nominate_async("g", f"j{round_}", lambda _t: None, leaders=n)
+        settled(n)
+    for name in [name for name, c in members.items() if not c.is_leader("g")]:
+        members.pop(name).close()
+    settled(n)
+    members.pop(next(iter(members))).close()
+    settled(1)
+    stop.set()
+    watcher.join()
+    assert too_many == []
+    assert sorted(leader.slot for leader in observer.get_leaders("g")) in ([0], [1])
+
+
+def test_group_refuses_a_different_leader_count(
+    zk_hosts: str, coordinators: list[Coordinator]
+) -> None:
+    a, b = start(zk_hosts, coordinators), start(zk_hosts, coordinators)
+    a.nominate_async("g", "a", lambda _t: None, leaders=2)
+    with pytest.raises(CoordinationError, match="leaders=2"):
+        b.nominate_async("g", "b", lambda _t: None, leaders=1)
+
+
+def test_non_participant_sees_every_change_in_order(
+    zk_hosts: str, coordinators: list[Coordinator]
+) -> None:
+    observer = start(zk_hosts, coordinators)
+    changes: list[LeaderChange] = []
+    observer.subscribe_leader_changes("g", changes.append)
+    assert observer.get_leader("g") is None
+
+    elected_order: list[str] = []
+    members = {f"m{i}": start(zk_hosts, coordinators) for i in range(5)}
+
+    def resign_at_once(term: Leadership) -> None:
+        elected_order.append(term.member_id)
+        members[term.member_id].unnominate("g")  # the next one takes over at once
+
+    for name, coordinator in members.items():
+        coordinator.nominate_async("g", name, resign_at_once)
+    wait_until(lambda: len(elected_order) == 5, 20, "five terms")
+    wait_until(
+        lambda: (
+            [c.member_id for c in changes if c.member_id] == elected_order
+            and changes[-1].member_id is None
+        ),
+        10,
+        "the observer saw every term",
+    )
+    assert [c.epoch for c in changes if c.member_id] == [1, 2, 3, 4, 5]
+    assert changes[-1] == LeaderChange("g", 0, None, 5)
+
+
+def test_nominate_times_out_and_withdraws(zk_hosts: str, coordinators: list[Coordinator]) -> None:
+    a, b = start(zk_hosts, coordinators), start(zk_hosts, coordinators)
+    a.nominate("g", "a", timeout=10)
+    with pytest.raises(ElectionTimeoutError, match=r"within 0\.3s"):
+        b.nominate("g", "b", timeout=0.3)
+    assert a.get_candidates("g") == ["a"]
+
+
+def test_independent_groups_share_one_session(
+    zk_hosts: str, coordinators: list[Coordinator]
+) -> None:
+    a, b = start(zk_hosts, coordinators), start(zk_hosts, coordinators)
+    a.nominate("left", "a", timeout=10)
+    b.nominate("right", "b", timeout=10)
+    b.nominate_async("left", "b", lambda _t: None)
+    a.nominate_async("right", "a", lambda _t: None)
+    wait_until(lambda: a.get_candidates("right") == ["b", "a"], 10, "a queued in right")
+    assert (a.get_leader("left"), a.get_leader("right")) == ("a", "b")
+    assert a.is_leader("left") and not a.is_leader("right")
+
+
+def test_zookeeper_restart_within_session_timeout_changes_no_leader(
+    zk_restartable, coordinators: list[Coordinator]
+) -> None:
+    hosts = zk_restartable.connect_string
+    session = 8.0
+    a = start(hosts, coordinators, session)
+    b = start(hosts, coordinators, session)
+    events: list[ErrorKind] = []
+    a.subscribe_errors("g", lambda e: events.append(e.kind))
+    term = a.nominate("g", "a", timeout=10)
+    b_elected: list[Leadership] = []
+    b.nominate_async("g", "b", b_elected.append)
+    wait_until(lambda: a.get_candidates("g") == ["a", "b"], 10, "b queued")
+
+    zk_restartable.stop()
+    wait_until(lambda: ErrorKind.CONNECTION_SUSPENDED in events, session, "suspension seen")
+    assert not a.is_leader("g"), "a still believed it led with ZooKeeper down"
+    zk_restartable.start()
+
+    wait_until(lambda: a.is_leader("g"), session, "a leads again, same session")
+    assert a.leadership("g") is term and term.epoch == 1
+    assert b_elected == []
+    assert events[-1] is ErrorKind.CONNECTION_RESTORED
+    term.transaction().create("/after-restart", b"a").commit()
+
+
+def test_zookeeper_down_past_session_timeout_nobody_believes_it_leads(
+    zk_restartable, coordinators: list[Coordinator]
+) -> None:
+    hosts = zk_restartable.connect_string
+    a, b = start(hosts, coordinators, 1.0), start(hosts, coordinators, 1.0)
+    errors: list[CoordinationEvent] = []
+    for coordinator in (a, b):
+        coordinator.subscribe_errors("g", errors.append)
+    a.nominate("g", "a", timeout=10)
+    b.nominate_async("g", "b", lambda _t: None)
+
+    zk_restartable.stop()
+    wait_until(lambda: len(errors) >= 2, 5, "both told of the outage")
+    down_since = time.monotonic()
+    while time.monotonic() - down_since < 2.0:  # the outage itself: twice the session timeout
+        assert not a.is_leader("g") and not b.is_leader("g")
+        time.sleep(0.05)
+    zk_restartable.start()
+
+    wait_until(lambda: a.is_leader("g") != b.is_leader("g"), 15, "exactly one leader again")
+    assert {e.kind for e in errors} >= {ErrorKind.CONNECTION_SUSPENDED}

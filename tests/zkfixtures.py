@@ -1,0 +1,103 @@
+"""Helpers behind the ZooKeeper fixtures of ``conftest.py``, importable by any test module.
+
+Tests synchronize by polling a condition against a deadline (:func:`wait_until`), never by
+sleeping a fixed time, and use short-lived kazoo clients (:func:`kazoo_client`) that are always
+closed, so that no client thread outlives its test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from kazoo.client import KazooClient
+
+# Reconnect quickly after a server restart: the default backoff grows to minutes.
+FAST_RETRY: dict[str, Any] = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.5}
+POLL_SECS = 0.02
+
+
+def wait_until(condition: Callable[[], object], timeout: float, what: str) -> None:
+    """Poll ``condition`` until it is truthy; fail the test naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(POLL_SECS)
+
+
+@contextlib.contextmanager
+def kazoo_client(
+    hosts: str, *, session_timeout: float = 10.0, connect_timeout: float = 15.0, **kwargs: Any
+) -> Iterator[Any]:
+    """A started kazoo client that reconnects fast; stopped and closed when the block ends."""
+    kwargs.setdefault("connection_retry", dict(FAST_RETRY))
+    client = KazooClient(hosts=hosts, timeout=session_timeout, **kwargs)
+    client.start(timeout=connect_timeout)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
+def chroot_for(test_name: str) -> str:
+    """A chroot path unique to one test: ``/t/<sanitized test name>-<8 hex digits>``."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", test_name)[:80]
+    return f"/t/{name}-{uuid.uuid4().hex[:8]}"
+
+
+def zookeeper_jvm_pids(parent: int | None = None, using: Path | None = None) -> list[int]:
+    """Pids of ZooKeeper JVMs whose parent is ``parent`` (default: this process).
+
+    With ``using``, only those whose command line names that path (their data directory).
+    """
+    parent = os.getpid() if parent is None else parent
+    needle = str(using).encode() if using is not None else b"org.apache.zookeeper"
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == parent and b"org.apache.zookeeper" in cmdline and needle in cmdline:
+            pids.append(int(proc.name))
+    return pids
+
+
+def jvm_command_line(pid: int) -> list[str]:
+    """The command line of a running process ([] once it is gone)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode() for part in raw.split(b"\0") if part]
+
+
+def process_gone(pid: int) -> bool:
+    """Whether ``pid`` no longer exists (or is a zombie nobody has reaped yet)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    return "\nState:\tZ" in status
+
+
+def kill_stray_zookeepers() -> list[int]:
+    """SIGKILL ZooKeeper JVMs that this process started and left running; their pids."""
+    strays = zookeeper_jvm_pids()
+    for pid in strays:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return strays
