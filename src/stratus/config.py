@@ -134,7 +134,8 @@ def _read_file(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"configuration file {path} is not valid YAML: {exc}") from None
+        detail = " ".join(str(exc).split())
+        raise ConfigError(f"configuration file {path} is not valid YAML: {detail}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
