@@ -192,12 +192,19 @@ class Coordinator:
             except CoordinationError as exc:
                 log.warning("event=resign_failed group=%s error=%s", group, exc)
         self._stopping.set()
-        self._tasks.put(None)
-        self._client.stop()
+        self._tasks.put(None)  # the worker ends after the tasks queued before this
+        self._client.stop()  # unblocks a worker waiting on ZooKeeper
+        worker, dispatcher, lease = self._threads or (None, None, None)
+        self._join(worker)
+        self._callbacks.put(None)  # the dispatcher ends after the callbacks queued before this
+        self._join(dispatcher)
+        self._join(lease)
         self._client.close()
-        for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join(timeout=5)
+
+    @staticmethod
+    def _join(thread: threading.Thread | None) -> None:
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
 
     def __enter__(self) -> Coordinator:
         return self.start()
@@ -486,23 +493,23 @@ class Coordinator:
         if not self._connected:
             return
         paths = candidacy.paths
-        if candidacy.node is None or self._client.exists(candidacy.node) is None:
+        watch = self._watcher("candidacy", group)
+        queue_names = self._client.get_children(paths.candidates, watch=watch)
+        if candidacy.node is None or posixpath.basename(candidacy.node) not in queue_names:
             candidacy.node = self._client.create(
                 paths.candidate_prefix,
                 CandidateRecord(candidacy.member_id, candidacy.data).encode(),
                 ephemeral=True,
                 sequence=True,
             )
+            queue_names.append(posixpath.basename(candidacy.node))
             log.info(
                 "event=queued group=%s member=%s node=%s",
                 group,
                 candidacy.member_id,
                 candidacy.node,
             )
-        watch = self._watcher("candidacy", group)
-        queue_names = sorted(
-            self._client.get_children(paths.candidates, watch=watch), key=sequence_of
-        )
+        queue_names.sort(key=sequence_of)
         position = queue_names.index(posixpath.basename(candidacy.node))
         if position >= candidacy.leaders:
             return  # the candidates watch wakes us when someone ahead leaves
@@ -538,6 +545,8 @@ class Coordinator:
         if not failures:
             self._note_contact(sent, generation)
             self._grant(candidacy, record)
+            if sequence_of(results[3]) % TERMS_KEPT == 0:
+                self._trim_terms(paths)
             return True
         if isinstance(results[0], NoNodeError):
             candidacy.node = None  # our queue node vanished; queue again
@@ -579,7 +588,6 @@ class Coordinator:
         candidacy.state = CandidateState.LEADING
         self._log_term("elected", term)
         self._dispatch(candidacy.on_elected, term)
-        self._trim_terms(paths)
 
     def _resign(self, candidacy: _Candidacy) -> None:
         term = candidacy.term
@@ -699,13 +707,7 @@ class Coordinator:
         self._callbacks.put((callback, args))
 
     def _run_dispatcher(self) -> None:
-        while not self._stopping.is_set() or not self._callbacks.empty():
-            try:
-                item = self._callbacks.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            if item is None:
-                return
+        while (item := self._callbacks.get()) is not None:
             callback, args = item
             try:
                 callback(*args)
