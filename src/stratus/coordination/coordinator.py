@@ -301,35 +301,31 @@ class Coordinator:
 
     def get_leaders(self, group: str) -> list[Leader]:
         """Every current leader of the group, by slot. Any client may ask."""
-        paths = GroupPaths(self.root, group)
-        try:
-            names = self._client.get_children(paths.slots)
-        except NoNodeError:
-            return []
-        leaders = []
-        for name in sorted(names, key=int):
-            try:
-                raw, _ = self._client.get(paths.slot(int(name)))
-            except NoNodeError:
-                continue
-            leaders.append(SlotRecord.decode(raw).as_leader())
-        return leaders
+        slots = GroupPaths(self.root, group).slots
+        return [SlotRecord.decode(raw).as_leader() for raw in self._children_data(slots, int)]
 
     def get_candidates(self, group: str) -> list[str]:
         """The member ids of every candidate of the group, leaders included, in queue order."""
-        paths = GroupPaths(self.root, group)
+        candidates = GroupPaths(self.root, group).candidates
+        return [
+            CandidateRecord.decode(raw).member_id
+            for raw in self._children_data(candidates, sequence_of)
+        ]
+
+    def _children_data(self, parent: str, order: Callable[[str], int]) -> list[bytes]:
+        """The data of ``parent``'s children, ordered by ``order`` of their names."""
         try:
-            names = self._client.get_children(paths.candidates)
+            names = self._client.get_children(parent)
         except NoNodeError:
             return []
-        members = []
-        for name in sorted(names, key=sequence_of):
+        found = []
+        for name in sorted(names, key=order):
             try:
-                raw, _ = self._client.get(posixpath.join(paths.candidates, name))
+                raw, _ = self._client.get(posixpath.join(parent, name))
             except NoNodeError:
-                continue
-            members.append(CandidateRecord.decode(raw).member_id)
-        return members
+                continue  # gone since the listing
+            found.append(raw)
+        return found
 
     def subscribe_leader_changes(self, group: str, callback: ChangeCallback) -> None:
         """Call ``callback(change)`` for every later change of the group's leadership, in order.
