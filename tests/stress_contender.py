@@ -5,7 +5,10 @@ group it keeps making fenced writes through the term it was handed in ``on_elect
 write creates a sequential node ``<data>/<group>/<slot>/w-`` and sets ``.../owner``, both
 carrying ``{member, group, slot, epoch, id}``, so every accepted write is in ZooKeeper with its
 epoch and creation zxid. It also tries, now and then, to write with a term it no longer
-believes it holds (a leader that did not notice its demotion), which the library must refuse.
+believes it holds (a leader that did not notice its demotion): half of those attempts go through
+the library as it is (refused before anything is sent), the other half through a forged copy of
+the term whose local guard always passes, so that only ZooKeeper's epoch check stands between
+the stale term and the data.
 
 Everything it sees goes to its log file, one JSON object a line, flushed at once (a SIGKILL
 loses at most the line being written). ``t`` is ``time.monotonic()``, a clock that every
@@ -14,7 +17,8 @@ process of the machine shares, so the test can line up the logs of all contender
     {"ev": "start", "member": "c3", "pid": 123, "t": ...}
     {"ev": "session", "id": 7205..., "pw": "9f..", "t": ...}      # at start and after expiry
     {"ev": "elected"|"revoked", "g": "duo", "slot": 1, "epoch": 4, "reason": "..", "t": ...}
-    {"ev": "intent", "id": "c3-17", "g", "slot", "epoch", "believed": true, "t0", "t1"}
+    {"ev": "intent", "id": "c3-17", "g", "slot", "epoch", "believed": true, "t0", "t1",
+     "mode": "leader"|"stale"|"forged"}
     {"ev": "outcome", "id": "c3-17", "result": "ok"|"fence"|"local"|"session"|"unknown"|..}
     {"ev": "exit", "t": ...}
 
@@ -27,7 +31,9 @@ SIGTERM resigns every candidacy, closes the session and exits.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import random
 import signal
@@ -82,6 +88,11 @@ def classify(exc: Exception) -> str:
     return f"error:{type(exc).__name__}"
 
 
+def forged(term: Leadership) -> Leadership:
+    """A copy of ``term`` that always believes it leads: only the epoch check can refuse it."""
+    return dataclasses.replace(term, _holds=lambda _term: True, _lease_end=lambda: math.inf)
+
+
 class Contender:
     def __init__(self, coordinator: Coordinator, data: str, member: str, log: EventLog) -> None:
         self.coordinator = coordinator
@@ -116,10 +127,15 @@ class Contender:
             t0 = time.monotonic()
             believed = term.is_leader
             t1 = time.monotonic()
-            if believed or rng.random() < STALE_WRITE_CHANCE:
-                self._write(term, believed, t0, t1)
+            if believed:
+                self._write(term, True, t0, t1, "leader")
+            elif rng.random() < STALE_WRITE_CHANCE:
+                if rng.random() < 0.5:
+                    self._write(term, False, t0, t1, "stale")
+                else:
+                    self._write(forged(term), False, t0, t1, "forged")
 
-    def _write(self, term: Leadership, believed: bool, t0: float, t1: float) -> None:
+    def _write(self, term: Leadership, believed: bool, t0: float, t1: float, mode: str) -> None:
         write_id = self._next_id()
         record = {
             "m": self.member,
@@ -139,6 +155,7 @@ class Contender:
             believed=believed,
             t0=t0,
             t1=t1,
+            mode=mode,
         )
         try:
             results = (

@@ -115,6 +115,7 @@ class Attempt:
     result: str | None
     returned_at: float | None
     path: str | None
+    mode: str = "leader"  # leader (believed), stale (did not), forged (skipped the local guard)
 
 
 @dataclass
@@ -192,6 +193,7 @@ def read_contender_log(path: Path) -> ContenderLog:
             result=o["result"] if o else None,
             returned_at=o["t"] if o else None,
             path=o.get("path") if o else None,
+            mode=i.get("mode", "leader"),
         )
     return log
 
@@ -279,30 +281,45 @@ def check_beliefs(beliefs: Iterable[Belief], evidence: Iterable[Evidence]) -> li
         earliest_later: Evidence | None = None  # the earliest evidence of any epoch > e
         for epoch in sorted(set(beliefs_of) | set(won), reverse=True):
             belief = beliefs_of.get(epoch)
-            if belief is not None and earliest_later is not None:
-                if belief.t0 >= earliest_later.t:
-                    violations.append(
-                        f"group {key[0]!r} slot {key[1]}: {belief.member} believed it held "
-                        f"epoch {epoch} at t={belief.t0:.3f}, {belief.t0 - earliest_later.t:.3f}"
-                        f" s after {earliest_later.member} had won epoch "
-                        f"{earliest_later.epoch} (its {earliest_later.what} at "
-                        f"t={earliest_later.t:.3f})"
-                    )
+            if belief and earliest_later and belief.t0 >= earliest_later.t:
+                violations.append(
+                    f"group {key[0]!r} slot {key[1]}: {belief.member} believed it held "
+                    f"epoch {epoch} at t={belief.t0:.3f}, {belief.t0 - earliest_later.t:.3f}"
+                    f" s after {earliest_later.member} had won epoch "
+                    f"{earliest_later.epoch} (its {earliest_later.what} at "
+                    f"t={earliest_later.t:.3f})"
+                )
             mine = won.get(epoch)
             if mine is not None and (earliest_later is None or mine.t < earliest_later.t):
                 earliest_later = mine
     return _report("check_beliefs", violations)
 
 
-def check_leader_bound(
-    beliefs: Iterable[Belief], evidence: Iterable[Evidence], leaders: dict[str, int]
-) -> list[str]:
+def closest_handover(beliefs: Iterable[Belief], evidence: Iterable[Evidence]) -> float | None:
+    """The smallest gap, over every handover of a slot, between the old term's last belief
+    and the new term's first evidence (negative would be a violation): how close a run came."""
+    last: dict[tuple[str, int, int], float] = {}
+    for b in beliefs:
+        key = (b.group, b.slot, b.epoch)
+        last[key] = max(last.get(key, b.t0), b.t0)
+    first: dict[tuple[str, int, int], float] = {}
+    for ev in evidence:
+        key = (ev.group, ev.slot, ev.epoch)
+        first[key] = min(first.get(key, ev.t), ev.t)
+    gaps = [
+        first[(group, slot, epoch + 1)] - t
+        for (group, slot, epoch), t in last.items()
+        if (group, slot, epoch + 1) in first
+    ]
+    return min(gaps, default=None)
+
+
+def check_leader_bound(beliefs: Iterable[Belief], leaders: dict[str, int]) -> list[str]:
     """At no instant do more than N members of a group certainly believe they lead.
 
     A term is certainly believed from its first ``t1`` to its last ``t0``: in between, some
     ``is_leader`` call returned true no later than the start and no earlier than the end.
     """
-    del evidence  # the bound needs beliefs only; kept for a uniform signature
     spans: dict[tuple[str, int, int, str], list[float]] = {}
     for b in beliefs:
         key = (b.group, b.slot, b.epoch, b.member)
@@ -322,9 +339,7 @@ def check_leader_bound(
                 continue
             active.add(key)
             if len(active) > leaders[group]:
-                holders = ", ".join(
-                    f"{m} (slot {s}, epoch {e})" for _, s, e, m in sorted(active)
-                )
+                holders = ", ".join(f"{m} (slot {s}, epoch {e})" for _, s, e, m in sorted(active))
                 violations.append(
                     f"group {group!r} elects {leaders[group]} leader(s) but at t={t:.3f} "
                     f"{len(active)} believed they led: {holders}"
@@ -332,7 +347,9 @@ def check_leader_bound(
     return _report("check_leader_bound", violations)
 
 
-def check_logs_against_zookeeper(logs: Iterable[ContenderLog], writes: Iterable[Write]) -> list[str]:
+def check_logs_against_zookeeper(
+    logs: Iterable[ContenderLog], writes: Iterable[Write]
+) -> list[str]:
     """Commit answers agree with ZooKeeper: returned = written, refused = not written."""
     attempts = {a.write_id: a for log in logs for a in log.attempts.values()}
     violations = []
@@ -386,6 +403,6 @@ def check_all(
         *check_terms(terms, leaders),
         *check_fencing(terms, writes),
         *check_beliefs(beliefs, evidence),
-        *check_leader_bound(beliefs, evidence, leaders),
+        *check_leader_bound(beliefs, leaders),
         *check_logs_against_zookeeper(logs, writes),
     ]
