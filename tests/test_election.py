@@ -320,3 +320,37 @@ def test_zookeeper_down_past_session_timeout_nobody_believes_it_leads(
 
     wait_until(lambda: a.is_leader("g") != b.is_leader("g"), 15, "exactly one leader again")
     assert {e.kind for e in errors} >= {ErrorKind.CONNECTION_SUSPENDED}
+
+
+def test_lease_follows_the_session_timeout_zookeeper_granted(
+    zk_hosts: str, coordinators: list[Coordinator]
+) -> None:
+    """The server clamps a 200 s request to its 120 s maximum; the lease must use 120 s."""
+    coordinator = start(zk_hosts, coordinators, session=200.0)
+    assert coordinator.granted_session_timeout == pytest.approx(120.0)
+    term = coordinator.nominate("g", "a", timeout=10)
+    assert term.valid_until() - time.monotonic() <= 120.0 * 2 / 3
+
+
+def test_a_term_of_an_expired_session_never_leads_again_even_if_the_worker_lags(
+    zk_hosts: str, coordinators: list[Coordinator]
+) -> None:
+    a = start(zk_hosts, coordinators)
+    term = a.nominate("g", "a", timeout=10)
+    old_session = a.session_id
+    hold = threading.Event()
+
+    def block_worker() -> None:
+        hold.wait()
+
+    a._submit(block_worker)  # the worker cannot process the session loss yet
+    try:
+        expire_session(a, zk_hosts)
+        wait_until(lambda: a.session_id not in (None, old_session), 10, "a new session")
+        renewed_after = time.monotonic()
+        wait_until(lambda: a._lease_end(a.session_id) > renewed_after, 10, "lease renewed")
+        assert not term.is_leader, "a term of the expired session believed it still led"
+    finally:
+        hold.set()
+    wait_until(lambda: a.is_leader("g"), 10, "a re-queued and leads with a new term")
+    assert a.leadership("g") is not term

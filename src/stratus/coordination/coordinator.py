@@ -21,6 +21,7 @@ so a slow callback delays other callbacks but never the election itself.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import posixpath
 import queue
@@ -36,12 +37,13 @@ from typing import Any
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     BadVersionError,
+    ConnectionClosedError,
     KazooException,
     NodeExistsError,
     NoNodeError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.retry import KazooRetry
+from kazoo.retry import KazooRetry, RetryFailedError
 
 from stratus.coordination.errors import (
     CoordinationError,
@@ -129,7 +131,13 @@ class Coordinator:
         self._lock = threading.Lock()
         self._connected = False
         self._generation = 0  # bumped at every connection state change
+        self._lease_session: int | None = None  # the session the lease vouches for
         self._lease_until = 0.0
+        self._granted_timeout: float | None = None  # what ZooKeeper granted, in seconds
+        self._retry = KazooRetry(
+            max_tries=-1, delay=0.05, max_delay=0.5, deadline=connection_timeout
+        )
+        self._capture_granted_timeout()
         self._last_state: str | None = None  # None until the first connection
         self._candidacies: dict[str, _Candidacy] = {}
         self._subscriptions: dict[str, _Subscription] = {}
@@ -156,6 +164,41 @@ class Coordinator:
         return int(client_id[0]) if client_id else None
 
     @property
+    def granted_session_timeout(self) -> float:
+        """The session timeout ZooKeeper granted (it clamps requests to its own bounds)."""
+        return self._granted_timeout or self.session_timeout
+
+    def _capture_granted_timeout(self) -> None:
+        """Learn the session timeout the server granted; kazoo 2.11 only logs it.
+
+        Its connection handler's ``_connect`` returns (read timeout, connect timeout) in ms,
+        the read timeout being two thirds of the granted session timeout.
+        """
+        handler = getattr(self._client, "_connection", None)
+        connect = getattr(handler, "_connect", None)
+        if connect is None:
+            log.warning("event=granted_timeout_unknown using=requested")
+            return
+
+        def capture(*args: Any) -> tuple[float, float]:
+            read_timeout, connect_timeout = connect(*args)
+            self._granted_timeout = read_timeout * 1.5 / 1000.0
+            return read_timeout, connect_timeout
+
+        handler._connect = capture  # type: ignore[union-attr]
+
+    def _call(self, what: str, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A ZooKeeper call from a user's thread, retried across connection loss until the
+        connection timeout, then ``ZooKeeperUnavailableError``."""
+        try:
+            return self._retry.copy()(func, *args, **kwargs)
+        except (RetryFailedError, ConnectionClosedError) as exc:
+            raise ZooKeeperUnavailableError(
+                f"ZooKeeper at {self.hosts} did not answer while trying to {what} "
+                f"({type(exc).__name__}); it is retried for zookeeper.connection.timeout.secs"
+            ) from None
+
+    @property
     def closed(self) -> bool:
         return self._stopping.is_set()
 
@@ -170,7 +213,7 @@ class Coordinator:
                 f"no ZooKeeper server answered at {self.hosts} within "
                 f"{self.connection_timeout:g}s; is zookeeper.servers right and is it running?"
             ) from None
-        self._client.ensure_path(self.root)
+        self._call("create the root znode", self._client.ensure_path, self.root)
         for name, target in (
             ("worker", self._run_worker),
             ("dispatcher", self._run_dispatcher),
@@ -261,6 +304,9 @@ class Coordinator:
         A suspended term either resumes (``on_elected`` again, same leadership and epoch) or
         ends (``on_revoked`` again with ``SESSION_LOST`` or ``DEPOSED``). The candidate stays
         queued, and queues again after a lost session, until ``unnominate(group)``.
+
+        Returns once the group's nodes exist: while ZooKeeper is unreachable it waits and
+        retries, and raises ``ZooKeeperUnavailableError`` once the connection timeout is spent.
         """
         check_group_name(group)
         if leaders < 1:
@@ -271,7 +317,7 @@ class Coordinator:
                 "unnominate it first (one candidacy per group per session)"
             )
         paths = GroupPaths(self.root, group)
-        self._prepare_group(paths, leaders)
+        self._call(f"prepare group {group!r}", self._prepare_group, paths, leaders)
         candidacy = _Candidacy(group, member_id, data, leaders, on_elected, on_revoked, paths=paths)
         self._candidacies[group] = candidacy
         self._submit(lambda: self._evaluate(group))
@@ -315,13 +361,15 @@ class Coordinator:
     def _children_data(self, parent: str, order: Callable[[str], int]) -> list[bytes]:
         """The data of ``parent``'s children, ordered by ``order`` of their names."""
         try:
-            names = self._client.get_children(parent)
+            names = self._call(f"list {parent}", self._client.get_children, parent)
         except NoNodeError:
             return []
         found = []
         for name in sorted(names, key=order):
             try:
-                raw, _ = self._client.get(posixpath.join(parent, name))
+                raw, _ = self._call(
+                    f"read {parent}", self._client.get, posixpath.join(parent, name)
+                )
             except NoNodeError:
                 continue  # gone since the listing
             found.append(raw)
@@ -335,7 +383,7 @@ class Coordinator:
         """
         paths = GroupPaths(self.root, group)
         for path in (paths.terms, paths.slots):
-            self._client.ensure_path(path)
+            self._call(f"prepare group {group!r}", self._client.ensure_path, path)
         primed = threading.Event()
 
         def subscribe() -> None:
@@ -578,7 +626,7 @@ class Coordinator:
             slot_path=paths.slot(record.slot),
             _client=self._client,
             _holds=lambda t: candidacy.term is t and candidacy.state is CandidateState.LEADING,
-            _lease_end=lambda: self._lease_until,
+            _lease_end=functools.partial(self._lease_end, self.session_id),
         )
         candidacy.term = term
         candidacy.state = CandidateState.LEADING
@@ -675,8 +723,7 @@ class Coordinator:
     # ----------------------------------------------------------------- the lease
 
     def _run_lease_keeper(self) -> None:
-        interval = self.session_timeout * RENEW_FRACTION
-        while not self._stopping.wait(interval):
+        while not self._stopping.wait(self.granted_session_timeout * RENEW_FRACTION):
             # On failure the lease lapses by itself; the connection listener does the rest.
             with contextlib.suppress(KazooException):
                 self._renew_lease()
@@ -690,12 +737,21 @@ class Coordinator:
         self._note_contact(sent, generation)
 
     def _note_contact(self, sent: float, generation: int) -> None:
-        # kazoo keeps the negotiated session timeout (ms) privately; the server may clamp ours.
-        negotiated = getattr(self._client, "_session_timeout", None)
-        timeout = negotiated / 1000.0 if negotiated else self.session_timeout
+        """ZooKeeper answered a request sent at ``sent``: extend the lease of this session."""
+        until = sent + self.granted_session_timeout * LEASE_FRACTION
+        session = self.session_id
         with self._lock:
-            if self._connected and generation == self._generation:
-                self._lease_until = max(self._lease_until, sent + timeout * LEASE_FRACTION)
+            if not self._connected or generation != self._generation:
+                return
+            if session != self._lease_session:
+                self._lease_session, self._lease_until = session, until
+            else:
+                self._lease_until = max(self._lease_until, until)
+
+    def _lease_end(self, session: int | None) -> float:
+        """Until when the lease vouches for ``session``; a term of an older session has none."""
+        with self._lock:
+            return self._lease_until if session == self._lease_session else 0.0
 
     # ----------------------------------------------------------------- user callbacks
 

@@ -87,7 +87,7 @@ class ElectedCommand:
             on_revoked=lambda _term, reason: self._events.put(_Revoked(reason)),
         )
         _say(f"queued in group {self._group!r} as {self._member_id}")
-        renew_every = self._coordinator.session_timeout * RENEW_FRACTION / 2
+        renew_every = self._coordinator.granted_session_timeout * RENEW_FRACTION / 2
         while True:
             try:
                 event = self._events.get(timeout=renew_every)
