@@ -55,14 +55,22 @@ def elector(coordinator: Coordinator, name: str, service: Service) -> ActiveStan
     return ActiveStandbyElector(coordinator, "ha", service, member_id=name, rejoin_delay=0.2)
 
 
-def test_new_active_fences_the_old_one_with_its_breadcrumb(coordinators) -> None:
-    a_service, b_service = Service(), Service()
-    a = elector(coordinators[0], "a", a_service)
+def active_and_standby(
+    coordinators: list[Coordinator], b_service: Service, data: tuple[bytes, bytes] = (b"a", b"b")
+) -> tuple[ActiveStandbyElector, ActiveStandbyElector]:
+    """Elector a active, elector b joined after it (so standby), b driving ``b_service``."""
+    a = elector(coordinators[0], "a", Service())
     b = elector(coordinators[1], "b", b_service)
-    a.join_election(b"a-host:8020")
+    a.join_election(data[0])
     wait_until(lambda: a.state is ElectorState.ACTIVE, 10, "a active")
-    b.join_election(b"b-host:8020")
+    b.join_election(data[1])
     wait_until(lambda: b_service.calls == ["standby"], 10, "b standby")
+    return a, b
+
+
+def test_new_active_fences_the_old_one_with_its_breadcrumb(coordinators) -> None:
+    b_service = Service()
+    _, b = active_and_standby(coordinators, b_service, (b"a-host:8020", b"b-host:8020"))
 
     coordinators[0].close()  # a dies uncleanly: its breadcrumb stays
 
@@ -73,12 +81,8 @@ def test_new_active_fences_the_old_one_with_its_breadcrumb(coordinators) -> None
 
 
 def test_fencing_failure_means_not_active_and_retry(coordinators) -> None:
-    a_service, b_service = Service(), Service(fence_failures=2)
-    a = elector(coordinators[0], "a", a_service)
-    b = elector(coordinators[1], "b", b_service)
-    a.join_election(b"a")
-    wait_until(lambda: a.state is ElectorState.ACTIVE, 10, "a active")
-    b.join_election(b"b")
+    b_service = Service(fence_failures=2)
+    _, b = active_and_standby(coordinators, b_service)
     coordinators[0].close()
 
     wait_until(lambda: len(b_service.fenced) >= 1, 10, "b tried to fence")
@@ -89,12 +93,8 @@ def test_fencing_failure_means_not_active_and_retry(coordinators) -> None:
 
 
 def test_quit_without_fence_deletes_breadcrumb_so_nobody_fences_us(coordinators) -> None:
-    a_service, b_service = Service(), Service()
-    a = elector(coordinators[0], "a", a_service)
-    b = elector(coordinators[1], "b", b_service)
-    a.join_election(b"a")
-    wait_until(lambda: a.state is ElectorState.ACTIVE, 10, "a active")
-    b.join_election(b"b")
+    b_service = Service()
+    a, b = active_and_standby(coordinators, b_service)
 
     a.quit_election(need_fence=False)
 
@@ -103,12 +103,8 @@ def test_quit_without_fence_deletes_breadcrumb_so_nobody_fences_us(coordinators)
 
 
 def test_quit_with_fence_keeps_breadcrumb_for_the_next_active(coordinators) -> None:
-    a_service, b_service = Service(), Service()
-    a = elector(coordinators[0], "a", a_service)
-    b = elector(coordinators[1], "b", b_service)
-    a.join_election(b"a")
-    wait_until(lambda: a.state is ElectorState.ACTIVE, 10, "a active")
-    b.join_election(b"b")
+    b_service = Service()
+    a, b = active_and_standby(coordinators, b_service)
 
     a.quit_election(need_fence=True)
 
