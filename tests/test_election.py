@@ -59,13 +59,13 @@ def expire_session(coordinator: Coordinator, hosts: str) -> None:
 
 
 def leader_of(contenders: list[Contender], timeout: float) -> Contender:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for contender in contenders:
-            if contender.poll_line("elected"):
-                return contender
-        time.sleep(0.02)
-    raise AssertionError(f"no contender was elected within {timeout}s")
+    def elected() -> Contender | None:
+        return next((c for c in contenders if c.poll_line("elected")), None)
+
+    wait_until(elected, timeout, "a contender elected")
+    leader = elected()
+    assert leader is not None
+    return leader
 
 
 def test_kill_9_of_the_leading_process_elects_another(

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
@@ -68,6 +68,7 @@ ElectedCallback = Callable[[Leadership], None]
 RevokedCallback = Callable[[Leadership, RevokeReason], None]
 ChangeCallback = Callable[[LeaderChange], None]
 ErrorCallback = Callable[[CoordinationEvent], None]
+_T = TypeVar("_T")
 
 LEASE_FRACTION = 2 / 3  # of the session timeout: how long one confirmed contact vouches for us
 RENEW_FRACTION = 1 / 6  # of the session timeout: how often the lease is renewed
@@ -187,11 +188,12 @@ class Coordinator:
 
         handler._connect = capture  # type: ignore[union-attr]
 
-    def _call(self, what: str, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def _call(self, what: str, func: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         """A ZooKeeper call from a user's thread, retried across connection loss until the
         connection timeout, then ``ZooKeeperUnavailableError``."""
         try:
-            return self._retry.copy()(func, *args, **kwargs)
+            result: _T = self._retry.copy()(func, *args, **kwargs)  # kazoo is untyped
+            return result
         except (RetryFailedError, ConnectionClosedError) as exc:
             raise ZooKeeperUnavailableError(
                 f"ZooKeeper at {self.hosts} did not answer while trying to {what} "
@@ -347,29 +349,33 @@ class Coordinator:
 
     def get_leaders(self, group: str) -> list[Leader]:
         """Every current leader of the group, by slot. Any client may ask."""
-        slots = GroupPaths(self.root, group).slots
-        return [SlotRecord.decode(raw).as_leader() for raw in self._children_data(slots, int)]
+        return self._call(f"read the leaders of group {group!r}", self._read_leaders, group)
 
     def get_candidates(self, group: str) -> list[str]:
         """The member ids of every candidate of the group, leaders included, in queue order."""
         candidates = GroupPaths(self.root, group).candidates
-        return [
-            CandidateRecord.decode(raw).member_id
-            for raw in self._children_data(candidates, sequence_of)
-        ]
+        raws = self._call(
+            f"read the candidates of group {group!r}", self._children_data, candidates, sequence_of
+        )
+        return [CandidateRecord.decode(raw).member_id for raw in raws]
+
+    def _read_leaders(self, group: str) -> list[Leader]:
+        slots = GroupPaths(self.root, group).slots
+        return [SlotRecord.decode(raw).as_leader() for raw in self._children_data(slots, int)]
 
     def _children_data(self, parent: str, order: Callable[[str], int]) -> list[bytes]:
-        """The data of ``parent``'s children, ordered by ``order`` of their names."""
+        """The data of ``parent``'s children, ordered by ``order`` of their names.
+
+        Plain ZooKeeper calls: the worker uses it as it is, users' threads through ``_call``.
+        """
         try:
-            names = self._call(f"list {parent}", self._client.get_children, parent)
+            names = self._client.get_children(parent)
         except NoNodeError:
             return []
         found = []
         for name in sorted(names, key=order):
             try:
-                raw, _ = self._call(
-                    f"read {parent}", self._client.get, posixpath.join(parent, name)
-                )
+                raw, _ = self._client.get(posixpath.join(parent, name))
             except NoNodeError:
                 continue  # gone since the listing
             found.append(raw)
@@ -422,9 +428,7 @@ class Coordinator:
         return group in self._candidacies
 
     def is_leader(self, group: str) -> bool:
-        candidacy = self._candidacies.get(group)
-        term = candidacy.term if candidacy else None
-        return term is not None and term.is_leader
+        return self.leadership(group) is not None
 
     def leadership(self, group: str) -> Leadership | None:
         """The current term of this coordinator's candidacy in ``group``, if it leads."""
@@ -696,7 +700,7 @@ class Coordinator:
         names = sorted(self._client.get_children(sub.paths.terms, watch=watch), key=sequence_of)
         if not sub.primed:
             sub.last_term = sequence_of(names[-1]) if names else -1
-            for leader in self.get_leaders(group):
+            for leader in self._read_leaders(group):
                 sub.holders[leader.slot] = (leader.member_id, leader.epoch)
             sub.primed = True
         for name in names:
