@@ -12,6 +12,7 @@ from stratus import __version__
 from stratus.command_options import StratusGroup
 from stratus.coordination.elect_command import elect
 from stratus.demo import local
+from stratus.nimbus.command import nimbus
 from stratus.zk.server_command import zookeeper
 
 
@@ -21,5 +22,5 @@ def main() -> None:
     """stratus: a highly available control plane for PySpark data pipelines."""
 
 
-for _command in (zookeeper, elect, local):
+for _command in (zookeeper, elect, local, nimbus):
     main.add_command(_command)

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from stratus.errors import ConfigError
 
 CONFIG_ENV_VAR = "STRATUS_CONF"
+_LIST_KEYS = frozenset({"zookeeper.servers", "nimbus.seeds"})  # `-c key=a,b` splits at commas
 
 
 class StratusConfig(BaseModel):
@@ -71,22 +72,93 @@ class StratusConfig(BaseModel):
         alias="zookeeper.server.tick.time.ms",
         description="tickTime of `stratus zookeeper`; the minimum session timeout is two ticks",
     )
-    elect_stop_grace_secs: float = Field(
+    nimbus_host: str = Field(
+        default="127.0.0.1",
+        min_length=1,
+        alias="nimbus.host",
+        description="address a nimbus binds its HTTP API to and registers under",
+    )
+    nimbus_port: int = Field(
+        default=6627,
+        ge=0,
+        le=65535,
+        alias="nimbus.port",
+        description="port of a nimbus's HTTP API (0 picks a free port)",
+    )
+    nimbus_seeds: list[str] = Field(
+        default=["127.0.0.1:6627"],
+        min_length=1,
+        alias="nimbus.seeds",
+        description="host:port of nimbuses a client asks to find the leader; any subset works",
+    )
+    nimbus_local_dir: str | None = Field(
+        default=None,
+        alias="nimbus.local.dir",
+        description="where a nimbus keeps pipeline packages (default: a directory per port "
+        "under the system's temporary directory; set it in production)",
+    )
+    nimbus_max_upload_bytes: int = Field(
+        default=256 * 1024 * 1024,
+        gt=0,
+        alias="nimbus.max.upload.bytes",
+        description="largest pipeline package a nimbus accepts; larger uploads get HTTP 413",
+    )
+    nimbus_lead_check_secs: float = Field(
         default=1.0,
         gt=0,
+        alias="nimbus.lead.check.secs",
+        description="how often a nimbus that may not lead yet checks again before queuing",
+    )
+    nimbus_monitor_freq_secs: float = Field(
+        default=2.0,
+        gt=0,
+        alias="nimbus.monitor.freq.secs",
+        description="how often the leader looks for work to do on its own, such as removing "
+        "killed pipelines whose wait is over",
+    )
+    pipeline_kill_wait_secs: float = Field(
+        default=30.0,
+        ge=0,
+        alias="pipeline.kill.wait.secs",
+        description="time between `kill` and the removal of the pipeline's record, "
+        "when the kill names no wait",
+    )
+    client_retry_deadline_secs: float = Field(
+        default=30.0,
+        gt=0,
+        alias="client.retry.deadline.secs",
+        description="how long a client keeps retrying a call across a failover",
+    )
+    client_request_timeout_secs: float = Field(
+        default=10.0,
+        gt=0,
+        alias="client.request.timeout.secs",
+        description="timeout of one HTTP request from a client to a nimbus",
+    )
+    elect_stop_grace_secs: float | None = Field(
+        default=None,
+        gt=0,
         alias="elect.stop.grace.secs",
-        description="`stratus elect`: time between SIGTERM and SIGKILL of the command",
+        description="`stratus elect`: time between SIGTERM and SIGKILL of the command "
+        "(default: a fifth of the session timeout, at most 1 s)",
     )
 
     @model_validator(mode="after")
     def _grace_fits_in_session(self) -> StratusConfig:
-        if self.elect_stop_grace_secs >= self.zookeeper_session_timeout_secs / 4:
+        grace = self.elect_stop_grace_secs
+        if grace is not None and grace >= self.zookeeper_session_timeout_secs / 4:
             raise ValueError(
                 "elect.stop.grace.secs must be less than a quarter of "
                 "zookeeper.session.timeout.secs, so that a command is dead before its "
                 "leadership can pass to another process"
             )
         return self
+
+    def elect_stop_grace(self) -> float:
+        """``elect.stop.grace.secs``, or its default for this session timeout."""
+        if self.elect_stop_grace_secs is not None:
+            return self.elect_stop_grace_secs
+        return min(1.0, self.zookeeper_session_timeout_secs / 5)
 
     def zookeeper_hosts(self) -> str:
         """The kazoo connect string for ``zookeeper.servers``."""
@@ -156,7 +228,7 @@ def _parse_override(item: str) -> tuple[str, Any]:
     except yaml.YAMLError:
         value = raw
     key = key.strip()
-    if key == "zookeeper.servers" and isinstance(value, str):
+    if key in _LIST_KEYS and isinstance(value, str):
         value = [part.strip() for part in value.split(",") if part.strip()]
     return key, value
 

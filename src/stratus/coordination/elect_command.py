@@ -249,7 +249,7 @@ def elect(
             member,
             list(command),
             leaders=leaders,
-            grace=conf.elect_stop_grace_secs,
+            grace=conf.elect_stop_grace(),
         )
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda s, _f: runner.signalled(s))

@@ -81,3 +81,50 @@ class GroupPaths:
 def sequence_of(node_name: str) -> int:
     """The sequence number ZooKeeper appended to a sequential node's name."""
     return int(node_name[-10:])
+
+
+@dataclass(frozen=True)
+class ClusterPaths:
+    """Where the cluster's own state lives under the root (the election lives in ``groups/``).
+
+    ``<root>/nimbuses/<host:port>``     ephemeral, NimbusRegistration of each running nimbus
+    ``<root>/pipelines/<name>``         persistent, PipelineRecord, written by the leader only
+    ``<root>/supervisors/<id>``         ephemeral, supervisor registration
+    ``<root>/code/<name>/<host:port>``  ephemeral, which nimbuses hold a pipeline's code
+    ``<root>/assignments/<name>``       persistent, where a pipeline runs
+    """
+
+    root: str
+
+    @property
+    def nimbuses(self) -> str:
+        return join(self.root, "nimbuses")
+
+    def nimbus(self, address: str) -> str:
+        return join(self.nimbuses, address)
+
+    @property
+    def pipelines(self) -> str:
+        return join(self.root, "pipelines")
+
+    def pipeline(self, name: str) -> str:
+        return join(self.pipelines, name)
+
+    @property
+    def supervisors(self) -> str:
+        return join(self.root, "supervisors")
+
+    def supervisor(self, supervisor_id: str) -> str:
+        return join(self.supervisors, supervisor_id)
+
+    @property
+    def code(self) -> str:
+        return join(self.root, "code")
+
+    @property
+    def assignments(self) -> str:
+        return join(self.root, "assignments")
+
+    def all_parents(self) -> tuple[str, ...]:
+        """Every persistent parent znode, created once at start-up."""
+        return (self.nimbuses, self.pipelines, self.supervisors, self.code, self.assignments)

@@ -1,0 +1,270 @@
+"""The nimbus daemon: registration, leadership gating, the HTTP API, and a graceful stop.
+
+A nimbus registers ``<root>/nimbuses/<host:port>`` (re-created after every session expiry),
+serves the API from its first second (reads from any nimbus), and queues for leadership
+through the ``LeaderElector`` once its ``may_lead`` hook says yes; the code-replication
+issue makes that hook "holds the code of every active pipeline". If it is elected while the
+hook says no, it gives the lock back at once and queues again later. ``stop()`` (SIGTERM)
+leaves the queue first, so another nimbus leads at once instead of after the session
+timeout::
+
+    nimbus = Nimbus(conf)
+    nimbus.start()            # ZooKeeperUnavailableError / NimbusStartError on failure
+    ...
+    nimbus.stop()
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import uvicorn
+from kazoo.exceptions import KazooException
+
+from stratus import __version__
+from stratus.config import StratusConfig
+from stratus.coordination.coordinator import Coordinator
+from stratus.coordination.leader_elector import LeaderElector
+from stratus.coordination.leadership import Leadership
+from stratus.coordination.records import LeaderChange, RevokeReason
+from stratus.errors import StratusError
+from stratus.nimbus.api import create_app
+from stratus.nimbus.cluster_view import ClusterView
+from stratus.nimbus.metrics import NimbusMetrics
+from stratus.nimbus.package_store import PackageStore
+from stratus.nimbus.pipeline_ops import PipelineOps
+from stratus.nimbus.records import NimbusRegistration
+from stratus.nimbus.service import NimbusService
+from stratus.zk.ephemeral import EphemeralNode
+from stratus.zk.paths import ClusterPaths
+
+log = logging.getLogger(__name__)
+
+NIMBUS_GROUP = "nimbus"
+HTTP_START_TIMEOUT_SECS = 10.0
+HTTP_STOP_TIMEOUT_SECS = 5.0
+
+
+class NimbusStartError(StratusError):
+    """The nimbus could not start: its port is taken, its directory unusable, and so on."""
+
+
+def always_may_lead() -> bool:
+    return True
+
+
+class Nimbus:
+    """One nimbus daemon; see the module docstring."""
+
+    def __init__(
+        self,
+        conf: StratusConfig,
+        *,
+        may_lead: Callable[[], bool] = always_may_lead,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.conf = conf
+        self._may_lead = may_lead
+        self._clock = clock
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._sock = _listen(conf.nimbus_host, conf.nimbus_port)
+        self.port: int = self._sock.getsockname()[1]
+        self.address = f"{conf.nimbus_host}:{self.port}"
+        self.paths = ClusterPaths(conf.zookeeper_root)
+        self.coordinator = Coordinator(
+            conf.zookeeper_hosts(),
+            root=conf.zookeeper_root,
+            session_timeout=conf.zookeeper_session_timeout_secs,
+            connection_timeout=conf.zookeeper_connection_timeout_secs,
+        )
+        self.elector = LeaderElector(
+            self.coordinator,
+            self.address,
+            group=NIMBUS_GROUP,
+            on_gain=self._gained,
+            on_loss=self._lost,
+        )
+        self.metrics = NimbusMetrics(
+            is_leader=self.elector.is_leader,
+            epoch=lambda: self.view.leader().epoch,
+            zookeeper_connected=lambda: bool(self.coordinator.client.connected),
+        )
+        self._registration: EphemeralNode | None = None
+        self._http: uvicorn.Server | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        try:
+            self.coordinator.start()
+        except BaseException:
+            self._sock.close()
+            raise
+        client = self.coordinator.client
+        for parent in self.paths.all_parents():
+            client.ensure_path(parent)
+        self.view = ClusterView(client, self.paths)
+        self.view.start()
+        self.coordinator.subscribe_leader_changes(NIMBUS_GROUP, self._leader_changed)
+        self.view.set_leaders(self.coordinator.get_leaders(NIMBUS_GROUP))
+        self.service = self._build_service()
+        self._start_http()
+        self._registration = EphemeralNode(
+            client, self.paths.nimbus(self.address), self._registration_record().encode()
+        )
+        self._registration.start()
+        self._spawn("leadership-gate", self._gate_leadership)
+        self._spawn("leader-duties", self._run_leader_duties)
+        log.info("event=nimbus_started address=%s version=%s", self.address, __version__)
+
+    def stop(self) -> None:
+        """Hand leadership over at once, then stop serving and leave ZooKeeper."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        self.service.kill_requested.set()
+        self.elector.remove_from_leader_lock_queue()
+        log.info("event=nimbus_stopping address=%s", self.address)
+        for thread in self._threads:
+            thread.join(timeout=HTTP_STOP_TIMEOUT_SECS)
+        self._stop_http()
+        if self._registration is not None:
+            self._registration.close()
+        self.coordinator.close()
+
+    # ------------------------------------------------------------------ parts
+
+    def _build_service(self) -> NimbusService:
+        local_dir = Path(
+            self.conf.nimbus_local_dir
+            or Path(tempfile.gettempdir()) / f"stratus-nimbus-{self.conf.nimbus_host}-{self.port}"
+        )
+        try:
+            store = PackageStore(
+                local_dir / "packages", max_bytes=self.conf.nimbus_max_upload_bytes
+            )
+        except OSError as exc:
+            raise NimbusStartError(
+                f"cannot use nimbus.local.dir {local_dir}: {exc.strerror}"
+            ) from None
+        store.remove_leftovers()
+        return NimbusService(
+            address=self.address,
+            view=self.view,
+            ops=PipelineOps(self.coordinator.client, self.paths, clock=self._clock),
+            store=store,
+            elector=self.elector,
+            kill_wait_secs=self.conf.pipeline_kill_wait_secs,
+            max_upload_bytes=self.conf.nimbus_max_upload_bytes,
+            clock=self._clock,
+        )
+
+    def _registration_record(self) -> NimbusRegistration:
+        return NimbusRegistration(
+            host=self.conf.nimbus_host, port=self.port, started=self._clock(), version=__version__
+        )
+
+    def _start_http(self) -> None:
+        config = uvicorn.Config(
+            create_app(self.service, self.metrics),
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=1,
+        )
+        self._http = uvicorn.Server(config)
+        self._spawn("http", lambda: self._serve_http(self._http))
+        deadline = time.monotonic() + HTTP_START_TIMEOUT_SECS
+        while not self._http.started:
+            if time.monotonic() > deadline:
+                raise NimbusStartError(f"the HTTP API did not start on {self.address}")
+            time.sleep(0.01)
+
+    def _serve_http(self, server: uvicorn.Server | None) -> None:
+        assert server is not None
+        server.run(sockets=[self._sock])
+
+    def _stop_http(self) -> None:
+        if self._http is not None:
+            self._http.should_exit = True
+        self._sock.close()
+
+    def _spawn(self, name: str, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, name=f"nimbus-{name}", daemon=True)
+        thread.start()
+        if name != "http":
+            self._threads.append(thread)
+
+    # ------------------------------------------------------------------ leadership
+
+    def _gate_leadership(self) -> None:
+        """Queue for leadership whenever this nimbus is out of the queue and may lead."""
+        while not self._stopping.is_set():
+            if not self.coordinator.is_candidate(NIMBUS_GROUP) and self._may_lead():
+                try:
+                    self.elector.add_to_leader_lock_queue()
+                    log.info("event=queued address=%s", self.address)
+                except (StratusError, KazooException) as exc:
+                    log.warning("event=queue_failed address=%s error=%s", self.address, exc)
+            self._stopping.wait(self.conf.nimbus_lead_check_secs)
+
+    def _gained(self, term: Leadership) -> None:
+        if self._stopping.is_set():
+            return
+        if not self._may_lead():
+            log.warning(
+                "event=leadership_declined address=%s epoch=%d reason=may_lead_hook",
+                self.address,
+                term.epoch,
+            )
+            self.elector.remove_from_leader_lock_queue()
+            return
+        self.metrics.leadership_gained.inc()
+        log.info("event=leadership_gained address=%s epoch=%d", self.address, term.epoch)
+        self.service.kill_requested.set()
+
+    def _lost(self, term: Leadership, reason: RevokeReason) -> None:
+        self.metrics.leadership_lost.inc()
+        log.warning(
+            "event=leadership_lost address=%s epoch=%d reason=%s",
+            self.address,
+            term.epoch,
+            reason.value,
+        )
+
+    def _leader_changed(self, change: LeaderChange) -> None:
+        self.metrics.leader_changes.inc()
+        self.view.note_leader_change(change)
+
+    def _run_leader_duties(self) -> None:
+        while not self._stopping.is_set():
+            self.service.kill_requested.wait(self.conf.nimbus_monitor_freq_secs)
+            self.service.kill_requested.clear()
+            if self._stopping.is_set():
+                return
+            try:
+                self.service.remove_killed()
+            except (StratusError, KazooException) as exc:
+                log.warning("event=remove_killed_failed address=%s error=%s", self.address, exc)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise NimbusStartError(
+            f"nimbus cannot listen on {host}:{port}: {exc.strerror}; "
+            "choose another nimbus.port or stop what uses it"
+        ) from None
+    sock.listen(1024)
+    return sock

@@ -1,0 +1,99 @@
+"""Errors of the nimbus API, each with the stable code and HTTP status it travels as.
+
+The server raises them and renders ``{"error": code, "message": ..., "leader": ...}``; the
+client turns that body back into the same class (``error_from_body``), so a caller catches
+``PipelineNotFoundError`` whichever side of the wire found the problem.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from stratus.errors import StratusError
+
+
+class ApiError(StratusError):
+    """An error that the nimbus API reports with a code and an HTTP status."""
+
+    code: ClassVar[str] = "internal"
+    status: ClassVar[int] = 500
+    retryable: ClassVar[bool] = False  # true if a client may retry, maybe on another nimbus
+
+
+class NotLeaderError(ApiError, RuntimeError):
+    """A leader-only call reached a nimbus that does not lead; ``leader`` is who does, if known."""
+
+    code = "not_leader"
+    status = 421  # Misdirected Request: ask the leader instead
+    retryable = True
+
+    def __init__(self, message: str, leader: str | None = None) -> None:
+        super().__init__(message)
+        self.leader = leader
+
+
+class UnknownPipelineError(ApiError):
+    code = "unknown_pipeline"
+    status = 404
+
+
+class PipelineExistsError(ApiError):
+    code = "pipeline_exists"
+    status = 409
+
+
+class InvalidTransitionError(ApiError):
+    code = "invalid_transition"
+    status = 409
+
+
+class InvalidNameError(ApiError):
+    code = "invalid_name"
+    status = 422
+
+
+class InvalidConfError(ApiError):
+    code = "invalid_conf"
+    status = 422
+
+
+class InvalidRequestError(ApiError):
+    code = "invalid_request"
+    status = 422
+
+
+class PackageTooLargeError(ApiError):
+    code = "package_too_large"
+    status = 413
+
+
+class UnavailableError(ApiError):
+    """ZooKeeper is unreachable or the leadership is changing; retry shortly."""
+
+    code = "unavailable"
+    status = 503
+    retryable = True
+
+
+_BY_CODE: dict[str, type[ApiError]] = {
+    cls.code: cls
+    for cls in (
+        NotLeaderError,
+        UnknownPipelineError,
+        PipelineExistsError,
+        InvalidTransitionError,
+        InvalidNameError,
+        InvalidConfError,
+        InvalidRequestError,
+        PackageTooLargeError,
+        UnavailableError,
+    )
+}
+
+
+def error_from_body(code: str, message: str, leader: str | None = None) -> ApiError:
+    """The exception that an error body of the API stands for."""
+    if code == NotLeaderError.code:
+        return NotLeaderError(message, leader)
+    cls = _BY_CODE.get(code, ApiError)
+    return cls(message)

@@ -1,0 +1,82 @@
+"""The nimbus's Prometheus metrics, in a registry of its own (several nimbuses per process work).
+
+Scraped at ``GET /metrics``: whether this nimbus leads and in which epoch, how often the
+leadership changed, requests by route and status with their latency, and whether the
+ZooKeeper connection is up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["CONTENT_TYPE_LATEST", "NimbusMetrics"]
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
+
+
+class NimbusMetrics:
+    """Every metric of one nimbus; gauges read live state through the callables given."""
+
+    def __init__(
+        self,
+        *,
+        is_leader: Callable[[], bool],
+        epoch: Callable[[], int | None],
+        zookeeper_connected: Callable[[], bool],
+    ) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        Gauge(
+            "stratus_nimbus_is_leader", "1 while this nimbus leads", registry=self.registry
+        ).set_function(lambda: float(is_leader()))
+        Gauge(
+            "stratus_nimbus_epoch",
+            "epoch of the current leader as this nimbus knows it (-1: none yet)",
+            registry=self.registry,
+        ).set_function(lambda: float(_or_minus_one(epoch())))
+        Gauge(
+            "stratus_nimbus_zookeeper_connected",
+            "1 while the ZooKeeper session is connected",
+            registry=self.registry,
+        ).set_function(lambda: float(zookeeper_connected()))
+        self.leadership_gained = Counter(
+            "stratus_nimbus_leadership_gained",
+            "terms this nimbus won",
+            registry=self.registry,
+        )
+        self.leadership_lost = Counter(
+            "stratus_nimbus_leadership_lost",
+            "terms of this nimbus that ended",
+            registry=self.registry,
+        )
+        self.leader_changes = Counter(
+            "stratus_nimbus_leader_changes",
+            "changes of the cluster's leader seen by this nimbus",
+            registry=self.registry,
+        )
+        self.requests = Counter(
+            "stratus_nimbus_requests",
+            "HTTP requests answered",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "stratus_nimbus_request_seconds",
+            "HTTP request latency",
+            ["method", "route"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+
+    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.requests.labels(method, route, str(status)).inc()
+        self.latency.labels(method, route).observe(seconds)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _or_minus_one(value: int | None) -> int:
+    return -1 if value is None else value

@@ -1,0 +1,80 @@
+"""Validation of a pipeline's conf: Spark settings plus the pipeline keys stratus knows.
+
+A pipeline's conf is a flat mapping. ``spark.*`` keys go to Spark unchanged and take any
+scalar value; ``pipeline.*`` keys are stratus's own and are typed; anything else is refused
+with the closest valid key, so a typo never goes unnoticed::
+
+    validate_pipeline_conf({"spark.sql.shuffle.partitions": 4})     # returns it, checked
+    validate_pipeline_conf({"pipeline.min.replicaton.count": 2})    # InvalidConfError
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from stratus.nimbus.errors import InvalidConfError
+
+MAX_KEYS = 1000
+MAX_KEY_LENGTH = 256
+MAX_VALUE_LENGTH = 64 * 1024
+
+
+def _int_at_least(lowest: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= lowest
+
+
+def _positive_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= MAX_VALUE_LENGTH
+
+
+# key -> (check, what the check expects)
+PIPELINE_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "pipeline.min.replication.count": (_int_at_least(1), "an integer >= 1"),
+    "pipeline.max.replication.wait.time.sec": (_int_at_least(-1), "an integer >= -1"),
+    "pipeline.checkpoint.root": (_text, "a non-empty path or URL"),
+    "pipeline.trigger.interval.secs": (_positive_number, "a number > 0"),
+    "pipeline.spark.master": (_text, "a Spark master URL"),
+}
+
+
+def validate_pipeline_conf(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """Return ``conf`` as a dict if every key and value is valid, else raise InvalidConfError."""
+    if len(conf) > MAX_KEYS:
+        raise InvalidConfError(f"pipeline conf has {len(conf)} keys; at most {MAX_KEYS} allowed")
+    for key, value in conf.items():
+        _check_entry(key, value)
+    return dict(conf)
+
+
+def _check_entry(key: Any, value: Any) -> None:
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
+        raise InvalidConfError(f"invalid pipeline conf key {key!r}")
+    if key.startswith("spark."):
+        _check_spark_value(key, value)
+    elif key in PIPELINE_KEYS:
+        check, expected = PIPELINE_KEYS[key]
+        if not check(value):
+            raise InvalidConfError(f"pipeline conf {key}: expected {expected}, got {value!r}")
+    else:
+        close = difflib.get_close_matches(key, list(PIPELINE_KEYS), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise InvalidConfError(
+            f"unknown pipeline conf key {key!r}: keys are spark.* or one of "
+            f"{', '.join(PIPELINE_KEYS)}{hint}"
+        )
+
+
+def _check_spark_value(key: str, value: Any) -> None:
+    if isinstance(value, str) and len(value) > MAX_VALUE_LENGTH:
+        raise InvalidConfError(f"pipeline conf {key}: value longer than {MAX_VALUE_LENGTH}")
+    if not isinstance(value, str | int | float | bool):
+        raise InvalidConfError(
+            f"pipeline conf {key}: Spark settings take a string, number or boolean, "
+            f"got {type(value).__name__}"
+        )

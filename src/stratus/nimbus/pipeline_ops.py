@@ -1,0 +1,243 @@
+"""The leader-only operations on pipelines, each one fenced transaction in ZooKeeper.
+
+Every operation takes the ``Leadership`` of the term it acts for: the epoch flows through the
+call, so a request that started under an old term cannot write under a new one. A record is
+read, changed, and written back with a check of both the leader's epoch and the record's
+version, so two requests racing on one pipeline cannot lose an update::
+
+    ops = PipelineOps(client, ClusterPaths("/stratus"), clock=time.time)
+    record, created = ops.submit(term, "etl", {"spark.sql.shuffle.partitions": 4}, "req-1", pkg)
+    ops.deactivate(term, "etl")
+    ops.kill(term, "etl", wait_secs=30)   # KILLED now, removed by remove_due() after 30 s
+
+Every operation is idempotent (a submit through its request id), which is what lets a
+client retry any of them after a failover or a lost connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+
+from stratus.coordination.errors import (
+    CommitOutcomeUnknownError,
+    LeadershipLostError,
+    TransactionFailedError,
+    ZooKeeperUnavailableError,
+)
+from stratus.coordination.leadership import Leadership
+from stratus.nimbus.errors import (
+    InvalidNameError,
+    InvalidTransitionError,
+    NotLeaderError,
+    PipelineExistsError,
+    UnavailableError,
+    UnknownPipelineError,
+)
+from stratus.nimbus.package_store import StoredPackage
+from stratus.nimbus.pipeline_conf import validate_pipeline_conf
+from stratus.nimbus.records import PIPELINE_NAME, PIPELINE_NAME_RULE, PipelineRecord, PipelineStatus
+from stratus.zk.paths import ClusterPaths
+
+log = logging.getLogger(__name__)
+
+VERSION_RACE_RETRIES = 5  # another request changed the record between our read and write
+
+
+def check_pipeline_name(name: str) -> str:
+    if not PIPELINE_NAME.match(name):
+        raise InvalidNameError(f"invalid pipeline name {name!r}: use {PIPELINE_NAME_RULE}")
+    return name
+
+
+class PipelineOps:
+    """Submit, kill, activate, deactivate, rebalance and the removal of killed pipelines."""
+
+    def __init__(
+        self, client: KazooClient, paths: ClusterPaths, *, clock: Callable[[], float]
+    ) -> None:
+        self._client = client
+        self._paths = paths
+        self._clock = clock  # wall clock: kill times must mean the same on every nimbus
+
+    def submit(
+        self,
+        term: Leadership,
+        name: str,
+        conf: Mapping[str, Any],
+        request_id: str,
+        package: StoredPackage,
+    ) -> tuple[PipelineRecord, bool]:
+        """Create the pipeline ACTIVE; returns (record, created). A replayed request is found."""
+        check_pipeline_name(name)
+        checked = validate_pipeline_conf(conf)
+        now = self._clock()
+        record = PipelineRecord(
+            name=name,
+            status=PipelineStatus.ACTIVE,
+            digest=package.digest,
+            size_bytes=package.size_bytes,
+            conf=checked,
+            submitted=now,
+            updated=now,
+            epoch=term.epoch,
+            request_id=request_id,
+        )
+        with _zookeeper_errors(term):
+            try:
+                term.transaction().create(self._paths.pipeline(name), record.encode()).commit()
+            except TransactionFailedError:
+                return self._existing_submit(name, request_id), False
+        log.info("event=submitted pipeline=%s epoch=%d digest=%s", name, term.epoch, record.digest)
+        return record, True
+
+    def kill(self, term: Leadership, name: str, wait_secs: float) -> PipelineRecord:
+        def to_killed(record: PipelineRecord) -> PipelineRecord | None:
+            if record.status is PipelineStatus.KILLED:
+                return None
+            return self._changed(
+                record, term, status=PipelineStatus.KILLED, kill_at=self._clock() + wait_secs
+            )
+
+        return self._update(term, name, "kill", to_killed)
+
+    def activate(self, term: Leadership, name: str) -> PipelineRecord:
+        return self._update(term, name, "activate", self._to_status(term, PipelineStatus.ACTIVE))
+
+    def deactivate(self, term: Leadership, name: str) -> PipelineRecord:
+        return self._update(
+            term, name, "deactivate", self._to_status(term, PipelineStatus.INACTIVE)
+        )
+
+    def rebalance(self, term: Leadership, name: str, conf: Mapping[str, Any]) -> PipelineRecord:
+        def rebalanced(record: PipelineRecord) -> PipelineRecord:
+            _refuse_if_killed(record, "rebalance")
+            merged = validate_pipeline_conf({**record.conf, **conf})
+            return self._changed(record, term, conf=merged, rebalances=record.rebalances + 1)
+
+        validate_pipeline_conf(conf)
+        return self._update(term, name, "rebalance", rebalanced)
+
+    def remove_due(self, term: Leadership, killed: Mapping[str, PipelineRecord]) -> list[str]:
+        """Delete the KILLED records among ``killed`` whose wait is over; their names."""
+        now = self._clock()
+        removed = []
+        for name, seen in killed.items():
+            if seen.status is PipelineStatus.KILLED and (seen.kill_at or 0) <= now:
+                with _zookeeper_errors(term):
+                    if self._remove_if_still_killed(term, name):
+                        removed.append(name)
+        return removed
+
+    def digests_in_use(self) -> set[str]:
+        """The package digests that some pipeline record names, read from ZooKeeper itself."""
+        digests = set()
+        for name in self._client.get_children(self._paths.pipelines):
+            try:
+                raw, _ = self._client.get(self._paths.pipeline(name))
+            except NoNodeError:
+                continue
+            digests.add(PipelineRecord.model_validate_json(raw).digest)
+        return digests
+
+    def _remove_if_still_killed(self, term: Leadership, name: str) -> bool:
+        path = self._paths.pipeline(name)
+        try:
+            raw, stat = self._client.get(path)
+        except NoNodeError:
+            return False
+        record = PipelineRecord.model_validate_json(raw)
+        if record.status is not PipelineStatus.KILLED:
+            return False
+        try:
+            term.transaction().delete(path, version=stat.version).commit()
+        except TransactionFailedError:
+            return False  # changed or gone meanwhile; the next round looks again
+        log.info("event=removed pipeline=%s epoch=%d", name, term.epoch)
+        return True
+
+    def _changed(self, record: PipelineRecord, term: Leadership, **changes: Any) -> PipelineRecord:
+        updated = max(self._clock(), record.updated)
+        return record.model_copy(update={**changes, "epoch": term.epoch, "updated": updated})
+
+    def _to_status(
+        self, term: Leadership, status: PipelineStatus
+    ) -> Callable[[PipelineRecord], PipelineRecord | None]:
+        def change(record: PipelineRecord) -> PipelineRecord | None:
+            _refuse_if_killed(
+                record, "activate" if status is PipelineStatus.ACTIVE else "deactivate"
+            )
+            return None if record.status is status else self._changed(record, term, status=status)
+
+        return change
+
+    def _update(
+        self,
+        term: Leadership,
+        name: str,
+        action: str,
+        change: Callable[[PipelineRecord], PipelineRecord | None],
+    ) -> PipelineRecord:
+        """Read the record, apply ``change`` (None: nothing to do), write it back fenced."""
+        check_pipeline_name(name)
+        path = self._paths.pipeline(name)
+        with _zookeeper_errors(term):
+            for _ in range(VERSION_RACE_RETRIES):
+                record, version = self._read(name)
+                updated = change(record)
+                if updated is None:
+                    return record
+                try:
+                    term.transaction().set_data(path, updated.encode(), version).commit()
+                except TransactionFailedError:
+                    continue  # changed by a concurrent request, or removed: read again
+                log.info(
+                    "event=%s pipeline=%s epoch=%d status=%s",
+                    action,
+                    name,
+                    term.epoch,
+                    updated.status.value,
+                )
+                return updated
+        raise UnavailableError(f"pipeline {name!r} kept changing under {action}; retry")
+
+    def _read(self, name: str) -> tuple[PipelineRecord, int]:
+        try:
+            raw, stat = self._client.get(self._paths.pipeline(name))
+        except NoNodeError:
+            raise UnknownPipelineError(f"unknown pipeline {name!r}") from None
+        return PipelineRecord.model_validate_json(raw), stat.version
+
+    def _existing_submit(self, name: str, request_id: str) -> PipelineRecord:
+        record, _ = self._read(name)
+        if request_id and record.request_id == request_id:
+            return record  # a retry of a submit that did land
+        raise PipelineExistsError(
+            f"a pipeline named {name!r} exists already (status {record.status.value}); "
+            "kill it or choose another name"
+        )
+
+
+def _refuse_if_killed(record: PipelineRecord, action: str) -> None:
+    if record.status is PipelineStatus.KILLED:
+        raise InvalidTransitionError(
+            f"cannot {action} pipeline {record.name!r}: it is KILLED and will be removed"
+        )
+
+
+@contextmanager
+def _zookeeper_errors(term: Leadership) -> Iterator[None]:
+    """Turn coordination and kazoo failures into the API's retryable errors."""
+    try:
+        yield
+    except LeadershipLostError as exc:
+        raise NotLeaderError(f"this nimbus stopped leading (epoch {term.epoch}): {exc}") from None
+    except CommitOutcomeUnknownError as exc:
+        raise UnavailableError(f"{exc}; the operation is safe to retry") from None
+    except (ZooKeeperUnavailableError, KazooException) as exc:
+        raise UnavailableError(f"ZooKeeper is unreachable ({type(exc).__name__}); retry") from None

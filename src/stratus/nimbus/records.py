@@ -1,0 +1,125 @@
+"""The records of the nimbus API: what ZooKeeper holds and what HTTP carries, as pydantic models.
+
+The server writes them and the client (``stratus.client``) reads them, so both sides share
+this one definition. Pipeline status moves ACTIVE ⇄ INACTIVE → KILLED; a KILLED record is
+removed by the leader once its ``kill_at`` time has passed.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PIPELINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
+PIPELINE_NAME_RULE = "1-100 letters, digits, '_' and '-', starting with a letter or digit"
+
+
+class PipelineStatus(StrEnum):
+    ACTIVE = "ACTIVE"
+    INACTIVE = "INACTIVE"
+    KILLED = "KILLED"
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    def encode(self) -> bytes:
+        """The record as stored in a znode."""
+        return self.model_dump_json().encode()
+
+
+class PipelineRecord(_Record):
+    """One pipeline, as ``<root>/pipelines/<name>`` holds it."""
+
+    name: str
+    status: PipelineStatus
+    digest: str = Field(description="sha256 of the package, hex")
+    size_bytes: int
+    conf: dict[str, Any] = Field(default_factory=dict)
+    submitted: float = Field(description="wall-clock time of the submit, seconds since the epoch")
+    updated: float = Field(description="wall-clock time of the last change")
+    epoch: int = Field(description="leadership epoch of the nimbus that last wrote the record")
+    request_id: str = Field(default="", description="the client request id of the submit")
+    kill_at: float | None = Field(
+        default=None, description="when a KILLED record is removed (wall clock)"
+    )
+    rebalances: int = Field(default=0, description="how many times the pipeline was rebalanced")
+
+
+class NimbusRegistration(_Record):
+    """What a nimbus writes into its ephemeral ``<root>/nimbuses/<host:port>``."""
+
+    host: str
+    port: int
+    started: float = Field(description="wall-clock start time, seconds since the epoch")
+    version: str
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+class NimbusSummary(BaseModel):
+    """SPEC 001's NimbusSummary: one nimbus of the cluster."""
+
+    host: str
+    port: int
+    uptime_secs: int
+    is_leader: bool
+    version: str
+
+
+class SupervisorSummary(BaseModel):
+    """One supervisor of the cluster (registered by the supervisors' issue)."""
+
+    id: str
+    host: str = ""
+    slots: int = 0
+    used: int = 0
+
+
+class LeaderInfo(BaseModel):
+    """Who leads the nimbuses now, and in which epoch; both null while nobody leads."""
+
+    address: str | None
+    epoch: int | None
+
+
+class ClusterSummary(BaseModel):
+    """SPEC 001's ClusterSummary: nimbuses (the leader marked), supervisors and pipelines."""
+
+    nimbuses: list[NimbusSummary]
+    supervisors: list[SupervisorSummary]
+    pipelines: list[PipelineRecord]
+    leader: LeaderInfo
+
+
+class PipelineList(BaseModel):
+    pipelines: list[PipelineRecord]
+
+
+class KillRequest(BaseModel):
+    """Body of ``kill``: seconds until the record goes (default ``pipeline.kill.wait.secs``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    wait_secs: float | None = Field(default=None, ge=0, le=86_400)
+
+
+class RebalanceRequest(BaseModel):
+    """Body of ``rebalance``: conf keys to set on the pipeline (merged into its conf)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    conf: dict[str, Any] = Field(min_length=1)
+
+
+class ErrorBody(BaseModel):
+    """Every error response: a stable code, a readable message, and for not_leader the leader."""
+
+    error: str
+    message: str
+    leader: str | None = None

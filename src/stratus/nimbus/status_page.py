@@ -1,0 +1,60 @@
+"""The small status page at ``/``: nimbuses with the leader marked, and pipelines."""
+
+from __future__ import annotations
+
+import time
+from html import escape
+
+from stratus.nimbus.records import ClusterSummary
+
+_STYLE = (
+    "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:2em}"
+    "td,th{border:1px solid #ccc;padding:4px 10px;text-align:left}.leader{font-weight:bold}"
+)
+
+
+def render_status_page(summary: ClusterSummary, this_nimbus: str) -> str:
+    """The page as HTML; every value from the summary is escaped."""
+    leader = summary.leader.address or "none elected"
+    nimbus_rows = "".join(
+        _row(
+            [
+                f"{n.host}:{n.port}"
+                + (" (this nimbus)" if f"{n.host}:{n.port}" == this_nimbus else ""),
+                "leader" if n.is_leader else "standby",
+                f"{n.uptime_secs} s",
+                n.version,
+            ],
+            css="leader" if n.is_leader else "",
+        )
+        for n in summary.nimbuses
+    )
+    pipeline_rows = "".join(
+        _row(
+            [
+                p.name,
+                p.status.value,
+                p.digest[:12],
+                time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(p.submitted)) + " UTC",
+                str(p.epoch),
+            ]
+        )
+        for p in summary.pipelines
+    )
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>stratus</title>"
+        f"<style>{_STYLE}</style></head><body>"
+        f"<h1>stratus</h1><p>Leader: <b>{escape(leader)}</b>, "
+        f"epoch {escape(str(summary.leader.epoch))}</p>"
+        "<h2>Nimbuses</h2><table><tr><th>nimbus</th><th>role</th><th>uptime</th>"
+        f"<th>version</th></tr>{nimbus_rows}</table>"
+        "<h2>Pipelines</h2><table><tr><th>name</th><th>status</th><th>package</th>"
+        f"<th>submitted</th><th>epoch</th></tr>{pipeline_rows}</table>"
+        "<p><a href='/api/v1/docs'>API</a> · <a href='/metrics'>metrics</a></p>"
+        "</body></html>"
+    )
+
+
+def _row(cells: list[str], css: str = "") -> str:
+    tds = "".join(f"<td>{escape(cell)}</td>" for cell in cells)
+    return f"<tr class='{css}'>{tds}</tr>" if css else f"<tr>{tds}</tr>"
