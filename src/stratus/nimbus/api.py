@@ -150,7 +150,8 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = str(exc.detail).lower().replace(" ", "_")
         body = ErrorBody(error=code, message=str(exc.detail))
-        return JSONResponse(body.model_dump(), status_code=exc.status_code)
+        # keep Starlette's headers: a 405 must name the allowed methods (Allow, RFC 9110)
+        return JSONResponse(body.model_dump(), status_code=exc.status_code, headers=exc.headers)
 
 
 def _describe_validation(exc: RequestValidationError) -> str:

@@ -97,12 +97,13 @@ class PipelineOps:
         return record, True
 
     def kill(self, term: Leadership, name: str, wait_secs: float) -> PipelineRecord:
+        """Mark KILLED, removed after ``wait_secs``; a later kill may shorten the wait only."""
+
         def to_killed(record: PipelineRecord) -> PipelineRecord | None:
-            if record.status is PipelineStatus.KILLED:
+            kill_at = self._clock() + wait_secs
+            if record.status is PipelineStatus.KILLED and (record.kill_at or 0) <= kill_at:
                 return None
-            return self._changed(
-                record, term, status=PipelineStatus.KILLED, kill_at=self._clock() + wait_secs
-            )
+            return self._changed(record, term, status=PipelineStatus.KILLED, kill_at=kill_at)
 
         return self._update(term, name, "kill", to_killed)
 

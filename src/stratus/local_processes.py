@@ -1,0 +1,115 @@
+"""Daemons of this machine as real child processes: start, stop, kill, freeze, restart.
+
+``stratus local``, the tests and the benchmarks run nimbuses this way, each a
+``python -m stratus nimbus`` process of its own, so that a kill is a real ``kill -9``::
+
+    nimbus = NimbusProcess(["-c", "zookeeper.servers=127.0.0.1:2181"], port=6627, log_dir=tmp)
+    nimbus.start()
+    nimbus.wait_ready()
+    nimbus.kill()         # SIGKILL
+    nimbus.start()        # the same nimbus again, same port and directory
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+
+from stratus.errors import StratusError
+
+READY_TIMEOUT_SECS = 30.0
+STOP_TIMEOUT_SECS = 15.0
+POLL_SECS = 0.02
+
+
+class ProcessStartError(StratusError):
+    """A daemon process exited or never became ready."""
+
+
+class NimbusProcess:
+    """One ``stratus nimbus`` child process at a fixed address (kept across restarts)."""
+
+    def __init__(
+        self,
+        options: Sequence[str],
+        *,
+        port: int,
+        log_dir: Path,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.address = f"{host}:{port}"
+        self.url = f"http://{self.address}"
+        self.log_path = log_dir / f"nimbus-{port}.log"
+        self.local_dir = log_dir / f"nimbus-{port}"
+        self._options = list(options)
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def is_running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def start(self) -> None:
+        command = [
+            sys.executable, "-m", "stratus", "nimbus", *self._options,
+            "-c", f"nimbus.host={self.host}",
+            "-c", f"nimbus.port={self.port}",
+            "-c", f"nimbus.local.dir={self.local_dir}",
+        ]  # fmt: skip
+        with self.log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_SECS) -> None:
+        """Wait until the API answers; ProcessStartError with the log's tail if it died."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.is_running():
+                raise ProcessStartError(f"nimbus {self.address} exited: {self.log_tail()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/api/v1/leader", timeout=1.0).status_code == 200:
+                    return
+            time.sleep(POLL_SECS)
+        raise ProcessStartError(f"nimbus {self.address} not ready in {timeout:g}s")
+
+    def signal(self, signum: int) -> None:
+        if self._process is not None and self._process.poll() is None:
+            os.kill(self._process.pid, signum)
+
+    def kill(self) -> None:
+        """SIGKILL, and reap."""
+        self.signal(signal.SIGKILL)
+        if self._process is not None:
+            self._process.wait()
+
+    def stop(self, timeout: float = STOP_TIMEOUT_SECS) -> int | None:
+        """SIGTERM (a graceful hand-over), SIGKILL if it is still there after ``timeout``."""
+        if self._process is None:
+            return None
+        self.signal(signal.SIGCONT)  # a frozen process cannot handle SIGTERM
+        self.signal(signal.SIGTERM)
+        try:
+            return self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return self._process.returncode
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
