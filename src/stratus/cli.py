@@ -9,6 +9,7 @@ from __future__ import annotations
 import click
 
 from stratus import __version__
+from stratus.client_commands import CLIENT_COMMANDS
 from stratus.command_options import StratusGroup
 from stratus.coordination.elect_command import elect
 from stratus.demo import local
@@ -22,5 +23,5 @@ def main() -> None:
     """stratus: a highly available control plane for PySpark data pipelines."""
 
 
-for _command in (zookeeper, elect, local, nimbus):
+for _command in (zookeeper, elect, local, nimbus, *CLIENT_COMMANDS):
     main.add_command(_command)

@@ -339,8 +339,13 @@ class Coordinator:
                 done.set()
 
         self._submit(resign)
-        if not done.wait(self.connection_timeout):
-            log.warning("event=resign_pending group=%s member=%s", group, candidacy.member_id)
+        # While disconnected there is nothing to hand over now: the worker deletes the nodes
+        # on reconnection, or ZooKeeper does when the session ends.
+        deadline = time.monotonic() + self.connection_timeout
+        while not done.wait(0.05):
+            if not self._connected or time.monotonic() > deadline:
+                log.warning("event=resign_pending group=%s member=%s", group, candidacy.member_id)
+                return
 
     def get_leader(self, group: str) -> str | None:
         """The member id of the group's (first) leader, or ``None`` when nobody leads."""

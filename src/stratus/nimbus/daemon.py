@@ -98,6 +98,7 @@ class Nimbus:
         )
         self._registration: EphemeralNode | None = None
         self._http: uvicorn.Server | None = None
+        self._http_thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -130,8 +131,8 @@ class Nimbus:
             return
         self._stopping.set()
         self.service.kill_requested.set()
-        self.elector.remove_from_leader_lock_queue()
         log.info("event=nimbus_stopping address=%s", self.address)
+        self.elector.remove_from_leader_lock_queue()  # the hand-over: another nimbus leads now
         for thread in self._threads:
             thread.join(timeout=HTTP_STOP_TIMEOUT_SECS)
         self._stop_http()
@@ -194,12 +195,16 @@ class Nimbus:
     def _stop_http(self) -> None:
         if self._http is not None:
             self._http.should_exit = True
+        if self._http_thread is not None:
+            self._http_thread.join(timeout=HTTP_STOP_TIMEOUT_SECS)
         self._sock.close()
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name=f"nimbus-{name}", daemon=True)
         thread.start()
-        if name != "http":
+        if name == "http":
+            self._http_thread = thread
+        else:
             self._threads.append(thread)
 
     # ------------------------------------------------------------------ leadership

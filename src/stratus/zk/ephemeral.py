@@ -49,6 +49,8 @@ class EphemeralNode:
         self._closed.set()
         self._recreate.set()
         self._client.remove_listener(self._on_state)
+        if not self._client.connected:
+            return  # a call would block until reconnection; the session's end removes the node
         try:
             _, stat = self._client.get(self.path)
             if stat.owner_session_id == self._client.client_id[0]:

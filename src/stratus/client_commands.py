@@ -1,0 +1,369 @@
+"""The client verbs of ``stratus``: submit, list, status, kill, activate, deactivate, rebalance,
+cluster and leader.
+
+    stratus submit wordcount wordcount.zip --conf spark.sql.shuffle.partitions=4
+    stratus list -c nimbus.seeds=10.0.0.1:6627,10.0.0.2:6627
+    stratus kill wordcount --wait 0
+    stratus cluster --json
+
+Each verb talks to the nimbuses of ``nimbus.seeds`` through ``NimbusClient``, which finds the
+leader and retries across a failover until ``client.retry.deadline.secs``. Output is readable
+tables, or with ``--json`` the JSON record(s) of the API. A failure is one line on stderr and
+exit code 1 (every error the client raises is a ``StratusError``, which ``StratusGroup``
+reports). ``-c`` sets stratus configuration, so a pipeline's conf is ``--conf KEY=VALUE``,
+each value parsed as a YAML scalar as configuration overrides are.
+
+A caller that invokes the command group with ``obj=`` an ``httpx`` transport (tests do) gets
+clients that use it instead of the network.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import httpx
+import yaml
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from stratus.client import NimbusClient
+from stratus.command_options import with_config
+from stratus.config import StratusConfig
+from stratus.nimbus.records import ClusterSummary, LeaderInfo, PipelineRecord, PipelineStatus
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DIGEST_PREFIX = 12  # hex digits of a package digest shown in tables
+_STATUS_STYLE = {
+    PipelineStatus.ACTIVE: "green",
+    PipelineStatus.INACTIVE: "yellow",
+    PipelineStatus.KILLED: "red",
+}
+_JSON_VALUES = (str, int, float, bool, list, dict, type(None))
+
+
+def _json_option(func: F) -> F:
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print the JSON record(s) instead of tables."
+    )(func)
+
+
+def _parse_conf(_ctx: click.Context, _param: click.Parameter, items: tuple[str, ...]) -> Any:
+    """``--conf KEY=VALUE`` items as a dict; values are YAML scalars (``4`` is an int)."""
+    conf: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not of the form KEY=VALUE")
+        conf[key.strip()] = _scalar(raw)
+    return conf
+
+
+def _scalar(raw: str) -> Any:
+    """``raw`` as YAML reads it, or as the string itself when YAML gives no JSON value."""
+    if not raw.strip():
+        return raw
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+    return value if isinstance(value, _JSON_VALUES) else raw  # dates stay strings
+
+
+def _conf_option(*, required: bool) -> Callable[[F], F]:
+    return click.option(
+        "--conf",
+        "pipeline_conf",
+        multiple=True,
+        required=required,
+        metavar="KEY=VALUE",
+        callback=_parse_conf,
+        help="Set one pipeline conf key (spark.* or pipeline.*); may be repeated.",
+    )
+
+
+def _client(conf: StratusConfig) -> NimbusClient:
+    """A client for the configured seeds, over the transport the caller gave, if any."""
+    transport = click.get_current_context().find_object(httpx.BaseTransport)
+    return NimbusClient.from_config(conf, transport=transport)
+
+
+# ---------------------------------------------------------------------- commands
+
+
+@click.command()
+@click.argument("name")
+@click.argument("package", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@_conf_option(required=False)
+@click.option(
+    "--request-id",
+    default=None,
+    help="Id that makes a re-run of this command return the pipeline it created [default: new].",
+)
+@_json_option
+@with_config
+def submit(
+    *,
+    name: str,
+    package: Path,
+    pipeline_conf: dict[str, Any],
+    request_id: str | None,
+    as_json: bool,
+    conf: StratusConfig,
+) -> None:
+    """Upload PACKAGE and start pipeline NAME (ACTIVE)."""
+    with _client(conf) as client:
+        record = client.submit(name, package, pipeline_conf, request_id=request_id)
+    if as_json:
+        _print_json(record)
+        return
+    _console().print(
+        f"submitted pipeline {record.name}: {record.status.value}, package "
+        f"{record.digest[:DIGEST_PREFIX]} ({_size(record.size_bytes)}), epoch {record.epoch}"
+    )
+
+
+@click.command("list")
+@_json_option
+@with_config
+def list_pipelines(as_json: bool, conf: StratusConfig) -> None:
+    """List every pipeline."""
+    with _client(conf) as client:
+        records = client.list_pipelines()
+    if as_json:
+        click.echo(json.dumps([record.model_dump(mode="json") for record in records], indent=2))
+        return
+    _console().print(_pipelines_table(records) if records else "no pipelines")
+
+
+@click.command()
+@click.argument("name")
+@_json_option
+@with_config
+def status(name: str, as_json: bool, conf: StratusConfig) -> None:
+    """Show pipeline NAME."""
+    with _client(conf) as client:
+        record = client.status(name)
+    if as_json:
+        _print_json(record)
+        return
+    _console().print(_record_table(record))
+
+
+@click.command()
+@click.argument("name")
+@click.option(
+    "--wait",
+    "wait_secs",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Seconds until the pipeline's record is removed [default: pipeline.kill.wait.secs].",
+)
+@_json_option
+@with_config
+def kill(name: str, wait_secs: float | None, as_json: bool, conf: StratusConfig) -> None:
+    """Kill pipeline NAME; its record is removed after the wait."""
+    with _client(conf) as client:
+        record = client.kill(name, wait_secs)
+    if as_json:
+        click.echo("null" if record is None else record.model_dump_json(indent=2))
+    elif record is None:
+        _console().print(f"killed pipeline {name}; its record is already removed")
+    else:
+        removal = f" at {_when(record.kill_at)}" if record.kill_at is not None else ""
+        _console().print(f"killed pipeline {name}; its record is removed{removal}")
+
+
+@click.command()
+@click.argument("name")
+@_json_option
+@with_config
+def activate(name: str, as_json: bool, conf: StratusConfig) -> None:
+    """Make pipeline NAME ACTIVE."""
+    with _client(conf) as client:
+        _print_change(client.activate(name), as_json)
+
+
+@click.command()
+@click.argument("name")
+@_json_option
+@with_config
+def deactivate(name: str, as_json: bool, conf: StratusConfig) -> None:
+    """Make pipeline NAME INACTIVE."""
+    with _client(conf) as client:
+        _print_change(client.deactivate(name), as_json)
+
+
+@click.command()
+@click.argument("name")
+@_conf_option(required=True)
+@_json_option
+@with_config
+def rebalance(name: str, pipeline_conf: dict[str, Any], as_json: bool, conf: StratusConfig) -> None:
+    """Merge --conf keys into pipeline NAME's conf; it restarts with them."""
+    with _client(conf) as client:
+        record = client.rebalance(name, pipeline_conf)
+    if as_json:
+        _print_json(record)
+        return
+    _console().print(
+        f"rebalanced pipeline {record.name} (rebalance {record.rebalances}); "
+        f"conf: {json.dumps(record.conf, sort_keys=True)}"
+    )
+
+
+@click.command()
+@_json_option
+@with_config
+def cluster(as_json: bool, conf: StratusConfig) -> None:
+    """Show the nimbuses (the leader marked), supervisors and pipelines."""
+    with _client(conf) as client:
+        summary = client.cluster()
+    if as_json:
+        _print_json(summary)
+        return
+    _print_cluster(_console(), summary)
+
+
+@click.command()
+@_json_option
+@with_config
+def leader(as_json: bool, conf: StratusConfig) -> None:
+    """Show which nimbus leads, and in which epoch."""
+    with _client(conf) as client:
+        info = client.leader()
+    if as_json:
+        _print_json(info)
+        return
+    _console().print(_leader_line(info))
+
+
+CLIENT_COMMANDS = (
+    submit,
+    list_pipelines,
+    status,
+    kill,
+    activate,
+    deactivate,
+    rebalance,
+    cluster,
+    leader,
+)
+
+
+# ---------------------------------------------------------------------- output
+
+
+def _console() -> Console:
+    # No markup: names, conf values and messages are printed as they are.
+    return Console(markup=False, highlight=False)
+
+
+def _print_json(model: BaseModel) -> None:
+    click.echo(model.model_dump_json(indent=2))
+
+
+def _print_change(record: PipelineRecord, as_json: bool) -> None:
+    if as_json:
+        _print_json(record)
+    else:
+        _console().print(f"pipeline {record.name} is {record.status.value} (epoch {record.epoch})")
+
+
+def _print_cluster(console: Console, summary: ClusterSummary) -> None:
+    console.print(_leader_line(summary.leader))
+    nimbuses = Table(title="nimbuses")
+    for column in ("nimbus", "role", "uptime", "version"):
+        nimbuses.add_column(column)
+    for nimbus in summary.nimbuses:
+        role = Text("leader", style="bold green") if nimbus.is_leader else Text("standby")
+        address = f"{nimbus.host}:{nimbus.port}"
+        nimbuses.add_row(address, role, _uptime(nimbus.uptime_secs), nimbus.version)
+    console.print(nimbuses)
+    console.print(_supervisors_table(summary) if summary.supervisors else "no supervisors")
+    console.print(_pipelines_table(summary.pipelines) if summary.pipelines else "no pipelines")
+
+
+def _supervisors_table(summary: ClusterSummary) -> Table:
+    table = Table(title="supervisors")
+    for column in ("supervisor", "host", "slots", "used"):
+        table.add_column(column)
+    for supervisor in summary.supervisors:
+        table.add_row(supervisor.id, supervisor.host, str(supervisor.slots), str(supervisor.used))
+    return table
+
+
+def _pipelines_table(records: list[PipelineRecord]) -> Table:
+    table = Table(title="pipelines")
+    for column in ("pipeline", "status", "digest", "size", "submitted", "epoch"):
+        table.add_column(column)
+    for record in records:
+        table.add_row(
+            record.name,
+            _status_text(record.status),
+            record.digest[:DIGEST_PREFIX],
+            _size(record.size_bytes),
+            _when(record.submitted),
+            str(record.epoch),
+        )
+    return table
+
+
+def _record_table(record: PipelineRecord) -> Table:
+    table = Table(title=f"pipeline {record.name}", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    table.add_row("status", _status_text(record.status))
+    table.add_row("digest", record.digest)
+    table.add_row("size", _size(record.size_bytes))
+    table.add_row("conf", json.dumps(record.conf, sort_keys=True))
+    table.add_row("submitted", _when(record.submitted))
+    table.add_row("updated", _when(record.updated))
+    table.add_row("epoch", str(record.epoch))
+    table.add_row("rebalances", str(record.rebalances))
+    table.add_row("request id", record.request_id or "-")
+    if record.kill_at is not None:
+        table.add_row("removed at", _when(record.kill_at))
+    return table
+
+
+def _leader_line(info: LeaderInfo) -> str:
+    if info.address is None:
+        return "no nimbus leads right now"
+    return f"leader: {info.address} (epoch {info.epoch})"
+
+
+def _status_text(status: PipelineStatus) -> Text:
+    return Text(status.value, style=_STATUS_STYLE[status])
+
+
+def _when(timestamp: float) -> str:
+    """A wall-clock time in the local time zone."""
+    return datetime.fromtimestamp(timestamp).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _size(size_bytes: int) -> str:
+    size = float(size_bytes)
+    for unit in ("B", "KiB", "MiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
+
+
+def _uptime(secs: int) -> str:
+    days, rest = divmod(secs, 86_400)
+    hours, rest = divmod(rest, 3_600)
+    minutes, seconds = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours:02d}h"
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    return f"{minutes}m {seconds:02d}s" if minutes else f"{seconds}s"
