@@ -68,14 +68,21 @@ class NimbusCluster:
             )
         return None
 
-    def wait_for_agreed_leader(self, timeout: float = 20.0, *, not_: str | None = None) -> str:
-        """Wait until every running nimbus names the same leader (other than ``not_``)."""
+    def wait_for_agreed_leader(
+        self,
+        timeout: float = 20.0,
+        *,
+        not_: str | None = None,
+        skip: Sequence[NimbusProcess] = (),
+    ) -> str:
+        """Wait until every running nimbus (but ``skip``) names one leader, other than ``not_``."""
         agreed: list[str] = []
+        asked = [n for n in self.nimbuses if n not in skip]
 
         def agree() -> bool:
             seen = {
                 info.address if info else None
-                for info in (self.leader_seen_by(n) for n in self.nimbuses if n.is_running())
+                for info in (self.leader_seen_by(n) for n in asked if n.is_running())
             }
             if len(seen) == 1 and None not in seen and not_ not in seen:
                 agreed[:] = [str(seen.pop())]
