@@ -5,6 +5,7 @@ Three ``stratus nimbus`` processes share one real ZooKeeper; a session lasts 2 s
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -54,7 +55,7 @@ def test_kill_9_of_the_leader_the_next_leader_only_call_succeeds_on_the_new_lead
         record = client.deactivate("steady")  # no user action: the client finds the new leader
     assert record.status is PipelineStatus.INACTIVE
     new = cluster.wait_for_agreed_leader(not_=old)
-    assert record.epoch == cluster.leader_seen_by(cluster.by_address(new)).epoch  # type: ignore[union-attr]
+    assert record.epoch == cluster.leader_seen_by(cluster.by_address(new)).epoch
     for nimbus in cluster.nimbuses:
         if nimbus.is_running():
             summary = cluster.summary(nimbus)
@@ -73,6 +74,9 @@ class SubmitKillLoop:
         self.killed: set[str] = set()  # kill acknowledged
         self.failures: list[BaseException] = []
         self.stop = threading.Event()
+
+    def progressed_past(self, acked: int) -> bool:
+        return len(self.acked) > acked or bool(self.failures)
 
     def run(self) -> None:
         index = 0
@@ -97,7 +101,7 @@ def test_submit_and_kill_in_a_loop_while_the_leader_is_killed_10_times(cluster, 
         for round_ in range(FAILOVERS):
             acked_before = len(loop.acked)
             wait_until(
-                lambda n=acked_before: len(loop.acked) > n or loop.failures,
+                functools.partial(loop.progressed_past, acked_before),
                 30,
                 f"round {round_}: a submit acknowledged",
             )
