@@ -1,0 +1,156 @@
+"""The nimbus daemon's own rules: the may-lead hook, start-up errors, and the CLI verbs
+against a real cluster."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stratus.config import config_from_mapping
+from stratus.nimbus.daemon import Nimbus
+from stratus.nimbus.errors import NotLeaderError
+from stratus.zk.server import ZooKeeperServer, pick_free_port
+from tests.nimbus_cluster import SESSION_SECS, nimbus_cluster
+from tests.zkfixtures import wait_until
+
+
+class Gate:
+    """A may-lead hook that the test opens and closes."""
+
+    def __init__(self, open_: bool) -> None:
+        self.open = threading.Event()
+        self.calls = 0
+        if open_:
+            self.open.set()
+
+    def __call__(self) -> bool:
+        self.calls += 1
+        return self.open.is_set()
+
+
+def in_process_nimbus(zk_hosts: str, tmp_path: Path, gate: Gate) -> Nimbus:
+    conf = config_from_mapping(
+        {
+            "zookeeper.servers": [zk_hosts],
+            "zookeeper.session.timeout.secs": SESSION_SECS,
+            "nimbus.port": 0,
+            "nimbus.local.dir": str(tmp_path / f"nimbus-{id(gate)}"),
+            "nimbus.lead.check.secs": 0.05,
+        }
+    )
+    return Nimbus(conf, may_lead=gate)
+
+
+@pytest.fixture
+def nimbuses() -> Iterator[list[Nimbus]]:
+    started: list[Nimbus] = []
+    yield started
+    for nimbus in started:
+        nimbus.stop()
+
+
+def test_a_nimbus_that_may_not_lead_never_queues_until_its_hook_says_so(
+    zk_hosts, tmp_path, nimbuses
+):
+    gate = Gate(open_=False)
+    nimbus = in_process_nimbus(zk_hosts, tmp_path, gate)
+    nimbus.start()
+    nimbuses.append(nimbus)
+    wait_until(lambda: gate.calls > 5, 5, "the nimbus to consult its hook again and again")
+    assert not nimbus.coordinator.is_candidate("nimbus")
+    assert nimbus.view.leader().address is None
+    with pytest.raises(NotLeaderError, match="no leader is elected"):
+        nimbus.service.leader_term()
+    gate.open.set()
+    wait_until(nimbus.elector.is_leader, 10, "the nimbus to lead once its hook allows it")
+    assert nimbus.service.leader_term().epoch >= 1
+
+
+def test_a_nimbus_elected_while_its_hook_says_no_gives_the_lock_back(zk_hosts, tmp_path, nimbuses):
+    first_gate, second_gate = Gate(open_=True), Gate(open_=True)
+    first = in_process_nimbus(zk_hosts, tmp_path, first_gate)
+    second = in_process_nimbus(zk_hosts, tmp_path, second_gate)
+    for nimbus in (first, second):
+        nimbus.start()
+        nimbuses.append(nimbus)
+    wait_until(first.elector.is_leader, 10, "the first nimbus to lead")
+    wait_until(lambda: second.coordinator.is_candidate("nimbus"), 10, "the second to queue")
+    second_gate.open.clear()  # e.g. it lacks a pipeline's code
+    declined = threading.Event()
+    second.coordinator.subscribe_leader_changes(
+        "nimbus", lambda change: change.member_id == second.address and declined.set()
+    )
+    first.stop()
+    nimbuses.remove(first)
+    wait_until(declined.is_set, 10, "the second nimbus to be elected")
+    wait_until(lambda: not second.coordinator.is_candidate("nimbus"), 10, "the lock given back")
+    assert not second.elector.is_leader()
+    never_acted = "stratus_nimbus_leadership_gained_total 0.0"
+    assert never_acted in second.metrics.exposition().decode()
+    second_gate.open.set()
+    wait_until(second.elector.is_leader, 10, "the second nimbus to lead once it may")
+
+
+def stratus(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "stratus", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_an_unreachable_zookeeper_at_start_up_is_one_clear_line(tmp_path):
+    port = pick_free_port()
+    result = stratus(
+        "nimbus",
+        "-c", f"zookeeper.servers=127.0.0.1:{port}",
+        "-c", "zookeeper.connection.timeout.secs=1",
+        "-c", "nimbus.port=0",
+        "-c", f"nimbus.local.dir={tmp_path}",
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert f"Error: no ZooKeeper server answered at 127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_busy_port_at_start_up_is_one_clear_line(zk_server: ZooKeeperServer, tmp_path):
+    result = stratus(
+        "nimbus",
+        "-c", f"zookeeper.servers={zk_server.connect_string}",
+        "-c", f"nimbus.port={zk_server.port}",
+        "-c", f"nimbus.local.dir={tmp_path}",
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert f"nimbus cannot listen on 127.0.0.1:{zk_server.port}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_the_cli_pointed_at_a_standby_works(zk_server: ZooKeeperServer, tmp_path, request):
+    with nimbus_cluster(zk_server.connect_string, tmp_path, request.node.name) as cluster:
+        leader = cluster.wait_for_agreed_leader()
+        standby = next(a for a in cluster.seeds if a != leader)
+        package = tmp_path / "package.zip"
+        package.write_bytes(b"cli package")
+        seeds = ["-c", f"nimbus.seeds={standby}"]
+        submitted = stratus("submit", "from-cli", str(package), "--conf", "spark.x=1", *seeds)
+        assert submitted.returncode == 0, submitted.stderr
+        deactivated = stratus("deactivate", "from-cli", "--json", *seeds)
+        assert json.loads(deactivated.stdout)["status"] == "INACTIVE"
+        listed = stratus("list", *seeds)
+        assert "from-cli" in listed.stdout and "INACTIVE" in listed.stdout
+        shown = stratus("cluster", *seeds)
+        assert leader in shown.stdout and standby in shown.stdout
+        found = json.loads(stratus("leader", "--json", *seeds).stdout)
+        assert found["address"] == leader
+        unknown = stratus("kill", "no-such-pipeline", *seeds)
+        assert unknown.returncode == 1
+        assert unknown.stderr.strip().count("\n") == 0
+        assert "no-such-pipeline" in unknown.stderr
