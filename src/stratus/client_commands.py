@@ -229,7 +229,7 @@ def cluster(as_json: bool, conf: StratusConfig) -> None:
     if as_json:
         _print_json(summary)
         return
-    _print_cluster(_console(), summary)
+    print_cluster(_console(), summary)
 
 
 @click.command()
@@ -277,7 +277,8 @@ def _print_change(record: PipelineRecord, as_json: bool) -> None:
         _console().print(f"pipeline {record.name} is {record.status.value} (epoch {record.epoch})")
 
 
-def _print_cluster(console: Console, summary: ClusterSummary) -> None:
+def print_cluster(console: Console, summary: ClusterSummary) -> None:
+    """The cluster summary as tables: the leader line, nimbuses, supervisors, pipelines."""
     console.print(_leader_line(summary.leader))
     nimbuses = Table(title="nimbuses")
     for column in ("nimbus", "role", "uptime", "version"):

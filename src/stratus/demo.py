@@ -1,19 +1,22 @@
-"""``stratus local``: everything that exists so far, running for real on this machine.
+"""``stratus local``: a stratus cluster on this machine, as real processes, with failovers.
 
-Until supervisors exist this shows the foundation: a real ZooKeeper, three ``stratus elect``
-contender processes in one group, the leader killed with SIGKILL (failover bounded by the
-session timeout), then the new leader stopped with SIGTERM (a clean hand-over), each failover
-printed with its time.
+Until supervisors exist this runs what the control plane has: a real ZooKeeper and three
+``stratus nimbus`` processes. It submits an example pipeline through the client, shows the
+cluster, then kills the leader with SIGKILL and times how long until the client's next
+leader-only call succeeds on a new leader; it restarts the killed nimbus, stops the new
+leader with SIGTERM (a clean hand-over) and times that too. Everything is stopped at the end,
+and on Ctrl-C.
 """
 
 from __future__ import annotations
 
-import os
+import io
 import signal
-import subprocess
-import sys
 import tempfile
 import time
+import zipfile
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,144 +24,158 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from stratus.client import NimbusClient
+from stratus.client_commands import print_cluster
 from stratus.command_options import with_config
 from stratus.config import StratusConfig
-from stratus.coordination import Coordinator
-from stratus.zk.server import ZooKeeperServer
+from stratus.local_processes import NimbusProcess
+from stratus.nimbus.records import PipelineRecord
+from stratus.zk.server import ZooKeeperServer, pick_free_port
 
-GROUP = "demo"
-CONTENDERS = 3
+NIMBUSES = 3
 DEMO_SESSION_TIMEOUT = 3.0
-DEMO_GRACE = 0.5
-
-# The command each contender runs while it leads: it notes when it started serving.
-SERVE = (
-    "import os, sys, time\n"
-    "with open(sys.argv[1], 'a') as f:\n"
-    "    f.write(f\"{os.environ['STRATUS_ELECT_ID']} {time.monotonic()!r}\\n\")\n"
-    "time.sleep(3600)\n"
-)
+EXAMPLE = "example"
 
 
-@dataclass
-class Contender:
-    member_id: str
-    process: subprocess.Popen[bytes]
+@dataclass(frozen=True)
+class Failover:
+    event: str
+    old_leader: str
+    new_leader: str
+    seconds: float
 
 
-def _started(log_file: Path) -> list[tuple[str, float]]:
-    if not log_file.exists():
-        return []
-    entries = []
-    for line in log_file.read_text().splitlines():
-        member, _, at = line.partition(" ")
-        entries.append((member, float(at)))
-    return entries
+def example_package() -> bytes:
+    """A small package for the demo's pipeline (packages get their manifest format later)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("main.py", "def main(spark, context):\n    spark.range(10).show()\n")
+    return buffer.getvalue()
 
 
-def _wait_for_new_leader(log_file: Path, seen: int, timeout: float) -> tuple[str, float]:
+class LocalCluster:
+    """ZooKeeper and the nimbus processes of ``stratus local``, all stopped by ``close()``."""
+
+    def __init__(self, workdir: Path, conf: StratusConfig, console: Console) -> None:
+        self.console = console
+        self.zookeeper = ZooKeeperServer(
+            workdir / "zookeeper", port=0, tick_time_ms=conf.zookeeper_server_tick_time_ms
+        )
+        self._workdir = workdir
+        self.nimbuses: list[NimbusProcess] = []
+
+    def start(self) -> None:
+        with self.console.status("starting ZooKeeper"):
+            self.zookeeper.start()
+        self.console.print(f"ZooKeeper serving at [bold]{self.zookeeper.connect_string}[/]")
+        options = [
+            "-c", f"zookeeper.servers={self.zookeeper.connect_string}",
+            "-c", f"zookeeper.session.timeout.secs={DEMO_SESSION_TIMEOUT}",
+        ]  # fmt: skip
+        self.nimbuses = [
+            NimbusProcess(options, port=pick_free_port(), log_dir=self._workdir)
+            for _ in range(NIMBUSES)
+        ]
+        with self.console.status(f"starting {NIMBUSES} nimbus processes"):
+            for nimbus in self.nimbuses:
+                nimbus.start()
+            for nimbus in self.nimbuses:
+                nimbus.wait_ready()
+        self.console.print(f"{NIMBUSES} nimbuses serving: {', '.join(self.seeds)}")
+
+    @property
+    def seeds(self) -> list[str]:
+        return [nimbus.address for nimbus in self.nimbuses]
+
+    def nimbus_at(self, address: str) -> NimbusProcess:
+        return next(nimbus for nimbus in self.nimbuses if nimbus.address == address)
+
+    def close(self) -> None:
+        for nimbus in self.nimbuses:
+            nimbus.stop()
+        self.zookeeper.stop()
+
+
+def _leader_of(client: NimbusClient, timeout: float = 60.0) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        entries = _started(log_file)
-        if len(entries) > seen:
-            return entries[seen]
-        time.sleep(0.01)
-    raise click.ClickException(f"no contender started serving within {timeout:g}s")
+        address = client.leader().address
+        if address is not None:
+            return address
+        time.sleep(0.05)
+    raise click.ClickException(f"no nimbus became leader within {timeout:g}s")
 
 
-def _spawn(member_id: str, zk: str, log_file: Path) -> Contender:
-    stratus = Path(sys.executable).parent / "stratus"
-    command = [
-        str(stratus),
-        "elect",
-        GROUP,
-        "--id",
-        member_id,
-        "-c",
-        f"zookeeper.servers={zk}",
-        "-c",
-        f"zookeeper.session.timeout.secs={DEMO_SESSION_TIMEOUT}",
-        "-c",
-        f"elect.stop.grace.secs={DEMO_GRACE}",
-        "--",
-        sys.executable,
-        "-c",
-        SERVE,
-        str(log_file),
-    ]
-    process = subprocess.Popen(command, stderr=subprocess.DEVNULL)
-    return Contender(member_id, process)
+def _time_failover(
+    cluster: LocalCluster,
+    client: NimbusClient,
+    event: str,
+    stop: Callable[[NimbusProcess], object],
+    call: Callable[[], PipelineRecord | None],
+) -> Failover:
+    old = _leader_of(client)
+    cluster.console.print(f"{event}: [bold]{old}[/]")
+    started = time.monotonic()
+    stop(cluster.nimbus_at(old))
+    record = call()  # the client finds the new leader by itself
+    took = time.monotonic() - started
+    new = client.known_leader or "?"
+    status = record.status.value if record else "?"
+    cluster.console.print(
+        f"  → leader-only call served by [green]{new}[/] after [bold]{took:.3f}s[/] "
+        f"(pipeline {EXAMPLE} now {status})"
+    )
+    return Failover(event, old, new, took)
 
 
-def run_election_demo(console: Console, conf: StratusConfig) -> list[tuple[str, str, float]]:
-    """Run the demo; returns (what happened, new leader, seconds) rows."""
-    rows: list[tuple[str, str, float]] = []
-    with tempfile.TemporaryDirectory(prefix="stratus-local-") as tmp:
-        log_file = Path(tmp) / "serving.log"
-        server = ZooKeeperServer(
-            Path(tmp) / "zookeeper", port=0, tick_time_ms=conf.zookeeper_server_tick_time_ms
-        )
-        contenders: dict[str, Contender] = {}
-        try:
-            with console.status("starting ZooKeeper"):
-                server.start()
-            console.print(f"ZooKeeper serving at [bold]{server.connect_string}[/]")
-            for index in range(1, CONTENDERS + 1):
-                member = f"contender-{index}"
-                contenders[member] = _spawn(member, server.connect_string, log_file)
-            console.print(
-                f"{CONTENDERS} contenders queued in group [bold]{GROUP}[/] "
-                f"(session timeout {DEMO_SESSION_TIMEOUT:g}s)"
-            )
-            leader, _ = _wait_for_new_leader(log_file, 0, 60)
-            console.print(f"leader: [green]{leader}[/]")
-            for label, sig in (
-                ("kill -9 of the leader", signal.SIGKILL),
-                ("SIGTERM of the leader (clean hand-over)", signal.SIGTERM),
-            ):
-                seen = len(_started(log_file))
-                killed_at = time.monotonic()
-                contenders[leader].process.send_signal(sig)
-                console.print(f"{label}: {leader}")
-                new_leader, started_at = _wait_for_new_leader(
-                    log_file, seen, DEMO_SESSION_TIMEOUT * 4
-                )
-                took = started_at - killed_at
-                console.print(f"  → [green]{new_leader}[/] serving after [bold]{took:.3f}s[/]")
-                rows.append((label, new_leader, took))
-                contenders[leader].process.wait(timeout=30)
-                leader = new_leader
-            with Coordinator(server.connect_string, session_timeout=5) as observer:
-                for current in observer.get_leaders(GROUP):
-                    console.print(
-                        f"ZooKeeper says: {current.member_id} leads, epoch {current.epoch}"
-                    )
-        finally:
-            for contender in contenders.values():
-                if contender.process.poll() is None:
-                    contender.process.send_signal(signal.SIGTERM)
-            for contender in contenders.values():
-                try:
-                    contender.process.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    contender.process.kill()
-            server.stop()
-    return rows
+def run_demo(console: Console, conf: StratusConfig) -> list[Failover]:
+    """Run the demo; the failovers it timed."""
+    failovers: list[Failover] = []
+    with ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stratus-local-")))
+        cluster = LocalCluster(workdir, conf, console)
+        stack.callback(cluster.close)
+        cluster.start()
+        client = stack.enter_context(NimbusClient(cluster.seeds, retry_deadline=60))
+        client.submit(EXAMPLE, example_package())
+        print_cluster(console, client.cluster())
+        crash = _time_failover(
+            cluster, client, "kill -9 of the leader",
+            lambda nimbus: nimbus.signal(signal.SIGKILL),
+            lambda: client.deactivate(EXAMPLE),
+        )  # fmt: skip
+        restarted = cluster.nimbus_at(crash.old_leader)
+        restarted.kill()
+        restarted.start()
+        restarted.wait_ready()
+        console.print(f"restarted {restarted.address}; it rejoins as a standby")
+        handover = _time_failover(
+            cluster, client, "SIGTERM of the leader (clean hand-over)",
+            lambda nimbus: nimbus.signal(signal.SIGTERM),
+            lambda: client.activate(EXAMPLE),
+        )  # fmt: skip
+        print_cluster(console, client.cluster())
+        failovers += [crash, handover]
+    return failovers
 
 
 @click.command()
-@click.option("--demo", is_flag=True, default=True, hidden=True)
 @with_config
-def local(conf: StratusConfig, demo: bool) -> None:
-    """Run stratus on this machine: a real ZooKeeper and three contenders, with failovers."""
+def local(conf: StratusConfig) -> None:
+    """Run stratus on this machine: ZooKeeper and three nimbuses, with failovers."""
     console = Console()
     console.rule("stratus local")
-    rows = run_election_demo(console, conf)
-    table = Table(title="failovers")
-    table.add_column("event")
-    table.add_column("new leader")
-    table.add_column("time to serve", justify="right")
-    for label, leader, took in rows:
-        table.add_row(label, leader, f"{took * 1000:.0f} ms")
+    failovers = run_demo(console, conf)
+    table = Table(title=f"failovers (session timeout {DEMO_SESSION_TIMEOUT:g}s)")
+    for column in ("event", "old leader", "new leader"):
+        table.add_column(column)
+    table.add_column("first leader-only call served after", justify="right")
+    for failover in failovers:
+        table.add_row(
+            failover.event,
+            failover.old_leader,
+            failover.new_leader,
+            f"{failover.seconds * 1000:.0f} ms",
+        )
     console.print(table)
-    console.print(f"all processes stopped (pid {os.getpid()} exits)")
+    console.print("all processes stopped")

@@ -1,0 +1,52 @@
+"""``stratus local`` (what ``make run`` runs) completes and leaves no process behind."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.zkfixtures import process_gone
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(ppid, []).append(int(proc.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def test_stratus_local_shows_both_failovers_and_stops_everything(tmp_path):
+    log = tmp_path / "local.log"
+    with log.open("w") as out:
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "stratus", "local"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+        )
+    started: set[int] = set()
+    while demo.poll() is None:
+        started |= descendants(demo.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            demo.wait(timeout=0.2)
+    output = log.read_text()
+    assert demo.returncode == 0, output
+    assert "kill -9 of the leader" in output
+    assert "SIGTERM of the leader (clean hand-over)" in output
+    assert "all processes stopped" in output
+    assert len(started) >= 4  # ZooKeeper and three nimbuses, at least
+    assert all(process_gone(pid) for pid in started)
