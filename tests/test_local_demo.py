@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,7 +37,7 @@ def test_stratus_local_shows_both_failovers_and_stops_everything(tmp_path):
             [sys.executable, "-m", "stratus", "local"],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+            env={**os.environ, "COLUMNS": "200"},
         )
     started: set[int] = set()
     while demo.poll() is None:
