@@ -311,6 +311,10 @@ class ZooKeeperServer:
     Files in ``data_dir``: ``zoo.cfg``, ``log4j2.properties``, ``myid`` (quorum members), the
     ZooKeeper data (``version-2/``), and ``zookeeper.log`` (WARN and above, plus the JVM's own
     stdout/stderr) unless ``log_to`` names another file.
+
+    Sessions may last from two ticks to ``max_session_timeout_ms`` (default 120 s): ZooKeeper
+    grants a client that asks for more this cap instead, which is how a client with a
+    hard-coded session timeout (Spark's master asks for 60 s) gets a shorter one.
     """
 
     def __init__(
@@ -322,17 +326,28 @@ class ZooKeeperServer:
         java: str | None = None,
         log_to: Path | None = None,
         quorum: Quorum | None = None,
+        max_session_timeout_ms: int | None = None,
     ) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port must be in 0..65535, not {port}")
         if tick_time_ms <= 0:
             raise ValueError(f"tick_time_ms must be positive, not {tick_time_ms}")
+        if max_session_timeout_ms is not None and max_session_timeout_ms < 2 * tick_time_ms:
+            raise ValueError(
+                f"max_session_timeout_ms must be at least the minimum session timeout, two "
+                f"ticks ({2 * tick_time_ms} ms), not {max_session_timeout_ms}"
+            )
         if quorum is not None and port not in (0, quorum.me().client_port):
             raise ValueError("a quorum member's port is its peer entry's client_port")
         self.data_dir = Path(data_dir).absolute()
         self.port = quorum.me().client_port if quorum else (port or pick_free_port())
         _reserve_port(self.port)
         self.tick_time_ms = tick_time_ms
+        self.max_session_timeout_ms = (
+            max(MAX_SESSION_TIMEOUT_MS, 2 * tick_time_ms)
+            if max_session_timeout_ms is None
+            else max_session_timeout_ms
+        )
         self.log_path = Path(log_to).absolute() if log_to else self.data_dir / "zookeeper.log"
         self.quorum = quorum
         self._java = java
@@ -505,7 +520,7 @@ class ZooKeeperServer:
             f"clientPort={self.port}",
             f"clientPortAddress={LOOPBACK}",
             f"minSessionTimeout={min_session}",
-            f"maxSessionTimeout={max(MAX_SESSION_TIMEOUT_MS, min_session)}",
+            f"maxSessionTimeout={self.max_session_timeout_ms}",
             "admin.enableServer=false",
             "4lw.commands.whitelist=*",
             # A local development server: many test clients share one address, and the
@@ -688,6 +703,7 @@ class ZooKeeperEnsemble:
         tick_time_ms: int = 200,
         java: str | None = None,
         port: int = 0,
+        max_session_timeout_ms: int | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"an ensemble needs at least one server, not {size}")
@@ -709,6 +725,7 @@ class ZooKeeperEnsemble:
                 tick_time_ms=tick_time_ms,
                 java=java,
                 quorum=Quorum(my_id=peer.server_id, peers=peers),
+                max_session_timeout_ms=max_session_timeout_ms,
             )
             for peer in peers
         ]
