@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from stratus.config import config_from_mapping
+from stratus.coordination.records import LeaderChange
 from stratus.nimbus.daemon import Nimbus
 from stratus.nimbus.errors import NotLeaderError
 from stratus.zk.server import ZooKeeperServer, pick_free_port
@@ -83,9 +84,12 @@ def test_a_nimbus_elected_while_its_hook_says_no_gives_the_lock_back(zk_hosts, t
     wait_until(lambda: second.coordinator.is_candidate("nimbus"), 10, "the second to queue")
     second_gate.open.clear()  # e.g. it lacks a pipeline's code
     declined = threading.Event()
-    second.coordinator.subscribe_leader_changes(
-        "nimbus", lambda change: change.member_id == second.address and declined.set()
-    )
+
+    def note(change: LeaderChange) -> None:
+        if change.member_id == second.address:
+            declined.set()
+
+    second.coordinator.subscribe_leader_changes("nimbus", note)
     first.stop()
     nimbuses.remove(first)
     wait_until(declined.is_set, 10, "the second nimbus to be elected")

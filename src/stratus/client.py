@@ -496,7 +496,7 @@ def _conf_json(conf: Mapping[str, Any]) -> str:
 
 
 def _check_name(name: str) -> None:
-    if not PIPELINE_NAME.match(name):
+    if not PIPELINE_NAME.fullmatch(name):
         raise InvalidNameError(f"invalid pipeline name {name!r}: {PIPELINE_NAME_RULE}")
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any
 
-from fastapi import FastAPI, File, Form, Request, UploadFile
+from fastapi import FastAPI, File, Form, Path, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stratus import __version__
@@ -25,6 +26,8 @@ from stratus.nimbus.errors import (
 )
 from stratus.nimbus.metrics import CONTENT_TYPE_LATEST, NimbusMetrics
 from stratus.nimbus.records import (
+    PIPELINE_NAME,
+    PIPELINE_NAME_RULE,
     ClusterSummary,
     ErrorBody,
     KillRequest,
@@ -33,7 +36,7 @@ from stratus.nimbus.records import (
     PipelineRecord,
     RebalanceRequest,
 )
-from stratus.nimbus.service import NimbusService
+from stratus.nimbus.service import MAX_REQUEST_ID_LENGTH, NimbusService
 from stratus.nimbus.status_page import render_status_page
 
 PREFIX = "/api/v1"
@@ -42,6 +45,12 @@ MULTIPART_OVERHEAD = 64 * 1024  # room for the form's other fields and boundarie
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody} for status in (404, 409, 413, 421, 422, 503)
 }
+# The name rule in the document too; the check itself stays check_pipeline_name (invalid_name).
+_NAME_SCHEMA: dict[str, Any] = {"pattern": PIPELINE_NAME.pattern}
+PipelineName = Annotated[
+    str,
+    Path(description=f"the pipeline's name: {PIPELINE_NAME_RULE}", json_schema_extra=_NAME_SCHEMA),
+]
 
 
 def create_app(service: NimbusService, metrics: NimbusMetrics) -> FastAPI:
@@ -80,18 +89,35 @@ def _add_read_routes(app: FastAPI, service: NimbusService) -> None:
         return PipelineList(pipelines=service.pipelines())
 
     @app.get(f"{PREFIX}/pipelines/{{name}}", tags=["any nimbus"])
-    async def pipeline_status(name: str) -> PipelineRecord:
+    async def pipeline_status(name: PipelineName) -> PipelineRecord:
         return service.pipeline(name)
 
 
 def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
-    @app.post(SUBMIT_PATH, status_code=201, tags=["leader only"])
+    @app.post(
+        SUBMIT_PATH,
+        status_code=201,
+        tags=["leader only"],
+        responses={200: {"model": PipelineRecord, "description": "a retry: the pipeline it made"}},
+    )
     def submit(
         response: Response,
-        name: Annotated[str, Form(description="the pipeline's name")],
-        package: Annotated[UploadFile, File(description="the pipeline package")],
+        name: Annotated[
+            str,
+            Form(
+                description=f"the pipeline's name: {PIPELINE_NAME_RULE}",
+                json_schema_extra=_NAME_SCHEMA,
+            ),
+        ],
+        package: Annotated[
+            UploadFile,
+            File(description="the pipeline package, not empty", json_schema_extra={"minLength": 1}),
+        ],
         conf: Annotated[str, Form(description="pipeline conf, a JSON object")] = "{}",
-        request_id: Annotated[str, Form(description="client id that makes retries safe")] = "",
+        request_id: Annotated[
+            str,
+            Form(description="client id that makes retries safe", max_length=MAX_REQUEST_ID_LENGTH),
+        ] = "",
     ) -> PipelineRecord:
         """Store the package (content-addressed) and create the pipeline ACTIVE.
 
@@ -103,20 +129,20 @@ def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
         return record
 
     @app.post(f"{PREFIX}/pipelines/{{name}}/kill", tags=["leader only"])
-    def kill(name: str, body: KillRequest | None = None) -> PipelineRecord:
+    def kill(name: PipelineName, body: KillRequest | None = None) -> PipelineRecord:
         """Mark the pipeline KILLED; its record is removed after ``wait_secs``."""
         return service.kill(name, body.wait_secs if body else None)
 
     @app.post(f"{PREFIX}/pipelines/{{name}}/activate", tags=["leader only"])
-    def activate(name: str) -> PipelineRecord:
+    def activate(name: PipelineName) -> PipelineRecord:
         return service.activate(name)
 
     @app.post(f"{PREFIX}/pipelines/{{name}}/deactivate", tags=["leader only"])
-    def deactivate(name: str) -> PipelineRecord:
+    def deactivate(name: PipelineName) -> PipelineRecord:
         return service.deactivate(name)
 
     @app.post(f"{PREFIX}/pipelines/{{name}}/rebalance", tags=["leader only"])
-    def rebalance(name: str, body: RebalanceRequest) -> PipelineRecord:
+    def rebalance(name: PipelineName, body: RebalanceRequest) -> PipelineRecord:
         """Merge ``conf`` into the pipeline's conf; the pipeline restarts with it."""
         return service.rebalance(name, body.conf)
 
@@ -147,11 +173,24 @@ def _add_error_handlers(app: FastAPI) -> None:
         return error_response(InvalidRequestError(_describe_validation(exc)))
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:  # a body FastAPI could not parse (not UTF-8, broken form)
+            return error_response(InvalidRequestError(f"invalid request: {exc.detail}"))
         code = str(exc.detail).lower().replace(" ", "_")
         body = ErrorBody(error=code, message=str(exc.detail))
-        # keep Starlette's headers: a 405 must name the allowed methods (Allow, RFC 9110)
-        return JSONResponse(body.model_dump(), status_code=exc.status_code, headers=exc.headers)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # Allow names every method of the path (RFC 9110)
+            headers["Allow"] = _allowed_methods(app, request.scope)
+        return JSONResponse(body.model_dump(), status_code=exc.status_code, headers=headers)
+
+
+def _allowed_methods(app: FastAPI, scope: Scope) -> str:
+    """The methods of every route at the request's path; Starlette names the first route's only."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        if route.matches(scope)[0] is not Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))
 
 
 def _describe_validation(exc: RequestValidationError) -> str:

@@ -50,7 +50,7 @@ VERSION_RACE_RETRIES = 5  # another request changed the record between our read 
 
 
 def check_pipeline_name(name: str) -> str:
-    if not PIPELINE_NAME.match(name):
+    if not PIPELINE_NAME.fullmatch(name):  # match() would let a trailing newline through
         raise InvalidNameError(f"invalid pipeline name {name!r}: use {PIPELINE_NAME_RULE}")
     return name
 

@@ -106,7 +106,7 @@ class KillRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    wait_secs: float | None = Field(default=None, ge=0, le=86_400)
+    wait_secs: float | None = Field(default=None, ge=0, le=86_400, strict=True)
 
 
 class RebalanceRequest(BaseModel):
