@@ -28,8 +28,6 @@ import argparse
 import contextlib
 import json
 import math
-import os
-import platform
 import queue
 import signal
 import subprocess
@@ -47,9 +45,10 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from _report import Interrupted, handle_interrupts, machine, ms, percentile, raise_interrupted
 from stratus.coordination.records import SlotRecord
 from stratus.zk.paths import GroupPaths
-from stratus.zk.server import ZooKeeperServer, find_java, zookeeper_classpath
+from stratus.zk.server import ZooKeeperServer
 
 SYSTEMS = ("stratus", "kazoo")
 SCENARIOS = ("crash", "clean")
@@ -342,15 +341,6 @@ def schedule(rounds: int, warmup: int) -> Iterator[tuple[int, str, str]]:
 # Statistics and reporting
 
 
-def percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
 @dataclass(frozen=True)
 class Stats:
     n: int
@@ -381,46 +371,6 @@ def target_of(scenario: str, session_timeout: float) -> tuple[str, Callable[[flo
         limit = session_timeout + CRASH_TARGET_SLACK
         return f"p99 <= {limit * 1000:.0f}", lambda p99: p99 <= limit
     return f"p99 < {CLEAN_TARGET * 1000:.0f}", lambda p99: p99 < CLEAN_TARGET
-
-
-def machine() -> dict[str, str]:
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    try:
-        java_path = find_java()
-        done = subprocess.run(
-            [java_path, "-version"], capture_output=True, text=True, timeout=60, check=False
-        )
-        java = (done.stderr or done.stdout).splitlines()[0].strip()
-    except Exception as exc:
-        java = f"unavailable ({exc})"
-    zookeeper = next(
-        (
-            jar.stem.removeprefix("zookeeper-")
-            for jar in zookeeper_classpath()
-            if jar.stem.startswith("zookeeper-3")
-        ),
-        "?",
-    )
-    from importlib.metadata import version  # noqa: PLC0415
-
-    return {
-        "nproc": str(len(os.sched_getaffinity(0))),
-        "cpu": cpu,
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "java": java,
-        "zookeeper": zookeeper,
-        "kazoo": version("kazoo"),
-    }
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:.0f}" if seconds >= 0.1 else f"{seconds * 1000:.1f}"
 
 
 def report(console: Console, samples: list[Sample], session_timeout: float) -> list[str]:
@@ -510,23 +460,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-class Interrupted(Exception):  # noqa: N818 (a signal, not an error)
-    """SIGINT or SIGTERM: unwinds through the ``finally`` blocks that stop every process."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def _interrupt(signum: int, _frame: Any) -> None:
-    raise Interrupted(signum)
-
-
-def _handle_interrupts(handler: Any) -> None:
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, handler)
-
-
 def run(args: argparse.Namespace, console: Console) -> list[Sample]:
     samples: list[Sample] = []
     with tempfile.TemporaryDirectory(prefix="stratus-bench-") as tmp:
@@ -561,7 +494,7 @@ def run(args: argparse.Namespace, console: Console) -> list[Sample]:
                     samples.append(sample)
             console.print(" ".join(line))
         finally:
-            _handle_interrupts(signal.SIG_IGN)  # let the cleanup finish (a few seconds at most)
+            handle_interrupts(signal.SIG_IGN)  # let the cleanup finish (a few seconds at most)
             fleet.kill_all()
             if reader is not None:
                 with contextlib.suppress(Exception):
@@ -573,7 +506,7 @@ def run(args: argparse.Namespace, console: Console) -> list[Sample]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    _handle_interrupts(_interrupt)  # explicitly: a background job inherits an ignored SIGINT
+    handle_interrupts(raise_interrupted)  # explicitly: a background job inherits an ignored SIGINT
     # A terminal gets its own width; a file or a pipe (CI logs, docs) gets room for the table.
     console = Console() if sys.stdout.isatty() else Console(width=100)
     console.rule("Election failover: stratus Coordinator vs kazoo Election")

@@ -1,0 +1,102 @@
+"""What the benchmarks under ``bench/`` share: statistics, table cells, the machine, Ctrl-C.
+
+Not a benchmark itself. The benchmarks are run as scripts (``python bench/<name>.py``), so
+this module is imported as ``_report``::
+
+    from _report import Interrupted, handle_interrupts, machine, ms, percentile
+
+    handle_interrupts(raise_interrupted)  # SIGINT/SIGTERM unwind through ``finally`` blocks
+    print(machine())                      # nproc, cpu, kernel, python, java, zookeeper, kazoo
+    print(ms(percentile([1.9, 2.0, 2.1], 99)))  # "2098"
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import platform
+import signal
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from stratus.zk.server import find_java, zookeeper_classpath
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def ms(seconds: float) -> str:
+    """Seconds as a table cell in milliseconds: whole above 100 ms, one decimal below."""
+    return f"{seconds * 1000:.0f}" if seconds >= 0.1 else f"{seconds * 1000:.1f}"
+
+
+def machine(packages: tuple[str, ...] = ("kazoo",)) -> dict[str, str]:
+    """What the numbers were measured on: CPUs, kernel, Python, Java, ZooKeeper, ``packages``."""
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    try:
+        java_path = find_java()
+        done = subprocess.run(
+            [java_path, "-version"], capture_output=True, text=True, timeout=60, check=False
+        )
+        java = (done.stderr or done.stdout).splitlines()[0].strip()
+    except Exception as exc:
+        java = f"unavailable ({exc})"
+    zookeeper = next(
+        (
+            jar.stem.removeprefix("zookeeper-")
+            for jar in zookeeper_classpath()
+            if jar.stem.startswith("zookeeper-3")
+        ),
+        "?",
+    )
+    info = {
+        "nproc": str(len(os.sched_getaffinity(0))),
+        "cpu": cpu,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "java": java,
+        "zookeeper": zookeeper,
+    }
+    for package in packages:
+        try:
+            info[package] = version(package)
+        except PackageNotFoundError:
+            info[package] = "not installed"
+    return info
+
+
+class Interrupted(Exception):  # noqa: N818 (a signal, not an error)
+    """SIGINT or SIGTERM: unwinds through the ``finally`` blocks that stop every process."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def raise_interrupted(signum: int, _frame: Any) -> None:
+    """A signal handler that raises :class:`Interrupted`."""
+    raise Interrupted(signum)
+
+
+def handle_interrupts(handler: Any) -> None:
+    """Install ``handler`` (or ``signal.SIG_IGN``) for SIGINT and SIGTERM.
+
+    Install :func:`raise_interrupted` explicitly: a background job inherits an ignored SIGINT.
+    Install ``SIG_IGN`` before a cleanup that must finish.
+    """
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, handler)
