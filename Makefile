@@ -4,8 +4,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 STRESS_SECS ?= 300
+FUZZ_EXAMPLES ?= 1000
 
-.PHONY: install run test lint typecheck unit stress bench clean
+.PHONY: install run test lint typecheck unit stress fuzz bench bench-election bench-summary bench-failover clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "stratus needs Python 3.11 or newer")'
@@ -34,8 +35,20 @@ test: lint typecheck unit
 stress: install
 	STRATUS_STRESS_SECS=$(STRESS_SECS) $(BIN)/pytest -m stress tests/test_stress.py -v
 
-bench: install
+fuzz: install
+	STRATUS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest tests/test_api_fuzz.py -v
+
+# Each benchmark runs its baseline in the same run and prints the ratio (docs/benchmarks.md).
+bench: bench-election bench-summary bench-failover
+
+bench-election: install
 	$(BIN)/python bench/election_failover.py
+
+bench-summary: install
+	$(BIN)/python bench/summary.py
+
+bench-failover: install
+	$(BIN)/python bench/failover.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
