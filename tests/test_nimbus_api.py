@@ -75,6 +75,8 @@ def test_every_nimbus_answers_the_cluster_summary_with_the_leader_marked(cluster
         assert sorted(f"{n.host}:{n.port}" for n in summary.nimbuses) == sorted(cluster.seeds)
         assert [f"{n.host}:{n.port}" for n in summary.nimbuses if n.is_leader] == [leader]
         assert summary.leader.address == leader
+        response = httpx.get(f"{nimbus.url}/api/v1/pipelines")
+        assert response.headers["x-stratus-epoch"] == str(summary.leader.epoch)
         assert all(n.version and n.uptime_secs >= 0 for n in summary.nimbuses)
 
 

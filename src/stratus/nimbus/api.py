@@ -69,6 +69,7 @@ def create_app(service: NimbusService, metrics: NimbusMetrics) -> FastAPI:
     _add_leader_routes(app, service)
     _add_page_routes(app, service, metrics)
     app.add_middleware(UploadGuard, service=service)
+    app.add_middleware(EpochHeader, service=service)
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app
 
@@ -199,6 +200,30 @@ def _describe_validation(exc: RequestValidationError) -> str:
         where = ".".join(str(part) for part in error.get("loc", ()))
         problems.append(f"{where}: {error.get('msg', 'invalid')}")
     return "invalid request: " + "; ".join(problems)
+
+
+EPOCH_HEADER = b"x-stratus-epoch"
+
+
+class EpochHeader:
+    """ASGI middleware: every response names the leader epoch this nimbus knows (DESIGN.md)."""
+
+    def __init__(self, app: ASGIApp, service: NimbusService) -> None:
+        self.app = app
+        self.service = service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_epoch(message: Message) -> None:
+            epoch = self.service.leader().epoch
+            if message["type"] == "http.response.start" and epoch is not None:
+                message["headers"] = [*message.get("headers", []), (EPOCH_HEADER, b"%d" % epoch)]
+            await send(message)
+
+        await self.app(scope, receive, send_with_epoch)
 
 
 class RequestMetrics:
