@@ -1,16 +1,31 @@
 """Control-plane failover: stratus nimbus against Spark's standalone Master HA, same run.
 
-Measures, per round, the time from ``kill -9`` of the leader master process to the first
-successful leader-only call made by a client that knows every master:
+Two scenarios, each its own table (``--scenario``, default both, kill first):
+
+* **kill**: ``kill -9`` of the leader master process. Nobody is told: the standby can lead
+  only once ZooKeeper expires the dead master's session;
+* **term**: SIGTERM to the leader master process, a graceful stop. Whatever the system does
+  on its way out (give its leadership up, close its ZooKeeper session) happens here; what it
+  does not do is left to the session expiry again.
+
+Each round measures the time from the signal to the first successful leader-only call made
+by a client that knows every master:
 
 * **stratus**: ``NimbusClient([every nimbus])`` calls ``deactivate(name)`` (``activate`` on
   odd rounds) on a pipeline submitted at the start; the client retries across the failover
-  on its own (backoff up to 250 ms);
+  on its own (backoff up to 250 ms). A SIGTERMed nimbus leaves the election queue first
+  (``Nimbus.stop``); a call that the stopping leader still served would be made again;
 * **Spark**: a driver-status request (``GET /v1/submissions/status/<id>``) to the REST
-  submission server of every master in turn, every 20 ms, until one answers as the leader.
+  submission server of every other master in turn, every 20 ms, until one answers as the
+  leader (a SIGTERMed master still answers as the leader while its JVM shuts down).
   Spark's master serves driver status, like submissions and kills, only in state ALIVE; a
   standby or a recovering master answers ``Current state is not alive: STANDBY`` (or
   ``RECOVERING``), which is also how Spark's own REST client tells a backup master apart.
+  The signal goes to the master's JVM (``spark-class`` execs it).
+
+Besides, per round: when ZooKeeper deleted the old leader's ephemeral znodes (watched by the
+bench), when its process exited, and whether one of its ZooKeeper sessions was still open
+once its process had exited (then only the session expiry could end it).
 
 Both run against one ZooKeeper started here (loopback, tick 100 ms) whose
 ``maxSessionTimeout`` is the session timeout under test: Spark's master asks for a hard-coded
@@ -19,13 +34,14 @@ configured with ``zookeeper.session.timeout.secs`` equal to it, so both systems 
 effective session timeout (``--spark-native-session`` leaves Spark its 60 s instead).
 Each system has the same number of masters (``--masters``, default 2); Spark also has one
 registered Worker by default (``--no-spark-worker`` for an empty master), so that its new
-leader goes through recovery as in production. After each measurement the killed master is
+leader goes through recovery as in production. After each measurement the stopped master is
 restarted as a standby, and the next round waits until the cluster is whole again. Rounds of
 the two systems are interleaved (the first alternating), so that machine noise hits both.
 
-    .venv/bin/python bench/failover.py [--rounds 20] [--session-timeout 2]
-    .venv/bin/python bench/failover.py --only spark --spark-rounds 10
-    .venv/bin/python bench/failover.py --quick       # 3 rounds each: a smoke run
+    .venv/bin/python bench/failover.py [--rounds 20] [--term-rounds 20] [--session-timeout 2]
+    .venv/bin/python bench/failover.py --scenario term --term-spark-rounds 10
+    .venv/bin/python bench/failover.py --only spark --scenario kill --spark-rounds 10
+    .venv/bin/python bench/failover.py --quick       # 3 rounds each, both scenarios: a smoke run
 
 The exit code is 0 even when a target is missed (benchmarks never fail the build); it is 1
 only when the benchmark itself could not run (a master did not start, no leader...).
@@ -67,9 +83,14 @@ from stratus.zk.paths import GroupPaths
 from stratus.zk.server import LOOPBACK, ZooKeeperServer, pick_free_port
 
 SYSTEMS = ("stratus", "spark")
+SCENARIOS = ("kill", "term")
+SIGNALS = {"kill": signal.SIGKILL, "term": signal.SIGTERM}
+SIGNAL_NAMES = {"kill": "kill -9", "term": "SIGTERM"}
 TICK_TIME_MS = 100
 TARGET_SLACK = 0.500  # stratus p99 <= session timeout + this
 SPEEDUP_TARGET = 5.0  # Spark p50 / stratus p50 >= this
+TERM_ROUNDS = 20  # stratus rounds of the term scenario
+TERM_SPARK_ROUNDS = 20  # Spark rounds of the term scenario (a JVM restart each)
 SPARK_SESSION_REQUEST_MS = 60_000  # SparkCuratorUtil.ZK_SESSION_TIMEOUT_MILLIS (Spark 4.3)
 SPARK_POLL_SECS = 0.02
 SPARK_STANDBY_REFUSAL = "Current state is not alive"  # Utils.BACKUP_STANDALONE_MASTER_PREFIX
@@ -84,6 +105,7 @@ WHOLE_POLL_SECS = 0.1
 SETTLE_SECS = 1.0  # quiet time before each measurement
 WATCH_GRACE_SECS = 2.0  # how long after the first call the expiry watch may lag
 STOP_TIMEOUT_SECS = 10.0
+EXIT_TIMEOUT_SECS = 20.0  # how long a SIGTERMed master may take to exit before a kill -9
 _PR_SET_PDEATHSIG = 1
 
 
@@ -153,9 +175,9 @@ class Daemon:
                 f"{self.name} exited (code {code}); its log ends with:\n{self.log_tail()}"
             )
 
-    def send_kill(self) -> None:
-        """``kill -9``, without waiting."""
-        os.kill(self.pid, signal.SIGKILL)
+    def send_signal(self, signum: int) -> None:
+        """``kill -9`` or SIGTERM, without waiting."""
+        os.kill(self.pid, signum)
 
     def reap(self) -> None:
         if self.process is not None:
@@ -180,7 +202,7 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = READY_TI
 
 
 # ---------------------------------------------------------------------------------------------
-# When ZooKeeper expired the killed master's session
+# When ZooKeeper deleted the old leader's ephemerals, and whether its session outlived it
 
 
 def _socket_ports(pid: int, remote_port: int) -> set[int]:
@@ -207,14 +229,19 @@ _CONNECTION = re.compile(r":(?P<port>\d+)\[\d+\]\((?P<stats>[^)]*)\)")
 _SESSION_ID = re.compile(r"\bsid=(?P<sid>0x[0-9a-f]+)")
 
 
-def ephemerals_of(pid: int, zk: ZooKeeperServer) -> list[str]:
-    """The ephemeral znodes of every ZooKeeper session that process ``pid`` holds."""
+def sessions_of(pid: int, zk: ZooKeeperServer) -> set[int]:
+    """The ZooKeeper sessions that process ``pid`` holds (its connections, as ``cons`` sees)."""
     ports = _socket_ports(pid, zk.port)
     sessions = set()
     for connection in _CONNECTION.finditer(zk.four_letter("cons")):
         sid = _SESSION_ID.search(connection["stats"])
         if sid and int(connection["port"]) in ports:
             sessions.add(int(sid["sid"], 16))
+    return sessions
+
+
+def ephemerals_of(sessions: set[int], zk: ZooKeeperServer) -> list[str]:
+    """The ephemeral znodes of ``sessions`` (``dump``)."""
     paths: list[str] = []
     owner: int | None = None
     dump = zk.four_letter("dump")
@@ -227,11 +254,19 @@ def ephemerals_of(pid: int, zk: ZooKeeperServer) -> list[str]:
     return paths
 
 
-def watch_expiry(reader: Any, paths: list[str]) -> Callable[[], float | None]:
+def live_sessions(zk: ZooKeeperServer) -> set[int]:
+    """Every session that ZooKeeper's session tracker still holds (``dump``)."""
+    dump = zk.four_letter("dump")
+    section = dump.split("SessionTracker dump:", 1)[-1].split("ephemeral nodes dump:", 1)[0]
+    return {int(line.strip(), 16) for line in section.splitlines() if line.startswith("\t0x")}
+
+
+def watch_deletion(reader: Any, paths: list[str]) -> Callable[[], float | None]:
     """Watch ``paths``; the returned function gives when the first was deleted, if one was.
 
-    All ephemerals of a session go in the one transaction that closes it, so the first
-    deletion is when ZooKeeper expired the killed process's session (as this client saw it).
+    After ``kill -9``, all ephemerals of a session go in the one transaction that expires it,
+    so the first deletion is when ZooKeeper expired the killed process's session (as this
+    client saw it). After SIGTERM it is the first one the master gave up itself, if it did.
     """
     deleted: list[float] = []
     notified = threading.Event()
@@ -251,11 +286,45 @@ def watch_expiry(reader: Any, paths: list[str]) -> Callable[[], float | None]:
     return deleted_at
 
 
+def watch_exit(
+    daemon: Daemon, zk: ZooKeeperServer, sessions: set[int]
+) -> Callable[[float], tuple[float | None, bool | None]]:
+    """Wait for ``daemon`` to exit, in a thread.
+
+    The returned function waits up to its argument (seconds) and gives when the process
+    exited (``None`` if it still runs) and whether one of ``sessions`` was still open in
+    ZooKeeper once it had (``None`` if unknown). A session that outlives its process was not
+    closed by it, and ends only when ZooKeeper expires it.
+    """
+    process = daemon.process
+    if process is None:
+        raise BenchError(f"{daemon.name} was never started")
+    result: list[tuple[float, bool | None]] = []
+
+    def wait() -> None:
+        process.wait()
+        exited = time.monotonic()
+        outlived: bool | None = None
+        if sessions:
+            with contextlib.suppress(Exception):
+                outlived = bool(sessions & live_sessions(zk))
+        result.append((exited, outlived))
+
+    waiter = threading.Thread(target=wait, name=f"exit-{daemon.name}", daemon=True)
+    waiter.start()
+
+    def exited_at(timeout: float) -> tuple[float | None, bool | None]:
+        waiter.join(timeout)
+        return result[0] if result else (None, None)
+
+    return exited_at
+
+
 def watch_recreation(reader: Any, path: str | None) -> Callable[[], float | None]:
     """Watch ``path`` be deleted and created again; the function gives when it was created.
 
-    For stratus, ``path`` is the leader's slot: deleted with the killed leader's session,
-    created by the next leader when it wins.
+    For stratus, ``path`` is the leader's slot: deleted with the old leader's session (or by
+    the old leader itself when it stops), created by the next leader when it wins.
     """
     created: list[float] = []
     notified = threading.Event()
@@ -294,8 +363,12 @@ class Cluster(Protocol):
     def wait_whole(self) -> Daemon:
         """Wait until every master runs, one leads and the others stand by; the leader."""
 
-    def first_leader_call(self, number: int, deadline: float) -> tuple[float, str]:
-        """Make leader-only calls until one succeeds; (``time.monotonic()`` after it, by whom)."""
+    def first_leader_call(self, number: int, deadline: float, old: Daemon) -> tuple[float, str]:
+        """Make leader-only calls until a master other than ``old`` serves one.
+
+        Returns ``time.monotonic()`` after that call, and the name of the master that served
+        it. (A SIGTERMed master may serve calls until it stops: those do not count.)
+        """
 
     def stop(self) -> None:
         """Kill every process of the system (idempotent)."""
@@ -437,9 +510,10 @@ class SparkCluster:
             and SPARK_STANDBY_REFUSAL not in str(body.get("message", ""))
         )
 
-    def first_leader_call(self, number: int, deadline: float) -> tuple[float, str]:
+    def first_leader_call(self, number: int, deadline: float, old: Daemon) -> tuple[float, str]:
+        others = [m for m in self.masters if m is not old]  # a stopping master still answers
         while True:
-            for master in self.masters:
+            for master in others:
                 if self.answers_as_leader(master):
                     return time.monotonic(), master.name
             if time.monotonic() >= deadline:
@@ -533,15 +607,20 @@ class StratusCluster:
         wait_for(whole, "stratus: every nimbus registered and naming the same leader")
         return leaders[0]
 
-    def first_leader_call(self, number: int, deadline: float) -> tuple[float, str]:
+    def first_leader_call(self, number: int, deadline: float, old: Daemon) -> tuple[float, str]:
         call = self.client.activate if number % 2 else self.client.deactivate
-        try:
-            call(PIPELINE)  # retries across the failover until the client's retry deadline
-        except StratusError as exc:
-            raise BenchError(f"stratus: {call.__name__}({PIPELINE!r}) failed: {exc}") from exc
-        done = time.monotonic()
         names = {m.address: m.name for m in self.masters}
-        return done, names.get(self.client.known_leader or "", "?")
+        while True:  # the calls are idempotent: one served by the stopping leader is made again
+            try:
+                call(PIPELINE)  # retries across the failover until the client's retry deadline
+            except StratusError as exc:
+                raise BenchError(f"stratus: {call.__name__}({PIPELINE!r}) failed: {exc}") from exc
+            done = time.monotonic()
+            served_by = self.client.known_leader or ""
+            if served_by != old.address:
+                return done, names.get(served_by, "?")
+            if done >= deadline:
+                raise BenchError(f"stratus: only the stopped {old.name} served the calls")
 
     def stop(self) -> None:
         for master in self.masters:
@@ -555,44 +634,59 @@ class StratusCluster:
 
 @dataclass
 class Sample:
+    scenario: str  # "kill" (kill -9) or "term" (SIGTERM)
     system: str
     round: int
     old_leader: str
     new_leader: str
-    failover: float  # kill -9 sent -> first successful leader-only call returned, seconds
-    expiry: float | None  # kill -9 sent -> the killed master's ephemeral znodes deleted
-    elected: float | None  # those znodes deleted -> the new leader's znode created (stratus)
-    after_expiry: float | None  # those znodes deleted -> the successful call returned
-    restart: float  # the killed master restarted -> the cluster whole again, seconds
+    failover: float  # signal sent -> first successful leader-only call returned, seconds
+    deleted: float | None  # signal sent -> the old leader's first ephemeral znode deleted
+    elected: float | None  # that deletion -> the new leader's znode created (stratus)
+    after: float | None  # that deletion -> the successful call returned
+    exited: float | None  # signal sent -> the old leader's process exited (None: killed late)
+    outlived: bool | None  # a ZooKeeper session of the old leader was open after its exit
+    restart: float  # the stopped master restarted -> the cluster whole again, seconds
 
 
 def run_round(
-    cluster: Cluster, zk: ZooKeeperServer, reader: Any, number: int, call_timeout: float
+    cluster: Cluster,
+    zk: ZooKeeperServer,
+    reader: Any,
+    scenario: str,
+    number: int,
+    *,
+    call_timeout: float,
 ) -> Sample:
-    """Kill the leader master, time the first leader-only call, restart it as a standby."""
+    """Signal the leader master, time the first leader-only call, restart it as a standby."""
     old = cluster.wait_whole()
     time.sleep(SETTLE_SECS)
     old = cluster.wait_whole()  # (it may have changed while settling; it should not)
-    expired_at = watch_expiry(reader, ephemerals_of(old.pid, zk))
+    sessions = sessions_of(old.pid, zk)
+    deleted_at = watch_deletion(reader, ephemerals_of(sessions, zk))
     elected_at = watch_recreation(reader, cluster.leader_znode)
+    exited_at = watch_exit(old, zk, sessions)
     started = time.monotonic()
-    old.send_kill()
-    done, new_leader = cluster.first_leader_call(number, started + call_timeout)
-    expired = expired_at()
+    old.send_signal(SIGNALS[scenario])
+    done, new_leader = cluster.first_leader_call(number, started + call_timeout, old)
+    deleted = deleted_at()
     elected = elected_at()
-    old.reap()
+    exited, outlived = exited_at(EXIT_TIMEOUT_SECS)
+    old.reap()  # kill -9 if a SIGTERMed master still runs (then exited is None)
     restarted = time.monotonic()
     old.start()
     cluster.wait_whole()
     return Sample(
+        scenario,
         cluster.system,
         number,
         old.name,
         new_leader,
         done - started,
-        None if expired is None else expired - started,
-        None if expired is None or elected is None else elected - expired,
-        None if expired is None else done - expired,
+        None if deleted is None else deleted - started,
+        None if deleted is None or elected is None else elected - deleted,
+        None if deleted is None else done - deleted,
+        None if exited is None else exited - started,
+        outlived,
         time.monotonic() - restarted,
     )
 
@@ -620,6 +714,10 @@ def schedule(
 # Statistics and reporting
 
 
+def _p50(known: list[float | None]) -> float:
+    return percentile([v for v in known if v is not None] or [math.nan], 50)
+
+
 @dataclass(frozen=True)
 class Stats:
     n: int
@@ -627,42 +725,58 @@ class Stats:
     p50: float
     p99: float
     max: float
-    expiry_p50: float
+    deleted_p50: float
     elected_p50: float
     after_p50: float
+    exited_p50: float
+    outlived: int  # rounds in which a session of the old leader outlived its process
+    outlived_known: int  # rounds in which that is known
     restart_mean: float
 
     @classmethod
     def of(cls, samples: list[Sample]) -> Stats:
         values = [s.failover for s in samples]
-
-        def p50(known: list[float | None]) -> float:
-            return percentile([v for v in known if v is not None] or [math.nan], 50)
-
         return cls(
             len(values),
             min(values),
             percentile(values, 50),
             percentile(values, 99),
             max(values),
-            p50([s.expiry for s in samples]),
-            p50([s.elected for s in samples]),
-            p50([s.after_expiry for s in samples]),
+            _p50([s.deleted for s in samples]),
+            _p50([s.elected for s in samples]),
+            _p50([s.after for s in samples]),
+            _p50([s.exited for s in samples]),
+            sum(1 for s in samples if s.outlived),
+            sum(1 for s in samples if s.outlived is not None),
             sum(s.restart for s in samples) / len(samples),
         )
 
 
-def report(
+def _cell(value: float) -> str:
+    return "-" if math.isnan(value) else ms(value)
+
+
+def _ratio(spark: float, stratus: float) -> str:
+    if math.isnan(spark) or math.isnan(stratus) or stratus <= 0:
+        return ""
+    return f"{spark / stratus:.2f}x"
+
+
+def _sessions_label(session_timeout: float, spark_session: float) -> str:
+    if spark_session == session_timeout:
+        return f"session timeout {session_timeout:g} s"
+    return f"session timeout stratus {session_timeout:g} s, Spark {spark_session:g} s"
+
+
+def report_kill(
     console: Console, samples: list[Sample], session_timeout: float, spark_session: float
 ) -> list[str]:
-    """Print the results table and the targets; return the verdict lines."""
-    sessions = (
-        f"session timeout {session_timeout:g} s"
-        if spark_session == session_timeout
-        else f"session timeout stratus {session_timeout:g} s, Spark {spark_session:g} s"
-    )
+    """Print the kill -9 table and its targets; return the verdict lines."""
     table = Table(
-        title=f"Failover after kill -9 of the leader master, {sessions}: milliseconds",
+        title=(
+            "Failover after kill -9 of the leader master, "
+            f"{_sessions_label(session_timeout, spark_session)}: milliseconds"
+        ),
         caption=(
             "from kill -9 of the leader to the first successful leader-only call; expiry = "
             "until ZooKeeper deleted the killed master's ephemeral znodes (p50); elected = from "
@@ -691,9 +805,9 @@ def report(
         table.add_row(
             system,
             str(st.n),
-            *(ms(v) for v in (st.min, st.p50, st.p99, st.max, st.expiry_p50)),
-            "-" if math.isnan(st.elected_p50) else ms(st.elected_p50),
-            ms(st.after_p50),
+            *(_cell(v) for v in (st.min, st.p50, st.p99, st.max, st.deleted_p50)),
+            _cell(st.elected_p50),
+            _cell(st.after_p50),
             f"{st.restart_mean:.1f}",
             f"<= {limit * 1000:.0f} {result}",
         )
@@ -712,13 +826,12 @@ def report(
             (k.p50, s.p50),
             (k.p99, s.p99),
             (k.max, s.max),
-            (k.expiry_p50, s.expiry_p50),
+            (k.deleted_p50, s.deleted_p50),
             (math.nan, math.nan),
             (k.after_p50, s.after_p50),
             (k.restart_mean, s.restart_mean),
         )
-        cells = ("" if math.isnan(a) else f"{a / b:.2f}x" for a, b in pairs)
-        table.add_row("ratio", "", *cells, "")
+        table.add_row("ratio", "", *(_ratio(a, b) for a, b in pairs), "")
         speedup = k.p50 / s.p50
         word = "met" if speedup >= SPEEDUP_TARGET else "MISSED"
         verdicts.append(
@@ -731,15 +844,122 @@ def report(
     return verdicts
 
 
+def report_term(
+    console: Console, samples: list[Sample], session_timeout: float, spark_session: float
+) -> list[str]:
+    """Print the SIGTERM table and the Spark / stratus ratio (no target); the verdict lines."""
+    table = Table(
+        title=(
+            "Failover after SIGTERM to the leader master, "
+            f"{_sessions_label(session_timeout, spark_session)}: milliseconds"
+        ),
+        caption=(
+            "from SIGTERM to the leader to the first successful leader-only call; deleted = "
+            "until the stopped master's first ephemeral znode was deleted (p50); elected = from "
+            "there to the new leader's slot znode created (p50, stratus only); after = from the "
+            "deletion to the call (p50); exited = SIGTERM until the stopped process exited "
+            "(p50); outlived = rounds in which a ZooKeeper session of the stopped master was "
+            "still open once its process had exited (left to expire); restart = stopped master "
+            "restarted until the cluster was whole again (mean, s); ratio = Spark / stratus"
+        ),
+        box=box.SIMPLE_HEAD,
+    )
+    headers = (
+        *("system", "n", "min", "p50", "p99", "max", "deleted", "elected", "after", "exited"),
+        *("outlived", "restart"),
+    )
+    for header in headers:
+        table.add_column(header, justify="left" if header == "system" else "right", no_wrap=True)
+    stats: dict[str, Stats] = {}
+    for system in SYSTEMS:
+        chosen = [s for s in samples if s.system == system]
+        if not chosen:
+            continue
+        stats[system] = st = Stats.of(chosen)
+        table.add_row(
+            system,
+            str(st.n),
+            *(_cell(v) for v in (st.min, st.p50, st.p99, st.max, st.deleted_p50)),
+            *(_cell(v) for v in (st.elected_p50, st.after_p50, st.exited_p50)),
+            f"{st.outlived}/{st.outlived_known}",
+            f"{st.restart_mean:.1f}",
+        )
+    verdicts = []
+    for system, st in stats.items():
+        verdicts.append(
+            f"SIGTERM, {system}: p50 {ms(st.p50)} ms, p99 {ms(st.p99)} ms; the session "
+            f"outlived the process in {st.outlived} of {st.outlived_known} rounds"
+        )
+    if len(stats) == 2:
+        s, k = stats["stratus"], stats["spark"]
+        pairs = (
+            (k.min, s.min),
+            (k.p50, s.p50),
+            (k.p99, s.p99),
+            (k.max, s.max),
+            (k.deleted_p50, s.deleted_p50),
+            (math.nan, math.nan),
+            (k.after_p50, s.after_p50),
+            (k.exited_p50, s.exited_p50),
+        )
+        table.add_row(
+            "ratio",
+            "",
+            *(_ratio(a, b) for a, b in pairs),
+            "",
+            _ratio(k.restart_mean, s.restart_mean),
+        )
+        verdicts.append(
+            f"SIGTERM, Spark / stratus failover: {k.p50 / s.p50:.2f}x at p50 "
+            f"({k.p99 / s.p99:.2f}x at p99); no target"
+        )
+    console.print(table)
+    for line in verdicts:
+        console.print("[cyan]" + line + "[/]")
+    return verdicts
+
+
+def report(
+    console: Console, samples: list[Sample], session_timeout: float, spark_session: float
+) -> list[str]:
+    """Print one table per scenario measured (kill first); return the verdict lines."""
+    verdicts = []
+    for scenario, reporter in (("kill", report_kill), ("term", report_term)):
+        chosen = [s for s in samples if s.scenario == scenario]
+        if chosen:
+            verdicts += reporter(console, chosen, session_timeout, spark_session)
+    return verdicts
+
+
 # ---------------------------------------------------------------------------------------------
 # Main
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--rounds", type=int, default=20, help="stratus rounds (default 20)")
     parser.add_argument(
-        "--spark-rounds", type=int, help="Spark rounds (default: as many as --rounds)"
+        "--scenario",
+        choices=(*SCENARIOS, "both"),
+        default="both",
+        help="kill: kill -9 of the leader master; term: SIGTERM to it; both (default): kill "
+        "first, then term, each its own table",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=20, help="stratus rounds of the kill scenario (default 20)"
+    )
+    parser.add_argument(
+        "--spark-rounds", type=int, help="Spark rounds of the kill scenario (default: --rounds)"
+    )
+    parser.add_argument(
+        "--term-rounds",
+        type=int,
+        help=f"stratus rounds of the term scenario (default {TERM_ROUNDS})",
+    )
+    parser.add_argument(
+        "--term-spark-rounds",
+        type=int,
+        help=f"Spark rounds of the term scenario (default {TERM_SPARK_ROUNDS}, or --term-rounds "
+        "if that is given)",
     )
     parser.add_argument(
         "--session-timeout", type=float, default=2.0, help="ZooKeeper session timeout, s"
@@ -758,20 +978,46 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="register one Spark Worker, so that a new leader recovers it (default: yes)",
     )
     parser.add_argument("--only", choices=SYSTEMS, help="measure one system only")
-    parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first")
-    parser.add_argument("--quick", action="store_true", help="3 rounds each: a smoke run")
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="unmeasured rounds first, in each scenario"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="3 rounds each, in each scenario: a smoke run"
+    )
     parser.add_argument("--json", type=Path, help="also write every sample to this file")
     parser.add_argument("--keep-logs", type=Path, help="keep every process's log in this dir")
     args = parser.parse_args(argv)
     if args.quick:
-        args.rounds = args.spark_rounds = 3
+        args.rounds = args.spark_rounds = args.term_rounds = args.term_spark_rounds = 3
     if args.spark_rounds is None:
         args.spark_rounds = args.rounds
-    if min(args.rounds, args.spark_rounds) < 1 or args.warmup < 0 or args.masters < 2:
+    if args.term_spark_rounds is None:
+        args.term_spark_rounds = args.term_rounds or TERM_SPARK_ROUNDS
+    if args.term_rounds is None:
+        args.term_rounds = TERM_ROUNDS
+    counts = (args.rounds, args.spark_rounds, args.term_rounds, args.term_spark_rounds)
+    if min(counts) < 1 or args.warmup < 0 or args.masters < 2:
         parser.error("rounds must be >= 1, --warmup >= 0 and --masters >= 2")
     if args.session_timeout * 1000 < 2 * TICK_TIME_MS:
         parser.error(f"--session-timeout must be >= {2 * TICK_TIME_MS / 1000:g} s (2 ticks)")
     return args
+
+
+def planned_rounds(args: argparse.Namespace) -> dict[str, dict[str, int]]:
+    """Rounds per scenario (in the order run) and system."""
+    counts = {
+        "kill": {"stratus": args.rounds, "spark": args.spark_rounds},
+        "term": {"stratus": args.term_rounds, "spark": args.term_spark_rounds},
+    }
+    return {
+        scenario: {
+            system: count
+            for system, count in counts[scenario].items()
+            if args.only in (None, system)
+        }
+        for scenario in SCENARIOS
+        if args.scenario in ("both", scenario)
+    }
 
 
 def run(args: argparse.Namespace, console: Console, work_dir: Path) -> list[Sample]:
@@ -779,11 +1025,8 @@ def run(args: argparse.Namespace, console: Console, work_dir: Path) -> list[Samp
         SPARK_SESSION_REQUEST_MS / 1000 if args.spark_native_session else args.session_timeout
     )
     cap_ms = round(max(args.session_timeout, spark_session) * 1000)
-    rounds = {
-        system: count
-        for system, count in (("stratus", args.rounds), ("spark", args.spark_rounds))
-        if args.only in (None, system)
-    }
+    plan = planned_rounds(args)
+    systems = [system for system in SYSTEMS if any(system in r for r in plan.values())]
     call_timeout = 3 * max(args.session_timeout, spark_session) + 60
     samples: list[Sample] = []
     server = ZooKeeperServer(
@@ -798,9 +1041,9 @@ def run(args: argparse.Namespace, console: Console, work_dir: Path) -> list[Samp
         reader.start(timeout=15)
         console.print(
             f"ZooKeeper on {server.connect_string} (maxSessionTimeout {cap_ms} ms); "
-            f"starting {' and '.join(rounds)}..."
+            f"starting {' and '.join(systems)}..."
         )
-        if "spark" in rounds:
+        if "spark" in systems:
             clusters["spark"] = SparkCluster(
                 server.connect_string,
                 work_dir,
@@ -808,7 +1051,7 @@ def run(args: argparse.Namespace, console: Console, work_dir: Path) -> list[Samp
                 with_worker=args.spark_worker,
                 http=http,
             )
-        if "stratus" in rounds:
+        if "stratus" in systems:
             clusters["stratus"] = StratusCluster(
                 server.connect_string,
                 work_dir,
@@ -821,17 +1064,28 @@ def run(args: argparse.Namespace, console: Console, work_dir: Path) -> list[Samp
             began = time.monotonic()
             cluster.start()
             console.print(f"{cluster.system}: whole in {time.monotonic() - began:.1f} s")
-        for system, number in schedule(rounds, args.warmup):
-            sample = run_round(clusters[system], server, reader, number, call_timeout)
-            label = "warm-up" if number <= 0 else f"{number}/{rounds[system]}"
-            expiry = "?" if sample.expiry is None else ms(sample.expiry)
-            console.print(
-                f"{system:>7} round {label:>7}: {ms(sample.failover):>6} ms "
-                f"(expiry {expiry} ms), {sample.old_leader} -> {sample.new_leader}, "
-                f"whole again {sample.restart:.1f} s later"
-            )
-            if number > 0:
-                samples.append(sample)
+        for scenario, rounds in plan.items():
+            console.print(f"{SIGNAL_NAMES[scenario]} of the leader master:")
+            for system, number in schedule(rounds, args.warmup):
+                sample = run_round(
+                    clusters[system], server, reader, scenario, number, call_timeout=call_timeout
+                )
+                label = "warm-up" if number <= 0 else f"{number}/{rounds[system]}"
+                deleted = "?" if sample.deleted is None else ms(sample.deleted)
+                exited = "?" if sample.exited is None else ms(sample.exited)
+                outlived = {True: "outlived", False: "closed", None: "?"}[sample.outlived]
+                details = (
+                    f"expiry {deleted} ms"
+                    if scenario == "kill"
+                    else f"deleted {deleted} ms, exited {exited} ms, session {outlived}"
+                )
+                console.print(
+                    f"{scenario} {system:>7} round {label:>7}: {ms(sample.failover):>6} ms "
+                    f"({details}), {sample.old_leader} -> {sample.new_leader}, "
+                    f"whole again {sample.restart:.1f} s later"
+                )
+                if number > 0:
+                    samples.append(sample)
     finally:
         handle_interrupts(signal.SIG_IGN)  # let the cleanup finish (seconds at most)
         for cluster in clusters.values():
@@ -857,11 +1111,14 @@ def main(argv: list[str] | None = None) -> int:
     spark_session = (
         SPARK_SESSION_REQUEST_MS / 1000 if args.spark_native_session else args.session_timeout
     )
-    systems = [args.only] if args.only else list(SYSTEMS)
-    counts = {"stratus": args.rounds, "spark": args.spark_rounds}
+    plan = planned_rounds(args)
     console.print(
         f"[bold]{'run':>9}[/]: "
-        + ", ".join(f"{s} {counts[s]} rounds" for s in systems)
+        + "; ".join(
+            f"{SIGNAL_NAMES[scenario]}: "
+            + ", ".join(f"{system} {count} rounds" for system, count in rounds.items())
+            for scenario, rounds in plan.items()
+        )
         + f" (+{args.warmup} warm-up each); {args.masters} masters per system; "
         f"session timeout stratus {args.session_timeout:g} s, Spark {spark_session:g} s "
         f"(asks {SPARK_SESSION_REQUEST_MS // 1000} s); ZooKeeper tick {TICK_TIME_MS} ms; "
