@@ -18,9 +18,12 @@ import os
 import platform
 import signal
 import subprocess
+import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
+
+from rich.console import Console
 
 from stratus.zk.server import find_java, zookeeper_classpath
 
@@ -100,3 +103,14 @@ def handle_interrupts(handler: Any) -> None:
     """
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, handler)
+
+
+def report_console(width: int) -> Console:
+    """A terminal gets its own width; a file or a pipe (CI logs, docs) gets room for the table."""
+    return Console() if sys.stdout.isatty() else Console(width=width)
+
+
+def print_verdicts(console: Console, verdicts: list[str]) -> None:
+    """One line per target, red where it was missed."""
+    for line in verdicts:
+        console.print(("[bold red]" if line.endswith("MISSED") else "[green]") + line + "[/]")

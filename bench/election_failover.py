@@ -45,7 +45,16 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from _report import Interrupted, handle_interrupts, machine, ms, percentile, raise_interrupted
+from _report import (
+    Interrupted,
+    handle_interrupts,
+    machine,
+    ms,
+    percentile,
+    print_verdicts,
+    raise_interrupted,
+    report_console,
+)
 from stratus.coordination.records import SlotRecord
 from stratus.zk.paths import GroupPaths
 from stratus.zk.server import ZooKeeperServer
@@ -432,8 +441,7 @@ def report(console: Console, samples: list[Sample], session_timeout: float) -> l
                 f"{SCENARIO_TITLES[scenario]}: target {target} ms, stratus p99 {ms(p99)} ms: {word}"
             )
     console.print(table)
-    for line in verdicts:
-        console.print(("[bold red]" if line.endswith("MISSED") else "[green]") + line + "[/]")
+    print_verdicts(console, verdicts)
     return verdicts
 
 
@@ -507,8 +515,7 @@ def run(args: argparse.Namespace, console: Console) -> list[Sample]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     handle_interrupts(raise_interrupted)  # explicitly: a background job inherits an ignored SIGINT
-    # A terminal gets its own width; a file or a pipe (CI logs, docs) gets room for the table.
-    console = Console() if sys.stdout.isatty() else Console(width=100)
+    console = report_console(width=100)
     console.rule("Election failover: stratus Coordinator vs kazoo Election")
     info = machine()
     for key, value in info.items():

@@ -74,7 +74,16 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from _report import Interrupted, handle_interrupts, machine, ms, percentile, raise_interrupted
+from _report import (
+    Interrupted,
+    handle_interrupts,
+    machine,
+    ms,
+    percentile,
+    print_verdicts,
+    raise_interrupted,
+    report_console,
+)
 from stratus.client import NimbusClient
 from stratus.errors import StratusError
 from stratus.nimbus.daemon import NIMBUS_GROUP
@@ -839,8 +848,7 @@ def report_kill(
             f"target >= {SPEEDUP_TARGET:g}x at p50: {word}"
         )
     console.print(table)
-    for line in verdicts:
-        console.print(("[bold red]" if line.endswith("MISSED") else "[green]") + line + "[/]")
+    print_verdicts(console, verdicts)
     return verdicts
 
 
@@ -1102,8 +1110,7 @@ def run(args: argparse.Namespace, console: Console, work_dir: Path) -> list[Samp
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     handle_interrupts(raise_interrupted)  # explicitly: a background job inherits an ignored SIGINT
-    # A terminal gets its own width; a file or a pipe (CI logs, docs) gets room for the table.
-    console = Console() if sys.stdout.isatty() else Console(width=110)
+    console = report_console(width=110)
     console.rule("Control-plane failover: stratus nimbus vs Spark standalone Master HA")
     info = machine(("kazoo", "pyspark", "httpx"))
     for key, value in info.items():

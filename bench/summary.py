@@ -62,7 +62,15 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from _report import Interrupted, handle_interrupts, machine, ms, percentile, raise_interrupted
+from _report import (
+    Interrupted,
+    handle_interrupts,
+    machine,
+    ms,
+    percentile,
+    print_verdicts,
+    raise_interrupted,
+)
 from stratus.coordination.records import SlotRecord
 from stratus.local_processes import NimbusProcess, ProcessStartError
 from stratus.nimbus.daemon import NIMBUS_GROUP
@@ -678,8 +686,7 @@ def report(console: Console, phases: list[Phase], clients: list[int]) -> list[st
             f"(target 0, i.e. < {ZERO_OPS:g}): {'met' if nimbus.ops < ZERO_OPS else 'MISSED'}"
         )
     console.print(table)
-    for line in verdicts:
-        console.print(("[bold red]" if line.endswith("MISSED") else "[green]") + line + "[/]")
+    print_verdicts(console, verdicts)
     return verdicts
 
 
