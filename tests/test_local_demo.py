@@ -6,21 +6,15 @@ import contextlib
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-from tests.zkfixtures import process_gone
+from tests.zkfixtures import process_gone, process_parents
 
 
 def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (read from /proc)."""
+    """Every live process below ``pid``."""
     children: dict[int, list[int]] = {}
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-            children.setdefault(ppid, []).append(int(proc.name))
+    for child, parent in process_parents().items():
+        children.setdefault(parent, []).append(child)
     found: set[int] = set()
     todo = [pid]
     while todo:

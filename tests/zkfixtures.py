@@ -54,6 +54,19 @@ def chroot_for(test_name: str) -> str:
     return f"/t/{name}-{uuid.uuid4().hex[:8]}"
 
 
+def process_parents() -> dict[int, int]:
+    """Every live process's parent, read from /proc: {pid: ppid}."""
+    parents = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                stat = (proc / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(proc.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return parents
+
+
 def zookeeper_jvm_pids(parent: int | None = None, using: Path | None = None) -> list[int]:
     """Pids of ZooKeeper JVMs whose parent is ``parent`` (default: this process).
 

@@ -13,6 +13,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+from kazoo.exceptions import KazooException
+
 from stratus.coordination.leader_elector import LeaderElector
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.cluster_view import ClusterView
@@ -146,7 +148,7 @@ class NimbusService:
             try:
                 return self._ops.submit(term, name, conf, request_id, stored)
             except (PipelineExistsError, NotLeaderError):
-                self._drop_if_unused(stored.digest)  # definitely not written: keep no orphan
+                self._drop_if_unused({stored.digest})  # definitely not written: keep no orphan
                 raise
 
     def kill(self, name: str, wait_secs: float | None) -> PipelineRecord:
@@ -181,11 +183,19 @@ class NimbusService:
             self._recent_kills.clear()
         if not killed:
             return
-        for name in self._ops.remove_due(term, killed):
-            self._drop_if_unused(killed[name].digest)
+        removed = self._ops.remove_due(term, killed)
+        self._drop_if_unused({killed[name].digest for name in removed})
 
-    def _drop_if_unused(self, digest: str) -> None:
-        if digest not in self._ops.digests_in_use():
+    def _drop_if_unused(self, digests: set[str]) -> None:
+        """Delete these packages unless a pipeline still names them; keep them if unsure."""
+        if not digests:
+            return
+        try:
+            in_use = self._ops.digests_in_use()
+        except KazooException as exc:  # never let cleanup hide the error being reported
+            log.warning("event=package_cleanup_skipped digests=%s error=%r", sorted(digests), exc)
+            return
+        for digest in digests - in_use:
             self._store.remove(digest)
 
 
