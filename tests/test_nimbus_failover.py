@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from kazoo.exceptions import NoNodeError
 
 from stratus.client import NimbusClient
 from stratus.nimbus.records import PipelineRecord, PipelineStatus
@@ -40,7 +41,10 @@ def records_in_zookeeper(zk_connect: str, root: str) -> dict[str, tuple[Pipeline
     found = {}
     with kazoo_client(zk_connect) as zk:
         for name in zk.get_children(f"{root}/pipelines"):
-            raw, stat = zk.get(f"{root}/pipelines/{name}")
+            try:
+                raw, stat = zk.get(f"{root}/pipelines/{name}")
+            except NoNodeError:
+                continue  # a killed pipeline removed by the leader since the listing
             found[name] = (PipelineRecord.model_validate_json(raw), stat.version)
     return found
 
