@@ -16,7 +16,7 @@ import difflib
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -116,6 +116,85 @@ class StratusConfig(BaseModel):
         description="how often the leader looks for work to do on its own, such as removing "
         "killed pipelines whose wait is over",
     )
+    nimbus_code_distributor: Literal["local", "shared"] = Field(
+        default="local",
+        alias="nimbus.code.distributor",
+        description="where pipeline code lives: `local` (each nimbus's disk, replicated between "
+        "nimbuses over HTTP) or `shared` (one fsspec store at nimbus.code.shared.url)",
+    )
+    nimbus_code_shared_url: str | None = Field(
+        default=None,
+        alias="nimbus.code.shared.url",
+        description="fsspec URL of the shared code store (`file:///mnt/shared/stratus`, "
+        "`hdfs://...`, `s3://...`); required when nimbus.code.distributor is `shared`",
+    )
+    nimbus_code_sync_freq_secs: float = Field(
+        default=120.0,
+        gt=0,
+        alias="nimbus.code.sync.freq.secs",
+        description="how often a nimbus's background sync repairs whatever code the "
+        "ZooKeeper watches missed, and re-checks its copies' digests",
+    )
+    nimbus_code_watch: bool = Field(
+        default=True,
+        alias="nimbus.code.watch",
+        description="fetch new code as soon as a ZooKeeper watch reports it; false leaves "
+        "replication to the background sync alone (for comparison only)",
+    )
+    nimbus_code_lost_fail_secs: float = Field(
+        default=300.0,
+        gt=0,
+        alias="nimbus.code.lost.fail.secs",
+        description="how long a pipeline's code may be on no live nimbus before the pipeline "
+        "is marked FAILED so that a nimbus can lead without it (Storm's STORM-3664)",
+    )
+    nimbus_code_download_parts: int = Field(
+        default=4,
+        ge=1,
+        le=64,
+        alias="nimbus.code.download.parts",
+        description="how many byte ranges a nimbus fetches at once when several nimbuses "
+        "hold a package",
+    )
+    nimbus_code_download_part_min_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        gt=0,
+        alias="nimbus.code.download.part.min.bytes",
+        description="packages smaller than this are fetched in one request",
+    )
+    package_max_unpacked_bytes: int = Field(
+        default=1024 * 1024 * 1024,
+        gt=0,
+        alias="package.max.unpacked.bytes",
+        description="largest total size of a package's files once unpacked",
+    )
+    package_max_ratio: float = Field(
+        default=200.0,
+        gt=1,
+        alias="package.max.ratio",
+        description="largest ratio of unpacked to packed size, for the whole package and "
+        "for each entry (a zip bomb's is in the thousands)",
+    )
+    package_max_entries: int = Field(
+        default=10_000,
+        gt=0,
+        alias="package.max.entries",
+        description="most files and directories a package may hold",
+    )
+    pipeline_min_replication_count: int = Field(
+        default=1,
+        ge=1,
+        alias="pipeline.min.replication.count",
+        description="nimbuses that must hold a pipeline's code before it is activated "
+        "(the leader included); a pipeline's conf may set its own",
+    )
+    pipeline_max_replication_wait_time_sec: int = Field(
+        default=60,
+        ge=-1,
+        alias="pipeline.max.replication.wait.time.sec",
+        description="longest wait for pipeline.min.replication.count before the pipeline is "
+        "activated anyway; -1 waits forever; a pipeline's conf may set its own",
+    )
     pipeline_kill_wait_secs: float = Field(
         default=30.0,
         ge=0,
@@ -151,6 +230,14 @@ class StratusConfig(BaseModel):
                 "elect.stop.grace.secs must be less than a quarter of "
                 "zookeeper.session.timeout.secs, so that a command is dead before its "
                 "leadership can pass to another process"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _shared_code_has_a_url(self) -> StratusConfig:
+        if self.nimbus_code_distributor == "shared" and not self.nimbus_code_shared_url:
+            raise ValueError(
+                "nimbus.code.distributor is `shared` but nimbus.code.shared.url is not set"
             )
         return self
 

@@ -37,7 +37,7 @@ from stratus.errors import StratusError
 from stratus.nimbus.api import create_app
 from stratus.nimbus.cluster_view import ClusterView
 from stratus.nimbus.metrics import NimbusMetrics
-from stratus.nimbus.package_store import PackageStore
+from stratus.codedist.package_store import PackageStore
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.records import NimbusRegistration
 from stratus.nimbus.service import NimbusService

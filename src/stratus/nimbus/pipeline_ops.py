@@ -39,7 +39,7 @@ from stratus.nimbus.errors import (
     UnavailableError,
     UnknownPipelineError,
 )
-from stratus.nimbus.package_store import StoredPackage
+from stratus.codedist.package_store import StoredPackage
 from stratus.nimbus.pipeline_conf import validate_pipeline_conf
 from stratus.nimbus.records import PIPELINE_NAME, PIPELINE_NAME_RULE, PipelineRecord, PipelineStatus
 from stratus.zk.paths import ClusterPaths

@@ -24,7 +24,7 @@ from stratus.nimbus.errors import (
     PipelineExistsError,
     UnknownPipelineError,
 )
-from stratus.nimbus.package_store import PackageStore
+from stratus.codedist.package_store import PackageStore
 from stratus.nimbus.pipeline_conf import validate_pipeline_conf
 from stratus.nimbus.pipeline_ops import PipelineOps, check_pipeline_name
 from stratus.nimbus.records import (

@@ -121,6 +121,12 @@ class ClusterPaths:
     def code(self) -> str:
         return join(self.root, "code")
 
+    def code_holders(self, pipeline: str) -> str:
+        return join(self.code, pipeline)
+
+    def code_holder(self, pipeline: str, address: str) -> str:
+        return join(self.code_holders(pipeline), address)
+
     @property
     def assignments(self) -> str:
         return join(self.root, "assignments")

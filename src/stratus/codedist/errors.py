@@ -1,0 +1,21 @@
+"""Errors of pipeline packages and of code distribution."""
+
+from __future__ import annotations
+
+from stratus.errors import StratusError
+
+
+class InvalidPackageError(StratusError):
+    """A package is malformed or unsafe; ``entry`` names the file at fault, if one is."""
+
+    def __init__(self, message: str, entry: str | None = None) -> None:
+        super().__init__(message)
+        self.entry = entry
+
+
+class CodeUnavailableError(StratusError):
+    """No holder could provide a pipeline's code with the expected digest."""
+
+
+class DigestMismatchError(CodeUnavailableError):
+    """A copy's bytes do not hash to the digest the pipeline record names."""
