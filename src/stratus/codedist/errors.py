@@ -19,3 +19,15 @@ class CodeUnavailableError(StratusError):
 
 class DigestMismatchError(CodeUnavailableError):
     """A copy's bytes do not hash to the digest the pipeline record names."""
+
+
+class CodeStoreError(StratusError):
+    """The shared code store (``nimbus.code.shared.url``) could not be opened, read or written."""
+
+    def __init__(self, url: str, action: str, cause: BaseException) -> None:
+        super().__init__(
+            f"shared code store {url}: could not {action} ({type(cause).__name__}: {cause}); "
+            "check nimbus.code.shared.url and that this host can reach the store"
+        )
+        self.url = url
+        self.action = action
