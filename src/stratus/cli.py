@@ -10,6 +10,7 @@ import click
 
 from stratus import __version__
 from stratus.client_commands import CLIENT_COMMANDS
+from stratus.codedist.validate_command import validate
 from stratus.command_options import StratusGroup
 from stratus.coordination.elect_command import elect
 from stratus.demo import local
@@ -25,3 +26,4 @@ def main() -> None:
 
 for _command in (zookeeper, elect, local, nimbus, *CLIENT_COMMANDS):
     main.add_command(_command)
+main.add_command(validate)

@@ -1,0 +1,86 @@
+"""``stratus validate PATH``: check a package as a nimbus would, without submitting it.
+
+    stratus validate examples/wordcount    # ok: pipeline wordcount, kind app (...), 3 files, 2 KiB
+    stratus validate wordcount.zip --json  # the manifest, the sizes and the sha256
+
+A directory is zipped first, as ``stratus submit`` zips it, so the sha256 printed is the
+digest a submit would give. The limits are the configured ones (``nimbus.max.upload.bytes``
+and ``package.max.*``). An invalid package prints ``error: <what is wrong>`` on stderr and
+exits 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from pathlib import Path
+
+import click
+
+from stratus.client_commands import _size
+from stratus.codedist.errors import InvalidPackageError
+from stratus.codedist.package_build import build_package
+from stratus.codedist.package_check import CheckedPackage, PackageLimits, check_package
+from stratus.command_options import with_config
+from stratus.config import StratusConfig
+
+
+@click.command()
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the manifest, the sizes and the sha256 as JSON."
+)
+@with_config
+def validate(*, path: Path, as_json: bool, conf: StratusConfig) -> None:
+    """Check the pipeline package PATH (a directory or a .zip) without submitting it."""
+    try:
+        checked, digest = _check(path, PackageLimits.from_config(conf))
+    except InvalidPackageError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise click.exceptions.Exit(1) from None
+    except OSError as exc:
+        click.echo(f"error: cannot read {exc.filename or path}: {exc.strerror}", err=True)
+        raise click.exceptions.Exit(1) from None
+    if as_json:
+        click.echo(json.dumps(_summary(checked, digest), indent=2))
+    else:
+        click.echo(_line(checked))
+
+
+def _check(path: Path, limits: PackageLimits) -> tuple[CheckedPackage, str]:
+    """The checked package and the sha256 of the zip a submit would upload."""
+    with tempfile.TemporaryDirectory(prefix="stratus-validate-") as tmp:
+        archive = build_package(path, Path(tmp) / "package.zip")
+        checked = check_package(archive, limits)
+        return checked, _sha256(archive)
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as src:
+        return hashlib.file_digest(src, "sha256").hexdigest()
+
+
+def _line(checked: CheckedPackage) -> str:
+    manifest = checked.manifest
+    runs = (
+        f"entrypoint {manifest.entrypoint}"
+        if manifest.kind == "app"
+        else f"project {manifest.project}"
+    )
+    files = "1 file" if checked.files == 1 else f"{checked.files} files"
+    return (
+        f"ok: pipeline {manifest.name}, kind {manifest.kind} ({runs}), {files}, "
+        f"{_size(checked.packed_bytes)}"
+    )
+
+
+def _summary(checked: CheckedPackage, digest: str) -> dict[str, object]:
+    return {
+        "manifest": checked.manifest.model_dump(mode="json"),
+        "entries": checked.entries,
+        "files": checked.files,
+        "unpacked_bytes": checked.unpacked_bytes,
+        "packed_bytes": checked.packed_bytes,
+        "sha256": digest,
+    }
