@@ -1,0 +1,500 @@
+"""Fetching a package over HTTP from the nimbuses that hold it, checked against its digest.
+
+Guarantees: the file returned hashes to the digest asked for; a holder that is down, does
+not have the package, stalls, cuts the body short or sends other bytes is skipped for the
+next one; an interrupted download resumes where it stopped (``Range``), within one call or
+the next, from the part file ``<dir>/.download-<digest>.part``; a large package is fetched
+in byte ranges from several holders at once. ``DigestMismatchError`` or
+``CodeUnavailableError`` name the pipeline, the digest and what each holder did::
+
+    settings = FetchSettings(parts=4, part_min_bytes=8 << 20, timeout=10.0)
+    part = fetch_package("etl", meta, ["host-a:6627", "host-b:6627"], store.directory, settings)
+    store.adopt(part, meta.digest)      # renamed to <digest>.pkg
+
+The part file is not fsync'ed: a copy that a crash damaged fails its next ``verify`` and is
+fetched again, and the registration it backed died with the process anyway.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import logging
+import os
+import ssl
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from stratus.codedist.distributor import CodeMeta
+from stratus.codedist.errors import CodeUnavailableError, DigestMismatchError
+from stratus.codedist.package_store import (
+    DOWNLOAD_PREFIX,
+    DOWNLOAD_SUFFIX,
+    HASH_CHUNK,
+    hash_file,
+)
+
+log = logging.getLogger(__name__)
+
+CODE_PATH = "/api/v1/code/"
+MAX_RETRIES_PER_HOLDER = 3  # attempts of one holder again after one that made progress
+
+
+@dataclass(frozen=True)
+class FetchSettings:
+    """How a package is fetched: ``nimbus.code.download.*`` and the request timeout."""
+
+    parts: int = 4  # byte ranges fetched at once when several nimbuses hold a package
+    part_min_bytes: int = 8 << 20  # smaller packages come in one request
+    timeout: float = 10.0  # connect, and each read, of one request
+    keep_partial: bool = True  # leave an interrupted download for the next call to resume
+
+
+def code_url(address: str, digest: str) -> str:
+    """Where the nimbus at ``address`` serves a package."""
+    return f"http://{address}{CODE_PATH}{digest}"
+
+
+def part_path(directory: Path, digest: str) -> Path:
+    """The file that a download of ``digest`` into ``directory`` is written to."""
+    return directory / f"{DOWNLOAD_PREFIX}{digest}{DOWNLOAD_SUFFIX}"
+
+
+def fetch_package(
+    pipeline: str,
+    meta: CodeMeta,
+    holders: Sequence[str],
+    directory: Path,
+    settings: FetchSettings,
+    *,
+    client: httpx.Client | None = None,
+) -> Path:
+    """Download ``meta``'s package from ``holders`` into ``directory``; the verified file.
+
+    The caller renames the file returned (``<dir>/.download-<digest>.part``). ``client``
+    (see ``http_client``) is best kept and reused: a new one costs tens of milliseconds.
+    """
+    part = part_path(directory, meta.digest)
+    with contextlib.ExitStack() as stack:
+        if client is None:
+            client = stack.enter_context(http_client(settings))
+        fetch = _Fetch(client, pipeline, meta, part, settings)
+        try:
+            done = fetch.run(list(holders))
+        except BaseException:
+            if not settings.keep_partial:
+                part.unlink(missing_ok=True)
+            raise
+    if done:
+        return part
+    if not settings.keep_partial:
+        part.unlink(missing_ok=True)
+    raise fetch.error(holders)
+
+
+def http_client(settings: FetchSettings) -> httpx.Client:
+    """A client for ``fetch_package``: enough connections for the parts, no proxy."""
+    return httpx.Client(
+        timeout=settings.timeout,
+        limits=httpx.Limits(
+            max_connections=settings.parts + 2, max_keepalive_connections=settings.parts
+        ),
+        trust_env=False,  # nimbus to nimbus: never through a proxy of the environment
+        headers={"Accept-Encoding": "identity"},
+        verify=_tls_context(),
+    )
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """One context for every client (loading the CA bundle costs ~15 ms); code URLs are http."""
+    return ssl.create_default_context()
+
+
+_WRONG = "wrong bytes: "
+
+
+class _HolderError(Exception):
+    """One request to a holder failed; ``retry``: the same holder is worth another request."""
+
+    def __init__(self, reason: str, *, retry: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry = retry
+
+
+def _wrong_bytes(what: str) -> _HolderError:
+    """The holder's copy is not the package asked for (its digest or size differ)."""
+    return _HolderError(_WRONG + what)
+
+
+class _Fetch:
+    """One ``fetch_package`` call: the ways it tries, and what each holder did."""
+
+    def __init__(
+        self,
+        client: httpx.Client,
+        pipeline: str,
+        meta: CodeMeta,
+        part: Path,
+        settings: FetchSettings,
+    ) -> None:
+        self.client = client
+        self.pipeline = pipeline
+        self.meta = meta
+        self.part = part
+        self.settings = settings
+        self.failures: dict[str, str] = {}  # holder (or "parts from ...") -> what went wrong
+
+    def run(self, holders: list[str]) -> bool:
+        """True once ``part`` holds the package: resumed, in parts, or from one holder."""
+        if self._complete_already():
+            return True
+        if self._parts_wanted(holders) and self._in_parts(holders):
+            return True
+        for holder in holders:
+            if holder in self.failures and not self.failures[holder].startswith(_WRONG):
+                continue  # unreachable, or without the package, a moment ago
+            if self._whole_from(holder):
+                return True
+        return False
+
+    def error(self, holders: Sequence[str]) -> CodeUnavailableError:
+        pipeline, digest = self.pipeline, self.meta.digest
+        if not holders:
+            return CodeUnavailableError(
+                f"no other nimbus holds {pipeline}'s package {digest}: nothing to fetch it "
+                "from; submit the pipeline again if no nimbus has it any more"
+            )
+        tried = "; ".join(f"{holder}: {reason}" for holder, reason in self.failures.items())
+        message = (
+            f"could not fetch {pipeline}'s package {digest} ({self.meta.size_bytes} bytes) "
+            f"from {', '.join(holders)}: {tried}"
+        )
+        if any(reason.startswith(_WRONG) for reason in self.failures.values()):
+            return DigestMismatchError(message)
+        return CodeUnavailableError(message)
+
+    def _complete_already(self) -> bool:
+        """Whether an earlier call fetched the whole package but did not rename it (a crash)."""
+        try:
+            if self.part.stat().st_size != self.meta.size_bytes:
+                return False
+        except FileNotFoundError:
+            return False
+        if hash_file(self.part)[0] == self.meta.digest:
+            self._log_fetched("resumed", "-")
+            return True
+        self.part.unlink(missing_ok=True)  # the holes of a download in parts, or damaged bytes
+        return False
+
+    def _log_fetched(self, how: str, nodes: str) -> None:
+        log.info(
+            "event=code_fetched pipeline=%s digest=%s size_bytes=%d how=%s nodes=%s",
+            self.pipeline,
+            self.meta.digest,
+            self.meta.size_bytes,
+            how,
+            nodes,
+        )
+
+    def _log_failure(self, how: str, node: str, reason: str) -> None:
+        log.warning(
+            "event=code_fetch_failed pipeline=%s digest=%s how=%s nodes=%s reason=%r",
+            self.pipeline,
+            self.meta.digest,
+            how,
+            node,
+            reason,
+        )
+
+    # ------------------------------------------------------------------ one stream, resumed
+
+    def _whole_from(self, holder: str) -> bool:
+        """The package from ``holder``, resuming what ``part`` holds; False if it failed."""
+        try:
+            _fetch_whole(self.client, self.meta, holder, self.part)
+        except _HolderError as exc:
+            self.failures[holder] = exc.reason
+            self._log_failure("whole", holder, exc.reason)
+            return False
+        self._log_fetched("whole", holder)
+        return True
+
+    # ------------------------------------------------------------------ ranges in parallel
+
+    def _parts_wanted(self, holders: list[str]) -> bool:
+        """Large, several holders, and no interrupted single-stream download to resume."""
+        size = self.meta.size_bytes
+        if self.settings.parts < 2 or len(holders) < 2 or size < self.settings.part_min_bytes:
+            return False
+        try:
+            length = self.part.stat().st_size
+        except FileNotFoundError:
+            return True
+        return not 0 < length < size
+
+    def _in_parts(self, holders: list[str]) -> bool:
+        """Byte ranges from several holders at once into a preallocated file; True if verified."""
+        ranges = split_ranges(self.meta.size_bytes, self.settings.parts)
+        state = _PartHolders(holders)
+        fd = os.open(self.part, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _preallocate(fd, self.meta.size_bytes)
+            with ThreadPoolExecutor(len(ranges), thread_name_prefix="code-fetch") as pool:
+                jobs = [
+                    pool.submit(self._range, fd, _Cursor(*byte_range), state.order_for(i), state)
+                    for i, byte_range in enumerate(ranges)
+                ]
+                done = [job.result() for job in jobs]
+        except BaseException:
+            self.part.unlink(missing_ok=True)  # its holes would pass for a download to resume
+            raise
+        finally:
+            os.close(fd)
+        self.failures.update(state.failed)
+        served = ",".join(sorted(state.served))
+        if all(done):
+            found, _ = hash_file(self.part)
+            if found == self.meta.digest:
+                self._log_fetched(f"{len(ranges)}-parts", served)
+                return True
+            self.failures[f"parts from {served}"] = (
+                f"{_WRONG}together they hash to {found}; each holder is tried alone"
+            )
+        self._log_failure(f"{len(ranges)}-parts", served or "-", str(state.failed or "mismatch"))
+        self.part.unlink(missing_ok=True)
+        return False
+
+    def _range(self, fd: int, cursor: _Cursor, order: list[str], state: _PartHolders) -> bool:
+        """Bytes [cursor.offset, cursor.end) from the first holder of ``order`` that sends them."""
+        for holder in order:
+            retries = 0
+            url = code_url(holder, self.meta.digest)
+            while not cursor.done and state.usable(holder):
+                try:
+                    _request_range(self.client, url, fd, cursor, self.meta.size_bytes)
+                except _HolderError as exc:
+                    if not exc.retry or retries >= MAX_RETRIES_PER_HOLDER:
+                        state.fail(holder, exc.reason)
+                    retries += 1
+            if cursor.done:
+                state.note_served(holder)
+                return True
+        return False
+
+
+def split_ranges(size: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous [start, end) ranges covering ``size`` bytes (fewer if tiny)."""
+    step = max(1, -(-size // parts))
+    return [(start, min(start + step, size)) for start in range(0, size, step)]
+
+
+class _Cursor:
+    """How far the download of one byte range [offset, end) got."""
+
+    def __init__(self, offset: int, end: int) -> None:
+        self.offset = offset
+        self.end = end
+
+    @property
+    def done(self) -> bool:
+        return self.offset >= self.end
+
+
+class _PartHolders:
+    """The holders of a download in parts; one that fails is given no other part."""
+
+    def __init__(self, holders: list[str]) -> None:
+        self.all = holders
+        self._lock = threading.Lock()
+        self.failed: dict[str, str] = {}
+        self.served: dict[str, int] = {}  # holder -> ranges it sent
+
+    def order_for(self, index: int) -> list[str]:
+        """Every holder, part ``index``'s own first: the parts spread over the holders."""
+        first = index % len(self.all)
+        return self.all[first:] + self.all[:first]
+
+    def usable(self, holder: str) -> bool:
+        with self._lock:
+            return holder not in self.failed
+
+    def fail(self, holder: str, reason: str) -> None:
+        with self._lock:
+            self.failed.setdefault(holder, reason)
+
+    def note_served(self, holder: str) -> None:
+        with self._lock:
+            self.served[holder] = self.served.get(holder, 0) + 1
+
+
+def _preallocate(fd: int, size: int) -> None:
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError:  # a file system without fallocate: a sparse file does as well
+        os.ftruncate(fd, size)
+
+
+def _request_range(client: httpx.Client, url: str, fd: int, cursor: _Cursor, size: int) -> None:
+    """One GET of bytes [cursor.offset, cursor.end), written in place as they come."""
+    start, last = cursor.offset, cursor.end - 1
+    expected = f"bytes {start}-{last}/{size}"
+    try:
+        with client.stream("GET", url, headers={"Range": f"bytes={start}-{last}"}) as response:
+            if response.status_code != 206:
+                raise _HolderError(_describe_status(response))
+            if response.headers.get("content-range") != expected:
+                got = response.headers.get("content-range")
+                raise _wrong_bytes(f"answered Range with {got!r}, not {expected!r}")
+            for chunk in response.iter_raw():
+                if cursor.offset + len(chunk) > cursor.end:
+                    raise _wrong_bytes(f"sent more than bytes {start}-{last}")
+                _pwrite_all(fd, chunk, cursor.offset)
+                cursor.offset += len(chunk)
+    except httpx.HTTPError as exc:
+        raise _HolderError(_describe(exc), retry=cursor.offset > start) from None
+    if not cursor.done:
+        raise _HolderError(
+            f"the body of bytes {start}-{last} ended at byte {cursor.offset}",
+            retry=cursor.offset > start,
+        )
+
+
+# ---------------------------------------------------------------------- one stream, resumed
+
+
+class _Stream:
+    """The part file of a single-stream download, hashed as it is written."""
+
+    def __init__(self, part: Path, size: int) -> None:
+        self.fd = os.open(part, os.O_RDWR | os.O_CREAT, 0o644)
+        self.size = size
+        self.sha = hashlib.sha256()
+        self.have = 0
+        self._hash_prefix()
+
+    def _hash_prefix(self) -> None:
+        """Resume: hash what an earlier attempt left (a file too long is started again)."""
+        length = os.fstat(self.fd).st_size
+        if length >= self.size:
+            os.ftruncate(self.fd, 0)
+            return
+        buffer = bytearray(HASH_CHUNK)
+        while self.have < length:
+            n = os.preadv(self.fd, [buffer], self.have)
+            if n == 0:
+                break
+            self.sha.update(memoryview(buffer)[:n])
+            self.have += n
+
+    def restart(self) -> None:
+        os.ftruncate(self.fd, 0)
+        self.sha = hashlib.sha256()
+        self.have = 0
+
+    def write(self, chunk: bytes) -> None:
+        if self.have + len(chunk) > self.size:
+            raise _wrong_bytes(f"more than the {self.size} bytes expected")
+        _pwrite_all(self.fd, chunk, self.have)
+        self.sha.update(chunk)
+        self.have += len(chunk)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _fetch_whole(client: httpx.Client, meta: CodeMeta, holder: str, part: Path) -> None:
+    """The package from one holder into ``part``, resumed where it stopped; verified."""
+    stream = _Stream(part, meta.size_bytes)
+    try:
+        resumed = stream.have > 0
+        retries = 0
+        while True:
+            try:
+                _request_rest(client, code_url(holder, meta.digest), stream)
+            except _HolderError as exc:
+                if not exc.retry or retries >= MAX_RETRIES_PER_HOLDER:
+                    raise
+                retries += 1
+                continue
+            found = stream.sha.hexdigest()
+            if found == meta.digest:
+                return
+            stream.restart()
+            if not resumed:
+                raise _wrong_bytes(f"sent bytes that hash to {found}")
+            resumed = False  # the part file was to blame, maybe: once more from the start
+    except BaseException:
+        if stream.have == 0:
+            part.unlink(missing_ok=True)
+        raise
+    finally:
+        stream.close()
+
+
+def _request_rest(client: httpx.Client, url: str, stream: _Stream) -> None:
+    """One GET of what ``stream`` lacks; _HolderError unless the body completes it."""
+    start = stream.have
+    headers = {"Range": f"bytes={start}-"} if start else {}
+    try:
+        with client.stream("GET", url, headers=headers) as response:
+            _accept_rest(response, stream, start)
+            for chunk in response.iter_raw():
+                stream.write(chunk)
+    except httpx.HTTPError as exc:
+        raise _HolderError(_describe(exc), retry=stream.have > start) from None
+    if stream.have < stream.size:
+        raise _HolderError(
+            f"the body ended at byte {stream.have} of {stream.size}", retry=stream.have > start
+        )
+
+
+def _accept_rest(response: httpx.Response, stream: _Stream, start: int) -> None:
+    """Check the answer to a request from byte ``start``; a 200 starts the file again."""
+    size = stream.size
+    if response.status_code == 200:
+        if start:
+            stream.restart()  # the holder ignored the Range: its body is the whole file
+        length = response.headers.get("content-length")
+        if length is not None and length != str(size):
+            raise _wrong_bytes(f"its copy is {length} bytes, not {size}")
+        return
+    if response.status_code == 206 and start:
+        expected = f"bytes {start}-{size - 1}/{size}"
+        got = response.headers.get("content-range")
+        if got != expected:
+            stream.restart()
+            raise _HolderError(
+                f"answered Range with {got!r}, not {expected!r}",
+                retry=True,  # once more, from the start
+            )
+        return
+    raise _HolderError(_describe_status(response))
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view = view[written:]
+        offset += written
+
+
+def _describe_status(response: httpx.Response) -> str:
+    if response.status_code == 404:
+        return "does not have the package (404)"
+    return f"answered HTTP {response.status_code}"
+
+
+def _describe(exc: httpx.HTTPError) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

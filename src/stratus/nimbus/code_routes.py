@@ -1,0 +1,155 @@
+"""``GET`` and ``HEAD /api/v1/code/{digest}``: a nimbus serves the packages of its store.
+
+Any nimbus answers, leader or not: this is how nimbuses (and supervisors) copy code from
+each other. The body is the stored file, read in large chunks; one byte range may be asked
+for (``Range: bytes=first-last``, ``bytes=first-`` or ``bytes=-suffix``), which a download
+uses to resume or to fetch parts from several nimbuses at once::
+
+    add_code_routes(app, store)
+    # GET /api/v1/code/<sha256>                      200, the whole package
+    # GET /api/v1/code/<sha256>  Range: bytes=10-    206, Content-Range: bytes 10-N/N+1
+    # GET /api/v1/code/<sha256>  Range: bytes=N+1-   416 range_not_satisfiable
+    # GET /api/v1/code/<not stored>                  404 unknown_code
+    # GET /api/v1/code/<not 64 hex digits>           422 invalid_request
+
+Errors have the API's body, ``{"error", "message", "leader"}``, whether or not the app
+registers the API's error handlers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Header, Path
+from fastapi.responses import FileResponse, JSONResponse, Response
+
+from stratus.codedist.package_store import PackageStore
+from stratus.nimbus.errors import ApiError, InvalidRequestError, UnknownCodeError
+from stratus.nimbus.records import ErrorBody
+
+log = logging.getLogger(__name__)
+
+CODE_PATH = "/api/v1/code/{digest}"
+SERVE_CHUNK = 4 << 20  # bytes read from the file per body message
+DIGEST = re.compile(r"[0-9a-f]{64}")
+_RANGE = re.compile(r"\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*", re.IGNORECASE)
+_RANGE_RULE = "one byte range: bytes=first-last, bytes=first- or bytes=-suffix"
+
+_DOC_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "the package",
+        "content": {"application/octet-stream": {"schema": {"type": "string"}}},
+    },
+    206: {
+        "description": "the byte range asked for (Content-Range names it)",
+        "content": {"application/octet-stream": {"schema": {"type": "string"}}},
+    },
+    404: {"model": ErrorBody, "description": "unknown_code: this nimbus does not hold it"},
+    416: {"model": ErrorBody, "description": "range_not_satisfiable: past the package's end"},
+    422: {"model": ErrorBody, "description": "invalid_request: not a digest, or a bad Range"},
+}
+Digest = Annotated[
+    str,
+    Path(
+        description="the package's sha256, 64 lowercase hex digits",
+        json_schema_extra={"pattern": f"^{DIGEST.pattern}$"},
+    ),
+]
+
+RangeHeader = Annotated[
+    str | None,
+    Header(alias="Range", description=f"{_RANGE_RULE}: answered with 206 and Content-Range"),
+]
+
+
+class PackageResponse(FileResponse):
+    """A stored package, read ``SERVE_CHUNK`` bytes at a time (Starlette reads 64 KiB)."""
+
+    chunk_size = SERVE_CHUNK
+
+
+class _UnsatisfiableRangeError(Exception):
+    pass
+
+
+def add_code_routes(app: FastAPI, store: PackageStore) -> None:
+    """Serve ``store``'s packages at ``/api/v1/code/{digest}`` (GET, and HEAD for the size)."""
+
+    async def package(digest: Digest, byte_range: RangeHeader = None) -> Response:
+        """A package this nimbus holds, whole or one byte range of it (any nimbus)."""
+        return _serve(store, digest, byte_range)
+
+    app.add_api_route(
+        CODE_PATH,
+        package,
+        methods=["GET"],
+        tags=["any nimbus"],
+        response_class=PackageResponse,
+        responses=_DOC_RESPONSES,
+    )
+    app.add_api_route(CODE_PATH, package, methods=["HEAD"], include_in_schema=False)
+
+
+def _serve(store: PackageStore, digest: str, range_header: str | None) -> Response:
+    if not DIGEST.fullmatch(digest):
+        return _error(InvalidRequestError(f"invalid request: {digest!r} is not a sha256 digest"))
+    path = store.path(digest)
+    try:
+        stat = os.stat(path)
+    except FileNotFoundError:
+        log.debug("event=code_not_served digest=%s reason=unknown", digest)
+        return _error(UnknownCodeError(f"this nimbus holds no package {digest}"))
+    if range_header is not None:
+        try:
+            parse_range(range_header, stat.st_size)
+        except ValueError as exc:
+            return _error(InvalidRequestError(f"invalid request: Range {exc}"))
+        except _UnsatisfiableRangeError:
+            return _range_not_satisfiable(digest, range_header, stat.st_size)
+    return PackageResponse(
+        path,
+        stat_result=stat,
+        media_type="application/octet-stream",
+        headers={"etag": f'"{digest}"'},  # content-addressed: the digest is the version
+    )
+
+
+def parse_range(header: str, size: int) -> tuple[int, int]:
+    """The [start, end) of a ``Range`` header on a file of ``size`` bytes.
+
+    ValueError unless it is ``_RANGE_RULE``; _UnsatisfiableRangeError if it starts past the end.
+    Starlette's FileResponse reads such a header to the same range.
+    """
+    match = _RANGE.fullmatch(header)
+    if match is None or match.group(1) + match.group(2) == "":
+        raise ValueError(f"{header!r} is not {_RANGE_RULE}")
+    first, last = match.group(1), match.group(2)
+    if not first:
+        suffix = int(last)
+        if suffix == 0 or size == 0:
+            raise _UnsatisfiableRangeError()
+        return max(size - suffix, 0), size
+    start = int(first)
+    if last and int(last) < start:
+        raise ValueError(f"{header!r} ends before it starts")
+    if start >= size:
+        raise _UnsatisfiableRangeError()
+    return start, min(int(last) + 1, size) if last else size
+
+
+def _error(error: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
+    body = ErrorBody(error=error.code, message=str(error))
+    return JSONResponse(body.model_dump(), status_code=error.status, headers=headers)
+
+
+def _range_not_satisfiable(digest: str, header: str, size: int) -> JSONResponse:
+    body = ErrorBody(
+        error="range_not_satisfiable",
+        message=f"Range {header!r} starts past the end of package {digest} ({size} bytes)",
+    )
+    return JSONResponse(
+        body.model_dump(), status_code=416, headers={"Content-Range": f"bytes */{size}"}
+    )
