@@ -6,7 +6,8 @@ deadline has passed; and that a retried ``submit`` never creates a second pipeli
 every attempt of one call carries the same request id. Reads go to any nimbus that answers::
 
     with NimbusClient(["10.0.0.1:6627", "10.0.0.2:6627"]) as client:
-        client.submit("wordcount", Path("wordcount.zip"), {"spark.sql.shuffle.partitions": 4})
+        client.submit("wordcount", Path("wordcount/"), {"spark.sql.shuffle.partitions": 4})
+        client.wait_replicated("wordcount")     # while PENDING: min replication not reached
         client.deactivate("wordcount")
         print(client.leader().address, client.status("wordcount").status)
         client.kill("wordcount", wait_secs=0)
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -42,6 +44,9 @@ import httpx
 from pydantic import BaseModel, ValidationError
 from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_exponential
 
+from stratus.codedist.errors import InvalidPackageError
+from stratus.codedist.package_build import build_package
+from stratus.codedist.package_check import PackageLimits, check_package
 from stratus.config import StratusConfig
 from stratus.errors import ConfigError, StratusError
 from stratus.nimbus.errors import (
@@ -51,6 +56,7 @@ from stratus.nimbus.errors import (
     InvalidRequestError,
     InvalidTransitionError,
     NotLeaderError,
+    PackageRejectedError,
     PackageTooLargeError,
     PipelineExistsError,
     UnavailableError,
@@ -66,18 +72,21 @@ from stratus.nimbus.records import (
     LeaderInfo,
     PipelineList,
     PipelineRecord,
+    PipelineStatus,
 )
 
 __all__ = [
     "ApiError",
     "InvalidConfError",
     "InvalidNameError",
+    "InvalidPackageError",
     "InvalidRequestError",
     "InvalidTransitionError",
     "NimbusClient",
     "NimbusUnreachableError",
     "NoLeaderError",
     "NotLeaderError",
+    "PackageRejectedError",
     "PackageTooLargeError",
     "PipelineExistsError",
     "UnavailableError",
@@ -155,8 +164,10 @@ class NimbusClient:
         transport: httpx.BaseTransport | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        package_limits: PackageLimits | None = None,
     ) -> None:
         self.seeds = _unique(_seed_address(seed) for seed in seeds)
+        self.package_limits = package_limits or PackageLimits.from_config(StratusConfig())
         if not self.seeds:
             raise ConfigError("nimbus.seeds is empty: name at least one nimbus as host:port")
         self.retry_deadline = retry_deadline
@@ -179,6 +190,7 @@ class NimbusClient:
             retry_deadline=conf.client_retry_deadline_secs,
             request_timeout=conf.client_request_timeout_secs,
             transport=transport,
+            package_limits=PackageLimits.from_config(conf),
         )
 
     def __enter__(self) -> NimbusClient:
@@ -228,31 +240,68 @@ class NimbusClient:
 
     def submit(
         self,
-        name: str,
+        name: str | None,
         package: Path | bytes,
         conf: Mapping[str, Any] | None = None,
         *,
         request_id: str | None = None,
     ) -> PipelineRecord:
-        """Upload ``package`` and create pipeline ``name``, ACTIVE, with ``conf``.
+        """Check and upload ``package``, and create pipeline ``name`` with ``conf``.
 
-        Every attempt sends the same request id (a new uuid4 unless given) and the same bytes
-        (a file is read once), so a retry after a failover returns the pipeline the first
-        attempt created instead of creating another or failing with PipelineExistsError.
+        ``package`` is a directory (zipped here, deterministically), a ``.zip`` file or zip
+        bytes; it is checked before any upload (InvalidPackageError naming the entry).
+        ``name`` None takes the manifest's; ``conf`` overrides the manifest's. The pipeline
+        is ACTIVE, or PENDING until its code reaches ``pipeline.min.replication.count``
+        nimbuses: ``wait_replicated`` waits for that.
+
+        Every attempt sends the same request id (a new uuid4 unless given) and the same bytes,
+        so a retry after a failover returns the pipeline the first attempt created instead of
+        creating another or failing with PipelineExistsError.
         """
-        _check_name(name)
+        if name is not None:
+            _check_name(name)
+        content = self._checked_package(package)
         fields = {
-            "name": name,
+            "name": name or "",
             "conf": _conf_json(conf or {}),
             "request_id": request_id or uuid.uuid4().hex,
         }
-        if isinstance(package, Path):
-            filename, content = package.name, package.read_bytes()
-        else:
-            filename, content = "package", bytes(package)
-        files = {"package": (filename, content, "application/octet-stream")}
+        filename = package.name if isinstance(package, Path) else "package"
+        files = {"package": (f"{filename}.zip", content, "application/zip")}
         response = self._call_leader("POST", f"{API}/pipelines", data=fields, files=files)
         return _parse(PipelineRecord, response)
+
+    def wait_replicated(
+        self,
+        name: str,
+        *,
+        poll_secs: float = 0.2,
+        on_progress: Callable[[PipelineRecord], None] | None = None,
+    ) -> PipelineRecord:
+        """Wait while ``name`` is PENDING (its code short of the minimum replication).
+
+        Returns the record once it is not PENDING; the nimbus decides when, within the
+        pipeline's ``pipeline.max.replication.wait.time.sec`` (-1: no limit). Each poll's
+        record goes to ``on_progress``.
+        """
+        while True:
+            record = self.status(name)
+            if on_progress is not None:
+                on_progress(record)
+            if record.status is not PipelineStatus.PENDING:
+                return record
+            self._sleep(poll_secs)
+
+    def _checked_package(self, package: Path | bytes) -> bytes:
+        """The zip to upload, checked as the nimbus will check it."""
+        with tempfile.TemporaryDirectory(prefix="stratus-submit-") as tmp:
+            if isinstance(package, Path):
+                archive = build_package(package, Path(tmp) / "package.zip")
+            else:
+                archive = Path(tmp) / "package.zip"
+                archive.write_bytes(package)
+            check_package(archive, self.package_limits)
+            return archive.read_bytes()
 
     def kill(self, name: str, wait_secs: float | None = None) -> PipelineRecord | None:
         """Mark ``name`` KILLED; the leader removes its record ``wait_secs`` later

@@ -1,7 +1,7 @@
 """The client verbs of ``stratus``: submit, list, status, kill, activate, deactivate, rebalance,
 cluster and leader.
 
-    stratus submit wordcount wordcount.zip --conf spark.sql.shuffle.partitions=4
+    stratus submit examples/wordcount --conf spark.sql.shuffle.partitions=4
     stratus list -c nimbus.seeds=10.0.0.1:6627,10.0.0.2:6627
     stratus kill wordcount --wait 0
     stratus cluster --json
@@ -42,9 +42,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 DIGEST_PREFIX = 12  # hex digits of a package digest shown in tables
 _STATUS_STYLE = {
+    PipelineStatus.PENDING: "cyan",
     PipelineStatus.ACTIVE: "green",
     PipelineStatus.INACTIVE: "yellow",
     PipelineStatus.KILLED: "red",
+    PipelineStatus.FAILED: "bold red",
 }
 _JSON_VALUES = (str, int, float, bool, list, dict, type(None))
 
@@ -99,34 +101,67 @@ def _client(conf: StratusConfig) -> NimbusClient:
 
 
 @click.command()
-@click.argument("name")
-@click.argument("package", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("package", type=click.Path(exists=True, path_type=Path))
+@click.option("--name", default=None, help="Pipeline name [default: the manifest's].")
 @_conf_option(required=False)
 @click.option(
     "--request-id",
     default=None,
     help="Id that makes a re-run of this command return the pipeline it created [default: new].",
 )
+@click.option(
+    "--wait/--no-wait",
+    default=True,
+    show_default=True,
+    help="Wait while the pipeline is PENDING (its code short of the minimum replication).",
+)
 @_json_option
 @with_config
 def submit(
     *,
-    name: str,
     package: Path,
+    name: str | None,
     pipeline_conf: dict[str, Any],
     request_id: str | None,
+    wait: bool,
     as_json: bool,
     conf: StratusConfig,
 ) -> None:
-    """Upload PACKAGE and start pipeline NAME (ACTIVE)."""
+    """Check and upload PACKAGE (a directory or a .zip with a stratus.yaml) and start it."""
     with _client(conf) as client:
         record = client.submit(name, package, pipeline_conf, request_id=request_id)
+        if wait and record.status is PipelineStatus.PENDING:
+            record = _wait_replicated(client, record, quiet=as_json)
     if as_json:
         _print_json(record)
         return
     _console().print(
         f"submitted pipeline {record.name}: {record.status.value}, package "
-        f"{record.digest[:DIGEST_PREFIX]} ({_size(record.size_bytes)}), epoch {record.epoch}"
+        f"{record.digest[:DIGEST_PREFIX]} ({_size(record.size_bytes)}), code on "
+        f"{record.replication} of {record.replication_required} nimbuses required, "
+        f"epoch {record.epoch}"
+    )
+    if record.reason:
+        _console().print(f"note: {record.reason}")
+
+
+def _wait_replicated(
+    client: NimbusClient, record: PipelineRecord, *, quiet: bool
+) -> PipelineRecord:
+    """Poll the pipeline while PENDING, showing how many nimbuses hold its code."""
+    if quiet:
+        return client.wait_replicated(record.name)
+    console = _console()
+    with console.status(_replication_line(record)) as status:
+        return client.wait_replicated(
+            record.name, on_progress=lambda seen: status.update(_replication_line(seen))
+        )
+
+
+def _replication_line(record: PipelineRecord) -> str:
+    return (
+        f"pipeline {record.name} is PENDING: its code is on {record.replication} of the "
+        f"{record.replication_required} nimbuses required"
     )
 
 
@@ -329,6 +364,9 @@ def _record_table(record: PipelineRecord) -> Table:
     table.add_row("updated", _when(record.updated))
     table.add_row("epoch", str(record.epoch))
     table.add_row("rebalances", str(record.rebalances))
+    table.add_row("replication", f"{record.replication} of {record.replication_required} required")
+    if record.reason:
+        table.add_row("reason", record.reason)
     table.add_row("request id", record.request_id or "-")
     if record.kill_at is not None:
         table.add_row("removed at", _when(record.kill_at))

@@ -18,6 +18,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stratus import __version__
+from stratus.nimbus.code_routes import add_code_routes
 from stratus.nimbus.errors import (
     ApiError,
     InvalidRequestError,
@@ -68,6 +69,7 @@ def create_app(service: NimbusService, metrics: NimbusMetrics) -> FastAPI:
     _add_read_routes(app, service)
     _add_leader_routes(app, service)
     _add_page_routes(app, service, metrics)
+    add_code_routes(app, service.incoming)
     app.add_middleware(UploadGuard, service=service)
     app.add_middleware(EpochHeader, service=service)
     app.add_middleware(RequestMetrics, metrics=metrics)
@@ -103,26 +105,32 @@ def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
     )
     def submit(
         response: Response,
+        package: Annotated[
+            UploadFile,
+            File(
+                description="the pipeline package: a zip with a stratus.yaml manifest",
+                json_schema_extra={"minLength": 1},
+            ),
+        ],
         name: Annotated[
             str,
             Form(
-                description=f"the pipeline's name: {PIPELINE_NAME_RULE}",
+                description=f"the pipeline's name (default: the manifest's): {PIPELINE_NAME_RULE}",
                 json_schema_extra=_NAME_SCHEMA,
             ),
-        ],
-        package: Annotated[
-            UploadFile,
-            File(description="the pipeline package, not empty", json_schema_extra={"minLength": 1}),
-        ],
+        ] = "",
         conf: Annotated[str, Form(description="pipeline conf, a JSON object")] = "{}",
         request_id: Annotated[
             str,
             Form(description="client id that makes retries safe", max_length=MAX_REQUEST_ID_LENGTH),
         ] = "",
     ) -> PipelineRecord:
-        """Store the package (content-addressed) and create the pipeline ACTIVE.
+        """Check and store the package (content-addressed), create the pipeline.
 
-        A retry with the same ``request_id`` returns the pipeline it created, with status 200.
+        The pipeline is ACTIVE at once when ``pipeline.min.replication.count`` is 1, else
+        PENDING until that many nimbuses hold its code (or the wait limit passes): poll its
+        status. A retry with the same ``request_id`` returns the pipeline it created, with
+        status 200.
         """
         record, created = service.submit(name, conf, request_id, package.file)
         if not created:

@@ -110,6 +110,7 @@ class ClusterView:
     def __init__(self, client: KazooClient, paths: ClusterPaths) -> None:
         self._lock = threading.Lock()
         self._version = 0
+        self._listeners: list[Callable[[], None]] = []
         self._leader = LeaderInfo(address=None, epoch=None)
         self._nimbuses = WatchedChildren(client, paths.nimbuses, NimbusRegistration, self._bump)
         self._pipelines = WatchedChildren(client, paths.pipelines, PipelineRecord, self._bump)
@@ -120,6 +121,13 @@ class ClusterView:
     def start(self) -> None:
         for watched in (self._nimbuses, self._pipelines, self._supervisors):
             watched.start()
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after every change of nimbuses, pipelines or supervisors.
+
+        It runs on kazoo's event thread, so it must not block.
+        """
+        self._listeners.append(listener)
 
     @property
     def version(self) -> int:
@@ -159,3 +167,5 @@ class ClusterView:
     def _bump(self) -> None:
         with self._lock:
             self._version += 1
+        for listener in self._listeners:
+            listener()

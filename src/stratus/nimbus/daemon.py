@@ -1,12 +1,14 @@
 """The nimbus daemon: registration, leadership gating, the HTTP API, and a graceful stop.
 
 A nimbus registers ``<root>/nimbuses/<host:port>`` (re-created after every session expiry),
-serves the API from its first second (reads from any nimbus), and queues for leadership
-through the ``LeaderElector`` once its ``may_lead`` hook says yes; the code-replication
-issue makes that hook "holds the code of every active pipeline". If it is elected while the
-hook says no, it gives the lock back at once and queues again later. ``stop()`` (SIGTERM)
-leaves the queue first, so another nimbus leads at once instead of after the session
-timeout::
+serves the API from its first second (reads from any nimbus), keeps its pipeline code in
+line with ZooKeeper (``CodeSync`` over the configured code distributor), and queues for
+leadership through the ``LeaderElector`` only once it holds the code of every pipeline that
+needs it (SPEC 000) and its ``may_lead`` hook says yes. Elected while either says no (the
+check on election reads ZooKeeper itself), it gives the lock back at once, syncs, and
+queues again later; a leader that finds code missing steps down the same way. ``stop()``
+(SIGTERM) leaves the queue first, so another nimbus leads at once instead of after the
+session timeout::
 
     nimbus = Nimbus(conf)
     nimbus.start()            # ZooKeeperUnavailableError / NimbusStartError on failure
@@ -28,6 +30,10 @@ import uvicorn
 from kazoo.exceptions import KazooException
 
 from stratus import __version__
+from stratus.codedist.code_sync import CodeSync
+from stratus.codedist.distributor import CodeDistributor
+from stratus.codedist.factory import create_distributor
+from stratus.codedist.package_store import PackageStore
 from stratus.config import StratusConfig
 from stratus.coordination.coordinator import Coordinator
 from stratus.coordination.leader_elector import LeaderElector
@@ -37,7 +43,6 @@ from stratus.errors import StratusError
 from stratus.nimbus.api import create_app
 from stratus.nimbus.cluster_view import ClusterView
 from stratus.nimbus.metrics import NimbusMetrics
-from stratus.codedist.package_store import PackageStore
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.records import NimbusRegistration
 from stratus.nimbus.service import NimbusService
@@ -95,6 +100,8 @@ class Nimbus:
             is_leader=self.elector.is_leader,
             epoch=lambda: self.view.leader().epoch,
             zookeeper_connected=lambda: bool(self.coordinator.client.connected),
+            code_sync_rounds=lambda: self.code_sync.rounds,
+            code_missing=lambda: len(self.code_sync.missing()),
         )
         self._registration: EphemeralNode | None = None
         self._http: uvicorn.Server | None = None
@@ -115,7 +122,19 @@ class Nimbus:
         self.view.start()
         self.coordinator.subscribe_leader_changes(NIMBUS_GROUP, self._leader_changed)
         self.view.set_leaders(self.coordinator.get_leaders(NIMBUS_GROUP))
-        self.service = self._build_service()
+        incoming = self._package_store()
+        self.distributor = self._build_distributor(incoming)
+        self.code_sync = CodeSync(
+            self.distributor,
+            self.view.pipelines,
+            PipelineOps(client, self.paths, clock=self._clock).read,
+            freq_secs=self.conf.nimbus_code_sync_freq_secs,
+            lost_fail_secs=self.conf.nimbus_code_lost_fail_secs,
+        )
+        self.service = self._build_service(incoming)
+        self.view.subscribe(self._cluster_changed)
+        self.distributor.on_change(self._cluster_changed)
+        self.code_sync.start()
         self._start_http()
         self._registration = EphemeralNode(
             client, self.paths.nimbus(self.address), self._registration_record().encode()
@@ -130,19 +149,22 @@ class Nimbus:
         if self._stopping.is_set():
             return
         self._stopping.set()
-        self.service.kill_requested.set()
+        self.service.duties_due.set()
         log.info("event=nimbus_stopping address=%s", self.address)
         self.elector.remove_from_leader_lock_queue()  # the hand-over: another nimbus leads now
+        self.code_sync.stop()
         for thread in self._threads:
             thread.join(timeout=HTTP_STOP_TIMEOUT_SECS)
         self._stop_http()
         if self._registration is not None:
             self._registration.close()
+        self.distributor.close()
         self.coordinator.close()
 
     # ------------------------------------------------------------------ parts
 
-    def _build_service(self) -> NimbusService:
+    def _package_store(self) -> PackageStore:
+        """The store that receives uploads (and, with the local distributor, keeps code)."""
         local_dir = Path(
             self.conf.nimbus_local_dir
             or Path(tempfile.gettempdir()) / f"stratus-nimbus-{self.conf.nimbus_host}-{self.port}"
@@ -156,14 +178,32 @@ class Nimbus:
                 f"cannot use nimbus.local.dir {local_dir}: {exc.strerror}"
             ) from None
         store.remove_leftovers()
+        return store
+
+    def _build_distributor(self, store: PackageStore) -> CodeDistributor:
+        distributor = create_distributor(
+            self.conf,
+            client=self.coordinator.client,
+            paths=self.paths,
+            address=self.address,
+            store=store,
+            live_nimbuses=lambda: len(self.view.nimbuses()),
+        )
+        try:
+            distributor.prepare()
+        except StratusError as exc:
+            raise NimbusStartError(f"cannot start the code distributor: {exc}") from None
+        return distributor
+
+    def _build_service(self, incoming: PackageStore) -> NimbusService:
         return NimbusService(
             address=self.address,
             view=self.view,
             ops=PipelineOps(self.coordinator.client, self.paths, clock=self._clock),
-            store=store,
+            incoming=incoming,
+            distributor=self.distributor,
             elector=self.elector,
-            kill_wait_secs=self.conf.pipeline_kill_wait_secs,
-            max_upload_bytes=self.conf.nimbus_max_upload_bytes,
+            conf=self.conf,
             clock=self._clock,
         )
 
@@ -212,7 +252,7 @@ class Nimbus:
     def _gate_leadership(self) -> None:
         """Queue for leadership whenever this nimbus is out of the queue and may lead."""
         while not self._stopping.is_set():
-            if not self.coordinator.is_candidate(NIMBUS_GROUP) and self._may_lead():
+            if not self.coordinator.is_candidate(NIMBUS_GROUP) and self._may_queue():
                 try:
                     self.elector.add_to_leader_lock_queue()
                     log.info("event=queued address=%s", self.address)
@@ -220,20 +260,46 @@ class Nimbus:
                     log.warning("event=queue_failed address=%s error=%s", self.address, exc)
             self._stopping.wait(self.conf.nimbus_lead_check_secs)
 
+    def _may_queue(self) -> bool:
+        """Whether this nimbus may queue: its hook agrees and it holds all the code it sees."""
+        if not self._may_lead():
+            return False
+        missing = self.code_sync.missing()
+        if missing:
+            log.debug("event=not_queuing address=%s missing_code=%s", self.address, missing)
+        return not missing
+
     def _gained(self, term: Leadership) -> None:
         if self._stopping.is_set():
             return
-        if not self._may_lead():
+        reason = self._reason_not_to_lead()
+        if reason is not None:
             log.warning(
-                "event=leadership_declined address=%s epoch=%d reason=may_lead_hook",
+                "event=leadership_declined address=%s epoch=%d reason=%s",
                 self.address,
                 term.epoch,
+                reason,
             )
-            self.elector.remove_from_leader_lock_queue()
+            self._step_down()
             return
         self.metrics.leadership_gained.inc()
         log.info("event=leadership_gained address=%s epoch=%d", self.address, term.epoch)
-        self.service.kill_requested.set()
+        self.service.duties_due.set()
+
+    def _reason_not_to_lead(self) -> str | None:
+        """Why this newly elected nimbus must not lead, checked against ZooKeeper itself."""
+        if not self._may_lead():
+            return "may_lead_hook"
+        try:
+            missing = self.code_sync.missing(self.service.read_pipelines())
+        except (StratusError, KazooException) as exc:
+            return f"cannot_read_pipelines({exc!r})"
+        return f"missing_code({','.join(missing)})" if missing else None
+
+    def _step_down(self) -> None:
+        """Give the lock back, fetch what is missing, and let the gate queue again later."""
+        self.elector.remove_from_leader_lock_queue()
+        self.code_sync.request()
 
     def _lost(self, term: Leadership, reason: RevokeReason) -> None:
         self.metrics.leadership_lost.inc()
@@ -248,16 +314,34 @@ class Nimbus:
         self.metrics.leader_changes.inc()
         self.view.note_leader_change(change)
 
+    def _cluster_changed(self) -> None:
+        """A watch saw pipelines, nimbuses or code holders change (kazoo's thread)."""
+        if self.conf.nimbus_code_watch:
+            self.code_sync.request()
+        self.service.duties_due.set()
+
     def _run_leader_duties(self) -> None:
         while not self._stopping.is_set():
-            self.service.kill_requested.wait(self.conf.nimbus_monitor_freq_secs)
-            self.service.kill_requested.clear()
+            self.service.duties_due.wait(self.conf.nimbus_monitor_freq_secs)
+            self.service.duties_due.clear()
+            term = self.elector.leadership
             if self._stopping.is_set():
                 return
+            if term is None:
+                continue
             try:
-                self.service.remove_killed()
+                missing = self.service.run_duties(term, self.code_sync)
             except (StratusError, KazooException) as exc:
-                log.warning("event=remove_killed_failed address=%s error=%s", self.address, exc)
+                log.warning("event=leader_duties_failed address=%s error=%s", self.address, exc)
+                continue
+            if missing:
+                log.warning(
+                    "event=stepping_down address=%s epoch=%d missing_code=%s",
+                    self.address,
+                    term.epoch,
+                    ",".join(missing),
+                )
+                self._step_down()
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -62,9 +62,23 @@ class InvalidRequestError(ApiError):
     status = 422
 
 
+class PackageRejectedError(ApiError):
+    """The package is malformed or unsafe; the message names the entry at fault."""
+
+    code = "invalid_package"
+    status = 422
+
+
 class PackageTooLargeError(ApiError):
     code = "package_too_large"
     status = 413
+
+
+class UnknownCodeError(ApiError):
+    """This nimbus holds no package with that digest (GET /api/v1/code/{digest})."""
+
+    code = "unknown_code"
+    status = 404
 
 
 class UnavailableError(ApiError):
@@ -85,7 +99,9 @@ _BY_CODE: dict[str, type[ApiError]] = {
         InvalidNameError,
         InvalidConfError,
         InvalidRequestError,
+        PackageRejectedError,
         PackageTooLargeError,
+        UnknownCodeError,
         UnavailableError,
     )
 }

@@ -1,8 +1,8 @@
 """The nimbus's Prometheus metrics, in a registry of its own (several nimbuses per process work).
 
 Scraped at ``GET /metrics``: whether this nimbus leads and in which epoch, how often the
-leadership changed, requests by route and status with their latency, and whether the
-ZooKeeper connection is up.
+leadership changed, requests by route and status with their latency, whether the
+ZooKeeper connection is up, and how this nimbus's code sync is doing.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ class NimbusMetrics:
         is_leader: Callable[[], bool],
         epoch: Callable[[], int | None],
         zookeeper_connected: Callable[[], bool],
+        code_sync_rounds: Callable[[], int],
+        code_missing: Callable[[], int],
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         Gauge(
@@ -41,6 +43,16 @@ class NimbusMetrics:
             "1 while the ZooKeeper session is connected",
             registry=self.registry,
         ).set_function(lambda: float(zookeeper_connected()))
+        Gauge(
+            "stratus_nimbus_code_sync_rounds",
+            "rounds of this nimbus's code sync since it started",
+            registry=self.registry,
+        ).set_function(lambda: float(code_sync_rounds()))
+        Gauge(
+            "stratus_nimbus_code_missing",
+            "pipelines whose code this nimbus lacks (it may lead only at 0)",
+            registry=self.registry,
+        ).set_function(lambda: float(code_missing()))
         self.leadership_gained = Counter(
             "stratus_nimbus_leadership_gained",
             "terms this nimbus won",

@@ -6,7 +6,10 @@ read, changed, and written back with a check of both the leader's epoch and the 
 version, so two requests racing on one pipeline cannot lose an update::
 
     ops = PipelineOps(client, ClusterPaths("/stratus"), clock=time.time)
-    record, created = ops.submit(term, "etl", {"spark.sql.shuffle.partitions": 4}, "req-1", pkg)
+    conf = {"spark.sql.shuffle.partitions": 4}
+    policy = ReplicationPolicy(required=2, wait_secs=60)
+    record, created = ops.submit(term, "etl", conf, "r1", pkg, replication=policy)
+    ops.note_replication(term, "etl", holders=2)     # PENDING -> ACTIVE
     ops.deactivate(term, "etl")
     ops.kill(term, "etl", wait_secs=30)   # KILLED now, removed by remove_due() after 30 s
 
@@ -19,11 +22,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
+from stratus.codedist.package_store import StoredPackage
+from stratus.config import StratusConfig
 from stratus.coordination.errors import (
     CommitOutcomeUnknownError,
     LeadershipLostError,
@@ -39,7 +45,6 @@ from stratus.nimbus.errors import (
     UnavailableError,
     UnknownPipelineError,
 )
-from stratus.codedist.package_store import StoredPackage
 from stratus.nimbus.pipeline_conf import validate_pipeline_conf
 from stratus.nimbus.records import PIPELINE_NAME, PIPELINE_NAME_RULE, PipelineRecord, PipelineStatus
 from stratus.zk.paths import ClusterPaths
@@ -72,14 +77,20 @@ class PipelineOps:
         conf: Mapping[str, Any],
         request_id: str,
         package: StoredPackage,
+        *,
+        replication: ReplicationPolicy,
     ) -> tuple[PipelineRecord, bool]:
-        """Create the pipeline ACTIVE; returns (record, created). A replayed request is found."""
-        check_pipeline_name(name)
+        """Create the pipeline; returns (record, created). A replayed request is found.
+
+        The pipeline starts ACTIVE when one copy (the leader's) is enough, else PENDING
+        until ``finish_replication`` activates it.
+        """
         checked = validate_pipeline_conf(conf)
         now = self._clock()
+        pending = replication.required > 1
         record = PipelineRecord(
-            name=name,
-            status=PipelineStatus.ACTIVE,
+            name=check_pipeline_name(name),
+            status=PipelineStatus.PENDING if pending else PipelineStatus.ACTIVE,
             digest=package.digest,
             size_bytes=package.size_bytes,
             conf=checked,
@@ -87,14 +98,64 @@ class PipelineOps:
             updated=now,
             epoch=term.epoch,
             request_id=request_id,
+            replication=1,
+            replication_required=replication.required,
+            replication_deadline=replication.deadline(now) if pending else None,
         )
         with _zookeeper_errors(term):
             try:
                 term.transaction().create(self._paths.pipeline(name), record.encode()).commit()
             except TransactionFailedError:
                 return self._existing_submit(name, request_id), False
-        log.info("event=submitted pipeline=%s epoch=%d digest=%s", name, term.epoch, record.digest)
+        log.info(
+            "event=submitted pipeline=%s epoch=%d digest=%s status=%s",
+            name,
+            term.epoch,
+            record.digest,
+            record.status.value,
+        )
         return record, True
+
+    def note_replication(self, term: Leadership, name: str, holders: int) -> PipelineRecord:
+        """A PENDING pipeline's code is on ``holders`` nimbuses: record it, activate if enough.
+
+        Past its ``replication_deadline`` the pipeline is activated anyway, with a reason
+        that says how many copies it has; never with no copy at all (the lost-code rule
+        fails it instead).
+        """
+
+        def noted(record: PipelineRecord) -> PipelineRecord | None:
+            if record.status is not PipelineStatus.PENDING:
+                return None
+            now = self._clock()
+            if holders >= record.replication_required:
+                return self._changed(
+                    record, term, status=PipelineStatus.ACTIVE, replication=holders
+                )
+            deadline = record.replication_deadline
+            if deadline is not None and now >= deadline and holders > 0:
+                reason = (
+                    f"activated at the replication wait limit with the code on {holders} of "
+                    f"the {record.replication_required} nimbuses required"
+                )
+                return self._changed(
+                    record, term, status=PipelineStatus.ACTIVE, replication=holders, reason=reason
+                )
+            if holders == record.replication:
+                return None
+            return self._changed(record, term, replication=holders)
+
+        return self._update(term, name, "replicated", noted)
+
+    def fail(self, term: Leadership, name: str, reason: str) -> PipelineRecord:
+        """Mark a pipeline FAILED (its code is lost), unless it is KILLED or FAILED already."""
+
+        def failed(record: PipelineRecord) -> PipelineRecord | None:
+            if not record.status.needs_code:
+                return None
+            return self._changed(record, term, status=PipelineStatus.FAILED, reason=reason)
+
+        return self._update(term, name, "failed", failed)
 
     def kill(self, term: Leadership, name: str, wait_secs: float) -> PipelineRecord:
         """Mark KILLED, removed after ``wait_secs``; a later kill may shorten the wait only."""
@@ -137,14 +198,28 @@ class PipelineOps:
 
     def digests_in_use(self) -> set[str]:
         """The package digests that some pipeline record names, read from ZooKeeper itself."""
-        digests = set()
-        for name in self._client.get_children(self._paths.pipelines):
+        return {record.digest for record in self.read_all().values()}
+
+    def read(self, name: str) -> PipelineRecord | None:
+        """One pipeline's record read from ZooKeeper itself, or None if there is none."""
+        try:
+            raw, _ = self._client.get(self._paths.pipeline(name))
+        except NoNodeError:
+            return None
+        return PipelineRecord.model_validate_json(raw)
+
+    def read_all(self) -> dict[str, PipelineRecord]:
+        """Every pipeline record, read from ZooKeeper itself (not a view), reads pipelined."""
+        names = self._client.get_children(self._paths.pipelines)
+        pending = {name: self._client.get_async(self._paths.pipeline(name)) for name in names}
+        records = {}
+        for name, result in pending.items():
             try:
-                raw, _ = self._client.get(self._paths.pipeline(name))
+                raw, _ = result.get()
             except NoNodeError:
-                continue
-            digests.add(PipelineRecord.model_validate_json(raw).digest)
-        return digests
+                continue  # removed since the listing
+            records[name] = PipelineRecord.model_validate_json(raw)
+        return records
 
     def _remove_if_still_killed(self, term: Leadership, name: str) -> bool:
         path = self._paths.pipeline(name)
@@ -225,10 +300,42 @@ class PipelineOps:
 
 
 def _refuse_if_killed(record: PipelineRecord, action: str) -> None:
-    if record.status is PipelineStatus.KILLED:
-        raise InvalidTransitionError(
-            f"cannot {action} pipeline {record.name!r}: it is KILLED and will be removed"
+    """Only kill applies to a pipeline that is KILLED, FAILED or waiting for replication."""
+    why = _REFUSALS.get(record.status)
+    if why is not None:
+        raise InvalidTransitionError(f"cannot {action} pipeline {record.name!r}: {why}")
+
+
+_REFUSALS = {
+    PipelineStatus.KILLED: "it is KILLED and will be removed",
+    PipelineStatus.FAILED: "it is FAILED; kill it and submit it again",
+    PipelineStatus.PENDING: "it is PENDING until its code reaches pipeline.min.replication.count "
+    "nimbuses",
+}
+
+
+@dataclass(frozen=True)
+class ReplicationPolicy:
+    """``pipeline.min.replication.count`` and ``pipeline.max.replication.wait.time.sec``."""
+
+    required: int
+    wait_secs: int  # -1: forever
+
+    @classmethod
+    def of(cls, conf: Mapping[str, Any], defaults: StratusConfig) -> ReplicationPolicy:
+        """The pipeline's own settings, else the cluster's."""
+        return cls(
+            required=conf.get(
+                "pipeline.min.replication.count", defaults.pipeline_min_replication_count
+            ),
+            wait_secs=conf.get(
+                "pipeline.max.replication.wait.time.sec",
+                defaults.pipeline_max_replication_wait_time_sec,
+            ),
         )
+
+    def deadline(self, now: float) -> float | None:
+        return None if self.wait_secs < 0 else now + self.wait_secs
 
 
 @contextmanager

@@ -1,8 +1,10 @@
 """The records of the nimbus API: what ZooKeeper holds and what HTTP carries, as pydantic models.
 
 The server writes them and the client (``stratus.client``) reads them, so both sides share
-this one definition. Pipeline status moves ACTIVE ⇄ INACTIVE → KILLED; a KILLED record is
-removed by the leader once its ``kill_at`` time has passed.
+this one definition. A pipeline is PENDING while its code reaches
+``pipeline.min.replication.count`` nimbuses, then moves ACTIVE ⇄ INACTIVE → KILLED; a KILLED
+record is removed by the leader once its ``kill_at`` time has passed. A pipeline whose code is
+on no live nimbus for ``nimbus.code.lost.fail.secs`` becomes FAILED, with the reason.
 """
 
 from __future__ import annotations
@@ -18,9 +20,25 @@ PIPELINE_NAME_RULE = "1-100 letters, digits, '_' and '-', starting with a letter
 
 
 class PipelineStatus(StrEnum):
+    PENDING = "PENDING"  # waiting for its code to reach the minimum replication
     ACTIVE = "ACTIVE"
     INACTIVE = "INACTIVE"
     KILLED = "KILLED"
+    FAILED = "FAILED"  # its code was lost: on no live nimbus for too long
+
+    @property
+    def needs_code(self) -> bool:
+        """Whether nimbuses fetch and keep this pipeline's code."""
+        return self not in (PipelineStatus.KILLED, PipelineStatus.FAILED)
+
+    @property
+    def needed_to_lead(self) -> bool:
+        """Whether a nimbus must hold this pipeline's code to lead (SPEC 000: active ones).
+
+        A PENDING pipeline's code may still be on the old leader alone; requiring it would
+        leave the cluster without a leader whenever a leader dies mid-submit.
+        """
+        return self in (PipelineStatus.ACTIVE, PipelineStatus.INACTIVE)
 
 
 class _Record(BaseModel):
@@ -47,6 +65,22 @@ class PipelineRecord(_Record):
         default=None, description="when a KILLED record is removed (wall clock)"
     )
     rebalances: int = Field(default=0, description="how many times the pipeline was rebalanced")
+    replication: int = Field(
+        default=1, description="nimbuses holding the code (while PENDING, and at activation)"
+    )
+    replication_required: int = Field(
+        default=1, description="pipeline.min.replication.count for this pipeline"
+    )
+    replication_deadline: float | None = Field(
+        default=None,
+        description="while PENDING: when the pipeline is activated even short of the "
+        "required replication (wall clock); null waits forever",
+    )
+    reason: str | None = Field(
+        default=None,
+        description="why the pipeline FAILED, or a note on its activation short of the "
+        "required replication",
+    )
 
 
 class NimbusRegistration(_Record):

@@ -2,7 +2,10 @@
 
 Reads are answered from the ``ClusterView`` (no ZooKeeper request); leader-only calls take
 the current term from the elector, or fail with ``NotLeaderError`` naming the leader, and
-run through ``PipelineOps`` with that term.
+run through ``PipelineOps`` with that term. A submitted package is received into a temporary
+file, checked (``check_package``) before anything is stored, then handed to the code
+distributor once the pipeline's record exists; the leader's duties activate pipelines whose
+code has reached its replication, fail pipelines whose code is lost, and remove killed ones.
 """
 
 from __future__ import annotations
@@ -10,23 +13,29 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from kazoo.exceptions import KazooException
 
+from stratus.codedist.code_sync import CodeSync
+from stratus.codedist.distributor import CodeDistributor, CodeMeta
+from stratus.codedist.errors import InvalidPackageError
+from stratus.codedist.package_check import CheckedPackage, PackageLimits, check_package
+from stratus.codedist.package_store import PackageStore, StoredPackage
+from stratus.config import StratusConfig
 from stratus.coordination.leader_elector import LeaderElector
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.cluster_view import ClusterView
 from stratus.nimbus.errors import (
     InvalidRequestError,
     NotLeaderError,
-    PipelineExistsError,
+    PackageRejectedError,
     UnknownPipelineError,
 )
-from stratus.codedist.package_store import PackageStore
 from stratus.nimbus.pipeline_conf import validate_pipeline_conf
-from stratus.nimbus.pipeline_ops import PipelineOps, check_pipeline_name
+from stratus.nimbus.pipeline_ops import PipelineOps, ReplicationPolicy, check_pipeline_name
 from stratus.nimbus.records import (
     ClusterSummary,
     LeaderInfo,
@@ -50,23 +59,25 @@ class NimbusService:
         address: str,
         view: ClusterView,
         ops: PipelineOps,
-        store: PackageStore,
+        incoming: PackageStore,
+        distributor: CodeDistributor,
         elector: LeaderElector,
-        kill_wait_secs: float,
-        max_upload_bytes: int,
+        conf: StratusConfig,
         clock: Callable[[], float],
     ) -> None:
         self.address = address
         self.view = view
         self._ops = ops
-        self._store = store
+        self.incoming = incoming
+        self._distributor = distributor
         self._elector = elector
-        self._kill_wait_secs = kill_wait_secs
-        self.max_upload_bytes = max_upload_bytes
+        self._conf = conf
+        self._limits = PackageLimits.from_config(conf)
+        self.max_upload_bytes = conf.nimbus_max_upload_bytes
         self._clock = clock
         self._submit_lock = threading.Lock()
         self._summary_cache: tuple[tuple[int, int], bytes] | None = None
-        self.kill_requested = threading.Event()  # wakes the removal of killed pipelines
+        self.duties_due = threading.Event()  # wakes the leader's duties before their period
         self._kills_lock = threading.Lock()
         self._recent_kills: dict[str, PipelineRecord] = {}  # killed, maybe not in the view yet
 
@@ -114,6 +125,11 @@ class NimbusService:
     def pipelines(self) -> list[PipelineRecord]:
         return [record for _, record in sorted(self.view.pipelines().items())]
 
+    def read_pipelines(self) -> dict[str, PipelineRecord]:
+        """Every pipeline record read from ZooKeeper itself, for decisions a stale view
+        must not make (whether a newly elected nimbus holds all the code)."""
+        return self._ops.read_all()
+
     def pipeline(self, name: str) -> PipelineRecord:
         check_pipeline_name(name)
         record = self.view.pipelines().get(name)
@@ -137,26 +153,50 @@ class NimbusService:
     def submit(
         self, name: str, conf_json: str, request_id: str, package: BinaryIO
     ) -> tuple[PipelineRecord, bool]:
-        """Store the package and create the pipeline; (record, created)."""
+        """Check and store the package, create the pipeline; (record, created).
+
+        ``name`` defaults to the manifest's; the submit's conf overrides the manifest's.
+        """
         term = self.leader_term()
-        check_pipeline_name(name)
-        conf = validate_pipeline_conf(_parse_conf(conf_json))
+        if name:
+            check_pipeline_name(name)
+        submit_conf = validate_pipeline_conf(_parse_conf(conf_json))
         if len(request_id) > MAX_REQUEST_ID_LENGTH:
             raise InvalidRequestError(f"request_id longer than {MAX_REQUEST_ID_LENGTH} characters")
-        with self._submit_lock:
-            stored = self._store.put(package)
-            try:
-                return self._ops.submit(term, name, conf, request_id, stored)
-            except (PipelineExistsError, NotLeaderError):
-                self._drop_if_unused({stored.digest})  # definitely not written: keep no orphan
-                raise
+        received = self.incoming.receive(package)
+        try:
+            manifest = self._checked(received.path).manifest
+            name = name or manifest.name
+            conf = validate_pipeline_conf({**manifest.pipeline_conf(), **submit_conf})
+            stored = StoredPackage(received.digest, received.size_bytes)
+            with self._submit_lock:
+                record, created = self._ops.submit(
+                    term,
+                    name,
+                    conf,
+                    request_id,
+                    stored,
+                    replication=ReplicationPolicy.of(conf, self._conf),
+                )
+                if record.digest == received.digest:
+                    self._distributor.upload(received.path, name)
+        finally:
+            received.path.unlink(missing_ok=True)
+        self.duties_due.set()
+        return record, created
+
+    def _checked(self, path: Path) -> CheckedPackage:
+        try:
+            return check_package(path, self._limits)
+        except InvalidPackageError as exc:
+            raise PackageRejectedError(str(exc)) from None
 
     def kill(self, name: str, wait_secs: float | None) -> PipelineRecord:
-        wait = self._kill_wait_secs if wait_secs is None else wait_secs
+        wait = self._conf.pipeline_kill_wait_secs if wait_secs is None else wait_secs
         record = self._ops.kill(self.leader_term(), name, wait)
         with self._kills_lock:
             self._recent_kills[name] = record
-        self.kill_requested.set()
+        self.duties_due.set()
         return record
 
     def activate(self, name: str) -> PipelineRecord:
@@ -168,11 +208,44 @@ class NimbusService:
     def rebalance(self, name: str, conf: dict[str, Any]) -> PipelineRecord:
         return self._ops.rebalance(self.leader_term(), name, conf)
 
-    def remove_killed(self) -> None:
-        """As leader: remove the killed pipelines whose wait is over, and their packages."""
-        term = self._elector.leadership
-        if term is None:
-            return
+    # ------------------------------------------------------------------ leader duties
+
+    def run_duties(self, term: Leadership, code: CodeSync) -> list[str]:
+        """One round of the leader's duties; the pipelines whose code this leader lacks.
+
+        A non-empty answer means this nimbus must stop leading (SPEC 000). The check runs
+        under the submit lock: a submit between its record and its upload is not a loss.
+        """
+        with self._submit_lock:
+            missing = code.missing()
+        if missing:
+            return missing
+        self.remove_killed(term)
+        self.activate_replicated(term)
+        self.fail_lost(term, code.lost())
+        return []
+
+    def activate_replicated(self, term: Leadership) -> None:
+        """Note the replication of PENDING pipelines; activate those with enough copies."""
+        for name, record in self.view.pipelines().items():
+            if record.status is not PipelineStatus.PENDING:
+                continue
+            holders = self._distributor.replication_count(
+                name, CodeMeta(record.digest, record.size_bytes)
+            )
+            self._ops.note_replication(term, name, holders)
+
+    def fail_lost(self, term: Leadership, lost: Mapping[str, float]) -> None:
+        """Mark FAILED the pipelines whose code has been on no live nimbus for too long."""
+        for name, seconds in lost.items():
+            reason = (
+                f"its code is on no live nimbus (lost for {seconds:.0f} s, past "
+                "nimbus.code.lost.fail.secs); kill it and submit it again"
+            )
+            self._ops.fail(term, name, reason)
+
+    def remove_killed(self, term: Leadership) -> None:
+        """Remove the killed pipelines whose wait is over, and their packages."""
         killed = {
             name: record
             for name, record in self.view.pipelines().items()
@@ -196,7 +269,7 @@ class NimbusService:
             log.warning("event=package_cleanup_skipped digests=%s error=%r", sorted(digests), exc)
             return
         for digest in digests - in_use:
-            self._store.remove(digest)
+            self._distributor.purge(digest)
 
 
 def _parse_conf(conf_json: str) -> dict[str, Any]:

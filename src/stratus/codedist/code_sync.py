@@ -1,0 +1,216 @@
+"""Keeps a nimbus's pipeline code in line with the pipelines ZooKeeper lists.
+
+Every nimbus, leader or standby, runs one ``CodeSync``. A round first drops the code of
+pipelines that no longer need it (KILLED, FAILED, removed, or submitted again with other
+code), then fetches the code of every pipeline that needs it and that this nimbus does not
+hold. Rounds run as soon as a ZooKeeper watch reports a new pipeline or new holders (unless
+``nimbus.code.watch`` is false), after a failed fetch with a growing pause, and every
+``nimbus.code.sync.freq.secs`` whatever happens, which repairs anything a watch missed.
+
+It also answers SPEC 000's leadership question: a nimbus may lead only when it holds the
+code of every active (ACTIVE or INACTIVE) pipeline; a PENDING one, whose code may be on the
+leader alone, does not count. A pipeline whose code is on no live nimbus for
+``nimbus.code.lost.fail.secs`` is excused, or no nimbus would ever lead again (Storm's
+STORM-3664); the leader then marks it FAILED::
+
+    sync = CodeSync(distributor, view.pipelines, ops.read, freq_secs=120, lost_fail_secs=300)
+    sync.start()
+    view.subscribe(sync.request)         # the watch path
+    sync.missing()                       # [] once this nimbus may lead
+    sync.stop()
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+from kazoo.exceptions import KazooException
+
+from stratus.codedist.distributor import CodeDistributor, CodeMeta
+from stratus.codedist.errors import CodeUnavailableError
+from stratus.errors import StratusError
+from stratus.nimbus.records import PipelineRecord
+
+log = logging.getLogger(__name__)
+
+FIRST_RETRY_SECS = 0.5
+
+
+def code_needed(
+    records: Mapping[str, PipelineRecord], *, to_lead: bool = False
+) -> dict[str, CodeMeta]:
+    """The code that nimbuses fetch (pipelines not KILLED or FAILED), or need to lead."""
+    return {
+        name: CodeMeta(record.digest, record.size_bytes)
+        for name, record in records.items()
+        if (record.status.needed_to_lead if to_lead else record.status.needs_code)
+    }
+
+
+class CodeSync:
+    """One nimbus's code sync thread and its may-lead answer; see the module docstring."""
+
+    def __init__(
+        self,
+        distributor: CodeDistributor,
+        pipelines: Callable[[], Mapping[str, PipelineRecord]],
+        read_record: Callable[[str], PipelineRecord | None],
+        *,
+        freq_secs: float,
+        lost_fail_secs: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._distributor = distributor
+        self._pipelines = pipelines
+        self._read_record = read_record
+        self._freq_secs = freq_secs
+        self._lost_fail_secs = lost_fail_secs
+        self._clock = clock
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._lost_since: dict[tuple[str, str], float] = {}
+        self._thread: threading.Thread | None = None
+        self.rounds = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="code-sync", daemon=True)
+        self._thread.start()
+
+    def request(self) -> None:
+        """Run a round now (never blocks: watch callbacks call it)."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    # ------------------------------------------------------------------ leadership
+
+    def missing(self, records: Mapping[str, PipelineRecord] | None = None) -> list[str]:
+        """The active pipelines whose code this nimbus lacks, but for those excused as lost.
+
+        ``records`` is an authoritative read when the caller has one (on gaining
+        leadership); else the watched view, and each pipeline that looks missing is
+        checked against ZooKeeper itself: a view one event behind still shows a pipeline
+        ACTIVE whose kill the sync has already acted on by deleting its code.
+        """
+        needed = code_needed(self._pipelines() if records is None else records, to_lead=True)
+        excused = self.lost(needed)
+        looks_missing = [
+            name
+            for name, meta in sorted(needed.items())
+            if name not in excused and not self._holds(name, meta)
+        ]
+        if records is not None:
+            return looks_missing
+        return [name for name in looks_missing if self._needed_to_lead(name, needed[name])]
+
+    def _needed_to_lead(self, name: str, meta: CodeMeta) -> bool:
+        """Whether ZooKeeper itself says a nimbus needs this code to lead (yes if unsure)."""
+        try:
+            record = self._read_record(name)
+        except (KazooException, StratusError):
+            return True
+        return record is not None and record.status.needed_to_lead and record.digest == meta.digest
+
+    def lost(self, needed: Mapping[str, CodeMeta] | None = None) -> dict[str, float]:
+        """Pipelines whose code has been on no live nimbus for ``lost_fail_secs``: seconds."""
+        if needed is None:
+            needed = code_needed(self._pipelines())
+        now = self._clock()
+        with self._lock:
+            return {
+                name: now - since
+                for (name, digest), since in self._lost_since.items()
+                if name in needed
+                and needed[name].digest == digest
+                and now - since >= self._lost_fail_secs
+            }
+
+    # ------------------------------------------------------------------ rounds
+
+    def sync_once(self) -> bool:
+        """One round; True if every needed pipeline's code is here afterwards."""
+        self.rounds += 1
+        needed = code_needed(self._pipelines())
+        self._drop_unneeded(needed)
+        complete = True
+        for name, meta in sorted(needed.items()):
+            if self._stopping.is_set():
+                return False
+            complete = self._ensure(name, meta) and complete
+        self._forget_lost_except(needed)
+        return complete
+
+    def _run(self) -> None:
+        retry = FIRST_RETRY_SECS
+        while not self._stopping.is_set():
+            try:
+                complete = self.sync_once()
+            except (StratusError, KazooException, OSError) as exc:
+                log.warning("event=code_sync_failed error=%r", exc)
+                complete = False
+            pause = self._freq_secs if complete else min(retry, self._freq_secs)
+            retry = FIRST_RETRY_SECS if complete else retry * 2
+            self._wake.wait(pause)
+            self._wake.clear()
+
+    def _drop_unneeded(self, needed: Mapping[str, CodeMeta]) -> None:
+        for name, meta in self._distributor.held().items():
+            if needed.get(name) != meta and not self._still_needed(name, meta):
+                log.info("event=code_dropped pipeline=%s digest=%s", name, meta.digest)
+                self._distributor.cleanup(name)
+
+    def _still_needed(self, name: str, meta: CodeMeta) -> bool:
+        """Ask ZooKeeper itself before dropping: the view may not show a new record yet.
+
+        A submit creates the record, then registers the code; a drop decided from a view
+        that lags by one watch event would delete the only copy.
+        """
+        record = self._read_record(name)
+        return record is not None and record.status.needs_code and record.digest == meta.digest
+
+    def _ensure(self, name: str, meta: CodeMeta) -> bool:
+        """Hold ``name``'s code, fetching it if need be; False if no holder could give it."""
+        if self._holds(name, meta):
+            return True
+        try:
+            self._distributor.replicate(name, meta)
+        except CodeUnavailableError as exc:
+            log.warning(
+                "event=code_fetch_failed pipeline=%s digest=%s error=%s", name, meta.digest, exc
+            )
+            return False
+        log.info("event=code_replicated pipeline=%s digest=%s", name, meta.digest)
+        return True
+
+    def _holds(self, name: str, meta: CodeMeta) -> bool:
+        """Whether the code is here; notes when it is on no live nimbus at all."""
+        if self._distributor.holds(name, meta):
+            self._note_found(name)
+            return True
+        if self._distributor.replication_count(name, meta) > 0:
+            self._note_found(name)
+        else:
+            with self._lock:
+                self._lost_since.setdefault((name, meta.digest), self._clock())
+        return False
+
+    def _note_found(self, name: str) -> None:
+        with self._lock:
+            for key in [key for key in self._lost_since if key[0] == name]:
+                del self._lost_since[key]
+
+    def _forget_lost_except(self, needed: Mapping[str, CodeMeta]) -> None:
+        with self._lock:
+            for key in list(self._lost_since):
+                if key[0] not in needed or needed[key[0]].digest != key[1]:
+                    del self._lost_since[key]

@@ -1,0 +1,212 @@
+"""The decisions of ``CodeSync``, driven with a fake distributor and a fake clock.
+
+Pure logic only: which code a nimbus fetches and drops, and when lost code stops blocking
+leadership. That replication really works is proven with real processes in
+``test_code_replication.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from stratus.codedist.code_sync import CodeSync, code_needed
+from stratus.codedist.distributor import CodeMeta
+from stratus.codedist.errors import CodeUnavailableError
+from stratus.nimbus.records import PipelineRecord, PipelineStatus
+
+LOST_FAIL_SECS = 30.0
+
+
+class FakeDistributor:
+    """Holds what ``held`` says; ``elsewhere`` is how many other nimbuses hold each digest."""
+
+    def __init__(self) -> None:
+        self.held_code: dict[str, CodeMeta] = {}
+        self.elsewhere: dict[str, int] = {}
+        self.cleaned: list[str] = []
+
+    def prepare(self) -> None: ...
+
+    def upload(self, package: Path, pipeline: str) -> CodeMeta:
+        raise NotImplementedError
+
+    def download(self, dest: Path, pipeline: str, meta: CodeMeta) -> list[Path]:
+        raise NotImplementedError
+
+    def replication_count(self, pipeline: str, meta: CodeMeta) -> int:
+        here = 1 if self.held_code.get(pipeline) == meta else 0
+        return here + self.elsewhere.get(meta.digest, 0)
+
+    def holds(self, pipeline: str, meta: CodeMeta) -> bool:
+        return self.held_code.get(pipeline) == meta
+
+    def replicate(self, pipeline: str, meta: CodeMeta) -> None:
+        if not self.elsewhere.get(meta.digest):
+            raise CodeUnavailableError(f"no holder of {pipeline}")
+        self.held_code[pipeline] = meta
+
+    def held(self) -> dict[str, CodeMeta]:
+        return dict(self.held_code)
+
+    def cleanup(self, pipeline: str) -> None:
+        self.cleaned.append(pipeline)
+        self.held_code.pop(pipeline, None)
+
+    def purge(self, digest: str) -> None: ...
+
+    def on_change(self, callback: Callable[[], None]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def record(
+    name: str, status: PipelineStatus = PipelineStatus.ACTIVE, digest: str = ""
+) -> PipelineRecord:
+    return PipelineRecord(
+        name=name,
+        status=status,
+        digest=digest or f"digest-{name}",
+        size_bytes=10,
+        submitted=0.0,
+        updated=0.0,
+        epoch=1,
+    )
+
+
+def meta_of(name: str) -> CodeMeta:
+    return CodeMeta(f"digest-{name}", 10)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_sync(
+    records: dict[str, PipelineRecord],
+    in_zookeeper: dict[str, PipelineRecord] | None = None,
+) -> tuple[CodeSync, FakeDistributor, Clock]:
+    """A sync whose view shows ``records``; ZooKeeper itself holds ``in_zookeeper``."""
+    distributor, clock = FakeDistributor(), Clock()
+    authoritative = records if in_zookeeper is None else in_zookeeper
+    sync = CodeSync(
+        distributor,
+        lambda: records,
+        authoritative.get,
+        freq_secs=60,
+        lost_fail_secs=LOST_FAIL_SECS,
+        clock=clock,
+    )
+    return sync, distributor, clock
+
+
+def test_only_pipelines_that_are_not_killed_or_failed_need_code():
+    records = {
+        "a": record("a"),
+        "p": record("p", PipelineStatus.PENDING),
+        "i": record("i", PipelineStatus.INACTIVE),
+        "k": record("k", PipelineStatus.KILLED),
+        "f": record("f", PipelineStatus.FAILED),
+    }
+    assert sorted(code_needed(records)) == ["a", "i", "p"]
+    assert sorted(code_needed(records, to_lead=True)) == ["a", "i"]
+
+
+def test_a_pending_pipeline_is_fetched_but_does_not_stop_a_nimbus_leading():
+    """Its code may be on the dead leader alone; the new leader must still take over."""
+    sync, distributor, _ = make_sync({"p": record("p", PipelineStatus.PENDING)})
+    assert sync.missing() == []
+    distributor.elsewhere = {"digest-p": 1}
+    sync.sync_once()
+    assert distributor.held() == {"p": meta_of("p")}
+
+
+def test_a_round_fetches_missing_code_and_drops_code_no_pipeline_needs():
+    records = {"new": record("new"), "gone": record("gone", PipelineStatus.KILLED)}
+    sync, distributor, _ = make_sync(records)
+    distributor.held_code = {"gone": meta_of("gone"), "stale": CodeMeta("old", 1)}
+    distributor.elsewhere = {"digest-new": 1}
+
+    assert sync.sync_once() is True
+    assert distributor.held() == {"new": meta_of("new")}
+    assert sorted(distributor.cleaned) == ["gone", "stale"]
+    assert sync.missing() == []
+
+
+def test_code_of_a_record_the_view_does_not_show_yet_is_kept():
+    """A submit registers its code right after creating the record; the view may lag."""
+    sync, distributor, _ = make_sync({}, in_zookeeper={"fresh": record("fresh")})
+    distributor.held_code = {"fresh": meta_of("fresh")}
+    sync.sync_once()
+    assert distributor.cleaned == []
+    assert distributor.held() == {"fresh": meta_of("fresh")}
+
+
+def test_a_view_one_event_behind_a_kill_does_not_count_the_deleted_code_missing():
+    """The view still says ACTIVE; ZooKeeper says KILLED, and the sync deleted the code."""
+    killed = record("gone", PipelineStatus.KILLED)
+    sync, _, _ = make_sync({"gone": record("gone")}, in_zookeeper={"gone": killed})
+    assert sync.missing() == []
+
+
+def test_code_submitted_again_under_the_same_name_replaces_the_old():
+    records = {"etl": record("etl", digest="v2")}
+    sync, distributor, _ = make_sync(records)
+    distributor.held_code = {"etl": CodeMeta("v1", 10)}
+    distributor.elsewhere = {"v2": 1}
+
+    sync.sync_once()
+    assert distributor.cleaned == ["etl"]
+    assert distributor.held() == {"etl": CodeMeta("v2", 10)}
+
+
+def test_a_round_that_cannot_fetch_reports_it_and_the_pipeline_stays_missing():
+    sync, distributor, _ = make_sync({"x": record("x")})
+    distributor.elsewhere = {}
+    assert sync.sync_once() is False
+    assert sync.missing() == ["x"]
+
+
+def test_code_held_by_another_live_nimbus_is_never_excused():
+    sync, distributor, clock = make_sync({"x": record("x")})
+    distributor.elsewhere = {"digest-x": 1}  # on another nimbus, just not fetched yet
+    sync.missing()
+    clock.now += LOST_FAIL_SECS * 10
+    assert sync.missing() == ["x"]
+    assert sync.lost() == {}
+
+
+def test_code_on_no_live_nimbus_is_excused_only_after_the_limit():
+    sync, _, clock = make_sync({"x": record("x"), "y": record("y")})
+    sync.missing()  # first seen lost now
+    clock.now += LOST_FAIL_SECS - 1
+    assert sync.missing() == ["x", "y"]
+    assert sync.lost() == {}
+
+    clock.now += 1
+    assert sync.missing() == []
+    assert sync.lost() == {"x": LOST_FAIL_SECS, "y": LOST_FAIL_SECS}
+
+
+def test_lost_code_that_reappears_restarts_the_clock():
+    sync, distributor, clock = make_sync({"x": record("x")})
+    sync.missing()
+    clock.now += LOST_FAIL_SECS - 1
+    distributor.elsewhere = {"digest-x": 1}  # a nimbus holding it came back
+    sync.missing()
+    distributor.elsewhere = {}  # and went again
+    sync.missing()
+    clock.now += LOST_FAIL_SECS - 1
+    assert sync.lost() == {}
+    assert sync.missing() == ["x"]
+
+
+def test_an_authoritative_read_overrides_the_view():
+    sync, distributor, _ = make_sync({})
+    distributor.elsewhere = {"digest-late": 1}
+    assert sync.missing() == []
+    assert sync.missing({"late": record("late")}) == ["late"]
