@@ -85,6 +85,7 @@ from _report import (
     report_console,
 )
 from stratus.client import NimbusClient
+from stratus.codedist.package_build import package_bytes
 from stratus.errors import StratusError
 from stratus.nimbus.daemon import NIMBUS_GROUP
 from stratus.nimbus.records import ClusterSummary, LeaderInfo
@@ -107,7 +108,12 @@ SPARK_PROBE_DRIVER = "driver-20000101000000-0000"  # a driver id no master ever 
 SPARK_DAEMON_MEMORY = "256m"
 SPARK_WORKER_OFFER = ("--cores", "1", "--memory", "512m")  # what the worker offers to apps
 PIPELINE = "bench-failover"
-PIPELINE_PACKAGE = b"stratus bench/failover.py: a package that is never run\n"
+PIPELINE_PACKAGE = package_bytes(
+    {
+        "stratus.yaml": "name: bench\nkind: app\nentrypoint: bench:run\n",
+        "bench.py": "def run(spark, context):  # bench/failover.py never runs it\n    pass\n",
+    }
+)
 HTTP_TIMEOUT_SECS = 2.0
 READY_TIMEOUT_SECS = 180.0  # a JVM start on a loaded 2-CPU machine
 WHOLE_POLL_SECS = 0.1

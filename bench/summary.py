@@ -71,6 +71,7 @@ from _report import (
     print_verdicts,
     raise_interrupted,
 )
+from stratus.codedist.package_build import package_bytes
 from stratus.coordination.records import SlotRecord
 from stratus.local_processes import NimbusProcess, ProcessStartError
 from stratus.nimbus.daemon import NIMBUS_GROUP
@@ -393,6 +394,17 @@ def agreed_leader(nimbuses: list[NimbusProcess]) -> str:
     raise BenchError("the nimbuses did not agree on a leader")
 
 
+def bench_package(name: str) -> bytes:
+    """A valid package of about ``PACKAGE_BYTES``, its padding random (so never shared)."""
+    return package_bytes(
+        {
+            "stratus.yaml": f"name: {name}\nkind: app\nentrypoint: job:run\n",
+            "job.py": "def run(spark, context):  # bench/summary.py never runs it\n    pass\n",
+            "padding.bin": os.urandom(PACKAGE_BYTES),
+        }
+    )
+
+
 def submit_pipelines(leader: NimbusProcess, count: int) -> None:
     """``count`` pipelines with a package and a conf each; every fifth one deactivated."""
     conf = {
@@ -407,7 +419,7 @@ def submit_pipelines(leader: NimbusProcess, count: int) -> None:
             response = http.post(
                 "/api/v1/pipelines",
                 data={"name": name, "conf": json.dumps(conf), "request_id": f"bench-{name}"},
-                files={"package": (f"{name}.zip", os.urandom(PACKAGE_BYTES))},
+                files={"package": (f"{name}.zip", bench_package(name))},
             )
             if response.status_code not in (200, 201):
                 raise BenchError(f"submit {name}: {response.status_code} {response.text}")

@@ -10,7 +10,8 @@ the right ``Allow`` for undeclared methods.
 
 To fuzz the writes and not only their 404s, half of the valid cases are steered onto pipelines
 submitted beforehand (``kept-*`` for activate, deactivate, rebalance and reads; ``doomed-*``
-for kill) and onto confs that pipeline_conf.py accepts (``spark.*`` keys); see ``map_case``.
+for kill), onto confs that pipeline_conf.py accepts (``spark.*`` keys), and for submits onto
+valid packages (random bytes are no zip with a manifest); see ``map_case``.
 
 The run is deterministic (fixed seed, derandomized, no example database) and short; a longer
 one is an environment variable away::
@@ -37,6 +38,7 @@ from schemathesis.core.mutations import OperatorKind
 
 from stratus.local_processes import NimbusProcess
 from tests.nimbus_cluster import nimbus_cluster
+from tests.package_factory import valid_package
 
 EXAMPLES = int(os.environ.get("STRATUS_FUZZ_EXAMPLES", "25"))  # fuzzing phase, per operation
 SEED = int(os.environ.get("STRATUS_FUZZ_SEED", "20260522"))
@@ -49,13 +51,16 @@ KILL, ACTIVATE, DEACTIVATE, REBALANCE = (
 )
 # A pipeline conf is a JSON object in a form field (submit) or a free-form object (rebalance);
 # the document cannot say which keys and values pipeline_conf.py accepts, so a schema-valid
-# conf may rightly be refused. For these two, the test replaces schemathesis's check
-# positive_data_acceptance with its own: a refusal of schema-valid input must be about the conf.
+# conf may rightly be refused, and so may a package (any bytes are schema-valid; only a zip
+# with a manifest is a package). For these two, the test replaces schemathesis's check
+# positive_data_acceptance with its own: a refusal of schema-valid input must be about the
+# conf or the package.
 CONF_OPERATIONS = frozenset({SUBMIT, REBALANCE})
 SPARK_SCALARS = (str, int, float, bool)
 
 statuses: defaultdict[str, Counter[int]] = defaultdict(Counter)  # operation -> status -> count
 failed: set[str] = set()  # operations whose fuzz stopped at a failure
+made_valid: set[int] = set()  # ids of submit cases given a valid package and conf by map_case
 
 
 @pytest.fixture(autouse=True)
@@ -78,7 +83,7 @@ def fuzzed_nimbus(zk_server, tmp_path_factory) -> Iterator[NimbusProcess]:
             response = httpx.post(
                 f"{nimbus.url}/api/v1/pipelines",
                 data={"name": name},
-                files={"package": ("package.zip", name.encode())},
+                files={"package": ("package.zip", valid_package(name))},
                 timeout=REQUEST_TIMEOUT_SECS,
             )
             assert response.status_code == 201, response.text
@@ -108,7 +113,7 @@ def steered(kind: str, index: int) -> str:
 
 
 def map_case(_: Any, case: Case[Any]) -> Case[Any]:
-    """Steer half of the valid cases to existing pipelines and to confs that are valid too.
+    """Steer valid cases to existing pipelines, valid confs (half) and valid packages (all).
 
     Half: those whose generated name (or conf) has an odd length, so the choice is a function
     of the generated case and the run stays deterministic.
@@ -125,8 +130,15 @@ def map_case(_: Any, case: Case[Any]) -> Case[Any]:
         conf = body.get("conf")
         if label == REBALANCE and isinstance(conf, dict) and len(conf) % 2:
             case.body = {**body, "conf": spark_conf(conf)}
-        elif label == SUBMIT and isinstance(conf, str) and len(conf) % 2:
-            case.body = {**body, "conf": json.dumps(spark_conf({conf: conf}))}
+        elif label == SUBMIT:
+            made_valid.add(id(case))
+            steered_body: dict[str, Any] = {
+                **body,
+                "package": valid_package(extra={"note.txt": repr(body)}),
+            }
+            if isinstance(conf, str) and len(conf) % 2:
+                steered_body["conf"] = json.dumps(spark_conf({conf: conf}))
+            case.body = steered_body
     return case
 
 
@@ -139,7 +151,8 @@ def spark_conf(conf: dict[str, Any]) -> dict[str, Any]:
 
 
 def filter_failure(_: Any, failure: Failure, case: Case[Any], __: Any) -> bool:
-    """Drop one false positive of schemathesis 4.32: a multipart field's "wrong type".
+    """Drop false positives: a submit that map_case made valid, and a multipart field's
+    "wrong type" (schemathesis 4.32).
 
     Every part of a multipart form is text or bytes on the wire. A negative case that only
     changes the type of form fields (``package`` generated as the integer 24056 is sent as the
@@ -148,6 +161,8 @@ def filter_failure(_: Any, failure: Failure, case: Case[Any], __: Any) -> bool:
     """
     if not isinstance(failure, AcceptedNegativeData) or case.operation.label != SUBMIT:
         return True
+    if id(case) in made_valid:
+        return False  # map_case replaced its package and conf with valid ones: accepting is right
     mutations = getattr(case.meta.phase.data, "mutations", ()) if case.meta else ()
     return not mutations or any(m.operator is not OperatorKind.CHANGE_TYPE for m in mutations)
 
@@ -166,7 +181,8 @@ def test_no_request_breaks_the_api(case: Case[Any]) -> None:
     positive = case.meta is not None and case.meta.generation.mode.is_positive
     if excluded and positive and response.status_code == 422:
         error = response.json()
-        assert error["error"] == "invalid_conf" or error["message"].startswith("conf "), error
+        about = {"invalid_conf", "invalid_package"} if label == SUBMIT else {"invalid_conf"}
+        assert error["error"] in about or error["message"].startswith("conf "), error
     failed.discard(label)
 
 

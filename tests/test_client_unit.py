@@ -21,6 +21,7 @@ from stratus.client import (
     BACKOFF_MAX_SECS,
     InvalidConfError,
     InvalidNameError,
+    InvalidPackageError,
     InvalidTransitionError,
     NimbusClient,
     NimbusUnreachableError,
@@ -41,8 +42,10 @@ from stratus.nimbus.records import (
     PipelineRecord,
     PipelineStatus,
 )
+from tests.package_factory import valid_package, valid_package_dir
 
 A, B, C = "10.0.0.1:6627", "10.0.0.2:6627", "10.0.0.3:6627"
+PACKAGE = valid_package("wordcount")
 LEADER_PATH = "/api/v1/leader"
 
 # What a fake nimbus does with a call: answer, or fail as the network would.
@@ -272,7 +275,7 @@ def test_submit_sends_the_same_request_id_on_every_retry_across_a_failover(
     cluster, fake_time, tmp_path
 ):
     package = tmp_path / "wordcount.zip"
-    package.write_bytes(b"PK\x03\x04 code")
+    package.write_bytes(valid_package("wordcount"))
     # A leads, fails twice (unavailable, then a lost response), then dies; B takes over.
     cluster.nimbuses[A] = Nimbus(
         leaders=[A], answers=[error(UnavailableError), httpx.ReadTimeout, httpx.ConnectError]
@@ -296,22 +299,38 @@ def test_submit_sends_the_package_and_conf_as_the_form_fields(cluster, fake_time
     cluster.nimbuses[A] = Nimbus(leaders=[A], answers=[ok(record(), status=201)])
 
     with client_of(cluster, fake_time, [A]) as client:
-        client.submit("wordcount", b"the code", {"spark.x": True}, request_id="req-1")
+        client.submit("wordcount", PACKAGE, {"spark.x": True}, request_id="req-1")
 
     body = cluster.requests[-1].content
     assert b'name="name"\r\n\r\nwordcount\r\n' in body
     assert b'name="conf"\r\n\r\n{"spark.x": true}\r\n' in body
     assert b'name="request_id"\r\n\r\nreq-1\r\n' in body
-    assert b'name="package"; filename="package"' in body
-    assert b"the code" in body
+    assert b'name="package"; filename="package.zip"' in body
+    assert PACKAGE in body
+
+
+def test_a_package_directory_is_zipped_and_checked_before_any_request(cluster, fake_time, tmp_path):
+    cluster.nimbuses[A] = Nimbus(leaders=[A], answers=[ok(record(), status=201)])
+    source = valid_package_dir(tmp_path, "wordcount")
+
+    with client_of(cluster, fake_time, [A]) as client:
+        client.submit(None, source)
+        (source / "stratus.yaml").write_text("name: wordcount\nkind: jar\n")
+        with pytest.raises(InvalidPackageError, match="kind"):
+            client.submit(None, source)
+
+    assert len(cluster.sent("/api/v1/pipelines")) == 1
+    body = cluster.requests[-1].content
+    assert b'name="name"\r\n\r\n\r\n' in body  # the nimbus takes the manifest's name
+    assert b"stratus.yaml" in body
 
 
 def test_each_submit_call_has_its_own_request_id(cluster, fake_time):
     cluster.nimbuses[A] = Nimbus(leaders=[A], answers=[ok(record(), status=201)])
 
     with client_of(cluster, fake_time, [A]) as client:
-        client.submit("one", b"code")
-        client.submit("two", b"code")
+        client.submit("one", PACKAGE)
+        client.submit("two", PACKAGE)
 
     first, second = request_ids(cluster)
     assert first != second
@@ -332,7 +351,7 @@ def test_non_retryable_errors_are_raised_at_once_as_their_class(cluster, fake_ti
     cluster.nimbuses[A] = Nimbus(leaders=[A], answers=[error(cls, "the nimbus says no")])
 
     with client_of(cluster, fake_time, [A]) as client, pytest.raises(cls, match="says no"):
-        client.submit("wordcount", b"code")
+        client.submit("wordcount", PACKAGE)
 
     assert len(cluster.sent("/api/v1/pipelines")) == 1
     assert fake_time.sleeps == []
@@ -341,9 +360,11 @@ def test_non_retryable_errors_are_raised_at_once_as_their_class(cluster, fake_ti
 def test_bad_names_and_conf_are_refused_before_any_request(cluster, fake_time):
     with client_of(cluster, fake_time, [A]) as client:
         with pytest.raises(InvalidNameError, match="invalid pipeline name"):
-            client.submit("../etc", b"code")
+            client.submit("../etc", PACKAGE)
         with pytest.raises(InvalidConfError, match="JSON"):
-            client.submit("wordcount", b"code", {"spark.x": object()})
+            client.submit("wordcount", PACKAGE, {"spark.x": object()})
+        with pytest.raises(InvalidPackageError, match="not a zip"):
+            client.submit("wordcount", b"code")
         with pytest.raises(InvalidConfError, match="at least one"):
             client.rebalance("wordcount", {})
         with pytest.raises(nimbus_errors.InvalidRequestError, match="wait_secs"):
@@ -495,12 +516,13 @@ def test_cli_reports_unreachable_nimbuses_naming_the_seeds(cluster):
 
 def test_cli_submit_parses_conf_values_as_yaml_scalars(cluster, tmp_path):
     package = tmp_path / "job.zip"
-    package.write_bytes(b"code")
+    package.write_bytes(PACKAGE)
     cluster.nimbuses[A] = Nimbus(leaders=[A], answers=[ok(record(), status=201)])
 
     result = run_cli(
         cluster,
-        *("submit", "wordcount", str(package), "--conf", "spark.sql.shuffle.partitions=4"),
+        *("submit", str(package), "--name", "wordcount"),
+        *("--conf", "spark.sql.shuffle.partitions=4"),
         *("--conf", "spark.x.enabled=true", "--conf", "pipeline.checkpoint.root=s3://b/c"),
     )
 

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import json
 import re
+import stat
+import warnings
+import zipfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +21,7 @@ import pytest
 from stratus.nimbus.records import PipelineRecord
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
+from tests.package_factory import valid_package
 from tests.zkfixtures import kazoo_client, wait_until
 
 MAX_UPLOAD = 4096
@@ -49,7 +54,12 @@ def standby_urls(cluster: NimbusCluster) -> list[str]:
     return [n.url for n in cluster.nimbuses if n.address != leader]
 
 
-def submit(url: str, name: str, package: bytes = b"package", **form: str) -> httpx.Response:
+def package(note: str) -> bytes:
+    """A valid package whose bytes differ with ``note``."""
+    return valid_package(extra={"note.txt": note})
+
+
+def submit(url: str, name: str, package: bytes, **form: str) -> httpx.Response:
     return httpx.post(
         f"{url}/api/v1/pipelines", data={"name": name, **form}, files={"package": package}
     )
@@ -95,11 +105,11 @@ def test_a_leader_only_call_on_a_standby_is_not_leader_naming_the_leader(
 
 def test_submit_then_the_lifecycle_active_inactive_killed_and_removed(cluster):
     url = leader_url(cluster)
-    created = submit(url, "lifecycle", b"code-1", conf=json.dumps({"spark.a": "1"}))
+    created = submit(url, "lifecycle", package("code-1"), conf=json.dumps({"spark.a": "1"}))
     assert created.status_code == 201, created.text
     record = PipelineRecord.model_validate(created.json())
     assert record.status == "ACTIVE"
-    assert record.digest == hashlib.sha256(b"code-1").hexdigest()
+    assert record.digest == hashlib.sha256(package("code-1")).hexdigest()
     steps = [("deactivate", "INACTIVE"), ("activate", "ACTIVE"), ("deactivate", "INACTIVE")]
     for action, status in steps:
         response = httpx.post(f"{url}/api/v1/pipelines/lifecycle/{action}")
@@ -125,33 +135,35 @@ def test_submit_then_the_lifecycle_active_inactive_killed_and_removed(cluster):
 
 def test_kill_without_a_wait_uses_the_configured_wait_and_removes_the_package(cluster):
     url = leader_url(cluster)
-    record = submit(url, "short-lived", b"short-lived-code").json()
+    code = package("short-lived-code")
+    record = submit(url, "short-lived", code).json()
     leader = cluster.by_address(cluster.wait_for_agreed_leader())
-    package = leader.local_dir / "packages" / f"{record['digest']}.pkg"
-    assert package.read_bytes() == b"short-lived-code"
+    stored = leader.local_dir / "packages" / f"{record['digest']}.pkg"
+    assert stored.read_bytes() == code
     httpx.post(f"{url}/api/v1/pipelines/short-lived/kill")
     wait_until(lambda: "short-lived" not in pipelines_on(url), 10, "the record removed")
-    wait_until(lambda: not package.exists(), 10, "the package removed")
+    wait_until(lambda: not stored.exists(), 10, "the package removed")
 
 
 def test_bad_input_gets_its_own_status_and_changes_nothing(cluster):
     url = leader_url(cluster)
-    assert submit(url, "keeper", b"keeper-code").status_code == 201
+    assert submit(url, "keeper", package("keeper-code")).status_code == 201
     before = pipelines_on(url)
     leader = cluster.by_address(cluster.wait_for_agreed_leader())
     packages_before = sorted(p.name for p in (leader.local_dir / "packages").iterdir())
     cases = [
-        (submit(url, "keeper", b"other-code"), 409, "pipeline_exists"),
-        (submit(url, "bad/name", b"x1"), 422, "invalid_name"),
-        (submit(url, "-dash", b"x2"), 422, "invalid_name"),
-        (submit(url, "c1", b"x3", conf='{"spark.x": 1, "sparkx": 2}'), 422, "invalid_conf"),
-        (submit(url, "c2", b"x4", conf='{"pipeline.min.replication.count": 0}'), 422,
+        (submit(url, "keeper", package("other-code")), 409, "pipeline_exists"),
+        (submit(url, "bad/name", package("x1")), 422, "invalid_name"),
+        (submit(url, "-dash", package("x2")), 422, "invalid_name"),
+        (submit(url, "c1", package("x3"), conf='{"spark.x": 1, "sparkx": 2}'), 422, "invalid_conf"),
+        (submit(url, "c2", package("x4"), conf='{"pipeline.min.replication.count": 0}'), 422,
          "invalid_conf"),
-        (submit(url, "c3", b"x5", conf="{not json"), 422, "invalid_request"),
-        (submit(url, "c4", b"x6", conf="[1, 2]"), 422, "invalid_request"),
+        (submit(url, "c3", package("x5"), conf="{not json"), 422, "invalid_request"),
+        (submit(url, "c4", package("x6"), conf="[1, 2]"), 422, "invalid_request"),
         (submit(url, "big", b"x" * (MAX_UPLOAD + 1)), 413, "package_too_large"),
         (submit(url, "huge", b"x" * (MAX_UPLOAD + 200_000)), 413, "package_too_large"),
         (submit(url, "empty", b""), 422, "invalid_request"),
+        (submit(url, "garbage", b"not a zip"), 422, "invalid_package"),
         (httpx.post(f"{url}/api/v1/pipelines", data={"name": "nofile"}), 422, "invalid_request"),
         (httpx.post(f"{url}/api/v1/pipelines/nope/activate"), 404, "unknown_pipeline"),
         (httpx.get(f"{url}/api/v1/pipelines/nope"), 404, "unknown_pipeline"),
@@ -173,11 +185,12 @@ def test_bad_input_gets_its_own_status_and_changes_nothing(cluster):
 
 def test_a_retried_submit_with_the_same_request_id_creates_one_pipeline(cluster):
     url = leader_url(cluster)
-    first = submit(url, "once", b"once-code", request_id="req-42")
-    second = submit(url, "once", b"once-code", request_id="req-42")
+    code = package("once-code")
+    first = submit(url, "once", code, request_id="req-42")
+    second = submit(url, "once", code, request_id="req-42")
     assert (first.status_code, second.status_code) == (201, 200)
     assert first.json() == second.json()
-    other = submit(url, "once", b"once-code", request_id="req-43")
+    other = submit(url, "once", code, request_id="req-43")
     assert (other.status_code, error_of(other)) == (409, "pipeline_exists")
 
 
@@ -209,6 +222,7 @@ def test_the_openapi_document_describes_every_route(cluster):
         "/api/v1/pipelines/{name}/activate",
         "/api/v1/pipelines/{name}/deactivate",
         "/api/v1/pipelines/{name}/rebalance",
+        "/api/v1/code/{digest}",
     }
 
 
@@ -235,3 +249,49 @@ def test_cluster_summary_requests_cause_no_zookeeper_reads(cluster, zk_server):
         after = zookeeper_packets_from(zk_server, session)
     # Only the session's own pings and lease renewals, a few per second, reach ZooKeeper.
     assert after - before < requests / 20, f"{after - before} packets for {requests} requests"
+
+
+def zip_of(*entries: tuple[str | zipfile.ZipInfo, bytes], manifest: bool = True) -> bytes:
+    """A zip holding a valid manifest and module (unless ``manifest`` is false) plus entries."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        if manifest:
+            archive.writestr("stratus.yaml", "name: evil\nkind: app\nentrypoint: main:run\n")
+            archive.writestr("main.py", "def run(spark, context):\n    pass\n")
+        with warnings.catch_warnings():  # zipfile warns of the duplicate it is asked to write
+            warnings.simplefilter("ignore", UserWarning)
+            for name, data in entries:
+                archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def special(name: str, mode: int) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name)
+    info.external_attr = mode << 16
+    return info
+
+
+MALICIOUS = {
+    "absolute path": (zip_of(("/etc/cron.d/evil", b"x")), "/etc/cron.d/evil"),
+    "parent component": (zip_of(("lib/../../evil.py", b"x")), "lib/../../evil.py"),
+    "symlink": (zip_of((special("link", stat.S_IFLNK | 0o777), b"/etc/passwd")), "link"),
+    "device file": (zip_of((special("dev", stat.S_IFCHR | 0o600), b"")), "dev"),
+    "duplicate": (zip_of(("twice.py", b"a"), ("twice.py", b"b")), "twice.py"),
+    "zip bomb": (zip_of(("bomb.bin", bytes(3 << 20))), "bomb.bin"),
+    "no manifest": (zip_of(("main.py", b"x"), manifest=False), "stratus.yaml"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALICIOUS))
+def test_every_malicious_package_is_rejected_naming_its_entry_and_nothing_is_kept(cluster, case):
+    data, entry = MALICIOUS[case]
+    assert len(data) <= MAX_UPLOAD, "the case must be refused for what it is, not its size"
+    url = leader_url(cluster)
+    leader = cluster.by_address(cluster.wait_for_agreed_leader())
+    before = pipelines_on(url)
+    packages_before = sorted(p.name for p in (leader.local_dir / "packages").iterdir())
+    response = submit(url, f"evil-{case.replace(' ', '-')}", data)
+    assert (response.status_code, error_of(response)) == (422, "invalid_package"), response.text
+    assert entry in response.json()["message"]
+    assert pipelines_on(url) == before
+    assert sorted(p.name for p in (leader.local_dir / "packages").iterdir()) == packages_before

@@ -18,6 +18,7 @@ from stratus.nimbus.daemon import Nimbus
 from stratus.nimbus.errors import NotLeaderError
 from stratus.zk.server import ZooKeeperServer, pick_free_port
 from tests.nimbus_cluster import SESSION_SECS, nimbus_cluster
+from tests.package_factory import valid_package_dir
 from tests.zkfixtures import wait_until
 
 
@@ -141,10 +142,9 @@ def test_the_cli_pointed_at_a_standby_works(zk_server: ZooKeeperServer, tmp_path
     with nimbus_cluster(zk_server.connect_string, tmp_path, request.node.name) as cluster:
         leader = cluster.wait_for_agreed_leader()
         standby = next(a for a in cluster.seeds if a != leader)
-        package = tmp_path / "package.zip"
-        package.write_bytes(b"cli package")
+        package = valid_package_dir(tmp_path / "source", "from-cli")
         seeds = ["-c", f"nimbus.seeds={standby}"]
-        submitted = stratus("submit", "from-cli", str(package), "--conf", "spark.x=1", *seeds)
+        submitted = stratus("submit", str(package), "--conf", "spark.x=1", *seeds)
         assert submitted.returncode == 0, submitted.stderr
         deactivated = stratus("deactivate", "from-cli", "--json", *seeds)
         assert json.loads(deactivated.stdout)["status"] == "INACTIVE"

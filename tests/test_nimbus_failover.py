@@ -20,6 +20,7 @@ from stratus.client import NimbusClient
 from stratus.nimbus.records import PipelineRecord, PipelineStatus
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
+from tests.package_factory import valid_package
 from tests.zkfixtures import kazoo_client, wait_until
 
 FAILOVERS = 10
@@ -53,7 +54,7 @@ def test_kill_9_of_the_leader_the_next_leader_only_call_succeeds_on_the_new_lead
     cluster, zk_server
 ):
     with client_for(cluster) as client:
-        client.submit("steady", b"steady-code")
+        client.submit("steady", valid_package("steady"))
         old = cluster.wait_for_agreed_leader()
         cluster.by_address(old).kill()
         record = client.deactivate("steady")  # no user action: the client finds the new leader
@@ -87,7 +88,8 @@ class SubmitKillLoop:
         try:
             while not self.stop.is_set():
                 name = f"p{index}"
-                self.acked[name] = self.client.submit(name, f"code of {name}".encode())
+                self.client.submit(name, valid_package(name))
+                self.acked[name] = self.client.wait_replicated(name)
                 if index % 2:
                     self.client.kill(name, wait_secs=0)
                     self.killed.add(name)
@@ -98,6 +100,17 @@ class SubmitKillLoop:
             self.client.close()
 
 
+# Two copies of every acknowledged pipeline: with one, the leader killed right after a submit
+# may hold the only copy, and no other nimbus may lead until it is back (SPEC 000).
+REPLICATED = (
+    "-c",
+    "pipeline.min.replication.count=2",
+    "-c",
+    "pipeline.max.replication.wait.time.sec=-1",
+)
+
+
+@pytest.mark.parametrize("cluster", [REPLICATED], indirect=True)
 def test_submit_and_kill_in_a_loop_while_the_leader_is_killed_10_times(cluster, zk_server):
     loop = SubmitKillLoop(cluster)
     with ThreadPoolExecutor(1) as pool:
@@ -148,7 +161,7 @@ def frozen_request(url: str, path: str, **kwargs: Any) -> httpx.Response:
 
 def test_a_zombie_leader_changes_nothing_and_registers_again(cluster, zk_server):
     with client_for(cluster) as client:
-        client.submit("target", b"target-code")
+        client.submit("target", valid_package("target"))
         zombie = cluster.by_address(cluster.wait_for_agreed_leader())
         zombie.signal(signal.SIGSTOP)
         new = cluster.wait_for_agreed_leader(not_=zombie.address, skip=[zombie])
@@ -191,6 +204,6 @@ def test_leader_only_calls_through_a_client_that_only_knows_a_standby(cluster):
     leader = cluster.wait_for_agreed_leader()
     standby = next(a for a in cluster.seeds if a != leader)
     with NimbusClient([standby], retry_deadline=10) as client:
-        record = client.submit("via-standby", b"code")
+        record = client.submit("via-standby", valid_package("via-standby"))
         assert record.status is PipelineStatus.ACTIVE
         assert client.known_leader == leader

@@ -1,20 +1,18 @@
 """``stratus local``: a stratus cluster on this machine, as real processes, with failovers.
 
 Until supervisors exist this runs what the control plane has: a real ZooKeeper and three
-``stratus nimbus`` processes. It submits an example pipeline through the client, shows the
-cluster, then kills the leader with SIGKILL and times how long until the client's next
-leader-only call succeeds on a new leader; it restarts the killed nimbus, stops the new
-leader with SIGTERM (a clean hand-over) and times that too. Everything is stopped at the end,
-and on Ctrl-C.
+``stratus nimbus`` processes. It submits an example pipeline through the client and waits
+until two nimbuses hold its code, shows the cluster, then kills the leader with SIGKILL and
+times how long until the client's next leader-only call succeeds on a new leader; it
+restarts the killed nimbus, stops the new leader with SIGTERM (a clean hand-over) and times
+that too. Everything is stopped at the end, and on Ctrl-C.
 """
 
 from __future__ import annotations
 
-import io
 import signal
 import tempfile
 import time
-import zipfile
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -26,6 +24,7 @@ from rich.table import Table
 
 from stratus.client import NimbusClient
 from stratus.client_commands import print_cluster
+from stratus.codedist.package_build import package_bytes
 from stratus.command_options import with_config
 from stratus.config import StratusConfig
 from stratus.local_processes import NimbusProcess
@@ -35,6 +34,8 @@ from stratus.zk.server import ZooKeeperServer, pick_free_port
 NIMBUSES = 3
 DEMO_SESSION_TIMEOUT = 3.0
 EXAMPLE = "example"
+# Two copies before the pipeline is active: the leader can then die without taking the only one.
+REPLICATION = {"pipeline.min.replication.count": 2, "pipeline.max.replication.wait.time.sec": 30}
 
 
 @dataclass(frozen=True)
@@ -46,11 +47,13 @@ class Failover:
 
 
 def example_package() -> bytes:
-    """A small package for the demo's pipeline (packages get their manifest format later)."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr("main.py", "def main(spark, context):\n    spark.range(10).show()\n")
-    return buffer.getvalue()
+    """The demo pipeline's package: a manifest and a small PySpark batch job."""
+    return package_bytes(
+        {
+            "stratus.yaml": f"name: {EXAMPLE}\nkind: app\nentrypoint: example:run\n",
+            "example.py": "def run(spark, context):\n    spark.range(10).show()\n",
+        }
+    )
 
 
 class LocalCluster:
@@ -137,7 +140,12 @@ def run_demo(console: Console, conf: StratusConfig) -> list[Failover]:
         stack.callback(cluster.close)
         cluster.start()
         client = stack.enter_context(NimbusClient(cluster.seeds, retry_deadline=60))
-        client.submit(EXAMPLE, example_package())
+        client.submit(EXAMPLE, example_package(), REPLICATION)
+        record = client.wait_replicated(EXAMPLE)
+        console.print(
+            f"submitted {EXAMPLE}: {record.status.value}, its code on {record.replication} "
+            f"nimbuses (pipeline.min.replication.count={record.replication_required})"
+        )
         print_cluster(console, client.cluster())
         crash = _time_failover(
             cluster, client, "kill -9 of the leader",
