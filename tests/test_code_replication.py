@@ -286,3 +286,44 @@ def test_submit_reports_the_replication_reached(zk, tmp_path, request):
         2,
         2,
     )
+
+
+def test_shared_storage_submit_failover_kill_and_lost_code(zk, tmp_path, request):
+    """The same contract on one fsspec store: no copies between nimbuses, no /code znodes."""
+    shared = tmp_path / "shared"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    extra = (
+        *SHORT_SYNC,
+        "-c", "nimbus.code.distributor=shared",
+        "-c", f"nimbus.code.shared.url=file://{shared}",
+        "-c", "nimbus.code.lost.fail.secs=2",
+    )  # fmt: skip
+    with nimbus_cluster(zk, logs, request.node.name, extra=extra) as cluster:
+        with client_for(cluster) as client:
+            record = client.wait_replicated(
+                client.submit("shared", valid_package("shared"), replication_conf(3, -1)).name
+            )
+            doomed = client.submit("doomed", valid_package("doomed"))
+        stored = shared / "packages" / f"{record.digest}.pkg"
+        assert hashlib.sha256(stored.read_bytes()).hexdigest() == record.digest
+        assert (record.status, record.replication) == (PipelineStatus.ACTIVE, 3)
+        assert holders(zk, cluster.root, "shared") == set()
+        assert all(packages_on(n) == set() for n in cluster.nimbuses)
+
+        old = cluster.wait_for_agreed_leader()
+        cluster.by_address(old).kill()
+        cluster.wait_for_agreed_leader(not_=old, skip=[cluster.by_address(old)])
+        with client_for(cluster) as client:
+            assert client.status("shared").status is PipelineStatus.ACTIVE
+            client.kill("doomed", wait_secs=0)
+            wait_until(
+                lambda: not (shared / "packages" / f"{doomed.digest}.pkg").exists(),
+                20,
+                "the killed pipeline's object purged",
+            )
+            stored.unlink()  # the store lost the object: the pipeline cannot run anywhere
+            wait_until(
+                lambda: client.status("shared").status is PipelineStatus.FAILED, 30, "FAILED"
+            )
+            assert "no live nimbus" in (client.status("shared").reason or "")
