@@ -134,14 +134,23 @@ def test_verify_does_not_hash_an_unchanged_file_again(store, hashes):
     assert hashes == [store.path(DIGEST)]
 
 
+def an_hour_ahead() -> int:
+    return time.time_ns() + 3600 * 10**9
+
+
+def the_last_whole_second() -> int:
+    return (time.time_ns() // 10**9 - 1) * 10**9
+
+
 @pytest.mark.parametrize(
-    "mtime_ns",
-    [time.time_ns() + 3600 * 10**9, (time.time_ns() // 10**9 - 1) * 10**9],
+    "stamp",
+    [an_hour_ahead, the_last_whole_second],
     ids=["stamped-in-the-future", "whole-second-mtime-a-second-ago"],
 )
-def test_verify_hashes_every_time_a_file_that_a_write_could_change_unseen(store, hashes, mtime_ns):
+def test_verify_hashes_every_time_a_file_that_a_write_could_change_unseen(store, hashes, stamp):
     """Modified at the check's time, to the file system clock's resolution: no cached verdict."""
     store.put(io.BytesIO(DATA))
+    mtime_ns = stamp()  # taken now, not when the tests were collected
     os.utime(store.path(DIGEST), ns=(mtime_ns, mtime_ns))
     assert store.verify(DIGEST)
     assert store.verify(DIGEST)
