@@ -282,10 +282,18 @@ class NimbusClient:
 
         Returns the record once it is not PENDING; the nimbus decides when, within the
         pipeline's ``pipeline.max.replication.wait.time.sec`` (-1: no limit). Each poll's
-        record goes to ``on_progress``.
+        record goes to ``on_progress``. A nimbus whose view has not caught up with the
+        submit yet may not know the pipeline: that is retried until the retry deadline.
         """
+        unknown_until = self._clock() + self.retry_deadline
         while True:
-            record = self.status(name)
+            try:
+                record = self.status(name)
+            except UnknownPipelineError:
+                if self._clock() >= unknown_until:
+                    raise
+                self._sleep(poll_secs)
+                continue
             if on_progress is not None:
                 on_progress(record)
             if record.status is not PipelineStatus.PENDING:
