@@ -27,11 +27,13 @@ from stratus.codedist.package_store import PackageStore, StoredPackage
 from stratus.config import StratusConfig
 from stratus.coordination.leader_elector import LeaderElector
 from stratus.coordination.leadership import Leadership
+from stratus.errors import StratusError
 from stratus.nimbus.cluster_view import ClusterView
 from stratus.nimbus.errors import (
     InvalidRequestError,
     NotLeaderError,
     PackageRejectedError,
+    UnavailableError,
     UnknownPipelineError,
 )
 from stratus.nimbus.pipeline_conf import validate_pipeline_conf
@@ -179,11 +181,25 @@ class NimbusService:
                     replication=ReplicationPolicy.of(conf, self._conf),
                 )
                 if record.digest == received.digest:
-                    self._distributor.upload(received.path, name)
+                    self._hand_over(received.path, name)
         finally:
             received.path.unlink(missing_ok=True)
         self.duties_due.set()
         return record, created
+
+    def _hand_over(self, package: Path, name: str) -> None:
+        """Give the checked package to the distributor; a failure there is worth a retry.
+
+        The record exists already: a retry with the same request id finds it and uploads
+        again, so an unwritable disk or an unreachable shared store loses nothing.
+        """
+        try:
+            self._distributor.upload(package, name)
+        except (OSError, StratusError) as exc:
+            raise UnavailableError(
+                f"pipeline {name!r} is recorded but its package could not be stored ({exc}); "
+                "retry the submit with the same request id"
+            ) from None
 
     def _checked(self, path: Path) -> CheckedPackage:
         try:
