@@ -277,7 +277,7 @@ def test_zookeeper_restart_within_session_timeout_changes_no_leader(
     zk_restartable, coordinators: list[Coordinator]
 ) -> None:
     hosts = zk_restartable.connect_string
-    session = 8.0
+    session = 15.0  # room for the ZooKeeper JVM to restart on a loaded 2-core machine
     a = start(hosts, coordinators, session)
     b = start(hosts, coordinators, session)
     events: list[ErrorKind] = []
