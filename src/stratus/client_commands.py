@@ -137,7 +137,7 @@ def submit(
         return
     _console().print(
         f"submitted pipeline {record.name}: {record.status.value}, package "
-        f"{record.digest[:DIGEST_PREFIX]} ({_size(record.size_bytes)}), code on "
+        f"{record.digest[:DIGEST_PREFIX]} ({format_size(record.size_bytes)}), code on "
         f"{record.replication} of {record.replication_required} nimbuses required, "
         f"epoch {record.epoch}"
     )
@@ -345,7 +345,7 @@ def _pipelines_table(records: list[PipelineRecord]) -> Table:
             record.name,
             _status_text(record.status),
             record.digest[:DIGEST_PREFIX],
-            _size(record.size_bytes),
+            format_size(record.size_bytes),
             _when(record.submitted),
             str(record.epoch),
         )
@@ -358,7 +358,7 @@ def _record_table(record: PipelineRecord) -> Table:
     table.add_column("value", overflow="fold")
     table.add_row("status", _status_text(record.status))
     table.add_row("digest", record.digest)
-    table.add_row("size", _size(record.size_bytes))
+    table.add_row("size", format_size(record.size_bytes))
     table.add_row("conf", json.dumps(record.conf, sort_keys=True))
     table.add_row("submitted", _when(record.submitted))
     table.add_row("updated", _when(record.updated))
@@ -388,7 +388,8 @@ def _when(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp).astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _size(size_bytes: int) -> str:
+def format_size(size_bytes: int) -> str:
+    """A byte count as people read it: 512 B, 2.1 KiB, 3.4 MiB, 1.2 GiB."""
     size = float(size_bytes)
     for unit in ("B", "KiB", "MiB"):
         if size < 1024:

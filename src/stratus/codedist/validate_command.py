@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from stratus.client_commands import _size
+from stratus.client_commands import format_size
 from stratus.codedist.errors import InvalidPackageError
 from stratus.codedist.package_build import build_package
 from stratus.codedist.package_check import CheckedPackage, PackageLimits, check_package
@@ -71,7 +71,7 @@ def _line(checked: CheckedPackage) -> str:
     files = "1 file" if checked.files == 1 else f"{checked.files} files"
     return (
         f"ok: pipeline {manifest.name}, kind {manifest.kind} ({runs}), {files}, "
-        f"{_size(checked.packed_bytes)}"
+        f"{format_size(checked.packed_bytes)}"
     )
 
 

@@ -122,12 +122,13 @@ class Nimbus:
         self.view.start()
         self.coordinator.subscribe_leader_changes(NIMBUS_GROUP, self._leader_changed)
         self.view.set_leaders(self.coordinator.get_leaders(NIMBUS_GROUP))
+        self.ops = PipelineOps(client, self.paths, clock=self._clock)
         incoming = self._package_store()
         self.distributor = self._build_distributor(incoming)
         self.code_sync = CodeSync(
             self.distributor,
             self.view.pipelines,
-            PipelineOps(client, self.paths, clock=self._clock).read,
+            self.ops.read,
             freq_secs=self.conf.nimbus_code_sync_freq_secs,
             lost_fail_secs=self.conf.nimbus_code_lost_fail_secs,
         )
@@ -199,7 +200,7 @@ class Nimbus:
         return NimbusService(
             address=self.address,
             view=self.view,
-            ops=PipelineOps(self.coordinator.client, self.paths, clock=self._clock),
+            ops=self.ops,
             incoming=incoming,
             distributor=self.distributor,
             elector=self.elector,
