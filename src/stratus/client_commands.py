@@ -47,6 +47,7 @@ _STATUS_STYLE = {
     PipelineStatus.INACTIVE: "yellow",
     PipelineStatus.KILLED: "red",
     PipelineStatus.FAILED: "bold red",
+    PipelineStatus.FINISHED: "blue",
 }
 _JSON_VALUES = (str, int, float, bool, list, dict, type(None))
 

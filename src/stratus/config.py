@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -202,6 +203,114 @@ class StratusConfig(BaseModel):
         description="time between `kill` and the removal of the pipeline's record, "
         "when the kill names no wait",
     )
+    pipeline_checkpoint_root: str | None = Field(
+        default=None,
+        alias="pipeline.checkpoint.root",
+        description="where each pipeline's checkpoints live, under <root>/<pipeline>: a "
+        "directory or any Hadoop-compatible URL that every supervisor reaches (default: "
+        "stratus-checkpoints under the system's temporary directory, for one machine only); "
+        "a pipeline's conf may set its own",
+    )
+    pipeline_spark_master: str = Field(
+        default="local[*]",
+        min_length=1,
+        alias="pipeline.spark.master",
+        description="spark.master of the workers when the pipeline's conf sets none "
+        "(`local[*]`, `spark://...`, `yarn`, `k8s://...`)",
+    )
+    cluster_state_store: Literal["zookeeper"] = Field(
+        default="zookeeper",
+        alias="cluster.state.store",
+        description="where workers' and supervisors' heartbeats go: `zookeeper` "
+        "(under <zookeeper.root>/heartbeats)",
+    )
+    nimbus_supervisor_timeout_secs: float = Field(
+        default=10.0,
+        gt=0,
+        alias="nimbus.supervisor.timeout.secs",
+        description="the leader moves a supervisor's pipelines elsewhere once it has seen no "
+        "heartbeat of that supervisor for this long",
+    )
+    nimbus_task_timeout_secs: float = Field(
+        default=30.0,
+        gt=0,
+        alias="nimbus.task.timeout.secs",
+        description="the leader moves a pipeline elsewhere once it has seen no heartbeat of "
+        "its worker for this long",
+    )
+    supervisor_id: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$",
+        alias="supervisor.id",
+        description="name of a supervisor, unique in the cluster (default: the host name)",
+    )
+    supervisor_host: str | None = Field(
+        default=None,
+        alias="supervisor.host",
+        description="host a supervisor reports (default: the host name)",
+    )
+    supervisor_slots: int = Field(
+        default=4,
+        ge=1,
+        le=1024,
+        alias="supervisor.slots",
+        description="how many pipelines a supervisor runs at once (one worker each)",
+    )
+    supervisor_local_dir: str | None = Field(
+        default=None,
+        alias="supervisor.local.dir",
+        description="where a supervisor keeps code, worker directories and logs (default: a "
+        "directory per supervisor id under the system's temporary directory)",
+    )
+    supervisor_fence_timeout_secs: float = Field(
+        default=6.0,
+        gt=0,
+        alias="supervisor.fence.timeout.secs",
+        description="a supervisor that has written no heartbeat for this long (ZooKeeper "
+        "unreachable) stops its workers itself; with supervisor.worker.stop.secs it must stay "
+        "below nimbus.supervisor.timeout.secs, so a pipeline never runs twice",
+    )
+    supervisor_worker_stop_secs: float = Field(
+        default=3.0,
+        gt=0,
+        alias="supervisor.worker.stop.secs",
+        description="time a worker gets to stop its queries on SIGTERM before SIGKILL",
+    )
+    supervisor_worker_timeout_secs: float = Field(
+        default=20.0,
+        gt=0,
+        alias="supervisor.worker.timeout.secs",
+        description="a supervisor kills and restarts a worker silent for this long; it must "
+        "stay below nimbus.task.timeout.secs",
+    )
+    supervisor_worker_max_restarts: int = Field(
+        default=3,
+        ge=0,
+        alias="supervisor.worker.max.restarts",
+        description="crashes in a row, each before the pipeline ran for "
+        "supervisor.worker.restart.reset.secs, after which the supervisor gives up and the "
+        "pipeline is FAILED with the worker's error",
+    )
+    supervisor_worker_restart_backoff_secs: float = Field(
+        default=1.0,
+        gt=0,
+        alias="supervisor.worker.restart.backoff.secs",
+        description="wait before restarting a crashed worker; doubles at every crash in a "
+        "row, up to 30 times this",
+    )
+    supervisor_worker_restart_reset_secs: float = Field(
+        default=60.0,
+        gt=0,
+        alias="supervisor.worker.restart.reset.secs",
+        description="a worker that ran this long before crashing starts a new count of "
+        "crashes in a row",
+    )
+    worker_heartbeat_frequency_secs: float = Field(
+        default=1.0,
+        gt=0,
+        alias="worker.heartbeat.frequency.secs",
+        description="how often workers (through their supervisor) and supervisors heartbeat",
+    )
     client_retry_deadline_secs: float = Field(
         default=30.0,
         gt=0,
@@ -240,6 +349,29 @@ class StratusConfig(BaseModel):
                 "nimbus.code.distributor is `shared` but nimbus.code.shared.url is not set"
             )
         return self
+
+    @model_validator(mode="after")
+    def _supervisors_fence_before_reassignment(self) -> StratusConfig:
+        stop_by = self.supervisor_fence_timeout_secs + self.supervisor_worker_stop_secs
+        if stop_by >= self.nimbus_supervisor_timeout_secs:
+            raise ValueError(
+                "supervisor.fence.timeout.secs + supervisor.worker.stop.secs "
+                f"({stop_by:g}) must be less than nimbus.supervisor.timeout.secs "
+                f"({self.nimbus_supervisor_timeout_secs:g}): a supervisor cut off from "
+                "ZooKeeper must have stopped its workers before the leader moves them"
+            )
+        if self.supervisor_worker_timeout_secs >= self.nimbus_task_timeout_secs:
+            raise ValueError(
+                "supervisor.worker.timeout.secs must be less than nimbus.task.timeout.secs: "
+                "a supervisor kills a silent worker before the leader moves its pipeline"
+            )
+        return self
+
+    def checkpoint_root(self) -> str:
+        """``pipeline.checkpoint.root``, or its default directory."""
+        if self.pipeline_checkpoint_root:
+            return self.pipeline_checkpoint_root
+        return str(Path(tempfile.gettempdir()) / "stratus-checkpoints")
 
     def elect_stop_grace(self) -> float:
         """``elect.stop.grace.secs``, or its default for this session timeout."""

@@ -309,6 +309,7 @@ def _refuse_if_killed(record: PipelineRecord, action: str) -> None:
 _REFUSALS = {
     PipelineStatus.KILLED: "it is KILLED and will be removed",
     PipelineStatus.FAILED: "it is FAILED; kill it and submit it again",
+    PipelineStatus.FINISHED: "it is FINISHED; kill it and submit it again to run it again",
     PipelineStatus.PENDING: "it is PENDING until its code reaches pipeline.min.replication.count "
     "nimbuses",
 }

@@ -4,7 +4,12 @@ The server writes them and the client (``stratus.client``) reads them, so both s
 this one definition. A pipeline is PENDING while its code reaches
 ``pipeline.min.replication.count`` nimbuses, then moves ACTIVE ⇄ INACTIVE → KILLED; a KILLED
 record is removed by the leader once its ``kill_at`` time has passed. A pipeline whose code is
-on no live nimbus for ``nimbus.code.lost.fail.secs`` becomes FAILED, with the reason.
+on no live nimbus for ``nimbus.code.lost.fail.secs``, or whose worker cannot start, becomes
+FAILED, with the reason; a batch pipeline whose function returned becomes FINISHED.
+
+The leader runs each ACTIVE pipeline through an ``Assignment`` (``<root>/assignments/<name>``)
+naming one supervisor; that supervisor's worker reports a ``WorkerHeartbeat`` and the
+supervisor its own ``SupervisorHeartbeat`` through the cluster state store.
 """
 
 from __future__ import annotations
@@ -24,12 +29,18 @@ class PipelineStatus(StrEnum):
     ACTIVE = "ACTIVE"
     INACTIVE = "INACTIVE"
     KILLED = "KILLED"
-    FAILED = "FAILED"  # its code was lost: on no live nimbus for too long
+    FAILED = "FAILED"  # its code was lost, or its worker could not run it
+    FINISHED = "FINISHED"  # a batch pipeline whose function returned
 
     @property
     def needs_code(self) -> bool:
         """Whether nimbuses fetch and keep this pipeline's code."""
-        return self not in (PipelineStatus.KILLED, PipelineStatus.FAILED)
+        return self not in (PipelineStatus.KILLED, PipelineStatus.FAILED, PipelineStatus.FINISHED)
+
+    @property
+    def runs(self) -> bool:
+        """Whether the leader keeps this pipeline assigned to a supervisor."""
+        return self is PipelineStatus.ACTIVE
 
     @property
     def needed_to_lead(self) -> bool:
@@ -106,13 +117,95 @@ class NimbusSummary(BaseModel):
     version: str
 
 
-class SupervisorSummary(BaseModel):
-    """One supervisor of the cluster (registered by the supervisors' issue)."""
+class SupervisorSummary(_Record):
+    """One supervisor, as its ephemeral ``<root>/supervisors/<id>`` holds it."""
 
     id: str
     host: str = ""
     slots: int = 0
     used: int = 0
+    started: float = Field(default=0.0, description="wall-clock start time")
+
+
+class Assignment(_Record):
+    """Where the leader runs one ACTIVE pipeline: ``<root>/assignments/<name>``.
+
+    Written only in the leader's fenced transactions. ``epoch`` is the term that wrote it: a
+    supervisor ignores an assignment of a pipeline from an older epoch than one it has seen.
+    A change of ``generation`` (a rebalance) or ``digest`` restarts the worker with the new
+    conf; deleting the assignment stops the worker (deactivate, kill, a move elsewhere).
+    """
+
+    pipeline: str
+    supervisor: str
+    epoch: int
+    generation: int = Field(description="the pipeline record's rebalance count")
+    digest: str
+    size_bytes: int
+    conf: dict[str, Any] = Field(default_factory=dict)
+    assigned: float = Field(description="wall-clock time of the assignment")
+
+
+class WorkerState(StrEnum):
+    STARTING = "STARTING"  # the process runs; Spark starts
+    RUNNING = "RUNNING"  # the pipeline runs (queries started, a batch in progress, an sdp run)
+    RESTARTING = "RESTARTING"  # it crashed; the supervisor starts it again after a backoff
+    FINISHED = "FINISHED"  # a batch function returned and no query was left running
+    FAILED = "FAILED"  # it crashed at start too often: the supervisor gave up (see error)
+    STOPPED = "STOPPED"  # stopped on order; checkpoints kept
+
+    @property
+    def final(self) -> bool:
+        return self in (WorkerState.FINISHED, WorkerState.FAILED, WorkerState.STOPPED)
+
+
+class QueryProgress(BaseModel):
+    """The last progress of one Structured Streaming query of a worker."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    name: str | None = None
+    id: str = ""
+    batch_id: int = -1
+    num_input_rows: int = 0
+    input_rows_per_second: float = 0.0
+    processed_rows_per_second: float = 0.0
+    rows_total: int = Field(default=0, description="input rows of every batch since start")
+
+
+class WorkerHeartbeat(_Record):
+    """What a worker reports, through its supervisor, at ``/workers/<pipeline>/<supervisor>``."""
+
+    pipeline: str
+    supervisor: str
+    epoch: int = Field(description="epoch of the assignment the worker runs")
+    generation: int
+    digest: str = ""
+    state: WorkerState
+    time: float = Field(description="wall-clock time of the heartbeat")
+    started: float = Field(default=0.0, description="wall-clock start of this worker process")
+    pid: int | None = None
+    app_id: str | None = Field(default=None, description="the Spark application id")
+    queries: list[QueryProgress] = Field(default_factory=list)
+    runs: int = Field(default=0, description="sdp: updates completed so far")
+    restarts: int = Field(default=0, description="crashes restarted since the assignment")
+    error: str | None = Field(default=None, description="the last error, if any")
+
+    @property
+    def rows_total(self) -> int:
+        return sum(query.rows_total for query in self.queries)
+
+
+class SupervisorHeartbeat(_Record):
+    """What a supervisor reports at ``/supervisors/<id>`` of the cluster state store."""
+
+    id: str
+    time: float = Field(description="wall-clock time of the heartbeat")
+    slots: int
+    running: list[str] = Field(default_factory=list, description="pipelines it runs now")
+    stopping: bool = Field(
+        default=False, description="it is shutting down; its workers are stopped"
+    )
 
 
 class LeaderInfo(BaseModel):

@@ -91,7 +91,8 @@ class ClusterPaths:
     ``<root>/pipelines/<name>``         persistent, PipelineRecord, written by the leader only
     ``<root>/supervisors/<id>``         ephemeral, supervisor registration
     ``<root>/code/<name>/<host:port>``  ephemeral, which nimbuses hold a pipeline's code
-    ``<root>/assignments/<name>``       persistent, where a pipeline runs
+    ``<root>/assignments/<name>``       persistent, Assignment: where a pipeline runs
+    ``<root>/heartbeats/...``           the ZooKeeper cluster state store's own paths
     """
 
     root: str
@@ -131,6 +132,21 @@ class ClusterPaths:
     def assignments(self) -> str:
         return join(self.root, "assignments")
 
+    def assignment(self, pipeline: str) -> str:
+        return join(self.assignments, pipeline)
+
+    @property
+    def heartbeats(self) -> str:
+        """Root of the ZooKeeper cluster state store (``cluster.state.store: zookeeper``)."""
+        return join(self.root, "heartbeats")
+
     def all_parents(self) -> tuple[str, ...]:
         """Every persistent parent znode, created once at start-up."""
-        return (self.nimbuses, self.pipelines, self.supervisors, self.code, self.assignments)
+        return (
+            self.nimbuses,
+            self.pipelines,
+            self.supervisors,
+            self.code,
+            self.assignments,
+            self.heartbeats,
+        )
