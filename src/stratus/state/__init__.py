@@ -1,0 +1,1 @@
+"""The cluster state store: where heartbeats go (ZooKeeper now, pacemaker later)."""

@@ -1,0 +1,1 @@
+"""Supervisors run the pipelines assigned to them, one worker process (a PySpark driver) each."""

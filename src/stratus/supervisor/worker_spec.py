@@ -1,0 +1,76 @@
+"""What a supervisor tells a worker to run: the ``WorkerSpec`` file, and the heartbeat file back.
+
+The supervisor writes ``spec.json`` into the worker's directory and starts
+``python -m stratus.supervisor.worker <dir>/spec.json``. The worker writes its
+``WorkerHeartbeat`` to ``spec.heartbeat_path`` every ``heartbeat_interval_secs``, replacing
+the file atomically; the supervisor reads it and publishes it to the cluster state store
+(workers never talk to ZooKeeper: kazoo is not fork-safe, and PySpark forks)::
+
+    spec = WorkerSpec.read(Path(sys.argv[1]))
+    write_heartbeat(spec.heartbeat_path, heartbeat)
+    read_heartbeat(spec.heartbeat_path)      # None until the first one
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from stratus.nimbus.records import WorkerHeartbeat
+
+SPEC_FILE = "spec.json"
+HEARTBEAT_FILE = "heartbeat.json"
+
+
+class WorkerSpec(BaseModel):
+    """Everything a worker needs to run one pipeline; written by its supervisor."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pipeline: str
+    supervisor: str
+    epoch: int = Field(description="epoch of the assignment")
+    generation: int
+    digest: str
+    kind: Literal["app", "sdp"]
+    entrypoint: str | None = Field(default=None, description="app: module:function")
+    project: str | None = Field(default=None, description="sdp: project file in code_dir")
+    code_dir: Path = Field(description="the unpacked package; put first on sys.path")
+    work_dir: Path = Field(description="the worker's own scratch directory")
+    conf: dict[str, Any] = Field(description="the pipeline's conf (spark.* and pipeline.*)")
+    spark_master: str = Field(description="spark.master: the pipeline's, else the cluster's")
+    checkpoint_location: str = Field(description="<pipeline.checkpoint.root>/<pipeline>")
+    trigger_interval_secs: float | None = Field(
+        default=None, description="sdp: run again every interval; app: passed to the function"
+    )
+    heartbeat_path: Path
+    heartbeat_interval_secs: float
+
+    def write(self, path: Path) -> None:
+        write_atomically(path, self.model_dump_json(indent=2).encode())
+
+    @classmethod
+    def read(cls, path: Path) -> WorkerSpec:
+        return cls.model_validate_json(path.read_bytes())
+
+
+def write_heartbeat(path: Path, heartbeat: WorkerHeartbeat) -> None:
+    """Replace the heartbeat file atomically: a reader sees the old one or the new one."""
+    write_atomically(path, heartbeat.encode())
+
+
+def read_heartbeat(path: Path) -> WorkerHeartbeat | None:
+    """The worker's last heartbeat, or None if it wrote none yet (or an unreadable one)."""
+    try:
+        return WorkerHeartbeat.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError):
+        return None
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temp.write_bytes(data)
+    os.replace(temp, path)
