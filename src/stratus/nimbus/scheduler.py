@@ -1,0 +1,224 @@
+"""One scheduling round: where every ACTIVE pipeline should run, as a plan of changes.
+
+Pure: the leader reads the pipelines, the assignments and the heartbeats, judges which
+supervisors are alive and which workers silent, and asks ``plan_round`` what to change; it
+then writes the plan in its fenced transactions::
+
+    plan = plan_round(
+        pipelines=records, assignments=current,
+        capacity={"s1": 4, "s2": 4},  # may take new work: registered, not silent, not stopping
+        keep_on={"s1", "s2", "s3"},   # not judged dead: their assignments stay put
+        timed_out={"etl"},            # pipelines whose worker went silent
+        epoch=term.epoch, now=time.time(),
+    )
+    plan.assign, plan.unassign, plan.moved
+
+The rules, in the order a round applies them:
+
+1. An assignment of a pipeline that is gone or does not run (not ACTIVE) is deleted.
+2. An assignment on a supervisor in ``keep_on`` stays there; a new generation (a rebalance)
+   or digest rewrites it in place, which restarts its worker with the new conf.
+3. The pipelines of supervisors not in ``keep_on`` (judged dead), the ACTIVE pipelines with
+   no assignment, and those whose worker timed out are then placed, oldest submit first
+   (then by name), each on the supervisor with the most free slots (ties: fewer pipelines
+   there, then the id), which spreads them across the nodes. A timed-out one goes to another
+   supervisor than its own, or stays where it is when no other has room; a dead supervisor's
+   pipeline that finds no room is unassigned (and placed again once room appears).
+
+Only supervisors of ``capacity`` that are also in ``keep_on`` take new work, never more than
+their slots; the pipelines that stay on a supervisor count against its slots. A supervisor
+that already runs more than its slots (it came back with fewer) keeps them but gets nothing
+new. A round costs O((P + S) log S) for P pipelines and S supervisors: the free slots are a
+heap, not a scan per pipeline.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Mapping, Set
+from dataclasses import dataclass
+
+from stratus.nimbus.records import Assignment, PipelineRecord
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one round changes; empty when the cluster is as it should be."""
+
+    assign: dict[str, Assignment]  # pipelines to (re)write: new, moved, or restarted in place
+    unassign: list[str]  # assignments to delete, sorted
+    moved: dict[str, tuple[str, str | None]]  # pipeline -> (from, to or None: no room left)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.assign or self.unassign)
+
+    def applied_to(self, assignments: Mapping[str, Assignment]) -> dict[str, Assignment]:
+        """The assignments once this plan is written over ``assignments``."""
+        gone = set(self.unassign)
+        kept = {name: a for name, a in assignments.items() if name not in gone}
+        return kept | self.assign
+
+
+def plan_round(
+    *,
+    pipelines: Mapping[str, PipelineRecord],
+    assignments: Mapping[str, Assignment],
+    capacity: Mapping[str, int],
+    keep_on: Set[str],
+    timed_out: Set[str],
+    epoch: int,
+    now: float,
+) -> Plan:
+    """The changes that bring ``assignments`` in line with the rules of the module docstring.
+
+    ``capacity``: supervisors that may take new work (registered and not silent), with their
+    slots. ``keep_on``: supervisors not judged dead. ``timed_out``: pipelines whose worker the
+    leader has not heard from for ``nimbus.task.timeout.secs``. ``epoch`` and ``now`` go into
+    every assignment written.
+    """
+    round_ = _Round(epoch, now)
+    staying: dict[str, Assignment] = {}
+    to_place: list[_Candidate] = []
+    for name, assignment in assignments.items():
+        record = pipelines.get(name)
+        if record is None or not record.status.runs:
+            round_.unassign.append(name)
+            continue
+        if assignment.supervisor in keep_on:
+            staying[name] = assignment
+            if name not in timed_out:
+                continue
+        to_place.append(_Candidate(name, record, assignment))
+    to_place += [
+        _Candidate(name, record, None)
+        for name, record in pipelines.items()
+        if record.status.runs and name not in assignments
+    ]
+    slots = _FreeSlots(capacity, keep_on, staying.values())
+    for candidate in sorted(to_place, key=_Candidate.order):
+        round_.place(candidate, slots, keep_on)
+    for name, assignment in staying.items():
+        if name not in round_.moved:
+            round_.keep(name, pipelines[name], assignment)
+    return Plan(assign=round_.assign, unassign=sorted(round_.unassign), moved=round_.moved)
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A pipeline to place: new (``current`` None), on a dead supervisor, or timed out."""
+
+    name: str
+    record: PipelineRecord
+    current: Assignment | None
+
+    def order(self) -> tuple[float, str]:
+        return (self.record.submitted, self.name)
+
+
+class _Round:
+    """The plan being built, and how each kind of pipeline enters it."""
+
+    def __init__(self, epoch: int, now: float) -> None:
+        self._epoch = epoch
+        self._now = now
+        self.assign: dict[str, Assignment] = {}
+        self.unassign: list[str] = []
+        self.moved: dict[str, tuple[str, str | None]] = {}
+
+    def place(self, candidate: _Candidate, slots: _FreeSlots, keep_on: Set[str]) -> None:
+        """Place a new pipeline, a dead supervisor's, or a timed-out one (kept if no room)."""
+        name, record, current = candidate.name, candidate.record, candidate.current
+        if current is None:
+            target = slots.take()
+            if target is not None:
+                self.assign[name] = self._assignment(name, record, target)
+        elif current.supervisor not in keep_on:
+            target = slots.take()
+            self.moved[name] = (current.supervisor, target)
+            if target is None:
+                self.unassign.append(name)
+            else:
+                self.assign[name] = self._assignment(name, record, target)
+        else:  # timed out on a live supervisor: elsewhere, or nowhere
+            target = slots.take(avoid=current.supervisor)
+            if target is not None:
+                slots.release(current.supervisor)
+                self.moved[name] = (current.supervisor, target)
+                self.assign[name] = self._assignment(name, record, target)
+
+    def keep(self, name: str, record: PipelineRecord, current: Assignment) -> None:
+        """An assignment that stays: rewritten in place if the pipeline changed."""
+        if current.generation != record.rebalances or current.digest != record.digest:
+            self.assign[name] = self._assignment(name, record, current.supervisor)
+
+    def _assignment(self, name: str, record: PipelineRecord, supervisor: str) -> Assignment:
+        return Assignment(
+            pipeline=name,
+            supervisor=supervisor,
+            epoch=self._epoch,
+            generation=record.rebalances,
+            digest=record.digest,
+            size_bytes=record.size_bytes,
+            conf=record.conf,
+            assigned=self._now,
+        )
+
+
+class _FreeSlots:
+    """Free slots per supervisor, the most free first: a heap with lazy deletion.
+
+    Every change pushes a new entry; an entry whose free count is no longer the supervisor's
+    is stale and skipped when it comes up.
+    """
+
+    def __init__(
+        self,
+        capacity: Mapping[str, int],
+        keep_on: Set[str],
+        staying: Iterable[Assignment],
+    ) -> None:
+        used: dict[str, int] = {}
+        for assignment in staying:
+            used[assignment.supervisor] = used.get(assignment.supervisor, 0) + 1
+        self._slots = {sid: n for sid, n in capacity.items() if sid in keep_on}
+        self._used = {sid: used.get(sid, 0) for sid in self._slots}
+        self._heap: list[tuple[int, int, str]] = []
+        for sid in self._slots:
+            self._push(sid)
+
+    def take(self, avoid: str | None = None) -> str | None:
+        """One slot on the supervisor with the most free (never ``avoid``), or None."""
+        skipped = None
+        target = None
+        while self._heap:
+            entry = heapq.heappop(self._heap)
+            sid = entry[2]
+            if entry != self._entry(sid):
+                continue  # stale
+            if sid == avoid:
+                skipped = entry
+                continue
+            target = sid
+            break
+        if skipped is not None:
+            heapq.heappush(self._heap, skipped)
+        if target is not None:
+            self._used[target] += 1
+            self._push(target)
+        return target
+
+    def release(self, sid: str) -> None:
+        """A pipeline left ``sid``: one more free slot there, if it takes work."""
+        if sid in self._used:
+            self._used[sid] -= 1
+            self._push(sid)
+
+    def _entry(self, sid: str) -> tuple[int, int, str]:
+        used = self._used[sid]
+        return (used - self._slots[sid], used, sid)  # most free first, then fewest used
+
+    def _push(self, sid: str) -> None:
+        entry = self._entry(sid)
+        if entry[0] < 0:
+            heapq.heappush(self._heap, entry)

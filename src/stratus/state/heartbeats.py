@@ -1,0 +1,112 @@
+"""The heartbeat board: typed heartbeats on the cluster state store, for both sides.
+
+Supervisors put their own heartbeat and their workers'; the leader reads them all each
+round and removes those of pipelines and supervisors that are gone::
+
+    board = HeartbeatBoard(store)
+    board.put_worker(worker_heartbeat)        # /workers/<pipeline>/<supervisor>
+    board.put_supervisor(supervisor_heartbeat)  # /supervisors/<id>
+    board.workers()["etl"]["supervisor-1"]    # WorkerHeartbeat
+    board.supervisors()["supervisor-1"]       # SupervisorHeartbeat
+    board.remove_pipeline("etl")              # every worker heartbeat of the pipeline
+
+A heartbeat that cannot be decoded (a writer of another version, a torn value) is skipped
+with a warning naming its path, so one bad entry never hides the others. Every call may
+raise ``StateStoreUnavailableError``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol, TypeVar, runtime_checkable
+
+from pydantic import ValidationError
+
+from stratus.nimbus.records import SupervisorHeartbeat, WorkerHeartbeat
+from stratus.state.store import ClusterStateStore
+
+log = logging.getLogger(__name__)
+
+WORKERS = "/workers"
+SUPERVISORS = "/supervisors"
+
+_Beat = TypeVar("_Beat", WorkerHeartbeat, SupervisorHeartbeat)
+
+
+@runtime_checkable
+class _TreeReader(Protocol):
+    """A store that reads two levels at once (``ZooKeeperStateStore``); another store is read
+    one pipeline at a time, two round trips each."""
+
+    def grandchildren_data(self, path: str) -> dict[str, dict[str, bytes]]: ...
+
+
+class HeartbeatBoard:
+    """Worker and supervisor heartbeats by pipeline and supervisor id."""
+
+    def __init__(self, store: ClusterStateStore) -> None:
+        self._store = store
+
+    def put_worker(self, heartbeat: WorkerHeartbeat) -> None:
+        self._store.set(_worker_path(heartbeat.pipeline, heartbeat.supervisor), heartbeat.encode())
+
+    def workers(self) -> dict[str, dict[str, WorkerHeartbeat]]:
+        """Every worker heartbeat: pipeline -> supervisor -> heartbeat (no empty pipelines)."""
+        if isinstance(self._store, _TreeReader):
+            raw = self._store.grandchildren_data(WORKERS)  # every read pipelined
+        else:
+            raw = {
+                p: self._store.children_data(f"{WORKERS}/{p}")
+                for p in self._store.children(WORKERS)
+            }
+        found = {}
+        for pipeline, data in raw.items():
+            beats = _decoded(WorkerHeartbeat, f"{WORKERS}/{pipeline}", data)
+            if beats:
+                found[pipeline] = beats
+        return found
+
+    def remove_worker(self, pipeline: str, supervisor: str) -> None:
+        self._store.delete(_worker_path(pipeline, supervisor))
+
+    def remove_pipeline(self, pipeline: str) -> None:
+        """Remove the heartbeats of every worker of ``pipeline``."""
+        self._store.delete(f"{WORKERS}/{_segment(pipeline)}")
+
+    def put_supervisor(self, heartbeat: SupervisorHeartbeat) -> None:
+        self._store.set(f"{SUPERVISORS}/{_segment(heartbeat.id)}", heartbeat.encode())
+
+    def supervisors(self) -> dict[str, SupervisorHeartbeat]:
+        """Every supervisor heartbeat, by supervisor id."""
+        return _decoded(SupervisorHeartbeat, SUPERVISORS, self._store.children_data(SUPERVISORS))
+
+    def remove_supervisor(self, supervisor: str) -> None:
+        self._store.delete(f"{SUPERVISORS}/{_segment(supervisor)}")
+
+
+def _worker_path(pipeline: str, supervisor: str) -> str:
+    return f"{WORKERS}/{_segment(pipeline)}/{_segment(supervisor)}"
+
+
+def _segment(name: str) -> str:
+    """``name`` if it can be one path segment, else ``ValueError``."""
+    if not name or "/" in name or name in (".", ".."):
+        raise ValueError(f"invalid heartbeat name {name!r}: one path segment, without '/'")
+    return name
+
+
+def _decoded(kind: type[_Beat], parent: str, raw: dict[str, bytes]) -> dict[str, _Beat]:
+    """The entries of ``raw`` that decode as ``kind``; the others are logged and skipped."""
+    decoded = {}
+    for name, data in raw.items():
+        try:
+            decoded[name] = kind.model_validate_json(data)
+        except ValidationError as exc:
+            log.warning(
+                "event=bad_heartbeat path=%s/%s kind=%s error=%s",
+                parent,
+                name,
+                kind.__name__,
+                exc.errors()[0]["msg"],
+            )
+    return decoded
