@@ -73,6 +73,7 @@ from stratus.nimbus.records import (
     PipelineList,
     PipelineRecord,
     PipelineStatus,
+    PipelineWorkers,
 )
 
 __all__ = [
@@ -235,6 +236,10 @@ class NimbusClient:
     def status(self, name: str) -> PipelineRecord:
         """One pipeline's record, from any nimbus; UnknownPipelineError if there is none."""
         return _parse(PipelineRecord, self._read("GET", _pipeline_path(name)))
+
+    def workers(self, name: str) -> PipelineWorkers:
+        """Where a pipeline runs and its workers' last heartbeats, from any nimbus."""
+        return _parse(PipelineWorkers, self._read("GET", f"{_pipeline_path(name)}/workers"))
 
     # ------------------------------------------------------------------ leader-only calls
 

@@ -36,7 +36,13 @@ from rich.text import Text
 from stratus.client import NimbusClient
 from stratus.command_options import with_config
 from stratus.config import StratusConfig
-from stratus.nimbus.records import ClusterSummary, LeaderInfo, PipelineRecord, PipelineStatus
+from stratus.nimbus.records import (
+    ClusterSummary,
+    LeaderInfo,
+    PipelineRecord,
+    PipelineStatus,
+    PipelineWorkers,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -187,10 +193,13 @@ def status(name: str, as_json: bool, conf: StratusConfig) -> None:
     """Show pipeline NAME."""
     with _client(conf) as client:
         record = client.status(name)
-    if as_json:
-        _print_json(record)
-        return
-    _console().print(_record_table(record))
+        if as_json:
+            _print_json(record)
+            return
+        workers = client.workers(name)
+    console = _console()
+    console.print(_record_table(record))
+    console.print(workers_table(workers))
 
 
 @click.command()
@@ -371,6 +380,34 @@ def _record_table(record: PipelineRecord) -> Table:
     table.add_row("request id", record.request_id or "-")
     if record.kill_at is not None:
         table.add_row("removed at", _when(record.kill_at))
+    return table
+
+
+def workers_table(workers: PipelineWorkers) -> Table:
+    """Where a pipeline runs and its workers' last heartbeats, one row each."""
+    assignment = workers.assignment
+    where = (
+        f"assigned to {assignment.supervisor} (epoch {assignment.epoch})"
+        if assignment
+        else "not assigned"
+    )
+    table = Table(title=f"workers of {workers.pipeline}: {where}")
+    for column in ("supervisor", "state", "spark app", "batch", "rows/s", "rows", "restarts"):
+        table.add_column(column, justify="right" if column in ("rows/s", "rows") else "left")
+    table.add_column("error", overflow="fold")
+    for beat in workers.workers:
+        batch = max((query.batch_id for query in beat.queries), default=-1)
+        rate = sum(query.processed_rows_per_second for query in beat.queries)
+        table.add_row(
+            beat.supervisor,
+            beat.state.value,
+            beat.app_id or "-",
+            str(batch) if batch >= 0 else "-",
+            f"{rate:.1f}",
+            str(beat.rows_total),
+            str(beat.restarts),
+            beat.error or "",
+        )
     return table
 
 

@@ -35,6 +35,7 @@ from stratus.nimbus.records import (
     LeaderInfo,
     PipelineList,
     PipelineRecord,
+    PipelineWorkers,
     RebalanceRequest,
 )
 from stratus.nimbus.service import MAX_REQUEST_ID_LENGTH, NimbusService
@@ -94,6 +95,11 @@ def _add_read_routes(app: FastAPI, service: NimbusService) -> None:
     @app.get(f"{PREFIX}/pipelines/{{name}}", tags=["any nimbus"])
     async def pipeline_status(name: PipelineName) -> PipelineRecord:
         return service.pipeline(name)
+
+    @app.get(f"{PREFIX}/pipelines/{{name}}/workers", tags=["any nimbus"])
+    def pipeline_workers(name: PipelineName) -> PipelineWorkers:
+        """Where the pipeline runs and what its workers last reported (heartbeats)."""
+        return service.workers(name)
 
 
 def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:

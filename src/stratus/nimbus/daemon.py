@@ -41,11 +41,15 @@ from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import LeaderChange, RevokeReason
 from stratus.errors import StratusError
 from stratus.nimbus.api import create_app
+from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.cluster_view import ClusterView
 from stratus.nimbus.metrics import NimbusMetrics
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.records import NimbusRegistration
+from stratus.nimbus.scheduling_duty import SchedulingDuty
 from stratus.nimbus.service import NimbusService
+from stratus.state.factory import create_state_store
+from stratus.state.heartbeats import HeartbeatBoard
 from stratus.zk.ephemeral import EphemeralNode
 from stratus.zk.paths import ClusterPaths
 
@@ -132,6 +136,15 @@ class Nimbus:
             freq_secs=self.conf.nimbus_code_sync_freq_secs,
             lost_fail_secs=self.conf.nimbus_code_lost_fail_secs,
         )
+        self.board = HeartbeatBoard(create_state_store(self.conf, client, self.paths))
+        self.assignments = AssignmentTable(client, self.paths)
+        self.scheduling = SchedulingDuty(
+            ops=self.ops,
+            assignments=self.assignments,
+            board=self.board,
+            conf=self.conf,
+            clock=self._clock,
+        )
         self.service = self._build_service(incoming)
         self.view.subscribe(self._cluster_changed)
         self.distributor.on_change(self._cluster_changed)
@@ -204,6 +217,9 @@ class Nimbus:
             incoming=incoming,
             distributor=self.distributor,
             elector=self.elector,
+            scheduling=self.scheduling,
+            assignments=self.assignments,
+            board=self.board,
             conf=self.conf,
             clock=self._clock,
         )

@@ -148,7 +148,8 @@ class PipelineOps:
         return self._update(term, name, "replicated", noted)
 
     def fail(self, term: Leadership, name: str, reason: str) -> PipelineRecord:
-        """Mark a pipeline FAILED (its code is lost), unless it is KILLED or FAILED already."""
+        """Mark a pipeline FAILED (its code is lost, its worker cannot run), unless it is
+        KILLED, FAILED or FINISHED already."""
 
         def failed(record: PipelineRecord) -> PipelineRecord | None:
             if not record.status.needs_code:
@@ -156,6 +157,16 @@ class PipelineOps:
             return self._changed(record, term, status=PipelineStatus.FAILED, reason=reason)
 
         return self._update(term, name, "failed", failed)
+
+    def finish(self, term: Leadership, name: str) -> PipelineRecord:
+        """Mark an ACTIVE pipeline FINISHED: its batch function returned."""
+
+        def finished(record: PipelineRecord) -> PipelineRecord | None:
+            if record.status is not PipelineStatus.ACTIVE:
+                return None
+            return self._changed(record, term, status=PipelineStatus.FINISHED)
+
+        return self._update(term, name, "finished", finished)
 
     def kill(self, term: Leadership, name: str, wait_secs: float) -> PipelineRecord:
         """Mark KILLED, removed after ``wait_secs``; a later kill may shorten the wait only."""

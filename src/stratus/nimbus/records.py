@@ -208,6 +208,14 @@ class SupervisorHeartbeat(_Record):
     )
 
 
+class PipelineWorkers(BaseModel):
+    """Where a pipeline runs and what its workers last reported."""
+
+    pipeline: str
+    assignment: Assignment | None
+    workers: list[WorkerHeartbeat]
+
+
 class LeaderInfo(BaseModel):
     """Who leads the nimbuses now, and in which epoch; both null while nobody leads."""
 

@@ -5,7 +5,8 @@ the current term from the elector, or fail with ``NotLeaderError`` naming the le
 run through ``PipelineOps`` with that term. A submitted package is received into a temporary
 file, checked (``check_package``) before anything is stored, then handed to the code
 distributor once the pipeline's record exists; the leader's duties activate pipelines whose
-code has reached its replication, fail pipelines whose code is lost, and remove killed ones.
+code has reached its replication, fail pipelines whose code is lost, remove killed ones (with
+their heartbeats and checkpoints), and run the scheduling round (``SchedulingDuty``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, BinaryIO
 
 from kazoo.exceptions import KazooException
 
+from stratus.checkpoints import checkpoint_location, remove_checkpoints
 from stratus.codedist.code_sync import CodeSync
 from stratus.codedist.distributor import CodeDistributor, CodeMeta
 from stratus.codedist.errors import InvalidPackageError
@@ -28,6 +30,7 @@ from stratus.config import StratusConfig
 from stratus.coordination.leader_elector import LeaderElector
 from stratus.coordination.leadership import Leadership
 from stratus.errors import StratusError
+from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.cluster_view import ClusterView
 from stratus.nimbus.errors import (
     InvalidRequestError,
@@ -44,8 +47,12 @@ from stratus.nimbus.records import (
     NimbusSummary,
     PipelineRecord,
     PipelineStatus,
+    PipelineWorkers,
     SupervisorSummary,
 )
+from stratus.nimbus.scheduling_duty import SchedulingDuty
+from stratus.state.errors import StateStoreUnavailableError
+from stratus.state.heartbeats import HeartbeatBoard
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +71,9 @@ class NimbusService:
         incoming: PackageStore,
         distributor: CodeDistributor,
         elector: LeaderElector,
+        scheduling: SchedulingDuty,
+        assignments: AssignmentTable,
+        board: HeartbeatBoard,
         conf: StratusConfig,
         clock: Callable[[], float],
     ) -> None:
@@ -73,6 +83,9 @@ class NimbusService:
         self.incoming = incoming
         self._distributor = distributor
         self._elector = elector
+        self._scheduling = scheduling
+        self._assignments = assignments
+        self._board = board
         self._conf = conf
         self._limits = PackageLimits.from_config(conf)
         self.max_upload_bytes = conf.nimbus_max_upload_bytes
@@ -138,6 +151,24 @@ class NimbusService:
         if record is None:
             raise UnknownPipelineError(f"unknown pipeline {name!r}")
         return record
+
+    def workers(self, name: str) -> PipelineWorkers:
+        """Where the pipeline runs and its workers' last heartbeats, read from the stores."""
+        self.pipeline(name)
+        try:
+            assignment = self._assignments.read(name)
+            beats = self._board.workers().get(name, {})
+        except KazooException as exc:
+            raise UnavailableError(
+                f"ZooKeeper is unreachable ({type(exc).__name__}); retry"
+            ) from None
+        except StateStoreUnavailableError as exc:
+            raise UnavailableError(f"{exc}; retry") from None
+        return PipelineWorkers(
+            pipeline=name,
+            assignment=assignment,
+            workers=[beat for _, beat in sorted(beats.items())],
+        )
 
     # ------------------------------------------------------------------ leader-only
 
@@ -239,6 +270,7 @@ class NimbusService:
         self.remove_killed(term)
         self.activate_replicated(term)
         self.fail_lost(term, code.lost())
+        self._scheduling.run(term, self.view.supervisors())
         return []
 
     def activate_replicated(self, term: Leadership) -> None:
@@ -274,6 +306,22 @@ class NimbusService:
             return
         removed = self._ops.remove_due(term, killed)
         self._drop_if_unused({killed[name].digest for name in removed})
+        for name in removed:
+            self._clean_up(killed[name])
+
+    def _clean_up(self, removed: PipelineRecord) -> None:
+        """A removed pipeline's heartbeats and checkpoints go too; a failure is only logged."""
+        location = checkpoint_location(self._conf, removed.conf, removed.name)
+        try:
+            self._board.remove_pipeline(removed.name)
+            remove_checkpoints(location)
+        except (OSError, StratusError) as exc:
+            log.warning(
+                "event=cleanup_incomplete pipeline=%s checkpoints=%s error=%r",
+                removed.name,
+                location,
+                exc,
+            )
 
     def _drop_if_unused(self, digests: set[str]) -> None:
         """Delete these packages unless a pipeline still names them; keep them if unsure."""

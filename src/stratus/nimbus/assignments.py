@@ -1,0 +1,109 @@
+"""The assignments in ZooKeeper: read by anyone, written only in the leader's fenced transactions.
+
+``<root>/assignments/<pipeline>`` holds the ``Assignment`` that names the supervisor running the
+pipeline. The leader applies a scheduling ``Plan`` in fenced transactions of at most
+``OPS_PER_TRANSACTION`` operations, each write checking the version it read, so a plan made
+from a stale read writes nothing::
+
+    assignments = AssignmentTable(client, ClusterPaths("/stratus"))
+    current = assignments.read_all()              # {pipeline: (Assignment, version)}
+    assignments.apply(term, plan, current)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from pydantic import ValidationError
+
+from stratus.coordination.leadership import FencedTransaction, Leadership
+from stratus.nimbus.records import Assignment
+from stratus.nimbus.scheduler import Plan
+from stratus.zk.paths import ClusterPaths
+
+log = logging.getLogger(__name__)
+
+OPS_PER_TRANSACTION = 100  # well inside ZooKeeper's 1 MB request limit
+
+Versioned = Mapping[str, tuple[Assignment, int]]
+
+
+class AssignmentTable:
+    """Read every assignment; apply a plan of the leader's, fenced by its term."""
+
+    def __init__(self, client: KazooClient, paths: ClusterPaths) -> None:
+        self._client = client
+        self._paths = paths
+
+    def read(self, pipeline: str) -> Assignment | None:
+        """One pipeline's assignment, or None if it has none."""
+        try:
+            raw, _ = self._client.get(self._paths.assignment(pipeline))
+        except NoNodeError:
+            return None
+        return Assignment.model_validate_json(raw)
+
+    def read_all(self) -> dict[str, tuple[Assignment, int]]:
+        """Every assignment with its znode version, from ZooKeeper itself (reads pipelined)."""
+        names = self._client.get_children(self._paths.assignments)
+        pending = {name: self._client.get_async(self._paths.assignment(name)) for name in names}
+        found: dict[str, tuple[Assignment, int]] = {}
+        for name, result in pending.items():
+            try:
+                raw, stat = result.get()
+            except NoNodeError:
+                continue  # deleted since the listing
+            try:
+                found[name] = (Assignment.model_validate_json(raw), stat.version)
+            except ValidationError as exc:
+                log.warning("event=bad_assignment pipeline=%s error=%s", name, exc.errors()[0])
+        return found
+
+    def apply(self, term: Leadership, plan: Plan, current: Versioned) -> None:
+        """Write the plan: creates, replacements and deletions, each against the version read."""
+        writes = [*self._writes(plan.assign, current), *self._deletes(plan.unassign, current)]
+        for start in range(0, len(writes), OPS_PER_TRANSACTION):
+            tx = term.transaction()
+            for write in writes[start : start + OPS_PER_TRANSACTION]:
+                write.add_to(tx)
+            tx.commit()
+        for name, (source, target) in plan.moved.items():
+            log.info(
+                "event=pipeline_moved pipeline=%s epoch=%d from=%s to=%s",
+                name,
+                term.epoch,
+                source,
+                target or "-",
+            )
+
+    def _writes(self, assign: Mapping[str, Assignment], current: Versioned) -> Iterator[_Write]:
+        for name, assignment in assign.items():
+            version = current[name][1] if name in current else None
+            yield _Write(self._paths.assignment(name), assignment.encode(), version)
+
+    def _deletes(self, names: Iterable[str], current: Versioned) -> Iterator[_Write]:
+        for name in names:
+            if name in current:
+                yield _Write(self._paths.assignment(name), None, current[name][1])
+
+
+@dataclass(frozen=True)
+class _Write:
+    """One znode write: data None deletes; version None creates."""
+
+    path: str
+    data: bytes | None
+    version: int | None
+
+    def add_to(self, tx: FencedTransaction) -> None:
+        if self.data is None:
+            assert self.version is not None
+            tx.delete(self.path, self.version)
+        elif self.version is None:
+            tx.create(self.path, self.data)
+        else:
+            tx.set_data(self.path, self.data, self.version)

@@ -1,0 +1,219 @@
+"""The leader's scheduling duty: heartbeats in, outcomes recorded, a plan applied, all fenced.
+
+Each round reads the pipelines, the assignments and the heartbeats from ZooKeeper and the
+cluster state store (never from a view that may lag), then:
+
+1. notes every heartbeat that *changed* since the last round (``Liveness``: the leader
+   compares what it saw, never wall clocks across machines);
+2. records the outcomes workers report: a batch that finished makes its pipeline FINISHED,
+   a worker its supervisor gave up on makes it FAILED with the worker's error;
+3. judges supervisors dead when none of their heartbeats changed for
+   ``nimbus.supervisor.timeout.secs`` (or at once when one stopped cleanly and left), and
+   workers silent when theirs did not for ``nimbus.task.timeout.secs``;
+4. plans (``plan_round``) and applies the plan in the term's fenced transactions.
+
+The liveness memory starts afresh with every term: a new leader has seen no heartbeat yet,
+so it judges nothing dead before a whole timeout of its own term has passed (Storm
+reassigns too early after a failover, and guards its first term only)::
+
+    duty = SchedulingDuty(ops=ops, assignments=table, board=board, conf=conf)
+    duty.run(term, registered=view.supervisors())
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+
+from stratus.config import StratusConfig
+from stratus.coordination.leadership import Leadership
+from stratus.nimbus.assignments import AssignmentTable
+from stratus.nimbus.liveness import Liveness
+from stratus.nimbus.pipeline_ops import PipelineOps
+from stratus.nimbus.records import (
+    Assignment,
+    PipelineRecord,
+    PipelineStatus,
+    SupervisorHeartbeat,
+    SupervisorSummary,
+    WorkerHeartbeat,
+    WorkerState,
+)
+from stratus.nimbus.scheduler import Plan, plan_round
+from stratus.state.heartbeats import HeartbeatBoard
+
+log = logging.getLogger(__name__)
+
+Workers = Mapping[str, Mapping[str, WorkerHeartbeat]]
+
+
+class SchedulingDuty:
+    """One scheduling round at a time, on the leader's duties thread; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        ops: PipelineOps,
+        assignments: AssignmentTable,
+        board: HeartbeatBoard,
+        conf: StratusConfig,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._ops = ops
+        self._assignments = assignments
+        self._board = board
+        self._supervisor_timeout = conf.nimbus_supervisor_timeout_secs
+        self._task_timeout = conf.nimbus_task_timeout_secs
+        self._clock = clock  # wall clock: only for the assignments' timestamps
+        self._liveness = Liveness(clock=monotonic)
+        self._epoch: int | None = None  # the term the liveness memory belongs to
+
+    def run(self, term: Leadership, registered: Mapping[str, SupervisorSummary]) -> Plan:
+        """One round; the plan it applied (empty when nothing had to change)."""
+        if term.epoch != self._epoch:
+            self._liveness.reset()  # a new term judges nothing dead before its own timeout
+            self._epoch = term.epoch
+        pipelines = self._ops.read_all()
+        current = self._assignments.read_all()
+        assignments = {name: assignment for name, (assignment, _) in current.items()}
+        workers = self._board.workers()
+        supervisors = self._board.supervisors()
+        self._observe(assignments, workers, supervisors)
+        pipelines.update(self._record_outcomes(term, pipelines, assignments, workers))
+        dead = self._dead(registered, supervisors, assignments)
+        known = set(registered) | set(supervisors) | {a.supervisor for a in assignments.values()}
+        keep_on = known - dead
+        plan = plan_round(
+            pipelines=pipelines,
+            assignments=assignments,
+            capacity={
+                sid: summary.slots
+                for sid, summary in registered.items()
+                if sid in keep_on and not _stopping(supervisors.get(sid))
+            },
+            keep_on=keep_on,
+            timed_out=self._timed_out(assignments, workers, keep_on),
+            epoch=term.epoch,
+            now=self._clock(),
+        )
+        if plan.assign or plan.unassign:
+            self._assignments.apply(term, plan, current)
+        self._forget_departed(dead, registered, assignments, plan, workers)
+        return plan
+
+    # ------------------------------------------------------------------ liveness
+
+    def _observe(
+        self,
+        assignments: Mapping[str, Assignment],
+        workers: Workers,
+        supervisors: Mapping[str, SupervisorHeartbeat],
+    ) -> None:
+        for sid, supervisor in supervisors.items():
+            self._liveness.observe(_supervisor_key(sid), supervisor.time)
+        for name, assignment in assignments.items():
+            beat = _current_beat(assignment, workers)
+            token = (assignment.supervisor, assignment.assigned, beat.time if beat else None)
+            self._liveness.observe(_worker_key(name), token)
+
+    def _dead(
+        self,
+        registered: Mapping[str, SupervisorSummary],
+        supervisors: Mapping[str, SupervisorHeartbeat],
+        assignments: Mapping[str, Assignment],
+    ) -> set[str]:
+        """Supervisors silent past the timeout, or gone after a clean stop."""
+        known = set(registered) | set(supervisors) | {a.supervisor for a in assignments.values()}
+        dead = set()
+        for sid in known:
+            silent = self._liveness.silent_for(_supervisor_key(sid))
+            left = sid not in registered and _stopping(supervisors.get(sid))
+            if left or silent > self._supervisor_timeout:
+                dead.add(sid)
+        return dead
+
+    def _timed_out(
+        self, assignments: Mapping[str, Assignment], workers: Workers, keep_on: set[str]
+    ) -> set[str]:
+        """Pipelines whose worker, on a supervisor still alive, fell silent."""
+        silent = set()
+        for name, assignment in assignments.items():
+            beat = _current_beat(assignment, workers)
+            if assignment.supervisor not in keep_on or (beat is not None and beat.state.final):
+                continue
+            if self._liveness.silent_for(_worker_key(name)) > self._task_timeout:
+                silent.add(name)
+        return silent
+
+    # ------------------------------------------------------------------ outcomes
+
+    def _record_outcomes(
+        self,
+        term: Leadership,
+        pipelines: Mapping[str, PipelineRecord],
+        assignments: Mapping[str, Assignment],
+        workers: Workers,
+    ) -> dict[str, PipelineRecord]:
+        """FINISHED and FAILED pipelines, as their current workers report them."""
+        changed = {}
+        for name, assignment in assignments.items():
+            record = pipelines.get(name)
+            beat = _current_beat(assignment, workers)
+            if record is None or record.status is not PipelineStatus.ACTIVE or beat is None:
+                continue
+            if beat.state is WorkerState.FINISHED:
+                changed[name] = self._ops.finish(term, name)
+            elif beat.state is WorkerState.FAILED:
+                reason = (
+                    f"its worker on supervisor {beat.supervisor} failed and is not restarted "
+                    f"any more: {beat.error or 'no error reported'}"
+                )
+                changed[name] = self._ops.fail(term, name, reason)
+        return changed
+
+    def _forget_departed(
+        self,
+        dead: set[str],
+        registered: Mapping[str, SupervisorSummary],
+        assignments: Mapping[str, Assignment],
+        plan: Plan,
+        workers: Workers,
+    ) -> None:
+        """Drop the heartbeats of dead supervisors that left and no longer run anything, and
+        the memory of pipelines no longer assigned."""
+        for name in plan.unassign:
+            self._liveness.forget(_worker_key(name))
+        still_assigned = {a.supervisor for a in assignments.values()} | {
+            a.supervisor for a in plan.assign.values()
+        }
+        for sid in dead - set(registered) - still_assigned:
+            for name, beats in workers.items():
+                if sid in beats:
+                    self._board.remove_worker(name, sid)
+            self._board.remove_supervisor(sid)
+            self._liveness.forget(_supervisor_key(sid))
+            log.info("event=supervisor_forgotten supervisor=%s", sid)
+
+
+def _current_beat(assignment: Assignment, workers: Workers) -> WorkerHeartbeat | None:
+    """The heartbeat of the worker running this assignment (same supervisor and generation)."""
+    beat = workers.get(assignment.pipeline, {}).get(assignment.supervisor)
+    if beat is None or beat.generation != assignment.generation:
+        return None
+    if beat.digest and beat.digest != assignment.digest:
+        return None
+    return beat
+
+
+def _stopping(beat: SupervisorHeartbeat | None) -> bool:
+    return beat is not None and beat.stopping
+
+
+def _supervisor_key(supervisor: str) -> str:
+    return f"supervisor/{supervisor}"
+
+
+def _worker_key(pipeline: str) -> str:
+    return f"worker/{pipeline}"

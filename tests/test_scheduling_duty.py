@@ -1,0 +1,220 @@
+"""The leader's scheduling round against a real ZooKeeper, with the heartbeats written by the
+test as supervisors would write them, and the leader's monotonic clock in the test's hands.
+
+What is proved: new pipelines are assigned to registered supervisors; a supervisor whose
+heartbeats stop is judged dead only after ``nimbus.supervisor.timeout.secs`` of the leader's
+own clock, and its pipelines move; a new term waits a whole timeout before judging anything
+dead; workers' outcomes make pipelines FINISHED or FAILED and their assignments go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from stratus.codedist.package_store import StoredPackage
+from stratus.config import config_from_mapping
+from stratus.coordination.coordinator import Coordinator
+from stratus.coordination.leadership import Leadership
+from stratus.nimbus.assignments import AssignmentTable
+from stratus.nimbus.pipeline_ops import PipelineOps, ReplicationPolicy
+from stratus.nimbus.records import (
+    PipelineStatus,
+    SupervisorHeartbeat,
+    SupervisorSummary,
+    WorkerHeartbeat,
+    WorkerState,
+)
+from stratus.nimbus.scheduling_duty import SchedulingDuty
+from stratus.state.heartbeats import HeartbeatBoard
+from stratus.state.zk_store import ZooKeeperStateStore
+from stratus.zk.paths import ClusterPaths
+
+PATHS = ClusterPaths("/stratus")
+CONF = config_from_mapping({"nimbus.supervisor.timeout.secs": 10, "nimbus.task.timeout.secs": 30})
+ONE_COPY = ReplicationPolicy(required=1, wait_secs=60)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Cluster:
+    """A leader's scheduling duty, and the supervisors' side written by hand."""
+
+    def __init__(self, coordinator: Coordinator) -> None:
+        client = coordinator.client
+        for parent in PATHS.all_parents():
+            client.ensure_path(parent)
+        self.coordinator = coordinator
+        self.clock = FakeClock()
+        self.ops = PipelineOps(client, PATHS, clock=lambda: 1.0)
+        self.table = AssignmentTable(client, PATHS)
+        self.board = HeartbeatBoard(ZooKeeperStateStore(client, PATHS.heartbeats))
+        self.duty = SchedulingDuty(
+            ops=self.ops, assignments=self.table, board=self.board, conf=CONF,
+            monotonic=self.clock,
+        )  # fmt: skip
+        self.term = coordinator.nominate("nimbus", "leader", timeout=10)
+        self.registered: dict[str, SupervisorSummary] = {}
+        self.beats = 0
+
+    def submit(self, name: str) -> None:
+        self.ops.submit(
+            self.term, name, {}, f"r-{name}", StoredPackage("d" * 64, 10), replication=ONE_COPY
+        )
+
+    def supervisor(self, sid: str, slots: int = 2) -> None:
+        self.registered[sid] = SupervisorSummary(id=sid, slots=slots)
+        self.heartbeat(sid)
+
+    def heartbeat(self, sid: str, *, stopping: bool = False) -> None:
+        self.beats += 1
+        self.board.put_supervisor(
+            SupervisorHeartbeat(id=sid, time=float(self.beats), slots=2, stopping=stopping)
+        )
+
+    def worker(self, name: str, state: WorkerState, error: str | None = None) -> None:
+        assignment = self.table.read(name)
+        assert assignment is not None
+        self.beats += 1
+        self.board.put_worker(
+            WorkerHeartbeat(
+                pipeline=name, supervisor=assignment.supervisor, epoch=assignment.epoch,
+                generation=assignment.generation, digest=assignment.digest, state=state,
+                time=float(self.beats), error=error,
+            )
+        )  # fmt: skip
+
+    def round(self, term: Leadership | None = None) -> Any:
+        return self.duty.run(term or self.term, self.registered)
+
+    def where(self, name: str) -> str | None:
+        assignment = self.table.read(name)
+        return assignment.supervisor if assignment else None
+
+
+@pytest.fixture
+def cluster(zk_hosts: str) -> Iterator[Cluster]:
+    coordinator = Coordinator(zk_hosts, session_timeout=4.0).start()
+    try:
+        yield Cluster(coordinator)
+    finally:
+        coordinator.close()
+
+
+def test_new_pipelines_are_spread_over_registered_supervisors(cluster):
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    for name in ("a", "b"):
+        cluster.submit(name)
+
+    cluster.round()
+
+    assert {cluster.where("a"), cluster.where("b")} == {"s1", "s2"}
+    assignment = cluster.table.read("a")
+    assert assignment is not None and assignment.epoch == cluster.term.epoch
+
+
+def test_a_silent_supervisor_loses_its_pipelines_only_after_the_timeout(cluster):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    cluster.supervisor("s2")  # s1 falls silent from now on; s2 keeps beating
+
+    cluster.clock.now += 9
+    cluster.heartbeat("s2")
+    cluster.round()
+    assert cluster.where("a") == "s1"
+
+    cluster.clock.now += 2
+    cluster.heartbeat("s2")
+    plan = cluster.round()
+    assert cluster.where("a") == "s2"
+    assert plan.moved == {"a": ("s1", "s2")}
+
+
+def test_a_new_term_waits_a_whole_timeout_before_moving_anything(cluster):
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    cluster.round()
+    first = cluster.where("a")
+    cluster.clock.now += 60  # long silence of everyone, seen by no leader
+    cluster.coordinator.unnominate("nimbus")
+    new_term = cluster.coordinator.nominate("nimbus", "leader", timeout=10)
+    assert new_term.epoch > cluster.term.epoch
+
+    cluster.round(new_term)
+    assert cluster.where("a") == first
+
+    cluster.clock.now += 11  # a whole timeout of the new term, still silent
+    for sid in cluster.registered:
+        if sid != first:
+            cluster.heartbeat(sid)
+    cluster.round(new_term)
+    assert cluster.where("a") not in (None, first)
+
+
+def test_a_supervisor_that_stopped_cleanly_and_left_loses_its_pipelines_at_once(cluster):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    cluster.supervisor("s2")
+
+    cluster.heartbeat("s1", stopping=True)
+    del cluster.registered["s1"]
+    cluster.round()
+
+    assert cluster.where("a") == "s2"
+
+
+def test_a_finished_batch_and_a_failed_worker_end_their_pipelines(cluster):
+    cluster.supervisor("s1")
+    cluster.submit("batch")
+    cluster.submit("broken")
+    cluster.round()
+
+    cluster.worker("batch", WorkerState.FINISHED)
+    cluster.worker("broken", WorkerState.FAILED, error="entrypoint 'jobs:run': no module 'jobs'")
+    cluster.round()
+
+    assert cluster.ops.read("batch").status is PipelineStatus.FINISHED
+    broken = cluster.ops.read("broken")
+    assert broken.status is PipelineStatus.FAILED
+    assert "no module 'jobs'" in (broken.reason or "")
+    assert cluster.table.read_all() == {}
+
+
+def test_deactivate_and_rebalance_change_the_assignment(cluster):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+
+    cluster.ops.rebalance(cluster.term, "a", {"spark.sql.shuffle.partitions": 3})
+    cluster.round()
+    assignment = cluster.table.read("a")
+    assert assignment is not None
+    assert (assignment.generation, assignment.conf) == (1, {"spark.sql.shuffle.partitions": 3})
+
+    cluster.ops.deactivate(cluster.term, "a")
+    cluster.round()
+    assert cluster.table.read("a") is None
+
+
+def test_a_deposed_leader_writes_no_assignment(cluster):
+    cluster.supervisor("s1")
+    old = cluster.term
+    cluster.coordinator.unnominate("nimbus")
+    cluster.term = cluster.coordinator.nominate("nimbus", "leader", timeout=10)
+    cluster.submit("a")
+
+    with pytest.raises(Exception, match="no longer leads"):
+        cluster.round(old)
+    assert cluster.table.read("a") is None
