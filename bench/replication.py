@@ -39,6 +39,9 @@ A second table splits each round with the nimbuses' own logs (``event=submitted`
 ``code_registered``, ``code_fetch_started``, ``code_fetched``): the upload up to the new
 record, the standbys' start, fetch (GET, sha256, write) and registration. A leader that
 changed between rounds is printed (its record's epoch), as are the rounds it changed in.
+It also gives the CPU time (user + system, ``/proc/<pid>/stat``, 10 ms ticks) that the
+three nimbuses used during replication, and that the floor's two ``cp`` used: on a shared,
+noisy machine, CPU time says what a copy costs when wall times wander.
 
     .venv/bin/python bench/replication.py [--rounds 5] [--sizes 1 10 100] [--sync-secs 5]
     .venv/bin/python bench/replication.py --quick      # 1 round of 1 and 10 MB: a smoke run
@@ -58,6 +61,7 @@ import json
 import os
 import random
 import re
+import resource
 import shlex
 import signal
 import statistics
@@ -113,6 +117,7 @@ CLEANUP_TIMEOUT_SECS = 60.0  # plus 3 sync periods in the sync-only mode
 WATCH_GRACE_SECS = 2.0  # how long the bench's watch may lag a client's read
 SETTLE_SECS = 0.5  # after the sync that precedes each measurement
 POLL_SECS = 0.05
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")  # of the CPU times in /proc/<pid>/stat
 UNIQUE_BYTES = 16  # random bytes at the front of data.bin, new each round
 RATIO_TARGET = 2.0  # replication / floor at 100 MB
 RATIO_TARGET_MB = 100
@@ -283,6 +288,10 @@ class Cluster:
             time.sleep(POLL_SECS)
         raise BenchError(f"{self.mode}: the nimbuses did not agree on a leader")
 
+    def cpu_secs(self) -> float:
+        """User + system CPU seconds that the nimbus processes have used so far."""
+        return sum(process_cpu_secs(n.pid) for n in self.nimbuses if n.pid is not None)
+
     def copies(self, digest: str) -> list[Path]:
         """Every file of any nimbus whose name holds ``digest`` (its stored package)."""
         return [
@@ -318,6 +327,8 @@ class Sample:
     cleanup: float  # kill -> znodes and every copy gone
     floor: float = 0.0  # cp src dst1; cp src dst2
     floor_fsync: float = 0.0  # the same, each copy fsynced
+    cpu: float = 0.0  # CPU seconds of the three nimbuses, submit returned -> third holder
+    floor_cpu: float = 0.0  # CPU seconds of the floor's two cp (without fsync)
     replicas: int = 0  # the record's replication once ACTIVE
     epoch: int = 0  # the leader's epoch in the record written by the submit
     notes: list[str] = field(default_factory=list)
@@ -330,6 +341,22 @@ class Sample:
     @property
     def total_ratio(self) -> float:
         return self.total / self.floor
+
+
+def process_cpu_secs(pid: int) -> float:
+    """User + system CPU seconds of process ``pid``, all its threads (0 once it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+    except OSError:
+        return 0.0
+    fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state is fields[0]
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def children_cpu_secs() -> float:
+    """User + system CPU seconds of this process's children that have been waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def quiesce() -> None:
@@ -365,7 +392,10 @@ def measure_submit(
     try:
         record = cluster.client.submit(name, content, conf)
         accepted = time.monotonic()
-        if not holders.reached.wait(cluster.replication_timeout):
+        cpu_before = cluster.cpu_secs()
+        reached = holders.reached.wait(cluster.replication_timeout)
+        cpu = cluster.cpu_secs() - cpu_before
+        if not reached:
             raise BenchError(
                 f"{cluster.mode}: {name} reached {len(holders.times)} holders, not "
                 f"{REPLICATION}, within {cluster.replication_timeout:g} s of the submit"
@@ -400,6 +430,7 @@ def measure_submit(
         holders=[holders.times[count] - started for count in sorted(holders.times)],
         active=None if active.at is None else active.at - replicated,
         cleanup=cleanup,
+        cpu=cpu,
         replicas=final.replication,
         epoch=record.epoch,
         notes=notes,
@@ -433,15 +464,18 @@ def remove(cluster: Cluster, reader: Any, name: str, digest: str) -> float:
         time.sleep(POLL_SECS)
 
 
-def measure_floor(work_dir: Path, content: bytes) -> tuple[float, float]:
-    """Two ``cp`` of the same file on the same disk; and the same with each copy fsynced."""
+def measure_floor(work_dir: Path, content: bytes) -> tuple[float, float, float]:
+    """Two ``cp`` of the same file on the same disk, the same with each copy fsynced; and
+    the CPU seconds of the two ``cp`` without fsync."""
     source = work_dir / "floor-src.zip"
     copies = [work_dir / "floor-dst1.zip", work_dir / "floor-dst2.zip"]
     try:
         source.write_bytes(content)  # in the page cache, as the leader's stored copy is
         timings = []
+        cpu = 0.0
         for fsync in (False, True):
             quiesce()
+            cpu_before = children_cpu_secs()
             began = time.monotonic()
             for copy in copies:
                 subprocess.run(["cp", str(source), str(copy)], check=True)
@@ -452,6 +486,8 @@ def measure_floor(work_dir: Path, content: bytes) -> tuple[float, float]:
                     finally:
                         os.close(descriptor)
             timings.append(time.monotonic() - began)
+            if not fsync:
+                cpu = children_cpu_secs() - cpu_before
             for copy in copies:
                 copy.unlink()
     except (OSError, subprocess.CalledProcessError) as exc:
@@ -459,7 +495,7 @@ def measure_floor(work_dir: Path, content: bytes) -> tuple[float, float]:
     finally:
         for path in (source, *copies):
             path.unlink(missing_ok=True)
-    return timings[0], timings[1]
+    return timings[0], timings[1], cpu
 
 
 def run_round(
@@ -494,7 +530,9 @@ def run_round(
         pause=pause,
     )
     if number > 0:
-        sample.floor, sample.floor_fsync = floors or measure_floor(work_dir, content)
+        sample.floor, sample.floor_fsync, sample.floor_cpu = floors or measure_floor(
+            work_dir, content
+        )
     return sample
 
 
@@ -748,11 +786,13 @@ def report_stages(console: Console, samples: list[Sample]) -> None:
             "registered -> the last standby began the fetch that worked; fetch = that fetch "
             "(GET, sha256, write); store = -> it registered; seen = -> the bench saw the third "
             "holder; start + fetch + store + seen = replication + returned; other = the other "
-            "standby's fetch, in parallel. Log times have millisecond resolution."
+            "standby's fetch, in parallel. Log times have millisecond resolution. cpu = CPU "
+            "time of the three nimbuses during replication; cp cpu = that of the floor's two "
+            "cp (user + system, 10 ms ticks)."
         ),
         box=box.SIMPLE_HEAD,
     )
-    for header in ("mode", "size", *STAGES):
+    for header in ("mode", "size", *STAGES, "cpu", "cp cpu"):
         table.add_column(header, justify="left" if header == "mode" else "right", no_wrap=True)
     keys = sorted({(MODES.index(s.mode), s.size_mb) for s in samples})
     for key in keys:
@@ -761,6 +801,8 @@ def report_stages(console: Console, samples: list[Sample]) -> None:
         for stage in STAGES:
             values = [s.stages[stage] for s in chosen if stage in s.stages]
             cells.append(ms(statistics.median(values)) if values else "-")
+        cells.append(ms(statistics.median([s.cpu for s in chosen])))
+        cells.append(ms(statistics.median([s.floor_cpu for s in chosen])))
         table.add_row(MODES[key[0]], f"{key[1]} MB", *cells)
     console.print(table)
 

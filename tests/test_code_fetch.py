@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import os
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,13 @@ import pytest
 
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.errors import CodeUnavailableError, DigestMismatchError
-from stratus.codedist.fetch import FetchSettings, fetch_package, part_path, split_ranges
+from stratus.codedist.fetch import (
+    FetchSettings,
+    fetch_package,
+    http_client,
+    part_path,
+    split_ranges,
+)
 from stratus.codedist.package_store import PackageStore
 from tests.test_code_routes import CodeServer, Recorder, code_server, free_address, stored
 
@@ -228,3 +235,33 @@ def test_a_damaged_partial_download_is_fetched_again_from_the_start(holders, des
     path = fetch_package("etl", META, [holders[0].address], dest, ONE_STREAM)
     assert fetched(path) == DATA
     assert holders[0].recorder.ranges() == ["bytes=1000-", None]
+
+
+def test_one_client_fetches_again_on_the_connection_it_kept(holders, dest):
+    holder = holders[0]
+    client = http_client(ONE_STREAM)
+    try:
+        for _ in range(2):
+            fetched(fetch_package("etl", META, [holder.address], dest, ONE_STREAM, client=client))
+            part_path(dest, META.digest).unlink()
+    finally:
+        client.close()
+    first, second = holder.recorder.client_ports
+    assert first == second
+
+
+def test_a_kept_connection_that_the_holder_closed_is_replaced_by_a_new_one(tmp_path, dest):
+    store = PackageStore(tmp_path / "holder", max_bytes=64 * MIB)
+    assert stored(store, DATA) == META.digest
+    client = http_client(ONE_STREAM)
+    with code_server(store, keep_alive_secs=1) as server:
+        try:
+            fetch_package("etl", META, [server.address], dest, ONE_STREAM, client=client)
+            part_path(dest, META.digest).unlink()
+            time.sleep(1.5)  # the holder closes the idle connection meanwhile
+            path = fetch_package("etl", META, [server.address], dest, ONE_STREAM, client=client)
+        finally:
+            client.close()
+        assert fetched(path) == DATA
+        first, second = server.recorder.client_ports
+        assert first != second

@@ -47,6 +47,7 @@ class Recorder:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         self.requests: list[tuple[str, str | None]] = []  # (method, Range header)
+        self.client_ports: list[int] = []  # of every request: which connection it came on
         self.body_messages: list[int] = []  # size of every body message sent
         self.cuts = 0
         self.cut_after = 0
@@ -64,6 +65,7 @@ class Recorder:
         headers = dict(scope["headers"])
         rng = headers.get(b"range")
         self.requests.append((scope["method"], rng.decode() if rng is not None else None))
+        self.client_ports.append(scope["client"][1] if scope.get("client") else 0)
         if self.ignore_range:
             scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k != b"range"]}
         cut = self.cuts > 0
@@ -122,8 +124,11 @@ class CodeServer:
 
 
 @contextlib.contextmanager
-def code_server(store: PackageStore) -> Iterator[CodeServer]:
-    """The code routes of ``store`` served by uvicorn on a free port, in a thread."""
+def code_server(store: PackageStore, *, keep_alive_secs: int = 5) -> Iterator[CodeServer]:
+    """The code routes of ``store`` served by uvicorn on a free port, in a thread.
+
+    ``keep_alive_secs``: how long an idle connection stays open (uvicorn's default, 5 s).
+    """
     app = FastAPI()
     add_code_routes(app, store)
     recorder = Recorder(app)
@@ -136,6 +141,7 @@ def code_server(store: PackageStore) -> Iterator[CodeServer]:
         access_log=False,
         lifespan="off",
         timeout_graceful_shutdown=1,
+        timeout_keep_alive=keep_alive_secs,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
