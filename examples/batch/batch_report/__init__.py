@@ -1,0 +1,1 @@
+"""The batch example pipeline: order totals by customer."""

@@ -1,0 +1,142 @@
+"""Progress and failures of an app's Structured Streaming queries, for the heartbeats.
+
+A ``StreamingQueryListener`` registered before the pipeline's function runs feeds a
+``QueryTracker``: Spark posts one progress event per completed micro-batch (idle triggers
+are separate events, ignored here), so ``rows_total`` is the sum of the input rows of the
+batches that completed since this worker started. A batch is counted once: an event whose
+batch id is not above the last one counted for that query adds nothing. A batch that a
+crash interrupted is not counted (its progress was never posted), and Spark runs it again
+after a restart, where it is counted by the new worker::
+
+    tracker = QueryTracker()
+    spark.streams.addListener(tracker_listener(tracker))
+    tracker.snapshot()      # [QueryProgress(name='counts', batch_id=3, rows_total=120, ...)]
+    tracker.failure()       # None, or "streaming query 'counts' (<id>) failed: ..."
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+    StreamingQueryListener,
+)
+
+from stratus.nimbus.records import QueryProgress
+
+
+@dataclass
+class _Query:
+    id: str
+    name: str | None
+    batch_id: int = -1
+    num_input_rows: int = 0
+    input_rows_per_second: float = 0.0
+    processed_rows_per_second: float = 0.0
+    rows_total: int = 0
+    failure: str | None = None
+
+    def progress(self) -> QueryProgress:
+        return QueryProgress(
+            name=self.name,
+            id=self.id,
+            batch_id=self.batch_id,
+            num_input_rows=self.num_input_rows,
+            input_rows_per_second=self.input_rows_per_second,
+            processed_rows_per_second=self.processed_rows_per_second,
+            rows_total=self.rows_total,
+        )
+
+
+class QueryTracker:
+    """Every query seen since the worker started, in start order; thread-safe (Spark's
+    listener thread writes, the heartbeat thread and the main thread read)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queries: dict[str, _Query] = {}
+
+    def started(self, query_id: str, name: str | None) -> None:
+        """A query (re)started: a failure of its earlier run no longer counts."""
+        with self._lock:
+            query = self._queries.setdefault(query_id, _Query(query_id, name))
+            query.name = name
+            query.failure = None
+
+    def progressed(
+        self,
+        query_id: str,
+        *,
+        name: str | None,
+        batch_id: int,
+        num_input_rows: int,
+        input_rows_per_second: float,
+        processed_rows_per_second: float,
+    ) -> None:
+        """One completed micro-batch of the query."""
+        with self._lock:
+            query = self._queries.setdefault(query_id, _Query(query_id, name))
+            if batch_id <= query.batch_id:
+                return  # counted already
+            query.name = name
+            query.batch_id = batch_id
+            query.num_input_rows = num_input_rows
+            query.input_rows_per_second = _finite(input_rows_per_second)
+            query.processed_rows_per_second = _finite(processed_rows_per_second)
+            query.rows_total += num_input_rows
+
+    def terminated(self, query_id: str, exception: str | None) -> None:
+        """The query ended: stopped (``exception`` None) or failed."""
+        with self._lock:
+            query = self._queries.setdefault(query_id, _Query(query_id, None))
+            if exception:
+                label = f"{query.name!r} ({query_id})" if query.name else query_id
+                query.failure = f"streaming query {label} failed: {exception}"
+
+    def snapshot(self) -> list[QueryProgress]:
+        """The last progress of every query, in the order they started."""
+        with self._lock:
+            return [query.progress() for query in self._queries.values()]
+
+    def failure(self) -> str | None:
+        """The error of the first query whose last run failed, if any."""
+        with self._lock:
+            return next((q.failure for q in self._queries.values() if q.failure), None)
+
+
+def tracker_listener(tracker: QueryTracker) -> StreamingQueryListener:
+    """A listener that feeds ``tracker``; register it before any query starts."""
+
+    class _TrackerListener(StreamingQueryListener):  # method names are Spark's
+        def onQueryStarted(self, event: QueryStartedEvent) -> None:  # noqa: N802
+            tracker.started(str(event.id), event.name)
+
+        def onQueryProgress(self, event: QueryProgressEvent) -> None:  # noqa: N802
+            progress = event.progress
+            tracker.progressed(
+                str(progress.id),
+                name=progress.name,
+                batch_id=progress.batchId,
+                num_input_rows=progress.numInputRows,
+                input_rows_per_second=progress.inputRowsPerSecond,
+                processed_rows_per_second=progress.processedRowsPerSecond,
+            )
+
+        def onQueryIdle(self, event: QueryIdleEvent) -> None:  # noqa: N802
+            pass  # no batch ran
+
+        def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:  # noqa: N802
+            tracker.terminated(str(event.id), event.exception)
+
+    return _TrackerListener()
+
+
+def _finite(value: float) -> float:
+    """Spark reports NaN rates for a batch of zero duration; a heartbeat carries 0."""
+    return value if math.isfinite(value) else 0.0

@@ -1,0 +1,350 @@
+"""Runs an sdp pipeline: ``spark-pipelines run`` on a spec derived from the project's.
+
+What is derived, in ``<work_dir>/sdp-project/`` (the project's directory mirrored there with
+symbolic links, so its library globs and relative paths work unchanged):
+
+- ``storage`` (where SDP keeps streaming checkpoints) is ``<checkpoint_location>/sdp-storage``,
+  so a pipeline moved to another node resumes;
+- ``configuration``: a key the project sets and the pipeline's conf sets too takes the
+  conf's value;
+- every ``spark.*`` key of the conf (but ``spark.master``), over stratus's defaults, goes to
+  ``<work_dir>/sdp-conf/spark-defaults.conf``, with ``SPARK_CONF_DIR`` pointing there (the
+  files of an existing ``SPARK_CONF_DIR`` are copied first, its defaults under ours). Both
+  JVMs of a run read it, so static settings such as ``spark.sql.warehouse.dir`` apply:
+  they cannot go in ``configuration`` (SDP sets those per flow), and ``--conf`` loses all
+  but ten settings on the way to the inner JVM (pyspark 4.3 keeps only the last group of
+  ``PYSPARK_REMOTE_INIT_CONF_*``);
+- the master is ``--remote <spark master>``, with ``SPARK_API_MODE=connect`` in the
+  environment so that a non-local master starts a local Spark Connect server on it.
+
+Defaults, each overridden by the pipeline's conf (``sdp_settings``): tables go to
+``spark.sql.warehouse.dir = <checkpoint_location>/warehouse``, and their catalog is Hive's
+(``spark.sql.catalogImplementation = hive``) with an embedded Derby metastore in
+``<checkpoint_location>/sdp-metastore`` when the checkpoint location is on the local file
+system, else in ``<work_dir>/sdp-metastore``: without a persistent catalog, the second run
+finds the tables' directories and refuses to create them again. A checkpoint location on
+shared storage (hdfs://, ...) needs a shared metastore
+(``spark.hadoop.hive.metastore.uris``) for a moved pipeline to find its tables.
+
+No trigger: one run, FINISHED. With ``trigger_interval_secs``: a run starts every interval
+(the next one at once if a run took longer), RUNNING with ``runs`` completed. A run that
+fails is FAILED with the tail of its output. A stop request takes the run's process group
+down (see ``run_guard``), STOPPED::
+
+    outcome = run_sdp(spec, stop, reporter)
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import urlparse
+
+import yaml
+
+from stratus.supervisor import run_guard
+from stratus.supervisor.heartbeat_reporter import HeartbeatReporter
+from stratus.supervisor.spark_app import SPARK_DEFAULTS, conf_value, spark_conf
+from stratus.supervisor.stop_request import StopRequest
+from stratus.supervisor.worker_errors import SdpProjectError
+from stratus.supervisor.worker_outcome import Outcome
+from stratus.supervisor.worker_spec import WorkerSpec
+
+log = logging.getLogger(__name__)
+
+SDP_SCRIPT = "spark-pipelines"
+PROJECT_MIRROR = "sdp-project"  # in work_dir: links to the project's files, the derived spec
+CONF_DIR = "sdp-conf"  # in work_dir: the runs' SPARK_CONF_DIR
+DEFAULTS_FILE = "spark-defaults.conf"
+DERIVED_SPEC = "spark-pipeline.yml"
+STORAGE_DIR = "sdp-storage"
+WAREHOUSE_DIR = "warehouse"
+METASTORE_DIR = "sdp-metastore"
+METASTORE_KEYS = ("spark.hadoop.javax.jdo.option.ConnectionURL", "spark.hadoop.hive.metastore.uris")
+TAIL_LINES = 25  # of a failed run's output, in its FAILED heartbeat
+_MASTER_LINE = re.compile(r"^\s*spark\.master[\s=:]")  # the master is --remote's alone
+_JAVA_FRAME = re.compile(r"^\s+at |^\s*\.\.\. \d+ more")
+
+
+def run_sdp(spec: WorkerSpec, stop: StopRequest, reporter: HeartbeatReporter) -> Outcome:
+    """Run the sdp project of ``spec`` once, or every trigger interval until stopped."""
+    try:
+        spec_file = prepare_project(spec)
+        command = sdp_command(spec, spec_file)
+        environment = sdp_environment(write_conf_dir(spec))
+    except SdpProjectError as exc:
+        return Outcome.failed(str(exc))
+    slot = _RunSlot()
+    stop.on_request(slot.take_down)
+    runs = 0
+    while True:
+        if stop.requested():
+            return Outcome.stopped()
+        started = time.monotonic()
+        run = _GuardedRun(command, cwd=spec.work_dir, env=environment)
+        outcome = _run_once(run, spec, slot=slot, stop=stop, reporter=reporter, number=runs + 1)
+        if outcome is not None:
+            return outcome
+        runs += 1
+        reporter.runs_completed(runs)
+        if spec.trigger_interval_secs is None:
+            return Outcome.finished()
+        if stop.wait(max(0.0, started + spec.trigger_interval_secs - time.monotonic())):
+            return Outcome.stopped()
+
+
+def prepare_project(spec: WorkerSpec) -> Path:
+    """Mirror the project's directory into the work dir and write the derived spec there."""
+    assert spec.project is not None  # the manifest defaults it for kind sdp
+    project_file = spec.code_dir / spec.project
+    project = load_project(project_file)
+    mirror = spec.work_dir / PROJECT_MIRROR
+    shutil.rmtree(mirror, ignore_errors=True)
+    mirror.mkdir(parents=True)
+    for entry in project_file.parent.iterdir():
+        if entry.name != project_file.name:
+            (mirror / entry.name).symlink_to(entry.resolve())
+    derived = mirror / DERIVED_SPEC
+    derived.write_text(yaml.safe_dump(derived_spec(project, spec), sort_keys=False))
+    return derived
+
+
+def load_project(path: Path) -> dict[str, Any]:
+    """The project file's mapping; SdpProjectError naming the file if it has none."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SdpProjectError(
+            f"sdp project file {path.name!r} is not in the package; set `project` in "
+            "stratus.yaml to the path of spark-pipeline.yml"
+        ) from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise SdpProjectError(f"sdp project file {path.name!r} cannot be read: {exc}") from None
+    if not isinstance(data, dict):
+        raise SdpProjectError(
+            f"sdp project file {path.name!r} must be a mapping with name, libraries, ..."
+        )
+    return data
+
+
+def derived_spec(project: Mapping[str, Any], spec: WorkerSpec) -> dict[str, Any]:
+    """The project's spec with stratus's storage and the pipeline's conf values."""
+    derived = dict(project)
+    derived.setdefault("name", spec.pipeline)
+    derived["storage"] = location_uri(_child(spec.checkpoint_location, STORAGE_DIR))
+    configuration = project.get("configuration") or {}
+    if not isinstance(configuration, dict):
+        raise SdpProjectError("sdp project file: `configuration` must be a mapping")
+    derived["configuration"] = {
+        str(key): conf_value(spec.conf.get(key, value)) for key, value in configuration.items()
+    }
+    return derived
+
+
+def sdp_settings(spec: WorkerSpec) -> dict[str, str]:
+    """The Spark settings of every run: defaults, then the pipeline's conf."""
+    settings = {
+        **SPARK_DEFAULTS,
+        "spark.app.name": f"stratus-{spec.pipeline}",
+        "spark.sql.warehouse.dir": _child(spec.checkpoint_location, WAREHOUSE_DIR),
+    }
+    if "spark.sql.catalogImplementation" not in spec.conf:
+        settings["spark.sql.catalogImplementation"] = "hive"
+        if not any(key in spec.conf for key in METASTORE_KEYS):
+            settings[METASTORE_KEYS[0]] = (
+                f"jdbc:derby:;databaseName={metastore_dir(spec)};create=true"
+            )
+    settings.update(spark_conf(spec.conf))
+    settings.pop("spark.master", None)  # given as --remote: spark-submit refuses both
+    return settings
+
+
+def write_conf_dir(spec: WorkerSpec) -> Path:
+    """``<work_dir>/sdp-conf`` with ``sdp_settings`` in its spark-defaults.conf."""
+    conf_dir = spec.work_dir / CONF_DIR
+    shutil.rmtree(conf_dir, ignore_errors=True)
+    inherited = os.environ.get("SPARK_CONF_DIR")
+    if inherited and Path(inherited).is_dir():
+        shutil.copytree(inherited, conf_dir, symlinks=False)
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    defaults = conf_dir / DEFAULTS_FILE
+    earlier = defaults.read_text().splitlines() if defaults.is_file() else []
+    kept = "".join(f"{line}\n" for line in earlier if not _MASTER_LINE.match(line))
+    ours = "".join(_properties_line(key, value) for key, value in sdp_settings(spec).items())
+    defaults.write_text(kept + ours)  # later lines win
+    return conf_dir
+
+
+def _properties_line(key: str, value: str) -> str:
+    """``key=value`` in Java properties syntax (spark-defaults.conf is read as one)."""
+
+    def escape(text: str) -> str:
+        for raw, escaped in (("\\", "\\\\"), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t")):
+            text = text.replace(raw, escaped)
+        return text
+
+    escaped_key = escape(key).replace("=", "\\=").replace(":", "\\:").replace(" ", "\\ ")
+    escaped_value = escape(value)
+    if escaped_value.startswith(" "):
+        escaped_value = "\\" + escaped_value
+    return f"{escaped_key}={escaped_value}\n"
+
+
+def metastore_dir(spec: WorkerSpec) -> Path:
+    """Where the embedded Derby metastore lives: beside the checkpoints when they are local."""
+    local = local_path(spec.checkpoint_location)
+    base = local if local is not None else spec.work_dir
+    base.mkdir(parents=True, exist_ok=True)
+    return base / METASTORE_DIR
+
+
+def sdp_command(spec: WorkerSpec, spec_file: Path) -> list[str]:
+    """``spark-pipelines --remote MASTER run --spec FILE``, under the guard."""
+    script = Path(sys.executable).parent / SDP_SCRIPT
+    if not script.is_file():
+        raise SdpProjectError(
+            f"{SDP_SCRIPT} not found beside {sys.executable}: install pyspark with its "
+            "connect extra (pyspark[connect]) in the worker's environment"
+        )
+    confs = [
+        arg for key, value in sdp_settings(spec).items() for arg in ("--conf", f"{key}={value}")
+    ]
+    command = [str(script), "--remote", spec.spark_master, *confs, "run", "--spec", str(spec_file)]
+    return [sys.executable, run_guard.__file__, "--", *command]
+
+
+def sdp_environment(conf_dir: Path) -> dict[str, str]:
+    """The worker's environment, with this Python for Spark, its bin first on PATH, and
+    ``conf_dir`` as SPARK_CONF_DIR."""
+    python = sys.executable
+    path = os.pathsep.join([str(Path(python).parent), os.environ.get("PATH", "")])
+    return {
+        **os.environ,
+        "PYSPARK_PYTHON": python,
+        "PYSPARK_DRIVER_PYTHON": python,
+        "PATH": path,
+        "SPARK_API_MODE": "connect",
+        "SPARK_CONF_DIR": str(conf_dir),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def location_uri(location: str) -> str:
+    """A URI for ``location``: a plain local path becomes file://, a URL stays as it is."""
+    return location if urlparse(location).scheme else Path(location).absolute().as_uri()
+
+
+def local_path(location: str) -> Path | None:
+    """The local directory of a plain path or a file:// URL; None for other storage."""
+    parsed = urlparse(location)
+    if not parsed.scheme:
+        return Path(location).absolute()
+    if parsed.scheme == "file":
+        return Path(parsed.path)
+    return None
+
+
+def _child(location: str, name: str) -> str:
+    return f"{location.rstrip('/')}/{name}"
+
+
+def _run_once(
+    run: _GuardedRun,
+    spec: WorkerSpec,
+    *,
+    slot: _RunSlot,
+    stop: StopRequest,
+    reporter: HeartbeatReporter,
+    number: int,
+) -> Outcome | None:
+    """One ``spark-pipelines run``: None if it completed, else the run's outcome."""
+    log.info("event=sdp_run_started pipeline=%s epoch=%d run=%d", spec.pipeline, spec.epoch, number)
+    slot.hold(run)
+    if stop.requested():  # it came while the run started: the slot had nothing to take down
+        run.take_down()
+    reporter.running()
+    code = run.wait()
+    if stop.requested():
+        return Outcome.stopped()
+    if code != 0:
+        return Outcome.failed(
+            f"spark-pipelines run {number} exited with code {code}; its output ends with:\n"
+            + run.tail()
+        )
+    log.info(
+        "event=sdp_run_completed pipeline=%s epoch=%d run=%d", spec.pipeline, spec.epoch, number
+    )
+    return None
+
+
+class _RunSlot:
+    """The run in progress, for the stop request's thread to take down."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._run: _GuardedRun | None = None
+
+    def hold(self, run: _GuardedRun) -> None:
+        with self._lock:
+            self._run = run
+
+    def take_down(self) -> None:
+        with self._lock:
+            run = self._run
+        if run is not None:
+            run.take_down()
+
+
+class _GuardedRun:
+    """A ``run_guard`` process: its output copied to stderr, the last lines kept."""
+
+    def __init__(self, command: list[str], cwd: Path, env: dict[str, str]) -> None:
+        self._lines: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self._process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+        )
+        assert self._process.stdout is not None
+        self._reader = threading.Thread(
+            target=self._copy, args=(self._process.stdout,), name="sdp-output", daemon=True
+        )
+        self._reader.start()
+
+    def take_down(self) -> None:
+        """Close the guard's stdin: it terminates the run's whole process group."""
+        if self._process.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._process.stdin.close()
+
+    def wait(self) -> int:
+        code = self._process.wait()
+        self._reader.join()
+        self.take_down()
+        return code
+
+    def tail(self) -> str:
+        return "\n".join(self._lines)
+
+    def _copy(self, output: IO[bytes]) -> None:
+        for raw in output:
+            sys.stderr.buffer.write(raw)
+            sys.stderr.flush()
+            line = raw.decode("utf-8", errors="replace").rstrip()
+            if line and not _JAVA_FRAME.match(line):
+                self._lines.append(line)

@@ -1,0 +1,254 @@
+"""Runs an app pipeline: a Spark session, the package's function, then its streaming queries.
+
+The function is loaded before Spark starts, so a bad entrypoint fails in a second, without a
+JVM. The session gets the pipeline's ``spark.*`` conf over stratus's defaults
+(``SPARK_DEFAULTS``: no UI, no console progress bars, WARN logs), the app name
+``stratus-<pipeline>`` unless the conf sets ``spark.app.name``, and the master the supervisor
+resolved. After ``function(spark, context)`` returns:
+
+- no streaming query active: a batch, FINISHED;
+- queries active: they run until a stop request (STOPPED) or until one fails (FAILED, with
+  the query's error) or all end by themselves (FINISHED).
+
+A stop request stops the active queries (their checkpoints stay), cancels running jobs (so a
+batch function blocked in an action returns), and lets the function return; the run is then
+STOPPED whatever the function raised. The Spark JVM is gone when ``run_app`` returns: the
+session is stopped and the JVM, which pyspark started with a pipe on its stdin, sees EOF and
+exits (it also does when this process dies, even by SIGKILL)::
+
+    outcome = run_app(spec, stop, reporter)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import subprocess
+import traceback
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pyspark import SparkContext
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+from stratus.supervisor.entrypoint import load_entrypoint
+from stratus.supervisor.heartbeat_reporter import HeartbeatReporter
+from stratus.supervisor.pipeline_context import PipelineContext
+from stratus.supervisor.query_progress import QueryTracker, tracker_listener
+from stratus.supervisor.stop_request import StopRequest
+from stratus.supervisor.worker_errors import EntrypointError, SparkStartError
+from stratus.supervisor.worker_outcome import Outcome
+from stratus.supervisor.worker_spec import WorkerSpec
+
+log = logging.getLogger(__name__)
+
+# Settings a pipeline's conf may override; chosen for a worker whose output goes to a log file.
+SPARK_DEFAULTS: dict[str, str] = {
+    "spark.ui.enabled": "false",  # one UI per worker would need a port each; set it to see it
+    "spark.ui.showConsoleProgress": "false",  # progress bars fill log files with \r lines
+    "spark.log.level": "WARN",  # Spark's INFO lines drown the pipeline's own
+}
+QUERY_POLL_SECS = 0.5  # how often the main thread looks at the queries after the function
+JVM_EXIT_SECS = 10.0  # after closing the JVM's stdin, how long before it is killed
+CODE_ARCHIVE = "pipeline-code"  # <work_dir>/pipeline-code.zip, shipped to remote executors
+
+
+def run_app(spec: WorkerSpec, stop: StopRequest, reporter: HeartbeatReporter) -> Outcome:
+    """Run the app of ``spec`` to its outcome; the final heartbeat is written before the
+    Spark session is torn down, so a supervisor's SIGKILL during the teardown loses nothing."""
+    assert spec.entrypoint is not None  # the manifest requires it for kind app
+    context = PipelineContext.from_spec(spec, stop.event)
+    try:
+        function = load_entrypoint(spec.entrypoint, spec.code_dir)
+    except EntrypointError as exc:
+        traceback.print_exc()
+        return Outcome.failed(str(exc))
+    if stop.requested():
+        return Outcome.stopped()
+    try:
+        spark = start_session(spec)
+    except SparkStartError as exc:
+        traceback.print_exc()
+        return Outcome.failed(str(exc))
+    stop.install_signal_handlers()  # pyspark replaced SIGINT's handler with its own
+    try:
+        if stop.requested():  # it came while Spark started
+            return Outcome.stopped()
+        outcome = _run_in_session(spark, function, context, spec=spec, stop=stop, reporter=reporter)
+        _stop_queries(spark)
+        reporter.finish(outcome)
+        return outcome
+    finally:
+        stop_session(spark)
+
+
+def spark_settings(spec: WorkerSpec) -> dict[str, str]:
+    """Every setting of the worker's session: defaults, the conf's spark.* keys, the master."""
+    return {
+        **SPARK_DEFAULTS,
+        "spark.app.name": f"stratus-{spec.pipeline}",
+        **spark_conf(spec.conf),
+        "spark.master": spec.spark_master,
+    }
+
+
+def spark_conf(conf: Mapping[str, Any]) -> dict[str, str]:
+    """The ``spark.*`` keys of a pipeline's conf, as the strings Spark expects."""
+    return {key: conf_value(value) for key, value in conf.items() if key.startswith("spark.")}
+
+
+def conf_value(value: Any) -> str:
+    """A conf value as Spark reads it: booleans in lower case, everything else as str()."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def start_session(spec: WorkerSpec) -> SparkSession:
+    """A session with ``spark_settings(spec)``; the package's modules reach the executors."""
+    # Python workers of local executors inherit the JVM's environment, hence this path.
+    paths = [str(spec.code_dir), *filter(None, [os.environ.get("PYTHONPATH")])]
+    os.environ["PYTHONPATH"] = os.pathsep.join(paths)
+    builder = SparkSession.builder
+    for key, value in spark_settings(spec).items():
+        builder = builder.config(key, value)
+    try:
+        spark = builder.getOrCreate()
+    except Exception as exc:
+        raise SparkStartError(
+            f"Spark did not start with master {spec.spark_master!r}: {type(exc).__name__}: "
+            f"{exc}; check spark.master and the pipeline's spark.* conf"
+        ) from exc
+    if not spec.spark_master.startswith("local"):
+        _ship_code(spark, spec)
+    return spark
+
+
+def stop_session(spark: SparkSession) -> None:
+    """Stop the session and wait for pyspark's JVM to exit (kill it past JVM_EXIT_SECS)."""
+    with contextlib.suppress(Exception):
+        spark.stop()
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    process: subprocess.Popen[bytes] | None = getattr(gateway, "proc", None)
+    with contextlib.suppress(Exception):
+        gateway.shutdown()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    if process is None:
+        return
+    if process.stdin is not None:
+        with contextlib.suppress(OSError):
+            process.stdin.close()  # the JVM exits at EOF on its stdin
+    try:
+        process.wait(timeout=JVM_EXIT_SECS)
+    except subprocess.TimeoutExpired:
+        log.warning("event=jvm_killed pid=%d after_secs=%g", process.pid, JVM_EXIT_SECS)
+        process.kill()
+        process.wait()
+
+
+def _run_in_session(
+    spark: SparkSession,
+    function: Callable[..., Any],
+    context: PipelineContext,
+    *,
+    spec: WorkerSpec,
+    stop: StopRequest,
+    reporter: HeartbeatReporter,
+) -> Outcome:
+    tracker = QueryTracker()
+    spark.streams.addListener(tracker_listener(tracker))
+    reporter.report_queries(tracker.snapshot)
+    stop.on_request(lambda: _interrupt(spark))
+    reporter.running(app_id=spark.sparkContext.applicationId)
+    log.info(
+        "event=function_called pipeline=%s epoch=%d entrypoint=%s",
+        spec.pipeline,
+        spec.epoch,
+        spec.entrypoint,
+    )
+    outcome = _call(function, spark, context, str(spec.entrypoint), stop)
+    return outcome or _watch_queries(spark, tracker, stop)
+
+
+def _call(
+    function: Callable[..., Any],
+    spark: SparkSession,
+    context: PipelineContext,
+    entrypoint: str,
+    stop: StopRequest,
+) -> Outcome | None:
+    """Call the function; an outcome if the run ends with it, None if queries may go on."""
+    try:
+        function(spark, context)
+    except (Exception, KeyboardInterrupt) as exc:
+        if stop.requested():  # the stop interrupted it: stopped queries and cancelled jobs raise
+            return Outcome.stopped()
+        traceback.print_exc()
+        return Outcome.failed(f"entrypoint {entrypoint!r} raised {type(exc).__name__}: {exc}")
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            return Outcome.failed(f"entrypoint {entrypoint!r} called sys.exit({exc.code!r})")
+    return Outcome.stopped() if stop.requested() else None
+
+
+def _watch_queries(spark: SparkSession, tracker: QueryTracker, stop: StopRequest) -> Outcome:
+    """Wait while queries are active: until a stop, a query's failure, or none is left."""
+    known: dict[str, StreamingQuery] = {}
+    while True:
+        active = {str(query.id): query for query in spark.streams.active}
+        known.update(active)
+        failure = tracker.failure() or _failure_of_ended(known, active)
+        if failure:
+            return Outcome.failed(failure)
+        if not active:
+            return Outcome.finished()
+        if stop.wait(QUERY_POLL_SECS):
+            return Outcome.stopped()
+
+
+def _failure_of_ended(
+    known: dict[str, StreamingQuery], active: dict[str, StreamingQuery]
+) -> str | None:
+    """The error of a query that ended with one; asked of the query itself, since the
+    listener may not have heard of its end yet."""
+    for query_id, query in known.items():
+        if query_id in active:
+            continue
+        error = query.exception()
+        if error is not None:
+            label = f"{query.name!r} ({query_id})" if query.name else query_id
+            return f"streaming query {label} failed: {error}"
+    return None
+
+
+def _interrupt(spark: SparkSession) -> None:
+    """On a stop request (a thread of StopRequest): stop queries, cancel running jobs."""
+    _stop_queries(spark)
+    with contextlib.suppress(Exception):
+        spark.sparkContext.cancelAllJobs()
+
+
+def _stop_queries(spark: SparkSession) -> None:
+    try:
+        queries = spark.streams.active
+    except Exception:
+        return  # the session is gone, and its queries with it
+    for query in queries:
+        try:
+            if query.isActive:  # another thread may have stopped it since
+                query.stop()
+                log.info("event=query_stopped name=%s id=%s", query.name, query.id)
+        except Exception as exc:
+            log.warning("event=query_stop_failed name=%s id=%s error=%r", query.name, query.id, exc)
+
+
+def _ship_code(spark: SparkSession, spec: WorkerSpec) -> None:
+    """Executors on other machines import the package's modules from a zip of it."""
+    archive = shutil.make_archive(str(spec.work_dir / CODE_ARCHIVE), "zip", spec.code_dir)
+    spark.sparkContext.addPyFile(archive)

@@ -1,0 +1,116 @@
+"""The worker's stop request: SIGTERM (or SIGINT), or EOF on stdin, whichever comes first.
+
+The supervisor holds the other end of the worker's stdin; EOF there means the supervisor is
+gone, and a worker must not outlive it. Either event sets one ``threading.Event`` and runs
+the callbacks registered with ``on_request`` once, on a thread of this module (never in a
+signal handler, where taking a lock could deadlock the main thread)::
+
+    stop = StopRequest()
+    stop.install_signal_handlers()      # main thread only
+    stop.watch(sys.stdin.fileno())      # a daemon thread reads until EOF
+    stop.on_request(lambda: query.stop())
+    stop.wait(5.0)                      # True once a stop was requested
+    stop.reason                         # 'SIGTERM', 'stdin closed: the supervisor is gone'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+STDIN_CLOSED = "stdin closed: the supervisor is gone"
+
+
+class StopRequest:
+    """One stop request, set at most once; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], None]] = []
+        self._reason: str | None = None
+        self._wakeup: tuple[int, int] | None = None
+
+    def requested(self) -> bool:
+        """Whether a stop was requested (a method: its answer changes under a caller's feet)."""
+        return self.event.is_set()
+
+    @property
+    def reason(self) -> str | None:
+        return self._reason
+
+    def wait(self, timeout: float | None) -> bool:
+        """Block up to ``timeout`` seconds; whether a stop was requested."""
+        return self.event.wait(timeout)
+
+    def request(self, reason: str) -> None:
+        """Ask the worker to stop; the first request runs the callbacks, later ones nothing."""
+        with self._lock:
+            if self._reason is not None:
+                return
+            self._reason = reason
+            callbacks = list(self._callbacks)
+        log.info("event=stop_requested reason=%r", reason)
+        self.event.set()
+        for callback in callbacks:
+            _run_callback(callback)
+
+    def on_request(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` when a stop is requested (at once if one already was)."""
+        with self._lock:
+            if self._reason is None:
+                self._callbacks.append(callback)
+                return
+        _run_callback(callback)
+
+    def install_signal_handlers(self) -> None:
+        """Turn SIGTERM and SIGINT into stop requests (call again after pyspark replaced
+        SIGINT's handler). Main thread only."""
+        if self._wakeup is None:
+            read_end, write_end = os.pipe()
+            os.set_blocking(write_end, False)
+            self._wakeup = (read_end, write_end)
+            signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+            self._start_thread(self._read_signals, "stop-signals")
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, _note_signal)
+
+    def watch(self, fd: int) -> None:
+        """Request a stop when the file descriptor ``fd`` (the worker's stdin) reaches EOF."""
+        self._start_thread(lambda: self._read_until_eof(fd), "stop-stdin")
+
+    def _read_signals(self) -> None:
+        assert self._wakeup is not None
+        while True:
+            data = os.read(self._wakeup[0], 64)
+            for signum in data:
+                if signum in STOP_SIGNALS:
+                    self.request(signal.Signals(signum).name)
+
+    def _read_until_eof(self, fd: int) -> None:
+        with contextlib.suppress(OSError):
+            while os.read(fd, 4096):
+                pass  # anything the supervisor writes is ignored; only EOF matters
+        self.request(STDIN_CLOSED)
+
+    @staticmethod
+    def _start_thread(target: Callable[[], None], name: str) -> None:
+        threading.Thread(target=target, name=name, daemon=True).start()
+
+
+def _note_signal(signum: int, frame: object) -> None:
+    """The Python-level handler: nothing to do, the wakeup fd already carries the signal."""
+
+
+def _run_callback(callback: Callable[[], None]) -> None:
+    try:
+        callback()
+    except Exception:
+        log.exception("event=stop_callback_failed callback=%r", callback)

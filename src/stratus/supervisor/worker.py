@@ -1,0 +1,142 @@
+"""``python -m stratus.supervisor.worker SPEC_PATH``: one process that runs one pipeline.
+
+The supervisor writes the ``WorkerSpec`` and starts this module in a process group of its
+own, stdin a pipe it holds. The worker:
+
+1. writes a STARTING heartbeat at once, then one every ``heartbeat_interval_secs`` from a
+   thread of its own (a slow Spark start still heartbeats), and one at every change;
+2. runs the pipeline in ``work_dir``: an app (``spark_app``) or an sdp project (``sdp_run``);
+3. stops on SIGTERM (or SIGINT), or on EOF on stdin (its supervisor is gone: it must not
+   outlive it): streaming queries stop with their checkpoints kept, an sdp run's process
+   group is taken down, Spark stops. A run that has not ended ``STOP_GRACE_SECS`` after the
+   request is abandoned: the STOPPED heartbeat is written and the process exits, which
+   closes the pipes its JVM and sdp guard watch, so they go too;
+4. writes the final heartbeat and exits:
+
+   =========  ====  ==============================================================
+   state      exit  when
+   =========  ====  ==============================================================
+   FINISHED   0     a batch function returned with no query active; an sdp ran once
+   STOPPED    0     stopped on order (checkpoints kept)
+   FAILED     1     the entrypoint could not be loaded or raised, a query failed,
+                    Spark did not start, an sdp run failed; ``error`` says which
+   (none)     2     the spec file is missing or invalid: no heartbeat path to write
+   =========  ====  ==============================================================
+
+``--ignore-stdin`` is for running a worker by hand, with stdin that is not a pipe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import threading
+import traceback
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from stratus.logs import configure_daemon_logging
+from stratus.supervisor.heartbeat_reporter import HeartbeatReporter
+from stratus.supervisor.sdp_run import run_sdp
+from stratus.supervisor.spark_app import run_app
+from stratus.supervisor.stop_request import StopRequest
+from stratus.supervisor.worker_outcome import USAGE_EXIT, Outcome
+from stratus.supervisor.worker_spec import WorkerSpec
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE_SECS = 20.0  # from a stop request to an exit without waiting for the run
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the worker of the spec file named on the command line; the exit code."""
+    args = _parser().parse_args(argv)
+    configure_daemon_logging()
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        spec = WorkerSpec.read(args.spec)
+    except (OSError, ValidationError) as exc:
+        print(f"error: cannot use the worker spec {args.spec}: {exc}", file=sys.stderr)
+        return USAGE_EXIT
+    return run_worker(spec, stdin_fd=None if args.ignore_stdin else sys.stdin.fileno())
+
+
+def run_worker(spec: WorkerSpec, *, stdin_fd: int | None) -> int:
+    """Run ``spec``'s pipeline to its outcome (see the module docstring); the exit code."""
+    reporter = HeartbeatReporter(spec)
+    reporter.start()
+    stop = StopRequest()
+    stop.install_signal_handlers()
+    if stdin_fd is not None:
+        stop.watch(stdin_fd)
+    stop.on_request(lambda: _exit_after_grace(reporter, STOP_GRACE_SECS))
+    log.info(
+        "event=worker_started pipeline=%s epoch=%d generation=%d kind=%s master=%s pid=%d",
+        spec.pipeline,
+        spec.epoch,
+        spec.generation,
+        spec.kind,
+        spec.spark_master,
+        os.getpid(),
+    )
+    outcome = _run(spec, stop, reporter)
+    reporter.finish(outcome)
+    log.info(
+        "event=worker_exiting pipeline=%s epoch=%d state=%s error=%r",
+        spec.pipeline,
+        spec.epoch,
+        outcome.state,
+        outcome.error,
+    )
+    return outcome.exit_code
+
+
+def _run(spec: WorkerSpec, stop: StopRequest, reporter: HeartbeatReporter) -> Outcome:
+    """The pipeline's outcome; a bug of the worker itself is a FAILED outcome too."""
+    try:
+        spec.work_dir.mkdir(parents=True, exist_ok=True)
+        os.chdir(spec.work_dir)
+        if spec.kind == "app":
+            return run_app(spec, stop, reporter)
+        return run_sdp(spec, stop, reporter)
+    except Exception as exc:
+        traceback.print_exc()
+        return Outcome.failed(f"the worker failed: {type(exc).__name__}: {exc}")
+
+
+def _exit_after_grace(reporter: HeartbeatReporter, grace: float) -> None:
+    """Exit ``grace`` seconds from now if the run has not ended by then."""
+
+    def give_up() -> None:
+        reporter.finish(
+            Outcome.stopped(f"the run did not end within {grace:g} s of the stop request")
+        )
+        log.warning("event=worker_abandoned_run grace_secs=%g", grace)
+        sys.stderr.flush()
+        final = reporter.outcome
+        os._exit(final.exit_code if final is not None else 0)
+
+    timer = threading.Timer(grace, give_up)
+    timer.daemon = True
+    timer.start()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m stratus.supervisor.worker",
+        description="Run one pipeline as its supervisor's spec file says.",
+    )
+    parser.add_argument("spec", type=Path, help="the WorkerSpec file (spec.json)")
+    parser.add_argument(
+        "--ignore-stdin",
+        action="store_true",
+        help="do not stop at EOF on stdin (by default, EOF means the supervisor is gone)",
+    )
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())

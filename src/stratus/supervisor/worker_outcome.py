@@ -1,0 +1,50 @@
+"""How a worker's run ended: the final heartbeat state, its error, and the exit code.
+
+Exit codes are part of the contract with the supervisor::
+
+    Outcome.finished().exit_code                      # 0: a batch returned, an sdp ran once
+    Outcome.stopped().exit_code                       # 0: stopped on order, checkpoints kept
+    Outcome.failed("entrypoint 'a:b': ...").exit_code # 1: the pipeline failed; see error
+    USAGE_EXIT                                        # 2: no usable spec file, no heartbeat
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stratus.nimbus.records import WorkerState
+
+OK_EXIT = 0
+FAILED_EXIT = 1
+USAGE_EXIT = 2
+MAX_ERROR_CHARS = 4000  # an error travels in a heartbeat znode: keep it readable and small
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The end of a run: one of the final states FINISHED, STOPPED or FAILED."""
+
+    state: WorkerState
+    error: str | None = None
+
+    @classmethod
+    def finished(cls) -> Outcome:
+        return cls(WorkerState.FINISHED)
+
+    @classmethod
+    def stopped(cls, note: str | None = None) -> Outcome:
+        return cls(WorkerState.STOPPED, clip(note) if note else None)
+
+    @classmethod
+    def failed(cls, error: str) -> Outcome:
+        return cls(WorkerState.FAILED, clip(error))
+
+    @property
+    def exit_code(self) -> int:
+        return FAILED_EXIT if self.state is WorkerState.FAILED else OK_EXIT
+
+
+def clip(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, keeping its start (what failed, and why)."""
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 1] + "…"

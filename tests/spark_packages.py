@@ -1,0 +1,147 @@
+"""Pipeline packages that run on real Spark, and the worker specs to run them, for tests.
+
+The worker, supervisor and end-to-end tests share them::
+
+    passthrough_package("pt")            # JSON rows {"id": n} -> parquet, exactly once
+    passthrough_conf(input_dir, output_dir)   # the conf keys it reads
+    write_ids(input_dir, range(50))      # one input file, written atomically
+    read_ids(output_dir)                 # the ids the file sink committed, duplicates kept
+    batch_package("report")              # examples/batch: FINISHED when its function returns
+    bad_entrypoint_package("bad")        # its entrypoint 'jobs.main:run' is not in it
+    example_package("sdp")               # examples/<name> zipped as `stratus submit` zips it
+    unpack(package_bytes, directory)     # the package's files in a directory
+    worker_spec(tmp_path, "pt", code_dir, checkpoint_location=..., conf=...)
+"""
+
+from __future__ import annotations
+
+import io
+import tempfile
+import zipfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stratus.codedist.package_build import build_package, package_bytes
+from stratus.examples_io import read_rows, write_events
+from stratus.supervisor.worker_spec import HEARTBEAT_FILE, WorkerSpec
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+INPUT_KEY = "spark.stratus.test.input"
+OUTPUT_KEY = "spark.stratus.test.output"
+BAD_ENTRYPOINT = "jobs.main:run"
+PASSTHROUGH_QUERY = "passthrough"
+PASSTHROUGH_SOURCE = f'''"""Pass-through: JSON rows with an id, from a directory into parquet."""
+
+from pyspark.sql.types import LongType, StructField, StructType
+
+SCHEMA = StructType([StructField("id", LongType())])
+
+
+def run(spark, context):
+    rows = spark.readStream.schema(SCHEMA).json(context.conf["{INPUT_KEY}"])
+    (
+        rows.writeStream.format("parquet")
+        .option("checkpointLocation", context.checkpoint("{PASSTHROUGH_QUERY}"))
+        .queryName("{PASSTHROUGH_QUERY}")
+        .trigger(processingTime="500 milliseconds")
+        .start(context.conf["{OUTPUT_KEY}"])
+    )
+'''
+
+
+def passthrough_package(name: str = "passthrough") -> bytes:
+    """A streaming app: every row of ``INPUT_KEY``'s JSON files lands in ``OUTPUT_KEY``."""
+    return _app_package(name, "passthrough:run", {"passthrough.py": PASSTHROUGH_SOURCE})
+
+
+def passthrough_conf(input_dir: Path, output_dir: Path) -> dict[str, Any]:
+    return {
+        INPUT_KEY: str(input_dir),
+        OUTPUT_KEY: str(output_dir),
+        "spark.sql.shuffle.partitions": 2,
+    }
+
+
+def write_ids(input_dir: Path, ids: Iterable[int]) -> Path:
+    """One JSON-lines input file of the pass-through pipeline, written atomically."""
+    return write_events(input_dir, ({"id": i} for i in ids))
+
+
+def read_ids(output_dir: Path) -> list[int]:
+    """The ids in the committed output of the pass-through pipeline, duplicates kept."""
+    if not output_dir.exists():
+        return []
+    return sorted(row["id"] for row in read_rows(output_dir))
+
+
+def bad_entrypoint_package(name: str = "bad-entrypoint") -> bytes:
+    """An app whose entrypoint names a module the package does not hold."""
+    return _app_package(name, BAD_ENTRYPOINT, {"other.py": "def run(spark, context):\n    pass\n"})
+
+
+def example_package(example: str) -> bytes:
+    """``examples/<example>`` zipped the way ``stratus submit`` zips a directory."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return build_package(EXAMPLES / example, Path(tmp) / "package.zip").read_bytes()
+
+
+def batch_package() -> bytes:
+    """The batch example: it writes order totals to ``spark.stratus.example.output``."""
+    return example_package("batch")
+
+
+def unpack(package: bytes, directory: Path) -> Path:
+    """Extract ``package`` into ``directory`` (created); the directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(io.BytesIO(package)) as archive:
+        archive.extractall(directory)
+    return directory
+
+
+def manifest_of(code_dir: Path) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((code_dir / "stratus.yaml").read_text())
+    return loaded
+
+
+def worker_spec(
+    directory: Path,
+    pipeline: str,
+    code_dir: Path,
+    *,
+    checkpoint_location: str,
+    conf: dict[str, Any] | None = None,
+    spark_master: str = "local[2]",
+    heartbeat_interval_secs: float = 0.5,
+    trigger_interval_secs: float | None = None,
+) -> WorkerSpec:
+    """A spec for the package unpacked in ``code_dir``, its manifest's conf under ``conf``."""
+    manifest = manifest_of(code_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    return WorkerSpec(
+        pipeline=pipeline,
+        supervisor="test-supervisor",
+        epoch=1,
+        generation=0,
+        digest="0" * 64,
+        kind=manifest["kind"],
+        entrypoint=manifest.get("entrypoint"),
+        project=manifest.get("project", "spark-pipeline.yml")
+        if manifest["kind"] == "sdp"
+        else None,
+        code_dir=code_dir,
+        work_dir=directory / "work",
+        conf={**manifest.get("conf", {}), **(conf or {})},
+        spark_master=spark_master,
+        checkpoint_location=checkpoint_location,
+        trigger_interval_secs=trigger_interval_secs,
+        heartbeat_path=directory / HEARTBEAT_FILE,
+        heartbeat_interval_secs=heartbeat_interval_secs,
+    )
+
+
+def _app_package(name: str, entrypoint: str, files: dict[str, str]) -> bytes:
+    manifest = {"name": name, "kind": "app", "entrypoint": entrypoint}
+    return package_bytes({"stratus.yaml": yaml.safe_dump(manifest, sort_keys=False), **files})
