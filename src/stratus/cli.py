@@ -15,6 +15,7 @@ from stratus.command_options import StratusGroup
 from stratus.coordination.elect_command import elect
 from stratus.demo import local
 from stratus.nimbus.command import nimbus
+from stratus.supervisor.command import supervisor
 from stratus.zk.server_command import zookeeper
 
 
@@ -24,6 +25,6 @@ def main() -> None:
     """stratus: a highly available control plane for PySpark data pipelines."""
 
 
-for _command in (zookeeper, elect, local, nimbus, *CLIENT_COMMANDS):
+for _command in (zookeeper, elect, local, nimbus, supervisor, *CLIENT_COMMANDS):
     main.add_command(_command)
 main.add_command(validate)

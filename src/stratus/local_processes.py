@@ -1,13 +1,19 @@
 """Daemons of this machine as real child processes: start, stop, kill, freeze, restart.
 
-``stratus local``, the tests and the benchmarks run nimbuses this way, each a
-``python -m stratus nimbus`` process of its own, so that a kill is a real ``kill -9``::
+``stratus local``, the tests and the benchmarks run nimbuses and supervisors this way, each a
+``python -m stratus nimbus`` (or ``supervisor``) process of its own, so that a kill is a real
+``kill -9``::
 
     nimbus = NimbusProcess(["-c", "zookeeper.servers=127.0.0.1:2181"], port=6627, log_dir=tmp)
     nimbus.start()
     nimbus.wait_ready()
     nimbus.kill()         # SIGKILL
     nimbus.start()        # the same nimbus again, same port and directory
+
+    supervisor = SupervisorProcess(options, id="s1", slots=2, log_dir=tmp)
+    supervisor.start()
+    supervisor.wait_ready()   # its "supervisor s1 running" line is in its log
+    supervisor.stop()         # SIGTERM: its workers stop, it unregisters
 """
 
 from __future__ import annotations
@@ -113,3 +119,104 @@ class NimbusProcess:
         except OSError:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])
+
+
+class SupervisorProcess:
+    """One ``stratus supervisor`` child process with a fixed id and local directory.
+
+    Ready once the log of this start holds its ``supervisor <id> running`` line, which it
+    writes once registered and running: no ZooKeeper access is needed to tell.
+    """
+
+    def __init__(
+        self,
+        options: Sequence[str],
+        *,
+        id: str,
+        slots: int,
+        log_dir: Path,
+    ) -> None:
+        self.id = id
+        self.slots = slots
+        self.log_path = log_dir / f"supervisor-{id}.log"
+        self.local_dir = log_dir / f"supervisor-{id}"
+        self._options = list(options)
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log_start = 0  # where this start's output begins in the log
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.poll() if self._process else None
+
+    def is_running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def start(self) -> None:
+        command = [
+            sys.executable, "-m", "stratus", "supervisor", *self._options,
+            "--id", self.id,
+            "--slots", str(self.slots),
+            "-c", f"supervisor.local.dir={self.local_dir}",
+        ]  # fmt: skip
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with self.log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_SECS) -> None:
+        """Wait for the ready line; ProcessStartError with the log's tail if it exited."""
+        deadline = time.monotonic() + timeout
+        needle = f"supervisor {self.id} running".encode()
+        while time.monotonic() < deadline:
+            if needle in self._output():
+                return
+            if not self.is_running():
+                raise ProcessStartError(f"supervisor {self.id} exited: {self.log_tail()}")
+            time.sleep(POLL_SECS)
+        raise ProcessStartError(f"supervisor {self.id} not ready in {timeout:g}s")
+
+    def signal(self, signum: int) -> None:
+        if self._process is not None and self._process.poll() is None:
+            os.kill(self._process.pid, signum)
+
+    def kill(self) -> None:
+        """SIGKILL, and reap: its workers see their stdin close and stop by themselves."""
+        self.signal(signal.SIGKILL)
+        if self._process is not None:
+            self._process.wait()
+
+    def stop(self, timeout: float = STOP_TIMEOUT_SECS) -> int | None:
+        """SIGTERM (workers stopped, unregistered), SIGKILL if still there after ``timeout``."""
+        if self._process is None:
+            return None
+        self.signal(signal.SIGCONT)  # a frozen process cannot handle SIGTERM
+        self.signal(signal.SIGTERM)
+        try:
+            return self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return self._process.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait for the process to exit; its exit code (None if it was never started)."""
+        if self._process is None:
+            return None
+        return self._process.wait(timeout)
+
+    def log_tail(self, lines: int = 20) -> str:
+        text = self._output().decode(errors="replace")
+        return "\n".join(text.splitlines()[-lines:]) or "(no log)"
+
+    def _output(self) -> bytes:
+        """What this start of the process wrote to its log so far."""
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(self._log_start)
+                return log.read()
+        except OSError:
+            return b""

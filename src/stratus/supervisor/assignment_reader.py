@@ -1,0 +1,142 @@
+"""Reading the assignments from ZooKeeper for the supervisor's control loop.
+
+Guarantees: every read goes to ZooKeeper itself, after a ``sync`` (so a server that lags
+behind the leader catches up first), with the children listed and then every assignment
+fetched in one pipelined batch; a read is bounded in time and never runs on the control
+loop's thread, which gets the outcome as a message (``AssignmentsRead`` stamped with the
+time the read *started*, or ``ReadFailed``). Watches only ask for a read::
+
+    reader = AssignmentReader(client, paths, deliver=loop.post)
+    reader.start()
+    reader.request()     # from any thread, kazoo's included: never blocks
+    reader.close()
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+from pydantic import ValidationError
+
+from stratus.nimbus.records import Assignment
+from stratus.supervisor.errors import AssignmentsUnavailableError
+from stratus.zk.paths import ClusterPaths
+
+log = logging.getLogger(__name__)
+
+READ_TIMEOUT_SECS = 5.0  # one whole read; a slower one is tried again
+
+
+@dataclass(frozen=True)
+class AssignmentsRead:
+    """Every assignment in ZooKeeper, as read by a read that started at ``started``."""
+
+    started: float  # monotonic
+    assignments: dict[str, Assignment]
+
+
+@dataclass(frozen=True)
+class ReadFailed:
+    error: str
+
+
+def read_assignments(
+    client: KazooClient, paths: ClusterPaths, timeout: float = READ_TIMEOUT_SECS
+) -> dict[str, Assignment]:
+    """Every valid assignment by pipeline; ``AssignmentsUnavailableError`` past ``timeout``."""
+    deadline = time.monotonic() + timeout
+
+    def left() -> float:
+        return max(0.01, deadline - time.monotonic())
+
+    try:
+        client.sync_async(paths.assignments).get(timeout=left())
+        names = client.get_children_async(paths.assignments).get(timeout=left())
+        pending = {name: client.get_async(paths.assignment(name)) for name in names}
+        found = {}
+        for name, result in pending.items():
+            try:
+                raw, _ = result.get(timeout=left())
+            except NoNodeError:
+                continue  # deleted since the listing
+            assignment = _decode(name, raw)
+            if assignment is not None:
+                found[name] = assignment
+        return found
+    except (KazooException, KazooTimeoutError) as exc:
+        raise AssignmentsUnavailableError(
+            f"cannot read the assignments under {paths.assignments} ({type(exc).__name__}); "
+            "the running workers are kept and the read is tried again"
+        ) from None
+
+
+def _decode(name: str, raw: bytes) -> Assignment | None:
+    try:
+        assignment = Assignment.model_validate_json(raw)
+    except ValidationError as exc:
+        log.warning("event=bad_assignment pipeline=%s error=%s", name, exc.errors()[0]["msg"])
+        return None
+    if assignment.pipeline != name:
+        log.warning("event=bad_assignment pipeline=%s names=%s", name, assignment.pipeline)
+        return None
+    return assignment
+
+
+class AssignmentReader:
+    """Reads on request, on a thread of its own; see the module docstring."""
+
+    def __init__(
+        self,
+        client: KazooClient,
+        paths: ClusterPaths,
+        *,
+        deliver: Callable[[AssignmentsRead | ReadFailed], None],
+        clock: Callable[[], float] = time.monotonic,
+        timeout: float = READ_TIMEOUT_SECS,
+    ) -> None:
+        self._client = client
+        self._paths = paths
+        self._deliver = deliver
+        self._clock = clock
+        self._timeout = timeout
+        self._wanted = threading.Event()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="assignment-reader", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def request(self) -> None:
+        """Ask for a read soon; requests made while one runs make one more read."""
+        self._wanted.set()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._wanted.set()
+        self._thread.join(timeout=self._timeout + 1.0)
+
+    def _run(self) -> None:
+        while True:
+            self._wanted.wait()
+            if self._closed.is_set():
+                return
+            self._wanted.clear()
+            self._deliver(self._read_once())
+
+    def _read_once(self) -> AssignmentsRead | ReadFailed:
+        if not self._client.connected:
+            return ReadFailed("not connected to ZooKeeper")  # a read would only queue
+        started = self._clock()
+        try:
+            return AssignmentsRead(
+                started, read_assignments(self._client, self._paths, self._timeout)
+            )
+        except AssignmentsUnavailableError as exc:
+            return ReadFailed(str(exc))

@@ -1,0 +1,70 @@
+"""``stratus supervisor``: run one supervisor until SIGTERM or SIGINT, then stop its workers.
+
+``--slots`` and ``--id`` override ``supervisor.slots`` and ``supervisor.id``. Once it runs,
+the supervisor says so on stderr (``supervisor <id> running slots=<n> local=<dir>``), which
+``SupervisorProcess.wait_ready`` waits for.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import click
+
+from stratus.command_options import with_config
+from stratus.config import StratusConfig, config_from_mapping
+from stratus.logs import configure_daemon_logging
+from stratus.supervisor.daemon import Supervisor
+
+READY_LINE = "supervisor {id} running slots={slots} local={local}"
+HEALTH_CHECK_SECS = 1.0
+
+
+def with_overrides(
+    conf: StratusConfig, *, slots: int | None, supervisor_id: str | None
+) -> StratusConfig:
+    """``conf`` with the command's options over it, validated like any configuration."""
+    values = conf.model_dump(by_alias=True)
+    if slots is not None:
+        values["supervisor.slots"] = slots
+    if supervisor_id is not None:
+        values["supervisor.id"] = supervisor_id
+    return config_from_mapping(values)
+
+
+@click.command()
+@click.option(
+    "--slots",
+    type=int,
+    default=None,
+    help="How many pipelines this supervisor runs at once (supervisor.slots).",
+)
+@click.option(
+    "--id",
+    "supervisor_id",
+    default=None,
+    metavar="NAME",
+    help="Name of this supervisor, unique in the cluster (supervisor.id; default: the host name).",
+)
+@with_config
+def supervisor(conf: StratusConfig, slots: int | None, supervisor_id: str | None) -> None:
+    """Run a supervisor: the workers of the pipelines the leader assigns to it."""
+    conf = with_overrides(conf, slots=slots, supervisor_id=supervisor_id)
+    configure_daemon_logging()
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda _s, _f: stop.set())
+    daemon = Supervisor(conf)
+    daemon.start()
+    click.echo(
+        READY_LINE.format(id=daemon.id, slots=daemon.slots, local=daemon.local_dir), err=True
+    )
+    try:
+        while not stop.wait(HEALTH_CHECK_SECS):
+            if not daemon.healthy():
+                raise click.ClickException(
+                    f"supervisor {daemon.id}: its control loop died (see the log); stopping"
+                )
+    finally:
+        daemon.stop()

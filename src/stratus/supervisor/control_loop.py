@@ -1,0 +1,355 @@
+"""The supervisor's control loop: the one thread that owns every worker, the lease and the epochs.
+
+Events are messages to this one owner (Hadoop's style): reads of the assignments, heartbeat
+writes that renewed the lease, and the order to shut down all arrive through ``post``; the
+loop's own tick notices worker exits, hangs, due restarts and a lapsed lease. It never calls
+ZooKeeper or the state store, so nothing can hold it up while they are unreachable, and
+fencing happens on time::
+
+    loop = ControlLoop("s1", slots=4, launcher=launcher, lease=Lease(6.0), ...)
+    threading.Thread(target=loop.run).start()
+    loop.post(AssignmentsRead(started, assignments))
+    loop.post(HeartbeatWritten(started))
+    loop.post(SHUTDOWN)               # stops every worker; loop.final_round() after
+
+Each tick: fence if the lease lapsed; apply the newest read (epoch filter, then the plan);
+step every worker; replace or remove those that stopped; offer a heartbeat round.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from collections.abc import Callable, Set
+from dataclasses import dataclass
+from typing import Protocol
+
+from stratus.nimbus.records import Assignment, SupervisorHeartbeat
+from stratus.supervisor.assignment_reader import AssignmentsRead, ReadFailed
+from stratus.supervisor.fence import Lease
+from stratus.supervisor.heartbeat_publisher import HeartbeatRound
+from stratus.supervisor.managed_worker import (
+    Launcher,
+    ManagedWorker,
+    StopReason,
+    WorkerTimeouts,
+)
+from stratus.supervisor.reconcile import (
+    Action,
+    ActionKind,
+    assignments_for,
+    plan,
+    stale_assignments,
+    waiting_for_slots,
+)
+from stratus.supervisor.restart_policy import RestartPolicy, RestartSettings
+from stratus.supervisor.worker_process import WorkerPaths
+
+log = logging.getLogger(__name__)
+
+RECONCILE_PERIODS = 5  # a read every this many heartbeat periods, in case a watch is missed
+MAX_TICK_SECS = 0.2
+SHUTDOWN_MARGIN_SECS = 2.0  # past the stop grace, how long a shutdown waits for exits
+
+
+@dataclass(frozen=True)
+class HeartbeatWritten:
+    """A heartbeat round that started at ``started`` (monotonic) was written whole."""
+
+    started: float
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """Stop every worker and end the loop."""
+
+
+SHUTDOWN = Shutdown()
+Message = AssignmentsRead | ReadFailed | HeartbeatWritten | Shutdown
+
+
+class CodeLauncher(Launcher, Protocol):
+    """A launcher that also keeps the code of the digests still needed."""
+
+    def retain(self, digests: Set[str]) -> None: ...
+
+
+class WorkerPathsFactory(Protocol):
+    def __call__(self, pipeline: str) -> WorkerPaths: ...
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    heartbeat_secs: float
+    restart: RestartSettings
+    timeouts: WorkerTimeouts
+
+    @property
+    def tick_secs(self) -> float:
+        return min(MAX_TICK_SECS, self.heartbeat_secs / 2)
+
+    @property
+    def reconcile_secs(self) -> float:
+        return RECONCILE_PERIODS * self.heartbeat_secs
+
+
+class ControlLoop:
+    """Owns the workers of one supervisor; see the module docstring."""
+
+    def __init__(
+        self,
+        supervisor: str,
+        slots: int,
+        *,
+        launcher: CodeLauncher,
+        paths_of: WorkerPathsFactory,
+        lease: Lease,
+        settings: LoopSettings,
+        request_read: Callable[[], None],
+        offer: Callable[[HeartbeatRound], None],
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.supervisor = supervisor
+        self.slots = slots
+        self._launcher = launcher
+        self._paths_of = paths_of
+        self._lease = lease
+        self._settings = settings
+        self._request_read = request_read
+        self._offer = offer
+        self._clock = clock
+        self._wall = wall
+        self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
+        self.workers: dict[str, ManagedWorker] = {}
+        self._seen_epochs: dict[str, int] = {}
+        self._last_read: float | None = None  # start of the newest read applied
+        self._next_read = 0.0
+        self._waiting: list[str] = []  # assigned here, no free slot
+        self._read_failures = 0  # in a row
+        self._shutting_down = False
+
+    # ------------------------------------------------------------------ other threads' side
+
+    def post(self, message: Message) -> None:
+        """Hand the loop a message; never blocks (kazoo's thread may call it)."""
+        self._inbox.put(message)
+
+    def heartbeat_written(self, started: float) -> None:
+        self.post(HeartbeatWritten(started))
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> None:
+        """Run until ``SHUTDOWN``; every worker is stopped when it returns."""
+        while not self._shutting_down:
+            try:
+                self._drain()
+                self.tick()
+            except Exception:  # the loop must live on: fencing depends on it
+                log.exception("event=control_loop_error supervisor=%s", self.supervisor)
+                time.sleep(self._settings.tick_secs)
+        self._stop_all()
+
+    def tick(self) -> None:
+        """One round of the loop (messages already applied)."""
+        now = self._clock()
+        if self._lease.check(now):
+            self._fence()
+        if now >= self._next_read:
+            self._next_read = now + self._settings.reconcile_secs
+            self._request_read()
+        may_start = self._lease.may_start(self._last_read) and not self._shutting_down
+        for worker in list(self.workers.values()):
+            worker.step(may_start=may_start)
+        self._sweep()
+        self._offer(self.heartbeat_round())
+
+    def _drain(self) -> None:
+        """Apply every message waiting, after waiting up to one tick for the first."""
+        try:
+            message = self._inbox.get(timeout=self._settings.tick_secs)
+        except queue.Empty:
+            return
+        while True:
+            self._apply(message)
+            try:
+                message = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _apply(self, message: Message) -> None:
+        if isinstance(message, AssignmentsRead):
+            self._reconcile(message)
+        elif isinstance(message, ReadFailed):
+            self._read_failed(message)
+        elif isinstance(message, HeartbeatWritten):
+            self._renewed(message.started)
+        else:
+            self._shutting_down = True
+
+    def _read_failed(self, failure: ReadFailed) -> None:
+        """Keep the workers as they are and read again after one heartbeat period."""
+        self._read_failures += 1
+        level = logging.WARNING if self._read_failures == 1 else logging.DEBUG
+        log.log(
+            level,
+            "event=assignments_unreadable supervisor=%s failures=%d error=%s",
+            self.supervisor,
+            self._read_failures,
+            failure.error,
+        )
+        self._next_read = min(self._next_read, self._clock() + self._settings.heartbeat_secs)
+
+    # ------------------------------------------------------------------ the lease
+
+    def _renewed(self, started: float) -> None:
+        if self._lease.renewed(write_started=started, now=self._clock()):
+            log.info(
+                "event=lease_held supervisor=%s fences=%d action=read_assignments",
+                self.supervisor,
+                self._lease.fences,
+            )
+            self._request_read()  # start nothing before a read newer than the lease
+
+    def _fence(self) -> None:
+        """The lease lapsed: stop every worker now; start none before a fresh read."""
+        running = sorted(name for name, w in self.workers.items() if w.alive)
+        log.warning(
+            "event=fenced supervisor=%s pipelines=%s fence_timeout_secs=%g stop_secs=%g",
+            self.supervisor,
+            ",".join(running) or "-",
+            self._lease.timeout_secs,
+            self._settings.timeouts.stop_secs,
+        )
+        for worker in self.workers.values():
+            if not worker.done:
+                worker.retire(StopReason.FENCED)
+
+    # ------------------------------------------------------------------ reconciling
+
+    def _reconcile(self, read: AssignmentsRead) -> None:
+        if self._last_read is not None and read.started < self._last_read:
+            return  # an older read than one applied already
+        self._last_read = read.started
+        self._read_failures = 0
+        for name, old in stale_assignments(read.assignments, self._seen_epochs).items():
+            log.warning(
+                "event=stale_assignment_ignored pipeline=%s epoch=%d seen_epoch=%d supervisor=%s",
+                name,
+                old.epoch,
+                self._seen_epochs[name],
+                self.supervisor,
+            )
+        desired, self._seen_epochs = assignments_for(
+            self.supervisor, read.assignments, self._seen_epochs
+        )
+        if self._shutting_down:
+            return
+        held = {name: worker.held() for name, worker in self.workers.items()}
+        actions = plan(desired, held, self.slots)
+        for action in actions:
+            self._act(action)
+        self._note_waiting(waiting_for_slots(desired, held, actions))
+        digests = {a.digest for a in desired.values()}
+        digests |= {w.assignment.digest for w in self.workers.values()}
+        self._launcher.retain(digests)
+
+    def _act(self, action: Action) -> None:
+        name, assignment = action.pipeline, action.assignment
+        log.info(
+            "event=reconcile action=%s pipeline=%s epoch=%s supervisor=%s",
+            action.kind.value,
+            name,
+            assignment.epoch if assignment else "-",
+            self.supervisor,
+        )
+        if action.kind is ActionKind.START:
+            assert assignment is not None
+            self.workers[name] = self._new_worker(assignment)
+        elif action.kind is ActionKind.STOP:
+            self.workers[name].retire(StopReason.UNASSIGNED)
+        elif action.kind is ActionKind.RESTART:
+            assert assignment is not None
+            self.workers[name].replace_with(assignment)
+        else:
+            assert assignment is not None
+            self.workers[name].update(assignment)
+
+    def _note_waiting(self, waiting: list[str]) -> None:
+        if waiting and waiting != self._waiting:
+            log.warning(
+                "event=no_free_slot supervisor=%s slots=%d waiting=%s",
+                self.supervisor,
+                self.slots,
+                ",".join(waiting),
+            )
+        self._waiting = waiting
+
+    def _new_worker(self, assignment: Assignment) -> ManagedWorker:
+        return ManagedWorker(
+            self.supervisor,
+            assignment,
+            launcher=self._launcher,
+            paths=self._paths_of(assignment.pipeline),
+            policy=RestartPolicy(self._settings.restart),
+            timeouts=self._settings.timeouts,
+            clock=self._clock,
+            wall=self._wall,
+        )
+
+    def _sweep(self) -> None:
+        """Replace the workers that stopped for a restart; remove those stopped for good."""
+        freed = False
+        for name, worker in list(self.workers.items()):
+            if not worker.idle:
+                continue
+            if worker.successor is not None:
+                self.workers[name] = self._new_worker(worker.successor)
+            elif worker.retiring:
+                del self.workers[name]
+                freed = True
+                log.info("event=worker_removed pipeline=%s supervisor=%s", name, self.supervisor)
+        if freed and self._waiting:
+            self._request_read()  # a slot is free for a pipeline that waits
+
+    # ------------------------------------------------------------------ heartbeats
+
+    def heartbeat_round(self, *, stopping: bool = False) -> HeartbeatRound:
+        """What the supervisor publishes now."""
+        running = sorted(name for name, w in self.workers.items() if w.alive and not w.retiring)
+        return HeartbeatRound(
+            supervisor=SupervisorHeartbeat(
+                id=self.supervisor,
+                time=self._wall(),
+                slots=self.slots,
+                running=[] if stopping else running,
+                stopping=stopping,
+            ),
+            workers={name: w.heartbeat() for name, w in self.workers.items()},
+            used=sum(w.held().takes_slot for w in self.workers.values()),
+        )
+
+    # ------------------------------------------------------------------ shutting down
+
+    def _stop_all(self) -> None:
+        """Stop every worker (SIGTERM, SIGKILL after the grace) and wait for their exits."""
+        log.info(
+            "event=stopping_workers supervisor=%s pipelines=%s",
+            self.supervisor,
+            ",".join(sorted(n for n, w in self.workers.items() if w.alive)) or "-",
+        )
+        for worker in self.workers.values():
+            worker.stop(StopReason.SHUTDOWN)
+        deadline = self._clock() + self._settings.timeouts.stop_secs + SHUTDOWN_MARGIN_SECS
+        while any(w.alive for w in self.workers.values()) and self._clock() < deadline:
+            for worker in self.workers.values():
+                worker.step(may_start=False)
+            time.sleep(min(self._settings.tick_secs, 0.05))
+        left = sorted(name for name, worker in self.workers.items() if worker.alive)
+        log.info(
+            "event=workers_stopped supervisor=%s still_running=%s",
+            self.supervisor,
+            ",".join(left) or "-",
+        )

@@ -1,0 +1,295 @@
+"""The supervisor daemon: runs the pipelines the leader assigns to it, one worker each.
+
+A supervisor registers ``<root>/supervisors/<id>`` (re-created after every session expiry),
+watches ``<root>/assignments``, and runs a worker process for each assignment naming it, up
+to ``supervisor.slots``. It needs ZooKeeper only: with every nimbus down, its pipelines keep
+running. Threads, each with one job:
+
+- the control loop owns every worker, the lease and the epochs (``ControlLoop``);
+- the assignment reader reads ``<root>/assignments`` when a watch, the loop's timer or a
+  reconnection asks (``AssignmentReader``);
+- the heartbeat publisher writes the loop's heartbeats every ``worker.heartbeat.frequency.secs``
+  and renews the lease (``HeartbeatPublisher``);
+- a small pool fetches code (``CodeCache``).
+
+::
+
+    supervisor = Supervisor(conf)
+    supervisor.start()       # ZooKeeperUnavailableError / DuplicateSupervisorError / ...
+    ...
+    supervisor.stop()        # workers STOPPED, a last heartbeat with stopping=True, unregistered
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from kazoo.client import KazooState
+
+from stratus import __version__
+from stratus.codedist.distributor import CodeDistributor
+from stratus.codedist.factory import create_distributor
+from stratus.codedist.package_check import PackageLimits
+from stratus.codedist.package_store import PackageStore
+from stratus.config import StratusConfig
+from stratus.coordination.coordinator import Coordinator
+from stratus.errors import StratusError
+from stratus.nimbus.cluster_view import WatchedChildren
+from stratus.nimbus.records import Assignment, SupervisorSummary
+from stratus.state.factory import create_state_store
+from stratus.state.heartbeats import HeartbeatBoard
+from stratus.supervisor.assignment_reader import AssignmentReader
+from stratus.supervisor.code_cache import CodeCache
+from stratus.supervisor.control_loop import SHUTDOWN, ControlLoop, LoopSettings
+from stratus.supervisor.errors import SupervisorStartError
+from stratus.supervisor.fence import Lease
+from stratus.supervisor.heartbeat_publisher import HeartbeatPublisher, HeartbeatRound
+from stratus.supervisor.launcher import WorkerLauncher
+from stratus.supervisor.managed_worker import WorkerTimeouts
+from stratus.supervisor.registration import SupervisorRegistration
+from stratus.supervisor.restart_policy import RestartSettings
+from stratus.supervisor.worker_process import WorkerPaths
+from stratus.zk.paths import ClusterPaths
+
+log = logging.getLogger(__name__)
+
+SUPERVISOR_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")  # as supervisor.id checks
+CLAIM_MARGIN_SECS = 2.0  # past the session timeout, how long a dead holder's node is waited for
+FINAL_HEARTBEAT_SECS = 5.0  # how long the last heartbeat may take at a stop
+
+
+def default_id() -> str:
+    """The host name, as ``supervisor.id`` defaults to."""
+    return socket.gethostname()
+
+
+class Supervisor:
+    """One supervisor daemon; see the module docstring."""
+
+    def __init__(
+        self,
+        conf: StratusConfig,
+        *,
+        worker_command: Sequence[str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.conf = conf
+        self.id = conf.supervisor_id or default_id()
+        if not SUPERVISOR_ID.match(self.id):
+            raise SupervisorStartError(
+                f"the host name {self.id!r} cannot be a supervisor id (1-100 letters, digits, "
+                "'_', '.' and '-', starting with a letter or digit); set supervisor.id"
+            )
+        self.host = conf.supervisor_host or socket.gethostname()
+        self.slots = conf.supervisor_slots
+        self.local_dir = Path(
+            conf.supervisor_local_dir
+            or Path(tempfile.gettempdir()) / f"stratus-supervisor-{self.id}"
+        )
+        self.paths = ClusterPaths(conf.zookeeper_root)
+        self._worker_command = worker_command
+        self._clock = clock
+        self._wall = wall
+        self._stopped = threading.Event()
+        self._opened: list[Callable[[], None]] = []  # what stop() closes, newest first
+        self._loop_thread: threading.Thread | None = None
+        self.coordinator = Coordinator(
+            conf.zookeeper_hosts(),
+            root=conf.zookeeper_root,
+            session_timeout=conf.zookeeper_session_timeout_secs,
+            connection_timeout=conf.zookeeper_connection_timeout_secs,
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Connect, register, and start running what is assigned here."""
+        self._make_local_dir()
+        self.coordinator.start()
+        self._opened.append(self.coordinator.close)
+        try:
+            self._start_parts()
+        except BaseException:
+            self._close_opened()
+            raise
+        log.info(
+            "event=supervisor_started supervisor=%s host=%s slots=%d local_dir=%s version=%s",
+            self.id,
+            self.host,
+            self.slots,
+            self.local_dir,
+            __version__,
+        )
+
+    def stop(self) -> None:
+        """Stop every worker, say so in a last heartbeat, unregister and leave ZooKeeper."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        log.info("event=supervisor_stopping supervisor=%s", self.id)
+        if self._loop_thread is not None:
+            self.control.post(SHUTDOWN)
+            self._loop_thread.join(timeout=self.conf.supervisor_worker_stop_secs + 10.0)
+            self.publisher.stop(timeout=FINAL_HEARTBEAT_SECS)
+            self._publish_last()
+        self._close_opened()
+        log.info("event=supervisor_stopped supervisor=%s", self.id)
+
+    def healthy(self) -> bool:
+        """Whether the control loop runs (it owns the workers; nothing fences without it)."""
+        return self._loop_thread is not None and self._loop_thread.is_alive()
+
+    # ------------------------------------------------------------------ parts
+
+    def _make_local_dir(self) -> None:
+        try:
+            (self.local_dir / "workers").mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SupervisorStartError(
+                f"cannot use supervisor.local.dir {self.local_dir}: {exc.strerror}; "
+                "point supervisor.local.dir at a writable directory"
+            ) from None
+
+    def _start_parts(self) -> None:
+        client = self.coordinator.client
+        for parent in self.paths.all_parents():
+            client.ensure_path(parent)
+        store = create_state_store(self.conf, client, self.paths)
+        self._opened.append(store.close)
+        self.board = HeartbeatBoard(store)
+        self._register()
+        cache = CodeCache(
+            self._code_distributor(),
+            self.local_dir / "code",
+            PackageLimits.from_config(self.conf),
+            backoff_secs=self.conf.supervisor_worker_restart_backoff_secs,
+            clock=self._clock,
+        )
+        self._opened.append(cache.close)
+        self._build_loop(WorkerLauncher(self.conf, self.id, cache, command=self._worker_command))
+        self._start_threads()
+
+    def _register(self) -> None:
+        summary = SupervisorSummary(
+            id=self.id, host=self.host, slots=self.slots, used=0, started=self._wall()
+        )
+        self.registration = SupervisorRegistration(
+            self.coordinator.client,
+            self.paths,
+            summary,
+            heartbeats=self.board.supervisors,
+            wait_secs=self.conf.zookeeper_session_timeout_secs + CLAIM_MARGIN_SECS,
+        )
+        self.registration.claim()
+        self._opened.append(self.registration.close)
+
+    def _code_distributor(self) -> CodeDistributor:
+        """A consumer of code: it fetches, and never registers as a holder."""
+        try:
+            store = PackageStore(
+                self.local_dir / "packages", max_bytes=self.conf.nimbus_max_upload_bytes
+            )
+            distributor = create_distributor(
+                self.conf,
+                client=self.coordinator.client,
+                paths=self.paths,
+                address=f"supervisor/{self.id}",
+                store=store,
+                live_nimbuses=lambda: 0,
+            )
+            distributor.prepare()
+        except (OSError, StratusError) as exc:
+            raise SupervisorStartError(f"cannot start the code distributor: {exc}") from None
+        self._opened.append(distributor.close)
+        return distributor
+
+    def _build_loop(self, launcher: WorkerLauncher) -> None:
+        conf = self.conf
+        self.control = ControlLoop(
+            self.id,
+            self.slots,
+            launcher=launcher,
+            paths_of=self._worker_paths,
+            lease=Lease(conf.supervisor_fence_timeout_secs),
+            settings=LoopSettings(
+                heartbeat_secs=conf.worker_heartbeat_frequency_secs,
+                restart=RestartSettings.from_config(conf),
+                timeouts=WorkerTimeouts.from_config(conf),
+            ),
+            request_read=self._request_read,
+            offer=self._offer,
+            clock=self._clock,
+            wall=self._wall,
+        )
+        self.reader = AssignmentReader(
+            self.coordinator.client, self.paths, deliver=self.control.post, clock=self._clock
+        )
+        self.publisher = HeartbeatPublisher(
+            self.board,
+            self.id,
+            interval_secs=conf.worker_heartbeat_frequency_secs,
+            on_written=self.control.heartbeat_written,
+            on_used=self.registration.update_used,
+            clock=self._clock,
+        )
+
+    def _worker_paths(self, pipeline: str) -> WorkerPaths:
+        return WorkerPaths.of(self.local_dir, pipeline)
+
+    def _request_read(self) -> None:
+        self.reader.request()
+
+    def _offer(self, round_: HeartbeatRound) -> None:
+        self.publisher.offer(round_)
+
+    def _start_threads(self) -> None:
+        client = self.coordinator.client
+        self.reader.start()
+        self._opened.append(self.reader.close)
+        WatchedChildren(client, self.paths.assignments, Assignment, self.reader.request).start()
+        client.add_listener(self._connection_changed)
+        self._opened.append(lambda: client.remove_listener(self._connection_changed))
+        self.publisher.start()
+        self._loop_thread = threading.Thread(
+            target=self.control.run, name="supervisor-control", daemon=True
+        )
+        self._loop_thread.start()
+
+    def _connection_changed(self, state: str) -> None:
+        """kazoo's thread: only ask for a read once connected again (must not block)."""
+        if state == KazooState.CONNECTED:
+            self.reader.request()
+
+    def _publish_last(self) -> None:
+        """The workers' STOPPED heartbeats and the supervisor's with ``stopping=True``."""
+        final = self.control.heartbeat_round(stopping=True)
+        done = threading.Event()
+
+        def publish() -> None:
+            if self.publisher.publish(final):
+                done.set()
+
+        thread = threading.Thread(target=publish, name="last-heartbeat", daemon=True)
+        thread.start()
+        thread.join(timeout=FINAL_HEARTBEAT_SECS)
+        log.info(
+            "event=last_heartbeat supervisor=%s stopping=true written=%s",
+            self.id,
+            "yes" if done.is_set() else "no",
+        )
+
+    def _close_opened(self) -> None:
+        while self._opened:
+            close = self._opened.pop()
+            try:
+                close()
+            except Exception:  # closing the rest matters more
+                log.exception("event=close_failed supervisor=%s", self.id)

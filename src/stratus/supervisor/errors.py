@@ -1,0 +1,25 @@
+"""Errors of the supervisor: each message says what happened, to what, and what to do."""
+
+from __future__ import annotations
+
+from stratus.errors import StratusError
+
+
+class SupervisorError(StratusError):
+    """Base of the supervisor's errors."""
+
+
+class SupervisorStartError(SupervisorError):
+    """The supervisor could not start: its local directory is unusable, and so on."""
+
+
+class DuplicateSupervisorError(SupervisorStartError):
+    """Another live supervisor is registered under this supervisor's id."""
+
+
+class AssignmentsUnavailableError(SupervisorError):
+    """The assignments could not be read from ZooKeeper (unreachable, or no answer in time)."""
+
+
+class CodeNotReadyError(SupervisorError):
+    """A pipeline's code could not be fetched, checked or unpacked; it is tried again later."""

@@ -1,0 +1,75 @@
+"""The supervisor's lease: never two copies of one pipeline, even across a partition.
+
+Guarantees: the lease is held only while some heartbeat write that *started* less than
+``supervisor.fence.timeout.secs`` ago has succeeded; once it lapses, the supervisor stops
+all its workers itself (``event=fenced``) and starts none until a write succeeds again and a
+read of the assignments that started after that write says which are still its own. The
+leader moves a supervisor's pipelines only after ``nimbus.supervisor.timeout.secs`` without
+a heartbeat change, and the configuration checks that fence + stop time is shorter, so the
+old worker is dead before a new one can start elsewhere (docs/supervisor.md has the
+timeline). Pure: times come from the caller's monotonic clock::
+
+    lease = Lease(timeout_secs=6.0)
+    lease.renewed(write_started=t, now=t + 0.01)   # True: held (again) from t
+    lease.may_start(read_started=t + 0.5)          # True: a read newer than the lease
+    lease.check(now=t + 6.0)                        # True: lapsed just now, fence
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class LeaseState(StrEnum):
+    UNLEASED = "unleased"  # no heartbeat written yet, or lapsed (fenced): start nothing
+    HELD = "held"  # a recent heartbeat write succeeded
+
+
+class Lease:
+    """One supervisor's lease, owned by its control loop (not thread-safe)."""
+
+    def __init__(self, timeout_secs: float) -> None:
+        self.timeout_secs = timeout_secs
+        self.state = LeaseState.UNLEASED
+        self.fences = 0  # times the lease lapsed
+        self._renewed_to: float | None = None  # start of the newest successful write
+        self._held_since: float | None = None  # start of the write that (re)gained it
+
+    def renewed(self, *, write_started: float, now: float) -> bool:
+        """A heartbeat write that started at ``write_started`` succeeded; True if that
+        (re)gains the lease.
+
+        A write that completes later than the timeout after its start renews nothing: the
+        leader may have judged this supervisor dead meanwhile.
+        """
+        if self._renewed_to is not None and write_started <= self._renewed_to:
+            return False
+        self._renewed_to = write_started
+        if self.state is LeaseState.HELD or now - write_started >= self.timeout_secs:
+            return False
+        self.state = LeaseState.HELD
+        self._held_since = write_started
+        return True
+
+    def check(self, now: float) -> bool:
+        """True if the lease lapsed just now: the caller fences (stops every worker)."""
+        if self.state is not LeaseState.HELD or self.remaining(now) > 0:
+            return False
+        self.state = LeaseState.UNLEASED
+        self.fences += 1
+        return True
+
+    def remaining(self, now: float) -> float:
+        """Seconds left before the lease lapses (0 when not held)."""
+        if self.state is not LeaseState.HELD or self._renewed_to is None:
+            return 0.0
+        return max(0.0, self._renewed_to + self.timeout_secs - now)
+
+    def may_start(self, read_started: float | None) -> bool:
+        """Whether workers may start on a read of the assignments that started then."""
+        return (
+            self.state is LeaseState.HELD
+            and read_started is not None
+            and self._held_since is not None
+            and read_started >= self._held_since
+        )

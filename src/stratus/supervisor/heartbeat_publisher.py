@@ -1,0 +1,161 @@
+"""The supervisor's heartbeats: its workers' and its own, every heartbeat period, from one loop.
+
+Guarantees: each round writes every worker's heartbeat, then the supervisor's, through the
+``HeartbeatBoard``; only a round that wrote them all renews the supervisor's lease, and it
+renews it to the time the round *started* (the leader saw the heartbeat no earlier than
+that). The heartbeats of workers the supervisor no longer holds are removed, including those
+a previous life of this supervisor left behind. The registration's ``used`` count follows
+each round. Writes may block while the store is unreachable: they run on this thread, never
+on the control loop's, which fences on its own clock::
+
+    publisher = HeartbeatPublisher(board, "s1", interval_secs=1.0, on_written=loop.post_written)
+    publisher.offer(round_)     # the control loop's latest picture; the newest wins
+    publisher.start()
+    publisher.stop()
+    publisher.publish(final_round)   # the last one (stopping=True), on the caller's thread
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kazoo.exceptions import KazooException
+
+from stratus.errors import StratusError
+from stratus.nimbus.records import SupervisorHeartbeat, WorkerHeartbeat
+
+log = logging.getLogger(__name__)
+
+
+class Board(Protocol):
+    """The part of ``HeartbeatBoard`` a supervisor writes with."""
+
+    def put_worker(self, heartbeat: WorkerHeartbeat) -> None: ...
+
+    def put_supervisor(self, heartbeat: SupervisorHeartbeat) -> None: ...
+
+    def remove_worker(self, pipeline: str, supervisor: str) -> None: ...
+
+    def workers(self) -> dict[str, dict[str, WorkerHeartbeat]]: ...
+
+
+@dataclass(frozen=True)
+class HeartbeatRound:
+    """What one round publishes: the control loop's picture at one moment."""
+
+    supervisor: SupervisorHeartbeat
+    workers: dict[str, WorkerHeartbeat] = field(default_factory=dict)
+    used: int = 0  # the registration's ``used``
+
+
+class HeartbeatPublisher:
+    """Publishes the newest ``HeartbeatRound`` every period; see the module docstring."""
+
+    def __init__(
+        self,
+        board: Board,
+        supervisor: str,
+        *,
+        interval_secs: float,
+        on_written: Callable[[float], None],
+        on_used: Callable[[int], None] = lambda _used: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._board = board
+        self._supervisor = supervisor
+        self._interval = interval_secs
+        self._on_written = on_written
+        self._on_used = on_used
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._latest: HeartbeatRound | None = None
+        self._offered = threading.Event()
+        self._stopping = threading.Event()
+        self._published: set[str] | None = None  # worker heartbeats of ours in the store
+        self._used: int | None = None
+        self._thread = threading.Thread(target=self._run, name="heartbeats", daemon=True)
+
+    def offer(self, round_: HeartbeatRound) -> None:
+        """The round to publish next (replacing one not published yet); never blocks."""
+        with self._lock:
+            self._latest = round_
+        self._offered.set()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """End the loop (a round under way finishes first, within ``timeout``)."""
+        self._stopping.set()
+        self._offered.set()
+        self._thread.join(timeout=timeout)
+
+    def publish(self, round_: HeartbeatRound) -> bool:
+        """Write one round now; True if every heartbeat of it was written."""
+        started = self._clock()
+        try:
+            self._write(round_)
+        except (StratusError, KazooException) as exc:  # the store is unreachable: next round
+            log.warning(
+                "event=heartbeat_failed supervisor=%s workers=%d error=%s",
+                self._supervisor,
+                len(round_.workers),
+                exc,
+            )
+            return False
+        self._on_written(started)
+        self._remove_gone(round_)
+        if round_.used != self._used:
+            self._on_used(round_.used)
+            self._used = round_.used
+        return True
+
+    def _run(self) -> None:
+        self._offered.wait()  # the first picture of the control loop
+        while not self._stopping.is_set():
+            started = self._clock()
+            with self._lock:
+                round_ = self._latest
+            if round_ is not None:
+                self.publish(round_)
+            self._stopping.wait(max(0.0, self._interval - (self._clock() - started)))
+
+    def _write(self, round_: HeartbeatRound) -> None:
+        if self._published is None:
+            self._published = self._found_in_store()
+        for heartbeat in round_.workers.values():
+            self._board.put_worker(heartbeat)
+            self._published.add(heartbeat.pipeline)
+        self._board.put_supervisor(round_.supervisor)
+
+    def _found_in_store(self) -> set[str]:
+        """Pipelines whose worker heartbeat of this supervisor the store holds (a past life's)."""
+        return {
+            pipeline
+            for pipeline, beats in self._board.workers().items()
+            if self._supervisor in beats
+        }
+
+    def _remove_gone(self, round_: HeartbeatRound) -> None:
+        """Remove the heartbeats of workers no longer held; a failure is retried next round."""
+        assert self._published is not None
+        for pipeline in sorted(self._published - set(round_.workers)):
+            try:
+                self._board.remove_worker(pipeline, self._supervisor)
+            except (StratusError, KazooException) as exc:
+                log.warning(
+                    "event=heartbeat_remove_failed pipeline=%s supervisor=%s error=%s",
+                    pipeline,
+                    self._supervisor,
+                    exc,
+                )
+                return
+            self._published.discard(pipeline)
+            log.info(
+                "event=heartbeat_removed pipeline=%s supervisor=%s", pipeline, self._supervisor
+            )

@@ -1,0 +1,48 @@
+"""What starts a worker for real: its code from the ``CodeCache``, its process from a spec.
+
+``ManagedWorker`` and the control loop see this through the ``Launcher`` protocol, so their
+tests use fakes::
+
+    launcher = WorkerLauncher(conf, "s1", cache)
+    launcher.code("etl", CodeMeta(digest, size))          # CodePending, then PipelineCode
+    launcher.spawn(assignment, code, WorkerPaths.of(local, "etl"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence, Set
+
+from stratus.codedist.distributor import CodeMeta
+from stratus.config import StratusConfig
+from stratus.nimbus.records import Assignment
+from stratus.supervisor.code_cache import CodeCache, CodeState, PipelineCode
+from stratus.supervisor.worker_process import WorkerPaths, WorkerProcess, build_spec
+
+
+class WorkerLauncher:
+    """Code through the cache, processes through ``WorkerProcess``."""
+
+    def __init__(
+        self,
+        conf: StratusConfig,
+        supervisor: str,
+        cache: CodeCache,
+        *,
+        command: Sequence[str] | None = None,
+    ) -> None:
+        self._conf = conf
+        self._supervisor = supervisor
+        self._cache = cache
+        self._command = command
+
+    def code(self, pipeline: str, meta: CodeMeta) -> CodeState:
+        return self._cache.get(pipeline, meta)
+
+    def spawn(
+        self, assignment: Assignment, code: PipelineCode, paths: WorkerPaths
+    ) -> WorkerProcess:
+        spec = build_spec(self._conf, self._supervisor, assignment, code, paths)
+        return WorkerProcess.launch(spec, paths, self._command)
+
+    def retain(self, digests: Set[str]) -> None:
+        self._cache.retain(digests)

@@ -1,0 +1,397 @@
+"""The lifecycle of one assignment's worker on a supervisor, as one state machine.
+
+Every transition is written out in ``ManagedWorker``; the supervisor's control loop is its
+only caller (one thread), and the process, the code and the clocks are injected, so tests
+drive it with fakes::
+
+    worker = ManagedWorker("s1", assignment, launcher=launcher, paths=paths, ...)
+    worker.step(may_start=True)    # PREPARING -> RUNNING once its code is there
+    worker.step(may_start=True)    # notices an exit, a hang, a restart that is due
+    worker.stop(StopReason.UNASSIGNED)
+    worker.heartbeat()             # what the supervisor publishes for it
+
+Phases::
+
+    PREPARING --code ready, may start--> RUNNING --exit 0 + FINISHED heartbeat--> FINISHED
+    RUNNING --crash / hang kill--> BACKOFF --backoff over--> PREPARING ...
+                                 \\-> FAILED (max restarts in a row: until the assignment changes)
+    RUNNING --stop--> STOPPING --exit, or SIGKILL of the group after the grace--> STOPPED
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from pydantic import ValidationError
+
+from stratus.codedist.distributor import CodeMeta
+from stratus.config import StratusConfig
+from stratus.errors import StratusError
+from stratus.nimbus.records import Assignment, WorkerHeartbeat, WorkerState
+from stratus.supervisor.code_cache import CodeFailed, CodeState, PipelineCode
+from stratus.supervisor.reconcile import Held
+from stratus.supervisor.restart_policy import GiveUp, RestartPolicy
+from stratus.supervisor.worker_process import WorkerPaths, log_tail
+
+log = logging.getLogger(__name__)
+
+
+class Phase(StrEnum):
+    PREPARING = "preparing"  # its code is fetched, or it waits to be allowed to start
+    RUNNING = "running"  # its process runs
+    STOPPING = "stopping"  # SIGTERM sent; SIGKILL of its group at the deadline
+    BACKOFF = "backoff"  # it crashed; started again once the backoff is over
+    FAILED = "failed"  # it crashed too often in a row: not started again
+    FINISHED = "finished"  # a batch that returned
+    STOPPED = "stopped"  # stopped on order
+
+
+class StopReason(StrEnum):
+    UNASSIGNED = "unassigned"  # its assignment is gone or names another supervisor
+    RESTART = "restart"  # a new generation or digest
+    FENCED = "fenced"  # the supervisor's lease lapsed
+    SHUTDOWN = "shutdown"  # the supervisor stops
+    HUNG = "hung"  # its heartbeat did not change for supervisor.worker.timeout.secs
+
+
+class RunningProcess(Protocol):
+    """A started worker process (``WorkerProcess``, or a fake in tests)."""
+
+    pid: int
+    started_wall: float
+
+    def poll(self) -> int | None: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+class Launcher(Protocol):
+    """What a managed worker needs from its supervisor: its code, and a process."""
+
+    def code(self, pipeline: str, meta: CodeMeta) -> CodeState: ...
+
+    def spawn(
+        self, assignment: Assignment, code: PipelineCode, paths: WorkerPaths
+    ) -> RunningProcess: ...
+
+
+@dataclass(frozen=True)
+class WorkerTimeouts:
+    """``supervisor.worker.stop.secs`` and ``supervisor.worker.timeout.secs``."""
+
+    stop_secs: float
+    hang_secs: float
+
+    @classmethod
+    def from_config(cls, conf: StratusConfig) -> WorkerTimeouts:
+        return cls(conf.supervisor_worker_stop_secs, conf.supervisor_worker_timeout_secs)
+
+
+_LIVE = (Phase.RUNNING, Phase.STOPPING)  # a process runs
+_DONE = (Phase.FAILED, Phase.FINISHED)  # kept, with no process, until the assignment changes
+
+
+class ManagedWorker:
+    """One assignment's worker, across its restarts; see the module docstring."""
+
+    def __init__(
+        self,
+        supervisor: str,
+        assignment: Assignment,
+        *,
+        launcher: Launcher,
+        paths: WorkerPaths,
+        policy: RestartPolicy,
+        timeouts: WorkerTimeouts,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.supervisor = supervisor
+        self.assignment = assignment
+        self.phase = Phase.PREPARING
+        self.successor: Assignment | None = None  # start this once stopped (a restart)
+        self.retiring = False  # remove once stopped (unassigned, fenced)
+        self.error: str | None = None  # the last crash
+        self.code_error: str | None = None  # why its code is not there (yet)
+        self._launcher = launcher
+        self._paths = paths
+        self._policy = policy
+        self._timeouts = timeouts
+        self._clock = clock
+        self._wall = wall
+        self._process: RunningProcess | None = None
+        self._beat: WorkerHeartbeat | None = None  # the last one its process wrote
+        self._live_beat: WorkerHeartbeat | None = None  # the last one not in a final state
+        self._beat_raw: bytes | None = None
+        self._beat_changed = 0.0  # when the heartbeat file last changed (clock)
+        self._restart_at = 0.0
+        self._stop_reason: StopReason | None = None
+        self._kill_at = 0.0
+        self._killed = False
+
+    # ------------------------------------------------------------------ questions
+
+    @property
+    def pipeline(self) -> str:
+        return self.assignment.pipeline
+
+    @property
+    def alive(self) -> bool:
+        """Whether a process of it runs (or is being stopped)."""
+        return self.phase in _LIVE
+
+    @property
+    def done(self) -> bool:
+        return self.phase in _DONE
+
+    @property
+    def idle(self) -> bool:
+        """No process, none to come: it can be removed or replaced now."""
+        return self.phase in (*_DONE, Phase.STOPPED)
+
+    @property
+    def restarts(self) -> int:
+        return self._policy.restarts
+
+    def held(self) -> Held:
+        """What the reconcile plan sees of it."""
+        if self.retiring:
+            return Held(None)
+        return Held(self.successor or self.assignment, done=self.done)
+
+    # ------------------------------------------------------------------ orders
+
+    def update(self, assignment: Assignment) -> None:
+        """The same run under a new stamp (a new epoch): nothing restarts."""
+        self.assignment = assignment
+
+    def replace_with(self, assignment: Assignment) -> None:
+        """Stop, then run ``assignment`` (a new generation or digest) as a new worker."""
+        self.successor = assignment
+        self.retiring = False
+        self.stop(StopReason.RESTART)
+
+    def retire(self, reason: StopReason) -> None:
+        """Stop for good; the control loop removes it once it is idle."""
+        self.retiring = True
+        self.successor = None
+        self.stop(reason)
+
+    def stop(self, reason: StopReason) -> None:
+        """Stop its process (SIGTERM now, SIGKILL after the grace); none: it is STOPPED."""
+        if self.phase is Phase.RUNNING:
+            self._begin_stop(reason)
+        elif self.phase is Phase.STOPPING:
+            self._stop_reason = reason  # an order outranks a hang kill under way
+        elif self.phase in (Phase.PREPARING, Phase.BACKOFF):
+            self._enter(Phase.STOPPED, reason=reason.value)
+
+    # ------------------------------------------------------------------ the clock ticks
+
+    def step(self, *, may_start: bool) -> None:
+        """Notice what happened since the last step and act on it."""
+        now = self._clock()
+        if self.phase is Phase.BACKOFF and now >= self._restart_at and may_start:
+            self.phase = Phase.PREPARING
+        if self.phase is Phase.PREPARING and may_start:
+            self._try_start(now)
+        elif self.phase is Phase.RUNNING:
+            self._watch(now)
+        elif self.phase is Phase.STOPPING:
+            self._watch_stop(now)
+
+    def heartbeat(self) -> WorkerHeartbeat:
+        """What the supervisor publishes for this worker now."""
+        now = self._wall()
+        if self.phase in _LIVE and self._live_beat is not None:
+            # Its final FAILED, FINISHED or STOPPED is the supervisor's to judge once it exited.
+            return self._live_beat.model_copy(update=self._stamp())
+        state = {
+            Phase.PREPARING: WorkerState.STARTING,
+            Phase.RUNNING: WorkerState.STARTING,
+            Phase.STOPPING: WorkerState.STARTING,
+            Phase.BACKOFF: WorkerState.RESTARTING,
+            Phase.FAILED: WorkerState.FAILED,
+            Phase.FINISHED: WorkerState.FINISHED,
+            Phase.STOPPED: WorkerState.STOPPED,
+        }[self.phase]
+        if self.phase is Phase.FINISHED and self._beat is not None:
+            return self._beat.model_copy(update={**self._stamp(), "time": now})
+        process = self._process if self.phase in _LIVE else None
+        return WorkerHeartbeat(
+            pipeline=self.pipeline,
+            supervisor=self.supervisor,
+            epoch=self.assignment.epoch,
+            generation=self.assignment.generation,
+            digest=self.assignment.digest,
+            state=state,
+            time=now,
+            started=process.started_wall if process else 0.0,
+            pid=process.pid if process else None,
+            restarts=self.restarts,
+            error=None if state is WorkerState.STOPPED else (self.code_error or self.error),
+        )
+
+    # ------------------------------------------------------------------ transitions
+
+    def _try_start(self, now: float) -> None:
+        meta = CodeMeta(self.assignment.digest, self.assignment.size_bytes)
+        state = self._launcher.code(self.pipeline, meta)
+        if isinstance(state, CodeFailed):
+            self.code_error = f"{state.error} (failed {state.failures} times)"
+            return
+        if not isinstance(state, PipelineCode):
+            return  # being fetched
+        self.code_error = None
+        try:
+            process = self._launcher.spawn(self.assignment, state, self._paths)
+        except (OSError, StratusError, ValidationError) as exc:
+            self._policy.started(now)
+            self._crashed(now, f"the worker could not be started: {exc}")
+            return
+        self._process = process
+        self._policy.started(now)
+        self._beat, self._live_beat, self._beat_raw, self._beat_changed = None, None, None, now
+        self._killed = False
+        self._enter(Phase.RUNNING, pid=process.pid)
+
+    def _watch(self, now: float) -> None:
+        assert self._process is not None
+        code = self._process.poll()
+        self._read_beat(now)
+        if code is not None:
+            self._exited(code, now)
+        elif now - self._beat_changed >= self._timeouts.hang_secs:
+            silent = now - self._beat_changed
+            log.warning(
+                "event=worker_hung pipeline=%s epoch=%d supervisor=%s pid=%d silent_secs=%.1f",
+                self.pipeline,
+                self.assignment.epoch,
+                self.supervisor,
+                self._process.pid,
+                silent,
+            )
+            self.error = (
+                f"its heartbeat did not change for {silent:.0f}s "
+                f"(supervisor.worker.timeout.secs={self._timeouts.hang_secs:g}): killed"
+            )
+            self._begin_stop(StopReason.HUNG)
+
+    def _exited(self, code: int, now: float) -> None:
+        beat = self._beat
+        if code == 0 and beat is not None and beat.state is WorkerState.FINISHED:
+            self._enter(Phase.FINISHED, exit_code=code)
+            return
+        self._crashed(now, f"the worker {_describe_exit(code)}: {self._last_error()}")
+
+    def _crashed(self, now: float, error: str) -> None:
+        self.error = error
+        decision = self._policy.crashed(now)
+        if isinstance(decision, GiveUp):
+            self._enter(Phase.FAILED, crashes_in_row=decision.crashes_in_row, error=error)
+            return
+        self._restart_at = decision.at
+        self._enter(
+            Phase.BACKOFF,
+            crashes_in_row=decision.crashes_in_row,
+            restart_in_secs=f"{decision.delay_secs:g}",
+            error=error,
+        )
+
+    def _begin_stop(self, reason: StopReason) -> None:
+        assert self._process is not None
+        self._stop_reason = reason
+        self._kill_at = self._clock() + self._timeouts.stop_secs
+        self._process.terminate()
+        self._enter(Phase.STOPPING, reason=reason.value, pid=self._process.pid)
+
+    def _watch_stop(self, now: float) -> None:
+        assert self._process is not None
+        code = self._process.poll()
+        self._read_beat(now)
+        if code is None:
+            if now >= self._kill_at and not self._killed:
+                self._killed = True
+                self._process.kill()
+                log.warning(
+                    "event=worker_killed pipeline=%s epoch=%d supervisor=%s pid=%d grace_secs=%g",
+                    self.pipeline,
+                    self.assignment.epoch,
+                    self.supervisor,
+                    self._process.pid,
+                    self._timeouts.stop_secs,
+                )
+            return
+        if self._stop_reason is StopReason.HUNG:
+            self._crashed(now, self.error or "its heartbeat stopped changing: killed")
+        else:
+            reason = self._stop_reason.value if self._stop_reason else "-"
+            self._enter(Phase.STOPPED, reason=reason, exit_code=code)
+
+    def _enter(self, phase: Phase, **details: object) -> None:
+        self.phase = phase
+        extra = " ".join(f"{key}={value}" for key, value in details.items())
+        level = logging.WARNING if phase in (Phase.BACKOFF, Phase.FAILED) else logging.INFO
+        log.log(
+            level,
+            "event=worker_%s pipeline=%s epoch=%d generation=%d supervisor=%s restarts=%d %s",
+            phase.value,
+            self.pipeline,
+            self.assignment.epoch,
+            self.assignment.generation,
+            self.supervisor,
+            self.restarts,
+            extra,
+        )
+
+    # ------------------------------------------------------------------ its files
+
+    def _read_beat(self, now: float) -> None:
+        """Take in the heartbeat file if it changed since the last look."""
+        try:
+            raw = self._paths.heartbeat.read_bytes()
+        except OSError:
+            return
+        if raw == self._beat_raw:
+            return
+        self._beat_raw, self._beat_changed = raw, now
+        with contextlib.suppress(ValidationError):  # a torn file still is a sign of life
+            self._beat = WorkerHeartbeat.model_validate_json(raw)
+            if not self._beat.state.final:
+                self._live_beat = self._beat
+
+    def _last_error(self) -> str:
+        """The worker's own error (its last heartbeat), else the tail of its log."""
+        if self._beat is not None and self._beat.error:
+            return self._beat.error
+        return log_tail(self._paths.log) or "it wrote no error and no log"
+
+    def _stamp(self) -> dict[str, object]:
+        """The fields the supervisor vouches for in a heartbeat its worker wrote."""
+        return {
+            "pipeline": self.pipeline,
+            "supervisor": self.supervisor,
+            "epoch": self.assignment.epoch,
+            "generation": self.assignment.generation,
+            "digest": self.assignment.digest,
+            "restarts": self.restarts,
+        }
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with code {code}"

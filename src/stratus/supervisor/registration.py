@@ -1,0 +1,147 @@
+"""A supervisor's registration: the ephemeral ``<root>/supervisors/<id>``, one owner per id.
+
+Guarantees: ``claim`` creates the node atomically or fails with
+``DuplicateSupervisorError`` when another *live* supervisor holds it. A node left by a dead
+supervisor (a kill -9 moments ago: its session lives until it times out) is waited for,
+up to the session timeout; a supervisor whose heartbeat changes meanwhile is alive, and the
+claim fails at once. Once claimed, the node is re-created after every session expiry
+(``EphemeralNodes``) and its ``used`` count can change; ``close`` deletes it::
+
+    registration = SupervisorRegistration(client, paths, summary, board=board, wait_secs=12)
+    registration.claim()                 # else DuplicateSupervisorError
+    registration.update_used(3)
+    registration.close()
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.protocol.states import ZnodeStat
+from pydantic import ValidationError
+
+from stratus.errors import StratusError
+from stratus.nimbus.records import SupervisorHeartbeat, SupervisorSummary
+from stratus.supervisor.errors import DuplicateSupervisorError
+from stratus.zk.ephemeral import EphemeralNodes
+from stratus.zk.paths import ClusterPaths
+
+log = logging.getLogger(__name__)
+
+POLL_SECS = 0.2
+UPDATE_DEADLINE_SECS = 1.0  # an update while ZooKeeper is slow is left to the nodes' thread
+
+
+class SupervisorRegistration:
+    """One supervisor's ephemeral registration; see the module docstring."""
+
+    def __init__(
+        self,
+        client: KazooClient,
+        paths: ClusterPaths,
+        summary: SupervisorSummary,
+        *,
+        heartbeats: Callable[[], dict[str, SupervisorHeartbeat]],
+        wait_secs: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self.path = paths.supervisor(summary.id)
+        self.summary = summary
+        self._heartbeats = heartbeats
+        self._wait_secs = wait_secs
+        self._clock = clock
+        self._nodes = EphemeralNodes(client, name=f"registration {summary.id}")
+        self._claimed = False
+
+    def claim(self) -> None:
+        """Create the node, waiting out one a dead supervisor left; see the module docstring."""
+        deadline = self._clock() + self._wait_secs
+        first_beat: float | None = None
+        while not self._create():
+            holder = self._holder()
+            if holder is None:
+                continue  # gone since: create it again
+            data, stat = holder
+            if self._is_ours(stat):
+                break
+            beat = self._beat_time()
+            if first_beat is None:
+                first_beat = beat if beat is not None else -1.0
+            elif beat is not None and beat != first_beat:
+                raise self._duplicate(data, stat, "its heartbeat is changing")
+            if self._clock() >= deadline:
+                raise self._duplicate(data, stat, f"its session outlived {self._wait_secs:g}s")
+            time.sleep(POLL_SECS)
+        self._nodes.start()
+        self._nodes.add(self.path, self.summary.encode(), deadline=None)  # ours: kept from now
+        self._claimed = True
+        log.info(
+            "event=supervisor_registered supervisor=%s path=%s slots=%d",
+            self.summary.id,
+            self.path,
+            self.summary.slots,
+        )
+
+    def update_used(self, used: int) -> None:
+        """Record how many slots are in use (later, by the nodes' thread, if ZooKeeper is slow)."""
+        if not self._claimed or used == self.summary.used:
+            return
+        self.summary = self.summary.model_copy(update={"used": used})
+        self._nodes.add(self.path, self.summary.encode(), deadline=UPDATE_DEADLINE_SECS)
+
+    def close(self) -> None:
+        """Delete the node (the session's end would too) and stop re-creating it."""
+        if self._claimed:
+            self._nodes.close()
+            self._claimed = False
+            log.info("event=supervisor_unregistered supervisor=%s", self.summary.id)
+
+    # ------------------------------------------------------------------ parts
+
+    def _create(self) -> bool:
+        try:
+            self._client.create(self.path, self.summary.encode(), ephemeral=True, makepath=True)
+        except NodeExistsError:
+            return False
+        return True
+
+    def _holder(self) -> tuple[bytes, ZnodeStat] | None:
+        try:
+            data, stat = self._client.get(self.path)
+        except NoNodeError:
+            return None
+        return data, stat
+
+    def _is_ours(self, stat: ZnodeStat) -> bool:
+        client_id = self._client.client_id
+        return client_id is not None and bool(stat.owner_session_id == client_id[0])
+
+    def _beat_time(self) -> float | None:
+        """The time in the other supervisor's last heartbeat, if the store answers."""
+        try:
+            beat = self._heartbeats().get(self.summary.id)
+        except StratusError:
+            return None
+        return beat.time if beat is not None else None
+
+    def _duplicate(self, data: bytes, stat: ZnodeStat, why: str) -> DuplicateSupervisorError:
+        try:
+            other = SupervisorSummary.model_validate_json(data)
+            who = (
+                f"host {other.host or '?'}, {other.slots} slots, started "
+                f"{datetime.fromtimestamp(other.started, UTC):%Y-%m-%d %H:%M:%S} UTC"
+            )
+        except ValidationError:
+            who = "unreadable registration"
+        return DuplicateSupervisorError(
+            f"supervisor id {self.summary.id!r} is registered by another live supervisor "
+            f"({who}; ZooKeeper session 0x{stat.owner_session_id:x} holds {self.path}, and "
+            f"{why}); give this supervisor another id (--id NAME or -c supervisor.id=NAME), "
+            "or stop the other one first"
+        )

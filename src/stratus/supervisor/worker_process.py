@@ -1,0 +1,212 @@
+"""One worker process: its spec, its start, its stop, and no orphan ever.
+
+Guarantees: a worker runs as ``python -m stratus.supervisor.worker <dir>/spec.json`` in a
+process group of its own, with stdout and stderr appended to ``<dir>/worker.log`` and its
+stdin a pipe that only its supervisor holds: when the supervisor dies, even by SIGKILL, the
+kernel closes the pipe and the worker sees EOF and stops (no orphans). A stop is SIGTERM to
+the worker, then SIGKILL to its whole process group (the Spark JVM included) once the grace
+is over; once the worker has exited, whatever is left in its group is killed too::
+
+    paths = WorkerPaths.of(local_dir, "etl")
+    spec = build_spec(conf, "s1", assignment, code, paths)
+    process = WorkerProcess.launch(spec, paths)
+    process.poll()          # None while it runs, then its exit code
+    process.terminate()     # SIGTERM
+    process.kill()          # SIGKILL of the process group
+
+Processes are started with ``subprocess.Popen`` (fork and exec, no Python code in the child):
+the supervisor's kazoo threads are never run in a forked child.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from stratus.checkpoints import checkpoint_location
+from stratus.codedist.manifest import TRIGGER_CONF_KEY
+from stratus.config import StratusConfig
+from stratus.nimbus.records import Assignment
+from stratus.supervisor.code_cache import PipelineCode
+from stratus.supervisor.worker_spec import HEARTBEAT_FILE, SPEC_FILE, WorkerSpec
+
+WORKER_MODULE = "stratus.supervisor.worker"
+LOG_FILE = "worker.log"
+WORK_DIR = "work"
+START_MARK = "==== stratus supervisor: worker started"  # a line in worker.log before each run
+TAIL_READ_BYTES = 64 * 1024
+TAIL_LINES = 20
+TAIL_MAX_CHARS = 4000
+
+
+def default_worker_command() -> list[str]:
+    """The command of a worker, the spec path appended."""
+    return [sys.executable, "-m", WORKER_MODULE]
+
+
+@dataclass(frozen=True)
+class WorkerPaths:
+    """The files of one pipeline's worker under ``<local>/workers/<pipeline>/``."""
+
+    directory: Path
+
+    @classmethod
+    def of(cls, local_dir: Path, pipeline: str) -> WorkerPaths:
+        return cls(local_dir / "workers" / pipeline)
+
+    @property
+    def spec(self) -> Path:
+        return self.directory / SPEC_FILE
+
+    @property
+    def heartbeat(self) -> Path:
+        return self.directory / HEARTBEAT_FILE
+
+    @property
+    def log(self) -> Path:
+        return self.directory / LOG_FILE
+
+    @property
+    def work(self) -> Path:
+        return self.directory / WORK_DIR
+
+
+def spark_master(conf: StratusConfig, pipeline_conf: dict[str, object]) -> str:
+    """The pipeline's ``spark.master``, else its ``pipeline.spark.master``, else the cluster's."""
+    for key in ("spark.master", "pipeline.spark.master"):
+        value = pipeline_conf.get(key)
+        if value:
+            return str(value)
+    return conf.pipeline_spark_master
+
+
+def build_spec(
+    conf: StratusConfig,
+    supervisor: str,
+    assignment: Assignment,
+    code: PipelineCode,
+    paths: WorkerPaths,
+) -> WorkerSpec:
+    """What the worker of ``assignment`` runs; the manifest's conf under the assignment's."""
+    manifest = code.manifest
+    pipeline_conf = {**manifest.pipeline_conf(), **assignment.conf}
+    trigger = pipeline_conf.get(TRIGGER_CONF_KEY)
+    return WorkerSpec(
+        pipeline=assignment.pipeline,
+        supervisor=supervisor,
+        epoch=assignment.epoch,
+        generation=assignment.generation,
+        digest=assignment.digest,
+        kind=manifest.kind,
+        entrypoint=manifest.entrypoint,
+        project=manifest.project,
+        code_dir=code.directory,
+        work_dir=paths.work,
+        conf=pipeline_conf,
+        spark_master=spark_master(conf, pipeline_conf),
+        checkpoint_location=checkpoint_location(conf, pipeline_conf, assignment.pipeline),
+        trigger_interval_secs=float(trigger) if trigger is not None else None,
+        heartbeat_path=paths.heartbeat,
+        heartbeat_interval_secs=conf.worker_heartbeat_frequency_secs,
+    )
+
+
+class WorkerProcess:
+    """A started worker process; see the module docstring. Used by one thread."""
+
+    def __init__(self, process: subprocess.Popen[bytes], spec: WorkerSpec) -> None:
+        self._process = process
+        self.spec = spec
+        self.pid = process.pid
+        self.started_wall = time.time()
+        self._exit: int | None = None
+
+    @classmethod
+    def launch(
+        cls, spec: WorkerSpec, paths: WorkerPaths, command: Sequence[str] | None = None
+    ) -> WorkerProcess:
+        """Write the spec, clear the last heartbeat file, and start the worker."""
+        paths.work.mkdir(parents=True, exist_ok=True)
+        paths.heartbeat.unlink(missing_ok=True)  # a new process starts with no heartbeat
+        spec.write(paths.spec)
+        argv = [*(command or default_worker_command()), str(paths.spec)]
+        with paths.log.open("ab") as out:
+            out.write(_start_line(spec).encode())
+            out.flush()
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,  # held by this supervisor only (close_fds is the default)
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=paths.work,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,
+            )
+        return cls(process, spec)
+
+    def poll(self) -> int | None:
+        """None while the worker runs; its exit code (negative: the signal) once it exited.
+
+        At the exit, what is left of its process group is killed and its stdin closed.
+        """
+        if self._exit is not None:
+            return self._exit
+        code = self._process.poll()
+        if code is None:
+            return None
+        self._exit = code
+        self._kill_group()
+        self._close_stdin()
+        return code
+
+    def terminate(self) -> None:
+        """SIGTERM to the worker: it stops its queries and exits."""
+        if self._exit is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._process.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL to the worker's whole process group (its Spark JVM included)."""
+        if self._exit is None:
+            self._kill_group()
+
+    def _kill_group(self) -> None:
+        # The group's id is the worker's pid (start_new_session); the kernel does not reuse
+        # it while any member of the group lives.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+
+    def _close_stdin(self) -> None:
+        if self._process.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._process.stdin.close()
+
+
+def _start_line(spec: WorkerSpec) -> str:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    return (
+        f"{START_MARK} pipeline={spec.pipeline} epoch={spec.epoch} "
+        f"generation={spec.generation} digest={spec.digest} at={stamp}\n"
+    )
+
+
+def log_tail(path: Path, lines: int = TAIL_LINES) -> str | None:
+    """The last lines the latest run of a worker wrote to its log; None if it wrote none."""
+    try:
+        with path.open("rb") as src:
+            size = src.seek(0, os.SEEK_END)
+            src.seek(max(0, size - TAIL_READ_BYTES))
+            text = src.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    run = text.rsplit(START_MARK, 1)[-1]
+    body = run.splitlines()[1:] if START_MARK in text else run.splitlines()
+    tail = "\n".join(line for line in body[-lines:] if line.strip())
+    return tail[-TAIL_MAX_CHARS:] or None

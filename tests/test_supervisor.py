@@ -1,0 +1,608 @@
+"""The supervisor daemon against a real ZooKeeper, with real worker processes.
+
+Most scenarios run a ``Supervisor`` in the test's process with a stand-in worker (a small
+script that honours the worker's contract: spec in, heartbeat file out, stop on SIGTERM or on
+EOF of its stdin) so that crashes, hangs and partitions take milliseconds, not Spark starts.
+Code comes from a shared code store (``nimbus.code.distributor: shared``) unless a real
+nimbus serves it. The few Spark scenarios run ``stratus supervisor`` processes with the real
+``stratus.supervisor.worker``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+
+from stratus.client import NimbusClient
+from stratus.codedist.distributor import CodeMeta
+from stratus.codedist.package_build import package_bytes
+from stratus.codedist.package_store import hash_file
+from stratus.codedist.shared_fs import SharedStorageDistributor
+from stratus.config import StratusConfig, load_config
+from stratus.local_processes import SupervisorProcess
+from stratus.nimbus.records import (
+    Assignment,
+    SupervisorHeartbeat,
+    SupervisorSummary,
+    WorkerHeartbeat,
+    WorkerState,
+)
+from stratus.state.errors import StateStoreUnavailableError
+from stratus.state.heartbeats import HeartbeatBoard
+from stratus.state.zk_store import ZooKeeperStateStore
+from stratus.supervisor.daemon import Supervisor
+from stratus.supervisor.errors import DuplicateSupervisorError
+from stratus.zk.server import ZooKeeperServer
+from tests.nimbus_cluster import nimbus_cluster
+from tests.package_factory import package_files, valid_package
+from tests.spark_packages import passthrough_conf, passthrough_package, read_ids, write_ids
+from tests.zkfixtures import kazoo_client, process_gone, process_parents, wait_until
+
+ROOT = "/stratus"
+SESSION_SECS = 2.0
+FAST = {
+    "zookeeper.session.timeout.secs": SESSION_SECS,
+    "worker.heartbeat.frequency.secs": 0.2,
+    "supervisor.fence.timeout.secs": 1.5,
+    "supervisor.worker.stop.secs": 1.0,
+    "nimbus.supervisor.timeout.secs": 4.0,
+    "supervisor.worker.timeout.secs": 3.0,
+    "supervisor.worker.restart.backoff.secs": 0.1,
+    "supervisor.worker.max.restarts": 2,
+}
+
+FAKE_WORKER = '''
+"""A stand-in for the Spark worker: the supervisor's side of the contract, in milliseconds.
+
+spark.test.mode in the pipeline's conf: run (default), fail, crash, finish or hang.
+"""
+import os, signal, sys, threading, time
+from pathlib import Path
+
+from stratus.nimbus.records import WorkerHeartbeat, WorkerState
+from stratus.supervisor.worker_spec import WorkerSpec, write_heartbeat
+
+spec = WorkerSpec.read(Path(sys.argv[1]))
+mode = str(spec.conf.get("spark.test.mode", "run"))
+stop = threading.Event()
+started = time.time()
+
+
+def beat(state, error=None):
+    write_heartbeat(spec.heartbeat_path, WorkerHeartbeat(
+        pipeline=spec.pipeline, supervisor=spec.supervisor, epoch=spec.epoch,
+        generation=spec.generation, digest=spec.digest, state=state, time=time.time(),
+        started=started, pid=os.getpid(), error=error))
+
+
+def watch_stdin():
+    while os.read(0, 4096):
+        pass
+    os._exit(3)  # EOF: the supervisor is gone
+
+
+threading.Thread(target=watch_stdin, daemon=True).start()
+print(f"fake worker {spec.pipeline} mode={mode} pid={os.getpid()}", flush=True)
+if mode == "crash":
+    print("ValueError: the fake pipeline crashed", file=sys.stderr, flush=True)
+    sys.exit(1)
+if mode == "fail":
+    beat(WorkerState.FAILED, "entrypoint 'nope:run': no module named 'nope'")
+    sys.exit(1)
+if mode == "finish":
+    beat(WorkerState.FINISHED)
+    sys.exit(0)
+if mode == "hang":
+    Path(spec.work_dir, "pid").write_text(str(os.getpid()))
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    while True:
+        time.sleep(1)
+signal.signal(signal.SIGTERM, lambda *_: stop.set())
+while not stop.is_set():
+    beat(WorkerState.RUNNING)
+    stop.wait(spec.heartbeat_interval_secs)
+beat(WorkerState.STOPPED)
+'''
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+class CodeStore:
+    """A shared code store (file://) that the supervisors under test fetch from."""
+
+    def __init__(self, directory: Path) -> None:
+        self.url = f"file://{directory}"
+        self._dist = SharedStorageDistributor(self.url, live_nimbuses=lambda: 1)
+        self._dist.prepare()
+        self._dir = directory
+
+    def upload(self, name: str, data: bytes | None = None) -> CodeMeta:
+        """Store ``data`` (default: a small valid package) as ``name``'s code."""
+        path = self._dir.parent / f"{name}.zip"
+        path.write_bytes(valid_package(name) if data is None else data)
+        return self._dist.upload(path, name)
+
+
+class Cluster:
+    """ZooKeeper (chrooted to the test), a code store, and what a test reads and writes."""
+
+    def __init__(self, zk: KazooClient, hosts: str, tmp_path: Path, root: str = ROOT) -> None:
+        self.zk = zk
+        self.hosts = hosts
+        self.root = root
+        self.tmp_path = tmp_path
+        self.code = CodeStore(tmp_path / "shared")
+        self.board = HeartbeatBoard(ZooKeeperStateStore(zk, f"{root}/heartbeats"))
+        zk.ensure_path(f"{root}/assignments")
+        self.worker_command = [sys.executable, str(tmp_path / "fake_worker.py")]
+        (tmp_path / "fake_worker.py").write_text(FAKE_WORKER)
+
+    def conf(self, supervisor: str = "s1", **extra: Any) -> StratusConfig:
+        values = {
+            **FAST,
+            "zookeeper.servers": self.hosts,
+            "zookeeper.root": self.root,
+            "nimbus.code.distributor": "shared",
+            "nimbus.code.shared.url": self.code.url,
+            "supervisor.id": supervisor,
+            "supervisor.local.dir": str(self.tmp_path / supervisor),
+            **extra,
+        }
+        return load_config(overrides=[f"{k}={v}" for k, v in values.items()], environ={})
+
+    def options(self, **extra: Any) -> list[str]:
+        """Command-line options of a ``stratus supervisor`` process (id and slots aside)."""
+        values = {
+            **FAST,
+            "zookeeper.servers": self.hosts,
+            "zookeeper.root": self.root,
+            "nimbus.code.distributor": "shared",
+            "nimbus.code.shared.url": self.code.url,
+            **extra,
+        }
+        return [part for k, v in values.items() for part in ("-c", f"{k}={v}")]
+
+    def assign(
+        self,
+        meta: CodeMeta,
+        name: str = "etl",
+        supervisor: str = "s1",
+        *,
+        epoch: int = 1,
+        generation: int = 0,
+        mode: str = "run",
+        conf: dict[str, Any] | None = None,
+    ) -> Assignment:
+        """Write the assignment as the leader would (create or replace); ``mode`` is the
+        stand-in worker's, ``conf`` replaces it."""
+        assignment = Assignment(
+            pipeline=name,
+            supervisor=supervisor,
+            epoch=epoch,
+            generation=generation,
+            digest=meta.digest,
+            size_bytes=meta.size_bytes,
+            conf={"spark.test.mode": mode} if conf is None else conf,
+            assigned=time.time(),
+        )
+        path = f"{self.root}/assignments/{name}"
+        if self.zk.exists(path):
+            self.zk.set(path, assignment.encode())
+        else:
+            self.zk.create(path, assignment.encode(), makepath=True)
+        return assignment
+
+    def unassign(self, name: str = "etl") -> None:
+        self.zk.delete(f"{self.root}/assignments/{name}")
+
+    def worker_beat(self, name: str = "etl", supervisor: str = "s1") -> WorkerHeartbeat | None:
+        """The worker's heartbeat; None also while this test's client reconnects."""
+        try:
+            return self.board.workers().get(name, {}).get(supervisor)
+        except StateStoreUnavailableError:
+            return None
+
+    def supervisor_beat(self, supervisor: str = "s1") -> SupervisorHeartbeat | None:
+        return self.board.supervisors().get(supervisor)
+
+    def registration(self, supervisor: str = "s1") -> SupervisorSummary | None:
+        path = f"{self.root}/supervisors/{supervisor}"
+        if not self.zk.exists(path):
+            return None
+        return SupervisorSummary.model_validate_json(self.zk.get(path)[0])
+
+    def wait_for_worker(
+        self,
+        state: WorkerState,
+        name: str = "etl",
+        *,
+        where: Callable[[WorkerHeartbeat], bool] = lambda _beat: True,
+        timeout: float = 20.0,
+    ) -> WorkerHeartbeat:
+        found: list[WorkerHeartbeat] = []
+
+        def seen() -> bool:
+            beat = self.worker_beat(name)
+            if beat is not None and beat.state is state and where(beat):
+                found[:] = [beat]
+                return True
+            return False
+
+        wait_until(seen, timeout, f"{name}'s worker to be {state.value}")
+        return found[0]
+
+
+@pytest.fixture
+def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
+    with kazoo_client(zk_hosts) as zk:
+        yield Cluster(zk, zk_hosts, tmp_path)
+
+
+@contextlib.contextmanager
+def running(conf: StratusConfig, cluster: Cluster) -> Iterator[Supervisor]:
+    supervisor = Supervisor(conf, worker_command=cluster.worker_command)
+    supervisor.start()
+    try:
+        yield supervisor
+    finally:
+        supervisor.stop()
+
+
+# ---------------------------------------------------------------------- registration
+
+
+def test_a_supervisor_registers_its_slots_and_unregisters_when_it_stops(cluster) -> None:
+    with running(cluster.conf("s1"), cluster):
+        summary = cluster.registration("s1")
+        assert summary is not None
+        assert (summary.id, summary.slots, summary.used) == ("s1", 4, 0)
+        wait_until(cluster.supervisor_beat, 10, "the supervisor's first heartbeat")
+    assert cluster.registration() is None
+    beat = cluster.supervisor_beat()
+    assert beat is not None and beat.stopping and beat.running == []
+
+
+def test_a_second_supervisor_under_a_live_ones_id_fails_to_start(cluster) -> None:
+    with running(cluster.conf(), cluster):
+        wait_until(cluster.supervisor_beat, 10, "the first supervisor's heartbeat")
+        twin = Supervisor(cluster.conf(), worker_command=cluster.worker_command)
+        with pytest.raises(DuplicateSupervisorError, match="registered by another live"):
+            twin.start()
+        assert cluster.registration() is not None  # the first one keeps its registration
+
+
+def test_a_supervisor_killed_moments_ago_starts_again_under_its_id(cluster, tmp_path) -> None:
+    process = SupervisorProcess(cluster.options(), id="s1", slots=2, log_dir=tmp_path)
+    try:
+        process.start()
+        process.wait_ready()
+        process.kill()  # its session, and its registration, live on for a while
+        process.start()
+        process.wait_ready(timeout=30)
+        summary = cluster.registration()
+        assert summary is not None and summary.slots == 2
+    finally:
+        process.stop()
+
+
+# ---------------------------------------------------------------------- assignments
+
+
+def test_an_assigned_pipeline_runs_and_stops_when_its_assignment_is_deleted(cluster) -> None:
+    meta = cluster.code.upload("etl")
+    with running(cluster.conf(), cluster):
+        cluster.assign(meta)
+        beat = cluster.wait_for_worker(WorkerState.RUNNING)
+        assert (beat.epoch, beat.generation, beat.digest) == (1, 0, meta.digest)
+        assert beat.pid is not None and not process_gone(beat.pid)
+        wait_until(
+            lambda: (cluster.registration() or SupervisorSummary(id="-")).used == 1, 10, "used 1"
+        )
+        wait_until(
+            lambda: (
+                (cluster.supervisor_beat() or SupervisorHeartbeat(id="-", time=0, slots=0)).running
+                == ["etl"]
+            ),
+            10,
+            "the supervisor to report etl running",
+        )
+        cluster.unassign()
+        wait_until(lambda: process_gone(beat.pid), 10, "the worker to stop")
+        wait_until(lambda: cluster.worker_beat() is None, 10, "its heartbeat to go")
+        wait_until(
+            lambda: (cluster.registration() or SupervisorSummary(id="-")).used == 0, 10, "used 0"
+        )
+
+
+def test_a_rebalance_restarts_the_worker_and_a_new_leaders_epoch_does_not(cluster) -> None:
+    meta = cluster.code.upload("etl")
+    with running(cluster.conf(), cluster):
+        cluster.assign(meta)
+        first = cluster.wait_for_worker(WorkerState.RUNNING)
+        cluster.assign(meta, epoch=2)  # a new leader re-stamps it
+        cluster.wait_for_worker(WorkerState.RUNNING, where=lambda b: b.epoch == 2)
+        restamped = cluster.worker_beat()
+        assert restamped is not None and restamped.pid == first.pid
+        cluster.assign(meta, epoch=2, generation=1)  # a rebalance
+        second = cluster.wait_for_worker(WorkerState.RUNNING, where=lambda b: b.generation == 1)
+        assert second.pid != first.pid
+        assert first.pid is not None and process_gone(first.pid)
+
+
+def test_an_assignment_from_an_older_epoch_is_ignored(cluster) -> None:
+    meta = cluster.code.upload("etl")
+    with running(cluster.conf(), cluster):
+        cluster.assign(meta, epoch=5)
+        running_beat = cluster.wait_for_worker(WorkerState.RUNNING)
+        cluster.assign(meta, epoch=4, generation=7)  # as a deposed leader would write it
+        wait_until(lambda: cluster.worker_beat() is None, 10, "the stale order to count as none")
+        assert running_beat.pid is not None and process_gone(running_beat.pid)
+
+
+def test_a_worker_that_keeps_failing_ends_failed_with_its_error(cluster) -> None:
+    meta = cluster.code.upload("etl")
+    with running(cluster.conf(), cluster):
+        cluster.assign(meta, mode="fail")
+        beat = cluster.wait_for_worker(WorkerState.FAILED)
+        assert beat.restarts == 2  # supervisor.worker.max.restarts
+        assert beat.error == (
+            "the worker exited with code 1: entrypoint 'nope:run': no module named 'nope'"
+        )
+        cluster.assign(meta, generation=1)  # fixed and rebalanced: it runs again
+        again = cluster.wait_for_worker(WorkerState.RUNNING)
+        assert again.restarts == 0
+
+
+def test_a_crash_without_a_heartbeat_reports_the_tail_of_the_workers_log(cluster) -> None:
+    meta = cluster.code.upload("etl")
+    with running(cluster.conf(**{"supervisor.worker.max.restarts": 0}), cluster):
+        cluster.assign(meta, mode="crash")
+        beat = cluster.wait_for_worker(WorkerState.FAILED)
+        assert beat.error is not None
+        assert beat.error.startswith("the worker exited with code 1:")
+        assert beat.error.endswith("ValueError: the fake pipeline crashed")
+
+
+def test_a_finished_batch_is_reported_and_not_restarted(cluster) -> None:
+    meta = cluster.code.upload("etl")
+    with running(cluster.conf(), cluster):
+        cluster.assign(meta, mode="finish")
+        beat = cluster.wait_for_worker(WorkerState.FINISHED)
+        assert beat.restarts == 0
+        log = cluster.tmp_path / "s1" / "workers" / "etl" / "worker.log"
+        assert log.read_text().count("mode=finish") == 1
+
+
+def test_a_worker_whose_heartbeat_stops_is_killed_and_restarted(cluster) -> None:
+    meta = cluster.code.upload("etl")
+    conf = cluster.conf(
+        **{"supervisor.worker.timeout.secs": 1.0, "supervisor.worker.stop.secs": 0.5}
+    )
+    with running(conf, cluster):
+        cluster.assign(meta, mode="hang")
+        pid_file = cluster.tmp_path / "s1" / "workers" / "etl" / "work" / "pid"
+        wait_until(pid_file.exists, 20, "the hanging worker to start")
+        first = int(pid_file.read_text())
+        beat = cluster.wait_for_worker(WorkerState.FAILED)
+        assert beat.restarts == 2
+        assert beat.error is not None and "did not change for" in beat.error
+        assert process_gone(first)
+        assert process_gone(int(pid_file.read_text()))
+
+
+def test_code_no_one_holds_yet_is_reported_then_fetched_once_it_appears(cluster) -> None:
+    data = valid_package("etl")
+    (cluster.tmp_path / "later.zip").write_bytes(data)
+    meta = CodeMeta(hash_file(cluster.tmp_path / "later.zip")[0], len(data))
+    with running(cluster.conf(), cluster):
+        cluster.assign(meta)
+        waiting = cluster.wait_for_worker(WorkerState.STARTING, where=lambda b: bool(b.error))
+        assert (
+            waiting.error is not None and "cannot fetch the code of pipeline etl" in waiting.error
+        )
+        assert cluster.code.upload("etl") == meta
+        cluster.wait_for_worker(WorkerState.RUNNING)
+
+
+def test_only_slots_workers_run_and_a_freed_slot_is_taken(cluster, caplog) -> None:
+    meta = cluster.code.upload("etl")
+    with (
+        caplog.at_level(logging.INFO, logger="stratus.supervisor"),
+        running(cluster.conf(**{"supervisor.slots": 1}), cluster),
+    ):
+        cluster.assign(meta, "a")
+        cluster.wait_for_worker(WorkerState.RUNNING, "a")
+        cluster.assign(meta, "b")
+        wait_until(
+            lambda: any("event=no_free_slot" in r.getMessage() for r in caplog.records),
+            10,
+            "the supervisor to see b and no free slot",
+        )
+        assert cluster.worker_beat("b") is None
+        cluster.unassign("a")
+        cluster.wait_for_worker(WorkerState.RUNNING, "b")
+
+
+# ---------------------------------------------------------------------- stopping and fencing
+
+
+def test_a_graceful_stop_stops_workers_and_says_so_before_unregistering(cluster) -> None:
+    meta = cluster.code.upload("etl")
+    supervisor = Supervisor(cluster.conf(), worker_command=cluster.worker_command)
+    supervisor.start()
+    try:
+        cluster.assign(meta)
+        beat = cluster.wait_for_worker(WorkerState.RUNNING)
+    finally:
+        supervisor.stop()
+    assert beat.pid is not None and process_gone(beat.pid)
+    final = cluster.worker_beat()
+    assert final is not None and final.state is WorkerState.STOPPED
+    last = cluster.supervisor_beat()
+    assert last is not None and last.stopping and last.running == []
+    assert cluster.registration() is None
+
+
+@pytest.fixture
+def own_zk(zk_restartable: ZooKeeperServer, tmp_path: Path) -> Iterator[Cluster]:
+    with kazoo_client(zk_restartable.connect_string) as zk:
+        yield Cluster(zk, zk_restartable.connect_string, tmp_path)
+
+
+def test_a_supervisor_cut_off_from_zookeeper_stops_its_workers_then_resumes(
+    own_zk, zk_restartable, caplog
+) -> None:
+    cluster = own_zk
+    meta = cluster.code.upload("etl")
+    with (
+        caplog.at_level(logging.INFO, logger="stratus.supervisor"),
+        running(cluster.conf(), cluster),
+    ):
+        cluster.assign(meta)
+        before = cluster.wait_for_worker(WorkerState.RUNNING)
+        assert before.pid is not None
+        cut_at = time.monotonic()
+        zk_restartable.stop()
+        wait_until(lambda: process_gone(before.pid), 10, "the fenced worker to stop")
+        stopped_after = time.monotonic() - cut_at
+        fenced = [r.getMessage() for r in caplog.records if "event=fenced" in r.getMessage()]
+        assert fenced == [fenced[0]]
+        assert "supervisor=s1 pipelines=etl" in fenced[0]
+        zk_restartable.start()
+        after = cluster.wait_for_worker(
+            WorkerState.RUNNING, where=lambda b: b.pid != before.pid, timeout=30
+        )
+        assert after.pid is not None and not process_gone(after.pid)
+    # The leader would move it after nimbus.supervisor.timeout.secs (4 s) of silence.
+    assert stopped_after < FAST["nimbus.supervisor.timeout.secs"]
+
+
+# ---------------------------------------------------------------------- with a real nimbus
+
+
+def test_a_pipeline_submitted_to_a_nimbus_runs_with_its_code_and_outlives_every_nimbus(
+    zk_server, tmp_path, request
+) -> None:
+    """The leader assigns it, the supervisor fetches the code over HTTP from the nimbus, and
+    the pipeline runs on while no nimbus runs at all."""
+    with (
+        nimbus_cluster(zk_server.connect_string, tmp_path, request.node.name, size=1) as nimbuses,
+        kazoo_client(zk_server.connect_string) as zk,
+    ):
+        cluster = Cluster(zk, zk_server.connect_string, tmp_path, root=nimbuses.root)
+        nimbus = nimbuses.nimbuses[0]
+        conf = cluster.conf(**{"nimbus.code.distributor": "local"})
+        with (
+            NimbusClient(nimbuses.seeds, retry_deadline=30.0) as client,
+            running(conf, cluster),
+        ):
+            record = client.wait_replicated(client.submit("etl", valid_package("etl")).name)
+            beat = cluster.wait_for_worker(WorkerState.RUNNING, timeout=30)
+            assert (beat.supervisor, beat.digest) == ("s1", record.digest)
+            holders = zk.get_children(f"{nimbuses.root}/code/etl")
+            assert holders == [nimbus.address]  # the supervisor is a consumer, never a holder
+
+            nimbus.kill()  # no nimbus at all: the pipeline runs on
+            killed_at = time.time()
+            cluster.wait_for_worker(
+                WorkerState.RUNNING, where=lambda b: b.time > killed_at + 2 and b.pid == beat.pid
+            )
+            nimbus.start()
+            nimbus.wait_ready()
+            client.deactivate("etl")
+            wait_until(lambda: cluster.worker_beat() is None, 30, "the worker to be stopped")
+            assert beat.pid is not None and process_gone(beat.pid)
+
+
+# ---------------------------------------------------------------------- on real Spark
+
+SPARK_SECS = 120.0  # a Spark start on a loaded 2-core machine, with room
+SPARK = {
+    "supervisor.worker.stop.secs": 5.0,  # time for the queries and Spark to stop
+    "supervisor.fence.timeout.secs": 2.0,
+    "nimbus.supervisor.timeout.secs": 10.0,
+    "supervisor.worker.timeout.secs": 50.0,
+    "nimbus.task.timeout.secs": 60.0,
+    "worker.heartbeat.frequency.secs": 0.5,
+    "pipeline.spark.master": "local[1]",
+}
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid``."""
+    children: dict[int, list[int]] = {}
+    for child, parent in process_parents().items():
+        children.setdefault(parent, []).append(child)
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if not process_gone(child):
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def all_gone(pids: set[int]) -> Callable[[], bool]:
+    return lambda: all(process_gone(pid) for pid in pids)
+
+
+def test_a_spark_pipeline_stops_when_unassigned_and_never_outlives_a_killed_supervisor(
+    cluster, tmp_path
+) -> None:
+    meta = cluster.code.upload("pt", passthrough_package("pt"))
+    pipeline_conf = passthrough_conf(tmp_path / "in", tmp_path / "out")
+    options = cluster.options(**SPARK, **{"pipeline.checkpoint.root": tmp_path / "checkpoints"})
+    supervisor = SupervisorProcess(options, id="s1", slots=1, log_dir=tmp_path)
+    try:
+        supervisor.start()
+        supervisor.wait_ready()
+        cluster.assign(meta, "pt", conf=pipeline_conf)
+        first = cluster.wait_for_worker(
+            WorkerState.RUNNING, "pt", where=lambda b: bool(b.app_id), timeout=SPARK_SECS
+        )
+        write_ids(tmp_path / "in", range(10))
+        wait_until(lambda: read_ids(tmp_path / "out") == list(range(10)), 60, "the rows")
+        workers = descendants(supervisor.pid or 0)  # the worker and its Spark JVM
+        assert first.pid in workers and len(workers) >= 2
+
+        cluster.unassign("pt")
+        wait_until(all_gone(workers), 30, "the worker and its JVM to stop")
+        wait_until(lambda: cluster.worker_beat("pt") is None, 10, "its heartbeat to go")
+
+        cluster.assign(meta, "pt", conf=pipeline_conf)
+        cluster.wait_for_worker(
+            WorkerState.RUNNING, "pt", where=lambda b: bool(b.app_id), timeout=SPARK_SECS
+        )
+        workers = descendants(supervisor.pid or 0)
+        supervisor.kill()  # SIGKILL: no stop order reaches the worker, only EOF on its stdin
+        wait_until(all_gone(workers), 60, "the orphaned worker and its JVM to exit")
+    finally:
+        supervisor.stop()
+
+
+def test_a_worker_whose_entrypoint_cannot_load_ends_failed_with_its_error(cluster) -> None:
+    files = package_files("bad")
+    files["pipeline_main.py"] = (
+        "import not_a_module_anywhere\n\n\ndef run(spark, context):\n    pass\n"
+    )
+    meta = cluster.code.upload("bad", package_bytes(files))
+    conf = cluster.conf(**SPARK, **{"supervisor.worker.max.restarts": 1})
+    supervisor = Supervisor(conf)  # the real worker: it loads the entrypoint before Spark
+    supervisor.start()
+    try:
+        cluster.assign(meta, "bad", conf={})
+        beat = cluster.wait_for_worker(WorkerState.FAILED, "bad", timeout=60)
+        assert beat.restarts == 1
+        assert beat.error is not None and "not_a_module_anywhere" in beat.error
+    finally:
+        supervisor.stop()
