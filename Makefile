@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: install
-	$(BIN)/stratus local
+	$(BIN)/stratus local --demo
 
 lint: install
 	$(BIN)/ruff check src tests bench

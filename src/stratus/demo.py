@@ -1,189 +1,291 @@
-"""``stratus local``: a stratus cluster on this machine, as real processes, with failovers.
+"""``stratus local``: a whole HA stratus cluster on this machine, running the examples on Spark.
 
-Until supervisors exist this runs what the control plane has: a real ZooKeeper and three
-``stratus nimbus`` processes. It submits an example pipeline through the client and waits
-until two nimbuses hold its code, shows the cluster, then kills the leader with SIGKILL and
-times how long until the client's next leader-only call succeeds on a new leader; it
-restarts the killed nimbus, stops the new leader with SIGTERM (a clean hand-over) and times
-that too. Everything is stopped at the end, and on Ctrl-C.
+It starts ZooKeeper, three nimbuses and two supervisors as real processes (``LocalCluster``),
+submits the three examples (a Structured Streaming pipeline fed with JSON events, a batch
+pipeline, a Spark Declarative Pipelines project) and shows live progress until Ctrl-C.
+
+``--demo`` (what ``make run`` runs) plays a scripted failure instead: once the examples run it
+kills the leader nimbus with SIGKILL and times the failover, then kills the supervisor running
+the streaming pipeline and times its move (detection and scheduling, Spark start-up, first new
+batch), stops feeding, checks that the rows counted equal the rows fed, prints a summary and
+stops everything. Ctrl-C always stops every process it started.
 """
 
 from __future__ import annotations
 
 import signal
 import tempfile
+import threading
 import time
-from collections.abc import Callable
-from contextlib import ExitStack
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
-from rich.console import Console
+from rich.console import Console, Group
+from rich.live import Live
 from rich.table import Table
 
 from stratus.client import NimbusClient
 from stratus.client_commands import print_cluster
-from stratus.codedist.package_build import package_bytes
 from stratus.command_options import with_config
 from stratus.config import StratusConfig
-from stratus.local_processes import NimbusProcess
-from stratus.nimbus.records import PipelineRecord
-from stratus.zk.server import ZooKeeperServer, pick_free_port
+from stratus.errors import StratusError
+from stratus.examples_io import flush_event, make_events, window_count_total, write_events
+from stratus.local_cluster import LocalCluster
+from stratus.nimbus.records import PipelineStatus, WorkerHeartbeat, WorkerState
 
-NIMBUSES = 3
-DEMO_SESSION_TIMEOUT = 3.0
-EXAMPLE = "example"
-# Two copies before the pipeline is active: the leader can then die without taking the only one.
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+STREAMING, BATCH, SDP = "streaming-counts", "batch-report", "sdp-orders"
+EVENTS_PER_FILE = 50
+FEED_EVERY_SECS = 1.0
+WAIT_SECS = 300.0  # Spark start-ups on a loaded 2-core machine take their time
+POLL_SECS = 0.5
+# Two copies before a pipeline is active: the leader can then die without taking the only one.
 REPLICATION = {"pipeline.min.replication.count": 2, "pipeline.max.replication.wait.time.sec": 30}
 
 
+class DemoError(StratusError):
+    """The demo could not go on: a step did not happen in time."""
+
+
+@dataclass
+class Feeder:
+    """Writes the streaming example's input: a file of events every second, on a thread."""
+
+    directory: Path
+    fed: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="feeder", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> int:
+        """Stop feeding, close the open windows; the number of events fed."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        write_events(self.directory, [flush_event(self.fed)])
+        return self.fed
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            write_events(self.directory, make_events(EVENTS_PER_FILE, start_id=self.fed))
+            self.fed += EVENTS_PER_FILE
+            self._stop.wait(FEED_EVERY_SECS)
+
+
 @dataclass(frozen=True)
-class Failover:
+class Timing:
     event: str
-    old_leader: str
-    new_leader: str
+    detail: str
     seconds: float
 
 
-def example_package() -> bytes:
-    """The demo pipeline's package: a manifest and a small PySpark batch job."""
-    return package_bytes(
-        {
-            "stratus.yaml": f"name: {EXAMPLE}\nkind: app\nentrypoint: example:run\n",
-            "example.py": "def run(spark, context):\n    spark.range(10).show()\n",
-        }
-    )
+class Demo:
+    """The cluster, a client, the feeder, and the live view of them."""
 
-
-class LocalCluster:
-    """ZooKeeper and the nimbus processes of ``stratus local``, all stopped by ``close()``."""
-
-    def __init__(self, workdir: Path, conf: StratusConfig, console: Console) -> None:
-        self.console = console
-        self.zookeeper = ZooKeeperServer(
-            workdir / "zookeeper", port=0, tick_time_ms=conf.zookeeper_server_tick_time_ms
-        )
-        self._workdir = workdir
-        self.nimbuses: list[NimbusProcess] = []
-
-    def start(self) -> None:
-        with self.console.status("starting ZooKeeper"):
-            self.zookeeper.start()
-        self.console.print(f"ZooKeeper serving at [bold]{self.zookeeper.connect_string}[/]")
-        options = [
-            "-c", f"zookeeper.servers={self.zookeeper.connect_string}",
-            "-c", f"zookeeper.session.timeout.secs={DEMO_SESSION_TIMEOUT}",
-        ]  # fmt: skip
-        self.nimbuses = [
-            NimbusProcess(options, port=pick_free_port(), log_dir=self._workdir)
-            for _ in range(NIMBUSES)
-        ]
-        with self.console.status(f"starting {NIMBUSES} nimbus processes"):
-            for nimbus in self.nimbuses:
-                nimbus.start()
-            for nimbus in self.nimbuses:
-                nimbus.wait_ready()
-        self.console.print(f"{NIMBUSES} nimbuses serving: {', '.join(self.seeds)}")
-
-    @property
-    def seeds(self) -> list[str]:
-        return [nimbus.address for nimbus in self.nimbuses]
-
-    def nimbus_at(self, address: str) -> NimbusProcess:
-        return next(nimbus for nimbus in self.nimbuses if nimbus.address == address)
-
-    def close(self) -> None:
-        for nimbus in self.nimbuses:
-            nimbus.stop()
-        self.zookeeper.stop()
-
-
-def _leader_of(client: NimbusClient, timeout: float = 60.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        address = client.leader().address
-        if address is not None:
-            return address
-        time.sleep(0.05)
-    raise click.ClickException(f"no nimbus became leader within {timeout:g}s")
-
-
-def _time_failover(
-    cluster: LocalCluster,
-    client: NimbusClient,
-    event: str,
-    stop: Callable[[NimbusProcess], object],
-    call: Callable[[], PipelineRecord | None],
-) -> Failover:
-    old = _leader_of(client)
-    cluster.console.print(f"{event}: [bold]{old}[/]")
-    started = time.monotonic()
-    stop(cluster.nimbus_at(old))
-    record = call()  # the client finds the new leader by itself
-    took = time.monotonic() - started
-    new = client.known_leader or "?"
-    status = record.status.value if record else "?"
-    cluster.console.print(
-        f"  → leader-only call served by [green]{new}[/] after [bold]{took:.3f}s[/] "
-        f"(pipeline {EXAMPLE} now {status})"
-    )
-    return Failover(event, old, new, took)
-
-
-def run_demo(console: Console, conf: StratusConfig) -> list[Failover]:
-    """Run the demo; the failovers it timed."""
-    failovers: list[Failover] = []
-    with ExitStack() as stack:
+    def __init__(self, stack: ExitStack, console: Console) -> None:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stratus-local-")))
-        cluster = LocalCluster(workdir, conf, console)
-        stack.callback(cluster.close)
-        cluster.start()
-        client = stack.enter_context(NimbusClient(cluster.seeds, retry_deadline=60))
-        client.submit(EXAMPLE, example_package(), REPLICATION)
-        record = client.wait_replicated(EXAMPLE)
-        console.print(
-            f"submitted {EXAMPLE}: {record.status.value}, its code on {record.replication} "
-            f"nimbuses (pipeline.min.replication.count={record.replication_required})"
+        self.console = console
+        self.cluster = LocalCluster(workdir, console)
+        stack.callback(self.cluster.close)
+        self.cluster.start()
+        self.client = stack.enter_context(NimbusClient(self.cluster.seeds, retry_deadline=60))
+        self.input = workdir / "streaming-input"
+        self.output = workdir / "streaming-output"
+        self.feeder = Feeder(self.input)
+        self.timings: list[Timing] = []
+
+    def submit_examples(self) -> None:
+        self.feeder.start()
+        streaming_conf = {
+            "spark.stratus.example.input": str(self.input),
+            "spark.stratus.example.output": str(self.output),
+            **REPLICATION,
+        }
+        batch_conf = {"spark.stratus.example.output": str(self.cluster.workdir / "batch-out")}
+        for name, conf in ((STREAMING, streaming_conf), (BATCH, batch_conf), (SDP, {})):
+            record = self.client.submit(None, EXAMPLES / name.split("-")[0], conf)
+            self.console.print(f"submitted {record.name}: {record.status.value}")
+
+    def view(self) -> Group:
+        """The live view: the cluster, then each pipeline's status and workers."""
+        summary = self.client.cluster()
+        table = Table(title=f"pipelines (leader {summary.leader.address or '-'})")
+        for column in ("pipeline", "status", "supervisor", "worker", "batch", "rows", "error"):
+            table.add_column(column)
+        for record in summary.pipelines:
+            beat = self._current(record.name)
+            batch = max((q.batch_id for q in beat.queries), default=-1) if beat else -1
+            table.add_row(
+                record.name,
+                record.status.value,
+                beat.supervisor if beat else "-",
+                beat.state.value if beat else "-",
+                str(batch) if batch >= 0 else "-",
+                str(beat.rows_total) if beat else "-",
+                (beat.error or "")[:60] if beat else (record.reason or "")[:60],
+            )
+        fed = Table.grid()
+        fed.add_row(f"events fed to {STREAMING}: {self.feeder.fed}")
+        return Group(table, fed)
+
+    @contextmanager
+    def live(self) -> Iterator[Callable[[], None]]:
+        """A live view; the function it yields refreshes it."""
+        with Live(self.view(), console=self.console, refresh_per_second=2) as live:
+            yield lambda: live.update(self.view())
+
+    def wait(self, what: str, condition: Callable[[], bool], refresh: Callable[[], None]) -> float:
+        """Wait for ``condition``, refreshing the view; the seconds it took."""
+        started = time.monotonic()
+        while not condition():
+            if time.monotonic() - started > WAIT_SECS:
+                raise DemoError(f"gave up after {WAIT_SECS:g} s waiting for {what}")
+            refresh()
+            time.sleep(POLL_SECS)
+        refresh()
+        return time.monotonic() - started
+
+    def _current(self, name: str) -> WorkerHeartbeat | None:
+        workers = self.client.workers(name)
+        if workers.assignment is None:
+            return next((b for b in workers.workers if b.state.final), None)
+        return next(
+            (b for b in workers.workers if b.supervisor == workers.assignment.supervisor), None
         )
-        print_cluster(console, client.cluster())
-        crash = _time_failover(
-            cluster, client, "kill -9 of the leader",
-            lambda nimbus: nimbus.signal(signal.SIGKILL),
-            lambda: client.deactivate(EXAMPLE),
-        )  # fmt: skip
-        restarted = cluster.nimbus_at(crash.old_leader)
-        restarted.kill()
-        restarted.start()
-        restarted.wait_ready()
-        console.print(f"restarted {restarted.address}; it rejoins as a standby")
-        handover = _time_failover(
-            cluster, client, "SIGTERM of the leader (clean hand-over)",
-            lambda nimbus: nimbus.signal(signal.SIGTERM),
-            lambda: client.activate(EXAMPLE),
-        )  # fmt: skip
-        print_cluster(console, client.cluster())
-        failovers += [crash, handover]
-    return failovers
+
+    def streaming_beat(self) -> WorkerHeartbeat | None:
+        beat = self._current(STREAMING)
+        return beat if beat is not None and beat.state is WorkerState.RUNNING else None
+
+    def status_of(self, name: str) -> PipelineStatus:
+        return self.client.status(name).status
+
+
+def run_until_interrupted(demo: Demo) -> None:
+    with demo.live() as refresh:
+        while True:
+            refresh()
+            time.sleep(POLL_SECS)
+
+
+def run_scripted(demo: Demo) -> tuple[int, int]:
+    """The scripted failures; (events fed, events counted)."""
+    with demo.live() as refresh:
+        demo.wait(
+            f"{STREAMING} to count rows",
+            lambda: (beat := demo.streaming_beat()) is not None and beat.rows_total > 0,
+            refresh,
+        )
+    _kill_leader(demo)
+    _kill_streaming_supervisor(demo)
+    with demo.live() as refresh:
+        demo.wait(
+            f"{BATCH} and {SDP} to finish",
+            lambda: all(demo.status_of(n) is PipelineStatus.FINISHED for n in (BATCH, SDP)),
+            refresh,
+        )
+        fed = demo.feeder.stop()
+        demo.wait(
+            "every event fed to be counted",
+            lambda: window_count_total(demo.output) >= fed,
+            refresh,
+        )
+    return fed, window_count_total(demo.output)
+
+
+def _kill_leader(demo: Demo) -> None:
+    old = demo.client.leader().address or "?"
+    demo.console.print(f"kill -9 of the leader nimbus [bold]{old}[/]")
+    started = time.monotonic()
+    demo.cluster.nimbus_at(old).signal(signal.SIGKILL)
+    demo.client.activate(STREAMING)  # a leader-only call (a no-op): it finds the new leader
+    took = time.monotonic() - started
+    new = demo.client.known_leader or "?"
+    demo.console.print(
+        f"  → the next leader-only call was served by [green]{new}[/] in {took:.3f}s"
+    )
+    demo.timings.append(Timing("kill -9 of the leader nimbus", f"{old} → {new}", took))
+
+
+def _kill_streaming_supervisor(demo: Demo) -> None:
+    beat = demo.streaming_beat()
+    assert beat is not None
+    victim = beat.supervisor
+    demo.console.print(f"kill -9 of supervisor [bold]{victim}[/], which runs {STREAMING}")
+    started = time.monotonic()
+    demo.cluster.supervisor(victim).signal(signal.SIGKILL)
+    with demo.live() as refresh:
+        moved = demo.wait(
+            f"{STREAMING} to be assigned elsewhere",
+            lambda: (
+                (a := demo.client.workers(STREAMING).assignment) is not None
+                and a.supervisor != victim
+            ),
+            refresh,
+        )
+        running = demo.wait(
+            f"{STREAMING} to run again",
+            lambda: (b := demo.streaming_beat()) is not None and b.supervisor != victim,
+            refresh,
+        )
+        batch = demo.wait(
+            f"{STREAMING} to commit a new batch",
+            lambda: (b := demo.streaming_beat()) is not None and b.rows_total > 0,
+            refresh,
+        )
+    total = time.monotonic() - started
+    demo.console.print(f"  → {STREAMING} resumed elsewhere; first new batch after {total:.1f}s")
+    demo.timings += [
+        Timing(f"kill -9 of supervisor {victim}", "detected and reassigned", moved),
+        Timing("", "Spark started on the new supervisor", running),
+        Timing("", "first new batch committed", batch),
+    ]
+
+
+def print_summary(console: Console, demo: Demo, fed: int, counted: int) -> None:
+    table = Table(title="stratus local: what happened")
+    for column in ("event", "step"):
+        table.add_column(column)
+    table.add_column("seconds", justify="right")
+    for timing in demo.timings:
+        table.add_row(timing.event, timing.detail, f"{timing.seconds:.3f}")
+    console.print(table)
+    verdict = "[green]rows in = rows out[/]" if fed == counted else "[red]MISMATCH[/]"
+    console.print(f"{STREAMING}: {fed} events fed, {counted} counted in its output: {verdict}")
 
 
 @click.command()
+@click.option(
+    "--demo",
+    "scripted",
+    is_flag=True,
+    help="Kill the leader nimbus and a supervisor, show the recovery, print a summary, stop.",
+)
 @with_config
-def local(conf: StratusConfig) -> None:
-    """Run stratus on this machine: ZooKeeper and three nimbuses, with failovers."""
+def local(scripted: bool, conf: StratusConfig) -> None:
+    """Run a whole stratus cluster on this machine, with the examples on Spark."""
+    del conf  # the local cluster's settings are its own (see stratus.local_cluster)
     console = Console()
-    console.rule("stratus local")
-    failovers = run_demo(console, conf)
-    table = Table(title=f"failovers (session timeout {DEMO_SESSION_TIMEOUT:g}s)")
-    for column in ("event", "old leader", "new leader"):
-        table.add_column(column)
-    table.add_column("first leader-only call served after", justify="right")
-    for failover in failovers:
-        table.add_row(
-            failover.event,
-            failover.old_leader,
-            failover.new_leader,
-            f"{failover.seconds * 1000:.0f} ms",
-        )
-    console.print(table)
+    console.rule("stratus local" + (" --demo" if scripted else ""))
+    with ExitStack() as stack:
+        demo = Demo(stack, console)
+        demo.submit_examples()
+        print_cluster(console, demo.client.cluster())
+        if scripted:
+            fed, counted = run_scripted(demo)
+            print_summary(console, demo, fed, counted)
+        else:
+            console.print("running; Ctrl-C stops everything")
+            try:
+                run_until_interrupted(demo)
+            except KeyboardInterrupt:
+                console.print("stopping")
     console.print("all processes stopped")
+    if scripted and fed != counted:
+        raise DemoError(f"{fed} events fed but {counted} counted")

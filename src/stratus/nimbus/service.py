@@ -302,12 +302,22 @@ class NimbusService:
         with self._kills_lock:
             killed.update(self._recent_kills)
             self._recent_kills.clear()
+        killed = {name: r for name, r in killed.items() if name not in self._still_running()}
         if not killed:
             return
         removed = self._ops.remove_due(term, killed)
         self._drop_if_unused({killed[name].digest for name in removed})
         for name in removed:
             self._clean_up(killed[name])
+
+    def _still_running(self) -> set[str]:
+        """Pipelines with a worker that has not reported its end: their removal (and the
+        deletion of their checkpoints) waits for it, or for its supervisor to be judged dead."""
+        return {
+            name
+            for name, beats in self._board.workers().items()
+            if any(not beat.state.final for beat in beats.values())
+        }
 
     def _clean_up(self, removed: PipelineRecord) -> None:
         """A removed pipeline's heartbeats and checkpoints go too; a failure is only logged."""

@@ -1,0 +1,96 @@
+"""A whole stratus cluster on this machine, as real processes: what ``stratus local`` runs.
+
+One ZooKeeper, three ``stratus nimbus`` and two ``stratus supervisor`` processes, with short
+timeouts so that failures show in seconds; ``close()`` stops them all (SIGTERM, then SIGKILL),
+and the supervisors stop their workers::
+
+    cluster = LocalCluster(workdir, console)
+    cluster.start()
+    cluster.seeds            # for a NimbusClient
+    cluster.close()
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from stratus.local_processes import NimbusProcess, SupervisorProcess
+from stratus.zk.server import ZooKeeperServer, pick_free_port
+
+NIMBUSES = 3
+SUPERVISORS = 2
+SLOTS = 2
+SESSION_TIMEOUT_SECS = 3.0
+SUPERVISOR_TIMEOUT_SECS = 4.0
+
+
+def demo_options(zookeeper: str, checkpoints: Path) -> list[str]:
+    """Settings of every daemon of the local cluster: detection in seconds, fencing first."""
+    return [
+        "-c", f"zookeeper.servers={zookeeper}",
+        "-c", f"zookeeper.session.timeout.secs={SESSION_TIMEOUT_SECS}",
+        "-c", f"nimbus.supervisor.timeout.secs={SUPERVISOR_TIMEOUT_SECS}",
+        "-c", "nimbus.monitor.freq.secs=0.5",
+        "-c", "nimbus.task.timeout.secs=90",
+        "-c", "supervisor.fence.timeout.secs=2",
+        "-c", "supervisor.worker.stop.secs=1.5",
+        "-c", "supervisor.worker.timeout.secs=60",
+        "-c", "worker.heartbeat.frequency.secs=0.5",
+        "-c", "pipeline.spark.master=local[1]",
+        "-c", f"pipeline.checkpoint.root={checkpoints}",
+    ]  # fmt: skip
+
+
+class LocalCluster:
+    """ZooKeeper, the nimbuses and the supervisors of ``stratus local``."""
+
+    def __init__(self, workdir: Path, console: Console, *, tick_time_ms: int = 200) -> None:
+        self.console = console
+        self.workdir = workdir
+        self.zookeeper = ZooKeeperServer(workdir / "zookeeper", port=0, tick_time_ms=tick_time_ms)
+        self.nimbuses: list[NimbusProcess] = []
+        self.supervisors: list[SupervisorProcess] = []
+
+    def start(self) -> None:
+        with self.console.status("starting ZooKeeper"):
+            self.zookeeper.start()
+        self.console.print(f"ZooKeeper serving at [bold]{self.zookeeper.connect_string}[/]")
+        options = demo_options(self.zookeeper.connect_string, self.workdir / "checkpoints")
+        self.nimbuses = [
+            NimbusProcess(options, port=pick_free_port(), log_dir=self.workdir)
+            for _ in range(NIMBUSES)
+        ]
+        self.supervisors = [
+            SupervisorProcess(options, id=f"supervisor-{n}", slots=SLOTS, log_dir=self.workdir)
+            for n in range(1, SUPERVISORS + 1)
+        ]
+        with self.console.status(f"starting {NIMBUSES} nimbuses and {SUPERVISORS} supervisors"):
+            processes: list[NimbusProcess | SupervisorProcess] = [*self.nimbuses, *self.supervisors]
+            for process in processes:
+                process.start()
+            for process in processes:
+                process.wait_ready()
+        self.console.print(f"{NIMBUSES} nimbuses serving: {', '.join(self.seeds)}")
+        ids = ", ".join(s.id for s in self.supervisors)
+        self.console.print(f"{SUPERVISORS} supervisors running: {ids} ({SLOTS} slots each)")
+        self.console.print(f"logs: {self.workdir}")
+
+    @property
+    def seeds(self) -> list[str]:
+        return [nimbus.address for nimbus in self.nimbuses]
+
+    def nimbus_at(self, address: str) -> NimbusProcess:
+        return next(nimbus for nimbus in self.nimbuses if nimbus.address == address)
+
+    def supervisor(self, sid: str) -> SupervisorProcess:
+        return next(supervisor for supervisor in self.supervisors if supervisor.id == sid)
+
+    def close(self) -> None:
+        """Supervisors first (they stop their workers), then nimbuses, then ZooKeeper."""
+        for supervisor in self.supervisors:
+            supervisor.stop()
+        for nimbus in self.nimbuses:
+            nimbus.stop()
+        self.zookeeper.stop()
