@@ -302,7 +302,7 @@ def test_rows_total_counts_each_batch_once_and_a_restarted_query_clears_its_fail
     [query] = tracker.snapshot()
     assert (query.batch_id, query.num_input_rows, query.rows_total) == (2, 0, 15)
     assert query.input_rows_per_second == 0.0
-    tracker.terminated("q1", "java.io.IOException: disk full")
+    tracker.terminated("q1", "java.io.IOException: disk full\n\tat a.B.c(B.java:1)\n")
     assert (
         tracker.failure() == "streaming query 'counts' (q1) failed: java.io.IOException: disk full"
     )

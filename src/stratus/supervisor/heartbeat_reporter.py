@@ -90,9 +90,16 @@ class HeartbeatReporter:
 
     def finish(self, outcome: Outcome) -> None:
         """Write the final heartbeat (only the first call does) and end the thread."""
+        self._finish_if(outcome, lambda state: not state.final)
+
+    def finish_if_starting(self, outcome: Outcome) -> bool:
+        """Like ``finish``, but only while STARTING (nothing ran yet); whether it did."""
+        return self._finish_if(outcome, lambda state: state is WorkerState.STARTING)
+
+    def _finish_if(self, outcome: Outcome, allowed: Callable[[WorkerState], bool]) -> bool:
         with self._lock:
-            if self._state.final:
-                return
+            if not allowed(self._state):
+                return False
             self._state = outcome.state
             self._error = outcome.error
             self._outcome = outcome
@@ -100,6 +107,7 @@ class HeartbeatReporter:
         self._done.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join()
+        return True
 
     def _beat_until_done(self) -> None:
         while not self._done.wait(self._spec.heartbeat_interval_secs):
@@ -114,14 +122,13 @@ class HeartbeatReporter:
         try:
             queries = self._queries()
         except Exception:
-            log.exception("event=progress_unavailable pipeline=%s", self._spec.pipeline)
+            log.exception("event=progress_unavailable")
             queries = []
         try:
             write_heartbeat(self._spec.heartbeat_path, self._heartbeat(queries))
         except OSError as exc:
             log.warning(
-                "event=heartbeat_not_written pipeline=%s path=%s error=%r",
-                self._spec.pipeline,
+                "event=heartbeat_not_written path=%s error=%r",
                 self._spec.heartbeat_path,
                 exc,
             )

@@ -29,6 +29,7 @@ from pyspark.sql.streaming.listener import (
 )
 
 from stratus.nimbus.records import QueryProgress
+from stratus.supervisor.worker_outcome import without_stack
 
 
 @dataclass
@@ -97,7 +98,7 @@ class QueryTracker:
             query = self._queries.setdefault(query_id, _Query(query_id, None))
             if exception:
                 label = f"{query.name!r} ({query_id})" if query.name else query_id
-                query.failure = f"streaming query {label} failed: {exception}"
+                query.failure = f"streaming query {label} failed: {without_stack(exception)}"
 
     def snapshot(self) -> list[QueryProgress]:
         """The last progress of every query, in the order they started."""

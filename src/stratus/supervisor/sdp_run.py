@@ -93,7 +93,7 @@ def run_sdp(spec: WorkerSpec, stop: StopRequest, reporter: HeartbeatReporter) ->
             return Outcome.stopped()
         started = time.monotonic()
         run = _GuardedRun(command, cwd=spec.work_dir, env=environment)
-        outcome = _run_once(run, spec, slot=slot, stop=stop, reporter=reporter, number=runs + 1)
+        outcome = _run_once(run, runs + 1, slot=slot, stop=stop, reporter=reporter)
         if outcome is not None:
             return outcome
         runs += 1
@@ -260,16 +260,10 @@ def _child(location: str, name: str) -> str:
 
 
 def _run_once(
-    run: _GuardedRun,
-    spec: WorkerSpec,
-    *,
-    slot: _RunSlot,
-    stop: StopRequest,
-    reporter: HeartbeatReporter,
-    number: int,
+    run: _GuardedRun, number: int, *, slot: _RunSlot, stop: StopRequest, reporter: HeartbeatReporter
 ) -> Outcome | None:
     """One ``spark-pipelines run``: None if it completed, else the run's outcome."""
-    log.info("event=sdp_run_started pipeline=%s epoch=%d run=%d", spec.pipeline, spec.epoch, number)
+    log.info("event=sdp_run_started run=%d", number)
     slot.hold(run)
     if stop.requested():  # it came while the run started: the slot had nothing to take down
         run.take_down()
@@ -282,9 +276,7 @@ def _run_once(
             f"spark-pipelines run {number} exited with code {code}; its output ends with:\n"
             + run.tail()
         )
-    log.info(
-        "event=sdp_run_completed pipeline=%s epoch=%d run=%d", spec.pipeline, spec.epoch, number
-    )
+    log.info("event=sdp_run_completed run=%d", number)
     return None
 
 

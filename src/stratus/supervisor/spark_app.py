@@ -40,7 +40,7 @@ from stratus.supervisor.pipeline_context import PipelineContext
 from stratus.supervisor.query_progress import QueryTracker, tracker_listener
 from stratus.supervisor.stop_request import StopRequest
 from stratus.supervisor.worker_errors import EntrypointError, SparkStartError
-from stratus.supervisor.worker_outcome import Outcome
+from stratus.supervisor.worker_outcome import Outcome, without_stack
 from stratus.supervisor.worker_spec import WorkerSpec
 
 log = logging.getLogger(__name__)
@@ -166,12 +166,7 @@ def _run_in_session(
     reporter.report_queries(tracker.snapshot)
     stop.on_request(lambda: _interrupt(spark))
     reporter.running(app_id=spark.sparkContext.applicationId)
-    log.info(
-        "event=function_called pipeline=%s epoch=%d entrypoint=%s",
-        spec.pipeline,
-        spec.epoch,
-        spec.entrypoint,
-    )
+    log.info("event=function_called entrypoint=%s", spec.entrypoint)
     outcome = _call(function, spark, context, str(spec.entrypoint), stop)
     return outcome or _watch_queries(spark, tracker, stop)
 
@@ -190,7 +185,8 @@ def _call(
         if stop.requested():  # the stop interrupted it: stopped queries and cancelled jobs raise
             return Outcome.stopped()
         traceback.print_exc()
-        return Outcome.failed(f"entrypoint {entrypoint!r} raised {type(exc).__name__}: {exc}")
+        message = without_stack(str(exc))
+        return Outcome.failed(f"entrypoint {entrypoint!r} raised {type(exc).__name__}: {message}")
     except SystemExit as exc:
         if exc.code not in (0, None):
             return Outcome.failed(f"entrypoint {entrypoint!r} called sys.exit({exc.code!r})")
@@ -223,7 +219,7 @@ def _failure_of_ended(
         error = query.exception()
         if error is not None:
             label = f"{query.name!r} ({query_id})" if query.name else query_id
-            return f"streaming query {label} failed: {error}"
+            return f"streaming query {label} failed: {without_stack(str(error))}"
     return None
 
 

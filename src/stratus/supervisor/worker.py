@@ -8,9 +8,10 @@ own, stdin a pipe it holds. The worker:
 2. runs the pipeline in ``work_dir``: an app (``spark_app``) or an sdp project (``sdp_run``);
 3. stops on SIGTERM (or SIGINT), or on EOF on stdin (its supervisor is gone: it must not
    outlive it): streaming queries stop with their checkpoints kept, an sdp run's process
-   group is taken down, Spark stops. A run that has not ended ``STOP_GRACE_SECS`` after the
-   request is abandoned: the STOPPED heartbeat is written and the process exits, which
-   closes the pipes its JVM and sdp guard watch, so they go too;
+   group is taken down, Spark stops. A stop while STARTING (Spark still starting, nothing
+   ran) exits at once. A run that has not ended ``STOP_GRACE_SECS`` after the request is
+   abandoned: the STOPPED heartbeat is written and the process exits. Either way the pipes
+   its JVM and sdp guard watch close with the process, so they go too;
 4. writes the final heartbeat and exits:
 
    =========  ====  ==============================================================
@@ -38,12 +39,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from stratus.logs import configure_daemon_logging
 from stratus.supervisor.heartbeat_reporter import HeartbeatReporter
 from stratus.supervisor.sdp_run import run_sdp
 from stratus.supervisor.spark_app import run_app
 from stratus.supervisor.stop_request import StopRequest
-from stratus.supervisor.worker_outcome import USAGE_EXIT, Outcome
+from stratus.supervisor.worker_outcome import OK_EXIT, USAGE_EXIT, Outcome
 from stratus.supervisor.worker_spec import WorkerSpec
 
 log = logging.getLogger(__name__)
@@ -54,13 +54,12 @@ STOP_GRACE_SECS = 20.0  # from a stop request to an exit without waiting for the
 def main(argv: list[str] | None = None) -> int:
     """Run the worker of the spec file named on the command line; the exit code."""
     args = _parser().parse_args(argv)
-    configure_daemon_logging()
-    logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         spec = WorkerSpec.read(args.spec)
     except (OSError, ValidationError) as exc:
         print(f"error: cannot use the worker spec {args.spec}: {exc}", file=sys.stderr)
         return USAGE_EXIT
+    configure_worker_logging(spec)
     return run_worker(spec, stdin_fd=None if args.ignore_stdin else sys.stdin.fileno())
 
 
@@ -72,11 +71,10 @@ def run_worker(spec: WorkerSpec, *, stdin_fd: int | None) -> int:
     stop.install_signal_handlers()
     if stdin_fd is not None:
         stop.watch(stdin_fd)
+    stop.on_request(lambda: _exit_now_if_starting(reporter))
     stop.on_request(lambda: _exit_after_grace(reporter, STOP_GRACE_SECS))
     log.info(
-        "event=worker_started pipeline=%s epoch=%d generation=%d kind=%s master=%s pid=%d",
-        spec.pipeline,
-        spec.epoch,
+        "event=worker_started generation=%d kind=%s master=%s pid=%d",
         spec.generation,
         spec.kind,
         spec.spark_master,
@@ -85,13 +83,21 @@ def run_worker(spec: WorkerSpec, *, stdin_fd: int | None) -> int:
     outcome = _run(spec, stop, reporter)
     reporter.finish(outcome)
     log.info(
-        "event=worker_exiting pipeline=%s epoch=%d state=%s error=%r",
-        spec.pipeline,
-        spec.epoch,
+        "event=worker_exiting state=%s error=%r",
         outcome.state,
         outcome.error,
     )
     return outcome.exit_code
+
+
+def configure_worker_logging(spec: WorkerSpec) -> None:
+    """key=value lines on stderr, each naming the pipeline and the epoch: a worker runs one."""
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"%(asctime)s level=%(levelname)s logger=%(name)s pipeline={spec.pipeline} "
+        f"epoch={spec.epoch} %(message)s",
+    )
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def _run(spec: WorkerSpec, stop: StopRequest, reporter: HeartbeatReporter) -> Outcome:
@@ -107,6 +113,21 @@ def _run(spec: WorkerSpec, stop: StopRequest, reporter: HeartbeatReporter) -> Ou
         return Outcome.failed(f"the worker failed: {type(exc).__name__}: {exc}")
 
 
+def _exit_now_if_starting(reporter: HeartbeatReporter) -> None:
+    """A stop before the pipeline ran (Spark still starting): nothing to stop, exit at once.
+    The JVM being started follows: its stdin pipe closes with this process."""
+    if reporter.finish_if_starting(Outcome.stopped()):
+        log.info("event=worker_stopped_while_starting")
+        _exit(OK_EXIT)
+
+
+def _exit(code: int) -> None:
+    """Leave now, from any thread, without waiting for the main thread's work."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def _exit_after_grace(reporter: HeartbeatReporter, grace: float) -> None:
     """Exit ``grace`` seconds from now if the run has not ended by then."""
 
@@ -115,9 +136,8 @@ def _exit_after_grace(reporter: HeartbeatReporter, grace: float) -> None:
             Outcome.stopped(f"the run did not end within {grace:g} s of the stop request")
         )
         log.warning("event=worker_abandoned_run grace_secs=%g", grace)
-        sys.stderr.flush()
         final = reporter.outcome
-        os._exit(final.exit_code if final is not None else 0)
+        _exit(final.exit_code if final is not None else OK_EXIT)
 
     timer = threading.Timer(grace, give_up)
     timer.daemon = True

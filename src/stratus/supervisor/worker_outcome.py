@@ -44,6 +44,15 @@ class Outcome:
         return FAILED_EXIT if self.state is WorkerState.FAILED else OK_EXIT
 
 
+def without_stack(text: str) -> str:
+    """A Java exception's message without its stack frames (``\tat ...`` lines onwards)."""
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        if line.lstrip().startswith("at ") and line[:1].isspace():
+            return "\n".join(lines[:index]).rstrip()
+    return text
+
+
 def clip(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     """``text`` cut to ``limit`` characters, keeping its start (what failed, and why)."""
     text = text.strip()
