@@ -339,7 +339,7 @@ class ManagedWorker:
 
     def _enter(self, phase: Phase, **details: object) -> None:
         self.phase = phase
-        extra = " ".join(f"{key}={value}" for key, value in details.items())
+        extra = " ".join(f"{key}={_log_value(value)}" for key, value in details.items())
         level = logging.WARNING if phase in (Phase.BACKOFF, Phase.FAILED) else logging.INFO
         log.log(
             level,
@@ -385,6 +385,12 @@ class ManagedWorker:
             "digest": self.assignment.digest,
             "restarts": self.restarts,
         }
+
+
+def _log_value(value: object) -> str:
+    """A value on one key=value line: quoted if it holds spaces or newlines."""
+    text = str(value)
+    return repr(text) if any(char.isspace() for char in text) else text
 
 
 def _describe_exit(code: int) -> str:
