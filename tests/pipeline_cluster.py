@@ -13,9 +13,14 @@ import signal
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from kazoo.client import KazooClient
+
 from stratus.client import NimbusClient
 from stratus.local_processes import SupervisorProcess
 from stratus.nimbus.records import PipelineRecord, PipelineStatus, PipelineWorkers, WorkerHeartbeat
+from stratus.state.heartbeats import HeartbeatBoard
+from stratus.state.zk_store import ZooKeeperStateStore
+from stratus.zk.paths import ClusterPaths
 from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
 from tests.tcp_proxy import TcpProxy
 from tests.zkfixtures import wait_until
@@ -49,6 +54,10 @@ class PipelineCluster:
         self.supervisors: dict[str, SupervisorProcess] = {}
         self.proxies: dict[str, TcpProxy] = {}
         self.client = NimbusClient(nimbuses.seeds, retry_deadline=60)
+        self._zk = KazooClient(hosts=zk_connect)
+        self._zk.start()
+        heartbeats = ClusterPaths(nimbuses.root).heartbeats
+        self.board = HeartbeatBoard(ZooKeeperStateStore(self._zk, heartbeats))
 
     def add_supervisor(self, sid: str, *, slots: int = 2, proxied: bool = False) -> None:
         options = list(self.nimbuses.options)
@@ -79,6 +88,10 @@ class PipelineCluster:
                 return beat
         return None
 
+    def beat_in_zookeeper(self, name: str, supervisor: str) -> WorkerHeartbeat | None:
+        """A worker's heartbeat read from ZooKeeper itself: it needs no nimbus up."""
+        return self.board.workers().get(name, {}).get(supervisor)
+
     def wait_running(self, name: str, *, not_on: str | None = None) -> WorkerHeartbeat:
         found: list[WorkerHeartbeat] = []
 
@@ -105,6 +118,8 @@ class PipelineCluster:
         for proxy in self.proxies.values():
             proxy.close()
         self.client.close()
+        self._zk.stop()
+        self._zk.close()
 
 
 @contextlib.contextmanager

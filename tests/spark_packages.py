@@ -7,7 +7,7 @@ The worker, supervisor and end-to-end tests share them::
     write_ids(input_dir, range(50))      # one input file, written atomically
     read_ids(output_dir)                 # the ids the file sink committed, duplicates kept
     batch_package("report")              # examples/batch: FINISHED when its function returns
-    bad_entrypoint_package("bad")        # its entrypoint 'jobs.main:run' is not in it
+    bad_entrypoint_package("bad")        # 'jobs.main:run': the module is there, the function is not
     example_package("sdp")               # examples/<name> zipped as `stratus submit` zips it
     unpack(package_bytes, directory)     # the package's files in a directory
     worker_spec(tmp_path, "pt", code_dir, checkpoint_location=..., conf=...)
@@ -78,8 +78,9 @@ def read_ids(output_dir: Path) -> list[int]:
 
 
 def bad_entrypoint_package(name: str = "bad-entrypoint") -> bytes:
-    """An app whose entrypoint names a module the package does not hold."""
-    return _app_package(name, BAD_ENTRYPOINT, {"other.py": "def run(spark, context):\n    pass\n"})
+    """An app that passes the package checks and fails at start: its function is missing."""
+    module = "def start(spark, context):\n    pass\n"
+    return _app_package(name, BAD_ENTRYPOINT, {"jobs/__init__.py": "", "jobs/main.py": module})
 
 
 def example_package(example: str) -> bytes:

@@ -72,12 +72,14 @@ def test_pipelines_run_with_every_nimbus_down_and_a_returning_nimbus_moves_nothi
 ):
     with pipeline_cluster(zk_hosts, tmp_path, request.node.name, nimbuses=2) as cluster:
         output = submit_passthrough(cluster, tmp_path)
-        before = cluster.wait_running("pt")
+        first = cluster.wait_running("pt")
         assignment = cluster.workers("pt").assignment
 
         for nimbus in cluster.nimbuses.nimbuses:
             nimbus.kill()
         feed_and_wait(tmp_path, "pt", range(0, 40), output)
+        before = cluster.beat_in_zookeeper("pt", first.supervisor)  # what the nimbus finds
+        assert before is not None and before.pid is not None
 
         returning = cluster.nimbuses.nimbuses[0]
         returning.start()
@@ -88,9 +90,11 @@ def test_pipelines_run_with_every_nimbus_down_and_a_returning_nimbus_moves_nothi
             assert cluster.workers("pt").assignment == assignment
             time.sleep(0.25)
         after = cluster.running_on("pt")
-        assert after is not None and (after.supervisor, after.pid) == (
+        assert after is not None
+        assert (after.supervisor, after.pid, after.restarts) == (
             before.supervisor,
             before.pid,
+            before.restarts,
         )
         feed_and_wait(tmp_path, "pt", range(40, 60), output)
 

@@ -235,14 +235,16 @@ def test_batch_example_finishes_with_its_output(tmp_path, start_worker):
     assert worker.jvms() == set()
 
 
-def test_a_missing_entrypoint_module_fails_naming_it(tmp_path, start_worker):
+def test_a_missing_entrypoint_function_fails_naming_it(tmp_path, start_worker):
     code = unpack(bad_entrypoint_package(), tmp_path / "code")
     spec = worker_spec(tmp_path / "bad", "bad", code, checkpoint_location=str(tmp_path / "cp"))
     worker = start_worker(spec)
     assert worker.wait_exit() == 1
     final = worker.heartbeat()
     assert final is not None and final.state is WorkerState.FAILED
-    assert final.error == f"entrypoint {BAD_ENTRYPOINT!r}: no module named 'jobs' in the package"
+    assert final.error == (
+        f"entrypoint {BAD_ENTRYPOINT!r}: module 'jobs.main' has no function 'run'"
+    )
     assert "Traceback" in worker.output()
     assert worker.seen_jvms == set()  # it failed before starting Spark
 
