@@ -6,20 +6,20 @@ pipeline, a Spark Declarative Pipelines project) and shows live progress until C
 
 ``--demo`` (what ``make run`` runs) plays a scripted failure instead: once the examples run it
 kills the leader nimbus with SIGKILL and times the failover, then kills the supervisor running
-the streaming pipeline and times its move (detection and scheduling, Spark start-up, first new
-batch), stops feeding, checks that the rows counted equal the rows fed, prints a summary and
-stops everything. Ctrl-C always stops every process it started.
+the streaming pipeline and times its move step by step (``stratus.pipeline_start``: detection,
+worker start, Spark start-up, first new batch), stops feeding, checks that the rows counted
+equal the rows fed, prints a summary and stops everything. Ctrl-C always stops every process
+it started.
 """
 
 from __future__ import annotations
 
 import signal
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -32,14 +32,13 @@ from stratus.client_commands import print_cluster
 from stratus.command_options import with_config
 from stratus.config import StratusConfig
 from stratus.errors import StratusError
-from stratus.examples_io import flush_event, make_events, window_count_total, write_events
+from stratus.examples_io import Feeder, window_count_total
 from stratus.local_cluster import LocalCluster
 from stratus.nimbus.records import PipelineStatus, WorkerHeartbeat, WorkerState
+from stratus.pipeline_start import PHASES, follow_start
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 STREAMING, BATCH, SDP = "streaming-counts", "batch-report", "sdp-orders"
-EVENTS_PER_FILE = 50
-FEED_EVERY_SECS = 1.0
 WAIT_SECS = 300.0  # Spark start-ups on a loaded 2-core machine take their time
 POLL_SECS = 0.5
 # Two copies before a pipeline is active: the leader can then die without taking the only one.
@@ -48,34 +47,6 @@ REPLICATION = {"pipeline.min.replication.count": 2, "pipeline.max.replication.wa
 
 class DemoError(StratusError):
     """The demo could not go on: a step did not happen in time."""
-
-
-@dataclass
-class Feeder:
-    """Writes the streaming example's input: a file of events every second, on a thread."""
-
-    directory: Path
-    fed: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="feeder", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> int:
-        """Stop feeding, close the open windows; the number of events fed."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        write_events(self.directory, [flush_event(self.fed)])
-        return self.fed
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            write_events(self.directory, make_events(EVENTS_PER_FILE, start_id=self.fed))
-            self.fed += EVENTS_PER_FILE
-            self._stop.wait(FEED_EVERY_SECS)
 
 
 @dataclass(frozen=True)
@@ -217,34 +188,28 @@ def _kill_streaming_supervisor(demo: Demo) -> None:
     beat = demo.streaming_beat()
     assert beat is not None
     victim = beat.supervisor
+    last_batch = max((query.batch_id for query in beat.queries), default=-1)
     demo.console.print(f"kill -9 of supervisor [bold]{victim}[/], which runs {STREAMING}")
-    started = time.monotonic()
+    began = time.time()  # wall clock: the marks of the start that follows are too
     demo.cluster.supervisor(victim).signal(signal.SIGKILL)
     with demo.live() as refresh:
-        moved = demo.wait(
-            f"{STREAMING} to be assigned elsewhere",
-            lambda: (
-                (a := demo.client.workers(STREAMING).assignment) is not None
-                and a.supervisor != victim
-            ),
-            refresh,
+        start = follow_start(
+            demo.client,
+            STREAMING,
+            began=began,
+            away_from=victim,
+            after_batch=last_batch,
+            on_poll=refresh,
+            timeout=WAIT_SECS,
+            poll_secs=POLL_SECS,  # each poll also refreshes the whole view
         )
-        running = demo.wait(
-            f"{STREAMING} to run again",
-            lambda: (b := demo.streaming_beat()) is not None and b.supervisor != victim,
-            refresh,
-        )
-        batch = demo.wait(
-            f"{STREAMING} to commit a new batch",
-            lambda: (b := demo.streaming_beat()) is not None and b.rows_total > 0,
-            refresh,
-        )
-    total = time.monotonic() - started
-    demo.console.print(f"  → {STREAMING} resumed elsewhere; first new batch after {total:.1f}s")
+    demo.console.print(
+        f"  → {STREAMING} resumed on {start.supervisor}; first new batch after {start.total:.1f}s"
+    )
+    events = [f"kill -9 of supervisor {victim}"] + [""] * (len(PHASES) - 1)
     demo.timings += [
-        Timing(f"kill -9 of supervisor {victim}", "detected and reassigned", moved),
-        Timing("", "Spark started on the new supervisor", running),
-        Timing("", "first new batch committed", batch),
+        Timing(event, PHASES[phase], seconds)
+        for event, (phase, seconds) in zip(events, start.phases().items(), strict=True)
     ]
 
 

@@ -7,3 +7,7 @@ class StratusError(Exception):
 
 class ConfigError(StratusError):
     """The configuration is invalid: an unknown key, a bad value, an unreadable file."""
+
+
+class PipelineStartError(StratusError):
+    """A pipeline did not (re)start as followed: its new worker FAILED, or a step took too long."""

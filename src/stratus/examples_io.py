@@ -13,6 +13,10 @@ event's own window stays open; events fed after a flush are late, and Spark drop
     window_count_total(output_dir)                           # 150 once the windows are out
     read_rows(output_dir)                                    # [{'window': ..., 'key': ...}]
 
+    feeder = Feeder(input_dir)      # a file of 50 events every second, on a thread
+    feeder.start()
+    fed = feeder.stop()             # stops, writes the flush event; the events fed
+
 Event ``i`` happens at ``EVENT_EPOCH + i seconds``, with key ``KEYS[i % len(KEYS)]``, so a
 feeder that keeps counting ids keeps event time moving forward. Output is read as a reader
 that honours exactly-once must: only the files the file sink committed in its
@@ -26,7 +30,9 @@ import itertools
 import json
 import os
 import re
+import threading
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -43,6 +49,8 @@ FLUSH_AHEAD = timedelta(days=1)  # far past any window end plus the example's wa
 SINK_LOG = "_spark_metadata"
 _LOG_FILE = re.compile(r"^(\d+)(\.compact)?$")
 _file_numbers = itertools.count()
+EVENTS_PER_FILE = 50
+FEED_EVERY_SECS = 1.0
 
 
 def event_time(event_id: int) -> datetime:
@@ -80,6 +88,34 @@ def write_events(directory: str | Path, events: Iterable[Mapping[str, Any]]) -> 
     final = folder / name
     os.replace(temporary, final)
     return final
+
+
+@dataclass
+class Feeder:
+    """Writes the streaming example's input: a file of events every second, on a thread."""
+
+    directory: Path
+    fed: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="feeder", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> int:
+        """Stop feeding, close the open windows; the number of events fed."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        write_events(self.directory, [flush_event(self.fed)])
+        return self.fed
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            write_events(self.directory, make_events(EVENTS_PER_FILE, start_id=self.fed))
+            self.fed += EVENTS_PER_FILE
+            self._stop.wait(FEED_EVERY_SECS)
 
 
 def committed_files(output: str | Path) -> list[Path]:
