@@ -1,10 +1,10 @@
 """A whole stratus cluster on this machine, as real processes: what ``stratus local`` runs.
 
-One ZooKeeper, three ``stratus nimbus`` and two ``stratus supervisor`` processes, with short
-timeouts so that failures show in seconds; ``close()`` stops them all (SIGTERM, then SIGKILL),
-and the supervisors stop their workers::
+One ZooKeeper, three ``stratus nimbus`` and two ``stratus supervisor`` processes (by default),
+with short timeouts so that failures show in seconds; ``close()`` stops them all (SIGTERM,
+then SIGKILL), and the supervisors stop their workers::
 
-    cluster = LocalCluster(workdir, console)
+    cluster = LocalCluster(workdir, console)             # or nimbuses=1 (bench/reassign.py)
     cluster.start()
     cluster.seeds            # for a NimbusClient
     cluster.close()
@@ -46,9 +46,18 @@ def demo_options(zookeeper: str, checkpoints: Path) -> list[str]:
 class LocalCluster:
     """ZooKeeper, the nimbuses and the supervisors of ``stratus local``."""
 
-    def __init__(self, workdir: Path, console: Console, *, tick_time_ms: int = 200) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        console: Console,
+        *,
+        tick_time_ms: int = 200,
+        nimbuses: int = NIMBUSES,
+        supervisors: int = SUPERVISORS,
+    ) -> None:
         self.console = console
         self.workdir = workdir
+        self.counts = (nimbuses, supervisors)
         self.zookeeper = ZooKeeperServer(workdir / "zookeeper", port=0, tick_time_ms=tick_time_ms)
         self.nimbuses: list[NimbusProcess] = []
         self.supervisors: list[SupervisorProcess] = []
@@ -58,23 +67,24 @@ class LocalCluster:
             self.zookeeper.start()
         self.console.print(f"ZooKeeper serving at [bold]{self.zookeeper.connect_string}[/]")
         options = demo_options(self.zookeeper.connect_string, self.workdir / "checkpoints")
+        nimbuses, supervisors = self.counts
         self.nimbuses = [
             NimbusProcess(options, port=pick_free_port(), log_dir=self.workdir)
-            for _ in range(NIMBUSES)
+            for _ in range(nimbuses)
         ]
         self.supervisors = [
             SupervisorProcess(options, id=f"supervisor-{n}", slots=SLOTS, log_dir=self.workdir)
-            for n in range(1, SUPERVISORS + 1)
+            for n in range(1, supervisors + 1)
         ]
-        with self.console.status(f"starting {NIMBUSES} nimbuses and {SUPERVISORS} supervisors"):
+        with self.console.status(f"starting {nimbuses} nimbuses and {supervisors} supervisors"):
             processes: list[NimbusProcess | SupervisorProcess] = [*self.nimbuses, *self.supervisors]
             for process in processes:
                 process.start()
             for process in processes:
                 process.wait_ready()
-        self.console.print(f"{NIMBUSES} nimbuses serving: {', '.join(self.seeds)}")
+        self.console.print(f"{nimbuses} nimbuses serving: {', '.join(self.seeds)}")
         ids = ", ".join(s.id for s in self.supervisors)
-        self.console.print(f"{SUPERVISORS} supervisors running: {ids} ({SLOTS} slots each)")
+        self.console.print(f"{supervisors} supervisors running: {ids} ({SLOTS} slots each)")
         self.console.print(f"logs: {self.workdir}")
 
     @property

@@ -94,8 +94,14 @@ def _drain(timeout: float) -> None:
 
 
 def _others_in_group() -> list[int]:
-    """Live processes of this group other than the guard (Linux: /proc; elsewhere none)."""
-    group, me = os.getpgrp(), os.getpid()
+    """Live processes of this group other than the guard."""
+    me = os.getpid()
+    return [pid for pid in live_in_group(os.getpgrp()) if pid != me]
+
+
+def live_in_group(group: int) -> list[int]:
+    """Live processes (zombies left out) of process group ``group`` (Linux: /proc; elsewhere
+    none). A worker is a group of its own, so this tells whether any of it is left."""
     found = []
     for entry in Path("/proc").glob("[0-9]*"):
         try:
@@ -103,7 +109,7 @@ def _others_in_group() -> list[int]:
         except (OSError, IndexError):
             continue
         state, pgrp = fields[0], int(fields[2])
-        if pgrp == group and int(entry.name) != me and state not in ("Z", "X"):
+        if pgrp == group and state not in ("Z", "X"):
             found.append(int(entry.name))
     return found
 
