@@ -18,23 +18,47 @@ Parts (``--part``, repeatable; all by default):
   timing, as the leader has them after its reads. Every round's plan is checked (fresh: all
   placed; steady: empty; dead: every pipeline of the dead supervisors moved).
 
-The target is a budget, not a system run beside it: one round with 1,000 pipelines on 200
-supervisors well under 1 s. The ratio is the p90 over that budget.
+  The target is a budget, not a system run beside it: one round with 1,000 pipelines on
+  200 supervisors well under 1 s. The ratio is the p90 over that budget.
+
+* **kill**: ``kill -9`` of the supervisor running a streaming pipeline, until the pipeline's
+  first new batch is committed on the other supervisor, in real processes: ZooKeeper, one
+  nimbus and two supervisors (``stratus.local_cluster``, its short timeouts), the
+  ``examples/streaming`` pipeline on Spark (``local[1]``), fed a file of events a second.
+  The move is split into its steps by ``stratus.pipeline_start`` (detection: the new
+  assignment; worker start; Spark start-up: RUNNING with an app id; first batch: a batch id
+  above the last one before the kill), each step's end taken from the records the leader,
+  the supervisor and the worker wrote. ``--rounds`` kills in a row, the pipeline moving back
+  and forth: each killed supervisor is started again, and the pipeline commits two batches
+  where it landed before the next kill. Also timed: the kill until no process of the old
+  worker is left (it stops when its stdin, a pipe from its supervisor, closes).
+
+  The baseline is what a move costs without anything cleverer than a timeout: the detection
+  timeout (``nimbus.supervisor.timeout.secs``) plus a cold start of the same pipeline,
+  measured in the same run (its first start, with no failure, from its assignment to its
+  first batch). The ratio is the kill's total over that sum.
 
     .venv/bin/python bench/reassign.py [--repeats 200] [--pipelines 1000] [--supervisors 200]
     .venv/bin/python bench/reassign.py --part schedule --json out.json
-    .venv/bin/python bench/reassign.py --quick      # 10 repeats: a smoke run
+    .venv/bin/python bench/reassign.py --part kill [--rounds 3]   # Java and Spark: minutes
+    .venv/bin/python bench/reassign.py --quick      # schedule, 10 repeats: a smoke run
 
+``--quick`` leaves the kill part out unless it is named (``--part kill --quick``: one round).
 The exit code is 0 even when a target is missed (benchmarks never fail the build); it is 1
-only when the benchmark itself could not run (a plan that breaks the checks above).
+only when the benchmark itself could not run (a plan that breaks the checks above, a
+pipeline that did not move or start in time).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shlex
+import shutil
+import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -55,8 +79,20 @@ from _report import (
     raise_interrupted,
     report_console,
 )
-from stratus.nimbus.records import Assignment, PipelineRecord, PipelineStatus
+from stratus.client import NimbusClient
+from stratus.errors import StratusError
+from stratus.examples_io import Feeder
+from stratus.local_cluster import SUPERVISOR_TIMEOUT_SECS, LocalCluster
+from stratus.nimbus.records import (
+    Assignment,
+    PipelineRecord,
+    PipelineStatus,
+    WorkerHeartbeat,
+    WorkerState,
+)
 from stratus.nimbus.scheduler import Plan, plan_round
+from stratus.pipeline_start import PHASES, PipelineStart, follow_start
+from stratus.supervisor.run_guard import live_in_group
 
 SCHEDULE_TARGET_SECS = 1.0
 EPOCH = 2
@@ -241,9 +277,274 @@ def schedule_part(args: argparse.Namespace, console: Console) -> PartResult:
     return PartResult(verdicts, {"schedule": [asdict(t) for t in timings]})
 
 
+# ---------------------------------------------------------------------------------------------
+# Part: kill
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "streaming"
+INPUT_KEY, OUTPUT_KEY = "spark.stratus.example.input", "spark.stratus.example.output"
+STEADY_BATCHES = 2  # batches committed on the new supervisor before the next kill
+OLD_WORKER_WAIT_SECS = 30.0  # past the worker's own stop grace (20 s) after its pipe closed
+WAIT_SECS = 120.0  # a supervisor to register, batches to commit
+POLL_SECS = 0.2
+STEP_NAMES = {  # PHASES' keys as the table names them
+    "detection": "detection",
+    "scheduling": "worker start",
+    "spark": "Spark start-up",
+    "first_batch": "first batch",
+}
+
+
+@dataclass(frozen=True)
+class KillRound:
+    """One ``kill -9`` of the supervisor running the pipeline, and the start that followed."""
+
+    number: int
+    victim: str
+    last_batch: int  # the last batch seen committed before the kill
+    start: PipelineStart
+    old_worker_gone: float | None  # seconds from the kill until no process of the old
+    # worker's group was left; None: some were still there OLD_WORKER_WAIT_SECS after
+
+
+class GroupWatch:
+    """Notes when the last live process of one process group (a worker and its JVM) went."""
+
+    def __init__(self, group: int | None) -> None:
+        self.group = group
+        self.gone_at: float | None = None  # wall clock, as the marks of a PipelineStart
+
+    def check(self) -> bool:
+        """Whether the group is gone (noting when it was first seen gone)."""
+        if self.gone_at is None and self.group is not None and not live_in_group(self.group):
+            self.gone_at = time.time()
+        return self.gone_at is not None
+
+
+def poll_until(what: str, condition: Callable[[], bool], timeout: float = WAIT_SECS) -> None:
+    """Poll ``condition`` every ``POLL_SECS`` until it holds; BenchError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            raise BenchError(f"gave up after {timeout:g} s waiting for {what}")
+        time.sleep(POLL_SECS)
+
+
+def running_beat(client: NimbusClient, pipeline: str) -> WorkerHeartbeat | None:
+    """The RUNNING heartbeat of the worker on the pipeline's assigned supervisor, if any."""
+    workers = client.workers(pipeline)
+    if workers.assignment is None:
+        return None
+    sid = workers.assignment.supervisor
+    return next(
+        (b for b in workers.workers if b.supervisor == sid and b.state is WorkerState.RUNNING),
+        None,
+    )
+
+
+def last_batch(beat: WorkerHeartbeat | None) -> int:
+    """The highest batch id the heartbeat's queries committed; -1 for none."""
+    return max((query.batch_id for query in beat.queries), default=-1) if beat else -1
+
+
+def cold_start(client: NimbusClient, workdir: Path, console: Console) -> PipelineStart:
+    """Submit the streaming example and follow its first start: the baseline's cold start."""
+    conf = {INPUT_KEY: str(workdir / "input"), OUTPUT_KEY: str(workdir / "output")}
+    began = time.time()
+    record = client.submit(None, EXAMPLE, conf)
+    console.print(f"submitted {record.name} ({record.status.value}); following its first start")
+    start = follow_start(client, record.name, began=began)
+    console.print(f"cold start on {start.supervisor}: {describe_start(start)}")
+    return start
+
+
+def kill_round(
+    cluster: LocalCluster, client: NimbusClient, pipeline: str, number: int, console: Console
+) -> KillRound:
+    """Kill -9 the supervisor running ``pipeline``; follow the start elsewhere."""
+    beat = running_beat(client, pipeline)
+    if beat is None:
+        raise BenchError(f"{pipeline} does not run before round {number}")
+    victim, batch = beat.supervisor, last_batch(beat)
+    old_worker = GroupWatch(beat.pid)  # the worker leads a process group of its own
+    began = time.time()
+    cluster.supervisor(victim).kill()
+    start = follow_start(
+        client,
+        pipeline,
+        began=began,
+        away_from=victim,
+        after_batch=batch,
+        on_poll=old_worker.check,
+        poll_secs=POLL_SECS,
+    )
+    with contextlib.suppress(BenchError):
+        poll_until("the old worker to exit", old_worker.check, OLD_WORKER_WAIT_SECS)
+    gone = None if old_worker.gone_at is None else old_worker.gone_at - began
+    result = KillRound(number, victim, batch, start, gone)
+    console.print(f"round {number}: {victim} → {start.supervisor}: {describe_round(result)}")
+    return result
+
+
+def describe_start(start: PipelineStart) -> str:
+    """One start's steps, for the line printed after each round."""
+    steps = ", ".join(f"{STEP_NAMES[k]} {v:.2f} s" for k, v in start.phases().items())
+    return f"{steps}; batch {start.batch_id} committed {start.total:.2f} s after it began"
+
+
+def describe_round(result: KillRound) -> str:
+    """One round: its start's steps, the batches around the kill, the old worker's exit."""
+    gone = "still there" if result.old_worker_gone is None else f"{result.old_worker_gone:.2f} s"
+    return (
+        f"{describe_start(result.start)}; last batch before the kill {result.last_batch}; "
+        f"old worker gone after {gone}"
+    )
+
+
+def restart(cluster: LocalCluster, client: NimbusClient, sid: str) -> None:
+    """Start the killed supervisor again; wait until the nimbus lists its registration."""
+    supervisor = cluster.supervisor(sid)
+    supervisor.start()
+    supervisor.wait_ready()
+    poll_until(
+        f"{sid} to be registered",
+        lambda: any(s.id == sid for s in client.cluster().supervisors),
+    )
+
+
+def wait_steady(client: NimbusClient, start: PipelineStart) -> None:
+    """Wait until the pipeline committed ``STEADY_BATCHES`` more batches where it started."""
+    target = start.batch_id + STEADY_BATCHES
+
+    def steady() -> bool:
+        beat = running_beat(client, start.pipeline)
+        return (
+            beat is not None and beat.supervisor == start.supervisor and last_batch(beat) >= target
+        )
+
+    poll_until(f"{start.pipeline} to commit batch {target} on {start.supervisor}", steady)
+
+
+def run_kill_rounds(
+    cluster: LocalCluster, rounds: int, console: Console
+) -> tuple[PipelineStart, list[KillRound]]:
+    """The cold start, then ``rounds`` kills, each killed supervisor restarted after."""
+    feeder = Feeder(cluster.workdir / "input")
+    feeder.start()
+    try:
+        with NimbusClient(cluster.seeds, retry_deadline=60) as client:
+            cold = cold_start(client, cluster.workdir, console)
+            wait_steady(client, cold)
+            results: list[KillRound] = []
+            for number in range(1, rounds + 1):
+                results.append(kill_round(cluster, client, cold.pipeline, number, console))
+                if number < rounds:  # somewhere to move to next time, and a steady pipeline
+                    restart(cluster, client, results[-1].victim)
+                    wait_steady(client, results[-1].start)
+            return cold, results
+    finally:
+        feeder.stop()
+
+
+def kill_part(args: argparse.Namespace, console: Console) -> PartResult:
+    """A real cluster; kill -9 the supervisor running a streaming pipeline, ``--rounds`` times."""
+    console.print(
+        f"kill: ZooKeeper, 1 nimbus and 2 supervisors as processes (stratus.local_cluster); "
+        f"the {EXAMPLE.name} example; kills: {args.rounds}"
+    )
+    workdir = Path(tempfile.mkdtemp(prefix="stratus-bench-reassign-"))
+    cluster = LocalCluster(workdir, console, nimbuses=1, supervisors=2)
+    try:
+        cluster.start()
+        cold, rounds = run_kill_rounds(cluster, args.rounds, console)
+    except (StratusError, BenchError) as exc:
+        raise BenchError(f"kill: {exc} (logs kept in {workdir})") from exc
+    finally:
+        handle_interrupts(signal.SIG_IGN)  # let the cleanup finish (seconds at most)
+        cluster.close()
+        handle_interrupts(raise_interrupted)
+    shutil.rmtree(workdir, ignore_errors=True)
+    return kill_report(cold, rounds, console)
+
+
+def kill_report(cold: PipelineStart, rounds: list[KillRound], console: Console) -> PartResult:
+    """The table, the baseline and its ratio, the verdict."""
+    table = Table(
+        title=f"kill -9 of the supervisor running {cold.pipeline} → first new batch elsewhere: "
+        "seconds",
+        caption=(
+            "each step lasts until what happened, as the records written by the leader, the "
+            "supervisor and the worker time it; cold start: the same pipeline's first start "
+            "(no failure), from its assignment"
+        ),
+        box=box.SIMPLE_HEAD,
+    )
+    for header in ("step", "until", "n", "p50", "max", "cold start"):
+        table.add_column(header, justify="left" if header in ("step", "until") else "right")
+    phases = [r.start.phases() for r in rounds]
+    cold_phases = cold.phases()
+    for key, until in PHASES.items():
+        values = [p[key] for p in phases]
+        cold_cell = "-" if key == "detection" else f"{cold_phases[key]:.2f}"
+        table.add_row(STEP_NAMES[key], until, *stats_cells(values), cold_cell)
+    totals = [r.start.total for r in rounds]
+    table.add_row(
+        "total", "kill -9 → first new batch", *stats_cells(totals), f"{cold.from_assignment:.2f}"
+    )
+    gone = [r.old_worker_gone for r in rounds if r.old_worker_gone is not None]
+    table.add_row("old worker", "kill -9 → no process of its group left", *stats_cells(gone), "-")
+    console.print(table)
+    baseline = SUPERVISOR_TIMEOUT_SECS + cold.from_assignment
+    p50, worst = percentile(totals, 50), max(totals)
+    line = (
+        f"kill: kill -9 → first new batch elsewhere p50 {p50:.2f} s = {p50 / baseline:.2f}x, "
+        f"max {worst:.2f} s = {worst / baseline:.2f}x the baseline of {baseline:.2f} s "
+        f"(nimbus.supervisor.timeout.secs {SUPERVISOR_TIMEOUT_SECS:g} s + a cold start of "
+        f"{cold.from_assignment:.2f} s, assignment → first batch)"
+    )
+    return PartResult([line, old_worker_verdict(rounds)], {"kill": kill_samples(cold, rounds)})
+
+
+def old_worker_verdict(rounds: list[KillRound]) -> str:
+    """Whether each old worker was gone before its successor started: never two copies."""
+    first = [
+        r.old_worker_gone is not None and r.old_worker_gone < r.start.worker_started - r.start.began
+        for r in rounds
+    ]
+    gone = [r.old_worker_gone for r in rounds if r.old_worker_gone is not None]
+    when = f"p50 {percentile(gone, 50):.2f} s, max {max(gone):.2f} s" if gone else "never"
+    return (
+        f"kill: the old worker was gone ({when} after the kill) before its successor started "
+        f"in {sum(first)} of {len(rounds)} rounds: {'met' if all(first) else 'MISSED'}"
+    )
+
+
+def kill_samples(cold: PipelineStart, rounds: list[KillRound]) -> dict[str, Any]:
+    """Every mark of every start, for ``--json``."""
+    return {
+        "cold_start": start_sample(cold),
+        "rounds": [{**asdict(r), "start": start_sample(r.start)} for r in rounds],
+        "baseline_secs": SUPERVISOR_TIMEOUT_SECS + cold.from_assignment,
+        "supervisor_timeout_secs": SUPERVISOR_TIMEOUT_SECS,
+    }
+
+
+def stats_cells(values: list[float]) -> tuple[str, str, str]:
+    """n, p50 and max, in seconds."""
+    if not values:
+        return "0", "-", "-"
+    return str(len(values)), f"{percentile(values, 50):.2f}", f"{max(values):.2f}"
+
+
+def start_sample(start: PipelineStart) -> dict[str, Any]:
+    """A start's marks with its steps and total, for ``--json``."""
+    return {**asdict(start), "phases": start.phases(), "total": start.total}
+
+
 PARTS: dict[str, Callable[[argparse.Namespace, Console], PartResult]] = {
     "schedule": schedule_part,
+    "kill": kill_part,
 }
+SLOW_PARTS = frozenset({"kill"})  # left out of --quick unless named with --part
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,16 +567,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--dead", type=float, default=0.1, help="share of supervisors dead in 'dead' (0.1)"
     )
-    parser.add_argument("--quick", action="store_true", help="10 repeats: a smoke run")
+    parser.add_argument("--rounds", type=int, default=3, help="kill: kills in a row (3)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="10 repeats; the kill part only if named (--part kill), then 1 round",
+    )
     parser.add_argument("--json", type=Path, help="also write every sample to this file")
     args = parser.parse_args(argv)
-    if args.quick:
-        args.repeats, args.warmup = min(args.repeats, 10), min(args.warmup, 1)
     if args.repeats < 1 or args.warmup < 0 or min(args.pipelines, args.supervisors) < 1:
         parser.error("--repeats, --pipelines and --supervisors must be >= 1, --warmup >= 0")
-    if args.slots < 1 or not 0 <= args.dead < 1:
-        parser.error("--slots must be >= 1 and --dead in [0, 1)")
-    args.part = list(dict.fromkeys(args.part or PARTS))
+    if args.slots < 1 or not 0 <= args.dead < 1 or args.rounds < 1:
+        parser.error("--slots and --rounds must be >= 1 and --dead in [0, 1)")
+    args.skipped = []
+    if args.quick:
+        args.repeats, args.warmup, args.rounds = min(args.repeats, 10), min(args.warmup, 1), 1
+        if args.part is None:  # real processes and Spark take minutes: only when asked
+            args.skipped = [name for name in PARTS if name in SLOW_PARTS]
+    args.part = [name for name in dict.fromkeys(args.part or PARTS) if name not in args.skipped]
     return args
 
 
@@ -284,13 +593,18 @@ def main(argv: list[str] | None = None) -> int:
     handle_interrupts(raise_interrupted)  # explicitly: a background job inherits an ignored SIGINT
     console = report_console(width=120)
     console.rule("Reassignment: " + ", ".join(args.part))
-    info = machine(("kazoo", "pydantic"))
+    info = machine(("kazoo", "pydantic", "pyspark"))
     reproduce = shlex.join(
         [".venv/bin/python", "bench/reassign.py", *(sys.argv[1:] if argv is None else argv)]
     )
     for key, value in info.items():
         console.print(f"[bold]{key:>9}[/]: {value}")
     console.print(f"[bold]{'reproduce':>9}[/]: {reproduce}")
+    for name in args.skipped:
+        console.print(
+            f"{name}: left out by --quick (real processes and Spark, minutes); "
+            f"--part {name} --quick runs it once"
+        )
     verdicts: list[str] = []
     samples: dict[str, Any] = {}
     try:

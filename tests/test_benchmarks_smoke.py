@@ -21,6 +21,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("summary.py", ["--quick", "--pipelines", "10"], "ZooKeeper operations per nimbus request"),
         ("failover.py", ["--quick", "--only", "stratus"], "stratus p99"),
         ("replication.py", ["--quick"], "10 MB: total"),
+        ("reassign.py", ["--quick"], "schedule, steady"),
     ],
 )
 def test_the_benchmark_runs_in_its_quick_mode(script, args, expected, tmp_path):
