@@ -353,7 +353,7 @@ def cold_start(client: NimbusClient, workdir: Path, console: Console) -> Pipelin
     record = client.submit(None, EXAMPLE, conf)
     console.print(f"submitted {record.name} ({record.status.value}); following its first start")
     start = follow_start(client, record.name, began=began)
-    console.print(f"cold start on {start.supervisor}: {describe_start(start)}")
+    console.print(f"cold start on {start.supervisor}: {describe_start(start, 'submit')}")
     return start
 
 
@@ -385,9 +385,11 @@ def kill_round(
     return result
 
 
-def describe_start(start: PipelineStart) -> str:
-    """One start's steps, for the line printed after each round."""
-    steps = ", ".join(f"{STEP_NAMES[k]} {v:.2f} s" for k, v in start.phases().items())
+def describe_start(start: PipelineStart, first_step: str = STEP_NAMES["detection"]) -> str:
+    """One start's steps, for the line printed after each round (and the cold start's, whose
+    first step is its submit, not a detection)."""
+    names = {**STEP_NAMES, "detection": first_step}
+    steps = ", ".join(f"{names[k]} {v:.2f} s" for k, v in start.phases().items())
     return f"{steps}; batch {start.batch_id} committed {start.total:.2f} s after it began"
 
 
