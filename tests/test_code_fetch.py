@@ -1,7 +1,9 @@
 """Fetching a package from real HTTP servers (uvicorn serving the code routes of real stores).
 
 Each holder is a store behind ``code_server``; its ``Recorder`` counts the requests it got
-and can cut a body short, ignore Range, lie about Content-Range or stall.
+and can cut a body short, ignore Range, lie about Content-Range or stall. Every test runs
+twice: with bodies spliced from the socket into the file (Linux), and read into a buffer
+and written (elsewhere, or where the kernel refuses splice).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from stratus.codedist import fetch, splice
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.errors import CodeUnavailableError, DigestMismatchError
 from stratus.codedist.fetch import (
@@ -34,6 +37,15 @@ DATA = os.urandom(3 * MIB + 4321)
 META = CodeMeta(hashlib.sha256(DATA).hexdigest(), len(DATA))
 ONE_STREAM = FetchSettings(parts=1, timeout=10.0)
 IN_PARTS = FetchSettings(parts=3, part_min_bytes=MIB, timeout=10.0)
+
+
+@pytest.fixture(autouse=True, params=["splice", "buffered"])
+def transfer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How bodies reach the part file: ``splice(2)``, or a buffer and ``pwrite``."""
+    if request.param == "splice" and not fetch.SPLICE:
+        pytest.skip("no os.splice on this platform")
+    monkeypatch.setattr(fetch, "SPLICE", request.param == "splice")
+    return str(request.param)
 
 
 @dataclass
@@ -265,3 +277,41 @@ def test_a_kept_connection_that_the_holder_closed_is_replaced_by_a_new_one(tmp_p
         assert fetched(path) == DATA
         first, second = server.recorder.client_ports
         assert first != second
+
+
+@pytest.fixture
+def spliced_bytes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the chunks that went through ``SocketSplicer.move``."""
+    sizes: list[int] = []
+    move = splice.SocketSplicer.move
+
+    def counted(self: splice.SocketSplicer, fd: int, offset: int, limit: int) -> int:
+        n = move(self, fd, offset, limit)
+        sizes.append(n)
+        return n
+
+    monkeypatch.setattr(splice.SocketSplicer, "move", counted)
+    return sizes
+
+
+@pytest.mark.parametrize("transfer", ["splice"], indirect=True)
+def test_with_splice_the_body_bypasses_python_but_the_first_bytes(holders, dest, spliced_bytes):
+    fetched(fetch_package("etl", META, [holders[0].address], dest, ONE_STREAM))
+    assert META.size_bytes - 64 * 1024 <= sum(spliced_bytes) < META.size_bytes
+
+
+@pytest.mark.parametrize("transfer", ["splice"], indirect=True)
+def test_a_file_that_refuses_splice_gets_the_bytes_copied_from_the_pipe(holders, dest, monkeypatch):
+    real_splice = os.splice
+    refused: list[int] = []
+
+    def no_splice_into_files(src: int, dst: int, count: int, *args: object, **kw: object) -> int:
+        if "offset_dst" in kw:  # into the part file: as a file system without splice_write
+            refused.append(count)
+            raise OSError(22, "Invalid argument")
+        return real_splice(src, dst, count, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "splice", no_splice_into_files)
+    path = fetch_package("etl", META, [holders[0].address], dest, ONE_STREAM)
+    assert fetched(path) == DATA
+    assert len(refused) == 1  # asked once, then copied for the rest of that body

@@ -11,8 +11,11 @@ in byte ranges from several holders at once. ``DigestMismatchError`` or
     part = fetch_package("etl", meta, ["host-a:6627", "host-b:6627"], store.directory, settings)
     store.adopt(part, meta.digest)      # renamed to <digest>.pkg
 
-The part file is not fsync'ed: a copy that a crash damaged fails its next ``verify`` and is
-fetched again, and the registration it backed died with the process anyway.
+A body is spliced from the socket into the part file (``splice.py``; read and written where
+splice is refused) and hashed from the file's own pages, so the digest checked is that of
+the bytes the file holds. The part file is not fsync'ed: a copy that a crash damaged fails
+its next ``verify`` and is fetched again, and the registration it backed died with the
+process anyway.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ import contextlib
 import hashlib
 import http.client
 import logging
+import mmap
 import os
 import select
+import socket
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,15 +39,21 @@ from stratus.codedist.errors import CodeUnavailableError, DigestMismatchError
 from stratus.codedist.package_store import (
     DOWNLOAD_PREFIX,
     DOWNLOAD_SUFFIX,
-    HASH_CHUNK,
     hash_file,
+)
+from stratus.codedist.splice import (
+    SocketReadError,
+    SocketSplicer,
+    SpliceUnsupportedError,
 )
 
 log = logging.getLogger(__name__)
 
 CODE_PATH = "/api/v1/code/"
 MAX_RETRIES_PER_HOLDER = 3  # attempts of one holder again after one that made progress
-READ_BYTES = 1 << 20  # a body is read from the socket straight into a buffer this large
+READ_BYTES = 1 << 20  # without splice, a body is read from the socket into a buffer this large
+HASH_WINDOW = 4 << 20  # a download is hashed from the page cache (mmap) this much at a time
+SPLICE = hasattr(os, "splice")  # tests turn it off to check the other way
 
 
 @dataclass(frozen=True)
@@ -109,12 +120,11 @@ class _TransferError(Exception):
 class CodeClient:
     """HTTP/1.1 GETs of ``/api/v1/code/<digest>``, on connections kept alive per holder.
 
-    A body is read from the socket straight into the caller's buffer (``Body.readinto``,
-    ``READ_BYTES`` at a time) by ``http.client``. httpx hands a body over in 64 KiB pieces
-    that h11 copies twice more: a 100 MB package cost a standby about 160 ms of CPU that
-    way, 100 ms this way (of which sha256 is 55-60), on a 2-CPU machine where two standbys
-    fetch at once from the nimbus serving them. ``timeout`` bounds the connect and each
-    read. Never through a proxy: nimbus to nimbus.
+    A body goes from the socket into the part file with ``splice(2)`` (``Body.move_into``),
+    and the file's pages are hashed: a 100 MB package costs a standby 103-115 ms of CPU,
+    of which sha256 is 55-60, against 112-128 ms read into a buffer and written from it,
+    and about 160 ms through httpx (whose h11 copies every 64 KiB piece twice more).
+    ``timeout`` bounds the connect and each read. Never through a proxy: nimbus to nimbus.
     """
 
     def __init__(self, timeout: float, *, max_idle: int) -> None:
@@ -141,7 +151,11 @@ class CodeClient:
                 response = connection.getresponse()
             except (OSError, http.client.HTTPException) as exc:
                 raise _TransferError(_describe(exc)) from None
-            yield Body(response)
+            body = Body(response, connection.sock)
+            try:
+                yield body
+            finally:
+                body.close()
         except BaseException:
             connection.close()
             raise
@@ -203,21 +217,106 @@ def _alive(connection: http.client.HTTPConnection) -> bool:
 
 
 class Body:
-    """The status, headers and body of one answer of ``CodeClient.get``."""
+    """The status, headers and body of one answer of ``CodeClient.get``.
 
-    def __init__(self, response: http.client.HTTPResponse) -> None:
+    ``move_into`` puts the body into a file with ``splice(2)`` where it can (see
+    ``splice.py``): only the bytes that ``http.client`` read along with the headers pass
+    through Python. Elsewhere, or if the socket or file refuses, the body is read into a
+    buffer and written from there.
+    """
+
+    def __init__(self, response: http.client.HTTPResponse, sock: socket.socket | None) -> None:
         self.status = response.status
         self._response = response
+        self._sock = sock if SPLICE and response.length is not None else None
+        self._splicer: SocketSplicer | None = None
+        self._remaining = response.length  # body bytes not read yet; None: until EOF
+        self._buffer: memoryview | None = None
+        self._first = True
+        self._spliced = 0
 
     def header(self, name: str) -> str | None:
         return self._response.getheader(name)
 
-    def readinto(self, buffer: memoryview) -> int:
-        """Fill ``buffer`` with the next bytes of the body; 0 at its end (or if cut short)."""
+    def finished(self) -> bool:
+        """Whether the body has no bytes left (one more is read if its length is unknown)."""
+        if self._remaining is not None:
+            return self._remaining == 0
+        return self._read(memoryview(bytearray(1))) == 0
+
+    def move_into(self, fd: int, offset: int, limit: int) -> int:
+        """Write up to ``limit`` next bytes of the body to ``fd`` at ``offset``; how many.
+
+        0 at the body's end, or if it was cut short. _TransferError if the socket fails;
+        an error writing the file is the OSError it is.
+        """
+        if limit <= 0 or self._remaining == 0:
+            return 0
+        if self._first:  # what http.client read along with the headers, at most 8 KiB
+            self._first = False
+            if self._sock is not None:
+                return self._read_write(fd, offset, min(limit, self._buffered()))
+        if self._splicer is not None or self._start_splice():
+            return self._splice(fd, offset, limit)
+        return self._read_write(fd, offset, limit)
+
+    def close(self) -> None:
+        if self._splicer is not None:
+            self._splicer.close()
+            self._splicer = None
+
+    def _buffered(self) -> int:
+        """How many body bytes http.client holds (one read of the socket if none)."""
+        fp = self._response.fp
         try:
-            return self._response.readinto(buffer)
+            return max(1, len(fp.peek(1))) if fp is not None else 1
+        except OSError as exc:
+            raise _TransferError(_describe(exc)) from None
+
+    def _start_splice(self) -> bool:
+        if self._sock is None:
+            return False
+        try:
+            self._splicer = SocketSplicer(self._sock, timeout=self._sock.gettimeout())
+        except SpliceUnsupportedError:
+            self._sock = None
+            return False
+        return True
+
+    def _splice(self, fd: int, offset: int, limit: int) -> int:
+        assert self._splicer is not None and self._remaining is not None
+        try:
+            n = self._splicer.move(fd, offset, min(limit, self._remaining))
+        except SocketReadError as exc:
+            raise _TransferError(exc.reason) from None
+        except SpliceUnsupportedError as exc:
+            self.close()
+            self._sock = None
+            if self._spliced:  # http.client's count is behind: this connection is done
+                raise _TransferError(f"splice refused: {exc}") from None
+            return self._read_write(fd, offset, limit)  # refused at once: the other way
+        self._spliced += n
+        self._remaining -= n
+        if self._remaining == 0:
+            self._response.close()  # read to its end: the connection may be kept
+        return n
+
+    def _read_write(self, fd: int, offset: int, limit: int) -> int:
+        size = min(limit, READ_BYTES)
+        if self._buffer is None or len(self._buffer) < size:
+            self._buffer = memoryview(bytearray(READ_BYTES if self._buffer else size))
+        n = self._read(self._buffer[:size])
+        _pwrite_all(fd, self._buffer[:n], offset)
+        return n
+
+    def _read(self, buffer: memoryview) -> int:
+        try:
+            n = self._response.readinto(buffer)
         except (OSError, http.client.HTTPException) as exc:
             raise _TransferError(_describe(exc)) from None
+        if self._remaining is not None:
+            self._remaining -= n
+        return n
 
 
 _WRONG = "wrong bytes: "
@@ -450,7 +549,6 @@ def _request_range(
     """One GET of bytes [cursor.offset, cursor.end), written in place as they come."""
     start, last = cursor.offset, cursor.end - 1
     expected = f"bytes {start}-{last}/{meta.size_bytes}"
-    buffer = memoryview(bytearray(min(READ_BYTES, cursor.end - start)))
     try:
         with client.get(holder, meta.digest, f"bytes={start}-{last}") as body:
             if body.status != 206:
@@ -458,8 +556,7 @@ def _request_range(
             if body.header("content-range") != expected:
                 got = body.header("content-range")
                 raise _wrong_bytes(f"answered Range with {got!r}, not {expected!r}")
-            while n := body.readinto(buffer[: cursor.end - cursor.offset]):
-                _pwrite_all(fd, buffer[:n], cursor.offset)
+            while n := body.move_into(fd, cursor.offset, cursor.end - cursor.offset):
                 cursor.offset += n
     except _TransferError as exc:
         raise _HolderError(exc.reason, retry=cursor.offset > start) from None
@@ -474,40 +571,57 @@ def _request_range(
 
 
 class _Stream:
-    """The part file of a single-stream download, hashed as it is written."""
+    """The part file of a single-stream download, hashed as it is written.
+
+    The bytes are hashed from the part file itself (mapped, ``HASH_WINDOW`` at a time,
+    while they are still in the CPU's caches), not from a buffer on their way there: the
+    digest checked is that of what the file holds.
+    """
 
     def __init__(self, part: Path, size: int) -> None:
         self.fd = os.open(part, os.O_RDWR | os.O_CREAT, 0o644)
         self.size = size
         self.sha = hashlib.sha256()
-        self.have = 0
-        self._hash_prefix()
+        self.have = 0  # bytes in the file
+        self.hashed = 0  # of which hashed
+        self._resume()
 
-    def _hash_prefix(self) -> None:
-        """Resume: hash what an earlier attempt left (a file too long is started again)."""
+    def _resume(self) -> None:
+        """What an earlier attempt left counts (hashed later); a file too long starts again."""
         length = os.fstat(self.fd).st_size
         if length >= self.size:
             os.ftruncate(self.fd, 0)
             return
-        buffer = bytearray(HASH_CHUNK)
-        while self.have < length:
-            n = os.preadv(self.fd, [buffer], self.have)
-            if n == 0:
-                break
-            self.sha.update(memoryview(buffer)[:n])
-            self.have += n
+        self.have = length
 
     def restart(self) -> None:
         os.ftruncate(self.fd, 0)
         self.sha = hashlib.sha256()
-        self.have = 0
+        self.have = self.hashed = 0
 
-    def write(self, chunk: memoryview) -> None:
-        if self.have + len(chunk) > self.size:
-            raise _wrong_bytes(f"more than the {self.size} bytes expected")
-        _pwrite_all(self.fd, chunk, self.have)
-        self.sha.update(chunk)
-        self.have += len(chunk)
+    def take(self, body: Body) -> int:
+        """The next bytes of ``body`` into the file (no more than the package's size)."""
+        n = body.move_into(self.fd, self.have, self.size - self.have)
+        self.have += n
+        if self.have - self.hashed >= HASH_WINDOW:
+            self._hash_written()
+        return n
+
+    def digest(self) -> str:
+        self._hash_written()
+        return self.sha.hexdigest()
+
+    def _hash_written(self) -> None:
+        """Hash the bytes written since the last call, from the file's pages."""
+        while self.hashed < self.have:
+            base = self.hashed - self.hashed % mmap.ALLOCATIONGRANULARITY
+            end = min(self.have, base + HASH_WINDOW)
+            with (
+                mmap.mmap(self.fd, end - base, offset=base, prot=mmap.PROT_READ) as window,
+                memoryview(window) as view,
+            ):
+                self.sha.update(view[self.hashed - base :])
+            self.hashed = end
 
     def close(self) -> None:
         os.close(self.fd)
@@ -527,7 +641,7 @@ def _fetch_whole(client: CodeClient, meta: CodeMeta, holder: str, part: Path) ->
                     raise
                 retries += 1
                 continue
-            found = stream.sha.hexdigest()
+            found = stream.digest()
             if found == meta.digest:
                 return
             stream.restart()
@@ -545,12 +659,13 @@ def _fetch_whole(client: CodeClient, meta: CodeMeta, holder: str, part: Path) ->
 def _request_rest(client: CodeClient, holder: str, digest: str, stream: _Stream) -> None:
     """One GET of what ``stream`` lacks; _HolderError unless the body completes it."""
     start = stream.have
-    buffer = memoryview(bytearray(min(READ_BYTES, stream.size - start)))
     try:
         with client.get(holder, digest, f"bytes={start}-" if start else None) as body:
             _accept_rest(body, stream, start)
-            while n := body.readinto(buffer):
-                stream.write(buffer[:n])
+            while stream.have < stream.size and stream.take(body):
+                pass
+            if stream.have == stream.size and not body.finished():
+                raise _wrong_bytes(f"more than the {stream.size} bytes expected")
     except _TransferError as exc:
         raise _HolderError(exc.reason, retry=stream.have > start) from None
     if stream.have < stream.size:
