@@ -8,6 +8,7 @@ disk or a flipped bit would.
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from collections.abc import Callable
 
@@ -170,6 +171,45 @@ def test_the_watch_replicates_at_once_without_the_background_sync(zk, tmp_path, 
     assert done.status is PipelineStatus.ACTIVE
     assert done.replication == 3
     assert all(record.digest in packages_on(n) for n in cluster.nimbuses)
+
+
+def fetched_from(nimbus: NimbusProcess, name: str) -> set[str]:
+    """The addresses a nimbus's log says it fetched ``name``'s code from."""
+    marker = f"event=code_fetched pipeline={name} "
+    lines = [line for line in nimbus.log_tail(2000).splitlines() if marker in line]
+    return {part.removeprefix("nodes=") for line in lines for part in line.split()[1:]
+            if part.startswith("nodes=")}  # fmt: skip
+
+
+@pytest.mark.parametrize("package_server", [True, False], ids=["package-server", "api"])
+def test_standbys_fetch_from_the_package_servers_the_holders_registered(
+    zk, tmp_path, request, package_server
+):
+    extra = LONG_SYNC if package_server else (*LONG_SYNC, "-c", "nimbus.code.port=-1")
+    with (
+        nimbus_cluster(zk, tmp_path, request.node.name, extra=extra) as cluster,
+        client_for(cluster) as client,
+    ):
+        package = valid_package("served", payload_bytes=3_000_000)
+        client.submit("served", package, replication_conf(3, -1))
+        done = client.wait_replicated("served")
+        with kazoo_client(zk) as zk_client:
+            path = f"{cluster.root}/code/served"
+            registered = {
+                name: json.loads(zk_client.get(f"{path}/{name}")[0])
+                for name in zk_client.get_children(path)
+            }
+        sources = [fetched_from(n, "served") for n in cluster.nimbuses]
+    assert done.replication == 3
+    served_from = {data.get("served_from") for data in registered.values()}
+    fetched = set().union(*sources)
+    assert sum(1 for s in sources if s) == 2  # the two standbys fetched, the leader did not
+    if package_server:
+        assert None not in served_from and not served_from & set(registered)
+        assert fetched <= served_from
+    else:
+        assert served_from == {None}
+        assert fetched <= set(registered)
 
 
 def test_a_corrupted_replica_is_detected_by_its_digest_and_replaced(zk, tmp_path, request):

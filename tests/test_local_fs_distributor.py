@@ -13,7 +13,7 @@ import json
 import os
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from stratus.codedist.distributor import CodeDistributor, CodeMeta
 from stratus.codedist.errors import CodeUnavailableError
 from stratus.codedist.local_fs import LocalFileSystemDistributor
 from stratus.codedist.package_store import PackageStore
+from stratus.nimbus.package_server import PackageServer
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.server import ZooKeeperServer
 from tests.test_code_routes import CodeServer, code_server
@@ -83,10 +84,24 @@ def nimbuses(zk_hosts: str, tmp_path: Path) -> Iterator[list[Nimbus]]:
             nimbus.server.stop_soon()
 
 
-def start_nimbus(stack: contextlib.ExitStack, hosts: str, tmp_path: Path, name: str) -> Nimbus:
+def start_nimbus(
+    stack: contextlib.ExitStack,
+    hosts: str,
+    tmp_path: Path,
+    name: str,
+    *,
+    package_server: bool = False,
+) -> Nimbus:
+    """A nimbus's distributor, with its API's code route (and a package server if asked)."""
     client = stack.enter_context(kazoo_client(hosts, session_timeout=SESSION_SECS))
     store = PackageStore(tmp_path / name, max_bytes=64 * MIB)
     server = stack.enter_context(code_server(store))
+    served_from = None
+    if package_server:
+        packages = PackageServer(store, "127.0.0.1", 0)
+        packages.start()
+        stack.callback(packages.close)
+        served_from = packages.address
     dist = LocalFileSystemDistributor(
         client,
         PATHS,
@@ -95,6 +110,7 @@ def start_nimbus(stack: contextlib.ExitStack, hosts: str, tmp_path: Path, name: 
         parts=2,
         part_min_bytes=MIB,
         request_timeout=10.0,
+        served_from=served_from,
     )
     dist.prepare()
     nimbus = Nimbus(name, client, store, server, dist)
@@ -175,6 +191,23 @@ def test_a_standby_replicates_and_the_count_grows(nimbuses):
     assert a.server.recorder.ranges(), "b did not fetch from a"
     wait_until(lambda: counts(nimbuses, "etl", META) == [2, 2, 2], WAIT_SECS, "every view: 2")
     wait_until(b.changes.is_set, WAIT_SECS, "b's on_change callback (its own registration)")
+
+
+def test_a_holder_that_names_its_package_server_is_fetched_from_there(zk_hosts, tmp_path):
+    with contextlib.ExitStack() as stack:
+        a = start_nimbus(stack, zk_hosts, tmp_path, "a", package_server=True)
+        b = start_nimbus(stack, zk_hosts, tmp_path, "b")
+        stack.callback(a.dist.close)
+        stack.callback(b.dist.close)
+        a.dist.upload(a.package(), "etl")
+        wait_until(lambda: b.dist.replication_count("etl", META) == 1, WAIT_SECS, "b sees a")
+
+        b.dist.replicate("etl", META)
+
+        assert b.store.path(META.digest).read_bytes() == DATA
+        assert a.registration("etl") == {**asdict(META), "served_from": a.dist.served_from}
+        assert b.registration("etl") == asdict(META)  # b runs no package server
+        assert a.server.recorder.ranges() == [], "b fetched from a's API, not its package server"
 
 
 def test_large_code_comes_in_parts_from_two_holders(nimbuses):

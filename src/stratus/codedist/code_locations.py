@@ -1,7 +1,8 @@
 """Which nimbuses hold which pipeline's code: ZooKeeper's registrations, kept in memory.
 
 Each holder of a pipeline's code registers ``<root>/code/<pipeline>/<host:port>``
-(ephemeral, data ``{"digest": ..., "size_bytes": ...}``). ``CodeLocations`` watches those
+(ephemeral, data ``{"digest": ..., "size_bytes": ...}``, and ``"served_from"``: the
+``host:port`` of its package server, if it runs one). ``CodeLocations`` watches those
 nodes and answers from memory, so a question costs no ZooKeeper request; it is up to date
 once the watches have fired (ZooKeeper's usual eventual consistency), and again after a
 session expiry, when every watch is set anew and everything is read again::
@@ -11,6 +12,7 @@ session expiry, when every watch is set anew and everything is read again::
     locations.start()
     locations.count("etl", digest)              # how many nimbuses hold etl's code
     locations.holders("etl", digest)            # ["host-a:6627", "host-b:6627"]
+    locations.source("host-a:6627")             # "host-a:40123": where to GET its code
     locations.close()
 """
 
@@ -35,21 +37,35 @@ log = logging.getLogger(__name__)
 Holders = dict[str, CodeMeta]  # nimbus address -> the code it holds
 
 
-def holder_data(meta: CodeMeta) -> bytes:
-    """The data of a holder's registration."""
-    return json.dumps({"digest": meta.digest, "size_bytes": meta.size_bytes}).encode()
+def holder_data(meta: CodeMeta, served_from: str | None = None) -> bytes:
+    """The data of a holder's registration (``served_from``: its package server)."""
+    fields: dict[str, object] = {"digest": meta.digest, "size_bytes": meta.size_bytes}
+    if served_from is not None:
+        fields["served_from"] = served_from
+    return json.dumps(fields).encode()
 
 
 def parse_holder_data(data: bytes) -> CodeMeta | None:
     """The code a registration names; None if its data is not a registration's."""
-    try:
-        fields = json.loads(data)
-        digest, size = fields["digest"], fields["size_bytes"]
-    except (ValueError, TypeError, KeyError):
-        return None
+    fields = _fields(data)
+    digest, size = fields.get("digest"), fields.get("size_bytes")
     if not isinstance(digest, str) or not isinstance(size, int):
         return None
     return CodeMeta(digest, size)
+
+
+def parse_served_from(data: bytes) -> str | None:
+    """The package server a registration names, if any."""
+    served_from = _fields(data).get("served_from")
+    return served_from if isinstance(served_from, str) and served_from else None
+
+
+def _fields(data: bytes) -> dict[str, object]:
+    try:
+        fields = json.loads(data)
+    except ValueError:
+        return {}
+    return fields if isinstance(fields, dict) else {}
 
 
 class CodeLocations:
@@ -60,6 +76,7 @@ class CodeLocations:
         self._paths = paths
         self._lock = threading.Lock()  # guards the map and the callbacks; never held over a call
         self._holders: dict[str, Holders] = {}
+        self._sources: dict[str, str] = {}  # holder -> its package server, if it named one
         self._callbacks: list[Callable[[], None]] = []
         self._reads = threading.Lock()  # one read at a time: the last one read is the newest
         self._watchers: dict[str, Callable[[WatchedEvent], None]] = {}
@@ -105,6 +122,11 @@ class CodeLocations:
                     if meta.digest == digest
                 }
             )
+
+    def source(self, address: str) -> str:
+        """Where to GET ``address``'s code: its package server, or its API if it has none."""
+        with self._lock:
+            return self._sources.get(address, address)
 
     def pipelines(self) -> dict[str, Holders]:
         """Every pipeline with a node under ``<root>/code``, and its holders."""
@@ -165,7 +187,15 @@ class CodeLocations:
                 log.warning("event=code_holder_unreadable pipeline=%s node=%s", pipeline, address)
                 continue
             held[address] = meta
+            self._note_source(address, parse_served_from(data))
         return held
+
+    def _note_source(self, address: str, served_from: str | None) -> None:
+        with self._lock:
+            if served_from is None:
+                self._sources.pop(address, None)
+            else:
+                self._sources[address] = served_from
 
     def _watcher(self, pipeline: str) -> Callable[[WatchedEvent], None]:
         """One callable per pipeline: kazoo keeps a set of watchers, so it is set once."""

@@ -22,8 +22,12 @@ def create_distributor(
     address: str,
     store: PackageStore,
     live_nimbuses: Callable[[], int],
+    served_from: str | None = None,
 ) -> CodeDistributor:
-    """``local`` keeps code in ``store`` and replicates it; ``shared`` uses one fsspec store."""
+    """``local`` keeps code in ``store`` and replicates it; ``shared`` uses one fsspec store.
+
+    ``served_from``: the package server of a nimbus (``local`` names it in registrations).
+    """
     if conf.nimbus_code_distributor == "shared":
         assert conf.nimbus_code_shared_url is not None  # checked when the config was loaded
         return SharedStorageDistributor(conf.nimbus_code_shared_url, live_nimbuses=live_nimbuses)
@@ -35,4 +39,5 @@ def create_distributor(
         parts=conf.nimbus_code_download_parts,
         part_min_bytes=conf.nimbus_code_download_part_min_bytes,
         request_timeout=conf.client_request_timeout_secs,
+        served_from=served_from,
     )

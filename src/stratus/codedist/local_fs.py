@@ -2,13 +2,16 @@
 
 Storm's ``LocalFileSystemCodeDistributor``, with the registration it lacks after a session
 expiry. Guarantees: a nimbus registers ``<root>/code/<pipeline>/<host:port>`` (ephemeral,
-data ``{"digest", "size_bytes"}``) only while its store holds a copy that hashes to that
-digest; registrations come back by themselves after a session expiry; a copy found corrupt
-is deleted and unregistered, so the sync fetches it again; the replication count is the
-number of registrations with the pipeline's digest, read from memory (``CodeLocations``)::
+data ``{"digest", "size_bytes", "served_from"}``) only while its store holds a copy that
+hashes to that digest; registrations come back by themselves after a session expiry; a
+copy found corrupt is deleted and unregistered, so the sync fetches it again; the
+replication count is the number of registrations with the pipeline's digest, read from
+memory (``CodeLocations``). Copies are fetched from each holder's package server
+(``served_from``, ``nimbus/package_server.py``), or from its API if it names none::
 
     dist = LocalFileSystemDistributor(client, paths, "host-a:6627", store,
-                                      parts=4, part_min_bytes=8 << 20, request_timeout=10.0)
+                                      parts=4, part_min_bytes=8 << 20, request_timeout=10.0,
+                                      served_from="host-a:40123")   # its package server
     dist.prepare()
     meta = dist.upload(received.path, "etl")       # the leader: adopt and register
     dist.replicate("etl", meta)                    # another nimbus: fetch over HTTP, register
@@ -51,9 +54,11 @@ class LocalFileSystemDistributor:
         parts: int,
         part_min_bytes: int,
         request_timeout: float,
+        served_from: str | None = None,
     ) -> None:
         self._paths = paths
         self.address = address
+        self.served_from = served_from  # this nimbus's package server, named in registrations
         self._store = store
         self._settings = FetchSettings(
             parts=parts, part_min_bytes=part_min_bytes, timeout=request_timeout
@@ -237,10 +242,14 @@ class LocalFileSystemDistributor:
         self._store.adopt(part, meta.digest)
 
     def _holders(self, pipeline: str, meta: CodeMeta) -> list[str]:
-        """Other nimbuses with the code: the pipeline's holders, then those of the same bytes."""
+        """Where other nimbuses serve the code: the pipeline's holders, then the same bytes'.
+
+        Each is the holder's package server if its registration names one, else its API.
+        """
         ordered = self._locations.holders(pipeline, meta.digest)
         ordered += self._locations.holders_of(meta.digest)
-        return [h for h in dict.fromkeys(ordered) if h != self.address]
+        others = [h for h in dict.fromkeys(ordered) if h != self.address]
+        return [self._locations.source(holder) for holder in others]
 
     def _register(self, pipeline: str, meta: CodeMeta) -> CodeMeta | None:
         """Say so in ZooKeeper; the code of ``pipeline`` registered before, if other."""
@@ -248,7 +257,7 @@ class LocalFileSystemDistributor:
         with self._lock:
             before = self._registered.get(pipeline)
             self._registered[pipeline] = meta
-        created = self._nodes.add(path, holder_data(meta))
+        created = self._nodes.add(path, holder_data(meta, self.served_from))
         log.info(
             "event=code_registered pipeline=%s digest=%s node=%s deferred=%s",
             pipeline,

@@ -73,8 +73,8 @@ class PackageResponse(FileResponse):
     chunk_size = SERVE_CHUNK
 
 
-class _UnsatisfiableRangeError(Exception):
-    pass
+class UnsatisfiableRangeError(Exception):
+    """A byte range that starts past the end of the package (answered with 416)."""
 
 
 def add_code_routes(app: FastAPI, store: PackageStore) -> None:
@@ -109,7 +109,7 @@ def _serve(store: PackageStore, digest: str, range_header: str | None) -> Respon
             parse_range(range_header, stat.st_size)
         except ValueError as exc:
             return _error(InvalidRequestError(f"invalid request: Range {exc}"))
-        except _UnsatisfiableRangeError:
+        except UnsatisfiableRangeError:
             return _range_not_satisfiable(digest, range_header, stat.st_size)
     return PackageResponse(
         path,
@@ -122,7 +122,7 @@ def _serve(store: PackageStore, digest: str, range_header: str | None) -> Respon
 def parse_range(header: str, size: int) -> tuple[int, int]:
     """The [start, end) of a ``Range`` header on a file of ``size`` bytes.
 
-    ValueError unless it is ``_RANGE_RULE``; _UnsatisfiableRangeError if it starts past the end.
+    ValueError unless it is ``_RANGE_RULE``; UnsatisfiableRangeError if it starts past the end.
     Starlette's FileResponse reads such a header to the same range.
     """
     match = _RANGE.fullmatch(header)
@@ -132,13 +132,13 @@ def parse_range(header: str, size: int) -> tuple[int, int]:
     if not first:
         suffix = int(last)
         if suffix == 0 or size == 0:
-            raise _UnsatisfiableRangeError()
+            raise UnsatisfiableRangeError()
         return max(size - suffix, 0), size
     start = int(first)
     if last and int(last) < start:
         raise ValueError(f"{header!r} ends before it starts")
     if start >= size:
-        raise _UnsatisfiableRangeError()
+        raise UnsatisfiableRangeError()
     return start, min(int(last) + 1, size) if last else size
 
 

@@ -44,6 +44,7 @@ from stratus.nimbus.api import create_app
 from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.cluster_view import ClusterView
 from stratus.nimbus.metrics import NimbusMetrics
+from stratus.nimbus.package_server import PackageServer
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.records import NimbusRegistration
 from stratus.nimbus.scheduling_duty import SchedulingDuty
@@ -108,6 +109,7 @@ class Nimbus:
             code_missing=lambda: len(self.code_sync.missing()),
         )
         self._registration: EphemeralNode | None = None
+        self._package_server: PackageServer | None = None
         self._http: uvicorn.Server | None = None
         self._http_thread: threading.Thread | None = None
 
@@ -128,6 +130,7 @@ class Nimbus:
         self.view.set_leaders(self.coordinator.get_leaders(NIMBUS_GROUP))
         self.ops = PipelineOps(client, self.paths, clock=self._clock)
         incoming = self._package_store()
+        self._start_package_server(incoming)
         self.distributor = self._build_distributor(incoming)
         self.code_sync = CodeSync(
             self.distributor,
@@ -173,6 +176,8 @@ class Nimbus:
         if self._registration is not None:
             self._registration.close()
         self.distributor.close()
+        if self._package_server is not None:
+            self._package_server.close()
         self.coordinator.close()
 
     # ------------------------------------------------------------------ parts
@@ -194,6 +199,21 @@ class Nimbus:
         store.remove_leftovers()
         return store
 
+    def _start_package_server(self, store: PackageStore) -> None:
+        """Serve the store's packages with sendfile, if code is copied between nimbuses."""
+        if self.conf.nimbus_code_distributor != "local" or self.conf.nimbus_code_port < 0:
+            return
+        try:
+            self._package_server = PackageServer(
+                store, self.conf.nimbus_host, self.conf.nimbus_code_port
+            )
+        except OSError as exc:
+            raise NimbusStartError(
+                f"cannot serve packages on {self.conf.nimbus_host}:{self.conf.nimbus_code_port} "
+                f"(nimbus.code.port): {exc.strerror}"
+            ) from None
+        self._package_server.start()
+
     def _build_distributor(self, store: PackageStore) -> CodeDistributor:
         distributor = create_distributor(
             self.conf,
@@ -202,6 +222,7 @@ class Nimbus:
             address=self.address,
             store=store,
             live_nimbuses=lambda: len(self.view.nimbuses()),
+            served_from=self._package_server.address if self._package_server else None,
         )
         try:
             distributor.prepare()

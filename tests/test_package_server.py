@@ -1,0 +1,147 @@
+"""The package server: the API's code route, served with sendfile on its own port.
+
+Each request goes to both over real sockets, the package server and the API route (uvicorn,
+``code_routes``) on the same store: their answers must be the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.client
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from stratus.codedist.distributor import CodeMeta
+from stratus.codedist.fetch import FetchSettings, fetch_package
+from stratus.codedist.package_store import PackageStore
+from stratus.nimbus.package_server import PackageServer
+from tests.test_code_routes import code_server, stored
+
+MIB = 1 << 20
+DATA = os.urandom(5 * MIB + 123)
+DIGEST = hashlib.sha256(DATA).hexdigest()
+COMPARED_HEADERS = ("content-length", "content-range", "content-type", "etag", "accept-ranges")
+
+
+@dataclass
+class Served:
+    store: PackageStore
+    server: PackageServer
+    api: str  # host:port of the API route on the same store
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    store = PackageStore(tmp_path / "store", max_bytes=64 * MIB)
+    assert stored(store, DATA) == DIGEST
+    server = PackageServer(store, "127.0.0.1", 0)
+    server.start()
+    try:
+        with code_server(store) as api:
+            yield Served(store, server, api.address)
+    finally:
+        server.close()
+
+
+def answer(address: str, method: str, path: str, headers: dict[str, str]) -> httpx.Response:
+    return httpx.request(method, f"http://{address}{path}", headers=headers, timeout=10)
+
+
+CASES = [
+    ("GET", f"/api/v1/code/{DIGEST}", {}),
+    ("HEAD", f"/api/v1/code/{DIGEST}", {}),
+    ("GET", f"/api/v1/code/{DIGEST}", {"Range": "bytes=10-19"}),
+    ("GET", f"/api/v1/code/{DIGEST}", {"Range": "bytes=4194300-"}),
+    ("GET", f"/api/v1/code/{DIGEST}", {"Range": "bytes=-7"}),
+    ("GET", f"/api/v1/code/{DIGEST}", {"Range": "bytes=5-99999999"}),
+    ("GET", f"/api/v1/code/{DIGEST}", {"Range": f"bytes={len(DATA)}-"}),
+    ("GET", f"/api/v1/code/{DIGEST}", {"Range": "bytes=-0"}),
+    ("GET", f"/api/v1/code/{DIGEST}", {"Range": "bytes=0-1,5-6"}),
+    ("GET", f"/api/v1/code/{DIGEST}", {"Range": "bytes=9-3"}),
+    ("GET", f"/api/v1/code/{'0' * 64}", {}),
+    ("HEAD", f"/api/v1/code/{'0' * 64}", {}),
+    ("GET", "/api/v1/code/abc", {}),
+    ("GET", f"/api/v1/code/{'A' * 64}", {}),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "headers"), CASES)
+def test_it_answers_as_the_api_route_does(served, method, path, headers):
+    ours = answer(served.address, method, path, headers)
+    api = answer(served.api, method, path, headers)
+    assert ours.status_code == api.status_code
+    for name in COMPARED_HEADERS:
+        if ours.status_code < 300 or name in ("content-range", "content-type"):
+            assert ours.headers.get(name) == api.headers.get(name), name
+    if method == "HEAD":
+        assert ours.content == api.content == b""
+    elif ours.headers.get("content-type") == "application/json":
+        assert ours.json()["error"] == api.json()["error"]
+        assert set(ours.json()) == set(api.json())
+    else:
+        assert ours.content == api.content
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/api/v1/code/../../etc/passwd", f"/api/v1/code/{DIGEST}/x", "/api/v1/pipelines", "/"],
+)
+def test_only_packages_by_digest_are_served(served, path):
+    response = answer(served.address, "GET", path, {})
+    assert response.status_code in (404, 422)
+    assert response.json()["error"] in ("not_found", "invalid_request")
+
+
+def test_a_file_of_the_store_that_is_not_a_package_is_not_served(served):
+    (served.store.directory / f".upload-{'1' * 64}.tmp").write_bytes(b"not adopted")
+    assert answer(served.address, "GET", f"/api/v1/code/{'1' * 64}", {}).status_code == 404
+
+
+def test_a_connection_is_kept_for_the_next_request(served):
+    host, port = served.address.split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        ports = []
+        for _ in range(2):
+            connection.request("GET", f"/api/v1/code/{DIGEST}", headers={"Range": "bytes=0-9"})
+            response = connection.getresponse()
+            assert response.read() == DATA[:10]
+            assert connection.sock is not None
+            ports.append(connection.sock.getsockname()[1])
+    finally:
+        connection.close()
+    assert ports[0] == ports[1]
+
+
+def test_a_package_fetched_from_it_is_verified(served, tmp_path):
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    settings = FetchSettings(parts=1, timeout=10.0)
+    path = fetch_package("etl", CodeMeta(DIGEST, len(DATA)), [served.address], dest, settings)
+    assert path.read_bytes() == DATA
+
+
+def test_after_close_it_refuses_connections(tmp_path):
+    store = PackageStore(tmp_path / "store", max_bytes=64 * MIB)
+    server = PackageServer(store, "127.0.0.1", 0)
+    server.start()
+    assert answer(server.address, "HEAD", f"/api/v1/code/{DIGEST}", {}).status_code == 404
+    server.close()
+    with pytest.raises(httpx.ConnectError):
+        answer(server.address, "HEAD", f"/api/v1/code/{DIGEST}", {})
+
+
+def test_a_port_in_use_is_refused_at_construction(served):
+    port = int(served.address.rsplit(":", 1)[1])
+    with pytest.raises(OSError), contextlib.closing(PackageServer(served.store, "127.0.0.1", port)):
+        pass
