@@ -7,6 +7,7 @@ The worker, supervisor and end-to-end tests share them::
     write_ids(input_dir, range(50))      # one input file, written atomically
     read_ids(output_dir)                 # the ids the file sink committed, duplicates kept
     batch_package("report")              # examples/batch: FINISHED when its function returns
+    blocking_package()                   # its function never returns, even when stopped
     bad_entrypoint_package("bad")        # 'jobs.main:run': the module is there, the function is not
     example_package("sdp")               # examples/<name> zipped as `stratus submit` zips it
     unpack(package_bytes, directory)     # the package's files in a directory
@@ -77,6 +78,12 @@ def read_ids(output_dir: Path) -> list[int]:
     return sorted(row["id"] for row in read_rows(output_dir))
 
 
+def blocking_package(name: str = "blocking") -> bytes:
+    """A batch app whose function never returns, and ignores every stop request."""
+    module = "import threading\n\n\ndef run(spark, context):\n    threading.Event().wait()\n"
+    return _app_package(name, "blocking:run", {"blocking.py": module})
+
+
 def bad_entrypoint_package(name: str = "bad-entrypoint") -> bytes:
     """An app that passes the package checks and fails at start: its function is missing."""
     module = "def start(spark, context):\n    pass\n"
@@ -117,6 +124,7 @@ def worker_spec(
     spark_master: str = "local[2]",
     heartbeat_interval_secs: float = 0.5,
     trigger_interval_secs: float | None = None,
+    stop_grace_secs: float = 20.0,
 ) -> WorkerSpec:
     """A spec for the package unpacked in ``code_dir``, its manifest's conf under ``conf``."""
     manifest = manifest_of(code_dir)
@@ -140,6 +148,7 @@ def worker_spec(
         trigger_interval_secs=trigger_interval_secs,
         heartbeat_path=directory / HEARTBEAT_FILE,
         heartbeat_interval_secs=heartbeat_interval_secs,
+        stop_grace_secs=stop_grace_secs,
     )
 
 

@@ -42,6 +42,7 @@ from tests.spark_packages import (
     PASSTHROUGH_QUERY,
     bad_entrypoint_package,
     batch_package,
+    blocking_package,
     example_package,
     passthrough_conf,
     passthrough_package,
@@ -213,6 +214,26 @@ def test_a_sigkilled_worker_leaves_no_jvm(tmp_path, start_worker):
     worker.process.kill()  # the worker alone: its JVM sees EOF on its stdin pipe
     worker.process.wait()
     wait_until(lambda: not worker.jvms(), STOP_SECS, "the JVM of the killed worker to exit")
+
+
+def test_a_run_that_ignores_the_stop_is_abandoned_after_the_specs_grace(tmp_path, start_worker):
+    code = unpack(blocking_package(), tmp_path / "code")
+    spec = worker_spec(
+        tmp_path / "blocking",
+        "blocking",
+        code,
+        checkpoint_location=str(tmp_path / "checkpoints"),
+        stop_grace_secs=1.0,
+    )
+    worker = start_worker(spec)
+    worker.wait_heartbeat(lambda beat: beat.state is WorkerState.RUNNING, "Spark to run it")
+    assert worker.process.stdin is not None
+    worker.process.stdin.close()  # the supervisor is gone: no one will SIGKILL this worker
+    assert worker.wait_exit() == 0, worker.output()
+    final = worker.heartbeat()
+    assert final is not None and final.state is WorkerState.STOPPED, final
+    assert final.error == "the run did not end within 1 s of the stop request"
+    wait_until(lambda: not worker.jvms(), STOP_SECS, "its JVM to be gone")
 
 
 def test_batch_example_finishes_with_its_output(tmp_path, start_worker):

@@ -86,15 +86,15 @@ def _take_down(child: subprocess.Popen[bytes]) -> None:
 def _drain(timeout: float) -> None:
     """Wait until the guard is alone in its group; SIGKILL whoever is left at ``timeout``."""
     deadline = time.monotonic() + max(0.0, timeout)
-    while _others_in_group() and time.monotonic() < deadline:
+    while others_in_group() and time.monotonic() < deadline:
         time.sleep(POLL_SECS)
-    for pid in _others_in_group():
+    for pid in others_in_group():
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 
 
-def _others_in_group() -> list[int]:
-    """Live processes of this group other than the guard."""
+def others_in_group() -> list[int]:
+    """Live processes of this process group other than the calling process."""
     me = os.getpid()
     return [pid for pid in live_in_group(os.getpgrp()) if pid != me]
 

@@ -9,8 +9,9 @@ own, stdin a pipe it holds. The worker:
 3. stops on SIGTERM (or SIGINT), or on EOF on stdin (its supervisor is gone: it must not
    outlive it): streaming queries stop with their checkpoints kept, an sdp run's process
    group is taken down, Spark stops. A stop while STARTING (Spark still starting, nothing
-   ran) exits at once. A run that has not ended ``STOP_GRACE_SECS`` after the request is
-   abandoned: the STOPPED heartbeat is written and the process exits. Either way the pipes
+   ran) exits at once. A run that has not ended ``stop_grace_secs`` after the request is
+   abandoned: the STOPPED heartbeat is written, the rest of the worker's process group (its
+   JVM) is SIGKILLed and the process exits. Either way the pipes
    its JVM and sdp guard watch close with the process, so they go too;
 4. writes the final heartbeat and exits:
 
@@ -30,8 +31,10 @@ own, stdin a pipe it holds. The worker:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 import sys
 import threading
 import traceback
@@ -40,6 +43,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from stratus.supervisor.heartbeat_reporter import HeartbeatReporter
+from stratus.supervisor.run_guard import others_in_group
 from stratus.supervisor.sdp_run import run_sdp
 from stratus.supervisor.spark_app import run_app
 from stratus.supervisor.stop_request import StopRequest
@@ -47,8 +51,6 @@ from stratus.supervisor.worker_outcome import OK_EXIT, USAGE_EXIT, Outcome
 from stratus.supervisor.worker_spec import WorkerSpec
 
 log = logging.getLogger(__name__)
-
-STOP_GRACE_SECS = 20.0  # from a stop request to an exit without waiting for the run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,7 +74,7 @@ def run_worker(spec: WorkerSpec, *, stdin_fd: int | None) -> int:
     if stdin_fd is not None:
         stop.watch(stdin_fd)
     stop.on_request(lambda: _exit_now_if_starting(reporter))
-    stop.on_request(lambda: _exit_after_grace(reporter, STOP_GRACE_SECS))
+    stop.on_request(lambda: _exit_after_grace(reporter, spec.stop_grace_secs))
     log.info(
         "event=worker_started generation=%d kind=%s master=%s pid=%d",
         spec.generation,
@@ -136,12 +138,23 @@ def _exit_after_grace(reporter: HeartbeatReporter, grace: float) -> None:
             Outcome.stopped(f"the run did not end within {grace:g} s of the stop request")
         )
         log.warning("event=worker_abandoned_run grace_secs=%g", grace)
+        _kill_the_rest_of_the_group()
         final = reporter.outcome
         _exit(final.exit_code if final is not None else OK_EXIT)
 
     timer = threading.Timer(grace, give_up)
     timer.daemon = True
     timer.start()
+
+
+def _kill_the_rest_of_the_group() -> None:
+    """SIGKILL the rest of this worker's process group (its Spark JVM): a run abandoned
+    because its supervisor is gone must stop now, not when its JVM next reads stdin."""
+    if os.getpgrp() != os.getpid():
+        return  # not started in a group of its own (by hand): the group is not the worker's
+    for pid in others_in_group():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _parser() -> argparse.ArgumentParser:

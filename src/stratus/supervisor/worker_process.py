@@ -115,6 +115,7 @@ def build_spec(
         trigger_interval_secs=float(trigger) if trigger is not None else None,
         heartbeat_path=paths.heartbeat,
         heartbeat_interval_secs=conf.worker_heartbeat_frequency_secs,
+        stop_grace_secs=conf.supervisor_worker_stop_secs,
     )
 
 

@@ -48,6 +48,12 @@ class WorkerSpec(BaseModel):
     )
     heartbeat_path: Path
     heartbeat_interval_secs: float
+    stop_grace_secs: float = Field(
+        gt=0,
+        description="from a stop request to an exit without waiting for the run: the "
+        "supervisor's supervisor.worker.stop.secs, so that a worker whose supervisor died is "
+        "gone before the leader may move its pipeline",
+    )
 
     def write(self, path: Path) -> None:
         write_atomically(path, self.model_dump_json(indent=2).encode())
