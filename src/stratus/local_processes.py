@@ -40,106 +40,13 @@ class ProcessStartError(StratusError):
     """A daemon process exited or never became ready."""
 
 
-class NimbusProcess:
-    """One ``stratus nimbus`` child process at a fixed address (kept across restarts)."""
+class DaemonProcess:
+    """One ``python -m stratus <command>`` child process, in a session of its own, with its
+    output appended to ``log_path``; what nimbuses and supervisors share."""
 
-    def __init__(
-        self,
-        options: Sequence[str],
-        *,
-        port: int,
-        log_dir: Path,
-        host: str = "127.0.0.1",
-    ) -> None:
-        self.host = host
-        self.port = port
-        self.address = f"{host}:{port}"
-        self.url = f"http://{self.address}"
-        self.log_path = log_dir / f"nimbus-{port}.log"
-        self.local_dir = log_dir / f"nimbus-{port}"
-        self._options = list(options)
-        self._process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process else None
-
-    def is_running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    def start(self) -> None:
-        command = [
-            sys.executable, "-m", "stratus", "nimbus", *self._options,
-            "-c", f"nimbus.host={self.host}",
-            "-c", f"nimbus.port={self.port}",
-            "-c", f"nimbus.local.dir={self.local_dir}",
-        ]  # fmt: skip
-        with self.log_path.open("ab") as log:
-            self._process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-
-    def wait_ready(self, timeout: float = READY_TIMEOUT_SECS) -> None:
-        """Wait until the API answers; ProcessStartError with the log's tail if it died."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.is_running():
-                raise ProcessStartError(f"nimbus {self.address} exited: {self.log_tail()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/api/v1/leader", timeout=1.0).status_code == 200:
-                    return
-            time.sleep(POLL_SECS)
-        raise ProcessStartError(f"nimbus {self.address} not ready in {timeout:g}s")
-
-    def signal(self, signum: int) -> None:
-        if self._process is not None and self._process.poll() is None:
-            os.kill(self._process.pid, signum)
-
-    def kill(self) -> None:
-        """SIGKILL, and reap."""
-        self.signal(signal.SIGKILL)
-        if self._process is not None:
-            self._process.wait()
-
-    def stop(self, timeout: float = STOP_TIMEOUT_SECS) -> int | None:
-        """SIGTERM (a graceful hand-over), SIGKILL if it is still there after ``timeout``."""
-        if self._process is None:
-            return None
-        self.signal(signal.SIGCONT)  # a frozen process cannot handle SIGTERM
-        self.signal(signal.SIGTERM)
-        try:
-            return self._process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            return self._process.returncode
-
-    def log_tail(self, lines: int = 20) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
-
-
-class SupervisorProcess:
-    """One ``stratus supervisor`` child process with a fixed id and local directory.
-
-    Ready once the log of this start holds its ``supervisor <id> running`` line, which it
-    writes once registered and running: no ZooKeeper access is needed to tell.
-    """
-
-    def __init__(
-        self,
-        options: Sequence[str],
-        *,
-        id: str,
-        slots: int,
-        log_dir: Path,
-    ) -> None:
-        self.id = id
-        self.slots = slots
-        self.log_path = log_dir / f"supervisor-{id}.log"
-        self.local_dir = log_dir / f"supervisor-{id}"
+    def __init__(self, log_path: Path, local_dir: Path, options: Sequence[str]) -> None:
+        self.log_path = log_path
+        self.local_dir = local_dir
         self._options = list(options)
         self._process: subprocess.Popen[bytes] | None = None
         self._log_start = 0  # where this start's output begins in the log
@@ -155,47 +62,34 @@ class SupervisorProcess:
     def is_running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
-    def start(self) -> None:
-        command = [
-            sys.executable, "-m", "stratus", "supervisor", *self._options,
-            "--id", self.id,
-            "--slots", str(self.slots),
-            "-c", f"supervisor.local.dir={self.local_dir}",
-        ]  # fmt: skip
+    def _launch(self, command: str, *arguments: str) -> None:
+        argv = [sys.executable, "-m", "stratus", command, *self._options, *arguments]
         self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             self._process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
-
-    def wait_ready(self, timeout: float = READY_TIMEOUT_SECS) -> None:
-        """Wait for the ready line; ProcessStartError with the log's tail if it exited."""
-        deadline = time.monotonic() + timeout
-        needle = f"supervisor {self.id} running".encode()
-        while time.monotonic() < deadline:
-            if needle in self._output():
-                return
-            if not self.is_running():
-                raise ProcessStartError(f"supervisor {self.id} exited: {self.log_tail()}")
-            time.sleep(POLL_SECS)
-        raise ProcessStartError(f"supervisor {self.id} not ready in {timeout:g}s")
 
     def signal(self, signum: int) -> None:
         if self._process is not None and self._process.poll() is None:
             os.kill(self._process.pid, signum)
 
     def kill(self) -> None:
-        """SIGKILL, and reap: its workers see their stdin close and stop by themselves."""
+        """SIGKILL, and reap."""
         self.signal(signal.SIGKILL)
         if self._process is not None:
             self._process.wait()
 
-    def stop(self, timeout: float = STOP_TIMEOUT_SECS) -> int | None:
-        """SIGTERM (workers stopped, unregistered), SIGKILL if still there after ``timeout``."""
-        if self._process is None:
-            return None
+    def terminate(self) -> None:
+        """SIGTERM, the graceful stop, without waiting for it (see ``stop``)."""
         self.signal(signal.SIGCONT)  # a frozen process cannot handle SIGTERM
         self.signal(signal.SIGTERM)
+
+    def stop(self, timeout: float = STOP_TIMEOUT_SECS) -> int | None:
+        """SIGTERM, then SIGKILL if it is still there after ``timeout``; the exit code."""
+        if self._process is None:
+            return None
+        self.terminate()
         try:
             return self._process.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -220,3 +114,91 @@ class SupervisorProcess:
                 return log.read()
         except OSError:
             return b""
+
+
+def stop_all(processes: Sequence[DaemonProcess], timeout: float = STOP_TIMEOUT_SECS) -> None:
+    """Stop them at once: SIGTERM to each, then SIGKILL to whoever is left after ``timeout``."""
+    for process in processes:
+        process.terminate()
+    deadline = time.monotonic() + timeout
+    for process in processes:
+        process.stop(max(0.0, deadline - time.monotonic()))
+
+
+class NimbusProcess(DaemonProcess):
+    """One ``stratus nimbus`` child process at a fixed address (kept across restarts)."""
+
+    def __init__(
+        self,
+        options: Sequence[str],
+        *,
+        port: int,
+        log_dir: Path,
+        host: str = "127.0.0.1",
+    ) -> None:
+        super().__init__(log_dir / f"nimbus-{port}.log", log_dir / f"nimbus-{port}", options)
+        self.host = host
+        self.port = port
+        self.address = f"{host}:{port}"
+        self.url = f"http://{self.address}"
+
+    def start(self) -> None:
+        self._launch(
+            "nimbus",
+            "-c", f"nimbus.host={self.host}",
+            "-c", f"nimbus.port={self.port}",
+            "-c", f"nimbus.local.dir={self.local_dir}",
+        )  # fmt: skip
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_SECS) -> None:
+        """Wait until the API answers; ProcessStartError with the log's tail if it died."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.is_running():
+                raise ProcessStartError(f"nimbus {self.address} exited: {self.log_tail()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/api/v1/leader", timeout=1.0).status_code == 200:
+                    return
+            time.sleep(POLL_SECS)
+        raise ProcessStartError(f"nimbus {self.address} not ready in {timeout:g}s")
+
+
+class SupervisorProcess(DaemonProcess):
+    """One ``stratus supervisor`` child process with a fixed id and local directory.
+
+    Ready once the log of this start holds its ``supervisor <id> running`` line, which it
+    writes once registered and running: no ZooKeeper access is needed to tell. A SIGKILL
+    leaves its workers to see their stdin close and stop by themselves.
+    """
+
+    def __init__(
+        self,
+        options: Sequence[str],
+        *,
+        id: str,
+        slots: int,
+        log_dir: Path,
+    ) -> None:
+        super().__init__(log_dir / f"supervisor-{id}.log", log_dir / f"supervisor-{id}", options)
+        self.id = id
+        self.slots = slots
+
+    def start(self) -> None:
+        self._launch(
+            "supervisor",
+            "--id", self.id,
+            "--slots", str(self.slots),
+            "-c", f"supervisor.local.dir={self.local_dir}",
+        )  # fmt: skip
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_SECS) -> None:
+        """Wait for the ready line; ProcessStartError with the log's tail if it exited."""
+        deadline = time.monotonic() + timeout
+        needle = f"supervisor {self.id} running".encode()
+        while time.monotonic() < deadline:
+            if needle in self._output():
+                return
+            if not self.is_running():
+                raise ProcessStartError(f"supervisor {self.id} exited: {self.log_tail()}")
+            time.sleep(POLL_SECS)
+        raise ProcessStartError(f"supervisor {self.id} not ready in {timeout:g}s")
