@@ -1,15 +1,20 @@
-"""``stratus local --demo`` (what ``make run`` runs) completes and leaves no process behind."""
+"""``stratus local --demo`` (what ``make run`` runs) completes and leaves no process behind;
+``stratus local`` stopped with Ctrl-C or SIGTERM, then Ctrl-C again, leaves none either."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from tests.zkfixtures import process_gone, process_parents
+from tests.zkfixtures import process_gone, process_parents, wait_until
+
+WORKER_MODULE = b"stratus.supervisor.worker"
 
 
 def descendants(pid: int) -> set[int]:
@@ -24,6 +29,14 @@ def descendants(pid: int) -> set[int]:
             found.add(child)
             todo.append(child)
     return found
+
+
+def is_worker(pid: int) -> bool:
+    """Whether ``pid`` is a stratus worker (a PySpark driver that a supervisor started)."""
+    try:
+        return WORKER_MODULE in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 @pytest.mark.timeout(600)
@@ -48,4 +61,34 @@ def test_stratus_local_demo_survives_both_kills_with_rows_in_equal_rows_out(tmp_
     assert "rows in = rows out" in output
     assert "all processes stopped" in output
     assert len(started) >= 6  # ZooKeeper, three nimbuses, two supervisors, at least
+    assert all(process_gone(pid) for pid in started)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("first", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stop_and_then_ctrl_c_while_pipelines_run_leave_no_process_behind(tmp_path, first):
+    log = tmp_path / "local.log"
+    with log.open("w") as out:
+        local = subprocess.Popen(
+            [sys.executable, "-m", "stratus", "local"], stdout=out, stderr=subprocess.STDOUT
+        )
+    started: set[int] = set()
+
+    def workers_running() -> bool:
+        started.update(descendants(local.pid))
+        return local.poll() is None and any(is_worker(pid) for pid in started)
+
+    try:
+        wait_until(workers_running, 300, "stratus local to run its pipelines' workers")
+        local.send_signal(first)
+        wait_until(lambda: "stopping" in log.read_text(), 30, "the graceful stop to begin")
+        started.update(descendants(local.pid))
+        local.send_signal(signal.SIGINT)  # impatient: a second Ctrl-C must not cut the stop short
+        code = local.wait(timeout=120)
+    finally:
+        local.kill()
+    output = log.read_text()
+    assert code == 0, output
+    assert "all processes stopped" in output
+    assert len(started) >= 7  # ZooKeeper, three nimbuses, two supervisors, a worker at least
     assert all(process_gone(pid) for pid in started)

@@ -33,7 +33,7 @@ from stratus.command_options import with_config
 from stratus.config import StratusConfig
 from stratus.errors import StratusError
 from stratus.examples_io import Feeder, window_count_total
-from stratus.local_cluster import LocalCluster
+from stratus.local_cluster import INTERRUPTS, LocalCluster
 from stratus.nimbus.records import PipelineStatus, WorkerHeartbeat, WorkerState
 from stratus.pipeline_start import PHASES, follow_start
 
@@ -225,6 +225,17 @@ def print_summary(console: Console, demo: Demo, fed: int, counted: int) -> None:
     console.print(f"{STREAMING}: {fed} events fed, {counted} counted in its output: {verdict}")
 
 
+def _stop_on_termination() -> None:
+    """SIGTERM and SIGHUP (a closed terminal) stop everything as Ctrl-C does, instead of
+    ending this process at once and leaving the cluster's processes behind."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, interrupt)
+
+
 @click.command()
 @click.option(
     "--demo",
@@ -238,19 +249,27 @@ def local(scripted: bool, conf: StratusConfig) -> None:
     del conf  # the local cluster's settings are its own (see stratus.local_cluster)
     console = Console()
     console.rule("stratus local" + (" --demo" if scripted else ""))
+    _stop_on_termination()
+    fed = counted = 0
+    interrupted = False
     with ExitStack() as stack:
-        demo = Demo(stack, console)
-        demo.submit_examples()
-        print_cluster(console, demo.client.cluster())
-        if scripted:
-            fed, counted = run_scripted(demo)
-            print_summary(console, demo, fed, counted)
-        else:
-            console.print("running; Ctrl-C stops everything")
-            try:
+        try:
+            demo = Demo(stack, console)
+            demo.submit_examples()
+            print_cluster(console, demo.client.cluster())
+            if scripted:
+                fed, counted = run_scripted(demo)
+                print_summary(console, demo, fed, counted)
+            else:
+                console.print("running; Ctrl-C stops everything")
                 run_until_interrupted(demo)
-            except KeyboardInterrupt:
-                console.print("stopping")
+        except KeyboardInterrupt:
+            for signum in INTERRUPTS:  # from here on nothing may cut the stop short
+                signal.signal(signum, signal.SIG_IGN)
+            console.print("stopping")
+            interrupted = True
     console.print("all processes stopped")
-    if scripted and fed != counted:
+    if interrupted and scripted:
+        raise click.Abort  # the demo did not finish: exit 1
+    if fed != counted:
         raise DemoError(f"{fed} events fed but {counted} counted")

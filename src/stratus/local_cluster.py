@@ -2,7 +2,8 @@
 
 One ZooKeeper, three ``stratus nimbus`` and two ``stratus supervisor`` processes (by default),
 with short timeouts so that failures show in seconds; ``close()`` stops them all (SIGTERM,
-then SIGKILL), and the supervisors stop their workers::
+then SIGKILL), and the supervisors stop their workers. Ctrl-C cannot cut ``close()`` short:
+an interrupted stop would leave processes behind::
 
     cluster = LocalCluster(workdir, console)             # or nimbuses=1 (bench/reassign.py)
     cluster.start()
@@ -12,11 +13,15 @@ then SIGKILL), and the supervisors stop their workers::
 
 from __future__ import annotations
 
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
 
-from stratus.local_processes import NimbusProcess, SupervisorProcess
+from stratus.local_processes import NimbusProcess, SupervisorProcess, stop_all
 from stratus.zk.server import ZooKeeperServer, pick_free_port
 
 NIMBUSES = 3
@@ -99,8 +104,25 @@ class LocalCluster:
 
     def close(self) -> None:
         """Supervisors first (they stop their workers), then nimbuses, then ZooKeeper."""
-        for supervisor in self.supervisors:
-            supervisor.stop()
-        for nimbus in self.nimbuses:
-            nimbus.stop()
-        self.zookeeper.stop()
+        with interrupts_ignored():
+            stop_all(self.supervisors)
+            stop_all(self.nimbuses)
+            self.zookeeper.stop()
+
+
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def interrupts_ignored() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP are ignored inside (in the main thread: elsewhere Python
+    delivers no signal anyway), and their handlers restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in INTERRUPTS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
