@@ -3,7 +3,7 @@
 The worker, supervisor and end-to-end tests share them::
 
     passthrough_package("pt")            # JSON rows {"id": n} -> parquet, exactly once
-    passthrough_conf(input_dir, output_dir)   # the conf keys it reads
+    passthrough_conf(input_dir, output_dir)   # the conf keys it reads (input_dir created)
     write_ids(input_dir, range(50))      # one input file, written atomically
     read_ids(output_dir)                 # the ids the file sink committed, duplicates kept
     batch_package("report")              # examples/batch: FINISHED when its function returns
@@ -59,6 +59,9 @@ def passthrough_package(name: str = "passthrough") -> bytes:
 
 
 def passthrough_conf(input_dir: Path, output_dir: Path) -> dict[str, Any]:
+    """The conf keys it reads; ``input_dir`` is created, since a file stream source fails its
+    query at start (PATH_NOT_FOUND) when the directory is not there yet."""
+    input_dir.mkdir(parents=True, exist_ok=True)
     return {
         INPUT_KEY: str(input_dir),
         OUTPUT_KEY: str(output_dir),
