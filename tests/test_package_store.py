@@ -222,3 +222,19 @@ def test_a_good_copy_stored_while_a_corrupt_one_is_hashed_is_kept(store, monkeyp
     monkeypatch.setattr(package_store, "hash_file", hash_then_replace)
     assert store.verify(DIGEST)
     assert path.read_bytes() == DATA
+
+
+def test_a_package_written_to_while_it_is_adopted_is_hashed_again(
+    store: PackageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    received = store.receive(io.BytesIO(DATA))
+    final = store.path(received.digest)
+
+    def another_writer_meanwhile(directory: Path) -> None:  # right after the rename
+        final.write_bytes(bytes(len(DATA)))
+
+    monkeypatch.setattr(package_store, "_fsync_directory", another_writer_meanwhile)
+    store.adopt(received.path)
+
+    assert not store.verify(received.digest)  # hashed, found corrupt, deleted
+    assert not final.exists()

@@ -137,11 +137,12 @@ class PackageStore:
             path.unlink(missing_ok=True)
             return StoredPackage(digest, size)
         final = self.path(digest)
+        settled = _settle(path)  # while no one else knows the file: nothing can write it
         os.replace(path, final)
         _fsync_directory(self.directory)
-        settled = _settle(final)
-        with self._lock:
-            self._verified[digest] = settled  # hashed as written: no need to hash it again
+        if _file_key(final) == settled:  # a write since the rename would have moved its mtime
+            with self._lock:
+                self._verified[digest] = settled  # hashed as written: no need to hash it again
         log.info("event=package_stored digest=%s size_bytes=%d", digest, size)
         return StoredPackage(digest, size)
 
