@@ -331,19 +331,8 @@ def poll_until(what: str, condition: Callable[[], bool], timeout: float = WAIT_S
 
 def running_beat(client: NimbusClient, pipeline: str) -> WorkerHeartbeat | None:
     """The RUNNING heartbeat of the worker on the pipeline's assigned supervisor, if any."""
-    workers = client.workers(pipeline)
-    if workers.assignment is None:
-        return None
-    sid = workers.assignment.supervisor
-    return next(
-        (b for b in workers.workers if b.supervisor == sid and b.state is WorkerState.RUNNING),
-        None,
-    )
-
-
-def last_batch(beat: WorkerHeartbeat | None) -> int:
-    """The highest batch id the heartbeat's queries committed; -1 for none."""
-    return max((query.batch_id for query in beat.queries), default=-1) if beat else -1
+    beat = client.workers(pipeline).on_assigned()
+    return beat if beat is not None and beat.state is WorkerState.RUNNING else None
 
 
 def cold_start(client: NimbusClient, workdir: Path, console: Console) -> PipelineStart:
@@ -364,7 +353,7 @@ def kill_round(
     beat = running_beat(client, pipeline)
     if beat is None:
         raise BenchError(f"{pipeline} does not run before round {number}")
-    victim, batch = beat.supervisor, last_batch(beat)
+    victim, batch = beat.supervisor, beat.last_batch_id
     old_worker = GroupWatch(beat.pid)  # the worker leads a process group of its own
     began = time.time()
     cluster.supervisor(victim).kill()
@@ -420,7 +409,9 @@ def wait_steady(client: NimbusClient, start: PipelineStart) -> None:
     def steady() -> bool:
         beat = running_beat(client, start.pipeline)
         return (
-            beat is not None and beat.supervisor == start.supervisor and last_batch(beat) >= target
+            beat is not None
+            and beat.supervisor == start.supervisor
+            and beat.last_batch_id >= target
         )
 
     poll_until(f"{start.pipeline} to commit batch {target} on {start.supervisor}", steady)

@@ -77,16 +77,11 @@ class PipelineCluster:
     def running_on(self, name: str) -> WorkerHeartbeat | None:
         """The heartbeat of the worker of the current assignment, once it runs."""
         workers = self.workers(name)
-        if workers.assignment is None:
+        beat = workers.on_assigned()
+        if beat is None or workers.assignment is None:
             return None
-        for beat in workers.workers:
-            same_run = (beat.supervisor, beat.generation) == (
-                workers.assignment.supervisor,
-                workers.assignment.generation,
-            )
-            if same_run and beat.state.value == "RUNNING" and beat.app_id:
-                return beat
-        return None
+        same_run = beat.generation == workers.assignment.generation
+        return beat if same_run and beat.state.value == "RUNNING" and beat.app_id else None
 
     def beat_in_zookeeper(self, name: str, supervisor: str) -> WorkerHeartbeat | None:
         """A worker's heartbeat read from ZooKeeper itself: it needs no nimbus up."""

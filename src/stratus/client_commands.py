@@ -396,7 +396,7 @@ def workers_table(workers: PipelineWorkers) -> Table:
         table.add_column(column, justify="right" if column in ("rows/s", "rows") else "left")
     table.add_column("error", overflow="fold")
     for beat in workers.workers:
-        batch = max((query.batch_id for query in beat.queries), default=-1)
+        batch = beat.last_batch_id
         rate = sum(query.processed_rows_per_second for query in beat.queries)
         table.add_row(
             beat.supervisor,

@@ -91,7 +91,7 @@ class Demo:
             table.add_column(column)
         for record in summary.pipelines:
             beat = self._current(record.name)
-            batch = max((q.batch_id for q in beat.queries), default=-1) if beat else -1
+            batch = beat.last_batch_id if beat else -1
             table.add_row(
                 record.name,
                 record.status.value,
@@ -126,9 +126,7 @@ class Demo:
         workers = self.client.workers(name)
         if workers.assignment is None:
             return next((b for b in workers.workers if b.state.final), None)
-        return next(
-            (b for b in workers.workers if b.supervisor == workers.assignment.supervisor), None
-        )
+        return workers.on_assigned()
 
     def streaming_beat(self) -> WorkerHeartbeat | None:
         beat = self._current(STREAMING)
@@ -188,7 +186,7 @@ def _kill_streaming_supervisor(demo: Demo) -> None:
     beat = demo.streaming_beat()
     assert beat is not None
     victim = beat.supervisor
-    last_batch = max((query.batch_id for query in beat.queries), default=-1)
+    last_batch = beat.last_batch_id
     demo.console.print(f"kill -9 of supervisor [bold]{victim}[/], which runs {STREAMING}")
     began = time.time()  # wall clock: the marks of the start that follows are too
     demo.cluster.supervisor(victim).signal(signal.SIGKILL)

@@ -133,7 +133,7 @@ class StartTracker:
             return
         if self._running is None:
             self._running = (beat.time, beat.app_id)
-        batch = max((query.batch_id for query in beat.queries), default=-1)
+        batch = beat.last_batch_id
         if self._first_batch is None and batch > self.after_batch:
             self._first_batch = (beat.time, batch)
 

@@ -195,6 +195,11 @@ class WorkerHeartbeat(_Record):
     def rows_total(self) -> int:
         return sum(query.rows_total for query in self.queries)
 
+    @property
+    def last_batch_id(self) -> int:
+        """The highest batch id its queries committed; -1 before the first."""
+        return max((query.batch_id for query in self.queries), default=-1)
+
 
 class SupervisorHeartbeat(_Record):
     """What a supervisor reports at ``/supervisors/<id>`` of the cluster state store."""
@@ -214,6 +219,13 @@ class PipelineWorkers(BaseModel):
     pipeline: str
     assignment: Assignment | None
     workers: list[WorkerHeartbeat]
+
+    def on_assigned(self) -> WorkerHeartbeat | None:
+        """The heartbeat of the worker on the supervisor the pipeline is assigned to, if any."""
+        if self.assignment is None:
+            return None
+        where = self.assignment.supervisor
+        return next((beat for beat in self.workers if beat.supervisor == where), None)
 
 
 class LeaderInfo(BaseModel):

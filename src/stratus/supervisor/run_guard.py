@@ -88,6 +88,11 @@ def _drain(timeout: float) -> None:
     deadline = time.monotonic() + max(0.0, timeout)
     while others_in_group() and time.monotonic() < deadline:
         time.sleep(POLL_SECS)
+    kill_others_in_group()
+
+
+def kill_others_in_group() -> None:
+    """SIGKILL every live process of this process group but the calling one."""
     for pid in others_in_group():
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

@@ -31,10 +31,8 @@ own, stdin a pipe it holds. The worker:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
-import signal
 import sys
 import threading
 import traceback
@@ -43,7 +41,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from stratus.supervisor.heartbeat_reporter import HeartbeatReporter
-from stratus.supervisor.run_guard import others_in_group
+from stratus.supervisor.run_guard import kill_others_in_group
 from stratus.supervisor.sdp_run import run_sdp
 from stratus.supervisor.spark_app import run_app
 from stratus.supervisor.stop_request import StopRequest
@@ -150,11 +148,8 @@ def _exit_after_grace(reporter: HeartbeatReporter, grace: float) -> None:
 def _kill_the_rest_of_the_group() -> None:
     """SIGKILL the rest of this worker's process group (its Spark JVM): a run abandoned
     because its supervisor is gone must stop now, not when its JVM next reads stdin."""
-    if os.getpgrp() != os.getpid():
-        return  # not started in a group of its own (by hand): the group is not the worker's
-    for pid in others_in_group():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    if os.getpgrp() == os.getpid():  # else started by hand: the group is not the worker's
+        kill_others_in_group()
 
 
 def _parser() -> argparse.ArgumentParser:
