@@ -21,6 +21,7 @@ run: install
 	$(BIN)/stratus local --demo
 
 lint: install
+	$(BIN)/lint-imports
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 

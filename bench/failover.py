@@ -84,11 +84,11 @@ from _report import (
     raise_interrupted,
     report_console,
 )
+from stratus.api.records import ClusterSummary, LeaderInfo
 from stratus.client import NimbusClient
 from stratus.codedist.package_build import package_bytes
 from stratus.errors import StratusError
 from stratus.nimbus.daemon import NIMBUS_GROUP
-from stratus.nimbus.records import ClusterSummary, LeaderInfo
 from stratus.zk.paths import GroupPaths
 from stratus.zk.server import LOOPBACK, ZooKeeperServer, pick_free_port
 

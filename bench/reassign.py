@@ -23,9 +23,9 @@ Parts (``--part``, repeatable; all by default):
 
 * **kill**: ``kill -9`` of the supervisor running a streaming pipeline, until the pipeline's
   first new batch is committed on the other supervisor, in real processes: ZooKeeper, one
-  nimbus and two supervisors (``stratus.local_cluster``, its short timeouts), the
+  nimbus and two supervisors (``stratus.local.cluster``, its short timeouts), the
   ``examples/streaming`` pipeline on Spark (``local[1]``), fed a file of events a second.
-  The move is split into its steps by ``stratus.pipeline_start`` (detection: the new
+  The move is split into its steps by ``stratus.local.pipeline_start`` (detection: the new
   assignment; worker start; Spark start-up: RUNNING with an app id; first batch: a batch id
   above the last one before the kill), each step's end taken from the records the leader,
   the supervisor and the worker wrote. ``--rounds`` kills in a row, the pipeline moving back
@@ -79,20 +79,20 @@ from _report import (
     raise_interrupted,
     report_console,
 )
-from stratus.client import NimbusClient
-from stratus.errors import StratusError
-from stratus.examples_io import Feeder
-from stratus.local_cluster import SUPERVISOR_TIMEOUT_SECS, LocalCluster
-from stratus.nimbus.records import (
+from stratus.api.records import (
     Assignment,
     PipelineRecord,
     PipelineStatus,
     WorkerHeartbeat,
     WorkerState,
 )
+from stratus.client import NimbusClient
+from stratus.errors import StratusError
+from stratus.local.cluster import SUPERVISOR_TIMEOUT_SECS, LocalCluster
+from stratus.local.examples_io import Feeder
+from stratus.local.pipeline_start import PHASES, PipelineStart, follow_start
 from stratus.nimbus.scheduler import Plan, plan_round
-from stratus.pipeline_start import PHASES, PipelineStart, follow_start
-from stratus.supervisor.run_guard import live_in_group
+from stratus.worker.run_guard import live_in_group
 
 SCHEDULE_TARGET_SECS = 1.0
 EPOCH = 2
@@ -441,7 +441,7 @@ def run_kill_rounds(
 def kill_part(args: argparse.Namespace, console: Console) -> PartResult:
     """A real cluster; kill -9 the supervisor running a streaming pipeline, ``--rounds`` times."""
     console.print(
-        f"kill: ZooKeeper, 1 nimbus and 2 supervisors as processes (stratus.local_cluster); "
+        f"kill: ZooKeeper, 1 nimbus and 2 supervisors as processes (stratus.local.cluster); "
         f"the {EXAMPLE.name} example; kills: {args.rounds}"
     )
     workdir = Path(tempfile.mkdtemp(prefix="stratus-bench-reassign-"))

@@ -93,10 +93,10 @@ from _report import (
     raise_interrupted,
     report_console,
 )
+from stratus.api.records import PipelineRecord, PipelineStatus
 from stratus.client import NimbusClient
 from stratus.errors import StratusError
-from stratus.local_processes import NimbusProcess, ProcessStartError
-from stratus.nimbus.records import PipelineRecord, PipelineStatus
+from stratus.local.processes import NimbusProcess, ProcessStartError
 from stratus.zk.errors import ZooKeeperServerError
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.server import ZooKeeperServer, pick_free_port

@@ -71,11 +71,7 @@ from _report import (
     print_verdicts,
     raise_interrupted,
 )
-from stratus.codedist.package_build import package_bytes
-from stratus.coordination.records import SlotRecord
-from stratus.local_processes import NimbusProcess, ProcessStartError
-from stratus.nimbus.daemon import NIMBUS_GROUP
-from stratus.nimbus.records import (
+from stratus.api.records import (
     ClusterSummary,
     LeaderInfo,
     NimbusRegistration,
@@ -83,6 +79,10 @@ from stratus.nimbus.records import (
     PipelineRecord,
     SupervisorSummary,
 )
+from stratus.codedist.package_build import package_bytes
+from stratus.coordination.records import SlotRecord
+from stratus.local.processes import NimbusProcess, ProcessStartError
+from stratus.nimbus.daemon import NIMBUS_GROUP
 from stratus.zk.errors import ZooKeeperServerError
 from stratus.zk.paths import ClusterPaths, GroupPaths, join
 from stratus.zk.server import ZooKeeperServer, pick_free_port

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 
-from stratus.local_processes import NimbusProcess
-from stratus.nimbus.records import ClusterSummary, LeaderInfo
+from stratus.api.records import ClusterSummary, LeaderInfo
+from stratus.local.processes import NimbusProcess
 from stratus.zk.server import pick_free_port
 from tests.zkfixtures import chroot_for, wait_until
 

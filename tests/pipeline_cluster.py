@@ -15,9 +15,9 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
+from stratus.api.records import PipelineRecord, PipelineStatus, PipelineWorkers, WorkerHeartbeat
 from stratus.client import NimbusClient
-from stratus.local_processes import SupervisorProcess
-from stratus.nimbus.records import PipelineRecord, PipelineStatus, PipelineWorkers, WorkerHeartbeat
+from stratus.local.processes import SupervisorProcess
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore
 from stratus.zk.paths import ClusterPaths

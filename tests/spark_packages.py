@@ -26,8 +26,8 @@ from typing import Any
 import yaml
 
 from stratus.codedist.package_build import build_package, package_bytes
-from stratus.examples_io import read_rows, write_events
-from stratus.supervisor.worker_spec import HEARTBEAT_FILE, WorkerSpec
+from stratus.local.examples_io import read_rows, write_events
+from stratus.worker.spec import HEARTBEAT_FILE, WorkerSpec
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 INPUT_KEY = "spark.stratus.test.input"

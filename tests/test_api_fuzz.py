@@ -36,7 +36,7 @@ from schemathesis.checks import positive_data_acceptance
 from schemathesis.core.failures import AcceptedNegativeData, Failure
 from schemathesis.core.mutations import OperatorKind
 
-from stratus.local_processes import NimbusProcess
+from stratus.local.processes import NimbusProcess
 from tests.nimbus_cluster import nimbus_cluster
 from tests.package_factory import valid_package
 

@@ -16,7 +16,17 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from stratus.cli import main
+from stratus.api import errors as nimbus_errors
+from stratus.api.errors import ApiError
+from stratus.api.records import (
+    ClusterSummary,
+    LeaderInfo,
+    NimbusSummary,
+    PipelineList,
+    PipelineRecord,
+    PipelineStatus,
+)
+from stratus.cli.main import main
 from stratus.client import (
     BACKOFF_MAX_SECS,
     InvalidConfError,
@@ -32,16 +42,6 @@ from stratus.client import (
     UnknownPipelineError,
 )
 from stratus.errors import ConfigError, StratusError
-from stratus.nimbus import errors as nimbus_errors
-from stratus.nimbus.errors import ApiError
-from stratus.nimbus.records import (
-    ClusterSummary,
-    LeaderInfo,
-    NimbusSummary,
-    PipelineList,
-    PipelineRecord,
-    PipelineStatus,
-)
 from tests.package_factory import valid_package, valid_package_dir
 
 A, B, C = "10.0.0.1:6627", "10.0.0.2:6627", "10.0.0.3:6627"

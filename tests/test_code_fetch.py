@@ -19,17 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from stratus.codedist import fetch, splice
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.errors import CodeUnavailableError, DigestMismatchError
-from stratus.codedist.fetch import (
+from stratus.codedist.package_store import PackageStore
+from stratus.codedist.transfer import fetch, splice
+from stratus.codedist.transfer.fetch import (
     FetchSettings,
     fetch_package,
     http_client,
     part_path,
     split_ranges,
 )
-from stratus.codedist.package_store import PackageStore
 from tests.test_code_routes import CodeServer, Recorder, code_server, free_address, stored
 
 MIB = 1 << 20

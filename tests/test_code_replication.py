@@ -15,9 +15,9 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from stratus.api.records import PipelineRecord, PipelineStatus
 from stratus.client import NimbusClient
-from stratus.local_processes import NimbusProcess
-from stratus.nimbus.records import PipelineRecord, PipelineStatus
+from stratus.local.processes import NimbusProcess
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
 from tests.package_factory import valid_package

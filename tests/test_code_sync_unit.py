@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from stratus.api.records import PipelineRecord, PipelineStatus
 from stratus.codedist.code_sync import CodeSync, code_needed
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.errors import CodeUnavailableError
-from stratus.nimbus.records import PipelineRecord, PipelineStatus
 
 LOST_FAIL_SECS = 30.0
 

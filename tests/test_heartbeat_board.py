@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from stratus.nimbus.records import (
+from stratus.api.records import (
     QueryProgress,
     SupervisorHeartbeat,
     WorkerHeartbeat,

@@ -14,7 +14,7 @@ import pytest
 
 from tests.zkfixtures import process_gone, process_parents, wait_until
 
-WORKER_MODULE = b"stratus.supervisor.worker"
+WORKER_MODULE = b"stratus.worker.main"
 
 
 def descendants(pid: int) -> set[int]:

@@ -24,7 +24,7 @@ from stratus.codedist.distributor import CodeDistributor, CodeMeta
 from stratus.codedist.errors import CodeUnavailableError
 from stratus.codedist.local_fs import LocalFileSystemDistributor
 from stratus.codedist.package_store import PackageStore
-from stratus.nimbus.package_server import PackageServer
+from stratus.codedist.transfer.server import PackageServer
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.server import ZooKeeperServer
 from tests.test_code_routes import CodeServer, code_server

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from stratus.nimbus.records import PipelineRecord
+from stratus.api.records import PipelineRecord
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
 from tests.package_factory import valid_package

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from stratus.api.errors import NotLeaderError
 from stratus.config import config_from_mapping
 from stratus.coordination.records import LeaderChange
 from stratus.nimbus.daemon import Nimbus
-from stratus.nimbus.errors import NotLeaderError
 from stratus.zk.server import ZooKeeperServer, pick_free_port
 from tests.nimbus_cluster import SESSION_SECS, nimbus_cluster
 from tests.package_factory import valid_package_dir

@@ -16,8 +16,8 @@ import httpx
 import pytest
 from kazoo.exceptions import NoNodeError
 
+from stratus.api.records import PipelineRecord, PipelineStatus
 from stratus.client import NimbusClient
-from stratus.nimbus.records import PipelineRecord, PipelineStatus
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
 from tests.package_factory import valid_package

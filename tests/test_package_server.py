@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from stratus.codedist.distributor import CodeMeta
-from stratus.codedist.fetch import FetchSettings, fetch_package
 from stratus.codedist.package_store import PackageStore
-from stratus.nimbus.package_server import PackageServer
+from stratus.codedist.transfer.fetch import FetchSettings, fetch_package
+from stratus.codedist.transfer.server import PackageServer
 from tests.test_code_routes import code_server, stored
 
 MIB = 1 << 20

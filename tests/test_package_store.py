@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from stratus.api.errors import InvalidRequestError, PackageTooLargeError
 from stratus.codedist import package_store
 from stratus.codedist.package_store import PackageStore
-from stratus.nimbus.errors import InvalidRequestError, PackageTooLargeError
 
 DATA = os.urandom(3 * package_store.CHUNK + 17)
 DIGEST = hashlib.sha256(DATA).hexdigest()

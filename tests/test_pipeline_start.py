@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import pytest
 
-from stratus.errors import PipelineStartError
-from stratus.nimbus.records import (
+from stratus.api.records import (
     Assignment,
     PipelineWorkers,
     QueryProgress,
     WorkerHeartbeat,
     WorkerState,
 )
-from stratus.pipeline_start import POLL_SECS, StartTracker, follow_start
+from stratus.errors import PipelineStartError
+from stratus.local.pipeline_start import POLL_SECS, StartTracker, follow_start
 
 PIPELINE = "counts"
 KILLED_AT = 1000.0

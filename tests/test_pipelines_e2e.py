@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from stratus.checkpoints import checkpoint_location
+from stratus.api.errors import UnknownPipelineError
+from stratus.api.records import PipelineStatus
 from stratus.config import config_from_mapping
-from stratus.nimbus.errors import UnknownPipelineError
-from stratus.nimbus.records import PipelineStatus
+from stratus.worker.checkpoints import checkpoint_location
 from tests.pipeline_cluster import PipelineCluster, pipeline_cluster
 from tests.spark_packages import (
     bad_entrypoint_package,

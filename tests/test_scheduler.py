@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stratus.nimbus.records import Assignment, PipelineRecord, PipelineStatus
+from stratus.api.records import Assignment, PipelineRecord, PipelineStatus
 from stratus.nimbus.scheduler import Plan, plan_round
 
 EPOCH = 7

@@ -14,19 +14,19 @@ from typing import Any
 
 import pytest
 
-from stratus.codedist.package_store import StoredPackage
-from stratus.config import config_from_mapping
-from stratus.coordination.coordinator import Coordinator
-from stratus.coordination.leadership import Leadership
-from stratus.nimbus.assignments import AssignmentTable
-from stratus.nimbus.pipeline_ops import PipelineOps, ReplicationPolicy
-from stratus.nimbus.records import (
+from stratus.api.records import (
     PipelineStatus,
     SupervisorHeartbeat,
     SupervisorSummary,
     WorkerHeartbeat,
     WorkerState,
 )
+from stratus.codedist.package_store import StoredPackage
+from stratus.config import config_from_mapping
+from stratus.coordination.coordinator import Coordinator
+from stratus.coordination.leadership import Leadership
+from stratus.nimbus.assignments import AssignmentTable
+from stratus.nimbus.pipeline_ops import PipelineOps, ReplicationPolicy
 from stratus.nimbus.scheduling_duty import SchedulingDuty
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore

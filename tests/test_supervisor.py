@@ -5,7 +5,7 @@ script that honours the worker's contract: spec in, heartbeat file out, stop on 
 EOF of its stdin) so that crashes, hangs and partitions take milliseconds, not Spark starts.
 Code comes from a shared code store (``nimbus.code.distributor: shared``) unless a real
 nimbus serves it. The few Spark scenarios run ``stratus supervisor`` processes with the real
-``stratus.supervisor.worker``.
+``stratus.worker.main``.
 """
 
 from __future__ import annotations
@@ -21,20 +21,20 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from stratus.client import NimbusClient
-from stratus.codedist.distributor import CodeMeta
-from stratus.codedist.package_build import package_bytes
-from stratus.codedist.package_store import hash_file
-from stratus.codedist.shared_fs import SharedStorageDistributor
-from stratus.config import StratusConfig, load_config
-from stratus.local_processes import SupervisorProcess
-from stratus.nimbus.records import (
+from stratus.api.records import (
     Assignment,
     SupervisorHeartbeat,
     SupervisorSummary,
     WorkerHeartbeat,
     WorkerState,
 )
+from stratus.client import NimbusClient
+from stratus.codedist.distributor import CodeMeta
+from stratus.codedist.package_build import package_bytes
+from stratus.codedist.package_store import hash_file
+from stratus.codedist.shared_fs import SharedStorageDistributor
+from stratus.config import StratusConfig, load_config
+from stratus.local.processes import SupervisorProcess
 from stratus.state.errors import StateStoreUnavailableError
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore
@@ -67,8 +67,8 @@ spark.test.mode in the pipeline's conf: run (default), fail, crash, finish or ha
 import os, signal, sys, threading, time
 from pathlib import Path
 
-from stratus.nimbus.records import WorkerHeartbeat, WorkerState
-from stratus.supervisor.worker_spec import WorkerSpec, write_heartbeat
+from stratus.api.records import WorkerHeartbeat, WorkerState
+from stratus.worker.spec import WorkerSpec, write_heartbeat
 
 spec = WorkerSpec.read(Path(sys.argv[1]))
 mode = str(spec.conf.get("spark.test.mode", "run"))

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
+from stratus.api.records import Assignment, WorkerHeartbeat, WorkerState
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.errors import CodeUnavailableError
 from stratus.codedist.manifest import parse_manifest
 from stratus.codedist.package_check import PackageLimits
 from stratus.codedist.package_store import hash_file
 from stratus.config import config_from_mapping
-from stratus.nimbus.records import Assignment, WorkerHeartbeat, WorkerState
 from stratus.supervisor.assignment_reader import AssignmentsRead
 from stratus.supervisor.code_cache import (
     CodeCache,

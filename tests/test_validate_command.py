@@ -11,7 +11,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from stratus.cli import main
+from stratus.cli.main import main
 from tests.package_factory import valid_package, valid_package_dir
 
 

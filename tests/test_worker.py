@@ -20,23 +20,23 @@ from pathlib import Path
 
 import pytest
 
+from stratus.api.records import WorkerHeartbeat, WorkerState
 from stratus.codedist.package_check import PackageLimits, check_package
 from stratus.config import StratusConfig
-from stratus.examples_io import (
+from stratus.local.examples_io import (
     FLUSH_KEY,
     committed_files,
     flush_event,
     make_events,
     read_rows,
 )
-from stratus.nimbus.records import WorkerHeartbeat, WorkerState
-from stratus.supervisor import run_guard
-from stratus.supervisor.entrypoint import load_entrypoint
-from stratus.supervisor.pipeline_context import PipelineContext
-from stratus.supervisor.query_progress import QueryTracker
-from stratus.supervisor.sdp_run import derived_spec, sdp_settings
-from stratus.supervisor.worker_errors import EntrypointError
-from stratus.supervisor.worker_spec import WorkerSpec, read_heartbeat
+from stratus.worker import run_guard
+from stratus.worker.entrypoint import load_entrypoint
+from stratus.worker.errors import EntrypointError
+from stratus.worker.pipeline_context import PipelineContext
+from stratus.worker.query_progress import QueryTracker
+from stratus.worker.sdp_run import derived_spec, sdp_settings
+from stratus.worker.spec import WorkerSpec, read_heartbeat
 from tests.spark_packages import (
     BAD_ENTRYPOINT,
     PASSTHROUGH_QUERY,
@@ -131,7 +131,7 @@ def start_worker() -> Iterator[Callable[[WorkerSpec], Worker]]:
         log = directory / f"worker-{len(started)}.log"
         with log.open("wb") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "stratus.supervisor.worker", str(spec_path)],
+                [sys.executable, "-m", "stratus.worker.main", str(spec_path)],
                 stdin=subprocess.PIPE,
                 stdout=out,
                 stderr=subprocess.STDOUT,

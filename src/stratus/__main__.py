@@ -1,6 +1,6 @@
 """``python -m stratus``: the same as the ``stratus`` command."""
 
-from stratus.cli import main
+from stratus.cli.main import main
 
 if __name__ == "__main__":
     main()

@@ -23,7 +23,7 @@ Retries (tenacity: full-jitter exponential backoff, at most ``BACKOFF_MAX_SECS``
 attempts) cover connection failures, timeouts, ``not_leader`` and ``unavailable``, until
 ``retry_deadline`` seconds after the call began; the deadline bounds when the last attempt
 starts, and each attempt is bounded by ``request_timeout``. Every other API error is raised
-at once as its class from ``stratus.nimbus.errors`` (re-exported here).
+at once as its class from ``stratus.api.errors`` (re-exported here).
 """
 
 from __future__ import annotations
@@ -44,12 +44,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_exponential
 
-from stratus.codedist.errors import InvalidPackageError
-from stratus.codedist.package_build import build_package
-from stratus.codedist.package_check import PackageLimits, check_package
-from stratus.config import StratusConfig
-from stratus.errors import ConfigError, StratusError
-from stratus.nimbus.errors import (
+from stratus.api.errors import (
     ApiError,
     InvalidConfError,
     InvalidNameError,
@@ -63,7 +58,7 @@ from stratus.nimbus.errors import (
     UnknownPipelineError,
     error_from_body,
 )
-from stratus.nimbus.records import (
+from stratus.api.records import (
     PIPELINE_NAME,
     PIPELINE_NAME_RULE,
     ClusterSummary,
@@ -75,6 +70,11 @@ from stratus.nimbus.records import (
     PipelineStatus,
     PipelineWorkers,
 )
+from stratus.codedist.errors import InvalidPackageError
+from stratus.codedist.package_build import build_package
+from stratus.codedist.package_check import PackageLimits, check_package
+from stratus.config import StratusConfig
+from stratus.errors import ConfigError, StratusError
 
 __all__ = [
     "ApiError",

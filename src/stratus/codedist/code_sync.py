@@ -29,10 +29,10 @@ from collections.abc import Callable, Mapping
 
 from kazoo.exceptions import KazooException
 
+from stratus.api.records import PipelineRecord
 from stratus.codedist.distributor import CodeDistributor, CodeMeta
 from stratus.codedist.errors import CodeUnavailableError
 from stratus.errors import StratusError
-from stratus.nimbus.records import PipelineRecord
 
 log = logging.getLogger(__name__)
 

@@ -33,8 +33,8 @@ from kazoo.client import KazooClient
 
 from stratus.codedist.code_locations import CodeLocations, holder_data
 from stratus.codedist.distributor import CodeMeta
-from stratus.codedist.fetch import FetchSettings, fetch_package, http_client
 from stratus.codedist.package_store import SUFFIX, PackageStore
+from stratus.codedist.transfer.fetch import FetchSettings, fetch_package, http_client
 from stratus.zk.ephemeral import EphemeralNodes
 from stratus.zk.paths import ClusterPaths
 

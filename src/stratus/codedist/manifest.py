@@ -34,10 +34,10 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from stratus.api.errors import InvalidConfError
+from stratus.api.pipeline_conf import validate_pipeline_conf
+from stratus.api.records import PIPELINE_NAME, PIPELINE_NAME_RULE
 from stratus.codedist.errors import InvalidPackageError
-from stratus.nimbus.errors import InvalidConfError
-from stratus.nimbus.pipeline_conf import validate_pipeline_conf
-from stratus.nimbus.records import PIPELINE_NAME, PIPELINE_NAME_RULE
 
 MANIFEST_NAME = "stratus.yaml"
 MAX_MANIFEST_BYTES = 1024 * 1024

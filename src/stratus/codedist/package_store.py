@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from stratus.nimbus.errors import InvalidRequestError, PackageTooLargeError
+from stratus.api.errors import InvalidRequestError, PackageTooLargeError
 
 log = logging.getLogger(__name__)
 

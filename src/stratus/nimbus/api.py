@@ -18,15 +18,13 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stratus import __version__
-from stratus.nimbus.code_routes import add_code_routes
-from stratus.nimbus.errors import (
+from stratus.api.errors import (
     ApiError,
     InvalidRequestError,
     NotLeaderError,
     PackageTooLargeError,
 )
-from stratus.nimbus.metrics import CONTENT_TYPE_LATEST, NimbusMetrics
-from stratus.nimbus.records import (
+from stratus.api.records import (
     PIPELINE_NAME,
     PIPELINE_NAME_RULE,
     ClusterSummary,
@@ -38,6 +36,8 @@ from stratus.nimbus.records import (
     PipelineWorkers,
     RebalanceRequest,
 )
+from stratus.nimbus.code_routes import add_code_routes
+from stratus.nimbus.metrics import CONTENT_TYPE_LATEST, NimbusMetrics
 from stratus.nimbus.service import MAX_REQUEST_ID_LENGTH, NimbusService
 from stratus.nimbus.status_page import render_status_page
 

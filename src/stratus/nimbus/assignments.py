@@ -20,8 +20,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from pydantic import ValidationError
 
+from stratus.api.records import Assignment
 from stratus.coordination.leadership import FencedTransaction, Leadership
-from stratus.nimbus.records import Assignment
 from stratus.nimbus.scheduler import Plan
 from stratus.zk.paths import ClusterPaths
 

@@ -20,15 +20,20 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, Path
 from fastapi.responses import FileResponse, JSONResponse, Response
 
+from stratus.api.errors import ApiError, InvalidRequestError, UnknownCodeError
+from stratus.api.records import ErrorBody
 from stratus.codedist.package_store import PackageStore
-from stratus.nimbus.errors import ApiError, InvalidRequestError, UnknownCodeError
-from stratus.nimbus.records import ErrorBody
+from stratus.codedist.transfer.ranges import (
+    DIGEST,
+    RANGE_RULE,
+    UnsatisfiableRangeError,
+    parse_range,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +41,6 @@ CODE_PATH = "/api/v1/code/{digest}"
 # Bytes read from the file per body message. Measured serving 100 MB on loopback, the
 # nimbus's CPU: 4 MiB 40 ms; 1 MiB 49 ms; 256 KiB 59 ms; 16 MiB 58 ms.
 SERVE_CHUNK = 4 << 20
-DIGEST = re.compile(r"[0-9a-f]{64}")
-_RANGE = re.compile(r"\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*", re.IGNORECASE)
-_RANGE_RULE = "one byte range: bytes=first-last, bytes=first- or bytes=-suffix"
 
 _DOC_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
@@ -63,7 +65,7 @@ Digest = Annotated[
 
 RangeHeader = Annotated[
     str | None,
-    Header(alias="Range", description=f"{_RANGE_RULE}: answered with 206 and Content-Range"),
+    Header(alias="Range", description=f"{RANGE_RULE}: answered with 206 and Content-Range"),
 ]
 
 
@@ -71,10 +73,6 @@ class PackageResponse(FileResponse):
     """A stored package, read ``SERVE_CHUNK`` bytes at a time (Starlette reads 64 KiB)."""
 
     chunk_size = SERVE_CHUNK
-
-
-class UnsatisfiableRangeError(Exception):
-    """A byte range that starts past the end of the package (answered with 416)."""
 
 
 def add_code_routes(app: FastAPI, store: PackageStore) -> None:
@@ -117,29 +115,6 @@ def _serve(store: PackageStore, digest: str, range_header: str | None) -> Respon
         media_type="application/octet-stream",
         headers={"etag": f'"{digest}"'},  # content-addressed: the digest is the version
     )
-
-
-def parse_range(header: str, size: int) -> tuple[int, int]:
-    """The [start, end) of a ``Range`` header on a file of ``size`` bytes.
-
-    ValueError unless it is ``_RANGE_RULE``; UnsatisfiableRangeError if it starts past the end.
-    Starlette's FileResponse reads such a header to the same range.
-    """
-    match = _RANGE.fullmatch(header)
-    if match is None or match.group(1) + match.group(2) == "":
-        raise ValueError(f"{header!r} is not {_RANGE_RULE}")
-    first, last = match.group(1), match.group(2)
-    if not first:
-        suffix = int(last)
-        if suffix == 0 or size == 0:
-            raise UnsatisfiableRangeError()
-        return max(size - suffix, 0), size
-    start = int(first)
-    if last and int(last) < start:
-        raise ValueError(f"{header!r} ends before it starts")
-    if start >= size:
-        raise UnsatisfiableRangeError()
-    return start, min(int(last) + 1, size) if last else size
 
 
 def _error(error: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:

@@ -30,10 +30,12 @@ import uvicorn
 from kazoo.exceptions import KazooException
 
 from stratus import __version__
+from stratus.api.records import NimbusRegistration
 from stratus.codedist.code_sync import CodeSync
 from stratus.codedist.distributor import CodeDistributor
 from stratus.codedist.factory import create_distributor
 from stratus.codedist.package_store import PackageStore
+from stratus.codedist.transfer.server import PackageServer
 from stratus.config import StratusConfig
 from stratus.coordination.coordinator import Coordinator
 from stratus.coordination.leader_elector import LeaderElector
@@ -44,9 +46,7 @@ from stratus.nimbus.api import create_app
 from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.cluster_view import ClusterView
 from stratus.nimbus.metrics import NimbusMetrics
-from stratus.nimbus.package_server import PackageServer
 from stratus.nimbus.pipeline_ops import PipelineOps
-from stratus.nimbus.records import NimbusRegistration
 from stratus.nimbus.scheduling_duty import SchedulingDuty
 from stratus.nimbus.service import NimbusService
 from stratus.state.factory import create_state_store

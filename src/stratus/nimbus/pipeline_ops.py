@@ -28,6 +28,16 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
+from stratus.api.errors import (
+    InvalidNameError,
+    InvalidTransitionError,
+    NotLeaderError,
+    PipelineExistsError,
+    UnavailableError,
+    UnknownPipelineError,
+)
+from stratus.api.pipeline_conf import validate_pipeline_conf
+from stratus.api.records import PIPELINE_NAME, PIPELINE_NAME_RULE, PipelineRecord, PipelineStatus
 from stratus.codedist.package_store import StoredPackage
 from stratus.config import StratusConfig
 from stratus.coordination.errors import (
@@ -37,16 +47,6 @@ from stratus.coordination.errors import (
     ZooKeeperUnavailableError,
 )
 from stratus.coordination.leadership import Leadership
-from stratus.nimbus.errors import (
-    InvalidNameError,
-    InvalidTransitionError,
-    NotLeaderError,
-    PipelineExistsError,
-    UnavailableError,
-    UnknownPipelineError,
-)
-from stratus.nimbus.pipeline_conf import validate_pipeline_conf
-from stratus.nimbus.records import PIPELINE_NAME, PIPELINE_NAME_RULE, PipelineRecord, PipelineStatus
 from stratus.zk.paths import ClusterPaths
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,7 @@ import heapq
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 
-from stratus.nimbus.records import Assignment, PipelineRecord
+from stratus.api.records import Assignment, PipelineRecord
 
 
 @dataclass(frozen=True)

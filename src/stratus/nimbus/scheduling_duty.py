@@ -26,12 +26,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from stratus.config import StratusConfig
-from stratus.coordination.leadership import Leadership
-from stratus.nimbus.assignments import AssignmentTable
-from stratus.nimbus.liveness import Liveness
-from stratus.nimbus.pipeline_ops import PipelineOps
-from stratus.nimbus.records import (
+from stratus.api.records import (
     Assignment,
     PipelineRecord,
     PipelineStatus,
@@ -40,6 +35,11 @@ from stratus.nimbus.records import (
     WorkerHeartbeat,
     WorkerState,
 )
+from stratus.config import StratusConfig
+from stratus.coordination.leadership import Leadership
+from stratus.nimbus.assignments import AssignmentTable
+from stratus.nimbus.liveness import Liveness
+from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.scheduler import Plan, plan_round
 from stratus.state.heartbeats import HeartbeatBoard
 

@@ -20,7 +20,23 @@ from typing import Any, BinaryIO
 
 from kazoo.exceptions import KazooException
 
-from stratus.checkpoints import checkpoint_location, remove_checkpoints
+from stratus.api.errors import (
+    InvalidRequestError,
+    NotLeaderError,
+    PackageRejectedError,
+    UnavailableError,
+    UnknownPipelineError,
+)
+from stratus.api.pipeline_conf import validate_pipeline_conf
+from stratus.api.records import (
+    ClusterSummary,
+    LeaderInfo,
+    NimbusSummary,
+    PipelineRecord,
+    PipelineStatus,
+    PipelineWorkers,
+    SupervisorSummary,
+)
 from stratus.codedist.code_sync import CodeSync
 from stratus.codedist.distributor import CodeDistributor, CodeMeta
 from stratus.codedist.errors import InvalidPackageError
@@ -32,27 +48,11 @@ from stratus.coordination.leadership import Leadership
 from stratus.errors import StratusError
 from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.cluster_view import ClusterView
-from stratus.nimbus.errors import (
-    InvalidRequestError,
-    NotLeaderError,
-    PackageRejectedError,
-    UnavailableError,
-    UnknownPipelineError,
-)
-from stratus.nimbus.pipeline_conf import validate_pipeline_conf
 from stratus.nimbus.pipeline_ops import PipelineOps, ReplicationPolicy, check_pipeline_name
-from stratus.nimbus.records import (
-    ClusterSummary,
-    LeaderInfo,
-    NimbusSummary,
-    PipelineRecord,
-    PipelineStatus,
-    PipelineWorkers,
-    SupervisorSummary,
-)
 from stratus.nimbus.scheduling_duty import SchedulingDuty
 from stratus.state.errors import StateStoreUnavailableError
 from stratus.state.heartbeats import HeartbeatBoard
+from stratus.worker.checkpoints import checkpoint_location, remove_checkpoints
 
 log = logging.getLogger(__name__)
 

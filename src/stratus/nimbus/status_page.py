@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from html import escape
 
-from stratus.nimbus.records import ClusterSummary
+from stratus.api.records import ClusterSummary
 
 _STYLE = (
     "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:2em}"

@@ -22,7 +22,7 @@ from typing import Protocol, TypeVar, runtime_checkable
 
 from pydantic import ValidationError
 
-from stratus.nimbus.records import SupervisorHeartbeat, WorkerHeartbeat
+from stratus.api.records import SupervisorHeartbeat, WorkerHeartbeat
 from stratus.state.store import ClusterStateStore
 
 log = logging.getLogger(__name__)

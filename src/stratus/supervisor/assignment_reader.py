@@ -25,7 +25,7 @@ from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from pydantic import ValidationError
 
-from stratus.nimbus.records import Assignment
+from stratus.api.records import Assignment
 from stratus.supervisor.errors import AssignmentsUnavailableError
 from stratus.zk.paths import ClusterPaths
 

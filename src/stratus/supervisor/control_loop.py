@@ -25,7 +25,7 @@ from collections.abc import Callable, Set
 from dataclasses import dataclass
 from typing import Protocol
 
-from stratus.nimbus.records import Assignment, SupervisorHeartbeat
+from stratus.api.records import Assignment, SupervisorHeartbeat
 from stratus.supervisor.assignment_reader import AssignmentsRead, ReadFailed
 from stratus.supervisor.fence import Lease
 from stratus.supervisor.heartbeat_publisher import HeartbeatRound

@@ -34,6 +34,7 @@ from pathlib import Path
 from kazoo.client import KazooState
 
 from stratus import __version__
+from stratus.api.records import Assignment, SupervisorSummary
 from stratus.codedist.distributor import CodeDistributor
 from stratus.codedist.factory import create_distributor
 from stratus.codedist.package_check import PackageLimits
@@ -41,8 +42,6 @@ from stratus.codedist.package_store import PackageStore
 from stratus.config import StratusConfig
 from stratus.coordination.coordinator import Coordinator
 from stratus.errors import StratusError
-from stratus.nimbus.cluster_view import WatchedChildren
-from stratus.nimbus.records import Assignment, SupervisorSummary
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.supervisor.assignment_reader import AssignmentReader
@@ -57,6 +56,7 @@ from stratus.supervisor.registration import SupervisorRegistration
 from stratus.supervisor.restart_policy import RestartSettings
 from stratus.supervisor.worker_process import WorkerPaths
 from stratus.zk.paths import ClusterPaths
+from stratus.zk.watched import WatchedChildren
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from typing import Protocol
 
 from kazoo.exceptions import KazooException
 
+from stratus.api.records import SupervisorHeartbeat, WorkerHeartbeat
 from stratus.errors import StratusError
-from stratus.nimbus.records import SupervisorHeartbeat, WorkerHeartbeat
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence, Set
 
+from stratus.api.records import Assignment
 from stratus.codedist.distributor import CodeMeta
 from stratus.config import StratusConfig
-from stratus.nimbus.records import Assignment
 from stratus.supervisor.code_cache import CodeCache, CodeState, PipelineCode
 from stratus.supervisor.worker_process import WorkerPaths, WorkerProcess, build_spec
 

@@ -31,10 +31,10 @@ from typing import Protocol
 
 from pydantic import ValidationError
 
+from stratus.api.records import Assignment, WorkerHeartbeat, WorkerState
 from stratus.codedist.distributor import CodeMeta
 from stratus.config import StratusConfig
 from stratus.errors import StratusError
-from stratus.nimbus.records import Assignment, WorkerHeartbeat, WorkerState
 from stratus.supervisor.code_cache import CodeFailed, CodeState, PipelineCode
 from stratus.supervisor.reconcile import Held
 from stratus.supervisor.restart_policy import GiveUp, RestartPolicy

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from stratus.nimbus.records import Assignment
+from stratus.api.records import Assignment
 
 
 def assignments_for(

@@ -25,8 +25,8 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from pydantic import ValidationError
 
+from stratus.api.records import SupervisorHeartbeat, SupervisorSummary
 from stratus.errors import StratusError
-from stratus.nimbus.records import SupervisorHeartbeat, SupervisorSummary
 from stratus.supervisor.errors import DuplicateSupervisorError
 from stratus.zk.ephemeral import EphemeralNodes
 from stratus.zk.paths import ClusterPaths

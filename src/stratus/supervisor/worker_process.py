@@ -1,6 +1,6 @@
 """One worker process: its spec, its start, its stop, and no orphan ever.
 
-Guarantees: a worker runs as ``python -m stratus.supervisor.worker <dir>/spec.json`` in a
+Guarantees: a worker runs as ``python -m stratus.worker.main <dir>/spec.json`` in a
 process group of its own, with stdout and stderr appended to ``<dir>/worker.log`` and its
 stdin a pipe that only its supervisor holds: when the supervisor dies, even by SIGKILL, the
 kernel closes the pipe and the worker sees EOF and stops (no orphans). A stop is SIGTERM to
@@ -30,14 +30,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from stratus.checkpoints import checkpoint_location
+from stratus.api.records import Assignment
 from stratus.codedist.manifest import TRIGGER_CONF_KEY
 from stratus.config import StratusConfig
-from stratus.nimbus.records import Assignment
 from stratus.supervisor.code_cache import PipelineCode
-from stratus.supervisor.worker_spec import HEARTBEAT_FILE, SPEC_FILE, WorkerSpec
+from stratus.worker.checkpoints import checkpoint_location
+from stratus.worker.spec import HEARTBEAT_FILE, SPEC_FILE, WorkerSpec
 
-WORKER_MODULE = "stratus.supervisor.worker"
+WORKER_MODULE = "stratus.worker.main"
 LOG_FILE = "worker.log"
 WORK_DIR = "work"
 START_MARK = "==== stratus supervisor: worker started"  # a line in worker.log before each run

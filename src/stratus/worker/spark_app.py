@@ -34,14 +34,14 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from stratus.supervisor.entrypoint import load_entrypoint
-from stratus.supervisor.heartbeat_reporter import HeartbeatReporter
-from stratus.supervisor.pipeline_context import PipelineContext
-from stratus.supervisor.query_progress import QueryTracker, tracker_listener
-from stratus.supervisor.stop_request import StopRequest
-from stratus.supervisor.worker_errors import EntrypointError, SparkStartError
-from stratus.supervisor.worker_outcome import Outcome, without_stack
-from stratus.supervisor.worker_spec import WorkerSpec
+from stratus.worker.entrypoint import load_entrypoint
+from stratus.worker.errors import EntrypointError, SparkStartError
+from stratus.worker.heartbeat_file import HeartbeatReporter
+from stratus.worker.outcome import Outcome, without_stack
+from stratus.worker.pipeline_context import PipelineContext
+from stratus.worker.query_progress import QueryTracker, tracker_listener
+from stratus.worker.spec import WorkerSpec
+from stratus.worker.stop_request import StopRequest
 
 log = logging.getLogger(__name__)
 

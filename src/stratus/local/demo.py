@@ -6,7 +6,7 @@ pipeline, a Spark Declarative Pipelines project) and shows live progress until C
 
 ``--demo`` (what ``make run`` runs) plays a scripted failure instead: once the examples run it
 kills the leader nimbus with SIGKILL and times the failover, then kills the supervisor running
-the streaming pipeline and times its move step by step (``stratus.pipeline_start``: detection,
+the streaming pipeline and times its move step by step (``stratus.local.pipeline_start``: detection,
 worker start, Spark start-up, first new batch), stops feeding, checks that the rows counted
 equal the rows fed, prints a summary and stops everything. Ctrl-C always stops every process
 it started.
@@ -22,20 +22,16 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import click
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from stratus.api.records import PipelineStatus, WorkerHeartbeat, WorkerState
 from stratus.client import NimbusClient
-from stratus.client_commands import print_cluster
-from stratus.command_options import with_config
-from stratus.config import StratusConfig
 from stratus.errors import StratusError
-from stratus.examples_io import Feeder, window_count_total
-from stratus.local_cluster import INTERRUPTS, LocalCluster
-from stratus.nimbus.records import PipelineStatus, WorkerHeartbeat, WorkerState
-from stratus.pipeline_start import PHASES, follow_start
+from stratus.local.cluster import LocalCluster
+from stratus.local.examples_io import Feeder, window_count_total
+from stratus.local.pipeline_start import PHASES, follow_start
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 STREAMING, BATCH, SDP = "streaming-counts", "batch-report", "sdp-orders"
@@ -221,53 +217,3 @@ def print_summary(console: Console, demo: Demo, fed: int, counted: int) -> None:
     console.print(table)
     verdict = "[green]rows in = rows out[/]" if fed == counted else "[red]MISMATCH[/]"
     console.print(f"{STREAMING}: {fed} events fed, {counted} counted in its output: {verdict}")
-
-
-def _stop_on_termination() -> None:
-    """SIGTERM and SIGHUP (a closed terminal) stop everything as Ctrl-C does, instead of
-    ending this process at once and leaving the cluster's processes behind."""
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, interrupt)
-
-
-@click.command()
-@click.option(
-    "--demo",
-    "scripted",
-    is_flag=True,
-    help="Kill the leader nimbus and a supervisor, show the recovery, print a summary, stop.",
-)
-@with_config
-def local(scripted: bool, conf: StratusConfig) -> None:
-    """Run a whole stratus cluster on this machine, with the examples on Spark."""
-    del conf  # the local cluster's settings are its own (see stratus.local_cluster)
-    console = Console()
-    console.rule("stratus local" + (" --demo" if scripted else ""))
-    _stop_on_termination()
-    fed = counted = 0
-    interrupted = False
-    with ExitStack() as stack:
-        try:
-            demo = Demo(stack, console)
-            demo.submit_examples()
-            print_cluster(console, demo.client.cluster())
-            if scripted:
-                fed, counted = run_scripted(demo)
-                print_summary(console, demo, fed, counted)
-            else:
-                console.print("running; Ctrl-C stops everything")
-                run_until_interrupted(demo)
-        except KeyboardInterrupt:
-            for signum in INTERRUPTS:  # from here on nothing may cut the stop short
-                signal.signal(signum, signal.SIG_IGN)
-            console.print("stopping")
-            interrupted = True
-    console.print("all processes stopped")
-    if interrupted and scripted:
-        raise click.Abort  # the demo did not finish: exit 1
-    if fed != counted:
-        raise DemoError(f"{fed} events fed but {counted} counted")

@@ -26,13 +26,13 @@ import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from stratus.api.records import ErrorBody
 from stratus.codedist.package_store import PackageStore
-from stratus.nimbus.code_routes import (
+from stratus.codedist.transfer.ranges import (
     DIGEST,
     UnsatisfiableRangeError,
     parse_range,
 )
-from stratus.nimbus.records import ErrorBody
 
 log = logging.getLogger(__name__)
 

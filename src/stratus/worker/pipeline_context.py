@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from stratus.supervisor.worker_spec import WorkerSpec
+from stratus.worker.spec import WorkerSpec
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import threading
 
 import click
 
-from stratus.command_options import with_config
+from stratus.cli.options import with_config
 from stratus.config import StratusConfig
 from stratus.logs import configure_daemon_logging
 from stratus.nimbus.daemon import Nimbus

@@ -53,13 +53,13 @@ from urllib.parse import urlparse
 
 import yaml
 
-from stratus.supervisor import run_guard
-from stratus.supervisor.heartbeat_reporter import HeartbeatReporter
-from stratus.supervisor.spark_app import SPARK_DEFAULTS, conf_value, spark_conf
-from stratus.supervisor.stop_request import StopRequest
-from stratus.supervisor.worker_errors import SdpProjectError
-from stratus.supervisor.worker_outcome import Outcome
-from stratus.supervisor.worker_spec import WorkerSpec
+from stratus.worker import run_guard
+from stratus.worker.errors import SdpProjectError
+from stratus.worker.heartbeat_file import HeartbeatReporter
+from stratus.worker.outcome import Outcome
+from stratus.worker.spark_app import SPARK_DEFAULTS, conf_value, spark_conf
+from stratus.worker.spec import WorkerSpec
+from stratus.worker.stop_request import StopRequest
 
 log = logging.getLogger(__name__)
 

@@ -40,9 +40,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from stratus.api.records import PipelineWorkers, WorkerHeartbeat, WorkerState
 from stratus.client import NimbusClient
 from stratus.errors import PipelineStartError
-from stratus.nimbus.records import PipelineWorkers, WorkerHeartbeat, WorkerState
 
 POLL_SECS = 0.2  # below the supervisors' heartbeat period, so no heartbeat goes unseen
 TIMEOUT_SECS = 300.0  # Spark start-ups on a loaded 2-core machine take their time

@@ -12,7 +12,7 @@ import threading
 
 import click
 
-from stratus.command_options import with_config
+from stratus.cli.options import with_config
 from stratus.config import StratusConfig, config_from_mapping
 from stratus.logs import configure_daemon_logging
 from stratus.supervisor.daemon import Supervisor

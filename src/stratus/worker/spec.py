@@ -1,7 +1,7 @@
 """What a supervisor tells a worker to run: the ``WorkerSpec`` file, and the heartbeat file back.
 
 The supervisor writes ``spec.json`` into the worker's directory and starts
-``python -m stratus.supervisor.worker <dir>/spec.json``. The worker writes its
+``python -m stratus.worker.main <dir>/spec.json``. The worker writes its
 ``WorkerHeartbeat`` to ``spec.heartbeat_path`` every ``heartbeat_interval_secs``, replacing
 the file atomically; the supervisor reads it and publishes it to the cluster state store
 (workers never talk to ZooKeeper: kazoo is not fork-safe, and PySpark forks)::
@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from stratus.nimbus.records import WorkerHeartbeat
+from stratus.api.records import WorkerHeartbeat
 
 SPEC_FILE = "spec.json"
 HEARTBEAT_FILE = "heartbeat.json"

@@ -28,8 +28,8 @@ from pyspark.sql.streaming.listener import (
     StreamingQueryListener,
 )
 
-from stratus.nimbus.records import QueryProgress
-from stratus.supervisor.worker_outcome import without_stack
+from stratus.api.records import QueryProgress
+from stratus.worker.outcome import without_stack
 
 
 @dataclass

@@ -41,7 +41,7 @@ from stratus.codedist.package_store import (
     DOWNLOAD_SUFFIX,
     hash_file,
 )
-from stratus.codedist.splice import (
+from stratus.codedist.transfer.splice import (
     SocketReadError,
     SocketSplicer,
     SpliceUnsupportedError,

@@ -14,7 +14,7 @@ import difflib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from stratus.nimbus.errors import InvalidConfError
+from stratus.api.errors import InvalidConfError
 
 MAX_KEYS = 1000
 MAX_KEY_LENGTH = 256

@@ -1,4 +1,4 @@
-"""``python -m stratus.supervisor.worker SPEC_PATH``: one process that runs one pipeline.
+"""``python -m stratus.worker.main SPEC_PATH``: one process that runs one pipeline.
 
 The supervisor writes the ``WorkerSpec`` and starts this module in a process group of its
 own, stdin a pipe it holds. The worker:
@@ -40,13 +40,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from stratus.supervisor.heartbeat_reporter import HeartbeatReporter
-from stratus.supervisor.run_guard import kill_others_in_group
-from stratus.supervisor.sdp_run import run_sdp
-from stratus.supervisor.spark_app import run_app
-from stratus.supervisor.stop_request import StopRequest
-from stratus.supervisor.worker_outcome import OK_EXIT, USAGE_EXIT, Outcome
-from stratus.supervisor.worker_spec import WorkerSpec
+from stratus.worker.heartbeat_file import HeartbeatReporter
+from stratus.worker.outcome import OK_EXIT, USAGE_EXIT, Outcome
+from stratus.worker.run_guard import kill_others_in_group
+from stratus.worker.sdp_run import run_sdp
+from stratus.worker.spark_app import run_app
+from stratus.worker.spec import WorkerSpec
+from stratus.worker.stop_request import StopRequest
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ def _kill_the_rest_of_the_group() -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m stratus.supervisor.worker",
+        prog="python -m stratus.worker.main",
         description="Run one pipeline as its supervisor's spec file says.",
     )
     parser.add_argument("spec", type=Path, help="the WorkerSpec file (spec.json)")

@@ -33,16 +33,16 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from stratus.client import NimbusClient
-from stratus.command_options import with_config
-from stratus.config import StratusConfig
-from stratus.nimbus.records import (
+from stratus.api.records import (
     ClusterSummary,
     LeaderInfo,
     PipelineRecord,
     PipelineStatus,
     PipelineWorkers,
 )
+from stratus.cli.options import with_config
+from stratus.client import NimbusClient
+from stratus.config import StratusConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from stratus.local_processes import NimbusProcess, SupervisorProcess, stop_all
+from stratus.local.processes import NimbusProcess, SupervisorProcess, stop_all
 from stratus.zk.server import ZooKeeperServer, pick_free_port
 
 NIMBUSES = 3

@@ -9,14 +9,14 @@ from __future__ import annotations
 import click
 
 from stratus import __version__
-from stratus.client_commands import CLIENT_COMMANDS
-from stratus.codedist.validate_command import validate
-from stratus.command_options import StratusGroup
-from stratus.coordination.elect_command import elect
-from stratus.demo import local
-from stratus.nimbus.command import nimbus
-from stratus.supervisor.command import supervisor
-from stratus.zk.server_command import zookeeper
+from stratus.cli.client_commands import CLIENT_COMMANDS
+from stratus.cli.elect_command import elect
+from stratus.cli.local_command import local
+from stratus.cli.nimbus_command import nimbus
+from stratus.cli.options import StratusGroup
+from stratus.cli.supervisor_command import supervisor
+from stratus.cli.validate_command import validate
+from stratus.cli.zookeeper_command import zookeeper
 
 
 @click.group(cls=StratusGroup)

@@ -1,13 +1,15 @@
-"""``stratus elect``: run a command only while this process leads a group, self-fenced.
+"""A command that runs only while this process leads a group, self-fenced by a lease watchdog.
 
-    stratus elect GROUP [--leaders N] [--id ID] -- COMMAND ...
-    stratus elect --show GROUP
+    with Coordinator(hosts) as coordinator:
+        runner = ElectedCommand(coordinator, "etl", "host-1", ["./job.sh"],
+                                leaders=1, grace=1.0, say=print)
+        exit_code = runner.run()
 
 Like ``etcdctl elect`` and ``consul lock``, plus self-fencing: the command runs under a lease
 watchdog process (see ``lease_watchdog``) that stops it when the leadership is lost or
 suspended, or when this process stops renewing the lease (killed, frozen), always before
 ZooKeeper can elect another leader. When the command exits by itself, leadership is handed
-over at once and ``stratus elect`` exits with the command's exit code.
+over at once and ``run`` returns the command's exit code.
 """
 
 from __future__ import annotations
@@ -16,17 +18,13 @@ import logging
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO
 
-import click
-
-from stratus.command_options import with_config
-from stratus.config import StratusConfig
 from stratus.coordination.coordinator import RENEW_FRACTION, Coordinator
 from stratus.coordination.errors import LeadershipLostError
 from stratus.coordination.leadership import Leadership
@@ -65,6 +63,7 @@ class ElectedCommand:
         *,
         leaders: int,
         grace: float,
+        say: Callable[[str], None],
     ) -> None:
         self._coordinator = coordinator
         self._group = group
@@ -72,6 +71,7 @@ class ElectedCommand:
         self._command = command
         self._leaders = leaders
         self._grace = grace
+        self._say = say
         self._events: queue.SimpleQueue[_Event] = queue.SimpleQueue()
         self._watchdog: subprocess.Popen[bytes] | None = None
         self._leadership: Leadership | None = None
@@ -86,7 +86,7 @@ class ElectedCommand:
             leaders=self._leaders,
             on_revoked=lambda _term, reason: self._events.put(_Revoked(reason)),
         )
-        _say(f"queued in group {self._group!r} as {self._member_id}")
+        self._say(f"queued in group {self._group!r} as {self._member_id}")
         renew_every = self._coordinator.granted_session_timeout * RENEW_FRACTION / 2
         while True:
             try:
@@ -114,7 +114,7 @@ class ElectedCommand:
             self._watchdog = None
             lease_lapsed = time.monotonic() >= self._until
             if self._leadership is not None and not lease_lapsed:
-                _say(f"command exited with code {code}; handing over leadership")
+                self._say(f"command exited with code {code}; handing over leadership")
                 return code
             # The watchdog stopped it as the lease lapsed: _renew restarts it if the term holds.
         self._renew()
@@ -137,7 +137,7 @@ class ElectedCommand:
             self._send(f"renew {until!r}")
 
     def _start_command(self, leadership: Leadership, until: float) -> None:
-        _say(
+        self._say(
             f"leading group {self._group!r} as {self._member_id} "
             f"(slot {leadership.slot}, epoch {leadership.epoch}); starting: "
             + " ".join(self._command)
@@ -169,7 +169,7 @@ class ElectedCommand:
         watchdog = self._watchdog
         if watchdog is None:
             return
-        _say(f"stopping the command: {why}")
+        self._say(f"stopping the command: {why}")
         self._send("stop")
         try:
             watchdog.wait(timeout=self._grace + 15)
@@ -188,70 +188,3 @@ class ElectedCommand:
             stdin.flush()
         except BrokenPipeError:
             pass
-
-
-def _say(message: str) -> None:
-    click.echo(f"elect: {message}", err=True)
-
-
-def _show(coordinator: Coordinator, group: str) -> None:
-    leaders = coordinator.get_leaders(group)
-    if not leaders:
-        click.echo(f"group {group}: no leader")
-    for leader in leaders:
-        click.echo(
-            f"group {group}: slot {leader.slot} leader {leader.member_id} epoch {leader.epoch}"
-        )
-    candidates = coordinator.get_candidates(group)
-    click.echo(f"candidates: {', '.join(candidates) if candidates else '(none)'}")
-
-
-@click.command(context_settings={"ignore_unknown_options": False})
-@click.argument("group")
-@click.argument("command", nargs=-1, type=click.UNPROCESSED)
-@click.option(
-    "--leaders",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="How many members lead the group at once.",
-)
-@click.option("--id", "member_id", default=None, help="Member id [default: host-pid].")
-@click.option("--show", is_flag=True, help="Print the group's leaders and epochs, then exit.")
-@with_config
-def elect(
-    conf: StratusConfig,
-    *,
-    group: str,
-    command: tuple[str, ...],
-    leaders: int,
-    member_id: str | None,
-    show: bool,
-) -> None:
-    """Run COMMAND only while this process holds leadership of GROUP."""
-    coordinator = Coordinator(
-        conf.zookeeper_hosts(),
-        root=conf.zookeeper_root,
-        session_timeout=conf.zookeeper_session_timeout_secs,
-        connection_timeout=conf.zookeeper_connection_timeout_secs,
-    )
-    if show:
-        with coordinator:
-            _show(coordinator, group)
-        return
-    if not command:
-        raise click.UsageError("give the command to run after --, or use --show")
-    member = member_id or f"{socket.gethostname()}-{os.getpid()}"
-    with coordinator:
-        runner = ElectedCommand(
-            coordinator,
-            group,
-            member,
-            list(command),
-            leaders=leaders,
-            grace=conf.elect_stop_grace(),
-        )
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda s, _f: runner.signalled(s))
-        code = runner.run()
-    sys.exit(code)

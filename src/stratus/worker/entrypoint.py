@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stratus.supervisor.worker_errors import EntrypointError
+from stratus.worker.errors import EntrypointError
 
 
 def load_entrypoint(entrypoint: str, code_dir: Path) -> Callable[..., Any]:

@@ -22,7 +22,7 @@ from types import FrameType
 
 import click
 
-from stratus.command_options import with_config
+from stratus.cli.options import with_config
 from stratus.config import StratusConfig
 from stratus.zk.errors import ZooKeeperServerError
 from stratus.zk.server import ZooKeeperEnsemble, ZooKeeperServer

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stratus.nimbus.records import WorkerState
+from stratus.api.records import WorkerState
 
 OK_EXIT = 0
 FAILED_EXIT = 1

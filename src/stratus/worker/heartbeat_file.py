@@ -20,9 +20,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from stratus.nimbus.records import QueryProgress, WorkerHeartbeat, WorkerState
-from stratus.supervisor.worker_outcome import Outcome
-from stratus.supervisor.worker_spec import WorkerSpec, write_heartbeat
+from stratus.api.records import QueryProgress, WorkerHeartbeat, WorkerState
+from stratus.worker.outcome import Outcome
+from stratus.worker.spec import WorkerSpec, write_heartbeat
 
 log = logging.getLogger(__name__)
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import click
 
-from stratus.client_commands import format_size
+from stratus.cli.client_commands import format_size
+from stratus.cli.options import with_config
 from stratus.codedist.errors import InvalidPackageError
 from stratus.codedist.package_build import build_package
 from stratus.codedist.package_check import CheckedPackage, PackageLimits, check_package
-from stratus.command_options import with_config
 from stratus.config import StratusConfig
 
 

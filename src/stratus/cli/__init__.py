@@ -1,0 +1,1 @@
+"""The ``stratus`` command line: every daemon and client verb, thin over the library."""

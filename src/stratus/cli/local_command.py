@@ -1,0 +1,74 @@
+"""``stratus local``: a whole HA stratus cluster on this machine, running the examples on Spark.
+
+What it runs and shows is ``stratus.local.demo``; this module is the command around it.
+"""
+
+from __future__ import annotations
+
+import signal
+from contextlib import ExitStack
+
+import click
+from rich.console import Console
+
+from stratus.cli.client_commands import print_cluster
+from stratus.cli.options import with_config
+from stratus.config import StratusConfig
+from stratus.local.cluster import INTERRUPTS
+from stratus.local.demo import (
+    Demo,
+    DemoError,
+    print_summary,
+    run_scripted,
+    run_until_interrupted,
+)
+
+
+def _stop_on_termination() -> None:
+    """SIGTERM and SIGHUP (a closed terminal) stop everything as Ctrl-C does, instead of
+    ending this process at once and leaving the cluster's processes behind."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, interrupt)
+
+
+@click.command()
+@click.option(
+    "--demo",
+    "scripted",
+    is_flag=True,
+    help="Kill the leader nimbus and a supervisor, show the recovery, print a summary, stop.",
+)
+@with_config
+def local(scripted: bool, conf: StratusConfig) -> None:
+    """Run a whole stratus cluster on this machine, with the examples on Spark."""
+    del conf  # the local cluster's settings are its own (see stratus.local.cluster)
+    console = Console()
+    console.rule("stratus local" + (" --demo" if scripted else ""))
+    _stop_on_termination()
+    fed = counted = 0
+    interrupted = False
+    with ExitStack() as stack:
+        try:
+            demo = Demo(stack, console)
+            demo.submit_examples()
+            print_cluster(console, demo.client.cluster())
+            if scripted:
+                fed, counted = run_scripted(demo)
+                print_summary(console, demo, fed, counted)
+            else:
+                console.print("running; Ctrl-C stops everything")
+                run_until_interrupted(demo)
+        except KeyboardInterrupt:
+            for signum in INTERRUPTS:  # from here on nothing may cut the stop short
+                signal.signal(signum, signal.SIG_IGN)
+            console.print("stopping")
+            interrupted = True
+    console.print("all processes stopped")
+    if interrupted and scripted:
+        raise click.Abort  # the demo did not finish: exit 1
+    if fed != counted:
+        raise DemoError(f"{fed} events fed but {counted} counted")

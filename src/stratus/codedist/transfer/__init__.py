@@ -1,0 +1,1 @@
+"""Moving package bytes between nimbuses (and to supervisors), checked against their digest."""

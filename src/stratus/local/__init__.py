@@ -1,0 +1,1 @@
+"""``stratus local``: a whole cluster on this machine, the demo and the example feeders."""
