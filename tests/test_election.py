@@ -21,6 +21,7 @@ from stratus.coordination import (
     LeadershipLostError,
     RevokeReason,
 )
+from stratus.coordination.candidacy import CandidacyEvent, CandidateState, transition
 from tests.contender import Contender
 from tests.zkfixtures import wait_until
 
@@ -356,3 +357,15 @@ def test_a_term_of_an_expired_session_never_leads_again_even_if_the_worker_lags(
         hold.set()
     wait_until(lambda: a.is_leader("g"), 10, "a re-queued and leads with a new term")
     assert a.leadership("g") is not term
+
+
+def test_the_candidacy_machine_refuses_moves_it_never_makes_and_resigned_is_final() -> None:
+    queued, leading = CandidateState.QUEUED, CandidateState.LEADING
+    assert transition(queued, CandidacyEvent.ELECTED) is leading
+    assert transition(leading, CandidacyEvent.LOST) is queued
+    with pytest.raises(CoordinationError, match="cannot be resumed"):
+        transition(queued, CandidacyEvent.RESUMED)
+    with pytest.raises(CoordinationError, match="cannot be elected"):
+        transition(leading, CandidacyEvent.ELECTED)
+    for event in CandidacyEvent:
+        assert transition(CandidateState.RESIGNED, event) is CandidateState.RESIGNED

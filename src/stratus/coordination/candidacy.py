@@ -7,7 +7,8 @@ subscribers. States and events are enums and ``transition`` holds every move::
 
     QUEUED --elected--> LEADING --suspended--> SUSPENDED --resumed--> LEADING
     LEADING/SUSPENDED --lost (session expired)--> QUEUED      SUSPENDED --deposed--> QUEUED
-    any --resigned--> RESIGNED (final)
+    any --resigned--> RESIGNED, which ignores every later event (a user may resign while the
+    worker is in the middle of a move; the worker's own resign task then ends the term)
 
 Threads: everything here runs on the coordinator's worker thread, except ``resign_now``, the
 one move a user's thread makes (so that ``is_leader`` is false the moment ``unnominate``
@@ -68,6 +69,7 @@ _TRANSITIONS: dict[tuple[CandidateState, CandidacyEvent], CandidateState] = {
     (_S.LEADING, _E.LOST): _S.QUEUED,
     (_S.SUSPENDED, _E.LOST): _S.QUEUED,
     **{(state, _E.RESIGNED): _S.RESIGNED for state in CandidateState},
+    **{(_S.RESIGNED, event): _S.RESIGNED for event in CandidacyEvent},
 }
 
 
@@ -197,15 +199,18 @@ class Candidacies:
 
     def _suspend_all(self) -> None:
         for candidacy in self._by_group.values():
-            if candidacy.state is CandidateState.LEADING and candidacy.term:
-                self._move(candidacy, CandidacyEvent.SUSPENDED, candidacy.term)
-                self._revoke(candidacy, candidacy.term, RevokeReason.SUSPENDED)
+            term = candidacy.term
+            if (
+                candidacy.state is CandidateState.LEADING
+                and term is not None
+                and self._move(candidacy, CandidacyEvent.SUSPENDED, term)
+            ):
+                self._revoke(candidacy, term, RevokeReason.SUSPENDED)
 
     def _end_all_terms(self) -> None:
         for candidacy in self._by_group.values():
             term = candidacy.term
-            if term is not None and candidacy.state is not CandidateState.RESIGNED:
-                self._move(candidacy, CandidacyEvent.LOST, term)
+            if term is not None and self._move(candidacy, CandidacyEvent.LOST, term):
                 self._revoke(candidacy, term, RevokeReason.SESSION_LOST)
             candidacy.term = None
             candidacy.node = None
@@ -218,10 +223,9 @@ class Candidacies:
             if candidacy.state is not CandidateState.SUSPENDED or term is None:
                 continue
             if self._holds_slot(term):
-                self._move(candidacy, CandidacyEvent.RESUMED, term)
-                self._dispatch(candidacy.on_elected, term)
-            else:
-                self._move(candidacy, CandidacyEvent.DEPOSED, term)
+                if self._move(candidacy, CandidacyEvent.RESUMED, term):
+                    self._dispatch(candidacy.on_elected, term)
+            elif self._move(candidacy, CandidacyEvent.DEPOSED, term):
                 candidacy.term = None
                 self._revoke(candidacy, term, RevokeReason.DEPOSED)
 
@@ -300,9 +304,9 @@ class Candidacies:
             _lease_end=functools.partial(self._session.lease_end, self._session.session_id),
             _clock=self._session.clock,
         )
-        candidacy.term = term
-        self._move(candidacy, CandidacyEvent.ELECTED, term)
-        self._dispatch(candidacy.on_elected, term)
+        candidacy.term = term  # even if resigned meanwhile: resign then deletes the slot
+        if self._move(candidacy, CandidacyEvent.ELECTED, term):
+            self._dispatch(candidacy.on_elected, term)
 
     def _trim_terms(self, paths: GroupPaths) -> None:
         names = self._client.get_children(paths.terms)
@@ -333,9 +337,13 @@ class Candidacies:
             self._watch[group] = lambda _event: self._post(lambda: self.evaluate(group))
         return self._watch[group]
 
-    def _move(self, candidacy: Candidacy, event: CandidacyEvent, term: Leadership) -> None:
+    def _move(self, candidacy: Candidacy, event: CandidacyEvent, term: Leadership) -> bool:
+        """Apply ``event``; False if the candidacy resigned meanwhile (then nothing is told)."""
+        if candidacy.state is CandidateState.RESIGNED:
+            return False
         candidacy.state = transition(candidacy.state, event)
         _log_term(event, term)
+        return True
 
     def _revoke(self, candidacy: Candidacy, term: Leadership, reason: RevokeReason) -> None:
         if candidacy.on_revoked is not None:

@@ -170,9 +170,18 @@ class ZkSession:
         """Connect within the connection timeout, create the root, start renewing the lease."""
         self.client.add_listener(self._on_kazoo_state)
         try:
+            self._connect()
+        except BaseException:
+            self.close()
+            raise
+        self._renewer = threading.Thread(target=self._run_renewer, name="zk-lease", daemon=True)
+        self._renewer.start()
+        return self
+
+    def _connect(self) -> None:
+        try:
             self.client.start(timeout=self.settings.connection_timeout)
         except KazooTimeoutError:
-            self.close()
             raise ZooKeeperUnavailableError(
                 f"no ZooKeeper server answered at {self.hosts} within "
                 f"{self.settings.connection_timeout:g}s; is zookeeper.servers right "
@@ -180,9 +189,6 @@ class ZkSession:
             ) from None
         self.call("create the root znode", self.client.ensure_path, self.root)
         self.renew_lease()
-        self._renewer = threading.Thread(target=self._run_renewer, name="zk-lease", daemon=True)
-        self._renewer.start()
-        return self
 
     def close(self) -> None:
         """End the session: its ephemeral nodes go at once; listeners hear ``CLOSED``."""
@@ -234,7 +240,12 @@ class ZkSession:
         self._lease.connection_changed(change.state is SessionState.CONNECTED)
         if change.state is SessionState.CONNECTED:
             self._renew_now.set()
-        log.info("event=zookeeper_%s previous=%s", change.state.value, previous.value)
+        log.info(
+            "event=zookeeper_%s previous=%s session=%x",
+            change.state.value,
+            previous.value,
+            self.session_id or 0,
+        )
         for listener in listeners:
             try:
                 listener(change)
