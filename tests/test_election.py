@@ -369,3 +369,17 @@ def test_the_candidacy_machine_refuses_moves_it_never_makes_and_resigned_is_fina
         transition(leading, CandidacyEvent.ELECTED)
     for event in CandidacyEvent:
         assert transition(CandidateState.RESIGNED, event) is CandidateState.RESIGNED
+
+
+def test_terms_read_the_clock_the_session_was_given(zk_hosts: str) -> None:
+    """One clock: the lease end and ``is_leader`` both come from the injected one."""
+    fake_now = [1000.0]
+    coordinator = Coordinator.standalone(
+        zk_hosts, session_timeout=SESSION, clock=lambda: fake_now[0]
+    ).start()
+    try:
+        term = coordinator.nominate("g", "a", timeout=10)
+        assert term.is_leader
+        assert 1000.0 < term.valid_until() <= 1000.0 + SESSION * 2 / 3
+    finally:
+        coordinator.close()
