@@ -10,6 +10,8 @@ from collections.abc import Iterator
 import pytest
 from kazoo.client import KazooClient
 
+from stratus import client, coordination
+from stratus.api.errors import UnavailableError, error_from_body
 from stratus.coordination import (
     CoordinationError,
     CoordinationEvent,
@@ -383,3 +385,13 @@ def test_terms_read_the_clock_the_session_was_given(zk_hosts: str) -> None:
         assert 1000.0 < term.valid_until() <= 1000.0 + SESSION * 2 / 3
     finally:
         coordinator.close()
+
+
+def test_the_library_and_the_client_raise_one_no_leader_error() -> None:
+    assert coordination.NoLeaderError is client.NoLeaderError
+    assert issubclass(coordination.NoLeaderError, UnavailableError)
+    assert (coordination.NoLeaderError.code, coordination.NoLeaderError.status) == (
+        "unavailable",
+        503,
+    )
+    assert type(error_from_body("unavailable", "x")) is UnavailableError  # the wire is unchanged
