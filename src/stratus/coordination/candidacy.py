@@ -31,7 +31,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from stratus.coordination.errors import CoordinationError
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import CandidateRecord, RevokeReason, SlotRecord
-from stratus.coordination.serial import Task
+from stratus.coordination.serial import Dispatch, Post
 from stratus.zk.paths import GroupPaths, sequence_of
 from stratus.zk.session import SessionChange, SessionState, ZkSession
 
@@ -39,7 +39,6 @@ log = logging.getLogger(__name__)
 
 ElectedCallback = Callable[[Leadership], None]
 RevokedCallback = Callable[[Leadership, RevokeReason], None]
-Dispatch = Callable[..., None]  # dispatch(callback, *args): run it on the dispatcher thread
 
 TERMS_KEPT = 100  # term entries kept per group for leader-change subscribers that lag
 
@@ -106,7 +105,7 @@ class Candidacy:
 class Candidacies:
     """Every candidacy of one coordinator; see the module docstring."""
 
-    def __init__(self, session: ZkSession, *, post: Callable[[Task], None], dispatch: Dispatch):
+    def __init__(self, session: ZkSession, *, post: Post, dispatch: Dispatch) -> None:
         self._session = session
         self._client = session.client
         self._post = post

@@ -18,6 +18,8 @@ import threading
 from collections.abc import Callable
 
 Task = Callable[[], None]
+Post = Callable[[Task], None]  # post(task): run it on the worker thread, after earlier tasks
+Dispatch = Callable[..., None]  # dispatch(callback, *args): run it on the dispatcher thread
 
 
 class SerialThread:

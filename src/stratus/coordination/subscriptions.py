@@ -25,13 +25,12 @@ from stratus.coordination.records import (
     LeaderChange,
     SlotRecord,
 )
-from stratus.coordination.serial import Task
+from stratus.coordination.serial import Dispatch, Post
 from stratus.zk.paths import GroupPaths, sequence_of
 from stratus.zk.session import SessionChange, SessionState, ZkSession
 
 ChangeCallback = Callable[[LeaderChange], None]
 ErrorCallback = Callable[[CoordinationEvent], None]
-Dispatch = Callable[..., None]
 
 
 @dataclass(eq=False)
@@ -47,7 +46,7 @@ class _Subscription:
 class LeaderChanges:
     """Every group some callback follows, and what each was last told (worker thread only)."""
 
-    def __init__(self, session: ZkSession, *, post: Callable[[Task], None], dispatch: Dispatch):
+    def __init__(self, session: ZkSession, *, post: Post, dispatch: Dispatch) -> None:
         self._session = session
         self._client = session.client
         self._post = post
