@@ -76,7 +76,7 @@ def run_stratus(
 ) -> None:
     from stratus.coordination import CoordinationError, Coordinator, Leadership  # noqa: PLC0415
 
-    coordinator = Coordinator(hosts, session_timeout=session_timeout).start()
+    coordinator = Coordinator.standalone(hosts, session_timeout=session_timeout).start()
     on_sigterm(coordinator.close)
 
     def elected(leadership: Leadership) -> None:

@@ -38,7 +38,7 @@ def _serve(hosts: str, group: str, member: str, leaders: int, session_timeout: f
     def revoked(_leadership: Leadership, reason: RevokeReason) -> None:
         say(f"revoked {reason.value}")
 
-    coordinator = Coordinator(hosts, session_timeout=session_timeout).start()
+    coordinator = Coordinator.standalone(hosts, session_timeout=session_timeout).start()
 
     def terminate(*_: object) -> None:
         coordinator.close()
@@ -58,7 +58,7 @@ def _serve(hosts: str, group: str, member: str, leaders: int, session_timeout: f
             except CoordinationError as exc:
                 say(f"write-refused {type(exc).__name__}")
         elif verb == "session":
-            session_id, password = coordinator.client.client_id
+            session_id, password = coordinator.session.client.client_id
             say(f"session {session_id} {password.hex()}")
         elif verb == "quit":
             break

@@ -173,7 +173,7 @@ class Contender:
         """Log the session id and password whenever they change (the test expires sessions)."""
         last = None
         while not self.stopping.wait(SESSION_POLL_SECS):
-            client_id = self.coordinator.client.client_id
+            client_id = self.coordinator.session.client.client_id
             if client_id and client_id != last and client_id[0]:
                 last = client_id
                 self.log.write("session", id=int(client_id[0]), pw=bytes(client_id[1]).hex())
@@ -184,7 +184,7 @@ def main(argv: list[str]) -> None:
     groups = {name: int(n) for name, n in (spec.split(":") for spec in argv[6:])}
     log = EventLog(Path(log_path))
     log.write("start", member=member, pid=os.getpid())
-    coordinator = Coordinator(hosts, root=root, session_timeout=float(session)).start()
+    coordinator = Coordinator.standalone(hosts, root=root, session_timeout=float(session)).start()
     contender = Contender(coordinator, data, member, log)
     rng = random.Random(f"{member}-{os.getpid()}")
     signal.signal(signal.SIGTERM, lambda *_: contender.stopping.set())

@@ -45,7 +45,7 @@ class Service:
 
 @pytest.fixture
 def coordinators(zk_hosts: str) -> Iterator[list[Coordinator]]:
-    started = [Coordinator(zk_hosts, session_timeout=SESSION).start() for _ in range(3)]
+    started = [Coordinator.standalone(zk_hosts, session_timeout=SESSION).start() for _ in range(3)]
     yield started
     for coordinator in started:
         coordinator.close()
@@ -76,7 +76,7 @@ def test_new_active_fences_the_old_one_with_its_breadcrumb(coordinators) -> None
 
     wait_until(lambda: b.state is ElectorState.ACTIVE, 10, "b active")
     assert b_service.fenced == [b"a-host:8020"]
-    breadcrumb, _ = coordinators[2].client.get("/stratus/groups/ha/breadcrumb")
+    breadcrumb, _ = coordinators[2].session.client.get("/stratus/groups/ha/breadcrumb")
     assert breadcrumb == b"b-host:8020"
 
 

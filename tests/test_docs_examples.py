@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -23,7 +24,11 @@ def test_the_doc_has_examples() -> None:
 def test_example_runs(code: str, zk_hosts: str) -> None:
     done = subprocess.run(
         [sys.executable, "-c", code],
-        env={"ZK": zk_hosts, "PATH": "/usr/bin:/bin"},
+        env={
+            "ZK": zk_hosts,
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        },
         capture_output=True,
         text=True,
         timeout=60,

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 import pytest
 from kazoo.client import KazooClient
 
+from stratus import client, coordination
+from stratus.api.errors import UnavailableError, error_from_body
 from stratus.coordination import (
     CoordinationError,
     CoordinationEvent,
@@ -21,6 +23,7 @@ from stratus.coordination import (
     LeadershipLostError,
     RevokeReason,
 )
+from stratus.coordination.candidacy import CandidacyEvent, CandidateState, transition
 from tests.contender import Contender
 from tests.zkfixtures import wait_until
 
@@ -44,14 +47,14 @@ def coordinators() -> Iterator[list[Coordinator]]:
 
 
 def start(hosts: str, coordinators: list[Coordinator], session: float = SESSION) -> Coordinator:
-    coordinator = Coordinator(hosts, session_timeout=session).start()
+    coordinator = Coordinator.standalone(hosts, session_timeout=session).start()
     coordinators.append(coordinator)
     return coordinator
 
 
 def expire_session(coordinator: Coordinator, hosts: str) -> None:
     """Expire a session the way ZooKeeper's own tests do: a second client takes it over."""
-    session_id, password = coordinator.client.client_id
+    session_id, password = coordinator.session.client.client_id
     intruder = KazooClient(hosts=hosts, client_id=(session_id, password), timeout=SESSION)
     intruder.start(timeout=10)
     intruder.stop()
@@ -137,7 +140,7 @@ def test_fenced_transaction_is_refused_once_the_epoch_moved(
     """The epoch check itself, without the local is_leader guard: the ZooKeeper side refuses."""
     a, b = start(zk_hosts, coordinators), start(zk_hosts, coordinators)
     old = a.nominate("g", "a", timeout=10)
-    a.client.ensure_path("/data")
+    a.session.client.ensure_path("/data")
     b.nominate_async("g", "b", lambda _t: None)
     a.unnominate("g")
     wait_until(lambda: b.is_leader("g"), 10, "b leads")
@@ -148,14 +151,14 @@ def test_fenced_transaction_is_refused_once_the_epoch_moved(
         epoch=old.epoch,
         epoch_path=old.epoch_path,
         slot_path=old.slot_path,
-        _client=a.client,
+        _client=a.session.client,
         _holds=lambda _t: True,
         _lease_end=lambda: float("inf"),
     )
     with pytest.raises(LeadershipLostError, match="epoch has moved"):
         forged.transaction().create("/data/x", b"").set_data("/data", b"stale").commit()
-    assert a.client.exists("/data/x") is None
-    assert a.client.get("/data")[0] == b""
+    assert a.session.client.exists("/data/x") is None
+    assert a.session.client.get("/data")[0] == b""
 
 
 def test_n_leaders_exactly_n_while_candidates_die_and_join(
@@ -327,7 +330,7 @@ def test_lease_follows_the_session_timeout_zookeeper_granted(
 ) -> None:
     """The server clamps a 200 s request to its 120 s maximum; the lease must use 120 s."""
     coordinator = start(zk_hosts, coordinators, session=200.0)
-    assert coordinator.granted_session_timeout == pytest.approx(120.0)
+    assert coordinator.session.granted_session_timeout == pytest.approx(120.0)
     term = coordinator.nominate("g", "a", timeout=10)
     assert term.valid_until() - time.monotonic() <= 120.0 * 2 / 3
 
@@ -337,20 +340,58 @@ def test_a_term_of_an_expired_session_never_leads_again_even_if_the_worker_lags(
 ) -> None:
     a = start(zk_hosts, coordinators)
     term = a.nominate("g", "a", timeout=10)
-    old_session = a.session_id
+    old_session = a.session.session_id
     hold = threading.Event()
 
     def block_worker() -> None:
         hold.wait()
 
-    a._submit(block_worker)  # the worker cannot process the session loss yet
+    a._worker.post(block_worker)  # the worker cannot process the session loss yet
     try:
         expire_session(a, zk_hosts)
-        wait_until(lambda: a.session_id not in (None, old_session), 10, "a new session")
+        wait_until(lambda: a.session.session_id not in (None, old_session), 10, "a new session")
         renewed_after = time.monotonic()
-        wait_until(lambda: a._lease_end(a.session_id) > renewed_after, 10, "lease renewed")
+        wait_until(
+            lambda: a.session.lease_end(a.session.session_id) > renewed_after, 10, "lease renewed"
+        )
         assert not term.is_leader, "a term of the expired session believed it still led"
     finally:
         hold.set()
     wait_until(lambda: a.is_leader("g"), 10, "a re-queued and leads with a new term")
     assert a.leadership("g") is not term
+
+
+def test_the_candidacy_machine_refuses_moves_it_never_makes_and_resigned_is_final() -> None:
+    queued, leading = CandidateState.QUEUED, CandidateState.LEADING
+    assert transition(queued, CandidacyEvent.ELECTED) is leading
+    assert transition(leading, CandidacyEvent.LOST) is queued
+    with pytest.raises(CoordinationError, match="cannot be resumed"):
+        transition(queued, CandidacyEvent.RESUMED)
+    with pytest.raises(CoordinationError, match="cannot be elected"):
+        transition(leading, CandidacyEvent.ELECTED)
+    for event in CandidacyEvent:
+        assert transition(CandidateState.RESIGNED, event) is CandidateState.RESIGNED
+
+
+def test_terms_read_the_clock_the_session_was_given(zk_hosts: str) -> None:
+    """One clock: the lease end and ``is_leader`` both come from the injected one."""
+    fake_now = [1000.0]
+    coordinator = Coordinator.standalone(
+        zk_hosts, session_timeout=SESSION, clock=lambda: fake_now[0]
+    ).start()
+    try:
+        term = coordinator.nominate("g", "a", timeout=10)
+        assert term.is_leader
+        assert 1000.0 < term.valid_until() <= 1000.0 + SESSION * 2 / 3
+    finally:
+        coordinator.close()
+
+
+def test_the_library_and_the_client_raise_one_no_leader_error() -> None:
+    assert coordination.NoLeaderError is client.NoLeaderError
+    assert issubclass(coordination.NoLeaderError, UnavailableError)
+    assert (coordination.NoLeaderError.code, coordination.NoLeaderError.status) == (
+        "unavailable",
+        503,
+    )
+    assert type(error_from_body("unavailable", "x")) is UnavailableError  # the wire is unchanged

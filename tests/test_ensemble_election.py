@@ -15,8 +15,12 @@ SESSION = 4.0
 @pytest.fixture
 def pair(zk_ensemble, request) -> Iterator[tuple[Coordinator, Coordinator]]:
     root = f"/ensemble/{request.node.name}"
-    a = Coordinator(zk_ensemble.connect_string, root=root, session_timeout=SESSION).start()
-    b = Coordinator(zk_ensemble.connect_string, root=root, session_timeout=SESSION).start()
+    a = Coordinator.standalone(
+        zk_ensemble.connect_string, root=root, session_timeout=SESSION
+    ).start()
+    b = Coordinator.standalone(
+        zk_ensemble.connect_string, root=root, session_timeout=SESSION
+    ).start()
     yield a, b
     for coordinator in (a, b):
         coordinator.close()

@@ -49,7 +49,7 @@ class Cluster:
     """A leader's scheduling duty, and the supervisors' side written by hand."""
 
     def __init__(self, coordinator: Coordinator) -> None:
-        client = coordinator.client
+        client = coordinator.session.client
         for parent in PATHS.all_parents():
             client.ensure_path(parent)
         self.coordinator = coordinator
@@ -102,7 +102,7 @@ class Cluster:
 
 @pytest.fixture
 def cluster(zk_hosts: str) -> Iterator[Cluster]:
-    coordinator = Coordinator(zk_hosts, session_timeout=4.0).start()
+    coordinator = Coordinator.standalone(zk_hosts, session_timeout=4.0).start()
     try:
         yield Cluster(coordinator)
     finally:

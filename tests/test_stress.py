@@ -49,8 +49,8 @@ from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from stratus.coordination import Coordinator, FencedTransaction, Leadership
-from stratus.coordination.coordinator import LEASE_FRACTION
 from stratus.coordination.records import SlotRecord
+from stratus.zk.lease import LEASE_FRACTION
 from stratus.zk.paths import GroupPaths
 from stratus.zk.server import ZooKeeperServer
 from tests.stress_contender import classify
@@ -758,11 +758,11 @@ def test_oracle_catches_a_broken_library(
     b_terms: list[Leadership] = []
     coordinators = []
     try:
-        a = Coordinator(zk_hosts, root=ROOT, session_timeout=SESSION).start()
+        a = Coordinator.standalone(zk_hosts, root=ROOT, session_timeout=SESSION).start()
         coordinators.append(a)
-        b = Coordinator(zk_hosts, root=ROOT, session_timeout=SESSION).start()
+        b = Coordinator.standalone(zk_hosts, root=ROOT, session_timeout=SESSION).start()
         coordinators.append(b)
-        prepare_data_nodes(a.client)
+        prepare_data_nodes(a.session.client)
         a_term = a.nominate("solo", "a", timeout=10)
         logs["a"].elections.append(Evidence("solo", 0, a_term.epoch, "a", time.monotonic(), ""))
         b.nominate_async("solo", "b", b_terms.append)
@@ -772,8 +772,8 @@ def test_oracle_catches_a_broken_library(
         logs["a"].attempts[done.write_id] = done
 
         break_library(monkeypatch)
-        old_session = a.session_id
-        session_id, password = a.client.client_id
+        old_session = a.session.session_id
+        session_id, password = a.session.client.client_id
         assert expire_session(zk_hosts, session_id, password)
         wait_until(lambda: b_terms, 10, "b elected")
         logs["b"].elections.append(Evidence("solo", 0, b_terms[0].epoch, "b", time.monotonic(), ""))
@@ -782,14 +782,14 @@ def test_oracle_catches_a_broken_library(
             assert done.result == "ok"
             logs["b"].attempts[done.write_id] = done
         wait_until(
-            lambda: a.client.connected and a.session_id not in (None, old_session),
+            lambda: a.session.client.connected and a.session.session_id not in (None, old_session),
             10,
             "a reconnected with a new session",
         )
         done = attempt(a_term, "a", "a-2")  # the deposed leader tries its old term
         logs["a"].attempts[done.write_id] = done
 
-        terms, writes = read_terms(a.client), read_writes(a.client)
+        terms, writes = read_terms(a.session.client), read_writes(a.session.client)
     finally:
         monkeypatch.undo()
         for coordinator in coordinators:

@@ -1,4 +1,5 @@
-"""The session-timeout cap of the local ZooKeeper server (``max_session_timeout_ms``).
+"""The session-timeout cap of the local ZooKeeper server (``max_session_timeout_ms``), and the
+session timeout that ``ZkSession`` learns the server granted.
 
 ZooKeeper grants a client the session timeout it asks for, clamped to the server's
 ``[minSessionTimeout, maxSessionTimeout]``. The cap is how a client whose timeout is hard-coded
@@ -8,13 +9,15 @@ ZooKeeper grants a client the session timeout it asks for, clamped to the server
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 
 import pytest
+from kazoo.protocol.connection import ConnectionHandler
 
-from stratus.coordination import Coordinator
 from stratus.zk.server import MAX_SESSION_TIMEOUT_MS, ZooKeeperEnsemble, ZooKeeperServer
+from stratus.zk.session import ZkSession, ZkSettings
 from tests.zkfixtures import kazoo_client
 
 TICK_MS = 100
@@ -42,20 +45,35 @@ def test_a_client_asking_for_less_than_the_cap_is_granted_its_request(tmp_path: 
         ZooKeeperServer(
             tmp_path / "zk", tick_time_ms=TICK_MS, max_session_timeout_ms=CAP_MS
         ) as server,
-        Coordinator(server.connect_string, session_timeout=2.0) as coordinator,
+        ZkSession(ZkSettings(server.connect_string, session_timeout=2.0)) as session,
     ):
-        assert coordinator.granted_session_timeout == pytest.approx(2.0)
+        assert session.granted_session_timeout == pytest.approx(2.0)
         assert granted_timeouts_ms(server) == [2_000]
 
 
-def test_the_coordinator_learns_the_capped_timeout(tmp_path: Path) -> None:
-    with (
-        ZooKeeperServer(
-            tmp_path / "zk", tick_time_ms=TICK_MS, max_session_timeout_ms=CAP_MS
-        ) as server,
-        Coordinator(server.connect_string, session_timeout=SPARK_REQUEST_SECS) as coordinator,
-    ):
-        assert coordinator.granted_session_timeout == pytest.approx(CAP_MS / 1000)
+def test_the_session_learns_the_capped_timeout(tmp_path: Path) -> None:
+    """Fails if a kazoo upgrade changes the internals that ``ZkSession`` reads the grant from."""
+    with ZooKeeperServer(
+        tmp_path / "zk", tick_time_ms=TICK_MS, max_session_timeout_ms=CAP_MS
+    ) as server:
+        settings = ZkSettings(server.connect_string, session_timeout=SPARK_REQUEST_SECS)
+        with ZkSession(settings) as session:
+            assert session.granted_session_timeout == pytest.approx(CAP_MS / 1000)
+
+
+def test_kazoo_still_has_the_connect_step_the_session_wraps() -> None:
+    """``ZkSession`` wraps kazoo's private ``ConnectionHandler._connect(host, hostip, port)``,
+    which returns (read timeout, connect timeout) in ms; a kazoo that renamed it would leave
+    the granted timeout unknown, and the lease would trust the requested one."""
+    assert list(inspect.signature(ConnectionHandler._connect).parameters) == [
+        "self",
+        "host",
+        "hostip",
+        "port",
+    ]
+    source = inspect.getsource(ConnectionHandler._connect)
+    assert "read_timeout = negotiated_session_timeout * 2.0 / 3.0" in source
+    assert "return read_timeout, connect_timeout" in source
 
 
 def test_without_a_cap_the_server_grants_up_to_the_default_maximum(tmp_path: Path) -> None:

@@ -50,6 +50,7 @@ from stratus.api.errors import (
     InvalidNameError,
     InvalidRequestError,
     InvalidTransitionError,
+    NoLeaderError,
     NotLeaderError,
     PackageRejectedError,
     PackageTooLargeError,
@@ -107,10 +108,6 @@ M = TypeVar("M", bound=BaseModel)
 
 class NimbusUnreachableError(StratusError):
     """No nimbus answered (refused, reset or timed out) before the retry deadline passed."""
-
-
-class NoLeaderError(UnavailableError):
-    """The nimbuses that answered know no leader: an election is under way, or none can lead."""
 
 
 # Failures of an attempt after which the leader certainly did not apply the request.

@@ -89,6 +89,14 @@ class UnavailableError(ApiError):
     retryable = True
 
 
+class NoLeaderError(UnavailableError, RuntimeError):
+    """Nobody holds the leadership right now: an election is under way, or none can lead.
+
+    Raised by the election library (``LeaderElector.get_leader_address``) and by the client
+    when no nimbus it asked knows a leader; over HTTP it travels as ``unavailable`` (503).
+    """
+
+
 _BY_CODE: dict[str, type[ApiError]] = {
     cls.code: cls
     for cls in (

@@ -19,6 +19,8 @@ from stratus.cli.options import with_config
 from stratus.config import StratusConfig
 from stratus.coordination.coordinator import Coordinator
 from stratus.coordination.elected_command import ElectedCommand
+from stratus.zk.session import ZkSession
+from stratus.zk_config import zk_settings
 
 
 def _say(message: str) -> None:
@@ -60,12 +62,7 @@ def elect(
     show: bool,
 ) -> None:
     """Run COMMAND only while this process holds leadership of GROUP."""
-    coordinator = Coordinator(
-        conf.zookeeper_hosts(),
-        root=conf.zookeeper_root,
-        session_timeout=conf.zookeeper_session_timeout_secs,
-        connection_timeout=conf.zookeeper_connection_timeout_secs,
-    )
+    coordinator = Coordinator(ZkSession(zk_settings(conf)), owns_session=True)
     if show:
         with coordinator:
             _show(coordinator, group)

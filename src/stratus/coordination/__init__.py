@@ -1,10 +1,12 @@
 """The election library: leader elections by group over ZooKeeper, with fencing epochs.
 
-Usable on its own; see ``docs/coordination.md``::
+Recipes over a ZooKeeper session (``stratus.zk.session``): ``Coordinator(session)`` in a
+process that owns one, ``Coordinator.standalone(hosts)`` to get both at once. Usable on its
+own; see ``docs/coordination.md``::
 
     from stratus.coordination import Coordinator
 
-    with Coordinator("127.0.0.1:2181", session_timeout=10) as coord:
+    with Coordinator.standalone("127.0.0.1:2181", session_timeout=10) as coord:
         leadership = coord.nominate("reports", "worker-1")
         with leadership.transaction() as tx:
             tx.set_data("/reports/owner", b"worker-1")

@@ -1,4 +1,4 @@
-"""Hadoop's ActiveStandbyElector (seed 003), with breadcrumb fencing, on the group election.
+"""Hadoop's ActiveStandbyElector, with breadcrumb fencing, on the group election.
 
 The winner of the group's single slot holds the ephemeral lock. Before it is told to become
 active it reads the persistent breadcrumb left by the previous active: if that holds another
@@ -76,6 +76,7 @@ class ActiveStandbyElector:
         self.member_id = member_id
         self._callbacks = callbacks
         self._rejoin_delay = rejoin_delay
+        self._client = coordinator.session.client  # the breadcrumb's reads and deletes
         self._paths = GroupPaths(coordinator.root, group)
         self._lock = threading.RLock()
         self._app_data = b""
@@ -185,7 +186,7 @@ class ActiveStandbyElector:
 
     def _fence_previous_active(self) -> bool:
         try:
-            data, _ = self._coordinator.client.get(self._paths.breadcrumb)
+            data, _ = self._client.get(self._paths.breadcrumb)
         except NoNodeError:
             return True
         if data == self._app_data:
@@ -194,8 +195,7 @@ class ActiveStandbyElector:
         return bool(self._callbacks.fence_old_active(data))
 
     def _write_breadcrumb(self, leadership: Leadership) -> None:
-        client = self._coordinator.client
-        stat = client.exists(self._paths.breadcrumb)
+        stat = self._client.exists(self._paths.breadcrumb)
         with leadership.transaction() as tx:
             if stat is None:
                 tx.create(self._paths.breadcrumb, self._app_data)
@@ -203,10 +203,9 @@ class ActiveStandbyElector:
                 tx.set_data(self._paths.breadcrumb, self._app_data, version=stat.version)
 
     def _delete_own_breadcrumb(self) -> None:
-        client = self._coordinator.client
         try:
-            data, stat = client.get(self._paths.breadcrumb)
+            data, stat = self._client.get(self._paths.breadcrumb)
             if data == self._app_data:
-                client.delete(self._paths.breadcrumb, version=stat.version)
+                self._client.delete(self._paths.breadcrumb, version=stat.version)
         except (NoNodeError, BadVersionError):
             pass

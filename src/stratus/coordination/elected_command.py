@@ -1,6 +1,6 @@
 """A command that runs only while this process leads a group, self-fenced by a lease watchdog.
 
-    with Coordinator(hosts) as coordinator:
+    with Coordinator.standalone(hosts) as coordinator:
         runner = ElectedCommand(coordinator, "etl", "host-1", ["./job.sh"],
                                 leaders=1, grace=1.0, say=print)
         exit_code = runner.run()
@@ -20,15 +20,15 @@ import queue
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO
 
-from stratus.coordination.coordinator import RENEW_FRACTION, Coordinator
+from stratus.coordination.coordinator import Coordinator
 from stratus.coordination.errors import LeadershipLostError
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import RevokeReason
+from stratus.zk.lease import RENEW_FRACTION
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class ElectedCommand:
             on_revoked=lambda _term, reason: self._events.put(_Revoked(reason)),
         )
         self._say(f"queued in group {self._group!r} as {self._member_id}")
-        renew_every = self._coordinator.granted_session_timeout * RENEW_FRACTION / 2
+        renew_every = self._coordinator.session.granted_session_timeout * RENEW_FRACTION / 2
         while True:
             try:
                 event = self._events.get(timeout=renew_every)
@@ -112,7 +112,7 @@ class ElectedCommand:
         if self._watchdog is not None and self._watchdog.poll() is not None:
             code = self._watchdog.returncode
             self._watchdog = None
-            lease_lapsed = time.monotonic() >= self._until
+            lease_lapsed = self._coordinator.session.clock() >= self._until
             if self._leadership is not None and not lease_lapsed:
                 self._say(f"command exited with code {code}; handing over leadership")
                 return code

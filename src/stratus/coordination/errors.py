@@ -1,14 +1,27 @@
-"""Errors of the election library."""
+"""Errors of the election library.
 
+Two it raises are shared with other layers and defined there: ``NoLeaderError`` (the shared
+vocabulary, ``stratus.api.errors``) and ``ZooKeeperUnavailableError`` (the session,
+``stratus.zk.errors``); both are importable from here too.
+"""
+
+from stratus.api.errors import NoLeaderError
 from stratus.errors import StratusError
+from stratus.zk.errors import ZooKeeperUnavailableError
+
+__all__ = [
+    "CommitOutcomeUnknownError",
+    "CoordinationError",
+    "ElectionTimeoutError",
+    "LeadershipLostError",
+    "NoLeaderError",
+    "TransactionFailedError",
+    "ZooKeeperUnavailableError",
+]
 
 
 class CoordinationError(StratusError):
     """Something went wrong while coordinating through ZooKeeper."""
-
-
-class ZooKeeperUnavailableError(CoordinationError):
-    """No ZooKeeper server of the ensemble could be reached in time."""
 
 
 class LeadershipLostError(CoordinationError, RuntimeError):
@@ -29,10 +42,6 @@ class CommitOutcomeUnknownError(CoordinationError):
 
 class TransactionFailedError(CoordinationError):
     """A fenced transaction was refused by ZooKeeper for a reason other than fencing."""
-
-
-class NoLeaderError(CoordinationError, RuntimeError):
-    """Nobody holds the leadership of a group right now."""
 
 
 class ElectionTimeoutError(CoordinationError, TimeoutError):

@@ -1,10 +1,10 @@
-"""Storm's ``ILeaderElector`` (seed 000) on top of the group election.
+"""Storm's ``ILeaderElector`` on top of the group election.
 
 A nimbus queues once it holds the code of every active pipeline, and checks ``is_leader()``
 before any leader-only action; every leader-only write goes through ``leadership``'s fenced
 transaction::
 
-    elector = LeaderElector(coordinator, "nimbus-1:6627", group="nimbus")
+    elector = LeaderElector(Coordinator(session), "nimbus-1:6627", group="nimbus")
     elector.add_to_leader_lock_queue()
     if elector.is_leader():
         ...

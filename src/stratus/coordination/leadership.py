@@ -37,6 +37,7 @@ from stratus.coordination.errors import (
     LeadershipLostError,
     TransactionFailedError,
 )
+from stratus.zk.clock import Clock
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class Leadership:
     _client: KazooClient = field(repr=False)
     _holds: Callable[[Leadership], bool] = field(repr=False)
     _lease_end: Callable[[], float] = field(repr=False)
+    _clock: Clock = field(default=time.monotonic, repr=False)  # the lease end's clock
 
     @property
     def is_leader(self) -> bool:
@@ -63,14 +65,14 @@ class Leadership:
         process has not heard from ZooKeeper for two thirds of the session timeout (a paused
         process), before ZooKeeper itself can say that the session is gone.
         """
-        return self._holds(self) and time.monotonic() < self._lease_end()
+        return self._holds(self) and self._clock() < self._lease_end()
 
     def transaction(self) -> FencedTransaction:
         """A transaction that commits only if this term's epoch is still the current one."""
         return FencedTransaction(self)
 
     def valid_until(self) -> float:
-        """The ``time.monotonic()`` until which this term is guaranteed to hold.
+        """The time (of the session's clock) until which this term is guaranteed to hold.
 
         ZooKeeper heard from this session no earlier than its last lease renewal, so nobody
         else can be elected for this slot before that renewal plus the session timeout; the

@@ -53,6 +53,8 @@ from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.zk.ephemeral import EphemeralNode
 from stratus.zk.paths import ClusterPaths
+from stratus.zk.session import ZkSession
+from stratus.zk_config import zk_settings
 
 log = logging.getLogger(__name__)
 
@@ -88,23 +90,11 @@ class Nimbus:
         self.port: int = self._sock.getsockname()[1]
         self.address = f"{conf.nimbus_host}:{self.port}"
         self.paths = ClusterPaths(conf.zookeeper_root)
-        self.coordinator = Coordinator(
-            conf.zookeeper_hosts(),
-            root=conf.zookeeper_root,
-            session_timeout=conf.zookeeper_session_timeout_secs,
-            connection_timeout=conf.zookeeper_connection_timeout_secs,
-        )
-        self.elector = LeaderElector(
-            self.coordinator,
-            self.address,
-            group=NIMBUS_GROUP,
-            on_gain=self._gained,
-            on_loss=self._lost,
-        )
+        self.session, self.coordinator, self.elector = self._build_election()
         self.metrics = NimbusMetrics(
             is_leader=self.elector.is_leader,
             epoch=lambda: self.view.leader().epoch,
-            zookeeper_connected=lambda: bool(self.coordinator.client.connected),
+            zookeeper_connected=lambda: self.session.connected,
             code_sync_rounds=lambda: self.code_sync.rounds,
             code_missing=lambda: len(self.code_sync.missing()),
         )
@@ -117,11 +107,13 @@ class Nimbus:
 
     def start(self) -> None:
         try:
+            self.session.start()
             self.coordinator.start()
         except BaseException:
+            self.session.close()
             self._sock.close()
             raise
-        client = self.coordinator.client
+        client = self.session.client
         for parent in self.paths.all_parents():
             client.ensure_path(parent)
         self.view = ClusterView(client, self.paths)
@@ -179,8 +171,18 @@ class Nimbus:
         if self._package_server is not None:
             self._package_server.close()
         self.coordinator.close()
+        self.session.close()
 
     # ------------------------------------------------------------------ parts
+
+    def _build_election(self) -> tuple[ZkSession, Coordinator, LeaderElector]:
+        """This nimbus's ZooKeeper session, and the election of group ``nimbus`` over it."""
+        session = ZkSession(zk_settings(self.conf))
+        coordinator = Coordinator(session)
+        elector = LeaderElector(
+            coordinator, self.address, group=NIMBUS_GROUP, on_gain=self._gained, on_loss=self._lost
+        )
+        return session, coordinator, elector
 
     def _package_store(self) -> PackageStore:
         """The store that receives uploads (and, with the local distributor, keeps code)."""
@@ -217,7 +219,7 @@ class Nimbus:
     def _build_distributor(self, store: PackageStore) -> CodeDistributor:
         distributor = create_distributor(
             self.conf,
-            client=self.coordinator.client,
+            client=self.session.client,
             paths=self.paths,
             address=self.address,
             store=store,

@@ -31,8 +31,6 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from kazoo.client import KazooState
-
 from stratus import __version__
 from stratus.api.records import Assignment, SupervisorSummary
 from stratus.codedist.distributor import CodeDistributor
@@ -40,7 +38,6 @@ from stratus.codedist.factory import create_distributor
 from stratus.codedist.package_check import PackageLimits
 from stratus.codedist.package_store import PackageStore
 from stratus.config import StratusConfig
-from stratus.coordination.coordinator import Coordinator
 from stratus.errors import StratusError
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
@@ -56,7 +53,9 @@ from stratus.supervisor.registration import SupervisorRegistration
 from stratus.supervisor.restart_policy import RestartSettings
 from stratus.supervisor.worker_process import WorkerPaths
 from stratus.zk.paths import ClusterPaths
+from stratus.zk.session import SessionChange, SessionState, ZkSession
 from stratus.zk.watched import WatchedChildren
+from stratus.zk_config import zk_settings
 
 log = logging.getLogger(__name__)
 
@@ -101,20 +100,15 @@ class Supervisor:
         self._stopped = threading.Event()
         self._opened: list[Callable[[], None]] = []  # what stop() closes, newest first
         self._loop_thread: threading.Thread | None = None
-        self.coordinator = Coordinator(
-            conf.zookeeper_hosts(),
-            root=conf.zookeeper_root,
-            session_timeout=conf.zookeeper_session_timeout_secs,
-            connection_timeout=conf.zookeeper_connection_timeout_secs,
-        )
+        self.session = ZkSession(zk_settings(conf))
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
         """Connect, register, and start running what is assigned here."""
         self._make_local_dir()
-        self.coordinator.start()
-        self._opened.append(self.coordinator.close)
+        self.session.start()
+        self._opened.append(self.session.close)
         try:
             self._start_parts()
         except BaseException:
@@ -159,7 +153,7 @@ class Supervisor:
             ) from None
 
     def _start_parts(self) -> None:
-        client = self.coordinator.client
+        client = self.session.client
         for parent in self.paths.all_parents():
             client.ensure_path(parent)
         store = create_state_store(self.conf, client, self.paths)
@@ -182,7 +176,7 @@ class Supervisor:
             id=self.id, host=self.host, slots=self.slots, used=0, started=self._wall()
         )
         self.registration = SupervisorRegistration(
-            self.coordinator.client,
+            self.session.client,
             self.paths,
             summary,
             heartbeats=self.board.supervisors,
@@ -199,7 +193,7 @@ class Supervisor:
             )
             distributor = create_distributor(
                 self.conf,
-                client=self.coordinator.client,
+                client=self.session.client,
                 paths=self.paths,
                 address=f"supervisor/{self.id}",
                 store=store,
@@ -230,7 +224,7 @@ class Supervisor:
             wall=self._wall,
         )
         self.reader = AssignmentReader(
-            self.coordinator.client, self.paths, deliver=self.control.post, clock=self._clock
+            self.session.client, self.paths, deliver=self.control.post, clock=self._clock
         )
         self.publisher = HeartbeatPublisher(
             self.board,
@@ -251,21 +245,21 @@ class Supervisor:
         self.publisher.offer(round_)
 
     def _start_threads(self) -> None:
-        client = self.coordinator.client
+        client = self.session.client
         self.reader.start()
         self._opened.append(self.reader.close)
         WatchedChildren(client, self.paths.assignments, Assignment, self.reader.request).start()
-        client.add_listener(self._connection_changed)
-        self._opened.append(lambda: client.remove_listener(self._connection_changed))
+        self.session.add_listener(self._connection_changed)
+        self._opened.append(lambda: self.session.remove_listener(self._connection_changed))
         self.publisher.start()
         self._loop_thread = threading.Thread(
             target=self.control.run, name="supervisor-control", daemon=True
         )
         self._loop_thread.start()
 
-    def _connection_changed(self, state: str) -> None:
+    def _connection_changed(self, change: SessionChange) -> None:
         """kazoo's thread: only ask for a read once connected again (must not block)."""
-        if state == KazooState.CONNECTED:
+        if change.state is SessionState.CONNECTED:
             self.reader.request()
 
     def _publish_last(self) -> None:

@@ -1,12 +1,20 @@
-"""ZooKeeper: the local server that ``stratus zookeeper`` and the test suite run."""
+"""ZooKeeper: the session a process owns (``session``), the znode layout (``paths``), watched
+mirrors and ephemeral registrations, and the local server that ``stratus zookeeper`` and the
+test suite run."""
 
-from stratus.zk.errors import ZooKeeperServerError
+from stratus.zk.errors import ZooKeeperServerError, ZooKeeperUnavailableError
 from stratus.zk.server import ZooKeeperEnsemble, ZooKeeperServer, find_java, zookeeper_classpath
+from stratus.zk.session import SessionChange, SessionState, ZkSession, ZkSettings
 
 __all__ = [
+    "SessionChange",
+    "SessionState",
+    "ZkSession",
+    "ZkSettings",
     "ZooKeeperEnsemble",
     "ZooKeeperServer",
     "ZooKeeperServerError",
+    "ZooKeeperUnavailableError",
     "find_java",
     "zookeeper_classpath",
 ]

@@ -27,3 +27,7 @@ class ZooKeeperDataDirError(ZooKeeperServerError):
 
 class ZooKeeperStartError(ZooKeeperServerError):
     """The JVM exited, or did not serve requests in time, after it was launched."""
+
+
+class ZooKeeperUnavailableError(StratusError):
+    """No ZooKeeper server of the ensemble answered within the connection timeout."""

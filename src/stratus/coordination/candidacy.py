@@ -1,0 +1,380 @@
+"""Candidacies: the state machine of every nomination of one coordinator, over its session.
+
+A candidate queues as an ephemeral sequential node under ``candidates/``; once among the
+first N of the queue it claims a free slot: one transaction creates the ephemeral slot node,
+bumps the slot's epoch (the fencing token) with a version check, and logs the term for
+subscribers. States and events are enums and ``transition`` holds every move::
+
+    QUEUED --elected--> LEADING --suspended--> SUSPENDED --resumed--> LEADING
+    LEADING/SUSPENDED --lost (session expired)--> QUEUED      SUSPENDED --deposed--> QUEUED
+    any --resigned--> RESIGNED, which ignores every later event (a user may resign while the
+    worker is in the middle of a move; the worker's own resign task then ends the term)
+
+Threads: everything here runs on the coordinator's worker thread, except ``resign_now``, the
+one move a user's thread makes (so that ``is_leader`` is false the moment ``unnominate``
+is called). Elections, revocations and resumptions reach the user through ``dispatch``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import posixpath
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from stratus.coordination.errors import CoordinationError
+from stratus.coordination.leadership import Leadership
+from stratus.coordination.records import CandidateRecord, RevokeReason, SlotRecord
+from stratus.coordination.serial import Dispatch, Post
+from stratus.zk.paths import GroupPaths, sequence_of
+from stratus.zk.session import SessionChange, SessionState, ZkSession
+
+log = logging.getLogger(__name__)
+
+ElectedCallback = Callable[[Leadership], None]
+RevokedCallback = Callable[[Leadership, RevokeReason], None]
+
+TERMS_KEPT = 100  # term entries kept per group for leader-change subscribers that lag
+
+
+class CandidateState(Enum):
+    QUEUED = "queued"  # in the queue (or re-queuing), not leading
+    LEADING = "leading"
+    SUSPENDED = "suspended"  # was leading when the connection dropped; may resume
+    RESIGNED = "resigned"  # unnominated; being removed
+
+
+class CandidacyEvent(Enum):
+    ELECTED = "elected"
+    SUSPENDED = "suspended"
+    RESUMED = "resumed"
+    DEPOSED = "deposed"
+    LOST = "lost"
+    RESIGNED = "resigned"
+
+
+_S, _E = CandidateState, CandidacyEvent
+_TRANSITIONS: dict[tuple[CandidateState, CandidacyEvent], CandidateState] = {
+    (_S.QUEUED, _E.ELECTED): _S.LEADING,
+    (_S.LEADING, _E.SUSPENDED): _S.SUSPENDED,
+    (_S.SUSPENDED, _E.RESUMED): _S.LEADING,
+    (_S.SUSPENDED, _E.DEPOSED): _S.QUEUED,
+    (_S.LEADING, _E.LOST): _S.QUEUED,
+    (_S.SUSPENDED, _E.LOST): _S.QUEUED,
+    **{(state, _E.RESIGNED): _S.RESIGNED for state in CandidateState},
+    **{(_S.RESIGNED, event): _S.RESIGNED for event in CandidacyEvent},
+}
+
+
+def transition(state: CandidateState, event: CandidacyEvent) -> CandidateState:
+    """The state after ``event``; ``CoordinationError`` for a move the machine never makes."""
+    try:
+        return _TRANSITIONS[(state, event)]
+    except KeyError:
+        raise CoordinationError(
+            f"a candidacy in state {state.value} cannot be {event.value}; this is a bug"
+        ) from None
+
+
+@dataclass(eq=False)
+class Candidacy:
+    """One nomination: who runs in which group, and where it stands."""
+
+    group: str
+    member_id: str
+    data: bytes
+    leaders: int
+    on_elected: ElectedCallback
+    on_revoked: RevokedCallback | None
+    paths: GroupPaths
+    node: str | None = None
+    term: Leadership | None = None
+    state: CandidateState = CandidateState.QUEUED
+    claim_unknown: bool = False  # a claim was in flight when the connection dropped
+
+    def leading(self, term: Leadership) -> bool:
+        return self.term is term and self.state is CandidateState.LEADING
+
+
+class Candidacies:
+    """Every candidacy of one coordinator; see the module docstring."""
+
+    def __init__(self, session: ZkSession, *, post: Post, dispatch: Dispatch) -> None:
+        self._session = session
+        self._client = session.client
+        self._post = post
+        self._dispatch = dispatch
+        self._by_group: dict[str, Candidacy] = {}
+        self._orphans: set[str] = set()  # our ephemeral nodes to delete once reconnected
+        self._watch: dict[str, Callable[[Any], None]] = {}
+
+    # ----------------------------------------------------------------- from any thread
+
+    def get(self, group: str) -> Candidacy | None:
+        return self._by_group.get(group)
+
+    def groups(self) -> list[str]:
+        return list(self._by_group)
+
+    def add(self, candidacy: Candidacy) -> None:
+        """Register a new candidacy (one per group); the caller posts its first ``evaluate``."""
+        self._by_group[candidacy.group] = candidacy
+
+    def resign_now(self, candidacy: Candidacy) -> None:
+        """Stop leading at once (the worker removes the nodes in ``resign``)."""
+        candidacy.state = transition(candidacy.state, CandidacyEvent.RESIGNED)
+
+    # ----------------------------------------------------------------- the worker's moves
+
+    def on_session(self, change: SessionChange) -> None:
+        """React to a change of the session's state, in the order they happened."""
+        if change.state is SessionState.SUSPENDED:
+            self._suspend_all()
+        elif change.state in (SessionState.EXPIRED, SessionState.CLOSED):
+            self._end_all_terms()
+        elif change.state is SessionState.CONNECTED:
+            self._resume_suspended()
+            self._delete_orphans()
+            for group in self.groups():
+                self.evaluate(group)
+
+    def evaluate(self, group: str) -> None:
+        """Queue this candidate if needed and claim a free slot when its turn has come."""
+        candidacy = self._by_group.get(group)
+        if candidacy is None or candidacy.state is not CandidateState.QUEUED:
+            return
+        if not self._session.connected:
+            return
+        paths = candidacy.paths
+        watch = self._watcher(group)
+        queue_names = self._client.get_children(paths.candidates, watch=watch)
+        if candidacy.node is None or posixpath.basename(candidacy.node) not in queue_names:
+            candidacy.node = self._client.create(
+                paths.candidate_prefix,
+                CandidateRecord(candidacy.member_id, candidacy.data).encode(),
+                ephemeral=True,
+                sequence=True,
+            )
+            queue_names.append(posixpath.basename(candidacy.node))
+            log.info(
+                "event=queued group=%s member=%s node=%s",
+                group,
+                candidacy.member_id,
+                candidacy.node,
+            )
+        queue_names.sort(key=sequence_of)
+        position = queue_names.index(posixpath.basename(candidacy.node))
+        if position >= candidacy.leaders:
+            return  # the candidates watch wakes us when someone ahead leaves
+        taken = set(self._client.get_children(paths.slots, watch=watch))
+        if candidacy.claim_unknown and self._adopt_claimed_slot(candidacy, taken):
+            return
+        for slot in range(candidacy.leaders):
+            if str(slot) not in taken and self._claim(candidacy, slot):
+                return
+
+    def resign(self, candidacy: Candidacy) -> None:
+        """Remove a resigned candidacy's nodes (now, or once reconnected) and revoke its term."""
+        term = candidacy.term
+        if self._by_group.get(candidacy.group) is candidacy:
+            del self._by_group[candidacy.group]
+        paths = [term.slot_path] if term else []
+        if candidacy.node:
+            paths.append(candidacy.node)
+        self._orphans.update(paths)
+        self._delete_orphans()
+        candidacy.term = None
+        if term is not None:
+            _log_term(CandidacyEvent.RESIGNED, term)
+            self._revoke(candidacy, term, RevokeReason.RESIGNED)
+
+    # ----------------------------------------------------------------- session changes
+
+    def _suspend_all(self) -> None:
+        for candidacy in self._by_group.values():
+            term = candidacy.term
+            if (
+                candidacy.state is CandidateState.LEADING
+                and term is not None
+                and self._move(candidacy, CandidacyEvent.SUSPENDED, term)
+            ):
+                self._revoke(candidacy, term, RevokeReason.SUSPENDED)
+
+    def _end_all_terms(self) -> None:
+        for candidacy in self._by_group.values():
+            term = candidacy.term
+            if term is not None and self._move(candidacy, CandidacyEvent.LOST, term):
+                self._revoke(candidacy, term, RevokeReason.SESSION_LOST)
+            candidacy.term = None
+            candidacy.node = None
+            candidacy.claim_unknown = False
+
+    def _resume_suspended(self) -> None:
+        """After a reconnect: a suspended term resumes only if its slot is still ours."""
+        for candidacy in list(self._by_group.values()):
+            term = candidacy.term
+            if candidacy.state is not CandidateState.SUSPENDED or term is None:
+                continue
+            if self._holds_slot(term):
+                if self._move(candidacy, CandidacyEvent.RESUMED, term):
+                    self._dispatch(candidacy.on_elected, term)
+            elif self._move(candidacy, CandidacyEvent.DEPOSED, term):
+                candidacy.term = None
+                self._revoke(candidacy, term, RevokeReason.DEPOSED)
+
+    def _holds_slot(self, term: Leadership) -> bool:
+        try:
+            raw, stat = self._client.get(term.slot_path)
+        except NoNodeError:
+            return False
+        record = SlotRecord.decode(raw)
+        return stat.ephemeralOwner == self._session.session_id and record.epoch == term.epoch
+
+    # ----------------------------------------------------------------- claiming a slot
+
+    def _claim(self, candidacy: Candidacy, slot: int) -> bool:
+        """Take ``slot`` and bump its epoch in one transaction; False if someone was faster."""
+        paths = candidacy.paths
+        assert candidacy.node is not None
+        _, epoch_stat = self._client.get(paths.epoch(slot))
+        record = SlotRecord(
+            candidacy.member_id,
+            epoch_stat.version + 1,
+            slot,
+            posixpath.basename(candidacy.node),
+            candidacy.data,
+        )
+        tx = self._client.transaction()
+        tx.check(candidacy.node, -1)
+        tx.create(paths.slot(slot), record.encode(), ephemeral=True)
+        tx.set_data(paths.epoch(slot), record.encode(), version=epoch_stat.version)
+        tx.create(paths.term_prefix, record.encode(), sequence=True)
+        probe = self._session.lease_probe()
+        candidacy.claim_unknown = True
+        results = tx.commit()
+        candidacy.claim_unknown = False
+        failures = [r for r in results if isinstance(r, Exception)]
+        if not failures:
+            self._session.confirm_contact(probe)
+            self._grant(candidacy, record)
+            if sequence_of(results[3]) % TERMS_KEPT == 0:
+                self._trim_terms(paths)
+            return True
+        if isinstance(results[0], NoNodeError):
+            candidacy.node = None  # our queue node vanished; queue again
+        if isinstance(results[0], NoNodeError) or isinstance(results[2], BadVersionError):
+            self._post(lambda: self.evaluate(candidacy.group))
+        elif not isinstance(results[1], NodeExistsError):
+            log.warning(
+                "event=claim_refused group=%s slot=%d results=%s", candidacy.group, slot, results
+            )
+        return False
+
+    def _adopt_claimed_slot(self, candidacy: Candidacy, taken: set[str]) -> bool:
+        """A claim whose reply was lost may have succeeded: look for a slot our session holds."""
+        candidacy.claim_unknown = False
+        for name in taken:
+            try:
+                raw, stat = self._client.get(candidacy.paths.slot(int(name)))
+            except NoNodeError:
+                continue
+            if stat.ephemeralOwner == self._session.session_id:
+                self._grant(candidacy, SlotRecord.decode(raw))
+                return True
+        return False
+
+    def _grant(self, candidacy: Candidacy, record: SlotRecord) -> None:
+        paths = candidacy.paths
+        term = Leadership(
+            group=candidacy.group,
+            member_id=candidacy.member_id,
+            slot=record.slot,
+            epoch=record.epoch,
+            epoch_path=paths.epoch(record.slot),
+            slot_path=paths.slot(record.slot),
+            _client=self._client,
+            _holds=candidacy.leading,
+            _lease_end=functools.partial(self._session.lease_end, self._session.session_id),
+            _clock=self._session.clock,
+        )
+        candidacy.term = term  # even if resigned meanwhile: resign then deletes the slot
+        if self._move(candidacy, CandidacyEvent.ELECTED, term):
+            self._dispatch(candidacy.on_elected, term)
+
+    def _trim_terms(self, paths: GroupPaths) -> None:
+        names = self._client.get_children(paths.terms)
+        if len(names) <= 2 * TERMS_KEPT:
+            return
+        for name in sorted(names, key=sequence_of)[:-TERMS_KEPT]:
+            with contextlib.suppress(NoNodeError):
+                self._client.delete(posixpath.join(paths.terms, name))
+
+    # ----------------------------------------------------------------- helpers
+
+    def _delete_orphans(self) -> None:
+        """Delete our own leftover ephemeral nodes (never another session's)."""
+        if not self._session.connected:
+            return
+        for path in sorted(self._orphans, key=lambda p: "/slots/" not in p):
+            try:
+                stat = self._client.exists(path)
+                if stat is not None and stat.ephemeralOwner == self._session.session_id:
+                    self._client.delete(path)
+            except NoNodeError:
+                pass
+            self._orphans.discard(path)
+
+    def _watcher(self, group: str) -> Callable[[Any], None]:
+        """One stable watch function per group, so kazoo does not stack duplicates."""
+        if group not in self._watch:
+            self._watch[group] = lambda _event: self._post(lambda: self.evaluate(group))
+        return self._watch[group]
+
+    def _move(self, candidacy: Candidacy, event: CandidacyEvent, term: Leadership) -> bool:
+        """Apply ``event``; False if the candidacy resigned meanwhile (then nothing is told)."""
+        if candidacy.state is CandidateState.RESIGNED:
+            return False
+        candidacy.state = transition(candidacy.state, event)
+        _log_term(event, term)
+        return True
+
+    def _revoke(self, candidacy: Candidacy, term: Leadership, reason: RevokeReason) -> None:
+        if candidacy.on_revoked is not None:
+            self._dispatch(candidacy.on_revoked, term, reason)
+
+
+def prepare_group(session: ZkSession, paths: GroupPaths, leaders: int) -> None:
+    """Create the group's nodes once; refuse a leader count that differs from the group's."""
+    client = session.client
+    try:
+        client.create(paths.base, str(leaders).encode(), makepath=True)
+    except NodeExistsError:
+        raw, _ = client.get(paths.base)
+        existing = int(raw.decode() or leaders)
+        if existing != leaders:
+            raise CoordinationError(
+                f"group {paths.group!r} elects {existing} leader(s); "
+                f"nominate with leaders={existing}"
+            ) from None
+    for path in (paths.candidates, paths.slots, paths.terms, paths.epochs):
+        client.ensure_path(path)
+    for slot in range(leaders):
+        with contextlib.suppress(NodeExistsError):
+            client.create(paths.epoch(slot), b"")
+
+
+def _log_term(event: CandidacyEvent, term: Leadership) -> None:
+    log.info(
+        "event=%s group=%s member=%s slot=%d epoch=%d",
+        event.value,
+        term.group,
+        term.member_id,
+        term.slot,
+        term.epoch,
+    )

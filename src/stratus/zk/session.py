@@ -1,0 +1,333 @@
+"""One ZooKeeper session: the kazoo client, its connection state, its lease, its retries.
+
+Whoever runs a process owns its session and lends it to the recipes and readers that need
+ZooKeeper (as kazoo's recipes take a client); nothing below the owner creates or closes one::
+
+    with ZkSession(ZkSettings("zk1:2181,zk2:2181", root="/stratus")) as session:
+        session.add_listener(lambda change: print(change.state))   # kazoo's thread: no blocking
+        session.call("read the root", session.client.get_children, session.root)
+        session.lease_end(session.session_id)                       # trust the session until then
+
+Guarantees: the connection state is a ``SessionState`` whose transitions are all written in
+``next_state``; listeners hear every change in order, on kazoo's event thread, so they must
+only record or post work elsewhere. ``granted_session_timeout`` is what the server granted
+(it clamps the request to its own bounds), learned from kazoo's internals in this module only.
+The lease (see ``lease``) is renewed every ``RENEW_FRACTION`` of that timeout by a thread of
+the session's own, and ends at once when the connection is suspended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import posixpath
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from types import TracebackType
+from typing import Any, TypeVar
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import ConnectionClosedError, KazooException
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry, RetryFailedError
+
+from stratus.zk.clock import Clock
+from stratus.zk.errors import ZooKeeperUnavailableError
+from stratus.zk.lease import LEASE_FRACTION, RENEW_FRACTION, LeaseProbe, SessionLease
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+RETRY_DELAY_SECS = 0.05  # first pause of a retried call or reconnection
+RETRY_MAX_DELAY_SECS = 0.5  # longest pause: reconnection after a server restart stays quick
+
+
+@dataclass(frozen=True)
+class ZkSettings:
+    """Where the session connects and how long it waits (the ``zookeeper.*`` keys).
+
+    ``hosts`` is a kazoo connect string (it may end in a chroot); ``root`` is the znode under
+    which stratus keeps everything; the timeouts are in seconds.
+    """
+
+    hosts: str
+    root: str = "/stratus"
+    session_timeout: float = 10.0
+    connection_timeout: float = 15.0
+
+    def __post_init__(self) -> None:
+        if self.session_timeout <= 0 or self.connection_timeout <= 0:
+            raise ValueError(
+                f"ZooKeeper timeouts must be positive, got session {self.session_timeout:g}s "
+                f"and connection {self.connection_timeout:g}s"
+            )
+        object.__setattr__(self, "root", posixpath.normpath("/" + self.root.strip("/")))
+
+
+class SessionState(Enum):
+    """Where the session stands; ``next_state`` holds every transition."""
+
+    NEW = "new"  # not started
+    CONNECTED = "connected"
+    SUSPENDED = "suspended"  # the connection dropped; the session may survive
+    EXPIRED = "expired"  # the session ended; kazoo is opening a new one
+    CLOSED = "closed"  # closed by its owner; final
+
+
+_FROM_KAZOO = {
+    KazooState.CONNECTED: SessionState.CONNECTED,
+    KazooState.SUSPENDED: SessionState.SUSPENDED,
+    KazooState.LOST: SessionState.EXPIRED,
+}
+
+
+def next_state(current: SessionState, kazoo_state: str | None) -> SessionState:
+    """The state after kazoo reports ``kazoo_state``, or after ``close`` (None)."""
+    if current is SessionState.CLOSED or kazoo_state is None:
+        return SessionState.CLOSED
+    return _FROM_KAZOO[kazoo_state]
+
+
+@dataclass(frozen=True)
+class SessionChange:
+    """One transition of the session, as its listeners hear it."""
+
+    previous: SessionState
+    state: SessionState
+
+    @property
+    def resumed(self) -> bool:
+        """Connected again after a suspension: the same session, its ephemeral nodes kept."""
+        return self.state is SessionState.CONNECTED and self.previous is SessionState.SUSPENDED
+
+    @property
+    def renewed(self) -> bool:
+        """Connected with a new session after the old one expired: its ephemerals are gone."""
+        return self.state is SessionState.CONNECTED and self.previous is SessionState.EXPIRED
+
+
+SessionListener = Callable[[SessionChange], None]
+
+
+class ZkSession:
+    """The ZooKeeper session of one process; see the module docstring."""
+
+    def __init__(self, settings: ZkSettings, *, clock: Clock = time.monotonic) -> None:
+        self.settings = settings
+        self.client = KazooClient(
+            hosts=settings.hosts,
+            timeout=settings.session_timeout,
+            connection_retry=KazooRetry(
+                max_tries=-1, delay=RETRY_DELAY_SECS, backoff=2, max_delay=RETRY_MAX_DELAY_SECS
+            ),
+        )
+        self.clock = clock  # the lease's, and that of every term won on this session
+        self._lock = threading.Lock()  # guards the state and the listeners
+        self._state = SessionState.NEW
+        self._listeners: list[SessionListener] = []
+        self._lease = SessionLease(clock)
+        self._granted: float | None = None  # seconds, once the server said
+        self._closing = threading.Event()
+        self._renew_now = threading.Event()
+        self._renewer: threading.Thread | None = None
+        _capture_granted_timeout(self.client, self._note_granted)
+
+    # ------------------------------------------------------------------ what it is
+
+    @property
+    def root(self) -> str:
+        return self.settings.root
+
+    @property
+    def hosts(self) -> str:
+        return self.settings.hosts
+
+    @property
+    def state(self) -> SessionState:
+        return self._state
+
+    @property
+    def connected(self) -> bool:
+        return self._state is SessionState.CONNECTED
+
+    @property
+    def session_id(self) -> int | None:
+        client_id = self.client.client_id
+        return int(client_id[0]) if client_id else None
+
+    @property
+    def granted_session_timeout(self) -> float:
+        """The session timeout ZooKeeper granted (the requested one until it says)."""
+        return self._granted or self.settings.session_timeout
+
+    # ------------------------------------------------------------------ life cycle
+
+    def start(self) -> ZkSession:
+        """Connect within the connection timeout, create the root, start renewing the lease."""
+        self.client.add_listener(self._on_kazoo_state)
+        try:
+            self._connect()
+        except BaseException:
+            self.close()
+            raise
+        self._renewer = threading.Thread(target=self._run_renewer, name="zk-lease", daemon=True)
+        self._renewer.start()
+        return self
+
+    def _connect(self) -> None:
+        try:
+            self.client.start(timeout=self.settings.connection_timeout)
+        except KazooTimeoutError:
+            raise ZooKeeperUnavailableError(
+                f"no ZooKeeper server answered at {self.hosts} within "
+                f"{self.settings.connection_timeout:g}s; is zookeeper.servers right "
+                "and is it running?"
+            ) from None
+        self.call("create the root znode", self.client.ensure_path, self.root)
+        self.renew_lease()
+
+    def close(self) -> None:
+        """End the session: its ephemeral nodes go at once; listeners hear ``CLOSED``."""
+        if self._closing.is_set():
+            return
+        self._closing.set()
+        self._renew_now.set()
+        self._change(None)
+        self.client.stop()
+        if self._renewer is not None and self._renewer is not threading.current_thread():
+            self._renewer.join(timeout=5)
+        self.client.close()
+
+    def __enter__(self) -> ZkSession:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ listeners
+
+    def add_listener(self, listener: SessionListener) -> None:
+        """Call ``listener(change)`` at every later state change, on kazoo's thread."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def remove_listener(self, listener: SessionListener) -> None:
+        with self._lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+    def _on_kazoo_state(self, kazoo_state: str) -> None:
+        self._change(kazoo_state)
+
+    def _change(self, kazoo_state: str | None) -> None:
+        """Move to the next state, end or renew the lease, tell the listeners (never blocks)."""
+        with self._lock:
+            previous = self._state
+            self._state = next_state(previous, kazoo_state)
+            change = SessionChange(previous, self._state)
+            listeners = list(self._listeners)
+        if change.state is previous:
+            return
+        self._lease.connection_changed(change.state is SessionState.CONNECTED)
+        if change.state is SessionState.CONNECTED:
+            self._renew_now.set()
+        log.info(
+            "event=zookeeper_%s previous=%s session=%x",
+            change.state.value,
+            previous.value,
+            self.session_id or 0,
+        )
+        for listener in listeners:
+            try:
+                listener(change)
+            except Exception:
+                log.exception("event=session_listener_failed listener=%r", listener)
+
+    # ------------------------------------------------------------------ calls
+
+    def retry(self) -> KazooRetry:
+        """A fresh retry policy: across connection loss until the connection timeout."""
+        return KazooRetry(
+            max_tries=-1,
+            delay=RETRY_DELAY_SECS,
+            max_delay=RETRY_MAX_DELAY_SECS,
+            deadline=self.settings.connection_timeout,
+        )
+
+    def call(self, what: str, func: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        """``func(*args, **kwargs)`` retried by ``retry()``; ``ZooKeeperUnavailableError``
+        once the connection timeout is spent (``what`` says what was being done)."""
+        try:
+            result: _T = self.retry()(func, *args, **kwargs)  # kazoo is untyped
+            return result
+        except (RetryFailedError, ConnectionClosedError) as exc:
+            raise ZooKeeperUnavailableError(
+                f"ZooKeeper at {self.hosts} did not answer while trying to {what} "
+                f"({type(exc).__name__}); it is retried for zookeeper.connection.timeout.secs"
+            ) from None
+
+    # ------------------------------------------------------------------ the lease
+
+    def lease_probe(self) -> LeaseProbe:
+        """Note the time before a request whose success will renew the lease."""
+        return self._lease.probe()
+
+    def confirm_contact(self, probe: LeaseProbe) -> None:
+        """A request probed by ``probe`` succeeded: extend the lease of the current session."""
+        length = self.granted_session_timeout * LEASE_FRACTION
+        self._lease.confirm(probe, self.session_id, length)
+
+    def renew_lease(self) -> None:
+        """One round trip to ZooKeeper; its reply proves the session alive when it was sent."""
+        if not self.connected:
+            return
+        probe = self.lease_probe()
+        self.client.exists(self.root)
+        self.confirm_contact(probe)
+
+    def lease_end(self, session_id: int | None) -> float:
+        """The clock's time until which the lease vouches for ``session_id`` (0: none)."""
+        return self._lease.end(session_id)
+
+    def _run_renewer(self) -> None:
+        while not self._closing.is_set():
+            self._renew_now.wait(self.granted_session_timeout * RENEW_FRACTION)
+            self._renew_now.clear()
+            if self._closing.is_set():
+                return
+            # On failure the lease lapses by itself; the next state change says what happened.
+            with contextlib.suppress(KazooException):
+                self.renew_lease()
+
+    def _note_granted(self, seconds: float) -> None:
+        self._granted = seconds
+
+
+def _capture_granted_timeout(client: KazooClient, note: Callable[[float], None]) -> None:
+    """Learn the session timeout the server grants at each connection; kazoo 2.11 only logs it.
+
+    The one place that touches kazoo's internals: its connection handler's ``_connect`` returns
+    (read timeout, connect timeout) in ms, the read timeout being two thirds of the granted
+    session timeout. ``tests/test_zk_session_cap.py`` fails if a kazoo upgrade changes that.
+    """
+    handler = getattr(client, "_connection", None)
+    connect = getattr(handler, "_connect", None)
+    if connect is None:
+        log.warning("event=granted_timeout_unknown using=requested")
+        return
+
+    def capture(*args: Any) -> tuple[float, float]:
+        read_timeout, connect_timeout = connect(*args)
+        note(read_timeout * 1.5 / 1000.0)
+        return read_timeout, connect_timeout
+
+    handler._connect = capture  # type: ignore[union-attr]
