@@ -27,7 +27,7 @@ from stratus.codedist.package_store import PackageStore
 from stratus.codedist.transfer.server import PackageServer
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.server import ZooKeeperServer
-from tests.test_code_routes import CodeServer, code_server
+from tests.code_server import CodeServer, code_server
 from tests.zkfixtures import kazoo_client, wait_until
 
 MIB = 1 << 20
