@@ -373,6 +373,7 @@ def test_registrations_and_watches_come_back_after_a_session_expiry(nimbuses, zk
     wait_until(lambda: b.dist.replication_count("etl", META) == 1, WAIT_SECS, "b sees a leave")
 
 
+@pytest.mark.slow
 def test_hundreds_of_registrations_come_back_after_an_expiry_with_one_thread(nimbuses, zk_hosts):
     a = nimbuses[0]
     names = [f"p{i:03d}" for i in range(300)]
