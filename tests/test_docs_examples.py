@@ -13,11 +13,13 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import os
 import re
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -35,6 +37,7 @@ STRATUS = [c for c in COMMANDS if c.program == "stratus"]
 MAKE = [c for c in COMMANDS if c.program == "make"]
 PYTHON = [c for c in COMMANDS if Path(c.program).name in {"python", "python3"}]
 PYTHON_QUICK_MODULES = frozenset({"stratus.codedist.manifest"})
+PYTEST = [c for c in COMMANDS if Path(c.program).name == "pytest"]
 
 # Verbs whose documented commands are parsed but not run, and why.
 NOT_RUN = {
@@ -271,12 +274,30 @@ def test_a_python_command_names_a_real_script_and_its_options(command: DocComman
     assert sorted(options - shown) == [], f"{command.where}: options {script} does not take"
 
 
+def _registered_markers() -> set[str]:
+    pytest_options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]
+    return {line.split(":")[0] for line in pytest_options["ini_options"]["markers"]}
+
+
+@pytest.mark.parametrize("command", PYTEST, ids=ids(PYTEST))
+def test_a_pytest_command_names_real_tests_and_markers(command: DocCommand) -> None:
+    args = list(command.argv[1:])
+    paths = [arg.split("::")[0] for arg in args if arg.startswith("tests/")]
+    assert [path for path in paths if not (ROOT / path).exists()] == [], command.where
+    expressions = [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == "-m"]
+    named = set(re.findall(r"\w+", " ".join(expressions))) - {"and", "or", "not"}
+    assert sorted(named - _registered_markers()) == [], f"{command.where}: unknown markers"
+
+
 def test_every_other_program_is_known() -> None:
     checked = {"stratus", "make"}
     unknown = [
         c.where
         for c in COMMANDS
-        if c.program not in checked and c not in PYTHON and c.program not in SHELL_ONLY
+        if c.program not in checked
+        and c not in PYTHON
+        and c not in PYTEST
+        and c.program not in SHELL_ONLY
     ]
     assert unknown == []
 
@@ -289,3 +310,64 @@ def test_every_examples_path_exists() -> None:
         if word.startswith("examples/")
     }
     assert sorted((where, path) for where, path in named if not (ROOT / path).exists()) == []
+
+
+# ---------------------------------------------------------------------- names of the code
+
+
+DOTTED = re.compile(r"(?<![\w.])stratus(?:\.[A-Za-z_]\w*)+")
+ROOTED = re.compile(r"(?<![\w./])(?:src/)?stratus/[\w/.-]+\.(?:py|json)")
+NOT_CODE = frozenset({"stratus.yaml"})
+
+
+def _layers() -> list[str]:
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    layers: list[str] = next(c["layers"] for c in contracts["contracts"] if c["type"] == "layers")
+    return layers
+
+
+# Packages that the layer contract places in parentheses: planned, not there yet.
+PLANNED = frozenset(re.findall(r"\((stratus[\w.]*)\)", " ".join(_layers())))
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether ``dotted`` names a module, or an attribute (chain) of one."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found = importlib.util.find_spec(".".join(parts[:cut])) is not None
+        except ImportError:
+            found = False
+        if found:
+            target: object = importlib.import_module(".".join(parts[:cut]))
+            for name in parts[cut:]:
+                if not hasattr(target, name):
+                    return False
+                target = getattr(target, name)
+            return True
+    return False
+
+
+def test_every_module_and_source_path_named_in_the_docs_exists() -> None:
+    dotted, rooted = set(), set()
+    for doc in DOCS:
+        text = doc.read_text()
+        where = str(doc.relative_to(ROOT))
+        dotted |= {(where, n) for n in DOTTED.findall(text) if n not in NOT_CODE | PLANNED}
+        rooted |= {(where, path) for path in ROOTED.findall(text)}
+    assert len(dotted) >= 10
+    assert len(rooted) >= 3
+    assert sorted((where, name) for where, name in dotted if not _resolves(name)) == []
+    missing = [
+        (where, path)
+        for where, path in rooted
+        if not (ROOT / "src" / path.removeprefix("src/")).exists()
+    ]
+    assert sorted(missing) == []
+
+
+def test_the_architecture_doc_lists_the_layers_of_the_contract() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    shown = re.search(r"^## Layers\n.*?```text\n(.*?)```", text, flags=re.MULTILINE | re.DOTALL)
+    assert shown is not None, "docs/architecture.md has no layer list"
+    assert shown.group(1).splitlines() == _layers()
