@@ -28,6 +28,7 @@ import pytest
 
 from stratus.cli.main import main
 from stratus.config import valid_keys
+from stratus.zk.paths import ClusterPaths, GroupPaths
 from tests.doc_commands import DOCS, ROOT, DocCommand, shell_commands
 
 DOC = ROOT / "docs" / "coordination.md"
@@ -371,3 +372,15 @@ def test_the_architecture_doc_lists_the_layers_of_the_contract() -> None:
     shown = re.search(r"^## Layers\n.*?```text\n(.*?)```", text, flags=re.MULTILINE | re.DOTALL)
     assert shown is not None, "docs/architecture.md has no layer list"
     assert shown.group(1).splitlines() == _layers()
+
+
+def test_the_architecture_doc_lists_every_znode_that_paths_builds() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    rows = re.findall(r"^\| `([^`]+)` \|", text, flags=re.MULTILINE)
+    group = GroupPaths("/r", "g")
+    built = [parent.removeprefix("/r/") + "/" for parent in ClusterPaths("/r").all_parents()]
+    built += [
+        "groups/<group>/" + getattr(group, name).removeprefix(group.base + "/")
+        for name in ("candidates", "slots", "epochs", "terms", "breadcrumb")
+    ]
+    assert [path for path in built if not any(row.startswith(path) for row in rows)] == []
