@@ -8,6 +8,9 @@
   exists. The commands that are quick and need nothing running (``stratus validate``,
   ``--help``, ``--version``) run, and exit as the doc shows; the others are listed with the
   reason they are not run.
+- Every ``stratus.*`` module and ``src/stratus/...`` path the docs name exists;
+  docs/architecture.md lists the layers of the import-linter contract and every znode that
+  ``stratus.zk.paths`` builds.
 """
 
 from __future__ import annotations
