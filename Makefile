@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 STRESS_SECS ?= 300
 FUZZ_EXAMPLES ?= 1000
 
-.PHONY: install run test lint typecheck unit stress fuzz bench bench-election bench-summary bench-failover bench-replication bench-reassign clean
+.PHONY: install run check test lint typecheck unit stress fuzz bench bench-election bench-summary bench-failover bench-replication bench-reassign clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "stratus needs Python 3.11 or newer")'
@@ -32,6 +32,11 @@ unit: install
 	$(BIN)/pytest
 
 test: lint typecheck unit
+
+# The fast inner loop: lint, types, and the tests that need neither Spark nor long waits
+# (markers in pyproject.toml). `make test` runs everything.
+check: lint typecheck
+	$(BIN)/pytest -q -m "not spark and not slow and not stress"
 
 stress: install
 	STRATUS_STRESS_SECS=$(STRESS_SECS) $(BIN)/pytest -m stress tests/test_stress.py -v

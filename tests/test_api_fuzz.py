@@ -40,6 +40,8 @@ from stratus.local.processes import NimbusProcess
 from tests.nimbus_cluster import nimbus_cluster
 from tests.package_factory import valid_package
 
+pytestmark = pytest.mark.slow
+
 EXAMPLES = int(os.environ.get("STRATUS_FUZZ_EXAMPLES", "25"))  # fuzzing phase, per operation
 SEED = int(os.environ.get("STRATUS_FUZZ_SEED", "20260522"))
 REQUEST_TIMEOUT_SECS = 10.0

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 

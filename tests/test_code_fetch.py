@@ -30,7 +30,7 @@ from stratus.codedist.transfer.fetch import (
     part_path,
     split_ranges,
 )
-from tests.test_code_routes import CodeServer, Recorder, code_server, free_address, stored
+from tests.code_server import CodeServer, Recorder, code_server, free_address, stored
 
 MIB = 1 << 20
 DATA = os.urandom(3 * MIB + 4321)

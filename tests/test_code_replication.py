@@ -23,6 +23,8 @@ from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
 from tests.package_factory import valid_package
 from tests.zkfixtures import kazoo_client, wait_until
 
+pytestmark = pytest.mark.slow
+
 SHORT_SYNC = ("-c", "nimbus.code.sync.freq.secs=1")
 LONG_SYNC = ("-c", "nimbus.code.sync.freq.secs=600")  # only the watch can replicate in time
 

@@ -13,6 +13,8 @@ import pytest
 
 from tests.zkfixtures import wait_until
 
+pytestmark = pytest.mark.slow
+
 SESSION = 2.0
 GRACE = 0.3
 

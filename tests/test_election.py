@@ -71,6 +71,7 @@ def leader_of(contenders: list[Contender], timeout: float) -> Contender:
     return leader
 
 
+@pytest.mark.slow
 def test_kill_9_of_the_leading_process_elects_another(
     zk_hosts: str, contenders: list[Contender]
 ) -> None:
@@ -109,6 +110,7 @@ def test_session_expiry_of_the_leader_revokes_requeues_and_never_overlaps(
         a_terms[0].transaction().create("/stale", b"a").commit()
 
 
+@pytest.mark.slow
 def test_zombie_leader_is_fenced_after_sigcont(zk_hosts: str, contenders: list[Contender]) -> None:
     zombie = Contender.spawn(zk_hosts, "g", "zombie", session_timeout=SESSION)
     zombie.expect("elected", timeout=30)
@@ -276,6 +278,7 @@ def test_independent_groups_share_one_session(
     assert a.is_leader("left") and not a.is_leader("right")
 
 
+@pytest.mark.slow
 def test_zookeeper_restart_within_session_timeout_changes_no_leader(
     zk_restartable, coordinators: list[Coordinator]
 ) -> None:
@@ -302,6 +305,7 @@ def test_zookeeper_restart_within_session_timeout_changes_no_leader(
     term.transaction().create("/after-restart", b"a").commit()
 
 
+@pytest.mark.slow
 def test_zookeeper_down_past_session_timeout_nobody_believes_it_leads(
     zk_restartable, coordinators: list[Coordinator]
 ) -> None:

@@ -9,6 +9,8 @@ import pytest
 from stratus.coordination import CoordinationEvent, Coordinator, ErrorKind
 from tests.zkfixtures import wait_until
 
+pytestmark = pytest.mark.slow
+
 SESSION = 4.0
 
 

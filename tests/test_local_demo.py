@@ -14,6 +14,8 @@ import pytest
 
 from tests.zkfixtures import process_gone, process_parents, wait_until
 
+pytestmark = pytest.mark.spark
+
 WORKER_MODULE = b"stratus.worker.main"
 
 

@@ -27,7 +27,7 @@ from stratus.codedist.package_store import PackageStore
 from stratus.codedist.transfer.server import PackageServer
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.server import ZooKeeperServer
-from tests.test_code_routes import CodeServer, code_server
+from tests.code_server import CodeServer, code_server
 from tests.zkfixtures import kazoo_client, wait_until
 
 MIB = 1 << 20
@@ -373,6 +373,7 @@ def test_registrations_and_watches_come_back_after_a_session_expiry(nimbuses, zk
     wait_until(lambda: b.dist.replication_count("etl", META) == 1, WAIT_SECS, "b sees a leave")
 
 
+@pytest.mark.slow
 def test_hundreds_of_registrations_come_back_after_an_expiry_with_one_thread(nimbuses, zk_hosts):
     a = nimbuses[0]
     names = [f"p{i:03d}" for i in range(300)]

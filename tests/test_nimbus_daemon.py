@@ -138,6 +138,7 @@ def test_a_busy_port_at_start_up_is_one_clear_line(zk_server: ZooKeeperServer, t
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_the_cli_pointed_at_a_standby_works(zk_server: ZooKeeperServer, tmp_path, request):
     with nimbus_cluster(zk_server.connect_string, tmp_path, request.node.name) as cluster:
         leader = cluster.wait_for_agreed_leader()

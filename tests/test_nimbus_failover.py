@@ -23,6 +23,8 @@ from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
 from tests.package_factory import valid_package
 from tests.zkfixtures import kazoo_client, wait_until
 
+pytestmark = pytest.mark.slow
+
 FAILOVERS = 10
 
 # Two copies of every acknowledged pipeline: with one, the leader killed right after a submit

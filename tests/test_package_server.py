@@ -21,7 +21,7 @@ from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.package_store import PackageStore
 from stratus.codedist.transfer.fetch import FetchSettings, fetch_package
 from stratus.codedist.transfer.server import PackageServer
-from tests.test_code_routes import code_server, stored
+from tests.code_server import code_server, stored
 
 MIB = 1 << 20
 DATA = os.urandom(5 * MIB + 123)

@@ -30,7 +30,7 @@ from tests.spark_packages import (
 )
 from tests.zkfixtures import process_gone, wait_until
 
-pytestmark = pytest.mark.timeout(420)
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(420)]
 OUTPUT_SECS = 120.0
 SUPERVISOR_TIMEOUT_SECS = 4.0  # tests/pipeline_cluster.py
 

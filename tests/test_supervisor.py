@@ -46,6 +46,8 @@ from tests.package_factory import package_files, valid_package
 from tests.spark_packages import passthrough_conf, passthrough_package, read_ids, write_ids
 from tests.zkfixtures import kazoo_client, process_gone, process_parents, wait_until
 
+pytestmark = pytest.mark.spark
+
 ROOT = "/stratus"
 SESSION_SECS = 2.0
 FAST = {

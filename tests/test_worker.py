@@ -53,6 +53,8 @@ from tests.spark_packages import (
 )
 from tests.zkfixtures import process_gone, wait_until
 
+pytestmark = pytest.mark.spark
+
 MARKER = "STRATUS_TEST_WORKER"
 START_SECS = 90.0  # a JVM start on a loaded 2-core machine, plus the first batches
 STOP_SECS = 30.0

@@ -20,6 +20,8 @@ from stratus.zk.server import MAX_SESSION_TIMEOUT_MS, ZooKeeperEnsemble, ZooKeep
 from stratus.zk.session import ZkSession, ZkSettings
 from tests.zkfixtures import kazoo_client
 
+pytestmark = pytest.mark.slow
+
 TICK_MS = 100
 CAP_MS = 3_000
 SPARK_REQUEST_SECS = 60.0  # what Spark's SparkCuratorUtil asks for

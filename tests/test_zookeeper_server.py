@@ -46,6 +46,8 @@ from tests.zkfixtures import (
     zookeeper_jvm_pids,
 )
 
+pytestmark = pytest.mark.slow
+
 SERVING_LINE = re.compile(r"^zookeeper: serving at (?P<hosts>\S+)$")
 
 

@@ -1,0 +1,102 @@
+"""Fakes and builders shared by the supervisor's unit tests: assignments, a clock that a
+test moves, and a launcher whose workers are fake processes (no ZooKeeper, no Spark)."""
+
+from __future__ import annotations
+
+from collections.abc import Set
+from pathlib import Path
+from typing import Any
+
+from stratus.api.records import Assignment
+from stratus.codedist.distributor import CodeMeta
+from stratus.codedist.manifest import parse_manifest
+from stratus.supervisor.code_cache import CodeState, PipelineCode
+from stratus.supervisor.managed_worker import WorkerTimeouts
+from stratus.supervisor.restart_policy import RestartSettings
+from stratus.supervisor.worker_process import WorkerPaths
+
+DIGEST = "a" * 64
+
+
+def assignment(
+    name: str = "etl",
+    supervisor: str = "s1",
+    *,
+    epoch: int = 1,
+    generation: int = 0,
+    digest: str = DIGEST,
+    assigned: float = 100.0,
+    conf: dict[str, Any] | None = None,
+) -> Assignment:
+    return Assignment(
+        pipeline=name,
+        supervisor=supervisor,
+        epoch=epoch,
+        generation=generation,
+        digest=digest,
+        size_bytes=10,
+        conf=conf or {},
+        assigned=assigned,
+    )
+
+
+class FakeClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, secs: float) -> None:
+        self.now += secs
+
+
+def code(
+    tmp_path: Path, manifest_text: str = "name: etl\nkind: app\nentrypoint: m:run\n"
+) -> PipelineCode:
+    return PipelineCode(DIGEST, tmp_path / "code", parse_manifest(manifest_text))
+
+
+class FakeProcess:
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.started_wall = 5.0
+        self.exit_code: int | None = None
+        self.signals: list[str] = []
+
+    def poll(self) -> int | None:
+        return self.exit_code
+
+    def terminate(self) -> None:
+        self.signals.append("TERM")
+
+    def kill(self) -> None:
+        self.signals.append("KILL")
+
+
+class FakeLauncher:
+    """Code ready (or not) at once; every spawn a FakeProcess."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.code_state: CodeState = code(tmp_path)
+        self.processes: list[FakeProcess] = []
+        self.retained: set[str] = set()
+
+    def code(self, pipeline: str, meta: CodeMeta) -> CodeState:
+        return self.code_state
+
+    def spawn(self, assignment: Assignment, code: PipelineCode, paths: WorkerPaths) -> FakeProcess:
+        paths.directory.mkdir(parents=True, exist_ok=True)
+        self.processes.append(FakeProcess(100 + len(self.processes)))
+        return self.processes[-1]
+
+    def retain(self, digests: Set[str]) -> None:
+        self.retained = set(digests)
+
+    @property
+    def last(self) -> FakeProcess:
+        return self.processes[-1]
+
+
+TIMEOUTS = WorkerTimeouts(stop_secs=3.0, hang_secs=20.0)
+RESTART_SETTINGS = RestartSettings(backoff_secs=1.0, max_restarts=3, reset_secs=60.0)

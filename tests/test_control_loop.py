@@ -1,0 +1,117 @@
+"""The supervisor's control loop (``supervisor/control_loop.py``) fed messages by hand: workers
+start only under a held lease and a newer read, a lapsed lease stops them all."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stratus.api.records import WorkerState
+from stratus.supervisor.assignment_reader import AssignmentsRead
+from stratus.supervisor.control_loop import ControlLoop, HeartbeatWritten, LoopSettings
+from stratus.supervisor.fence import Lease
+from stratus.supervisor.heartbeat_publisher import HeartbeatRound
+from stratus.supervisor.managed_worker import Phase
+from stratus.supervisor.reconcile import Held
+from stratus.supervisor.worker_process import WorkerPaths
+from tests.supervisor_fakes import (
+    DIGEST,
+    RESTART_SETTINGS,
+    TIMEOUTS,
+    FakeClock,
+    FakeLauncher,
+    assignment,
+)
+
+
+def control_loop(
+    tmp_path: Path, clock: FakeClock, launcher: FakeLauncher
+) -> tuple[ControlLoop, list[HeartbeatRound], list[str]]:
+    rounds: list[HeartbeatRound] = []
+    reads: list[str] = []
+    loop = ControlLoop(
+        "s1",
+        2,
+        launcher=launcher,
+        paths_of=lambda name: WorkerPaths.of(tmp_path, name),
+        lease=Lease(timeout_secs=6.0),
+        settings=LoopSettings(heartbeat_secs=1.0, restart=RESTART_SETTINGS, timeouts=TIMEOUTS),
+        request_read=lambda: reads.append("read"),
+        offer=rounds.append,
+        clock=clock,
+        wall=clock,
+    )
+    return loop, rounds, reads
+
+
+def feed(loop: ControlLoop, *messages: object) -> None:
+    for message in messages:
+        loop._apply(message)  # type: ignore[arg-type]
+    loop.tick()
+
+
+def test_workers_start_only_once_the_lease_is_held_and_a_newer_read_came(tmp_path) -> None:
+    clock, launcher = FakeClock(100.0), FakeLauncher(tmp_path)
+    loop, rounds, _ = control_loop(tmp_path, clock, launcher)
+    feed(loop, AssignmentsRead(99.0, {"etl": assignment()}))
+    assert launcher.processes == []
+    assert rounds[-1].workers["etl"].state is WorkerState.STARTING
+    feed(loop, HeartbeatWritten(100.0))
+    assert launcher.processes == []  # that read is older than the lease
+    feed(loop, AssignmentsRead(100.5, {"etl": assignment()}))
+    assert len(launcher.processes) == 1
+    assert rounds[-1].supervisor.running == ["etl"]
+    assert rounds[-1].used == 1
+    assert launcher.retained == {DIGEST}
+
+
+def test_a_lapsed_lease_stops_every_worker_and_starts_none_before_a_fresh_read(tmp_path) -> None:
+    clock, launcher = FakeClock(100.0), FakeLauncher(tmp_path)
+    loop, rounds, _ = control_loop(tmp_path, clock, launcher)
+    both = {"a": assignment("a"), "b": assignment("b")}
+    feed(loop, HeartbeatWritten(100.0), AssignmentsRead(100.1, both))
+    assert [p.signals for p in launcher.processes] == [[], []]
+    clock.advance(6.0)  # no heartbeat written since
+    feed(loop)
+    assert [p.signals for p in launcher.processes] == [["TERM"], ["TERM"]]
+    assert rounds[-1].supervisor.running == []
+    clock.advance(TIMEOUTS.stop_secs)
+    feed(loop)
+    assert [p.signals for p in launcher.processes] == [["TERM", "KILL"], ["TERM", "KILL"]]
+    for process in launcher.processes:
+        process.exit_code = -9
+    feed(loop, AssignmentsRead(clock() - 5, both))  # a read from before: nothing starts
+    assert len(launcher.processes) == 2
+    feed(loop, HeartbeatWritten(clock()))
+    assert len(launcher.processes) == 2
+    feed(loop, AssignmentsRead(clock() + 0.1, {"a": assignment("a")}))  # b moved away meanwhile
+    assert len(launcher.processes) == 3
+    assert set(loop.workers) == {"a"}
+
+
+def test_stale_reads_and_stale_epochs_change_nothing(tmp_path) -> None:
+    clock, launcher = FakeClock(100.0), FakeLauncher(tmp_path)
+    loop, _, _ = control_loop(tmp_path, clock, launcher)
+    feed(loop, HeartbeatWritten(100.0), AssignmentsRead(100.2, {"etl": assignment(epoch=5)}))
+    feed(loop, AssignmentsRead(100.1, {}))  # older than the read applied
+    feed(loop, AssignmentsRead(100.3, {"etl": assignment(epoch=4, generation=9)}))
+    assert loop.workers["etl"].phase is Phase.STOPPING  # the stale one counts as absent
+    assert loop.workers["etl"].held() == Held(None)
+
+
+def test_a_slot_freed_asks_for_a_read_for_the_pipelines_that_wait(tmp_path) -> None:
+    clock, launcher = FakeClock(100.0), FakeLauncher(tmp_path)
+    loop, _, reads = control_loop(tmp_path, clock, launcher)
+    three = {name: assignment(name, assigned=i) for i, name in enumerate("abc")}
+    feed(loop, HeartbeatWritten(100.0), AssignmentsRead(100.1, three))
+    assert set(loop.workers) == {"a", "b"}
+    del three["a"]
+    feed(loop, AssignmentsRead(100.2, three))
+    launcher.processes[0].exit_code = 0
+    reads.clear()
+    feed(loop)
+    assert reads == ["read"]
+    feed(loop, AssignmentsRead(100.3, three))
+    assert set(loop.workers) == {"b", "c"}
+
+
+# ---------------------------------------------------------------------- the code cache

@@ -1,0 +1,53 @@
+"""The supervisor's lease alone (``supervisor/fence.py``): gained by a heartbeat written,
+lapsed a fence timeout after the start of the last write, and regained only with a newer read."""
+
+from __future__ import annotations
+
+import pytest
+
+from stratus.supervisor.fence import Lease, LeaseState
+
+
+def test_no_lease_before_the_first_heartbeat_is_written() -> None:
+    lease = Lease(timeout_secs=6.0)
+    assert lease.state is LeaseState.UNLEASED
+    assert not lease.may_start(read_started=100.0)
+    assert not lease.check(now=1000.0)
+
+
+def test_a_write_gains_the_lease_and_only_a_newer_read_may_start_workers() -> None:
+    lease = Lease(timeout_secs=6.0)
+    assert lease.renewed(write_started=10.0, now=10.1)
+    assert not lease.may_start(read_started=9.0)
+    assert lease.may_start(read_started=10.5)
+
+
+def test_the_lease_lapses_timeout_after_the_start_of_the_last_write() -> None:
+    lease = Lease(timeout_secs=6.0)
+    lease.renewed(write_started=10.0, now=10.5)
+    assert not lease.check(now=15.9)
+    assert lease.remaining(now=15.0) == pytest.approx(1.0)
+    assert lease.check(now=16.0)
+    assert lease.state is LeaseState.UNLEASED
+    assert not lease.check(now=17.0)  # fenced once
+    assert lease.fences == 1
+
+
+def test_a_write_that_landed_too_late_does_not_regain_the_lease() -> None:
+    lease = Lease(timeout_secs=6.0)
+    lease.renewed(write_started=10.0, now=10.1)
+    lease.check(now=16.0)
+    assert not lease.renewed(write_started=11.0, now=17.5)
+    assert lease.state is LeaseState.UNLEASED
+
+
+def test_after_a_fence_workers_start_only_on_a_read_newer_than_the_regained_lease() -> None:
+    lease = Lease(timeout_secs=6.0)
+    lease.renewed(write_started=10.0, now=10.1)
+    lease.check(now=16.0)
+    assert lease.renewed(write_started=30.0, now=30.2)
+    assert not lease.may_start(read_started=29.0)  # read while cut off
+    assert lease.may_start(read_started=30.3)
+
+
+# ---------------------------------------------------------------------- the worker spec

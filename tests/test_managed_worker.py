@@ -1,0 +1,217 @@
+"""One worker's lifecycle under the supervisor (``supervisor/managed_worker.py``), driven by a
+fake clock and fake processes: start, crash and backoff, giving up, finishing, stop, hang."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stratus.api.records import WorkerHeartbeat, WorkerState
+from stratus.supervisor.code_cache import CodeFailed, CodePending
+from stratus.supervisor.managed_worker import ManagedWorker, Phase, StopReason
+from stratus.supervisor.reconcile import Held
+from stratus.supervisor.restart_policy import RestartPolicy, RestartSettings
+from stratus.supervisor.worker_process import WorkerPaths
+from tests.supervisor_fakes import DIGEST, TIMEOUTS, FakeClock, FakeLauncher, assignment, code
+
+
+def managed(
+    tmp_path: Path, clock: FakeClock, launcher: FakeLauncher, **settings: float
+) -> ManagedWorker:
+    restart = RestartSettings(
+        backoff_secs=settings.get("backoff", 1.0),
+        max_restarts=int(settings.get("max_restarts", 3)),
+        reset_secs=60.0,
+    )
+    return ManagedWorker(
+        "s1",
+        assignment(),
+        launcher=launcher,
+        paths=WorkerPaths.of(tmp_path, "etl"),
+        policy=RestartPolicy(restart),
+        timeouts=TIMEOUTS,
+        clock=clock,
+        wall=lambda: 42.0,
+    )
+
+
+def phase(worker: ManagedWorker) -> Phase:
+    """The worker's phase, read through a call (mypy would narrow the attribute)."""
+    return worker.phase
+
+
+def write_beat(
+    tmp_path: Path, state: WorkerState, error: str | None = None, time: float = 1.0
+) -> None:
+    beat = WorkerHeartbeat(
+        pipeline="etl",
+        supervisor="s1",
+        epoch=1,
+        generation=0,
+        digest=DIGEST,
+        state=state,
+        time=time,
+        error=error,
+    )
+    WorkerPaths.of(tmp_path, "etl").heartbeat.write_bytes(beat.encode())
+
+
+def test_a_worker_starts_once_its_code_is_there_and_allowed(tmp_path) -> None:
+    clock, launcher = FakeClock(), FakeLauncher(tmp_path)
+    launcher.code_state = CodePending()
+    worker = managed(tmp_path, clock, launcher)
+    worker.step(may_start=True)
+    assert phase(worker) is Phase.PREPARING
+    launcher.code_state = code(tmp_path)
+    worker.step(may_start=False)
+    assert phase(worker) is Phase.PREPARING
+    worker.step(may_start=True)
+    assert phase(worker) is Phase.RUNNING
+    beat = worker.heartbeat()
+    assert (beat.state, beat.pid, beat.time) == (WorkerState.STARTING, 100, 42.0)
+
+
+def test_code_that_cannot_be_fetched_is_reported_in_the_heartbeat(tmp_path) -> None:
+    clock, launcher = FakeClock(), FakeLauncher(tmp_path)
+    launcher.code_state = CodeFailed("no nimbus holds it", retry_at=2000.0, failures=2)
+    worker = managed(tmp_path, clock, launcher)
+    worker.step(may_start=True)
+    beat = worker.heartbeat()
+    assert beat.state is WorkerState.STARTING
+    assert beat.error == "no nimbus holds it (failed 2 times)"
+
+
+def test_the_workers_own_heartbeat_is_published_with_what_the_supervisor_vouches_for(
+    tmp_path,
+) -> None:
+    clock, launcher = FakeClock(), FakeLauncher(tmp_path)
+    worker = managed(tmp_path, clock, launcher)
+    worker.step(may_start=True)
+    write_beat(tmp_path, WorkerState.RUNNING, time=7.0)
+    worker.step(may_start=True)
+    worker.update(assignment(epoch=9))
+    beat = worker.heartbeat()
+    assert (beat.state, beat.time, beat.epoch, beat.restarts) == (WorkerState.RUNNING, 7.0, 9, 0)
+
+
+def test_a_crashed_worker_restarts_after_its_backoff_and_counts_restarts(tmp_path) -> None:
+    clock, launcher = FakeClock(), FakeLauncher(tmp_path)
+    worker = managed(tmp_path, clock, launcher, backoff=2.0)
+    worker.step(may_start=True)
+    launcher.last.exit_code = 1
+    clock.advance(1.0)
+    worker.step(may_start=True)
+    assert phase(worker) is Phase.BACKOFF
+    beat = worker.heartbeat()
+    assert (beat.state, beat.restarts) == (WorkerState.RESTARTING, 1)
+    assert beat.error is not None and "exited with code 1" in beat.error
+    clock.advance(1.9)
+    worker.step(may_start=True)
+    assert phase(worker) is Phase.BACKOFF
+    clock.advance(0.1)
+    worker.step(may_start=True)
+    assert phase(worker) is Phase.RUNNING
+    assert len(launcher.processes) == 2
+
+
+def test_after_max_restarts_the_worker_is_failed_with_its_own_error(tmp_path) -> None:
+    clock, launcher = FakeClock(), FakeLauncher(tmp_path)
+    worker = managed(tmp_path, clock, launcher, max_restarts=1)
+    for _ in range(2):
+        worker.step(may_start=True)
+        write_beat(tmp_path, WorkerState.FAILED, error="entrypoint 'm:run': no module named 'm'")
+        launcher.last.exit_code = 1
+        worker.step(may_start=True)
+        clock.advance(10.0)
+    assert phase(worker) is Phase.FAILED
+    beat = worker.heartbeat()
+    assert beat.state is WorkerState.FAILED
+    assert beat.restarts == 1
+    assert beat.error == "the worker exited with code 1: entrypoint 'm:run': no module named 'm'"
+    worker.step(may_start=True)
+    assert len(launcher.processes) == 2  # never started again
+
+
+def test_a_failed_workers_error_falls_back_to_its_log(tmp_path) -> None:
+    clock, launcher = FakeClock(), FakeLauncher(tmp_path)
+    worker = managed(tmp_path, clock, launcher, max_restarts=0)
+    worker.step(may_start=True)
+    (tmp_path / "workers" / "etl" / "worker.log").write_text("Traceback\nValueError: boom\n")
+    launcher.last.exit_code = -9
+    worker.step(may_start=True)
+    assert (
+        worker.heartbeat().error == "the worker was killed by SIGKILL: Traceback\nValueError: boom"
+    )
+
+
+def test_exit_zero_with_a_finished_heartbeat_is_a_finished_batch(tmp_path) -> None:
+    clock, launcher = FakeClock(), FakeLauncher(tmp_path)
+    worker = managed(tmp_path, clock, launcher)
+    worker.step(may_start=True)
+    write_beat(tmp_path, WorkerState.FINISHED)
+    launcher.last.exit_code = 0
+    worker.step(may_start=True)
+    assert phase(worker) is Phase.FINISHED
+    assert worker.heartbeat().state is WorkerState.FINISHED
+    assert worker.held() == Held(assignment(), done=True)
+
+
+def test_exit_zero_without_finishing_is_a_crash(tmp_path) -> None:
+    clock, launcher = FakeClock(), FakeLauncher(tmp_path)
+    worker = managed(tmp_path, clock, launcher)
+    worker.step(may_start=True)
+    launcher.last.exit_code = 0
+    worker.step(may_start=True)
+    assert phase(worker) is Phase.BACKOFF
+
+
+def test_a_stop_is_sigterm_then_sigkill_of_the_group_after_the_grace(tmp_path) -> None:
+    clock, launcher = FakeClock(), FakeLauncher(tmp_path)
+    worker = managed(tmp_path, clock, launcher)
+    worker.step(may_start=True)
+    worker.retire(StopReason.UNASSIGNED)
+    assert launcher.last.signals == ["TERM"]
+    clock.advance(TIMEOUTS.stop_secs - 0.1)
+    worker.step(may_start=True)
+    assert launcher.last.signals == ["TERM"]
+    clock.advance(0.1)
+    worker.step(may_start=True)
+    assert launcher.last.signals == ["TERM", "KILL"]
+    launcher.last.exit_code = -9
+    worker.step(may_start=True)
+    assert phase(worker) is Phase.STOPPED
+    assert worker.idle
+    assert worker.heartbeat().state is WorkerState.STOPPED
+
+
+def test_a_worker_whose_heartbeat_stops_changing_is_killed_and_restarted(tmp_path) -> None:
+    clock, launcher = FakeClock(), FakeLauncher(tmp_path)
+    worker = managed(tmp_path, clock, launcher)
+    worker.step(may_start=True)
+    write_beat(tmp_path, WorkerState.RUNNING, time=1.0)
+    worker.step(may_start=True)
+    clock.advance(TIMEOUTS.hang_secs - 1)
+    write_beat(tmp_path, WorkerState.RUNNING, time=2.0)  # a change: alive
+    worker.step(may_start=True)
+    clock.advance(TIMEOUTS.hang_secs)
+    worker.step(may_start=True)
+    assert phase(worker) is Phase.STOPPING
+    assert launcher.last.signals == ["TERM"]
+    launcher.last.exit_code = -15
+    worker.step(may_start=True)
+    assert phase(worker) is Phase.BACKOFF  # a hang counts as a crash
+    assert worker.restarts == 1
+    assert "did not change for 20s" in (worker.heartbeat().error or "")
+
+
+def test_a_restart_order_stops_then_hands_over_to_the_new_assignment(tmp_path) -> None:
+    clock, launcher = FakeClock(), FakeLauncher(tmp_path)
+    worker = managed(tmp_path, clock, launcher)
+    worker.step(may_start=True)
+    new = assignment(generation=1)
+    worker.replace_with(new)
+    assert worker.held() == Held(new)
+    assert not worker.idle
+    launcher.last.exit_code = 0
+    worker.step(may_start=True)
+    assert phase(worker) is Phase.STOPPED
+    assert worker.successor == new

@@ -1,0 +1,61 @@
+"""What the supervisor gives a worker (``supervisor/worker_process.py``): its Spark master,
+its spec, and the tail of its log."""
+
+from __future__ import annotations
+
+from stratus.config import config_from_mapping
+from stratus.supervisor.worker_process import WorkerPaths, build_spec, log_tail, spark_master
+from tests.supervisor_fakes import assignment, code
+
+CLUSTER = config_from_mapping(
+    {"pipeline.spark.master": "spark://cluster:7077", "pipeline.checkpoint.root": "/ck/"}
+)
+
+
+def test_spark_master_is_the_pipelines_then_its_pipeline_key_then_the_clusters() -> None:
+    assert spark_master(CLUSTER, {"spark.master": "local[2]", "pipeline.spark.master": "x"}) == (
+        "local[2]"
+    )
+    assert spark_master(CLUSTER, {"pipeline.spark.master": "yarn"}) == "yarn"
+    assert spark_master(CLUSTER, {}) == "spark://cluster:7077"
+
+
+def test_the_spec_carries_the_assignment_the_code_and_where_to_checkpoint(tmp_path) -> None:
+    paths = WorkerPaths.of(tmp_path, "etl")
+    spec = build_spec(
+        CLUSTER, "s1", assignment(epoch=3, generation=2, conf={"spark.x": 1}), code(tmp_path), paths
+    )
+    assert (spec.pipeline, spec.supervisor, spec.epoch, spec.generation) == ("etl", "s1", 3, 2)
+    assert (spec.kind, spec.entrypoint, spec.code_dir) == ("app", "m:run", tmp_path / "code")
+    assert spec.checkpoint_location == "/ck/etl"
+    assert spec.spark_master == "spark://cluster:7077"
+    assert spec.heartbeat_path == tmp_path / "workers" / "etl" / "heartbeat.json"
+    assert spec.conf == {"spark.x": 1}
+    assert spec.trigger_interval_secs is None
+
+
+def test_the_pipelines_own_checkpoint_root_and_the_manifests_trigger_are_used(tmp_path) -> None:
+    manifest = "name: etl\nkind: sdp\ntrigger:\n  interval_secs: 5\nconf:\n  spark.a: manifest\n"
+    pipeline_conf = {"pipeline.checkpoint.root": "s3://bucket/ck", "spark.a": "submit"}
+    spec = build_spec(
+        CLUSTER,
+        "s1",
+        assignment(conf=pipeline_conf),
+        code(tmp_path, manifest),
+        WorkerPaths.of(tmp_path, "etl"),
+    )
+    assert spec.checkpoint_location == "s3://bucket/ck/etl"
+    assert spec.trigger_interval_secs == 5.0
+    assert spec.conf["spark.a"] == "submit"  # the assignment's conf over the manifest's
+    assert (spec.kind, spec.project) == ("sdp", "spark-pipeline.yml")
+
+
+def test_the_log_tail_is_that_of_the_last_run(tmp_path) -> None:
+    log = tmp_path / "worker.log"
+    mark = "==== stratus supervisor: worker started"
+    log.write_text(f"{mark} run=1\nold error\n{mark} run=2\nline a\n\nline b\n")
+    assert log_tail(log) == "line a\nline b"
+    assert log_tail(tmp_path / "none.log") is None
+
+
+# ---------------------------------------------------------------------- a worker's lifecycle
