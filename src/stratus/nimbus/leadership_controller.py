@@ -18,7 +18,7 @@ WAITING    tick, cluster changed            check the code and the hook (to queu
 WAITING    code complete                    join the leader lock queue                  QUEUED
 WAITING    code incomplete                  nothing: the code sync is fetching          WAITING
 QUEUED     elected(term)                    check again, reading ZooKeeper (to lead)
-QUEUED     code complete(term)              count the term, run the duties              LEADING
+QUEUED     code complete(term)              count the term, a first round (below)       LEADING
 QUEUED     code incomplete(term)            give the lock back, fetch the code          WAITING
 QUEUED     tick, out of the queue           (a hand-back finished late)                 WAITING
 LEADING    tick, cluster changed            check the code (to keep leading)
@@ -274,7 +274,7 @@ class LeadershipController:
                 )
                 self._enter(ControllerState.QUEUED)
             case Tick() | ClusterChanged() if state is ControllerState.WAITING:
-                self.handle(_outcome(self._readiness.to_queue(), None))
+                self.handle(self._check_to_queue())
             case CodeComplete() if state is ControllerState.WAITING:
                 self._join()
             case CodeIncomplete(reason) if state is ControllerState.WAITING:
@@ -309,6 +309,12 @@ class LeadershipController:
             self.state = state
             self._next_tick = self._clock() + self._period()
 
+    def _check_to_queue(self) -> Outcome:
+        try:
+            return _outcome(self._readiness.to_queue(), None)
+        except (StratusError, KazooException) as exc:  # checked again at the next tick
+            return CodeIncomplete(f"cannot_check_code({exc!r})")
+
     def _join(self) -> None:
         try:
             self._lock.join()
@@ -323,7 +329,7 @@ class LeadershipController:
         self._on_gained(term)
         self._enter(ControllerState.LEADING)
         self.term = term
-        self._duties(term)
+        self._check_leading()  # the first round: the duties run at once
 
     def _check_leading(self) -> None:
         """A round as leader: the code check first (a leader lacking code steps down)."""
