@@ -178,7 +178,20 @@ class Nimbus:
         )
         board = HeartbeatBoard(create_state_store(self.conf, client, self.paths))
         submitter = Submitter(ops, incoming, self.distributor, self.settings.submit)
-        self.controller = self._build_controller(ops, board, submitter)
+        self.removal = RemoveKilled(
+            self.view.pipelines,
+            ops,
+            self.distributor,
+            board,
+            checkpoints_of=lambda r: checkpoint_location(self.conf, r.conf, r.name),
+        )
+        readiness = CodeReadiness(
+            self.code_sync,
+            may_lead=self._may_lead,
+            read_pipelines=ops.read_all,
+            submits_settled=submitter.settled,
+        )
+        self.controller = self._build_controller(readiness, self._build_duties(ops, board))
         self.service = NimbusService(
             self.settings.service,
             view=self.view,
@@ -220,18 +233,8 @@ class Nimbus:
 
     # ------------------------------------------------------------------ parts
 
-    def _build_controller(
-        self, ops: PipelineOps, board: HeartbeatBoard, submitter: Submitter
-    ) -> LeadershipController:
-        """The leader's duties, the may-lead checks, and the controller that runs them."""
-        pipelines = self.view.pipelines
-        self.removal = RemoveKilled(
-            pipelines,
-            ops,
-            self.distributor,
-            board,
-            checkpoints_of=lambda r: checkpoint_location(self.conf, r.conf, r.name),
-        )
+    def _build_duties(self, ops: PipelineOps, board: HeartbeatBoard) -> DutyRound:
+        """The leader's duties, in the order of a round."""
         scheduling = SchedulingDuty(
             ops=ops,
             assignments=AssignmentTable(self.coordinator.client, self.paths),
@@ -244,19 +247,18 @@ class Nimbus:
         duties = DutyRound(
             [
                 self.removal,
-                ActivateReplicated(pipelines, self.distributor, ops),
+                ActivateReplicated(self.view.pipelines, self.distributor, ops),
                 FailLostCode(self.code_sync.lost, ops),
                 scheduling,
             ],
             on_failure=self.metrics.duty_failed,
         )
         self.metrics.declare_duties(duties.names)
-        readiness = CodeReadiness(
-            self.code_sync,
-            may_lead=self._may_lead,
-            read_pipelines=ops.read_all,
-            submits_settled=submitter.settled,
-        )
+        return duties
+
+    def _build_controller(
+        self, readiness: CodeReadiness, duties: DutyRound
+    ) -> LeadershipController:
         return LeadershipController(
             ElectionQueue(self.elector, self.coordinator),
             readiness,
