@@ -62,7 +62,7 @@ class FakeReadiness:
 
     def __init__(self) -> None:
         self.queue: str | None = None
-        self.lead: str | None = None
+        self.lead: str | Exception | None = None
         self.keep: str | Exception | None = None
         self.fetches = 0
 
@@ -70,6 +70,8 @@ class FakeReadiness:
         return self.queue
 
     def to_lead(self) -> str | None:
+        if isinstance(self.lead, Exception):
+            raise self.lead
         return self.lead
 
     def to_keep_leading(self) -> str | None:
@@ -361,3 +363,12 @@ def test_a_duty_that_raises_is_counted_and_retried_while_the_others_still_run():
     h.step()
     assert (broken.runs, healthy.runs) == (2, 2)
     assert duties.run(term(1)) == []
+
+
+def test_elected_while_the_code_check_itself_fails_gives_the_lock_back():
+    h = Harness()
+    h.step()
+    h.readiness.lead = OSError("the package directory is unreadable")
+    h.controller.elected(term(1))
+    h.step()
+    assert h.state() is ControllerState.WAITING and h.lock.leaves == 1 and h.gained == []

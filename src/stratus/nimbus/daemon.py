@@ -175,6 +175,7 @@ class Nimbus:
             ops.read,
             freq_secs=self.settings.code_sync_freq_secs,
             lost_fail_secs=self.settings.code_lost_fail_secs,
+            clock=self._monotonic,
         )
         board = HeartbeatBoard(create_state_store(self.conf, client, self.paths))
         submitter = Submitter(ops, incoming, self.distributor, self.settings.submit)

@@ -282,7 +282,7 @@ class LeadershipController:
             case Tick() if state is ControllerState.QUEUED and not self._lock.in_queue():
                 self._enter(ControllerState.WAITING)
             case Elected(term) if state is ControllerState.QUEUED:
-                self.handle(_outcome(self._readiness.to_lead(), term))
+                self.handle(self._check_to_lead(term))
             case Elected(term) if state is ControllerState.WAITING and term.is_leader:
                 self._step_down(term, "elected_out_of_the_queue")
             case CodeComplete(term) if state is ControllerState.QUEUED and term is not None:
@@ -314,6 +314,13 @@ class LeadershipController:
             return _outcome(self._readiness.to_queue(), None)
         except (StratusError, KazooException) as exc:  # checked again at the next tick
             return CodeIncomplete(f"cannot_check_code({exc!r})")
+
+    def _check_to_lead(self, term: Leadership) -> Outcome:
+        try:
+            return _outcome(self._readiness.to_lead(), term)
+        except Exception as exc:  # unsure is a no: never hold the lock without acting
+            log.exception("event=lead_check_failed address=%s epoch=%d", self._address, term.epoch)
+            return CodeIncomplete(f"cannot_check_code({exc!r})", term)
 
     def _join(self) -> None:
         try:
