@@ -74,7 +74,10 @@ class NimbusSettings:
                 lead_check_secs=conf.nimbus_lead_check_secs,
                 monitor_freq_secs=conf.nimbus_monitor_freq_secs,
             ),
-            scheduling=scheduling_settings(conf),
+            scheduling=SchedulingSettings(
+                supervisor_timeout_secs=conf.nimbus_supervisor_timeout_secs,
+                task_timeout_secs=conf.nimbus_task_timeout_secs,
+            ),
             submit=SubmitSettings(
                 limits=PackageLimits.from_config(conf),
                 replication=ReplicationPolicy(
@@ -91,10 +94,3 @@ class NimbusSettings:
             code_sync_freq_secs=conf.nimbus_code_sync_freq_secs,
             code_lost_fail_secs=conf.nimbus_code_lost_fail_secs,
         )
-
-
-def scheduling_settings(conf: StratusConfig) -> SchedulingSettings:
-    return SchedulingSettings(
-        supervisor_timeout_secs=conf.nimbus_supervisor_timeout_secs,
-        task_timeout_secs=conf.nimbus_task_timeout_secs,
-    )
