@@ -1,4 +1,5 @@
-"""The decisions of ``CodeSync``, driven with a fake distributor and a fake clock.
+"""The decisions of ``CodeSync``, and the nimbus's may-lead answers built on them
+(``CodeReadiness``), driven with a fake distributor and a fake clock.
 
 Pure logic only: which code a nimbus fetches and drops, and when lost code stops blocking
 leadership. That replication really works is proven with real processes in
@@ -7,13 +8,17 @@ leadership. That replication really works is proven with real processes in
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
+
+from kazoo.exceptions import ConnectionLoss
 
 from stratus.api.records import PipelineRecord, PipelineStatus
 from stratus.codedist.code_sync import CodeSync, code_needed
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.errors import CodeUnavailableError
+from stratus.nimbus.readiness import CodeReadiness
 
 LOST_FAIL_SECS = 30.0
 
@@ -210,3 +215,60 @@ def test_an_authoritative_read_overrides_the_view():
     distributor.elsewhere = {"digest-late": 1}
     assert sync.missing() == []
     assert sync.missing({"late": record("late")}) == ["late"]
+
+
+def readiness_of(
+    sync: CodeSync,
+    read: Callable[[], dict[str, PipelineRecord]],
+    *,
+    may_lead: bool = True,
+    settled: threading.Lock | None = None,
+) -> CodeReadiness:
+    return CodeReadiness(
+        sync,
+        may_lead=lambda: may_lead,
+        read_pipelines=read,
+        submits_settled=lambda: settled or threading.Lock(),
+    )
+
+
+def test_may_lead_names_the_missing_code_and_the_hook():
+    records = {"etl": record("etl")}
+    sync, distributor, _ = make_sync(records)
+    distributor.elsewhere[meta_of("etl").digest] = 1
+    assert readiness_of(sync, lambda: records).to_queue() == "missing_code(etl)"
+    distributor.held_code["etl"] = meta_of("etl")
+    assert readiness_of(sync, lambda: records).to_queue() is None
+    assert readiness_of(sync, lambda: records, may_lead=False).to_queue() == "may_lead_hook"
+
+
+def test_once_elected_a_nimbus_reads_zookeeper_itself_and_an_unsure_read_is_a_no():
+    """The view lags: it shows no pipeline yet, ZooKeeper already has one this nimbus lacks."""
+    in_zookeeper = {"etl": record("etl")}
+    sync, distributor, _ = make_sync({}, in_zookeeper)
+    distributor.elsewhere[meta_of("etl").digest] = 1
+    assert readiness_of(sync, lambda: {}).to_queue() is None
+    assert readiness_of(sync, lambda: in_zookeeper).to_lead() == "missing_code(etl)"
+
+    def unreachable() -> dict[str, PipelineRecord]:
+        raise ConnectionLoss()
+
+    assert readiness_of(sync, unreachable).to_lead() == "cannot_read_pipelines(ConnectionLoss())"
+
+
+def test_a_leader_checks_its_code_only_while_no_submit_is_between_record_and_upload():
+    records = {"etl": record("etl")}
+    sync, distributor, _ = make_sync(records)
+    distributor.held_code["etl"] = meta_of("etl")
+    settled = threading.Lock()
+    checked_while_settled: list[bool] = []
+    holds = distributor.holds
+
+    def noting_holds(pipeline: str, meta: CodeMeta) -> bool:
+        checked_while_settled.append(settled.locked())
+        return holds(pipeline, meta)
+
+    distributor.holds = noting_holds  # type: ignore[method-assign]
+    assert readiness_of(sync, lambda: records, settled=settled).to_keep_leading() is None
+    assert checked_while_settled == [True]
+    assert not settled.locked()

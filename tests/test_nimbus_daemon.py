@@ -4,6 +4,7 @@ against a real cluster."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -14,8 +15,12 @@ import pytest
 
 from stratus.api.errors import NotLeaderError
 from stratus.config import config_from_mapping
+from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import LeaderChange
 from stratus.nimbus.daemon import Nimbus
+from stratus.nimbus.duties.lost_code import FailLostCode
+from stratus.nimbus.duties.scheduling import SchedulingDuty
+from stratus.nimbus.scheduler import Plan
 from stratus.zk.server import ZooKeeperServer, pick_free_port
 from tests.nimbus_cluster import SESSION_SECS, nimbus_cluster
 from tests.package_factory import valid_package_dir
@@ -36,7 +41,7 @@ class Gate:
         return self.open.is_set()
 
 
-def in_process_nimbus(zk_hosts: str, tmp_path: Path, gate: Gate) -> Nimbus:
+def in_process_nimbus(zk_hosts: str, tmp_path: Path, gate: Gate, **extra: object) -> Nimbus:
     conf = config_from_mapping(
         {
             "zookeeper.servers": [zk_hosts],
@@ -44,6 +49,7 @@ def in_process_nimbus(zk_hosts: str, tmp_path: Path, gate: Gate) -> Nimbus:
             "nimbus.port": 0,
             "nimbus.local.dir": str(tmp_path / f"nimbus-{id(gate)}"),
             "nimbus.lead.check.secs": 0.05,
+            **extra,
         }
     )
     return Nimbus(conf, may_lead=gate)
@@ -100,6 +106,40 @@ def test_a_nimbus_elected_while_its_hook_says_no_gives_the_lock_back(zk_hosts, t
     assert never_acted in second.metrics.exposition().decode()
     second_gate.open.set()
     wait_until(second.elector.is_leader, 10, "the second nimbus to lead once it may")
+
+
+def test_a_duty_that_keeps_raising_is_counted_while_the_leader_goes_on_with_the_others(
+    zk_hosts, tmp_path, nimbuses, monkeypatch
+):
+    rounds = {"scheduling": 0}
+    schedule = SchedulingDuty.run
+
+    def broken(_self: FailLostCode, _term: Leadership) -> None:
+        raise RuntimeError("a bug in the lost-code duty")
+
+    def counted(self: SchedulingDuty, term: Leadership) -> Plan:
+        rounds["scheduling"] += 1
+        return schedule(self, term)
+
+    monkeypatch.setattr(FailLostCode, "run", broken)
+    monkeypatch.setattr(SchedulingDuty, "run", counted)
+    nimbus = in_process_nimbus(
+        zk_hosts, tmp_path, Gate(open_=True), **{"nimbus.monitor.freq.secs": 0.05}
+    )
+    nimbus.start()
+    nimbuses.append(nimbus)
+    failures = re.compile(r'stratus_nimbus_duty_failures_total\{duty="lost_code"\} (\d+)')
+
+    def failed_rounds() -> int:
+        found = failures.search(nimbus.metrics.exposition().decode())
+        return int(float(found.group(1))) if found else 0
+
+    wait_until(lambda: failed_rounds() >= 3, 10, "the broken duty to fail round after round")
+    wait_until(lambda: rounds["scheduling"] >= 3, 10, "the duty after it to run every round")
+    assert nimbus.elector.is_leader()
+    assert 'stratus_nimbus_duty_failures_total{duty="scheduling"} 0.0' in (
+        nimbus.metrics.exposition().decode()
+    )
 
 
 def stratus(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -22,18 +22,18 @@ from stratus.api.records import (
     WorkerState,
 )
 from stratus.codedist.package_store import StoredPackage
-from stratus.config import config_from_mapping
 from stratus.coordination.coordinator import Coordinator
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.assignments import AssignmentTable
+from stratus.nimbus.duties.scheduling import SchedulingDuty
 from stratus.nimbus.pipeline_ops import PipelineOps, ReplicationPolicy
-from stratus.nimbus.scheduling_duty import SchedulingDuty
+from stratus.nimbus.settings import SchedulingSettings
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore
 from stratus.zk.paths import ClusterPaths
 
 PATHS = ClusterPaths("/stratus")
-CONF = config_from_mapping({"nimbus.supervisor.timeout.secs": 10, "nimbus.task.timeout.secs": 30})
+SETTINGS = SchedulingSettings(supervisor_timeout_secs=10, task_timeout_secs=30)
 ONE_COPY = ReplicationPolicy(required=1, wait_secs=60)
 
 
@@ -57,12 +57,12 @@ class Cluster:
         self.ops = PipelineOps(client, PATHS, clock=lambda: 1.0)
         self.table = AssignmentTable(client, PATHS)
         self.board = HeartbeatBoard(ZooKeeperStateStore(client, PATHS.heartbeats))
+        self.registered: dict[str, SupervisorSummary] = {}
         self.duty = SchedulingDuty(
-            ops=self.ops, assignments=self.table, board=self.board, conf=CONF,
-            monotonic=self.clock,
+            ops=self.ops, assignments=self.table, board=self.board,
+            registered=lambda: self.registered, settings=SETTINGS, monotonic=self.clock,
         )  # fmt: skip
         self.term = coordinator.nominate("nimbus", "leader", timeout=10)
-        self.registered: dict[str, SupervisorSummary] = {}
         self.beats = 0
 
     def submit(self, name: str) -> None:
@@ -93,7 +93,7 @@ class Cluster:
         )  # fmt: skip
 
     def round(self, term: Leadership | None = None) -> Any:
-        return self.duty.run(term or self.term, self.registered)
+        return self.duty.run(term or self.term)
 
     def where(self, name: str) -> str | None:
         assignment = self.table.read(name)

@@ -220,7 +220,7 @@ EPOCH_HEADER = b"x-stratus-epoch"
 
 
 class EpochHeader:
-    """ASGI middleware: every response names the leader epoch this nimbus knows (DESIGN.md)."""
+    """ASGI middleware: every response names the leader epoch this nimbus knows."""
 
     def __init__(self, app: ASGIApp, service: NimbusService) -> None:
         self.app = app

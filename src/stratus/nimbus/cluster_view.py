@@ -1,8 +1,8 @@
 """The cluster as this nimbus last heard it from ZooKeeper, kept current by watches.
 
 Every nimbus, leader or standby, answers reads (cluster summary, pipeline list and status,
-who leads) from this view, so a read costs no ZooKeeper request: that is why SPEC 001 moved
-leader discovery into the cluster summary. Children and data watches (kazoo's recipes,
+who leads) from this view, so a read costs no ZooKeeper request, and leader discovery
+through the cluster summary is cheap. Children and data watches (kazoo's recipes,
 which re-arm themselves after a reconnect and a new session) feed it; the leader comes from
 the election's leader-change subscription::
 

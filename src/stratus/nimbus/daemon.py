@@ -1,14 +1,12 @@
-"""The nimbus daemon: registration, leadership gating, the HTTP API, and a graceful stop.
+"""The nimbus daemon: its parts built from the configuration, and started and stopped in order.
 
 A nimbus registers ``<root>/nimbuses/<host:port>`` (re-created after every session expiry),
 serves the API from its first second (reads from any nimbus), keeps its pipeline code in
-line with ZooKeeper (``CodeSync`` over the configured code distributor), and queues for
-leadership through the ``LeaderElector`` only once it holds the code of every pipeline that
-needs it (SPEC 000) and its ``may_lead`` hook says yes. Elected while either says no (the
-check on election reads ZooKeeper itself), it gives the lock back at once, syncs, and
-queues again later; a leader that finds code missing steps down the same way. ``stop()``
-(SIGTERM) leaves the queue first, so another nimbus leads at once instead of after the
-session timeout::
+line with ZooKeeper (``CodeSync`` over the configured code distributor), and leaves its
+leadership to the ``LeadershipController``: it queues through the ``LeaderElector`` only
+once it holds the code of every pipeline that needs it and its ``may_lead`` hook says yes,
+and runs the leader's duties while it leads. ``stop()`` (SIGTERM) leaves the queue first,
+so another nimbus leads at once instead of after the session timeout::
 
     nimbus = Nimbus(conf)
     nimbus.start()            # ZooKeeperUnavailableError / NimbusStartError on failure
@@ -27,10 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import uvicorn
-from kazoo.exceptions import KazooException
 
 from stratus import __version__
-from stratus.api.records import NimbusRegistration
+from stratus.api.records import NimbusRegistration, PipelineRecord, PipelineStatus
 from stratus.codedist.code_sync import CodeSync
 from stratus.codedist.distributor import CodeDistributor
 from stratus.codedist.factory import create_distributor
@@ -45,12 +42,22 @@ from stratus.errors import StratusError
 from stratus.nimbus.api import create_app
 from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.cluster_view import ClusterView
+from stratus.nimbus.duties.killed import RemoveKilled
+from stratus.nimbus.duties.lost_code import FailLostCode
+from stratus.nimbus.duties.replication import ActivateReplicated
+from stratus.nimbus.duties.round import DutyRound
+from stratus.nimbus.duties.scheduling import SchedulingDuty
+from stratus.nimbus.leadership_controller import LeadershipController
 from stratus.nimbus.metrics import NimbusMetrics
 from stratus.nimbus.pipeline_ops import PipelineOps
-from stratus.nimbus.scheduling_duty import SchedulingDuty
+from stratus.nimbus.placement import Placement
+from stratus.nimbus.readiness import CodeReadiness
 from stratus.nimbus.service import NimbusService
+from stratus.nimbus.settings import Clock, NimbusSettings
+from stratus.nimbus.submission import Submitter
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
+from stratus.worker.checkpoints import checkpoint_location
 from stratus.zk.ephemeral import EphemeralNode
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.session import ZkSession
@@ -71,26 +78,66 @@ def always_may_lead() -> bool:
     return True
 
 
+def build_elector(
+    coordinator: Coordinator,
+    address: str,
+    on_gain: Callable[[Leadership], None],
+    on_loss: Callable[[Leadership, RevokeReason], None],
+) -> LeaderElector:
+    """This nimbus's place in the nimbus group's election."""
+    return LeaderElector(coordinator, address, group=NIMBUS_GROUP, on_gain=on_gain, on_loss=on_loss)
+
+
+class ElectionQueue:
+    """The nimbus group's leader lock queue, as the leadership controller uses it."""
+
+    def __init__(self, elector: LeaderElector, coordinator: Coordinator) -> None:
+        self._elector = elector
+        self._coordinator = coordinator
+
+    def join(self) -> None:
+        self._elector.add_to_leader_lock_queue()
+
+    def leave(self) -> None:
+        self._elector.remove_from_leader_lock_queue()
+
+    def in_queue(self) -> bool:
+        return self._coordinator.is_candidate(NIMBUS_GROUP)
+
+
 class Nimbus:
-    """One nimbus daemon; see the module docstring."""
+    """One nimbus daemon; see the module docstring.
+
+    ``clock`` is the wall clock of the times written down (start, kill times); ``monotonic``
+    times the periods and timeouts of the leadership and of the scheduling.
+    """
 
     def __init__(
         self,
         conf: StratusConfig,
         *,
         may_lead: Callable[[], bool] = always_may_lead,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = time.time,
+        monotonic: Clock = time.monotonic,
     ) -> None:
         self.conf = conf
         self._may_lead = may_lead
         self._clock = clock
+        self._monotonic = monotonic
         self._stopping = threading.Event()
-        self._threads: list[threading.Thread] = []
         self._sock = _listen(conf.nimbus_host, conf.nimbus_port)
         self.port: int = self._sock.getsockname()[1]
         self.address = f"{conf.nimbus_host}:{self.port}"
+        self.settings = NimbusSettings.from_config(conf, self.address)
         self.paths = ClusterPaths(conf.zookeeper_root)
-        self.session, self.coordinator, self.elector = self._build_election()
+        self.session = ZkSession(zk_settings(conf))
+        self.coordinator = Coordinator(self.session)
+        self.elector = build_elector(
+            self.coordinator,
+            self.address,
+            on_gain=self._elected,
+            on_loss=self._revoked,
+        )
         self.metrics = NimbusMetrics(
             is_leader=self.elector.is_leader,
             epoch=lambda: self.view.leader().epoch,
@@ -118,29 +165,46 @@ class Nimbus:
             client.ensure_path(parent)
         self.view = ClusterView(client, self.paths)
         self.view.start()
-        self.coordinator.subscribe_leader_changes(NIMBUS_GROUP, self._leader_changed)
-        self.view.set_leaders(self.coordinator.get_leaders(NIMBUS_GROUP))
-        self.ops = PipelineOps(client, self.paths, clock=self._clock)
+        ops = PipelineOps(client, self.paths, clock=self._clock)
         incoming = self._package_store()
         self._start_package_server(incoming)
         self.distributor = self._build_distributor(incoming)
         self.code_sync = CodeSync(
             self.distributor,
             self.view.pipelines,
-            self.ops.read,
-            freq_secs=self.conf.nimbus_code_sync_freq_secs,
-            lost_fail_secs=self.conf.nimbus_code_lost_fail_secs,
+            ops.read,
+            freq_secs=self.settings.code_sync_freq_secs,
+            lost_fail_secs=self.settings.code_lost_fail_secs,
+            clock=self._monotonic,
         )
-        self.board = HeartbeatBoard(create_state_store(self.conf, client, self.paths))
-        self.assignments = AssignmentTable(client, self.paths)
-        self.scheduling = SchedulingDuty(
-            ops=self.ops,
-            assignments=self.assignments,
-            board=self.board,
-            conf=self.conf,
+        board = HeartbeatBoard(create_state_store(self.conf, client, self.paths))
+        submitter = Submitter(ops, incoming, self.distributor, self.settings.submit)
+        self.removal = RemoveKilled(
+            self.view.pipelines,
+            ops,
+            self.distributor,
+            board,
+            checkpoints_of=lambda r: checkpoint_location(self.conf, r.conf, r.name),
+        )
+        readiness = CodeReadiness(
+            self.code_sync,
+            may_lead=self._may_lead,
+            read_pipelines=ops.read_all,
+            submits_settled=submitter.settled,
+        )
+        self.controller = self._build_controller(readiness, self._build_duties(ops, board))
+        self.service = NimbusService(
+            self.settings.service,
+            view=self.view,
+            ops=ops,
+            submitter=submitter,
+            placement=Placement(AssignmentTable(client, self.paths), board),
+            leadership=lambda: self.elector.leadership,
+            on_change=self._pipeline_changed,
             clock=self._clock,
         )
-        self.service = self._build_service(incoming)
+        self.coordinator.subscribe_leader_changes(NIMBUS_GROUP, self._leader_changed)
+        self.view.set_leaders(self.coordinator.get_leaders(NIMBUS_GROUP))
         self.view.subscribe(self._cluster_changed)
         self.distributor.on_change(self._cluster_changed)
         self.code_sync.start()
@@ -149,8 +213,7 @@ class Nimbus:
             client, self.paths.nimbus(self.address), self._registration_record().encode()
         )
         self._registration.start()
-        self._spawn("leadership-gate", self._gate_leadership)
-        self._spawn("leader-duties", self._run_leader_duties)
+        self.controller.start()
         log.info("event=nimbus_started address=%s version=%s", self.address, __version__)
 
     def stop(self) -> None:
@@ -158,12 +221,9 @@ class Nimbus:
         if self._stopping.is_set():
             return
         self._stopping.set()
-        self.service.duties_due.set()
         log.info("event=nimbus_stopping address=%s", self.address)
-        self.elector.remove_from_leader_lock_queue()  # the hand-over: another nimbus leads now
+        self.controller.stop()  # leaves the queue first: another nimbus leads now
         self.code_sync.stop()
-        for thread in self._threads:
-            thread.join(timeout=HTTP_STOP_TIMEOUT_SECS)
         self._stop_http()
         if self._registration is not None:
             self._registration.close()
@@ -175,14 +235,42 @@ class Nimbus:
 
     # ------------------------------------------------------------------ parts
 
-    def _build_election(self) -> tuple[ZkSession, Coordinator, LeaderElector]:
-        """This nimbus's ZooKeeper session, and the election of group ``nimbus`` over it."""
-        session = ZkSession(zk_settings(self.conf))
-        coordinator = Coordinator(session)
-        elector = LeaderElector(
-            coordinator, self.address, group=NIMBUS_GROUP, on_gain=self._gained, on_loss=self._lost
+    def _build_duties(self, ops: PipelineOps, board: HeartbeatBoard) -> DutyRound:
+        """The leader's duties, in the order of a round."""
+        scheduling = SchedulingDuty(
+            ops=ops,
+            assignments=AssignmentTable(self.session.client, self.paths),
+            board=board,
+            registered=self.view.supervisors,
+            settings=self.settings.scheduling,
+            clock=self._clock,
+            monotonic=self._monotonic,
         )
-        return session, coordinator, elector
+        duties = DutyRound(
+            [
+                self.removal,
+                ActivateReplicated(self.view.pipelines, self.distributor, ops),
+                FailLostCode(self.code_sync.lost, ops),
+                scheduling,
+            ],
+            on_failure=self.metrics.duty_failed,
+        )
+        self.metrics.declare_duties(duties.names)
+        return duties
+
+    def _build_controller(
+        self, readiness: CodeReadiness, duties: DutyRound
+    ) -> LeadershipController:
+        return LeadershipController(
+            ElectionQueue(self.elector, self.coordinator),
+            readiness,
+            duties.run,
+            self.settings.leadership,
+            address=self.address,
+            on_gained=lambda _term: self.metrics.leadership_gained.inc(),
+            on_lost=lambda _term: self.metrics.leadership_lost.inc(),
+            clock=self._monotonic,
+        )
 
     def _package_store(self) -> PackageStore:
         """The store that receives uploads (and, with the local distributor, keeps code)."""
@@ -232,21 +320,6 @@ class Nimbus:
             raise NimbusStartError(f"cannot start the code distributor: {exc}") from None
         return distributor
 
-    def _build_service(self, incoming: PackageStore) -> NimbusService:
-        return NimbusService(
-            address=self.address,
-            view=self.view,
-            ops=self.ops,
-            incoming=incoming,
-            distributor=self.distributor,
-            elector=self.elector,
-            scheduling=self.scheduling,
-            assignments=self.assignments,
-            board=self.board,
-            conf=self.conf,
-            clock=self._clock,
-        )
-
     def _registration_record(self) -> NimbusRegistration:
         return NimbusRegistration(
             host=self.conf.nimbus_host, port=self.port, started=self._clock(), version=__version__
@@ -282,106 +355,32 @@ class Nimbus:
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name=f"nimbus-{name}", daemon=True)
         thread.start()
-        if name == "http":
-            self._http_thread = thread
-        else:
-            self._threads.append(thread)
+        self._http_thread = thread
 
-    # ------------------------------------------------------------------ leadership
+    # ------------------------------------------------------------------ events
 
-    def _gate_leadership(self) -> None:
-        """Queue for leadership whenever this nimbus is out of the queue and may lead."""
-        while not self._stopping.is_set():
-            if not self.coordinator.is_candidate(NIMBUS_GROUP) and self._may_queue():
-                try:
-                    self.elector.add_to_leader_lock_queue()
-                    log.info("event=queued address=%s", self.address)
-                except (StratusError, KazooException) as exc:
-                    log.warning("event=queue_failed address=%s error=%s", self.address, exc)
-            self._stopping.wait(self.conf.nimbus_lead_check_secs)
+    def _elected(self, term: Leadership) -> None:
+        self.controller.elected(term)
 
-    def _may_queue(self) -> bool:
-        """Whether this nimbus may queue: its hook agrees and it holds all the code it sees."""
-        if not self._may_lead():
-            return False
-        missing = self.code_sync.missing()
-        if missing:
-            log.debug("event=not_queuing address=%s missing_code=%s", self.address, missing)
-        return not missing
-
-    def _gained(self, term: Leadership) -> None:
-        if self._stopping.is_set():
-            return
-        reason = self._reason_not_to_lead()
-        if reason is not None:
-            log.warning(
-                "event=leadership_declined address=%s epoch=%d reason=%s",
-                self.address,
-                term.epoch,
-                reason,
-            )
-            self._step_down()
-            return
-        self.metrics.leadership_gained.inc()
-        log.info("event=leadership_gained address=%s epoch=%d", self.address, term.epoch)
-        self.service.duties_due.set()
-
-    def _reason_not_to_lead(self) -> str | None:
-        """Why this newly elected nimbus must not lead, checked against ZooKeeper itself."""
-        if not self._may_lead():
-            return "may_lead_hook"
-        try:
-            missing = self.code_sync.missing(self.service.read_pipelines())
-        except (StratusError, KazooException) as exc:
-            return f"cannot_read_pipelines({exc!r})"
-        return f"missing_code({','.join(missing)})" if missing else None
-
-    def _step_down(self) -> None:
-        """Give the lock back, fetch what is missing, and let the gate queue again later."""
-        self.elector.remove_from_leader_lock_queue()
-        self.code_sync.request()
-
-    def _lost(self, term: Leadership, reason: RevokeReason) -> None:
-        self.metrics.leadership_lost.inc()
-        log.warning(
-            "event=leadership_lost address=%s epoch=%d reason=%s",
-            self.address,
-            term.epoch,
-            reason.value,
-        )
+    def _revoked(self, term: Leadership, reason: RevokeReason) -> None:
+        self.controller.revoked(term, reason)
 
     def _leader_changed(self, change: LeaderChange) -> None:
         self.metrics.leader_changes.inc()
         self.view.note_leader_change(change)
+        self.controller.leader_changed(change)
 
     def _cluster_changed(self) -> None:
         """A watch saw pipelines, nimbuses or code holders change (kazoo's thread)."""
-        if self.conf.nimbus_code_watch:
+        if self.settings.code_watch:
             self.code_sync.request()
-        self.service.duties_due.set()
+        self.controller.cluster_changed()
 
-    def _run_leader_duties(self) -> None:
-        while not self._stopping.is_set():
-            self.service.duties_due.wait(self.conf.nimbus_monitor_freq_secs)
-            self.service.duties_due.clear()
-            term = self.elector.leadership
-            if self._stopping.is_set():
-                return
-            if term is None:
-                continue
-            try:
-                missing = self.service.run_duties(term, self.code_sync)
-            except (StratusError, KazooException) as exc:
-                log.warning("event=leader_duties_failed address=%s error=%s", self.address, exc)
-                continue
-            if missing:
-                log.warning(
-                    "event=stepping_down address=%s epoch=%d missing_code=%s",
-                    self.address,
-                    term.epoch,
-                    ",".join(missing),
-                )
-                self._step_down()
+    def _pipeline_changed(self, record: PipelineRecord) -> None:
+        """A submit or a kill on this nimbus: the duties look at it now, not at the next watch."""
+        if record.status is PipelineStatus.KILLED:
+            self.removal.note_killed(record)
+        self.controller.cluster_changed()
 
 
 def _listen(host: str, port: int) -> socket.socket:

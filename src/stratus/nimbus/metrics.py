@@ -1,13 +1,13 @@
 """The nimbus's Prometheus metrics, in a registry of its own (several nimbuses per process work).
 
 Scraped at ``GET /metrics``: whether this nimbus leads and in which epoch, how often the
-leadership changed, requests by route and status with their latency, whether the
-ZooKeeper connection is up, and how this nimbus's code sync is doing.
+leadership changed, which leader duties raised, requests by route and status with their
+latency, whether the ZooKeeper connection is up, and how this nimbus's code sync is doing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -68,6 +68,12 @@ class NimbusMetrics:
             "changes of the cluster's leader seen by this nimbus",
             registry=self.registry,
         )
+        self.duty_failures = Counter(
+            "stratus_nimbus_duty_failures",
+            "rounds of a leader duty that raised (the duty is retried at the next round)",
+            ["duty"],
+            registry=self.registry,
+        )
         self.requests = Counter(
             "stratus_nimbus_requests",
             "HTTP requests answered",
@@ -81,6 +87,14 @@ class NimbusMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+
+    def declare_duties(self, names: Iterable[str]) -> None:
+        """Show every duty's failure count, at 0 until it fails."""
+        for name in names:
+            self.duty_failures.labels(name)
+
+    def duty_failed(self, name: str) -> None:
+        self.duty_failures.labels(name).inc()
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method, route, str(status)).inc()

@@ -39,7 +39,6 @@ from stratus.api.errors import (
 from stratus.api.pipeline_conf import validate_pipeline_conf
 from stratus.api.records import PIPELINE_NAME, PIPELINE_NAME_RULE, PipelineRecord, PipelineStatus
 from stratus.codedist.package_store import StoredPackage
-from stratus.config import StratusConfig
 from stratus.coordination.errors import (
     CommitOutcomeUnknownError,
     LeadershipLostError,
@@ -333,17 +332,11 @@ class ReplicationPolicy:
     required: int
     wait_secs: int  # -1: forever
 
-    @classmethod
-    def of(cls, conf: Mapping[str, Any], defaults: StratusConfig) -> ReplicationPolicy:
-        """The pipeline's own settings, else the cluster's."""
-        return cls(
-            required=conf.get(
-                "pipeline.min.replication.count", defaults.pipeline_min_replication_count
-            ),
-            wait_secs=conf.get(
-                "pipeline.max.replication.wait.time.sec",
-                defaults.pipeline_max_replication_wait_time_sec,
-            ),
+    def of(self, conf: Mapping[str, Any]) -> ReplicationPolicy:
+        """The pipeline's own settings where its conf has them, else these (the cluster's)."""
+        return ReplicationPolicy(
+            required=conf.get("pipeline.min.replication.count", self.required),
+            wait_secs=conf.get("pipeline.max.replication.wait.time.sec", self.wait_secs),
         )
 
     def deadline(self, now: float) -> float | None:

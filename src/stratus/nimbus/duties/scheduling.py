@@ -16,8 +16,10 @@ The liveness memory starts afresh with every term: a new leader has seen no hear
 so it judges nothing dead before a whole timeout of its own term has passed (Storm
 reassigns too early after a failover, and guards its first term only)::
 
-    duty = SchedulingDuty(ops=ops, assignments=table, board=board, conf=conf)
-    duty.run(term, registered=view.supervisors())
+    duty = SchedulingDuty(
+        ops=ops, assignments=table, board=board, registered=view.supervisors, settings=settings
+    )
+    duty.run(term)
 """
 
 from __future__ import annotations
@@ -35,12 +37,12 @@ from stratus.api.records import (
     WorkerHeartbeat,
     WorkerState,
 )
-from stratus.config import StratusConfig
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.liveness import Liveness
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.scheduler import Plan, plan_round
+from stratus.nimbus.settings import Clock, SchedulingSettings
 from stratus.state.heartbeats import HeartbeatBoard
 
 log = logging.getLogger(__name__)
@@ -49,7 +51,10 @@ Workers = Mapping[str, Mapping[str, WorkerHeartbeat]]
 
 
 class SchedulingDuty:
-    """One scheduling round at a time, on the leader's duties thread; see the module docstring."""
+    """One scheduling round at a time, on the leadership controller's thread; see the module
+    docstring."""
+
+    name = "scheduling"
 
     def __init__(
         self,
@@ -57,21 +62,24 @@ class SchedulingDuty:
         ops: PipelineOps,
         assignments: AssignmentTable,
         board: HeartbeatBoard,
-        conf: StratusConfig,
-        clock: Callable[[], float] = time.time,
-        monotonic: Callable[[], float] = time.monotonic,
+        registered: Callable[[], Mapping[str, SupervisorSummary]],
+        settings: SchedulingSettings,
+        clock: Clock = time.time,
+        monotonic: Clock = time.monotonic,
     ) -> None:
         self._ops = ops
         self._assignments = assignments
         self._board = board
-        self._supervisor_timeout = conf.nimbus_supervisor_timeout_secs
-        self._task_timeout = conf.nimbus_task_timeout_secs
+        self._registered = registered  # the supervisors' registrations, from the cluster view
+        self._supervisor_timeout = settings.supervisor_timeout_secs
+        self._task_timeout = settings.task_timeout_secs
         self._clock = clock  # wall clock: only for the assignments' timestamps
         self._liveness = Liveness(clock=monotonic)
         self._epoch: int | None = None  # the term the liveness memory belongs to
 
-    def run(self, term: Leadership, registered: Mapping[str, SupervisorSummary]) -> Plan:
+    def run(self, term: Leadership) -> Plan:
         """One round; the plan it applied (empty when nothing had to change)."""
+        registered = self._registered()
         if term.epoch != self._epoch:
             self._liveness.reset()  # a new term judges nothing dead before its own timeout
             self._epoch = term.epoch

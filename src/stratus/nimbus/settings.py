@@ -1,0 +1,96 @@
+"""The nimbus's settings: small frozen records built from the configuration in one place.
+
+Each component of the nimbus takes the record it needs, never the whole ``StratusConfig``,
+so a test builds a component from a few values and a reader sees what a component depends
+on. ``Clock`` is how every component is given time; the default is ``time.monotonic`` for
+timeouts and periods, and a wall clock (``time.time``) only where a time is written down
+for other machines to read (kill times, start times)::
+
+    settings = NimbusSettings.from_config(conf)
+    settings.leadership.monitor_freq_secs      # nimbus.monitor.freq.secs
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from stratus.codedist.package_check import PackageLimits
+from stratus.config import StratusConfig
+from stratus.nimbus.pipeline_ops import ReplicationPolicy
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class LeadershipSettings:
+    """When the leadership controller checks again and runs the leader's duties."""
+
+    lead_check_secs: float  # nimbus.lead.check.secs: out of the queue, check again this often
+    monitor_freq_secs: float  # nimbus.monitor.freq.secs: a leader's duties at least this often
+
+
+@dataclass(frozen=True)
+class SchedulingSettings:
+    """When the scheduling duty judges a supervisor dead or a worker silent."""
+
+    supervisor_timeout_secs: float  # nimbus.supervisor.timeout.secs
+    task_timeout_secs: float  # nimbus.task.timeout.secs
+
+
+@dataclass(frozen=True)
+class SubmitSettings:
+    """What a submitted package must fit, and the replication a pipeline gets by default."""
+
+    limits: PackageLimits
+    replication: ReplicationPolicy  # pipeline.min.replication.count, ...wait.time.sec
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    """The API layer's own values."""
+
+    address: str  # host:port of this nimbus
+    kill_wait_secs: float  # pipeline.kill.wait.secs, when a kill names no wait
+    max_upload_bytes: int  # nimbus.max.upload.bytes, checked before a body is read
+
+
+@dataclass(frozen=True)
+class NimbusSettings:
+    """Every setting of one nimbus's components, built once from the configuration."""
+
+    leadership: LeadershipSettings
+    scheduling: SchedulingSettings
+    submit: SubmitSettings
+    service: ServiceSettings
+    code_watch: bool  # nimbus.code.watch: a watch event starts a code sync round at once
+    code_sync_freq_secs: float  # nimbus.code.sync.freq.secs
+    code_lost_fail_secs: float  # nimbus.code.lost.fail.secs
+
+    @classmethod
+    def from_config(cls, conf: StratusConfig, address: str) -> NimbusSettings:
+        return cls(
+            leadership=LeadershipSettings(
+                lead_check_secs=conf.nimbus_lead_check_secs,
+                monitor_freq_secs=conf.nimbus_monitor_freq_secs,
+            ),
+            scheduling=SchedulingSettings(
+                supervisor_timeout_secs=conf.nimbus_supervisor_timeout_secs,
+                task_timeout_secs=conf.nimbus_task_timeout_secs,
+            ),
+            submit=SubmitSettings(
+                limits=PackageLimits.from_config(conf),
+                replication=ReplicationPolicy(
+                    required=conf.pipeline_min_replication_count,
+                    wait_secs=conf.pipeline_max_replication_wait_time_sec,
+                ),
+            ),
+            service=ServiceSettings(
+                address=address,
+                kill_wait_secs=conf.pipeline_kill_wait_secs,
+                max_upload_bytes=conf.nimbus_max_upload_bytes,
+            ),
+            code_watch=conf.nimbus_code_watch,
+            code_sync_freq_secs=conf.nimbus_code_sync_freq_secs,
+            code_lost_fail_secs=conf.nimbus_code_lost_fail_secs,
+        )

@@ -1,0 +1,107 @@
+"""A submit on the leader: the package received, checked, recorded, then handed over.
+
+The package is received into a temporary file in the incoming store and checked
+(``check_package``) before anything is stored; the pipeline's record is created in the
+term's fenced transaction, and only then is the package handed to the code distributor. A
+pipeline between its record and its upload looks, to a code check, as if its code were
+missing: ``settled()`` holds such submits off while a leader checks its code::
+
+    submitter = Submitter(ops, incoming, distributor, settings)
+    record, created = submitter.submit(term, "etl", {"spark.x": 1}, "r1", upload)
+    with submitter.settled():
+        code_sync.missing()
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from stratus.api.errors import PackageRejectedError, UnavailableError
+from stratus.api.pipeline_conf import validate_pipeline_conf
+from stratus.api.records import PipelineRecord
+from stratus.codedist.distributor import CodeDistributor
+from stratus.codedist.errors import InvalidPackageError
+from stratus.codedist.package_check import CheckedPackage, check_package
+from stratus.codedist.package_store import PackageStore, StoredPackage
+from stratus.coordination.leadership import Leadership
+from stratus.errors import StratusError
+from stratus.nimbus.pipeline_ops import PipelineOps
+from stratus.nimbus.settings import SubmitSettings
+
+
+class Submitter:
+    """Submits on one nimbus; see the module docstring."""
+
+    def __init__(
+        self,
+        ops: PipelineOps,
+        incoming: PackageStore,
+        distributor: CodeDistributor,
+        settings: SubmitSettings,
+    ) -> None:
+        self._ops = ops
+        self.incoming = incoming
+        self._distributor = distributor
+        self._settings = settings
+        self._lock = threading.Lock()  # held from a submit's record to its upload
+
+    def settled(self) -> AbstractContextManager[object]:
+        """While inside, no submit is between its record and its upload."""
+        return self._lock
+
+    def submit(
+        self,
+        term: Leadership,
+        name: str,
+        submit_conf: Mapping[str, Any],
+        request_id: str,
+        package: BinaryIO,
+    ) -> tuple[PipelineRecord, bool]:
+        """Check and store the package, create the pipeline; (record, created).
+
+        ``name`` defaults to the manifest's; ``submit_conf`` overrides the manifest's conf.
+        """
+        received = self.incoming.receive(package)
+        try:
+            manifest = self._checked(received.path).manifest
+            name = name or manifest.name
+            conf = validate_pipeline_conf({**manifest.pipeline_conf(), **submit_conf})
+            stored = StoredPackage(received.digest, received.size_bytes)
+            with self._lock:
+                record, created = self._ops.submit(
+                    term,
+                    name,
+                    conf,
+                    request_id,
+                    stored,
+                    replication=self._settings.replication.of(conf),
+                )
+                if record.digest == received.digest:
+                    self._hand_over(received.path, name)
+        finally:
+            received.path.unlink(missing_ok=True)
+        return record, created
+
+    def _hand_over(self, package: Path, name: str) -> None:
+        """Give the checked package to the distributor; a failure there is worth a retry.
+
+        The record exists already: a retry with the same request id finds it and uploads
+        again, so an unwritable disk or an unreachable shared store loses nothing.
+        """
+        try:
+            self._distributor.upload(package, name)
+        except (OSError, StratusError) as exc:
+            raise UnavailableError(
+                f"pipeline {name!r} is recorded but its package could not be stored ({exc}); "
+                "retry the submit with the same request id"
+            ) from None
+
+    def _checked(self, path: Path) -> CheckedPackage:
+        try:
+            return check_package(path, self._settings.limits)
+        except InvalidPackageError as exc:
+            raise PackageRejectedError(str(exc)) from None
