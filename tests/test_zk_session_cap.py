@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from stratus.coordination import Coordinator
-from stratus.zk.server import MAX_SESSION_TIMEOUT_MS, ZooKeeperEnsemble, ZooKeeperServer
+from stratus.zk.ensemble import ZooKeeperEnsemble
+from stratus.zk.server import MAX_SESSION_TIMEOUT_MS, ZooKeeperServer
 from tests.zkfixtures import kazoo_client
 
 TICK_MS = 100
