@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
 import math
 import os
@@ -89,6 +88,7 @@ from stratus.client import NimbusClient
 from stratus.codedist.package_build import package_bytes
 from stratus.errors import StratusError
 from stratus.nimbus.daemon import NIMBUS_GROUP
+from stratus.process import die_with_parent_hook
 from stratus.zk.paths import GroupPaths
 from stratus.zk.server import LOOPBACK, ZooKeeperServer, pick_free_port
 
@@ -121,7 +121,6 @@ SETTLE_SECS = 1.0  # quiet time before each measurement
 WATCH_GRACE_SECS = 2.0  # how long after the first call the expiry watch may lag
 STOP_TIMEOUT_SECS = 10.0
 EXIT_TIMEOUT_SECS = 20.0  # how long a SIGTERMed master may take to exit before a kill -9
-_PR_SET_PDEATHSIG = 1
 
 
 class BenchError(Exception):
@@ -130,24 +129,6 @@ class BenchError(Exception):
 
 # ---------------------------------------------------------------------------------------------
 # Processes
-
-
-def _die_with_bench() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes Linux SIGKILL the child if the bench dies (main thread)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def hook() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return hook
 
 
 @dataclass(eq=False)
@@ -177,7 +158,7 @@ class Daemon:
                 env=self.env,
                 cwd=self.log_path.parent,
                 start_new_session=True,  # Ctrl-C reaches the bench only; the bench kills them
-                preexec_fn=_die_with_bench(),  # noqa: PLW1509 (sets one prctl, from the main thread)
+                preexec_fn=die_with_parent_hook(),  # noqa: PLW1509 (one prctl, from the main thread)
             )
 
     def running(self) -> bool:

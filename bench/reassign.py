@@ -92,7 +92,7 @@ from stratus.local.cluster import SUPERVISOR_TIMEOUT_SECS, LocalCluster
 from stratus.local.examples_io import Feeder
 from stratus.local.pipeline_start import PHASES, PipelineStart, follow_start
 from stratus.nimbus.scheduler import Plan, plan_round
-from stratus.worker.run_guard import live_in_group
+from stratus.process import live_in_group
 
 SCHEDULE_TARGET_SECS = 1.0
 EPOCH = 2

@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from stratus.zk.server import ZooKeeperEnsemble, ZooKeeperServer
+from stratus.zk.ensemble import ZooKeeperEnsemble
+from stratus.zk.server import ZooKeeperServer
 from tests.zkfixtures import chroot_for, kazoo_client, kill_stray_zookeepers
 
 SHARED_TICK_MS = 100

@@ -37,6 +37,7 @@ from stratus.worker.pipeline_context import PipelineContext
 from stratus.worker.query_progress import QueryTracker
 from stratus.worker.sdp_run import derived_spec, sdp_settings
 from stratus.worker.spec import WorkerSpec, read_heartbeat
+from stratus.worker.stop_request import STDIN_CLOSED, StopRequest
 from tests.spark_packages import (
     BAD_ENTRYPOINT,
     PASSTHROUGH_QUERY,
@@ -398,6 +399,34 @@ def test_the_guard_takes_its_whole_group_down_at_eof():
     guard.stdin.close()
     assert guard.wait(timeout=STOP_SECS) == run_guard.TAKEN_DOWN_EXIT
     wait_until(lambda: not members(), 10, "the group to be empty")
+
+
+def test_the_guard_exits_with_the_code_of_a_command_that_ends_by_itself():
+    guard = subprocess.Popen(
+        [sys.executable, run_guard.__file__, "--", "sh", "-c", "exit 3"],
+        stdin=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert guard.wait(timeout=STOP_SECS) == 3
+    finally:
+        assert guard.stdin is not None
+        guard.stdin.close()
+
+
+def test_a_stop_is_requested_when_the_workers_stdin_closes():
+    read_end, write_end = os.pipe()
+    stop = StopRequest()
+    try:
+        stop.watch(read_end)
+        assert not stop.wait(0.05)
+        os.close(write_end)  # what the kernel does when the supervisor dies
+        assert stop.wait(STOP_SECS)
+        assert stop.reason == STDIN_CLOSED
+    finally:
+        for fd in (write_end, read_end):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def test_committed_files_follow_the_sink_log_through_compaction(tmp_path):

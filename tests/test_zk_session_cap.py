@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from kazoo.protocol.connection import ConnectionHandler
 
-from stratus.zk.server import MAX_SESSION_TIMEOUT_MS, ZooKeeperEnsemble, ZooKeeperServer
+from stratus.zk.ensemble import ZooKeeperEnsemble
+from stratus.zk.server import MAX_SESSION_TIMEOUT_MS, ZooKeeperServer
 from stratus.zk.session import ZkSession, ZkSettings
 from tests.zkfixtures import kazoo_client
 

@@ -22,7 +22,9 @@ from kazoo.client import KazooState
 from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 
-import stratus.zk.server as server_module
+import stratus.zk.java as java_module
+import stratus.zk.ports as ports_module
+from stratus.zk.ensemble import ZooKeeperEnsemble
 from stratus.zk.errors import (
     JavaNotFoundError,
     ZooKeeperDataDirError,
@@ -30,14 +32,9 @@ from stratus.zk.errors import (
     ZooKeeperPortInUseError,
     ZooKeeperStartError,
 )
-from stratus.zk.server import (
-    ZooKeeperEnsemble,
-    ZooKeeperServer,
-    find_java,
-    pick_free_port,
-    summarize_log,
-    zookeeper_classpath,
-)
+from stratus.zk.java import find_java, zookeeper_classpath
+from stratus.zk.ports import pick_free_port
+from stratus.zk.server import ZooKeeperServer, summarize_log
 from tests.zkfixtures import (
     jvm_command_line,
     kazoo_client,
@@ -147,7 +144,7 @@ def test_a_busy_port_is_one_clear_error_and_leaves_no_jvm(tmp_path: Path) -> Non
 def test_a_port_taken_after_the_check_is_reported_from_the_jvm_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(server_module, "_port_is_free", lambda port, reuse: True)
+    monkeypatch.setattr(ports_module, "port_is_free", lambda port, reuse: True)
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
@@ -228,19 +225,19 @@ def test_a_jvm_that_never_serves_is_killed_after_the_timeout(tmp_path: Path) -> 
 def test_missing_pyspark_jars_are_one_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server_module._classpath.cache_clear()
+    java_module._classpath.cache_clear()
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     try:
         with pytest.raises(ZooKeeperJarsNotFoundError, match="install pyspark"):
             zookeeper_classpath()
         (tmp_path / "zookeeper-3.9.5.jar").write_bytes(b"")
-        monkeypatch.setattr(server_module, "_pyspark_jars_dir", lambda: tmp_path)
+        monkeypatch.setattr(java_module, "_pyspark_jars_dir", lambda: tmp_path)
         with pytest.raises(ZooKeeperJarsNotFoundError, match="lacks the ZooKeeper jars") as caught:
             ZooKeeperServer(tmp_path / "zk").start()
         assert "zookeeper-jute" in str(caught.value)
         assert_one_clear_line(str(caught.value))
     finally:
-        server_module._classpath.cache_clear()
+        java_module._classpath.cache_clear()
 
 
 def test_log_summary_keeps_records_and_headlines_but_no_stack_frames() -> None:

@@ -24,8 +24,9 @@ import click
 
 from stratus.cli.options import with_config
 from stratus.config import StratusConfig
+from stratus.zk.ensemble import ZooKeeperEnsemble
 from stratus.zk.errors import ZooKeeperServerError
-from stratus.zk.server import ZooKeeperEnsemble, ZooKeeperServer
+from stratus.zk.server import ZooKeeperServer
 
 LIVENESS_CHECK_SECS = 0.5
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)

@@ -14,60 +14,42 @@ Exit code: the command's own when it ends by itself, else 128 + the signal that 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import select
 import signal
-import subprocess
 import sys
 import time
 
+from stratus.process import ProcessGroup, shell_exit_code
 
-def stop_group(process: subprocess.Popen[bytes], grace: float) -> int:
+
+def stop_group(group: ProcessGroup, grace: float) -> int:
     """SIGTERM the command's process group, SIGKILL it after ``grace`` seconds; the exit code."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, sig)
-        try:
-            process.wait(timeout=wait)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    _reap_group(process.pid)
-    code = process.returncode
-    return 128 - code if code is not None and code < 0 else (code or 0)
-
-
-def _reap_group(pgid: int) -> None:
-    """Children the command left in its group go too."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
+    return shell_exit_code(group.stop(grace))
 
 
 def watch(command: list[str], deadline: float, grace: float) -> int:
     """Run ``command`` until it exits or its lease lapses; see the module docstring."""
     terminated: list[int] = []
     signal.signal(signal.SIGTERM, lambda signum, _frame: terminated.append(signum))
-    process = subprocess.Popen(command, start_new_session=True)
+    group = ProcessGroup.start(command)
     stdin = sys.stdin.buffer
     pending = b""
     while True:
         if terminated:
-            return stop_group(process, grace)
-        if process.poll() is not None:
-            code = process.returncode
-            _reap_group(process.pid)
-            return 128 - code if code < 0 else code
+            return stop_group(group, grace)
+        if group.poll() is not None:
+            return shell_exit_code(group.kill())  # what the command left in its group goes too
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             print("lease-watchdog: lease expired, stopping the command", file=sys.stderr)
-            return stop_group(process, grace)
+            return stop_group(group, grace)
         ready, _, _ = select.select([stdin], [], [], min(remaining, 0.05))
         if not ready:
             continue
         chunk = os.read(stdin.fileno(), 4096)
         if not chunk:
-            return stop_group(process, grace)  # the elect process is gone
+            return stop_group(group, grace)  # the elect process is gone
         pending += chunk
         *lines, pending = pending.split(b"\n")
         for line in lines:
@@ -75,7 +57,7 @@ def watch(command: list[str], deadline: float, grace: float) -> int:
             if verb == "renew":
                 deadline = max(deadline, float(value))
             elif verb == "stop":
-                return stop_group(process, grace)
+                return stop_group(group, grace)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,8 @@ from pathlib import Path
 from rich.console import Console
 
 from stratus.local.processes import NimbusProcess, SupervisorProcess, stop_all
-from stratus.zk.server import ZooKeeperServer, pick_free_port
+from stratus.zk.ports import pick_free_port
+from stratus.zk.server import ZooKeeperServer
 
 NIMBUSES = 3
 SUPERVISORS = 2

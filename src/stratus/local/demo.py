@@ -33,7 +33,7 @@ from stratus.local.cluster import LocalCluster
 from stratus.local.examples_io import Feeder, window_count_total
 from stratus.local.pipeline_start import PHASES, follow_start
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"  # src/stratus/local/ -> repo
 STREAMING, BATCH, SDP = "streaming-counts", "batch-report", "sdp-orders"
 WAIT_SECS = 300.0  # Spark start-ups on a loaded 2-core machine take their time
 POLL_SECS = 0.5

@@ -19,8 +19,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -30,6 +28,7 @@ from pathlib import Path
 import httpx
 
 from stratus.errors import StratusError
+from stratus.process import ProcessGroup
 
 READY_TIMEOUT_SECS = 30.0
 STOP_TIMEOUT_SECS = 15.0
@@ -48,59 +47,51 @@ class DaemonProcess:
         self.log_path = log_path
         self.local_dir = local_dir
         self._options = list(options)
-        self._process: subprocess.Popen[bytes] | None = None
+        self._group: ProcessGroup | None = None
         self._log_start = 0  # where this start's output begins in the log
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process else None
+        return self._group.pid if self._group else None
 
     @property
     def returncode(self) -> int | None:
-        return self._process.poll() if self._process else None
+        return self._group.poll() if self._group else None
 
     def is_running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+        return self._group is not None and self._group.is_running()
 
     def _launch(self, command: str, *arguments: str) -> None:
         argv = [sys.executable, "-m", "stratus", command, *self._options, *arguments]
         self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
-            self._process = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+            self._group = ProcessGroup.start(argv, stdout=log, stderr=subprocess.STDOUT)
 
     def signal(self, signum: int) -> None:
-        if self._process is not None and self._process.poll() is None:
-            os.kill(self._process.pid, signum)
+        if self._group is not None:
+            self._group.signal(signum)
 
     def kill(self) -> None:
         """SIGKILL, and reap."""
-        self.signal(signal.SIGKILL)
-        if self._process is not None:
-            self._process.wait()
+        if self._group is not None:
+            self._group.kill()
 
     def terminate(self) -> None:
         """SIGTERM, the graceful stop, without waiting for it (see ``stop``)."""
-        self.signal(signal.SIGCONT)  # a frozen process cannot handle SIGTERM
-        self.signal(signal.SIGTERM)
+        if self._group is not None:
+            self._group.terminate(whole_group=False)  # SIGCONT first: a frozen one cannot stop
 
     def stop(self, timeout: float = STOP_TIMEOUT_SECS) -> int | None:
         """SIGTERM, then SIGKILL if it is still there after ``timeout``; the exit code."""
-        if self._process is None:
+        if self._group is None:
             return None
-        self.terminate()
-        try:
-            return self._process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            return self._process.returncode
+        return self._group.stop(timeout, whole_group=False)
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Wait for the process to exit; its exit code (None if it was never started)."""
-        if self._process is None:
+        if self._group is None:
             return None
-        return self._process.wait(timeout)
+        return self._group.wait(timeout)
 
     def log_tail(self, lines: int = 20) -> str:
         text = self._output().decode(errors="replace")

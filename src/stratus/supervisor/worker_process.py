@@ -20,7 +20,6 @@ the supervisor's kazoo threads are never run in a forked child.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -33,6 +32,7 @@ from pathlib import Path
 from stratus.api.records import Assignment
 from stratus.codedist.manifest import TRIGGER_CONF_KEY
 from stratus.config import StratusConfig
+from stratus.process import Lifeline, ProcessGroup
 from stratus.supervisor.code_cache import PipelineCode
 from stratus.worker.checkpoints import checkpoint_location
 from stratus.worker.spec import HEARTBEAT_FILE, SPEC_FILE, WorkerSpec
@@ -122,10 +122,10 @@ def build_spec(
 class WorkerProcess:
     """A started worker process; see the module docstring. Used by one thread."""
 
-    def __init__(self, process: subprocess.Popen[bytes], spec: WorkerSpec) -> None:
-        self._process = process
+    def __init__(self, group: ProcessGroup, spec: WorkerSpec) -> None:
+        self._group = group
         self.spec = spec
-        self.pid = process.pid
+        self.pid = group.pid
         self.started_wall = time.time()
         self._exit: int | None = None
 
@@ -141,16 +141,15 @@ class WorkerProcess:
         with paths.log.open("ab") as out:
             out.write(_start_line(spec).encode())
             out.flush()
-            process = subprocess.Popen(
+            group = ProcessGroup.start(
                 argv,
-                stdin=subprocess.PIPE,  # held by this supervisor only (close_fds is the default)
+                lifeline=Lifeline.PIPE,  # no Python runs in the forked child (kazoo threads)
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=paths.work,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                start_new_session=True,
             )
-        return cls(process, spec)
+        return cls(group, spec)
 
     def poll(self) -> int | None:
         """None while the worker runs; its exit code (negative: the signal) once it exited.
@@ -159,35 +158,23 @@ class WorkerProcess:
         """
         if self._exit is not None:
             return self._exit
-        code = self._process.poll()
+        code = self._group.poll()
         if code is None:
             return None
         self._exit = code
-        self._kill_group()
-        self._close_stdin()
+        self._group.signal_group(signal.SIGKILL)
+        self._group.close_lifeline()
         return code
 
     def terminate(self) -> None:
         """SIGTERM to the worker: it stops its queries and exits."""
         if self._exit is None:
-            with contextlib.suppress(ProcessLookupError):
-                self._process.send_signal(signal.SIGTERM)
+            self._group.signal(signal.SIGTERM)
 
     def kill(self) -> None:
         """SIGKILL to the worker's whole process group (its Spark JVM included)."""
         if self._exit is None:
-            self._kill_group()
-
-    def _kill_group(self) -> None:
-        # The group's id is the worker's pid (start_new_session); the kernel does not reuse
-        # it while any member of the group lives.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGKILL)
-
-    def _close_stdin(self) -> None:
-        if self._process.stdin is not None:
-            with contextlib.suppress(OSError):
-                self._process.stdin.close()
+            self._group.signal_group(signal.SIGKILL)
 
 
 def _start_line(spec: WorkerSpec) -> str:

@@ -40,9 +40,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from stratus.process import kill_others_in_group
 from stratus.worker.heartbeat_file import HeartbeatReporter
 from stratus.worker.outcome import OK_EXIT, USAGE_EXIT, Outcome
-from stratus.worker.run_guard import kill_others_in_group
 from stratus.worker.sdp_run import run_sdp
 from stratus.worker.spark_app import run_app
 from stratus.worker.spec import WorkerSpec

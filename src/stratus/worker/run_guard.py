@@ -11,7 +11,8 @@ itself, what is left in the group (a JVM still shutting down) gets ``DRAIN_SECS`
 SIGKILL. The guard exits with the command's code (128 + N if signal N ended it), or 143
 when it took the group down.
 
-Standard library only, and run as a script path: it needs nothing of stratus importable.
+Run as a script path (``python .../run_guard.py``), so it puts the directory that holds the
+``stratus`` package first on its path, in place of its own: ``stratus.process`` does the work.
 """
 
 from __future__ import annotations
@@ -22,8 +23,17 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
+
+if not __package__:  # run as a script: the package root, not this directory, goes on the path
+    sys.path[0] = str(Path(__file__).resolve().parents[2])
+
+from stratus.process import (
+    drain_group,
+    shell_exit_code,
+    stop_others_in_group,
+    watch_for_eof,
+)
 
 GRACE_SECS = 5.0
 DRAIN_SECS = 10.0
@@ -39,15 +49,14 @@ def main(argv: list[str]) -> int:
     told = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: None)  # seen by the poll loop below
     signal.set_wakeup_fd(_signal_pipe(told), warn_on_full_buffer=False)
-    threading.Thread(target=_wait_for_eof, args=(told,), daemon=True).start()
+    watch_for_eof(0, told.set, name="guard-stdin")
     child = subprocess.Popen(argv[1:], stdin=subprocess.DEVNULL)
     while child.poll() is None:
         if told.wait(POLL_SECS):
             _take_down(child)
             return TAKEN_DOWN_EXIT
-    _drain(DRAIN_SECS)
-    code = child.returncode
-    return 128 - code if code < 0 else code
+    drain_group(DRAIN_SECS)
+    return shell_exit_code(child.returncode)
 
 
 def _signal_pipe(told: threading.Event) -> int:
@@ -63,60 +72,12 @@ def _signal_pipe(told: threading.Event) -> int:
     return write_end
 
 
-def _wait_for_eof(told: threading.Event) -> None:
-    with contextlib.suppress(OSError):
-        while os.read(0, 4096):
-            pass
-    told.set()
-
-
 def _take_down(child: subprocess.Popen[bytes]) -> None:
     """SIGTERM to the group; SIGKILL to whoever is left after GRACE_SECS."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the group's SIGTERM reaches the guard too
-    deadline = time.monotonic() + GRACE_SECS
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(0, signal.SIGTERM)
+    stop_others_in_group(GRACE_SECS)
     with contextlib.suppress(subprocess.TimeoutExpired):
-        child.wait(timeout=GRACE_SECS)
-    _drain(deadline - time.monotonic())
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        child.wait(timeout=GRACE_SECS)  # reap it, SIGKILLed by _drain if it had to be
-
-
-def _drain(timeout: float) -> None:
-    """Wait until the guard is alone in its group; SIGKILL whoever is left at ``timeout``."""
-    deadline = time.monotonic() + max(0.0, timeout)
-    while others_in_group() and time.monotonic() < deadline:
-        time.sleep(POLL_SECS)
-    kill_others_in_group()
-
-
-def kill_others_in_group() -> None:
-    """SIGKILL every live process of this process group but the calling one."""
-    for pid in others_in_group():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def others_in_group() -> list[int]:
-    """Live processes of this process group other than the calling process."""
-    me = os.getpid()
-    return [pid for pid in live_in_group(os.getpgrp()) if pid != me]
-
-
-def live_in_group(group: int) -> list[int]:
-    """Live processes (zombies left out) of process group ``group`` (Linux: /proc; elsewhere
-    none). A worker is a group of its own, so this tells whether any of it is left."""
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        state, pgrp = fields[0], int(fields[2])
-        if pgrp == group and state not in ("Z", "X"):
-            found.append(int(entry.name))
-    return found
+        child.wait(timeout=GRACE_SECS)  # reap it, SIGKILLed if it had to be
 
 
 if __name__ == "__main__":

@@ -37,7 +37,6 @@ down (see ``run_guard``), STOPPED::
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import os
 import re
@@ -53,6 +52,7 @@ from urllib.parse import urlparse
 
 import yaml
 
+from stratus.process import Lifeline, ProcessGroup
 from stratus.worker import run_guard
 from stratus.worker.errors import SdpProjectError
 from stratus.worker.heartbeat_file import HeartbeatReporter
@@ -303,29 +303,26 @@ class _GuardedRun:
 
     def __init__(self, command: list[str], cwd: Path, env: dict[str, str]) -> None:
         self._lines: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-        self._process = subprocess.Popen(
+        self._group = ProcessGroup.start(
             command,
-            stdin=subprocess.PIPE,
+            lifeline=Lifeline.PIPE,  # EOF: the guard takes the run's group down
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             cwd=cwd,
             env=env,
-            start_new_session=True,
         )
-        assert self._process.stdout is not None
+        assert self._group.process.stdout is not None
         self._reader = threading.Thread(
-            target=self._copy, args=(self._process.stdout,), name="sdp-output", daemon=True
+            target=self._copy, args=(self._group.process.stdout,), name="sdp-output", daemon=True
         )
         self._reader.start()
 
     def take_down(self) -> None:
         """Close the guard's stdin: it terminates the run's whole process group."""
-        if self._process.stdin is not None:
-            with contextlib.suppress(OSError):
-                self._process.stdin.close()
+        self._group.close_lifeline()
 
     def wait(self) -> int:
-        code = self._process.wait()
+        code = self._group.wait()
         self._reader.join()
         self.take_down()
         return code

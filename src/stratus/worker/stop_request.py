@@ -15,12 +15,13 @@ signal handler, where taking a lock could deadlock the main thread)::
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
 import threading
 from collections.abc import Callable
+
+from stratus.process import watch_for_eof
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ class StopRequest:
 
     def watch(self, fd: int) -> None:
         """Request a stop when the file descriptor ``fd`` (the worker's stdin) reaches EOF."""
-        self._start_thread(lambda: self._read_until_eof(fd), "stop-stdin")
+        watch_for_eof(fd, lambda: self.request(STDIN_CLOSED), name="stop-stdin")
 
     def _read_signals(self) -> None:
         assert self._wakeup is not None
@@ -93,12 +94,6 @@ class StopRequest:
             for signum in data:
                 if signum in STOP_SIGNALS:
                     self.request(signal.Signals(signum).name)
-
-    def _read_until_eof(self, fd: int) -> None:
-        with contextlib.suppress(OSError):
-            while os.read(fd, 4096):
-                pass  # anything the supervisor writes is ignored; only EOF matters
-        self.request(STDIN_CLOSED)
 
     @staticmethod
     def _start_thread(target: Callable[[], None], name: str) -> None:

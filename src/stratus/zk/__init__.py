@@ -2,8 +2,10 @@
 mirrors and ephemeral registrations, and the local server that ``stratus zookeeper`` and the
 test suite run."""
 
+from stratus.zk.ensemble import ZooKeeperEnsemble
 from stratus.zk.errors import ZooKeeperServerError, ZooKeeperUnavailableError
-from stratus.zk.server import ZooKeeperEnsemble, ZooKeeperServer, find_java, zookeeper_classpath
+from stratus.zk.java import find_java, zookeeper_classpath
+from stratus.zk.server import ZooKeeperServer
 from stratus.zk.session import SessionChange, SessionState, ZkSession, ZkSettings
 
 __all__ = [

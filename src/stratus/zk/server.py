@@ -1,58 +1,62 @@
-"""A real ZooKeeper server, or a quorum of them, on this machine's loopback interface.
+"""A real ZooKeeper server on this machine's loopback interface: standalone or a quorum member.
 
-It runs the ZooKeeper jars that the pyspark wheel already ships (``pyspark/jars``) with the
-machine's Java 17+. ``start()`` returns only once the server *serves requests* (its ``srvr``
-answer has a ``Mode:`` line), ``stop()`` keeps the data directory so that the next ``start()``
-resumes the same znodes and sessions, and no JVM outlives the Python process that started it
-(finalizers at exit, and on Linux a parent-death signal when started from the main thread)::
+It runs the ZooKeeper jars that the pyspark wheel already ships (``pyspark/jars``, see
+``zk/java.py``) with the machine's Java 17+. ``start()`` returns only once the server *serves
+requests* (its ``srvr`` answer has a ``Mode:`` line), ``stop()`` keeps the data directory so
+that the next ``start()`` resumes the same znodes and sessions, and no JVM outlives the Python
+process that started it (finalizers at exit, and on Linux a parent-death signal when started
+from the main thread)::
 
     with ZooKeeperServer(Path("/tmp/zk"), tick_time_ms=100) as server:
         client = KazooClient(hosts=server.connect_string)
-    with ZooKeeperEnsemble(Path("/tmp/zk3"), size=3) as ensemble:
-        ensemble.servers[0].stop()  # the other two still form a quorum
 
-Every failure is a :class:`~stratus.zk.errors.ZooKeeperServerError` whose message is one line
-(never a Java stack trace) that names the problem and what to do about it.
+A quorum of them is ``zk/ensemble.py``. Every failure is a
+:class:`~stratus.zk.errors.ZooKeeperServerError` whose message is one line (never a Java stack
+trace) that names the problem and what to do about it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
-import importlib.util
 import logging
 import math
 import os
-import random
 import re
-import shutil
-import signal
 import socket
 import subprocess
-import sys
-import threading
 import time
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from stratus.process import Lifeline, ProcessGroup
+from stratus.zk import ports
 from stratus.zk.errors import (
-    JavaNotFoundError,
     ZooKeeperDataDirError,
-    ZooKeeperJarsNotFoundError,
     ZooKeeperPortInUseError,
     ZooKeeperServerError,
     ZooKeeperStartError,
 )
+from stratus.zk.java import find_java, zookeeper_classpath
+from stratus.zk.ports import LOOPBACK, pick_free_port
+
+# Also importable from here, where the code that starts servers has always found them.
+__all__ = [
+    "LOOPBACK",
+    "MAX_SESSION_TIMEOUT_MS",
+    "Quorum",
+    "QuorumPeer",
+    "ZooKeeperServer",
+    "find_java",
+    "pick_free_port",
+    "summarize_log",
+    "zookeeper_classpath",
+]
 
 log = logging.getLogger(__name__)
 
-LOOPBACK = "127.0.0.1"
-MIN_JAVA_VERSION = 17
 STANDALONE_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
 QUORUM_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 MAX_SESSION_TIMEOUT_MS = 120_000
@@ -69,217 +73,15 @@ JVM_FLAGS = (
     "-Djava.awt.headless=true",
     "-Dzookeeper.jmx.log4j.disable=true",
 )
-# Jars of the ZooKeeper server and what it loads; netty only matters for netty/TLS settings.
-REQUIRED_JARS = (
-    "zookeeper",
-    "zookeeper-jute",
-    "slf4j-api",
-    "log4j-slf4j2-impl",
-    "log4j-api",
-    "log4j-core",
-    "audience-annotations",
-    "commons-cli",
-    "metrics-core",
-    "snappy-java",
-)
-OPTIONAL_JARS = (
-    "netty-common",
-    "netty-buffer",
-    "netty-resolver",
-    "netty-transport",
-    "netty-transport-native-unix-common",
-    "netty-transport-classes-epoll",
-    "netty-codec",
-    "netty-codec-base",
-    "netty-handler",
-)
 POLL_INTERVAL_SECS = 0.02
 FOUR_LETTER_TIMEOUT_SECS = 2.0
 # While it starts, ZooKeeper may accept a four-letter word and never answer it: probe briefly.
 PROBE_TIMEOUT_SECS = 0.3
 LOG_SUMMARY_LINES = 3
 
-_PR_SET_PDEATHSIG = 1
 _LOG_RECORD = re.compile(
     r"^\d{4}-\d{2}-\d{2}[T ][\d:,.]+\s+(?P<rest>(?:TRACE|DEBUG|INFO|WARN|ERROR|FATAL)\b.*)"
 )
-_JAVA_VERSION = re.compile(r'version "(?P<version>[^"]+)"')
-
-
-# ---------------------------------------------------------------------------------------------
-# Java and the classpath
-
-
-def find_java(java: str | None = None) -> str:
-    """Path of a Java >= 17: ``java`` if given, else ``$JAVA_HOME/bin/java``, else the PATH's."""
-    path = _locate_java(java)
-    version = _java_version(path)
-    if _java_major(version) < MIN_JAVA_VERSION:
-        raise JavaNotFoundError(
-            f"Java at {path} is version {version}, but ZooKeeper needs Java "
-            f"{MIN_JAVA_VERSION} or newer: install one, or point JAVA_HOME at it"
-        )
-    return path
-
-
-def _locate_java(java: str | None) -> str:
-    if java is not None:
-        found = shutil.which(java)
-        if found is None:
-            raise JavaNotFoundError(
-                f"Java executable {java!r} not found or not executable: "
-                f"give the path of a Java {MIN_JAVA_VERSION}+ `java`"
-            )
-        return found
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home:
-        candidate = Path(java_home, "bin", "java")
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-    found = shutil.which("java")
-    if found is None:
-        raise JavaNotFoundError(
-            f"no Java found (no JAVA_HOME/bin/java, no `java` on PATH): install Java "
-            f"{MIN_JAVA_VERSION} or newer, or set JAVA_HOME"
-        )
-    return found
-
-
-@functools.cache
-def _java_version(path: str) -> str:
-    """The version string that ``java -version`` prints (cached: it costs a JVM start)."""
-    try:
-        done = subprocess.run(
-            [path, "-version"], capture_output=True, text=True, timeout=60, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise JavaNotFoundError(
-            f"cannot run {path} -version ({exc}): install Java {MIN_JAVA_VERSION} or newer"
-        ) from None
-    match = _JAVA_VERSION.search(done.stderr + done.stdout)
-    if match is None:
-        raise JavaNotFoundError(
-            f"{path} -version printed no version; is it a Java runtime? "
-            f"Install Java {MIN_JAVA_VERSION} or newer, or set JAVA_HOME"
-        )
-    return match["version"]
-
-
-def _java_major(version: str) -> int:
-    """``"17.0.15"`` → 17, ``"1.8.0_292"`` → 8, ``"21-ea"`` → 21; unparsable → 0."""
-    numbers = [int(part) for part in re.findall(r"\d+", version)[:2]]
-    if not numbers:
-        return 0
-    if numbers[0] == 1 and len(numbers) > 1:
-        return numbers[1]
-    return numbers[0]
-
-
-def zookeeper_classpath() -> list[Path]:
-    """The jars, from the installed pyspark wheel, that the ZooKeeper server needs."""
-    return list(_classpath())
-
-
-@functools.cache
-def _classpath() -> tuple[Path, ...]:
-    jars_dir = _pyspark_jars_dir()
-    jars = [_newest_jar(jars_dir, name) for name in REQUIRED_JARS + OPTIONAL_JARS]
-    missing = [name for name, jar in zip(REQUIRED_JARS, jars, strict=False) if jar is None]
-    if missing:
-        raise ZooKeeperJarsNotFoundError(
-            f"{jars_dir} lacks the ZooKeeper jars {', '.join(missing)}: "
-            f"reinstall pyspark 4.3 (pip install --force-reinstall 'pyspark>=4.3,<4.4')"
-        )
-    return tuple(jar for jar in jars if jar is not None)
-
-
-def _pyspark_jars_dir() -> Path:
-    spec = importlib.util.find_spec("pyspark")
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    for location in locations:
-        jars = Path(location, "jars")
-        if jars.is_dir():
-            return jars
-    raise ZooKeeperJarsNotFoundError(
-        "pyspark's jars directory (pyspark/jars) was not found: install pyspark 4.3 "
-        "(pip install 'pyspark>=4.3,<4.4'), which ships the ZooKeeper server jars"
-    )
-
-
-def _newest_jar(jars_dir: Path, name: str) -> Path | None:
-    """The newest ``<name>-<version>.jar``; ``netty-codec`` never matches ``netty-codec-http``."""
-    pattern = re.compile(rf"^{re.escape(name)}-\d[\w.\-]*\.jar$")
-    matches = sorted(path for path in jars_dir.iterdir() if pattern.match(path.name))
-    return matches[-1] if matches else None
-
-
-# ---------------------------------------------------------------------------------------------
-# Ports
-
-
-_reserved_ports: set[int] = set()
-_ports_lock = threading.Lock()
-
-
-def pick_free_port() -> int:
-    """A loopback port that nothing listens on and no other server of this process reserved.
-
-    Ports are drawn below the kernel's ephemeral range, so that a client's outgoing connection
-    can never take the port of a stopped server (which would make its restart fail) nor
-    connect to itself while it retries a stopped server.
-    """
-    low, high = _pickable_range()
-    rng = random.SystemRandom()
-    with _ports_lock:
-        for _ in range(200):
-            port = rng.randrange(low, high) if high > low else _kernel_free_port()
-            if port not in _reserved_ports and _port_is_free(port, reuse=False):
-                _reserved_ports.add(port)
-                return port
-    raise ZooKeeperPortInUseError(f"found no free loopback port in {low}..{high - 1}")
-
-
-def _reserve_port(port: int) -> None:
-    with _ports_lock:
-        _reserved_ports.add(port)
-
-
-def _pickable_range() -> tuple[int, int]:
-    """Ports ``[low, high)`` to pick from: 15000 up to the start of the ephemeral range."""
-    try:
-        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text(encoding="ascii")
-        ephemeral_low = int(text.split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0, 0
-    low = 15_000
-    return (low, ephemeral_low) if ephemeral_low - low >= 1_000 else (0, 0)
-
-
-def _kernel_free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _port_is_free(port: int, *, reuse: bool) -> bool:
-    """Whether a server could listen on ``127.0.0.1:port`` now.
-
-    With ``reuse`` (as the JVM binds), connections of a previous run in TIME_WAIT do not count
-    as a use of the port; a listener on it always does.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        if reuse:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((LOOPBACK, port))
-        except OSError:
-            return False
-    return True
-
-
-# ---------------------------------------------------------------------------------------------
-# One server
 
 
 @dataclass(frozen=True)
@@ -341,7 +143,7 @@ class ZooKeeperServer:
             raise ValueError("a quorum member's port is its peer entry's client_port")
         self.data_dir = Path(data_dir).absolute()
         self.port = quorum.me().client_port if quorum else (port or pick_free_port())
-        _reserve_port(self.port)
+        ports.reserve_port(self.port)
         self.tick_time_ms = tick_time_ms
         self.max_session_timeout_ms = (
             max(MAX_SESSION_TIMEOUT_MS, 2 * tick_time_ms)
@@ -351,7 +153,7 @@ class ZooKeeperServer:
         self.log_path = Path(log_to).absolute() if log_to else self.data_dir / "zookeeper.log"
         self.quorum = quorum
         self._java = java
-        self._process: subprocess.Popen[bytes] | None = None
+        self._group: ProcessGroup | None = None
         self._log_offset = 0
         self._finalizer: weakref.finalize[..., ZooKeeperServer] | None = None
 
@@ -366,11 +168,11 @@ class ZooKeeperServer:
     @property
     def pid(self) -> int | None:
         """The JVM's process id while it runs, else None."""
-        return self._process.pid if self.is_running() and self._process else None
+        return self._group.pid if self.is_running() and self._group else None
 
     def is_running(self) -> bool:
         """Whether the JVM process is alive (not whether it serves: see :meth:`mode`)."""
-        return self._process is not None and self._process.poll() is None
+        return self._group is not None and self._group.is_running()
 
     def start(self, timeout: float = 30.0) -> None:
         """Launch the JVM and return once it serves requests; no-op if it already runs.
@@ -421,28 +223,26 @@ class ZooKeeperServer:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the JVM: SIGTERM, then SIGKILL after ``timeout``. Idempotent; keeps the data."""
-        process = self._process
-        if process is None:
+        group = self._group
+        if group is None:
             return
-        self._signal_stop()
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        code = group.stop(timeout)
         self._release()
-        log.info("zookeeper stopped port=%d exit_code=%s", self.port, process.returncode)
+        log.info("zookeeper stopped port=%d exit_code=%s", self.port, code)
 
     def kill(self) -> None:
         """Crash the JVM with SIGKILL (no clean shutdown); idempotent; keeps the data."""
-        process = self._process
-        if process is None:
+        group = self._group
+        if group is None:
             return
-        if process.poll() is None:
-            process.kill()
-        process.wait()
+        group.kill()
         self._release()
         log.info("zookeeper killed port=%d", self.port)
+
+    def signal_stop(self) -> None:
+        """Send SIGTERM if the JVM runs, without waiting (the first half of :meth:`stop`)."""
+        if self._group is not None and self._group.is_running():
+            self._group.terminate()
 
     def four_letter(self, word: str, timeout: float = FOUR_LETTER_TIMEOUT_SECS) -> str:
         """Send a four-letter-word command (``srvr``, ``stat``, ``mntr``, ``cons``...)."""
@@ -488,7 +288,7 @@ class ZooKeeperServer:
 
     def _check_ports_free(self) -> None:
         for port, role in self._own_ports():
-            if not _port_is_free(port, reuse=True):
+            if not ports.port_is_free(port, reuse=True):
                 raise ZooKeeperPortInUseError(
                     f"ZooKeeper {role} {LOOPBACK}:{port} is already in use: stop what listens "
                     f"there, or choose another port (0 picks a free one)"
@@ -558,45 +358,39 @@ class ZooKeeperServer:
         )
 
     def _spawn(self, command: list[str]) -> None:
-        """Start the JVM in its own session, its output appended to the log file."""
+        """Start the JVM in its own process group, its output appended to the log file."""
         try:
             with self.log_path.open("ab") as log_file:
                 self._log_offset = log_file.seek(0, os.SEEK_END)
-                process = subprocess.Popen(
+                group = ProcessGroup.start(
                     command,
+                    lifeline=Lifeline.DEATH_SIGNAL,  # the kernel kills it if we die
                     stdin=subprocess.DEVNULL,
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
                     cwd=self.data_dir,
-                    start_new_session=True,
-                    preexec_fn=_die_with_parent_hook(),  # noqa: PLW1509 (see the hook)
                 )
         except OSError as exc:
             raise ZooKeeperStartError(
                 f"cannot launch {command[0]} (log {self.log_path}): {exc.strerror or exc}"
             ) from None
-        self._process = process
-        self._finalizer = weakref.finalize(self, _kill_quietly, process)
+        self._group = group
+        self._finalizer = weakref.finalize(self, _kill_quietly, group)
         log.info(
-            "zookeeper launched port=%d pid=%d data_dir=%s", self.port, process.pid, self.data_dir
+            "zookeeper launched port=%d pid=%d data_dir=%s", self.port, group.pid, self.data_dir
         )
-
-    def _signal_stop(self) -> None:
-        """Send SIGTERM if the JVM runs (the first half of :meth:`stop`)."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
 
     def _release(self) -> None:
         if self._finalizer is not None:
             self._finalizer.detach()
             self._finalizer = None
-        self._process = None
+        self._group = None
 
     def _serves(self) -> bool:
         """True once ``srvr`` answers with a Mode line; raises if the JVM has exited."""
-        if self._process is None:
+        if self._group is None:
             raise ZooKeeperStartError(f"ZooKeeper on {self.connect_string} was not launched")
-        code = self._process.poll()
+        code = self._group.poll()
         if code is not None:
             raise self._exit_error(code)
         return self.mode(PROBE_TIMEOUT_SECS) is not None
@@ -651,127 +445,8 @@ def _four_letter(host: str, port: int, word: str, timeout: float) -> str:
     return b"".join(chunks).decode("utf-8", errors="replace")
 
 
-def _kill_quietly(process: subprocess.Popen[bytes]) -> None:
+def _kill_quietly(group: ProcessGroup) -> None:
     """Finalizer: a server object collected, or the interpreter exiting, with its JVM alive."""
-    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-        if process.poll() is None:
-            process.kill()
-            process.wait(10)
-
-
-def _die_with_parent_hook() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the kernel SIGKILL the JVM if this process dies.
-
-    Linux delivers the signal when the *thread* that forked exits, so it is only armed for
-    servers launched from the main thread (which lives as long as the process).
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def hook() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the parent died before the signal was armed
-            os._exit(1)
-
-    return hook
-
-
-# ---------------------------------------------------------------------------------------------
-# A quorum
-
-
-class ZooKeeperEnsemble:
-    """``size`` ZooKeeper quorum members on loopback, each in ``base_dir/server-<id>``.
-
-    Members are ordinary :class:`ZooKeeperServer` objects: stop, kill and start them one by
-    one to take the quorum away and give it back. ``port``, if not 0, is the first member's
-    client port; every other port is picked free.
-    """
-
-    def __init__(
-        self,
-        base_dir: Path,
-        size: int = 3,
-        *,
-        tick_time_ms: int = 200,
-        java: str | None = None,
-        port: int = 0,
-        max_session_timeout_ms: int | None = None,
-    ) -> None:
-        if size < 1:
-            raise ValueError(f"an ensemble needs at least one server, not {size}")
-        if port:
-            _reserve_port(port)
-        peers = tuple(
-            QuorumPeer(
-                server_id=server_id,
-                client_port=port if (server_id == 1 and port) else pick_free_port(),
-                peer_port=pick_free_port(),
-                election_port=pick_free_port(),
-            )
-            for server_id in range(1, size + 1)
-        )
-        self.base_dir = Path(base_dir).absolute()
-        self.servers = [
-            ZooKeeperServer(
-                self.base_dir / f"server-{peer.server_id}",
-                tick_time_ms=tick_time_ms,
-                java=java,
-                quorum=Quorum(my_id=peer.server_id, peers=peers),
-                max_session_timeout_ms=max_session_timeout_ms,
-            )
-            for peer in peers
-        ]
-
-    def __repr__(self) -> str:
-        return f"ZooKeeperEnsemble({self.connect_string}, base_dir={self.base_dir})"
-
-    @property
-    def connect_string(self) -> str:
-        """The kazoo ``hosts`` string naming every member."""
-        return ",".join(server.connect_string for server in self.servers)
-
-    def start(self, timeout: float = 60.0) -> None:
-        """Launch every member that is not running and wait until every member serves.
-
-        Every member serving implies a quorum serves. On failure all members are stopped.
-        """
-        deadline = time.monotonic() + timeout
-        try:
-            for server in self.servers:
-                server.launch()
-            for server in self.servers:
-                server.wait_serving(max(0.0, deadline - time.monotonic()))
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop every member (all signalled at once, then each awaited); idempotent."""
-        for server in self.servers:
-            server._signal_stop()
-        for server in self.servers:
-            server.stop(timeout)
-
-    def leader(self) -> ZooKeeperServer | None:
-        """The member that currently leads, if any."""
-        return next((server for server in self.servers if server.mode() == "leader"), None)
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+    with contextlib.suppress(OSError):
+        if group.is_running():
+            group.kill()

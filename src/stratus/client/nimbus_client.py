@@ -1,0 +1,294 @@
+"""The verbs of the nimbus HTTP API as Python calls: reads, submit and the other leader-only calls.
+
+Each verb checks its arguments here (names, conf, the package), then leaves where the request
+goes and how it is retried to :class:`~stratus.client.routing.NimbusRouter`. See the package
+docstring (``stratus.client``) for what the client guarantees::
+
+    with NimbusClient(["10.0.0.1:6627", "10.0.0.2:6627"]) as client:
+        client.activate("wordcount")
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from stratus.api.errors import (
+    ApiError,
+    InvalidConfError,
+    InvalidNameError,
+    InvalidRequestError,
+    UnknownPipelineError,
+)
+from stratus.api.records import (
+    PIPELINE_NAME,
+    PIPELINE_NAME_RULE,
+    ClusterSummary,
+    KillRequest,
+    LeaderInfo,
+    PipelineList,
+    PipelineRecord,
+    PipelineStatus,
+    PipelineWorkers,
+)
+from stratus.client.routing import API, Delivery, NimbusRouter, parse
+from stratus.codedist.package_build import build_package
+from stratus.codedist.package_check import PackageLimits, check_package
+from stratus.config import StratusConfig
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class NimbusClient:
+    """A client of the nimbuses named by ``seeds`` (``host:port``); see ``stratus.client``.
+
+    ``transport``, ``clock`` and ``sleep`` exist so that tests can drive the client without a
+    network or a real clock. One client may be shared by threads: httpx's client is
+    thread-safe, and the remembered leader is a single attribute.
+    """
+
+    def __init__(
+        self,
+        seeds: Sequence[str],
+        *,
+        retry_deadline: float = 30.0,
+        request_timeout: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        package_limits: PackageLimits | None = None,
+    ) -> None:
+        self._router = NimbusRouter(
+            seeds,
+            retry_deadline=retry_deadline,
+            request_timeout=request_timeout,
+            transport=transport,
+            clock=clock,
+            sleep=sleep,
+        )
+        self.seeds = self._router.seeds
+        self.retry_deadline = retry_deadline
+        self.package_limits = package_limits or PackageLimits.from_config(StratusConfig())
+        self._clock = clock
+        self._sleep = sleep
+
+    @classmethod
+    def from_config(
+        cls, conf: StratusConfig, *, transport: httpx.BaseTransport | None = None
+    ) -> NimbusClient:
+        """A client for ``nimbus.seeds`` with ``client.retry.deadline.secs`` and
+        ``client.request.timeout.secs``."""
+        return cls(
+            conf.nimbus_seeds,
+            retry_deadline=conf.client_retry_deadline_secs,
+            request_timeout=conf.client_request_timeout_secs,
+            transport=transport,
+            package_limits=PackageLimits.from_config(conf),
+        )
+
+    def __enter__(self) -> NimbusClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the keep-alive connections."""
+        self._router.close()
+
+    @property
+    def known_leader(self) -> str | None:
+        """The nimbus this client last found leading (``host:port``), if any."""
+        return self._router.known_leader
+
+    # ------------------------------------------------------------------ reads (any nimbus)
+
+    def cluster(self) -> ClusterSummary:
+        """Every nimbus (the leader marked), supervisor and pipeline, from any nimbus."""
+        return parse(ClusterSummary, self._router.read("GET", f"{API}/cluster"))
+
+    def leader(self) -> LeaderInfo:
+        """Who leads now: the first leader a nimbus names.
+
+        Nimbuses that know no leader do not end the search; when none of those that answered
+        knows one, the answer is a LeaderInfo with a null address (this call does not wait for
+        an election to end).
+        """
+        return self._router.leader()
+
+    def list_pipelines(self) -> list[PipelineRecord]:
+        """Every pipeline, sorted by name, from any nimbus."""
+        return parse(PipelineList, self._router.read("GET", f"{API}/pipelines")).pipelines
+
+    def status(self, name: str) -> PipelineRecord:
+        """One pipeline's record, from any nimbus; UnknownPipelineError if there is none."""
+        return parse(PipelineRecord, self._router.read("GET", _pipeline_path(name)))
+
+    def workers(self, name: str) -> PipelineWorkers:
+        """Where a pipeline runs and its workers' last heartbeats, from any nimbus."""
+        return parse(PipelineWorkers, self._router.read("GET", f"{_pipeline_path(name)}/workers"))
+
+    # ------------------------------------------------------------------ leader-only calls
+
+    def submit(
+        self,
+        name: str | None,
+        package: Path | bytes,
+        conf: Mapping[str, Any] | None = None,
+        *,
+        request_id: str | None = None,
+    ) -> PipelineRecord:
+        """Check and upload ``package``, and create pipeline ``name`` with ``conf``.
+
+        ``package`` is a directory (zipped here, deterministically), a ``.zip`` file or zip
+        bytes; it is checked before any upload (InvalidPackageError naming the entry).
+        ``name`` None takes the manifest's; ``conf`` overrides the manifest's. The pipeline
+        is ACTIVE, or PENDING until its code reaches ``pipeline.min.replication.count``
+        nimbuses: ``wait_replicated`` waits for that.
+
+        Every attempt sends the same request id (a new uuid4 unless given) and the same bytes,
+        so a retry after a failover returns the pipeline the first attempt created instead of
+        creating another or failing with PipelineExistsError.
+        """
+        if name is not None:
+            _check_name(name)
+        content = self._checked_package(package)
+        fields = {
+            "name": name or "",
+            "conf": _conf_json(conf or {}),
+            "request_id": request_id or uuid.uuid4().hex,
+        }
+        filename = package.name if isinstance(package, Path) else "package"
+        files = {"package": (f"{filename}.zip", content, "application/zip")}
+        response = self._router.call_leader("POST", f"{API}/pipelines", data=fields, files=files)
+        return parse(PipelineRecord, response)
+
+    def wait_replicated(
+        self,
+        name: str,
+        *,
+        poll_secs: float = 0.2,
+        on_progress: Callable[[PipelineRecord], None] | None = None,
+    ) -> PipelineRecord:
+        """Wait while ``name`` is PENDING (its code short of the minimum replication).
+
+        Returns the record once it is not PENDING; the nimbus decides when, within the
+        pipeline's ``pipeline.max.replication.wait.time.sec`` (-1: no limit). Each poll's
+        record goes to ``on_progress``. A nimbus whose view has not caught up with the
+        submit yet may not know the pipeline: that is retried until the retry deadline.
+        """
+        unknown_until = self._clock() + self.retry_deadline
+        while True:
+            try:
+                record = self.status(name)
+            except UnknownPipelineError:
+                if self._clock() >= unknown_until:
+                    raise
+                self._sleep(poll_secs)
+                continue
+            if on_progress is not None:
+                on_progress(record)
+            if record.status is not PipelineStatus.PENDING:
+                return record
+            self._sleep(poll_secs)
+
+    def _checked_package(self, package: Path | bytes) -> bytes:
+        """The zip to upload, checked as the nimbus will check it."""
+        with tempfile.TemporaryDirectory(prefix="stratus-submit-") as tmp:
+            if isinstance(package, Path):
+                archive = build_package(package, Path(tmp) / "package.zip")
+            else:
+                archive = Path(tmp) / "package.zip"
+                archive.write_bytes(package)
+            check_package(archive, self.package_limits)
+            return archive.read_bytes()
+
+    def kill(self, name: str, wait_secs: float | None = None) -> PipelineRecord | None:
+        """Mark ``name`` KILLED; the leader removes its record ``wait_secs`` later
+        (``pipeline.kill.wait.secs`` when None). Killing a KILLED pipeline changes nothing.
+
+        Returns the KILLED record, or None when an attempt that may have reached the leader
+        was retried and the retry found no such pipeline: the earlier attempt killed it and
+        its record was already removed (short ``wait_secs``), so the kill counts as done.
+        UnknownPipelineError is raised only when no attempt can have applied the kill.
+        """
+        body = _validated(KillRequest, InvalidRequestError, wait_secs=wait_secs)
+        delivery = Delivery()
+        try:
+            response = self._router.call_leader(
+                "POST", _pipeline_path(name, "kill"), delivery=delivery, json=body
+            )
+        except UnknownPipelineError:
+            if delivery.maybe_applied:
+                return None
+            raise
+        return parse(PipelineRecord, response)
+
+    def activate(self, name: str) -> PipelineRecord:
+        """Make ``name`` ACTIVE (unchanged if it is); InvalidTransitionError if KILLED."""
+        path = _pipeline_path(name, "activate")
+        return parse(PipelineRecord, self._router.call_leader("POST", path))
+
+    def deactivate(self, name: str) -> PipelineRecord:
+        """Make ``name`` INACTIVE (unchanged if it is); InvalidTransitionError if KILLED."""
+        path = _pipeline_path(name, "deactivate")
+        return parse(PipelineRecord, self._router.call_leader("POST", path))
+
+    def rebalance(self, name: str, conf: Mapping[str, Any]) -> PipelineRecord:
+        """Merge ``conf`` (at least one key) into the pipeline's conf; it restarts with it.
+
+        A retry after a failover may apply the same merge twice: the conf is the same, and
+        the record's ``rebalances`` count may grow by two.
+        """
+        if not conf:
+            raise InvalidConfError(f"rebalance of {name!r} needs at least one conf key")
+        body = {"conf": json.loads(_conf_json(conf))}
+        response = self._router.call_leader("POST", _pipeline_path(name, "rebalance"), json=body)
+        return parse(PipelineRecord, response)
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _validated(model: type[M], error: type[ApiError], **fields: Any) -> dict[str, Any]:
+    """A request body checked against the shared model here, before any network call."""
+    try:
+        return model(**fields).model_dump(mode="json")
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        where = ".".join(str(part) for part in problem["loc"])
+        raise error(f"{where}: {problem['msg']} (got {problem.get('input')!r})") from None
+
+
+def _conf_json(conf: Mapping[str, Any]) -> str:
+    """``conf`` as a JSON object, refused here when it cannot be one."""
+    try:
+        return json.dumps(dict(conf), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidConfError(f"pipeline conf must be a JSON object: {exc}") from None
+
+
+def _check_name(name: str) -> None:
+    if not PIPELINE_NAME.fullmatch(name):
+        raise InvalidNameError(f"invalid pipeline name {name!r}: {PIPELINE_NAME_RULE}")
+
+
+def _pipeline_path(name: str, action: str | None = None) -> str:
+    _check_name(name)
+    path = f"{API}/pipelines/{quote(name, safe='')}"
+    return f"{path}/{action}" if action else path

@@ -1,0 +1,109 @@
+"""A quorum of real ZooKeeper servers on this machine's loopback interface.
+
+Every member is an ordinary :class:`~stratus.zk.server.ZooKeeperServer` in
+``base_dir/server-<id>``, so a test can stop, kill and restart members one by one to take the
+quorum away and give it back::
+
+    with ZooKeeperEnsemble(Path("/tmp/zk3"), size=3) as ensemble:
+        ensemble.servers[0].stop()  # the other two still form a quorum
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from stratus.zk.ports import pick_free_port, reserve_port
+from stratus.zk.server import Quorum, QuorumPeer, ZooKeeperServer
+
+
+class ZooKeeperEnsemble:
+    """``size`` ZooKeeper quorum members on loopback, each in ``base_dir/server-<id>``.
+
+    Members are ordinary :class:`ZooKeeperServer` objects: stop, kill and start them one by
+    one to take the quorum away and give it back. ``port``, if not 0, is the first member's
+    client port; every other port is picked free.
+    """
+
+    def __init__(
+        self,
+        base_dir: Path,
+        size: int = 3,
+        *,
+        tick_time_ms: int = 200,
+        java: str | None = None,
+        port: int = 0,
+        max_session_timeout_ms: int | None = None,
+    ) -> None:
+        if size < 1:
+            raise ValueError(f"an ensemble needs at least one server, not {size}")
+        if port:
+            reserve_port(port)
+        peers = tuple(
+            QuorumPeer(
+                server_id=server_id,
+                client_port=port if (server_id == 1 and port) else pick_free_port(),
+                peer_port=pick_free_port(),
+                election_port=pick_free_port(),
+            )
+            for server_id in range(1, size + 1)
+        )
+        self.base_dir = Path(base_dir).absolute()
+        self.servers = [
+            ZooKeeperServer(
+                self.base_dir / f"server-{peer.server_id}",
+                tick_time_ms=tick_time_ms,
+                java=java,
+                quorum=Quorum(my_id=peer.server_id, peers=peers),
+                max_session_timeout_ms=max_session_timeout_ms,
+            )
+            for peer in peers
+        ]
+
+    def __repr__(self) -> str:
+        return f"ZooKeeperEnsemble({self.connect_string}, base_dir={self.base_dir})"
+
+    @property
+    def connect_string(self) -> str:
+        """The kazoo ``hosts`` string naming every member."""
+        return ",".join(server.connect_string for server in self.servers)
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Launch every member that is not running and wait until every member serves.
+
+        Every member serving implies a quorum serves. On failure all members are stopped.
+        """
+        deadline = time.monotonic() + timeout
+        try:
+            for server in self.servers:
+                server.launch()
+            for server in self.servers:
+                server.wait_serving(max(0.0, deadline - time.monotonic()))
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every member (all signalled at once, then each awaited); idempotent."""
+        for server in self.servers:
+            server.signal_stop()
+        for server in self.servers:
+            server.stop(timeout)
+
+    def leader(self) -> ZooKeeperServer | None:
+        """The member that currently leads, if any."""
+        return next((server for server in self.servers if server.mode() == "leader"), None)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
