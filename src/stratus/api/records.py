@@ -14,14 +14,10 @@ supervisor its own ``SupervisorHeartbeat`` through the cluster state store.
 
 from __future__ import annotations
 
-import re
 from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-
-PIPELINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
-PIPELINE_NAME_RULE = "1-100 letters, digits, '_' and '-', starting with a letter or digit"
 
 
 class PipelineStatus(StrEnum):

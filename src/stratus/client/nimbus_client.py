@@ -26,13 +26,11 @@ from pydantic import BaseModel, ValidationError
 from stratus.api.errors import (
     ApiError,
     InvalidConfError,
-    InvalidNameError,
     InvalidRequestError,
     UnknownPipelineError,
 )
+from stratus.api.names import check_pipeline_name
 from stratus.api.records import (
-    PIPELINE_NAME,
-    PIPELINE_NAME_RULE,
     ClusterSummary,
     KillRequest,
     LeaderInfo,
@@ -166,7 +164,7 @@ class NimbusClient:
         creating another or failing with PipelineExistsError.
         """
         if name is not None:
-            _check_name(name)
+            check_pipeline_name(name)
         content = self._checked_package(package)
         fields = {
             "name": name or "",
@@ -283,12 +281,7 @@ def _conf_json(conf: Mapping[str, Any]) -> str:
         raise InvalidConfError(f"pipeline conf must be a JSON object: {exc}") from None
 
 
-def _check_name(name: str) -> None:
-    if not PIPELINE_NAME.fullmatch(name):
-        raise InvalidNameError(f"invalid pipeline name {name!r}: {PIPELINE_NAME_RULE}")
-
-
 def _pipeline_path(name: str, action: str | None = None) -> str:
-    _check_name(name)
+    check_pipeline_name(name)
     path = f"{API}/pipelines/{quote(name, safe='')}"
     return f"{path}/{action}" if action else path

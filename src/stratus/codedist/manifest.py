@@ -35,8 +35,8 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from stratus.api.errors import InvalidConfError
+from stratus.api.names import PIPELINE_NAME_RULE, PipelineName
 from stratus.api.pipeline_conf import validate_pipeline_conf
-from stratus.api.records import PIPELINE_NAME, PIPELINE_NAME_RULE
 from stratus.codedist.errors import InvalidPackageError
 
 MANIFEST_NAME = "stratus.yaml"
@@ -92,9 +92,8 @@ class Manifest(BaseModel):
         },
     )
 
-    name: str = Field(
+    name: PipelineName = Field(
         description=f"the pipeline's name (a submit may override it): {PIPELINE_NAME_RULE}",
-        json_schema_extra={"pattern": PIPELINE_NAME.pattern},
     )
     kind: Literal["app", "sdp"] = Field(
         description="`app`: stratus calls a Python function; `sdp`: a Spark Declarative "
@@ -133,13 +132,6 @@ class Manifest(BaseModel):
         if self.trigger is None:
             return dict(self.conf)
         return {**self.conf, TRIGGER_CONF_KEY: self.trigger.interval_secs}
-
-    @field_validator("name")
-    @classmethod
-    def _valid_name(cls, name: str) -> str:
-        if not PIPELINE_NAME.fullmatch(name):  # match() would let a trailing newline through
-            raise ValueError(f"must be {PIPELINE_NAME_RULE} (got {name!r})")
-        return name
 
     @field_validator("entrypoint")
     @classmethod

@@ -24,9 +24,8 @@ from stratus.api.errors import (
     NotLeaderError,
     PackageTooLargeError,
 )
+from stratus.api.names import PIPELINE_NAME, PIPELINE_NAME_RULE
 from stratus.api.records import (
-    PIPELINE_NAME,
-    PIPELINE_NAME_RULE,
     ClusterSummary,
     ErrorBody,
     KillRequest,

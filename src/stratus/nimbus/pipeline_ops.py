@@ -29,15 +29,15 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
 from stratus.api.errors import (
-    InvalidNameError,
     InvalidTransitionError,
     NotLeaderError,
     PipelineExistsError,
     UnavailableError,
     UnknownPipelineError,
 )
+from stratus.api.names import check_pipeline_name
 from stratus.api.pipeline_conf import validate_pipeline_conf
-from stratus.api.records import PIPELINE_NAME, PIPELINE_NAME_RULE, PipelineRecord, PipelineStatus
+from stratus.api.records import PipelineRecord, PipelineStatus
 from stratus.codedist.package_store import StoredPackage
 from stratus.coordination.errors import (
     CommitOutcomeUnknownError,
@@ -51,12 +51,6 @@ from stratus.zk.paths import ClusterPaths
 log = logging.getLogger(__name__)
 
 VERSION_RACE_RETRIES = 5  # another request changed the record between our read and write
-
-
-def check_pipeline_name(name: str) -> str:
-    if not PIPELINE_NAME.fullmatch(name):  # match() would let a trailing newline through
-        raise InvalidNameError(f"invalid pipeline name {name!r}: use {PIPELINE_NAME_RULE}")
-    return name
 
 
 class PipelineOps:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from stratus.api.errors import InvalidRequestError, NotLeaderError, UnknownPipelineError
+from stratus.api.names import check_pipeline_name
 from stratus.api.pipeline_conf import validate_pipeline_conf
 from stratus.api.records import (
     ClusterSummary,
@@ -26,7 +27,7 @@ from stratus.api.records import (
 from stratus.codedist.package_store import PackageStore
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.cluster_view import ClusterView
-from stratus.nimbus.pipeline_ops import PipelineOps, check_pipeline_name
+from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.placement import Placement
 from stratus.nimbus.settings import Clock, ServiceSettings
 from stratus.nimbus.submission import Submitter
