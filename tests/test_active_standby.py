@@ -1,4 +1,4 @@
-"""Hadoop's ActiveStandbyElector scenarios (seed 003 §2.3, §2.5) against a real ZooKeeper."""
+"""Hadoop's ActiveStandbyElector scenarios (breadcrumb fencing and a lost session) against a real ZooKeeper."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Code replication between nimbuses, and leadership only with all the code (SPEC 000).
+"""Code replication between nimbuses, and leadership only with all the code (Storm's Nimbus HA design).
 
 Real ``stratus nimbus`` processes on one real ZooKeeper, killed with real signals; their
 disks are the directories under ``tmp_path``, wiped or corrupted by the tests as a failed
@@ -84,7 +84,7 @@ def zk(zk_server: ZooKeeperServer) -> str:
 def test_spec_scenario_leader_dies_with_its_disk_and_the_survivors_sync_from_each_other(
     zk, tmp_path, request
 ):
-    """SPEC 000: 4 pipelines, 3 nimbuses, replication 2; each survivor lacks 2 pipelines."""
+    """Storm's scenario: 4 pipelines, 3 nimbuses, replication 2; each survivor lacks 2 pipelines."""
     with nimbus_cluster(zk, tmp_path, request.node.name, extra=SHORT_SYNC) as cluster:
         leader = cluster.by_address(cluster.wait_for_agreed_leader())
         first, second = [n for n in cluster.nimbuses if n is not leader]
@@ -98,7 +98,7 @@ def test_spec_scenario_leader_dies_with_its_disk_and_the_survivors_sync_from_eac
             }
         for nimbus in cluster.nimbuses:
             wait_until(has_code(nimbus, *digests.values()), 20, "replicas")
-        # The state of the SPEC's scenario: first holds p1, p2; second holds p3, p4.
+        # The state of that scenario: first holds p1, p2; second holds p3, p4.
         for nimbus in (first, second):
             nimbus.stop()
         for name, nimbus in (("p3", first), ("p4", first), ("p1", second), ("p2", second)):

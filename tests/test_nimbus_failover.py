@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 FAILOVERS = 10
 
 # Two copies of every acknowledged pipeline: with one, the leader killed right after a submit
-# may hold the only copy, and no other nimbus may lead until it is back (SPEC 000).
+# may hold the only copy, and no other nimbus may lead until it is back.
 REPLICATED = (
     "-c",
     "pipeline.min.replication.count=2",

@@ -1,7 +1,7 @@
 """Typed configuration: defaults, a YAML file, and ``-c key=value`` overrides, validated once.
 
 Keys are flat and dotted, as in Storm's ``storm.yaml`` (``zookeeper.servers``,
-``nimbus.seeds``); "topology" in the seed documents is spelled "pipeline" here. Precedence,
+``nimbus.seeds``); "topology" in Storm's vocabulary is spelled "pipeline" here. Precedence,
 lowest first: built-in defaults, the file named by ``--config`` (or ``STRATUS_CONF``), then each
 ``-c key=value``. An unknown key is an error that names it and the closest valid key; a bad value
 names the key and the type it expects::

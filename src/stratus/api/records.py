@@ -40,7 +40,7 @@ class PipelineStatus(StrEnum):
 
     @property
     def needed_to_lead(self) -> bool:
-        """Whether a nimbus must hold this pipeline's code to lead (SPEC 000: active ones).
+        """Whether a nimbus must hold this pipeline's code to lead (Storm's Nimbus HA rule: active ones).
 
         A PENDING pipeline's code may still be on the old leader alone; requiring it would
         leave the cluster without a leader whenever a leader dies mid-submit.
@@ -104,7 +104,7 @@ class NimbusRegistration(_Record):
 
 
 class NimbusSummary(BaseModel):
-    """SPEC 001's NimbusSummary: one nimbus of the cluster."""
+    """One nimbus of the cluster."""
 
     host: str
     port: int
@@ -232,7 +232,7 @@ class LeaderInfo(BaseModel):
 
 
 class ClusterSummary(BaseModel):
-    """SPEC 001's ClusterSummary: nimbuses (the leader marked), supervisors and pipelines."""
+    """The cluster summary: nimbuses (the leader marked), supervisors and pipelines."""
 
     nimbuses: list[NimbusSummary]
     supervisors: list[SupervisorSummary]

@@ -79,7 +79,7 @@ def create_app(service: NimbusService, metrics: NimbusMetrics) -> FastAPI:
 def _add_read_routes(app: FastAPI, service: NimbusService) -> None:
     @app.get(f"{PREFIX}/cluster", response_model=ClusterSummary, tags=["any nimbus"])
     async def cluster() -> Response:
-        """Every nimbus (the leader marked), supervisors and pipelines (SPEC 001)."""
+        """Every nimbus (the leader marked), supervisors and pipelines."""
         return Response(service.cluster_summary_json(), media_type="application/json")
 
     @app.get(f"{PREFIX}/leader", tags=["any nimbus"])
