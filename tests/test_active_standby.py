@@ -1,4 +1,4 @@
-"""Hadoop's ActiveStandbyElector scenarios (breadcrumb fencing and a lost session) against a real ZooKeeper."""
+"""Hadoop's ActiveStandbyElector scenarios (breadcrumb fencing, a lost session), real ZooKeeper."""
 
 from __future__ import annotations
 

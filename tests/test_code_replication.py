@@ -1,4 +1,4 @@
-"""Code replication between nimbuses, and leadership only with all the code (Storm's Nimbus HA design).
+"""Code replication between nimbuses, and leadership only with all the code (Storm's design).
 
 Real ``stratus nimbus`` processes on one real ZooKeeper, killed with real signals; their
 disks are the directories under ``tmp_path``, wiped or corrupted by the tests as a failed

@@ -40,7 +40,7 @@ class PipelineStatus(StrEnum):
 
     @property
     def needed_to_lead(self) -> bool:
-        """Whether a nimbus must hold this pipeline's code to lead (Storm's Nimbus HA rule: active ones).
+        """Whether a nimbus must hold this pipeline's code to lead: the active ones do.
 
         A PENDING pipeline's code may still be on the old leader alone; requiring it would
         leave the cluster without a leader whenever a leader dies mid-submit.

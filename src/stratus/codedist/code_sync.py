@@ -7,9 +7,9 @@ hold. Rounds run as soon as a ZooKeeper watch reports a new pipeline or new hold
 ``nimbus.code.watch`` is false), after a failed fetch with a growing pause, and every
 ``nimbus.code.sync.freq.secs`` whatever happens, which repairs anything a watch missed.
 
-It also answers the leadership question of Storm's Nimbus HA design: a nimbus may lead only when it holds the
-code of every active (ACTIVE or INACTIVE) pipeline; a PENDING one, whose code may be on the
-leader alone, does not count. A pipeline whose code is on no live nimbus for
+It also answers the leadership question of Storm's Nimbus HA design: a nimbus may lead only
+when it holds the code of every active (ACTIVE or INACTIVE) pipeline; a PENDING one, whose
+code may be on the leader alone, does not count. A pipeline whose code is on no live nimbus for
 ``nimbus.code.lost.fail.secs`` is excused, or no nimbus would ever lead again (Storm's
 STORM-3664); the leader then marks it FAILED::
 

@@ -53,11 +53,12 @@ from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.placement import Placement
 from stratus.nimbus.readiness import CodeReadiness
 from stratus.nimbus.service import NimbusService
-from stratus.nimbus.settings import Clock, NimbusSettings
+from stratus.nimbus.settings import NimbusSettings
 from stratus.nimbus.submission import Submitter
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.worker.checkpoints import checkpoint_location
+from stratus.zk.clock import Clock
 from stratus.zk.ephemeral import EphemeralNode
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.session import ZkSession

@@ -58,7 +58,8 @@ from kazoo.exceptions import KazooException
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import LeaderChange, RevokeReason
 from stratus.errors import StratusError
-from stratus.nimbus.settings import Clock, LeadershipSettings
+from stratus.nimbus.settings import LeadershipSettings
+from stratus.zk.clock import Clock
 
 log = logging.getLogger(__name__)
 

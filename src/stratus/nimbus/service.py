@@ -29,8 +29,9 @@ from stratus.coordination.leadership import Leadership
 from stratus.nimbus.cluster_view import ClusterView
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.placement import Placement
-from stratus.nimbus.settings import Clock, ServiceSettings
+from stratus.nimbus.settings import ServiceSettings
 from stratus.nimbus.submission import Submitter
+from stratus.zk.clock import Clock
 
 MAX_REQUEST_ID_LENGTH = 128
 

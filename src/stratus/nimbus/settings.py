@@ -2,9 +2,9 @@
 
 Each component of the nimbus takes the record it needs, never the whole ``StratusConfig``,
 so a test builds a component from a few values and a reader sees what a component depends
-on. ``Clock`` is how every component is given time; the default is ``time.monotonic`` for
-timeouts and periods, and a wall clock (``time.time``) only where a time is written down
-for other machines to read (kill times, start times)::
+on. ``Clock`` (``stratus.zk.clock``) is how every component is given time; the default is
+``time.monotonic`` for timeouts and periods, and a wall clock (``time.time``) only where a
+time is written down for other machines to read (kill times, start times)::
 
     settings = NimbusSettings.from_config(conf)
     settings.leadership.monitor_freq_secs      # nimbus.monitor.freq.secs
@@ -12,14 +12,11 @@ for other machines to read (kill times, start times)::
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from stratus.codedist.package_check import PackageLimits
 from stratus.config import StratusConfig
 from stratus.nimbus.pipeline_ops import ReplicationPolicy
-
-Clock = Callable[[], float]
 
 
 @dataclass(frozen=True)

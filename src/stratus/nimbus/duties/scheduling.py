@@ -42,8 +42,9 @@ from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.liveness import Liveness
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.scheduler import Plan, plan_round
-from stratus.nimbus.settings import Clock, SchedulingSettings
+from stratus.nimbus.settings import SchedulingSettings
 from stratus.state.heartbeats import HeartbeatBoard
+from stratus.zk.clock import Clock
 
 log = logging.getLogger(__name__)
 
