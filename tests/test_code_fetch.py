@@ -22,14 +22,15 @@ import pytest
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.errors import CodeUnavailableError, DigestMismatchError
 from stratus.codedist.package_store import PackageStore
-from stratus.codedist.transfer import fetch, splice
+from stratus.codedist.transfer import client as http_body
+from stratus.codedist.transfer import splice
 from stratus.codedist.transfer.fetch import (
     FetchSettings,
     fetch_package,
     http_client,
     part_path,
-    split_ranges,
 )
+from stratus.codedist.transfer.plan import split_ranges
 from tests.test_code_routes import CodeServer, Recorder, code_server, free_address, stored
 
 MIB = 1 << 20
@@ -42,9 +43,9 @@ IN_PARTS = FetchSettings(parts=3, part_min_bytes=MIB, timeout=10.0)
 @pytest.fixture(autouse=True, params=["splice", "buffered"])
 def transfer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """How bodies reach the part file: ``splice(2)``, or a buffer and ``pwrite``."""
-    if request.param == "splice" and not fetch.SPLICE:
+    if request.param == "splice" and not http_body.SPLICE:
         pytest.skip("no os.splice on this platform")
-    monkeypatch.setattr(fetch, "SPLICE", request.param == "splice")
+    monkeypatch.setattr(http_body, "SPLICE", request.param == "splice")
     return str(request.param)
 
 
