@@ -810,9 +810,9 @@ def report_stages(console: Console, samples: list[Sample]) -> None:
             "registered -> the last standby began the fetch that worked; fetch = that fetch "
             "(GET, BLAKE3 or sha256 check, write); store = -> it registered; seen = -> the bench "
             "saw the third holder; start + fetch + store + seen = replication + returned; "
-            "other = the other standby's fetch, in parallel. Log times have millisecond resolution. cpu = CPU "
-            "time of the three nimbuses during replication; cp cpu = that of the floor's two "
-            "cp (user + system, 10 ms ticks)."
+            "other = the other standby's fetch, in parallel. Log times have millisecond "
+            "resolution. cpu = CPU time of the three nimbuses during replication; cp cpu = that "
+            "of the floor's two cp (user + system, 10 ms ticks)."
         ),
         box=box.SIMPLE_HEAD,
     )
