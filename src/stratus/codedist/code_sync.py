@@ -7,7 +7,7 @@ hold. Rounds run as soon as a ZooKeeper watch reports a new pipeline or new hold
 ``nimbus.code.watch`` is false), after a failed fetch with a growing pause, and every
 ``nimbus.code.sync.freq.secs`` whatever happens, which repairs anything a watch missed.
 
-It also answers SPEC 000's leadership question: a nimbus may lead only when it holds the
+It also answers Storm's Nimbus HA leadership question: a nimbus may lead only when it holds the
 code of every active (ACTIVE or INACTIVE) pipeline; a PENDING one, whose code may be on the
 leader alone, does not count. A pipeline whose code is on no live nimbus for
 ``nimbus.code.lost.fail.secs`` is excused, or no nimbus would ever lead again (Storm's

@@ -1,4 +1,4 @@
-"""The code distributor: SPEC 000's ``ICodeDistributor``, plus what a nimbus's sync needs.
+"""The code distributor: Storm's ``ICodeDistributor``, plus what a nimbus's sync needs.
 
 One implementation is chosen by ``nimbus.code.distributor``:
 
@@ -33,7 +33,7 @@ from typing import Protocol
 
 @dataclass(frozen=True)
 class CodeMeta:
-    """What a holder needs to fetch and check one pipeline's code (SPEC 000's meta file)."""
+    """What a holder needs to fetch and check one pipeline's code (Storm's meta file)."""
 
     digest: str  # sha256 of the package, hex: its name
     size_bytes: int
