@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Protocol
 
 import blake3
-from typing_extensions import Buffer
 
 from stratus.codedist.distributor import CodeMeta
 
@@ -39,7 +38,7 @@ class Algorithm(StrEnum):
 class Hasher(Protocol):
     """What ``hashlib``'s and ``blake3``'s hashers have in common."""
 
-    def update(self, data: Buffer, /) -> object: ...
+    def update(self, data: bytes | memoryview, /) -> object: ...
 
     def hexdigest(self) -> str: ...
 
