@@ -29,7 +29,11 @@ it; whether the floor or the submit goes first alternates between rounds. The pa
 valid stratus package (``stratus.yaml``, ``pipeline_main.py``) plus incompressible random
 bytes, stored (not deflated) in the zip.
 
-A second cluster (fresh nimbuses, same ZooKeeper) then runs with the watch path disabled
+A second cluster (fresh nimbuses, same ZooKeeper) runs the sizes from 10 MB up again without
+the nimbuses' package servers (``nimbus.code.port=-1``, ``--api-rounds``): copies are then
+served by the API route alone (FastAPI on uvicorn), to measure what the second server buys.
+
+A third cluster then runs with the watch path disabled
 (``nimbus.code.watch=false``, ``nimbus.code.sync.freq.secs=--sync-secs``): the standbys fetch
 new code only in their background sync, for contrast, with fewer rounds (``--sync-rounds``,
 10 MB only). Its submits wait a random part of the sync period first: else each would come
@@ -37,14 +41,14 @@ right after the sync round that removed the previous pipeline, always at the sam
 
 A second table splits each round with the nimbuses' own logs (``event=submitted``,
 ``code_registered``, ``code_fetch_started``, ``code_fetched``): the upload up to the new
-record, the standbys' start, fetch (GET, sha256, write) and registration. A leader that
+record, the standbys' start, fetch (GET, check, write) and registration. A leader that
 changed between rounds is printed (its record's epoch), as are the rounds it changed in.
 It also gives the CPU time (user + system, ``/proc/<pid>/stat``, 10 ms ticks) that the
 three nimbuses used during replication, and that the floor's two ``cp`` used: on a shared,
 noisy machine, CPU time says what a copy costs when wall times wander.
 
-    .venv/bin/python bench/replication.py [--rounds 5] [--sizes 1 10 100] [--sync-secs 5]
-    .venv/bin/python bench/replication.py --quick      # 1 round of 1 and 10 MB: a smoke run
+    .venv/bin/python bench/replication.py [--rounds 5] [--sizes 1 10 100] [--api-rounds 5]
+    .venv/bin/python bench/replication.py --quick      # 1 round of each: a smoke run
     .venv/bin/python bench/replication.py --keep-logs /tmp/repl --json out.json
 
 Targets: at 100 MB replication <= 2x the floor (median of the per-round ratios); at 10 MB
@@ -104,8 +108,10 @@ from stratus.zk.server import ZooKeeperServer, pick_free_port
 MB = 1_000_000
 NIMBUSES = 3
 REPLICATION = 3  # pipeline.min.replication.count of every submit
-WATCH, SYNC = "watch", "sync only"
-MODES = (WATCH, SYNC)
+WATCH, API, SYNC = "watch", "api route", "sync only"
+MODES = (WATCH, API, SYNC)
+SLUGS = {WATCH: "watch", API: "api", SYNC: "sync"}
+API_MIN_MB = 10  # the API-route contrast runs the measured sizes from this one up
 SYNC_SIZE_MB = 10  # the only size of the sync-only contrast
 TICK_TIME_MS = 100
 SESSION_TIMEOUT_SECS = 4.0
@@ -245,7 +251,7 @@ class Cluster:
         self, mode: str, zk_hosts: str, work_dir: Path, *, session: float, sync_secs: float
     ) -> None:
         self.mode = mode
-        slug = "watch" if mode == WATCH else "sync"
+        slug = SLUGS[mode]
         self.paths = ClusterPaths(f"/bench-replication-{slug}-{uuid.uuid4().hex[:8]}")
         options = [
             "-c", f"zookeeper.servers={zk_hosts}",
@@ -255,6 +261,8 @@ class Cluster:
         slack = 3 * sync_secs if mode == SYNC else 0.0  # waits for the sync rounds
         self.replication_timeout = REPLICATION_TIMEOUT_SECS + slack
         self.cleanup_timeout = CLEANUP_TIMEOUT_SECS + slack
+        if mode == API:  # no package server: copies are served by the API route alone
+            options += ["-c", "nimbus.code.port=-1"]
         if mode == SYNC:
             options += ["-c", "nimbus.code.watch=false"]
             options += ["-c", f"nimbus.code.sync.freq.secs={sync_secs:g}"]
@@ -333,6 +341,7 @@ class Sample:
     epoch: int = 0  # the leader's epoch in the record written by the submit
     notes: list[str] = field(default_factory=list)
     stages: dict[str, float] = field(default_factory=dict)  # from the nimbus logs: STAGES
+    checks: list[str] = field(default_factory=list)  # how each fetch was checked (logs)
 
     @property
     def ratio(self) -> float:
@@ -513,7 +522,7 @@ def run_round(
     ``sync_secs``: the sync period of the sync-only mode, whose submits come at a random
     point of it (else right after the previous round's removal, which a sync round noticed).
     """
-    slug = "watch" if cluster.mode == WATCH else "sync"
+    slug = SLUGS[cluster.mode]
     label = f"r{number}" if number > 0 else "warmup"
     name = f"repl-{slug}-{size_mb}mb-{label}-{uuid.uuid4().hex[:6]}"
     content = packages.make(name, size_mb)
@@ -542,13 +551,17 @@ def run(args: argparse.Namespace, console: Console, work_dir: Path) -> list[Samp
     reader: KazooClient | None = None
     clusters: list[Cluster] = []
     packages = Packages()
-    plan = {WATCH: (args.rounds, args.sizes), SYNC: (args.sync_rounds, [SYNC_SIZE_MB])}
+    plan = {
+        WATCH: (args.rounds, args.sizes),
+        API: (args.api_rounds, [size for size in args.sizes if size >= API_MIN_MB]),
+        SYNC: (args.sync_rounds, [SYNC_SIZE_MB]),
+    }
     try:
         server.start()
         reader = KazooClient(hosts=server.connect_string, timeout=args.session_timeout)
         reader.start(timeout=READY_TIMEOUT_SECS)
         for mode, (rounds, sizes) in plan.items():
-            if rounds < 1:
+            if rounds < 1 or not sizes:
                 continue
             cluster = Cluster(
                 mode,
@@ -563,11 +576,11 @@ def run(args: argparse.Namespace, console: Console, work_dir: Path) -> list[Samp
             console.print(
                 f"{mode}: ZooKeeper on {server.connect_string}, {NIMBUSES} nimbuses "
                 f"(leader {leader}) ready in {time.monotonic() - began:.1f} s; "
-                + (
-                    "new code fetched on the ZooKeeper watch"
-                    if mode == WATCH
-                    else f"nimbus.code.watch=false, background sync every {args.sync_secs:g} s"
-                )
+                + {
+                    WATCH: "new code fetched on the ZooKeeper watch, from the package servers",
+                    API: "nimbus.code.port=-1: no package server, copies from the API route",
+                    SYNC: f"nimbus.code.watch=false, background sync every {args.sync_secs:g} s",
+                }[mode]
             )
             schedule = [(0, min(sizes))] * args.warmup + [
                 (number, size) for number in range(1, rounds + 1) for size in sizes
@@ -611,6 +624,7 @@ def run(args: argparse.Namespace, console: Console, work_dir: Path) -> list[Samp
             events = read_events(cluster.nimbuses)
             for sample in measured:
                 sample.stages = stages(sample, events.get(sample.name, []))
+                sample.checks = fetch_checks(events.get(sample.name, []))
             samples += measured
     finally:
         handle_interrupts(signal.SIG_IGN)  # let the cleanup finish (seconds at most)
@@ -632,6 +646,7 @@ LOG_LINE = re.compile(
     r"^(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?\bevent=(?P<event>\S+)(?P<rest>.*)$"
 )
 PIPELINE_FIELD = re.compile(r"\bpipeline=(?P<name>\S+)")
+CHECK_FIELD = re.compile(r"\bcheck=(?P<check>\w+)")
 # The stages of one round, from the nimbus logs (wall clock, millisecond resolution):
 STAGES = {
     "record": "t0 -> the leader logged `submitted` (client check, upload, leader's checks)",
@@ -639,7 +654,7 @@ STAGES = {
     "returned": "the leader's `code_registered` -> the submit call returned",
     "start": "the leader's `code_registered` -> the last standby's `code_fetch_started` "
     "naming a holder (watch reaction, an attempt made before any holder existed)",
-    "fetch": "the last standby's `code_fetch_started` -> `code_fetched` (GET, sha256, write)",
+    "fetch": "the last standby's `code_fetch_started` -> `code_fetched` (GET, check, write)",
     "store": "its `code_fetched` -> its `code_registered` (rename, fsync, holder znode)",
     "seen": "its `code_registered` -> the bench's watch saw the third holder",
     "other": "the other standby's fetch, `code_fetch_started` -> `code_fetched`",
@@ -699,6 +714,15 @@ def stages(sample: Sample, events: list[LogEvent]) -> dict[str, float]:
             "other": other_fetched - other_started,
         }
     return found
+
+
+def fetch_checks(events: list[LogEvent]) -> list[str]:
+    """The check (``blake3``, ``sha256``) that each ``code_fetched`` of a round names."""
+    return [
+        match["check"]
+        for e in events
+        if e.event == "code_fetched" and (match := CHECK_FIELD.search(e.text))
+    ]
 
 
 def _first(events: list[LogEvent], node: str, event: str) -> LogEvent | None:
@@ -784,11 +808,11 @@ def report_stages(console: Console, samples: list[Sample]) -> None:
             "record = t0 -> the leader logged the new record; leader = -> the leader "
             "registered as a holder; returned = -> the submit call returned; start = leader "
             "registered -> the last standby began the fetch that worked; fetch = that fetch "
-            "(GET, sha256, write); store = -> it registered; seen = -> the bench saw the third "
-            "holder; start + fetch + store + seen = replication + returned; other = the other "
-            "standby's fetch, in parallel. Log times have millisecond resolution. cpu = CPU "
-            "time of the three nimbuses during replication; cp cpu = that of the floor's two "
-            "cp (user + system, 10 ms ticks)."
+            "(GET, BLAKE3 or sha256 check, write); store = -> it registered; seen = -> the bench "
+            "saw the third holder; start + fetch + store + seen = replication + returned; "
+            "other = the other standby's fetch, in parallel. Log times have millisecond "
+            "resolution. cpu = CPU time of the three nimbuses during replication; cp cpu = that "
+            "of the floor's two cp (user + system, 10 ms ticks)."
         ),
         box=box.SIMPLE_HEAD,
     )
@@ -865,9 +889,35 @@ def report(console: Console, samples: list[Sample], sync_secs: float) -> list[st
             f"{ms(watch.replication)} and {ms(watch.total)} ms with the watch "
             f"({sync.total / watch.total:.1f}x the total); no target"
         )
+    if (api := by_key.get((API, RATIO_TARGET_MB))) and (
+        big := by_key.get((WATCH, RATIO_TARGET_MB))
+    ):
+        contrast.append(
+            f"{RATIO_TARGET_MB} MB through the API route alone (nimbus.code.port=-1, no package "
+            f"server; {plural(api.n, 'round')}): replication {ms(api.replication)} ms = "
+            f"{api.ratio:.2f}x the floor at p50 ({api.ratio_p90:.2f}x at p90), against "
+            f"{ms(big.replication)} ms = {big.ratio:.2f}x from the package servers"
+        )
     for line in contrast:
         console.print("[cyan]" + line + "[/]")
     return verdicts + contrast
+
+
+def report_checks(console: Console, samples: list[Sample]) -> str:
+    """Print (and return) how the standbys checked their copies, from ``code_fetched``."""
+    counts: dict[str, int] = {}
+    for sample in samples:
+        for check in sample.checks:
+            counts[check] = counts.get(check, 0) + 1
+    line = "copies checked by: " + (
+        ", ".join(
+            f"{check} ({n} {'fetch' if n == 1 else 'fetches'})"
+            for check, n in sorted(counts.items())
+        )
+        or "unknown (no code_fetched line names its check)"
+    )
+    console.print(line)
+    return line
 
 
 # ---------------------------------------------------------------------------------------------
@@ -897,6 +947,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--sizes", type=int, nargs="+", default=[1, 10, 100], help="package sizes, MB (1 10 100)"
     )
     parser.add_argument(
+        "--api-rounds",
+        type=int,
+        default=5,
+        help=f"rounds of the API-route contrast (nimbus.code.port=-1), sizes >= {API_MIN_MB} MB "
+        "only (5; 0: none)",
+    )
+    parser.add_argument(
         "--sync-rounds",
         type=int,
         default=2,
@@ -922,8 +979,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.sizes, args.sync_rounds = 1, [1, 10], min(args.sync_rounds, 1)
-    if args.rounds < 1 or args.sync_rounds < 0 or args.warmup < 0:
-        parser.error("--rounds must be >= 1, --sync-rounds and --warmup >= 0")
+        args.api_rounds = min(args.api_rounds, 1)
+    if args.rounds < 1 or min(args.sync_rounds, args.api_rounds, args.warmup) < 0:
+        parser.error("--rounds must be >= 1, --api-rounds, --sync-rounds and --warmup >= 0")
     if min(args.sizes) < 1 or args.sync_secs <= 0:
         parser.error("--sizes must be >= 1 MB and --sync-secs > 0")
     args.sizes = sorted(set(args.sizes))
@@ -935,13 +993,15 @@ def main(argv: list[str] | None = None) -> int:
     handle_interrupts(raise_interrupted)  # explicitly: a background job inherits an ignored SIGINT
     console = report_console(width=130)
     console.rule("Code replication: submit to 3 nimbuses vs two cp on the same disk")
-    info = machine(("kazoo", "httpx", "uvicorn", "fsspec"))
+    info = machine(("kazoo", "httpx", "uvicorn", "fsspec", "blake3"))
     reproduce = shlex.join(
         [".venv/bin/python", "bench/replication.py", *(sys.argv[1:] if argv is None else argv)]
     )
     sync = (
         f"{plural(args.sync_rounds, 'round')} of {SYNC_SIZE_MB} MB" if args.sync_rounds else "none"
     )
+    api_sizes = ", ".join(str(size) for size in args.sizes if size >= API_MIN_MB)
+    api = f"{plural(args.api_rounds, 'round')} of {api_sizes} MB" if api_sizes else "none"
     began = time.monotonic()
     try:
         with contextlib.ExitStack() as stack:
@@ -958,6 +1018,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print(
                 f"[bold]{'run':>9}[/]: {plural(args.rounds, 'round')} of "
                 f"{', '.join(map(str, args.sizes))} MB (+{args.warmup} warm-up) with the watch; "
+                f"API-route contrast (no package server): {api if args.api_rounds else 'none'}; "
                 f"sync-only contrast: {sync} (every {args.sync_secs:g} s, submitted at a random "
                 f"point of it); {NIMBUSES} nimbuses, session {args.session_timeout:g} s; a sync "
                 f"and {SETTLE_SECS:g} s pause before every measurement"
@@ -971,7 +1032,8 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + exc.signum
     console.print(f"measured in {time.monotonic() - began:.0f} s")
     report_stages(console, samples)
-    verdicts = report(console, samples, args.sync_secs)
+    checks = report_checks(console, samples)
+    verdicts = [*report(console, samples, args.sync_secs), checks]
     if args.json:
         doc = {
             "machine": info,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import threading
 import time
@@ -17,24 +18,27 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import blake3
 import pytest
 
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.errors import CodeUnavailableError, DigestMismatchError
 from stratus.codedist.package_store import PackageStore
-from stratus.codedist.transfer import fetch, splice
+from stratus.codedist.transfer import client as http_body
+from stratus.codedist.transfer import splice
 from stratus.codedist.transfer.fetch import (
     FetchSettings,
     fetch_package,
     http_client,
     part_path,
-    split_ranges,
 )
+from stratus.codedist.transfer.plan import split_ranges
 from tests.code_server import CodeServer, Recorder, code_server, free_address, stored
 
 MIB = 1 << 20
 DATA = os.urandom(3 * MIB + 4321)
-META = CodeMeta(hashlib.sha256(DATA).hexdigest(), len(DATA))
+META = CodeMeta(hashlib.sha256(DATA).hexdigest(), len(DATA))  # a record without BLAKE3
+META_B3 = CodeMeta(META.digest, META.size_bytes, blake3.blake3(DATA).hexdigest())
 ONE_STREAM = FetchSettings(parts=1, timeout=10.0)
 IN_PARTS = FetchSettings(parts=3, part_min_bytes=MIB, timeout=10.0)
 
@@ -42,9 +46,9 @@ IN_PARTS = FetchSettings(parts=3, part_min_bytes=MIB, timeout=10.0)
 @pytest.fixture(autouse=True, params=["splice", "buffered"])
 def transfer(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """How bodies reach the part file: ``splice(2)``, or a buffer and ``pwrite``."""
-    if request.param == "splice" and not fetch.SPLICE:
+    if request.param == "splice" and not http_body.SPLICE:
         pytest.skip("no os.splice on this platform")
-    monkeypatch.setattr(fetch, "SPLICE", request.param == "splice")
+    monkeypatch.setattr(http_body, "SPLICE", request.param == "splice")
     return str(request.param)
 
 
@@ -315,3 +319,64 @@ def test_a_file_that_refuses_splice_gets_the_bytes_copied_from_the_pipe(holders,
     path = fetch_package("etl", META, [holders[0].address], dest, ONE_STREAM)
     assert fetched(path) == DATA
     assert len(refused) == 1  # asked once, then copied for the rest of that body
+
+
+# ------------------------------------------------------------ the check: BLAKE3, else sha256
+
+
+@pytest.fixture
+def fetch_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    caplog.set_level(logging.INFO, logger="stratus.codedist.transfer.fetch")
+    return caplog
+
+
+@pytest.mark.parametrize("settings", [ONE_STREAM, IN_PARTS], ids=["one-stream", "in-parts"])
+def test_a_copy_checked_by_blake3_that_is_corrupt_is_detected_and_refetched(
+    holders, dest, settings, fetch_log
+):
+    bad, good = holders[0], holders[1]
+    bad.corrupt()
+    path = fetch_package("etl", META_B3, [bad.address, good.address], dest, settings)
+    assert fetched(path) == DATA
+    assert bad.recorder.ranges(), "the corrupt holder was not even asked"
+    assert good.recorder.ranges()
+    assert "check=blake3" in fetch_log.text
+    assert "check=sha256" not in fetch_log.text
+
+
+def test_a_record_without_blake3_has_its_copy_checked_by_sha256(holders, dest, fetch_log):
+    path = fetch_package("etl", META, [holders[0].address], dest, ONE_STREAM)
+    assert fetched(path) == DATA
+    assert "check=sha256" in fetch_log.text
+    assert "check=blake3" not in fetch_log.text
+
+
+@pytest.mark.parametrize("settings", [ONE_STREAM, IN_PARTS], ids=["one-stream", "in-parts"])
+def test_a_copy_is_checked_against_the_recorded_blake3_not_the_sha256(holders, dest, settings):
+    wrong = CodeMeta(META.digest, META.size_bytes, blake3.blake3(b"other").hexdigest())
+    with pytest.raises(DigestMismatchError, match="blake3"):
+        fetch_package("etl", wrong, [h.address for h in holders[:2]], dest, settings)
+    assert list(dest.iterdir()) == []
+
+
+def test_a_resumed_download_is_checked_by_blake3_over_what_both_attempts_wrote(holders, dest):
+    holder = holders[0]
+    holder.recorder.cuts, holder.recorder.cut_after = 100, MIB // 4
+    with pytest.raises(CodeUnavailableError):
+        fetch_package("etl", META_B3, [holder.address], dest, ONE_STREAM)
+    kept = part_path(dest, META.digest).stat().st_size
+    assert 0 < kept < len(DATA)
+
+    holder.recorder.cuts = 0
+    path = fetch_package("etl", META_B3, [holder.address], dest, ONE_STREAM)
+    assert fetched(path) == DATA
+    assert holder.recorder.ranges()[-1] == f"bytes={kept}-"
+
+
+def test_a_complete_download_that_fails_its_blake3_is_fetched_again(holders, dest):
+    damaged = bytearray(DATA)
+    damaged[7] ^= 0x01
+    part_path(dest, META.digest).write_bytes(bytes(damaged))
+    path = fetch_package("etl", META_B3, [holders[0].address], dest, ONE_STREAM)
+    assert fetched(path) == DATA
+    assert holders[0].recorder.ranges() == [None]

@@ -12,6 +12,7 @@ import json
 import shutil
 from collections.abc import Callable
 
+import blake3
 import httpx
 import pytest
 
@@ -183,6 +184,14 @@ def fetched_from(nimbus: NimbusProcess, name: str) -> set[str]:
             if part.startswith("nodes=")}  # fmt: skip
 
 
+def checked_by(nimbus: NimbusProcess, name: str) -> set[str]:
+    """The checks (``blake3``, ``sha256``) a nimbus's log says its copies of ``name`` passed."""
+    marker = f"event=code_fetched pipeline={name} "
+    lines = [line for line in nimbus.log_tail(2000).splitlines() if marker in line]
+    return {part.removeprefix("check=") for line in lines for part in line.split()[1:]
+            if part.startswith("check=")}  # fmt: skip
+
+
 @pytest.mark.parametrize("package_server", [True, False], ids=["package-server", "api"])
 def test_standbys_fetch_from_the_package_servers_the_holders_registered(
     zk, tmp_path, request, package_server
@@ -202,7 +211,10 @@ def test_standbys_fetch_from_the_package_servers_the_holders_registered(
                 for name in zk_client.get_children(path)
             }
         sources = [fetched_from(n, "served") for n in cluster.nimbuses]
+        checks = [checked_by(n, "served") for n in cluster.nimbuses]
     assert done.replication == 3
+    assert done.blake3 == blake3.blake3(package).hexdigest()  # recorded by the leader at submit
+    assert sorted(checks, key=len) == [set(), {"blake3"}, {"blake3"}]  # each standby's copy
     served_from = {data.get("served_from") for data in registered.values()}
     fetched = set().union(*sources)
     assert sum(1 for s in sources if s) == 2  # the two standbys fetched, the leader did not

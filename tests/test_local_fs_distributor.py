@@ -13,7 +13,7 @@ import json
 import os
 import threading
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from stratus.codedist.distributor import CodeDistributor, CodeMeta
 from stratus.codedist.errors import CodeUnavailableError
 from stratus.codedist.local_fs import LocalFileSystemDistributor
 from stratus.codedist.package_store import PackageStore
+from stratus.codedist.transfer.fetch import FetchSettings
 from stratus.codedist.transfer.server import PackageServer
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.server import ZooKeeperServer
@@ -107,9 +108,7 @@ def start_nimbus(
         PATHS,
         server.address,
         store,
-        parts=2,
-        part_min_bytes=MIB,
-        request_timeout=10.0,
+        FetchSettings(parts=2, part_min_bytes=MIB, timeout=10.0),
         served_from=served_from,
     )
     dist.prepare()
@@ -205,8 +204,9 @@ def test_a_holder_that_names_its_package_server_is_fetched_from_there(zk_hosts, 
         b.dist.replicate("etl", META)
 
         assert b.store.path(META.digest).read_bytes() == DATA
-        assert a.registration("etl") == {**asdict(META), "served_from": a.dist.served_from}
-        assert b.registration("etl") == asdict(META)  # b runs no package server
+        named = {"digest": META.digest, "size_bytes": META.size_bytes}
+        assert a.registration("etl") == {**named, "served_from": a.dist.served_from}
+        assert b.registration("etl") == named  # b runs no package server
         assert a.server.recorder.ranges() == [], "b fetched from a's API, not its package server"
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import blake3
 import fsspec
 import pytest
 
@@ -124,6 +125,19 @@ def test_download_writes_a_verified_copy(store: Store, package: Path, tmp_path: 
     assert written == [dest / f"{meta.digest}.pkg"]
     assert written[0].read_bytes() == DATA
     assert sorted(dest.iterdir()) == written  # no temporary file left
+
+
+def test_a_download_is_checked_against_the_recorded_blake3(
+    store: Store, package: Path, tmp_path: Path
+) -> None:
+    meta = store.dist.upload(package, "etl")
+    recorded = CodeMeta(meta.digest, meta.size_bytes, blake3.blake3(DATA).hexdigest())
+    assert store.dist.download(tmp_path / "good", "etl", recorded)[0].read_bytes() == DATA
+
+    other = CodeMeta(meta.digest, meta.size_bytes, blake3.blake3(b"other").hexdigest())
+    with pytest.raises(DigestMismatchError, match="blake3"):
+        store.dist.download(tmp_path / "bad", "etl", other)
+    assert list((tmp_path / "bad").iterdir()) == []
 
 
 def test_a_corrupt_object_is_refused_and_reported_but_kept(

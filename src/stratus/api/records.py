@@ -63,6 +63,11 @@ class PipelineRecord(_Record):
     status: PipelineStatus
     digest: str = Field(description="sha256 of the package, hex")
     size_bytes: int
+    blake3: str | None = Field(
+        default=None,
+        description="BLAKE3 of the package, hex, computed at submit: copies are checked "
+        "against it (null in older records: against the sha256)",
+    )
     conf: dict[str, Any] = Field(default_factory=dict)
     submitted: float = Field(description="wall-clock time of the submit, seconds since the epoch")
     updated: float = Field(description="wall-clock time of the last change")
@@ -138,6 +143,7 @@ class Assignment(_Record):
     generation: int = Field(description="the pipeline record's rebalance count")
     digest: str
     size_bytes: int
+    blake3: str | None = Field(default=None, description="the pipeline record's BLAKE3")
     conf: dict[str, Any] = Field(default_factory=dict)
     assigned: float = Field(description="wall-clock time of the assignment")
 

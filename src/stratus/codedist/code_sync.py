@@ -44,7 +44,7 @@ def code_needed(
 ) -> dict[str, CodeMeta]:
     """The code that nimbuses fetch (pipelines not KILLED or FAILED), or need to lead."""
     return {
-        name: CodeMeta(record.digest, record.size_bytes)
+        name: CodeMeta(record.digest, record.size_bytes, record.blake3)
         for name, record in records.items()
         if (record.status.needed_to_lead if to_lead else record.status.needs_code)
     }

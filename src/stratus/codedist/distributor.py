@@ -11,7 +11,8 @@ One implementation is chosen by ``nimbus.code.distributor``:
   per-host znodes; the store's own replication is out of stratus's sight, so the count is
   the number of live nimbuses (each can read the package) once the package is stored.
 
-Every copy is checked against the sha256 digest that the pipeline record names::
+Every copy is checked against the pipeline record: its BLAKE3 if the record has one, else
+the sha256 that names the package (``transfer/check.py``)::
 
     dist.prepare()
     meta = dist.upload(validated_package, "etl")          # the leader, on submit
@@ -25,7 +26,7 @@ Every copy is checked against the sha256 digest that the pipeline record names::
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -34,8 +35,12 @@ from typing import Protocol
 class CodeMeta:
     """What a holder needs to fetch and check one pipeline's code (Storm's code meta file)."""
 
-    digest: str  # sha256 of the package, hex
+    digest: str  # sha256 of the package, hex: its name
     size_bytes: int
+    # BLAKE3 of the package, hex, recorded at submit: copies are checked against it (None
+    # in older records: against the sha256). Not part of the identity: two metas of the
+    # same bytes are equal whether or not they carry it.
+    blake3: str | None = field(default=None, compare=False)
 
 
 class CodeDistributor(Protocol):
@@ -54,8 +59,8 @@ class CodeDistributor(Protocol):
     def download(self, dest: Path, pipeline: str, meta: CodeMeta) -> list[Path]:
         """Fetch the code into directory ``dest`` for a consumer that is not a holder.
 
-        Returns the files written; each is checked against ``meta.digest`` (else
-        ``CodeUnavailableError``, nothing left in ``dest``).
+        Returns the files written; each is checked against ``meta`` (``copy_check``: its
+        BLAKE3, else its sha256; else ``CodeUnavailableError``, nothing left in ``dest``).
         """
 
     def replication_count(self, pipeline: str, meta: CodeMeta) -> int:

@@ -1,4 +1,8 @@
-"""The code distributor that ``nimbus.code.distributor`` names."""
+"""The code distributor that ``nimbus.code.distributor`` names, with its settings.
+
+The one place in ``codedist`` that reads the configuration: the distributors take explicit
+parameters and small settings objects (``FetchSettings``).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from stratus.codedist.distributor import CodeDistributor
 from stratus.codedist.local_fs import LocalFileSystemDistributor
 from stratus.codedist.package_store import PackageStore
 from stratus.codedist.shared_fs import SharedStorageDistributor
+from stratus.codedist.transfer.fetch import FetchSettings
 from stratus.config import StratusConfig
 from stratus.zk.paths import ClusterPaths
 
@@ -36,8 +41,15 @@ def create_distributor(
         paths,
         address,
         store,
+        fetch_settings(conf),
+        served_from=served_from,
+    )
+
+
+def fetch_settings(conf: StratusConfig) -> FetchSettings:
+    """How copies are fetched: ``nimbus.code.download.*``, ``client.request.timeout.secs``."""
+    return FetchSettings(
         parts=conf.nimbus_code_download_parts,
         part_min_bytes=conf.nimbus_code_download_part_min_bytes,
-        request_timeout=conf.client_request_timeout_secs,
-        served_from=served_from,
+        timeout=conf.client_request_timeout_secs,
     )

@@ -6,11 +6,13 @@ data ``{"digest", "size_bytes", "served_from"}``) only while its store holds a c
 hashes to that digest; registrations come back by themselves after a session expiry; a
 copy found corrupt is deleted and unregistered, so the sync fetches it again; the
 replication count is the number of registrations with the pipeline's digest, read from
-memory (``CodeLocations``). Copies are fetched from each holder's package server
-(``served_from``, ``nimbus/package_server.py``), or from its API if it names none::
+memory (``CodeLocations``). Copies are fetched (``transfer/fetch.py``) from each holder's
+package server (``served_from``, ``transfer/server.py``), or from its API if it names none,
+and checked against the pipeline record (its BLAKE3, else its sha256), for a standby as for
+a supervisor's ``download``::
 
     dist = LocalFileSystemDistributor(client, paths, "host-a:6627", store,
-                                      parts=4, part_min_bytes=8 << 20, request_timeout=10.0,
+                                      FetchSettings(parts=4, timeout=10.0),
                                       served_from="host-a:40123")   # its package server
     dist.prepare()
     meta = dist.upload(received.path, "etl")       # the leader: adopt and register
@@ -50,19 +52,15 @@ class LocalFileSystemDistributor:
         paths: ClusterPaths,
         address: str,
         store: PackageStore,
+        fetch: FetchSettings,
         *,
-        parts: int,
-        part_min_bytes: int,
-        request_timeout: float,
         served_from: str | None = None,
     ) -> None:
         self._paths = paths
         self.address = address
         self.served_from = served_from  # this nimbus's package server, named in registrations
         self._store = store
-        self._settings = FetchSettings(
-            parts=parts, part_min_bytes=part_min_bytes, timeout=request_timeout
-        )
+        self._settings = fetch
         self._http = http_client(self._settings)  # kept: connections to the holders are reused
         self._locations = CodeLocations(client, paths)
         self._nodes = EphemeralNodes(client, name=f"code-registrations {address}")
@@ -204,7 +202,7 @@ class LocalFileSystemDistributor:
             if self._has_copy(meta):
                 _copy_atomically(self._store.path(meta.digest), target)
             else:
-                settings = _without_partial(self._settings)
+                settings = self._settings.without_partial()  # nothing left in dest if it fails
                 holders = self._holders(pipeline, meta)
                 part = fetch_package(pipeline, meta, holders, dest, settings, client=self._http)
                 os.replace(part, target)
@@ -304,11 +302,6 @@ class LocalFileSystemDistributor:
         """One fetch, registration change or deletion of the same bytes at a time."""
         with self._lock:
             return self._digest_locks.setdefault(digest, threading.Lock())
-
-
-def _without_partial(settings: FetchSettings) -> FetchSettings:
-    """For ``download``: nothing is left in ``dest`` when it fails."""
-    return FetchSettings(settings.parts, settings.part_min_bytes, settings.timeout, False)
 
 
 def _copy_atomically(source: Path, target: Path) -> None:

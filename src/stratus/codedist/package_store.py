@@ -1,19 +1,21 @@
 """Pipeline packages on a nimbus's local disk, content-addressed by sha256.
 
 An upload is written to a temporary file in the store's directory and hashed while it is
-written (``receive``); once the caller has validated it, it is renamed to ``<sha256>.pkg``
-(``adopt``). A crash mid-upload leaves no half-written package under a digest name, and
-storing the same bytes twice keeps one copy. ``verify`` hashes a stored package again only
-when its size, mtime or inode changed since it was last found intact (a stored package is
-dated a few seconds back, so that any later write shows in its mtime)::
+written (``receive``: its sha256, which names it, and its BLAKE3, which the pipeline record
+keeps for checking copies, in the same pass); once the caller has validated it, it is
+renamed to ``<sha256>.pkg`` (``adopt``). A crash mid-upload leaves no half-written package
+under a digest name, and storing the same bytes twice keeps one copy. ``verify`` hashes a
+stored package again only when its size, mtime or inode changed since it was last found
+intact (a stored package is dated a few seconds back, so that any later write shows in its
+mtime)::
 
     store = PackageStore(Path("/var/lib/stratus/packages"), max_bytes=256 << 20)
-    received = store.receive(upload_stream)   # Received(path, digest, size_bytes)
+    received = store.receive(upload_stream)   # Received(path, digest, size_bytes, blake3)
     stored = store.adopt(received.path)       # StoredPackage(digest, size_bytes)
     store.verify(stored.digest)               # True; False (and deleted) if corrupt
     store.path(stored.digest).read_bytes()
 
-Downloads from other nimbuses are written to ``.download-<digest>.part`` (see ``fetch.py``):
+Downloads from other nimbuses are written to ``.download-<digest>.part`` (``transfer/``):
 those survive a restart, so that an interrupted download resumes; ``remove_leftovers``
 removes only the ``.upload-*.tmp`` files, which nobody can finish.
 """
@@ -31,12 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+import blake3
+
 from stratus.api.errors import InvalidRequestError, PackageTooLargeError
+from stratus.codedist.transfer.check import hash_file as hash_file  # noqa: PLC0414 (re-exported)
 
 log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
-HASH_CHUNK = 4 << 20
 SUFFIX = ".pkg"
 UPLOAD_PREFIX = ".upload-"
 UPLOAD_SUFFIX = ".tmp"
@@ -56,6 +60,7 @@ VERIFY_ATTEMPTS = 2  # hashes of a file that changes while it is hashed, before 
 class StoredPackage:
     digest: str
     size_bytes: int
+    blake3: str | None = None  # known when the bytes were received here, for the record
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ class Received:
     path: Path
     digest: str
     size_bytes: int
+    blake3: str  # of the same bytes, for the pipeline record: copies are checked against it
 
 
 _FileKey = tuple[int, int, int]  # (st_size, st_mtime_ns, st_ino)
@@ -105,7 +111,7 @@ class PackageStore:
         )
         tmp = Path(tmp_name)
         try:
-            digest, size = _copy_hashing(stream, fd, self.max_bytes)
+            digest, checksum, size = _copy_hashing(stream, fd, self.max_bytes)
             if size == 0:
                 raise InvalidRequestError("the package is empty")
         except BaseException:
@@ -115,7 +121,7 @@ class PackageStore:
             # Forget received files that their caller deleted without adopting them.
             self._received = {p: d for p, d in self._received.items() if p.exists()}
             self._received[tmp] = digest
-        return Received(tmp, digest, size)
+        return Received(tmp, digest, size, checksum)
 
     def digest_of(self, path: Path) -> str:
         """The digest of a received file (known already), or of any other file (hashed)."""
@@ -229,19 +235,6 @@ class PackageStore:
                 path.unlink()
 
 
-def hash_file(path: Path) -> tuple[str, int]:
-    """The sha256 (hex) and size of a file, read in ``HASH_CHUNK`` pieces into one buffer."""
-    sha = hashlib.sha256()
-    size = 0
-    buffer = bytearray(HASH_CHUNK)
-    view = memoryview(buffer)
-    with path.open("rb", buffering=0) as src:
-        while n := src.readinto(buffer):
-            sha.update(view[:n])
-            size += n
-    return sha.hexdigest(), size
-
-
 def _settle(path: Path) -> _FileKey:
     """Date a file just hashed ``SETTLED_AGE_SECS`` back: any later write then changes its mtime.
 
@@ -274,8 +267,10 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def _copy_hashing(stream: BinaryIO, fd: int, limit: int) -> tuple[str, int]:
+def _copy_hashing(stream: BinaryIO, fd: int, limit: int) -> tuple[str, str, int]:
+    """Copy ``stream`` into ``fd``: the sha256 and BLAKE3 of what was written, and its size."""
     sha = hashlib.sha256()
+    checksum = blake3.blake3()
     size = 0
     with os.fdopen(fd, "wb") as out:
         while chunk := stream.read(CHUNK):
@@ -285,7 +280,8 @@ def _copy_hashing(stream: BinaryIO, fd: int, limit: int) -> tuple[str, int]:
                     f"the package is larger than nimbus.max.upload.bytes ({limit} bytes)"
                 )
             sha.update(chunk)
+            checksum.update(chunk)
             out.write(chunk)
         out.flush()
         os.fsync(out.fileno())
-    return sha.hexdigest(), size
+    return sha.hexdigest(), checksum.hexdigest(), size

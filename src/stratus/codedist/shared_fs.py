@@ -3,7 +3,8 @@
 Guarantees: a package is stored once, at ``<url>/packages/<sha256>.pkg``, whichever
 pipelines use it; an object is published under that name only after a complete copy, and
 is read back and hashed after every copy (a failed or corrupted upload leaves nothing under
-the final name); a consumer's copy is hashed before it is renamed into place. No ZooKeeper::
+the final name); a consumer's copy is checked against the pipeline record (its BLAKE3, else
+its sha256: ``transfer/check.py``) before it is renamed into place. No ZooKeeper::
 
     dist = SharedStorageDistributor("file:///mnt/shared/stratus", live_nimbuses=live_count)
     dist.prepare()
@@ -15,7 +16,6 @@ the final name); a consumer's copy is hashed before it is renamed into place. No
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import re
@@ -31,6 +31,7 @@ from fsspec.implementations.local import LocalFileSystem
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.errors import CodeStoreError, CodeUnavailableError, DigestMismatchError
 from stratus.codedist.package_store import CHUNK, SUFFIX
+from stratus.codedist.transfer.check import Algorithm, CopyCheck, Hasher, copy_check, new_hasher
 
 log = logging.getLogger(__name__)
 
@@ -107,18 +108,19 @@ class SharedStorageDistributor:
         return meta
 
     def download(self, dest: Path, pipeline: str, meta: CodeMeta) -> list[Path]:
-        """Copy the package to ``dest/<digest>.pkg``, renamed there only once its digest matches."""
+        """Copy the package to ``dest/<digest>.pkg``, renamed there only once it checks."""
         fs = self._store()
+        check = copy_check(meta)
         dest.mkdir(parents=True, exist_ok=True)
         target = dest / f"{meta.digest}{SUFFIX}"
         fd, tmp_name = tempfile.mkstemp(dir=dest, prefix=".download-", suffix=".tmp")
         tmp = Path(tmp_name)
         try:
             with os.fdopen(fd, "wb") as out, fs.open(self._object(meta.digest), "rb") as src:
-                digest, size = _copy_hashing(src, out, limit=meta.size_bytes)
+                found, size = _copy_hashing(src, out, check.hasher(), limit=meta.size_bytes)
                 out.flush()
                 os.fsync(out.fileno())
-            _check(meta, digest, size, f"the copy of {pipeline}'s package from {self.url}")
+            _check(check, found, size, f"the copy of {pipeline}'s package from {self.url}")
             os.replace(tmp, target)
         except OSError as exc:
             raise CodeUnavailableError(
@@ -247,7 +249,7 @@ class SharedStorageDistributor:
     def _write(self, fs: Any, package: Path, tmp: str) -> CodeMeta:
         """Copy ``package`` to the object ``tmp``, hashing it on the way."""
         with package.open("rb") as src, fs.open(tmp, "wb") as out:
-            digest, size = _copy_hashing(src, out)
+            digest, size = _copy_hashing(src, out, new_hasher(Algorithm.SHA256))
             if isinstance(fs, LocalFileSystem):  # a shared mount: durable before the rename
                 out.flush()
                 os.fsync(out.fileno())
@@ -275,22 +277,28 @@ def _publish(fs: Any, tmp: str, final: str, meta: CodeMeta) -> None:
     try:
         fs.mv(tmp, final)
         digest, size = _hash_object(fs, final)
-        _check(meta, digest, size, f"the stored object {final}")
+        _check(_by_sha256(meta), digest, size, f"the stored object {final}")
     except BaseException:
         _remove_quietly(fs, final)
         raise
 
 
-def _check(meta: CodeMeta, digest: str, size: int, what: str) -> None:
-    if digest != meta.digest or size != meta.size_bytes:
+def _by_sha256(meta: CodeMeta) -> CopyCheck:
+    """The check of an object just written: the sha256 its upload was hashed to."""
+    return CopyCheck(Algorithm.SHA256, meta.digest, meta.size_bytes)
+
+
+def _check(check: CopyCheck, found: str, size: int, what: str) -> None:
+    if not check.matches(found) or size != check.size_bytes:
         raise DigestMismatchError(
-            f"{what} does not match its record: sha256 {digest} ({size} bytes), expected "
-            f"{meta.digest} ({meta.size_bytes} bytes)"
+            f"{what} does not match its record: {check.algorithm} {found} ({size} bytes), "
+            f"expected {check.expected} ({check.size_bytes} bytes)"
         )
 
 
 def _hash_object(fs: Any, path: str) -> tuple[str, int]:
-    sha = hashlib.sha256()
+    """The sha256 of a stored object and its size."""
+    sha = new_hasher(Algorithm.SHA256)
     size = 0
     with fs.open(path, "rb") as src:
         while chunk := src.read(CHUNK):
@@ -299,17 +307,18 @@ def _hash_object(fs: Any, path: str) -> tuple[str, int]:
     return sha.hexdigest(), size
 
 
-def _copy_hashing(src: BinaryIO, out: BinaryIO, limit: int | None = None) -> tuple[str, int]:
-    """Copy in ``CHUNK`` reads; stop once past ``limit`` bytes (the copy is then wrong)."""
-    sha = hashlib.sha256()
+def _copy_hashing(
+    src: BinaryIO, out: BinaryIO, hasher: Hasher, limit: int | None = None
+) -> tuple[str, int]:
+    """Copy in ``CHUNK`` reads, hashing; stop once past ``limit`` bytes (the copy is wrong)."""
     size = 0
     while chunk := src.read(CHUNK):
-        sha.update(chunk)
+        hasher.update(chunk)
         out.write(chunk)
         size += len(chunk)
         if limit is not None and size > limit:
             break
-    return sha.hexdigest(), size
+    return hasher.hexdigest(), size
 
 
 def _remove_quietly(fs: Any, path: str) -> None:

@@ -12,30 +12,22 @@ uses to resume or to fetch parts from several nimbuses at once::
     # GET /api/v1/code/<not stored>                  404 unknown_code
     # GET /api/v1/code/<not 64 hex digits>           422 invalid_request
 
-Errors have the API's body, ``{"error", "message", "leader"}``, whether or not the app
+What to answer is decided by ``codedist.transfer.serve.locate``, as for the package server;
+errors have the API's body, ``{"error", "message", "leader"}``, whether or not the app
 registers the API's error handlers.
 """
 
 from __future__ import annotations
 
-import logging
-import os
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, Path
 from fastapi.responses import FileResponse, JSONResponse, Response
 
-from stratus.api.errors import ApiError, InvalidRequestError, UnknownCodeError
 from stratus.api.records import ErrorBody
 from stratus.codedist.package_store import PackageStore
-from stratus.codedist.transfer.ranges import (
-    DIGEST,
-    RANGE_RULE,
-    UnsatisfiableRangeError,
-    parse_range,
-)
-
-log = logging.getLogger(__name__)
+from stratus.codedist.transfer.ranges import DIGEST, RANGE_RULE
+from stratus.codedist.transfer.serve import Refusal, locate
 
 CODE_PATH = "/api/v1/code/{digest}"
 # Bytes read from the file per body message. Measured serving 100 MB on loopback, the
@@ -94,39 +86,15 @@ def add_code_routes(app: FastAPI, store: PackageStore) -> None:
 
 
 def _serve(store: PackageStore, digest: str, range_header: str | None) -> Response:
-    if not DIGEST.fullmatch(digest):
-        return _error(InvalidRequestError(f"invalid request: {digest!r} is not a sha256 digest"))
-    path = store.path(digest)
-    try:
-        stat = os.stat(path)
-    except FileNotFoundError:
-        log.debug("event=code_not_served digest=%s reason=unknown", digest)
-        return _error(UnknownCodeError(f"this nimbus holds no package {digest}"))
-    if range_header is not None:
-        try:
-            parse_range(range_header, stat.st_size)
-        except ValueError as exc:
-            return _error(InvalidRequestError(f"invalid request: Range {exc}"))
-        except UnsatisfiableRangeError:
-            return _range_not_satisfiable(digest, range_header, stat.st_size)
+    answer = locate(store, digest, range_header)
+    if isinstance(answer, Refusal):
+        return JSONResponse(
+            answer.body().model_dump(), status_code=answer.status, headers=answer.headers
+        )
+    # Starlette reads the same Range header to the same span (see ranges.parse_range).
     return PackageResponse(
-        path,
-        stat_result=stat,
+        answer.path,
+        stat_result=answer.stat,
         media_type="application/octet-stream",
-        headers={"etag": f'"{digest}"'},  # content-addressed: the digest is the version
-    )
-
-
-def _error(error: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
-    body = ErrorBody(error=error.code, message=str(error))
-    return JSONResponse(body.model_dump(), status_code=error.status, headers=headers)
-
-
-def _range_not_satisfiable(digest: str, header: str, size: int) -> JSONResponse:
-    body = ErrorBody(
-        error="range_not_satisfiable",
-        message=f"Range {header!r} starts past the end of package {digest} ({size} bytes)",
-    )
-    return JSONResponse(
-        body.model_dump(), status_code=416, headers={"Content-Range": f"bytes */{size}"}
+        headers={"etag": answer.etag},
     )

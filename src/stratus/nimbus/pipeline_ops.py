@@ -86,6 +86,7 @@ class PipelineOps:
             status=PipelineStatus.PENDING if pending else PipelineStatus.ACTIVE,
             digest=package.digest,
             size_bytes=package.size_bytes,
+            blake3=package.blake3,
             conf=checked,
             submitted=now,
             updated=now,

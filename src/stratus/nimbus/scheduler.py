@@ -160,6 +160,7 @@ class _Round:
             generation=record.rebalances,
             digest=record.digest,
             size_bytes=record.size_bytes,
+            blake3=record.blake3,
             conf=record.conf,
             assigned=self._now,
         )

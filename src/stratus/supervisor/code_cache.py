@@ -1,12 +1,12 @@
 """A supervisor's copies of pipeline code: fetched, checked and unpacked once per digest.
 
 Guarantees: ``<local>/code/<digest>/`` exists only once the package, fetched through the
-code distributor to ``<local>/code/<digest>.pkg``, hashed to its digest, passed
-``check_package`` again (cheap, and a supervisor trusts no one) and was unpacked completely
-(unpacked into a temporary directory, then renamed); a failed fetch is tried again after a
-backoff that doubles up to 30 times ``supervisor.worker.restart.backoff.secs``. Fetches run
-on a small pool of their own, so the control loop never waits on the network; ``get`` is
-called from that one loop only::
+code distributor to ``<local>/code/<digest>.pkg``, matched its record (``copy_check``: its
+BLAKE3, else its sha256), passed ``check_package`` again (cheap, and a supervisor trusts no
+one) and was unpacked completely (unpacked into a temporary directory, then renamed); a
+failed fetch is tried again after a backoff that doubles up to 30 times
+``supervisor.worker.restart.backoff.secs``. Fetches run on a small pool of their own, so the
+control loop never waits on the network; ``get`` is called from that one loop only::
 
     cache = CodeCache(distributor, Path("/var/lib/stratus/code"), limits, backoff_secs=1.0)
     cache.get("etl", CodeMeta(digest, size))   # CodePending, then PipelineCode(...)
@@ -32,7 +32,8 @@ from pathlib import Path
 from stratus.codedist.distributor import CodeDistributor, CodeMeta
 from stratus.codedist.manifest import MANIFEST_NAME, Manifest, parse_manifest
 from stratus.codedist.package_check import PackageLimits, check_package, normal_name
-from stratus.codedist.package_store import SUFFIX, hash_file
+from stratus.codedist.package_store import SUFFIX
+from stratus.codedist.transfer.check import copy_check, hash_file
 from stratus.errors import StratusError
 from stratus.supervisor.errors import CodeNotReadyError
 from stratus.supervisor.restart_policy import backoff_delay
@@ -193,9 +194,14 @@ class CodeCache:
         return PipelineCode(meta.digest, target, checked.manifest)
 
     def _fetch(self, pipeline: str, meta: CodeMeta) -> Path:
-        """``<dir>/<digest>.pkg``, downloaded unless a copy with the right digest is there."""
+        """``<dir>/<digest>.pkg``, downloaded unless a copy that checks is there already.
+
+        The distributor's download checks the copy against the record; so does the cache,
+        with the same check (``copy_check``), against a distributor that broke its word.
+        """
+        check = copy_check(meta)
         package = self.directory / f"{meta.digest}{SUFFIX}"
-        if not (package.is_file() and hash_file(package)[0] == meta.digest):
+        if not check.file_matches(package):
             try:
                 self._distributor.download(self.directory, pipeline, meta)
             except StratusError as exc:
@@ -204,13 +210,14 @@ class CodeCache:
                     f"{exc}; no nimbus holding it (or the shared store) answered, and it is "
                     "tried again later"
                 ) from None
-        found, _ = hash_file(package)
-        if found != meta.digest:
-            package.unlink(missing_ok=True)
-            raise CodeNotReadyError(
-                f"the code fetched for pipeline {pipeline} hashes to {found}, not its digest "
-                f"{meta.digest}; it is fetched again later"
-            )
+            if not check.file_matches(package):
+                found = hash_file(package, check.algorithm)[0] if package.exists() else "nothing"
+                package.unlink(missing_ok=True)
+                raise CodeNotReadyError(
+                    f"the code fetched for pipeline {pipeline} hashes to {found} "
+                    f"({check.algorithm}), not its record's {check.expected}; it is fetched "
+                    "again later"
+                )
         return package
 
     def _remove_leftovers(self) -> None:

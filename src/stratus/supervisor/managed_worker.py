@@ -244,7 +244,7 @@ class ManagedWorker:
     # ------------------------------------------------------------------ transitions
 
     def _try_start(self, now: float) -> None:
-        meta = CodeMeta(self.assignment.digest, self.assignment.size_bytes)
+        meta = CodeMeta(self.assignment.digest, self.assignment.size_bytes, self.assignment.blake3)
         state = self._launcher.code(self.pipeline, meta)
         if isinstance(state, CodeFailed):
             self.code_error = f"{state.error} (failed {state.failures} times)"
