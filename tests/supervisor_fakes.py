@@ -11,8 +11,7 @@ from stratus.api.records import Assignment
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.manifest import parse_manifest
 from stratus.supervisor.code_cache import CodeState, PipelineCode
-from stratus.supervisor.managed_worker import WorkerTimeouts
-from stratus.supervisor.restart_policy import RestartSettings
+from stratus.supervisor.settings import RestartSettings, WorkerTimeouts
 from stratus.supervisor.worker_process import WorkerPaths
 
 DIGEST = "a" * 64

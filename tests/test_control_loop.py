@@ -7,11 +7,12 @@ from pathlib import Path
 
 from stratus.api.records import WorkerState
 from stratus.supervisor.assignment_reader import AssignmentsRead
-from stratus.supervisor.control_loop import ControlLoop, HeartbeatWritten, LoopSettings
+from stratus.supervisor.control_loop import ControlLoop, HeartbeatWritten
 from stratus.supervisor.fence import Lease
 from stratus.supervisor.heartbeat_publisher import HeartbeatRound
 from stratus.supervisor.managed_worker import Phase
 from stratus.supervisor.reconcile import Held
+from stratus.supervisor.settings import LoopSettings
 from stratus.supervisor.worker_process import WorkerPaths
 from tests.supervisor_fakes import (
     DIGEST,

@@ -9,7 +9,8 @@ from stratus.api.records import WorkerHeartbeat, WorkerState
 from stratus.supervisor.code_cache import CodeFailed, CodePending
 from stratus.supervisor.managed_worker import ManagedWorker, Phase, StopReason
 from stratus.supervisor.reconcile import Held
-from stratus.supervisor.restart_policy import RestartPolicy, RestartSettings
+from stratus.supervisor.restart_policy import RestartPolicy
+from stratus.supervisor.settings import RestartSettings
 from stratus.supervisor.worker_process import WorkerPaths
 from tests.supervisor_fakes import DIGEST, TIMEOUTS, FakeClock, FakeLauncher, assignment, code
 

@@ -136,7 +136,7 @@ def test_deactivate_activate_rebalance_kill_and_a_finished_batch(zk_hosts, tmp_p
         cluster.client.kill("pt", wait_secs=0)
         wait_until(lambda: _gone(cluster, "pt"), 60, "the killed pipeline's record to go")
         conf = config_from_mapping({"pipeline.checkpoint.root": str(tmp_path / "checkpoints")})
-        checkpoints = Path(checkpoint_location(conf, record.conf, "pt"))
+        checkpoints = Path(checkpoint_location(conf.checkpoint_root(), record.conf, "pt"))
         wait_until(lambda: not checkpoints.exists(), 30, "the killed pipeline's checkpoints to go")
 
 

@@ -3,7 +3,8 @@ doubles, giving up, and a new row after a long run; driven by a fake clock."""
 
 from __future__ import annotations
 
-from stratus.supervisor.restart_policy import GiveUp, Restart, RestartPolicy, RestartSettings
+from stratus.supervisor.restart_policy import GiveUp, Restart, RestartPolicy
+from stratus.supervisor.settings import RestartSettings
 from tests.supervisor_fakes import RESTART_SETTINGS, FakeClock
 
 

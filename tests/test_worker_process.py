@@ -4,12 +4,19 @@ its spec, and the tail of its log."""
 from __future__ import annotations
 
 from stratus.config import config_from_mapping
+from stratus.supervisor.settings import SupervisorSettings
 from stratus.supervisor.worker_process import WorkerPaths, build_spec, log_tail, spark_master
 from tests.supervisor_fakes import assignment, code
 
-CLUSTER = config_from_mapping(
-    {"pipeline.spark.master": "spark://cluster:7077", "pipeline.checkpoint.root": "/ck/"}
-)
+CLUSTER = SupervisorSettings.from_config(
+    config_from_mapping(
+        {
+            "supervisor.id": "s1",
+            "pipeline.spark.master": "spark://cluster:7077",
+            "pipeline.checkpoint.root": "/ck/",
+        }
+    )
+).spec
 
 
 def test_spark_master_is_the_pipelines_then_its_pipeline_key_then_the_clusters() -> None:

@@ -17,9 +17,11 @@ from typing import Any
 import pytest
 
 from stratus.config import config_from_mapping
+from stratus.errors import ConfigError
 from stratus.state.errors import StateStoreUnavailableError
-from stratus.state.factory import create_state_store
+from stratus.state.factory import StateStoreSettings, create_state_store
 from stratus.state.zk_store import ZooKeeperStateStore, check_path
+from stratus.state_config import state_store_settings
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.server import ZooKeeperServer
 from tests.zkfixtures import kazoo_client, wait_until
@@ -387,8 +389,20 @@ def test_a_stopped_client_makes_the_store_unavailable(zk_hosts: str) -> None:
 def test_the_factory_builds_the_zookeeper_store_under_the_heartbeats_path(client: Any) -> None:
     conf = config_from_mapping({"zookeeper.session.timeout.secs": 8})
     paths = ClusterPaths("/stratus")
-    store = create_state_store(conf, client, paths)
+    store = create_state_store(state_store_settings(conf), client, paths)
     assert isinstance(store, ZooKeeperStateStore)
     assert store.root == paths.heartbeats
     store.set("/supervisors/s1", b"x")
     assert client.get(f"{paths.heartbeats}/supervisors/s1")[0] == b"x"
+
+
+def test_a_store_call_is_bounded_by_the_shorter_of_the_session_and_the_fence_timeout() -> None:
+    fenced_first = config_from_mapping({"zookeeper.session.timeout.secs": 8})
+    session_first = config_from_mapping({"zookeeper.session.timeout.secs": 2})
+    assert state_store_settings(fenced_first) == StateStoreSettings("zookeeper", 6.0)
+    assert state_store_settings(session_first) == StateStoreSettings("zookeeper", 2.0)
+
+
+def test_the_factory_refuses_a_store_it_does_not_know(client: Any) -> None:
+    with pytest.raises(ConfigError, match="'pacemaker' is not available; use one of: zookeeper"):
+        create_state_store(StateStoreSettings("pacemaker", 1.0), client, ClusterPaths("/s"))

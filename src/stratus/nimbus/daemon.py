@@ -57,6 +57,7 @@ from stratus.nimbus.settings import NimbusSettings
 from stratus.nimbus.submission import Submitter
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
+from stratus.state_config import state_store_settings
 from stratus.worker.checkpoints import checkpoint_location
 from stratus.zk.clock import Clock
 from stratus.zk.ephemeral import EphemeralNode
@@ -178,14 +179,18 @@ class Nimbus:
             lost_fail_secs=self.settings.code_lost_fail_secs,
             clock=self._monotonic,
         )
-        board = HeartbeatBoard(create_state_store(self.conf, client, self.paths))
+        board = HeartbeatBoard(
+            create_state_store(state_store_settings(self.conf), client, self.paths)
+        )
         submitter = Submitter(ops, incoming, self.distributor, self.settings.submit)
         self.removal = RemoveKilled(
             self.view.pipelines,
             ops,
             self.distributor,
             board,
-            checkpoints_of=lambda r: checkpoint_location(self.conf, r.conf, r.name),
+            checkpoints_of=lambda r: checkpoint_location(
+                self.conf.checkpoint_root(), r.conf, r.name
+            ),
         )
         readiness = CodeReadiness(
             self.code_sync,

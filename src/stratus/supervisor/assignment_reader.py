@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from stratus.api.records import Assignment
 from stratus.supervisor.errors import AssignmentsUnavailableError
+from stratus.zk.clock import Clock
 from stratus.zk.paths import ClusterPaths
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,7 @@ class AssignmentReader:
         paths: ClusterPaths,
         *,
         deliver: Callable[[AssignmentsRead | ReadFailed], None],
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = time.monotonic,
         timeout: float = READ_TIMEOUT_SECS,
     ) -> None:
         self._client = client

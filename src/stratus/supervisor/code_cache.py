@@ -24,7 +24,7 @@ import shutil
 import time
 import uuid
 import zipfile
-from collections.abc import Callable, Set
+from collections.abc import Set
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +37,7 @@ from stratus.codedist.transfer.check import copy_check, hash_file
 from stratus.errors import StratusError
 from stratus.supervisor.errors import CodeNotReadyError
 from stratus.supervisor.restart_policy import backoff_delay
+from stratus.zk.clock import Clock
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ class CodeCache:
         limits: PackageLimits,
         *,
         backoff_secs: float,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = time.monotonic,
     ) -> None:
         self._distributor = distributor
         self.directory = directory

@@ -29,12 +29,7 @@ from stratus.api.records import Assignment, SupervisorHeartbeat
 from stratus.supervisor.assignment_reader import AssignmentsRead, ReadFailed
 from stratus.supervisor.fence import Lease
 from stratus.supervisor.heartbeat_publisher import HeartbeatRound
-from stratus.supervisor.managed_worker import (
-    Launcher,
-    ManagedWorker,
-    StopReason,
-    WorkerTimeouts,
-)
+from stratus.supervisor.managed_worker import Launcher, ManagedWorker, StopReason
 from stratus.supervisor.reconcile import (
     Action,
     ActionKind,
@@ -43,13 +38,13 @@ from stratus.supervisor.reconcile import (
     stale_assignments,
     waiting_for_slots,
 )
-from stratus.supervisor.restart_policy import RestartPolicy, RestartSettings
+from stratus.supervisor.restart_policy import RestartPolicy
+from stratus.supervisor.settings import LoopSettings
 from stratus.supervisor.worker_process import WorkerPaths
+from stratus.zk.clock import Clock
 
 log = logging.getLogger(__name__)
 
-RECONCILE_PERIODS = 5  # a read every this many heartbeat periods, in case a watch is missed
-MAX_TICK_SECS = 0.2
 SHUTDOWN_MARGIN_SECS = 2.0  # past the stop grace, how long a shutdown waits for exits
 
 
@@ -79,21 +74,6 @@ class WorkerPathsFactory(Protocol):
     def __call__(self, pipeline: str) -> WorkerPaths: ...
 
 
-@dataclass(frozen=True)
-class LoopSettings:
-    heartbeat_secs: float
-    restart: RestartSettings
-    timeouts: WorkerTimeouts
-
-    @property
-    def tick_secs(self) -> float:
-        return min(MAX_TICK_SECS, self.heartbeat_secs / 2)
-
-    @property
-    def reconcile_secs(self) -> float:
-        return RECONCILE_PERIODS * self.heartbeat_secs
-
-
 class ControlLoop:
     """Owns the workers of one supervisor; see the module docstring."""
 
@@ -108,8 +88,8 @@ class ControlLoop:
         settings: LoopSettings,
         request_read: Callable[[], None],
         offer: Callable[[HeartbeatRound], None],
-        clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
+        clock: Clock = time.monotonic,
+        wall: Clock = time.time,
     ) -> None:
         self.supervisor = supervisor
         self.slots = slots

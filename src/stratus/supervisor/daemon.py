@@ -23,19 +23,14 @@ running. Threads, each with one job:
 from __future__ import annotations
 
 import logging
-import re
-import socket
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from stratus import __version__
 from stratus.api.records import Assignment, SupervisorSummary
 from stratus.codedist.distributor import CodeDistributor
 from stratus.codedist.factory import create_distributor
-from stratus.codedist.package_check import PackageLimits
 from stratus.codedist.package_store import PackageStore
 from stratus.config import StratusConfig
 from stratus.errors import StratusError
@@ -43,30 +38,23 @@ from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.supervisor.assignment_reader import AssignmentReader
 from stratus.supervisor.code_cache import CodeCache
-from stratus.supervisor.control_loop import SHUTDOWN, ControlLoop, LoopSettings
+from stratus.supervisor.control_loop import SHUTDOWN, ControlLoop
 from stratus.supervisor.errors import SupervisorStartError
 from stratus.supervisor.fence import Lease
 from stratus.supervisor.heartbeat_publisher import HeartbeatPublisher, HeartbeatRound
 from stratus.supervisor.launcher import WorkerLauncher
-from stratus.supervisor.managed_worker import WorkerTimeouts
 from stratus.supervisor.registration import SupervisorRegistration
-from stratus.supervisor.restart_policy import RestartSettings
+from stratus.supervisor.settings import SupervisorSettings
 from stratus.supervisor.worker_process import WorkerPaths
+from stratus.zk.clock import Clock
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.session import SessionChange, SessionState, ZkSession
 from stratus.zk.watched import WatchedChildren
-from stratus.zk_config import zk_settings
 
 log = logging.getLogger(__name__)
 
-SUPERVISOR_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")  # as supervisor.id checks
 CLAIM_MARGIN_SECS = 2.0  # past the session timeout, how long a dead holder's node is waited for
 FINAL_HEARTBEAT_SECS = 5.0  # how long the last heartbeat may take at a stop
-
-
-def default_id() -> str:
-    """The host name, as ``supervisor.id`` defaults to."""
-    return socket.gethostname()
 
 
 class Supervisor:
@@ -77,30 +65,23 @@ class Supervisor:
         conf: StratusConfig,
         *,
         worker_command: Sequence[str] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
+        clock: Clock = time.monotonic,
+        wall: Clock = time.time,
     ) -> None:
-        self.conf = conf
-        self.id = conf.supervisor_id or default_id()
-        if not SUPERVISOR_ID.match(self.id):
-            raise SupervisorStartError(
-                f"the host name {self.id!r} cannot be a supervisor id (1-100 letters, digits, "
-                "'_', '.' and '-', starting with a letter or digit); set supervisor.id"
-            )
-        self.host = conf.supervisor_host or socket.gethostname()
-        self.slots = conf.supervisor_slots
-        self.local_dir = Path(
-            conf.supervisor_local_dir
-            or Path(tempfile.gettempdir()) / f"stratus-supervisor-{self.id}"
-        )
-        self.paths = ClusterPaths(conf.zookeeper_root)
+        self._conf = conf  # the code distributor's factory still reads it whole
+        self.settings = SupervisorSettings.from_config(conf)
+        self.id = self.settings.id
+        self.host = self.settings.host
+        self.slots = self.settings.slots
+        self.local_dir = self.settings.local_dir
+        self.paths = ClusterPaths(self.settings.zk.root)
         self._worker_command = worker_command
         self._clock = clock
         self._wall = wall
         self._stopped = threading.Event()
         self._opened: list[Callable[[], None]] = []  # what stop() closes, newest first
         self._loop_thread: threading.Thread | None = None
-        self.session = ZkSession(zk_settings(conf))
+        self.session = ZkSession(self.settings.zk)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -131,7 +112,7 @@ class Supervisor:
         log.info("event=supervisor_stopping supervisor=%s", self.id)
         if self._loop_thread is not None:
             self.control.post(SHUTDOWN)
-            self._loop_thread.join(timeout=self.conf.supervisor_worker_stop_secs + 10.0)
+            self._loop_thread.join(timeout=self.settings.loop.timeouts.stop_secs + 10.0)
             self.publisher.stop(timeout=FINAL_HEARTBEAT_SECS)
             self._publish_last()
         self._close_opened()
@@ -156,19 +137,20 @@ class Supervisor:
         client = self.session.client
         for parent in self.paths.all_parents():
             client.ensure_path(parent)
-        store = create_state_store(self.conf, client, self.paths)
+        store = create_state_store(self.settings.state_store, client, self.paths)
         self._opened.append(store.close)
         self.board = HeartbeatBoard(store)
         self._register()
         cache = CodeCache(
             self._code_distributor(),
             self.local_dir / "code",
-            PackageLimits.from_config(self.conf),
-            backoff_secs=self.conf.supervisor_worker_restart_backoff_secs,
+            self.settings.code.limits,
+            backoff_secs=self.settings.code.retry_secs,
             clock=self._clock,
         )
         self._opened.append(cache.close)
-        self._build_loop(WorkerLauncher(self.conf, self.id, cache, command=self._worker_command))
+        launcher = WorkerLauncher(self.settings.spec, self.id, cache, command=self._worker_command)
+        self._build_loop(launcher)
         self._start_threads()
 
     def _register(self) -> None:
@@ -180,7 +162,7 @@ class Supervisor:
             self.paths,
             summary,
             heartbeats=self.board.supervisors,
-            wait_secs=self.conf.zookeeper_session_timeout_secs + CLAIM_MARGIN_SECS,
+            wait_secs=self.settings.zk.session_timeout + CLAIM_MARGIN_SECS,
         )
         self.registration.claim()
         self._opened.append(self.registration.close)
@@ -189,10 +171,10 @@ class Supervisor:
         """A consumer of code: it fetches, and never registers as a holder."""
         try:
             store = PackageStore(
-                self.local_dir / "packages", max_bytes=self.conf.nimbus_max_upload_bytes
+                self.local_dir / "packages", max_bytes=self.settings.code.max_package_bytes
             )
             distributor = create_distributor(
-                self.conf,
+                self._conf,
                 client=self.session.client,
                 paths=self.paths,
                 address=f"supervisor/{self.id}",
@@ -206,18 +188,14 @@ class Supervisor:
         return distributor
 
     def _build_loop(self, launcher: WorkerLauncher) -> None:
-        conf = self.conf
+        settings = self.settings
         self.control = ControlLoop(
             self.id,
             self.slots,
             launcher=launcher,
             paths_of=self._worker_paths,
-            lease=Lease(conf.supervisor_fence_timeout_secs),
-            settings=LoopSettings(
-                heartbeat_secs=conf.worker_heartbeat_frequency_secs,
-                restart=RestartSettings.from_config(conf),
-                timeouts=WorkerTimeouts.from_config(conf),
-            ),
+            lease=Lease(settings.fence_timeout_secs),
+            settings=settings.loop,
             request_read=self._request_read,
             offer=self._offer,
             clock=self._clock,
@@ -229,7 +207,7 @@ class Supervisor:
         self.publisher = HeartbeatPublisher(
             self.board,
             self.id,
-            interval_secs=conf.worker_heartbeat_frequency_secs,
+            interval_secs=settings.loop.heartbeat_secs,
             on_written=self.control.heartbeat_written,
             on_used=self.registration.update_used,
             clock=self._clock,

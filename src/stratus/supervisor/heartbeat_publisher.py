@@ -28,6 +28,7 @@ from kazoo.exceptions import KazooException
 
 from stratus.api.records import SupervisorHeartbeat, WorkerHeartbeat
 from stratus.errors import StratusError
+from stratus.zk.clock import Clock
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class HeartbeatPublisher:
         interval_secs: float,
         on_written: Callable[[float], None],
         on_used: Callable[[int], None] = lambda _used: None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = time.monotonic,
     ) -> None:
         self._board = board
         self._supervisor = supervisor

@@ -3,7 +3,7 @@
 ``ManagedWorker`` and the control loop see this through the ``Launcher`` protocol, so their
 tests use fakes::
 
-    launcher = WorkerLauncher(conf, "s1", cache)
+    launcher = WorkerLauncher(settings.spec, "s1", cache)
     launcher.code("etl", CodeMeta(digest, size))          # CodePending, then PipelineCode
     launcher.spawn(assignment, code, WorkerPaths.of(local, "etl"))
 """
@@ -14,8 +14,8 @@ from collections.abc import Sequence, Set
 
 from stratus.api.records import Assignment
 from stratus.codedist.distributor import CodeMeta
-from stratus.config import StratusConfig
 from stratus.supervisor.code_cache import CodeCache, CodeState, PipelineCode
+from stratus.supervisor.settings import SpecSettings
 from stratus.supervisor.worker_process import WorkerPaths, WorkerProcess, build_spec
 
 
@@ -24,13 +24,13 @@ class WorkerLauncher:
 
     def __init__(
         self,
-        conf: StratusConfig,
+        settings: SpecSettings,
         supervisor: str,
         cache: CodeCache,
         *,
         command: Sequence[str] | None = None,
     ) -> None:
-        self._conf = conf
+        self._settings = settings
         self._supervisor = supervisor
         self._cache = cache
         self._command = command
@@ -41,7 +41,7 @@ class WorkerLauncher:
     def spawn(
         self, assignment: Assignment, code: PipelineCode, paths: WorkerPaths
     ) -> WorkerProcess:
-        spec = build_spec(self._conf, self._supervisor, assignment, code, paths)
+        spec = build_spec(self._settings, self._supervisor, assignment, code, paths)
         return WorkerProcess.launch(spec, paths, self._command)
 
     def retain(self, digests: Set[str]) -> None:

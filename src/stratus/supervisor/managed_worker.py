@@ -24,8 +24,6 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
@@ -33,12 +31,13 @@ from pydantic import ValidationError
 
 from stratus.api.records import Assignment, WorkerHeartbeat, WorkerState
 from stratus.codedist.distributor import CodeMeta
-from stratus.config import StratusConfig
 from stratus.errors import StratusError
 from stratus.supervisor.code_cache import CodeFailed, CodeState, PipelineCode
 from stratus.supervisor.reconcile import Held
 from stratus.supervisor.restart_policy import GiveUp, RestartPolicy
+from stratus.supervisor.settings import WorkerTimeouts
 from stratus.supervisor.worker_process import WorkerPaths, log_tail
+from stratus.zk.clock import Clock
 
 log = logging.getLogger(__name__)
 
@@ -84,18 +83,6 @@ class Launcher(Protocol):
     ) -> RunningProcess: ...
 
 
-@dataclass(frozen=True)
-class WorkerTimeouts:
-    """``supervisor.worker.stop.secs`` and ``supervisor.worker.timeout.secs``."""
-
-    stop_secs: float
-    hang_secs: float
-
-    @classmethod
-    def from_config(cls, conf: StratusConfig) -> WorkerTimeouts:
-        return cls(conf.supervisor_worker_stop_secs, conf.supervisor_worker_timeout_secs)
-
-
 _LIVE = (Phase.RUNNING, Phase.STOPPING)  # a process runs
 _DONE = (Phase.FAILED, Phase.FINISHED)  # kept, with no process, until the assignment changes
 
@@ -112,8 +99,8 @@ class ManagedWorker:
         paths: WorkerPaths,
         policy: RestartPolicy,
         timeouts: WorkerTimeouts,
-        clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
+        clock: Clock = time.monotonic,
+        wall: Clock = time.time,
     ) -> None:
         self.supervisor = supervisor
         self.assignment = assignment

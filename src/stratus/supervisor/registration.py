@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from stratus.api.records import SupervisorHeartbeat, SupervisorSummary
 from stratus.errors import StratusError
 from stratus.supervisor.errors import DuplicateSupervisorError
+from stratus.zk.clock import Clock
 from stratus.zk.ephemeral import EphemeralNodes
 from stratus.zk.paths import ClusterPaths
 
@@ -48,7 +49,7 @@ class SupervisorRegistration:
         *,
         heartbeats: Callable[[], dict[str, SupervisorHeartbeat]],
         wait_secs: float,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = time.monotonic,
     ) -> None:
         self._client = client
         self.path = paths.supervisor(summary.id)

@@ -7,7 +7,7 @@ follows ``supervisor.worker.max.restarts`` restarts in a row is final (with 3: t
 crash in a row; with 0: the first). Pure: the caller passes the time, so a test drives it
 with a fake clock::
 
-    policy = RestartPolicy(RestartSettings.from_config(conf))
+    policy = RestartPolicy(RestartSettings(backoff_secs=1.0, max_restarts=3, reset_secs=60.0))
     policy.started(now)
     policy.crashed(now + 2.0)      # Restart(at=now + 3.0): restarted after 1 s
     ...
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stratus.config import StratusConfig
+from stratus.supervisor.settings import RestartSettings
 
 MAX_BACKOFF_FACTOR = 30  # the backoff stops doubling at 30 times its base
 
@@ -26,23 +26,6 @@ MAX_BACKOFF_FACTOR = 30  # the backoff stops doubling at 30 times its base
 def backoff_delay(base_secs: float, attempt: int) -> float:
     """The wait before try ``attempt + 1`` after ``attempt`` failures in a row (attempt >= 1)."""
     return float(min(base_secs * 2 ** (max(attempt, 1) - 1), base_secs * MAX_BACKOFF_FACTOR))
-
-
-@dataclass(frozen=True)
-class RestartSettings:
-    """The ``supervisor.worker.*`` settings of the restart policy."""
-
-    backoff_secs: float
-    max_restarts: int
-    reset_secs: float
-
-    @classmethod
-    def from_config(cls, conf: StratusConfig) -> RestartSettings:
-        return cls(
-            backoff_secs=conf.supervisor_worker_restart_backoff_secs,
-            max_restarts=conf.supervisor_worker_max_restarts,
-            reset_secs=conf.supervisor_worker_restart_reset_secs,
-        )
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ the worker, then SIGKILL to its whole process group (the Spark JVM included) onc
 is over; once the worker has exited, whatever is left in its group is killed too::
 
     paths = WorkerPaths.of(local_dir, "etl")
-    spec = build_spec(conf, "s1", assignment, code, paths)
+    spec = build_spec(settings.spec, "s1", assignment, code, paths)
     process = WorkerProcess.launch(spec, paths)
     process.poll()          # None while it runs, then its exit code
     process.terminate()     # SIGTERM
@@ -31,9 +31,9 @@ from pathlib import Path
 
 from stratus.api.records import Assignment
 from stratus.codedist.manifest import TRIGGER_CONF_KEY
-from stratus.config import StratusConfig
 from stratus.process import Lifeline, ProcessGroup
 from stratus.supervisor.code_cache import PipelineCode
+from stratus.supervisor.settings import SpecSettings
 from stratus.worker.checkpoints import checkpoint_location
 from stratus.worker.spec import HEARTBEAT_FILE, SPEC_FILE, WorkerSpec
 
@@ -78,17 +78,17 @@ class WorkerPaths:
         return self.directory / WORK_DIR
 
 
-def spark_master(conf: StratusConfig, pipeline_conf: dict[str, object]) -> str:
+def spark_master(settings: SpecSettings, pipeline_conf: dict[str, object]) -> str:
     """The pipeline's ``spark.master``, else its ``pipeline.spark.master``, else the cluster's."""
     for key in ("spark.master", "pipeline.spark.master"):
         value = pipeline_conf.get(key)
         if value:
             return str(value)
-    return conf.pipeline_spark_master
+    return settings.spark_master
 
 
 def build_spec(
-    conf: StratusConfig,
+    settings: SpecSettings,
     supervisor: str,
     assignment: Assignment,
     code: PipelineCode,
@@ -110,12 +110,14 @@ def build_spec(
         code_dir=code.directory,
         work_dir=paths.work,
         conf=pipeline_conf,
-        spark_master=spark_master(conf, pipeline_conf),
-        checkpoint_location=checkpoint_location(conf, pipeline_conf, assignment.pipeline),
+        spark_master=spark_master(settings, pipeline_conf),
+        checkpoint_location=checkpoint_location(
+            settings.checkpoint_root, pipeline_conf, assignment.pipeline
+        ),
         trigger_interval_secs=float(trigger) if trigger is not None else None,
         heartbeat_path=paths.heartbeat,
-        heartbeat_interval_secs=conf.worker_heartbeat_frequency_secs,
-        stop_grace_secs=conf.supervisor_worker_stop_secs,
+        heartbeat_interval_secs=settings.heartbeat_secs,
+        stop_grace_secs=settings.stop_grace_secs,
     )
 
 

@@ -1,11 +1,12 @@
 """Where a pipeline's checkpoints live, and their removal when the pipeline is killed.
 
 Every pipeline checkpoints under ``<pipeline.checkpoint.root>/<pipeline>``: the pipeline's own
-``pipeline.checkpoint.root`` if its conf sets one, else the cluster's. The root is a directory
-or any URL that fsspec (and Spark) reach, so a pipeline moved to another node resumes from
-the same place::
+``pipeline.checkpoint.root`` if its conf sets one, else the cluster's, which the caller passes
+as a value (this module does not read the configuration). The root is a directory or any URL
+that fsspec (and Spark) reach, so a pipeline moved to another node resumes from the same place::
 
-    checkpoint_location(conf, record.conf, "etl")   # '/tmp/stratus-checkpoints/etl'
+    checkpoint_location("/tmp/stratus-checkpoints", record.conf, "etl")
+    # '/tmp/stratus-checkpoints/etl', unless record.conf sets pipeline.checkpoint.root
     remove_checkpoints('/tmp/stratus-checkpoints/etl')
 """
 
@@ -17,15 +18,13 @@ from typing import Any
 
 import fsspec
 
-from stratus.config import StratusConfig
-
 log = logging.getLogger(__name__)
 
 
-def checkpoint_location(conf: StratusConfig, pipeline_conf: Mapping[str, Any], name: str) -> str:
-    """``<root>/<name>``, the root being the pipeline's ``pipeline.checkpoint.root`` or the
-    cluster's."""
-    root = str(pipeline_conf.get("pipeline.checkpoint.root") or conf.checkpoint_root())
+def checkpoint_location(cluster_root: str, pipeline_conf: Mapping[str, Any], name: str) -> str:
+    """``<root>/<name>``, the root being the pipeline's ``pipeline.checkpoint.root`` or
+    ``cluster_root`` (the cluster's)."""
+    root = str(pipeline_conf.get("pipeline.checkpoint.root") or cluster_root)
     return f"{root.rstrip('/')}/{name}"
 
 

@@ -1,0 +1,153 @@
+"""The supervisor's settings: small frozen records built from the configuration in one place.
+
+Each component of the supervisor takes the record it needs, never the whole ``StratusConfig``,
+so a test builds a component from a few values and a reader sees what a component depends on.
+Time is given to every component as a ``stratus.zk.clock.Clock``: ``time.monotonic`` for
+timeouts and periods, a wall clock (``time.time``) only for times written down for others to
+read (start times)::
+
+    settings = SupervisorSettings.from_config(conf)
+    settings.loop.heartbeat_secs        # worker.heartbeat.frequency.secs
+    settings.spec.checkpoint_root       # pipeline.checkpoint.root, or its default directory
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from stratus.codedist.package_check import PackageLimits
+from stratus.config import StratusConfig
+from stratus.state.factory import StateStoreSettings
+from stratus.state_config import state_store_settings
+from stratus.supervisor.errors import SupervisorStartError
+from stratus.zk.session import ZkSettings
+from stratus.zk_config import zk_settings
+
+SUPERVISOR_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")  # as supervisor.id checks
+RECONCILE_PERIODS = 5  # a read every this many heartbeat periods, in case a watch is missed
+MAX_TICK_SECS = 0.2
+
+
+@dataclass(frozen=True)
+class RestartSettings:
+    """The ``supervisor.worker.*`` settings of the restart policy."""
+
+    backoff_secs: float  # supervisor.worker.restart.backoff.secs
+    max_restarts: int  # supervisor.worker.max.restarts
+    reset_secs: float  # supervisor.worker.restart.reset.secs
+
+
+@dataclass(frozen=True)
+class WorkerTimeouts:
+    """How long a worker may take to stop, and to show a sign of life."""
+
+    stop_secs: float  # supervisor.worker.stop.secs
+    hang_secs: float  # supervisor.worker.timeout.secs
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """The control loop's periods, and the settings of the workers it owns."""
+
+    heartbeat_secs: float  # worker.heartbeat.frequency.secs
+    restart: RestartSettings
+    timeouts: WorkerTimeouts
+
+    @property
+    def tick_secs(self) -> float:
+        return min(MAX_TICK_SECS, self.heartbeat_secs / 2)
+
+    @property
+    def reconcile_secs(self) -> float:
+        return RECONCILE_PERIODS * self.heartbeat_secs
+
+
+@dataclass(frozen=True)
+class SpecSettings:
+    """What the cluster puts in every worker's spec, unless the pipeline's conf says otherwise."""
+
+    spark_master: str  # pipeline.spark.master
+    checkpoint_root: str  # pipeline.checkpoint.root, or its default directory
+    heartbeat_secs: float  # worker.heartbeat.frequency.secs
+    stop_grace_secs: float  # supervisor.worker.stop.secs
+
+
+@dataclass(frozen=True)
+class CodeSettings:
+    """What a fetched package must fit, and how long a failed fetch waits before the next."""
+
+    limits: PackageLimits
+    max_package_bytes: int  # nimbus.max.upload.bytes: the local package store's bound
+    retry_secs: float  # supervisor.worker.restart.backoff.secs
+
+
+@dataclass(frozen=True)
+class SupervisorSettings:
+    """Every setting of one supervisor's components, built once from the configuration."""
+
+    id: str  # supervisor.id, or the host name
+    host: str  # supervisor.host, or the host name
+    slots: int  # supervisor.slots
+    local_dir: Path  # supervisor.local.dir, or a directory of this id under the temporary one
+    fence_timeout_secs: float  # supervisor.fence.timeout.secs: the lease
+    zk: ZkSettings
+    state_store: StateStoreSettings
+    loop: LoopSettings
+    spec: SpecSettings
+    code: CodeSettings
+
+    @classmethod
+    def from_config(cls, conf: StratusConfig) -> SupervisorSettings:
+        """The records; ``SupervisorStartError`` if the host name cannot be the default id."""
+        supervisor_id = _checked_id(conf.supervisor_id or socket.gethostname())
+        timeouts = WorkerTimeouts(
+            stop_secs=conf.supervisor_worker_stop_secs,
+            hang_secs=conf.supervisor_worker_timeout_secs,
+        )
+        return cls(
+            id=supervisor_id,
+            host=conf.supervisor_host or socket.gethostname(),
+            slots=conf.supervisor_slots,
+            local_dir=Path(
+                conf.supervisor_local_dir
+                or Path(tempfile.gettempdir()) / f"stratus-supervisor-{supervisor_id}"
+            ),
+            fence_timeout_secs=conf.supervisor_fence_timeout_secs,
+            zk=zk_settings(conf),
+            state_store=state_store_settings(conf),
+            loop=LoopSettings(
+                heartbeat_secs=conf.worker_heartbeat_frequency_secs,
+                restart=RestartSettings(
+                    backoff_secs=conf.supervisor_worker_restart_backoff_secs,
+                    max_restarts=conf.supervisor_worker_max_restarts,
+                    reset_secs=conf.supervisor_worker_restart_reset_secs,
+                ),
+                timeouts=timeouts,
+            ),
+            spec=SpecSettings(
+                spark_master=conf.pipeline_spark_master,
+                checkpoint_root=conf.checkpoint_root(),
+                heartbeat_secs=conf.worker_heartbeat_frequency_secs,
+                stop_grace_secs=timeouts.stop_secs,
+            ),
+            code=CodeSettings(
+                limits=PackageLimits.from_config(conf),
+                max_package_bytes=conf.nimbus_max_upload_bytes,
+                retry_secs=conf.supervisor_worker_restart_backoff_secs,
+            ),
+        )
+
+
+def _checked_id(supervisor_id: str) -> str:
+    """``supervisor_id``, if it can be one (the configuration checks ``supervisor.id``; the
+    host name it defaults to is checked here)."""
+    if not SUPERVISOR_ID.match(supervisor_id):
+        raise SupervisorStartError(
+            f"the host name {supervisor_id!r} cannot be a supervisor id (1-100 letters, "
+            "digits, '_', '.' and '-', starting with a letter or digit); set supervisor.id"
+        )
+    return supervisor_id

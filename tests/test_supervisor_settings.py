@@ -1,0 +1,78 @@
+"""The supervisor's settings (``supervisor/settings.py``): each record carries the keys its
+component reads, and the defaults that depend on the host are resolved once."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from stratus.config import config_from_mapping
+from stratus.state.factory import StateStoreSettings
+from stratus.supervisor.errors import SupervisorStartError
+from stratus.supervisor.settings import (
+    LoopSettings,
+    RestartSettings,
+    SpecSettings,
+    SupervisorSettings,
+    WorkerTimeouts,
+)
+
+
+def test_every_record_carries_the_keys_of_its_component(tmp_path: Path) -> None:
+    settings = SupervisorSettings.from_config(
+        config_from_mapping(
+            {
+                "supervisor.id": "node-7",
+                "supervisor.host": "n7.example",
+                "supervisor.slots": 3,
+                "supervisor.local.dir": str(tmp_path),
+                "supervisor.fence.timeout.secs": 5,
+                "supervisor.worker.stop.secs": 2,
+                "supervisor.worker.timeout.secs": 9,
+                "supervisor.worker.max.restarts": 4,
+                "supervisor.worker.restart.backoff.secs": 0.5,
+                "supervisor.worker.restart.reset.secs": 30,
+                "worker.heartbeat.frequency.secs": 1.5,
+                "pipeline.spark.master": "spark://m:7077",
+                "pipeline.checkpoint.root": "s3://ck",
+                "zookeeper.session.timeout.secs": 4,
+                "zookeeper.root": "/prod",
+                "nimbus.max.upload.bytes": 4096,
+            }
+        )
+    )
+    assert (settings.id, settings.host, settings.slots) == ("node-7", "n7.example", 3)
+    assert (settings.local_dir, settings.fence_timeout_secs) == (tmp_path, 5.0)
+    assert (settings.zk.root, settings.zk.session_timeout) == ("/prod", 4.0)
+    assert settings.state_store == StateStoreSettings("zookeeper", 4.0)
+    assert settings.loop == LoopSettings(
+        heartbeat_secs=1.5,
+        restart=RestartSettings(backoff_secs=0.5, max_restarts=4, reset_secs=30.0),
+        timeouts=WorkerTimeouts(stop_secs=2.0, hang_secs=9.0),
+    )
+    assert settings.spec == SpecSettings(
+        spark_master="spark://m:7077",
+        checkpoint_root="s3://ck",
+        heartbeat_secs=1.5,
+        stop_grace_secs=2.0,
+    )
+    assert (settings.code.max_package_bytes, settings.code.retry_secs) == (4096, 0.5)
+
+
+def test_the_id_host_and_local_dir_default_to_the_host_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(socket, "gethostname", lambda: "node-9")
+    settings = SupervisorSettings.from_config(config_from_mapping({}))
+    assert (settings.id, settings.host) == ("node-9", "node-9")
+    assert settings.local_dir.name == "stratus-supervisor-node-9"
+
+
+def test_a_host_name_that_cannot_be_an_id_asks_for_supervisor_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(socket, "gethostname", lambda: "-bad host-")
+    with pytest.raises(SupervisorStartError, match="'-bad host-' cannot be a supervisor id"):
+        SupervisorSettings.from_config(config_from_mapping({}))
