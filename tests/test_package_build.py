@@ -14,11 +14,12 @@ import pytest
 
 from stratus.codedist.errors import InvalidPackageError
 from stratus.codedist.package_build import EPOCH, build_package, package_bytes
-from stratus.codedist.package_check import PackageLimits, check_package
+from stratus.codedist.package_check import check_package
 from stratus.config import StratusConfig
+from stratus.settings import package_limits
 from tests.package_factory import valid_package, valid_package_dir
 
-LIMITS = PackageLimits.from_config(StratusConfig())
+LIMITS = package_limits(StratusConfig())
 
 
 def build(source: Path, tmp_path: Path, name: str = "out.zip") -> Path:

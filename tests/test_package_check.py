@@ -23,6 +23,7 @@ from stratus.codedist import package_check
 from stratus.codedist.errors import InvalidPackageError
 from stratus.codedist.package_check import CheckedPackage, PackageLimits, check_package
 from stratus.config import config_from_mapping
+from stratus.settings import package_limits
 from tests.package_factory import package_files, valid_package
 
 LIMITS = PackageLimits(
@@ -140,7 +141,7 @@ def test_limits_come_from_the_configuration() -> None:
             "package.max.entries": 4,
         }
     )
-    assert PackageLimits.from_config(conf) == PackageLimits(1000, 2000, 3.5, 4)
+    assert package_limits(conf) == PackageLimits(1000, 2000, 3.5, 4)
 
 
 # ---------------------------------------------------------------------- the archive

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from stratus.api.records import WorkerHeartbeat, WorkerState
-from stratus.codedist.package_check import PackageLimits, check_package
+from stratus.codedist.package_check import check_package
 from stratus.config import StratusConfig
 from stratus.local.examples_io import (
     FLUSH_KEY,
@@ -30,6 +30,7 @@ from stratus.local.examples_io import (
     make_events,
     read_rows,
 )
+from stratus.settings import package_limits
 from stratus.worker import run_guard
 from stratus.worker.entrypoint import load_entrypoint
 from stratus.worker.errors import EntrypointError
@@ -295,7 +296,7 @@ def test_sdp_example_runs_once_to_finished(tmp_path, start_worker):
 def test_examples_are_valid_packages(example, tmp_path):
     archive = tmp_path / "package.zip"
     archive.write_bytes(example_package(example))
-    checked = check_package(archive, PackageLimits.from_config(StratusConfig()))
+    checked = check_package(archive, package_limits(StratusConfig()))
     assert checked.manifest.kind == ("sdp" if example == "sdp" else "app")
 
 

@@ -18,10 +18,10 @@ import pytest
 
 from stratus.config import config_from_mapping
 from stratus.errors import ConfigError
+from stratus.settings import state_store_settings
 from stratus.state.errors import StateStoreUnavailableError
 from stratus.state.factory import StateStoreSettings, create_state_store
 from stratus.state.zk_store import ZooKeeperStateStore, check_path
-from stratus.state_config import state_store_settings
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.server import ZooKeeperServer
 from tests.zkfixtures import kazoo_client, wait_until

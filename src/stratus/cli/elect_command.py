@@ -19,8 +19,8 @@ from stratus.cli.options import with_config
 from stratus.config import StratusConfig
 from stratus.coordination.coordinator import Coordinator
 from stratus.coordination.elected_command import ElectedCommand
+from stratus.settings import zk_settings
 from stratus.zk.session import ZkSession
-from stratus.zk_config import zk_settings
 
 
 def _say(message: str) -> None:

@@ -24,6 +24,7 @@ from stratus.codedist.errors import InvalidPackageError
 from stratus.codedist.package_build import build_package
 from stratus.codedist.package_check import CheckedPackage, PackageLimits, check_package
 from stratus.config import StratusConfig
+from stratus.settings import package_limits
 
 
 @click.command()
@@ -35,7 +36,7 @@ from stratus.config import StratusConfig
 def validate(*, path: Path, as_json: bool, conf: StratusConfig) -> None:
     """Check the pipeline package PATH (a directory or a .zip) without submitting it."""
     try:
-        checked, digest = _check(path, PackageLimits.from_config(conf))
+        checked, digest = _check(path, package_limits(conf))
     except InvalidPackageError as exc:
         click.echo(f"error: {exc}", err=True)
         raise click.exceptions.Exit(1) from None

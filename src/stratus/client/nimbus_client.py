@@ -43,6 +43,7 @@ from stratus.client.routing import API, Delivery, NimbusRouter, parse
 from stratus.codedist.package_build import build_package
 from stratus.codedist.package_check import PackageLimits, check_package
 from stratus.config import StratusConfig
+from stratus.settings import package_limits as limits_of
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -76,7 +77,7 @@ class NimbusClient:
         )
         self.seeds = self._router.seeds
         self.retry_deadline = retry_deadline
-        self.package_limits = package_limits or PackageLimits.from_config(StratusConfig())
+        self.package_limits = package_limits or limits_of(StratusConfig())
         self._clock = clock
         self._sleep = sleep
 
@@ -91,7 +92,7 @@ class NimbusClient:
             retry_deadline=conf.client_retry_deadline_secs,
             request_timeout=conf.client_request_timeout_secs,
             transport=transport,
-            package_limits=PackageLimits.from_config(conf),
+            package_limits=limits_of(conf),
         )
 
     def __enter__(self) -> NimbusClient:

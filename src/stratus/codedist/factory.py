@@ -1,12 +1,14 @@
-"""The code distributor that ``nimbus.code.distributor`` names, with its settings.
+"""The code distributor that its settings name: ``local`` or ``shared``.
 
-The one place in ``codedist`` that reads the configuration: the distributors take explicit
-parameters and small settings objects (``FetchSettings``).
+The distributors take explicit parameters and small settings records; the configuration's
+keys become a ``DistributorSettings`` in ``stratus.settings``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
 
 from kazoo.client import KazooClient
 
@@ -15,12 +17,20 @@ from stratus.codedist.local_fs import LocalFileSystemDistributor
 from stratus.codedist.package_store import PackageStore
 from stratus.codedist.shared_fs import SharedStorageDistributor
 from stratus.codedist.transfer.fetch import FetchSettings
-from stratus.config import StratusConfig
 from stratus.zk.paths import ClusterPaths
 
 
+@dataclass(frozen=True)
+class DistributorSettings:
+    """Which distributor (``nimbus.code.distributor``), its shared store, how copies are fetched."""
+
+    kind: Literal["local", "shared"]
+    shared_url: str | None  # nimbus.code.shared.url: required (checked at load) for "shared"
+    fetch: FetchSettings
+
+
 def create_distributor(
-    conf: StratusConfig,
+    settings: DistributorSettings,
     *,
     client: KazooClient,
     paths: ClusterPaths,
@@ -33,23 +43,9 @@ def create_distributor(
 
     ``served_from``: the package server of a nimbus (``local`` names it in registrations).
     """
-    if conf.nimbus_code_distributor == "shared":
-        assert conf.nimbus_code_shared_url is not None  # checked when the config was loaded
-        return SharedStorageDistributor(conf.nimbus_code_shared_url, live_nimbuses=live_nimbuses)
+    if settings.kind == "shared":
+        assert settings.shared_url is not None  # checked when the config was loaded
+        return SharedStorageDistributor(settings.shared_url, live_nimbuses=live_nimbuses)
     return LocalFileSystemDistributor(
-        client,
-        paths,
-        address,
-        store,
-        fetch_settings(conf),
-        served_from=served_from,
-    )
-
-
-def fetch_settings(conf: StratusConfig) -> FetchSettings:
-    """How copies are fetched: ``nimbus.code.download.*``, ``client.request.timeout.secs``."""
-    return FetchSettings(
-        parts=conf.nimbus_code_download_parts,
-        part_min_bytes=conf.nimbus_code_download_part_min_bytes,
-        timeout=conf.client_request_timeout_secs,
+        client, paths, address, store, settings.fetch, served_from=served_from
     )

@@ -4,7 +4,7 @@ The client checks a package before it uploads it, and every nimbus checks it aga
 storing it. The package is a zip file; it is read, never extracted, and no entry is ever
 inflated past the size its central directory declares, so a zip bomb costs a few reads::
 
-    limits = PackageLimits.from_config(conf)
+    limits = package_limits(conf)                            # stratus.settings
     checked = check_package(Path("wordcount.zip"), limits)    # else InvalidPackageError
     checked.manifest.name, checked.files, checked.unpacked_bytes
 
@@ -39,7 +39,6 @@ from typing import BinaryIO
 
 from stratus.codedist.errors import InvalidPackageError
 from stratus.codedist.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, parse_manifest
-from stratus.config import StratusConfig
 
 CHUNK = 64 * 1024
 RATIO_FLOOR_BYTES = 1024 * 1024  # smaller unpacked sizes cannot make a bomb: no ratio check
@@ -77,15 +76,6 @@ class PackageLimits:
     max_unpacked_bytes: int
     max_ratio: float
     max_entries: int
-
-    @classmethod
-    def from_config(cls, conf: StratusConfig) -> PackageLimits:
-        return cls(
-            max_bytes=conf.nimbus_max_upload_bytes,
-            max_unpacked_bytes=conf.package_max_unpacked_bytes,
-            max_ratio=conf.package_max_ratio,
-            max_entries=conf.package_max_entries,
-        )
 
 
 @dataclass(frozen=True)

@@ -55,15 +55,14 @@ from stratus.nimbus.readiness import CodeReadiness
 from stratus.nimbus.service import NimbusService
 from stratus.nimbus.settings import NimbusSettings
 from stratus.nimbus.submission import Submitter
+from stratus.settings import distributor_settings, state_store_settings, zk_settings
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
-from stratus.state_config import state_store_settings
 from stratus.worker.checkpoints import checkpoint_location
 from stratus.zk.clock import Clock
 from stratus.zk.ephemeral import EphemeralNode
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.session import ZkSession
-from stratus.zk_config import zk_settings
 
 log = logging.getLogger(__name__)
 
@@ -312,7 +311,7 @@ class Nimbus:
 
     def _build_distributor(self, store: PackageStore) -> CodeDistributor:
         distributor = create_distributor(
-            self.conf,
+            distributor_settings(self.conf),
             client=self.session.client,
             paths=self.paths,
             address=self.address,

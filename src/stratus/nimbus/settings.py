@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from stratus.codedist.package_check import PackageLimits
 from stratus.config import StratusConfig
 from stratus.nimbus.pipeline_ops import ReplicationPolicy
+from stratus.settings import package_limits
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ class NimbusSettings:
                 task_timeout_secs=conf.nimbus_task_timeout_secs,
             ),
             submit=SubmitSettings(
-                limits=PackageLimits.from_config(conf),
+                limits=package_limits(conf),
                 replication=ReplicationPolicy(
                     required=conf.pipeline_min_replication_count,
                     wait_secs=conf.pipeline_max_replication_wait_time_sec,

@@ -7,7 +7,7 @@
 daemon's own kazoo client. Each call is bounded by ``call_timeout_secs``: the daemons pass the
 shorter of ``zookeeper.session.timeout.secs`` (a call that takes longer would find the session
 expired anyway) and ``supervisor.fence.timeout.secs`` (a supervisor stuck in one heartbeat call
-must still notice in time that it has to fence itself); ``stratus.state_config`` builds it.
+must still notice in time that it has to fence itself); ``stratus.settings`` builds it.
 """
 
 from __future__ import annotations

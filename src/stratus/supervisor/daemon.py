@@ -68,7 +68,6 @@ class Supervisor:
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
     ) -> None:
-        self._conf = conf  # the code distributor's factory still reads it whole
         self.settings = SupervisorSettings.from_config(conf)
         self.id = self.settings.id
         self.host = self.settings.host
@@ -174,7 +173,7 @@ class Supervisor:
                 self.local_dir / "packages", max_bytes=self.settings.code.max_package_bytes
             )
             distributor = create_distributor(
-                self._conf,
+                self.settings.code.distributor,
                 client=self.session.client,
                 paths=self.paths,
                 address=f"supervisor/{self.id}",

@@ -19,13 +19,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from stratus.codedist.factory import DistributorSettings
 from stratus.codedist.package_check import PackageLimits
 from stratus.config import StratusConfig
+from stratus.settings import distributor_settings, package_limits, state_store_settings, zk_settings
 from stratus.state.factory import StateStoreSettings
-from stratus.state_config import state_store_settings
 from stratus.supervisor.errors import SupervisorStartError
 from stratus.zk.session import ZkSettings
-from stratus.zk_config import zk_settings
 
 SUPERVISOR_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")  # as supervisor.id checks
 RECONCILE_PERIODS = 5  # a read every this many heartbeat periods, in case a watch is missed
@@ -78,8 +78,10 @@ class SpecSettings:
 
 @dataclass(frozen=True)
 class CodeSettings:
-    """What a fetched package must fit, and how long a failed fetch waits before the next."""
+    """Where code comes from, what a fetched package must fit, and how long a failed fetch
+    waits before the next."""
 
+    distributor: DistributorSettings
     limits: PackageLimits
     max_package_bytes: int  # nimbus.max.upload.bytes: the local package store's bound
     retry_secs: float  # supervisor.worker.restart.backoff.secs
@@ -135,7 +137,8 @@ class SupervisorSettings:
                 stop_grace_secs=timeouts.stop_secs,
             ),
             code=CodeSettings(
-                limits=PackageLimits.from_config(conf),
+                distributor=distributor_settings(conf),
+                limits=package_limits(conf),
                 max_package_bytes=conf.nimbus_max_upload_bytes,
                 retry_secs=conf.supervisor_worker_restart_backoff_secs,
             ),

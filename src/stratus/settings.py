@@ -1,0 +1,65 @@
+"""The settings of stratus's library layers, read from the configuration in one place.
+
+The layers below the daemons (ZooKeeper, the election library, the state store, code
+distribution) never read the configuration: they take small settings records, and this
+module is where the configuration's keys become those records. The daemons' own settings
+are built beside them (``nimbus/settings.py``, ``supervisor/settings.py``) from these::
+
+    session = ZkSession(zk_settings(conf))
+    store = create_state_store(state_store_settings(conf), session.client, paths)
+    check_package(path, package_limits(conf))
+    create_distributor(distributor_settings(conf), client=session.client, ...)
+"""
+
+from __future__ import annotations
+
+from stratus.codedist.factory import DistributorSettings
+from stratus.codedist.package_check import PackageLimits
+from stratus.codedist.transfer.fetch import FetchSettings
+from stratus.config import StratusConfig
+from stratus.state.factory import StateStoreSettings
+from stratus.zk.session import ZkSettings
+
+
+def zk_settings(conf: StratusConfig) -> ZkSettings:
+    """``zookeeper.servers``, ``.root``, ``.session.timeout.secs``, ``.connection.timeout.secs``."""
+    return ZkSettings(
+        hosts=conf.zookeeper_hosts(),
+        root=conf.zookeeper_root,
+        session_timeout=conf.zookeeper_session_timeout_secs,
+        connection_timeout=conf.zookeeper_connection_timeout_secs,
+    )
+
+
+def state_store_settings(conf: StratusConfig) -> StateStoreSettings:
+    """``cluster.state.store``; a call bounded by the shorter of ``zookeeper.session.timeout.secs``
+    and ``supervisor.fence.timeout.secs``."""
+    return StateStoreSettings(
+        kind=conf.cluster_state_store,
+        call_timeout_secs=min(
+            conf.zookeeper_session_timeout_secs, conf.supervisor_fence_timeout_secs
+        ),
+    )
+
+
+def package_limits(conf: StratusConfig) -> PackageLimits:
+    """``nimbus.max.upload.bytes`` and ``package.max.*``: what a package may be."""
+    return PackageLimits(
+        max_bytes=conf.nimbus_max_upload_bytes,
+        max_unpacked_bytes=conf.package_max_unpacked_bytes,
+        max_ratio=conf.package_max_ratio,
+        max_entries=conf.package_max_entries,
+    )
+
+
+def distributor_settings(conf: StratusConfig) -> DistributorSettings:
+    """``nimbus.code.distributor`` and its store; how copies are fetched."""
+    return DistributorSettings(
+        kind=conf.nimbus_code_distributor,
+        shared_url=conf.nimbus_code_shared_url,
+        fetch=FetchSettings(
+            parts=conf.nimbus_code_download_parts,
+            part_min_bytes=conf.nimbus_code_download_part_min_bytes,
+            timeout=conf.client_request_timeout_secs,
+        ),
+    )
