@@ -23,6 +23,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from stratus.api.clock import Clock
 from stratus.api.errors import (
     ApiError,
     InvalidConfError,
@@ -63,7 +64,7 @@ class NimbusClient:
         retry_deadline: float = 30.0,
         request_timeout: float = 10.0,
         transport: httpx.BaseTransport | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         package_limits: PackageLimits | None = None,
     ) -> None:

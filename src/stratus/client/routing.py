@@ -23,6 +23,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 from tenacity import RetryCallState, Retrying, retry_if_exception, wait_random_exponential
 
+from stratus.api.clock import Clock
 from stratus.api.errors import (
     ApiError,
     NotLeaderError,
@@ -69,7 +70,7 @@ class _Deadline:
     """The instant after which one call stops retrying, on the client's clock."""
 
     at: float
-    clock: Callable[[], float]
+    clock: Clock
 
     def expired(self, _state: RetryCallState) -> bool:
         return self.clock() >= self.at
@@ -92,7 +93,7 @@ class NimbusRouter:
         retry_deadline: float,
         request_timeout: float,
         transport: httpx.BaseTransport | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.seeds = _unique(_seed_address(seed) for seed in seeds)

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 
 from kazoo.exceptions import KazooException
 
+from stratus.api.clock import Clock
 from stratus.api.records import PipelineRecord
 from stratus.codedist.distributor import CodeDistributor, CodeMeta
 from stratus.codedist.errors import CodeUnavailableError
@@ -61,7 +62,7 @@ class CodeSync:
         *,
         freq_secs: float,
         lost_fail_secs: float,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = time.monotonic,
     ) -> None:
         self._distributor = distributor
         self._pipelines = pipelines

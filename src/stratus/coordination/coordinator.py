@@ -32,6 +32,7 @@ from typing import Any
 
 from kazoo.exceptions import KazooException
 
+from stratus.api.clock import Clock
 from stratus.coordination.candidacy import (
     Candidacies,
     Candidacy,
@@ -50,7 +51,6 @@ from stratus.coordination.subscriptions import (
     ErrorCallback,
     LeaderChanges,
 )
-from stratus.zk.clock import Clock
 from stratus.zk.paths import GroupPaths, check_group_name
 from stratus.zk.session import SessionChange, SessionState, ZkSession, ZkSettings
 

@@ -32,12 +32,12 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 
+from stratus.api.clock import Clock
 from stratus.coordination.errors import (
     CommitOutcomeUnknownError,
     LeadershipLostError,
     TransactionFailedError,
 )
-from stratus.zk.clock import Clock
 
 log = logging.getLogger(__name__)
 

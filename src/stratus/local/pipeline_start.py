@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from stratus.api.clock import Clock
 from stratus.api.records import PipelineWorkers, WorkerHeartbeat, WorkerState
 from stratus.client import NimbusClient
 from stratus.errors import PipelineStartError
@@ -169,7 +170,7 @@ def follow_start(
     on_poll: Callable[[], object] = lambda: None,
     timeout: float = TIMEOUT_SECS,
     poll_secs: float = POLL_SECS,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Clock = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> PipelineStart:
     """Poll ``client.workers(pipeline)`` until the pipeline ran a batch above ``after_batch``

@@ -27,6 +27,7 @@ from pathlib import Path
 import uvicorn
 
 from stratus import __version__
+from stratus.api.clock import Clock
 from stratus.api.records import NimbusRegistration, PipelineRecord, PipelineStatus
 from stratus.codedist.code_sync import CodeSync
 from stratus.codedist.distributor import CodeDistributor
@@ -59,7 +60,6 @@ from stratus.settings import distributor_settings, state_store_settings, zk_sett
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.worker.checkpoints import checkpoint_location
-from stratus.zk.clock import Clock
 from stratus.zk.ephemeral import EphemeralNode
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.session import ZkSession

@@ -55,11 +55,11 @@ from typing import Protocol
 
 from kazoo.exceptions import KazooException
 
+from stratus.api.clock import Clock
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import LeaderChange, RevokeReason
 from stratus.errors import StratusError
 from stratus.nimbus.settings import LeadershipSettings
-from stratus.zk.clock import Clock
 
 log = logging.getLogger(__name__)
 

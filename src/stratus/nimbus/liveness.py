@@ -20,13 +20,15 @@ look. Not thread-safe: one thread (the leader's duties) owns it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
+
+from stratus.api.clock import Clock
 
 
 class Liveness:
     """When each key's token last changed, on an injected monotonic clock."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Clock = time.monotonic) -> None:
         self._clock = clock
         self._seen: dict[str, tuple[Hashable, float]] = {}  # key -> (token, when it changed)
         self._since = clock()  # the last reset

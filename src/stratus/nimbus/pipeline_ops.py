@@ -28,6 +28,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
+from stratus.api.clock import Clock
 from stratus.api.errors import (
     InvalidTransitionError,
     NotLeaderError,
@@ -56,9 +57,7 @@ VERSION_RACE_RETRIES = 5  # another request changed the record between our read 
 class PipelineOps:
     """Submit, kill, activate, deactivate, rebalance and the removal of killed pipelines."""
 
-    def __init__(
-        self, client: KazooClient, paths: ClusterPaths, *, clock: Callable[[], float]
-    ) -> None:
+    def __init__(self, client: KazooClient, paths: ClusterPaths, *, clock: Clock) -> None:
         self._client = client
         self._paths = paths
         self._clock = clock  # wall clock: kill times must mean the same on every nimbus

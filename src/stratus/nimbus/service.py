@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+from stratus.api.clock import Clock
 from stratus.api.errors import InvalidRequestError, NotLeaderError, UnknownPipelineError
 from stratus.api.names import check_pipeline_name
 from stratus.api.pipeline_conf import validate_pipeline_conf
@@ -31,7 +32,6 @@ from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.placement import Placement
 from stratus.nimbus.settings import ServiceSettings
 from stratus.nimbus.submission import Submitter
-from stratus.zk.clock import Clock
 
 MAX_REQUEST_ID_LENGTH = 128
 

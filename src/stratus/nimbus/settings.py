@@ -2,7 +2,7 @@
 
 Each component of the nimbus takes the record it needs, never the whole ``StratusConfig``,
 so a test builds a component from a few values and a reader sees what a component depends
-on. ``Clock`` (``stratus.zk.clock``) is how every component is given time; the default is
+on. ``Clock`` (``stratus.api.clock``) is how every component is given time; the default is
 ``time.monotonic`` for timeouts and periods, and a wall clock (``time.time``) only where a
 time is written down for other machines to read (kill times, start times)::
 

@@ -25,9 +25,9 @@ from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from pydantic import ValidationError
 
+from stratus.api.clock import Clock
 from stratus.api.records import Assignment
 from stratus.supervisor.errors import AssignmentsUnavailableError
-from stratus.zk.clock import Clock
 from stratus.zk.paths import ClusterPaths
 
 log = logging.getLogger(__name__)

@@ -29,6 +29,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from stratus.api.clock import Clock
 from stratus.codedist.distributor import CodeDistributor, CodeMeta
 from stratus.codedist.manifest import MANIFEST_NAME, Manifest, parse_manifest
 from stratus.codedist.package_check import PackageLimits, check_package, normal_name
@@ -37,7 +38,6 @@ from stratus.codedist.transfer.check import copy_check, hash_file
 from stratus.errors import StratusError
 from stratus.supervisor.errors import CodeNotReadyError
 from stratus.supervisor.restart_policy import backoff_delay
-from stratus.zk.clock import Clock
 
 log = logging.getLogger(__name__)
 

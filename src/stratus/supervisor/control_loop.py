@@ -25,6 +25,7 @@ from collections.abc import Callable, Set
 from dataclasses import dataclass
 from typing import Protocol
 
+from stratus.api.clock import Clock
 from stratus.api.records import Assignment, SupervisorHeartbeat
 from stratus.supervisor.assignment_reader import AssignmentsRead, ReadFailed
 from stratus.supervisor.fence import Lease
@@ -41,7 +42,6 @@ from stratus.supervisor.reconcile import (
 from stratus.supervisor.restart_policy import RestartPolicy
 from stratus.supervisor.settings import LoopSettings
 from stratus.supervisor.worker_process import WorkerPaths
-from stratus.zk.clock import Clock
 
 log = logging.getLogger(__name__)
 

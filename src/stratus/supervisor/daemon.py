@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from stratus import __version__
+from stratus.api.clock import Clock
 from stratus.api.records import Assignment, SupervisorSummary
 from stratus.codedist.distributor import CodeDistributor
 from stratus.codedist.factory import create_distributor
@@ -46,7 +47,6 @@ from stratus.supervisor.launcher import WorkerLauncher
 from stratus.supervisor.registration import SupervisorRegistration
 from stratus.supervisor.settings import SupervisorSettings
 from stratus.supervisor.worker_process import WorkerPaths
-from stratus.zk.clock import Clock
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.session import SessionChange, SessionState, ZkSession
 from stratus.zk.watched import WatchedChildren

@@ -26,9 +26,9 @@ from typing import Protocol
 
 from kazoo.exceptions import KazooException
 
+from stratus.api.clock import Clock
 from stratus.api.records import SupervisorHeartbeat, WorkerHeartbeat
 from stratus.errors import StratusError
-from stratus.zk.clock import Clock
 
 log = logging.getLogger(__name__)
 

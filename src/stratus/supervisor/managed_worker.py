@@ -29,6 +29,7 @@ from typing import Protocol
 
 from pydantic import ValidationError
 
+from stratus.api.clock import Clock
 from stratus.api.records import Assignment, WorkerHeartbeat, WorkerState
 from stratus.codedist.distributor import CodeMeta
 from stratus.errors import StratusError
@@ -37,7 +38,6 @@ from stratus.supervisor.reconcile import Held
 from stratus.supervisor.restart_policy import GiveUp, RestartPolicy
 from stratus.supervisor.settings import WorkerTimeouts
 from stratus.supervisor.worker_process import WorkerPaths, log_tail
-from stratus.zk.clock import Clock
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,10 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from pydantic import ValidationError
 
+from stratus.api.clock import Clock
 from stratus.api.records import SupervisorHeartbeat, SupervisorSummary
 from stratus.errors import StratusError
 from stratus.supervisor.errors import DuplicateSupervisorError
-from stratus.zk.clock import Clock
 from stratus.zk.ephemeral import EphemeralNodes
 from stratus.zk.paths import ClusterPaths
 

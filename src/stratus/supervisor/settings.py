@@ -2,7 +2,7 @@
 
 Each component of the supervisor takes the record it needs, never the whole ``StratusConfig``,
 so a test builds a component from a few values and a reader sees what a component depends on.
-Time is given to every component as a ``stratus.zk.clock.Clock``: ``time.monotonic`` for
+Time is given to every component as a ``stratus.api.clock.Clock``: ``time.monotonic`` for
 timeouts and periods, a wall clock (``time.time``) only for times written down for others to
 read (start times)::
 

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from stratus.api.clock import Clock
 from stratus.api.records import QueryProgress, WorkerHeartbeat, WorkerState
 from stratus.worker.outcome import Outcome
 from stratus.worker.spec import WorkerSpec, write_heartbeat
@@ -38,7 +39,7 @@ class HeartbeatReporter:
         self,
         spec: WorkerSpec,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = time.time,
         pid: int | None = None,
     ) -> None:
         self._spec = spec

@@ -28,7 +28,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from stratus.zk.clock import Clock
+from stratus.api.clock import Clock
 
 LEASE_FRACTION = 2 / 3  # of the session timeout: how long one confirmed contact vouches for us
 RENEW_FRACTION = 1 / 6  # of the session timeout: how often the session renews its lease

@@ -34,7 +34,7 @@ from kazoo.exceptions import ConnectionClosedError, KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry, RetryFailedError
 
-from stratus.zk.clock import Clock
+from stratus.api.clock import Clock
 from stratus.zk.errors import ZooKeeperUnavailableError
 from stratus.zk.lease import LEASE_FRACTION, RENEW_FRACTION, LeaseProbe, SessionLease
 

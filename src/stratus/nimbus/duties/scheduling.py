@@ -28,6 +28,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
+from stratus.api.clock import Clock
 from stratus.api.records import (
     Assignment,
     PipelineRecord,
@@ -44,7 +45,6 @@ from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.scheduler import Plan, plan_round
 from stratus.nimbus.settings import SchedulingSettings
 from stratus.state.heartbeats import HeartbeatBoard
-from stratus.zk.clock import Clock
 
 log = logging.getLogger(__name__)
 

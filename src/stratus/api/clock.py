@@ -1,4 +1,4 @@
-"""The clock that every lease and term in stratus's ZooKeeper layers reads.
+"""The clock type that every component of stratus is given (leases, terms, timeouts, heartbeats).
 
 One type, injected the same way everywhere (a ``clock`` argument, default ``time.monotonic``),
 so that a test can drive a lease with a fake clock and a deadline computed by one part is
