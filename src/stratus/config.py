@@ -27,6 +27,8 @@ from stratus.errors import ConfigError
 CONFIG_ENV_VAR = "STRATUS_CONF"
 _LIST_KEYS = frozenset({"zookeeper.servers", "nimbus.seeds"})  # `-c key=a,b` splits at commas
 
+SUPERVISOR_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"  # a znode name and a directory name
+
 
 class StratusConfig(BaseModel):
     """Every setting stratus reads, under its dotted name (the field alias)."""
@@ -249,7 +251,7 @@ class StratusConfig(BaseModel):
     )
     supervisor_id: str | None = Field(
         default=None,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$",
+        pattern=SUPERVISOR_ID_PATTERN,
         alias="supervisor.id",
         description="name of a supervisor, unique in the cluster (default: the host name)",
     )

@@ -1,8 +1,11 @@
 """The clock type that every component of stratus is given (leases, terms, timeouts, heartbeats).
 
-One type, injected the same way everywhere (a ``clock`` argument, default ``time.monotonic``),
-so that a test can drive a lease with a fake clock and a deadline computed by one part is
-compared against the same clock by another.
+One type, injected the same way everywhere, so that a test can drive a lease with a fake clock
+and a deadline computed by one part is compared against the same clock by another. Two kinds
+of time pass through it: ``time.monotonic`` (the default) for every timeout, period and lease,
+and a wall clock (``time.time``) only where a time is written down for other machines to read
+(start times, kill times, heartbeat stamps). A component that needs both takes them as two
+arguments and names the wall one for what it is.
 """
 
 from __future__ import annotations
@@ -10,4 +13,4 @@ from __future__ import annotations
 from collections.abc import Callable
 
 Clock = Callable[[], float]
-"""Seconds from an arbitrary origin that never goes backwards (``time.monotonic``)."""
+"""Seconds as a float: ``time.monotonic`` unless the argument says it is a wall clock."""

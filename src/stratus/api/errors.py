@@ -2,7 +2,7 @@
 
 The server raises them and renders ``{"error": code, "message": ..., "leader": ...}``; the
 client turns that body back into the same class (``error_from_body``), so a caller catches
-``PipelineNotFoundError`` whichever side of the wire found the problem.
+``UnknownPipelineError`` whichever side of the wire found the problem.
 """
 
 from __future__ import annotations

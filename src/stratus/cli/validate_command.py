@@ -11,7 +11,6 @@ exits 1.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import tempfile
 from pathlib import Path
@@ -23,6 +22,7 @@ from stratus.cli.options import with_config
 from stratus.codedist.errors import InvalidPackageError
 from stratus.codedist.package_build import build_package
 from stratus.codedist.package_check import CheckedPackage, PackageLimits, check_package
+from stratus.codedist.transfer.check import hash_file
 from stratus.config import StratusConfig
 from stratus.settings import package_limits
 
@@ -54,12 +54,7 @@ def _check(path: Path, limits: PackageLimits) -> tuple[CheckedPackage, str]:
     with tempfile.TemporaryDirectory(prefix="stratus-validate-") as tmp:
         archive = build_package(path, Path(tmp) / "package.zip")
         checked = check_package(archive, limits)
-        return checked, _sha256(archive)
-
-
-def _sha256(path: Path) -> str:
-    with path.open("rb") as src:
-        return hashlib.file_digest(src, "sha256").hexdigest()
+        return checked, hash_file(archive)[0]
 
 
 def _line(checked: CheckedPackage) -> str:

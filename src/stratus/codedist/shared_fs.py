@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -32,12 +31,12 @@ from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.errors import CodeStoreError, CodeUnavailableError, DigestMismatchError
 from stratus.codedist.package_store import CHUNK, SUFFIX
 from stratus.codedist.transfer.check import Algorithm, CopyCheck, Hasher, copy_check, new_hasher
+from stratus.codedist.transfer.ranges import DIGEST
 
 log = logging.getLogger(__name__)
 
 PACKAGES_DIR = "packages"
 TMP_PREFIX = ".tmp-"
-_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 class SharedStorageDistributor:
@@ -236,7 +235,7 @@ class SharedStorageDistributor:
         return self._fs
 
     def _object(self, digest: str) -> str:
-        if not _DIGEST.fullmatch(digest):
+        if not DIGEST.fullmatch(digest):
             raise ValueError(f"not a sha256 hex digest: {digest!r}")
         return f"{self._packages}/{digest}{SUFFIX}"
 

@@ -21,13 +21,13 @@ from pathlib import Path
 
 from stratus.codedist.factory import DistributorSettings
 from stratus.codedist.package_check import PackageLimits
-from stratus.config import StratusConfig
+from stratus.config import SUPERVISOR_ID_PATTERN, StratusConfig
 from stratus.settings import distributor_settings, package_limits, state_store_settings, zk_settings
 from stratus.state.factory import StateStoreSettings
 from stratus.supervisor.errors import SupervisorStartError
 from stratus.zk.session import ZkSettings
 
-SUPERVISOR_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")  # as supervisor.id checks
+SUPERVISOR_ID = re.compile(SUPERVISOR_ID_PATTERN)  # as supervisor.id is checked at load
 RECONCILE_PERIODS = 5  # a read every this many heartbeat periods, in case a watch is missed
 MAX_TICK_SECS = 0.2
 
@@ -148,7 +148,7 @@ class SupervisorSettings:
 def _checked_id(supervisor_id: str) -> str:
     """``supervisor_id``, if it can be one (the configuration checks ``supervisor.id``; the
     host name it defaults to is checked here)."""
-    if not SUPERVISOR_ID.match(supervisor_id):
+    if not SUPERVISOR_ID.fullmatch(supervisor_id):
         raise SupervisorStartError(
             f"the host name {supervisor_id!r} cannot be a supervisor id (1-100 letters, "
             "digits, '_', '.' and '-', starting with a letter or digit); set supervisor.id"

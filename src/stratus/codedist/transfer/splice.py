@@ -5,7 +5,7 @@ compete for the same CPUs: every copy of the bytes counts. ``recv_into`` a buffe
 ``pwrite`` copies each byte twice (socket to buffer, buffer to page cache); ``splice(2)``
 through a pipe copies it once (socket pages into the pipe by reference, then into the page
 cache). Measured on loopback, 100 MB: 96-99 ms of the fetching process's CPU with the
-digest (``hash_region``) against 112-124 ms with ``recv_into`` and ``pwrite``::
+digest against 112-124 ms with ``recv_into`` and ``pwrite``::
 
     mover = SocketSplicer(sock, timeout=10.0)   # SpliceUnsupportedError off Linux
     n = mover.move(fd, offset, limit)           # up to ``limit`` bytes at ``offset``; 0: EOF
