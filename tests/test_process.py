@@ -126,9 +126,13 @@ def test_a_child_tied_to_its_parent_dies_when_the_parent_is_sigkilled(
                 os.killpg(child_pid, signal.SIGKILL)
 
 
-def test_stopping_a_group_that_already_exited_is_harmless() -> None:
+def test_stopping_a_group_that_already_exited_is_harmless(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     group = ProcessGroup.start([sys.executable, "-c", "raise SystemExit(3)"])
     assert group.wait(WAIT_SECS) == 3
+    signalled: list[tuple[int, int]] = []
+    monkeypatch.setattr(os, "killpg", lambda pgid, signum: signalled.append((pgid, signum)))
 
     assert group.stop(grace=1.0) == 3
     assert group.stop(grace=1.0) == 3
@@ -136,6 +140,7 @@ def test_stopping_a_group_that_already_exited_is_harmless() -> None:
     group.terminate()
     group.close_lifeline()
     assert shell_exit_code(group.returncode) == 3
+    assert signalled == [], "a reaped group's id was signalled: it may be another group's now"
 
 
 def test_others_in_the_group_are_stopped_from_inside_it() -> None:

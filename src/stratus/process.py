@@ -98,8 +98,13 @@ class ProcessGroup:
     def signal_group(self, signum: int) -> None:
         """Send ``signum`` to every process of the group; nothing if the group is gone.
 
-        The kernel does not reuse the group's id while any member of the group lives.
+        The kernel does not reuse the group's id while any member of the group lives, nor
+        while the child is unreaped. Once the child was reaped the id is ours only as long as
+        members of the group are alive: with none left (``live_in_group``) nothing is sent,
+        since an unrelated group may by now have the same id.
         """
+        if self.process.returncode is not None and not live_in_group(self.pid):
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signum)
 
