@@ -12,7 +12,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from stratus.process import Lifeline, ProcessGroup, live_in_group, shell_exit_code
+from stratus.process import (
+    NOT_REAPED_EXIT,
+    Lifeline,
+    ProcessGroup,
+    live_in_group,
+    shell_exit_code,
+)
 from tests.zkfixtures import process_gone, wait_until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -159,3 +165,8 @@ print(stubborn.returncode, others_in_group(), flush=True)
     with started(script) as group:
         assert first_line(group) == f"{-signal.SIGKILL} []"
         assert group.wait(WAIT_SECS) == 0
+
+
+def test_a_child_that_could_not_be_reaped_is_never_a_clean_exit() -> None:
+    assert shell_exit_code(None) == NOT_REAPED_EXIT != 0
+    assert shell_exit_code(-signal.SIGTERM) == 128 + signal.SIGTERM
