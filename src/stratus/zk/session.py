@@ -48,6 +48,25 @@ RETRY_DELAY_SECS = 0.05  # first pause of a retried call or reconnection
 RETRY_MAX_DELAY_SECS = 0.5  # longest pause: reconnection after a server restart stays quick
 
 
+def retry_policy(
+    *,
+    max_tries: int = -1,
+    deadline: float | None = None,
+    interrupt: Callable[[], bool] | None = None,
+) -> KazooRetry:
+    """The ZooKeeper layer's one retry policy: pauses from ``RETRY_DELAY_SECS``, doubling up
+    to ``RETRY_MAX_DELAY_SECS``; ``max_tries`` -1 retries until ``deadline`` (seconds, None:
+    no end) or until ``interrupt()`` is true."""
+    return KazooRetry(
+        max_tries=max_tries,
+        delay=RETRY_DELAY_SECS,
+        backoff=2,
+        max_delay=RETRY_MAX_DELAY_SECS,
+        deadline=deadline,
+        interrupt=interrupt,
+    )
+
+
 @dataclass(frozen=True)
 class ZkSettings:
     """Where the session connects and how long it waits (the ``zookeeper.*`` keys).
@@ -123,9 +142,7 @@ class ZkSession:
         self.client = KazooClient(
             hosts=settings.hosts,
             timeout=settings.session_timeout,
-            connection_retry=KazooRetry(
-                max_tries=-1, delay=RETRY_DELAY_SECS, backoff=2, max_delay=RETRY_MAX_DELAY_SECS
-            ),
+            connection_retry=retry_policy(),
         )
         self.clock = clock  # the lease's, and that of every term won on this session
         self._lock = threading.Lock()  # guards the state and the listeners
@@ -279,12 +296,7 @@ class ZkSession:
 
     def retry(self) -> KazooRetry:
         """A fresh retry policy: across connection loss until the connection timeout."""
-        return KazooRetry(
-            max_tries=-1,
-            delay=RETRY_DELAY_SECS,
-            max_delay=RETRY_MAX_DELAY_SECS,
-            deadline=self.settings.connection_timeout,
-        )
+        return retry_policy(deadline=self.settings.connection_timeout)
 
     def call(self, what: str, func: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         """``func(*args, **kwargs)`` retried by ``retry()``; ``ZooKeeperUnavailableError``
