@@ -9,8 +9,9 @@ ZooKeeper (as kazoo's recipes take a client); nothing below the owner creates or
         session.lease_end(session.session_id)                       # trust the session until then
 
 Guarantees: the connection state is a ``SessionState`` whose transitions are all written in
-``next_state``; listeners hear every change in order, on kazoo's event thread, so they must
-only record or post work elsewhere. ``granted_session_timeout`` is what the server granted
+``next_state``; listeners hear every change in order, one at a time, on kazoo's thread (or
+the lease renewer's, or the closing thread's), so they must only record or post work
+elsewhere. ``granted_session_timeout`` is what the server granted
 (it clamps the request to its own bounds), learned from kazoo's internals in this module only.
 The lease (see ``lease``) is renewed every ``RENEW_FRACTION`` of that timeout by a thread of
 the session's own, and ends at once when the connection is suspended. That thread survives
@@ -238,7 +239,7 @@ class ZkSession:
     # ------------------------------------------------------------------ listeners
 
     def add_listener(self, listener: SessionListener) -> None:
-        """Call ``listener(change)`` at every later state change, on kazoo's thread."""
+        """Call ``listener(change)`` at every later state change (kazoo's thread, mostly)."""
         with self._lock:
             self._listeners.append(listener)
 
