@@ -25,7 +25,7 @@ from typing import Any
 
 from rich.console import Console
 
-from stratus.zk.server import find_java, zookeeper_classpath
+from stratus.zk.java import find_java, zookeeper_classpath
 
 
 def percentile(values: list[float], q: float) -> float:

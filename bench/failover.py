@@ -90,7 +90,8 @@ from stratus.errors import StratusError
 from stratus.nimbus.daemon import NIMBUS_GROUP
 from stratus.process import die_with_parent_hook
 from stratus.zk.paths import GroupPaths
-from stratus.zk.server import LOOPBACK, ZooKeeperServer, pick_free_port
+from stratus.zk.ports import LOOPBACK, pick_free_port
+from stratus.zk.server import ZooKeeperServer
 
 SYSTEMS = ("stratus", "spark")
 SCENARIOS = ("kill", "term")

@@ -103,7 +103,8 @@ from stratus.errors import StratusError
 from stratus.local.processes import NimbusProcess, ProcessStartError
 from stratus.zk.errors import ZooKeeperServerError
 from stratus.zk.paths import ClusterPaths
-from stratus.zk.server import ZooKeeperServer, pick_free_port
+from stratus.zk.ports import pick_free_port
+from stratus.zk.server import ZooKeeperServer
 
 MB = 1_000_000
 NIMBUSES = 3

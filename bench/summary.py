@@ -85,7 +85,8 @@ from stratus.local.processes import NimbusProcess, ProcessStartError
 from stratus.nimbus.daemon import NIMBUS_GROUP
 from stratus.zk.errors import ZooKeeperServerError
 from stratus.zk.paths import ClusterPaths, GroupPaths, join
-from stratus.zk.server import ZooKeeperServer, pick_free_port
+from stratus.zk.ports import pick_free_port
+from stratus.zk.server import ZooKeeperServer
 
 SYSTEMS = ("nimbus", "zookeeper")
 DIRECT_PARENTS = ("nimbuses", "pipelines", "supervisors", "leader slots")

@@ -15,7 +15,7 @@ import httpx
 
 from stratus.api.records import ClusterSummary, LeaderInfo
 from stratus.local.processes import NimbusProcess
-from stratus.zk.server import pick_free_port
+from stratus.zk.ports import pick_free_port
 from tests.zkfixtures import chroot_for, wait_until
 
 SESSION_SECS = 2.0  # the shared server's tick is 100 ms: sessions of 200 ms and up

@@ -8,9 +8,15 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
+from stratus.coordination.coordinator import Coordinator
+from stratus.coordination.elected_command import ElectedCommand, exit_description
+from stratus.coordination.lease_watchdog import deadline_of
+from stratus.process import NOT_REAPED_EXIT
 from tests.zkfixtures import wait_until
 
 pytestmark = pytest.mark.slow
@@ -173,8 +179,10 @@ def test_lease_watchdog_stops_command_when_lease_lapses(tmp_path: Path) -> None:
             sys.executable,
             "-m",
             "stratus.coordination.lease_watchdog",
-            "--until",
-            repr(started + 1.0),
+            "--lease",
+            "1.0",
+            "--sent",
+            repr(started),
             "--grace",
             "2",
             "--",
@@ -200,8 +208,10 @@ def test_lease_watchdog_stops_command_when_its_parent_dies(tmp_path: Path) -> No
             sys.executable,
             "-m",
             "stratus.coordination.lease_watchdog",
-            "--until",
-            repr(time.monotonic() + 60),
+            "--lease",
+            "60",
+            "--sent",
+            repr(time.monotonic()),
             "--grace",
             "0.2",
             "--",
@@ -215,3 +225,44 @@ def test_lease_watchdog_stops_command_when_its_parent_dies(tmp_path: Path) -> No
     assert watchdog.stdin is not None
     watchdog.stdin.close()  # what the kernel does when the elect process dies
     assert watchdog.wait(timeout=20) == 128 + signal.SIGKILL  # TERM ignored: KILL after grace
+
+
+def test_a_lease_renewed_late_extends_nothing_beyond_when_it_was_measured() -> None:
+    sent = time.monotonic() - 5.0  # the elect process froze for 5 s before writing the line
+    assert deadline_of(2.0, sent) == sent + 2.0
+    assert deadline_of(2.0, time.monotonic() + 100) <= time.monotonic() + 2.0
+
+
+@pytest.mark.parametrize("session_now", [0.0, 1e9])
+def test_the_watchdog_keeps_the_lease_whatever_clock_the_session_was_given(
+    session_now: float,
+) -> None:
+    """The lease is measured on the session's clock, far from ``time.monotonic()`` here."""
+    clock = [session_now]
+    session = SimpleNamespace(clock=lambda: clock[0])
+    leadership = SimpleNamespace(slot=0, epoch=1, valid_until=lambda: clock[0] + 1.5)
+    runner = ElectedCommand(
+        cast(Coordinator, SimpleNamespace(session=session)),
+        "g",
+        "m",
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        leaders=1,
+        grace=0.2,
+        say=lambda line: None,
+    )
+    runner._leadership = leadership  # type: ignore[assignment]
+    started = time.monotonic()
+    runner._renew()
+    watchdog = runner._watchdog
+    assert watchdog is not None
+    try:
+        assert watchdog.wait(timeout=20) == 128 + signal.SIGTERM, "the lease never lapsed"
+        assert time.monotonic() - started >= 1.5, "the lease lapsed before it was due"
+    finally:
+        runner._stop_command("test over")
+
+
+def test_a_command_that_could_not_be_reaped_is_not_reported_as_a_clean_exit() -> None:
+    assert NOT_REAPED_EXIT != 0
+    assert "exited" not in exit_description(NOT_REAPED_EXIT)
+    assert exit_description(7) == "command exited with code 7"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, cast
 
 import pytest
 from kazoo.client import KazooClient
@@ -23,7 +24,17 @@ from stratus.coordination import (
     LeadershipLostError,
     RevokeReason,
 )
-from stratus.coordination.candidacy import CandidacyEvent, CandidateState, transition
+from stratus.coordination import candidacy as candidacy_module
+from stratus.coordination.candidacy import (
+    Candidacies,
+    Candidacy,
+    CandidacyEvent,
+    CandidateState,
+    transition,
+)
+from stratus.coordination.records import SlotRecord
+from stratus.zk.paths import GroupPaths
+from stratus.zk.session import SessionChange, SessionState, ZkSession
 from tests.contender import Contender
 from tests.zkfixtures import wait_until
 
@@ -375,6 +386,82 @@ def test_the_candidacy_machine_refuses_moves_it_never_makes_and_resigned_is_fina
         transition(leading, CandidacyEvent.ELECTED)
     for event in CandidacyEvent:
         assert transition(CandidateState.RESIGNED, event) is CandidateState.RESIGNED
+
+
+class _NoZooKeeperSession:
+    """Just what ``Candidacies`` reads of a session when no ZooKeeper call is made."""
+
+    client = None
+    session_id = 1
+    clock = staticmethod(time.monotonic)
+
+    def lease_end(self, _session_id: int | None) -> float:
+        return 0.0
+
+
+def _candidacies(dispatch: Callable[..., None]) -> Candidacies:
+    session = cast(ZkSession, _NoZooKeeperSession())
+    return Candidacies(session, post=lambda task: None, dispatch=dispatch)
+
+
+def _candidacy(group: str, on_revoked: Any = None) -> Candidacy:
+    paths = GroupPaths("/stratus", group)
+    return Candidacy(group, "m", b"", 1, lambda term: None, on_revoked, paths=paths)
+
+
+def test_a_resignation_during_an_election_is_never_overwritten(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``unnominate`` on a user's thread while the worker moves the candidacy to LEADING."""
+    dispatched: list[Any] = []
+    candidacies = _candidacies(lambda callback, *args: dispatched.append(callback))
+    candidacy = _candidacy("g")
+    candidacies.add(candidacy)
+    original = candidacy_module.transition
+    resigner = threading.Thread(target=candidacies.resign_now, args=(candidacy,))
+
+    def transition_while_resigning(state: CandidateState, event: CandidacyEvent) -> Any:
+        if event is CandidacyEvent.ELECTED:  # the worker decided: the user resigns now
+            resigner.start()
+            resigner.join(0.5)  # finishes at once unless the move holds it off
+        return original(state, event)
+
+    monkeypatch.setattr(candidacy_module, "transition", transition_while_resigning)
+    candidacies._grant(candidacy, SlotRecord("m", 1, 0, "c-0000000000", b""))
+    resigner.join(5)
+
+    assert candidacy.state is CandidateState.RESIGNED, "the election overwrote the resignation"
+    assert candidacy.term is not None and not candidacy.term.is_leader
+    assert dispatched == [candidacy.on_elected], "on_elected posted once, before the resign"
+
+
+@pytest.mark.parametrize("lost", [SessionState.SUSPENDED, SessionState.EXPIRED])
+def test_a_nomination_while_terms_end_neither_breaks_nor_skips_the_loop(
+    lost: SessionState,
+) -> None:
+    """``nominate`` adds a candidacy from a user's thread while the worker revokes terms."""
+    candidacies: Candidacies
+    revoked: list[str] = []
+
+    def dispatch(callback: Callable[..., None], *args: Any) -> None:
+        callback(*args)
+
+    def on_revoked(term: Leadership, reason: RevokeReason) -> None:
+        revoked.append(term.group)
+        candidacies.add(_candidacy("late"))  # as nominate would, during the loop
+
+    candidacies = _candidacies(dispatch)
+    leaders = [_candidacy(group, on_revoked) for group in ("a", "b")]
+    for index, candidacy in enumerate(leaders):
+        candidacies.add(candidacy)
+        candidacies._grant(candidacy, SlotRecord("m", index + 1, 0, "c-0000000000", b""))
+    assert all(c.state is CandidateState.LEADING for c in leaders)
+
+    candidacies.on_session(SessionChange(SessionState.CONNECTED, lost))
+
+    assert revoked == ["a", "b"]
+    assert all(c.state is not CandidateState.LEADING for c in leaders)
+    assert sorted(candidacies.groups()) == ["a", "b", "late"]
 
 
 def test_terms_read_the_clock_the_session_was_given(zk_hosts: str) -> None:

@@ -21,7 +21,8 @@ from stratus.nimbus.daemon import Nimbus
 from stratus.nimbus.duties.lost_code import FailLostCode
 from stratus.nimbus.duties.scheduling import SchedulingDuty
 from stratus.nimbus.scheduler import Plan
-from stratus.zk.server import ZooKeeperServer, pick_free_port
+from stratus.zk.ports import pick_free_port
+from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import SESSION_SECS, nimbus_cluster
 from tests.package_factory import valid_package_dir
 from tests.zkfixtures import wait_until

@@ -12,7 +12,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from stratus.process import Lifeline, ProcessGroup, live_in_group, shell_exit_code
+from stratus.process import (
+    NOT_REAPED_EXIT,
+    Lifeline,
+    ProcessGroup,
+    live_in_group,
+    shell_exit_code,
+)
 from tests.zkfixtures import process_gone, wait_until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -126,9 +132,13 @@ def test_a_child_tied_to_its_parent_dies_when_the_parent_is_sigkilled(
                 os.killpg(child_pid, signal.SIGKILL)
 
 
-def test_stopping_a_group_that_already_exited_is_harmless() -> None:
+def test_stopping_a_group_that_already_exited_is_harmless(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     group = ProcessGroup.start([sys.executable, "-c", "raise SystemExit(3)"])
     assert group.wait(WAIT_SECS) == 3
+    signalled: list[tuple[int, int]] = []
+    monkeypatch.setattr(os, "killpg", lambda pgid, signum: signalled.append((pgid, signum)))
 
     assert group.stop(grace=1.0) == 3
     assert group.stop(grace=1.0) == 3
@@ -136,6 +146,7 @@ def test_stopping_a_group_that_already_exited_is_harmless() -> None:
     group.terminate()
     group.close_lifeline()
     assert shell_exit_code(group.returncode) == 3
+    assert signalled == [], "a reaped group's id was signalled: it may be another group's now"
 
 
 def test_others_in_the_group_are_stopped_from_inside_it() -> None:
@@ -154,3 +165,8 @@ print(stubborn.returncode, others_in_group(), flush=True)
     with started(script) as group:
         assert first_line(group) == f"{-signal.SIGKILL} []"
         assert group.wait(WAIT_SECS) == 0
+
+
+def test_a_child_that_could_not_be_reaped_is_never_a_clean_exit() -> None:
+    assert shell_exit_code(None) == NOT_REAPED_EXIT != 0
+    assert shell_exit_code(-signal.SIGTERM) == 128 + signal.SIGTERM

@@ -121,6 +121,34 @@ def test_an_expired_session_is_replaced_and_its_lease_never_comes_back(zk_hosts:
         assert session.lease_end(old) == 0.0
 
 
+def test_a_renewer_that_keeps_failing_reports_a_suspension_and_resumes_once_it_renews(
+    zk_hosts: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    changes: list[SessionChange] = []
+    with ZkSession(ZkSettings(zk_hosts, session_timeout=SESSION)) as session:
+        session.add_listener(changes.append)
+        session_id = session.session_id
+        renewer = session._renewer
+        assert renewer is not None
+
+        def broken(*_args: Any, **_kwargs: Any) -> None:
+            raise RuntimeError("injected renewal failure")
+
+        monkeypatch.setattr(session.client, "exists", broken)
+        wait_until(lambda: session.state is S.SUSPENDED, 15, "the stall reported")
+        assert changes == [SessionChange(S.CONNECTED, S.SUSPENDED)]
+        assert session.lease_end(session_id) == 0.0, "the lease outlived the stall"
+        assert renewer.is_alive(), "the renewer died of a failure"
+
+        monkeypatch.undo()
+        wait_until(lambda: session.lease_end(session_id) > time.monotonic(), 15, "lease renewed")
+        assert changes == [
+            SessionChange(S.CONNECTED, S.SUSPENDED),
+            SessionChange(S.SUSPENDED, S.CONNECTED),
+        ]
+        assert session.session_id == session_id
+
+
 def test_close_is_heard_by_listeners_and_is_final(zk_hosts: str) -> None:
     changes: list[SessionChange] = []
     session = ZkSession(ZkSettings(zk_hosts, session_timeout=SESSION)).start()

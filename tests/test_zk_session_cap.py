@@ -21,8 +21,6 @@ from stratus.zk.server import MAX_SESSION_TIMEOUT_MS, ZooKeeperServer
 from stratus.zk.session import ZkSession, ZkSettings
 from tests.zkfixtures import kazoo_client
 
-pytestmark = pytest.mark.slow
-
 TICK_MS = 100
 CAP_MS = 3_000
 SPARK_REQUEST_SECS = 60.0  # what Spark's SparkCuratorUtil asks for
@@ -34,6 +32,7 @@ def granted_timeouts_ms(server: ZooKeeperServer) -> list[int]:
     return [int(match["ms"]) for match in _SESSION_TIMEOUT.finditer(server.four_letter("cons"))]
 
 
+@pytest.mark.slow  # runs a ZooKeeper server
 def test_a_client_asking_for_more_than_the_cap_is_granted_the_cap(tmp_path: Path) -> None:
     with ZooKeeperServer(
         tmp_path / "zk", tick_time_ms=TICK_MS, max_session_timeout_ms=CAP_MS
@@ -43,6 +42,7 @@ def test_a_client_asking_for_more_than_the_cap_is_granted_the_cap(tmp_path: Path
             assert granted_timeouts_ms(server) == [CAP_MS]
 
 
+@pytest.mark.slow  # runs a ZooKeeper server
 def test_a_client_asking_for_less_than_the_cap_is_granted_its_request(tmp_path: Path) -> None:
     with (
         ZooKeeperServer(
@@ -54,6 +54,7 @@ def test_a_client_asking_for_less_than_the_cap_is_granted_its_request(tmp_path: 
         assert granted_timeouts_ms(server) == [2_000]
 
 
+@pytest.mark.slow  # runs a ZooKeeper server
 def test_the_session_learns_the_capped_timeout(tmp_path: Path) -> None:
     """Fails if a kazoo upgrade changes the internals that ``ZkSession`` reads the grant from."""
     with ZooKeeperServer(
@@ -79,6 +80,7 @@ def test_kazoo_still_has_the_connect_step_the_session_wraps() -> None:
     assert "return read_timeout, connect_timeout" in source
 
 
+@pytest.mark.slow  # runs a ZooKeeper server
 def test_without_a_cap_the_server_grants_up_to_the_default_maximum(tmp_path: Path) -> None:
     with ZooKeeperServer(tmp_path / "zk", tick_time_ms=TICK_MS) as server:
         assert server.max_session_timeout_ms == MAX_SESSION_TIMEOUT_MS

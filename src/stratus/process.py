@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 KILL_WAIT_SECS = 10.0  # how long a SIGKILLed child may take to be reaped before we give up
 POLL_SECS = 0.02
+NOT_REAPED_EXIT = 125  # the exit code of a child that could not be reaped (as timeout(1) uses)
 _PR_SET_PDEATHSIG = 1
 
 
@@ -98,8 +99,13 @@ class ProcessGroup:
     def signal_group(self, signum: int) -> None:
         """Send ``signum`` to every process of the group; nothing if the group is gone.
 
-        The kernel does not reuse the group's id while any member of the group lives.
+        The kernel does not reuse the group's id while any member of the group lives, nor
+        while the child is unreaped. Once the child was reaped the id is ours only as long as
+        members of the group are alive: with none left (``live_in_group``) nothing is sent,
+        since an unrelated group may by now have the same id.
         """
+        if self.process.returncode is not None and not live_in_group(self.pid):
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signum)
 
@@ -141,9 +147,13 @@ class ProcessGroup:
 
 
 def shell_exit_code(returncode: int | None) -> int:
-    """A Popen return code as a shell reports it: 128 + N for signal N, else the code."""
+    """A Popen return code as a shell reports it: 128 + N for signal N, else the code.
+
+    None (a child that could not be reaped, see ``ProcessGroup.kill``) is ``NOT_REAPED_EXIT``,
+    never 0: nobody knows how it ended, so it must not pass for a clean exit.
+    """
     if returncode is None:
-        return 0
+        return NOT_REAPED_EXIT
     return 128 - returncode if returncode < 0 else returncode
 
 

@@ -12,7 +12,11 @@ subscribers. States and events are enums and ``transition`` holds every move::
 
 Threads: everything here runs on the coordinator's worker thread, except ``resign_now``, the
 one move a user's thread makes (so that ``is_leader`` is false the moment ``unnominate``
-is called). Elections, revocations and resumptions reach the user through ``dispatch``.
+is called), and ``add``/``get``/``groups`` (``nominate`` and the readers). One lock guards
+every state move and the table of candidacies: a move and the dispatch it causes are one
+step, so a resignation is never overwritten and ``on_elected`` is never posted after it;
+loops over the candidacies walk a copy, so a nomination meanwhile cannot break them.
+Elections, revocations and resumptions reach the user through ``dispatch``.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import contextlib
 import functools
 import logging
 import posixpath
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -110,6 +115,7 @@ class Candidacies:
         self._client = session.client
         self._post = post
         self._dispatch = dispatch
+        self._lock = threading.RLock()  # state moves and the table; re-entered by dispatch
         self._by_group: dict[str, Candidacy] = {}
         self._orphans: set[str] = set()  # our ephemeral nodes to delete once reconnected
         self._watch: dict[str, Callable[[Any], None]] = {}
@@ -117,18 +123,27 @@ class Candidacies:
     # ----------------------------------------------------------------- from any thread
 
     def get(self, group: str) -> Candidacy | None:
-        return self._by_group.get(group)
+        with self._lock:
+            return self._by_group.get(group)
 
     def groups(self) -> list[str]:
-        return list(self._by_group)
+        with self._lock:
+            return list(self._by_group)
 
     def add(self, candidacy: Candidacy) -> None:
         """Register a new candidacy (one per group); the caller posts its first ``evaluate``."""
-        self._by_group[candidacy.group] = candidacy
+        with self._lock:
+            self._by_group[candidacy.group] = candidacy
 
     def resign_now(self, candidacy: Candidacy) -> None:
         """Stop leading at once (the worker removes the nodes in ``resign``)."""
-        candidacy.state = transition(candidacy.state, CandidacyEvent.RESIGNED)
+        with self._lock:
+            candidacy.state = transition(candidacy.state, CandidacyEvent.RESIGNED)
+
+    def _all(self) -> list[Candidacy]:
+        """A copy of the candidacies, safe to walk while others are added."""
+        with self._lock:
+            return list(self._by_group.values())
 
     # ----------------------------------------------------------------- the worker's moves
 
@@ -146,7 +161,7 @@ class Candidacies:
 
     def evaluate(self, group: str) -> None:
         """Queue this candidate if needed and claim a free slot when its turn has come."""
-        candidacy = self._by_group.get(group)
+        candidacy = self.get(group)
         if candidacy is None or candidacy.state is not CandidateState.QUEUED:
             return
         if not self._session.connected:
@@ -182,8 +197,9 @@ class Candidacies:
     def resign(self, candidacy: Candidacy) -> None:
         """Remove a resigned candidacy's nodes (now, or once reconnected) and revoke its term."""
         term = candidacy.term
-        if self._by_group.get(candidacy.group) is candidacy:
-            del self._by_group[candidacy.group]
+        with self._lock:
+            if self._by_group.get(candidacy.group) is candidacy:
+                del self._by_group[candidacy.group]
         paths = [term.slot_path] if term else []
         if candidacy.node:
             paths.append(candidacy.node)
@@ -197,36 +213,40 @@ class Candidacies:
     # ----------------------------------------------------------------- session changes
 
     def _suspend_all(self) -> None:
-        for candidacy in self._by_group.values():
+        for candidacy in self._all():
             term = candidacy.term
-            if (
-                candidacy.state is CandidateState.LEADING
-                and term is not None
-                and self._move(candidacy, CandidacyEvent.SUSPENDED, term)
-            ):
-                self._revoke(candidacy, term, RevokeReason.SUSPENDED)
+            if term is None:
+                continue
+            with self._lock:
+                if candidacy.state is CandidateState.LEADING and self._move(
+                    candidacy, CandidacyEvent.SUSPENDED, term
+                ):
+                    self._revoke(candidacy, term, RevokeReason.SUSPENDED)
 
     def _end_all_terms(self) -> None:
-        for candidacy in self._by_group.values():
+        for candidacy in self._all():
             term = candidacy.term
-            if term is not None and self._move(candidacy, CandidacyEvent.LOST, term):
-                self._revoke(candidacy, term, RevokeReason.SESSION_LOST)
+            with self._lock:
+                if term is not None and self._move(candidacy, CandidacyEvent.LOST, term):
+                    self._revoke(candidacy, term, RevokeReason.SESSION_LOST)
             candidacy.term = None
             candidacy.node = None
             candidacy.claim_unknown = False
 
     def _resume_suspended(self) -> None:
         """After a reconnect: a suspended term resumes only if its slot is still ours."""
-        for candidacy in list(self._by_group.values()):
+        for candidacy in self._all():
             term = candidacy.term
             if candidacy.state is not CandidateState.SUSPENDED or term is None:
                 continue
-            if self._holds_slot(term):
-                if self._move(candidacy, CandidacyEvent.RESUMED, term):
-                    self._dispatch(candidacy.on_elected, term)
-            elif self._move(candidacy, CandidacyEvent.DEPOSED, term):
-                candidacy.term = None
-                self._revoke(candidacy, term, RevokeReason.DEPOSED)
+            holds = self._holds_slot(term)  # a ZooKeeper read: outside the lock
+            with self._lock:
+                if holds:
+                    if self._move(candidacy, CandidacyEvent.RESUMED, term):
+                        self._dispatch(candidacy.on_elected, term)
+                elif self._move(candidacy, CandidacyEvent.DEPOSED, term):
+                    candidacy.term = None
+                    self._revoke(candidacy, term, RevokeReason.DEPOSED)
 
     def _holds_slot(self, term: Leadership) -> bool:
         try:
@@ -304,8 +324,9 @@ class Candidacies:
             _clock=self._session.clock,
         )
         candidacy.term = term  # even if resigned meanwhile: resign then deletes the slot
-        if self._move(candidacy, CandidacyEvent.ELECTED, term):
-            self._dispatch(candidacy.on_elected, term)
+        with self._lock:  # the move and its dispatch as one step: a resignation comes after
+            if self._move(candidacy, CandidacyEvent.ELECTED, term):
+                self._dispatch(candidacy.on_elected, term)
 
     def _trim_terms(self, paths: GroupPaths) -> None:
         names = self._client.get_children(paths.terms)
@@ -337,10 +358,15 @@ class Candidacies:
         return self._watch[group]
 
     def _move(self, candidacy: Candidacy, event: CandidacyEvent, term: Leadership) -> bool:
-        """Apply ``event``; False if the candidacy resigned meanwhile (then nothing is told)."""
-        if candidacy.state is CandidateState.RESIGNED:
-            return False
-        candidacy.state = transition(candidacy.state, event)
+        """Apply ``event``; False if the candidacy resigned meanwhile (then nothing is told).
+
+        The check and the move are one step under the lock, so ``resign_now`` from a user's
+        thread is never overwritten.
+        """
+        with self._lock:
+            if candidacy.state is CandidateState.RESIGNED:
+                return False
+            candidacy.state = transition(candidacy.state, event)
         _log_term(event, term)
         return True
 

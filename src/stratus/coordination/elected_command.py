@@ -20,6 +20,7 @@ import queue
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO
@@ -28,6 +29,7 @@ from stratus.coordination.coordinator import Coordinator
 from stratus.coordination.errors import LeadershipLostError
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import RevokeReason
+from stratus.process import NOT_REAPED_EXIT, Lifeline, ProcessGroup
 from stratus.zk.lease import RENEW_FRACTION
 
 log = logging.getLogger(__name__)
@@ -73,9 +75,9 @@ class ElectedCommand:
         self._grace = grace
         self._say = say
         self._events: queue.SimpleQueue[_Event] = queue.SimpleQueue()
-        self._watchdog: subprocess.Popen[bytes] | None = None
+        self._watchdog: ProcessGroup | None = None  # its stdin is our pipe lifeline to it
         self._leadership: Leadership | None = None
-        self._until = 0.0  # the lease deadline last given to the watchdog
+        self._until = 0.0  # the lease deadline last given to the watchdog (session's clock)
 
     def run(self) -> int:
         """Campaign, run the command while leading; returns the exit code for the process."""
@@ -113,8 +115,8 @@ class ElectedCommand:
             code = self._watchdog.returncode
             self._watchdog = None
             lease_lapsed = self._coordinator.session.clock() >= self._until
-            if self._leadership is not None and not lease_lapsed:
-                self._say(f"command exited with code {code}; handing over leadership")
+            if self._leadership is not None and not lease_lapsed and code is not None:
+                self._say(f"{exit_description(code)}; handing over leadership")
                 return code
             # The watchdog stopped it as the lease lapsed: _renew restarts it if the term holds.
         self._renew()
@@ -131,12 +133,14 @@ class ElectedCommand:
             self._stop_command("leadership lapsed")
             return
         self._until = until
+        seconds, sent = until - self._coordinator.session.clock(), time.monotonic()
         if self._watchdog is None:
-            self._start_command(leadership, until)
+            self._start_command(leadership, seconds, sent)
         else:
-            self._send(f"renew {until!r}")
+            self._send(f"renew {seconds!r} {sent!r}")
 
-    def _start_command(self, leadership: Leadership, until: float) -> None:
+    def _start_command(self, leadership: Leadership, seconds: float, sent: float) -> None:
+        """Start the watchdog and its command; the lease has ``seconds`` left as of ``sent``."""
         self._say(
             f"leading group {self._group!r} as {self._member_id} "
             f"(slot {leadership.slot}, epoch {leadership.epoch}); starting: "
@@ -149,19 +153,21 @@ class ElectedCommand:
             STRATUS_ELECT_SLOT=str(leadership.slot),
             STRATUS_ELECT_ID=self._member_id,
         )
-        self._watchdog = subprocess.Popen(
+        self._watchdog = ProcessGroup.start(
             [
                 sys.executable,
                 "-m",
                 "stratus.coordination.lease_watchdog",
-                "--until",
-                repr(until),
+                "--lease",
+                repr(seconds),
+                "--sent",
+                repr(sent),
                 "--grace",
                 str(self._grace),
                 "--",
                 *self._command,
             ],
-            stdin=subprocess.PIPE,
+            lifeline=Lifeline.PIPE,
             env=env,
         )
 
@@ -175,16 +181,22 @@ class ElectedCommand:
             watchdog.wait(timeout=self._grace + 15)
         except subprocess.TimeoutExpired:
             watchdog.kill()
-            watchdog.wait()
         self._watchdog = None
 
     def _send(self, line: str) -> None:
         watchdog = self._watchdog
-        if watchdog is None or watchdog.stdin is None:
+        if watchdog is None or watchdog.process.stdin is None:
             return
-        stdin: IO[bytes] = watchdog.stdin
+        stdin: IO[bytes] = watchdog.process.stdin
         try:
             stdin.write(line.encode() + b"\n")
             stdin.flush()
         except BrokenPipeError:
             pass
+
+
+def exit_description(code: int) -> str:
+    """How the command ended, for the user; a command that could not be reaped is no exit."""
+    if code == NOT_REAPED_EXIT:
+        return f"command could not be reaped (exit code {code}); it may still be running"
+    return f"command exited with code {code}"

@@ -25,7 +25,9 @@ import threading
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
-from kazoo.retry import ForceRetryError, KazooRetry, RetryFailedError
+from kazoo.retry import ForceRetryError, RetryFailedError
+
+from stratus.zk.session import retry_policy
 
 log = logging.getLogger(__name__)
 
@@ -103,13 +105,7 @@ class EphemeralNodes:
             else:
                 self._wanted[path] = data
             self._pending.add(path)
-        retry = KazooRetry(
-            max_tries=-1,
-            delay=0.05,
-            max_delay=0.5,
-            deadline=deadline,
-            interrupt=self._closed.is_set,
-        )
+        retry = retry_policy(deadline=deadline, interrupt=self._closed.is_set)
         try:
             retry(self._reconcile_now, path, bounded=deadline is not None)
         except (RetryFailedError, _NotConnectedError) as exc:
@@ -203,7 +199,7 @@ class EphemeralNodes:
             if self._closed.is_set():
                 return True
             try:
-                KazooRetry(max_tries=THREAD_ATTEMPTS, delay=0.05)(self._reconcile, path)
+                retry_policy(max_tries=THREAD_ATTEMPTS)(self._reconcile, path)
             except Exception as exc:  # the thread must live on: it is retried next round
                 log.warning("event=ephemeral_retry path=%s error=%r", path, exc)
                 continue

@@ -42,19 +42,6 @@ from stratus.zk.errors import (
 from stratus.zk.java import find_java, zookeeper_classpath
 from stratus.zk.ports import LOOPBACK, pick_free_port
 
-# Also importable from here, where the code that starts servers has always found them.
-__all__ = [
-    "LOOPBACK",
-    "MAX_SESSION_TIMEOUT_MS",
-    "Quorum",
-    "QuorumPeer",
-    "ZooKeeperServer",
-    "find_java",
-    "pick_free_port",
-    "summarize_log",
-    "zookeeper_classpath",
-]
-
 log = logging.getLogger(__name__)
 
 STANDALONE_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"

@@ -9,16 +9,19 @@ ZooKeeper (as kazoo's recipes take a client); nothing below the owner creates or
         session.lease_end(session.session_id)                       # trust the session until then
 
 Guarantees: the connection state is a ``SessionState`` whose transitions are all written in
-``next_state``; listeners hear every change in order, on kazoo's event thread, so they must
-only record or post work elsewhere. ``granted_session_timeout`` is what the server granted
+``next_state``; listeners hear every change in order, one at a time, on kazoo's thread (or
+the lease renewer's, or the closing thread's), so they must only record or post work
+elsewhere. ``granted_session_timeout`` is what the server granted
 (it clamps the request to its own bounds), learned from kazoo's internals in this module only.
 The lease (see ``lease``) is renewed every ``RENEW_FRACTION`` of that timeout by a thread of
-the session's own, and ends at once when the connection is suspended.
+the session's own, and ends at once when the connection is suspended. That thread survives
+any failure; if no renewal succeeds for longer than the granted session timeout while kazoo
+still says connected, the session reports itself ``SUSPENDED`` (so terms are revoked as on a
+real suspension) and ``CONNECTED`` again at the next renewal that succeeds.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import posixpath
 import threading
@@ -44,6 +47,25 @@ _T = TypeVar("_T")
 
 RETRY_DELAY_SECS = 0.05  # first pause of a retried call or reconnection
 RETRY_MAX_DELAY_SECS = 0.5  # longest pause: reconnection after a server restart stays quick
+
+
+def retry_policy(
+    *,
+    max_tries: int = -1,
+    deadline: float | None = None,
+    interrupt: Callable[[], bool] | None = None,
+) -> KazooRetry:
+    """The ZooKeeper layer's one retry policy: pauses from ``RETRY_DELAY_SECS``, doubling up
+    to ``RETRY_MAX_DELAY_SECS``; ``max_tries`` -1 retries until ``deadline`` (seconds, None:
+    no end) or until ``interrupt()`` is true."""
+    return KazooRetry(
+        max_tries=max_tries,
+        delay=RETRY_DELAY_SECS,
+        backoff=2,
+        max_delay=RETRY_MAX_DELAY_SECS,
+        deadline=deadline,
+        interrupt=interrupt,
+    )
 
 
 @dataclass(frozen=True)
@@ -121,9 +143,7 @@ class ZkSession:
         self.client = KazooClient(
             hosts=settings.hosts,
             timeout=settings.session_timeout,
-            connection_retry=KazooRetry(
-                max_tries=-1, delay=RETRY_DELAY_SECS, backoff=2, max_delay=RETRY_MAX_DELAY_SECS
-            ),
+            connection_retry=retry_policy(),
         )
         self.clock = clock  # the lease's, and that of every term won on this session
         self._lock = threading.Lock()  # guards the state and the listeners
@@ -134,6 +154,9 @@ class ZkSession:
         self._closing = threading.Event()
         self._renew_now = threading.Event()
         self._renewer: threading.Thread | None = None
+        self._notify_lock = threading.RLock()  # one change and its listeners at a time
+        self._renewed_at: float | None = None  # clock time of the last successful renewal
+        self._stalled = False  # reported SUSPENDED because no renewal succeeded in time
         _capture_granted_timeout(self.client, self._note_granted)
 
     # ------------------------------------------------------------------ what it is
@@ -216,7 +239,7 @@ class ZkSession:
     # ------------------------------------------------------------------ listeners
 
     def add_listener(self, listener: SessionListener) -> None:
-        """Call ``listener(change)`` at every later state change, on kazoo's thread."""
+        """Call ``listener(change)`` at every later state change (kazoo's thread, mostly)."""
         with self._lock:
             self._listeners.append(listener)
 
@@ -229,7 +252,23 @@ class ZkSession:
         self._change(kazoo_state)
 
     def _change(self, kazoo_state: str | None) -> None:
-        """Move to the next state, end or renew the lease, tell the listeners (never blocks)."""
+        """Move to the next state, end or renew the lease, tell the listeners (never blocks).
+
+        Kazoo's thread, the renewer and ``close`` may all report changes: one at a time, so
+        listeners hear them in the order the state took them.
+        """
+        with self._notify_lock:
+            self._apply_change(kazoo_state)
+
+    def _change_if(self, expected: SessionState, kazoo_state: str) -> bool:
+        """``_change`` only if the state is still ``expected`` (checked with the change)."""
+        with self._notify_lock:
+            if self._state is not expected:
+                return False
+            self._apply_change(kazoo_state)
+            return True
+
+    def _apply_change(self, kazoo_state: str | None) -> None:
         with self._lock:
             previous = self._state
             self._state = next_state(previous, kazoo_state)
@@ -239,6 +278,8 @@ class ZkSession:
             return
         self._lease.connection_changed(change.state is SessionState.CONNECTED)
         if change.state is SessionState.CONNECTED:
+            self._stalled = False
+            self._renewed_at = self.clock()  # the connection itself is a fresh contact
             self._renew_now.set()
         log.info(
             "event=zookeeper_%s previous=%s session=%x",
@@ -256,12 +297,7 @@ class ZkSession:
 
     def retry(self) -> KazooRetry:
         """A fresh retry policy: across connection loss until the connection timeout."""
-        return KazooRetry(
-            max_tries=-1,
-            delay=RETRY_DELAY_SECS,
-            max_delay=RETRY_MAX_DELAY_SECS,
-            deadline=self.settings.connection_timeout,
-        )
+        return retry_policy(deadline=self.settings.connection_timeout)
 
     def call(self, what: str, func: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         """``func(*args, **kwargs)`` retried by ``retry()``; ``ZooKeeperUnavailableError``
@@ -293,20 +329,58 @@ class ZkSession:
         probe = self.lease_probe()
         self.client.exists(self.root)
         self.confirm_contact(probe)
+        self._renewed_at = self.clock()
 
     def lease_end(self, session_id: int | None) -> float:
         """The clock's time until which the lease vouches for ``session_id`` (0: none)."""
         return self._lease.end(session_id)
 
     def _run_renewer(self) -> None:
+        """Renew the lease until closed; no failure ends this thread (it is the only one)."""
         while not self._closing.is_set():
             self._renew_now.wait(self.granted_session_timeout * RENEW_FRACTION)
             self._renew_now.clear()
             if self._closing.is_set():
                 return
-            # On failure the lease lapses by itself; the next state change says what happened.
-            with contextlib.suppress(KazooException):
-                self.renew_lease()
+            try:
+                self._renew_or_recover()
+            except KazooException as exc:
+                # The lease lapses by itself; the next state change says what happened.
+                log.debug("event=lease_renewal_failed error=%r", exc)
+            except Exception:
+                log.exception("event=lease_renewal_failed")
+            self._report_stall()
+
+    def _renew_or_recover(self) -> None:
+        """Renew the lease; after a stall, one round trip proves the connection back."""
+        if not self._stalled:
+            self.renew_lease()
+            return
+        self.client.exists(self.root)
+        if self.client.state == KazooState.CONNECTED and self._change_if(
+            SessionState.SUSPENDED, KazooState.CONNECTED
+        ):  # resumed: terms check their slots again
+            log.info("event=lease_renewal_recovered session=%x", self.session_id or 0)
+
+    def _report_stall(self) -> None:
+        """Report SUSPENDED once no renewal succeeded for longer than the session timeout.
+
+        Kazoo still says connected, yet the lease cannot be trusted: whoever leads on this
+        session must hear it, as on a real suspension, rather than hold on doing nothing.
+        """
+        renewed_at = self._renewed_at
+        if self._stalled or not self.connected or renewed_at is None:
+            return
+        stalled_for = self.clock() - renewed_at
+        if stalled_for <= self.granted_session_timeout:
+            return
+        with self._notify_lock:
+            if not self._change_if(SessionState.CONNECTED, KazooState.SUSPENDED):
+                return
+            self._stalled = True
+        log.error(
+            "event=lease_renewal_stalled session=%x secs=%.1f", self.session_id or 0, stalled_for
+        )
 
     def _note_granted(self, seconds: float) -> None:
         self._granted = seconds
