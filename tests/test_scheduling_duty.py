@@ -218,3 +218,15 @@ def test_a_deposed_leader_writes_no_assignment(cluster):
     with pytest.raises(Exception, match="no longer leads"):
         cluster.round(old)
     assert cluster.table.read("a") is None
+
+
+def test_a_deposed_leader_forgets_no_heartbeat(cluster):
+    cluster.supervisor("s1")
+    cluster.heartbeat("s1", stopping=True)
+    del cluster.registered["s1"]  # stopped cleanly and left: forgotten by the leader's round
+    old = cluster.term
+    cluster.coordinator.unnominate("nimbus")
+
+    cluster.round(old)
+
+    assert "s1" in cluster.board.supervisors()
