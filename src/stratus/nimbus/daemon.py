@@ -196,6 +196,7 @@ class Nimbus:
             may_lead=self._may_lead,
             read_pipelines=ops.read_all,
             submits_settled=submitter.settled,
+            settle_timeout_secs=self.settings.leadership.monitor_freq_secs,
         )
         self.controller = self._build_controller(readiness, self._build_duties(ops, board))
         self.service = NimbusService(
