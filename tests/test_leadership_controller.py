@@ -412,3 +412,33 @@ def test_a_duty_refused_for_not_leading_ends_the_round_without_counting_a_failur
         later = Duty("scheduling")
         assert DutyRound([refused, later], on_failure=failures.append).run(term(1)) == []
         assert (refused.runs, later.runs, failures) == (1, 0, [])
+
+
+def test_only_a_term_the_controller_accepted_and_still_holds_is_the_one_to_act_for():
+    h = Harness()
+    h.step()
+    h.readiness.lead = "missing_code(etl)"
+    h.controller.elected(term(1))  # granted by the elector, refused by the code check
+    assert h.controller.accepted_term() is None
+    h.step()
+    assert h.controller.accepted_term() is None
+    h.readiness.lead = None
+    h.readiness.queue = None
+    h.after(SETTINGS.lead_check_secs)
+    won = term(2)
+    h.controller.elected(won)
+    h.step()
+    assert h.controller.accepted_term() is won
+    h.readiness.keep = "missing_code(etl)"  # steps down: the term is no longer acted for
+    h.controller.cluster_changed()
+    h.step()
+    assert h.controller.accepted_term() is None
+
+
+def test_a_leading_term_whose_lease_ran_out_is_not_acted_for():
+    h = Harness()
+    h.step()
+    lapsed = term(1, held=False)
+    h.controller.elected(lapsed)
+    h.step()
+    assert h.state() is ControllerState.LEADING and h.controller.accepted_term() is None

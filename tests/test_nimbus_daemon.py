@@ -20,6 +20,7 @@ from stratus.coordination.records import LeaderChange
 from stratus.nimbus.daemon import Nimbus
 from stratus.nimbus.duties.lost_code import FailLostCode
 from stratus.nimbus.duties.scheduling import SchedulingDuty
+from stratus.nimbus.readiness import CodeReadiness
 from stratus.nimbus.scheduler import Plan
 from stratus.zk.server import ZooKeeperServer, pick_free_port
 from tests.nimbus_cluster import SESSION_SECS, nimbus_cluster
@@ -77,7 +78,33 @@ def test_a_nimbus_that_may_not_lead_never_queues_until_its_hook_says_so(
         nimbus.service.leader_term()
     gate.open.set()
     wait_until(nimbus.elector.is_leader, 10, "the nimbus to lead once its hook allows it")
+    wait_until(nimbus.controller.accepted_term, 10, "the controller to accept the term")
     assert nimbus.service.leader_term().epoch >= 1
+
+
+def test_an_elected_nimbus_answers_not_leader_until_its_code_check_accepts_the_term(
+    zk_hosts, tmp_path, nimbuses, monkeypatch
+):
+    checking, answer = threading.Event(), threading.Event()
+
+    def no_code_yet(_self: CodeReadiness) -> str | None:
+        checking.set()
+        answer.wait(10)
+        return "missing_code(etl)"
+
+    monkeypatch.setattr(CodeReadiness, "to_lead", no_code_yet)
+    nimbus = in_process_nimbus(zk_hosts, tmp_path, Gate(open_=True))
+    nimbus.start()
+    nimbuses.append(nimbus)
+    wait_until(checking.is_set, 10, "the elected nimbus to check its code")
+    assert nimbus.elector.is_leader()
+    with pytest.raises(NotLeaderError):
+        nimbus.service.leader_term()
+    assert "stratus_nimbus_is_leader 0.0" in nimbus.metrics.exposition().decode()
+    answer.set()
+    wait_until(lambda: not nimbus.elector.is_leader(), 10, "the lock given back")
+    with pytest.raises(NotLeaderError):
+        nimbus.service.leader_term()
 
 
 def test_a_nimbus_elected_while_its_hook_says_no_gives_the_lock_back(zk_hosts, tmp_path, nimbuses):

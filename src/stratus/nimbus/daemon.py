@@ -140,7 +140,7 @@ class Nimbus:
             on_loss=self._revoked,
         )
         self.metrics = NimbusMetrics(
-            is_leader=self.elector.is_leader,
+            is_leader=lambda: self.controller.accepted_term() is not None,
             epoch=lambda: self.view.leader().epoch,
             zookeeper_connected=lambda: self.session.connected,
             code_sync_rounds=lambda: self.code_sync.rounds,
@@ -205,7 +205,7 @@ class Nimbus:
             ops=ops,
             submitter=submitter,
             placement=Placement(AssignmentTable(client, self.paths), board),
-            leadership=lambda: self.elector.leadership,
+            leadership=self.controller.accepted_term,
             on_change=self._pipeline_changed,
             clock=self._clock,
         )
