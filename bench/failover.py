@@ -87,7 +87,7 @@ from stratus.api.records import ClusterSummary, LeaderInfo
 from stratus.client import NimbusClient
 from stratus.codedist.package_build import package_bytes
 from stratus.errors import StratusError
-from stratus.nimbus.daemon import NIMBUS_GROUP
+from stratus.nimbus.cluster_view import NIMBUS_GROUP
 from stratus.process import die_with_parent_hook
 from stratus.zk.paths import GroupPaths
 from stratus.zk.ports import LOOPBACK, pick_free_port

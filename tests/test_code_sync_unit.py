@@ -19,6 +19,7 @@ from stratus.codedist.code_sync import CodeSync, code_needed
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.errors import CodeUnavailableError
 from stratus.nimbus.readiness import CodeReadiness
+from stratus.nimbus.submission import held_within
 
 LOST_FAIL_SECS = 30.0
 
@@ -223,12 +224,14 @@ def readiness_of(
     *,
     may_lead: bool = True,
     settled: threading.Lock | None = None,
+    settle_timeout_secs: float = 10.0,
 ) -> CodeReadiness:
     return CodeReadiness(
         sync,
         may_lead=lambda: may_lead,
         read_pipelines=read,
-        submits_settled=lambda: settled or threading.Lock(),
+        submits_settled=lambda timeout: held_within(settled or threading.Lock(), timeout),
+        settle_timeout_secs=settle_timeout_secs,
     )
 
 
@@ -272,3 +275,22 @@ def test_a_leader_checks_its_code_only_while_no_submit_is_between_record_and_upl
     assert readiness_of(sync, lambda: records, settled=settled).to_keep_leading() is None
     assert checked_while_settled == [True]
     assert not settled.locked()
+
+
+def test_a_submit_whose_upload_hangs_skips_the_leaders_code_check_instead_of_blocking_it():
+    records = {"etl": record("etl")}
+    sync, distributor, _ = make_sync(records)
+    distributor.elsewhere[meta_of("etl").digest] = 1  # missing here: a check would say so
+    settled = threading.Lock()
+    settled.acquire()  # a submit between its record and an upload that never ends
+    readiness = readiness_of(sync, lambda: records, settled=settled, settle_timeout_secs=0.05)
+    answers: list[str | None] = []
+    checking = threading.Thread(
+        target=lambda: answers.append(readiness.to_keep_leading()), daemon=True
+    )
+    checking.start()
+    checking.join(timeout=5)
+    assert not checking.is_alive(), "the leader's code check waited for the submit unbounded"
+    assert answers == [None]  # skipped for this round: no step down for code on its way
+    settled.release()
+    assert readiness.to_keep_leading() == "missing_code(etl)"

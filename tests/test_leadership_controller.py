@@ -17,6 +17,8 @@ from typing import Any, cast
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss
 
+from stratus.api.errors import NotLeaderError
+from stratus.coordination.errors import LeadershipLostError
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import LeaderChange, RevokeReason
 from stratus.nimbus.duties.round import DutyRound
@@ -372,3 +374,71 @@ def test_elected_while_the_code_check_itself_fails_gives_the_lock_back():
     h.controller.elected(term(1))
     h.step()
     assert h.state() is ControllerState.WAITING and h.lock.leaves == 1 and h.gained == []
+
+
+class Deposing(Duty):
+    """A duty during which the term is lost: its lease runs out, or a write is refused."""
+
+    def __init__(self, name: str, lost: threading.Event, error: Exception | None = None) -> None:
+        super().__init__(name)
+        self.lost = lost
+        self.error = error
+
+    def run(self, _term: Leadership) -> None:
+        self.runs += 1
+        self.lost.set()
+        if self.error is not None:
+            raise self.error
+
+
+def test_a_term_lost_during_a_round_runs_no_further_duty_and_counts_no_failure():
+    lost = threading.Event()
+    held = Leadership(
+        group="nimbus", member_id=ADDRESS, slot=0, epoch=1,
+        epoch_path="/stratus/groups/nimbus/epochs/0", slot_path="/stratus/groups/nimbus/slots/0",
+        _client=cast(KazooClient, None), _holds=lambda _t: not lost.is_set(),
+        _lease_end=lambda: math.inf,
+    )  # fmt: skip
+    failures: list[str] = []
+    deposing, later = Deposing("removal", lost), Duty("scheduling")
+    assert DutyRound([deposing, later], on_failure=failures.append).run(held) == []
+    assert (deposing.runs, later.runs, failures) == (1, 0, [])
+
+
+def test_a_duty_refused_for_not_leading_ends_the_round_without_counting_a_failure():
+    for error in (LeadershipLostError("epoch 1 is over"), NotLeaderError("not the leader")):
+        failures: list[str] = []
+        refused = Deposing("removal", threading.Event(), error)
+        later = Duty("scheduling")
+        assert DutyRound([refused, later], on_failure=failures.append).run(term(1)) == []
+        assert (refused.runs, later.runs, failures) == (1, 0, [])
+
+
+def test_only_a_term_the_controller_accepted_and_still_holds_is_the_one_to_act_for():
+    h = Harness()
+    h.step()
+    h.readiness.lead = "missing_code(etl)"
+    h.controller.elected(term(1))  # granted by the elector, refused by the code check
+    assert h.controller.accepted_term() is None
+    h.step()
+    assert h.controller.accepted_term() is None
+    h.readiness.lead = None
+    h.readiness.queue = None
+    h.after(SETTINGS.lead_check_secs)
+    won = term(2)
+    h.controller.elected(won)
+    h.step()
+    assert h.controller.accepted_term() is won
+    h.readiness.keep = "missing_code(etl)"  # steps down: the term is no longer acted for
+    h.controller.cluster_changed()
+    h.step()
+    assert h.controller.accepted_term() is None
+
+
+def test_a_leading_term_whose_lease_ran_out_is_not_acted_for():
+    h = Harness()
+    h.step()
+    lapsed = term(1, held=False)
+    h.controller.elected(lapsed)
+    h.step()
+    assert h.state() is ControllerState.LEADING and h.controller.accepted_term() is None

@@ -3,8 +3,10 @@ against a real cluster."""
 
 from __future__ import annotations
 
+import errno
 import json
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -12,20 +14,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import uvicorn
 
 from stratus.api.errors import NotLeaderError
 from stratus.config import config_from_mapping
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import LeaderChange
-from stratus.nimbus.daemon import Nimbus
+from stratus.nimbus.daemon import Nimbus, NimbusStartError
 from stratus.nimbus.duties.lost_code import FailLostCode
 from stratus.nimbus.duties.scheduling import SchedulingDuty
+from stratus.nimbus.leadership_controller import LeadershipController
+from stratus.nimbus.readiness import CodeReadiness
 from stratus.nimbus.scheduler import Plan
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import SESSION_SECS, nimbus_cluster
 from tests.package_factory import valid_package_dir
-from tests.zkfixtures import wait_until
+from tests.zkfixtures import kazoo_client, wait_until
 
 
 class Gate:
@@ -78,7 +83,33 @@ def test_a_nimbus_that_may_not_lead_never_queues_until_its_hook_says_so(
         nimbus.service.leader_term()
     gate.open.set()
     wait_until(nimbus.elector.is_leader, 10, "the nimbus to lead once its hook allows it")
+    wait_until(nimbus.controller.accepted_term, 10, "the controller to accept the term")
     assert nimbus.service.leader_term().epoch >= 1
+
+
+def test_an_elected_nimbus_answers_not_leader_until_its_code_check_accepts_the_term(
+    zk_hosts, tmp_path, nimbuses, monkeypatch
+):
+    checking, answer = threading.Event(), threading.Event()
+
+    def no_code_yet(_self: CodeReadiness) -> str | None:
+        checking.set()
+        answer.wait(10)
+        return "missing_code(etl)"
+
+    monkeypatch.setattr(CodeReadiness, "to_lead", no_code_yet)
+    nimbus = in_process_nimbus(zk_hosts, tmp_path, Gate(open_=True))
+    nimbus.start()
+    nimbuses.append(nimbus)
+    wait_until(checking.is_set, 10, "the elected nimbus to check its code")
+    assert nimbus.elector.is_leader()
+    with pytest.raises(NotLeaderError):
+        nimbus.service.leader_term()
+    assert "stratus_nimbus_is_leader 0.0" in nimbus.metrics.exposition().decode()
+    answer.set()
+    wait_until(lambda: not nimbus.elector.is_leader(), 10, "the lock given back")
+    with pytest.raises(NotLeaderError):
+        nimbus.service.leader_term()
 
 
 def test_a_nimbus_elected_while_its_hook_says_no_gives_the_lock_back(zk_hosts, tmp_path, nimbuses):
@@ -141,6 +172,33 @@ def test_a_duty_that_keeps_raising_is_counted_while_the_leader_goes_on_with_the_
     assert 'stratus_nimbus_duty_failures_total{duty="scheduling"} 0.0' in (
         nimbus.metrics.exposition().decode()
     )
+
+
+def refuse(_self: object, *_args: object, **_kwargs: object) -> None:
+    raise OSError(errno.EADDRINUSE, "Address already in use")
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize(
+    ("target", "name"),
+    [(uvicorn.Server, "run"), (LeadershipController, "start")],
+    ids=["at_the_http_step", "at_the_last_step_after_registering"],
+)
+def test_a_start_that_fails_leaves_no_thread_session_registration_or_socket_behind(
+    zk_hosts, tmp_path, monkeypatch, target, name
+):
+    before = set(threading.enumerate())
+    monkeypatch.setattr(target, name, refuse)
+    nimbus = in_process_nimbus(zk_hosts, tmp_path, Gate(open_=True))
+    with pytest.raises((NimbusStartError, OSError)):
+        nimbus.start()
+    wait_until(lambda: not set(threading.enumerate()) - before, 10, "the nimbus's threads to end")
+    assert not nimbus.session.connected
+    with kazoo_client(zk_hosts) as client:
+        assert client.get_children("/stratus/nimbuses") == []
+    with socket.create_server((nimbus.conf.nimbus_host, nimbus.port)):
+        pass  # the port is free again
+    nimbus.stop()  # nothing left to stop: a no-op
 
 
 def stratus(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -9,6 +9,7 @@ dead; workers' outcomes make pipelines FINISHED or FAILED and their assignments 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -218,3 +219,28 @@ def test_a_deposed_leader_writes_no_assignment(cluster):
     with pytest.raises(Exception, match="no longer leads"):
         cluster.round(old)
     assert cluster.table.read("a") is None
+
+
+def test_a_deposed_leader_forgets_no_heartbeat(cluster):
+    cluster.supervisor("s1")
+    cluster.heartbeat("s1", stopping=True)
+    del cluster.registered["s1"]  # stopped cleanly and left: forgotten by the leader's round
+    old = cluster.term
+    cluster.coordinator.unnominate("nimbus")
+
+    cluster.round(old)
+
+    assert "s1" in cluster.board.supervisors()
+
+
+def test_a_pipeline_record_that_does_not_decode_is_skipped_naming_it(cluster, caplog):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    client = cluster.coordinator.session.client
+    client.create(PATHS.pipeline("garbled"), b"{not json")
+
+    with caplog.at_level(logging.WARNING, logger="stratus.nimbus.pipeline_ops"):
+        assert set(cluster.ops.read_all()) == {"a"}
+    assert "pipeline=garbled" in caplog.text
+    cluster.round()  # the leader's round goes on with the others
+    assert cluster.where("a") == "s1"

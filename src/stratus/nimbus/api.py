@@ -47,8 +47,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody} for status in (404, 409, 413, 421, 422, 503)
 }
 # The name rule in the document too; the check itself stays check_pipeline_name (invalid_name).
+# So the path parameter is a plain string: the shared ``stratus.api.names.PipelineName`` would
+# refuse a bad name as a validation error (invalid_request) before that check.
 _NAME_SCHEMA: dict[str, Any] = {"pattern": PIPELINE_NAME.pattern}
-PipelineName = Annotated[
+PipelinePathName = Annotated[
     str,
     Path(description=f"the pipeline's name: {PIPELINE_NAME_RULE}", json_schema_extra=_NAME_SCHEMA),
 ]
@@ -92,11 +94,11 @@ def _add_read_routes(app: FastAPI, service: NimbusService) -> None:
         return PipelineList(pipelines=service.pipelines())
 
     @app.get(f"{PREFIX}/pipelines/{{name}}", tags=["any nimbus"])
-    async def pipeline_status(name: PipelineName) -> PipelineRecord:
+    async def pipeline_status(name: PipelinePathName) -> PipelineRecord:
         return service.pipeline(name)
 
     @app.get(f"{PREFIX}/pipelines/{{name}}/workers", tags=["any nimbus"])
-    def pipeline_workers(name: PipelineName) -> PipelineWorkers:
+    def pipeline_workers(name: PipelinePathName) -> PipelineWorkers:
         """Where the pipeline runs and what its workers last reported (heartbeats)."""
         return service.workers(name)
 
@@ -143,20 +145,20 @@ def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
         return record
 
     @app.post(f"{PREFIX}/pipelines/{{name}}/kill", tags=["leader only"])
-    def kill(name: PipelineName, body: KillRequest | None = None) -> PipelineRecord:
+    def kill(name: PipelinePathName, body: KillRequest | None = None) -> PipelineRecord:
         """Mark the pipeline KILLED; its record is removed after ``wait_secs``."""
         return service.kill(name, body.wait_secs if body else None)
 
     @app.post(f"{PREFIX}/pipelines/{{name}}/activate", tags=["leader only"])
-    def activate(name: PipelineName) -> PipelineRecord:
+    def activate(name: PipelinePathName) -> PipelineRecord:
         return service.activate(name)
 
     @app.post(f"{PREFIX}/pipelines/{{name}}/deactivate", tags=["leader only"])
-    def deactivate(name: PipelineName) -> PipelineRecord:
+    def deactivate(name: PipelinePathName) -> PipelineRecord:
         return service.deactivate(name)
 
     @app.post(f"{PREFIX}/pipelines/{{name}}/rebalance", tags=["leader only"])
-    def rebalance(name: PipelineName, body: RebalanceRequest) -> PipelineRecord:
+    def rebalance(name: PipelinePathName, body: RebalanceRequest) -> PipelineRecord:
         """Merge ``conf`` into the pipeline's conf; the pipeline restarts with it."""
         return service.rebalance(name, body.conf)
 

@@ -16,10 +16,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TypeVar
 
 from kazoo.client import KazooClient
-from pydantic import BaseModel
 
 from stratus.api.records import (
     LeaderInfo,
@@ -33,7 +31,7 @@ from stratus.zk.watched import WatchedChildren
 
 log = logging.getLogger(__name__)
 
-R = TypeVar("R", bound=BaseModel)
+NIMBUS_GROUP = "nimbus"  # the election group of the nimbuses
 
 
 class ClusterView:
@@ -82,7 +80,7 @@ class ClusterView:
         """Take the leader from a direct read of the election (at start-up)."""
         for leader in leaders:
             self.note_leader_change(
-                LeaderChange("nimbus", leader.slot, leader.member_id, leader.epoch)
+                LeaderChange(NIMBUS_GROUP, leader.slot, leader.member_id, leader.epoch)
             )
 
     def note_leader_change(self, change: LeaderChange) -> None:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import uvicorn
+from kazoo.client import KazooClient
 
 from stratus import __version__
 from stratus.api.clock import Clock
@@ -42,7 +43,7 @@ from stratus.coordination.records import LeaderChange, RevokeReason
 from stratus.errors import StratusError
 from stratus.nimbus.api import create_app
 from stratus.nimbus.assignments import AssignmentTable
-from stratus.nimbus.cluster_view import ClusterView
+from stratus.nimbus.cluster_view import NIMBUS_GROUP, ClusterView
 from stratus.nimbus.duties.killed import RemoveKilled
 from stratus.nimbus.duties.lost_code import FailLostCode
 from stratus.nimbus.duties.replication import ActivateReplicated
@@ -66,7 +67,6 @@ from stratus.zk.session import ZkSession
 
 log = logging.getLogger(__name__)
 
-NIMBUS_GROUP = "nimbus"
 HTTP_START_TIMEOUT_SECS = 10.0
 HTTP_STOP_TIMEOUT_SECS = 5.0
 
@@ -103,7 +103,7 @@ class ElectionQueue:
         self._elector.remove_from_leader_lock_queue()
 
     def in_queue(self) -> bool:
-        return self._coordinator.is_candidate(NIMBUS_GROUP)
+        return self._coordinator.is_candidate(self._elector.group)
 
 
 class Nimbus:
@@ -140,13 +140,13 @@ class Nimbus:
             on_loss=self._revoked,
         )
         self.metrics = NimbusMetrics(
-            is_leader=self.elector.is_leader,
+            is_leader=lambda: self.controller.accepted_term() is not None,
             epoch=lambda: self.view.leader().epoch,
             zookeeper_connected=lambda: self.session.connected,
             code_sync_rounds=lambda: self.code_sync.rounds,
             code_missing=lambda: len(self.code_sync.missing()),
         )
-        self._registration: EphemeralNode | None = None
+        self._opened: list[Callable[[], None]] = []  # what stop() closes, newest first
         self._package_server: PackageServer | None = None
         self._http: uvicorn.Server | None = None
         self._http_thread: threading.Thread | None = None
@@ -154,22 +154,63 @@ class Nimbus:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        """Connect, build the parts, serve the API, register, and take part in the election.
+
+        Every step notes what undoes it; a step that fails undoes those before it, newest
+        first, so a failed start leaves no session, registration, thread or socket behind.
+        """
+        self._opened.append(self._sock.close)
         try:
-            self.session.start()
-            self.coordinator.start()
+            client = self._connect()
+            ops = PipelineOps(client, self.paths, clock=self._clock)
+            submitter = self._build_code(client, ops)
+            self._build_leadership(client, ops, submitter)
+            self._go_live(client)
         except BaseException:
-            self.session.close()
-            self._sock.close()
+            self._close_opened()
             raise
+        log.info("event=nimbus_started address=%s version=%s", self.address, __version__)
+
+    def stop(self) -> None:
+        """Hand leadership over at once, then stop serving and leave ZooKeeper.
+
+        What ``start`` opened closes newest first: the leadership controller leaves the queue
+        first, so another nimbus leads now; the session closes last.
+        """
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        log.info("event=nimbus_stopping address=%s", self.address)
+        self._close_opened()
+
+    def _close_opened(self) -> None:
+        while self._opened:
+            close = self._opened.pop()
+            try:
+                close()
+            except Exception:  # closing the rest matters more
+                log.exception("event=close_failed address=%s", self.address)
+
+    # ------------------------------------------------------------------ start-up steps
+
+    def _connect(self) -> KazooClient:
+        """The session, the coordinator, the persistent parents and the watched view."""
+        self.session.start()  # closes itself if it fails
+        self._opened.append(self.session.close)
+        self.coordinator.start()  # stops its threads if it fails
+        self._opened.append(self.coordinator.close)
         client = self.session.client
         for parent in self.paths.all_parents():
             client.ensure_path(parent)
         self.view = ClusterView(client, self.paths)
         self.view.start()
-        ops = PipelineOps(client, self.paths, clock=self._clock)
+        return client
+
+    def _build_code(self, client: KazooClient, ops: PipelineOps) -> Submitter:
+        """The package store, its server, the code distributor and the code sync."""
         incoming = self._package_store()
         self._start_package_server(incoming)
-        self.distributor = self._build_distributor(incoming)
+        self.distributor = self._build_distributor(client, incoming)
         self.code_sync = CodeSync(
             self.distributor,
             self.view.pipelines,
@@ -178,10 +219,16 @@ class Nimbus:
             lost_fail_secs=self.settings.code_lost_fail_secs,
             clock=self._monotonic,
         )
-        board = HeartbeatBoard(
-            create_state_store(state_store_settings(self.conf), client, self.paths)
-        )
-        submitter = Submitter(ops, incoming, self.distributor, self.settings.submit)
+        return Submitter(ops, incoming, self.distributor, self.settings.submit)
+
+    def _build_leadership(
+        self, client: KazooClient, ops: PipelineOps, submitter: Submitter
+    ) -> None:
+        """The leader's duties, the leadership controller, and the API's service."""
+        store = create_state_store(state_store_settings(self.conf), client, self.paths)
+        self._opened.append(store.close)
+        board = HeartbeatBoard(store)
+        assignments = AssignmentTable(client, self.paths)
         self.removal = RemoveKilled(
             self.view.pipelines,
             ops,
@@ -196,55 +243,47 @@ class Nimbus:
             may_lead=self._may_lead,
             read_pipelines=ops.read_all,
             submits_settled=submitter.settled,
+            settle_timeout_secs=self.settings.leadership.monitor_freq_secs,
         )
-        self.controller = self._build_controller(readiness, self._build_duties(ops, board))
+        duties = self._build_duties(ops, board, assignments)
+        self.controller = self._build_controller(readiness, duties)
         self.service = NimbusService(
             self.settings.service,
             view=self.view,
             ops=ops,
             submitter=submitter,
-            placement=Placement(AssignmentTable(client, self.paths), board),
-            leadership=lambda: self.elector.leadership,
+            placement=Placement(assignments, board),
+            leadership=self.controller.accepted_term,
             on_change=self._pipeline_changed,
             clock=self._clock,
         )
+
+    def _go_live(self, client: KazooClient) -> None:
+        """Follow the cluster, serve the API, register, then let the controller queue."""
         self.coordinator.subscribe_leader_changes(NIMBUS_GROUP, self._leader_changed)
         self.view.set_leaders(self.coordinator.get_leaders(NIMBUS_GROUP))
         self.view.subscribe(self._cluster_changed)
         self.distributor.on_change(self._cluster_changed)
+        self._opened.append(self.code_sync.stop)
         self.code_sync.start()
         self._start_http()
-        self._registration = EphemeralNode(
+        registration = EphemeralNode(
             client, self.paths.nimbus(self.address), self._registration_record().encode()
         )
-        self._registration.start()
+        self._opened.append(registration.close)
+        registration.start()
+        self._opened.append(self.controller.stop)
         self.controller.start()
-        log.info("event=nimbus_started address=%s version=%s", self.address, __version__)
-
-    def stop(self) -> None:
-        """Hand leadership over at once, then stop serving and leave ZooKeeper."""
-        if self._stopping.is_set():
-            return
-        self._stopping.set()
-        log.info("event=nimbus_stopping address=%s", self.address)
-        self.controller.stop()  # leaves the queue first: another nimbus leads now
-        self.code_sync.stop()
-        self._stop_http()
-        if self._registration is not None:
-            self._registration.close()
-        self.distributor.close()
-        if self._package_server is not None:
-            self._package_server.close()
-        self.coordinator.close()
-        self.session.close()
 
     # ------------------------------------------------------------------ parts
 
-    def _build_duties(self, ops: PipelineOps, board: HeartbeatBoard) -> DutyRound:
+    def _build_duties(
+        self, ops: PipelineOps, board: HeartbeatBoard, assignments: AssignmentTable
+    ) -> DutyRound:
         """The leader's duties, in the order of a round."""
         scheduling = SchedulingDuty(
             ops=ops,
-            assignments=AssignmentTable(self.session.client, self.paths),
+            assignments=assignments,
             board=board,
             registered=self.view.supervisors,
             settings=self.settings.scheduling,
@@ -307,18 +346,20 @@ class Nimbus:
                 f"cannot serve packages on {self.conf.nimbus_host}:{self.conf.nimbus_code_port} "
                 f"(nimbus.code.port): {exc.strerror}"
             ) from None
+        self._opened.append(self._package_server.close)
         self._package_server.start()
 
-    def _build_distributor(self, store: PackageStore) -> CodeDistributor:
+    def _build_distributor(self, client: KazooClient, store: PackageStore) -> CodeDistributor:
         distributor = create_distributor(
             distributor_settings(self.conf),
-            client=self.session.client,
+            client=client,
             paths=self.paths,
             address=self.address,
             store=store,
             live_nimbuses=lambda: len(self.view.nimbuses()),
             served_from=self._package_server.address if self._package_server else None,
         )
+        self._opened.append(distributor.close)
         try:
             distributor.prepare()
         except StratusError as exc:
@@ -338,29 +379,24 @@ class Nimbus:
             lifespan="off",
             timeout_graceful_shutdown=1,
         )
-        self._http = uvicorn.Server(config)
-        self._spawn("http", lambda: self._serve_http(self._http))
+        server = uvicorn.Server(config)
+        thread = threading.Thread(
+            target=lambda: server.run(sockets=[self._sock]), name="nimbus-http", daemon=True
+        )
+        self._http, self._http_thread = server, thread
+        self._opened.append(self._stop_http)
+        thread.start()
         deadline = time.monotonic() + HTTP_START_TIMEOUT_SECS
-        while not self._http.started:
-            if time.monotonic() > deadline:
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
                 raise NimbusStartError(f"the HTTP API did not start on {self.address}")
             time.sleep(0.01)
-
-    def _serve_http(self, server: uvicorn.Server | None) -> None:
-        assert server is not None
-        server.run(sockets=[self._sock])
 
     def _stop_http(self) -> None:
         if self._http is not None:
             self._http.should_exit = True
         if self._http_thread is not None:
             self._http_thread.join(timeout=HTTP_STOP_TIMEOUT_SECS)
-        self._sock.close()
-
-    def _spawn(self, name: str, target: Callable[[], None]) -> None:
-        thread = threading.Thread(target=target, name=f"nimbus-{name}", daemon=True)
-        thread.start()
-        self._http_thread = thread
 
     # ------------------------------------------------------------------ events
 

@@ -207,6 +207,18 @@ class LeadershipController:
             self._change_pending.set()
             self._events.put(ClusterChanged())
 
+    def accepted_term(self) -> Leadership | None:
+        """The term this nimbus acts for (any thread): None unless LEADING and still held.
+
+        Leader-only API calls take their term from here, not from the elector: a term the
+        elector granted is not acted on before the code check accepts it, and not once the
+        controller gives it back.
+        """
+        term = self.term
+        if term is None or self.state is not ControllerState.LEADING or not term.is_leader:
+            return None
+        return term
+
     # ------------------------------------------------------------------ the thread
 
     def start(self) -> None:
@@ -358,6 +370,7 @@ class LeadershipController:
 
     def _step_down(self, term: Leadership, reason: str) -> None:
         """Give the lock back and fetch what is missing; queue again once it is here."""
+        self.term = None  # no longer accepted, from before the lock is given back
         log.warning(
             "event=stepping_down address=%s epoch=%d reason=%s", self._address, term.epoch, reason
         )

@@ -27,6 +27,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
+from pydantic import ValidationError
 
 from stratus.api.clock import Clock
 from stratus.api.errors import (
@@ -75,7 +76,7 @@ class PipelineOps:
         """Create the pipeline; returns (record, created). A replayed request is found.
 
         The pipeline starts ACTIVE when one copy (the leader's) is enough, else PENDING
-        until ``finish_replication`` activates it.
+        until ``note_replication`` activates it.
         """
         checked = validate_pipeline_conf(conf)
         now = self._clock()
@@ -213,7 +214,12 @@ class PipelineOps:
         return PipelineRecord.model_validate_json(raw)
 
     def read_all(self) -> dict[str, PipelineRecord]:
-        """Every pipeline record, read from ZooKeeper itself (not a view), reads pipelined."""
+        """Every valid pipeline record, read from ZooKeeper itself (not a view), pipelined.
+
+        A record that does not decode is logged, naming the pipeline, and left out, as the
+        watched view leaves it out: one bad record must not make every read of the whole
+        set fail (a nimbus that cannot read them cannot lead).
+        """
         names = self._client.get_children(self._paths.pipelines)
         pending = {name: self._client.get_async(self._paths.pipeline(name)) for name in names}
         records = {}
@@ -222,7 +228,10 @@ class PipelineOps:
                 raw, _ = result.get()
             except NoNodeError:
                 continue  # removed since the listing
-            records[name] = PipelineRecord.model_validate_json(raw)
+            try:
+                records[name] = PipelineRecord.model_validate_json(raw)
+            except ValidationError as exc:
+                log.warning("event=bad_record pipeline=%s error=%s", name, exc.errors()[0])
         return records
 
     def _remove_if_still_killed(self, term: Leadership, name: str) -> bool:

@@ -1,8 +1,8 @@
 """What a nimbus does for each API call, between the HTTP layer and the pipeline operations.
 
 Reads are answered from the ``ClusterView`` (no ZooKeeper request), but for where a pipeline
-runs (``Placement``); leader-only calls take the current term, or fail with
-``NotLeaderError`` naming the leader, and run with that term: a submit through the
+runs (``Placement``); leader-only calls take the term the leadership controller accepted, or
+fail with ``NotLeaderError`` naming the leader, and run with that term: a submit through the
 ``Submitter``, the others through ``PipelineOps``. After a submit or a kill, ``on_change``
 tells the leader's duties (the leadership controller) to look at the pipeline now.
 """
@@ -58,7 +58,7 @@ class NimbusService:
         self._ops = ops
         self._submitter = submitter
         self._placement = placement
-        self._leadership = leadership  # the elector's current term, None unless leading
+        self._leadership = leadership  # the term the controller accepted, None unless leading
         self._on_change = on_change
         self._clock = clock  # wall clock: uptimes from the registrations' start times
         self._summary_cache: tuple[tuple[int, int], bytes] | None = None
@@ -127,7 +127,7 @@ class NimbusService:
     # ------------------------------------------------------------------ leader-only
 
     def leader_term(self) -> Leadership:
-        """This nimbus's current term, or NotLeaderError naming the leader (None if unknown)."""
+        """The term this nimbus leads in, or NotLeaderError naming the leader (None if unknown)."""
         term = self._leadership()
         if term is not None:
             return term

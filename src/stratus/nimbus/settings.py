@@ -6,7 +6,7 @@ on. ``Clock`` (``stratus.api.clock``) is how every component is given time; the 
 ``time.monotonic`` for timeouts and periods, and a wall clock (``time.time``) only where a
 time is written down for other machines to read (kill times, start times)::
 
-    settings = NimbusSettings.from_config(conf)
+    settings = NimbusSettings.from_config(conf, address="10.0.0.5:6627")
     settings.leadership.monitor_freq_secs      # nimbus.monitor.freq.secs
 """
 

@@ -4,19 +4,21 @@ The package is received into a temporary file in the incoming store and checked
 (``check_package``) before anything is stored; the pipeline's record is created in the
 term's fenced transaction, and only then is the package handed to the code distributor. A
 pipeline between its record and its upload looks, to a code check, as if its code were
-missing: ``settled()`` holds such submits off while a leader checks its code::
+missing: ``settled()`` holds such submits off while a leader checks its code, waiting for
+one in progress at most ``timeout`` seconds (an upload to an unreachable store may hang)::
 
     submitter = Submitter(ops, incoming, distributor, settings)
     record, created = submitter.submit(term, "etl", {"spark.x": 1}, "r1", upload)
-    with submitter.settled():
-        code_sync.missing()
+    with submitter.settled(timeout=10.0) as settled:
+        if settled:
+            code_sync.missing()
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -49,9 +51,10 @@ class Submitter:
         self._settings = settings
         self._lock = threading.Lock()  # held from a submit's record to its upload
 
-    def settled(self) -> AbstractContextManager[object]:
-        """While inside, no submit is between its record and its upload."""
-        return self._lock
+    def settled(self, timeout: float) -> AbstractContextManager[bool]:
+        """Inside with True: no submit is between its record and its upload. False: one
+        still was after ``timeout`` seconds."""
+        return held_within(self._lock, timeout)
 
     def submit(
         self,
@@ -105,3 +108,14 @@ class Submitter:
             return check_package(path, self._settings.limits)
         except InvalidPackageError as exc:
             raise PackageRejectedError(str(exc)) from None
+
+
+@contextmanager
+def held_within(lock: threading.Lock, timeout: float) -> Iterator[bool]:
+    """Hold ``lock`` if it comes within ``timeout`` seconds; yields whether it is held."""
+    acquired = lock.acquire(timeout=timeout)
+    try:
+        yield acquired
+    finally:
+        if acquired:
+            lock.release()

@@ -2,8 +2,13 @@
 
 A duty that raises is logged (with the duty and the epoch), counted through ``on_failure``
 (the nimbus counts ``stratus_nimbus_duty_failures_total{duty}``), and tried again at the next
-round; the duties after it still run. A leader whose duties thread died on one unexpected
-error would lead and do nothing; a round cannot die that way::
+round; the duties after it still run. A leader whose duty round died on one unexpected
+error would lead and do nothing; a round cannot die that way.
+
+A term that is no longer held ends the round instead: the term is checked before each duty,
+and a duty refused because its nimbus no longer leads (``LeadershipLostError``,
+``NotLeaderError``) stops the round without counting as a failure. A deposed leader runs no
+further duty, not even one whose writes the epoch check would not fence::
 
     duties = DutyRound([RemoveKilled(...), SchedulingDuty(...)], on_failure=count)
     failed = duties.run(term)          # the names of the duties that raised, [] mostly
@@ -17,6 +22,8 @@ from typing import Any, Protocol
 
 from kazoo.exceptions import KazooException
 
+from stratus.api.errors import NotLeaderError
+from stratus.coordination.errors import LeadershipLostError
 from stratus.coordination.leadership import Leadership
 from stratus.errors import StratusError
 
@@ -44,11 +51,17 @@ class DutyRound:
         return [duty.name for duty in self.duties]
 
     def run(self, term: Leadership) -> list[str]:
-        """Run every duty once for ``term``; the names of those that raised."""
+        """Run every duty once for ``term``, while it is held; the names of those that raised."""
         failed = []
         for duty in self.duties:
+            if not term.is_leader:
+                _log_stopped(duty.name, term, "term_not_held")
+                break
             try:
                 duty.run(term)
+            except (LeadershipLostError, NotLeaderError) as exc:
+                _log_stopped(duty.name, term, repr(exc))
+                break
             except (StratusError, KazooException, OSError) as exc:
                 log.warning(
                     "event=leader_duty_failed duty=%s epoch=%d error=%r", duty.name, term.epoch, exc
@@ -60,3 +73,8 @@ class DutyRound:
         for name in failed:
             self._on_failure(name)
         return failed
+
+
+def _log_stopped(duty: str, term: Leadership, why: str) -> None:
+    """The round ends at ``duty``: this nimbus no longer holds ``term``."""
+    log.info("event=leader_round_stopped duty=%s epoch=%d reason=%s", duty, term.epoch, why)

@@ -109,7 +109,10 @@ class SchedulingDuty:
         )
         if plan.assign or plan.unassign:
             self._assignments.apply(term, plan, current)
-        self._forget_departed(dead, registered, assignments, plan, workers)
+        if term.is_leader:  # the state store's deletes are not fenced by the epoch
+            self._forget_departed(dead, registered, assignments, plan, workers)
+        else:
+            log.info("event=forget_skipped epoch=%d reason=term_not_held", term.epoch)
         return plan
 
     # ------------------------------------------------------------------ liveness
@@ -191,7 +194,11 @@ class SchedulingDuty:
         workers: Workers,
     ) -> None:
         """Drop the heartbeats of dead supervisors that left and no longer run anything, and
-        the memory of pipelines no longer assigned."""
+        the memory of pipelines no longer assigned.
+
+        Called only while the term is held: the state store's deletes are not fenced, and a
+        deposed leader's round may have read a world that has moved on.
+        """
         for name in plan.unassign:
             self._liveness.forget(_worker_key(name))
         still_assigned = {a.supervisor for a in assignments.values()} | {
