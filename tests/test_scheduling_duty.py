@@ -55,13 +55,13 @@ class Cluster:
             client.ensure_path(parent)
         self.coordinator = coordinator
         self.clock = FakeClock()
-        self.ops = PipelineOps(client, PATHS, clock=lambda: 1.0)
+        self.ops = PipelineOps(client, PATHS, wall=lambda: 1.0)
         self.table = AssignmentTable(client, PATHS)
         self.board = HeartbeatBoard(ZooKeeperStateStore(client, PATHS.heartbeats))
         self.registered: dict[str, SupervisorSummary] = {}
         self.duty = SchedulingDuty(
             ops=self.ops, assignments=self.table, board=self.board,
-            registered=lambda: self.registered, settings=SETTINGS, monotonic=self.clock,
+            registered=lambda: self.registered, settings=SETTINGS, clock=self.clock,
         )  # fmt: skip
         self.term = coordinator.nominate("nimbus", "leader", timeout=10)
         self.beats = 0

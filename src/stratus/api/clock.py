@@ -4,8 +4,8 @@ One type, injected the same way everywhere, so that a test can drive a lease wit
 and a deadline computed by one part is compared against the same clock by another. Two kinds
 of time pass through it: ``time.monotonic`` (the default) for every timeout, period and lease,
 and a wall clock (``time.time``) only where a time is written down for other machines to read
-(start times, kill times, heartbeat stamps). A component that needs both takes them as two
-arguments and names the wall one for what it is.
+(start times, kill times, heartbeat stamps). The argument's name says which: ``clock`` is
+always monotonic, ``wall`` always the wall clock, in every component.
 """
 
 from __future__ import annotations

@@ -118,13 +118,13 @@ class Nimbus:
         conf: StratusConfig,
         *,
         may_lead: Callable[[], bool] = always_may_lead,
-        clock: Clock = time.time,
-        monotonic: Clock = time.monotonic,
+        clock: Clock = time.monotonic,
+        wall: Clock = time.time,
     ) -> None:
         self.conf = conf
         self._may_lead = may_lead
         self._clock = clock
-        self._monotonic = monotonic
+        self._wall = wall
         self._stopping = threading.Event()
         self._sock = _listen(conf.nimbus_host, conf.nimbus_port)
         self.port: int = self._sock.getsockname()[1]
@@ -162,7 +162,7 @@ class Nimbus:
         self._opened.append(self._sock.close)
         try:
             client = self._connect()
-            ops = PipelineOps(client, self.paths, clock=self._clock)
+            ops = PipelineOps(client, self.paths, wall=self._wall)
             submitter = self._build_code(client, ops)
             self._build_leadership(client, ops, submitter)
             self._go_live(client)
@@ -217,7 +217,7 @@ class Nimbus:
             ops.read,
             freq_secs=self.settings.code_sync_freq_secs,
             lost_fail_secs=self.settings.code_lost_fail_secs,
-            clock=self._monotonic,
+            clock=self._clock,
         )
         return Submitter(ops, incoming, self.distributor, self.settings.submit)
 
@@ -255,7 +255,7 @@ class Nimbus:
             placement=Placement(assignments, board),
             leadership=self.controller.accepted_term,
             on_change=self._pipeline_changed,
-            clock=self._clock,
+            wall=self._wall,
         )
 
     def _go_live(self, client: KazooClient) -> None:
@@ -288,7 +288,7 @@ class Nimbus:
             registered=self.view.supervisors,
             settings=self.settings.scheduling,
             clock=self._clock,
-            monotonic=self._monotonic,
+            wall=self._wall,
         )
         duties = DutyRound(
             [
@@ -313,7 +313,7 @@ class Nimbus:
             address=self.address,
             on_gained=lambda _term: self.metrics.leadership_gained.inc(),
             on_lost=lambda _term: self.metrics.leadership_lost.inc(),
-            clock=self._monotonic,
+            clock=self._clock,
         )
 
     def _package_store(self) -> PackageStore:
@@ -368,7 +368,7 @@ class Nimbus:
 
     def _registration_record(self) -> NimbusRegistration:
         return NimbusRegistration(
-            host=self.conf.nimbus_host, port=self.port, started=self._clock(), version=__version__
+            host=self.conf.nimbus_host, port=self.port, started=self._wall(), version=__version__
         )
 
     def _start_http(self) -> None:

@@ -5,7 +5,7 @@ call, so a request that started under an old term cannot write under a new one. 
 read, changed, and written back with a check of both the leader's epoch and the record's
 version, so two requests racing on one pipeline cannot lose an update::
 
-    ops = PipelineOps(client, ClusterPaths("/stratus"), clock=time.time)
+    ops = PipelineOps(client, ClusterPaths("/stratus"), wall=time.time)
     conf = {"spark.sql.shuffle.partitions": 4}
     policy = ReplicationPolicy(required=2, wait_secs=60)
     record, created = ops.submit(term, "etl", conf, "r1", pkg, replication=policy)
@@ -58,10 +58,10 @@ VERSION_RACE_RETRIES = 5  # another request changed the record between our read 
 class PipelineOps:
     """Submit, kill, activate, deactivate, rebalance and the removal of killed pipelines."""
 
-    def __init__(self, client: KazooClient, paths: ClusterPaths, *, clock: Clock) -> None:
+    def __init__(self, client: KazooClient, paths: ClusterPaths, *, wall: Clock) -> None:
         self._client = client
         self._paths = paths
-        self._clock = clock  # wall clock: kill times must mean the same on every nimbus
+        self._wall = wall  # wall clock: kill times must mean the same on every nimbus
 
     def submit(
         self,
@@ -79,7 +79,7 @@ class PipelineOps:
         until ``note_replication`` activates it.
         """
         checked = validate_pipeline_conf(conf)
-        now = self._clock()
+        now = self._wall()
         pending = replication.required > 1
         record = PipelineRecord(
             name=check_pipeline_name(name),
@@ -121,7 +121,7 @@ class PipelineOps:
         def noted(record: PipelineRecord) -> PipelineRecord | None:
             if record.status is not PipelineStatus.PENDING:
                 return None
-            now = self._clock()
+            now = self._wall()
             if holders >= record.replication_required:
                 return self._changed(
                     record, term, status=PipelineStatus.ACTIVE, replication=holders
@@ -166,7 +166,7 @@ class PipelineOps:
         """Mark KILLED, removed after ``wait_secs``; a later kill may shorten the wait only."""
 
         def to_killed(record: PipelineRecord) -> PipelineRecord | None:
-            kill_at = self._clock() + wait_secs
+            kill_at = self._wall() + wait_secs
             if record.status is PipelineStatus.KILLED and (record.kill_at or 0) <= kill_at:
                 return None
             return self._changed(record, term, status=PipelineStatus.KILLED, kill_at=kill_at)
@@ -192,7 +192,7 @@ class PipelineOps:
 
     def remove_due(self, term: Leadership, killed: Mapping[str, PipelineRecord]) -> list[str]:
         """Delete the KILLED records among ``killed`` whose wait is over; their names."""
-        now = self._clock()
+        now = self._wall()
         removed = []
         for name, seen in killed.items():
             if seen.status is PipelineStatus.KILLED and (seen.kill_at or 0) <= now:
@@ -251,7 +251,7 @@ class PipelineOps:
         return True
 
     def _changed(self, record: PipelineRecord, term: Leadership, **changes: Any) -> PipelineRecord:
-        updated = max(self._clock(), record.updated)
+        updated = max(self._wall(), record.updated)
         return record.model_copy(update={**changes, "epoch": term.epoch, "updated": updated})
 
     def _to_status(

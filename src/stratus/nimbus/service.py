@@ -49,7 +49,7 @@ class NimbusService:
         placement: Placement,
         leadership: Callable[[], Leadership | None],
         on_change: Callable[[PipelineRecord], None],
-        clock: Clock,
+        wall: Clock,
     ) -> None:
         self.address = settings.address
         self.max_upload_bytes = settings.max_upload_bytes
@@ -60,7 +60,7 @@ class NimbusService:
         self._placement = placement
         self._leadership = leadership  # the term the controller accepted, None unless leading
         self._on_change = on_change
-        self._clock = clock  # wall clock: uptimes from the registrations' start times
+        self._wall = wall  # wall clock: uptimes from the registrations' start times
         self._summary_cache: tuple[tuple[int, int], bytes] | None = None
 
     @property
@@ -77,7 +77,7 @@ class NimbusService:
         return self.view.leader()
 
     def cluster_summary(self) -> ClusterSummary:
-        now = self._clock()
+        now = self._wall()
         leader = self.view.leader().address
         nimbuses = [
             NimbusSummary(
@@ -101,7 +101,7 @@ class NimbusService:
 
     def cluster_summary_json(self) -> bytes:
         """The summary as JSON, rebuilt only when the view changed or a second went by."""
-        key = (self.view.version, int(self._clock()))
+        key = (self.view.version, int(self._wall()))
         cached = self._summary_cache
         if cached is not None and cached[0] == key:
             return cached[1]

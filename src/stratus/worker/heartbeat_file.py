@@ -39,13 +39,13 @@ class HeartbeatReporter:
         self,
         spec: WorkerSpec,
         *,
-        clock: Clock = time.time,
+        wall: Clock = time.time,
         pid: int | None = None,
     ) -> None:
         self._spec = spec
-        self._clock = clock
+        self._wall = wall  # heartbeats carry wall-clock times: other machines read them
         self._pid = os.getpid() if pid is None else pid
-        self._started = clock()
+        self._started = wall()
         self._lock = threading.Lock()
         self._state = WorkerState.STARTING
         self._app_id: str | None = None
@@ -143,7 +143,7 @@ class HeartbeatReporter:
             generation=spec.generation,
             digest=spec.digest,
             state=self._state,
-            time=self._clock(),
+            time=self._wall(),
             started=self._started,
             pid=self._pid,
             app_id=self._app_id,

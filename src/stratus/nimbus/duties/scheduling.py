@@ -65,8 +65,8 @@ class SchedulingDuty:
         board: HeartbeatBoard,
         registered: Callable[[], Mapping[str, SupervisorSummary]],
         settings: SchedulingSettings,
-        clock: Clock = time.time,
-        monotonic: Clock = time.monotonic,
+        clock: Clock = time.monotonic,
+        wall: Clock = time.time,
     ) -> None:
         self._ops = ops
         self._assignments = assignments
@@ -74,8 +74,8 @@ class SchedulingDuty:
         self._registered = registered  # the supervisors' registrations, from the cluster view
         self._supervisor_timeout = settings.supervisor_timeout_secs
         self._task_timeout = settings.task_timeout_secs
-        self._clock = clock  # wall clock: only for the assignments' timestamps
-        self._liveness = Liveness(clock=monotonic)
+        self._wall = wall  # only for the assignments' timestamps
+        self._liveness = Liveness(clock=clock)
         self._epoch: int | None = None  # the term the liveness memory belongs to
 
     def run(self, term: Leadership) -> Plan:
@@ -105,7 +105,7 @@ class SchedulingDuty:
             keep_on=keep_on,
             timed_out=self._timed_out(assignments, workers, keep_on),
             epoch=term.epoch,
-            now=self._clock(),
+            now=self._wall(),
         )
         if plan.assign or plan.unassign:
             self._assignments.apply(term, plan, current)
