@@ -10,7 +10,7 @@ from pathlib import Path
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.errors import CodeUnavailableError
 from stratus.codedist.package_check import PackageLimits
-from stratus.codedist.package_store import hash_file
+from stratus.codedist.transfer.check import hash_file
 from stratus.supervisor.code_cache import (
     CodeCache,
     CodeFailed,

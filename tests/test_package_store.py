@@ -14,6 +14,7 @@ import pytest
 from stratus.api.errors import InvalidRequestError, PackageTooLargeError
 from stratus.codedist import package_store
 from stratus.codedist.package_store import PackageStore
+from stratus.codedist.transfer.check import hash_file
 
 DATA = os.urandom(3 * package_store.CHUNK + 17)
 DIGEST = hashlib.sha256(DATA).hexdigest()
@@ -29,7 +30,7 @@ def store(tmp_path: Path) -> PackageStore:
 def hashes(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Every file the store hashes, in order."""
     hashed: list[Path] = []
-    real: Callable[[Path], tuple[str, int]] = package_store.hash_file
+    real: Callable[[Path], tuple[str, int]] = hash_file
 
     def counting(path: Path) -> tuple[str, int]:
         hashed.append(path)
@@ -207,7 +208,7 @@ def test_a_good_copy_stored_while_a_corrupt_one_is_hashed_is_kept(store, monkeyp
     store.put(io.BytesIO(DATA))
     path = store.path(DIGEST)
     flip_byte(path, 9)
-    real = package_store.hash_file
+    real = hash_file
     replaced: list[bool] = []
 
     def hash_then_replace(hashed: Path) -> tuple[str, int]:

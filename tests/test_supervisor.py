@@ -31,8 +31,8 @@ from stratus.api.records import (
 from stratus.client import NimbusClient
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.package_build import package_bytes
-from stratus.codedist.package_store import hash_file
 from stratus.codedist.shared_fs import SharedStorageDistributor
+from stratus.codedist.transfer.check import hash_file
 from stratus.config import StratusConfig, load_config
 from stratus.local.processes import SupervisorProcess
 from stratus.state.errors import StateStoreUnavailableError

@@ -41,13 +41,11 @@ from stratus.api.errors import (
 )
 from stratus.client.errors import NimbusUnreachableError, NoLeaderError
 from stratus.client.nimbus_client import NimbusClient
-from stratus.client.routing import BACKOFF_FIRST_SECS, BACKOFF_MAX_SECS, MAX_REDIRECTS
+from stratus.client.routing import BACKOFF_MAX_SECS
 from stratus.codedist.errors import InvalidPackageError
 
 __all__ = [
-    "BACKOFF_FIRST_SECS",
     "BACKOFF_MAX_SECS",
-    "MAX_REDIRECTS",
     "ApiError",
     "InvalidConfError",
     "InvalidNameError",

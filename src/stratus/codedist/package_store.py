@@ -36,7 +36,7 @@ from typing import BinaryIO
 import blake3
 
 from stratus.api.errors import InvalidRequestError, PackageTooLargeError
-from stratus.codedist.transfer.check import hash_file as hash_file  # noqa: PLC0414 (re-exported)
+from stratus.codedist.transfer.check import hash_file
 
 log = logging.getLogger(__name__)
 
