@@ -10,6 +10,7 @@ from typing import Any, cast
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
 
 from stratus import client, coordination
 from stratus.api.errors import UnavailableError, error_from_body
@@ -64,12 +65,27 @@ def start(hosts: str, coordinators: list[Coordinator], session: float = SESSION)
 
 
 def expire_session(coordinator: Coordinator, hosts: str) -> None:
-    """Expire a session the way ZooKeeper's own tests do: a second client takes it over."""
+    """Expire a session the way ZooKeeper's own tests do: a second client takes it over and
+    closes it.
+
+    The owner reconnects at once and may take the session back before the intruder closes
+    it; the intruder's close then ends nothing, so take it over again until it is gone.
+    """
     session_id, password = coordinator.session.client.client_id
-    intruder = KazooClient(hosts=hosts, client_id=(session_id, password), timeout=SESSION)
-    intruder.start(timeout=10)
-    intruder.stop()
-    intruder.close()
+    deadline = time.monotonic() + 30
+    while coordinator.session.session_id == session_id:
+        assert time.monotonic() < deadline, f"session {session_id:x} did not expire"
+        intruder = KazooClient(hosts=hosts, client_id=(session_id, password), timeout=SESSION)
+        try:
+            intruder.start(timeout=10)
+        except KazooTimeoutError:
+            pass  # already expired: ZooKeeper refused the session
+        finally:
+            intruder.stop()
+            intruder.close()
+        ended = time.monotonic() + SESSION
+        while coordinator.session.session_id == session_id and time.monotonic() < ended:
+            time.sleep(0.02)
 
 
 def leader_of(contenders: list[Contender], timeout: float) -> Contender:
