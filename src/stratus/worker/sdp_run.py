@@ -58,7 +58,7 @@ from stratus.worker.errors import SdpProjectError
 from stratus.worker.heartbeat_file import HeartbeatReporter
 from stratus.worker.outcome import Outcome
 from stratus.worker.spark_app import SPARK_DEFAULTS, conf_value, spark_conf
-from stratus.worker.spec import WorkerSpec
+from stratus.worker.spec import WorkerSpec, write_atomically
 from stratus.worker.stop_request import StopRequest
 
 log = logging.getLogger(__name__)
@@ -182,7 +182,7 @@ def write_conf_dir(spec: WorkerSpec) -> Path:
     earlier = defaults.read_text().splitlines() if defaults.is_file() else []
     kept = "".join(f"{line}\n" for line in earlier if not _MASTER_LINE.match(line))
     ours = "".join(_properties_line(key, value) for key, value in sdp_settings(spec).items())
-    defaults.write_text(kept + ours)  # later lines win
+    write_atomically(defaults, (kept + ours).encode())  # later lines win; 0600: secrets
     return conf_dir
 
 
