@@ -91,7 +91,8 @@ def _check_env_entry(key: str, value: Any) -> None:
         )
     if not isinstance(value, str | int | float | bool) or "\x00" in str(value):
         raise InvalidConfError(
-            f"pipeline conf {key}: expected a string, number or boolean without NUL, got {value!r}"
+            f"pipeline conf {key}: expected a string, number or boolean without NUL, "
+            f"got a {type(value).__name__}"  # not the value itself: it may be a secret
         )
     if len(str(value)) > MAX_VALUE_LENGTH:
         raise InvalidConfError(f"pipeline conf {key}: value longer than {MAX_VALUE_LENGTH}")

@@ -11,8 +11,8 @@ CLI's output and the logs; ZooKeeper keeps the real value and the worker receive
     # {"spark.hadoop.fs.s3a.secret.key": "***", "spark.x": 1}
     redact_record(record)        # the record, its conf (and an assignment's) redacted
 
-``keystore`` or ``monkey`` are not secret (``key`` must be a word of its own); ``...keytab``
-and ``...passphrase`` are.
+``keystore``, ``keyStore`` or ``monkey`` are not secret (``key`` must be a word of its own,
+or end a camelCase word: ``accessKey``); ``...keytab`` and ``...passphrase`` are.
 """
 
 from __future__ import annotations
@@ -41,8 +41,13 @@ def is_secret_key(key: str) -> bool:
     lowered = key.lower()
     if any(fragment in lowered for fragment in SECRET_FRAGMENTS):
         return True
-    words = _WORD_SEPARATORS.split(_CAMEL_BOUNDARY.sub("_", key).lower())
-    return any(word in SECRET_WORDS for word in words)
+    for part in _WORD_SEPARATORS.split(key):
+        camel_words = _CAMEL_BOUNDARY.split(part)
+        # a whole part (``.key``, ``_KEY``), or the last word of a camelCase part
+        # (``accessKey``, not ``keyStore``)
+        if part.lower() in SECRET_WORDS or camel_words[-1].lower() in SECRET_WORDS:
+            return True
+    return False
 
 
 def redact_conf(conf: Mapping[str, Any]) -> dict[str, Any]:
