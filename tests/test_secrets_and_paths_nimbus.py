@@ -128,6 +128,29 @@ def test_a_rebalance_that_points_out_of_the_root_is_refused_and_changes_nothing(
     assert response.status_code == 200 and response.json()["conf"] == allowed
 
 
+def test_a_rebalance_drops_a_checkpoint_root_that_an_older_record_holds(cluster, zk_server):
+    url = url_of(cluster)
+    assert submit(url, "older", {"spark.a": 1}).status_code == 201
+    path = f"{cluster.root}/pipelines/older"
+    with kazoo_client(zk_server.connect_string) as zk:
+        raw, _ = zk.get(path)
+        old = PipelineRecord.model_validate_json(raw)
+        conf = {**old.conf, "pipeline.checkpoint.root": "/elsewhere"}
+        zk.set(path, old.model_copy(update={"conf": conf}).encode())
+    wait_until(
+        lambda: (
+            "pipeline.checkpoint.root" in httpx.get(f"{url}/api/v1/pipelines/older").json()["conf"]
+        ),
+        10,
+        "the nimbus to see the older record",
+    )
+
+    response = httpx.post(f"{url}/api/v1/pipelines/older/rebalance", json={"conf": {"spark.b": 2}})
+
+    assert response.status_code == 200, response.text
+    assert response.json()["conf"] == {"spark.a": 1, "spark.b": 2}
+
+
 def test_a_kill_deletes_the_pipelines_checkpoints_and_nothing_a_link_inside_points_to(
     cluster, root, tmp_path
 ):

@@ -116,7 +116,8 @@ def prepare_project(spec: WorkerSpec) -> Path:
         if entry.name != project_file.name:
             (mirror / entry.name).symlink_to(entry.resolve())
     derived = mirror / DERIVED_SPEC
-    derived.write_text(yaml.safe_dump(derived_spec(project, spec), sort_keys=False))
+    text = yaml.safe_dump(derived_spec(project, spec), sort_keys=False)
+    write_atomically(derived, text.encode())  # 0600: its configuration may hold secrets
     return derived
 
 
