@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import stat
 
+import fsspec
 import pytest
 
 from stratus.api.errors import InvalidConfError
@@ -157,6 +158,19 @@ def test_a_root_behind_a_link_is_resolved_before_the_containment_check(tmp_path)
     (tmp_path / "root-link").symlink_to(real)
     assert remove_checkpoints(f"file://{tmp_path / 'root-link'}", "etl") is True
     assert not (real / "etl").exists() and real.is_dir()
+
+
+def test_a_removal_on_a_remote_store_deletes_the_pipelines_directory_alone():
+    """fsspec's in-memory store stands for HDFS or S3: no links, paths checked as text."""
+    fs = fsspec.filesystem("memory")
+    fs.pipe({"/ck-remote/etl/q/0": b"1", "/ck-remote/etl-2/q/0": b"2"})
+    try:
+        assert remove_checkpoints("memory://ck-remote", "etl") is True
+        assert not fs.exists("/ck-remote/etl")
+        assert fs.cat("/ck-remote/etl-2/q/0") == b"2"
+        assert remove_checkpoints("memory://ck-remote", "etl") is False
+    finally:
+        fs.rm("/ck-remote", recursive=True)
 
 
 def test_a_removal_refuses_a_name_that_is_not_a_pipeline_name(tmp_path):

@@ -64,9 +64,10 @@ def remove_checkpoints(root: str, name: str) -> bool:
     inside the resolved root (a symbolic link pointing out of it, say): nothing is deleted."""
     location = pipeline_directory(root, name)
     fs, path = fsspec.core.url_to_fs(location)
+    _, root_path = fsspec.core.url_to_fs(root)
     if isinstance(fs, LocalFileSystem):
-        return _remove_local(Path(fsspec.core.url_to_fs(root)[1]), Path(path), location)
-    if not _inside(posixpath.normpath(fs._strip_protocol(root)), posixpath.normpath(path)):
+        return _remove_local(Path(root_path), Path(path), location)
+    if not _inside(posixpath.normpath(root_path), posixpath.normpath(path)):
         raise CheckpointLocationError(
             f"checkpoints of {name!r} at {location} are not inside the root {root}; nothing deleted"
         )

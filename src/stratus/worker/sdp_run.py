@@ -23,8 +23,9 @@ Defaults, each overridden by the pipeline's conf (``sdp_settings``): tables go t
 ``<checkpoint_location>/sdp-metastore`` when the checkpoint location is on the local file
 system, else in ``<work_dir>/sdp-metastore``: without a persistent catalog, the second run
 finds the tables' directories and refuses to create them again. A checkpoint location on
-shared storage (hdfs://, ...) needs a shared metastore
-(``spark.hadoop.hive.metastore.uris``) for a moved pipeline to find its tables.
+shared storage (hdfs://, ...) needs a shared metastore for a moved pipeline to find its
+tables: the operator's ``spark.hadoop.hive.metastore.uris`` in the inherited
+``SPARK_CONF_DIR`` (a pipeline's conf may not name the operator's hosts).
 
 No trigger: one run, FINISHED. With ``trigger_interval_secs``: a run starts every interval
 (the next one at once if a run took longer), RUNNING with ``runs`` completed. A run that
