@@ -18,6 +18,7 @@ from stratus.api.redaction import REDACTED, is_secret_key, redact_conf, redact_r
 from stratus.config import config_from_mapping
 from stratus.errors import ConfigError
 from stratus.supervisor.worker_env import worker_environment
+from stratus.supervisor.worker_process import WorkerPaths
 from stratus.worker.checkpoints import checkpoint_location, remove_checkpoints
 from stratus.worker.errors import CheckpointLocationError
 from stratus.worker.spec import write_atomically
@@ -249,6 +250,14 @@ def test_the_worker_environment_is_the_allow_list_plus_the_pipelines_entries():
         "REGION": "eu",
         "PYTHONUNBUFFERED": "1",
     }
+
+
+def test_a_workers_directory_is_made_private_even_if_it_existed(tmp_path):
+    paths = WorkerPaths.of(tmp_path, "etl")
+    paths.directory.mkdir(parents=True, mode=0o755)
+    paths.directory.chmod(0o755)
+    paths.make_private()
+    assert stat.S_IMODE(paths.directory.stat().st_mode) == 0o700
 
 
 def test_a_spec_file_is_written_readable_by_its_owner_only(tmp_path):
