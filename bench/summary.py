@@ -412,7 +412,7 @@ def submit_pipelines(leader: NimbusProcess, count: int) -> None:
         "spark.sql.shuffle.partitions": 8,
         "spark.executor.memory": "2g",
         "pipeline.trigger.interval.secs": 30,
-        "pipeline.checkpoint.root": "file:///data/checkpoints",
+        "pipeline.checkpoint.subpath": "v1",
     }
     with httpx.Client(base_url=leader.url, timeout=HTTP_TIMEOUT_SECS) as http:
         for index in range(count):

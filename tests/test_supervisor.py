@@ -11,7 +11,10 @@ nimbus serves it. The few Spark scenarios run ``stratus supervisor`` processes w
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -64,9 +67,10 @@ FAST = {
 FAKE_WORKER = '''
 """A stand-in for the Spark worker: the supervisor's side of the contract, in milliseconds.
 
-spark.test.mode in the pipeline's conf: run (default), fail, crash, finish or hang.
+spark.test.mode in the pipeline's conf: run (default), fail, crash, finish or hang; env also
+writes its environment to <work_dir>/env.json, then runs.
 """
-import os, signal, sys, threading, time
+import json, os, signal, sys, threading, time
 from pathlib import Path
 
 from stratus.api.records import WorkerHeartbeat, WorkerState
@@ -102,6 +106,8 @@ if mode == "fail":
 if mode == "finish":
     beat(WorkerState.FINISHED)
     sys.exit(0)
+if mode == "env":
+    Path(spec.work_dir, "env.json").write_text(json.dumps(dict(os.environ)))
 if mode == "hang":
     Path(spec.work_dir, "pid").write_text(str(os.getpid()))
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -323,6 +329,33 @@ def test_an_assigned_pipeline_runs_and_stops_when_its_assignment_is_deleted(clus
         wait_until(
             lambda: (cluster.registration() or SupervisorSummary(id="-")).used == 0, 10, "used 0"
         )
+
+
+def test_a_worker_gets_the_allowed_environment_and_its_pipelines_not_the_supervisors_secrets(
+    cluster, monkeypatch
+) -> None:
+    monkeypatch.setenv("STRATUS_TOKEN", "supervisor-token")
+    monkeypatch.setenv("ZK_DIGEST_PASSWORD", "zookeeper-credential")
+    monkeypatch.setenv("OPERATOR_EXTRA", "passed on")
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    meta = cluster.code.upload("etl")
+    conf = {"spark.test.mode": "env", "pipeline.env.REGION": "eu-west-1"}
+    with running(cluster.conf(**{"supervisor.worker.env": "OPERATOR_EXTRA"}), cluster):
+        cluster.assign(meta, conf=conf)
+        cluster.wait_for_worker(WorkerState.RUNNING)
+        worker_dir = cluster.tmp_path / "s1" / "workers" / "etl"
+        env = json.loads((worker_dir / "work" / "env.json").read_text())
+        spec_mode = stat.S_IMODE((worker_dir / "spec.json").stat().st_mode)
+        dir_mode = stat.S_IMODE(worker_dir.stat().st_mode)
+
+    assert "STRATUS_TOKEN" not in env and "ZK_DIGEST_PASSWORD" not in env
+    assert "supervisor-token" not in json.dumps(env)
+    assert env["REGION"] == "eu-west-1"  # pipeline.env.REGION
+    assert env["OPERATOR_EXTRA"] == "passed on"  # supervisor.worker.env
+    assert (env["PATH"], env["LANG"]) == (os.environ["PATH"], "C.UTF-8")
+    assert env.get("PYTHONPATH") == os.environ.get("PYTHONPATH")
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert (spec_mode, dir_mode) == (0o600, 0o700)
 
 
 def test_a_rebalance_restarts_the_worker_and_a_new_leaders_epoch_does_not(cluster) -> None:

@@ -53,6 +53,23 @@ def test_json_prints_the_manifest_sizes_and_digest(tmp_path: Path) -> None:
     assert summary["sha256"] == hashlib.sha256(data).hexdigest()
 
 
+def test_json_redacts_the_manifests_secret_conf_values(tmp_path: Path) -> None:
+    conf = {"pipeline.env.DB_PASSWORD": "hunter2", "spark.x": 1}
+    archive = tmp_path / "secretive.zip"
+    archive.write_bytes(valid_package("secretive", conf=conf))
+    code, out, _ = run("--json", str(archive))
+    assert code == 0 and "hunter2" not in out
+    assert json.loads(out)["manifest"]["conf"] == {"pipeline.env.DB_PASSWORD": "***", "spark.x": 1}
+
+
+def test_a_manifest_whose_conf_leaves_the_checkpoint_root_is_invalid(tmp_path: Path) -> None:
+    archive = tmp_path / "escape.zip"
+    archive.write_bytes(valid_package("escape", conf={"pipeline.checkpoint.subpath": "../x"}))
+    code, _, err = run(str(archive))
+    assert code == 1
+    assert "pipeline.checkpoint.subpath" in err and "'..'" in err
+
+
 def test_the_digest_of_a_directory_is_that_of_its_zip(tmp_path: Path) -> None:
     directory = valid_package_dir(tmp_path, "wordcount")
     _, out, _ = run("--json", str(directory))

@@ -41,9 +41,9 @@ def test_the_spec_carries_the_assignment_the_code_and_where_to_checkpoint(tmp_pa
     assert spec.trigger_interval_secs is None
 
 
-def test_the_pipelines_own_checkpoint_root_and_the_manifests_trigger_are_used(tmp_path) -> None:
+def test_the_pipelines_checkpoint_subpath_and_the_manifests_trigger_are_used(tmp_path) -> None:
     manifest = "name: etl\nkind: sdp\ntrigger:\n  interval_secs: 5\nconf:\n  spark.a: manifest\n"
-    pipeline_conf = {"pipeline.checkpoint.root": "s3://bucket/ck", "spark.a": "submit"}
+    pipeline_conf = {"pipeline.checkpoint.subpath": "v2/orders", "spark.a": "submit"}
     spec = build_spec(
         CLUSTER,
         "s1",
@@ -51,10 +51,19 @@ def test_the_pipelines_own_checkpoint_root_and_the_manifests_trigger_are_used(tm
         code(tmp_path, manifest),
         WorkerPaths.of(tmp_path, "etl"),
     )
-    assert spec.checkpoint_location == "s3://bucket/ck/etl"
+    assert spec.checkpoint_location == "/ck/etl/v2/orders"
     assert spec.trigger_interval_secs == 5.0
     assert spec.conf["spark.a"] == "submit"  # the assignment's conf over the manifest's
     assert (spec.kind, spec.project) == ("sdp", "spark-pipeline.yml")
+
+
+def test_a_checkpoint_root_in_an_older_records_conf_is_ignored(tmp_path) -> None:
+    """Records written before the root was the operator's alone may still name one."""
+    conf = {"pipeline.checkpoint.root": "s3://elsewhere/ck"}
+    spec = build_spec(
+        CLUSTER, "s1", assignment(conf=conf), code(tmp_path), WorkerPaths.of(tmp_path, "etl")
+    )
+    assert spec.checkpoint_location == "/ck/etl"
 
 
 def test_the_log_tail_is_that_of_the_last_run(tmp_path) -> None:

@@ -25,7 +25,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from stratus.errors import ConfigError
 
 CONFIG_ENV_VAR = "STRATUS_CONF"
-_LIST_KEYS = frozenset({"zookeeper.servers", "nimbus.seeds"})  # `-c key=a,b` splits at commas
+_LIST_KEYS = frozenset(  # `-c key=a,b` splits at commas
+    {
+        "zookeeper.servers",
+        "nimbus.seeds",
+        "pipeline.checkpoint.schemes",
+        "pipeline.spark.masters",
+        "supervisor.worker.env",
+    }
+)
 
 SUPERVISOR_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"  # a znode name and a directory name
 
@@ -220,7 +228,30 @@ class StratusConfig(BaseModel):
         description="where each pipeline's checkpoints live, under <root>/<pipeline>: a "
         "directory or any Hadoop-compatible URL that every supervisor reaches (default: "
         "stratus-checkpoints under the system's temporary directory, for one machine only); "
-        "a pipeline's conf may set its own",
+        "the operator's alone: a pipeline's conf may only add pipeline.checkpoint.subpath "
+        "below its own directory",
+    )
+    pipeline_checkpoint_schemes: list[str] = Field(
+        default=["file", "hdfs", "s3a", "s3", "gs", "abfs", "abfss"],
+        min_length=1,
+        alias="pipeline.checkpoint.schemes",
+        description="the URL schemes pipeline.checkpoint.root may use (a plain path is "
+        "`file`); checked when the configuration is loaded",
+    )
+    pipeline_spark_masters: list[str] = Field(
+        default=[],
+        alias="pipeline.spark.masters",
+        description="the Spark masters a pipeline's conf may name in spark.master, "
+        "pipeline.spark.master or spark.remote besides local[...] and the cluster's own "
+        "pipeline.spark.master (e.g. `yarn`, `spark://m1:7077`); anything else is refused "
+        "at submit and rebalance",
+    )
+    supervisor_worker_env: list[str] = Field(
+        default=[],
+        alias="supervisor.worker.env",
+        description="names of the supervisor's environment variables its workers get, "
+        "beyond the built-in allow-list (PATH, HOME, LANG, JAVA_HOME, SPARK_HOME, ...); "
+        "a pipeline adds its own with pipeline.env.NAME",
     )
     pipeline_spark_master: str = Field(
         default="local[*]",
@@ -378,6 +409,17 @@ class StratusConfig(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _checkpoint_root_scheme_allowed(self) -> StratusConfig:
+        scheme = url_scheme(self.checkpoint_root())
+        if scheme not in self.pipeline_checkpoint_schemes:
+            raise ValueError(
+                f"pipeline.checkpoint.root {self.checkpoint_root()!r} uses the scheme "
+                f"{scheme!r}, which pipeline.checkpoint.schemes "
+                f"({', '.join(self.pipeline_checkpoint_schemes)}) does not allow"
+            )
+        return self
+
     def checkpoint_root(self) -> str:
         """``pipeline.checkpoint.root``, or its default directory."""
         if self.pipeline_checkpoint_root:
@@ -393,6 +435,12 @@ class StratusConfig(BaseModel):
     def zookeeper_hosts(self) -> str:
         """The kazoo connect string for ``zookeeper.servers``."""
         return ",".join(self.zookeeper_servers)
+
+
+def url_scheme(location: str) -> str:
+    """The scheme of a URL, lower case; ``file`` for a plain path."""
+    scheme, sep, _ = location.partition("://")
+    return scheme.lower() if sep and scheme.isascii() and scheme.isalnum() else "file"
 
 
 def valid_keys() -> list[str]:

@@ -1,24 +1,33 @@
 """Validation of a pipeline's conf: Spark settings plus the pipeline keys stratus knows.
 
 A pipeline's conf is a flat mapping. ``spark.*`` keys go to Spark unchanged and take any
-scalar value; ``pipeline.*`` keys are stratus's own and are typed; anything else is refused
-with the closest valid key, so a typo never goes unnoticed::
+scalar value; ``pipeline.*`` keys are stratus's own and are typed; ``pipeline.env.NAME``
+sets the environment variable NAME of the pipeline's worker; anything else is refused
+with the closest valid key, so a typo never goes unnoticed. Paths, hosts and URLs are the
+operator's (``stratus.api.locations``): the checkpoint root and the Spark settings that
+name the operator's files or hosts are refused::
 
     validate_pipeline_conf({"spark.sql.shuffle.partitions": 4})     # returns it, checked
     validate_pipeline_conf({"pipeline.min.replicaton.count": 2})    # InvalidConfError
+    validate_pipeline_conf({"pipeline.env.REGION": "eu-west-1"})    # REGION in the worker
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from stratus.api.errors import InvalidConfError
+from stratus.api.locations import CHECKPOINT_SUBPATH_KEY, SUBPATH_RULE, check_operator_keys
 
 MAX_KEYS = 1000
 MAX_KEY_LENGTH = 256
 MAX_VALUE_LENGTH = 64 * 1024
+ENV_PREFIX = "pipeline.env."
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+ENV_NAME_RULE = "a letter or '_', then letters, digits and '_' (at most 128)"
 
 
 def _int_at_least(lowest: int) -> Callable[[Any], bool]:
@@ -37,7 +46,7 @@ def _text(value: Any) -> bool:
 PIPELINE_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "pipeline.min.replication.count": (_int_at_least(1), "an integer >= 1"),
     "pipeline.max.replication.wait.time.sec": (_int_at_least(-1), "an integer >= -1"),
-    "pipeline.checkpoint.root": (_text, "a non-empty path or URL"),
+    CHECKPOINT_SUBPATH_KEY: (_text, SUBPATH_RULE),
     "pipeline.trigger.interval.secs": (_positive_number, "a number > 0"),
     "pipeline.spark.master": (_text, "a Spark master URL"),
 }
@@ -55,8 +64,11 @@ def validate_pipeline_conf(conf: Mapping[str, Any]) -> dict[str, Any]:
 def _check_entry(key: Any, value: Any) -> None:
     if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
         raise InvalidConfError(f"invalid pipeline conf key {key!r}")
+    check_operator_keys(key, value)
     if key.startswith("spark."):
         _check_spark_value(key, value)
+    elif key.startswith(ENV_PREFIX):
+        _check_env_entry(key, value)
     elif key in PIPELINE_KEYS:
         check, expected = PIPELINE_KEYS[key]
         if not check(value):
@@ -66,8 +78,40 @@ def _check_entry(key: Any, value: Any) -> None:
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise InvalidConfError(
             f"unknown pipeline conf key {key!r}: keys are spark.* or one of "
-            f"{', '.join(PIPELINE_KEYS)}{hint}"
+            f"{', '.join(PIPELINE_KEYS)}, {ENV_PREFIX}NAME{hint}"
         )
+
+
+def _check_env_entry(key: str, value: Any) -> None:
+    name = key.removeprefix(ENV_PREFIX)
+    if not ENV_NAME.fullmatch(name):
+        raise InvalidConfError(
+            f"pipeline conf {key}: {name!r} cannot be an environment variable's name; "
+            f"expected {ENV_NAME_RULE}"
+        )
+    if not isinstance(value, str | int | float | bool) or "\x00" in str(value):
+        raise InvalidConfError(
+            f"pipeline conf {key}: expected a string, number or boolean without NUL, "
+            f"got a {type(value).__name__}"  # not the value itself: it may be a secret
+        )
+    if len(str(value)) > MAX_VALUE_LENGTH:
+        raise InvalidConfError(f"pipeline conf {key}: value longer than {MAX_VALUE_LENGTH}")
+
+
+def env_entries(conf: Mapping[str, Any]) -> dict[str, str]:
+    """The worker environment's variables that ``conf`` sets (``pipeline.env.NAME``), as
+    text (``True`` is ``"true"``, as Spark writes booleans)."""
+    return {
+        key.removeprefix(ENV_PREFIX): _env_text(value)
+        for key, value in conf.items()
+        if key.startswith(ENV_PREFIX)
+    }
+
+
+def _env_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def _check_spark_value(key: str, value: Any) -> None:

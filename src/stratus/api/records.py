@@ -68,7 +68,11 @@ class PipelineRecord(_Record):
         description="BLAKE3 of the package, hex, computed at submit: copies are checked "
         "against it (null in older records: against the sha256)",
     )
-    conf: dict[str, Any] = Field(default_factory=dict)
+    conf: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the pipeline's conf; in the API's answers every secret-looking value "
+        "(a key naming a password, secret, token, credential or key) is '***'",
+    )
     submitted: float = Field(description="wall-clock time of the submit, seconds since the epoch")
     updated: float = Field(description="wall-clock time of the last change")
     epoch: int = Field(description="leadership epoch of the nimbus that last wrote the record")

@@ -40,6 +40,7 @@ from stratus.api.records import (
     PipelineStatus,
     PipelineWorkers,
 )
+from stratus.api.redaction import redact_conf, redact_record
 from stratus.cli.options import with_config
 from stratus.client import NimbusClient
 from stratus.config import StratusConfig
@@ -180,7 +181,8 @@ def list_pipelines(as_json: bool, conf: StratusConfig) -> None:
     with _client(conf) as client:
         records = client.list_pipelines()
     if as_json:
-        click.echo(json.dumps([record.model_dump(mode="json") for record in records], indent=2))
+        shown = [redact_record(record).model_dump(mode="json") for record in records]
+        click.echo(json.dumps(shown, indent=2))
         return
     _console().print(_pipelines_table(records) if records else "no pipelines")
 
@@ -218,7 +220,7 @@ def kill(name: str, wait_secs: float | None, as_json: bool, conf: StratusConfig)
     with _client(conf) as client:
         record = client.kill(name, wait_secs)
     if as_json:
-        click.echo("null" if record is None else record.model_dump_json(indent=2))
+        click.echo("null" if record is None else redact_record(record).model_dump_json(indent=2))
     elif record is None:
         _console().print(f"killed pipeline {name}; its record is already removed")
     else:
@@ -260,7 +262,7 @@ def rebalance(name: str, pipeline_conf: dict[str, Any], as_json: bool, conf: Str
         return
     _console().print(
         f"rebalanced pipeline {record.name} (rebalance {record.rebalances}); "
-        f"conf: {json.dumps(record.conf, sort_keys=True)}"
+        f"conf: {json.dumps(redact_conf(record.conf), sort_keys=True)}"
     )
 
 
@@ -312,6 +314,10 @@ def _console() -> Console:
 
 
 def _print_json(model: BaseModel) -> None:
+    """The record as JSON; a pipeline's secret conf values redacted even if the nimbus that
+    answered did not redact them."""
+    if isinstance(model, PipelineRecord):
+        model = redact_record(model)
     click.echo(model.model_dump_json(indent=2))
 
 
@@ -369,7 +375,7 @@ def _record_table(record: PipelineRecord) -> Table:
     table.add_row("status", _status_text(record.status))
     table.add_row("digest", record.digest)
     table.add_row("size", format_size(record.size_bytes))
-    table.add_row("conf", json.dumps(record.conf, sort_keys=True))
+    table.add_row("conf", json.dumps(redact_conf(record.conf), sort_keys=True))
     table.add_row("submitted", _when(record.submitted))
     table.add_row("updated", _when(record.updated))
     table.add_row("epoch", str(record.epoch))

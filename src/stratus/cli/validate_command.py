@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 
+from stratus.api.redaction import redact_conf
 from stratus.cli.client_commands import format_size
 from stratus.cli.options import with_config
 from stratus.codedist.errors import InvalidPackageError
@@ -73,10 +74,17 @@ def _line(checked: CheckedPackage) -> str:
 
 def _summary(checked: CheckedPackage, digest: str) -> dict[str, object]:
     return {
-        "manifest": checked.manifest.model_dump(mode="json"),
+        "manifest": _shown_manifest(checked),
         "entries": checked.entries,
         "files": checked.files,
         "unpacked_bytes": checked.unpacked_bytes,
         "packed_bytes": checked.packed_bytes,
         "sha256": digest,
     }
+
+
+def _shown_manifest(checked: CheckedPackage) -> dict[str, object]:
+    """The manifest as JSON, its secret-looking conf values redacted."""
+    shown = checked.manifest.model_dump(mode="json")
+    shown["conf"] = redact_conf(checked.manifest.conf)
+    return shown

@@ -60,7 +60,6 @@ from stratus.nimbus.submission import Submitter
 from stratus.settings import distributor_settings, state_store_settings, zk_settings
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
-from stratus.worker.checkpoints import checkpoint_location
 from stratus.zk.ephemeral import EphemeralNode
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.session import ZkSession
@@ -234,9 +233,7 @@ class Nimbus:
             ops,
             self.distributor,
             board,
-            checkpoints_of=lambda r: checkpoint_location(
-                self.conf.checkpoint_root(), r.conf, r.name
-            ),
+            checkpoint_root=self.conf.checkpoint_root(),
         )
         readiness = CodeReadiness(
             self.code_sync,

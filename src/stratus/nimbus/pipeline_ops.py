@@ -37,6 +37,7 @@ from stratus.api.errors import (
     UnavailableError,
     UnknownPipelineError,
 )
+from stratus.api.locations import CHECKPOINT_ROOT_KEY
 from stratus.api.names import check_pipeline_name
 from stratus.api.pipeline_conf import validate_pipeline_conf
 from stratus.api.records import PipelineRecord, PipelineStatus
@@ -184,7 +185,8 @@ class PipelineOps:
     def rebalance(self, term: Leadership, name: str, conf: Mapping[str, Any]) -> PipelineRecord:
         def rebalanced(record: PipelineRecord) -> PipelineRecord:
             _refuse_if_killed(record, "rebalance")
-            merged = validate_pipeline_conf({**record.conf, **conf})
+            kept = {k: v for k, v in record.conf.items() if k != CHECKPOINT_ROOT_KEY}  # retired
+            merged = validate_pipeline_conf({**kept, **conf})
             return self._changed(record, term, conf=merged, rebalances=record.rebalances + 1)
 
         validate_pipeline_conf(conf)
@@ -231,7 +233,8 @@ class PipelineOps:
             try:
                 records[name] = PipelineRecord.model_validate_json(raw)
             except ValidationError as exc:
-                log.warning("event=bad_record pipeline=%s error=%s", name, exc.errors()[0])
+                error = exc.errors(include_input=False)[0]  # the input may hold secrets
+                log.warning("event=bad_record pipeline=%s error=%s", name, error)
         return records
 
     def _remove_if_still_killed(self, term: Leadership, name: str) -> bool:

@@ -4,7 +4,9 @@ Reads are answered from the ``ClusterView`` (no ZooKeeper request), but for wher
 runs (``Placement``); leader-only calls take the term the leadership controller accepted, or
 fail with ``NotLeaderError`` naming the leader, and run with that term: a submit through the
 ``Submitter``, the others through ``PipelineOps``. After a submit or a kill, ``on_change``
-tells the leader's duties (the leadership controller) to look at the pipeline now.
+tells the leader's duties (the leadership controller) to look at the pipeline now. Every
+record it answers with has its secret-looking conf values redacted (``stratus.api.redaction``):
+the API, the status page and the CLI built on them never show a secret.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from stratus.api.records import (
     PipelineWorkers,
     SupervisorSummary,
 )
+from stratus.api.redaction import redact_record, redact_workers
 from stratus.codedist.package_store import PackageStore
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.cluster_view import ClusterView
@@ -110,19 +113,19 @@ class NimbusService:
         return body
 
     def pipelines(self) -> list[PipelineRecord]:
-        return [record for _, record in sorted(self.view.pipelines().items())]
+        return [redact_record(record) for _, record in sorted(self.view.pipelines().items())]
 
     def pipeline(self, name: str) -> PipelineRecord:
         check_pipeline_name(name)
         record = self.view.pipelines().get(name)
         if record is None:
             raise UnknownPipelineError(f"unknown pipeline {name!r}")
-        return record
+        return redact_record(record)
 
     def workers(self, name: str) -> PipelineWorkers:
         """Where the pipeline runs and its workers' last heartbeats, read from the stores."""
         self.pipeline(name)
-        return self._placement.of(name)
+        return redact_workers(self._placement.of(name))
 
     # ------------------------------------------------------------------ leader-only
 
@@ -152,22 +155,24 @@ class NimbusService:
             raise InvalidRequestError(f"request_id longer than {MAX_REQUEST_ID_LENGTH} characters")
         record, created = self._submitter.submit(term, name, submit_conf, request_id, package)
         self._on_change(record)
-        return record, created
+        return redact_record(record), created
 
     def kill(self, name: str, wait_secs: float | None) -> PipelineRecord:
         wait = self._settings.kill_wait_secs if wait_secs is None else wait_secs
         record = self._ops.kill(self.leader_term(), name, wait)
         self._on_change(record)
-        return record
+        return redact_record(record)
 
     def activate(self, name: str) -> PipelineRecord:
-        return self._ops.activate(self.leader_term(), name)
+        return redact_record(self._ops.activate(self.leader_term(), name))
 
     def deactivate(self, name: str) -> PipelineRecord:
-        return self._ops.deactivate(self.leader_term(), name)
+        return redact_record(self._ops.deactivate(self.leader_term(), name))
 
     def rebalance(self, name: str, conf: dict[str, Any]) -> PipelineRecord:
-        return self._ops.rebalance(self.leader_term(), name, conf)
+        term = self.leader_term()
+        self._settings.locations.check(conf)
+        return redact_record(self._ops.rebalance(term, name, conf))
 
 
 def _parse_conf(conf_json: str) -> dict[str, Any]:

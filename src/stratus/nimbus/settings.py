@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stratus.api.locations import LocationPolicy
 from stratus.codedist.package_check import PackageLimits
 from stratus.config import StratusConfig
 from stratus.nimbus.pipeline_ops import ReplicationPolicy
@@ -42,6 +43,7 @@ class SubmitSettings:
 
     limits: PackageLimits
     replication: ReplicationPolicy  # pipeline.min.replication.count, ...wait.time.sec
+    locations: LocationPolicy  # pipeline.spark.masters and the cluster's pipeline.spark.master
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class ServiceSettings:
     address: str  # host:port of this nimbus
     kill_wait_secs: float  # pipeline.kill.wait.secs, when a kill names no wait
     max_upload_bytes: int  # nimbus.max.upload.bytes, checked before a body is read
+    locations: LocationPolicy  # what a rebalance's conf may point at
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,9 @@ class NimbusSettings:
 
     @classmethod
     def from_config(cls, conf: StratusConfig, address: str) -> NimbusSettings:
+        locations = LocationPolicy(
+            spark_masters=frozenset([*conf.pipeline_spark_masters, conf.pipeline_spark_master])
+        )
         return cls(
             leadership=LeadershipSettings(
                 lead_check_secs=conf.nimbus_lead_check_secs,
@@ -82,11 +88,13 @@ class NimbusSettings:
                     required=conf.pipeline_min_replication_count,
                     wait_secs=conf.pipeline_max_replication_wait_time_sec,
                 ),
+                locations=locations,
             ),
             service=ServiceSettings(
                 address=address,
                 kill_wait_secs=conf.pipeline_kill_wait_secs,
                 max_upload_bytes=conf.nimbus_max_upload_bytes,
+                locations=locations,
             ),
             code_watch=conf.nimbus_code_watch,
             code_sync_freq_secs=conf.nimbus_code_sync_freq_secs,

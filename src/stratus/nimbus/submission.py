@@ -73,6 +73,7 @@ class Submitter:
             manifest = self._checked(received.path).manifest
             name = name or manifest.name
             conf = validate_pipeline_conf({**manifest.pipeline_conf(), **submit_conf})
+            self._settings.locations.check(conf)
             stored = StoredPackage(received.digest, received.size_bytes, received.blake3)
             with self._lock:
                 record, created = self._ops.submit(

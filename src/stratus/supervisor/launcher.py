@@ -10,12 +10,14 @@ tests use fakes::
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence, Set
 
 from stratus.api.records import Assignment
 from stratus.codedist.distributor import CodeMeta
 from stratus.supervisor.code_cache import CodeCache, CodeState, PipelineCode
 from stratus.supervisor.settings import SpecSettings
+from stratus.supervisor.worker_env import worker_environment
 from stratus.supervisor.worker_process import WorkerPaths, WorkerProcess, build_spec
 
 
@@ -42,7 +44,8 @@ class WorkerLauncher:
         self, assignment: Assignment, code: PipelineCode, paths: WorkerPaths
     ) -> WorkerProcess:
         spec = build_spec(self._settings, self._supervisor, assignment, code, paths)
-        return WorkerProcess.launch(spec, paths, self._command)
+        env = worker_environment(os.environ, self._settings.env_names, spec.conf)
+        return WorkerProcess.launch(spec, paths, self._command, env=env)
 
     def retain(self, digests: Set[str]) -> None:
         self._cache.retain(digests)

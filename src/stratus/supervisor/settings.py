@@ -74,6 +74,7 @@ class SpecSettings:
     checkpoint_root: str  # pipeline.checkpoint.root, or its default directory
     heartbeat_secs: float  # worker.heartbeat.frequency.secs
     stop_grace_secs: float  # supervisor.worker.stop.secs
+    env_names: frozenset[str] = frozenset()  # supervisor.worker.env: passed beyond the allow-list
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,7 @@ class SupervisorSettings:
                 checkpoint_root=conf.checkpoint_root(),
                 heartbeat_secs=conf.worker_heartbeat_frequency_secs,
                 stop_grace_secs=timeouts.stop_secs,
+                env_names=frozenset(conf.supervisor_worker_env),
             ),
             code=CodeSettings(
                 distributor=distributor_settings(conf),

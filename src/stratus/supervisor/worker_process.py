@@ -1,15 +1,17 @@
 """One worker process: its spec, its start, its stop, and no orphan ever.
 
 Guarantees: a worker runs as ``python -m stratus.worker.main <dir>/spec.json`` in a
-process group of its own, with stdout and stderr appended to ``<dir>/worker.log`` and its
-stdin a pipe that only its supervisor holds: when the supervisor dies, even by SIGKILL, the
-kernel closes the pipe and the worker sees EOF and stops (no orphans). A stop is SIGTERM to
-the worker, then SIGKILL to its whole process group (the Spark JVM included) once the grace
-is over; once the worker has exited, whatever is left in its group is killed too::
+process group of its own, with the environment its launcher gives it (``worker_env``), its
+directory only its owner may enter (0700) and its spec only its owner may read (0600),
+with stdout and stderr appended to ``<dir>/worker.log`` and its stdin a pipe that only its
+supervisor holds: when the supervisor dies, even by SIGKILL, the kernel closes the pipe and
+the worker sees EOF and stops (no orphans). A stop is SIGTERM to the worker, then SIGKILL to
+its whole process group (the Spark JVM included) once the grace is over; once the worker
+has exited, whatever is left in its group is killed too::
 
     paths = WorkerPaths.of(local_dir, "etl")
     spec = build_spec(settings.spec, "s1", assignment, code, paths)
-    process = WorkerProcess.launch(spec, paths)
+    process = WorkerProcess.launch(spec, paths, env=worker_environment(os.environ, ...))
     process.poll()          # None while it runs, then its exit code
     process.terminate()     # SIGTERM
     process.kill()          # SIGKILL of the process group
@@ -25,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +37,7 @@ from stratus.process import Lifeline, ProcessGroup
 from stratus.supervisor.code_cache import PipelineCode
 from stratus.supervisor.settings import SpecSettings
 from stratus.worker.checkpoints import checkpoint_location
-from stratus.worker.spec import HEARTBEAT_FILE, SPEC_FILE, WorkerSpec
+from stratus.worker.spec import HEARTBEAT_FILE, PRIVATE_DIR_MODE, SPEC_FILE, WorkerSpec
 
 WORKER_MODULE = "stratus.worker.main"
 LOG_FILE = "worker.log"
@@ -60,6 +62,12 @@ class WorkerPaths:
     @classmethod
     def of(cls, local_dir: Path, pipeline: str) -> WorkerPaths:
         return cls(local_dir / "workers" / pipeline)
+
+    def make_private(self) -> None:
+        """Create the worker's directory (and its parents) if missing, and let only its
+        owner enter it: it holds the spec, whose conf may hold secrets."""
+        self.directory.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
+        self.directory.chmod(PRIVATE_DIR_MODE)
 
     @property
     def spec(self) -> Path:
@@ -133,10 +141,16 @@ class WorkerProcess:
 
     @classmethod
     def launch(
-        cls, spec: WorkerSpec, paths: WorkerPaths, command: Sequence[str] | None = None
+        cls,
+        spec: WorkerSpec,
+        paths: WorkerPaths,
+        command: Sequence[str] | None = None,
+        *,
+        env: Mapping[str, str],
     ) -> WorkerProcess:
-        """Write the spec, clear the last heartbeat file, and start the worker."""
-        paths.work.mkdir(parents=True, exist_ok=True)
+        """Write the spec, clear the last heartbeat file, and start the worker with ``env``."""
+        paths.make_private()
+        paths.work.mkdir(exist_ok=True)
         paths.heartbeat.unlink(missing_ok=True)  # a new process starts with no heartbeat
         spec.write(paths.spec)
         argv = [*(command or default_worker_command()), str(paths.spec)]
@@ -149,7 +163,7 @@ class WorkerProcess:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=paths.work,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env=dict(env),
             )
         return cls(group, spec)
 

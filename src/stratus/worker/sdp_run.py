@@ -23,8 +23,9 @@ Defaults, each overridden by the pipeline's conf (``sdp_settings``): tables go t
 ``<checkpoint_location>/sdp-metastore`` when the checkpoint location is on the local file
 system, else in ``<work_dir>/sdp-metastore``: without a persistent catalog, the second run
 finds the tables' directories and refuses to create them again. A checkpoint location on
-shared storage (hdfs://, ...) needs a shared metastore
-(``spark.hadoop.hive.metastore.uris``) for a moved pipeline to find its tables.
+shared storage (hdfs://, ...) needs a shared metastore for a moved pipeline to find its
+tables: the operator's ``spark.hadoop.hive.metastore.uris`` in the inherited
+``SPARK_CONF_DIR`` (a pipeline's conf may not name the operator's hosts).
 
 No trigger: one run, FINISHED. With ``trigger_interval_secs``: a run starts every interval
 (the next one at once if a run took longer), RUNNING with ``runs`` completed. A run that
@@ -58,7 +59,7 @@ from stratus.worker.errors import SdpProjectError
 from stratus.worker.heartbeat_file import HeartbeatReporter
 from stratus.worker.outcome import Outcome
 from stratus.worker.spark_app import SPARK_DEFAULTS, conf_value, spark_conf
-from stratus.worker.spec import WorkerSpec
+from stratus.worker.spec import WorkerSpec, write_atomically
 from stratus.worker.stop_request import StopRequest
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,8 @@ def prepare_project(spec: WorkerSpec) -> Path:
         if entry.name != project_file.name:
             (mirror / entry.name).symlink_to(entry.resolve())
     derived = mirror / DERIVED_SPEC
-    derived.write_text(yaml.safe_dump(derived_spec(project, spec), sort_keys=False))
+    text = yaml.safe_dump(derived_spec(project, spec), sort_keys=False)
+    write_atomically(derived, text.encode())  # 0600: its configuration may hold secrets
     return derived
 
 
@@ -182,7 +184,7 @@ def write_conf_dir(spec: WorkerSpec) -> Path:
     earlier = defaults.read_text().splitlines() if defaults.is_file() else []
     kept = "".join(f"{line}\n" for line in earlier if not _MASTER_LINE.match(line))
     ours = "".join(_properties_line(key, value) for key, value in sdp_settings(spec).items())
-    defaults.write_text(kept + ours)  # later lines win
+    write_atomically(defaults, (kept + ours).encode())  # later lines win; 0600: secrets
     return conf_dir
 
 

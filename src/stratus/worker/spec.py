@@ -23,6 +23,8 @@ from stratus.api.records import WorkerHeartbeat
 
 SPEC_FILE = "spec.json"
 HEARTBEAT_FILE = "heartbeat.json"
+PRIVATE_FILE_MODE = 0o600  # files that hold a pipeline's conf
+PRIVATE_DIR_MODE = 0o700  # the worker's directory, which holds them
 
 
 class WorkerSpec(BaseModel):
@@ -77,6 +79,19 @@ def read_heartbeat(path: Path) -> WorkerHeartbeat | None:
 
 
 def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` at once, as a file only its owner reads (0600): a spec
+    holds the pipeline's conf, secrets included."""
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temp.write_bytes(data)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
+    try:
+        os.fchmod(fd, PRIVATE_FILE_MODE)  # a leftover temp file keeps its mode otherwise
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
     os.replace(temp, path)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

@@ -90,6 +90,8 @@ class WatchedChildren(Generic[R]):
             self._items[name] = self._record.model_validate_json(data)
         except ValidationError as exc:
             log.warning(
-                "event=bad_record path=%s error=%s", join(self._parent, name), exc.errors()[0]
+                "event=bad_record path=%s error=%s",
+                join(self._parent, name),
+                exc.errors(include_input=False)[0],  # the input may hold secrets
             )
             self._items.pop(name, None)

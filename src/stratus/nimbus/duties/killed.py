@@ -2,11 +2,12 @@
 
 A killed pipeline keeps its record (KILLED, with ``kill_at``) until its wait is over and no
 worker still runs it; then the record goes in a fenced transaction, and with it the package
-(unless another pipeline names the same code), the heartbeats and the checkpoints. A kill
+(unless another pipeline names the same code), the heartbeats and the checkpoints (only
+``<pipeline.checkpoint.root>/<pipeline>``, checked to be inside the root). A kill
 that this leader just made is noted at once (``note_killed``), so its removal does not wait
 for the watch to bring it into the view::
 
-    duty = RemoveKilled(view.pipelines, ops, distributor, board, checkpoints_of=locate)
+    duty = RemoveKilled(view.pipelines, ops, distributor, board, checkpoint_root=root)
     duty.note_killed(record)
     duty.run(term)
 """
@@ -25,7 +26,7 @@ from stratus.coordination.leadership import Leadership
 from stratus.errors import StratusError
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.state.heartbeats import HeartbeatBoard
-from stratus.worker.checkpoints import remove_checkpoints
+from stratus.worker.checkpoints import pipeline_directory, remove_checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +43,13 @@ class RemoveKilled:
         distributor: CodeDistributor,
         board: HeartbeatBoard,
         *,
-        checkpoints_of: Callable[[PipelineRecord], str],
+        checkpoint_root: str,
     ) -> None:
         self._pipelines = pipelines
         self._ops = ops
         self._distributor = distributor
         self._board = board
-        self._checkpoints_of = checkpoints_of
+        self._checkpoint_root = checkpoint_root  # pipeline.checkpoint.root
         self._lock = threading.Lock()
         self._recent_kills: dict[str, PipelineRecord] = {}  # killed, maybe not in the view yet
 
@@ -85,10 +86,10 @@ class RemoveKilled:
 
     def _clean_up(self, removed: PipelineRecord) -> None:
         """A removed pipeline's heartbeats and checkpoints go too; a failure is only logged."""
-        location = self._checkpoints_of(removed)
+        location = pipeline_directory(self._checkpoint_root, removed.name)
         try:
             self._board.remove_pipeline(removed.name)
-            remove_checkpoints(location)
+            remove_checkpoints(self._checkpoint_root, removed.name)
         except (OSError, StratusError) as exc:
             log.warning(
                 "event=cleanup_incomplete pipeline=%s checkpoints=%s error=%r",

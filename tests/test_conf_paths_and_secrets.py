@@ -1,0 +1,269 @@
+"""Operator-owned paths and secrets, as pure rules and on a real file system: the checkpoint
+subpath rule, the keys a pipeline may not set, the Spark masters it may name, the removal
+that never leaves the checkpoint root, the redaction of secret-looking keys, the worker's
+environment and the spec file's mode."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import fsspec
+import pytest
+
+from stratus.api.errors import InvalidConfError
+from stratus.api.locations import LocationPolicy, subpath_problem
+from stratus.api.pipeline_conf import env_entries, validate_pipeline_conf
+from stratus.api.redaction import REDACTED, is_secret_key, redact_conf, redact_record
+from stratus.config import config_from_mapping
+from stratus.errors import ConfigError
+from stratus.supervisor.worker_env import worker_environment
+from stratus.supervisor.worker_process import WorkerPaths
+from stratus.worker.checkpoints import checkpoint_location, remove_checkpoints
+from stratus.worker.errors import CheckpointLocationError
+from stratus.worker.spec import write_atomically
+from tests.supervisor_fakes import assignment
+
+BAD_SUBPATHS = {
+    "absolute": ("/etc", "relative"),
+    "dot-dot": ("../..", "'..'"),
+    "dot-dot inside": ("a/../../b", "'..'"),
+    "scheme": ("hdfs://nn/x", "scheme"),
+    "file scheme": ("file:/tmp/x", "scheme"),
+    "NUL": ("a\x00b", "NUL"),
+    "backslash": ("a\\..\\b", "backslash"),
+    "over-long": ("a" * 256, "at most 255"),
+    "empty part": ("a//b", "empty"),
+    "odd character": ("a b", "only letters"),
+    "not text": (7, "string"),
+}
+
+
+@pytest.mark.parametrize(("value", "rule"), BAD_SUBPATHS.values(), ids=BAD_SUBPATHS.keys())
+def test_a_checkpoint_subpath_that_could_leave_the_root_is_refused_naming_the_rule(value, rule):
+    problem = subpath_problem(value)
+    assert problem is not None and rule in problem
+    with pytest.raises(InvalidConfError) as raised:
+        validate_pipeline_conf({"pipeline.checkpoint.subpath": value})
+    assert "pipeline.checkpoint.subpath" in str(raised.value)
+    assert raised.value.status == 422
+
+
+@pytest.mark.parametrize("value", ["v2", "orders/v2", "a.b_c-d/e", "x" * 255])
+def test_a_relative_checkpoint_subpath_is_accepted(value):
+    assert subpath_problem(value) is None
+    assert validate_pipeline_conf({"pipeline.checkpoint.subpath": value})
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "pipeline.checkpoint.root",
+        "spark.sql.warehouse.dir",
+        "spark.jars",
+        "spark.eventLog.dir",
+        "spark.hadoop.hive.metastore.uris",
+    ],
+)
+def test_a_key_that_names_the_operators_paths_or_hosts_is_refused(key):
+    with pytest.raises(InvalidConfError, match=key.replace(".", r"\.")) as raised:
+        validate_pipeline_conf({key: "hdfs://elsewhere/x"})
+    assert "operator" in str(raised.value)
+
+
+def test_a_spark_master_must_be_local_or_one_the_operator_allows():
+    policy = LocationPolicy(spark_masters=frozenset({"yarn", "spark://m1:7077"}))
+    for fine in ("local", "local[2]", "local[*]", "local[2,3]", "yarn", "spark://m1:7077"):
+        policy.check({"spark.master": fine, "pipeline.spark.master": fine})
+    for key in ("spark.master", "pipeline.spark.master", "spark.remote"):
+        with pytest.raises(InvalidConfError, match=rf"{key}: 'spark://evil:7077'"):
+            policy.check({key: "spark://evil:7077"})
+    with pytest.raises(InvalidConfError):
+        LocationPolicy().check({"spark.master": "local[2]x"})
+
+
+def test_pipeline_env_entries_are_validated_and_become_text():
+    conf = {"pipeline.env.REGION": "eu", "pipeline.env.DEBUG": True, "pipeline.env._N1": 3}
+    assert env_entries(validate_pipeline_conf(conf)) == {
+        "REGION": "eu",
+        "DEBUG": "true",
+        "_N1": "3",
+    }
+    for bad in ("pipeline.env.1X", "pipeline.env.A-B", "pipeline.env.", "pipeline.env.A=B"):
+        with pytest.raises(InvalidConfError, match="environment variable"):
+            validate_pipeline_conf({bad: "x"})
+    with pytest.raises(InvalidConfError, match="NUL") as raised:
+        validate_pipeline_conf({"pipeline.env.DB_PASSWORD": "hunter2\x00"})
+    assert "hunter2" not in str(raised.value)
+
+
+def test_the_checkpoint_root_must_use_an_allowed_scheme():
+    conf = config_from_mapping({"pipeline.checkpoint.root": "s3a://bucket/ck"})
+    assert conf.checkpoint_root() == "s3a://bucket/ck"
+    with pytest.raises(ConfigError, match=r"pipeline\.checkpoint\.schemes"):
+        config_from_mapping(
+            {"pipeline.checkpoint.root": "s3a://bucket/ck", "pipeline.checkpoint.schemes": ["hdfs"]}
+        )
+    with pytest.raises(ConfigError, match="'ftp'"):
+        config_from_mapping({"pipeline.checkpoint.root": "ftp://host/ck"})
+
+
+def test_the_location_is_the_pipelines_directory_under_the_root_plus_its_subpath():
+    assert checkpoint_location("/ck/", {}, "etl") == "/ck/etl"
+    assert checkpoint_location("s3a://b/ck", {"pipeline.checkpoint.subpath": "v2"}, "etl") == (
+        "s3a://b/ck/etl/v2"
+    )
+    with pytest.raises(CheckpointLocationError, match="etl"):
+        checkpoint_location("/ck", {"pipeline.checkpoint.subpath": "../other"}, "etl")
+
+
+# ---------------------------------------------------------------- removal on a file system
+
+
+def test_the_removal_deletes_the_pipelines_directory_but_not_what_a_link_inside_points_to(
+    tmp_path,
+):
+    root, outside = tmp_path / "ck", tmp_path / "outside"
+    (root / "etl" / "q").mkdir(parents=True)
+    (root / "etl" / "q" / "offsets").write_text("1")
+    (root / "other").mkdir()
+    outside.mkdir()
+    (outside / "precious").write_text("keep me")
+    (root / "etl" / "q" / "link").symlink_to(outside)
+    (root / "etl" / "file-link").symlink_to(outside / "precious")
+
+    assert remove_checkpoints(str(root), "etl") is True
+
+    assert not os.path.lexists(root / "etl")
+    assert (outside / "precious").read_text() == "keep me"
+    assert (root / "other").is_dir()
+    assert remove_checkpoints(str(root), "etl") is False  # nothing left to delete
+
+
+def test_a_pipeline_directory_that_links_out_of_the_root_is_not_deleted(tmp_path):
+    root, outside = tmp_path / "ck", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "precious").write_text("keep me")
+    (root / "etl").symlink_to(outside)
+
+    with pytest.raises(CheckpointLocationError, match="not inside the checkpoint root"):
+        remove_checkpoints(str(root), "etl")
+
+    assert (outside / "precious").read_text() == "keep me"
+
+
+def test_a_root_behind_a_link_is_resolved_before_the_containment_check(tmp_path):
+    real = tmp_path / "real"
+    (real / "etl").mkdir(parents=True)
+    (tmp_path / "root-link").symlink_to(real)
+    assert remove_checkpoints(f"file://{tmp_path / 'root-link'}", "etl") is True
+    assert not (real / "etl").exists() and real.is_dir()
+
+
+def test_a_removal_on_a_remote_store_deletes_the_pipelines_directory_alone():
+    """fsspec's in-memory store stands for HDFS or S3: no links, paths checked as text."""
+    fs = fsspec.filesystem("memory")
+    fs.pipe({"/ck-remote/etl/q/0": b"1", "/ck-remote/etl-2/q/0": b"2"})
+    try:
+        assert remove_checkpoints("memory://ck-remote", "etl") is True
+        assert not fs.exists("/ck-remote/etl")
+        assert fs.cat("/ck-remote/etl-2/q/0") == b"2"
+        assert remove_checkpoints("memory://ck-remote", "etl") is False
+    finally:
+        fs.rm("/ck-remote", recursive=True)
+
+
+def test_a_removal_refuses_a_name_that_is_not_a_pipeline_name(tmp_path):
+    with pytest.raises(Exception, match="invalid pipeline name"):
+        remove_checkpoints(str(tmp_path), "..")
+
+
+# ---------------------------------------------------------------- secrets
+
+
+SECRET_KEYS = [
+    "spark.hadoop.fs.s3a.secret.key",
+    "spark.hadoop.fs.s3a.access.key",
+    "spark.hadoop.fs.azure.account.key.acct.blob.core.windows.net",
+    "pipeline.env.DB_PASSWORD",
+    "pipeline.env.API_KEY",
+    "pipeline.env.GITHUB_TOKEN",
+    "spark.myApp.accessKey",
+    "spark.authenticate.secret",
+    "spark.ssl.keyStorePassword",
+    "spark.kerberos.keytab",
+    "spark.datasource.credentials",
+    "spark.sql.catalog.x.oauth2.token",
+]
+PLAIN_KEYS = [
+    "spark.sql.shuffle.partitions",
+    "spark.master",
+    "spark.ssl.keyStore",
+    "spark.monkey.business",
+    "pipeline.checkpoint.subpath",
+    "pipeline.env.REGION",
+    "spark.stratus.example.output",
+]
+
+
+@pytest.mark.parametrize("key", SECRET_KEYS)
+def test_a_secret_looking_key_is_redacted(key):
+    assert is_secret_key(key)
+    assert redact_conf({key: "s3cr3t", "spark.x": 1}) == {key: REDACTED, "spark.x": 1}
+
+
+@pytest.mark.parametrize("key", PLAIN_KEYS)
+def test_a_plain_key_is_shown(key):
+    assert not is_secret_key(key)
+
+
+def test_a_records_conf_is_redacted_and_the_original_kept():
+    original = assignment(conf={"pipeline.env.DB_PASSWORD": "hunter2", "spark.x": 1})
+    shown = redact_record(original)
+    assert shown.conf == {"pipeline.env.DB_PASSWORD": REDACTED, "spark.x": 1}
+    assert original.conf["pipeline.env.DB_PASSWORD"] == "hunter2"
+    assert "hunter2" not in shown.model_dump_json()
+
+
+# ---------------------------------------------------------------- worker environment, files
+
+
+def test_the_worker_environment_is_the_allow_list_plus_the_pipelines_entries():
+    parent = {
+        "PATH": "/bin",
+        "HOME": "/home/s",
+        "LC_ALL": "C.UTF-8",
+        "JAVA_HOME": "/jdk",
+        "STRATUS_TOKEN": "supervisor-secret",
+        "AWS_SECRET_ACCESS_KEY": "cloud-secret",
+        "KRB5CCNAME": "/tmp/krb",
+    }
+    conf = {"pipeline.env.REGION": "eu", "pipeline.env.PATH": "/opt/bin", "spark.x": 1}
+    env = worker_environment(parent, frozenset({"KRB5CCNAME"}), conf)
+    assert env == {
+        "PATH": "/opt/bin",  # the pipeline's own entry wins
+        "HOME": "/home/s",
+        "LC_ALL": "C.UTF-8",
+        "JAVA_HOME": "/jdk",
+        "KRB5CCNAME": "/tmp/krb",  # the operator's supervisor.worker.env
+        "REGION": "eu",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def test_a_workers_directory_is_made_private_even_if_it_existed(tmp_path):
+    paths = WorkerPaths.of(tmp_path, "etl")
+    paths.directory.mkdir(parents=True, mode=0o755)
+    paths.directory.chmod(0o755)
+    paths.make_private()
+    assert stat.S_IMODE(paths.directory.stat().st_mode) == 0o700
+
+
+def test_a_spec_file_is_written_readable_by_its_owner_only(tmp_path):
+    path = tmp_path / "spec.json"
+    path.write_text("old")
+    path.chmod(0o644)
+    write_atomically(path, b'{"x": 1}')
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert path.read_bytes() == b'{"x": 1}'
