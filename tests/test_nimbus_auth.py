@@ -291,10 +291,11 @@ def test_a_nimbus_refuses_to_advertise_the_unspecified_address() -> None:
 def test_with_the_insecure_flag_it_starts_on_every_interface_warns_and_advertises_nimbus_host(
     zk_server: ZooKeeperServer, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    root = f"{chroot_for(request.node.name)}/stratus"
     options = [
         "--insecure",
         "-c", f"zookeeper.servers={zk_server.connect_string}",
-        "-c", f"zookeeper.root={chroot_for(request.node.name)}/stratus",
+        "-c", f"zookeeper.root={root}",
         "-c", "nimbus.bind.host=0.0.0.0",
     ]  # fmt: skip
     nimbus = NimbusProcess(options, port=pick_free_port(), log_dir=tmp_path)
@@ -304,5 +305,9 @@ def test_with_the_insecure_flag_it_starts_on_every_interface_warns_and_advertise
         summary = httpx.get(f"{nimbus.url}/api/v1/cluster").json()
         assert [f"{n['host']}:{n['port']}" for n in summary["nimbuses"]] == [nimbus.address]
         assert "INSECURE" in nimbus.log_tail(200)
+        with NimbusClient([nimbus.address], retry_deadline=WAIT_SECS) as client:
+            client.submit("open", valid_package("open"))
+        servers = served_from(zk_server.connect_string, root, "open")
+        assert [server.split(":")[0] for server in servers] == ["127.0.0.1"]  # not 0.0.0.0
     finally:
         nimbus.kill()

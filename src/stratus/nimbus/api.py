@@ -82,8 +82,8 @@ def create_app(
     _add_page_routes(app, service, metrics)
     add_code_routes(app, service.incoming)
     app.add_middleware(UploadGuard, service=service)
-    app.add_middleware(RequireRole, policy=policy)  # outside the guard: 401 before 421
     app.add_middleware(EpochHeader, service=service)
+    app.add_middleware(RequireRole, policy=policy)  # before the guard: 401, not 421 or 413
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app
 

@@ -152,10 +152,8 @@ class _PackageHandler(BaseHTTPRequestHandler):
         try:
             self.policy.authorize(self.headers.get("Authorization"), peer, Role.READ)
         except ApiError as exc:
-            refusal = Refusal.of(exc)
-            if exc.status == 401:
-                refusal.headers["WWW-Authenticate"] = CHALLENGE
-            self._refuse(refusal)
+            challenge = {"WWW-Authenticate": CHALLENGE} if exc.status == 401 else {}
+            self._refuse(Refusal(exc.status, exc.code, str(exc), challenge))
             return False
         return True
 
