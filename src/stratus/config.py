@@ -35,6 +35,7 @@ _LIST_KEYS = frozenset(  # `-c key=a,b` splits at commas
     }
 )
 
+UNSPECIFIED_HOSTS = frozenset({"0.0.0.0", "::", "[::]", ""})  # bind-only, never advertised
 SUPERVISOR_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"  # a znode name and a directory name
 
 
@@ -87,7 +88,8 @@ class StratusConfig(BaseModel):
         default="127.0.0.1",
         min_length=1,
         alias="nimbus.host",
-        description="address a nimbus binds its HTTP API to and registers under",
+        description="address a nimbus advertises: registered in ZooKeeper and used by peers "
+        "and clients (never 0.0.0.0 or ::); also the bind address unless nimbus.bind.host is set",
     )
     nimbus_port: int = Field(
         default=6627,
@@ -95,6 +97,49 @@ class StratusConfig(BaseModel):
         le=65535,
         alias="nimbus.port",
         description="port of a nimbus's HTTP API (0 picks a free port)",
+    )
+    nimbus_bind_host: str | None = Field(
+        default=None,
+        min_length=1,
+        alias="nimbus.bind.host",
+        description="address a nimbus's HTTP API and package server listen on, such as "
+        "0.0.0.0 (default: nimbus.host)",
+    )
+    nimbus_auth_tokens_file: str | None = Field(
+        default=None,
+        alias="nimbus.auth.tokens.file",
+        description="file of `<role> token|cn <value>` lines (mode 600): the bearer tokens "
+        "and client certificate names a nimbus accepts, each with a role (read, submit, "
+        "admin); unset, calls are not authenticated",
+    )
+    nimbus_auth_insecure: bool = Field(
+        default=False,
+        alias="nimbus.auth.insecure",
+        description="let a nimbus bound to a non-loopback address start without "
+        "authentication (anyone who reaches it may run code on every supervisor)",
+    )
+    nimbus_tls_cert: str | None = Field(
+        default=None,
+        alias="nimbus.tls.cert",
+        description="PEM certificate of a nimbus's HTTP API and package server; set, they "
+        "speak https only",
+    )
+    nimbus_tls_key: str | None = Field(
+        default=None,
+        alias="nimbus.tls.key",
+        description="PEM private key of nimbus.tls.cert (default: in the certificate file)",
+    )
+    nimbus_tls_ca: str | None = Field(
+        default=None,
+        alias="nimbus.tls.ca",
+        description="PEM CA bundle that signs client certificates; a verified certificate's "
+        "subject CN is looked up in nimbus.auth.tokens.file",
+    )
+    nimbus_tls_client_cert_required: bool = Field(
+        default=False,
+        alias="nimbus.tls.client.cert.required",
+        description="refuse TLS connections without a client certificate signed by "
+        "nimbus.tls.ca (mutual TLS)",
     )
     nimbus_seeds: list[str] = Field(
         default=["127.0.0.1:6627"],
@@ -365,6 +410,33 @@ class StratusConfig(BaseModel):
         alias="client.request.timeout.secs",
         description="timeout of one HTTP request from a client to a nimbus",
     )
+    client_auth_token: str | None = Field(
+        default=None,
+        alias="client.auth.token",
+        description="bearer token a client (CLI, supervisor, nimbus fetching code) sends to "
+        "nimbuses (default: client.auth.token.file, else the STRATUS_TOKEN variable)",
+    )
+    client_auth_token_file: str | None = Field(
+        default=None,
+        alias="client.auth.token.file",
+        description="file (mode 600) whose first line is the client's bearer token",
+    )
+    client_tls_ca: str | None = Field(
+        default=None,
+        alias="client.tls.ca",
+        description="PEM CA bundle that signs the nimbuses' certificates; set, clients speak "
+        "https to nimbuses and their package servers",
+    )
+    client_tls_cert: str | None = Field(
+        default=None,
+        alias="client.tls.cert",
+        description="PEM client certificate presented to nimbuses (mutual TLS)",
+    )
+    client_tls_key: str | None = Field(
+        default=None,
+        alias="client.tls.key",
+        description="PEM private key of client.tls.cert (default: in the certificate file)",
+    )
     elect_stop_grace_secs: float | None = Field(
         default=None,
         gt=0,
@@ -381,6 +453,16 @@ class StratusConfig(BaseModel):
                 "elect.stop.grace.secs must be less than a quarter of "
                 "zookeeper.session.timeout.secs, so that a command is dead before its "
                 "leadership can pass to another process"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _advertised_host_is_reachable(self) -> StratusConfig:
+        if self.nimbus_host in UNSPECIFIED_HOSTS:
+            raise ValueError(
+                f"nimbus.host is {self.nimbus_host}, which peers and clients cannot reach: set "
+                "nimbus.host to the address they use and nimbus.bind.host to "
+                f"{self.nimbus_host} to listen on every interface"
             )
         return self
 
@@ -431,6 +513,10 @@ class StratusConfig(BaseModel):
         if self.elect_stop_grace_secs is not None:
             return self.elect_stop_grace_secs
         return min(1.0, self.zookeeper_session_timeout_secs / 5)
+
+    def nimbus_bind(self) -> str:
+        """``nimbus.bind.host``, or ``nimbus.host``: where a nimbus listens."""
+        return self.nimbus_bind_host or self.nimbus_host
 
     def zookeeper_hosts(self) -> str:
         """The kazoo connect string for ``zookeeper.servers``."""

@@ -13,10 +13,18 @@ are built beside them (``nimbus/settings.py``, ``supervisor/settings.py``) from 
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
 from stratus.codedist.factory import DistributorSettings
 from stratus.codedist.package_check import PackageLimits
 from stratus.codedist.transfer.fetch import FetchSettings
 from stratus.config import StratusConfig
+from stratus.security.access import AccessPolicy
+from stratus.security.client_auth import ClientAuth
+from stratus.security.tls import TlsSettings
+from stratus.security.tokens import load_credentials, read_token
 from stratus.state.factory import StateStoreSettings
 from stratus.zk.session import ZkSettings
 
@@ -61,5 +69,43 @@ def distributor_settings(conf: StratusConfig) -> DistributorSettings:
             parts=conf.nimbus_code_download_parts,
             part_min_bytes=conf.nimbus_code_download_part_min_bytes,
             timeout=conf.client_request_timeout_secs,
+            auth=client_auth(conf),
         ),
     )
+
+
+TOKEN_ENV_VAR = "STRATUS_TOKEN"
+
+
+def client_auth(conf: StratusConfig, environ: Mapping[str, str] | None = None) -> ClientAuth:
+    """``client.auth.token`` (else ``client.auth.token.file``, else ``STRATUS_TOKEN``) and
+    ``client.tls.*``: how a client, a supervisor or a fetching nimbus presents itself."""
+    environ = os.environ if environ is None else environ
+    token = conf.client_auth_token
+    if token is None and conf.client_auth_token_file:
+        token = read_token(Path(conf.client_auth_token_file))
+    if token is None:
+        token = environ.get(TOKEN_ENV_VAR) or None
+    tls = None
+    if conf.client_tls_ca or conf.client_tls_cert:
+        tls = TlsSettings(cert=conf.client_tls_cert, key=conf.client_tls_key, ca=conf.client_tls_ca)
+    return ClientAuth(token=token, tls=tls)
+
+
+def server_tls(conf: StratusConfig) -> TlsSettings | None:
+    """``nimbus.tls.*``: the TLS of a nimbus's API and package server; None for plain http."""
+    if not conf.nimbus_tls_cert:
+        return None
+    return TlsSettings(
+        cert=conf.nimbus_tls_cert,
+        key=conf.nimbus_tls_key,
+        ca=conf.nimbus_tls_ca,
+        require_client_cert=conf.nimbus_tls_client_cert_required,
+    )
+
+
+def access_policy(conf: StratusConfig) -> AccessPolicy:
+    """``nimbus.auth.tokens.file``: who may call a nimbus (everyone when it is not set)."""
+    if not conf.nimbus_auth_tokens_file:
+        return AccessPolicy()
+    return AccessPolicy(load_credentials(Path(conf.nimbus_auth_tokens_file)))

@@ -32,6 +32,20 @@ class NotLeaderError(ApiError, RuntimeError):
         self.leader = leader
 
 
+class UnauthenticatedError(ApiError):
+    """The call carries no credential, or one the nimbus does not know (``WWW-Authenticate``)."""
+
+    code = "unauthenticated"
+    status = 401
+
+
+class ForbiddenError(ApiError):
+    """The caller is known, but its role does not allow this call."""
+
+    code = "forbidden"
+    status = 403
+
+
 class UnknownPipelineError(ApiError):
     code = "unknown_pipeline"
     status = 404
@@ -101,6 +115,8 @@ _BY_CODE: dict[str, type[ApiError]] = {
     cls.code: cls
     for cls in (
         NotLeaderError,
+        UnauthenticatedError,
+        ForbiddenError,
         UnknownPipelineError,
         PipelineExistsError,
         InvalidTransitionError,

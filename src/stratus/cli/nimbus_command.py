@@ -14,16 +14,24 @@ from stratus.nimbus.daemon import Nimbus
 
 
 @click.command()
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="Serve an unauthenticated API on a non-loopback address (nimbus.auth.insecure).",
+)
 @with_config
-def nimbus(conf: StratusConfig) -> None:
+def nimbus(conf: StratusConfig, insecure: bool) -> None:
     """Run a nimbus: the HTTP API, and a place in the leader election."""
     configure_daemon_logging()
+    if insecure:
+        conf = conf.model_copy(update={"nimbus_auth_insecure": True})
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda _s, _f: stop.set())
     daemon = Nimbus(conf)
     daemon.start()
-    click.echo(f"nimbus {daemon.address} serving http://{daemon.address}/", err=True)
+    scheme = "https" if conf.nimbus_tls_cert else "http"
+    click.echo(f"nimbus {daemon.address} serving {scheme}://{daemon.address}/", err=True)
     try:
         while not stop.wait(1.0):
             pass

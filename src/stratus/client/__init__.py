@@ -28,6 +28,7 @@ at once as its class from ``stratus.api.errors`` (re-exported here).
 
 from stratus.api.errors import (
     ApiError,
+    ForbiddenError,
     InvalidConfError,
     InvalidNameError,
     InvalidRequestError,
@@ -36,6 +37,7 @@ from stratus.api.errors import (
     PackageRejectedError,
     PackageTooLargeError,
     PipelineExistsError,
+    UnauthenticatedError,
     UnavailableError,
     UnknownPipelineError,
 )
@@ -47,6 +49,7 @@ from stratus.codedist.errors import InvalidPackageError
 __all__ = [
     "BACKOFF_MAX_SECS",
     "ApiError",
+    "ForbiddenError",
     "InvalidConfError",
     "InvalidNameError",
     "InvalidPackageError",
@@ -59,6 +62,7 @@ __all__ = [
     "PackageRejectedError",
     "PackageTooLargeError",
     "PipelineExistsError",
+    "UnauthenticatedError",
     "UnavailableError",
     "UnknownPipelineError",
 ]

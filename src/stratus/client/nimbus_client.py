@@ -44,6 +44,8 @@ from stratus.client.routing import API, Delivery, NimbusRouter, parse
 from stratus.codedist.package_build import build_package
 from stratus.codedist.package_check import PackageLimits, check_package
 from stratus.config import StratusConfig
+from stratus.security.client_auth import NO_AUTH, ClientAuth
+from stratus.settings import client_auth
 from stratus.settings import package_limits as limits_of
 
 M = TypeVar("M", bound=BaseModel)
@@ -63,6 +65,7 @@ class NimbusClient:
         *,
         retry_deadline: float = 30.0,
         request_timeout: float = 10.0,
+        auth: ClientAuth = NO_AUTH,
         transport: httpx.BaseTransport | None = None,
         clock: Clock = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
@@ -72,6 +75,7 @@ class NimbusClient:
             seeds,
             retry_deadline=retry_deadline,
             request_timeout=request_timeout,
+            auth=auth,
             transport=transport,
             clock=clock,
             sleep=sleep,
@@ -86,12 +90,14 @@ class NimbusClient:
     def from_config(
         cls, conf: StratusConfig, *, transport: httpx.BaseTransport | None = None
     ) -> NimbusClient:
-        """A client for ``nimbus.seeds`` with ``client.retry.deadline.secs`` and
-        ``client.request.timeout.secs``."""
+        """A client for ``nimbus.seeds`` with ``client.retry.deadline.secs``,
+        ``client.request.timeout.secs``, and the token and TLS of ``client.auth.*`` and
+        ``client.tls.*`` (or ``STRATUS_TOKEN``)."""
         return cls(
             conf.nimbus_seeds,
             retry_deadline=conf.client_retry_deadline_secs,
             request_timeout=conf.client_request_timeout_secs,
+            auth=client_auth(conf),
             transport=transport,
             package_limits=limits_of(conf),
         )

@@ -33,6 +33,7 @@ from stratus.api.errors import (
 from stratus.api.records import ErrorBody, LeaderInfo
 from stratus.client.errors import NimbusUnreachableError, NoLeaderError
 from stratus.errors import ConfigError, StratusError
+from stratus.security.client_auth import NO_AUTH, ClientAuth
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,7 @@ class _Deadline:
 class NimbusRouter:
     """Sends a client's requests to the right nimbus, retrying; see the module docstring.
 
+    ``auth`` is the bearer token sent with every request and the TLS that makes them https.
     ``transport``, ``clock`` and ``sleep`` exist so that tests can drive it without a network
     or a real clock. Thread-safe as httpx's client is; the remembered leader is one attribute.
     """
@@ -92,6 +94,7 @@ class NimbusRouter:
         *,
         retry_deadline: float,
         request_timeout: float,
+        auth: ClientAuth = NO_AUTH,
         transport: httpx.BaseTransport | None = None,
         clock: Clock = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
@@ -102,8 +105,14 @@ class NimbusRouter:
         self.retry_deadline = retry_deadline
         self._clock = clock
         self._sleep = sleep
+        self._scheme = auth.scheme
         self._http = httpx.Client(
-            timeout=request_timeout, transport=transport, trust_env=False, follow_redirects=False
+            timeout=request_timeout,
+            transport=transport,
+            trust_env=False,
+            follow_redirects=False,
+            headers=auth.headers(),
+            verify=auth.ssl_context() or True,
         )
         self._leader: str | None = None  # the nimbus believed to lead
         self._answered: str | None = None  # the nimbus that answered last
@@ -251,7 +260,7 @@ class NimbusRouter:
     def _send(self, address: str, method: str, path: str, **request: Any) -> httpx.Response:
         """One HTTP request to one nimbus; an error response becomes its ApiError."""
         try:
-            response = self._http.request(method, f"http://{address}{path}", **request)
+            response = self._http.request(method, f"{self._scheme}://{address}{path}", **request)
         except httpx.TransportError:
             self._forget(address)
             raise
@@ -305,8 +314,8 @@ def _api_error(response: httpx.Response, address: str) -> ApiError:
 
 
 def _peer_address(address: str) -> str:
-    """``host:port`` of a nimbus named by a nimbus (tolerates an ``http://`` prefix)."""
-    return address.removeprefix("http://").rstrip("/")
+    """``host:port`` of a nimbus named by a nimbus (tolerates an ``http(s)://`` prefix)."""
+    return address.removeprefix("http://").removeprefix("https://").rstrip("/")
 
 
 def _seed_address(seed: str) -> str:

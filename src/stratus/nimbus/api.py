@@ -35,10 +35,16 @@ from stratus.api.records import (
     PipelineWorkers,
     RebalanceRequest,
 )
+from stratus.nimbus.authorization import (
+    RequireRole,
+    documented_refusals,
+    documented_security,
+)
 from stratus.nimbus.code_routes import add_code_routes
 from stratus.nimbus.metrics import CONTENT_TYPE_LATEST, NimbusMetrics
 from stratus.nimbus.service import MAX_REQUEST_ID_LENGTH, NimbusService
 from stratus.nimbus.status_page import render_status_page
+from stratus.security.access import OPEN, AccessPolicy
 
 PREFIX = "/api/v1"
 SUBMIT_PATH = f"{PREFIX}/pipelines"
@@ -56,8 +62,10 @@ PipelinePathName = Annotated[
 ]
 
 
-def create_app(service: NimbusService, metrics: NimbusMetrics) -> FastAPI:
-    """The ASGI application of one nimbus."""
+def create_app(
+    service: NimbusService, metrics: NimbusMetrics, policy: AccessPolicy = OPEN
+) -> FastAPI:
+    """The ASGI application of one nimbus; ``policy`` says who may call it (authorization.py)."""
     app = FastAPI(
         title="stratus nimbus",
         version=__version__,
@@ -65,7 +73,8 @@ def create_app(service: NimbusService, metrics: NimbusMetrics) -> FastAPI:
         openapi_url=f"{PREFIX}/openapi.json",
         docs_url=f"{PREFIX}/docs",
         redoc_url=None,
-        responses=_ERRORS,
+        responses=_ERRORS | documented_refusals(policy),
+        dependencies=documented_security(policy),
     )
     _add_error_handlers(app)
     _add_read_routes(app, service)
@@ -74,6 +83,7 @@ def create_app(service: NimbusService, metrics: NimbusMetrics) -> FastAPI:
     add_code_routes(app, service.incoming)
     app.add_middleware(UploadGuard, service=service)
     app.add_middleware(EpochHeader, service=service)
+    app.add_middleware(RequireRole, policy=policy)  # before the guard: 401, not 421 or 413
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app
 

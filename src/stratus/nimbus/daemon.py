@@ -49,15 +49,23 @@ from stratus.nimbus.duties.lost_code import FailLostCode
 from stratus.nimbus.duties.replication import ActivateReplicated
 from stratus.nimbus.duties.round import DutyRound
 from stratus.nimbus.duties.scheduling import SchedulingDuty
+from stratus.nimbus.exposure import check_exposure
 from stratus.nimbus.leadership_controller import LeadershipController
 from stratus.nimbus.metrics import NimbusMetrics
+from stratus.nimbus.peer_certificate import PeerCertificateProtocol
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.placement import Placement
 from stratus.nimbus.readiness import CodeReadiness
 from stratus.nimbus.service import NimbusService
 from stratus.nimbus.settings import NimbusSettings
 from stratus.nimbus.submission import Submitter
-from stratus.settings import distributor_settings, state_store_settings, zk_settings
+from stratus.settings import (
+    access_policy,
+    distributor_settings,
+    server_tls,
+    state_store_settings,
+    zk_settings,
+)
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.zk.ephemeral import EphemeralNode
@@ -125,7 +133,15 @@ class Nimbus:
         self._clock = clock
         self._wall = wall
         self._stopping = threading.Event()
-        self._sock = _listen(conf.nimbus_host, conf.nimbus_port)
+        self.policy = access_policy(conf)  # TokenFileError if the file is unsafe or malformed
+        check_exposure(
+            conf.nimbus_bind(),
+            authenticated=self.policy.enabled,
+            insecure=conf.nimbus_auth_insecure,
+        )
+        tls = server_tls(conf)
+        self._tls = tls.server_context() if tls is not None else None
+        self._sock = _listen(conf.nimbus_bind(), conf.nimbus_port)
         self.port: int = self._sock.getsockname()[1]
         self.address = f"{conf.nimbus_host}:{self.port}"
         self.settings = NimbusSettings.from_config(conf, self.address)
@@ -336,11 +352,16 @@ class Nimbus:
             return
         try:
             self._package_server = PackageServer(
-                store, self.conf.nimbus_host, self.conf.nimbus_code_port
+                store,
+                self.conf.nimbus_bind(),
+                self.conf.nimbus_code_port,
+                advertised_host=self.conf.nimbus_host,
+                policy=self.policy,
+                tls=self._tls,
             )
         except OSError as exc:
             raise NimbusStartError(
-                f"cannot serve packages on {self.conf.nimbus_host}:{self.conf.nimbus_code_port} "
+                f"cannot serve packages on {self.conf.nimbus_bind()}:{self.conf.nimbus_code_port} "
                 f"(nimbus.code.port): {exc.strerror}"
             ) from None
         self._opened.append(self._package_server.close)
@@ -370,12 +391,16 @@ class Nimbus:
 
     def _start_http(self) -> None:
         config = uvicorn.Config(
-            create_app(self.service, self.metrics),
+            create_app(self.service, self.metrics, self.policy),
             log_level="warning",
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=1,
+            http=PeerCertificateProtocol if self._tls is not None else "auto",
         )
+        if self._tls is not None:
+            config.load()
+            config.ssl = self._tls  # stratus.security's context, not one from uvicorn's options
         server = uvicorn.Server(config)
         thread = threading.Thread(
             target=lambda: server.run(sockets=[self._sock]), name="nimbus-http", daemon=True

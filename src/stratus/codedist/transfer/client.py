@@ -23,6 +23,7 @@ import http.client
 import os
 import select
 import socket
+import ssl
 import threading
 from collections.abc import Iterator
 
@@ -31,6 +32,7 @@ from stratus.codedist.transfer.splice import (
     SocketSplicer,
     SpliceUnsupportedError,
 )
+from stratus.security.client_auth import NO_AUTH, ClientAuth
 
 CODE_PATH = "/api/v1/code/"
 READ_BYTES = 1 << 20  # without splice, a body is read from the socket into a buffer this large
@@ -49,12 +51,15 @@ class CodeClient:
     """GETs of ``/api/v1/code/<digest>``, on connections kept alive per holder.
 
     ``timeout`` bounds the connect and each read; up to ``max_idle`` connections per holder
-    are kept for the next requests.
+    are kept for the next requests. ``auth`` is the token sent and, with TLS settings, makes
+    every connection https (a body then goes through the TLS layer, never ``splice``).
     """
 
-    def __init__(self, timeout: float, *, max_idle: int) -> None:
+    def __init__(self, timeout: float, *, max_idle: int, auth: ClientAuth = NO_AUTH) -> None:
         self.timeout = timeout
         self.max_idle = max_idle
+        self._auth_headers = auth.headers()
+        self._ssl = auth.ssl_context()
         self._lock = threading.Lock()
         self._idle: dict[str, list[http.client.HTTPConnection]] = {}
 
@@ -66,7 +71,7 @@ class CodeClient:
         the next request only if the body was read to its end.
         """
         connection = self._connection(holder)
-        headers = {"Accept-Encoding": "identity"}
+        headers = {"Accept-Encoding": "identity", **self._auth_headers}
         if byte_range is not None:
             headers["Range"] = byte_range
         try:
@@ -99,6 +104,8 @@ class CodeClient:
             with self._lock:
                 idle = self._idle.get(holder)
                 connection = idle.pop() if idle else None
+            if connection is None and self._ssl is not None:
+                return http.client.HTTPSConnection(holder, timeout=self.timeout, context=self._ssl)
             if connection is None:
                 return http.client.HTTPConnection(holder, timeout=self.timeout)
             if _alive(connection):
@@ -147,7 +154,8 @@ class Body:
     def __init__(self, response: http.client.HTTPResponse, sock: socket.socket | None) -> None:
         self.status = response.status
         self._response = response
-        self._sock = sock if SPLICE and response.length is not None else None
+        plain = not isinstance(sock, ssl.SSLSocket)  # TLS bytes must be decrypted: no splice
+        self._sock = sock if SPLICE and plain and response.length is not None else None
         self._splicer: SocketSplicer | None = None
         self._remaining = response.length  # body bytes not read yet; None: until EOF
         self._buffer: memoryview | None = None

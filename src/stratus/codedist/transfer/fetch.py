@@ -33,6 +33,7 @@ from stratus.codedist.transfer.client import CodeClient
 from stratus.codedist.transfer.parts import fetch_in_parts
 from stratus.codedist.transfer.plan import WRONG, HolderError, sent_wrong_bytes
 from stratus.codedist.transfer.stream import fetch_whole
+from stratus.security.client_auth import NO_AUTH, ClientAuth
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ class FetchSettings:
     part_min_bytes: int = 8 << 20  # smaller packages come in one request
     timeout: float = 10.0  # connect, and each read, of one request
     keep_partial: bool = True  # leave an interrupted download for the next call to resume
+    auth: ClientAuth = NO_AUTH  # the token and TLS presented to holders (client.auth.*, .tls.*)
 
     def without_partial(self) -> FetchSettings:
         """The same, leaving nothing behind when a fetch fails (a consumer's download)."""
@@ -91,7 +93,7 @@ def fetch_package(
 
 def http_client(settings: FetchSettings) -> CodeClient:
     """A client for ``fetch_package``: up to one kept connection per part and holder."""
-    return CodeClient(settings.timeout, max_idle=max(settings.parts, 1))
+    return CodeClient(settings.timeout, max_idle=max(settings.parts, 1), auth=settings.auth)
 
 
 class _Fetch:

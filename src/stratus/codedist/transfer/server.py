@@ -18,20 +18,28 @@ without a request::
     server.start()
     server.address                                  # "127.0.0.1:40123"
     server.close()
+
+With an ``AccessPolicy`` every request needs the ``read`` role (a bearer token or a client
+certificate), and with a TLS context the server speaks https only; the TLS handshake runs on
+the connection's own thread, so a slow client never holds up the others.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import ssl
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import BinaryIO
 
-from stratus.api.errors import UnknownCodeError
+from stratus.api.errors import ApiError, UnknownCodeError
 from stratus.codedist.package_store import PackageStore
 from stratus.codedist.transfer.serve import PackageFile, Refusal, locate
+from stratus.security.access import CHALLENGE, OPEN, AccessPolicy
+from stratus.security.roles import Role
+from stratus.security.tls import peer_common_name
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +50,26 @@ IDLE_SECS = 30.0  # a kept connection with no request for this long is closed (a
 class PackageServer:
     """Serves a store's packages with ``sendfile`` on its own port; see the module docstring."""
 
-    def __init__(self, store: PackageStore, host: str, port: int) -> None:
-        self._server = ThreadingHTTPServer((host, port), _handler_for(store))
+    def __init__(
+        self,
+        store: PackageStore,
+        host: str,
+        port: int,
+        *,
+        advertised_host: str | None = None,
+        policy: AccessPolicy = OPEN,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        """Listen on ``host:port``; ``address`` names ``advertised_host`` (default ``host``)."""
+        self._server = _Server((host, port), _handler_for(store, policy))
         self._server.daemon_threads = True
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(
+                self._server.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._thread: threading.Thread | None = None
         bound_port = self._server.server_address[1]
-        self.address = f"{host}:{bound_port}"
+        self.address = f"{advertised_host or host}:{bound_port}"
 
     def start(self) -> None:
         self._thread = threading.Thread(
@@ -64,11 +86,18 @@ class PackageServer:
         self._server.server_close()
 
 
-def _handler_for(store: PackageStore) -> type[BaseHTTPRequestHandler]:
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A failed handshake or a connection dropped: noted, not printed to stderr."""
+        log.debug("event=package_connection_failed peer=%s", client_address, exc_info=True)
+
+
+def _handler_for(store: PackageStore, policy: AccessPolicy) -> type[BaseHTTPRequestHandler]:
     class Handler(_PackageHandler):
         pass
 
     Handler.store = store
+    Handler.policy = policy
     return Handler
 
 
@@ -76,9 +105,15 @@ class _PackageHandler(BaseHTTPRequestHandler):
     """One connection: GET and HEAD of ``/api/v1/code/<digest>``."""
 
     store: PackageStore
+    policy: AccessPolicy
     protocol_version = "HTTP/1.1"
     timeout = IDLE_SECS
     server_version = "stratus-package-server"
+
+    def setup(self) -> None:
+        super().setup()
+        if isinstance(self.connection, ssl.SSLSocket):
+            self.connection.do_handshake()  # here, on this connection's thread
 
     def do_GET(self) -> None:
         self._answer(body=True)
@@ -90,6 +125,8 @@ class _PackageHandler(BaseHTTPRequestHandler):
         log.debug("event=package_request %s", format % args)
 
     def _answer(self, *, body: bool) -> None:
+        if not self._authorized():
+            return
         path = self.path.split("?", 1)[0]
         digest = path.removeprefix(CODE_PREFIX)
         if not path.startswith(CODE_PREFIX) or "/" in digest:
@@ -106,6 +143,19 @@ class _PackageHandler(BaseHTTPRequestHandler):
             return
         with os.fdopen(fd, "rb", buffering=0) as file:
             self._send_file(file, answer, body=body)
+
+    def _authorized(self) -> bool:
+        """Whether the caller may read packages; if not, the 401 or 403 is sent."""
+        peer = None
+        if isinstance(self.connection, ssl.SSLSocket):
+            peer = peer_common_name(self.connection.getpeercert())
+        try:
+            self.policy.authorize(self.headers.get("Authorization"), peer, Role.READ)
+        except ApiError as exc:
+            challenge = {"WWW-Authenticate": CHALLENGE} if exc.status == 401 else {}
+            self._refuse(Refusal(exc.status, exc.code, str(exc), challenge))
+            return False
+        return True
 
     def _send_file(self, file: BinaryIO, answer: PackageFile, *, body: bool) -> None:
         self.send_response(HTTPStatus.PARTIAL_CONTENT if answer.partial else HTTPStatus.OK)

@@ -1,0 +1,103 @@
+"""The API fuzz of ``test_api_fuzz.py`` on a nimbus that requires tokens: schemathesis reads
+the OpenAPI document with a token, sends a submit role's token with every request, and its
+checks include ``ignored_auth``: an operation that declares the bearer scheme must refuse a
+request without the token (or with a wrong one).
+
+The steering of cases onto pipelines submitted beforehand, and the filter of false
+positives, are those of ``test_api_fuzz.py``. Fewer examples per operation by default::
+
+    STRATUS_FUZZ_AUTH_EXAMPLES=200 .venv/bin/pytest tests/test_api_fuzz_auth.py
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from schemathesis import Case
+from schemathesis.checks import positive_data_acceptance
+
+from stratus.zk.server import ZooKeeperServer
+from tests.package_factory import valid_package
+from tests.secure_cluster import SUBMIT, SecureCluster, bearer, secure_cluster, token_file
+from tests.test_api_fuzz import (
+    CONF_OPERATIONS,
+    REQUEST_TIMEOUT_SECS,
+    SEED,
+    STEERED,
+    filter_failure,
+    map_case,
+    steered,
+)
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = int(os.environ.get("STRATUS_FUZZ_AUTH_EXAMPLES", "10"))
+
+
+@pytest.fixture(autouse=True)
+def _schemathesis_node_id(request: pytest.FixtureRequest) -> None:
+    """schemathesis 4.32's lazy schemas use ``item._nodeid``, which pytest 9.2 no longer has."""
+    if not hasattr(request.node, "_nodeid"):
+        request.node._nodeid = request.node.nodeid
+
+
+@pytest.fixture(scope="module")
+def guarded_nimbus(
+    zk_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SecureCluster]:
+    """One nimbus with a token file, leading alone, with the steered-to pipelines."""
+    directory = tmp_path_factory.mktemp("api-fuzz-auth")
+    extra = ["-c", f"nimbus.auth.tokens.file={token_file(directory)}"]
+    http = httpx.Client(timeout=REQUEST_TIMEOUT_SECS, headers=bearer(SUBMIT))
+    with secure_cluster(
+        zk_server.connect_string, directory, "api-fuzz-auth", extra=extra, http=http, size=1
+    ) as cluster:
+        url = cluster.url(cluster.leader())
+        names = [steered(kind, i) for kind in ("kept", "doomed") for i in range(STEERED)]
+        for name in names:
+            response = cluster.http.post(
+                f"{url}/api/v1/pipelines",
+                data={"name": name},
+                files={"package": ("package.zip", valid_package(name))},
+            )
+            assert response.status_code == 201, response.text
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def guarded_schema(guarded_nimbus: SecureCluster) -> schemathesis.BaseSchema:
+    config = schemathesis.Config.from_dict(
+        {
+            "seed": SEED,
+            "request-timeout": REQUEST_TIMEOUT_SECS,
+            "auth": {"openapi": {"HTTPBearer": {"bearer": SUBMIT}}},  # sent by schemathesis
+            "generation": {"max-examples": EXAMPLES, "deterministic": True, "database": "none"},
+        }
+    )
+    url = guarded_nimbus.url(guarded_nimbus.nimbuses[0])
+    loaded = schemathesis.openapi.from_url(
+        f"{url}/api/v1/openapi.json", config=config, headers=bearer(SUBMIT)
+    )
+    loaded.hook(map_case)
+    loaded.hook(filter_failure)
+    return loaded
+
+
+schema = schemathesis.pytest.from_fixture("guarded_schema")
+
+
+@schema.parametrize()
+def test_no_request_breaks_the_guarded_api(case: Case[Any]) -> None:
+    label = case.operation.label
+    excluded = [positive_data_acceptance] if label in CONF_OPERATIONS else []
+    response = case.call_and_validate(excluded_checks=excluded)
+    assert response.status_code < 500, f"{label}: {response.text}"
+    positive = case.meta is not None and case.meta.generation.mode.is_positive
+    assert not positive or response.status_code not in (401, 403), f"{label}: no token sent"
+    unauthenticated = case.call(headers={"Authorization": ""})  # the same request, no token
+    assert unauthenticated.status_code == 401, f"{label} without a token: {unauthenticated.text}"

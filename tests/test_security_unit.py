@@ -1,0 +1,200 @@
+"""The token file, the access policy, the exposure check and the client's credentials:
+pure logic and local files, no network."""
+
+from __future__ import annotations
+
+import re
+import ssl
+from pathlib import Path
+
+import pytest
+
+from stratus.api.errors import ForbiddenError, UnauthenticatedError
+from stratus.config import config_from_mapping
+from stratus.errors import ConfigError
+from stratus.nimbus.authorization import required_role
+from stratus.nimbus.exposure import InsecureBindError, check_exposure, is_loopback
+from stratus.security.access import AccessPolicy
+from stratus.security.errors import TlsConfigError, TokenFileError
+from stratus.security.roles import Role
+from stratus.security.tls import TlsSettings, peer_common_name
+from stratus.security.tokens import load_credentials, parse_credentials
+from stratus.settings import TOKEN_ENV_VAR, client_auth
+from tests.tls_certs import TestCa
+
+ADMIN = "admin-token-0123456789abcdef"
+SUBMIT = "submit-token-0123456789abcdef"
+READ = "read-token-0123456789abcdef"
+FILE = f"""
+# role kind value
+admin  token {ADMIN}
+submit token {SUBMIT}
+read   token {READ}
+submit cn    ci-runner
+"""
+
+
+def private_file(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
+
+
+def test_each_token_and_name_has_its_role() -> None:
+    creds = parse_credentials(FILE, "tokens")
+    assert creds.role_of_token(ADMIN) is Role.ADMIN
+    assert creds.role_of_token(SUBMIT) is Role.SUBMIT
+    assert creds.role_of_token(READ) is Role.READ
+    assert creds.role_of_token(READ + "x") is None
+    assert creds.role_of_name("ci-runner") is Role.SUBMIT
+    assert creds.role_of_name("stranger") is None
+
+
+def test_only_digests_of_the_tokens_are_kept() -> None:
+    creds = parse_credentials(FILE, "tokens")
+    assert ADMIN not in repr(creds)
+    assert all(len(digest) == 32 for digest, _ in creds.token_digests)
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (f"admin {ADMIN}", "expected 3 fields"),
+        (f"{ADMIN} token admin", "the first field is not a role"),
+        (f"admin key {ADMIN}", "must be `token` or `cn`"),
+        ("admin token short-secret", "shorter than 16 characters"),
+        (f"read token {ADMIN}", "listed on an earlier line"),
+    ],
+)
+def test_a_bad_line_is_named_by_its_number_and_the_token_is_never_echoed(
+    line: str, expected: str
+) -> None:
+    text = f"# comment\nadmin token {ADMIN}\n\n{line}\n"
+    with pytest.raises(TokenFileError) as caught:
+        parse_credentials(text, "/etc/stratus/tokens")
+    message = str(caught.value)
+    assert "/etc/stratus/tokens line 4" in message
+    assert expected in message
+    assert ADMIN not in message and "short-secret" not in message
+
+
+def test_an_empty_file_is_refused() -> None:
+    with pytest.raises(TokenFileError, match="lists no token"):
+        parse_credentials("# nothing\n", "tokens")
+
+
+def test_a_file_readable_by_others_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    path.write_text(FILE)
+    path.chmod(0o644)
+    with pytest.raises(TokenFileError, match=r"open to group or others \(mode 0644\).*chmod 600"):
+        load_credentials(path)
+    path.chmod(0o600)
+    assert load_credentials(path).role_of_token(READ) is Role.READ
+
+
+def test_a_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(TokenFileError, match="cannot read the token file"):
+        load_credentials(tmp_path / "absent")
+
+
+def policy() -> AccessPolicy:
+    return AccessPolicy(parse_credentials(FILE, "tokens"))
+
+
+def test_no_credential_or_an_unknown_token_is_unauthenticated() -> None:
+    with pytest.raises(UnauthenticatedError, match="authentication required"):
+        policy().authorize(None, None, Role.READ)
+    with pytest.raises(UnauthenticatedError, match="not one this nimbus knows"):
+        policy().authorize("Bearer not-a-known-token-at-all", None, Role.READ)
+    with pytest.raises(UnauthenticatedError, match="must be `Bearer <token>`"):
+        policy().authorize(f"Basic {READ}", None, Role.READ)
+    # a bad token is not rescued by a certificate
+    with pytest.raises(UnauthenticatedError):
+        policy().authorize("Bearer not-a-known-token-at-all", "ci-runner", Role.READ)
+
+
+def test_a_role_below_the_one_needed_is_forbidden() -> None:
+    with pytest.raises(ForbiddenError, match=r"needs the role submit.*has the role read"):
+        policy().authorize(f"Bearer {READ}", None, Role.SUBMIT)
+    with pytest.raises(ForbiddenError, match="needs the role admin"):
+        policy().authorize(f"bearer {SUBMIT}", None, Role.ADMIN)
+    assert policy().authorize(f"Bearer {ADMIN}", None, Role.ADMIN) is Role.ADMIN
+    assert policy().authorize(f"Bearer {SUBMIT}", None, Role.READ) is Role.SUBMIT
+
+
+def test_a_certificate_name_maps_to_its_role_and_an_unknown_one_is_forbidden() -> None:
+    assert policy().authorize(None, "ci-runner", Role.SUBMIT) is Role.SUBMIT
+    with pytest.raises(ForbiddenError, match="CN=stranger is not listed"):
+        policy().authorize(None, "stranger", Role.READ)
+
+
+def test_without_credentials_every_call_is_allowed() -> None:
+    assert AccessPolicy().authorize(None, None, Role.ADMIN) is Role.ADMIN
+
+
+def test_reads_need_read_and_every_other_method_submit() -> None:
+    assert required_role("GET") is Role.READ
+    assert required_role("HEAD") is Role.READ
+    assert required_role("POST") is Role.SUBMIT
+    assert required_role("DELETE") is Role.SUBMIT
+
+
+def test_a_non_loopback_bind_without_authentication_is_refused_unless_insecure() -> None:
+    with pytest.raises(InsecureBindError, match=r"nimbus\.auth\.tokens\.file"):
+        check_exposure("0.0.0.0", authenticated=False, insecure=False)
+    check_exposure("0.0.0.0", authenticated=True, insecure=False)
+    check_exposure("0.0.0.0", authenticated=False, insecure=True)
+    check_exposure("127.0.0.1", authenticated=False, insecure=False)
+    check_exposure("localhost", authenticated=False, insecure=False)
+    assert is_loopback("::1") and not is_loopback("10.1.2.3")
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::"])
+def test_an_unspecified_address_is_never_advertised(host: str) -> None:
+    with pytest.raises(ConfigError, match=f"nimbus.host is {host}.*nimbus.bind.host"):
+        config_from_mapping({"nimbus.host": host})
+    conf = config_from_mapping({"nimbus.host": "10.0.0.5", "nimbus.bind.host": host})
+    assert conf.nimbus_bind() == host
+    assert config_from_mapping({"nimbus.host": "10.0.0.5"}).nimbus_bind() == "10.0.0.5"
+
+
+def test_the_client_token_comes_from_the_key_the_file_or_the_environment(tmp_path: Path) -> None:
+    env = {TOKEN_ENV_VAR: "from-the-environment"}
+    assert client_auth(config_from_mapping({}), {}).token is None
+    assert client_auth(config_from_mapping({}), env).token == "from-the-environment"
+    path = private_file(tmp_path / "token", "\nfrom-the-file\n")
+    conf = config_from_mapping({"client.auth.token.file": str(path)})
+    assert client_auth(conf, env).token == "from-the-file"
+    conf = config_from_mapping({"client.auth.token": "from-the-key"})
+    assert client_auth(conf, env).headers() == {"Authorization": "Bearer from-the-key"}
+    assert "from-the-key" not in repr(client_auth(conf, env))
+    path.chmod(0o640)
+    with pytest.raises(TokenFileError, match="chmod 600"):
+        client_auth(config_from_mapping({"client.auth.token.file": str(path)}), {})
+
+
+def test_tls_settings_build_contexts_and_name_a_file_that_cannot_be_used(tmp_path: Path) -> None:
+    ca = TestCa(tmp_path)
+    server = ca.issue("nimbus", ip="127.0.0.1")
+    tls = TlsSettings(cert=str(server.cert), key=str(server.key), ca=str(ca.cert))
+    assert tls.server_context().verify_mode is ssl.CERT_OPTIONAL
+    required = TlsSettings(str(server.cert), str(server.key), str(ca.cert), True)
+    assert required.server_context().verify_mode is ssl.CERT_REQUIRED
+    client = TlsSettings(ca=str(ca.cert)).client_context()
+    assert client.check_hostname and client.verify_mode is ssl.CERT_REQUIRED
+    with pytest.raises(TlsConfigError, match=r"needs nimbus\.tls\.ca"):
+        TlsSettings(str(server.cert), str(server.key), None, True).server_context()
+    with pytest.raises(
+        TlsConfigError, match=f"cannot load the CA bundle {re.escape(str(tmp_path))}/absent"
+    ):
+        TlsSettings(ca=str(tmp_path / "absent")).client_context()
+    with pytest.raises(TlsConfigError, match="cannot load the certificate"):
+        TlsSettings(cert=str(ca.cert), key=str(server.key)).server_context()
+
+
+def test_the_common_name_is_read_from_a_peer_certificate() -> None:
+    cert = {"subject": ((("countryName", "NL"),), (("commonName", "ci-runner"),))}
+    assert peer_common_name(cert) == "ci-runner"
+    assert peer_common_name(None) is None
+    assert peer_common_name({}) is None
