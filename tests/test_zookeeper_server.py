@@ -370,9 +370,9 @@ def serving_hosts(process: subprocess.Popen[str], lines: queue.Queue[str]) -> st
 @pytest.mark.parametrize(
     ("args", "members", "stop_signal"),
     [
-        (("--port", "0", "--tick-time", "100"), 1, signal.SIGTERM),
-        (("--port", "0", "--ensemble", "3"), 3, signal.SIGTERM),
-        (("-c", "zookeeper.server.port=0"), 1, signal.SIGINT),
+        (("--port", "0", "--tick-time", "100", "--temporary"), 1, signal.SIGTERM),
+        (("--port", "0", "--ensemble", "3", "--temporary"), 3, signal.SIGTERM),
+        (("-c", "zookeeper.server.port=0", "--temporary"), 1, signal.SIGINT),
     ],
     ids=["standalone", "ensemble-3", "standalone-sigint"],
 )
@@ -405,7 +405,7 @@ def test_stratus_zookeeper_on_a_busy_port_fails_with_one_line() -> None:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         port = squatter.getsockname()[1]
-        process, lines = start_stratus_zookeeper("--port", str(port))
+        process, lines = start_stratus_zookeeper("--port", str(port), "--temporary")
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 1
     assert lines.empty()

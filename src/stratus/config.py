@@ -67,13 +67,68 @@ class StratusConfig(BaseModel):
     zookeeper_server_data_dir: str | None = Field(
         default=None,
         alias="zookeeper.server.data.dir",
-        description="data directory of `stratus zookeeper` (default: a fresh temporary directory)",
+        description="data directory of `stratus zookeeper`, kept across restarts "
+        "(default: ~/.stratus/zookeeper)",
     )
     zookeeper_server_tick_time_ms: int = Field(
         default=200,
         gt=0,
         alias="zookeeper.server.tick.time.ms",
         description="tickTime of `stratus zookeeper`; the minimum session timeout is two ticks",
+    )
+    zookeeper_server_host: str = Field(
+        default="127.0.0.1",
+        min_length=1,
+        alias="zookeeper.server.host",
+        description="address `stratus zookeeper` listens on for clients (0.0.0.0: every interface)",
+    )
+    zookeeper_server_force_sync: bool = Field(
+        default=True,
+        alias="zookeeper.server.force.sync",
+        description="`stratus zookeeper` fsyncs its transaction log before it acknowledges a "
+        "write (false: faster, but a machine crash may lose acknowledged writes)",
+    )
+    zookeeper_server_auth_required: bool = Field(
+        default=False,
+        alias="zookeeper.server.auth.required",
+        description="`stratus zookeeper` refuses every request of a client that has not "
+        "authenticated with digest (or SASL), reads included",
+    )
+    zookeeper_server_super_file: str | None = Field(
+        default=None,
+        alias="zookeeper.server.super.file",
+        description="file holding `super:<password>` (mode 600): `stratus zookeeper` lets "
+        "whoever authenticates as that superuser read and repair any znode",
+    )
+    zookeeper_auth_scheme: Literal["none", "digest", "sasl"] = Field(
+        default="none",
+        alias="zookeeper.auth.scheme",
+        description="how stratus authenticates to ZooKeeper; with digest or sasl every znode "
+        "it creates is readable and writable by its own identity only",
+    )
+    zookeeper_auth_file: str | None = Field(
+        default=None,
+        alias="zookeeper.auth.file",
+        description="file holding `user:password` (mode 600) for zookeeper.auth.scheme digest "
+        "(or sasl with DIGEST-MD5); credentials are never read from the configuration itself",
+    )
+    zookeeper_auth_sasl_mechanism: Literal["GSSAPI", "DIGEST-MD5"] = Field(
+        default="GSSAPI",
+        alias="zookeeper.auth.sasl.mechanism",
+        description="SASL mechanism when zookeeper.auth.scheme is sasl (GSSAPI: Kerberos, "
+        "with the ticket cache of the daemon's user)",
+    )
+    zookeeper_auth_sasl_service: str = Field(
+        default="zookeeper",
+        min_length=1,
+        alias="zookeeper.auth.sasl.service",
+        description="service name of ZooKeeper's Kerberos principal (service/host@REALM)",
+    )
+    zookeeper_auth_sasl_principal: str | None = Field(
+        default=None,
+        alias="zookeeper.auth.sasl.principal",
+        description="stratus's Kerberos principal as ZooKeeper names it (user@REALM); the ACL "
+        "of its znodes names it",
     )
     nimbus_host: str = Field(
         default="127.0.0.1",

@@ -13,21 +13,48 @@ are built beside them (``nimbus/settings.py``, ``supervisor/settings.py``) from 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from stratus.codedist.factory import DistributorSettings
 from stratus.codedist.package_check import PackageLimits
 from stratus.codedist.transfer.fetch import FetchSettings
 from stratus.config import StratusConfig
 from stratus.state.factory import StateStoreSettings
+from stratus.zk.auth import AuthScheme, ServerAuth, ZkAuth, read_credentials, super_digest
 from stratus.zk.session import ZkSettings
 
 
 def zk_settings(conf: StratusConfig) -> ZkSettings:
-    """``zookeeper.servers``, ``.root``, ``.session.timeout.secs``, ``.connection.timeout.secs``."""
+    """``zookeeper.servers``, ``.root``, ``.session.timeout.secs``, ``.connection.timeout.secs``
+    and ``zookeeper.auth.*`` (whose credentials file is read here, once)."""
     return ZkSettings(
         hosts=conf.zookeeper_hosts(),
         root=conf.zookeeper_root,
         session_timeout=conf.zookeeper_session_timeout_secs,
         connection_timeout=conf.zookeeper_connection_timeout_secs,
+        auth=zk_auth(conf),
+    )
+
+
+def zk_auth(conf: StratusConfig) -> ZkAuth:
+    """stratus's ZooKeeper identity: ``zookeeper.auth.scheme``, ``.file`` and ``.sasl.*``."""
+    path = conf.zookeeper_auth_file
+    return ZkAuth(
+        scheme=AuthScheme(conf.zookeeper_auth_scheme),
+        credentials=read_credentials(Path(path)) if path else None,
+        sasl_mechanism=conf.zookeeper_auth_sasl_mechanism,
+        sasl_service=conf.zookeeper_auth_sasl_service,
+        sasl_principal=conf.zookeeper_auth_sasl_principal,
+    )
+
+
+def zk_server_auth(conf: StratusConfig) -> ServerAuth:
+    """What ``stratus zookeeper`` demands: ``zookeeper.server.auth.required``, ``.super.file``."""
+    path = conf.zookeeper_server_super_file
+    return ServerAuth(
+        required=conf.zookeeper_server_auth_required,
+        schemes=("digest", "sasl") if conf.zookeeper_auth_scheme == "sasl" else ("digest",),
+        super_digest=super_digest(Path(path)) if path else None,
     )
 
 

@@ -1,4 +1,4 @@
-"""A real ZooKeeper server on this machine's loopback interface: standalone or a quorum member.
+"""A real ZooKeeper server on this machine (loopback by default): standalone or a quorum member.
 
 It runs the ZooKeeper jars that the pyspark wheel already ships (``pyspark/jars``, see
 ``zk/java.py``) with the machine's Java 17+. ``start()`` returns only once the server *serves
@@ -9,6 +9,10 @@ from the main thread)::
 
     with ZooKeeperServer(Path("/tmp/zk"), tick_time_ms=100) as server:
         client = KazooClient(hosts=server.connect_string)
+
+It fsyncs every write before acknowledging it (``force_sync``) unless told not to, as tests
+and ``stratus local`` do on their throw-away directories; ``auth`` makes it demand that
+clients authenticate (``zk/auth.py``).
 
 A quorum of them is ``zk/ensemble.py``. Every failure is a
 :class:`~stratus.zk.errors.ZooKeeperServerError` whose message is one line (never a Java stack
@@ -22,7 +26,6 @@ import logging
 import math
 import os
 import re
-import socket
 import subprocess
 import time
 import weakref
@@ -33,12 +36,14 @@ from typing import Self
 
 from stratus.process import Lifeline, ProcessGroup
 from stratus.zk import ports
+from stratus.zk.auth import ServerAuth
 from stratus.zk.errors import (
     ZooKeeperDataDirError,
     ZooKeeperPortInUseError,
     ZooKeeperServerError,
     ZooKeeperStartError,
 )
+from stratus.zk.fourletter import four_letter_word
 from stratus.zk.java import find_java, zookeeper_classpath
 from stratus.zk.ports import LOOPBACK, pick_free_port
 
@@ -104,6 +109,10 @@ class ZooKeeperServer:
     Sessions may last from two ticks to ``max_session_timeout_ms`` (default 120 s): ZooKeeper
     grants a client that asks for more this cap instead, which is how a client with a
     hard-coded session timeout (Spark's master asks for 60 s) gets a shorter one.
+
+    ``host`` is the address clients connect to (``0.0.0.0``: every interface; the server's
+    own probes then use loopback). ``force_sync`` false skips the fsync of every write: only
+    for data that may be lost, since a machine crash then loses acknowledged writes.
     """
 
     def __init__(
@@ -116,6 +125,9 @@ class ZooKeeperServer:
         log_to: Path | None = None,
         quorum: Quorum | None = None,
         max_session_timeout_ms: int | None = None,
+        host: str = LOOPBACK,
+        force_sync: bool = True,
+        auth: ServerAuth | None = None,
     ) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port must be in 0..65535, not {port}")
@@ -139,6 +151,9 @@ class ZooKeeperServer:
         )
         self.log_path = Path(log_to).absolute() if log_to else self.data_dir / "zookeeper.log"
         self.quorum = quorum
+        self.host = host
+        self.force_sync = force_sync
+        self.auth = auth or ServerAuth()
         self._java = java
         self._group: ProcessGroup | None = None
         self._log_offset = 0
@@ -148,9 +163,14 @@ class ZooKeeperServer:
         return f"ZooKeeperServer({self.connect_string}, data_dir={self.data_dir}, pid={self.pid})"
 
     @property
+    def client_host(self) -> str:
+        """The address that reaches the server from this machine."""
+        return LOOPBACK if self.host in ("0.0.0.0", "::", "") else self.host
+
+    @property
     def connect_string(self) -> str:
         """The kazoo ``hosts`` string of this one server."""
-        return f"{LOOPBACK}:{self.port}"
+        return f"{self.client_host}:{self.port}"
 
     @property
     def pid(self) -> int | None:
@@ -236,7 +256,7 @@ class ZooKeeperServer:
         if len(word) != 4:
             raise ValueError(f"four-letter words have four letters, not {word!r}")
         try:
-            return _four_letter(LOOPBACK, self.port, word, timeout)
+            return four_letter_word(self.client_host, self.port, word, timeout)
         except OSError as exc:
             raise ZooKeeperServerError(
                 f"four-letter word {word!r} to {self.connect_string} failed: {exc}; "
@@ -246,7 +266,7 @@ class ZooKeeperServer:
     def mode(self, timeout: float = FOUR_LETTER_TIMEOUT_SECS) -> str | None:
         """``standalone``, ``leader`` or ``follower`` while serving, else None."""
         try:
-            answer = _four_letter(LOOPBACK, self.port, "srvr", timeout)
+            answer = four_letter_word(self.client_host, self.port, "srvr", timeout)
         except OSError:
             return None
         match = re.search(r"^Mode: (\S+)", answer, re.MULTILINE)
@@ -287,6 +307,8 @@ class ZooKeeperServer:
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            config.touch(mode=0o600)  # it may hold the superuser's digest
+            config.chmod(0o600)
             config.write_text(self._zoo_cfg(), encoding="utf-8")
             (self.data_dir / "log4j2.properties").write_text(self._log4j2(), encoding="utf-8")
             if self.quorum:
@@ -305,15 +327,15 @@ class ZooKeeperServer:
             f"tickTime={self.tick_time_ms}",
             f"dataDir={self.data_dir}",
             f"clientPort={self.port}",
-            f"clientPortAddress={LOOPBACK}",
+            f"clientPortAddress={self.host}",
             f"minSessionTimeout={min_session}",
             f"maxSessionTimeout={self.max_session_timeout_ms}",
             "admin.enableServer=false",
             "4lw.commands.whitelist=*",
-            # A local development server: many test clients share one address, and the
-            # machine-crash durability that fsync buys is worth less than fast writes here.
+            # Many local clients (tests, a local cluster) share one address.
             "maxClientCnxns=0",
-            "forceSync=no",
+            f"forceSync={'yes' if self.force_sync else 'no'}",
+            *self.auth.zoo_cfg_lines(),
         ]
         if self.quorum:
             lines += [
@@ -420,16 +442,6 @@ def summarize_log(text: str, lines: int = LOG_SUMMARY_LINES) -> str:
             kept.append(line.strip())
     kept = [line[:300] for line in kept if line]
     return " | ".join(kept[-lines:]) if kept else "the log is empty"
-
-
-def _four_letter(host: str, port: int, word: str, timeout: float) -> str:
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(word.encode("ascii"))
-        sock.shutdown(socket.SHUT_WR)
-        chunks = []
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-    return b"".join(chunks).decode("utf-8", errors="replace")
 
 
 def _kill_quietly(group: ProcessGroup) -> None:
