@@ -333,9 +333,14 @@ def stratus_executable() -> str:
     return found
 
 
-def start_stratus_zookeeper(*args: str) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
-    """Run ``stratus zookeeper ARGS``; its stdout lines arrive on the returned queue."""
+def start_stratus_zookeeper(
+    *args: str, home: Path | None = None
+) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
+    """Run ``stratus zookeeper ARGS`` (with ``HOME=home`` if given); its stdout lines arrive
+    on the returned queue."""
     env = {key: value for key, value in os.environ.items() if key != "STRATUS_CONF"}
+    if home is not None:
+        env["HOME"] = str(home)
     process = subprocess.Popen(
         [stratus_executable(), "zookeeper", *args],
         stdout=subprocess.PIPE,

@@ -26,6 +26,7 @@ def nimbus(conf: StratusConfig) -> None:
     click.echo(f"nimbus {daemon.address} serving http://{daemon.address}/", err=True)
     try:
         while not stop.wait(1.0):
-            pass
+            if daemon.session.failure is not None:  # ZooKeeper's history went back
+                raise daemon.session.failure
     finally:
         daemon.stop()

@@ -62,6 +62,8 @@ def supervisor(conf: StratusConfig, slots: int | None, supervisor_id: str | None
     )
     try:
         while not stop.wait(HEALTH_CHECK_SECS):
+            if daemon.session.failure is not None:  # ZooKeeper's history went back
+                raise daemon.session.failure
             if not daemon.healthy():
                 raise click.ClickException(
                     f"supervisor {daemon.id}: its control loop died (see the log); stopping"
