@@ -100,6 +100,52 @@ class StratusConfig(BaseModel):
         description="file holding `super:<password>` (mode 600): `stratus zookeeper` lets "
         "whoever authenticates as that superuser read and repair any znode",
     )
+    zookeeper_server_secure_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        alias="zookeeper.server.secure.port",
+        description="TLS client port of `stratus zookeeper` (0 picks a free port; default: "
+        "none); its plain port then listens on loopback only",
+    )
+    zookeeper_server_ssl_keystore_file: str | None = Field(
+        default=None,
+        alias="zookeeper.server.ssl.keystore.file",
+        description="PEM file with the private key and certificate chain of `stratus "
+        "zookeeper`'s TLS port",
+    )
+    zookeeper_server_ssl_truststore_file: str | None = Field(
+        default=None,
+        alias="zookeeper.server.ssl.truststore.file",
+        description="PEM file of the CAs whose client certificates `stratus zookeeper` "
+        "accepts; when set, every TLS client must show one",
+    )
+    zookeeper_ssl_enabled: bool = Field(
+        default=False,
+        alias="zookeeper.ssl.enabled",
+        description="connect to ZooKeeper with TLS (zookeeper.servers then name secure ports)",
+    )
+    zookeeper_ssl_ca_file: str | None = Field(
+        default=None,
+        alias="zookeeper.ssl.ca.file",
+        description="PEM file of the CAs that signed the ZooKeeper servers' certificates "
+        "(default: the system's)",
+    )
+    zookeeper_ssl_cert_file: str | None = Field(
+        default=None,
+        alias="zookeeper.ssl.cert.file",
+        description="PEM certificate stratus shows to ZooKeeper, when the servers require one",
+    )
+    zookeeper_ssl_key_file: str | None = Field(
+        default=None,
+        alias="zookeeper.ssl.key.file",
+        description="PEM private key of zookeeper.ssl.cert.file",
+    )
+    zookeeper_ssl_check_hostname: bool = Field(
+        default=True,
+        alias="zookeeper.ssl.check.hostname",
+        description="a server's certificate must name the host it is reached at",
+    )
     zookeeper_auth_scheme: Literal["none", "digest", "sasl"] = Field(
         default="none",
         alias="zookeeper.auth.scheme",

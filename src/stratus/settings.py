@@ -19,9 +19,11 @@ from stratus.codedist.factory import DistributorSettings
 from stratus.codedist.package_check import PackageLimits
 from stratus.codedist.transfer.fetch import FetchSettings
 from stratus.config import StratusConfig
+from stratus.errors import ConfigError
 from stratus.state.factory import StateStoreSettings
 from stratus.zk.auth import AuthScheme, ServerAuth, ZkAuth, read_credentials, super_digest
 from stratus.zk.session import ZkSettings
+from stratus.zk.tls import ServerTls, ZkTls
 
 
 def zk_settings(conf: StratusConfig) -> ZkSettings:
@@ -33,6 +35,13 @@ def zk_settings(conf: StratusConfig) -> ZkSettings:
         session_timeout=conf.zookeeper_session_timeout_secs,
         connection_timeout=conf.zookeeper_connection_timeout_secs,
         auth=zk_auth(conf),
+        tls=ZkTls(
+            enabled=conf.zookeeper_ssl_enabled,
+            ca_file=conf.zookeeper_ssl_ca_file,
+            cert_file=conf.zookeeper_ssl_cert_file,
+            key_file=conf.zookeeper_ssl_key_file,
+            check_hostname=conf.zookeeper_ssl_check_hostname,
+        ),
     )
 
 
@@ -55,6 +64,24 @@ def zk_server_auth(conf: StratusConfig) -> ServerAuth:
         required=conf.zookeeper_server_auth_required,
         schemes=("digest", "sasl") if conf.zookeeper_auth_scheme == "sasl" else ("digest",),
         super_digest=super_digest(Path(path)) if path else None,
+    )
+
+
+def zk_server_tls(conf: StratusConfig) -> ServerTls | None:
+    """``stratus zookeeper``'s TLS port: ``zookeeper.server.secure.port`` and its stores."""
+    if conf.zookeeper_server_secure_port is None:
+        return None
+    keystore = conf.zookeeper_server_ssl_keystore_file
+    if not keystore:
+        raise ConfigError(
+            "zookeeper.server.secure.port is set but zookeeper.server.ssl.keystore.file is "
+            "not: give the PEM file of the server's key and certificate"
+        )
+    truststore = conf.zookeeper_server_ssl_truststore_file
+    return ServerTls(
+        port=conf.zookeeper_server_secure_port,
+        keystore=Path(keystore),
+        truststore=Path(truststore) if truststore else None,
     )
 
 

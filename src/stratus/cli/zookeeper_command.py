@@ -28,7 +28,7 @@ import click
 
 from stratus.cli.options import with_config
 from stratus.config import StratusConfig
-from stratus.settings import zk_server_auth
+from stratus.settings import zk_server_auth, zk_server_tls
 from stratus.zk.ensemble import ZooKeeperEnsemble
 from stratus.zk.errors import ZooKeeperServerError
 from stratus.zk.ports import LOOPBACK
@@ -112,14 +112,18 @@ def zookeeper(
     if require_auth is not None:
         auth = dataclasses.replace(auth, required=require_auth)
     force_sync = conf.zookeeper_server_force_sync and not temporary
+    tls = zk_server_tls(conf)
     with contextlib.ExitStack() as stack:
         stop_requested = stack.enter_context(_stop_signals())
         if data_dir is None:
             tmp = tempfile.TemporaryDirectory(prefix="stratus-zookeeper-")
             data_dir = Path(stack.enter_context(tmp))
         if ensemble_size:
-            if host != LOOPBACK:
-                raise click.UsageError("--ensemble runs on loopback only; leave --host out")
+            if host != LOOPBACK or tls is not None:
+                raise click.UsageError(
+                    "--ensemble runs on loopback only, without TLS: leave out --host and "
+                    "zookeeper.server.secure.port"
+                )
             ensemble = ZooKeeperEnsemble(
                 data_dir,
                 ensemble_size,
@@ -139,11 +143,15 @@ def zookeeper(
                 host=host,
                 force_sync=force_sync,
                 auth=auth,
+                tls=tls,
             )
             servers = [server]
             stack.enter_context(server)
             connect_string = server.connect_string
         click.echo(f"zookeeper: serving at {connect_string}")
+        secure = servers[0].tls
+        if secure is not None:  # stderr: stdout's one line is what scripts wait for
+            click.echo(f"zookeeper: TLS at {host}:{secure.port}", err=True)
         sys.stdout.flush()  # the line scripts wait for must not sit in a buffer
         _serve_until_stopped(stop_requested, servers)
 

@@ -22,6 +22,7 @@ trace) that names the problem and what to do about it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -46,6 +47,7 @@ from stratus.zk.errors import (
 from stratus.zk.fourletter import four_letter_word
 from stratus.zk.java import find_java, zookeeper_classpath
 from stratus.zk.ports import LOOPBACK, pick_free_port
+from stratus.zk.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +114,9 @@ class ZooKeeperServer:
 
     ``host`` is the address clients connect to (``0.0.0.0``: every interface; the server's
     own probes then use loopback). ``force_sync`` false skips the fsync of every write: only
-    for data that may be lost, since a machine crash then loses acknowledged writes.
+    for data that may be lost, since a machine crash then loses acknowledged writes. With
+    ``tls`` the server also listens for TLS clients on ``tls.port`` at ``host``, and its
+    plain port then listens on loopback only (for this machine's probes and tools).
     """
 
     def __init__(
@@ -128,6 +132,7 @@ class ZooKeeperServer:
         host: str = LOOPBACK,
         force_sync: bool = True,
         auth: ServerAuth | None = None,
+        tls: ServerTls | None = None,
     ) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port must be in 0..65535, not {port}")
@@ -154,6 +159,11 @@ class ZooKeeperServer:
         self.host = host
         self.force_sync = force_sync
         self.auth = auth or ServerAuth()
+        if tls is not None and tls.port == 0:
+            tls = dataclasses.replace(tls, port=pick_free_port())
+        if tls is not None:
+            ports.reserve_port(tls.port)
+        self.tls = tls
         self._java = java
         self._group: ProcessGroup | None = None
         self._log_offset = 0
@@ -165,12 +175,19 @@ class ZooKeeperServer:
     @property
     def client_host(self) -> str:
         """The address that reaches the server from this machine."""
-        return LOOPBACK if self.host in ("0.0.0.0", "::", "") else self.host
+        if self.tls is not None or self.host in ("0.0.0.0", "::", ""):
+            return LOOPBACK
+        return self.host
 
     @property
     def connect_string(self) -> str:
         """The kazoo ``hosts`` string of this one server."""
         return f"{self.client_host}:{self.port}"
+
+    @property
+    def secure_connect_string(self) -> str | None:
+        """The kazoo ``hosts`` string of its TLS port (``use_ssl``), if it has one."""
+        return f"{self.client_host}:{self.tls.port}" if self.tls else None
 
     @property
     def pid(self) -> int | None:
@@ -288,6 +305,8 @@ class ZooKeeperServer:
 
     def _own_ports(self) -> list[tuple[int, str]]:
         ports = [(self.port, "client port")]
+        if self.tls:
+            ports.append((self.tls.port, "secure client port"))
         if self.quorum:
             me = self.quorum.me()
             ports += [(me.peer_port, "quorum port"), (me.election_port, "election port")]
@@ -327,7 +346,7 @@ class ZooKeeperServer:
             f"tickTime={self.tick_time_ms}",
             f"dataDir={self.data_dir}",
             f"clientPort={self.port}",
-            f"clientPortAddress={self.host}",
+            f"clientPortAddress={LOOPBACK if self.tls else self.host}",
             f"minSessionTimeout={min_session}",
             f"maxSessionTimeout={self.max_session_timeout_ms}",
             "admin.enableServer=false",
@@ -336,6 +355,7 @@ class ZooKeeperServer:
             "maxClientCnxns=0",
             f"forceSync={'yes' if self.force_sync else 'no'}",
             *self.auth.zoo_cfg_lines(),
+            *(self.tls.zoo_cfg_lines(self.host) if self.tls else []),
         ]
         if self.quorum:
             lines += [

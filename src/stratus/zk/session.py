@@ -46,6 +46,7 @@ from stratus.zk.errors import (
 )
 from stratus.zk.history import history_behind_error
 from stratus.zk.lease import LEASE_FRACTION, RENEW_FRACTION, LeaseProbe, SessionLease
+from stratus.zk.tls import ZkTls
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,8 @@ class ZkSettings:
 
     ``hosts`` is a kazoo connect string (it may end in a chroot); ``root`` is the znode under
     which stratus keeps everything; the timeouts are in seconds; ``auth`` is stratus's
-    identity (``zookeeper.auth.*``; anonymous by default).
+    identity (``zookeeper.auth.*``; anonymous by default); ``tls`` how it connects
+    (``zookeeper.ssl.*``; plain by default).
     """
 
     hosts: str
@@ -88,6 +90,7 @@ class ZkSettings:
     session_timeout: float = 10.0
     connection_timeout: float = 15.0
     auth: ZkAuth = field(default_factory=ZkAuth)
+    tls: ZkTls = field(default_factory=ZkTls)
 
     def __post_init__(self) -> None:
         if self.session_timeout <= 0 or self.connection_timeout <= 0:
@@ -156,6 +159,7 @@ class ZkSession:
             connection_retry=retry_policy(),
             default_acl=settings.auth.acl(),
             **settings.auth.client_options(),
+            **settings.tls.client_options(),
         )
         self.clock = clock  # the lease's, and that of every term won on this session
         self._lock = threading.Lock()  # guards the state and the listeners
