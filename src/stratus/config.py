@@ -100,6 +100,12 @@ class StratusConfig(BaseModel):
         description="file holding `super:<password>` (mode 600): `stratus zookeeper` lets "
         "whoever authenticates as that superuser read and repair any znode",
     )
+    zookeeper_server_sasl_jaas_file: str | None = Field(
+        default=None,
+        alias="zookeeper.server.sasl.jaas.file",
+        description="JAAS configuration whose Server section lets `stratus zookeeper` accept "
+        "SASL clients (DIGEST-MD5 users, or Kerberos with the server's keytab)",
+    )
     zookeeper_server_secure_port: int | None = Field(
         default=None,
         ge=0,

@@ -58,12 +58,14 @@ def zk_auth(conf: StratusConfig) -> ZkAuth:
 
 
 def zk_server_auth(conf: StratusConfig) -> ServerAuth:
-    """What ``stratus zookeeper`` demands: ``zookeeper.server.auth.required``, ``.super.file``."""
+    """What ``stratus zookeeper`` demands: ``zookeeper.server.auth.required``, ``.super.file``,
+    ``.sasl.jaas.file``."""
     path = conf.zookeeper_server_super_file
+    jaas = conf.zookeeper_server_sasl_jaas_file
     return ServerAuth(
         required=conf.zookeeper_server_auth_required,
-        schemes=("digest", "sasl") if conf.zookeeper_auth_scheme == "sasl" else ("digest",),
         super_digest=super_digest(Path(path)) if path else None,
+        jaas_file=Path(jaas) if jaas else None,
     )
 
 

@@ -142,28 +142,47 @@ class ZkAuth:
 class ServerAuth:
     """What ``stratus zookeeper`` demands of its clients.
 
-    ``required``: every client must authenticate with one of ``schemes`` before any other
-    request (ZooKeeper's ``enforce.auth``); an anonymous client cannot even read.
-    ``super_digest`` (``super:<base64 sha1>``, see ``super_digest``) makes the operator who
-    knows the super password able to read and repair any znode, whatever its ACL.
+    ``required``: every client must authenticate (with digest, or SASL when the server has
+    it) before any other request (ZooKeeper's ``enforce.auth``); an anonymous client cannot
+    even read. ``super_digest`` (``super:<base64 sha1>``, see ``super_digest``) makes the
+    operator who knows the super password able to read and repair any znode, whatever its
+    ACL. ``jaas_file`` turns SASL on: a JAAS configuration whose ``Server`` section says how
+    the server checks SASL clients (ZooKeeper's ``DigestLoginModule`` with its users for
+    DIGEST-MD5, or Kerberos's ``Krb5LoginModule`` with the server's keytab).
     """
 
     required: bool = False
-    schemes: tuple[str, ...] = ("digest",)
     super_digest: str | None = field(default=None, repr=False)
+    jaas_file: Path | None = None
+
+    @property
+    def schemes(self) -> tuple[str, ...]:
+        """The schemes a client may authenticate with."""
+        return ("digest", "sasl") if self.jaas_file else ("digest",)
 
     def zoo_cfg_lines(self) -> list[str]:
         """Lines of ``zoo.cfg``; ZooKeeper turns unknown keys into ``zookeeper.*`` properties."""
         lines: list[str] = []
         if self.required:
             lines += ["enforce.auth.enabled=true", f"enforce.auth.schemes={','.join(self.schemes)}"]
-        if "sasl" in self.schemes:
+        if self.jaas_file:
             lines.append(
                 "authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider"
             )
         if self.super_digest:
             lines.append(f"DigestAuthenticationProvider.superDigest={self.super_digest}")
         return lines
+
+    def jvm_flags(self) -> list[str]:
+        """Flags of the server's JVM: where its JAAS configuration is, if it has one."""
+        if self.jaas_file is None:
+            return []
+        if not self.jaas_file.is_file():
+            raise ZooKeeperAuthError(
+                f"the JAAS file {self.jaas_file} (zookeeper.server.sasl.jaas.file) does not "
+                "exist: write one with a Server section"
+            )
+        return [f"-Djava.security.auth.login.config={self.jaas_file.absolute()}"]
 
 
 def super_digest(path: Path) -> str:

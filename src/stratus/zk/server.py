@@ -221,6 +221,7 @@ class ZooKeeperServer:
         command = [
             java,
             *JVM_FLAGS,
+            *self.auth.jvm_flags(),
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
             "-cp",
             os.pathsep.join(str(jar) for jar in classpath),

@@ -33,15 +33,22 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import AuthFailedError, ConnectionClosedError, KazooException, NoAuthError
+from kazoo.exceptions import (
+    AuthFailedError,
+    ConnectionClosedError,
+    KazooException,
+    NoAuthError,
+    SASLException,
+    SessionClosedRequireSaslError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry, RetryFailedError
 
 from stratus.api.clock import Clock
+from stratus.errors import StratusError
 from stratus.zk.auth import ZkAuth, tighten_tree
 from stratus.zk.errors import (
     ZooKeeperAuthError,
-    ZooKeeperHistoryBehindError,
     ZooKeeperUnavailableError,
 )
 from stratus.zk.history import history_behind_error
@@ -174,9 +181,9 @@ class ZkSession:
         self._renewed_at: float | None = None  # clock time of the last successful renewal
         self._stalled = False  # reported SUSPENDED because no renewal succeeded in time
         self._disconnected_at: float | None = None  # clock time the connection was lost
-        self._failure: ZooKeeperHistoryBehindError | None = None
+        self._failure: StratusError | None = None
         self._failed = threading.Event()
-        _capture_granted_timeout(self.client, self._note_granted)
+        _capture_granted_timeout(self.client, self._note_granted, self._note_auth_refused)
 
     # ------------------------------------------------------------------ what it is
 
@@ -202,11 +209,12 @@ class ZkSession:
         return int(client_id[0]) if client_id else None
 
     @property
-    def failure(self) -> ZooKeeperHistoryBehindError | None:
-        """Why this session can never connect again (ZooKeeper's history went back), or None."""
+    def failure(self) -> StratusError | None:
+        """Why this session can never connect again, or None: ZooKeeper's history went back
+        (``ZooKeeperHistoryBehindError``) or it refused the credentials (``ZooKeeperAuthError``)."""
         return self._failure
 
-    def wait_failed(self, timeout: float | None = None) -> ZooKeeperHistoryBehindError | None:
+    def wait_failed(self, timeout: float | None = None) -> StratusError | None:
         """Block until the session has failed for good (see ``failure``) or ``timeout`` ends."""
         self._failed.wait(timeout)
         return self._failure
@@ -405,6 +413,9 @@ class ZkSession:
                 log.exception("event=lease_renewal_failed")
             self._report_stall()
             self._check_history()
+            if self._failure is not None:
+                self.close()  # the renewer's own thread: close does not wait for it
+                return
 
     def _renew_or_recover(self) -> None:
         """Renew the lease; after a stall, one round trip proves the connection back."""
@@ -451,23 +462,44 @@ class ZkSession:
         if self.clock() - since < self.granted_session_timeout:
             return
         error = history_behind_error(self.hosts, int(self.client.last_zxid or 0))
-        if error is None:
-            return
-        self._failure = error
-        log.error("event=zookeeper_history_behind error=%r", str(error))
+        if error is not None:
+            self._fail(error)
+
+    def _note_auth_refused(self, exc: Exception) -> None:
+        """Kazoo's connection thread: the server refused the credentials (it then stops)."""
+        self._fail(
+            ZooKeeperAuthError(
+                f"ZooKeeper at {self.hosts} refused stratus's credentials "
+                f"({self.settings.auth.scheme.value}: {type(exc).__name__}); check "
+                "zookeeper.auth.* and the server's users"
+            )
+        )
+
+    def _fail(self, error: StratusError) -> None:
+        """Record why the session can never work again; the renewer then closes it."""
+        with self._lock:
+            if self._failure is not None:
+                return
+            self._failure = error
+        log.error("event=zookeeper_session_failed error=%r", str(error))
         self._failed.set()
-        self.close()  # the renewer's own thread: close does not wait for it
+        self._renew_now.set()
 
     def _note_granted(self, seconds: float) -> None:
         self._granted = seconds
 
 
-def _capture_granted_timeout(client: KazooClient, note: Callable[[float], None]) -> None:
+def _capture_granted_timeout(
+    client: KazooClient,
+    note: Callable[[float], None],
+    refused: Callable[[Exception], None],
+) -> None:
     """Learn the session timeout the server grants at each connection; kazoo 2.11 only logs it.
 
     The one place that touches kazoo's internals: its connection handler's ``_connect`` returns
     (read timeout, connect timeout) in ms, the read timeout being two thirds of the granted
     session timeout. ``tests/test_zk_session_cap.py`` fails if a kazoo upgrade changes that.
+    A connection whose credentials the server refuses raises there too: ``refused`` hears it.
     """
     handler = getattr(client, "_connection", None)
     connect = getattr(handler, "_connect", None)
@@ -476,7 +508,11 @@ def _capture_granted_timeout(client: KazooClient, note: Callable[[float], None])
         return
 
     def capture(*args: Any) -> tuple[float, float]:
-        read_timeout, connect_timeout = connect(*args)
+        try:
+            read_timeout, connect_timeout = connect(*args)
+        except (AuthFailedError, SASLException, SessionClosedRequireSaslError) as exc:
+            refused(exc)  # kazoo's thread may die of it: the session must not wait forever
+            raise
         note(read_timeout * 1.5 / 1000.0)
         return read_timeout, connect_timeout
 
