@@ -18,6 +18,13 @@ the session's own, and ends at once when the connection is suspended. That threa
 any failure; if no renewal succeeds for longer than the granted session timeout while kazoo
 still says connected, the session reports itself ``SUSPENDED`` (so terms are revoked as on a
 real suspension) and ``CONNECTED`` again at the next renewal that succeeds.
+
+With credentials (``ZkSettings.auth``, see ``auth``) the session authenticates every
+connection and kazoo creates every znode with stratus's ACL (its ``default_acl``), so no
+recipe passes one; the root is created, or tightened, under it at start. A session that can
+never connect again (ZooKeeper's history went back behind it, see ``history``; or the server
+refused its credentials) records why in ``failure``, wakes ``wait_failed`` and closes, so
+that its owner exits saying so instead of retrying forever.
 """
 
 from __future__ import annotations
