@@ -17,7 +17,7 @@ from stratus.zk.history import history_behind_error
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import ZooKeeperServer
 from stratus.zk.session import SessionState, ZkSession, ZkSettings
-from tests.zkfixtures import kazoo_client
+from tests.zkfixtures import kazoo_client, wait_until
 
 SESSION_SECS = 1.0
 FAILS_WITHIN_SECS = 30.0  # a generous bound; the session gives up after about one timeout
@@ -91,9 +91,11 @@ def test_a_nimbus_whose_zookeeper_was_wiped_exits_non_zero_saying_why(
     nimbus.start()
     try:
         nimbus.wait_ready()
+        wait_until(lambda: "serving http://" in nimbus.log_tail(), 30, "the nimbus to serve")
         wipe_and_restart(zk_restartable)
         code = nimbus.wait(FAILS_WITHIN_SECS + 15)
-        assert code not in (None, 0), nimbus.log_tail()
-        assert "ZooKeeper's history is behind" in nimbus.log_tail(), nimbus.log_tail()
+        assert code == 1, nimbus.log_tail()
+        last_line = nimbus.log_tail(lines=1)
+        assert last_line.startswith("Error: ZooKeeper's history is behind"), nimbus.log_tail()
     finally:
         nimbus.kill()

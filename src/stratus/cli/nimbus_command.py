@@ -22,7 +22,12 @@ def nimbus(conf: StratusConfig) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda _s, _f: stop.set())
     daemon = Nimbus(conf)
-    daemon.start()
+    try:
+        daemon.start()
+    except Exception:
+        if daemon.session.failure is None:
+            raise
+        raise daemon.session.failure from None  # what made ZooKeeper unusable, not its echo
     click.echo(f"nimbus {daemon.address} serving http://{daemon.address}/", err=True)
     try:
         while not stop.wait(1.0):

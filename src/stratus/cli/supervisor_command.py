@@ -56,7 +56,12 @@ def supervisor(conf: StratusConfig, slots: int | None, supervisor_id: str | None
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda _s, _f: stop.set())
     daemon = Supervisor(conf)
-    daemon.start()
+    try:
+        daemon.start()
+    except Exception:
+        if daemon.session.failure is None:
+            raise
+        raise daemon.session.failure from None  # what made ZooKeeper unusable, not its echo
     click.echo(
         READY_LINE.format(id=daemon.id, slots=daemon.slots, local=daemon.local_dir), err=True
     )
