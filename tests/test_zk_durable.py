@@ -17,6 +17,7 @@ def test_data_written_survives_a_stop_and_a_start_on_the_same_directory(tmp_path
         config = (server.data_dir / "zoo.cfg").read_text()
         assert "forceSync=yes" in config.splitlines()
         assert "clientPortAddress=0.0.0.0" in config.splitlines()
+        assert "4lw.commands.whitelist=srvr" in config.splitlines()  # reachable by others
         with kazoo_client(server.connect_string) as client:
             client.create("/stratus/pipelines/kept", b"record", makepath=True)
     restarted = ZooKeeperServer(tmp_path / "zk", server.port, tick_time_ms=100)

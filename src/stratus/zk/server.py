@@ -351,7 +351,7 @@ class ZooKeeperServer:
             f"minSessionTimeout={min_session}",
             f"maxSessionTimeout={self.max_session_timeout_ms}",
             "admin.enableServer=false",
-            "4lw.commands.whitelist=*",
+            f"4lw.commands.whitelist={self._four_letter_words()}",
             # Many local clients (tests, a local cluster) share one address.
             "maxClientCnxns=0",
             f"forceSync={'yes' if self.force_sync else 'no'}",
@@ -370,6 +370,13 @@ class ZooKeeperServer:
                 for peer in self.quorum.peers
             ]
         return "\n".join(lines) + "\n"
+
+    def _four_letter_words(self) -> str:
+        """Every four-letter word on loopback; only ``srvr`` (what stratus itself asks) on a
+        server others can reach or that requires authentication: the words bypass it."""
+        if self.host == LOOPBACK and not self.auth.required:
+            return "*"
+        return "srvr"
 
     def _log4j2(self) -> str:
         return "\n".join(
