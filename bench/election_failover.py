@@ -471,7 +471,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def run(args: argparse.Namespace, console: Console) -> list[Sample]:
     samples: list[Sample] = []
     with tempfile.TemporaryDirectory(prefix="stratus-bench-") as tmp:
-        server = ZooKeeperServer(Path(tmp, "zk"), port=0, tick_time_ms=TICK_TIME_MS)
+        server = ZooKeeperServer(
+            Path(tmp, "zk"), port=0, tick_time_ms=TICK_TIME_MS, force_sync=False
+        )
         fleet = Fleet("", args.session_timeout, Path(tmp))
         reader = None
         try:

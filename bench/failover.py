@@ -1026,7 +1026,11 @@ def run(args: argparse.Namespace, console: Console, work_dir: Path) -> list[Samp
     call_timeout = 3 * max(args.session_timeout, spark_session) + 60
     samples: list[Sample] = []
     server = ZooKeeperServer(
-        work_dir / "zk", port=0, tick_time_ms=TICK_TIME_MS, max_session_timeout_ms=cap_ms
+        work_dir / "zk",
+        port=0,
+        tick_time_ms=TICK_TIME_MS,
+        max_session_timeout_ms=cap_ms,
+        force_sync=False,
     )
     http = httpx.Client(timeout=HTTP_TIMEOUT_SECS, trust_env=False)
     clusters: dict[str, Cluster] = {}

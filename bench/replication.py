@@ -548,7 +548,7 @@ def run_round(
 
 def run(args: argparse.Namespace, console: Console, work_dir: Path) -> list[Sample]:
     samples: list[Sample] = []
-    server = ZooKeeperServer(work_dir / "zk", port=0, tick_time_ms=TICK_TIME_MS)
+    server = ZooKeeperServer(work_dir / "zk", port=0, tick_time_ms=TICK_TIME_MS, force_sync=False)
     reader: KazooClient | None = None
     clusters: list[Cluster] = []
     packages = Packages()

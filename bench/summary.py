@@ -357,7 +357,7 @@ class Counters:
 def cluster(
     tmp: Path, nimbuses: int, console: Console
 ) -> Iterator[tuple[ZooKeeperServer, list[NimbusProcess]]]:
-    server = ZooKeeperServer(tmp / "zk")
+    server = ZooKeeperServer(tmp / "zk", force_sync=False)
     processes: list[NimbusProcess] = []
     try:
         server.start()

@@ -32,7 +32,9 @@ SHARED_TICK_MS = 100
 @pytest.fixture(scope="session")
 def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
     """The ZooKeeper server that the whole test session shares."""
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zk-shared"), tick_time_ms=SHARED_TICK_MS)
+    server = ZooKeeperServer(
+        tmp_path_factory.mktemp("zk-shared"), tick_time_ms=SHARED_TICK_MS, force_sync=False
+    )
     server.start()
     try:
         yield server
@@ -60,7 +62,9 @@ def zk_hosts(request: pytest.FixtureRequest, zk_server: ZooKeeperServer, _zk_adm
 @pytest.fixture
 def zk_restartable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
     """A ZooKeeper server of this test's own, free to stop, kill and restart."""
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zk-own"), tick_time_ms=SHARED_TICK_MS)
+    server = ZooKeeperServer(
+        tmp_path_factory.mktemp("zk-own"), tick_time_ms=SHARED_TICK_MS, force_sync=False
+    )
     server.start()
     try:
         yield server
@@ -72,7 +76,7 @@ def zk_restartable(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeep
 def _zk_ensemble_of_module(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ZooKeeperEnsemble]:
-    ensemble = ZooKeeperEnsemble(tmp_path_factory.mktemp("zk-ensemble"), size=3)
+    ensemble = ZooKeeperEnsemble(tmp_path_factory.mktemp("zk-ensemble"), size=3, force_sync=False)
     ensemble.start()
     try:
         yield ensemble

@@ -333,9 +333,14 @@ def stratus_executable() -> str:
     return found
 
 
-def start_stratus_zookeeper(*args: str) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
-    """Run ``stratus zookeeper ARGS``; its stdout lines arrive on the returned queue."""
+def start_stratus_zookeeper(
+    *args: str, home: Path | None = None
+) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
+    """Run ``stratus zookeeper ARGS`` (with ``HOME=home`` if given); its stdout lines arrive
+    on the returned queue."""
     env = {key: value for key, value in os.environ.items() if key != "STRATUS_CONF"}
+    if home is not None:
+        env["HOME"] = str(home)
     process = subprocess.Popen(
         [stratus_executable(), "zookeeper", *args],
         stdout=subprocess.PIPE,
@@ -370,9 +375,9 @@ def serving_hosts(process: subprocess.Popen[str], lines: queue.Queue[str]) -> st
 @pytest.mark.parametrize(
     ("args", "members", "stop_signal"),
     [
-        (("--port", "0", "--tick-time", "100"), 1, signal.SIGTERM),
-        (("--port", "0", "--ensemble", "3"), 3, signal.SIGTERM),
-        (("-c", "zookeeper.server.port=0"), 1, signal.SIGINT),
+        (("--port", "0", "--tick-time", "100", "--temporary"), 1, signal.SIGTERM),
+        (("--port", "0", "--ensemble", "3", "--temporary"), 3, signal.SIGTERM),
+        (("-c", "zookeeper.server.port=0", "--temporary"), 1, signal.SIGINT),
     ],
     ids=["standalone", "ensemble-3", "standalone-sigint"],
 )
@@ -405,7 +410,7 @@ def test_stratus_zookeeper_on_a_busy_port_fails_with_one_line() -> None:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         port = squatter.getsockname()[1]
-        process, lines = start_stratus_zookeeper("--port", str(port))
+        process, lines = start_stratus_zookeeper("--port", str(port), "--temporary")
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 1
     assert lines.empty()

@@ -76,13 +76,120 @@ class StratusConfig(BaseModel):
     zookeeper_server_data_dir: str | None = Field(
         default=None,
         alias="zookeeper.server.data.dir",
-        description="data directory of `stratus zookeeper` (default: a fresh temporary directory)",
+        description="data directory of `stratus zookeeper`, kept across restarts "
+        "(default: ~/.stratus/zookeeper)",
     )
     zookeeper_server_tick_time_ms: int = Field(
         default=200,
         gt=0,
         alias="zookeeper.server.tick.time.ms",
         description="tickTime of `stratus zookeeper`; the minimum session timeout is two ticks",
+    )
+    zookeeper_server_host: str = Field(
+        default="127.0.0.1",
+        min_length=1,
+        alias="zookeeper.server.host",
+        description="address `stratus zookeeper` listens on for clients (0.0.0.0: every interface)",
+    )
+    zookeeper_server_force_sync: bool = Field(
+        default=True,
+        alias="zookeeper.server.force.sync",
+        description="`stratus zookeeper` fsyncs its transaction log before it acknowledges a "
+        "write (false: faster, but a machine crash may lose acknowledged writes)",
+    )
+    zookeeper_server_auth_required: bool = Field(
+        default=False,
+        alias="zookeeper.server.auth.required",
+        description="`stratus zookeeper` refuses every request of a client that has not "
+        "authenticated with digest (or SASL), reads included",
+    )
+    zookeeper_server_super_file: str | None = Field(
+        default=None,
+        alias="zookeeper.server.super.file",
+        description="file holding `super:<password>` (mode 600): `stratus zookeeper` lets "
+        "whoever authenticates as that superuser read and repair any znode",
+    )
+    zookeeper_server_sasl_jaas_file: str | None = Field(
+        default=None,
+        alias="zookeeper.server.sasl.jaas.file",
+        description="JAAS configuration whose Server section lets `stratus zookeeper` accept "
+        "SASL clients (DIGEST-MD5 users, or Kerberos with the server's keytab)",
+    )
+    zookeeper_server_secure_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        alias="zookeeper.server.secure.port",
+        description="TLS client port of `stratus zookeeper` (0 picks a free port; default: "
+        "none); its plain port then listens on loopback only",
+    )
+    zookeeper_server_ssl_keystore_file: str | None = Field(
+        default=None,
+        alias="zookeeper.server.ssl.keystore.file",
+        description="PEM file with the private key and certificate chain of `stratus "
+        "zookeeper`'s TLS port",
+    )
+    zookeeper_server_ssl_truststore_file: str | None = Field(
+        default=None,
+        alias="zookeeper.server.ssl.truststore.file",
+        description="PEM file of the CAs whose client certificates `stratus zookeeper` "
+        "accepts; when set, every TLS client must show one",
+    )
+    zookeeper_ssl_enabled: bool = Field(
+        default=False,
+        alias="zookeeper.ssl.enabled",
+        description="connect to ZooKeeper with TLS (zookeeper.servers then name secure ports)",
+    )
+    zookeeper_ssl_ca_file: str | None = Field(
+        default=None,
+        alias="zookeeper.ssl.ca.file",
+        description="PEM file of the CAs that signed the ZooKeeper servers' certificates "
+        "(default: the system's)",
+    )
+    zookeeper_ssl_cert_file: str | None = Field(
+        default=None,
+        alias="zookeeper.ssl.cert.file",
+        description="PEM certificate stratus shows to ZooKeeper, when the servers require one",
+    )
+    zookeeper_ssl_key_file: str | None = Field(
+        default=None,
+        alias="zookeeper.ssl.key.file",
+        description="PEM private key of zookeeper.ssl.cert.file",
+    )
+    zookeeper_ssl_check_hostname: bool = Field(
+        default=True,
+        alias="zookeeper.ssl.check.hostname",
+        description="a server's certificate must name the host it is reached at",
+    )
+    zookeeper_auth_scheme: Literal["none", "digest", "sasl"] = Field(
+        default="none",
+        alias="zookeeper.auth.scheme",
+        description="how stratus authenticates to ZooKeeper; with digest or sasl every znode "
+        "it creates is readable and writable by its own identity only",
+    )
+    zookeeper_auth_file: str | None = Field(
+        default=None,
+        alias="zookeeper.auth.file",
+        description="file holding `user:password` (mode 600) for zookeeper.auth.scheme digest "
+        "(or sasl with DIGEST-MD5); credentials are never read from the configuration itself",
+    )
+    zookeeper_auth_sasl_mechanism: Literal["GSSAPI", "DIGEST-MD5"] = Field(
+        default="GSSAPI",
+        alias="zookeeper.auth.sasl.mechanism",
+        description="SASL mechanism when zookeeper.auth.scheme is sasl (GSSAPI: Kerberos, "
+        "with the ticket cache of the daemon's user)",
+    )
+    zookeeper_auth_sasl_service: str = Field(
+        default="zookeeper",
+        min_length=1,
+        alias="zookeeper.auth.sasl.service",
+        description="service name of ZooKeeper's Kerberos principal (service/host@REALM)",
+    )
+    zookeeper_auth_sasl_principal: str | None = Field(
+        default=None,
+        alias="zookeeper.auth.sasl.principal",
+        description="stratus's Kerberos principal as ZooKeeper names it (user@REALM); the ACL "
+        "of its znodes names it",
     )
     nimbus_host: str = Field(
         default="127.0.0.1",

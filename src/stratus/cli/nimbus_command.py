@@ -29,11 +29,17 @@ def nimbus(conf: StratusConfig, insecure: bool) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda _s, _f: stop.set())
     daemon = Nimbus(conf)
-    daemon.start()
+    try:
+        daemon.start()
+    except Exception:
+        if daemon.session.failure is None:
+            raise
+        raise daemon.session.failure from None  # what made ZooKeeper unusable, not its echo
     scheme = "https" if conf.nimbus_tls_cert else "http"
     click.echo(f"nimbus {daemon.address} serving {scheme}://{daemon.address}/", err=True)
     try:
         while not stop.wait(1.0):
-            pass
+            if daemon.session.failure is not None:  # ZooKeeper's history went back
+                raise daemon.session.failure
     finally:
         daemon.stop()

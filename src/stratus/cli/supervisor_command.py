@@ -56,12 +56,19 @@ def supervisor(conf: StratusConfig, slots: int | None, supervisor_id: str | None
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda _s, _f: stop.set())
     daemon = Supervisor(conf)
-    daemon.start()
+    try:
+        daemon.start()
+    except Exception:
+        if daemon.session.failure is None:
+            raise
+        raise daemon.session.failure from None  # what made ZooKeeper unusable, not its echo
     click.echo(
         READY_LINE.format(id=daemon.id, slots=daemon.slots, local=daemon.local_dir), err=True
     )
     try:
         while not stop.wait(HEALTH_CHECK_SECS):
+            if daemon.session.failure is not None:  # ZooKeeper's history went back
+                raise daemon.session.failure
             if not daemon.healthy():
                 raise click.ClickException(
                     f"supervisor {daemon.id}: its control loop died (see the log); stopping"

@@ -3,15 +3,19 @@
 Once it accepts clients it prints exactly one line, ``zookeeper: serving at <connect string>``,
 which scripts and tests wait for; on SIGINT or SIGTERM it stops the JVM(s) cleanly and exits 0::
 
-    $ stratus zookeeper --port 2181 --data-dir /var/tmp/zk
+    $ stratus zookeeper --port 2181 --data-dir /var/lib/stratus/zookeeper
     zookeeper: serving at 127.0.0.1:2181
-    $ stratus zookeeper --ensemble 3 --port 0
+    $ stratus zookeeper --ensemble 3 --port 0 --temporary
     zookeeper: serving at 127.0.0.1:21001,127.0.0.1:17342,127.0.0.1:28713
+
+Its data is durable by default: kept in ``~/.stratus/zookeeper`` (or ``--data-dir``) and
+fsynced before every acknowledgement; ``--temporary`` is the throw-away alternative.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import signal
 import sys
 import tempfile
@@ -24,11 +28,14 @@ import click
 
 from stratus.cli.options import with_config
 from stratus.config import StratusConfig
+from stratus.settings import zk_server_auth, zk_server_tls
 from stratus.zk.ensemble import ZooKeeperEnsemble
 from stratus.zk.errors import ZooKeeperServerError
+from stratus.zk.ports import LOOPBACK
 from stratus.zk.server import ZooKeeperServer
 
 LIVENESS_CHECK_SECS = 0.5
+DEFAULT_DATA_DIR = Path("~/.stratus/zookeeper")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -44,8 +51,27 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Data directory, kept after exit (default: zookeeper.server.data.dir, else a fresh "
-    "temporary directory removed at exit).",
+    help="Data directory, kept after exit (default: zookeeper.server.data.dir, else "
+    "~/.stratus/zookeeper).",
+)
+@click.option(
+    "--temporary",
+    is_flag=True,
+    help="Keep the data in a fresh temporary directory removed at exit, without fsync "
+    "(tests and demos: nothing survives).",
+)
+@click.option(
+    "--host",
+    default=None,
+    help="Address to listen on for clients (default: zookeeper.server.host, 127.0.0.1; "
+    "0.0.0.0 for every interface).",
+)
+@click.option(
+    "--require-auth",
+    is_flag=True,
+    default=None,
+    help="Refuse every request of a client that has not authenticated (default: "
+    "zookeeper.server.auth.required).",
 )
 @click.option(
     "--tick-time",
@@ -64,35 +90,68 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 )
 @with_config
 def zookeeper(
+    *,
     conf: StratusConfig,
     port: int | None,
     data_dir: Path | None,
+    temporary: bool,
+    host: str | None,
+    require_auth: bool | None,
     tick_time_ms: int | None,
     ensemble_size: int | None,
 ) -> None:
     """Run a real ZooKeeper server on this machine until SIGINT or SIGTERM."""
     port = conf.zookeeper_server_port if port is None else port
     tick_time_ms = tick_time_ms or conf.zookeeper_server_tick_time_ms
-    if data_dir is None and conf.zookeeper_server_data_dir:
-        data_dir = Path(conf.zookeeper_server_data_dir)
+    host = host or conf.zookeeper_server_host
+    if temporary and data_dir is not None:
+        raise click.UsageError("--temporary and --data-dir exclude each other")
+    if data_dir is None and not temporary:
+        data_dir = Path(conf.zookeeper_server_data_dir or DEFAULT_DATA_DIR).expanduser()
+    auth = zk_server_auth(conf)
+    if require_auth is not None:
+        auth = dataclasses.replace(auth, required=require_auth)
+    force_sync = conf.zookeeper_server_force_sync and not temporary
+    tls = zk_server_tls(conf)
     with contextlib.ExitStack() as stack:
         stop_requested = stack.enter_context(_stop_signals())
         if data_dir is None:
             tmp = tempfile.TemporaryDirectory(prefix="stratus-zookeeper-")
             data_dir = Path(stack.enter_context(tmp))
         if ensemble_size:
+            if host != LOOPBACK or tls is not None:
+                raise click.UsageError(
+                    "--ensemble runs on loopback only, without TLS: leave out --host and "
+                    "zookeeper.server.secure.port"
+                )
             ensemble = ZooKeeperEnsemble(
-                data_dir, ensemble_size, tick_time_ms=tick_time_ms, port=port
+                data_dir,
+                ensemble_size,
+                tick_time_ms=tick_time_ms,
+                port=port,
+                force_sync=force_sync,
+                auth=auth,
             )
             servers = ensemble.servers
             stack.enter_context(ensemble)
             connect_string = ensemble.connect_string
         else:
-            server = ZooKeeperServer(data_dir, port, tick_time_ms=tick_time_ms)
+            server = ZooKeeperServer(
+                data_dir,
+                port,
+                tick_time_ms=tick_time_ms,
+                host=host,
+                force_sync=force_sync,
+                auth=auth,
+                tls=tls,
+            )
             servers = [server]
             stack.enter_context(server)
             connect_string = server.connect_string
         click.echo(f"zookeeper: serving at {connect_string}")
+        secure = servers[0].tls
+        if secure is not None:  # stderr: stdout's one line is what scripts wait for
+            click.echo(f"zookeeper: TLS at {host}:{secure.port}", err=True)
         sys.stdout.flush()  # the line scripts wait for must not sit in a buffer
         _serve_until_stopped(stop_requested, servers)
 

@@ -64,7 +64,9 @@ class LocalCluster:
         self.console = console
         self.workdir = workdir
         self.counts = (nimbuses, supervisors)
-        self.zookeeper = ZooKeeperServer(workdir / "zookeeper", port=0, tick_time_ms=tick_time_ms)
+        self.zookeeper = ZooKeeperServer(  # a throw-away directory: no fsync
+            workdir / "zookeeper", port=0, tick_time_ms=tick_time_ms, force_sync=False
+        )
         self.nimbuses: list[NimbusProcess] = []
         self.supervisors: list[SupervisorProcess] = []
 

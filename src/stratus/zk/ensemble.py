@@ -15,6 +15,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from stratus.zk.auth import ServerAuth
 from stratus.zk.ports import pick_free_port, reserve_port
 from stratus.zk.server import Quorum, QuorumPeer, ZooKeeperServer
 
@@ -24,7 +25,8 @@ class ZooKeeperEnsemble:
 
     Members are ordinary :class:`ZooKeeperServer` objects: stop, kill and start them one by
     one to take the quorum away and give it back. ``port``, if not 0, is the first member's
-    client port; every other port is picked free.
+    client port; every other port is picked free. ``force_sync`` and ``auth`` are every
+    member's (see ``ZooKeeperServer``).
     """
 
     def __init__(
@@ -36,6 +38,8 @@ class ZooKeeperEnsemble:
         java: str | None = None,
         port: int = 0,
         max_session_timeout_ms: int | None = None,
+        force_sync: bool = True,
+        auth: ServerAuth | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"an ensemble needs at least one server, not {size}")
@@ -58,6 +62,8 @@ class ZooKeeperEnsemble:
                 java=java,
                 quorum=Quorum(my_id=peer.server_id, peers=peers),
                 max_session_timeout_ms=max_session_timeout_ms,
+                force_sync=force_sync,
+                auth=auth,
             )
             for peer in peers
         ]

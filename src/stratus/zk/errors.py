@@ -31,3 +31,15 @@ class ZooKeeperStartError(ZooKeeperServerError):
 
 class ZooKeeperUnavailableError(StratusError):
     """No ZooKeeper server of the ensemble answered within the connection timeout."""
+
+
+class ZooKeeperAuthError(StratusError):
+    """stratus's ZooKeeper identity is misconfigured, or ZooKeeper refuses it what it needs."""
+
+
+class ZooKeeperHistoryBehindError(ZooKeeperUnavailableError):
+    """Every ZooKeeper server that answers has an older history than this client has seen.
+
+    A wiped server, or one restored from an old backup: ZooKeeper refuses the session rather
+    than let the client read the past, and a client that only retried would loop forever.
+    """

@@ -1,4 +1,4 @@
-"""A real ZooKeeper server on this machine's loopback interface: standalone or a quorum member.
+"""A real ZooKeeper server on this machine (loopback by default): standalone or a quorum member.
 
 It runs the ZooKeeper jars that the pyspark wheel already ships (``pyspark/jars``, see
 ``zk/java.py``) with the machine's Java 17+. ``start()`` returns only once the server *serves
@@ -10,6 +10,10 @@ from the main thread)::
     with ZooKeeperServer(Path("/tmp/zk"), tick_time_ms=100) as server:
         client = KazooClient(hosts=server.connect_string)
 
+It fsyncs every write before acknowledging it (``force_sync``) unless told not to, as tests
+and ``stratus local`` do on their throw-away directories; ``auth`` makes it demand that
+clients authenticate (``zk/auth.py``).
+
 A quorum of them is ``zk/ensemble.py``. Every failure is a
 :class:`~stratus.zk.errors.ZooKeeperServerError` whose message is one line (never a Java stack
 trace) that names the problem and what to do about it.
@@ -18,11 +22,11 @@ trace) that names the problem and what to do about it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
 import re
-import socket
 import subprocess
 import time
 import weakref
@@ -33,14 +37,17 @@ from typing import Self
 
 from stratus.process import Lifeline, ProcessGroup
 from stratus.zk import ports
+from stratus.zk.auth import ServerAuth
 from stratus.zk.errors import (
     ZooKeeperDataDirError,
     ZooKeeperPortInUseError,
     ZooKeeperServerError,
     ZooKeeperStartError,
 )
+from stratus.zk.fourletter import four_letter_word
 from stratus.zk.java import find_java, zookeeper_classpath
 from stratus.zk.ports import LOOPBACK, pick_free_port
+from stratus.zk.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +111,12 @@ class ZooKeeperServer:
     Sessions may last from two ticks to ``max_session_timeout_ms`` (default 120 s): ZooKeeper
     grants a client that asks for more this cap instead, which is how a client with a
     hard-coded session timeout (Spark's master asks for 60 s) gets a shorter one.
+
+    ``host`` is the address clients connect to (``0.0.0.0``: every interface; the server's
+    own probes then use loopback). ``force_sync`` false skips the fsync of every write: only
+    for data that may be lost, since a machine crash then loses acknowledged writes. With
+    ``tls`` the server also listens for TLS clients on ``tls.port`` at ``host``, and its
+    plain port then listens on loopback only (for this machine's probes and tools).
     """
 
     def __init__(
@@ -116,6 +129,10 @@ class ZooKeeperServer:
         log_to: Path | None = None,
         quorum: Quorum | None = None,
         max_session_timeout_ms: int | None = None,
+        host: str = LOOPBACK,
+        force_sync: bool = True,
+        auth: ServerAuth | None = None,
+        tls: ServerTls | None = None,
     ) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port must be in 0..65535, not {port}")
@@ -139,6 +156,14 @@ class ZooKeeperServer:
         )
         self.log_path = Path(log_to).absolute() if log_to else self.data_dir / "zookeeper.log"
         self.quorum = quorum
+        self.host = host
+        self.force_sync = force_sync
+        self.auth = auth or ServerAuth()
+        if tls is not None and tls.port == 0:
+            tls = dataclasses.replace(tls, port=pick_free_port())
+        if tls is not None:
+            ports.reserve_port(tls.port)
+        self.tls = tls
         self._java = java
         self._group: ProcessGroup | None = None
         self._log_offset = 0
@@ -148,9 +173,21 @@ class ZooKeeperServer:
         return f"ZooKeeperServer({self.connect_string}, data_dir={self.data_dir}, pid={self.pid})"
 
     @property
+    def client_host(self) -> str:
+        """The address that reaches the server from this machine."""
+        if self.tls is not None or self.host in ("0.0.0.0", "::", ""):
+            return LOOPBACK
+        return self.host
+
+    @property
     def connect_string(self) -> str:
         """The kazoo ``hosts`` string of this one server."""
-        return f"{LOOPBACK}:{self.port}"
+        return f"{self.client_host}:{self.port}"
+
+    @property
+    def secure_connect_string(self) -> str | None:
+        """The kazoo ``hosts`` string of its TLS port (``use_ssl``), if it has one."""
+        return f"{self.client_host}:{self.tls.port}" if self.tls else None
 
     @property
     def pid(self) -> int | None:
@@ -184,6 +221,7 @@ class ZooKeeperServer:
         command = [
             java,
             *JVM_FLAGS,
+            *self.auth.jvm_flags(),
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
             "-cp",
             os.pathsep.join(str(jar) for jar in classpath),
@@ -236,7 +274,7 @@ class ZooKeeperServer:
         if len(word) != 4:
             raise ValueError(f"four-letter words have four letters, not {word!r}")
         try:
-            return _four_letter(LOOPBACK, self.port, word, timeout)
+            return four_letter_word(self.client_host, self.port, word, timeout)
         except OSError as exc:
             raise ZooKeeperServerError(
                 f"four-letter word {word!r} to {self.connect_string} failed: {exc}; "
@@ -246,7 +284,7 @@ class ZooKeeperServer:
     def mode(self, timeout: float = FOUR_LETTER_TIMEOUT_SECS) -> str | None:
         """``standalone``, ``leader`` or ``follower`` while serving, else None."""
         try:
-            answer = _four_letter(LOOPBACK, self.port, "srvr", timeout)
+            answer = four_letter_word(self.client_host, self.port, "srvr", timeout)
         except OSError:
             return None
         match = re.search(r"^Mode: (\S+)", answer, re.MULTILINE)
@@ -268,6 +306,8 @@ class ZooKeeperServer:
 
     def _own_ports(self) -> list[tuple[int, str]]:
         ports = [(self.port, "client port")]
+        if self.tls:
+            ports.append((self.tls.port, "secure client port"))
         if self.quorum:
             me = self.quorum.me()
             ports += [(me.peer_port, "quorum port"), (me.election_port, "election port")]
@@ -287,6 +327,8 @@ class ZooKeeperServer:
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            config.touch(mode=0o600)  # it may hold the superuser's digest
+            config.chmod(0o600)
             config.write_text(self._zoo_cfg(), encoding="utf-8")
             (self.data_dir / "log4j2.properties").write_text(self._log4j2(), encoding="utf-8")
             if self.quorum:
@@ -305,15 +347,16 @@ class ZooKeeperServer:
             f"tickTime={self.tick_time_ms}",
             f"dataDir={self.data_dir}",
             f"clientPort={self.port}",
-            f"clientPortAddress={LOOPBACK}",
+            f"clientPortAddress={LOOPBACK if self.tls else self.host}",
             f"minSessionTimeout={min_session}",
             f"maxSessionTimeout={self.max_session_timeout_ms}",
             "admin.enableServer=false",
-            "4lw.commands.whitelist=*",
-            # A local development server: many test clients share one address, and the
-            # machine-crash durability that fsync buys is worth less than fast writes here.
+            f"4lw.commands.whitelist={self._four_letter_words()}",
+            # Many local clients (tests, a local cluster) share one address.
             "maxClientCnxns=0",
-            "forceSync=no",
+            f"forceSync={'yes' if self.force_sync else 'no'}",
+            *self.auth.zoo_cfg_lines(),
+            *(self.tls.zoo_cfg_lines(self.host) if self.tls else []),
         ]
         if self.quorum:
             lines += [
@@ -327,6 +370,13 @@ class ZooKeeperServer:
                 for peer in self.quorum.peers
             ]
         return "\n".join(lines) + "\n"
+
+    def _four_letter_words(self) -> str:
+        """Every four-letter word on loopback; only ``srvr`` (what stratus itself asks) on a
+        server others can reach or that requires authentication: the words bypass it."""
+        if self.host == LOOPBACK and not self.auth.required:
+            return "*"
+        return "srvr"
 
     def _log4j2(self) -> str:
         return "\n".join(
@@ -420,16 +470,6 @@ def summarize_log(text: str, lines: int = LOG_SUMMARY_LINES) -> str:
             kept.append(line.strip())
     kept = [line[:300] for line in kept if line]
     return " | ".join(kept[-lines:]) if kept else "the log is empty"
-
-
-def _four_letter(host: str, port: int, word: str, timeout: float) -> str:
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(word.encode("ascii"))
-        sock.shutdown(socket.SHUT_WR)
-        chunks = []
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-    return b"".join(chunks).decode("utf-8", errors="replace")
 
 
 def _kill_quietly(group: ProcessGroup) -> None:

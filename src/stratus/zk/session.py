@@ -18,6 +18,13 @@ the session's own, and ends at once when the connection is suspended. That threa
 any failure; if no renewal succeeds for longer than the granted session timeout while kazoo
 still says connected, the session reports itself ``SUSPENDED`` (so terms are revoked as on a
 real suspension) and ``CONNECTED`` again at the next renewal that succeeds.
+
+With credentials (``ZkSettings.auth``, see ``auth``) the session authenticates every
+connection and kazoo creates every znode with stratus's ACL (its ``default_acl``), so no
+recipe passes one; the root is created, or tightened, under it at start. A session that can
+never connect again (ZooKeeper's history went back behind it, see ``history``; or the server
+refused its credentials) records why in ``failure``, wakes ``wait_failed`` and closes, so
+that its owner exits saying so instead of retrying forever.
 """
 
 from __future__ import annotations
@@ -27,19 +34,33 @@ import posixpath
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from types import TracebackType
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import ConnectionClosedError, KazooException
+from kazoo.exceptions import (
+    AuthFailedError,
+    ConnectionClosedError,
+    KazooException,
+    NoAuthError,
+    SASLException,
+    SessionClosedRequireSaslError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry, RetryFailedError
 
 from stratus.api.clock import Clock
-from stratus.zk.errors import ZooKeeperUnavailableError
+from stratus.errors import StratusError
+from stratus.zk.auth import ZkAuth, tighten_tree
+from stratus.zk.errors import (
+    ZooKeeperAuthError,
+    ZooKeeperUnavailableError,
+)
+from stratus.zk.history import history_behind_error
 from stratus.zk.lease import LEASE_FRACTION, RENEW_FRACTION, LeaseProbe, SessionLease
+from stratus.zk.tls import ZkTls
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +94,17 @@ class ZkSettings:
     """Where the session connects and how long it waits (the ``zookeeper.*`` keys).
 
     ``hosts`` is a kazoo connect string (it may end in a chroot); ``root`` is the znode under
-    which stratus keeps everything; the timeouts are in seconds.
+    which stratus keeps everything; the timeouts are in seconds; ``auth`` is stratus's
+    identity (``zookeeper.auth.*``; anonymous by default); ``tls`` how it connects
+    (``zookeeper.ssl.*``; plain by default).
     """
 
     hosts: str
     root: str = "/stratus"
     session_timeout: float = 10.0
     connection_timeout: float = 15.0
+    auth: ZkAuth = field(default_factory=ZkAuth)
+    tls: ZkTls = field(default_factory=ZkTls)
 
     def __post_init__(self) -> None:
         if self.session_timeout <= 0 or self.connection_timeout <= 0:
@@ -140,10 +165,15 @@ class ZkSession:
 
     def __init__(self, settings: ZkSettings, *, clock: Clock = time.monotonic) -> None:
         self.settings = settings
+        # default_acl: every znode that kazoo or a recipe creates on this session gets
+        # stratus's ACL, without any caller passing one.
         self.client = KazooClient(
             hosts=settings.hosts,
             timeout=settings.session_timeout,
             connection_retry=retry_policy(),
+            default_acl=settings.auth.acl(),
+            **settings.auth.client_options(),
+            **settings.tls.client_options(),
         )
         self.clock = clock  # the lease's, and that of every term won on this session
         self._lock = threading.Lock()  # guards the state and the listeners
@@ -157,7 +187,10 @@ class ZkSession:
         self._notify_lock = threading.RLock()  # one change and its listeners at a time
         self._renewed_at: float | None = None  # clock time of the last successful renewal
         self._stalled = False  # reported SUSPENDED because no renewal succeeded in time
-        _capture_granted_timeout(self.client, self._note_granted)
+        self._disconnected_at: float | None = None  # clock time the connection was lost
+        self._failure: StratusError | None = None
+        self._failed = threading.Event()
+        _capture_granted_timeout(self.client, self._note_granted, self._note_auth_refused)
 
     # ------------------------------------------------------------------ what it is
 
@@ -181,6 +214,17 @@ class ZkSession:
     def session_id(self) -> int | None:
         client_id = self.client.client_id
         return int(client_id[0]) if client_id else None
+
+    @property
+    def failure(self) -> StratusError | None:
+        """Why this session can never connect again, or None: ZooKeeper's history went back
+        (``ZooKeeperHistoryBehindError``) or it refused the credentials (``ZooKeeperAuthError``)."""
+        return self._failure
+
+    def wait_failed(self, timeout: float | None = None) -> StratusError | None:
+        """Block until the session has failed for good (see ``failure``) or ``timeout`` ends."""
+        self._failed.wait(timeout)
+        return self._failure
 
     @property
     def granted_session_timeout(self) -> float:
@@ -210,8 +254,28 @@ class ZkSession:
                 f"{self.settings.connection_timeout:g}s; is zookeeper.servers right "
                 "and is it running?"
             ) from None
-        self.call("create the root znode", self.client.ensure_path, self.root)
+        except AuthFailedError:
+            raise ZooKeeperAuthError(
+                f"ZooKeeper at {self.hosts} refused stratus's credentials "
+                f"({self.settings.auth.scheme.value}); check zookeeper.auth.*"
+            ) from None
+        self._prepare_root()
         self.renew_lease()
+
+    def _prepare_root(self) -> None:
+        """Create the root (and its missing parents) under stratus's ACL; tighten an open one."""
+        auth = self.settings.auth
+        try:
+            self.call("create the root znode", self.client.ensure_path, self.root)
+            acl = auth.acl()
+            if acl is not None:
+                self.call("secure the root znode", tighten_tree, self.client, self.root, acl)
+        except NoAuthError:
+            raise ZooKeeperAuthError(
+                f"ZooKeeper denies stratus's identity ({auth.identity}) access to the root "
+                f"znode {self.root} or a parent of it: it belongs to another identity. Use "
+                "the credentials it was created with, or another zookeeper.root"
+            ) from None
 
     def close(self) -> None:
         """End the session: its ephemeral nodes go at once; listeners hear ``CLOSED``."""
@@ -277,7 +341,10 @@ class ZkSession:
         if change.state is previous:
             return
         self._lease.connection_changed(change.state is SessionState.CONNECTED)
+        if change.state is not SessionState.CONNECTED and self._disconnected_at is None:
+            self._disconnected_at = self.clock()
         if change.state is SessionState.CONNECTED:
+            self._disconnected_at = None
             self._stalled = False
             self._renewed_at = self.clock()  # the connection itself is a fresh contact
             self._renew_now.set()
@@ -306,6 +373,8 @@ class ZkSession:
             result: _T = self.retry()(func, *args, **kwargs)  # kazoo is untyped
             return result
         except (RetryFailedError, ConnectionClosedError) as exc:
+            if self._failure is not None:
+                raise self._failure from None
             raise ZooKeeperUnavailableError(
                 f"ZooKeeper at {self.hosts} did not answer while trying to {what} "
                 f"({type(exc).__name__}); it is retried for zookeeper.connection.timeout.secs"
@@ -350,6 +419,10 @@ class ZkSession:
             except Exception:
                 log.exception("event=lease_renewal_failed")
             self._report_stall()
+            self._check_history()
+            if self._failure is not None:
+                self.close()  # the renewer's own thread: close does not wait for it
+                return
 
     def _renew_or_recover(self) -> None:
         """Renew the lease; after a stall, one round trip proves the connection back."""
@@ -382,16 +455,58 @@ class ZkSession:
             "event=lease_renewal_stalled session=%x secs=%.1f", self.session_id or 0, stalled_for
         )
 
+    def _check_history(self) -> None:
+        """Fail for good if, disconnected for a session timeout, every server is behind us.
+
+        A server whose history is older than what this client has seen (wiped, or restored
+        from an old backup) refuses the session; kazoo would retry it forever. Once every
+        server that answers ``srvr`` is behind, the session records the failure, wakes
+        ``wait_failed`` and closes, so that its owner exits with a message saying what to do.
+        """
+        since = self._disconnected_at
+        if since is None or self._failure is not None or self._state is SessionState.CLOSED:
+            return
+        if self.clock() - since < self.granted_session_timeout:
+            return
+        error = history_behind_error(self.hosts, int(self.client.last_zxid or 0))
+        if error is not None:
+            self._fail(error)
+
+    def _note_auth_refused(self, exc: Exception) -> None:
+        """Kazoo's connection thread: the server refused the credentials (it then stops)."""
+        self._fail(
+            ZooKeeperAuthError(
+                f"ZooKeeper at {self.hosts} refused stratus's credentials "
+                f"({self.settings.auth.scheme.value}: {type(exc).__name__}); check "
+                "zookeeper.auth.* and the server's users"
+            )
+        )
+
+    def _fail(self, error: StratusError) -> None:
+        """Record why the session can never work again; the renewer then closes it."""
+        with self._lock:
+            if self._failure is not None:
+                return
+            self._failure = error
+        log.error("event=zookeeper_session_failed error=%r", str(error))
+        self._failed.set()
+        self._renew_now.set()
+
     def _note_granted(self, seconds: float) -> None:
         self._granted = seconds
 
 
-def _capture_granted_timeout(client: KazooClient, note: Callable[[float], None]) -> None:
+def _capture_granted_timeout(
+    client: KazooClient,
+    note: Callable[[float], None],
+    refused: Callable[[Exception], None],
+) -> None:
     """Learn the session timeout the server grants at each connection; kazoo 2.11 only logs it.
 
     The one place that touches kazoo's internals: its connection handler's ``_connect`` returns
     (read timeout, connect timeout) in ms, the read timeout being two thirds of the granted
     session timeout. ``tests/test_zk_session_cap.py`` fails if a kazoo upgrade changes that.
+    A connection whose credentials the server refuses raises there too: ``refused`` hears it.
     """
     handler = getattr(client, "_connection", None)
     connect = getattr(handler, "_connect", None)
@@ -400,7 +515,11 @@ def _capture_granted_timeout(client: KazooClient, note: Callable[[float], None])
         return
 
     def capture(*args: Any) -> tuple[float, float]:
-        read_timeout, connect_timeout = connect(*args)
+        try:
+            read_timeout, connect_timeout = connect(*args)
+        except (AuthFailedError, SASLException, SessionClosedRequireSaslError) as exc:
+            refused(exc)  # kazoo's thread may die of it: the session must not wait forever
+            raise
         note(read_timeout * 1.5 / 1000.0)
         return read_timeout, connect_timeout
 

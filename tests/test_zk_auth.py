@@ -1,0 +1,303 @@
+"""ZooKeeper authentication and ACLs on a real ZooKeeper: stratus's znodes are its own.
+
+With ``zookeeper.auth.scheme: digest`` every znode a session creates (the root, its parents,
+every recipe's) gives stratus's identity every permission and nobody else anything; an open
+root left by a time without authentication is tightened; a server started with
+``auth.required`` refuses even reads to an anonymous client.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError, SessionClosedRequireSaslError
+from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
+
+from stratus.client import NimbusClient
+from stratus.config import load_config
+from stratus.local.processes import SupervisorProcess
+from stratus.settings import zk_server_auth, zk_settings
+from stratus.zk.auth import AuthScheme, Credentials, ServerAuth, ZkAuth, read_credentials
+from stratus.zk.errors import ZooKeeperAuthError
+from stratus.zk.server import ZooKeeperServer
+from stratus.zk.session import ZkSession, ZkSettings
+from tests.nimbus_cluster import nimbus_cluster
+from tests.package_factory import valid_package
+from tests.test_zookeeper_server import serving_hosts, start_stratus_zookeeper
+from tests.zkfixtures import kazoo_client, wait_until
+
+STRATUS = Credentials("stratus", "s3cret-stratus")
+DIGEST = ZkAuth(AuthScheme.DIGEST, STRATUS)
+STRATUS_ACL = [make_digest_acl(STRATUS.user, STRATUS.password, all=True)]
+SESSION_SECS = 2.0
+
+
+def secret_file(path: Path, line: str, mode: int = 0o600) -> Path:
+    path.write_text(line + "\n", encoding="utf-8")
+    path.chmod(mode)
+    return path
+
+
+def session(hosts: str, auth: ZkAuth = DIGEST, root: str = "/stratus") -> ZkSession:
+    return ZkSession(ZkSettings(hosts, root=root, session_timeout=SESSION_SECS, auth=auth))
+
+
+def digest_client(hosts: str, credentials: Credentials) -> Any:
+    return kazoo_client(hosts, auth_data=[("digest", f"{credentials.user}:{credentials.password}")])
+
+
+def every_znode(client: KazooClient, root: str) -> Iterator[str]:
+    yield root
+    for child in client.get_children(root):
+        yield from every_znode(client, posixpath.join(root, child))
+
+
+def acl_of(client: KazooClient, path: str) -> set[tuple[int, str, str]]:
+    return {(acl.perms, acl.id.scheme, acl.id.id) for acl in client.get_acls(path)[0]}
+
+
+OURS = {(acl.perms, acl.id.scheme, acl.id.id) for acl in STRATUS_ACL}
+
+
+# -- the credentials file -------------------------------------------------------------------
+
+
+def test_credentials_come_from_a_file_only_its_owner_may_read(tmp_path: Path) -> None:
+    good = secret_file(tmp_path / "good", "stratus:pa:ss")
+    assert read_credentials(good) == Credentials("stratus", "pa:ss")
+    assert "pa:ss" not in repr(read_credentials(good))
+    readable = secret_file(tmp_path / "readable", "stratus:secret", mode=0o640)
+    with pytest.raises(ZooKeeperAuthError, match=r"group or others \(mode 0640\).*chmod 600"):
+        read_credentials(readable)
+    for bad in ("no-colon", ":nobody", "user:"):
+        with pytest.raises(ZooKeeperAuthError, match="user:password"):
+            read_credentials(secret_file(tmp_path / "bad", bad))
+    with pytest.raises(ZooKeeperAuthError, match="cannot read"):
+        read_credentials(tmp_path / "missing")
+
+
+def test_the_configuration_names_the_file_and_digest_needs_it(tmp_path: Path) -> None:
+    path = secret_file(tmp_path / "zk.secret", "stratus:s3cret-stratus")
+    conf = load_config(
+        overrides=["zookeeper.auth.scheme=digest", f"zookeeper.auth.file={path}"], environ={}
+    )
+    assert zk_settings(conf).auth == DIGEST
+    with pytest.raises(ZooKeeperAuthError, match=r"zookeeper\.auth\.file"):
+        zk_settings(load_config(overrides=["zookeeper.auth.scheme=digest"], environ={}))
+    assert zk_settings(load_config(environ={})).auth.acl() is None  # anonymous by default
+
+
+# -- the ACL of stratus's znodes ------------------------------------------------------------
+
+
+def test_an_anonymous_client_cannot_create_set_delete_or_read_under_the_root(
+    zk_hosts: str,
+) -> None:
+    with session(zk_hosts, root="/apps/stratus") as owner:
+        owner.client.create("/apps/stratus/pipelines/p", b"record", makepath=True)
+        owner.client.create("/apps/stratus/nimbuses/n", b"me", ephemeral=True, makepath=True)
+        with kazoo_client(zk_hosts) as anonymous:
+            with pytest.raises(NoAuthError):
+                anonymous.create("/apps/stratus/pipelines/intruder", b"x")
+            with pytest.raises(NoAuthError):
+                anonymous.set("/apps/stratus/pipelines/p", b"rewritten")
+            with pytest.raises(NoAuthError):
+                anonymous.delete("/apps/stratus/pipelines/p")
+            with pytest.raises(NoAuthError):
+                anonymous.get("/apps/stratus/pipelines/p")
+            with pytest.raises(NoAuthError):
+                anonymous.create("/apps/stratus/intruder", b"x")
+            for path in every_znode(owner.client, "/apps"):  # the parents it created too
+                assert acl_of(owner.client, path) == OURS, path
+        assert owner.client.get("/apps/stratus/pipelines/p")[0] == b"record"
+
+
+def test_stratus_own_identity_can_and_a_wrong_password_cannot(zk_hosts: str) -> None:
+    with session(zk_hosts) as owner:
+        owner.client.create("/stratus/pipelines/p", b"record", makepath=True)
+    with session(zk_hosts) as again:  # another process with the same credentials
+        again.client.set("/stratus/pipelines/p", b"updated")
+        again.client.create("/stratus/pipelines/q", b"new")
+        again.client.delete("/stratus/pipelines/q")
+    with digest_client(zk_hosts, Credentials("stratus", "wrong")) as wrong:
+        with pytest.raises(NoAuthError):
+            wrong.get("/stratus/pipelines/p")
+        with pytest.raises(NoAuthError):
+            wrong.set("/stratus/pipelines/p", b"x")
+        with pytest.raises(NoAuthError):
+            wrong.create("/stratus/pipelines/x", b"x")
+        with pytest.raises(NoAuthError):
+            wrong.delete("/stratus/pipelines/p")
+    wrong_session = session(zk_hosts, ZkAuth(AuthScheme.DIGEST, Credentials("stratus", "no")))
+    with pytest.raises(ZooKeeperAuthError, match=r"denies stratus's identity \(digest:stratus\)"):
+        wrong_session.start()
+
+
+def test_an_open_root_from_before_authentication_is_tightened_whole(zk_hosts: str) -> None:
+    with kazoo_client(zk_hosts) as anonymous:
+        anonymous.create("/stratus/pipelines/old", b"open", makepath=True)
+        anonymous.create("/stratus/groups/nimbus/epochs/0", b"", makepath=True)
+        assert acl_of(anonymous, "/stratus/pipelines/old") == {
+            (acl.perms, acl.id.scheme, acl.id.id) for acl in OPEN_ACL_UNSAFE
+        }
+        with session(zk_hosts) as owner:
+            paths = list(every_znode(owner.client, "/stratus"))
+            assert len(paths) == 7  # the root, 2 pipelines nodes, 4 of the group
+            assert all(acl_of(owner.client, path) == OURS for path in paths)
+        with pytest.raises(NoAuthError):
+            anonymous.set("/stratus/pipelines/old", b"rewritten")
+
+
+def test_every_recipe_creates_its_znodes_with_the_acl_through_the_session() -> None:
+    """No caller passes an ACL of its own: kazoo's ``default_acl`` gives every znode ours."""
+    src = Path(__file__).parents[1] / "src" / "stratus"
+    callers = [
+        f"{path.relative_to(src)}:{number}"
+        for path in sorted(src.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\bacl=|set_acls\(", line) and path.name != "auth.py"
+    ]
+    assert callers == []
+
+
+# -- real daemons with digest authentication -------------------------------------------------
+
+
+@pytest.mark.slow
+def test_nimbuses_and_a_supervisor_work_with_digest_auth_and_own_every_znode(
+    zk_server: ZooKeeperServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    secret = secret_file(tmp_path / "zk.secret", f"{STRATUS.user}:{STRATUS.password}")
+    options = ["-c", "zookeeper.auth.scheme=digest", "-c", f"zookeeper.auth.file={secret}"]
+    hosts = zk_server.connect_string
+    with nimbus_cluster(hosts, tmp_path, request.node.name, size=2, extra=options) as cluster:
+        supervisor = SupervisorProcess(cluster.options, id="s1", slots=1, log_dir=tmp_path)
+        try:
+            supervisor.start()
+            supervisor.wait_ready()
+            cluster.wait_for_agreed_leader()
+            with NimbusClient(cluster.seeds, retry_deadline=30, request_timeout=5.0) as client:
+                client.submit("guarded", valid_package("guarded"))
+                wait_until(
+                    lambda: [s.id for s in client.cluster().supervisors] == ["s1"],
+                    30,
+                    "the supervisor to be seen by the leader",
+                )
+            root = cluster.root
+            with digest_client(hosts, STRATUS) as owner:
+                paths = list(every_znode(owner, root))
+                assert f"{root}/pipelines/guarded" in paths
+                assert f"{root}/supervisors/s1" in paths
+                assert any(path.startswith(f"{root}/nimbuses/") for path in paths)
+                assert any(path.startswith(f"{root}/groups/nimbus/") for path in paths)
+                assert {path: acl_of(owner, path) for path in paths} == dict.fromkeys(paths, OURS)
+            with kazoo_client(hosts) as anonymous:
+                with pytest.raises(NoAuthError):
+                    anonymous.set(f"{root}/pipelines/guarded", b"{}")
+                with pytest.raises(NoAuthError):
+                    anonymous.get(f"{root}/pipelines/guarded")
+        finally:
+            supervisor.signal(signal.SIGKILL)
+            supervisor.kill()
+
+
+# -- a server that requires authentication ---------------------------------------------------
+
+
+@pytest.fixture
+def strict_server(tmp_path: Path) -> Iterator[ZooKeeperServer]:
+    superuser = secret_file(tmp_path / "super.secret", "super:root-password")
+    conf = load_config(
+        overrides=[
+            "zookeeper.server.auth.required=true",
+            f"zookeeper.server.super.file={superuser}",
+        ],
+        environ={},
+    )
+    auth = zk_server_auth(conf)
+    assert auth == ServerAuth(required=True, super_digest=auth.super_digest)
+    server = ZooKeeperServer(tmp_path / "zk", tick_time_ms=100, force_sync=False, auth=auth)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_server_that_requires_auth_refuses_even_reads_to_anonymous_clients(
+    strict_server: ZooKeeperServer,
+) -> None:
+    hosts = strict_server.connect_string
+    with session(hosts) as owner:
+        owner.client.create("/stratus/pipelines/p", b"record", makepath=True)
+        # ZooKeeper closes the session of a client that has not authenticated.
+        with kazoo_client(hosts) as anonymous, pytest.raises(SessionClosedRequireSaslError):
+            anonymous.get_children("/")
+        with digest_client(hosts, Credentials("super", "root-password")) as operator:
+            assert operator.get("/stratus/pipelines/p")[0] == b"record"  # the superuser
+        assert (strict_server.data_dir / "zoo.cfg").stat().st_mode & 0o077 == 0
+
+
+def test_stratus_zookeeper_require_auth_flag_enforces_it() -> None:
+    process, lines = start_stratus_zookeeper("--port", "0", "--temporary", "--require-auth")
+    try:
+        hosts = serving_hosts(process, lines)
+        with kazoo_client(hosts) as anonymous, pytest.raises(SessionClosedRequireSaslError):
+            anonymous.get_children("/")
+        with session(hosts) as owner:
+            assert owner.client.exists("/stratus")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+JAAS_SERVER = """Server {
+    org.apache.zookeeper.server.auth.DigestLoginModule required
+    user_stratus="s3cret-stratus";
+};
+"""
+
+
+# A refused SASL handshake kills kazoo's connection thread (kazoo 2.11); the session notices.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_sasl_digest_md5_authenticates_and_owns_the_znodes(tmp_path: Path) -> None:
+    """SASL end to end without a KDC: the server checks DIGEST-MD5 users from its JAAS file."""
+    jaas = tmp_path / "jaas.conf"
+    jaas.write_text(JAAS_SERVER)
+    auth = ServerAuth(required=True, jaas_file=jaas)
+    assert auth.schemes == ("digest", "sasl")
+    sasl = ZkAuth(AuthScheme.SASL, STRATUS, sasl_mechanism="DIGEST-MD5")
+    assert sasl.identity == "sasl:stratus"
+    server = ZooKeeperServer(tmp_path / "zk", tick_time_ms=100, force_sync=False, auth=auth)
+    with server, session(server.connect_string, sasl) as owner:
+        owner.client.create("/stratus/pipelines/p", b"record", makepath=True)
+        for path in every_znode(owner.client, "/stratus"):
+            assert acl_of(owner.client, path) == {(31, "sasl", "stratus")}, path
+        intruder = Credentials("intruder", "x")
+        with digest_client(server.connect_string, intruder) as other, pytest.raises(NoAuthError):
+            other.set("/stratus/pipelines/p", b"rewritten")
+        wrong = ZkAuth(
+            AuthScheme.SASL, Credentials("stratus", "wrong"), sasl_mechanism="DIGEST-MD5"
+        )
+        with pytest.raises(ZooKeeperAuthError, match="refused stratus's credentials"):
+            session(server.connect_string, wrong).start()
+
+
+def test_an_unsupported_sasl_setup_is_refused_with_a_clear_error() -> None:
+    with pytest.raises(ZooKeeperAuthError, match=r"zookeeper\.auth\.sasl\.principal"):
+        ZkAuth(AuthScheme.SASL)
+    kerberos = ZkAuth(AuthScheme.SASL, sasl_principal="stratus@EXAMPLE.COM")
+    assert kerberos.client_options() == {
+        "sasl_options": {"mechanism": "GSSAPI", "service": "zookeeper"}
+    }
+    assert kerberos.identity == "sasl:stratus@EXAMPLE.COM"
