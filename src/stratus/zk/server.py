@@ -1,4 +1,4 @@
-"""A real ZooKeeper server on this machine's loopback interface: standalone or a quorum member.
+"""A real ZooKeeper server on this machine: standalone or a quorum member.
 
 It runs the ZooKeeper jars that the pyspark wheel already ships (``pyspark/jars``, see
 ``zk/java.py``) with the machine's Java 17+. ``start()`` returns only once the server *serves
@@ -10,7 +10,10 @@ from the main thread)::
     with ZooKeeperServer(Path("/tmp/zk"), tick_time_ms=100) as server:
         client = KazooClient(hosts=server.connect_string)
 
-A quorum of them is ``zk/ensemble.py``. Every failure is a
+A server listens on loopback unless its quorum entry names another ``host``; a
+``command_prefix`` runs the JVM through a launcher such as ``ip netns exec HOST`` (the tests'
+hosts of network namespaces), so that a quorum can span hosts. A quorum of them is
+``zk/ensemble.py``. Every failure is a
 :class:`~stratus.zk.errors.ZooKeeperServerError` whose message is one line (never a Java stack
 trace) that names the problem and what to do about it.
 """
@@ -26,6 +29,7 @@ import socket
 import subprocess
 import time
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -73,12 +77,13 @@ _LOG_RECORD = re.compile(
 
 @dataclass(frozen=True)
 class QuorumPeer:
-    """One member of a quorum: its ``myid`` and its three loopback ports."""
+    """One member of a quorum: its ``myid``, the address it listens on and its three ports."""
 
     server_id: int
     client_port: int
     peer_port: int
     election_port: int
+    host: str = LOOPBACK
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,10 @@ class ZooKeeperServer:
     """One ZooKeeper JVM: standalone, or a quorum member when ``quorum`` is given.
 
     ``port=0`` picks a free loopback port once, at construction, and keeps it across restarts.
+    A quorum member listens on its entry's ``host``; ``command_prefix`` (e.g. ``["ip", "netns",
+    "exec", "h1"]``) is put before the ``java`` command, whose own process it must become (an
+    ``exec``), so that stopping the process stops the JVM. Ports are checked free only on
+    loopback without a prefix: a prefix may run the JVM where this process cannot look.
     Files in ``data_dir``: ``zoo.cfg``, ``log4j2.properties``, ``myid`` (quorum members), the
     ZooKeeper data (``version-2/``), and ``zookeeper.log`` (WARN and above, plus the JVM's own
     stdout/stderr) unless ``log_to`` names another file.
@@ -116,6 +125,7 @@ class ZooKeeperServer:
         log_to: Path | None = None,
         quorum: Quorum | None = None,
         max_session_timeout_ms: int | None = None,
+        command_prefix: Sequence[str] = (),
     ) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port must be in 0..65535, not {port}")
@@ -139,6 +149,8 @@ class ZooKeeperServer:
         )
         self.log_path = Path(log_to).absolute() if log_to else self.data_dir / "zookeeper.log"
         self.quorum = quorum
+        self.host = quorum.me().host if quorum else LOOPBACK
+        self.command_prefix = tuple(command_prefix)
         self._java = java
         self._group: ProcessGroup | None = None
         self._log_offset = 0
@@ -150,7 +162,7 @@ class ZooKeeperServer:
     @property
     def connect_string(self) -> str:
         """The kazoo ``hosts`` string of this one server."""
-        return f"{LOOPBACK}:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def pid(self) -> int | None:
@@ -180,8 +192,10 @@ class ZooKeeperServer:
         java = find_java(self._java)
         classpath = zookeeper_classpath()
         config = self._write_config_files()
-        self._check_ports_free()
+        if not self.command_prefix and self.host == LOOPBACK:
+            self._check_ports_free()
         command = [
+            *self.command_prefix,
             java,
             *JVM_FLAGS,
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
@@ -236,7 +250,7 @@ class ZooKeeperServer:
         if len(word) != 4:
             raise ValueError(f"four-letter words have four letters, not {word!r}")
         try:
-            return _four_letter(LOOPBACK, self.port, word, timeout)
+            return _four_letter(self.host, self.port, word, timeout)
         except OSError as exc:
             raise ZooKeeperServerError(
                 f"four-letter word {word!r} to {self.connect_string} failed: {exc}; "
@@ -246,7 +260,7 @@ class ZooKeeperServer:
     def mode(self, timeout: float = FOUR_LETTER_TIMEOUT_SECS) -> str | None:
         """``standalone``, ``leader`` or ``follower`` while serving, else None."""
         try:
-            answer = _four_letter(LOOPBACK, self.port, "srvr", timeout)
+            answer = _four_letter(self.host, self.port, "srvr", timeout)
         except OSError:
             return None
         match = re.search(r"^Mode: (\S+)", answer, re.MULTILINE)
@@ -305,7 +319,7 @@ class ZooKeeperServer:
             f"tickTime={self.tick_time_ms}",
             f"dataDir={self.data_dir}",
             f"clientPort={self.port}",
-            f"clientPortAddress={LOOPBACK}",
+            f"clientPortAddress={self.host}",
             f"minSessionTimeout={min_session}",
             f"maxSessionTimeout={self.max_session_timeout_ms}",
             "admin.enableServer=false",
@@ -323,7 +337,7 @@ class ZooKeeperServer:
                 "reconfigEnabled=false",
             ]
             lines += [
-                f"server.{peer.server_id}={LOOPBACK}:{peer.peer_port}:{peer.election_port}"
+                f"server.{peer.server_id}={peer.host}:{peer.peer_port}:{peer.election_port}"
                 for peer in self.quorum.peers
             ]
         return "\n".join(lines) + "\n"
@@ -387,7 +401,7 @@ class ZooKeeperServer:
         if "Address already in use" in self._log_text():
             ports = ", ".join(f"{port} ({role})" for port, role in self._own_ports())
             return ZooKeeperPortInUseError(
-                f"ZooKeeper could not listen on {LOOPBACK} ports {ports}: address already in "
+                f"ZooKeeper could not listen on {self.host} ports {ports}: address already in "
                 f"use; stop what listens there, or choose another port ({summary})"
             )
         return ZooKeeperStartError(
