@@ -221,7 +221,8 @@ def _free_subnet() -> ipaddress.IPv4Network:
         for line in _ip("-o", "-4", "addr", "show").splitlines()
         for field in line.split()[3:4]
     }
-    subnets = [ipaddress.IPv4Network(net) for net in NETWORK.subnets(new_prefix=24)][1:]  # 10.213.0.0/24 left out
+    # 10.213.0.0/24 is left out
+    subnets = [ipaddress.IPv4Network(net) for net in NETWORK.subnets(new_prefix=24)][1:]
     start = os.getpid() % len(subnets)
     for subnet in subnets[start:] + subnets[:start]:
         if not any(subnet.overlaps(other) for other in used):

@@ -10,21 +10,27 @@ standby nimbus and a registered supervisor.
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from stratus.api.records import WorkerHeartbeat
 from stratus.client import NimbusClient
+from stratus.codedist.package_build import build_package
 from stratus.local.examples_io import FLUSH_KEY, Feeder, read_rows, window_count_total
 from stratus.zk.server import ZooKeeperServer
 from tests.hosts_cluster import HostsCluster, start_quorum, zookeeper_quorum
 from tests.netns_hosts import NetnsHosts, unavailable
 from tests.pipeline_cluster import SPARK_START_SECS, cluster_options
-from tests.spark_packages import example_package
+from tests.spark_packages import EXAMPLES
 from tests.zkfixtures import kazoo_client, process_gone, wait_until
 
 HOSTS = ("h1", "h2", "h3")
@@ -36,6 +42,53 @@ FOUR_LETTER = (
     "    s.sendall(b'srvr'); s.shutdown(socket.SHUT_WR)\n"
     "    print(b''.join(iter(lambda: s.recv(65536), b'')).decode())\n"
 )
+RECORD_KEY = "spark.stratus.test.batches"
+GATEWAY_KEY = "spark.stratus.test.gateway"
+BATCH_RECORD = f'''"""The streaming example; it records each micro-batch done: id, host, time."""
+
+import json
+import socket
+import time
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+from streaming_counts import job
+
+
+class BatchRecord(StreamingQueryListener):
+    def __init__(self, path, host):
+        self.path, self.host = path, host
+
+    def onQueryStarted(self, event):
+        pass
+
+    def onQueryProgress(self, event):
+        progress = event.progress
+        line = json.dumps(
+            {{"batch": progress.batchId, "host": self.host, "time": time.time()}}
+        )
+        with open(self.path, "a") as record:  # O_APPEND: whole lines from every worker
+            record.write(line + "\\n")
+
+    def onQueryIdle(self, event):
+        pass
+
+    def onQueryTerminated(self, event):
+        pass
+
+
+def own_address(gateway):
+    """This host's address: the source address of a route to the gateway."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((gateway, 9))
+        return probe.getsockname()[0]
+
+
+def run(spark, context):
+    host = own_address(context.conf["{GATEWAY_KEY}"])
+    spark.streams.addListener(BatchRecord(context.conf["{RECORD_KEY}"], host))
+    job.run(spark, context)
+'''
 
 
 @pytest.fixture
@@ -118,13 +171,7 @@ def test_a_pipeline_on_the_cut_off_leader_host_moves_to_another_host_and_never_r
         cluster.add_supervisor(home)
         client = cluster.client()
         feeder = Feeder(shared / "input")
-        conf = {
-            "spark.stratus.example.input": str(shared / "input"),
-            "spark.stratus.example.output": str(shared / "output"),
-            "pipeline.min.replication.count": 2,
-        }
-        (shared / "input").mkdir(parents=True)
-        client.submit(STREAMING, example_package("streaming"), conf)
+        submit_recorded(client, hosts, shared, tmp_path / "package")
         first = _wait_running(client, STREAMING, on=home)
         feeder.start()
         try:
@@ -171,12 +218,52 @@ def test_a_pipeline_on_the_cut_off_leader_host_moves_to_another_host_and_never_r
             OUTPUT_SECS,
             f"all {fed} events counted",
         )
-        rows = [row for row in read_rows(shared / "output") if row["key"] != FLUSH_KEY]
-        windows = [(row["window"]["start"], row["key"]) for row in rows]
-        assert len(windows) == len(set(windows))  # no window written twice
-        assert sum(row["count"] for row in rows) == fed  # rows out = rows in
         survivors.close()
         client.close()
+        assert_exactly_once(shared, fed)
+        assert_ran_on(shared, old=hosts[home].address, new=hosts[moved.supervisor].address)
+
+
+def submit_recorded(client: NimbusClient, hosts: NetnsHosts, shared: Path, package: Path) -> None:
+    """Submit the streaming example, recording its batches, input and output in ``shared``."""
+    (shared / "input").mkdir(parents=True)
+    conf = {
+        "spark.stratus.example.input": str(shared / "input"),
+        "spark.stratus.example.output": str(shared / "output"),
+        "pipeline.min.replication.count": 2,
+        RECORD_KEY: str(shared / "batches.jsonl"),
+        GATEWAY_KEY: hosts.gateway,
+    }
+    client.submit(STREAMING, recording_package(package), conf)
+
+
+def assert_exactly_once(shared: Path, fed: int) -> None:
+    """Every event fed is counted once: no window twice, the counts sum to the events."""
+    rows = [row for row in read_rows(shared / "output") if row["key"] != FLUSH_KEY]
+    windows = [(row["window"]["start"], row["key"]) for row in rows]
+    assert len(windows) == len(set(windows))  # no window written twice
+    assert sum(row["count"] for row in rows) == fed  # rows out = rows in
+
+
+def assert_ran_on(shared: Path, *, old: str, new: str) -> None:
+    """The pipeline's own record: batches on host ``old``, then on ``new``, never both."""
+    batches = [json.loads(line) for line in (shared / "batches.jsonl").read_text().splitlines()]
+    before = [batch for batch in batches if batch["host"] == old]
+    after = [batch for batch in batches if batch["host"] == new]
+    assert before and after and len(before) + len(after) == len(batches)  # nowhere else
+    assert max(b["time"] for b in before) < min(b["time"] for b in after)  # never at once
+    assert min(b["batch"] for b in after) >= max(b["batch"] for b in before)  # resumed
+
+
+def recording_package(directory: Path) -> bytes:
+    """The streaming example, entered through ``BATCH_RECORD``, zipped as a package."""
+    shutil.copytree(EXAMPLES / "streaming", directory)
+    manifest_path = directory / "stratus.yaml"
+    manifest: dict[str, Any] = yaml.safe_load(manifest_path.read_text())
+    manifest["entrypoint"] = "batch_record:run"
+    manifest_path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    (directory / "batch_record.py").write_text(BATCH_RECORD)
+    return build_package(directory, directory.with_suffix(".zip")).read_bytes()
 
 
 def _whole(cluster: HostsCluster, home: str, leader: str) -> bool:
