@@ -2,10 +2,12 @@
 a nimbus and (when asked) a supervisor, every one a real process listening on its host's
 address, so that cutting a host off is a real network partition.
 
-Settings that every daemon gets, or only nimbuses or supervisors, are ``-c key=value`` pairs
-given as mappings (``settings``, ``nimbus_settings``, ``supervisor_settings``): how a test
-switches on authentication, TLS or ZooKeeper ACLs once they exist, without changing the
-harness. Every process is killed when the cluster closes::
+Settings that every daemon gets, or only nimbuses, supervisors or the test's clients, are
+given as mappings (``settings``, ``nimbus_settings``, ``supervisor_settings``,
+``client_settings``; ``-c key=value`` for the daemons, the configuration of
+``NimbusClient.from_config`` for the clients): how a test switches on authentication, TLS or
+ZooKeeper ACLs once they exist (files they name are the test's to write), without changing
+the harness. Every process is killed when the cluster closes::
 
     with NetnsHosts(["h1", "h2", "h3"]) as hosts, HostsCluster(hosts, tmp_path) as cluster:
         leader = cluster.wait_for_agreed_leader()
@@ -25,6 +27,7 @@ import httpx
 
 from stratus.api.records import ClusterSummary, LeaderInfo
 from stratus.client import NimbusClient
+from stratus.config import config_from_mapping
 from stratus.local.processes import NimbusProcess, SupervisorProcess
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import Quorum, QuorumPeer, ZooKeeperServer
@@ -34,12 +37,17 @@ from tests.zkfixtures import wait_until
 ZK_TICK_MS = 100  # sessions from 200 ms, as the shared test server allows
 SESSION_SECS = 2.0
 ZK_START_SECS = 90.0
+CLIENT_RETRY_SECS = 60.0
 NIMBUS_PORT = 6627  # every host has its own ports: all nimbuses use the default
 
 
 def options(settings: Mapping[str, object]) -> list[str]:
-    """``-c key=value`` for each setting."""
-    return [arg for key, value in settings.items() for arg in ("-c", f"{key}={value}")]
+    """``-c key=value`` for each setting; a list as comma-separated values."""
+    return [arg for key, value in settings.items() for arg in ("-c", f"{key}={_text(value)}")]
+
+
+def _text(value: object) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
 
 
 def zookeeper_quorum(hosts: NetnsHosts, base_dir: Path) -> dict[str, ZooKeeperServer]:
@@ -84,6 +92,7 @@ class HostsCluster:
         settings: Mapping[str, object] = {},
         nimbus_settings: Mapping[str, object] = {},
         supervisor_settings: Mapping[str, object] = {},
+        client_settings: Mapping[str, object] = {},
     ) -> None:
         self.hosts = hosts
         self.workdir = workdir
@@ -91,13 +100,18 @@ class HostsCluster:
         self.zk_connect = ",".join(zk.connect_string for zk in self.zookeepers.values())
         self.seeds = [f"{host.address}:{NIMBUS_PORT}" for host in hosts]
         common = {
-            "zookeeper.servers": self.zk_connect,
+            "zookeeper.servers": [zk.connect_string for zk in self.zookeepers.values()],
             "zookeeper.session.timeout.secs": SESSION_SECS,
-            "nimbus.seeds": ",".join(self.seeds),
+            "nimbus.seeds": self.seeds,
             **settings,
         }
         self._nimbus_options = options({**common, **nimbus_settings})
         self._supervisor_options = options({**common, **supervisor_settings})
+        self._client_settings = {
+            **common,
+            "client.retry.deadline.secs": CLIENT_RETRY_SECS,
+            **client_settings,
+        }
         self.nimbuses = {
             host.name: NimbusProcess(
                 self._nimbus_options,
@@ -137,7 +151,8 @@ class HostsCluster:
         """A client whose seeds are the nimbuses of every host but ``without``."""
         cut = {self.hosts[name].address for name in without}
         seeds = [seed for seed in self.seeds if seed.rsplit(":", 1)[0] not in cut]
-        return NimbusClient(seeds, retry_deadline=60)
+        conf = config_from_mapping({**self._client_settings, "nimbus.seeds": seeds})
+        return NimbusClient.from_config(conf)
 
     def leader_seen_by(self, name: str) -> LeaderInfo | None:
         """The leader as host ``name``'s nimbus names it, or None (no answer, no leader)."""

@@ -28,7 +28,7 @@ from stratus.codedist.package_build import build_package
 from stratus.local.examples_io import FLUSH_KEY, Feeder, read_rows, window_count_total
 from stratus.zk.server import ZooKeeperServer
 from tests.hosts_cluster import HostsCluster, start_quorum, zookeeper_quorum
-from tests.netns_hosts import NetnsHosts, unavailable
+from tests.netns_hosts import TAG, NetnsHosts, remove_leftovers, unavailable
 from tests.pipeline_cluster import SPARK_START_SECS, cluster_options
 from tests.spark_packages import EXAMPLES
 from tests.zkfixtures import kazoo_client, process_gone, wait_until
@@ -151,6 +151,39 @@ def test_a_zookeeper_quorum_spans_hosts_and_a_cut_off_member_serves_again_once_h
     finally:
         for member in members.values():
             member.kill()
+
+
+def test_what_a_dead_run_left_is_removed_and_a_live_run_keeps_its_hosts(hosts):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    live = subprocess.Popen(["sleep", "600"])
+    dead_run, live_run = f"{TAG}{dead.pid:x}_0", f"{TAG}{live.pid:x}_0"
+    try:
+        for run in (dead_run, live_run):
+            subprocess.run(["ip", "netns", "add", f"{run}_h1"], check=True)
+            subprocess.run(["ip", "link", "add", f"{run}b", "type", "bridge"], check=True)
+
+        removed = remove_leftovers()
+
+        assert sorted(removed) == sorted([f"{dead_run}_h1", f"{dead_run}b"])
+        namespaces = _ip_names("netns", "list")
+        assert f"{dead_run}_h1" not in namespaces
+        assert {f"{live_run}_h1", hosts["h1"].namespace} <= namespaces  # live runs keep theirs
+        assert f"{dead_run}b" not in _ip_names("-o", "link", "show")
+    finally:
+        live.kill()
+        live.wait()
+        remove_leftovers()
+
+
+def _ip_names(*arguments: str) -> set[str]:
+    """The names ``ip ARGUMENTS`` lists (namespaces, or links without their ``@peer``)."""
+    lines = subprocess.run(["ip", *arguments], capture_output=True, text=True, check=True).stdout
+    names = set()
+    for line in lines.splitlines():
+        field = line.split(":")[1] if arguments[0] == "-o" else line.split()[0]
+        names.add(field.strip().split("@")[0])
+    return names
 
 
 def _address(members: dict[str, ZooKeeperServer], name: str) -> tuple[str, int]:
