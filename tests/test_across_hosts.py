@@ -102,14 +102,14 @@ def hosts() -> Iterator[NetnsHosts]:
 
 def srvr_from(hosts: NetnsHosts, name: str, address: str, port: int) -> str:
     """ZooKeeper's ``srvr`` answer at ``address:port``, asked from host ``name``."""
-    done = subprocess.run(
-        [*hosts[name].command, sys.executable, "-c", FOUR_LETTER, address, str(port)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
+    process = hosts.popen(
+        name,
+        [sys.executable, "-c", FOUR_LETTER, address, str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
-    return done.stdout + done.stderr
+    output, _ = process.communicate(timeout=30)
+    return output.decode(errors="replace")
 
 
 def test_a_zookeeper_quorum_spans_hosts_and_a_cut_off_member_serves_again_once_healed(
@@ -218,6 +218,7 @@ def test_a_pipeline_on_the_cut_off_leader_host_moves_to_another_host_and_never_r
                 cluster.add_supervisor(name)
             old_pid = first.pid
             assert old_pid is not None
+            assert cluster.wait_for_agreed_leader() == home  # leader and pipeline: one host
 
             hosts.cut(home)
             wait_until(lambda: process_gone(old_pid), 60, f"the worker on cut-off {home} to stop")
