@@ -71,6 +71,10 @@ QUICK_VERBS = frozenset({"validate"})
 SHELL_ONLY = {
     "echo": "a shell builtin",
     "export": "a shell builtin",
+    # docs/deploy.md: installing a host, as root, on the operator's machines
+    "useradd": "creates a system user: not run",
+    "install": "copies files to /etc and /var/lib: not run",
+    "systemctl": "starts system services: not run",
 }
 
 

@@ -41,12 +41,23 @@ class ProcessStartError(StratusError):
 
 class DaemonProcess:
     """One ``python -m stratus <command>`` child process, in a session of its own, with its
-    output appended to ``log_path``; what nimbuses and supervisors share."""
+    output appended to ``log_path``; what nimbuses and supervisors share.
 
-    def __init__(self, log_path: Path, local_dir: Path, options: Sequence[str]) -> None:
+    ``command_prefix`` is put before the command: a launcher that becomes the daemon's own
+    process (``exec``), such as ``ip netns exec HOST`` to run it on a test host of its own.
+    """
+
+    def __init__(
+        self,
+        log_path: Path,
+        local_dir: Path,
+        options: Sequence[str],
+        command_prefix: Sequence[str] = (),
+    ) -> None:
         self.log_path = log_path
         self.local_dir = local_dir
         self._options = list(options)
+        self._prefix = list(command_prefix)
         self._group: ProcessGroup | None = None
         self._log_start = 0  # where this start's output begins in the log
 
@@ -62,7 +73,15 @@ class DaemonProcess:
         return self._group is not None and self._group.is_running()
 
     def _launch(self, command: str, *arguments: str) -> None:
-        argv = [sys.executable, "-m", "stratus", command, *self._options, *arguments]
+        argv = [
+            *self._prefix,
+            sys.executable,
+            "-m",
+            "stratus",
+            command,
+            *self._options,
+            *arguments,
+        ]
         self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             self._group = ProcessGroup.start(argv, stdout=log, stderr=subprocess.STDOUT)
@@ -126,8 +145,10 @@ class NimbusProcess(DaemonProcess):
         port: int,
         log_dir: Path,
         host: str = "127.0.0.1",
+        command_prefix: Sequence[str] = (),
     ) -> None:
-        super().__init__(log_dir / f"nimbus-{port}.log", log_dir / f"nimbus-{port}", options)
+        name = f"nimbus-{port}" if host == "127.0.0.1" else f"nimbus-{host}-{port}"
+        super().__init__(log_dir / f"{name}.log", log_dir / name, options, command_prefix)
         self.host = host
         self.port = port
         self.address = f"{host}:{port}"
@@ -169,8 +190,11 @@ class SupervisorProcess(DaemonProcess):
         id: str,
         slots: int,
         log_dir: Path,
+        command_prefix: Sequence[str] = (),
     ) -> None:
-        super().__init__(log_dir / f"supervisor-{id}.log", log_dir / f"supervisor-{id}", options)
+        super().__init__(
+            log_dir / f"supervisor-{id}.log", log_dir / f"supervisor-{id}", options, command_prefix
+        )
         self.id = id
         self.slots = slots
 

@@ -14,7 +14,9 @@ It fsyncs every write before acknowledging it (``force_sync``) unless told not t
 and ``stratus local`` do on their throw-away directories; ``auth`` makes it demand that
 clients authenticate (``zk/auth.py``).
 
-A quorum of them is ``zk/ensemble.py``. Every failure is a
+A quorum member listens on the ``host`` of its quorum entry; a ``command_prefix`` runs the JVM
+through a launcher such as ``ip netns exec HOST`` (the tests' hosts of network namespaces), so
+that a quorum can span hosts. A quorum of them is ``zk/ensemble.py``. Every failure is a
 :class:`~stratus.zk.errors.ZooKeeperServerError` whose message is one line (never a Java stack
 trace) that names the problem and what to do about it.
 """
@@ -30,6 +32,7 @@ import re
 import subprocess
 import time
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -80,12 +83,13 @@ _LOG_RECORD = re.compile(
 
 @dataclass(frozen=True)
 class QuorumPeer:
-    """One member of a quorum: its ``myid`` and its three loopback ports."""
+    """One member of a quorum: its ``myid``, the address it listens on and its three ports."""
 
     server_id: int
     client_port: int
     peer_port: int
     election_port: int
+    host: str = LOOPBACK
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,10 @@ class ZooKeeperServer:
     """One ZooKeeper JVM: standalone, or a quorum member when ``quorum`` is given.
 
     ``port=0`` picks a free loopback port once, at construction, and keeps it across restarts.
+    A quorum member listens on its entry's ``host``; ``command_prefix`` (e.g. ``["ip", "netns",
+    "exec", "h1"]``) is put before the ``java`` command, whose own process it must become (an
+    ``exec``), so that stopping the process stops the JVM. Ports are checked free only on
+    loopback without a prefix: a prefix may run the JVM where this process cannot look.
     Files in ``data_dir``: ``zoo.cfg``, ``log4j2.properties``, ``myid`` (quorum members), the
     ZooKeeper data (``version-2/``), and ``zookeeper.log`` (WARN and above, plus the JVM's own
     stdout/stderr) unless ``log_to`` names another file.
@@ -133,6 +141,7 @@ class ZooKeeperServer:
         force_sync: bool = True,
         auth: ServerAuth | None = None,
         tls: ServerTls | None = None,
+        command_prefix: Sequence[str] = (),
     ) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port must be in 0..65535, not {port}")
@@ -156,7 +165,8 @@ class ZooKeeperServer:
         )
         self.log_path = Path(log_to).absolute() if log_to else self.data_dir / "zookeeper.log"
         self.quorum = quorum
-        self.host = host
+        self.host = quorum.me().host if quorum else host
+        self.command_prefix = tuple(command_prefix)
         self.force_sync = force_sync
         self.auth = auth or ServerAuth()
         if tls is not None and tls.port == 0:
@@ -217,8 +227,10 @@ class ZooKeeperServer:
         java = find_java(self._java)
         classpath = zookeeper_classpath()
         config = self._write_config_files()
-        self._check_ports_free()
+        if not self.command_prefix:  # a prefixed JVM runs where this process cannot look
+            self._check_ports_free()
         command = [
+            *self.command_prefix,
             java,
             *JVM_FLAGS,
             *self.auth.jvm_flags(),
@@ -366,7 +378,7 @@ class ZooKeeperServer:
                 "reconfigEnabled=false",
             ]
             lines += [
-                f"server.{peer.server_id}={LOOPBACK}:{peer.peer_port}:{peer.election_port}"
+                f"server.{peer.server_id}={peer.host}:{peer.peer_port}:{peer.election_port}"
                 for peer in self.quorum.peers
             ]
         return "\n".join(lines) + "\n"
@@ -437,7 +449,7 @@ class ZooKeeperServer:
         if "Address already in use" in self._log_text():
             ports = ", ".join(f"{port} ({role})" for port, role in self._own_ports())
             return ZooKeeperPortInUseError(
-                f"ZooKeeper could not listen on {LOOPBACK} ports {ports}: address already in "
+                f"ZooKeeper could not listen on {self.host} ports {ports}: address already in "
                 f"use; stop what listens there, or choose another port ({summary})"
             )
         return ZooKeeperStartError(

@@ -1,0 +1,216 @@
+"""A stratus cluster across hosts: on each host of ``NetnsHosts``, a ZooKeeper quorum member,
+a nimbus and (when asked) a supervisor, every one a real process listening on its host's
+address, so that cutting a host off is a real network partition.
+
+Settings that every daemon gets, or only nimbuses, supervisors or the test's clients, are
+given as mappings (``settings``, ``nimbus_settings``, ``supervisor_settings``,
+``client_settings``; ``-c key=value`` for the daemons, the configuration of
+``NimbusClient.from_config`` for the clients): how a test switches on authentication, TLS or
+ZooKeeper ACLs once they exist (files they name are the test's to write), without changing
+the harness. Every process is killed when the cluster closes::
+
+    with NetnsHosts(["h1", "h2", "h3"]) as hosts, HostsCluster(hosts, tmp_path) as cluster:
+        leader = cluster.wait_for_agreed_leader()
+        cluster.add_supervisor("h2")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import httpx
+
+from stratus.api.records import ClusterSummary, LeaderInfo
+from stratus.client import NimbusClient
+from stratus.config import config_from_mapping
+from stratus.local.processes import NimbusProcess, SupervisorProcess
+from stratus.zk.ports import pick_free_port
+from stratus.zk.server import Quorum, QuorumPeer, ZooKeeperServer
+from tests.netns_hosts import NetnsHosts
+from tests.zkfixtures import wait_until
+
+ZK_TICK_MS = 100  # sessions from 200 ms, as the shared test server allows
+SESSION_SECS = 2.0
+ZK_START_SECS = 90.0
+CLIENT_RETRY_SECS = 60.0
+NIMBUS_PORT = 6627  # every host has its own ports: all nimbuses use the default
+
+
+def options(settings: Mapping[str, object]) -> list[str]:
+    """``-c key=value`` for each setting; a list as comma-separated values."""
+    return [arg for key, value in settings.items() for arg in ("-c", f"{key}={_text(value)}")]
+
+
+def _text(value: object) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+
+
+def zookeeper_quorum(hosts: NetnsHosts, base_dir: Path) -> dict[str, ZooKeeperServer]:
+    """One quorum member per host, listening on the host's address, its JVM on the host."""
+    peers = tuple(
+        QuorumPeer(
+            server_id=index,
+            client_port=pick_free_port(),
+            peer_port=pick_free_port(),
+            election_port=pick_free_port(),
+            host=host.address,
+        )
+        for index, host in enumerate(hosts, start=1)
+    )
+    return {
+        host.name: ZooKeeperServer(
+            base_dir / f"zk-{host.name}",
+            tick_time_ms=ZK_TICK_MS,
+            quorum=Quorum(my_id=peer.server_id, peers=peers),
+            command_prefix=host.command,
+        )
+        for host, peer in zip(hosts, peers, strict=True)
+    }
+
+
+def start_quorum(servers: Sequence[ZooKeeperServer], timeout: float = ZK_START_SECS) -> None:
+    """Launch every member, then wait until each serves (a quorum formed)."""
+    for server in servers:
+        server.launch()
+    for server in servers:
+        server.wait_serving(timeout)
+
+
+class HostsCluster:
+    """ZooKeeper, nimbuses and supervisors on ``hosts``; see the module docstring."""
+
+    def __init__(
+        self,
+        hosts: NetnsHosts,
+        workdir: Path,
+        *,
+        settings: Mapping[str, object] = {},
+        nimbus_settings: Mapping[str, object] = {},
+        supervisor_settings: Mapping[str, object] = {},
+        client_settings: Mapping[str, object] = {},
+    ) -> None:
+        self.hosts = hosts
+        self.workdir = workdir
+        self.zookeepers = zookeeper_quorum(hosts, workdir)
+        self.zk_connect = ",".join(zk.connect_string for zk in self.zookeepers.values())
+        self.seeds = [f"{host.address}:{NIMBUS_PORT}" for host in hosts]
+        common = {
+            "zookeeper.servers": [zk.connect_string for zk in self.zookeepers.values()],
+            "zookeeper.session.timeout.secs": SESSION_SECS,
+            "nimbus.seeds": self.seeds,
+            **settings,
+        }
+        self._nimbus_options = options({**common, **nimbus_settings})
+        self._supervisor_options = options({**common, **supervisor_settings})
+        self._client_settings = {
+            **common,
+            "client.retry.deadline.secs": CLIENT_RETRY_SECS,
+            **client_settings,
+        }
+        self.nimbuses = {
+            host.name: NimbusProcess(
+                self._nimbus_options,
+                port=NIMBUS_PORT,
+                host=host.address,
+                log_dir=workdir,
+                command_prefix=host.command,
+            )
+            for host in hosts
+        }
+        self.supervisors: dict[str, SupervisorProcess] = {}
+        self.http = httpx.Client(timeout=2.0)
+
+    def start(self) -> None:
+        start_quorum(list(self.zookeepers.values()))
+        for nimbus in self.nimbuses.values():
+            nimbus.start()
+        for nimbus in self.nimbuses.values():
+            nimbus.wait_ready(60.0)
+
+    def add_supervisor(self, name: str, *, slots: int = 2) -> SupervisorProcess:
+        """Start a supervisor on host ``name`` (its id is the host's name) and wait for it."""
+        host = self.hosts[name]
+        supervisor = SupervisorProcess(
+            [*self._supervisor_options, "-c", f"supervisor.host={host.address}"],
+            id=name,
+            slots=slots,
+            log_dir=self.workdir,
+            command_prefix=host.command,
+        )
+        self.supervisors[name] = supervisor
+        supervisor.start()
+        supervisor.wait_ready(60.0)
+        return supervisor
+
+    def client(self, *, without: Sequence[str] = ()) -> NimbusClient:
+        """A client whose seeds are the nimbuses of every host but ``without``."""
+        cut = {self.hosts[name].address for name in without}
+        seeds = [seed for seed in self.seeds if seed.rsplit(":", 1)[0] not in cut]
+        conf = config_from_mapping({**self._client_settings, "nimbus.seeds": seeds})
+        return NimbusClient.from_config(conf)
+
+    def leader_seen_by(self, name: str) -> LeaderInfo | None:
+        """The leader as host ``name``'s nimbus names it, or None (no answer, no leader)."""
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            response = self.http.get(f"{self.nimbuses[name].url}/api/v1/leader")
+            if response.status_code == 200:
+                return LeaderInfo.model_validate_json(response.content)
+        return None
+
+    def summary(self, name: str) -> ClusterSummary | None:
+        """The cluster as host ``name``'s nimbus sees it, or None if it does not answer."""
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            response = self.http.get(f"{self.nimbuses[name].url}/api/v1/cluster")
+            if response.status_code == 200:
+                return ClusterSummary.model_validate_json(response.content)
+        return None
+
+    def wait_for_agreed_leader(
+        self, *, among: Sequence[str] | None = None, not_on: str | None = None, timeout: float = 60
+    ) -> str:
+        """The name of the host whose nimbus every nimbus of ``among`` names as leader."""
+        asked = list(among or self.nimbuses)
+        by_address = {nimbus.address: name for name, nimbus in self.nimbuses.items()}
+        agreed: list[str] = []
+
+        def agree() -> bool:
+            seen = {info.address if info else None for info in map(self.leader_seen_by, asked)}
+            if len(seen) != 1 or None in seen:
+                return False
+            leader = by_address.get(str(seen.pop()))
+            if leader is None or leader == not_on:
+                return False
+            agreed[:] = [leader]
+            return True
+
+        wait_until(agree, timeout, f"the nimbuses of {asked} to name one leader (not {not_on})")
+        return agreed[0]
+
+    def close(self) -> None:
+        for process in [*self.supervisors.values(), *self.nimbuses.values()]:
+            process.signal(signal.SIGKILL)
+            process.kill()
+        for zookeeper in self.zookeepers.values():
+            zookeeper.kill()
+        self.http.close()
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,68 @@
+"""The files of ``deploy/`` that docs/deploy.md tells an operator to install are valid: every
+example configuration loads, and every systemd unit runs a real stratus verb as the dedicated
+user, restarts, raises its file limit and is hardened."""
+
+from __future__ import annotations
+
+import configparser
+import shlex
+from pathlib import Path
+
+import pytest
+
+from stratus.cli.main import main
+from stratus.config import load_config
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+UNITS = sorted(DEPLOY.glob("*.service"))
+HARDENING = {"NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome": "yes"}
+
+
+def _service(unit: Path) -> dict[str, str]:
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]  # keys keep their case
+    parser.read_string(unit.read_text())
+    return dict(parser["Service"])
+
+
+def test_the_units_and_configurations_are_there() -> None:
+    names = {path.name for path in DEPLOY.iterdir()}
+    assert {
+        "stratus-zookeeper.service",
+        "stratus-nimbus.service",
+        "stratus-supervisor.service",
+        "nimbus.yaml",
+        "supervisor.yaml",
+        "zoo.cfg",
+    } <= names
+
+
+@pytest.mark.parametrize("path", sorted(DEPLOY.glob("*.yaml")), ids=lambda p: p.name)
+def test_an_example_configuration_loads(path: Path) -> None:
+    conf = load_config(path=str(path))
+    assert len(conf.zookeeper_servers) == 3  # an ensemble across three hosts
+
+
+@pytest.mark.parametrize("unit", UNITS, ids=lambda p: p.name)
+def test_a_unit_runs_as_the_dedicated_user_restarts_and_is_hardened(unit: Path) -> None:
+    service = _service(unit)
+    assert service["User"] == service["Group"] == "stratus"
+    assert service["Restart"] == "on-failure"
+    assert int(service["LimitNOFILE"]) >= 65536
+    assert {key: service.get(key) for key in HARDENING} == HARDENING
+    assert service["ReadWritePaths"].startswith("/var/lib/stratus/")
+
+
+@pytest.mark.parametrize(
+    "unit", [u for u in UNITS if "zookeeper" not in u.name], ids=lambda p: p.name
+)
+def test_a_stratus_unit_runs_a_real_verb_with_its_configuration(unit: Path) -> None:
+    service = _service(unit)
+    argv = shlex.split(service["ExecStart"])
+    assert argv[0].endswith("/bin/stratus") and argv[1] in main.commands
+    (config,) = [
+        line.split("STRATUS_CONF=", 1)[1].strip()
+        for line in unit.read_text().splitlines()
+        if line.startswith("Environment=STRATUS_CONF=")
+    ]
+    assert (DEPLOY / Path(config).name).is_file()  # the example of the file it reads
