@@ -11,6 +11,7 @@ from stratus.cli.options import with_config
 from stratus.config import StratusConfig
 from stratus.logs import configure_daemon_logging
 from stratus.nimbus.daemon import Nimbus
+from stratus.rlimits import raise_open_files_limit
 
 
 @click.command()
@@ -18,6 +19,7 @@ from stratus.nimbus.daemon import Nimbus
 def nimbus(conf: StratusConfig) -> None:
     """Run a nimbus: the HTTP API, and a place in the leader election."""
     configure_daemon_logging()
+    raise_open_files_limit()
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda _s, _f: stop.set())

@@ -49,6 +49,7 @@ from stratus.nimbus.duties.lost_code import FailLostCode
 from stratus.nimbus.duties.replication import ActivateReplicated
 from stratus.nimbus.duties.round import DutyRound
 from stratus.nimbus.duties.scheduling import SchedulingDuty
+from stratus.nimbus.http_bounds import uvicorn_options
 from stratus.nimbus.leadership_controller import LeadershipController
 from stratus.nimbus.metrics import NimbusMetrics
 from stratus.nimbus.pipeline_ops import PipelineOps
@@ -162,7 +163,12 @@ class Nimbus:
         self._opened.append(self._sock.close)
         try:
             client = self._connect()
-            ops = PipelineOps(client, self.paths, wall=self._wall)
+            ops = PipelineOps(
+                client,
+                self.paths,
+                wall=self._wall,
+                max_record_bytes=self.conf.nimbus_max_record_bytes,
+            )
             submitter = self._build_code(client, ops)
             self._build_leadership(client, ops, submitter)
             self._go_live(client)
@@ -339,7 +345,7 @@ class Nimbus:
             return
         try:
             self._package_server = PackageServer(
-                store, self.conf.nimbus_host, self.conf.nimbus_code_port
+                store, self.conf.nimbus_host, self.conf.nimbus_code_port, self.settings.code_server
             )
         except OSError as exc:
             raise NimbusStartError(
@@ -378,6 +384,7 @@ class Nimbus:
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=1,
+            **uvicorn_options(self.settings.http),
         )
         server = uvicorn.Server(config)
         thread = threading.Thread(

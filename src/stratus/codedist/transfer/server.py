@@ -11,8 +11,8 @@ stays for the rest.
 Both servers send what ``serve.locate`` decides, so they answer alike: one byte range
 (``Range``, 206 with ``Content-Range``, 416 past the end), 404 for a digest the store does
 not hold, 422 for what is not a digest, the API's error body, and only files of the store
-named by a sha256. One thread per connection, HTTP/1.1 kept alive until ``IDLE_SECS``
-without a request::
+named by a sha256. One thread per connection, at most ``bounds.max_connections`` of them
+(``bounded_server``), HTTP/1.1 kept alive until ``bounds.idle_secs`` without a request::
 
     server = PackageServer(store, "127.0.0.1", 0)   # OSError if the port is taken
     server.start()
@@ -26,25 +26,30 @@ import logging
 import os
 import threading
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import BinaryIO
 
 from stratus.api.errors import UnknownCodeError
 from stratus.codedist.package_store import PackageStore
+from stratus.codedist.transfer.bounded_server import (
+    DEFAULT_BOUNDS,
+    BoundedHTTPServer,
+    ConnectionBounds,
+)
 from stratus.codedist.transfer.serve import PackageFile, Refusal, locate
 
 log = logging.getLogger(__name__)
 
 CODE_PREFIX = "/api/v1/code/"
-IDLE_SECS = 30.0  # a kept connection with no request for this long is closed (and each read)
 
 
 class PackageServer:
     """Serves a store's packages with ``sendfile`` on its own port; see the module docstring."""
 
-    def __init__(self, store: PackageStore, host: str, port: int) -> None:
-        self._server = ThreadingHTTPServer((host, port), _handler_for(store))
-        self._server.daemon_threads = True
+    def __init__(
+        self, store: PackageStore, host: str, port: int, bounds: ConnectionBounds = DEFAULT_BOUNDS
+    ) -> None:
+        self._server = BoundedHTTPServer((host, port), _handler_for(store), bounds)
         self._thread: threading.Thread | None = None
         bound_port = self._server.server_address[1]
         self.address = f"{host}:{bound_port}"
@@ -77,7 +82,6 @@ class _PackageHandler(BaseHTTPRequestHandler):
 
     store: PackageStore
     protocol_version = "HTTP/1.1"
-    timeout = IDLE_SECS
     server_version = "stratus-package-server"
 
     def do_GET(self) -> None:
