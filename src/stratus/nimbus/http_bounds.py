@@ -37,7 +37,8 @@ def uvicorn_options(bounds: HttpBounds) -> dict[str, Any]:
     return {
         "http": bounded_protocol(bounds),
         "log_config": None,  # uvicorn logs through the daemon's handlers (and their limits)
-        "limit_concurrency": bounds.max_connections,
+        # uvicorn answers 503 once connections or tasks reach it; connections stop at the bound
+        "limit_concurrency": bounds.max_connections + 1,
         "timeout_keep_alive": bounds.keepalive_secs,
         "h11_max_incomplete_event_size": bounds.max_header_bytes,
     }
