@@ -36,6 +36,8 @@ from stratus.api.errors import (
     PackageRejectedError,
     PackageTooLargeError,
     PipelineExistsError,
+    RecordTooLargeError,
+    RequestTooLargeError,
     UnavailableError,
     UnknownPipelineError,
 )
@@ -59,6 +61,8 @@ __all__ = [
     "PackageRejectedError",
     "PackageTooLargeError",
     "PipelineExistsError",
+    "RecordTooLargeError",
+    "RequestTooLargeError",
     "UnavailableError",
     "UnknownPipelineError",
 ]
