@@ -8,6 +8,7 @@ being expanded; uploads past the bound wait with 503; no error body echoes its i
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -20,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from stratus.local.processes import NimbusProcess
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
@@ -249,15 +251,47 @@ def test_error_bodies_quote_hostile_input_only_in_part(cluster):
         assert len(answer.content) < SMALL_ERROR_BYTES, answer.text[:300]
 
 
-def test_an_upload_past_the_bound_is_503_with_retry_after(cluster):
-    leader = cluster.by_address(cluster.wait_for_agreed_leader())
-    content_type, body = multipart("slow", valid_package("slow"))
-    with socket.create_connection((leader.host, leader.port), timeout=30.0) as slow:
+@contextlib.contextmanager
+def held_upload(nimbus: NimbusProcess) -> Iterator[None]:
+    """A submit whose package is sent but for its last bytes, held until the block ends."""
+    content_type, body = multipart("slow", valid_package("slow", payload_bytes=MAX_UPLOAD // 2))
+    with socket.create_connection((nimbus.host, nimbus.port), timeout=30.0) as slow:
         slow.sendall(
             b"POST /api/v1/pipelines HTTP/1.1\r\nHost: n\r\n"
             b"Content-Type: %s\r\nContent-Length: %d\r\n\r\n" % (content_type.encode(), len(body))
         )
-        slow.sendall(body[:100])  # and holds the rest: its upload is being read
+        slow.sendall(body[:-100])
+        yield
+
+
+def open_files_of(pid: int) -> list[str]:
+    found = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            found.append(os.readlink(fd))
+    return found
+
+
+def test_an_upload_is_spooled_in_the_package_store_while_it_arrives(cluster):
+    leader = cluster.by_address(cluster.wait_for_agreed_leader())
+    assert leader.pid is not None
+    store = str(leader.local_dir / "packages")
+    with held_upload(leader):
+        wait_until(
+            lambda: any(f.startswith(store + "/") for f in open_files_of(leader.pid or 0)),
+            30,
+            "the nimbus to spool the upload in its package store",
+        )
+    wait_until(
+        lambda: not any(f.startswith(store + "/") for f in open_files_of(leader.pid or 0)),
+        30,
+        "the spooled upload to be closed",
+    )
+
+
+def test_an_upload_past_the_bound_is_503_with_retry_after(cluster):
+    leader = cluster.by_address(cluster.wait_for_agreed_leader())
+    with held_upload(leader):
         answers: list[httpx.Response] = []
 
         def refused() -> bool:

@@ -41,6 +41,7 @@ from stratus.nimbus.limits import (
 from stratus.nimbus.metrics import CONTENT_TYPE_LATEST, NimbusMetrics
 from stratus.nimbus.service import MAX_REQUEST_ID_LENGTH, NimbusService
 from stratus.nimbus.status_page import render_status_page
+from stratus.nimbus.upload_spool import spooling_route
 
 PREFIX = "/api/v1"
 SUBMIT_PATH = f"{PREFIX}/pipelines"
@@ -112,12 +113,6 @@ def _add_read_routes(app: FastAPI, service: NimbusService) -> None:
 
 
 def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
-    @app.post(
-        SUBMIT_PATH,
-        status_code=201,
-        tags=["leader only"],
-        responses={200: {"model": PipelineRecord, "description": "a retry: the pipeline it made"}},
-    )
     def submit(
         response: Response,
         package: Annotated[
@@ -151,6 +146,16 @@ def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
         if not created:
             response.status_code = 200
         return record
+
+    app.router.add_api_route(  # as @app.post, with the package spooled into the store
+        SUBMIT_PATH,
+        submit,
+        methods=["POST"],
+        status_code=201,
+        tags=["leader only"],
+        responses={200: {"model": PipelineRecord, "description": "a retry: the pipeline it made"}},
+        route_class_override=spooling_route(service.incoming.directory),
+    )
 
     @app.post(f"{PREFIX}/pipelines/{{name}}/kill", tags=["leader only"])
     def kill(name: PipelinePathName, body: KillRequest | None = None) -> PipelineRecord:

@@ -111,7 +111,7 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if self._is_leader_only(scope):
+        if self._leader_only_route(scope):
             try:
                 self._leader_term()
             except NotLeaderError as exc:
@@ -140,8 +140,13 @@ class RequestGuard:
         finally:
             self._uploads -= 1
 
-    def _is_leader_only(self, scope: Scope) -> bool:
-        return any(route.matches(scope)[0] is Match.FULL for route in self._leader_only)
+    def _leader_only_route(self, scope: Scope) -> bool:
+        """Whether the request is for a leader-only route; notes the route for the metrics."""
+        for route in self._leader_only:
+            if route.matches(scope)[0] is Match.FULL:
+                scope["route"] = route  # as routing would: the request is counted under it
+                return True
+        return False
 
     def _limit(self, upload: bool) -> int:
         if upload:
