@@ -451,14 +451,14 @@ def _check_runnable(manifest: Manifest, by_name: Mapping[str, zipfile.ZipInfo]) 
         candidates = (f"{module}.py", f"{module}/__init__.py")
         if not files.intersection(candidates):
             raise InvalidPackageError(
-                f"{MANIFEST_NAME}: entrypoint {manifest.entrypoint!r} needs {candidates[0]} "
+                f"{MANIFEST_NAME}: entrypoint {echo(manifest.entrypoint)} needs {candidates[0]} "
                 f"or {candidates[1]} in the package, and it has neither; add the module or "
                 "fix the entrypoint",
                 entry=MANIFEST_NAME,
             )
     if manifest.project is not None and manifest.project not in files:
         raise InvalidPackageError(
-            f"{MANIFEST_NAME}: project file {manifest.project!r} is not in the package; add "
+            f"{MANIFEST_NAME}: project file {echo(manifest.project)} is not in the package; add "
             "it or set project to its path",
             entry=MANIFEST_NAME,
         )
