@@ -117,3 +117,9 @@ def test_a_daemon_raises_its_open_files_limit_to_the_hard_limit():
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "True"
+
+
+@pytest.mark.parametrize("number", [".nan", ".inf", "-.inf"])
+def test_non_finite_numbers_are_refused_in_a_manifest_conf(number):
+    with pytest.raises(InvalidPackageError, match="finite"):
+        parse_manifest(f"name: n\nkind: app\nentrypoint: m:run\nconf: {{spark.x: {number}}}\n")
