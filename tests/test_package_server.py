@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import http.client
 import os
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +20,11 @@ import pytest
 
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.package_store import PackageStore
+from stratus.codedist.transfer.bounded_server import ConnectionBounds
 from stratus.codedist.transfer.fetch import FetchSettings, fetch_package
 from stratus.codedist.transfer.server import PackageServer
 from tests.code_server import code_server, stored
+from tests.zkfixtures import wait_until
 
 MIB = 1 << 20
 DATA = os.urandom(5 * MIB + 123)
@@ -145,3 +148,48 @@ def test_a_port_in_use_is_refused_at_construction(served):
     port = int(served.address.rsplit(":", 1)[1])
     with pytest.raises(OSError), contextlib.closing(PackageServer(served.store, "127.0.0.1", port)):
         pass
+
+
+@contextlib.contextmanager
+def bounded_server(tmp_path: Path, idle_secs: float) -> Iterator[PackageServer]:
+    """A package server that holds two connections."""
+    store = PackageStore(tmp_path / "store", max_bytes=64 * MIB)
+    stored(store, DATA)
+    bounds = ConnectionBounds(max_connections=2, idle_secs=idle_secs)
+    server = PackageServer(store, "127.0.0.1", 0, bounds=bounds)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def connect(address: str) -> socket.socket:
+    host, port = address.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=30.0)
+
+
+def test_a_connection_past_the_bound_gets_503_and_the_others_are_served(tmp_path):
+    with contextlib.ExitStack() as held:
+        bounded = held.enter_context(bounded_server(tmp_path, idle_secs=120.0))
+        first, second = (held.enter_context(connect(bounded.address)) for _ in range(2))
+        for sock in (first, second):  # both served: they hold the two slots
+            sock.sendall(f"HEAD /api/v1/code/{DIGEST} HTTP/1.1\r\nHost: n\r\n\r\n".encode())
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")
+        with connect(bounded.address) as third:
+            refused = third.recv(4096)
+        assert refused.startswith(b"HTTP/1.1 503 ")
+        assert b"Retry-After: 1" in refused
+        first.close()  # a slot is free again once a held connection closes
+        wait_until(
+            lambda: (
+                answer(bounded.address, "HEAD", f"/api/v1/code/{DIGEST}", {}).status_code == 200
+            ),
+            30,
+            "the package server to serve again",
+        )
+
+
+def test_a_silent_connection_is_closed_after_the_idle_time(tmp_path):
+    with bounded_server(tmp_path, idle_secs=1.0) as bounded, connect(bounded.address) as silent:
+        assert silent.recv(4096) == b""  # closed by the server, not by this test's timeout

@@ -266,6 +266,70 @@ class StratusConfig(BaseModel):
         alias="nimbus.max.upload.bytes",
         description="largest pipeline package a nimbus accepts; larger uploads get HTTP 413",
     )
+    nimbus_max_request_bytes: int = Field(
+        default=1024 * 1024,
+        gt=0,
+        alias="nimbus.max.request.bytes",
+        description="largest body of any API request but a submit; larger bodies get HTTP 413 "
+        "before they are read",
+    )
+    nimbus_max_concurrent_uploads: int = Field(
+        default=4,
+        gt=0,
+        alias="nimbus.max.concurrent.uploads",
+        description="submits whose packages a nimbus reads at once; one more gets HTTP 503 "
+        "with Retry-After",
+    )
+    nimbus_max_record_bytes: int = Field(
+        default=512 * 1024,
+        gt=0,
+        le=1_000_000,
+        alias="nimbus.max.record.bytes",
+        description="largest pipeline record (its znode), below ZooKeeper's jute.maxbuffer "
+        "(1 MiB by default); a submit or rebalance that would pass it gets HTTP 413 "
+        "record_too_large",
+    )
+    nimbus_http_max_connections: int = Field(
+        default=4096,
+        gt=0,
+        alias="nimbus.http.max.connections",
+        description="open connections to a nimbus's API; one more is closed at once, and "
+        "requests beyond it at once get HTTP 503",
+    )
+    nimbus_http_header_timeout_secs: float = Field(
+        default=10.0,
+        gt=0,
+        alias="nimbus.http.header.timeout.secs",
+        description="a connection to the API that has not sent a whole request head this long "
+        "after it opened (or after its last response) is closed",
+    )
+    nimbus_http_keepalive_secs: float = Field(
+        default=5.0,
+        gt=0,
+        alias="nimbus.http.keepalive.secs",
+        description="an idle kept-alive API connection is closed after this long",
+    )
+    nimbus_http_max_header_bytes: int = Field(
+        default=16 * 1024,
+        ge=1024,
+        alias="nimbus.http.max.header.bytes",
+        description="largest request head (request line and headers) the API reads; a larger "
+        "one gets HTTP 400 and the connection is closed",
+    )
+    nimbus_code_max_connections: int = Field(
+        default=256,
+        gt=0,
+        alias="nimbus.code.max.connections",
+        description="open connections to a nimbus's package server (one thread each); one "
+        "more gets HTTP 503 and is closed",
+    )
+    nimbus_code_idle_secs: float = Field(
+        default=30.0,
+        gt=0,
+        alias="nimbus.code.idle.secs",
+        description="a package server connection idle this long (no request, or a read or "
+        "write that makes no progress) is closed",
+    )
     nimbus_lead_check_secs: float = Field(
         default=1.0,
         gt=0,

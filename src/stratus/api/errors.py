@@ -88,6 +88,20 @@ class PackageTooLargeError(ApiError):
     status = 413
 
 
+class RequestTooLargeError(ApiError):
+    """A request body over ``nimbus.max.request.bytes``; refused before it is read."""
+
+    code = "request_too_large"
+    status = 413
+
+
+class RecordTooLargeError(ApiError):
+    """A pipeline record that would pass ``nimbus.max.record.bytes``: a smaller conf fits."""
+
+    code = "record_too_large"
+    status = 413
+
+
 class UnknownCodeError(ApiError):
     """This nimbus holds no package with that digest (GET /api/v1/code/{digest})."""
 
@@ -101,6 +115,10 @@ class UnavailableError(ApiError):
     code = "unavailable"
     status = 503
     retryable = True
+
+
+class UploadsBusyError(UnavailableError):
+    """``nimbus.max.concurrent.uploads`` submits are being read; retry after ``Retry-After``."""
 
 
 class NoLeaderError(UnavailableError, RuntimeError):
@@ -125,6 +143,8 @@ _BY_CODE: dict[str, type[ApiError]] = {
         InvalidRequestError,
         PackageRejectedError,
         PackageTooLargeError,
+        RequestTooLargeError,
+        RecordTooLargeError,
         UnknownCodeError,
         UnavailableError,
     )

@@ -18,6 +18,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field
 
+from stratus.api.echo import echo
 from stratus.api.errors import InvalidNameError
 
 PIPELINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
@@ -31,13 +32,13 @@ def is_pipeline_name(name: str) -> bool:
 def check_pipeline_name(name: str) -> str:
     """``name`` if it follows the rule; InvalidNameError (``invalid_name``) naming it if not."""
     if not is_pipeline_name(name):
-        raise InvalidNameError(f"invalid pipeline name {name!r}: use {PIPELINE_NAME_RULE}")
+        raise InvalidNameError(f"invalid pipeline name {echo(name)}: use {PIPELINE_NAME_RULE}")
     return name
 
 
 def _validated(name: str) -> str:
     if not is_pipeline_name(name):
-        raise ValueError(f"must be {PIPELINE_NAME_RULE} (got {name!r})")
+        raise ValueError(f"must be {PIPELINE_NAME_RULE} (got {echo(name)})")
     return name
 
 

@@ -15,10 +15,12 @@ name the operator's files or hosts are refused::
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from stratus.api.echo import echo
 from stratus.api.errors import InvalidConfError
 from stratus.api.locations import CHECKPOINT_SUBPATH_KEY, SUBPATH_RULE, check_operator_keys
 
@@ -63,7 +65,10 @@ def validate_pipeline_conf(conf: Mapping[str, Any]) -> dict[str, Any]:
 
 def _check_entry(key: Any, value: Any) -> None:
     if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
-        raise InvalidConfError(f"invalid pipeline conf key {key!r}")
+        raise InvalidConfError(f"invalid pipeline conf key {echo(key)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        # JSON has no NaN nor Infinity; Python's parser accepts them, Spark and JSON readers not
+        raise InvalidConfError(f"pipeline conf {key}: {value} is not a finite number")
     check_operator_keys(key, value)
     if key.startswith("spark."):
         _check_spark_value(key, value)
@@ -72,12 +77,12 @@ def _check_entry(key: Any, value: Any) -> None:
     elif key in PIPELINE_KEYS:
         check, expected = PIPELINE_KEYS[key]
         if not check(value):
-            raise InvalidConfError(f"pipeline conf {key}: expected {expected}, got {value!r}")
+            raise InvalidConfError(f"pipeline conf {key}: expected {expected}, got {echo(value)}")
     else:
         close = difflib.get_close_matches(key, list(PIPELINE_KEYS), n=1, cutoff=0.6)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise InvalidConfError(
-            f"unknown pipeline conf key {key!r}: keys are spark.* or one of "
+            f"unknown pipeline conf key {echo(key)}: keys are spark.* or one of "
             f"{', '.join(PIPELINE_KEYS)}, {ENV_PREFIX}NAME{hint}"
         )
 

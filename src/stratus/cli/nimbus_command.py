@@ -11,6 +11,7 @@ from stratus.cli.options import with_config
 from stratus.config import StratusConfig
 from stratus.logs import configure_daemon_logging
 from stratus.nimbus.daemon import Nimbus
+from stratus.rlimits import raise_open_files_limit
 
 
 @click.command()
@@ -25,6 +26,7 @@ def nimbus(conf: StratusConfig, insecure: bool) -> None:
     configure_daemon_logging()
     if insecure:
         conf = conf.model_copy(update={"nimbus_auth_insecure": True})
+    raise_open_files_limit()
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda _s, _f: stop.set())

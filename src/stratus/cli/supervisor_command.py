@@ -15,6 +15,7 @@ import click
 from stratus.cli.options import with_config
 from stratus.config import StratusConfig, config_from_mapping
 from stratus.logs import configure_daemon_logging
+from stratus.rlimits import raise_open_files_limit
 from stratus.supervisor.daemon import Supervisor
 
 READY_LINE = "supervisor {id} running slots={slots} local={local}"
@@ -52,6 +53,7 @@ def supervisor(conf: StratusConfig, slots: int | None, supervisor_id: str | None
     """Run a supervisor: the workers of the pipelines the leader assigns to it."""
     conf = with_overrides(conf, slots=slots, supervisor_id=supervisor_id)
     configure_daemon_logging()
+    raise_open_files_limit()
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda _s, _f: stop.set())

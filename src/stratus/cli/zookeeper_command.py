@@ -28,6 +28,7 @@ import click
 
 from stratus.cli.options import with_config
 from stratus.config import StratusConfig
+from stratus.rlimits import raise_open_files_limit
 from stratus.settings import zk_server_auth, zk_server_tls
 from stratus.zk.ensemble import ZooKeeperEnsemble
 from stratus.zk.errors import ZooKeeperServerError
@@ -101,6 +102,7 @@ def zookeeper(
     ensemble_size: int | None,
 ) -> None:
     """Run a real ZooKeeper server on this machine until SIGINT or SIGTERM."""
+    raise_open_files_limit()  # the ZooKeeper servers it starts inherit it
     port = conf.zookeeper_server_port if port is None else port
     tick_time_ms = tick_time_ms or conf.zookeeper_server_tick_time_ms
     host = host or conf.zookeeper_server_host

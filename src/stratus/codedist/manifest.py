@@ -9,9 +9,10 @@ either an ``app`` (stratus calls one Python function with a Spark session) or an
     parse_manifest("name: etl\\nkind: sdp\\n").project      # 'spark-pipeline.yml'
     parse_manifest("name: etl\\nkind: jar\\n")               # InvalidPackageError naming `kind`
 
-Every error names the field at fault. ``manifest.schema.json`` beside this module is
-``manifest_json_schema()`` written out, for editors (``python -m stratus.codedist.manifest``
-prints it).
+Every error names the field at fault, and quotes what it got only in part (``echo``). The
+manifest is bounded in size and may not use YAML anchors or aliases (``untrusted_yaml``).
+``manifest.schema.json`` beside this module is ``manifest_json_schema()`` written out, for
+editors (``python -m stratus.codedist.manifest`` prints it).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import re
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -34,14 +34,17 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from stratus.api.echo import MAX_ECHO_CHARS, clip, echo
 from stratus.api.errors import InvalidConfError
 from stratus.api.names import PIPELINE_NAME_RULE, PipelineName
 from stratus.api.pipeline_conf import validate_pipeline_conf
+from stratus.api.untrusted_yaml import UntrustedYamlError, load_untrusted_yaml
 from stratus.codedist.errors import InvalidPackageError
 
 MANIFEST_NAME = "stratus.yaml"
 MAX_MANIFEST_BYTES = 1024 * 1024
 MAX_REQUIREMENTS = 200
+MAX_PROBLEMS = 5  # validation problems named in one error; the rest are counted
 DEFAULT_SDP_PROJECT = "spark-pipeline.yml"
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 TRIGGER_CONF_KEY = "pipeline.trigger.interval.secs"
@@ -143,7 +146,7 @@ class Manifest(BaseModel):
             raise ValueError("only for kind app; an sdp pipeline runs its `project` file")
         if entrypoint is not None and not ENTRYPOINT.fullmatch(entrypoint):
             raise ValueError(
-                f"must be package.module:function, e.g. wordcount.main:run (got {entrypoint!r})"
+                f"must be package.module:function, e.g. wordcount.main:run (got {echo(entrypoint)})"
             )
         return entrypoint
 
@@ -172,7 +175,7 @@ class Manifest(BaseModel):
             if not re.fullmatch(_REQUIREMENT, requirement):
                 raise ValueError(
                     f"item {index} must be one pip requirement on one line, such as "
-                    f"'requests>=2.31', not empty nor a pip option (got {requirement!r})"
+                    f"'requests>=2.31', not empty nor a pip option (got {echo(requirement)})"
                 )
         return requirements
 
@@ -199,8 +202,11 @@ def parse_manifest(text: str, where: str = MANIFEST_NAME) -> Manifest:
     try:
         return Manifest.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(_describe(error) for error in exc.errors())
-        raise InvalidPackageError(f"{where}: {problems}", entry=MANIFEST_NAME) from None
+        errors = exc.errors(include_input=True, include_url=False)
+        problems = "; ".join(_describe(error) for error in errors[:MAX_PROBLEMS])
+        if len(errors) > MAX_PROBLEMS:
+            problems += f"; and {len(errors) - MAX_PROBLEMS} more"
+        raise InvalidPackageError(f"{where}: {clip(problems)}", entry=MANIFEST_NAME) from None
 
 
 def manifest_json_schema() -> dict[str, Any]:
@@ -218,64 +224,36 @@ def _package_path(path: str) -> str:
     parts = path.split("/")
     if not path or path.startswith("/") or "\\" in path or "\x00" in path or ".." in parts:
         raise ValueError(
-            f"must be a relative path inside the package, with '/' and without '..' (got {path!r})"
+            "must be a relative path inside the package, with '/' and without '..' "
+            f"(got {echo(path)})"
         )
     normal = str(PurePosixPath(path))
     if normal == ".":
-        raise ValueError(f"must name a file in the package (got {path!r})")
+        raise ValueError(f"must name a file in the package (got {echo(path)})")
     return normal
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A safe loader that refuses a key given twice in one mapping (YAML keeps the last)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
 
 
 def _load_yaml(text: str, where: str) -> Any:
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        raise InvalidPackageError(
-            f"{where}: not valid YAML: {_yaml_problem(exc)}", entry=MANIFEST_NAME
-        ) from None
-    except RecursionError:
-        raise InvalidPackageError(
-            f"{where}: not valid YAML: nested too deeply", entry=MANIFEST_NAME
-        ) from None
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """``line L, column C: problem`` without PyYAML's quoted snippet."""
-    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
-        mark = exc.problem_mark
-        return f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}"
-    return " ".join(str(exc).split())
+        return load_untrusted_yaml(text, max_bytes=MAX_MANIFEST_BYTES)
+    except UntrustedYamlError as exc:
+        raise InvalidPackageError(f"{where}: {exc}", entry=MANIFEST_NAME) from None
 
 
 def _describe(error: ErrorDetails) -> str:
     """One pydantic error as ``field: what is wrong (got value)``."""
-    field = ".".join(str(part) for part in error["loc"] if part != "[key]")
+    field = clip(".".join(str(part) for part in error["loc"] if part != "[key]"), MAX_ECHO_CHARS)
     kind = error["type"]
     if kind == "value_error":
         message = str(error.get("ctx", {}).get("error", error["msg"]))
-        return f"{field}: {message}" if field else message
+        return f"{field}: {clip(message)}" if field else clip(message)
     if kind == "missing":
         return f"{field}: required field is missing"
     if kind == "extra_forbidden":
         return f"{field}: {_unknown_field(error['loc'])}"
     message = error["msg"].replace("Input should be", "must be", 1)
     message = message[0].lower() + message[1:]
-    return f"{field}: {message} (got {error['input']!r})"
+    return f"{field}: {message} (got {echo(error['input'])})"
 
 
 def _unknown_field(loc: tuple[int | str, ...]) -> str:

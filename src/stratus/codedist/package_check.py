@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from stratus.api.echo import echo
 from stratus.codedist.errors import InvalidPackageError
 from stratus.codedist.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, parse_manifest
 
@@ -218,7 +219,7 @@ def normal_name(name: str) -> str:
 def _check_name(name: str) -> None:
     problem = _name_problem(name)
     if problem is not None:
-        raise InvalidPackageError(f"entry {name!r} {problem}; {_REBUILD}", entry=name)
+        raise InvalidPackageError(f"entry {echo(name)} {problem}; {_REBUILD}", entry=name)
 
 
 def _name_problem(name: str) -> str | None:
@@ -244,7 +245,7 @@ def _check_file_type(info: zipfile.ZipInfo) -> None:
         if is_special(mode):
             name = info.orig_filename
             raise InvalidPackageError(
-                f"entry {name!r} is {what}; a package holds only regular files and "
+                f"entry {echo(name)} is {what}; a package holds only regular files and "
                 "directories: put the file itself in the package",
                 entry=name,
             )
@@ -254,7 +255,7 @@ def _check_not_encrypted(info: zipfile.ZipInfo) -> None:
     if info.flag_bits & _FLAG_ENCRYPTED:
         name = info.orig_filename
         raise InvalidPackageError(
-            f"entry {name!r} is encrypted; zip the package without a password", entry=name
+            f"entry {echo(name)} is encrypted; zip the package without a password", entry=name
         )
 
 
@@ -263,7 +264,7 @@ def _check_method(info: zipfile.ZipInfo) -> None:
         name = info.orig_filename
         method = _METHOD_NAMES.get(info.compress_type, f"method {info.compress_type}")
         raise InvalidPackageError(
-            f"entry {name!r} is compressed with {method}; a package's entries are deflated "
+            f"entry {echo(name)} is compressed with {method}; a package's entries are deflated "
             f"or stored: {_REBUILD}",
             entry=name,
         )
@@ -277,10 +278,10 @@ def _check_unique(info: zipfile.ZipInfo, by_name: dict[str, zipfile.ZipInfo]) ->
         same = (
             "appears twice"
             if other.orig_filename == name
-            else f"and entry {other.orig_filename!r} name the same file"
+            else f"and entry {echo(other.orig_filename)} name the same file"
         )
         raise InvalidPackageError(
-            f"entry {name!r} {same}; tools unpack one or the other: keep one", entry=name
+            f"entry {echo(name)} {same}; tools unpack one or the other: keep one", entry=name
         )
     by_name[normal] = info
 
@@ -294,7 +295,7 @@ def _check_sizes(infos: Sequence[zipfile.ZipInfo], packed: int, limits: PackageL
         if _ratio_too_high(info.file_size, info.compress_size, limits):
             name = info.orig_filename
             raise InvalidPackageError(
-                f"entry {name!r} unpacks to {info.file_size} bytes from {info.compress_size} "
+                f"entry {echo(name)} unpacks to {info.file_size} bytes from {info.compress_size} "
                 f"packed, {_ratio(info.file_size, info.compress_size)}, over "
                 f"package.max.ratio ({limits.max_ratio:g}): it looks like a zip bomb",
                 entry=name,
@@ -330,7 +331,7 @@ def _check_contents(fp: BinaryIO, infos: Sequence[zipfile.ZipInfo], packed: int)
     data_end, previous = 0, None
     for info in sorted(infos, key=lambda info: info.header_offset):
         if previous is not None and info.header_offset < data_end:
-            raise _corrupt(info, f"its data overlaps entry {previous.orig_filename!r}")
+            raise _corrupt(info, f"its data overlaps entry {echo(previous.orig_filename)}")
         data_end = _check_content(fp, info, packed)
         previous = info
 
@@ -367,7 +368,7 @@ def _data_start(fp: BinaryIO, info: zipfile.ZipInfo) -> int:
     encoding = "utf-8" if info.flag_bits & _FLAG_UTF8_NAME else "cp437"
     local_name = fp.read(name_length).decode(encoding, errors="replace")
     if local_name != info.orig_filename:
-        raise _corrupt(info, f"its local header names it {local_name!r}")
+        raise _corrupt(info, f"its local header names it {echo(local_name)}")
     return info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
 
 
@@ -401,13 +402,14 @@ def _raw(fp: BinaryIO, start: int, length: int) -> Iterator[bytes]:
 
 def _corrupt(info: zipfile.ZipInfo, why: str) -> InvalidPackageError:
     name = info.orig_filename
-    return InvalidPackageError(f"entry {name!r} is corrupt: {why}; zip it again", entry=name)
+    return InvalidPackageError(f"entry {echo(name)} is corrupt: {why}; zip it again", entry=name)
 
 
 def _size_lie(info: zipfile.ZipInfo, what: str) -> InvalidPackageError:
     name = info.orig_filename
     return InvalidPackageError(
-        f"entry {name!r} {what}: the zip's sizes are wrong (tampered with or corrupt); {_REBUILD}",
+        f"entry {echo(name)} {what}: the zip's sizes are wrong (tampered with or corrupt); "
+        f"{_REBUILD}",
         entry=name,
     )
 
@@ -449,14 +451,14 @@ def _check_runnable(manifest: Manifest, by_name: Mapping[str, zipfile.ZipInfo]) 
         candidates = (f"{module}.py", f"{module}/__init__.py")
         if not files.intersection(candidates):
             raise InvalidPackageError(
-                f"{MANIFEST_NAME}: entrypoint {manifest.entrypoint!r} needs {candidates[0]} "
+                f"{MANIFEST_NAME}: entrypoint {echo(manifest.entrypoint)} needs {candidates[0]} "
                 f"or {candidates[1]} in the package, and it has neither; add the module or "
                 "fix the entrypoint",
                 entry=MANIFEST_NAME,
             )
     if manifest.project is not None and manifest.project not in files:
         raise InvalidPackageError(
-            f"{MANIFEST_NAME}: project file {manifest.project!r} is not in the package; add "
+            f"{MANIFEST_NAME}: project file {echo(manifest.project)} is not in the package; add "
             "it or set project to its path",
             entry=MANIFEST_NAME,
         )

@@ -18,12 +18,8 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stratus import __version__
-from stratus.api.errors import (
-    ApiError,
-    InvalidRequestError,
-    NotLeaderError,
-    PackageTooLargeError,
-)
+from stratus.api.echo import MAX_ECHO_CHARS, clip
+from stratus.api.errors import ApiError, InvalidRequestError
 from stratus.api.names import PIPELINE_NAME, PIPELINE_NAME_RULE
 from stratus.api.records import (
     ClusterSummary,
@@ -41,14 +37,20 @@ from stratus.nimbus.authorization import (
     documented_security,
 )
 from stratus.nimbus.code_routes import add_code_routes
+from stratus.nimbus.limits import (
+    RequestGuard,
+    add_limit_handlers,
+    error_response,
+    leader_only_routes,
+)
 from stratus.nimbus.metrics import CONTENT_TYPE_LATEST, NimbusMetrics
 from stratus.nimbus.service import MAX_REQUEST_ID_LENGTH, NimbusService
 from stratus.nimbus.status_page import render_status_page
+from stratus.nimbus.upload_spool import spooling_route
 from stratus.security.access import OPEN, AccessPolicy
 
 PREFIX = "/api/v1"
 SUBMIT_PATH = f"{PREFIX}/pipelines"
-MULTIPART_OVERHEAD = 64 * 1024  # room for the form's other fields and boundaries
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody} for status in (404, 409, 413, 421, 422, 503)
 }
@@ -81,7 +83,14 @@ def create_app(
     _add_leader_routes(app, service)
     _add_page_routes(app, service, metrics)
     add_code_routes(app, service.incoming)
-    app.add_middleware(UploadGuard, service=service)
+    add_limit_handlers(app)
+    app.add_middleware(
+        RequestGuard,
+        limits=service.limits,
+        leader_term=service.leader_term,
+        leader_only=leader_only_routes(app.router.routes),
+        upload_path=SUBMIT_PATH,
+    )
     app.add_middleware(EpochHeader, service=service)
     app.add_middleware(RequireRole, policy=policy)  # before the guard: 401, not 421 or 413
     app.add_middleware(RequestMetrics, metrics=metrics)
@@ -114,12 +123,6 @@ def _add_read_routes(app: FastAPI, service: NimbusService) -> None:
 
 
 def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
-    @app.post(
-        SUBMIT_PATH,
-        status_code=201,
-        tags=["leader only"],
-        responses={200: {"model": PipelineRecord, "description": "a retry: the pipeline it made"}},
-    )
     def submit(
         response: Response,
         package: Annotated[
@@ -154,6 +157,16 @@ def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
             response.status_code = 200
         return record
 
+    app.router.add_api_route(  # as @app.post, with the package spooled into the store
+        SUBMIT_PATH,
+        submit,
+        methods=["POST"],
+        status_code=201,
+        tags=["leader only"],
+        responses={200: {"model": PipelineRecord, "description": "a retry: the pipeline it made"}},
+        route_class_override=spooling_route(service.incoming.directory),
+    )
+
     @app.post(f"{PREFIX}/pipelines/{{name}}/kill", tags=["leader only"])
     def kill(name: PipelinePathName, body: KillRequest | None = None) -> PipelineRecord:
         """Mark the pipeline KILLED; its record is removed after ``wait_secs``."""
@@ -183,12 +196,6 @@ def _add_page_routes(app: FastAPI, service: NimbusService, metrics: NimbusMetric
         return HTMLResponse(render_status_page(service.cluster_summary(), service.address))
 
 
-def error_response(error: ApiError) -> JSONResponse:
-    leader = error.leader if isinstance(error, NotLeaderError) else None
-    body = ErrorBody(error=error.code, message=str(error), leader=leader)
-    return JSONResponse(body.model_dump(), status_code=error.status)
-
-
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -201,9 +208,9 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400:  # a body FastAPI could not parse (not UTF-8, broken form)
-            return error_response(InvalidRequestError(f"invalid request: {exc.detail}"))
-        code = str(exc.detail).lower().replace(" ", "_")
-        body = ErrorBody(error=code, message=str(exc.detail))
+            return error_response(InvalidRequestError(f"invalid request: {clip(str(exc.detail))}"))
+        code = clip(str(exc.detail), MAX_ECHO_CHARS).lower().replace(" ", "_")
+        body = ErrorBody(error=code, message=clip(str(exc.detail)))
         headers = dict(exc.headers or {})
         if exc.status_code == 405:  # Allow names every method of the path (RFC 9110)
             headers["Allow"] = _allowed_methods(app, request.scope)
@@ -220,11 +227,14 @@ def _allowed_methods(app: FastAPI, scope: Scope) -> str:
 
 
 def _describe_validation(exc: RequestValidationError) -> str:
+    """The first problems, each ``where: what``; never the input, which may be huge."""
     problems = []
-    for error in exc.errors()[:5]:
-        where = ".".join(str(part) for part in error.get("loc", ()))
-        problems.append(f"{where}: {error.get('msg', 'invalid')}")
-    return "invalid request: " + "; ".join(problems)
+    errors = exc.errors()
+    for error in errors[:5]:
+        where = clip(".".join(str(part) for part in error.get("loc", ())), MAX_ECHO_CHARS)
+        problems.append(f"{where}: {clip(str(error.get('msg', 'invalid')))}")
+    more = f"; and {len(errors) - 5} more" if len(errors) > 5 else ""
+    return "invalid request: " + "; ".join(problems) + more
 
 
 EPOCH_HEADER = b"x-stratus-epoch"
@@ -275,75 +285,8 @@ class RequestMetrics:
             await self.app(scope, receive, send_noting_status)
         finally:
             route = getattr(scope.get("route"), "path", None)
-            if route is None:  # answered before routing (UploadGuard) or no route matched
+            if route is None:  # answered before routing (RequestGuard) or no route matched
                 route = SUBMIT_PATH if scope["path"] == SUBMIT_PATH else "unmatched"
             self.metrics.observe_request(
                 scope["method"], route, status, time.perf_counter() - started
             )
-
-
-class UploadGuard:
-    """ASGI middleware for submits: refuse on a standby or past the size limit before reading.
-
-    Without it a standby would read a whole package only to answer not_leader, and an
-    upload without a Content-Length could fill the disk before any check ran.
-    """
-
-    def __init__(self, app: ASGIApp, service: NimbusService) -> None:
-        self.app = app
-        self.service = service
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not (
-            scope["type"] == "http"
-            and scope["method"] == "POST"
-            and scope["path"].rstrip("/") == SUBMIT_PATH
-        ):
-            await self.app(scope, receive, send)
-            return
-        limit = self.service.max_upload_bytes + MULTIPART_OVERHEAD
-        refusal = self._refusal(scope, limit)
-        if refusal is not None:
-            await refusal(scope, receive, send)
-            return
-        await self._limited(scope, receive, send, limit)
-
-    def _refusal(self, scope: Scope, limit: int) -> JSONResponse | None:
-        try:
-            self.service.leader_term()
-        except NotLeaderError as exc:
-            return error_response(exc)
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > limit:
-            return error_response(self._too_large())
-        return None
-
-    async def _limited(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
-        received = 0
-        started = False
-
-        async def counting_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > limit:
-                raise self._too_large()
-            return message
-
-        async def noting_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, counting_receive, noting_send)
-        except PackageTooLargeError as exc:
-            if started:
-                raise
-            await error_response(exc)(scope, receive, send)
-
-    def _too_large(self) -> PackageTooLargeError:
-        return PackageTooLargeError(
-            f"the upload is larger than nimbus.max.upload.bytes "
-            f"({self.service.max_upload_bytes} bytes)"
-        )

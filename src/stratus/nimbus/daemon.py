@@ -26,6 +26,7 @@ from pathlib import Path
 
 import uvicorn
 from kazoo.client import KazooClient
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from stratus import __version__
 from stratus.api.clock import Clock
@@ -50,6 +51,7 @@ from stratus.nimbus.duties.replication import ActivateReplicated
 from stratus.nimbus.duties.round import DutyRound
 from stratus.nimbus.duties.scheduling import SchedulingDuty
 from stratus.nimbus.exposure import check_exposure
+from stratus.nimbus.http_bounds import uvicorn_options
 from stratus.nimbus.leadership_controller import LeadershipController
 from stratus.nimbus.metrics import NimbusMetrics
 from stratus.nimbus.peer_certificate import PeerCertificateProtocol
@@ -177,7 +179,12 @@ class Nimbus:
         self._opened.append(self._sock.close)
         try:
             client = self._connect()
-            ops = PipelineOps(client, self.paths, wall=self._wall)
+            ops = PipelineOps(
+                client,
+                self.paths,
+                wall=self._wall,
+                max_record_bytes=self.conf.nimbus_max_record_bytes,
+            )
             submitter = self._build_code(client, ops)
             self._build_leadership(client, ops, submitter)
             self._go_live(client)
@@ -358,6 +365,7 @@ class Nimbus:
                 advertised_host=self.conf.nimbus_host,
                 policy=self.policy,
                 tls=self._tls,
+                bounds=self.settings.code_server,
             )
         except OSError as exc:
             raise NimbusStartError(
@@ -396,7 +404,10 @@ class Nimbus:
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=1,
-            http=PeerCertificateProtocol if self._tls is not None else "auto",
+            **uvicorn_options(
+                self.settings.http,
+                base=PeerCertificateProtocol if self._tls is not None else H11Protocol,
+            ),
         )
         if self._tls is not None:
             config.load()

@@ -15,6 +15,11 @@ version, so two requests racing on one pipeline cannot lose an update::
 
 Every operation is idempotent (a submit through its request id), which is what lets a
 client retry any of them after a failover or a lost connection.
+
+A record is at most ``max_record_bytes`` (``nimbus.max.record.bytes``), below ZooKeeper's
+``jute.maxbuffer``: ZooKeeper answers a larger write by closing the session's connection,
+which would look like a lost leadership and be retried forever. Such a change is refused
+before it is sent, as ``RecordTooLargeError`` (413).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from stratus.api.errors import (
     InvalidTransitionError,
     NotLeaderError,
     PipelineExistsError,
+    RecordTooLargeError,
     UnavailableError,
     UnknownPipelineError,
 )
@@ -54,15 +60,24 @@ from stratus.zk.paths import ClusterPaths
 log = logging.getLogger(__name__)
 
 VERSION_RACE_RETRIES = 5  # another request changed the record between our read and write
+DEFAULT_MAX_RECORD_BYTES = 512 * 1024  # nimbus.max.record.bytes
 
 
 class PipelineOps:
     """Submit, kill, activate, deactivate, rebalance and the removal of killed pipelines."""
 
-    def __init__(self, client: KazooClient, paths: ClusterPaths, *, wall: Clock) -> None:
+    def __init__(
+        self,
+        client: KazooClient,
+        paths: ClusterPaths,
+        *,
+        wall: Clock,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    ) -> None:
         self._client = client
         self._paths = paths
         self._wall = wall  # wall clock: kill times must mean the same on every nimbus
+        self._max_record_bytes = max_record_bytes
 
     def submit(
         self,
@@ -97,9 +112,10 @@ class PipelineOps:
             replication_required=replication.required,
             replication_deadline=replication.deadline(now) if pending else None,
         )
+        data = self._encode(record)
         with _zookeeper_errors(term):
             try:
-                term.transaction().create(self._paths.pipeline(name), record.encode()).commit()
+                term.transaction().create(self._paths.pipeline(name), data).commit()
             except TransactionFailedError:
                 return self._existing_submit(name, request_id), False
         log.info(
@@ -284,8 +300,9 @@ class PipelineOps:
                 updated = change(record)
                 if updated is None:
                     return record
+                data = self._encode(updated)
                 try:
-                    term.transaction().set_data(path, updated.encode(), version).commit()
+                    term.transaction().set_data(path, data, version).commit()
                 except TransactionFailedError:
                     continue  # changed by a concurrent request, or removed: read again
                 log.info(
@@ -297,6 +314,16 @@ class PipelineOps:
                 )
                 return updated
         raise UnavailableError(f"pipeline {name!r} kept changing under {action}; retry")
+
+    def _encode(self, record: PipelineRecord) -> bytes:
+        """The record's bytes; RecordTooLargeError past ``max_record_bytes``."""
+        data = record.encode()
+        if len(data) > self._max_record_bytes:
+            raise RecordTooLargeError(
+                f"pipeline {record.name}'s record would be {len(data)} bytes, over "
+                f"nimbus.max.record.bytes ({self._max_record_bytes}); make its conf smaller"
+            )
+        return data
 
     def _read(self, name: str) -> tuple[PipelineRecord, int]:
         try:

@@ -55,7 +55,7 @@ class NimbusService:
         wall: Clock,
     ) -> None:
         self.address = settings.address
-        self.max_upload_bytes = settings.max_upload_bytes
+        self.limits = settings.limits
         self._settings = settings
         self.view = view
         self._ops = ops

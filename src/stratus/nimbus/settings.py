@@ -16,7 +16,10 @@ from dataclasses import dataclass
 
 from stratus.api.locations import LocationPolicy
 from stratus.codedist.package_check import PackageLimits
+from stratus.codedist.transfer.bounded_server import ConnectionBounds
 from stratus.config import StratusConfig
+from stratus.nimbus.http_bounds import HttpBounds
+from stratus.nimbus.limits import RequestLimits
 from stratus.nimbus.pipeline_ops import ReplicationPolicy
 from stratus.settings import package_limits
 
@@ -52,7 +55,7 @@ class ServiceSettings:
 
     address: str  # host:port of this nimbus
     kill_wait_secs: float  # pipeline.kill.wait.secs, when a kill names no wait
-    max_upload_bytes: int  # nimbus.max.upload.bytes, checked before a body is read
+    limits: RequestLimits  # how large a body may be, checked before it is read
     locations: LocationPolicy  # what a rebalance's conf may point at
 
 
@@ -64,6 +67,8 @@ class NimbusSettings:
     scheduling: SchedulingSettings
     submit: SubmitSettings
     service: ServiceSettings
+    http: HttpBounds  # the API server's connection bounds
+    code_server: ConnectionBounds  # the package server's connection bounds
     code_watch: bool  # nimbus.code.watch: a watch event starts a code sync round at once
     code_sync_freq_secs: float  # nimbus.code.sync.freq.secs
     code_lost_fail_secs: float  # nimbus.code.lost.fail.secs
@@ -93,8 +98,22 @@ class NimbusSettings:
             service=ServiceSettings(
                 address=address,
                 kill_wait_secs=conf.pipeline_kill_wait_secs,
-                max_upload_bytes=conf.nimbus_max_upload_bytes,
+                limits=RequestLimits(
+                    max_upload_bytes=conf.nimbus_max_upload_bytes,
+                    max_request_bytes=conf.nimbus_max_request_bytes,
+                    max_concurrent_uploads=conf.nimbus_max_concurrent_uploads,
+                ),
                 locations=locations,
+            ),
+            http=HttpBounds(
+                max_connections=conf.nimbus_http_max_connections,
+                header_timeout_secs=conf.nimbus_http_header_timeout_secs,
+                keepalive_secs=conf.nimbus_http_keepalive_secs,
+                max_header_bytes=conf.nimbus_http_max_header_bytes,
+            ),
+            code_server=ConnectionBounds(
+                max_connections=conf.nimbus_code_max_connections,
+                idle_secs=conf.nimbus_code_idle_secs,
             ),
             code_watch=conf.nimbus_code_watch,
             code_sync_freq_secs=conf.nimbus_code_sync_freq_secs,

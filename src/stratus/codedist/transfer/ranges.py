@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from stratus.api.echo import echo
+
 DIGEST = re.compile(r"[0-9a-f]{64}")
 RANGE_RULE = "one byte range: bytes=first-last, bytes=first- or bytes=-suffix"
 _RANGE = re.compile(r"\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*", re.IGNORECASE)
@@ -21,7 +23,7 @@ def parse_range(header: str, size: int) -> tuple[int, int]:
     """
     match = _RANGE.fullmatch(header)
     if match is None or match.group(1) + match.group(2) == "":
-        raise ValueError(f"{header!r} is not {RANGE_RULE}")
+        raise ValueError(f"{echo(header)} is not {RANGE_RULE}")
     first, last = match.group(1), match.group(2)
     if not first:
         suffix = int(last)
@@ -30,7 +32,7 @@ def parse_range(header: str, size: int) -> tuple[int, int]:
         return max(size - suffix, 0), size
     start = int(first)
     if last and int(last) < start:
-        raise ValueError(f"{header!r} ends before it starts")
+        raise ValueError(f"{echo(header)} ends before it starts")
     if start >= size:
         raise UnsatisfiableRangeError()
     return start, min(int(last) + 1, size) if last else size

@@ -20,6 +20,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stratus.api.echo import echo
 from stratus.api.errors import ApiError, InvalidRequestError, UnknownCodeError
 from stratus.api.records import ErrorBody
 from stratus.codedist.package_store import PackageStore
@@ -74,7 +75,7 @@ class Refusal:
 def locate(store: PackageStore, digest: str, range_header: str | None) -> PackageFile | Refusal:
     """What to answer to a GET of ``digest`` with ``range_header`` (None: no ``Range``)."""
     if not DIGEST.fullmatch(digest):
-        message = f"invalid request: {digest!r} is not a sha256 digest"
+        message = f"invalid request: {echo(digest)} is not a sha256 digest"
         return Refusal.of(InvalidRequestError(message))
     path = store.path(digest)
     try:
@@ -92,7 +93,7 @@ def locate(store: PackageStore, digest: str, range_header: str | None) -> Packag
         return Refusal(
             RANGE_NOT_SATISFIABLE,
             "range_not_satisfiable",
-            f"Range {range_header!r} starts past the end of package {digest} "
+            f"Range {echo(range_header)} starts past the end of package {digest} "
             f"({stat.st_size} bytes)",
             {"Content-Range": f"bytes */{stat.st_size}"},
         )

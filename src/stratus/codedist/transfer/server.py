@@ -11,8 +11,8 @@ stays for the rest.
 Both servers send what ``serve.locate`` decides, so they answer alike: one byte range
 (``Range``, 206 with ``Content-Range``, 416 past the end), 404 for a digest the store does
 not hold, 422 for what is not a digest, the API's error body, and only files of the store
-named by a sha256. One thread per connection, HTTP/1.1 kept alive until ``IDLE_SECS``
-without a request::
+named by a sha256. One thread per connection, at most ``bounds.max_connections`` of them
+(``bounded_server``), HTTP/1.1 kept alive until ``bounds.idle_secs`` without a request::
 
     server = PackageServer(store, "127.0.0.1", 0)   # OSError if the port is taken
     server.start()
@@ -31,11 +31,16 @@ import os
 import ssl
 import threading
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import BinaryIO
 
 from stratus.api.errors import ApiError, UnknownCodeError
 from stratus.codedist.package_store import PackageStore
+from stratus.codedist.transfer.bounded_server import (
+    DEFAULT_BOUNDS,
+    BoundedHTTPServer,
+    ConnectionBounds,
+)
 from stratus.codedist.transfer.serve import PackageFile, Refusal, locate
 from stratus.security.access import CHALLENGE, OPEN, AccessPolicy
 from stratus.security.roles import Role
@@ -44,7 +49,6 @@ from stratus.security.tls import peer_common_name
 log = logging.getLogger(__name__)
 
 CODE_PREFIX = "/api/v1/code/"
-IDLE_SECS = 30.0  # a kept connection with no request for this long is closed (and each read)
 
 
 class PackageServer:
@@ -59,10 +63,10 @@ class PackageServer:
         advertised_host: str | None = None,
         policy: AccessPolicy = OPEN,
         tls: ssl.SSLContext | None = None,
+        bounds: ConnectionBounds = DEFAULT_BOUNDS,
     ) -> None:
         """Listen on ``host:port``; ``address`` names ``advertised_host`` (default ``host``)."""
-        self._server = _Server((host, port), _handler_for(store, policy))
-        self._server.daemon_threads = True
+        self._server = BoundedHTTPServer((host, port), _handler_for(store, policy), bounds)
         if tls is not None:
             self._server.socket = tls.wrap_socket(
                 self._server.socket, server_side=True, do_handshake_on_connect=False
@@ -86,12 +90,6 @@ class PackageServer:
         self._server.server_close()
 
 
-class _Server(ThreadingHTTPServer):
-    def handle_error(self, request: object, client_address: object) -> None:
-        """A failed handshake or a connection dropped: noted, not printed to stderr."""
-        log.debug("event=package_connection_failed peer=%s", client_address, exc_info=True)
-
-
 def _handler_for(store: PackageStore, policy: AccessPolicy) -> type[BaseHTTPRequestHandler]:
     class Handler(_PackageHandler):
         pass
@@ -107,7 +105,6 @@ class _PackageHandler(BaseHTTPRequestHandler):
     store: PackageStore
     policy: AccessPolicy
     protocol_version = "HTTP/1.1"
-    timeout = IDLE_SECS
     server_version = "stratus-package-server"
 
     def setup(self) -> None:

@@ -1,0 +1,198 @@
+"""Bounds on what one API request may cost a nimbus, checked before its body is read.
+
+``RequestGuard`` is an ASGI middleware in front of every route:
+
+- a leader-only route (tagged "leader only") on a standby answers ``421 not_leader`` at
+  once, without reading the body: a standby never reads a large body only to refuse it;
+- a body larger than its route's limit answers ``413``: a ``Content-Length`` over the limit
+  before anything is read, a chunked body as soon as the bytes received pass it. A submit
+  may carry ``nimbus.max.upload.bytes`` (plus room for the form), any other request
+  ``nimbus.max.request.bytes``;
+- at most ``nimbus.max.concurrent.uploads`` submits read their packages at once; one more
+  answers ``503 unavailable`` with ``Retry-After``: the nimbus is busy, not the client wrong,
+  and clients retry a 503::
+
+    app.add_middleware(RequestGuard, limits=limits, leader_term=service.leader_term,
+                       leader_only=leader_only_routes(app), upload_path=SUBMIT_PATH)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from stratus.api.errors import (
+    ApiError,
+    NotLeaderError,
+    PackageTooLargeError,
+    RequestTooLargeError,
+    UploadsBusyError,
+)
+from stratus.api.records import ErrorBody
+
+LEADER_ONLY_TAG = "leader only"
+MULTIPART_OVERHEAD = 64 * 1024  # room for a submit form's other fields and boundaries
+RETRY_AFTER_SECS = 1
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """How large a request body may be, and how many uploads are read at once."""
+
+    max_upload_bytes: int  # nimbus.max.upload.bytes: a submit's package
+    max_request_bytes: int  # nimbus.max.request.bytes: any other request's body
+    max_concurrent_uploads: int  # nimbus.max.concurrent.uploads
+
+
+def leader_only_routes(routes: Sequence[BaseRoute]) -> tuple[BaseRoute, ...]:
+    """The routes tagged "leader only", which a standby refuses before reading a body."""
+    return tuple(r for r in routes if LEADER_ONLY_TAG in (getattr(r, "tags", None) or ()))
+
+
+def error_response(error: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
+    """The API's error body for ``error``."""
+    leader = error.leader if isinstance(error, NotLeaderError) else None
+    body = ErrorBody(error=error.code, message=str(error), leader=leader)
+    return JSONResponse(body.model_dump(), status_code=error.status, headers=headers)
+
+
+class BodyTooLarge(HTTPException):
+    """Raised from ``receive`` once a body passes its limit; carries the API error.
+
+    An HTTPException, because FastAPI turns any other exception raised while it reads a
+    body into "400 There was an error parsing the body"; ``add_limit_handlers`` renders it.
+    """
+
+    def __init__(self, error: ApiError) -> None:
+        super().__init__(error.status, str(error), headers=dict(_CLOSE))
+        self.error = error
+
+
+def add_limit_handlers(app: FastAPI) -> None:
+    """Render ``BodyTooLarge`` as the API's error body, closing the connection."""
+
+    async def body_too_large(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, BodyTooLarge)
+        return error_response(exc.error, dict(_CLOSE))
+
+    app.add_exception_handler(BodyTooLarge, body_too_large)
+
+
+# Answered before the body is read: close the connection rather than read the rest of it.
+_CLOSE = {"Connection": "close"}
+
+
+class RequestGuard:
+    """ASGI middleware: leader-only refusal, body limits and the upload bound; see the module."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        limits: RequestLimits,
+        leader_term: Callable[[], object],
+        leader_only: Sequence[BaseRoute],
+        upload_path: str,
+    ) -> None:
+        self.app = app
+        self.limits = limits
+        self._leader_term = leader_term  # raises NotLeaderError on a standby
+        self._leader_only = tuple(leader_only)
+        self._upload_path = upload_path
+        self._uploads = 0  # submits reading their bodies now (only the event loop counts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self._leader_only_route(scope):
+            try:
+                self._leader_term()
+            except NotLeaderError as exc:
+                await error_response(exc, dict(_CLOSE))(scope, receive, send)
+                return
+        upload = scope["method"] == "POST" and scope["path"].rstrip("/") == self._upload_path
+        too_large = self._package_too_large if upload else self._request_too_large
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self._limit(upload):
+            await error_response(too_large(), dict(_CLOSE))(scope, receive, send)
+            return
+        if not upload:
+            await self._limited(scope, receive, send, self._limit(upload), too_large)
+            return
+        if self._uploads >= self.limits.max_concurrent_uploads:
+            busy = UploadsBusyError(
+                f"{self._uploads} uploads are being read, the most nimbus.max.concurrent.uploads "
+                f"allows; retry in {RETRY_AFTER_SECS} s"
+            )
+            headers = {"Retry-After": str(RETRY_AFTER_SECS), **_CLOSE}
+            await error_response(busy, headers)(scope, receive, send)
+            return
+        self._uploads += 1
+        try:
+            await self._limited(scope, receive, send, self._limit(upload), too_large)
+        finally:
+            self._uploads -= 1
+
+    def _leader_only_route(self, scope: Scope) -> bool:
+        """Whether the request is for a leader-only route; notes the route for the metrics."""
+        for route in self._leader_only:
+            if route.matches(scope)[0] is Match.FULL:
+                scope["route"] = route  # as routing would: the request is counted under it
+                return True
+        return False
+
+    def _limit(self, upload: bool) -> int:
+        if upload:
+            return self.limits.max_upload_bytes + MULTIPART_OVERHEAD
+        return self.limits.max_request_bytes
+
+    async def _limited(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        limit: int,
+        too_large: Callable[[], ApiError],
+    ) -> None:
+        """Run the app with a ``receive`` that stops at ``limit`` bytes of body."""
+        received = 0
+        started = False
+
+        async def counting_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > limit:
+                raise BodyTooLarge(too_large())
+            return message
+
+        async def noting_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counting_receive, noting_send)
+        except BodyTooLarge as exc:
+            if started:
+                raise
+            await error_response(exc.error, dict(_CLOSE))(scope, receive, send)
+
+    def _package_too_large(self) -> ApiError:
+        return PackageTooLargeError(
+            f"the upload is larger than nimbus.max.upload.bytes "
+            f"({self.limits.max_upload_bytes} bytes)"
+        )
+
+    def _request_too_large(self) -> ApiError:
+        return RequestTooLargeError(
+            f"the request body is larger than nimbus.max.request.bytes "
+            f"({self.limits.max_request_bytes} bytes); a pipeline's package goes in a submit"
+        )
