@@ -66,6 +66,9 @@ class _BoundedH11Protocol(H11Protocol):
                 "event=connection_refused reason=max_connections max=%d",
                 self.bounds.max_connections,
             )
+            # Out of the count at once: until connection_lost it would count against the
+            # connections within the bound, and uvicorn would answer one of them 503.
+            self.connections.discard(self)
             transport.close()
             return
         self._arm_head_timer()
