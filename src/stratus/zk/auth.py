@@ -148,12 +148,15 @@ class ServerAuth:
     operator who knows the super password able to read and repair any znode, whatever its
     ACL. ``jaas_file`` turns SASL on: a JAAS configuration whose ``Server`` section says how
     the server checks SASL clients (ZooKeeper's ``DigestLoginModule`` with its users for
-    DIGEST-MD5, or Kerberos's ``Krb5LoginModule`` with the server's keytab).
+    DIGEST-MD5, or Kerberos's ``Krb5LoginModule`` with the server's keytab). ``krb5_conf`` is
+    the Kerberos configuration the JVM reads (its realm and KDCs; Java reads neither
+    ``KRB5_CONFIG`` nor, by default, anything but ``/etc/krb5.conf``).
     """
 
     required: bool = False
     super_digest: str | None = field(default=None, repr=False)
     jaas_file: Path | None = None
+    krb5_conf: Path | None = None
 
     @property
     def schemes(self) -> tuple[str, ...]:
@@ -174,7 +177,7 @@ class ServerAuth:
         return lines
 
     def jvm_flags(self) -> list[str]:
-        """Flags of the server's JVM: where its JAAS configuration is, if it has one."""
+        """Flags of the server's JVM: where its JAAS and Kerberos configurations are."""
         if self.jaas_file is None:
             return []
         if not self.jaas_file.is_file():
@@ -182,7 +185,16 @@ class ServerAuth:
                 f"the JAAS file {self.jaas_file} (zookeeper.server.sasl.jaas.file) does not "
                 "exist: write one with a Server section"
             )
-        return [f"-Djava.security.auth.login.config={self.jaas_file.absolute()}"]
+        flags = [f"-Djava.security.auth.login.config={self.jaas_file.absolute()}"]
+        if self.krb5_conf is not None:
+            if not self.krb5_conf.is_file():
+                raise ZooKeeperAuthError(
+                    f"the Kerberos configuration {self.krb5_conf} "
+                    "(zookeeper.server.sasl.krb5.conf) does not exist: name the krb5.conf "
+                    "of the server's realm"
+                )
+            flags.append(f"-Djava.security.krb5.conf={self.krb5_conf.absolute()}")
+        return flags
 
 
 def super_digest(path: Path) -> str:

@@ -1,0 +1,138 @@
+"""Kerberos (SASL GSSAPI) to ZooKeeper against a real MIT KDC and a real ZooKeeper.
+
+The embedded server accepts GSSAPI with its keytab (``zookeeper/127.0.0.1@STRATUS.TEST``, the
+principal a client that connects to 127.0.0.1 asks a ticket for); stratus takes its initial
+ticket from a client keytab (``KRB5_CLIENT_KTNAME``), its znodes carry the ACL
+``sasl:stratus@STRATUS.TEST``, and nobody else (anonymous, or another principal) reads or
+writes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kazoo.exceptions import NoAuthError
+
+from stratus.client import NimbusClient
+from stratus.config import load_config
+from stratus.settings import zk_server_auth
+from stratus.zk.auth import AuthScheme, ServerAuth, ZkAuth
+from stratus.zk.errors import ZooKeeperAuthError
+from stratus.zk.server import ZooKeeperServer
+from stratus.zk.session import ZkSession, ZkSettings
+from tests.kdc import Kdc
+from tests.nimbus_cluster import nimbus_cluster
+from tests.package_factory import valid_package
+from tests.zkfixtures import kazoo_client
+
+SERVICE = "zookeeper/127.0.0.1"
+SESSION_SECS = 2.0
+GSSAPI = {"sasl_options": {"mechanism": "GSSAPI", "service": "zookeeper"}}
+
+JAAS_KERBEROS = """Server {{
+    com.sun.security.auth.module.Krb5LoginModule required
+    useKeyTab=true
+    keyTab="{keytab}"
+    storeKey=true
+    useTicketCache=false
+    isInitiator=false
+    principal="{principal}";
+}};
+"""
+
+
+@dataclass(frozen=True)
+class Realm:
+    """The KDC, a ZooKeeper that accepts Kerberos, and the client keytabs of two users."""
+
+    kdc: Kdc
+    server: ZooKeeperServer
+    stratus: str  # stratus's principal
+    stratus_keytab: Path
+    intruder_keytab: Path
+
+
+@pytest.fixture(scope="module")
+def realm(kdc: Kdc, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Realm]:
+    directory = tmp_path_factory.mktemp("kerberized-zk")
+    server_principal = kdc.add_principal(SERVICE)
+    server_keytab = kdc.keytab(directory / "zookeeper.keytab", server_principal)
+    stratus = kdc.add_principal("stratus")
+    intruder = kdc.add_principal("intruder")
+    jaas = directory / "jaas.conf"
+    jaas.write_text(JAAS_KERBEROS.format(keytab=server_keytab, principal=server_principal))
+    conf = load_config(
+        overrides=[
+            f"zookeeper.server.sasl.jaas.file={jaas}",
+            f"zookeeper.server.sasl.krb5.conf={kdc.krb5_conf}",
+        ],
+        environ={},
+    )
+    auth = zk_server_auth(conf, environ={})
+    assert auth == ServerAuth(jaas_file=jaas, krb5_conf=kdc.krb5_conf)
+    server = ZooKeeperServer(directory / "zk", tick_time_ms=100, force_sync=False, auth=auth)
+    server.start()
+    try:
+        yield Realm(
+            kdc,
+            server,
+            stratus,
+            kdc.keytab(directory / "stratus.keytab", stratus),
+            kdc.keytab(directory / "intruder.keytab", intruder),
+        )
+    finally:
+        server.stop()
+
+
+def as_user(
+    monkeypatch: pytest.MonkeyPatch, realm: Realm, ccache: Path, keytab: Path | None
+) -> None:
+    """Make this process a Kerberos client of the realm: its own (empty) ticket cache and,
+    if given, the client keytab GSSAPI takes the initial ticket from."""
+    monkeypatch.delenv("KRB5_CLIENT_KTNAME", raising=False)
+    for name, value in realm.kdc.client_env(ccache, keytab).items():
+        monkeypatch.setenv(name, value)
+
+
+def kerberos_session(realm: Realm, root: str) -> ZkSession:
+    auth = ZkAuth(AuthScheme.SASL, sasl_principal=realm.stratus)
+    settings = ZkSettings(
+        realm.server.connect_string, root=root, session_timeout=SESSION_SECS, auth=auth
+    )
+    return ZkSession(settings)
+
+
+def acl_of(client: object, path: str) -> set[tuple[int, str, str]]:
+    acls = client.get_acls(path)[0]  # type: ignore[attr-defined]
+    return {(acl.perms, acl.id.scheme, acl.id.id) for acl in acls}
+
+
+def test_a_session_with_a_client_keytab_authenticates_and_owns_its_znodes(
+    realm: Realm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    as_user(monkeypatch, realm, tmp_path / "stratus.cc", realm.stratus_keytab)
+    hosts = realm.server.connect_string
+    ours = {(31, "sasl", "stratus@STRATUS.TEST")}
+    with kerberos_session(realm, "/owned") as owner:
+        owner.client.create("/owned/pipelines/p", b"record", makepath=True)
+        for path in ("/owned", "/owned/pipelines", "/owned/pipelines/p"):
+            assert acl_of(owner.client, path) == ours, path
+        assert owner.client.get("/owned/pipelines/p")[0] == b"record"
+
+    with kazoo_client(hosts) as anonymous:
+        with pytest.raises(NoAuthError):
+            anonymous.set("/owned/pipelines/p", b"rewritten")
+        with pytest.raises(NoAuthError):
+            anonymous.get("/owned/pipelines/p")
+        with pytest.raises(NoAuthError):
+            anonymous.create("/owned/pipelines/q", b"")
+
+    as_user(monkeypatch, realm, tmp_path / "intruder.cc", realm.intruder_keytab)
+    with kazoo_client(hosts, **GSSAPI) as intruder:
+        with pytest.raises(NoAuthError):
+            intruder.set("/owned/pipelines/p", b"rewritten")
+        with pytest.raises(NoAuthError):
+            intruder.get("/owned/pipelines/p")
