@@ -136,3 +136,16 @@ def test_a_session_with_a_client_keytab_authenticates_and_owns_its_znodes(
             intruder.set("/owned/pipelines/p", b"rewritten")
         with pytest.raises(NoAuthError):
             intruder.get("/owned/pipelines/p")
+
+
+@pytest.mark.timeout(60)  # bounded: the refusal ends the start, no endless retry
+def test_a_client_without_a_ticket_gets_an_error_naming_the_problem(
+    realm: Realm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    as_user(monkeypatch, realm, tmp_path / "empty.cc", keytab=None)
+    with pytest.raises(ZooKeeperAuthError) as refused:
+        kerberos_session(realm, "/no-ticket").start()
+    message = str(refused.value)
+    assert "Kerberos could not authenticate stratus@STRATUS.TEST" in message
+    assert "No Kerberos credentials available" in message  # the library's own words
+    assert "KRB5_CLIENT_KTNAME" in message

@@ -197,6 +197,42 @@ class ServerAuth:
         return flags
 
 
+def refusal_message(auth: ZkAuth, hosts: str, exc: BaseException) -> str:
+    """Why the connection's authentication failed, and what to do, in one line.
+
+    With Kerberos the cause is most often on this side (no ticket, no keytab, an unknown
+    service principal): kazoo wraps the GSSAPI library's error, whose text says which.
+    """
+    cause = exc.__cause__
+    if (
+        auth.scheme is AuthScheme.SASL
+        and auth.sasl_mechanism == "GSSAPI"
+        and cause is not None
+        and type(cause).__module__ == "kerberos"
+    ):
+        return (
+            f"Kerberos could not authenticate {auth.sasl_principal} to ZooKeeper at {hosts} "
+            f"(service {auth.sasl_service}): {_gss_text(cause)}; give the daemon its ticket: "
+            "set KRB5_CLIENT_KTNAME to its keytab (or run kinit -kt KEYTAB PRINCIPAL), and "
+            "check that KRB5_CONFIG names the realm's krb5.conf"
+        )
+    return (
+        f"ZooKeeper at {hosts} refused stratus's credentials "
+        f"({auth.scheme.value}: {type(exc).__name__}); check zookeeper.auth.* and the "
+        "server's users"
+    )
+
+
+def _gss_text(error: BaseException) -> str:
+    """The messages of a ``kerberos.GSSError``: ``((major text, code), (minor text, code))``."""
+    parts = [
+        str(arg[0]).strip()
+        for arg in error.args
+        if isinstance(arg, tuple) and arg and str(arg[0]).strip()
+    ]
+    return ": ".join(parts) or str(error)
+
+
 def super_digest(path: Path) -> str:
     """The ``super:<digest>`` line of ZooKeeper's superuser, from a ``super:password`` file."""
     credentials = read_credentials(path)
