@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kazoo.exceptions import NoAuthError
@@ -30,7 +31,7 @@ from tests.zkfixtures import kazoo_client
 
 SERVICE = "zookeeper/127.0.0.1"
 SESSION_SECS = 2.0
-GSSAPI = {"sasl_options": {"mechanism": "GSSAPI", "service": "zookeeper"}}
+GSSAPI: dict[str, Any] = {"sasl_options": {"mechanism": "GSSAPI", "service": "zookeeper"}}
 
 JAAS_KERBEROS = """Server {{
     com.sun.security.auth.module.Krb5LoginModule required
@@ -105,8 +106,8 @@ def kerberos_session(realm: Realm, root: str) -> ZkSession:
     return ZkSession(settings)
 
 
-def acl_of(client: object, path: str) -> set[tuple[int, str, str]]:
-    acls = client.get_acls(path)[0]  # type: ignore[attr-defined]
+def acl_of(client: Any, path: str) -> set[tuple[int, str, str]]:
+    acls = client.get_acls(path)[0]
     return {(acl.perms, acl.id.scheme, acl.id.id) for acl in acls}
 
 
@@ -149,3 +150,29 @@ def test_a_client_without_a_ticket_gets_an_error_naming_the_problem(
     assert "Kerberos could not authenticate stratus@STRATUS.TEST" in message
     assert "No Kerberos credentials available" in message  # the library's own words
     assert "KRB5_CLIENT_KTNAME" in message
+
+
+@pytest.mark.slow
+def test_a_nimbus_reaches_zookeeper_with_kerberos_and_a_submit_works(
+    realm: Realm, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real nimbus process whose only credential is its client keytab (KRB5_CLIENT_KTNAME)."""
+    as_user(monkeypatch, realm, tmp_path / "nimbus.cc", realm.stratus_keytab)
+    options = [
+        "-c",
+        "zookeeper.auth.scheme=sasl",
+        "-c",
+        f"zookeeper.auth.sasl.principal={realm.stratus}",
+    ]
+    hosts = realm.server.connect_string
+    with nimbus_cluster(hosts, tmp_path, request.node.name, size=1, extra=options) as cluster:
+        cluster.wait_for_agreed_leader()
+        with NimbusClient(cluster.seeds, retry_deadline=30, request_timeout=5.0) as client:
+            client.submit("kerberized", valid_package("kerberized"))
+            assert [p.name for p in client.list_pipelines()] == ["kerberized"]
+        record = f"{cluster.root}/pipelines/kerberized"
+        with kazoo_client(hosts, **GSSAPI) as owner:
+            assert owner.get(record)[0]
+            assert acl_of(owner, record) == {(31, "sasl", realm.stratus)}
+        with kazoo_client(hosts) as anonymous, pytest.raises(NoAuthError):
+            anonymous.get(record)

@@ -15,6 +15,7 @@ from the command line or the YAML configuration, where ``ps`` and backups would 
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import posixpath
 import stat
@@ -85,6 +86,12 @@ class ZkAuth:
                 raise ZooKeeperAuthError(
                     "SASL GSSAPI needs zookeeper.auth.sasl.principal, the Kerberos principal "
                     "that ZooKeeper sees (user@REALM): the ACL of stratus's znodes names it"
+                )
+            if self.sasl_mechanism == "GSSAPI" and importlib.util.find_spec("kerberos") is None:
+                raise ZooKeeperAuthError(
+                    "SASL GSSAPI needs the Python package kerberos (the binding pure-sasl "
+                    "uses): install stratus-ha[kerberos] (it builds against the system's "
+                    "Kerberos headers: libkrb5-dev on Debian)"
                 )
 
     @classmethod
