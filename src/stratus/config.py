@@ -184,7 +184,7 @@ class StratusConfig(BaseModel):
         default="GSSAPI",
         alias="zookeeper.auth.sasl.mechanism",
         description="SASL mechanism when zookeeper.auth.scheme is sasl (GSSAPI: Kerberos, "
-        "with the ticket cache of the daemon's user)",
+        "tickets from the keytab KRB5_CLIENT_KTNAME names, or the ticket cache)",
     )
     zookeeper_auth_sasl_service: str = Field(
         default="zookeeper",
