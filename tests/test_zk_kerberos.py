@@ -9,6 +9,7 @@ writes them.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,3 +177,30 @@ def test_a_nimbus_reaches_zookeeper_with_kerberos_and_a_submit_works(
             assert acl_of(owner, record) == {(31, "sasl", realm.stratus)}
         with kazoo_client(hosts) as anonymous, pytest.raises(NoAuthError):
             anonymous.get(record)
+
+
+def test_the_server_jvm_reads_the_configured_krb5_conf_else_krb5_config(tmp_path: Path) -> None:
+    jaas = tmp_path / "jaas.conf"
+    jaas.write_text(JAAS_KERBEROS.format(keytab="k", principal="p"))
+    krb5 = tmp_path / "krb5.conf"
+    krb5.write_text("[libdefaults]\n")
+    conf = load_config(overrides=[f"zookeeper.server.sasl.jaas.file={jaas}"], environ={})
+    from_env = zk_server_auth(conf, environ={"KRB5_CONFIG": str(krb5)})
+    assert f"-Djava.security.krb5.conf={krb5}" in from_env.jvm_flags()
+    assert not any("krb5.conf" in flag for flag in zk_server_auth(conf, environ={}).jvm_flags())
+    missing = ServerAuth(jaas_file=jaas, krb5_conf=tmp_path / "absent.conf")
+    with pytest.raises(ZooKeeperAuthError, match=r"zookeeper\.server\.sasl\.krb5\.conf"):
+        missing.jvm_flags()
+
+
+def test_gssapi_without_the_kerberos_package_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "kerberos" else real_find_spec(name, *args),
+    )
+    with pytest.raises(ZooKeeperAuthError, match=r"stratus-ha\[kerberos\]"):
+        ZkAuth(AuthScheme.SASL, sasl_principal="stratus@STRATUS.TEST")
