@@ -20,9 +20,11 @@ from kazoo.exceptions import NoAuthError
 
 from stratus.client import NimbusClient
 from stratus.config import load_config
+from stratus.local.processes import NimbusProcess
 from stratus.settings import zk_server_auth
 from stratus.zk.auth import AuthScheme, ServerAuth, ZkAuth
 from stratus.zk.errors import ZooKeeperAuthError
+from stratus.zk.ports import pick_free_port
 from stratus.zk.server import ZooKeeperServer
 from stratus.zk.session import ZkSession, ZkSettings
 from tests.kdc import Kdc
@@ -204,3 +206,25 @@ def test_gssapi_without_the_kerberos_package_is_refused_naming_it(
     )
     with pytest.raises(ZooKeeperAuthError, match=r"stratus-ha\[kerberos\]"):
         ZkAuth(AuthScheme.SASL, sasl_principal="stratus@STRATUS.TEST")
+
+
+@pytest.mark.slow
+def test_a_nimbus_without_a_ticket_exits_non_zero_saying_why(
+    realm: Realm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    as_user(monkeypatch, realm, tmp_path / "empty.cc", keytab=None)
+    options = [
+        "-c", f"zookeeper.servers={realm.server.connect_string}",
+        "-c", "zookeeper.root=/no-ticket-nimbus",
+        "-c", "zookeeper.auth.scheme=sasl",
+        "-c", f"zookeeper.auth.sasl.principal={realm.stratus}",
+    ]  # fmt: skip
+    nimbus = NimbusProcess(options, port=pick_free_port(), log_dir=tmp_path)
+    nimbus.start()
+    try:
+        assert nimbus.wait(60) == 1, nimbus.log_tail()
+        last_line = nimbus.log_tail(lines=1)
+        assert last_line.startswith("Error: Kerberos could not authenticate"), nimbus.log_tail()
+        assert "KRB5_CLIENT_KTNAME" in last_line
+    finally:
+        nimbus.kill()
