@@ -10,13 +10,14 @@ writes them.
 from __future__ import annotations
 
 import importlib.util
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kazoo.exceptions import NoAuthError
+from kazoo.exceptions import NoAuthError, SessionClosedRequireSaslError
 
 from stratus.client import NimbusClient
 from stratus.config import load_config
@@ -30,6 +31,7 @@ from stratus.zk.session import ZkSession, ZkSettings
 from tests.kdc import Kdc
 from tests.nimbus_cluster import nimbus_cluster
 from tests.package_factory import valid_package
+from tests.test_zookeeper_server import serving_hosts, start_stratus_zookeeper
 from tests.zkfixtures import kazoo_client
 
 SERVICE = "zookeeper/127.0.0.1"
@@ -57,6 +59,7 @@ class Realm:
     stratus: str  # stratus's principal
     stratus_keytab: Path
     intruder_keytab: Path
+    jaas: Path  # the server's JAAS file: its Kerberos login from its keytab
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +89,7 @@ def realm(kdc: Kdc, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Realm]
             stratus,
             kdc.keytab(directory / "stratus.keytab", stratus),
             kdc.keytab(directory / "intruder.keytab", intruder),
+            jaas,
         )
     finally:
         server.stop()
@@ -228,3 +232,30 @@ def test_a_nimbus_without_a_ticket_exits_non_zero_saying_why(
         assert "KRB5_CLIENT_KTNAME" in last_line
     finally:
         nimbus.kill()
+
+
+@pytest.mark.slow
+def test_stratus_zookeeper_requires_kerberos_with_krb5_config_from_the_environment(
+    realm: Realm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command, its JVM told the KRB5_CONFIG of its environment: Kerberos clients in,
+    anonymous ones out."""
+    as_user(monkeypatch, realm, tmp_path / "stratus.cc", realm.stratus_keytab)
+    process, lines = start_stratus_zookeeper(
+        "--port", "0", "--temporary", "--require-auth",
+        "-c", f"zookeeper.server.sasl.jaas.file={realm.jaas}",
+    )  # fmt: skip
+    try:
+        hosts = serving_hosts(process, lines)
+        auth = ZkAuth(AuthScheme.SASL, sasl_principal=realm.stratus)
+        settings = ZkSettings(hosts, root="/cli", session_timeout=SESSION_SECS, auth=auth)
+        with ZkSession(settings) as owner:
+            assert acl_of(owner.client, "/cli") == {(31, "sasl", realm.stratus)}
+        with kazoo_client(hosts) as anonymous, pytest.raises(SessionClosedRequireSaslError):
+            anonymous.get_children("/")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
