@@ -259,3 +259,24 @@ def test_stratus_zookeeper_requires_kerberos_with_krb5_config_from_the_environme
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_a_server_with_another_principal_refuses_and_the_error_points_at_it(
+    realm: Realm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server logs in as zookeeper/localhost, the client asks for zookeeper/127.0.0.1."""
+    kdc = realm.kdc
+    other = kdc.add_principal("zookeeper/localhost")
+    jaas = tmp_path / "jaas.conf"
+    keytab = kdc.keytab(tmp_path / "localhost.keytab", other)
+    jaas.write_text(JAAS_KERBEROS.format(keytab=keytab, principal=other))
+    auth = ServerAuth(jaas_file=jaas, krb5_conf=kdc.krb5_conf)
+    server = ZooKeeperServer(tmp_path / "zk", tick_time_ms=100, force_sync=False, auth=auth)
+    as_user(monkeypatch, realm, tmp_path / "stratus.cc", realm.stratus_keytab)
+    client = ZkAuth(AuthScheme.SASL, sasl_principal=realm.stratus)
+    settings = ZkSettings(server.connect_string, session_timeout=SESSION_SECS, auth=client)
+    with server, pytest.raises(ZooKeeperAuthError) as refused:
+        ZkSession(settings).start()
+    message = str(refused.value)
+    assert "refused the Kerberos authentication of stratus@STRATUS.TEST" in message
+    assert "zookeeper/<host as in zookeeper.servers>@REALM" in message

@@ -223,6 +223,13 @@ def refusal_message(auth: ZkAuth, hosts: str, exc: BaseException) -> str:
             "set KRB5_CLIENT_KTNAME to its keytab (or run kinit -kt KEYTAB PRINCIPAL), and "
             "check that KRB5_CONFIG names the realm's krb5.conf"
         )
+    if auth.scheme is AuthScheme.SASL and auth.sasl_mechanism == "GSSAPI":
+        return (
+            f"ZooKeeper at {hosts} refused the Kerberos authentication of "
+            f"{auth.sasl_principal} ({exc}): check that the server logs in as "
+            f"{auth.sasl_service}/<host as in zookeeper.servers>@REALM from its keytab and "
+            "that its JVM reads the realm's krb5.conf; the server's log says more"
+        )
     return (
         f"ZooKeeper at {hosts} refused stratus's credentials "
         f"({auth.scheme.value}: {type(exc).__name__}); check zookeeper.auth.* and the "
