@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@if command -v krb5-config >/dev/null 2>&1; then \
+		$(BIN)/python -m pip install --quiet -e '.[dev,kerberos]'; \
+	else echo "make: no krb5-config (Debian: libkrb5-dev), so no kerberos package: the Kerberos tests skip"; fi
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -9,6 +9,9 @@
   serving when the test begins. Tests may stop, kill and start members: the fixture restarts
   the missing ones before the next test, which costs far less than three fresh JVMs per test.
   Data persists across the module's tests, so use paths unique to each test.
+- ``kdc`` (session): a real MIT Kerberos KDC on loopback (``tests/kdc.py``), realm
+  ``STRATUS.TEST``; the test skips, saying why, when the KDC's packages are missing and
+  cannot be installed.
 
 No ZooKeeper JVM outlives the run: fixtures stop what they start, every server has a
 finalizer that kills its JVM at interpreter exit, on Linux the kernel kills JVMs whose parent
@@ -17,6 +20,7 @@ died, and ``pytest_sessionfinish`` kills any ZooKeeper child process still left.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +28,7 @@ import pytest
 
 from stratus.zk.ensemble import ZooKeeperEnsemble
 from stratus.zk.server import ZooKeeperServer
+from tests.kdc import Kdc, KdcUnavailableError, running_kdc
 from tests.zkfixtures import chroot_for, kazoo_client, kill_stray_zookeepers
 
 SHARED_TICK_MS = 100
@@ -89,6 +94,20 @@ def zk_ensemble(_zk_ensemble_of_module: ZooKeeperEnsemble) -> ZooKeeperEnsemble:
     """A 3-server quorum, every member serving (members a previous test stopped are back)."""
     _zk_ensemble_of_module.start()
     return _zk_ensemble_of_module
+
+
+@pytest.fixture(scope="session")
+def kdc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kdc]:
+    """A Kerberos KDC that the whole test session shares; stopped at the end."""
+    if importlib.util.find_spec("kerberos") is None:
+        pytest.skip(
+            "no kerberos package: make installs stratus-ha[kerberos] where krb5-config is "
+            "found (Debian: libkrb5-dev and a C compiler, which .ci/run installs)"
+        )
+    try:
+        yield from running_kdc(tmp_path_factory.mktemp("kdc"))
+    except KdcUnavailableError as exc:
+        pytest.skip(str(exc))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

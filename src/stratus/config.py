@@ -115,6 +115,13 @@ class StratusConfig(BaseModel):
         description="JAAS configuration whose Server section lets `stratus zookeeper` accept "
         "SASL clients (DIGEST-MD5 users, or Kerberos with the server's keytab)",
     )
+    zookeeper_server_sasl_krb5_conf: str | None = Field(
+        default=None,
+        alias="zookeeper.server.sasl.krb5.conf",
+        description="Kerberos configuration (krb5.conf) the JVM of `stratus zookeeper` reads "
+        "for its realm and KDCs (default: the KRB5_CONFIG variable, else Java's default, "
+        "/etc/krb5.conf)",
+    )
     zookeeper_server_secure_port: int | None = Field(
         default=None,
         ge=0,
@@ -177,7 +184,7 @@ class StratusConfig(BaseModel):
         default="GSSAPI",
         alias="zookeeper.auth.sasl.mechanism",
         description="SASL mechanism when zookeeper.auth.scheme is sasl (GSSAPI: Kerberos, "
-        "with the ticket cache of the daemon's user)",
+        "tickets from the keytab KRB5_CLIENT_KTNAME names, or the ticket cache)",
     )
     zookeeper_auth_sasl_service: str = Field(
         default="zookeeper",

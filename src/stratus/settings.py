@@ -63,15 +63,19 @@ def zk_auth(conf: StratusConfig) -> ZkAuth:
     )
 
 
-def zk_server_auth(conf: StratusConfig) -> ServerAuth:
+def zk_server_auth(conf: StratusConfig, environ: Mapping[str, str] | None = None) -> ServerAuth:
     """What ``stratus zookeeper`` demands: ``zookeeper.server.auth.required``, ``.super.file``,
-    ``.sasl.jaas.file``."""
+    ``.sasl.jaas.file``, and the ``krb5.conf`` of its JVM (``zookeeper.server.sasl.krb5.conf``,
+    else ``KRB5_CONFIG``, which MIT's tools of the same shell read but Java does not)."""
+    environ = os.environ if environ is None else environ
     path = conf.zookeeper_server_super_file
     jaas = conf.zookeeper_server_sasl_jaas_file
+    krb5 = conf.zookeeper_server_sasl_krb5_conf or environ.get("KRB5_CONFIG")
     return ServerAuth(
         required=conf.zookeeper_server_auth_required,
         super_digest=super_digest(Path(path)) if path else None,
         jaas_file=Path(jaas) if jaas else None,
+        krb5_conf=Path(krb5) if krb5 else None,
     )
 
 

@@ -15,6 +15,7 @@ from the command line or the YAML configuration, where ``ps`` and backups would 
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import posixpath
 import stat
@@ -86,6 +87,12 @@ class ZkAuth:
                     "SASL GSSAPI needs zookeeper.auth.sasl.principal, the Kerberos principal "
                     "that ZooKeeper sees (user@REALM): the ACL of stratus's znodes names it"
                 )
+            if self.sasl_mechanism == "GSSAPI" and importlib.util.find_spec("kerberos") is None:
+                raise ZooKeeperAuthError(
+                    "SASL GSSAPI needs the Python package kerberos (the binding pure-sasl "
+                    "uses): install stratus-ha[kerberos] (it builds against the system's "
+                    "Kerberos headers: libkrb5-dev on Debian)"
+                )
 
     @classmethod
     def digest_from_file(cls, path: Path) -> ZkAuth:
@@ -148,12 +155,15 @@ class ServerAuth:
     operator who knows the super password able to read and repair any znode, whatever its
     ACL. ``jaas_file`` turns SASL on: a JAAS configuration whose ``Server`` section says how
     the server checks SASL clients (ZooKeeper's ``DigestLoginModule`` with its users for
-    DIGEST-MD5, or Kerberos's ``Krb5LoginModule`` with the server's keytab).
+    DIGEST-MD5, or Kerberos's ``Krb5LoginModule`` with the server's keytab). ``krb5_conf`` is
+    the Kerberos configuration the JVM reads (its realm and KDCs; Java reads neither
+    ``KRB5_CONFIG`` nor, by default, anything but ``/etc/krb5.conf``).
     """
 
     required: bool = False
     super_digest: str | None = field(default=None, repr=False)
     jaas_file: Path | None = None
+    krb5_conf: Path | None = None
 
     @property
     def schemes(self) -> tuple[str, ...]:
@@ -174,7 +184,7 @@ class ServerAuth:
         return lines
 
     def jvm_flags(self) -> list[str]:
-        """Flags of the server's JVM: where its JAAS configuration is, if it has one."""
+        """Flags of the server's JVM: where its JAAS and Kerberos configurations are."""
         if self.jaas_file is None:
             return []
         if not self.jaas_file.is_file():
@@ -182,7 +192,59 @@ class ServerAuth:
                 f"the JAAS file {self.jaas_file} (zookeeper.server.sasl.jaas.file) does not "
                 "exist: write one with a Server section"
             )
-        return [f"-Djava.security.auth.login.config={self.jaas_file.absolute()}"]
+        flags = [f"-Djava.security.auth.login.config={self.jaas_file.absolute()}"]
+        if self.krb5_conf is not None:
+            if not self.krb5_conf.is_file():
+                raise ZooKeeperAuthError(
+                    f"the Kerberos configuration {self.krb5_conf} "
+                    "(zookeeper.server.sasl.krb5.conf) does not exist: name the krb5.conf "
+                    "of the server's realm"
+                )
+            flags.append(f"-Djava.security.krb5.conf={self.krb5_conf.absolute()}")
+        return flags
+
+
+def refusal_message(auth: ZkAuth, hosts: str, exc: BaseException) -> str:
+    """Why the connection's authentication failed, and what to do, in one line.
+
+    With Kerberos the cause is most often on this side (no ticket, no keytab, an unknown
+    service principal): kazoo wraps the GSSAPI library's error, whose text says which.
+    """
+    cause = exc.__cause__
+    if (
+        auth.scheme is AuthScheme.SASL
+        and auth.sasl_mechanism == "GSSAPI"
+        and cause is not None
+        and type(cause).__module__ == "kerberos"
+    ):
+        return (
+            f"Kerberos could not authenticate {auth.sasl_principal} to ZooKeeper at {hosts} "
+            f"(service {auth.sasl_service}): {_gss_text(cause)}; give the daemon its ticket: "
+            "set KRB5_CLIENT_KTNAME to its keytab (or run kinit -kt KEYTAB PRINCIPAL), and "
+            "check that KRB5_CONFIG names the realm's krb5.conf"
+        )
+    if auth.scheme is AuthScheme.SASL and auth.sasl_mechanism == "GSSAPI":
+        return (
+            f"ZooKeeper at {hosts} refused the Kerberos authentication of "
+            f"{auth.sasl_principal} ({exc}): check that the server logs in as "
+            f"{auth.sasl_service}/<host as in zookeeper.servers>@REALM from its keytab and "
+            "that its JVM reads the realm's krb5.conf; the server's log says more"
+        )
+    return (
+        f"ZooKeeper at {hosts} refused stratus's credentials "
+        f"({auth.scheme.value}: {type(exc).__name__}); check zookeeper.auth.* and the "
+        "server's users"
+    )
+
+
+def _gss_text(error: BaseException) -> str:
+    """The messages of a ``kerberos.GSSError``: ``((major text, code), (minor text, code))``."""
+    parts = [
+        str(arg[0]).strip()
+        for arg in error.args
+        if isinstance(arg, tuple) and arg and str(arg[0]).strip()
+    ]
+    return ": ".join(parts) or str(error)
 
 
 def super_digest(path: Path) -> str:

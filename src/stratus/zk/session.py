@@ -53,7 +53,7 @@ from kazoo.retry import KazooRetry, RetryFailedError
 
 from stratus.api.clock import Clock
 from stratus.errors import StratusError
-from stratus.zk.auth import ZkAuth, tighten_tree
+from stratus.zk.auth import ZkAuth, refusal_message, tighten_tree
 from stratus.zk.errors import (
     ZooKeeperAuthError,
     ZooKeeperUnavailableError,
@@ -255,12 +255,22 @@ class ZkSession:
                 "and is it running?"
             ) from None
         except AuthFailedError:
-            raise ZooKeeperAuthError(
-                f"ZooKeeper at {self.hosts} refused stratus's credentials "
-                f"({self.settings.auth.scheme.value}); check zookeeper.auth.*"
-            ) from None
-        self._prepare_root()
+            raise self._auth_failure() from None
+        try:
+            self._prepare_root()
+        except AuthFailedError:
+            # kazoo reports CONNECTED before SASL ends: a refusal fails the first request.
+            raise self._auth_failure() from None
         self.renew_lease()
+
+    def _auth_failure(self) -> StratusError:
+        """The refusal the connection thread recorded, else a generic one."""
+        if self._failed.wait(self.settings.connection_timeout) and self._failure is not None:
+            return self._failure
+        return ZooKeeperAuthError(
+            f"ZooKeeper at {self.hosts} refused stratus's credentials "
+            f"({self.settings.auth.scheme.value}); check zookeeper.auth.*"
+        )
 
     def _prepare_root(self) -> None:
         """Create the root (and its missing parents) under stratus's ACL; tighten an open one."""
@@ -474,13 +484,7 @@ class ZkSession:
 
     def _note_auth_refused(self, exc: Exception) -> None:
         """Kazoo's connection thread: the server refused the credentials (it then stops)."""
-        self._fail(
-            ZooKeeperAuthError(
-                f"ZooKeeper at {self.hosts} refused stratus's credentials "
-                f"({self.settings.auth.scheme.value}: {type(exc).__name__}); check "
-                "zookeeper.auth.* and the server's users"
-            )
-        )
+        self._fail(ZooKeeperAuthError(refusal_message(self.settings.auth, self.hosts, exc)))
 
     def _fail(self, error: StratusError) -> None:
         """Record why the session can never work again; the renewer then closes it."""
