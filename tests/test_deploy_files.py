@@ -9,12 +9,13 @@ from __future__ import annotations
 import configparser
 import re
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from stratus.cli.main import main
-from stratus.config import load_config
+from stratus.config import StratusConfig, load_config
 from stratus.errors import StratusError
 from stratus.settings import access_policy, client_auth, zk_settings
 
@@ -54,7 +55,7 @@ def test_an_example_configuration_turns_security_on(path: Path) -> None:
     assert conf.zookeeper_auth_scheme == "digest"
     assert conf.client_tls_ca and conf.client_auth_token_file  # code fetched over https
     named = [conf.zookeeper_auth_file, conf.client_auth_token_file]
-    builders = [zk_settings, client_auth]
+    builders: list[Callable[[StratusConfig], object]] = [zk_settings, client_auth]
     if path.name == "nimbus.yaml":
         assert conf.nimbus_tls_cert and conf.nimbus_tls_key
         assert conf.nimbus_bind_host == conf.nimbus_host
