@@ -2,12 +2,15 @@
 a nimbus and (when asked) a supervisor, every one a real process listening on its host's
 address, so that cutting a host off is a real network partition.
 
-Settings that every daemon gets, or only nimbuses, supervisors or the test's clients, are
-given as mappings (``settings``, ``nimbus_settings``, ``supervisor_settings``,
-``client_settings``; ``-c key=value`` for the daemons, the configuration of
-``NimbusClient.from_config`` for the clients): how a test switches on authentication, TLS or
-ZooKeeper ACLs once they exist (files they name are the test's to write), without changing
-the harness. Every process is killed when the cluster closes::
+Settings that every daemon gets, or only nimbuses, supervisors, the daemons of one host
+(its certificate) or the test's clients, are given as mappings (``settings``,
+``nimbus_settings``, ``supervisor_settings``, ``host_settings``, ``client_settings``;
+``-c key=value`` for the daemons, the configuration of ``NimbusClient.from_config`` for the
+clients): how a test switches on authentication, TLS and ZooKeeper ACLs (files they name are
+the test's to write), without changing the harness; ``zookeeper_auth`` is what the quorum
+members demand of their clients. The harness itself reaches the nimbuses with the client
+settings: https trusting ``client.tls.ca``, with the token. Every process is killed when the
+cluster closes::
 
     with NetnsHosts(["h1", "h2", "h3"]) as hosts, HostsCluster(hosts, tmp_path) as cluster:
         leader = cluster.wait_for_agreed_leader()
@@ -23,12 +26,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-import httpx
-
 from stratus.api.records import ClusterSummary, LeaderInfo
 from stratus.client import NimbusClient
 from stratus.config import config_from_mapping
+from stratus.errors import StratusError
 from stratus.local.processes import NimbusProcess, SupervisorProcess
+from stratus.settings import client_auth
+from stratus.zk.auth import ServerAuth
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import Quorum, QuorumPeer, ZooKeeperServer
 from tests.netns_hosts import NetnsHosts
@@ -38,6 +42,10 @@ ZK_TICK_MS = 100  # sessions from 200 ms, as the shared test server allows
 SESSION_SECS = 2.0
 ZK_START_SECS = 90.0
 CLIENT_RETRY_SECS = 60.0
+PROBE = {  # one nimbus asked once (the deadline ends before a retry): a cut-off host is no answer
+    "client.retry.deadline.secs": 0.01,
+    "client.request.timeout.secs": 2.0,
+}
 NIMBUS_PORT = 6627  # every host has its own ports: all nimbuses use the default
 
 
@@ -50,8 +58,11 @@ def _text(value: object) -> str:
     return ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
 
 
-def zookeeper_quorum(hosts: NetnsHosts, base_dir: Path) -> dict[str, ZooKeeperServer]:
-    """One quorum member per host, listening on the host's address, its JVM on the host."""
+def zookeeper_quorum(
+    hosts: NetnsHosts, base_dir: Path, auth: ServerAuth | None = None
+) -> dict[str, ZooKeeperServer]:
+    """One quorum member per host, listening on the host's address, its JVM on the host;
+    ``auth``: what each demands of its clients."""
     peers = tuple(
         QuorumPeer(
             server_id=index,
@@ -68,6 +79,7 @@ def zookeeper_quorum(hosts: NetnsHosts, base_dir: Path) -> dict[str, ZooKeeperSe
             tick_time_ms=ZK_TICK_MS,
             quorum=Quorum(my_id=peer.server_id, peers=peers),
             command_prefix=host.command,
+            auth=auth,
         )
         for host, peer in zip(hosts, peers, strict=True)
     }
@@ -92,11 +104,13 @@ class HostsCluster:
         settings: Mapping[str, object] = {},
         nimbus_settings: Mapping[str, object] = {},
         supervisor_settings: Mapping[str, object] = {},
+        host_settings: Mapping[str, Mapping[str, object]] = {},
         client_settings: Mapping[str, object] = {},
+        zookeeper_auth: ServerAuth | None = None,
     ) -> None:
         self.hosts = hosts
         self.workdir = workdir
-        self.zookeepers = zookeeper_quorum(hosts, workdir)
+        self.zookeepers = zookeeper_quorum(hosts, workdir, zookeeper_auth)
         self.zk_connect = ",".join(zk.connect_string for zk in self.zookeepers.values())
         self.seeds = [f"{host.address}:{NIMBUS_PORT}" for host in hosts]
         common = {
@@ -105,25 +119,30 @@ class HostsCluster:
             "nimbus.seeds": self.seeds,
             **settings,
         }
-        self._nimbus_options = options({**common, **nimbus_settings})
-        self._supervisor_options = options({**common, **supervisor_settings})
+        self._nimbus_settings = {**common, **nimbus_settings}
+        self._supervisor_settings = {**common, **supervisor_settings}
+        self._host_settings = host_settings
         self._client_settings = {
             **common,
             "client.retry.deadline.secs": CLIENT_RETRY_SECS,
             **client_settings,
         }
+        auth = client_auth(config_from_mapping(self._client_settings))
         self.nimbuses = {
             host.name: NimbusProcess(
-                self._nimbus_options,
+                options({**self._nimbus_settings, **host_settings.get(host.name, {})}),
                 port=NIMBUS_PORT,
                 host=host.address,
                 log_dir=workdir,
                 command_prefix=host.command,
+                auth=auth,
             )
             for host in hosts
         }
         self.supervisors: dict[str, SupervisorProcess] = {}
-        self.http = httpx.Client(timeout=2.0)
+        self._probes = {  # each asks its host's nimbus alone, once
+            host.name: self._client([f"{host.address}:{NIMBUS_PORT}"], PROBE) for host in hosts
+        }
 
     def start(self) -> None:
         start_quorum(list(self.zookeepers.values()))
@@ -135,8 +154,9 @@ class HostsCluster:
     def add_supervisor(self, name: str, *, slots: int = 2) -> SupervisorProcess:
         """Start a supervisor on host ``name`` (its id is the host's name) and wait for it."""
         host = self.hosts[name]
+        settings = {**self._supervisor_settings, **self._host_settings.get(name, {})}
         supervisor = SupervisorProcess(
-            [*self._supervisor_options, "-c", f"supervisor.host={host.address}"],
+            [*options(settings), "-c", f"supervisor.host={host.address}"],
             id=name,
             slots=slots,
             log_dir=self.workdir,
@@ -151,23 +171,22 @@ class HostsCluster:
         """A client whose seeds are the nimbuses of every host but ``without``."""
         cut = {self.hosts[name].address for name in without}
         seeds = [seed for seed in self.seeds if seed.rsplit(":", 1)[0] not in cut]
-        conf = config_from_mapping({**self._client_settings, "nimbus.seeds": seeds})
-        return NimbusClient.from_config(conf)
+        return self._client(seeds)
+
+    def _client(self, seeds: Sequence[str], settings: Mapping[str, object] = {}) -> NimbusClient:
+        conf = {**self._client_settings, **settings, "nimbus.seeds": list(seeds)}
+        return NimbusClient.from_config(config_from_mapping(conf))
 
     def leader_seen_by(self, name: str) -> LeaderInfo | None:
-        """The leader as host ``name``'s nimbus names it, or None (no answer, no leader)."""
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            response = self.http.get(f"{self.nimbuses[name].url}/api/v1/leader")
-            if response.status_code == 200:
-                return LeaderInfo.model_validate_json(response.content)
+        """The leader as host ``name``'s nimbus names it, or None (no answer)."""
+        with contextlib.suppress(StratusError):
+            return self._probes[name].leader()
         return None
 
     def summary(self, name: str) -> ClusterSummary | None:
         """The cluster as host ``name``'s nimbus sees it, or None if it does not answer."""
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            response = self.http.get(f"{self.nimbuses[name].url}/api/v1/cluster")
-            if response.status_code == 200:
-                return ClusterSummary.model_validate_json(response.content)
+        with contextlib.suppress(StratusError):
+            return self._probes[name].cluster()
         return None
 
     def wait_for_agreed_leader(
@@ -197,7 +216,8 @@ class HostsCluster:
             process.kill()
         for zookeeper in self.zookeepers.values():
             zookeeper.kill()
-        self.http.close()
+        for probe in self._probes.values():
+            probe.close()
 
     def __enter__(self) -> Self:
         try:

@@ -1,7 +1,8 @@
 """A cluster of real ``stratus nimbus`` processes on one real ZooKeeper, for the tests.
 
 Each cluster lives under its own ``zookeeper.root``, so clusters of different tests never
-meet; every process is killed when the test ends.
+meet; every process is killed when the test ends. ``auth`` (the client settings, e.g.
+``client_auth(conf)``) is how the test reaches nimbuses that serve https or require a token.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import httpx
 
 from stratus.api.records import ClusterSummary, LeaderInfo
 from stratus.local.processes import NimbusProcess
+from stratus.security.client_auth import NO_AUTH, ClientAuth
 from stratus.zk.ports import pick_free_port
 from tests.zkfixtures import chroot_for, wait_until
 
@@ -24,7 +26,16 @@ SESSION_SECS = 2.0  # the shared server's tick is 100 ms: sessions of 200 ms and
 class NimbusCluster:
     """N nimbus processes; ``seeds`` for a client, ``leader()`` as the nimbuses see it."""
 
-    def __init__(self, zk_connect: str, root: str, log_dir: Path, size: int, extra: Sequence[str]):
+    def __init__(
+        self,
+        zk_connect: str,
+        root: str,
+        log_dir: Path,
+        size: int,
+        extra: Sequence[str],
+        *,
+        auth: ClientAuth = NO_AUTH,
+    ):
         self.root = root
         self.options = [
             "-c", f"zookeeper.servers={zk_connect}",
@@ -33,9 +44,12 @@ class NimbusCluster:
             *extra,
         ]  # fmt: skip
         self.nimbuses = [
-            NimbusProcess(self.options, port=pick_free_port(), log_dir=log_dir) for _ in range(size)
+            NimbusProcess(self.options, port=pick_free_port(), log_dir=log_dir, auth=auth)
+            for _ in range(size)
         ]
-        self.http = httpx.Client(timeout=5.0)
+        self.http = httpx.Client(
+            verify=auth.ssl_context() or True, headers=auth.headers(), timeout=5.0
+        )
 
     @property
     def seeds(self) -> list[str]:
@@ -95,9 +109,16 @@ class NimbusCluster:
 
 @contextlib.contextmanager
 def nimbus_cluster(
-    zk_connect: str, log_dir: Path, test_name: str, size: int = 3, extra: Sequence[str] = ()
+    zk_connect: str,
+    log_dir: Path,
+    test_name: str,
+    size: int = 3,
+    extra: Sequence[str] = (),
+    *,
+    auth: ClientAuth = NO_AUTH,
 ) -> Iterator[NimbusCluster]:
-    cluster = NimbusCluster(zk_connect, chroot_for(test_name) + "/stratus", log_dir, size, extra)
+    root = chroot_for(test_name) + "/stratus"
+    cluster = NimbusCluster(zk_connect, root, log_dir, size, extra, auth=auth)
     try:
         cluster.start()
         yield cluster

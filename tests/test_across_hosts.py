@@ -5,7 +5,11 @@ Scenarios: a ZooKeeper quorum whose members listen on three hosts keeps serving 
 is cut off, and the cut member serves again once healed; a streaming pipeline on the host of
 the leader nimbus moves, when that host is cut off, to a supervisor on another host under a
 new leader, never runs twice, loses and duplicates no row, and the healed host rejoins as a
-standby nimbus and a registered supervisor.
+standby nimbus and a registered supervisor. That cluster runs with security on, as on a real
+network: nimbuses serve https with a certificate naming their host's address and require
+tokens (supervisors and nimbuses fetch code with a read token), every daemon authenticates to
+ZooKeeper with digest, the quorum members refuse anonymous clients, and every znode is
+stratus's alone.
 """
 
 from __future__ import annotations
@@ -21,16 +25,21 @@ from typing import Any
 
 import pytest
 import yaml
+from kazoo.exceptions import NoAuthError, SessionClosedRequireSaslError
 
 from stratus.api.records import WorkerHeartbeat
 from stratus.client import NimbusClient
 from stratus.codedist.package_build import build_package
 from stratus.local.examples_io import FLUSH_KEY, Feeder, read_rows, window_count_total
+from stratus.zk.auth import Credentials, ServerAuth
 from stratus.zk.server import ZooKeeperServer
 from tests.hosts_cluster import HostsCluster, start_quorum, zookeeper_quorum
 from tests.netns_hosts import TAG, NetnsHosts, remove_leftovers, unavailable
 from tests.pipeline_cluster import SPARK_START_SECS, cluster_options
+from tests.secure_cluster import ADMIN, PEER, token_file
 from tests.spark_packages import EXAMPLES
+from tests.tls_certs import TestCa
+from tests.zk_acl import acl_of, digest_client, digest_identity, every_znode, secret_file
 from tests.zkfixtures import kazoo_client, process_gone, wait_until
 
 HOSTS = ("h1", "h2", "h3")
@@ -42,6 +51,8 @@ FOUR_LETTER = (
     "    s.sendall(b'srvr'); s.shutdown(socket.SHUT_WR)\n"
     "    print(b''.join(iter(lambda: s.recv(65536), b'')).decode())\n"
 )
+STRATUS = Credentials("stratus", "zk-digest-password-across-hosts")
+ROOT = "/stratus"  # zookeeper.root's default
 RECORD_KEY = "spark.stratus.test.batches"
 GATEWAY_KEY = "spark.stratus.test.gateway"
 BATCH_RECORD = f'''"""The streaming example; it records each micro-batch done: id, host, time."""
@@ -98,6 +109,57 @@ def hosts() -> Iterator[NetnsHosts]:
         pytest.skip(f"no hosts of network namespaces here: {reason}")
     with NetnsHosts(HOSTS) as made:
         yield made
+
+
+def security(hosts: NetnsHosts, directory: Path) -> dict[str, Any]:
+    """``HostsCluster``'s keyword arguments for TLS, tokens and ZooKeeper ACLs, with the CA,
+    certificates, token files and ZooKeeper credentials they name, made in ``directory``.
+
+    Each nimbus's certificate names its host's address; every daemon trusts the CA and
+    fetches code with a read token; the test's clients hold an admin token; every daemon
+    authenticates to ZooKeeper with digest, and the quorum members require it.
+    """
+    directory.mkdir()
+    ca = TestCa(directory)
+    zk_secret = secret_file(directory / "zk.secret", f"{STRATUS.user}:{STRATUS.password}")
+    ca_file = str(ca.cert)
+    certificates = {host.name: ca.issue(f"nimbus-{host.name}", ip=host.address) for host in hosts}
+    return {
+        "settings": {
+            "zookeeper.auth.scheme": "digest",
+            "zookeeper.auth.file": str(zk_secret),
+            "client.tls.ca": ca_file,
+            "client.auth.token.file": str(secret_file(directory / "daemon.token", PEER)),
+        },
+        "nimbus_settings": {"nimbus.auth.tokens.file": str(token_file(directory))},
+        "host_settings": {
+            name: {"nimbus.tls.cert": str(issued.cert), "nimbus.tls.key": str(issued.key)}
+            for name, issued in certificates.items()
+        },
+        "client_settings": {
+            "client.tls.ca": ca_file,
+            "client.auth.token.file": str(secret_file(directory / "admin.token", ADMIN)),
+        },
+        "zookeeper_auth": ServerAuth(required=True),
+    }
+
+
+def assert_znodes_are_stratus_alone(zk_connect: str) -> None:
+    """Every znode under the root has stratus's identity as its whole ACL; an anonymous
+    client is refused by the quorum, and another identity cannot write under the root."""
+    with digest_client(zk_connect, STRATUS) as owner:
+        paths = list(every_znode(owner, ROOT))
+        assert any(path.startswith(f"{ROOT}/assignments/") for path in paths)
+        assert {path: acl_of(owner, path) for path in paths} == dict.fromkeys(
+            paths, digest_identity(STRATUS)
+        )
+    with kazoo_client(zk_connect) as anonymous, pytest.raises(SessionClosedRequireSaslError):
+        anonymous.create(f"{ROOT}/intruder", b"x")
+    with digest_client(zk_connect, Credentials("intruder", "x")) as other:
+        with pytest.raises(NoAuthError):
+            other.create(f"{ROOT}/intruder", b"x")
+        with pytest.raises(NoAuthError):
+            other.set(f"{ROOT}/pipelines/{STREAMING}", b"{}")
 
 
 def srvr_from(hosts: NetnsHosts, name: str, address: str, port: int) -> str:
@@ -197,9 +259,11 @@ def test_a_pipeline_on_the_cut_off_leader_host_moves_to_another_host_and_never_r
     hosts, tmp_path
 ):
     shared = tmp_path / "shared"  # one file system: every host reaches it
+    secured = security(hosts, tmp_path / "security")
     settings: dict[str, object] = dict(_pairs(cluster_options(shared / "checkpoints")))
     settings["pipeline.min.replication.count"] = 2
-    with HostsCluster(hosts, tmp_path, settings=settings) as cluster:
+    secured["settings"] = {**settings, **secured["settings"]}
+    with HostsCluster(hosts, tmp_path, **secured) as cluster:
         home = cluster.wait_for_agreed_leader()  # the pipeline runs on the leader's host
         cluster.add_supervisor(home)
         client = cluster.client()
@@ -256,6 +320,7 @@ def test_a_pipeline_on_the_cut_off_leader_host_moves_to_another_host_and_never_r
         client.close()
         assert_exactly_once(shared, fed)
         assert_ran_on(shared, old=hosts[home].address, new=hosts[moved.supervisor].address)
+        assert_znodes_are_stratus_alone(cluster.zk_connect)
 
 
 def submit_recorded(client: NimbusClient, hosts: NetnsHosts, shared: Path, package: Path) -> None:

@@ -1,17 +1,23 @@
 """The files of ``deploy/`` that docs/deploy.md tells an operator to install are valid: every
-example configuration loads, and every systemd unit runs a real stratus verb as the dedicated
-user, restarts, raises its file limit and is hardened."""
+example configuration loads and turns security on (the files it names are the operator's,
+absent here, and read at start: building the daemon's settings from it fails naming them),
+and every systemd unit runs a real stratus verb as the dedicated user, restarts, raises its
+file limit and is hardened."""
 
 from __future__ import annotations
 
 import configparser
+import re
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from stratus.cli.main import main
-from stratus.config import load_config
+from stratus.config import StratusConfig, load_config
+from stratus.errors import StratusError
+from stratus.settings import access_policy, client_auth, zk_settings
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 UNITS = sorted(DEPLOY.glob("*.service"))
@@ -41,6 +47,26 @@ def test_the_units_and_configurations_are_there() -> None:
 def test_an_example_configuration_loads(path: Path) -> None:
     conf = load_config(path=str(path))
     assert len(conf.zookeeper_servers) == 3  # an ensemble across three hosts
+
+
+@pytest.mark.parametrize("path", sorted(DEPLOY.glob("*.yaml")), ids=lambda p: p.name)
+def test_an_example_configuration_turns_security_on(path: Path) -> None:
+    conf = load_config(path=str(path), environ={})
+    assert conf.zookeeper_auth_scheme == "digest"
+    assert conf.client_tls_ca and conf.client_auth_token_file  # code fetched over https
+    named = [conf.zookeeper_auth_file, conf.client_auth_token_file]
+    builders: list[Callable[[StratusConfig], object]] = [zk_settings, client_auth]
+    if path.name == "nimbus.yaml":
+        assert conf.nimbus_tls_cert and conf.nimbus_tls_key
+        assert conf.nimbus_bind_host == conf.nimbus_host
+        named.append(conf.nimbus_auth_tokens_file)
+        builders.append(access_policy)
+    for file, build in zip(named, builders, strict=True):
+        assert file is not None
+        if Path(file).exists():
+            continue  # an operator's machine: the file is real
+        with pytest.raises(StratusError, match=re.escape(file)):
+            build(conf)  # read at start, not decorative
 
 
 @pytest.mark.parametrize("unit", UNITS, ids=lambda p: p.name)

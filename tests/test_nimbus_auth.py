@@ -19,11 +19,12 @@ from stratus.api.records import PipelineRecord, PipelineStatus
 from stratus.cli.main import main
 from stratus.client import NimbusClient
 from stratus.codedist.code_locations import parse_served_from
-from stratus.local.processes import NimbusProcess
+from stratus.local.processes import NimbusProcess, ReadinessRefusedError
 from stratus.security.client_auth import ClientAuth
 from stratus.security.tls import TlsSettings
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import ZooKeeperServer
+from tests.nimbus_cluster import nimbus_cluster
 from tests.package_factory import valid_package
 from tests.secure_cluster import (
     ADMIN,
@@ -262,6 +263,35 @@ def test_the_client_follows_not_leader_over_tls_and_the_standby_fetches_over_tls
             client.get(code, headers=bearer(ADMIN))
 
 
+def test_a_nimbus_process_is_ready_when_it_answers_over_https_to_the_client_settings(
+    zk_server: ZooKeeperServer, tmp_path: Path, ca: TestCa, request: pytest.FixtureRequest
+) -> None:
+    server = ca.issue("nimbus-ready", ip="127.0.0.1")
+    extra = [
+        "-c", f"nimbus.auth.tokens.file={token_file(tmp_path)}",
+        "-c", f"nimbus.tls.cert={server.cert}",
+        "-c", f"nimbus.tls.key={server.key}",
+    ]  # fmt: skip
+    tls = TlsSettings(ca=str(ca.cert))
+    auth = ClientAuth(token=READ, tls=tls)
+    with nimbus_cluster(
+        zk_server.connect_string, tmp_path, request.node.name, size=1, extra=extra, auth=auth
+    ) as cluster:
+        (nimbus,) = cluster.nimbuses
+        assert nimbus.url == f"https://{nimbus.address}"
+        assert cluster.leader_seen_by(nimbus) is not None  # the cluster's client: https, token
+        assert cluster.summary(nimbus).nimbuses[0].insecure is False
+        tokenless = NimbusProcess(
+            cluster.options, port=pick_free_port(), log_dir=tmp_path, auth=ClientAuth(tls=tls)
+        )
+        tokenless.start()
+        try:
+            with pytest.raises(ReadinessRefusedError, match=r"answered 401.*client\.auth"):
+                tokenless.wait_ready()
+        finally:
+            tokenless.kill()
+
+
 # ---------------------------------------------------------------------- exposure
 
 
@@ -297,6 +327,7 @@ def test_with_the_insecure_flag_it_starts_on_every_interface_warns_and_advertise
         "-c", f"zookeeper.servers={zk_server.connect_string}",
         "-c", f"zookeeper.root={root}",
         "-c", "nimbus.bind.host=0.0.0.0",
+        "-c", "nimbus.auth.insecure.warn.secs=0.2",
     ]  # fmt: skip
     nimbus = NimbusProcess(options, port=pick_free_port(), log_dir=tmp_path)
     nimbus.start()
@@ -304,7 +335,13 @@ def test_with_the_insecure_flag_it_starts_on_every_interface_warns_and_advertise
         nimbus.wait_ready()
         summary = httpx.get(f"{nimbus.url}/api/v1/cluster").json()
         assert [f"{n['host']}:{n['port']}" for n in summary["nimbuses"]] == [nimbus.address]
-        assert "INSECURE" in nimbus.log_tail(200)
+        assert [n["insecure"] for n in summary["nimbuses"]] == [True]
+        assert "INSECURE: 127.0.0.1" in httpx.get(f"{nimbus.url}/").text  # the page's banner
+        wait_until(  # not once at start: again and again while it runs
+            lambda: nimbus.log_tail(200).count("event=insecure_nimbus") >= 3,
+            WAIT_SECS,
+            "the INSECURE warning to be repeated",
+        )
         with NimbusClient([nimbus.address], retry_deadline=WAIT_SECS) as client:
             client.submit("open", valid_package("open"))
         servers = served_from(zk_server.connect_string, root, "open")

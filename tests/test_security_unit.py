@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from stratus.api.errors import ForbiddenError, UnauthenticatedError
+from stratus.api.records import ClusterSummary, LeaderInfo, NimbusSummary
 from stratus.config import config_from_mapping
 from stratus.errors import ConfigError
 from stratus.nimbus.authorization import required_role
 from stratus.nimbus.exposure import InsecureBindError, check_exposure, is_loopback
+from stratus.nimbus.status_page import render_status_page
 from stratus.security.access import AccessPolicy
 from stratus.security.errors import TlsConfigError, TokenFileError
 from stratus.security.roles import Role
@@ -143,10 +145,30 @@ def test_reads_need_read_and_every_other_method_submit() -> None:
 def test_a_non_loopback_bind_without_authentication_is_refused_unless_insecure() -> None:
     with pytest.raises(InsecureBindError, match=r"nimbus\.auth\.tokens\.file"):
         check_exposure("0.0.0.0", authenticated=False, insecure=False)
-    check_exposure("0.0.0.0", authenticated=True, insecure=False)
-    check_exposure("0.0.0.0", authenticated=False, insecure=True)
-    check_exposure("127.0.0.1", authenticated=False, insecure=False)
-    check_exposure("localhost", authenticated=False, insecure=False)
+    assert check_exposure("0.0.0.0", authenticated=True, insecure=False) is False
+    assert check_exposure("0.0.0.0", authenticated=False, insecure=True) is True  # exposed
+    assert check_exposure("127.0.0.1", authenticated=False, insecure=False) is False
+    assert check_exposure("localhost", authenticated=False, insecure=False) is False
+
+
+def test_the_status_page_names_the_insecure_nimbuses_in_a_banner() -> None:
+    def nimbus(port: int, *, insecure: bool) -> NimbusSummary:
+        return NimbusSummary(
+            host="10.0.0.5", port=port, uptime_secs=1, is_leader=False, version="1",
+            insecure=insecure,
+        )  # fmt: skip
+
+    def page(*nimbuses: NimbusSummary) -> str:
+        nobody = LeaderInfo(address=None, epoch=None)
+        summary = ClusterSummary(
+            nimbuses=list(nimbuses), supervisors=[], pipelines=[], leader=nobody
+        )
+        return render_status_page(summary, "10.0.0.5:6627")
+
+    assert "INSECURE" not in page(nimbus(6627, insecure=False))
+    shown = page(nimbus(6627, insecure=False), nimbus(6628, insecure=True))
+    assert "INSECURE: 10.0.0.5:6628 serve" in shown
+    assert "10.0.0.5:6627 serve" not in shown
     assert is_loopback("::1") and not is_loopback("10.1.2.3")
 
 

@@ -8,17 +8,14 @@ root left by a time without authentication is tightened; a server started with
 
 from __future__ import annotations
 
-import posixpath
 import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, SessionClosedRequireSaslError
-from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
+from kazoo.security import OPEN_ACL_UNSAFE
 
 from stratus.client import NimbusClient
 from stratus.config import load_config
@@ -31,39 +28,17 @@ from stratus.zk.session import ZkSession, ZkSettings
 from tests.nimbus_cluster import nimbus_cluster
 from tests.package_factory import valid_package
 from tests.test_zookeeper_server import serving_hosts, start_stratus_zookeeper
+from tests.zk_acl import acl_of, digest_client, digest_identity, every_znode, secret_file
 from tests.zkfixtures import kazoo_client, wait_until
 
 STRATUS = Credentials("stratus", "s3cret-stratus")
 DIGEST = ZkAuth(AuthScheme.DIGEST, STRATUS)
-STRATUS_ACL = [make_digest_acl(STRATUS.user, STRATUS.password, all=True)]
+OURS = digest_identity(STRATUS)
 SESSION_SECS = 2.0
-
-
-def secret_file(path: Path, line: str, mode: int = 0o600) -> Path:
-    path.write_text(line + "\n", encoding="utf-8")
-    path.chmod(mode)
-    return path
 
 
 def session(hosts: str, auth: ZkAuth = DIGEST, root: str = "/stratus") -> ZkSession:
     return ZkSession(ZkSettings(hosts, root=root, session_timeout=SESSION_SECS, auth=auth))
-
-
-def digest_client(hosts: str, credentials: Credentials) -> Any:
-    return kazoo_client(hosts, auth_data=[("digest", f"{credentials.user}:{credentials.password}")])
-
-
-def every_znode(client: KazooClient, root: str) -> Iterator[str]:
-    yield root
-    for child in client.get_children(root):
-        yield from every_znode(client, posixpath.join(root, child))
-
-
-def acl_of(client: KazooClient, path: str) -> set[tuple[int, str, str]]:
-    return {(acl.perms, acl.id.scheme, acl.id.id) for acl in client.get_acls(path)[0]}
-
-
-OURS = {(acl.perms, acl.id.scheme, acl.id.id) for acl in STRATUS_ACL}
 
 
 # -- the credentials file -------------------------------------------------------------------

@@ -232,6 +232,13 @@ class StratusConfig(BaseModel):
         description="let a nimbus bound to a non-loopback address start without "
         "authentication (anyone who reaches it may run code on every supervisor)",
     )
+    nimbus_auth_insecure_warn_secs: float = Field(
+        default=300.0,
+        gt=0,
+        alias="nimbus.auth.insecure.warn.secs",
+        description="how often a nimbus started with nimbus.auth.insecure on a non-loopback "
+        "address logs its INSECURE warning again",
+    )
     nimbus_tls_cert: str | None = Field(
         default=None,
         alias="nimbus.tls.cert",

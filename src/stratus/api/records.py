@@ -106,6 +106,9 @@ class NimbusRegistration(_Record):
     port: int
     started: float = Field(description="wall-clock start time, seconds since the epoch")
     version: str
+    insecure: bool = Field(
+        default=False, description="it serves an unauthenticated API on a network address"
+    )
 
     @property
     def address(self) -> str:
@@ -120,6 +123,10 @@ class NimbusSummary(BaseModel):
     uptime_secs: int
     is_leader: bool
     version: str
+    insecure: bool = Field(
+        default=False,
+        description="it serves an unauthenticated API on a network address (nimbus.auth.insecure)",
+    )
 
 
 class SupervisorSummary(_Record):

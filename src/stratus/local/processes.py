@@ -10,6 +10,9 @@
     nimbus.kill()         # SIGKILL
     nimbus.start()        # the same nimbus again, same port and directory
 
+    secured = NimbusProcess(options, port=6627, log_dir=tmp, auth=client_auth(conf))
+    secured.wait_ready()  # https and a token when the nimbuses require them
+
     supervisor = SupervisorProcess(options, id="s1", slots=2, log_dir=tmp)
     supervisor.start()
     supervisor.wait_ready()   # its "supervisor s1 running" line is in its log
@@ -29,6 +32,7 @@ import httpx
 
 from stratus.errors import StratusError
 from stratus.process import ProcessGroup
+from stratus.security.client_auth import NO_AUTH, ClientAuth
 
 READY_TIMEOUT_SECS = 30.0
 STOP_TIMEOUT_SECS = 15.0
@@ -37,6 +41,10 @@ POLL_SECS = 0.02
 
 class ProcessStartError(StratusError):
     """A daemon process exited or never became ready."""
+
+
+class ReadinessRefusedError(ProcessStartError):
+    """A nimbus answered the readiness probe with 401 or 403: the probe's credentials."""
 
 
 class DaemonProcess:
@@ -136,7 +144,12 @@ def stop_all(processes: Sequence[DaemonProcess], timeout: float = STOP_TIMEOUT_S
 
 
 class NimbusProcess(DaemonProcess):
-    """One ``stratus nimbus`` child process at a fixed address (kept across restarts)."""
+    """One ``stratus nimbus`` child process at a fixed address (kept across restarts).
+
+    ``auth`` is how whoever waits for it reaches its API: the client settings
+    (``stratus.settings.client_auth``), so that a nimbus serving https and requiring a token
+    is probed over https, trusting ``client.tls.ca``, with the token.
+    """
 
     def __init__(
         self,
@@ -146,13 +159,15 @@ class NimbusProcess(DaemonProcess):
         log_dir: Path,
         host: str = "127.0.0.1",
         command_prefix: Sequence[str] = (),
+        auth: ClientAuth = NO_AUTH,
     ) -> None:
         name = f"nimbus-{port}" if host == "127.0.0.1" else f"nimbus-{host}-{port}"
         super().__init__(log_dir / f"{name}.log", log_dir / name, options, command_prefix)
         self.host = host
         self.port = port
         self.address = f"{host}:{port}"
-        self.url = f"http://{self.address}"
+        self.auth = auth
+        self.url = f"{auth.scheme}://{self.address}"
 
     def start(self) -> None:
         self._launch(
@@ -163,15 +178,25 @@ class NimbusProcess(DaemonProcess):
         )  # fmt: skip
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_SECS) -> None:
-        """Wait until the API answers; ProcessStartError with the log's tail if it died."""
+        """Wait until the API answers 200 to ``auth``; ProcessStartError with the log's tail
+        if it died, ReadinessRefusedError if it refuses ``auth``'s credentials."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.is_running():
-                raise ProcessStartError(f"nimbus {self.address} exited: {self.log_tail()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/api/v1/leader", timeout=1.0).status_code == 200:
-                    return
-            time.sleep(POLL_SECS)
+        with httpx.Client(
+            verify=self.auth.ssl_context() or True, headers=self.auth.headers(), timeout=1.0
+        ) as http:
+            while time.monotonic() < deadline:
+                if not self.is_running():
+                    raise ProcessStartError(f"nimbus {self.address} exited: {self.log_tail()}")
+                with contextlib.suppress(httpx.HTTPError):
+                    status = http.get(f"{self.url}/api/v1/leader").status_code
+                    if status == 200:
+                        return
+                    if status in (401, 403):
+                        raise ReadinessRefusedError(
+                            f"nimbus {self.address} answered {status} to the readiness probe: "
+                            "give the probe a token the nimbus accepts (client.auth.token.file)"
+                        )
+                time.sleep(POLL_SECS)
         raise ProcessStartError(f"nimbus {self.address} not ready in {timeout:g}s")
 
 

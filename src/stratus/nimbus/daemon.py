@@ -50,7 +50,7 @@ from stratus.nimbus.duties.lost_code import FailLostCode
 from stratus.nimbus.duties.replication import ActivateReplicated
 from stratus.nimbus.duties.round import DutyRound
 from stratus.nimbus.duties.scheduling import SchedulingDuty
-from stratus.nimbus.exposure import check_exposure
+from stratus.nimbus.exposure import InsecureReminder, check_exposure
 from stratus.nimbus.http_bounds import uvicorn_options
 from stratus.nimbus.leadership_controller import LeadershipController
 from stratus.nimbus.metrics import NimbusMetrics
@@ -136,7 +136,7 @@ class Nimbus:
         self._wall = wall
         self._stopping = threading.Event()
         self.policy = access_policy(conf)  # TokenFileError if the file is unsafe or malformed
-        check_exposure(
+        self.insecure = check_exposure(  # True: an open API on a network, on purpose
             conf.nimbus_bind(),
             authenticated=self.policy.enabled,
             insecure=conf.nimbus_auth_insecure,
@@ -294,6 +294,12 @@ class Nimbus:
         registration.start()
         self._opened.append(self.controller.stop)
         self.controller.start()
+        if self.insecure:
+            reminder = InsecureReminder(
+                self.conf.nimbus_bind(), every_secs=self.conf.nimbus_auth_insecure_warn_secs
+            )
+            self._opened.append(reminder.stop)
+            reminder.start()
 
     # ------------------------------------------------------------------ parts
 
@@ -394,7 +400,11 @@ class Nimbus:
 
     def _registration_record(self) -> NimbusRegistration:
         return NimbusRegistration(
-            host=self.conf.nimbus_host, port=self.port, started=self._wall(), version=__version__
+            host=self.conf.nimbus_host,
+            port=self.port,
+            started=self._wall(),
+            version=__version__,
+            insecure=self.insecure,
         )
 
     def _start_http(self) -> None:

@@ -89,6 +89,7 @@ class NimbusService:
                 uptime_secs=max(0, int(now - reg.started)),
                 is_leader=reg.address == leader,
                 version=reg.version,
+                insecure=reg.insecure,
             )
             for _, reg in sorted(self.view.nimbuses().items())
         ]

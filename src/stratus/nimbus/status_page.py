@@ -1,4 +1,5 @@
-"""The small status page at ``/``: nimbuses with the leader marked, and pipelines."""
+"""The small status page at ``/``: nimbuses with the leader marked, and pipelines; a banner
+above them names every nimbus that serves an unauthenticated API (``nimbus.auth.insecure``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from stratus.api.records import ClusterSummary
 _STYLE = (
     "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin-bottom:2em}"
     "td,th{border:1px solid #ccc;padding:4px 10px;text-align:left}.leader{font-weight:bold}"
+    ".insecure{background:#c00;color:#fff;padding:8px;font-weight:bold}"
 )
 
 
@@ -29,6 +31,14 @@ def render_status_page(summary: ClusterSummary, this_nimbus: str) -> str:
         )
         for n in summary.nimbuses
     )
+    exposed = [f"{n.host}:{n.port}" for n in summary.nimbuses if n.insecure]
+    banner = (
+        f"<p class='insecure'>INSECURE: {escape(', '.join(exposed))} serve an unauthenticated "
+        "API (nimbus.auth.insecure): anyone who reaches them can run code on every supervisor"
+        "</p>"
+        if exposed
+        else ""
+    )
     pipeline_rows = "".join(
         _row(
             [
@@ -44,7 +54,7 @@ def render_status_page(summary: ClusterSummary, this_nimbus: str) -> str:
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>stratus</title>"
         f"<style>{_STYLE}</style></head><body>"
-        f"<h1>stratus</h1><p>Leader: <b>{escape(leader)}</b>, "
+        f"<h1>stratus</h1>{banner}<p>Leader: <b>{escape(leader)}</b>, "
         f"epoch {escape(str(summary.leader.epoch))}</p>"
         "<h2>Nimbuses</h2><table><tr><th>nimbus</th><th>role</th><th>uptime</th>"
         f"<th>version</th></tr>{nimbus_rows}</table>"
