@@ -280,6 +280,7 @@ def test_a_nimbus_process_is_ready_when_it_answers_over_https_to_the_client_sett
         (nimbus,) = cluster.nimbuses
         assert nimbus.url == f"https://{nimbus.address}"
         assert cluster.leader_seen_by(nimbus) is not None  # the cluster's client: https, token
+        wait_until(lambda: cluster.summary(nimbus).nimbuses, 20, "its own registration seen")
         assert cluster.summary(nimbus).nimbuses[0].insecure is False
         tokenless = NimbusProcess(
             cluster.options, port=pick_free_port(), log_dir=tmp_path, auth=ClientAuth(tls=tls)
@@ -333,7 +334,15 @@ def test_with_the_insecure_flag_it_starts_on_every_interface_warns_and_advertise
     nimbus.start()
     try:
         nimbus.wait_ready()
-        summary = httpx.get(f"{nimbus.url}/api/v1/cluster").json()
+
+        def registered() -> list[dict[str, object]]:
+            nimbuses: list[dict[str, object]] = httpx.get(f"{nimbus.url}/api/v1/cluster").json()[
+                "nimbuses"
+            ]
+            return nimbuses
+
+        wait_until(registered, WAIT_SECS, "its own registration seen")
+        summary = {"nimbuses": registered()}
         assert [f"{n['host']}:{n['port']}" for n in summary["nimbuses"]] == [nimbus.address]
         assert [n["insecure"] for n in summary["nimbuses"]] == [True]
         assert "INSECURE: 127.0.0.1" in httpx.get(f"{nimbus.url}/").text  # the page's banner

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import signal
-import threading
-
 import click
 
+from stratus.cli.daemon_run import run_daemon
 from stratus.cli.options import with_config
 from stratus.config import StratusConfig
 from stratus.logs import configure_daemon_logging
@@ -27,21 +25,5 @@ def nimbus(conf: StratusConfig, insecure: bool) -> None:
     if insecure:
         conf = conf.model_copy(update={"nimbus_auth_insecure": True})
     raise_open_files_limit()
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda _s, _f: stop.set())
-    daemon = Nimbus(conf)
-    try:
-        daemon.start()
-    except Exception:
-        if daemon.session.failure is None:
-            raise
-        raise daemon.session.failure from None  # what made ZooKeeper unusable, not its echo
     scheme = "https" if conf.nimbus_tls_cert else "http"
-    click.echo(f"nimbus {daemon.address} serving {scheme}://{daemon.address}/", err=True)
-    try:
-        while not stop.wait(1.0):
-            if daemon.session.failure is not None:  # ZooKeeper's history went back
-                raise daemon.session.failure
-    finally:
-        daemon.stop()
+    run_daemon(Nimbus(conf), ready=lambda d: f"nimbus {d.address} serving {scheme}://{d.address}/")

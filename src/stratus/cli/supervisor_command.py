@@ -7,11 +7,9 @@ the supervisor says so on stderr (``supervisor <id> running slots=<n> local=<dir
 
 from __future__ import annotations
 
-import signal
-import threading
-
 import click
 
+from stratus.cli.daemon_run import run_daemon
 from stratus.cli.options import with_config
 from stratus.config import StratusConfig, config_from_mapping
 from stratus.logs import configure_daemon_logging
@@ -54,26 +52,16 @@ def supervisor(conf: StratusConfig, slots: int | None, supervisor_id: str | None
     conf = with_overrides(conf, slots=slots, supervisor_id=supervisor_id)
     configure_daemon_logging()
     raise_open_files_limit()
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda _s, _f: stop.set())
-    daemon = Supervisor(conf)
-    try:
-        daemon.start()
-    except Exception:
-        if daemon.session.failure is None:
-            raise
-        raise daemon.session.failure from None  # what made ZooKeeper unusable, not its echo
-    click.echo(
-        READY_LINE.format(id=daemon.id, slots=daemon.slots, local=daemon.local_dir), err=True
+    run_daemon(
+        Supervisor(conf),
+        ready=lambda d: READY_LINE.format(id=d.id, slots=d.slots, local=d.local_dir),
+        check=_control_loop_alive,
+        period_secs=HEALTH_CHECK_SECS,
     )
-    try:
-        while not stop.wait(HEALTH_CHECK_SECS):
-            if daemon.session.failure is not None:  # ZooKeeper's history went back
-                raise daemon.session.failure
-            if not daemon.healthy():
-                raise click.ClickException(
-                    f"supervisor {daemon.id}: its control loop died (see the log); stopping"
-                )
-    finally:
-        daemon.stop()
+
+
+def _control_loop_alive(daemon: Supervisor) -> None:
+    if not daemon.healthy():
+        raise click.ClickException(
+            f"supervisor {daemon.id}: its control loop died (see the log); stopping"
+        )
