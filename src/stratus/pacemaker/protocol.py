@@ -60,7 +60,10 @@ class ErrorCode(enum.StrEnum):
 
 def encode_frame(message: dict[str, Any], *, max_frame_bytes: int) -> bytes:
     """One frame holding ``message``; FrameError if its body exceeds ``max_frame_bytes``."""
-    body: bytes = msgpack.packb(message, use_bin_type=True)
+    try:
+        body: bytes = msgpack.packb(message, use_bin_type=True)
+    except (OverflowError, TypeError, ValueError) as exc:
+        raise FrameError(f"a message cannot be encoded: {exc}") from None
     if len(body) > max_frame_bytes:
         raise FrameError(
             f"a frame of {len(body)} bytes exceeds the maximum of {max_frame_bytes} bytes "
@@ -115,10 +118,9 @@ class FrameDecoder:
                 view = view[take:]
                 if len(self._buffer) < HEADER_BYTES:
                     break
-                self._length = frame_length(
-                    bytes(self._buffer), max_frame_bytes=self.max_frame_bytes
-                )
+                header = bytes(self._buffer)
                 self._buffer.clear()
+                self._length = frame_length(header, max_frame_bytes=self.max_frame_bytes)
             take = self._length - len(self._buffer)
             self._buffer += view[:take]
             view = view[take:]
