@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stratus.pacemaker.auth import (
-    Principal,
     PacemakerRole,
+    Principal,
     check_proof,
     digest_proof,
     may_read,
