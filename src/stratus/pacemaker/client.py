@@ -31,11 +31,13 @@ from stratus.pacemaker.errors import (
     PacemakerRequestError,
     PacemakerUnavailableError,
 )
-from stratus.pacemaker.protocol import HEADER_BYTES, Op, decode_body, encode_frame, frame_length
+from stratus.pacemaker.protocol import FrameDecoder, Op, encode_frame
 from stratus.pacemaker.settings import PacemakerClientSettings
 from stratus.pacemaker.store import Pulse
 
 RECONNECT_SECS = 1.0
+DRAIN_ABOVE_BYTES = 256 << 10
+READ_CHUNK_BYTES = 256 << 10
 T = TypeVar("T")
 
 
@@ -90,49 +92,61 @@ class PacemakerConnection:
 
     async def request(self, op: Op, **fields: Any) -> dict[str, Any]:
         """Send one request; its answer's fields, or PacemakerRequestError/Unavailable."""
+        future = self.submit(op, **fields)
+        if self._writer is not None and (
+            self._writer.transport.get_write_buffer_size() > DRAIN_ABOVE_BYTES
+        ):
+            await self._bounded(self._writer.drain(), op)
+        answer = await self._bounded(future, op)
+        if not answer.get("ok"):
+            raise PacemakerRequestError(str(answer.get("error")), str(answer.get("message")))
+        return answer
+
+    def submit(self, op: Op, **fields: Any) -> asyncio.Future[dict[str, Any]]:
+        """Send one request without waiting: the future of its raw answer (pipelining).
+
+        The caller bounds the wait; an answer that is not ``ok`` is returned, not raised.
+        """
         if self._writer is None or self._error is not None:
             raise PacemakerUnavailableError(f"the connection to {self.host}:{self.port} is down")
         request_id = next(self._ids)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
-        frame = encode_frame(
-            {"id": request_id, "op": op.value, **fields},
-            max_frame_bytes=self.settings.max_frame_bytes,
+        self._writer.write(
+            encode_frame(
+                {"id": request_id, "op": op.value, **fields},
+                max_frame_bytes=self.settings.max_frame_bytes,
+            )
         )
-        self._writer.write(frame)
+        return future
+
+    async def _bounded(self, waited: Awaitable[T], op: Op) -> T:
         try:
-            await asyncio.wait_for(self._writer.drain(), self.settings.timeout_secs)
-            answer = await asyncio.wait_for(future, self.settings.timeout_secs)
+            return await asyncio.wait_for(waited, self.settings.timeout_secs)
         except (TimeoutError, ConnectionError) as exc:
             self._error = exc
             raise PacemakerUnavailableError(
                 f"the pacemaker at {self.host}:{self.port} did not answer {op} within "
                 f"{self.settings.timeout_secs} s"
             ) from None
-        finally:
-            self._pending.pop(request_id, None)
-        self.warming = bool(answer.get("warming", False))
-        if not answer.get("ok"):
-            raise PacemakerRequestError(str(answer.get("error")), str(answer.get("message")))
-        return answer
 
     async def _read_answers(self, reader: asyncio.StreamReader) -> None:
-        max_frame = self.settings.max_frame_bytes
+        decoder = FrameDecoder(max_frame_bytes=self.settings.max_frame_bytes)
         try:
             while True:
-                header = await reader.readexactly(HEADER_BYTES)
-                length = frame_length(header, max_frame_bytes=max_frame)
-                answer = decode_body(await reader.readexactly(length))
-                future = self._pending.get(answer.get("id", 0))
-                if future is not None and not future.done():
-                    future.set_result(answer)
-                elif answer.get("id") == 0 and not answer.get("ok"):  # the server closes
-                    raise PacemakerRequestError(
-                        str(answer.get("error")), str(answer.get("message"))
-                    )
-        except (asyncio.IncompleteReadError, ConnectionError, OSError, FrameError) as exc:
-            self._error = exc
-        except PacemakerRequestError as exc:
+                chunk = await reader.read(READ_CHUNK_BYTES)
+                if not chunk:
+                    raise ConnectionError("closed by the server")
+                for answer in decoder.feed(chunk):
+                    self.warming = bool(answer.get("warming", self.warming))
+                    future = self._pending.pop(answer.get("id", 0), None)
+                    if future is not None and not future.done():
+                        future.set_result(answer)
+                    elif answer.get("id") == 0 and not answer.get("ok"):  # the server closes
+                        raise PacemakerRequestError(
+                            str(answer.get("error")), str(answer.get("message"))
+                        )
+        except (ConnectionError, OSError, FrameError, PacemakerRequestError) as exc:
             self._error = exc
         self._fail_pending(
             PacemakerUnavailableError(

@@ -49,10 +49,9 @@ from stratus.pacemaker.protocol import (
     HTTP_PREFIX,
     MAX_FRAME_LIMIT,
     ErrorCode,
+    FrameDecoder,
     Op,
-    decode_body,
     encode_frame,
-    frame_length,
 )
 from stratus.pacemaker.settings import PacemakerServerSettings
 from stratus.pacemaker.store import PulseStore
@@ -62,6 +61,7 @@ log = logging.getLogger(__name__)
 READS = frozenset({Op.EXISTS, Op.GET_PULSE, Op.GET_ALL_PULSES_FOR_PATH, Op.GET_ALL_NODES_FOR_PATH})
 WRITES = frozenset({Op.CREATE_PATH, Op.SEND_PULSE, Op.DELETE_PATH, Op.DELETE_PULSE_ID})
 DRAIN_ABOVE_BYTES = 256 << 10
+READ_CHUNK_BYTES = 256 << 10
 MAX_HTTP_HEAD_BYTES = 8 << 10
 MAX_EVICTION_PERIOD_SECS = 1.0
 
@@ -74,7 +74,6 @@ class PacemakerConfigError(PacemakerError):
 class _Connection:
     nonce: bytes
     principal: Principal | None
-    closing: bool = False
 
 
 class _RefusalError(Exception):
@@ -171,37 +170,49 @@ class PacemakerServer:
                 await writer.wait_closed()
 
     async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Read chunks, answer every whole frame in them with one write; stop on a bad frame."""
         idle = self.settings.idle_timeout_secs
-        max_frame = self.settings.max_frame_bytes
         principal = ANONYMOUS if self.settings.auth_method is AuthMethod.NONE else None
         conn = _Connection(_random.token_bytes(NONCE_BYTES), principal)
-        first = True
-        while not conn.closing:
-            header = await asyncio.wait_for(reader.readexactly(HEADER_BYTES), idle)
-            if first and header == HTTP_PREFIX:
-                await self._serve_http(reader, writer)
-                return
-            first = False
+        first = await asyncio.wait_for(reader.readexactly(HEADER_BYTES), idle)
+        if first == HTTP_PREFIX:
+            await self._serve_http(reader, writer)
+            return
+        decoder = FrameDecoder(max_frame_bytes=self.settings.max_frame_bytes)
+        chunk = first
+        while True:
+            closing = False
             try:
-                length = frame_length(header, max_frame_bytes=max_frame)
-                body = await asyncio.wait_for(reader.readexactly(length), idle)
-                message = decode_body(body)
+                messages = decoder.feed(chunk)
             except FrameError as exc:
                 self.metrics.bad_frames.inc()
                 log.warning("event=bad_frame reason=%s", exc)
-                self._write(writer, _error(0, ErrorCode.MALFORMED, str(exc)))
-                await writer.drain()
-                return
-            writer.write(self._answer(message, conn))
-            if writer.transport.get_write_buffer_size() > DRAIN_ABOVE_BYTES:
-                await writer.drain()  # a client that does not read is not answered faster
+                writer.write(self._encode(_error(0, ErrorCode.MALFORMED, str(exc))))
+                break
+            if messages:
+                answers = []
+                for message in messages:
+                    answer, closing = self._answer(message, conn)
+                    answers.append(answer)
+                    if closing:
+                        break
+                writer.write(b"".join(answers))
+                if writer.transport.get_write_buffer_size() > DRAIN_ABOVE_BYTES:
+                    await writer.drain()  # a client that does not read is not answered faster
+            if closing:
+                break
+            chunk = await asyncio.wait_for(reader.read(READ_CHUNK_BYTES), idle)
+            if not chunk:
+                return  # closed by the client (a frame cut short is dropped with it)
         await writer.drain()
 
-    def _answer(self, message: dict[str, Any], conn: _Connection) -> bytes:
+    def _answer(self, message: dict[str, Any], conn: _Connection) -> tuple[bytes, bool]:
+        """The encoded answer to one request, and whether the connection must close after it."""
         request_id = message.get("id")
         if not isinstance(request_id, int) or isinstance(request_id, bool):
             request_id = 0
         op_name = message.get("op")
+        closing = False
         try:
             try:
                 op = Op(str(op_name))
@@ -214,12 +225,12 @@ class PacemakerServer:
             answer = {"id": request_id, "ok": True, "warming": self.warming(), **fields}
         except _RefusalError as refusal:
             self.metrics.requests.labels(str(op_name)[:32], refusal.code.value).inc()
-            conn.closing = refusal.close
+            closing = refusal.close
             answer = _error(request_id, refusal.code, str(refusal))
         try:
-            return encode_frame(answer, max_frame_bytes=self.settings.max_frame_bytes)
+            return encode_frame(answer, max_frame_bytes=self.settings.max_frame_bytes), closing
         except FrameError as exc:
-            return self._encode(_error(request_id, ErrorCode.TOO_LARGE, str(exc)))
+            return self._encode(_error(request_id, ErrorCode.TOO_LARGE, str(exc))), closing
 
     def _perform(self, op: Op, message: dict[str, Any], conn: _Connection) -> dict[str, Any]:
         if op is Op.HELLO:
@@ -309,9 +320,6 @@ class PacemakerServer:
             + body
         )
         await writer.drain()
-
-    def _write(self, writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:
-        writer.write(self._encode(message))
 
     def _encode(self, message: dict[str, Any]) -> bytes:
         return encode_frame(message, max_frame_bytes=MAX_FRAME_LIMIT)
