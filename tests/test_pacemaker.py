@@ -119,6 +119,22 @@ def test_every_operation_answers_with_the_request_id(plain: PacemakerProcess) ->
     run(scenario())
 
 
+def test_a_batch_of_pulses_is_one_message(plain: PacemakerProcess) -> None:
+    async def scenario() -> None:
+        async with PacemakerPool(settings(plain)) as pool:
+            batch = [(f"/batch/s1/w{n}", f"beat-{n}".encode(), 5.0) for n in range(20)]
+            assert await pool.send_pulses(batch) == 1
+            pulses = (await pool.get_all_pulses_for_path("/batch/s1")).value
+            assert {k: v.data for k, v in pulses.items()} == {p: d for p, d, _ in batch}
+            with pytest.raises(PacemakerRequestError) as refused:
+                await pool.send_pulses([("/batch/ok", b"x", 1.0), ("no-slash", b"x", 1.0)])
+            assert refused.value.code == "bad_path"
+            assert (await pool.exists("/batch/ok")).value is False  # all or nothing
+            await pool.delete_path("/batch")
+
+    run(scenario())
+
+
 def test_pipelined_answers_carry_their_own_ids(plain: PacemakerProcess) -> None:
     with socket.create_connection(plain.address, timeout=10) as sock:
         frames = b"".join(
@@ -289,6 +305,12 @@ def test_a_supervisor_writes_only_its_own_subtree(guarded: PacemakerProcess) -> 
                 with pytest.raises(PacemakerRequestError) as refused:
                     await s1.request(Op.SEND_PULSE, path=path, data=b"forged", time=2.0)
                 assert refused.value.code == "forbidden"
+            with pytest.raises(PacemakerRequestError) as refused:  # one forged pulse: none stored
+                await s1.request(
+                    Op.SEND_PULSES,
+                    pulses=[["/supervisors/s1/b", b"ok", 1.0], ["/supervisors/s2/b", b"no", 1.0]],
+                )
+            assert refused.value.code == "forbidden"
             with pytest.raises(PacemakerRequestError) as refused:
                 await s1.request(Op.DELETE_PATH, path="/supervisors")
             assert refused.value.code == "forbidden"

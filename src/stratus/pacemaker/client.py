@@ -204,6 +204,11 @@ class PacemakerPool:
         answers = await self._on_all(Op.SEND_PULSE, path=path, data=data, time=when)
         return len(answers)
 
+    async def send_pulses(self, pulses: list[tuple[str, bytes, float]]) -> int:
+        """Write a batch of (path, data, time) in one message to every live server."""
+        answers = await self._on_all(Op.SEND_PULSES, pulses=[list(p) for p in pulses])
+        return len(answers)
+
     async def create_path(self, path: str) -> None:
         """Create ``path`` on every live server."""
         await self._on_all(Op.CREATE_PATH, path=path)

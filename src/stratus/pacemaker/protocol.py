@@ -38,6 +38,7 @@ class Op(enum.StrEnum):
     CREATE_PATH = "create_path"
     EXISTS = "exists"
     SEND_PULSE = "send_pulse"  # path, data (bytes), time (writer's epoch seconds)
+    SEND_PULSES = "send_pulses"  # pulses: [[path, data, time], ...]: a supervisor's period
     GET_PULSE = "get_pulse"
     GET_ALL_PULSES_FOR_PATH = "get_all_pulses_for_path"
     GET_ALL_NODES_FOR_PATH = "get_all_nodes_for_path"

@@ -54,7 +54,7 @@ from stratus.pacemaker.protocol import (
     encode_frame,
 )
 from stratus.pacemaker.settings import PacemakerServerSettings
-from stratus.pacemaker.store import PulseStore
+from stratus.pacemaker.store import PulseStore, split_path
 
 log = logging.getLogger(__name__)
 
@@ -244,6 +244,8 @@ class PacemakerServer:
             )
         if op is Op.STATUS:
             return {"entries": self.store.entries, "bytes": self.store.bytes}
+        if op is Op.SEND_PULSES:
+            return self._send_pulses(message.get("pulses"), conn.principal)
         path = message.get("path")
         if not isinstance(path, str):
             raise _RefusalError(ErrorCode.MALFORMED, f"{op} needs a path (a string)")
@@ -261,6 +263,39 @@ class PacemakerServer:
             raise _RefusalError(ErrorCode.BAD_PATH, str(exc)) from None
         except StoreFullError as exc:
             raise _RefusalError(ErrorCode.FULL, str(exc)) from None
+
+    def _send_pulses(self, pulses: Any, principal: Principal) -> dict[str, Any]:
+        """Every pulse of a batch, after every path was checked: all are allowed or none."""
+        if not isinstance(pulses, list) or not all(
+            isinstance(p, list)
+            and len(p) == 3
+            and isinstance(p[0], str)
+            and isinstance(p[1], bytes)
+            and isinstance(p[2], int | float)
+            for p in pulses
+        ):
+            raise _RefusalError(
+                ErrorCode.MALFORMED, "send_pulses needs pulses: a list of [path, data, time]"
+            )
+        stored = 0
+        try:
+            for path, _, _ in pulses:
+                split_path(path)  # a bad path refuses the batch before anything is stored
+                if not may_write(principal, path):
+                    raise _RefusalError(
+                        ErrorCode.FORBIDDEN,
+                        f"{principal.name} ({principal.role}) may not send_pulses to {path}",
+                    )
+            for path, data, when in pulses:
+                self.store.send_pulse(path, data, float(when))
+                stored += 1
+        except PathError as exc:
+            raise _RefusalError(ErrorCode.BAD_PATH, str(exc)) from None
+        except StoreFullError as exc:
+            raise _RefusalError(
+                ErrorCode.FULL, f"{exc} ({stored} of {len(pulses)} pulses were stored)"
+            ) from None
+        return {"stored": stored}
 
     def _store_op(self, op: Op, path: str, message: dict[str, Any]) -> dict[str, Any]:
         store = self.store
