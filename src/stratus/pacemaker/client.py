@@ -52,6 +52,7 @@ class PacemakerConnection:
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
+        self._outbox: list[bytes] = []
 
     @property
     def closed(self) -> bool:
@@ -112,13 +113,20 @@ class PacemakerConnection:
         request_id = next(self._ids)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
-        self._writer.write(
+        self._outbox.append(
             encode_frame(
                 {"id": request_id, "op": op.value, **fields},
                 max_frame_bytes=self.settings.max_frame_bytes,
             )
         )
+        if len(self._outbox) == 1:  # the requests of one loop iteration leave in one write
+            asyncio.get_running_loop().call_soon(self._flush)
         return future
+
+    def _flush(self) -> None:
+        if self._writer is not None and self._outbox and self._error is None:
+            self._writer.write(b"".join(self._outbox))
+        self._outbox.clear()
 
     async def _bounded(self, waited: Awaitable[T], op: Op) -> T:
         try:

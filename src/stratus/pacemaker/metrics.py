@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 __all__ = ["CONTENT_TYPE_LATEST", "PacemakerMetrics"]
+
+MAX_LABEL_PAIRS = 200
 
 
 class PacemakerMetrics:
@@ -23,6 +26,7 @@ class PacemakerMetrics:
         warming: Callable[[], bool],
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._children: dict[tuple[str, str], Any] = {}
         self.requests = Counter(
             "stratus_pacemaker_requests",
             "requests answered, by operation and outcome (ok or an error code)",
@@ -49,6 +53,15 @@ class PacemakerMetrics:
             Gauge(name, doc, registry=self.registry).set_function(
                 lambda read=read: float(read())  # type: ignore[misc]
             )
+
+    def count(self, op: str, outcome: str) -> None:
+        """One answered request (the labelled child is looked up once per pair)."""
+        child = self._children.get((op, outcome))
+        if child is None:
+            if len(self._children) >= MAX_LABEL_PAIRS:
+                op = "other"  # a client inventing ops must not grow the registry
+            child = self._children.setdefault((op, outcome), self.requests.labels(op, outcome))
+        child.inc()
 
     def exposition(self) -> bytes:
         """The text format of every metric."""

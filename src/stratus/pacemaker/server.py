@@ -221,10 +221,10 @@ class PacemakerServer:
             if request_id == 0 and message.get("id") != 0:
                 raise _RefusalError(ErrorCode.MALFORMED, "a request needs an integer id")
             fields = self._perform(op, message, conn)
-            self.metrics.requests.labels(op.value, "ok").inc()
+            self.metrics.count(op.value, "ok")
             answer = {"id": request_id, "ok": True, "warming": self.warming(), **fields}
         except _RefusalError as refusal:
-            self.metrics.requests.labels(str(op_name)[:32], refusal.code.value).inc()
+            self.metrics.count(str(op_name)[:32], refusal.code.value)
             closing = refusal.close
             answer = _error(request_id, refusal.code, str(refusal))
         try:
