@@ -19,7 +19,9 @@ from stratus.pacemaker.client import PacemakerConnection, PacemakerPool
 from stratus.pacemaker.errors import PacemakerRequestError, PacemakerUnavailableError
 from stratus.pacemaker.protocol import Op
 from stratus.pacemaker.settings import PacemakerClientSettings
+from stratus.security.tls import TlsSettings
 from tests.pacemaker_process import PacemakerProcess
+from tests.tls_certs import TestCa
 
 T = TypeVar("T")
 NIMBUS_SECRET = "n" * 32
@@ -76,7 +78,7 @@ def guarded(logs: Path, secrets_file: Path) -> Iterator[PacemakerProcess]:
 
 def settings(*servers: PacemakerProcess, **kw: Any) -> PacemakerClientSettings:
     return PacemakerClientSettings(
-        servers=tuple(s.address for s in servers), timeout_secs=5.0, **kw
+        servers=tuple(s.address for s in servers), **({"timeout_secs": 5.0} | kw)
     )
 
 
@@ -324,6 +326,36 @@ def test_a_supervisor_writes_only_its_own_subtree(guarded: PacemakerProcess) -> 
             await nimbus.close()
 
     run(scenario())
+
+
+def test_tls_with_digest_and_a_plaintext_client_gets_nothing(
+    logs: Path, secrets_file: Path, tmp_path: Path
+) -> None:
+    ca = TestCa(tmp_path)
+    issued = ca.issue("pacemaker", ip="127.0.0.1")
+    server = PacemakerProcess(
+        logs,
+        [
+            "pacemaker.auth.method=digest",
+            f"pacemaker.auth.file={secrets_file}",
+            f"pacemaker.tls.cert={issued.cert}",
+            f"pacemaker.tls.key={issued.key}",
+        ],
+    ).start()
+    try:
+        tls = TlsSettings(ca=str(ca.cert))
+
+        async def scenario() -> None:
+            async with PacemakerPool(settings(server, tls=tls, **digest("s1", S1_SECRET))) as pool:
+                await pool.send_pulse("/supervisors/s1/w", b"over tls", 1.0)
+                read = await pool.get_pulse("/supervisors/s1/w")
+                assert read.value is not None and read.value.data == b"over tls"
+            with pytest.raises(PacemakerUnavailableError):  # plaintext: no answer, closed
+                await connected(server, timeout_secs=3.0)
+
+        run(scenario())
+    finally:
+        server.stop()
 
 
 # ------------------------------------------------------------------------- HA
