@@ -48,9 +48,15 @@ def plain(logs: Path) -> Iterator[PacemakerProcess]:
 
 @pytest.fixture(scope="module")
 def tiny(logs: Path) -> Iterator[PacemakerProcess]:
-    """Four entries at most, pulses live one second."""
+    """Four entries at most, pulses live one second, two connections, idle one second."""
     server = PacemakerProcess(
-        logs, ["pacemaker.max.entries=4", "pacemaker.pulse.ttl.secs=1"]
+        logs,
+        [
+            "pacemaker.max.entries=4",
+            "pacemaker.pulse.ttl.secs=1",
+            "pacemaker.max.connections=2",
+            "pacemaker.idle.timeout.secs=1",
+        ],
     ).start()
     yield server
     server.stop()
@@ -229,6 +235,22 @@ def test_a_full_store_refuses_writes_with_full(tiny: PacemakerProcess) -> None:
             await pool.send_pulse("/g", b"x", 1.0)  # room again
 
     run(scenario())
+
+
+def test_connections_are_bounded_and_idle_ones_closed(tiny: PacemakerProcess) -> None:
+    first = socket.create_connection(tiny.address, timeout=WAIT_SECS)
+    second = socket.create_connection(tiny.address, timeout=WAIT_SECS)
+    try:
+        for sock in (first, second):  # both served
+            sock.sendall(_frame({"id": 1, "op": "exists", "path": "/"}))
+            assert _read_frame(sock)["exists"] is True
+        with socket.create_connection(tiny.address, timeout=WAIT_SECS) as third:
+            assert third.recv(1) == b""  # closed at once: two are open
+        assert first.recv(1) == b""  # silent past the idle timeout: closed by the server
+        assert second.recv(1) == b""
+    finally:
+        first.close()
+        second.close()
 
 
 # ------------------------------------------------------------------------- bad frames
