@@ -100,35 +100,32 @@ class FrameDecoder:
 
     def __init__(self, *, max_frame_bytes: int) -> None:
         self.max_frame_bytes = max_frame_bytes
-        self._buffer = bytearray()
-        self._length: int | None = None
+        self._pending = b""  # the start of a frame whose rest has not come yet
 
     @property
     def buffered(self) -> int:
         """Bytes held, waiting for the rest of their frame."""
-        return len(self._buffer)
+        return len(self._pending)
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
         """The messages completed by ``data``; FrameError on the first bad frame."""
+        if self._pending:
+            data = self._pending + data
+            self._pending = b""
         messages: list[dict[str, Any]] = []
-        view = memoryview(data)
-        while True:
-            if self._length is None:
-                take = HEADER_BYTES - len(self._buffer)
-                self._buffer += view[:take]
-                view = view[take:]
-                if len(self._buffer) < HEADER_BYTES:
-                    break
-                header = bytes(self._buffer)
-                self._buffer.clear()
-                self._length = frame_length(header, max_frame_bytes=self.max_frame_bytes)
-            take = self._length - len(self._buffer)
-            self._buffer += view[:take]
-            view = view[take:]
-            if len(self._buffer) < self._length:
+        offset, end = 0, len(data)
+        while end - offset >= HEADER_BYTES:
+            (length,) = HEADER.unpack_from(data, offset)
+            if length > self.max_frame_bytes:
+                raise FrameError(
+                    f"a frame announces {length} bytes, above the maximum of "
+                    f"{self.max_frame_bytes} bytes"
+                )
+            start = offset + HEADER_BYTES
+            if end - start < length:
                 break
-            body = bytes(self._buffer)
-            self._buffer.clear()
-            self._length = None
-            messages.append(decode_body(body))
+            messages.append(decode_body(data[start : start + length]))
+            offset = start + length
+        if offset < end:
+            self._pending = data[offset:]  # at most a header and a body of the maximum
         return messages

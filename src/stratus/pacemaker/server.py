@@ -163,6 +163,8 @@ class PacemakerServer:
             ssl.SSLError,
         ):
             pass  # idle, truncated or gone: the connection just ends
+        except asyncio.CancelledError:
+            pass  # the loop is shutting down: end quietly (asyncio's stream callback logs it)
         finally:
             self._connections -= 1
             writer.close()
