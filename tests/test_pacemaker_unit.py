@@ -10,6 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from stratus.cli.pacemaker_command import pacemaker_client_settings
+from stratus.config import load_config
 from stratus.pacemaker.auth import (
     PacemakerRole,
     Principal,
@@ -19,7 +21,14 @@ from stratus.pacemaker.auth import (
     may_write,
     parse_secrets,
 )
-from stratus.pacemaker.errors import FrameError, PacemakerAuthFileError, PathError, StoreFullError
+from stratus.pacemaker.client import parse_servers
+from stratus.pacemaker.errors import (
+    FrameError,
+    PacemakerAuthFileError,
+    PacemakerError,
+    PathError,
+    StoreFullError,
+)
 from stratus.pacemaker.protocol import FrameDecoder, encode_frame
 from stratus.pacemaker.store import PulseStore, StoreLimits
 
@@ -194,3 +203,33 @@ def test_a_bad_credentials_file_is_refused_without_echoing_a_secret(text, error)
     with pytest.raises(PacemakerAuthFileError, match=error) as refused:
         parse_secrets(text, "pm.secrets")
     assert "a" * 32 not in str(refused.value)
+
+
+# ------------------------------------------------------------------------- settings
+
+
+def test_servers_are_host_or_host_port() -> None:
+    assert parse_servers(["a", "b:7000", "[::1]:7001", "::1"], 6699) == (
+        ("a", 6699),
+        ("b", 7000),
+        ("::1", 7001),
+        ("::1", 6699),
+    )
+    with pytest.raises(PacemakerError, match="no valid port"):
+        parse_servers(["b:http"], 6699)
+
+
+def test_a_client_takes_its_principal_line_from_the_credentials_file(tmp_path) -> None:
+    secrets = tmp_path / "pm.secrets"
+    secrets.write_text(f"nimbus nimbus {'n' * 32}\ns1 supervisor {'a' * 32}\n")
+    secrets.chmod(0o600)
+    base = ["pacemaker.auth.method=digest", f"pacemaker.auth.file={secrets}"]
+    with pytest.raises(PacemakerAuthFileError, match=r"set pacemaker\.auth\.principal"):
+        pacemaker_client_settings(load_config(None, base, environ={}))
+    conf = load_config(None, [*base, "pacemaker.auth.principal=s1"], environ={})
+    client = pacemaker_client_settings(conf)
+    assert (client.principal, client.secret) == ("s1", b"a" * 32)
+    assert client.servers == (("127.0.0.1", 6699),)
+    secrets.chmod(0o644)
+    with pytest.raises(PacemakerAuthFileError, match="chmod 600"):
+        pacemaker_client_settings(conf)

@@ -328,8 +328,12 @@ def parse_servers(servers: list[str], default_port: int) -> tuple[tuple[str, int
     parsed = []
     for entry in servers:
         host, sep, port = entry.rpartition(":")
-        if not sep or "]" in port:
-            parsed.append((entry.strip("[]"), default_port))
-        else:
-            parsed.append((host.strip("[]"), int(port)))
+        if not sep or "]" in port or (":" in host.strip("[]") and not host.startswith("[")):
+            parsed.append((entry.strip("[]"), default_port))  # a host, or a bare IPv6 address
+            continue
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise PacemakerError(
+                f"pacemaker.servers entry {entry!r} has no valid port: write host or host:port"
+            )
+        parsed.append((host.strip("[]"), int(port)))
     return tuple(parsed)
