@@ -7,9 +7,11 @@ import struct
 
 import msgpack
 import pytest
+from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from stratus.cli.main import main
 from stratus.cli.pacemaker_command import pacemaker_client_settings
 from stratus.config import load_config
 from stratus.pacemaker.auth import (
@@ -233,3 +235,18 @@ def test_a_client_takes_its_principal_line_from_the_credentials_file(tmp_path) -
     secrets.chmod(0o644)
     with pytest.raises(PacemakerAuthFileError, match="chmod 600"):
         pacemaker_client_settings(conf)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error"),
+    [
+        (["pacemaker.host=0.0.0.0"], "is not loopback and pacemaker.auth.method is none"),
+        (["pacemaker.auth.method=kerberos"], "kerberos is not implemented yet"),
+        (["pacemaker.auth.method=digest"], "digest needs pacemaker.auth.file"),
+    ],
+)
+def test_the_pacemaker_command_refuses_settings_that_cannot_work(overrides, error) -> None:
+    args = ["pacemaker"] + [arg for o in overrides for arg in ("-c", o)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1
+    assert error in result.output

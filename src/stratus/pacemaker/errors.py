@@ -37,5 +37,9 @@ class PacemakerUnavailableError(PacemakerError):
     """No pacemaker server could be reached (or none answered in time)."""
 
 
+class PacemakerConfigError(ConfigError):
+    """The server's settings cannot work together (checked once, at start)."""
+
+
 class PacemakerAuthFileError(ConfigError):
     """The pacemaker credentials file is unreadable, open to others, or has a bad line."""

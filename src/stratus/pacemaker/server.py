@@ -39,7 +39,7 @@ from stratus.pacemaker.auth import (
 )
 from stratus.pacemaker.errors import (
     FrameError,
-    PacemakerError,
+    PacemakerConfigError,
     PathError,
     StoreFullError,
 )
@@ -64,10 +64,6 @@ DRAIN_ABOVE_BYTES = 256 << 10
 READ_CHUNK_BYTES = 256 << 10
 MAX_HTTP_HEAD_BYTES = 8 << 10
 MAX_EVICTION_PERIOD_SECS = 1.0
-
-
-class PacemakerConfigError(PacemakerError):
-    """The server's settings cannot work together."""
 
 
 @dataclass
