@@ -207,6 +207,20 @@ def test_metrics_on_the_same_port(plain: PacemakerProcess) -> None:
     assert "stratus_pacemaker_warming 1.0" in text
 
 
+def test_an_answer_above_the_maximum_frame_is_refused_as_too_large(plain: PacemakerProcess) -> None:
+    async def scenario() -> None:
+        async with PacemakerPool(settings(plain)) as pool:
+            for n in range(6):  # 6 x 200 kB: each fits a frame, all together do not
+                await pool.send_pulse(f"/big/w{n}", bytes(200_000), 1.0)
+            with pytest.raises(PacemakerRequestError) as refused:
+                await pool.get_all_pulses_for_path("/big")
+            assert refused.value.code == "too_large"
+            assert len((await pool.get_all_pulses_for_path("/big/w1")).value) == 1
+            await pool.delete_path("/big")
+
+    run(scenario())
+
+
 # ------------------------------------------------------------------------- bounds, TTL
 
 
