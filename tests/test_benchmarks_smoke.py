@@ -24,6 +24,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("failover.py", ["--quick", "--only", "stratus"], "stratus p99"),
         ("replication.py", ["--quick"], "10 MB: total"),
         ("reassign.py", ["--quick"], "schedule, steady"),
+        ("pacemaker.py", ["--quick", "--writers", "1"], "pacemaker/ZooKeeper"),
     ],
 )
 def test_the_benchmark_runs_in_its_quick_mode(script, args, expected, tmp_path):

@@ -48,6 +48,7 @@ NOT_RUN = {
     "zookeeper": "a daemon: runs until stopped",
     "nimbus": "a daemon: runs until stopped, and needs ZooKeeper",
     "supervisor": "a daemon: runs until stopped, and needs ZooKeeper",
+    "pacemaker": "a daemon: runs until stopped (tests/test_pacemaker.py starts it)",
     "local": "a whole cluster on Spark: minutes (tests/test_local_demo.py runs it)",
     "elect": "runs a command while it leads a group: needs ZooKeeper",
     **{

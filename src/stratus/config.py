@@ -496,6 +496,120 @@ class StratusConfig(BaseModel):
         description="where workers' and supervisors' heartbeats go: `zookeeper` "
         "(under <zookeeper.root>/heartbeats)",
     )
+    pacemaker_servers: list[str] = Field(
+        default=["127.0.0.1"],
+        min_length=1,
+        alias="pacemaker.servers",
+        description="host or host:port of every pacemaker (port: pacemaker.port); clients write "
+        "to every live one and read the newest pulse of any",
+    )
+    pacemaker_host: str = Field(
+        default="127.0.0.1",
+        min_length=1,
+        alias="pacemaker.host",
+        description="address a pacemaker listens on (0.0.0.0 for every interface; a non-loopback "
+        "address needs pacemaker.auth.method digest or pacemaker.auth.insecure)",
+    )
+    pacemaker_port: int = Field(
+        default=6699,
+        ge=0,
+        le=65535,
+        alias="pacemaker.port",
+        description="port of a pacemaker: heartbeat frames, and GET /metrics on the same port "
+        "(0 picks a free one)",
+    )
+    pacemaker_auth_method: Literal["none", "digest", "kerberos"] = Field(
+        default="none",
+        alias="pacemaker.auth.method",
+        description="how pacemaker callers authenticate: `none` (loopback), `digest` "
+        "(challenge-response with the secrets of pacemaker.auth.file), `kerberos` (not yet)",
+    )
+    pacemaker_auth_file: str | None = Field(
+        default=None,
+        alias="pacemaker.auth.file",
+        description="pacemaker credentials, one `<principal> nimbus|supervisor <secret>` a line, "
+        "mode 600: a server knows every principal; a client uses pacemaker.auth.principal's line",
+    )
+    pacemaker_auth_principal: str | None = Field(
+        default=None,
+        alias="pacemaker.auth.principal",
+        description="the principal a pacemaker client authenticates as (default: the only "
+        "line of pacemaker.auth.file)",
+    )
+    pacemaker_auth_insecure: bool = Field(
+        default=False,
+        alias="pacemaker.auth.insecure",
+        description="let a pacemaker on a non-loopback address start with pacemaker.auth.method "
+        "none (anyone who reaches it may forge or erase heartbeats)",
+    )
+    pacemaker_max_frame_bytes: int = Field(
+        default=1 << 20,
+        gt=0,
+        le=64 << 20,
+        alias="pacemaker.max.frame.bytes",
+        description="largest request or answer frame; a bigger one closes its connection",
+    )
+    pacemaker_max_entries: int = Field(
+        default=200_000,
+        gt=0,
+        alias="pacemaker.max.entries",
+        description="most nodes a pacemaker holds; a write past it is refused as `full`",
+    )
+    pacemaker_max_bytes: int = Field(
+        default=256 << 20,
+        gt=0,
+        alias="pacemaker.max.bytes",
+        description="most bytes of pulses and node names a pacemaker holds; a write past it is "
+        "refused as `full`",
+    )
+    pacemaker_pulse_ttl_secs: float = Field(
+        default=60.0,
+        gt=0,
+        alias="pacemaker.pulse.ttl.secs",
+        description="a pulse not written for this long is evicted; a started pacemaker reports "
+        "warming up for this long (keep it above nimbus.task.timeout.secs)",
+    )
+    pacemaker_max_connections: int = Field(
+        default=1024,
+        gt=0,
+        alias="pacemaker.max.connections",
+        description="open connections a pacemaker serves at once; one more is closed at once",
+    )
+    pacemaker_idle_timeout_secs: float = Field(
+        default=120.0,
+        gt=0,
+        alias="pacemaker.idle.timeout.secs",
+        description="a pacemaker closes a connection silent for this long (or a frame not "
+        "finished within it)",
+    )
+    pacemaker_client_timeout_secs: float = Field(
+        default=5.0,
+        gt=0,
+        alias="pacemaker.client.timeout.secs",
+        description="longest wait of a pacemaker client for a connection or an answer",
+    )
+    pacemaker_tls_cert: str | None = Field(
+        default=None,
+        alias="pacemaker.tls.cert",
+        description="PEM certificate of a pacemaker; set, it speaks TLS only",
+    )
+    pacemaker_tls_key: str | None = Field(
+        default=None,
+        alias="pacemaker.tls.key",
+        description="PEM private key of pacemaker.tls.cert (default: in the certificate file)",
+    )
+    pacemaker_tls_ca: str | None = Field(
+        default=None,
+        alias="pacemaker.tls.ca",
+        description="PEM CA bundle: clients verify pacemakers against it; a pacemaker verifies "
+        "client certificates signed by it",
+    )
+    pacemaker_tls_client_cert_required: bool = Field(
+        default=False,
+        alias="pacemaker.tls.client.cert.required",
+        description="refuse TLS connections without a client certificate signed by "
+        "pacemaker.tls.ca (mutual TLS)",
+    )
     nimbus_supervisor_timeout_secs: float = Field(
         default=10.0,
         gt=0,

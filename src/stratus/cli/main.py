@@ -14,6 +14,7 @@ from stratus.cli.elect_command import elect
 from stratus.cli.local_command import local
 from stratus.cli.nimbus_command import nimbus
 from stratus.cli.options import StratusGroup
+from stratus.cli.pacemaker_command import pacemaker
 from stratus.cli.supervisor_command import supervisor
 from stratus.cli.validate_command import validate
 from stratus.cli.zookeeper_command import zookeeper
@@ -25,6 +26,6 @@ def main() -> None:
     """stratus: a highly available control plane for PySpark data pipelines."""
 
 
-for _command in (zookeeper, elect, local, nimbus, supervisor, *CLIENT_COMMANDS):
+for _command in (zookeeper, elect, local, nimbus, supervisor, pacemaker, *CLIENT_COMMANDS):
     main.add_command(_command)
 main.add_command(validate)

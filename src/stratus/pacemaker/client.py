@@ -1,0 +1,339 @@
+"""Clients of the pacemaker: one connection, and a pool over every server of ``pacemaker.servers``.
+
+A ``PacemakerConnection`` pipelines requests: each gets a fresh id and a future that its
+answer (matched by id) resolves; every wait is bounded by ``timeout_secs``. The pool writes
+to every live server and reads from every live server, merging by the newest pulse time, so
+the cluster keeps working while one server lives. A server that failed is tried again on the
+next call, at most once per ``RECONNECT_SECS``::
+
+    async with PacemakerPool(settings) as pool:
+        await pool.send_pulse("/supervisors/s1", b"...")
+        read = await pool.get_all_pulses_for_path("/supervisors")
+        read.value    # {path: Pulse}
+        read.warming  # True if every server that answered was warming up
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Generic, TypeVar
+
+from stratus.pacemaker.auth import AuthMethod, digest_proof
+from stratus.pacemaker.errors import (
+    FrameError,
+    PacemakerError,
+    PacemakerRequestError,
+    PacemakerUnavailableError,
+)
+from stratus.pacemaker.protocol import FrameDecoder, Op, encode_frame
+from stratus.pacemaker.settings import PacemakerClientSettings
+from stratus.pacemaker.store import Pulse
+
+RECONNECT_SECS = 1.0
+DRAIN_ABOVE_BYTES = 256 << 10
+READ_CHUNK_BYTES = 256 << 10
+T = TypeVar("T")
+
+
+class PacemakerConnection:
+    """One authenticated connection to one server."""
+
+    def __init__(self, host: str, port: int, settings: PacemakerClientSettings) -> None:
+        self.host, self.port, self.settings = host, port, settings
+        self.warming = False
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
+        self._outbox: list[bytes] = []
+
+    @property
+    def closed(self) -> bool:
+        """Whether the connection is gone (closed, failed, or never opened)."""
+        return self._writer is None or self._error is not None
+
+    async def open(self) -> None:
+        """Connect and authenticate; PacemakerUnavailableError or PacemakerRequestError."""
+        timeout = self.settings.timeout_secs
+        context = self.settings.tls.client_context() if self.settings.tls else None
+        try:
+            reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port, ssl=context), timeout
+            )
+        except (OSError, TimeoutError) as exc:
+            raise PacemakerUnavailableError(
+                f"cannot reach the pacemaker at {self.host}:{self.port}: {exc or 'timed out'}"
+            ) from None
+        self._reader_task = asyncio.create_task(self._read_answers(reader))
+        hello = await self.request(Op.HELLO)
+        if self.settings.auth_method is AuthMethod.DIGEST:
+            if not self.settings.principal or self.settings.secret is None:
+                raise PacemakerError("digest needs pacemaker.auth.principal and its secret")
+            proof = digest_proof(self.settings.secret, hello["nonce"], self.settings.principal)
+            await self.request(Op.AUTHENTICATE, principal=self.settings.principal, proof=proof)
+
+    async def close(self) -> None:
+        """Close the socket and fail every pending request."""
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._reader_task
+        if self._writer is not None:
+            self._writer.close()
+            with contextlib.suppress(Exception):
+                await self._writer.wait_closed()
+        self._fail_pending(PacemakerUnavailableError(f"{self.host}:{self.port} closed"))
+
+    async def request(self, op: Op, **fields: Any) -> dict[str, Any]:
+        """Send one request; its answer's fields, or PacemakerRequestError/Unavailable."""
+        future = self.submit(op, **fields)
+        if self._writer is not None and (
+            self._writer.transport.get_write_buffer_size() > DRAIN_ABOVE_BYTES
+        ):
+            await self._bounded(self._writer.drain(), op)
+        answer = await self._bounded(future, op)
+        if not answer.get("ok"):
+            raise PacemakerRequestError(str(answer.get("error")), str(answer.get("message")))
+        return answer
+
+    def submit(self, op: Op, **fields: Any) -> asyncio.Future[dict[str, Any]]:
+        """Send one request without waiting: the future of its raw answer (pipelining).
+
+        The caller bounds the wait; an answer that is not ``ok`` is returned, not raised.
+        """
+        if self._writer is None or self._error is not None:
+            raise PacemakerUnavailableError(f"the connection to {self.host}:{self.port} is down")
+        request_id = next(self._ids)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        self._outbox.append(
+            encode_frame(
+                {"id": request_id, "op": op.value, **fields},
+                max_frame_bytes=self.settings.max_frame_bytes,
+            )
+        )
+        if len(self._outbox) == 1:  # the requests of one loop iteration leave in one write
+            asyncio.get_running_loop().call_soon(self._flush)
+        return future
+
+    def _flush(self) -> None:
+        if self._writer is not None and self._outbox and self._error is None:
+            self._writer.write(b"".join(self._outbox))
+        self._outbox.clear()
+
+    async def _bounded(self, waited: Awaitable[T], op: Op) -> T:
+        try:
+            return await asyncio.wait_for(waited, self.settings.timeout_secs)
+        except (TimeoutError, ConnectionError) as exc:
+            self._error = exc
+            raise PacemakerUnavailableError(
+                f"the pacemaker at {self.host}:{self.port} did not answer {op} within "
+                f"{self.settings.timeout_secs} s"
+            ) from None
+
+    async def _read_answers(self, reader: asyncio.StreamReader) -> None:
+        decoder = FrameDecoder(max_frame_bytes=self.settings.max_frame_bytes)
+        try:
+            while True:
+                chunk = await reader.read(READ_CHUNK_BYTES)
+                if not chunk:
+                    raise ConnectionError("closed by the server")
+                for answer in decoder.feed(chunk):
+                    self.warming = bool(answer.get("warming", self.warming))
+                    future = self._pending.pop(answer.get("id", 0), None)
+                    if future is not None and not future.done():
+                        future.set_result(answer)
+                    elif answer.get("id") == 0 and not answer.get("ok"):  # the server closes
+                        raise PacemakerRequestError(
+                            str(answer.get("error")), str(answer.get("message"))
+                        )
+        except (ConnectionError, OSError, FrameError, PacemakerRequestError) as exc:
+            self._error = exc
+        self._fail_pending(
+            PacemakerUnavailableError(
+                f"the pacemaker at {self.host}:{self.port} closed: {self._error}"
+            )
+        )
+
+    def _fail_pending(self, error: Exception) -> None:
+        if self._error is None:
+            self._error = error
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(error)
+
+
+@dataclass(frozen=True)
+class PoolRead(Generic[T]):
+    """A merged read: the value, and whether every server that answered was warming up."""
+
+    value: T
+    warming: bool
+    answered: int
+
+
+class PacemakerPool:
+    """Connections to every server of ``settings.servers``; writes to all, reads merged."""
+
+    def __init__(
+        self, settings: PacemakerClientSettings, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.settings = settings
+        self._clock = clock
+        self._connections: dict[tuple[str, int], PacemakerConnection] = {}
+        self._next_try: dict[tuple[str, int], float] = {}
+
+    async def __aenter__(self) -> PacemakerPool:
+        await self._live()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close every connection."""
+        for connection in self._connections.values():
+            await connection.close()
+        self._connections.clear()
+
+    # --- writes -------------------------------------------------------------------------
+    async def send_pulse(self, path: str, data: bytes, time_secs: float | None = None) -> int:
+        """Write a pulse to every live server; how many took it (at least one, or an error)."""
+        when = time.time() if time_secs is None else time_secs
+        answers = await self._on_all(Op.SEND_PULSE, path=path, data=data, time=when)
+        return len(answers)
+
+    async def send_pulses(self, pulses: list[tuple[str, bytes, float]]) -> int:
+        """Write a batch of (path, data, time) in one message to every live server."""
+        answers = await self._on_all(Op.SEND_PULSES, pulses=[list(p) for p in pulses])
+        return len(answers)
+
+    async def create_path(self, path: str) -> None:
+        """Create ``path`` on every live server."""
+        await self._on_all(Op.CREATE_PATH, path=path)
+
+    async def delete_path(self, path: str) -> None:
+        """Delete the subtree of ``path`` on every live server."""
+        await self._on_all(Op.DELETE_PATH, path=path)
+
+    async def delete_pulse_id(self, path: str) -> None:
+        """Delete the pulse at ``path`` on every live server."""
+        await self._on_all(Op.DELETE_PULSE_ID, path=path)
+
+    # --- reads --------------------------------------------------------------------------
+    async def exists(self, path: str) -> PoolRead[bool]:
+        """Whether any live server has ``path``."""
+        answers = await self._on_all(Op.EXISTS, path=path)
+        return _merged(answers, any(a["exists"] for _, a in answers))
+
+    async def get_pulse(self, path: str) -> PoolRead[Pulse | None]:
+        """The newest pulse at ``path`` among the live servers."""
+        answers = await self._on_all(Op.GET_PULSE, path=path)
+        newest: Pulse | None = None
+        for _, answer in answers:
+            if answer["pulse"] is not None:
+                pulse = Pulse(*answer["pulse"])
+                if newest is None or pulse.time > newest.time:
+                    newest = pulse
+        return _merged(answers, newest)
+
+    async def get_all_pulses_for_path(self, path: str) -> PoolRead[dict[str, Pulse]]:
+        """Every pulse under ``path``, the newest of each across the live servers."""
+        answers = await self._on_all(Op.GET_ALL_PULSES_FOR_PATH, path=path)
+        merged: dict[str, Pulse] = {}
+        for _, answer in answers:
+            for key, (data, when) in answer["pulses"].items():
+                known = merged.get(key)
+                if known is None or when > known.time:
+                    merged[key] = Pulse(data, when)
+        return _merged(answers, merged)
+
+    async def get_all_nodes_for_path(self, path: str) -> PoolRead[list[str]]:
+        """The children of ``path`` on any live server."""
+        answers = await self._on_all(Op.GET_ALL_NODES_FOR_PATH, path=path)
+        return _merged(answers, sorted({n for _, a in answers for n in a["nodes"]}))
+
+    # --- the servers --------------------------------------------------------------------
+    async def _live(self) -> list[PacemakerConnection]:
+        """The open connections, after one reconnect attempt to each due server."""
+        now = self._clock()
+        attempts: list[Awaitable[None]] = []
+        for address in self.settings.servers:
+            connection = self._connections.get(address)
+            if connection is not None and not connection.closed:
+                continue
+            if self._next_try.get(address, 0.0) > now:
+                continue
+            attempts.append(self._connect(address))
+        if attempts:
+            await asyncio.gather(*attempts)
+        return [c for c in self._connections.values() if not c.closed]
+
+    async def _connect(self, address: tuple[str, int]) -> None:
+        old = self._connections.pop(address, None)
+        if old is not None:
+            await old.close()
+        connection = PacemakerConnection(*address, self.settings)
+        try:
+            await connection.open()
+        except PacemakerUnavailableError:
+            await connection.close()
+            self._next_try[address] = self._clock() + RECONNECT_SECS
+            return
+        except PacemakerError:
+            await connection.close()
+            raise  # refused credentials: retrying will not help
+        self._connections[address] = connection
+
+    async def _on_all(
+        self, op: Op, **fields: Any
+    ) -> list[tuple[PacemakerConnection, dict[str, Any]]]:
+        live = await self._live()
+        results = await asyncio.gather(
+            *(c.request(op, **fields) for c in live), return_exceptions=True
+        )
+        answers: list[tuple[PacemakerConnection, dict[str, Any]]] = []
+        refusal: PacemakerRequestError | None = None
+        for connection, result in zip(live, results, strict=True):
+            if isinstance(result, PacemakerRequestError):
+                refusal = result
+            elif isinstance(result, BaseException):
+                self._next_try[(connection.host, connection.port)] = 0.0
+            else:
+                answers.append((connection, result))
+        if refusal is not None:
+            raise refusal  # a refusal (forbidden, full, bad path) is the caller's to see
+        if not answers:
+            servers = ", ".join(f"{h}:{p}" for h, p in self.settings.servers)
+            raise PacemakerUnavailableError(f"no pacemaker answered {op}; tried {servers}")
+        return answers
+
+
+def _merged(answers: list[tuple[PacemakerConnection, dict[str, Any]]], value: T) -> PoolRead[T]:
+    warming = all(answer.get("warming", False) for _, answer in answers)
+    return PoolRead(value, warming, len(answers))
+
+
+def parse_servers(servers: list[str], default_port: int) -> tuple[tuple[str, int], ...]:
+    """``host`` or ``host:port`` entries (``[v6]:port`` too) as (host, port) pairs."""
+    parsed = []
+    for entry in servers:
+        host, sep, port = entry.rpartition(":")
+        if not sep or "]" in port or (":" in host.strip("[]") and not host.startswith("[")):
+            parsed.append((entry.strip("[]"), default_port))  # a host, or a bare IPv6 address
+            continue
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise PacemakerError(
+                f"pacemaker.servers entry {entry!r} has no valid port: write host or host:port"
+            )
+        parsed.append((host.strip("[]"), int(port)))
+    return tuple(parsed)

@@ -1,0 +1,45 @@
+"""Errors of the pacemaker: bad frames, a full store, refused callers, unreachable servers."""
+
+from __future__ import annotations
+
+from stratus.errors import ConfigError, StratusError
+
+
+class PacemakerError(StratusError):
+    """Base of the pacemaker's errors."""
+
+
+class FrameError(PacemakerError):
+    """A frame is oversized, truncated or not a request: the connection that sent it is closed."""
+
+
+class PathError(PacemakerError):
+    """A path is not absolute, has an empty component, or is too long or too deep."""
+
+
+class StoreFullError(PacemakerError):
+    """The store holds ``pacemaker.max.entries`` entries or ``pacemaker.max.bytes`` bytes."""
+
+
+class NotAuthorizedError(PacemakerError):
+    """The caller is not authenticated, or its role does not allow this operation on this path."""
+
+
+class PacemakerRequestError(PacemakerError):
+    """A server answered a request with an error (its code is ``code``)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+class PacemakerUnavailableError(PacemakerError):
+    """No pacemaker server could be reached (or none answered in time)."""
+
+
+class PacemakerConfigError(ConfigError):
+    """The server's settings cannot work together (checked once, at start)."""
+
+
+class PacemakerAuthFileError(ConfigError):
+    """The pacemaker credentials file is unreadable, open to others, or has a bad line."""
