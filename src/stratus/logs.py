@@ -69,9 +69,11 @@ class RepeatLimit(logging.Filter):
 
 def configure_daemon_logging(level: int = logging.INFO) -> None:
     """Log ``level`` and above to stderr, repeated warnings limited; kazoo's from warnings up."""
-    logging.basicConfig(level=level, format=FORMAT)
-    repeat_limit = RepeatLimit()
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(repeat_limit)
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(FORMAT))
+    handler.addFilter(RepeatLimit())
+    # Only where nothing logs yet (a daemon's process): a command run inside another program
+    # (a test's CliRunner) leaves that program's handlers, and their filters, alone.
+    logging.basicConfig(level=level, handlers=[handler])
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     logging.getLogger("uvicorn").setLevel(logging.WARNING)
