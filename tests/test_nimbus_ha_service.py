@@ -33,6 +33,7 @@ from stratus.zk.paths import ClusterPaths
 from tests.nimbus_cluster import SESSION_SECS
 from tests.secure_cluster import ADMIN, READ, SUBMIT, token_file
 from tests.tcp_proxy import TcpProxy
+from tests.test_election import expire_session
 from tests.zkfixtures import kazoo_client, wait_until
 
 WAIT_SECS = 15.0
@@ -217,6 +218,27 @@ def test_once_another_nimbus_wins_a_later_epoch_the_old_one_is_fenced_and_stops(
         old.service.leader_term()
     wait_until(lambda: standby_and_ready(new_client), WAIT_SECS, "the new one ready")
     assert new_client.transition_to_active(epoch=later.epoch).state is HAState.ACTIVE
+
+
+def test_a_nimbus_whose_session_expires_stops_acting_and_takes_its_controllers_next_epoch(
+    ha: Harness, zk_hosts: str
+) -> None:
+    nimbus = ha.nimbus()
+    client = ha.client(nimbus)
+    wait_until(lambda: standby_and_ready(client), WAIT_SECS, "a ready standby")
+    controller, won = ha.win(nimbus)
+    client.transition_to_active(epoch=won.epoch)
+    expire_session(nimbus.coordinator, zk_hosts)
+    wait_until(
+        lambda: client.status().state is HAState.STANDBY,
+        WAIT_SECS,
+        "the term of the expired session to stop holding",
+    )
+    controller.unnominate(NIMBUS_GROUP)  # its zkfc sees the nimbus standby: it rejoins
+    _, again = ha.win(nimbus)
+    wait_until(lambda: standby_and_ready(client), WAIT_SECS, "ready again on its new session")
+    status = client.transition_to_active(epoch=again.epoch)
+    assert (status.state, status.epoch) == (HAState.ACTIVE, again.epoch)
 
 
 def test_transition_to_standby_stops_acting_at_once_and_is_idempotent(ha: Harness) -> None:

@@ -129,6 +129,9 @@ class NimbusHAService:
             return "stopping"
         if state is HAState.INITIALIZING:
             return "initializing: not registered yet, or its first code sync has not run"
+        problems = self._health()
+        if problems:
+            return f"unhealthy: {'; '.join(problems)}"
         try:
             return self._readiness.to_queue()
         except (StratusError, KazooException) as exc:
@@ -151,7 +154,7 @@ class NimbusHAService:
             self._check_ready()
             term = self._adopt_term(epoch)
             self.highest_epoch = epoch
-            self._lead(term, current)
+            self._lead(term)
             self._on_transition(HAState.ACTIVE)
             log.info("event=ha_active address=%s epoch=%d", self.address, epoch)
             return self.status()
@@ -212,12 +215,17 @@ class NimbusHAService:
                 f"nimbus {self.address} could not check epoch {epoch} in ZooKeeper: {exc}"
             ) from None
 
-    def _lead(self, term: Leadership, current: Leadership | None) -> None:
-        """Hand ``term`` to the controller (ending ``current``) and wait until it acts."""
+    def _lead(self, term: Leadership) -> None:
+        """Hand ``term`` to the controller (ending its previous one) and wait until it acts.
+
+        The previous term may no longer hold (its session's lease ended) while the controller
+        still sits on it; it is ended all the same, or the controller would ignore ``term``.
+        """
         assert self._lock is not None
-        self._lock.grant(term)  # ``current`` stops holding here
-        if current is not None:
-            self._controller.revoked(current, RevokeReason.DEPOSED)
+        previous = self._controller.term
+        self._lock.grant(term)  # ``previous`` stops holding here
+        if previous is not None:
+            self._controller.revoked(previous, RevokeReason.DEPOSED)
         self._controller.cluster_changed()  # a controller waiting to queue checks first
         self._controller.elected(term)
         accepted = self._wait(
