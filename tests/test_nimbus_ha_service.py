@@ -22,6 +22,7 @@ from stratus.ha.protocol import (
     TRANSITION_FAILED,
     HAServiceClient,
     HAState,
+    RequestSource,
     ServiceUnhealthyError,
     TransitionFailedError,
 )
@@ -61,9 +62,9 @@ class Harness:
         self.coordinators: list[Coordinator] = []
         self.clients: list[HAServiceClient] = []
 
-    def nimbus(self, mode: str = "zkfc", **extra: object) -> Nimbus:
+    def nimbus(self, mode: str = "zkfc", extra: dict[str, object] | None = None) -> Nimbus:
         local_dir = self.tmp_path / f"nimbus-{len(self.nimbuses)}"
-        conf = nimbus_conf(self.zk_hosts, local_dir, **{"nimbus.ha.mode": mode, **extra})
+        conf = nimbus_conf(self.zk_hosts, local_dir, **{"nimbus.ha.mode": mode, **(extra or {})})
         nimbus = Nimbus(config_from_mapping(conf))
         nimbus.start()
         self.nimbuses.append(nimbus)
@@ -136,10 +137,11 @@ def test_a_self_elected_nimbus_reports_active_and_refuses_both_transitions(ha: H
     client = ha.client(nimbus)
     wait_until(lambda: client.status().state is HAState.ACTIVE, WAIT_SECS, "it to elect itself")
     assert client.status().epoch == nimbus.controller.accepted_term().epoch  # type: ignore[union-attr]
-    for transition in (lambda: client.transition_to_active(epoch=99), client.transition_to_standby):
-        with pytest.raises(TransitionFailedError, match="elects itself") as refused:
-            transition()
-        assert refused.value.code == TRANSITION_FAILED
+    with pytest.raises(TransitionFailedError, match="elects itself") as to_active:
+        client.transition_to_active(epoch=99)
+    with pytest.raises(TransitionFailedError, match="elects itself") as to_standby:
+        client.transition_to_standby()
+    assert to_active.value.code == to_standby.value.code == TRANSITION_FAILED
     assert client.status().state is HAState.ACTIVE
 
 
@@ -261,6 +263,22 @@ def test_transition_to_standby_stops_acting_at_once_and_is_idempotent(ha: Harnes
     assert client.transition_to_active(epoch=won.epoch).state is HAState.ACTIVE
 
 
+def test_an_operators_transition_is_refused_unless_forced(ha: Harness) -> None:
+    nimbus = ha.nimbus()
+    client = ha.client(nimbus)
+    wait_until(lambda: standby_and_ready(client), WAIT_SECS, "a ready standby")
+    _, won = ha.win(nimbus)
+    with pytest.raises(TransitionFailedError, match="forcemanual") as refused:
+        client.transition_to_active(epoch=won.epoch, source=RequestSource.USER)
+    assert refused.value.code == TRANSITION_FAILED
+    assert client.status().state is HAState.STANDBY
+    forced = client.transition_to_active(epoch=won.epoch, source=RequestSource.USER_FORCED)
+    assert forced.state is HAState.ACTIVE
+    with pytest.raises(TransitionFailedError, match="forcemanual"):
+        client.transition_to_standby(source=RequestSource.USER)
+    assert client.transition_to_standby(RequestSource.USER_FORCED).state is HAState.STANDBY
+
+
 def test_a_nimbus_missing_a_pipelines_code_refuses_to_become_active(
     ha: Harness, zk_hosts: str
 ) -> None:
@@ -296,7 +314,7 @@ def test_health_turns_unhealthy_when_the_zookeeper_connection_is_cut(
     host, _, chroot = zk_hosts.partition("/")
     zk_host, zk_port = host.rsplit(":", 1)
     with TcpProxy(zk_host, int(zk_port)) as proxy:
-        nimbus = ha.nimbus(**{"zookeeper.servers": [f"127.0.0.1:{proxy.port}/{chroot}"]})
+        nimbus = ha.nimbus(extra={"zookeeper.servers": [f"127.0.0.1:{proxy.port}/{chroot}"]})
         client = ha.client(nimbus)
         assert client.check_health().healthy
         proxy.cut()
@@ -310,7 +328,7 @@ def test_health_turns_unhealthy_when_the_zookeeper_connection_is_cut(
 
 def test_the_ha_routes_need_the_admin_role(ha: Harness, tmp_path: Path) -> None:
     tokens = token_file(tmp_path)
-    nimbus = ha.nimbus(**{"nimbus.auth.tokens.file": str(tokens)})
+    nimbus = ha.nimbus(extra={"nimbus.auth.tokens.file": str(tokens)})
     url = f"http://{nimbus.address}/ha/v1/status"
     assert httpx.get(url).status_code == 401
     for token in (READ, SUBMIT):

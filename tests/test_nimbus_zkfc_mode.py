@@ -8,6 +8,7 @@ an ``HAServiceClient`` that hands the nimbus the epoch it won. Clients, leader r
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,13 @@ from stratus.api.records import PipelineRecord, PipelineStatus
 from stratus.client import NimbusClient
 from stratus.coordination import Coordinator
 from stratus.coordination.leadership import Leadership
-from stratus.ha.protocol import HAServiceClient, HAState
+from stratus.ha.protocol import (
+    STALE_EPOCH,
+    TRANSITION_FAILED,
+    HAServiceClient,
+    HAState,
+    TransitionFailedError,
+)
 from stratus.local.processes import NimbusProcess
 from stratus.nimbus.cluster_view import NIMBUS_GROUP
 from stratus.zk.server import ZooKeeperServer
@@ -113,8 +120,8 @@ def test_zkfc_mode_nimbuses_lead_only_under_the_epoch_their_controller_won(
 ) -> None:
     cluster, controllers = zkfc_cluster
     first, second = cluster.nimbuses
-    for nimbus in cluster.nimbuses:
-        wait_until(lambda n=nimbus: ready_standby(controllers.service(n)), WAIT_SECS, "standby")
+    for service in controllers.services.values():
+        wait_until(functools.partial(ready_standby, service), WAIT_SECS, "a ready standby")
     # ready to lead, and yet neither campaigned: nobody queued, nobody leads
     with kazoo_client(zk_server.connect_string) as zk:
         candidates = f"{cluster.root}/groups/{NIMBUS_GROUP}/candidates"
@@ -122,6 +129,9 @@ def test_zkfc_mode_nimbuses_lead_only_under_the_epoch_their_controller_won(
     assert {cluster.leader_seen_by(n).address for n in cluster.nimbuses} == {None}  # type: ignore[union-attr]
 
     won = controllers.win(first)
+    with pytest.raises(TransitionFailedError) as foreign:  # won for the first, not the second
+        controllers.service(second).transition_to_active(won.epoch)
+    assert foreign.value.code == TRANSITION_FAILED
     assert controllers.service(first).transition_to_active(won.epoch).state is HAState.ACTIVE
     assert cluster.wait_for_agreed_leader() == first.address
     with NimbusClient(cluster.seeds, retry_deadline=WAIT_SECS, request_timeout=5.0) as client:
@@ -144,6 +154,9 @@ def test_zkfc_mode_nimbuses_lead_only_under_the_epoch_their_controller_won(
     assert refused_as_not_leader(cluster, first, "deactivate")  # and nothing was written
     assert records_in_zookeeper(zk_server.connect_string, cluster.root)["etl"].epoch == won.epoch
 
+    with pytest.raises(TransitionFailedError) as stale:
+        controllers.service(first).transition_to_active(won.epoch)
+    assert stale.value.code == STALE_EPOCH
     assert controllers.service(second).transition_to_active(later.epoch).epoch == later.epoch
     with NimbusClient(cluster.seeds, retry_deadline=WAIT_SECS, request_timeout=5.0) as client:
         assert client.deactivate("etl").status is PipelineStatus.INACTIVE

@@ -19,6 +19,7 @@ from stratus.ha.protocol import (
     TO_ACTIVE_PATH,
     TO_STANDBY_PATH,
     HealthReport,
+    RequestSource,
     ServiceStatus,
     TransitionToActive,
     TransitionToStandby,
@@ -48,9 +49,9 @@ def add_ha_routes(app: FastAPI, ha: NimbusHAService) -> None:
     @app.post(TO_ACTIVE_PATH, tags=[HA_TAG], responses=_REFUSED)
     def ha_transition_to_active(body: TransitionToActive) -> ServiceStatus:
         """Act as leader under ``epoch``, the term this nimbus's zkfc won (``zkfc`` mode only)."""
-        return ha.to_active(body.epoch)
+        return ha.to_active(body.epoch, body.source)
 
     @app.post(TO_STANDBY_PATH, tags=[HA_TAG], responses=_REFUSED)
     def ha_transition_to_standby(body: TransitionToStandby | None = None) -> ServiceStatus:
         """Stop acting as leader now; idempotent (``zkfc`` mode only)."""
-        return ha.to_standby()
+        return ha.to_standby(body.source if body is not None else RequestSource.ZKFC)

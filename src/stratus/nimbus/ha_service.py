@@ -13,7 +13,9 @@ In ``nimbus.ha.mode: self`` the nimbus elects itself, and both transitions answe
   adopts that term (``Coordinator.adopt_term``), grants it, and waits until the controller
   accepted it: every leader write is then fenced by that epoch;
 - ``to_standby()`` takes the term back at once (it stops holding, so no fenced write
-  starts), then waits until the controller's round under way is over.
+  starts), then waits until the controller's round under way is over;
+- a transition asked by an operator (``source: user``) is refused unless forced
+  (``user_forced``): automatic failover is on, and only the zkfc steers the nimbus.
 
 Transitions are serialized by one lock, and both are idempotent::
 
@@ -41,6 +43,7 @@ from stratus.errors import StratusError
 from stratus.ha.protocol import (
     HAState,
     HealthReport,
+    RequestSource,
     ServiceStatus,
     StaleEpochError,
     TransitionRefusedError,
@@ -139,10 +142,11 @@ class NimbusHAService:
 
     # ------------------------------------------------------------------ transitions
 
-    def to_active(self, epoch: int) -> ServiceStatus:
+    def to_active(self, epoch: int, source: RequestSource = RequestSource.ZKFC) -> ServiceStatus:
         """Act under ``epoch``, won by this nimbus's failover controller; see the module doc."""
         with self._transitions:
             self._refuse_in_self_mode("active")
+            self._refuse_unforced_user(source, "active")
             current = self._controller.accepted_term()
             if current is not None and current.epoch == epoch:
                 return self.status()  # already active for that term: nothing changes
@@ -159,10 +163,11 @@ class NimbusHAService:
             log.info("event=ha_active address=%s epoch=%d", self.address, epoch)
             return self.status()
 
-    def to_standby(self) -> ServiceStatus:
+    def to_standby(self, source: RequestSource = RequestSource.ZKFC) -> ServiceStatus:
         """Stop acting now; idempotent (a standby answers its status and changes nothing)."""
         with self._transitions:
             self._refuse_in_self_mode("standby")
+            self._refuse_unforced_user(source, "standby")
             assert self._lock is not None
             term = self._lock.revoke()
             if term is not None:
@@ -183,6 +188,21 @@ class NimbusHAService:
             raise TransitionRefusedError(
                 f"nimbus {self.address} elects itself (nimbus.ha.mode: self) and takes no "
                 f"transition to {target}; run it with nimbus.ha.mode: zkfc under a zkfc"
+            )
+
+    def _refuse_unforced_user(self, source: RequestSource, target: str) -> None:
+        """Under a zkfc, an operator's transition must be forced (it bypasses the zkfc)."""
+        if source is RequestSource.USER:
+            raise TransitionRefusedError(
+                f"nimbus {self.address} is managed by its zkfc (automatic failover is on) and "
+                f"takes a transition to {target} from an operator only when forced "
+                "(haadmin --forcemanual)"
+            )
+        if source is RequestSource.USER_FORCED:
+            log.warning(
+                "event=ha_forced_transition address=%s to=%s: the zkfc is bypassed",
+                self.address,
+                target,
             )
 
     def _check_ready(self) -> None:
