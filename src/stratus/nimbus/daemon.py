@@ -5,8 +5,9 @@ serves the API from its first second (reads from any nimbus), keeps its pipeline
 line with ZooKeeper (``CodeSync`` over the configured code distributor), and leaves its
 leadership to the ``LeadershipController``: it queues through the ``LeaderElector`` only
 once it holds the code of every pipeline that needs it and its ``may_lead`` hook says yes,
-and runs the leader's duties while it leads. ``stop()`` (SIGTERM) leaves the queue first,
-so another nimbus leads at once instead of after the session timeout::
+and runs the leader's duties while it leads. In ``nimbus.ha.mode: zkfc`` it never queues:
+its zkfc hands it a term over the HA service protocol (``ha_service``), which every nimbus
+serves. ``stop()`` (SIGTERM) leaves the queue first, so another nimbus leads at once::
 
     nimbus = Nimbus(conf)
     nimbus.start()            # ZooKeeperUnavailableError / NimbusStartError on failure
