@@ -142,6 +142,9 @@ def test_a_self_elected_nimbus_reports_active_and_refuses_both_transitions(ha: H
     with pytest.raises(TransitionFailedError, match="elects itself") as to_standby:
         client.transition_to_standby()
     assert to_active.value.code == to_standby.value.code == TRANSITION_FAILED
+    status = client.status()
+    assert not status.ready_to_become_active
+    assert (status.not_ready_reason or "").startswith("self_elected")
     assert client.status().state is HAState.ACTIVE
 
 

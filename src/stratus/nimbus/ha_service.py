@@ -132,6 +132,8 @@ class NimbusHAService:
             return "stopping"
         if state is HAState.INITIALIZING:
             return "initializing: not registered yet, or its first code sync has not run"
+        if self.settings.mode is HAMode.SELF:
+            return "self_elected: nimbus.ha.mode is self, it takes no transition"
         problems = self._health()
         if problems:
             return f"unhealthy: {'; '.join(problems)}"
