@@ -12,6 +12,7 @@ import functools
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from stratus.api.records import PipelineRecord, PipelineStatus
@@ -19,7 +20,11 @@ from stratus.client import NimbusClient
 from stratus.coordination import Coordinator
 from stratus.coordination.leadership import Leadership
 from stratus.ha.protocol import (
+    HEALTH_PATH,
     STALE_EPOCH,
+    STATUS_PATH,
+    TO_ACTIVE_PATH,
+    TO_STANDBY_PATH,
     TRANSITION_FAILED,
     HAServiceClient,
     HAState,
@@ -27,9 +32,11 @@ from stratus.ha.protocol import (
 )
 from stratus.local.processes import NimbusProcess
 from stratus.nimbus.cluster_view import NIMBUS_GROUP
+from stratus.security.client_auth import ClientAuth
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import SESSION_SECS, NimbusCluster, nimbus_cluster
 from tests.package_factory import valid_package
+from tests.secure_cluster import ADMIN, READ, SUBMIT, bearer, secure_cluster, token_file
 from tests.zkfixtures import kazoo_client, wait_until
 
 pytestmark = pytest.mark.slow
@@ -168,3 +175,33 @@ def test_zkfc_mode_nimbuses_lead_only_under_the_epoch_their_controller_won(
     assert records_in_zookeeper(zk_server.connect_string, cluster.root)["etl"].status is (
         PipelineStatus.INACTIVE
     )
+
+
+def test_the_ha_routes_answer_only_the_admin_role(
+    zk_server: ZooKeeperServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    tokens = token_file(tmp_path)
+    options = ["-c", f"nimbus.auth.tokens.file={tokens}", "-c", "nimbus.ha.mode=zkfc"]
+    admin = httpx.Client(headers=bearer(ADMIN), timeout=5.0)
+    with secure_cluster(
+        zk_server.connect_string, tmp_path, request.node.name, extra=options, http=admin, size=1
+    ) as cluster:
+        (nimbus,) = cluster.nimbuses
+        base = cluster.url(nimbus)
+        calls = [
+            ("GET", STATUS_PATH, None),
+            ("GET", HEALTH_PATH, None),
+            ("POST", TO_ACTIVE_PATH, {"epoch": 1}),
+            ("POST", TO_STANDBY_PATH, {}),
+        ]
+        for method, path, body in calls:
+            anonymous = httpx.request(method, base + path, json=body)
+            assert anonymous.status_code == 401, path
+            assert anonymous.headers["WWW-Authenticate"].startswith("Bearer")
+            for token in (READ, SUBMIT):
+                refused = httpx.request(method, base + path, json=body, headers=bearer(token))
+                assert (refused.status_code, refused.json()["error"]) == (403, "forbidden"), path
+        with HAServiceClient(nimbus.address, ClientAuth(token=ADMIN), timeout=5.0) as service:
+            wait_until(lambda: ready_standby(service), WAIT_SECS, "a ready standby")
+            assert service.check_health().healthy
+            assert service.transition_to_standby().state is HAState.STANDBY

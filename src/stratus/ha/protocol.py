@@ -199,6 +199,12 @@ class HAServiceClient:
     def close(self) -> None:
         self._http.close()
 
+    def __enter__(self) -> HAServiceClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
     def _call(
         self, method: str, path: str, body: dict[str, object] | None = None
     ) -> httpx.Response:
