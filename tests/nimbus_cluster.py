@@ -3,6 +3,8 @@
 Each cluster lives under its own ``zookeeper.root``, so clusters of different tests never
 meet; every process is killed when the test ends. ``auth`` (the client settings, e.g.
 ``client_auth(conf)``) is how the test reaches nimbuses that serve https or require a token.
+``ha_mode="zkfc"`` starts nimbuses that never campaign: the test plays their failover
+controllers (``nimbus.ha.mode``).
 """
 
 from __future__ import annotations
@@ -35,12 +37,14 @@ class NimbusCluster:
         extra: Sequence[str],
         *,
         auth: ClientAuth = NO_AUTH,
+        ha_mode: str = "self",
     ):
         self.root = root
         self.options = [
             "-c", f"zookeeper.servers={zk_connect}",
             "-c", f"zookeeper.root={root}",
             "-c", f"zookeeper.session.timeout.secs={SESSION_SECS}",
+            "-c", f"nimbus.ha.mode={ha_mode}",
             *extra,
         ]  # fmt: skip
         self.nimbuses = [
@@ -116,9 +120,10 @@ def nimbus_cluster(
     extra: Sequence[str] = (),
     *,
     auth: ClientAuth = NO_AUTH,
+    ha_mode: str = "self",
 ) -> Iterator[NimbusCluster]:
     root = chroot_for(test_name) + "/stratus"
-    cluster = NimbusCluster(zk_connect, root, log_dir, size, extra, auth=auth)
+    cluster = NimbusCluster(zk_connect, root, log_dir, size, extra, auth=auth, ha_mode=ha_mode)
     try:
         cluster.start()
         yield cluster

@@ -357,6 +357,13 @@ class StratusConfig(BaseModel):
         description="how often the leader looks for work to do on its own, such as removing "
         "killed pipelines whose wait is over",
     )
+    nimbus_ha_mode: Literal["self", "zkfc"] = Field(
+        default="self",
+        alias="nimbus.ha.mode",
+        description="who makes this nimbus the leader: `self` (it campaigns in the nimbus "
+        "election itself) or `zkfc` (it never campaigns; it leads only after its failover "
+        "controller's transition-to-active, fenced by the epoch that controller won)",
+    )
     nimbus_code_distributor: Literal["local", "shared"] = Field(
         default="local",
         alias="nimbus.code.distributor",

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NoNodeError
 
 from stratus.api.clock import Clock
 from stratus.coordination.candidacy import (
@@ -40,10 +40,14 @@ from stratus.coordination.candidacy import (
     RevokedCallback,
     prepare_group,
 )
-from stratus.coordination.errors import CoordinationError, ElectionTimeoutError
+from stratus.coordination.errors import (
+    CoordinationError,
+    ElectionTimeoutError,
+    TermMismatchError,
+)
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.reads import read_candidates, read_leaders
-from stratus.coordination.records import Leader
+from stratus.coordination.records import Leader, SlotRecord
 from stratus.coordination.serial import SerialThread
 from stratus.coordination.subscriptions import (
     ChangeCallback,
@@ -233,6 +237,64 @@ class Coordinator:
         candidacy = self._candidacies.get(group)
         term = candidacy.term if candidacy else None
         return term if term is not None and term.is_leader else None
+
+    def adopt_term(
+        self,
+        group: str,
+        member_id: str,
+        epoch: int,
+        *,
+        holds: Callable[[Leadership], bool],
+        slot: int = 0,
+    ) -> Leadership:
+        """A term of ``group`` won on ``member_id``'s behalf by another session, to act under.
+
+        A failover controller campaigns in its service's name and hands the service the epoch
+        it won; the service adopts that term here. ZooKeeper is read first: the slot's epoch
+        must be ``epoch`` and its leader record must name ``member_id`` at that epoch, else
+        ``TermMismatchError``. The term's fenced transactions check that epoch like any other;
+        it holds while ``holds(term)`` says so and this session's lease vouches for it.
+        """
+        paths = GroupPaths(self.root, group)
+        client = self.session.client
+
+        def read() -> tuple[int, SlotRecord | None]:
+            _, epoch_stat = client.get(paths.epoch(slot))
+            try:
+                raw, _ = client.get(paths.slot(slot))
+            except NoNodeError:
+                return epoch_stat.version, None
+            return epoch_stat.version, SlotRecord.decode(raw)
+
+        try:
+            current, record = self.session.call(f"read the term of group {group!r}", read)
+        except NoNodeError:
+            raise TermMismatchError(
+                f"group {group!r} has no slot {slot}: nobody was ever elected there",
+                current_epoch=0,
+                leader=None,
+            ) from None
+        leader = record.member_id if record is not None else None
+        if current != epoch or record is None or record.epoch != epoch or leader != member_id:
+            raise TermMismatchError(
+                f"epoch {epoch} of group {group!r} is not {member_id}'s current term: the "
+                f"group is at epoch {current} and its leader record names {leader or 'nobody'}",
+                current_epoch=current,
+                leader=leader,
+            )
+        session_id = self.session.session_id
+        return Leadership(
+            group=group,
+            member_id=member_id,
+            slot=slot,
+            epoch=epoch,
+            epoch_path=paths.epoch(slot),
+            slot_path=paths.slot(slot),
+            _client=client,
+            _holds=holds,
+            _lease_end=lambda: self.session.lease_end(session_id),
+            _clock=self.session.clock,
+        )
 
     # ----------------------------------------------------------------- who leads
 

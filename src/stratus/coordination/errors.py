@@ -15,6 +15,7 @@ __all__ = [
     "ElectionTimeoutError",
     "LeadershipLostError",
     "NoLeaderError",
+    "TermMismatchError",
     "TransactionFailedError",
     "ZooKeeperUnavailableError",
 ]
@@ -46,3 +47,17 @@ class TransactionFailedError(CoordinationError):
 
 class ElectionTimeoutError(CoordinationError, TimeoutError):
     """A blocking nomination was not elected within its timeout; the candidacy was withdrawn."""
+
+
+class TermMismatchError(CoordinationError):
+    """A term to adopt is not the group's current one, or its leader record names another member.
+
+    ``current_epoch`` is the slot's epoch in ZooKeeper and ``leader`` the member its leader
+    record names (None when the slot is vacant), so the caller can tell a stale epoch from a
+    foreign one.
+    """
+
+    def __init__(self, message: str, *, current_epoch: int, leader: str | None) -> None:
+        super().__init__(message)
+        self.current_epoch = current_epoch
+        self.leader = leader

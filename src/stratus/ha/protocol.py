@@ -31,6 +31,7 @@ from typing import TypeVar
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from stratus.api.errors import ApiError
 from stratus.api.records import ErrorBody
 from stratus.errors import StratusError
 from stratus.security.client_auth import NO_AUTH, ClientAuth
@@ -74,6 +75,7 @@ class ServiceStatus(BaseModel):
     ready_to_become_active: bool = False
     not_ready_reason: str | None = None
     address: str | None = Field(None, description="the service's advertised host:port")
+    pid: int | None = Field(None, description="the service's process id (for a local fence)")
 
 
 class HealthReport(BaseModel):
@@ -129,6 +131,30 @@ class TransitionFailedError(HAServiceError):
         self.code = code
 
 
+# ---------------------------------------------------------------------- the service's refusals
+
+
+class UnhealthyServiceError(ApiError):
+    """A service's answer to a health check that fails: 503 ``unhealthy``, saying why."""
+
+    code = UNHEALTHY
+    status = 503
+
+
+class TransitionRefusedError(ApiError):
+    """A service's refusal of a transition it cannot make: 409 ``transition_failed``."""
+
+    code = TRANSITION_FAILED
+    status = 409
+
+
+class StaleEpochError(ApiError):
+    """A service's refusal of an epoch older than one it was given: 409 ``stale_epoch``."""
+
+    code = STALE_EPOCH
+    status = 409
+
+
 # ---------------------------------------------------------------------- the client
 
 
@@ -172,6 +198,12 @@ class HAServiceClient:
 
     def close(self) -> None:
         self._http.close()
+
+    def __enter__(self) -> HAServiceClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     def _call(
         self, method: str, path: str, body: dict[str, object] | None = None

@@ -37,6 +37,8 @@ from stratus.nimbus.authorization import (
     documented_security,
 )
 from stratus.nimbus.code_routes import add_code_routes
+from stratus.nimbus.ha_routes import add_ha_routes
+from stratus.nimbus.ha_service import NimbusHAService
 from stratus.nimbus.limits import (
     RequestGuard,
     add_limit_handlers,
@@ -65,9 +67,14 @@ PipelinePathName = Annotated[
 
 
 def create_app(
-    service: NimbusService, metrics: NimbusMetrics, policy: AccessPolicy = OPEN
+    service: NimbusService,
+    metrics: NimbusMetrics,
+    policy: AccessPolicy = OPEN,
+    *,
+    ha: NimbusHAService | None = None,
 ) -> FastAPI:
-    """The ASGI application of one nimbus; ``policy`` says who may call it (authorization.py)."""
+    """The ASGI application of one nimbus; ``policy`` says who may call it (authorization.py),
+    ``ha`` serves the HA service protocol (ha_routes.py)."""
     app = FastAPI(
         title="stratus nimbus",
         version=__version__,
@@ -83,6 +90,8 @@ def create_app(
     _add_leader_routes(app, service)
     _add_page_routes(app, service, metrics)
     add_code_routes(app, service.incoming)
+    if ha is not None:
+        add_ha_routes(app, ha)
     add_limit_handlers(app)
     app.add_middleware(
         RequestGuard,

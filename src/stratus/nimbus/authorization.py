@@ -3,7 +3,8 @@
 Every route needs a role (``required_role``): reads (``GET``/``HEAD``: the cluster, the
 leader, pipelines, workers, packages, the OpenAPI document, ``/metrics`` and the ``/``
 status page) need ``read``; every other method (submit, kill, activate, deactivate,
-rebalance) needs ``submit``; ``admin`` may do all. The check runs before the upload guard
+rebalance) needs ``submit``; the HA service protocol (``/ha/``, a failover controller's
+reads and transitions) needs ``admin``, which may do all. The check runs before the upload guard
 and the routes, so an unauthenticated leader-only call on a standby gets 401, not 421, and
 no body is read. With no token file configured every call goes through, as before.
 
@@ -24,12 +25,15 @@ from stratus.api.records import ErrorBody
 from stratus.security.access import CHALLENGE, AccessPolicy
 from stratus.security.roles import Role
 
+HA_PREFIX = "/ha"  # the HA service protocol's routes (stratus.ha.protocol)
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 PEER_NAME = "stratus.peer_name"  # the scope's state: the verified client certificate's CN
 
 
-def required_role(method: str) -> Role:
-    """The role a request of ``method`` needs: reads ``read``, every change ``submit``."""
+def required_role(method: str, path: str = "") -> Role:
+    """The role a request needs: the HA protocol ``admin``, reads ``read``, changes ``submit``."""
+    if path == HA_PREFIX or path.startswith(HA_PREFIX + "/"):
+        return Role.ADMIN
     return Role.READ if method.upper() in READ_METHODS else Role.SUBMIT
 
 
@@ -51,7 +55,7 @@ class RequireRole:
             self.policy.authorize(
                 authorization.decode("latin-1") if authorization else None,
                 peer,
-                required_role(scope["method"]),
+                required_role(scope["method"], scope["path"]),
             )
         except ApiError as exc:
             await refusal(exc)(scope, receive, send)

@@ -5,8 +5,9 @@ serves the API from its first second (reads from any nimbus), keeps its pipeline
 line with ZooKeeper (``CodeSync`` over the configured code distributor), and leaves its
 leadership to the ``LeadershipController``: it queues through the ``LeaderElector`` only
 once it holds the code of every pipeline that needs it and its ``may_lead`` hook says yes,
-and runs the leader's duties while it leads. ``stop()`` (SIGTERM) leaves the queue first,
-so another nimbus leads at once instead of after the session timeout::
+and runs the leader's duties while it leads. In ``nimbus.ha.mode: zkfc`` it never queues:
+its zkfc hands it a term over the HA service protocol (``ha_service``), which every nimbus
+serves. ``stop()`` (SIGTERM) leaves the queue first, so another nimbus leads at once::
 
     nimbus = Nimbus(conf)
     nimbus.start()            # ZooKeeperUnavailableError / NimbusStartError on failure
@@ -38,7 +39,6 @@ from stratus.codedist.package_store import PackageStore
 from stratus.codedist.transfer.server import PackageServer
 from stratus.config import StratusConfig
 from stratus.coordination.coordinator import Coordinator
-from stratus.coordination.leader_elector import LeaderElector
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import LeaderChange, RevokeReason
 from stratus.errors import StratusError
@@ -50,7 +50,11 @@ from stratus.nimbus.duties.lost_code import FailLostCode
 from stratus.nimbus.duties.replication import ActivateReplicated
 from stratus.nimbus.duties.round import DutyRound
 from stratus.nimbus.duties.scheduling import SchedulingDuty
+from stratus.nimbus.election_queue import ElectionQueue, build_elector
 from stratus.nimbus.exposure import InsecureReminder, check_exposure
+from stratus.nimbus.granted_lock import GrantedLock
+from stratus.nimbus.ha_service import NimbusHAService
+from stratus.nimbus.health import HealthWatch
 from stratus.nimbus.http_bounds import uvicorn_options
 from stratus.nimbus.leadership_controller import LeadershipController
 from stratus.nimbus.metrics import NimbusMetrics
@@ -59,7 +63,7 @@ from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.placement import Placement
 from stratus.nimbus.readiness import CodeReadiness
 from stratus.nimbus.service import NimbusService
-from stratus.nimbus.settings import NimbusSettings
+from stratus.nimbus.settings import HAMode, NimbusSettings
 from stratus.nimbus.submission import Submitter
 from stratus.settings import (
     access_policy,
@@ -86,33 +90,6 @@ class NimbusStartError(StratusError):
 
 def always_may_lead() -> bool:
     return True
-
-
-def build_elector(
-    coordinator: Coordinator,
-    address: str,
-    on_gain: Callable[[Leadership], None],
-    on_loss: Callable[[Leadership, RevokeReason], None],
-) -> LeaderElector:
-    """This nimbus's place in the nimbus group's election."""
-    return LeaderElector(coordinator, address, group=NIMBUS_GROUP, on_gain=on_gain, on_loss=on_loss)
-
-
-class ElectionQueue:
-    """The nimbus group's leader lock queue, as the leadership controller uses it."""
-
-    def __init__(self, elector: LeaderElector, coordinator: Coordinator) -> None:
-        self._elector = elector
-        self._coordinator = coordinator
-
-    def join(self) -> None:
-        self._elector.add_to_leader_lock_queue()
-
-    def leave(self) -> None:
-        self._elector.remove_from_leader_lock_queue()
-
-    def in_queue(self) -> bool:
-        return self._coordinator.is_candidate(self._elector.group)
 
 
 class Nimbus:
@@ -162,7 +139,16 @@ class Nimbus:
             zookeeper_connected=lambda: self.session.connected,
             code_sync_rounds=lambda: self.code_sync.rounds,
             code_missing=lambda: len(self.code_sync.missing()),
+            ha_state=lambda: self.ha.state(),  # noqa: PLW0108 (built later, by start)
+            ha_epoch=lambda: self.ha.epoch(),  # noqa: PLW0108
         )
+        self.health = HealthWatch(
+            stopping=self._stopping.is_set,
+            zookeeper=lambda: self.session.state.value,
+            controller_running=lambda: self.controller.running,
+            package_server_serving=self._package_server_serving,
+        )
+        self._registered = threading.Event()
         self._opened: list[Callable[[], None]] = []  # what stop() closes, newest first
         self._package_server: PackageServer | None = None
         self._http: uvicorn.Server | None = None
@@ -266,7 +252,23 @@ class Nimbus:
             settle_timeout_secs=self.settings.leadership.monitor_freq_secs,
         )
         duties = self._build_duties(ops, board, assignments)
-        self.controller = self._build_controller(readiness, duties)
+        lock = GrantedLock() if self.settings.ha.mode is HAMode.ZKFC else None
+        self.controller = self._build_controller(readiness, duties, lock)
+        self.ha = NimbusHAService(
+            self.settings.ha,
+            self.address,
+            controller=self.controller,
+            lock=lock,
+            readiness=readiness,
+            adopt=lambda epoch, holds: self.coordinator.adopt_term(
+                NIMBUS_GROUP, self.address, epoch, holds=holds
+            ),
+            initialized=lambda: self._registered.is_set() and self.code_sync.rounds > 0,
+            health=self.health.problems,
+            stopping=self._stopping.is_set,
+            on_transition=lambda state: self.metrics.ha_transitions.labels(state.value).inc(),
+            clock=self._clock,
+        )
         self.service = NimbusService(
             self.settings.service,
             view=self.view,
@@ -292,6 +294,7 @@ class Nimbus:
         )
         self._opened.append(registration.close)
         registration.start()
+        self._registered.set()
         self._opened.append(self.controller.stop)
         self.controller.start()
         if self.insecure:
@@ -329,18 +332,26 @@ class Nimbus:
         return duties
 
     def _build_controller(
-        self, readiness: CodeReadiness, duties: DutyRound
+        self, readiness: CodeReadiness, duties: DutyRound, granted: GrantedLock | None
     ) -> LeadershipController:
+        """In ``zkfc`` mode the lock is granted by the HA service: the nimbus never campaigns."""
         return LeadershipController(
-            ElectionQueue(self.elector, self.coordinator),
+            granted or ElectionQueue(self.elector, self.coordinator),
             readiness,
-            duties.run,
+            lambda term: self.health.note_round(duties.run(term)),
             self.settings.leadership,
             address=self.address,
             on_gained=lambda _term: self.metrics.leadership_gained.inc(),
-            on_lost=lambda _term: self.metrics.leadership_lost.inc(),
+            on_lost=self._term_ended,
             clock=self._clock,
         )
+
+    def _package_server_serving(self) -> bool | None:
+        return self._package_server.serving if self._package_server is not None else None
+
+    def _term_ended(self, _term: Leadership) -> None:
+        self.metrics.leadership_lost.inc()
+        self.health.term_ended()
 
     def _package_store(self) -> PackageStore:
         """The store that receives uploads (and, with the local distributor, keeps code)."""
@@ -409,7 +420,7 @@ class Nimbus:
 
     def _start_http(self) -> None:
         config = uvicorn.Config(
-            create_app(self.service, self.metrics, self.policy),
+            create_app(self.service, self.metrics, self.policy, ha=self.ha),
             log_level="warning",
             access_log=False,
             lifespan="off",

@@ -221,6 +221,11 @@ class LeadershipController:
 
     # ------------------------------------------------------------------ the thread
 
+    @property
+    def running(self) -> bool:
+        """True while the controller's thread handles events (started, not stopped, alive)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="nimbus-leadership", daemon=True)
         self._thread.start()

@@ -1,8 +1,9 @@
 """The nimbus's Prometheus metrics, in a registry of its own (several nimbuses per process work).
 
-Scraped at ``GET /metrics``: whether this nimbus leads and in which epoch, how often the
-leadership changed, which leader duties raised, requests by route and status with their
-latency, whether the ZooKeeper connection is up, and how this nimbus's code sync is doing.
+Scraped at ``GET /metrics``: whether this nimbus leads and in which epoch, its HA state, the
+epoch it acts under and the HA transitions it made, how often the leadership changed, which
+leader duties raised, requests by route and status with their latency, whether the ZooKeeper
+connection is up, and how this nimbus's code sync is doing.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from stratus.ha.protocol import HAState
 
 __all__ = ["CONTENT_TYPE_LATEST", "NimbusMetrics"]
 
@@ -28,6 +31,8 @@ class NimbusMetrics:
         zookeeper_connected: Callable[[], bool],
         code_sync_rounds: Callable[[], int],
         code_missing: Callable[[], int],
+        ha_state: Callable[[], HAState] = lambda: HAState.INITIALIZING,
+        ha_epoch: Callable[[], int | None] = lambda: None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         Gauge(
@@ -53,6 +58,29 @@ class NimbusMetrics:
             "pipelines whose code this nimbus lacks (it may lead only at 0)",
             registry=self.registry,
         ).set_function(lambda: float(code_missing()))
+        state_gauge = Gauge(
+            "stratus_nimbus_ha_state",
+            "1 for the HA state this nimbus is in (initializing, standby, active, stopping)",
+            ["state"],
+            registry=self.registry,
+        )
+        for state in HAState:
+            state_gauge.labels(state.value).set_function(
+                lambda state=state: float(ha_state() is state)  # type: ignore[misc]
+            )
+        Gauge(
+            "stratus_nimbus_ha_epoch",
+            "the fencing epoch this nimbus acts under as leader (-1: it does not lead)",
+            registry=self.registry,
+        ).set_function(lambda: float(_or_minus_one(ha_epoch())))
+        self.ha_transitions = Counter(
+            "stratus_nimbus_ha_transitions",
+            "HA transitions made on a failover controller's request, by the state entered",
+            ["to"],
+            registry=self.registry,
+        )
+        for state in (HAState.ACTIVE, HAState.STANDBY):
+            self.ha_transitions.labels(state.value)
         self.leadership_gained = Counter(
             "stratus_nimbus_leadership_gained",
             "terms this nimbus won",

@@ -13,6 +13,7 @@ time is written down for other machines to read (kill times, start times)::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from stratus.api.locations import LocationPolicy
 from stratus.codedist.package_check import PackageLimits
@@ -30,6 +31,21 @@ class LeadershipSettings:
 
     lead_check_secs: float  # nimbus.lead.check.secs: out of the queue, check again this often
     monitor_freq_secs: float  # nimbus.monitor.freq.secs: a leader's duties at least this often
+
+
+class HAMode(StrEnum):
+    """Who makes a nimbus the leader (``nimbus.ha.mode``)."""
+
+    SELF = "self"  # it campaigns in the nimbus group's election itself
+    ZKFC = "zkfc"  # its failover controller campaigns, and hands it the term it won
+
+
+@dataclass(frozen=True)
+class HASettings:
+    """The nimbus's side of the HA service protocol."""
+
+    mode: HAMode  # nimbus.ha.mode
+    transition_timeout_secs: float  # how long a transition waits for the controller's thread
 
 
 @dataclass(frozen=True)
@@ -64,6 +80,7 @@ class NimbusSettings:
     """Every setting of one nimbus's components, built once from the configuration."""
 
     leadership: LeadershipSettings
+    ha: HASettings
     scheduling: SchedulingSettings
     submit: SubmitSettings
     service: ServiceSettings
@@ -82,6 +99,12 @@ class NimbusSettings:
             leadership=LeadershipSettings(
                 lead_check_secs=conf.nimbus_lead_check_secs,
                 monitor_freq_secs=conf.nimbus_monitor_freq_secs,
+            ),
+            ha=HASettings(
+                mode=HAMode(conf.nimbus_ha_mode),
+                # a transition waits behind the duty round under way, which a ZooKeeper
+                # call bounds by the connection timeout
+                transition_timeout_secs=conf.zookeeper_connection_timeout_secs,
             ),
             scheduling=SchedulingSettings(
                 supervisor_timeout_secs=conf.nimbus_supervisor_timeout_secs,

@@ -82,6 +82,11 @@ class PackageServer:
         self._thread.start()
         log.info("event=package_server_started address=%s", self.address)
 
+    @property
+    def serving(self) -> bool:
+        """True while the serving thread runs (started and neither closed nor crashed)."""
+        return self._thread is not None and self._thread.is_alive()
+
     def close(self) -> None:
         """Stop accepting; requests in progress end with their connections."""
         if self._thread is not None:
