@@ -136,6 +136,7 @@ class HostsCluster:
                 log_dir=workdir,
                 command_prefix=host.command,
                 auth=auth,
+                code_port=None,  # one nimbus per host: the default port, as in production
             )
             for host in hosts
         }
