@@ -142,6 +142,13 @@ class StratusConfig(BaseModel):
         description="PEM file of the CAs whose client certificates `stratus zookeeper` "
         "accepts; when set, every TLS client must show one",
     )
+    zookeeper_server_ssl_quorum: bool = Field(
+        default=False,
+        alias="zookeeper.server.ssl.quorum",
+        description="the members of `stratus zookeeper --ensemble` talk to each other over TLS "
+        "too, each showing the keystore's certificate (which must name its address) and "
+        "trusting the truststore's CAs (required)",
+    )
     zookeeper_ssl_enabled: bool = Field(
         default=False,
         alias="zookeeper.ssl.enabled",
