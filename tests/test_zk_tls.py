@@ -18,7 +18,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
-from stratus.zk.errors import ZooKeeperHistoryBehindError
+from stratus.zk.errors import ZooKeeperHistoryBehindError, ZooKeeperServerError
 from stratus.zk.history import history_behind_error
 from stratus.zk.server import ZooKeeperServer
 from stratus.zk.session import ZkSession, ZkSettings
@@ -197,3 +197,8 @@ def _listens(port: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def test_quorum_tls_without_a_truststore_is_refused_naming_the_setting(pki: Path) -> None:
+    with pytest.raises(ZooKeeperServerError, match=r"zookeeper\.server\.ssl\.truststore\.file"):
+        ServerTls(port=0, keystore=pki / "server.pem", quorum=True)
