@@ -555,6 +555,7 @@ class StratusCluster:
                         *("-c", f"zookeeper.root={root}"),
                         *("-c", f"zookeeper.session.timeout.secs={session_timeout:g}"),
                         *("-c", f"nimbus.host={LOOPBACK}", "-c", f"nimbus.port={port}"),
+                        *("-c", "nimbus.code.port=0"),  # several nimbuses on this machine
                         *("-c", f"nimbus.local.dir={work_dir / name}"),
                     ],
                     env,

@@ -8,9 +8,12 @@ Settings that every daemon gets, or only nimbuses, supervisors, the daemons of o
 ``-c key=value`` for the daemons, the configuration of ``NimbusClient.from_config`` for the
 clients): how a test switches on authentication, TLS and ZooKeeper ACLs (files they name are
 the test's to write), without changing the harness; ``zookeeper_auth`` is what the quorum
-members demand of their clients. The harness itself reaches the nimbuses with the client
-settings: https trusting ``client.tls.ca``, with the token. Every process is killed when the
-cluster closes::
+members demand of their clients, and ``zookeeper_tls`` (one ``ServerTls`` per host: its
+certificate names the host's address) makes them listen on TLS alone for other hosts and
+talk to each other over TLS; ``zookeeper.servers`` then names the secure ports, and the
+daemons' ``zookeeper.ssl.*`` settings are the test's to give. The harness itself reaches the
+nimbuses with the client settings: https trusting ``client.tls.ca``, with the token. Every
+process is killed when the cluster closes::
 
     with NetnsHosts(["h1", "h2", "h3"]) as hosts, HostsCluster(hosts, tmp_path) as cluster:
         leader = cluster.wait_for_agreed_leader()
@@ -24,17 +27,18 @@ import signal
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from stratus.api.records import ClusterSummary, LeaderInfo
 from stratus.client import NimbusClient
 from stratus.config import config_from_mapping
 from stratus.errors import StratusError
 from stratus.local.processes import NimbusProcess, SupervisorProcess
-from stratus.settings import client_auth
+from stratus.settings import client_auth, zk_settings
 from stratus.zk.auth import ServerAuth
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import Quorum, QuorumPeer, ZooKeeperServer
+from stratus.zk.tls import ServerTls
 from tests.netns_hosts import NetnsHosts
 from tests.zkfixtures import wait_until
 
@@ -59,10 +63,14 @@ def _text(value: object) -> str:
 
 
 def zookeeper_quorum(
-    hosts: NetnsHosts, base_dir: Path, auth: ServerAuth | None = None
+    hosts: NetnsHosts,
+    base_dir: Path,
+    auth: ServerAuth | None = None,
+    tls: Mapping[str, ServerTls] | None = None,
 ) -> dict[str, ZooKeeperServer]:
     """One quorum member per host, listening on the host's address, its JVM on the host;
-    ``auth``: what each demands of its clients."""
+    ``auth``: what each demands of its clients; ``tls``: each host's secure port and stores
+    (its plain port then listens on the host's loopback alone)."""
     peers = tuple(
         QuorumPeer(
             server_id=index,
@@ -80,6 +88,7 @@ def zookeeper_quorum(
             quorum=Quorum(my_id=peer.server_id, peers=peers),
             command_prefix=host.command,
             auth=auth,
+            tls=tls[host.name] if tls else None,
         )
         for host, peer in zip(hosts, peers, strict=True)
     }
@@ -107,14 +116,16 @@ class HostsCluster:
         host_settings: Mapping[str, Mapping[str, object]] = {},
         client_settings: Mapping[str, object] = {},
         zookeeper_auth: ServerAuth | None = None,
+        zookeeper_tls: Mapping[str, ServerTls] | None = None,
     ) -> None:
         self.hosts = hosts
         self.workdir = workdir
-        self.zookeepers = zookeeper_quorum(hosts, workdir, zookeeper_auth)
-        self.zk_connect = ",".join(zk.connect_string for zk in self.zookeepers.values())
+        self.zookeepers = zookeeper_quorum(hosts, workdir, zookeeper_auth, zookeeper_tls)
+        servers = [zk.secure_connect_string or zk.connect_string for zk in self.zookeepers.values()]
+        self.zk_connect = ",".join(servers)  # the secure ports, with TLS
         self.seeds = [f"{host.address}:{NIMBUS_PORT}" for host in hosts]
         common = {
-            "zookeeper.servers": [zk.connect_string for zk in self.zookeepers.values()],
+            "zookeeper.servers": servers,
             "zookeeper.session.timeout.secs": SESSION_SECS,
             "nimbus.seeds": self.seeds,
             **settings,
@@ -136,6 +147,7 @@ class HostsCluster:
                 log_dir=workdir,
                 command_prefix=host.command,
                 auth=auth,
+                code_port=None,  # one nimbus per host: the default port, as in production
             )
             for host in hosts
         }
@@ -176,6 +188,11 @@ class HostsCluster:
     def _client(self, seeds: Sequence[str], settings: Mapping[str, object] = {}) -> NimbusClient:
         conf = {**self._client_settings, **settings, "nimbus.seeds": list(seeds)}
         return NimbusClient.from_config(config_from_mapping(conf))
+
+    def zookeeper_tls(self) -> dict[str, Any]:
+        """kazoo's options for the test's own ZooKeeper clients: the client settings' TLS
+        (``zookeeper.ssl.*``; none without it)."""
+        return zk_settings(config_from_mapping(self._client_settings)).tls.client_options()
 
     def leader_seen_by(self, name: str) -> LeaderInfo | None:
         """The leader as host ``name``'s nimbus names it, or None (no answer)."""

@@ -6,10 +6,13 @@ is cut off, and the cut member serves again once healed; a streaming pipeline on
 the leader nimbus moves, when that host is cut off, to a supervisor on another host under a
 new leader, never runs twice, loses and duplicates no row, and the healed host rejoins as a
 standby nimbus and a registered supervisor. That cluster runs with security on, as on a real
-network: nimbuses serve https with a certificate naming their host's address and require
-tokens (supervisors and nimbuses fetch code with a read token), every daemon authenticates to
-ZooKeeper with digest, the quorum members refuse anonymous clients, and every znode is
-stratus's alone.
+network: nimbuses serve https with a certificate naming their host's address and require a
+client certificate and a token or a certificate mapped to a role (supervisors and nimbuses
+fetch code with their host's certificate, mapped to the read role: no token), the quorum
+members serve
+other hosts on their TLS ports alone and talk to each other over TLS, every daemon connects
+to them with TLS and its host's certificate and authenticates with digest, the quorum members
+refuse anonymous clients, and every znode is stratus's alone.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 import pytest
 import yaml
 from kazoo.exceptions import NoAuthError, SessionClosedRequireSaslError
+from kazoo.handlers.threading import KazooTimeoutError
 
 from stratus.api.records import WorkerHeartbeat
 from stratus.client import NimbusClient
@@ -33,12 +37,13 @@ from stratus.codedist.package_build import build_package
 from stratus.local.examples_io import FLUSH_KEY, Feeder, read_rows, window_count_total
 from stratus.zk.auth import Credentials, ServerAuth
 from stratus.zk.server import ZooKeeperServer
+from stratus.zk.tls import ServerTls
 from tests.hosts_cluster import HostsCluster, start_quorum, zookeeper_quorum
 from tests.netns_hosts import TAG, NetnsHosts, remove_leftovers, unavailable
 from tests.pipeline_cluster import SPARK_START_SECS, cluster_options
-from tests.secure_cluster import ADMIN, PEER, token_file
+from tests.secure_cluster import ADMIN, TOKENS
 from tests.spark_packages import EXAMPLES
-from tests.tls_certs import TestCa
+from tests.tls_certs import Issued, TestCa
 from tests.zk_acl import acl_of, digest_client, digest_identity, every_znode, secret_file
 from tests.zkfixtures import kazoo_client, process_gone, wait_until
 
@@ -115,47 +120,96 @@ def security(hosts: NetnsHosts, directory: Path) -> dict[str, Any]:
     """``HostsCluster``'s keyword arguments for TLS, tokens and ZooKeeper ACLs, with the CA,
     certificates, token files and ZooKeeper credentials they name, made in ``directory``.
 
-    Each nimbus's certificate names its host's address; every daemon trusts the CA and
-    fetches code with a read token; the test's clients hold an admin token; every daemon
+    Each host's certificate names its address: its nimbus serves https with it, its quorum
+    member serves TLS with it (to other hosts on the secure port alone, and to the other
+    members), and its daemons show it as their client certificate, to ZooKeeper and to the
+    nimbuses, whose token file maps its name to the read role (mutual TLS: the daemons hold
+    no token). Every daemon trusts the CA; the nimbuses demand a client certificate of
+    everyone; the test's clients hold a certificate and an admin token; every daemon
     authenticates to ZooKeeper with digest, and the quorum members require it.
     """
     directory.mkdir()
     ca = TestCa(directory)
     zk_secret = secret_file(directory / "zk.secret", f"{STRATUS.user}:{STRATUS.password}")
     ca_file = str(ca.cert)
-    certificates = {host.name: ca.issue(f"nimbus-{host.name}", ip=host.address) for host in hosts}
+    certificates = {host.name: ca.issue(f"host-{host.name}", ip=host.address) for host in hosts}
+    test_client = ca.issue("test-client")  # a name the token file does not know
+    roles = "".join(f"read   cn    {issued.cert.stem}\n" for issued in certificates.values())
+    tokens = secret_file(directory / "tokens", TOKENS + roles)
     return {
         "settings": {
             "zookeeper.auth.scheme": "digest",
             "zookeeper.auth.file": str(zk_secret),
+            "zookeeper.ssl.enabled": True,
+            "zookeeper.ssl.ca.file": ca_file,
             "client.tls.ca": ca_file,
-            "client.auth.token.file": str(secret_file(directory / "daemon.token", PEER)),
         },
-        "nimbus_settings": {"nimbus.auth.tokens.file": str(token_file(directory))},
+        "nimbus_settings": {
+            "nimbus.auth.tokens.file": str(tokens),
+            "nimbus.tls.ca": ca_file,
+            "nimbus.tls.client.cert.required": True,
+        },
         "host_settings": {
-            name: {"nimbus.tls.cert": str(issued.cert), "nimbus.tls.key": str(issued.key)}
+            name: {
+                "nimbus.tls.cert": str(issued.cert),
+                "nimbus.tls.key": str(issued.key),
+                "zookeeper.ssl.cert.file": str(issued.cert),
+                "zookeeper.ssl.key.file": str(issued.key),
+                "client.tls.cert": str(issued.cert),
+                "client.tls.key": str(issued.key),
+            }
             for name, issued in certificates.items()
         },
         "client_settings": {
             "client.tls.ca": ca_file,
             "client.auth.token.file": str(secret_file(directory / "admin.token", ADMIN)),
+            "client.tls.cert": str(test_client.cert),
+            "client.tls.key": str(test_client.key),
+            "zookeeper.ssl.cert.file": str(test_client.cert),
+            "zookeeper.ssl.key.file": str(test_client.key),
         },
         "zookeeper_auth": ServerAuth(required=True),
+        "zookeeper_tls": {
+            name: ServerTls(
+                port=0,
+                keystore=keystore(issued, directory / f"zookeeper-{name}.pem"),
+                truststore=ca.cert,
+                quorum=True,
+            )
+            for name, issued in certificates.items()
+        },
     }
 
 
-def assert_znodes_are_stratus_alone(zk_connect: str) -> None:
+def keystore(issued: Issued, path: Path) -> Path:
+    """A ZooKeeper PEM keystore of ``issued``: its private key, then its certificate."""
+    return secret_file(path, issued.key.read_text().strip() + "\n" + issued.cert.read_text())
+
+
+def assert_zookeeper_speaks_tls_alone(zk_connect: str, tls: dict[str, Any]) -> None:
+    """The quorum's ports that other hosts reach answer TLS clients, and no plain one, even
+    with stratus's credentials."""
+    with digest_client(zk_connect, STRATUS, **tls) as client:
+        assert client.exists(ROOT)
+    with pytest.raises(KazooTimeoutError), digest_client(zk_connect, STRATUS, connect_timeout=3):
+        pass
+
+
+def assert_znodes_are_stratus_alone(zk_connect: str, tls: dict[str, Any]) -> None:
     """Every znode under the root has stratus's identity as its whole ACL; an anonymous
     client is refused by the quorum, and another identity cannot write under the root."""
-    with digest_client(zk_connect, STRATUS) as owner:
+    with digest_client(zk_connect, STRATUS, **tls) as owner:
         paths = list(every_znode(owner, ROOT))
         assert any(path.startswith(f"{ROOT}/assignments/") for path in paths)
         assert {path: acl_of(owner, path) for path in paths} == dict.fromkeys(
             paths, digest_identity(STRATUS)
         )
-    with kazoo_client(zk_connect) as anonymous, pytest.raises(SessionClosedRequireSaslError):
+    with (
+        kazoo_client(zk_connect, **tls) as anonymous,
+        pytest.raises(SessionClosedRequireSaslError),
+    ):
         anonymous.create(f"{ROOT}/intruder", b"x")
-    with digest_client(zk_connect, Credentials("intruder", "x")) as other:
+    with digest_client(zk_connect, Credentials("intruder", "x"), **tls) as other:
         with pytest.raises(NoAuthError):
             other.create(f"{ROOT}/intruder", b"x")
         with pytest.raises(NoAuthError):
@@ -320,7 +374,8 @@ def test_a_pipeline_on_the_cut_off_leader_host_moves_to_another_host_and_never_r
         client.close()
         assert_exactly_once(shared, fed)
         assert_ran_on(shared, old=hosts[home].address, new=hosts[moved.supervisor].address)
-        assert_znodes_are_stratus_alone(cluster.zk_connect)
+        assert_zookeeper_speaks_tls_alone(cluster.zk_connect, cluster.zookeeper_tls())
+        assert_znodes_are_stratus_alone(cluster.zk_connect, cluster.zookeeper_tls())
 
 
 def submit_recorded(client: NimbusClient, hosts: NetnsHosts, shared: Path, package: Path) -> None:

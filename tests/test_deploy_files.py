@@ -92,3 +92,27 @@ def test_a_stratus_unit_runs_a_real_verb_with_its_configuration(unit: Path) -> N
         if line.startswith("Environment=STRATUS_CONF=")
     ]
     assert (DEPLOY / Path(config).name).is_file()  # the example of the file it reads
+
+
+PORT_KEYS = ("zookeeper.server.port", "nimbus.port", "nimbus.code.port", "pacemaker.port")
+
+
+def _documented_ports(doc: Path) -> str:
+    """The text of ``doc``'s ports section, up to the next section of its level or above."""
+    text = doc.read_text()
+    start = text.index("## Ports\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else None]
+
+
+@pytest.mark.parametrize("doc", ["deploy.md", "configuration.md"])
+def test_every_daemon_listens_on_a_fixed_default_port_that_the_docs_list(doc: str) -> None:
+    conf = load_config(environ={})
+    defaults = {key: getattr(conf, key.replace(".", "_")) for key in PORT_KEYS}
+    assert all(port > 0 for port in defaults.values()), defaults  # none picked at random
+    assert len(set(defaults.values())) == len(defaults)  # one host may run them all
+    ports = _documented_ports(DEPLOY.parent / "docs" / doc)
+    for key, port in defaults.items():
+        assert re.search(rf"`{re.escape(key)}`.*\b{port}\b|\b{port}\b.*`{re.escape(key)}`", ports)
+    for zookeeper_port in (2888, 3888):  # quorum and election
+        assert str(zookeeper_port) in ports

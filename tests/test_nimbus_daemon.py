@@ -53,6 +53,7 @@ def in_process_nimbus(zk_hosts: str, tmp_path: Path, gate: Gate, **extra: object
             "zookeeper.servers": [zk_hosts],
             "zookeeper.session.timeout.secs": SESSION_SECS,
             "nimbus.port": 0,
+            "nimbus.code.port": 0,  # several nimbuses on this machine
             "nimbus.local.dir": str(tmp_path / f"nimbus-{id(gate)}"),
             "nimbus.lead.check.secs": 0.05,
             **extra,
@@ -218,6 +219,7 @@ def test_an_unreachable_zookeeper_at_start_up_is_one_clear_line(tmp_path):
         "-c", f"zookeeper.servers=127.0.0.1:{port}",
         "-c", "zookeeper.connection.timeout.secs=1",
         "-c", "nimbus.port=0",
+        "-c", "nimbus.code.port=0",
         "-c", f"nimbus.local.dir={tmp_path}",
     )  # fmt: skip
     assert result.returncode == 1
@@ -234,6 +236,22 @@ def test_a_busy_port_at_start_up_is_one_clear_line(zk_server: ZooKeeperServer, t
     )  # fmt: skip
     assert result.returncode == 1
     assert f"nimbus cannot listen on 127.0.0.1:{zk_server.port}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_busy_package_port_at_start_up_is_one_clear_line(zk_server: ZooKeeperServer, tmp_path):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = stratus(
+            "nimbus",
+            "-c", f"zookeeper.servers={zk_server.connect_string}",
+            "-c", "nimbus.port=0",
+            "-c", f"nimbus.code.port={port}",
+            "-c", f"nimbus.local.dir={tmp_path}",
+        )  # fmt: skip
+    assert result.returncode == 1
+    assert f"nimbus.code.port {port} is in use on 127.0.0.1" in result.stderr
+    assert "set nimbus.code.port to a free port" in result.stderr
     assert "Traceback" not in result.stderr
 
 

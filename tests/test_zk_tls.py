@@ -1,10 +1,16 @@
 """TLS between stratus and a real ZooKeeper: the embedded server's secure port (Netty, PEM
-stores) and a session that connects with kazoo's ``use_ssl``, certificates made by openssl."""
+stores) and a session that connects with kazoo's ``use_ssl``, certificates made by openssl;
+the history check asked over TLS; ``stratus zookeeper --ensemble`` with a secure port per
+member and TLS between the members."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +18,8 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
+from stratus.zk.errors import ZooKeeperHistoryBehindError, ZooKeeperServerError
+from stratus.zk.history import history_behind_error
 from stratus.zk.server import ZooKeeperServer
 from stratus.zk.session import ZkSession, ZkSettings
 from stratus.zk.tls import ServerTls, ZkTls
@@ -90,3 +98,107 @@ def test_a_client_without_certificate_or_without_tls_cannot_connect(
         finally:
             client.stop()
             client.close()
+
+
+def test_the_history_check_asks_a_tls_port_over_tls(tls_server: ZooKeeperServer, pki: Path):
+    hosts = str(tls_server.secure_connect_string)
+    tls = client_tls(pki)
+    error = history_behind_error(hosts, 2**62, tls)
+    assert isinstance(error, ZooKeeperHistoryBehindError)
+    assert hosts in str(error)
+    assert history_behind_error(hosts, 1, tls) is None  # the server has all we saw
+    # Asked in plain text, a TLS port says nothing: the check cannot tell, and never blocks.
+    assert history_behind_error(hosts, 2**62) is None
+    unreadable = ZkTls(enabled=True, ca_file=str(pki / "no-such-ca.pem"))
+    assert history_behind_error(hosts, 2**62, unreadable) is None
+
+
+def test_a_tls_session_on_a_wiped_server_fails_with_the_history_behind_error(
+    pki: Path, tmp_path: Path
+) -> None:
+    tls = ServerTls(port=0, keystore=pki / "server.pem", truststore=pki / "ca.pem")
+    with ZooKeeperServer(tmp_path / "zk", tick_time_ms=100, force_sync=False, tls=tls) as server:
+        hosts = str(server.secure_connect_string)  # the session knows the TLS port alone
+        settings = ZkSettings(hosts, session_timeout=1.0, tls=client_tls(pki))
+        with ZkSession(settings) as session:
+            session.client.create("/stratus/seen", b"x")
+            seen = session.client.last_zxid
+            server.stop()
+            shutil.rmtree(server.data_dir / "version-2")
+            server.start()
+            failure = session.wait_failed(30.0)
+            assert isinstance(failure, ZooKeeperHistoryBehindError)
+            assert f"zxid 0x{seen:x}" in str(failure)
+
+
+def tls_handshake(port: int, pki: Path) -> str:
+    """The TLS version a handshake with ``127.0.0.1:port`` agrees on, with the client's
+    certificate (``ssl.SSLError`` if the port does not speak TLS)."""
+    context = client_tls(pki).ssl_context()
+    assert context is not None
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as sock,
+    ):
+        return str(sock.version())
+
+
+def test_stratus_zookeeper_ensemble_serves_tls_on_every_member_and_between_members(
+    pki: Path, tmp_path: Path
+) -> None:
+    conf = {
+        "zookeeper.server.secure.port": 0,
+        "zookeeper.server.ssl.keystore.file": pki / "server.pem",
+        "zookeeper.server.ssl.truststore.file": pki / "ca.pem",
+        "zookeeper.server.ssl.quorum": "true",
+        "zookeeper.server.force.sync": "false",
+    }
+    options = [arg for key, value in conf.items() for arg in ("-c", f"{key}={value}")]
+    data_dir = tmp_path / "ensemble"
+    env = {key: value for key, value in os.environ.items() if key != "STRATUS_CONF"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "stratus", "zookeeper", "--ensemble", "3", "--port", "0",
+         "--data-dir", str(data_dir), *options],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None and process.stderr is not None
+        serving = process.stdout.readline()
+        assert serving.startswith("zookeeper: serving at "), process.stderr.read()
+        tls_line = next(line for line in process.stderr if line.startswith("zookeeper: TLS at"))
+        secure_hosts = tls_line.split(" at ", 1)[1].strip()
+        assert len(secure_hosts.split(",")) == 3
+        settings = ZkSettings(secure_hosts, session_timeout=4.0, tls=client_tls(pki))
+        with ZkSession(settings) as session:
+            session.client.create("/stratus/over-tls-to-a-quorum", b"x")
+        # The members' own ports speak TLS: every election port, and the leader's quorum port.
+        peers = [
+            line.split("=", 1)[1].split(":")
+            for line in (data_dir / "server-1" / "zoo.cfg").read_text().splitlines()
+            if line.startswith("server.")
+        ]
+        assert len(peers) == 3
+        for _host, _quorum, election in peers:
+            assert tls_handshake(int(election), pki).startswith("TLS")
+        leading = [quorum for _host, quorum, _election in peers if _listens(int(quorum))]
+        assert len(leading) == 1
+        assert tls_handshake(int(leading[0]), pki).startswith("TLS")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def _listens(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except OSError:
+        return False
+    return True
+
+
+def test_quorum_tls_without_a_truststore_is_refused_naming_the_setting(pki: Path) -> None:
+    with pytest.raises(ZooKeeperServerError, match=r"zookeeper\.server\.ssl\.truststore\.file"):
+        ServerTls(port=0, keystore=pki / "server.pem", quorum=True)

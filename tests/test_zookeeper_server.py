@@ -18,12 +18,14 @@ import threading
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from kazoo.client import KazooState
 from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 
 import stratus.zk.java as java_module
 import stratus.zk.ports as ports_module
+from stratus.cli.main import main
 from stratus.zk.ensemble import ZooKeeperEnsemble
 from stratus.zk.errors import (
     JavaNotFoundError,
@@ -421,3 +423,14 @@ def test_stratus_zookeeper_on_a_busy_port_fails_with_one_line() -> None:
 def _data_dir_of(jvm_pid: int) -> Path:
     """The data directory of a running ZooKeeper JVM (where its zoo.cfg is)."""
     return Path(jvm_command_line(jvm_pid)[-1]).parent
+
+
+def test_stratus_zookeeper_ensemble_on_another_address_is_refused_pointing_to_one_member_per_host(
+    tmp_path: Path,
+) -> None:
+    args = ["zookeeper", "--ensemble", "3", "--host", "0.0.0.0", "--data-dir", str(tmp_path)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2
+    assert "--ensemble runs on loopback only" in result.output
+    assert "one member per host" in result.output
+    assert not (tmp_path / "server-1").exists()  # nothing started

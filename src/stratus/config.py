@@ -142,6 +142,13 @@ class StratusConfig(BaseModel):
         description="PEM file of the CAs whose client certificates `stratus zookeeper` "
         "accepts; when set, every TLS client must show one",
     )
+    zookeeper_server_ssl_quorum: bool = Field(
+        default=False,
+        alias="zookeeper.server.ssl.quorum",
+        description="the members of `stratus zookeeper --ensemble` talk to each other over TLS "
+        "too, each showing the keystore's certificate (which must name its address) and "
+        "trusting the truststore's CAs (required)",
+    )
     zookeeper_ssl_enabled: bool = Field(
         default=False,
         alias="zookeeper.ssl.enabled",
@@ -411,13 +418,14 @@ class StratusConfig(BaseModel):
         description="packages smaller than this are fetched in one request",
     )
     nimbus_code_port: int = Field(
-        default=0,
+        default=6628,
         ge=-1,
         le=65535,
         alias="nimbus.code.port",
-        description="port of a nimbus's package server, from which other nimbuses fetch code "
-        "with sendfile (0 picks a free port, registered with each copy; -1: none, code is "
-        "fetched from the HTTP API instead)",
+        description="port of a nimbus's package server, from which other nimbuses and the "
+        "supervisors fetch code with sendfile (0 picks a free port at each start, registered "
+        "with each copy: for several nimbuses on one host; -1: none, code is fetched from the "
+        "HTTP API instead)",
     )
     package_max_unpacked_bytes: int = Field(
         default=1024 * 1024 * 1024,

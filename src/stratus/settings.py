@@ -80,7 +80,8 @@ def zk_server_auth(conf: StratusConfig, environ: Mapping[str, str] | None = None
 
 
 def zk_server_tls(conf: StratusConfig) -> ServerTls | None:
-    """``stratus zookeeper``'s TLS port: ``zookeeper.server.secure.port`` and its stores."""
+    """``stratus zookeeper``'s TLS port: ``zookeeper.server.secure.port``, its stores, and
+    ``zookeeper.server.ssl.quorum`` (an ensemble's members talk over TLS too)."""
     if conf.zookeeper_server_secure_port is None:
         return None
     keystore = conf.zookeeper_server_ssl_keystore_file
@@ -94,6 +95,7 @@ def zk_server_tls(conf: StratusConfig) -> ServerTls | None:
         port=conf.zookeeper_server_secure_port,
         keystore=Path(keystore),
         truststore=Path(truststore) if truststore else None,
+        quorum=conf.zookeeper_server_ssl_quorum,
     )
 
 

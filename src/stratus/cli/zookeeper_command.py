@@ -87,7 +87,8 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
     "ensemble_size",
     type=click.IntRange(min=1),
     default=None,
-    help="Run N quorum servers on loopback instead of one standalone server.",
+    help="Run N quorum servers on loopback instead of one standalone server (each with a "
+    "secure port of its own when zookeeper.server.secure.port is set).",
 )
 @with_config
 def zookeeper(
@@ -121,10 +122,10 @@ def zookeeper(
             tmp = tempfile.TemporaryDirectory(prefix="stratus-zookeeper-")
             data_dir = Path(stack.enter_context(tmp))
         if ensemble_size:
-            if host != LOOPBACK or tls is not None:
+            if host != LOOPBACK:
                 raise click.UsageError(
-                    "--ensemble runs on loopback only, without TLS: leave out --host and "
-                    "zookeeper.server.secure.port"
+                    "--ensemble runs on loopback only: leave out --host (for an ensemble "
+                    "across hosts, run one member per host: see docs/deploy.md)"
                 )
             ensemble = ZooKeeperEnsemble(
                 data_dir,
@@ -133,6 +134,7 @@ def zookeeper(
                 port=port,
                 force_sync=force_sync,
                 auth=auth,
+                tls=tls,
             )
             servers = ensemble.servers
             stack.enter_context(ensemble)
@@ -151,9 +153,9 @@ def zookeeper(
             stack.enter_context(server)
             connect_string = server.connect_string
         click.echo(f"zookeeper: serving at {connect_string}")
-        secure = servers[0].tls
-        if secure is not None:  # stderr: stdout's one line is what scripts wait for
-            click.echo(f"zookeeper: TLS at {host}:{secure.port}", err=True)
+        secure = [server.secure_connect_string for server in servers]
+        if all(secure):  # stderr: stdout's one line is what scripts wait for
+            click.echo(f"zookeeper: TLS at {','.join(filter(None, secure))}", err=True)
         sys.stdout.flush()  # the line scripts wait for must not sit in a buffer
         _serve_until_stopped(stop_requested, servers)
 

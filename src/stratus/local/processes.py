@@ -149,6 +149,11 @@ class NimbusProcess(DaemonProcess):
     ``auth`` is how whoever waits for it reaches its API: the client settings
     (``stratus.settings.client_auth``), so that a nimbus serving https and requiring a token
     is probed over https, trusting ``client.tls.ca``, with the token.
+
+    ``code_port`` is its package server's port, given before ``options`` (which may set
+    ``nimbus.code.port`` themselves): 0 by default, a free port at each start, because
+    several nimbuses share this machine and the configured default (6628) fits one nimbus
+    per host; None leaves it to the configuration (a nimbus alone on its host).
     """
 
     def __init__(
@@ -160,8 +165,11 @@ class NimbusProcess(DaemonProcess):
         host: str = "127.0.0.1",
         command_prefix: Sequence[str] = (),
         auth: ClientAuth = NO_AUTH,
+        code_port: int | None = 0,
     ) -> None:
         name = f"nimbus-{port}" if host == "127.0.0.1" else f"nimbus-{host}-{port}"
+        if code_port is not None:
+            options = ["-c", f"nimbus.code.port={code_port}", *options]
         super().__init__(log_dir / f"{name}.log", log_dir / name, options, command_prefix)
         self.host = host
         self.port = port

@@ -17,6 +17,7 @@ serves. ``stop()`` (SIGTERM) leaves the queue first, so another nimbus leads at 
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 import tempfile
@@ -385,10 +386,8 @@ class Nimbus:
                 bounds=self.settings.code_server,
             )
         except OSError as exc:
-            raise NimbusStartError(
-                f"cannot serve packages on {self.conf.nimbus_bind()}:{self.conf.nimbus_code_port} "
-                f"(nimbus.code.port): {exc.strerror}"
-            ) from None
+            bind, port = self.conf.nimbus_bind(), self.conf.nimbus_code_port
+            raise package_port_error(bind, port, exc) from None
         self._opened.append(self._package_server.close)
         self._package_server.start()
 
@@ -476,6 +475,20 @@ class Nimbus:
         if record.status is PipelineStatus.KILLED:
             self.removal.note_killed(record)
         self.controller.cluster_changed()
+
+
+def package_port_error(host: str, port: int, exc: OSError) -> NimbusStartError:
+    """Why the package server could not listen on ``host:port``, and what to change."""
+    if exc.errno == errno.EADDRINUSE:
+        return NimbusStartError(
+            f"nimbus.code.port {port} is in use on {host}: another nimbus of this host or "
+            "another program listens there; stop it, or set nimbus.code.port to a free port "
+            "(0 picks one at each start, -1 serves packages through the API alone)"
+        )
+    return NimbusStartError(
+        f"cannot serve packages on {host}:{port} (nimbus.code.port): "
+        f"{exc.strerror or exc}; set nimbus.code.port to a port this user may listen on"
+    )
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -6,10 +6,15 @@ quorum away and give it back::
 
     with ZooKeeperEnsemble(Path("/tmp/zk3"), size=3) as ensemble:
         ensemble.servers[0].stop()  # the other two still form a quorum
+
+With ``tls`` every member also listens on a secure client port of its own (the first on
+``tls.port`` unless 0, the others on free ports; ``secure_connect_string`` names them all),
+and with ``tls.quorum`` the members talk to each other over TLS too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from types import TracebackType
@@ -18,6 +23,7 @@ from typing import Self
 from stratus.zk.auth import ServerAuth
 from stratus.zk.ports import pick_free_port, reserve_port
 from stratus.zk.server import Quorum, QuorumPeer, ZooKeeperServer
+from stratus.zk.tls import ServerTls
 
 
 class ZooKeeperEnsemble:
@@ -25,8 +31,9 @@ class ZooKeeperEnsemble:
 
     Members are ordinary :class:`ZooKeeperServer` objects: stop, kill and start them one by
     one to take the quorum away and give it back. ``port``, if not 0, is the first member's
-    client port; every other port is picked free. ``force_sync`` and ``auth`` are every
-    member's (see ``ZooKeeperServer``).
+    client port; every other port is picked free. ``force_sync``, ``auth`` and ``tls`` are
+    every member's (see ``ZooKeeperServer``), but for the secure port: ``tls.port``, if not 0,
+    is the first member's, every other one is picked free.
     """
 
     def __init__(
@@ -40,6 +47,7 @@ class ZooKeeperEnsemble:
         max_session_timeout_ms: int | None = None,
         force_sync: bool = True,
         auth: ServerAuth | None = None,
+        tls: ServerTls | None = None,
     ) -> None:
         if size < 1:
             raise ValueError(f"an ensemble needs at least one server, not {size}")
@@ -64,6 +72,7 @@ class ZooKeeperEnsemble:
                 max_session_timeout_ms=max_session_timeout_ms,
                 force_sync=force_sync,
                 auth=auth,
+                tls=_member_tls(tls, peer.server_id),
             )
             for peer in peers
         ]
@@ -75,6 +84,12 @@ class ZooKeeperEnsemble:
     def connect_string(self) -> str:
         """The kazoo ``hosts`` string naming every member."""
         return ",".join(server.connect_string for server in self.servers)
+
+    @property
+    def secure_connect_string(self) -> str | None:
+        """The kazoo ``hosts`` string naming every member's secure port, if they have one."""
+        secure = [server.secure_connect_string for server in self.servers]
+        return ",".join(filter(None, secure)) if all(secure) else None
 
     def start(self, timeout: float = 60.0) -> None:
         """Launch every member that is not running and wait until every member serves.
@@ -113,3 +128,10 @@ class ZooKeeperEnsemble:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _member_tls(tls: ServerTls | None, server_id: int) -> ServerTls | None:
+    """Member ``server_id``'s TLS: ``tls`` as given for the first, a free port for the rest."""
+    if tls is None or server_id == 1:
+        return tls
+    return dataclasses.replace(tls, port=0)  # ZooKeeperServer picks a free one

@@ -29,6 +29,7 @@ import logging
 import math
 import os
 import re
+import ssl
 import subprocess
 import time
 import weakref
@@ -124,7 +125,9 @@ class ZooKeeperServer:
     own probes then use loopback). ``force_sync`` false skips the fsync of every write: only
     for data that may be lost, since a machine crash then loses acknowledged writes. With
     ``tls`` the server also listens for TLS clients on ``tls.port`` at ``host``, and its
-    plain port then listens on loopback only (for this machine's probes and tools).
+    plain port then listens on loopback only (for this machine's probes and tools); a JVM
+    run through a ``command_prefix`` (another host's network, whose loopback this process
+    cannot reach) is probed on its secure port instead, over TLS (``ServerTls.probe_context``).
     """
 
     def __init__(
@@ -184,10 +187,13 @@ class ZooKeeperServer:
 
     @property
     def client_host(self) -> str:
-        """The address that reaches the server from this machine."""
-        if self.tls is not None or self.host in ("0.0.0.0", "::", ""):
-            return LOOPBACK
-        return self.host
+        """The address that reaches the plain client port from this machine."""
+        return LOOPBACK if self.tls is not None else self.secure_host
+
+    @property
+    def secure_host(self) -> str:
+        """The address that reaches the secure client port (``host``, loopback for any)."""
+        return LOOPBACK if self.host in ("0.0.0.0", "::", "") else self.host
 
     @property
     def connect_string(self) -> str:
@@ -197,7 +203,7 @@ class ZooKeeperServer:
     @property
     def secure_connect_string(self) -> str | None:
         """The kazoo ``hosts`` string of its TLS port (``use_ssl``), if it has one."""
-        return f"{self.client_host}:{self.tls.port}" if self.tls else None
+        return f"{self.secure_host}:{self.tls.port}" if self.tls else None
 
     @property
     def pid(self) -> int | None:
@@ -285,18 +291,19 @@ class ZooKeeperServer:
         """Send a four-letter-word command (``srvr``, ``stat``, ``mntr``, ``cons``...)."""
         if len(word) != 4:
             raise ValueError(f"four-letter words have four letters, not {word!r}")
+        host, port, tls = self._probe_address()
         try:
-            return four_letter_word(self.client_host, self.port, word, timeout)
+            return four_letter_word(host, port, word, timeout, tls)
         except OSError as exc:
             raise ZooKeeperServerError(
-                f"four-letter word {word!r} to {self.connect_string} failed: {exc}; "
-                f"is the server running?"
+                f"four-letter word {word!r} to {host}:{port} failed: {exc}; is the server running?"
             ) from None
 
     def mode(self, timeout: float = FOUR_LETTER_TIMEOUT_SECS) -> str | None:
         """``standalone``, ``leader`` or ``follower`` while serving, else None."""
         try:
-            answer = four_letter_word(self.client_host, self.port, "srvr", timeout)
+            host, port, tls = self._probe_address()
+            answer = four_letter_word(host, port, "srvr", timeout, tls)
         except OSError:
             return None
         match = re.search(r"^Mode: (\S+)", answer, re.MULTILINE)
@@ -315,6 +322,13 @@ class ZooKeeperServer:
         self.stop()
 
     # -- internals ------------------------------------------------------------------------
+
+    def _probe_address(self) -> tuple[str, int, ssl.SSLContext | None]:
+        """Where this process asks the server its four-letter words: the plain port, or,
+        when that listens on a loopback this process cannot reach, the secure one over TLS."""
+        if self.tls is not None and self.command_prefix:
+            return self.secure_host, self.tls.port, self.tls.probe_context()
+        return self.client_host, self.port, None
 
     def _own_ports(self) -> list[tuple[int, str]]:
         ports = [(self.port, "client port")]
@@ -368,7 +382,7 @@ class ZooKeeperServer:
             "maxClientCnxns=0",
             f"forceSync={'yes' if self.force_sync else 'no'}",
             *self.auth.zoo_cfg_lines(),
-            *(self.tls.zoo_cfg_lines(self.host) if self.tls else []),
+            *self._tls_lines(),
         ]
         if self.quorum:
             lines += [
@@ -382,6 +396,11 @@ class ZooKeeperServer:
                 for peer in self.quorum.peers
             ]
         return "\n".join(lines) + "\n"
+
+    def _tls_lines(self) -> list[str]:
+        if self.tls is None:
+            return []
+        return self.tls.zoo_cfg_lines(self.host, member=self.quorum is not None)
 
     def _four_letter_words(self) -> str:
         """Every four-letter word on loopback; only ``srvr`` (what stratus itself asks) on a

@@ -470,7 +470,8 @@ class ZkSession:
 
         A server whose history is older than what this client has seen (wiped, or restored
         from an old backup) refuses the session; kazoo would retry it forever. Once every
-        server that answers ``srvr`` is behind, the session records the failure, wakes
+        server that answers ``srvr`` (asked over TLS when the session connects with it) is
+        behind, the session records the failure, wakes
         ``wait_failed`` and closes, so that its owner exits with a message saying what to do.
         """
         since = self._disconnected_at
@@ -478,7 +479,8 @@ class ZkSession:
             return
         if self.clock() - since < self.granted_session_timeout:
             return
-        error = history_behind_error(self.hosts, int(self.client.last_zxid or 0))
+        seen = int(self.client.last_zxid or 0)
+        error = history_behind_error(self.hosts, seen, self.settings.tls)
         if error is not None:
             self._fail(error)
 
