@@ -45,6 +45,7 @@ def nimbus_conf(zk_hosts: str, local_dir: Path, **extra: object) -> dict[str, ob
         "zookeeper.servers": [zk_hosts],
         "zookeeper.session.timeout.secs": SESSION_SECS,
         "nimbus.port": 0,
+        "nimbus.code.port": 0,
         "nimbus.local.dir": str(local_dir),
         "nimbus.lead.check.secs": 0.05,
         "nimbus.monitor.freq.secs": 0.1,
