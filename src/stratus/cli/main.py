@@ -17,6 +17,7 @@ from stratus.cli.options import StratusGroup
 from stratus.cli.pacemaker_command import pacemaker
 from stratus.cli.supervisor_command import supervisor
 from stratus.cli.validate_command import validate
+from stratus.cli.zkfc_command import zkfc
 from stratus.cli.zookeeper_command import zookeeper
 
 
@@ -29,3 +30,4 @@ def main() -> None:
 for _command in (zookeeper, elect, local, nimbus, supervisor, pacemaker, *CLIENT_COMMANDS):
     main.add_command(_command)
 main.add_command(validate)
+main.add_command(zkfc)
