@@ -51,6 +51,7 @@ NOT_RUN = {
     "pacemaker": "a daemon: runs until stopped (tests/test_pacemaker.py starts it)",
     "local": "a whole cluster on Spark: minutes (tests/test_local_demo.py runs it)",
     "elect": "runs a command while it leads a group: needs ZooKeeper",
+    "zkfc": "a daemon: runs until stopped, needs ZooKeeper (tests/test_zkfc.py starts it)",
     **{
         verb: "a client verb: needs a running nimbus"
         for verb in (
