@@ -75,6 +75,10 @@ def test_failover_when_the_active_zkfc_dies(make_cluster) -> None:
     wait_until(lambda: "service_standby" in cluster.zkfc_log("a"), WAIT, "a standby again")
     assert cluster.actives() == ["b"]
 
+    cluster.kill_zkfc("b")  # and back
+    cluster.wait_active("a", timeout=WAIT + SESSION)
+    assert cluster.state("b") == "standby"
+
 
 def test_no_failover_to_an_unhealthy_node(make_cluster) -> None:
     cluster = make_cluster()
@@ -141,6 +145,35 @@ def test_a_service_reporting_a_wrong_state_twice_is_failed_over(make_cluster) ->
     cluster.control("a", report=None)  # a behaves again: it rejoins, as standby
     wait_until(lambda: cluster.zkfc_log("a").count("join_election") >= 2, WAIT, "a rejoined")
     assert cluster.actives() == ["b"]
+
+
+def test_zookeeper_down_and_back_within_the_session_changes_nothing(
+    zk_restartable, tmp_path: Path
+) -> None:
+    session = 15.0  # room for the ZooKeeper JVM to restart on a loaded 2-core machine
+    cluster = ZkfcCluster(
+        zk_restartable.connect_string,
+        tmp_path,
+        ["a", "b"],
+        extra={"zookeeper.session.timeout.secs": str(session)},
+    )
+    try:
+        a_active_b_standby(cluster)
+        epochs = set(cluster.active_epochs())
+
+        zk_restartable.stop()
+        wait_until(lambda: "neutral_mode" in cluster.zkfc_log("a"), session, "a neutral")
+        assert cluster.actives() == ["a"]  # no state change while ZooKeeper is away
+        zk_restartable.start()
+
+        # a's term resumes (the elector says active again), with the same epoch: same session
+        wait_until(lambda: cluster.zkfc_log("a").count("event=active ") >= 2, session, "a resumed")
+        assert cluster.actives() == ["a"]
+        assert set(cluster.active_epochs()) == epochs
+        assert "fence_old_active" not in cluster.zkfc_log("b")
+        assert [e for e in cluster.events() if e[0] in ("standby", "conflict")] == []
+    finally:
+        cluster.stop()
 
 
 def test_the_oracle_catches_two_actives_when_fencing_is_skipped(zk_hosts, tmp_path) -> None:
