@@ -14,6 +14,7 @@ from stratus.ha.errors import ZkfcConfigError
 from stratus.ha.failover_controller import ControllerSettings
 from stratus.ha.fencing import FenceTarget, MethodSpec, parse_methods
 from stratus.ha.health_monitor import HealthSettings
+from stratus.zk.paths import check_group_name
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,13 @@ class ZkfcSettings:
             parsed = FenceTarget.parse(address)
         except ValueError as exc:
             raise ZkfcConfigError(f"the zkfc's target: {exc}") from None
+        try:
+            group = check_group_name(conf.ha_zkfc_group)
+        except ValueError as exc:
+            raise ZkfcConfigError(f"ha.zkfc.group: {exc}") from None
         return cls(
             target=parsed,
-            group=conf.ha_zkfc_group,
+            group=group,
             rpc_timeout=conf.ha_health_rpc_timeout_secs,
             health=HealthSettings(
                 check_interval=conf.ha_health_check_interval_secs,
