@@ -52,6 +52,7 @@ NOT_RUN = {
     "local": "a whole cluster on Spark: minutes (tests/test_local_demo.py runs it)",
     "elect": "runs a command while it leads a group: needs ZooKeeper",
     "zkfc": "a daemon: runs until stopped, needs ZooKeeper (tests/test_zkfc.py starts it)",
+    "haadmin": "needs running HA services (tests/test_haadmin.py runs it)",
     **{
         verb: "a client verb: needs a running nimbus"
         for verb in (

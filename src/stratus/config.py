@@ -795,6 +795,12 @@ class StratusConfig(BaseModel):
         description="`stratus zkfc`: timeout of each of the graceful fence's two "
         "transition-to-standby calls",
     )
+    ha_automatic_failover_enabled: bool = Field(
+        default=True,
+        alias="ha.automatic.failover.enabled",
+        description="zkfcs manage the services' states: `stratus haadmin` refuses manual "
+        "transitions unless --forcemanual",
+    )
     elect_stop_grace_secs: float | None = Field(
         default=None,
         gt=0,

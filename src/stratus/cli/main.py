@@ -11,6 +11,7 @@ import click
 from stratus import __version__
 from stratus.cli.client_commands import CLIENT_COMMANDS
 from stratus.cli.elect_command import elect
+from stratus.cli.haadmin_command import haadmin
 from stratus.cli.local_command import local
 from stratus.cli.nimbus_command import nimbus
 from stratus.cli.options import StratusGroup
@@ -31,3 +32,4 @@ for _command in (zookeeper, elect, local, nimbus, supervisor, pacemaker, *CLIENT
     main.add_command(_command)
 main.add_command(validate)
 main.add_command(zkfc)
+main.add_command(haadmin)
