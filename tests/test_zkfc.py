@@ -80,6 +80,16 @@ def test_failover_when_the_active_zkfc_dies(make_cluster) -> None:
     assert cluster.state("b") == "standby"
 
 
+def test_a_frozen_active_is_failed_over_and_killed_by_the_process_fence(make_cluster) -> None:
+    cluster = make_cluster()  # fencing: graceful, process
+    a_active_b_standby(cluster)
+
+    cluster.nodes["a"].service.send_signal(signal.SIGSTOP)  # answers nothing, holds its lock
+    cluster.wait_active("b")
+    assert cluster.nodes["a"].service.wait(WAIT) == -signal.SIGKILL  # graceful could not work
+    assert "SERVICE_NOT_RESPONDING" in cluster.zkfc_log("a")
+
+
 def test_no_failover_to_an_unhealthy_node(make_cluster) -> None:
     cluster = make_cluster()
     a_active_b_standby(cluster)

@@ -35,7 +35,7 @@ from typing import Protocol
 
 from stratus.api.clock import Clock
 from stratus.coordination.active_standby import ActiveStandbyCallbacks
-from stratus.coordination.errors import CoordinationError
+from stratus.coordination.errors import CoordinationError, LeadershipLostError
 from stratus.coordination.serial import SerialThread
 from stratus.ha.errors import ZkfcFatalError
 from stratus.ha.fencing import FenceTarget
@@ -261,6 +261,8 @@ class FailoverController:
             )
             with self._lock:
                 self.joined = False
+                self.given = None  # out of the election its state is not ours to check
+                self._mismatches = 0
             self._elector.quit_election(need_fence=need_fence)
 
     def _elector_and_address(self) -> tuple[Elector, str]:
@@ -281,7 +283,10 @@ class FailoverController:
         """Make the service active with the epoch of our term; raise if it will not be."""
         epoch = self._epoch_of()
         if epoch is None:
-            raise ZkfcFatalError("elected, but the term is already over: not becoming active")
+            raise LeadershipLostError(
+                f"{self.address} was elected but its term is already over: "
+                "not becoming active (the elector rejoins)"
+            )
         with self._lock:
             log.info("event=transition_to_active service=%s epoch=%d", self.address, epoch)
             try:
