@@ -1,7 +1,8 @@
 """A small real service implementing the HA service protocol, steered by a test (DummyHAService).
 
 Run as a separate process: ``python -m tests.dummy_ha_service NAME SHARED_DIR [--port P]``.
-It prints its port on stdout once it listens, then serves:
+It prints its port on stdout once it listens (``--cert``/``--key``: over TLS; ``--token``: the
+HA routes want that bearer token, else 401), then serves:
 
 - the four routes of ``stratus.ha.protocol``;
 - ``POST /control`` with a JSON object that changes its behaviour: ``healthy`` (bool),
@@ -22,6 +23,7 @@ import argparse
 import fcntl
 import json
 import os
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -45,6 +47,7 @@ class Dummy:
         }
         self._lock_fd = os.open(shared / "active.lock", os.O_RDWR | os.O_CREAT, 0o600)
         self.address = ""
+        self.token: str | None = None
 
     def record(self, event: str) -> None:
         line = f"{event} {self.name} {self.epoch} {time.time()!r}\n".encode()
@@ -106,7 +109,17 @@ def handler(dummy: Dummy) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             return json.loads(self.rfile.read(length) or b"{}")  # type: ignore[no-any-return]
 
+        def authorized(self) -> bool:
+            if dummy.token is None or self.path == "/control":
+                return True
+            if self.headers.get("Authorization") == f"Bearer {dummy.token}":
+                return True
+            self.answer(401, {"error": "unauthorized", "message": "no or a wrong token"})
+            return False
+
         def do_GET(self) -> None:
+            if not self.authorized():
+                return
             with dummy.lock:
                 if self.path == "/ha/v1/status":
                     self.answer(200, dummy.status())
@@ -122,6 +135,8 @@ def handler(dummy: Dummy) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             body = self.body()
+            if not self.authorized():
+                return
             with dummy.lock:
                 if self.path == "/ha/v1/transition-to-active":
                     self.answer(*dummy.to_active(int(body["epoch"])))
@@ -141,9 +156,17 @@ def main() -> None:
     parser.add_argument("name")
     parser.add_argument("shared", type=Path)
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--token", default=None)
+    parser.add_argument("--cert", default=None)
+    parser.add_argument("--key", default=None)
     args = parser.parse_args()
     dummy = Dummy(args.name, args.shared)
+    dummy.token = args.token
     server = ThreadingHTTPServer(("127.0.0.1", args.port), handler(dummy))
+    if args.cert:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(args.cert, args.key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     dummy.address = f"127.0.0.1:{server.server_address[1]}"
     print(server.server_address[1], flush=True)
     server.serve_forever()

@@ -97,3 +97,15 @@ def test_the_forced_epoch_is_the_groups_last_term(zk_hosts: str) -> None:
             assert term.epoch == expected
             assert current_epoch(coordinator.session, "svc") == expected
             coordinator.unnominate("svc")
+
+
+def test_haadmin_presents_the_client_token(zk_hosts: str, tmp_path: Path) -> None:
+    cluster = ZkfcCluster(zk_hosts, tmp_path, ["a"], service_args=["--token", "s3cret"])
+    try:
+        address = cluster.start_service("a").address
+        refused = haadmin(cluster, "-getServiceState", address)
+        assert refused.exit_code == 255 and "no or a wrong token" in refused.output
+        allowed = haadmin(cluster, "-getServiceState", address, "-c", "client.auth.token=s3cret")
+        assert (allowed.exit_code, allowed.output.strip()) == (0, "standby")
+    finally:
+        cluster.stop()

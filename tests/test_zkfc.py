@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.tls_certs import TestCa
 from tests.zkfc_cluster import SESSION, WAIT, ZkfcCluster
 from tests.zkfixtures import wait_until
 
@@ -184,6 +185,20 @@ def test_zookeeper_down_and_back_within_the_session_changes_nothing(
         assert [e for e in cluster.events() if e[0] in ("standby", "conflict")] == []
     finally:
         cluster.stop()
+
+
+def test_the_zkfc_presents_the_client_token_over_tls(make_cluster, tmp_path: Path) -> None:
+    ca = TestCa(tmp_path)
+    issued = ca.issue("service", ip="127.0.0.1")
+    service_args = ["--token", "s3cret", "--cert", str(issued.cert), "--key", str(issued.key)]
+    cluster = make_cluster(
+        service_args=service_args,
+        scheme="https",
+        extra={"client.auth.token": "s3cret", "client.tls.ca": str(ca.cert)},
+    )
+    a_active_b_standby(cluster)
+    cluster.control("a", healthy=False)
+    cluster.wait_active("b")  # health checks, transitions and the graceful fence, all over TLS
 
 
 def test_the_oracle_catches_two_actives_when_fencing_is_skipped(zk_hosts, tmp_path) -> None:

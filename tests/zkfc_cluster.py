@@ -56,6 +56,8 @@ class ZkfcCluster:
         *,
         fencing: str = "graceful, process",
         extra: dict[str, str] | None = None,
+        service_args: list[str] | None = None,
+        scheme: str = "http",
     ) -> None:
         self.zk_hosts = zk_hosts
         self.shared = workdir / "shared"
@@ -65,8 +67,10 @@ class ZkfcCluster:
         self.fencing = fencing
         self.extra = extra or {}
         self.names = names
+        self.service_args = service_args or []
+        self.scheme = scheme
         self.nodes: dict[str, Node] = {}
-        self._http = httpx.Client(timeout=5.0)
+        self._http = httpx.Client(timeout=5.0, verify=False)
 
     # ----------------------------------------------------------------- processes
 
@@ -79,7 +83,14 @@ class ZkfcCluster:
 
     def start_service(self, name: str) -> Node:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.dummy_ha_service", name, str(self.shared)],
+            [
+                sys.executable,
+                "-m",
+                "tests.dummy_ha_service",
+                name,
+                str(self.shared),
+                *self.service_args,
+            ],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -142,13 +153,15 @@ class ZkfcCluster:
     # ----------------------------------------------------------------- the services
 
     def control(self, name: str, **behaviour: Any) -> None:
-        url = f"http://{self.nodes[name].address}/control"
+        url = f"{self.scheme}://{self.nodes[name].address}/control"
         self._http.post(url, json=behaviour).raise_for_status()
 
     def state(self, name: str) -> str | None:
         """The service's real state, None if it does not answer."""
         try:
-            answer = self._http.get(f"http://{self.nodes[name].address}/control", timeout=1.0)
+            answer = self._http.get(
+                f"{self.scheme}://{self.nodes[name].address}/control", timeout=1.0
+            )
         except httpx.HTTPError:
             return None
         return str(answer.json()["state"])
