@@ -178,3 +178,16 @@ def test_a_failed_health_monitor_is_fatal() -> None:
     wait_until(c.failed.is_set, 5, "the controller failed")
     assert c.failure is not None and "health monitor" in str(c.failure)
     c.stop()
+
+
+def test_an_activation_that_crossed_a_quit_does_not_check_the_state_later() -> None:
+    service, elector, clock = FakeService(), FakeElector(), Clock()
+    c, _ = controller(service, elector, clock, [])
+    c.service_status(READY)
+    c.enter_health_state(HealthState.SERVICE_HEALTHY)
+    c.enter_health_state(HealthState.SERVICE_UNHEALTHY)
+    settle(c)
+    assert elector.calls == ["join h:1", "quit fence=True"]
+    c.become_active()  # the elector had called it just before the quit reached it
+    assert service.epochs == [7] and c.given is None
+    c.stop()

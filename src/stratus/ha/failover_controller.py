@@ -297,7 +297,9 @@ class FailoverController:
                 )
                 self.given = None
                 raise
-            self.given = HAState.ACTIVE
+            # A quit that crossed this call (it waits for the elector's lock) leaves the
+            # service to the next active's fencing: its state is not ours to check then.
+            self.given = HAState.ACTIVE if self.joined else None
             self._mismatches = 0
             log.info(
                 "event=service_active service=%s epoch=%d reported=%s",
@@ -316,7 +318,7 @@ class FailoverController:
                     "event=transition_to_standby_failed service=%s error=%s", self.address, exc
                 )
                 return
-            self.given = HAState.STANDBY
+            self.given = HAState.STANDBY if self.joined else None
             self._mismatches = 0
             log.info("event=service_standby service=%s", self.address)
 
