@@ -50,6 +50,7 @@ def a_active_b_standby(cluster: ZkfcCluster) -> None:
 def test_automatic_failover_on_bad_health_back_and_forth(make_cluster) -> None:
     cluster = make_cluster()
     a_active_b_standby(cluster)
+    assert f"zkfc: managing {cluster.nodes['a'].address} in group svc" in cluster.zkfc_log("a")
 
     cluster.control("a", healthy=False)
     cluster.wait_active("b")
