@@ -70,3 +70,8 @@ bench-pacemaker: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# The zkfc's stress (random session expiries and health failures) for longer than CI's 30 s.
+.PHONY: stress-zkfc
+stress-zkfc: install
+	STRATUS_ZKFC_STRESS_SECS=$(STRESS_SECS) $(BIN)/pytest tests/test_zkfc_stress.py -v -s

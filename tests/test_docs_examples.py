@@ -51,6 +51,8 @@ NOT_RUN = {
     "pacemaker": "a daemon: runs until stopped (tests/test_pacemaker.py starts it)",
     "local": "a whole cluster on Spark: minutes (tests/test_local_demo.py runs it)",
     "elect": "runs a command while it leads a group: needs ZooKeeper",
+    "zkfc": "a daemon: runs until stopped, needs ZooKeeper (tests/test_zkfc.py starts it)",
+    "haadmin": "needs running HA services (tests/test_haadmin.py runs it)",
     **{
         verb: "a client verb: needs a running nimbus"
         for verb in (

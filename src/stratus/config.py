@@ -751,6 +751,71 @@ class StratusConfig(BaseModel):
         alias="client.tls.key",
         description="PEM private key of client.tls.cert (default: in the certificate file)",
     )
+    ha_zkfc_target: str | None = Field(
+        default=None,
+        alias="ha.zkfc.target",
+        description="`stratus zkfc`: host:port of the service it manages (its HA protocol's "
+        "address; --target overrides)",
+    )
+    ha_zkfc_group: str = Field(
+        default="nimbus",
+        alias="ha.zkfc.group",
+        description="`stratus zkfc`: the election group its service takes part in",
+    )
+    ha_zkfc_rejoin_delay_secs: float = Field(
+        default=1.0,
+        gt=0,
+        alias="ha.zkfc.rejoin.delay.secs",
+        description="`stratus zkfc`: wait before rejoining the election after fencing failed, "
+        "the service refused to become active, or it reported a state it was not given",
+    )
+    ha_health_check_interval_secs: float = Field(
+        default=1.0,
+        gt=0,
+        alias="ha.health.check.interval.secs",
+        description="`stratus zkfc`: how often it checks its service's status and health",
+    )
+    ha_health_rpc_timeout_secs: float = Field(
+        default=5.0,
+        gt=0,
+        alias="ha.health.rpc.timeout.secs",
+        description="`stratus zkfc`: a health or status call unanswered this long means the "
+        "service is not responding (and is failed over)",
+    )
+    ha_health_max_backoff_secs: float = Field(
+        default=5.0,
+        gt=0,
+        alias="ha.health.max.backoff.secs",
+        description="`stratus zkfc`: longest wait between attempts to reach a service that "
+        "does not answer (the wait doubles from ha.health.check.interval.secs)",
+    )
+    ha_fencing_methods: str = Field(
+        default="graceful, epoch",
+        alias="ha.fencing.methods",
+        description="`stratus zkfc`: how the old active is fenced, methods tried in order: "
+        "graceful, epoch, shell(command), process, process(pid file), sshfence, "
+        "sshfence(user:port) (see zkfc.md)",
+    )
+    ha_fencing_timeout_secs: float = Field(
+        default=10.0,
+        gt=0,
+        alias="ha.fencing.timeout.secs",
+        description="`stratus zkfc`: time one shell, process or ssh fence may take before it "
+        "is killed and counted as failed",
+    )
+    ha_fencing_graceful_timeout_secs: float = Field(
+        default=5.0,
+        gt=0,
+        alias="ha.fencing.graceful.timeout.secs",
+        description="`stratus zkfc`: timeout of each of the graceful fence's two "
+        "transition-to-standby calls",
+    )
+    ha_automatic_failover_enabled: bool = Field(
+        default=True,
+        alias="ha.automatic.failover.enabled",
+        description="zkfcs manage the services' states: `stratus haadmin` refuses manual "
+        "transitions unless --forcemanual",
+    )
     elect_stop_grace_secs: float | None = Field(
         default=None,
         gt=0,

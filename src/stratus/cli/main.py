@@ -11,12 +11,14 @@ import click
 from stratus import __version__
 from stratus.cli.client_commands import CLIENT_COMMANDS
 from stratus.cli.elect_command import elect
+from stratus.cli.haadmin_command import haadmin
 from stratus.cli.local_command import local
 from stratus.cli.nimbus_command import nimbus
 from stratus.cli.options import StratusGroup
 from stratus.cli.pacemaker_command import pacemaker
 from stratus.cli.supervisor_command import supervisor
 from stratus.cli.validate_command import validate
+from stratus.cli.zkfc_command import zkfc
 from stratus.cli.zookeeper_command import zookeeper
 
 
@@ -29,3 +31,5 @@ def main() -> None:
 for _command in (zookeeper, elect, local, nimbus, supervisor, pacemaker, *CLIENT_COMMANDS):
     main.add_command(_command)
 main.add_command(validate)
+main.add_command(zkfc)
+main.add_command(haadmin)

@@ -22,15 +22,28 @@ import threading
 from enum import Enum
 from typing import Protocol
 
-from kazoo.exceptions import BadVersionError, NoNodeError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    NoNodeError,
+    SessionExpiredError,
+)
 
 from stratus.coordination.coordinator import Coordinator
-from stratus.coordination.errors import CoordinationError, LeadershipLostError
+from stratus.coordination.errors import (
+    CommitOutcomeUnknownError,
+    CoordinationError,
+    LeadershipLostError,
+)
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import LeaderChange, RevokeReason
 from stratus.zk.paths import GroupPaths
 
 log = logging.getLogger(__name__)
+
+# What a read or write of the breadcrumb raises when the connection drops under it.
+_CONNECTION_ERRORS = (ConnectionLoss, SessionExpiredError, ConnectionClosedError)
 
 
 class ActiveStandbyCallbacks(Protocol):
@@ -127,8 +140,15 @@ class ActiveStandbyElector:
                     self._drop_and_rejoin("fencing the old active failed")
                     return
                 self._write_breadcrumb(leadership)
-            except LeadershipLostError as exc:
-                log.warning("event=lost_before_active group=%s error=%s", self.group, exc)
+            except (LeadershipLostError, CommitOutcomeUnknownError, *_CONNECTION_ERRORS) as exc:
+                # The connection dropped or the session ended under us: the term is suspended
+                # (on_elected runs again when it resumes, and this starts over) or over.
+                log.warning(
+                    "event=lost_before_active group=%s error=%s: %s",
+                    self.group,
+                    type(exc).__name__,
+                    exc,
+                )
                 return
             except CoordinationError as exc:
                 self._callbacks.notify_fatal_error(f"cannot write the breadcrumb: {exc}")

@@ -1,0 +1,135 @@
+"""``stratus haadmin``: read and steer HA services by hand, with Hadoop's verbs.
+
+    stratus haadmin -getServiceState n1.example:6627       # prints: active
+    stratus haadmin -getAllServiceState                    # every nimbus.seeds entry
+    stratus haadmin -checkHealth n1.example:6627           # exit 0 if healthy
+    stratus haadmin -transitionToStandby n1.example:6627 --forcemanual
+    stratus haadmin -transitionToActive n1.example:6627 --forcemanual [--epoch N]
+
+A service is named by its ``host:port``. Exit codes are Hadoop's: 0 on success, 255 (its -1)
+when the service is unhealthy, does not answer, refuses, or the transition is refused here.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TypeVar
+
+import click
+
+from stratus.cli.options import with_config
+from stratus.config import StratusConfig
+from stratus.errors import StratusError
+from stratus.ha import admin
+from stratus.ha.protocol import HAServiceClient, HAServiceError
+from stratus.settings import client_auth, zk_settings
+from stratus.zk.session import ZkSession
+
+FAILED = 255  # Hadoop's haadmin returns -1
+T = TypeVar("T")
+
+
+def _client(conf: StratusConfig, address: str) -> HAServiceClient:
+    return HAServiceClient(address, client_auth(conf), timeout=conf.ha_health_rpc_timeout_secs)
+
+
+def _run(conf: StratusConfig, address: str, call: Callable[[HAServiceClient], T]) -> T:
+    client = _client(conf, address)
+    try:
+        return call(client)
+    except StratusError as exc:
+        click.echo(f"haadmin: {exc}", err=True)
+        sys.exit(FAILED)
+    finally:
+        client.close()
+
+
+def _epoch(conf: StratusConfig) -> int:
+    with ZkSession(zk_settings(conf)) as session:
+        return admin.current_epoch(session, conf.ha_zkfc_group)
+
+
+@click.command("haadmin")
+@click.option("-getServiceState", "get_state", metavar="ID", help="Print the service's state.")
+@click.option(
+    "-getAllServiceState", "get_all", is_flag=True, help="Print the state of every nimbus.seeds."
+)
+@click.option(
+    "-checkHealth", "check_health", metavar="ID", help="Exit 0 if the service is healthy."
+)
+@click.option("-transitionToActive", "to_active", metavar="ID", help="Make the service active.")
+@click.option("-transitionToStandby", "to_standby", metavar="ID", help="Make it standby.")
+@click.option(
+    "--forcemanual",
+    is_flag=True,
+    help="Transition even though automatic failover is on (zkfcs manage the states).",
+)
+@click.option(
+    "--epoch",
+    type=click.IntRange(min=0),
+    default=None,
+    help="-transitionToActive: the epoch to act under [default: the group's last, from ZooKeeper].",
+)
+@with_config
+def haadmin(
+    *,
+    conf: StratusConfig,
+    get_state: str | None,
+    get_all: bool,
+    check_health: str | None,
+    to_active: str | None,
+    to_standby: str | None,
+    forcemanual: bool,
+    epoch: int | None,
+) -> None:
+    """Read and steer HA services by hand (Hadoop's haadmin verbs)."""
+    verbs = [v for v in (get_state, check_health, to_active, to_standby) if v] + (
+        ["all"] if get_all else []
+    )
+    if len(verbs) != 1:
+        raise click.UsageError(
+            "give exactly one of -getServiceState, -getAllServiceState, -checkHealth, "
+            "-transitionToActive, -transitionToStandby"
+        )
+    if get_state:
+        click.echo(_run(conf, get_state, admin.service_state))
+    elif get_all:
+        failed = False
+        for address in conf.nimbus_seeds:
+            client = _client(conf, address)
+            try:
+                click.echo(f"{address:<30} {admin.service_state(client)}")
+            except HAServiceError as exc:
+                click.echo(f"{address:<30} Failed to connect: {exc}")
+                failed = True
+            finally:
+                client.close()
+        if failed:
+            sys.exit(FAILED)
+    elif check_health:
+        _run(conf, check_health, admin.check_health)
+    else:
+        target = to_active or to_standby
+        assert target is not None
+        automatic = conf.ha_automatic_failover_enabled
+        if forcemanual and automatic:
+            click.echo(
+                "haadmin: WARNING: --forcemanual bypasses the zkfcs: the service may end up "
+                "active beside another, or its zkfc may undo this.",
+                err=True,
+            )
+        if to_active and epoch is None and (forcemanual or not automatic):
+            epoch = _epoch(conf)
+        status = _run(
+            conf,
+            target,
+            lambda client: admin.transition(
+                client,
+                to_active=bool(to_active),
+                automatic_failover=automatic,
+                forced=forcemanual,
+                epoch=epoch,
+            ),
+        )
+        click.echo(status.state.value)

@@ -1,0 +1,50 @@
+"""``stratus zkfc``: the failover controller beside one service, until SIGINT/SIGTERM.
+
+It checks the service's health, campaigns for it in its election group while it is healthy,
+makes it active with the epoch of the term it won (fencing the old active first) and standby
+when another node won. Once running it prints ``zkfc: managing <host:port> in group <g>``::
+
+    $ stratus zkfc --target n1.example:6627 -c zookeeper.servers=zk1:2181
+    $ stratus zkfc -c ha.zkfc.target=127.0.0.1:6627 -c 'ha.fencing.methods=graceful, process'
+
+It exits non-zero when it cannot go on (its health monitor or elector failed, or its
+ZooKeeper session failed for good), so a service manager restarts it.
+"""
+
+from __future__ import annotations
+
+import click
+
+from stratus.cli.daemon_run import run_daemon
+from stratus.cli.options import with_config
+from stratus.config import StratusConfig
+from stratus.ha.daemon import Zkfc
+from stratus.ha.settings import ZkfcSettings
+from stratus.logs import configure_daemon_logging
+from stratus.settings import client_auth, zk_settings
+from stratus.zk.session import ZkSession
+
+
+def _check(zkfc: Zkfc) -> None:
+    if zkfc.failure is not None:
+        raise zkfc.failure
+
+
+@click.command("zkfc")
+@click.option(
+    "--target",
+    default=None,
+    help="host:port of the managed service's HA protocol (default: ha.zkfc.target).",
+)
+@with_config
+def zkfc(*, conf: StratusConfig, target: str | None) -> None:
+    """Run the failover controller of one service until SIGINT or SIGTERM."""
+    configure_daemon_logging()
+    settings = ZkfcSettings.from_config(conf, target=target)
+    daemon = Zkfc(settings, ZkSession(zk_settings(conf)), client_auth(conf))
+    run_daemon(
+        daemon,
+        ready=lambda d: f"zkfc: managing {d.settings.target.address} in group {d.settings.group}",
+        check=_check,
+        period_secs=0.2,
+    )

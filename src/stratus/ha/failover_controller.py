@@ -1,0 +1,354 @@
+"""The failover controller: health monitor, elector and fencing around one managed service.
+
+Hadoop's ZKFailoverController. It joins the service's election while the service is healthy
+and ready, quits it when the service is not (asking that it be fenced when it may still act
+as active), makes the service active with the epoch of the term it won, standby when another
+node won, and ends the process when it cannot go on::
+
+    controller = FailoverController(service, fencer, settings, make_elector=..., epoch_of=...)
+    monitor = HealthMonitor(connect, controller, health_settings)
+    controller.start(); monitor.start()
+    ...
+    controller.failure          # a ZkfcFatalError once the controller must exit (else None)
+
+Threads: the health monitor's reports are posted to the controller's own event thread, which
+alone joins and quits the election (``plan`` decides, from a snapshot, what to do). The
+elector's callbacks run on its dispatcher thread, serialized by the elector's lock. Both take
+the controller's lock to read or change its state, and neither holds it while calling the
+other, so the order of events is one order and the two locks cannot deadlock.
+
+A service that reports twice in a row a state other than the one it was last given (its
+status answered ``active`` while it was made standby, say) has changed behind the
+controller's back: the controller quits the election asking to be fenced, and rejoins after
+``rejoin_delay`` once the service is healthy again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+from stratus.api.clock import Clock
+from stratus.coordination.active_standby import ActiveStandbyCallbacks
+from stratus.coordination.errors import CoordinationError, LeadershipLostError
+from stratus.coordination.serial import SerialThread
+from stratus.ha.errors import ZkfcFatalError
+from stratus.ha.fencing import FenceTarget
+from stratus.ha.health_monitor import HealthState
+from stratus.ha.protocol import HAServiceError, HAState, RequestSource, ServiceStatus
+from stratus.zk.errors import ZooKeeperUnavailableError
+
+log = logging.getLogger(__name__)
+
+MISMATCHES_TO_QUIT = 2  # reports of a state other than the one given, in a row
+
+
+class Elector(Protocol):
+    """What the controller asks of its elector (``ActiveStandbyElector`` has it)."""
+
+    def join_election(self, app_data: bytes) -> None: ...
+
+    def quit_election(self, need_fence: bool) -> None: ...
+
+
+class ManagedService(Protocol):
+    """The transitions the controller makes (``HAServiceClient`` has them)."""
+
+    address: str
+
+    def transition_to_active(
+        self, epoch: int, source: RequestSource = RequestSource.ZKFC
+    ) -> ServiceStatus: ...
+
+    def transition_to_standby(
+        self, source: RequestSource = RequestSource.ZKFC
+    ) -> ServiceStatus: ...
+
+
+class Action(Enum):
+    NONE = "none"
+    JOIN = "join"
+    QUIT_FENCE = "quit_fence"  # quit; the next active must fence this service
+    QUIT_CLEAN = "quit_clean"  # quit; this service is surely not active
+    WAIT = "wait"  # would join, but not before the rejoin delay ends
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What ``plan`` decides from."""
+
+    health: HealthState
+    status: ServiceStatus | None
+    joined: bool
+    given: HAState | None  # the state the controller last made the service take
+    now: float
+    join_not_before: float
+
+
+def plan(snap: Snapshot) -> Action:
+    """What to do about the election now: join, quit (fencing needed or not), or nothing."""
+    if snap.health is HealthState.SERVICE_HEALTHY:
+        ready = snap.status is not None and snap.status.ready_to_become_active
+        if not ready:
+            if not snap.joined:
+                return Action.NONE
+            return Action.QUIT_FENCE if snap.given is HAState.ACTIVE else Action.QUIT_CLEAN
+        if snap.joined:
+            return Action.NONE
+        return Action.WAIT if snap.now < snap.join_not_before else Action.JOIN
+    if not snap.joined:
+        return Action.NONE
+    if snap.health is HealthState.INITIALIZING:
+        return Action.QUIT_CLEAN  # it restarted: a starting service is never active
+    return Action.QUIT_FENCE  # unhealthy or not responding: it may still act as active
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    """``ha.zkfc.rejoin.delay.secs``: the wait before rejoining after a bad reported state."""
+
+    rejoin_delay: float = 1.0
+
+
+class FailoverController:
+    """Health callbacks in, elector callbacks in, one managed service out; see the module doc."""
+
+    def __init__(
+        self,
+        service: ManagedService,
+        fence: Callable[[FenceTarget], bool],
+        settings: ControllerSettings,
+        *,
+        make_elector: Callable[[ActiveStandbyCallbacks, str], Elector],
+        epoch_of: Callable[[], int | None],
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._service = service
+        self._fence = fence
+        self.settings = settings
+        self._make_elector = make_elector
+        self._epoch_of = epoch_of
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._events = SerialThread("failover-controller", on_error=self._event_failed)
+        self._elector: Elector | None = None
+        self.address: str | None = None  # our member id and breadcrumb data, once known
+        self.health = HealthState.INITIALIZING
+        self.status: ServiceStatus | None = None
+        self.joined = False
+        self.given: HAState | None = None
+        self._mismatches = 0
+        self._join_not_before = 0.0
+        self._recheck: threading.Timer | None = None
+        self.failure: ZkfcFatalError | None = None
+        self.failed = threading.Event()
+
+    def start(self) -> None:
+        self._events.start()
+
+    def stop(self) -> None:
+        """Quit the election, asking to be fenced (the service may still be active)."""
+        self._events.post(self._quit_for_stop)
+        self._events.stop(timeout=30.0)
+        if self._recheck is not None:
+            self._recheck.cancel()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until the events posted so far were handled; False on timeout."""
+        done = threading.Event()
+        self._events.post(done.set)
+        return done.wait(timeout)
+
+    # ----------------------------------------------------------------- health (monitor thread)
+
+    def enter_health_state(self, state: HealthState) -> None:
+        self._events.post(lambda: self._on_health(state))
+
+    def service_status(self, status: ServiceStatus) -> None:
+        self._events.post(lambda: self._on_status(status))
+
+    def _on_health(self, state: HealthState) -> None:
+        if state is HealthState.HEALTH_MONITOR_FAILED:
+            self._fatal("the health monitor failed (see its error above)")
+            return
+        with self._lock:
+            self.health = state
+            if state is HealthState.INITIALIZING:
+                self.given = None  # a restarted service starts over: nothing was given to it
+        self._recheck_electability()
+
+    def _on_status(self, status: ServiceStatus) -> None:
+        with self._lock:
+            self.status = status
+            if self.address is None:
+                self.address = status.address or self._service.address
+            bad_state = self._verify_state(status.state)
+        if bad_state:
+            self._apply(Action.QUIT_FENCE)
+        self._recheck_electability()
+
+    def _verify_state(self, reported: HAState) -> bool:
+        """Count a report that differs from the state given; True when it is the second."""
+        if self.given is None or reported is self.given:
+            self._mismatches = 0
+            return False
+        self._mismatches += 1
+        if self._mismatches < MISMATCHES_TO_QUIT:
+            return False  # once may be a transition crossing the status call
+        log.error(
+            "event=service_state_mismatch service=%s reported=%s expected=%s action=quit",
+            self._service.address,
+            reported.value,
+            self.given.value,
+        )
+        self._mismatches = 0
+        self.given = None
+        self._join_not_before = self._clock() + self.settings.rejoin_delay
+        return True
+
+    def _recheck_electability(self) -> None:
+        with self._lock:
+            action = plan(
+                Snapshot(
+                    self.health,
+                    self.status,
+                    self.joined,
+                    self.given,
+                    self._clock(),
+                    self._join_not_before,
+                )
+            )
+        if action is Action.WAIT:
+            self._schedule_recheck(self._join_not_before - self._clock())
+        else:
+            self._apply(action)
+
+    def _schedule_recheck(self, delay: float) -> None:
+        if self._recheck is not None:
+            self._recheck.cancel()
+        self._recheck = threading.Timer(
+            max(0.0, delay), lambda: self._events.post(self._recheck_electability)
+        )
+        self._recheck.daemon = True
+        self._recheck.start()
+
+    def _apply(self, action: Action) -> None:
+        """Join or quit; on the event thread only, never holding the controller's lock."""
+        if action is Action.JOIN:
+            elector, address = self._elector_and_address()
+            log.info("event=join_election service=%s", address)
+            with self._lock:
+                self.joined = True
+            try:
+                elector.join_election(address.encode())
+            except (CoordinationError, ZooKeeperUnavailableError) as exc:  # try again later
+                log.warning("event=join_failed service=%s error=%s", address, exc)
+                with self._lock:
+                    self.joined = False
+                self._schedule_recheck(self.settings.rejoin_delay)
+        elif action in (Action.QUIT_FENCE, Action.QUIT_CLEAN) and self._elector is not None:
+            need_fence = action is Action.QUIT_FENCE
+            log.warning(
+                "event=quit_election service=%s health=%s need_fence=%s",
+                self.address,
+                self.health.name,
+                need_fence,
+            )
+            with self._lock:
+                self.joined = False
+                self.given = None  # out of the election its state is not ours to check
+                self._mismatches = 0
+            self._elector.quit_election(need_fence=need_fence)
+
+    def _elector_and_address(self) -> tuple[Elector, str]:
+        with self._lock:
+            address = self.address or self._service.address
+            self.address = address
+        if self._elector is None:
+            self._elector = self._make_elector(self, address)
+        return self._elector, address
+
+    def _quit_for_stop(self) -> None:
+        if self._elector is not None and self.joined:
+            self._apply(Action.QUIT_FENCE)
+
+    # ----------------------------------------------------------------- elector (its dispatcher)
+
+    def become_active(self) -> None:
+        """Make the service active with the epoch of our term; raise if it will not be."""
+        epoch = self._epoch_of()
+        if epoch is None:
+            raise LeadershipLostError(
+                f"{self.address} was elected but its term is already over: "
+                "not becoming active (the elector rejoins)"
+            )
+        with self._lock:
+            log.info("event=transition_to_active service=%s epoch=%d", self.address, epoch)
+            try:
+                status = self._service.transition_to_active(epoch, RequestSource.ZKFC)
+            except HAServiceError as exc:
+                log.error(
+                    "event=transition_to_active_failed service=%s error=%s", self.address, exc
+                )
+                self.given = None
+                raise
+            # A quit that crossed this call (it waits for the elector's lock) leaves the
+            # service to the next active's fencing: its state is not ours to check then.
+            self.given = HAState.ACTIVE if self.joined else None
+            self._mismatches = 0
+            log.info(
+                "event=service_active service=%s epoch=%d reported=%s",
+                self.address,
+                epoch,
+                status.state.value,
+            )
+
+    def become_standby(self) -> None:
+        with self._lock:
+            try:
+                self._service.transition_to_standby(RequestSource.ZKFC)
+            except HAServiceError as exc:
+                # The new active's controller fences this service anyway.
+                log.warning(
+                    "event=transition_to_standby_failed service=%s error=%s", self.address, exc
+                )
+                return
+            self.given = HAState.STANDBY if self.joined else None
+            self._mismatches = 0
+            log.info("event=service_standby service=%s", self.address)
+
+    def enter_neutral_mode(self) -> None:
+        """ZooKeeper is in doubt: change nothing (the epoch fences a stale active's writes)."""
+        log.warning("event=neutral_mode service=%s", self.address)
+
+    def fence_old_active(self, data: bytes) -> bool:
+        try:
+            target = FenceTarget.parse(data)
+        except ValueError as exc:
+            log.error("event=fence_bad_breadcrumb data=%r error=%s", data, exc)
+            return False
+        log.warning("event=fence_old_active service=%s old_active=%s", self.address, target.address)
+        return self._fence(target)
+
+    def notify_fatal_error(self, message: str) -> None:
+        self._fatal(f"the elector failed: {message}")
+
+    # ----------------------------------------------------------------- failure
+
+    def _fatal(self, message: str) -> None:
+        log.error("event=zkfc_fatal service=%s error=%s", self.address, message)
+        with self._lock:
+            if self.failure is None:
+                self.failure = ZkfcFatalError(
+                    f"the failover controller of {self._service.address} must stop: {message}"
+                )
+        self.failed.set()
+
+    def _event_failed(self, exc: Exception) -> None:
+        log.error("event=controller_event_failed error=%r", exc)
+        self._fatal(f"{type(exc).__name__}: {exc}")

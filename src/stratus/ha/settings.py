@@ -1,0 +1,61 @@
+"""The zkfc's settings: small frozen records built from the configuration in one place::
+
+settings = ZkfcSettings.from_config(conf, target="n1.example:6627")
+settings.health.check_interval        # ha.health.check.interval.secs
+settings.fencing_methods              # ha.fencing.methods, parsed (errors at load)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stratus.config import StratusConfig
+from stratus.ha.errors import ZkfcConfigError
+from stratus.ha.failover_controller import ControllerSettings
+from stratus.ha.fencing import FenceTarget, MethodSpec, parse_methods
+from stratus.ha.health_monitor import HealthSettings
+from stratus.zk.paths import check_group_name
+
+
+@dataclass(frozen=True)
+class ZkfcSettings:
+    """Everything ``stratus zkfc`` needs besides its ZooKeeper session and client auth."""
+
+    target: FenceTarget  # the managed service: ha.zkfc.target or --target
+    group: str  # ha.zkfc.group
+    rpc_timeout: float  # ha.health.rpc.timeout.secs: every call to the managed service
+    health: HealthSettings
+    controller: ControllerSettings
+    fencing_methods: list[MethodSpec]
+    fencing_timeout: float  # ha.fencing.timeout.secs
+    graceful_timeout: float  # ha.fencing.graceful.timeout.secs
+
+    @classmethod
+    def from_config(cls, conf: StratusConfig, target: str | None = None) -> ZkfcSettings:
+        address = target or conf.ha_zkfc_target
+        if not address:
+            raise ZkfcConfigError(
+                "stratus zkfc needs the service it manages: give --target host:port "
+                "or set ha.zkfc.target"
+            )
+        try:
+            parsed = FenceTarget.parse(address)
+        except ValueError as exc:
+            raise ZkfcConfigError(f"the zkfc's target: {exc}") from None
+        try:
+            group = check_group_name(conf.ha_zkfc_group)
+        except ValueError as exc:
+            raise ZkfcConfigError(f"ha.zkfc.group: {exc}") from None
+        return cls(
+            target=parsed,
+            group=group,
+            rpc_timeout=conf.ha_health_rpc_timeout_secs,
+            health=HealthSettings(
+                check_interval=conf.ha_health_check_interval_secs,
+                max_backoff=conf.ha_health_max_backoff_secs,
+            ),
+            controller=ControllerSettings(rejoin_delay=conf.ha_zkfc_rejoin_delay_secs),
+            fencing_methods=parse_methods(conf.ha_fencing_methods),
+            fencing_timeout=conf.ha_fencing_timeout_secs,
+            graceful_timeout=conf.ha_fencing_graceful_timeout_secs,
+        )
