@@ -55,10 +55,11 @@ class PacemakerRole(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Principal:
-    """An authenticated caller."""
+    """An authenticated caller; a supervisor writes ``/supervisors/<subtree>``."""
 
     name: str
     role: PacemakerRole
+    subtree: str | None = None  # None: the name (digest); Kerberos: the principal's host
 
 
 ANONYMOUS = Principal("anonymous", PacemakerRole.NIMBUS)  # auth method none
@@ -107,7 +108,7 @@ def own_subtree(principal_name: str) -> str:
 
 def _in_own_subtree(principal: Principal, path: str) -> bool:
     parts = split_path(path)
-    own = (*SUPERVISORS_ROOT, principal.name)
+    own = (*SUPERVISORS_ROOT, principal.subtree or principal.name)
     return parts[: len(own)] == own
 
 
