@@ -7,6 +7,9 @@ scripts and tests wait for; ``GET /metrics`` on the same port is Prometheus's::
     pacemaker: serving at 127.0.0.1:6699
     $ stratus pacemaker -c pacemaker.host=0.0.0.0 -c pacemaker.auth.method=digest \\
           -c pacemaker.auth.file=/etc/stratus/pacemaker.secrets
+    $ stratus pacemaker -c pacemaker.host=0.0.0.0 -c pacemaker.auth.method=kerberos \\
+          -c pacemaker.kerberos.keytab=/etc/stratus/pacemaker.keytab \\
+          -c pacemaker.auth.file=/etc/stratus/pacemaker.principals
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ random nonce, and the client proves it knows the secret with
 ``HMAC-SHA256(secret, "stratus-pacemaker-digest-v1" | nonce | principal)``, which the server
 compares in constant time. A nonce serves one connection; a proof cannot be replayed on
 another. With ``none``, every caller is an anonymous nimbus (loopback and tests only).
+With ``kerberos`` the file lists principals without secrets (``kerberos.py``), and a
+supervisor's subtree is named by its principal's host (``Principal.subtree``).
 """
 
 from __future__ import annotations
