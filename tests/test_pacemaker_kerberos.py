@@ -18,7 +18,11 @@ from typing import Any, TypeVar
 
 import msgpack
 import pytest
+from click.testing import CliRunner
 
+from stratus.cli.main import main
+from stratus.cli.pacemaker_command import pacemaker_client_settings, pacemaker_server_settings
+from stratus.config import load_config
 from stratus.pacemaker.auth import AuthMethod
 from stratus.pacemaker.client import PacemakerConnection, PacemakerPool
 from stratus.pacemaker.errors import (
@@ -212,6 +216,7 @@ def test_the_server_names_the_authenticated_principal_and_its_role(
         "supervisor",
     )
     assert isinstance(last["token"], bytes)  # the mutual authentication token
+    assert last["subtree"] == "/supervisors/host2"
 
 
 def test_a_supervisor_writing_another_subtree_is_refused(
@@ -450,3 +455,53 @@ def test_the_principals_file_maps_a_supervisor_to_its_host_subtree() -> None:
 def test_a_bad_principals_file_is_refused_naming_the_line(text: str, error: str) -> None:
     with pytest.raises(PacemakerAuthFileError, match=error):
         parse_kerberos_principals(text, "pm.principals")
+
+
+# ------------------------------------------------------------------------- configuration
+
+
+def test_the_kerberos_keys_reach_the_server_and_client_settings(tmp_path: Path) -> None:
+    conf = load_config(
+        None,
+        [
+            "pacemaker.auth.method=kerberos",
+            "pacemaker.host=10.0.0.7",
+            f"pacemaker.kerberos.keytab={tmp_path / 'pm.keytab'}",
+            "pacemaker.kerberos.service.principal=pacemaker/_HOST@EXAMPLE.ORG",
+            "pacemaker.auth.timeout.secs=3",
+        ],
+        environ={},
+    )
+    server = pacemaker_server_settings(conf)
+    assert server.kerberos is not None
+    assert server.kerberos.keytab == str(tmp_path / "pm.keytab")
+    assert server.kerberos.service_principal == "pacemaker/10.0.0.7@EXAMPLE.ORG"
+    assert server.auth_timeout_secs == 3.0
+    client = pacemaker_client_settings(conf)
+    assert client.auth_method is AuthMethod.KERBEROS
+    assert client.kerberos.service_principal == "pacemaker/_HOST@EXAMPLE.ORG"  # per server
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error"),
+    [
+        (["pacemaker.kerberos.keytab=/nonexistent.keytab"], "needs pacemaker.kerberos.keytab"),
+        (["pacemaker.auth.file=PRINCIPALS"], "needs pacemaker.kerberos.keytab"),
+        (
+            ["pacemaker.auth.file=PRINCIPALS", "pacemaker.kerberos.keytab=/nonexistent.keytab"],
+            "pacemaker.kerberos.keytab /nonexistent.keytab is not a file",
+        ),
+    ],
+)
+def test_a_kerberos_pacemaker_without_its_keytab_or_principals_does_not_start(
+    overrides: list[str], error: str, tmp_path: Path
+) -> None:
+    principals = tmp_path / "pm.principals"
+    principals.write_text("nimbus/n1@EXAMPLE.ORG nimbus\n")
+    principals.chmod(0o600)
+    args = ["pacemaker", "-c", "pacemaker.auth.method=kerberos"]
+    for override in overrides:
+        args += ["-c", override.replace("PRINCIPALS", str(principals))]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1
+    assert error in result.output

@@ -36,6 +36,7 @@ from stratus.pacemaker.auth import (
     check_proof,
     may_read,
     may_write,
+    own_subtree,
 )
 from stratus.pacemaker.errors import (
     FrameError,
@@ -205,7 +206,7 @@ class PacemakerServer:
                     await writer.drain()  # a client that does not read is not answered faster
             if closing:
                 break
-            wait = idle if conn.principal else min(idle, auth_deadline - self._clock())
+            wait = idle if conn.principal is not None else min(idle, auth_deadline - self._clock())
             chunk = await asyncio.wait_for(reader.read(READ_CHUNK_BYTES), max(0.0, wait))
             if not chunk:
                 return  # closed by the client (a frame cut short is dropped with it)
@@ -367,6 +368,7 @@ class PacemakerServer:
             "complete": True,
             "principal": principal.name,
             "role": principal.role.value,
+            "subtree": own_subtree(principal.subtree or principal.name),
         }
 
     # --- HTTP ---------------------------------------------------------------------------
