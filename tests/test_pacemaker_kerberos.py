@@ -289,6 +289,27 @@ def test_a_client_expecting_another_server_principal_refuses_the_server(
     run(expecting_the_right_one())
 
 
+def test_a_kerberos_client_refuses_a_server_of_another_method(
+    realm: Realm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    as_user(monkeypatch, realm, tmp_path / "host1.cc", "supervisor/host1")
+    plain = PacemakerProcess(tmp_path).start()  # auth method none
+    try:
+        settings = kerberos_settings(realm)
+        connection = PacemakerConnection(*plain.address, settings)
+
+        async def scenario() -> None:
+            try:
+                await connection.open()
+            finally:
+                await connection.close()
+
+        with pytest.raises(KerberosHandshakeError, match="authenticates with 'none', not kerberos"):
+            run(scenario())
+    finally:
+        plain.stop()
+
+
 def test_a_server_that_cannot_prove_its_principal_is_refused(
     realm: Realm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -491,6 +512,14 @@ def test_the_kerberos_keys_reach_the_server_and_client_settings(tmp_path: Path) 
             ["pacemaker.auth.file=PRINCIPALS", "pacemaker.kerberos.keytab=/nonexistent.keytab"],
             "pacemaker.kerberos.keytab /nonexistent.keytab is not a file",
         ),
+        (
+            ["pacemaker.auth.file=PRINCIPALS", "pacemaker.kerberos.keytab=EMPTY"],
+            "cannot accept Kerberos with the keytab",
+        ),
+        (
+            ["pacemaker.auth.file=PRINCIPALS", "pacemaker.kerberos.keytab=OPEN"],
+            "is open to group or others",
+        ),
     ],
 )
 def test_a_kerberos_pacemaker_without_its_keytab_or_principals_does_not_start(
@@ -499,9 +528,14 @@ def test_a_kerberos_pacemaker_without_its_keytab_or_principals_does_not_start(
     principals = tmp_path / "pm.principals"
     principals.write_text("nimbus/n1@EXAMPLE.ORG nimbus\n")
     principals.chmod(0o600)
+    empty, open_to_all = tmp_path / "empty.keytab", tmp_path / "open.keytab"
+    empty.touch(mode=0o600)
+    open_to_all.touch(mode=0o644)
     args = ["pacemaker", "-c", "pacemaker.auth.method=kerberos"]
+    paths = {"PRINCIPALS": principals, "EMPTY": empty, "OPEN": open_to_all}
     for override in overrides:
-        args += ["-c", override.replace("PRINCIPALS", str(principals))]
+        key, value = override.split("=", 1)
+        args += ["-c", f"{key}={paths.get(value, value)}"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 1
     assert error in result.output

@@ -80,9 +80,7 @@ class PacemakerConnection:
             proof = digest_proof(self.settings.secret, hello["nonce"], self.settings.principal)
             await self.request(Op.AUTHENTICATE, principal=self.settings.principal, proof=proof)
         elif self.settings.auth_method is AuthMethod.KERBEROS:
-            await kerberos_handshake(
-                self.request, self.host, hello["nonce"], self.settings.kerberos
-            )
+            await kerberos_handshake(self.request, self.host, hello, self.settings.kerberos)
 
     async def close(self) -> None:
         """Close the socket and fail every pending request."""

@@ -12,7 +12,7 @@ authentication token) before it sends anything else::
     service = KerberosService(KerberosServerSettings(keytab="/etc/stratus/pacemaker.keytab"),
                               load_kerberos_principals(Path("/etc/stratus/pacemaker.principals")))
     acceptor = service.acceptor(nonce)       # one per connection, on the server
-    answer = await kerberos_handshake(conn.request, host, nonce, KerberosClientSettings())
+    answer = await kerberos_handshake(conn.request, host, hello, KerberosClientSettings())
 
 The principals file has one principal a line, ``<principal>@<REALM> <role>``, no secret::
 
@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import socket
+import stat
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -193,10 +194,17 @@ class KerberosService:
         name = None
         if settings.service_principal:
             name = gssapi.Name(settings.service_principal, gssapi.NameType.kerberos_principal)
-        if not Path(settings.keytab).is_file():
+        keytab = Path(settings.keytab)
+        if not keytab.is_file():
             raise PacemakerConfigError(
-                f"pacemaker.kerberos.keytab {settings.keytab} is not a file; export the "
+                f"pacemaker.kerberos.keytab {keytab} is not a file; export the "
                 "service principal's keys into it (kadmin: ktadd -k <file> pacemaker/<host>)"
+            )
+        mode = stat.S_IMODE(keytab.stat().st_mode)
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise PacemakerConfigError(
+                f"pacemaker.kerberos.keytab {keytab} is open to group or others (mode "
+                f"{mode:04o}): it holds the service's keys; run `chmod 600 {keytab}`"
             )
         try:
             self.credentials = gssapi.Credentials(
@@ -256,14 +264,21 @@ class KerberosAcceptor:
 
 # --- the client side ----------------------------------------------------------------------
 async def kerberos_handshake(
-    request: Request, host: str, nonce: bytes, settings: KerberosClientSettings
+    request: Request, host: str, hello: Mapping[str, Any], settings: KerberosClientSettings
 ) -> dict[str, Any]:
-    """Authenticate a connection (``request`` sends one frame); the server's last answer.
+    """Authenticate a connection after ``hello`` (``request`` sends one frame); the server's
+    last answer.
 
-    KerberosHandshakeError when there is no ticket, the server refuses the ticket, or the
-    server does not prove that it holds the expected principal's key.
+    KerberosHandshakeError when the server does not speak Kerberos, there is no ticket, the
+    server refuses the ticket, or it does not prove that it holds the expected principal's key.
     """
     gssapi = _gssapi()
+    nonce = hello.get("nonce")
+    if hello.get("auth") != "kerberos" or not isinstance(nonce, bytes):
+        raise KerberosHandshakeError(
+            f"the pacemaker at {host} authenticates with {hello.get('auth')!r:.20}, not "
+            "kerberos: set the same pacemaker.auth.method on clients and servers"
+        )
     name, shown = _target_name(settings, host)
     flags = gssapi.RequirementFlag.mutual_authentication
     context = gssapi.SecurityContext(
