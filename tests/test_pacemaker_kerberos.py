@@ -9,6 +9,7 @@ file lets in a nimbus and two supervisors; ``stranger`` has a valid ticket but n
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 import struct
 from collections.abc import Awaitable, Iterator
@@ -219,6 +220,45 @@ def test_the_server_names_the_authenticated_principal_and_its_role(
     assert last["subtree"] == "/supervisors/host2"
 
 
+def test_pacemaker_auth_principal_chooses_the_client_principal_of_a_keytab(
+    realm: Realm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client keytab holding two principals: the configured one authenticates."""
+    kdc = realm.kdc
+    both = kdc.keytab(
+        tmp_path / "both.keytab",
+        kdc.principal("supervisor/host1"),
+        kdc.principal("supervisor/host2"),
+    )
+    monkeypatch.delenv("KRB5_CLIENT_KTNAME", raising=False)
+    for name, value in kdc.client_env(tmp_path / "both.cc", both).items():
+        monkeypatch.setenv(name, value)
+    subtrees: list[str] = []
+
+    async def authenticate_as(principal: str | None) -> None:
+        settings = dataclasses.replace(
+            kerberos_settings(realm), kerberos=KerberosClientSettings(None, principal)
+        )
+        connection = PacemakerConnection(*realm.server.address, settings)
+        request = connection.request
+
+        async def recording(op: Op, **fields: Any) -> dict[str, Any]:
+            answer = await request(op, **fields)
+            subtrees.append(answer.get("subtree", ""))
+            return answer
+
+        connection.request = recording  # type: ignore[method-assign]
+        try:
+            await connection.open()
+        finally:
+            await connection.close()
+
+    run(authenticate_as(kdc.principal("supervisor/host2")))
+    monkeypatch.setenv("KRB5CCNAME", f"FILE:{tmp_path / 'default.cc'}")  # one cache per name
+    run(authenticate_as(None))  # the keytab's first principal
+    assert [s for s in subtrees if s] == ["/supervisors/host2", "/supervisors/host1"]
+
+
 def test_a_supervisor_writing_another_subtree_is_refused(
     realm: Realm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -249,7 +289,7 @@ def test_a_client_without_a_ticket_is_refused(
     with pytest.raises(KerberosHandshakeError) as refused:
         run(connected(realm))
     message = str(refused.value)
-    assert "Kerberos could not authenticate to the pacemaker at 127.0.0.1" in message
+    assert "could not authenticate the default principal to the pacemaker at 127.0.0.1" in message
     assert "KRB5_CLIENT_KTNAME" in message
 
     raw = RawClient(realm.server.address)  # a token that is no ticket: refused, closed

@@ -543,7 +543,8 @@ class StratusConfig(BaseModel):
         default=None,
         alias="pacemaker.auth.principal",
         description="the principal a pacemaker client authenticates as (default: the only "
-        "line of pacemaker.auth.file)",
+        "line of pacemaker.auth.file; kerberos: the ticket's principal, e.g. "
+        "supervisor/<host>@<REALM>, default: that of the ticket cache or client keytab)",
     )
     pacemaker_auth_timeout_secs: float = Field(
         default=10.0,

@@ -112,7 +112,9 @@ def pacemaker_client_settings(conf: StratusConfig) -> PacemakerClientSettings:
         auth_method=method,
         principal=principal,
         secret=secret,
-        kerberos=KerberosClientSettings(conf.pacemaker_kerberos_service_principal),
+        kerberos=KerberosClientSettings(
+            conf.pacemaker_kerberos_service_principal, conf.pacemaker_auth_principal
+        ),
         max_frame_bytes=conf.pacemaker_max_frame_bytes,
         timeout_secs=conf.pacemaker_client_timeout_secs,
         tls=_tls(conf),

@@ -65,9 +65,11 @@ class KerberosServerSettings:
 
 @dataclass(frozen=True)
 class KerberosClientSettings:
-    """The principal a client expects of every server (None: ``pacemaker/<host>@REALM``)."""
+    """The principal a client expects of every server (None: ``pacemaker/<host>@REALM``),
+    and the one it authenticates as (None: the ticket cache's or client keytab's default)."""
 
     service_principal: str | None = None
+    client_principal: str | None = None
 
 
 def _gssapi() -> Any:
@@ -263,6 +265,22 @@ class KerberosAcceptor:
 
 
 # --- the client side ----------------------------------------------------------------------
+def _initiator(settings: KerberosClientSettings, target: Any, nonce: bytes) -> Any:
+    """A context that asks for mutual authentication, as the configured client principal."""
+    gssapi = _gssapi()
+    creds = None
+    if settings.client_principal:
+        me = gssapi.Name(settings.client_principal, gssapi.NameType.kerberos_principal)
+        creds = gssapi.Credentials(name=me, usage="initiate")
+    return gssapi.SecurityContext(
+        name=target,
+        creds=creds,
+        usage="initiate",
+        flags=gssapi.RequirementFlag.mutual_authentication,
+        channel_bindings=_bindings(nonce),
+    )
+
+
 async def kerberos_handshake(
     request: Request, host: str, hello: Mapping[str, Any], settings: KerberosClientSettings
 ) -> dict[str, Any]:
@@ -280,24 +298,25 @@ async def kerberos_handshake(
             "kerberos: set the same pacemaker.auth.method on clients and servers"
         )
     name, shown = _target_name(settings, host)
-    flags = gssapi.RequirementFlag.mutual_authentication
-    context = gssapi.SecurityContext(
-        name=name, usage="initiate", flags=flags, channel_bindings=_bindings(nonce)
-    )
+    contexts: list[Any] = []
 
     def step(token: bytes | None) -> tuple[bytes | None, bool]:
         try:
+            if not contexts:
+                contexts.append(_initiator(settings, name, nonce))
+            context = contexts[0]
             out: bytes | None = context.step(token)
             return out, bool(context.complete)  # a deferred failure is raised by the read
         except gssapi.exceptions.GSSError as exc:
+            who = settings.client_principal or "the default principal"
             raise KerberosHandshakeError(
-                f"Kerberos could not authenticate to the pacemaker at {host} as {shown}: "
-                f"{exc}. A client needs a ticket (kinit, or a client keytab in "
+                f"Kerberos could not authenticate {who} to the pacemaker at {host} "
+                f"({shown}): {exc}. A client needs a ticket (kinit, or a client keytab in "
                 "KRB5_CLIENT_KTNAME) and the server must hold that principal's key "
                 "(pacemaker.kerberos.service.principal)"
             ) from None
 
-    token, complete = await asyncio.to_thread(step, None)  # may ask the KDC for a ticket
+    token, complete = await asyncio.to_thread(step, None)  # may ask the KDC for tickets
     for _ in range(MAX_ROUNDS):
         if token is None:
             break
