@@ -30,12 +30,15 @@ from stratus.pacemaker.errors import (
     KerberosHandshakeError,
     PacemakerAuthFileError,
     PacemakerRequestError,
+    PacemakerUnavailableError,
 )
 from stratus.pacemaker.kerberos import KerberosClientSettings, parse_kerberos_principals
 from stratus.pacemaker.protocol import Op
 from stratus.pacemaker.settings import PacemakerClientSettings
+from stratus.security.tls import TlsSettings
 from tests.kdc import Kdc
 from tests.pacemaker_process import PacemakerProcess
+from tests.tls_certs import TestCa
 
 gssapi = pytest.importorskip("gssapi", reason="no gssapi package: install stratus-ha[kerberos]")
 
@@ -483,6 +486,54 @@ def test_a_connection_that_does_not_authenticate_in_time_is_closed(realm: Realm,
     finally:
         raw.close()
         server.stop()
+
+
+def test_kerberos_over_tls_two_servers_and_the_pool_writes_to_both(
+    realm: Realm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two TLS pacemakers sharing the service keytab: a supervisor's pool authenticates to
+    each, its pulse reaches both, and a plaintext client gets nothing."""
+    ca = TestCa(tmp_path)
+    issued = ca.issue("pacemaker", ip="127.0.0.1")
+    principals = realm.directory / "pacemaker.principals"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KRB5_CONFIG", str(realm.kdc.krb5_conf))
+        servers = [
+            PacemakerProcess(
+                tmp_path,
+                [
+                    "pacemaker.auth.method=kerberos",
+                    f"pacemaker.auth.file={principals}",
+                    f"pacemaker.kerberos.keytab={realm.directory / 'pacemaker.keytab'}",
+                    f"pacemaker.tls.cert={issued.cert}",
+                    f"pacemaker.tls.key={issued.key}",
+                ],
+            ).start()
+            for _ in range(2)
+        ]
+    as_user(monkeypatch, realm, tmp_path / "host1.cc", "supervisor/host1")
+    try:
+        settings = PacemakerClientSettings(
+            servers=tuple(s.address for s in servers),
+            auth_method=AuthMethod.KERBEROS,
+            tls=TlsSettings(ca=str(ca.cert)),
+            timeout_secs=10.0,
+        )
+
+        async def scenario() -> None:
+            async with PacemakerPool(settings) as pool:
+                assert await pool.send_pulse("/supervisors/host1/w", b"over tls", 1.0) == 2
+                read = await pool.get_pulse("/supervisors/host1/w")
+                assert read.answered == 2
+                assert read.value is not None and read.value.data == b"over tls"
+            plaintext = dataclasses.replace(settings, tls=None, timeout_secs=3.0)
+            with pytest.raises(PacemakerUnavailableError):
+                await PacemakerConnection(*servers[0].address, plaintext).open()
+
+        run(scenario())
+    finally:
+        for server in servers:
+            server.stop()
 
 
 # ------------------------------------------------------------------ the principals file
