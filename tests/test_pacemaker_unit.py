@@ -241,7 +241,7 @@ def test_a_client_takes_its_principal_line_from_the_credentials_file(tmp_path) -
     ("overrides", "error"),
     [
         (["pacemaker.host=0.0.0.0"], "is not loopback and pacemaker.auth.method is none"),
-        (["pacemaker.auth.method=kerberos"], "kerberos is not implemented yet"),
+        (["pacemaker.auth.method=kerberos"], "kerberos needs pacemaker.kerberos.keytab"),
         (["pacemaker.auth.method=digest"], "digest needs pacemaker.auth.file"),
     ],
 )

@@ -537,19 +537,43 @@ class StratusConfig(BaseModel):
         default="none",
         alias="pacemaker.auth.method",
         description="how pacemaker callers authenticate: `none` (loopback), `digest` "
-        "(challenge-response with the secrets of pacemaker.auth.file), `kerberos` (not yet)",
+        "(challenge-response with the secrets of pacemaker.auth.file), `kerberos` (GSSAPI: "
+        "tickets, pacemaker.kerberos.keytab, the principals of pacemaker.auth.file)",
     )
     pacemaker_auth_file: str | None = Field(
         default=None,
         alias="pacemaker.auth.file",
-        description="pacemaker credentials, one `<principal> nimbus|supervisor <secret>` a line, "
-        "mode 600: a server knows every principal; a client uses pacemaker.auth.principal's line",
+        description="pacemaker credentials, one `<principal> nimbus|supervisor <secret>` a line "
+        "(kerberos: `<principal>@<REALM> nimbus|supervisor`, no secret), mode 600: a server "
+        "knows every principal; a digest client uses pacemaker.auth.principal's line",
     )
     pacemaker_auth_principal: str | None = Field(
         default=None,
         alias="pacemaker.auth.principal",
         description="the principal a pacemaker client authenticates as (default: the only "
-        "line of pacemaker.auth.file)",
+        "line of pacemaker.auth.file; kerberos: the ticket's principal, e.g. "
+        "supervisor/<host>@<REALM>, default: that of the ticket cache or client keytab)",
+    )
+    pacemaker_auth_timeout_secs: float = Field(
+        default=10.0,
+        gt=0,
+        alias="pacemaker.auth.timeout.secs",
+        description="a pacemaker closes a connection that has not authenticated within this "
+        "long (digest and kerberos)",
+    )
+    pacemaker_kerberos_keytab: str | None = Field(
+        default=None,
+        alias="pacemaker.kerberos.keytab",
+        description="keytab holding a pacemaker's service principal keys (kerberos; mode 600); "
+        "required by the server",
+    )
+    pacemaker_kerberos_service_principal: str | None = Field(
+        default=None,
+        alias="pacemaker.kerberos.service.principal",
+        description="the pacemaker's Kerberos principal, `_HOST` standing for the server's "
+        "host: clients refuse a server that cannot prove it (default "
+        "`pacemaker/<host in pacemaker.servers>@<default realm>`); a server accepts only it "
+        "(default: any principal of pacemaker.kerberos.keytab)",
     )
     pacemaker_auth_insecure: bool = Field(
         default=False,

@@ -7,6 +7,9 @@ scripts and tests wait for; ``GET /metrics`` on the same port is Prometheus's::
     pacemaker: serving at 127.0.0.1:6699
     $ stratus pacemaker -c pacemaker.host=0.0.0.0 -c pacemaker.auth.method=digest \\
           -c pacemaker.auth.file=/etc/stratus/pacemaker.secrets
+    $ stratus pacemaker -c pacemaker.host=0.0.0.0 -c pacemaker.auth.method=kerberos \\
+          -c pacemaker.kerberos.keytab=/etc/stratus/pacemaker.keytab \\
+          -c pacemaker.auth.file=/etc/stratus/pacemaker.principals
 """
 
 from __future__ import annotations
@@ -24,7 +27,14 @@ from stratus.config import StratusConfig
 from stratus.logs import configure_daemon_logging
 from stratus.pacemaker.auth import AuthMethod, Secret, load_secrets
 from stratus.pacemaker.client import parse_servers
-from stratus.pacemaker.errors import PacemakerAuthFileError
+from stratus.pacemaker.errors import PacemakerAuthFileError, PacemakerConfigError
+from stratus.pacemaker.kerberos import (
+    KerberosClientSettings,
+    KerberosServerSettings,
+    KerberosService,
+    load_kerberos_principals,
+    server_principal,
+)
 from stratus.pacemaker.server import PacemakerServer
 from stratus.pacemaker.settings import PacemakerClientSettings, PacemakerServerSettings
 from stratus.pacemaker.store import StoreLimits
@@ -51,7 +61,8 @@ def pacemaker(*, conf: StratusConfig, host: str | None, port: int | None) -> Non
     if port is not None:
         settings = _replace(settings, port=port)
     secrets = _server_secrets(settings)
-    asyncio.run(_serve(PacemakerServer(settings, secrets=secrets)))
+    kerberos = _server_kerberos(settings)
+    asyncio.run(_serve(PacemakerServer(settings, secrets=secrets, kerberos=kerberos)))
 
 
 async def _serve(server: PacemakerServer) -> None:
@@ -73,6 +84,8 @@ def pacemaker_server_settings(conf: StratusConfig) -> PacemakerServerSettings:
         auth_method=AuthMethod(conf.pacemaker_auth_method),
         auth_file=conf.pacemaker_auth_file,
         auth_insecure=conf.pacemaker_auth_insecure,
+        auth_timeout_secs=conf.pacemaker_auth_timeout_secs,
+        kerberos=_server_kerberos_settings(conf),
         limits=StoreLimits(
             max_entries=conf.pacemaker_max_entries,
             max_bytes=conf.pacemaker_max_bytes,
@@ -99,6 +112,9 @@ def pacemaker_client_settings(conf: StratusConfig) -> PacemakerClientSettings:
         auth_method=method,
         principal=principal,
         secret=secret,
+        kerberos=KerberosClientSettings(
+            conf.pacemaker_kerberos_service_principal, conf.pacemaker_auth_principal
+        ),
         max_frame_bytes=conf.pacemaker_max_frame_bytes,
         timeout_secs=conf.pacemaker_client_timeout_secs,
         tls=_tls(conf),
@@ -125,6 +141,25 @@ def _server_secrets(settings: PacemakerServerSettings) -> dict[str, Secret] | No
     if settings.auth_method is AuthMethod.DIGEST and settings.auth_file:
         return load_secrets(Path(settings.auth_file))
     return None
+
+
+def _server_kerberos_settings(conf: StratusConfig) -> KerberosServerSettings | None:
+    if conf.pacemaker_kerberos_keytab is None:
+        return None
+    principal = server_principal(conf.pacemaker_kerberos_service_principal, conf.pacemaker_host)
+    return KerberosServerSettings(conf.pacemaker_kerberos_keytab, principal)
+
+
+def _server_kerberos(settings: PacemakerServerSettings) -> KerberosService | None:
+    """The keytab's acceptor credentials and the principals file (kerberos only)."""
+    if settings.auth_method is not AuthMethod.KERBEROS:
+        return None
+    if settings.kerberos is None or not settings.auth_file:
+        raise PacemakerConfigError(
+            "pacemaker.auth.method kerberos needs pacemaker.kerberos.keytab (the service "
+            "principal's keys) and pacemaker.auth.file (the principals allowed in)"
+        )
+    return KerberosService(settings.kerberos, load_kerberos_principals(Path(settings.auth_file)))
 
 
 def _tls(conf: StratusConfig) -> TlsSettings | None:

@@ -17,6 +17,8 @@ random nonce, and the client proves it knows the secret with
 ``HMAC-SHA256(secret, "stratus-pacemaker-digest-v1" | nonce | principal)``, which the server
 compares in constant time. A nonce serves one connection; a proof cannot be replayed on
 another. With ``none``, every caller is an anonymous nimbus (loopback and tests only).
+With ``kerberos`` the file lists principals without secrets (``kerberos.py``), and a
+supervisor's subtree is named by its principal's host (``Principal.subtree``).
 """
 
 from __future__ import annotations
@@ -55,10 +57,11 @@ class PacemakerRole(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Principal:
-    """An authenticated caller."""
+    """An authenticated caller; a supervisor writes ``/supervisors/<subtree>``."""
 
     name: str
     role: PacemakerRole
+    subtree: str | None = None  # None: the name (digest); Kerberos: the principal's host
 
 
 ANONYMOUS = Principal("anonymous", PacemakerRole.NIMBUS)  # auth method none
@@ -107,7 +110,7 @@ def own_subtree(principal_name: str) -> str:
 
 def _in_own_subtree(principal: Principal, path: str) -> bool:
     parts = split_path(path)
-    own = (*SUPERVISORS_ROOT, principal.name)
+    own = (*SUPERVISORS_ROOT, principal.subtree or principal.name)
     return parts[: len(own)] == own
 
 

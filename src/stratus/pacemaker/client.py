@@ -31,6 +31,7 @@ from stratus.pacemaker.errors import (
     PacemakerRequestError,
     PacemakerUnavailableError,
 )
+from stratus.pacemaker.kerberos import kerberos_handshake
 from stratus.pacemaker.protocol import FrameDecoder, Op, encode_frame
 from stratus.pacemaker.settings import PacemakerClientSettings
 from stratus.pacemaker.store import Pulse
@@ -78,6 +79,8 @@ class PacemakerConnection:
                 raise PacemakerError("digest needs pacemaker.auth.principal and its secret")
             proof = digest_proof(self.settings.secret, hello["nonce"], self.settings.principal)
             await self.request(Op.AUTHENTICATE, principal=self.settings.principal, proof=proof)
+        elif self.settings.auth_method is AuthMethod.KERBEROS:
+            await kerberos_handshake(self.request, self.host, hello, self.settings.kerberos)
 
     async def close(self) -> None:
         """Close the socket and fail every pending request."""

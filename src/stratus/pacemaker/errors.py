@@ -25,6 +25,11 @@ class NotAuthorizedError(PacemakerError):
     """The caller is not authenticated, or its role does not allow this operation on this path."""
 
 
+class KerberosHandshakeError(PacemakerError):
+    """A Kerberos handshake failed: no ticket, a refused token, an unknown principal, or a
+    server that did not prove it holds the expected service principal's key."""
+
+
 class PacemakerRequestError(PacemakerError):
     """A server answered a request with an error (its code is ``code``)."""
 
@@ -39,6 +44,10 @@ class PacemakerUnavailableError(PacemakerError):
 
 class PacemakerConfigError(ConfigError):
     """The server's settings cannot work together (checked once, at start)."""
+
+
+class KerberosUnavailableError(ConfigError):
+    """pacemaker.auth.method is kerberos but the gssapi package is not installed."""
 
 
 class PacemakerAuthFileError(ConfigError):

@@ -36,13 +36,16 @@ from stratus.pacemaker.auth import (
     check_proof,
     may_read,
     may_write,
+    own_subtree,
 )
 from stratus.pacemaker.errors import (
     FrameError,
+    KerberosHandshakeError,
     PacemakerConfigError,
     PathError,
     StoreFullError,
 )
+from stratus.pacemaker.kerberos import KerberosAcceptor, KerberosService
 from stratus.pacemaker.metrics import CONTENT_TYPE_LATEST, PacemakerMetrics
 from stratus.pacemaker.protocol import (
     HEADER_BYTES,
@@ -70,6 +73,7 @@ MAX_EVICTION_PERIOD_SECS = 1.0
 class _Connection:
     nonce: bytes
     principal: Principal | None
+    kerberos: KerberosAcceptor | None = None  # the handshake in progress (kerberos)
 
 
 class _RefusalError(Exception):
@@ -89,11 +93,13 @@ class PacemakerServer:
         settings: PacemakerServerSettings,
         *,
         secrets: dict[str, Secret] | None = None,
+        kerberos: KerberosService | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        check_server_settings(settings, secrets)
+        check_server_settings(settings, secrets, kerberos)
         self.settings = settings
         self._secrets = secrets or {}
+        self._kerberos = kerberos
         self._clock = clock
         self.store = PulseStore(settings.limits, clock=clock)
         self._started = clock()
@@ -172,6 +178,7 @@ class PacemakerServer:
         idle = self.settings.idle_timeout_secs
         principal = ANONYMOUS if self.settings.auth_method is AuthMethod.NONE else None
         conn = _Connection(_random.token_bytes(NONCE_BYTES), principal)
+        auth_deadline = self._clock() + self.settings.auth_timeout_secs
         first = await asyncio.wait_for(reader.readexactly(HEADER_BYTES), idle)
         if first == HTTP_PREFIX:
             await self._serve_http(reader, writer)
@@ -199,7 +206,8 @@ class PacemakerServer:
                     await writer.drain()  # a client that does not read is not answered faster
             if closing:
                 break
-            chunk = await asyncio.wait_for(reader.read(READ_CHUNK_BYTES), idle)
+            wait = idle if conn.principal is not None else min(idle, auth_deadline - self._clock())
+            chunk = await asyncio.wait_for(reader.read(READ_CHUNK_BYTES), max(0.0, wait))
             if not chunk:
                 return  # closed by the client (a frame cut short is dropped with it)
         await writer.drain()
@@ -325,6 +333,8 @@ class PacemakerServer:
         method = self.settings.auth_method
         if method is AuthMethod.NONE:
             return {"principal": ANONYMOUS.name, "role": ANONYMOUS.role.value}
+        if method is AuthMethod.KERBEROS:
+            return self._kerberos_step(message, conn)
         name, proof = message.get("principal"), message.get("proof")
         if not isinstance(name, str) or not isinstance(proof, bytes):
             raise _RefusalError(ErrorCode.MALFORMED, "authenticate needs principal and proof")
@@ -336,6 +346,30 @@ class PacemakerServer:
             )
         conn.principal = principal
         return {"principal": principal.name, "role": principal.role.value}
+
+    def _kerberos_step(self, message: dict[str, Any], conn: _Connection) -> dict[str, Any]:
+        """One GSSAPI token in, one out; a refusal closes the connection."""
+        assert self._kerberos is not None
+        if conn.principal is not None:
+            raise _RefusalError(ErrorCode.MALFORMED, "this connection is authenticated already")
+        if conn.kerberos is None:
+            conn.kerberos = self._kerberos.acceptor(conn.nonce)
+        try:
+            token, principal = conn.kerberos.step(message.get("token"))
+        except KerberosHandshakeError as exc:
+            log.warning("event=auth_failed method=kerberos reason=%s", exc)
+            raise _RefusalError(ErrorCode.AUTH_FAILED, str(exc), close=True) from None
+        if principal is None:
+            return {"token": token, "complete": False}
+        conn.principal, conn.kerberos = principal, None
+        log.info("event=authenticated method=kerberos principal=%s", principal.name)
+        return {
+            "token": token,
+            "complete": True,
+            "principal": principal.name,
+            "role": principal.role.value,
+            "subtree": own_subtree(principal.subtree or principal.name),
+        }
 
     # --- HTTP ---------------------------------------------------------------------------
     async def _serve_http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -363,15 +397,19 @@ def _error(request_id: int, code: ErrorCode, message: str) -> dict[str, Any]:
 
 
 def check_server_settings(
-    settings: PacemakerServerSettings, secrets: dict[str, Secret] | None
+    settings: PacemakerServerSettings,
+    secrets: dict[str, Secret] | None,
+    kerberos: KerberosService | None = None,
 ) -> None:
     """PacemakerConfigError for settings that cannot work (checked once, at start)."""
     method = settings.auth_method
-    if method is AuthMethod.KERBEROS:
+    if method is AuthMethod.KERBEROS and kerberos is None:
         raise PacemakerConfigError(
-            "pacemaker.auth.method kerberos is not implemented yet: use digest (with "
-            "pacemaker.auth.file) or none on loopback"
+            "pacemaker.auth.method kerberos needs pacemaker.kerberos.keytab (the service "
+            "principal's keys) and pacemaker.auth.file (the principals allowed in)"
         )
+    if settings.auth_timeout_secs <= 0:
+        raise PacemakerConfigError("pacemaker.auth.timeout.secs must be above 0")
     if method is AuthMethod.DIGEST and not secrets:
         raise PacemakerConfigError("pacemaker.auth.method digest needs pacemaker.auth.file")
     if method is AuthMethod.NONE and not settings.auth_insecure and not _loopback(settings.host):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from stratus.pacemaker.auth import AuthMethod
+from stratus.pacemaker.kerberos import KerberosClientSettings, KerberosServerSettings
 from stratus.pacemaker.store import StoreLimits
 from stratus.security.tls import TlsSettings
 
@@ -20,6 +21,8 @@ class PacemakerServerSettings:
     auth_method: AuthMethod = AuthMethod.NONE
     auth_file: str | None = None  # the credentials file (digest)
     auth_insecure: bool = False  # `none` on a non-loopback address
+    auth_timeout_secs: float = 10.0  # a connection not authenticated by then is closed
+    kerberos: KerberosServerSettings | None = None  # the keytab (kerberos)
     limits: StoreLimits = field(
         default_factory=lambda: StoreLimits(max_entries=200_000, max_bytes=256 << 20, ttl_secs=60)
     )
@@ -37,6 +40,7 @@ class PacemakerClientSettings:
     auth_method: AuthMethod = AuthMethod.NONE
     principal: str | None = None
     secret: bytes | None = None
+    kerberos: KerberosClientSettings = field(default_factory=KerberosClientSettings)
     max_frame_bytes: int = 1 << 20
     timeout_secs: float = 5.0
     tls: TlsSettings | None = None
