@@ -29,6 +29,7 @@ _LIST_KEYS = frozenset(  # `-c key=a,b` splits at commas
     {
         "zookeeper.servers",
         "nimbus.seeds",
+        "pacemaker.servers",
         "pipeline.checkpoint.schemes",
         "pipeline.spark.masters",
         "supervisor.worker.env",
