@@ -5,6 +5,7 @@ is submitted; the supervisor's own heartbeat proves where heartbeats go."""
 from __future__ import annotations
 
 import io
+from functools import partial
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -29,6 +30,10 @@ def pulses_on(address: str) -> dict[str, bytes]:
         pool.close()
 
 
+def has_supervisor_beat(address: str) -> bool:
+    return "/supervisors/supervisor-1" in pulses_on(address)
+
+
 def test_the_local_cluster_runs_two_pacemakers_and_sends_them_every_heartbeat(
     tmp_path: Path,
 ) -> None:
@@ -38,11 +43,11 @@ def test_the_local_cluster_runs_two_pacemakers_and_sends_them_every_heartbeat(
         cluster.start()
         assert len(cluster.pacemakers) == 2
         assert all(pacemaker.is_running() for pacemaker in cluster.pacemakers)
-        for pacemaker in cluster.pacemakers:
+        for address in (pacemaker.address for pacemaker in cluster.pacemakers):
             wait_until(
-                lambda a=pacemaker.address: "/supervisors/supervisor-1" in pulses_on(a),
+                partial(has_supervisor_beat, address),
                 30,
-                f"supervisor-1's heartbeat on the pacemaker {pacemaker.address}",
+                f"supervisor-1's heartbeat on the pacemaker {address}",
             )
         with kazoo_client(cluster.zookeeper.connect_string) as client:
             heartbeats = ClusterPaths("/stratus").heartbeats
