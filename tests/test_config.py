@@ -205,3 +205,10 @@ def test_a_daemon_refuses_to_start_with_pulses_shorter_than_a_timeout() -> None:
     assert (
         "pacemaker.pulse.ttl.secs (60) must exceed nimbus.task.timeout.secs (90)" in result.output
     )
+
+
+def test_a_hung_pacemaker_is_given_up_before_a_supervisor_fences_itself() -> None:
+    pacemaker = {"cluster.state.store": "pacemaker", "supervisor.fence.timeout.secs": 2}
+    with pytest.raises(ConfigError, match=r"pacemaker.client.timeout.secs \(5\) must be less"):
+        config_from_mapping(pacemaker)
+    assert config_from_mapping({**pacemaker, "pacemaker.client.timeout.secs": 1})

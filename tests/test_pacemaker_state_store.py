@@ -10,6 +10,7 @@ removals do what the ZooKeeper store does.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import threading
@@ -30,6 +31,7 @@ from stratus.state.errors import StateStoreUnavailableError
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.pacemaker_store import PacemakerStateStore, from_pacemaker, to_pacemaker
 from tests.pacemaker_process import PacemakerProcess
+from tests.zkfixtures import wait_until
 
 NIMBUS_SECRET = "n" * 32
 S1_SECRET = "a" * 32
@@ -246,3 +248,34 @@ def test_every_pacemaker_down_is_an_unavailable_store(logs: Path) -> None:
         board.read()
     with pytest.raises(StateStoreUnavailableError, match="pacemaker"):
         board.put_round(supervisor("s1"), [])
+
+
+def test_a_pacemaker_that_hangs_holds_up_no_call_that_another_answers(pair) -> None:
+    first, _ = pair
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]  # closed now: refused at once
+    settings = PacemakerClientSettings(
+        servers=(first.address, ("127.0.0.1", port)), timeout_secs=60.0
+    )
+    pool = BlockingPacemakerPool(settings, call_timeout_secs=2.0)
+    accepted: list[socket.socket] = []
+    try:
+        assert pool.send_pulses([("/hung/p", b"x", 1.0)]) == 1
+        with socket.create_server(("127.0.0.1", port)) as hung:  # accepts, never answers
+            hung.settimeout(0.05)
+
+            def reconnecting() -> bool:
+                # every call succeeds, the one that starts the attempt on the hung server too
+                assert pool.send_pulses([("/hung/p", b"x", 1.0)]) == 1
+                with contextlib.suppress(TimeoutError):
+                    accepted.append(hung.accept()[0])
+                return bool(accepted)
+
+            wait_until(reconnecting, 30, "an attempt to reconnect to the hung server")
+            for _ in range(3):
+                assert pool.send_pulses([("/hung/p", b"x", 1.0)]) == 1
+        pool.delete_path("/hung")
+    finally:
+        pool.close()
+        for connection in accepted:
+            connection.close()

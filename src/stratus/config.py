@@ -795,9 +795,18 @@ class StratusConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _pulses_outlive_the_leader_timeouts(self) -> StratusConfig:
+    def _pacemaker_store_fits_the_timeouts(self) -> StratusConfig:
         if self.cluster_state_store == "pacemaker":
             self.check_pulse_ttl()
+            bound = min(self.zookeeper_session_timeout_secs, self.supervisor_fence_timeout_secs)
+            if self.pacemaker_client_timeout_secs >= bound:
+                raise ValueError(
+                    f"pacemaker.client.timeout.secs ({self.pacemaker_client_timeout_secs:g}) "
+                    "must be less than supervisor.fence.timeout.secs and "
+                    f"zookeeper.session.timeout.secs (the shorter is {bound:g}): a pacemaker "
+                    "that hangs must be given up while the others still take a supervisor's "
+                    "heartbeats, before the supervisor fences itself"
+                )
         return self
 
     def check_pulse_ttl(self) -> None:

@@ -65,6 +65,7 @@ def pacemaker_options(addresses: list[str]) -> list[str]:
         "-c", "cluster.state.store=pacemaker",
         "-c", f"pacemaker.servers={','.join(addresses)}",
         "-c", f"pacemaker.pulse.ttl.secs={PULSE_TTL_SECS}",
+        "-c", "pacemaker.client.timeout.secs=1",  # below the fence timeout (2 s)
     ]  # fmt: skip
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import time
 from collections.abc import Awaitable, Callable
@@ -189,6 +190,7 @@ class PacemakerPool:
         self._clock = clock
         self._connections: dict[tuple[str, int], PacemakerConnection] = {}
         self._next_try: dict[tuple[str, int], float] = {}
+        self._opening: dict[tuple[str, int], asyncio.Task[None]] = {}
 
     async def __aenter__(self) -> PacemakerPool:
         await self._live()
@@ -200,7 +202,10 @@ class PacemakerPool:
         await self.close()
 
     async def close(self) -> None:
-        """Close every connection."""
+        """Close every connection, and stop the attempts under way."""
+        for task in list(self._opening.values()):
+            task.cancel()
+        await asyncio.gather(*self._opening.values(), return_exceptions=True)
         for connection in self._connections.values():
             await connection.close()
         self._connections.clear()
@@ -264,19 +269,36 @@ class PacemakerPool:
 
     # --- the servers --------------------------------------------------------------------
     async def _live(self) -> list[PacemakerConnection]:
-        """The open connections, after one reconnect attempt to each due server."""
+        """The open connections. Each due server (down, and not tried for RECONNECT_SECS) is
+        reconnected in the background; a call waits for those attempts only while no server
+        is connected (a new pool, or every server down), so a server that hangs holds up no
+        call that another server answers."""
         now = self._clock()
-        attempts: list[Awaitable[None]] = []
         for address in self.settings.servers:
             connection = self._connections.get(address)
             if connection is not None and not connection.closed:
                 continue
-            if self._next_try.get(address, 0.0) > now:
+            if self._next_try.get(address, 0.0) > now or address in self._opening:
                 continue
-            attempts.append(self._connect(address))
-        if attempts:
-            await asyncio.gather(*attempts)
+            task = asyncio.create_task(self._connect(address))
+            self._opening[address] = task
+            task.add_done_callback(functools.partial(self._opened, address))
+        attempts = list(self._opening.values())
+        if attempts and not self._open():
+            await asyncio.wait(attempts)
+            for task in attempts:
+                if not task.cancelled():
+                    task.result()  # refused credentials: raised to the caller
+        return self._open()
+
+    def _open(self) -> list[PacemakerConnection]:
         return [c for c in self._connections.values() if not c.closed]
+
+    def _opened(self, address: tuple[str, int], task: asyncio.Task[None]) -> None:
+        """A connection attempt ended; its error is the awaiting call's, or dropped here."""
+        self._opening.pop(address, None)
+        if not task.cancelled():
+            task.exception()  # retrieved: a background attempt has nobody else to raise to
 
     async def _connect(self, address: tuple[str, int]) -> None:
         old = self._connections.pop(address, None)
@@ -289,9 +311,10 @@ class PacemakerPool:
             await connection.close()
             self._next_try[address] = self._clock() + RECONNECT_SECS
             return
-        except PacemakerError:
+        except BaseException:
             await connection.close()
-            raise  # refused credentials: retrying will not help
+            self._next_try[address] = self._clock() + RECONNECT_SECS
+            raise  # refused credentials (retrying at once will not help), or cancelled
         self._connections[address] = connection
 
     async def _on_all(
