@@ -11,6 +11,7 @@ removals do what the ZooKeeper store does.
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import socket
 import threading
@@ -279,3 +280,25 @@ def test_a_pacemaker_that_hangs_holds_up_no_call_that_another_answers(pair) -> N
         pool.close()
         for connection in accepted:
             connection.close()
+
+
+def test_a_pacemaker_whose_pulses_die_before_the_leader_judges_them_is_reported(
+    logs: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    short = PacemakerProcess(logs, ["pacemaker.pulse.ttl.secs=5"]).start()
+    try:
+        for least, reported in ((30.0, True), (4.0, False)):
+            caplog.clear()
+            settings = client_settings(short, min_pulse_ttl_secs=least)
+            pool = BlockingPacemakerPool(settings, call_timeout_secs=10.0)
+            try:
+                with caplog.at_level(logging.ERROR, logger="stratus.pacemaker.client"):
+                    pool.get_pulse("/anything")
+            finally:
+                pool.close()
+            found = [r.getMessage() for r in caplog.records if "ttl_too_short" in r.getMessage()]
+            assert bool(found) is reported
+            if reported:
+                assert f"server=127.0.0.1:{short.port} pulse_ttl_secs=5" in found[0]
+    finally:
+        short.stop()

@@ -146,7 +146,8 @@ def pacemaker_client_settings(
 ) -> PacemakerClientSettings:
     """``pacemaker.*`` as a client's settings; with digest, the secret of
     ``pacemaker.auth.principal`` read from ``pacemaker.auth.file`` (else the line of
-    ``default_principal``, else the file's only line)."""
+    ``default_principal``, else the file's only line). A server whose TTL is not above both
+    leader timeouts is reported when the client connects to it."""
     method = AuthMethod(conf.pacemaker_auth_method)
     principal, secret = None, None
     if method is AuthMethod.DIGEST:
@@ -163,6 +164,7 @@ def pacemaker_client_settings(
         max_frame_bytes=conf.pacemaker_max_frame_bytes,
         timeout_secs=conf.pacemaker_client_timeout_secs,
         tls=pacemaker_tls(conf),
+        min_pulse_ttl_secs=max(conf.nimbus_supervisor_timeout_secs, conf.nimbus_task_timeout_secs),
     )
 
 

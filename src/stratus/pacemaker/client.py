@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import functools
 import itertools
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ from stratus.pacemaker.errors import (
 from stratus.pacemaker.protocol import FrameDecoder, Op, encode_frame
 from stratus.pacemaker.settings import PacemakerClientSettings
 from stratus.pacemaker.store import Pulse
+
+log = logging.getLogger(__name__)
 
 RECONNECT_SECS = 1.0
 DRAIN_ABOVE_BYTES = 256 << 10
@@ -74,11 +77,26 @@ class PacemakerConnection:
             ) from None
         self._reader_task = asyncio.create_task(self._read_answers(reader))
         hello = await self.request(Op.HELLO)
+        self._check_ttl(hello.get("ttl"))
         if self.settings.auth_method is AuthMethod.DIGEST:
             if not self.settings.principal or self.settings.secret is None:
                 raise PacemakerError("digest needs pacemaker.auth.principal and its secret")
             proof = digest_proof(self.settings.secret, hello["nonce"], self.settings.principal)
             await self.request(Op.AUTHENTICATE, principal=self.settings.principal, proof=proof)
+
+    def _check_ttl(self, ttl: object) -> None:
+        """Report, loudly, a server whose pulses die before the leader would judge them."""
+        least = self.settings.min_pulse_ttl_secs
+        if least is not None and isinstance(ttl, int | float) and ttl <= least:
+            log.error(
+                "event=pacemaker_ttl_too_short server=%s:%d pulse_ttl_secs=%g "
+                "leader_timeout_secs=%g action=raise pacemaker.pulse.ttl.secs on that pacemaker "
+                "above the leader's timeouts, or an evicted pulse will look like a dead writer",
+                self.host,
+                self.port,
+                ttl,
+                least,
+            )
 
     async def close(self) -> None:
         """Close the socket and fail every pending request."""
