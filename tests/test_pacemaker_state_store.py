@@ -134,9 +134,9 @@ def test_the_blocking_pool_serves_several_threads_and_closes(pair) -> None:
     assert len(pool.get_all_pulses_for_path("/threads").value) == 80
     pool.delete_path("/threads")
 
-    loop_thread = pool._thread
+    assert pool.running
     pool.close()
-    assert not loop_thread.is_alive()
+    assert not pool.running
     with pytest.raises(PacemakerUnavailableError, match="closed"):
         pool.get_pulse("/threads/t0/p0")
 

@@ -75,6 +75,11 @@ class BlockingPacemakerPool:
         return self._call("get_all_nodes_for_path", lambda: self._pool.get_all_nodes_for_path(path))
 
     # --- life ---------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        """Whether the event loop's thread still runs (until ``close()``)."""
+        return self._thread.is_alive()
+
     def close(self) -> None:
         """Close every connection, stop the loop, join its thread; later calls fail at once."""
         if self._closed.is_set():
