@@ -134,9 +134,9 @@ def test_the_blocking_pool_serves_several_threads_and_closes(pair) -> None:
     assert len(pool.get_all_pulses_for_path("/threads").value) == 80
     pool.delete_path("/threads")
 
-    assert pool.running
+    assert pool.is_running()
     pool.close()
-    assert not pool.running
+    assert not pool.is_running()
     with pytest.raises(PacemakerUnavailableError, match="closed"):
         pool.get_pulse("/threads/t0/p0")
 

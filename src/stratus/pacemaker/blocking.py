@@ -75,8 +75,7 @@ class BlockingPacemakerPool:
         return self._call("get_all_nodes_for_path", lambda: self._pool.get_all_nodes_for_path(path))
 
     # --- life ---------------------------------------------------------------------------
-    @property
-    def running(self) -> bool:
+    def is_running(self) -> bool:
         """Whether the event loop's thread still runs (until ``close()``)."""
         return self._thread.is_alive()
 
