@@ -10,6 +10,7 @@ counted, and the stretch without heartbeats is not counted as silence once they 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from stratus.nimbus.scheduler import Plan
 from stratus.nimbus.settings import SchedulingSettings
 from stratus.pacemaker.blocking import BlockingPacemakerPool
 from stratus.pacemaker.settings import PacemakerClientSettings
+from stratus.state.errors import StateStoreUnavailableError
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.pacemaker_store import PacemakerStateStore
 from stratus.zk.paths import ClusterPaths
@@ -38,7 +40,7 @@ from tests.zkfixtures import wait_until
 PATHS = ClusterPaths("/stratus")
 SETTINGS = SchedulingSettings(supervisor_timeout_secs=10, task_timeout_secs=30)
 ONE_COPY = ReplicationPolicy(required=1, wait_secs=60)
-WARM_UP_SECS = 3  # the pacemaker's TTL: its warm-up, in real seconds
+WARM_UP_SECS = 10  # the pacemaker's TTL: its warm-up, in real seconds (room for a slow machine)
 
 
 class FakeClock:
@@ -107,7 +109,6 @@ def leader(zk_hosts: str, tmp_path: Path) -> Iterator[Leader]:
     coordinator = Coordinator.standalone(zk_hosts, session_timeout=4.0).start()
     made = Leader(coordinator, pacemaker)
     try:
-        wait_until(lambda: made.board.read().complete, 30, "the first warm-up to end")
         made.ops.submit(
             made.term, "etl", {}, "r-etl", StoredPackage("d" * 64, 10), replication=ONE_COPY
         )
@@ -126,9 +127,20 @@ def other(sid: str) -> str:
     return "s2" if sid == "s1" else "s1"
 
 
-def restart_empty(pacemaker: PacemakerProcess) -> None:
-    pacemaker.kill()
-    pacemaker.start()  # same port, nothing in it: warming up
+def restart_empty(leader: Leader, alive: str) -> None:
+    """Kill the pacemaker, start it again on the same port, empty (warming up), and wait for
+    ``alive``'s first period written to it (the pool reconnects on its own)."""
+    leader.pacemaker.kill()
+    leader.pacemaker.start()
+    wait_until(partial(written, leader, alive), 30, f"{alive}'s heartbeats to be written again")
+
+
+def written(leader: Leader, sid: str) -> bool:
+    try:
+        leader.beat(sid)
+    except StateStoreUnavailableError:  # the connection to the killed server, found dead
+        return False
+    return True
 
 
 def test_a_heartbeat_missing_from_a_warming_pacemaker_is_unknown_until_the_warm_up_ends(
@@ -137,8 +149,7 @@ def test_a_heartbeat_missing_from_a_warming_pacemaker_is_unknown_until_the_warm_
     first = leader.table.read("etl")
     assert first is not None
     alive = other(first.supervisor)
-    restart_empty(leader.pacemaker)  # etl's supervisor never writes again; the other does
-    leader.beat(alive)
+    restart_empty(leader, alive)  # etl's supervisor never writes again; the other does
     assert leader.board.read().complete is False
 
     leader.clock.now += 3 * SETTINGS.supervisor_timeout_secs
@@ -148,7 +159,7 @@ def test_a_heartbeat_missing_from_a_warming_pacemaker_is_unknown_until_the_warm_
     assert plan.empty and leader.table.read("etl") == first  # unknown: nothing moves
     assert "warming" in leader.unknown
 
-    wait_until(lambda: leader.board.read().complete, 30, "the warm-up to end")
+    wait_until(lambda: leader.board.read().complete, 60, "the warm-up to end")
     leader.beat(alive)
     leader.round()
     assert leader.where("etl") == alive  # now known missing: its supervisor is dead
@@ -168,8 +179,8 @@ def test_every_pacemaker_down_moves_nothing_and_the_blind_stretch_is_not_silence
     assert leader.unknown == ["unavailable"]
 
     leader.pacemaker.start()  # back (empty) after the outage; etl's supervisor stays silent
-    wait_until(lambda: leader.board.read().complete, 30, "the warm-up to end")
-    leader.beat(alive)
+    wait_until(lambda: leader.board.read().complete, 60, "the warm-up to end")
+    wait_until(partial(written, leader, alive), 30, f"{alive}'s heartbeats to be written again")
     leader.round()
     assert leader.table.read("etl") == first  # silence restarts when the heartbeats return
 
