@@ -126,8 +126,10 @@ def pipeline_cluster(
     nimbuses: int = 1,
     supervisors: Sequence[str] = ("s1", "s2"),
     proxied: Sequence[str] = (),
+    extra: Sequence[str] = (),
 ) -> Iterator[PipelineCluster]:
-    options = cluster_options(tmp_path / "checkpoints")
+    """The cluster; ``extra`` options (``-c key=value`` pairs) for every daemon of it."""
+    options = [*cluster_options(tmp_path / "checkpoints"), *extra]
     with nimbus_cluster(zk_hosts, tmp_path, test_name, size=nimbuses, extra=options) as cluster:
         pipelines = PipelineCluster(cluster, zk_hosts, tmp_path)
         try:

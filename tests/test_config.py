@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from stratus.cli.main import main
 from stratus.config import (
     CONFIG_ENV_VAR,
     StratusConfig,
@@ -172,3 +174,41 @@ def test_a_configuration_is_immutable() -> None:
     conf = load_config(environ={})
     with pytest.raises(ValueError, match="frozen"):
         conf.zookeeper_root = "/changed"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("ttl", "key", "timeout"),
+    [(8, "nimbus.supervisor.timeout.secs", 10), (20, "nimbus.task.timeout.secs", 30)],
+)
+def test_pulses_must_outlive_the_leader_timeouts_with_the_pacemaker_store(
+    ttl: float, key: str, timeout: float
+) -> None:
+    pacemaker = {"cluster.state.store": "pacemaker", "pacemaker.pulse.ttl.secs": ttl}
+    with pytest.raises(ConfigError, match=rf"pacemaker.pulse.ttl.secs \({ttl}\) must exceed {key}"):
+        config_from_mapping(pacemaker)
+    assert config_from_mapping(
+        {**pacemaker, "pacemaker.pulse.ttl.secs": 31}
+    ).pacemaker_pulse_ttl_secs
+    assert config_from_mapping({"pacemaker.pulse.ttl.secs": ttl})  # heartbeats in ZooKeeper
+
+
+def test_a_daemon_refuses_to_start_with_pulses_shorter_than_a_timeout() -> None:
+    args = [
+        "supervisor",
+        "-c",
+        "cluster.state.store=pacemaker",
+        "-c",
+        "nimbus.task.timeout.secs=90",
+    ]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code != 0
+    assert (
+        "pacemaker.pulse.ttl.secs (60) must exceed nimbus.task.timeout.secs (90)" in result.output
+    )
+
+
+def test_a_hung_pacemaker_is_given_up_before_a_supervisor_fences_itself() -> None:
+    pacemaker = {"cluster.state.store": "pacemaker", "supervisor.fence.timeout.secs": 2}
+    with pytest.raises(ConfigError, match=r"pacemaker.client.timeout.secs \(5\) must be less"):
+        config_from_mapping(pacemaker)
+    assert config_from_mapping({**pacemaker, "pacemaker.client.timeout.secs": 1})

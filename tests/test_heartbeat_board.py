@@ -33,6 +33,8 @@ class ProtocolOnly:
 
     def __init__(self, store: ClusterStateStore) -> None:
         self.set = store.set
+        self.set_many = store.set_many
+        self.read_tree = store.read_tree
         self.get = store.get
         self.children = store.children
         self.children_data = store.children_data
@@ -147,3 +149,20 @@ def test_names_that_are_not_one_path_segment_are_refused(board: HeartbeatBoard, 
         board.remove_pipeline(name)
     with pytest.raises(ValueError, match="invalid heartbeat name"):
         board.put_supervisor(supervisor(name))
+
+
+def test_a_supervisor_period_written_at_once_reads_back_with_every_other(
+    board: HeartbeatBoard,
+) -> None:
+    board.put_round(supervisor("s1"), [worker("etl", "s1"), worker("web", "s1")])
+    board.put_round(supervisor("s1", time=2000.0), [worker("etl", "s1", time=2000.0)])
+    board.put_round(supervisor("s2"), [])
+
+    read = board.read()
+
+    assert read.complete is True  # ZooKeeper never misses a heartbeat
+    assert read.workers == {
+        "etl": {"s1": worker("etl", "s1", time=2000.0)},
+        "web": {"s1": worker("web", "s1")},
+    }
+    assert read.supervisors == {"s1": supervisor("s1", time=2000.0), "s2": supervisor("s2")}

@@ -22,7 +22,6 @@ import pytest
 from click.testing import CliRunner
 
 from stratus.cli.main import main
-from stratus.cli.pacemaker_command import pacemaker_client_settings, pacemaker_server_settings
 from stratus.config import load_config
 from stratus.pacemaker.auth import AuthMethod
 from stratus.pacemaker.client import PacemakerConnection, PacemakerPool
@@ -36,6 +35,7 @@ from stratus.pacemaker.kerberos import KerberosClientSettings, parse_kerberos_pr
 from stratus.pacemaker.protocol import Op
 from stratus.pacemaker.settings import PacemakerClientSettings
 from stratus.security.tls import TlsSettings
+from stratus.settings import pacemaker_client_settings, pacemaker_server_settings
 from tests.kdc import Kdc
 from tests.pacemaker_process import PacemakerProcess
 from tests.tls_certs import TestCa

@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stratus.cli.main import main
-from stratus.cli.pacemaker_command import pacemaker_client_settings
 from stratus.config import load_config
 from stratus.pacemaker.auth import (
     PacemakerRole,
@@ -33,6 +32,7 @@ from stratus.pacemaker.errors import (
 )
 from stratus.pacemaker.protocol import FrameDecoder, encode_frame
 from stratus.pacemaker.store import PulseStore, StoreLimits
+from stratus.settings import pacemaker_client_settings
 
 MAX_FRAME = 4096
 

@@ -404,5 +404,5 @@ def test_a_store_call_is_bounded_by_the_shorter_of_the_session_and_the_fence_tim
 
 
 def test_the_factory_refuses_a_store_it_does_not_know(client: Any) -> None:
-    with pytest.raises(ConfigError, match="'pacemaker' is not available; use one of: zookeeper"):
-        create_state_store(StateStoreSettings("pacemaker", 1.0), client, ClusterPaths("/s"))
+    with pytest.raises(ConfigError, match="'redis' is not available; use one of: pacemaker, zoo"):
+        create_state_store(StateStoreSettings("redis", 1.0), client, ClusterPaths("/s"))

@@ -29,6 +29,7 @@ _LIST_KEYS = frozenset(  # `-c key=a,b` splits at commas
     {
         "zookeeper.servers",
         "nimbus.seeds",
+        "pacemaker.servers",
         "pipeline.checkpoint.schemes",
         "pipeline.spark.masters",
         "supervisor.worker.env",
@@ -505,11 +506,12 @@ class StratusConfig(BaseModel):
         description="spark.master of the workers when the pipeline's conf sets none "
         "(`local[*]`, `spark://...`, `yarn`, `k8s://...`)",
     )
-    cluster_state_store: Literal["zookeeper"] = Field(
+    cluster_state_store: Literal["zookeeper", "pacemaker"] = Field(
         default="zookeeper",
         alias="cluster.state.store",
         description="where workers' and supervisors' heartbeats go: `zookeeper` "
-        "(under <zookeeper.root>/heartbeats)",
+        "(under <zookeeper.root>/heartbeats) or `pacemaker` (the servers of pacemaker.servers; "
+        "everything else stays in ZooKeeper)",
     )
     pacemaker_servers: list[str] = Field(
         default=["127.0.0.1"],
@@ -550,8 +552,9 @@ class StratusConfig(BaseModel):
     pacemaker_auth_principal: str | None = Field(
         default=None,
         alias="pacemaker.auth.principal",
-        description="the principal a pacemaker client authenticates as (default: the only "
-        "line of pacemaker.auth.file; kerberos: the ticket's principal, e.g. "
+        description="the principal a pacemaker client authenticates as (default: a "
+        "supervisor's supervisor.id when pacemaker.auth.file has its line, else the file's "
+        "only line; kerberos: the ticket's principal, e.g. "
         "supervisor/<host>@<REALM>, default: that of the ticket cache or client keytab)",
     )
     pacemaker_auth_timeout_secs: float = Field(
@@ -606,7 +609,8 @@ class StratusConfig(BaseModel):
         gt=0,
         alias="pacemaker.pulse.ttl.secs",
         description="a pulse not written for this long is evicted; a started pacemaker reports "
-        "warming up for this long (keep it above nimbus.task.timeout.secs)",
+        "warming up for this long; must exceed nimbus.supervisor.timeout.secs and "
+        "nimbus.task.timeout.secs (checked at start)",
     )
     pacemaker_max_connections: int = Field(
         default=1024,
@@ -893,6 +897,41 @@ class StratusConfig(BaseModel):
                 "a supervisor kills a silent worker before the leader moves its pipeline"
             )
         return self
+
+    @model_validator(mode="after")
+    def _pacemaker_store_fits_the_timeouts(self) -> StratusConfig:
+        if self.cluster_state_store == "pacemaker":
+            self.check_pulse_ttl()
+            bound = min(self.zookeeper_session_timeout_secs, self.supervisor_fence_timeout_secs)
+            if self.pacemaker_client_timeout_secs >= bound:
+                raise ValueError(
+                    f"pacemaker.client.timeout.secs ({self.pacemaker_client_timeout_secs:g}) "
+                    "must be less than supervisor.fence.timeout.secs and "
+                    f"zookeeper.session.timeout.secs (the shorter is {bound:g}): a pacemaker "
+                    "that hangs must be given up while the others still take a supervisor's "
+                    "heartbeats, before the supervisor fences itself"
+                )
+        return self
+
+    def check_pulse_ttl(self) -> None:
+        """``pacemaker.pulse.ttl.secs`` above both leader timeouts, else ``ValueError``.
+
+        A pulse evicted before the leader's timeout would read as a heartbeat gone, and the
+        warm-up of a restarted pacemaker (one TTL) would end before a dead supervisor is
+        judged. Checked at load when ``cluster.state.store`` is ``pacemaker``: every nimbus
+        and supervisor refuses to start otherwise.
+        """
+        ttl = self.pacemaker_pulse_ttl_secs
+        for key, timeout in (
+            ("nimbus.supervisor.timeout.secs", self.nimbus_supervisor_timeout_secs),
+            ("nimbus.task.timeout.secs", self.nimbus_task_timeout_secs),
+        ):
+            if ttl <= timeout:
+                raise ValueError(
+                    f"pacemaker.pulse.ttl.secs ({ttl:g}) must exceed {key} ({timeout:g}): "
+                    "a pulse must outlive the time after which the leader judges its writer "
+                    f"dead; raise pacemaker.pulse.ttl.secs above {timeout:g}"
+                )
 
     @model_validator(mode="after")
     def _checkpoint_root_scheme_allowed(self) -> StratusConfig:

@@ -22,6 +22,16 @@ from stratus.codedist.package_check import PackageLimits
 from stratus.codedist.transfer.fetch import FetchSettings
 from stratus.config import StratusConfig
 from stratus.errors import ConfigError
+from stratus.pacemaker.auth import AuthMethod, Secret, load_secrets
+from stratus.pacemaker.client import parse_servers
+from stratus.pacemaker.errors import PacemakerAuthFileError
+from stratus.pacemaker.kerberos import (
+    KerberosClientSettings,
+    KerberosServerSettings,
+    server_principal,
+)
+from stratus.pacemaker.settings import PacemakerClientSettings, PacemakerServerSettings
+from stratus.pacemaker.store import StoreLimits
 from stratus.security.access import AccessPolicy
 from stratus.security.client_auth import ClientAuth
 from stratus.security.tls import TlsSettings
@@ -99,14 +109,114 @@ def zk_server_tls(conf: StratusConfig) -> ServerTls | None:
     )
 
 
-def state_store_settings(conf: StratusConfig) -> StateStoreSettings:
+def state_store_settings(
+    conf: StratusConfig, *, principal: str | None = None
+) -> StateStoreSettings:
     """``cluster.state.store``; a call bounded by the shorter of ``zookeeper.session.timeout.secs``
-    and ``supervisor.fence.timeout.secs``."""
+    and ``supervisor.fence.timeout.secs``. With ``pacemaker``, the client settings of
+    ``pacemaker.*``, authenticating as ``principal`` unless pacemaker.auth.principal says
+    otherwise (a supervisor passes its id)."""
+    pacemaker = None
+    if conf.cluster_state_store == "pacemaker":
+        pacemaker = pacemaker_client_settings(conf, default_principal=principal)
     return StateStoreSettings(
         kind=conf.cluster_state_store,
         call_timeout_secs=min(
             conf.zookeeper_session_timeout_secs, conf.supervisor_fence_timeout_secs
         ),
+        pacemaker=pacemaker,
+    )
+
+
+def pacemaker_server_settings(conf: StratusConfig) -> PacemakerServerSettings:
+    """``pacemaker.*`` as a server's settings (``stratus pacemaker``)."""
+    return PacemakerServerSettings(
+        host=conf.pacemaker_host,
+        port=conf.pacemaker_port,
+        auth_method=AuthMethod(conf.pacemaker_auth_method),
+        auth_file=conf.pacemaker_auth_file,
+        auth_insecure=conf.pacemaker_auth_insecure,
+        auth_timeout_secs=conf.pacemaker_auth_timeout_secs,
+        kerberos=_server_kerberos_settings(conf),
+        limits=StoreLimits(
+            max_entries=conf.pacemaker_max_entries,
+            max_bytes=conf.pacemaker_max_bytes,
+            ttl_secs=conf.pacemaker_pulse_ttl_secs,
+        ),
+        max_frame_bytes=conf.pacemaker_max_frame_bytes,
+        max_connections=conf.pacemaker_max_connections,
+        idle_timeout_secs=conf.pacemaker_idle_timeout_secs,
+        tls=pacemaker_tls(conf),
+    )
+
+
+def _server_kerberos_settings(conf: StratusConfig) -> KerberosServerSettings | None:
+    if conf.pacemaker_kerberos_keytab is None:
+        return None
+    principal = server_principal(conf.pacemaker_kerberos_service_principal, conf.pacemaker_host)
+    return KerberosServerSettings(conf.pacemaker_kerberos_keytab, principal)
+
+
+def pacemaker_client_settings(
+    conf: StratusConfig, *, default_principal: str | None = None
+) -> PacemakerClientSettings:
+    """``pacemaker.*`` as a client's settings; with digest, the secret of
+    ``pacemaker.auth.principal`` read from ``pacemaker.auth.file`` (else the line of
+    ``default_principal``, else the file's only line). A server whose TTL is not above both
+    leader timeouts is reported when the client connects to it."""
+    method = AuthMethod(conf.pacemaker_auth_method)
+    principal, secret = None, None
+    if method is AuthMethod.DIGEST:
+        if not conf.pacemaker_auth_file:
+            raise PacemakerAuthFileError("pacemaker.auth.method digest needs pacemaker.auth.file")
+        secrets = load_secrets(Path(conf.pacemaker_auth_file))
+        chosen = _client_secret(secrets, conf, default_principal)
+        principal, secret = chosen.principal.name, chosen.secret
+    return PacemakerClientSettings(
+        servers=parse_servers(conf.pacemaker_servers, conf.pacemaker_port),
+        auth_method=method,
+        principal=principal,
+        secret=secret,
+        kerberos=KerberosClientSettings(
+            conf.pacemaker_kerberos_service_principal, conf.pacemaker_auth_principal
+        ),
+        max_frame_bytes=conf.pacemaker_max_frame_bytes,
+        timeout_secs=conf.pacemaker_client_timeout_secs,
+        tls=pacemaker_tls(conf),
+        min_pulse_ttl_secs=max(conf.nimbus_supervisor_timeout_secs, conf.nimbus_task_timeout_secs),
+    )
+
+
+def _client_secret(
+    secrets: dict[str, Secret], conf: StratusConfig, default_principal: str | None
+) -> Secret:
+    name = conf.pacemaker_auth_principal
+    if name is None and default_principal in secrets:
+        name = default_principal
+    if name is None:
+        if len(secrets) != 1:
+            raise PacemakerAuthFileError(
+                f"{conf.pacemaker_auth_file} lists {len(secrets)} principals: set "
+                "pacemaker.auth.principal to the one to use"
+            )
+        return next(iter(secrets.values()))
+    if name not in secrets:
+        raise PacemakerAuthFileError(
+            f"pacemaker.auth.principal {name!r} is not in {conf.pacemaker_auth_file}: add its "
+            "line, or set pacemaker.auth.principal to a principal the file holds"
+        )
+    return secrets[name]
+
+
+def pacemaker_tls(conf: StratusConfig) -> TlsSettings | None:
+    """``pacemaker.tls.*``: a server's certificate, the CA its clients verify it against."""
+    if not (conf.pacemaker_tls_cert or conf.pacemaker_tls_ca):
+        return None
+    return TlsSettings(
+        cert=conf.pacemaker_tls_cert,
+        key=conf.pacemaker_tls_key,
+        ca=conf.pacemaker_tls_ca,
+        require_client_cert=conf.pacemaker_tls_client_cert_required,
     )
 
 

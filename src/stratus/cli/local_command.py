@@ -42,18 +42,26 @@ def _stop_on_termination() -> None:
     is_flag=True,
     help="Kill the leader nimbus and a supervisor, show the recovery, print a summary, stop.",
 )
+@click.option(
+    "--state-store",
+    type=click.Choice(["zookeeper", "pacemaker"]),
+    default="zookeeper",
+    show_default=True,
+    help="Where heartbeats go: ZooKeeper, or two pacemakers started with the cluster.",
+)
 @with_config
-def local(scripted: bool, conf: StratusConfig) -> None:
+def local(scripted: bool, state_store: str, conf: StratusConfig) -> None:
     """Run a whole stratus cluster on this machine, with the examples on Spark."""
     del conf  # the local cluster's settings are its own (see stratus.local.cluster)
     console = Console()
-    console.rule("stratus local" + (" --demo" if scripted else ""))
+    title = "stratus local" + (" --demo" if scripted else "")
+    console.rule(title + (f" --state-store {state_store}" if state_store != "zookeeper" else ""))
     _stop_on_termination()
     fed = counted = 0
     interrupted = False
     with ExitStack() as stack:
         try:
-            demo = Demo(stack, console)
+            demo = Demo(stack, console, state_store=state_store)
             demo.submit_examples()
             print_cluster(console, demo.client.cluster())
             if scripted:

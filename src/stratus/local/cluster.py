@@ -1,11 +1,13 @@
 """A whole stratus cluster on this machine, as real processes: what ``stratus local`` runs.
 
 One ZooKeeper, three ``stratus nimbus`` and two ``stratus supervisor`` processes (by default),
-with short timeouts so that failures show in seconds; ``close()`` stops them all (SIGTERM,
-then SIGKILL), and the supervisors stop their workers. Ctrl-C cannot cut ``close()`` short:
-an interrupted stop would leave processes behind::
+with short timeouts so that failures show in seconds; with ``state_store="pacemaker"`` two
+``stratus pacemaker`` processes too, which carry every heartbeat. ``close()`` stops them all
+(SIGTERM, then SIGKILL), and the supervisors stop their workers. Ctrl-C cannot cut
+``close()`` short: an interrupted stop would leave processes behind::
 
     cluster = LocalCluster(workdir, console)             # or nimbuses=1 (bench/reassign.py)
+    cluster = LocalCluster(workdir, console, state_store="pacemaker")   # and two pacemakers
     cluster.start()
     cluster.seeds            # for a NimbusClient
     cluster.close()
@@ -21,7 +23,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from stratus.local.processes import NimbusProcess, SupervisorProcess, stop_all
+from stratus.local.processes import (
+    NimbusProcess,
+    PacemakerProcess,
+    SupervisorProcess,
+    stop_all,
+)
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import ZooKeeperServer
 
@@ -30,6 +37,9 @@ SUPERVISORS = 2
 SLOTS = 2
 SESSION_TIMEOUT_SECS = 3.0
 SUPERVISOR_TIMEOUT_SECS = 4.0
+TASK_TIMEOUT_SECS = 90.0
+PACEMAKERS = 2
+PULSE_TTL_SECS = 120.0  # above every leader timeout (checked at load), so also the warm-up
 
 
 def demo_options(zookeeper: str, checkpoints: Path) -> list[str]:
@@ -39,13 +49,23 @@ def demo_options(zookeeper: str, checkpoints: Path) -> list[str]:
         "-c", f"zookeeper.session.timeout.secs={SESSION_TIMEOUT_SECS}",
         "-c", f"nimbus.supervisor.timeout.secs={SUPERVISOR_TIMEOUT_SECS}",
         "-c", "nimbus.monitor.freq.secs=0.5",
-        "-c", "nimbus.task.timeout.secs=90",
+        "-c", f"nimbus.task.timeout.secs={TASK_TIMEOUT_SECS}",
         "-c", "supervisor.fence.timeout.secs=2",
         "-c", "supervisor.worker.stop.secs=1.5",
         "-c", "supervisor.worker.timeout.secs=60",
         "-c", "worker.heartbeat.frequency.secs=0.5",
         "-c", "pipeline.spark.master=local[1]",
         "-c", f"pipeline.checkpoint.root={checkpoints}",
+    ]  # fmt: skip
+
+
+def pacemaker_options(addresses: list[str]) -> list[str]:
+    """Heartbeats in the pacemakers at ``addresses``, pulses outliving the leader's timeouts."""
+    return [
+        "-c", "cluster.state.store=pacemaker",
+        "-c", f"pacemaker.servers={','.join(addresses)}",
+        "-c", f"pacemaker.pulse.ttl.secs={PULSE_TTL_SECS}",
+        "-c", "pacemaker.client.timeout.secs=1",  # below the fence timeout (2 s)
     ]  # fmt: skip
 
 
@@ -60,21 +80,26 @@ class LocalCluster:
         tick_time_ms: int = 200,
         nimbuses: int = NIMBUSES,
         supervisors: int = SUPERVISORS,
+        state_store: str = "zookeeper",
     ) -> None:
         self.console = console
         self.workdir = workdir
         self.counts = (nimbuses, supervisors)
+        self.state_store = state_store
         self.zookeeper = ZooKeeperServer(  # a throw-away directory: no fsync
             workdir / "zookeeper", port=0, tick_time_ms=tick_time_ms, force_sync=False
         )
         self.nimbuses: list[NimbusProcess] = []
         self.supervisors: list[SupervisorProcess] = []
+        self.pacemakers: list[PacemakerProcess] = []
 
     def start(self) -> None:
         with self.console.status("starting ZooKeeper"):
             self.zookeeper.start()
         self.console.print(f"ZooKeeper serving at [bold]{self.zookeeper.connect_string}[/]")
         options = demo_options(self.zookeeper.connect_string, self.workdir / "checkpoints")
+        if self.state_store == "pacemaker":
+            options += self._start_pacemakers()
         nimbuses, supervisors = self.counts
         self.nimbuses = [
             NimbusProcess(options, port=pick_free_port(), log_dir=self.workdir)
@@ -95,6 +120,21 @@ class LocalCluster:
         self.console.print(f"{supervisors} supervisors running: {ids} ({SLOTS} slots each)")
         self.console.print(f"logs: {self.workdir}")
 
+    def _start_pacemakers(self) -> list[str]:
+        """Start the pacemakers; the options that send every daemon's heartbeats to them."""
+        self.pacemakers = [
+            PacemakerProcess([], port=pick_free_port(), log_dir=self.workdir)
+            for _ in range(PACEMAKERS)
+        ]
+        with self.console.status(f"starting {PACEMAKERS} pacemakers"):
+            for pacemaker in self.pacemakers:
+                pacemaker.start()
+            for pacemaker in self.pacemakers:
+                pacemaker.wait_ready()
+        addresses = [pacemaker.address for pacemaker in self.pacemakers]
+        self.console.print(f"{PACEMAKERS} pacemakers serving: {', '.join(addresses)}")
+        return pacemaker_options(addresses)
+
     @property
     def seeds(self) -> list[str]:
         return [nimbus.address for nimbus in self.nimbuses]
@@ -106,10 +146,12 @@ class LocalCluster:
         return next(supervisor for supervisor in self.supervisors if supervisor.id == sid)
 
     def close(self) -> None:
-        """Supervisors first (they stop their workers), then nimbuses, then ZooKeeper."""
+        """Supervisors first (they stop their workers), then nimbuses, then the pacemakers,
+        then ZooKeeper."""
         with interrupts_ignored():
             stop_all(self.supervisors)
             stop_all(self.nimbuses)
+            stop_all(self.pacemakers)
             self.zookeeper.stop()
 
 

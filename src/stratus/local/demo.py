@@ -55,10 +55,12 @@ class Timing:
 class Demo:
     """The cluster, a client, the feeder, and the live view of them."""
 
-    def __init__(self, stack: ExitStack, console: Console) -> None:
+    def __init__(
+        self, stack: ExitStack, console: Console, *, state_store: str = "zookeeper"
+    ) -> None:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stratus-local-")))
         self.console = console
-        self.cluster = LocalCluster(workdir, console)
+        self.cluster = LocalCluster(workdir, console, state_store=state_store)
         stack.callback(self.cluster.close)
         self.cluster.start()
         self.client = stack.enter_context(NimbusClient(self.cluster.seeds, retry_deadline=60))

@@ -17,6 +17,12 @@
     supervisor.start()
     supervisor.wait_ready()   # its "supervisor s1 running" line is in its log
     supervisor.stop()         # SIGTERM: its workers stop, it unregisters
+
+    pacemaker = PacemakerProcess(options, port=6699, log_dir=tmp)
+    pacemaker.start()
+    pacemaker.wait_ready()    # its "pacemaker: serving at" line is in its log
+    pacemaker.kill()
+    pacemaker.start()         # the same port, empty: it warms up
 """
 
 from __future__ import annotations
@@ -250,3 +256,40 @@ class SupervisorProcess(DaemonProcess):
                 raise ProcessStartError(f"supervisor {self.id} exited: {self.log_tail()}")
             time.sleep(POLL_SECS)
         raise ProcessStartError(f"supervisor {self.id} not ready in {timeout:g}s")
+
+
+class PacemakerProcess(DaemonProcess):
+    """One ``stratus pacemaker`` child process on a fixed port (kept across restarts).
+
+    Ready once the log of this start holds its ``pacemaker: serving at`` line, which it prints
+    once it listens. It holds everything in memory: a restart starts it empty.
+    """
+
+    def __init__(
+        self,
+        options: Sequence[str],
+        *,
+        port: int,
+        log_dir: Path,
+        host: str = "127.0.0.1",
+        command_prefix: Sequence[str] = (),
+    ) -> None:
+        name = f"pacemaker-{port}"
+        super().__init__(log_dir / f"{name}.log", log_dir / name, options, command_prefix)
+        self.host = host
+        self.port = port
+        self.address = f"{host}:{port}"
+
+    def start(self) -> None:
+        self._launch("pacemaker", "--host", self.host, "--port", str(self.port))
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_SECS) -> None:
+        """Wait for the serving line; ProcessStartError with the log's tail if it exited."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if b"pacemaker: serving at " in self._output():
+                return
+            if not self.is_running():
+                raise ProcessStartError(f"pacemaker {self.address} exited: {self.log_tail()}")
+            time.sleep(POLL_SECS)
+        raise ProcessStartError(f"pacemaker {self.address} not ready in {timeout:g}s")

@@ -319,6 +319,7 @@ class Nimbus:
             settings=self.settings.scheduling,
             clock=self._clock,
             wall=self._wall,
+            on_unknown=lambda reason: self.metrics.heartbeats_unknown.labels(reason).inc(),
         )
         duties = DutyRound(
             [

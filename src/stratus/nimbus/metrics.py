@@ -3,7 +3,8 @@
 Scraped at ``GET /metrics``: whether this nimbus leads and in which epoch, its HA state, the
 epoch it acts under and the HA transitions it made, how often the leadership changed, which
 leader duties raised, requests by route and status with their latency, whether the ZooKeeper
-connection is up, and how this nimbus's code sync is doing.
+connection is up, how this nimbus's code sync is doing, and the scheduling rounds that could
+not see the heartbeats.
 """
 
 from __future__ import annotations
@@ -102,6 +103,16 @@ class NimbusMetrics:
             ["duty"],
             registry=self.registry,
         )
+        self.heartbeats_unknown = Counter(
+            "stratus_nimbus_heartbeats_unknown_rounds",
+            "scheduling rounds whose heartbeats were unknown, so nothing was judged dead from "
+            "them: `unavailable` (the state store could not be read; every pacemaker down), "
+            "`warming` (a heartbeat missing from pacemakers that are all warming up)",
+            ["reason"],
+            registry=self.registry,
+        )
+        for reason in ("unavailable", "warming"):
+            self.heartbeats_unknown.labels(reason)
         self.requests = Counter(
             "stratus_nimbus_requests",
             "HTTP requests answered",

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -35,6 +37,8 @@ from stratus.pacemaker.kerberos import kerberos_handshake
 from stratus.pacemaker.protocol import FrameDecoder, Op, encode_frame
 from stratus.pacemaker.settings import PacemakerClientSettings
 from stratus.pacemaker.store import Pulse
+
+log = logging.getLogger(__name__)
 
 RECONNECT_SECS = 1.0
 DRAIN_ABOVE_BYTES = 256 << 10
@@ -74,6 +78,7 @@ class PacemakerConnection:
             ) from None
         self._reader_task = asyncio.create_task(self._read_answers(reader))
         hello = await self.request(Op.HELLO)
+        self._check_ttl(hello.get("ttl"))
         if self.settings.auth_method is AuthMethod.DIGEST:
             if not self.settings.principal or self.settings.secret is None:
                 raise PacemakerError("digest needs pacemaker.auth.principal and its secret")
@@ -81,6 +86,20 @@ class PacemakerConnection:
             await self.request(Op.AUTHENTICATE, principal=self.settings.principal, proof=proof)
         elif self.settings.auth_method is AuthMethod.KERBEROS:
             await kerberos_handshake(self.request, self.host, hello, self.settings.kerberos)
+
+    def _check_ttl(self, ttl: object) -> None:
+        """Report, loudly, a server whose pulses die before the leader would judge them."""
+        least = self.settings.min_pulse_ttl_secs
+        if least is not None and isinstance(ttl, int | float) and ttl <= least:
+            log.error(
+                "event=pacemaker_ttl_too_short server=%s:%d pulse_ttl_secs=%g "
+                "leader_timeout_secs=%g action=raise pacemaker.pulse.ttl.secs on that pacemaker "
+                "above the leader's timeouts, or an evicted pulse will look like a dead writer",
+                self.host,
+                self.port,
+                ttl,
+                least,
+            )
 
     async def close(self) -> None:
         """Close the socket and fail every pending request."""
@@ -192,6 +211,7 @@ class PacemakerPool:
         self._clock = clock
         self._connections: dict[tuple[str, int], PacemakerConnection] = {}
         self._next_try: dict[tuple[str, int], float] = {}
+        self._opening: dict[tuple[str, int], asyncio.Task[None]] = {}
 
     async def __aenter__(self) -> PacemakerPool:
         await self._live()
@@ -203,7 +223,10 @@ class PacemakerPool:
         await self.close()
 
     async def close(self) -> None:
-        """Close every connection."""
+        """Close every connection, and stop the attempts under way."""
+        for task in list(self._opening.values()):
+            task.cancel()
+        await asyncio.gather(*self._opening.values(), return_exceptions=True)
         for connection in self._connections.values():
             await connection.close()
         self._connections.clear()
@@ -267,19 +290,36 @@ class PacemakerPool:
 
     # --- the servers --------------------------------------------------------------------
     async def _live(self) -> list[PacemakerConnection]:
-        """The open connections, after one reconnect attempt to each due server."""
+        """The open connections. Each due server (down, and not tried for RECONNECT_SECS) is
+        reconnected in the background; a call waits for those attempts only while no server
+        is connected (a new pool, or every server down), so a server that hangs holds up no
+        call that another server answers."""
         now = self._clock()
-        attempts: list[Awaitable[None]] = []
         for address in self.settings.servers:
             connection = self._connections.get(address)
             if connection is not None and not connection.closed:
                 continue
-            if self._next_try.get(address, 0.0) > now:
+            if self._next_try.get(address, 0.0) > now or address in self._opening:
                 continue
-            attempts.append(self._connect(address))
-        if attempts:
-            await asyncio.gather(*attempts)
+            task = asyncio.create_task(self._connect(address))
+            self._opening[address] = task
+            task.add_done_callback(functools.partial(self._opened, address))
+        attempts = list(self._opening.values())
+        if attempts and not self._open():
+            await asyncio.wait(attempts)
+            for task in attempts:
+                if not task.cancelled():
+                    task.result()  # refused credentials: raised to the caller
+        return self._open()
+
+    def _open(self) -> list[PacemakerConnection]:
         return [c for c in self._connections.values() if not c.closed]
+
+    def _opened(self, address: tuple[str, int], task: asyncio.Task[None]) -> None:
+        """A connection attempt ended; its error is the awaiting call's, or dropped here."""
+        self._opening.pop(address, None)
+        if not task.cancelled():
+            task.exception()  # retrieved: a background attempt has nobody else to raise to
 
     async def _connect(self, address: tuple[str, int]) -> None:
         old = self._connections.pop(address, None)
@@ -292,9 +332,10 @@ class PacemakerPool:
             await connection.close()
             self._next_try[address] = self._clock() + RECONNECT_SECS
             return
-        except PacemakerError:
+        except BaseException:
             await connection.close()
-            raise  # refused credentials: retrying will not help
+            self._next_try[address] = self._clock() + RECONNECT_SECS
+            raise  # refused credentials (retrying at once will not help), or cancelled
         self._connections[address] = connection
 
     async def _on_all(

@@ -240,7 +240,11 @@ class PacemakerServer:
 
     def _perform(self, op: Op, message: dict[str, Any], conn: _Connection) -> dict[str, Any]:
         if op is Op.HELLO:
-            return {"auth": self.settings.auth_method.value, "nonce": conn.nonce}
+            return {
+                "auth": self.settings.auth_method.value,
+                "nonce": conn.nonce,
+                "ttl": self.settings.limits.ttl_secs,
+            }
         if op is Op.AUTHENTICATE:
             return self._authenticate(message, conn)
         if conn.principal is None:

@@ -44,3 +44,4 @@ class PacemakerClientSettings:
     max_frame_bytes: int = 1 << 20
     timeout_secs: float = 5.0
     tls: TlsSettings | None = None
+    min_pulse_ttl_secs: float | None = None  # a server whose TTL is not above it is reported

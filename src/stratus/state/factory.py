@@ -4,7 +4,11 @@
     board = HeartbeatBoard(store)
 
 ``zookeeper`` (the default) keeps heartbeats under ``<zookeeper.root>/heartbeats`` on the
-daemon's own kazoo client. Each call is bounded by ``call_timeout_secs``: the daemons pass the
+daemon's own kazoo client; ``pacemaker`` sends them to the pacemakers of
+``settings.pacemaker`` (one client pool for the daemon, closed with the store). A
+supervisor passes its id as ``owner``: a pacemaker lets it read its own subtree only.
+
+Each call is bounded by ``call_timeout_secs``: the daemons pass the
 shorter of ``zookeeper.session.timeout.secs`` (a call that takes longer would find the session
 expired anyway) and ``supervisor.fence.timeout.secs`` (a supervisor stuck in one heartbeat call
 must still notice in time that it has to fence itself); ``stratus.settings`` builds it.
@@ -18,6 +22,9 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient
 
 from stratus.errors import ConfigError
+from stratus.pacemaker.blocking import BlockingPacemakerPool
+from stratus.pacemaker.settings import PacemakerClientSettings
+from stratus.state.pacemaker_store import PacemakerStateStore
 from stratus.state.store import ClusterStateStore
 from stratus.state.zk_store import ZooKeeperStateStore
 from stratus.zk.paths import ClusterPaths
@@ -29,28 +36,43 @@ class StateStoreSettings:
 
     kind: str  # cluster.state.store
     call_timeout_secs: float
+    pacemaker: PacemakerClientSettings | None = None  # pacemaker.*, for kind `pacemaker`
 
 
-_Builder = Callable[[StateStoreSettings, KazooClient, ClusterPaths], ClusterStateStore]
+_Builder = Callable[[StateStoreSettings, KazooClient, ClusterPaths, str | None], ClusterStateStore]
 
 
 def _zookeeper(
-    settings: StateStoreSettings, client: KazooClient, paths: ClusterPaths
+    settings: StateStoreSettings, client: KazooClient, paths: ClusterPaths, owner: str | None
 ) -> ClusterStateStore:
     return ZooKeeperStateStore(client, paths.heartbeats, timeout=settings.call_timeout_secs)
 
 
-_STORES: dict[str, _Builder] = {"zookeeper": _zookeeper}
+def _pacemaker(
+    settings: StateStoreSettings, client: KazooClient, paths: ClusterPaths, owner: str | None
+) -> ClusterStateStore:
+    if settings.pacemaker is None:
+        raise ConfigError("cluster.state.store pacemaker needs the pacemaker.* client settings")
+    pool = BlockingPacemakerPool(settings.pacemaker, call_timeout_secs=settings.call_timeout_secs)
+    return PacemakerStateStore(pool, owner=owner)
+
+
+_STORES: dict[str, _Builder] = {"zookeeper": _zookeeper, "pacemaker": _pacemaker}
 
 
 def create_state_store(
-    settings: StateStoreSettings, client: KazooClient, paths: ClusterPaths
+    settings: StateStoreSettings,
+    client: KazooClient,
+    paths: ClusterPaths,
+    *,
+    owner: str | None = None,
 ) -> ClusterStateStore:
-    """The store ``settings.kind`` names; the kazoo client stays the caller's."""
+    """The store ``settings.kind`` names, for the supervisor ``owner`` (None: a nimbus);
+    the kazoo client stays the caller's."""
     build = _STORES.get(settings.kind)
     if build is None:
         raise ConfigError(
             f"cluster.state.store {settings.kind!r} is not available; "
             f"use one of: {', '.join(sorted(_STORES))}"
         )
-    return build(settings, client, paths)
+    return build(settings, client, paths, owner)

@@ -6,8 +6,10 @@ round and removes those of pipelines and supervisors that are gone::
     board = HeartbeatBoard(store)
     board.put_worker(worker_heartbeat)        # /workers/<pipeline>/<supervisor>
     board.put_supervisor(supervisor_heartbeat)  # /supervisors/<id>
+    board.put_round(supervisor_heartbeat, [worker_heartbeat])  # all of them, one message
     board.workers()["etl"]["supervisor-1"]    # WorkerHeartbeat
     board.supervisors()["supervisor-1"]       # SupervisorHeartbeat
+    board.read()                              # both at once, and whether the read is complete
     board.remove_pipeline("etl")              # every worker heartbeat of the pipeline
 
 A heartbeat that cannot be decoded (a writer of another version, a torn value) is skipped
@@ -18,6 +20,8 @@ raise ``StateStoreUnavailableError``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
 from pydantic import ValidationError
@@ -41,14 +45,59 @@ class _TreeReader(Protocol):
     def grandchildren_data(self, path: str) -> dict[str, dict[str, bytes]]: ...
 
 
+@dataclass(frozen=True)
+class HeartbeatRead:
+    """Every heartbeat at one read. ``complete`` is False when the store may be missing some
+    (every pacemaker that answered is warming up): a heartbeat missing from it is unknown,
+    not gone."""
+
+    workers: dict[str, dict[str, WorkerHeartbeat]]
+    supervisors: dict[str, SupervisorHeartbeat]
+    complete: bool = True
+
+
 class HeartbeatBoard:
     """Worker and supervisor heartbeats by pipeline and supervisor id."""
 
     def __init__(self, store: ClusterStateStore) -> None:
         self._store = store
 
+    def close(self) -> None:
+        """Close the store (a pacemaker store's connections; never a ZooKeeper client)."""
+        self._store.close()
+
     def put_worker(self, heartbeat: WorkerHeartbeat) -> None:
         self._store.set(_worker_path(heartbeat.pipeline, heartbeat.supervisor), heartbeat.encode())
+
+    def put_round(
+        self, supervisor: SupervisorHeartbeat, workers: Iterable[WorkerHeartbeat]
+    ) -> None:
+        """A supervisor's whole period: its workers' heartbeats, then its own, one message."""
+        entries = {_worker_path(beat.pipeline, beat.supervisor): beat.encode() for beat in workers}
+        entries[f"{SUPERVISORS}/{_segment(supervisor.id)}"] = supervisor.encode()
+        self._store.set_many(entries)
+
+    def read(self) -> HeartbeatRead:
+        """Every worker and supervisor heartbeat, in one read of the store."""
+        tree = self._store.read_tree("/")
+        workers: dict[str, dict[str, bytes]] = {}
+        supervisors: dict[str, bytes] = {}
+        for rel, data in tree.data.items():
+            parts = rel.split("/")
+            if len(parts) == 3 and parts[0] == WORKERS[1:]:
+                workers.setdefault(parts[1], {})[parts[2]] = data
+            elif len(parts) == 2 and parts[0] == SUPERVISORS[1:]:
+                supervisors[parts[1]] = data
+        decoded_workers = {}
+        for pipeline, raw in workers.items():
+            beats = _decoded(WorkerHeartbeat, f"{WORKERS}/{pipeline}", raw)
+            if beats:
+                decoded_workers[pipeline] = beats
+        return HeartbeatRead(
+            workers=decoded_workers,
+            supervisors=_decoded(SupervisorHeartbeat, SUPERVISORS, supervisors),
+            complete=tree.complete,
+        )
 
     def workers(self) -> dict[str, dict[str, WorkerHeartbeat]]:
         """Every worker heartbeat: pipeline -> supervisor -> heartbeat (no empty pipelines)."""

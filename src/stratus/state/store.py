@@ -1,20 +1,37 @@
 """The ``ClusterStateStore`` interface: heartbeats on ZooKeeper-like paths.
 
 Workers (through their supervisor) and supervisors write heartbeats; the leader reads them.
-``cluster.state.store`` picks the implementation: ZooKeeper now, pacemaker (an in-memory
-store built for exactly this load) later. Paths are absolute within the store, such as
-``/workers/etl/supervisor-1``; parents exist implicitly::
+``cluster.state.store`` picks the implementation: ZooKeeper (``zk_store``) or the pacemakers
+(``pacemaker_store``, an in-memory store built for exactly this load). Paths are absolute
+within the store, such as ``/workers/etl/supervisor-1``; parents exist implicitly::
 
     store.set("/workers/etl/supervisor-1", heartbeat.encode())
+    store.set_many({"/workers/etl/s1": b"...", "/supervisors/s1": b"..."})  # one message
     store.get("/workers/etl/supervisor-1")          # bytes, or None
     store.children("/workers")                      # ["etl", ...]
     store.children_data("/workers/etl")             # {"supervisor-1": b"...", ...}
+    store.read_tree("/")                            # TreeRead: every value, and `complete`
     store.delete("/workers/etl")                    # the path and everything below it
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Protocol
+
+
+@dataclass(frozen=True)
+class TreeRead:
+    """Every value below a path, by its path relative to it (``workers/etl/s1``).
+
+    ``complete`` is False when the store may be missing values that were written: every
+    pacemaker that answered started recently (it is warming up) and holds only what was
+    written since. A value missing from an incomplete read is unknown, not absent.
+    """
+
+    data: dict[str, bytes]
+    complete: bool = True
 
 
 class ClusterStateStore(Protocol):
@@ -24,6 +41,10 @@ class ClusterStateStore(Protocol):
     def set(self, path: str, data: bytes) -> None:
         """Create or replace the data at ``path`` (its parents are created as needed)."""
 
+    def set_many(self, entries: Mapping[str, bytes]) -> None:
+        """Set every path of ``entries``, in one message where the store allows it (a
+        supervisor's whole period of heartbeats); in order, as ``set`` would."""
+
     def get(self, path: str) -> bytes | None:
         """The data at ``path``, or None if there is none."""
 
@@ -32,6 +53,9 @@ class ClusterStateStore(Protocol):
 
     def children_data(self, path: str) -> dict[str, bytes]:
         """The data of every child of ``path`` that holds data, by name, in one call."""
+
+    def read_tree(self, path: str) -> TreeRead:
+        """Every value below ``path`` (not its own), in as few round trips as the store can."""
 
     def delete(self, path: str) -> None:
         """Remove ``path`` and everything below it; nothing happens if it does not exist."""

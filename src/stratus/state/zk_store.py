@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -30,6 +30,7 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, NotEm
 from kazoo.handlers.threading import KazooTimeoutError
 
 from stratus.state.errors import StateStoreUnavailableError
+from stratus.state.store import TreeRead
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,26 @@ class ZooKeeperStateStore:
                     continue  # a parent was deleted between makepath and create
             raise self._unavailable(znode, "it kept being created and deleted concurrently")
 
+    def set_many(self, entries: Mapping[str, bytes]) -> None:
+        """Set every path of ``entries``: the replacements pipelined (one round trip for a
+        supervisor's period of heartbeats once their znodes exist), then ``set`` for those
+        whose znode does not exist yet."""
+        znodes = {}
+        for path, data in entries.items():
+            if check_path(path) == "/" or not data:
+                raise ValueError(f"cannot set {path!r} to {len(data)} bytes; see set()")
+            znodes[path] = self._znode(path)
+        missing = []
+        with self._call(self.root) as wait:
+            pending = {p: self._client.set_async(z, entries[p]) for p, z in znodes.items()}
+            for path, result in pending.items():
+                try:
+                    wait(result)
+                except NoNodeError:
+                    missing.append(path)
+        for path in missing:
+            self.set(path, entries[path])
+
     def get(self, path: str) -> bytes | None:
         """The data at ``path``, or None if it does not exist or is only a parent."""
         znode = self._znode(path)
@@ -173,6 +194,35 @@ class ZooKeeperStateStore:
                 if data:
                     found.setdefault(name, {})[child] = bytes(data)
         return found
+
+    def read_tree(self, path: str) -> TreeRead:
+        """Every value below ``path``, level by level: each level's listings and reads
+        pipelined (one round trip per level of depth). Nodes deleted meanwhile are left out;
+        ZooKeeper never misses a value, so the read is complete."""
+        znode = self._znode(path)
+        found: dict[str, bytes] = {}
+        with self._call(znode) as wait:
+            level = {"": znode}
+            while level:
+                listings = {rel: self._client.get_children_async(z) for rel, z in level.items()}
+                below = {}
+                for rel, listing in listings.items():
+                    try:
+                        children = wait(listing)
+                    except NoNodeError:
+                        continue
+                    for child in children:
+                        below[f"{rel}/{child}" if rel else child] = _join(level[rel], child)
+                reads = {rel: self._client.get_async(z) for rel, z in below.items()}
+                for rel, result in reads.items():
+                    try:
+                        data, _ = wait(result)
+                    except NoNodeError:
+                        continue
+                    if data:
+                        found[rel] = bytes(data)
+                level = below
+        return TreeRead(dict(sorted(found.items())), complete=True)
 
     def delete(self, path: str) -> None:
         """Remove ``path`` and everything below it; nothing happens if it does not exist.

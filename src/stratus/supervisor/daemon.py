@@ -136,7 +136,7 @@ class Supervisor:
         client = self.session.client
         for parent in self.paths.all_parents():
             client.ensure_path(parent)
-        store = create_state_store(self.settings.state_store, client, self.paths)
+        store = create_state_store(self.settings.state_store, client, self.paths, owner=self.id)
         self._opened.append(store.close)
         self.board = HeartbeatBoard(store)
         self._register()

@@ -1,7 +1,8 @@
 """The supervisor's heartbeats: its workers' and its own, every heartbeat period, from one loop.
 
 Guarantees: each round writes every worker's heartbeat, then the supervisor's, through the
-``HeartbeatBoard``; only a round that wrote them all renews the supervisor's lease, and it
+``HeartbeatBoard``, in one message where the store allows it (one ``send_pulses`` to each
+pacemaker); only a round that wrote them all renews the supervisor's lease, and it
 renews it to the time the round *started* (the leader saw the heartbeat no earlier than
 that). The heartbeats of workers the supervisor no longer holds are removed, including those
 a previous life of this supervisor left behind. The registration's ``used`` count follows
@@ -20,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -36,9 +37,9 @@ log = logging.getLogger(__name__)
 class Board(Protocol):
     """The part of ``HeartbeatBoard`` a supervisor writes with."""
 
-    def put_worker(self, heartbeat: WorkerHeartbeat) -> None: ...
-
-    def put_supervisor(self, heartbeat: SupervisorHeartbeat) -> None: ...
+    def put_round(
+        self, supervisor: SupervisorHeartbeat, workers: Iterable[WorkerHeartbeat]
+    ) -> None: ...
 
     def remove_worker(self, pipeline: str, supervisor: str) -> None: ...
 
@@ -129,10 +130,8 @@ class HeartbeatPublisher:
     def _write(self, round_: HeartbeatRound) -> None:
         if self._published is None:
             self._published = self._found_in_store()
-        for heartbeat in round_.workers.values():
-            self._board.put_worker(heartbeat)
-            self._published.add(heartbeat.pipeline)
-        self._board.put_supervisor(round_.supervisor)
+        self._board.put_round(round_.supervisor, round_.workers.values())  # one message
+        self._published.update(beat.pipeline for beat in round_.workers.values())
 
     def _found_in_store(self) -> set[str]:
         """Pipelines whose worker heartbeat of this supervisor the store holds (a past life's)."""

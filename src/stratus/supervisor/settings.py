@@ -121,7 +121,7 @@ class SupervisorSettings:
             ),
             fence_timeout_secs=conf.supervisor_fence_timeout_secs,
             zk=zk_settings(conf),
-            state_store=state_store_settings(conf),
+            state_store=state_store_settings(conf, principal=supervisor_id),
             loop=LoopSettings(
                 heartbeat_secs=conf.worker_heartbeat_frequency_secs,
                 restart=RestartSettings(

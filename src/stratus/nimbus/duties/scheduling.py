@@ -14,7 +14,18 @@ cluster state store (never from a view that may lag), then:
 
 The liveness memory starts afresh with every term: a new leader has seen no heartbeat yet,
 so it judges nothing dead before a whole timeout of its own term has passed (Storm
-reassigns too early after a failover, and guards its first term only)::
+reassigns too early after a failover, and guards its first term only).
+
+Heartbeats the leader cannot see are unknown, never dead:
+
+- a state store that cannot be read (every pacemaker unreachable) ends the round before
+  anything is judged: nothing is assigned, moved or forgotten, the round is logged at
+  ERROR and counted (``on_unknown("unavailable")``). When the heartbeats can be read again
+  the liveness memory restarts, as at a new term: the blind stretch is not silence;
+- a read that is not complete (every pacemaker that answered is warming up, after a
+  restart that emptied it) judges what it holds as usual, but a supervisor or worker whose
+  heartbeat is missing from it is not judged dead until a complete read (the warm-up
+  lasts one ``pacemaker.pulse.ttl.secs``) shows it missing (``on_unknown("warming")``)::
 
     duty = SchedulingDuty(
         ops=ops, assignments=table, board=board, registered=view.supervisors, settings=settings
@@ -44,7 +55,8 @@ from stratus.nimbus.liveness import Liveness
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.scheduler import Plan, plan_round
 from stratus.nimbus.settings import SchedulingSettings
-from stratus.state.heartbeats import HeartbeatBoard
+from stratus.state.errors import StateStoreUnavailableError
+from stratus.state.heartbeats import HeartbeatBoard, HeartbeatRead
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +79,7 @@ class SchedulingDuty:
         settings: SchedulingSettings,
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
+        on_unknown: Callable[[str], None] = lambda _reason: None,
     ) -> None:
         self._ops = ops
         self._assignments = assignments
@@ -77,6 +90,8 @@ class SchedulingDuty:
         self._wall = wall  # only for the assignments' timestamps
         self._liveness = Liveness(clock=clock)
         self._epoch: int | None = None  # the term the liveness memory belongs to
+        self._on_unknown = on_unknown  # "unavailable" | "warming", once per such round
+        self._blind = False  # the last read of the heartbeats failed
 
     def run(self, term: Leadership) -> Plan:
         """One round; the plan it applied (empty when nothing had to change)."""
@@ -87,12 +102,17 @@ class SchedulingDuty:
         pipelines = self._ops.read_all()
         current = self._assignments.read_all()
         assignments = {name: assignment for name, (assignment, _) in current.items()}
-        workers = self._board.workers()
-        supervisors = self._board.supervisors()
+        heartbeats = self._read_heartbeats(term)
+        if heartbeats is None:
+            return Plan(assign={}, unassign=[], moved={})  # nothing judged, nothing moved
+        workers, supervisors = heartbeats.workers, heartbeats.supervisors
         self._observe(assignments, workers, supervisors)
         pipelines.update(self._record_outcomes(term, pipelines, assignments, workers))
         dead = self._dead(registered, supervisors, assignments)
         known = set(registered) | set(supervisors) | {a.supervisor for a in assignments.values()}
+        timed_out = self._timed_out(assignments, workers, known - dead)
+        if not heartbeats.complete:
+            dead, timed_out = self._unknown_spared(term, dead, timed_out, heartbeats, assignments)
         keep_on = known - dead
         plan = plan_round(
             pipelines=pipelines,
@@ -103,7 +123,7 @@ class SchedulingDuty:
                 if sid in keep_on and not _stopping(supervisors.get(sid))
             },
             keep_on=keep_on,
-            timed_out=self._timed_out(assignments, workers, keep_on),
+            timed_out=timed_out,
             epoch=term.epoch,
             now=self._wall(),
         )
@@ -114,6 +134,57 @@ class SchedulingDuty:
         else:
             log.info("event=forget_skipped epoch=%d reason=term_not_held", term.epoch)
         return plan
+
+    # ------------------------------------------------------------------ unknown heartbeats
+
+    def _read_heartbeats(self, term: Leadership) -> HeartbeatRead | None:
+        """Every heartbeat; None when the store cannot be read (the round judges nothing)."""
+        try:
+            read = self._board.read()
+        except StateStoreUnavailableError as exc:
+            log.error(
+                "event=heartbeats_unknown epoch=%d reason=store_unavailable "
+                "action=nothing_judged_dead_nothing_moved error=%s",
+                term.epoch,
+                exc,
+            )
+            self._blind = True
+            self._on_unknown("unavailable")
+            return None
+        if self._blind:
+            self._blind = False
+            self._liveness.reset()  # the stretch without heartbeats was blindness, not silence
+            log.warning(
+                "event=heartbeats_known_again epoch=%d action=every_silence_restarts", term.epoch
+            )
+        return read
+
+    def _unknown_spared(
+        self,
+        term: Leadership,
+        dead: set[str],
+        timed_out: set[str],
+        heartbeats: HeartbeatRead,
+        assignments: Mapping[str, Assignment],
+    ) -> tuple[set[str], set[str]]:
+        """From an incomplete read, the supervisors and workers judged dead or silent minus
+        those whose heartbeat is missing from it: unknown, not dead."""
+        unknown_supervisors = {sid for sid in dead if sid not in heartbeats.supervisors}
+        unknown_workers = {
+            name
+            for name in timed_out
+            if _current_beat(assignments[name], heartbeats.workers) is None
+        }
+        if unknown_supervisors or unknown_workers:
+            log.warning(
+                "event=heartbeats_unknown epoch=%d reason=pacemakers_warming supervisors=%s "
+                "pipelines=%s action=not_judged_until_the_warm_up_ends",
+                term.epoch,
+                ",".join(sorted(unknown_supervisors)) or "-",
+                ",".join(sorted(unknown_workers)) or "-",
+            )
+            self._on_unknown("warming")
+        return dead - unknown_supervisors, timed_out - unknown_workers
 
     # ------------------------------------------------------------------ liveness
 
