@@ -40,7 +40,7 @@ from stratus.api.records import (
     PipelineStatus,
     PipelineWorkers,
 )
-from stratus.api.redaction import redact_conf, redact_record
+from stratus.api.redaction import redact_conf, redact_record, redact_workers
 from stratus.cli.options import with_config
 from stratus.client import NimbusClient
 from stratus.config import StratusConfig
@@ -390,7 +390,9 @@ def _record_table(record: PipelineRecord) -> Table:
 
 
 def workers_table(workers: PipelineWorkers) -> Table:
-    """Where a pipeline runs and its workers' last heartbeats, one row each."""
+    """Where a pipeline runs and its workers' last heartbeats, one row each; secrets in an
+    error redacted even if the nimbus that answered did not redact them."""
+    workers = redact_workers(workers)
     assignment = workers.assignment
     where = (
         f"assigned to {assignment.supervisor} (epoch {assignment.epoch})"

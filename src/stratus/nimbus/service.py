@@ -117,16 +117,21 @@ class NimbusService:
         return [redact_record(record) for _, record in sorted(self.view.pipelines().items())]
 
     def pipeline(self, name: str) -> PipelineRecord:
+        return redact_record(self._stored(name))
+
+    def _stored(self, name: str) -> PipelineRecord:
+        """The record as ZooKeeper holds it, secrets and all: never answered as it is."""
         check_pipeline_name(name)
         record = self.view.pipelines().get(name)
         if record is None:
             raise UnknownPipelineError(f"unknown pipeline {name!r}")
-        return redact_record(record)
+        return record
 
     def workers(self, name: str) -> PipelineWorkers:
-        """Where the pipeline runs and its workers' last heartbeats, read from the stores."""
-        self.pipeline(name)
-        return redact_workers(self._placement.of(name))
+        """Where the pipeline runs and its workers' last heartbeats, read from the stores;
+        a worker's error (its log tail) redacted against the pipeline's real conf."""
+        record = self._stored(name)
+        return redact_workers(self._placement.of(name), record.conf)
 
     # ------------------------------------------------------------------ leader-only
 
