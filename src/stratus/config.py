@@ -328,7 +328,8 @@ class StratusConfig(BaseModel):
         ge=1024,
         alias="nimbus.http.max.header.bytes",
         description="largest request head (request line and headers) the API reads; a larger "
-        "one gets HTTP 400 and the connection is closed",
+        "one gets HTTP 431 (400 if it passes the limit while it arrives) and the connection "
+        "is closed",
     )
     nimbus_code_max_connections: int = Field(
         default=256,

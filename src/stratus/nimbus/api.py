@@ -37,6 +37,7 @@ from stratus.nimbus.authorization import (
     documented_security,
 )
 from stratus.nimbus.code_routes import add_code_routes
+from stratus.nimbus.json_bodies import StrictJsonRoute
 from stratus.nimbus.limits import (
     RequestGuard,
     add_limit_handlers,
@@ -78,6 +79,7 @@ def create_app(
         responses=_ERRORS | documented_refusals(policy),
         dependencies=documented_security(policy),
     )
+    app.router.route_class = StrictJsonRoute  # every JSON body: one key once, real text
     _add_error_handlers(app)
     _add_read_routes(app, service)
     _add_leader_routes(app, service)
@@ -200,6 +202,11 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
         return error_response(exc)
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        # a bug, not the client's fault: the API's JSON body even so (the error is logged)
+        return error_response(ApiError(f"internal error ({type(exc).__name__}); retry later"))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -51,7 +51,7 @@ from stratus.nimbus.duties.replication import ActivateReplicated
 from stratus.nimbus.duties.round import DutyRound
 from stratus.nimbus.duties.scheduling import SchedulingDuty
 from stratus.nimbus.exposure import InsecureReminder, check_exposure
-from stratus.nimbus.http_bounds import uvicorn_options
+from stratus.nimbus.http_bounds import bounded_app, uvicorn_options
 from stratus.nimbus.leadership_controller import LeadershipController
 from stratus.nimbus.metrics import NimbusMetrics
 from stratus.nimbus.peer_certificate import PeerCertificateProtocol
@@ -409,7 +409,7 @@ class Nimbus:
 
     def _start_http(self) -> None:
         config = uvicorn.Config(
-            create_app(self.service, self.metrics, self.policy),
+            bounded_app(create_app(self.service, self.metrics, self.policy), self.settings.http),
             log_level="warning",
             access_log=False,
             lifespan="off",

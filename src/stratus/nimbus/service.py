@@ -11,7 +11,6 @@ the API, the status page and the CLI built on them never show a secret.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -28,6 +27,7 @@ from stratus.api.records import (
     SupervisorSummary,
 )
 from stratus.api.redaction import redact_record, redact_workers
+from stratus.api.strict_json import loads_strict
 from stratus.codedist.package_store import PackageStore
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.cluster_view import ClusterView
@@ -182,10 +182,7 @@ class NimbusService:
 
 
 def _parse_conf(conf_json: str) -> dict[str, Any]:
-    try:
-        conf = json.loads(conf_json) if conf_json.strip() else {}
-    except json.JSONDecodeError as exc:
-        raise InvalidRequestError(f"conf is not valid JSON: {exc}") from None
+    conf = loads_strict(conf_json, "conf") if conf_json.strip() else {}
     if not isinstance(conf, dict):
         raise InvalidRequestError(f"conf must be a JSON object, not {type(conf).__name__}")
     return conf

@@ -34,6 +34,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from typing import BinaryIO
 
+from stratus.api.echo import clip
 from stratus.api.errors import ApiError, UnknownCodeError
 from stratus.codedist.package_store import PackageStore
 from stratus.codedist.transfer.bounded_server import (
@@ -105,6 +106,9 @@ class _PackageHandler(BaseHTTPRequestHandler):
     store: PackageStore
     policy: AccessPolicy
     protocol_version = "HTTP/1.1"
+    # a request line that is not HTTP is answered with a status line and headers too (the
+    # standard library's default, HTTP/0.9, sends a bare body)
+    default_request_version = "HTTP/1.1"
     server_version = "stratus-package-server"
 
     def setup(self) -> None:
@@ -117,6 +121,15 @@ class _PackageHandler(BaseHTTPRequestHandler):
 
     def do_HEAD(self) -> None:
         self._answer(body=False)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library's own refusals (a request that is not HTTP, too many headers,
+        a line too long, an unsupported method) as the API's JSON error body, not HTML."""
+        status = HTTPStatus(code)
+        text = clip(message or status.phrase)
+        error = "invalid_request" if code == HTTPStatus.BAD_REQUEST else _error_code(status)
+        self.close_connection = True
+        self._refuse(Refusal(status, error, text, {"Connection": "close"}))
 
     def log_message(self, format: str, *args: object) -> None:
         log.debug("event=package_request %s", format % args)
@@ -176,3 +189,8 @@ class _PackageHandler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(payload)
+
+
+def _error_code(status: HTTPStatus) -> str:
+    """``request_header_fields_too_large`` for 431: the API's error codes are snake case."""
+    return status.phrase.lower().replace(" ", "_").replace("-", "_")
