@@ -4,8 +4,9 @@ A real nimbus process (its API and status page), the package server, and uvicorn
 nimbus's own bounds: requests that are not HTTP, heads too large, JSON with duplicate keys,
 deep nesting or text that is not Unicode, conf keys and values with control characters,
 integers out of range, wrong content types, path traversal in every path parameter, HTTP/1.0
-and pipelining, more requests in progress than the bound. Each gets a clear 4xx (or a 503
-to retry) whose body is the API's JSON error, and the server goes on serving others.
+and pipelining, more requests in progress than the bound, TLS handshakes left half done.
+Each gets a clear 4xx (or a 503 to retry) whose body is the API's JSON error, or a closed
+connection in bounded time, and the server goes on serving others.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from starlette.types import Receive, Scope, Send
 from stratus.codedist.package_store import PackageStore
 from stratus.codedist.transfer.server import PackageServer
 from stratus.nimbus.http_bounds import HttpBounds, bounded_app, uvicorn_options
+from stratus.security.certificates import CertificateAuthority
+from stratus.security.client_auth import ClientAuth
+from stratus.security.tls import TlsSettings
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
@@ -322,3 +326,50 @@ def test_the_package_servers_own_refusals_are_the_apis_json_errors(package_serve
     assert b"<html" not in answer.lower()
     probe = httpx.get(f"http://{package_server.address}/api/v1/code/{'0' * 64}", timeout=10.0)
     assert probe.status_code == 404  # and it serves the next client
+
+
+# ---------------------------------------------------------------------- TLS handshakes
+
+HALF_A_CLIENT_HELLO = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 20
+
+
+@pytest.fixture(scope="module")
+def tls_nimbus(
+    zk_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[NimbusCluster]:
+    """One nimbus serving https that waits at most a second for a request head."""
+    directory = tmp_path_factory.mktemp("hostile-tls")
+    ca = CertificateAuthority.create(directory / "pki", "hostile-ca")
+    server = ca.issue("nimbus", ip="127.0.0.1")
+    extra = [
+        "-c", f"nimbus.tls.cert={server.cert}",
+        "-c", f"nimbus.tls.key={server.key}",
+        "-c", f"client.tls.ca={ca.cert}",
+        "-c", "nimbus.http.header.timeout.secs=1",
+    ]  # fmt: skip
+    auth = ClientAuth(tls=TlsSettings(ca=str(ca.cert)))
+    with nimbus_cluster(
+        zk_server.connect_string, directory, "hostile-tls", 1, extra, auth=auth
+    ) as running:
+        yield running
+
+
+def closed_by_the_server(sock: socket.socket) -> bool:
+    sock.settimeout(0.2)
+    try:
+        return sock.recv(4096) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+@pytest.mark.parametrize("sent", [b"", HALF_A_CLIENT_HELLO], ids=["silent", "half a hello"])
+def test_a_tls_handshake_left_half_done_is_closed_after_the_header_timeout(tls_nimbus, sent):
+    """asyncio's own handshake limit is a minute, and such a connection is not yet one the
+    connection bound counts: the handshake gets ``nimbus.http.header.timeout.secs``."""
+    nimbus = tls_nimbus.nimbuses[0]
+    with socket.create_connection(("127.0.0.1", nimbus.port), timeout=10.0) as sock:
+        sock.sendall(sent)
+        wait_until(lambda: closed_by_the_server(sock), 30, "the nimbus to close the handshake")
+    assert tls_nimbus.http.get(f"{nimbus.url}/api/v1/leader").status_code == 200

@@ -42,18 +42,26 @@ def _stop_on_termination() -> None:
     is_flag=True,
     help="Kill the leader nimbus and a supervisor, show the recovery, print a summary, stop.",
 )
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="Require what a cluster on a network does: bearer tokens, TLS (a CA and "
+    "certificates made in the cluster's directory) and ZooKeeper authentication with ACLs; "
+    "prints how a client connects.",
+)
 @with_config
-def local(scripted: bool, conf: StratusConfig) -> None:
+def local(scripted: bool, secure: bool, conf: StratusConfig) -> None:
     """Run a whole stratus cluster on this machine, with the examples on Spark."""
     del conf  # the local cluster's settings are its own (see stratus.local.cluster)
     console = Console()
-    console.rule("stratus local" + (" --demo" if scripted else ""))
+    flags = [flag for flag, on in (("--demo", scripted), ("--secure", secure)) if on]
+    console.rule(" ".join(["stratus local", *flags]))
     _stop_on_termination()
     fed = counted = 0
     interrupted = False
     with ExitStack() as stack:
         try:
-            demo = Demo(stack, console)
+            demo = Demo(stack, console, secure=secure)
             demo.submit_examples()
             print_cluster(console, demo.client.cluster())
             if scripted:

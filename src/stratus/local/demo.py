@@ -55,13 +55,15 @@ class Timing:
 class Demo:
     """The cluster, a client, the feeder, and the live view of them."""
 
-    def __init__(self, stack: ExitStack, console: Console) -> None:
+    def __init__(self, stack: ExitStack, console: Console, *, secure: bool = False) -> None:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stratus-local-")))
         self.console = console
-        self.cluster = LocalCluster(workdir, console)
+        self.cluster = LocalCluster(workdir, console, secure=secure)
         stack.callback(self.cluster.close)
         self.cluster.start()
-        self.client = stack.enter_context(NimbusClient(self.cluster.seeds, retry_deadline=60))
+        self.client = stack.enter_context(
+            NimbusClient(self.cluster.seeds, retry_deadline=60, auth=self.cluster.client_auth)
+        )
         self.input = workdir / "streaming-input"
         self.output = workdir / "streaming-output"
         self.feeder = Feeder(self.input)

@@ -51,7 +51,7 @@ from stratus.nimbus.duties.replication import ActivateReplicated
 from stratus.nimbus.duties.round import DutyRound
 from stratus.nimbus.duties.scheduling import SchedulingDuty
 from stratus.nimbus.exposure import InsecureReminder, check_exposure
-from stratus.nimbus.http_bounds import bounded_app, uvicorn_options
+from stratus.nimbus.http_bounds import bounded_app, serve_bounded, uvicorn_options
 from stratus.nimbus.leadership_controller import LeadershipController
 from stratus.nimbus.metrics import NimbusMetrics
 from stratus.nimbus.peer_certificate import PeerCertificateProtocol
@@ -424,7 +424,9 @@ class Nimbus:
             config.ssl = self._tls  # stratus.security's context, not one from uvicorn's options
         server = uvicorn.Server(config)
         thread = threading.Thread(
-            target=lambda: server.run(sockets=[self._sock]), name="nimbus-http", daemon=True
+            target=lambda: serve_bounded(server, [self._sock], self.settings.http),
+            name="nimbus-http",
+            daemon=True,
         )
         self._http, self._http_thread = server, thread
         self._opened.append(self._stop_http)

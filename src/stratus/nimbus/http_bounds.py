@@ -5,7 +5,8 @@ past ``limit_concurrency``, but it accepts every connection and waits forever fo
 request: a thousand clients that connect and send nothing hold a thousand descriptors. The
 protocol made here closes a connection at once past ``max_connections``, and closes one
 that has not sent a whole request head within ``header_timeout_secs`` of opening (or of its
-last response: a slow trickle of header bytes counts as silence).
+last response: a slow trickle of header bytes counts as silence). Over TLS the handshake
+gets the same time to finish (``serve_bounded``).
 
 Every refusal is the API's JSON error body, as every other error of the API: past
 ``max_connections`` requests in progress (handlers whose clients left count too) the
@@ -22,10 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from dataclasses import dataclass
 from typing import Any
 
 import h11
+import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -124,6 +127,33 @@ class InFlightLimit:
             await self.app(scope, receive, send)
         finally:
             self.in_flight -= 1
+
+
+class HandshakeBoundedLoop(asyncio.SelectorEventLoop):
+    """An event loop whose TLS servers give a handshake ``handshake_secs`` to finish.
+
+    asyncio's default is 60 s, and a connection enters the protocol (and its bounds) only
+    once its handshake is done: without this, a client that opens a TLS connection and
+    stops half way holds a descriptor for a minute, whatever ``header_timeout_secs`` says.
+    """
+
+    def __init__(self, handshake_secs: float) -> None:
+        super().__init__()
+        self.handshake_secs = handshake_secs
+
+    async def create_server(self, *args: Any, **kwargs: Any) -> asyncio.Server:
+        if kwargs.get("ssl") is not None:
+            kwargs.setdefault("ssl_handshake_timeout", self.handshake_secs)
+        return await super().create_server(*args, **kwargs)
+
+
+def serve_bounded(server: uvicorn.Server, sockets: list[socket.socket], bounds: HttpBounds) -> None:
+    """Run ``server`` on ``sockets`` (as ``server.run``) in a loop that bounds TLS handshakes
+    to ``bounds.header_timeout_secs``."""
+    with asyncio.Runner(
+        loop_factory=lambda: HandshakeBoundedLoop(bounds.header_timeout_secs)
+    ) as runner:
+        runner.run(server.serve(sockets=sockets))
 
 
 def bounded_protocol(
