@@ -4,7 +4,8 @@ A real nimbus process (its API and status page), the package server, and uvicorn
 nimbus's own bounds: requests that are not HTTP, heads too large, JSON with duplicate keys,
 deep nesting or text that is not Unicode, conf keys and values with control characters,
 integers out of range, wrong content types, path traversal in every path parameter, HTTP/1.0
-and pipelining, more requests in progress than the bound, TLS handshakes left half done.
+and pipelining, more requests in progress than the bound, TLS handshakes left half done,
+a request head or a pacemaker frame trickled in a byte at a time (slowloris).
 Each gets a clear 4xx (or a 503 to retry) whose body is the API's JSON error, or a closed
 connection in bounded time, and the server goes on serving others.
 """
@@ -16,17 +17,20 @@ import contextlib
 import json
 import re
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import msgpack
 import pytest
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
 from stratus.codedist.package_store import PackageStore
+from stratus.codedist.transfer.bounded_server import ConnectionBounds
 from stratus.codedist.transfer.server import PackageServer
 from stratus.nimbus.http_bounds import HttpBounds, bounded_app, uvicorn_options
 from stratus.security.certificates import CertificateAuthority
@@ -35,6 +39,7 @@ from stratus.security.tls import TlsSettings
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
+from tests.pacemaker_process import PacemakerProcess
 from tests.package_factory import valid_package
 from tests.zkfixtures import wait_until
 
@@ -373,3 +378,54 @@ def test_a_tls_handshake_left_half_done_is_closed_after_the_header_timeout(tls_n
         sock.sendall(sent)
         wait_until(lambda: closed_by_the_server(sock), 30, "the nimbus to close the handshake")
     assert tls_nimbus.http.get(f"{nimbus.url}/api/v1/leader").status_code == 200
+
+
+# ---------------------------------------------------------------------- slowloris
+
+TRICKLE_PAUSE_SECS = 0.25  # each byte well within the one-second idle time
+
+
+def trickle_until_cut(sock: socket.socket, data: bytes) -> int:
+    """Send ``data`` a byte at a time, each pause within the server's idle time; how many
+    bytes went before the server cut the connection (``len(data)`` if it never did)."""
+    sock.settimeout(TRICKLE_PAUSE_SECS)
+    for sent in range(len(data)):
+        try:
+            sock.sendall(data[sent : sent + 1])
+            if sock.recv(4096) == b"":
+                return sent
+        except TimeoutError:
+            continue  # nothing to read yet: the pause between bytes
+        except OSError:  # reset, broken pipe: cut
+            return sent
+    return len(data)
+
+
+def test_a_package_server_request_head_trickled_in_is_cut_at_the_idle_time(tmp_path):
+    bounds = ConnectionBounds(max_connections=4, idle_secs=1.0)
+    store = PackageStore(tmp_path / "store", max_bytes=1 << 20)
+    server = PackageServer(store, "127.0.0.1", 0, bounds=bounds)
+    server.start()
+    try:
+        head = f"GET /api/v1/code/{'0' * 64} HTTP/1.1\r\n{HOST}X-Pad: {'p' * 100}\r\n\r\n"
+        port = int(server.address.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10.0) as sock:
+            assert trickle_until_cut(sock, head.encode()) < len(head)
+        probe = httpx.get(f"http://{server.address}/api/v1/code/{'0' * 64}", timeout=10.0)
+        assert probe.status_code == 404  # and it serves the next client
+    finally:
+        server.close()
+
+
+def test_a_pacemaker_frame_trickled_in_is_cut_at_the_idle_time(tmp_path):
+    pacemaker = PacemakerProcess(tmp_path, ["pacemaker.idle.timeout.secs=1"]).start()
+    try:
+        body = msgpack.packb({"id": 1, "op": "get", "path": "/x" + "y" * 100})
+        frame = struct.pack(">I", len(body)) + body
+        with socket.create_connection(pacemaker.address, timeout=10.0) as sock:
+            assert trickle_until_cut(sock, frame) < len(frame)
+        with socket.create_connection(pacemaker.address, timeout=10.0) as sock:
+            sock.sendall(frame)  # the same frame at once is answered
+            assert sock.recv(4096)
+    finally:
+        pacemaker.stop()

@@ -41,6 +41,7 @@ from stratus.codedist.transfer.bounded_server import (
     DEFAULT_BOUNDS,
     BoundedHTTPServer,
     ConnectionBounds,
+    HeadDeadlineHandler,
 )
 from stratus.codedist.transfer.serve import PackageFile, Refusal, locate
 from stratus.security.access import CHALLENGE, OPEN, AccessPolicy
@@ -100,7 +101,7 @@ def _handler_for(store: PackageStore, policy: AccessPolicy) -> type[BaseHTTPRequ
     return Handler
 
 
-class _PackageHandler(BaseHTTPRequestHandler):
+class _PackageHandler(HeadDeadlineHandler):
     """One connection: GET and HEAD of ``/api/v1/code/<digest>``."""
 
     store: PackageStore
@@ -114,12 +115,16 @@ class _PackageHandler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         if isinstance(self.connection, ssl.SSLSocket):
-            self.connection.do_handshake()  # here, on this connection's thread
+            self.arm_head_deadline()  # the handshake too must end in time
+            try:
+                self.connection.do_handshake()  # here, on this connection's thread
+            finally:
+                self.disarm_head_deadline()
 
-    def do_GET(self) -> None:
+    def do_GET(self) -> None:  # noqa: N802 (http.server names it)
         self._answer(body=True)
 
-    def do_HEAD(self) -> None:
+    def do_HEAD(self) -> None:  # noqa: N802 (http.server names it)
         self._answer(body=False)
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
