@@ -343,7 +343,8 @@ class StratusConfig(BaseModel):
         gt=0,
         alias="nimbus.code.idle.secs",
         description="a package server connection idle this long (no request, or a read or "
-        "write that makes no progress) is closed",
+        "write that makes no progress), or whose request head (or TLS handshake) is not "
+        "whole this long after it began, is closed",
     )
     nimbus_lead_check_secs: float = Field(
         default=1.0,
