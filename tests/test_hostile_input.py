@@ -5,7 +5,9 @@ nimbus's own bounds: requests that are not HTTP, heads too large, JSON with dupl
 deep nesting or text that is not Unicode, conf keys and values with control characters,
 integers out of range, wrong content types, path traversal in every path parameter, HTTP/1.0
 and pipelining, more requests in progress than the bound, TLS handshakes left half done,
-a request head or a pacemaker frame trickled in a byte at a time (slowloris).
+a request head or a pacemaker frame trickled in a byte at a time (slowloris), and options
+of ``stratus zookeeper`` that would add lines to its ``zoo.cfg`` or write among another's
+files.
 Each gets a clear 4xx (or a 503 to retry) whose body is the API's JSON error, or a closed
 connection in bounded time, and the server goes on serving others.
 """
@@ -15,9 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import socket
 import struct
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +41,7 @@ from stratus.nimbus.http_bounds import HttpBounds, bounded_app, uvicorn_options
 from stratus.security.certificates import CertificateAuthority
 from stratus.security.client_auth import ClientAuth
 from stratus.security.tls import TlsSettings
+from stratus.zk.errors import ZooKeeperOptionError
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
@@ -429,3 +435,52 @@ def test_a_pacemaker_frame_trickled_in_is_cut_at_the_idle_time(tmp_path):
             assert sock.recv(4096)
     finally:
         pacemaker.stop()
+
+
+# ---------------------------------------------------------------------- stratus zookeeper
+
+
+def stratus_zookeeper(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "STRATUS_CONF"}
+    return subprocess.run(
+        [sys.executable, "-m", "stratus", "zookeeper", *args],
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--host", "127.0.0.1\nenforce.auth.enabled=false"], "control character"),
+        (["--host", "evil host"], "not a host name or an IP address"),
+        (["--tick-time", "999999999999"], "1<=x<=60000"),
+        (["--ensemble", "100000"], "1<=x<=9"),
+        (["-c", "zookeeper.server.tick.time.ms=70000"], "less than or equal to 60000"),
+    ],
+    ids=["a line break in the host", "a space in the host", "a huge tick", "a huge ensemble",
+         "a huge tick in the conf"],
+)  # fmt: skip
+def test_stratus_zookeeper_refuses_options_out_of_range_or_that_would_add_lines_to_zoo_cfg(
+    args, named
+):
+    result = stratus_zookeeper("--temporary", "--port", "0", *args)
+    assert result.returncode in (1, 2), result.stdout
+    assert named in result.stderr
+    assert "serving at" not in result.stdout
+
+
+def test_a_data_dir_that_holds_other_files_is_refused_and_left_as_it_was(tmp_path):
+    foreign = tmp_path / "etc"
+    foreign.mkdir()
+    (foreign / "passwd").write_text("root:x:0:0\n")
+    for args in (["--data-dir", str(foreign)], ["--data-dir", str(foreign), "--ensemble", "3"]):
+        result = stratus_zookeeper("--port", "0", *args)
+        assert result.returncode == 1, result.stdout
+        assert "holds other files (passwd) and no ZooKeeper data" in result.stderr
+        assert sorted(p.name for p in foreign.iterdir()) == ["passwd"]
+
+
+def test_a_data_dir_path_with_a_line_break_is_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(ZooKeeperOptionError, match="control character"):
+        ZooKeeperServer(tmp_path / "zk\nforceSync=no")
+    assert list(tmp_path.iterdir()) == []

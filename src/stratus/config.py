@@ -82,8 +82,10 @@ class StratusConfig(BaseModel):
     zookeeper_server_tick_time_ms: int = Field(
         default=200,
         gt=0,
+        le=60_000,
         alias="zookeeper.server.tick.time.ms",
-        description="tickTime of `stratus zookeeper`; the minimum session timeout is two ticks",
+        description="tickTime of `stratus zookeeper` (at most 60000); the minimum session "
+        "timeout is two ticks",
     )
     zookeeper_server_host: str = Field(
         default="127.0.0.1",
