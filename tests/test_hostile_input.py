@@ -47,6 +47,7 @@ from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
 from tests.pacemaker_process import PacemakerProcess
 from tests.package_factory import valid_package
+from tests.test_secrets_and_paths_nimbus import put_failed_worker
 from tests.zkfixtures import wait_until
 
 HOST = "Host: nimbus\r\n"
@@ -484,3 +485,33 @@ def test_a_data_dir_path_with_a_line_break_is_refused_before_anything_is_written
     with pytest.raises(ZooKeeperOptionError, match="control character"):
         ZooKeeperServer(tmp_path / "zk\nforceSync=no")
     assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------- what a terminal shows
+
+
+def test_escape_sequences_in_a_workers_error_reach_a_terminal_escaped(cluster, zk_server):
+    """A crashing pipeline's log tail could retitle, clear or rewrite the operator's terminal."""
+    put_failed_worker(
+        zk_server.connect_string, cluster.root, "target", "boom\x1b]0;pwned\x07\x1b[2Jcleared"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "STRATUS_CONF"} | {"COLUMNS": "300"}
+    shown = subprocess.run(
+        [sys.executable, "-m", "stratus", "status", "target", "-c",
+         f"nimbus.seeds={','.join(cluster.seeds)}"],
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b]" not in shown.stdout and "\x1b[2J" not in shown.stdout
+    assert "boom\\x1b]0;pwned\\x07\\x1b[2Jcleared" in shown.stdout
+
+
+@pytest.mark.parametrize("request_id", ["a\x1b[2Jb", "two words", "é"])
+def test_a_request_id_that_is_not_printable_ascii_is_refused(cluster, request_id):
+    answer = httpx.post(
+        f"{cluster.nimbuses[0].url}/api/v1/pipelines",
+        data={"name": "rid", "conf": "{}", "request_id": request_id},
+        files={"package": valid_package("rid")},
+    )
+    assert (answer.status_code, answer.json()["error"]) == (422, "invalid_request")
+    assert "request_id" in answer.json()["message"]

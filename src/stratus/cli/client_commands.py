@@ -33,6 +33,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from stratus.api.echo import printable
 from stratus.api.records import (
     ClusterSummary,
     LeaderInfo,
@@ -150,7 +151,7 @@ def submit(
         f"epoch {record.epoch}"
     )
     if record.reason:
-        _console().print(f"note: {record.reason}")
+        _console().print(f"note: {printable(record.reason)}")
 
 
 def _wait_replicated(
@@ -382,7 +383,7 @@ def _record_table(record: PipelineRecord) -> Table:
     table.add_row("rebalances", str(record.rebalances))
     table.add_row("replication", f"{record.replication} of {record.replication_required} required")
     if record.reason:
-        table.add_row("reason", record.reason)
+        table.add_row("reason", printable(record.reason))
     table.add_row("request id", record.request_id or "-")
     if record.kill_at is not None:
         table.add_row("removed at", _when(record.kill_at))
@@ -414,7 +415,7 @@ def workers_table(workers: PipelineWorkers) -> Table:
             f"{rate:.1f}",
             str(beat.rows_total),
             str(beat.restarts),
-            beat.error or "",
+            printable(beat.error or ""),
         )
     return table
 

@@ -26,6 +26,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from stratus.api.echo import printable
 from stratus.api.records import PipelineStatus, WorkerHeartbeat, WorkerState
 from stratus.client import NimbusClient
 from stratus.errors import StratusError
@@ -97,7 +98,7 @@ class Demo:
                 beat.state.value if beat else "-",
                 str(batch) if batch >= 0 else "-",
                 str(beat.rows_total) if beat else "-",
-                (beat.error or "")[:60] if beat else (record.reason or "")[:60],
+                printable((beat.error or "") if beat else (record.reason or ""))[:60],
             )
         fed = Table.grid()
         fed.add_row(f"events fed to {STREAMING}: {self.feeder.fed}")

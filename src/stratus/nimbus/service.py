@@ -11,10 +11,12 @@ the API, the status page and the CLI built on them never show a secret.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from stratus.api.clock import Clock
+from stratus.api.echo import echo
 from stratus.api.errors import InvalidRequestError, NotLeaderError, UnknownPipelineError
 from stratus.api.names import check_pipeline_name
 from stratus.api.pipeline_conf import validate_pipeline_conf
@@ -37,6 +39,7 @@ from stratus.nimbus.settings import ServiceSettings
 from stratus.nimbus.submission import Submitter
 
 MAX_REQUEST_ID_LENGTH = 128
+REQUEST_ID = re.compile(r"[!-~]+")  # stored in the record and shown: no control characters
 
 
 class NimbusService:
@@ -159,6 +162,11 @@ class NimbusService:
         submit_conf = validate_pipeline_conf(_parse_conf(conf_json))
         if len(request_id) > MAX_REQUEST_ID_LENGTH:
             raise InvalidRequestError(f"request_id longer than {MAX_REQUEST_ID_LENGTH} characters")
+        if request_id and not REQUEST_ID.fullmatch(request_id):
+            raise InvalidRequestError(
+                f"request_id {echo(request_id)} must be printable ASCII without spaces "
+                "(a UUID, say)"
+            )
         record, created = self._submitter.submit(term, name, submit_conf, request_id, package)
         self._on_change(record)
         return redact_record(record), created
