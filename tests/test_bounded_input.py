@@ -128,8 +128,8 @@ def test_non_finite_numbers_are_refused_in_a_manifest_conf(number):
 
 
 STRICT_JSON_REFUSALS = {
-    "duplicate keys": ('{"a": 1, "a": 2}', "duplicate key 'a'"),
-    "duplicate nested keys": ('{"a": {"b": 1, "b": 1}}', "duplicate key 'b'"),
+    "duplicate keys": ('{"a": 1, "a": 2}', "the key 'a' twice"),
+    "duplicate nested keys": ('{"a": {"b": 1, "b": 1}}', "the key 'b' twice"),
     "nesting past the bound": ("[" * 40 + "]" * 40, "nests deeper than 32"),
     "nesting past the interpreter's stack": ("[" * 100_000 + "]" * 100_000, "nests deeper"),
     "a lone surrogate": ('["\\ud800"]', "not valid Unicode"),

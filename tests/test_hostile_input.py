@@ -168,8 +168,8 @@ def test_traversal_and_control_characters_in_a_path_parameter_are_a_4xx(
 # ---------------------------------------------------------------------- JSON bodies
 
 BODIES = {
-    "duplicate keys": ('{"conf": {"spark.a": 1, "spark.a": 2}}', "duplicate key 'spark.a'"),
-    "duplicate top-level keys": ('{"conf": {"spark.a": 1}, "conf": {"spark.b": 2}}', "duplicate"),
+    "duplicate keys": ('{"conf": {"spark.a": 1, "spark.a": 2}}', "the key 'spark.a' twice"),
+    "duplicate top-level keys": ('{"conf": {"spark.a": 1}, "conf": {"spark.b": 2}}', "twice"),
     "deep nesting": ('{"conf": {"spark.a": ' + "[" * 5000 + "]" * 5000 + "}}", "nests deeper"),
     "shallow nesting past the bound": (
         '{"conf": {"spark.a": ' + '{"b": ' * 40 + "1" + "}" * 40 + "}}",
@@ -204,7 +204,7 @@ def test_a_submits_conf_is_parsed_as_strictly(cluster):
         files={"package": valid_package("twice")},
     )
     assert (answer.status_code, answer.json()["error"]) == (422, "invalid_request")
-    assert "duplicate key 'spark.a'" in answer.json()["message"]
+    assert answer.json()["message"].startswith("conf holds the key 'spark.a' twice")
 
 
 CONFS = {

@@ -9,7 +9,7 @@ record, such a string fails every later read. ``loads_strict`` refuses each of t
 ``Infinity`` are read, and refused where they matter: a conf's check says which key.)::
 
     loads_strict('{"conf": {"a": 1}}')          # {"conf": {"a": 1}}
-    loads_strict('{"a": 1, "a": 2}')            # InvalidRequestError: duplicate key 'a'
+    loads_strict('{"a": 1, "a": 2}')            # InvalidRequestError: the key 'a' twice
 """
 
 from __future__ import annotations
@@ -27,6 +27,10 @@ def loads_strict(text: str | bytes, what: str = "the body") -> Any:
     """The JSON value of ``text``; InvalidRequestError (422) naming what is wrong with it."""
     try:
         value = json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKeyError as exc:
+        raise InvalidRequestError(
+            f"{what} holds the key {echo(exc.key)} twice in one JSON object: send each key once"
+        ) from None
     except RecursionError:
         raise InvalidRequestError(f"{what} nests deeper than {MAX_DEPTH} levels") from None
     except UnicodeDecodeError:
@@ -64,12 +68,16 @@ def _check_text(text: str, what: str) -> None:
         ) from None
 
 
+class _DuplicateKeyError(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for key, value in pairs:
         if key in result:
-            raise InvalidRequestError(
-                f"duplicate key {echo(key)} in a JSON object: send each key once"
-            )
+            raise _DuplicateKeyError(key)
         result[key] = value
     return result

@@ -45,7 +45,7 @@ from stratus.nimbus.limits import (
     leader_only_routes,
 )
 from stratus.nimbus.metrics import CONTENT_TYPE_LATEST, NimbusMetrics
-from stratus.nimbus.service import MAX_REQUEST_ID_LENGTH, NimbusService
+from stratus.nimbus.service import MAX_REQUEST_ID_LENGTH, REQUEST_ID, NimbusService
 from stratus.nimbus.status_page import render_status_page
 from stratus.nimbus.upload_spool import spooling_route
 from stratus.security.access import OPEN, AccessPolicy
@@ -144,7 +144,11 @@ def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
         conf: Annotated[str, Form(description="pipeline conf, a JSON object")] = "{}",
         request_id: Annotated[
             str,
-            Form(description="client id that makes retries safe", max_length=MAX_REQUEST_ID_LENGTH),
+            Form(
+                description="client id that makes retries safe: printable ASCII, no spaces",
+                max_length=MAX_REQUEST_ID_LENGTH,
+                pattern=REQUEST_ID.pattern,
+            ),
         ] = "",
     ) -> PipelineRecord:
         """Check and store the package (content-addressed), create the pipeline.

@@ -39,7 +39,7 @@ from stratus.nimbus.settings import ServiceSettings
 from stratus.nimbus.submission import Submitter
 
 MAX_REQUEST_ID_LENGTH = 128
-REQUEST_ID = re.compile(r"[!-~]+")  # stored in the record and shown: no control characters
+REQUEST_ID = re.compile(r"^[!-~]*$")  # stored in the record and shown: no control characters
 
 
 class NimbusService:
@@ -162,7 +162,7 @@ class NimbusService:
         submit_conf = validate_pipeline_conf(_parse_conf(conf_json))
         if len(request_id) > MAX_REQUEST_ID_LENGTH:
             raise InvalidRequestError(f"request_id longer than {MAX_REQUEST_ID_LENGTH} characters")
-        if request_id and not REQUEST_ID.fullmatch(request_id):
+        if not REQUEST_ID.fullmatch(request_id):
             raise InvalidRequestError(
                 f"request_id {echo(request_id)} must be printable ASCII without spaces "
                 "(a UUID, say)"
