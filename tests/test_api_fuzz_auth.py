@@ -15,12 +15,12 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 import schemathesis
 from schemathesis import Case
 from schemathesis.checks import positive_data_acceptance
 
+from stratus.security.client_auth import ClientAuth
 from stratus.zk.server import ZooKeeperServer
 from tests.package_factory import valid_package
 from tests.secure_cluster import SUBMIT, SecureCluster, bearer, secure_cluster, token_file
@@ -53,9 +53,15 @@ def guarded_nimbus(
     """One nimbus with a token file, leading alone, with the steered-to pipelines."""
     directory = tmp_path_factory.mktemp("api-fuzz-auth")
     extra = ["-c", f"nimbus.auth.tokens.file={token_file(directory)}"]
-    http = httpx.Client(timeout=REQUEST_TIMEOUT_SECS, headers=bearer(SUBMIT))
+    auth = ClientAuth(token=SUBMIT)
     with secure_cluster(
-        zk_server.connect_string, directory, "api-fuzz-auth", extra=extra, http=http, size=1
+        zk_server.connect_string,
+        directory,
+        "api-fuzz-auth",
+        extra=extra,
+        auth=auth,
+        timeout=REQUEST_TIMEOUT_SECS,
+        size=1,
     ) as cluster:
         url = cluster.url(cluster.leader())
         names = [steered(kind, i) for kind in ("kept", "doomed") for i in range(STEERED)]

@@ -1,4 +1,5 @@
-"""The pure parts of bounded input: echoes, untrusted YAML, repeated logs, the file limit."""
+"""The pure parts of bounded input: echoes, untrusted YAML, strict JSON, repeated logs, the file
+limit."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import sys
 import pytest
 
 from stratus.api.echo import MAX_ECHO_CHARS, clip, echo
-from stratus.api.errors import InvalidConfError
+from stratus.api.errors import InvalidConfError, InvalidRequestError
 from stratus.api.pipeline_conf import validate_pipeline_conf
+from stratus.api.strict_json import loads_strict
 from stratus.api.untrusted_yaml import UntrustedYamlError, load_untrusted_yaml
 from stratus.codedist.errors import InvalidPackageError
 from stratus.codedist.manifest import parse_manifest
@@ -123,3 +125,29 @@ def test_a_daemon_raises_its_open_files_limit_to_the_hard_limit():
 def test_non_finite_numbers_are_refused_in_a_manifest_conf(number):
     with pytest.raises(InvalidPackageError, match="finite"):
         parse_manifest(f"name: n\nkind: app\nentrypoint: m:run\nconf: {{spark.x: {number}}}\n")
+
+
+STRICT_JSON_REFUSALS = {
+    "duplicate keys": ('{"a": 1, "a": 2}', "the key 'a' twice"),
+    "duplicate nested keys": ('{"a": {"b": 1, "b": 1}}', "the key 'b' twice"),
+    "nesting past the bound": ("[" * 40 + "]" * 40, "nests deeper than 32"),
+    "nesting past the interpreter's stack": ("[" * 100_000 + "]" * 100_000, "nests deeper"),
+    "a lone surrogate": ('["\\ud800"]', "not valid Unicode"),
+    "bytes that are not UTF-8": (b'["\xff"]', "not UTF-8"),
+    "not JSON": ("{'a': 1}", "not valid JSON"),
+}
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"), STRICT_JSON_REFUSALS.values(), ids=STRICT_JSON_REFUSALS
+)
+def test_strict_json_refuses_every_document_with_two_meanings_or_no_text(text, problem):
+    with pytest.raises(InvalidRequestError, match=problem) as caught:
+        loads_strict(text)
+    assert len(str(caught.value)) < 200
+
+
+def test_strict_json_reads_plain_documents():
+    assert loads_strict('{"conf": {"spark.a": [1, "é", {"b": null}]}}') == {
+        "conf": {"spark.a": [1, "é", {"b": None}]}
+    }

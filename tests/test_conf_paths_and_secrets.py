@@ -14,7 +14,15 @@ import pytest
 from stratus.api.errors import InvalidConfError
 from stratus.api.locations import LocationPolicy, subpath_problem
 from stratus.api.pipeline_conf import env_entries, validate_pipeline_conf
-from stratus.api.redaction import REDACTED, is_secret_key, redact_conf, redact_record
+from stratus.api.records import PipelineRecord, PipelineStatus
+from stratus.api.redaction import (
+    REDACTED,
+    is_secret_key,
+    redact_conf,
+    redact_record,
+    redact_text,
+    restore_redacted,
+)
 from stratus.config import config_from_mapping
 from stratus.errors import ConfigError
 from stratus.supervisor.worker_env import worker_environment
@@ -224,6 +232,52 @@ def test_a_records_conf_is_redacted_and_the_original_kept():
     assert shown.conf == {"pipeline.env.DB_PASSWORD": REDACTED, "spark.x": 1}
     assert original.conf["pipeline.env.DB_PASSWORD"] == "hunter2"
     assert "hunter2" not in shown.model_dump_json()
+
+
+FREE_TEXT = {
+    "a conf value of the pipeline": ("login with hunter2-pw failed", "login with *** failed"),
+    "a secret key's pair": ("env DB_PASSWORD=abc123 set", "env DB_PASSWORD=*** set"),
+    "a JSON pair": ('{"api_token": "t-9", "n": 1}', '{"api_token": "***", "n": 1}'),
+    "a Python repr": ("{'spark.my.secret': 'zz9'}", "{'spark.my.secret': '***'}"),
+    "a colon pair": ("aws_secret_access_key: AKIAXX", "aws_secret_access_key: ***"),
+    "a bearer token": ("Authorization: Bearer abc.def-1", "Authorization: Bearer ***"),
+    "a URL password": ("jdbc:postgresql://u:pw9@db/x", "jdbc:postgresql://u:***@db/x"),
+    "a plain pair stays": ("spark.sql.shuffle.partitions=3", "spark.sql.shuffle.partitions=3"),
+    "a plain URL stays": (
+        "see https://spark.apache.org:443/x",
+        "see https://spark.apache.org:443/x",
+    ),
+}
+
+
+@pytest.mark.parametrize(("text", "shown"), FREE_TEXT.values(), ids=FREE_TEXT.keys())
+def test_free_text_is_redacted_by_class(text, shown):
+    assert redact_text(text, {"pipeline.env.DB_PASSWORD": "hunter2-pw", "spark.x": "failed"}) == (
+        shown
+    )
+
+
+def test_a_records_reason_is_redacted_against_its_own_conf():
+    record = PipelineRecord(
+        name="p",
+        status=PipelineStatus.FAILED,
+        digest="d" * 64,
+        size_bytes=1,
+        conf={"spark.my.secret": "s3cr3t-x"},
+        submitted=0,
+        updated=0,
+        epoch=1,
+        reason="its worker printed s3cr3t-x",
+    )
+    assert redact_record(record).reason == "its worker printed ***"
+
+
+def test_the_marker_sent_back_keeps_the_current_value_or_is_refused_naming_the_key():
+    current = {"spark.my.secret": "s3cr3t-x"}
+    sent = {"spark.my.secret": REDACTED, "spark.label": REDACTED}
+    assert restore_redacted(sent, current) == {"spark.my.secret": "s3cr3t-x", "spark.label": "***"}
+    with pytest.raises(InvalidConfError, match=r"'spark\.other\.password'"):
+        restore_redacted({"spark.other.password": REDACTED}, current)
 
 
 # ---------------------------------------------------------------- worker environment, files

@@ -3,7 +3,11 @@ fake clock and fake processes: start, crash and backoff, giving up, finishing, s
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from stratus.api.records import WorkerHeartbeat, WorkerState
 from stratus.supervisor.code_cache import CodeFailed, CodePending
@@ -16,7 +20,11 @@ from tests.supervisor_fakes import DIGEST, TIMEOUTS, FakeClock, FakeLauncher, as
 
 
 def managed(
-    tmp_path: Path, clock: FakeClock, launcher: FakeLauncher, **settings: float
+    tmp_path: Path,
+    clock: FakeClock,
+    launcher: FakeLauncher,
+    conf: dict[str, Any] | None = None,
+    **settings: float,
 ) -> ManagedWorker:
     restart = RestartSettings(
         backoff_secs=settings.get("backoff", 1.0),
@@ -25,7 +33,7 @@ def managed(
     )
     return ManagedWorker(
         "s1",
-        assignment(),
+        assignment(conf=conf),
         launcher=launcher,
         paths=WorkerPaths.of(tmp_path, "etl"),
         policy=RestartPolicy(restart),
@@ -142,6 +150,33 @@ def test_a_failed_workers_error_falls_back_to_its_log(tmp_path) -> None:
     assert (
         worker.heartbeat().error == "the worker was killed by SIGKILL: Traceback\nValueError: boom"
     )
+
+
+def test_secrets_in_a_crashed_workers_log_are_redacted_in_its_heartbeat_and_the_log(
+    tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock, launcher = FakeClock(), FakeLauncher(tmp_path)
+    conf = {"pipeline.env.DB_PASSWORD": "hunter2-db", "spark.x": 1}
+    worker = managed(tmp_path, clock, launcher, conf, max_restarts=0)
+    worker.step(may_start=True)
+    log = "connecting with hunter2-db\nAPI_TOKEN=tok-123456 failed\n"
+    (tmp_path / "workers" / "etl" / "worker.log").write_text(log)
+    launcher.last.exit_code = 1
+    with caplog.at_level(logging.WARNING, logger="stratus.supervisor.managed_worker"):
+        worker.step(may_start=True)
+    error = worker.heartbeat().error or ""
+    assert error == "the worker exited with code 1: connecting with ***\nAPI_TOKEN=*** failed"
+    assert "event=worker_failed" in caplog.text
+    assert "hunter2-db" not in caplog.text and "tok-123456" not in caplog.text
+
+
+def test_the_workers_own_error_is_published_redacted(tmp_path) -> None:
+    clock, launcher = FakeClock(), FakeLauncher(tmp_path)
+    worker = managed(tmp_path, clock, launcher, {"spark.my.secret": "s3cr3t-x"})
+    worker.step(may_start=True)
+    write_beat(tmp_path, WorkerState.RUNNING, error="retrying: password=s3cr3t-x")
+    worker.step(may_start=True)
+    assert worker.heartbeat().error == "retrying: password=***"
 
 
 def test_exit_zero_with_a_finished_heartbeat_is_a_finished_batch(tmp_path) -> None:

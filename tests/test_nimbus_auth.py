@@ -73,9 +73,8 @@ def tokens_cluster(
         "-c", f"nimbus.auth.tokens.file={token_file(directory)}",
         "-c", f"client.auth.token={PEER}",
     ]  # fmt: skip
-    http = httpx.Client(timeout=10.0, headers=bearer(ADMIN))
     with secure_cluster(
-        zk_server.connect_string, directory, "nimbus-tokens", extra=extra, http=http
+        zk_server.connect_string, directory, "nimbus-tokens", extra=extra, auth=ClientAuth(ADMIN)
     ) as c:
         yield c
 
@@ -195,9 +194,12 @@ def tls_cluster(
         "-c", f"client.auth.token={PEER}",
     ]  # fmt: skip
     admin = TlsSettings(ca=str(ca.cert), cert=str(server.cert), key=str(server.key))
-    http = httpx.Client(timeout=10.0, headers=bearer(ADMIN), verify=admin.client_context())
     with secure_cluster(
-        zk_server.connect_string, directory, "nimbus-tls", extra=extra, http=http, scheme="https"
+        zk_server.connect_string,
+        directory,
+        "nimbus-tls",
+        extra=extra,
+        auth=ClientAuth(ADMIN, admin),
     ) as cluster:
         yield cluster
 

@@ -1,7 +1,8 @@
 """Operator-owned paths and secrets on a running nimbus (a real process on a real ZooKeeper):
 a pipeline's conf cannot move its checkpoints or reach another host, a kill deletes only
 inside the checkpoint root, and a secret conf value is never shown, while ZooKeeper (and so
-the worker) keeps the real one."""
+the worker) keeps the real one: not in a conf, not in a FAILED worker's log tail, and a conf
+sent back with the redaction marker keeps the stored secret."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from stratus.api.records import PipelineRecord
+from stratus.api.records import PipelineRecord, PipelineWorkers, WorkerHeartbeat, WorkerState
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
 from tests.package_factory import valid_package
@@ -255,3 +257,99 @@ def _cli(cluster: NimbusCluster, *args: str) -> str:
     )
     assert result.returncode == 0, result.stderr
     return result.stdout + result.stderr
+
+
+# ---------------------------------------------------------------------- free text, markers
+
+TOKEN = "tok-7c1e9a5d3b"
+
+
+def put_failed_worker(zk_connect: str, root: str, pipeline: str, error: str) -> None:
+    """A FAILED worker's heartbeat, as its supervisor publishes it to the ZooKeeper store."""
+    beat = WorkerHeartbeat(
+        pipeline=pipeline,
+        supervisor="supervisor-x",
+        epoch=1,
+        generation=0,
+        state=WorkerState.FAILED,
+        time=time.time(),
+        error=error,
+    )
+    with kazoo_client(zk_connect) as zk:
+        path = f"{root}/heartbeats/workers/{pipeline}/supervisor-x"
+        zk.create(path, beat.model_dump_json().encode(), makepath=True)
+
+
+def test_a_failed_workers_log_tail_is_redacted_in_the_api_and_the_cli(cluster, zk_server):
+    """The class: free text that a crashing pipeline wrote (its log tail) holds its own conf
+    values, key=value pairs of secret keys, bearer tokens and URL passwords."""
+    url = url_of(cluster)
+    conf = {"spark.hadoop.fs.s3a.secret.key": SECRET, "pipeline.env.DB_PASSWORD": ENV_SECRET}
+    assert submit(url, "crashing", conf).status_code == 201
+    error = (
+        f"Traceback: ValueError: cannot log in with {SECRET}\n"
+        f"env: DB_PASSWORD={ENV_SECRET} API_TOKEN={TOKEN}\n"
+        f"Authorization: Bearer {TOKEN} at https://app:{ENV_SECRET}x@db.example:5432/x\n"
+        "spark.sql.shuffle.partitions=3 and the rest of the log"
+    )
+    put_failed_worker(zk_server.connect_string, cluster.root, "crashing", error)
+    shown = {
+        "workers": httpx.get(f"{url}/api/v1/pipelines/crashing/workers").text,
+        "cli status": _cli(cluster, "status", "crashing"),
+    }
+    for where, text in shown.items():
+        for secret in (SECRET, ENV_SECRET, TOKEN):
+            assert secret not in text, (where, secret)
+    workers = PipelineWorkers.model_validate_json(shown["workers"])
+    redacted = workers.workers[0].error or ""
+    assert "DB_PASSWORD=***" in redacted and "Bearer ***" in redacted
+    assert "https://app:***@db.example" in redacted
+    assert "spark.sql.shuffle.partitions=3 and the rest of the log" in redacted  # the rest stays
+    assert "***" in shown["cli status"]
+
+
+def stored_conf(zk_connect: str, root: str, name: str) -> dict[str, Any]:
+    with kazoo_client(zk_connect) as zk:
+        raw, _ = zk.get(f"{root}/pipelines/{name}")
+    return PipelineRecord.model_validate_json(raw).conf
+
+
+def test_a_rebalance_that_sends_back_the_redaction_marker_keeps_the_stored_secret(
+    cluster, zk_server
+):
+    url = url_of(cluster)
+    assert submit(url, "roundtrip", {"spark.hadoop.fs.s3a.secret.key": SECRET}).status_code == 201
+    shown = httpx.get(f"{url}/api/v1/pipelines/roundtrip").json()["conf"]
+    assert shown["spark.hadoop.fs.s3a.secret.key"] == "***"
+    # what a client does: read the conf, change one value, send the whole conf back
+    answer = httpx.post(
+        f"{url}/api/v1/pipelines/roundtrip/rebalance",
+        json={"conf": {**shown, "spark.sql.shuffle.partitions": 5}},
+    )
+    assert answer.status_code == 200, answer.text
+    stored = stored_conf(zk_server.connect_string, cluster.root, "roundtrip")
+    assert stored["spark.hadoop.fs.s3a.secret.key"] == SECRET
+    assert stored["spark.sql.shuffle.partitions"] == 5
+
+
+def test_the_marker_for_a_secret_the_pipeline_lacks_is_refused_naming_the_key(cluster, zk_server):
+    url = url_of(cluster)
+    assert submit(url, "nomarker", {}).status_code == 201
+    before = stored_conf(zk_server.connect_string, cluster.root, "nomarker")
+    answers = {
+        "rebalance": httpx.post(
+            f"{url}/api/v1/pipelines/nomarker/rebalance",
+            json={"conf": {"spark.myApiToken": "***"}},
+        ),
+        "submit": submit(url, "marked", {"spark.myApiToken": "***"}),
+    }
+    for route, answer in answers.items():
+        assert (answer.status_code, answer.json()["error"]) == (422, "invalid_conf"), route
+        assert "spark.myApiToken" in answer.json()["message"], route
+    assert stored_conf(zk_server.connect_string, cluster.root, "nomarker") == before
+    assert "marked" not in names_on(url)
+    # a key that does not look secret takes "***" as the value it is
+    plain = httpx.post(
+        f"{url}/api/v1/pipelines/nomarker/rebalance", json={"conf": {"spark.app.label": "***"}}
+    )
+    assert plain.status_code == 200, plain.text

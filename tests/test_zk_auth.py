@@ -273,6 +273,10 @@ def test_an_unsupported_sasl_setup_is_refused_with_a_clear_error() -> None:
         ZkAuth(AuthScheme.SASL)
     kerberos = ZkAuth(AuthScheme.SASL, sasl_principal="stratus@EXAMPLE.COM")
     assert kerberos.client_options() == {
-        "sasl_options": {"mechanism": "GSSAPI", "service": "zookeeper"}
+        "sasl_options": {
+            "mechanism": "GSSAPI",
+            "service": "zookeeper",
+            "principal": "stratus@EXAMPLE.COM",
+        }
     }
     assert kerberos.identity == "sasl:stratus@EXAMPLE.COM"

@@ -146,6 +146,47 @@ def test_a_session_with_a_client_keytab_authenticates_and_owns_its_znodes(
             intruder.get("/owned/pipelines/p")
 
 
+def test_the_configured_principal_is_the_one_that_authenticates_from_a_shared_keytab(
+    realm: Realm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keytab whose first entry is another principal: GSSAPI's default would authenticate
+    as that one, and the znodes (ACL: stratus's principal) would be out of reach."""
+    shared = realm.kdc.keytab(
+        tmp_path / "shared.keytab", realm.kdc.principal("intruder"), realm.stratus
+    )
+    as_user(monkeypatch, realm, tmp_path / "shared.cc", shared)
+    with kerberos_session(realm, "/shared-keytab") as owner:
+        owner.client.create("/shared-keytab/p", b"mine", makepath=True)
+        assert owner.client.get("/shared-keytab/p")[0] == b"mine"  # the ACL's identity reads
+        assert acl_of(owner.client, "/shared-keytab/p") == {(31, "sasl", realm.stratus)}
+    as_user(monkeypatch, realm, tmp_path / "default.cc", shared)
+    with (
+        kazoo_client(realm.server.connect_string, **GSSAPI) as by_default,
+        pytest.raises(NoAuthError),  # GSSAPI's default principal: the intruder
+    ):
+        by_default.get("/shared-keytab/p")
+
+
+def test_the_configured_service_name_is_the_one_asked_for(
+    realm: Realm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that logs in as stratuszk/127.0.0.1: a client that asks for that service."""
+    kdc = realm.kdc
+    service = kdc.add_principal("stratuszk/127.0.0.1")
+    jaas = tmp_path / "jaas.conf"
+    keytab = kdc.keytab(tmp_path / "stratuszk.keytab", service)
+    jaas.write_text(JAAS_KERBEROS.format(keytab=keytab, principal=service))
+    auth = ServerAuth(jaas_file=jaas, krb5_conf=kdc.krb5_conf)
+    server = ZooKeeperServer(tmp_path / "zk", tick_time_ms=100, force_sync=False, auth=auth)
+    as_user(monkeypatch, realm, tmp_path / "stratus.cc", realm.stratus_keytab)
+    client = ZkAuth(AuthScheme.SASL, sasl_service="stratuszk", sasl_principal=realm.stratus)
+    settings = ZkSettings(
+        server.connect_string, root="/svc", session_timeout=SESSION_SECS, auth=client
+    )
+    with server, ZkSession(settings) as owner:
+        assert acl_of(owner.client, "/svc") == {(31, "sasl", realm.stratus)}
+
+
 @pytest.mark.timeout(60)  # bounded: the refusal ends the start, no endless retry
 def test_a_client_without_a_ticket_gets_an_error_naming_the_problem(
     realm: Realm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -155,7 +196,8 @@ def test_a_client_without_a_ticket_gets_an_error_naming_the_problem(
         kerberos_session(realm, "/no-ticket").start()
     message = str(refused.value)
     assert "Kerberos could not authenticate stratus@STRATUS.TEST" in message
-    assert "No Kerberos credentials available" in message  # the library's own words
+    # the library's own words: no credentials of the configured principal
+    assert "Can't find client principal stratus@STRATUS.TEST" in message
     assert "KRB5_CLIENT_KTNAME" in message
 
 

@@ -1,4 +1,5 @@
-"""A throwaway CA and the certificates signed by it, made with the ``openssl`` command.
+"""A throwaway CA and the certificates signed by it, for the tests: stratus's own
+``CertificateAuthority`` (``stratus.security.certificates``) in a test's directory.
 
 Servers get a certificate for 127.0.0.1 (an IP subject alternative name, which clients
 check); clients get one whose subject CN is the name the token file maps to a role::
@@ -10,52 +11,24 @@ check); clients get one whose subject CN is the name the token file maps to a ro
 
 from __future__ import annotations
 
-import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
+from stratus.security.certificates import CertificateAuthority, Issued
 
-@dataclass(frozen=True)
-class Issued:
-    cert: Path
-    key: Path
+__all__ = ["Issued", "TestCa"]
 
 
 class TestCa:
+    """A CA valid for two days in ``directory``."""
+
     __test__ = False  # not a test class
 
     def __init__(self, directory: Path, name: str = "stratus-test-ca") -> None:
+        self._ca = CertificateAuthority.create(directory, name, days=2)
         self.directory = directory
-        self.cert = directory / f"{name}.pem"
-        self.key = directory / f"{name}-key.pem"
-        _openssl(
-            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-days", "2", "-subj", f"/CN={name}",
-            "-keyout", str(self.key), "-out", str(self.cert),
-        )  # fmt: skip
+        self.cert = self._ca.cert
+        self.key = self._ca.key
 
     def issue(self, common_name: str, *, ip: str | None = None) -> Issued:
         """A certificate for ``common_name`` (and ``ip`` as a SAN), signed by this CA."""
-        key = self.directory / f"{common_name}-key.pem"
-        request = self.directory / f"{common_name}.csr"
-        cert = self.directory / f"{common_name}.pem"
-        _openssl(
-            "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-subj", f"/CN={common_name}", "-keyout", str(key), "-out", str(request),
-        )  # fmt: skip
-        extensions = self.directory / f"{common_name}.ext"
-        usage = "serverAuth,clientAuth"
-        lines = [f"extendedKeyUsage={usage}"]
-        if ip is not None:
-            lines.append(f"subjectAltName=IP:{ip}")
-        extensions.write_text("\n".join(lines) + "\n")
-        _openssl(
-            "x509", "-req", "-in", str(request), "-CA", str(self.cert), "-CAkey", str(self.key),
-            "-CAcreateserial", "-days", "2", "-extfile", str(extensions), "-out", str(cert),
-        )  # fmt: skip
-        key.chmod(0o600)
-        return Issued(cert=cert, key=key)
-
-
-def _openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
+        return self._ca.issue(common_name, ip=ip)

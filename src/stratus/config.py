@@ -83,8 +83,10 @@ class StratusConfig(BaseModel):
     zookeeper_server_tick_time_ms: int = Field(
         default=200,
         gt=0,
+        le=60_000,
         alias="zookeeper.server.tick.time.ms",
-        description="tickTime of `stratus zookeeper`; the minimum session timeout is two ticks",
+        description="tickTime of `stratus zookeeper` (at most 60000); the minimum session "
+        "timeout is two ticks",
     )
     zookeeper_server_host: str = Field(
         default="127.0.0.1",
@@ -336,7 +338,8 @@ class StratusConfig(BaseModel):
         ge=1024,
         alias="nimbus.http.max.header.bytes",
         description="largest request head (request line and headers) the API reads; a larger "
-        "one gets HTTP 400 and the connection is closed",
+        "one gets HTTP 431 (400 if it passes the limit while it arrives) and the connection "
+        "is closed",
     )
     nimbus_code_max_connections: int = Field(
         default=256,
@@ -350,7 +353,8 @@ class StratusConfig(BaseModel):
         gt=0,
         alias="nimbus.code.idle.secs",
         description="a package server connection idle this long (no request, or a read or "
-        "write that makes no progress) is closed",
+        "write that makes no progress), or whose request head (or TLS handshake) is not "
+        "whole this long after it began, is closed",
     )
     nimbus_lead_check_secs: float = Field(
         default=1.0,

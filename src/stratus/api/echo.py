@@ -8,10 +8,12 @@ was left out::
     echo("x" * 10_000)    # "'xxxx...xxxx'": 80 characters, the middle left out
     echo([1, 2])          # '[1, 2]'
     clip(message, 300)    # a composed message: its first 300 characters and a count
+    printable("a\x1b[2Jb")  # 'a\\x1b[2Jb': free text safe to show on a terminal
 """
 
 from __future__ import annotations
 
+import re
 import reprlib
 
 MAX_ECHO_CHARS = 80
@@ -39,3 +41,14 @@ def clip(text: str, limit: int = MAX_ECHO_CHARS * 4) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… ({len(text) - limit} characters left out)"
+
+
+# Control characters but tab and newline (C0, DEL, C1): an escape sequence in a worker's
+# log tail would otherwise retitle, clear or rewrite the terminal of whoever reads it.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character but tab and newline written as its escape
+    (``\\x1b``): for free text from outside shown on a terminal."""
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)

@@ -95,6 +95,13 @@ class RequestTooLargeError(ApiError):
     status = 413
 
 
+class HeadTooLargeError(ApiError):
+    """A request line and headers over ``nimbus.http.max.header.bytes``."""
+
+    code = "request_head_too_large"
+    status = 431  # Request Header Fields Too Large
+
+
 class RecordTooLargeError(ApiError):
     """A pipeline record that would pass ``nimbus.max.record.bytes``: a smaller conf fits."""
 
@@ -144,6 +151,7 @@ _BY_CODE: dict[str, type[ApiError]] = {
         PackageRejectedError,
         PackageTooLargeError,
         RequestTooLargeError,
+        HeadTooLargeError,
         RecordTooLargeError,
         UnknownCodeError,
         UnavailableError,

@@ -32,12 +32,29 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 ENV_NAME_RULE = "a letter or '_', then letters, digits and '_' (at most 128)"
 
 
-def _int_at_least(lowest: int) -> Callable[[Any], bool]:
-    return lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= lowest
+# A key is printable ASCII without spaces: what Spark and environment names use, and what
+# every log line, shell and JVM shows as it is.
+KEY = re.compile(r"[!-~]+")
+KEY_RULE = "printable ASCII without spaces"
+# Integers are Java longs on their way to Spark; stratus's own counts and times have sane ends.
+MIN_LONG, MAX_LONG = -(2**63), 2**63 - 1
+MAX_REPLICATION = 1000
+MAX_WAIT_SECS = 365 * 86_400
+# Control characters but tab, newline and carriage return: a NUL cuts an environment
+# variable or an argument, an escape sequence rewrites a terminal that shows the conf.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _int_between(lowest: int, highest: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, int) and not isinstance(v, bool) and lowest <= v <= highest
 
 
 def _positive_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and 0 < value <= MAX_WAIT_SECS
+    )
 
 
 def _text(value: Any) -> bool:
@@ -46,10 +63,16 @@ def _text(value: Any) -> bool:
 
 # key -> (check, what the check expects)
 PIPELINE_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "pipeline.min.replication.count": (_int_at_least(1), "an integer >= 1"),
-    "pipeline.max.replication.wait.time.sec": (_int_at_least(-1), "an integer >= -1"),
+    "pipeline.min.replication.count": (
+        _int_between(1, MAX_REPLICATION),
+        f"an integer >= 1, at most {MAX_REPLICATION}",
+    ),
+    "pipeline.max.replication.wait.time.sec": (
+        _int_between(-1, MAX_WAIT_SECS),
+        f"an integer >= -1, at most {MAX_WAIT_SECS}",
+    ),
     CHECKPOINT_SUBPATH_KEY: (_text, SUBPATH_RULE),
-    "pipeline.trigger.interval.secs": (_positive_number, "a number > 0"),
+    "pipeline.trigger.interval.secs": (_positive_number, f"a number > 0, at most {MAX_WAIT_SECS}"),
     "pipeline.spark.master": (_text, "a Spark master URL"),
 }
 
@@ -66,9 +89,18 @@ def validate_pipeline_conf(conf: Mapping[str, Any]) -> dict[str, Any]:
 def _check_entry(key: Any, value: Any) -> None:
     if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH:
         raise InvalidConfError(f"invalid pipeline conf key {echo(key)}")
+    if not KEY.fullmatch(key):
+        raise InvalidConfError(f"invalid pipeline conf key {echo(key)}: use {KEY_RULE}")
     if isinstance(value, float) and not math.isfinite(value):
         # JSON has no NaN nor Infinity; Python's parser accepts them, Spark and JSON readers not
         raise InvalidConfError(f"pipeline conf {key}: {value} is not a finite number")
+    if isinstance(value, int) and not isinstance(value, bool) and not MIN_LONG <= value <= MAX_LONG:
+        raise InvalidConfError(
+            f"pipeline conf {key}: {echo(value)} is out of range: integers are 64-bit "
+            f"({MIN_LONG} to {MAX_LONG})"
+        )
+    if isinstance(value, str):
+        _check_text_value(key, value)
     check_operator_keys(key, value)
     if key.startswith("spark."):
         _check_spark_value(key, value)
@@ -85,6 +117,26 @@ def _check_entry(key: Any, value: Any) -> None:
             f"unknown pipeline conf key {echo(key)}: keys are spark.* or one of "
             f"{', '.join(PIPELINE_KEYS)}, {ENV_PREFIX}NAME{hint}"
         )
+
+
+def _check_text_value(key: str, value: str) -> None:
+    """Refuse control characters and text that is not Unicode; the value is never quoted
+    (it may be a secret), only where the problem is."""
+    control = _CONTROL.search(value)
+    if control is not None:
+        raise InvalidConfError(
+            f"pipeline conf {key}: the value holds a control character "
+            f"(U+{ord(control.group()):04X}{' NUL' if control.group() == chr(0) else ''} at "
+            f"character {control.start()}); only tab, "
+            "newline and carriage return are allowed"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidConfError(
+            f"pipeline conf {key}: the value is not valid Unicode (a lone surrogate at "
+            f"character {exc.start})"
+        ) from None
 
 
 def _check_env_entry(key: str, value: Any) -> None:

@@ -33,6 +33,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from stratus.api.echo import printable
 from stratus.api.records import (
     ClusterSummary,
     LeaderInfo,
@@ -40,7 +41,7 @@ from stratus.api.records import (
     PipelineStatus,
     PipelineWorkers,
 )
-from stratus.api.redaction import redact_conf, redact_record
+from stratus.api.redaction import redact_conf, redact_record, redact_workers
 from stratus.cli.options import with_config
 from stratus.client import NimbusClient
 from stratus.config import StratusConfig
@@ -150,7 +151,7 @@ def submit(
         f"epoch {record.epoch}"
     )
     if record.reason:
-        _console().print(f"note: {record.reason}")
+        _console().print(f"note: {printable(record.reason)}")
 
 
 def _wait_replicated(
@@ -382,7 +383,7 @@ def _record_table(record: PipelineRecord) -> Table:
     table.add_row("rebalances", str(record.rebalances))
     table.add_row("replication", f"{record.replication} of {record.replication_required} required")
     if record.reason:
-        table.add_row("reason", record.reason)
+        table.add_row("reason", printable(record.reason))
     table.add_row("request id", record.request_id or "-")
     if record.kill_at is not None:
         table.add_row("removed at", _when(record.kill_at))
@@ -390,7 +391,9 @@ def _record_table(record: PipelineRecord) -> Table:
 
 
 def workers_table(workers: PipelineWorkers) -> Table:
-    """Where a pipeline runs and its workers' last heartbeats, one row each."""
+    """Where a pipeline runs and its workers' last heartbeats, one row each; secrets in an
+    error redacted even if the nimbus that answered did not redact them."""
+    workers = redact_workers(workers)
     assignment = workers.assignment
     where = (
         f"assigned to {assignment.supervisor} (epoch {assignment.epoch})"
@@ -412,7 +415,7 @@ def workers_table(workers: PipelineWorkers) -> Table:
             f"{rate:.1f}",
             str(beat.rows_total),
             str(beat.restarts),
-            beat.error or "",
+            printable(beat.error or ""),
         )
     return table
 

@@ -49,19 +49,28 @@ def _stop_on_termination() -> None:
     show_default=True,
     help="Where heartbeats go: ZooKeeper, or two pacemakers started with the cluster.",
 )
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="Require what a cluster on a network does: bearer tokens, TLS (a CA and "
+    "certificates made in the cluster's directory) and ZooKeeper authentication with ACLs; "
+    "prints how a client connects.",
+)
 @with_config
-def local(scripted: bool, state_store: str, conf: StratusConfig) -> None:
+def local(scripted: bool, state_store: str, secure: bool, conf: StratusConfig) -> None:
     """Run a whole stratus cluster on this machine, with the examples on Spark."""
     del conf  # the local cluster's settings are its own (see stratus.local.cluster)
     console = Console()
-    title = "stratus local" + (" --demo" if scripted else "")
-    console.rule(title + (f" --state-store {state_store}" if state_store != "zookeeper" else ""))
+    flags = [flag for flag, on in (("--demo", scripted), ("--secure", secure)) if on]
+    if state_store != "zookeeper":
+        flags.append(f"--state-store {state_store}")
+    console.rule(" ".join(["stratus local", *flags]))
     _stop_on_termination()
     fed = counted = 0
     interrupted = False
     with ExitStack() as stack:
         try:
-            demo = Demo(stack, console, state_store=state_store)
+            demo = Demo(stack, console, state_store=state_store, secure=secure)
             demo.submit_examples()
             print_cluster(console, demo.client.cluster())
             if scripted:

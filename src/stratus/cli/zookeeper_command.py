@@ -33,10 +33,11 @@ from stratus.settings import zk_server_auth, zk_server_tls
 from stratus.zk.ensemble import ZooKeeperEnsemble
 from stratus.zk.errors import ZooKeeperServerError
 from stratus.zk.ports import LOOPBACK
-from stratus.zk.server import ZooKeeperServer
+from stratus.zk.server import MAX_TICK_TIME_MS, ZooKeeperServer
 
 LIVENESS_CHECK_SECS = 0.5
 DEFAULT_DATA_DIR = Path("~/.stratus/zookeeper")
+MAX_ENSEMBLE = 9  # members on loopback; a quorum of more only adds latency
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -77,7 +78,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 @click.option(
     "--tick-time",
     "tick_time_ms",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_TICK_TIME_MS),
     default=None,
     help="ZooKeeper tickTime in ms (default: zookeeper.server.tick.time.ms); the minimum "
     "session timeout is two ticks.",
@@ -85,7 +86,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 @click.option(
     "--ensemble",
     "ensemble_size",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_ENSEMBLE),
     default=None,
     help="Run N quorum servers on loopback instead of one standalone server (each with a "
     "secure port of its own when zookeeper.server.secure.port is set).",

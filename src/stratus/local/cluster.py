@@ -10,7 +10,12 @@ with short timeouts so that failures show in seconds; with ``state_store="pacema
     cluster = LocalCluster(workdir, console, state_store="pacemaker")   # and two pacemakers
     cluster.start()
     cluster.seeds            # for a NimbusClient
+    cluster.client_auth      # and how it reaches the nimbuses
     cluster.close()
+
+With ``secure=True`` (``stratus local --secure``) the cluster requires what a cluster on a
+network does (``stratus.local.secure``): tokens, TLS, and ZooKeeper authentication with
+ACLs; ``start`` prints how a client connects.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from stratus.local.processes import (
     SupervisorProcess,
     stop_all,
 )
+from stratus.local.secure import LocalSecurity
+from stratus.security.client_auth import NO_AUTH, ClientAuth
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import ZooKeeperServer
 
@@ -81,13 +88,19 @@ class LocalCluster:
         nimbuses: int = NIMBUSES,
         supervisors: int = SUPERVISORS,
         state_store: str = "zookeeper",
+        secure: bool = False,
     ) -> None:
         self.console = console
         self.workdir = workdir
         self.counts = (nimbuses, supervisors)
         self.state_store = state_store
+        self.security = LocalSecurity.create(workdir / "security") if secure else None
         self.zookeeper = ZooKeeperServer(  # a throw-away directory: no fsync
-            workdir / "zookeeper", port=0, tick_time_ms=tick_time_ms, force_sync=False
+            workdir / "zookeeper",
+            port=0,
+            tick_time_ms=tick_time_ms,
+            force_sync=False,
+            auth=self.security.zookeeper_server_auth() if self.security else None,
         )
         self.nimbuses: list[NimbusProcess] = []
         self.supervisors: list[SupervisorProcess] = []
@@ -100,9 +113,12 @@ class LocalCluster:
         options = demo_options(self.zookeeper.connect_string, self.workdir / "checkpoints")
         if self.state_store == "pacemaker":
             options += self._start_pacemakers()
+        daemons = self.security.daemon_auth() if self.security else NO_AUTH
+        if self.security is not None:
+            options += self.security.daemon_options()
         nimbuses, supervisors = self.counts
         self.nimbuses = [
-            NimbusProcess(options, port=pick_free_port(), log_dir=self.workdir)
+            NimbusProcess(options, port=pick_free_port(), log_dir=self.workdir, auth=daemons)
             for _ in range(nimbuses)
         ]
         self.supervisors = [
@@ -119,6 +135,19 @@ class LocalCluster:
         ids = ", ".join(s.id for s in self.supervisors)
         self.console.print(f"{supervisors} supervisors running: {ids} ({SLOTS} slots each)")
         self.console.print(f"logs: {self.workdir}")
+        if self.security is not None:
+            self.console.print(
+                "secured: bearer tokens, TLS (CA "
+                f"{self.security.ca}), ZooKeeper digest authentication with ACLs; "
+                "a client connects with:"
+            )
+            for line in self.security.client_lines(self.seeds):
+                self.console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)
+
+    @property
+    def client_auth(self) -> ClientAuth:
+        """How a client of this cluster reaches its nimbuses (the admin's token if secured)."""
+        return self.security.admin_auth() if self.security else NO_AUTH
 
     def _start_pacemakers(self) -> list[str]:
         """Start the pacemakers; the options that send every daemon's heartbeats to them."""

@@ -26,6 +26,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from stratus.api.echo import printable
 from stratus.api.records import PipelineStatus, WorkerHeartbeat, WorkerState
 from stratus.client import NimbusClient
 from stratus.errors import StratusError
@@ -56,14 +57,21 @@ class Demo:
     """The cluster, a client, the feeder, and the live view of them."""
 
     def __init__(
-        self, stack: ExitStack, console: Console, *, state_store: str = "zookeeper"
+        self,
+        stack: ExitStack,
+        console: Console,
+        *,
+        state_store: str = "zookeeper",
+        secure: bool = False,
     ) -> None:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stratus-local-")))
         self.console = console
-        self.cluster = LocalCluster(workdir, console, state_store=state_store)
+        self.cluster = LocalCluster(workdir, console, state_store=state_store, secure=secure)
         stack.callback(self.cluster.close)
         self.cluster.start()
-        self.client = stack.enter_context(NimbusClient(self.cluster.seeds, retry_deadline=60))
+        self.client = stack.enter_context(
+            NimbusClient(self.cluster.seeds, retry_deadline=60, auth=self.cluster.client_auth)
+        )
         self.input = workdir / "streaming-input"
         self.output = workdir / "streaming-output"
         self.feeder = Feeder(self.input)
@@ -97,7 +105,7 @@ class Demo:
                 beat.state.value if beat else "-",
                 str(batch) if batch >= 0 else "-",
                 str(beat.rows_total) if beat else "-",
-                (beat.error or "")[:60] if beat else (record.reason or "")[:60],
+                printable((beat.error or "") if beat else (record.reason or ""))[:60],
             )
         fed = Table.grid()
         fed.add_row(f"events fed to {STREAMING}: {self.feeder.fed}")

@@ -39,6 +39,7 @@ from stratus.nimbus.authorization import (
 from stratus.nimbus.code_routes import add_code_routes
 from stratus.nimbus.ha_routes import add_ha_routes
 from stratus.nimbus.ha_service import NimbusHAService
+from stratus.nimbus.json_bodies import StrictJsonRoute
 from stratus.nimbus.limits import (
     RequestGuard,
     add_limit_handlers,
@@ -46,7 +47,7 @@ from stratus.nimbus.limits import (
     leader_only_routes,
 )
 from stratus.nimbus.metrics import CONTENT_TYPE_LATEST, NimbusMetrics
-from stratus.nimbus.service import MAX_REQUEST_ID_LENGTH, NimbusService
+from stratus.nimbus.service import MAX_REQUEST_ID_LENGTH, REQUEST_ID, NimbusService
 from stratus.nimbus.status_page import render_status_page
 from stratus.nimbus.upload_spool import spooling_route
 from stratus.security.access import OPEN, AccessPolicy
@@ -85,6 +86,7 @@ def create_app(
         responses=_ERRORS | documented_refusals(policy),
         dependencies=documented_security(policy),
     )
+    app.router.route_class = StrictJsonRoute  # every JSON body: one key once, real text
     _add_error_handlers(app)
     _add_read_routes(app, service)
     _add_leader_routes(app, service)
@@ -151,7 +153,11 @@ def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
         conf: Annotated[str, Form(description="pipeline conf, a JSON object")] = "{}",
         request_id: Annotated[
             str,
-            Form(description="client id that makes retries safe", max_length=MAX_REQUEST_ID_LENGTH),
+            Form(
+                description="client id that makes retries safe: printable ASCII, no spaces",
+                max_length=MAX_REQUEST_ID_LENGTH,
+                pattern=REQUEST_ID.pattern,
+            ),
         ] = "",
     ) -> PipelineRecord:
         """Check and store the package (content-addressed), create the pipeline.
@@ -209,6 +215,11 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
         return error_response(exc)
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        # a bug, not the client's fault: the API's JSON body even so (the error is logged)
+        return error_response(ApiError(f"internal error ({type(exc).__name__}); retry later"))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

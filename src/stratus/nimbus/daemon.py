@@ -56,7 +56,7 @@ from stratus.nimbus.exposure import InsecureReminder, check_exposure
 from stratus.nimbus.granted_lock import GrantedLock
 from stratus.nimbus.ha_service import NimbusHAService
 from stratus.nimbus.health import HealthWatch
-from stratus.nimbus.http_bounds import uvicorn_options
+from stratus.nimbus.http_bounds import bounded_app, serve_bounded, uvicorn_options
 from stratus.nimbus.leadership_controller import LeadershipController
 from stratus.nimbus.metrics import NimbusMetrics
 from stratus.nimbus.peer_certificate import PeerCertificateProtocol
@@ -420,7 +420,10 @@ class Nimbus:
 
     def _start_http(self) -> None:
         config = uvicorn.Config(
-            create_app(self.service, self.metrics, self.policy, ha=self.ha),
+            bounded_app(
+                create_app(self.service, self.metrics, self.policy, ha=self.ha),
+                self.settings.http,
+            ),
             log_level="warning",
             access_log=False,
             lifespan="off",
@@ -435,7 +438,9 @@ class Nimbus:
             config.ssl = self._tls  # stratus.security's context, not one from uvicorn's options
         server = uvicorn.Server(config)
         thread = threading.Thread(
-            target=lambda: server.run(sockets=[self._sock]), name="nimbus-http", daemon=True
+            target=lambda: serve_bounded(server, [self._sock], self.settings.http),
+            name="nimbus-http",
+            daemon=True,
         )
         self._http, self._http_thread = server, thread
         self._opened.append(self._stop_http)

@@ -5,19 +5,37 @@ past ``limit_concurrency``, but it accepts every connection and waits forever fo
 request: a thousand clients that connect and send nothing hold a thousand descriptors. The
 protocol made here closes a connection at once past ``max_connections``, and closes one
 that has not sent a whole request head within ``header_timeout_secs`` of opening (or of its
-last response: a slow trickle of header bytes counts as silence)::
+last response: a slow trickle of header bytes counts as silence). Over TLS the handshake
+gets the same time to finish (``serve_bounded``).
 
-    uvicorn.Config(app, **uvicorn_options(HttpBounds(4096, 10.0, 5.0, 16384)))
+Every refusal is the API's JSON error body, as every other error of the API: past
+``max_connections`` requests in progress (handlers whose clients left count too) the
+``InFlightLimit`` middleware answers ``503 unavailable`` with ``Retry-After``, in place of
+uvicorn's plain-text 503; a request that is not HTTP (or whose head passes
+``max_header_bytes`` while it arrives) is ``400 invalid_request`` in place of uvicorn's
+plain-text 400, and a whole head over ``max_header_bytes`` is ``431`` (``HeadLimit``)::
+
+    bounds = HttpBounds(4096, 10.0, 5.0, 16384)
+    uvicorn.Config(bounded_app(app, bounds), **uvicorn_options(bounds))
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from dataclasses import dataclass
 from typing import Any
 
+import h11
+import uvicorn
+from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from stratus.api.echo import clip
+from stratus.api.errors import HeadTooLargeError, InvalidRequestError, UnavailableError
+from stratus.api.records import ErrorBody
+from stratus.nimbus.limits import RETRY_AFTER_SECS, error_response
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +55,105 @@ def uvicorn_options(bounds: HttpBounds, base: type[H11Protocol] = H11Protocol) -
     return {
         "http": bounded_protocol(bounds, base),
         "log_config": None,  # uvicorn logs through the daemon's handlers (and their limits)
-        # uvicorn answers 503 once connections or tasks reach it; connections stop at the bound
-        "limit_concurrency": bounds.max_connections + 1,
+        # connections stop at the bound (the protocol), requests in progress at InFlightLimit's:
+        # uvicorn's own limit would answer a plain-text 503
+        "limit_concurrency": None,
         "timeout_keep_alive": bounds.keepalive_secs,
         "h11_max_incomplete_event_size": bounds.max_header_bytes,
     }
+
+
+def bounded_app(app: ASGIApp, bounds: HttpBounds) -> ASGIApp:
+    """``app`` behind the bounds on requests in progress and on the request head; see the
+    module docstring."""
+    return HeadLimit(InFlightLimit(app, bounds.max_connections), bounds.max_header_bytes)
+
+
+class HeadLimit:
+    """ASGI middleware: a request head (request line and headers) over ``limit`` bytes is
+    ``431 request_head_too_large`` (JSON), the connection closed.
+
+    uvicorn's parser bounds a head that arrives in pieces (400); one sent in a single burst
+    is parsed whole, however many headers it holds: this bound holds for both.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            size = len(scope.get("raw_path", b"")) + len(scope.get("query_string", b"")) + 16
+            size += sum(len(name) + len(value) + 4 for name, value in scope["headers"])
+            if size > self.limit:
+                log.warning("event=request_refused reason=head_too_large max=%d", self.limit)
+                error = HeadTooLargeError(
+                    f"the request head is {size} bytes, more than nimbus.http.max.header.bytes "
+                    f"({self.limit}): send fewer or shorter headers and a shorter URL"
+                )
+                await error_response(error, {"Connection": "close"})(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class InFlightLimit:
+    """ASGI middleware: past ``limit`` HTTP requests in progress, ``503 unavailable`` (JSON,
+    ``Retry-After``, the connection closed) without calling the app.
+
+    A handler whose client left runs on, holding its place: when ZooKeeper is slow they pile
+    up, and the bound keeps their number (and their memory) finite.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+        self.in_flight = 0  # only the event loop counts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.in_flight >= self.limit:
+            log.warning("event=request_refused reason=in_flight max=%d", self.limit)
+            busy = UnavailableError(
+                f"the nimbus has {self.in_flight} requests in progress, the most "
+                f"nimbus.http.max.connections allows; retry in {RETRY_AFTER_SECS} s"
+            )
+            headers = {"Retry-After": str(RETRY_AFTER_SECS), "Connection": "close"}
+            await error_response(busy, headers)(scope, receive, send)
+            return
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
+
+
+class HandshakeBoundedLoop(asyncio.SelectorEventLoop):
+    """An event loop whose TLS servers give a handshake ``handshake_secs`` to finish.
+
+    asyncio's default is 60 s, and a connection enters the protocol (and its bounds) only
+    once its handshake is done: without this, a client that opens a TLS connection and
+    stops half way holds a descriptor for a minute, whatever ``header_timeout_secs`` says.
+    """
+
+    def __init__(self, handshake_secs: float) -> None:
+        super().__init__()
+        self.handshake_secs = handshake_secs
+
+    async def create_server(self, *args: Any, **kwargs: Any) -> asyncio.Server:
+        if kwargs.get("ssl") is not None:
+            kwargs.setdefault("ssl_handshake_timeout", self.handshake_secs)
+        return await super().create_server(*args, **kwargs)
+
+
+def serve_bounded(server: uvicorn.Server, sockets: list[socket.socket], bounds: HttpBounds) -> None:
+    """Run ``server`` on ``sockets`` (as ``server.run``) in a loop that bounds TLS handshakes
+    to ``bounds.header_timeout_secs``."""
+    with asyncio.Runner(
+        loop_factory=lambda: HandshakeBoundedLoop(bounds.header_timeout_secs)
+    ) as runner:
+        runner.run(server.serve(sockets=sockets))
 
 
 def bounded_protocol(
@@ -76,6 +188,24 @@ class _BoundedH11Protocol(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
         super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        """A request that is not HTTP (or whose head is too large): the API's JSON error, not
+        uvicorn's plain text; then the connection is closed, as uvicorn does."""
+        error = InvalidRequestError(f"invalid HTTP request: {clip(msg)}")
+        body = ErrorBody(error=error.code, message=str(error)).model_dump_json().encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        for event in (
+            h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+            h11.Data(data=body),
+            h11.EndOfMessage(),
+        ):
+            self.transport.write(self.conn.send(event) or b"")
+        self.transport.close()
 
     def on_response_complete(self) -> None:
         self._arm_head_timer()  # before a pipelined request may start the next cycle

@@ -62,26 +62,35 @@ def error_response(error: ApiError, headers: dict[str, str] | None = None) -> JS
     return JSONResponse(body.model_dump(), status_code=error.status, headers=headers)
 
 
-class BodyTooLarge(HTTPException):
-    """Raised from ``receive`` once a body passes its limit; carries the API error.
+class RefusedBody(HTTPException):
+    """Raised while a body is read (its size, or its JSON: ``json_bodies``); carries the API
+    error.
 
     An HTTPException, because FastAPI turns any other exception raised while it reads a
     body into "400 There was an error parsing the body"; ``add_limit_handlers`` renders it.
     """
 
-    def __init__(self, error: ApiError) -> None:
-        super().__init__(error.status, str(error), headers=dict(_CLOSE))
+    def __init__(self, error: ApiError, headers: dict[str, str] | None = None) -> None:
+        super().__init__(error.status, str(error), headers=headers)
         self.error = error
 
 
+class BodyTooLarge(RefusedBody):
+    """Raised from ``receive`` once a body passes its limit: the rest is not read."""
+
+    def __init__(self, error: ApiError) -> None:
+        super().__init__(error, headers=dict(_CLOSE))
+
+
 def add_limit_handlers(app: FastAPI) -> None:
-    """Render ``BodyTooLarge`` as the API's error body, closing the connection."""
+    """Render a ``RefusedBody`` as the API's error body (closing the connection when the
+    rest of the body was not read)."""
 
-    async def body_too_large(_: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, BodyTooLarge)
-        return error_response(exc.error, dict(_CLOSE))
+    async def refused_body(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RefusedBody)
+        return error_response(exc.error, dict(exc.headers or {}))
 
-    app.add_exception_handler(BodyTooLarge, body_too_large)
+    app.add_exception_handler(RefusedBody, refused_body)
 
 
 # Answered before the body is read: close the connection rather than read the rest of it.

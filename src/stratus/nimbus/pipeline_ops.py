@@ -47,6 +47,7 @@ from stratus.api.locations import CHECKPOINT_ROOT_KEY
 from stratus.api.names import check_pipeline_name
 from stratus.api.pipeline_conf import validate_pipeline_conf
 from stratus.api.records import PipelineRecord, PipelineStatus
+from stratus.api.redaction import restore_redacted
 from stratus.codedist.package_store import StoredPackage
 from stratus.coordination.errors import (
     CommitOutcomeUnknownError,
@@ -202,7 +203,8 @@ class PipelineOps:
         def rebalanced(record: PipelineRecord) -> PipelineRecord:
             _refuse_if_killed(record, "rebalance")
             kept = {k: v for k, v in record.conf.items() if k != CHECKPOINT_ROOT_KEY}  # retired
-            merged = validate_pipeline_conf({**kept, **conf})
+            # a secret sent back as the API showed it ("***") keeps the stored value
+            merged = validate_pipeline_conf({**kept, **restore_redacted(conf, record.conf)})
             return self._changed(record, term, conf=merged, rebalances=record.rebalances + 1)
 
         validate_pipeline_conf(conf)

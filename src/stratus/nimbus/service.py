@@ -11,11 +11,12 @@ the API, the status page and the CLI built on them never show a secret.
 
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from stratus.api.clock import Clock
+from stratus.api.echo import echo
 from stratus.api.errors import InvalidRequestError, NotLeaderError, UnknownPipelineError
 from stratus.api.names import check_pipeline_name
 from stratus.api.pipeline_conf import validate_pipeline_conf
@@ -28,6 +29,7 @@ from stratus.api.records import (
     SupervisorSummary,
 )
 from stratus.api.redaction import redact_record, redact_workers
+from stratus.api.strict_json import loads_strict
 from stratus.codedist.package_store import PackageStore
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.cluster_view import ClusterView
@@ -37,6 +39,7 @@ from stratus.nimbus.settings import ServiceSettings
 from stratus.nimbus.submission import Submitter
 
 MAX_REQUEST_ID_LENGTH = 128
+REQUEST_ID = re.compile(r"^[!-~]*$")  # stored in the record and shown: no control characters
 
 
 class NimbusService:
@@ -117,16 +120,21 @@ class NimbusService:
         return [redact_record(record) for _, record in sorted(self.view.pipelines().items())]
 
     def pipeline(self, name: str) -> PipelineRecord:
+        return redact_record(self._stored(name))
+
+    def _stored(self, name: str) -> PipelineRecord:
+        """The record as ZooKeeper holds it, secrets and all: never answered as it is."""
         check_pipeline_name(name)
         record = self.view.pipelines().get(name)
         if record is None:
             raise UnknownPipelineError(f"unknown pipeline {name!r}")
-        return redact_record(record)
+        return record
 
     def workers(self, name: str) -> PipelineWorkers:
-        """Where the pipeline runs and its workers' last heartbeats, read from the stores."""
-        self.pipeline(name)
-        return redact_workers(self._placement.of(name))
+        """Where the pipeline runs and its workers' last heartbeats, read from the stores;
+        a worker's error (its log tail) redacted against the pipeline's real conf."""
+        record = self._stored(name)
+        return redact_workers(self._placement.of(name), record.conf)
 
     # ------------------------------------------------------------------ leader-only
 
@@ -154,6 +162,11 @@ class NimbusService:
         submit_conf = validate_pipeline_conf(_parse_conf(conf_json))
         if len(request_id) > MAX_REQUEST_ID_LENGTH:
             raise InvalidRequestError(f"request_id longer than {MAX_REQUEST_ID_LENGTH} characters")
+        if not REQUEST_ID.fullmatch(request_id):
+            raise InvalidRequestError(
+                f"request_id {echo(request_id)} must be printable ASCII without spaces "
+                "(a UUID, say)"
+            )
         record, created = self._submitter.submit(term, name, submit_conf, request_id, package)
         self._on_change(record)
         return redact_record(record), created
@@ -177,10 +190,7 @@ class NimbusService:
 
 
 def _parse_conf(conf_json: str) -> dict[str, Any]:
-    try:
-        conf = json.loads(conf_json) if conf_json.strip() else {}
-    except json.JSONDecodeError as exc:
-        raise InvalidRequestError(f"conf is not valid JSON: {exc}") from None
+    conf = loads_strict(conf_json, "conf") if conf_json.strip() else {}
     if not isinstance(conf, dict):
         raise InvalidRequestError(f"conf must be a JSON object, not {type(conf).__name__}")
     return conf

@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 from stratus.api.errors import PackageRejectedError, UnavailableError
 from stratus.api.pipeline_conf import validate_pipeline_conf
 from stratus.api.records import PipelineRecord
+from stratus.api.redaction import restore_redacted
 from stratus.codedist.distributor import CodeDistributor
 from stratus.codedist.errors import InvalidPackageError
 from stratus.codedist.package_check import CheckedPackage, check_package
@@ -72,7 +73,11 @@ class Submitter:
         try:
             manifest = self._checked(received.path).manifest
             name = name or manifest.name
-            conf = validate_pipeline_conf({**manifest.pipeline_conf(), **submit_conf})
+            from_manifest = manifest.pipeline_conf()
+            # a secret sent as the API shows it ("***") keeps the manifest's value; with none
+            # to keep (nor a marker in the manifest itself) the conf is refused naming the key
+            merged = {**from_manifest, **restore_redacted(submit_conf, from_manifest)}
+            conf = validate_pipeline_conf(restore_redacted(merged, {}))
             self._settings.locations.check(conf)
             stored = StoredPackage(received.digest, received.size_bytes, received.blake3)
             with self._lock:

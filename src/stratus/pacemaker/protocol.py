@@ -96,11 +96,15 @@ def decode_body(body: bytes) -> dict[str, Any]:
 
 
 class FrameDecoder:
-    """Turns a byte stream into messages; holds at most one header and one frame's body."""
+    """Turns a byte stream into messages; holds at most one header and one frame's body.
+
+    The bytes of an unfinished frame wait in one growing buffer: a frame that arrives a
+    byte at a time costs work in proportion to its size, not to its size squared.
+    """
 
     def __init__(self, *, max_frame_bytes: int) -> None:
         self.max_frame_bytes = max_frame_bytes
-        self._pending = b""  # the start of a frame whose rest has not come yet
+        self._pending = bytearray()  # the start of a frame whose rest has not come yet
 
     @property
     def buffered(self) -> int:
@@ -109,13 +113,19 @@ class FrameDecoder:
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
         """The messages completed by ``data``; FrameError on the first bad frame."""
-        if self._pending:
-            data = self._pending + data
-            self._pending = b""
+        pending = self._pending
+        pending += data
+        try:
+            return self._frames(pending)
+        except FrameError:
+            pending.clear()  # the stream is broken: nothing of it is kept
+            raise
+
+    def _frames(self, pending: bytearray) -> list[dict[str, Any]]:
         messages: list[dict[str, Any]] = []
-        offset, end = 0, len(data)
+        offset, end = 0, len(pending)
         while end - offset >= HEADER_BYTES:
-            (length,) = HEADER.unpack_from(data, offset)
+            (length,) = HEADER.unpack_from(pending, offset)
             if length > self.max_frame_bytes:
                 raise FrameError(
                     f"a frame announces {length} bytes, above the maximum of "
@@ -124,8 +134,8 @@ class FrameDecoder:
             start = offset + HEADER_BYTES
             if end - start < length:
                 break
-            messages.append(decode_body(data[start : start + length]))
+            messages.append(decode_body(bytes(pending[start : start + length])))
             offset = start + length
-        if offset < end:
-            self._pending = data[offset:]  # at most a header and a body of the maximum
+        if offset:
+            del pending[:offset]  # at most a header and a body of the maximum stay
         return messages

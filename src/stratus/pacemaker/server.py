@@ -184,6 +184,21 @@ class PacemakerServer:
             await self._serve_http(reader, writer)
             return
         decoder = FrameDecoder(max_frame_bytes=self.settings.max_frame_bytes)
+        loop = asyncio.get_running_loop()
+        frame_started: float | None = None
+
+        def wait(decoder: FrameDecoder) -> float:
+            """How long the next read may take: ``idle`` between frames, and what is left of
+            ``idle`` since a frame's first byte while one is unfinished (a trickle of bytes,
+            each just within the idle time, must not hold the connection forever)."""
+            nonlocal frame_started
+            if not decoder.buffered:
+                frame_started = None
+                return idle
+            if frame_started is None:
+                frame_started = loop.time()
+            return max(0.0, frame_started + idle - loop.time())
+
         chunk = first
         while True:
             closing = False
@@ -195,6 +210,7 @@ class PacemakerServer:
                 writer.write(self._encode(_error(0, ErrorCode.MALFORMED, str(exc))))
                 break
             if messages:
+                frame_started = None  # a frame completed: the next one's time starts now
                 answers = []
                 for message in messages:
                     answer, closing = self._answer(message, conn)
@@ -206,8 +222,10 @@ class PacemakerServer:
                     await writer.drain()  # a client that does not read is not answered faster
             if closing:
                 break
-            wait = idle if conn.principal is not None else min(idle, auth_deadline - self._clock())
-            chunk = await asyncio.wait_for(reader.read(READ_CHUNK_BYTES), max(0.0, wait))
+            timeout = wait(decoder)
+            if conn.principal is None:  # not authenticated yet: the handshake's deadline too
+                timeout = min(timeout, auth_deadline - self._clock())
+            chunk = await asyncio.wait_for(reader.read(READ_CHUNK_BYTES), max(0.0, timeout))
             if not chunk:
                 return  # closed by the client (a frame cut short is dropped with it)
         await writer.drain()

@@ -11,3 +11,7 @@ class TokenFileError(ConfigError):
 
 class TlsConfigError(ConfigError):
     """A certificate, key or CA bundle cannot be loaded, or the TLS settings are incomplete."""
+
+
+class CertificateError(ConfigError):
+    """A certificate could not be made: no ``openssl`` command, or it failed (its message)."""

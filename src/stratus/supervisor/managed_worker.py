@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from stratus.api.clock import Clock
 from stratus.api.records import Assignment, WorkerHeartbeat, WorkerState
+from stratus.api.redaction import redact_heartbeat, redact_text
 from stratus.codedist.distributor import CodeMeta
 from stratus.errors import StratusError
 from stratus.supervisor.code_cache import CodeFailed, CodeState, PipelineCode
@@ -197,7 +198,12 @@ class ManagedWorker:
             self._watch_stop(now)
 
     def heartbeat(self) -> WorkerHeartbeat:
-        """What the supervisor publishes for this worker now."""
+        """What the supervisor publishes for this worker now; its error (the worker's own, or
+        its log's tail) with the secrets of its conf redacted: the cluster state store, the
+        API and the CLI never see them."""
+        return redact_heartbeat(self._heartbeat(), self.assignment.conf)
+
+    def _heartbeat(self) -> WorkerHeartbeat:
         now = self._wall()
         if self.phase in _LIVE and self._live_beat is not None:
             # Its final FAILED, FINISHED or STOPPED is the supervisor's to judge once it exited.
@@ -281,6 +287,7 @@ class ManagedWorker:
         self._crashed(now, f"the worker {_describe_exit(code)}: {self._last_error()}")
 
     def _crashed(self, now: float, error: str) -> None:
+        error = redact_text(error, self.assignment.conf)  # it is logged and published
         self.error = error
         decision = self._policy.crashed(now)
         if isinstance(decision, GiveUp):

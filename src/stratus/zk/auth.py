@@ -112,7 +112,8 @@ class ZkAuth:
         return f"{self.scheme.value}:{acl[0].id.id.split(':')[0]}"
 
     def client_options(self) -> dict[str, Any]:
-        """Keyword arguments for ``KazooClient``: ``auth_data`` or ``sasl_options``."""
+        """Keyword arguments for ``KazooClient``: ``auth_data`` or ``sasl_options`` (the
+        service name and, for Kerberos, the client principal to authenticate as)."""
         if self.scheme is AuthScheme.DIGEST:
             assert self.credentials is not None
             secret = f"{self.credentials.user}:{self.credentials.password}"
@@ -125,6 +126,11 @@ class ZkAuth:
             if self.credentials is not None and self.sasl_mechanism == "DIGEST-MD5":
                 options["username"] = self.credentials.user
                 options["password"] = self.credentials.password
+            if self.sasl_mechanism == "GSSAPI":
+                # the client principal pure-sasl asks GSSAPI for: without it GSSAPI takes the
+                # default one (the first of a client keytab, the ticket cache's), which need
+                # not be the principal the ACL names
+                options["principal"] = self.sasl_principal
             return {"sasl_options": options}
         return {}
 

@@ -22,7 +22,7 @@ from typing import Self
 
 from stratus.zk.auth import ServerAuth
 from stratus.zk.ports import pick_free_port, reserve_port
-from stratus.zk.server import Quorum, QuorumPeer, ZooKeeperServer
+from stratus.zk.server import Quorum, QuorumPeer, ZooKeeperServer, check_data_dir
 from stratus.zk.tls import ServerTls
 
 
@@ -97,6 +97,7 @@ class ZooKeeperEnsemble:
         Every member serving implies a quorum serves. On failure all members are stopped.
         """
         deadline = time.monotonic() + timeout
+        check_data_dir(self.base_dir, ("server-",))  # never members among another's files
         try:
             for server in self.servers:
                 server.launch()

@@ -22,7 +22,13 @@ class ZooKeeperPortInUseError(ZooKeeperServerError):
 
 
 class ZooKeeperDataDirError(ZooKeeperServerError):
-    """The data directory cannot be created or written."""
+    """The data directory cannot be created or written, or holds files that are not
+    ZooKeeper's."""
+
+
+class ZooKeeperOptionError(ZooKeeperServerError, ValueError):
+    """A server option that ``zoo.cfg`` cannot hold: a host or a path with a line break or
+    a control character in it (it would add lines to ``zoo.cfg``), a tick time out of range."""
 
 
 class ZooKeeperStartError(ZooKeeperServerError):

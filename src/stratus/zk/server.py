@@ -44,6 +44,7 @@ from stratus.zk import ports
 from stratus.zk.auth import ServerAuth
 from stratus.zk.errors import (
     ZooKeeperDataDirError,
+    ZooKeeperOptionError,
     ZooKeeperPortInUseError,
     ZooKeeperServerError,
     ZooKeeperStartError,
@@ -58,6 +59,7 @@ log = logging.getLogger(__name__)
 STANDALONE_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
 QUORUM_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 MAX_SESSION_TIMEOUT_MS = 120_000
+MAX_TICK_TIME_MS = 60_000  # ZooKeeper's own default is 2 s; sessions last 2 to 20 ticks
 # Quorum limits are given in ticks; these keep them sensible in wall-clock time whatever the tick.
 INIT_LIMIT_MS = 10_000  # a follower may take this long to connect and sync to a new leader
 SYNC_LIMIT_MS = 2_000  # a follower this far behind is dropped; bounds quorum-loss detection
@@ -148,8 +150,10 @@ class ZooKeeperServer:
     ) -> None:
         if not 0 <= port <= 65535:
             raise ValueError(f"port must be in 0..65535, not {port}")
-        if tick_time_ms <= 0:
-            raise ValueError(f"tick_time_ms must be positive, not {tick_time_ms}")
+        if not 0 < tick_time_ms <= MAX_TICK_TIME_MS:
+            raise ZooKeeperOptionError(
+                f"the tick time must be 1 to {MAX_TICK_TIME_MS} ms, not {tick_time_ms}"
+            )
         if max_session_timeout_ms is not None and max_session_timeout_ms < 2 * tick_time_ms:
             raise ValueError(
                 f"max_session_timeout_ms must be at least the minimum session timeout, two "
@@ -158,6 +162,8 @@ class ZooKeeperServer:
         if quorum is not None and port not in (0, quorum.me().client_port):
             raise ValueError("a quorum member's port is its peer entry's client_port")
         self.data_dir = Path(data_dir).absolute()
+        check_cfg_value("data directory", str(self.data_dir))
+        check_cfg_value("host", quorum.me().host if quorum else host, HOST_VALUE)
         self.port = quorum.me().client_port if quorum else (port or pick_free_port())
         ports.reserve_port(self.port)
         self.tick_time_ms = tick_time_ms
@@ -350,6 +356,7 @@ class ZooKeeperServer:
     def _write_config_files(self) -> Path:
         """Create the data directory and write zoo.cfg, log4j2.properties and myid into it."""
         config = self.data_dir / "zoo.cfg"
+        check_data_dir(self.data_dir, ZOOKEEPER_MARKERS)
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -508,3 +515,48 @@ def _kill_quietly(group: ProcessGroup) -> None:
     with contextlib.suppress(OSError):
         if group.is_running():
             group.kill()
+
+
+# What a data directory holds once a ZooKeeper used it (stratus writes zoo.cfg first).
+ZOOKEEPER_MARKERS = ("zoo.cfg", "version-2")
+# A host as ZooKeeper reads it: a name, an IPv4 or an IPv6 address (a zone id too).
+HOST_VALUE = re.compile(r"[A-Za-z0-9._:%\-]+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_cfg_value(what: str, value: str, rule: re.Pattern[str] | None = None) -> None:
+    """Refuse a value that would not stay one value of ``zoo.cfg``: a line break or another
+    control character would add a line of the caller's choosing (``enforce.auth.enabled``)."""
+    control = _CONTROL.search(value)
+    if control is not None:
+        raise ZooKeeperOptionError(
+            f"the ZooKeeper {what} {value!r} holds a control character "
+            f"(U+{ord(control.group()):04X}); zoo.cfg cannot hold it"
+        )
+    if rule is not None and not rule.fullmatch(value):
+        raise ZooKeeperOptionError(
+            f"the ZooKeeper {what} {value!r} is not a host name or an IP address"
+        )
+
+
+def check_data_dir(directory: Path, markers: tuple[str, ...]) -> None:
+    """Refuse a data directory that holds files but none whose name starts with one of
+    ``markers``: it belongs to
+    something else (``--data-dir /etc``), and ZooKeeper would write its files among them."""
+    try:
+        entries = sorted(entry.name for entry in directory.iterdir())
+    except FileNotFoundError:
+        return
+    except NotADirectoryError:
+        return  # the creation says so, with its own error
+    except OSError as exc:
+        raise ZooKeeperDataDirError(
+            f"cannot use ZooKeeper data directory {directory}: {exc.strerror or exc}"
+        ) from None
+    if entries and not any(entry.startswith(markers) for entry in entries):
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise ZooKeeperDataDirError(
+            f"cannot use ZooKeeper data directory {directory}: it holds other files "
+            f"({shown}) and no ZooKeeper data; choose an empty or new directory, or the data "
+            "directory of an earlier ZooKeeper"
+        )

@@ -67,6 +67,7 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 RETRY_DELAY_SECS = 0.05  # first pause of a retried call or reconnection
+CONNECT_POLL_SECS = 0.05  # how often the first connection's wait looks for a recorded refusal
 RETRY_MAX_DELAY_SECS = 0.5  # longest pause: reconnection after a server restart stays quick
 
 
@@ -247,7 +248,7 @@ class ZkSession:
 
     def _connect(self) -> None:
         try:
-            self.client.start(timeout=self.settings.connection_timeout)
+            self._start_client()
         except KazooTimeoutError:
             raise ZooKeeperUnavailableError(
                 f"no ZooKeeper server answered at {self.hosts} within "
@@ -262,6 +263,20 @@ class ZkSession:
             # kazoo reports CONNECTED before SASL ends: a refusal fails the first request.
             raise self._auth_failure() from None
         self.renew_lease()
+
+    def _start_client(self) -> None:
+        """``client.start``, but a refusal the connection thread records (credentials, a
+        Kerberos library that cannot start) ends the wait at once: kazoo's own start waits
+        the whole timeout for a connection that its thread has given up on."""
+        connected = self.client.start_async()
+        deadline = time.monotonic() + self.settings.connection_timeout
+        while not connected.wait(CONNECT_POLL_SECS):
+            if self._failed.is_set():
+                self.client.stop()
+                raise AuthFailedError("the connection thread recorded a refusal")
+            if time.monotonic() >= deadline:
+                self.client.stop()
+                raise KazooTimeoutError("Connection time-out")
 
     def _auth_failure(self) -> StratusError:
         """The refusal the connection thread recorded, else a generic one."""
@@ -512,7 +527,8 @@ def _capture_granted_timeout(
     The one place that touches kazoo's internals: its connection handler's ``_connect`` returns
     (read timeout, connect timeout) in ms, the read timeout being two thirds of the granted
     session timeout. ``tests/test_zk_session_cap.py`` fails if a kazoo upgrade changes that.
-    A connection whose credentials the server refuses raises there too: ``refused`` hears it.
+    A connection whose credentials the server refuses raises there too: ``refused`` hears it,
+    as it hears a Kerberos library that cannot start for the configured principal.
     """
     handler = getattr(client, "_connection", None)
     connect = getattr(handler, "_connect", None)
@@ -526,6 +542,15 @@ def _capture_granted_timeout(
         except (AuthFailedError, SASLException, SessionClosedRequireSaslError) as exc:
             refused(exc)  # kazoo's thread may die of it: the session must not wait forever
             raise
+        except Exception as exc:
+            if type(exc).__module__ != "kerberos":
+                raise
+            # GSSAPI refused to start for the configured principal (no ticket, no keytab
+            # entry) before kazoo's own handling: kazoo would retry it forever
+            failure = AuthFailedError("Kerberos could not start GSSAPI")
+            failure.__cause__ = exc
+            refused(failure)
+            raise failure from exc
         note(read_timeout * 1.5 / 1000.0)
         return read_timeout, connect_timeout
 

@@ -5,13 +5,17 @@ thousand idle clients are a thousand threads and file descriptors, until the pro
 cannot open another (a ZooKeeper reconnection included). ``BoundedHTTPServer`` serves at
 most ``max_connections`` at once; one more gets ``503`` with ``Retry-After`` and is closed
 at once, without a thread. A connection whose client sends or reads nothing for
-``idle_secs`` is closed (the handler's socket timeout)::
+``idle_secs`` is closed (the handler's socket timeout); with a handler that is a
+``HeadDeadlineHandler``, so is one that has not sent a whole request head (nor finished its
+TLS handshake) within ``idle_secs``: a trickle of bytes, each just in time, would otherwise
+hold a connection, and its thread, for ever::
 
     server = BoundedHTTPServer(("127.0.0.1", 0), Handler, ConnectionBounds(256, 30.0))
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import threading
@@ -57,6 +61,8 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         bounds: ConnectionBounds = DEFAULT_BOUNDS,
     ) -> None:
         handler.timeout = bounds.idle_secs  # the socket timeout of every read and write
+        if issubclass(handler, HeadDeadlineHandler):
+            handler.head_secs = bounds.idle_secs
         super().__init__(address, handler)
         self.bounds = bounds
         self._slots = threading.BoundedSemaphore(bounds.max_connections)
@@ -88,6 +94,46 @@ class BoundedHTTPServer(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Log through logging (rate-limited there), not socketserver's traceback on stderr."""
         log.warning("event=connection_error client=%s", client_address, exc_info=True)
+
+
+class HeadDeadlineHandler(BaseHTTPRequestHandler):
+    """A handler whose every request head (and TLS handshake, if ``arm_head_deadline`` is
+    called before it) must arrive whole within ``head_secs``, else the connection is cut."""
+
+    head_secs: float = DEFAULT_BOUNDS.idle_secs
+    _head_timer: threading.Timer | None = None
+
+    def arm_head_deadline(self) -> None:
+        self.disarm_head_deadline()
+        timer = threading.Timer(self.head_secs, self._cut)
+        timer.daemon = True
+        self._head_timer = timer
+        timer.start()
+
+    def disarm_head_deadline(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def handle_one_request(self) -> None:
+        self.arm_head_deadline()
+        try:
+            super().handle_one_request()
+        finally:
+            self.disarm_head_deadline()
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()  # the request line and the headers are read now
+        self.disarm_head_deadline()
+        return parsed
+
+    def _cut(self) -> None:
+        """The deadline passed: end the connection under the reading thread (its read then
+        returns nothing, and the handler ends)."""
+        log.debug("event=connection_cut reason=head_deadline secs=%g", self.head_secs)
+        with contextlib.suppress(OSError):
+            # socket's own shutdown, under TLS too: no TLS close while another thread reads
+            socket.socket.shutdown(self.connection, socket.SHUT_RDWR)
 
 
 def _refuse(request: socket.socket) -> None:

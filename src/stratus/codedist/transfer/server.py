@@ -34,12 +34,14 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from typing import BinaryIO
 
+from stratus.api.echo import clip
 from stratus.api.errors import ApiError, UnknownCodeError
 from stratus.codedist.package_store import PackageStore
 from stratus.codedist.transfer.bounded_server import (
     DEFAULT_BOUNDS,
     BoundedHTTPServer,
     ConnectionBounds,
+    HeadDeadlineHandler,
 )
 from stratus.codedist.transfer.serve import PackageFile, Refusal, locate
 from stratus.security.access import CHALLENGE, OPEN, AccessPolicy
@@ -104,24 +106,40 @@ def _handler_for(store: PackageStore, policy: AccessPolicy) -> type[BaseHTTPRequ
     return Handler
 
 
-class _PackageHandler(BaseHTTPRequestHandler):
+class _PackageHandler(HeadDeadlineHandler):
     """One connection: GET and HEAD of ``/api/v1/code/<digest>``."""
 
     store: PackageStore
     policy: AccessPolicy
     protocol_version = "HTTP/1.1"
+    # a request line that is not HTTP is answered with a status line and headers too (the
+    # standard library's default, HTTP/0.9, sends a bare body)
+    default_request_version = "HTTP/1.1"
     server_version = "stratus-package-server"
 
     def setup(self) -> None:
         super().setup()
         if isinstance(self.connection, ssl.SSLSocket):
-            self.connection.do_handshake()  # here, on this connection's thread
+            self.arm_head_deadline()  # the handshake too must end in time
+            try:
+                self.connection.do_handshake()  # here, on this connection's thread
+            finally:
+                self.disarm_head_deadline()
 
-    def do_GET(self) -> None:
+    def do_GET(self) -> None:  # noqa: N802 (http.server names it)
         self._answer(body=True)
 
-    def do_HEAD(self) -> None:
+    def do_HEAD(self) -> None:  # noqa: N802 (http.server names it)
         self._answer(body=False)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library's own refusals (a request that is not HTTP, too many headers,
+        a line too long, an unsupported method) as the API's JSON error body, not HTML."""
+        status = HTTPStatus(code)
+        text = clip(message or status.phrase)
+        error = "invalid_request" if code == HTTPStatus.BAD_REQUEST else _error_code(status)
+        self.close_connection = True
+        self._refuse(Refusal(status, error, text, {"Connection": "close"}))
 
     def log_message(self, format: str, *args: object) -> None:
         log.debug("event=package_request %s", format % args)
@@ -181,3 +199,8 @@ class _PackageHandler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(payload)
+
+
+def _error_code(status: HTTPStatus) -> str:
+    """``request_header_fields_too_large`` for 431: the API's error codes are snake case."""
+    return status.phrase.lower().replace(" ", "_").replace("-", "_")

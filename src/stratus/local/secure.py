@@ -1,0 +1,120 @@
+"""The credentials of a secured local cluster (``stratus local --secure``), made at its start.
+
+Everything goes into the cluster's own directory, secrets readable by their owner only:
+a CA and the nimbuses' certificate for 127.0.0.1 (TLS on the API and the package server),
+a token file with an ``admin`` token for the user and a ``read`` token for the daemons
+(nimbuses and supervisors fetch code with it), and ZooKeeper digest credentials: the
+ZooKeeper server requires authentication and every znode's ACL names stratus alone::
+
+    security = LocalSecurity.create(workdir / "security")
+    ZooKeeperServer(..., auth=security.zookeeper_server_auth())
+    options += security.daemon_options()         # -c key=value of every daemon
+    NimbusProcess(options, ..., auth=security.daemon_auth())
+    NimbusClient(seeds, auth=security.admin_auth())
+    security.client_lines(seeds)                  # how a user's client connects
+
+No secret is on a command line: daemons read the token and the ZooKeeper password from files.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stratus.security.certificates import CertificateAuthority
+from stratus.security.client_auth import ClientAuth
+from stratus.security.tls import TlsSettings
+from stratus.zk.auth import ServerAuth
+
+PRIVATE_FILE_MODE = 0o600
+LOOPBACK = "127.0.0.1"
+ZOOKEEPER_USER = "stratus"
+
+
+@dataclass(frozen=True)
+class LocalSecurity:
+    """The files of a secured local cluster; see the module docstring."""
+
+    directory: Path
+    ca: Path
+    cert: Path
+    key: Path
+    tokens: Path
+    admin_token_file: Path
+    daemon_token_file: Path
+    zookeeper_credentials: Path
+    admin_token: str = field(repr=False)
+    daemon_token: str = field(repr=False)
+
+    @classmethod
+    def create(cls, directory: Path) -> LocalSecurity:
+        """Make the CA, the certificate, the tokens and the ZooKeeper credentials."""
+        directory.mkdir(parents=True, exist_ok=True)
+        directory.chmod(0o700)
+        authority = CertificateAuthority.create(directory, "stratus-local-ca")
+        server = authority.issue("nimbus", ip=LOOPBACK)
+        admin, daemon = secrets.token_hex(32), secrets.token_hex(32)
+        tokens = _write_private(
+            directory / "tokens",
+            "# role kind value: the user's token, then the daemons' own\n"
+            f"admin token {admin}\nread token {daemon}\n",
+        )
+        return cls(
+            directory=directory,
+            ca=authority.cert,
+            cert=server.cert,
+            key=server.key,
+            tokens=tokens,
+            admin_token_file=_write_private(directory / "admin-token", admin + "\n"),
+            daemon_token_file=_write_private(directory / "daemon-token", daemon + "\n"),
+            zookeeper_credentials=_write_private(
+                directory / "zookeeper-credentials",
+                f"{ZOOKEEPER_USER}:{secrets.token_hex(24)}\n",
+            ),
+            admin_token=admin,
+            daemon_token=daemon,
+        )
+
+    def zookeeper_server_auth(self) -> ServerAuth:
+        """The local ZooKeeper requires authentication of every client."""
+        return ServerAuth(required=True)
+
+    def daemon_options(self) -> list[str]:
+        """``-c key=value`` options of every nimbus and supervisor."""
+        settings = {
+            "nimbus.auth.tokens.file": self.tokens,
+            "nimbus.tls.cert": self.cert,
+            "nimbus.tls.key": self.key,
+            "client.tls.ca": self.ca,
+            "client.auth.token.file": self.daemon_token_file,
+            "zookeeper.auth.scheme": "digest",
+            "zookeeper.auth.file": self.zookeeper_credentials,
+        }
+        return [item for key, value in settings.items() for item in ("-c", f"{key}={value}")]
+
+    def daemon_auth(self) -> ClientAuth:
+        """How whoever waits for a nimbus reaches it: https and the daemons' token."""
+        return ClientAuth(token=self.daemon_token, tls=TlsSettings(ca=str(self.ca)))
+
+    def admin_auth(self) -> ClientAuth:
+        """The user's client: https and the admin token."""
+        return ClientAuth(token=self.admin_token, tls=TlsSettings(ca=str(self.ca)))
+
+    def client_lines(self, seeds: Sequence[str]) -> list[str]:
+        """How a user's client connects, as shell lines to copy."""
+        return [
+            f"export STRATUS_TOKEN=$(cat {self.admin_token_file})",
+            f"stratus list -c nimbus.seeds={','.join(seeds)} -c client.tls.ca={self.ca}",
+        ]
+
+
+def _write_private(path: Path, text: str) -> Path:
+    """``text`` into a new file at ``path`` that only its owner may read or write."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        file.write(text)
+    return path
