@@ -182,9 +182,13 @@ def test_the_ha_routes_answer_only_the_admin_role(
 ) -> None:
     tokens = token_file(tmp_path)
     options = ["-c", f"nimbus.auth.tokens.file={tokens}", "-c", "nimbus.ha.mode=zkfc"]
-    admin = httpx.Client(headers=bearer(ADMIN), timeout=5.0)
     with secure_cluster(
-        zk_server.connect_string, tmp_path, request.node.name, extra=options, http=admin, size=1
+        zk_server.connect_string,
+        tmp_path,
+        request.node.name,
+        extra=options,
+        auth=ClientAuth(token=ADMIN),
+        size=1,
     ) as cluster:
         (nimbus,) = cluster.nimbuses
         base = cluster.url(nimbus)
