@@ -69,3 +69,12 @@ def redact_workers(workers: PipelineWorkers) -> PipelineWorkers:
     if workers.assignment is None:
         return workers
     return workers.model_copy(update={"assignment": redact_record(workers.assignment)})
+
+
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
+
+
+def redact_text(text: str) -> str:
+    """``text`` (an installer's output, say) with the credentials of every URL in it
+    (``https://user:token@host``) replaced by ``REDACTED``."""
+    return _URL_CREDENTIALS.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
