@@ -93,11 +93,14 @@ EnvState = EnvReady | EnvPending | EnvFailed
 
 
 def normalized_requirements(requirements: Sequence[str]) -> tuple[str, ...]:
-    """The set of ``requirements``: spaces collapsed, project names canonical (PEP 503:
-    lower case, runs of ``-_.`` as one ``-``), duplicates dropped, sorted."""
+    """The set of ``requirements``: project names canonical (PEP 503: lower case, runs of
+    ``-_.`` as one ``-``), no spaces before a marker (``;``) unless a URL (``@``) is given,
+    duplicates dropped, sorted."""
     normal = set()
     for requirement in requirements:
-        text = " ".join(requirement.split())
+        head, semicolon, marker = requirement.partition(";")
+        head = " ".join(head.split()) if "@" in head else "".join(head.split())
+        text = head + (f"; {' '.join(marker.split())}" if semicolon else "")
         match = _NAME.match(text)
         if match:
             name = re.sub(r"[-_.]+", "-", match.group(0)).lower()
