@@ -100,6 +100,8 @@ def test_requirements_are_installed_from_a_wheelhouse_beside_the_supervisors_pac
         [str(ready.python), "-c", probe], capture_output=True, text=True, check=True
     ).stdout.split()
     assert out == ["7", "True", str(ready.directory)]
+    spark_pipelines = ready.directory / "bin" / "spark-pipelines"  # found beside python
+    assert spark_pipelines.resolve() == (Path(sys.executable).parent / "spark-pipelines").resolve()
     # pyspark was seen, not installed again into the environment
     assert not list(ready.directory.glob("lib/python*/site-packages/pyspark"))
     assert not list(tmp_path.joinpath("envs").glob(".build-*"))  # published by a rename
@@ -234,12 +236,16 @@ def test_pipelines_with_the_same_requirements_run_in_one_environment_built_once(
         cluster.assign(second, "report", mode="probe")
         beat = cluster.wait_for_worker(WorkerState.FINISHED, "report")
         assert beat.restarts == 0
+        cluster.assign(second, "env", mode="env")
+        cluster.wait_for_worker(WorkerState.RUNNING, "env")
         assert record.stat().st_mtime_ns == built  # reused, not rebuilt
     env_dirs = [p for p in (local / "envs").iterdir() if p.is_dir()]
     assert len(env_dirs) == 1
     for name in ("etl", "report"):
         seen = json.loads((local / "workers" / name / "work" / "probe.json").read_text())
         assert seen == {"prefix": str(env_dirs[0]), "value": 7}
+    environ = json.loads((local / "workers" / "env" / "work" / "env.json").read_text())
+    assert environ["PYSPARK_PYTHON"] == str(env_dirs[0] / "bin" / "python")  # Spark's workers
 
 
 def test_a_pipeline_without_requirements_runs_with_the_supervisors_interpreter(

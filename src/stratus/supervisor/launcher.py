@@ -16,6 +16,7 @@ import dataclasses
 import os
 from collections.abc import Sequence, Set
 
+from stratus.api.pipeline_conf import env_entries
 from stratus.api.records import Assignment
 from stratus.codedist.distributor import CodeMeta
 from stratus.supervisor.code_cache import CodeCache, CodePending, CodeState, PipelineCode
@@ -28,6 +29,8 @@ from stratus.supervisor.worker_process import (
     build_spec,
     default_worker_command,
 )
+
+PYSPARK_PYTHON = "PYSPARK_PYTHON"
 
 
 class WorkerLauncher:
@@ -69,6 +72,8 @@ class WorkerLauncher:
         command = list(self._command or default_worker_command())
         if code.python is not None:  # the command's interpreter is the environment's
             command[0] = str(code.python)
+            if PYSPARK_PYTHON not in env_entries(spec.conf):  # Spark's Python workers too
+                env[PYSPARK_PYTHON] = str(code.python)
         return WorkerProcess.launch(spec, paths, command, env=env)
 
     def retain(self, digests: Set[str]) -> None:

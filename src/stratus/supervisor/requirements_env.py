@@ -61,6 +61,7 @@ BASE_PTH = "_stratus_supervisor_site.pth"
 ENV_RECORD = "stratus-env.json"
 TAIL_LINES = 15
 TAIL_MAX_CHARS = 3000
+SPARK_SCRIPTS = ("spark-", "find-spark-home", "find_spark_home", "load-spark-env", "pyspark")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
@@ -243,6 +244,7 @@ class RequirementEnvs:
             ).stdout.strip()
             lines = [f"import site; site.addsitedir({d!r})" for d in self._site_dirs]
             Path(purelib, BASE_PTH).write_text("\n".join(lines) + "\n", encoding="utf-8")
+            _link_spark_scripts(temp / "bin")
             self._run(
                 pipeline,
                 [str(python), "-m", "pip", *self._pip_args(), "--", *requirements],
@@ -297,6 +299,17 @@ class RequirementEnvs:
         """Builds that a crash interrupted."""
         for leftover in self.directory.glob(f"{BUILD_PREFIX}*"):
             _remove(leftover)
+
+
+def _link_spark_scripts(bin_dir: Path) -> None:
+    """Link the Spark launchers beside the supervisor's interpreter (``spark-pipelines``,
+    ``spark-submit``, ``find-spark-home``, ...) into the environment's ``bin``: the worker
+    looks for them beside its own interpreter, and they run Python as ``PYSPARK_PYTHON``."""
+    base_bin = Path(sys.executable).parent
+    for script in base_bin.iterdir():
+        name = script.name
+        if name.startswith(SPARK_SCRIPTS) and not (bin_dir / name).exists():
+            (bin_dir / name).symlink_to(script)
 
 
 @contextlib.contextmanager
