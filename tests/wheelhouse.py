@@ -24,7 +24,9 @@ def make_wheel(directory: Path, name: str, version: str, modules: dict[str, str]
     files[f"{info}/WHEEL"] = (
         "Wheel-Version: 1.0\nGenerator: stratus-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     )
-    records = [f"{path},sha256={_digest(text)},{len(text.encode())}" for path, text in files.items()]
+    records = [
+        f"{path},sha256={_digest(text)},{len(text.encode())}" for path, text in files.items()
+    ]
     files[f"{info}/RECORD"] = "\n".join([*records, f"{info}/RECORD,,"]) + "\n"
     wheel = directory / f"{dist}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
