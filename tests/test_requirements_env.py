@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from stratus.api.records import WorkerState
+from stratus.api.records import PipelineStatus, WorkerState
 from stratus.api.redaction import redact_text
 from stratus.codedist.package_build import package_bytes
 from stratus.supervisor.daemon import Supervisor
@@ -35,6 +35,7 @@ from stratus.supervisor.requirements_env import (
 )
 from stratus.supervisor.settings import DepsSettings
 from tests.package_factory import package_files
+from tests.pipeline_cluster import pipeline_cluster
 from tests.test_supervisor import FAKE_WORKER, SPARK, SPARK_SECS, Cluster
 from tests.wheelhouse import make_wheel
 from tests.zkfixtures import kazoo_client, wait_until
@@ -299,3 +300,24 @@ def test_a_batch_pipeline_imports_its_requirement_on_the_real_worker(
             WorkerState.FINISHED, "batch", timeout=BUILD_WAIT_SECS + SPARK_SECS
         )
         assert beat.restarts == 0
+
+
+# ---------------------------------------------------------------------- through a nimbus
+
+
+def test_a_submitted_pipeline_whose_requirements_cannot_be_installed_is_failed_with_pips_message(
+    zk_hosts: str, tmp_path: Path, wheelhouse: Path, request: pytest.FixtureRequest
+) -> None:
+    deps = ["-c", f"supervisor.deps.find.links={wheelhouse}", "-c", "supervisor.deps.offline=true"]
+    package = probe_package("needs", ["no-such-project-anywhere>=1"])
+    with pipeline_cluster(
+        zk_hosts, tmp_path, request.node.name, supervisors=("s1",), extra=deps
+    ) as cluster:
+        cluster.client.submit("needs", package, {})
+
+        record = cluster.wait_status("needs", PipelineStatus.FAILED, timeout=BUILD_WAIT_SECS)
+
+        reason = record.reason or ""
+        assert "No matching distribution found for no-such-project-anywhere>=1" in reason
+        local = Path(cluster.supervisors["s1"].local_dir)
+        assert not (local / "workers" / "needs" / "worker.log").exists()  # never started
