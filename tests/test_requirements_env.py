@@ -31,6 +31,7 @@ from stratus.supervisor.requirements_env import (
     EnvReady,
     EnvState,
     RequirementEnvs,
+    installer_environment,
     normalized_requirements,
 )
 from stratus.supervisor.settings import DepsSettings
@@ -169,6 +170,21 @@ def test_requirement_sets_are_normalized_before_they_are_hashed() -> None:
     assert normalized_requirements(
         ["Foo_Bar >= 1.0", "baz", "foo-bar>=1.0", "qux ; python_version >= '3'"]
     ) == ("baz", "foo-bar>=1.0", "qux; python_version >= '3'")
+
+
+def test_pip_gets_what_it_reads_and_none_of_the_supervisors_secrets() -> None:
+    parent = {
+        "PATH": "/bin",
+        "PIP_INDEX_URL": "https://mirror.example/simple",
+        "HTTPS_PROXY": "http://proxy:3128",
+        "STRATUS_TOKEN": "t0ken",
+        "AWS_SECRET_ACCESS_KEY": "k",
+    }
+    assert installer_environment(parent) == {
+        "PATH": "/bin",
+        "PIP_INDEX_URL": "https://mirror.example/simple",
+        "HTTPS_PROXY": "http://proxy:3128",
+    }
 
 
 def test_credentials_in_an_installers_urls_are_redacted() -> None:

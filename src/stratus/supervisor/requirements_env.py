@@ -16,7 +16,9 @@ time per environment, even across processes), and killed (its whole process grou
 ``supervisor.deps.install.timeout.secs``. A failure is final for the assignment: the
 installer's output is kept in ``<local>/envs/<key>.log`` and its tail, bounded and with URL
 credentials redacted, becomes the pipeline's error. Builds run on a thread of their own, so
-the control loop never waits on an install; ``get`` is called from that one loop only::
+the control loop never waits on an install; pip gets the worker's allow-list of the
+supervisor's environment (plus ``PIP_*``, proxies, certificate bundles), never its secrets;
+``get`` is called from that one loop only::
 
     envs = RequirementEnvs(Path("/var/lib/stratus/envs"), DepsSettings(find_links=("/wh",)))
     envs.get("etl", ["tabulate>=0.9"])   # EnvPending, then EnvReady(...) or EnvFailed(...)
@@ -42,7 +44,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +54,7 @@ from stratus.api.redaction import redact_text
 from stratus.process import ProcessGroup
 from stratus.supervisor.errors import EnvironmentBuildError
 from stratus.supervisor.settings import DepsSettings
+from stratus.supervisor.worker_env import ALLOWED_NAMES, ALLOWED_PREFIXES
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +64,10 @@ BASE_PTH = "_stratus_supervisor_site.pth"
 ENV_RECORD = "stratus-env.json"
 TAIL_LINES = 15
 TAIL_MAX_CHARS = 3000
+INSTALLER_NAMES = frozenset(
+    {"SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"}
+)
+PROXY_NAMES = frozenset({"http_proxy", "https_proxy", "no_proxy", "all_proxy"})
 SPARK_SCRIPTS = ("spark-", "find-spark-home", "find_spark_home", "load-spark-env", "pyspark")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -136,6 +143,20 @@ def environment_key(
     return f"py{sys.version_info[0]}{sys.version_info[1]}-{digest[:24]}"
 
 
+def installer_environment(parent: Mapping[str, str]) -> dict[str, str]:
+    """The environment of an install: a worker's allow-list of the supervisor's (an sdist's
+    build runs code of the pipeline's choosing, so no ``STRATUS_TOKEN`` nor cloud key), plus
+    what pip itself reads: ``PIP_*``, proxies and certificate bundles."""
+    return {
+        name: value
+        for name, value in parent.items()
+        if name in ALLOWED_NAMES
+        or name in INSTALLER_NAMES
+        or name.lower() in PROXY_NAMES
+        or name.startswith((*ALLOWED_PREFIXES, "PIP_"))
+    }
+
+
 class RequirementEnvs:
     """The environments of one supervisor, by key; see the module docstring."""
 
@@ -195,6 +216,7 @@ class RequirementEnvs:
     def _build(self, pipeline: str, key: str, requirements: tuple[str, ...]) -> EnvReady:
         target = self.directory / key
         started = time.monotonic()
+        deadline = started + self._settings.install_timeout_secs
         with _locked(self.directory / f"{key}.lock"):
             if (target / ENV_RECORD).is_file():  # another process built it meanwhile
                 return EnvReady(key, target)
@@ -206,7 +228,7 @@ class RequirementEnvs:
             )
             temp = self.directory / f"{BUILD_PREFIX}{key}-{uuid.uuid4().hex[:8]}"
             try:
-                self._install(pipeline, key, temp, requirements, deadline=started)
+                self._install(pipeline, key, temp, requirements, deadline=deadline)
                 _remove(target)  # a directory with no record is an unfinished leftover
                 temp.rename(target)
             finally:
@@ -224,7 +246,6 @@ class RequirementEnvs:
         self, pipeline: str, key: str, temp: Path, requirements: tuple[str, ...], deadline: float
     ) -> None:
         """Make the environment in ``temp``: venv, the ``.pth`` of the base, pip install."""
-        deadline += self._settings.install_timeout_secs
         output = self.directory / f"{key}.log"
         with output.open("wb") as out:
             self._run(
@@ -275,7 +296,11 @@ class RequirementEnvs:
         """Run one step of an install, its output appended to ``output``; killed at
         ``deadline`` (its whole process group: pip's build backends too)."""
         group = ProcessGroup.start(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=installer_environment(os.environ),
         )
         try:
             code = group.wait(max(0.0, deadline - time.monotonic()))
