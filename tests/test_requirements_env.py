@@ -151,7 +151,7 @@ def test_an_unresolvable_requirement_fails_with_the_installers_message(
     finally:
         envs.close()
     assert isinstance(failed, EnvFailed)
-    assert "cannot install the requirements of pipeline etl" in failed.error
+    assert "cannot install the requirements no-such-project-anywhere==9" in failed.error
     assert "No matching distribution found for no-such-project-anywhere==9" in failed.error
     assert not [p for p in tmp_path.joinpath("envs").iterdir() if p.is_dir()]  # none published
 

@@ -199,6 +199,9 @@ class RequirementEnvs:
             error = str(exc) if isinstance(exc, EnvironmentBuildError) else repr(exc)
             failed = EnvFailed(redact_text(error))
             self._failed[key] = failed
+            log.warning(
+                "event=env_build_failed pipeline=%s env=%s error=%s", pipeline, key, failed.error
+            )
             return failed
         self._ready[key] = ready
         return ready
@@ -228,7 +231,7 @@ class RequirementEnvs:
             )
             temp = self.directory / f"{BUILD_PREFIX}{key}-{uuid.uuid4().hex[:8]}"
             try:
-                self._install(pipeline, key, temp, requirements, deadline=deadline)
+                self._install(key, temp, requirements, deadline=deadline)
                 _remove(target)  # a directory with no record is an unfinished leftover
                 temp.rename(target)
             finally:
@@ -243,13 +246,13 @@ class RequirementEnvs:
         return EnvReady(key, target)
 
     def _install(
-        self, pipeline: str, key: str, temp: Path, requirements: tuple[str, ...], deadline: float
+        self, key: str, temp: Path, requirements: tuple[str, ...], deadline: float
     ) -> None:
         """Make the environment in ``temp``: venv, the ``.pth`` of the base, pip install."""
         output = self.directory / f"{key}.log"
         with output.open("wb") as out:
             self._run(
-                pipeline,
+                requirements,
                 [sys.executable, "-m", "venv", "--without-pip", str(temp)],
                 out,
                 output,
@@ -267,7 +270,7 @@ class RequirementEnvs:
             Path(purelib, BASE_PTH).write_text("\n".join(lines) + "\n", encoding="utf-8")
             _link_spark_scripts(temp / "bin")
             self._run(
-                pipeline,
+                requirements,
                 [str(python), "-m", "pip", *self._pip_args(), "--", *requirements],
                 out,
                 output,
@@ -291,7 +294,12 @@ class RequirementEnvs:
         return args
 
     def _run(
-        self, pipeline: str, argv: list[str], out: BinaryIO, output: Path, deadline: float
+        self,
+        requirements: tuple[str, ...],
+        argv: list[str],
+        out: BinaryIO,
+        output: Path,
+        deadline: float,
     ) -> None:
         """Run one step of an install, its output appended to ``output``; killed at
         ``deadline`` (its whole process group: pip's build backends too)."""
@@ -307,14 +315,14 @@ class RequirementEnvs:
         except subprocess.TimeoutExpired:
             group.kill()
             raise EnvironmentBuildError(
-                f"installing the requirements of pipeline {pipeline} took longer than "
+                f"installing the requirements {' '.join(requirements)} took longer than "
                 f"supervisor.deps.install.timeout.secs={self._settings.install_timeout_secs:g} "
                 f"and was stopped; raise it, or point supervisor.deps.find.links at a local "
                 f"wheelhouse (full output: {output})"
             ) from None
         if code != 0:
             raise EnvironmentBuildError(
-                f"cannot install the requirements of pipeline {pipeline}: "
+                f"cannot install the requirements {' '.join(requirements)}: "
                 f"{Path(argv[0]).name} {' '.join(argv[1:3])} exited with code {code}: "
                 f"{_tail(output)} (full output: {output}); fix the package's requirements or "
                 "the supervisor's supervisor.deps.* settings, then submit it again"
