@@ -11,6 +11,7 @@ from stratus.api.records import Assignment
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.manifest import parse_manifest
 from stratus.supervisor.code_cache import CodeState, PipelineCode
+from stratus.supervisor.requirements_env import EnvFailed
 from stratus.supervisor.settings import RestartSettings, WorkerTimeouts
 from stratus.supervisor.worker_process import WorkerPaths
 
@@ -77,11 +78,11 @@ class FakeLauncher:
     """Code ready (or not) at once; every spawn a FakeProcess."""
 
     def __init__(self, tmp_path: Path) -> None:
-        self.code_state: CodeState = code(tmp_path)
+        self.code_state: CodeState | EnvFailed = code(tmp_path)
         self.processes: list[FakeProcess] = []
         self.retained: set[str] = set()
 
-    def code(self, pipeline: str, meta: CodeMeta) -> CodeState:
+    def code(self, pipeline: str, meta: CodeMeta) -> CodeState | EnvFailed:
         return self.code_state
 
     def spawn(self, assignment: Assignment, code: PipelineCode, paths: WorkerPaths) -> FakeProcess:

@@ -13,6 +13,7 @@ from stratus.api.records import WorkerHeartbeat, WorkerState
 from stratus.supervisor.code_cache import CodeFailed, CodePending
 from stratus.supervisor.managed_worker import ManagedWorker, Phase, StopReason
 from stratus.supervisor.reconcile import Held
+from stratus.supervisor.requirements_env import EnvFailed
 from stratus.supervisor.restart_policy import RestartPolicy
 from stratus.supervisor.settings import RestartSettings
 from stratus.supervisor.worker_process import WorkerPaths
@@ -87,6 +88,21 @@ def test_code_that_cannot_be_fetched_is_reported_in_the_heartbeat(tmp_path) -> N
     beat = worker.heartbeat()
     assert beat.state is WorkerState.STARTING
     assert beat.error == "no nimbus holds it (failed 2 times)"
+
+
+def test_requirements_that_cannot_be_installed_fail_the_worker_at_once_without_restart(
+    tmp_path,
+) -> None:
+    clock, launcher = FakeClock(), FakeLauncher(tmp_path)
+    launcher.code_state = EnvFailed("cannot install the requirements nope>=1: ...")
+    worker = managed(tmp_path, clock, launcher)
+    worker.step(may_start=True)
+    clock.advance(3600.0)
+    worker.step(may_start=True)  # no backoff, no second try
+    beat = worker.heartbeat()
+    assert (phase(worker), beat.state, beat.restarts) == (Phase.FAILED, WorkerState.FAILED, 0)
+    assert beat.error == "cannot install the requirements nope>=1: ..."
+    assert launcher.processes == []
 
 
 def test_the_workers_own_heartbeat_is_published_with_what_the_supervisor_vouches_for(

@@ -12,6 +12,7 @@ from stratus.config import config_from_mapping
 from stratus.state.factory import StateStoreSettings
 from stratus.supervisor.errors import SupervisorStartError
 from stratus.supervisor.settings import (
+    DepsSettings,
     LoopSettings,
     RestartSettings,
     SpecSettings,
@@ -40,6 +41,10 @@ def test_every_record_carries_the_keys_of_its_component(tmp_path: Path) -> None:
                 "zookeeper.session.timeout.secs": 4,
                 "zookeeper.root": "/prod",
                 "nimbus.max.upload.bytes": 4096,
+                "supervisor.deps.index.url": "https://mirror.example/simple",
+                "supervisor.deps.find.links": ["/srv/wheelhouse", "/mnt/wheels"],
+                "supervisor.deps.offline": True,
+                "supervisor.deps.install.timeout.secs": 90,
             }
         )
     )
@@ -59,6 +64,12 @@ def test_every_record_carries_the_keys_of_its_component(tmp_path: Path) -> None:
         stop_grace_secs=2.0,
     )
     assert (settings.code.max_package_bytes, settings.code.retry_secs) == (4096, 0.5)
+    assert settings.deps == DepsSettings(
+        index_url="https://mirror.example/simple",
+        find_links=("/srv/wheelhouse", "/mnt/wheels"),
+        offline=True,
+        install_timeout_secs=90.0,
+    )
 
 
 def test_the_id_host_and_local_dir_default_to_the_host_name(

@@ -33,6 +33,7 @@ _LIST_KEYS = frozenset(  # `-c key=a,b` splits at commas
         "pipeline.checkpoint.schemes",
         "pipeline.spark.masters",
         "supervisor.worker.env",
+        "supervisor.deps.find.links",
     }
 )
 
@@ -737,6 +738,32 @@ class StratusConfig(BaseModel):
         alias="supervisor.worker.restart.reset.secs",
         description="a worker that ran this long before crashing starts a new count of "
         "crashes in a row",
+    )
+    supervisor_deps_index_url: str | None = Field(
+        default=None,
+        min_length=1,
+        alias="supervisor.deps.index.url",
+        description="the package index a supervisor installs pipelines' requirements from "
+        "(pip's --index-url); unset: pip's own default or its configuration",
+    )
+    supervisor_deps_find_links: list[str] = Field(
+        default=[],
+        alias="supervisor.deps.find.links",
+        description="local wheelhouse directories (or URLs) searched for pipelines' "
+        "requirements besides the index (pip's --find-links)",
+    )
+    supervisor_deps_offline: bool = Field(
+        default=False,
+        alias="supervisor.deps.offline",
+        description="install pipelines' requirements from supervisor.deps.find.links only, "
+        "never from an index (pip's --no-index)",
+    )
+    supervisor_deps_install_timeout_secs: float = Field(
+        default=600.0,
+        gt=0,
+        alias="supervisor.deps.install.timeout.secs",
+        description="longest time the installation of one pipeline environment may take; "
+        "past it the install is killed and the pipeline is FAILED",
     )
     worker_heartbeat_frequency_secs: float = Field(
         default=1.0,

@@ -17,7 +17,8 @@ or end a camelCase word: ``accessKey``); ``...keytab`` and ``...passphrase`` are
 Free text that can carry conf values or a pipeline's own output (a FAILED worker's log tail,
 a record's ``reason``) goes through ``redact_text``: every secret value of the pipeline's conf
 that occurs in it, the value of every ``secret-looking-key=value`` (or ``: value``) pair, a
-bearer token and the password of a URL become ``REDACTED``::
+bearer token, and the password of a URL (its user part when it has none: a token) become
+``REDACTED``::
 
     redact_text("boom: DB_PASSWORD=hunter2 at postgres://app:pw@db", {})
     # "boom: DB_PASSWORD=*** at postgres://app:***@db"
@@ -60,6 +61,7 @@ _PAIR = re.compile(
 )
 _BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=\-]+")
 _URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^\s/:@]*:)[^\s/@]+(?=@)")
+_URL_TOKEN_USER = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://)[^\s/:@]+(?=@)")  # a token
 
 NO_CONF: Mapping[str, Any] = MappingProxyType({})
 
@@ -104,7 +106,8 @@ def redact_text(text: str, conf: Mapping[str, Any] = NO_CONF) -> str:
         text = text.replace(value, REDACTED)
     text = _PAIR.sub(_redact_pair, text)
     text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
-    return _URL_PASSWORD.sub(lambda m: f"{m.group('head')}{REDACTED}", text)
+    text = _URL_PASSWORD.sub(lambda m: f"{m.group('head')}{REDACTED}", text)
+    return _URL_TOKEN_USER.sub(lambda m: f"{m.group('head')}{REDACTED}", text)
 
 
 def _redact_pair(match: re.Match[str]) -> str:

@@ -49,11 +49,13 @@ LEFTOVERS = (f"{UNPACK_PREFIX}*", ".download-*")  # temporary files a crash can 
 
 @dataclass(frozen=True)
 class PipelineCode:
-    """A pipeline's unpacked package and its manifest."""
+    """A pipeline's unpacked package and its manifest, and the interpreter of the
+    environment of its requirements once built (None: the supervisor's own)."""
 
     digest: str
     directory: Path
     manifest: Manifest
+    python: Path | None = None
 
 
 @dataclass(frozen=True)

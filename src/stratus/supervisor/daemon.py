@@ -45,6 +45,7 @@ from stratus.supervisor.fence import Lease
 from stratus.supervisor.heartbeat_publisher import HeartbeatPublisher, HeartbeatRound
 from stratus.supervisor.launcher import WorkerLauncher
 from stratus.supervisor.registration import SupervisorRegistration
+from stratus.supervisor.requirements_env import RequirementEnvs
 from stratus.supervisor.settings import SupervisorSettings
 from stratus.supervisor.worker_process import WorkerPaths
 from stratus.zk.paths import ClusterPaths
@@ -148,7 +149,11 @@ class Supervisor:
             clock=self._clock,
         )
         self._opened.append(cache.close)
-        launcher = WorkerLauncher(self.settings.spec, self.id, cache, command=self._worker_command)
+        envs = RequirementEnvs(self.local_dir / "envs", self.settings.deps)
+        self._opened.append(envs.close)
+        launcher = WorkerLauncher(
+            self.settings.spec, self.id, cache, envs=envs, command=self._worker_command
+        )
         self._build_loop(launcher)
         self._start_threads()
 

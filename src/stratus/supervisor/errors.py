@@ -23,3 +23,8 @@ class AssignmentsUnavailableError(SupervisorError):
 
 class CodeNotReadyError(SupervisorError):
     """A pipeline's code could not be fetched, checked or unpacked; it is tried again later."""
+
+
+class EnvironmentBuildError(SupervisorError):
+    """A pipeline's requirements could not be installed into its environment; final for
+    its assignment (no restart loop): the pipeline is FAILED with the installer's message."""

@@ -1,24 +1,36 @@
-"""What starts a worker for real: its code from the ``CodeCache``, its process from a spec.
+"""What starts a worker for real: its code from the ``CodeCache``, the environment of its
+requirements from ``RequirementEnvs`` (a package that lists none runs with the supervisor's
+interpreter), its process from a spec.
 
 ``ManagedWorker`` and the control loop see this through the ``Launcher`` protocol, so their
 tests use fakes::
 
-    launcher = WorkerLauncher(settings.spec, "s1", cache)
+    launcher = WorkerLauncher(settings.spec, "s1", cache, envs=envs)
     launcher.code("etl", CodeMeta(digest, size))          # CodePending, then PipelineCode
     launcher.spawn(assignment, code, WorkerPaths.of(local, "etl"))
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence, Set
 
+from stratus.api.pipeline_conf import env_entries
 from stratus.api.records import Assignment
 from stratus.codedist.distributor import CodeMeta
-from stratus.supervisor.code_cache import CodeCache, CodeState, PipelineCode
+from stratus.supervisor.code_cache import CodeCache, CodePending, CodeState, PipelineCode
+from stratus.supervisor.requirements_env import EnvFailed, EnvPending, RequirementEnvs
 from stratus.supervisor.settings import SpecSettings
 from stratus.supervisor.worker_env import worker_environment
-from stratus.supervisor.worker_process import WorkerPaths, WorkerProcess, build_spec
+from stratus.supervisor.worker_process import (
+    WorkerPaths,
+    WorkerProcess,
+    build_spec,
+    default_worker_command,
+)
+
+PYSPARK_PYTHON = "PYSPARK_PYTHON"
 
 
 class WorkerLauncher:
@@ -30,22 +42,41 @@ class WorkerLauncher:
         supervisor: str,
         cache: CodeCache,
         *,
+        envs: RequirementEnvs | None = None,
         command: Sequence[str] | None = None,
     ) -> None:
         self._settings = settings
         self._supervisor = supervisor
         self._cache = cache
-        self._command = command
+        self._envs = envs
+        self._command = command  # a test's stand-in worker: its argv[0] is an interpreter
 
-    def code(self, pipeline: str, meta: CodeMeta) -> CodeState:
-        return self._cache.get(pipeline, meta)
+    def code(self, pipeline: str, meta: CodeMeta) -> CodeState | EnvFailed:
+        """The code, with its environment's interpreter once built; pending meanwhile."""
+        state = self._cache.get(pipeline, meta)
+        requirements = state.manifest.requirements if isinstance(state, PipelineCode) else []
+        if not isinstance(state, PipelineCode) or not requirements or self._envs is None:
+            return state
+        env = self._envs.get(pipeline, requirements)
+        if isinstance(env, EnvPending):
+            return CodePending()
+        if isinstance(env, EnvFailed):
+            return env
+        return dataclasses.replace(state, python=env.python)
 
     def spawn(
         self, assignment: Assignment, code: PipelineCode, paths: WorkerPaths
     ) -> WorkerProcess:
         spec = build_spec(self._settings, self._supervisor, assignment, code, paths)
         env = worker_environment(os.environ, self._settings.env_names, spec.conf)
-        return WorkerProcess.launch(spec, paths, self._command, env=env)
+        command = list(self._command or default_worker_command())
+        if code.python is not None:  # the command's interpreter is the environment's
+            command[0] = str(code.python)
+            if PYSPARK_PYTHON not in env_entries(spec.conf):  # Spark's Python workers too
+                env[PYSPARK_PYTHON] = str(code.python)
+        return WorkerProcess.launch(spec, paths, command, env=env)
 
     def retain(self, digests: Set[str]) -> None:
         self._cache.retain(digests)
+        if self._envs is not None:
+            self._envs.forget_failures()  # a failed set is tried again by a new assignment

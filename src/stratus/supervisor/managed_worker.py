@@ -15,6 +15,7 @@ Phases::
     PREPARING --code ready, may start--> RUNNING --exit 0 + FINISHED heartbeat--> FINISHED
     RUNNING --crash / hang kill--> BACKOFF --backoff over--> PREPARING ...
                                  \\-> FAILED (max restarts in a row: until the assignment changes)
+    PREPARING --its requirements cannot be installed--> FAILED (at once, no restart)
     RUNNING --stop--> STOPPING --exit, or SIGKILL of the group after the grace--> STOPPED
 """
 
@@ -36,6 +37,7 @@ from stratus.codedist.distributor import CodeMeta
 from stratus.errors import StratusError
 from stratus.supervisor.code_cache import CodeFailed, CodeState, PipelineCode
 from stratus.supervisor.reconcile import Held
+from stratus.supervisor.requirements_env import EnvFailed
 from stratus.supervisor.restart_policy import GiveUp, RestartPolicy
 from stratus.supervisor.settings import WorkerTimeouts
 from stratus.supervisor.worker_process import WorkerPaths, log_tail
@@ -77,7 +79,7 @@ class RunningProcess(Protocol):
 class Launcher(Protocol):
     """What a managed worker needs from its supervisor: its code, and a process."""
 
-    def code(self, pipeline: str, meta: CodeMeta) -> CodeState: ...
+    def code(self, pipeline: str, meta: CodeMeta) -> CodeState | EnvFailed: ...
 
     def spawn(
         self, assignment: Assignment, code: PipelineCode, paths: WorkerPaths
@@ -239,6 +241,12 @@ class ManagedWorker:
     def _try_start(self, now: float) -> None:
         meta = CodeMeta(self.assignment.digest, self.assignment.size_bytes, self.assignment.blake3)
         state = self._launcher.code(self.pipeline, meta)
+        if isinstance(state, EnvFailed):
+            # Installing again would fail the same way: no backoff, no restart loop.
+            self.code_error = None
+            self.error = state.error
+            self._enter(Phase.FAILED, crashes_in_row=0, error=state.error)
+            return
         if isinstance(state, CodeFailed):
             self.code_error = f"{state.error} (failed {state.failures} times)"
             return

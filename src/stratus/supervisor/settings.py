@@ -78,6 +78,16 @@ class SpecSettings:
 
 
 @dataclass(frozen=True)
+class DepsSettings:
+    """How a supervisor installs pipelines' requirements (``supervisor.deps.*``)."""
+
+    index_url: str | None = None  # supervisor.deps.index.url
+    find_links: tuple[str, ...] = ()  # supervisor.deps.find.links
+    offline: bool = False  # supervisor.deps.offline
+    install_timeout_secs: float = 600.0  # supervisor.deps.install.timeout.secs
+
+
+@dataclass(frozen=True)
 class CodeSettings:
     """Where code comes from, what a fetched package must fit, and how long a failed fetch
     waits before the next."""
@@ -102,6 +112,7 @@ class SupervisorSettings:
     loop: LoopSettings
     spec: SpecSettings
     code: CodeSettings
+    deps: DepsSettings
 
     @classmethod
     def from_config(cls, conf: StratusConfig) -> SupervisorSettings:
@@ -143,6 +154,12 @@ class SupervisorSettings:
                 limits=package_limits(conf),
                 max_package_bytes=conf.nimbus_max_upload_bytes,
                 retry_secs=conf.supervisor_worker_restart_backoff_secs,
+            ),
+            deps=DepsSettings(
+                index_url=conf.supervisor_deps_index_url,
+                find_links=tuple(conf.supervisor_deps_find_links),
+                offline=conf.supervisor_deps_offline,
+                install_timeout_secs=conf.supervisor_deps_install_timeout_secs,
             ),
         )
 

@@ -1,0 +1,339 @@
+"""A package's requirements, installed into a per-pipeline environment, with no network.
+
+The requirements come from a wheelhouse the test writes (``tests/wheelhouse.py``), installed
+by real pip (``supervisor.deps.offline``: nothing is looked up on an index). The supervisor
+scenarios run a real ``Supervisor`` on a real ZooKeeper with the stand-in worker of
+``test_supervisor.py`` (started with the environment's interpreter); one scenario runs the
+real Spark worker on a batch pipeline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from stratus.api.records import PipelineStatus, WorkerState
+from stratus.api.redaction import redact_text
+from stratus.codedist.package_build import package_bytes
+from stratus.supervisor.daemon import Supervisor
+from stratus.supervisor.requirements_env import (
+    ENV_RECORD,
+    EnvFailed,
+    EnvPending,
+    EnvReady,
+    EnvState,
+    RequirementEnvs,
+    installer_environment,
+    normalized_requirements,
+)
+from stratus.supervisor.settings import DepsSettings
+from tests.package_factory import package_files
+from tests.pipeline_cluster import pipeline_cluster
+from tests.test_supervisor import FAKE_WORKER, SPARK, SPARK_SECS, Cluster
+from tests.wheelhouse import make_wheel
+from tests.zkfixtures import kazoo_client, wait_until
+
+PROBE = "stratus-probe"
+PROBE_MODULE = "stratus_probe"
+BUILD_WAIT_SECS = 120.0  # a pip install on a loaded two-core machine
+
+# The stand-in worker, plus a mode that imports the probe and says where it runs.
+PROBE_WORKER = FAKE_WORKER.replace(
+    'if mode == "env":',
+    f"""if mode == "probe":
+    import {PROBE_MODULE}
+    Path(spec.work_dir, "probe.json").write_text(json.dumps(
+        {{"prefix": sys.prefix, "value": {PROBE_MODULE}.VALUE}}))
+    beat(WorkerState.FINISHED)
+    sys.exit(0)
+if mode == "env":""",
+)
+
+
+@pytest.fixture
+def wheelhouse(tmp_path: Path) -> Path:
+    directory = tmp_path / "wheelhouse"
+    make_wheel(directory, PROBE, "1.0", {PROBE_MODULE: "VALUE = 7"})
+    return directory
+
+
+def offline(wheelhouse: Path, **extra: Any) -> DepsSettings:
+    return DepsSettings(find_links=(str(wheelhouse),), offline=True, **extra)
+
+
+def settled(envs: RequirementEnvs, requirements: list[str]) -> EnvState:
+    """What ``get`` answers once the build (if any) is over."""
+    found: list[EnvState] = []
+
+    def done() -> bool:
+        found[:] = [envs.get("etl", requirements)]
+        return not isinstance(found[0], EnvPending)
+
+    wait_until(done, BUILD_WAIT_SECS, "the environment to be built or to fail")
+    return found[0]
+
+
+# ---------------------------------------------------------------------- the environments
+
+
+def test_requirements_are_installed_from_a_wheelhouse_beside_the_supervisors_packages(
+    tmp_path: Path, wheelhouse: Path
+) -> None:
+    envs = RequirementEnvs(tmp_path / "envs", offline(wheelhouse))
+    try:
+        ready = settled(envs, [f"{PROBE}==1.0"])
+    finally:
+        envs.close()
+    assert isinstance(ready, EnvReady)
+    assert ready.directory.parent == tmp_path / "envs"
+    probe = (
+        "import importlib.util, stratus_probe, stratus.worker.main, sys;"
+        "print(stratus_probe.VALUE, importlib.util.find_spec('pyspark') is not None, sys.prefix)"
+    )
+    out = subprocess.run(
+        [str(ready.python), "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == ["7", "True", str(ready.directory)]
+    spark_pipelines = ready.directory / "bin" / "spark-pipelines"  # found beside python
+    assert spark_pipelines.resolve() == (Path(sys.executable).parent / "spark-pipelines").resolve()
+    # pyspark was seen, not installed again into the environment
+    assert not list(ready.directory.glob("lib/python*/site-packages/pyspark"))
+    assert not list(tmp_path.joinpath("envs").glob(".build-*"))  # published by a rename
+
+
+def test_the_same_requirement_set_reuses_its_environment_even_after_a_restart(
+    tmp_path: Path, wheelhouse: Path
+) -> None:
+    first = RequirementEnvs(tmp_path / "envs", offline(wheelhouse))
+    try:
+        ready = settled(first, [f"{PROBE}==1.0"])
+    finally:
+        first.close()
+    assert isinstance(ready, EnvReady)
+    built = (ready.directory / ENV_RECORD).stat().st_mtime_ns
+    second = RequirementEnvs(tmp_path / "envs", offline(wheelhouse))  # a new supervisor life
+    try:
+        again = second.get("other", ["  Stratus_Probe ==1.0 ", f"{PROBE}==1.0"])
+    finally:
+        second.close()
+    assert again == ready  # at once, not pending: nothing was built
+    assert (ready.directory / ENV_RECORD).stat().st_mtime_ns == built
+
+
+def test_another_requirement_set_or_another_wheelhouse_is_another_environment(
+    tmp_path: Path, wheelhouse: Path
+) -> None:
+    envs = RequirementEnvs(tmp_path / "envs", offline(wheelhouse))
+    elsewhere = RequirementEnvs(tmp_path / "envs", offline(tmp_path))
+    try:
+        assert envs.key([PROBE]) != envs.key([f"{PROBE}==1.0"])
+        assert envs.key([PROBE]) != elsewhere.key([PROBE])
+    finally:
+        envs.close()
+        elsewhere.close()
+
+
+def test_an_unresolvable_requirement_fails_with_the_installers_message(
+    tmp_path: Path, wheelhouse: Path
+) -> None:
+    envs = RequirementEnvs(tmp_path / "envs", offline(wheelhouse))
+    try:
+        failed = settled(envs, ["no-such-project-anywhere==9"])
+        assert envs.get("etl", ["no-such-project-anywhere==9"]) == failed  # not built again
+    finally:
+        envs.close()
+    assert isinstance(failed, EnvFailed)
+    assert "cannot install the requirements no-such-project-anywhere==9" in failed.error
+    assert "No matching distribution found for no-such-project-anywhere==9" in failed.error
+    assert not [p for p in tmp_path.joinpath("envs").iterdir() if p.is_dir()]  # none published
+
+
+def test_an_install_past_its_timeout_is_stopped_and_fails(tmp_path: Path, wheelhouse: Path) -> None:
+    envs = RequirementEnvs(tmp_path / "envs", offline(wheelhouse, install_timeout_secs=0.001))
+    try:
+        failed = settled(envs, [PROBE])
+    finally:
+        envs.close()
+    assert isinstance(failed, EnvFailed)
+    assert "supervisor.deps.install.timeout.secs=0.001" in failed.error
+
+
+def test_requirement_sets_are_normalized_before_they_are_hashed() -> None:
+    assert normalized_requirements(
+        ["Foo_Bar >= 1.0", "baz", "foo-bar>=1.0", "qux ; python_version >= '3'"]
+    ) == ("baz", "foo-bar>=1.0", "qux; python_version >= '3'")
+
+
+def test_pip_gets_what_it_reads_and_none_of_the_supervisors_secrets() -> None:
+    parent = {
+        "PATH": "/bin",
+        "PIP_INDEX_URL": "https://mirror.example/simple",
+        "HTTPS_PROXY": "http://proxy:3128",
+        "STRATUS_TOKEN": "t0ken",
+        "AWS_SECRET_ACCESS_KEY": "k",
+    }
+    assert installer_environment(parent) == {
+        "PATH": "/bin",
+        "PIP_INDEX_URL": "https://mirror.example/simple",
+        "HTTPS_PROXY": "http://proxy:3128",
+    }
+
+
+def test_credentials_in_an_installers_urls_are_redacted() -> None:
+    text = "Looking in indexes: https://alice:s3cret@pypi.example/simple and http://tok@h/x"
+    assert redact_text(text) == (
+        "Looking in indexes: https://alice:***@pypi.example/simple and http://***@h/x"
+    )
+
+
+# ---------------------------------------------------------------------- on a supervisor
+
+
+def probe_package(name: str, requirements: list[str]) -> bytes:
+    files = package_files(name)
+    manifest = yaml.safe_load(files["stratus.yaml"])
+    files["stratus.yaml"] = yaml.safe_dump({**manifest, "requirements": requirements})
+    return package_bytes(files)
+
+
+def deps_conf(cluster: Cluster, wheelhouse: Path, **extra: Any) -> Any:
+    return cluster.conf(
+        **{
+            "supervisor.deps.find.links": str(wheelhouse),
+            "supervisor.deps.offline": True,
+            **extra,
+        }
+    )
+
+
+@pytest.fixture
+def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
+    """ZooKeeper chrooted to the test and a shared code store (``test_supervisor.py``'s)."""
+    with kazoo_client(zk_hosts) as zk:
+        yield Cluster(zk, zk_hosts, tmp_path)
+
+
+@pytest.fixture
+def probe_worker(tmp_path: Path) -> list[str]:
+    script = tmp_path / "probe_worker.py"
+    script.write_text(PROBE_WORKER)
+    return [sys.executable, str(script)]
+
+
+@contextlib.contextmanager
+def started(conf: Any, command: list[str] | None) -> Iterator[Supervisor]:
+    supervisor = Supervisor(conf, worker_command=command)
+    supervisor.start()
+    try:
+        yield supervisor
+    finally:
+        supervisor.stop()
+
+
+def test_pipelines_with_the_same_requirements_run_in_one_environment_built_once(
+    cluster: Cluster, wheelhouse: Path, probe_worker: list[str]
+) -> None:
+    requirements = [f"{PROBE}==1.0"]
+    first = cluster.code.upload("etl", probe_package("etl", requirements))
+    second = cluster.code.upload("report", probe_package("report", requirements))
+    local = cluster.tmp_path / "s1"
+    with started(deps_conf(cluster, wheelhouse), probe_worker):
+        cluster.assign(first, "etl", mode="probe")
+        cluster.wait_for_worker(WorkerState.FINISHED, "etl", timeout=BUILD_WAIT_SECS)
+        record = next((local / "envs").glob(f"*/{ENV_RECORD}"))
+        built = record.stat().st_mtime_ns
+        cluster.assign(second, "report", mode="probe")
+        beat = cluster.wait_for_worker(WorkerState.FINISHED, "report")
+        assert beat.restarts == 0
+        cluster.assign(second, "env", mode="env")
+        cluster.wait_for_worker(WorkerState.RUNNING, "env")
+        assert record.stat().st_mtime_ns == built  # reused, not rebuilt
+    env_dirs = [p for p in (local / "envs").iterdir() if p.is_dir()]
+    assert len(env_dirs) == 1
+    for name in ("etl", "report"):
+        seen = json.loads((local / "workers" / name / "work" / "probe.json").read_text())
+        assert seen == {"prefix": str(env_dirs[0]), "value": 7}
+    environ = json.loads((local / "workers" / "env" / "work" / "env.json").read_text())
+    assert environ["PYSPARK_PYTHON"] == str(env_dirs[0] / "bin" / "python")  # Spark's workers
+
+
+def test_a_pipeline_without_requirements_runs_with_the_supervisors_interpreter(
+    cluster: Cluster, probe_worker: list[str]
+) -> None:
+    meta = cluster.code.upload("etl")
+    local = cluster.tmp_path / "s1"
+    with started(cluster.conf(), probe_worker):
+        cluster.assign(meta, "etl", mode="env")
+        cluster.wait_for_worker(WorkerState.RUNNING, "etl")
+    assert not list((local / "envs").iterdir())  # no environment made, none waited for
+
+
+def test_an_unresolvable_requirement_ends_failed_with_the_installers_message_and_no_restart(
+    cluster: Cluster, wheelhouse: Path, probe_worker: list[str]
+) -> None:
+    meta = cluster.code.upload("etl", probe_package("etl", ["no-such-project-anywhere>=1"]))
+    local = cluster.tmp_path / "s1"
+    with started(deps_conf(cluster, wheelhouse), probe_worker):
+        cluster.assign(meta, "etl", mode="probe")
+        beat = cluster.wait_for_worker(WorkerState.FAILED, "etl", timeout=BUILD_WAIT_SECS)
+        assert beat.restarts == 0
+        assert beat.error is not None
+        assert "No matching distribution found for no-such-project-anywhere>=1" in beat.error
+    assert not (local / "workers" / "etl" / "worker.log").exists()  # no worker ever started
+
+
+# ---------------------------------------------------------------------- the real worker
+
+BATCH_WITH_PROBE = f"""import {PROBE_MODULE}
+
+
+def run(spark, context):
+    spark.range({PROBE_MODULE}.VALUE).count()
+"""
+
+
+@pytest.mark.spark
+def test_a_batch_pipeline_imports_its_requirement_on_the_real_worker(
+    cluster: Cluster, wheelhouse: Path
+) -> None:
+    files = package_files("batch")
+    manifest = yaml.safe_load(files["stratus.yaml"])
+    files["stratus.yaml"] = yaml.safe_dump({**manifest, "requirements": [f"{PROBE}>=1"]})
+    files["pipeline_main.py"] = BATCH_WITH_PROBE
+    meta = cluster.code.upload("batch", package_bytes(files))
+    conf = deps_conf(cluster, wheelhouse, **SPARK)
+    with started(conf, None):  # the real worker: stratus.worker.main
+        cluster.assign(meta, "batch", conf={"spark.ui.enabled": False})
+        beat = cluster.wait_for_worker(
+            WorkerState.FINISHED, "batch", timeout=BUILD_WAIT_SECS + SPARK_SECS
+        )
+        assert beat.restarts == 0
+
+
+# ---------------------------------------------------------------------- through a nimbus
+
+
+def test_a_submitted_pipeline_whose_requirements_cannot_be_installed_is_failed_with_pips_message(
+    zk_hosts: str, tmp_path: Path, wheelhouse: Path, request: pytest.FixtureRequest
+) -> None:
+    deps = ["-c", f"supervisor.deps.find.links={wheelhouse}", "-c", "supervisor.deps.offline=true"]
+    package = probe_package("needs", ["no-such-project-anywhere>=1"])
+    with pipeline_cluster(
+        zk_hosts, tmp_path, request.node.name, supervisors=("s1",), extra=deps
+    ) as cluster:
+        cluster.client.submit("needs", package, {})
+
+        record = cluster.wait_status("needs", PipelineStatus.FAILED, timeout=BUILD_WAIT_SECS)
+
+        reason = record.reason or ""
+        assert "No matching distribution found for no-such-project-anywhere>=1" in reason
+        local = Path(cluster.supervisors["s1"].local_dir)
+        assert not (local / "workers" / "needs" / "worker.log").exists()  # never started
