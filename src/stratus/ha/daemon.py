@@ -22,6 +22,8 @@ from stratus.ha.failover_controller import FailoverController
 from stratus.ha.fencing import Fencer, FencingContext, StandbyAsker
 from stratus.ha.health_monitor import HealthMonitor
 from stratus.ha.protocol import HAServiceClient
+from stratus.ha.self_fence import self_fencer
+from stratus.ha.session_watch import SessionWatch
 from stratus.ha.settings import ZkfcSettings
 from stratus.security.client_auth import ClientAuth
 from stratus.zk.session import ZkSession
@@ -38,14 +40,13 @@ class Zkfc:
         self._auth = auth
         self.coordinator = Coordinator(session)
         self.service = self._client(settings.target.address, settings.rpc_timeout)
-        self.fencer = Fencer(
-            settings.fencing_methods,
-            FencingContext(
-                timeout=settings.fencing_timeout,
-                graceful_timeout=settings.graceful_timeout,
-                connect=self._standby_asker,
-            ),
+        context = FencingContext(
+            timeout=settings.fencing_timeout,
+            graceful_timeout=settings.graceful_timeout,
+            connect=self._standby_asker,
         )
+        self.fencer = Fencer(settings.fencing_methods, context)
+        self.self_fencer = self_fencer(settings.fencing_methods, context)
         self.elector: ActiveStandbyElector | None = None
         self.controller = FailoverController(
             self.service,
@@ -53,7 +54,9 @@ class Zkfc:
             settings.controller,
             make_elector=self._make_elector,
             epoch_of=self._epoch,
+            stand_down=self._stand_down,
         )
+        self.session_watch = SessionWatch(session, self.controller.session_expired)
         self.monitor = HealthMonitor(
             lambda: self._client(settings.target.address, settings.rpc_timeout),
             self.controller,
@@ -65,6 +68,7 @@ class Zkfc:
         return self.controller.failure
 
     def start(self) -> None:
+        self.session_watch.start()
         self.session.start()
         self.coordinator.start()
         self.controller.start()
@@ -78,6 +82,7 @@ class Zkfc:
 
     def stop(self) -> None:
         self.monitor.stop()
+        self.session_watch.stop()
         self.controller.stop()
         self.coordinator.close()
         self.session.close()
@@ -98,6 +103,10 @@ class Zkfc:
             rejoin_delay=self.settings.controller.rejoin_delay,
         )
         return self.elector
+
+    def _stand_down(self) -> bool:
+        """Self-fencing: our own service, by graceful transition then the stopping methods."""
+        return self.self_fencer.fence(self.settings.target)
 
     def _epoch(self) -> int | None:
         term = self.coordinator.leadership(self.settings.group)

@@ -126,6 +126,7 @@ class FailoverController:
         *,
         make_elector: Callable[[ActiveStandbyCallbacks, str], Elector],
         epoch_of: Callable[[], int | None],
+        stand_down: Callable[[], bool] | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
         self._service = service
@@ -133,6 +134,7 @@ class FailoverController:
         self.settings = settings
         self._make_elector = make_elector
         self._epoch_of = epoch_of
+        self._stand_down = stand_down  # self-fencing after a session expiry (self_fence.py)
         self._clock = clock
         self._lock = threading.RLock()
         self._events = SerialThread("failover-controller", on_error=self._event_failed)
@@ -142,6 +144,7 @@ class FailoverController:
         self.status: ServiceStatus | None = None
         self.joined = False
         self.given: HAState | None = None
+        self.given_epoch: int | None = None  # the epoch of the term that made it active
         self._mismatches = 0
         self._join_not_before = 0.0
         self._recheck: threading.Timer | None = None
@@ -300,6 +303,7 @@ class FailoverController:
             # A quit that crossed this call (it waits for the elector's lock) leaves the
             # service to the next active's fencing: its state is not ours to check then.
             self.given = HAState.ACTIVE if self.joined else None
+            self.given_epoch = epoch
             self._mismatches = 0
             log.info(
                 "event=service_active service=%s epoch=%d reported=%s",
@@ -325,6 +329,33 @@ class FailoverController:
     def enter_neutral_mode(self) -> None:
         """ZooKeeper is in doubt: change nothing (the epoch fences a stale active's writes)."""
         log.warning("event=neutral_mode service=%s", self.address)
+
+    # ----------------------------------------------------------------- session (its listener)
+
+    def session_expired(self) -> None:
+        """The ZooKeeper session expired: stand the service down if our term made it active."""
+        self._events.post(self._on_session_expired)
+
+    def _on_session_expired(self) -> None:
+        with self._lock:  # a become_active of a new term waits until the stand-down is done
+            if self.given is not HAState.ACTIVE or self._stand_down is None:
+                return
+            if self.given_epoch is not None and self._epoch_of() == self.given_epoch:
+                return  # the term survived (it was resumed, not lost)
+            log.warning(
+                "event=self_fence service=%s epoch=%s why=session_expired",
+                self.address,
+                self.given_epoch,
+            )
+            if self._stand_down():
+                self.given = HAState.STANDBY if self.joined else None
+                self._mismatches = 0
+                log.warning("event=self_fenced service=%s", self.address)
+            else:
+                log.error(
+                    "event=self_fence_failed service=%s: the next active's zkfc must fence it",
+                    self.address,
+                )
 
     def fence_old_active(self, data: bytes) -> bool:
         try:

@@ -1,0 +1,136 @@
+"""The zkfc's remaining behaviours, on real ZooKeeper with real dummy HA service processes.
+
+Self-fencing after a session expiry, a preferred node with failback, and process
+supervision. Controllers that the test must reach into (to expire a session) run in this
+process with the real ``Zkfc`` wiring; the services are real processes holding the shared
+lock of ``dummy_ha_service``, so two actives at once are recorded as a conflict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stratus.ha.daemon import Zkfc
+from stratus.ha.failover_controller import ControllerSettings
+from stratus.ha.fencing import FenceTarget, parse_methods
+from stratus.ha.health_monitor import HealthSettings
+from stratus.ha.protocol import HAState
+from stratus.ha.self_fence import self_fence_methods
+from stratus.ha.settings import ZkfcSettings
+from stratus.security.client_auth import NO_AUTH
+from stratus.zk.session import ZkSession, ZkSettings
+from tests.tcp_proxy import TcpProxy
+from tests.test_stress import expire_session
+from tests.zkfc_cluster import SESSION, WAIT, ZkfcCluster
+from tests.zkfixtures import wait_until
+
+FENCE_WHEN_STANDBY = f"shell({sys.executable} {Path(__file__).parent / 'fence_when_standby.py'} 4)"
+
+
+def settings(address: str, fencing: str) -> ZkfcSettings:
+    return ZkfcSettings(
+        target=FenceTarget.parse(address),
+        group="svc",
+        rpc_timeout=1.0,
+        health=HealthSettings(check_interval=0.1, max_backoff=0.5),
+        controller=ControllerSettings(rejoin_delay=0.5),
+        fencing_methods=parse_methods(fencing),
+        fencing_timeout=5.0,
+        graceful_timeout=1.0,
+    )
+
+
+class InProcess:
+    """Real services (processes) under zkfcs that run in this process."""
+
+    def __init__(self, zk_hosts: str, tmp_path: Path) -> None:
+        self.zk_hosts = zk_hosts
+        self.cluster = ZkfcCluster(zk_hosts, tmp_path, [])
+        self.zkfcs: dict[str, Zkfc] = {}
+
+    def start(self, name: str, fencing: str, hosts: str | None = None, **changes: object) -> Zkfc:
+        if name not in self.cluster.nodes:
+            self.cluster.start_service(name)
+        node = self.cluster.nodes[name]
+        session = ZkSession(ZkSettings(hosts or self.zk_hosts, "/stratus", SESSION, 15.0))
+        zkfc = Zkfc(
+            dataclasses.replace(settings(node.address, fencing), **changes),  # type: ignore[arg-type]
+            session,
+            NO_AUTH,
+        )
+        self.zkfcs[name] = zkfc
+        zkfc.start()
+        return zkfc
+
+    def expire(self, name: str) -> None:
+        client_id = self.zkfcs[name].session.client.client_id
+        assert client_id is not None
+        assert expire_session(self.zk_hosts, *client_id)
+
+    def stop(self) -> None:
+        for zkfc in self.zkfcs.values():
+            zkfc.stop()
+        self.cluster.stop()
+
+
+@pytest.fixture
+def proxy(zk_hosts: str) -> Iterator[tuple[TcpProxy, str]]:
+    """A proxy to ZooKeeper that the test cuts, and the connect string through it."""
+    host, _, chroot = zk_hosts.partition("/")
+    zk_host, zk_port = host.rsplit(":", 1)
+    with TcpProxy(zk_host, int(zk_port)) as proxy:
+        yield proxy, f"127.0.0.1:{proxy.port}/{chroot}"
+
+
+@pytest.fixture
+def nodes(zk_hosts: str, tmp_path: Path) -> Iterator[InProcess]:
+    nodes = InProcess(zk_hosts, tmp_path)
+    yield nodes
+    nodes.stop()
+    assert nodes.cluster.conflicts() == [], "two services were active at once"
+
+
+def test_a_partitioned_active_stands_down_after_a_session_timeout_so_another_takes_over(
+    proxy, nodes
+) -> None:
+    # b can fence a only once a stands down by itself (the partition hides a from b).
+    cut, hosts = proxy
+    a = nodes.start("a", FENCE_WHEN_STANDBY, hosts=hosts)
+    nodes.cluster.wait_active("a")
+    b = nodes.start("b", FENCE_WHEN_STANDBY)
+    wait_until(lambda: b.controller.given is HAState.STANDBY, WAIT, "b standby")
+
+    cut.cut()  # a hears nothing more from ZooKeeper, not even that its session expired
+    nodes.cluster.wait_active("b", timeout=WAIT + 2 * SESSION)
+    assert nodes.cluster.state("a") == "standby"
+    assert a.failure is None and b.failure is None
+    events = [event[:2] for event in nodes.cluster.events()]
+    assert events.index(("standby", "a")) < events.index(("active", "b"))
+
+
+def test_an_expired_service_that_will_not_stand_down_is_stopped_by_the_local_fence(
+    nodes,
+) -> None:
+    a = nodes.start("a", "process")  # its self-fence: graceful, then process
+    nodes.cluster.wait_active("a")
+    nodes.start("b", FENCE_WHEN_STANDBY)  # b itself kills nothing
+    nodes.cluster.control("a", refuse_standby=True)
+    wait_until(lambda: a.controller.given is HAState.ACTIVE, WAIT, "a given active")
+
+    nodes.expire("a")
+    nodes.cluster.wait_active("b")
+    assert nodes.cluster.nodes["a"].service.wait(WAIT) == -9  # killed by its own zkfc
+
+
+def test_self_fencing_uses_graceful_then_the_methods_that_stop_a_process() -> None:
+    methods = parse_methods("epoch, graceful, shell(/bin/fence), process")
+    assert [str(spec) for spec in self_fence_methods(methods)] == [
+        "graceful",
+        "shell(/bin/fence)",
+        "process",
+    ]
