@@ -9,6 +9,7 @@ lock of ``dummy_ha_service``, so two actives at once are recorded as a conflict.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from stratus.ha.daemon import Zkfc
 from stratus.ha.failover_controller import ControllerSettings
 from stratus.ha.fencing import FenceTarget, parse_methods
 from stratus.ha.health_monitor import HealthSettings
+from stratus.ha.preference import PreferenceSettings
 from stratus.ha.protocol import HAState
 from stratus.ha.self_fence import self_fence_methods
 from stratus.ha.settings import ZkfcSettings
@@ -111,6 +113,7 @@ def test_a_partitioned_active_stands_down_after_a_session_timeout_so_another_tak
     assert a.failure is None and b.failure is None
     events = [event[:2] for event in nodes.cluster.events()]
     assert events.index(("standby", "a")) < events.index(("active", "b"))
+    cut.heal()  # a's zkfc then stops at once (cut off, it would wait on ZooKeeper)
 
 
 def test_an_expired_service_that_will_not_stand_down_is_stopped_by_the_local_fence(
@@ -125,6 +128,46 @@ def test_an_expired_service_that_will_not_stand_down_is_stopped_by_the_local_fen
     nodes.expire("a")
     nodes.cluster.wait_active("b")
     assert nodes.cluster.nodes["a"].service.wait(WAIT) == -9  # killed by its own zkfc
+
+
+PREFERRED = PreferenceSettings(preferred=True)
+NOT_PREFERRED = PreferenceSettings(preferred=False, nonpreferred_join_delay=1.0)
+
+
+def events(caplog: pytest.LogCaptureFixture, what: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if f"event={what} " in r.getMessage()]
+
+
+def test_a_non_preferred_node_waits_before_joining_while_the_preferred_one_campaigns(
+    nodes, caplog
+) -> None:
+    caplog.set_level(logging.INFO)
+    nodes.start("a", "graceful, process", preference=PREFERRED)
+    nodes.cluster.wait_active("a")
+    b = nodes.start("b", "graceful, process", preference=NOT_PREFERRED)
+    wait_until(lambda: b.controller.given is HAState.STANDBY, WAIT, "b standby")
+    assert events(caplog, "join_deferred") == [
+        f"event=join_deferred service={nodes.cluster.nodes['b'].address} secs=1 why=preferred_node"
+    ]
+    assert nodes.cluster.actives() == ["a"]
+
+
+def test_the_preferred_node_back_healthy_takes_over_by_graceful_failback(nodes, caplog) -> None:
+    caplog.set_level(logging.INFO)
+    nodes.start("a", "graceful, process", preference=PREFERRED)
+    nodes.cluster.wait_active("a")
+    b = nodes.start("b", "graceful, process", preference=NOT_PREFERRED)
+    wait_until(lambda: b.controller.given is HAState.STANDBY, WAIT, "b standby")
+    nodes.cluster.control("a", healthy=False)
+    nodes.cluster.wait_active("b")
+    fences_before = len(events(caplog, "fence_old_active"))
+
+    nodes.cluster.control("a", healthy=True)  # the preferred node is back
+    nodes.cluster.wait_active("a")
+    assert len(events(caplog, "fence_old_active")) == fences_before  # no fence in a failback
+    assert events(caplog, "cede")[-1].endswith("was_active=True need_fence=False")
+    wait_until(lambda: b.controller.given is HAState.STANDBY, WAIT, "b rejoined as standby")
+    assert nodes.cluster.actives() == ["a"]
 
 
 def test_self_fencing_uses_graceful_then_the_methods_that_stop_a_process() -> None:

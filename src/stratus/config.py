@@ -797,6 +797,19 @@ class StratusConfig(BaseModel):
         description="`stratus zkfc`: wait before rejoining the election after fencing failed, "
         "the service refused to become active, or it reported a state it was not given",
     )
+    ha_zkfc_preferred: bool = Field(
+        default=False,
+        alias="ha.zkfc.preferred",
+        description="`stratus zkfc`: its service is the group's preferred active: the others "
+        "let it win, and fail back to it (gracefully) when it comes back healthy",
+    )
+    ha_zkfc_nonpreferred_join_delay_secs: float = Field(
+        default=5.0,
+        ge=0,
+        alias="ha.zkfc.nonpreferred.join.delay.secs",
+        description="`stratus zkfc`: a zkfc that is not preferred waits this long before "
+        "joining the election while the preferred node campaigns (also after ceding to it)",
+    )
     ha_health_check_interval_secs: float = Field(
         default=1.0,
         gt=0,

@@ -21,11 +21,13 @@ from stratus.ha.errors import ZkfcFatalError
 from stratus.ha.failover_controller import FailoverController
 from stratus.ha.fencing import Fencer, FencingContext, StandbyAsker
 from stratus.ha.health_monitor import HealthMonitor
+from stratus.ha.preference import Preference
 from stratus.ha.protocol import HAServiceClient
 from stratus.ha.self_fence import self_fencer
 from stratus.ha.session_watch import SessionWatch
 from stratus.ha.settings import ZkfcSettings
 from stratus.security.client_auth import ClientAuth
+from stratus.zk.paths import GroupPaths
 from stratus.zk.session import ZkSession
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,13 @@ class Zkfc:
         self.fencer = Fencer(settings.fencing_methods, context)
         self.self_fencer = self_fencer(settings.fencing_methods, context)
         self.elector: ActiveStandbyElector | None = None
+        self.preference = Preference(
+            session,
+            GroupPaths(session.root, settings.group),
+            settings.target.address,
+            settings.preference,
+            on_preferred_back=self._preferred_back,
+        )
         self.controller = FailoverController(
             self.service,
             self.fencer.fence,
@@ -55,6 +64,7 @@ class Zkfc:
             make_elector=self._make_elector,
             epoch_of=self._epoch,
             stand_down=self._stand_down,
+            join_policy=self.preference,
         )
         self.session_watch = SessionWatch(session, self.controller.session_expired)
         self.monitor = HealthMonitor(
@@ -71,6 +81,7 @@ class Zkfc:
         self.session_watch.start()
         self.session.start()
         self.coordinator.start()
+        self.preference.start()
         self.controller.start()
         self.monitor.start()
         log.info(
@@ -83,6 +94,7 @@ class Zkfc:
     def stop(self) -> None:
         self.monitor.stop()
         self.session_watch.stop()
+        self.preference.stop()
         self.controller.stop()
         self.coordinator.close()
         self.session.close()
@@ -103,6 +115,9 @@ class Zkfc:
             rejoin_delay=self.settings.controller.rejoin_delay,
         )
         return self.elector
+
+    def _preferred_back(self) -> None:
+        self.controller.cede()
 
     def _stand_down(self) -> bool:
         """Self-fencing: our own service, by graceful transition then the stopping methods."""

@@ -70,6 +70,16 @@ class ManagedService(Protocol):
     ) -> ServiceStatus: ...
 
 
+class JoinPolicy(Protocol):
+    """The preferred-node rules the controller follows (``Preference`` has them)."""
+
+    def join_delay(self) -> float: ...
+
+    def joined(self) -> None: ...
+
+    def quit(self) -> None: ...
+
+
 class Action(Enum):
     NONE = "none"
     JOIN = "join"
@@ -127,6 +137,7 @@ class FailoverController:
         make_elector: Callable[[ActiveStandbyCallbacks, str], Elector],
         epoch_of: Callable[[], int | None],
         stand_down: Callable[[], bool] | None = None,
+        join_policy: JoinPolicy | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
         self._service = service
@@ -135,6 +146,8 @@ class FailoverController:
         self._make_elector = make_elector
         self._epoch_of = epoch_of
         self._stand_down = stand_down  # self-fencing after a session expiry (self_fence.py)
+        self._join_policy = join_policy  # a preferred node (preference.py)
+        self._join_deferred = False  # this join already waited the policy's delay
         self._clock = clock
         self._lock = threading.RLock()
         self._events = SerialThread("failover-controller", on_error=self._event_failed)
@@ -228,8 +241,24 @@ class FailoverController:
             )
         if action is Action.WAIT:
             self._schedule_recheck(self._join_not_before - self._clock())
+        elif action is Action.JOIN and self._defer_join():
+            return
         else:
             self._apply(action)
+
+    def _defer_join(self) -> bool:
+        """Wait the join policy's delay once before this join, if it asks for one."""
+        if self._join_policy is None or self._join_deferred:
+            return False
+        delay = self._join_policy.join_delay()
+        if delay <= 0:
+            return False
+        log.info("event=join_deferred service=%s secs=%g why=preferred_node", self.address, delay)
+        self._join_deferred = True
+        with self._lock:
+            self._join_not_before = self._clock() + delay
+        self._schedule_recheck(delay)
+        return True
 
     def _schedule_recheck(self, delay: float) -> None:
         if self._recheck is not None:
@@ -247,8 +276,11 @@ class FailoverController:
             log.info("event=join_election service=%s", address)
             with self._lock:
                 self.joined = True
+            self._join_deferred = False
             try:
                 elector.join_election(address.encode())
+                if self._join_policy is not None:
+                    self._join_policy.joined()
             except (CoordinationError, ZooKeeperUnavailableError) as exc:  # try again later
                 log.warning("event=join_failed service=%s error=%s", address, exc)
                 with self._lock:
@@ -267,6 +299,8 @@ class FailoverController:
                 self.given = None  # out of the election its state is not ours to check
                 self._mismatches = 0
             self._elector.quit_election(need_fence=need_fence)
+            if self._join_policy is not None:
+                self._join_policy.quit()
 
     def _elector_and_address(self) -> tuple[Elector, str]:
         with self._lock:
@@ -329,6 +363,38 @@ class FailoverController:
     def enter_neutral_mode(self) -> None:
         """ZooKeeper is in doubt: change nothing (the epoch fences a stale active's writes)."""
         log.warning("event=neutral_mode service=%s", self.address)
+
+    # ----------------------------------------------------------------- failback (preference)
+
+    def cede(self) -> None:
+        """A preferred node came back: stand down, quit, and rejoin behind it (no fence)."""
+        self._events.post(self._on_cede)
+
+    def _on_cede(self) -> None:
+        if self._elector is None or not self.joined:
+            return
+        with self._lock:
+            was_active = self.given is HAState.ACTIVE
+            stood_down = self.given is HAState.STANDBY
+            if was_active:
+                try:
+                    self._service.transition_to_standby(RequestSource.ZKFC)
+                    stood_down = True
+                except HAServiceError as exc:  # the preferred node's zkfc fences it
+                    log.warning("event=cede_standby_failed service=%s error=%s", self.address, exc)
+            log.info(
+                "event=cede service=%s was_active=%s need_fence=%s",
+                self.address,
+                was_active,
+                not stood_down,
+            )
+            self.joined = False
+            self.given = None
+            self._mismatches = 0
+        self._elector.quit_election(need_fence=not stood_down)
+        if self._join_policy is not None:
+            self._join_policy.quit()
+        self._recheck_electability()  # joins again after the policy's delay
 
     # ----------------------------------------------------------------- session (its listener)
 

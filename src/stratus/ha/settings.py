@@ -7,13 +7,14 @@ settings.fencing_methods              # ha.fencing.methods, parsed (errors at lo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from stratus.config import StratusConfig
 from stratus.ha.errors import ZkfcConfigError
 from stratus.ha.failover_controller import ControllerSettings
 from stratus.ha.fencing import FenceTarget, MethodSpec, parse_methods
 from stratus.ha.health_monitor import HealthSettings
+from stratus.ha.preference import PreferenceSettings
 from stratus.zk.paths import check_group_name
 
 
@@ -29,6 +30,7 @@ class ZkfcSettings:
     fencing_methods: list[MethodSpec]
     fencing_timeout: float  # ha.fencing.timeout.secs
     graceful_timeout: float  # ha.fencing.graceful.timeout.secs
+    preference: PreferenceSettings = field(default_factory=PreferenceSettings)  # ha.zkfc.preferred
 
     @classmethod
     def from_config(cls, conf: StratusConfig, target: str | None = None) -> ZkfcSettings:
@@ -58,4 +60,8 @@ class ZkfcSettings:
             fencing_methods=parse_methods(conf.ha_fencing_methods),
             fencing_timeout=conf.ha_fencing_timeout_secs,
             graceful_timeout=conf.ha_fencing_graceful_timeout_secs,
+            preference=PreferenceSettings(
+                preferred=conf.ha_zkfc_preferred,
+                nonpreferred_join_delay=conf.ha_zkfc_nonpreferred_join_delay_secs,
+            ),
         )
