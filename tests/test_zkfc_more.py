@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import signal
+import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +22,7 @@ import pytest
 
 from stratus.ha.daemon import Zkfc
 from stratus.ha.failover_controller import ControllerSettings
-from stratus.ha.fencing import FenceTarget, parse_methods
+from stratus.ha.fencing import FenceTarget, listening_pids, parse_methods, port_open
 from stratus.ha.health_monitor import HealthSettings
 from stratus.ha.preference import PreferenceSettings
 from stratus.ha.protocol import HAState
@@ -28,7 +32,7 @@ from stratus.security.client_auth import NO_AUTH
 from stratus.zk.session import ZkSession, ZkSettings
 from tests.tcp_proxy import TcpProxy
 from tests.test_stress import expire_session
-from tests.zkfc_cluster import SESSION, WAIT, ZkfcCluster
+from tests.zkfc_cluster import SESSION, WAIT, Node, ZkfcCluster
 from tests.zkfixtures import wait_until
 
 FENCE_WHEN_STANDBY = f"shell({sys.executable} {Path(__file__).parent / 'fence_when_standby.py'} 4)"
@@ -168,6 +172,61 @@ def test_the_preferred_node_back_healthy_takes_over_by_graceful_failback(nodes, 
     assert events(caplog, "cede")[-1].endswith("was_active=True need_fence=False")
     wait_until(lambda: b.controller.given is HAState.STANDBY, WAIT, "b rejoined as standby")
     assert nodes.cluster.actives() == ["a"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def processes(zk_hosts: str, tmp_path: Path) -> Iterator[ZkfcCluster]:
+    cluster = ZkfcCluster(zk_hosts, tmp_path, [])
+    yield cluster
+    cluster.stop()
+    assert cluster.conflicts() == [], "two services were active at once"
+
+
+def start_supervised(cluster: ZkfcCluster, name: str) -> Node:
+    """A ``stratus zkfc --supervise`` process that runs the dummy service as its child."""
+    port = free_port()
+    service = [sys.executable, "-m", "tests.dummy_ha_service", name, str(cluster.shared)]
+    log = (cluster.logs / f"zkfc-{name}.log").open("ab")
+    argv = cluster.zkfc_argv(Node(name, None, port))  # type: ignore[arg-type]
+    # Restarted after the other node took over (a nimbus takes longer than that to start).
+    argv += ["-c", "ha.zkfc.supervise.restart.backoff.secs=3"]
+    zkfc = subprocess.Popen(
+        [*argv, "--supervise", "--", *service, "--port", str(port)], stdout=log, stderr=log
+    )
+    node = cluster.nodes[name] = Node(name, zkfc, port, zkfc)  # type: ignore[arg-type]
+    return node
+
+
+@pytest.mark.slow
+def test_a_supervised_service_killed_fails_over_then_restarts_and_rejoins_as_standby(
+    processes,
+) -> None:
+    cluster = processes
+    a = start_supervised(cluster, "a")
+    cluster.wait_active("a")
+    cluster.start_service("b")
+    cluster.start_zkfc("b")
+    wait_until(lambda: "service_standby" in cluster.zkfc_log("b"), WAIT, "b made standby")
+    (first,) = listening_pids(a.port)
+
+    os.kill(first, signal.SIGKILL)
+    cluster.wait_active("b")
+    wait_until(lambda: cluster.state("a") == "standby", WAIT, "a restarted, standby")
+    (second,) = listening_pids(a.port)
+    assert second != first
+    assert "event=supervised_started" in cluster.zkfc_log("a")
+    assert cluster.actives() == ["b"]
+
+    assert a.zkfc is not None
+    a.zkfc.terminate()  # stopping the zkfc stops its child
+    assert a.zkfc.wait(WAIT) == 0
+    assert not port_open(FenceTarget.parse(a.address), 1.0)
 
 
 def test_self_fencing_uses_graceful_then_the_methods_that_stop_a_process() -> None:

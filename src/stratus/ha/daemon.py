@@ -19,13 +19,14 @@ from stratus.coordination.active_standby import ActiveStandbyCallbacks, ActiveSt
 from stratus.coordination.coordinator import Coordinator
 from stratus.ha.errors import ZkfcFatalError
 from stratus.ha.failover_controller import FailoverController
-from stratus.ha.fencing import Fencer, FencingContext, StandbyAsker
+from stratus.ha.fencing import Fencer, FencingContext, MethodSpec, StandbyAsker
 from stratus.ha.health_monitor import HealthMonitor
 from stratus.ha.preference import Preference
 from stratus.ha.protocol import HAServiceClient
 from stratus.ha.self_fence import self_fencer
 from stratus.ha.session_watch import SessionWatch
 from stratus.ha.settings import ZkfcSettings
+from stratus.ha.supervision import Supervision
 from stratus.security.client_auth import ClientAuth
 from stratus.zk.paths import GroupPaths
 from stratus.zk.session import ZkSession
@@ -49,6 +50,8 @@ class Zkfc:
         )
         self.fencer = Fencer(settings.fencing_methods, context)
         self.self_fencer = self_fencer(settings.fencing_methods, context)
+        self.graceful_fencer = Fencer([MethodSpec("graceful")], context)
+        self.supervision = Supervision(settings.supervise) if settings.supervise else None
         self.elector: ActiveStandbyElector | None = None
         self.preference = Preference(
             session,
@@ -78,6 +81,8 @@ class Zkfc:
         return self.controller.failure
 
     def start(self) -> None:
+        if self.supervision is not None:
+            self.supervision.start()
         self.session_watch.start()
         self.session.start()
         self.coordinator.start()
@@ -99,6 +104,8 @@ class Zkfc:
         self.coordinator.close()
         self.session.close()
         self.service.close()
+        if self.supervision is not None:
+            self.supervision.stop()
 
     def _client(self, address: str, timeout: float) -> HAServiceClient:
         return HAServiceClient(address, self._auth, timeout=timeout)
@@ -120,8 +127,13 @@ class Zkfc:
         self.controller.cede()
 
     def _stand_down(self) -> bool:
-        """Self-fencing: our own service, by graceful transition then the stopping methods."""
-        return self.self_fencer.fence(self.settings.target)
+        """Self-fencing: our own service, by graceful transition then the stopping methods.
+
+        A supervised service is killed by its pid (its whole process group) instead.
+        """
+        if self.supervision is None:
+            return self.self_fencer.fence(self.settings.target)
+        return self.graceful_fencer.fence(self.settings.target) or self.supervision.fence()
 
     def _epoch(self) -> int | None:
         term = self.coordinator.leadership(self.settings.group)
