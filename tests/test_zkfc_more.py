@@ -28,6 +28,7 @@ from stratus.ha.preference import PreferenceSettings
 from stratus.ha.protocol import HAState
 from stratus.ha.self_fence import self_fence_methods
 from stratus.ha.settings import ZkfcSettings
+from stratus.ha.supervision import restart_delay
 from stratus.security.client_auth import NO_AUTH
 from stratus.zk.session import ZkSession, ZkSettings
 from tests.tcp_proxy import TcpProxy
@@ -236,3 +237,8 @@ def test_self_fencing_uses_graceful_then_the_methods_that_stop_a_process() -> No
         "shell(/bin/fence)",
         "process",
     ]
+
+
+def test_the_restart_backoff_doubles_up_to_thirty_times_its_base() -> None:
+    assert [restart_delay(1.0, n) for n in (1, 2, 3, 5)] == [1.0, 2.0, 4.0, 16.0]
+    assert restart_delay(1.0, 10) == 30.0
