@@ -15,7 +15,8 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,10 +28,11 @@ from stratus.ha.health_monitor import HealthSettings
 from stratus.ha.preference import PreferenceSettings
 from stratus.ha.protocol import HAState
 from stratus.ha.self_fence import self_fence_methods
+from stratus.ha.session_watch import SessionWatch
 from stratus.ha.settings import ZkfcSettings
 from stratus.ha.supervision import restart_delay
 from stratus.security.client_auth import NO_AUTH
-from stratus.zk.session import ZkSession, ZkSettings
+from stratus.zk.session import SessionChange, SessionState, ZkSession, ZkSettings
 from tests.tcp_proxy import TcpProxy
 from tests.test_stress import expire_session
 from tests.zkfc_cluster import SESSION, WAIT, Node, ZkfcCluster
@@ -242,3 +244,56 @@ def test_self_fencing_uses_graceful_then_the_methods_that_stop_a_process() -> No
 def test_the_restart_backoff_doubles_up_to_thirty_times_its_base() -> None:
     assert [restart_delay(1.0, n) for n in (1, 2, 3, 5)] == [1.0, 2.0, 4.0, 16.0]
     assert restart_delay(1.0, 10) == 30.0
+
+
+class FakeSession:
+    """The part of ``ZkSession`` that ``SessionWatch`` reads (unit tests of its timing)."""
+
+    granted_session_timeout = 0.2
+    session_id = 1
+
+    def __init__(self) -> None:
+        self.state = SessionState.CONNECTED
+        self.listeners: list[Callable[[SessionChange], None]] = []
+
+    def add_listener(self, listener: Callable[[SessionChange], None]) -> None:
+        self.listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[SessionChange], None]) -> None:
+        self.listeners.remove(listener)
+
+    def move(self, state: SessionState) -> None:
+        change = SessionChange(self.state, state)
+        self.state = state
+        for listener in self.listeners:
+            listener(change)
+
+
+def watched() -> tuple[FakeSession, SessionWatch, threading.Event]:
+    session, lost = FakeSession(), threading.Event()
+    watch = SessionWatch(session, lost.set)  # type: ignore[arg-type]
+    watch.start()
+    return session, watch, lost
+
+
+def test_a_session_suspended_for_a_whole_session_timeout_is_presumed_lost() -> None:
+    session, watch, lost = watched()
+    session.move(SessionState.SUSPENDED)
+    assert watch.is_armed()
+    assert lost.wait(WAIT)
+
+
+def test_a_suspension_that_ends_before_the_session_timeout_changes_nothing() -> None:
+    session, watch, lost = watched()
+    session.move(SessionState.SUSPENDED)
+    assert watch.is_armed()
+    session.move(SessionState.CONNECTED)  # resumed: the same session
+    assert not watch.is_armed() and not lost.is_set()
+
+
+def test_an_expired_session_is_lost_at_once() -> None:
+    session, watch, lost = watched()
+    session.move(SessionState.SUSPENDED)
+    session.move(SessionState.EXPIRED)
+    assert lost.is_set() and not watch.is_armed()
+    watch.stop()

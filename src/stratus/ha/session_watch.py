@@ -38,6 +38,11 @@ class SessionWatch:
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
 
+    def is_armed(self) -> bool:
+        """True while a suspension is being timed (a method: mypy would narrow a property)."""
+        with self._lock:
+            return self._timer is not None
+
     def start(self) -> None:
         self._session.add_listener(self._changed)
 
