@@ -9,6 +9,11 @@ It wires the parts of the failover controller for one managed service and owns t
 
 The elector's member id and breadcrumb are the service's advertised address (its status's
 ``address``, else the target), so whoever wins next knows whom to fence.
+
+Beside those: a session watch that has the controller stand the service down when the
+session is lost (``session_watch``, ``self_fence``), the preferred-node rules
+(``preference``), and, with ``--supervise``, the service's process as a child
+(``supervision``).
 """
 
 from __future__ import annotations

@@ -192,6 +192,8 @@ class FailoverController:
         if state is HealthState.HEALTH_MONITOR_FAILED:
             self._fatal("the health monitor failed (see its error above)")
             return
+        if state is not HealthState.SERVICE_HEALTHY:
+            self._join_deferred = False  # the next join waits the policy's delay again
         with self._lock:
             self.health = state
             if state is HealthState.INITIALIZING:
