@@ -50,3 +50,51 @@ def test_the_command_refuses_a_bad_fencing_method_before_it_starts() -> None:
     )
     assert result.exit_code != 0
     assert "unknown fencing method 'stonith'" in result.output
+
+
+def test_preference_and_supervision_follow_their_keys() -> None:
+    conf = load_config(
+        overrides=[
+            "ha.zkfc.target=127.0.0.1:6627",
+            "ha.zkfc.preferred=true",
+            "ha.zkfc.nonpreferred.join.delay.secs=2",
+            "ha.zkfc.supervise.command=stratus nimbus -c 'nimbus.port=6627'",
+            "ha.zkfc.supervise.restart.backoff.secs=0.5",
+            "ha.zkfc.supervise.stop.grace.secs=3",
+        ],
+        environ={},
+    )
+    settings = ZkfcSettings.from_config(conf)
+    assert settings.preference.preferred and settings.preference.nonpreferred_join_delay == 2.0
+    assert settings.supervise is not None
+    assert settings.supervise.command == ("stratus", "nimbus", "-c", "nimbus.port=6627")
+    assert settings.supervise.restart_backoff == 0.5 and settings.supervise.stop_grace == 3.0
+    cli = ZkfcSettings.from_config(conf, supervise=("python", "-m", "svc"))
+    assert cli.supervise is not None and cli.supervise.command == ("python", "-m", "svc")
+
+
+def test_with_nothing_configured_there_is_no_preference_and_no_supervision() -> None:
+    settings = ZkfcSettings.from_config(load_config(overrides=["ha.zkfc.target=n1:1"], environ={}))
+    assert not settings.preference.preferred and settings.supervise is None
+
+
+def test_a_badly_quoted_supervise_command_is_an_error() -> None:
+    conf = load_config(
+        overrides=["ha.zkfc.target=n1:1", "ha.zkfc.supervise.command=stratus 'nimbus"],
+        environ={},
+    )
+    with pytest.raises(ZkfcConfigError, match=r"ha\.zkfc\.supervise\.command"):
+        ZkfcSettings.from_config(conf)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--supervise"], "--supervise needs the service's command"),
+        (["--", "sleep", "1"], "only with --supervise"),
+    ],
+)
+def test_the_command_wants_supervise_and_a_command_together(args, message: str) -> None:
+    result = CliRunner().invoke(main, ["zkfc", "--target", "127.0.0.1:1", *args])
+    assert result.exit_code == 2
+    assert message in result.output

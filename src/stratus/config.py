@@ -828,6 +828,40 @@ class StratusConfig(BaseModel):
         description="`stratus zkfc`: wait before rejoining the election after fencing failed, "
         "the service refused to become active, or it reported a state it was not given",
     )
+    ha_zkfc_preferred: bool = Field(
+        default=False,
+        alias="ha.zkfc.preferred",
+        description="`stratus zkfc`: its service is the group's preferred active: the others "
+        "let it win, and fail back to it (gracefully) when it comes back healthy",
+    )
+    ha_zkfc_nonpreferred_join_delay_secs: float = Field(
+        default=5.0,
+        ge=0,
+        alias="ha.zkfc.nonpreferred.join.delay.secs",
+        description="`stratus zkfc`: a zkfc that is not preferred waits this long before "
+        "joining the election while the preferred node campaigns (also after ceding to it)",
+    )
+    ha_zkfc_supervise_command: str | None = Field(
+        default=None,
+        alias="ha.zkfc.supervise.command",
+        description="`stratus zkfc`: run the service as its child with this command (split "
+        "as a shell would), restart it when it dies, stop it with the zkfc "
+        "(--supervise -- COMMAND... overrides)",
+    )
+    ha_zkfc_supervise_restart_backoff_secs: float = Field(
+        default=1.0,
+        gt=0,
+        alias="ha.zkfc.supervise.restart.backoff.secs",
+        description="`stratus zkfc`: wait before restarting its supervised service, doubling "
+        "at every exit in a row up to 30 times this",
+    )
+    ha_zkfc_supervise_stop_grace_secs: float = Field(
+        default=10.0,
+        gt=0,
+        alias="ha.zkfc.supervise.stop.grace.secs",
+        description="`stratus zkfc`: time its supervised service has to exit after SIGTERM "
+        "when the zkfc stops, before SIGKILL",
+    )
     ha_health_check_interval_secs: float = Field(
         default=1.0,
         gt=0,

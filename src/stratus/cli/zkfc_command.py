@@ -6,6 +6,10 @@ when another node won. Once running it prints ``zkfc: managing <host:port> in gr
 
     $ stratus zkfc --target n1.example:6627 -c zookeeper.servers=zk1:2181
     $ stratus zkfc -c ha.zkfc.target=127.0.0.1:6627 -c 'ha.fencing.methods=graceful, process'
+    $ stratus zkfc --target 127.0.0.1:6627 --supervise -- stratus nimbus -c nimbus.port=6627
+
+With ``--supervise -- COMMAND...`` it runs the service itself, restarts it when it dies and
+stops it when the zkfc stops.
 
 It exits non-zero when it cannot go on (its health monitor or elector failed, or its
 ZooKeeper session failed for good), so a service manager restarts it.
@@ -36,11 +40,25 @@ def _check(zkfc: Zkfc) -> None:
     default=None,
     help="host:port of the managed service's HA protocol (default: ha.zkfc.target).",
 )
+@click.option(
+    "--supervise",
+    is_flag=True,
+    help="Run the service as a child: the command after --, restarted when it dies.",
+)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @with_config
-def zkfc(*, conf: StratusConfig, target: str | None) -> None:
+def zkfc(
+    *, conf: StratusConfig, target: str | None, supervise: bool, command: tuple[str, ...]
+) -> None:
     """Run the failover controller of one service until SIGINT or SIGTERM."""
+    if command and not supervise:
+        raise click.UsageError("a command after -- is run only with --supervise")
+    if supervise and not command and not conf.ha_zkfc_supervise_command:
+        raise click.UsageError(
+            "--supervise needs the service's command: stratus zkfc --supervise -- COMMAND..."
+        )
     configure_daemon_logging()
-    settings = ZkfcSettings.from_config(conf, target=target)
+    settings = ZkfcSettings.from_config(conf, target=target, supervise=command)
     daemon = Zkfc(settings, ZkSession(zk_settings(conf)), client_auth(conf))
     run_daemon(
         daemon,

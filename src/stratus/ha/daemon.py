@@ -9,6 +9,11 @@ It wires the parts of the failover controller for one managed service and owns t
 
 The elector's member id and breadcrumb are the service's advertised address (its status's
 ``address``, else the target), so whoever wins next knows whom to fence.
+
+Beside those: a session watch that has the controller stand the service down when the
+session is lost (``session_watch``, ``self_fence``), the preferred-node rules
+(``preference``), and, with ``--supervise``, the service's process as a child
+(``supervision``).
 """
 
 from __future__ import annotations
@@ -19,11 +24,16 @@ from stratus.coordination.active_standby import ActiveStandbyCallbacks, ActiveSt
 from stratus.coordination.coordinator import Coordinator
 from stratus.ha.errors import ZkfcFatalError
 from stratus.ha.failover_controller import FailoverController
-from stratus.ha.fencing import Fencer, FencingContext, StandbyAsker
+from stratus.ha.fencing import Fencer, FencingContext, MethodSpec, StandbyAsker
 from stratus.ha.health_monitor import HealthMonitor
+from stratus.ha.preference import Preference
 from stratus.ha.protocol import HAServiceClient
+from stratus.ha.self_fence import self_fencer
+from stratus.ha.session_watch import SessionWatch
 from stratus.ha.settings import ZkfcSettings
+from stratus.ha.supervision import Supervision
 from stratus.security.client_auth import ClientAuth
+from stratus.zk.paths import GroupPaths
 from stratus.zk.session import ZkSession
 
 log = logging.getLogger(__name__)
@@ -38,22 +48,33 @@ class Zkfc:
         self._auth = auth
         self.coordinator = Coordinator(session)
         self.service = self._client(settings.target.address, settings.rpc_timeout)
-        self.fencer = Fencer(
-            settings.fencing_methods,
-            FencingContext(
-                timeout=settings.fencing_timeout,
-                graceful_timeout=settings.graceful_timeout,
-                connect=self._standby_asker,
-            ),
+        context = FencingContext(
+            timeout=settings.fencing_timeout,
+            graceful_timeout=settings.graceful_timeout,
+            connect=self._standby_asker,
         )
+        self.fencer = Fencer(settings.fencing_methods, context)
+        self.self_fencer = self_fencer(settings.fencing_methods, context)
+        self.graceful_fencer = Fencer([MethodSpec("graceful")], context)
+        self.supervision = Supervision(settings.supervise) if settings.supervise else None
         self.elector: ActiveStandbyElector | None = None
+        self.preference = Preference(
+            session,
+            GroupPaths(session.root, settings.group),
+            settings.target.address,
+            settings.preference,
+            on_preferred_back=self._preferred_back,
+        )
         self.controller = FailoverController(
             self.service,
             self.fencer.fence,
             settings.controller,
             make_elector=self._make_elector,
             epoch_of=self._epoch,
+            stand_down=self._stand_down,
+            join_policy=self.preference,
         )
+        self.session_watch = SessionWatch(session, self.controller.session_expired)
         self.monitor = HealthMonitor(
             lambda: self._client(settings.target.address, settings.rpc_timeout),
             self.controller,
@@ -65,8 +86,12 @@ class Zkfc:
         return self.controller.failure
 
     def start(self) -> None:
+        if self.supervision is not None:
+            self.supervision.start()
+        self.session_watch.start()
         self.session.start()
         self.coordinator.start()
+        self.preference.start()
         self.controller.start()
         self.monitor.start()
         log.info(
@@ -78,10 +103,14 @@ class Zkfc:
 
     def stop(self) -> None:
         self.monitor.stop()
+        self.session_watch.stop()
+        self.preference.stop()
         self.controller.stop()
         self.coordinator.close()
         self.session.close()
         self.service.close()
+        if self.supervision is not None:
+            self.supervision.stop()
 
     def _client(self, address: str, timeout: float) -> HAServiceClient:
         return HAServiceClient(address, self._auth, timeout=timeout)
@@ -98,6 +127,18 @@ class Zkfc:
             rejoin_delay=self.settings.controller.rejoin_delay,
         )
         return self.elector
+
+    def _preferred_back(self) -> None:
+        self.controller.cede()
+
+    def _stand_down(self) -> bool:
+        """Self-fencing: our own service, by graceful transition then the stopping methods.
+
+        A supervised service is killed by its pid (its whole process group) instead.
+        """
+        if self.supervision is None:
+            return self.self_fencer.fence(self.settings.target)
+        return self.graceful_fencer.fence(self.settings.target) or self.supervision.fence()
 
     def _epoch(self) -> int | None:
         term = self.coordinator.leadership(self.settings.group)

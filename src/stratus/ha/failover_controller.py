@@ -70,6 +70,16 @@ class ManagedService(Protocol):
     ) -> ServiceStatus: ...
 
 
+class JoinPolicy(Protocol):
+    """The preferred-node rules the controller follows (``Preference`` has them)."""
+
+    def join_delay(self) -> float: ...
+
+    def joined(self) -> None: ...
+
+    def quit(self) -> None: ...
+
+
 class Action(Enum):
     NONE = "none"
     JOIN = "join"
@@ -126,6 +136,8 @@ class FailoverController:
         *,
         make_elector: Callable[[ActiveStandbyCallbacks, str], Elector],
         epoch_of: Callable[[], int | None],
+        stand_down: Callable[[], bool] | None = None,
+        join_policy: JoinPolicy | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
         self._service = service
@@ -133,6 +145,9 @@ class FailoverController:
         self.settings = settings
         self._make_elector = make_elector
         self._epoch_of = epoch_of
+        self._stand_down = stand_down  # self-fencing after a session expiry (self_fence.py)
+        self._join_policy = join_policy  # a preferred node (preference.py)
+        self._join_deferred = False  # this join already waited the policy's delay
         self._clock = clock
         self._lock = threading.RLock()
         self._events = SerialThread("failover-controller", on_error=self._event_failed)
@@ -142,6 +157,7 @@ class FailoverController:
         self.status: ServiceStatus | None = None
         self.joined = False
         self.given: HAState | None = None
+        self.given_epoch: int | None = None  # the epoch of the term that made it active
         self._mismatches = 0
         self._join_not_before = 0.0
         self._recheck: threading.Timer | None = None
@@ -176,6 +192,8 @@ class FailoverController:
         if state is HealthState.HEALTH_MONITOR_FAILED:
             self._fatal("the health monitor failed (see its error above)")
             return
+        if state is not HealthState.SERVICE_HEALTHY:
+            self._join_deferred = False  # the next join waits the policy's delay again
         with self._lock:
             self.health = state
             if state is HealthState.INITIALIZING:
@@ -225,8 +243,24 @@ class FailoverController:
             )
         if action is Action.WAIT:
             self._schedule_recheck(self._join_not_before - self._clock())
+        elif action is Action.JOIN and self._defer_join():
+            return
         else:
             self._apply(action)
+
+    def _defer_join(self) -> bool:
+        """Wait the join policy's delay once before this join, if it asks for one."""
+        if self._join_policy is None or self._join_deferred:
+            return False
+        delay = self._join_policy.join_delay()
+        if delay <= 0:
+            return False
+        log.info("event=join_deferred service=%s secs=%g why=preferred_node", self.address, delay)
+        self._join_deferred = True
+        with self._lock:
+            self._join_not_before = self._clock() + delay
+        self._schedule_recheck(delay)
+        return True
 
     def _schedule_recheck(self, delay: float) -> None:
         if self._recheck is not None:
@@ -244,8 +278,11 @@ class FailoverController:
             log.info("event=join_election service=%s", address)
             with self._lock:
                 self.joined = True
+            self._join_deferred = False
             try:
                 elector.join_election(address.encode())
+                if self._join_policy is not None:
+                    self._join_policy.joined()
             except (CoordinationError, ZooKeeperUnavailableError) as exc:  # try again later
                 log.warning("event=join_failed service=%s error=%s", address, exc)
                 with self._lock:
@@ -264,6 +301,8 @@ class FailoverController:
                 self.given = None  # out of the election its state is not ours to check
                 self._mismatches = 0
             self._elector.quit_election(need_fence=need_fence)
+            if self._join_policy is not None:
+                self._join_policy.quit()
 
     def _elector_and_address(self) -> tuple[Elector, str]:
         with self._lock:
@@ -300,6 +339,7 @@ class FailoverController:
             # A quit that crossed this call (it waits for the elector's lock) leaves the
             # service to the next active's fencing: its state is not ours to check then.
             self.given = HAState.ACTIVE if self.joined else None
+            self.given_epoch = epoch
             self._mismatches = 0
             log.info(
                 "event=service_active service=%s epoch=%d reported=%s",
@@ -325,6 +365,65 @@ class FailoverController:
     def enter_neutral_mode(self) -> None:
         """ZooKeeper is in doubt: change nothing (the epoch fences a stale active's writes)."""
         log.warning("event=neutral_mode service=%s", self.address)
+
+    # ----------------------------------------------------------------- failback (preference)
+
+    def cede(self) -> None:
+        """A preferred node came back: stand down, quit, and rejoin behind it (no fence)."""
+        self._events.post(self._on_cede)
+
+    def _on_cede(self) -> None:
+        if self._elector is None or not self.joined:
+            return
+        with self._lock:
+            was_active = self.given is HAState.ACTIVE
+            stood_down = self.given is HAState.STANDBY
+            if was_active:
+                try:
+                    self._service.transition_to_standby(RequestSource.ZKFC)
+                    stood_down = True
+                except HAServiceError as exc:  # the preferred node's zkfc fences it
+                    log.warning("event=cede_standby_failed service=%s error=%s", self.address, exc)
+            log.info(
+                "event=cede service=%s was_active=%s need_fence=%s",
+                self.address,
+                was_active,
+                not stood_down,
+            )
+            self.joined = False
+            self.given = None
+            self._mismatches = 0
+        self._elector.quit_election(need_fence=not stood_down)
+        if self._join_policy is not None:
+            self._join_policy.quit()
+        self._recheck_electability()  # joins again after the policy's delay
+
+    # ----------------------------------------------------------------- session (its listener)
+
+    def session_expired(self) -> None:
+        """The ZooKeeper session expired: stand the service down if our term made it active."""
+        self._events.post(self._on_session_expired)
+
+    def _on_session_expired(self) -> None:
+        with self._lock:  # a become_active of a new term waits until the stand-down is done
+            if self.given is not HAState.ACTIVE or self._stand_down is None:
+                return
+            if self.given_epoch is not None and self._epoch_of() == self.given_epoch:
+                return  # the term survived (it was resumed, not lost)
+            log.warning(
+                "event=self_fence service=%s epoch=%s why=session_expired",
+                self.address,
+                self.given_epoch,
+            )
+            if self._stand_down():
+                self.given = HAState.STANDBY if self.joined else None
+                self._mismatches = 0
+                log.warning("event=self_fenced service=%s", self.address)
+            else:
+                log.error(
+                    "event=self_fence_failed service=%s: the next active's zkfc must fence it",
+                    self.address,
+                )
 
     def fence_old_active(self, data: bytes) -> bool:
         try:

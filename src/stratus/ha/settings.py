@@ -7,13 +7,16 @@ settings.fencing_methods              # ha.fencing.methods, parsed (errors at lo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import shlex
+from dataclasses import dataclass, field
 
 from stratus.config import StratusConfig
 from stratus.ha.errors import ZkfcConfigError
 from stratus.ha.failover_controller import ControllerSettings
 from stratus.ha.fencing import FenceTarget, MethodSpec, parse_methods
 from stratus.ha.health_monitor import HealthSettings
+from stratus.ha.preference import PreferenceSettings
+from stratus.ha.supervision import SupervisionSettings
 from stratus.zk.paths import check_group_name
 
 
@@ -29,9 +32,16 @@ class ZkfcSettings:
     fencing_methods: list[MethodSpec]
     fencing_timeout: float  # ha.fencing.timeout.secs
     graceful_timeout: float  # ha.fencing.graceful.timeout.secs
+    preference: PreferenceSettings = field(default_factory=PreferenceSettings)  # ha.zkfc.preferred
+    supervise: SupervisionSettings | None = None  # --supervise or ha.zkfc.supervise.command
 
     @classmethod
-    def from_config(cls, conf: StratusConfig, target: str | None = None) -> ZkfcSettings:
+    def from_config(
+        cls,
+        conf: StratusConfig,
+        target: str | None = None,
+        supervise: tuple[str, ...] = (),
+    ) -> ZkfcSettings:
         address = target or conf.ha_zkfc_target
         if not address:
             raise ZkfcConfigError(
@@ -58,4 +68,27 @@ class ZkfcSettings:
             fencing_methods=parse_methods(conf.ha_fencing_methods),
             fencing_timeout=conf.ha_fencing_timeout_secs,
             graceful_timeout=conf.ha_fencing_graceful_timeout_secs,
+            supervise=_supervision(conf, supervise),
+            preference=PreferenceSettings(
+                preferred=conf.ha_zkfc_preferred,
+                nonpreferred_join_delay=conf.ha_zkfc_nonpreferred_join_delay_secs,
+            ),
         )
+
+
+def _supervision(conf: StratusConfig, command: tuple[str, ...]) -> SupervisionSettings | None:
+    """The command given after ``--supervise --``, else ``ha.zkfc.supervise.command``."""
+    if not command and conf.ha_zkfc_supervise_command:
+        try:
+            command = tuple(shlex.split(conf.ha_zkfc_supervise_command))
+        except ValueError as exc:
+            raise ZkfcConfigError(
+                f"ha.zkfc.supervise.command: {exc}: quote it as a shell would"
+            ) from None
+    if not command:
+        return None
+    return SupervisionSettings(
+        command,
+        restart_backoff=conf.ha_zkfc_supervise_restart_backoff_secs,
+        stop_grace=conf.ha_zkfc_supervise_stop_grace_secs,
+    )

@@ -34,6 +34,7 @@ class GroupPaths:
     ``.../epochs/<k>``                   persistent; its version is slot k's epoch (fencing token)
     ``.../terms/t-<seq>``                persistent sequential, one per term won (leader changes)
     ``.../breadcrumb``                   persistent, the active's data (ActiveStandbyElector)
+    ``.../preferred``                    ephemeral, the preferred node's data while it campaigns
     """
 
     root: str
@@ -76,6 +77,10 @@ class GroupPaths:
     @property
     def breadcrumb(self) -> str:
         return join(self.base, "breadcrumb")
+
+    @property
+    def preferred(self) -> str:
+        return join(self.base, "preferred")
 
 
 def sequence_of(node_name: str) -> int:
