@@ -52,7 +52,6 @@ class Zkfc:
             self.fencer.fence,
             settings.controller,
             make_elector=self._make_elector,
-            epoch_of=self._epoch,
         )
         self.monitor = HealthMonitor(
             lambda: self._client(settings.target.address, settings.rpc_timeout),
@@ -98,7 +97,3 @@ class Zkfc:
             rejoin_delay=self.settings.controller.rejoin_delay,
         )
         return self.elector
-
-    def _epoch(self) -> int | None:
-        term = self.coordinator.leadership(self.settings.group)
-        return term.epoch if term is not None else None

@@ -5,7 +5,7 @@ and ready, quits it when the service is not (asking that it be fenced when it ma
 as active), makes the service active with the epoch of the term it won, standby when another
 node won, and ends the process when it cannot go on::
 
-    controller = FailoverController(service, fencer, settings, make_elector=..., epoch_of=...)
+    controller = FailoverController(service, fencer, settings, make_elector=...)
     monitor = HealthMonitor(connect, controller, health_settings)
     controller.start(); monitor.start()
     ...
@@ -35,7 +35,7 @@ from typing import Protocol
 
 from stratus.api.clock import Clock
 from stratus.coordination.active_standby import ActiveStandbyCallbacks
-from stratus.coordination.errors import CoordinationError, LeadershipLostError
+from stratus.coordination.errors import CoordinationError
 from stratus.coordination.serial import SerialThread
 from stratus.ha.errors import ZkfcFatalError
 from stratus.ha.fencing import FenceTarget
@@ -125,14 +125,12 @@ class FailoverController:
         settings: ControllerSettings,
         *,
         make_elector: Callable[[ActiveStandbyCallbacks, str], Elector],
-        epoch_of: Callable[[], int | None],
         clock: Clock = time.monotonic,
     ) -> None:
         self._service = service
         self._fence = fence
         self.settings = settings
         self._make_elector = make_elector
-        self._epoch_of = epoch_of
         self._clock = clock
         self._lock = threading.RLock()
         self._events = SerialThread("failover-controller", on_error=self._event_failed)
@@ -279,14 +277,14 @@ class FailoverController:
 
     # ----------------------------------------------------------------- elector (its dispatcher)
 
-    def become_active(self) -> None:
-        """Make the service active with the epoch of our term; raise if it will not be."""
-        epoch = self._epoch_of()
-        if epoch is None:
-            raise LeadershipLostError(
-                f"{self.address} was elected but its term is already over: "
-                "not becoming active (the elector rejoins)"
-            )
+    def become_active(self, epoch: int) -> None:
+        """Make the service active under ``epoch``, the term the elector just won and wrote
+        the breadcrumb under; raise if it will not be.
+
+        The epoch comes with the call, not from a later read of the coordinator's current
+        term: a term lost and won again in between would otherwise hand the service a newer
+        epoch whose old active this elector has not fenced yet.
+        """
         with self._lock:
             log.info("event=transition_to_active service=%s epoch=%d", self.address, epoch)
             try:
