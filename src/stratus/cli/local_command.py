@@ -14,7 +14,7 @@ from rich.console import Console
 from stratus.cli.client_commands import print_cluster
 from stratus.cli.options import with_config
 from stratus.config import StratusConfig
-from stratus.local.cluster import INTERRUPTS
+from stratus.local.cluster import HA_MODES, INTERRUPTS
 from stratus.local.demo import (
     Demo,
     DemoError,
@@ -42,18 +42,30 @@ def _stop_on_termination() -> None:
     is_flag=True,
     help="Kill the leader nimbus and a supervisor, show the recovery, print a summary, stop.",
 )
+@click.option(
+    "--ha",
+    "ha_mode",
+    type=click.Choice(HA_MODES),
+    default="self",
+    show_default=True,
+    help="How the nimbuses elect their leader: themselves, or each under a zkfc (nimbus.ha.mode).",
+)
 @with_config
-def local(scripted: bool, conf: StratusConfig) -> None:
+def local(scripted: bool, ha_mode: str, conf: StratusConfig) -> None:
     """Run a whole stratus cluster on this machine, with the examples on Spark."""
     del conf  # the local cluster's settings are its own (see stratus.local.cluster)
     console = Console()
-    console.rule("stratus local" + (" --demo" if scripted else ""))
+    console.rule(
+        "stratus local"
+        + (" --demo" if scripted else "")
+        + (f" --ha {ha_mode}" if ha_mode != "self" else "")
+    )
     _stop_on_termination()
     fed = counted = 0
     interrupted = False
     with ExitStack() as stack:
         try:
-            demo = Demo(stack, console)
+            demo = Demo(stack, console, ha_mode=ha_mode)
             demo.submit_examples()
             print_cluster(console, demo.client.cluster())
             if scripted:
