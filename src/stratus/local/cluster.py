@@ -75,7 +75,8 @@ def demo_options(zookeeper: str, checkpoints: Path) -> list[str]:
 
 def zkfc_options(zookeeper: str) -> list[str]:
     """Settings of each zkfc of the local cluster: a dead nimbus is seen within a check, a
-    frozen one after a one-second timeout; the default fencing (graceful, then epoch)."""
+    frozen one after a one-second timeout; the default fencing (graceful, then epoch), with
+    a short graceful timeout: a frozen old active costs two of them before the epoch fences it."""
     return [
         "-c", f"zookeeper.servers={zookeeper}",
         "-c", f"zookeeper.session.timeout.secs={SESSION_TIMEOUT_SECS}",
@@ -83,7 +84,7 @@ def zkfc_options(zookeeper: str) -> list[str]:
         "-c", "ha.health.rpc.timeout.secs=1",
         "-c", "ha.health.max.backoff.secs=1",
         "-c", "ha.zkfc.rejoin.delay.secs=0.5",
-        "-c", "ha.fencing.graceful.timeout.secs=1",
+        "-c", "ha.fencing.graceful.timeout.secs=0.25",
     ]  # fmt: skip
 
 
