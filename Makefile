@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 STRESS_SECS ?= 300
 FUZZ_EXAMPLES ?= 1000
 
-.PHONY: install run check test lint typecheck unit stress fuzz bench bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker clean
+.PHONY: install run check test lint typecheck unit stress fuzz bench bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "stratus needs Python 3.11 or newer")'
@@ -48,7 +48,7 @@ fuzz: install
 	STRATUS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest tests/test_api_fuzz.py -v
 
 # Each benchmark runs its baseline in the same run and prints the ratio (docs/benchmarks.md).
-bench: bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker
+bench: bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc
 
 bench-election: install
 	$(BIN)/python bench/election_failover.py
@@ -67,6 +67,9 @@ bench-reassign: install
 
 bench-pacemaker: install
 	$(BIN)/python bench/pacemaker.py
+
+bench-zkfc: install
+	$(BIN)/python bench/zkfc_failover.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

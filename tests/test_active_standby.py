@@ -21,10 +21,12 @@ class Service:
     fence_failures: int = 0
     calls: list[str] = field(default_factory=list)
     fenced: list[bytes] = field(default_factory=list)
+    epochs: list[int] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def become_active(self) -> None:
+    def become_active(self, epoch: int) -> None:
         self.calls.append("active")
+        self.epochs.append(epoch)
 
     def become_standby(self) -> None:
         self.calls.append("standby")
@@ -78,6 +80,8 @@ def test_new_active_fences_the_old_one_with_its_breadcrumb(coordinators) -> None
     assert b_service.fenced == [b"a-host:8020"]
     breadcrumb, _ = coordinators[2].session.client.get("/stratus/groups/ha/breadcrumb")
     assert breadcrumb == b"b-host:8020"
+    term = coordinators[1].leadership("ha")  # b is told the epoch of the term it just won
+    assert term is not None and b_service.epochs == [term.epoch]
 
 
 def test_fencing_failure_means_not_active_and_retry(coordinators) -> None:
@@ -114,7 +118,7 @@ def test_quit_with_fence_keeps_breadcrumb_for_the_next_active(coordinators) -> N
 
 def test_become_active_failure_drops_the_lock_and_keeps_the_breadcrumb(coordinators) -> None:
     class Refusing(Service):
-        def become_active(self) -> None:
+        def become_active(self, epoch: int) -> None:
             self.calls.append("refused")
             raise RuntimeError("not ready")
 

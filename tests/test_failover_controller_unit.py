@@ -100,7 +100,6 @@ def controller(service: FakeService, elector: FakeElector, clock: Clock, fenced:
         fence,
         ControllerSettings(rejoin_delay=60.0),
         make_elector=make,
-        epoch_of=lambda: 7,
         clock=clock,
     )
     c.start()
@@ -120,7 +119,7 @@ def test_healthy_joins_unhealthy_quits_with_fencing_and_active_carries_the_epoch
     c.enter_health_state(HealthState.SERVICE_HEALTHY)
     settle(c)
     assert made == ["h:1"] and elector.calls == ["join h:1"]
-    c.become_active()
+    c.become_active(7)
     assert service.epochs == [7] and c.given is HAState.ACTIVE
     c.enter_health_state(HealthState.SERVICE_UNHEALTHY)
     settle(c)
@@ -133,7 +132,7 @@ def test_a_failed_transition_to_active_raises_to_the_elector() -> None:
     service, elector, clock = FakeService(refuse_active=True), FakeElector(), Clock()
     c, _ = controller(service, elector, clock, [])
     with pytest.raises(TransitionFailedError):
-        c.become_active()
+        c.become_active(7)
     assert c.given is None
     c.stop()
 
@@ -188,6 +187,6 @@ def test_an_activation_that_crossed_a_quit_does_not_check_the_state_later() -> N
     c.enter_health_state(HealthState.SERVICE_UNHEALTHY)
     settle(c)
     assert elector.calls == ["join h:1", "quit fence=True"]
-    c.become_active()  # the elector had called it just before the quit reached it
+    c.become_active(7)  # the elector had called it just before the quit reached it
     assert service.epochs == [7] and c.given is None
     c.stop()

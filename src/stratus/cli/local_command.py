@@ -14,7 +14,7 @@ from rich.console import Console
 from stratus.cli.client_commands import print_cluster
 from stratus.cli.options import with_config
 from stratus.config import StratusConfig
-from stratus.local.cluster import INTERRUPTS
+from stratus.local.cluster import HA_MODES, INTERRUPTS
 from stratus.local.demo import (
     Demo,
     DemoError,
@@ -56,21 +56,35 @@ def _stop_on_termination() -> None:
     "certificates made in the cluster's directory) and ZooKeeper authentication with ACLs; "
     "prints how a client connects.",
 )
+@click.option(
+    "--ha",
+    "ha_mode",
+    type=click.Choice(HA_MODES),
+    default="self",
+    show_default=True,
+    help="How the nimbuses elect their leader: themselves, or each under a zkfc (nimbus.ha.mode).",
+)
 @with_config
-def local(scripted: bool, state_store: str, secure: bool, conf: StratusConfig) -> None:
+def local(
+    scripted: bool, state_store: str, secure: bool, ha_mode: str, conf: StratusConfig
+) -> None:
     """Run a whole stratus cluster on this machine, with the examples on Spark."""
     del conf  # the local cluster's settings are its own (see stratus.local.cluster)
+    if secure and ha_mode == "zkfc":
+        raise click.UsageError("--secure with --ha zkfc is not supported yet: choose one")
     console = Console()
     flags = [flag for flag, on in (("--demo", scripted), ("--secure", secure)) if on]
     if state_store != "zookeeper":
         flags.append(f"--state-store {state_store}")
+    if ha_mode != "self":
+        flags.append(f"--ha {ha_mode}")
     console.rule(" ".join(["stratus local", *flags]))
     _stop_on_termination()
     fed = counted = 0
     interrupted = False
     with ExitStack() as stack:
         try:
-            demo = Demo(stack, console, state_store=state_store, secure=secure)
+            demo = Demo(stack, console, state_store=state_store, secure=secure, ha_mode=ha_mode)
             demo.submit_examples()
             print_cluster(console, demo.client.cluster())
             if scripted:

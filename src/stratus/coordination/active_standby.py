@@ -3,7 +3,8 @@
 The winner of the group's single slot holds the ephemeral lock. Before it is told to become
 active it reads the persistent breadcrumb left by the previous active: if that holds another
 node's data, ``fence_old_active(data)`` must succeed first; then it writes its own data there
-(a fenced write, checked against the breadcrumb's version) and ``become_active()`` runs::
+(a fenced write, checked against the breadcrumb's version) and ``become_active(epoch)`` runs
+with the epoch of the term just won, the one the breadcrumb was written under::
 
     elector = ActiveStandbyElector(coordinator, "nimbus-ha", callbacks, member_id="nn1")
     elector.join_election(b"nn1.example:8020")
@@ -49,8 +50,9 @@ _CONNECTION_ERRORS = (ConnectionLoss, SessionExpiredError, ConnectionClosedError
 class ActiveStandbyCallbacks(Protocol):
     """What the elector asks of the service it controls (Hadoop's ActiveStandbyElectorCallback)."""
 
-    def become_active(self) -> None:
-        """Make the local service active; raise to refuse (the elector then rejoins later)."""
+    def become_active(self, epoch: int) -> None:
+        """Make the local service active under ``epoch``, the term won; raise to refuse (the
+        elector then rejoins later)."""
 
     def become_standby(self) -> None:
         """Another node is active: make the local service standby."""
@@ -154,7 +156,7 @@ class ActiveStandbyElector:
                 self._callbacks.notify_fatal_error(f"cannot write the breadcrumb: {exc}")
                 return
             try:
-                self._callbacks.become_active()
+                self._callbacks.become_active(leadership.epoch)
             except Exception as exc:
                 log.warning("event=become_active_failed group=%s error=%s", self.group, exc)
                 self._drop_and_rejoin(f"become_active failed: {exc}")

@@ -70,8 +70,8 @@ class Zkfc:
             self.fencer.fence,
             settings.controller,
             make_elector=self._make_elector,
-            epoch_of=self._epoch,
             stand_down=self._stand_down,
+            held_epoch=self._held_epoch,
             join_policy=self.preference,
         )
         self.session_watch = SessionWatch(session, self.controller.session_expired)
@@ -131,6 +131,10 @@ class Zkfc:
     def _preferred_back(self) -> None:
         self.controller.cede()
 
+    def _held_epoch(self) -> int | None:
+        term = self.coordinator.leadership(self.settings.group)
+        return term.epoch if term is not None else None
+
     def _stand_down(self) -> bool:
         """Self-fencing: our own service, by graceful transition then the stopping methods.
 
@@ -139,7 +143,3 @@ class Zkfc:
         if self.supervision is None:
             return self.self_fencer.fence(self.settings.target)
         return self.graceful_fencer.fence(self.settings.target) or self.supervision.fence()
-
-    def _epoch(self) -> int | None:
-        term = self.coordinator.leadership(self.settings.group)
-        return term.epoch if term is not None else None

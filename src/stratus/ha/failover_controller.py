@@ -5,7 +5,7 @@ and ready, quits it when the service is not (asking that it be fenced when it ma
 as active), makes the service active with the epoch of the term it won, standby when another
 node won, and ends the process when it cannot go on::
 
-    controller = FailoverController(service, fencer, settings, make_elector=..., epoch_of=...)
+    controller = FailoverController(service, fencer, settings, make_elector=...)
     monitor = HealthMonitor(connect, controller, health_settings)
     controller.start(); monitor.start()
     ...
@@ -35,7 +35,7 @@ from typing import Protocol
 
 from stratus.api.clock import Clock
 from stratus.coordination.active_standby import ActiveStandbyCallbacks
-from stratus.coordination.errors import CoordinationError, LeadershipLostError
+from stratus.coordination.errors import CoordinationError
 from stratus.coordination.serial import SerialThread
 from stratus.ha.errors import ZkfcFatalError
 from stratus.ha.fencing import FenceTarget
@@ -135,8 +135,8 @@ class FailoverController:
         settings: ControllerSettings,
         *,
         make_elector: Callable[[ActiveStandbyCallbacks, str], Elector],
-        epoch_of: Callable[[], int | None],
         stand_down: Callable[[], bool] | None = None,
+        held_epoch: Callable[[], int | None] = lambda: None,
         join_policy: JoinPolicy | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
@@ -144,8 +144,8 @@ class FailoverController:
         self._fence = fence
         self.settings = settings
         self._make_elector = make_elector
-        self._epoch_of = epoch_of
         self._stand_down = stand_down  # self-fencing after a session expiry (self_fence.py)
+        self._held_epoch = held_epoch  # the epoch of the term held now: a resumed one is kept
         self._join_policy = join_policy  # a preferred node (preference.py)
         self._join_deferred = False  # this join already waited the policy's delay
         self._clock = clock
@@ -318,14 +318,14 @@ class FailoverController:
 
     # ----------------------------------------------------------------- elector (its dispatcher)
 
-    def become_active(self) -> None:
-        """Make the service active with the epoch of our term; raise if it will not be."""
-        epoch = self._epoch_of()
-        if epoch is None:
-            raise LeadershipLostError(
-                f"{self.address} was elected but its term is already over: "
-                "not becoming active (the elector rejoins)"
-            )
+    def become_active(self, epoch: int) -> None:
+        """Make the service active under ``epoch``, the term the elector just won and wrote
+        the breadcrumb under; raise if it will not be.
+
+        The epoch comes with the call, not from a later read of the coordinator's current
+        term: a term lost and won again in between would otherwise hand the service a newer
+        epoch whose old active this elector has not fenced yet.
+        """
         with self._lock:
             log.info("event=transition_to_active service=%s epoch=%d", self.address, epoch)
             try:
@@ -408,7 +408,7 @@ class FailoverController:
         with self._lock:  # a become_active of a new term waits until the stand-down is done
             if self.given is not HAState.ACTIVE or self._stand_down is None:
                 return
-            if self.given_epoch is not None and self._epoch_of() == self.given_epoch:
+            if self.given_epoch is not None and self._held_epoch() == self.given_epoch:
                 return  # the term survived (it was resumed, not lost)
             log.warning(
                 "event=self_fence service=%s epoch=%s why=session_expired",

@@ -4,13 +4,16 @@ One ZooKeeper, three ``stratus nimbus`` and two ``stratus supervisor`` processes
 with short timeouts so that failures show in seconds; with ``state_store="pacemaker"`` two
 ``stratus pacemaker`` processes too, which carry every heartbeat. ``close()`` stops them all
 (SIGTERM, then SIGKILL), and the supervisors stop their workers. Ctrl-C cannot cut
-``close()`` short: an interrupted stop would leave processes behind::
+``close()`` short: an interrupted stop would leave processes behind. With ``ha_mode="zkfc"``
+the nimbuses never elect themselves: each has a ``stratus zkfc`` beside it, also a child
+process::
 
     cluster = LocalCluster(workdir, console)             # or nimbuses=1 (bench/reassign.py)
     cluster = LocalCluster(workdir, console, state_store="pacemaker")   # and two pacemakers
     cluster.start()
     cluster.seeds            # for a NimbusClient
     cluster.client_auth      # and how it reaches the nimbuses
+    cluster.leader_term()    # the leader record: who, which epoch, since when
     cluster.close()
 
 With ``secure=True`` (``stratus local --secure``) the cluster requires what a cluster on a
@@ -24,20 +27,27 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
+from kazoo.exceptions import NoNodeError
 from rich.console import Console
 
+from stratus.coordination.records import SlotRecord
 from stratus.local.processes import (
     NimbusProcess,
     PacemakerProcess,
     SupervisorProcess,
+    ZkfcProcess,
     stop_all,
 )
 from stratus.local.secure import LocalSecurity
+from stratus.nimbus.cluster_view import NIMBUS_GROUP
 from stratus.security.client_auth import NO_AUTH, ClientAuth
+from stratus.zk.paths import GroupPaths
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import ZooKeeperServer
+from stratus.zk.session import ZkSession, ZkSettings
 
 NIMBUSES = 3
 SUPERVISORS = 2
@@ -47,6 +57,17 @@ SUPERVISOR_TIMEOUT_SECS = 4.0
 TASK_TIMEOUT_SECS = 90.0
 PACEMAKERS = 2
 PULSE_TTL_SECS = 120.0  # above every leader timeout (checked at load), so also the warm-up
+HA_MODES = ("self", "zkfc")
+
+
+@dataclass(frozen=True)
+class LeaderTerm:
+    """The leader record of the nimbus group: who leads, in which epoch, since when
+    (ZooKeeper's creation time of the record, wall clock, in seconds)."""
+
+    address: str
+    epoch: int
+    since: float
 
 
 def demo_options(zookeeper: str, checkpoints: Path) -> list[str]:
@@ -76,6 +97,21 @@ def pacemaker_options(addresses: list[str]) -> list[str]:
     ]  # fmt: skip
 
 
+def zkfc_options(zookeeper: str) -> list[str]:
+    """Settings of each zkfc of the local cluster: a dead nimbus is seen within a check, a
+    frozen one after a one-second timeout; the default fencing (graceful, then epoch), with
+    a short graceful timeout: a frozen old active costs two of them before the epoch fences it."""
+    return [
+        "-c", f"zookeeper.servers={zookeeper}",
+        "-c", f"zookeeper.session.timeout.secs={SESSION_TIMEOUT_SECS}",
+        "-c", "ha.health.check.interval.secs=0.2",
+        "-c", "ha.health.rpc.timeout.secs=1",
+        "-c", "ha.health.max.backoff.secs=1",
+        "-c", "ha.zkfc.rejoin.delay.secs=0.5",
+        "-c", "ha.fencing.graceful.timeout.secs=0.25",
+    ]  # fmt: skip
+
+
 class LocalCluster:
     """ZooKeeper, the nimbuses and the supervisors of ``stratus local``."""
 
@@ -89,12 +125,18 @@ class LocalCluster:
         supervisors: int = SUPERVISORS,
         state_store: str = "zookeeper",
         secure: bool = False,
+        ha_mode: str = "self",
     ) -> None:
+        if ha_mode not in HA_MODES:
+            raise ValueError(f"ha_mode must be one of {', '.join(HA_MODES)}, not {ha_mode!r}")
+        if secure and ha_mode == "zkfc":
+            raise ValueError("a secured local cluster under zkfcs is not supported yet")
         self.console = console
         self.workdir = workdir
         self.counts = (nimbuses, supervisors)
         self.state_store = state_store
         self.security = LocalSecurity.create(workdir / "security") if secure else None
+        self.ha_mode = ha_mode
         self.zookeeper = ZooKeeperServer(  # a throw-away directory: no fsync
             workdir / "zookeeper",
             port=0,
@@ -105,6 +147,7 @@ class LocalCluster:
         self.nimbuses: list[NimbusProcess] = []
         self.supervisors: list[SupervisorProcess] = []
         self.pacemakers: list[PacemakerProcess] = []
+        self.zkfcs: list[ZkfcProcess] = []
 
     def start(self) -> None:
         with self.console.status("starting ZooKeeper"):
@@ -117,21 +160,38 @@ class LocalCluster:
         if self.security is not None:
             options += self.security.daemon_options()
         nimbuses, supervisors = self.counts
+        nimbus_options = [*options, "-c", f"nimbus.ha.mode={self.ha_mode}"]
         self.nimbuses = [
-            NimbusProcess(options, port=pick_free_port(), log_dir=self.workdir, auth=daemons)
+            NimbusProcess(nimbus_options, port=pick_free_port(), log_dir=self.workdir, auth=daemons)
             for _ in range(nimbuses)
         ]
+        if self.ha_mode == "zkfc":
+            self.zkfcs = [
+                ZkfcProcess(
+                    zkfc_options(self.zookeeper.connect_string),
+                    target=nimbus.address,
+                    log_dir=self.workdir,
+                )
+                for nimbus in self.nimbuses
+            ]
         self.supervisors = [
             SupervisorProcess(options, id=f"supervisor-{n}", slots=SLOTS, log_dir=self.workdir)
             for n in range(1, supervisors + 1)
         ]
-        with self.console.status(f"starting {nimbuses} nimbuses and {supervisors} supervisors"):
-            processes: list[NimbusProcess | SupervisorProcess] = [*self.nimbuses, *self.supervisors]
+        zkfcs = " (each under a zkfc)" if self.zkfcs else ""
+        with self.console.status(
+            f"starting {nimbuses} nimbuses{zkfcs} and {supervisors} supervisors"
+        ):
+            processes: list[NimbusProcess | ZkfcProcess | SupervisorProcess] = [
+                *self.nimbuses,
+                *self.zkfcs,
+                *self.supervisors,
+            ]
             for process in processes:
                 process.start()
             for process in processes:
                 process.wait_ready()
-        self.console.print(f"{nimbuses} nimbuses serving: {', '.join(self.seeds)}")
+        self.console.print(f"{nimbuses} nimbuses{zkfcs} serving: {', '.join(self.seeds)}")
         ids = ", ".join(s.id for s in self.supervisors)
         self.console.print(f"{supervisors} supervisors running: {ids} ({SLOTS} slots each)")
         self.console.print(f"logs: {self.workdir}")
@@ -174,11 +234,22 @@ class LocalCluster:
     def supervisor(self, sid: str) -> SupervisorProcess:
         return next(supervisor for supervisor in self.supervisors if supervisor.id == sid)
 
+    def leader_term(self) -> LeaderTerm | None:
+        """The nimbus group's leader record as ZooKeeper holds it; None while nobody leads."""
+        with ZkSession(ZkSettings(self.zookeeper.connect_string)) as session:
+            try:
+                data, stat = session.client.get(GroupPaths(session.root, NIMBUS_GROUP).slot(0))
+            except NoNodeError:
+                return None
+        record = SlotRecord.decode(data)
+        return LeaderTerm(record.member_id, record.epoch, stat.ctime / 1000.0)
+
     def close(self) -> None:
-        """Supervisors first (they stop their workers), then nimbuses, then the pacemakers,
-        then ZooKeeper."""
+        """Supervisors first (they stop their workers), then zkfcs (they would fence the
+        nimbuses stopping under them), then nimbuses, then the pacemakers, then ZooKeeper."""
         with interrupts_ignored():
             stop_all(self.supervisors)
+            stop_all(self.zkfcs)
             stop_all(self.nimbuses)
             stop_all(self.pacemakers)
             self.zookeeper.stop()

@@ -5,11 +5,14 @@ submits the three examples (a Structured Streaming pipeline fed with JSON events
 pipeline, a Spark Declarative Pipelines project) and shows live progress until Ctrl-C.
 
 ``--demo`` (what ``make run`` runs) plays a scripted failure instead: once the examples run it
-kills the leader nimbus with SIGKILL and times the failover, then kills the supervisor running
+kills the leader nimbus with SIGKILL and times the failover (the first leader-only call
+served, and the new term's leader record against the kill), then kills the supervisor running
 the streaming pipeline and times its move step by step (``stratus.local.pipeline_start``: detection,
 worker start, Spark start-up, first new batch), stops feeding, checks that the rows counted
 equal the rows fed, prints a summary and stops everything. Ctrl-C always stops every process
-it started.
+it started. ``ha_mode="zkfc"`` (``stratus local --ha zkfc``) runs each nimbus under a zkfc:
+the kill is then seen by the dead nimbus's zkfc, which gives up the lock at once, instead of
+waiting for the dead nimbus's ZooKeeper session to expire.
 """
 
 from __future__ import annotations
@@ -63,10 +66,13 @@ class Demo:
         *,
         state_store: str = "zookeeper",
         secure: bool = False,
+        ha_mode: str = "self",
     ) -> None:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stratus-local-")))
         self.console = console
-        self.cluster = LocalCluster(workdir, console, state_store=state_store, secure=secure)
+        self.cluster = LocalCluster(
+            workdir, console, state_store=state_store, secure=secure, ha_mode=ha_mode
+        )
         stack.callback(self.cluster.close)
         self.cluster.start()
         self.client = stack.enter_context(
@@ -175,17 +181,38 @@ def run_scripted(demo: Demo) -> tuple[int, int]:
 
 
 def _kill_leader(demo: Demo) -> None:
-    old = demo.client.leader().address or "?"
-    demo.console.print(f"kill -9 of the leader nimbus [bold]{old}[/]")
+    demo.timings += kill_leader_nimbus(demo.cluster, demo.client, demo.console, STREAMING)
+
+
+def kill_leader_nimbus(
+    cluster: LocalCluster, client: NimbusClient, console: Console, pipeline: str
+) -> list[Timing]:
+    """SIGKILL the leader nimbus alone (its zkfc, if any, lives on) and time the failover:
+    to the first leader-only call served (``activate(pipeline)``, a no-op), and to the new
+    term's leader record, read from ZooKeeper."""
+    old = cluster.leader_term()
+    if old is None:
+        raise DemoError("no nimbus leads: nothing to kill")
+    mode = "under zkfcs" if cluster.ha_mode == "zkfc" else "self-elected"
+    console.print(f"kill -9 of the leader nimbus [bold]{old.address}[/] ({mode})")
+    killed_at = time.time()  # wall clock: ZooKeeper's creation times are too
     started = time.monotonic()
-    demo.cluster.nimbus_at(old).signal(signal.SIGKILL)
-    demo.client.activate(STREAMING)  # a leader-only call (a no-op): it finds the new leader
+    cluster.nimbus_at(old.address).signal(signal.SIGKILL)
+    client.activate(pipeline)  # a leader-only call (a no-op): it finds the new leader
     took = time.monotonic() - started
-    new = demo.client.known_leader or "?"
-    demo.console.print(
-        f"  → the next leader-only call was served by [green]{new}[/] in {took:.3f}s"
-    )
-    demo.timings.append(Timing("kill -9 of the leader nimbus", f"{old} → {new}", took))
+    new = client.known_leader or "?"
+    console.print(f"  → the next leader-only call was served by [green]{new}[/] in {took:.3f}s")
+    event = "kill -9 of the leader nimbus"
+    timings = [Timing(event, f"{old.address} → {new}: first leader-only call", took)]
+    term = cluster.leader_term()
+    if term is not None and term.epoch > old.epoch:
+        lock = max(0.0, term.since - killed_at)
+        console.print(
+            f"  → {term.address} took the lock at epoch {term.epoch} (was {old.epoch}), "
+            f"{lock:.3f}s after the kill (its leader record's creation time)"
+        )
+        timings.append(Timing("", f"new leader record, epoch {term.epoch}", lock))
+    return timings
 
 
 def _kill_streaming_supervisor(demo: Demo) -> None:

@@ -293,3 +293,39 @@ class PacemakerProcess(DaemonProcess):
                 raise ProcessStartError(f"pacemaker {self.address} exited: {self.log_tail()}")
             time.sleep(POLL_SECS)
         raise ProcessStartError(f"pacemaker {self.address} not ready in {timeout:g}s")
+
+
+class ZkfcProcess(DaemonProcess):
+    """One ``stratus zkfc`` child process beside the nimbus (or other service) at ``target``.
+
+    Ready once the log of this start holds its ``zkfc: managing <target>`` line, which it
+    writes once its session is up and its health monitor runs. Killing the nimbus alone leaves
+    this process to notice and give up the lock; killing both is a lost host.
+    """
+
+    def __init__(
+        self,
+        options: Sequence[str],
+        *,
+        target: str,
+        log_dir: Path,
+        command_prefix: Sequence[str] = (),
+    ) -> None:
+        name = "zkfc-" + target.replace(":", "-")
+        super().__init__(log_dir / f"{name}.log", log_dir / name, options, command_prefix)
+        self.target = target
+
+    def start(self) -> None:
+        self._launch("zkfc", "--target", self.target)
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_SECS) -> None:
+        """Wait for the ready line; ProcessStartError with the log's tail if it exited."""
+        deadline = time.monotonic() + timeout
+        needle = f"zkfc: managing {self.target}".encode()
+        while time.monotonic() < deadline:
+            if needle in self._output():
+                return
+            if not self.is_running():
+                raise ProcessStartError(f"zkfc of {self.target} exited: {self.log_tail()}")
+            time.sleep(POLL_SECS)
+        raise ProcessStartError(f"zkfc of {self.target} not ready in {timeout:g}s")

@@ -1,0 +1,430 @@
+"""Nimbus failover under zkfcs against self-elected nimbuses, same run, same ZooKeeper.
+
+Two clusters of ``--nimbuses`` real ``stratus nimbus`` processes on one ZooKeeper (loopback,
+tick 100 ms), each under its own root: one self-elected (``nimbus.ha.mode: self``), one in
+``nimbus.ha.mode: zkfc`` with a real ``stratus zkfc`` beside each nimbus. Three scenarios:
+
+* **kill**: ``kill -9`` of the leader nimbus process alone, in both clusters (rounds
+  interleaved, so that machine noise hits both). Self-elected, the standby leads once
+  ZooKeeper expires the dead nimbus's session; under zkfcs, the dead nimbus's zkfc sees its
+  port refuse connections at its next health check and gives the lock up at once;
+* **stop**: SIGSTOP of the leader nimbus alone, zkfc cluster only: its zkfc's health check
+  times out after ``--health-timeout``; then SIGCONT, and the next round waits until the old
+  leader says it is standby;
+* **host**: ``kill -9`` of the leader nimbus and of its zkfc together, zkfc cluster only (a
+  lost host): nobody is left to give the lock up, so the zkfc's session must expire.
+
+Each round measures, from the signal: **served**, the first successful leader-only call
+(``activate`` of a pipeline submitted at the start, a no-op) by a ``NimbusClient`` that knows
+every nimbus; and **record**, the creation time (in ZooKeeper) of the new leader's record.
+Killed processes are restarted, and each round waits until the cluster is whole again
+(every nimbus queued in the election, one leader that every nimbus names).
+
+    .venv/bin/python bench/zkfc_failover.py [--rounds 20] [--session-timeout 2]
+    .venv/bin/python bench/zkfc_failover.py --quick      # 2 rounds each: a smoke run
+
+Spark's standalone master HA is not measured here: ``bench/failover.py`` measures it against
+self-elected nimbuses. The exit code is 0 even when a target is missed; 1 only when the
+benchmark itself could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import signal
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from _report import (
+    Interrupted,
+    handle_interrupts,
+    machine,
+    ms,
+    percentile,
+    print_verdicts,
+    raise_interrupted,
+    report_console,
+)
+from stratus.api.records import LeaderInfo
+from stratus.client import NimbusClient
+from stratus.codedist.package_build import package_bytes
+from stratus.coordination.records import SlotRecord
+from stratus.ha.protocol import HAServiceClient, HAState
+from stratus.local.processes import NimbusProcess, ZkfcProcess
+from stratus.nimbus.cluster_view import NIMBUS_GROUP
+from stratus.zk.paths import GroupPaths
+from stratus.zk.ports import pick_free_port
+from stratus.zk.server import ZooKeeperServer
+
+TICK_TIME_MS = 100
+PIPELINE = "bench-zkfc"
+PIPELINE_PACKAGE = package_bytes(
+    {
+        "stratus.yaml": "name: bench\nkind: app\nentrypoint: bench:run\n",
+        "bench.py": "def run(spark, context):  # bench/zkfc_failover.py never runs it\n    pass\n",
+    }
+)
+KILL_P50_TARGET = 0.250  # zkfc, kill -9 of the nimbus alone
+KILL_P99_TARGET = 1.0
+STOP_SLACK = 1.0  # zkfc, SIGSTOP: p99 <= health timeout + this
+WHOLE_TIMEOUT_SECS = 120.0
+POLL_SECS = 0.05
+CALL_DEADLINE_SECS = 60.0
+REQUEST_TIMEOUT_SECS = 1.0  # a frozen leader holds a call this long before the next seed
+
+
+class BenchError(Exception):
+    """The benchmark could not run (not a missed target)."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    scenario: str  # kill, stop, host
+    mode: str  # self, zkfc
+    served: float  # seconds from the signal to the first leader-only call served
+    record: float | None  # seconds from the signal to the new leader record's creation
+    old_epoch: int
+    new_epoch: int
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = WHOLE_TIMEOUT_SECS) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            raise BenchError(f"{what} did not happen within {timeout:g} s")
+        time.sleep(POLL_SECS)
+
+
+class Cluster:
+    """N nimbuses in one mode (with a zkfc each in ``zkfc`` mode), under one root."""
+
+    def __init__(self, mode: str, zk: ZooKeeperServer, workdir: Path, args: argparse.Namespace):
+        self.mode = mode
+        self.root = f"/bench-{mode}"
+        self.group = GroupPaths(self.root, NIMBUS_GROUP)
+        logs = workdir / mode
+        logs.mkdir(parents=True, exist_ok=True)
+        common = [
+            "-c", f"zookeeper.servers={zk.connect_string}",
+            "-c", f"zookeeper.root={self.root}",
+            "-c", f"zookeeper.session.timeout.secs={args.session_timeout}",
+        ]  # fmt: skip
+        nimbus_options = [
+            *common,
+            "-c", f"nimbus.ha.mode={mode}",
+            "-c", "nimbus.code.sync.freq.secs=1",
+        ]  # fmt: skip
+        zkfc_options = [
+            *common,
+            "-c", "ha.health.check.interval.secs=0.1",
+            "-c", f"ha.health.rpc.timeout.secs={args.health_timeout}",
+            "-c", "ha.health.max.backoff.secs=0.5",
+            "-c", "ha.zkfc.rejoin.delay.secs=0.5",
+            "-c", f"ha.fencing.graceful.timeout.secs={args.graceful_timeout}",
+        ]  # fmt: skip
+        self.nimbuses = [
+            NimbusProcess(nimbus_options, port=pick_free_port(), log_dir=logs)
+            for _ in range(args.nimbuses)
+        ]
+        self.zkfcs: dict[str, ZkfcProcess] = {}
+        if mode == "zkfc":
+            self.zkfcs = {
+                n.address: ZkfcProcess(zkfc_options, target=n.address, log_dir=logs)
+                for n in self.nimbuses
+            }
+        self.http = httpx.Client(timeout=REQUEST_TIMEOUT_SECS)
+        self.reader = KazooClient(hosts=zk.connect_string)
+        self.client = NimbusClient(
+            [n.address for n in self.nimbuses],
+            retry_deadline=CALL_DEADLINE_SECS,
+            request_timeout=REQUEST_TIMEOUT_SECS,
+        )
+
+    def start(self) -> None:
+        self.reader.start(timeout=30)
+        for nimbus in self.nimbuses:
+            nimbus.start()
+        for nimbus in self.nimbuses:
+            nimbus.wait_ready()
+        for zkfc in self.zkfcs.values():
+            zkfc.start()
+        for zkfc in self.zkfcs.values():
+            zkfc.wait_ready()
+        self.wait_whole()
+        self.client.submit(PIPELINE, PIPELINE_PACKAGE)
+
+    def close(self) -> None:
+        for process in [*self.zkfcs.values(), *self.nimbuses]:
+            process.signal(signal.SIGCONT)
+            process.kill()
+        self.client.close()
+        self.http.close()
+        with contextlib.suppress(Exception):
+            self.reader.stop()
+            self.reader.close()
+
+    def leader(self) -> SlotRecord | None:
+        try:
+            data, _ = self.reader.get(self.group.slot(0))
+        except NoNodeError:
+            return None
+        return SlotRecord.decode(data)
+
+    def leader_since(self) -> tuple[SlotRecord, float] | None:
+        """The leader record and its creation time (wall clock, seconds)."""
+        try:
+            data, stat = self.reader.get(self.group.slot(0))
+        except NoNodeError:
+            return None
+        return SlotRecord.decode(data), stat.ctime / 1000.0
+
+    def _named_leader(self, nimbus: NimbusProcess) -> str | None:
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            answer = self.http.get(f"{nimbus.url}/api/v1/leader")
+            return LeaderInfo.model_validate_json(answer.content).address
+        return None
+
+    def _standby(self, nimbus: NimbusProcess) -> bool:
+        with HAServiceClient(nimbus.address, timeout=REQUEST_TIMEOUT_SECS) as service:
+            try:
+                return service.status().state is HAState.STANDBY
+            except Exception:
+                return False
+
+    def is_whole(self) -> bool:
+        if not all(n.is_running() for n in self.nimbuses):
+            return False
+        try:
+            queued = len(self.reader.get_children(self.group.candidates))
+        except NoNodeError:
+            return False
+        leader = self.leader()
+        if queued < len(self.nimbuses) or leader is None:
+            return False
+        if {self._named_leader(n) for n in self.nimbuses} != {leader.member_id}:
+            return False
+        others = [n for n in self.nimbuses if n.address != leader.member_id]
+        return self.mode == "self" or all(self._standby(n) for n in others)
+
+    def wait_whole(self) -> None:
+        wait_for(self.is_whole, f"the {self.mode} cluster to be whole again")
+
+    def round(self, scenario: str) -> Sample:
+        """One failure of the leader and its measurement; the cluster made whole again after."""
+        self.wait_whole()
+        found = self.leader()
+        if found is None:
+            raise BenchError(f"no leader in the {self.mode} cluster")
+        victim = next(n for n in self.nimbuses if n.address == found.member_id)
+        zkfc = self.zkfcs.get(victim.address)
+        signalled = time.time()
+        started = time.monotonic()
+        if scenario == "stop":
+            victim.signal(signal.SIGSTOP)
+        else:
+            if scenario == "host" and zkfc is not None:
+                zkfc.signal(signal.SIGKILL)
+            victim.signal(signal.SIGKILL)
+        try:
+            self.client.activate(PIPELINE)
+            served = time.monotonic() - started
+        finally:
+            if scenario == "stop":
+                victim.signal(signal.SIGCONT)
+        since = self.leader_since()
+        record = None
+        new_epoch = found.epoch
+        if since is not None and since[0].epoch > found.epoch:
+            new_epoch = since[0].epoch
+            record = max(0.0, since[1] - signalled)
+        if scenario != "stop":
+            victim.kill()
+            victim.start()
+            victim.wait_ready()
+            if scenario == "host" and zkfc is not None:
+                zkfc.kill()
+                zkfc.start()
+                zkfc.wait_ready()
+        return Sample(scenario, self.mode, served, record, found.epoch, new_epoch)
+
+
+def run(args: argparse.Namespace, console: Console, workdir: Path) -> list[Sample]:
+    zk = ZooKeeperServer(
+        workdir / "zookeeper",
+        port=0,
+        tick_time_ms=TICK_TIME_MS,
+        force_sync=False,
+        max_session_timeout_ms=int(args.session_timeout * 1000),
+    )
+    samples: list[Sample] = []
+    clusters: dict[str, Cluster] = {}
+    zk.start()
+    try:
+        for mode in ("self", "zkfc"):
+            clusters[mode] = Cluster(mode, zk, workdir, args)
+            clusters[mode].start()
+        plan: list[tuple[str, str]] = []
+        for n in range(args.rounds):
+            order = ("self", "zkfc") if n % 2 == 0 else ("zkfc", "self")
+            plan += [("kill", mode) for mode in order]
+        plan += [("stop", "zkfc")] * args.stop_rounds
+        plan += [("host", "zkfc")] * args.host_rounds
+        for n, (scenario, mode) in enumerate(plan, 1):
+            sample = clusters[mode].round(scenario)
+            samples.append(sample)
+            record = "-" if sample.record is None else ms(sample.record)
+            print(
+                f"  {n:>3}/{len(plan)} {scenario:<4} {mode:<4} served {ms(sample.served):>6} ms"
+                f"  record {record:>6} ms  epoch {sample.old_epoch}→{sample.new_epoch}",
+                flush=True,
+            )
+    finally:
+        handle_interrupts(signal.SIG_IGN)
+        for cluster in clusters.values():
+            cluster.close()
+        zk.stop()
+    return samples
+
+
+def stats(values: list[float]) -> tuple[float, float, float]:
+    return percentile(values, 50), percentile(values, 99), max(values)
+
+
+def report(console: Console, samples: list[Sample], args: argparse.Namespace) -> list[str]:
+    table = Table(title="leader failover: signal → first leader-only call served", box=box.SIMPLE)
+    for column in ("scenario", "mode", "rounds", "served p50", "p99", "max", "record p50", "p99"):
+        table.add_column(column, justify="right" if column != "scenario" else "left")
+    groups: dict[tuple[str, str], list[Sample]] = {}
+    for sample in samples:
+        groups.setdefault((sample.scenario, sample.mode), []).append(sample)
+    p: dict[tuple[str, str], tuple[float, float, float]] = {}
+    for (scenario, mode), group in groups.items():
+        p[(scenario, mode)] = stats([s.served for s in group])
+        records = [s.record for s in group if s.record is not None]
+        rec = stats(records) if records else None
+        table.add_row(
+            scenario,
+            mode,
+            str(len(group)),
+            *(ms(v) for v in p[(scenario, mode)]),
+            ms(rec[0]) if rec else "-",
+            ms(rec[1]) if rec else "-",
+        )
+    console.print(table)
+    verdicts = []
+    if ("kill", "zkfc") in p:
+        p50, p99, _ = p[("kill", "zkfc")]
+        verdicts.append(
+            f"kill -9, zkfc p50 {ms(p50)} ms (target <= {ms(KILL_P50_TARGET)}): "
+            + ("met" if p50 <= KILL_P50_TARGET else "MISSED")
+        )
+        verdicts.append(
+            f"kill -9, zkfc p99 {ms(p99)} ms (target < {ms(KILL_P99_TARGET)}): "
+            + ("met" if p99 < KILL_P99_TARGET else "MISSED")
+        )
+    if ("kill", "zkfc") in p and ("kill", "self") in p:
+        ratio = p[("kill", "self")][0] / p[("kill", "zkfc")][0]
+        verdicts.append(f"kill -9, self-elected p50 / zkfc p50: {ratio:.1f}x (informational)")
+    if ("stop", "zkfc") in p:
+        bound = args.health_timeout + STOP_SLACK
+        p99 = p[("stop", "zkfc")][1]
+        verdicts.append(
+            f"SIGSTOP, zkfc p99 {ms(p99)} ms (target <= health timeout + 1 s = {ms(bound)}): "
+            + ("met" if p99 <= bound else "MISSED")
+        )
+    if ("host", "zkfc") in p:
+        p99 = p[("host", "zkfc")][1]
+        verdicts.append(
+            f"host lost, zkfc p99 {ms(p99)} ms against a session timeout of "
+            f"{ms(args.session_timeout)} ms (measured, bounded by the session expiry)"
+        )
+    print_verdicts(console, verdicts)
+    return verdicts
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=20, help="kill -9 rounds per mode")
+    parser.add_argument("--stop-rounds", type=int, default=10, help="SIGSTOP rounds (zkfc)")
+    parser.add_argument("--host-rounds", type=int, default=5, help="host-lost rounds (zkfc)")
+    parser.add_argument("--nimbuses", type=int, default=2, help="nimbuses per cluster")
+    parser.add_argument("--session-timeout", type=float, default=2.0, help="seconds")
+    parser.add_argument(
+        "--health-timeout", type=float, default=1.0, help="the zkfcs' ha.health.rpc.timeout.secs"
+    )
+    parser.add_argument(
+        "--graceful-timeout",
+        type=float,
+        default=0.25,
+        help="the zkfcs' ha.fencing.graceful.timeout.secs: a frozen old active costs two",
+    )
+    parser.add_argument("--quick", action="store_true", help="2 rounds of each: a smoke run")
+    parser.add_argument("--keep-logs", type=Path, help="keep every process's log here")
+    parser.add_argument("--json", type=Path, help="also write every sample to this file")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.stop_rounds, args.host_rounds = 2, 2, 2
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    handle_interrupts(raise_interrupted)
+    console = report_console(width=110)
+    console.rule("Nimbus failover: under zkfcs vs self-elected")
+    info = machine(("kazoo", "httpx"))
+    for key, value in info.items():
+        console.print(f"[bold]{key:>9}[/]: {value}")
+    console.print(
+        f"[bold]{'run':>9}[/]: kill -9 {args.rounds} rounds per mode, SIGSTOP "
+        f"{args.stop_rounds}, host lost {args.host_rounds}; {args.nimbuses} nimbuses per "
+        f"cluster; session timeout {args.session_timeout:g} s; zkfc health check every 0.1 s, "
+        f"timeout {args.health_timeout:g} s; graceful fence timeout {args.graceful_timeout:g} s "
+        f"(retried once); ZooKeeper tick {TICK_TIME_MS} ms"
+    )
+    began = time.monotonic()
+    try:
+        if args.keep_logs:
+            args.keep_logs.mkdir(parents=True, exist_ok=True)
+            samples = run(args, console, args.keep_logs.absolute())
+        else:
+            with tempfile.TemporaryDirectory(prefix="stratus-bench-zkfc-") as tmp:
+                samples = run(args, console, Path(tmp))
+    except Interrupted as exc:
+        console.print(f"[yellow]interrupted ({exc}); every process was stopped[/]")
+        return 128 + exc.signum
+    except Exception as exc:  # BenchError, or a process that did not start
+        console.print(f"[bold red]benchmark failed:[/] {type(exc).__name__}: {exc}")
+        return 1
+    console.print(f"measured in {time.monotonic() - began:.0f} s")
+    verdicts = report(console, samples, args)
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "machine": info,
+                    "args": {k: str(v) for k, v in vars(args).items()},
+                    "verdicts": verdicts,
+                    "samples": [asdict(s) for s in samples],
+                },
+                indent=1,
+            ),
+            encoding="utf-8",
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,67 @@
+"""``stratus local --ha zkfc``: the local cluster's nimbuses under zkfcs, and the demo's kill.
+
+No Spark: a pipeline without supervisors is enough for a leader-only call. The demo's kill of
+the leader nimbus is seen by its zkfc, a child process of the local cluster that lives on,
+and another nimbus leads at a later epoch; closing the cluster leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from stratus.client import NimbusClient
+from stratus.local.cluster import LocalCluster
+from stratus.local.demo import REPLICATION, kill_leader_nimbus
+from tests.package_factory import valid_package
+from tests.zkfixtures import process_gone
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_local_cluster_under_zkfcs_fails_a_killed_leader_over_and_stops_every_process(
+    tmp_path: Path,
+) -> None:
+    out = io.StringIO()
+    cluster = LocalCluster(
+        tmp_path, Console(file=out, width=200), ha_mode="zkfc", nimbuses=2, supervisors=0
+    )
+    try:
+        cluster.start()
+        assert [z.target for z in cluster.zkfcs] == cluster.seeds
+        with NimbusClient(cluster.seeds, retry_deadline=60) as client:
+            record = client.wait_replicated(
+                client.submit("etl", valid_package("etl"), REPLICATION).name
+            )
+            before = cluster.leader_term()
+            assert before is not None and record.epoch == before.epoch
+            timings = kill_leader_nimbus(cluster, client, cluster.console, "etl")
+            after = cluster.leader_term()
+        assert after is not None and after.address != before.address
+        assert after.epoch > before.epoch
+        assert all(zkfc.is_running() for zkfc in cluster.zkfcs)  # the dead nimbus's zkfc too
+        assert [t.detail.split(":")[-1].strip() for t in timings] == [
+            "first leader-only call",
+            f"new leader record, epoch {after.epoch}",
+        ]
+        assert f"took the lock at epoch {after.epoch}" in out.getvalue()
+    finally:
+        pids = [p.pid for p in (*cluster.nimbuses, *cluster.zkfcs) if p.pid is not None]
+        cluster.close()
+    assert len(pids) == 4
+    assert all(process_gone(pid) for pid in pids)
+
+
+def test_stratus_local_offers_the_zkfc_mode() -> None:
+    help_text = subprocess.run(
+        [sys.executable, "-m", "stratus", "local", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "--ha [self|zkfc]" in help_text
