@@ -67,6 +67,7 @@ bench-reassign: install
 
 bench-pacemaker: install
 	$(BIN)/python bench/pacemaker.py
+	$(BIN)/python bench/pacemaker_scale.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -25,6 +25,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("replication.py", ["--quick"], "10 MB: total"),
         ("reassign.py", ["--quick"], "schedule, steady"),
         ("pacemaker.py", ["--quick", "--writers", "1"], "pacemaker/ZooKeeper"),
+        ("pacemaker_scale.py", ["--quick"], "derived safe supervisor timeout"),
     ],
 )
 def test_the_benchmark_runs_in_its_quick_mode(script, args, expected, tmp_path):
