@@ -25,7 +25,7 @@ from kazoo.client import KazooClient
 
 from stratus.errors import ConfigError
 from stratus.pacemaker.blocking import BlockingPacemakerPool
-from stratus.pacemaker.errors import PacemakerUnavailableError, SubtreeMismatchError
+from stratus.pacemaker.errors import PacemakerError, SubtreeMismatchError
 from stratus.pacemaker.settings import PacemakerClientSettings
 from stratus.state.pacemaker_store import PacemakerStateStore, owned_subtree
 from stratus.state.store import ClusterStateStore
@@ -67,15 +67,16 @@ def _pacemaker(
 
 def _check_subtree(pool: BlockingPacemakerPool) -> None:
     """Connect now, so that a pacemaker granting this supervisor another subtree than its
-    own (Kerberos: the host of its principal) stops it at start, not at every write. No
-    pacemaker up is no error: each connection made later is checked the same way."""
+    own (Kerberos: the host of its principal) stops it at start, not at every write. Any
+    other failure (no pacemaker up, credentials refused) is left to the writes, which
+    report it as before; each connection made later is checked the same way."""
     try:
         pool.connect()
-    except PacemakerUnavailableError:
-        pass
     except SubtreeMismatchError:
         pool.close()
         raise
+    except PacemakerError:
+        pass
 
 
 _STORES: dict[str, _Builder] = {"zookeeper": _zookeeper, "pacemaker": _pacemaker}
