@@ -67,6 +67,7 @@ bench-reassign: install
 
 bench-pacemaker: install
 	$(BIN)/python bench/pacemaker.py
+	$(BIN)/python bench/pacemaker_scale.py
 
 bench-zkfc: install
 	$(BIN)/python bench/zkfc_failover.py

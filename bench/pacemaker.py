@@ -198,9 +198,10 @@ def measure(target: Any, address: Any, writers: int, args: dict[str, Any]) -> fl
 # ------------------------------------------------------------------------- servers
 
 
-def start_pacemaker(log: Path) -> subprocess.Popen[str]:
+def start_pacemaker(log: Path, options: tuple[str, ...] = ()) -> subprocess.Popen[str]:
+    """A ``stratus pacemaker`` on a free port (``proc.port``); ``options``: ``-c key=value``."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "stratus", "pacemaker", "--port", "0"],
+        [sys.executable, "-m", "stratus", "pacemaker", "--port", "0", *options],
         stdout=subprocess.PIPE,
         stderr=log.open("w"),
         text=True,

@@ -20,7 +20,9 @@ from typing import Any, TypeVar
 import msgpack
 import pytest
 from click.testing import CliRunner
+from kazoo.client import KazooClient
 
+from stratus.api.records import SupervisorHeartbeat
 from stratus.cli.main import main
 from stratus.config import load_config
 from stratus.pacemaker.auth import AuthMethod
@@ -30,12 +32,17 @@ from stratus.pacemaker.errors import (
     PacemakerAuthFileError,
     PacemakerRequestError,
     PacemakerUnavailableError,
+    SubtreeMismatchError,
 )
 from stratus.pacemaker.kerberos import KerberosClientSettings, parse_kerberos_principals
 from stratus.pacemaker.protocol import Op
 from stratus.pacemaker.settings import PacemakerClientSettings
 from stratus.security.tls import TlsSettings
 from stratus.settings import pacemaker_client_settings, pacemaker_server_settings
+from stratus.state.factory import StateStoreSettings, create_state_store
+from stratus.state.heartbeats import HeartbeatBoard
+from stratus.state.store import ClusterStateStore
+from stratus.zk.paths import ClusterPaths
 from tests.kdc import Kdc
 from tests.pacemaker_process import PacemakerProcess
 from tests.tls_certs import TestCa
@@ -630,3 +637,48 @@ def test_a_kerberos_pacemaker_without_its_keytab_or_principals_does_not_start(
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 1
     assert error in result.output
+
+
+# ----------------------------------------------------------- the supervisor's heartbeat store
+
+
+def supervisor_store(realm: Realm, owner: str) -> ClusterStateStore:
+    """The heartbeat store a supervisor ``owner`` builds at start (never started: unused)."""
+    settings = StateStoreSettings("pacemaker", 10.0, kerberos_settings(realm))
+    return create_state_store(
+        settings, KazooClient(hosts="127.0.0.1:1"), ClusterPaths("/stratus"), owner=owner
+    )
+
+
+def test_a_supervisor_whose_id_is_not_its_principals_host_is_refused_at_start(
+    realm: Realm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    as_user(monkeypatch, realm, tmp_path / "host1.cc", "supervisor/host1")
+    with pytest.raises(SubtreeMismatchError) as refused:
+        supervisor_store(realm, "worker-7")
+    message = str(refused.value)
+    assert "/supervisors/host1" in message and "/supervisors/worker-7" in message
+    assert "set supervisor.id to 'host1'" in message
+
+
+def test_a_supervisor_named_after_its_principals_host_writes_its_round(
+    realm: Realm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    as_user(monkeypatch, realm, tmp_path / "host2.cc", "supervisor/host2")
+    board = HeartbeatBoard(supervisor_store(realm, "host2"))
+    try:
+        board.put_round(SupervisorHeartbeat(id="host2", time=1.0, slots=2), [])
+    finally:
+        board.close()
+    as_user(monkeypatch, realm, tmp_path / "nimbus.cc", "nimbus/n1")
+    nimbus = HeartbeatBoard(
+        create_state_store(
+            StateStoreSettings("pacemaker", 10.0, kerberos_settings(realm)),
+            KazooClient(hosts="127.0.0.1:1"),
+            ClusterPaths("/stratus"),
+        )
+    )
+    try:
+        assert nimbus.read().supervisors["host2"].slots == 2
+    finally:
+        nimbus.close()

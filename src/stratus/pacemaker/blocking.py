@@ -75,6 +75,11 @@ class BlockingPacemakerPool:
         return self._call("get_all_nodes_for_path", lambda: self._pool.get_all_nodes_for_path(path))
 
     # --- life ---------------------------------------------------------------------------
+    def connect(self) -> int:
+        """Open the connections to the servers that are up; how many are open. A refusal
+        (credentials, ``SubtreeMismatchError``) is raised here; none up is not an error."""
+        return self._call("connect", self._pool.connect)
+
     def is_running(self) -> bool:
         """Whether the event loop's thread still runs (until ``close()``)."""
         return self._thread.is_alive()

@@ -26,12 +26,13 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from stratus.pacemaker.auth import AuthMethod, digest_proof
+from stratus.pacemaker.auth import AuthMethod, PacemakerRole, digest_proof
 from stratus.pacemaker.errors import (
     FrameError,
     PacemakerError,
     PacemakerRequestError,
     PacemakerUnavailableError,
+    SubtreeMismatchError,
 )
 from stratus.pacemaker.kerberos import kerberos_handshake
 from stratus.pacemaker.protocol import FrameDecoder, Op, encode_frame
@@ -52,6 +53,7 @@ class PacemakerConnection:
     def __init__(self, host: str, port: int, settings: PacemakerClientSettings) -> None:
         self.host, self.port, self.settings = host, port, settings
         self.warming = False
+        self.granted_subtree: str | None = None  # Kerberos: where a supervisor may write
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._writer: asyncio.StreamWriter | None = None
@@ -85,7 +87,24 @@ class PacemakerConnection:
             proof = digest_proof(self.settings.secret, hello["nonce"], self.settings.principal)
             await self.request(Op.AUTHENTICATE, principal=self.settings.principal, proof=proof)
         elif self.settings.auth_method is AuthMethod.KERBEROS:
-            await kerberos_handshake(self.request, self.host, hello, self.settings.kerberos)
+            answer = await kerberos_handshake(
+                self.request, self.host, hello, self.settings.kerberos
+            )
+            self.granted_subtree = _granted(answer)
+            self._check_subtree(answer)
+
+    def _check_subtree(self, answer: dict[str, Any]) -> None:
+        """Refuse a server that lets this supervisor write elsewhere than its store writes."""
+        wanted, granted = self.settings.subtree, self.granted_subtree
+        if wanted is None or granted is None or granted == wanted:
+            return
+        principal = answer.get("principal")
+        raise SubtreeMismatchError(
+            f"the pacemaker at {self.host}:{self.port} lets {principal!r} write only "
+            f"{granted}, but this supervisor's heartbeats go to {wanted}: set supervisor.id to "
+            f"{granted.rsplit('/', 1)[-1]!r} (the host part of its principal), or give it the "
+            f"principal of host {wanted.rsplit('/', 1)[-1]!r}"
+        )
 
     def _check_ttl(self, ttl: object) -> None:
         """Report, loudly, a server whose pulses die before the leader would judge them."""
@@ -221,6 +240,11 @@ class PacemakerPool:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+    async def connect(self) -> int:
+        """Open the connections to every server that is up now; how many are open. A server
+        that refuses this client (credentials, subtree) raises its error here."""
+        return len(await self._live())
 
     async def close(self) -> None:
         """Close every connection, and stop the attempts under way."""
@@ -360,6 +384,15 @@ class PacemakerPool:
             servers = ", ".join(f"{h}:{p}" for h, p in self.settings.servers)
             raise PacemakerUnavailableError(f"no pacemaker answered {op}; tried {servers}")
         return answers
+
+
+def _granted(answer: dict[str, Any]) -> str | None:
+    """The subtree a Kerberos handshake's last answer grants a supervisor (None: a nimbus,
+    which writes everywhere)."""
+    subtree = answer.get("subtree")
+    if answer.get("role") != PacemakerRole.SUPERVISOR.value or not isinstance(subtree, str):
+        return None
+    return subtree
 
 
 def _merged(answers: list[tuple[PacemakerConnection, dict[str, Any]]], value: T) -> PoolRead[T]:

@@ -30,6 +30,11 @@ class KerberosHandshakeError(PacemakerError):
     server that did not prove it holds the expected service principal's key."""
 
 
+class SubtreeMismatchError(PacemakerError, ConfigError):
+    """A pacemaker grants this supervisor's principal another subtree than the one its
+    heartbeat store writes (``/supervisors/<supervisor.id>``): every write would be refused."""
+
+
 class PacemakerRequestError(PacemakerError):
     """A server answered a request with an error (its code is ``code``)."""
 

@@ -45,3 +45,5 @@ class PacemakerClientSettings:
     timeout_secs: float = 5.0
     tls: TlsSettings | None = None
     min_pulse_ttl_secs: float | None = None  # a server whose TTL is not above it is reported
+    subtree: str | None = None  # where this client writes (a supervisor's store); a server
+    # that grants its principal another subtree is refused (SubtreeMismatchError)

@@ -6,7 +6,9 @@
 ``zookeeper`` (the default) keeps heartbeats under ``<zookeeper.root>/heartbeats`` on the
 daemon's own kazoo client; ``pacemaker`` sends them to the pacemakers of
 ``settings.pacemaker`` (one client pool for the daemon, closed with the store). A
-supervisor passes its id as ``owner``: a pacemaker lets it read its own subtree only.
+supervisor passes its id as ``owner``: a pacemaker lets it read its own subtree only, and
+with Kerberos a pacemaker that grants its principal another subtree than
+``/supervisors/<owner>`` stops it at start (``SubtreeMismatchError``).
 
 Each call is bounded by ``call_timeout_secs``: the daemons pass the
 shorter of ``zookeeper.session.timeout.secs`` (a call that takes longer would find the session
@@ -17,14 +19,15 @@ must still notice in time that it has to fence itself); ``stratus.settings`` bui
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kazoo.client import KazooClient
 
 from stratus.errors import ConfigError
 from stratus.pacemaker.blocking import BlockingPacemakerPool
+from stratus.pacemaker.errors import PacemakerError, SubtreeMismatchError
 from stratus.pacemaker.settings import PacemakerClientSettings
-from stratus.state.pacemaker_store import PacemakerStateStore
+from stratus.state.pacemaker_store import PacemakerStateStore, owned_subtree
 from stratus.state.store import ClusterStateStore
 from stratus.state.zk_store import ZooKeeperStateStore
 from stratus.zk.paths import ClusterPaths
@@ -53,8 +56,27 @@ def _pacemaker(
 ) -> ClusterStateStore:
     if settings.pacemaker is None:
         raise ConfigError("cluster.state.store pacemaker needs the pacemaker.* client settings")
-    pool = BlockingPacemakerPool(settings.pacemaker, call_timeout_secs=settings.call_timeout_secs)
+    client_settings = settings.pacemaker
+    if owner is not None:  # a supervisor: its heartbeats go to its own subtree only
+        client_settings = replace(client_settings, subtree=owned_subtree(owner))
+    pool = BlockingPacemakerPool(client_settings, call_timeout_secs=settings.call_timeout_secs)
+    if owner is not None:
+        _check_subtree(pool)
     return PacemakerStateStore(pool, owner=owner)
+
+
+def _check_subtree(pool: BlockingPacemakerPool) -> None:
+    """Connect now, so that a pacemaker granting this supervisor another subtree than its
+    own (Kerberos: the host of its principal) stops it at start, not at every write. Any
+    other failure (no pacemaker up, credentials refused) is left to the writes, which
+    report it as before; each connection made later is checked the same way."""
+    try:
+        pool.connect()
+    except SubtreeMismatchError:
+        pool.close()
+        raise
+    except PacemakerError:
+        pass
 
 
 _STORES: dict[str, _Builder] = {"zookeeper": _zookeeper, "pacemaker": _pacemaker}

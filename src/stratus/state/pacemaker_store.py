@@ -40,6 +40,11 @@ SUPERVISORS = "supervisors"
 WORKERS = "workers"
 
 
+def owned_subtree(owner: str) -> str:
+    """The pacemaker subtree of supervisor ``owner``'s heartbeats: ``/supervisors/<owner>``."""
+    return f"/{SUPERVISORS}/{owner}"
+
+
 def to_pacemaker(path: str) -> str:
     """The pacemaker path of a store path; ``ValueError`` for a path the layout does not have."""
     parts = _parts(path)
@@ -74,7 +79,7 @@ class PacemakerStateStore:
         wall: Callable[[], float] = time.time,
     ) -> None:
         self._pool = pool
-        self._scope = f"/{SUPERVISORS}/{owner}" if owner else f"/{SUPERVISORS}"
+        self._scope = owned_subtree(owner) if owner else f"/{SUPERVISORS}"
         self._wall = wall
 
     def set(self, path: str, data: bytes) -> None:

@@ -1,0 +1,670 @@
+"""The pacemaker at a cluster's scale, and how fast a dead supervisor is detected with it.
+
+Parts (``--part``, repeatable; all by default):
+
+* **scale**: ``--supervisors`` simulated supervisors (200) of ``--workers`` workers each (50:
+  10,000 workers), every supervisor sending its period's heartbeats once a second as the
+  real supervisor does: ``HeartbeatBoard.put_round`` on the real state store, so one
+  ``send_pulses`` message to the pacemaker. The supervisors run in ``--clients`` separate
+  processes, so the server's own process is measured alone: its CPU (utime + stime from
+  ``/proc/<pid>/stat`` over the steady window, as % of one core) and its resident memory
+  (``VmRSS``, and the peak ``VmHWM``). Meanwhile this process reads every heartbeat the way
+  the leader does every ``--read-every`` seconds, in turn the store's ``read_tree("/")``
+  (the raw heartbeats) and ``HeartbeatBoard.read`` (the same read, decoded into records),
+  and reports the p99 of each. The same load runs against a real
+  ZooKeeper (durable, as ``stratus zookeeper`` runs) in the same run, through the ZooKeeper
+  state store: its CPU, RSS and read time give the ratios. The window opens once the leader's
+  read sees every worker (ZooKeeper creates 10,000 znodes first). The heartbeat rate the
+  clients actually achieved is printed beside each row: on a small machine the clients can
+  starve the server, and ZooKeeper may not keep up with 10,000 writes a second at all.
+  Targets: pacemaker under 30 % of one core and 300 MB resident; the read's p99 under 50 ms.
+
+* **detection**: the supervisor timeout that stays safe, derived from the settings of the
+  local cluster and printed term by term; then ``kill -9`` of the supervisor running a
+  streaming pipeline until its new assignment is written, with heartbeats in two pacemakers
+  and with heartbeats in ZooKeeper, in the same run (real processes: ZooKeeper, a nimbus,
+  two supervisors, Spark; the kill rounds are ``bench/reassign.py``'s). Minutes.
+
+    .venv/bin/python bench/pacemaker_scale.py [--secs 30] [--clients 4] [--json out.json]
+    .venv/bin/python bench/pacemaker_scale.py --part scale --supervisors 200 --workers 50
+    .venv/bin/python bench/pacemaker_scale.py --part detection [--rounds 3]
+    .venv/bin/python bench/pacemaker_scale.py --quick   # 20 supervisors, 2 s; no kill
+
+``--quick`` runs the scale part small and prints the derived timeout, leaving the kills out
+unless ``--part detection`` is named (then one round per store). The exit code is 0 even
+when a target is missed; it is 1 only when the benchmark itself could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import shlex
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kazoo.client import KazooClient
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from _report import (
+    Interrupted,
+    handle_interrupts,
+    machine,
+    ms,
+    percentile,
+    print_verdicts,
+    raise_interrupted,
+    report_console,
+)
+from pacemaker import start_pacemaker
+from reassign import BenchError, PartResult, describe_round, run_kill_rounds
+from stratus.api.records import SupervisorHeartbeat, WorkerHeartbeat, WorkerState
+from stratus.errors import StratusError
+from stratus.local import cluster as local
+from stratus.local.cluster import LocalCluster
+from stratus.pacemaker.blocking import BlockingPacemakerPool
+from stratus.pacemaker.settings import PacemakerClientSettings
+from stratus.state.errors import StateStoreUnavailableError
+from stratus.state.heartbeats import HeartbeatBoard
+from stratus.state.pacemaker_store import PacemakerStateStore
+from stratus.state.store import ClusterStateStore
+from stratus.state.zk_store import ZooKeeperStateStore
+from stratus.supervisor.settings import MAX_TICK_SECS
+from stratus.zk.server import ZooKeeperServer
+
+CPU_TARGET_PERCENT = 30.0
+RSS_TARGET_MB = 300.0
+READ_TARGET_SECS = 0.050
+ZK_ROOT = "/bench-scale/heartbeats"
+CALL_TIMEOUT_SECS = 30.0
+MAX_FRAME_BYTES = 16 << 20  # the leader's one read of 10,000 workers is ~2 MB (default 1 MiB)
+FILL_TIMEOUT_SECS = 180.0  # every worker's heartbeat written once (ZooKeeper creates them)
+PACKAGES = ("kazoo", "msgpack", "pydantic")
+
+
+# ---------------------------------------------------------------------------------------------
+# Part: scale
+
+
+@dataclass(frozen=True)
+class ScaleRow:
+    """One store under the whole load, over the steady window."""
+
+    store: str
+    window_secs: float
+    workers_per_sec: float  # worker heartbeats the clients had acknowledged, per second
+    target_per_sec: float
+    cpu_percent: float  # of one core, the server process alone
+    rss_mb: float
+    peak_rss_mb: float
+    reads: list[float]  # seconds per leader read of the raw tree (read_tree)
+    decoded_reads: list[float]  # seconds per HeartbeatBoard.read (the tree, decoded)
+    read_cpu: list[float]  # CPU seconds of the reading process per read_tree
+    workers_read: int  # workers in the last leader read
+    unanswered_reads: int  # leader reads that got no answer within the call timeout
+    failed_rounds: int  # supervisor rounds the store did not acknowledge in time
+
+    @property
+    def read_p50(self) -> float:
+        return _percentile(self.reads, 50)
+
+    @property
+    def read_p99(self) -> float:
+        return _percentile(self.reads, 99)
+
+    @property
+    def read_cpu_p99(self) -> float:
+        return _percentile(self.read_cpu, 99)
+
+    @property
+    def decoded_p99(self) -> float:
+        return _percentile(self.decoded_reads, 99)
+
+
+def build_store(kind: str, address: str) -> tuple[ClusterStateStore, Callable[[], None]]:
+    """A nimbus-side state store of ``kind`` on ``address``; and how to release it."""
+    if kind == "pacemaker":
+        host, port = address.rsplit(":", 1)
+        settings = PacemakerClientSettings(
+            servers=((host, int(port)),),
+            timeout_secs=CALL_TIMEOUT_SECS,
+            max_frame_bytes=MAX_FRAME_BYTES,
+        )
+        pool = BlockingPacemakerPool(settings, call_timeout_secs=CALL_TIMEOUT_SECS)
+        store = PacemakerStateStore(pool)
+        return store, store.close
+    client = KazooClient(hosts=address, timeout=CALL_TIMEOUT_SECS)
+    client.start(timeout=CALL_TIMEOUT_SECS)
+
+    def release() -> None:
+        client.stop()
+        client.close()
+
+    return ZooKeeperStateStore(client, ZK_ROOT, timeout=CALL_TIMEOUT_SECS), release
+
+
+def simulated_round(sid: str, workers: int) -> tuple[SupervisorHeartbeat, list[WorkerHeartbeat]]:
+    """One supervisor's period: its heartbeat and its ``workers`` running workers'."""
+    now = time.time()
+    beats = [
+        WorkerHeartbeat(
+            pipeline=f"p-{sid}-{n}",
+            supervisor=sid,
+            epoch=2,
+            generation=1,
+            digest="0" * 64,
+            state=WorkerState.RUNNING,
+            time=now,
+            started=now,
+            pid=10_000 + n,
+            app_id=f"local-{sid}-{n}",
+        )
+        for n in range(workers)
+    ]
+    supervisor = SupervisorHeartbeat(
+        id=sid, time=now, slots=workers, running=[b.pipeline for b in beats]
+    )
+    return supervisor, beats
+
+
+@dataclass(frozen=True)
+class Load:
+    """What one client process simulates: supervisors ``sids`` of ``workers`` workers each."""
+
+    kind: str
+    address: str
+    sids: list[str]
+    workers: int
+
+
+def _supervisors(load: Load, start: Any, stop: Any, result: Any) -> None:
+    """A client process: its supervisors each send one round a second, spread over the
+    second; returns the wall-clock times of the acknowledged rounds."""
+    try:
+        store, release = build_store(load.kind, load.address)
+        board = HeartbeatBoard(store)
+        rounds = [simulated_round(sid, load.workers) for sid in load.sids]
+        done: list[float] = []
+        failed = 0
+        start.wait()
+        began = time.monotonic()
+        period = 0
+        while not stop.is_set():
+            for index, (supervisor, beats) in enumerate(rounds):
+                due = began + period + index / len(rounds)
+                delay = due - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)  # pacing at 1 Hz, not synchronization
+                elif delay < -1.0:  # a period behind: carry on from now, never in a burst
+                    began -= delay
+                try:
+                    board.put_round(supervisor, beats)
+                    done.append(time.time())
+                except StateStoreUnavailableError:
+                    failed += 1  # an overloaded store: counted, and the next round goes on
+                if stop.is_set():
+                    break
+            period += 1
+        release()
+        result.put(("ok", (done, failed)))
+    except Exception as exc:
+        result.put(("error", repr(exc)))
+
+
+def cpu_secs(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def memory_mb(pid: int) -> tuple[float, float]:
+    """Resident memory of ``pid`` now and at its peak (``VmRSS``, ``VmHWM``), in MB."""
+    values = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            values[key] = int(rest.split()[0]) / 1024
+    return values["VmRSS"], values["VmHWM"]
+
+
+def count_workers(board: HeartbeatBoard) -> int:
+    """Workers in one leader read; 0 when the store did not answer in time."""
+    try:
+        return sum(len(by_supervisor) for by_supervisor in board.read().workers.values())
+    except StateStoreUnavailableError:
+        return 0
+
+
+def wait_filled(
+    kind: str, board: HeartbeatBoard, total: int, processes: list[Any], console: Console
+) -> None:
+    """Until the leader reads every worker (ZooKeeper creates them first), or the fill time."""
+    deadline = time.monotonic() + FILL_TIMEOUT_SECS
+    with console.status(f"{kind}: waiting until the leader reads all {total:,} workers"):
+        while (filled := count_workers(board)) < total:
+            if not any(p.is_alive() for p in processes):
+                raise BenchError(f"{kind}: every client process ended before the fill")
+            if time.monotonic() > deadline:
+                console.print(f"{kind}: {filled:,} of {total:,} workers after the fill time")
+                return
+            time.sleep(0.5)
+
+
+@dataclass
+class LeaderReads:
+    """The leader's reads over the window: the store's ``read_tree("/")`` alone (the raw
+    bytes of every heartbeat) and ``HeartbeatBoard.read`` (the same, decoded into records),
+    in turn."""
+
+    tree: list[float]  # seconds per read_tree
+    board: list[float]  # seconds per board read
+    tree_cpu: list[float] = field(default_factory=list)  # CPU seconds of this process per
+    # read_tree (every thread: the client's too): what the read costs, whatever the load
+    seen: int = 0  # workers in the last answered board read
+    unanswered: int = 0  # reads that got no answer within the call timeout
+
+
+def leader_reads(
+    board: HeartbeatBoard, store: ClusterStateStore, secs: float, every: float
+) -> LeaderReads:
+    """Read every heartbeat each ``every`` seconds for ``secs``, the raw tree and the
+    board's decoded read in turn."""
+    reads = LeaderReads([], [])
+    ends = time.monotonic() + secs
+    while time.monotonic() < ends:
+        decoded = len(reads.board) < len(reads.tree)
+        began, cpu = time.perf_counter(), time.process_time()
+        try:
+            if decoded:
+                read = board.read()
+                reads.seen = sum(len(v) for v in read.workers.values())
+            else:
+                store.read_tree("/")
+        except StateStoreUnavailableError:
+            reads.unanswered += 1  # timed as what it cost: the call's whole timeout
+        took = time.perf_counter() - began
+        (reads.board if decoded else reads.tree).append(took)
+        if not decoded:
+            reads.tree_cpu.append(time.process_time() - cpu)
+        time.sleep(max(0.0, every - took))  # the leader's period
+    return reads
+
+
+def measure_scale(
+    kind: str, address: str, pid: int, args: argparse.Namespace, console: Console
+) -> ScaleRow:
+    """The whole load against one store; see the module docstring."""
+    total = args.supervisors * args.workers
+    sids = [f"sim-{n:04d}" for n in range(args.supervisors)]
+    context = multiprocessing.get_context("spawn")
+    start, stop, result = context.Event(), context.Event(), context.Queue()
+    processes = [
+        context.Process(
+            target=_supervisors,
+            args=(Load(kind, address, sids[c :: args.clients], args.workers), start, stop, result),
+        )
+        for c in range(args.clients)
+    ]
+    store, release = build_store(kind, address)
+    board = HeartbeatBoard(store)
+    try:
+        for process in processes:
+            process.start()
+        start.set()
+        wait_filled(kind, board, total, processes, console)
+        time.sleep(args.settle)  # every client past its first round: not the measured part
+        with console.status(f"{kind}: steady window of {args.secs:g} s"):
+            w0, c0 = time.time(), cpu_secs(pid)
+            reads = leader_reads(board, store, args.secs, args.read_every)
+            w1, c1 = time.time(), cpu_secs(pid)
+            rss, peak = memory_mb(pid)
+        stop.set()
+        acknowledged = failed = 0
+        for _ in processes:
+            status, value = result.get(timeout=CALL_TIMEOUT_SECS + 60)
+            if status != "ok":
+                raise BenchError(f"{kind}: a client process failed: {value}")
+            times, failures = value
+            acknowledged += sum(1 for t in times if w0 <= t <= w1)
+            failed += failures
+    finally:
+        stop.set()
+        release()
+        for process in processes:
+            process.join(CALL_TIMEOUT_SECS + 30)
+            if process.is_alive():
+                process.kill()
+    window = w1 - w0
+    return ScaleRow(
+        store=kind,
+        window_secs=window,
+        workers_per_sec=acknowledged * args.workers / window,
+        target_per_sec=float(total),
+        cpu_percent=100.0 * (c1 - c0) / window,
+        rss_mb=rss,
+        peak_rss_mb=peak,
+        reads=reads.tree,
+        read_cpu=reads.tree_cpu,
+        decoded_reads=reads.board,
+        workers_read=reads.seen,
+        unanswered_reads=reads.unanswered,
+        failed_rounds=failed,
+    )
+
+
+def scale_part(args: argparse.Namespace, console: Console) -> PartResult:
+    total = args.supervisors * args.workers
+    console.print(
+        f"scale: {args.supervisors} simulated supervisors x {args.workers} workers = {total:,} "
+        f"workers at 1 Hz, from {args.clients} client processes; leader read every "
+        f"{args.read_every:g} s; window {args.secs:g} s"
+    )
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="stratus-bench-pacemaker-scale-") as tmp:
+        frame = ("-c", f"pacemaker.max.frame.bytes={MAX_FRAME_BYTES}")
+        pacemaker = start_pacemaker(Path(tmp, "pacemaker.log"), frame)
+        try:
+            address = f"127.0.0.1:{pacemaker.port}"  # type: ignore[attr-defined]
+            rows.append(measure_scale("pacemaker", address, pacemaker.pid, args, console))
+            console.print(f"pacemaker: {describe_row(rows[-1])}")
+        finally:
+            pacemaker.send_signal(signal.SIGTERM)
+            pacemaker.wait(30)
+        with ZooKeeperServer(Path(tmp, "zk"), port=0) as zookeeper:
+            if zookeeper.pid is None:
+                raise BenchError("ZooKeeper started without a process id")
+            rows.append(
+                measure_scale("zookeeper", zookeeper.connect_string, zookeeper.pid, args, console)
+            )
+            console.print(f"zookeeper: {describe_row(rows[-1])}")
+    return scale_report(rows, console)
+
+
+def describe_row(row: ScaleRow) -> str:
+    return (
+        f"{row.workers_per_sec:,.0f} heartbeats/s of {row.target_per_sec:,.0f}, CPU "
+        f"{row.cpu_percent:.1f} %, RSS {row.rss_mb:.0f} MB, read_tree p99 {ms(row.read_p99)} ms, "
+        f"decoded read p99 {ms(row.decoded_p99)} ms, {row.failed_rounds} rounds and "
+        f"{row.unanswered_reads} reads unanswered"
+    )
+
+
+def scale_report(rows: list[ScaleRow], console: Console) -> PartResult:
+    table = Table(
+        title="heartbeats of simulated workers at 1 Hz: the server process, over the window",
+        caption="CPU: % of one core; rate: worker heartbeats acknowledged per second; tree: "
+        "the store's read_tree (wall clock; CPU: of the reading process, every thread); "
+        "decoded: HeartbeatBoard.read, the same decoded into records",
+        box=box.SIMPLE,
+    )
+    headers = (
+        "store",
+        "rate",
+        "of",
+        "CPU %",
+        "RSS MB",
+        "peak MB",
+        "tree p50",
+        "tree p99",
+        "tree CPU p99",
+        "decoded p99",
+        "read",
+    )
+    for header in headers:
+        table.add_column(header, justify="left" if header == "store" else "right")
+    for row in rows:
+        table.add_row(
+            row.store,
+            f"{row.workers_per_sec:,.0f}",
+            f"{row.target_per_sec:,.0f}",
+            f"{row.cpu_percent:.1f}",
+            f"{row.rss_mb:.0f}",
+            f"{row.peak_rss_mb:.0f}",
+            f"{ms(row.read_p50)} ms",
+            f"{ms(row.read_p99)} ms",
+            f"{ms(row.read_cpu_p99)} ms",
+            f"{ms(row.decoded_p99)} ms",
+            f"{row.workers_read:,} workers",
+        )
+    console.print(table)
+    by = {row.store: row for row in rows}
+    pm, zk = by["pacemaker"], by["zookeeper"]
+    verdicts = []
+    for row in rows:
+        achieved = row.workers_per_sec / row.target_per_sec
+        if achieved < 0.95 or row.failed_rounds or row.unanswered_reads:
+            verdicts.append(
+                f"scale, {row.store}: the clients achieved {row.workers_per_sec:,.0f} of "
+                f"{row.target_per_sec:,.0f} heartbeats/s ({achieved:.0%}; {row.failed_rounds} "
+                f"rounds and {row.unanswered_reads} of {len(row.reads)} leader reads got no "
+                f"answer within {CALL_TIMEOUT_SECS:g} s); its figures are at that rate"
+            )
+    verdicts += [
+        f"scale, pacemaker CPU {pm.cpu_percent:.1f} % of one core (target < "
+        f"{CPU_TARGET_PERCENT:g} %; ZooKeeper {zk.cpu_percent:.1f} %, ratio "
+        f"{_ratio(zk.cpu_percent, pm.cpu_percent)}) "
+        + ("met" if pm.cpu_percent < CPU_TARGET_PERCENT else "MISSED"),
+        f"scale, pacemaker RSS {pm.rss_mb:.0f} MB (target < {RSS_TARGET_MB:g} MB; ZooKeeper "
+        f"{zk.rss_mb:.0f} MB, ratio {_ratio(zk.rss_mb, pm.rss_mb)}) "
+        + ("met" if pm.peak_rss_mb < RSS_TARGET_MB else "MISSED"),
+        f"scale, leader read_tree of {pm.workers_read:,} workers: pacemaker p99 "
+        f"{ms(pm.read_p99)} ms (target < {ms(READ_TARGET_SECS)} ms; ZooKeeper p99 "
+        f"{ms(zk.read_p99)} ms, ratio {_ratio(zk.read_p99, pm.read_p99)}) "
+        + ("met" if pm.read_p99 < READ_TARGET_SECS else "MISSED"),
+        f"scale, leader read_tree's own CPU: pacemaker p99 {ms(pm.read_cpu_p99)} ms "
+        f"(ZooKeeper {ms(zk.read_cpu_p99)} ms): the read's wall time on an idle core",
+        f"scale, leader HeartbeatBoard.read (decoded) of {pm.workers_read:,} workers: pacemaker "
+        f"p99 {ms(pm.decoded_p99)} ms (target < {ms(READ_TARGET_SECS)} ms; ZooKeeper p99 "
+        f"{ms(zk.decoded_p99)} ms, ratio {_ratio(zk.decoded_p99, pm.decoded_p99)}) "
+        + ("met" if pm.decoded_p99 < READ_TARGET_SECS else "MISSED"),
+    ]
+    samples = [
+        asdict(r) | {"read_p50": r.read_p50, "read_p99": r.read_p99, "decoded_p99": r.decoded_p99}
+        for r in rows
+    ]
+    return PartResult(verdicts, {"scale": samples})
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """NaN for no sample (a store whose one read outlasted the window)."""
+    return percentile(values, q) if values else float("nan")
+
+
+def _ratio(baseline: float, ours: float) -> str:
+    return f"{baseline / ours:.1f}x" if ours > 0 else "n/a"
+
+
+# ---------------------------------------------------------------------------------------------
+# Part: detection
+
+
+@dataclass(frozen=True)
+class SafeTimeout:
+    """The shortest ``nimbus.supervisor.timeout.secs`` that never runs a pipeline twice.
+
+    A supervisor's lease runs from the *start* of its last acknowledged heartbeat write and
+    lapses ``fence`` later; its control loop notices within one tick and stops its workers
+    within ``stop``. The leader starts counting no earlier than that write's start (it cannot
+    see a value before it is written), so the old workers are gone before a reassignment
+    when ``timeout > fence + tick + stop``. With the pacemaker store two more conditions hold
+    the derivation: a client call ends within ``client`` < ``fence`` (a write slower than the
+    lease renews nothing, and a stuck call must not outlast it), and a pulse outlives the
+    timeout (``ttl`` > ``timeout``: an evicted pulse would read as a dead supervisor).
+    """
+
+    fence: float
+    tick: float
+    stop: float
+    client: float
+    ttl: float
+    configured: float
+
+    @property
+    def minimum(self) -> float:
+        return self.fence + self.tick + self.stop
+
+    @property
+    def safe(self) -> bool:
+        return (
+            self.configured > self.minimum
+            and self.client < self.fence
+            and self.ttl > self.configured
+        )
+
+
+def local_safe_timeout() -> SafeTimeout:
+    """The derivation with the local cluster's settings (``stratus.local.cluster``)."""
+    options = local.demo_options("127.0.0.1:2181", Path("/tmp")) + local.pacemaker_options([])
+    conf = dict(o.split("=", 1) for o in options if o != "-c")
+    heartbeat = float(conf["worker.heartbeat.frequency.secs"])
+    return SafeTimeout(
+        fence=float(conf["supervisor.fence.timeout.secs"]),
+        tick=min(MAX_TICK_SECS, heartbeat / 2),
+        stop=float(conf["supervisor.worker.stop.secs"]),
+        client=float(conf["pacemaker.client.timeout.secs"]),
+        ttl=float(conf["pacemaker.pulse.ttl.secs"]),
+        configured=float(conf["nimbus.supervisor.timeout.secs"]),
+    )
+
+
+def detection_part(args: argparse.Namespace, console: Console) -> PartResult:
+    derived = local_safe_timeout()
+    console.print(
+        f"detection: safe supervisor timeout > fence {derived.fence:g} s + control loop tick "
+        f"{derived.tick:g} s + worker stop {derived.stop:g} s = [bold]{derived.minimum:g} s[/]; "
+        f"pacemaker client timeout {derived.client:g} s < fence {derived.fence:g} s; pulse TTL "
+        f"{derived.ttl:g} s > timeout; the local cluster runs {derived.configured:g} s: "
+        + ("safe" if derived.safe else "UNSAFE")
+    )
+    verdicts = [
+        f"detection, derived safe supervisor timeout: > {derived.minimum:g} s (configured "
+        f"{derived.configured:g} s) " + ("met" if derived.safe else "MISSED")
+    ]
+    samples: dict[str, Any] = {"safe_timeout": asdict(derived) | {"minimum": derived.minimum}}
+    if args.no_kill:
+        console.print("detection: kills left out by --quick; --part detection runs them")
+        return PartResult(verdicts, samples)
+    detected: dict[str, list[float]] = {}
+    for store in ("pacemaker", "zookeeper"):
+        detected[store] = kill_rounds(store, args.rounds, console)
+    table = Table(
+        title="kill -9 of the supervisor running a pipeline → its new assignment written: seconds",
+        box=box.SIMPLE,
+    )
+    for header in ("heartbeats in", "rounds", "p50", "max"):
+        table.add_column(header, justify="left" if header == "heartbeats in" else "right")
+    for store, values in detected.items():
+        table.add_row(
+            store, str(len(values)), f"{percentile(values, 50):.2f}", f"{max(values):.2f}"
+        )
+    console.print(table)
+    pm, zk = percentile(detected["pacemaker"], 50), percentile(detected["zookeeper"], 50)
+    verdicts.append(
+        f"detection, kill -9 → new assignment: pacemaker p50 {pm:.2f} s, ZooKeeper p50 "
+        f"{zk:.2f} s (ratio {pm / zk:.2f}; timeout {derived.configured:g} s)"
+    )
+    samples["detection"] = detected
+    return PartResult(verdicts, samples)
+
+
+def kill_rounds(store: str, rounds: int, console: Console) -> list[float]:
+    """``rounds`` kills on a fresh local cluster with heartbeats in ``store``; the detection
+    step of each (the kill until the new assignment)."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"stratus-bench-detect-{store}-"))
+    cluster = LocalCluster(workdir, console, nimbuses=1, supervisors=2, state_store=store)
+    try:
+        cluster.start()
+        _, results = run_kill_rounds(cluster, rounds, console)
+    except (StratusError, BenchError) as exc:
+        raise BenchError(f"detection ({store}): {exc} (logs kept in {workdir})") from exc
+    finally:
+        handle_interrupts(signal.SIG_IGN)  # let the cleanup finish
+        cluster.close()
+        handle_interrupts(raise_interrupted)
+    shutil.rmtree(workdir, ignore_errors=True)
+    for result in results:
+        console.print(f"{store}: {describe_round(result)}")
+    return [result.start.phases()["detection"] for result in results]
+
+
+# ---------------------------------------------------------------------------------------------
+# Main
+
+PARTS: dict[str, Callable[[argparse.Namespace, Console], PartResult]] = {
+    "scale": scale_part,
+    "detection": detection_part,
+}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--part", choices=tuple(PARTS), action="append")
+    parser.add_argument("--supervisors", type=int, default=200, help="simulated (200)")
+    parser.add_argument("--workers", type=int, default=50, help="per supervisor (50)")
+    parser.add_argument("--clients", type=int, default=4, help="client processes (4)")
+    parser.add_argument("--secs", type=float, default=30.0, help="steady window (30)")
+    parser.add_argument("--settle", type=float, default=2.0, help="after the fill (2)")
+    parser.add_argument("--read-every", type=float, default=0.5, help="leader reads (0.5 s)")
+    parser.add_argument("--rounds", type=int, default=3, help="detection: kills per store (3)")
+    parser.add_argument("--quick", action="store_true", help="small and short: a smoke run")
+    parser.add_argument("--json", type=Path, help="also write every sample to this file")
+    args = parser.parse_args(argv)
+    if min(args.supervisors, args.workers, args.clients, args.rounds) < 1 or args.secs <= 0:
+        parser.error("--supervisors, --workers, --clients, --rounds >= 1 and --secs > 0")
+    args.no_kill = False
+    if args.quick:
+        args.supervisors, args.secs, args.settle, args.rounds = 20, 2.0, 0.5, 1
+        args.clients = min(args.clients, 2)
+        args.no_kill = args.part is None  # Spark: minutes, only when named
+    args.part = list(dict.fromkeys(args.part or PARTS))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    handle_interrupts(raise_interrupted)
+    console = report_console(width=120)
+    console.rule("Pacemaker at scale: " + ", ".join(args.part))
+    info = machine(PACKAGES)
+    with open("/proc/loadavg") as loadavg:
+        info["load"] = " ".join(loadavg.read().split()[:3])
+    reproduce = shlex.join(
+        [".venv/bin/python", "bench/pacemaker_scale.py", *(sys.argv[1:] if argv is None else argv)]
+    )
+    for key, value in {**info, "reproduce": reproduce}.items():
+        console.print(f"[bold]{key:>9}[/]: {value}")
+    verdicts: list[str] = []
+    samples: dict[str, Any] = {}
+    try:
+        for name in args.part:
+            result = PARTS[name](args, console)
+            verdicts += result.verdicts
+            samples |= result.samples
+    except (BenchError, StratusError) as exc:
+        console.print(f"[bold red]benchmark failed:[/] {exc}")
+        return 1
+    except Interrupted as exc:
+        console.print(f"[yellow]interrupted ({exc})[/]")
+        return 128 + exc.signum
+    with open("/proc/loadavg") as loadavg:
+        console.print(f"[bold]load after[/]: {' '.join(loadavg.read().split()[:3])}")
+    print_verdicts(console, verdicts)
+    if args.json:
+        doc = {"machine": info, "reproduce": reproduce, "verdicts": verdicts, "samples": samples}
+        args.json.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
