@@ -139,6 +139,19 @@ class DaemonProcess:
         except OSError:
             return b""
 
+    def _wait_for_line(self, needle: str, name: str, timeout: float) -> None:
+        """Wait until this start's log holds ``needle`` (the line the daemon prints once it
+        is ready); ProcessStartError naming ``name``, with the log's tail if it exited."""
+        deadline = time.monotonic() + timeout
+        wanted = needle.encode()
+        while time.monotonic() < deadline:
+            if wanted in self._output():
+                return
+            if not self.is_running():
+                raise ProcessStartError(f"{name} exited: {self.log_tail()}")
+            time.sleep(POLL_SECS)
+        raise ProcessStartError(f"{name} not ready in {timeout:g}s")
+
 
 def stop_all(processes: Sequence[DaemonProcess], timeout: float = STOP_TIMEOUT_SECS) -> None:
     """Stop them at once: SIGTERM to each, then SIGKILL to whoever is left after ``timeout``."""
@@ -246,16 +259,8 @@ class SupervisorProcess(DaemonProcess):
         )  # fmt: skip
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_SECS) -> None:
-        """Wait for the ready line; ProcessStartError with the log's tail if it exited."""
-        deadline = time.monotonic() + timeout
-        needle = f"supervisor {self.id} running".encode()
-        while time.monotonic() < deadline:
-            if needle in self._output():
-                return
-            if not self.is_running():
-                raise ProcessStartError(f"supervisor {self.id} exited: {self.log_tail()}")
-            time.sleep(POLL_SECS)
-        raise ProcessStartError(f"supervisor {self.id} not ready in {timeout:g}s")
+        """Wait for its ``supervisor <id> running`` line."""
+        self._wait_for_line(f"supervisor {self.id} running", f"supervisor {self.id}", timeout)
 
 
 class PacemakerProcess(DaemonProcess):
@@ -284,15 +289,8 @@ class PacemakerProcess(DaemonProcess):
         self._launch("pacemaker", "--host", self.host, "--port", str(self.port))
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_SECS) -> None:
-        """Wait for the serving line; ProcessStartError with the log's tail if it exited."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if b"pacemaker: serving at " in self._output():
-                return
-            if not self.is_running():
-                raise ProcessStartError(f"pacemaker {self.address} exited: {self.log_tail()}")
-            time.sleep(POLL_SECS)
-        raise ProcessStartError(f"pacemaker {self.address} not ready in {timeout:g}s")
+        """Wait for its ``pacemaker: serving at`` line."""
+        self._wait_for_line("pacemaker: serving at ", f"pacemaker {self.address}", timeout)
 
 
 class ZkfcProcess(DaemonProcess):
@@ -319,13 +317,5 @@ class ZkfcProcess(DaemonProcess):
         self._launch("zkfc", "--target", self.target)
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_SECS) -> None:
-        """Wait for the ready line; ProcessStartError with the log's tail if it exited."""
-        deadline = time.monotonic() + timeout
-        needle = f"zkfc: managing {self.target}".encode()
-        while time.monotonic() < deadline:
-            if needle in self._output():
-                return
-            if not self.is_running():
-                raise ProcessStartError(f"zkfc of {self.target} exited: {self.log_tail()}")
-            time.sleep(POLL_SECS)
-        raise ProcessStartError(f"zkfc of {self.target} not ready in {timeout:g}s")
+        """Wait for its ``zkfc: managing <target>`` line."""
+        self._wait_for_line(f"zkfc: managing {self.target}", f"zkfc of {self.target}", timeout)
