@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,15 +123,19 @@ def load_secrets(path: Path) -> dict[str, Secret]:
     return parse_secrets(text, str(path))
 
 
+def file_lines(text: str, source: str) -> Iterator[tuple[str, list[str]]]:
+    """Each line of a credentials or principals file that is neither blank nor a comment:
+    where it is (``<source> line <n>``, for errors) and its whitespace-separated fields."""
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if line and not line.startswith("#"):
+            yield f"{source} line {number}", line.split()
+
+
 def parse_secrets(text: str, source: str) -> dict[str, Secret]:
     """The lines of a credentials file's text; errors name the line, never a secret."""
     secrets: dict[str, Secret] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        where = f"{source} line {number}"
-        fields = line.split()
+    for where, fields in file_lines(text, source):
         if len(fields) != 3:
             raise PacemakerAuthFileError(
                 f"{where}: expected 3 fields `<principal> nimbus|supervisor <secret>`, "

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stratus.pacemaker.auth import PacemakerRole, Principal
+from stratus.pacemaker.auth import PacemakerRole, Principal, file_lines
 from stratus.pacemaker.errors import (
     KerberosHandshakeError,
     KerberosUnavailableError,
@@ -98,12 +98,7 @@ def parse_kerberos_principals(text: str, source: str) -> dict[str, Principal]:
     """The lines of a Kerberos principals file, by full principal name."""
     principals: dict[str, Principal] = {}
     subtrees: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        where = f"{source} line {number}"
-        fields = line.split()
+    for where, fields in file_lines(text, source):
         if len(fields) != 2:
             raise PacemakerAuthFileError(
                 f"{where}: expected 2 fields `<principal>@<REALM> nimbus|supervisor` "
