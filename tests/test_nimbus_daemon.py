@@ -20,10 +20,11 @@ from stratus.api.errors import NotLeaderError
 from stratus.config import config_from_mapping
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import LeaderChange
-from stratus.nimbus.daemon import Nimbus, NimbusStartError
+from stratus.nimbus.daemon import Nimbus
 from stratus.nimbus.duties.lost_code import FailLostCode
 from stratus.nimbus.duties.scheduling import SchedulingDuty
 from stratus.nimbus.leadership_controller import LeadershipController
+from stratus.nimbus.listening import NimbusStartError
 from stratus.nimbus.readiness import CodeReadiness
 from stratus.nimbus.scheduler import Plan
 from stratus.zk.ports import pick_free_port
@@ -182,7 +183,7 @@ def refuse(_self: object, *_args: object, **_kwargs: object) -> None:
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 @pytest.mark.parametrize(
     ("target", "name"),
-    [(uvicorn.Server, "run"), (LeadershipController, "start")],
+    [(uvicorn.Server, "serve"), (LeadershipController, "start")],
     ids=["at_the_http_step", "at_the_last_step_after_registering"],
 )
 def test_a_start_that_fails_leaves_no_thread_session_registration_or_socket_behind(

@@ -17,9 +17,7 @@ serves. ``stop()`` (SIGTERM) leaves the queue first, so another nimbus leads at 
 
 from __future__ import annotations
 
-import errno
 import logging
-import socket
 import tempfile
 import threading
 import time
@@ -58,6 +56,7 @@ from stratus.nimbus.ha_service import NimbusHAService
 from stratus.nimbus.health import HealthWatch
 from stratus.nimbus.http_bounds import bounded_app, serve_bounded, uvicorn_options
 from stratus.nimbus.leadership_controller import LeadershipController
+from stratus.nimbus.listening import NimbusStartError, listen_socket, package_port_error
 from stratus.nimbus.metrics import NimbusMetrics
 from stratus.nimbus.peer_certificate import PeerCertificateProtocol
 from stratus.nimbus.pipeline_ops import PipelineOps
@@ -83,10 +82,6 @@ log = logging.getLogger(__name__)
 
 HTTP_START_TIMEOUT_SECS = 10.0
 HTTP_STOP_TIMEOUT_SECS = 5.0
-
-
-class NimbusStartError(StratusError):
-    """The nimbus could not start: its port is taken, its directory unusable, and so on."""
 
 
 def always_may_lead() -> bool:
@@ -121,7 +116,7 @@ class Nimbus:
         )
         tls = server_tls(conf)
         self._tls = tls.server_context() if tls is not None else None
-        self._sock = _listen(conf.nimbus_bind(), conf.nimbus_port)
+        self._sock = listen_socket(conf.nimbus_bind(), conf.nimbus_port)
         self.port: int = self._sock.getsockname()[1]
         self.address = f"{conf.nimbus_host}:{self.port}"
         self.settings = NimbusSettings.from_config(conf, self.address)
@@ -481,35 +476,3 @@ class Nimbus:
         if record.status is PipelineStatus.KILLED:
             self.removal.note_killed(record)
         self.controller.cluster_changed()
-
-
-def package_port_error(host: str, port: int, exc: OSError) -> NimbusStartError:
-    """Why the package server could not listen on ``host:port``, and what to change."""
-    if exc.errno == errno.EADDRINUSE:
-        return NimbusStartError(
-            f"nimbus.code.port {port} is in use on {host}: another nimbus of this host or "
-            "another program listens there; stop it, or set nimbus.code.port to a free port "
-            "(0 picks one at each start, -1 serves packages through the API alone)"
-        )
-    return NimbusStartError(
-        f"cannot serve packages on {host}:{port} (nimbus.code.port): "
-        f"{exc.strerror or exc}; set nimbus.code.port to a port this user may listen on"
-    )
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets that say so, and
-    # without it every keep-alive response waits 40 ms for a delayed ACK (Nagle).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise NimbusStartError(
-            f"nimbus cannot listen on {host}:{port}: {exc.strerror}; "
-            "choose another nimbus.port or stop what uses it"
-        ) from None
-    sock.listen(1024)
-    return sock
