@@ -11,7 +11,8 @@ subtree, ``/supervisors/<id>``, only:
 | ``/workers/<pipeline>/<id>``  | ``/supervisors/<id>/workers/<pipeline>`` |
 
 So a supervisor's whole period (its heartbeat and its workers') is one ``send_pulses`` in
-its own subtree, and the leader reads every heartbeat with one ``get_all_pulses_for_path``.
+its own subtree, and the leader reads every heartbeat with one ``get_all_pulses_for_path``
+(paged: each answer within the maximum frame, whatever the number of workers).
 A store built for a supervisor (``owner``) reads its own subtree only, which is all its
 principal may read; one built for a nimbus reads everything::
 
