@@ -155,7 +155,7 @@ class PacemakerConnection:
             following = answer.get("next")
             if following is None:
                 return {"ok": True, "warming": answer.get("warming", False), "pulses": pulses}
-            if not isinstance(following, str) or following <= after:
+            if not isinstance(following, str) or following.split("/") <= after.split("/"):
                 raise PacemakerRequestError(
                     "malformed",
                     f"the pacemaker at {self.host}:{self.port} paged {path} backwards "

@@ -184,6 +184,27 @@ class PulseStore:
             if child.pulse is not None
         }
 
+    def iter_pulses_after(self, path: str, after: str) -> Iterator[tuple[str, Pulse]]:
+        """The pulses of the subtree of ``path`` in path order (component by component),
+        only those after the path ``after`` (``""``: from the first). Subtrees wholly before
+        ``after`` are skipped, not walked, so a page costs what it holds, not the whole tree.
+        Lazy: consume it before the store changes."""
+        parts = split_path(path)
+        node = self._find(parts)
+        bound = split_path(after) if after else None
+        if node is None:
+            return
+        stack = [(parts, node)]
+        while stack:
+            key, current = stack.pop()
+            if current.pulse is not None and (bound is None or key > bound):
+                yield join_path(key), current.pulse
+            for name in sorted(current.children, reverse=True):
+                child = (*key, name)
+                if bound is not None and child < bound and bound[: len(child)] != child:
+                    continue  # everything below child sorts before the bound
+                stack.append((child, current.children[name]))
+
     # --- the tree -----------------------------------------------------------------------
     def _find(self, parts: tuple[str, ...]) -> _Node | None:
         node = self._root
