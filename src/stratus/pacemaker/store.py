@@ -194,16 +194,25 @@ class PulseStore:
         bound = split_path(after) if after else None
         if node is None:
             return
-        stack = [(parts, node)]
+        # Depth first, children in name order: nodes come in path order, so once one is past
+        # the bound every later one is, and the comparisons (on components) stop there.
+        stack: list[tuple[str, tuple[str, ...], _Node]] = [(join_path(parts), parts, node)]
         while stack:
-            key, current = stack.pop()
-            if current.pulse is not None and (bound is None or key > bound):
-                yield join_path(key), current.pulse
+            key, key_parts, current = stack.pop()
+            if bound is not None and key_parts > bound:
+                bound = None
+            if current.pulse is not None and bound is None:
+                yield key, current.pulse
+            prefix = "" if key == "/" else key
             for name in sorted(current.children, reverse=True):
-                child = (*key, name)
-                if bound is not None and child < bound and bound[: len(child)] != child:
-                    continue  # everything below child sorts before the bound
-                stack.append((child, current.children[name]))
+                child_parts = (*key_parts, name) if bound is not None else ()
+                if (
+                    bound is not None
+                    and child_parts < bound
+                    and bound[: len(child_parts)] != child_parts
+                ):
+                    continue  # everything below this child sorts before the bound
+                stack.append((f"{prefix}/{name}", child_parts, current.children[name]))
 
     # --- the tree -----------------------------------------------------------------------
     def _find(self, parts: tuple[str, ...]) -> _Node | None:
