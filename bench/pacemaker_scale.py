@@ -88,7 +88,6 @@ RSS_TARGET_MB = 300.0
 READ_TARGET_SECS = 0.050
 ZK_ROOT = "/bench-scale/heartbeats"
 CALL_TIMEOUT_SECS = 30.0
-MAX_FRAME_BYTES = 16 << 20  # the leader's one read of 10,000 workers is ~2 MB (default 1 MiB)
 FILL_TIMEOUT_SECS = 180.0  # every worker's heartbeat written once (ZooKeeper creates them)
 PACKAGES = ("kazoo", "msgpack", "pydantic")
 
@@ -139,8 +138,7 @@ def build_store(kind: str, address: str) -> tuple[ClusterStateStore, Callable[[]
         settings = PacemakerClientSettings(
             servers=((host, int(port)),),
             timeout_secs=CALL_TIMEOUT_SECS,
-            max_frame_bytes=MAX_FRAME_BYTES,
-        )
+        )  # the default maximum frame: the leader's read of 10,000 workers (~2 MB) is paged
         pool = BlockingPacemakerPool(settings, call_timeout_secs=CALL_TIMEOUT_SECS)
         store = PacemakerStateStore(pool)
         return store, store.close
@@ -372,8 +370,7 @@ def scale_part(args: argparse.Namespace, console: Console) -> PartResult:
     )
     rows = []
     with tempfile.TemporaryDirectory(prefix="stratus-bench-pacemaker-scale-") as tmp:
-        frame = ("-c", f"pacemaker.max.frame.bytes={MAX_FRAME_BYTES}")
-        pacemaker = start_pacemaker(Path(tmp, "pacemaker.log"), frame)
+        pacemaker = start_pacemaker(Path(tmp, "pacemaker.log"))
         try:
             address = f"127.0.0.1:{pacemaker.port}"  # type: ignore[attr-defined]
             rows.append(measure_scale("pacemaker", address, pacemaker.pid, args, console))

@@ -166,3 +166,24 @@ def test_a_supervisor_period_written_at_once_reads_back_with_every_other(
         "web": {"s1": worker("web", "s1")},
     }
     assert read.supervisors == {"s1": supervisor("s1", time=2000.0), "s2": supervisor("s2")}
+
+
+def test_values_that_are_json_fragments_never_move_a_heartbeat_onto_another_name(
+    board: HeartbeatBoard, store: ZooKeeperStateStore
+) -> None:
+    """``read`` decodes every heartbeat in one parse of the joined values; values written as
+    fragments of JSON (two records in one, half a record) must not shift a record onto a
+    neighbour's name: the read is the one a value-by-value decode gives."""
+    s1, s3, s4 = worker("etl", "s1"), worker("etl", "s3"), worker("etl", "s4")
+    half = s4.encode()
+    board.put_worker(s1)
+    store.set("/workers/etl/s2", s3.encode() + b"," + worker("etl", "s2").encode())
+    store.set("/workers/etl/s3", half[: len(half) // 2])
+    store.set("/workers/etl/s4", half[len(half) // 2 :])
+    board.put_round(supervisor("a"), [])
+    store.set("/supervisors/b", supervisor("a").encode())  # names another: kept at its path
+
+    read = board.read()
+
+    assert read.workers == {"etl": {"s1": s1}}
+    assert read.supervisors == {"a": supervisor("a"), "b": supervisor("a")}

@@ -212,11 +212,37 @@ def test_an_answer_above_the_maximum_frame_is_refused_as_too_large(plain: Pacema
         async with PacemakerPool(settings(plain)) as pool:
             for n in range(6):  # 6 x 200 kB: each fits a frame, all together do not
                 await pool.send_pulse(f"/big/w{n}", bytes(200_000), 1.0)
-            with pytest.raises(PacemakerRequestError) as refused:
-                await pool.get_all_pulses_for_path("/big")
-            assert refused.value.code == "too_large"
+            connection = await connected(plain)
+            try:  # asked unpaged, the whole subtree is one answer: refused
+                with pytest.raises(PacemakerRequestError) as refused:
+                    await connection.request(Op.GET_ALL_PULSES_FOR_PATH, path="/big")
+                assert refused.value.code == "too_large"
+            finally:
+                await connection.close()
             assert len((await pool.get_all_pulses_for_path("/big/w1")).value) == 1
             await pool.delete_path("/big")
+
+    run(scenario())
+
+
+def test_a_subtree_above_the_maximum_frame_is_read_in_pages(plain: PacemakerProcess) -> None:
+    async def scenario() -> None:
+        async with PacemakerPool(settings(plain)) as pool:
+            for n in range(6):  # 6 x 200 kB: about two per 1 MiB frame
+                await pool.send_pulse(f"/paged/w{n}", bytes([n]) * 200_000, float(n))
+            connection = await connected(plain)
+            try:
+                first = await connection.request(
+                    Op.GET_ALL_PULSES_FOR_PATH, path="/paged", after=""
+                )
+            finally:
+                await connection.close()
+            assert 0 < len(first["pulses"]) < 6
+            assert first["next"] == max(first["pulses"])
+            read = await pool.get_all_pulses_for_path("/paged")
+            assert sorted(read.value) == [f"/paged/w{n}" for n in range(6)]
+            assert all(read.value[f"/paged/w{n}"].data[:1] == bytes([n]) for n in range(6))
+            await pool.delete_path("/paged")
 
     run(scenario())
 

@@ -10,6 +10,7 @@ removals do what the ZooKeeper store does.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import re
@@ -25,7 +26,9 @@ import pytest
 from stratus.api.records import SupervisorHeartbeat, WorkerHeartbeat, WorkerState
 from stratus.config import config_from_mapping
 from stratus.pacemaker.blocking import BlockingPacemakerPool
+from stratus.pacemaker.client import PacemakerConnection
 from stratus.pacemaker.errors import PacemakerRequestError, PacemakerUnavailableError
+from stratus.pacemaker.protocol import Op
 from stratus.pacemaker.settings import PacemakerClientSettings
 from stratus.settings import state_store_settings
 from stratus.state.errors import StateStoreUnavailableError
@@ -195,6 +198,41 @@ def test_the_leader_reads_every_heartbeat_from_either_pacemaker(pair, logs) -> N
     leader.remove_supervisor("s1")
     leader.remove_supervisor("s2")
     assert leader.read().workers == {} and leader.read().supervisors == {}
+
+
+def test_the_leader_reads_every_heartbeat_above_the_maximum_frame(logs: Path) -> None:
+    """With 8 KiB frames, 120 supervisors of 5 workers each are about 60 kB of heartbeats:
+    one answer could not hold them; the leader's read gets every one, page by page."""
+    small = ["pacemaker.pulse.ttl.secs=600", "pacemaker.max.frame.bytes=8192"]
+    server = PacemakerProcess(logs, small).start()
+    try:
+        settings = client_settings(server, max_frame_bytes=8192)
+        writer = HeartbeatBoard(
+            PacemakerStateStore(BlockingPacemakerPool(settings, call_timeout_secs=10.0))
+        )
+        OPENED.append(writer)
+        sids = [f"s{n:03d}" for n in range(120)]
+        for sid in sids:
+            writer.put_round(supervisor(sid), [worker(f"p{k}", sid) for k in range(5)])
+
+        async def whole_tree() -> None:  # the unpaged read of the same tree: one answer
+            connection = PacemakerConnection(*server.address, settings)
+            await connection.open()
+            try:
+                await connection.request(Op.GET_ALL_PULSES_FOR_PATH, path="/supervisors")
+            finally:
+                await connection.close()
+
+        with pytest.raises(PacemakerRequestError) as refused:
+            asyncio.run(whole_tree())
+        assert refused.value.code == "too_large"
+
+        read = writer.read()
+        assert sorted(read.supervisors) == sids
+        assert sorted(read.workers) == [f"p{k}" for k in range(5)]
+        assert all(sorted(read.workers[f"p{k}"]) == sids for k in range(5))
+    finally:
+        server.stop()
 
 
 def test_a_supervisor_authenticates_as_its_own_principal(logs: Path) -> None:

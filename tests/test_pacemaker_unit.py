@@ -31,6 +31,7 @@ from stratus.pacemaker.errors import (
     StoreFullError,
 )
 from stratus.pacemaker.protocol import FrameDecoder, encode_frame
+from stratus.pacemaker.server import pulses_page
 from stratus.pacemaker.store import PulseStore, StoreLimits
 from stratus.settings import pacemaker_client_settings
 
@@ -167,6 +168,28 @@ def test_deleting_the_root_empties_the_store() -> None:
     pulses.create_path("/c")
     assert pulses.delete_path("/") == 1
     assert (pulses.entries, pulses.bytes) == (0, 0)
+
+
+def test_pages_follow_path_order_and_every_pulse_is_in_exactly_one() -> None:
+    pulses, _ = store(max_entries=1000, max_bytes=100_000)
+    paths = ["/s/a", "/s/a/w/x", "/s/a-b", "/s/a/w/y", "/s/b", "/s/a/v"]
+    for n, path in enumerate(paths):
+        pulses.send_pulse(path, bytes([n]) * 30, float(n))
+    in_order = [key for key, _ in pulses.iter_pulses_after("/s", "")]
+    assert in_order == ["/s/a", "/s/a/v", "/s/a/w/x", "/s/a/w/y", "/s/a-b", "/s/b"]
+    assert [key for key, _ in pulses.iter_pulses_after("/s", "/s/a/w/x")] == in_order[3:]
+
+    read: list[str] = []
+    after, pages = "", 0
+    while True:  # a budget of about two pulses a page
+        page = pulses_page(pulses.iter_pulses_after("/s", after), budget_bytes=160)
+        assert 1 <= len(page["pulses"]) <= 2
+        read += page["pulses"]
+        pages += 1
+        if page["next"] is None:
+            break
+        after = page["next"]
+    assert read == in_order and pages == 3
 
 
 # ------------------------------------------------------------------------- auth

@@ -144,6 +144,25 @@ class PacemakerConnection:
             raise PacemakerRequestError(str(answer.get("error")), str(answer.get("message")))
         return answer
 
+    async def read_all_pulses(self, path: str) -> dict[str, Any]:
+        """``get_all_pulses_for_path`` page by page, each answer within the maximum frame,
+        as one answer: ``pulses`` of the whole subtree, and ``warming`` of the last page."""
+        pulses: dict[str, Any] = {}
+        after = ""
+        while True:
+            answer = await self.request(Op.GET_ALL_PULSES_FOR_PATH, path=path, after=after)
+            pulses.update(answer["pulses"])
+            following = answer.get("next")
+            if following is None:
+                return {"ok": True, "warming": answer.get("warming", False), "pulses": pulses}
+            if not isinstance(following, str) or following.split("/") <= after.split("/"):
+                raise PacemakerRequestError(
+                    "malformed",
+                    f"the pacemaker at {self.host}:{self.port} paged {path} backwards "
+                    f"(next {following!r} after {after!r}); is it a stratus pacemaker?",
+                )
+            after = following
+
     def submit(self, op: Op, **fields: Any) -> asyncio.Future[dict[str, Any]]:
         """Send one request without waiting: the future of its raw answer (pipelining).
 
@@ -298,7 +317,9 @@ class PacemakerPool:
 
     async def get_all_pulses_for_path(self, path: str) -> PoolRead[dict[str, Pulse]]:
         """Every pulse under ``path``, the newest of each across the live servers."""
-        answers = await self._on_all(Op.GET_ALL_PULSES_FOR_PATH, path=path)
+        answers = await self._on_each(
+            Op.GET_ALL_PULSES_FOR_PATH, lambda connection: connection.read_all_pulses(path)
+        )
         merged: dict[str, Pulse] = {}
         for _, answer in answers:
             for key, (data, when) in answer["pulses"].items():
@@ -365,10 +386,14 @@ class PacemakerPool:
     async def _on_all(
         self, op: Op, **fields: Any
     ) -> list[tuple[PacemakerConnection, dict[str, Any]]]:
+        return await self._on_each(op, lambda connection: connection.request(op, **fields))
+
+    async def _on_each(
+        self, op: Op, call: Callable[[PacemakerConnection], Awaitable[dict[str, Any]]]
+    ) -> list[tuple[PacemakerConnection, dict[str, Any]]]:
+        """``call`` on every live connection at once; the answers of those that gave one."""
         live = await self._live()
-        results = await asyncio.gather(
-            *(c.request(op, **fields) for c in live), return_exceptions=True
-        )
+        results = await asyncio.gather(*(call(c) for c in live), return_exceptions=True)
         answers: list[tuple[PacemakerConnection, dict[str, Any]]] = []
         refusal: PacemakerRequestError | None = None
         for connection, result in zip(live, results, strict=True):

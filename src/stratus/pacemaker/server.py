@@ -23,7 +23,7 @@ import logging
 import secrets as _random
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +57,7 @@ from stratus.pacemaker.protocol import (
     encode_frame,
 )
 from stratus.pacemaker.settings import PacemakerServerSettings
-from stratus.pacemaker.store import PulseStore, split_path
+from stratus.pacemaker.store import Pulse, PulseStore, split_path
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,8 @@ DRAIN_ABOVE_BYTES = 256 << 10
 READ_CHUNK_BYTES = 256 << 10
 MAX_HTTP_HEAD_BYTES = 8 << 10
 MAX_EVICTION_PERIOD_SECS = 1.0
+PULSE_OVERHEAD_BYTES = 20  # msgpack of one page entry beyond its path and data: headers, time
+PAGE_HEADROOM_BYTES = 64  # an answer's own fields (id, ok, warming, the map's header)
 
 
 @dataclass
@@ -342,8 +344,16 @@ class PacemakerServer:
             pulse = store.get_pulse(path)
             return {"pulse": None if pulse is None else [pulse.data, pulse.time]}
         if op is Op.GET_ALL_PULSES_FOR_PATH:
-            pulses = store.get_all_pulses_for_path(path)
-            return {"pulses": {key: [p.data, p.time] for key, p in pulses.items()}}
+            after = message.get("after")
+            if after is None:  # the whole subtree in one answer (too_large above a frame)
+                pulses = store.get_all_pulses_for_path(path)
+                return {"pulses": {key: [p.data, p.time] for key, p in pulses.items()}}
+            if not isinstance(after, str):
+                raise _RefusalError(ErrorCode.MALFORMED, "after must be a path (a string)")
+            return pulses_page(
+                store.iter_pulses_after(path, after),
+                self.settings.max_frame_bytes - PAGE_HEADROOM_BYTES,
+            )
         if op is Op.GET_ALL_NODES_FOR_PATH:
             return {"nodes": store.get_all_nodes_for_path(path)}
         if op is Op.DELETE_PATH:
@@ -412,6 +422,25 @@ class PacemakerServer:
 
     def _encode(self, message: dict[str, Any]) -> bytes:
         return encode_frame(message, max_frame_bytes=MAX_FRAME_LIMIT)
+
+
+def pulses_page(ordered: Iterable[tuple[str, Pulse]], budget_bytes: int) -> dict[str, Any]:
+    """A page of ``ordered`` (path, pulse) pairs: as many as fit in ``budget_bytes`` of
+    msgpack (at least one), and ``next``: the last path given, to ask ``after`` it, or None
+    when none is left. A page is not a snapshot: a pulse written between two pages is read at
+    its newest value if its path is still ahead, else at the next read."""
+    page: dict[str, list[Any]] = {}
+    used = 0
+    last: str | None = None
+    for key, pulse in ordered:
+        key_bytes = len(key.encode())
+        size = key_bytes + len(pulse.data) + PULSE_OVERHEAD_BYTES
+        if page and used + size + key_bytes + PULSE_OVERHEAD_BYTES > budget_bytes:  # and next
+            return {"pulses": page, "next": last}
+        page[key] = [pulse.data, pulse.time]
+        used += size
+        last = key
+    return {"pulses": page, "next": None}
 
 
 def _error(request_id: int, code: ErrorCode, message: str) -> dict[str, Any]:

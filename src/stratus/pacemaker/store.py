@@ -184,6 +184,36 @@ class PulseStore:
             if child.pulse is not None
         }
 
+    def iter_pulses_after(self, path: str, after: str) -> Iterator[tuple[str, Pulse]]:
+        """The pulses of the subtree of ``path`` in path order (component by component),
+        only those after the path ``after`` (``""``: from the first). Subtrees wholly before
+        ``after`` are skipped, not walked, so a page costs what it holds, not the whole tree.
+        Lazy: consume it before the store changes."""
+        parts = split_path(path)
+        node = self._find(parts)
+        bound = split_path(after) if after else None
+        if node is None:
+            return
+        # Depth first, children in name order: nodes come in path order, so once one is past
+        # the bound every later one is, and the comparisons (on components) stop there.
+        stack: list[tuple[str, tuple[str, ...], _Node]] = [(join_path(parts), parts, node)]
+        while stack:
+            key, key_parts, current = stack.pop()
+            if bound is not None and key_parts > bound:
+                bound = None
+            if current.pulse is not None and bound is None:
+                yield key, current.pulse
+            prefix = "" if key == "/" else key
+            for name in sorted(current.children, reverse=True):
+                child_parts = (*key_parts, name) if bound is not None else ()
+                if (
+                    bound is not None
+                    and child_parts < bound
+                    and bound[: len(child_parts)] != child_parts
+                ):
+                    continue  # everything below this child sorts before the bound
+                stack.append((f"{prefix}/{name}", child_parts, current.children[name]))
+
     # --- the tree -----------------------------------------------------------------------
     def _find(self, parts: tuple[str, ...]) -> _Node | None:
         node = self._root

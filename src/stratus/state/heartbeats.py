@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from stratus.api.records import SupervisorHeartbeat, WorkerHeartbeat
 from stratus.state.store import ClusterStateStore
@@ -35,6 +35,8 @@ WORKERS = "/workers"
 SUPERVISORS = "/supervisors"
 
 _Beat = TypeVar("_Beat", WorkerHeartbeat, SupervisorHeartbeat)
+_WORKER_LIST = TypeAdapter(list[WorkerHeartbeat])
+_SUPERVISOR_LIST = TypeAdapter(list[SupervisorHeartbeat])
 
 
 @runtime_checkable
@@ -88,14 +90,10 @@ class HeartbeatBoard:
                 workers.setdefault(parts[1], {})[parts[2]] = data
             elif len(parts) == 2 and parts[0] == SUPERVISORS[1:]:
                 supervisors[parts[1]] = data
-        decoded_workers = {}
-        for pipeline, raw in workers.items():
-            beats = _decoded(WorkerHeartbeat, f"{WORKERS}/{pipeline}", raw)
-            if beats:
-                decoded_workers[pipeline] = beats
+        decoded_workers = _decoded_workers(workers)
         return HeartbeatRead(
-            workers=decoded_workers,
-            supervisors=_decoded(SupervisorHeartbeat, SUPERVISORS, supervisors),
+            workers={pipeline: beats for pipeline, beats in decoded_workers.items() if beats},
+            supervisors=_decoded_supervisors(supervisors),
             complete=tree.complete,
         )
 
@@ -142,6 +140,42 @@ def _segment(name: str) -> str:
     if not name or "/" in name or name in (".", ".."):
         raise ValueError(f"invalid heartbeat name {name!r}: one path segment, without '/'")
     return name
+
+
+def _decoded_workers(raw: dict[str, dict[str, bytes]]) -> dict[str, dict[str, WorkerHeartbeat]]:
+    """Worker heartbeats by pipeline and supervisor: all in one parse when each is good and
+    names its own pipeline and supervisor, else pipeline by pipeline, skipping bad ones."""
+    names = [(pipeline, name) for pipeline, beats in raw.items() for name in beats]
+    batch = _batch(_WORKER_LIST, [data for beats in raw.values() for data in beats.values()])
+    if batch is not None and all(
+        (beat.pipeline, beat.supervisor) == where for beat, where in zip(batch, names, strict=True)
+    ):
+        found: dict[str, dict[str, WorkerHeartbeat]] = {}
+        for (pipeline, name), beat in zip(names, batch, strict=True):
+            found.setdefault(pipeline, {})[name] = beat
+        return found
+    return {pipeline: _decoded(WorkerHeartbeat, f"{WORKERS}/{pipeline}", beats)
+            for pipeline, beats in raw.items()}  # fmt: skip
+
+
+def _decoded_supervisors(raw: dict[str, bytes]) -> dict[str, SupervisorHeartbeat]:
+    """Supervisor heartbeats by id: in one parse, or one by one as ``_decoded_workers``."""
+    batch = _batch(_SUPERVISOR_LIST, list(raw.values()))
+    if batch is not None and all(beat.id == name for beat, name in zip(batch, raw, strict=True)):
+        return dict(zip(raw, batch, strict=True))
+    return _decoded(SupervisorHeartbeat, SUPERVISORS, raw)
+
+
+def _batch(adapter: TypeAdapter[list[_Beat]], values: list[bytes]) -> list[_Beat] | None:
+    """``values`` decoded in one call (pydantic's cost is mostly per call), or None if any is
+    bad or they do not decode one record each. Each caller also checks that every record
+    names its own path, so values that are fragments of JSON cannot shift a record onto
+    another's name."""
+    try:
+        beats = adapter.validate_json(b"[" + b",".join(values) + b"]")
+    except ValidationError:
+        return None
+    return beats if len(beats) == len(values) else None
 
 
 def _decoded(kind: type[_Beat], parent: str, raw: dict[str, bytes]) -> dict[str, _Beat]:

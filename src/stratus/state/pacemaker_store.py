@@ -11,7 +11,8 @@ subtree, ``/supervisors/<id>``, only:
 | ``/workers/<pipeline>/<id>``  | ``/supervisors/<id>/workers/<pipeline>`` |
 
 So a supervisor's whole period (its heartbeat and its workers') is one ``send_pulses`` in
-its own subtree, and the leader reads every heartbeat with one ``get_all_pulses_for_path``.
+its own subtree, and the leader reads every heartbeat with one ``get_all_pulses_for_path``
+(paged: each answer within the maximum frame, whatever the number of workers).
 A store built for a supervisor (``owner``) reads its own subtree only, which is all its
 principal may read; one built for a nimbus reads everything::
 
@@ -25,6 +26,7 @@ A pacemaker that cannot be reached raises ``StateStoreUnavailableError``; a refu
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -38,6 +40,7 @@ from stratus.state.zk_store import check_path
 STORE_NAME = "pacemaker"
 SUPERVISORS = "supervisors"
 WORKERS = "workers"
+MAPPED_PATHS_CACHED = 1 << 17  # from_pacemaker's memory: more than the heartbeats of a cluster
 
 
 def owned_subtree(owner: str) -> str:
@@ -58,8 +61,10 @@ def to_pacemaker(path: str) -> str:
     )
 
 
+@functools.lru_cache(maxsize=MAPPED_PATHS_CACHED)
 def from_pacemaker(path: str) -> str | None:
-    """The store path of a pacemaker path; None for a node outside the layout."""
+    """The store path of a pacemaker path; None for a node outside the layout. Remembered:
+    the leader maps the same paths every round."""
     parts = tuple(path.strip("/").split("/"))
     if len(parts) == 2 and parts[0] == SUPERVISORS:
         return f"/{SUPERVISORS}/{parts[1]}"
@@ -110,7 +115,7 @@ class PacemakerStateStore:
             mapped = from_pacemaker(where)
             if mapped is not None and mapped.startswith(base):
                 data[mapped[len(base) :]] = pulse.data
-        return TreeRead(dict(sorted(data.items())), complete=not read.warming)
+        return TreeRead(data, complete=not read.warming)  # in the pacemaker's path order
 
     def children(self, path: str) -> list[str]:
         names = {rel.split("/", 1)[0] for rel in self.read_tree(path).data}
