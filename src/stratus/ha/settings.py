@@ -34,7 +34,7 @@ class ZkfcSettings:
     graceful_timeout: float  # ha.fencing.graceful.timeout.secs
     preference: PreferenceSettings = field(default_factory=PreferenceSettings)  # ha.zkfc.preferred
     supervise: SupervisionSettings | None = None  # --supervise or ha.zkfc.supervise.command
-    port: int = 8019  # ha.zkfc.port: the zkfc's own endpoint, on the target's host
+    port: int = 0  # ha.zkfc.port (8019 from the configuration); 0: a free port
     failover_timeout: float = 30.0  # ha.zkfc.failover.timeout.secs
 
     @classmethod
