@@ -87,10 +87,8 @@ def _epoch(conf: StratusConfig) -> int:
 @click.option(
     "-failover",
     "failover",
-    nargs=2,
-    metavar="FROM TO",
-    default=None,
-    help="Graceful failover to TO, through TO's zkfc (automatic failover on).",
+    is_flag=True,
+    help="-failover [--forcefence] FROM TO: graceful failover to TO, through TO's zkfc.",
 )
 @click.option("--forcefence", is_flag=True, help="-failover: refused with automatic failover.")
 @click.option(
@@ -104,6 +102,7 @@ def _epoch(conf: StratusConfig) -> int:
     default=None,
     help="-transitionToActive: the epoch to act under [default: the group's last, from ZooKeeper].",
 )
+@click.argument("nodes", nargs=-1, metavar="[FROM TO]")
 @with_config
 def haadmin(
     *,
@@ -113,7 +112,8 @@ def haadmin(
     check_health: str | None,
     to_active: str | None,
     to_standby: str | None,
-    failover: tuple[str, str] | None,
+    failover: bool,
+    nodes: tuple[str, ...],
     forcefence: bool,
     forcemanual: bool,
     epoch: int | None,
@@ -126,8 +126,12 @@ def haadmin(
             "give exactly one of -getServiceState, -getAllServiceState, -checkHealth, "
             "-failover, -transitionToActive, -transitionToStandby"
         )
+    if nodes and not failover:
+        raise click.UsageError(f"unexpected arguments: {' '.join(nodes)}")
     if failover:
-        _failover(conf, failover[1], forcefence)
+        if len(nodes) != 2:
+            raise click.UsageError("-failover takes two services: -failover [--forcefence] FROM TO")
+        _failover(conf, nodes[1], forcefence)
     elif get_state:
         click.echo(_run(conf, get_state, admin.service_state))
     elif get_all:
