@@ -58,7 +58,7 @@ def _failover(conf: StratusConfig, to: str, force_fence: bool) -> None:
                 client_auth(conf),
                 automatic_failover=conf.ha_automatic_failover_enabled,
                 force_fence=force_fence,
-                timeout=conf.ha_zkfc_failover_timeout_secs + conf.ha_health_rpc_timeout_secs,
+                timeout=2 * conf.ha_zkfc_failover_timeout_secs + conf.ha_health_rpc_timeout_secs,
             )
     except admin.FailoverNotPossibleError as exc:
         click.echo(f"haadmin: {exc}", err=True)
