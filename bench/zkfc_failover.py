@@ -132,6 +132,7 @@ class Cluster:
             "-c", f"ha.health.rpc.timeout.secs={args.health_timeout}",
             "-c", "ha.health.max.backoff.secs=0.5",
             "-c", "ha.zkfc.rejoin.delay.secs=0.5",
+            "-c", "ha.zkfc.port=0",
             "-c", f"ha.fencing.graceful.timeout.secs={args.graceful_timeout}",
         ]  # fmt: skip
         self.nimbuses = [

@@ -190,3 +190,24 @@ def test_an_activation_that_crossed_a_quit_does_not_check_the_state_later() -> N
     c.become_active(7)  # the elector had called it just before the quit reached it
     assert service.epochs == [7] and c.given is None
     c.stop()
+
+
+def test_cede_active_stands_down_without_a_fence_and_stays_out_until_told() -> None:
+    service, elector, clock = FakeService(), FakeElector(), Clock()
+    c, _ = controller(service, elector, clock, [])
+    c.service_status(READY)
+    c.enter_health_state(HealthState.SERVICE_HEALTHY)
+    settle(c)
+    c.become_active(3)
+    assert c.wait_active(0)
+
+    assert c.cede_active(60.0, timeout=5) is True  # it was active: it went standby
+    assert elector.calls == ["join h:1", "quit fence=False"]  # its breadcrumb goes: no fence
+    assert c.given is None and not c.wait_active(0)
+    c.service_status(READY)  # healthy and ready, but ceded for 60 s
+    settle(c)
+    assert elector.calls == ["join h:1", "quit fence=False"]
+
+    assert c.cede_active(0.0, timeout=5) is False  # a cede of 0 ends the wait: rejoin now
+    assert elector.calls == ["join h:1", "quit fence=False", "join h:1"]
+    c.stop()

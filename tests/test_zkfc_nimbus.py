@@ -56,6 +56,7 @@ def zkfc_options(zk_connect: str, root: str) -> list[str]:
         "ha.health.max.backoff.secs": "0.5",
         "ha.zkfc.rejoin.delay.secs": "0.5",
         "ha.fencing.graceful.timeout.secs": "1",
+        "ha.zkfc.port": "0",
     }
     return [arg for key, value in conf.items() for arg in ("-c", f"{key}={value}")]
 

@@ -14,6 +14,7 @@ were active at once (the test asserts there were none)::
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import subprocess
 import sys
@@ -113,6 +114,7 @@ class ZkfcCluster:
             "ha.fencing.methods": self.fencing,
             "ha.fencing.timeout.secs": "5",
             "ha.fencing.graceful.timeout.secs": "1",
+            "ha.zkfc.port": "0",
             **self.extra,
         }
         argv = [stratus_bin(), "zkfc", "--target", node.address]
@@ -133,6 +135,17 @@ class ZkfcCluster:
 
     def zkfc_log(self, name: str) -> str:
         return (self.logs / f"zkfc-{name}.log").read_text(errors="replace")
+
+    def zkfc_endpoint(self, name: str) -> str:
+        """The zkfc's own endpoint (host:port), from its start line."""
+        found: list[str] = []
+
+        def started() -> bool:
+            found[:] = re.findall(r"event=zkfc_started .*endpoint=(\S+)", self.zkfc_log(name))
+            return bool(found)
+
+        wait_until(started, WAIT, f"{name}'s zkfc started")
+        return found[-1]
 
     def stop(self) -> None:
         for node in self.nodes.values():

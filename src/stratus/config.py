@@ -828,6 +828,21 @@ class StratusConfig(BaseModel):
         description="`stratus zkfc`: wait before rejoining the election after fencing failed, "
         "the service refused to become active, or it reported a state it was not given",
     )
+    ha_zkfc_port: int = Field(
+        default=8019,
+        ge=0,
+        le=65535,
+        alias="ha.zkfc.port",
+        description="`stratus zkfc`: port of its own endpoint (cede-active, graceful-failover; "
+        "admin only), on its service's host (0 picks a free port)",
+    )
+    ha_zkfc_failover_timeout_secs: float = Field(
+        default=30.0,
+        gt=0,
+        alias="ha.zkfc.failover.timeout.secs",
+        description="`stratus zkfc`: how long a graceful failover waits for the target's "
+        "service to become active before the nodes that ceded rejoin",
+    )
     ha_zkfc_preferred: bool = Field(
         default=False,
         alias="ha.zkfc.preferred",

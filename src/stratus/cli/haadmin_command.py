@@ -5,6 +5,7 @@
     stratus haadmin -checkHealth n1.example:6627           # exit 0 if healthy
     stratus haadmin -transitionToStandby n1.example:6627 --forcemanual
     stratus haadmin -transitionToActive n1.example:6627 --forcemanual [--epoch N]
+    stratus haadmin -failover n1.example:6627 n2.example:6627   # graceful, through the zkfcs
 
 A service is named by its ``host:port``. Exit codes are Hadoop's: 0 on success, 255 (its -1)
 when the service is unhealthy, does not answer, refuses, or the transition is refused here.
@@ -45,6 +46,29 @@ def _run(conf: StratusConfig, address: str, call: Callable[[HAServiceClient], T]
         client.close()
 
 
+def _failover(conf: StratusConfig, to: str, force_fence: bool) -> None:
+    """Hadoop's ``-failover`` with automatic failover: TO's zkfc does it (FROM is whichever
+    node is active; the zkfcs know it)."""
+    try:
+        with ZkSession(zk_settings(conf)) as session:
+            admin.failover(
+                session,
+                conf.ha_zkfc_group,
+                to,
+                client_auth(conf),
+                automatic_failover=conf.ha_automatic_failover_enabled,
+                force_fence=force_fence,
+                timeout=2 * conf.ha_zkfc_failover_timeout_secs + conf.ha_health_rpc_timeout_secs,
+            )
+    except admin.FailoverNotPossibleError as exc:
+        click.echo(f"haadmin: {exc}", err=True)
+        sys.exit(FAILED)
+    except StratusError as exc:
+        click.echo(f"Failover failed: {exc}", err=True)
+        sys.exit(FAILED)
+    click.echo(f"Failover to {to} successful")
+
+
 def _epoch(conf: StratusConfig) -> int:
     with ZkSession(zk_settings(conf)) as session:
         return admin.current_epoch(session, conf.ha_zkfc_group)
@@ -61,6 +85,13 @@ def _epoch(conf: StratusConfig) -> int:
 @click.option("-transitionToActive", "to_active", metavar="ID", help="Make the service active.")
 @click.option("-transitionToStandby", "to_standby", metavar="ID", help="Make it standby.")
 @click.option(
+    "-failover",
+    "failover",
+    is_flag=True,
+    help="-failover [--forcefence] FROM TO: graceful failover to TO, through TO's zkfc.",
+)
+@click.option("--forcefence", is_flag=True, help="-failover: refused with automatic failover.")
+@click.option(
     "--forcemanual",
     is_flag=True,
     help="Transition even though automatic failover is on (zkfcs manage the states).",
@@ -71,6 +102,7 @@ def _epoch(conf: StratusConfig) -> int:
     default=None,
     help="-transitionToActive: the epoch to act under [default: the group's last, from ZooKeeper].",
 )
+@click.argument("nodes", nargs=-1, metavar="[FROM TO]")
 @with_config
 def haadmin(
     *,
@@ -80,19 +112,27 @@ def haadmin(
     check_health: str | None,
     to_active: str | None,
     to_standby: str | None,
+    failover: bool,
+    nodes: tuple[str, ...],
+    forcefence: bool,
     forcemanual: bool,
     epoch: int | None,
 ) -> None:
     """Read and steer HA services by hand (Hadoop's haadmin verbs)."""
-    verbs = [v for v in (get_state, check_health, to_active, to_standby) if v] + (
-        ["all"] if get_all else []
-    )
+    verbs = [v for v in (get_state, check_health, to_active, to_standby) if v]
+    verbs += (["all"] if get_all else []) + (["failover"] if failover else [])
     if len(verbs) != 1:
         raise click.UsageError(
             "give exactly one of -getServiceState, -getAllServiceState, -checkHealth, "
-            "-transitionToActive, -transitionToStandby"
+            "-failover, -transitionToActive, -transitionToStandby"
         )
-    if get_state:
+    if nodes and not failover:
+        raise click.UsageError(f"unexpected arguments: {' '.join(nodes)}")
+    if failover:
+        if len(nodes) != 2:
+            raise click.UsageError("-failover takes two services: -failover [--forcefence] FROM TO")
+        _failover(conf, nodes[1], forcefence)
+    elif get_state:
         click.echo(_run(conf, get_state, admin.service_state))
     elif get_all:
         failed = False

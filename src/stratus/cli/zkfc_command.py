@@ -24,8 +24,9 @@ from stratus.cli.options import with_config
 from stratus.config import StratusConfig
 from stratus.ha.daemon import Zkfc
 from stratus.ha.settings import ZkfcSettings
+from stratus.ha.zkfc_endpoint import EndpointSecurity
 from stratus.logs import configure_daemon_logging
-from stratus.settings import client_auth, zk_settings
+from stratus.settings import access_policy, client_auth, server_tls, zk_settings
 from stratus.zk.session import ZkSession
 
 
@@ -59,7 +60,8 @@ def zkfc(
         )
     configure_daemon_logging()
     settings = ZkfcSettings.from_config(conf, target=target, supervise=command)
-    daemon = Zkfc(settings, ZkSession(zk_settings(conf)), client_auth(conf))
+    security = EndpointSecurity(access_policy(conf), server_tls(conf))
+    daemon = Zkfc(settings, ZkSession(zk_settings(conf)), client_auth(conf), security)
     run_daemon(
         daemon,
         ready=lambda d: f"zkfc: managing {d.settings.target.address} in group {d.settings.group}",

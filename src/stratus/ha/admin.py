@@ -12,18 +12,29 @@ forced one is sent with the ``user_forced`` source so that the service knows it 
 controller. A forced transition to active needs the epoch to act under; by default it is the
 epoch of the group's last term in ZooKeeper (``current_epoch``), so the service's writes
 pass the fence exactly as long as no controller wins a newer term.
+
+``-failover FROM TO`` with automatic failover on asks TO's zkfc (found in ZooKeeper, see
+``zkfc_registry``) for a graceful failover; that zkfc has the others cede, and refuses if
+its own service is not healthy and ready (``graceful_failover``).
 """
 
 from __future__ import annotations
 
 from stratus.errors import StratusError
 from stratus.ha.protocol import HAServiceClient, RequestSource, ServiceStatus
+from stratus.ha.zkfc_protocol import FailoverResult, ZkfcClient
+from stratus.ha.zkfc_registry import ZkfcRegistry
+from stratus.security.client_auth import ClientAuth
 from stratus.zk.paths import GroupPaths
 from stratus.zk.session import ZkSession
 
 
 class ManualTransitionRefusedError(StratusError):
     """A manual transition while automatic failover is on, without ``--forcemanual``."""
+
+
+class FailoverNotPossibleError(StratusError):
+    """``-failover`` cannot even be asked: flags it does not support, or no zkfc for TO."""
 
 
 def service_state(client: HAServiceClient) -> str:
@@ -65,3 +76,39 @@ def current_epoch(session: ZkSession, group: str) -> int:
     path = GroupPaths(session.root, group).epoch(0)
     stat = session.call(f"read the epoch of group {group!r}", session.client.exists, path)
     return stat.version if stat is not None else 0
+
+
+def failover(
+    session: ZkSession,
+    group: str,
+    to: str,
+    auth: ClientAuth,
+    *,
+    automatic_failover: bool,
+    force_fence: bool,
+    timeout: float,
+) -> FailoverResult:
+    """Ask ``to``'s zkfc for a graceful failover to its service; see the module doc.
+
+    Raises ``FailoverNotPossibleError`` (nothing was asked) or ``ZkfcCallError`` (the zkfc
+    refused, or the failover failed: its message says why).
+    """
+    if not automatic_failover:
+        raise FailoverNotPossibleError(
+            "-failover is done by the zkfcs: it needs ha.automatic.failover.enabled (the "
+            "default) and a zkfc beside each service; without zkfcs, use "
+            "-transitionToStandby then -transitionToActive"
+        )
+    if force_fence:
+        raise FailoverNotPossibleError(
+            "forcefence and forceactive flags not supported with auto-failover enabled: "
+            "a graceful failover through the zkfcs never fences (drop --forcefence)"
+        )
+    endpoint = ZkfcRegistry(session, GroupPaths(session.root, group)).endpoint(to)
+    if endpoint is None:
+        raise FailoverNotPossibleError(
+            f"no zkfc manages {to} in group {group!r}: start `stratus zkfc --target {to}`, "
+            "or check the address and ha.zkfc.group"
+        )
+    with ZkfcClient(endpoint, auth, timeout=timeout) as zkfc:
+        return zkfc.graceful_failover()

@@ -13,7 +13,9 @@ The elector's member id and breadcrumb are the service's advertised address (its
 Beside those: a session watch that has the controller stand the service down when the
 session is lost (``session_watch``, ``self_fence``), the preferred-node rules
 (``preference``), and, with ``--supervise``, the service's process as a child
-(``supervision``).
+(``supervision``); and its own endpoint (``zkfc_endpoint``: cede-active, graceful-failover),
+registered under ``groups/<group>/zkfcs/<service>`` (``zkfc_registry``) so that an operator
+and the other zkfcs find it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from stratus.coordination.coordinator import Coordinator
 from stratus.ha.errors import ZkfcFatalError
 from stratus.ha.failover_controller import FailoverController
 from stratus.ha.fencing import Fencer, FencingContext, MethodSpec, StandbyAsker
+from stratus.ha.graceful_failover import GracefulFailover
 from stratus.ha.health_monitor import HealthMonitor
 from stratus.ha.preference import Preference
 from stratus.ha.protocol import HAServiceClient
@@ -32,6 +35,9 @@ from stratus.ha.self_fence import self_fencer
 from stratus.ha.session_watch import SessionWatch
 from stratus.ha.settings import ZkfcSettings
 from stratus.ha.supervision import Supervision
+from stratus.ha.zkfc_endpoint import EndpointSecurity, ZkfcEndpoint
+from stratus.ha.zkfc_protocol import CedeResult, FailoverResult, ZkfcClient
+from stratus.ha.zkfc_registry import ZkfcRegistry
 from stratus.security.client_auth import ClientAuth
 from stratus.zk.paths import GroupPaths
 from stratus.zk.session import ZkSession
@@ -42,8 +48,15 @@ log = logging.getLogger(__name__)
 class Zkfc:
     """One failover controller beside one service; see the module docstring."""
 
-    def __init__(self, settings: ZkfcSettings, session: ZkSession, auth: ClientAuth) -> None:
+    def __init__(
+        self,
+        settings: ZkfcSettings,
+        session: ZkSession,
+        auth: ClientAuth,
+        security: EndpointSecurity | None = None,
+    ) -> None:
         self.settings = settings
+        self._security = security or EndpointSecurity()
         self.session = session
         self._auth = auth
         self.coordinator = Coordinator(session)
@@ -74,6 +87,14 @@ class Zkfc:
             held_epoch=self._held_epoch,
             join_policy=self.preference,
         )
+        self.registry = ZkfcRegistry(session, GroupPaths(session.root, settings.group))
+        self.graceful = GracefulFailover(
+            self.controller,
+            self._other_zkfcs,
+            self._ask_to_cede,
+            timeout=settings.failover_timeout,
+        )
+        self.endpoint: ZkfcEndpoint | None = None
         self.session_watch = SessionWatch(session, self.controller.session_expired)
         self.monitor = HealthMonitor(
             lambda: self._client(settings.target.address, settings.rpc_timeout),
@@ -94,14 +115,23 @@ class Zkfc:
         self.preference.start()
         self.controller.start()
         self.monitor.start()
+        self.endpoint = ZkfcEndpoint(
+            (self.settings.target.host, self.settings.port), self, self._security
+        )
+        self.endpoint.start()
+        self.registry.register(self.settings.target.address, self.endpoint.address)
         log.info(
-            "event=zkfc_started target=%s group=%s fencing=%s",
+            "event=zkfc_started target=%s group=%s fencing=%s endpoint=%s",
             self.settings.target.address,
             self.settings.group,
             ", ".join(str(spec) for spec in self.settings.fencing_methods),
+            self.endpoint.address,
         )
 
     def stop(self) -> None:
+        if self.endpoint is not None:
+            self.endpoint.stop()
+        self.registry.close()
         self.monitor.stop()
         self.session_watch.stop()
         self.preference.stop()
@@ -127,6 +157,24 @@ class Zkfc:
             rejoin_delay=self.settings.controller.rejoin_delay,
         )
         return self.elector
+
+    # ----------------------------------------------------------------- the endpoint's calls
+
+    def cede_active(self, millis: int) -> CedeResult:
+        was_active = self.controller.cede_active(millis / 1000, self.settings.failover_timeout)
+        return CedeResult(service=self.settings.target.address, was_active=was_active)
+
+    def graceful_failover(self) -> FailoverResult:
+        return self.graceful.run()
+
+    def _other_zkfcs(self) -> dict[str, str]:
+        found = self.registry.all()
+        found.pop(self.settings.target.address, None)
+        return found
+
+    def _ask_to_cede(self, endpoint: str, millis: int) -> None:
+        with ZkfcClient(endpoint, self._auth, timeout=self.settings.failover_timeout) as zkfc:
+            zkfc.cede_active(millis)
 
     def _preferred_back(self) -> None:
         self.controller.cede()

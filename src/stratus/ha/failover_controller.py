@@ -150,6 +150,7 @@ class FailoverController:
         self._join_deferred = False  # this join already waited the policy's delay
         self._clock = clock
         self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)  # notified when the service goes active
         self._events = SerialThread("failover-controller", on_error=self._event_failed)
         self._elector: Elector | None = None
         self.address: str | None = None  # our member id and breadcrumb data, once known
@@ -341,6 +342,7 @@ class FailoverController:
             self.given = HAState.ACTIVE if self.joined else None
             self.given_epoch = epoch
             self._mismatches = 0
+            self._changed.notify_all()
             log.info(
                 "event=service_active service=%s epoch=%d reported=%s",
                 self.address,
@@ -375,6 +377,14 @@ class FailoverController:
     def _on_cede(self) -> None:
         if self._elector is None or not self.joined:
             return
+        self._stand_down_and_quit()
+        self._recheck_electability()  # joins again after the policy's delay
+
+    def _stand_down_and_quit(self) -> bool:
+        """Make the service standby if we made it active, then quit the election: without
+        a fence if it stood down (the breadcrumb goes), else asking to be fenced. True if
+        it was active."""
+        assert self._elector is not None
         with self._lock:
             was_active = self.given is HAState.ACTIVE
             stood_down = self.given is HAState.STANDBY
@@ -396,7 +406,45 @@ class FailoverController:
         self._elector.quit_election(need_fence=not stood_down)
         if self._join_policy is not None:
             self._join_policy.quit()
-        self._recheck_electability()  # joins again after the policy's delay
+        return was_active
+
+    # ----------------------------------------------------------------- manual failover
+
+    def cede_active(self, secs: float, timeout: float) -> bool:
+        """Stand down (if active), quit the election, and stay out of it for ``secs``.
+
+        Out of the election already (a cede before), the new ``secs`` replaces the old
+        wait: 0 lets the zkfc rejoin at once. Returns whether the service was active; raises
+        ``TimeoutError`` if the controller did not handle it within ``timeout``.
+        """
+        result: list[bool] = []
+        done = threading.Event()
+
+        def cede() -> None:
+            try:
+                result.append(self._on_cede_active(secs))
+            finally:
+                done.set()
+
+        self._events.post(cede)
+        if not done.wait(timeout) or not result:
+            raise TimeoutError(f"the zkfc of {self.address} did not cede within {timeout:g} s")
+        return result[0]
+
+    def _on_cede_active(self, secs: float) -> bool:
+        with self._lock:
+            self._join_not_before = self._clock() + secs
+        log.info("event=cede_active service=%s secs=%g", self.address, secs)
+        was_active = False
+        if self._elector is not None and self.joined:
+            was_active = self._stand_down_and_quit()
+        self._recheck_electability()  # WAIT: a recheck is scheduled for the end of the wait
+        return was_active
+
+    def wait_active(self, timeout: float) -> bool:
+        """Wait until this controller made its service active; False after ``timeout``."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.given is HAState.ACTIVE, timeout)
 
     # ----------------------------------------------------------------- session (its listener)
 

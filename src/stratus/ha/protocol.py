@@ -161,7 +161,7 @@ class StaleEpochError(ApiError):
 
 
 @functools.cache
-def _default_ssl_context() -> ssl.SSLContext:
+def default_ssl_context() -> ssl.SSLContext:
     """The system's trust store, loaded once: httpx loads it again for every client it
     builds (a tenth of a second and more), and the zkfc builds one for each fence and each
     reconnection to a silent service, where that time adds to every failover."""
@@ -185,7 +185,7 @@ class HAServiceClient:
         self._http = httpx.Client(
             headers=auth.headers(),
             timeout=timeout,
-            verify=context if context is not None else _default_ssl_context(),
+            verify=context if context is not None else default_ssl_context(),
             transport=transport,
         )
 

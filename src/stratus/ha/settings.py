@@ -34,6 +34,8 @@ class ZkfcSettings:
     graceful_timeout: float  # ha.fencing.graceful.timeout.secs
     preference: PreferenceSettings = field(default_factory=PreferenceSettings)  # ha.zkfc.preferred
     supervise: SupervisionSettings | None = None  # --supervise or ha.zkfc.supervise.command
+    port: int = 0  # ha.zkfc.port (8019 from the configuration); 0: a free port
+    failover_timeout: float = 30.0  # ha.zkfc.failover.timeout.secs
 
     @classmethod
     def from_config(
@@ -69,6 +71,8 @@ class ZkfcSettings:
             fencing_timeout=conf.ha_fencing_timeout_secs,
             graceful_timeout=conf.ha_fencing_graceful_timeout_secs,
             supervise=_supervision(conf, supervise),
+            port=conf.ha_zkfc_port,
+            failover_timeout=conf.ha_zkfc_failover_timeout_secs,
             preference=PreferenceSettings(
                 preferred=conf.ha_zkfc_preferred,
                 nonpreferred_join_delay=conf.ha_zkfc_nonpreferred_join_delay_secs,

@@ -109,6 +109,7 @@ def zkfc_options(zookeeper: str) -> list[str]:
         "-c", "ha.health.max.backoff.secs=1",
         "-c", "ha.zkfc.rejoin.delay.secs=0.5",
         "-c", "ha.fencing.graceful.timeout.secs=0.25",
+        "-c", "ha.zkfc.port=0",  # three zkfcs on one host: a free endpoint port each
     ]  # fmt: skip
 
 

@@ -35,6 +35,7 @@ class GroupPaths:
     ``.../terms/t-<seq>``                persistent sequential, one per term won (leader changes)
     ``.../breadcrumb``                   persistent, the active's data (ActiveStandbyElector)
     ``.../preferred``                    ephemeral, the preferred node's data while it campaigns
+    ``.../zkfcs/<service host:port>``    ephemeral, the endpoint (host:port) of that service's zkfc
     """
 
     root: str
@@ -81,6 +82,13 @@ class GroupPaths:
     @property
     def preferred(self) -> str:
         return join(self.base, "preferred")
+
+    @property
+    def zkfcs(self) -> str:
+        return join(self.base, "zkfcs")
+
+    def zkfc(self, service: str) -> str:
+        return join(self.zkfcs, service)
 
 
 def sequence_of(node_name: str) -> int:
