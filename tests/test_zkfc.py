@@ -127,8 +127,9 @@ def test_fencing_fails_nobody_is_active_then_fencing_works(make_cluster, tmp_pat
     shared = tmp_path / "shared"
     fence = (
         f"shell(echo x >> {shared}/fence-attempts; test -e {shared}/fence-ok && "
-        f"kill -9 $(cat {shared}/$STRATUS_FENCE_TARGET_PORT.pid))"
-    )
+        f"kill -9 $(cat {shared}/$STRATUS_FENCE_TARGET_PORT.pid) && "
+        f"flock -w 10 {shared}/active.lock true)"
+    )  # fenced once the killed service has let go of the shared resource, not before
     cluster = make_cluster(fencing=fence)
     a_active_b_standby(cluster)
 
