@@ -51,9 +51,7 @@ class NimbusCluster:
             NimbusProcess(self.options, port=pick_free_port(), log_dir=log_dir, auth=auth)
             for _ in range(size)
         ]
-        self.http = httpx.Client(
-            verify=auth.ssl_context() or True, headers=auth.headers(), timeout=5.0
-        )
+        self.http = httpx.Client(verify=auth.verify(), headers=auth.headers(), timeout=5.0)
 
     @property
     def seeds(self) -> list[str]:

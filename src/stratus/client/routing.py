@@ -112,7 +112,7 @@ class NimbusRouter:
             trust_env=False,
             follow_redirects=False,
             headers=auth.headers(),
-            verify=auth.ssl_context() or True,
+            verify=auth.verify(),
         )
         self._leader: str | None = None  # the nimbus believed to lead
         self._answered: str | None = None  # the nimbus that answered last

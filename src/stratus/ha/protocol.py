@@ -25,8 +25,6 @@ epoch) succeeds and changes nothing::
 
 from __future__ import annotations
 
-import functools
-import ssl
 from enum import StrEnum
 from typing import TypeVar
 
@@ -160,14 +158,6 @@ class StaleEpochError(ApiError):
 # ---------------------------------------------------------------------- the client
 
 
-@functools.cache
-def default_ssl_context() -> ssl.SSLContext:
-    """The system's trust store, loaded once: httpx loads it again for every client it
-    builds (a tenth of a second and more), and the zkfc builds one for each fence and each
-    reconnection to a silent service, where that time adds to every failover."""
-    return httpx.create_ssl_context()
-
-
 class HAServiceClient:
     """The HA service protocol's client for one service; every call bounded by ``timeout``."""
 
@@ -181,12 +171,8 @@ class HAServiceClient:
     ) -> None:
         self.address = address
         self._base = f"{auth.scheme}://{address}"
-        context = auth.ssl_context()
         self._http = httpx.Client(
-            headers=auth.headers(),
-            timeout=timeout,
-            verify=context if context is not None else default_ssl_context(),
-            transport=transport,
+            headers=auth.headers(), timeout=timeout, verify=auth.verify(), transport=transport
         )
 
     def status(self) -> ServiceStatus:

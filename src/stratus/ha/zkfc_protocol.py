@@ -29,7 +29,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from stratus.api.errors import ApiError
 from stratus.api.records import ErrorBody
 from stratus.errors import StratusError
-from stratus.ha.protocol import default_ssl_context
 from stratus.security.client_auth import NO_AUTH, ClientAuth
 
 CEDE_PATH = "/zkfc/v1/cede-active"
@@ -95,12 +94,7 @@ class ZkfcClient:
     def __init__(self, address: str, auth: ClientAuth = NO_AUTH, *, timeout: float) -> None:
         self.address = address
         self._base = f"{auth.scheme}://{address}"
-        context = auth.ssl_context()
-        self._http = httpx.Client(
-            headers=auth.headers(),
-            timeout=timeout,
-            verify=context if context is not None else default_ssl_context(),
-        )
+        self._http = httpx.Client(headers=auth.headers(), timeout=timeout, verify=auth.verify())
 
     def cede_active(self, millis: int) -> CedeResult:
         body = CedeActive(millis=millis).model_dump(mode="json")

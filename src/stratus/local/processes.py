@@ -209,7 +209,7 @@ class NimbusProcess(DaemonProcess):
         if it died, ReadinessRefusedError if it refuses ``auth``'s credentials."""
         deadline = time.monotonic() + timeout
         with httpx.Client(
-            verify=self.auth.ssl_context() or True, headers=self.auth.headers(), timeout=1.0
+            verify=self.auth.verify(), headers=self.auth.headers(), timeout=1.0
         ) as http:
             while time.monotonic() < deadline:
                 if not self.is_running():

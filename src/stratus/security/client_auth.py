@@ -6,12 +6,17 @@ A bearer token, and TLS settings when the nimbuses speak https (``client.tls.ca`
     auth.scheme                     # "https"
     auth.headers()                  # {"Authorization": "Bearer 9a8f..."}
     auth.ssl_context()              # verifies servers against ca.pem
+    auth.verify()                   # what an httpx client verifies with (the system's store
+                                    # when no CA is set, loaded once per process)
 """
 
 from __future__ import annotations
 
+import functools
 import ssl
 from dataclasses import dataclass, field
+
+import httpx
 
 from stratus.security.tls import TlsSettings
 
@@ -32,6 +37,19 @@ class ClientAuth:
 
     def ssl_context(self) -> ssl.SSLContext | None:
         return self.tls.client_context() if self.tls is not None else None
+
+    def verify(self) -> ssl.SSLContext:
+        """What an HTTP client verifies servers with: ``client.tls.ca``, else the system's
+        trust store, loaded once per process (httpx loads it again for every client it builds:
+        a tenth of a second and more, which a failover would pay at every reconnection)."""
+        context = self.ssl_context()
+        return context if context is not None else system_trust()
+
+
+@functools.cache
+def system_trust() -> ssl.SSLContext:
+    """The system's trust store as a client context, loaded once."""
+    return httpx.create_ssl_context()
 
 
 NO_AUTH = ClientAuth()
