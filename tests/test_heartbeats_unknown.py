@@ -135,6 +135,15 @@ def restart_empty(leader: Leader, alive: str) -> None:
     wait_until(partial(written, leader, alive), 30, f"{alive}'s heartbeats to be written again")
 
 
+def warmed_up(leader: Leader) -> bool:
+    """Whether a read is complete (the warm-up ended); False while the pool has not yet
+    reconnected to the restarted server (every read then fails as unavailable)."""
+    try:
+        return leader.board.read().complete
+    except StateStoreUnavailableError:
+        return False
+
+
 def written(leader: Leader, sid: str) -> bool:
     try:
         leader.beat(sid)
@@ -159,7 +168,7 @@ def test_a_heartbeat_missing_from_a_warming_pacemaker_is_unknown_until_the_warm_
     assert plan.empty and leader.table.read("etl") == first  # unknown: nothing moves
     assert "warming" in leader.unknown
 
-    wait_until(lambda: leader.board.read().complete, 60, "the warm-up to end")
+    wait_until(partial(warmed_up, leader), 60, "the warm-up to end")
     leader.beat(alive)
     leader.round()
     assert leader.where("etl") == alive  # now known missing: its supervisor is dead
@@ -179,7 +188,7 @@ def test_every_pacemaker_down_moves_nothing_and_the_blind_stretch_is_not_silence
     assert leader.unknown == ["unavailable"]
 
     leader.pacemaker.start()  # back (empty) after the outage; etl's supervisor stays silent
-    wait_until(lambda: leader.board.read().complete, 60, "the warm-up to end")
+    wait_until(partial(warmed_up, leader), 60, "the warm-up to end")
     wait_until(partial(written, leader, alive), 30, f"{alive}'s heartbeats to be written again")
     leader.round()
     assert leader.table.read("etl") == first  # silence restarts when the heartbeats return
