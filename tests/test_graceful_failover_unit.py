@@ -31,14 +31,19 @@ class FakeController:
         return self.becomes_active
 
 
-def failover(controller: FakeController, asked: list[tuple[str, int]], unreachable: str = ""):
+def failover(
+    controller: FakeController,
+    asked: list[tuple[str, int]],
+    unreachable: str = "",
+    active: str | None = None,
+) -> GracefulFailover:
     def cede(endpoint: str, millis: int) -> None:
         if endpoint == unreachable:
             raise ConnectionError("refused")
         asked.append((endpoint, millis))
 
     others = {"a:1": "a:9", "b:1": "b:9"}
-    return GracefulFailover(controller, lambda: others, cede, timeout=2.0)
+    return GracefulFailover(controller, lambda: others, cede, active=lambda: active, timeout=2.0)
 
 
 def test_every_other_zkfc_cedes_then_rejoins_once_the_target_is_active() -> None:
@@ -46,6 +51,13 @@ def test_every_other_zkfc_cedes_then_rejoins_once_the_target_is_active() -> None
     result = failover(FakeController(), asked).run()
     assert asked == [("a:9", 4000), ("b:9", 4000), ("a:9", 0), ("b:9", 0)]
     assert result.service == "t:1" and result.ceded == ["a:1", "b:1"]
+
+
+def test_the_active_is_asked_last_so_no_standby_can_take_the_lock_it_gives_up() -> None:
+    asked: list[tuple[str, int]] = []
+    result = failover(FakeController(), asked, active="a:1").run()
+    assert asked[:2] == [("b:9", 4000), ("a:9", 4000)]
+    assert sorted(result.ceded) == ["a:1", "b:1"]
 
 
 @pytest.mark.parametrize(

@@ -92,6 +92,7 @@ class Zkfc:
             self.controller,
             self._other_zkfcs,
             self._ask_to_cede,
+            active=lambda: self.coordinator.get_leader(settings.group),
             timeout=settings.failover_timeout,
         )
         self.endpoint: ZkfcEndpoint | None = None

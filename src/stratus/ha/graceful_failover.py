@@ -1,14 +1,16 @@
 """Graceful manual failover, run by the TARGET's zkfc (Hadoop's ``ZKFailoverController.
 gracefulFailoverToYou``), with any number of other nodes::
 
-    failover = GracefulFailover(controller, others, ask_to_cede, timeout=30.0)
+    failover = GracefulFailover(controller, others, ask_to_cede, active=leader, timeout=30.0)
     failover.run()      # this zkfc's service is active, and nobody was fenced
 
 1. Refuse unless this zkfc's service is healthy, ready to become active and in the election.
 2. If it is active already, succeed at once.
-3. Ask every other zkfc of the group to cede for twice ``timeout``: the active one makes its
-   service standby and quits deleting its breadcrumb (nobody needs to fence it); the
-   standbys quit too, so that this node, the only candidate left, takes the lock.
+3. Ask every other zkfc of the group to cede for twice ``timeout``, the standbys first and
+   the active last (a standby still in the election would take the lock the active gives
+   up): the standbys quit, then the active one makes its service standby and quits deleting
+   its breadcrumb (nobody needs to fence it), so that this node, the only candidate left,
+   takes the lock.
 4. Wait up to ``timeout`` for this zkfc to make its service active.
 5. Either way, tell the zkfcs that ceded to rejoin now (a cede of 0 ms): on success they
    come back as standbys; on failure the old active campaigns again and comes back.
@@ -75,11 +77,13 @@ class GracefulFailover:
         others: Callable[[], dict[str, str]],
         ask_to_cede: Callable[[str, int], None],
         *,
+        active: Callable[[], str | None],
         timeout: float,
     ) -> None:
         self._controller = controller
         self._others = others  # {service: zkfc endpoint} of the group's other zkfcs
         self._ask_to_cede = ask_to_cede  # (endpoint, millis); raises if it could not
+        self._active = active  # the service that holds the lock now, if any
         self.timeout = timeout
         self._one_at_a_time = threading.Lock()
 
@@ -97,7 +101,7 @@ class GracefulFailover:
         if controller.given is HAState.ACTIVE:
             log.info("event=graceful_failover service=%s already_active=True", service)
             return FailoverResult(service=service, already_active=True)
-        others = self._others()
+        others = self._active_last(self._others())
         log.info("event=graceful_failover service=%s others=%s", service, ",".join(others))
         ceded: dict[str, str] = {}
         try:
@@ -120,6 +124,10 @@ class GracefulFailover:
             self._rejoin(ceded)
         log.info("event=graceful_failover_done service=%s ceded=%s", service, ",".join(ceded))
         return FailoverResult(service=service, ceded=sorted(ceded))
+
+    def _active_last(self, others: dict[str, str]) -> dict[str, str]:
+        active = self._active()
+        return dict(sorted(others.items(), key=lambda item: item[0] == active))
 
     def _rejoin(self, ceded: dict[str, str]) -> None:
         for other, endpoint in ceded.items():
