@@ -150,11 +150,19 @@ def redact_record(record: R) -> R:
 
 
 def redact_heartbeat(beat: WorkerHeartbeat, conf: Mapping[str, Any] = NO_CONF) -> WorkerHeartbeat:
-    """A worker's heartbeat with its ``error`` (a log tail) redacted against ``conf``."""
-    if not beat.error:
-        return beat
-    error = redact_text(beat.error, conf)
-    return beat if error == beat.error else beat.model_copy(update={"error": error})
+    """A worker's heartbeat with its ``error`` and its last crash's (log tails) redacted
+    against ``conf``."""
+    update: dict[str, Any] = {}
+    if beat.error:
+        error = redact_text(beat.error, conf)
+        if error != beat.error:
+            update["error"] = error
+    crash = beat.last_crash
+    if crash is not None:
+        crash_error = redact_text(crash.error, conf)
+        if crash_error != crash.error:
+            update["last_crash"] = crash.model_copy(update={"error": crash_error})
+    return beat.model_copy(update=update) if update else beat
 
 
 def redact_workers(

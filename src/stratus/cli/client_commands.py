@@ -193,16 +193,20 @@ def list_pipelines(as_json: bool, conf: StratusConfig) -> None:
 @_json_option
 @with_config
 def status(name: str, as_json: bool, conf: StratusConfig) -> None:
-    """Show pipeline NAME."""
+    """Show pipeline NAME, its workers and their last crash."""
     with _client(conf) as client:
         record = client.status(name)
-        if as_json:
-            _print_json(record)
-            return
         workers = client.workers(name)
+    if as_json:  # the record's fields, and its workers under "workers"
+        shown = json.loads(redact_record(record).model_dump_json())
+        shown["workers"] = json.loads(redact_workers(workers).model_dump_json())
+        click.echo(json.dumps(shown, indent=2))
+        return
     console = _console()
     console.print(_record_table(record))
     console.print(workers_table(workers))
+    for line in crash_lines(workers):
+        console.print(line)
 
 
 @click.command()
@@ -418,6 +422,20 @@ def workers_table(workers: PipelineWorkers) -> Table:
             printable(beat.error or ""),
         )
     return table
+
+
+def crash_lines(workers: PipelineWorkers) -> list[str]:
+    """One line per worker that crashed since its assignment: when, how, and its error (with
+    terminal escapes shown escaped), even once it runs again."""
+    lines = []
+    for beat in redact_workers(workers).workers:
+        crash = beat.last_crash
+        if crash is not None:
+            lines.append(
+                f"last crash on {beat.supervisor} at {_when(crash.time)} ({crash.exit}): "
+                f"{printable(crash.error)}"
+            )
+    return lines
 
 
 def _leader_line(info: LeaderInfo) -> str:
