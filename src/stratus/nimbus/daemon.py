@@ -54,17 +54,17 @@ from stratus.nimbus.exposure import InsecureReminder, check_exposure
 from stratus.nimbus.granted_lock import GrantedLock
 from stratus.nimbus.ha_service import NimbusHAService
 from stratus.nimbus.health import HealthWatch
-from stratus.nimbus.http_bounds import bounded_app, serve_bounded, uvicorn_options
 from stratus.nimbus.leadership_controller import LeadershipController
 from stratus.nimbus.listening import NimbusStartError, listen_socket, package_port_error
 from stratus.nimbus.metrics import NimbusMetrics
-from stratus.nimbus.peer_certificate import PeerCertificateProtocol
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.placement import Placement
 from stratus.nimbus.readiness import CodeReadiness
 from stratus.nimbus.service import NimbusService
 from stratus.nimbus.settings import HAMode, NimbusSettings
 from stratus.nimbus.submission import Submitter
+from stratus.security.http_bounds import bounded_app, serve_bounded, uvicorn_options
+from stratus.security.peer_certificate import PeerCertificateProtocol
 from stratus.settings import (
     access_policy,
     distributor_settings,

@@ -19,9 +19,9 @@ from stratus.api.locations import LocationPolicy
 from stratus.codedist.package_check import PackageLimits
 from stratus.codedist.transfer.bounded_server import ConnectionBounds
 from stratus.config import StratusConfig
-from stratus.nimbus.http_bounds import HttpBounds
 from stratus.nimbus.limits import RequestLimits
 from stratus.nimbus.pipeline_ops import ReplicationPolicy
+from stratus.security.http_bounds import HttpBounds
 from stratus.settings import package_limits
 
 
