@@ -137,6 +137,11 @@ class SupervisorSummary(_Record):
     slots: int = 0
     used: int = 0
     started: float = Field(default=0.0, description="wall-clock start time")
+    endpoint: str | None = Field(
+        default=None,
+        description="host:port of its endpoint (worker logs, health, metrics); null: none",
+    )
+    endpoint_tls: bool = Field(default=False, description="its endpoint serves https")
 
 
 class Assignment(_Record):

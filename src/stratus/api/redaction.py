@@ -60,8 +60,11 @@ _PAIR = re.compile(
     r"""(?P<value>"[^"\n]*"|'[^'\n]*'|[^\s,;'"}\])]+)"""
 )
 _BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=\-]+")
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^\s/:@]*:)[^\s/@]+(?=@)")
-_URL_TOKEN_USER = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://)[^\s/:@]+(?=@)")  # a token
+# A scheme is looked for only where a run of its characters starts: from inside one, the
+# scan of the run again would make a long word cost the square of its length.
+_SCHEME = r"(?<![A-Za-z0-9+.\-])[0-9+.\-]*[A-Za-z][A-Za-z0-9+.\-]*://"
+_URL_PASSWORD = re.compile(rf"(?P<head>{_SCHEME}[^\s/:@]*:)[^\s/@]+(?=@)")
+_URL_TOKEN_USER = re.compile(rf"(?P<head>{_SCHEME})[^\s/:@]+(?=@)")  # a token
 
 NO_CONF: Mapping[str, Any] = MappingProxyType({})
 

@@ -1,5 +1,5 @@
-"""The client verbs of ``stratus``: submit, list, status, kill, activate, deactivate, rebalance,
-cluster and leader.
+"""The client verbs of ``stratus``: submit, list, status, logs, kill, activate, deactivate,
+rebalance, cluster and leader.
 
     stratus submit examples/wordcount --conf spark.sql.shuffle.partitions=4
     stratus list -c nimbus.seeds=10.0.0.1:6627,10.0.0.2:6627
@@ -19,6 +19,7 @@ clients that use it instead of the network.
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import Callable
 from datetime import datetime
@@ -41,7 +42,7 @@ from stratus.api.records import (
     PipelineStatus,
     PipelineWorkers,
 )
-from stratus.api.redaction import redact_conf, redact_record, redact_workers
+from stratus.api.redaction import redact_conf, redact_record, redact_text, redact_workers
 from stratus.cli.options import with_config
 from stratus.client import NimbusClient
 from stratus.config import StratusConfig
@@ -211,6 +212,50 @@ def status(name: str, as_json: bool, conf: StratusConfig) -> None:
 
 @click.command()
 @click.argument("name")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until interrupted.")
+@click.option("--previous", is_flag=True, help="The log of the worker before the last restart.")
+@with_config
+def logs(name: str, follow: bool, previous: bool, conf: StratusConfig) -> None:
+    """Print the worker log of pipeline NAME, read through any nimbus from its supervisor."""
+    lines = LogLines()
+    with _client(conf) as client:
+        chunks = client.logs(name, previous=previous, follow=follow)
+        try:
+            for chunk in chunks:
+                for line in lines.feed(chunk):
+                    click.echo(line)
+        except KeyboardInterrupt:  # -f ends here: not an error
+            pass
+        finally:
+            chunks.close()
+    if rest := lines.flush():
+        click.echo(rest)
+
+
+class LogLines:
+    """A log's bytes as lines to print: decoded (a character split across chunks waits for
+    the rest), secrets redacted, terminal escapes shown escaped, as errors are."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._partial = ""
+
+    def feed(self, chunk: bytes) -> list[str]:
+        text = self._partial + self._decoder.decode(chunk)
+        *done, self._partial = text.split("\n")
+        return [_shown(line) for line in done]
+
+    def flush(self) -> str:
+        rest, self._partial = self._partial + self._decoder.decode(b"", final=True), ""
+        return _shown(rest) if rest else ""
+
+
+def _shown(line: str) -> str:
+    return printable(redact_text(line))
+
+
+@click.command()
+@click.argument("name")
 @click.option(
     "--wait",
     "wait_secs",
@@ -301,6 +346,7 @@ CLIENT_COMMANDS = (
     submit,
     list_pipelines,
     status,
+    logs,
     kill,
     activate,
     deactivate,

@@ -56,6 +56,7 @@ from stratus.nimbus.ha_service import NimbusHAService
 from stratus.nimbus.health import HealthWatch
 from stratus.nimbus.leadership_controller import LeadershipController
 from stratus.nimbus.listening import NimbusStartError, listen_socket, package_port_error
+from stratus.nimbus.log_relay import LogRelay
 from stratus.nimbus.metrics import NimbusMetrics
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.placement import Placement
@@ -67,6 +68,7 @@ from stratus.security.http_bounds import bounded_app, serve_bounded, uvicorn_opt
 from stratus.security.peer_certificate import PeerCertificateProtocol
 from stratus.settings import (
     access_policy,
+    client_auth,
     distributor_settings,
     server_tls,
     state_store_settings,
@@ -416,7 +418,13 @@ class Nimbus:
     def _start_http(self) -> None:
         config = uvicorn.Config(
             bounded_app(
-                create_app(self.service, self.metrics, self.policy, ha=self.ha),
+                create_app(
+                    self.service,
+                    self.metrics,
+                    self.policy,
+                    ha=self.ha,
+                    log_relay=LogRelay(client_auth(self.conf)),
+                ),
                 self.settings.http,
             ),
             log_level="warning",
