@@ -26,7 +26,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,7 +118,7 @@ async def stream_log(
 ) -> AsyncIterator[bytes]:
     """The redacted bytes of a worker's log; see the module docstring."""
     files = worker_log.files(previous)
-    chunks: Iterator[bytes | None] = read_run(
+    chunks = read_run(
         files, follow=follow and not previous, newest=worker_log.newest
     )
     redactor = LineRedactor(worker_log.conf)
@@ -135,9 +135,7 @@ async def stream_log(
         if rest := redactor.flush():
             yield rest
     finally:
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            close()
+        chunks.close()
 
 
 def create_app(

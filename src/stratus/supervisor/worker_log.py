@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -153,7 +153,7 @@ class LogPump:
 
 def read_run(
     files: list[Path], *, follow: bool, newest: Path | None = None
-) -> Iterator[bytes | None]:
+) -> Generator[bytes | None, None, None]:
     """The bytes of a run's ``files``, oldest first; with ``follow``, then whatever is
     appended to ``newest`` (the current file's path), reopened when it is replaced (a
     rotation, a restart): ``None`` each time nothing new is there, so that the caller may
