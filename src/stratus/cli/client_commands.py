@@ -207,7 +207,7 @@ def status(name: str, as_json: bool, conf: StratusConfig) -> None:
     console.print(_record_table(record))
     console.print(workers_table(workers))
     for line in crash_lines(workers):
-        console.print(line)
+        console.print(line, soft_wrap=True)  # whole lines: an error is copied, not read wrapped
 
 
 @click.command()
