@@ -225,6 +225,11 @@ class WorkerHeartbeat(_Record):
     started: float = Field(default=0.0, description="wall-clock start of this worker process")
     pid: int | None = None
     app_id: str | None = Field(default=None, description="the Spark application id")
+    spark_ui: str | None = Field(
+        default=None,
+        description="the address of its SparkContext's web UI (uiWebUrl) while it runs; null "
+        "when the UI is off (spark.ui.enabled, off by default)",
+    )
     queries: list[QueryProgress] = Field(default_factory=list)
     runs: int = Field(default=0, description="sdp: updates completed so far")
     restarts: int = Field(default=0, description="crashes restarted since the assignment")

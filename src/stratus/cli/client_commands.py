@@ -41,6 +41,7 @@ from stratus.api.records import (
     PipelineRecord,
     PipelineStatus,
     PipelineWorkers,
+    WorkerState,
 )
 from stratus.api.redaction import redact_conf, redact_record, redact_text, redact_workers
 from stratus.cli.options import with_config
@@ -206,7 +207,7 @@ def status(name: str, as_json: bool, conf: StratusConfig) -> None:
     console = _console()
     console.print(_record_table(record))
     console.print(workers_table(workers))
-    for line in crash_lines(workers):
+    for line in spark_ui_lines(workers) + crash_lines(workers):
         console.print(line, soft_wrap=True)  # whole lines: an error is copied, not read wrapped
 
 
@@ -468,6 +469,15 @@ def workers_table(workers: PipelineWorkers) -> Table:
             printable(beat.error or ""),
         )
     return table
+
+
+def spark_ui_lines(workers: PipelineWorkers) -> list[str]:
+    """The Spark UI address of each running worker whose UI is on."""
+    return [
+        f"spark UI on {beat.supervisor}: {printable(beat.spark_ui)}"
+        for beat in workers.workers
+        if beat.spark_ui and beat.state is WorkerState.RUNNING
+    ]
 
 
 def crash_lines(workers: PipelineWorkers) -> list[str]:
