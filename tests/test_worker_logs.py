@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ import pytest
 from stratus.api.records import WorkerState
 from stratus.client import NimbusClient
 from stratus.config import StratusConfig
+from stratus.security.client_auth import ClientAuth
 from stratus.supervisor.daemon import Supervisor
 from tests.nimbus_cluster import nimbus_cluster
 from tests.package_factory import valid_package
@@ -107,27 +110,63 @@ def running(conf: StratusConfig, command: list[str]) -> Iterator[Supervisor]:
         supervisor.stop()
 
 
-def stratus(*args: str, seeds: str) -> subprocess.CompletedProcess[str]:
-    """The real CLI, as a user runs it, against the nimbus(es) ``seeds``."""
+def stratus(*args: str, seeds: str, token: str) -> subprocess.CompletedProcess[str]:
+    """The real CLI, as a user runs it, against the nimbus(es) ``seeds``, with ``token``."""
     return subprocess.run(
         [sys.executable, "-m", "stratus", *args, "-c", f"nimbus.seeds={seeds}"],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
+        env=user_env(token),
     )
+
+
+def user_env(token: str) -> dict[str, str]:
+    env = {**os.environ, "STRATUS_TOKEN": token}
+    env.pop("STRATUS_CONF", None)
+    return env
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """A token file of every role, and the daemons' own (read) token in a file of its own."""
+
+    file: Path
+    daemon_file: Path
+    read: str
+    submit: str
+    admin: str
+
+    @classmethod
+    def make(cls, directory: Path) -> Tokens:
+        read, submit, admin = (secrets.token_hex(16) for _ in range(3))
+        file = directory / "tokens"
+        file.write_text(f"read token {read}\nsubmit token {submit}\nadmin token {admin}\n")
+        daemon_file = directory / "daemon-token"
+        daemon_file.write_text(read + "\n")
+        for path in (file, daemon_file):
+            path.chmod(0o600)
+        return cls(file, daemon_file, read, submit, admin)
+
+    def options(self) -> dict[str, str]:
+        return {
+            "nimbus.auth.tokens.file": str(self.file),
+            "client.auth.token.file": str(self.daemon_file),
+        }
 
 
 class Follower:
     """``stratus logs NAME -f`` in a process of its own; its output lines, as they come."""
 
-    def __init__(self, name: str, seeds: str) -> None:
+    def __init__(self, name: str, seeds: str, token: str) -> None:
         self.lines: list[str] = []
         self.process = subprocess.Popen(
             [sys.executable, "-m", "stratus", "logs", name, "-f", "-c", f"nimbus.seeds={seeds}"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env=user_env(token),
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -153,32 +192,38 @@ class Follower:
 def test_a_crash_survives_the_restart_in_status_and_logs_show_this_run_the_last_and_new_lines(
     zk_server, tmp_path, request, log_worker
 ) -> None:
+    tokens = Tokens.make(tmp_path)
+    admin = ClientAuth(token=tokens.admin)
+    extra = [part for k, v in tokens.options().items() for part in ("-c", f"{k}={v}")]
     with (
-        nimbus_cluster(zk_server.connect_string, tmp_path, request.node.name, size=2) as nimbuses,
+        nimbus_cluster(
+            zk_server.connect_string, tmp_path, request.node.name, 2, extra, auth=admin
+        ) as nimbuses,
         kazoo_client(zk_server.connect_string) as zk,
     ):
         cluster = Cluster(zk, zk_server.connect_string, tmp_path, root=nimbuses.root)
         leader = nimbuses.wait_for_agreed_leader()
         standby = next(n.address for n in nimbuses.nimbuses if n.address != leader)
-        conf = cluster.conf(**{"nimbus.code.distributor": "local"})
+        conf = cluster.conf(**{"nimbus.code.distributor": "local", **tokens.options()})
+        user = tokens.submit
         pipeline_conf: dict[str, Any] = {
             "spark.test.crash": "once",
             "pipeline.env.DB_PASSWORD": SECRET,
         }
         with (
-            NimbusClient(nimbuses.seeds, retry_deadline=30.0) as client,
+            NimbusClient(nimbuses.seeds, retry_deadline=30.0, auth=admin) as client,
             running(conf, log_worker),
         ):
             client.wait_replicated(client.submit("etl", valid_package("etl"), pipeline_conf).name)
             cluster.wait_for_worker(WorkerState.RUNNING, where=lambda b: b.restarts == 1)
 
             # stratus status: the crash is still there while the worker runs again
-            shown = stratus("status", "etl", seeds=standby)
+            shown = stratus("status", "etl", seeds=standby, token=user)
             assert shown.returncode == 0, shown.stderr
             assert "last crash on s1 at " in shown.stdout
             assert "(exit code 1): the worker exited with code 1:" in shown.stdout
             assert "ValueError: the first run broke" in shown.stdout
-            as_json = stratus("status", "etl", "--json", seeds=standby)
+            as_json = stratus("status", "etl", "--json", seeds=standby, token=user)
             assert as_json.returncode == 0, as_json.stderr
             (worker,) = json.loads(as_json.stdout)["workers"]["workers"]
             assert (worker["state"], worker["restarts"]) == ("RUNNING", 1)
@@ -186,7 +231,7 @@ def test_a_crash_survives_the_restart_in_status_and_logs_show_this_run_the_last_
             assert worker["last_crash"]["error"].endswith("ValueError: the first run broke")
 
             # stratus logs, through a standby: this run's output, redacted and escaped
-            logs = stratus("logs", "etl", seeds=standby)
+            logs = stratus("logs", "etl", seeds=standby, token=user)
             assert logs.returncode == 0, logs.stderr
             assert "second run: connecting with ***" in logs.stdout
             assert "\\x1b[31mred\\x1b[0m" in logs.stdout
@@ -194,38 +239,31 @@ def test_a_crash_survives_the_restart_in_status_and_logs_show_this_run_the_last_
             assert "first run" not in logs.stdout
 
             # --previous: the run before the restart, which crashed
-            previous = stratus("logs", "etl", "--previous", seeds=standby)
+            previous = stratus("logs", "etl", "--previous", seeds=standby, token=user)
             assert previous.returncode == 0, previous.stderr
             assert "first run: about to crash" in previous.stdout
             assert "ValueError: the first run broke" in previous.stdout
             assert "second run" not in previous.stdout
 
             # -f: a line written after the follow began appears, until interrupted
-            follower = Follower("etl", standby)
-            try:
-                follower.wait_for("second run: connecting with ***")
-                say = tmp_path / "s1" / "workers" / "etl" / "work" / "say"
-                say.write_text("a new line while following\n")
-                follower.wait_for("a new line while following")
-                assert follower.interrupt() == 0
-            finally:
-                follower.kill()
+            assert_a_follow_sees_a_new_line(standby, user, tmp_path / "s1" / "workers" / "etl")
 
-            missing = stratus("logs", "nope", seeds=standby)
+            missing = stratus("logs", "nope", seeds=standby, token=user)
             assert missing.returncode == 1
             assert "unknown pipeline 'nope'" in missing.stderr
+            reader = stratus("logs", "etl", seeds=standby, token=tokens.read)
+            assert reader.returncode == 1  # a read token sees the status, not the log
+            assert "needs the role submit" in reader.stderr
 
 
 def test_the_endpoint_refuses_anonymous_and_wrong_role_callers_and_logs_rotate_at_their_size(
     cluster, tmp_path, log_worker
 ) -> None:
-    read, submit = secrets.token_hex(16), secrets.token_hex(16)
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"read token {read}\nsubmit token {submit}\n")
-    tokens.chmod(0o600)
+    tokens = Tokens.make(tmp_path)
+    read, submit = tokens.read, tokens.submit
     conf = cluster.conf(
         **{
-            "nimbus.auth.tokens.file": str(tokens),
+            "nimbus.auth.tokens.file": str(tokens.file),
             "supervisor.worker.log.max.bytes": 2048,
             "supervisor.worker.log.backups": 2,
         }
@@ -274,6 +312,17 @@ def test_the_endpoint_refuses_anonymous_and_wrong_role_callers_and_logs_rotate_a
             metrics = http.get(f"{base}/metrics", headers=reader)
             assert metrics.status_code == 200
             assert 'stratus_supervisor_workers{phase="running",supervisor="s1"} 1.0' in metrics.text
+
+
+def assert_a_follow_sees_a_new_line(seeds: str, token: str, worker_dir: Path) -> None:
+    follower = Follower("etl", seeds, token)
+    try:
+        follower.wait_for("second run: connecting with ***")
+        (worker_dir / "work" / "say").write_text("a new line while following\n")
+        follower.wait_for("a new line while following")
+        assert follower.interrupt() == 0
+    finally:
+        follower.kill()
 
 
 @pytest.fixture
