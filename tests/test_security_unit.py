@@ -141,6 +141,8 @@ def test_reads_need_read_and_every_other_method_submit() -> None:
     assert required_role("HEAD") is Role.READ
     assert required_role("POST") is Role.SUBMIT
     assert required_role("DELETE") is Role.SUBMIT
+    assert required_role("GET", "/api/v1/pipelines/etl/workers") is Role.READ
+    assert required_role("GET", "/api/v1/pipelines/etl/logs") is Role.SUBMIT  # its data
 
 
 def test_a_non_loopback_bind_without_authentication_is_refused_unless_insecure() -> None:
