@@ -118,9 +118,7 @@ async def stream_log(
 ) -> AsyncIterator[bytes]:
     """The redacted bytes of a worker's log; see the module docstring."""
     files = worker_log.files(previous)
-    chunks = read_run(
-        files, follow=follow and not previous, newest=worker_log.newest
-    )
+    chunks = read_run(files, follow=follow and not previous, newest=worker_log.newest)
     redactor = LineRedactor(worker_log.conf)
     try:
         while True:
