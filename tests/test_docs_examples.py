@@ -59,6 +59,7 @@ NOT_RUN = {
             "submit",
             "list",
             "status",
+            "logs",
             "kill",
             "activate",
             "deactivate",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import ssl
 import stat
 import subprocess
 import sys
@@ -66,6 +67,7 @@ def test_stratus_local_secure_refuses_anonymous_calls_and_serves_the_printed_tok
         assert with_token.status_code == 200, with_token.text
         with pytest.raises(httpx.TransportError):
             httpx.get(f"http://{seeds[0]}/api/v1/leader", timeout=10.0)
+        assert_supervisor_endpoints_are_secured(url, verify, bearer)
 
         env = {**os.environ, "STRATUS_TOKEN": token}
         env.pop("STRATUS_CONF", None)
@@ -98,3 +100,18 @@ def test_stratus_local_secure_refuses_anonymous_calls_and_serves_the_printed_tok
             if local.poll() is None:
                 local.kill()
     assert "all processes stopped" in log.read_text()
+
+
+def assert_supervisor_endpoints_are_secured(
+    url: str, verify: ssl.SSLContext, bearer: dict[str, str]
+) -> None:
+    """Every supervisor's endpoint: https with the same certificate, the same tokens."""
+    summary = httpx.get(f"{url}/api/v1/cluster", verify=verify, headers=bearer, timeout=10)
+    supervisors = summary.json()["supervisors"]
+    assert supervisors and all(s["endpoint_tls"] for s in supervisors), supervisors
+    for supervisor in supervisors:
+        health = f"https://{supervisor['endpoint']}/health"
+        refused = httpx.get(health, verify=verify, timeout=10.0)
+        assert (refused.status_code, refused.json()["error"]) == (401, "unauthenticated")
+        served = httpx.get(health, verify=verify, headers=bearer, timeout=10.0)
+        assert served.json() == {"supervisor": supervisor["id"], "healthy": True}

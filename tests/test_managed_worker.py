@@ -267,3 +267,38 @@ def test_a_restart_order_stops_then_hands_over_to_the_new_assignment(tmp_path) -
     worker.step(may_start=True)
     assert phase(worker) is Phase.STOPPED
     assert worker.successor == new
+
+
+def test_the_last_crash_stays_in_the_heartbeat_after_the_restart_that_follows(tmp_path) -> None:
+    clock, launcher = FakeClock(), FakeLauncher(tmp_path)
+    conf = {"pipeline.env.DB_PASSWORD": "hunter2-db"}
+    worker = managed(tmp_path, clock, launcher, conf=conf, backoff=1.0)
+    worker.step(may_start=True)
+    (tmp_path / "workers" / "etl" / "worker.log").write_text("ValueError: hunter2-db broke\n")
+    launcher.last.exit_code = -9
+    worker.step(may_start=True)
+    clock.advance(1.0)
+    worker.step(may_start=True)  # started again
+    write_beat(tmp_path, WorkerState.RUNNING, time=7.0)
+    clock.advance(0.1)
+    worker.step(may_start=True)
+    beat = worker.heartbeat()
+    assert (beat.state, beat.restarts) == (WorkerState.RUNNING, 1)
+    crash = beat.last_crash
+    assert crash is not None
+    assert (crash.time, crash.exit_code, crash.signal, crash.exit) == (
+        42.0,
+        None,
+        "SIGKILL",
+        "SIGKILL",
+    )
+    assert "ValueError: *** broke" in crash.error and "hunter2" not in crash.error
+    launcher.last.exit_code = 3  # the next crash replaces it, with its exit code
+    clock.advance(0.1)
+    worker.step(may_start=True)
+    crash = worker.heartbeat().last_crash
+    assert crash is not None and (crash.exit_code, crash.signal, crash.exit) == (
+        3,
+        None,
+        "exit code 3",
+    )

@@ -14,10 +14,11 @@ from stratus.api.records import ClusterSummary, LeaderInfo, NimbusSummary
 from stratus.config import config_from_mapping
 from stratus.errors import ConfigError
 from stratus.nimbus.authorization import required_role
-from stratus.nimbus.exposure import InsecureBindError, check_exposure, is_loopback
+from stratus.nimbus.exposure import InsecureBindError, check_exposure
 from stratus.nimbus.status_page import render_status_page
 from stratus.security.access import AccessPolicy
 from stratus.security.errors import TlsConfigError, TokenFileError
+from stratus.security.loopback import is_loopback
 from stratus.security.roles import Role
 from stratus.security.tls import TlsSettings, peer_common_name
 from stratus.security.tokens import load_credentials, parse_credentials
@@ -140,6 +141,8 @@ def test_reads_need_read_and_every_other_method_submit() -> None:
     assert required_role("HEAD") is Role.READ
     assert required_role("POST") is Role.SUBMIT
     assert required_role("DELETE") is Role.SUBMIT
+    assert required_role("GET", "/api/v1/pipelines/etl/workers") is Role.READ
+    assert required_role("GET", "/api/v1/pipelines/etl/logs") is Role.SUBMIT  # its data
 
 
 def test_a_non_loopback_bind_without_authentication_is_refused_unless_insecure() -> None:

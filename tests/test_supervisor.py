@@ -62,6 +62,7 @@ FAST = {
     "supervisor.worker.timeout.secs": 3.0,
     "supervisor.worker.restart.backoff.secs": 0.1,
     "supervisor.worker.max.restarts": 2,
+    "supervisor.http.port": 0,
 }
 
 FAKE_WORKER = '''

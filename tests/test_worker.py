@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import pytest
 
 from stratus.api.records import WorkerHeartbeat, WorkerState
@@ -187,12 +188,16 @@ def assert_stopped_without_jvm(worker: Worker, exit_code: int) -> WorkerHeartbea
 
 def test_streaming_pipeline_stopped_then_resumed_delivers_every_record_once(tmp_path, start_worker):
     write_ids(tmp_path / "input", range(50))
-    first = start_worker(streaming_spec(tmp_path, "first"))
+    spec = streaming_spec(tmp_path, "first")
+    ui_on = {**spec.conf, "spark.ui.enabled": "true", "spark.ui.port": "0"}
+    first = start_worker(spec.model_copy(update={"conf": ui_on}))
     starting = first.wait_heartbeat(lambda beat: True, "the first heartbeat", timeout=20)
     assert starting.state is WorkerState.STARTING
     assert starting.pid == first.process.pid
     running = first.wait_heartbeat(rows_total_is(50), "50 rows processed")
     assert running.app_id is not None and running.app_id.startswith("local-")
+    assert running.spark_ui is not None and running.spark_ui.startswith("http://")
+    assert httpx.get(running.spark_ui, follow_redirects=True).status_code == 200  # the UI
     [query] = running.queries
     assert query.name == PASSTHROUGH_QUERY and query.batch_id >= 0
     assert read_ids(tmp_path / "output") == list(range(50))

@@ -765,6 +765,35 @@ class StratusConfig(BaseModel):
         description="longest time the installation of one pipeline environment may take; "
         "past it the install is killed and the pipeline is FAILED",
     )
+    supervisor_http_port: int = Field(
+        default=6629,
+        ge=-1,
+        le=65535,
+        alias="supervisor.http.port",
+        description="port of a supervisor's endpoint (worker logs, health, metrics), "
+        "authenticated and bounded as the nimbus's API (0 picks a free port, -1 serves none)",
+    )
+    supervisor_http_bind_host: str | None = Field(
+        default=None,
+        alias="supervisor.http.bind.host",
+        description="address a supervisor's endpoint listens on (default: supervisor.host); "
+        "without nimbus.auth.tokens.file (or nimbus.auth.insecure) it listens on loopback only",
+    )
+    supervisor_worker_log_max_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1024,
+        alias="supervisor.worker.log.max.bytes",
+        description="size at which a worker's log file is rotated (worker.log becomes "
+        "worker.log.1, and so on)",
+    )
+    supervisor_worker_log_backups: int = Field(
+        default=3,
+        ge=0,
+        le=100,
+        alias="supervisor.worker.log.backups",
+        description="rotated files kept of each worker run's log, besides the current one "
+        "(the oldest is deleted)",
+    )
     worker_heartbeat_frequency_secs: float = Field(
         default=1.0,
         gt=0,

@@ -34,6 +34,7 @@ from stratus.pacemaker.settings import PacemakerClientSettings, PacemakerServerS
 from stratus.pacemaker.store import StoreLimits
 from stratus.security.access import AccessPolicy
 from stratus.security.client_auth import ClientAuth
+from stratus.security.http_bounds import HttpBounds
 from stratus.security.tls import TlsSettings
 from stratus.security.tokens import load_credentials, read_token
 from stratus.state.factory import StateStoreSettings
@@ -279,3 +280,13 @@ def access_policy(conf: StratusConfig) -> AccessPolicy:
     if not conf.nimbus_auth_tokens_file:
         return AccessPolicy()
     return AccessPolicy(load_credentials(Path(conf.nimbus_auth_tokens_file)))
+
+
+def http_bounds(conf: StratusConfig) -> HttpBounds:
+    """``nimbus.http.*``: the connection bounds of a nimbus's API and a supervisor's endpoint."""
+    return HttpBounds(
+        max_connections=conf.nimbus_http_max_connections,
+        header_timeout_secs=conf.nimbus_http_header_timeout_secs,
+        keepalive_secs=conf.nimbus_http_keepalive_secs,
+        max_header_bytes=conf.nimbus_http_max_header_bytes,
+    )

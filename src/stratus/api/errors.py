@@ -116,6 +116,13 @@ class UnknownCodeError(ApiError):
     status = 404
 
 
+class NoLogError(ApiError):
+    """No worker log to show: the pipeline runs nowhere, or its supervisor has none."""
+
+    code = "no_log"
+    status = 404
+
+
 class UnavailableError(ApiError):
     """ZooKeeper is unreachable or the leadership is changing; retry shortly."""
 
@@ -154,6 +161,7 @@ _BY_CODE: dict[str, type[ApiError]] = {
         HeadTooLargeError,
         RecordTooLargeError,
         UnknownCodeError,
+        NoLogError,
         UnavailableError,
     )
 }

@@ -137,6 +137,11 @@ class SupervisorSummary(_Record):
     slots: int = 0
     used: int = 0
     started: float = Field(default=0.0, description="wall-clock start time")
+    endpoint: str | None = Field(
+        default=None,
+        description="host:port of its endpoint (worker logs, health, metrics); null: none",
+    )
+    endpoint_tls: bool = Field(default=False, description="its endpoint serves https")
 
 
 class Assignment(_Record):
@@ -186,6 +191,27 @@ class QueryProgress(BaseModel):
     rows_total: int = Field(default=0, description="input rows of every batch since start")
 
 
+class WorkerCrash(BaseModel):
+    """A worker's last crash on its supervisor: kept in its heartbeats across the restart
+    that follows, so the status still shows what happened once it runs again."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    time: float = Field(description="wall-clock time the supervisor saw the crash")
+    exit_code: int | None = Field(
+        default=None, description="its exit code; null if a signal ended it or it never started"
+    )
+    signal: str | None = Field(default=None, description="the signal that ended it (SIGKILL, ...)")
+    error: str = Field(description="its error, or its log's tail: bounded, secrets redacted")
+
+    @property
+    def exit(self) -> str:
+        """How it ended, as people read it: ``exit code 3``, ``SIGKILL``, ``not started``."""
+        if self.signal is not None:
+            return self.signal
+        return f"exit code {self.exit_code}" if self.exit_code is not None else "not started"
+
+
 class WorkerHeartbeat(_Record):
     """What a worker reports, through its supervisor, at ``/workers/<pipeline>/<supervisor>``."""
 
@@ -199,10 +225,19 @@ class WorkerHeartbeat(_Record):
     started: float = Field(default=0.0, description="wall-clock start of this worker process")
     pid: int | None = None
     app_id: str | None = Field(default=None, description="the Spark application id")
+    spark_ui: str | None = Field(
+        default=None,
+        description="the address of its SparkContext's web UI (uiWebUrl) while it runs; null "
+        "when the UI is off (spark.ui.enabled, off by default)",
+    )
     queries: list[QueryProgress] = Field(default_factory=list)
     runs: int = Field(default=0, description="sdp: updates completed so far")
     restarts: int = Field(default=0, description="crashes restarted since the assignment")
     error: str | None = Field(default=None, description="the last error, if any")
+    last_crash: WorkerCrash | None = Field(
+        default=None,
+        description="the last crash since the assignment, kept after the restart that follows",
+    )
 
     @property
     def rows_total(self) -> int:

@@ -60,8 +60,11 @@ _PAIR = re.compile(
     r"""(?P<value>"[^"\n]*"|'[^'\n]*'|[^\s,;'"}\])]+)"""
 )
 _BEARER = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=\-]+")
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^\s/:@]*:)[^\s/@]+(?=@)")
-_URL_TOKEN_USER = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://)[^\s/:@]+(?=@)")  # a token
+# A scheme is looked for only where a run of its characters starts: from inside one, the
+# scan of the run again would make a long word cost the square of its length.
+_SCHEME = r"(?<![A-Za-z0-9+.\-])[0-9+.\-]*[A-Za-z][A-Za-z0-9+.\-]*://"
+_URL_PASSWORD = re.compile(rf"(?P<head>{_SCHEME}[^\s/:@]*:)[^\s/@]+(?=@)")
+_URL_TOKEN_USER = re.compile(rf"(?P<head>{_SCHEME})[^\s/:@]+(?=@)")  # a token
 
 NO_CONF: Mapping[str, Any] = MappingProxyType({})
 
@@ -150,11 +153,19 @@ def redact_record(record: R) -> R:
 
 
 def redact_heartbeat(beat: WorkerHeartbeat, conf: Mapping[str, Any] = NO_CONF) -> WorkerHeartbeat:
-    """A worker's heartbeat with its ``error`` (a log tail) redacted against ``conf``."""
-    if not beat.error:
-        return beat
-    error = redact_text(beat.error, conf)
-    return beat if error == beat.error else beat.model_copy(update={"error": error})
+    """A worker's heartbeat with its ``error`` and its last crash's (log tails) redacted
+    against ``conf``."""
+    update: dict[str, Any] = {}
+    if beat.error:
+        error = redact_text(beat.error, conf)
+        if error != beat.error:
+            update["error"] = error
+    crash = beat.last_crash
+    if crash is not None:
+        crash_error = redact_text(crash.error, conf)
+        if crash_error != crash.error:
+            update["last_crash"] = crash.model_copy(update={"error": crash_error})
+    return beat.model_copy(update=update) if update else beat
 
 
 def redact_workers(

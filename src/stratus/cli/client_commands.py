@@ -1,5 +1,5 @@
-"""The client verbs of ``stratus``: submit, list, status, kill, activate, deactivate, rebalance,
-cluster and leader.
+"""The client verbs of ``stratus``: submit, list, status, logs, kill, activate, deactivate,
+rebalance, cluster and leader.
 
     stratus submit examples/wordcount --conf spark.sql.shuffle.partitions=4
     stratus list -c nimbus.seeds=10.0.0.1:6627,10.0.0.2:6627
@@ -19,6 +19,7 @@ clients that use it instead of the network.
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import Callable
 from datetime import datetime
@@ -40,8 +41,9 @@ from stratus.api.records import (
     PipelineRecord,
     PipelineStatus,
     PipelineWorkers,
+    WorkerState,
 )
-from stratus.api.redaction import redact_conf, redact_record, redact_workers
+from stratus.api.redaction import redact_conf, redact_record, redact_text, redact_workers
 from stratus.cli.options import with_config
 from stratus.client import NimbusClient
 from stratus.config import StratusConfig
@@ -193,16 +195,64 @@ def list_pipelines(as_json: bool, conf: StratusConfig) -> None:
 @_json_option
 @with_config
 def status(name: str, as_json: bool, conf: StratusConfig) -> None:
-    """Show pipeline NAME."""
+    """Show pipeline NAME, its workers and their last crash."""
     with _client(conf) as client:
         record = client.status(name)
-        if as_json:
-            _print_json(record)
-            return
         workers = client.workers(name)
+    if as_json:  # the record's fields, and its workers under "workers"
+        shown = json.loads(redact_record(record).model_dump_json())
+        shown["workers"] = json.loads(redact_workers(workers).model_dump_json())
+        click.echo(json.dumps(shown, indent=2))
+        return
     console = _console()
     console.print(_record_table(record))
     console.print(workers_table(workers))
+    for line in spark_ui_lines(workers) + crash_lines(workers):
+        console.print(line, soft_wrap=True)  # whole lines: an error is copied, not read wrapped
+
+
+@click.command()
+@click.argument("name")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until interrupted.")
+@click.option("--previous", is_flag=True, help="The log of the worker before the last restart.")
+@with_config
+def logs(name: str, follow: bool, previous: bool, conf: StratusConfig) -> None:
+    """Print the worker log of pipeline NAME, read through any nimbus from its supervisor."""
+    lines = LogLines()
+    with _client(conf) as client:
+        chunks = client.logs(name, previous=previous, follow=follow)
+        try:
+            for chunk in chunks:
+                for line in lines.feed(chunk):
+                    click.echo(line)
+        except KeyboardInterrupt:  # -f ends here: not an error
+            pass
+        finally:
+            chunks.close()
+    if rest := lines.flush():
+        click.echo(rest)
+
+
+class LogLines:
+    """A log's bytes as lines to print: decoded (a character split across chunks waits for
+    the rest), secrets redacted, terminal escapes shown escaped, as errors are."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._partial = ""
+
+    def feed(self, chunk: bytes) -> list[str]:
+        text = self._partial + self._decoder.decode(chunk)
+        *done, self._partial = text.split("\n")
+        return [_shown(line) for line in done]
+
+    def flush(self) -> str:
+        rest, self._partial = self._partial + self._decoder.decode(b"", final=True), ""
+        return _shown(rest) if rest else ""
+
+
+def _shown(line: str) -> str:
+    return printable(redact_text(line))
 
 
 @click.command()
@@ -297,6 +347,7 @@ CLIENT_COMMANDS = (
     submit,
     list_pipelines,
     status,
+    logs,
     kill,
     activate,
     deactivate,
@@ -418,6 +469,29 @@ def workers_table(workers: PipelineWorkers) -> Table:
             printable(beat.error or ""),
         )
     return table
+
+
+def spark_ui_lines(workers: PipelineWorkers) -> list[str]:
+    """The Spark UI address of each running worker whose UI is on."""
+    return [
+        f"spark UI on {beat.supervisor}: {printable(beat.spark_ui)}"
+        for beat in workers.workers
+        if beat.spark_ui and beat.state is WorkerState.RUNNING
+    ]
+
+
+def crash_lines(workers: PipelineWorkers) -> list[str]:
+    """One line per worker that crashed since its assignment: when, how, and its error (with
+    terminal escapes shown escaped), even once it runs again."""
+    lines = []
+    for beat in redact_workers(workers).workers:
+        crash = beat.last_crash
+        if crash is not None:
+            lines.append(
+                f"last crash on {beat.supervisor} at {_when(crash.time)} ({crash.exit}): "
+                f"{printable(crash.error)}"
+            )
+    return lines
 
 
 def _leader_line(info: LeaderInfo) -> str:

@@ -14,7 +14,7 @@ import json
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -144,6 +144,21 @@ class NimbusClient:
     def status(self, name: str) -> PipelineRecord:
         """One pipeline's record, from any nimbus; UnknownPipelineError if there is none."""
         return parse(PipelineRecord, self._router.read("GET", _pipeline_path(name)))
+
+    def logs(
+        self, name: str, *, previous: bool = False, follow: bool = False
+    ) -> Generator[bytes, None, None]:
+        """The worker's log as it arrives, from any nimbus (which reads it from the
+        supervisor that runs it): the current run, or with ``previous`` the one before the
+        last restart; ``follow`` goes on with new lines until the iterator is closed. Needs
+        the role ``submit``; NoLogError when there is no log to show."""
+        check_pipeline_name(name)
+        params = {"previous": str(previous).lower(), "follow": str(follow).lower()}
+        response = self._router.open_stream(f"{_pipeline_path(name)}/logs", params)
+        try:
+            yield from response.iter_raw()
+        finally:
+            response.close()
 
     def workers(self, name: str) -> PipelineWorkers:
         """Where a pipeline runs and its workers' last heartbeats, from any nimbus."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
@@ -134,6 +134,12 @@ class NimbusRouter:
         """A read, answered by the first nimbus that can; retried until the deadline."""
         return self._retrying(f"{method} {path}")(self._read_attempt, method, path)
 
+    def open_stream(self, path: str, params: Mapping[str, str]) -> httpx.Response:
+        """A streamed GET (a worker's log) from the first nimbus that can answer, retried
+        until the deadline; no read timeout (a follow waits for lines). The caller closes
+        the response."""
+        return self._retrying(f"GET {path}")(self._stream_attempt, path, params)
+
     def call_leader(
         self, method: str, path: str, *, delivery: Delivery | None = None, **request: Any
     ) -> httpx.Response:
@@ -201,6 +207,39 @@ class NimbusRouter:
                 failure = exc  # this nimbus cannot answer now, or is not one: ask the next
         assert failure is not None  # there is at least one seed
         raise failure
+
+    def _stream_attempt(self, path: str, params: Mapping[str, str]) -> httpx.Response:
+        failure: Exception | None = None
+        for address in _unique([self._answered, self._leader, *self.seeds]):
+            try:
+                return self._open(address, path, params)
+            except (httpx.TransportError, ApiError) as exc:
+                if not _is_retryable(exc) and type(exc) is not ApiError:
+                    raise
+                failure = exc
+        assert failure is not None  # there is at least one seed
+        raise failure
+
+    def _open(self, address: str, path: str, params: Mapping[str, str]) -> httpx.Response:
+        """One streamed GET to one nimbus; an error response becomes its ApiError."""
+        connect = self._http.timeout.connect
+        request = self._http.build_request(
+            "GET",
+            f"{self._scheme}://{address}{path}",
+            params=params,
+            timeout=httpx.Timeout(connect, read=None),
+        )
+        try:
+            response = self._http.send(request, stream=True)
+        except httpx.TransportError:
+            self._forget(address)
+            raise
+        if not response.is_success:
+            response.read()
+            response.close()
+            raise _api_error(response, address)
+        self._answered = address
+        return response
 
     def _leader_attempt(self, method: str, path: str, request: dict[str, Any]) -> httpx.Response:
         """One attempt: to the known (or discovered) leader, following not_leader answers."""

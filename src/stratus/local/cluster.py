@@ -175,8 +175,12 @@ class LocalCluster:
                 )
                 for nimbus in self.nimbuses
             ]
+        # Endpoints on loopback, where nimbuses reach them (and --secure's certificate names)
+        supervisor_options = [*options, "-c", "supervisor.http.bind.host=127.0.0.1"]
         self.supervisors = [
-            SupervisorProcess(options, id=f"supervisor-{n}", slots=SLOTS, log_dir=self.workdir)
+            SupervisorProcess(
+                supervisor_options, id=f"supervisor-{n}", slots=SLOTS, log_dir=self.workdir
+            )
             for n in range(1, supervisors + 1)
         ]
         zkfcs = " (each under a zkfc)" if self.zkfcs else ""

@@ -245,7 +245,11 @@ class SupervisorProcess(DaemonProcess):
         command_prefix: Sequence[str] = (),
     ) -> None:
         super().__init__(
-            log_dir / f"supervisor-{id}.log", log_dir / f"supervisor-{id}", options, command_prefix
+            log_dir / f"supervisor-{id}.log",
+            log_dir / f"supervisor-{id}",
+            # several on one host: each endpoint on a free port, unless the options say
+            ["-c", "supervisor.http.port=0", *options],
+            command_prefix,
         )
         self.id = id
         self.slots = slots

@@ -11,8 +11,9 @@ import time
 from typing import Annotated, Any
 
 from fastapi import FastAPI, File, Form, Path, Request, UploadFile
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -32,9 +33,9 @@ from stratus.api.records import (
     RebalanceRequest,
 )
 from stratus.nimbus.authorization import (
-    RequireRole,
     documented_refusals,
     documented_security,
+    required_role,
 )
 from stratus.nimbus.code_routes import add_code_routes
 from stratus.nimbus.ha_routes import add_ha_routes
@@ -43,14 +44,16 @@ from stratus.nimbus.json_bodies import StrictJsonRoute
 from stratus.nimbus.limits import (
     RequestGuard,
     add_limit_handlers,
-    error_response,
     leader_only_routes,
 )
+from stratus.nimbus.log_relay import LogRelay
 from stratus.nimbus.metrics import CONTENT_TYPE_LATEST, NimbusMetrics
 from stratus.nimbus.service import MAX_REQUEST_ID_LENGTH, REQUEST_ID, NimbusService
 from stratus.nimbus.status_page import render_status_page
 from stratus.nimbus.upload_spool import spooling_route
 from stratus.security.access import OPEN, AccessPolicy
+from stratus.security.http_bounds import error_response
+from stratus.security.require_role import RequireRole
 
 PREFIX = "/api/v1"
 SUBMIT_PATH = f"{PREFIX}/pipelines"
@@ -73,9 +76,11 @@ def create_app(
     policy: AccessPolicy = OPEN,
     *,
     ha: NimbusHAService | None = None,
+    log_relay: LogRelay | None = None,
 ) -> FastAPI:
     """The ASGI application of one nimbus; ``policy`` says who may call it (authorization.py),
-    ``ha`` serves the HA service protocol (ha_routes.py)."""
+    ``ha`` serves the HA service protocol (ha_routes.py), ``log_relay`` reaches the
+    supervisors' endpoints for workers' logs (log_relay.py)."""
     app = FastAPI(
         title="stratus nimbus",
         version=__version__,
@@ -89,6 +94,7 @@ def create_app(
     app.router.route_class = StrictJsonRoute  # every JSON body: one key once, real text
     _add_error_handlers(app)
     _add_read_routes(app, service)
+    _add_log_route(app, service, log_relay or LogRelay())
     _add_leader_routes(app, service)
     _add_page_routes(app, service, metrics)
     add_code_routes(app, service.incoming)
@@ -103,7 +109,9 @@ def create_app(
         upload_path=SUBMIT_PATH,
     )
     app.add_middleware(EpochHeader, service=service)
-    app.add_middleware(RequireRole, policy=policy)  # before the guard: 401, not 421 or 413
+    app.add_middleware(
+        RequireRole, policy=policy, required=required_role
+    )  # before the guard: 401, not 421 or 413
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app
 
@@ -131,6 +139,25 @@ def _add_read_routes(app: FastAPI, service: NimbusService) -> None:
     def pipeline_workers(name: PipelinePathName) -> PipelineWorkers:
         """Where the pipeline runs and what its workers last reported (heartbeats)."""
         return service.workers(name)
+
+
+def _add_log_route(app: FastAPI, service: NimbusService, relay: LogRelay) -> None:
+    # Not in the OpenAPI document: its body is a stream of text, not JSON (docs/pipelines.md).
+    @app.get(f"{PREFIX}/pipelines/{{name}}/logs", include_in_schema=False)
+    async def worker_log(
+        request: Request, name: str, previous: bool = False, follow: bool = False
+    ) -> Response:
+        """The worker's log (the run before the last restart with ``previous``; ``follow``
+        streams new lines until the client leaves), from the supervisor that runs it."""
+        supervisor = await run_in_threadpool(service.log_source, name)
+        upstream = await relay.open(
+            supervisor,
+            name,
+            previous=previous,
+            follow=follow,
+            authorization=request.headers.get("authorization"),
+        )
+        return StreamingResponse(upstream.chunks(), media_type=upstream.media_type)
 
 
 def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:

@@ -1,12 +1,15 @@
-"""Who may call which route of a nimbus: one ASGI middleware, outside every other check.
+"""Which role each route of a nimbus needs; ``RequireRole`` (``stratus.security``) checks it
+outside every other check.
 
 Every route needs a role (``required_role``): reads (``GET``/``HEAD``: the cluster, the
 leader, pipelines, workers, packages, the OpenAPI document, ``/metrics`` and the ``/``
-status page) need ``read``; every other method (submit, kill, activate, deactivate,
-rebalance) needs ``submit``; the HA service protocol (``/ha/``, a failover controller's
-reads and transitions) needs ``admin``, which may do all. The check runs before the upload guard
-and the routes, so an unauthenticated leader-only call on a standby gets 401, not 421, and
-no body is read. With no token file configured every call goes through, as before.
+status page) need ``read``, except a worker's log (``/pipelines/NAME/logs``), which may
+hold the pipeline's data and needs ``submit``, as on the supervisor that serves it; every
+other method (submit, kill, activate, deactivate, rebalance) needs ``submit``; the HA
+service protocol (``/ha/``, a failover controller's reads and transitions) needs
+``admin``, which may do all. The check runs before the upload guard and the routes, so an
+unauthenticated leader-only call on a standby gets 401, not 421, and no body is read. With
+no token file configured every call goes through, as before.
 
 A 401 carries ``WWW-Authenticate: Bearer``; both refusals have the API's error body.
 """
@@ -16,58 +19,26 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import Depends
-from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-from stratus.api.errors import ApiError, UnauthenticatedError
 from stratus.api.records import ErrorBody
-from stratus.security.access import CHALLENGE, AccessPolicy
+from stratus.security.access import AccessPolicy
 from stratus.security.roles import Role
 
 HA_PREFIX = "/ha"  # the HA service protocol's routes (stratus.ha.protocol)
+PIPELINES_PREFIX = "/api/v1/pipelines/"
+LOGS_SUFFIX = "/logs"  # a worker's log, streamed from its supervisor
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-PEER_NAME = "stratus.peer_name"  # the scope's state: the verified client certificate's CN
 
 
 def required_role(method: str, path: str = "") -> Role:
-    """The role a request needs: the HA protocol ``admin``, reads ``read``, changes ``submit``."""
+    """The role a request needs: the HA protocol ``admin``, reads ``read`` (a worker's log
+    ``submit``), changes ``submit``."""
     if path == HA_PREFIX or path.startswith(HA_PREFIX + "/"):
         return Role.ADMIN
+    if path.startswith(PIPELINES_PREFIX) and path.endswith(LOGS_SUFFIX):
+        return Role.SUBMIT
     return Role.READ if method.upper() in READ_METHODS else Role.SUBMIT
-
-
-class RequireRole:
-    """ASGI middleware: refuse a request whose caller's role does not allow it."""
-
-    def __init__(self, app: ASGIApp, policy: AccessPolicy) -> None:
-        self.app = app
-        self.policy = policy
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.policy.enabled:
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope["headers"])
-        authorization = headers.get(b"authorization")
-        peer = (scope.get("state") or {}).get(PEER_NAME)
-        try:
-            self.policy.authorize(
-                authorization.decode("latin-1") if authorization else None,
-                peer,
-                required_role(scope["method"], scope["path"]),
-            )
-        except ApiError as exc:
-            await refusal(exc)(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-
-def refusal(error: ApiError) -> JSONResponse:
-    """The 401 or 403 answer, with the challenge a 401 must carry (RFC 9110)."""
-    body = ErrorBody(error=error.code, message=str(error))
-    headers = {"WWW-Authenticate": CHALLENGE} if isinstance(error, UnauthenticatedError) else {}
-    return JSONResponse(body.model_dump(), status_code=error.status, headers=headers)
 
 
 _BEARER = HTTPBearer(

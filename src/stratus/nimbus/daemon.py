@@ -54,19 +54,21 @@ from stratus.nimbus.exposure import InsecureReminder, check_exposure
 from stratus.nimbus.granted_lock import GrantedLock
 from stratus.nimbus.ha_service import NimbusHAService
 from stratus.nimbus.health import HealthWatch
-from stratus.nimbus.http_bounds import bounded_app, serve_bounded, uvicorn_options
 from stratus.nimbus.leadership_controller import LeadershipController
 from stratus.nimbus.listening import NimbusStartError, listen_socket, package_port_error
+from stratus.nimbus.log_relay import LogRelay
 from stratus.nimbus.metrics import NimbusMetrics
-from stratus.nimbus.peer_certificate import PeerCertificateProtocol
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.placement import Placement
 from stratus.nimbus.readiness import CodeReadiness
 from stratus.nimbus.service import NimbusService
 from stratus.nimbus.settings import HAMode, NimbusSettings
 from stratus.nimbus.submission import Submitter
+from stratus.security.http_bounds import bounded_app, serve_bounded, uvicorn_options
+from stratus.security.peer_certificate import PeerCertificateProtocol
 from stratus.settings import (
     access_policy,
+    client_auth,
     distributor_settings,
     server_tls,
     state_store_settings,
@@ -416,7 +418,13 @@ class Nimbus:
     def _start_http(self) -> None:
         config = uvicorn.Config(
             bounded_app(
-                create_app(self.service, self.metrics, self.policy, ha=self.ha),
+                create_app(
+                    self.service,
+                    self.metrics,
+                    self.policy,
+                    ha=self.ha,
+                    log_relay=LogRelay(client_auth(self.conf)),
+                ),
                 self.settings.http,
             ),
             log_level="warning",

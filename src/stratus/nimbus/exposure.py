@@ -18,33 +18,17 @@ summary and status page show it::
 
 from __future__ import annotations
 
-import ipaddress
 import logging
-import socket
 import threading
 
 from stratus.errors import ConfigError
+from stratus.security.loopback import is_loopback
 
 log = logging.getLogger(__name__)
 
 
 class InsecureBindError(ConfigError):
     """A nimbus would serve an unauthenticated API on a non-loopback address."""
-
-
-def is_loopback(host: str) -> bool:
-    """Whether every address ``host`` names is a loopback one (unresolvable: no)."""
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        pass
-    try:
-        infos = socket.getaddrinfo(host, None)
-    except OSError:
-        return False
-    return bool(infos) and all(
-        ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos
-    )
 
 
 def check_exposure(bind_host: str, *, authenticated: bool, insecure: bool) -> bool:

@@ -34,11 +34,10 @@ from stratus.api.errors import (
     RequestTooLargeError,
     UploadsBusyError,
 )
-from stratus.api.records import ErrorBody
+from stratus.security.http_bounds import RETRY_AFTER_SECS, error_response
 
 LEADER_ONLY_TAG = "leader only"
 MULTIPART_OVERHEAD = 64 * 1024  # room for a submit form's other fields and boundaries
-RETRY_AFTER_SECS = 1
 
 
 @dataclass(frozen=True)
@@ -53,13 +52,6 @@ class RequestLimits:
 def leader_only_routes(routes: Sequence[BaseRoute]) -> tuple[BaseRoute, ...]:
     """The routes tagged "leader only", which a standby refuses before reading a body."""
     return tuple(r for r in routes if LEADER_ONLY_TAG in (getattr(r, "tags", None) or ()))
-
-
-def error_response(error: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
-    """The API's error body for ``error``."""
-    leader = error.leader if isinstance(error, NotLeaderError) else None
-    body = ErrorBody(error=error.code, message=str(error), leader=leader)
-    return JSONResponse(body.model_dump(), status_code=error.status, headers=headers)
 
 
 class RefusedBody(HTTPException):

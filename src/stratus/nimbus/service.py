@@ -17,7 +17,12 @@ from typing import Any, BinaryIO
 
 from stratus.api.clock import Clock
 from stratus.api.echo import echo
-from stratus.api.errors import InvalidRequestError, NotLeaderError, UnknownPipelineError
+from stratus.api.errors import (
+    InvalidRequestError,
+    NoLogError,
+    NotLeaderError,
+    UnknownPipelineError,
+)
 from stratus.api.names import check_pipeline_name
 from stratus.api.pipeline_conf import validate_pipeline_conf
 from stratus.api.records import (
@@ -135,6 +140,29 @@ class NimbusService:
         a worker's error (its log tail) redacted against the pipeline's real conf."""
         record = self._stored(name)
         return redact_workers(self._placement.of(name), record.conf)
+
+    def log_source(self, name: str) -> SupervisorSummary:
+        """The supervisor whose endpoint serves ``name``'s worker log: the one it is assigned
+        to, else the last one a heartbeat names; NoLogError when there is none, and when
+        that supervisor serves no endpoint."""
+        self._stored(name)
+        placement = self._placement.of(name)
+        where = placement.assignment.supervisor if placement.assignment else None
+        if where is None and placement.workers:
+            where = max(placement.workers, key=lambda beat: beat.time).supervisor
+        if where is None:
+            raise NoLogError(
+                f"pipeline {name!r} runs on no supervisor now; a worker's log stays in "
+                "<supervisor.local.dir>/workers/<pipeline>/ on the supervisor that ran it"
+            )
+        supervisor = self.view.supervisors().get(where)
+        if supervisor is None or supervisor.endpoint is None:
+            why = "is not registered" if supervisor is None else "serves no endpoint"
+            raise NoLogError(
+                f"pipeline {name!r} runs on supervisor {where}, which {why} "
+                "(supervisor.http.port); read its log there"
+            )
+        return supervisor
 
     # ------------------------------------------------------------------ leader-only
 

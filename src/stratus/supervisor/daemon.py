@@ -10,7 +10,10 @@ running. Threads, each with one job:
   reconnection asks (``AssignmentReader``);
 - the heartbeat publisher writes the loop's heartbeats every ``worker.heartbeat.frequency.secs``
   and renews the lease (``HeartbeatPublisher``);
-- a small pool fetches code (``CodeCache``).
+- a small pool fetches code (``CodeCache``);
+- the endpoint serves its workers' logs, its health and its metrics over HTTP(S), at the
+  address its registration advertises (``SupervisorEndpoint``, unless
+  ``supervisor.http.port`` is -1).
 
 ::
 
@@ -40,6 +43,7 @@ from stratus.state.heartbeats import HeartbeatBoard
 from stratus.supervisor.assignment_reader import AssignmentReader
 from stratus.supervisor.code_cache import CodeCache
 from stratus.supervisor.control_loop import SHUTDOWN, ControlLoop
+from stratus.supervisor.endpoint import SupervisorEndpoint, WorkerGauge, WorkerLog
 from stratus.supervisor.errors import SupervisorStartError
 from stratus.supervisor.fence import Lease
 from stratus.supervisor.heartbeat_publisher import HeartbeatPublisher, HeartbeatRound
@@ -47,7 +51,9 @@ from stratus.supervisor.launcher import WorkerLauncher
 from stratus.supervisor.registration import SupervisorRegistration
 from stratus.supervisor.requirements_env import RequirementEnvs
 from stratus.supervisor.settings import SupervisorSettings
+from stratus.supervisor.worker_log import RunLog
 from stratus.supervisor.worker_process import WorkerPaths
+from stratus.worker.spec import WorkerSpec
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.session import SessionChange, SessionState, ZkSession
 from stratus.zk.watched import WatchedChildren
@@ -81,6 +87,8 @@ class Supervisor:
         self._stopped = threading.Event()
         self._opened: list[Callable[[], None]] = []  # what stop() closes, newest first
         self._loop_thread: threading.Thread | None = None
+        self._last_round: HeartbeatRound | None = None  # what the endpoint's metrics show
+        self.endpoint: SupervisorEndpoint | None = None
         self.session = ZkSession(self.settings.zk)
 
     # ------------------------------------------------------------------ lifecycle
@@ -140,6 +148,7 @@ class Supervisor:
         store = create_state_store(self.settings.state_store, client, self.paths, owner=self.id)
         self._opened.append(store.close)
         self.board = HeartbeatBoard(store)
+        self._start_endpoint()
         self._register()
         cache = CodeCache(
             self._code_distributor(),
@@ -152,14 +161,64 @@ class Supervisor:
         envs = RequirementEnvs(self.local_dir / "envs", self.settings.deps)
         self._opened.append(envs.close)
         launcher = WorkerLauncher(
-            self.settings.spec, self.id, cache, envs=envs, command=self._worker_command
+            self.settings.spec,
+            self.id,
+            cache,
+            envs=envs,
+            command=self._worker_command,
+            log=self.settings.log,
         )
         self._build_loop(launcher)
         self._start_threads()
 
+    def _start_endpoint(self) -> None:
+        if not self.settings.http.enabled:
+            return
+        endpoint = SupervisorEndpoint(
+            self.settings.http,
+            self.id,
+            logs_of=self._worker_log,
+            healthy=self.healthy,
+            workers=self._worker_gauges,
+        )
+        self._opened.append(endpoint.stop)
+        endpoint.start()
+        self.endpoint = endpoint
+
+    def _worker_log(self, pipeline: str) -> WorkerLog:
+        """Where ``pipeline``'s worker log is here, and the conf it is redacted against (the
+        spec's: the manifest's and the assignment's)."""
+        paths = self._worker_paths(pipeline)
+        run_log = RunLog(paths.log, self.settings.log)
+        try:
+            conf = WorkerSpec.read(paths.spec).conf
+        except (OSError, ValueError):
+            conf = {}
+        return WorkerLog(
+            files=lambda previous: run_log.files(previous=previous),
+            newest=paths.log,
+            conf=conf,
+        )
+
+    def _worker_gauges(self) -> list[WorkerGauge]:
+        round_ = self._last_round
+        if round_ is None:
+            return []
+        return [
+            WorkerGauge(beat.pipeline, beat.state.value.lower(), beat.restarts)
+            for beat in round_.workers.values()
+        ]
+
     def _register(self) -> None:
+        endpoint = self.endpoint
         summary = SupervisorSummary(
-            id=self.id, host=self.host, slots=self.slots, used=0, started=self._wall()
+            id=self.id,
+            host=self.host,
+            slots=self.slots,
+            used=0,
+            started=self._wall(),
+            endpoint=endpoint.address if endpoint is not None else None,
+            endpoint_tls=endpoint.tls if endpoint is not None else False,
         )
         self.registration = SupervisorRegistration(
             self.session.client,
@@ -224,6 +283,7 @@ class Supervisor:
         self.reader.request()
 
     def _offer(self, round_: HeartbeatRound) -> None:
+        self._last_round = round_
         self.publisher.offer(round_)
 
     def _start_threads(self) -> None:

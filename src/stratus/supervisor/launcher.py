@@ -23,6 +23,7 @@ from stratus.supervisor.code_cache import CodeCache, CodePending, CodeState, Pip
 from stratus.supervisor.requirements_env import EnvFailed, EnvPending, RequirementEnvs
 from stratus.supervisor.settings import SpecSettings
 from stratus.supervisor.worker_env import worker_environment
+from stratus.supervisor.worker_log import LogSettings
 from stratus.supervisor.worker_process import (
     WorkerPaths,
     WorkerProcess,
@@ -44,12 +45,14 @@ class WorkerLauncher:
         *,
         envs: RequirementEnvs | None = None,
         command: Sequence[str] | None = None,
+        log: LogSettings | None = None,
     ) -> None:
         self._settings = settings
         self._supervisor = supervisor
         self._cache = cache
         self._envs = envs
         self._command = command  # a test's stand-in worker: its argv[0] is an interpreter
+        self._log = log or LogSettings()
 
     def code(self, pipeline: str, meta: CodeMeta) -> CodeState | EnvFailed:
         """The code, with its environment's interpreter once built; pending meanwhile."""
@@ -74,7 +77,7 @@ class WorkerLauncher:
             command[0] = str(code.python)
             if PYSPARK_PYTHON not in env_entries(spec.conf):  # Spark's Python workers too
                 env[PYSPARK_PYTHON] = str(code.python)
-        return WorkerProcess.launch(spec, paths, command, env=env)
+        return WorkerProcess.launch(spec, paths, command, env=env, log=self._log)
 
     def retain(self, digests: Set[str]) -> None:
         self._cache.retain(digests)

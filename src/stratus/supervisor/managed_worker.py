@@ -31,7 +31,7 @@ from typing import Protocol
 from pydantic import ValidationError
 
 from stratus.api.clock import Clock
-from stratus.api.records import Assignment, WorkerHeartbeat, WorkerState
+from stratus.api.records import Assignment, WorkerCrash, WorkerHeartbeat, WorkerState
 from stratus.api.redaction import redact_heartbeat, redact_text
 from stratus.codedist.distributor import CodeMeta
 from stratus.errors import StratusError
@@ -111,6 +111,7 @@ class ManagedWorker:
         self.successor: Assignment | None = None  # start this once stopped (a restart)
         self.retiring = False  # remove once stopped (unassigned, fenced)
         self.error: str | None = None  # the last crash
+        self.last_crash: WorkerCrash | None = None  # kept across the restart that follows
         self.code_error: str | None = None  # why its code is not there (yet)
         self._launcher = launcher
         self._paths = paths
@@ -234,6 +235,7 @@ class ManagedWorker:
             pid=process.pid if process else None,
             restarts=self.restarts,
             error=None if state is WorkerState.STOPPED else (self.code_error or self.error),
+            last_crash=self.last_crash,
         )
 
     # ------------------------------------------------------------------ transitions
@@ -292,11 +294,17 @@ class ManagedWorker:
         if code == 0 and beat is not None and beat.state is WorkerState.FINISHED:
             self._enter(Phase.FINISHED, exit_code=code)
             return
-        self._crashed(now, f"the worker {_describe_exit(code)}: {self._last_error()}")
+        self._crashed(now, f"the worker {_describe_exit(code)}: {self._last_error()}", code)
 
-    def _crashed(self, now: float, error: str) -> None:
+    def _crashed(self, now: float, error: str, exit_code: int | None = None) -> None:
         error = redact_text(error, self.assignment.conf)  # it is logged and published
         self.error = error
+        self.last_crash = WorkerCrash(
+            time=self._wall(),
+            exit_code=exit_code if exit_code is not None and exit_code >= 0 else None,
+            signal=_signal_name(-exit_code) if exit_code is not None and exit_code < 0 else None,
+            error=error,
+        )
         decision = self._policy.crashed(now)
         if isinstance(decision, GiveUp):
             self._enter(Phase.FAILED, crashes_in_row=decision.crashes_in_row, error=error)
@@ -334,7 +342,7 @@ class ManagedWorker:
                 )
             return
         if self._stop_reason is StopReason.HUNG:
-            self._crashed(now, self.error or "its heartbeat stopped changing: killed")
+            self._crashed(now, self.error or "its heartbeat stopped changing: killed", code)
         else:
             reason = self._stop_reason.value if self._stop_reason else "-"
             self._enter(Phase.STOPPED, reason=reason, exit_code=code)
@@ -386,6 +394,7 @@ class ManagedWorker:
             "generation": self.assignment.generation,
             "digest": self.assignment.digest,
             "restarts": self.restarts,
+            "last_crash": self.last_crash,
         }
 
 
@@ -395,11 +404,14 @@ def _log_value(value: object) -> str:
     return repr(text) if any(char.isspace() for char in text) else text
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def _describe_exit(code: int) -> str:
     if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"was killed by {name}"
+        return f"was killed by {_signal_name(-code)}"
     return f"exited with code {code}"

@@ -22,9 +22,21 @@ from pathlib import Path
 from stratus.codedist.factory import DistributorSettings
 from stratus.codedist.package_check import PackageLimits
 from stratus.config import SUPERVISOR_ID_PATTERN, StratusConfig
-from stratus.settings import distributor_settings, package_limits, state_store_settings, zk_settings
+from stratus.security.access import AccessPolicy
+from stratus.security.http_bounds import HttpBounds
+from stratus.security.tls import TlsSettings
+from stratus.settings import (
+    access_policy,
+    distributor_settings,
+    http_bounds,
+    package_limits,
+    server_tls,
+    state_store_settings,
+    zk_settings,
+)
 from stratus.state.factory import StateStoreSettings
 from stratus.supervisor.errors import SupervisorStartError
+from stratus.supervisor.worker_log import LogSettings
 from stratus.zk.session import ZkSettings
 
 SUPERVISOR_ID = re.compile(SUPERVISOR_ID_PATTERN)  # as supervisor.id is checked at load
@@ -99,6 +111,24 @@ class CodeSettings:
 
 
 @dataclass(frozen=True)
+class EndpointSettings:
+    """The supervisor's endpoint (logs, health, metrics): where it listens and what it
+    advertises, authenticated and bounded as the nimbus's API."""
+
+    bind_host: str  # supervisor.http.bind.host, else supervisor.host (loopback if open)
+    port: int  # supervisor.http.port; -1: no endpoint
+    advertised_host: str  # supervisor.host: the address the nimbuses connect to
+    bounds: HttpBounds  # nimbus.http.*
+    policy: AccessPolicy  # nimbus.auth.tokens.file
+    tls: TlsSettings | None  # nimbus.tls.*
+    insecure: bool = False  # nimbus.auth.insecure: an open endpoint on a network, on purpose
+
+    @property
+    def enabled(self) -> bool:
+        return self.port >= 0
+
+
+@dataclass(frozen=True)
 class SupervisorSettings:
     """Every setting of one supervisor's components, built once from the configuration."""
 
@@ -113,18 +143,21 @@ class SupervisorSettings:
     spec: SpecSettings
     code: CodeSettings
     deps: DepsSettings
+    log: LogSettings
+    http: EndpointSettings
 
     @classmethod
     def from_config(cls, conf: StratusConfig) -> SupervisorSettings:
         """The records; ``SupervisorStartError`` if the host name cannot be the default id."""
         supervisor_id = _checked_id(conf.supervisor_id or socket.gethostname())
+        host = conf.supervisor_host or socket.gethostname()
         timeouts = WorkerTimeouts(
             stop_secs=conf.supervisor_worker_stop_secs,
             hang_secs=conf.supervisor_worker_timeout_secs,
         )
         return cls(
             id=supervisor_id,
-            host=conf.supervisor_host or socket.gethostname(),
+            host=host,
             slots=conf.supervisor_slots,
             local_dir=Path(
                 conf.supervisor_local_dir
@@ -160,6 +193,19 @@ class SupervisorSettings:
                 find_links=tuple(conf.supervisor_deps_find_links),
                 offline=conf.supervisor_deps_offline,
                 install_timeout_secs=conf.supervisor_deps_install_timeout_secs,
+            ),
+            log=LogSettings(
+                max_bytes=conf.supervisor_worker_log_max_bytes,
+                backups=conf.supervisor_worker_log_backups,
+            ),
+            http=EndpointSettings(
+                bind_host=conf.supervisor_http_bind_host or host,
+                port=conf.supervisor_http_port,
+                advertised_host=host,
+                bounds=http_bounds(conf),
+                policy=access_policy(conf),
+                tls=server_tls(conf),
+                insecure=conf.nimbus_auth_insecure,
             ),
         )
 

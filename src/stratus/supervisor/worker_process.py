@@ -3,9 +3,10 @@
 Guarantees: a worker runs as ``python -m stratus.worker.main <dir>/spec.json`` in a
 process group of its own, with the environment its launcher gives it (``worker_env``), its
 directory only its owner may enter (0700) and its spec only its owner may read (0600),
-with stdout and stderr appended to ``<dir>/worker.log`` and its stdin a pipe that only its
-supervisor holds: when the supervisor dies, even by SIGKILL, the kernel closes the pipe and
-the worker sees EOF and stops (no orphans). A stop is SIGTERM to the worker, then SIGKILL to
+with stdout and stderr sent through a pipe to ``<dir>/worker.log``, rotated by size, one set
+of files per run (``worker_log``), and its stdin a pipe that only its supervisor holds:
+when the supervisor dies, even by SIGKILL, the kernel closes the pipe and the worker sees
+EOF and stops (no orphans). A stop is SIGTERM to the worker, then SIGKILL to
 its whole process group (the Spark JVM included) once the grace is over; once the worker
 has exited, whatever is left in its group is killed too::
 
@@ -36,6 +37,7 @@ from stratus.codedist.manifest import TRIGGER_CONF_KEY
 from stratus.process import Lifeline, ProcessGroup
 from stratus.supervisor.code_cache import PipelineCode
 from stratus.supervisor.settings import SpecSettings
+from stratus.supervisor.worker_log import LogPump, LogSettings, RunLog
 from stratus.worker.checkpoints import checkpoint_location
 from stratus.worker.spec import HEARTBEAT_FILE, PRIVATE_DIR_MODE, SPEC_FILE, WorkerSpec
 
@@ -46,6 +48,7 @@ START_MARK = "==== stratus supervisor: worker started"  # a line in worker.log b
 TAIL_READ_BYTES = 64 * 1024
 TAIL_LINES = 20
 TAIL_MAX_CHARS = 4000
+LOG_DRAIN_SECS = 2.0  # after an exit, how long its last lines may take to reach the log
 
 
 def default_worker_command() -> list[str]:
@@ -132,8 +135,9 @@ def build_spec(
 class WorkerProcess:
     """A started worker process; see the module docstring. Used by one thread."""
 
-    def __init__(self, group: ProcessGroup, spec: WorkerSpec) -> None:
+    def __init__(self, group: ProcessGroup, spec: WorkerSpec, pump: LogPump | None = None) -> None:
         self._group = group
+        self._pump = pump
         self.spec = spec
         self.pid = group.pid
         self.started_wall = time.time()
@@ -147,25 +151,35 @@ class WorkerProcess:
         command: Sequence[str] | None = None,
         *,
         env: Mapping[str, str],
+        log: LogSettings | None = None,
     ) -> WorkerProcess:
-        """Write the spec, clear the last heartbeat file, and start the worker with ``env``."""
+        """Write the spec, clear the last heartbeat file, make the last run's log the
+        previous one, and start the worker with ``env``, its output pumped into its log."""
         paths.make_private()
         paths.work.mkdir(exist_ok=True)
         paths.heartbeat.unlink(missing_ok=True)  # a new process starts with no heartbeat
         spec.write(paths.spec)
         argv = [*(command or default_worker_command()), str(paths.spec)]
-        with paths.log.open("ab") as out:
-            out.write(_start_line(spec).encode())
-            out.flush()
+        run_log = RunLog(paths.log, log or LogSettings())
+        run_log.start_run()
+        run_log.write(_start_line(spec).encode())
+        read_end, write_end = os.pipe()
+        try:
             group = ProcessGroup.start(
                 argv,
                 lifeline=Lifeline.PIPE,  # no Python runs in the forked child (kazoo threads)
-                stdout=out,
+                stdout=write_end,
                 stderr=subprocess.STDOUT,
                 cwd=paths.work,
                 env=dict(env),
             )
-        return cls(group, spec)
+        except BaseException:
+            os.close(read_end)
+            run_log.close()
+            raise
+        finally:
+            os.close(write_end)  # the worker's group holds the only write ends now
+        return cls(group, spec, LogPump(read_end, run_log))
 
     def poll(self) -> int | None:
         """None while the worker runs; its exit code (negative: the signal) once it exited.
@@ -180,6 +194,8 @@ class WorkerProcess:
         self._exit = code
         self._group.signal_group(signal.SIGKILL)
         self._group.close_lifeline()
+        if self._pump is not None:  # its last lines (a traceback) are in its log before any tail
+            self._pump.join(LOG_DRAIN_SECS)
         return code
 
     def terminate(self) -> None:

@@ -49,6 +49,7 @@ class HeartbeatReporter:
         self._lock = threading.Lock()
         self._state = WorkerState.STARTING
         self._app_id: str | None = None
+        self._spark_ui: str | None = None
         self._runs = 0
         self._error: str | None = None
         self._outcome: Outcome | None = None
@@ -70,12 +71,14 @@ class HeartbeatReporter:
         self._beat()
         self._thread.start()
 
-    def running(self, app_id: str | None = None) -> None:
-        """The pipeline runs (a function called, an sdp run started)."""
+    def running(self, app_id: str | None = None, spark_ui: str | None = None) -> None:
+        """The pipeline runs (a function called, an sdp run started); ``spark_ui`` is its
+        SparkContext's ``uiWebUrl``, if its UI is on."""
         with self._lock:
             if self._state is WorkerState.STARTING:
                 self._state = WorkerState.RUNNING
             self._app_id = app_id or self._app_id
+            self._spark_ui = spark_ui or self._spark_ui
         self._beat()
 
     def runs_completed(self, runs: int) -> None:
@@ -147,6 +150,7 @@ class HeartbeatReporter:
             started=self._started,
             pid=self._pid,
             app_id=self._app_id,
+            spark_ui=None if self._state.final else self._spark_ui,  # its UI ends with it
             queries=queries,
             runs=self._runs,
             error=self._error,

@@ -165,7 +165,8 @@ def _run_in_session(
     spark.streams.addListener(tracker_listener(tracker))
     reporter.report_queries(tracker.snapshot)
     stop.on_request(lambda: _interrupt(spark))
-    reporter.running(app_id=spark.sparkContext.applicationId)
+    spark_context = spark.sparkContext
+    reporter.running(app_id=spark_context.applicationId, spark_ui=spark_context.uiWebUrl)
     log.info("event=function_called entrypoint=%s", spec.entrypoint)
     outcome = _call(function, spark, context, str(spec.entrypoint), stop)
     return outcome or _watch_queries(spark, tracker, stop)

@@ -11,8 +11,9 @@ import asyncio
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from stratus.nimbus.authorization import PEER_NAME
 from stratus.security.tls import peer_common_name
+
+PEER_NAME = "stratus.peer_name"  # the scope's state: the verified client certificate's CN
 
 
 class PeerCertificateProtocol(H11Protocol):

@@ -1,0 +1,121 @@
+"""A worker's log, relayed by any nimbus from the endpoint of the supervisor that runs it.
+
+Every nimbus relays, standbys included: the log is a read, the supervisor's address is in
+its registration (which every nimbus watches), and a log is wanted most when something is
+wrong, perhaps with the leader. The caller's own ``Authorization`` header goes on to the
+supervisor, which checks the same token file: the supervisor judges the caller, not the
+nimbus, and a nimbus's own token gains no right to read logs. A caller known by its client
+certificate alone is relayed with the nimbus's own credentials (``client.auth.*``,
+``client.tls.*``), which then need the role ``submit``. The supervisor's refusals and
+errors come back as they are (its message prefixed with its id); an unreachable supervisor
+is ``503 unavailable``::
+
+    relay = LogRelay(client_auth(conf))
+    upstream = await relay.open(supervisor, "etl", previous=False, follow=True,
+                                authorization=request.headers.get("authorization"))
+    StreamingResponse(upstream.chunks(), media_type=upstream.media_type)
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httpx
+from pydantic import ValidationError
+
+from stratus.api.echo import clip
+from stratus.api.errors import ApiError, UnavailableError, error_from_body
+from stratus.api.records import ErrorBody, SupervisorSummary
+from stratus.security.client_auth import NO_AUTH, ClientAuth
+
+LOGS_PATH = "/api/v1/logs"
+CONNECT_TIMEOUT_SECS = 5.0
+READ_TIMEOUT_SECS = 30.0  # between two chunks of a log read whole (a follow waits forever)
+MAX_ERROR_BYTES = 16 * 1024
+
+
+@dataclass
+class Upstream:
+    """An open answer of a supervisor's endpoint, streamed on by ``chunks``."""
+
+    client: httpx.AsyncClient
+    response: httpx.Response
+    media_type: str
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives; the connection is closed at the end or when the caller
+        leaves (the generator is closed)."""
+        try:
+            async for chunk in self.response.aiter_raw():
+                yield chunk
+        finally:
+            await self.response.aclose()
+            await self.client.aclose()
+
+
+class LogRelay:
+    """Opens a worker's log on its supervisor's endpoint; see the module docstring."""
+
+    def __init__(self, auth: ClientAuth = NO_AUTH) -> None:
+        self._auth = auth
+
+    async def open(
+        self,
+        supervisor: SupervisorSummary,
+        pipeline: str,
+        *,
+        previous: bool,
+        follow: bool,
+        authorization: str | None,
+    ) -> Upstream:
+        """The supervisor's answer, once it said 200; its error (an ApiError) otherwise."""
+        assert supervisor.endpoint is not None
+        scheme = "https" if supervisor.endpoint_tls else "http"
+        url = f"{scheme}://{supervisor.endpoint}{LOGS_PATH}/{pipeline}"
+        headers = {"Authorization": authorization} if authorization else self._auth.headers()
+        read = None if follow else READ_TIMEOUT_SECS
+        client = httpx.AsyncClient(
+            timeout=httpx.Timeout(CONNECT_TIMEOUT_SECS, read=read),
+            verify=self._auth.verify(),
+            trust_env=False,
+            follow_redirects=False,
+        )
+        params = {"previous": str(previous).lower(), "follow": str(follow).lower()}
+        try:
+            response = await client.send(
+                client.build_request("GET", url, params=params, headers=headers), stream=True
+            )
+        except httpx.HTTPError as exc:
+            await client.aclose()
+            raise UnavailableError(
+                f"cannot reach supervisor {supervisor.id}'s endpoint at {supervisor.endpoint}: "
+                f"{type(exc).__name__}: {clip(str(exc)) or 'no detail'}; retry"
+            ) from None
+        if response.is_success:
+            media_type = response.headers.get("content-type", "text/plain; charset=utf-8")
+            return Upstream(client, response, media_type)
+        try:
+            body = await _bounded_body(response)
+        finally:
+            await response.aclose()
+            await client.aclose()
+        raise _supervisor_error(supervisor.id, response.status_code, body)
+
+
+async def _bounded_body(response: httpx.Response) -> bytes:
+    body = b""
+    async for chunk in response.aiter_raw():
+        body += chunk
+        if len(body) > MAX_ERROR_BYTES:
+            break
+    return body[:MAX_ERROR_BYTES]
+
+
+def _supervisor_error(supervisor: str, status: int, body: bytes) -> ApiError:
+    """The supervisor's error, as the API's own, its message saying where it came from."""
+    try:
+        error = ErrorBody.model_validate_json(body)
+    except ValidationError:
+        return UnavailableError(f"supervisor {supervisor}'s endpoint answered HTTP {status}")
+    return error_from_body(error.error, f"supervisor {supervisor}: {error.message}")

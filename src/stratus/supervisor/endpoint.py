@@ -1,0 +1,281 @@
+"""The supervisor's own HTTP(S) endpoint: its workers' logs, its health, its metrics.
+
+Authenticated and bounded exactly as a nimbus's API, with the same pieces and settings: the
+token file of ``nimbus.auth.tokens.file`` and client certificates (``RequireRole``), the TLS
+of ``nimbus.tls.*``, and the connection bounds of ``nimbus.http.*`` (requests in progress,
+request head size and time, TLS handshake time). ``/health`` and ``/metrics`` need the role
+``read``; a worker's log may hold the pipeline's data and needs ``submit``. Every refusal
+is the API's JSON error body. The address is advertised in the supervisor's registration
+(``SupervisorSummary.endpoint``), where every nimbus finds it::
+
+    endpoint = SupervisorEndpoint(settings.http, "s1", logs_of=..., health=..., workers=...)
+    endpoint.start()          # endpoint.address: "host:6629"
+    endpoint.stop()
+
+``GET /api/v1/logs/{pipeline}?previous=false&follow=false`` answers the worker's log as
+``text/plain``, one run's files oldest first (the current run, or with ``previous`` the one
+before the last restart), every line redacted against the pipeline's conf; ``follow``
+goes on sending lines as they are written, across rotations and restarts, until the
+client leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from stratus.api.errors import ApiError, NoLogError, UnavailableError
+from stratus.api.names import check_pipeline_name
+from stratus.api.redaction import redact_text
+from stratus.security.http_bounds import bounded_app, error_response, serve_bounded, uvicorn_options
+from stratus.security.loopback import is_loopback
+from stratus.security.peer_certificate import PeerCertificateProtocol
+from stratus.security.require_role import RequireRole
+from stratus.security.roles import Role
+from stratus.supervisor.errors import SupervisorStartError
+from stratus.supervisor.settings import EndpointSettings
+from stratus.supervisor.worker_log import read_run
+
+log = logging.getLogger(__name__)
+
+LOGS_PREFIX = "/api/v1/logs"
+HEALTH_PATH = "/health"
+METRICS_PATH = "/metrics"
+LOOPBACK = "127.0.0.1"
+FOLLOW_POLL_SECS = 0.2  # how often a follow looks for new lines
+MAX_LINE_BYTES = 64 * 1024  # a longer line is sent (redacted) in pieces
+START_TIMEOUT_SECS = 10.0
+STOP_TIMEOUT_SECS = 5.0
+
+
+@dataclass(frozen=True)
+class WorkerLog:
+    """Where one pipeline's worker log is, and the conf its lines are redacted against."""
+
+    files: Callable[[bool], list[Path]]  # previous -> that run's files, oldest first
+    newest: Path  # the current run's newest file (what a follow reads)
+    conf: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class WorkerGauge:
+    """One worker, as ``/metrics`` shows it."""
+
+    pipeline: str
+    phase: str
+    restarts: int
+
+
+def required_role(method: str, path: str) -> Role:
+    """A worker's log needs ``submit`` (it may hold the pipeline's data), the rest ``read``."""
+    return Role.SUBMIT if path.startswith(LOGS_PREFIX + "/") else Role.READ
+
+
+class LineRedactor:
+    """Cuts a byte stream into lines and redacts each against ``conf``; a partial line waits
+    for its end (up to ``MAX_LINE_BYTES``)."""
+
+    def __init__(self, conf: Mapping[str, Any]) -> None:
+        self._conf = conf
+        self._partial = b""
+
+    def feed(self, data: bytes) -> bytes:
+        """The redacted complete lines that ``data`` finishes."""
+        buffered = self._partial + data
+        cut = buffered.rfind(b"\n") + 1
+        if cut == 0 and len(buffered) >= MAX_LINE_BYTES:
+            cut = len(buffered)
+        self._partial = buffered[cut:]
+        return self._redacted(buffered[:cut])
+
+    def flush(self) -> bytes:
+        rest, self._partial = self._partial, b""
+        return self._redacted(rest)
+
+    def _redacted(self, data: bytes) -> bytes:
+        if not data:
+            return b""
+        return redact_text(data.decode("utf-8", errors="replace"), self._conf).encode()
+
+
+async def stream_log(
+    worker_log: WorkerLog, *, previous: bool, follow: bool
+) -> AsyncIterator[bytes]:
+    """The redacted bytes of a worker's log; see the module docstring."""
+    files = worker_log.files(previous)
+    chunks = read_run(files, follow=follow and not previous, newest=worker_log.newest)
+    redactor = LineRedactor(worker_log.conf)
+    try:
+        while True:
+            chunk = await anyio.to_thread.run_sync(next, chunks, b"")
+            if chunk == b"":  # the end of a run read whole
+                break
+            if chunk is None:  # following: nothing new yet
+                await asyncio.sleep(FOLLOW_POLL_SECS)
+                continue
+            if out := redactor.feed(chunk):
+                yield out
+        if rest := redactor.flush():
+            yield rest
+    finally:
+        chunks.close()
+
+
+def create_app(
+    supervisor: str,
+    *,
+    logs_of: Callable[[str], WorkerLog],
+    healthy: Callable[[], bool],
+    workers: Callable[[], list[WorkerGauge]],
+    settings: EndpointSettings,
+) -> Any:
+    """The ASGI application: routes behind ``RequireRole``, behind the HTTP bounds."""
+    app = FastAPI(title="stratus supervisor", openapi_url=None, docs_url=None, redoc_url=None)
+
+    @app.exception_handler(ApiError)
+    async def api_error(_request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.get(HEALTH_PATH)
+    def health() -> JSONResponse:
+        if not healthy():
+            raise UnavailableError(f"supervisor {supervisor}: its control loop is not running")
+        return JSONResponse({"supervisor": supervisor, "healthy": True})
+
+    @app.get(METRICS_PATH)
+    def metrics() -> Response:
+        return Response(_exposition(supervisor, workers()), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get(LOGS_PREFIX + "/{pipeline}")
+    def worker_log(pipeline: str, previous: bool = False, follow: bool = False) -> Response:
+        check_pipeline_name(pipeline)  # one path segment: never a path out of workers/
+        found = logs_of(pipeline)
+        if not found.files(previous):
+            which = "the run before the last restart" if previous else "its worker"
+            raise NoLogError(
+                f"supervisor {supervisor} has no log of {which} of pipeline {pipeline!r}"
+            )
+        return StreamingResponse(
+            stream_log(found, previous=previous, follow=follow),
+            media_type="text/plain; charset=utf-8",
+        )
+
+    guarded = RequireRole(app, settings.policy, required=required_role)
+    return bounded_app(guarded, settings.bounds)
+
+
+def _exposition(supervisor: str, workers: list[WorkerGauge]) -> bytes:
+    registry = CollectorRegistry()
+    running = Gauge(
+        "stratus_supervisor_workers",
+        "Workers held by the supervisor, by phase",
+        ["supervisor", "phase"],
+        registry=registry,
+    )
+    restarts = Gauge(
+        "stratus_supervisor_worker_restarts",
+        "Crashes restarted since the assignment, by pipeline",
+        ["supervisor", "pipeline"],
+        registry=registry,
+    )
+    for worker in workers:
+        running.labels(supervisor, worker.phase).inc()
+        restarts.labels(supervisor, worker.pipeline).set(worker.restarts)
+    return generate_latest(registry)
+
+
+class SupervisorEndpoint:
+    """The endpoint's server on its own thread; see the module docstring."""
+
+    def __init__(
+        self,
+        settings: EndpointSettings,
+        supervisor: str,
+        *,
+        logs_of: Callable[[str], WorkerLog],
+        healthy: Callable[[], bool],
+        workers: Callable[[], list[WorkerGauge]],
+    ) -> None:
+        self.settings = settings
+        self.tls = settings.tls is not None
+        bind = _bind_host(settings)
+        try:
+            self._sock = socket.create_server((bind, settings.port))
+        except OSError as exc:
+            raise SupervisorStartError(
+                f"the supervisor's endpoint cannot listen on {bind}:{settings.port}: "
+                f"{exc.strerror or exc}; set supervisor.http.port to a free port (0 picks "
+                "one, -1 serves none)"
+            ) from None
+        port = self._sock.getsockname()[1]
+        host = settings.advertised_host if bind != LOOPBACK else LOOPBACK
+        self.address = f"{host}:{port}"
+        app = create_app(
+            supervisor, logs_of=logs_of, healthy=healthy, workers=workers, settings=settings
+        )
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=1,
+            **uvicorn_options(
+                settings.bounds, base=PeerCertificateProtocol if self.tls else H11Protocol
+            ),
+        )
+        if settings.tls is not None:
+            config.load()
+            config.ssl = settings.tls.server_context()
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=lambda: serve_bounded(self._server, [self._sock], settings.bounds),
+            name="supervisor-endpoint",
+            daemon=True,
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+        deadline = time.monotonic() + START_TIMEOUT_SECS
+        while not self._server.started:  # uvicorn offers no event to wait on
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise SupervisorStartError(
+                    f"the supervisor's endpoint did not start on {self.address}"
+                )
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(timeout=STOP_TIMEOUT_SECS)
+        self._sock.close()
+
+
+def _bind_host(settings: EndpointSettings) -> str:
+    """Where to listen: the configured address, or loopback alone for an open endpoint
+    (no token file) on a network address that the operator did not call insecure."""
+    host = settings.bind_host
+    if settings.policy.enabled or settings.insecure or is_loopback(host):
+        return host
+    log.warning(
+        "event=supervisor_endpoint_loopback bind=%s: no nimbus.auth.tokens.file, so the "
+        "endpoint (worker logs) listens on %s only; set the token file (or "
+        "nimbus.auth.insecure) to serve it to the nimbuses",
+        host,
+        LOOPBACK,
+    )
+    return LOOPBACK
