@@ -367,3 +367,23 @@ def test_an_applied_update_moves_its_bytes_to_the_pipelines_name_without_a_fetch
     assert distributor.fetched == []  # no other nimbus holds it: a fetch would have failed
     assert distributor.deleted == ["digest-old"]  # never the new bytes
     assert distributor.stored == {"digest-new"}
+
+
+def test_a_view_behind_an_applied_update_keeps_the_staged_bytes_until_held_by_name():
+    """Updates in quick succession: the view still shows the old code with no update, while
+    ZooKeeper already names the staged bytes as the pipeline's code. Dropping the staged key
+    then would delete the only copy of the pipeline's code."""
+    stale = {"etl": record("etl", digest="digest-old")}
+    applied = {"etl": record("etl", digest="digest-new")}
+    distributor = StoreDistributor()
+    distributor.held_code = {
+        "etl": CodeMeta("digest-old", 10),
+        "etl.update": CodeMeta("digest-new", 10),
+    }
+    distributor.stored = {"digest-old", "digest-new"}
+    sync = CodeSync(distributor, lambda: stale, applied.get, freq_secs=60, lost_fail_secs=30)
+
+    sync.sync_once()
+
+    assert "digest-new" in distributor.stored
+    assert distributor.held()["etl.update"] == CodeMeta("digest-new", 10)

@@ -222,3 +222,37 @@ def test_the_api_document_names_update_purge_and_the_request_ids(cluster):
     assert {"version", "update", "requests", "purge"} <= set(
         schemas["PipelineRecord"]["properties"]
     )
+
+
+def test_a_new_leader_finishes_an_update_the_old_one_staged(zk_server, tmp_path, request):
+    """The update waits in the record, not in the leader's memory: a leader killed before
+    the update applies leaves the pipeline on its old code, and its successor applies it."""
+    extra = ["-c", "nimbus.code.sync.freq.secs=1"]
+    with (
+        nimbus_cluster(zk_server.connect_string, tmp_path, request.node.name, extra=extra) as nimbi,
+        NimbusClient(nimbi.seeds, retry_deadline=60.0, request_timeout=10.0) as client,
+    ):
+        old = submitted(client, "moved", version("m1"), **replication_conf(3))
+        leader = nimbi.by_address(nimbi.wait_for_agreed_leader())
+        down = next(n for n in nimbi.nimbuses if n is not leader)
+        down.stop()
+        conf = {"pipeline.min.replication.count": 3, "pipeline.max.replication.wait.time.sec": 4}
+        staged = client.update("moved", version("m2"), conf, request_id="moved-2")
+        assert staged.update is not None
+        wait_until(
+            lambda: (u := client.status("moved").update) is not None and u.replication == 2,
+            20,
+            "the update's code on the leader and the running standby",
+        )
+
+        leader.kill()
+        new_leader = nimbi.wait_for_agreed_leader(timeout=60, not_=leader.address, skip=[leader])
+        down.start()
+        down.wait_ready()
+        done = client.wait_updated(staged)
+
+    assert new_leader != leader.address
+    assert (done.version, done.update) == (2, None)
+    assert done.digest == staged.update.digest != old.digest
+    assert done.epoch > old.epoch  # written by the new term
+    assert done.reason is not None and "wait limit" in done.reason  # 2 live copies of 3

@@ -202,9 +202,13 @@ class CodeSync:
         pipeline = staged_pipeline(name)
         if pipeline is not None:
             staged = self._read_record(pipeline)
-            if staged is None or staged.update is None:
+            if staged is None or not staged.status.needs_code:
                 return False
-            return staged.status.needs_code and staged.update.digest == meta.digest
+            if staged.update is not None and staged.update.digest == meta.digest:
+                return True  # still waiting
+            # applied since the view was read: the bytes are the pipeline's code now; keep
+            # them under the staged key until this nimbus holds them under the name
+            return staged.digest == meta.digest and not self._distributor.holds(pipeline, meta)
         record = self._read_record(name)
         return record is not None and record.status.needs_code and record.digest == meta.digest
 
