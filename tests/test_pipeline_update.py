@@ -130,9 +130,14 @@ def test_an_update_waits_for_its_code_on_every_nimbus_then_switches_the_record(
             "every nimbus to hold the new code under the pipeline's name",
         )
         wait_until(lambda: not registrations(zk, cluster, "upd.update"), 20, "the staged key to go")
-    for nimbus in cluster.nimbuses:  # the old code is collected everywhere
-        wait_until(lambda n=nimbus: old.digest not in packages_on(n), 20, "the old code to go")
-        assert new_digest in packages_on(nimbus)
+
+    def every_disk() -> list[set[str]]:
+        return [packages_on(n) for n in cluster.nimbuses]
+
+    wait_until(  # the old code is collected everywhere
+        lambda: all(old.digest not in held for held in every_disk()), 20, "the old code to go"
+    )
+    assert all(new_digest in held for held in every_disk())
 
 
 def test_an_invalid_package_is_refused_and_the_pipeline_keeps_its_code(cluster, client):
@@ -204,8 +209,9 @@ def test_kill_keeps_the_checkpoints_and_kill_purge_deletes_them(cluster, client,
     client.kill("kept", wait_secs=0)
     client.kill("purged", wait_secs=0, purge=True)
 
-    for name in ("kept", "purged"):
-        wait_until(lambda n=name: n not in {r.name for r in client.list_pipelines()}, 30, "removal")
+    wait_until(
+        lambda: not {"kept", "purged"} & {r.name for r in client.list_pipelines()}, 30, "removal"
+    )
     assert (checkpoints / "kept" / "query" / "commits").is_dir()
     wait_until(lambda: not (checkpoints / "purged").exists(), 30, "the purged checkpoints to go")
 
