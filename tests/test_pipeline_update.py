@@ -10,15 +10,18 @@ keeps the pipeline's checkpoints and a kill with purge deletes them.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from click.testing import CliRunner
 
 from stratus.api.errors import UpdateInProgressError
 from stratus.api.records import PipelineRecord, PipelineStatus
+from stratus.cli.main import main
 from stratus.client import NimbusClient
 from stratus.codedist.errors import InvalidPackageError
 from stratus.local.processes import NimbusProcess
@@ -262,3 +265,21 @@ def test_a_new_leader_finishes_an_update_the_old_one_staged(zk_server, tmp_path,
     assert done.digest == staged.update.digest != old.digest
     assert done.epoch > old.epoch  # written by the new term
     assert done.reason is not None and "wait limit" in done.reason  # 2 live copies of 3
+
+
+def test_the_cli_updates_shows_the_version_and_kills_with_purge(cluster, client, tmp_path):
+    submitted(client, "cli", version("c1"))
+    new_package = tmp_path / "cli-v2.zip"
+    new_package.write_bytes(version("c2"))
+    seeds = ["-c", f"nimbus.seeds={','.join(cluster.seeds)}"]
+
+    updated = CliRunner().invoke(main, ["update", "cli", str(new_package), "--json", *seeds])
+    assert updated.exit_code == 0, updated.output
+    assert PipelineRecord.model_validate_json(updated.output).version == 2
+    shown = CliRunner().invoke(main, ["status", "cli", *seeds])
+    assert shown.exit_code == 0, shown.output
+    assert re.search(r"version\s+│?\s*2", shown.output), shown.output
+
+    killed = CliRunner().invoke(main, ["kill", "cli", "--wait", "0", "--purge", "--json", *seeds])
+    assert killed.exit_code == 0, killed.output
+    assert '"purge": true' in killed.output
