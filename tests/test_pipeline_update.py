@@ -183,6 +183,22 @@ def test_a_retried_update_with_the_same_request_id_changes_nothing_twice(cluster
     assert third.version == 3
 
 
+def test_an_update_keeps_the_conf_it_does_not_set_and_takes_the_new_manifests(cluster, client):
+    submitted(client, "conf", version("f1"), **{"spark.a": 1, "spark.b": 1})
+    client.rebalance("conf", {"spark.c": 1})
+    package = valid_package(extra={"version.txt": "f2"}, conf={"spark.b": 2, "spark.d": 2})
+
+    done = client.update("conf", package, {"spark.d": 3})
+
+    assert done.version == 2
+    assert {k: done.conf[k] for k in ("spark.a", "spark.b", "spark.c", "spark.d")} == {
+        "spark.a": 1,  # the submit's, kept
+        "spark.b": 2,  # the new manifest's
+        "spark.c": 1,  # the rebalance's, kept
+        "spark.d": 3,  # the update's own, over the manifest's
+    }
+
+
 def test_one_update_at_a_time(cluster, client):
     submitted(client, "one", version("o1"))
     waiting = client.update("one", version("o2"), replication_conf(4))  # 3 nimbuses: waits

@@ -202,8 +202,8 @@ def test_a_streaming_pipeline_updated_while_it_runs_delivers_every_record_once_i
         assert cluster.client.status("pt").version == 1
 
         write_ids(tmp_path / "pt-in", range(50, 100))  # during: the old worker may take them
-        conf = passthrough_conf(tmp_path / "pt-in", output)
-        updated = cluster.client.update("pt", passthrough_package("pt", version=2), conf)
+        # no conf: the input and output the submit set are kept
+        updated = cluster.client.update("pt", passthrough_package("pt", version=2))
         write_ids(tmp_path / "pt-in", range(100, 150))  # during: the restart
         assert (updated.version, updated.update) == (2, None)
         wait_until(

@@ -233,8 +233,8 @@ class NimbusClient:
         request_id: str | None = None,
     ) -> PipelineRecord:
         """Give pipeline ``name`` new code: ``package`` checked here and uploaded, as a
-        submit's; ``conf`` overrides the new manifest's. The pipeline keeps its name and
-        checkpoints.
+        submit's. Its conf is the current one, with the new manifest's over it and ``conf``
+        over both. The pipeline keeps its name and checkpoints.
 
         The record answered has the update applied (a higher ``version``), or waiting in
         ``update`` for its code's replication: ``wait_updated`` waits for it. Every attempt

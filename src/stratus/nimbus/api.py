@@ -196,7 +196,8 @@ def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
             ),
         ],
         conf: Annotated[
-            str, Form(description="pipeline conf, a JSON object (overrides the manifest's)")
+            str,
+            Form(description="conf keys, a JSON object: over the new manifest's, over the current"),
         ] = "{}",
         request_id: Annotated[
             str,

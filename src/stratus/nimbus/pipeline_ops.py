@@ -249,12 +249,16 @@ class PipelineOps:
         *,
         replication: ReplicationPolicy,
     ) -> tuple[PipelineRecord, bool]:
-        """Record new code for ``name``, waiting for ``replication``; (record, staged now).
+        """Record new code for ``name``; (record, staged now).
 
-        The pipeline runs its current code until ``note_update_replication`` applies the
-        update. A retry (the same ``request_id``) finds the update waiting or applied and
-        changes nothing. Refused for a pipeline that runs no code (PENDING, KILLED, FAILED,
-        FINISHED), and while another update waits (``UpdateInProgressError``).
+        The update's conf is the pipeline's current conf with ``conf`` (the new manifest's,
+        overridden by the request's) over it: what a submit or a rebalance set stays unless
+        the update sets it again. ``replication`` (the cluster's) is taken from that conf
+        where it has its keys. The pipeline runs its current code until
+        ``note_update_replication`` applies the update. A retry (the same ``request_id``)
+        finds the update waiting or applied and changes nothing. Refused for a pipeline
+        that runs no code (PENDING, KILLED, FAILED, FINISHED), and while another update
+        waits (``UpdateInProgressError``).
         """
         checked = validate_pipeline_conf(conf)
         staged_now = False
@@ -277,15 +281,18 @@ class PipelineOps:
                     "until it applies (stratus status shows the version), then update again"
                 )
             now = self._wall()
+            kept = {k: v for k, v in record.conf.items() if k != CHECKPOINT_ROOT_KEY}  # retired
+            merged = validate_pipeline_conf({**kept, **checked})
+            policy = replication.of(merged)
             update = PendingUpdate(
                 digest=package.digest,
                 size_bytes=package.size_bytes,
                 blake3=package.blake3,
-                conf=checked,
+                conf=merged,
                 request_id=request_id,
                 requested=now,
-                replication_required=replication.required,
-                replication_deadline=replication.deadline(now),
+                replication_required=policy.required,
+                replication_deadline=policy.deadline(now),
             )
             staged_now = True
             return self._changed(record, term, update=update)

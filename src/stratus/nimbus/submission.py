@@ -111,8 +111,8 @@ class Submitter:
         request_id: str,
         package: BinaryIO,
     ) -> tuple[PipelineRecord, bool]:
-        """Check and store ``name``'s new package; (record, staged now). The conf is built
-        as a submit's: the new manifest's, overridden by ``update_conf``."""
+        """Check and store ``name``'s new package; (record, staged now). The new manifest's
+        conf, overridden by ``update_conf``, goes over the pipeline's current conf."""
         received = self.incoming.receive(package)
         try:
             manifest = self._checked(received.path).manifest
@@ -128,7 +128,7 @@ class Submitter:
                     conf,
                     request_id,
                     stored,
-                    replication=self._settings.replication.of(conf),
+                    replication=self._settings.replication,
                 )
                 waiting = record.update
                 if waiting is not None and waiting.digest == received.digest:
