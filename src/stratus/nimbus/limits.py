@@ -13,7 +13,7 @@
   and clients retry a 503::
 
     app.add_middleware(RequestGuard, limits=limits, leader_term=service.leader_term,
-                       leader_only=leader_only_routes(app), upload_path=UPLOAD_PATH)
+                       leader_only=leader_only_routes(app), upload_path=UPLOAD_PATHS)
 """
 
 from __future__ import annotations
