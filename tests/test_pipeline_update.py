@@ -221,18 +221,21 @@ def test_a_retried_rebalance_with_the_same_request_id_changes_nothing_twice(clus
 
 
 def test_kill_keeps_the_checkpoints_and_kill_purge_deletes_them(cluster, client, checkpoints):
-    for name in ("kept", "purged"):
+    names = ("kept", "purged", "purged-later")
+    for name in names:
         submitted(client, name, version(name))
         (checkpoints / name / "query" / "commits").mkdir(parents=True)
 
     client.kill("kept", wait_secs=0)
     client.kill("purged", wait_secs=0, purge=True)
+    client.kill("purged-later", wait_secs=600)
+    again = client.kill("purged-later", wait_secs=0, purge=True)  # a second kill adds purge
 
-    wait_until(
-        lambda: not {"kept", "purged"} & {r.name for r in client.list_pipelines()}, 30, "removal"
-    )
+    assert again is not None and again.purge
+    wait_until(lambda: not set(names) & {r.name for r in client.list_pipelines()}, 30, "removal")
     assert (checkpoints / "kept" / "query" / "commits").is_dir()
     wait_until(lambda: not (checkpoints / "purged").exists(), 30, "the purged checkpoints to go")
+    wait_until(lambda: not (checkpoints / "purged-later").exists(), 30, "the later purge")
 
 
 def test_the_api_document_names_update_purge_and_the_request_ids(cluster):

@@ -364,15 +364,19 @@ class PipelineOps:
             reason=reason,
         )
 
-    def remove_due(self, term: Leadership, killed: Mapping[str, PipelineRecord]) -> list[str]:
-        """Delete the KILLED records among ``killed`` whose wait is over; their names."""
+    def remove_due(
+        self, term: Leadership, killed: Mapping[str, PipelineRecord]
+    ) -> dict[str, PipelineRecord]:
+        """Delete the KILLED records among ``killed`` whose wait is over; each as it was
+        when deleted (a later kill may have added ``purge`` to what ``killed`` shows)."""
         now = self._wall()
-        removed = []
+        removed = {}
         for name, seen in killed.items():
             if seen.status is PipelineStatus.KILLED and (seen.kill_at or 0) <= now:
                 with _zookeeper_errors(term):
-                    if self._remove_if_still_killed(term, name):
-                        removed.append(name)
+                    deleted = self._remove_if_still_killed(term, name)
+                    if deleted is not None:
+                        removed[name] = deleted
         return removed
 
     def digests_in_use(self) -> set[str]:
@@ -415,21 +419,21 @@ class PipelineOps:
                 log.warning("event=bad_record pipeline=%s error=%s", name, error)
         return records
 
-    def _remove_if_still_killed(self, term: Leadership, name: str) -> bool:
+    def _remove_if_still_killed(self, term: Leadership, name: str) -> PipelineRecord | None:
         path = self._paths.pipeline(name)
         try:
             raw, stat = self._client.get(path)
         except NoNodeError:
-            return False
+            return None
         record = PipelineRecord.model_validate_json(raw)
         if record.status is not PipelineStatus.KILLED:
-            return False
+            return None
         try:
             term.transaction().delete(path, version=stat.version).commit()
         except TransactionFailedError:
-            return False  # changed or gone meanwhile; the next round looks again
-        log.info("event=removed pipeline=%s epoch=%d", name, term.epoch)
-        return True
+            return None  # changed or gone meanwhile; the next round looks again
+        log.info("event=removed pipeline=%s epoch=%d purge=%s", name, term.epoch, record.purge)
+        return record
 
     def _changed(self, record: PipelineRecord, term: Leadership, **changes: Any) -> PipelineRecord:
         updated = max(self._wall(), record.updated)

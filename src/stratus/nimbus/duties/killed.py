@@ -73,9 +73,9 @@ class RemoveKilled:
         if not killed:
             return
         removed = self._ops.remove_due(term, killed)
-        self._drop_if_unused({digest for name in removed for digest in _digests(killed[name])})
-        for name in removed:
-            self._clean_up(killed[name])
+        self._drop_if_unused({digest for gone in removed.values() for digest in _digests(gone)})
+        for gone in removed.values():
+            self._clean_up(gone)
 
     def _still_running(self) -> set[str]:
         """Pipelines with a worker that has not reported its end: their removal (and the
