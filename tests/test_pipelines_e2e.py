@@ -21,7 +21,7 @@ from stratus.api.errors import UnknownPipelineError
 from stratus.api.records import PipelineStatus
 from stratus.config import config_from_mapping
 from stratus.worker.checkpoints import checkpoint_location
-from tests.pipeline_cluster import PipelineCluster, pipeline_cluster
+from tests.pipeline_cluster import SPARK_START_SECS, PipelineCluster, pipeline_cluster
 from tests.spark_packages import (
     bad_entrypoint_package,
     batch_package,
@@ -181,6 +181,7 @@ def test_a_worker_that_cannot_start_is_reported_with_its_error_and_not_restarted
         assert starts <= 4  # the first start and supervisor.worker.max.restarts (3)
 
 
+@pytest.mark.timeout(600)  # two cold Spark starts on a loaded machine
 def test_a_streaming_pipeline_updated_while_it_runs_delivers_every_record_once_in_new_code(
     zk_hosts, tmp_path, request
 ):
@@ -210,7 +211,7 @@ def test_a_streaming_pipeline_updated_while_it_runs_delivers_every_record_once_i
             lambda: (
                 (beat := cluster.running_on("pt")) is not None and beat.digest == updated.digest
             ),
-            OUTPUT_SECS,
+            SPARK_START_SECS + OUTPUT_SECS,  # the old worker's stop, then a cold Spark start
             "the new code to run",
         )
         feed_and_wait(tmp_path, "pt", range(150, 200), output)  # after: 0-199, each once
