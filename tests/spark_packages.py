@@ -3,6 +3,7 @@
 The worker, supervisor and end-to-end tests share them::
 
     passthrough_package("pt")            # JSON rows {"id": n} -> parquet, exactly once
+    passthrough_package("pt", version=2) # the same, each row tagged {"id": n, "version": 2}
     passthrough_conf(input_dir, output_dir)   # the conf keys it reads (input_dir created)
     write_ids(input_dir, range(50))      # one input file, written atomically
     read_ids(output_dir)                 # the ids the file sink committed, duplicates kept
@@ -53,9 +54,19 @@ def run(spark, context):
 '''
 
 
-def passthrough_package(name: str = "passthrough") -> bytes:
-    """A streaming app: every row of ``INPUT_KEY``'s JSON files lands in ``OUTPUT_KEY``."""
-    return _app_package(name, "passthrough:run", {"passthrough.py": PASSTHROUGH_SOURCE})
+def passthrough_package(name: str = "passthrough", *, version: int | None = None) -> bytes:
+    """A streaming app: every row of ``INPUT_KEY``'s JSON files lands in ``OUTPUT_KEY``;
+    with ``version``, each row carries it in a ``version`` column (new code that shows)."""
+    source = PASSTHROUGH_SOURCE
+    if version is not None:
+        source = source.replace(
+            "    (\n        rows.writeStream",
+            f"    from pyspark.sql import functions as sf\n\n"
+            f"    rows = rows.withColumn('version', sf.lit({version}))\n"
+            "    (\n        rows.writeStream",
+        )
+        assert "withColumn" in source
+    return _app_package(name, "passthrough:run", {"passthrough.py": source})
 
 
 def passthrough_conf(input_dir: Path, output_dir: Path) -> dict[str, Any]:
@@ -72,6 +83,14 @@ def passthrough_conf(input_dir: Path, output_dir: Path) -> dict[str, Any]:
 def write_ids(input_dir: Path, ids: Iterable[int]) -> Path:
     """One JSON-lines input file of the pass-through pipeline, written atomically."""
     return write_events(input_dir, ({"id": i} for i in ids))
+
+
+def read_versions(output_dir: Path) -> dict[int, int | None]:
+    """Each id of the pass-through pipeline's output and the version that wrote it (None:
+    untagged code); an id written twice would show in ``read_ids``."""
+    if not output_dir.exists():
+        return {}
+    return {row["id"]: row.get("version") for row in read_rows(output_dir)}
 
 
 def read_ids(output_dir: Path) -> list[int]:

@@ -47,6 +47,8 @@ SEED = int(os.environ.get("STRATUS_FUZZ_SEED", "20260522"))
 REQUEST_TIMEOUT_SECS = 10.0
 STEERED = 8  # pipelines of each kind submitted before the fuzz
 SUBMIT = "POST /api/v1/pipelines"
+UPDATE = "POST /api/v1/pipelines/{name}/update"
+UPLOADS = frozenset({SUBMIT, UPDATE})  # the operations whose body is a package
 KILL, ACTIVATE, DEACTIVATE, REBALANCE = (
     f"POST /api/v1/pipelines/{{name}}/{verb}"
     for verb in ("kill", "activate", "deactivate", "rebalance")
@@ -57,12 +59,12 @@ KILL, ACTIVATE, DEACTIVATE, REBALANCE = (
 # with a manifest is a package). For these two, the test replaces schemathesis's check
 # positive_data_acceptance with its own: a refusal of schema-valid input must be about the
 # conf or the package.
-CONF_OPERATIONS = frozenset({SUBMIT, REBALANCE})
+CONF_OPERATIONS = frozenset({SUBMIT, UPDATE, REBALANCE})
 SPARK_SCALARS = (str, int, float, bool)
 
 statuses: defaultdict[str, Counter[int]] = defaultdict(Counter)  # operation -> status -> count
 failed: set[str] = set()  # operations whose fuzz stopped at a failure
-made_valid: set[int] = set()  # ids of submit cases given a valid package and conf by map_case
+made_valid: set[int] = set()  # ids of upload cases given a valid package and conf by map_case
 
 
 @pytest.fixture(autouse=True)
@@ -132,7 +134,7 @@ def map_case(_: Any, case: Case[Any]) -> Case[Any]:
         conf = body.get("conf")
         if label == REBALANCE and isinstance(conf, dict) and len(conf) % 2:
             case.body = {**body, "conf": spark_conf(conf)}
-        elif label == SUBMIT:
+        elif label in UPLOADS:
             made_valid.add(id(case))
             steered_body: dict[str, Any] = {
                 **body,
@@ -161,7 +163,7 @@ def filter_failure(_: Any, failure: Failure, case: Case[Any], __: Any) -> bool:
     bytes ``24056``) is a valid upload once sent; schemathesis reconciles text fields but not
     file parts, and reports the accepted upload as "schema-violating request accepted".
     """
-    if not isinstance(failure, AcceptedNegativeData) or case.operation.label != SUBMIT:
+    if not isinstance(failure, AcceptedNegativeData) or case.operation.label not in UPLOADS:
         return True
     if id(case) in made_valid:
         return False  # map_case replaced its package and conf with valid ones: accepting is right
@@ -183,7 +185,7 @@ def test_no_request_breaks_the_api(case: Case[Any]) -> None:
     positive = case.meta is not None and case.meta.generation.mode.is_positive
     if excluded and positive and response.status_code == 422:
         error = response.json()
-        about = {"invalid_conf", "invalid_package"} if label == SUBMIT else {"invalid_conf"}
+        about = {"invalid_conf", "invalid_package"} if label in UPLOADS else {"invalid_conf"}
         assert error["error"] in about or error["message"].startswith("conf "), error
     failed.discard(label)
 
@@ -194,5 +196,6 @@ def test_the_fuzz_reached_the_writes() -> None:
         pytest.skip("nothing to count: test_no_request_breaks_the_api did not run")
     print({label: dict(counts) for label, counts in sorted(statuses.items())})
     assert statuses[SUBMIT][201] > 0 or SUBMIT in failed
+    assert statuses[UPDATE][200] + statuses[UPDATE][202] > 0 or UPDATE in failed
     for label in (KILL, ACTIVATE, DEACTIVATE, REBALANCE):
         assert statuses[label][200] > 0 or label in failed, label

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kazoo.exceptions import ConnectionLoss
 
-from stratus.api.records import PipelineRecord, PipelineStatus
+from stratus.api.records import PendingUpdate, PipelineRecord, PipelineStatus
 from stratus.codedist.code_sync import CodeSync, code_needed
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.errors import CodeUnavailableError
@@ -294,3 +294,96 @@ def test_a_submit_whose_upload_hangs_skips_the_leaders_code_check_instead_of_blo
     assert answers == [None]  # skipped for this round: no step down for code on its way
     settled.release()
     assert readiness.to_keep_leading() == "missing_code(etl)"
+
+
+class StoreDistributor(FakeDistributor):
+    """Packages stored once per digest, as the local store keeps them: a registration of bytes
+    already here needs no fetch; dropping a key deletes its bytes unless another key has them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stored: set[str] = set()
+        self.fetched: list[str] = []
+        self.deleted: list[str] = []
+
+    def replicate(self, pipeline: str, meta: CodeMeta) -> None:
+        if meta.digest not in self.stored:
+            super().replicate(pipeline, meta)  # CodeUnavailableError with no other holder
+            self.fetched.append(meta.digest)
+            self.stored.add(meta.digest)
+        self.held_code[pipeline] = meta
+
+    def cleanup(self, pipeline: str) -> None:
+        meta = self.held_code.get(pipeline)
+        super().cleanup(pipeline)
+        if meta is not None and meta not in self.held_code.values():
+            self.stored.discard(meta.digest)
+            self.deleted.append(meta.digest)
+
+
+def updating(name: str, digest: str, new_digest: str) -> PipelineRecord:
+    update = PendingUpdate(digest=new_digest, size_bytes=10, requested=0.0)
+    return record(name, digest=digest).model_copy(update={"update": update})
+
+
+def test_an_updates_code_is_fetched_under_its_staged_key_and_never_needed_to_lead():
+    records = {"etl": updating("etl", "digest-old", "digest-new")}
+    distributor = StoreDistributor()
+    distributor.held_code = {"etl": CodeMeta("digest-old", 10)}
+    distributor.stored = {"digest-old"}
+    distributor.elsewhere = {"digest-new": 1}
+    sync = CodeSync(distributor, lambda: records, records.get, freq_secs=60, lost_fail_secs=0)
+
+    assert code_needed(records) == {
+        "etl": CodeMeta("digest-old", 10),
+        "etl.update": CodeMeta("digest-new", 10),
+    }
+    assert "etl.update" not in code_needed(records, to_lead=True)
+    assert sync.sync_once()
+    assert distributor.held() == {
+        "etl": CodeMeta("digest-old", 10),
+        "etl.update": CodeMeta("digest-new", 10),
+    }
+    distributor.elsewhere = {}  # the new code lost everywhere but here, then here too
+    distributor.held_code.pop("etl.update")
+    assert sync.missing() == []
+    assert sync.lost() == {}  # a lost update fails no pipeline: it waits
+
+
+def test_an_applied_update_moves_its_bytes_to_the_pipelines_name_without_a_fetch():
+    records = {"etl": record("etl", digest="digest-new")}  # the leader switched the record
+    distributor = StoreDistributor()
+    distributor.held_code = {
+        "etl": CodeMeta("digest-old", 10),
+        "etl.update": CodeMeta("digest-new", 10),
+    }
+    distributor.stored = {"digest-old", "digest-new"}
+    sync = CodeSync(distributor, lambda: records, records.get, freq_secs=60, lost_fail_secs=30)
+
+    assert sync.missing() == []  # before the round: the staged copy counts for the name
+    assert sync.sync_once()
+
+    assert distributor.held() == {"etl": CodeMeta("digest-new", 10)}
+    assert distributor.fetched == []  # no other nimbus holds it: a fetch would have failed
+    assert distributor.deleted == ["digest-old"]  # never the new bytes
+    assert distributor.stored == {"digest-new"}
+
+
+def test_a_view_behind_an_applied_update_keeps_the_staged_bytes_until_held_by_name():
+    """Updates in quick succession: the view still shows the old code with no update, while
+    ZooKeeper already names the staged bytes as the pipeline's code. Dropping the staged key
+    then would delete the only copy of the pipeline's code."""
+    stale = {"etl": record("etl", digest="digest-old")}
+    applied = {"etl": record("etl", digest="digest-new")}
+    distributor = StoreDistributor()
+    distributor.held_code = {
+        "etl": CodeMeta("digest-old", 10),
+        "etl.update": CodeMeta("digest-new", 10),
+    }
+    distributor.stored = {"digest-old", "digest-new"}
+    sync = CodeSync(distributor, lambda: stale, applied.get, freq_secs=60, lost_fail_secs=30)
+
+    sync.sync_once()
+
+    assert "digest-new" in distributor.stored
+    assert distributor.held()["etl.update"] == CodeMeta("digest-new", 10)

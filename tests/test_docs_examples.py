@@ -57,6 +57,7 @@ NOT_RUN = {
         verb: "a client verb: needs a running nimbus"
         for verb in (
             "submit",
+            "update",
             "list",
             "status",
             "logs",

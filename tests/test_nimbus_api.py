@@ -31,6 +31,7 @@ LEADER_ONLY = [
     ("post", "/api/v1/pipelines/any/deactivate", {}),
     ("post", "/api/v1/pipelines/any/rebalance", {"json": {"conf": {"spark.x": "1"}}}),
     ("post", "/api/v1/pipelines", {"data": {"name": "p"}, "files": {"package": b"x"}}),
+    ("post", "/api/v1/pipelines/any/update", {"files": {"package": b"x"}}),
 ]
 
 

@@ -4,7 +4,8 @@ Each test is one scenario of the supervisors' issue, with the assertion that pro
 a pipeline moved off a killed supervisor delivers every record exactly once; pipelines keep
 running with every nimbus down and a returning nimbus moves nothing; the lifecycle commands
 do what docs/scheduling.md says; a supervisor cut off from ZooKeeper stops its worker before
-the pipeline starts elsewhere; a worker that cannot start is reported, not restarted forever.
+the pipeline starts elsewhere; a worker that cannot start is reported, not restarted forever;
+a running streaming pipeline updated to new code delivers every record exactly once.
 """
 
 from __future__ import annotations
@@ -13,19 +14,21 @@ import signal
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from stratus.api.errors import UnknownPipelineError
 from stratus.api.records import PipelineStatus
 from stratus.config import config_from_mapping
 from stratus.worker.checkpoints import checkpoint_location
-from tests.pipeline_cluster import PipelineCluster, pipeline_cluster
+from tests.pipeline_cluster import SPARK_START_SECS, PipelineCluster, pipeline_cluster
 from tests.spark_packages import (
     bad_entrypoint_package,
     batch_package,
     passthrough_conf,
     passthrough_package,
     read_ids,
+    read_versions,
     write_ids,
 )
 from tests.zkfixtures import process_gone, wait_until
@@ -133,7 +136,7 @@ def test_deactivate_activate_rebalance_kill_and_a_finished_batch(zk_hosts, tmp_p
         assert cluster.workers("report").assignment is None
 
         record = cluster.client.status("pt")
-        cluster.client.kill("pt", wait_secs=0)
+        cluster.client.kill("pt", wait_secs=0, purge=True)
         wait_until(lambda: _gone(cluster, "pt"), 60, "the killed pipeline's record to go")
         conf = config_from_mapping({"pipeline.checkpoint.root": str(tmp_path / "checkpoints")})
         checkpoints = Path(checkpoint_location(conf.checkpoint_root(), record.conf, "pt"))
@@ -176,6 +179,51 @@ def test_a_worker_that_cannot_start_is_reported_with_its_error_and_not_restarted
         log = Path(cluster.supervisors["s1"].local_dir) / "workers" / "bad" / "worker.log"
         starts = log.read_text().count("Traceback") if log.exists() else 0
         assert starts <= 4  # the first start and supervisor.worker.max.restarts (3)
+
+
+@pytest.mark.timeout(600)  # two cold Spark starts on a loaded machine
+def test_a_streaming_pipeline_updated_while_it_runs_delivers_every_record_once_in_new_code(
+    zk_hosts, tmp_path, request
+):
+    graceful = ["-c", "nimbus.supervisor.timeout.secs=30", "-c", "supervisor.worker.stop.secs=25"]
+    with pipeline_cluster(
+        zk_hosts, tmp_path, request.node.name, supervisors=("s1",), extra=graceful
+    ) as cluster:
+        output = submit_passthrough(cluster, tmp_path)
+        old = cluster.wait_running("pt")
+        feed_and_wait(tmp_path, "pt", range(0, 50), output)  # before
+        leader = cluster.nimbuses.nimbuses[0].url
+        refused = httpx.post(  # a package the nimbus refuses: nothing changes
+            f"{leader}/api/v1/pipelines/pt/update",
+            files={"package": passthrough_package("pt", version=2)[:-30]},
+        )
+        assert (refused.status_code, refused.json()["error"]) == (422, "invalid_package")
+        still = cluster.running_on("pt")
+        assert still is not None and still.pid == old.pid
+        assert cluster.client.status("pt").version == 1
+
+        write_ids(tmp_path / "pt-in", range(50, 100))  # during: the old worker may take them
+        # no conf: the input and output the submit set are kept
+        updated = cluster.client.update("pt", passthrough_package("pt", version=2))
+        write_ids(tmp_path / "pt-in", range(100, 150))  # during: the restart
+        assert (updated.version, updated.update) == (2, None)
+        wait_until(
+            lambda: (
+                (beat := cluster.running_on("pt")) is not None and beat.digest == updated.digest
+            ),
+            SPARK_START_SECS + OUTPUT_SECS,  # the old worker's stop, then a cold Spark start
+            "the new code to run",
+        )
+        feed_and_wait(tmp_path, "pt", range(150, 200), output)  # after: 0-199, each once
+
+        assert old.pid is not None and process_gone(old.pid)
+        supervisor_log = (tmp_path / "supervisor-s1.log").read_text()
+        assert f"reason=restart pid={old.pid}" in supervisor_log
+        assert "event=worker_killed" not in supervisor_log  # its own stop, not SIGKILL
+        versions = read_versions(output)
+        assert all(versions[i] is None for i in range(50))  # the old code wrote these
+        assert all(versions[i] == 2 for i in range(150, 200))  # and the new code these
+        assert cluster.client.status("pt").version == 2
 
 
 def _gone(cluster: PipelineCluster, name: str) -> bool:

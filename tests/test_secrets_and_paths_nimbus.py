@@ -1,7 +1,7 @@
 """Operator-owned paths and secrets on a running nimbus (a real process on a real ZooKeeper):
-a pipeline's conf cannot move its checkpoints or reach another host, a kill deletes only
-inside the checkpoint root, and a secret conf value is never shown, while ZooKeeper (and so
-the worker) keeps the real one: not in a conf, not in a FAILED worker's log tail, and a conf
+a pipeline's conf cannot move its checkpoints or reach another host, a purging kill deletes
+only inside the checkpoint root, and a secret conf value is never shown, while ZooKeeper (and
+so the worker) keeps the real one: not in a conf, not in a FAILED worker's log tail, and a conf
 sent back with the redaction marker keeps the stored secret."""
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def test_a_rebalance_drops_a_checkpoint_root_that_an_older_record_holds(cluster,
     assert response.json()["conf"] == {"spark.a": 1, "spark.b": 2}
 
 
-def test_a_kill_deletes_the_pipelines_checkpoints_and_nothing_a_link_inside_points_to(
+def test_a_purging_kill_deletes_the_pipelines_checkpoints_and_nothing_a_link_inside_points_to(
     cluster, root, tmp_path
 ):
     url = url_of(cluster)
@@ -167,7 +167,7 @@ def test_a_kill_deletes_the_pipelines_checkpoints_and_nothing_a_link_inside_poin
     (location / "escape").symlink_to(outside)
     (root / "neighbour").mkdir()
 
-    httpx.post(f"{url}/api/v1/pipelines/killed/kill", json={"wait_secs": 0})
+    httpx.post(f"{url}/api/v1/pipelines/killed/kill", json={"wait_secs": 0, "purge": True})
 
     wait_until(lambda: gone(url, "killed"), 20, "the killed pipeline's record to go")
     wait_until(lambda: not (root / "killed").exists(), 20, "its checkpoints to go")
@@ -175,7 +175,9 @@ def test_a_kill_deletes_the_pipelines_checkpoints_and_nothing_a_link_inside_poin
     assert (root / "neighbour").is_dir()
 
 
-def test_a_kill_leaves_a_pipeline_directory_that_links_out_of_the_root(cluster, root, tmp_path):
+def test_a_purging_kill_leaves_a_pipeline_directory_that_links_out_of_the_root(
+    cluster, root, tmp_path
+):
     url = url_of(cluster)
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -183,7 +185,7 @@ def test_a_kill_leaves_a_pipeline_directory_that_links_out_of_the_root(cluster, 
     assert submit(url, "linked", {}).status_code == 201
     (root / "linked").symlink_to(outside)
 
-    httpx.post(f"{url}/api/v1/pipelines/linked/kill", json={"wait_secs": 0})
+    httpx.post(f"{url}/api/v1/pipelines/linked/kill", json={"wait_secs": 0, "purge": True})
 
     wait_until(lambda: gone(url, "linked"), 20, "the killed pipeline's record to go")
     nimbus = cluster.nimbuses[0]

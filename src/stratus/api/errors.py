@@ -61,6 +61,13 @@ class InvalidTransitionError(ApiError):
     status = 409
 
 
+class UpdateInProgressError(InvalidTransitionError):
+    """Another update of the pipeline waits for its code's replication: one at a time."""
+
+    code = "update_in_progress"
+    status = 409
+
+
 class InvalidNameError(ApiError):
     code = "invalid_name"
     status = 422
@@ -152,6 +159,7 @@ _BY_CODE: dict[str, type[ApiError]] = {
         UnknownPipelineError,
         PipelineExistsError,
         InvalidTransitionError,
+        UpdateInProgressError,
         InvalidNameError,
         InvalidConfError,
         InvalidRequestError,

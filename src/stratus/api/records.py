@@ -56,6 +56,28 @@ class _Record(BaseModel):
         return self.model_dump_json().encode()
 
 
+class PendingUpdate(BaseModel):
+    """New code for a running pipeline, waiting for ``replication_required`` copies."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    digest: str = Field(description="sha256 of the new package, hex")
+    size_bytes: int
+    blake3: str | None = None
+    conf: dict[str, Any] = Field(
+        default_factory=dict, description="the conf the pipeline runs with once updated"
+    )
+    request_id: str = Field(default="", description="the client request id of the update")
+    requested: float = Field(description="wall-clock time of the update request")
+    replication: int = Field(default=0, description="nimbuses holding the new code")
+    replication_required: int = 1
+    replication_deadline: float | None = Field(
+        default=None,
+        description="when the update is applied even short of the required replication "
+        "(wall clock); null waits forever",
+    )
+
+
 class PipelineRecord(_Record):
     """One pipeline, as ``<root>/pipelines/<name>`` holds it."""
 
@@ -97,6 +119,29 @@ class PipelineRecord(_Record):
         description="why the pipeline FAILED, or a note on its activation short of the "
         "required replication",
     )
+    version: int = Field(
+        default=1, description="the code version: 1 at submit, one more at every update applied"
+    )
+    update: PendingUpdate | None = Field(
+        default=None,
+        description="an update whose code is on its way to the minimum replication; the "
+        "pipeline runs its current code until the leader applies it",
+    )
+    requests: list[str] = Field(
+        default_factory=list,
+        description="the request ids of the last updates and rebalances applied, newest last: "
+        "a retry with one of them changes nothing",
+    )
+    purge: bool = Field(
+        default=False,
+        description="a KILLED pipeline's checkpoints are deleted with its record (kill --purge)",
+    )
+
+    @property
+    def generation(self) -> int:
+        """What its assignments carry: one more at every rebalance and every update applied,
+        so either restarts the worker (the same count as ``rebalances`` before any update)."""
+        return self.rebalances + self.version - 1
 
 
 class NimbusRegistration(_Record):
@@ -149,14 +194,15 @@ class Assignment(_Record):
 
     Written only in the leader's fenced transactions. ``epoch`` is the term that wrote it: a
     supervisor ignores an assignment of a pipeline from an older epoch than one it has seen.
-    A change of ``generation`` (a rebalance) or ``digest`` restarts the worker with the new
-    conf; deleting the assignment stops the worker (deactivate, kill, a move elsewhere).
+    A change of ``generation`` (a rebalance, an update) or ``digest`` restarts the worker with
+    the new code and conf; deleting the assignment stops the worker (deactivate, kill, a
+    move elsewhere).
     """
 
     pipeline: str
     supervisor: str
     epoch: int
-    generation: int = Field(description="the pipeline record's rebalance count")
+    generation: int = Field(description="the pipeline record's generation: rebalances and updates")
     digest: str
     size_bytes: int
     blake3: str | None = Field(default=None, description="the pipeline record's BLAKE3")
@@ -302,6 +348,12 @@ class KillRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     wait_secs: float | None = Field(default=None, ge=0, le=86_400, strict=True)
+    purge: bool = Field(
+        default=False,
+        strict=True,
+        description="delete the pipeline's checkpoints with its record; without it they are "
+        "kept, and a later submit of the same name resumes from them",
+    )
 
 
 class RebalanceRequest(BaseModel):
@@ -310,6 +362,12 @@ class RebalanceRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     conf: dict[str, Any] = Field(min_length=1)
+    request_id: str = Field(
+        default="",
+        max_length=128,
+        pattern=r"^[!-~]*$",
+        description="client id that makes retries safe: a retry changes nothing",
+    )
 
 
 class ErrorBody(BaseModel):

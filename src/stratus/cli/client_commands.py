@@ -1,7 +1,8 @@
-"""The client verbs of ``stratus``: submit, list, status, logs, kill, activate, deactivate,
+"""The client verbs of ``stratus``: submit, update, list, status, logs, kill, activate, deactivate,
 rebalance, cluster and leader.
 
     stratus submit examples/wordcount --conf spark.sql.shuffle.partitions=4
+    stratus update wordcount examples/wordcount
     stratus list -c nimbus.seeds=10.0.0.1:6627,10.0.0.2:6627
     stratus kill wordcount --wait 0
     stratus cluster --json
@@ -176,6 +177,56 @@ def _replication_line(record: PipelineRecord) -> str:
     )
 
 
+@click.command()
+@click.argument("name")
+@click.argument("package", type=click.Path(exists=True, path_type=Path))
+@_conf_option(required=False)
+@click.option(
+    "--request-id",
+    default=None,
+    help="Id that makes a re-run of this command change nothing twice [default: new].",
+)
+@click.option(
+    "--wait/--no-wait",
+    default=True,
+    show_default=True,
+    help="Wait until the update is applied (its code at the minimum replication).",
+)
+@_json_option
+@with_config
+def update(
+    *,
+    name: str,
+    package: Path,
+    pipeline_conf: dict[str, Any],
+    request_id: str | None,
+    wait: bool,
+    as_json: bool,
+    conf: StratusConfig,
+) -> None:
+    """Give pipeline NAME new code, PACKAGE, keeping its checkpoints; it restarts with it."""
+    with _client(conf) as client:
+        record = client.update(name, package, pipeline_conf, request_id=request_id)
+        if wait and record.update is not None:
+            record = client.wait_updated(record)
+    if as_json:
+        _print_json(record)
+        return
+    if record.update is not None:
+        _console().print(
+            f"pipeline {record.name} runs version {record.version}; the update to package "
+            f"{record.update.digest[:DIGEST_PREFIX]} waits for its code to reach "
+            f"{record.update.replication_required} nimbuses"
+        )
+        return
+    _console().print(
+        f"updated pipeline {record.name} to version {record.version}: package "
+        f"{record.digest[:DIGEST_PREFIX]} ({format_size(record.size_bytes)}), epoch {record.epoch}"
+    )
+    if record.reason:
+        _console().print(f"note: {printable(record.reason)}")
+
+
 @click.command("list")
 @_json_option
 @with_config
@@ -264,12 +315,19 @@ def _shown(line: str) -> str:
     default=None,
     help="Seconds until the pipeline's record is removed [default: pipeline.kill.wait.secs].",
 )
+@click.option(
+    "--purge",
+    is_flag=True,
+    help="Delete the pipeline's checkpoints too (kept otherwise: a later submit resumes).",
+)
 @_json_option
 @with_config
-def kill(name: str, wait_secs: float | None, as_json: bool, conf: StratusConfig) -> None:
-    """Kill pipeline NAME; its record is removed after the wait."""
+def kill(
+    name: str, wait_secs: float | None, purge: bool, as_json: bool, conf: StratusConfig
+) -> None:
+    """Kill pipeline NAME; its record is removed after the wait, its checkpoints kept."""
     with _client(conf) as client:
-        record = client.kill(name, wait_secs)
+        record = client.kill(name, wait_secs, purge=purge)
     if as_json:
         click.echo("null" if record is None else redact_record(record).model_dump_json(indent=2))
     elif record is None:
@@ -302,12 +360,23 @@ def deactivate(name: str, as_json: bool, conf: StratusConfig) -> None:
 @click.command()
 @click.argument("name")
 @_conf_option(required=True)
+@click.option(
+    "--request-id",
+    default=None,
+    help="Id that makes a re-run of this command change nothing twice [default: new].",
+)
 @_json_option
 @with_config
-def rebalance(name: str, pipeline_conf: dict[str, Any], as_json: bool, conf: StratusConfig) -> None:
+def rebalance(
+    name: str,
+    pipeline_conf: dict[str, Any],
+    request_id: str | None,
+    as_json: bool,
+    conf: StratusConfig,
+) -> None:
     """Merge --conf keys into pipeline NAME's conf; it restarts with them."""
     with _client(conf) as client:
-        record = client.rebalance(name, pipeline_conf)
+        record = client.rebalance(name, pipeline_conf, request_id=request_id)
     if as_json:
         _print_json(record)
         return
@@ -345,6 +414,7 @@ def leader(as_json: bool, conf: StratusConfig) -> None:
 
 CLIENT_COMMANDS = (
     submit,
+    update,
     list_pipelines,
     status,
     logs,
@@ -432,6 +502,13 @@ def _record_table(record: PipelineRecord) -> Table:
     table.add_row("updated", _when(record.updated))
     table.add_row("epoch", str(record.epoch))
     table.add_row("rebalances", str(record.rebalances))
+    table.add_row("version", str(record.version))
+    if record.update is not None:
+        table.add_row(
+            "update",
+            f"package {record.update.digest[:DIGEST_PREFIX]} waits: its code on "
+            f"{record.update.replication} of {record.update.replication_required} required",
+        )
     table.add_row("replication", f"{record.replication} of {record.replication_required} required")
     if record.reason:
         table.add_row("reason", printable(record.reason))

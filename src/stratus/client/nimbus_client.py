@@ -239,16 +239,70 @@ class NimbusClient:
             check_package(archive, self.package_limits)
             return archive.read_bytes()
 
-    def kill(self, name: str, wait_secs: float | None = None) -> PipelineRecord | None:
+    def update(
+        self,
+        name: str,
+        package: Path | bytes,
+        conf: Mapping[str, Any] | None = None,
+        *,
+        request_id: str | None = None,
+    ) -> PipelineRecord:
+        """Give pipeline ``name`` new code: ``package`` checked here and uploaded, as a
+        submit's. Its conf is the current one, with the new manifest's over it and ``conf``
+        over both. The pipeline keeps its name and checkpoints.
+
+        The record answered has the update applied (a higher ``version``), or waiting in
+        ``update`` for its code's replication: ``wait_updated`` waits for it. Every attempt
+        sends the same request id (a new uuid4 unless given), so a retry after a failover
+        changes nothing twice.
+        """
+        check_pipeline_name(name)
+        content = self._checked_package(package)
+        fields = {"conf": _conf_json(conf or {}), "request_id": request_id or uuid.uuid4().hex}
+        filename = package.name if isinstance(package, Path) else "package"
+        files = {"package": (f"{filename}.zip", content, "application/zip")}
+        path = _pipeline_path(name, "update")
+        response = self._router.call_leader("POST", path, data=fields, files=files)
+        return parse(PipelineRecord, response)
+
+    def wait_updated(
+        self,
+        record: PipelineRecord,
+        *,
+        poll_secs: float = 0.2,
+        on_progress: Callable[[PipelineRecord], None] | None = None,
+    ) -> PipelineRecord:
+        """Wait while the update that ``record`` (an answer of ``update``) shows waiting is
+        not applied; the record once it is (or once the pipeline no longer runs code)."""
+        waiting = record.update
+        if waiting is None:
+            return record
+        while True:
+            seen = self.status(record.name)
+            if on_progress is not None:
+                on_progress(seen)
+            pending = seen.update
+            still = pending is not None and pending.request_id == waiting.request_id
+            if not still or not seen.status.needs_code:
+                return seen
+            self._sleep(poll_secs)
+
+    def kill(
+        self, name: str, wait_secs: float | None = None, *, purge: bool = False
+    ) -> PipelineRecord | None:
         """Mark ``name`` KILLED; the leader removes its record ``wait_secs`` later
         (``pipeline.kill.wait.secs`` when None). Killing a KILLED pipeline changes nothing.
+        Its checkpoints are kept (a later submit of the name resumes from them) unless
+        ``purge``, which deletes them with the record.
 
         Returns the KILLED record, or None when an attempt that may have reached the leader
         was retried and the retry found no such pipeline: the earlier attempt killed it and
         its record was already removed (short ``wait_secs``), so the kill counts as done.
         UnknownPipelineError is raised only when no attempt can have applied the kill.
         """
-        body = _validated(KillRequest, InvalidRequestError, wait_secs=wait_secs)
+        body = _validated(KillRequest, InvalidRequestError, wait_secs=wait_secs, purge=purge)
+        if not purge:
+            del body["purge"]  # the body an older nimbus knows
         delivery = Delivery()
         try:
             response = self._router.call_leader(
@@ -270,15 +324,17 @@ class NimbusClient:
         path = _pipeline_path(name, "deactivate")
         return parse(PipelineRecord, self._router.call_leader("POST", path))
 
-    def rebalance(self, name: str, conf: Mapping[str, Any]) -> PipelineRecord:
+    def rebalance(
+        self, name: str, conf: Mapping[str, Any], *, request_id: str | None = None
+    ) -> PipelineRecord:
         """Merge ``conf`` (at least one key) into the pipeline's conf; it restarts with it.
 
-        A retry after a failover may apply the same merge twice: the conf is the same, and
-        the record's ``rebalances`` count may grow by two.
+        Every attempt sends the same request id (a new uuid4 unless given): a retry after a
+        failover changes nothing twice.
         """
         if not conf:
             raise InvalidConfError(f"rebalance of {name!r} needs at least one conf key")
-        body = {"conf": json.loads(_conf_json(conf))}
+        body = {"conf": json.loads(_conf_json(conf)), "request_id": request_id or uuid.uuid4().hex}
         response = self._router.call_leader("POST", _pipeline_path(name, "rebalance"), json=body)
         return parse(PipelineRecord, response)
 

@@ -33,6 +33,7 @@ from stratus.api.clock import Clock
 from stratus.api.records import PipelineRecord
 from stratus.codedist.distributor import CodeDistributor, CodeMeta
 from stratus.codedist.errors import CodeUnavailableError
+from stratus.codedist.staged import staged_key, staged_pipeline
 from stratus.errors import StratusError
 
 log = logging.getLogger(__name__)
@@ -43,12 +44,22 @@ FIRST_RETRY_SECS = 0.5
 def code_needed(
     records: Mapping[str, PipelineRecord], *, to_lead: bool = False
 ) -> dict[str, CodeMeta]:
-    """The code that nimbuses fetch (pipelines not KILLED or FAILED), or need to lead."""
-    return {
+    """The code that nimbuses fetch (pipelines not KILLED or FAILED), or need to lead.
+
+    The code of an update in progress is fetched too, under its staged key (``staged.py``);
+    it is never needed to lead: the pipeline runs its current code until the update applies.
+    """
+    needed = {
         name: CodeMeta(record.digest, record.size_bytes, record.blake3)
         for name, record in records.items()
         if (record.status.needed_to_lead if to_lead else record.status.needs_code)
     }
+    if not to_lead:
+        for name, record in records.items():
+            update = record.update
+            if update is not None and record.status.needs_code:
+                needed[staged_key(name)] = CodeMeta(update.digest, update.size_bytes, update.blake3)
+    return needed
 
 
 class CodeSync:
@@ -108,7 +119,9 @@ class CodeSync:
         looks_missing = [
             name
             for name, meta in sorted(needed.items())
-            if name not in excused and not self._holds(name, meta)
+            if name not in excused
+            and not self._holds(name, meta)
+            and not self._holds_staged(name, meta)
         ]
         if records is not None:
             return looks_missing
@@ -132,6 +145,7 @@ class CodeSync:
                 name: now - since
                 for (name, digest), since in self._lost_since.items()
                 if name in needed
+                and staged_pipeline(name) is None  # an update's code lost fails no pipeline
                 and needed[name].digest == digest
                 and now - since >= self._lost_fail_secs
             }
@@ -142,12 +156,13 @@ class CodeSync:
         """One round; True if every needed pipeline's code is here afterwards."""
         self.rounds += 1
         needed = code_needed(self._pipelines())
-        self._drop_unneeded(needed)
+        self._drop_unneeded(needed, spare=needed)
         complete = True
         for name, meta in sorted(needed.items()):
             if self._stopping.is_set():
                 return False
             complete = self._ensure(name, meta) and complete
+        self._drop_unneeded(needed)  # an applied update's staged key, now held by name
         self._forget_lost_except(needed)
         return complete
 
@@ -164,8 +179,16 @@ class CodeSync:
             self._wake.wait(pause)
             self._wake.clear()
 
-    def _drop_unneeded(self, needed: Mapping[str, CodeMeta]) -> None:
+    def _drop_unneeded(
+        self, needed: Mapping[str, CodeMeta], spare: Mapping[str, CodeMeta] | None = None
+    ) -> None:
+        """Drop the code no pipeline needs under its key; but for the digests of ``spare``,
+        kept until the round has registered them under the key that needs them (an applied
+        update's bytes move from the staged key to the pipeline's name without a fetch)."""
+        spared = {meta.digest for meta in (spare or {}).values()}
         for name, meta in self._distributor.held().items():
+            if meta.digest in spared and needed.get(name) != meta:
+                continue
             if needed.get(name) != meta and not self._still_needed(name, meta):
                 log.info("event=code_dropped pipeline=%s digest=%s", name, meta.digest)
                 self._distributor.cleanup(name)
@@ -176,6 +199,16 @@ class CodeSync:
         A submit creates the record, then registers the code; a drop decided from a view
         that lags by one watch event would delete the only copy.
         """
+        pipeline = staged_pipeline(name)
+        if pipeline is not None:
+            staged = self._read_record(pipeline)
+            if staged is None or not staged.status.needs_code:
+                return False
+            if staged.update is not None and staged.update.digest == meta.digest:
+                return True  # still waiting
+            # applied since the view was read: the bytes are the pipeline's code now; keep
+            # them under the staged key until this nimbus holds them under the name
+            return staged.digest == meta.digest and not self._distributor.holds(pipeline, meta)
         record = self._read_record(name)
         return record is not None and record.status.needs_code and record.digest == meta.digest
 
@@ -203,6 +236,16 @@ class CodeSync:
         else:
             with self._lock:
                 self._lost_since.setdefault((name, meta.digest), self._clock())
+        return False
+
+    def _holds_staged(self, name: str, meta: CodeMeta) -> bool:
+        """Whether this nimbus holds ``meta`` as ``name``'s update: between the switch of
+        the record and this nimbus's next round, the code is here, under the staged key."""
+        if staged_pipeline(name) is not None:
+            return False
+        if self._distributor.holds(staged_key(name), meta):
+            self.request()  # register it under the name soon
+            return True
         return False
 
     def _note_found(self, name: str) -> None:

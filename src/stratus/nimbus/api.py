@@ -7,6 +7,7 @@ leader. Reads come from the nimbus's cluster view, never from ZooKeeper directly
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Annotated, Any
 
@@ -57,6 +58,8 @@ from stratus.security.require_role import RequireRole
 
 PREFIX = "/api/v1"
 SUBMIT_PATH = f"{PREFIX}/pipelines"
+UPDATE_PATH = f"{PREFIX}/pipelines/{{name}}/update"
+UPLOAD_PATHS = re.compile(re.escape(SUBMIT_PATH) + r"(/[^/]+/update)?")  # package bodies
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody} for status in (404, 409, 413, 421, 422, 503)
 }
@@ -106,7 +109,7 @@ def create_app(
         limits=service.limits,
         leader_term=service.leader_term,
         leader_only=leader_only_routes(app.router.routes),
-        upload_path=SUBMIT_PATH,
+        upload_path=UPLOAD_PATHS,
     )
     app.add_middleware(EpochHeader, service=service)
     app.add_middleware(
@@ -209,10 +212,61 @@ def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
         route_class_override=spooling_route(service.incoming.directory),
     )
 
+    def update(
+        response: Response,
+        name: PipelinePathName,
+        package: Annotated[
+            UploadFile,
+            File(
+                description="the new package: a zip with a stratus.yaml manifest",
+                json_schema_extra={"minLength": 1},
+            ),
+        ],
+        conf: Annotated[
+            str,
+            Form(description="conf keys, a JSON object: over the new manifest's, over the current"),
+        ] = "{}",
+        request_id: Annotated[
+            str,
+            Form(
+                description="client id that makes retries safe: printable ASCII, no spaces",
+                max_length=MAX_REQUEST_ID_LENGTH,
+                pattern=REQUEST_ID.pattern,
+            ),
+        ] = "",
+    ) -> PipelineRecord:
+        """New code (and conf) for a pipeline, which keeps its name and checkpoints.
+
+        The package is checked as a submit's is; a refused one changes nothing. The update
+        waits in the record (``update``) until its code is on
+        ``pipeline.min.replication.count`` nimbuses (or the wait limit passes), then the
+        record names the new code with its ``version`` one higher, and the pipeline's
+        worker stops gracefully and starts again with the new code: poll the status until
+        ``version`` grows. Answers 202 while the update waits, 200 once it is applied; a
+        retry with the same ``request_id`` changes nothing and answers the record.
+        """
+        record, _ = service.update(name, conf, request_id, package.file)
+        if record.update is not None:
+            response.status_code = 202
+        return record
+
+    app.router.add_api_route(  # as @app.post, with the package spooled into the store
+        UPDATE_PATH,
+        update,
+        methods=["POST"],
+        status_code=200,
+        tags=["leader only"],
+        responses={202: {"model": PipelineRecord, "description": "the update waits for its code"}},
+        route_class_override=spooling_route(service.incoming.directory),
+    )
+
     @app.post(f"{PREFIX}/pipelines/{{name}}/kill", tags=["leader only"])
     def kill(name: PipelinePathName, body: KillRequest | None = None) -> PipelineRecord:
-        """Mark the pipeline KILLED; its record is removed after ``wait_secs``."""
-        return service.kill(name, body.wait_secs if body else None)
+        """Mark the pipeline KILLED; its record is removed after ``wait_secs``. Its
+        checkpoints are kept (a later submit of the name resumes), unless ``purge``."""
+        if body is None:
+            return service.kill(name, None)
+        return service.kill(name, body.wait_secs, purge=body.purge)
 
     @app.post(f"{PREFIX}/pipelines/{{name}}/activate", tags=["leader only"])
     def activate(name: PipelinePathName) -> PipelineRecord:
@@ -224,8 +278,9 @@ def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
 
     @app.post(f"{PREFIX}/pipelines/{{name}}/rebalance", tags=["leader only"])
     def rebalance(name: PipelinePathName, body: RebalanceRequest) -> PipelineRecord:
-        """Merge ``conf`` into the pipeline's conf; the pipeline restarts with it."""
-        return service.rebalance(name, body.conf)
+        """Merge ``conf`` into the pipeline's conf; the pipeline restarts with it. A retry
+        with the same ``request_id`` changes nothing."""
+        return service.rebalance(name, body.conf, body.request_id)
 
 
 def _add_page_routes(app: FastAPI, service: NimbusService, metrics: NimbusMetrics) -> None:

@@ -13,11 +13,12 @@
   and clients retry a 503::
 
     app.add_middleware(RequestGuard, limits=limits, leader_term=service.leader_term,
-                       leader_only=leader_only_routes(app), upload_path=SUBMIT_PATH)
+                       leader_only=leader_only_routes(app), upload_path=UPLOAD_PATHS)
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -99,13 +100,16 @@ class RequestGuard:
         limits: RequestLimits,
         leader_term: Callable[[], object],
         leader_only: Sequence[BaseRoute],
-        upload_path: str,
+        upload_path: str | re.Pattern[str],
     ) -> None:
         self.app = app
         self.limits = limits
         self._leader_term = leader_term  # raises NotLeaderError on a standby
         self._leader_only = tuple(leader_only)
-        self._upload_path = upload_path
+        # the paths whose body is a package (a submit, an update): a path, or a pattern
+        self._upload_path = re.compile(
+            re.escape(upload_path) if isinstance(upload_path, str) else upload_path.pattern
+        )
         self._uploads = 0  # submits reading their bodies now (only the event loop counts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -118,7 +122,8 @@ class RequestGuard:
             except NotLeaderError as exc:
                 await error_response(exc, dict(_CLOSE))(scope, receive, send)
                 return
-        upload = scope["method"] == "POST" and scope["path"].rstrip("/") == self._upload_path
+        path = scope["path"].rstrip("/")
+        upload = scope["method"] == "POST" and self._upload_path.fullmatch(path) is not None
         too_large = self._package_too_large if upload else self._request_too_large
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self._limit(upload):

@@ -11,6 +11,8 @@ version, so two requests racing on one pipeline cannot lose an update::
     record, created = ops.submit(term, "etl", conf, "r1", pkg, replication=policy)
     ops.note_replication(term, "etl", holders=2)     # PENDING -> ACTIVE
     ops.deactivate(term, "etl")
+    ops.stage_update(term, "etl", conf, "r2", new_pkg, replication=policy)  # new code waits
+    ops.note_update_replication(term, "etl", holders=2)   # switched: version 2, new digest
     ops.kill(term, "etl", wait_secs=30)   # KILLED now, removed by remove_due() after 30 s
 
 Every operation is idempotent (a submit through its request id), which is what lets a
@@ -42,11 +44,12 @@ from stratus.api.errors import (
     RecordTooLargeError,
     UnavailableError,
     UnknownPipelineError,
+    UpdateInProgressError,
 )
 from stratus.api.locations import CHECKPOINT_ROOT_KEY
 from stratus.api.names import check_pipeline_name
 from stratus.api.pipeline_conf import validate_pipeline_conf
-from stratus.api.records import PipelineRecord, PipelineStatus
+from stratus.api.records import PendingUpdate, PipelineRecord, PipelineStatus
 from stratus.api.redaction import restore_redacted
 from stratus.codedist.package_store import StoredPackage
 from stratus.coordination.errors import (
@@ -60,12 +63,14 @@ from stratus.zk.paths import ClusterPaths
 
 log = logging.getLogger(__name__)
 
+REMEMBERED_REQUESTS = 16  # request ids of updates and rebalances kept in a record
 VERSION_RACE_RETRIES = 5  # another request changed the record between our read and write
 DEFAULT_MAX_RECORD_BYTES = 512 * 1024  # nimbus.max.record.bytes
 
 
 class PipelineOps:
-    """Submit, kill, activate, deactivate, rebalance and the removal of killed pipelines."""
+    """Submit, update, kill, activate, deactivate, rebalance and the removal of killed
+    pipelines."""
 
     def __init__(
         self,
@@ -180,14 +185,25 @@ class PipelineOps:
 
         return self._update(term, name, "finished", finished)
 
-    def kill(self, term: Leadership, name: str, wait_secs: float) -> PipelineRecord:
-        """Mark KILLED, removed after ``wait_secs``; a later kill may shorten the wait only."""
+    def kill(
+        self, term: Leadership, name: str, wait_secs: float, *, purge: bool = False
+    ) -> PipelineRecord:
+        """Mark KILLED, removed after ``wait_secs``; a later kill may shorten the wait only,
+        or add ``purge`` (its checkpoints are deleted with the record; else they are kept)."""
 
         def to_killed(record: PipelineRecord) -> PipelineRecord | None:
             kill_at = self._wall() + wait_secs
-            if record.status is PipelineStatus.KILLED and (record.kill_at or 0) <= kill_at:
-                return None
-            return self._changed(record, term, status=PipelineStatus.KILLED, kill_at=kill_at)
+            if record.status is PipelineStatus.KILLED:
+                if (record.kill_at or 0) <= kill_at and (record.purge or not purge):
+                    return None
+                kill_at = min(kill_at, record.kill_at or kill_at)
+            return self._changed(
+                record,
+                term,
+                status=PipelineStatus.KILLED,
+                kill_at=kill_at,
+                purge=record.purge or purge,
+            )
 
         return self._update(term, name, "kill", to_killed)
 
@@ -199,31 +215,179 @@ class PipelineOps:
             term, name, "deactivate", self._to_status(term, PipelineStatus.INACTIVE)
         )
 
-    def rebalance(self, term: Leadership, name: str, conf: Mapping[str, Any]) -> PipelineRecord:
-        def rebalanced(record: PipelineRecord) -> PipelineRecord:
+    def rebalance(
+        self, term: Leadership, name: str, conf: Mapping[str, Any], request_id: str = ""
+    ) -> PipelineRecord:
+        """Merge ``conf`` into the pipeline's; a retry with a ``request_id`` the record
+        remembers changes nothing."""
+
+        def rebalanced(record: PipelineRecord) -> PipelineRecord | None:
+            if request_id and request_id in record.requests:
+                return None  # a retry of a rebalance that did land
             _refuse_if_killed(record, "rebalance")
             kept = {k: v for k, v in record.conf.items() if k != CHECKPOINT_ROOT_KEY}  # retired
             # a secret sent back as the API showed it ("***") keeps the stored value
             merged = validate_pipeline_conf({**kept, **restore_redacted(conf, record.conf)})
-            return self._changed(record, term, conf=merged, rebalances=record.rebalances + 1)
+            return self._changed(
+                record,
+                term,
+                conf=merged,
+                rebalances=record.rebalances + 1,
+                requests=_remembered(record.requests, request_id),
+            )
 
         validate_pipeline_conf(conf)
         return self._update(term, name, "rebalance", rebalanced)
 
-    def remove_due(self, term: Leadership, killed: Mapping[str, PipelineRecord]) -> list[str]:
-        """Delete the KILLED records among ``killed`` whose wait is over; their names."""
+    def stage_update(
+        self,
+        term: Leadership,
+        name: str,
+        conf: Mapping[str, Any],
+        request_id: str,
+        package: StoredPackage,
+        *,
+        replication: ReplicationPolicy,
+    ) -> tuple[PipelineRecord, bool]:
+        """Record new code for ``name``; (record, staged now).
+
+        The update's conf is the pipeline's current conf with ``conf`` (the new manifest's,
+        overridden by the request's) over it: what a submit or a rebalance set stays unless
+        the update sets it again. ``replication`` (the cluster's) is taken from that conf
+        where it has its keys. The pipeline runs its current code until
+        ``note_update_replication`` applies the update. A retry (the same ``request_id``)
+        finds the update waiting or applied and changes nothing. Refused for a pipeline
+        that runs no code (PENDING, KILLED, FAILED, FINISHED), and while another update
+        waits (``UpdateInProgressError``).
+        """
+        checked = validate_pipeline_conf(conf)
+        staged_now = False
+
+        def staged(record: PipelineRecord) -> PipelineRecord | None:
+            nonlocal staged_now
+            staged_now = False
+            waiting = record.update
+            if request_id and (
+                request_id in record.requests
+                or (waiting is not None and waiting.request_id == request_id)
+            ):
+                return None  # a retry of an update that did land
+            _refuse_if_killed(record, "update")
+            if waiting is not None:
+                raise UpdateInProgressError(
+                    f"pipeline {name!r} has an update waiting for its code to reach "
+                    f"{waiting.replication_required} nimbuses (request "
+                    f"{waiting.request_id or '-'}, on {waiting.replication} so far); wait "
+                    "until it applies (stratus status shows the version), then update again"
+                )
+            now = self._wall()
+            kept = {k: v for k, v in record.conf.items() if k != CHECKPOINT_ROOT_KEY}  # retired
+            merged = validate_pipeline_conf({**kept, **checked})
+            policy = replication.of(merged)
+            update = PendingUpdate(
+                digest=package.digest,
+                size_bytes=package.size_bytes,
+                blake3=package.blake3,
+                conf=merged,
+                request_id=request_id,
+                requested=now,
+                replication_required=policy.required,
+                replication_deadline=policy.deadline(now),
+            )
+            staged_now = True
+            return self._changed(record, term, update=update)
+
+        record = self._update(term, name, "update_staged", staged)
+        return record, staged_now
+
+    def note_update_replication(self, term: Leadership, name: str, holders: int) -> PipelineRecord:
+        """``name``'s update has its code on ``holders`` nimbuses: record it, and apply the
+        update once enough do, or past its deadline with at least one copy.
+
+        Applying is one fenced write: the record names the new code and conf, its version
+        and generation grow by one (which restarts its worker), the update's request id is
+        remembered. A pipeline killed meanwhile keeps its update unapplied.
+        """
+
+        def noted(record: PipelineRecord) -> PipelineRecord | None:
+            update = record.update
+            if update is None or not record.status.needs_code:
+                return None
+            if record.status is PipelineStatus.PENDING:
+                return None
+            if holders >= update.replication_required:
+                return self._applied(record, term, update, holders, reason=None)
+            deadline = update.replication_deadline
+            if deadline is not None and self._wall() >= deadline and holders > 0:
+                reason = (
+                    f"version {record.version + 1} applied at the replication wait limit with "
+                    f"its code on {holders} of the {update.replication_required} nimbuses "
+                    "required"
+                )
+                return self._applied(record, term, update, holders, reason=reason)
+            if holders == update.replication:
+                return None
+            noted_update = update.model_copy(update={"replication": holders})
+            return self._changed(record, term, update=noted_update)
+
+        return self._update(term, name, "update_replicated", noted)
+
+    def _applied(
+        self,
+        record: PipelineRecord,
+        term: Leadership,
+        update: PendingUpdate,
+        holders: int,
+        *,
+        reason: str | None,
+    ) -> PipelineRecord:
+        log.info(
+            "event=update_applied pipeline=%s epoch=%d version=%d digest=%s replaced=%s",
+            record.name,
+            term.epoch,
+            record.version + 1,
+            update.digest,
+            record.digest,
+        )
+        return self._changed(
+            record,
+            term,
+            digest=update.digest,
+            size_bytes=update.size_bytes,
+            blake3=update.blake3,
+            conf=update.conf,
+            version=record.version + 1,
+            update=None,
+            requests=_remembered(record.requests, update.request_id),
+            replication=holders,
+            replication_required=update.replication_required,
+            reason=reason,
+        )
+
+    def remove_due(
+        self, term: Leadership, killed: Mapping[str, PipelineRecord]
+    ) -> dict[str, PipelineRecord]:
+        """Delete the KILLED records among ``killed`` whose wait is over; each as it was
+        when deleted (a later kill may have added ``purge`` to what ``killed`` shows)."""
         now = self._wall()
-        removed = []
+        removed = {}
         for name, seen in killed.items():
             if seen.status is PipelineStatus.KILLED and (seen.kill_at or 0) <= now:
                 with _zookeeper_errors(term):
-                    if self._remove_if_still_killed(term, name):
-                        removed.append(name)
+                    deleted = self._remove_if_still_killed(term, name)
+                    if deleted is not None:
+                        removed[name] = deleted
         return removed
 
     def digests_in_use(self) -> set[str]:
-        """The package digests that some pipeline record names, read from ZooKeeper itself."""
-        return {record.digest for record in self.read_all().values()}
+        """The package digests that some pipeline record names (its code, or its update's
+        waiting), read from ZooKeeper itself."""
+        in_use = set()
+        for record in self.read_all().values():
+            in_use.add(record.digest)
+            if record.update is not None:
+                in_use.add(record.update.digest)
+        return in_use
 
     def read(self, name: str) -> PipelineRecord | None:
         """One pipeline's record read from ZooKeeper itself, or None if there is none."""
@@ -255,21 +419,21 @@ class PipelineOps:
                 log.warning("event=bad_record pipeline=%s error=%s", name, error)
         return records
 
-    def _remove_if_still_killed(self, term: Leadership, name: str) -> bool:
+    def _remove_if_still_killed(self, term: Leadership, name: str) -> PipelineRecord | None:
         path = self._paths.pipeline(name)
         try:
             raw, stat = self._client.get(path)
         except NoNodeError:
-            return False
+            return None
         record = PipelineRecord.model_validate_json(raw)
         if record.status is not PipelineStatus.KILLED:
-            return False
+            return None
         try:
             term.transaction().delete(path, version=stat.version).commit()
         except TransactionFailedError:
-            return False  # changed or gone meanwhile; the next round looks again
-        log.info("event=removed pipeline=%s epoch=%d", name, term.epoch)
-        return True
+            return None  # changed or gone meanwhile; the next round looks again
+        log.info("event=removed pipeline=%s epoch=%d purge=%s", name, term.epoch, record.purge)
+        return record
 
     def _changed(self, record: PipelineRecord, term: Leadership, **changes: Any) -> PipelineRecord:
         updated = max(self._wall(), record.updated)
@@ -342,6 +506,13 @@ class PipelineOps:
             f"a pipeline named {name!r} exists already (status {record.status.value}); "
             "kill it or choose another name"
         )
+
+
+def _remembered(requests: list[str], request_id: str) -> list[str]:
+    """``requests`` with ``request_id`` appended (if any), the newest few kept."""
+    if not request_id:
+        return requests
+    return [*requests, request_id][-REMEMBERED_REQUESTS:]
 
 
 def _refuse_if_killed(record: PipelineRecord, action: str) -> None:

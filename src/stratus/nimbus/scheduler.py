@@ -16,8 +16,8 @@ then writes the plan in its fenced transactions::
 The rules, in the order a round applies them:
 
 1. An assignment of a pipeline that is gone or does not run (not ACTIVE) is deleted.
-2. An assignment on a supervisor in ``keep_on`` stays there; a new generation (a rebalance)
-   or digest rewrites it in place, which restarts its worker with the new conf.
+2. An assignment on a supervisor in ``keep_on`` stays there; a new generation (a rebalance,
+   an update) or digest rewrites it in place, which restarts its worker with the new conf.
 3. The pipelines of supervisors not in ``keep_on`` (judged dead), the ACTIVE pipelines with
    no assignment, and those whose worker timed out are then placed, oldest submit first
    (then by name), each on the supervisor with the most free slots (ties: fewer pipelines
@@ -149,7 +149,7 @@ class _Round:
 
     def keep(self, name: str, record: PipelineRecord, current: Assignment) -> None:
         """An assignment that stays: rewritten in place if the pipeline changed."""
-        if current.generation != record.rebalances or current.digest != record.digest:
+        if current.generation != record.generation or current.digest != record.digest:
             self.assign[name] = self._assignment(name, record, current.supervisor)
 
     def _assignment(self, name: str, record: PipelineRecord, supervisor: str) -> Assignment:
@@ -157,7 +157,7 @@ class _Round:
             pipeline=name,
             supervisor=supervisor,
             epoch=self._epoch,
-            generation=record.rebalances,
+            generation=record.generation,
             digest=record.digest,
             size_bytes=record.size_bytes,
             blake3=record.blake3,

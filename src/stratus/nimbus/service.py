@@ -2,8 +2,9 @@
 
 Reads are answered from the ``ClusterView`` (no ZooKeeper request), but for where a pipeline
 runs (``Placement``); leader-only calls take the term the leadership controller accepted, or
-fail with ``NotLeaderError`` naming the leader, and run with that term: a submit through the
-``Submitter``, the others through ``PipelineOps``. After a submit or a kill, ``on_change``
+fail with ``NotLeaderError`` naming the leader, and run with that term: a submit and an
+update through the ``Submitter``, the others through ``PipelineOps``. After a submit, an
+update or a kill, ``on_change``
 tells the leader's duties (the leadership controller) to look at the pipeline now. Every
 record it answers with has its secret-looking conf values redacted (``stratus.api.redaction``):
 the API, the status page and the CLI built on them never show a secret.
@@ -188,20 +189,27 @@ class NimbusService:
         if name:
             check_pipeline_name(name)
         submit_conf = validate_pipeline_conf(_parse_conf(conf_json))
-        if len(request_id) > MAX_REQUEST_ID_LENGTH:
-            raise InvalidRequestError(f"request_id longer than {MAX_REQUEST_ID_LENGTH} characters")
-        if not REQUEST_ID.fullmatch(request_id):
-            raise InvalidRequestError(
-                f"request_id {echo(request_id)} must be printable ASCII without spaces "
-                "(a UUID, say)"
-            )
+        _check_request_id(request_id)
         record, created = self._submitter.submit(term, name, submit_conf, request_id, package)
         self._on_change(record)
         return redact_record(record), created
 
-    def kill(self, name: str, wait_secs: float | None) -> PipelineRecord:
+    def update(
+        self, name: str, conf_json: str, request_id: str, package: BinaryIO
+    ) -> tuple[PipelineRecord, bool]:
+        """Check and store ``name``'s new package, and stage or apply the update; (record,
+        staged now). The update's conf goes over the new manifest's, over the current."""
+        term = self.leader_term()
+        check_pipeline_name(name)
+        update_conf = validate_pipeline_conf(_parse_conf(conf_json))
+        _check_request_id(request_id)
+        record, staged = self._submitter.update(term, name, update_conf, request_id, package)
+        self._on_change(record)
+        return redact_record(record), staged
+
+    def kill(self, name: str, wait_secs: float | None, *, purge: bool = False) -> PipelineRecord:
         wait = self._settings.kill_wait_secs if wait_secs is None else wait_secs
-        record = self._ops.kill(self.leader_term(), name, wait)
+        record = self._ops.kill(self.leader_term(), name, wait, purge=purge)
         self._on_change(record)
         return redact_record(record)
 
@@ -211,10 +219,20 @@ class NimbusService:
     def deactivate(self, name: str) -> PipelineRecord:
         return redact_record(self._ops.deactivate(self.leader_term(), name))
 
-    def rebalance(self, name: str, conf: dict[str, Any]) -> PipelineRecord:
+    def rebalance(self, name: str, conf: dict[str, Any], request_id: str = "") -> PipelineRecord:
         term = self.leader_term()
         self._settings.locations.check(conf)
-        return redact_record(self._ops.rebalance(term, name, conf))
+        _check_request_id(request_id)
+        return redact_record(self._ops.rebalance(term, name, conf, request_id))
+
+
+def _check_request_id(request_id: str) -> None:
+    if len(request_id) > MAX_REQUEST_ID_LENGTH:
+        raise InvalidRequestError(f"request_id longer than {MAX_REQUEST_ID_LENGTH} characters")
+    if not REQUEST_ID.fullmatch(request_id):
+        raise InvalidRequestError(
+            f"request_id {echo(request_id)} must be printable ASCII without spaces (a UUID, say)"
+        )
 
 
 def _parse_conf(conf_json: str) -> dict[str, Any]:

@@ -1,14 +1,21 @@
-"""A submit on the leader: the package received, checked, recorded, then handed over.
+"""A submit or an update on the leader: the package received, checked, recorded, handed over.
 
 The package is received into a temporary file in the incoming store and checked
 (``check_package``) before anything is stored; the pipeline's record is created in the
 term's fenced transaction, and only then is the package handed to the code distributor. A
 pipeline between its record and its upload looks, to a code check, as if its code were
 missing: ``settled()`` holds such submits off while a leader checks its code, waiting for
-one in progress at most ``timeout`` seconds (an upload to an unreachable store may hang)::
+one in progress at most ``timeout`` seconds (an upload to an unreachable store may hang).
+
+An update is checked exactly as a submit is, and a package refused changes nothing: the
+pipeline runs its current code. It is recorded as waiting in the pipeline's record, its
+code handed to the distributor under the update's staged key (``codedist/staged.py``),
+and applied at once when this nimbus's copy is replication enough, else by the leader's
+replication duty once the standbys have fetched it::
 
     submitter = Submitter(ops, incoming, distributor, settings)
     record, created = submitter.submit(term, "etl", {"spark.x": 1}, "r1", upload)
+    record, staged = submitter.update(term, "etl", {}, "r2", new_upload)  # same checks
     with submitter.settled(timeout=10.0) as settled:
         if settled:
             code_sync.missing()
@@ -26,10 +33,11 @@ from stratus.api.errors import PackageRejectedError, UnavailableError
 from stratus.api.pipeline_conf import validate_pipeline_conf
 from stratus.api.records import PipelineRecord
 from stratus.api.redaction import restore_redacted
-from stratus.codedist.distributor import CodeDistributor
+from stratus.codedist.distributor import CodeDistributor, CodeMeta
 from stratus.codedist.errors import InvalidPackageError
 from stratus.codedist.package_check import CheckedPackage, check_package
 from stratus.codedist.package_store import PackageStore, StoredPackage
+from stratus.codedist.staged import staged_key
 from stratus.coordination.leadership import Leadership
 from stratus.errors import StratusError
 from stratus.nimbus.pipeline_ops import PipelineOps
@@ -95,7 +103,48 @@ class Submitter:
             received.path.unlink(missing_ok=True)
         return record, created
 
-    def _hand_over(self, package: Path, name: str) -> None:
+    def update(
+        self,
+        term: Leadership,
+        name: str,
+        update_conf: Mapping[str, Any],
+        request_id: str,
+        package: BinaryIO,
+    ) -> tuple[PipelineRecord, bool]:
+        """Check and store ``name``'s new package; (record, staged now). The new manifest's
+        conf, overridden by ``update_conf``, goes over the pipeline's current conf."""
+        received = self.incoming.receive(package)
+        try:
+            manifest = self._checked(received.path).manifest
+            from_manifest = manifest.pipeline_conf()
+            merged = {**from_manifest, **restore_redacted(update_conf, from_manifest)}
+            conf = validate_pipeline_conf(restore_redacted(merged, {}))
+            self._settings.locations.check(conf)
+            stored = StoredPackage(received.digest, received.size_bytes, received.blake3)
+            with self._lock:
+                record, staged_now = self._ops.stage_update(
+                    term,
+                    name,
+                    conf,
+                    request_id,
+                    stored,
+                    replication=self._settings.replication,
+                )
+                waiting = record.update
+                if waiting is not None and waiting.digest == received.digest:
+                    self._hand_over(received.path, staged_key(name), action="update")
+                    holders = self._distributor.replication_count(
+                        staged_key(name), CodeMeta(waiting.digest, waiting.size_bytes)
+                    )
+                    replaced = record.digest
+                    record = self._ops.note_update_replication(term, name, holders)
+                    if record.digest != replaced and replaced not in self._ops.digests_in_use():
+                        self._distributor.purge(replaced)  # applied: the old code goes
+        finally:
+            received.path.unlink(missing_ok=True)
+        return record, staged_now
+
+    def _hand_over(self, package: Path, name: str, *, action: str = "submit") -> None:
         """Give the checked package to the distributor; a failure there is worth a retry.
 
         The record exists already: a retry with the same request id finds it and uploads
@@ -106,7 +155,7 @@ class Submitter:
         except (OSError, StratusError) as exc:
             raise UnavailableError(
                 f"pipeline {name!r} is recorded but its package could not be stored ({exc}); "
-                "retry the submit with the same request id"
+                f"retry the {action} with the same request id"
             ) from None
 
     def _checked(self, path: Path) -> CheckedPackage:

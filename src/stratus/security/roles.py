@@ -1,7 +1,7 @@
 """What a caller may do: ``read`` < ``submit`` < ``admin``, each role allowing the ones below.
 
 ``read`` sees the cluster, the pipelines, the leader, metrics and packages; ``submit`` also
-submits, kills, activates, deactivates and rebalances; ``admin`` may make every call::
+submits, updates, kills, activates, deactivates and rebalances; ``admin`` may make every call::
 
     Role.SUBMIT.allows(Role.READ)     # True
     Role.READ.allows(Role.SUBMIT)     # False

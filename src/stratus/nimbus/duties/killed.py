@@ -2,8 +2,10 @@
 
 A killed pipeline keeps its record (KILLED, with ``kill_at``) until its wait is over and no
 worker still runs it; then the record goes in a fenced transaction, and with it the package
-(unless another pipeline names the same code), the heartbeats and the checkpoints (only
-``<pipeline.checkpoint.root>/<pipeline>``, checked to be inside the root). A kill
+(unless another pipeline names the same code) and the heartbeats. Its checkpoints
+(``<pipeline.checkpoint.root>/<pipeline>``) are kept, so that submitting the same name again
+resumes the pipeline; a kill with ``purge`` deletes them too (only that directory, checked
+to be inside the root). A kill
 that this leader just made is noted at once (``note_killed``), so its removal does not wait
 for the watch to bring it into the view::
 
@@ -71,9 +73,9 @@ class RemoveKilled:
         if not killed:
             return
         removed = self._ops.remove_due(term, killed)
-        self._drop_if_unused({killed[name].digest for name in removed})
-        for name in removed:
-            self._clean_up(killed[name])
+        self._drop_if_unused({digest for gone in removed.values() for digest in _digests(gone)})
+        for gone in removed.values():
+            self._clean_up(gone)
 
     def _still_running(self) -> set[str]:
         """Pipelines with a worker that has not reported its end: their removal (and the
@@ -85,11 +87,17 @@ class RemoveKilled:
         }
 
     def _clean_up(self, removed: PipelineRecord) -> None:
-        """A removed pipeline's heartbeats and checkpoints go too; a failure is only logged."""
+        """A removed pipeline's heartbeats go too, and its checkpoints if the kill purged;
+        a failure is only logged."""
         location = pipeline_directory(self._checkpoint_root, removed.name)
         try:
             self._board.remove_pipeline(removed.name)
-            remove_checkpoints(self._checkpoint_root, removed.name)
+            if removed.purge:
+                remove_checkpoints(self._checkpoint_root, removed.name)
+            else:
+                log.info(
+                    "event=checkpoints_kept pipeline=%s checkpoints=%s", removed.name, location
+                )
         except (OSError, StratusError) as exc:
             log.warning(
                 "event=cleanup_incomplete pipeline=%s checkpoints=%s error=%r",
@@ -109,3 +117,9 @@ class RemoveKilled:
             return
         for digest in digests - in_use:
             self._distributor.purge(digest)
+
+
+def _digests(record: PipelineRecord) -> set[str]:
+    """The code a record names: its own, and its waiting update's."""
+    update = record.update
+    return {record.digest} if update is None else {record.digest, update.digest}
