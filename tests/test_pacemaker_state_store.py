@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import re
 import socket
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import TypeAdapter
 
 from stratus.api.records import SupervisorHeartbeat, WorkerHeartbeat, WorkerState
 from stratus.config import config_from_mapping
@@ -230,6 +232,40 @@ def test_the_leader_reads_one_pulse_per_supervisor(pair) -> None:
         leader.remove_supervisor(sid)
         for k in range(4):
             leader.remove_worker(f"p{k}", sid)
+
+
+def test_the_leader_decodes_the_heartbeats_without_running_the_garbage_collector(pair) -> None:
+    """1,000 worker heartbeats decoded: the same records decoded with the collector on run
+    it several times (so this test sees collections when there are some); the leader's
+    read runs at most one (outside the decoding), and leaves the collector on."""
+    first, _ = pair
+    sids = [f"gc{n:02d}" for n in range(20)]
+    for sid in sids:
+        board_on(first, owner=sid).put_round(
+            supervisor(sid), [worker(f"g{k}", sid) for k in range(50)]
+        )
+    collections: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    leader = board_on(first)
+    beats = b"[" + b",".join(worker(f"g{k}", s).encode() for s in sids for k in range(50)) + b"]"
+    gc.callbacks.append(count)
+    try:
+        TypeAdapter(list[WorkerHeartbeat]).validate_json(beats)  # the collector on
+        unpaused = len(collections)
+        collections.clear()
+        read = leader.read()
+    finally:
+        gc.callbacks.remove(count)
+    assert len(collections) <= 1 < unpaused and gc.isenabled()
+    assert sum(len(read.workers[f"g{k}"]) for k in range(50)) == 1000
+    for sid in sids:
+        leader.remove_supervisor(sid)
+        for k in range(50):
+            leader.remove_worker(f"g{k}", sid)
 
 
 def test_a_round_replaces_the_last_one_and_a_single_write_keeps_the_others(pair) -> None:
