@@ -170,15 +170,6 @@ class PacemakerStateStore:
     def children_data(self, path: str) -> dict[str, bytes]:
         return {rel: data for rel, data in self.read_tree(path).data.items() if "/" not in rel}
 
-    def grandchildren_data(self, path: str) -> dict[str, dict[str, bytes]]:
-        """Two levels below ``path`` from one read (``HeartbeatBoard.workers`` uses it)."""
-        found: dict[str, dict[str, bytes]] = {}
-        for rel, data in self.read_tree(path).data.items():
-            parts = rel.split("/")
-            if len(parts) == 2:
-                found.setdefault(parts[0], {})[parts[1]] = data
-        return found
-
     def delete(self, path: str) -> None:
         """Remove ``path`` and everything below it from every live server: each round
         concerned is read, written back without those heartbeats (with the time it had, so
