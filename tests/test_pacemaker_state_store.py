@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 from pydantic import TypeAdapter
 
@@ -33,7 +34,7 @@ from stratus.pacemaker.errors import PacemakerRequestError, PacemakerUnavailable
 from stratus.pacemaker.protocol import Op
 from stratus.pacemaker.settings import PacemakerClientSettings
 from stratus.settings import state_store_settings
-from stratus.state.errors import StateStoreUnavailableError
+from stratus.state.errors import BadRoundError, StateStoreUnavailableError
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.pacemaker_store import PacemakerStateStore, round_owner
 from stratus.state.rounds import Round, decode_round, encode_round, located
@@ -117,6 +118,25 @@ def test_store_paths_are_kept_in_their_supervisors_round() -> None:
     packed = decode_round("s1", encode_round(round_))
     assert packed.workers == b'[{"a":1},{"b":2}]'  # one JSON array: one parse per round
     assert packed.unpacked() == round_
+
+
+@pytest.mark.parametrize(
+    ("blob", "reason"),
+    [
+        (b"\xc1", "not msgpack"),
+        (msgpack.packb([2, None, b"[]", msgpack.packb([])]), "format version 1"),
+        (msgpack.packb([1, "text", b"[]", msgpack.packb([])]), "format version 1"),
+        (msgpack.packb([1, None, b"[{}]", msgpack.packb([["etl", 1, 9]])]), "index holds"),
+        (msgpack.packb([1, None, b"[{}]", msgpack.packb([["a/b", 1, 3]])]), "index holds"),
+        (msgpack.packb([1, None, b"[{}]", msgpack.packb([["..", 1, 3]])]), "index holds"),
+        (msgpack.packb([1, None, b"[{}]", msgpack.packb({"etl": 1})]), "not an array"),
+    ],
+)
+def test_a_value_that_is_not_a_round_is_refused_naming_its_supervisor(
+    blob: bytes, reason: str
+) -> None:
+    with pytest.raises(BadRoundError, match=f"'s1'.*{reason}"):
+        decode_round("s1", blob).unpacked()
 
 
 # ------------------------------------------------------------------------- the blocking pool
