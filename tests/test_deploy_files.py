@@ -17,10 +17,20 @@ import pytest
 from stratus.cli.main import main
 from stratus.config import StratusConfig, load_config
 from stratus.errors import StratusError
-from stratus.settings import access_policy, client_auth, zk_settings
+from stratus.pacemaker.auth import AuthMethod, load_secrets
+from stratus.pacemaker.server import check_server_settings
+from stratus.settings import (
+    access_policy,
+    client_auth,
+    pacemaker_client_settings,
+    pacemaker_server_settings,
+    zk_settings,
+)
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 UNITS = sorted(DEPLOY.glob("*.service"))
+PACEMAKER_CONF = DEPLOY / "pacemaker.yaml"
+DAEMON_CONFS = sorted(p for p in DEPLOY.glob("*.yaml") if p != PACEMAKER_CONF)  # on ZooKeeper
 HARDENING = {"NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome": "yes"}
 
 
@@ -37,19 +47,21 @@ def test_the_units_and_configurations_are_there() -> None:
         "stratus-zookeeper.service",
         "stratus-nimbus.service",
         "stratus-supervisor.service",
+        "stratus-pacemaker.service",
         "nimbus.yaml",
         "supervisor.yaml",
+        "pacemaker.yaml",
         "zoo.cfg",
     } <= names
 
 
-@pytest.mark.parametrize("path", sorted(DEPLOY.glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", DAEMON_CONFS, ids=lambda p: p.name)
 def test_an_example_configuration_loads(path: Path) -> None:
     conf = load_config(path=str(path))
     assert len(conf.zookeeper_servers) == 3  # an ensemble across three hosts
 
 
-@pytest.mark.parametrize("path", sorted(DEPLOY.glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", DAEMON_CONFS, ids=lambda p: p.name)
 def test_an_example_configuration_turns_security_on(path: Path) -> None:
     conf = load_config(path=str(path), environ={})
     assert conf.zookeeper_auth_scheme == "digest"
@@ -76,7 +88,60 @@ def test_a_unit_runs_as_the_dedicated_user_restarts_and_is_hardened(unit: Path) 
     assert service["Restart"] == "on-failure"
     assert int(service["LimitNOFILE"]) >= 65536
     assert {key: service.get(key) for key in HARDENING} == HARDENING
-    assert service["ReadWritePaths"].startswith("/var/lib/stratus/")
+    if unit.name == "stratus-pacemaker.service":  # in memory: it may write nowhere
+        assert "ReadWritePaths" not in service and service["MemoryMax"]
+    else:
+        assert service["ReadWritePaths"].startswith("/var/lib/stratus/")
+
+
+def test_the_pacemaker_example_listens_on_the_network_with_security_on() -> None:
+    """It loads, listens on a host's address with every read and write authenticated
+    (digest) over TLS, as the start-up check accepts; the files it names are read at start
+    (absent here: reading them fails naming them)."""
+    conf = load_config(path=str(PACEMAKER_CONF), environ={})
+    settings = pacemaker_server_settings(conf)
+    assert settings.host == "10.0.0.12" and settings.port == 6699
+    assert settings.auth_method is AuthMethod.DIGEST and not settings.auth_insecure
+    assert settings.tls is not None and settings.tls.cert and settings.tls.key
+    check_server_settings(settings, {"nimbus": object()})  # type: ignore[dict-item]
+    starts: list[tuple[str, Callable[[], object]]] = [
+        (
+            conf.pacemaker_auth_file or "",
+            lambda: load_secrets(Path(conf.pacemaker_auth_file or "")),
+        ),
+        (settings.tls.cert or "", settings.tls.server_context),
+    ]
+    for file, start in starts:
+        assert file
+        if Path(file).exists():
+            continue  # an operator's machine: the file is real
+        with pytest.raises(StratusError, match=re.escape(file)):
+            start()
+
+
+@pytest.mark.parametrize("path", DAEMON_CONFS, ids=lambda p: p.name)
+def test_the_commented_pacemaker_lines_of_a_daemon_configuration_name_the_pacemakers(
+    path: Path, tmp_path: Path
+) -> None:
+    """Uncommented, the pacemaker lines of nimbus.yaml and supervisor.yaml load and name
+    the two pacemakers of the layout on pacemaker.yaml's port, with digest over TLS; the
+    credentials file they name is read at start."""
+    text = "\n".join(
+        line.removeprefix("# ") if line.startswith(("# pacemaker.", "# cluster.state")) else line
+        for line in path.read_text().splitlines()
+    )
+    uncommented = tmp_path / path.name
+    uncommented.write_text(text)
+    conf = load_config(path=str(uncommented), environ={})
+    pacemaker = load_config(path=str(PACEMAKER_CONF), environ={})
+    assert conf.cluster_state_store == "pacemaker"
+    assert conf.pacemaker_servers == [f"10.0.0.1{n}:{pacemaker.pacemaker_port}" for n in (2, 3)]
+    assert conf.pacemaker_auth_method == pacemaker.pacemaker_auth_method == "digest"
+    assert conf.pacemaker_tls_ca and conf.pacemaker_auth_file
+    assert conf.pacemaker_pulse_ttl_secs == pacemaker.pacemaker_pulse_ttl_secs
+    if not Path(conf.pacemaker_auth_file).exists():
+        with pytest.raises(StratusError, match=re.escape(conf.pacemaker_auth_file)):
+            pacemaker_client_settings(conf)
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,9 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from stratus.cli.main import main
+from stratus.client import NimbusClient
 from stratus.local.cluster import LocalCluster
+from stratus.local.pacemaker_restart import restart_a_pacemaker
 from stratus.pacemaker.blocking import BlockingPacemakerPool
 from stratus.pacemaker.client import parse_servers
 from stratus.pacemaker.settings import PacemakerClientSettings
@@ -52,6 +54,19 @@ def test_the_local_cluster_runs_two_pacemakers_and_sends_them_every_heartbeat(
         with kazoo_client(cluster.zookeeper.connect_string) as client:
             heartbeats = ClusterPaths("/stratus").heartbeats
             assert client.exists(f"{heartbeats}/supervisors/supervisor-1") is None
+
+        # The demo's step: one pacemaker killed and restarted empty; it holds the
+        # supervisor's round again and says it is warming up (no pipeline runs here: that
+        # nothing moves is proved with Spark in test_pacemaker_e2e.py).
+        victim = cluster.pacemakers[0]
+        old_pid = victim.pid
+        with NimbusClient(cluster.seeds, retry_deadline=30, auth=cluster.client_auth) as nimbus:
+            restart = restart_a_pacemaker(cluster, nimbus, pipelines=[], watch_secs=0)
+            assert [s.id for s in nimbus.cluster().supervisors] == ["supervisor-1"]
+        assert victim.pid != old_pid and victim.is_running()
+        assert restart.supervisors == 1 and restart.warming and restart.moved == {}
+        assert restart.restarted_secs <= restart.refilled_secs <= restart.watched_secs
+        assert has_supervisor_beat(victim.address)
     finally:
         cluster.close()
     assert not any(pacemaker.is_running() for pacemaker in cluster.pacemakers)

@@ -18,6 +18,7 @@ import pytest
 
 from stratus.pacemaker.blocking import BlockingPacemakerPool
 from stratus.pacemaker.settings import PacemakerClientSettings
+from stratus.state.rounds import decode_round
 from tests.pacemaker_process import PacemakerProcess
 from tests.pipeline_cluster import pipeline_cluster
 from tests.spark_packages import passthrough_conf, passthrough_package, read_ids, write_ids
@@ -55,8 +56,11 @@ def worker_beat_on(pacemaker: PacemakerProcess, supervisor: str, pipeline: str) 
     settings = PacemakerClientSettings(servers=(pacemaker.address,), timeout_secs=5.0)
     pool = BlockingPacemakerPool(settings, call_timeout_secs=10.0)
     try:
-        path = f"/supervisors/{supervisor}/workers/{pipeline}"
-        return pool.get_pulse(path).value is not None
+        pulse = pool.get_pulse(f"/supervisors/{supervisor}").value  # the supervisor's round
+        return (
+            pulse is not None
+            and pipeline in decode_round(supervisor, pulse.data).unpacked().workers
+        )
     finally:
         pool.close()
 

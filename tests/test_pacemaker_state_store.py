@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import re
 import socket
@@ -21,7 +22,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
+from pydantic import TypeAdapter
 
 from stratus.api.records import SupervisorHeartbeat, WorkerHeartbeat, WorkerState
 from stratus.config import config_from_mapping
@@ -31,9 +34,10 @@ from stratus.pacemaker.errors import PacemakerRequestError, PacemakerUnavailable
 from stratus.pacemaker.protocol import Op
 from stratus.pacemaker.settings import PacemakerClientSettings
 from stratus.settings import state_store_settings
-from stratus.state.errors import StateStoreUnavailableError
+from stratus.state.errors import BadRoundError, StateStoreUnavailableError
 from stratus.state.heartbeats import HeartbeatBoard
-from stratus.state.pacemaker_store import PacemakerStateStore, from_pacemaker, to_pacemaker
+from stratus.state.pacemaker_store import PacemakerStateStore, round_owner
+from stratus.state.rounds import Round, decode_round, encode_round, located
 from tests.pacemaker_process import PacemakerProcess
 from tests.zkfixtures import wait_until
 
@@ -103,14 +107,36 @@ def requests_counted(server: PacemakerProcess, op: str) -> float:
 # ------------------------------------------------------------------------- the layout
 
 
-def test_store_paths_are_laid_out_under_their_supervisor() -> None:
-    assert to_pacemaker("/supervisors/s1") == "/supervisors/s1"
-    assert to_pacemaker("/workers/etl/s1") == "/supervisors/s1/workers/etl"
-    assert from_pacemaker("/supervisors/s1/workers/etl") == "/workers/etl/s1"
-    assert from_pacemaker("/supervisors/s1") == "/supervisors/s1"
-    assert from_pacemaker("/elsewhere/x") is None
-    with pytest.raises(ValueError, match="/supervisors/<id>"):
-        to_pacemaker("/workers/etl")
+def test_store_paths_are_kept_in_their_supervisors_round() -> None:
+    assert located("/supervisors/s1") == ("s1", None)
+    assert located("/workers/etl/s1") == ("s1", "etl")
+    assert located("/workers/etl") is None
+    assert round_owner("/supervisors/s1") == "s1"
+    assert round_owner("/supervisors/s1/workers/etl") is None  # not a round
+    assert round_owner("/elsewhere/x") is None
+    round_ = Round(b'{"id":"s1"}', {"etl": b'{"a":1}', "web": b'{"b":2}'})
+    packed = decode_round("s1", encode_round(round_))
+    assert packed.workers == b'[{"a":1},{"b":2}]'  # one JSON array: one parse per round
+    assert packed.unpacked() == round_
+
+
+@pytest.mark.parametrize(
+    ("blob", "reason"),
+    [
+        (b"\xc1", "not msgpack"),
+        (msgpack.packb([2, None, b"[]", msgpack.packb([])]), "format version 1"),
+        (msgpack.packb([1, "text", b"[]", msgpack.packb([])]), "format version 1"),
+        (msgpack.packb([1, None, b"[{}]", msgpack.packb([["etl", 1, 9]])]), "index holds"),
+        (msgpack.packb([1, None, b"[{}]", msgpack.packb([["a/b", 1, 3]])]), "index holds"),
+        (msgpack.packb([1, None, b"[{}]", msgpack.packb([["..", 1, 3]])]), "index holds"),
+        (msgpack.packb([1, None, b"[{}]", msgpack.packb({"etl": 1})]), "not an array"),
+    ],
+)
+def test_a_value_that_is_not_a_round_is_refused_naming_its_supervisor(
+    blob: bytes, reason: str
+) -> None:
+    with pytest.raises(BadRoundError, match=f"'s1'.*{reason}"):
+        decode_round("s1", blob).unpacked()
 
 
 # ------------------------------------------------------------------------- the blocking pool
@@ -198,6 +224,122 @@ def test_the_leader_reads_every_heartbeat_from_either_pacemaker(pair, logs) -> N
     leader.remove_supervisor("s1")
     leader.remove_supervisor("s2")
     assert leader.read().workers == {} and leader.read().supervisors == {}
+
+
+def test_the_leader_reads_one_pulse_per_supervisor(pair) -> None:
+    """Each supervisor's round is one pulse: the leader's read of 3 supervisors of 4
+    workers each gets 3 pulses from a pacemaker, not 15, and every heartbeat from them."""
+    first, _ = pair
+    sids = ["r1", "r2", "r3"]
+    for sid in sids:
+        board_on(first, owner=sid).put_round(
+            supervisor(sid), [worker(f"p{k}", sid) for k in range(4)]
+        )
+    pool = BlockingPacemakerPool(client_settings(first), call_timeout_secs=10.0)
+    try:
+        pulses = pool.get_all_pulses_for_path("/supervisors").value
+    finally:
+        pool.close()
+    assert sorted(p for p in pulses if round_owner(p) in sids) == [
+        f"/supervisors/{s}" for s in sids
+    ]
+    assert not any(p.startswith("/supervisors/r1/") for p in pulses)
+    read = board_on(first).read()
+    assert all(sorted(read.workers[f"p{k}"]) == sids for k in range(4))
+    assert {sid: read.supervisors[sid].id for sid in sids} == {sid: sid for sid in sids}
+    leader = board_on(first)
+    for sid in sids:
+        leader.remove_supervisor(sid)
+        for k in range(4):
+            leader.remove_worker(f"p{k}", sid)
+
+
+def test_the_leader_decodes_the_heartbeats_without_running_the_garbage_collector(pair) -> None:
+    """1,000 worker heartbeats decoded: the same records decoded with the collector on run
+    it several times (so this test sees collections when there are some); the leader's
+    read runs at most one (outside the decoding), and leaves the collector on."""
+    first, _ = pair
+    sids = [f"gc{n:02d}" for n in range(20)]
+    for sid in sids:
+        board_on(first, owner=sid).put_round(
+            supervisor(sid), [worker(f"g{k}", sid) for k in range(50)]
+        )
+    collections: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    leader = board_on(first)
+    beats = b"[" + b",".join(worker(f"g{k}", s).encode() for s in sids for k in range(50)) + b"]"
+    gc.callbacks.append(count)
+    try:
+        TypeAdapter(list[WorkerHeartbeat]).validate_json(beats)  # the collector on
+        unpaused = len(collections)
+        collections.clear()
+        read = leader.read()
+    finally:
+        gc.callbacks.remove(count)
+    assert len(collections) <= 1 < unpaused and gc.isenabled()
+    assert sum(len(read.workers[f"g{k}"]) for k in range(50)) == 1000
+    for sid in sids:
+        leader.remove_supervisor(sid)
+        for k in range(50):
+            leader.remove_worker(f"g{k}", sid)
+
+
+def test_a_round_replaces_the_last_one_and_a_single_write_keeps_the_others(pair) -> None:
+    first, second = pair
+    s1 = board_on(first, second, owner="s1")
+    s1.put_round(supervisor("s1", 1.0), [worker("etl", "s1", 1.0), worker("web", "s1", 1.0)])
+    s1.put_round(supervisor("s1", 2.0), [worker("etl", "s1", 2.0)])  # web no longer held
+    leader = board_on(first, second)
+    assert {p: sorted(b) for p, b in leader.workers().items()} == {"etl": ["s1"]}
+
+    s1.put_worker(worker("api", "s1", 3.0))  # one heartbeat: read, changed, written back
+    read = leader.read()
+    assert sorted(read.workers) == ["api", "etl"]
+    assert read.workers["etl"]["s1"].time == 2.0 and read.supervisors["s1"].time == 2.0
+    leader.remove_worker("etl", "s1")
+    assert sorted(leader.workers()) == ["api"] and "s1" in leader.supervisors()
+    leader.remove_worker("api", "s1")
+    leader.remove_supervisor("s1")  # the round is empty: its pulse is deleted
+    pool = BlockingPacemakerPool(client_settings(first, second), call_timeout_secs=10.0)
+    try:
+        assert pool.get_pulse("/supervisors/s1").value is None
+    finally:
+        pool.close()
+
+
+def test_a_round_that_names_another_supervisor_or_is_no_round_is_skipped(
+    pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A supervisor may write only its own round's pulse; a heartbeat inside it that names
+    another supervisor is not read as that supervisor's, and a pulse that is not a round is
+    skipped, with a warning each, while every other heartbeat reads as usual."""
+    first, _ = pair
+    forged = worker("etl", "victim").encode()
+    own = worker("web", "liar").encode()
+    pool = BlockingPacemakerPool(client_settings(first), call_timeout_secs=10.0)
+    try:
+        pool.send_pulses(
+            [
+                ("/supervisors/liar", encode_round(Round(None, {"etl": forged, "web": own})), 1.0),
+                ("/supervisors/torn", b"\x93not a round", 1.0),
+            ]
+        )
+        board_on(first, owner="honest").put_round(supervisor("honest"), [worker("etl", "honest")])
+        with caplog.at_level(logging.WARNING, logger="stratus.state"):
+            read = board_on(first).read()
+        assert read.workers["etl"] == {"honest": worker("etl", "honest")}  # no victim
+        assert read.workers["web"] == {"liar": worker("web", "liar")}
+        assert "torn" not in read.supervisors
+        assert "event=bad_heartbeat_round supervisor=torn" in caplog.text
+        assert "names etl on victim" in caplog.text
+    finally:
+        for sid in ("liar", "torn", "honest"):
+            pool.delete_path(f"/supervisors/{sid}")
+        pool.close()
 
 
 def test_the_leader_reads_every_heartbeat_above_the_maximum_frame(logs: Path) -> None:

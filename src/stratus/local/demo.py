@@ -12,7 +12,9 @@ worker start, Spark start-up, first new batch), stops feeding, checks that the r
 equal the rows fed, prints a summary and stops everything. Ctrl-C always stops every process
 it started. ``ha_mode="zkfc"`` (``stratus local --ha zkfc``) runs each nimbus under a zkfc:
 the kill is then seen by the dead nimbus's zkfc, which gives up the lock at once, instead of
-waiting for the dead nimbus's ZooKeeper session to expire.
+waiting for the dead nimbus's ZooKeeper session to expire. With ``state_store="pacemaker"``
+(``--state-store pacemaker``) the script first kills one of the two pacemakers and restarts
+it empty, and shows that no pipeline moves (``stratus.local.pacemaker_restart``).
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from stratus.api.echo import printable
 from stratus.api.records import PipelineStatus, WorkerHeartbeat, WorkerState
 from stratus.client import NimbusClient
 from stratus.errors import StratusError
-from stratus.local.cluster import LocalCluster
+from stratus.local.cluster import SUPERVISOR_TIMEOUT_SECS, LocalCluster
 from stratus.local.examples_io import Feeder, window_count_total
+from stratus.local.pacemaker_restart import restart_a_pacemaker
 from stratus.local.pipeline_start import PHASES, follow_start
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"  # src/stratus/local/ -> repo
@@ -163,6 +166,8 @@ def run_scripted(demo: Demo) -> tuple[int, int]:
             lambda: (beat := demo.streaming_beat()) is not None and beat.rows_total > 0,
             refresh,
         )
+    if demo.cluster.pacemakers:  # --state-store pacemaker
+        _restart_pacemaker(demo)
     _kill_leader(demo)
     _kill_streaming_supervisor(demo)
     with demo.live() as refresh:
@@ -178,6 +183,34 @@ def run_scripted(demo: Demo) -> tuple[int, int]:
             refresh,
         )
     return fed, window_count_total(demo.output)
+
+
+def _restart_pacemaker(demo: Demo) -> None:
+    """kill -9 of one pacemaker, restarted empty: print what moved (nothing, or the demo
+    fails) and how long its heartbeats took to come back."""
+    pipelines = [record.name for record in demo.client.cluster().pipelines]
+    demo.console.print("kill -9 of a pacemaker, then restarted empty on the same port")
+    restart = restart_a_pacemaker(demo.cluster, demo.client, pipelines)
+    demo.console.print(
+        f"  → {restart.address} served again after {restart.restarted_secs:.2f}s, empty; it "
+        f"held the heartbeats of all {restart.supervisors} supervisors again after "
+        f"{restart.refilled_secs:.2f}s"
+        + (", warming up (what it misses is unknown, not dead)" if restart.warming else "")
+    )
+    if restart.moved:
+        moves = ", ".join(f"{n}: {a} → {b}" for n, (a, b) in sorted(restart.moved.items()))
+        raise DemoError(f"a pacemaker's restart moved pipelines: {moves}")
+    demo.console.print(
+        f"  → [green]no pipeline moved[/] in the {restart.watched_secs:.1f}s after the kill "
+        f"(the supervisor timeout is {SUPERVISOR_TIMEOUT_SECS:g}s): the other pacemaker kept "
+        "every heartbeat"
+    )
+    event = "kill -9 of a pacemaker"
+    demo.timings += [
+        Timing(event, f"{restart.address} restarted, empty", restart.restarted_secs),
+        Timing("", "every supervisor's heartbeats back in it", restart.refilled_secs),
+        Timing("", "watched, nothing moved", restart.watched_secs),
+    ]
 
 
 def _kill_leader(demo: Demo) -> None:

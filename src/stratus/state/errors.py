@@ -21,3 +21,17 @@ class StateStoreUnavailableError(StratusError):
         self.store = store
         self.path = path
         self.reason = reason
+
+
+class BadRoundError(StratusError):
+    """A pacemaker pulse that should hold a supervisor's round does not: not a map of
+    heartbeats, or one that names another supervisor. The reader skips that round and logs
+    it; the supervisor's heartbeats then read as missing, as a torn heartbeat would."""
+
+    def __init__(self, owner: str, reason: str) -> None:
+        super().__init__(
+            f"the heartbeat round of supervisor {owner!r} is not readable: {reason}; it is "
+            "skipped (is that supervisor of another stratus version?)"
+        )
+        self.owner = owner
+        self.reason = reason

@@ -19,14 +19,18 @@ raise ``StateStoreUnavailableError``.
 
 from __future__ import annotations
 
+import gc
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
 from pydantic import TypeAdapter, ValidationError
 
 from stratus.api.records import SupervisorHeartbeat, WorkerHeartbeat
+from stratus.state.errors import BadRoundError
+from stratus.state.rounds import EMPTY_ARRAY, PackedRound, Round, RoundsRead
 from stratus.state.store import ClusterStateStore
 
 log = logging.getLogger(__name__)
@@ -45,6 +49,18 @@ class _TreeReader(Protocol):
     one pipeline at a time, two round trips each."""
 
     def grandchildren_data(self, path: str) -> dict[str, dict[str, bytes]]: ...
+
+
+@runtime_checkable
+class _RoundStore(Protocol):
+    """A store that keeps each supervisor's round as one value (``PacemakerStateStore``):
+    a round replaces the last, so the heartbeats it lacks are gone with it, and a read
+    returns rounds, which the board groups without parsing a path per heartbeat. Another
+    store sets and reads the round's paths one by one (in one message where it can)."""
+
+    def set_round(self, owner: str, round_: Round) -> None: ...
+
+    def read_rounds(self) -> RoundsRead: ...
 
 
 @dataclass(frozen=True)
@@ -74,31 +90,52 @@ class HeartbeatBoard:
     def put_round(
         self, supervisor: SupervisorHeartbeat, workers: Iterable[WorkerHeartbeat]
     ) -> None:
-        """A supervisor's whole period: its workers' heartbeats, then its own, one message."""
+        """A supervisor's whole period: its workers' heartbeats, then its own, one message.
+        On the pacemakers the round replaces the supervisor's last one; on ZooKeeper a worker
+        heartbeat it lacks stays until removed (the supervisor removes those of workers it
+        no longer holds either way)."""
+        if isinstance(self._store, _RoundStore):
+            beats = {}
+            for beat in workers:
+                _worker_path(beat.pipeline, beat.supervisor)  # both names checked
+                if beat.supervisor != supervisor.id:
+                    raise ValueError(
+                        f"the heartbeat of {beat.pipeline!r} on {beat.supervisor!r} is not "
+                        f"of supervisor {supervisor.id!r}'s round"
+                    )
+                beats[beat.pipeline] = beat.encode()
+            self._store.set_round(_segment(supervisor.id), Round(supervisor.encode(), beats))
+            return
         entries = {_worker_path(beat.pipeline, beat.supervisor): beat.encode() for beat in workers}
         entries[f"{SUPERVISORS}/{_segment(supervisor.id)}"] = supervisor.encode()
         self._store.set_many(entries)
 
     def read(self) -> HeartbeatRead:
         """Every worker and supervisor heartbeat, in one read of the store."""
-        tree = self._store.read_tree("/")
+        if isinstance(self._store, _RoundStore):
+            return _read_rounds(self._store)
         workers: dict[str, dict[str, bytes]] = {}
         supervisors: dict[str, bytes] = {}
+        tree = self._store.read_tree("/")
         for rel, data in tree.data.items():
             parts = rel.split("/")
             if len(parts) == 3 and parts[0] == WORKERS[1:]:
                 workers.setdefault(parts[1], {})[parts[2]] = data
             elif len(parts) == 2 and parts[0] == SUPERVISORS[1:]:
                 supervisors[parts[1]] = data
-        decoded_workers = _decoded_workers(workers)
+        with collector_paused():
+            decoded_workers = _decoded_workers(workers)
+            decoded_supervisors = _decoded_supervisors(supervisors)
         return HeartbeatRead(
             workers={pipeline: beats for pipeline, beats in decoded_workers.items() if beats},
-            supervisors=_decoded_supervisors(supervisors),
+            supervisors=decoded_supervisors,
             complete=tree.complete,
         )
 
     def workers(self) -> dict[str, dict[str, WorkerHeartbeat]]:
         """Every worker heartbeat: pipeline -> supervisor -> heartbeat (no empty pipelines)."""
+        if isinstance(self._store, _RoundStore):
+            return _read_rounds(self._store).workers
         if isinstance(self._store, _TreeReader):
             raw = self._store.grandchildren_data(WORKERS)  # every read pipelined
         else:
@@ -125,6 +162,8 @@ class HeartbeatBoard:
 
     def supervisors(self) -> dict[str, SupervisorHeartbeat]:
         """Every supervisor heartbeat, by supervisor id."""
+        if isinstance(self._store, _RoundStore):
+            return _read_rounds(self._store).supervisors
         return _decoded(SupervisorHeartbeat, SUPERVISORS, self._store.children_data(SUPERVISORS))
 
     def remove_supervisor(self, supervisor: str) -> None:
@@ -140,6 +179,70 @@ def _segment(name: str) -> str:
     if not name or "/" in name or name in (".", ".."):
         raise ValueError(f"invalid heartbeat name {name!r}: one path segment, without '/'")
     return name
+
+
+def _read_rounds(store: _RoundStore) -> HeartbeatRead:
+    """Every heartbeat from a store of rounds: each round's worker heartbeats in one parse
+    (``_round_workers``), the supervisors' in one."""
+    read = store.read_rounds()
+    workers: dict[str, dict[str, WorkerHeartbeat]] = {}
+    supervisors: dict[str, bytes] = {}
+    with collector_paused():
+        for sid, packed in read.rounds.items():
+            if packed.supervisor is not None:
+                supervisors[sid] = packed.supervisor
+            if packed.workers != EMPTY_ARRAY:
+                for beat in _round_workers(packed):
+                    workers.setdefault(beat.pipeline, {})[sid] = beat
+        decoded_supervisors = _decoded_supervisors(supervisors)
+    return HeartbeatRead(workers, decoded_supervisors, complete=read.complete)
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused for the block (if it was on). Decoding the
+    heartbeats of 10,000 workers allocates some 30,000 containers, which would run the
+    collector dozens of times, each pass over the young objects and some over the whole
+    heap, for nothing: records hold no reference cycles. It doubled the leader's read
+    (docs/benchmarks.md). Reference counting frees everything as usual meanwhile."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _round_workers(packed: PackedRound) -> list[WorkerHeartbeat]:
+    """The worker heartbeats of one round: its array in one parse when every record of it
+    is good and names the round's supervisor, else one by one, skipping the bad ones (a
+    record naming another supervisor is bad: a round holds its own supervisor's only)."""
+    try:
+        beats = _WORKER_LIST.validate_json(packed.workers)
+    except ValidationError:
+        beats = None
+    if beats is not None and all(beat.supervisor == packed.owner for beat in beats):
+        return beats
+    try:
+        round_ = packed.unpacked()
+    except BadRoundError as exc:
+        log.warning("event=bad_heartbeat_round supervisor=%s error=%s", packed.owner, exc.reason)
+        return []
+    good = []
+    where = f"{SUPERVISORS}/{packed.owner} round, pipeline"
+    for pipeline, beat in _decoded(WorkerHeartbeat, where, round_.workers).items():
+        if (beat.pipeline, beat.supervisor) == (pipeline, packed.owner):
+            good.append(beat)
+        else:
+            log.warning(
+                "event=bad_heartbeat path=%s/%s kind=WorkerHeartbeat error=it names %s on %s",
+                where,
+                pipeline,
+                beat.pipeline,
+                beat.supervisor,
+            )
+    return good
 
 
 def _decoded_workers(raw: dict[str, dict[str, bytes]]) -> dict[str, dict[str, WorkerHeartbeat]]:

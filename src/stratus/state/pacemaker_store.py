@@ -1,23 +1,26 @@
 """The cluster state store on the pacemakers (``cluster.state.store: pacemaker``).
 
 Heartbeats go to every server of ``pacemaker.servers`` through one ``BlockingPacemakerPool``;
-everything else stays in ZooKeeper. The store keeps the interface's paths and lays them out
-on the pacemakers by supervisor, because a pacemaker authorizes a supervisor on its own
-subtree, ``/supervisors/<id>``, only:
+everything else stays in ZooKeeper. A pacemaker authorizes a supervisor on its own subtree,
+``/supervisors/<id>``, only, and a supervisor writes all its heartbeats once a period, so the
+store keeps each supervisor's **round** (its own heartbeat and its workers') as one pulse:
 
-| store path (the interface's)  | pacemaker path                      |
-|-------------------------------|-------------------------------------|
-| ``/supervisors/<id>``         | ``/supervisors/<id>`` (its pulse)   |
-| ``/workers/<pipeline>/<id>``  | ``/supervisors/<id>/workers/<pipeline>`` |
+| store path (the interface's)  | on the pacemakers                                   |
+|-------------------------------|-----------------------------------------------------|
+| ``/supervisors/<id>``         | an entry of the round pulse ``/supervisors/<id>``   |
+| ``/workers/<pipeline>/<id>``  | an entry of the round pulse ``/supervisors/<id>``   |
 
-So a supervisor's whole period (its heartbeat and its workers') is one ``send_pulses`` in
-its own subtree, and the leader reads every heartbeat with one ``get_all_pulses_for_path``
-(paged: each answer within the maximum frame, whatever the number of workers).
-A store built for a supervisor (``owner``) reads its own subtree only, which is all its
-principal may read; one built for a nimbus reads everything::
+(the round's format is ``stratus.state.rounds``). A supervisor's period is one
+``send_pulses`` of one pulse (``set_round``), and the leader reads every heartbeat with one
+paged ``get_all_pulses_for_path /supervisors``: one pulse per supervisor, 200 for 10,000
+workers, so the read costs what the bytes cost, not a Python object per worker. Servers
+merge by the newest round. A change to one heartbeat outside a round (``set``, ``delete``)
+reads the round, changes it and writes it back. A store built for a supervisor (``owner``)
+reads its own subtree only, which is all its principal may read; one built for a nimbus
+reads everything::
 
     store = PacemakerStateStore(BlockingPacemakerPool(settings, call_timeout_secs=5.0))
-    store.set_many({"/workers/etl/s1": beat, "/supervisors/s1": beat})   # one message
+    store.set_round("s1", Round(supervisor=beat, workers={"etl": beat}))   # one message
     read = store.read_tree("/")     # TreeRead; complete=False while every server is warming
 
 A pacemaker that cannot be reached raises ``StateStoreUnavailableError``; a refusal
@@ -26,55 +29,49 @@ A pacemaker that cannot be reached raises ``StateStoreUnavailableError``; a refu
 
 from __future__ import annotations
 
-import functools
+import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 
 from stratus.pacemaker.blocking import BlockingPacemakerPool
 from stratus.pacemaker.errors import PacemakerUnavailableError
-from stratus.state.errors import StateStoreUnavailableError
+from stratus.pacemaker.store import Pulse
+from stratus.state.errors import BadRoundError, StateStoreUnavailableError
+from stratus.state.rounds import (
+    SUPERVISORS,
+    WORKERS,
+    PackedRound,
+    Round,
+    RoundsRead,
+    decode_round,
+    encode_round,
+    located,
+)
 from stratus.state.store import TreeRead
 from stratus.state.zk_store import check_path
 
+log = logging.getLogger(__name__)
+
 STORE_NAME = "pacemaker"
-SUPERVISORS = "supervisors"
-WORKERS = "workers"
-MAPPED_PATHS_CACHED = 1 << 17  # from_pacemaker's memory: more than the heartbeats of a cluster
 
 
 def owned_subtree(owner: str) -> str:
-    """The pacemaker subtree of supervisor ``owner``'s heartbeats: ``/supervisors/<owner>``."""
+    """The pacemaker subtree of supervisor ``owner``'s heartbeats: ``/supervisors/<owner>``,
+    whose own pulse is the supervisor's round."""
     return f"/{SUPERVISORS}/{owner}"
 
 
-def to_pacemaker(path: str) -> str:
-    """The pacemaker path of a store path; ``ValueError`` for a path the layout does not have."""
-    parts = _parts(path)
-    if len(parts) == 2 and parts[0] == SUPERVISORS:
-        return f"/{SUPERVISORS}/{parts[1]}"
-    if len(parts) == 3 and parts[0] == WORKERS:
-        return f"/{SUPERVISORS}/{parts[2]}/{WORKERS}/{parts[1]}"
-    raise ValueError(
-        f"the pacemaker state store holds /supervisors/<id> and /workers/<pipeline>/<id>, "
-        f"not {path!r}"
-    )
-
-
-@functools.lru_cache(maxsize=MAPPED_PATHS_CACHED)
-def from_pacemaker(path: str) -> str | None:
-    """The store path of a pacemaker path; None for a node outside the layout. Remembered:
-    the leader maps the same paths every round."""
-    parts = tuple(path.strip("/").split("/"))
-    if len(parts) == 2 and parts[0] == SUPERVISORS:
-        return f"/{SUPERVISORS}/{parts[1]}"
-    if len(parts) == 4 and parts[0] == SUPERVISORS and parts[2] == WORKERS:
-        return f"/{WORKERS}/{parts[3]}/{parts[1]}"
-    return None
+def round_owner(path: str) -> str | None:
+    """The supervisor whose round the pacemaker pulse at ``path`` is; None for a pulse
+    outside the layout (which the store ignores)."""
+    parts = path.strip("/").split("/")
+    return parts[1] if len(parts) == 2 and parts[0] == SUPERVISORS and parts[1] else None
 
 
 class PacemakerStateStore:
-    """``ClusterStateStore`` on the pacemakers; see the module docstring."""
+    """``ClusterStateStore`` on the pacemakers, one round pulse per supervisor; see the
+    module docstring."""
 
     def __init__(
         self,
@@ -87,35 +84,84 @@ class PacemakerStateStore:
         self._scope = owned_subtree(owner) if owner else f"/{SUPERVISORS}"
         self._wall = wall
 
+    def set_round(self, owner: str, round_: Round) -> None:
+        """Replace supervisor ``owner``'s round with ``round_``: one ``send_pulses`` of one
+        pulse to every live server, stamped with this host's wall clock (servers merge by
+        it). A heartbeat of ``owner`` that ``round_`` lacks is gone with the old round."""
+        target = owned_subtree(owner)
+        with self._call(target):
+            self._pool.send_pulses([(target, encode_round(round_), self._wall())])
+
     def set(self, path: str, data: bytes) -> None:
         self.set_many({path: data})
 
     def set_many(self, entries: Mapping[str, bytes]) -> None:
-        """One ``send_pulses`` to every live server, stamped with this host's wall clock
-        (servers merge by it; the leader only compares a heartbeat with its last one)."""
+        """Set every path of ``entries``, keeping the other heartbeats of their supervisors:
+        each round concerned is read (the newest of the servers), changed, and written back,
+        all in one ``send_pulses``."""
+        changes: dict[str, Round] = {}
+        for path, data in entries.items():
+            owner, pipeline = _located(path)
+            change = changes.setdefault(owner, Round())
+            if pipeline is None:
+                change = changes[owner] = Round(data, change.workers)
+            else:
+                change.workers[pipeline] = data
         now = self._wall()
-        pulses = [(to_pacemaker(path), data, now) for path, data in entries.items()]
+        pulses = []
+        for owner, change in changes.items():
+            current = self._round(owner)
+            old = current[0] if current else Round()
+            merged = Round(
+                change.supervisor if change.supervisor is not None else old.supervisor,
+                {**old.workers, **change.workers},
+            )
+            pulses.append((owned_subtree(owner), encode_round(merged), now))
         with self._call(self._scope):
             self._pool.send_pulses(pulses)
 
     def get(self, path: str) -> bytes | None:
-        target = to_pacemaker(path)
-        with self._call(target):
-            pulse = self._pool.get_pulse(target).value
-        return pulse.data if pulse is not None else None
+        owner, pipeline = _located(path)
+        current = self._round(owner)
+        if current is None:
+            return None
+        return current[0].supervisor if pipeline is None else current[0].workers.get(pipeline)
 
-    def read_tree(self, path: str) -> TreeRead:
-        """Every value below ``path``, from one read of the whole layout; incomplete when
-        every server that answered is warming up."""
-        base = "/" if check_path(path) == "/" else path + "/"
+    def read_rounds(self) -> RoundsRead:
+        """Every supervisor's round (a supervisor's store: its own), from one paged read;
+        incomplete when every server that answered is warming up. A round that cannot be
+        read is skipped with a warning, as a torn heartbeat is."""
         with self._call(self._scope):
             read = self._pool.get_all_pulses_for_path(self._scope)
-        data = {}
+        rounds = {}
         for where, pulse in read.value.items():
-            mapped = from_pacemaker(where)
-            if mapped is not None and mapped.startswith(base):
-                data[mapped[len(base) :]] = pulse.data
-        return TreeRead(data, complete=not read.warming)  # in the pacemaker's path order
+            owner = round_owner(where)
+            if owner is None:
+                continue  # not a round: no pulse of this layout
+            found = _decoded(owner, pulse)
+            if found is not None:
+                rounds[owner] = found
+        return RoundsRead(rounds, complete=not read.warming)
+
+    def read_tree(self, path: str) -> TreeRead:
+        """Every value below ``path``, from one read of every round (each split into its
+        heartbeats: the leader's read takes the rounds whole, ``read_rounds``)."""
+        base = "/" if check_path(path) == "/" else path + "/"
+        read = self.read_rounds()
+        data: dict[str, bytes] = {}
+        for owner, packed in read.rounds.items():
+            round_ = _unpacked(packed)
+            if round_ is None:
+                continue
+            entries = {f"{WORKERS}/{name}/{owner}": beat for name, beat in round_.workers.items()}
+            if round_.supervisor is not None:
+                entries[f"{SUPERVISORS}/{owner}"] = round_.supervisor
+            for rel, value in entries.items():
+                if base == "/":
+                    data[rel] = value
+                elif ("/" + rel).startswith(base):
+                    data[rel[len(base) - 1 :]] = value
+        return TreeRead(data, complete=read.complete)
 
     def children(self, path: str) -> list[str]:
         names = {rel.split("/", 1)[0] for rel in self.read_tree(path).data}
@@ -124,35 +170,57 @@ class PacemakerStateStore:
     def children_data(self, path: str) -> dict[str, bytes]:
         return {rel: data for rel, data in self.read_tree(path).data.items() if "/" not in rel}
 
-    def grandchildren_data(self, path: str) -> dict[str, dict[str, bytes]]:
-        """Two levels below ``path`` from one read (``HeartbeatBoard.workers`` uses it)."""
-        found: dict[str, dict[str, bytes]] = {}
-        for rel, data in self.read_tree(path).data.items():
-            parts = rel.split("/")
-            if len(parts) == 2:
-                found.setdefault(parts[0], {})[parts[1]] = data
-        return found
-
     def delete(self, path: str) -> None:
-        """Remove ``path`` and everything below it from every live server."""
+        """Remove ``path`` and everything below it from every live server: each round
+        concerned is read, written back without those heartbeats (with the time it had, so
+        it never passes for newer than its supervisor's next round), or deleted once empty."""
         parts = _parts(path)
         if not parts:
             raise ValueError("cannot delete the state store's root '/'; delete below it")
-        if _is_leaf(parts):
+        if located(path) is not None:
             leaves = [path]
         else:
             leaves = [f"{path}/{rel}" for rel in self.read_tree(path).data]
+        gone: dict[str, set[str | None]] = {}
         for leaf in leaves:
-            target = to_pacemaker(leaf)
-            with self._call(target):
-                if leaf.startswith(f"/{WORKERS}/"):
-                    self._pool.delete_path(target)
-                else:  # a supervisor's own pulse; its workers' are deleted by their paths
-                    self._pool.delete_pulse_id(target)
+            owner, pipeline = _located(leaf)
+            gone.setdefault(owner, set()).add(pipeline)
+        for owner, pipelines in gone.items():
+            self._remove(owner, pipelines)
 
     def close(self) -> None:
         """Close the pool: its connections and its event loop's thread."""
         self._pool.close()
+
+    def _round(self, owner: str) -> tuple[Round, float] | None:
+        """Supervisor ``owner``'s round, the newest of the servers, and its time; None if
+        no server holds a readable one."""
+        target = owned_subtree(owner)
+        with self._call(target):
+            pulse = self._pool.get_pulse(target).value
+        packed = _decoded(owner, pulse) if pulse is not None else None
+        found = _unpacked(packed) if packed is not None else None
+        return None if found is None or pulse is None else (found, pulse.time)
+
+    def _remove(self, owner: str, pipelines: Collection[str | None]) -> None:
+        """Remove from ``owner``'s round the worker heartbeats of ``pipelines`` (None: the
+        supervisor's own)."""
+        current = self._round(owner)
+        if current is None:
+            return
+        old, when = current
+        kept = Round(
+            None if None in pipelines else old.supervisor,
+            {name: data for name, data in old.workers.items() if name not in pipelines},
+        )
+        if len(kept) == len(old):
+            return
+        target = owned_subtree(owner)
+        with self._call(target):
+            if len(kept):
+                self._pool.send_pulses([(target, encode_round(kept), when)])
+            else:
+                self._pool.delete_path(target)
 
     @contextmanager
     def _call(self, path: str) -> Iterator[None]:
@@ -162,10 +230,34 @@ class PacemakerStateStore:
             raise StateStoreUnavailableError(STORE_NAME, path, str(exc)) from None
 
 
-def _is_leaf(parts: tuple[str, ...]) -> bool:
-    return (len(parts) == 2 and parts[0] == SUPERVISORS) or (
-        len(parts) == 3 and parts[0] == WORKERS
-    )
+def _decoded(owner: str, pulse: Pulse) -> PackedRound | None:
+    """The round in ``owner``'s pulse; None (and logged) for a pulse that is not a round."""
+    try:
+        return decode_round(owner, pulse.data)
+    except BadRoundError as exc:
+        log.warning("event=bad_heartbeat_round supervisor=%s error=%s", owner, exc.reason)
+        return None
+
+
+def _unpacked(packed: PackedRound) -> Round | None:
+    """``packed`` split into its heartbeats; None (and logged) for an index that does not
+    split it."""
+    try:
+        return packed.unpacked()
+    except BadRoundError as exc:
+        log.warning("event=bad_heartbeat_round supervisor=%s error=%s", packed.owner, exc.reason)
+        return None
+
+
+def _located(path: str) -> tuple[str, str | None]:
+    """``located(path)`` for a path the layout has; ``ValueError`` for any other."""
+    found = located(check_path(path))
+    if found is None:
+        raise ValueError(
+            f"the pacemaker state store holds /supervisors/<id> and /workers/<pipeline>/<id>, "
+            f"not {path!r}"
+        )
+    return found
 
 
 def _parts(path: str) -> tuple[str, ...]:
