@@ -37,6 +37,7 @@ from stratus.security.client_auth import ClientAuth
 from stratus.security.tls import TlsSettings
 from stratus.security.tokens import load_credentials, read_token
 from stratus.state.factory import StateStoreSettings
+from stratus.web.bounds import HttpBounds
 from stratus.zk.auth import AuthScheme, ServerAuth, ZkAuth, read_credentials, super_digest
 from stratus.zk.session import ZkSettings
 from stratus.zk.tls import ServerTls, ZkTls
@@ -271,6 +272,16 @@ def server_tls(conf: StratusConfig) -> TlsSettings | None:
         key=conf.nimbus_tls_key,
         ca=conf.nimbus_tls_ca,
         require_client_cert=conf.nimbus_tls_client_cert_required,
+    )
+
+
+def http_bounds(conf: StratusConfig) -> HttpBounds:
+    """``nimbus.http.*``: the bounds of a nimbus's API and of the zkfc's endpoint beside it."""
+    return HttpBounds(
+        max_connections=conf.nimbus_http_max_connections,
+        header_timeout_secs=conf.nimbus_http_header_timeout_secs,
+        keepalive_secs=conf.nimbus_http_keepalive_secs,
+        max_header_bytes=conf.nimbus_http_max_header_bytes,
     )
 
 

@@ -40,17 +40,13 @@ from stratus.nimbus.code_routes import add_code_routes
 from stratus.nimbus.ha_routes import add_ha_routes
 from stratus.nimbus.ha_service import NimbusHAService
 from stratus.nimbus.json_bodies import StrictJsonRoute
-from stratus.nimbus.limits import (
-    RequestGuard,
-    add_limit_handlers,
-    error_response,
-    leader_only_routes,
-)
+from stratus.nimbus.limits import RequestGuard, add_limit_handlers, leader_only_routes
 from stratus.nimbus.metrics import CONTENT_TYPE_LATEST, NimbusMetrics
 from stratus.nimbus.service import MAX_REQUEST_ID_LENGTH, REQUEST_ID, NimbusService
 from stratus.nimbus.status_page import render_status_page
 from stratus.nimbus.upload_spool import spooling_route
 from stratus.security.access import OPEN, AccessPolicy
+from stratus.web.responses import error_response
 
 PREFIX = "/api/v1"
 SUBMIT_PATH = f"{PREFIX}/pipelines"

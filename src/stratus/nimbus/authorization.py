@@ -8,7 +8,8 @@ reads and transitions) needs ``admin``, which may do all. The check runs before 
 and the routes, so an unauthenticated leader-only call on a standby gets 401, not 421, and
 no body is read. With no token file configured every call goes through, as before.
 
-A 401 carries ``WWW-Authenticate: Bearer``; both refusals have the API's error body.
+A 401 carries ``WWW-Authenticate: Bearer``; both refusals have the API's error body
+(``stratus.web.authorization``, which the zkfc's endpoint shares).
 """
 
 from __future__ import annotations
@@ -16,18 +17,16 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import Depends
-from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
-from stratus.api.errors import ApiError, UnauthenticatedError
 from stratus.api.records import ErrorBody
-from stratus.security.access import CHALLENGE, AccessPolicy
+from stratus.security.access import AccessPolicy
 from stratus.security.roles import Role
+from stratus.web import authorization
 
 HA_PREFIX = "/ha"  # the HA service protocol's routes (stratus.ha.protocol)
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-PEER_NAME = "stratus.peer_name"  # the scope's state: the verified client certificate's CN
 
 
 def required_role(method: str, path: str = "") -> Role:
@@ -37,37 +36,12 @@ def required_role(method: str, path: str = "") -> Role:
     return Role.READ if method.upper() in READ_METHODS else Role.SUBMIT
 
 
-class RequireRole:
-    """ASGI middleware: refuse a request whose caller's role does not allow it."""
+class RequireRole(authorization.RequireRole):
+    """ASGI middleware: refuse a request whose caller's role does not allow it
+    (``required_role``; the caller from ``stratus.web.authorization``)."""
 
     def __init__(self, app: ASGIApp, policy: AccessPolicy) -> None:
-        self.app = app
-        self.policy = policy
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.policy.enabled:
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope["headers"])
-        authorization = headers.get(b"authorization")
-        peer = (scope.get("state") or {}).get(PEER_NAME)
-        try:
-            self.policy.authorize(
-                authorization.decode("latin-1") if authorization else None,
-                peer,
-                required_role(scope["method"], scope["path"]),
-            )
-        except ApiError as exc:
-            await refusal(exc)(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
-
-
-def refusal(error: ApiError) -> JSONResponse:
-    """The 401 or 403 answer, with the challenge a 401 must carry (RFC 9110)."""
-    body = ErrorBody(error=error.code, message=str(error))
-    headers = {"WWW-Authenticate": CHALLENGE} if isinstance(error, UnauthenticatedError) else {}
-    return JSONResponse(body.model_dump(), status_code=error.status, headers=headers)
+        super().__init__(app, policy, required_role)
 
 
 _BEARER = HTTPBearer(

@@ -54,11 +54,9 @@ from stratus.nimbus.exposure import InsecureReminder, check_exposure
 from stratus.nimbus.granted_lock import GrantedLock
 from stratus.nimbus.ha_service import NimbusHAService
 from stratus.nimbus.health import HealthWatch
-from stratus.nimbus.http_bounds import bounded_app, serve_bounded, uvicorn_options
 from stratus.nimbus.leadership_controller import LeadershipController
 from stratus.nimbus.listening import NimbusStartError, listen_socket, package_port_error
 from stratus.nimbus.metrics import NimbusMetrics
-from stratus.nimbus.peer_certificate import PeerCertificateProtocol
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.placement import Placement
 from stratus.nimbus.readiness import CodeReadiness
@@ -74,6 +72,8 @@ from stratus.settings import (
 )
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
+from stratus.web.bounds import bounded_app, serve_bounded, uvicorn_options
+from stratus.web.peer_certificate import PeerCertificateProtocol
 from stratus.zk.ephemeral import EphemeralNode
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.session import ZkSession

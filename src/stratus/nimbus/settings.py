@@ -19,10 +19,10 @@ from stratus.api.locations import LocationPolicy
 from stratus.codedist.package_check import PackageLimits
 from stratus.codedist.transfer.bounded_server import ConnectionBounds
 from stratus.config import StratusConfig
-from stratus.nimbus.http_bounds import HttpBounds
 from stratus.nimbus.limits import RequestLimits
 from stratus.nimbus.pipeline_ops import ReplicationPolicy
-from stratus.settings import package_limits
+from stratus.settings import http_bounds, package_limits
+from stratus.web.bounds import HttpBounds
 
 
 @dataclass(frozen=True)
@@ -128,12 +128,7 @@ class NimbusSettings:
                 ),
                 locations=locations,
             ),
-            http=HttpBounds(
-                max_connections=conf.nimbus_http_max_connections,
-                header_timeout_secs=conf.nimbus_http_header_timeout_secs,
-                keepalive_secs=conf.nimbus_http_keepalive_secs,
-                max_header_bytes=conf.nimbus_http_max_header_bytes,
-            ),
+            http=http_bounds(conf),
             code_server=ConnectionBounds(
                 max_connections=conf.nimbus_code_max_connections,
                 idle_secs=conf.nimbus_code_idle_secs,

@@ -11,8 +11,8 @@ import asyncio
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from stratus.nimbus.authorization import PEER_NAME
 from stratus.security.tls import peer_common_name
+from stratus.web.authorization import PEER_NAME
 
 
 class PeerCertificateProtocol(H11Protocol):

@@ -1,0 +1,57 @@
+"""Who may call a stratus server: one ASGI middleware, outside every other check.
+
+The caller's role comes from its bearer token or, without one, from the subject CN of the
+client certificate that TLS verified (``peer_certificate.py`` puts it in the scope); the
+server says which role each request needs. A 401 carries ``WWW-Authenticate: Bearer``;
+both refusals are the API's JSON error body. With no token file every call goes through::
+
+    app = RequireRole(app, policy, lambda method, path: Role.ADMIN)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from stratus.api.errors import ApiError, UnauthenticatedError
+from stratus.security.access import CHALLENGE, AccessPolicy
+from stratus.security.roles import Role
+from stratus.web.responses import error_response
+
+PEER_NAME = "stratus.peer_name"  # the scope's state: the verified client certificate's CN
+
+RoleRule = Callable[[str, str], Role]  # (method, path) -> the role the request needs
+
+
+class RequireRole:
+    """ASGI middleware: refuse a request whose caller's role does not allow it."""
+
+    def __init__(self, app: ASGIApp, policy: AccessPolicy, rule: RoleRule) -> None:
+        self.app = app
+        self.policy = policy
+        self.rule = rule
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.policy.enabled:
+            await self.app(scope, receive, send)
+            return
+        authorization = dict(scope["headers"]).get(b"authorization")
+        peer = (scope.get("state") or {}).get(PEER_NAME)
+        try:
+            self.policy.authorize(
+                authorization.decode("latin-1") if authorization else None,
+                peer,
+                self.rule(scope["method"], scope["path"]),
+            )
+        except ApiError as exc:
+            await refusal(exc)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def refusal(error: ApiError) -> JSONResponse:
+    """The 401 or 403 answer, with the challenge a 401 must carry (RFC 9110)."""
+    headers = {"WWW-Authenticate": CHALLENGE} if isinstance(error, UnauthenticatedError) else {}
+    return error_response(error, headers)
