@@ -9,7 +9,9 @@ fencing failed and nobody may become active (the elector drops the lock and trie
 The methods (``name`` or ``name(argument)``, separated by commas or new lines; a comma inside
 the parentheses belongs to the argument):
 
-``graceful``          ask the old active to go standby (the HA protocol), one retry
+``graceful``          ask the old active to go standby (the HA protocol), one retry; not
+                      retried after a timeout, and not tried at all when the old active
+                      is a process of this host that is stopped (SIGSTOP): it cannot answer
 ``epoch``             succeed at once: the service's every write is fenced by its election's
                       epoch in ZooKeeper (a stratus nimbus), so a stale active cannot write
 ``shell(command)``    run ``command`` with ``sh -c``; exit 0 means fenced. The target is in
@@ -41,7 +43,13 @@ from pathlib import Path
 from typing import Protocol
 
 from stratus.ha.errors import FencingConfigError
-from stratus.ha.protocol import HAServiceError, HAState, RequestSource, ServiceStatus
+from stratus.ha.protocol import (
+    HAServiceError,
+    HAState,
+    RequestSource,
+    ServiceStatus,
+    ServiceTimedOutError,
+)
 from stratus.process import ProcessGroup
 
 log = logging.getLogger(__name__)
@@ -229,7 +237,14 @@ class EpochFence:
 
 
 class GracefulFence:
-    """Ask the old active to go standby, with a timeout and one retry."""
+    """Ask the old active to go standby, with a timeout and one retry.
+
+    A graceful fence that cannot succeed should not hold the failover for its timeout when
+    the next method can act: a timeout is not retried (a service that let a whole timeout
+    pass without answering is frozen or overloaded, and a second wait only delays the next
+    method), and a service whose every listening process on this host is stopped (SIGSTOP,
+    a debugger) is not asked at all.
+    """
 
     ATTEMPTS = 2
 
@@ -237,6 +252,9 @@ class GracefulFence:
         self._context = context
 
     def fence(self, target: FenceTarget) -> bool:
+        if stopped_locally(target):
+            log.warning("event=graceful_fence_skipped target=%s reason=stopped", target.address)
+            return False
         for attempt in range(1, self.ATTEMPTS + 1):
             client = self._context.connect(target.address, self._context.graceful_timeout)
             try:
@@ -248,12 +266,37 @@ class GracefulFence:
                     attempt,
                     exc,
                 )
+                if isinstance(exc, ServiceTimedOutError):
+                    return False
                 continue
             finally:
                 client.close()
             if status.state is not HAState.ACTIVE:
                 return True
         return False
+
+
+def stopped_locally(target: FenceTarget) -> bool:
+    """True if the target is served on this host by processes that are all stopped.
+
+    Checked in ``/proc`` (a process's state ``T``, stopped by a signal, or ``t``, by a
+    tracer); False for a target on another host, or one nothing of ours listens for.
+    """
+    if not is_local_address(target.host):
+        return False
+    pids = listening_pids(target.port)
+    return bool(pids) and all(process_state(pid) in ("T", "t") for pid in pids)
+
+
+def process_state(pid: int) -> str | None:
+    """The one-letter state of a process (``/proc/<pid>/stat``), None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces or parentheses.
+    fields = stat[stat.rfind(")") + 1 :].split()
+    return fields[0] if fields else None
 
 
 def run_bounded(argv: list[str], timeout: float, env: Mapping[str, str] | None = None) -> int:
