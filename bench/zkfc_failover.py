@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import signal
 import tempfile
 import time
@@ -106,6 +107,7 @@ class Sample:
     record: float | None  # seconds from the signal to the new leader record's creation
     old_epoch: int
     new_epoch: int
+    signalled: float = 0.0  # wall clock of the signal: to place the round in --keep-logs logs
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = WHOLE_TIMEOUT_SECS) -> None:
@@ -267,20 +269,21 @@ class Cluster:
                 zkfc.kill()
                 zkfc.start()
                 zkfc.wait_ready()
-        return Sample(scenario, self.mode, served, record, found.epoch, new_epoch)
+        return Sample(scenario, self.mode, served, record, found.epoch, new_epoch, signalled)
 
 
 def spark_round(spark: SparkCluster) -> Sample:
     """kill -9 of the ALIVE Spark master, timed to the first call another master serves as
     the leader; the killed master restarted as a standby."""
     old = spark.wait_whole()
+    signalled = time.time()
     started = time.monotonic()
     old.send_signal(signal.SIGKILL)
     served, _ = spark.first_leader_call(0, started + CALL_DEADLINE_SECS, old)
     old.reap()
     old.start()
     spark.wait_whole()
-    return Sample("kill", "spark", served - started, None, 0, 0)
+    return Sample("kill", "spark", served - started, None, 0, 0, signalled)
 
 
 def run(args: argparse.Namespace, console: Console, workdir: Path) -> list[Sample]:
@@ -404,6 +407,17 @@ def report(console: Console, samples: list[Sample], args: argparse.Namespace) ->
     return verdicts
 
 
+def log_client(path: Path) -> None:
+    """Every attempt and retry of the measuring client, timestamped, beside the daemons' logs:
+    with them, one failover can be followed from the signal to the call served."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s level=%(levelname)s %(message)s"))
+    for name in ("stratus.client", "httpx"):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.DEBUG if name == "stratus.client" else logging.INFO)
+        logger.addHandler(handler)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=20, help="kill -9 rounds per mode")
@@ -433,7 +447,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="no Spark worker registered with the masters (recovery has nothing to recover)",
     )
     parser.add_argument("--quick", action="store_true", help="2 rounds of each: a smoke run")
-    parser.add_argument("--keep-logs", type=Path, help="keep every process's log here")
+    parser.add_argument(
+        "--keep-logs", type=Path, help="keep every process's log here (and the client's)"
+    )
     parser.add_argument("--json", type=Path, help="also write every sample to this file")
     args = parser.parse_args(argv)
     if args.quick:
@@ -457,12 +473,13 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.stop_rounds}, host lost {args.host_rounds}; {args.nimbuses} nimbuses per "
         f"cluster; session timeout {args.session_timeout:g} s; zkfc health check every 0.1 s, "
         f"timeout {args.health_timeout:g} s; graceful fence timeout {args.graceful_timeout:g} s "
-        f"(retried once); ZooKeeper tick {TICK_TIME_MS} ms"
+        f"(retried once after a refusal); ZooKeeper tick {TICK_TIME_MS} ms"
     )
     began = time.monotonic()
     try:
         if args.keep_logs:
             args.keep_logs.mkdir(parents=True, exist_ok=True)
+            log_client(args.keep_logs / "client.log")
             samples = run(args, console, args.keep_logs.absolute())
         else:
             with tempfile.TemporaryDirectory(prefix="stratus-bench-zkfc-") as tmp:

@@ -11,7 +11,7 @@ the parentheses belongs to the argument):
 
 ``graceful``          ask the old active to go standby (the HA protocol), one retry; not
                       retried after a timeout, and not tried at all when the old active
-                      is a process of this host that is stopped (SIGSTOP): it cannot answer
+                      is served by a stopped process of this host (SIGSTOP): it cannot answer
 ``epoch``             succeed at once: the service's every write is fenced by its election's
                       epoch in ZooKeeper (a stratus nimbus), so a stale active cannot write
 ``shell(command)``    run ``command`` with ``sh -c``; exit 0 means fenced. The target is in
@@ -242,8 +242,8 @@ class GracefulFence:
     A graceful fence that cannot succeed should not hold the failover for its timeout when
     the next method can act: a timeout is not retried (a service that let a whole timeout
     pass without answering is frozen or overloaded, and a second wait only delays the next
-    method), and a service whose every listening process on this host is stopped (SIGSTOP,
-    a debugger) is not asked at all.
+    method), and a service whose listening socket is held by a stopped process of this host
+    (SIGSTOP, a debugger) is not asked at all.
     """
 
     ATTEMPTS = 2
@@ -277,26 +277,38 @@ class GracefulFence:
 
 
 def stopped_locally(target: FenceTarget) -> bool:
-    """True if the target is served on this host by processes that are all stopped.
+    """True if the target is served on this host by a process that is stopped.
 
-    Checked in ``/proc`` (a process's state ``T``, stopped by a signal, or ``t``, by a
-    tracer); False for a target on another host, or one nothing of ours listens for.
+    A process whose ``/proc`` state is ``T`` (stopped by a signal) or ``t`` (by a tracer)
+    and that holds the socket listening on the target's port. Made cheap enough to run
+    before every graceful fence: a port that refuses connections (a dead service, which
+    refuses the graceful call at once anyway) is one connection attempt; otherwise one
+    ``stat`` read per process, and the socket table and descriptors are read only when
+    some process is stopped. False for a target on another host.
     """
-    if not is_local_address(target.host):
+    if not is_local_address(target.host) or not port_open(target, 1.0):
         return False
-    pids = listening_pids(target.port)
-    return bool(pids) and all(process_state(pid) in ("T", "t") for pid in pids)
+    stopped = [
+        int(name)
+        for name in os.listdir("/proc")
+        if name.isdigit() and process_state(int(name)) in ("T", "t")
+    ]
+    if not stopped:
+        return False
+    inodes = listening_inodes(target.port)
+    return any(holds_any(Path("/proc", str(pid)), inodes) for pid in stopped)
 
 
 def process_state(pid: int) -> str | None:
     """The one-letter state of a process (``/proc/<pid>/stat``), None if it is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            stat = stat_file.read()
     except OSError:
         return None
     # The command name (field 2) is in parentheses and may hold spaces or parentheses.
-    fields = stat[stat.rfind(")") + 1 :].split()
-    return fields[0] if fields else None
+    fields = stat[stat.rfind(b")") + 1 :].split()
+    return fields[0].decode() if fields else None
 
 
 def run_bounded(argv: list[str], timeout: float, env: Mapping[str, str] | None = None) -> int:
@@ -439,6 +451,18 @@ def is_local_address(host: str) -> bool:
 
 def listening_pids(port: int) -> set[int]:
     """The pids (of processes this user may see) with a socket listening on TCP ``port``."""
+    inodes = listening_inodes(port)
+    if not inodes:
+        return set()
+    return {
+        int(proc.name)
+        for proc in Path("/proc").iterdir()
+        if proc.name.isdigit() and holds_any(proc, inodes)
+    }
+
+
+def listening_inodes(port: int) -> set[str]:
+    """The sockets listening on TCP ``port``, as ``/proc/<pid>/fd`` links name them."""
     inodes: set[str] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError):
@@ -447,16 +471,14 @@ def listening_pids(port: int) -> set[int]:
                 local, state, inode = fields[1], fields[3], fields[9]
                 if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
                     inodes.add(f"socket:[{inode}]")
-    pids: set[int] = set()
-    if not inodes:
-        return pids
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            for fd in (proc / "fd").iterdir():
-                with contextlib.suppress(OSError):
-                    if os.readlink(fd) in inodes:
-                        pids.add(int(proc.name))
-                        break
-    return pids
+    return inodes
+
+
+def holds_any(proc: Path, inodes: set[str]) -> bool:
+    """Whether the process ``/proc/<pid>`` has one of ``inodes`` open (False if not ours)."""
+    with contextlib.suppress(OSError):
+        for fd in (proc / "fd").iterdir():
+            with contextlib.suppress(OSError):
+                if os.readlink(fd) in inodes:
+                    return True
+    return False
