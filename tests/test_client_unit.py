@@ -276,14 +276,15 @@ def test_a_frozen_leader_is_waited_on_once_not_again_while_the_others_still_name
 ):
     """SIGSTOP of the leader: the standby names it until its failover controller acts."""
     cluster.frozen.add(A)
-    cluster.nimbuses[B] = Nimbus(leaders=[A, A, B], answers=[ok(record())])
+    # B names A, then nobody (A's controller gave up its lock), then itself
+    cluster.nimbuses[B] = Nimbus(leaders=[A, A, None, B], answers=[ok(record())])
 
     with client_of(cluster, fake_time, [A, B]) as client:
         assert client.activate("wordcount") == record()
 
     assert [address for address, _ in cluster.sent()].count(A) == 1
     assert cluster.sent()[-1] == (B, "/api/v1/pipelines/wordcount/activate")
-    assert len(fake_time.sleeps) == 2  # backed off while B still named A
+    assert len(fake_time.sleeps) == 3  # backed off while B named A, then nobody
 
 
 def test_a_nimbus_that_timed_out_is_trusted_again_after_a_request_timeout(cluster, fake_time):

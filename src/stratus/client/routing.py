@@ -6,9 +6,10 @@ timeouts, ``not_leader`` and ``unavailable`` until ``retry_deadline`` seconds af
 began. Reads go to any nimbus that answers; leader-only calls to the leader it found last, or
 that the seeds name, following ``not_leader`` answers. A nimbus that let a request time out
 (a frozen leader holds every request for the whole ``request_timeout``) is a suspect for one
-``request_timeout``: it is asked last, and a seed or a ``not_leader`` answer that names it as
-the leader counts as naming nobody, so the client backs off and asks again rather than
-waiting on it a second time (the others learn of the new leader meanwhile)::
+``request_timeout``: it is asked last (for the leader, only if no other nimbus answers), and
+a seed or a ``not_leader`` answer that names it as the leader counts as naming nobody, so the
+client backs off and asks again rather than waiting on it a second time (the others learn of
+the new leader meanwhile)::
 
     router = NimbusRouter(["10.0.0.1:6627", "10.0.0.2:6627"], retry_deadline=30.0)
     response = router.call_leader("POST", "/api/v1/pipelines/etl/activate")
@@ -258,6 +259,8 @@ class NimbusRouter:
         nobody = None
         failure: Exception | None = None
         for address in self._suspects_last([self._answered, *self.seeds]):
+            if nobody is not None and self._suspected(address):
+                break  # one that answers knows no leader: a suspect would only hold the call
             try:
                 info = parse(LeaderInfo, self._send(address, "GET", f"{API}/leader"))
             except (httpx.TransportError, ApiError) as exc:
