@@ -4,10 +4,12 @@ Two clusters of ``--nimbuses`` real ``stratus nimbus`` processes on one ZooKeepe
 tick 100 ms), each under its own root: one self-elected (``nimbus.ha.mode: self``), one in
 ``nimbus.ha.mode: zkfc`` with a real ``stratus zkfc`` beside each nimbus. Three scenarios:
 
-* **kill**: ``kill -9`` of the leader nimbus process alone, in both clusters (rounds
-  interleaved, so that machine noise hits both). Self-elected, the standby leads once
-  ZooKeeper expires the dead nimbus's session; under zkfcs, the dead nimbus's zkfc sees its
-  port refuse connections at its next health check and gives the lock up at once;
+* **kill**: ``kill -9`` of the leader nimbus process alone, in both clusters, and of the
+  ALIVE master of Spark's standalone master HA (``--spark-rounds``; rounds interleaved, so
+  that machine noise hits all three). Self-elected, the standby leads once ZooKeeper expires
+  the dead nimbus's session; under zkfcs, the dead nimbus's zkfc sees its port refuse
+  connections at its next health check and gives the lock up at once; Spark's standby
+  master leads once the dead master's session expires, then recovers;
 * **stop**: SIGSTOP of the leader nimbus alone, zkfc cluster only: its zkfc's health check
   times out after ``--health-timeout``; then SIGCONT, and the next round waits until the old
   leader says it is standby;
@@ -17,15 +19,20 @@ tick 100 ms), each under its own root: one self-elected (``nimbus.ha.mode: self`
 Each round measures, from the signal: **served**, the first successful leader-only call
 (``activate`` of a pipeline submitted at the start, a no-op) by a ``NimbusClient`` that knows
 every nimbus; and **record**, the creation time (in ZooKeeper) of the new leader's record.
+For Spark, served is the first driver-status request that another master answers as the
+leader (``bench/_masters.py``, shared with ``bench/failover.py``), with the same number of
+masters and one registered worker (``--no-spark-worker``: none); Spark asks for a 60 s
+session, which the ZooKeeper here caps at ``--session-timeout``, so all three have the same.
 Killed processes are restarted, and each round waits until the cluster is whole again
-(every nimbus queued in the election, one leader that every nimbus names).
+(every nimbus queued in the election, one leader that every nimbus names; one ALIVE Spark
+master, the others STANDBY).
 
     .venv/bin/python bench/zkfc_failover.py [--rounds 20] [--session-timeout 2]
-    .venv/bin/python bench/zkfc_failover.py --quick      # 2 rounds each: a smoke run
+    .venv/bin/python bench/zkfc_failover.py --quick      # 2 rounds each, no Spark: a smoke run
+    .venv/bin/python bench/zkfc_failover.py --quick --spark-rounds 2   # with Spark (JVMs)
 
-Spark's standalone master HA is not measured here: ``bench/failover.py`` measures it against
-self-elected nimbuses. The exit code is 0 even when a target is missed; 1 only when the
-benchmark itself could not run.
+The exit code is 0 even when a target is missed; 1 only when the benchmark itself could not
+run.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import signal
 import tempfile
 import time
@@ -47,6 +55,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from _masters import SparkCluster
 from _report import (
     Interrupted,
     handle_interrupts,
@@ -76,6 +85,7 @@ PIPELINE_PACKAGE = package_bytes(
         "bench.py": "def run(spark, context):  # bench/zkfc_failover.py never runs it\n    pass\n",
     }
 )
+SPARK_ROUNDS = 10  # each restarts a master JVM and waits for its recovery
 KILL_P50_TARGET = 0.250  # zkfc, kill -9 of the nimbus alone
 KILL_P99_TARGET = 1.0
 STOP_SLACK = 1.0  # zkfc, SIGSTOP: p99 <= health timeout + this
@@ -92,11 +102,12 @@ class BenchError(Exception):
 @dataclass(frozen=True)
 class Sample:
     scenario: str  # kill, stop, host
-    mode: str  # self, zkfc
+    mode: str  # self, zkfc, spark
     served: float  # seconds from the signal to the first leader-only call served
     record: float | None  # seconds from the signal to the new leader record's creation
     old_epoch: int
     new_epoch: int
+    signalled: float = 0.0  # wall clock of the signal: to place the round in --keep-logs logs
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = WHOLE_TIMEOUT_SECS) -> None:
@@ -258,7 +269,21 @@ class Cluster:
                 zkfc.kill()
                 zkfc.start()
                 zkfc.wait_ready()
-        return Sample(scenario, self.mode, served, record, found.epoch, new_epoch)
+        return Sample(scenario, self.mode, served, record, found.epoch, new_epoch, signalled)
+
+
+def spark_round(spark: SparkCluster) -> Sample:
+    """kill -9 of the ALIVE Spark master, timed to the first call another master serves as
+    the leader; the killed master restarted as a standby."""
+    old = spark.wait_whole()
+    signalled = time.time()
+    started = time.monotonic()
+    old.send_signal(signal.SIGKILL)
+    served, _ = spark.first_leader_call(0, started + CALL_DEADLINE_SECS, old)
+    old.reap()
+    old.start()
+    spark.wait_whole()
+    return Sample("kill", "spark", served - started, None, 0, 0, signalled)
 
 
 def run(args: argparse.Namespace, console: Console, workdir: Path) -> list[Sample]:
@@ -271,19 +296,37 @@ def run(args: argparse.Namespace, console: Console, workdir: Path) -> list[Sampl
     )
     samples: list[Sample] = []
     clusters: dict[str, Cluster] = {}
+    spark: SparkCluster | None = None
+    http = httpx.Client(timeout=2.0, trust_env=False)
     zk.start()
     try:
         for mode in ("self", "zkfc"):
             clusters[mode] = Cluster(mode, zk, workdir, args)
             clusters[mode].start()
+        if args.spark_rounds:
+            console.print("starting Spark's standalone masters...")
+            spark = SparkCluster(
+                zk.connect_string,
+                workdir / "spark",
+                args.nimbuses,
+                with_worker=args.spark_worker,
+                http=http,
+            )
+            spark.start()
         plan: list[tuple[str, str]] = []
-        for n in range(args.rounds):
-            order = ("self", "zkfc") if n % 2 == 0 else ("zkfc", "self")
-            plan += [("kill", mode) for mode in order]
+        for n in range(max(args.rounds, args.spark_rounds)):
+            modes = [m for m in ("self", "zkfc") if n < args.rounds]
+            modes += ["spark"] if n < args.spark_rounds else []
+            shift = n % len(modes)  # each mode goes first in turn
+            plan += [("kill", mode) for mode in modes[shift:] + modes[:shift]]
         plan += [("stop", "zkfc")] * args.stop_rounds
         plan += [("host", "zkfc")] * args.host_rounds
         for n, (scenario, mode) in enumerate(plan, 1):
-            sample = clusters[mode].round(scenario)
+            if mode == "spark":
+                assert spark is not None
+                sample = spark_round(spark)
+            else:
+                sample = clusters[mode].round(scenario)
             samples.append(sample)
             record = "-" if sample.record is None else ms(sample.record)
             print(
@@ -295,6 +338,9 @@ def run(args: argparse.Namespace, console: Console, workdir: Path) -> list[Sampl
         handle_interrupts(signal.SIG_IGN)
         for cluster in clusters.values():
             cluster.close()
+        if spark is not None:
+            spark.stop()
+        http.close()
         zk.stop()
     return samples
 
@@ -338,6 +384,12 @@ def report(console: Console, samples: list[Sample], args: argparse.Namespace) ->
     if ("kill", "zkfc") in p and ("kill", "self") in p:
         ratio = p[("kill", "self")][0] / p[("kill", "zkfc")][0]
         verdicts.append(f"kill -9, self-elected p50 / zkfc p50: {ratio:.1f}x (informational)")
+    if ("kill", "zkfc") in p and ("kill", "spark") in p:
+        ratio = p[("kill", "spark")][0] / p[("kill", "zkfc")][0]
+        verdicts.append(
+            f"kill -9, Spark standalone master HA p50 / zkfc p50: {ratio:.1f}x (same session "
+            f"timeout, {ms(args.session_timeout)} ms)"
+        )
     if ("stop", "zkfc") in p:
         bound = args.health_timeout + STOP_SLACK
         p99 = p[("stop", "zkfc")][1]
@@ -353,6 +405,17 @@ def report(console: Console, samples: list[Sample], args: argparse.Namespace) ->
         )
     print_verdicts(console, verdicts)
     return verdicts
+
+
+def log_client(path: Path) -> None:
+    """Every attempt and retry of the measuring client, timestamped, beside the daemons' logs:
+    with them, one failover can be followed from the signal to the call served."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s level=%(levelname)s %(message)s"))
+    for name in ("stratus.client", "httpx"):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.DEBUG if name == "stratus.client" else logging.INFO)
+        logger.addHandler(handler)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -371,12 +434,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=0.25,
         help="the zkfcs' ha.fencing.graceful.timeout.secs: a frozen old active costs two",
     )
+    parser.add_argument(
+        "--spark-rounds",
+        type=int,
+        default=None,
+        help="kill -9 rounds of Spark's standalone masters (default 10; 0 in --quick)",
+    )
+    parser.add_argument(
+        "--no-spark-worker",
+        dest="spark_worker",
+        action="store_false",
+        help="no Spark worker registered with the masters (recovery has nothing to recover)",
+    )
     parser.add_argument("--quick", action="store_true", help="2 rounds of each: a smoke run")
-    parser.add_argument("--keep-logs", type=Path, help="keep every process's log here")
+    parser.add_argument(
+        "--keep-logs", type=Path, help="keep every process's log here (and the client's)"
+    )
     parser.add_argument("--json", type=Path, help="also write every sample to this file")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.stop_rounds, args.host_rounds = 2, 2, 2
+    if args.spark_rounds is None:  # Spark's JVMs cost tens of seconds: off in a smoke run
+        args.spark_rounds = 0 if args.quick else SPARK_ROUNDS
     return args
 
 
@@ -384,21 +463,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     handle_interrupts(raise_interrupted)
     console = report_console(width=110)
-    console.rule("Nimbus failover: under zkfcs vs self-elected")
-    info = machine(("kazoo", "httpx"))
+    console.rule("Nimbus failover: under zkfcs vs self-elected vs Spark's standalone master HA")
+    info = machine(("kazoo", "pyspark", "httpx"))
     for key, value in info.items():
         console.print(f"[bold]{key:>9}[/]: {value}")
     console.print(
-        f"[bold]{'run':>9}[/]: kill -9 {args.rounds} rounds per mode, SIGSTOP "
+        f"[bold]{'run':>9}[/]: kill -9 {args.rounds} rounds per mode "
+        f"({args.spark_rounds} of Spark's standalone masters), SIGSTOP "
         f"{args.stop_rounds}, host lost {args.host_rounds}; {args.nimbuses} nimbuses per "
         f"cluster; session timeout {args.session_timeout:g} s; zkfc health check every 0.1 s, "
         f"timeout {args.health_timeout:g} s; graceful fence timeout {args.graceful_timeout:g} s "
-        f"(retried once); ZooKeeper tick {TICK_TIME_MS} ms"
+        f"(retried once after a refusal); ZooKeeper tick {TICK_TIME_MS} ms"
     )
     began = time.monotonic()
     try:
         if args.keep_logs:
             args.keep_logs.mkdir(parents=True, exist_ok=True)
+            log_client(args.keep_logs / "client.log")
             samples = run(args, console, args.keep_logs.absolute())
         else:
             with tempfile.TemporaryDirectory(prefix="stratus-bench-zkfc-") as tmp:

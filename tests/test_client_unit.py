@@ -105,9 +105,12 @@ class Cluster:
 
     nimbuses: dict[str, Nimbus] = field(default_factory=dict)
     requests: list[httpx.Request] = field(default_factory=list)
+    frozen: set[str] = field(default_factory=set)  # accept, never answer: every request times out
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
+        if request.url.netloc.decode() in self.frozen:
+            raise httpx.ReadTimeout("timed out", request=request)
         nimbus = self.nimbuses.get(request.url.netloc.decode())
         if nimbus is None:
             raise httpx.ConnectError("connection refused", request=request)
@@ -268,6 +271,33 @@ def test_nimbuses_that_name_each_other_make_the_client_back_off_not_spin(cluster
     assert len(cluster.requests) < 10 * len(fake_time.sleeps)  # a bounded number per backoff
 
 
+def test_a_frozen_leader_is_waited_on_once_not_again_while_the_others_still_name_it(
+    cluster, fake_time
+):
+    """SIGSTOP of the leader: the standby names it until its failover controller acts."""
+    cluster.frozen.add(A)
+    # B names A, then nobody (A's controller gave up its lock), then itself
+    cluster.nimbuses[B] = Nimbus(leaders=[A, A, None, B], answers=[ok(record())])
+
+    with client_of(cluster, fake_time, [A, B]) as client:
+        assert client.activate("wordcount") == record()
+
+    assert [address for address, _ in cluster.sent()].count(A) == 1
+    assert cluster.sent()[-1] == (B, "/api/v1/pipelines/wordcount/activate")
+    assert len(fake_time.sleeps) == 3  # backed off while B named A, then nobody
+
+
+def test_a_nimbus_that_timed_out_is_trusted_again_after_a_request_timeout(cluster, fake_time):
+    cluster.nimbuses[A] = Nimbus(leaders=[A], answers=[ok(record())])
+    cluster.frozen.add(A)
+    with client_of(cluster, fake_time, [A], deadline=60.0) as client:
+        with pytest.raises(NimbusUnreachableError):
+            client.activate("wordcount")  # only A, always timing out
+        cluster.frozen.clear()
+        fake_time.now += 30.0  # past its suspicion (the default request timeout is shorter)
+        assert client.activate("wordcount") == record()
+
+
 # ---------------------------------------------------------------------- submit
 
 
@@ -288,8 +318,10 @@ def test_submit_sends_the_same_request_id_on_every_retry_across_a_failover(
 
     ids = request_ids(cluster)
     submits = cluster.sent("/api/v1/pipelines")
-    assert [address for address, _ in submits] == [A, A, A, B]
-    assert len(ids) == 4
+    # After the timeout A is a suspect: C still names it, but the client waits for C to name
+    # another leader rather than send A the submit a third time.
+    assert [address for address, _ in submits] == [A, A, B]
+    assert len(ids) == 3
     assert len(set(ids)) == 1
     assert re.fullmatch(r"[0-9a-f]{32}", ids[0])
     assert result == record(request_id="x")

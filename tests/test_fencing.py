@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -25,9 +26,19 @@ from stratus.ha.fencing import (
     listening_pids,
     parse_methods,
     port_open,
+    process_state,
     remote_kill_script,
+    stopped_locally,
 )
-from stratus.ha.protocol import HAState, RequestSource, ServiceNotRespondingError, ServiceStatus
+from stratus.ha.protocol import (
+    HAServiceClient,
+    HAState,
+    RequestSource,
+    ServiceNotRespondingError,
+    ServiceStatus,
+    ServiceTimedOutError,
+)
+from tests.zkfixtures import wait_until
 
 # --------------------------------------------------------------------- the list
 
@@ -71,15 +82,16 @@ def test_a_target_is_the_breadcrumbs_host_and_port() -> None:
 
 @dataclass
 class Asker:
-    """A service that refuses ``failures`` times, then goes standby."""
+    """A service that refuses ``failures`` times (or times out), then goes standby."""
 
     failures: int
     calls: list[RequestSource] = field(default_factory=list)
+    error: type[ServiceNotRespondingError] = ServiceNotRespondingError
 
     def transition_to_standby(self, source: RequestSource = RequestSource.ZKFC) -> ServiceStatus:
         self.calls.append(source)
         if len(self.calls) <= self.failures:
-            raise ServiceNotRespondingError("timed out", "a:1")
+            raise self.error("refused", "a:1")
         return ServiceStatus(state=HAState.STANDBY)
 
     def close(self) -> None:
@@ -102,6 +114,15 @@ def test_when_graceful_fails_twice_the_next_method_is_tried(tmp_path: Path) -> N
     fencer = Fencer(parse_methods(f"graceful, shell(touch {marker})"), context(asker))
     assert fencer.fence(FenceTarget("a", 1))
     assert len(asker.calls) == 2 and marker.exists()
+
+
+def test_a_graceful_attempt_that_timed_out_is_not_retried(tmp_path: Path) -> None:
+    """A frozen service would let the retry time out too: the next method acts at once."""
+    asker = Asker(failures=1, error=ServiceTimedOutError)
+    marker = tmp_path / "ran"
+    fencer = Fencer(parse_methods(f"graceful, shell(touch {marker})"), context(asker))
+    assert fencer.fence(FenceTarget("a", 1))
+    assert len(asker.calls) == 1 and marker.exists()
 
 
 def test_all_methods_failing_is_fencing_failed() -> None:
@@ -198,3 +219,34 @@ def test_sshfence_to_a_host_without_ssh_fails_within_its_timeout() -> None:
     fence = SshFence("nobody", closed, timeout=3)
     assert fence.argv(FenceTarget("127.0.0.1", 1))[:4] == ["ssh", "-o", "BatchMode=yes", "-o"]
     assert not fence.fence(FenceTarget("127.0.0.1", 6627))
+
+
+# --------------------------------------------------------------------- a stopped old active
+
+
+def test_a_stopped_local_service_is_not_asked_and_the_process_fence_kills_it(listener) -> None:
+    """SIGSTOP: its socket still accepts (the kernel's backlog), it never answers."""
+    proc, target = listener
+    asker = Asker(failures=0)
+    assert not stopped_locally(target)
+    assert Fencer(parse_methods("graceful"), context(asker)).fence(target)
+    assert len(asker.calls) == 1  # running: asked
+
+    proc.send_signal(signal.SIGSTOP)
+    wait_until(lambda: process_state(proc.pid) == "T", 10, "the listener stopped")
+    assert stopped_locally(target)
+    with (
+        HAServiceClient(target.address, timeout=0.2) as frozen,
+        pytest.raises(ServiceTimedOutError),
+    ):
+        frozen.transition_to_standby()
+    asker = Asker(failures=0)
+    fencer = Fencer(parse_methods("graceful, process"), context(asker))
+    assert fencer.fence(target)
+    assert asker.calls == []  # not asked: it could not have answered
+    assert proc.wait(5) == -9
+
+
+def test_a_stopped_service_on_another_host_is_asked_as_usual() -> None:
+    assert not stopped_locally(FenceTarget("192.0.2.1", 6627))
+    assert process_state(2**22 + 1) is None  # above the kernel's pid_max: no such process

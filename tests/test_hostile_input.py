@@ -39,8 +39,8 @@ from stratus.codedist.transfer.bounded_server import ConnectionBounds
 from stratus.codedist.transfer.server import PackageServer
 from stratus.security.certificates import CertificateAuthority
 from stratus.security.client_auth import ClientAuth
-from stratus.security.http_bounds import HttpBounds, bounded_app, uvicorn_options
 from stratus.security.tls import TlsSettings
+from stratus.web.bounds import HttpBounds, bounded_app, uvicorn_options
 from stratus.zk.errors import ZooKeeperOptionError
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import ZooKeeperServer

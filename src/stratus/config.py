@@ -941,11 +941,11 @@ class StratusConfig(BaseModel):
         "is killed and counted as failed",
     )
     ha_fencing_graceful_timeout_secs: float = Field(
-        default=5.0,
+        default=1.0,
         gt=0,
         alias="ha.fencing.graceful.timeout.secs",
         description="`stratus zkfc`: timeout of each of the graceful fence's two "
-        "transition-to-standby calls",
+        "transition-to-standby calls (the second only after a refusal, not after a timeout)",
     )
     ha_automatic_failover_enabled: bool = Field(
         default=True,

@@ -34,10 +34,10 @@ from stratus.pacemaker.settings import PacemakerClientSettings, PacemakerServerS
 from stratus.pacemaker.store import StoreLimits
 from stratus.security.access import AccessPolicy
 from stratus.security.client_auth import ClientAuth
-from stratus.security.http_bounds import HttpBounds
 from stratus.security.tls import TlsSettings
 from stratus.security.tokens import load_credentials, read_token
 from stratus.state.factory import StateStoreSettings
+from stratus.web.bounds import HttpBounds
 from stratus.zk.auth import AuthScheme, ServerAuth, ZkAuth, read_credentials, super_digest
 from stratus.zk.session import ZkSettings
 from stratus.zk.tls import ServerTls, ZkTls
@@ -275,18 +275,19 @@ def server_tls(conf: StratusConfig) -> TlsSettings | None:
     )
 
 
-def access_policy(conf: StratusConfig) -> AccessPolicy:
-    """``nimbus.auth.tokens.file``: who may call a nimbus (everyone when it is not set)."""
-    if not conf.nimbus_auth_tokens_file:
-        return AccessPolicy()
-    return AccessPolicy(load_credentials(Path(conf.nimbus_auth_tokens_file)))
-
-
 def http_bounds(conf: StratusConfig) -> HttpBounds:
-    """``nimbus.http.*``: the connection bounds of a nimbus's API and a supervisor's endpoint."""
+    """``nimbus.http.*``: the bounds of a nimbus's API, a supervisor's endpoint and the zkfc's
+    endpoint."""
     return HttpBounds(
         max_connections=conf.nimbus_http_max_connections,
         header_timeout_secs=conf.nimbus_http_header_timeout_secs,
         keepalive_secs=conf.nimbus_http_keepalive_secs,
         max_header_bytes=conf.nimbus_http_max_header_bytes,
     )
+
+
+def access_policy(conf: StratusConfig) -> AccessPolicy:
+    """``nimbus.auth.tokens.file``: who may call a nimbus (everyone when it is not set)."""
+    if not conf.nimbus_auth_tokens_file:
+        return AccessPolicy()
+    return AccessPolicy(load_credentials(Path(conf.nimbus_auth_tokens_file)))

@@ -26,7 +26,7 @@ from stratus.ha.daemon import Zkfc
 from stratus.ha.settings import ZkfcSettings
 from stratus.ha.zkfc_endpoint import EndpointSecurity
 from stratus.logs import configure_daemon_logging
-from stratus.settings import access_policy, client_auth, server_tls, zk_settings
+from stratus.settings import access_policy, client_auth, http_bounds, server_tls, zk_settings
 from stratus.zk.session import ZkSession
 
 
@@ -60,7 +60,9 @@ def zkfc(
         )
     configure_daemon_logging()
     settings = ZkfcSettings.from_config(conf, target=target, supervise=command)
-    security = EndpointSecurity(access_policy(conf), server_tls(conf))
+    security = EndpointSecurity(
+        access_policy(conf), server_tls(conf), http_bounds(conf), conf.nimbus_max_request_bytes
+    )
     daemon = Zkfc(settings, ZkSession(zk_settings(conf)), client_auth(conf), security)
     run_daemon(
         daemon,

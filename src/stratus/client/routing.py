@@ -4,7 +4,12 @@ A :class:`NimbusRouter` sends one HTTP request per attempt and retries (tenacity
 exponential backoff, at most ``BACKOFF_MAX_SECS`` between attempts) connection failures,
 timeouts, ``not_leader`` and ``unavailable`` until ``retry_deadline`` seconds after the call
 began. Reads go to any nimbus that answers; leader-only calls to the leader it found last, or
-that the seeds name, following ``not_leader`` answers::
+that the seeds name, following ``not_leader`` answers. A nimbus that let a request time out
+(a frozen leader holds every request for the whole ``request_timeout``) is a suspect for one
+``request_timeout``: it is asked last (for the leader, only if no other nimbus answers), and
+a seed or a ``not_leader`` answer that names it as the leader counts as naming nobody, so the
+client backs off and asks again rather than waiting on it a second time (the others learn of
+the new leader meanwhile)::
 
     router = NimbusRouter(["10.0.0.1:6627", "10.0.0.2:6627"], retry_deadline=30.0)
     response = router.call_leader("POST", "/api/v1/pipelines/etl/activate")
@@ -116,6 +121,8 @@ class NimbusRouter:
         )
         self._leader: str | None = None  # the nimbus believed to lead
         self._answered: str | None = None  # the nimbus that answered last
+        self._suspect_secs = request_timeout
+        self._suspects: dict[str, float] = {}  # a nimbus that timed out -> until when
 
     def close(self) -> None:
         """Close the keep-alive connections."""
@@ -198,7 +205,7 @@ class NimbusRouter:
 
     def _read_attempt(self, method: str, path: str) -> httpx.Response:
         failure: Exception | None = None
-        for address in _unique([self._leader, self._answered, *self.seeds]):
+        for address in self._suspects_last([self._leader, self._answered, *self.seeds]):
             try:
                 return self._send(address, method, path)
             except (httpx.TransportError, ApiError) as exc:
@@ -249,6 +256,8 @@ class NimbusRouter:
                 response = self._send(address, method, path, **request)
             except NotLeaderError as exc:
                 named = _peer_address(exc.leader) if exc.leader else None
+                if named is not None and self._suspected(named):
+                    named = None  # it timed out moments ago: ask again after a backoff
                 self._leader = named if named != address else None
                 if self._leader is None:
                     raise  # nobody known leads: back off, then discover again
@@ -272,7 +281,14 @@ class NimbusRouter:
         if info.address is None:
             asked = ", ".join(_unique([self._answered, *self.seeds]))
             raise NoLeaderError(f"no nimbus knows a leader right now (asked {asked})")
-        return _peer_address(info.address)
+        named = _peer_address(info.address)
+        if self._suspected(named):
+            self._leader = None
+            raise NoLeaderError(
+                f"the nimbuses name {named} as the leader, which let a request time out "
+                f"moments ago; asking again"
+            )
+        return named
 
     def _ask_for_leader(self) -> LeaderInfo:
         """The first leader a nimbus names; a null LeaderInfo if those that answered know none.
@@ -281,7 +297,9 @@ class NimbusRouter:
         """
         nobody = None
         failure: Exception | None = None
-        for address in _unique([self._answered, *self.seeds]):
+        for address in self._suspects_last([self._answered, *self.seeds]):
+            if nobody is not None and self._suspected(address):
+                break  # one that answers knows no leader: a suspect would only hold the call
             try:
                 info = parse(LeaderInfo, self._send(address, "GET", f"{API}/leader"))
             except (httpx.TransportError, ApiError) as exc:
@@ -300,15 +318,28 @@ class NimbusRouter:
         """One HTTP request to one nimbus; an error response becomes its ApiError."""
         try:
             response = self._http.request(method, f"{self._scheme}://{address}{path}", **request)
-        except httpx.TransportError:
+        except httpx.TransportError as exc:
             self._forget(address)
+            if isinstance(exc, httpx.TimeoutException):
+                self._suspects[address] = self._clock() + self._suspect_secs
             raise
         except httpx.HTTPError as exc:  # not transient: a response httpx cannot decode
             raise ApiError(f"nimbus {address} sent a response that cannot be read: {exc}") from exc
+        self._suspects.pop(address, None)  # it answers
         if not response.is_success:
             raise _api_error(response, address)
         self._answered = address
         return response
+
+    def _suspected(self, address: str) -> bool:
+        """Whether ``address`` let a request time out less than a request timeout ago."""
+        until = self._suspects.get(address)
+        return until is not None and self._clock() < until
+
+    def _suspects_last(self, addresses: Iterable[str | None]) -> tuple[str, ...]:
+        """``addresses`` without repeats, the suspects moved to the end (in their order)."""
+        unique = _unique(addresses)
+        return tuple(sorted(unique, key=self._suspected))
 
     def _forget(self, address: str) -> None:
         """Stop preferring a nimbus that failed to answer."""

@@ -9,7 +9,9 @@ fencing failed and nobody may become active (the elector drops the lock and trie
 The methods (``name`` or ``name(argument)``, separated by commas or new lines; a comma inside
 the parentheses belongs to the argument):
 
-``graceful``          ask the old active to go standby (the HA protocol), one retry
+``graceful``          ask the old active to go standby (the HA protocol), one retry; not
+                      retried after a timeout, and not tried at all when the old active
+                      is served by a stopped process of this host (SIGSTOP): it cannot answer
 ``epoch``             succeed at once: the service's every write is fenced by its election's
                       epoch in ZooKeeper (a stratus nimbus), so a stale active cannot write
 ``shell(command)``    run ``command`` with ``sh -c``; exit 0 means fenced. The target is in
@@ -41,7 +43,13 @@ from pathlib import Path
 from typing import Protocol
 
 from stratus.ha.errors import FencingConfigError
-from stratus.ha.protocol import HAServiceError, HAState, RequestSource, ServiceStatus
+from stratus.ha.protocol import (
+    HAServiceError,
+    HAState,
+    RequestSource,
+    ServiceStatus,
+    ServiceTimedOutError,
+)
 from stratus.process import ProcessGroup
 
 log = logging.getLogger(__name__)
@@ -229,7 +237,14 @@ class EpochFence:
 
 
 class GracefulFence:
-    """Ask the old active to go standby, with a timeout and one retry."""
+    """Ask the old active to go standby, with a timeout and one retry.
+
+    A graceful fence that cannot succeed should not hold the failover for its timeout when
+    the next method can act: a timeout is not retried (a service that let a whole timeout
+    pass without answering is frozen or overloaded, and a second wait only delays the next
+    method), and a service whose listening socket is held by a stopped process of this host
+    (SIGSTOP, a debugger) is not asked at all.
+    """
 
     ATTEMPTS = 2
 
@@ -237,6 +252,9 @@ class GracefulFence:
         self._context = context
 
     def fence(self, target: FenceTarget) -> bool:
+        if stopped_locally(target):
+            log.warning("event=graceful_fence_skipped target=%s reason=stopped", target.address)
+            return False
         for attempt in range(1, self.ATTEMPTS + 1):
             client = self._context.connect(target.address, self._context.graceful_timeout)
             try:
@@ -248,12 +266,49 @@ class GracefulFence:
                     attempt,
                     exc,
                 )
+                if isinstance(exc, ServiceTimedOutError):
+                    return False
                 continue
             finally:
                 client.close()
             if status.state is not HAState.ACTIVE:
                 return True
         return False
+
+
+def stopped_locally(target: FenceTarget) -> bool:
+    """True if the target is served on this host by a process that is stopped.
+
+    A process whose ``/proc`` state is ``T`` (stopped by a signal) or ``t`` (by a tracer)
+    and that holds the socket listening on the target's port. Made cheap enough to run
+    before every graceful fence: a port that refuses connections (a dead service, which
+    refuses the graceful call at once anyway) is one connection attempt; otherwise one
+    ``stat`` read per process, and the socket table and descriptors are read only when
+    some process is stopped. False for a target on another host.
+    """
+    if not is_local_address(target.host) or not port_open(target, 1.0):
+        return False
+    stopped = [
+        int(name)
+        for name in os.listdir("/proc")
+        if name.isdigit() and process_state(int(name)) in ("T", "t")
+    ]
+    if not stopped:
+        return False
+    inodes = listening_inodes(target.port)
+    return any(holds_any(Path("/proc", str(pid)), inodes) for pid in stopped)
+
+
+def process_state(pid: int) -> str | None:
+    """The one-letter state of a process (``/proc/<pid>/stat``), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            stat = stat_file.read()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces or parentheses.
+    fields = stat[stat.rfind(b")") + 1 :].split()
+    return fields[0].decode() if fields else None
 
 
 def run_bounded(argv: list[str], timeout: float, env: Mapping[str, str] | None = None) -> int:
@@ -396,6 +451,18 @@ def is_local_address(host: str) -> bool:
 
 def listening_pids(port: int) -> set[int]:
     """The pids (of processes this user may see) with a socket listening on TCP ``port``."""
+    inodes = listening_inodes(port)
+    if not inodes:
+        return set()
+    return {
+        int(proc.name)
+        for proc in Path("/proc").iterdir()
+        if proc.name.isdigit() and holds_any(proc, inodes)
+    }
+
+
+def listening_inodes(port: int) -> set[str]:
+    """The sockets listening on TCP ``port``, as ``/proc/<pid>/fd`` links name them."""
     inodes: set[str] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError):
@@ -404,16 +471,14 @@ def listening_pids(port: int) -> set[int]:
                 local, state, inode = fields[1], fields[3], fields[9]
                 if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
                     inodes.add(f"socket:[{inode}]")
-    pids: set[int] = set()
-    if not inodes:
-        return pids
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            for fd in (proc / "fd").iterdir():
-                with contextlib.suppress(OSError):
-                    if os.readlink(fd) in inodes:
-                        pids.add(int(proc.name))
-                        break
-    return pids
+    return inodes
+
+
+def holds_any(proc: Path, inodes: set[str]) -> bool:
+    """Whether the process ``/proc/<pid>`` has one of ``inodes`` open (False if not ours)."""
+    with contextlib.suppress(OSError):
+        for fd in (proc / "fd").iterdir():
+            with contextlib.suppress(OSError):
+                if os.readlink(fd) in inodes:
+                    return True
+    return False

@@ -119,6 +119,10 @@ class ServiceNotRespondingError(HAServiceError):
     """The service did not answer in time, refused the connection, or answered nonsense."""
 
 
+class ServiceTimedOutError(ServiceNotRespondingError):
+    """The service let a whole timeout pass without answering (frozen, or overloaded)."""
+
+
 class ServiceUnhealthyError(HAServiceError):
     """The service answered its health check: it is not healthy (the message says why)."""
 
@@ -207,7 +211,12 @@ class HAServiceClient:
         try:
             response = self._http.request(method, self._base + path, json=body)
         except httpx.HTTPError as exc:
-            raise ServiceNotRespondingError(
+            error = (
+                ServiceTimedOutError
+                if isinstance(exc, httpx.TimeoutException)
+                else ServiceNotRespondingError
+            )
+            raise error(
                 f"{self.address} did not answer {method} {path}: {type(exc).__name__}: {exc}",
                 self.address,
             ) from exc

@@ -1,7 +1,12 @@
 """The zkfc's own HTTP(S) endpoint: ``cede-active`` and ``graceful-failover`` (``zkfc_protocol``).
 
-Authenticated like a nimbus's API: the token file of ``nimbus.auth.tokens.file`` (every
-call needs the ``admin`` role) and the TLS of ``nimbus.tls.*`` when they are configured::
+A server like the nimbus API, built from the same pieces (``stratus.web``): every call needs
+the ``admin`` role, from a bearer token of ``nimbus.auth.tokens.file`` or from the client
+certificate that the TLS of ``nimbus.tls.*`` verified (its CN looked up in the same file);
+and it is bounded as the API is, by ``nimbus.http.*`` (connections, requests in progress
+with a JSON 503, the time to send a request head or finish a TLS handshake, the head's
+size) and ``nimbus.max.request.bytes`` (a body's size, 413). Every refusal is the API's
+JSON error body::
 
     endpoint = ZkfcEndpoint(("127.0.0.1", 8019), handlers, EndpointSecurity(policy, tls))
     endpoint.start()            # endpoint.address: "127.0.0.1:8019"
@@ -10,7 +15,6 @@ call needs the ``admin`` role) and the TLS of ``nimbus.tls.*`` when they are con
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -18,10 +22,14 @@ from typing import Protocol
 
 import uvicorn
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from stratus.api.errors import ApiError, UnauthenticatedError
+from stratus.api.echo import clip
+from stratus.api.errors import ApiError, InvalidRequestError, RequestTooLargeError
 from stratus.api.records import ErrorBody
 from stratus.ha.zkfc_protocol import (
     CEDE_PATH,
@@ -30,12 +38,25 @@ from stratus.ha.zkfc_protocol import (
     CedeResult,
     FailoverResult,
 )
-from stratus.security.access import CHALLENGE, AccessPolicy
+from stratus.security.access import AccessPolicy
 from stratus.security.roles import Role
 from stratus.security.tls import TlsSettings
+from stratus.web.authorization import RequireRole
+from stratus.web.body_limit import BodyLimit, add_refusal_handlers
+from stratus.web.bounds import (
+    DEFAULT_BOUNDS,
+    HttpBounds,
+    bounded_app,
+    serve_bounded,
+    uvicorn_options,
+)
+from stratus.web.listening import tcp_listener
+from stratus.web.peer_certificate import PeerCertificateProtocol
+from stratus.web.responses import error_response
 
 START_TIMEOUT_SECS = 10.0
 STOP_TIMEOUT_SECS = 5.0
+DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024  # nimbus.max.request.bytes's default
 
 
 class EndpointStartError(RuntimeError):
@@ -52,44 +73,43 @@ class Handlers(Protocol):
 
 @dataclass(frozen=True)
 class EndpointSecurity:
-    """Who may call the endpoint (admins only, when a token file is set), and its TLS."""
+    """Who may call the endpoint (admins only, when a token file is set), over what TLS, and
+    the bounds on what a caller may cost it (those of the nimbus API beside it)."""
 
     policy: AccessPolicy = field(default_factory=AccessPolicy)
     tls: TlsSettings | None = None
+    bounds: HttpBounds = DEFAULT_BOUNDS  # nimbus.http.*
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # nimbus.max.request.bytes
 
 
-def _error(error: ApiError) -> JSONResponse:
-    headers = {"WWW-Authenticate": CHALLENGE} if isinstance(error, UnauthenticatedError) else {}
-    body = ErrorBody(error=error.code, message=str(error))
-    return JSONResponse(body.model_dump(), status_code=error.status, headers=headers)
+def _admin(_method: str, _path: str) -> Role:
+    return Role.ADMIN  # a zkfc's every call changes who is active
 
 
-class RequireAdmin:
-    """ASGI middleware: every call needs the ``admin`` role (when auth is configured)."""
-
-    def __init__(self, app: ASGIApp, policy: AccessPolicy) -> None:
-        self.app = app
-        self.policy = policy
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self.policy.enabled:
-            authorization = dict(scope["headers"]).get(b"authorization")
-            try:
-                self.policy.authorize(
-                    authorization.decode("latin-1") if authorization else None, None, Role.ADMIN
-                )
-            except ApiError as exc:
-                await _error(exc)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-def create_app(handlers: Handlers, policy: AccessPolicy) -> ASGIApp:
+def create_app(handlers: Handlers, security: EndpointSecurity) -> ASGIApp:
+    """The endpoint's ASGI application, behind the role check, the body bound and the
+    request bounds (outermost first: bounds, role, body)."""
     app = FastAPI(title="stratus zkfc", openapi_url=None, docs_url=None, redoc_url=None)
 
     @app.exception_handler(ApiError)
     async def api_error(_request: Request, exc: ApiError) -> JSONResponse:
-        return _error(exc)
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        return error_response(
+            InvalidRequestError(f"invalid request: {clip(where)}: {clip(str(first.get('msg')))}")
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = clip(str(exc.detail), 64).lower().replace(" ", "_")
+        body = ErrorBody(error=code, message=clip(str(exc.detail)))
+        return JSONResponse(body.model_dump(), status_code=exc.status_code)
+
+    add_refusal_handlers(app)
 
     @app.post(CEDE_PATH)
     def cede_active(body: CedeActive) -> CedeResult:
@@ -99,7 +119,16 @@ def create_app(handlers: Handlers, policy: AccessPolicy) -> ASGIApp:
     def graceful_failover() -> FailoverResult:
         return handlers.graceful_failover()
 
-    return RequireAdmin(app, policy)
+    limit = security.max_request_bytes
+
+    def too_large() -> ApiError:
+        return RequestTooLargeError(
+            f"the request body is larger than nimbus.max.request.bytes ({limit} bytes); "
+            "the zkfc's calls carry a few bytes of JSON"
+        )
+
+    guarded = RequireRole(BodyLimit(app, limit, too_large), security.policy, _admin)
+    return bounded_app(guarded, security.bounds)
 
 
 class ZkfcEndpoint:
@@ -109,27 +138,30 @@ class ZkfcEndpoint:
         self, bind: tuple[str, int], handlers: Handlers, security: EndpointSecurity
     ) -> None:
         try:
-            self._sock = socket.create_server(bind, reuse_port=False)
+            self._sock = tcp_listener(*bind)
         except OSError as exc:
             raise EndpointStartError(
-                f"the zkfc's endpoint cannot listen on {bind[0]}:{bind[1]}: {exc}; set "
-                "ha.zkfc.port to a free port (0 picks one)"
+                f"the zkfc's endpoint cannot listen on {bind[0]}:{bind[1]}: "
+                f"{exc.strerror or exc}; set ha.zkfc.port to a free port (0 picks one)"
             ) from None
         self.address = f"{bind[0]}:{self._sock.getsockname()[1]}"
+        base = PeerCertificateProtocol if security.tls is not None else H11Protocol
         config = uvicorn.Config(
-            create_app(handlers, security.policy),
-            log_config=None,
+            create_app(handlers, security),
             log_level="warning",
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=1,
+            **uvicorn_options(security.bounds, base=base),
         )
         if security.tls is not None:
             config.load()
             config.ssl = security.tls.server_context()
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
-            target=lambda: self._server.run(sockets=[self._sock]), name="zkfc-endpoint", daemon=True
+            target=lambda: serve_bounded(self._server, [self._sock], security.bounds),
+            name="zkfc-endpoint",
+            daemon=True,
         )
 
     def start(self) -> None:

@@ -34,27 +34,22 @@ from stratus.api.records import (
     RebalanceRequest,
 )
 from stratus.nimbus.authorization import (
+    RequireRole,
     documented_refusals,
     documented_security,
-    required_role,
 )
 from stratus.nimbus.code_routes import add_code_routes
 from stratus.nimbus.ha_routes import add_ha_routes
 from stratus.nimbus.ha_service import NimbusHAService
 from stratus.nimbus.json_bodies import StrictJsonRoute
-from stratus.nimbus.limits import (
-    RequestGuard,
-    add_limit_handlers,
-    leader_only_routes,
-)
+from stratus.nimbus.limits import RequestGuard, add_limit_handlers, leader_only_routes
 from stratus.nimbus.log_relay import LogRelay
 from stratus.nimbus.metrics import CONTENT_TYPE_LATEST, NimbusMetrics
 from stratus.nimbus.service import MAX_REQUEST_ID_LENGTH, REQUEST_ID, NimbusService
 from stratus.nimbus.status_page import render_status_page
 from stratus.nimbus.upload_spool import spooling_route
 from stratus.security.access import OPEN, AccessPolicy
-from stratus.security.http_bounds import error_response
-from stratus.security.require_role import RequireRole
+from stratus.web.responses import error_response
 
 PREFIX = "/api/v1"
 SUBMIT_PATH = f"{PREFIX}/pipelines"
@@ -112,9 +107,7 @@ def create_app(
         upload_path=UPLOAD_PATHS,
     )
     app.add_middleware(EpochHeader, service=service)
-    app.add_middleware(
-        RequireRole, policy=policy, required=required_role
-    )  # before the guard: 401, not 421 or 413
+    app.add_middleware(RequireRole, policy=policy)  # before the guard: 401, not 421 or 413
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app
 

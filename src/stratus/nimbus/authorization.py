@@ -11,7 +11,8 @@ service protocol (``/ha/``, a failover controller's reads and transitions) needs
 unauthenticated leader-only call on a standby gets 401, not 421, and no body is read. With
 no token file configured every call goes through, as before.
 
-A 401 carries ``WWW-Authenticate: Bearer``; both refusals have the API's error body.
+A 401 carries ``WWW-Authenticate: Bearer``; both refusals have the API's error body
+(``stratus.web.authorization``, which the zkfc's endpoint shares).
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from typing import Any
 
 from fastapi import Depends
 from fastapi.security import HTTPBearer
+from starlette.types import ASGIApp
 
 from stratus.api.records import ErrorBody
 from stratus.security.access import AccessPolicy
 from stratus.security.roles import Role
+from stratus.web import authorization
 
 HA_PREFIX = "/ha"  # the HA service protocol's routes (stratus.ha.protocol)
 PIPELINES_PREFIX = "/api/v1/pipelines/"
@@ -39,6 +42,14 @@ def required_role(method: str, path: str = "") -> Role:
     if path.startswith(PIPELINES_PREFIX) and path.endswith(LOGS_SUFFIX):
         return Role.SUBMIT
     return Role.READ if method.upper() in READ_METHODS else Role.SUBMIT
+
+
+class RequireRole(authorization.RequireRole):
+    """ASGI middleware: refuse a request whose caller's role does not allow it
+    (``required_role``; the caller from ``stratus.web.authorization``)."""
+
+    def __init__(self, app: ASGIApp, policy: AccessPolicy) -> None:
+        super().__init__(app, policy, required_role)
 
 
 _BEARER = HTTPBearer(

@@ -64,8 +64,6 @@ from stratus.nimbus.readiness import CodeReadiness
 from stratus.nimbus.service import NimbusService
 from stratus.nimbus.settings import HAMode, NimbusSettings
 from stratus.nimbus.submission import Submitter
-from stratus.security.http_bounds import bounded_app, serve_bounded, uvicorn_options
-from stratus.security.peer_certificate import PeerCertificateProtocol
 from stratus.settings import (
     access_policy,
     client_auth,
@@ -76,6 +74,8 @@ from stratus.settings import (
 )
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
+from stratus.web.bounds import bounded_app, serve_bounded, uvicorn_options
+from stratus.web.peer_certificate import PeerCertificateProtocol
 from stratus.zk.ephemeral import EphemeralNode
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.session import ZkSession

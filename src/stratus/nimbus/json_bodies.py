@@ -18,7 +18,7 @@ from fastapi.routing import APIRoute
 
 from stratus.api.errors import InvalidRequestError
 from stratus.api.strict_json import loads_strict
-from stratus.nimbus.limits import RefusedBody
+from stratus.web.body_limit import RefusedBody
 
 
 class StrictJsonRequest(Request):

@@ -22,11 +22,9 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException
+from fastapi import FastAPI
 from starlette.routing import BaseRoute, Match
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stratus.api.errors import (
     ApiError,
@@ -35,7 +33,9 @@ from stratus.api.errors import (
     RequestTooLargeError,
     UploadsBusyError,
 )
-from stratus.security.http_bounds import RETRY_AFTER_SECS, error_response
+from stratus.web.body_limit import CLOSE as _CLOSE
+from stratus.web.body_limit import add_refusal_handlers, declared_too_large, run_limited
+from stratus.web.responses import RETRY_AFTER_SECS, error_response
 
 LEADER_ONLY_TAG = "leader only"
 MULTIPART_OVERHEAD = 64 * 1024  # room for a submit form's other fields and boundaries
@@ -55,39 +55,9 @@ def leader_only_routes(routes: Sequence[BaseRoute]) -> tuple[BaseRoute, ...]:
     return tuple(r for r in routes if LEADER_ONLY_TAG in (getattr(r, "tags", None) or ()))
 
 
-class RefusedBody(HTTPException):
-    """Raised while a body is read (its size, or its JSON: ``json_bodies``); carries the API
-    error.
-
-    An HTTPException, because FastAPI turns any other exception raised while it reads a
-    body into "400 There was an error parsing the body"; ``add_limit_handlers`` renders it.
-    """
-
-    def __init__(self, error: ApiError, headers: dict[str, str] | None = None) -> None:
-        super().__init__(error.status, str(error), headers=headers)
-        self.error = error
-
-
-class BodyTooLarge(RefusedBody):
-    """Raised from ``receive`` once a body passes its limit: the rest is not read."""
-
-    def __init__(self, error: ApiError) -> None:
-        super().__init__(error, headers=dict(_CLOSE))
-
-
 def add_limit_handlers(app: FastAPI) -> None:
-    """Render a ``RefusedBody`` as the API's error body (closing the connection when the
-    rest of the body was not read)."""
-
-    async def refused_body(_: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, RefusedBody)
-        return error_response(exc.error, dict(exc.headers or {}))
-
-    app.add_exception_handler(RefusedBody, refused_body)
-
-
-# Answered before the body is read: close the connection rather than read the rest of it.
-_CLOSE = {"Connection": "close"}
+    """Render a ``RefusedBody`` (a body's size, or its JSON) as the API's error body."""
+    add_refusal_handlers(app)
 
 
 class RequestGuard:
@@ -125,8 +95,7 @@ class RequestGuard:
         path = scope["path"].rstrip("/")
         upload = scope["method"] == "POST" and self._upload_path.fullmatch(path) is not None
         too_large = self._package_too_large if upload else self._request_too_large
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self._limit(upload):
+        if declared_too_large(scope, self._limit(upload)):
             await error_response(too_large(), dict(_CLOSE))(scope, receive, send)
             return
         if not upload:
@@ -168,28 +137,7 @@ class RequestGuard:
         too_large: Callable[[], ApiError],
     ) -> None:
         """Run the app with a ``receive`` that stops at ``limit`` bytes of body."""
-        received = 0
-        started = False
-
-        async def counting_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > limit:
-                raise BodyTooLarge(too_large())
-            return message
-
-        async def noting_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, counting_receive, noting_send)
-        except BodyTooLarge as exc:
-            if started:
-                raise
-            await error_response(exc.error, dict(_CLOSE))(scope, receive, send)
+        await run_limited(self.app, scope, receive, send, limit=limit, too_large=too_large)
 
     def _package_too_large(self) -> ApiError:
         return PackageTooLargeError(

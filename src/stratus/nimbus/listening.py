@@ -6,6 +6,7 @@ import errno
 import socket
 
 from stratus.errors import StratusError
+from stratus.web.listening import tcp_listener
 
 
 class NimbusStartError(StratusError):
@@ -29,18 +30,10 @@ def package_port_error(host: str, port: int, exc: OSError) -> NimbusStartError:
 def listen_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host:port`` (the API's, bound before ZooKeeper is reached,
     so a taken port is one clear error at once)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets that say so, and
-    # without it every keep-alive response waits 40 ms for a delayed ACK (Nagle).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((host, port))
+        return tcp_listener(host, port)
     except OSError as exc:
-        sock.close()
         raise NimbusStartError(
             f"nimbus cannot listen on {host}:{port}: {exc.strerror}; "
             "choose another nimbus.port or stop what uses it"
         ) from None
-    sock.listen(1024)
-    return sock

@@ -21,8 +21,8 @@ from stratus.codedist.transfer.bounded_server import ConnectionBounds
 from stratus.config import StratusConfig
 from stratus.nimbus.limits import RequestLimits
 from stratus.nimbus.pipeline_ops import ReplicationPolicy
-from stratus.security.http_bounds import HttpBounds
 from stratus.settings import http_bounds, package_limits
+from stratus.web.bounds import HttpBounds
 
 
 @dataclass(frozen=True)

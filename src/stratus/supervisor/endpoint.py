@@ -42,14 +42,15 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from stratus.api.errors import ApiError, NoLogError, UnavailableError
 from stratus.api.names import check_pipeline_name
 from stratus.api.redaction import redact_text
-from stratus.security.http_bounds import bounded_app, error_response, serve_bounded, uvicorn_options
 from stratus.security.loopback import is_loopback
-from stratus.security.peer_certificate import PeerCertificateProtocol
-from stratus.security.require_role import RequireRole
 from stratus.security.roles import Role
 from stratus.supervisor.errors import SupervisorStartError
 from stratus.supervisor.settings import EndpointSettings
 from stratus.supervisor.worker_log import read_run
+from stratus.web.authorization import RequireRole
+from stratus.web.bounds import bounded_app, serve_bounded, uvicorn_options
+from stratus.web.peer_certificate import PeerCertificateProtocol
+from stratus.web.responses import error_response
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +176,7 @@ def create_app(
             media_type="text/plain; charset=utf-8",
         )
 
-    guarded = RequireRole(app, settings.policy, required=required_role)
+    guarded = RequireRole(app, settings.policy, required_role)
     return bounded_app(guarded, settings.bounds)
 
 

@@ -23,7 +23,6 @@ from stratus.codedist.factory import DistributorSettings
 from stratus.codedist.package_check import PackageLimits
 from stratus.config import SUPERVISOR_ID_PATTERN, StratusConfig
 from stratus.security.access import AccessPolicy
-from stratus.security.http_bounds import HttpBounds
 from stratus.security.tls import TlsSettings
 from stratus.settings import (
     access_policy,
@@ -37,6 +36,7 @@ from stratus.settings import (
 from stratus.state.factory import StateStoreSettings
 from stratus.supervisor.errors import SupervisorStartError
 from stratus.supervisor.worker_log import LogSettings
+from stratus.web.bounds import HttpBounds
 from stratus.zk.session import ZkSettings
 
 SUPERVISOR_ID = re.compile(SUPERVISOR_ID_PATTERN)  # as supervisor.id is checked at load

@@ -12,8 +12,7 @@ import asyncio
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from stratus.security.tls import peer_common_name
-
-PEER_NAME = "stratus.peer_name"  # the scope's state: the verified client certificate's CN
+from stratus.web.authorization import PEER_NAME
 
 
 class PeerCertificateProtocol(H11Protocol):

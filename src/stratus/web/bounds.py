@@ -1,7 +1,5 @@
-"""Bounds on an HTTP API's connections: how many, and how long one may stay silent.
-
-The nimbus's API and the supervisor's endpoint both serve behind these bounds, with the
-values of ``nimbus.http.*``.
+"""Bounds on an HTTP server's connections (the nimbus API's, the zkfc's endpoint's): how
+many, and how long one may stay silent.
 
 uvicorn closes a kept-alive connection that is idle after a response, and can answer 503
 past ``limit_concurrency``, but it accepts every connection and waits forever for a first
@@ -32,40 +30,29 @@ from typing import Any
 
 import h11
 import uvicorn
-from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from stratus.api.echo import clip
-from stratus.api.errors import (
-    ApiError,
-    HeadTooLargeError,
-    InvalidRequestError,
-    NotLeaderError,
-    UnavailableError,
-)
+from stratus.api.errors import HeadTooLargeError, InvalidRequestError, UnavailableError
 from stratus.api.records import ErrorBody
+from stratus.web.responses import RETRY_AFTER_SECS, error_response
 
 log = logging.getLogger(__name__)
-
-RETRY_AFTER_SECS = 1
-
-
-def error_response(error: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
-    """The API's error body for ``error``."""
-    leader = error.leader if isinstance(error, NotLeaderError) else None
-    body = ErrorBody(error=error.code, message=str(error), leader=leader)
-    return JSONResponse(body.model_dump(), status_code=error.status, headers=headers)
 
 
 @dataclass(frozen=True)
 class HttpBounds:
-    """The API server's connection bounds (``nimbus.http.*``)."""
+    """An HTTP server's connection bounds (``nimbus.http.*``, which the zkfc's endpoint
+    shares)."""
 
     max_connections: int  # nimbus.http.max.connections
     header_timeout_secs: float  # nimbus.http.header.timeout.secs
     keepalive_secs: float  # nimbus.http.keepalive.secs
     max_header_bytes: int  # nimbus.http.max.header.bytes
+
+
+DEFAULT_BOUNDS = HttpBounds(4096, 10.0, 5.0, 16 * 1024)  # the defaults of nimbus.http.*
 
 
 def uvicorn_options(bounds: HttpBounds, base: type[H11Protocol] = H11Protocol) -> dict[str, Any]:
@@ -134,7 +121,7 @@ class InFlightLimit:
         if self.in_flight >= self.limit:
             log.warning("event=request_refused reason=in_flight max=%d", self.limit)
             busy = UnavailableError(
-                f"the server has {self.in_flight} requests in progress, the most "
+                f"this server has {self.in_flight} requests in progress, the most "
                 f"nimbus.http.max.connections allows; retry in {RETRY_AFTER_SECS} s"
             )
             headers = {"Retry-After": str(RETRY_AFTER_SECS), "Connection": "close"}
