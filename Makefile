@@ -31,15 +31,20 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
+# Two pytest workers (TEST_WORKERS=0 for one process): the Spark tests all go to one of them
+# (tests/conftest.py), so no two Spark JVMs compete for a 2-core machine.
+TEST_WORKERS ?= 2
+PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+
 unit: install
-	$(BIN)/pytest
+	$(BIN)/pytest $(PARALLEL)
 
 test: lint typecheck unit
 
 # The fast inner loop: lint, types, and the tests that need neither Spark nor long waits
 # (markers in pyproject.toml). `make test` runs everything.
 check: lint typecheck
-	$(BIN)/pytest -q -m "not spark and not slow and not stress"
+	$(BIN)/pytest -q $(PARALLEL) -m "not spark and not slow and not stress"
 
 stress: install
 	STRATUS_STRESS_SECS=$(STRESS_SECS) $(BIN)/pytest -m stress tests/test_stress.py -v

@@ -110,6 +110,16 @@ def kdc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kdc]:
         pytest.skip(str(exc))
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test`` runs two workers, ``--dist loadgroup``) every Spark
+    test, and every ``solo`` one (randomized stress with short sessions), runs on the same
+    worker, one at a time: two Spark JVMs at once on a 2-core machine would slow both past
+    the tests' waits, while the other worker runs the rest."""
+    for item in items:
+        if item.get_closest_marker("spark") or item.get_closest_marker("solo"):
+            item.add_marker(pytest.mark.xdist_group("spark"))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Last line of defence: kill ZooKeeper JVMs this run started and did not stop."""
     strays = kill_stray_zookeepers()

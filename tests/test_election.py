@@ -306,6 +306,7 @@ def test_independent_groups_share_one_session(
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 def test_zookeeper_restart_within_session_timeout_changes_no_leader(
     zk_restartable, coordinators: list[Coordinator]
 ) -> None:

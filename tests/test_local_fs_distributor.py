@@ -374,6 +374,7 @@ def test_registrations_and_watches_come_back_after_a_session_expiry(nimbuses, zk
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 def test_hundreds_of_registrations_come_back_after_an_expiry_with_one_thread(nimbuses, zk_hosts):
     a = nimbuses[0]
     names = [f"p{i:03d}" for i in range(300)]

@@ -629,6 +629,7 @@ def summarize(logs: list[ContenderLog], terms: list[Term], writes: list[Write]) 
 
 
 @pytest.mark.stress
+@pytest.mark.solo
 @pytest.mark.timeout(STRESS_SECS * 1.5 + 300)
 def test_random_faults_never_break_fencing_or_the_leader_bound(
     zk_restartable: ZooKeeperServer, cluster: Cluster

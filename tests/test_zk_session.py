@@ -85,6 +85,7 @@ def test_the_lease_runs_from_when_the_request_was_sent_and_never_shrinks() -> No
     assert lease.end(7) == 106.0
 
 
+@pytest.mark.solo
 def test_a_restarted_server_suspends_the_session_and_it_resumes(zk_restartable) -> None:
     changes: list[SessionChange] = []
     settings = ZkSettings(zk_restartable.connect_string, session_timeout=15.0)

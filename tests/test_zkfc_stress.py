@@ -66,6 +66,7 @@ def nodes(zk_hosts: str, tmp_path: Path) -> Iterator[tuple[ZkfcCluster, dict[str
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 @pytest.mark.timeout(STRESS_SECS * 2 + 300)
 def test_random_session_expiries_and_health_failures_never_make_two_actives(
     nodes, zk_hosts: str
