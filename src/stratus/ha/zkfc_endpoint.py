@@ -15,18 +15,14 @@ JSON error body::
 
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from stratus.api.echo import clip
 from stratus.api.errors import ApiError, InvalidRequestError, RequestTooLargeError
@@ -47,15 +43,11 @@ from stratus.web.bounds import (
     DEFAULT_BOUNDS,
     HttpBounds,
     bounded_app,
-    serve_bounded,
-    uvicorn_options,
 )
 from stratus.web.listening import tcp_listener
-from stratus.web.peer_certificate import PeerCertificateProtocol
 from stratus.web.responses import error_response
+from stratus.web.threaded_server import ThreadedServer
 
-START_TIMEOUT_SECS = 10.0
-STOP_TIMEOUT_SECS = 5.0
 DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024  # nimbus.max.request.bytes's default
 
 
@@ -145,35 +137,18 @@ class ZkfcEndpoint:
                 f"{exc.strerror or exc}; set ha.zkfc.port to a free port (0 picks one)"
             ) from None
         self.address = f"{bind[0]}:{self._sock.getsockname()[1]}"
-        base = PeerCertificateProtocol if security.tls is not None else H11Protocol
-        config = uvicorn.Config(
+        self._server = ThreadedServer(
             create_app(handlers, security),
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-            timeout_graceful_shutdown=1,
-            **uvicorn_options(security.bounds, base=base),
-        )
-        if security.tls is not None:
-            config.load()
-            config.ssl = security.tls.server_context()
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=lambda: serve_bounded(self._server, [self._sock], security.bounds),
+            self._sock,
+            security.bounds,
+            security.tls.server_context() if security.tls is not None else None,
             name="zkfc-endpoint",
-            daemon=True,
         )
 
     def start(self) -> None:
-        self._thread.start()
-        deadline = time.monotonic() + START_TIMEOUT_SECS
-        while not self._server.started:  # uvicorn offers no event to wait on
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise EndpointStartError(f"the zkfc's endpoint did not start on {self.address}")
-            time.sleep(0.01)
+        self._server.start(
+            lambda: EndpointStartError(f"the zkfc's endpoint did not start on {self.address}")
+        )
 
     def stop(self) -> None:
-        self._server.should_exit = True
-        if self._thread.is_alive():
-            self._thread.join(timeout=STOP_TIMEOUT_SECS)
-        self._sock.close()
+        self._server.stop()

@@ -24,9 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import uvicorn
 from kazoo.client import KazooClient
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from stratus import __version__
 from stratus.api.clock import Clock
@@ -74,16 +72,13 @@ from stratus.settings import (
 )
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
-from stratus.web.bounds import bounded_app, serve_bounded, uvicorn_options
-from stratus.web.peer_certificate import PeerCertificateProtocol
+from stratus.web.bounds import bounded_app
+from stratus.web.threaded_server import ThreadedServer
 from stratus.zk.ephemeral import EphemeralNode
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.session import ZkSession
 
 log = logging.getLogger(__name__)
-
-HTTP_START_TIMEOUT_SECS = 10.0
-HTTP_STOP_TIMEOUT_SECS = 5.0
 
 
 def always_may_lead() -> bool:
@@ -149,8 +144,7 @@ class Nimbus:
         self._registered = threading.Event()
         self._opened: list[Callable[[], None]] = []  # what stop() closes, newest first
         self._package_server: PackageServer | None = None
-        self._http: uvicorn.Server | None = None
-        self._http_thread: threading.Thread | None = None
+        self._http: ThreadedServer | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -416,49 +410,22 @@ class Nimbus:
         )
 
     def _start_http(self) -> None:
-        config = uvicorn.Config(
-            bounded_app(
-                create_app(
-                    self.service,
-                    self.metrics,
-                    self.policy,
-                    ha=self.ha,
-                    log_relay=LogRelay(client_auth(self.conf)),
-                ),
-                self.settings.http,
-            ),
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-            timeout_graceful_shutdown=1,
-            **uvicorn_options(
-                self.settings.http,
-                base=PeerCertificateProtocol if self._tls is not None else H11Protocol,
-            ),
+        app = create_app(
+            self.service,
+            self.metrics,
+            self.policy,
+            ha=self.ha,
+            log_relay=LogRelay(client_auth(self.conf)),
         )
-        if self._tls is not None:
-            config.load()
-            config.ssl = self._tls  # stratus.security's context, not one from uvicorn's options
-        server = uvicorn.Server(config)
-        thread = threading.Thread(
-            target=lambda: serve_bounded(server, [self._sock], self.settings.http),
+        self._http = ThreadedServer(
+            bounded_app(app, self.settings.http),
+            self._sock,
+            self.settings.http,
+            self._tls,
             name="nimbus-http",
-            daemon=True,
         )
-        self._http, self._http_thread = server, thread
-        self._opened.append(self._stop_http)
-        thread.start()
-        deadline = time.monotonic() + HTTP_START_TIMEOUT_SECS
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise NimbusStartError(f"the HTTP API did not start on {self.address}")
-            time.sleep(0.01)
-
-    def _stop_http(self) -> None:
-        if self._http is not None:
-            self._http.should_exit = True
-        if self._http_thread is not None:
-            self._http_thread.join(timeout=HTTP_STOP_TIMEOUT_SECS)
+        self._opened.append(self._http.stop)
+        self._http.start(lambda: NimbusStartError(f"the HTTP API did not start on {self.address}"))
 
     # ------------------------------------------------------------------ events
 

@@ -24,20 +24,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import threading
-import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from stratus.api.errors import ApiError, NoLogError, UnavailableError
 from stratus.api.names import check_pipeline_name
@@ -48,9 +44,9 @@ from stratus.supervisor.errors import SupervisorStartError
 from stratus.supervisor.settings import EndpointSettings
 from stratus.supervisor.worker_log import read_run
 from stratus.web.authorization import RequireRole
-from stratus.web.bounds import bounded_app, serve_bounded, uvicorn_options
-from stratus.web.peer_certificate import PeerCertificateProtocol
+from stratus.web.bounds import bounded_app
 from stratus.web.responses import error_response
+from stratus.web.threaded_server import ThreadedServer
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +56,6 @@ METRICS_PATH = "/metrics"
 LOOPBACK = "127.0.0.1"
 FOLLOW_POLL_SECS = 0.2  # how often a follow looks for new lines
 MAX_LINE_BYTES = 64 * 1024  # a longer line is sent (redacted) in pieces
-START_TIMEOUT_SECS = 10.0
-STOP_TIMEOUT_SECS = 5.0
 
 
 @dataclass(frozen=True)
@@ -229,41 +223,23 @@ class SupervisorEndpoint:
         app = create_app(
             supervisor, logs_of=logs_of, healthy=healthy, workers=workers, settings=settings
         )
-        config = uvicorn.Config(
+        self._server = ThreadedServer(
             app,
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-            timeout_graceful_shutdown=1,
-            **uvicorn_options(
-                settings.bounds, base=PeerCertificateProtocol if self.tls else H11Protocol
-            ),
-        )
-        if settings.tls is not None:
-            config.load()
-            config.ssl = settings.tls.server_context()
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=lambda: serve_bounded(self._server, [self._sock], settings.bounds),
+            self._sock,
+            settings.bounds,
+            settings.tls.server_context() if settings.tls is not None else None,
             name="supervisor-endpoint",
-            daemon=True,
         )
 
     def start(self) -> None:
-        self._thread.start()
-        deadline = time.monotonic() + START_TIMEOUT_SECS
-        while not self._server.started:  # uvicorn offers no event to wait on
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise SupervisorStartError(
-                    f"the supervisor's endpoint did not start on {self.address}"
-                )
-            time.sleep(0.01)
+        self._server.start(
+            lambda: SupervisorStartError(
+                f"the supervisor's endpoint did not start on {self.address}"
+            )
+        )
 
     def stop(self) -> None:
-        self._server.should_exit = True
-        if self._thread.is_alive():
-            self._thread.join(timeout=STOP_TIMEOUT_SECS)
-        self._sock.close()
+        self._server.stop()
 
 
 def _bind_host(settings: EndpointSettings) -> str:
