@@ -8,12 +8,14 @@ is tested here is what the CLI prints and returns, not the cluster.
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
 import httpx
 import pytest
 from click.testing import CliRunner
+from rich.console import Console
 
 from stratus.api.errors import (
     ApiError,
@@ -21,9 +23,12 @@ from stratus.api.errors import (
     InvalidTransitionError,
     UnknownPipelineError,
 )
+from stratus.api.records import PipelineList
 from stratus.cli.exit_codes import ExitCode
 from stratus.cli.main import main
-from tests.test_client_unit import A, B, Cluster, Nimbus, error
+from stratus.cli.retry_display import RetryDisplay
+from stratus.client import NimbusClient, RetryNotice
+from tests.test_client_unit import A, B, Cluster, FakeTime, Nimbus, error, ok, record
 
 SEEDS = ["-c", f"nimbus.seeds={A},{B}", "-c", "client.retry.deadline.secs=0.05"]
 
@@ -111,3 +116,84 @@ def test_under_json_usage_and_configuration_errors_are_json(cluster):
     assert "'soon' is not a valid float" in json.loads(usage.stdout)["message"]
     assert json.loads(config.stdout)["error"] == "invalid_config"
     assert "nimbus.port" in json.loads(config.stdout)["message"]
+
+
+# ---------------------------------------------------------------------- no silent waits
+
+
+def test_the_client_tells_its_listener_of_every_retry_and_how_the_call_ended(cluster):
+    fake_time = FakeTime()
+    notices: list[RetryNotice] = []
+    cluster.nimbuses[B] = Nimbus(leaders=[None, None, B], answers=[ok(record())])
+    client = NimbusClient(
+        [A, B],
+        retry_deadline=5.0,
+        transport=httpx.MockTransport(cluster),
+        clock=fake_time.clock,
+        sleep=fake_time.sleep,
+        on_retry=notices.append,
+    )
+
+    client.activate("wordcount")
+
+    *retries, end = notices
+    assert [n.attempt for n in retries] == [1, 2]
+    assert all(not n.done and n.seeds == (A, B) for n in retries)
+    assert "no nimbus knows a leader" in (retries[0].error or "")
+    assert end.done and end.error is None and end.attempt == 3
+    assert end.elapsed_secs == fake_time.now
+
+
+def test_a_call_that_never_retried_tells_the_listener_nothing(cluster):
+    notices: list[RetryNotice] = []
+    cluster.nimbuses[A] = Nimbus(answers=[ok(PipelineList(pipelines=[]))])
+    with NimbusClient([A], transport=httpx.MockTransport(cluster), on_retry=notices.append) as c:
+        c.list_pipelines()
+    assert notices == []
+
+
+def notice(elapsed: float, *, done: bool = False) -> RetryNotice:
+    error = "ConnectError from 10.0.0.1:6627: connection refused"
+    return RetryNotice("GET /api/v1/pipelines", 3, elapsed, 30.0 - elapsed, (A, B), error, done)
+
+
+def test_piped_the_display_says_one_line_once_retries_pass_a_second():
+    out = io.StringIO()
+    display = RetryDisplay(Console(file=out, width=80), interactive=False)
+
+    display(notice(0.5))
+    assert out.getvalue() == ""  # a failover's retries say nothing
+    for elapsed in (1.0, 1.5, 2.0):
+        display(notice(elapsed))
+
+    [line] = out.getvalue().splitlines()  # one line, not wrapped at 80 columns
+    assert line.startswith("stratus: still trying GET /api/v1/pipelines after 1.0 s")
+    assert f"seeds: {A}, {B}" in line and "connection refused" in line
+    assert line.endswith("giving up in 29 s")
+
+
+def test_on_a_terminal_the_display_is_a_status_line_that_goes_when_the_call_ends():
+    out = io.StringIO()
+    display = RetryDisplay(Console(file=out, force_terminal=True, width=200), interactive=True)
+
+    display(notice(1.2))
+    display(notice(2.5))
+    display(notice(2.6, done=True))
+
+    shown = out.getvalue()
+    assert "still trying GET /api/v1/pipelines after 2.5 s" in shown  # updated in place
+    assert "\x1b[?25h" in shown  # the live line stopped: the cursor is shown again
+    display(notice(3.0))
+    display.close()
+    assert "after 3.0 s" in out.getvalue()  # a later call's retries start a new line
+
+
+def test_the_cli_says_it_waits_in_one_line_on_stderr_and_still_answers_json(cluster):
+    seeds = ["-c", f"nimbus.seeds={A},{B}", "-c", "client.retry.deadline.secs=1.3"]
+
+    result = run(cluster, "list", "--json", seeds=seeds)
+
+    assert result.exit_code == ExitCode.UNAVAILABLE
+    [line] = result.stderr.splitlines()
+    assert line.startswith("stratus: still trying GET /api/v1/pipelines after 1.")
+    assert json.loads(result.stdout)["error"] == "unreachable"

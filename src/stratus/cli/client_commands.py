@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import codecs
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,7 +46,8 @@ from stratus.api.records import (
     WorkerState,
 )
 from stratus.api.redaction import redact_conf, redact_record, redact_text, redact_workers
-from stratus.cli.options import with_config
+from stratus.cli.options import json_mode, with_config
+from stratus.cli.retry_display import RetryDisplay
 from stratus.client import NimbusClient
 from stratus.config import StratusConfig
 
@@ -103,10 +105,15 @@ def _conf_option(*, required: bool) -> Callable[[F], F]:
     )
 
 
-def _client(conf: StratusConfig) -> NimbusClient:
-    """A client for the configured seeds, over the transport the caller gave, if any."""
+@contextmanager
+def _client(conf: StratusConfig) -> Iterator[NimbusClient]:
+    """A client for the configured seeds, over the transport the caller gave, if any, that
+    says on stderr why it waits while it retries (``retry_display.py``)."""
     transport = click.get_current_context().find_object(httpx.BaseTransport)
-    return NimbusClient.from_config(conf, transport=transport)
+    stderr = Console(stderr=True, markup=False, highlight=False)
+    display = RetryDisplay(stderr, interactive=stderr.is_terminal and not json_mode())
+    with display, NimbusClient.from_config(conf, transport=transport, on_retry=display) as client:
+        yield client
 
 
 # ---------------------------------------------------------------------- commands
