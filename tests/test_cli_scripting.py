@@ -16,6 +16,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 from rich.console import Console
+from rich.table import Table
 
 from stratus.api.errors import (
     ApiError,
@@ -23,9 +24,10 @@ from stratus.api.errors import (
     InvalidTransitionError,
     UnknownPipelineError,
 )
-from stratus.api.records import PipelineList
+from stratus.api.records import PipelineList, PipelineStatus, PipelineWorkers
 from stratus.cli.exit_codes import ExitCode
 from stratus.cli.main import main
+from stratus.cli.output import print_table, when
 from stratus.cli.retry_display import RetryDisplay
 from stratus.client import NimbusClient, RetryNotice
 from tests.test_client_unit import A, B, Cluster, FakeTime, Nimbus, error, ok, record
@@ -197,3 +199,63 @@ def test_the_cli_says_it_waits_in_one_line_on_stderr_and_still_answers_json(clus
     [line] = result.stderr.splitlines()
     assert line.startswith("stratus: still trying GET /api/v1/pipelines after 1.")
     assert json.loads(result.stdout)["error"] == "unreachable"
+
+
+# ---------------------------------------------------------------------- tables and times
+
+LONG_NAME = "a-pipeline-with-a-name-long-enough-to-push-a-table-past-eighty-columns"
+
+
+def test_piped_list_is_tab_separated_unwrapped_with_utc_times(cluster):
+    records = [record(LONG_NAME), record("b", status=PipelineStatus.KILLED)]
+    cluster.nimbuses[A] = Nimbus(answers=[ok(PipelineList(pipelines=records))])
+
+    result = run(cluster, "list")
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [
+        "# pipelines",
+        "pipeline\tstatus\tdigest\tsize\tsubmitted\tepoch",
+        f"{LONG_NAME}\tACTIVE\tabababababab\t2.0 KiB\t2023-11-14T22:13:20Z\t3",
+        "b\tKILLED\tabababababab\t2.0 KiB\t2023-11-14T22:13:20Z\t3",
+    ]
+
+
+def test_piped_status_shows_the_record_as_field_value_lines(cluster):
+    workers = PipelineWorkers(pipeline="wordcount", assignment=None, workers=[])
+    cluster.nimbuses[A] = Nimbus(answers=[ok(record()), ok(workers)])
+
+    result = run(cluster, "status", "wordcount")
+
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "# pipeline wordcount"
+    assert "submitted\t2023-11-14T22:13:20Z" in lines
+    assert "# workers of wordcount: not assigned" in lines
+
+
+def test_a_long_line_is_not_wrapped_when_piped(cluster):
+    conf = {f"spark.conf.key.number.{i}": "a-value-of-some-length" for i in range(4)}
+    cluster.nimbuses[A] = Nimbus(leaders=[A], answers=[ok(record(conf=conf))])
+
+    result = run(cluster, "rebalance", "wordcount", "--conf", "spark.conf.key.number.0=x")
+
+    assert result.exit_code == 0, result.output
+    [line] = result.stdout.splitlines()
+    assert len(line) > 100 and line.startswith("rebalanced pipeline wordcount")
+
+
+def test_on_a_terminal_a_table_is_drawn_as_wide_as_the_terminal():
+    out = io.StringIO()
+    table = Table(title="pipelines")
+    table.add_column("pipeline")
+    table.add_row(LONG_NAME)
+
+    print_table(Console(file=out, force_terminal=True, width=160), table)
+
+    assert "┏━" in out.getvalue() and "\t" not in out.getvalue()  # rich's box, not tabs
+    assert LONG_NAME in out.getvalue()  # one piece: the terminal is wide enough
+
+
+def test_times_are_iso_8601_in_utc():
+    assert when(1_700_000_000.5) == "2023-11-14T22:13:20Z"

@@ -24,7 +24,6 @@ import codecs
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -47,6 +46,7 @@ from stratus.api.records import (
 )
 from stratus.api.redaction import redact_conf, redact_record, redact_text, redact_workers
 from stratus.cli.options import json_mode, with_config
+from stratus.cli.output import console, print_table, when
 from stratus.cli.retry_display import RetryDisplay
 from stratus.client import NimbusClient
 from stratus.config import StratusConfig
@@ -245,7 +245,10 @@ def list_pipelines(as_json: bool, conf: StratusConfig) -> None:
         shown = [redact_record(record).model_dump(mode="json") for record in records]
         click.echo(json.dumps(shown, indent=2))
         return
-    _console().print(_pipelines_table(records) if records else "no pipelines")
+    if records:
+        print_table(_console(), _pipelines_table(records))
+    else:
+        _console().print("no pipelines")
 
 
 @click.command()
@@ -262,11 +265,11 @@ def status(name: str, as_json: bool, conf: StratusConfig) -> None:
         shown["workers"] = json.loads(redact_workers(workers).model_dump_json())
         click.echo(json.dumps(shown, indent=2))
         return
-    console = _console()
-    console.print(_record_table(record))
-    console.print(workers_table(workers))
+    out = _console()
+    print_table(out, _record_table(record))
+    print_table(out, workers_table(workers))
     for line in spark_ui_lines(workers) + crash_lines(workers):
-        console.print(line, soft_wrap=True)  # whole lines: an error is copied, not read wrapped
+        out.print(line)  # whole lines: an error is copied, not read wrapped
 
 
 @click.command()
@@ -340,7 +343,7 @@ def kill(
     elif record is None:
         _console().print(f"killed pipeline {name}; its record is already removed")
     else:
-        removal = f" at {_when(record.kill_at)}" if record.kill_at is not None else ""
+        removal = f" at {when(record.kill_at)}" if record.kill_at is not None else ""
         _console().print(f"killed pipeline {name}; its record is removed{removal}")
 
 
@@ -438,8 +441,7 @@ CLIENT_COMMANDS = (
 
 
 def _console() -> Console:
-    # No markup: names, conf values and messages are printed as they are.
-    return Console(markup=False, highlight=False)
+    return console()
 
 
 def _print_json(model: BaseModel) -> None:
@@ -467,9 +469,15 @@ def print_cluster(console: Console, summary: ClusterSummary) -> None:
         role = Text("leader", style="bold green") if nimbus.is_leader else Text("standby")
         address = f"{nimbus.host}:{nimbus.port}"
         nimbuses.add_row(address, role, _uptime(nimbus.uptime_secs), nimbus.version)
-    console.print(nimbuses)
-    console.print(_supervisors_table(summary) if summary.supervisors else "no supervisors")
-    console.print(_pipelines_table(summary.pipelines) if summary.pipelines else "no pipelines")
+    print_table(console, nimbuses)
+    if summary.supervisors:
+        print_table(console, _supervisors_table(summary))
+    else:
+        console.print("no supervisors")
+    if summary.pipelines:
+        print_table(console, _pipelines_table(summary.pipelines))
+    else:
+        console.print("no pipelines")
 
 
 def _supervisors_table(summary: ClusterSummary) -> Table:
@@ -491,7 +499,7 @@ def _pipelines_table(records: list[PipelineRecord]) -> Table:
             _status_text(record.status),
             record.digest[:DIGEST_PREFIX],
             format_size(record.size_bytes),
-            _when(record.submitted),
+            when(record.submitted),
             str(record.epoch),
         )
     return table
@@ -505,8 +513,8 @@ def _record_table(record: PipelineRecord) -> Table:
     table.add_row("digest", record.digest)
     table.add_row("size", format_size(record.size_bytes))
     table.add_row("conf", json.dumps(redact_conf(record.conf), sort_keys=True))
-    table.add_row("submitted", _when(record.submitted))
-    table.add_row("updated", _when(record.updated))
+    table.add_row("submitted", when(record.submitted))
+    table.add_row("updated", when(record.updated))
     table.add_row("epoch", str(record.epoch))
     table.add_row("rebalances", str(record.rebalances))
     table.add_row("version", str(record.version))
@@ -521,7 +529,7 @@ def _record_table(record: PipelineRecord) -> Table:
         table.add_row("reason", printable(record.reason))
     table.add_row("request id", record.request_id or "-")
     if record.kill_at is not None:
-        table.add_row("removed at", _when(record.kill_at))
+        table.add_row("removed at", when(record.kill_at))
     return table
 
 
@@ -572,7 +580,7 @@ def crash_lines(workers: PipelineWorkers) -> list[str]:
         crash = beat.last_crash
         if crash is not None:
             lines.append(
-                f"last crash on {beat.supervisor} at {_when(crash.time)} ({crash.exit}): "
+                f"last crash on {beat.supervisor} at {when(crash.time)} ({crash.exit}): "
                 f"{printable(crash.error)}"
             )
     return lines
@@ -586,11 +594,6 @@ def _leader_line(info: LeaderInfo) -> str:
 
 def _status_text(status: PipelineStatus) -> Text:
     return Text(status.value, style=_STATUS_STYLE[status])
-
-
-def _when(timestamp: float) -> str:
-    """A wall-clock time in the local time zone."""
-    return datetime.fromtimestamp(timestamp).astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
 def format_size(size_bytes: int) -> str:
