@@ -30,6 +30,7 @@ from stratus.cli.main import main
 from stratus.cli.output import print_table, when
 from stratus.cli.retry_display import RetryDisplay
 from stratus.client import NimbusClient, RetryNotice
+from stratus.config import load_config
 from tests.test_client_unit import A, B, Cluster, FakeTime, Nimbus, error, ok, record
 
 SEEDS = ["-c", f"nimbus.seeds={A},{B}", "-c", "client.retry.deadline.secs=0.05"]
@@ -259,3 +260,59 @@ def test_on_a_terminal_a_table_is_drawn_as_wide_as_the_terminal():
 
 def test_times_are_iso_8601_in_utc():
     assert when(1_700_000_000.5) == "2023-11-14T22:13:20Z"
+
+
+# ---------------------------------------------------------------------- config before the verb
+
+
+def invoke(cluster: Cluster, *args: str) -> Any:
+    return CliRunner().invoke(main, list(args), obj=httpx.MockTransport(cluster))
+
+
+def test_config_given_before_the_verb_is_used(cluster, tmp_path):
+    cluster.nimbuses[B] = Nimbus(answers=[ok(PipelineList(pipelines=[]))])
+    config = tmp_path / "stratus.yaml"
+    config.write_text(f"nimbus.seeds: {B}\n")  # a string, as in -c
+
+    by_override = invoke(cluster, "-c", f"nimbus.seeds={B}", "list")
+    by_file = invoke(cluster, "--config", str(config), "list")
+
+    assert by_override.exit_code == by_file.exit_code == 0, by_override.output + by_file.output
+    assert {address for address, _ in cluster.sent()} == {B}
+
+
+def test_the_verbs_own_config_comes_after_the_groups(cluster):
+    cluster.nimbuses[A] = Nimbus(answers=[ok(PipelineList(pipelines=[]))])
+
+    result = invoke(cluster, "-c", f"nimbus.seeds={B}", "list", "-c", f"nimbus.seeds={A}")
+
+    assert result.exit_code == 0, result.output
+    assert cluster.sent() == [(A, "/api/v1/pipelines")]
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_timeout_bounds_the_retries_before_or_after_the_verb(cluster, where):
+    timeout = ["--timeout", "0.07"]
+    args = [*timeout, "list"] if where == "before" else ["list", *timeout]
+
+    result = invoke(cluster, "-c", f"nimbus.seeds={A}", *args)
+
+    assert result.exit_code == ExitCode.UNAVAILABLE
+    assert "within 0.07 s" in result.stderr
+
+
+def test_a_list_key_given_as_a_string_in_a_file_is_the_same_as_with_c(tmp_path):
+    config = tmp_path / "stratus.yaml"
+    config.write_text(
+        "zookeeper.servers: zk1:2181\nnimbus.seeds: 'n1:6627, n2:6627'\n"
+        "pipeline.spark.masters: [local]\n"
+    )
+
+    from_file = load_config(config, environ={})
+    from_overrides = load_config(
+        None, ["zookeeper.servers=zk1:2181", "nimbus.seeds=n1:6627, n2:6627"], environ={}
+    )
+
+    assert from_file.zookeeper_servers == from_overrides.zookeeper_servers == ["zk1:2181"]
+    assert from_file.nimbus_seeds == from_overrides.nimbus_seeds == ["n1:6627", "n2:6627"]
+    assert from_file.pipeline_spark_masters == ["local"]  # a YAML list stays a list

@@ -45,7 +45,7 @@ from stratus.api.records import (
     WorkerState,
 )
 from stratus.api.redaction import redact_conf, redact_record, redact_text, redact_workers
-from stratus.cli.options import json_mode, with_config
+from stratus.cli.options import json_mode, timeout_option, with_config
 from stratus.cli.output import console, print_table, when
 from stratus.cli.retry_display import RetryDisplay
 from stratus.client import NimbusClient
@@ -135,6 +135,7 @@ def _client(conf: StratusConfig) -> Iterator[NimbusClient]:
     help="Wait while the pipeline is PENDING (its code short of the minimum replication).",
 )
 @_json_option
+@timeout_option
 @with_config
 def submit(
     *,
@@ -200,6 +201,7 @@ def _replication_line(record: PipelineRecord) -> str:
     help="Wait until the update is applied (its code at the minimum replication).",
 )
 @_json_option
+@timeout_option
 @with_config
 def update(
     *,
@@ -236,6 +238,7 @@ def update(
 
 @click.command("list")
 @_json_option
+@timeout_option
 @with_config
 def list_pipelines(as_json: bool, conf: StratusConfig) -> None:
     """List every pipeline."""
@@ -254,6 +257,7 @@ def list_pipelines(as_json: bool, conf: StratusConfig) -> None:
 @click.command()
 @click.argument("name")
 @_json_option
+@timeout_option
 @with_config
 def status(name: str, as_json: bool, conf: StratusConfig) -> None:
     """Show pipeline NAME, its workers and their last crash."""
@@ -276,6 +280,7 @@ def status(name: str, as_json: bool, conf: StratusConfig) -> None:
 @click.argument("name")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until interrupted.")
 @click.option("--previous", is_flag=True, help="The log of the worker before the last restart.")
+@timeout_option
 @with_config
 def logs(name: str, follow: bool, previous: bool, conf: StratusConfig) -> None:
     """Print the worker log of pipeline NAME, read through any nimbus from its supervisor."""
@@ -331,6 +336,7 @@ def _shown(line: str) -> str:
     help="Delete the pipeline's checkpoints too (kept otherwise: a later submit resumes).",
 )
 @_json_option
+@timeout_option
 @with_config
 def kill(
     name: str, wait_secs: float | None, purge: bool, as_json: bool, conf: StratusConfig
@@ -350,6 +356,7 @@ def kill(
 @click.command()
 @click.argument("name")
 @_json_option
+@timeout_option
 @with_config
 def activate(name: str, as_json: bool, conf: StratusConfig) -> None:
     """Make pipeline NAME ACTIVE."""
@@ -360,6 +367,7 @@ def activate(name: str, as_json: bool, conf: StratusConfig) -> None:
 @click.command()
 @click.argument("name")
 @_json_option
+@timeout_option
 @with_config
 def deactivate(name: str, as_json: bool, conf: StratusConfig) -> None:
     """Make pipeline NAME INACTIVE."""
@@ -376,6 +384,7 @@ def deactivate(name: str, as_json: bool, conf: StratusConfig) -> None:
     help="Id that makes a re-run of this command change nothing twice [default: new].",
 )
 @_json_option
+@timeout_option
 @with_config
 def rebalance(
     name: str,
@@ -398,6 +407,7 @@ def rebalance(
 
 @click.command()
 @_json_option
+@timeout_option
 @with_config
 def cluster(as_json: bool, conf: StratusConfig) -> None:
     """Show the nimbuses (the leader marked), supervisors and pipelines."""
@@ -411,6 +421,7 @@ def cluster(as_json: bool, conf: StratusConfig) -> None:
 
 @click.command()
 @_json_option
+@timeout_option
 @with_config
 def leader(as_json: bool, conf: StratusConfig) -> None:
     """Show which nimbus leads, and in which epoch."""
