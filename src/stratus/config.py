@@ -839,6 +839,18 @@ class StratusConfig(BaseModel):
         alias="client.tls.key",
         description="PEM private key of client.tls.cert (default: in the certificate file)",
     )
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = Field(
+        default="info",
+        alias="log.level",
+        description="daemons: the lowest level of the lines they log (debug, info, warning, "
+        "error, critical; --log-level overrides)",
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        alias="log.format",
+        description="daemons: text (one key=value line per event) or json (one JSON object "
+        "per line, with the same fields)",
+    )
     ha_zkfc_target: str | None = Field(
         default=None,
         alias="ha.zkfc.target",

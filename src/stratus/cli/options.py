@@ -28,6 +28,8 @@ GROUP_CONFIG = "stratus.config"  # ctx.meta key: the group's --config
 GROUP_OVERRIDES = "stratus.overrides"  # ctx.meta key: the group's -c, in order
 TIMEOUT = "stratus.timeout"  # ctx.meta key: --timeout, before or after the verb
 TIMEOUT_KEY = "client.retry.deadline.secs"
+LOG_LEVEL = "stratus.log.level"  # ctx.meta key: a daemon's --log-level
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
 class StratusGroup(click.Group):
@@ -112,14 +114,27 @@ def timeout_option(func: F) -> F:
     )(func)
 
 
+def log_level_option(func: F) -> F:
+    """``--log-level LEVEL`` of a daemon: ``log.level``."""
+    return click.option(
+        "--log-level",
+        type=click.Choice(LOG_LEVELS, case_sensitive=False),
+        expose_value=False,
+        callback=_remember(LOG_LEVEL),
+        help="Lowest level of the lines logged (log.level) [default: info].",
+    )(func)
+
+
 def command_config(config_path: str | None, overrides: tuple[str, ...]) -> StratusConfig:
     """The configuration of the running command: its ``--config`` or the group's, the
-    group's ``-c``, its own, then ``--timeout``."""
+    group's ``-c``, its own, then ``--timeout`` and ``--log-level``."""
     meta = ctx.meta if (ctx := click.get_current_context(silent=True)) is not None else {}
     path = config_path or meta.get(GROUP_CONFIG)
     every = [*meta.get(GROUP_OVERRIDES, ()), *overrides]
     if meta.get(TIMEOUT) is not None:
         every.append(f"{TIMEOUT_KEY}={meta[TIMEOUT]}")
+    if meta.get(LOG_LEVEL) is not None:
+        every.append(f"log.level={meta[LOG_LEVEL].lower()}")
     return load_config(path, every, environ={})
 
 
