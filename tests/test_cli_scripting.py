@@ -27,7 +27,7 @@ from stratus.api.errors import (
 from stratus.api.records import PipelineList, PipelineStatus, PipelineWorkers
 from stratus.cli.exit_codes import ExitCode
 from stratus.cli.main import main
-from stratus.cli.output import print_table, when
+from stratus.cli.output import print_table, table_lines, when
 from stratus.cli.retry_display import RetryDisplay
 from stratus.client import NimbusClient, RetryNotice
 from stratus.config import load_config
@@ -316,3 +316,11 @@ def test_a_list_key_given_as_a_string_in_a_file_is_the_same_as_with_c(tmp_path):
     assert from_file.zookeeper_servers == from_overrides.zookeeper_servers == ["zk1:2181"]
     assert from_file.nimbus_seeds == from_overrides.nimbus_seeds == ["n1:6627", "n2:6627"]
     assert from_file.pipeline_spark_masters == ["local"]  # a YAML list stays a list
+
+
+def test_a_piped_table_cell_stays_on_its_line_with_escapes_shown():
+    table = Table(title="t")
+    table.add_column("error")
+    table.add_row("two\tparts\nand a \x1b[2J clear")
+
+    assert table_lines(table) == ["# t", "error", "two parts and a \\x1b[2J clear"]

@@ -4,7 +4,7 @@ never wrapped at 80 columns, and every time in UTC as ISO 8601.
 A table on a terminal is rich's, as wide as the terminal. When stdout is not a terminal it
 is plain text that ``cut -f`` and ``awk -F'\\t'`` read: the title as a ``# `` line, the
 header, then one tab-separated line per row, each cell's text without styles (a tab or a
-line break in a cell becomes a space)::
+line break in a cell becomes a space, another control character its escape)::
 
     # pipelines
     pipeline	status	digest	size	submitted	epoch
@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
+
+from stratus.api.echo import printable
 
 
 def console() -> Console:
@@ -53,5 +55,6 @@ def when(timestamp: float) -> str:
 
 
 def _plain(cell: RenderableType | None) -> str:
+    """A cell's text on one line, its control characters shown escaped."""
     text = cell.plain if isinstance(cell, Text) else "" if cell is None else str(cell)
-    return text.replace("\t", " ").replace("\r", " ").replace("\n", " ")
+    return printable(text.replace("\t", " ").replace("\r", " ").replace("\n", " "))
