@@ -120,6 +120,10 @@ def test_under_json_usage_and_configuration_errors_are_json(cluster):
     assert json.loads(config.stdout)["error"] == "invalid_config"
     assert "nimbus.port" in json.loads(config.stdout)["message"]
 
+    before_the_verb = invoke(cluster, "--timeout", "-1", "list", "--json")
+    assert before_the_verb.exit_code == ExitCode.USAGE
+    assert json.loads(before_the_verb.stdout)["error"] == "usage"
+
 
 # ---------------------------------------------------------------------- no silent waits
 

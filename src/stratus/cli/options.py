@@ -40,7 +40,12 @@ class StratusGroup(click.Group):
         # reported as JSON too; a command's arguments after ``--`` are not ours.
         own = args[: args.index("--")] if "--" in args else args
         ctx.meta[JSON_MODE] = "--json" in own
-        return super().parse_args(ctx, args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as exc:  # an option before the verb
+            if not ctx.meta[JSON_MODE]:
+                raise
+            raise CommandFailed(exc, as_json=True) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
