@@ -172,3 +172,8 @@ def test_a_daemon_logs_json_lines_at_its_level(tmp_path):
     logged = [json.loads(line) for line in lines]  # every line is JSON
     assert [entry["event"] for entry in logged] == ["bad_frame"]
     assert logged[0]["level"] == "WARNING" and logged[0]["reason"]
+
+
+def test_a_message_without_arguments_is_kept_as_written():
+    assert event_fields(record("event=x note=100%%")) == {"event": "x", "note": "100%%"}
+    assert event_fields(record("event=x done=%d%%", 50)) == {"event": "x", "done": "50%"}

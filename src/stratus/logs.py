@@ -147,6 +147,8 @@ def _message(record: logging.LogRecord) -> str:
 
 
 def _render(text: str, args: list[Any]) -> str:
+    if not args:
+        return text  # as logging does: a template without arguments is not %-formatted
     try:
         return text % tuple(args)
     except (TypeError, ValueError):
