@@ -527,12 +527,12 @@ def run_cli(cluster: Cluster, *args: str) -> Any:
     return CliRunner().invoke(main, [*args, *seeds], obj=httpx.MockTransport(cluster))
 
 
-def test_cli_reports_an_api_error_as_one_line_and_exit_code_1(cluster):
+def test_cli_reports_an_api_error_as_one_line_and_the_exit_code_of_its_class(cluster):
     cluster.nimbuses[A] = Nimbus(answers=[error(UnknownPipelineError, "unknown pipeline 'x'")])
 
     result = run_cli(cluster, "status", "x")
 
-    assert result.exit_code == 1
+    assert result.exit_code == 3  # not found
     assert result.stdout == ""
     assert result.stderr.splitlines() == ["Error: unknown pipeline 'x'"]
 
@@ -540,7 +540,7 @@ def test_cli_reports_an_api_error_as_one_line_and_exit_code_1(cluster):
 def test_cli_reports_unreachable_nimbuses_naming_the_seeds(cluster):
     result = run_cli(cluster, "list")
 
-    assert result.exit_code == 1
+    assert result.exit_code == 6  # unavailable
     [line] = result.stderr.splitlines()
     assert line.startswith("Error: no nimbus answered")
     assert f"seeds: {A}, {B}" in line

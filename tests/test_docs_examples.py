@@ -199,10 +199,21 @@ def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+GROUP_OPTIONS = frozenset({"-c", "--config", "--timeout"})  # each takes a value
+
+
+def _verb(argv: tuple[str, ...]) -> str:
+    """The verb of ``stratus ...``, after the options given before it."""
+    rest = list(argv[1:])
+    while len(rest) > 1 and rest[0] in GROUP_OPTIONS:
+        rest = rest[2:]
+    return rest[0] if rest else ""
+
+
 def _is_quick(argv: tuple[str, ...]) -> bool:
     if "--help" in argv or "--version" in argv:
         return True
-    return len(argv) > 1 and argv[1] in QUICK_VERBS
+    return _verb(argv) in QUICK_VERBS
 
 
 @pytest.fixture
@@ -217,7 +228,7 @@ def doc_cwd(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("command", STRATUS, ids=ids(STRATUS))
 def test_a_stratus_command_runs_when_it_is_quick(command: DocCommand, doc_cwd: Path) -> None:
     if not _is_quick(command.argv):
-        verb = command.argv[1]
+        verb = _verb(command.argv)
         assert verb in NOT_RUN, f"{command.where}: say why `stratus {verb}` is not run, or run it"
         pytest.skip(NOT_RUN[verb])
     done = _run([sys.executable, "-m", "stratus", *command.argv[1:]], doc_cwd)

@@ -17,8 +17,10 @@ from typing import Any
 
 import httpx
 import pytest
+from click.testing import CliRunner
 
 from stratus.api.records import PipelineRecord
+from stratus.cli.main import main
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
 from tests.package_factory import valid_package
@@ -296,3 +298,15 @@ def test_every_malicious_package_is_rejected_naming_its_entry_and_nothing_is_kep
     assert entry in response.json()["message"]
     assert pipelines_on(url) == before
     assert sorted(p.name for p in (leader.local_dir / "packages").iterdir()) == packages_before
+
+
+def test_the_cli_on_real_nimbuses_reports_by_class_and_prints_plain_when_piped(cluster):
+    seeds = ["-c", f"nimbus.seeds={','.join(n.address for n in cluster.nimbuses)}"]
+
+    missing = CliRunner().invoke(main, [*seeds, "--timeout", "10", "status", "nosuch", "--json"])
+    listed = CliRunner().invoke(main, [*seeds, "list"])
+
+    assert missing.exit_code == 3, missing.output  # not found
+    assert json.loads(missing.stdout)["error"] == "unknown_pipeline"
+    assert listed.exit_code == 0, listed.output
+    assert "┏" not in listed.stdout  # not a terminal: no table drawing

@@ -157,7 +157,7 @@ def test_cli_verbs_send_the_token_of_the_environment(tokens_cluster: SecureClust
     seeds = ",".join(tokens_cluster.seeds)
     args = ["list", "-c", f"nimbus.seeds={seeds}", "-c", "client.retry.deadline.secs=5"]
     refused = CliRunner().invoke(main, args, env={"STRATUS_TOKEN": ""})
-    assert refused.exit_code == 1 and "authentication required" in refused.output
+    assert refused.exit_code == 4 and "authentication required" in refused.output  # refused
     listed = CliRunner().invoke(main, args, env={"STRATUS_TOKEN": READ})
     assert listed.exit_code == 0, listed.output
 

@@ -635,7 +635,7 @@ def test_a_kerberos_pacemaker_without_its_keytab_or_principals_does_not_start(
         key, value = override.split("=", 1)
         args += ["-c", f"{key}={paths.get(value, value)}"]
     result = CliRunner().invoke(main, args)
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # usage: a configuration that cannot work
     assert error in result.output
 
 

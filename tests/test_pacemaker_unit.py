@@ -271,5 +271,5 @@ def test_a_client_takes_its_principal_line_from_the_credentials_file(tmp_path) -
 def test_the_pacemaker_command_refuses_settings_that_cannot_work(overrides, error) -> None:
     args = ["pacemaker"] + [arg for o in overrides for arg in ("-c", o)]
     result = CliRunner().invoke(main, args)
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # usage: a configuration that cannot work
     assert error in result.output

@@ -110,3 +110,15 @@ def test_the_installed_command_validates_and_fails(tmp_path: Path) -> None:
     assert failed.stdout == ""
     assert failed.stderr.startswith("error: the package is not a zip archive")
     assert "Traceback" not in failed.stderr
+
+
+def test_under_json_an_invalid_package_is_a_json_error_on_stdout(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.zip"
+    broken.write_bytes(b"not a zip")
+
+    code, out, err = run("--json", str(broken))
+
+    assert (code, err) == (1, "")
+    body = json.loads(out)
+    assert body["error"] == "invalid_package"
+    assert body["message"].startswith("the package is not a zip archive")

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from stratus.errors import ConfigError
 
 CONFIG_ENV_VAR = "STRATUS_CONF"
-_LIST_KEYS = frozenset(  # `-c key=a,b` splits at commas
+_LIST_KEYS = frozenset(  # `a,b` splits at commas, in a file as with `-c key=a,b`
     {
         "zookeeper.servers",
         "nimbus.seeds",
@@ -839,6 +839,18 @@ class StratusConfig(BaseModel):
         alias="client.tls.key",
         description="PEM private key of client.tls.cert (default: in the certificate file)",
     )
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = Field(
+        default="info",
+        alias="log.level",
+        description="daemons: the lowest level of the lines they log (debug, info, warning, "
+        "error, critical; --log-level overrides)",
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        alias="log.format",
+        description="daemons: text (one key=value line per event) or json (one JSON object "
+        "per line, with the same fields)",
+    )
     ha_zkfc_target: str | None = Field(
         default=None,
         alias="ha.zkfc.target",
@@ -1105,10 +1117,13 @@ def load_config(
 
 
 def config_from_mapping(values: Mapping[str, Any]) -> StratusConfig:
-    """Validate a mapping of dotted keys, with errors that name the key at fault."""
+    """Validate a mapping of dotted keys, with errors that name the key at fault. A list
+    key given as one string is the comma-separated list that ZooKeeper's connection strings
+    taught users (``zookeeper.servers: zk1:2181,zk2:2181``), wherever it comes from."""
     _reject_unknown_keys(values)
+    values = {key: _split_list(key, value) for key, value in values.items()}
     try:
-        return StratusConfig.model_validate(dict(values))
+        return StratusConfig.model_validate(values)
     except ValidationError as exc:
         raise ConfigError(_describe(exc)) from None
 
@@ -1142,10 +1157,14 @@ def _parse_override(item: str) -> tuple[str, Any]:
         value = yaml.safe_load(raw) if raw.strip() else raw
     except yaml.YAMLError:
         value = raw
-    key = key.strip()
+    return key.strip(), value
+
+
+def _split_list(key: str, value: Any) -> Any:
+    """A list key's string value as the list of its comma-separated items."""
     if key in _LIST_KEYS and isinstance(value, str):
-        value = [part.strip() for part in value.split(",") if part.strip()]
-    return key, value
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
 
 
 def _reject_unknown_keys(values: Mapping[str, Any]) -> None:

@@ -1,4 +1,19 @@
-"""Logging set-up of the daemons: one key=value line per event, on stderr.
+"""Logging of the daemons: one line per event on stderr, as ``key=value`` text or as JSON.
+
+Every stratus log call names its event and its fields in the message template, and passes
+the values as arguments (``log.info("event=leader_elected epoch=%d member=%s", 4, "n1")``).
+``event_fields`` reads them back from the template and the arguments, not from the rendered
+text, so a value keeps its type and its spaces. ``TextFormatter`` prints them as
+``key=value`` with one quoting rule (a value with a space, a quote, an ``=`` or nothing is
+written as a JSON string); ``JsonFormatter`` prints one JSON object per line with the same
+fields (``log.format: json``), for a log collector::
+
+    2026-11-25T00:34:01.123Z level=INFO logger=stratus.x event=elected epoch=4 member=n1
+    {"time": "2026-11-25T00:34:01.123Z", "level": "INFO", "logger": "stratus.x",
+     "event": "elected", "epoch": 4, "member": "n1"}          (one line)
+
+A message that is not ``key=value`` (a library's) goes under ``message``; an exception's
+traceback under ``exception``.
 
 A flood of the same error (a client hammering a closed port, an accept loop out of file
 descriptors) must not become a flood of log lines: ``RepeatLimit`` lets the first
@@ -10,15 +25,41 @@ errors.
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
 
-FORMAT = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
 REPEAT_MAX = 10  # records of one kind let through per interval
 REPEAT_INTERVAL_SECS = 60.0
 MAX_KINDS = 1024  # kinds remembered at once; the oldest interval's are forgotten first
+LIBRARY_LOGGERS = ("kazoo", "uvicorn")  # chatty below warnings: kept at warnings and above
+
+_PLACEHOLDER = re.compile(r"%(?:%|[-#0 +]*(?:\d+|\*)?(?:\.(?:\d+|\*))?[diouxXeEfFgGcrsa])")
+_FIELD = re.compile(r"^([A-Za-z_][\w.]*)=(.*)$", re.DOTALL)
+_BARE = re.compile(r"^[^\s\"'=\\]+$")
+_RESERVED = ("time", "level", "logger")
+
+
+class LogFormat(StrEnum):
+    """How a daemon writes its log lines (``log.format``)."""
+
+    TEXT = "text"
+    JSON = "json"
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    """A daemon's logging: the lowest level written and the format of the lines."""
+
+    level: int = logging.INFO
+    format: LogFormat = LogFormat.TEXT
 
 
 class RepeatLimit(logging.Filter):
@@ -67,13 +108,127 @@ class RepeatLimit(logging.Filter):
         self._kinds[kind] = state
 
 
-def configure_daemon_logging(level: int = logging.INFO) -> None:
-    """Log ``level`` and above to stderr, repeated warnings limited; kazoo's from warnings up."""
+def event_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The ``key=value`` fields of a record, read from its template and its arguments: a
+    ``%s`` or ``%r`` value as it was passed (a string unquoted), ``%d`` an int, ``%f`` a float
+    at the template's precision. Words that are not ``key=value`` go under ``message``; a
+    template whose placeholders do not match its arguments is kept whole as ``message``."""
+    template, args = record.msg, record.args
+    if not isinstance(template, str) or not isinstance(args, tuple):
+        return {"message": _message(record)}
+    fields: dict[str, Any] = {}
+    words: list[str] = []
+    remaining = list(args)
+    for token in template.split():
+        wanted = [p for p in _PLACEHOLDER.findall(token) if p != "%%"]
+        if len(wanted) > len(remaining):
+            return {"message": _message(record)}
+        taken, remaining = remaining[: len(wanted)], remaining[len(wanted) :]
+        field = _FIELD.match(token)
+        if field is None or field.group(1) in fields:
+            words.append(_render(token, taken))
+        elif len(wanted) == 1 and field.group(2) == wanted[0]:
+            fields[field.group(1)] = _typed(wanted[0], taken[0])
+        else:
+            fields[field.group(1)] = _render(field.group(2), taken)
+    if remaining:
+        return {"message": _message(record)}
+    if words:
+        fields["message"] = " ".join(words)
+    return fields
+
+
+def _message(record: logging.LogRecord) -> str:
+    """The record's text, even when its arguments do not fit its template."""
+    try:
+        return record.getMessage()
+    except (TypeError, ValueError):
+        return f"{record.msg} {record.args!r}"
+
+
+def _render(text: str, args: list[Any]) -> str:
+    if not args:
+        return text  # as logging does: a template without arguments is not %-formatted
+    try:
+        return text % tuple(args)
+    except (TypeError, ValueError):
+        return " ".join([text, *map(str, args)])
+
+
+def _typed(placeholder: str, value: Any) -> Any:
+    """One argument as its field's value, as its placeholder asks."""
+    conversion = placeholder[-1]
+    if conversion in "sr" and "." not in placeholder:
+        if value is None or isinstance(value, str | bool | int | float):
+            return value
+        return str(value) if conversion == "s" else repr(value)
+    rendered = _render(placeholder, [value])
+    if conversion in "di":
+        return int(rendered)
+    if conversion in "eEfFgG":
+        return float(rendered)
+    return rendered
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    moment = datetime.fromtimestamp(record.created, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def _fields_of(record: logging.LogRecord) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "time": _timestamp(record),
+        "level": record.levelname,
+        "logger": record.name,
+    }
+    for key, value in event_fields(record).items():
+        fields[f"field.{key}" if key in _RESERVED else key] = value
+    return fields
+
+
+class TextFormatter(logging.Formatter):
+    """``time level=... logger=... key=value ...``: one line per event, one quoting rule."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = " ".join(
+            f"{key}={_text_value(value)}" if key != "time" else str(value)
+            for key, value in _fields_of(record).items()
+        )
+        if record.exc_info:
+            line = f"{line}\n{self.formatException(record.exc_info)}"
+        if record.stack_info:
+            line = f"{line}\n{self.formatStack(record.stack_info)}"
+        return line
+
+
+def _text_value(value: Any) -> str:
+    text = str(value)
+    return text if _BARE.match(text) else json.dumps(text, ensure_ascii=False)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``time``, ``level``, ``logger``, then the event's fields,
+    and ``exception`` with the traceback when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = _fields_of(record)
+        if record.exc_info:
+            fields["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            fields["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(fields, ensure_ascii=False, default=str)
+
+
+def configure_daemon_logging(settings: LogSettings | None = None) -> None:
+    """Log at ``settings.level`` and above to stderr in ``settings.format``, repeated
+    warnings limited; kazoo's and uvicorn's from warnings up (or the level, if higher)."""
+    settings = settings or LogSettings()
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter(FORMAT))
+    formatter = JsonFormatter() if settings.format is LogFormat.JSON else TextFormatter()
+    handler.setFormatter(formatter)
     handler.addFilter(RepeatLimit())
     # Only where nothing logs yet (a daemon's process): a command run inside another program
     # (a test's CliRunner) leaves that program's handlers, and their filters, alone.
-    logging.basicConfig(level=level, handlers=[handler])
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
-    logging.getLogger("uvicorn").setLevel(logging.WARNING)
+    logging.basicConfig(level=settings.level, handlers=[handler])
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(max(logging.WARNING, settings.level))

@@ -13,6 +13,7 @@ are built beside them (``nimbus/settings.py``, ``supervisor/settings.py``) from 
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,6 +23,7 @@ from stratus.codedist.package_check import PackageLimits
 from stratus.codedist.transfer.fetch import FetchSettings
 from stratus.config import StratusConfig
 from stratus.errors import ConfigError
+from stratus.logs import LogFormat, LogSettings
 from stratus.pacemaker.auth import AuthMethod, Secret, load_secrets
 from stratus.pacemaker.client import parse_servers
 from stratus.pacemaker.errors import PacemakerAuthFileError
@@ -291,3 +293,11 @@ def access_policy(conf: StratusConfig) -> AccessPolicy:
     if not conf.nimbus_auth_tokens_file:
         return AccessPolicy()
     return AccessPolicy(load_credentials(Path(conf.nimbus_auth_tokens_file)))
+
+
+def log_settings(conf: StratusConfig) -> LogSettings:
+    """``log.level`` and ``log.format``: how a daemon logs."""
+    return LogSettings(
+        level=logging.getLevelNamesMapping()[conf.log_level.upper()],
+        format=LogFormat(conf.log_format),
+    )

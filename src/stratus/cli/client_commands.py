@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import codecs
 import json
-from collections.abc import Callable
-from datetime import datetime
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -45,7 +45,9 @@ from stratus.api.records import (
     WorkerState,
 )
 from stratus.api.redaction import redact_conf, redact_record, redact_text, redact_workers
-from stratus.cli.options import with_config
+from stratus.cli.options import json_mode, timeout_option, with_config
+from stratus.cli.output import console, print_table, when
+from stratus.cli.retry_display import RetryDisplay
 from stratus.client import NimbusClient
 from stratus.config import StratusConfig
 
@@ -103,10 +105,15 @@ def _conf_option(*, required: bool) -> Callable[[F], F]:
     )
 
 
-def _client(conf: StratusConfig) -> NimbusClient:
-    """A client for the configured seeds, over the transport the caller gave, if any."""
+@contextmanager
+def _client(conf: StratusConfig) -> Iterator[NimbusClient]:
+    """A client for the configured seeds, over the transport the caller gave, if any, that
+    says on stderr why it waits while it retries (``retry_display.py``)."""
     transport = click.get_current_context().find_object(httpx.BaseTransport)
-    return NimbusClient.from_config(conf, transport=transport)
+    stderr = Console(stderr=True, markup=False, highlight=False)
+    display = RetryDisplay(stderr, interactive=stderr.is_terminal and not json_mode())
+    with display, NimbusClient.from_config(conf, transport=transport, on_retry=display) as client:
+        yield client
 
 
 # ---------------------------------------------------------------------- commands
@@ -128,6 +135,7 @@ def _client(conf: StratusConfig) -> NimbusClient:
     help="Wait while the pipeline is PENDING (its code short of the minimum replication).",
 )
 @_json_option
+@timeout_option
 @with_config
 def submit(
     *,
@@ -193,6 +201,7 @@ def _replication_line(record: PipelineRecord) -> str:
     help="Wait until the update is applied (its code at the minimum replication).",
 )
 @_json_option
+@timeout_option
 @with_config
 def update(
     *,
@@ -229,6 +238,7 @@ def update(
 
 @click.command("list")
 @_json_option
+@timeout_option
 @with_config
 def list_pipelines(as_json: bool, conf: StratusConfig) -> None:
     """List every pipeline."""
@@ -238,12 +248,16 @@ def list_pipelines(as_json: bool, conf: StratusConfig) -> None:
         shown = [redact_record(record).model_dump(mode="json") for record in records]
         click.echo(json.dumps(shown, indent=2))
         return
-    _console().print(_pipelines_table(records) if records else "no pipelines")
+    if records:
+        print_table(_console(), _pipelines_table(records))
+    else:
+        _console().print("no pipelines")
 
 
 @click.command()
 @click.argument("name")
 @_json_option
+@timeout_option
 @with_config
 def status(name: str, as_json: bool, conf: StratusConfig) -> None:
     """Show pipeline NAME, its workers and their last crash."""
@@ -255,17 +269,18 @@ def status(name: str, as_json: bool, conf: StratusConfig) -> None:
         shown["workers"] = json.loads(redact_workers(workers).model_dump_json())
         click.echo(json.dumps(shown, indent=2))
         return
-    console = _console()
-    console.print(_record_table(record))
-    console.print(workers_table(workers))
+    out = _console()
+    print_table(out, _record_table(record))
+    print_table(out, workers_table(workers))
     for line in spark_ui_lines(workers) + crash_lines(workers):
-        console.print(line, soft_wrap=True)  # whole lines: an error is copied, not read wrapped
+        out.print(line)  # whole lines: an error is copied, not read wrapped
 
 
 @click.command()
 @click.argument("name")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until interrupted.")
 @click.option("--previous", is_flag=True, help="The log of the worker before the last restart.")
+@timeout_option
 @with_config
 def logs(name: str, follow: bool, previous: bool, conf: StratusConfig) -> None:
     """Print the worker log of pipeline NAME, read through any nimbus from its supervisor."""
@@ -321,6 +336,7 @@ def _shown(line: str) -> str:
     help="Delete the pipeline's checkpoints too (kept otherwise: a later submit resumes).",
 )
 @_json_option
+@timeout_option
 @with_config
 def kill(
     name: str, wait_secs: float | None, purge: bool, as_json: bool, conf: StratusConfig
@@ -333,13 +349,14 @@ def kill(
     elif record is None:
         _console().print(f"killed pipeline {name}; its record is already removed")
     else:
-        removal = f" at {_when(record.kill_at)}" if record.kill_at is not None else ""
+        removal = f" at {when(record.kill_at)}" if record.kill_at is not None else ""
         _console().print(f"killed pipeline {name}; its record is removed{removal}")
 
 
 @click.command()
 @click.argument("name")
 @_json_option
+@timeout_option
 @with_config
 def activate(name: str, as_json: bool, conf: StratusConfig) -> None:
     """Make pipeline NAME ACTIVE."""
@@ -350,6 +367,7 @@ def activate(name: str, as_json: bool, conf: StratusConfig) -> None:
 @click.command()
 @click.argument("name")
 @_json_option
+@timeout_option
 @with_config
 def deactivate(name: str, as_json: bool, conf: StratusConfig) -> None:
     """Make pipeline NAME INACTIVE."""
@@ -366,6 +384,7 @@ def deactivate(name: str, as_json: bool, conf: StratusConfig) -> None:
     help="Id that makes a re-run of this command change nothing twice [default: new].",
 )
 @_json_option
+@timeout_option
 @with_config
 def rebalance(
     name: str,
@@ -388,6 +407,7 @@ def rebalance(
 
 @click.command()
 @_json_option
+@timeout_option
 @with_config
 def cluster(as_json: bool, conf: StratusConfig) -> None:
     """Show the nimbuses (the leader marked), supervisors and pipelines."""
@@ -401,6 +421,7 @@ def cluster(as_json: bool, conf: StratusConfig) -> None:
 
 @click.command()
 @_json_option
+@timeout_option
 @with_config
 def leader(as_json: bool, conf: StratusConfig) -> None:
     """Show which nimbus leads, and in which epoch."""
@@ -431,8 +452,7 @@ CLIENT_COMMANDS = (
 
 
 def _console() -> Console:
-    # No markup: names, conf values and messages are printed as they are.
-    return Console(markup=False, highlight=False)
+    return console()
 
 
 def _print_json(model: BaseModel) -> None:
@@ -460,9 +480,15 @@ def print_cluster(console: Console, summary: ClusterSummary) -> None:
         role = Text("leader", style="bold green") if nimbus.is_leader else Text("standby")
         address = f"{nimbus.host}:{nimbus.port}"
         nimbuses.add_row(address, role, _uptime(nimbus.uptime_secs), nimbus.version)
-    console.print(nimbuses)
-    console.print(_supervisors_table(summary) if summary.supervisors else "no supervisors")
-    console.print(_pipelines_table(summary.pipelines) if summary.pipelines else "no pipelines")
+    print_table(console, nimbuses)
+    if summary.supervisors:
+        print_table(console, _supervisors_table(summary))
+    else:
+        console.print("no supervisors")
+    if summary.pipelines:
+        print_table(console, _pipelines_table(summary.pipelines))
+    else:
+        console.print("no pipelines")
 
 
 def _supervisors_table(summary: ClusterSummary) -> Table:
@@ -484,7 +510,7 @@ def _pipelines_table(records: list[PipelineRecord]) -> Table:
             _status_text(record.status),
             record.digest[:DIGEST_PREFIX],
             format_size(record.size_bytes),
-            _when(record.submitted),
+            when(record.submitted),
             str(record.epoch),
         )
     return table
@@ -498,8 +524,8 @@ def _record_table(record: PipelineRecord) -> Table:
     table.add_row("digest", record.digest)
     table.add_row("size", format_size(record.size_bytes))
     table.add_row("conf", json.dumps(redact_conf(record.conf), sort_keys=True))
-    table.add_row("submitted", _when(record.submitted))
-    table.add_row("updated", _when(record.updated))
+    table.add_row("submitted", when(record.submitted))
+    table.add_row("updated", when(record.updated))
     table.add_row("epoch", str(record.epoch))
     table.add_row("rebalances", str(record.rebalances))
     table.add_row("version", str(record.version))
@@ -514,7 +540,7 @@ def _record_table(record: PipelineRecord) -> Table:
         table.add_row("reason", printable(record.reason))
     table.add_row("request id", record.request_id or "-")
     if record.kill_at is not None:
-        table.add_row("removed at", _when(record.kill_at))
+        table.add_row("removed at", when(record.kill_at))
     return table
 
 
@@ -565,7 +591,7 @@ def crash_lines(workers: PipelineWorkers) -> list[str]:
         crash = beat.last_crash
         if crash is not None:
             lines.append(
-                f"last crash on {beat.supervisor} at {_when(crash.time)} ({crash.exit}): "
+                f"last crash on {beat.supervisor} at {when(crash.time)} ({crash.exit}): "
                 f"{printable(crash.error)}"
             )
     return lines
@@ -579,11 +605,6 @@ def _leader_line(info: LeaderInfo) -> str:
 
 def _status_text(status: PipelineStatus) -> Text:
     return Text(status.value, style=_STATUS_STYLE[status])
-
-
-def _when(timestamp: float) -> str:
-    """A wall-clock time in the local time zone."""
-    return datetime.fromtimestamp(timestamp).astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
 def format_size(size_bytes: int) -> str:

@@ -1,7 +1,8 @@
 """The ``stratus`` command: every daemon and every client verb.
 
-Each sub-command takes ``--config FILE`` (or ``STRATUS_CONF``) and any number of
-``-c key=value`` overrides; errors are one line on stderr and a non-zero exit code.
+``--config FILE`` (or ``STRATUS_CONF``) and any number of ``-c key=value`` overrides go before
+the verb or after it; errors are one line on stderr (or JSON under ``--json``) and the exit
+code of their class (``exit_codes.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from stratus.cli.elect_command import elect
 from stratus.cli.haadmin_command import haadmin
 from stratus.cli.local_command import local
 from stratus.cli.nimbus_command import nimbus
-from stratus.cli.options import StratusGroup
+from stratus.cli.options import StratusGroup, group_config_options
 from stratus.cli.pacemaker_command import pacemaker
 from stratus.cli.supervisor_command import supervisor
 from stratus.cli.validate_command import validate
@@ -24,6 +25,7 @@ from stratus.cli.zookeeper_command import zookeeper
 
 @click.group(cls=StratusGroup)
 @click.version_option(__version__, prog_name="stratus")
+@group_config_options
 def main() -> None:
     """stratus: a highly available control plane for PySpark data pipelines."""
 

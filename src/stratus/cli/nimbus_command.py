@@ -5,11 +5,12 @@ from __future__ import annotations
 import click
 
 from stratus.cli.daemon_run import run_daemon
-from stratus.cli.options import with_config
+from stratus.cli.options import log_level_option, with_config
 from stratus.config import StratusConfig
 from stratus.logs import configure_daemon_logging
 from stratus.nimbus.daemon import Nimbus
 from stratus.rlimits import raise_open_files_limit
+from stratus.settings import log_settings
 
 
 @click.command()
@@ -18,10 +19,11 @@ from stratus.rlimits import raise_open_files_limit
     is_flag=True,
     help="Serve an unauthenticated API on a non-loopback address (nimbus.auth.insecure).",
 )
+@log_level_option
 @with_config
 def nimbus(conf: StratusConfig, insecure: bool) -> None:
     """Run a nimbus: the HTTP API, and a place in the leader election."""
-    configure_daemon_logging()
+    configure_daemon_logging(log_settings(conf))
     if insecure:
         conf = conf.model_copy(update={"nimbus_auth_insecure": True})
     raise_open_files_limit()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import click
 
-from stratus.cli.options import with_config
+from stratus.cli.options import log_level_option, with_config
 from stratus.config import StratusConfig
 from stratus.logs import configure_daemon_logging
 from stratus.pacemaker.auth import AuthMethod, Secret, load_secrets
@@ -31,7 +31,7 @@ from stratus.pacemaker.kerberos import KerberosService, load_kerberos_principals
 from stratus.pacemaker.server import PacemakerServer
 from stratus.pacemaker.settings import PacemakerServerSettings
 from stratus.rlimits import raise_open_files_limit
-from stratus.settings import pacemaker_server_settings
+from stratus.settings import log_settings, pacemaker_server_settings
 
 
 @click.command("pacemaker")
@@ -42,10 +42,11 @@ from stratus.settings import pacemaker_server_settings
     default=None,
     help="Port (default: pacemaker.port; 0 picks a free one).",
 )
+@log_level_option
 @with_config
 def pacemaker(*, conf: StratusConfig, host: str | None, port: int | None) -> None:
     """Run a pacemaker, the in-memory heartbeat store, until SIGINT or SIGTERM."""
-    configure_daemon_logging()
+    configure_daemon_logging(log_settings(conf))
     raise_open_files_limit()
     settings = pacemaker_server_settings(conf)
     if host is not None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import click
 
 from stratus.cli.daemon_run import run_daemon
-from stratus.cli.options import with_config
+from stratus.cli.options import log_level_option, with_config
 from stratus.config import StratusConfig, config_from_mapping
 from stratus.logs import configure_daemon_logging
 from stratus.rlimits import raise_open_files_limit
+from stratus.settings import log_settings
 from stratus.supervisor.daemon import Supervisor
 
 READY_LINE = "supervisor {id} running slots={slots} local={local}"
@@ -46,11 +47,12 @@ def with_overrides(
     metavar="NAME",
     help="Name of this supervisor, unique in the cluster (supervisor.id; default: the host name).",
 )
+@log_level_option
 @with_config
 def supervisor(conf: StratusConfig, slots: int | None, supervisor_id: str | None) -> None:
     """Run a supervisor: the workers of the pipelines the leader assigns to it."""
     conf = with_overrides(conf, slots=slots, supervisor_id=supervisor_id)
-    configure_daemon_logging()
+    configure_daemon_logging(log_settings(conf))
     raise_open_files_limit()
     run_daemon(
         Supervisor(conf),

@@ -5,8 +5,9 @@
 
 A directory is zipped first, as ``stratus submit`` zips it, so the sha256 printed is the
 digest a submit would give. The limits are the configured ones (``nimbus.max.upload.bytes``
-and ``package.max.*``). An invalid package prints ``error: <what is wrong>`` on stderr and
-exits 1.
+and ``package.max.*``). An invalid package prints ``error: <what is wrong>`` on stderr (with
+``--json``, ``{"error": "invalid_package", "message": ...}`` on stdout) and exits 1: for this
+command an invalid package is its answer, not a usage error.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -27,6 +29,8 @@ from stratus.codedist.transfer.check import hash_file
 from stratus.config import StratusConfig
 from stratus.settings import package_limits
 
+INVALID = 1  # the exit code of a package found invalid
+
 
 @click.command()
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
@@ -39,15 +43,23 @@ def validate(*, path: Path, as_json: bool, conf: StratusConfig) -> None:
     try:
         checked, digest = _check(path, package_limits(conf))
     except InvalidPackageError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise click.exceptions.Exit(1) from None
+        _refuse("invalid_package", str(exc), as_json=as_json)
     except OSError as exc:
-        click.echo(f"error: cannot read {exc.filename or path}: {exc.strerror}", err=True)
-        raise click.exceptions.Exit(1) from None
+        message = f"cannot read {exc.filename or path}: {exc.strerror}"
+        _refuse("unreadable", message, as_json=as_json)
     if as_json:
         click.echo(json.dumps(_summary(checked, digest), indent=2))
     else:
         click.echo(_line(checked))
+
+
+def _refuse(code: str, message: str, *, as_json: bool) -> NoReturn:
+    """Report why the package is not valid, and exit 1."""
+    if as_json:
+        click.echo(json.dumps({"error": code, "message": message, "exit_code": INVALID}))
+    else:
+        click.echo(f"error: {message}", err=True)
+    raise click.exceptions.Exit(INVALID)
 
 
 def _check(path: Path, limits: PackageLimits) -> tuple[CheckedPackage, str]:

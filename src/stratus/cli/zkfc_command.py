@@ -20,13 +20,20 @@ from __future__ import annotations
 import click
 
 from stratus.cli.daemon_run import run_daemon
-from stratus.cli.options import with_config
+from stratus.cli.options import log_level_option, with_config
 from stratus.config import StratusConfig
 from stratus.ha.daemon import Zkfc
 from stratus.ha.settings import ZkfcSettings
 from stratus.ha.zkfc_endpoint import EndpointSecurity
 from stratus.logs import configure_daemon_logging
-from stratus.settings import access_policy, client_auth, http_bounds, server_tls, zk_settings
+from stratus.settings import (
+    access_policy,
+    client_auth,
+    http_bounds,
+    log_settings,
+    server_tls,
+    zk_settings,
+)
 from stratus.zk.session import ZkSession
 
 
@@ -47,6 +54,7 @@ def _check(zkfc: Zkfc) -> None:
     help="Run the service as a child: the command after --, restarted when it dies.",
 )
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@log_level_option
 @with_config
 def zkfc(
     *, conf: StratusConfig, target: str | None, supervise: bool, command: tuple[str, ...]
@@ -58,7 +66,7 @@ def zkfc(
         raise click.UsageError(
             "--supervise needs the service's command: stratus zkfc --supervise -- COMMAND..."
         )
-    configure_daemon_logging()
+    configure_daemon_logging(log_settings(conf))
     settings = ZkfcSettings.from_config(conf, target=target, supervise=command)
     security = EndpointSecurity(
         access_policy(conf), server_tls(conf), http_bounds(conf), conf.nimbus_max_request_bytes

@@ -26,10 +26,11 @@ from types import FrameType
 
 import click
 
-from stratus.cli.options import with_config
+from stratus.cli.options import log_level_option, with_config
 from stratus.config import StratusConfig
+from stratus.logs import configure_daemon_logging
 from stratus.rlimits import raise_open_files_limit
-from stratus.settings import zk_server_auth, zk_server_tls
+from stratus.settings import log_settings, zk_server_auth, zk_server_tls
 from stratus.zk.ensemble import ZooKeeperEnsemble
 from stratus.zk.errors import ZooKeeperServerError
 from stratus.zk.ports import LOOPBACK
@@ -91,6 +92,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
     help="Run N quorum servers on loopback instead of one standalone server (each with a "
     "secure port of its own when zookeeper.server.secure.port is set).",
 )
+@log_level_option
 @with_config
 def zookeeper(
     *,
@@ -104,6 +106,7 @@ def zookeeper(
     ensemble_size: int | None,
 ) -> None:
     """Run a real ZooKeeper server on this machine until SIGINT or SIGTERM."""
+    configure_daemon_logging(log_settings(conf))
     raise_open_files_limit()  # the ZooKeeper servers it starts inherit it
     port = conf.zookeeper_server_port if port is None else port
     tick_time_ms = tick_time_ms or conf.zookeeper_server_tick_time_ms

@@ -45,7 +45,7 @@ from stratus.api.errors import (
 )
 from stratus.client.errors import NimbusUnreachableError, NoLeaderError
 from stratus.client.nimbus_client import NimbusClient
-from stratus.client.routing import BACKOFF_MAX_SECS
+from stratus.client.routing import BACKOFF_MAX_SECS, RetryNotice
 from stratus.codedist.errors import InvalidPackageError
 
 __all__ = [
@@ -66,6 +66,7 @@ __all__ = [
     "PipelineExistsError",
     "RecordTooLargeError",
     "RequestTooLargeError",
+    "RetryNotice",
     "UnauthenticatedError",
     "UnavailableError",
     "UnknownPipelineError",

@@ -40,7 +40,7 @@ from stratus.api.records import (
     PipelineStatus,
     PipelineWorkers,
 )
-from stratus.client.routing import API, Delivery, NimbusRouter, parse
+from stratus.client.routing import API, Delivery, NimbusRouter, RetryListener, parse
 from stratus.codedist.package_build import build_package
 from stratus.codedist.package_check import PackageLimits, check_package
 from stratus.config import StratusConfig
@@ -54,6 +54,7 @@ M = TypeVar("M", bound=BaseModel)
 class NimbusClient:
     """A client of the nimbuses named by ``seeds`` (``host:port``); see ``stratus.client``.
 
+    ``on_retry`` hears of every retry and of how a retried call ended (a ``RetryNotice``).
     ``transport``, ``clock`` and ``sleep`` exist so that tests can drive the client without a
     network or a real clock. One client may be shared by threads: httpx's client is
     thread-safe, and the remembered leader is a single attribute.
@@ -70,6 +71,7 @@ class NimbusClient:
         clock: Clock = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         package_limits: PackageLimits | None = None,
+        on_retry: RetryListener | None = None,
     ) -> None:
         self._router = NimbusRouter(
             seeds,
@@ -79,6 +81,7 @@ class NimbusClient:
             transport=transport,
             clock=clock,
             sleep=sleep,
+            on_retry=on_retry,
         )
         self.seeds = self._router.seeds
         self.retry_deadline = retry_deadline
@@ -88,11 +91,15 @@ class NimbusClient:
 
     @classmethod
     def from_config(
-        cls, conf: StratusConfig, *, transport: httpx.BaseTransport | None = None
+        cls,
+        conf: StratusConfig,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        on_retry: RetryListener | None = None,
     ) -> NimbusClient:
         """A client for ``nimbus.seeds`` with ``client.retry.deadline.secs``,
         ``client.request.timeout.secs``, and the token and TLS of ``client.auth.*`` and
-        ``client.tls.*`` (or ``STRATUS_TOKEN``)."""
+        ``client.tls.*`` (or ``STRATUS_TOKEN``); ``on_retry`` hears of its retries."""
         return cls(
             conf.nimbus_seeds,
             retry_deadline=conf.client_retry_deadline_secs,
@@ -100,6 +107,7 @@ class NimbusClient:
             auth=client_auth(conf),
             transport=transport,
             package_limits=limits_of(conf),
+            on_retry=on_retry,
         )
 
     def __enter__(self) -> NimbusClient:

@@ -9,7 +9,8 @@ that the seeds name, following ``not_leader`` answers. A nimbus that let a reque
 ``request_timeout``: it is asked last (for the leader, only if no other nimbus answers), and
 a seed or a ``not_leader`` answer that names it as the leader counts as naming nobody, so the
 client backs off and asks again rather than waiting on it a second time (the others learn of
-the new leader meanwhile)::
+the new leader meanwhile). ``on_retry`` is told of every retry and of the end of a call that
+was retried (a :class:`RetryNotice`), so that a command can say why it waits::
 
     router = NimbusRouter(["10.0.0.1:6627", "10.0.0.2:6627"], retry_deadline=30.0)
     response = router.call_leader("POST", "/api/v1/pipelines/etl/activate")
@@ -49,6 +50,7 @@ MAX_REDIRECTS = 3  # not_leader answers followed at once in one attempt, before 
 _SNIPPET_CHARS = 200  # of an unexpected response body, quoted in an error message
 
 M = TypeVar("M", bound=BaseModel)
+R = TypeVar("R")
 
 # Failures of an attempt after which the leader certainly did not apply the request.
 _NOT_APPLIED = (
@@ -72,9 +74,28 @@ class Delivery:
 
 
 @dataclass(frozen=True)
+class RetryNotice:
+    """One call being retried (``done`` False), or a retried call that ended (``done``
+    True, ``error`` None if it succeeded): what it is, how long it has tried, how long it
+    may still try, and why the last attempt failed."""
+
+    what: str
+    attempt: int
+    elapsed_secs: float
+    remaining_secs: float
+    seeds: tuple[str, ...]
+    error: str | None
+    done: bool = False
+
+
+RetryListener = Callable[[RetryNotice], None]
+
+
+@dataclass(frozen=True)
 class _Deadline:
     """The instant after which one call stops retrying, on the client's clock."""
 
+    started: float
     at: float
     clock: Clock
 
@@ -84,11 +105,15 @@ class _Deadline:
     def remaining(self) -> float:
         return max(0.0, self.at - self.clock())
 
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
 
 class NimbusRouter:
     """Sends a client's requests to the right nimbus, retrying; see the module docstring.
 
     ``auth`` is the bearer token sent with every request and the TLS that makes them https.
+    ``on_retry`` hears of retries (see the module docstring); it must not raise.
     ``transport``, ``clock`` and ``sleep`` exist so that tests can drive it without a network
     or a real clock. Thread-safe as httpx's client is; the remembered leader is one attribute.
     """
@@ -103,8 +128,10 @@ class NimbusRouter:
         transport: httpx.BaseTransport | None = None,
         clock: Clock = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        on_retry: RetryListener | None = None,
     ) -> None:
         self.seeds = _unique(_seed_address(seed) for seed in seeds)
+        self._on_retry = on_retry
         if not self.seeds:
             raise ConfigError("nimbus.seeds is empty: name at least one nimbus as host:port")
         self.retry_deadline = retry_deadline
@@ -135,17 +162,17 @@ class NimbusRouter:
 
     def leader(self) -> LeaderInfo:
         """The first leader a nimbus names, retried while no nimbus answers at all."""
-        return self._retrying(f"GET {API}/leader")(self._ask_for_leader)
+        return self._retried(f"GET {API}/leader", None, self._ask_for_leader)
 
     def read(self, method: str, path: str) -> httpx.Response:
         """A read, answered by the first nimbus that can; retried until the deadline."""
-        return self._retrying(f"{method} {path}")(self._read_attempt, method, path)
+        return self._retried(f"{method} {path}", None, self._read_attempt, method, path)
 
     def open_stream(self, path: str, params: Mapping[str, str]) -> httpx.Response:
         """A streamed GET (a worker's log) from the first nimbus that can answer, retried
         until the deadline; no read timeout (a follow waits for lines). The caller closes
         the response."""
-        return self._retrying(f"GET {path}")(self._stream_attempt, path, params)
+        return self._retried(f"GET {path}", None, self._stream_attempt, path, params)
 
     def call_leader(
         self, method: str, path: str, *, delivery: Delivery | None = None, **request: Any
@@ -154,14 +181,53 @@ class NimbusRouter:
 
         ``delivery`` learns whether a failed attempt may have been applied all the same.
         """
-        retrying = self._retrying(f"{method} {path}", delivery)
-        return retrying(self._leader_attempt, method, path, request)
+        return self._retried(
+            f"{method} {path}", delivery, self._leader_attempt, method, path, request
+        )
 
     # ------------------------------------------------------------------ retries
 
-    def _retrying(self, what: str, delivery: Delivery | None = None) -> Retrying:
-        """The retry policy of one call, with its own deadline starting now."""
-        deadline = _Deadline(self._clock() + self.retry_deadline, self._clock)
+    def _retried(
+        self, what: str, delivery: Delivery | None, attempt: Callable[..., R], *args: Any
+    ) -> R:
+        """``attempt(*args)`` under the retry policy, with its own deadline starting now; the
+        listener hears how a retried call ended."""
+        now = self._clock()
+        deadline = _Deadline(now, now + self.retry_deadline, self._clock)
+        retried: list[RetryNotice] = []
+        try:
+            result: R = self._retrying(what, deadline, delivery, retried)(attempt, *args)
+        except BaseException as exc:
+            self._notify_end(retried, deadline, _describe(exc))
+            raise
+        self._notify_end(retried, deadline, None)
+        return result
+
+    def _notify_end(
+        self, retried: list[RetryNotice], deadline: _Deadline, error: str | None
+    ) -> None:
+        if retried and self._on_retry is not None:
+            last = retried[-1]
+            self._on_retry(
+                RetryNotice(
+                    last.what,
+                    last.attempt + 1,
+                    deadline.elapsed(),
+                    deadline.remaining(),
+                    self.seeds,
+                    error,
+                    done=True,
+                )
+            )
+
+    def _retrying(
+        self,
+        what: str,
+        deadline: _Deadline,
+        delivery: Delivery | None,
+        retried: list[RetryNotice],
+    ) -> Retrying:
+        """The retry policy of one call, with its deadline."""
         backoff = wait_random_exponential(multiplier=BACKOFF_FIRST_SECS, max=BACKOFF_MAX_SECS)
 
         def wait(state: RetryCallState) -> float:
@@ -172,6 +238,17 @@ class NimbusRouter:
             log.debug("retrying call=%r attempt=%d error=%r", what, state.attempt_number, failure)
             if delivery is not None:
                 delivery.note(failure)
+            notice = RetryNotice(
+                what,
+                state.attempt_number,
+                deadline.elapsed(),
+                deadline.remaining(),
+                self.seeds,
+                _describe(failure),
+            )
+            retried[:] = [notice]
+            if self._on_retry is not None:
+                self._on_retry(notice)
 
         def give_up(state: RetryCallState) -> NoReturn:
             failure = state.outcome.exception() if state.outcome else None
@@ -406,6 +483,8 @@ def _unique(addresses: Iterable[str | None]) -> tuple[str, ...]:
 
 
 def _describe(failure: BaseException | None) -> str:
+    if isinstance(failure, StratusError):
+        return str(failure)
     if isinstance(failure, httpx.TransportError):
         try:
             where = f" from {failure.request.url.netloc.decode()}"

@@ -1,0 +1,179 @@
+"""The daemons' logs: their fields read from the message template, one quoting rule in text,
+one JSON object per line with ``log.format: json``, and ``--log-level`` on every daemon.
+
+The formatters are pure and tested on log records; one real ``stratus pacemaker`` process
+shows the level and format reaching a daemon's stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from stratus.cli.main import main
+from stratus.config import load_config
+from stratus.logs import (
+    JsonFormatter,
+    LogFormat,
+    LogSettings,
+    RepeatLimit,
+    TextFormatter,
+    event_fields,
+)
+from stratus.settings import log_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+DAEMONS = ("zookeeper", "nimbus", "supervisor", "pacemaker", "zkfc")
+
+
+def record(msg: str, *args: object, level: int = logging.INFO) -> logging.LogRecord:
+    return logging.LogRecord("stratus.test", level, __file__, 1, msg, args, None)
+
+
+def test_fields_come_from_the_template_with_their_types():
+    fields = event_fields(
+        record(
+            "event=fenced epoch=%d member=%s error=%r rate=%.1f short=%.3s",
+            4,
+            "n 1",
+            "it's down",
+            2.345,
+            "abcdef",
+        )
+    )
+
+    assert fields == {
+        "event": "fenced",
+        "epoch": 4,
+        "member": "n 1",
+        "error": "it's down",  # %r of a string: the string, not its repr's quotes
+        "rate": 2.3,
+        "short": "abc",
+    }
+
+
+def test_words_that_are_not_fields_are_the_message():
+    assert event_fields(record("Started server process [%d]", 42)) == {
+        "message": "Started server process [42]"
+    }
+    assert event_fields(record("event=x pid=%d", 1, 2)) == {"message": "event=x pid=%d (1, 2)"}
+
+
+def test_text_lines_quote_every_value_one_way():
+    line = TextFormatter().format(
+        record("event=code_fetched pipeline=%s from=%s error=%r", "etl", "n1:6628", "a b")
+    )
+
+    time, rest = line.split(" ", 1)
+    assert time.endswith("Z") and "T" in time  # ISO 8601, UTC
+    assert rest == (
+        'level=INFO logger=stratus.test event=code_fetched pipeline=etl from=n1:6628 error="a b"'
+    )
+    assert TextFormatter().format(record("event=x reason=%s", "")).endswith('reason=""')
+
+
+def test_json_lines_carry_the_same_fields_and_the_traceback():
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        failed = logging.LogRecord(
+            "stratus.test",
+            logging.ERROR,
+            __file__,
+            1,
+            "event=close_failed id=%s",
+            ("s1",),
+            sys.exc_info(),
+        )
+
+    line = JsonFormatter().format(failed)
+
+    assert "\n" not in line
+    body = json.loads(line)
+    assert body["level"] == "ERROR" and body["logger"] == "stratus.test"
+    assert body["event"] == "close_failed" and body["id"] == "s1"
+    assert body["time"].endswith("Z")
+    assert body["exception"].endswith("ValueError: boom")
+
+
+def test_the_repeat_limit_count_is_a_field():
+    limit = RepeatLimit(limit=1, interval_secs=10, clock=lambda: now)
+    now = 0.0
+    limit.filter(record("event=accept_failed", level=logging.WARNING))
+    assert not limit.filter(record("event=accept_failed", level=logging.WARNING))
+    now = 20.0
+    again = record("event=accept_failed", level=logging.WARNING)
+    assert limit.filter(again)
+
+    assert json.loads(JsonFormatter().format(again))["suppressed_before"] == "1"
+
+
+def test_log_settings_come_from_the_keys():
+    conf = load_config(None, ["log.level=debug", "log.format=json"], environ={})
+
+    assert log_settings(conf) == LogSettings(logging.DEBUG, LogFormat.JSON)
+    assert log_settings(load_config(None, [], environ={})) == LogSettings()
+
+
+@pytest.mark.parametrize("daemon", DAEMONS)
+def test_every_daemon_takes_log_level(daemon):
+    result = CliRunner().invoke(main, [daemon, "--help"])
+
+    assert result.exit_code == 0
+    assert "--log-level" in result.stdout
+
+
+def test_a_bad_log_level_is_a_usage_error():
+    result = CliRunner().invoke(main, ["pacemaker", "--log-level", "loud"])
+
+    assert result.exit_code == 2
+    assert "'loud' is not one of" in result.stderr
+
+
+def test_a_daemon_logs_json_lines_at_its_level(tmp_path):
+    """A real pacemaker with --log-level warning and log.format json: a malformed frame's
+    warning is one JSON line on stderr, and its start-up information lines are not logged."""
+    stderr = (tmp_path / "pacemaker.log").open("w")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    args = ["pacemaker", "--port", "0", "--log-level", "WARNING", "-c", "log.format=json"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stratus", *args],
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        line = proc.stdout.readline() if ready else ""
+        assert line.startswith("pacemaker: serving at "), line
+        port = int(line.strip().rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            conn.sendall(b"\xff\xff\xff\xff not a frame")
+            conn.recv(4096)  # the error answer: the warning is logged before it is sent
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        stderr.close()
+
+    lines = (tmp_path / "pacemaker.log").read_text().splitlines()
+    logged = [json.loads(line) for line in lines]  # every line is JSON
+    assert [entry["event"] for entry in logged] == ["bad_frame"]
+    assert logged[0]["level"] == "WARNING" and logged[0]["reason"]
+
+
+def test_a_message_without_arguments_is_kept_as_written():
+    assert event_fields(record("event=x note=100%%")) == {"event": "x", "note": "100%%"}
+    assert event_fields(record("event=x done=%d%%", 50)) == {"event": "x", "done": "50%"}
