@@ -249,10 +249,10 @@ def test_a_crash_survives_the_restart_in_status_and_logs_show_this_run_the_last_
             assert_a_follow_sees_a_new_line(standby, user, tmp_path / "s1" / "workers" / "etl")
 
             missing = stratus("logs", "nope", seeds=standby, token=user)
-            assert missing.returncode == 1
+            assert missing.returncode == 3  # not found
             assert "unknown pipeline 'nope'" in missing.stderr
             reader = stratus("logs", "etl", seeds=standby, token=tokens.read)
-            assert reader.returncode == 1  # a read token sees the status, not the log
+            assert reader.returncode == 4  # refused: a read token sees the status, not the log
             assert "needs the role submit" in reader.stderr
 
 
