@@ -223,7 +223,7 @@ def test_an_unreachable_zookeeper_at_start_up_is_one_clear_line(tmp_path):
         "-c", "nimbus.code.port=0",
         "-c", f"nimbus.local.dir={tmp_path}",
     )  # fmt: skip
-    assert result.returncode == 1
+    assert result.returncode == 6  # unavailable
     assert f"Error: no ZooKeeper server answered at 127.0.0.1:{port}" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -274,6 +274,6 @@ def test_the_cli_pointed_at_a_standby_works(zk_server: ZooKeeperServer, tmp_path
         found = json.loads(stratus("leader", "--json", *seeds).stdout)
         assert found["address"] == leader
         unknown = stratus("kill", "no-such-pipeline", *seeds)
-        assert unknown.returncode == 1
+        assert unknown.returncode == 3  # not found
         assert unknown.stderr.strip().count("\n") == 0
         assert "no-such-pipeline" in unknown.stderr
