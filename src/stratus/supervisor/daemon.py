@@ -75,6 +75,7 @@ class Supervisor:
         conf: StratusConfig,
         *,
         worker_command: Sequence[str] | None = None,
+        warm_command: Sequence[str] | None = None,
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
     ) -> None:
@@ -85,6 +86,8 @@ class Supervisor:
         self.local_dir = self.settings.local_dir
         self.paths = ClusterPaths(self.settings.zk.root)
         self._worker_command = worker_command
+        self._warm_command = warm_command  # a test's stand-in warm worker
+        self.warm: WarmPool | None = None  # with supervisor.worker.warm, once started
         self._clock = clock
         self._wall = wall
         self._stopped = threading.Event()
@@ -266,8 +269,10 @@ class Supervisor:
             self.local_dir / "warm",
             env=worker_environment(os.environ, spec.env_names, {}),
             log=self.settings.log,
+            command=self._warm_command,
         )
         self._opened.append(pool.stop)  # the loop stops it; this, if the loop never ran
+        self.warm = pool
         return pool
 
     def _build_loop(self, launcher: WorkerLauncher, warm: WarmPool | None) -> None:

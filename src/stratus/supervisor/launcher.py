@@ -55,6 +55,9 @@ class WorkerLauncher:
     ) -> None:
         self._settings = settings
         self._warm = warm
+        # pipeline -> the assignment last handed to a warm worker: if that run crashes, its
+        # restart starts cold, so a pipeline the warm session does not suit cannot loop on it
+        self._warm_runs: dict[str, tuple[int, int, str, float]] = {}
         self._supervisor = supervisor
         self._cache = cache
         self._envs = envs
@@ -79,9 +82,13 @@ class WorkerLauncher:
     ) -> WorkerProcess:
         spec = build_spec(self._settings, self._supervisor, assignment, code, paths)
         if self._warm is not None:
+            run = (assignment.epoch, assignment.generation, assignment.digest, assignment.assigned)
             reason = cold_reason(spec, code, self._warm.master)
+            if reason is None and self._warm_runs.get(assignment.pipeline) == run:
+                reason = "a restart of a run that started warm starts cold"
             process = self._warm.hand_over(spec, paths) if reason is None else None
             if process is not None:
+                self._warm_runs[assignment.pipeline] = run
                 return process
             log.info(
                 "event=worker_cold_start pipeline=%s epoch=%d supervisor=%s reason=%r",

@@ -5,11 +5,14 @@ and the master. A warm worker's session (``warm_settings``) starts before its pi
 known, with the defaults, the app name ``stratus-warm`` and the cluster's master. A
 pipeline can run in it only if every *static* key of its conf (one Spark reads once, when
 the session starts) has the warm session's value: its runtime keys are set on the session
-at the hand-over. Runtime keys are Spark's SQL keys (``spark.sql.*``) except Spark's static
-SQL conf (``STATIC_SQL_PREFIXES``); every other key (``spark.executor.memory``,
-``spark.jars.packages``, ``spark.app.name``, ...) is static::
+at the hand-over. Static keys are Spark's own core settings (every key under one of
+``SPARK_CORE_PREFIXES``: ``spark.executor.memory``, ``spark.jars.packages``,
+``spark.app.name``, ...) and Spark's static SQL conf (``STATIC_SQL_PREFIXES``). Runtime keys
+are the other SQL keys (``spark.sql.shuffle.partitions``) and a pipeline's own keys outside
+Spark's namespaces (``spark.stratus.example.input``), which a running session takes::
 
     is_runtime_key("spark.sql.shuffle.partitions")   # True: set at the hand-over
+    is_runtime_key("spark.myjob.input")              # True: the pipeline's own key
     is_runtime_key("spark.sql.extensions")           # False: a static SQL key
     static_mismatch({"spark.driver.memory": "2g"}, "local[*]")   # 'spark.driver.memory'
 
@@ -57,6 +60,87 @@ STATIC_SQL_PREFIXES = (
 )
 
 
+# Spark's own (core) settings, read when the session starts; a running session refuses them.
+SPARK_CORE_PREFIXES = tuple(
+    f"spark.{name}"
+    for name in (
+        "app.",
+        "archives",
+        "barrier.",
+        "blockManager.",
+        "broadcast.",
+        "buffer.",
+        "checkpoint.",
+        "cleaner.",
+        "connect.",
+        "cores.",
+        "decommission.",
+        "default.",
+        "deploy.",
+        "driver.",
+        "dynamicAllocation.",
+        "eventLog.",
+        "excludeOnFailure.",
+        "executor.",
+        "executorEnv.",
+        "extraListeners",
+        "files",
+        "hadoop.",
+        "history.",
+        "io.",
+        "jars",
+        "kryo",
+        "kryoserializer.",
+        "kubernetes.",
+        "local.",
+        "locality.",
+        "log.",
+        "logConf",
+        "master",
+        "memory.",
+        "metrics.",
+        "network.",
+        "plugins",
+        "port.",
+        "pyspark.",
+        "python.",
+        "rdd.",
+        "redaction.",
+        "reducer.",
+        "remote",
+        "resources.",
+        "rpc.",
+        "scheduler.",
+        "serializer",
+        "shuffle.",
+        "speculation",
+        "ssl.",
+        "stage.",
+        "standalone.",
+        "storage.",
+        "submit.",
+        "task.",
+        "ui.",
+        "unsafe.",
+        "worker.",
+        "yarn.",
+        "authenticate",
+        "acls.",
+        "admin.",
+        "modify.",
+        "user.",
+        "ui",
+        "hive.",
+        "security.",
+        "appStateStore.",
+        "excludeOnFailure",
+        "dynamicAllocation",
+        "api.",
+        "profile.",
+    )
+)
+
+
 def spark_conf(conf: Mapping[str, Any]) -> dict[str, str]:
     """The ``spark.*`` keys of a pipeline's conf, as the strings Spark expects."""
     return {key: conf_value(value) for key, value in conf.items() if key.startswith("spark.")}
@@ -77,7 +161,9 @@ def warm_settings(master: str) -> dict[str, str]:
 
 def is_runtime_key(key: str) -> bool:
     """Whether Spark lets a running session change ``key`` (see the module docstring)."""
-    return key.startswith("spark.sql.") and not key.startswith(STATIC_SQL_PREFIXES)
+    if key.startswith("spark.sql."):
+        return not key.startswith(STATIC_SQL_PREFIXES)
+    return not key.startswith(SPARK_CORE_PREFIXES)
 
 
 def static_mismatch(conf: Mapping[str, Any], master: str) -> str | None:
