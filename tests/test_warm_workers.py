@@ -188,6 +188,10 @@ def test_an_assigned_pipeline_starts_in_a_warm_worker_and_its_slot_is_warmed_aga
     meta = cluster.code.upload("etl")
     with warm_supervisor(cluster) as supervisor:
         warm = wait_for_warm(supervisor, 2)
+        wait_until(lambda: cluster.supervisor_beat() is not None, 10, "a supervisor heartbeat")
+        idle = cluster.supervisor_beat()
+        assert idle is not None and idle.running == []  # warm workers are no pipelines
+        assert cluster.worker_beat() is None
         cluster.assign(meta, conf={"spark.sql.shuffle.partitions": 2})
         beat = cluster.wait_for_worker(WorkerState.RUNNING)
         assert beat.pid in warm  # the pipeline runs in a process that was warm
