@@ -31,7 +31,7 @@ from stratus.supervisor.settings import SpecSettings
 from stratus.supervisor.warm_pool import cold_reason
 from stratus.supervisor.worker_process import WorkerPaths, build_spec
 from stratus.worker.session_conf import is_runtime_key, static_mismatch
-from stratus.worker.spec import WorkerSpec
+from stratus.worker.spec import WorkerSpec, warm_ready_file
 from tests.spark_packages import passthrough_conf, passthrough_package, read_ids, write_ids
 from tests.supervisor_fakes import assignment, code
 from tests.test_supervisor import SPARK, SPARK_SECS, Cluster, all_gone, descendants
@@ -48,6 +48,7 @@ from pathlib import Path
 from stratus.api.records import WorkerHeartbeat, WorkerState
 from stratus.worker.spec import WorkerSpec, write_heartbeat
 
+Path(f"ready-{os.getpid()}").touch()  # its Spark would be up now
 print(f"warm stand-in waiting pid={os.getpid()}", flush=True)
 line = b""
 while not line.endswith(b"\\n"):
@@ -171,10 +172,15 @@ def warm_pids(supervisor: Supervisor) -> list[int]:
 
 
 def wait_for_warm(supervisor: Supervisor, count: int) -> list[int]:
+    """Wait for ``count`` warm workers, each alive and ready; their pids."""
+    ready = supervisor.local_dir / "warm"
     wait_until(
         lambda: (
             len(warm_pids(supervisor)) == count
-            and all(not process_gone(pid) for pid in warm_pids(supervisor))
+            and all(
+                not process_gone(pid) and (ready / warm_ready_file(pid)).exists()
+                for pid in warm_pids(supervisor)
+            )
         ),
         20,
         f"{count} warm workers",

@@ -2,9 +2,10 @@
 
 With ``supervisor.worker.warm``, the control loop keeps as many warm workers as it has free
 slots (slots less the workers whose process runs), so a warm worker and the pipelines' workers
-together never pass ``supervisor.slots``. When a worker is to start, the launcher asks
+together never pass ``supervisor.slots``. A warm worker is ready once its Spark is up (it
+creates ``ready-<pid>`` in the pool's directory). When a worker is to start, the launcher asks
 ``cold_reason`` whether its pipeline fits the warm session; if it does, ``hand_over`` writes
-its spec as for a cold start and gives the spec's path to a warm worker on its stdin, a pipe
+its spec as for a cold start and gives the spec's path to a ready warm worker on its stdin, a pipe
 only the supervisor holds. From then on the process is that pipeline's worker like any
 other (a ``WorkerProcess``: its heartbeat file, its log, its stop and kill), and the pool
 starts another warm worker once a slot is free again.
@@ -19,7 +20,7 @@ which ends them (``stratus.worker.warm``)::
     pool = WarmPool(settings.warm, "local[*]", local_dir / "warm", env=env, log=log)
     pool.keep(free_slots)                   # every tick of the control loop
     cold_reason(spec, code, "local[*]")     # None: a warm worker can run it
-    pool.hand_over(spec, paths)             # a WorkerProcess, or None if none is alive
+    pool.hand_over(spec, paths)             # a WorkerProcess, or None if none is ready
     pool.stop()
 """
 
@@ -42,7 +43,7 @@ from stratus.supervisor.settings import WarmSettings
 from stratus.supervisor.worker_log import LogPump, LogSettings, RunLog
 from stratus.supervisor.worker_process import WorkerPaths, WorkerProcess, prepare_run
 from stratus.worker.session_conf import static_mismatch
-from stratus.worker.spec import PRIVATE_DIR_MODE, WorkerSpec
+from stratus.worker.spec import PRIVATE_DIR_MODE, WorkerSpec, warm_ready_file
 
 log = logging.getLogger(__name__)
 
@@ -121,11 +122,13 @@ class WarmPool:
             self._start()
 
     def hand_over(self, spec: WorkerSpec, paths: WorkerPaths) -> WorkerProcess | None:
-        """Run ``spec`` in a warm worker (the oldest alive, the likeliest to be ready); None if
-        no warm worker is alive. The caller checked ``cold_reason``."""
+        """Run ``spec`` in a warm worker that is ready (its Spark up); None if none is. The
+        caller checked ``cold_reason``."""
         self._reap(self._clock())
-        while self._warm:
-            warm = self._warm.pop(0)
+        while ready := [warm for warm in self._warm if self._is_ready(warm)]:
+            warm = ready[0]
+            self._warm.remove(warm)
+            self._ready_file(warm).unlink(missing_ok=True)
             run_log = prepare_run(spec, paths, self._log_settings)
             stdin = warm.group.process.stdin
             assert stdin is not None  # a PIPE lifeline
@@ -199,7 +202,14 @@ class WarmPool:
             self._directory / WARM_LOG,
         )
 
+    def _is_ready(self, warm: _Warm) -> bool:
+        return self._ready_file(warm).exists()
+
+    def _ready_file(self, warm: _Warm) -> Path:
+        return self._directory / warm_ready_file(warm.group.pid)
+
     def _kill(self, warm: _Warm, reason: str) -> None:
         warm.group.kill()
         warm.group.close_lifeline()
+        self._ready_file(warm).unlink(missing_ok=True)
         log.info("event=warm_worker_stopped pid=%d reason=%s", warm.group.pid, reason)

@@ -7,9 +7,9 @@ pipeline assigned to it skips the Spark start (most of a cold start). The warm w
    of ``session_conf``: stratus's defaults, the app name ``stratus-warm``, the master), and
    warms it up with one small streaming query (``warm_up``: a pipeline's first batch then
    finds Spark's code loaded and compiled);
-2. waits for one line on stdin, the path of a ``WorkerSpec`` its supervisor wrote (the
-   hand-over); stdin is a pipe that only its supervisor holds, so nobody else can hand it
-   a pipeline;
+2. creates ``ready-<pid>`` in its working directory, then waits for one line on stdin,
+   the path of a ``WorkerSpec`` its supervisor wrote (the hand-over); stdin is a pipe that
+   only its supervisor holds, so nobody else can hand it a pipeline;
 3. becomes that pipeline's worker: ``run_worker`` with the session already up, the same
    heartbeats, stop handling and exit codes as a cold worker (``stratus.worker.main``).
 
@@ -41,7 +41,7 @@ from stratus.worker.errors import SparkStartError
 from stratus.worker.main import configure_worker_logging, run_worker
 from stratus.worker.outcome import FAILED_EXIT, OK_EXIT, USAGE_EXIT
 from stratus.worker.session_conf import warm_settings
-from stratus.worker.spec import WorkerSpec
+from stratus.worker.spec import WorkerSpec, warm_ready_file
 from stratus.worker.stop_request import STDIN_CLOSED, StopRequest
 
 log = logging.getLogger(__name__)
@@ -159,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         return FAILED_EXIT
     warm_up(spark)
+    Path(warm_ready_file(os.getpid())).touch()  # in its working directory, the pool's
     log.info("event=warm_worker_ready master=%s pid=%d", args.master, os.getpid())
     spec_path = handover.wait()
     try:
