@@ -97,6 +97,7 @@ from stratus.supervisor.warm_pool import WARM_MODULE
 
 SCHEDULE_TARGET_SECS = 1.0
 WARM_TARGET_MARGIN_SECS = 2.0  # warm starts: kill -9 → first batch within detection + this
+WARM_READY_WAIT_SECS = 600.0  # two JVM starts and warm-ups on a loaded 2-core machine
 WARM_MODES = {"off": (False,), "on": (True,), "both": (False, True)}
 EPOCH = 2
 WALL_CLOCK = 1_700_000_000.0  # the simulated records' and assignments' wall-clock times
@@ -499,7 +500,11 @@ def kill_part_once(
 
 def wait_warm(cluster: LocalCluster, sid: str, count: int) -> None:
     """Wait until ``count`` warm workers of ``sid`` have said that their Spark is up."""
-    poll_until(f"{sid}'s warm workers to be ready", lambda: warm_ready_count(cluster, sid) >= count)
+    poll_until(
+        f"{sid}'s warm workers to be ready",
+        lambda: warm_ready_count(cluster, sid) >= count,
+        WARM_READY_WAIT_SECS,
+    )
 
 
 def warm_ready_count(cluster: LocalCluster, sid: str) -> int:
