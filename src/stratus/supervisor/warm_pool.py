@@ -43,7 +43,12 @@ from stratus.supervisor.settings import WarmSettings
 from stratus.supervisor.worker_log import LogPump, LogSettings, RunLog
 from stratus.supervisor.worker_process import WorkerPaths, WorkerProcess, prepare_run
 from stratus.worker.session_conf import static_mismatch
-from stratus.worker.spec import PRIVATE_DIR_MODE, WorkerSpec, warm_ready_file
+from stratus.worker.spec import (
+    PRIVATE_DIR_MODE,
+    WARM_READY_PREFIX,
+    WorkerSpec,
+    warm_ready_file,
+)
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +165,9 @@ class WarmPool:
 
     def _start(self) -> None:
         self._directory.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
-        if self._log is None:
+        if self._log is None:  # the first start: no ready file of a killed run may stay
+            for stale in self._directory.glob(f"{WARM_READY_PREFIX}*"):
+                stale.unlink(missing_ok=True)
             self._log = RunLog(self._directory / WARM_LOG, self._log_settings)
         read_end, write_end = os.pipe()
         try:
