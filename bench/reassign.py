@@ -88,13 +88,17 @@ from stratus.api.records import (
 )
 from stratus.client import NimbusClient
 from stratus.errors import StratusError
-from stratus.local.cluster import SUPERVISOR_TIMEOUT_SECS, LocalCluster
+from stratus.local.cluster import SLOTS, SUPERVISOR_TIMEOUT_SECS, LocalCluster
 from stratus.local.examples_io import Feeder
 from stratus.local.pipeline_start import PHASES, PipelineStart, follow_start
 from stratus.nimbus.scheduler import Plan, plan_round
 from stratus.process import live_in_group
+from stratus.supervisor.warm_pool import WARM_MODULE
 
 SCHEDULE_TARGET_SECS = 1.0
+WARM_TARGET_MARGIN_SECS = 2.0  # warm starts: kill -9 → first batch within detection + this
+WARM_READY_WAIT_SECS = 600.0  # two JVM starts and warm-ups on a loaded 2-core machine
+WARM_MODES = {"off": (False,), "on": (True,), "both": (False, True)}
 EPOCH = 2
 WALL_CLOCK = 1_700_000_000.0  # the simulated records' and assignments' wall-clock times
 
@@ -418,20 +422,30 @@ def wait_steady(client: NimbusClient, start: PipelineStart) -> None:
 
 
 def run_kill_rounds(
-    cluster: LocalCluster, rounds: int, console: Console
+    cluster: LocalCluster, rounds: int, console: Console, *, warm: bool = False
 ) -> tuple[PipelineStart, list[KillRound]]:
-    """The cold start, then ``rounds`` kills, each killed supervisor restarted after."""
+    """The cold start, then ``rounds`` kills, each killed supervisor restarted after (with
+    ``warm``, and its warm workers' Spark up before the next kill, as on a node that has run
+    for a while)."""
     feeder = Feeder(cluster.workdir / "input")
     feeder.start()
     try:
         with NimbusClient(cluster.seeds, retry_deadline=60) as client:
             cold = cold_start(client, cluster.workdir, console)
             wait_steady(client, cold)
+            if warm:  # the other supervisor's warm workers up before the first kill
+                for supervisor in cluster.supervisors:
+                    if supervisor.id != cold.supervisor:
+                        wait_warm(cluster, supervisor.id, SLOTS)
             results: list[KillRound] = []
             for number in range(1, rounds + 1):
                 results.append(kill_round(cluster, client, cold.pipeline, number, console))
                 if number < rounds:  # somewhere to move to next time, and a steady pipeline
-                    restart(cluster, client, results[-1].victim)
+                    victim = results[-1].victim
+                    ready = warm_ready_count(cluster, victim)
+                    restart(cluster, client, victim)
+                    if warm:
+                        wait_warm(cluster, victim, ready + SLOTS)
                     wait_steady(client, results[-1].start)
             return cold, results
     finally:
@@ -439,16 +453,37 @@ def run_kill_rounds(
 
 
 def kill_part(args: argparse.Namespace, console: Console) -> PartResult:
-    """A real cluster; kill -9 the supervisor running a streaming pipeline, ``--rounds`` times."""
+    """A real cluster; kill -9 the supervisor running a streaming pipeline, ``--rounds`` times;
+    with warm starts off, then on (``--warm``), each on a cluster of its own."""
+    result = PartResult([])
+    totals: dict[bool, list[float]] = {}
+    for warm in WARM_MODES[args.warm]:
+        part, totals[warm] = kill_part_once(args, console, warm=warm)
+        result.verdicts += part.verdicts
+        result.samples |= part.samples
+    if True in totals:
+        result.verdicts.append(warm_verdict(totals))
+    return result
+
+
+def kill_part_once(
+    args: argparse.Namespace, console: Console, *, warm: bool
+) -> tuple[PartResult, list[float]]:
+    label = f"warm starts {'on' if warm else 'off'}"
+    console.rule(f"kill, {label}")
     console.print(
-        f"kill: ZooKeeper, 1 nimbus and 2 supervisors as processes (stratus.local.cluster); "
-        f"the {EXAMPLE.name} example; kills: {args.rounds}"
+        f"kill ({label}): ZooKeeper, 1 nimbus and 2 supervisors of {SLOTS} slots as processes "
+        f"(stratus.local.cluster); the {EXAMPLE.name} example; kills: {args.rounds}"
     )
     workdir = Path(tempfile.mkdtemp(prefix="stratus-bench-reassign-"))
-    cluster = LocalCluster(workdir, console, nimbuses=1, supervisors=2)
+    options = ["-c", "supervisor.worker.warm=true"] if warm else []
+    cluster = LocalCluster(workdir, console, nimbuses=1, supervisors=2, supervisor_options=options)
+    memory: list[tuple[float, float]] = []
     try:
         cluster.start()
-        cold, rounds = run_kill_rounds(cluster, args.rounds, console)
+        cold, rounds = run_kill_rounds(cluster, args.rounds, console, warm=warm)
+        if warm:
+            memory = warm_memory()
     except (StratusError, BenchError) as exc:
         raise BenchError(f"kill: {exc} (logs kept in {workdir})") from exc
     finally:
@@ -456,14 +491,91 @@ def kill_part(args: argparse.Namespace, console: Console) -> PartResult:
         cluster.close()
         handle_interrupts(raise_interrupted)
     shutil.rmtree(workdir, ignore_errors=True)
-    return kill_report(cold, rounds, console)
+    result = kill_report(cold, rounds, console, label=label)
+    if warm:
+        result.verdicts.append(memory_verdict(memory))
+        result.samples["kill_warm_on"]["warm_rss_mib"] = memory
+    return result, [r.start.total for r in rounds]
 
 
-def kill_report(cold: PipelineStart, rounds: list[KillRound], console: Console) -> PartResult:
+def wait_warm(cluster: LocalCluster, sid: str, count: int) -> None:
+    """Wait until ``count`` warm workers of ``sid`` have said that their Spark is up."""
+    poll_until(
+        f"{sid}'s warm workers to be ready",
+        lambda: warm_ready_count(cluster, sid) >= count,
+        WARM_READY_WAIT_SECS,
+    )
+
+
+def warm_ready_count(cluster: LocalCluster, sid: str) -> int:
+    """How many warm workers of ``sid`` have said that their Spark is up, ever."""
+    log = cluster.supervisor(sid).local_dir / "warm" / "warm.log"
+    try:
+        return log.read_text(errors="replace").count("event=warm_worker_ready")
+    except OSError:
+        return 0
+
+
+def warm_memory() -> list[tuple[float, float]]:
+    """RSS in MiB of every warm worker on this machine: (its Python process, the rest of its
+    process group: its Spark JVM)."""
+    found: list[tuple[float, float]] = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            command = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if WARM_MODULE.encode() not in command:
+            continue
+        pid = int(proc.name)
+        others = [p for p in live_in_group(pid) if p != pid]
+        found.append((rss_mib(pid), sum(rss_mib(p) for p in others)))
+    return found
+
+
+def rss_mib(pid: int) -> float:
+    """The resident set of ``pid`` in MiB (0 if it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def memory_verdict(memory: list[tuple[float, float]]) -> str:
+    if not memory:
+        return "kill (warm starts on): no warm worker was found to measure"
+    totals = [python + jvm for python, jvm in memory]
+    return (
+        f"kill (warm starts on): a warm worker's memory (RSS) p50 {percentile(totals, 50):.0f} MiB "
+        f"(Python {percentile([m[0] for m in memory], 50):.0f} MiB + Spark JVM "
+        f"{percentile([m[1] for m in memory], 50):.0f} MiB), over {len(memory)} warm workers"
+    )
+
+
+def warm_verdict(totals: dict[bool, list[float]]) -> str:
+    """The warm starts' p50 against their target, and against the cold moves' of this run."""
+    target = SUPERVISOR_TIMEOUT_SECS + WARM_TARGET_MARGIN_SECS
+    warm = percentile(totals[True], 50)
+    cold = f" (cold: p50 {percentile(totals[False], 50):.2f} s)" if False in totals else ""
+    return (
+        f"kill: with warm starts, kill -9 → first new batch elsewhere p50 {warm:.2f} s{cold}; "
+        f"target <= detection timeout {SUPERVISOR_TIMEOUT_SECS:g} s + "
+        f"{WARM_TARGET_MARGIN_SECS:g} s = {target:g} s: {'met' if warm <= target else 'MISSED'}"
+    )
+
+
+def kill_report(
+    cold: PipelineStart, rounds: list[KillRound], console: Console, *, label: str = ""
+) -> PartResult:
     """The table, the baseline and its ratio, the verdict."""
     table = Table(
-        title=f"kill -9 of the supervisor running {cold.pipeline} → first new batch elsewhere: "
-        "seconds",
+        title=f"kill -9 of the supervisor running {cold.pipeline} → first new batch elsewhere"
+        f"{', ' + label if label else ''}: seconds",
         caption=(
             "each step lasts until what happened, as the records written by the leader, the "
             "supervisor and the worker time it; cold start: the same pipeline's first start "
@@ -489,12 +601,14 @@ def kill_report(cold: PipelineStart, rounds: list[KillRound], console: Console) 
     baseline = SUPERVISOR_TIMEOUT_SECS + cold.from_assignment
     p50, worst = percentile(totals, 50), max(totals)
     line = (
-        f"kill: kill -9 → first new batch elsewhere p50 {p50:.2f} s = {p50 / baseline:.2f}x, "
+        f"kill{' (' + label + ')' if label else ''}: kill -9 → first new batch elsewhere "
+        f"p50 {p50:.2f} s = {p50 / baseline:.2f}x, "
         f"max {worst:.2f} s = {worst / baseline:.2f}x the baseline of {baseline:.2f} s "
         f"(nimbus.supervisor.timeout.secs {SUPERVISOR_TIMEOUT_SECS:g} s + a cold start of "
         f"{cold.from_assignment:.2f} s, assignment → first batch)"
     )
-    return PartResult([line, old_worker_verdict(rounds)], {"kill": kill_samples(cold, rounds)})
+    key = "kill_" + label.replace("warm starts ", "warm_") if label else "kill"
+    return PartResult([line, old_worker_verdict(rounds)], {key: kill_samples(cold, rounds)})
 
 
 def old_worker_verdict(rounds: list[KillRound]) -> str:
@@ -561,6 +675,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--dead", type=float, default=0.1, help="share of supervisors dead in 'dead' (0.1)"
     )
     parser.add_argument("--rounds", type=int, default=3, help="kill: kills in a row (3)")
+    parser.add_argument(
+        "--warm",
+        choices=tuple(WARM_MODES),
+        default="both",
+        help="kill: warm starts off, on, or both, each on a cluster of its own (both)",
+    )
     parser.add_argument(
         "--quick",
         action="store_true",

@@ -739,6 +739,14 @@ class StratusConfig(BaseModel):
         description="a worker that ran this long before crashing starts a new count of "
         "crashes in a row",
     )
+    supervisor_worker_warm: bool = Field(
+        default=False,
+        alias="supervisor.worker.warm",
+        description="keep one warm worker per free slot: a process whose SparkSession is "
+        "already up with the cluster's default static conf, so that an assigned pipeline "
+        "whose static conf matches starts in it in about a second; each costs the memory of "
+        "an idle Spark driver (see docs/supervisor.md)",
+    )
     supervisor_deps_index_url: str | None = Field(
         default=None,
         min_length=1,

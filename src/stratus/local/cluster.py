@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,7 +127,10 @@ class LocalCluster:
         state_store: str = "zookeeper",
         secure: bool = False,
         ha_mode: str = "self",
+        supervisor_options: Sequence[str] = (),
     ) -> None:
+        """``supervisor_options``: more ``-c key=value`` options of every supervisor (a
+        benchmark's ``supervisor.worker.warm=true``)."""
         if ha_mode not in HA_MODES:
             raise ValueError(f"ha_mode must be one of {', '.join(HA_MODES)}, not {ha_mode!r}")
         if secure and ha_mode == "zkfc":
@@ -138,6 +141,7 @@ class LocalCluster:
         self.state_store = state_store
         self.security = LocalSecurity.create(workdir / "security") if secure else None
         self.ha_mode = ha_mode
+        self.supervisor_options = list(supervisor_options)
         self.zookeeper = ZooKeeperServer(  # a throw-away directory: no fsync
             workdir / "zookeeper",
             port=0,
@@ -176,7 +180,12 @@ class LocalCluster:
                 for nimbus in self.nimbuses
             ]
         # Endpoints on loopback, where nimbuses reach them (and --secure's certificate names)
-        supervisor_options = [*options, "-c", "supervisor.http.bind.host=127.0.0.1"]
+        supervisor_options = [
+            *options,
+            "-c",
+            "supervisor.http.bind.host=127.0.0.1",
+            *self.supervisor_options,
+        ]
         self.supervisors = [
             SupervisorProcess(
                 supervisor_options, id=f"supervisor-{n}", slots=SLOTS, log_dir=self.workdir

@@ -13,7 +13,8 @@ fencing happens on time::
     loop.post(SHUTDOWN)               # stops every worker; loop.final_round() after
 
 Each tick: fence if the lease lapsed; apply the newest read (epoch filter, then the plan);
-step every worker; replace or remove those that stopped; offer a heartbeat round.
+step every worker; replace or remove those that stopped; keep the warm workers to the free
+slots (if any are kept); offer a heartbeat round.
 """
 
 from __future__ import annotations
@@ -70,6 +71,14 @@ class CodeLauncher(Launcher, Protocol):
     def retain(self, digests: Set[str]) -> None: ...
 
 
+class WarmKeeper(Protocol):
+    """The warm workers (``WarmPool``): kept to a number, stopped with the supervisor."""
+
+    def keep(self, wanted: int) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 class WorkerPathsFactory(Protocol):
     def __call__(self, pipeline: str) -> WorkerPaths: ...
 
@@ -88,6 +97,7 @@ class ControlLoop:
         settings: LoopSettings,
         request_read: Callable[[], None],
         offer: Callable[[HeartbeatRound], None],
+        warm: WarmKeeper | None = None,
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
     ) -> None:
@@ -99,6 +109,7 @@ class ControlLoop:
         self._settings = settings
         self._request_read = request_read
         self._offer = offer
+        self._warm = warm
         self._clock = clock
         self._wall = wall
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
@@ -144,7 +155,14 @@ class ControlLoop:
         for worker in list(self.workers.values()):
             worker.step(may_start=may_start)
         self._sweep()
+        if self._warm is not None and not self._shutting_down:
+            self._warm.keep(self.free_for_warm())
         self._offer(self.heartbeat_round())
+
+    def free_for_warm(self) -> int:
+        """How many warm workers fit: slots whose pipeline has no process (a pipeline about
+        to start keeps its slot's warm worker, which it may be handed)."""
+        return max(0, self.slots - sum(w.alive for w in self.workers.values()))
 
     def _drain(self) -> None:
         """Apply every message waiting, after waiting up to one tick for the first."""
@@ -320,6 +338,8 @@ class ControlLoop:
             self.supervisor,
             ",".join(sorted(n for n, w in self.workers.items() if w.alive)) or "-",
         )
+        if self._warm is not None:
+            self._warm.stop()
         for worker in self.workers.values():
             worker.stop(StopReason.SHUTDOWN)
         deadline = self._clock() + self._settings.timeouts.stop_secs + SHUTDOWN_MARGIN_SECS

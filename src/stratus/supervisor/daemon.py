@@ -26,6 +26,7 @@ running. Threads, each with one job:
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -51,6 +52,8 @@ from stratus.supervisor.launcher import WorkerLauncher
 from stratus.supervisor.registration import SupervisorRegistration
 from stratus.supervisor.requirements_env import RequirementEnvs
 from stratus.supervisor.settings import SupervisorSettings
+from stratus.supervisor.warm_pool import WarmPool
+from stratus.supervisor.worker_env import worker_environment
 from stratus.supervisor.worker_log import RunLog
 from stratus.supervisor.worker_process import WorkerPaths
 from stratus.worker.spec import WorkerSpec
@@ -72,6 +75,7 @@ class Supervisor:
         conf: StratusConfig,
         *,
         worker_command: Sequence[str] | None = None,
+        warm_command: Sequence[str] | None = None,
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
     ) -> None:
@@ -82,6 +86,8 @@ class Supervisor:
         self.local_dir = self.settings.local_dir
         self.paths = ClusterPaths(self.settings.zk.root)
         self._worker_command = worker_command
+        self._warm_command = warm_command  # a test's stand-in warm worker
+        self.warm: WarmPool | None = None  # with supervisor.worker.warm, once started
         self._clock = clock
         self._wall = wall
         self._stopped = threading.Event()
@@ -160,6 +166,7 @@ class Supervisor:
         self._opened.append(cache.close)
         envs = RequirementEnvs(self.local_dir / "envs", self.settings.deps)
         self._opened.append(envs.close)
+        warm = self._warm_pool()
         launcher = WorkerLauncher(
             self.settings.spec,
             self.id,
@@ -167,8 +174,9 @@ class Supervisor:
             envs=envs,
             command=self._worker_command,
             log=self.settings.log,
+            warm=warm,
         )
-        self._build_loop(launcher)
+        self._build_loop(launcher, warm)
         self._start_threads()
 
     def _start_endpoint(self) -> None:
@@ -250,7 +258,24 @@ class Supervisor:
         self._opened.append(distributor.close)
         return distributor
 
-    def _build_loop(self, launcher: WorkerLauncher) -> None:
+    def _warm_pool(self) -> WarmPool | None:
+        """The warm workers, if ``supervisor.worker.warm``; stopped with the supervisor."""
+        if not self.settings.warm.enabled:
+            return None
+        spec = self.settings.spec
+        pool = WarmPool(
+            self.settings.warm,
+            spec.spark_master,
+            self.local_dir / "warm",
+            env=worker_environment(os.environ, spec.env_names, {}),
+            log=self.settings.log,
+            command=self._warm_command,
+        )
+        self._opened.append(pool.stop)  # the loop stops it; this, if the loop never ran
+        self.warm = pool
+        return pool
+
+    def _build_loop(self, launcher: WorkerLauncher, warm: WarmPool | None) -> None:
         settings = self.settings
         self.control = ControlLoop(
             self.id,
@@ -261,6 +286,7 @@ class Supervisor:
             settings=settings.loop,
             request_read=self._request_read,
             offer=self._offer,
+            warm=warm,
             clock=self._clock,
             wall=self._wall,
         )

@@ -1,6 +1,7 @@
 """What starts a worker for real: its code from the ``CodeCache``, the environment of its
 requirements from ``RequirementEnvs`` (a package that lists none runs with the supervisor's
-interpreter), its process from a spec.
+interpreter), its process from a spec: handed to a warm worker when there is one and the
+pipeline fits it (``warm_pool``), else started cold.
 
 ``ManagedWorker`` and the control loop see this through the ``Launcher`` protocol, so their
 tests use fakes::
@@ -13,6 +14,7 @@ tests use fakes::
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Sequence, Set
 
@@ -22,6 +24,7 @@ from stratus.codedist.distributor import CodeMeta
 from stratus.supervisor.code_cache import CodeCache, CodePending, CodeState, PipelineCode
 from stratus.supervisor.requirements_env import EnvFailed, EnvPending, RequirementEnvs
 from stratus.supervisor.settings import SpecSettings
+from stratus.supervisor.warm_pool import WarmPool, cold_reason
 from stratus.supervisor.worker_env import worker_environment
 from stratus.supervisor.worker_log import LogSettings
 from stratus.supervisor.worker_process import (
@@ -32,6 +35,8 @@ from stratus.supervisor.worker_process import (
 )
 
 PYSPARK_PYTHON = "PYSPARK_PYTHON"
+
+log = logging.getLogger(__name__)
 
 
 class WorkerLauncher:
@@ -46,8 +51,13 @@ class WorkerLauncher:
         envs: RequirementEnvs | None = None,
         command: Sequence[str] | None = None,
         log: LogSettings | None = None,
+        warm: WarmPool | None = None,
     ) -> None:
         self._settings = settings
+        self._warm = warm
+        # pipeline -> the assignment last handed to a warm worker: if that run crashes, its
+        # restart starts cold, so a pipeline the warm session does not suit cannot loop on it
+        self._warm_runs: dict[str, tuple[int, int, str, float]] = {}
         self._supervisor = supervisor
         self._cache = cache
         self._envs = envs
@@ -71,6 +81,22 @@ class WorkerLauncher:
         self, assignment: Assignment, code: PipelineCode, paths: WorkerPaths
     ) -> WorkerProcess:
         spec = build_spec(self._settings, self._supervisor, assignment, code, paths)
+        if self._warm is not None:
+            run = (assignment.epoch, assignment.generation, assignment.digest, assignment.assigned)
+            reason = cold_reason(spec, code, self._warm.master)
+            if reason is None and self._warm_runs.get(assignment.pipeline) == run:
+                reason = "a restart of a run that started warm starts cold"
+            process = self._warm.hand_over(spec, paths) if reason is None else None
+            if process is not None:
+                self._warm_runs[assignment.pipeline] = run
+                return process
+            log.info(
+                "event=worker_cold_start pipeline=%s epoch=%d supervisor=%s reason=%r",
+                spec.pipeline,
+                spec.epoch,
+                self._supervisor,
+                reason or "no warm worker is ready",
+            )
         env = worker_environment(os.environ, self._settings.env_names, spec.conf)
         command = list(self._command or default_worker_command())
         if code.python is not None:  # the command's interpreter is the environment's

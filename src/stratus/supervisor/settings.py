@@ -90,6 +90,14 @@ class SpecSettings:
 
 
 @dataclass(frozen=True)
+class WarmSettings:
+    """The supervisor's warm workers (``supervisor.worker.warm``)."""
+
+    enabled: bool = False  # supervisor.worker.warm
+    backoff_secs: float = 1.0  # supervisor.worker.restart.backoff.secs: after a warm one died
+
+
+@dataclass(frozen=True)
 class DepsSettings:
     """How a supervisor installs pipelines' requirements (``supervisor.deps.*``)."""
 
@@ -145,6 +153,7 @@ class SupervisorSettings:
     deps: DepsSettings
     log: LogSettings
     http: EndpointSettings
+    warm: WarmSettings = WarmSettings()
 
     @classmethod
     def from_config(cls, conf: StratusConfig) -> SupervisorSettings:
@@ -206,6 +215,10 @@ class SupervisorSettings:
                 policy=access_policy(conf),
                 tls=server_tls(conf),
                 insecure=conf.nimbus_auth_insecure,
+            ),
+            warm=WarmSettings(
+                enabled=conf.supervisor_worker_warm,
+                backoff_secs=conf.supervisor_worker_restart_backoff_secs,
             ),
         )
 

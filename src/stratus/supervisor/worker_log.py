@@ -131,6 +131,7 @@ class LogPump:
     def __init__(self, fd: int, log: RunLog) -> None:
         self._fd = fd
         self._log = log
+        self._lock = threading.Lock()  # the log may be switched while the thread writes
         self._thread = threading.Thread(target=self._run, name="worker-log", daemon=True)
         self._thread.start()
 
@@ -139,16 +140,24 @@ class LogPump:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
+    def switch_to(self, log: RunLog) -> None:
+        """Write what comes next into ``log`` and close the current one: a warm worker's
+        output goes to the log of the pipeline handed to it from then on."""
+        with self._lock:
+            old, self._log = self._log, log
+        old.close()
+
     def _run(self) -> None:
         try:
             while data := os.read(self._fd, READ_BYTES):
-                with contextlib.suppress(OSError):  # a full disk loses lines, not the worker
+                with self._lock, contextlib.suppress(OSError):  # a full disk loses lines only
                     self._log.write(data)
         except OSError:
             pass
         finally:
             os.close(self._fd)
-            self._log.close()
+            with self._lock:
+                self._log.close()
 
 
 def read_run(

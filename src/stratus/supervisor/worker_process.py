@@ -132,6 +132,20 @@ def build_spec(
     )
 
 
+def prepare_run(spec: WorkerSpec, paths: WorkerPaths, log: LogSettings | None) -> RunLog:
+    """Before a run of ``spec``, cold or warm: its private directory, its spec written, no
+    heartbeat file left of the last run, whose log becomes the previous one; the new run's
+    log, its first line the start mark."""
+    paths.make_private()
+    paths.work.mkdir(exist_ok=True)
+    paths.heartbeat.unlink(missing_ok=True)  # a new process starts with no heartbeat
+    spec.write(paths.spec)
+    run_log = RunLog(paths.log, log or LogSettings())
+    run_log.start_run()
+    run_log.write(_start_line(spec).encode())
+    return run_log
+
+
 class WorkerProcess:
     """A started worker process; see the module docstring. Used by one thread."""
 
@@ -155,14 +169,8 @@ class WorkerProcess:
     ) -> WorkerProcess:
         """Write the spec, clear the last heartbeat file, make the last run's log the
         previous one, and start the worker with ``env``, its output pumped into its log."""
-        paths.make_private()
-        paths.work.mkdir(exist_ok=True)
-        paths.heartbeat.unlink(missing_ok=True)  # a new process starts with no heartbeat
-        spec.write(paths.spec)
+        run_log = prepare_run(spec, paths, log)
         argv = [*(command or default_worker_command()), str(paths.spec)]
-        run_log = RunLog(paths.log, log or LogSettings())
-        run_log.start_run()
-        run_log.write(_start_line(spec).encode())
         read_end, write_end = os.pipe()
         try:
             group = ProcessGroup.start(

@@ -39,6 +39,7 @@ import traceback
 from pathlib import Path
 
 from pydantic import ValidationError
+from pyspark.sql import SparkSession
 
 from stratus.process import kill_others_in_group
 from stratus.worker.heartbeat_file import HeartbeatReporter
@@ -63,11 +64,20 @@ def main(argv: list[str] | None = None) -> int:
     return run_worker(spec, stdin_fd=None if args.ignore_stdin else sys.stdin.fileno())
 
 
-def run_worker(spec: WorkerSpec, *, stdin_fd: int | None) -> int:
-    """Run ``spec``'s pipeline to its outcome (see the module docstring); the exit code."""
+def run_worker(
+    spec: WorkerSpec,
+    *,
+    stdin_fd: int | None,
+    stop: StopRequest | None = None,
+    session: SparkSession | None = None,
+) -> int:
+    """Run ``spec``'s pipeline to its outcome (see the module docstring); the exit code.
+
+    A warm worker (``stratus.worker.warm``) passes its own ``stop`` (it watches stdin
+    itself) and the ``session`` it started before the pipeline was handed to it."""
     reporter = HeartbeatReporter(spec)
     reporter.start()
-    stop = StopRequest()
+    stop = stop or StopRequest()
     stop.install_signal_handlers()
     if stdin_fd is not None:
         stop.watch(stdin_fd)
@@ -80,7 +90,7 @@ def run_worker(spec: WorkerSpec, *, stdin_fd: int | None) -> int:
         spec.spark_master,
         os.getpid(),
     )
-    outcome = _run(spec, stop, reporter)
+    outcome = _run(spec, stop, reporter, session)
     reporter.finish(outcome)
     log.info(
         "event=worker_exiting state=%s error=%r",
@@ -93,6 +103,7 @@ def run_worker(spec: WorkerSpec, *, stdin_fd: int | None) -> int:
 def configure_worker_logging(spec: WorkerSpec) -> None:
     """key=value lines on stderr, each naming the pipeline and the epoch: a worker runs one."""
     logging.basicConfig(
+        force=True,  # a warm worker logged before it knew its pipeline
         level=logging.INFO,
         format=f"%(asctime)s level=%(levelname)s logger=%(name)s pipeline={spec.pipeline} "
         f"epoch={spec.epoch} %(message)s",
@@ -100,13 +111,15 @@ def configure_worker_logging(spec: WorkerSpec) -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-def _run(spec: WorkerSpec, stop: StopRequest, reporter: HeartbeatReporter) -> Outcome:
+def _run(
+    spec: WorkerSpec, stop: StopRequest, reporter: HeartbeatReporter, session: SparkSession | None
+) -> Outcome:
     """The pipeline's outcome; a bug of the worker itself is a FAILED outcome too."""
     try:
         spec.work_dir.mkdir(parents=True, exist_ok=True)
         os.chdir(spec.work_dir)
         if spec.kind == "app":
-            return run_app(spec, stop, reporter)
+            return run_app(spec, stop, reporter, session=session)
         return run_sdp(spec, stop, reporter)
     except Exception as exc:
         traceback.print_exc()

@@ -58,7 +58,7 @@ from stratus.worker import run_guard
 from stratus.worker.errors import SdpProjectError
 from stratus.worker.heartbeat_file import HeartbeatReporter
 from stratus.worker.outcome import Outcome
-from stratus.worker.spark_app import SPARK_DEFAULTS, conf_value, spark_conf
+from stratus.worker.session_conf import SPARK_DEFAULTS, conf_value, spark_conf
 from stratus.worker.spec import WorkerSpec, write_atomically
 from stratus.worker.stop_request import StopRequest
 

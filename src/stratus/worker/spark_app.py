@@ -27,7 +27,7 @@ import os
 import shutil
 import subprocess
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from pyspark import SparkContext
@@ -40,25 +40,29 @@ from stratus.worker.heartbeat_file import HeartbeatReporter
 from stratus.worker.outcome import Outcome, without_stack
 from stratus.worker.pipeline_context import PipelineContext
 from stratus.worker.query_progress import QueryTracker, tracker_listener
+from stratus.worker.session_conf import SPARK_DEFAULTS, spark_conf
 from stratus.worker.spec import WorkerSpec
 from stratus.worker.stop_request import StopRequest
 
 log = logging.getLogger(__name__)
 
-# Settings a pipeline's conf may override; chosen for a worker whose output goes to a log file.
-SPARK_DEFAULTS: dict[str, str] = {
-    "spark.ui.enabled": "false",  # one UI per worker would need a port each; set it to see it
-    "spark.ui.showConsoleProgress": "false",  # progress bars fill log files with \r lines
-    "spark.log.level": "WARN",  # Spark's INFO lines drown the pipeline's own
-}
 QUERY_POLL_SECS = 0.5  # how often the main thread looks at the queries after the function
 JVM_EXIT_SECS = 10.0  # after closing the JVM's stdin, how long before it is killed
 CODE_ARCHIVE = "pipeline-code"  # <work_dir>/pipeline-code.zip, shipped to remote executors
 
 
-def run_app(spec: WorkerSpec, stop: StopRequest, reporter: HeartbeatReporter) -> Outcome:
+def run_app(
+    spec: WorkerSpec,
+    stop: StopRequest,
+    reporter: HeartbeatReporter,
+    *,
+    session: SparkSession | None = None,
+) -> Outcome:
     """Run the app of ``spec`` to its outcome; the final heartbeat is written before the
-    Spark session is torn down, so a supervisor's SIGKILL during the teardown loses nothing."""
+    Spark session is torn down, so a supervisor's SIGKILL during the teardown loses nothing.
+
+    ``session``: a warm worker's, already started; the pipeline's runtime conf is set on it
+    and its code shipped to it (``adopt_session``) instead of starting one."""
     assert spec.entrypoint is not None  # the manifest requires it for kind app
     context = PipelineContext.from_spec(spec, stop.event)
     try:
@@ -69,7 +73,7 @@ def run_app(spec: WorkerSpec, stop: StopRequest, reporter: HeartbeatReporter) ->
     if stop.requested():
         return Outcome.stopped()
     try:
-        spark = start_session(spec)
+        spark = start_session(spec) if session is None else adopt_session(session, spec)
     except SparkStartError as exc:
         traceback.print_exc()
         return Outcome.failed(str(exc))
@@ -95,18 +99,6 @@ def spark_settings(spec: WorkerSpec) -> dict[str, str]:
     }
 
 
-def spark_conf(conf: Mapping[str, Any]) -> dict[str, str]:
-    """The ``spark.*`` keys of a pipeline's conf, as the strings Spark expects."""
-    return {key: conf_value(value) for key, value in conf.items() if key.startswith("spark.")}
-
-
-def conf_value(value: Any) -> str:
-    """A conf value as Spark reads it: booleans in lower case, everything else as str()."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
 def start_session(spec: WorkerSpec) -> SparkSession:
     """A session with ``spark_settings(spec)``; the package's modules reach the executors."""
     # Python workers of local executors inherit the JVM's environment, hence this path.
@@ -124,6 +116,26 @@ def start_session(spec: WorkerSpec) -> SparkSession:
         ) from exc
     if not spec.spark_master.startswith("local"):
         _ship_code(spark, spec)
+    return spark
+
+
+def adopt_session(spark: SparkSession, spec: WorkerSpec) -> SparkSession:
+    """A warm worker's session made ``spec``'s: each ``spark.*`` key of the pipeline's conf
+    that differs from the session's is set, which only runtime keys allow (the supervisor
+    hands a warm worker only pipelines whose static keys match), and the package is shipped
+    as a zip, since the JVM's Python workers started before the package was known."""
+    for key, value in spark_conf(spec.conf).items():
+        if key == "spark.master" or spark.conf.get(key, None) == value:
+            continue
+        try:
+            spark.conf.set(key, value)
+        except Exception as exc:
+            raise SparkStartError(
+                f"the warm worker's session cannot take {key}={value!r}: "
+                f"{type(exc).__name__}: {without_stack(str(exc))}; a static Spark conf key "
+                "needs a cold start: set supervisor.worker.warm=false or report the key"
+            ) from exc
+    _ship_code(spark, spec)
     return spark
 
 

@@ -23,6 +23,18 @@ from stratus.api.records import WorkerHeartbeat
 
 SPEC_FILE = "spec.json"
 HEARTBEAT_FILE = "heartbeat.json"
+
+
+WARM_READY_PREFIX = "ready-"
+
+
+def warm_ready_file(pid: int) -> str:
+    """The file a warm worker creates in its working directory (its supervisor's pool's)
+    once its Spark is up and warmed: its supervisor hands pipelines only to warm workers
+    that have one (one handed over earlier would write no heartbeat until then)."""
+    return f"{WARM_READY_PREFIX}{pid}"
+
+
 PRIVATE_FILE_MODE = 0o600  # files that hold a pipeline's conf
 PRIVATE_DIR_MODE = 0o700  # the worker's directory, which holds them
 
