@@ -25,12 +25,13 @@ from stratus.api.errors import (
     UnknownPipelineError,
 )
 from stratus.api.records import PipelineList, PipelineStatus, PipelineWorkers
-from stratus.cli.exit_codes import ExitCode
+from stratus.cli.exit_codes import ExitCode, error_code_of, exit_code_of
 from stratus.cli.main import main
 from stratus.cli.output import print_table, table_lines, when
 from stratus.cli.retry_display import RetryDisplay
 from stratus.client import NimbusClient, RetryNotice
 from stratus.config import load_config
+from stratus.zk.errors import ZooKeeperHistoryBehindError, ZooKeeperUnavailableError
 from tests.test_client_unit import A, B, Cluster, FakeTime, Nimbus, error, ok, record
 
 SEEDS = ["-c", f"nimbus.seeds={A},{B}", "-c", "client.retry.deadline.secs=0.05"]
@@ -46,6 +47,14 @@ def cluster() -> Cluster:
 
 
 # ---------------------------------------------------------------------- exit codes
+
+
+def test_a_zookeeper_out_of_reach_is_unavailable_but_one_behind_in_history_is_a_failure():
+    """Retrying helps the first (6); only an operator helps the second (1)."""
+    assert exit_code_of(ZooKeeperUnavailableError("down")) is ExitCode.UNAVAILABLE
+    behind = ZooKeeperHistoryBehindError("wiped")
+    assert exit_code_of(behind) is ExitCode.FAILED
+    assert error_code_of(behind) == "zookeeper_history_behind"
 
 
 @pytest.mark.parametrize(

@@ -55,7 +55,10 @@ class FakeDistributor:
     def held(self) -> dict[str, CodeMeta]:
         return dict(self.held_code)
 
-    def cleanup(self, pipeline: str) -> None:
+    def cleanup(self, pipeline: str, digest: str | None = None) -> None:
+        held = self.held_code.get(pipeline)
+        if held is None or (digest is not None and held.digest != digest):
+            return
         self.cleaned.append(pipeline)
         self.held_code.pop(pipeline, None)
 
@@ -313,9 +316,9 @@ class StoreDistributor(FakeDistributor):
             self.stored.add(meta.digest)
         self.held_code[pipeline] = meta
 
-    def cleanup(self, pipeline: str) -> None:
+    def cleanup(self, pipeline: str, digest: str | None = None) -> None:
         meta = self.held_code.get(pipeline)
-        super().cleanup(pipeline)
+        super().cleanup(pipeline, digest)
         if meta is not None and meta not in self.held_code.values():
             self.stored.discard(meta.digest)
             self.deleted.append(meta.digest)

@@ -277,6 +277,25 @@ def test_cleanup_deletes_the_file_and_the_registration(nimbuses):
     wait_until(lambda: counts(nimbuses, "etl", META) == [1, 1, 1], WAIT_SECS, "every view: 1")
 
 
+def test_a_cleanup_of_an_old_digest_leaves_a_registration_made_since(nimbuses):
+    """A drop decided for the old code of a key (an applied update's staged key) must not
+    drop the new code registered under the same key meanwhile (two updates in a row)."""
+    a = nimbuses[0]
+    a.dist.upload(a.package(), "etl.update")
+    a.dist.upload(a.package(OTHER), "etl.update")  # registered since the drop was decided
+
+    a.dist.cleanup("etl.update", META.digest)
+
+    assert a.dist.held() == {"etl.update": OTHER_META}
+    assert a.registration("etl.update") == {
+        "digest": OTHER_META.digest,
+        "size_bytes": len(OTHER),
+    }
+    assert a.store.has(OTHER_META.digest)
+    a.dist.cleanup("etl.update", OTHER_META.digest)
+    assert a.dist.held() == {} and not a.store.has(OTHER_META.digest)
+
+
 def test_code_shared_by_two_pipelines_is_deleted_once_neither_holds_it(nimbuses):
     a = nimbuses[0]
     a.dist.upload(a.package(), "one")

@@ -43,7 +43,7 @@ from stratus.api.errors import (
 from stratus.client.errors import NimbusUnreachableError
 from stratus.codedist.errors import InvalidPackageError
 from stratus.errors import ConfigError
-from stratus.zk.errors import ZooKeeperUnavailableError
+from stratus.zk.errors import ZooKeeperHistoryBehindError, ZooKeeperUnavailableError
 
 
 class ExitCode(IntEnum):
@@ -80,6 +80,7 @@ _CLASSES: tuple[tuple[type[BaseException], ExitCode], ...] = (
     (NimbusUnreachableError, ExitCode.UNAVAILABLE),
     (NotLeaderError, ExitCode.UNAVAILABLE),
     (UnavailableError, ExitCode.UNAVAILABLE),  # NoLeaderError too
+    (ZooKeeperHistoryBehindError, ExitCode.FAILED),  # retrying cannot help: an operator must
     (ZooKeeperUnavailableError, ExitCode.UNAVAILABLE),
 )
 
@@ -89,6 +90,7 @@ _CLIENT_CODES: tuple[tuple[type[BaseException], str], ...] = (
     (NimbusUnreachableError, "unreachable"),
     (ConfigError, "invalid_config"),
     (InvalidPackageError, "invalid_package"),
+    (ZooKeeperHistoryBehindError, "zookeeper_history_behind"),
     (ZooKeeperUnavailableError, "zookeeper_unavailable"),
 )
 

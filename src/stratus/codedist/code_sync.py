@@ -191,7 +191,7 @@ class CodeSync:
                 continue
             if needed.get(name) != meta and not self._still_needed(name, meta):
                 log.info("event=code_dropped pipeline=%s digest=%s", name, meta.digest)
-                self._distributor.cleanup(name)
+                self._distributor.cleanup(name, meta.digest)  # not one registered since
 
     def _still_needed(self, name: str, meta: CodeMeta) -> bool:
         """Ask ZooKeeper itself before dropping: the view may not show a new record yet.

@@ -82,8 +82,9 @@ class CodeDistributor(Protocol):
     def held(self) -> dict[str, CodeMeta]:
         """The pipelines this nimbus is registered as holding the code of."""
 
-    def cleanup(self, pipeline: str) -> None:
-        """This nimbus stops holding ``pipeline``'s code: unregister, delete unless shared."""
+    def cleanup(self, pipeline: str, digest: str | None = None) -> None:
+        """This nimbus stops holding ``pipeline``'s code: unregister, delete unless shared.
+        With ``digest``, only while the code held under ``pipeline`` is that digest."""
 
     def purge(self, digest: str) -> None:
         """The leader: delete a package that no pipeline record names any more."""

@@ -65,6 +65,9 @@ class LocalFileSystemDistributor:
         self._locations = CodeLocations(client, paths)
         self._nodes = EphemeralNodes(client, name=f"code-registrations {address}")
         self._lock = threading.Lock()  # guards the registrations and the digest locks
+        # One registration change at a time, its ZooKeeper node included: a drop decided
+        # for an old digest never removes the node of a registration made meanwhile.
+        self._registering = threading.Lock()
         self._registered: dict[str, CodeMeta] = {}
         self._digest_locks: dict[str, threading.Lock] = {}
 
@@ -152,14 +155,20 @@ class LocalFileSystemDistributor:
         with self._lock:
             return dict(self._registered)
 
-    def cleanup(self, pipeline: str) -> None:
-        """Unregister ``pipeline``; delete its package unless another held pipeline uses it."""
+    def cleanup(self, pipeline: str, digest: str | None = None) -> None:
+        """Unregister ``pipeline``; delete its package unless another held pipeline uses it.
+
+        With ``digest``, only while ``pipeline`` is registered with that digest: a caller
+        that decided to drop an old package must not drop a new one registered since (an
+        update applied twice in a row registers its staged key again at once).
+        """
         with self._lock:
             meta = self._registered.get(pipeline)
-        if meta is None:
+        if meta is None or (digest is not None and meta.digest != digest):
             return
         with self._digest_lock(meta.digest):
-            self._unregister(pipeline)
+            if not self._unregister(pipeline, meta.digest):
+                return
             if not self._pipelines_using(meta.digest):
                 self._delete(meta.digest)
         log.info(
@@ -252,10 +261,11 @@ class LocalFileSystemDistributor:
     def _register(self, pipeline: str, meta: CodeMeta) -> CodeMeta | None:
         """Say so in ZooKeeper; the code of ``pipeline`` registered before, if other."""
         path = self._paths.code_holder(pipeline, self.address)
-        with self._lock:
-            before = self._registered.get(pipeline)
-            self._registered[pipeline] = meta
-        created = self._nodes.add(path, holder_data(meta, self.served_from))
+        with self._registering:
+            with self._lock:
+                before = self._registered.get(pipeline)
+                self._registered[pipeline] = meta
+            created = self._nodes.add(path, holder_data(meta, self.served_from))
         log.info(
             "event=code_registered pipeline=%s digest=%s node=%s deferred=%s",
             pipeline,
@@ -279,16 +289,22 @@ class LocalFileSystemDistributor:
                     self.address,
                 )
 
-    def _unregister(self, pipeline: str) -> None:
-        with self._lock:
-            meta = self._registered.pop(pipeline, None)
-        self._nodes.remove(self._paths.code_holder(pipeline, self.address))
+    def _unregister(self, pipeline: str, digest: str | None = None) -> bool:
+        """Unregister ``pipeline`` (only if still registered with ``digest``, when given)."""
+        with self._registering:
+            with self._lock:
+                meta = self._registered.get(pipeline)
+                if digest is not None and (meta is None or meta.digest != digest):
+                    return False
+                self._registered.pop(pipeline, None)
+            self._nodes.remove(self._paths.code_holder(pipeline, self.address))
         log.info(
             "event=code_unregistered pipeline=%s digest=%s node=%s",
             pipeline,
             meta.digest if meta else "-",
             self.address,
         )
+        return True
 
     def _pipelines_using(self, digest: str) -> list[str]:
         with self._lock:

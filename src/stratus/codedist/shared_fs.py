@@ -172,7 +172,7 @@ class SharedStorageDistributor:
         """Always empty: no nimbus registers as a holder of shared code."""
         return {}
 
-    def cleanup(self, pipeline: str) -> None:
+    def cleanup(self, pipeline: str, digest: str | None = None) -> None:
         """Nothing to do: no per-host copy; the object goes with ``purge``."""
 
     def purge(self, digest: str) -> None:
