@@ -36,7 +36,7 @@ from stratus.api.redaction import restore_redacted
 from stratus.codedist.distributor import CodeDistributor, CodeMeta
 from stratus.codedist.errors import InvalidPackageError
 from stratus.codedist.package_check import CheckedPackage, check_package
-from stratus.codedist.package_store import PackageStore, StoredPackage
+from stratus.codedist.package_store import PackageStore, Received, StoredPackage
 from stratus.codedist.staged import staged_key
 from stratus.coordination.leadership import Leadership
 from stratus.errors import StratusError
@@ -79,15 +79,8 @@ class Submitter:
         """
         received = self.incoming.receive(package)
         try:
-            manifest = self._checked(received.path).manifest
-            name = name or manifest.name
-            from_manifest = manifest.pipeline_conf()
-            # a secret sent as the API shows it ("***") keeps the manifest's value; with none
-            # to keep (nor a marker in the manifest itself) the conf is refused naming the key
-            merged = {**from_manifest, **restore_redacted(submit_conf, from_manifest)}
-            conf = validate_pipeline_conf(restore_redacted(merged, {}))
-            self._settings.locations.check(conf)
-            stored = StoredPackage(received.digest, received.size_bytes, received.blake3)
+            manifest_name, conf, stored = self._package_conf(received, submit_conf)
+            name = name or manifest_name
             with self._lock:
                 record, created = self._ops.submit(
                     term,
@@ -115,12 +108,7 @@ class Submitter:
         conf, overridden by ``update_conf``, goes over the pipeline's current conf."""
         received = self.incoming.receive(package)
         try:
-            manifest = self._checked(received.path).manifest
-            from_manifest = manifest.pipeline_conf()
-            merged = {**from_manifest, **restore_redacted(update_conf, from_manifest)}
-            conf = validate_pipeline_conf(restore_redacted(merged, {}))
-            self._settings.locations.check(conf)
-            stored = StoredPackage(received.digest, received.size_bytes, received.blake3)
+            _, conf, stored = self._package_conf(received, update_conf)
             with self._lock:
                 record, staged_now = self._ops.stage_update(
                     term,
@@ -157,6 +145,21 @@ class Submitter:
                 f"pipeline {name!r} is recorded but its package could not be stored ({exc}); "
                 f"retry the {action} with the same request id"
             ) from None
+
+    def _package_conf(
+        self, received: Received, given: Mapping[str, Any]
+    ) -> tuple[str, dict[str, Any], StoredPackage]:
+        """Check a received package; (its manifest's name, the manifest's conf with ``given``
+        over it, validated and within the allowed locations, the package as stored)."""
+        manifest = self._checked(received.path).manifest
+        from_manifest = manifest.pipeline_conf()
+        # a secret sent as the API shows it ("***") keeps the manifest's value; with none
+        # to keep (nor a marker in the manifest itself) the conf is refused naming the key
+        merged = {**from_manifest, **restore_redacted(given, from_manifest)}
+        conf = validate_pipeline_conf(restore_redacted(merged, {}))
+        self._settings.locations.check(conf)
+        stored = StoredPackage(received.digest, received.size_bytes, received.blake3)
+        return manifest.name, conf, stored
 
     def _checked(self, path: Path) -> CheckedPackage:
         try:
