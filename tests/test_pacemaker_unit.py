@@ -157,7 +157,7 @@ def test_bytes_and_entries_are_bounded_and_given_back() -> None:
 
 def test_bad_paths_are_refused() -> None:
     pulses, _ = store()
-    for bad in ("relative", "/a//b", "/a/", "", "/x\0y", "/" + "a/" * 40 + "a"):
+    for bad in ("relative", "/a//b", "/a/", "", "/x\0y", "/" + "a/" * 40 + "a", "/a/..", "/./a"):
         with pytest.raises(PathError):
             pulses.send_pulse(bad, b"", 0.0)
 

@@ -61,6 +61,8 @@ def split_path(path: str) -> tuple[str, ...]:
     parts = tuple(path[1:].split("/"))
     if "" in parts or "\0" in path:
         raise PathError(f"the path {path!r:.80} has an empty component or a NUL")
+    if "." in parts or ".." in parts:  # as ZooKeeper: a path names one node, never a walk
+        raise PathError(f"the path {path!r:.80} has a . or .. component")
     if len(parts) > MAX_DEPTH:
         raise PathError(f"a path of {len(parts)} components is deeper than {MAX_DEPTH}")
     return parts
