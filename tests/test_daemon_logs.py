@@ -28,6 +28,7 @@ from stratus.logs import (
     LogSettings,
     RepeatLimit,
     TextFormatter,
+    configure_daemon_logging,
     event_fields,
 )
 from stratus.settings import log_settings
@@ -123,6 +124,21 @@ def test_log_settings_come_from_the_keys():
 
     assert log_settings(conf) == LogSettings(logging.DEBUG, LogFormat.JSON)
     assert log_settings(load_config(None, [], environ={})) == LogSettings()
+
+
+def test_http_clients_log_no_line_per_request_at_info():
+    root = logging.getLogger()
+    loggers = [logging.getLogger(name) for name in ("httpx", "httpcore", "kazoo", "uvicorn")]
+    levels = [logger.level for logger in [root, *loggers]]
+    try:
+        configure_daemon_logging(LogSettings(logging.INFO))
+        root.setLevel(logging.INFO)  # as in a daemon (the test's root already has handlers)
+
+        assert not any(logger.isEnabledFor(logging.INFO) for logger in loggers)
+        assert all(logger.isEnabledFor(logging.WARNING) for logger in loggers)
+    finally:
+        for logger, level in zip([root, *loggers], levels, strict=True):
+            logger.setLevel(level)
 
 
 @pytest.mark.parametrize("daemon", DAEMONS)

@@ -39,7 +39,9 @@ from typing import Any
 REPEAT_MAX = 10  # records of one kind let through per interval
 REPEAT_INTERVAL_SECS = 60.0
 MAX_KINDS = 1024  # kinds remembered at once; the oldest interval's are forgotten first
-LIBRARY_LOGGERS = ("kazoo", "uvicorn")  # chatty below warnings: kept at warnings and above
+# Chatty below warnings (httpx: a line per request, so every health check of a zkfc):
+# kept at warnings and above.
+LIBRARY_LOGGERS = ("kazoo", "uvicorn", "httpx", "httpcore")
 
 _PLACEHOLDER = re.compile(r"%(?:%|[-#0 +]*(?:\d+|\*)?(?:\.(?:\d+|\*))?[diouxXeEfFgGcrsa])")
 _FIELD = re.compile(r"^([A-Za-z_][\w.]*)=(.*)$", re.DOTALL)
@@ -221,7 +223,8 @@ class JsonFormatter(logging.Formatter):
 
 def configure_daemon_logging(settings: LogSettings | None = None) -> None:
     """Log at ``settings.level`` and above to stderr in ``settings.format``, repeated
-    warnings limited; kazoo's and uvicorn's from warnings up (or the level, if higher)."""
+    warnings limited; the libraries' (``LIBRARY_LOGGERS``) from warnings up (or the level,
+    if higher)."""
     settings = settings or LogSettings()
     handler = logging.StreamHandler()
     formatter = JsonFormatter() if settings.format is LogFormat.JSON else TextFormatter()
