@@ -8,11 +8,14 @@ this module is imported as ``_report``::
     handle_interrupts(raise_interrupted)  # SIGINT/SIGTERM unwind through ``finally`` blocks
     print(machine())                      # nproc, cpu, kernel, python, java, zookeeper, kazoo
     print(ms(percentile([1.9, 2.0, 2.1], 99)))  # "2098"
+    write_json(args.json, args, machine=info, samples=samples)  # --json PATH, if given
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import json
 import math
 import os
 import platform
@@ -114,3 +117,12 @@ def print_verdicts(console: Console, verdicts: list[str]) -> None:
     """One line per target, red where it was missed."""
     for line in verdicts:
         console.print(("[bold red]" if line.endswith("MISSED") else "[green]") + line + "[/]")
+
+
+def write_json(path: Path | None, args: argparse.Namespace, **fields: Any) -> None:
+    """Write a run's record to ``--json PATH`` (nothing without one): its arguments and the
+    ``fields`` given (the machine, the samples, the verdicts), for reading back later."""
+    if path is None:
+        return
+    doc = {"args": {key: str(value) for key, value in vars(args).items()}, **fields}
+    path.write_text(json.dumps(doc, indent=1, default=str), encoding="utf-8")

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import queue
 import signal
@@ -54,6 +53,7 @@ from _report import (
     print_verdicts,
     raise_interrupted,
     report_console,
+    write_json,
 )
 from stratus.coordination.records import SlotRecord
 from stratus.zk.paths import GroupPaths
@@ -536,18 +536,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[yellow]interrupted ({exc}); every process was stopped[/]")
         return 128 + exc.signum
     report(console, samples, args.session_timeout)
-    if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "machine": info,
-                    "session_timeout": args.session_timeout,
-                    "samples": [s.__dict__ for s in samples],
-                },
-                indent=1,
-            ),
-            encoding="utf-8",
-        )
+    write_json(args.json, args, machine=info, samples=[s.__dict__ for s in samples])
     return 0
 
 

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import os
 import re
@@ -88,6 +87,7 @@ from _report import (
     print_verdicts,
     raise_interrupted,
     report_console,
+    write_json,
 )
 from stratus.api.records import ClusterSummary, LeaderInfo
 from stratus.client import NimbusClient
@@ -915,20 +915,14 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + exc.signum
     console.print(f"measured in {time.monotonic() - began:.0f} s")
     verdicts = report(console, samples, args.session_timeout, spark_session)
-    if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "machine": info,
-                    "args": {k: str(v) for k, v in vars(args).items()},
-                    "spark_session_timeout": spark_session,
-                    "verdicts": verdicts,
-                    "samples": [asdict(s) for s in samples],
-                },
-                indent=1,
-            ),
-            encoding="utf-8",
-        )
+    write_json(
+        args.json,
+        args,
+        machine=info,
+        spark_session_timeout=spark_session,
+        verdicts=verdicts,
+        samples=[asdict(s) for s in samples],
+    )
     return 0
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import multiprocessing
 import select
 import signal
@@ -51,6 +50,7 @@ from _report import (
     print_verdicts,
     raise_interrupted,
     report_console,
+    write_json,
 )
 from stratus.pacemaker.client import PacemakerConnection
 from stratus.pacemaker.protocol import Op
@@ -316,20 +316,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"benchmark failed: {exc}")
         return 1
     report(rows, args)
-    if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "machine": machine(("kazoo", "msgpack")),
-                    "args": {k: str(v) for k, v in vars(args).items()},
-                    "rows": [
-                        asdict(r) | {"ratio": r.ratio, "batched_ratio": r.batched_ratio}
-                        for r in rows
-                    ],
-                },
-                indent=2,
-            )
-        )
+    write_json(
+        args.json,
+        args,
+        machine=machine(("kazoo", "msgpack")),
+        rows=[asdict(r) | {"ratio": r.ratio, "batched_ratio": r.batched_ratio} for r in rows],
+    )
     return 0
 
 

@@ -39,7 +39,6 @@ when a target is missed; it is 1 only when the benchmark itself could not run.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import shlex
@@ -67,6 +66,7 @@ from _report import (
     print_verdicts,
     raise_interrupted,
     report_console,
+    write_json,
 )
 from pacemaker import start_pacemaker
 from reassign import BenchError, PartResult, describe_round, run_kill_rounds
@@ -677,9 +677,9 @@ def main(argv: list[str] | None = None) -> int:
     with open("/proc/loadavg") as loadavg:
         console.print(f"[bold]load after[/]: {' '.join(loadavg.read().split()[:3])}")
     print_verdicts(console, verdicts)
-    if args.json:
-        doc = {"machine": info, "reproduce": reproduce, "verdicts": verdicts, "samples": samples}
-        args.json.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    write_json(
+        args.json, args, machine=info, reproduce=reproduce, verdicts=verdicts, samples=samples
+    )
     return 0
 
 

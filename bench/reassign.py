@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import shlex
 import shutil
 import signal
@@ -78,6 +77,7 @@ from _report import (
     print_verdicts,
     raise_interrupted,
     report_console,
+    write_json,
 )
 from stratus.api.records import (
     Assignment,
@@ -732,15 +732,9 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[yellow]interrupted ({exc})[/]")
         return 128 + exc.signum
     print_verdicts(console, verdicts)
-    if args.json:
-        doc = {
-            "machine": info,
-            "reproduce": reproduce,
-            "args": {k: str(v) for k, v in vars(args).items()},
-            "verdicts": verdicts,
-            "samples": samples,
-        }
-        args.json.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    write_json(
+        args.json, args, machine=info, reproduce=reproduce, verdicts=verdicts, samples=samples
+    )
     return 0
 
 

@@ -61,7 +61,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import os
 import random
 import re
@@ -96,6 +95,7 @@ from _report import (
     print_verdicts,
     raise_interrupted,
     report_console,
+    write_json,
 )
 from stratus.api.records import PipelineRecord, PipelineStatus
 from stratus.client import NimbusClient
@@ -1035,15 +1035,14 @@ def main(argv: list[str] | None = None) -> int:
     report_stages(console, samples)
     checks = report_checks(console, samples)
     verdicts = [*report(console, samples, args.sync_secs), checks]
-    if args.json:
-        doc = {
-            "machine": info,
-            "reproduce": reproduce,
-            "args": {k: str(v) for k, v in vars(args).items()},
-            "verdicts": verdicts,
-            "samples": [asdict(s) for s in samples],
-        }
-        args.json.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    write_json(
+        args.json,
+        args,
+        machine=info,
+        reproduce=reproduce,
+        verdicts=verdicts,
+        samples=[asdict(s) for s in samples],
+    )
     return 0
 
 

@@ -70,6 +70,7 @@ from _report import (
     percentile,
     print_verdicts,
     raise_interrupted,
+    write_json,
 )
 from stratus.api.records import (
     ClusterSummary,
@@ -756,13 +757,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[yellow]interrupted ({exc}); every process was stopped[/]")
         return 128 + exc.signum
     report(console, phases, sorted({1, args.clients}))
-    if args.json:
-        doc = {
-            "machine": info,
-            "args": vars(args) | {"json": str(args.json)},
-            "phases": [asdict(phase) for phase in phases],
-        }
-        args.json.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    write_json(args.json, args, machine=info, phases=[asdict(phase) for phase in phases])
     return 0
 
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import signal
 import tempfile
@@ -65,6 +64,7 @@ from _report import (
     print_verdicts,
     raise_interrupted,
     report_console,
+    write_json,
 )
 from stratus.api.records import LeaderInfo
 from stratus.client import NimbusClient
@@ -492,19 +492,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     console.print(f"measured in {time.monotonic() - began:.0f} s")
     verdicts = report(console, samples, args)
-    if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "machine": info,
-                    "args": {k: str(v) for k, v in vars(args).items()},
-                    "verdicts": verdicts,
-                    "samples": [asdict(s) for s in samples],
-                },
-                indent=1,
-            ),
-            encoding="utf-8",
-        )
+    write_json(
+        args.json, args, machine=info, verdicts=verdicts, samples=[asdict(s) for s in samples]
+    )
     return 0
 
 
