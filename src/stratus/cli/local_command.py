@@ -74,8 +74,6 @@ def local(
 
     Its daemons get the settings of --config, -c and --log-level on top of the cluster's
     own, except its addresses, ports, directories, ZooKeeper and security, which it keeps."""
-    if secure and ha_mode == "zkfc":
-        raise click.UsageError("--secure with --ha zkfc is not supported yet: choose one")
     console = Console()
     flags = [flag for flag, on in (("--demo", scripted), ("--secure", secure)) if on]
     if state_store != "zookeeper":

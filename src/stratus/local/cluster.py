@@ -18,7 +18,8 @@ process::
 
 With ``secure=True`` (``stratus local --secure``) the cluster requires what a cluster on a
 network does (``stratus.local.secure``): tokens, TLS, and ZooKeeper authentication with
-ACLs; ``start`` prints how a client connects.
+ACLs, under zkfcs too; ``start`` prints how a client connects. ``user`` are the user's
+settings, which every daemon gets on top of the cluster's own (``stratus.local.user_settings``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from stratus.local.secure import LocalSecurity
 from stratus.local.user_settings import UserSettings
 from stratus.nimbus.cluster_view import NIMBUS_GROUP
 from stratus.security.client_auth import NO_AUTH, ClientAuth
+from stratus.zk.auth import ZkAuth
 from stratus.zk.paths import GroupPaths
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import ZooKeeperServer
@@ -136,8 +138,6 @@ class LocalCluster:
         every daemon gets on top of the cluster's tuning (``stratus.local.user_settings``)."""
         if ha_mode not in HA_MODES:
             raise ValueError(f"ha_mode must be one of {', '.join(HA_MODES)}, not {ha_mode!r}")
-        if secure and ha_mode == "zkfc":
-            raise ValueError("a secured local cluster under zkfcs is not supported yet")
         self.console = console
         self.workdir = workdir
         self.counts = (nimbuses, supervisors)
@@ -186,9 +186,12 @@ class LocalCluster:
             for _ in range(nimbuses)
         ]
         if self.ha_mode == "zkfc":
+            zkfc_settings = zkfc_options(self.zookeeper.connect_string)
+            if self.security is not None:
+                zkfc_settings += [*self.security.daemon_options(), *self.security.zkfc_options()]
             self.zkfcs = [
                 ZkfcProcess(
-                    self.user.options(settings, zkfc_options(self.zookeeper.connect_string)),
+                    self.user.options(settings, zkfc_settings),
                     target=nimbus.address,
                     log_dir=self.workdir,
                 )
@@ -267,7 +270,8 @@ class LocalCluster:
 
     def leader_term(self) -> LeaderTerm | None:
         """The nimbus group's leader record as ZooKeeper holds it; None while nobody leads."""
-        with ZkSession(ZkSettings(self.zookeeper.connect_string)) as session:
+        auth = self.security.zookeeper_auth() if self.security else ZkAuth()
+        with ZkSession(ZkSettings(self.zookeeper.connect_string, auth=auth)) as session:
             try:
                 data, stat = session.client.get(GroupPaths(session.root, NIMBUS_GROUP).slot(0))
             except NoNodeError:
