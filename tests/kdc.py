@@ -128,6 +128,10 @@ class Kdc:
         self._kadmin(f"addprinc -randkey {principal}", tolerate="already exists")
         return principal
 
+    def modify_principal(self, principal: str, options: str) -> None:
+        """``modprinc`` with ``options`` (``-maxlife "3 seconds"``: short tickets)."""
+        self._kadmin(f"modprinc {options} {principal}")
+
     def keytab(self, path: Path, *principals: str) -> Path:
         """Write the current keys of ``principals`` into the keytab ``path`` (mode 600).
 

@@ -7,9 +7,10 @@ the leader nimbus moves, when that host is cut off, to a supervisor on another h
 new leader, never runs twice, loses and duplicates no row, and the healed host rejoins as a
 standby nimbus and a registered supervisor. That cluster runs with security on, as on a real
 network: nimbuses serve https with a certificate naming their host's address and require a
-client certificate and a token or a certificate mapped to a role (supervisors and nimbuses
-fetch code with their host's certificate, mapped to the read role: no token), the quorum
-members serve
+client certificate and a token or a certificate mapped to a role (the supervisors and
+nimbuses of two hosts fetch code with their host's certificate, mapped to the read role: no
+token; those of the third with a read token, their certificate mapped to nothing; a nimbus
+of each kind fetches the pipeline's code from another host), the quorum members serve
 other hosts on their TLS ports alone and talk to each other over TLS, every daemon connects
 to them with TLS and its host's certificate and authenticates with digest, the quorum members
 refuse anonymous clients, and every znode is stratus's alone.
@@ -18,11 +19,13 @@ refuse anonymous clients, and every znode is stratus's alone.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +44,14 @@ from stratus.zk.tls import ServerTls
 from tests.hosts_cluster import HostsCluster, start_quorum, zookeeper_quorum
 from tests.netns_hosts import TAG, NetnsHosts, remove_leftovers, unavailable
 from tests.pipeline_cluster import SPARK_START_SECS, cluster_options
-from tests.secure_cluster import ADMIN, TOKENS
+from tests.secure_cluster import ADMIN, PEER, TOKENS
 from tests.spark_packages import EXAMPLES
 from tests.tls_certs import Issued, TestCa
 from tests.zk_acl import acl_of, digest_client, digest_identity, every_znode, secret_file
 from tests.zkfixtures import kazoo_client, process_gone, wait_until
 
 HOSTS = ("h1", "h2", "h3")
+TOKEN_HOST = "h3"  # its daemons present a read token; the others' their certificate alone
 STREAMING = "streaming-counts"
 OUTPUT_SECS = 180.0
 FOUR_LETTER = (
@@ -124,9 +128,10 @@ def security(hosts: NetnsHosts, directory: Path) -> dict[str, Any]:
     member serves TLS with it (to other hosts on the secure port alone, and to the other
     members), and its daemons show it as their client certificate, to ZooKeeper and to the
     nimbuses, whose token file maps its name to the read role (mutual TLS: the daemons hold
-    no token). Every daemon trusts the CA; the nimbuses demand a client certificate of
-    everyone; the test's clients hold a certificate and an admin token; every daemon
-    authenticates to ZooKeeper with digest, and the quorum members require it.
+    no token), except ``TOKEN_HOST``'s, whose name the token file does not know: its daemons
+    present a read token. Every daemon trusts the CA; the nimbuses demand a client
+    certificate of everyone; the test's clients hold a certificate and an admin token; every
+    daemon authenticates to ZooKeeper with digest, and the quorum members require it.
     """
     directory.mkdir()
     ca = TestCa(directory)
@@ -134,8 +139,13 @@ def security(hosts: NetnsHosts, directory: Path) -> dict[str, Any]:
     ca_file = str(ca.cert)
     certificates = {host.name: ca.issue(f"host-{host.name}", ip=host.address) for host in hosts}
     test_client = ca.issue("test-client")  # a name the token file does not know
-    roles = "".join(f"read   cn    {issued.cert.stem}\n" for issued in certificates.values())
+    roles = "".join(
+        f"read   cn    {issued.cert.stem}\n"
+        for name, issued in certificates.items()
+        if name != TOKEN_HOST
+    )
     tokens = secret_file(directory / "tokens", TOKENS + roles)
+    by_token = {"client.auth.token.file": str(secret_file(directory / "read.token", PEER))}
     return {
         "settings": {
             "zookeeper.auth.scheme": "digest",
@@ -157,6 +167,7 @@ def security(hosts: NetnsHosts, directory: Path) -> dict[str, Any]:
                 "zookeeper.ssl.key.file": str(issued.key),
                 "client.tls.cert": str(issued.cert),
                 "client.tls.key": str(issued.key),
+                **(by_token if name == TOKEN_HOST else {}),
             }
             for name, issued in certificates.items()
         },
@@ -318,11 +329,17 @@ def test_a_pipeline_on_the_cut_off_leader_host_moves_to_another_host_and_never_r
     settings["pipeline.min.replication.count"] = 2
     secured["settings"] = {**settings, **secured["settings"]}
     with HostsCluster(hosts, tmp_path, **secured) as cluster:
-        home = cluster.wait_for_agreed_leader()  # the pipeline runs on the leader's host
+        home = leader_not_on(cluster, TOKEN_HOST)  # the pipeline runs on the leader's host
         cluster.add_supervisor(home)
         client = cluster.client()
         feeder = Feeder(shared / "input")
         submit_recorded(client, hosts, shared, tmp_path / "package")
+        for name in (name for name in HOSTS if name != home):  # by token, by certificate
+            wait_until(
+                partial(fetched_from_another_host, cluster, hosts, name),
+                60,
+                f"the nimbus on {name} to fetch {STREAMING}'s code from another host",
+            )
         first = _wait_running(client, STREAMING, on=home)
         feeder.start()
         try:
@@ -376,6 +393,33 @@ def test_a_pipeline_on_the_cut_off_leader_host_moves_to_another_host_and_never_r
         assert_ran_on(shared, old=hosts[home].address, new=hosts[moved.supervisor].address)
         assert_zookeeper_speaks_tls_alone(cluster.zk_connect, cluster.zookeeper_tls())
         assert_znodes_are_stratus_alone(cluster.zk_connect, cluster.zookeeper_tls())
+
+
+def leader_not_on(cluster: HostsCluster, name: str) -> str:
+    """The leader's host once every nimbus agrees, not ``name``: a nimbus of ``name`` that
+    leads is restarted (its stop gives the lead up at once), so that it fetches the code that
+    the leader receives from another host."""
+    leader = cluster.wait_for_agreed_leader()
+    if leader != name:
+        return leader
+    restarted = cluster.nimbuses[name]
+    restarted.stop()
+    leader = cluster.wait_for_agreed_leader(among=[host for host in HOSTS if host != name])
+    restarted.start()
+    restarted.wait_ready(60.0)
+    assert cluster.wait_for_agreed_leader() == leader
+    return leader
+
+
+def fetched_from_another_host(cluster: HostsCluster, hosts: NetnsHosts, name: str) -> bool:
+    """Whether host ``name``'s nimbus logged fetching the pipeline's code from another host's."""
+    own = hosts[name].address
+    for line in cluster.nimbuses[name].log_path.read_text(errors="replace").splitlines():
+        if "event=code_fetched" in line and f"pipeline={STREAMING}" in line:
+            nodes = re.search(r"nodes=(\S+)", line)
+            if nodes and any(not node.startswith(f"{own}:") for node in nodes[1].split(",")):
+                return True
+    return False
 
 
 def submit_recorded(client: NimbusClient, hosts: NetnsHosts, shared: Path, package: Path) -> None:

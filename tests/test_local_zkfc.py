@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 from rich.console import Console
 
@@ -24,17 +25,32 @@ from tests.zkfixtures import process_gone
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.parametrize("secure", [False, True], ids=["open", "secure"])
 def test_the_local_cluster_under_zkfcs_fails_a_killed_leader_over_and_stops_every_process(
-    tmp_path: Path,
+    tmp_path: Path, secure: bool
 ) -> None:
+    """Secured (stratus local --secure --ha zkfc), the zkfcs reach their nimbuses over https
+    with an admin token of their own, and ZooKeeper with stratus's digest identity."""
     out = io.StringIO()
     cluster = LocalCluster(
-        tmp_path, Console(file=out, width=200), ha_mode="zkfc", nimbuses=2, supervisors=0
+        tmp_path,
+        Console(file=out, width=200),
+        ha_mode="zkfc",
+        nimbuses=2,
+        supervisors=0,
+        secure=secure,
     )
     try:
         cluster.start()
         assert [z.target for z in cluster.zkfcs] == cluster.seeds
-        with NimbusClient(cluster.seeds, retry_deadline=60) as client:
+        if secure:
+            anonymous = httpx.get(
+                f"{cluster.nimbuses[0].url}/api/v1/pipelines",
+                verify=cluster.client_auth.verify(),
+                timeout=10,
+            )
+            assert anonymous.status_code == 401
+        with NimbusClient(cluster.seeds, retry_deadline=60, auth=cluster.client_auth) as client:
             record = client.wait_replicated(
                 client.submit("etl", valid_package("etl"), REPLICATION).name
             )

@@ -10,7 +10,9 @@ writes them.
 from __future__ import annotations
 
 import importlib.util
+import os
 import signal
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,14 +27,15 @@ from stratus.local.processes import NimbusProcess
 from stratus.settings import zk_server_auth
 from stratus.zk.auth import AuthScheme, ServerAuth, ZkAuth
 from stratus.zk.errors import ZooKeeperAuthError
-from stratus.zk.ports import pick_free_port
+from stratus.zk.ports import LOOPBACK, pick_free_port
 from stratus.zk.server import ZooKeeperServer
 from stratus.zk.session import ZkSession, ZkSettings
 from tests.kdc import Kdc
 from tests.nimbus_cluster import nimbus_cluster
 from tests.package_factory import valid_package
+from tests.tcp_proxy import TcpProxy
 from tests.test_zookeeper_server import serving_hosts, start_stratus_zookeeper
-from tests.zkfixtures import kazoo_client
+from tests.zkfixtures import kazoo_client, wait_until
 
 SERVICE = "zookeeper/127.0.0.1"
 SESSION_SECS = 2.0
@@ -322,3 +325,100 @@ def test_a_server_with_another_principal_refuses_and_the_error_points_at_it(
     message = str(refused.value)
     assert "refused the Kerberos authentication of stratus@STRATUS.TEST" in message
     assert "zookeeper/<host as in zookeeper.servers>@REALM" in message
+
+
+SHORT_LIFE = "3 seconds"  # the KDC's longest ticket for the short-lived principal
+EXPIRY_SESSION_SECS = 20.0  # outlives the expiry and the reconnection
+
+
+def klist_valid(ccache: Path, env: dict[str, str]) -> bool:
+    """Whether the ticket cache holds a ticket-granting ticket that has not expired."""
+    return subprocess.run(["klist", "-s", "-c", str(ccache)], env=env, check=False).returncode == 0
+
+
+def reconnect(proxy: TcpProxy) -> None:
+    """Drop the session's connection; it reconnects (and authenticates again) at once."""
+    proxy.cut()
+    proxy.heal()
+
+
+@pytest.fixture
+def short_lived(realm: Realm, tmp_path: Path) -> tuple[str, Path]:
+    principal = realm.kdc.add_principal("shortlived")
+    realm.kdc.modify_principal(principal, f'-maxlife "{SHORT_LIFE}"')
+    return principal, realm.kdc.keytab(tmp_path / "shortlived.keytab", principal)
+
+
+@pytest.mark.timeout(90)
+def test_an_expired_ticket_is_renewed_from_the_client_keytab_when_the_session_reconnects(
+    realm: Realm,
+    short_lived: tuple[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A connection authenticates once; its ticket may expire under it (it keeps working).
+    The next connection
+    (a reconnect of the same session) asks for a new ticket, which GSSAPI takes from the
+    client keytab: the session keeps its znodes."""
+    principal, keytab = short_lived
+    ccache = tmp_path / "short.cc"
+    as_user(monkeypatch, realm, ccache, keytab)
+    env = {**os.environ, **realm.kdc.client_env(ccache, keytab)}
+    auth = ZkAuth(AuthScheme.SASL, sasl_principal=principal)
+    with TcpProxy(LOOPBACK, realm.server.port) as proxy:
+        settings = ZkSettings(
+            f"{LOOPBACK}:{proxy.port}",
+            root="/expiry-keytab",
+            session_timeout=EXPIRY_SESSION_SECS,
+            auth=auth,
+        )
+        with ZkSession(settings) as owner:
+            owner.client.create("/expiry-keytab/p", b"before", makepath=True)
+            session_id = owner.client.client_id[0]
+            wait_until(lambda: not klist_valid(ccache, env), 30, "the ticket to expire")
+            owner.client.set("/expiry-keytab/p", b"expired")  # the open connection stays
+            reconnect(proxy)
+            owner.client.retry(owner.client.set, "/expiry-keytab/p", b"after")
+            assert owner.client.get("/expiry-keytab/p")[0] == b"after"
+            assert owner.client.client_id[0] == session_id  # the same session, reconnected
+            assert owner.failure is None
+            assert klist_valid(ccache, env)  # a new ticket, from the keytab
+            assert acl_of(owner.client, "/expiry-keytab/p") == {(31, "sasl", principal)}
+
+
+@pytest.mark.timeout(90)
+def test_an_expired_ticket_without_a_client_keytab_stops_the_session_saying_so(
+    realm: Realm,
+    short_lived: tuple[str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A ticket from a kinit run once, no client keytab: the first reconnection after the
+    ticket expired cannot authenticate, and the session fails for good naming why."""
+    principal, keytab = short_lived
+    ccache = tmp_path / "kinit.cc"
+    as_user(monkeypatch, realm, ccache, keytab=None)
+    env = {**os.environ, **realm.kdc.client_env(ccache)}
+    subprocess.run(["kinit", "-kt", str(keytab), principal], env=env, check=True)
+    auth = ZkAuth(AuthScheme.SASL, sasl_principal=principal)
+    with TcpProxy(LOOPBACK, realm.server.port) as proxy:
+        settings = ZkSettings(
+            f"{LOOPBACK}:{proxy.port}",
+            root="/expiry-kinit",
+            session_timeout=EXPIRY_SESSION_SECS,
+            auth=auth,
+        )
+        owner = ZkSession(settings)
+        owner.start()
+        try:
+            owner.client.create("/expiry-kinit/p", b"before", makepath=True)
+            wait_until(lambda: not klist_valid(ccache, env), 30, "the ticket to expire")
+            reconnect(proxy)
+            failure = owner.wait_failed(60)
+        finally:
+            owner.close()
+    assert isinstance(failure, ZooKeeperAuthError), failure
+    message = str(failure)
+    assert f"Kerberos could not authenticate {principal}" in message
+    assert "expired" in message  # the Kerberos library's words
+    assert "KRB5_CLIENT_KTNAME" in message

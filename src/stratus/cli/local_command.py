@@ -12,7 +12,7 @@ import click
 from rich.console import Console
 
 from stratus.cli.client_commands import print_cluster
-from stratus.cli.options import with_config
+from stratus.cli.options import log_level_option, with_config
 from stratus.config import StratusConfig
 from stratus.local.cluster import HA_MODES, INTERRUPTS
 from stratus.local.demo import (
@@ -22,6 +22,7 @@ from stratus.local.demo import (
     run_scripted,
     run_until_interrupted,
 )
+from stratus.local.user_settings import UserSettings
 
 
 def _stop_on_termination() -> None:
@@ -64,14 +65,15 @@ def _stop_on_termination() -> None:
     show_default=True,
     help="How the nimbuses elect their leader: themselves, or each under a zkfc (nimbus.ha.mode).",
 )
+@log_level_option
 @with_config
 def local(
     scripted: bool, state_store: str, secure: bool, ha_mode: str, conf: StratusConfig
 ) -> None:
-    """Run a whole stratus cluster on this machine, with the examples on Spark."""
-    del conf  # the local cluster's settings are its own (see stratus.local.cluster)
-    if secure and ha_mode == "zkfc":
-        raise click.UsageError("--secure with --ha zkfc is not supported yet: choose one")
+    """Run a whole stratus cluster on this machine, with the examples on Spark.
+
+    Its daemons get the settings of --config, -c and --log-level on top of the cluster's
+    own, except its addresses, ports, directories, ZooKeeper and security, which it keeps."""
     console = Console()
     flags = [flag for flag, on in (("--demo", scripted), ("--secure", secure)) if on]
     if state_store != "zookeeper":
@@ -84,7 +86,14 @@ def local(
     interrupted = False
     with ExitStack() as stack:
         try:
-            demo = Demo(stack, console, state_store=state_store, secure=secure, ha_mode=ha_mode)
+            demo = Demo(
+                stack,
+                console,
+                state_store=state_store,
+                secure=secure,
+                ha_mode=ha_mode,
+                user=UserSettings.of(conf),
+            )
             demo.submit_examples()
             print_cluster(console, demo.client.cluster())
             if scripted:

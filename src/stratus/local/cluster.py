@@ -18,7 +18,8 @@ process::
 
 With ``secure=True`` (``stratus local --secure``) the cluster requires what a cluster on a
 network does (``stratus.local.secure``): tokens, TLS, and ZooKeeper authentication with
-ACLs; ``start`` prints how a client connects.
+ACLs, under zkfcs too; ``start`` prints how a client connects. ``user`` are the user's
+settings, which every daemon gets on top of the cluster's own (``stratus.local.user_settings``).
 """
 
 from __future__ import annotations
@@ -42,8 +43,10 @@ from stratus.local.processes import (
     stop_all,
 )
 from stratus.local.secure import LocalSecurity
+from stratus.local.user_settings import UserSettings
 from stratus.nimbus.cluster_view import NIMBUS_GROUP
 from stratus.security.client_auth import NO_AUTH, ClientAuth
+from stratus.zk.auth import ZkAuth
 from stratus.zk.paths import GroupPaths
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import ZooKeeperServer
@@ -128,13 +131,13 @@ class LocalCluster:
         secure: bool = False,
         ha_mode: str = "self",
         supervisor_options: Sequence[str] = (),
+        user: UserSettings | None = None,
     ) -> None:
         """``supervisor_options``: more ``-c key=value`` options of every supervisor (a
-        benchmark's ``supervisor.worker.warm=true``)."""
+        benchmark's ``supervisor.worker.warm=true``); ``user``: the user's settings, which
+        every daemon gets on top of the cluster's tuning (``stratus.local.user_settings``)."""
         if ha_mode not in HA_MODES:
             raise ValueError(f"ha_mode must be one of {', '.join(HA_MODES)}, not {ha_mode!r}")
-        if secure and ha_mode == "zkfc":
-            raise ValueError("a secured local cluster under zkfcs is not supported yet")
         self.console = console
         self.workdir = workdir
         self.counts = (nimbuses, supervisors)
@@ -142,6 +145,7 @@ class LocalCluster:
         self.security = LocalSecurity.create(workdir / "security") if secure else None
         self.ha_mode = ha_mode
         self.supervisor_options = list(supervisor_options)
+        self.user = user or UserSettings()
         self.zookeeper = ZooKeeperServer(  # a throw-away directory: no fsync
             workdir / "zookeeper",
             port=0,
@@ -158,34 +162,47 @@ class LocalCluster:
         with self.console.status("starting ZooKeeper"):
             self.zookeeper.start()
         self.console.print(f"ZooKeeper serving at [bold]{self.zookeeper.connect_string}[/]")
+        if self.user.values:
+            self.console.print(f"every daemon gets your {', '.join(sorted(self.user.values))}")
+        if self.user.ignored:
+            self.console.print(
+                f"kept the local cluster's own {', '.join(self.user.ignored)}: "
+                "your values for them are not used"
+            )
+        settings = self.user.write(self.workdir / "user-settings.yaml")
         options = demo_options(self.zookeeper.connect_string, self.workdir / "checkpoints")
         if self.state_store == "pacemaker":
-            options += self._start_pacemakers()
+            options += self._start_pacemakers(settings)
         daemons = self.security.daemon_auth() if self.security else NO_AUTH
         if self.security is not None:
             options += self.security.daemon_options()
         nimbuses, supervisors = self.counts
-        nimbus_options = [*options, "-c", f"nimbus.ha.mode={self.ha_mode}"]
+        nimbus_options = self.user.options(
+            settings, [*options, "-c", f"nimbus.ha.mode={self.ha_mode}"]
+        )
+        self.user.check(settings, nimbus_options)
         self.nimbuses = [
             NimbusProcess(nimbus_options, port=pick_free_port(), log_dir=self.workdir, auth=daemons)
             for _ in range(nimbuses)
         ]
         if self.ha_mode == "zkfc":
+            zkfc_settings = zkfc_options(self.zookeeper.connect_string)
+            if self.security is not None:
+                zkfc_settings += [*self.security.daemon_options(), *self.security.zkfc_options()]
             self.zkfcs = [
                 ZkfcProcess(
-                    zkfc_options(self.zookeeper.connect_string),
+                    self.user.options(settings, zkfc_settings),
                     target=nimbus.address,
                     log_dir=self.workdir,
                 )
                 for nimbus in self.nimbuses
             ]
         # Endpoints on loopback, where nimbuses reach them (and --secure's certificate names)
-        supervisor_options = [
-            *options,
-            "-c",
-            "supervisor.http.bind.host=127.0.0.1",
-            *self.supervisor_options,
-        ]
+        supervisor_options = self.user.options(
+            settings,
+            [*options, "-c", "supervisor.http.bind.host=127.0.0.1", *self.supervisor_options],
+        )
+        self.user.check(settings, supervisor_options)
         self.supervisors = [
             SupervisorProcess(
                 supervisor_options, id=f"supervisor-{n}", slots=SLOTS, log_dir=self.workdir
@@ -223,10 +240,13 @@ class LocalCluster:
         """How a client of this cluster reaches its nimbuses (the admin's token if secured)."""
         return self.security.admin_auth() if self.security else NO_AUTH
 
-    def _start_pacemakers(self) -> list[str]:
-        """Start the pacemakers; the options that send every daemon's heartbeats to them."""
+    def _start_pacemakers(self, settings: Path) -> list[str]:
+        """Start the pacemakers (with the user's settings, written at ``settings``); the
+        options that send every daemon's heartbeats to them."""
         self.pacemakers = [
-            PacemakerProcess([], port=pick_free_port(), log_dir=self.workdir)
+            PacemakerProcess(
+                self.user.options(settings, []), port=pick_free_port(), log_dir=self.workdir
+            )
             for _ in range(PACEMAKERS)
         ]
         with self.console.status(f"starting {PACEMAKERS} pacemakers"):
@@ -250,7 +270,8 @@ class LocalCluster:
 
     def leader_term(self) -> LeaderTerm | None:
         """The nimbus group's leader record as ZooKeeper holds it; None while nobody leads."""
-        with ZkSession(ZkSettings(self.zookeeper.connect_string)) as session:
+        auth = self.security.zookeeper_auth() if self.security else ZkAuth()
+        with ZkSession(ZkSettings(self.zookeeper.connect_string, auth=auth)) as session:
             try:
                 data, stat = session.client.get(GroupPaths(session.root, NIMBUS_GROUP).slot(0))
             except NoNodeError:

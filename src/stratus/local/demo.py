@@ -39,6 +39,7 @@ from stratus.local.cluster import SUPERVISOR_TIMEOUT_SECS, LocalCluster
 from stratus.local.examples_io import Feeder, window_count_total
 from stratus.local.pacemaker_restart import restart_a_pacemaker
 from stratus.local.pipeline_start import PHASES, follow_start
+from stratus.local.user_settings import UserSettings
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"  # src/stratus/local/ -> repo
 STREAMING, BATCH, SDP = "streaming-counts", "batch-report", "sdp-orders"
@@ -70,11 +71,12 @@ class Demo:
         state_store: str = "zookeeper",
         secure: bool = False,
         ha_mode: str = "self",
+        user: UserSettings | None = None,
     ) -> None:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stratus-local-")))
         self.console = console
         self.cluster = LocalCluster(
-            workdir, console, state_store=state_store, secure=secure, ha_mode=ha_mode
+            workdir, console, state_store=state_store, secure=secure, ha_mode=ha_mode, user=user
         )
         stack.callback(self.cluster.close)
         self.cluster.start()

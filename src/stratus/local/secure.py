@@ -2,13 +2,16 @@
 
 Everything goes into the cluster's own directory, secrets readable by their owner only:
 a CA and the nimbuses' certificate for 127.0.0.1 (TLS on the API and the package server),
-a token file with an ``admin`` token for the user and a ``read`` token for the daemons
-(nimbuses and supervisors fetch code with it), and ZooKeeper digest credentials: the
-ZooKeeper server requires authentication and every znode's ACL names stratus alone::
+a token file with an ``admin`` token for the user, a ``read`` token for the daemons
+(nimbuses and supervisors fetch code with it) and an ``admin`` token for the zkfcs (the HA
+calls to their nimbus and to each other change who is active), and ZooKeeper digest
+credentials: the ZooKeeper server requires authentication and every znode's ACL names
+stratus alone::
 
     security = LocalSecurity.create(workdir / "security")
     ZooKeeperServer(..., auth=security.zookeeper_server_auth())
     options += security.daemon_options()         # -c key=value of every daemon
+    zkfc_options += security.zkfc_options()       # of a zkfc: its endpoint, its admin token
     NimbusProcess(options, ..., auth=security.daemon_auth())
     NimbusClient(seeds, auth=security.admin_auth())
     security.client_lines(seeds)                  # how a user's client connects
@@ -27,7 +30,7 @@ from pathlib import Path
 from stratus.security.certificates import CertificateAuthority
 from stratus.security.client_auth import ClientAuth
 from stratus.security.tls import TlsSettings
-from stratus.zk.auth import ServerAuth
+from stratus.zk.auth import AuthScheme, ServerAuth, ZkAuth, read_credentials
 
 PRIVATE_FILE_MODE = 0o600
 LOOPBACK = "127.0.0.1"
@@ -45,6 +48,7 @@ class LocalSecurity:
     tokens: Path
     admin_token_file: Path
     daemon_token_file: Path
+    zkfc_token_file: Path
     zookeeper_credentials: Path
     admin_token: str = field(repr=False)
     daemon_token: str = field(repr=False)
@@ -56,11 +60,11 @@ class LocalSecurity:
         directory.chmod(0o700)
         authority = CertificateAuthority.create(directory, "stratus-local-ca")
         server = authority.issue("nimbus", ip=LOOPBACK)
-        admin, daemon = secrets.token_hex(32), secrets.token_hex(32)
+        admin, daemon, zkfc = (secrets.token_hex(32) for _ in range(3))
         tokens = _write_private(
             directory / "tokens",
-            "# role kind value: the user's token, then the daemons' own\n"
-            f"admin token {admin}\nread token {daemon}\n",
+            "# role kind value: the user's token, the daemons' own, the zkfcs' own\n"
+            f"admin token {admin}\nread token {daemon}\nadmin token {zkfc}\n",
         )
         return cls(
             directory=directory,
@@ -70,6 +74,7 @@ class LocalSecurity:
             tokens=tokens,
             admin_token_file=_write_private(directory / "admin-token", admin + "\n"),
             daemon_token_file=_write_private(directory / "daemon-token", daemon + "\n"),
+            zkfc_token_file=_write_private(directory / "zkfc-token", zkfc + "\n"),
             zookeeper_credentials=_write_private(
                 directory / "zookeeper-credentials",
                 f"{ZOOKEEPER_USER}:{secrets.token_hex(24)}\n",
@@ -81,6 +86,10 @@ class LocalSecurity:
     def zookeeper_server_auth(self) -> ServerAuth:
         """The local ZooKeeper requires authentication of every client."""
         return ServerAuth(required=True)
+
+    def zookeeper_auth(self) -> ZkAuth:
+        """stratus's ZooKeeper identity, for a session of the local cluster's own."""
+        return ZkAuth(AuthScheme.DIGEST, read_credentials(self.zookeeper_credentials))
 
     def daemon_options(self) -> list[str]:
         """``-c key=value`` options of every nimbus and supervisor."""
@@ -94,6 +103,12 @@ class LocalSecurity:
             "zookeeper.auth.file": self.zookeeper_credentials,
         }
         return [item for key, value in settings.items() for item in ("-c", f"{key}={value}")]
+
+    def zkfc_options(self) -> list[str]:
+        """``-c key=value`` options of a zkfc, after ``daemon_options``: it calls its nimbus's
+        HA protocol and the other zkfcs' endpoints (both ``admin``) with the zkfcs' token,
+        and serves its endpoint as the nimbuses serve their API."""
+        return ["-c", f"client.auth.token.file={self.zkfc_token_file}"]
 
     def daemon_auth(self) -> ClientAuth:
         """How whoever waits for a nimbus reaches it: https and the daemons' token."""
