@@ -25,6 +25,7 @@ from stratus.api.errors import (
     UnknownPipelineError,
 )
 from stratus.api.names import check_pipeline_name
+from stratus.api.overview import SupervisorList, SupervisorStatus, WorkersOverview
 from stratus.api.pipeline_conf import validate_pipeline_conf
 from stratus.api.records import (
     ClusterSummary,
@@ -141,6 +142,36 @@ class NimbusService:
         a worker's error (its log tail) redacted against the pipeline's real conf."""
         record = self._stored(name)
         return redact_workers(self._placement.of(name), record.conf)
+
+    def overview(self) -> tuple[WorkersOverview, SupervisorList]:
+        """Every pipeline's placement (errors redacted against its real conf) and every
+        supervisor with its heartbeat age, from one read of each store: what the web UI polls."""
+        placed, beats = self._placement.everywhere()
+        records = self.view.pipelines()
+        workers = [
+            redact_workers(where, records[name].conf if name in records else {})
+            for name, where in placed.items()
+        ]
+        now = self._wall()
+        supervisors = []
+        for sid, reg in sorted(self.view.supervisors().items()):
+            beat = beats.get(sid)
+            supervisors.append(
+                SupervisorStatus(
+                    id=sid,
+                    host=reg.host,
+                    slots=reg.slots,
+                    used=reg.used,
+                    started=reg.started,
+                    endpoint=reg.endpoint,
+                    heartbeat_age_secs=None
+                    if beat is None
+                    else round(max(0.0, now - beat.time), 1),
+                    running=beat.running if beat is not None else [],
+                    stopping=beat.stopping if beat is not None else False,
+                )
+            )
+        return WorkersOverview(pipelines=workers), SupervisorList(supervisors=supervisors)
 
     def log_source(self, name: str) -> SupervisorSummary:
         """The supervisor whose endpoint serves ``name``'s worker log: the one it is assigned

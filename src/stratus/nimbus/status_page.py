@@ -15,8 +15,9 @@ _STYLE = (
 )
 
 
-def render_status_page(summary: ClusterSummary, this_nimbus: str) -> str:
-    """The page as HTML; every value from the summary is escaped."""
+def render_status_page(summary: ClusterSummary, this_nimbus: str, head: str = "") -> str:
+    """The page as HTML; every value from the summary is escaped. ``head`` goes into the
+    page's head as it is (the web UI's script and style, which take the page over)."""
     leader = summary.leader.address or "none elected"
     nimbus_rows = "".join(
         _row(
@@ -53,7 +54,7 @@ def render_status_page(summary: ClusterSummary, this_nimbus: str) -> str:
     )
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>stratus</title>"
-        f"<style>{_STYLE}</style></head><body>"
+        f"<style>{_STYLE}</style>{head}</head><body><div id='status'>"
         f"<h1>stratus</h1>{banner}<p>Leader: <b>{escape(leader)}</b>, "
         f"epoch {escape(str(summary.leader.epoch))}</p>"
         "<h2>Nimbuses</h2><table><tr><th>nimbus</th><th>role</th><th>uptime</th>"
@@ -61,7 +62,7 @@ def render_status_page(summary: ClusterSummary, this_nimbus: str) -> str:
         "<h2>Pipelines</h2><table><tr><th>name</th><th>status</th><th>package</th>"
         f"<th>submitted</th><th>epoch</th></tr>{pipeline_rows}</table>"
         "<p><a href='/api/v1/docs'>API</a> · <a href='/metrics'>metrics</a></p>"
-        "</body></html>"
+        "</div></body></html>"
     )
 
 
