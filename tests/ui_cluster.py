@@ -28,11 +28,13 @@ from stratus.api.records import (
 )
 from stratus.client import NimbusClient
 from stratus.local.processes import SupervisorProcess
+from stratus.security.client_auth import NO_AUTH, ClientAuth
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore
 from stratus.zk.paths import ClusterPaths
 from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
 from tests.package_factory import valid_package
+from tests.secure_cluster import ADMIN, PEER, token_file
 from tests.zkfixtures import wait_until
 
 SECRET = "hunter2-not-for-eyes"
@@ -74,11 +76,21 @@ def worker_heartbeat(now: float) -> WorkerHeartbeat:
 
 @contextlib.contextmanager
 def ui_cluster(
-    zk_connect: str, log_dir: Path, test_name: str, extra: tuple[str, ...] = ()
+    zk_connect: str, log_dir: Path, test_name: str, *, tokens: bool = False
 ) -> Iterator[UiCluster]:
-    with nimbus_cluster(zk_connect, log_dir, test_name, extra=extra) as nimbuses:
+    """The cluster; with ``tokens`` its nimbuses require the tokens of ``secure_cluster.py``
+    (the test's own calls use ADMIN, the daemons' PEER)."""
+    extra: list[str] = []
+    auth = NO_AUTH
+    if tokens:
+        extra = [
+            "-c", f"nimbus.auth.tokens.file={token_file(log_dir)}",
+            "-c", f"client.auth.token={PEER}",
+        ]  # fmt: skip
+        auth = ClientAuth(token=ADMIN)
+    with nimbus_cluster(zk_connect, log_dir, test_name, extra=extra, auth=auth) as nimbuses:
         nimbuses.wait_for_agreed_leader()
-        client = NimbusClient(nimbuses.seeds, retry_deadline=WAIT_SECS)
+        client = NimbusClient(nimbuses.seeds, retry_deadline=WAIT_SECS, auth=auth)
         try:
             for name in PIPELINES:
                 client.submit(name, valid_package(name), {SECRET_KEY: SECRET})
