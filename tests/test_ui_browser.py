@@ -20,7 +20,7 @@ from stratus.local.processes import NimbusProcess
 from stratus.zk.server import ZooKeeperServer
 from tests.browser import VIEWPORT, chromium, require_chromium
 from tests.secure_cluster import READ, SUBMIT
-from tests.ui_cluster import SECRET, SPARK_UI, UiCluster, ui_cluster
+from tests.ui_cluster import GONE, SECRET, SPARK_UI, UiCluster, ui_cluster
 from tests.zkfixtures import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser")]
@@ -108,9 +108,13 @@ def test_the_pages_show_the_live_clusters_data_with_assets_from_the_nimbus_only(
 
 def test_an_action_from_a_standbys_page_reaches_the_leader(cluster, page):
     standby = standbys(cluster)[0]
-    sign_in(page, f"{standby.url}/#/pipelines/spare", SUBMIT)
+    sign_in(page, f"{standby.url}/#/pipelines/etl", SUBMIT)
     page.wait_for_selector("#leader-link")  # a standby says who leads and links to it
     assert page.get_attribute("#leader-link", "href") == f"{leader(cluster).url}/"
+    page.click("#log-load")  # through the logs route, with the token: its answer shown
+    page.wait_for_selector(f"#log .error:has-text('{GONE}')")
+
+    page.goto(f"{standby.url}/#/pipelines/spare")
     page.click("#action-kill")
     page.wait_for_selector("#notice:has-text('now KILLED')")
     assert cluster.client.status("spare").status is PipelineStatus.KILLED

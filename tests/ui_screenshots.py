@@ -36,14 +36,14 @@ def main() -> int:
                 standby = next(n for n in cluster.nimbuses.nimbuses if n is not leader)
                 page = browser.new_page(viewport=VIEWPORT)
                 shots = [
-                    ("cluster.png", f"{leader.url}/", "#supervisors td"),
-                    ("pipeline.png", f"{leader.url}/#/pipelines/etl", "#workers td"),
+                    ("cluster.png", f"{leader.url}/", "#terms"),
+                    ("pipeline.png", f"{leader.url}/#/pipelines/etl", "#crashes td"),
                     ("standby.png", f"{standby.url}/", "#leader-link"),
                 ]
                 for name, url, ready in shots:
                     page.goto(url)
+                    page.wait_for_selector("#supervisors td, #record td")
                     page.wait_for_selector(ready)
-                    page.wait_for_selector("#terms")
                     page.screenshot(path=str(OUT / name), full_page=True)
                     print(f"ui-screenshots: {OUT / name}")
         finally:

@@ -192,6 +192,7 @@ function header() {
     "form",
     {
       id: "token-form",
+      hidden: state.role !== null && !state.authRequired, // an open cluster needs no token
       onsubmit: (event) => {
         event.preventDefault();
         const value = event.target.elements.token.value.trim();
@@ -210,7 +211,6 @@ function header() {
       value: state.token,
     }),
     el("button", { type: "submit" }, state.token ? "change token" : "use token"),
-    state.role ? el("span", { id: "role" }, ` role: ${state.role}`) : null,
   );
   const who = [];
   if (leader) {
@@ -231,6 +231,7 @@ function header() {
     el("h1", {}, el("a", { href: "#/" }, "stratus")),
     el("p", { id: "who" }, who),
     tokenBox,
+    state.role ? el("span", { id: "role" }, `role: ${state.role}`) : null,
   );
 }
 
