@@ -12,7 +12,7 @@ import pytest
 
 from stratus.api.overview import NimbusSelf, SupervisorList, WorkersOverview
 from stratus.zk.server import ZooKeeperServer
-from tests.ui_cluster import GONE, SECRET, SPARK_UI, UiCluster, ui_cluster
+from tests.ui_cluster import GONE, REFRESH_SECS, SECRET, SPARK_UI, UiCluster, ui_cluster
 from tests.zkfixtures import wait_until
 
 # src= or href= naming a scheme or a host (//host): a file from elsewhere
@@ -41,6 +41,8 @@ def test_every_page_loads_its_assets_from_this_nimbus_only(cluster):
                 continue  # links to the API, not assets
             served = httpx.get(f"{url}{ref}")
             assert served.status_code == 200 and served.content, (page, ref)
+    page = httpx.get(f"{url}/").text
+    assert f"name='stratus-refresh-secs' content='{REFRESH_SECS}'" in page  # the page polls so
     for own in ("/ui/static/app.js", "/ui/static/ui.css"):
         text = httpx.get(f"{url}{own}").text
         assert "http://" not in text and "https://" not in text, own

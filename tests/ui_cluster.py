@@ -43,6 +43,7 @@ PIPELINES = ("etl", "spare")
 GONE = "s-gone"  # the supervisor id of the hand-written worker heartbeat
 SPARK_UI = "http://127.0.0.1:4040"
 WAIT_SECS = 30.0
+REFRESH_SECS = 1.0  # nimbus.ui.refresh.secs: the pages poll every second
 
 
 @dataclass
@@ -80,10 +81,10 @@ def ui_cluster(
 ) -> Iterator[UiCluster]:
     """The cluster; with ``tokens`` its nimbuses require the tokens of ``secure_cluster.py``
     (the test's own calls use ADMIN, the daemons' PEER)."""
-    extra: list[str] = []
+    extra = ["-c", f"nimbus.ui.refresh.secs={REFRESH_SECS}"]
     auth = NO_AUTH
     if tokens:
-        extra = [
+        extra += [
             "-c", f"nimbus.auth.tokens.file={token_file(log_dir)}",
             "-c", f"client.auth.token={PEER}",
         ]  # fmt: skip

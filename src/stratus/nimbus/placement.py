@@ -39,21 +39,25 @@ class Placement:
             workers=[beat for _, beat in sorted(beats.items())],
         )
 
-    def everywhere(self) -> tuple[dict[str, PipelineWorkers], dict[str, SupervisorHeartbeat]]:
-        """Every pipeline's placement (those with an assignment or a heartbeat) and every
-        supervisor's heartbeat, in one read of each store (the web UI's overview)."""
+    def everywhere(self) -> dict[str, PipelineWorkers]:
+        """Every pipeline's placement (those with an assignment or a worker heartbeat), in
+        one read of each store (the web UI's overview)."""
         with _unavailable_as_api_error():
             assignments = self._assignments.read_all()
-            beats = self._board.read()
-        placed = {
+            beats = self._board.workers()
+        return {
             name: PipelineWorkers(
                 pipeline=name,
                 assignment=assignments[name][0] if name in assignments else None,
-                workers=[beat for _, beat in sorted(beats.workers.get(name, {}).items())],
+                workers=[beat for _, beat in sorted(beats.get(name, {}).items())],
             )
-            for name in sorted(set(assignments) | set(beats.workers))
+            for name in sorted(set(assignments) | set(beats))
         }
-        return placed, beats.supervisors
+
+    def supervisor_beats(self) -> dict[str, SupervisorHeartbeat]:
+        """Every supervisor's last heartbeat, by id."""
+        with _unavailable_as_api_error():
+            return self._board.supervisors()
 
 
 @contextlib.contextmanager

@@ -66,6 +66,7 @@ class NimbusService:
     ) -> None:
         self.address = settings.address
         self.limits = settings.limits
+        self.ui_refresh_secs = settings.ui_refresh_secs
         self._settings = settings
         self.view = view
         self._ops = ops
@@ -143,20 +144,26 @@ class NimbusService:
         record = self._stored(name)
         return redact_workers(self._placement.of(name), record.conf)
 
-    def overview(self) -> tuple[WorkersOverview, SupervisorList]:
-        """Every pipeline's placement (errors redacted against its real conf) and every
-        supervisor with its heartbeat age, from one read of each store: what the web UI polls."""
-        placed, beats = self._placement.everywhere()
+    def workers_overview(self) -> WorkersOverview:
+        """Every pipeline's placement, errors redacted against its real conf: what the web
+        UI polls, one read of each store whatever the number of pipelines."""
         records = self.view.pipelines()
-        workers = [
-            redact_workers(where, records[name].conf if name in records else {})
-            for name, where in placed.items()
-        ]
+        return WorkersOverview(
+            pipelines=[
+                redact_workers(where, records[name].conf if name in records else {})
+                for name, where in self._placement.everywhere().items()
+            ]
+        )
+
+    def supervisors(self) -> SupervisorList:
+        """Every registered supervisor with the age of its last heartbeat (this nimbus's
+        wall clock against the supervisor's: a skew between them shows in the age)."""
+        beats = self._placement.supervisor_beats()
         now = self._wall()
-        supervisors = []
+        found = []
         for sid, reg in sorted(self.view.supervisors().items()):
             beat = beats.get(sid)
-            supervisors.append(
+            found.append(
                 SupervisorStatus(
                     id=sid,
                     host=reg.host,
@@ -171,7 +178,7 @@ class NimbusService:
                     stopping=beat.stopping if beat is not None else False,
                 )
             )
-        return WorkersOverview(pipelines=workers), SupervisorList(supervisors=supervisors)
+        return SupervisorList(supervisors=found)
 
     def log_source(self, name: str) -> SupervisorSummary:
         """The supervisor whose endpoint serves ``name``'s worker log: the one it is assigned

@@ -34,6 +34,7 @@ from stratus.security.roles import Role
 from stratus.web.authorization import PEER_NAME
 
 UI_HEAD = (
+    "<meta name='stratus-refresh-secs' content='{refresh}'>"
     f"<link rel='stylesheet' href='{OWN_PATH}/ui.css'>"
     f"<link rel='icon' href='{OWN_PATH}/favicon.svg'>"
     f"<script src='{OWN_PATH}/app.js' defer></script>"
@@ -92,12 +93,13 @@ class UiFront:
 
 def index_page(front: UiFront, scope: Scope) -> HTMLResponse:
     """The page at ``/``: the cluster when the caller may read it, else the frame alone."""
+    head = UI_HEAD.format(refresh=front.service.ui_refresh_secs)
     if front.may_read(scope):
-        page = render_status_page(front.service.cluster_summary(), front.service.address, UI_HEAD)
+        page = render_status_page(front.service.cluster_summary(), front.service.address, head)
     else:
         page = (
             "<!doctype html><html><head><meta charset='utf-8'><title>stratus</title>"
-            f"{UI_HEAD}</head><body><div id='status'><h1>stratus</h1><p>This nimbus "
+            f"{head}</head><body><div id='status'><h1>stratus</h1><p>This nimbus "
             f"({escape(front.service.address)}) requires a token: paste one above.</p>"
             "</div></body></html>"
         )

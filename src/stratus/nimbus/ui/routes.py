@@ -36,13 +36,13 @@ def add_ui_routes(
     @app.get(f"{PREFIX}/supervisors", tags=["any nimbus"])
     def supervisors() -> SupervisorList:
         """Every registered supervisor: slots, used slots, age of its last heartbeat."""
-        return service.overview()[1]
+        return service.supervisors()
 
     @app.get(f"{PREFIX}/workers", tags=["any nimbus"])
     def workers() -> WorkersOverview:
         """Where every pipeline runs and what its workers last reported (as
         ``/pipelines/NAME/workers``, for every pipeline placed or heard from)."""
-        return service.overview()[0]
+        return service.workers_overview()
 
     @app.get(f"{PREFIX}/nimbus", tags=["any nimbus"])
     async def this_nimbus() -> NimbusSelf:

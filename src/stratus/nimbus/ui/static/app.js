@@ -1,12 +1,14 @@
 // The stratus web UI: one page of plain JavaScript over the nimbus's JSON API (docs/ui.md).
 // No build step and no library: every asset comes from the nimbus that serves the page.
 // Views: "#/" the cluster, "#/pipelines/NAME" one pipeline. The page polls the API every
-// POLL_MS while it is visible, one round at a time. A bearer token pasted by the user is kept
-// in sessionStorage (this tab only) and sent as Authorization; a client certificate needs
-// nothing. Leader-only actions go to the leader, following a 421 not_leader answer.
+// POLL_MS (nimbus.ui.refresh.secs) while it is visible, one round at a time. A bearer token
+// pasted by the user is kept in sessionStorage (this tab only) and sent as Authorization; a
+// client certificate needs nothing. Leader-only actions go to the leader, following a 421 not_leader answer.
 "use strict";
 
-const POLL_MS = 2000;
+// nimbus.ui.refresh.secs, which the page's head carries
+const REFRESH = document.querySelector("meta[name=stratus-refresh-secs]");
+const POLL_MS = Math.max(500, 1000 * (REFRESH ? Number(REFRESH.content) : 2) || 2000);
 const LOG_TAIL_LINES = 200;
 const TOKEN_KEY = "stratus.token";
 const ACTION_ROLES = { read: 0, submit: 1, admin: 2 };
