@@ -106,6 +106,29 @@ def test_the_pages_show_the_live_clusters_data_with_assets_from_the_nimbus_only(
     assert origins == {urlsplit(url).netloc}, origins
 
 
+def test_the_leader_terms_show_as_the_terms_route_answers(cluster, page):
+    """The route is the metrics side's (``GET /api/v1/leader/terms``); here its answer, in
+    the shape both sides agreed, is given to the page by the browser itself."""
+    terms = {
+        "terms": [
+            {"epoch": 2, "nimbus": "10.0.0.2:6627", "started_at": 1764038041.0,
+             "ended_at": None, "failover_secs": 0.25},
+            {"epoch": 1, "nimbus": "10.0.0.1:6627", "started_at": 1764037000.0,
+             "ended_at": 1764038040.5, "failover_secs": None},
+        ]
+    }  # fmt: skip
+    page.route("**/api/v1/leader/terms", lambda route: route.fulfill(json=terms))
+    sign_in(page, f"{leader(cluster).url}/", READ)
+    page.wait_for_selector("#terms td:text-is('10.0.0.2:6627')")
+    rows = page.locator("#terms tbody tr")
+    assert rows.nth(0).locator("td").all_inner_texts() == [
+        "2", "10.0.0.2:6627", "2025-11-25T02:34:01Z", "leading", "0.250 s",
+    ]  # fmt: skip
+    assert rows.nth(1).locator("td").all_inner_texts() == [
+        "1", "10.0.0.1:6627", "2025-11-25T02:16:40Z", "2025-11-25T02:34:00Z", "",
+    ]  # fmt: skip
+
+
 def test_an_action_from_a_standbys_page_reaches_the_leader(cluster, page):
     standby = standbys(cluster)[0]
     sign_in(page, f"{standby.url}/#/pipelines/etl", SUBMIT)
