@@ -19,6 +19,7 @@ from stratus.api.records import PipelineStatus
 from stratus.local.processes import NimbusProcess
 from stratus.zk.server import ZooKeeperServer
 from tests.browser import VIEWPORT, chromium, require_chromium
+from tests.package_factory import valid_package
 from tests.secure_cluster import READ, SUBMIT
 from tests.ui_cluster import GONE, SECRET, SPARK_UI, UiCluster, ui_cluster
 from tests.zkfixtures import wait_until
@@ -136,6 +137,16 @@ def test_an_action_from_a_standbys_page_reaches_the_leader(cluster, page):
     assert page.get_attribute("#leader-link", "href") == f"{leader(cluster).url}/"
     page.click("#log-load")  # through the logs route, with the token: its answer shown
     page.wait_for_selector(f"#log .error:has-text('{GONE}')")
+    new_code = valid_package("etl", extra={"note.txt": "v2"})
+    page.set_input_files(
+        "#update-form input[type=file]",
+        {"name": "etl.zip", "mimeType": "application/zip", "buffer": new_code},
+    )
+    page.click("#update-form button")  # a package upload, sent to the leader
+    page.wait_for_selector("#notice:has-text('update etl')")
+    assert "update etl:" in page.inner_text("#notice")
+    wait_until(lambda: cluster.client.status("etl").version == 2, 30, "etl's version 2")
+    page.wait_for_selector("#record [data-fact=version]:text-is('2')")
 
     page.goto(f"{standby.url}/#/pipelines/spare")
     page.click("#action-kill")
