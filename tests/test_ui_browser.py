@@ -155,6 +155,7 @@ def test_an_action_from_a_standbys_page_reaches_the_leader(cluster, page):
     page.wait_for_selector("#record [data-fact=status]:text-is('KILLED')")
 
 
+@pytest.mark.slow
 def test_a_failover_shows_on_the_page_without_a_reload(cluster, page):
     old = leader(cluster)
     watcher = standbys(cluster)[0]
