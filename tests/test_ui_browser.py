@@ -72,6 +72,12 @@ def sign_in(page: Any, url: str, token: str) -> None:
     page.click("#token-form button")
 
 
+def after_rounds(page: Any, rounds: int) -> None:
+    """Wait until the page has refreshed ``rounds`` more times."""
+    done = int(page.get_attribute("#ui", "data-round"))
+    page.wait_for_selector(f"#ui[data-round='{done + rounds}']")
+
+
 def test_the_pages_show_the_live_clusters_data_with_assets_from_the_nimbus_only(cluster, page):
     url = leader(cluster).url
     origins: set[str] = set()
@@ -142,6 +148,7 @@ def test_an_action_from_a_standbys_page_reaches_the_leader(cluster, page):
         "#update-form input[type=file]",
         {"name": "etl.zip", "mimeType": "application/zip", "buffer": new_code},
     )
+    after_rounds(page, 2)  # the chosen file survives the page's refreshes
     page.click("#update-form button")  # a package upload, sent to the leader
     page.wait_for_selector("#notice:has-text('update etl')")
     assert "update etl:" in page.inner_text("#notice")

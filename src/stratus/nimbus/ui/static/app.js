@@ -27,6 +27,7 @@ const state = {
   error: null, // the last refresh's error, shown in the banner
   notice: null, // the last action's outcome
   polling: false,
+  rounds: 0, // refresh rounds done: the page's data-round
 };
 
 // ------------------------------------------------------------------ helpers
@@ -181,6 +182,7 @@ async function refresh() {
     state.error = error;
   } finally {
     state.polling = false;
+    state.rounds += 1;
   }
   render();
 }
@@ -196,7 +198,7 @@ function header() {
       id: "token-form",
       hidden: state.role !== null && !state.authRequired, // an open cluster needs no token
       onsubmit: (event) => {
-        event.preventDefault();
+        settle(event);
         const value = event.target.elements.token.value.trim();
         state.token = value;
         if (value) sessionStorage.setItem(TOKEN_KEY, value);
@@ -522,7 +524,7 @@ function actions(record) {
           {
             id: "rebalance-form",
             onsubmit: (event) => {
-              event.preventDefault();
+              settle(event);
               let conf;
               try {
                 conf = JSON.parse(event.target.elements.conf.value);
@@ -531,7 +533,7 @@ function actions(record) {
                 render();
                 return;
               }
-              act(`rebalance ${record.name}`, `${path}/rebalance`, { conf, request_id: crypto.randomUUID() });
+              act(`rebalance ${record.name}`, `${path}/rebalance`, { conf, request_id: crypto.randomUUID() }, event.target);
             },
           },
           el("input", { name: "conf", placeholder: '{"spark.executor.cores": 2}', required: true }),
@@ -550,11 +552,12 @@ function actions(record) {
   );
 }
 
-async function act(what, path, body) {
+async function act(what, path, body, form) {
   if (what.startsWith("kill") && !confirm(`${what}? Its worker stops; its checkpoints are kept.`)) return;
   try {
     const record = await leaderCall(path, jsonPost(body));
     state.notice = { ok: true, text: `${what}: done, now ${record.status}` };
+    if (form) resetForm(form.id);
   } catch (error) {
     state.notice = { ok: false, text: `${what}: ${error.message}` };
   }
@@ -573,12 +576,13 @@ function packageForm(form, extra) {
 }
 
 async function onSubmitPackage(event) {
-  event.preventDefault();
+  settle(event);
   const form = event.target;
   const name = form.elements.name.value.trim();
   try {
     const record = await leaderCall("/api/v1/pipelines", packageForm(form, { name, requestId: crypto.randomUUID() }));
     state.notice = { ok: true, text: `submitted ${record.name}: ${record.status}` };
+    resetForm(form.id);
     location.hash = `#/pipelines/${encodeURIComponent(record.name)}`;
   } catch (error) {
     state.notice = { ok: false, text: `submit: ${error.message}` };
@@ -587,10 +591,12 @@ async function onSubmitPackage(event) {
 }
 
 async function onUpdatePackage(event, name) {
-  event.preventDefault();
+  settle(event);
+  const form = event.target;
   const path = `/api/v1/pipelines/${encodeURIComponent(name)}/update`;
   try {
-    const record = await leaderCall(path, packageForm(event.target, { requestId: crypto.randomUUID() }));
+    const record = await leaderCall(path, packageForm(form, { requestId: crypto.randomUUID() }));
+    resetForm(form.id);
     state.notice = { ok: true, text: `update ${name}: ${record.update ? "waits for its code" : `now version ${record.version}`}` };
   } catch (error) {
     state.notice = { ok: false, text: `update ${name}: ${error.message}` };
@@ -609,10 +615,34 @@ function render() {
   }
   const where = route();
   const body = where.view === "pipeline" ? pipelineView(where.name) : clusterView();
-  const next = el("main", { id: "ui", "data-view": where.view }, header(), banners(), body);
-  if (root) root.replaceWith(next);
-  else document.body.append(next);
+  const attrs = { id: "ui", "data-view": where.view, "data-round": state.rounds };
+  const next = el("main", attrs, header(), banners(), body);
+  if (root) {
+    carryInputs(root, next);
+    root.replaceWith(next);
+  } else document.body.append(next);
   root = next;
+}
+
+// What the user typed or chose (a package file) survives the refresh: the old input
+// elements move into the new page in place of their fresh copies.
+function carryInputs(from, to) {
+  for (const old of from.querySelectorAll("form[id] input[name]")) {
+    const fresh = to.querySelector(`#${old.form.id} input[name="${old.name}"]`);
+    if (fresh) fresh.replaceWith(old);
+  }
+}
+
+// Clear a form once its action is done: the live one, whose inputs may have moved since.
+function resetForm(id) {
+  const live = document.getElementById(id);
+  if (live) live.reset();
+}
+
+// A form sent: no page reload, and the focus leaves its input so that refreshes go on.
+function settle(event) {
+  event.preventDefault();
+  if (document.activeElement) document.activeElement.blur();
 }
 
 function start() {
