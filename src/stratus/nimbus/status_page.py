@@ -1,5 +1,8 @@
-"""The small status page at ``/``: nimbuses with the leader marked, and pipelines; a banner
-above them names every nimbus that serves an unauthenticated API (``nimbus.auth.insecure``)."""
+"""The small status page: nimbuses with the leader marked, and pipelines; a banner above
+them names every nimbus that serves an unauthenticated API (``nimbus.auth.insecure``).
+
+It is the web UI's page at ``/`` as served (``ui/front.py``), which the UI's script then
+takes over: readable without JavaScript."""
 
 from __future__ import annotations
 
