@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from stratus.api.overview import NimbusSelf, SupervisorList, WorkersOverview
+from stratus.api.records import PipelineStatus
 from stratus.zk.server import ZooKeeperServer
 from tests.ui_cluster import GONE, REFRESH_SECS, SECRET, SPARK_UI, UiCluster, ui_cluster
 from tests.zkfixtures import wait_until
@@ -109,3 +110,17 @@ def test_another_nimbus_origin_may_call_across_origins_and_no_other(cluster):
     stranger = "http://127.0.0.1:1"
     refused = httpx.get(f"{second.url}/api/v1/leader", headers={"Origin": stranger})
     assert "access-control-allow-origin" not in refused.headers
+
+
+def test_a_change_sent_by_another_sites_page_is_refused(cluster):
+    """A browser attaches a client certificate to any site's form post: only the pages of
+    the cluster's own nimbuses (or clients that send no Origin) may change anything."""
+    url = cluster.nimbuses.by_address(cluster.nimbuses.wait_for_agreed_leader()).url
+    activate = f"{url}/api/v1/pipelines/etl/activate"
+    forged = httpx.post(activate, headers={"Origin": "http://127.0.0.1:1"})
+    assert (forged.status_code, forged.json()["error"]) == (403, "forbidden")
+    assert cluster.client.status("etl").status is PipelineStatus.INACTIVE
+    absent = f"{url}/api/v1/pipelines/absent/activate"
+    own = httpx.post(absent, headers={"Origin": url})  # the page of this nimbus
+    assert own.json()["error"] == "unknown_pipeline"
+    assert httpx.post(absent).json()["error"] == "unknown_pipeline"  # no Origin: a script

@@ -14,6 +14,11 @@ cross-origin rule that lets a standby's page send an action to the leader.
   follows it. The preflight (``OPTIONS``) is answered here, before the role check, since a
   browser sends it without the ``Authorization`` header; the real request is checked as
   every other. No other origin is allowed.
+- A request that would change something (any method but ``GET``, ``HEAD``, ``OPTIONS``)
+  sent by a page of another site (its ``Origin`` is neither this nimbus nor another of the
+  cluster) is refused, ``403 forbidden``: a browser attaches a client certificate to any
+  site's form post, so without this a page anywhere could submit code with the user's
+  certificate (cross-site request forgery). Clients other than browsers send no ``Origin``.
 """
 
 from __future__ import annotations
@@ -25,13 +30,15 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from stratus.api.errors import ApiError
+from stratus.api.echo import clip
+from stratus.api.errors import ApiError, ForbiddenError
 from stratus.nimbus.service import NimbusService
 from stratus.nimbus.status_page import render_status_page
 from stratus.nimbus.ui.assets import ASSETS_PATH, OWN_PATH, assets_routes
 from stratus.security.access import AccessPolicy
 from stratus.security.roles import Role
 from stratus.web.authorization import PEER_NAME
+from stratus.web.responses import error_response
 
 UI_HEAD = (
     "<meta name='stratus-refresh-secs' content='{refresh}'>"
@@ -39,6 +46,7 @@ UI_HEAD = (
     f"<link rel='icon' href='{OWN_PATH}/favicon.svg'>"
     f"<script src='{OWN_PATH}/app.js' defer></script>"
 )
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})  # they change nothing
 PREFLIGHT_MAX_AGE_SECS = 600  # how long a browser may reuse an allowed preflight
 _ALLOWED_HEADERS = "authorization, content-type"
 
@@ -68,7 +76,13 @@ class UiFront:
             await self.pages(scope, receive, send)
             return
         origin = _header(scope, b"origin")
-        if origin is None or not self._is_nimbus_origin(origin, scope):
+        if origin is None or _is_same_origin(origin, scope):
+            await self.app(scope, receive, send)
+            return
+        if not self._is_nimbus_origin(origin, scope):
+            if scope["method"] not in SAFE_METHODS:
+                await error_response(_cross_site(origin))(scope, receive, send)
+                return
             await self.app(scope, receive, send)
             return
         if scope["method"] == "OPTIONS" and _header(scope, b"access-control-request-method"):
@@ -104,6 +118,17 @@ def index_page(front: UiFront, scope: Scope) -> HTMLResponse:
             "</div></body></html>"
         )
     return HTMLResponse(page, headers={"Cache-Control": "no-store"})
+
+
+def _is_same_origin(origin: str, scope: Scope) -> bool:
+    return origin == f"{scope['scheme']}://{_header(scope, b'host')}"
+
+
+def _cross_site(origin: str) -> ForbiddenError:
+    return ForbiddenError(
+        f"a browser page of {clip(origin)} may not change this cluster: only the pages of "
+        "its own nimbuses may (send the call without an Origin header from a script)"
+    )
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
