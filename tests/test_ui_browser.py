@@ -106,6 +106,9 @@ def test_the_pages_show_the_live_clusters_data_with_assets_from_the_nimbus_only(
     conf = page.locator("#conf td").all_inner_texts()
     assert conf == ["pipeline.env.DB_PASSWORD", "***"]
     assert SECRET not in page.content()
+    page.goto(f"{url}/#/pipelines/absent")  # a name that does not exist: said, not an error
+    page.wait_for_selector("#gone")
+    assert page.locator("#refresh-error").count() == 0
 
     page.set_extra_http_headers({"Authorization": f"Bearer {READ}"})  # the docs need read
     page.goto(f"{url}/api/v1/docs")

@@ -168,7 +168,14 @@ async function refresh() {
     ];
     if (where.view === "pipeline") {
       const name = encodeURIComponent(where.name);
-      reads.push(call(`/api/v1/pipelines/${name}`), call(`/api/v1/pipelines/${name}/workers`));
+      const gone = (error) => {
+        if (error instanceof ApiError && error.status === 404) return "gone";
+        throw error;
+      };
+      reads.push(
+        call(`/api/v1/pipelines/${name}`).catch(gone),
+        call(`/api/v1/pipelines/${name}/workers`).catch(gone),
+      );
     }
     const [self, cluster, supervisors, workers, terms, pipeline, placement] =
       await Promise.all(reads);
@@ -398,10 +405,13 @@ function submitForm() {
 
 function pipelineView(name) {
   const record = state.pipeline;
+  if (record === "gone") {
+    return [el("h2", {}, `Pipeline ${name}`), el("p", { id: "gone", class: "none" }, "no such pipeline (a killed one is removed after its wait)")];
+  }
   if (!record || record.name !== name) {
     return [el("p", {}, state.error ? "" : "loading…")];
   }
-  const placement = state.placement || { assignment: null, workers: [] };
+  const placement = state.placement && state.placement !== "gone" ? state.placement : { assignment: null, workers: [] };
   const a = placement.assignment;
   const facts = [
     ["status", record.status],
