@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 STRESS_SECS ?= 300
 FUZZ_EXAMPLES ?= 1000
 
-.PHONY: install run check test lint typecheck unit stress fuzz bench bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc clean
+.PHONY: install run check test lint typecheck unit stress fuzz bench bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc ui-screenshots clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "stratus needs Python 3.11 or newer")'
@@ -51,6 +51,10 @@ stress: install
 
 fuzz: install
 	STRATUS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest tests/test_api_fuzz.py -v
+
+# The screenshots of docs/ui.md, from a live cluster in Debian's Chromium (no Spark).
+ui-screenshots: install
+	$(BIN)/python -m tests.ui_screenshots
 
 # Each benchmark runs its baseline in the same run and prints the ratio (docs/benchmarks.md).
 bench: bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc

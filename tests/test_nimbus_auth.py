@@ -104,13 +104,35 @@ def test_each_role_gets_what_it_may_and_nothing_more(
         assert read.headers["www-authenticate"].startswith("Bearer")
 
 
-@pytest.mark.parametrize("path", ["/metrics", "/", "/api/v1/openapi.json", "/api/v1/leader"])
+@pytest.mark.parametrize(
+    "path", ["/metrics", "/api/v1/openapi.json", "/api/v1/docs", "/api/v1/leader"]
+)
 def test_pages_and_the_document_need_the_read_role(
     tokens_cluster: SecureCluster, path: str
 ) -> None:
     url = tokens_cluster.url(tokens_cluster.nimbuses[0]) + path
     assert httpx.get(url).status_code == 401
     assert httpx.get(url, headers=bearer(READ)).status_code == 200
+
+
+def test_the_web_page_without_credentials_is_a_frame_that_shows_nothing_of_the_cluster(
+    tokens_cluster: SecureCluster,
+) -> None:
+    """A browser cannot send a token when it opens the page: ``/`` and its assets answer
+    without one, but the cluster is only in the page (and the API) for a reader."""
+    url = tokens_cluster.url(tokens_cluster.nimbuses[0])
+    other = tokens_cluster.nimbuses[1].address
+    frame = httpx.get(f"{url}/")
+    assert frame.status_code == 200 and "requires a token" in frame.text
+    assert "Leader:" not in frame.text and other not in frame.text
+    assert httpx.get(f"{url}/ui/static/app.js").status_code == 200
+    page = httpx.get(f"{url}/", headers=bearer(READ)).text
+    assert "Leader:" in page and other in page
+    assert httpx.get(f"{url}/api/v1/whoami").status_code == 401
+    assert httpx.get(f"{url}/api/v1/whoami", headers=bearer(SUBMIT)).json() == {
+        "role": "submit",
+        "auth_required": True,
+    }
 
 
 def test_an_unauthenticated_leader_only_call_on_a_standby_gets_401_before_not_leader(

@@ -342,6 +342,14 @@ class StratusConfig(BaseModel):
         "one gets HTTP 431 (400 if it passes the limit while it arrives) and the connection "
         "is closed",
     )
+    nimbus_ui_refresh_secs: float = Field(
+        default=2.0,
+        ge=0.5,
+        le=3600,
+        alias="nimbus.ui.refresh.secs",
+        description="how often an open page of the web UI reads the cluster again (only while "
+        "its tab is visible, one round at a time)",
+    )
     nimbus_code_max_connections: int = Field(
         default=256,
         gt=0,

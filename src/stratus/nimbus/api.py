@@ -1,4 +1,5 @@
-"""The nimbus HTTP JSON API under ``/api/v1/``, its OpenAPI document, ``/metrics`` and ``/``.
+"""The nimbus HTTP JSON API under ``/api/v1/``, its OpenAPI document, ``/metrics``, and the
+web UI at ``/`` (``ui/``).
 
 Every error is ``{"error": code, "message": ..., "leader": ...}`` with the status of its
 class in ``errors.py``; a leader-only call on a standby is ``421 not_leader`` naming the
@@ -9,12 +10,13 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import FastAPI, File, Form, Path, Request, UploadFile
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -46,7 +48,8 @@ from stratus.nimbus.limits import RequestGuard, add_limit_handlers, leader_only_
 from stratus.nimbus.log_relay import LogRelay
 from stratus.nimbus.metrics import CONTENT_TYPE_LATEST, NimbusMetrics
 from stratus.nimbus.service import MAX_REQUEST_ID_LENGTH, REQUEST_ID, NimbusService
-from stratus.nimbus.status_page import render_status_page
+from stratus.nimbus.ui.front import UiFront
+from stratus.nimbus.ui.routes import add_ui_routes
 from stratus.nimbus.upload_spool import spooling_route
 from stratus.security.access import OPEN, AccessPolicy
 from stratus.web.responses import error_response
@@ -75,16 +78,18 @@ def create_app(
     *,
     ha: NimbusHAService | None = None,
     log_relay: LogRelay | None = None,
+    zookeeper_state: Callable[[], str] = lambda: "unknown",
 ) -> FastAPI:
     """The ASGI application of one nimbus; ``policy`` says who may call it (authorization.py),
     ``ha`` serves the HA service protocol (ha_routes.py), ``log_relay`` reaches the
-    supervisors' endpoints for workers' logs (log_relay.py)."""
+    supervisors' endpoints for workers' logs (log_relay.py), ``zookeeper_state`` names its
+    ZooKeeper connection's state (the web UI shows it)."""
     app = FastAPI(
         title="stratus nimbus",
         version=__version__,
         description="Cluster summary, pipelines and leader discovery of a stratus cluster.",
         openapi_url=f"{PREFIX}/openapi.json",
-        docs_url=f"{PREFIX}/docs",
+        docs_url=None,  # the web UI's, with assets served here (ui/routes.py)
         redoc_url=None,
         responses=_ERRORS | documented_refusals(policy),
         dependencies=documented_security(policy),
@@ -95,6 +100,7 @@ def create_app(
     _add_log_route(app, service, log_relay or LogRelay())
     _add_leader_routes(app, service)
     _add_page_routes(app, service, metrics)
+    add_ui_routes(app, service, policy, zookeeper_state)
     add_code_routes(app, service.incoming)
     if ha is not None:
         add_ha_routes(app, ha)
@@ -108,6 +114,7 @@ def create_app(
     )
     app.add_middleware(EpochHeader, service=service)
     app.add_middleware(RequireRole, policy=policy)  # before the guard: 401, not 421 or 413
+    app.add_middleware(UiFront, service=service, policy=policy)  # the page: before any role
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app
 
@@ -280,10 +287,6 @@ def _add_page_routes(app: FastAPI, service: NimbusService, metrics: NimbusMetric
     @app.get("/metrics", include_in_schema=False)
     async def prometheus() -> Response:
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
-
-    @app.get("/", include_in_schema=False)
-    async def status_page() -> HTMLResponse:
-        return HTMLResponse(render_status_page(service.cluster_summary(), service.address))
 
 
 def _add_error_handlers(app: FastAPI) -> None:

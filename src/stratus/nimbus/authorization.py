@@ -2,14 +2,16 @@
 outside every other check.
 
 Every route needs a role (``required_role``): reads (``GET``/``HEAD``: the cluster, the
-leader, pipelines, workers, packages, the OpenAPI document, ``/metrics`` and the ``/``
-status page) need ``read``, except a worker's log (``/pipelines/NAME/logs``), which may
+leader, pipelines, workers, supervisors, packages, the OpenAPI document and its page,
+``/metrics``) need ``read``, except a worker's log (``/pipelines/NAME/logs``), which may
 hold the pipeline's data and needs ``submit``, as on the supervisor that serves it; every
 other method (submit, kill, activate, deactivate, rebalance) needs ``submit``; the HA
 service protocol (``/ha/``, a failover controller's reads and transitions) needs
 ``admin``, which may do all. The check runs before the upload guard and the routes, so an
 unauthenticated leader-only call on a standby gets 401, not 421, and no body is read. With
-no token file configured every call goes through, as before.
+no token file configured every call goes through, as before. The web UI's page ``/`` and
+its assets ``/ui/`` are answered before this check (``ui/front.py``): a browser cannot send a
+token when it opens a page, and the page shows the cluster only to a reader.
 
 A 401 carries ``WWW-Authenticate: Bearer``; both refusals have the API's error body
 (``stratus.web.authorization``, which the zkfc's endpoint shares).

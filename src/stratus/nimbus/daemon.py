@@ -416,6 +416,7 @@ class Nimbus:
             self.policy,
             ha=self.ha,
             log_relay=LogRelay(client_auth(self.conf)),
+            zookeeper_state=lambda: self.session.state.value,
         )
         self._http = ThreadedServer(
             bounded_app(app, self.settings.http),

@@ -9,10 +9,13 @@ state store (the heartbeats) each time: heartbeats change too often to be watche
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 from kazoo.exceptions import KazooException
 
 from stratus.api.errors import UnavailableError
-from stratus.api.records import PipelineWorkers
+from stratus.api.records import PipelineWorkers, SupervisorHeartbeat
 from stratus.nimbus.assignments import AssignmentTable
 from stratus.state.errors import StateStoreUnavailableError
 from stratus.state.heartbeats import HeartbeatBoard
@@ -27,17 +30,42 @@ class Placement:
 
     def of(self, name: str) -> PipelineWorkers:
         """Where ``name`` runs, or UnavailableError when a store is unreachable."""
-        try:
+        with _unavailable_as_api_error():
             assignment = self._assignments.read(name)
             beats = self._board.workers().get(name, {})
-        except KazooException as exc:
-            raise UnavailableError(
-                f"ZooKeeper is unreachable ({type(exc).__name__}); retry"
-            ) from None
-        except StateStoreUnavailableError as exc:
-            raise UnavailableError(f"{exc}; retry") from None
         return PipelineWorkers(
             pipeline=name,
             assignment=assignment,
             workers=[beat for _, beat in sorted(beats.items())],
         )
+
+    def everywhere(self) -> dict[str, PipelineWorkers]:
+        """Every pipeline's placement (those with an assignment or a worker heartbeat), in
+        one read of each store (the web UI's overview)."""
+        with _unavailable_as_api_error():
+            assignments = self._assignments.read_all()
+            beats = self._board.workers()
+        return {
+            name: PipelineWorkers(
+                pipeline=name,
+                assignment=assignments[name][0] if name in assignments else None,
+                workers=[beat for _, beat in sorted(beats.get(name, {}).items())],
+            )
+            for name in sorted(set(assignments) | set(beats))
+        }
+
+    def supervisor_beats(self) -> dict[str, SupervisorHeartbeat]:
+        """Every supervisor's last heartbeat, by id."""
+        with _unavailable_as_api_error():
+            return self._board.supervisors()
+
+
+@contextlib.contextmanager
+def _unavailable_as_api_error() -> Iterator[None]:
+    """A store that cannot be reached is the API's UnavailableError (503: retry)."""
+    try:
+        yield
+    except KazooException as exc:
+        raise UnavailableError(f"ZooKeeper is unreachable ({type(exc).__name__}); retry") from None
+    except StateStoreUnavailableError as exc:
+        raise UnavailableError(f"{exc}; retry") from None

@@ -25,6 +25,7 @@ from stratus.api.errors import (
     UnknownPipelineError,
 )
 from stratus.api.names import check_pipeline_name
+from stratus.api.overview import SupervisorList, SupervisorStatus, WorkersOverview
 from stratus.api.pipeline_conf import validate_pipeline_conf
 from stratus.api.records import (
     ClusterSummary,
@@ -65,6 +66,7 @@ class NimbusService:
     ) -> None:
         self.address = settings.address
         self.limits = settings.limits
+        self.ui_refresh_secs = settings.ui_refresh_secs
         self._settings = settings
         self.view = view
         self._ops = ops
@@ -141,6 +143,42 @@ class NimbusService:
         a worker's error (its log tail) redacted against the pipeline's real conf."""
         record = self._stored(name)
         return redact_workers(self._placement.of(name), record.conf)
+
+    def workers_overview(self) -> WorkersOverview:
+        """Every pipeline's placement, errors redacted against its real conf: what the web
+        UI polls, one read of each store whatever the number of pipelines."""
+        records = self.view.pipelines()
+        return WorkersOverview(
+            pipelines=[
+                redact_workers(where, records[name].conf if name in records else {})
+                for name, where in self._placement.everywhere().items()
+            ]
+        )
+
+    def supervisors(self) -> SupervisorList:
+        """Every registered supervisor with the age of its last heartbeat (this nimbus's
+        wall clock against the supervisor's: a skew between them shows in the age)."""
+        beats = self._placement.supervisor_beats()
+        now = self._wall()
+        found = []
+        for sid, reg in sorted(self.view.supervisors().items()):
+            beat = beats.get(sid)
+            found.append(
+                SupervisorStatus(
+                    id=sid,
+                    host=reg.host,
+                    slots=reg.slots,
+                    used=reg.used,
+                    started=reg.started,
+                    endpoint=reg.endpoint,
+                    heartbeat_age_secs=None
+                    if beat is None
+                    else round(max(0.0, now - beat.time), 1),
+                    running=beat.running if beat is not None else [],
+                    stopping=beat.stopping if beat is not None else False,
+                )
+            )
+        return SupervisorList(supervisors=found)
 
     def log_source(self, name: str) -> SupervisorSummary:
         """The supervisor whose endpoint serves ``name``'s worker log: the one it is assigned

@@ -73,6 +73,7 @@ class ServiceSettings:
     kill_wait_secs: float  # pipeline.kill.wait.secs, when a kill names no wait
     limits: RequestLimits  # how large a body may be, checked before it is read
     locations: LocationPolicy  # what a rebalance's conf may point at
+    ui_refresh_secs: float = 2.0  # nimbus.ui.refresh.secs: the web UI's polling interval
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,7 @@ class NimbusSettings:
                     max_concurrent_uploads=conf.nimbus_max_concurrent_uploads,
                 ),
                 locations=locations,
+                ui_refresh_secs=conf.nimbus_ui_refresh_secs,
             ),
             http=http_bounds(conf),
             code_server=ConnectionBounds(

@@ -1,5 +1,8 @@
-"""The small status page at ``/``: nimbuses with the leader marked, and pipelines; a banner
-above them names every nimbus that serves an unauthenticated API (``nimbus.auth.insecure``)."""
+"""The small status page: nimbuses with the leader marked, and pipelines; a banner above
+them names every nimbus that serves an unauthenticated API (``nimbus.auth.insecure``).
+
+It is the web UI's page at ``/`` as served (``ui/front.py``), which the UI's script then
+takes over: readable without JavaScript."""
 
 from __future__ import annotations
 
@@ -15,8 +18,9 @@ _STYLE = (
 )
 
 
-def render_status_page(summary: ClusterSummary, this_nimbus: str) -> str:
-    """The page as HTML; every value from the summary is escaped."""
+def render_status_page(summary: ClusterSummary, this_nimbus: str, head: str = "") -> str:
+    """The page as HTML; every value from the summary is escaped. ``head`` goes into the
+    page's head as it is (the web UI's script and style, which take the page over)."""
     leader = summary.leader.address or "none elected"
     nimbus_rows = "".join(
         _row(
@@ -53,7 +57,7 @@ def render_status_page(summary: ClusterSummary, this_nimbus: str) -> str:
     )
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>stratus</title>"
-        f"<style>{_STYLE}</style></head><body>"
+        f"<style>{_STYLE}</style>{head}</head><body><div id='status'>"
         f"<h1>stratus</h1>{banner}<p>Leader: <b>{escape(leader)}</b>, "
         f"epoch {escape(str(summary.leader.epoch))}</p>"
         "<h2>Nimbuses</h2><table><tr><th>nimbus</th><th>role</th><th>uptime</th>"
@@ -61,7 +65,7 @@ def render_status_page(summary: ClusterSummary, this_nimbus: str) -> str:
         "<h2>Pipelines</h2><table><tr><th>name</th><th>status</th><th>package</th>"
         f"<th>submitted</th><th>epoch</th></tr>{pipeline_rows}</table>"
         "<p><a href='/api/v1/docs'>API</a> · <a href='/metrics'>metrics</a></p>"
-        "</body></html>"
+        "</div></body></html>"
     )
 
 

@@ -1,0 +1,126 @@
+"""The web UI's reads and assets on a cluster of three real nimbus processes and a real
+supervisor (no Spark): every nimbus answers the same, secrets stay redacted, and every file
+a page loads comes from the nimbus itself."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from stratus.api.overview import NimbusSelf, SupervisorList, WorkersOverview
+from stratus.api.records import PipelineStatus
+from stratus.zk.server import ZooKeeperServer
+from tests.ui_cluster import GONE, REFRESH_SECS, SECRET, SPARK_UI, UiCluster, ui_cluster
+from tests.zkfixtures import wait_until
+
+# src= or href= naming a scheme or a host (//host): a file from elsewhere
+EXTERNAL_REF = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:[a-z][a-z0-9+.-]*:|//)""", re.I)
+LOCAL_REF = re.compile(r"""(?:src|href)\s*=\s*["']?(/[^"' >]+)""", re.I)
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    zk_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[UiCluster]:
+    logs = tmp_path_factory.mktemp("ui-api")
+    with ui_cluster(zk_server.connect_string, logs, "ui-api") as running:
+        yield running
+
+
+def test_every_page_loads_its_assets_from_this_nimbus_only(cluster):
+    url = cluster.nimbuses.nimbuses[0].url
+    for page in ("/", "/api/v1/docs"):
+        html = httpx.get(f"{url}{page}").text
+        assert not EXTERNAL_REF.search(html), (page, EXTERNAL_REF.search(html))
+        refs = LOCAL_REF.findall(html)
+        assert any(ref.endswith(".js") for ref in refs), (page, refs)
+        for ref in refs:
+            if ref.startswith("/api/") or ref == "/metrics":
+                continue  # links to the API, not assets
+            served = httpx.get(f"{url}{ref}")
+            assert served.status_code == 200 and served.content, (page, ref)
+    page = httpx.get(f"{url}/").text
+    assert f"name='stratus-refresh-secs' content='{REFRESH_SECS}'" in page  # the page polls so
+    for own in ("/ui/static/app.js", "/ui/static/ui.css"):
+        text = httpx.get(f"{url}{own}").text
+        assert "http://" not in text and "https://" not in text, own
+
+
+def test_every_nimbus_lists_the_supervisor_with_its_slots_and_heartbeat_age(cluster):
+    for nimbus in cluster.nimbuses.nimbuses:
+
+        def heard(url: str = nimbus.url) -> bool:
+            answer = SupervisorList.model_validate_json(
+                httpx.get(f"{url}/api/v1/supervisors").content
+            )
+            found = {s.id: s for s in answer.supervisors}
+            return "s1" in found and found["s1"].heartbeat_age_secs is not None
+
+        wait_until(heard, 30, f"{nimbus.address} to list s1 with a heartbeat")
+        answer = SupervisorList.model_validate_json(
+            httpx.get(f"{nimbus.url}/api/v1/supervisors").content
+        )
+        (s1,) = answer.supervisors
+        assert (s1.id, s1.slots, s1.used, s1.running) == ("s1", 2, 0, [])
+        assert s1.heartbeat_age_secs is not None and s1.heartbeat_age_secs >= 0
+
+
+def test_every_nimbus_shows_where_pipelines_run_with_their_errors_redacted(cluster):
+    for nimbus in cluster.nimbuses.nimbuses:
+        response = httpx.get(f"{nimbus.url}/api/v1/workers")
+        assert SECRET not in response.text
+        overview = WorkersOverview.model_validate_json(response.content)
+        (etl,) = [p for p in overview.pipelines if p.pipeline == "etl"]
+        (beat,) = etl.workers
+        assert (beat.supervisor, beat.restarts, beat.last_batch_id) == (GONE, 3, 17)
+        assert beat.spark_ui == SPARK_UI
+        assert beat.error == "boom: DB_PASSWORD=***"
+        assert beat.last_crash is not None and "***" in beat.last_crash.error
+
+
+def test_each_nimbus_says_whether_it_leads_and_its_zookeeper_state(cluster):
+    leader = cluster.nimbuses.wait_for_agreed_leader()
+    for nimbus in cluster.nimbuses.nimbuses:
+        me = NimbusSelf.model_validate_json(httpx.get(f"{nimbus.url}/api/v1/nimbus").content)
+        assert me.address == nimbus.address
+        assert me.is_leader == (nimbus.address == leader)
+        assert me.leader == leader and me.epoch is not None
+        assert me.zookeeper == "connected"
+
+
+def test_a_cluster_without_auth_gives_every_caller_the_admin_role(cluster):
+    caller = httpx.get(f"{cluster.nimbuses.nimbuses[0].url}/api/v1/whoami").json()
+    assert caller == {"role": "admin", "auth_required": False}
+
+
+def test_another_nimbus_origin_may_call_across_origins_and_no_other(cluster):
+    first, second = cluster.nimbuses.nimbuses[:2]
+    preflight = {"Access-Control-Request-Method": "POST"}
+    allowed = httpx.options(
+        f"{second.url}/api/v1/pipelines/etl/kill", headers={"Origin": first.url, **preflight}
+    )
+    assert allowed.status_code == 204
+    assert allowed.headers["access-control-allow-origin"] == first.url
+    assert "authorization" in allowed.headers["access-control-allow-headers"]
+    read = httpx.get(f"{second.url}/api/v1/leader", headers={"Origin": first.url})
+    assert read.headers["access-control-allow-origin"] == first.url
+    stranger = "http://127.0.0.1:1"
+    refused = httpx.get(f"{second.url}/api/v1/leader", headers={"Origin": stranger})
+    assert "access-control-allow-origin" not in refused.headers
+
+
+def test_a_change_sent_by_another_sites_page_is_refused(cluster):
+    """A browser attaches a client certificate to any site's form post: only the pages of
+    the cluster's own nimbuses (or clients that send no Origin) may change anything."""
+    url = cluster.nimbuses.by_address(cluster.nimbuses.wait_for_agreed_leader()).url
+    activate = f"{url}/api/v1/pipelines/etl/activate"
+    forged = httpx.post(activate, headers={"Origin": "http://127.0.0.1:1"})
+    assert (forged.status_code, forged.json()["error"]) == (403, "forbidden")
+    assert cluster.client.status("etl").status is PipelineStatus.INACTIVE
+    absent = f"{url}/api/v1/pipelines/absent/activate"
+    own = httpx.post(absent, headers={"Origin": url})  # the page of this nimbus
+    assert own.json()["error"] == "unknown_pipeline"
+    assert httpx.post(absent).json()["error"] == "unknown_pipeline"  # no Origin: a script

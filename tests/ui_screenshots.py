@@ -1,0 +1,55 @@
+"""The screenshots of docs/ui.md: ``make ui-screenshots`` (or ``python -m tests.ui_screenshots``).
+
+Starts a ZooKeeper, the web UI tests' cluster (three nimbuses, a supervisor, pipelines that
+need no Spark: ``tests/ui_cluster.py``) and Debian's Chromium, and saves each page as a PNG
+into ``docs/ui/``. Not a test: it asserts nothing and CI does not run it.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+from stratus.zk.server import ZooKeeperServer
+from tests.browser import VIEWPORT, chromium, chromium_path
+from tests.ui_cluster import ui_cluster
+
+OUT = Path(__file__).resolve().parent.parent / "docs" / "ui"
+
+
+def main() -> int:
+    executable = chromium_path()
+    if executable is None:
+        print("ui-screenshots: no Chromium on PATH (Debian: apt-get install chromium)")
+        return 1
+    OUT.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="stratus-ui-") as tmp:
+        server = ZooKeeperServer(Path(tmp) / "zk", tick_time_ms=100)
+        server.start()
+        try:
+            with (
+                ui_cluster(server.connect_string, Path(tmp), "ui-screenshots") as cluster,
+                chromium(executable) as browser,
+            ):
+                leader = cluster.nimbuses.by_address(cluster.nimbuses.wait_for_agreed_leader())
+                standby = next(n for n in cluster.nimbuses.nimbuses if n is not leader)
+                page = browser.new_page(viewport=VIEWPORT)
+                shots = [
+                    ("cluster.png", f"{leader.url}/", "#terms"),
+                    ("pipeline.png", f"{leader.url}/#/pipelines/etl", "#crashes td"),
+                    ("standby.png", f"{standby.url}/", "#leader-link"),
+                ]
+                for name, url, ready in shots:
+                    page.goto(url)
+                    page.wait_for_selector("#supervisors td, #record td")
+                    page.wait_for_selector(ready)
+                    page.screenshot(path=str(OUT / name), full_page=True)
+                    print(f"ui-screenshots: {OUT / name}")
+        finally:
+            server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
