@@ -13,6 +13,7 @@ import contextlib
 import json
 import subprocess
 import sys
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,9 @@ from stratus.api.records import PipelineStatus, WorkerState
 from stratus.api.redaction import redact_text
 from stratus.codedist.package_build import package_bytes
 from stratus.supervisor.daemon import Supervisor
+from stratus.supervisor.env_archive import DEPS_ARCHIVE
 from stratus.supervisor.requirements_env import (
+    BASE_PTH,
     ENV_RECORD,
     EnvFailed,
     EnvPending,
@@ -107,6 +110,55 @@ def test_requirements_are_installed_from_a_wheelhouse_beside_the_supervisors_pac
     # pyspark was seen, not installed again into the environment
     assert not list(ready.directory.glob("lib/python*/site-packages/pyspark"))
     assert not list(tmp_path.joinpath("envs").glob(".build-*"))  # published by a rename
+
+
+def test_a_cluster_supervisors_environment_packs_only_its_requirements_for_the_executors(
+    tmp_path: Path, wheelhouse: Path
+) -> None:
+    envs = RequirementEnvs(tmp_path / "envs", offline(wheelhouse, pack=True))
+    try:
+        ready = settled(envs, [f"{PROBE}==1.0"])
+    finally:
+        envs.close()
+    assert isinstance(ready, EnvReady)
+    assert ready.archive == ready.directory / DEPS_ARCHIVE
+    with tarfile.open(ready.archive) as tar:
+        names = {name.split("/")[0] for name in tar.getnames()}
+        tar.extractall(tmp_path / "executor" / "stratus-deps", filter="data")
+    assert f"{PROBE_MODULE}.py" in names
+    assert BASE_PTH not in names  # the supervisor's paths mean nothing on an executor
+    assert not {"pyspark", "stratus"} & names  # the executors' Python has its own
+    # unpacked, on the PYTHONPATH of a Python without the requirement, as an executor's is
+    out = subprocess.run(
+        [sys.executable, "-c", f"import {PROBE_MODULE}; print({PROBE_MODULE}.VALUE)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path / "executor",
+        env={"PYTHONPATH": "stratus-deps", "PATH": "/usr/bin:/bin"},
+    ).stdout.split()
+    assert out == ["7"]
+
+
+def test_an_environment_built_unpacked_is_packed_once_when_a_cluster_needs_it(
+    tmp_path: Path, wheelhouse: Path
+) -> None:
+    first = RequirementEnvs(tmp_path / "envs", offline(wheelhouse))
+    try:
+        ready = settled(first, [f"{PROBE}==1.0"])
+    finally:
+        first.close()
+    assert isinstance(ready, EnvReady) and ready.archive is None
+    built = (ready.directory / ENV_RECORD).stat().st_mtime_ns
+    second = RequirementEnvs(tmp_path / "envs", offline(wheelhouse, pack=True))
+    try:
+        packed = settled(second, [f"{PROBE}==1.0"])
+    finally:
+        second.close()
+    assert isinstance(packed, EnvReady)
+    assert packed.directory == ready.directory
+    assert packed.archive == ready.directory / DEPS_ARCHIVE
+    assert (ready.directory / ENV_RECORD).stat().st_mtime_ns == built  # packed, not rebuilt
 
 
 def test_the_same_requirement_set_reuses_its_environment_even_after_a_restart(
