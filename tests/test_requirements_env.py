@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import subprocess
 import sys
 import tarfile
@@ -340,6 +341,34 @@ def test_an_unresolvable_requirement_ends_failed_with_the_installers_message_and
         assert beat.error is not None
         assert "No matching distribution found for no-such-project-anywhere>=1" in beat.error
     assert not (local / "workers" / "etl" / "worker.log").exists()  # no worker ever started
+
+
+def test_an_update_builds_its_new_environment_before_it_stops_the_old_worker(
+    cluster: Cluster,
+    wheelhouse: Path,
+    probe_worker: list[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    old = cluster.code.upload("etl")
+    new = cluster.code.upload("etl", probe_package("etl", [f"{PROBE}==1.0"]))
+    with (
+        caplog.at_level(logging.INFO, logger="stratus.supervisor"),
+        started(deps_conf(cluster, wheelhouse), probe_worker),
+    ):
+        cluster.assign(old, "etl")
+        first = cluster.wait_for_worker(WorkerState.RUNNING)
+        cluster.assign(new, "etl", generation=1)
+        cluster.wait_for_worker(
+            WorkerState.RUNNING, where=lambda b: b.digest == new.digest, timeout=BUILD_WAIT_SECS
+        )
+    events = [record.getMessage() for record in caplog.records]
+    built = next(i for i, event in enumerate(events) if "event=env_ready" in event)
+    stopped = next(
+        i
+        for i, event in enumerate(events)
+        if "event=worker_stopping" in event and f"pid={first.pid}" in event
+    )
+    assert built < stopped  # the old code ran while the new code's environment was built
 
 
 # ---------------------------------------------------------------------- the real worker
