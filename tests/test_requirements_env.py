@@ -343,6 +343,28 @@ def test_an_unresolvable_requirement_ends_failed_with_the_installers_message_and
     assert not (local / "workers" / "etl" / "worker.log").exists()  # no worker ever started
 
 
+def test_on_a_cluster_master_the_worker_ships_the_packed_environment_and_keeps_pyspark_python(
+    cluster: Cluster,
+    wheelhouse: Path,
+    probe_worker: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/executors/bin/python3")  # the executors' own
+    master = "spark://spark-master.example:7077"
+    meta = cluster.code.upload("etl", probe_package("etl", [f"{PROBE}==1.0"]))
+    local = cluster.tmp_path / "s1"
+    conf = deps_conf(cluster, wheelhouse, **{"pipeline.spark.masters": master})
+    with started(conf, probe_worker):
+        cluster.assign(meta, "etl", conf={"spark.test.mode": "env", "spark.master": master})
+        cluster.wait_for_worker(WorkerState.RUNNING, timeout=BUILD_WAIT_SECS)
+    env_dir = next(path for path in (local / "envs").iterdir() if path.is_dir())
+    spec = json.loads((local / "workers" / "etl" / "spec.json").read_text())
+    assert spec["deps_archive"] == str(env_dir / DEPS_ARCHIVE)
+    assert (env_dir / DEPS_ARCHIVE).is_file()
+    environ = json.loads((local / "workers" / "etl" / "work" / "env.json").read_text())
+    assert environ["PYSPARK_PYTHON"] == "/opt/executors/bin/python3"  # not the environment's
+
+
 def test_an_update_builds_its_new_environment_before_it_stops_the_old_worker(
     cluster: Cluster,
     wheelhouse: Path,
