@@ -11,6 +11,8 @@ alone; a purging kill leaves nothing to expire.
 
 from __future__ import annotations
 
+import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
@@ -187,3 +189,28 @@ def test_a_purging_kill_deletes_the_checkpoints_and_leaves_nothing_to_expire(
     leader.kill_and_remove("etl", purge=True)
     assert not checkpoints.exists()
     assert not leader.marker("etl")
+
+
+def test_a_submit_of_the_name_waits_until_an_expiry_under_way_has_deleted_the_checkpoints(
+    leader: Leader,
+) -> None:
+    checkpoints = leader.submit("etl")
+    leader.kill_and_remove("etl")
+    leader.later(RETENTION + 1)
+    kept = leader.ops.kept_checkpoints()["etl"]
+    submitted: list[bool] = []
+    seen_during_removal: list[bool] = []
+
+    def remove() -> None:
+        submit = threading.Thread(target=lambda: submitted.append(bool(leader.submit("etl"))))
+        submit.start()
+        submit.join(timeout=0.5)  # it must still be waiting for this removal to end
+        seen_during_removal.append(leader.client.exists(PATHS.pipeline("etl")) is not None)
+        shutil.rmtree(checkpoints)
+        threads.append(submit)
+
+    threads: list[threading.Thread] = []
+    assert leader.ops.expire_kept(leader.term, "etl", kept, remove)
+    threads[0].join()
+    assert seen_during_removal == [False]  # no record while its checkpoints were deleted
+    assert submitted == [True] and leader.client.exists(PATHS.pipeline("etl"))

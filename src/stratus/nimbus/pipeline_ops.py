@@ -20,8 +20,10 @@ version, so two requests racing on one pipeline cannot lose an update::
 A removal that keeps the checkpoints (a kill without ``purge``) writes, in the same
 transaction, ``kept-checkpoints/<name>`` (when, under which root); a submit of the name
 deletes it in its own transaction, so checkpoints a new pipeline resumes from are never
-expired. ``expire_kept`` and ``submit`` hold one lock of this leader's, so a submit cannot
-slip between the check that no record exists and the deletion of the checkpoints.
+expired. ``expire_kept`` and ``submit`` of one name hold one lock of this leader's (one of
+``KEPT_LOCKS``, by the name's hash), so a submit cannot slip between the check that no
+record exists and the deletion of the checkpoints, and a long deletion holds up only the
+submits of names that share its lock.
 
 Every operation is idempotent (a submit through its request id), which is what lets a
 client retry any of them after a failover or a lost connection.
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -75,6 +78,7 @@ log = logging.getLogger(__name__)
 REMEMBERED_REQUESTS = 16  # request ids of updates and rebalances kept in a record
 VERSION_RACE_RETRIES = 5  # another request changed the record between our read and write
 DEFAULT_MAX_RECORD_BYTES = 512 * 1024  # nimbus.max.record.bytes
+KEPT_LOCKS = 64  # locks between a name's submit and the expiry of its kept checkpoints
 
 
 class KeptCheckpoints(BaseModel):
@@ -103,7 +107,8 @@ class PipelineOps:
         self._paths = paths
         self._wall = wall  # wall clock: kill times must mean the same on every nimbus
         self._max_record_bytes = max_record_bytes
-        self._kept_lock = threading.Lock()  # a submit against the expiry of kept checkpoints
+        # a submit against the expiry of the same name's kept checkpoints (see the docstring)
+        self._kept_locks = [threading.Lock() for _ in range(KEPT_LOCKS)]
 
     def submit(
         self,
@@ -140,7 +145,7 @@ class PipelineOps:
         )
         data = self._encode(record)
         path = self._paths.pipeline(name)
-        with _zookeeper_errors(term), self._kept_lock:
+        with _zookeeper_errors(term), self._kept_lock(name):
             for _ in range(VERSION_RACE_RETRIES):
                 kept = self._client.exists(self._paths.kept_checkpoint(name))
                 transaction = term.transaction().create(path, data)
@@ -485,7 +490,7 @@ class PipelineOps:
         submitted again meanwhile (its marker then only goes, if still there). Whether
         ``remove`` was called."""
         path = self._paths.kept_checkpoint(name)
-        with _zookeeper_errors(term), self._kept_lock:
+        with _zookeeper_errors(term), self._kept_lock(name):
             resubmitted = self._client.exists(self._paths.pipeline(name)) is not None
             try:
                 term.transaction().delete(path, version=kept.version).commit()
@@ -501,6 +506,9 @@ class PipelineOps:
             )
             remove()
             return True
+
+    def _kept_lock(self, name: str) -> threading.Lock:
+        return self._kept_locks[zlib.crc32(name.encode()) % KEPT_LOCKS]
 
     def _remove_if_still_killed(
         self, term: Leadership, name: str, kept_root: str | None
