@@ -6,7 +6,8 @@ with the wall clock and the monotonic clock in the test's hands. What is proved:
 without ``purge`` keeps the checkpoints until the retention is over and then the leader
 deletes that pipeline's directory alone; a pipeline submitted again meanwhile keeps them
 for good; a retention of 0 keeps them forever; checkpoints kept under another root are left
-alone; a purging kill leaves nothing to expire.
+alone; a purging kill leaves nothing to expire. One scenario runs a real nimbus process
+with a retention of one second.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import cast
 
 import pytest
 
+from stratus.client import NimbusClient
 from stratus.codedist.distributor import CodeDistributor
 from stratus.codedist.package_store import StoredPackage
 from stratus.coordination.coordinator import Coordinator
@@ -28,6 +30,9 @@ from stratus.nimbus.pipeline_ops import KeptCheckpoints, PipelineOps, Replicatio
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore
 from stratus.zk.paths import ClusterPaths
+from tests.nimbus_cluster import nimbus_cluster
+from tests.package_factory import valid_package
+from tests.zkfixtures import wait_until
 
 PATHS = ClusterPaths("/stratus")
 ONE_COPY = ReplicationPolicy(required=1, wait_secs=60)
@@ -214,3 +219,25 @@ def test_a_submit_of_the_name_waits_until_an_expiry_under_way_has_deleted_the_ch
     threads[0].join()
     assert seen_during_removal == [False]  # no record while its checkpoints were deleted
     assert submitted == [True] and leader.client.exists(PATHS.pipeline("etl"))
+
+
+def test_a_nimbus_given_a_retention_deletes_the_checkpoints_a_kill_kept(
+    zk_hosts: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    root = tmp_path / "checkpoints"
+    extra = [
+        "-c", "pipeline.kill.wait.secs=0",
+        "-c", f"pipeline.checkpoint.root={root}",
+        "-c", "pipeline.checkpoint.retention.secs=1",
+    ]  # fmt: skip
+    with (
+        nimbus_cluster(zk_hosts, tmp_path, request.node.name, 1, extra) as cluster,
+        NimbusClient(cluster.seeds, retry_deadline=30) as client,
+    ):
+        client.submit("etl", valid_package("etl"), {})
+        client.submit("report", valid_package("report"), {})
+        for name in ("etl", "report"):
+            (root / name / "offsets").mkdir(parents=True)
+        client.kill("etl", wait_secs=0)  # not purged: kept, for the retention only
+        wait_until(lambda: not (root / "etl").exists(), 30, "the kept checkpoints to expire")
+        assert (root / "report" / "offsets").is_dir()  # a running pipeline's are not touched
