@@ -38,12 +38,22 @@ Parts (``--part``, repeatable; all by default):
   measured in the same run (its first start, with no failure, from its assignment to its
   first batch). The ratio is the kill's total over that sum.
 
+* **update**: ``stratus update`` of the running streaming example to new code (the same
+  package with one more comment line: another digest), until the first batch committed by
+  the worker of the new code, on a cluster of one nimbus and one supervisor. The update is
+  split into the same steps as a move (the new assignment; the new worker's start, after
+  the old worker stopped; Spark start-up; first batch). ``--rounds`` updates in a row. The
+  baseline is the same pipeline's cold start measured in the same run, from its submit to
+  its first batch: what a kill and a submit of the new code would cost at the very least.
+
     .venv/bin/python bench/reassign.py [--repeats 200] [--pipelines 1000] [--supervisors 200]
     .venv/bin/python bench/reassign.py --part schedule --json out.json
     .venv/bin/python bench/reassign.py --part kill [--rounds 3]   # Java and Spark: minutes
+    .venv/bin/python bench/reassign.py --part update [--rounds 3] # Java and Spark: minutes
     .venv/bin/python bench/reassign.py --quick      # schedule, 10 repeats: a smoke run
 
-``--quick`` leaves the kill part out unless it is named (``--part kill --quick``: one round).
+``--quick`` leaves the kill and update parts out unless named (``--part kill --quick``: one
+round).
 The exit code is 0 even when a target is missed (benchmarks never fail the build); it is 1
 only when the benchmark itself could not run (a plan that breaks the checks above, a
 pipeline that did not move or start in time).
@@ -647,11 +657,118 @@ def start_sample(start: PipelineStart) -> dict[str, Any]:
     return {**asdict(start), "phases": start.phases(), "total": start.total}
 
 
+# ---------------------------------------------------------------------------------------------
+# Part: update
+
+
+def new_version(workdir: Path, number: int) -> Path:
+    """The streaming example with one more comment line: the same code, another digest."""
+    package = workdir / f"streaming-v{number}"
+    shutil.copytree(EXAMPLE, package)
+    job = package / "streaming_counts" / "job.py"
+    job.write_text(job.read_text() + f"# version {number}\n")
+    return package
+
+
+def update_round(
+    client: NimbusClient, workdir: Path, pipeline: str, number: int, console: Console
+) -> PipelineStart:
+    """``update`` the running pipeline to new code; follow the new code's start."""
+    beat = running_beat(client, pipeline)
+    if beat is None:
+        raise BenchError(f"{pipeline} does not run before update {number}")
+    package = new_version(workdir, number)
+    # the new manifest's conf would bring back the example's own input and output
+    conf = {INPUT_KEY: str(workdir / "input"), OUTPUT_KEY: str(workdir / "output")}
+    began = time.time()
+    record = client.update(pipeline, package, conf)
+    start = follow_start(
+        client, pipeline, began=began, after_batch=beat.last_batch_id, poll_secs=POLL_SECS
+    )
+    console.print(
+        f"update {number} (to {record.digest[:12]}) on {start.supervisor}: "
+        f"{describe_start(start, 'new assignment')}"
+    )
+    return start
+
+
+def update_part(args: argparse.Namespace, console: Console) -> PartResult:
+    """A real cluster; update the streaming example to new code ``--rounds`` times."""
+    console.rule("update")
+    console.print(
+        f"update: ZooKeeper, 1 nimbus and 1 supervisor as processes (stratus.local.cluster); "
+        f"the {EXAMPLE.name} example; updates: {args.rounds}"
+    )
+    workdir = Path(tempfile.mkdtemp(prefix="stratus-bench-update-"))
+    cluster = LocalCluster(workdir, console, nimbuses=1, supervisors=1)
+    feeder = Feeder(workdir / "input")
+    try:
+        cluster.start()
+        feeder.start()
+        with NimbusClient(cluster.seeds, retry_deadline=60) as client:
+            cold = cold_start(client, workdir, console)
+            wait_steady(client, cold)
+            updates = []
+            for number in range(1, args.rounds + 1):
+                updates.append(update_round(client, workdir, cold.pipeline, number, console))
+                wait_steady(client, updates[-1])
+    except (StratusError, BenchError) as exc:
+        raise BenchError(f"update: {exc} (logs kept in {workdir})") from exc
+    finally:
+        handle_interrupts(signal.SIG_IGN)  # let the cleanup finish (seconds at most)
+        feeder.stop()
+        cluster.close()
+        handle_interrupts(raise_interrupted)
+    shutil.rmtree(workdir, ignore_errors=True)
+    return update_report(cold, updates, console)
+
+
+def update_report(
+    cold: PipelineStart, updates: list[PipelineStart], console: Console
+) -> PartResult:
+    """The table, the baseline (the cold start from its submit) and the ratio."""
+    names = {**STEP_NAMES, "detection": "new assignment"}
+    table = Table(
+        title=f"stratus update of {cold.pipeline} → first batch of the new code: seconds",
+        caption=(
+            "each step lasts until what happened, as the records written by the leader, the "
+            "supervisor and the worker time it; the first step runs from the update call; "
+            "cold start: the same pipeline's first start, from its submit"
+        ),
+        box=box.SIMPLE_HEAD,
+    )
+    for header in ("step", "until", "n", "p50", "max", "cold start"):
+        table.add_column(header, justify="left" if header in ("step", "until") else "right")
+    phases = [u.phases() for u in updates]
+    cold_phases = cold.phases()
+    for key, until in PHASES.items():
+        cells = stats_cells([p[key] for p in phases])
+        table.add_row(names[key], until, *cells, f"{cold_phases[key]:.2f}")
+    totals = [u.total for u in updates]
+    table.add_row(
+        "total", "update → first batch of the new code", *stats_cells(totals), f"{cold.total:.2f}"
+    )
+    console.print(table)
+    p50, worst = percentile(totals, 50), max(totals)
+    line = (
+        f"update: stratus update → first batch of the new code p50 {p50:.2f} s = "
+        f"{p50 / cold.total:.2f}x, max {worst:.2f} s = {worst / cold.total:.2f}x the baseline "
+        f"of {cold.total:.2f} s (the same pipeline's cold start, submit → first batch)"
+    )
+    samples = {
+        "cold_start": start_sample(cold),
+        "updates": [start_sample(u) for u in updates],
+        "baseline_secs": cold.total,
+    }
+    return PartResult([line], {"update": samples})
+
+
 PARTS: dict[str, Callable[[argparse.Namespace, Console], PartResult]] = {
     "schedule": schedule_part,
     "kill": kill_part,
+    "update": update_part,
 }
-SLOW_PARTS = frozenset({"kill"})  # left out of --quick unless named with --part
+SLOW_PARTS = frozenset({"kill", "update"})  # left out of --quick unless named with --part
 
 
 # ---------------------------------------------------------------------------------------------
@@ -674,7 +791,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--dead", type=float, default=0.1, help="share of supervisors dead in 'dead' (0.1)"
     )
-    parser.add_argument("--rounds", type=int, default=3, help="kill: kills in a row (3)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="kill, update: kills or updates in a row (3)"
+    )
     parser.add_argument(
         "--warm",
         choices=tuple(WARM_MODES),

@@ -9,15 +9,25 @@ from typing import Any
 
 import pytest
 
-from stratus.api.records import WorkerHeartbeat, WorkerState
-from stratus.supervisor.code_cache import CodeFailed, CodePending
+from stratus.api.records import Assignment, WorkerHeartbeat, WorkerState
+from stratus.codedist.distributor import CodeMeta
+from stratus.supervisor.code_cache import CodeFailed, CodePending, CodeState, PipelineCode
 from stratus.supervisor.managed_worker import ManagedWorker, Phase, StopReason
 from stratus.supervisor.reconcile import Held
 from stratus.supervisor.requirements_env import EnvFailed
 from stratus.supervisor.restart_policy import RestartPolicy
 from stratus.supervisor.settings import RestartSettings
 from stratus.supervisor.worker_process import WorkerPaths
-from tests.supervisor_fakes import DIGEST, TIMEOUTS, FakeClock, FakeLauncher, assignment, code
+from tests.supervisor_fakes import (
+    DIGEST,
+    RESTART_SETTINGS,
+    TIMEOUTS,
+    FakeClock,
+    FakeLauncher,
+    FakeProcess,
+    assignment,
+    code,
+)
 
 
 def managed(
@@ -302,3 +312,77 @@ def test_the_last_crash_stays_in_the_heartbeat_after_the_restart_that_follows(tm
         None,
         "exit code 3",
     )
+
+
+class CodeByDigest:
+    """A launcher whose code of the new digest is fetched (pending) until the test says."""
+
+    def __init__(self, tmp_path: Path, new_digest: str) -> None:
+        self.inner = FakeLauncher(tmp_path)
+        self.new_digest = new_digest
+        self.new_ready = False
+        self.asked: list[str] = []
+
+    def code(self, pipeline: str, meta: CodeMeta) -> CodeState | EnvFailed:
+        self.asked.append(meta.digest)
+        if meta.digest == self.new_digest and not self.new_ready:
+            return CodePending()
+        return self.inner.code(pipeline, meta)
+
+    def spawn(self, assignment: Assignment, code: PipelineCode, paths: WorkerPaths) -> FakeProcess:
+        return self.inner.spawn(assignment, code, paths)
+
+
+NEW_DIGEST = "e" * 64
+
+
+def test_an_update_fetches_the_new_code_before_it_stops_the_old_worker(tmp_path) -> None:
+    clock, launcher = FakeClock(), CodeByDigest(tmp_path, NEW_DIGEST)
+    worker = ManagedWorker(
+        "s1", assignment(), launcher=launcher, paths=WorkerPaths.of(tmp_path, "etl"),
+        policy=RestartPolicy(RESTART_SETTINGS), timeouts=TIMEOUTS, clock=clock,
+    )  # fmt: skip
+    worker.step(may_start=True)
+    old = launcher.inner.last
+    new = assignment(generation=1, digest=NEW_DIGEST)
+    worker.replace_with(new)
+    assert launcher.asked[-1] == NEW_DIGEST  # the fetch started with the order
+    for _ in range(3):
+        clock.advance(1.0)
+        worker.step(may_start=True)
+    assert (phase(worker), old.signals) == (Phase.RUNNING, [])  # the old code keeps running
+    assert worker.held() == Held(new)  # the plan sees the order as under way
+    launcher.new_ready = True
+    worker.step(may_start=True)
+    assert (phase(worker), old.signals) == (Phase.STOPPING, ["TERM"])
+    old.exit_code = 0
+    worker.step(may_start=True)
+    assert phase(worker) is Phase.STOPPED and worker.successor == new
+
+
+def test_a_rebalance_of_the_same_code_stops_the_old_worker_at_once(tmp_path) -> None:
+    clock, launcher = FakeClock(), CodeByDigest(tmp_path, NEW_DIGEST)
+    worker = ManagedWorker(
+        "s1", assignment(), launcher=launcher, paths=WorkerPaths.of(tmp_path, "etl"),
+        policy=RestartPolicy(RESTART_SETTINGS), timeouts=TIMEOUTS, clock=clock,
+    )  # fmt: skip
+    worker.step(may_start=True)
+    worker.replace_with(assignment(generation=1))
+    assert (phase(worker), launcher.inner.last.signals) == (Phase.STOPPING, ["TERM"])
+
+
+def test_an_old_worker_that_ends_while_the_new_code_is_fetched_is_replaced_not_restarted(
+    tmp_path,
+) -> None:
+    clock, launcher = FakeClock(), CodeByDigest(tmp_path, NEW_DIGEST)
+    worker = ManagedWorker(
+        "s1", assignment(), launcher=launcher, paths=WorkerPaths.of(tmp_path, "etl"),
+        policy=RestartPolicy(RESTART_SETTINGS), timeouts=TIMEOUTS, clock=clock,
+    )  # fmt: skip
+    worker.step(may_start=True)
+    new = assignment(generation=1, digest=NEW_DIGEST)
+    worker.replace_with(new)
+    launcher.inner.last.exit_code = 1
+    worker.step(may_start=True)
+    assert phase(worker) is Phase.STOPPED and worker.idle  # the sweep starts the successor
+    assert worker.successor == new and worker.restarts == 0

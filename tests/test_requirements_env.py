@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import subprocess
 import sys
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,9 @@ from stratus.api.records import PipelineStatus, WorkerState
 from stratus.api.redaction import redact_text
 from stratus.codedist.package_build import package_bytes
 from stratus.supervisor.daemon import Supervisor
+from stratus.supervisor.env_archive import DEPS_ARCHIVE
 from stratus.supervisor.requirements_env import (
+    BASE_PTH,
     ENV_RECORD,
     EnvFailed,
     EnvPending,
@@ -107,6 +111,55 @@ def test_requirements_are_installed_from_a_wheelhouse_beside_the_supervisors_pac
     # pyspark was seen, not installed again into the environment
     assert not list(ready.directory.glob("lib/python*/site-packages/pyspark"))
     assert not list(tmp_path.joinpath("envs").glob(".build-*"))  # published by a rename
+
+
+def test_a_cluster_supervisors_environment_packs_only_its_requirements_for_the_executors(
+    tmp_path: Path, wheelhouse: Path
+) -> None:
+    envs = RequirementEnvs(tmp_path / "envs", offline(wheelhouse, pack=True))
+    try:
+        ready = settled(envs, [f"{PROBE}==1.0"])
+    finally:
+        envs.close()
+    assert isinstance(ready, EnvReady)
+    assert ready.archive == ready.directory / DEPS_ARCHIVE
+    with tarfile.open(ready.archive) as tar:
+        names = {name.split("/")[0] for name in tar.getnames()}
+        tar.extractall(tmp_path / "executor" / "stratus-deps", filter="data")
+    assert f"{PROBE_MODULE}.py" in names
+    assert BASE_PTH not in names  # the supervisor's paths mean nothing on an executor
+    assert not {"pyspark", "stratus"} & names  # the executors' Python has its own
+    # unpacked, on the PYTHONPATH of a Python without the requirement, as an executor's is
+    out = subprocess.run(
+        [sys.executable, "-c", f"import {PROBE_MODULE}; print({PROBE_MODULE}.VALUE)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path / "executor",
+        env={"PYTHONPATH": "stratus-deps", "PATH": "/usr/bin:/bin"},
+    ).stdout.split()
+    assert out == ["7"]
+
+
+def test_an_environment_built_unpacked_is_packed_once_when_a_cluster_needs_it(
+    tmp_path: Path, wheelhouse: Path
+) -> None:
+    first = RequirementEnvs(tmp_path / "envs", offline(wheelhouse))
+    try:
+        ready = settled(first, [f"{PROBE}==1.0"])
+    finally:
+        first.close()
+    assert isinstance(ready, EnvReady) and ready.archive is None
+    built = (ready.directory / ENV_RECORD).stat().st_mtime_ns
+    second = RequirementEnvs(tmp_path / "envs", offline(wheelhouse, pack=True))
+    try:
+        packed = settled(second, [f"{PROBE}==1.0"])
+    finally:
+        second.close()
+    assert isinstance(packed, EnvReady)
+    assert packed.directory == ready.directory
+    assert packed.archive == ready.directory / DEPS_ARCHIVE
+    assert (ready.directory / ENV_RECORD).stat().st_mtime_ns == built  # packed, not rebuilt
 
 
 def test_the_same_requirement_set_reuses_its_environment_even_after_a_restart(
@@ -288,6 +341,56 @@ def test_an_unresolvable_requirement_ends_failed_with_the_installers_message_and
         assert beat.error is not None
         assert "No matching distribution found for no-such-project-anywhere>=1" in beat.error
     assert not (local / "workers" / "etl" / "worker.log").exists()  # no worker ever started
+
+
+def test_on_a_cluster_master_the_worker_ships_the_packed_environment_and_keeps_pyspark_python(
+    cluster: Cluster,
+    wheelhouse: Path,
+    probe_worker: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/executors/bin/python3")  # the executors' own
+    master = "spark://spark-master.example:7077"
+    meta = cluster.code.upload("etl", probe_package("etl", [f"{PROBE}==1.0"]))
+    local = cluster.tmp_path / "s1"
+    conf = deps_conf(cluster, wheelhouse, **{"pipeline.spark.masters": master})
+    with started(conf, probe_worker):
+        cluster.assign(meta, "etl", conf={"spark.test.mode": "env", "spark.master": master})
+        cluster.wait_for_worker(WorkerState.RUNNING, timeout=BUILD_WAIT_SECS)
+    env_dir = next(path for path in (local / "envs").iterdir() if path.is_dir())
+    spec = json.loads((local / "workers" / "etl" / "spec.json").read_text())
+    assert spec["deps_archive"] == str(env_dir / DEPS_ARCHIVE)
+    assert (env_dir / DEPS_ARCHIVE).is_file()
+    environ = json.loads((local / "workers" / "etl" / "work" / "env.json").read_text())
+    assert environ["PYSPARK_PYTHON"] == "/opt/executors/bin/python3"  # not the environment's
+
+
+def test_an_update_builds_its_new_environment_before_it_stops_the_old_worker(
+    cluster: Cluster,
+    wheelhouse: Path,
+    probe_worker: list[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    old = cluster.code.upload("etl")
+    new = cluster.code.upload("etl", probe_package("etl", [f"{PROBE}==1.0"]))
+    with (
+        caplog.at_level(logging.INFO, logger="stratus.supervisor"),
+        started(deps_conf(cluster, wheelhouse), probe_worker),
+    ):
+        cluster.assign(old, "etl")
+        first = cluster.wait_for_worker(WorkerState.RUNNING)
+        cluster.assign(new, "etl", generation=1)
+        cluster.wait_for_worker(
+            WorkerState.RUNNING, where=lambda b: b.digest == new.digest, timeout=BUILD_WAIT_SECS
+        )
+    events = [record.getMessage() for record in caplog.records]
+    built = next(i for i, event in enumerate(events) if "event=env_ready" in event)
+    stopped = next(
+        i
+        for i, event in enumerate(events)
+        if "event=worker_stopping" in event and f"pid={first.pid}" in event
+    )
+    assert built < stopped  # the old code ran while the new code's environment was built
 
 
 # ---------------------------------------------------------------------- the real worker

@@ -69,6 +69,7 @@ def test_every_record_carries_the_keys_of_its_component(tmp_path: Path) -> None:
         find_links=("/srv/wheelhouse", "/mnt/wheels"),
         offline=True,
         install_timeout_secs=90.0,
+        pack=True,  # its pipeline.spark.master is a cluster's: executors need the archive
     )
 
 
@@ -79,6 +80,16 @@ def test_the_id_host_and_local_dir_default_to_the_host_name(
     settings = SupervisorSettings.from_config(config_from_mapping({}))
     assert (settings.id, settings.host) == ("node-9", "node-9")
     assert settings.local_dir.name == "stratus-supervisor-node-9"
+    assert settings.deps.pack is False  # local[*] alone: no archive is ever packed
+
+
+def test_environments_are_packed_when_a_pipeline_may_name_a_cluster_master() -> None:
+    conf = config_from_mapping({"supervisor.id": "s1", "pipeline.spark.masters": ["yarn"]})
+    assert SupervisorSettings.from_config(conf).deps.pack is True
+    local_only = config_from_mapping(
+        {"supervisor.id": "s1", "pipeline.spark.masters": ["local[4]"]}
+    )
+    assert SupervisorSettings.from_config(local_only).deps.pack is False
 
 
 def test_a_host_name_that_cannot_be_an_id_asks_for_supervisor_id(

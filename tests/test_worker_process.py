@@ -3,9 +3,12 @@ its spec, and the tail of its log."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from stratus.config import config_from_mapping
 from stratus.supervisor.settings import SupervisorSettings
 from stratus.supervisor.worker_process import WorkerPaths, build_spec, log_tail, spark_master
+from stratus.worker.spark_app import DEPS_DIR, spark_settings
 from tests.supervisor_fakes import assignment, code
 
 CLUSTER = SupervisorSettings.from_config(
@@ -64,6 +67,23 @@ def test_a_checkpoint_root_in_an_older_records_conf_is_ignored(tmp_path) -> None
         CLUSTER, "s1", assignment(conf=conf), code(tmp_path), WorkerPaths.of(tmp_path, "etl")
     )
     assert spec.checkpoint_location == "/ck/etl"
+
+
+def test_the_requirements_archive_goes_to_a_worker_on_a_cluster_master_only(tmp_path) -> None:
+    archive = tmp_path / "envs" / "py311-x" / "stratus-deps.tar.gz"
+    with_env = dataclasses.replace(code(tmp_path), deps_archive=archive)
+    paths = WorkerPaths.of(tmp_path, "etl")
+    on_cluster = build_spec(CLUSTER, "s1", assignment(), with_env, paths)
+    local = build_spec(
+        CLUSTER, "s1", assignment(conf={"spark.master": "local[2]"}), with_env, paths
+    )
+    assert on_cluster.deps_archive == archive
+    assert local.deps_archive is None  # local executors run the environment's own Python
+    settings = spark_settings(on_cluster)
+    assert settings["spark.executorEnv.PYTHONPATH"] == DEPS_DIR  # first, relative: unpacked
+    assert "spark.executorEnv.PYTHONPATH" not in spark_settings(local)
+    own = on_cluster.model_copy(update={"conf": {"spark.executorEnv.PYTHONPATH": "/opt/lib"}})
+    assert spark_settings(own)["spark.executorEnv.PYTHONPATH"] == f"{DEPS_DIR}:/opt/lib"
 
 
 def test_the_log_tail_is_that_of_the_last_run(tmp_path) -> None:

@@ -497,6 +497,15 @@ class StratusConfig(BaseModel):
         description="the URL schemes pipeline.checkpoint.root may use (a plain path is "
         "`file`); checked when the configuration is loaded",
     )
+    pipeline_checkpoint_retention_secs: float = Field(
+        default=0.0,
+        ge=0,
+        alias="pipeline.checkpoint.retention.secs",
+        description="how long the checkpoints a kill keeps (a kill without --purge) stay "
+        "after the killed pipeline's record is removed; then the leader deletes them (only "
+        "<root>/<pipeline>, never for a pipeline submitted again meanwhile). 0: kept until "
+        "a kill --purge of a later submit, or the operator, removes them",
+    )
     pipeline_spark_masters: list[str] = Field(
         default=[],
         alias="pipeline.spark.masters",

@@ -42,6 +42,7 @@ from stratus.errors import StratusError
 from stratus.nimbus.api import create_app
 from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.cluster_view import NIMBUS_GROUP, ClusterView
+from stratus.nimbus.duties.checkpoint_retention import ExpireKeptCheckpoints
 from stratus.nimbus.duties.killed import RemoveKilled
 from stratus.nimbus.duties.lost_code import FailLostCode
 from stratus.nimbus.duties.replication import ActivateReplicated
@@ -315,6 +316,13 @@ class Nimbus:
         duties = DutyRound(
             [
                 self.removal,
+                ExpireKeptCheckpoints(
+                    ops,
+                    checkpoint_root=self.conf.checkpoint_root(),
+                    retention_secs=self.conf.pipeline_checkpoint_retention_secs,
+                    wall=self._wall,
+                    clock=self._clock,
+                ),
                 ActivateReplicated(self.view.pipelines, self.distributor, ops),
                 FailLostCode(self.code_sync.lost, ops),
                 scheduling,

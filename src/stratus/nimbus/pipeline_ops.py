@@ -14,6 +14,16 @@ version, so two requests racing on one pipeline cannot lose an update::
     ops.stage_update(term, "etl", conf, "r2", new_pkg, replication=policy)  # new code waits
     ops.note_update_replication(term, "etl", holders=2)   # switched: version 2, new digest
     ops.kill(term, "etl", wait_secs=30)   # KILLED now, removed by remove_due() after 30 s
+    ops.remove_due(term, killed, kept_root="/ck")   # + kept-checkpoints/etl unless purged
+    ops.expire_kept(term, "etl", kept, remove)   # retention over: marker deleted, then remove()
+
+A removal that keeps the checkpoints (a kill without ``purge``) writes, in the same
+transaction, ``kept-checkpoints/<name>`` (when, under which root); a submit of the name
+deletes it in its own transaction, so checkpoints a new pipeline resumes from are never
+expired. ``expire_kept`` and ``submit`` of one name hold one lock of this leader's (one of
+``KEPT_LOCKS``, by the name's hash), so a submit cannot slip between the check that no
+record exists and the deletion of the checkpoints, and a long deletion holds up only the
+submits of names that share its lock.
 
 Every operation is idempotent (a submit through its request id), which is what lets a
 client retry any of them after a failover or a lost connection.
@@ -27,6 +37,8 @@ before it is sent, as ``RecordTooLargeError`` (413).
 from __future__ import annotations
 
 import logging
+import threading
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,7 +46,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from stratus.api.clock import Clock
 from stratus.api.errors import (
@@ -66,6 +78,17 @@ log = logging.getLogger(__name__)
 REMEMBERED_REQUESTS = 16  # request ids of updates and rebalances kept in a record
 VERSION_RACE_RETRIES = 5  # another request changed the record between our read and write
 DEFAULT_MAX_RECORD_BYTES = 512 * 1024  # nimbus.max.record.bytes
+KEPT_LOCKS = 64  # locks between a name's submit and the expiry of its kept checkpoints
+
+
+class KeptCheckpoints(BaseModel):
+    """A removed pipeline's kept checkpoints: under which root, since when (wall clock)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    root: str  # pipeline.checkpoint.root when the record was removed
+    removed: float
+    version: int = -1  # the marker znode's version when read (not stored)
 
 
 class PipelineOps:
@@ -84,6 +107,8 @@ class PipelineOps:
         self._paths = paths
         self._wall = wall  # wall clock: kill times must mean the same on every nimbus
         self._max_record_bytes = max_record_bytes
+        # a submit against the expiry of the same name's kept checkpoints (see the docstring)
+        self._kept_locks = [threading.Lock() for _ in range(KEPT_LOCKS)]
 
     def submit(
         self,
@@ -119,11 +144,23 @@ class PipelineOps:
             replication_deadline=replication.deadline(now) if pending else None,
         )
         data = self._encode(record)
-        with _zookeeper_errors(term):
-            try:
-                term.transaction().create(self._paths.pipeline(name), data).commit()
-            except TransactionFailedError:
-                return self._existing_submit(name, request_id), False
+        path = self._paths.pipeline(name)
+        with _zookeeper_errors(term), self._kept_lock(name):
+            for _ in range(VERSION_RACE_RETRIES):
+                kept = self._client.exists(self._paths.kept_checkpoint(name))
+                transaction = term.transaction().create(path, data)
+                if kept is not None:  # its checkpoints are this pipeline's again
+                    transaction.delete(self._paths.kept_checkpoint(name), version=kept.version)
+                try:
+                    transaction.commit()
+                    break
+                except TransactionFailedError:
+                    if kept is None or self._client.exists(path) is not None:
+                        return self._existing_submit(name, request_id), False
+            else:
+                raise UnavailableError(
+                    f"submit of {name!r}: its kept-checkpoints marker kept changing; retry"
+                )
         log.info(
             "event=submitted pipeline=%s epoch=%d digest=%s status=%s",
             name,
@@ -365,16 +402,22 @@ class PipelineOps:
         )
 
     def remove_due(
-        self, term: Leadership, killed: Mapping[str, PipelineRecord]
+        self,
+        term: Leadership,
+        killed: Mapping[str, PipelineRecord],
+        *,
+        kept_root: str | None = None,
     ) -> dict[str, PipelineRecord]:
         """Delete the KILLED records among ``killed`` whose wait is over; each as it was
-        when deleted (a later kill may have added ``purge`` to what ``killed`` shows)."""
+        when deleted (a later kill may have added ``purge`` to what ``killed`` shows).
+        ``kept_root``: the checkpoint root; a record removed without ``purge`` leaves its
+        ``kept-checkpoints/<name>`` under it (None: none is written)."""
         now = self._wall()
         removed = {}
         for name, seen in killed.items():
             if seen.status is PipelineStatus.KILLED and (seen.kill_at or 0) <= now:
                 with _zookeeper_errors(term):
-                    deleted = self._remove_if_still_killed(term, name)
+                    deleted = self._remove_if_still_killed(term, name, kept_root)
                     if deleted is not None:
                         removed[name] = deleted
         return removed
@@ -419,7 +462,57 @@ class PipelineOps:
                 log.warning("event=bad_record pipeline=%s error=%s", name, error)
         return records
 
-    def _remove_if_still_killed(self, term: Leadership, name: str) -> PipelineRecord | None:
+    def kept_checkpoints(self) -> dict[str, KeptCheckpoints]:
+        """Every removed pipeline's kept checkpoints, read from ZooKeeper itself."""
+        kept: dict[str, KeptCheckpoints] = {}
+        try:
+            names = self._client.get_children(self._paths.kept_checkpoints)
+        except NoNodeError:
+            return kept  # a cluster whose leader has not created the parent yet
+        for name in names:
+            try:
+                raw, stat = self._client.get(self._paths.kept_checkpoint(name))
+            except NoNodeError:
+                continue  # a submit or another expiry took it since the listing
+            try:
+                marker = KeptCheckpoints.model_validate_json(raw)
+            except ValidationError:
+                log.warning("event=bad_kept_checkpoints pipeline=%s", name)
+                continue
+            kept[name] = marker.model_copy(update={"version": stat.version})
+        return kept
+
+    def expire_kept(
+        self, term: Leadership, name: str, kept: KeptCheckpoints, remove: Callable[[], object]
+    ) -> bool:
+        """The retention of ``name``'s kept checkpoints is over: delete its marker (fenced,
+        as read) and call ``remove`` (which deletes them), unless the pipeline was
+        submitted again meanwhile (its marker then only goes, if still there). Whether
+        ``remove`` was called."""
+        path = self._paths.kept_checkpoint(name)
+        with _zookeeper_errors(term), self._kept_lock(name):
+            resubmitted = self._client.exists(self._paths.pipeline(name)) is not None
+            try:
+                term.transaction().delete(path, version=kept.version).commit()
+            except TransactionFailedError:
+                return False  # changed or gone meanwhile; the next scan looks again
+            if resubmitted:
+                return False
+            log.info(
+                "event=kept_checkpoints_expired pipeline=%s epoch=%d removed_at=%.3f",
+                name,
+                term.epoch,
+                kept.removed,
+            )
+            remove()
+            return True
+
+    def _kept_lock(self, name: str) -> threading.Lock:
+        return self._kept_locks[zlib.crc32(name.encode()) % KEPT_LOCKS]
+
+    def _remove_if_still_killed(
+        self, term: Leadership, name: str, kept_root: str | None
+    ) -> PipelineRecord | None:
         path = self._paths.pipeline(name)
         try:
             raw, stat = self._client.get(path)
@@ -428,8 +521,18 @@ class PipelineOps:
         record = PipelineRecord.model_validate_json(raw)
         if record.status is not PipelineStatus.KILLED:
             return None
+        transaction = term.transaction().delete(path, version=stat.version)
+        if kept_root is not None and not record.purge:
+            marker = KeptCheckpoints(root=kept_root, removed=self._wall())
+            data = marker.model_dump_json(exclude={"version"}).encode()
+            kept_path = self._paths.kept_checkpoint(name)
+            kept = self._client.exists(kept_path)
+            if kept is None:
+                transaction.create(kept_path, data)
+            else:  # kept from an earlier life of the name: the retention starts again
+                transaction.set_data(kept_path, data, version=kept.version)
         try:
-            term.transaction().delete(path, version=stat.version).commit()
+            transaction.commit()
         except TransactionFailedError:
             return None  # changed or gone meanwhile; the next round looks again
         log.info("event=removed pipeline=%s epoch=%d purge=%s", name, term.epoch, record.purge)

@@ -56,6 +56,7 @@ class PipelineCode:
     directory: Path
     manifest: Manifest
     python: Path | None = None
+    deps_archive: Path | None = None  # its requirements packed for a cluster's executors
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import logging
 import os
 from collections.abc import Sequence, Set
 
+from stratus.api.locations import is_local_master
 from stratus.api.pipeline_conf import env_entries
 from stratus.api.records import Assignment
 from stratus.codedist.distributor import CodeMeta
@@ -75,7 +76,7 @@ class WorkerLauncher:
             return CodePending()
         if isinstance(env, EnvFailed):
             return env
-        return dataclasses.replace(state, python=env.python)
+        return dataclasses.replace(state, python=env.python, deps_archive=env.archive)
 
     def spawn(
         self, assignment: Assignment, code: PipelineCode, paths: WorkerPaths
@@ -101,8 +102,21 @@ class WorkerLauncher:
         command = list(self._command or default_worker_command())
         if code.python is not None:  # the command's interpreter is the environment's
             command[0] = str(code.python)
-            if PYSPARK_PYTHON not in env_entries(spec.conf):  # Spark's Python workers too
+            # Spark's Python workers too, when they run here; a cluster's executors keep the
+            # Python of their own hosts and get the requirements as an archive (spec)
+            local = is_local_master(spec.spark_master)
+            if local and PYSPARK_PYTHON not in env_entries(spec.conf):
                 env[PYSPARK_PYTHON] = str(code.python)
+            if not local and spec.deps_archive is None:
+                log.warning(
+                    "event=env_not_shipped pipeline=%s epoch=%d supervisor=%s master=%s reason=%r",
+                    spec.pipeline,
+                    spec.epoch,
+                    self._supervisor,
+                    spec.spark_master,
+                    "this supervisor's pipeline.spark.master(s) name no cluster master, so "
+                    "it packs no environment for executors: configure it as the nimbuses",
+                )
         return WorkerProcess.launch(spec, paths, command, env=env, log=self._log)
 
     def retain(self, digests: Set[str]) -> None:

@@ -17,6 +17,13 @@ Phases::
                                  \\-> FAILED (max restarts in a row: until the assignment changes)
     PREPARING --its requirements cannot be installed--> FAILED (at once, no restart)
     RUNNING --stop--> STOPPING --exit, or SIGKILL of the group after the grace--> STOPPED
+    RUNNING --new code (an update)--> RUNNING while the new code (and its environment) is
+            fetched --ready, or failed--> STOPPING ... (its successor starts at once)
+
+An update's new code is fetched, and its environment built, while the old worker still
+runs, so the gap between the two is a stop and a start, not also a fetch and an install; a
+fetch or an install that fails stops the old worker anyway (the new one reports the
+error, as it did before). A rebalance (the same code) stops it at once.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from stratus.api.records import Assignment, WorkerCrash, WorkerHeartbeat, Worker
 from stratus.api.redaction import redact_heartbeat, redact_text
 from stratus.codedist.distributor import CodeMeta
 from stratus.errors import StratusError
-from stratus.supervisor.code_cache import CodeFailed, CodeState, PipelineCode
+from stratus.supervisor.code_cache import CodeFailed, CodePending, CodeState, PipelineCode
 from stratus.supervisor.reconcile import Held
 from stratus.supervisor.requirements_env import EnvFailed
 from stratus.supervisor.restart_policy import GiveUp, RestartPolicy
@@ -166,9 +173,20 @@ class ManagedWorker:
         self.assignment = assignment
 
     def replace_with(self, assignment: Assignment) -> None:
-        """Stop, then run ``assignment`` (a new generation or digest) as a new worker."""
+        """Stop, then run ``assignment`` (a new generation or digest) as a new worker; new
+        code is made ready first, while the old worker runs (``step``)."""
         self.successor = assignment
         self.retiring = False
+        if self.phase is Phase.RUNNING and assignment.digest != self.assignment.digest:
+            log.info(
+                "event=worker_update_prefetch pipeline=%s epoch=%d supervisor=%s digest=%s",
+                self.pipeline,
+                assignment.epoch,
+                self.supervisor,
+                assignment.digest,
+            )
+            self._successor_ready()  # the fetch starts now
+            return
         self.stop(StopReason.RESTART)
 
     def retire(self, reason: StopReason) -> None:
@@ -196,6 +214,9 @@ class ManagedWorker:
         if self.phase is Phase.PREPARING and may_start:
             self._try_start(now)
         elif self.phase is Phase.RUNNING:
+            if self.successor is not None and not self.retiring and self._successor_ready():
+                self._begin_stop(StopReason.RESTART)
+                return
             self._watch(now)
         elif self.phase is Phase.STOPPING:
             self._watch_stop(now)
@@ -267,11 +288,21 @@ class ManagedWorker:
         self._killed = False
         self._enter(Phase.RUNNING, pid=process.pid)
 
+    def _successor_ready(self) -> bool:
+        """Whether the successor's code is ready or failed (not being fetched or built)."""
+        assert self.successor is not None
+        successor = self.successor
+        meta = CodeMeta(successor.digest, successor.size_bytes, successor.blake3)
+        return not isinstance(self._launcher.code(self.pipeline, meta), CodePending)
+
     def _watch(self, now: float) -> None:
         assert self._process is not None
         code = self._process.poll()
         self._read_beat(now)
-        if code is not None:
+        if code is not None and self.successor is not None:
+            # it ended while its successor's code was fetched: no restart of the old run
+            self._enter(Phase.STOPPED, reason=StopReason.RESTART.value, exit_code=code)
+        elif code is not None:
             self._exited(code, now)
         elif now - self._beat_changed >= self._timeouts.hang_secs:
             silent = now - self._beat_changed

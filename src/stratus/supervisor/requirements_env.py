@@ -18,7 +18,10 @@ installer's output is kept in ``<local>/envs/<key>.log`` and its tail, bounded a
 credentials redacted, becomes the pipeline's error. Builds run on a thread of their own, so
 the control loop never waits on an install; pip gets the worker's allow-list of the
 supervisor's environment (plus ``PIP_*``, proxies, certificate bundles), never its secrets;
-``get`` is called from that one loop only::
+``get`` is called from that one loop only. With ``supervisor.deps`` settings that say so
+(``pack``: the cluster may run pipelines on a Spark cluster master), each environment also
+gets the archive of its requirements that the executors receive (``env_archive``), built
+with it, or once for an environment an earlier life built without one::
 
     envs = RequirementEnvs(Path("/var/lib/stratus/envs"), DepsSettings(find_links=("/wh",)))
     envs.get("etl", ["tabulate>=0.9"])   # EnvPending, then EnvReady(...) or EnvFailed(...)
@@ -52,6 +55,7 @@ from typing import BinaryIO
 
 from stratus.api.redaction import redact_text
 from stratus.process import ProcessGroup
+from stratus.supervisor.env_archive import archive_of, pack_environment
 from stratus.supervisor.errors import EnvironmentBuildError
 from stratus.supervisor.settings import DepsSettings
 from stratus.supervisor.worker_env import ALLOWED_NAMES, ALLOWED_PREFIXES
@@ -78,6 +82,7 @@ class EnvReady:
 
     key: str
     directory: Path
+    archive: Path | None = None  # its requirements packed for executors (settings.pack)
 
     @property
     def python(self) -> Path:
@@ -184,8 +189,9 @@ class RequirementEnvs:
         future = self._building.get(key)
         if future is None:
             published = self.directory / key
-            if (published / ENV_RECORD).is_file():  # built by an earlier life
-                return self._ready.setdefault(key, EnvReady(key, published))
+            if (published / ENV_RECORD).is_file() and not self._unpacked(published):
+                # built by an earlier life
+                return self._ready.setdefault(key, _ready(key, published))
             self._building[key] = self._pool.submit(
                 self._build, pipeline, key, normalized_requirements(requirements)
             )
@@ -221,8 +227,10 @@ class RequirementEnvs:
         started = time.monotonic()
         deadline = started + self._settings.install_timeout_secs
         with _locked(self.directory / f"{key}.lock"):
-            if (target / ENV_RECORD).is_file():  # another process built it meanwhile
-                return EnvReady(key, target)
+            if (target / ENV_RECORD).is_file():  # built meanwhile, or by an earlier life
+                if self._unpacked(target):
+                    pack_environment(target, exclude=frozenset({BASE_PTH}))
+                return _ready(key, target)
             log.info(
                 "event=env_build_started pipeline=%s env=%s requirements=%s",
                 pipeline,
@@ -243,7 +251,11 @@ class RequirementEnvs:
             time.monotonic() - started,
             target,
         )
-        return EnvReady(key, target)
+        return _ready(key, target)
+
+    def _unpacked(self, env_dir: Path) -> bool:
+        """Whether ``env_dir`` still needs the archive the settings ask for."""
+        return self._settings.pack and archive_of(env_dir) is None
 
     def _install(
         self, key: str, temp: Path, requirements: tuple[str, ...], deadline: float
@@ -276,6 +288,8 @@ class RequirementEnvs:
                 output,
                 deadline,
             )
+        if self._settings.pack:
+            pack_environment(temp, exclude=frozenset({BASE_PTH}))
         record = {
             "requirements": list(requirements),
             "python": sys.executable,
@@ -332,6 +346,10 @@ class RequirementEnvs:
         """Builds that a crash interrupted."""
         for leftover in self.directory.glob(f"{BUILD_PREFIX}*"):
             _remove(leftover)
+
+
+def _ready(key: str, directory: Path) -> EnvReady:
+    return EnvReady(key, directory, archive=archive_of(directory))
 
 
 def _link_spark_scripts(bin_dir: Path) -> None:

@@ -19,6 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from stratus.api.locations import is_local_master
 from stratus.codedist.factory import DistributorSettings
 from stratus.codedist.package_check import PackageLimits
 from stratus.config import SUPERVISOR_ID_PATTERN, StratusConfig
@@ -105,6 +106,9 @@ class DepsSettings:
     find_links: tuple[str, ...] = ()  # supervisor.deps.find.links
     offline: bool = False  # supervisor.deps.offline
     install_timeout_secs: float = 600.0  # supervisor.deps.install.timeout.secs
+    # pack each environment's requirements for executors: some master the cluster may run
+    # pipelines on (pipeline.spark.master, pipeline.spark.masters) is not local[...]
+    pack: bool = False
 
 
 @dataclass(frozen=True)
@@ -202,6 +206,10 @@ class SupervisorSettings:
                 find_links=tuple(conf.supervisor_deps_find_links),
                 offline=conf.supervisor_deps_offline,
                 install_timeout_secs=conf.supervisor_deps_install_timeout_secs,
+                pack=any(
+                    not is_local_master(master)
+                    for master in [conf.pipeline_spark_master, *conf.pipeline_spark_masters]
+                ),
             ),
             log=LogSettings(
                 max_bytes=conf.supervisor_worker_log_max_bytes,

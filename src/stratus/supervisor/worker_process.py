@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from stratus.api.locations import is_local_master
 from stratus.api.records import Assignment
 from stratus.codedist.manifest import TRIGGER_CONF_KEY
 from stratus.process import Lifeline, ProcessGroup
@@ -109,6 +110,7 @@ def build_spec(
     manifest = code.manifest
     pipeline_conf = {**manifest.pipeline_conf(), **assignment.conf}
     trigger = pipeline_conf.get(TRIGGER_CONF_KEY)
+    master = spark_master(settings, pipeline_conf)
     return WorkerSpec(
         pipeline=assignment.pipeline,
         supervisor=supervisor,
@@ -121,7 +123,8 @@ def build_spec(
         code_dir=code.directory,
         work_dir=paths.work,
         conf=pipeline_conf,
-        spark_master=spark_master(settings, pipeline_conf),
+        spark_master=master,
+        deps_archive=None if is_local_master(master) else code.deps_archive,
         checkpoint_location=checkpoint_location(
             settings.checkpoint_root, pipeline_conf, assignment.pipeline
         ),

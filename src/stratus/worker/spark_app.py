@@ -49,6 +49,10 @@ log = logging.getLogger(__name__)
 QUERY_POLL_SECS = 0.5  # how often the main thread looks at the queries after the function
 JVM_EXIT_SECS = 10.0  # after closing the JVM's stdin, how long before it is killed
 CODE_ARCHIVE = "pipeline-code"  # <work_dir>/pipeline-code.zip, shipped to remote executors
+# The directory, in an executor's working directory, where the archive of the pipeline's
+# requirements is unpacked; first on the PYTHONPATH of the executor's Python workers.
+DEPS_DIR = "stratus-deps"
+EXECUTOR_PYTHONPATH = "spark.executorEnv.PYTHONPATH"
 
 
 def run_app(
@@ -90,13 +94,20 @@ def run_app(
 
 
 def spark_settings(spec: WorkerSpec) -> dict[str, str]:
-    """Every setting of the worker's session: defaults, the conf's spark.* keys, the master."""
-    return {
+    """Every setting of the worker's session: defaults, the conf's spark.* keys, the master;
+    with an archive of requirements, its directory first on the executors' PYTHONPATH (a
+    relative path: Python workers start in the executor's working directory, where Spark
+    unpacks archives)."""
+    settings = {
         **SPARK_DEFAULTS,
         "spark.app.name": f"stratus-{spec.pipeline}",
         **spark_conf(spec.conf),
         "spark.master": spec.spark_master,
     }
+    if spec.deps_archive is not None:
+        own = settings.get(EXECUTOR_PYTHONPATH)
+        settings[EXECUTOR_PYTHONPATH] = os.pathsep.join([DEPS_DIR, *filter(None, [own])])
+    return settings
 
 
 def start_session(spec: WorkerSpec) -> SparkSession:
@@ -115,6 +126,7 @@ def start_session(spec: WorkerSpec) -> SparkSession:
             f"{exc}; check spark.master and the pipeline's spark.* conf"
         ) from exc
     if not spec.spark_master.startswith("local"):
+        _ship_deps(spark, spec)
         _ship_code(spark, spec)
     return spark
 
@@ -255,6 +267,14 @@ def _stop_queries(spark: SparkSession) -> None:
                 log.info("event=query_stopped name=%s id=%s", query.name, query.id)
         except Exception as exc:
             log.warning("event=query_stop_failed name=%s id=%s error=%r", query.name, query.id, exc)
+
+
+def _ship_deps(spark: SparkSession, spec: WorkerSpec) -> None:
+    """Executors unpack the archive of the pipeline's requirements (its supervisor built it
+    once per environment) into ``DEPS_DIR``, before any task of the pipeline runs. Added at
+    run time, so the operator's ``spark.archives`` (spark-defaults.conf) stay as they are."""
+    if spec.deps_archive is not None:
+        spark.sparkContext.addArchive(f"{spec.deps_archive}#{DEPS_DIR}")
 
 
 def _ship_code(spark: SparkSession, spec: WorkerSpec) -> None:

@@ -56,6 +56,11 @@ class WorkerSpec(BaseModel):
     work_dir: Path = Field(description="the worker's own scratch directory")
     conf: dict[str, Any] = Field(description="the pipeline's conf (spark.* and pipeline.*)")
     spark_master: str = Field(description="spark.master: the pipeline's, else the cluster's")
+    deps_archive: Path | None = Field(
+        default=None,
+        description="the requirements' environment packed for a cluster master's executors "
+        "(None: no requirements, or a local master, whose executors run the worker's Python)",
+    )
     checkpoint_location: str = Field(description="<pipeline.checkpoint.root>/<pipeline>")
     trigger_interval_secs: float | None = Field(
         default=None, description="sdp: run again every interval; app: passed to the function"

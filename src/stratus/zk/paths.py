@@ -105,6 +105,8 @@ class ClusterPaths:
     ``<root>/supervisors/<id>``         ephemeral, supervisor registration
     ``<root>/code/<name>/<host:port>``  ephemeral, which nimbuses hold a pipeline's code
     ``<root>/assignments/<name>``       persistent, Assignment: where a pipeline runs
+    ``<root>/kept-checkpoints/<name>``  persistent, KeptCheckpoints: a removed pipeline's kept
+                                        checkpoints, until their retention ends or a submit
     ``<root>/heartbeats/...``           the ZooKeeper cluster state store's own paths
     """
 
@@ -149,6 +151,13 @@ class ClusterPaths:
         return join(self.assignments, pipeline)
 
     @property
+    def kept_checkpoints(self) -> str:
+        return join(self.root, "kept-checkpoints")
+
+    def kept_checkpoint(self, pipeline: str) -> str:
+        return join(self.kept_checkpoints, pipeline)
+
+    @property
     def heartbeats(self) -> str:
         """Root of the ZooKeeper cluster state store (``cluster.state.store: zookeeper``)."""
         return join(self.root, "heartbeats")
@@ -161,5 +170,6 @@ class ClusterPaths:
             self.supervisors,
             self.code,
             self.assignments,
+            self.kept_checkpoints,
             self.heartbeats,
         )

@@ -4,8 +4,9 @@ A killed pipeline keeps its record (KILLED, with ``kill_at``) until its wait is 
 worker still runs it; then the record goes in a fenced transaction, and with it the package
 (unless another pipeline names the same code) and the heartbeats. Its checkpoints
 (``<pipeline.checkpoint.root>/<pipeline>``) are kept, so that submitting the same name again
-resumes the pipeline; a kill with ``purge`` deletes them too (only that directory, checked
-to be inside the root). A kill
+resumes the pipeline (until ``pipeline.checkpoint.retention.secs``, if set, is over:
+``checkpoint_retention``); a kill with ``purge`` deletes them too (only that directory,
+checked to be inside the root). A kill
 that this leader just made is noted at once (``note_killed``), so its removal does not wait
 for the watch to bring it into the view::
 
@@ -72,7 +73,7 @@ class RemoveKilled:
         killed = {name: r for name, r in killed.items() if name not in self._still_running()}
         if not killed:
             return
-        removed = self._ops.remove_due(term, killed)
+        removed = self._ops.remove_due(term, killed, kept_root=self._checkpoint_root)
         self._drop_if_unused({digest for gone in removed.values() for digest in _digests(gone)})
         for gone in removed.values():
             self._clean_up(gone)

@@ -1,0 +1,122 @@
+"""End to end on a real Spark standalone cluster: a pipeline's environment reaches the executors.
+
+A master and one worker (one core) run from the pyspark wheel's ``spark-class``
+(``tests/spark_standalone.py``); a nimbus and a supervisor run as real processes, with the
+cluster's master allowed by ``pipeline.spark.masters``. The streaming pipeline's UDF
+imports a module that exists only in the pipeline's requirements (a wheel the test writes
+into a local wheelhouse), and the executors' Python is the test's own interpreter, which
+does not have it: a row comes out right only if the requirements' archive reached the
+executor. Where the UDF ran (its working directory, under the Spark worker's) and the
+master's JSON (the app with its core) show that the executor was the Spark worker's.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from stratus.codedist.package_build import package_bytes
+from stratus.local.examples_io import read_rows
+from tests.pipeline_cluster import pipeline_cluster
+from tests.spark_packages import INPUT_KEY, OUTPUT_KEY, passthrough_conf, write_ids
+from tests.spark_standalone import spark_standalone
+from tests.wheelhouse import make_wheel
+from tests.zkfixtures import wait_until
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
+
+PROBE = "stratus-probe"
+PROBE_MODULE = "stratus_probe"
+PROBE_VALUE = 7
+OUTPUT_SECS = 240.0  # an environment built, an executor started, batches on one core
+IDS = range(10)
+STREAM_SOURCE = f'''"""Each id times its requirement's VALUE, computed on an executor."""
+
+import os
+
+from pyspark.sql import functions as sf
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+SCHEMA = StructType([StructField("id", LongType())])
+
+
+@sf.udf(LongType())
+def times_value(i):
+    import {PROBE_MODULE}  # only in the pipeline's requirements
+
+    return {PROBE_MODULE}.VALUE * i
+
+
+@sf.udf(StringType())
+def where(i):
+    return os.getcwd()
+
+
+def run(spark, context):
+    rows = spark.readStream.schema(SCHEMA).json(context.conf["{INPUT_KEY}"])
+    tagged = rows.select("id", times_value("id").alias("value"), where("id").alias("cwd"))
+    (
+        tagged.writeStream.format("parquet")
+        .option("checkpointLocation", context.checkpoint("probe"))
+        .trigger(processingTime="1 second")
+        .start(context.conf["{OUTPUT_KEY}"])
+    )
+'''
+
+
+def probe_stream_package(name: str) -> bytes:
+    manifest = {
+        "name": name,
+        "kind": "app",
+        "entrypoint": "probe_stream:run",
+        "requirements": [f"{PROBE}=={PROBE_VALUE}.0"],
+    }
+    return package_bytes(
+        {
+            "stratus.yaml": yaml.safe_dump(manifest, sort_keys=False),
+            "probe_stream.py": STREAM_SOURCE,
+        }
+    )
+
+
+def test_a_streaming_pipelines_requirements_reach_the_executors_of_a_standalone_cluster(
+    zk_hosts: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wheelhouse = tmp_path / "wheelhouse"
+    make_wheel(wheelhouse, PROBE, f"{PROBE_VALUE}.0", {PROBE_MODULE: f"VALUE = {PROBE_VALUE}"})
+    # The executors' Python: stratus's own, without the requirement; the driver on loopback.
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+    with spark_standalone(tmp_path / "spark") as spark:
+        options = [
+            *("-c", f"pipeline.spark.masters={spark.url}"),
+            *("-c", f"supervisor.deps.find.links={wheelhouse}"),
+            *("-c", "supervisor.deps.offline=true"),
+        ]
+        with pipeline_cluster(
+            zk_hosts, tmp_path, request.node.name, supervisors=("s1",), extra=options
+        ) as cluster:
+            output = tmp_path / "out"
+            conf: dict[str, Any] = {
+                **passthrough_conf(tmp_path / "in", output),
+                "spark.master": spark.url,
+                "spark.executor.memory": "512m",
+            }
+            cluster.client.submit("probe", probe_stream_package("probe"), conf)
+            beat = cluster.wait_running("probe")
+            write_ids(tmp_path / "in", IDS)
+            wait_until(lambda: len(read_rows(output)) == len(IDS), OUTPUT_SECS, "every id out")
+
+            rows = sorted(read_rows(output), key=lambda row: row["id"])
+            assert [(row["id"], row["value"]) for row in rows] == [
+                (i, PROBE_VALUE * i) for i in IDS
+            ]
+            executor_dir = spark.work_dir / str(beat.app_id)
+            assert all(Path(row["cwd"]).parent == executor_dir for row in rows)
+            apps = {app["id"]: app for app in spark.state()["activeapps"]}
+            assert apps[beat.app_id]["name"] == "stratus-probe"
+            assert apps[beat.app_id]["cores"] == 1
