@@ -56,6 +56,10 @@ class Leadership:
     _holds: Callable[[Leadership], bool] = field(repr=False)
     _lease_end: Callable[[], float] = field(repr=False)
     _clock: Clock = field(default=time.monotonic, repr=False)  # the lease end's clock
+    found_free_at: float | None = field(default=None, compare=False)
+    """When (the session's clock) this candidate saw the slot free, just before the claim
+    that won the term: how long a failover took from there is measured from it. None for
+    a term adopted or re-found after a lost reply."""
 
     @property
     def is_leader(self) -> bool:

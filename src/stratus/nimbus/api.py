@@ -1,4 +1,5 @@
-"""The nimbus HTTP JSON API under ``/api/v1/``, its OpenAPI document, ``/metrics`` and ``/``.
+"""The nimbus HTTP JSON API under ``/api/v1/``, its OpenAPI document, ``/metrics``, ``/``
+and the probes ``/healthz`` and ``/readyz`` (``stratus.web.probes``).
 
 Every error is ``{"error": code, "message": ..., "leader": ...}`` with the status of its
 class in ``errors.py``; a leader-only call on a standby is ``421 not_leader`` naming the
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import FastAPI, File, Form, Path, Request, UploadFile
@@ -28,6 +30,7 @@ from stratus.api.records import (
     ErrorBody,
     KillRequest,
     LeaderInfo,
+    LeaderTerms,
     PipelineList,
     PipelineRecord,
     PipelineWorkers,
@@ -47,8 +50,10 @@ from stratus.nimbus.log_relay import LogRelay
 from stratus.nimbus.metrics import CONTENT_TYPE_LATEST, NimbusMetrics
 from stratus.nimbus.service import MAX_REQUEST_ID_LENGTH, REQUEST_ID, NimbusService
 from stratus.nimbus.status_page import render_status_page
+from stratus.nimbus.term_routes import add_term_routes
 from stratus.nimbus.upload_spool import spooling_route
 from stratus.security.access import OPEN, AccessPolicy
+from stratus.web.probes import Checks, add_probe_routes
 from stratus.web.responses import error_response
 
 PREFIX = "/api/v1"
@@ -75,10 +80,14 @@ def create_app(
     *,
     ha: NimbusHAService | None = None,
     log_relay: LogRelay | None = None,
+    ready: Checks | None = None,
+    leader_terms: Callable[[], LeaderTerms] | None = None,
 ) -> FastAPI:
     """The ASGI application of one nimbus; ``policy`` says who may call it (authorization.py),
     ``ha`` serves the HA service protocol (ha_routes.py), ``log_relay`` reaches the
-    supervisors' endpoints for workers' logs (log_relay.py)."""
+    supervisors' endpoints for workers' logs (log_relay.py), ``ready`` are the checks of
+    ``/readyz`` (the daemon's), ``leader_terms`` reads the history of terms
+    (leader_terms.py)."""
     app = FastAPI(
         title="stratus nimbus",
         version=__version__,
@@ -94,7 +103,10 @@ def create_app(
     _add_read_routes(app, service)
     _add_log_route(app, service, log_relay or LogRelay())
     _add_leader_routes(app, service)
+    if leader_terms is not None:
+        add_term_routes(app, leader_terms)
     _add_page_routes(app, service, metrics)
+    add_probe_routes(app, "nimbus", ready or (lambda: {"started": False}))
     add_code_routes(app, service.incoming)
     if ha is not None:
         add_ha_routes(app, ha)

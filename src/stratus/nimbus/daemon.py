@@ -52,6 +52,7 @@ from stratus.nimbus.exposure import InsecureReminder, check_exposure
 from stratus.nimbus.granted_lock import GrantedLock
 from stratus.nimbus.ha_service import NimbusHAService
 from stratus.nimbus.health import HealthWatch
+from stratus.nimbus.leader_terms import LeaderTermLog
 from stratus.nimbus.leadership_controller import LeadershipController
 from stratus.nimbus.listening import NimbusStartError, listen_socket, package_port_error
 from stratus.nimbus.log_relay import LogRelay
@@ -225,6 +226,7 @@ class Nimbus:
         self, client: KazooClient, ops: PipelineOps, submitter: Submitter
     ) -> None:
         """The leader's duties, the leadership controller, and the API's service."""
+        self.terms = LeaderTermLog(client, self.paths, clock=self.session.clock, wall=self._wall)
         store = create_state_store(state_store_settings(self.conf), client, self.paths)
         self._opened.append(store.close)
         board = HeartbeatBoard(store)
@@ -287,7 +289,7 @@ class Nimbus:
         self._opened.append(registration.close)
         registration.start()
         self._registered.set()
-        self._opened.append(self.controller.stop)
+        self._opened.append(self._stop_leading)
         self.controller.start()
         if self.insecure:
             reminder = InsecureReminder(
@@ -334,13 +336,41 @@ class Nimbus:
             lambda term: self.health.note_round(duties.run(term)),
             self.settings.leadership,
             address=self.address,
-            on_gained=lambda _term: self.metrics.leadership_gained.inc(),
+            on_gained=self._term_began,
             on_lost=self._term_ended,
             clock=self._clock,
         )
 
+    def _readiness(self) -> dict[str, bool]:
+        """``/readyz``: connected to ZooKeeper, registered, and holding the code of every
+        pipeline that needs it (so it may lead); whether it leads does not matter."""
+        return {
+            "zookeeper": self.session.connected,
+            "registered": self._registered.is_set() and not self._stopping.is_set(),
+            "code": not self.code_sync.missing(),
+        }
+
     def _package_server_serving(self) -> bool | None:
         return self._package_server.serving if self._package_server is not None else None
+
+    def _term_began(self, term: Leadership) -> None:
+        """A term accepted: count it, record it in the history, observe its failover."""
+        self.metrics.leadership_gained.inc()
+        record = self.terms.began(term, self.address)
+        if record is not None and record.failover_secs is not None:
+            self.metrics.failover.observe(record.failover_secs)
+            log.info(
+                "event=leader_term_recorded epoch=%d failover_secs=%.3f",
+                term.epoch,
+                record.failover_secs,
+            )
+
+    def _stop_leading(self) -> None:
+        """Leave the queue (another nimbus leads at once), then write the term's end."""
+        term = self.controller.accepted_term()
+        self.controller.stop()
+        if term is not None:
+            self.terms.ended(term)
 
     def _term_ended(self, _term: Leadership) -> None:
         self.metrics.leadership_lost.inc()
@@ -416,6 +446,8 @@ class Nimbus:
             self.policy,
             ha=self.ha,
             log_relay=LogRelay(client_auth(self.conf)),
+            ready=self._readiness,
+            leader_terms=self.terms.read,
         )
         self._http = ThreadedServer(
             bounded_app(app, self.settings.http),
@@ -434,6 +466,8 @@ class Nimbus:
 
     def _revoked(self, term: Leadership, reason: RevokeReason) -> None:
         self.controller.revoked(term, reason)
+        if reason is not RevokeReason.SUSPENDED:  # a suspended term may resume
+            self.terms.ended(term)
 
     def _leader_changed(self, change: LeaderChange) -> None:
         self.metrics.leader_changes.inc()

@@ -106,6 +106,7 @@ class ClusterPaths:
     ``<root>/code/<name>/<host:port>``  ephemeral, which nimbuses hold a pipeline's code
     ``<root>/assignments/<name>``       persistent, Assignment: where a pipeline runs
     ``<root>/heartbeats/...``           the ZooKeeper cluster state store's own paths
+    ``<root>/leader-terms/<epoch>``     persistent, LeaderTerm of each nimbus term (the newest)
     """
 
     root: str
@@ -145,6 +146,14 @@ class ClusterPaths:
     def assignments(self) -> str:
         return join(self.root, "assignments")
 
+    @property
+    def leader_terms(self) -> str:
+        return join(self.root, "leader-terms")
+
+    def leader_term(self, epoch: int) -> str:
+        """A term's node, named by its epoch zero-padded so that names sort as epochs do."""
+        return join(self.leader_terms, f"{epoch:010d}")
+
     def assignment(self, pipeline: str) -> str:
         return join(self.assignments, pipeline)
 
@@ -162,4 +171,5 @@ class ClusterPaths:
             self.code,
             self.assignments,
             self.heartbeats,
+            self.leader_terms,
         )

@@ -1,0 +1,270 @@
+"""Metrics, probes and the leader-term history on real daemons (no Spark: no pipeline runs).
+
+A real ZooKeeper, real ``stratus nimbus``, ``stratus supervisor``, ``stratus pacemaker`` and
+``stratus zkfc`` processes (the zkfc beside the dummy HA service of the zkfc tests), scraped
+over real sockets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from stratus.api.records import LeaderTerms
+from stratus.coordination import Coordinator
+from stratus.local.processes import SupervisorProcess
+from stratus.nimbus.leader_terms import LeaderTermLog
+from stratus.security.client_auth import ClientAuth
+from stratus.zk.paths import ClusterPaths
+from stratus.zk.server import ZooKeeperServer
+from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
+from tests.pacemaker_process import PacemakerProcess
+from tests.secure_cluster import READ, bearer, secure_cluster, token_file
+from tests.zkfc_cluster import ZkfcCluster
+from tests.zkfixtures import chroot_for, wait_until
+
+WAIT = 30.0
+PROBE_CHECKS = {
+    "nimbus": {"zookeeper", "registered", "code"},
+    "supervisor": {"zookeeper", "registered", "state_store"},
+    "zkfc": {"zookeeper", "service_healthy"},
+    "pacemaker": {"warmed_up"},
+}
+
+
+# ---------------------------------------------------------------------- the daemons
+
+
+class Daemons:
+    """One of each daemon, and the base URL of each one's HTTP port."""
+
+    def __init__(self, zk_hosts: str, tmp_path: Path) -> None:
+        self.zk_hosts = zk_hosts
+        self.tmp_path = tmp_path
+        self.urls: dict[str, str] = {}
+        self._stack = contextlib.ExitStack()
+
+    def start(self) -> Daemons:
+        # zk_hosts is chrooted per test: every daemon's tree is this test's own
+        cluster = self._stack.enter_context(
+            nimbus_cluster(self.zk_hosts, self.tmp_path, "metrics", size=1)
+        )
+        nimbus = cluster.nimbuses[0]
+        self.urls["nimbus"] = nimbus.url
+        self.urls["supervisor"] = self._supervisor(cluster)
+        pacemaker = PacemakerProcess(self.tmp_path, ["pacemaker.pulse.ttl.secs=1"]).start()
+        self._stack.callback(pacemaker.kill)
+        self.urls["pacemaker"] = f"http://127.0.0.1:{pacemaker.port}"
+        zkfcs = ZkfcCluster(self.zk_hosts, self.tmp_path, ["a"], fencing="graceful")
+        self._stack.callback(zkfcs.stop)
+        zkfcs.start()
+        zkfcs.wait_active("a")
+        self.urls["zkfc"] = f"http://{zkfcs.zkfc_endpoint('a')}"
+        return self
+
+    def _supervisor(self, cluster: NimbusCluster) -> str:
+        supervisor = SupervisorProcess(
+            ["-c", f"zookeeper.servers={self.zk_hosts}", "-c", f"zookeeper.root={cluster.root}"],
+            id="s1",
+            slots=1,
+            log_dir=self.tmp_path,
+        )
+        self._stack.callback(supervisor.kill)
+        supervisor.start()
+        supervisor.wait_ready()
+        endpoints: list[str] = []
+
+        def registered() -> bool:
+            found = cluster.summary(cluster.nimbuses[0]).supervisors
+            endpoints[:] = [s.endpoint for s in found if s.endpoint]
+            return bool(endpoints)
+
+        wait_until(registered, WAIT, "the supervisor's registration with its endpoint")
+        return f"http://{endpoints[0]}"
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+@pytest.fixture(scope="module")
+def daemons(
+    zk_server: ZooKeeperServer, _zk_admin: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Daemons]:
+    """One of each daemon, shared by the tests of this module (they only read)."""
+    chroot = chroot_for("metrics-daemons")
+    _zk_admin.ensure_path(chroot)
+    started = Daemons(zk_server.connect_string + chroot, tmp_path_factory.mktemp("daemons"))
+    try:
+        yield started.start()
+    finally:
+        started.close()
+
+
+def scrape(url: str, headers: dict[str, str] | None = None) -> str:
+    response = httpx.get(f"{url}/metrics", headers=headers, timeout=10.0)
+    assert response.status_code == 200, response.text
+    return response.text
+
+
+def wait_ready(url: str) -> httpx.Response:
+    answers: list[httpx.Response] = []
+
+    def ready() -> bool:
+        answers[:] = [httpx.get(f"{url}/readyz", timeout=10.0)]
+        return answers[0].status_code == 200
+
+    wait_until(ready, WAIT, f"{url}/readyz to answer 200")
+    return answers[0]
+
+
+# ---------------------------------------------------------------------- metrics and probes
+
+
+def test_every_daemon_shows_build_info_process_metrics_and_open_probes(daemons: Daemons) -> None:
+    for daemon, url in daemons.urls.items():
+        text = scrape(url)
+        families = {family.name: family for family in text_string_to_metric_families(text)}
+        build = families["stratus_build_info"].samples
+        assert [s.labels["daemon"] for s in build] == [daemon], daemon
+        assert build[0].labels["version"] and build[0].labels["python"]
+        assert "process_cpu_seconds" in families, daemon  # ProcessCollector
+        assert "python_info" in families, daemon  # PlatformCollector
+        for family in families.values():
+            if family.type == "counter":  # every counter's series end in _total (or _created)
+                names = {s.name for s in family.samples}
+                assert all(n.endswith(("_total", "_created")) for n in names), (daemon, names)
+
+        alive = httpx.get(f"{url}/healthz", timeout=10.0)
+        assert alive.status_code == 200 and alive.json() == {"daemon": daemon, "alive": True}
+        ready = wait_ready(url).json()
+        assert ready["daemon"] == daemon and ready["ready"] is True
+        assert set(ready["checks"]) == PROBE_CHECKS[daemon]
+        assert all(ready["checks"].values())
+
+
+def test_the_renamed_metrics_are_counters_named_total(daemons: Daemons) -> None:
+    nimbus = scrape(daemons.urls["nimbus"])
+    assert "# TYPE stratus_nimbus_code_sync_rounds_total counter" in nimbus
+    assert "stratus_nimbus_code_sync_rounds_total " in nimbus
+    pacemaker = scrape(daemons.urls["pacemaker"])
+    assert "# TYPE stratus_pacemaker_evicted_total counter" in pacemaker
+    zkfc = scrape(daemons.urls["zkfc"])
+    assert 'stratus_zkfc_health_state{state="service_healthy"} 1.0' in zkfc
+    assert "stratus_zkfc_service_active 1.0" in zkfc
+    supervisor = scrape(daemons.urls["supervisor"])
+    assert 'stratus_supervisor_lease_held{supervisor="s1"} 1.0' in supervisor
+    assert "stratus_supervisor_fenced_total 0.0" in supervisor
+
+
+def test_a_pacemaker_is_not_ready_during_its_warm_up(tmp_path: Path) -> None:
+    pacemaker = PacemakerProcess(tmp_path, ["pacemaker.pulse.ttl.secs=30"]).start()
+    try:
+        url = f"http://127.0.0.1:{pacemaker.port}"
+        warming = httpx.get(f"{url}/readyz", timeout=10.0)
+        assert warming.status_code == 503
+        assert warming.json() == {
+            "daemon": "pacemaker",
+            "ready": False,
+            "checks": {"warmed_up": False},
+        }
+        assert httpx.get(f"{url}/healthz", timeout=10.0).status_code == 200
+    finally:
+        pacemaker.kill()
+
+
+def test_probes_answer_without_a_token_where_metrics_need_one(
+    zk_hosts: str, tmp_path: Path
+) -> None:
+    extra = ["-c", f"nimbus.auth.tokens.file={token_file(tmp_path)}"]
+    with secure_cluster(
+        zk_hosts, tmp_path, "probes", extra=extra, auth=ClientAuth(token=READ), size=1
+    ) as cluster:
+        url = cluster.url(cluster.leader())
+        assert httpx.get(f"{url}/metrics", timeout=10.0).status_code == 401
+        assert httpx.get(f"{url}/api/v1/leader/terms", timeout=10.0).status_code == 401
+        assert httpx.get(f"{url}/healthz", timeout=10.0).status_code == 200
+        assert wait_ready(url).json()["ready"] is True
+        assert "stratus_build_info" in scrape(url, bearer(READ))
+
+
+# ---------------------------------------------------------------------- leader terms
+
+
+def terms_of(cluster: NimbusCluster, url: str) -> LeaderTerms:
+    response = cluster.http.get(f"{url}/api/v1/leader/terms")
+    assert response.status_code == 200, response.text
+    return LeaderTerms.model_validate_json(response.content)
+
+
+def failovers_observed(url: str) -> float:
+    for family in text_string_to_metric_families(scrape(url)):
+        if family.name == "stratus_nimbus_failover_seconds":
+            return next(s.value for s in family.samples if s.name.endswith("_count"))
+    raise AssertionError("no stratus_nimbus_failover_seconds")
+
+
+def test_failovers_are_recorded_in_the_term_history_with_their_durations(
+    zk_hosts: str, tmp_path: Path
+) -> None:
+    with nimbus_cluster(zk_hosts, tmp_path, "terms", size=3) as cluster:
+        first = cluster.by_address(cluster.wait_for_agreed_leader())
+        standby = next(n for n in cluster.nimbuses if n is not first)
+        wait_until(lambda: terms_of(cluster, standby.url).terms, WAIT, "the first term")
+        [only] = terms_of(cluster, standby.url).terms
+        assert only.nimbus == first.address and only.ended_at is None
+        assert only.failover_secs is None  # nothing failed over to it
+
+        first.signal(signal.SIGTERM)  # steps down: writes its own end
+        second = cluster.by_address(cluster.wait_for_agreed_leader(not_=first.address))
+        wait_until(lambda: len(terms_of(cluster, second.url).terms) == 2, WAIT, "a 2nd term")
+        newer, older = terms_of(cluster, second.url).terms
+        assert (newer.nimbus, newer.epoch, newer.ended_at) == (second.address, only.epoch + 1, None)
+        assert newer.failover_secs is not None and newer.failover_secs >= 0
+        assert older.epoch == only.epoch and older.ended_by == "leader"
+        assert older.ended_at is not None and older.ended_at <= newer.started_at
+        assert failovers_observed(second.url) == 1.0
+
+        second.signal(signal.SIGKILL)  # dies: its successor writes the end
+        third = next(n for n in cluster.nimbuses if n not in (first, second))
+        wait_until(lambda: len(terms_of(cluster, third.url).terms) == 3, WAIT, "a 3rd term")
+        latest, killed, _ = terms_of(cluster, third.url).terms
+        assert latest.nimbus == third.address and latest.failover_secs is not None
+        assert killed.nimbus == second.address and killed.ended_by == "successor"
+        assert killed.ended_at is not None and killed.ended_at <= latest.started_at
+        assert failovers_observed(third.url) == 1.0
+
+        document = cluster.http.get(f"{third.url}/api/v1/openapi.json").json()
+        assert "/api/v1/leader/terms" in document["paths"]
+
+
+def test_the_term_history_keeps_the_newest_terms_and_closes_each_previous_one(
+    zk_hosts: str,
+) -> None:
+    coordinator = Coordinator.standalone(zk_hosts, session_timeout=2.0).start()
+    try:
+        client = coordinator.session.client
+        paths = ClusterPaths("/history")
+        client.ensure_path(paths.leader_terms)
+        log = LeaderTermLog(client, paths, keep=3)
+        epochs = []
+        for _ in range(5):
+            term = coordinator.nominate("nimbus", "n1", timeout=WAIT)
+            assert log.began(term, "n1") is not None
+            epochs.append(term.epoch)
+            coordinator.unnominate("nimbus")
+        kept = log.read().terms
+        assert [t.epoch for t in kept] == sorted(epochs, reverse=True)[:3]
+        assert all(t.ended_at is not None and t.ended_by == "successor" for t in kept[1:])
+        assert all(t.failover_secs is not None for t in kept)  # each found the slot free
+        assert sorted(client.get_children(paths.leader_terms)) == [
+            f"{e:010d}" for e in sorted(epochs)[-3:]
+        ]
+    finally:
+        coordinator.close()
