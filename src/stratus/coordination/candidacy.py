@@ -110,8 +110,16 @@ class Candidacy:
 class Candidacies:
     """Every candidacy of one coordinator; see the module docstring."""
 
-    def __init__(self, session: ZkSession, *, post: Post, dispatch: Dispatch) -> None:
+    def __init__(
+        self,
+        session: ZkSession,
+        *,
+        post: Post,
+        dispatch: Dispatch,
+        on_fence_refused: Callable[[], None] = lambda: None,
+    ) -> None:
         self._session = session
+        self._on_fence_refused = on_fence_refused
         self._client = session.client
         self._post = post
         self._dispatch = dispatch
@@ -327,6 +335,7 @@ class Candidacies:
             _lease_end=functools.partial(self._session.lease_end, self._session.session_id),
             _clock=self._session.clock,
             found_free_at=found_free_at,
+            _on_refused=self._on_fence_refused,
         )
         candidacy.term = term  # even if resigned meanwhile: resign then deletes the slot
         with self._lock:  # the move and its dispatch as one step: a resignation comes after

@@ -30,7 +30,7 @@ from stratus import __version__
 from stratus.api.clock import Clock
 from stratus.api.records import NimbusRegistration, PipelineRecord, PipelineStatus
 from stratus.codedist.code_sync import CodeSync
-from stratus.codedist.distributor import CodeDistributor
+from stratus.codedist.distributor import CodeDistributor, CodeMeta
 from stratus.codedist.factory import create_distributor
 from stratus.codedist.package_store import PackageStore
 from stratus.codedist.transfer.server import PackageServer
@@ -57,6 +57,7 @@ from stratus.nimbus.leadership_controller import LeadershipController
 from stratus.nimbus.listening import NimbusStartError, listen_socket, package_port_error
 from stratus.nimbus.log_relay import LogRelay
 from stratus.nimbus.metrics import NimbusMetrics
+from stratus.nimbus.pipeline_metrics import PipelineMetrics
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.placement import Placement
 from stratus.nimbus.readiness import CodeReadiness
@@ -120,7 +121,10 @@ class Nimbus:
         self.settings = NimbusSettings.from_config(conf, self.address)
         self.paths = ClusterPaths(conf.zookeeper_root)
         self.session = ZkSession(zk_settings(conf))
-        self.coordinator = Coordinator(self.session)
+        self.coordinator = Coordinator(
+            self.session,
+            on_fence_refused=lambda: self.metrics.epoch_refusals.inc(),  # noqa: PLW0108 (built below)
+        )
         self.elector = build_elector(
             self.coordinator,
             self.address,
@@ -245,6 +249,15 @@ class Nimbus:
             submits_settled=submitter.settled,
             settle_timeout_secs=self.settings.leadership.monitor_freq_secs,
         )
+        self.pipeline_metrics = PipelineMetrics(
+            pipelines=self.view.pipelines,
+            replication=lambda record: self.distributor.replication_count(
+                record.name, CodeMeta(record.digest, record.size_bytes)
+            ),
+            leading_epoch=self._leading_epoch,
+            clock=self._clock,
+        )
+        self.metrics.registry.register(self.pipeline_metrics)
         duties = self._build_duties(ops, board, assignments)
         lock = GrantedLock() if self.settings.ha.mode is HAMode.ZKFC else None
         self.controller = self._build_controller(readiness, duties, lock)
@@ -313,6 +326,7 @@ class Nimbus:
             clock=self._clock,
             wall=self._wall,
             on_unknown=lambda reason: self.metrics.heartbeats_unknown.labels(reason).inc(),
+            on_observed=self.pipeline_metrics.observe,
         )
         duties = DutyRound(
             [
@@ -364,6 +378,10 @@ class Nimbus:
                 term.epoch,
                 record.failover_secs,
             )
+
+    def _leading_epoch(self) -> int | None:
+        term = self.controller.accepted_term()
+        return term.epoch if term is not None else None
 
     def _stop_leading(self) -> None:
         """Leave the queue (another nimbus leads at once), then write the term's end."""

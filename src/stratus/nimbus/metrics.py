@@ -102,6 +102,12 @@ class NimbusMetrics:
             buckets=FAILOVER_BUCKETS,
             registry=self.registry,
         )
+        self.epoch_refusals = Counter(
+            "stratus_nimbus_epoch_refusals",
+            "fenced writes of this nimbus that ZooKeeper refused because the epoch had moved: "
+            "it wrote as a leader that had been deposed",
+            registry=self.registry,
+        )
         self.leader_changes = Counter(
             "stratus_nimbus_leader_changes",
             "changes of the cluster's leader seen by this nimbus",
