@@ -8,13 +8,18 @@ over real sockets.
 from __future__ import annotations
 
 import contextlib
+import json
+import re
+import shutil
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from stratus.api.records import LeaderTerms
@@ -268,3 +273,92 @@ def test_the_term_history_keeps_the_newest_terms_and_closes_each_previous_one(
         ]
     finally:
         coordinator.close()
+
+
+# ---------------------------------------------------------------------- deploy/: alerts, dashboard
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+ALERTS = DEPLOY / "prometheus" / "stratus-alerts.yml"
+DASHBOARD = DEPLOY / "grafana" / "stratus-dashboard.json"
+REQUIRED_ALERTS = {
+    "StratusNoLeader",
+    "StratusPipelineDown",
+    "StratusReplicationBelowMinimum",
+    "StratusSupervisorFenced",
+}
+# PromQL's own words: functions, aggregations, keywords. Any other name in an expression is a
+# metric (a small lexer, not promtool: promtool is not installed here; see docs/metrics.md).
+PROMQL_WORDS = {
+    "sum", "max", "min", "avg", "count", "by", "without", "on", "ignoring", "group_left",
+    "group_right", "and", "or", "unless", "rate", "increase", "irate", "absent",
+    "histogram_quantile", "humanizeDuration", "bool", "offset",
+}  # fmt: skip
+PROMETHEUS_OWN = {"up"}  # the scrape's own series, which no daemon exposes
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_MATCHERS = re.compile(r"\{[^}]*\}")
+_RANGES = re.compile(r"\[[^\]]*\]")
+_GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
+_NAMES = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric names an expression uses: what is left once strings, label matchers, range
+    selectors, grouping labels, numbers and PromQL's own words are taken out."""
+    stripped = _GROUPING.sub(" ", _RANGES.sub(" ", _MATCHERS.sub(" ", _STRINGS.sub(" ", expr))))
+    return {name for name in _NAMES.findall(stripped) if name not in PROMQL_WORDS}
+
+
+def exposed_names(text: str) -> set[str]:
+    """Every series name an exposition can hold, even for a family without samples yet."""
+    names: set[str] = set()
+    for family in text_string_to_metric_families(text):
+        names.add(family.name)
+        names.update(sample.name for sample in family.samples)
+        if family.type == "counter":
+            names.update({family.name + "_total", family.name + "_created"})
+        if family.type == "histogram":
+            names.update(family.name + suffix for suffix in ("_bucket", "_sum", "_count"))
+    return names
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    loaded = yaml.safe_load(ALERTS.read_text())
+    return [rule for group in loaded["groups"] for rule in group["rules"]]
+
+
+def dashboard_exprs() -> list[str]:
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    return [target["expr"] for panel in panels for target in panel.get("targets", [])]
+
+
+def test_the_alert_rules_are_complete_and_well_formed() -> None:
+    rules = alert_rules()
+    names = [rule["alert"] for rule in rules]
+    assert set(names) >= REQUIRED_ALERTS
+    assert len(names) == len(set(names))
+    for rule in rules:
+        assert rule["labels"]["severity"] in ("critical", "warning"), rule["alert"]
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+        assert metric_names(rule["expr"]), rule["alert"]
+    if shutil.which("promtool"):  # where it is installed, Prometheus's own check too
+        check = subprocess.run(["promtool", "check", "rules", str(ALERTS)], check=False)
+        assert check.returncode == 0
+
+
+def test_the_names_check_sees_a_wrong_name() -> None:
+    assert metric_names('max by (pipeline) (stratus_pipeline_upp{x="a b"}) == 0') == {
+        "stratus_pipeline_upp"
+    }
+    assert metric_names("increase(process_cpu_seconds_total[5m]) > 0") == {
+        "process_cpu_seconds_total"
+    }
+
+
+def test_every_metric_the_alerts_and_the_dashboard_use_is_exposed(daemons: Daemons) -> None:
+    exposed = set(PROMETHEUS_OWN)
+    for url in daemons.urls.values():
+        exposed |= exposed_names(scrape(url))
+    exprs = [rule["expr"] for rule in alert_rules()] + dashboard_exprs()
+    used = set().union(*(metric_names(expr) for expr in exprs))
+    assert used - exposed == set()
+    assert len(dashboard_exprs()) >= 20  # the dashboard's panels were read
