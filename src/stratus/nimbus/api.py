@@ -290,7 +290,7 @@ def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
 
 def _add_page_routes(app: FastAPI, service: NimbusService, metrics: NimbusMetrics) -> None:
     @app.get("/metrics", include_in_schema=False)
-    async def prometheus() -> Response:
+    def prometheus() -> Response:  # in the thread pool: collecting reads the view and the code
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/", include_in_schema=False)

@@ -73,7 +73,9 @@ class LeaderTermLog:
                 nimbus,
                 exc,
             )
-            return None
+        except Exception:  # the boundary: a term is accepted whatever its history does
+            log.exception("event=leader_term_not_recorded epoch=%d nimbus=%s", term.epoch, nimbus)
+        return None
 
     def ended(self, term: Leadership) -> None:
         """Write the end of ``term`` if nobody has (its successor may have, first)."""
