@@ -362,3 +362,37 @@ def test_every_metric_the_alerts_and_the_dashboard_use_is_exposed(daemons: Daemo
     used = set().union(*(metric_names(expr) for expr in exprs))
     assert used - exposed == set()
     assert len(dashboard_exprs()) >= 20  # the dashboard's panels were read
+
+
+# ---------------------------------------------------------------------- zkfc: fences, readiness
+
+
+def test_a_zkfc_counts_its_fence_of_the_old_active_and_is_not_ready_when_its_service_is_sick(
+    zk_hosts: str, tmp_path: Path
+) -> None:
+    cluster = ZkfcCluster(zk_hosts, tmp_path, ["a", "b"], fencing="graceful")
+    try:
+        cluster.start_service("a")
+        cluster.start_service("b")
+        cluster.start_zkfc("a")
+        cluster.wait_active("a")
+        cluster.start_zkfc("b")
+        b_url = f"http://{cluster.zkfc_endpoint('b')}"
+        a_url = f"http://{cluster.zkfc_endpoint('a')}"
+        wait_ready(b_url)
+        fenced = 'stratus_zkfc_fences_total{method="graceful",result="fenced",target="other"}'
+        assert f"{fenced} 0.0" in scrape(b_url)
+
+        cluster.control("a", healthy=False)
+        cluster.wait_active("b")
+        wait_until(lambda: f"{fenced} 1.0" in scrape(b_url), WAIT, "b's fence of a counted")
+        assert "stratus_zkfc_service_active 1.0" in scrape(b_url)
+
+        def a_not_ready() -> bool:
+            answer = httpx.get(f"{a_url}/readyz", timeout=10.0)
+            return answer.status_code == 503 and not answer.json()["checks"]["service_healthy"]
+
+        wait_until(a_not_ready, WAIT, "a's zkfc to say it is not ready")
+        assert 'stratus_zkfc_health_state{state="service_unhealthy"} 1.0' in scrape(a_url)
+    finally:
+        cluster.stop()
