@@ -66,7 +66,8 @@ def status_of(cluster: NimbusCluster, name: str) -> PipelineRecord:
 
 def sync_rounds(nimbus: NimbusProcess) -> float:
     text = httpx.get(f"{nimbus.url}/metrics", timeout=5.0).text
-    line = next(x for x in text.splitlines() if x.startswith("stratus_nimbus_code_sync_rounds "))
+    rounds = "stratus_nimbus_code_sync_rounds_total "
+    line = next(x for x in text.splitlines() if x.startswith(rounds))
     return float(line.split()[1])
 
 

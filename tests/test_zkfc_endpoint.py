@@ -22,6 +22,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from stratus.cli.main import main
+from stratus.ha.health_monitor import HealthState
+from stratus.ha.metrics import ZkfcMetrics
 from stratus.ha.zkfc_endpoint import EndpointSecurity, ZkfcEndpoint
 from stratus.ha.zkfc_protocol import CEDE_PATH, CedeResult, FailoverResult
 from stratus.security.access import AccessPolicy
@@ -224,3 +226,40 @@ def test_a_slow_head_and_a_half_done_handshake_are_closed(endpoint, pki: Pki) ->
         wait_until(lambda: closed_by_the_server(tls), 30, "the slow head closed")
 
     assert cede(server, pki.client(OPERATOR), json={"millis": 5}).status_code == 200
+
+
+def test_the_probes_are_open_and_the_metrics_need_the_read_role(pki: Pki) -> None:
+    metrics = ZkfcMetrics(
+        health=lambda: HealthState.SERVICE_HEALTHY,
+        active=lambda: True,
+        zookeeper_connected=lambda: True,
+    )
+    security = EndpointSecurity(
+        AccessPolicy(load_credentials(pki.tokens)),
+        TlsSettings(cert=str(pki.server.cert), key=str(pki.server.key), ca=str(pki.ca.cert)),
+    )
+    server = ZkfcEndpoint(
+        ("127.0.0.1", 0),
+        Recording(),
+        security,
+        metrics=metrics,
+        ready=lambda: {"zookeeper": False, "service_healthy": True},
+    )
+    server.start()
+    base = f"https://{server.address}"
+    try:
+        with httpx.Client(verify=TlsSettings(ca=str(pki.ca.cert)).client_context()) as anonymous:
+            assert anonymous.get(f"{base}/healthz").json() == {"daemon": "zkfc", "alive": True}
+            not_ready = anonymous.get(f"{base}/readyz")
+            assert not_ready.status_code == 503
+            assert not_ready.json()["checks"] == {"zookeeper": False, "service_healthy": True}
+            assert anonymous.get(f"{base}/metrics").status_code == 401
+        with httpx.Client(verify=pki.client("stranger").client_context()) as stranger:
+            assert stranger.get(f"{base}/metrics").status_code == 403
+        with httpx.Client(verify=pki.client(SUBMITTER).client_context()) as reader:
+            shown = reader.get(f"{base}/metrics")
+            assert shown.status_code == 200
+            assert "stratus_zkfc_service_active 1.0" in shown.text
+            assert reader.post(f"{base}{CEDE_PATH}", json={"millis": 1}).status_code == 403
+    finally:
+        server.stop()

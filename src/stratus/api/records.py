@@ -329,6 +329,38 @@ class LeaderInfo(BaseModel):
     epoch: int | None
 
 
+class LeaderTerm(_Record):
+    """One term of a nimbus's leadership, as the winner recorded it (``leader-terms/``).
+
+    ``failover_secs`` is how long the winner took from seeing the previous leader's slot
+    free (its node vanished, or it stepped down) to leading: after its code check, when it
+    may act. It does not include the time before the slot was freed: the ZooKeeper session
+    timeout of a leader that died. Null for the first term on record, and for a term granted
+    by a failover controller (``nimbus.ha.mode: zkfc``), which measures no vacancy.
+    """
+
+    epoch: int = Field(description="the term's fencing epoch")
+    nimbus: str = Field(description="host:port of the nimbus that led")
+    started_at: float = Field(description="wall-clock time it began leading, epoch seconds")
+    ended_at: float | None = Field(
+        default=None, description="wall-clock time the term ended; null while it lasts"
+    )
+    failover_secs: float | None = Field(
+        default=None, description="from seeing the previous leader gone to leading, seconds"
+    )
+    ended_by: str | None = Field(
+        default=None,
+        description="who wrote the end: `leader` (it stepped down or stopped) or `successor` "
+        "(it died or lost its session; the end is when its successor saw it gone)",
+    )
+
+
+class LeaderTerms(BaseModel):
+    """The newest terms of leadership, newest first (the newest 100 are kept)."""
+
+    terms: list[LeaderTerm]
+
+
 class ClusterSummary(BaseModel):
     """The cluster summary: nimbuses (the leader marked), supervisors and pipelines."""
 

@@ -110,8 +110,16 @@ class Candidacy:
 class Candidacies:
     """Every candidacy of one coordinator; see the module docstring."""
 
-    def __init__(self, session: ZkSession, *, post: Post, dispatch: Dispatch) -> None:
+    def __init__(
+        self,
+        session: ZkSession,
+        *,
+        post: Post,
+        dispatch: Dispatch,
+        on_fence_refused: Callable[[], None] = lambda: None,
+    ) -> None:
         self._session = session
+        self._on_fence_refused = on_fence_refused
         self._client = session.client
         self._post = post
         self._dispatch = dispatch
@@ -188,10 +196,11 @@ class Candidacies:
         if position >= candidacy.leaders:
             return  # the candidates watch wakes us when someone ahead leaves
         taken = set(self._client.get_children(paths.slots, watch=watch))
+        seen_free = self._session.clock()  # when a vacated slot was seen (failover time)
         if candidacy.claim_unknown and self._adopt_claimed_slot(candidacy, taken):
             return
         for slot in range(candidacy.leaders):
-            if str(slot) not in taken and self._claim(candidacy, slot):
+            if str(slot) not in taken and self._claim(candidacy, slot, seen_free):
                 return
 
     def resign(self, candidacy: Candidacy) -> None:
@@ -258,8 +267,9 @@ class Candidacies:
 
     # ----------------------------------------------------------------- claiming a slot
 
-    def _claim(self, candidacy: Candidacy, slot: int) -> bool:
-        """Take ``slot`` and bump its epoch in one transaction; False if someone was faster."""
+    def _claim(self, candidacy: Candidacy, slot: int, seen_free: float | None = None) -> bool:
+        """Take ``slot`` and bump its epoch in one transaction; False if someone was faster.
+        ``seen_free`` is when the slot was seen free (the term's ``found_free_at``)."""
         paths = candidacy.paths
         assert candidacy.node is not None
         _, epoch_stat = self._client.get(paths.epoch(slot))
@@ -282,7 +292,7 @@ class Candidacies:
         failures = [r for r in results if isinstance(r, Exception)]
         if not failures:
             self._session.confirm_contact(probe)
-            self._grant(candidacy, record)
+            self._grant(candidacy, record, seen_free)
             if sequence_of(results[3]) % TERMS_KEPT == 0:
                 self._trim_terms(paths)
             return True
@@ -309,7 +319,9 @@ class Candidacies:
                 return True
         return False
 
-    def _grant(self, candidacy: Candidacy, record: SlotRecord) -> None:
+    def _grant(
+        self, candidacy: Candidacy, record: SlotRecord, found_free_at: float | None = None
+    ) -> None:
         paths = candidacy.paths
         term = Leadership(
             group=candidacy.group,
@@ -322,6 +334,8 @@ class Candidacies:
             _holds=candidacy.leading,
             _lease_end=functools.partial(self._session.lease_end, self._session.session_id),
             _clock=self._session.clock,
+            found_free_at=found_free_at,
+            _on_refused=self._on_fence_refused,
         )
         candidacy.term = term  # even if resigned meanwhile: resign then deletes the slot
         with self._lock:  # the move and its dispatch as one step: a resignation comes after

@@ -64,13 +64,28 @@ log = logging.getLogger(__name__)
 class Coordinator:
     """Leader elections by group over one ZooKeeper session; see the module docstring."""
 
-    def __init__(self, session: ZkSession, *, owns_session: bool = False) -> None:
+    def __init__(
+        self,
+        session: ZkSession,
+        *,
+        owns_session: bool = False,
+        on_fence_refused: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_fence_refused`` hears of every fenced transaction of a term of this
+        coordinator that ZooKeeper refused because the epoch had moved (a deposed leader's
+        write): a daemon counts them."""
         self.session = session
+        self._on_fence_refused = on_fence_refused or _nothing
         self.root = session.root
         self._owns_session = owns_session
         self._worker = SerialThread("coordinator-worker", on_error=_worker_failed)
         self._dispatcher = SerialThread("coordinator-dispatcher", on_error=_callback_failed)
-        self._candidacies = Candidacies(session, post=self._worker.post, dispatch=self._dispatch)
+        self._candidacies = Candidacies(
+            session,
+            post=self._worker.post,
+            dispatch=self._dispatch,
+            on_fence_refused=self._on_fence_refused,
+        )
         self._leader_changes = LeaderChanges(
             session, post=self._worker.post, dispatch=self._dispatch
         )
@@ -294,6 +309,7 @@ class Coordinator:
             _holds=holds,
             _lease_end=lambda: self.session.lease_end(session_id),
             _clock=self.session.clock,
+            _on_refused=self._on_fence_refused,
         )
 
     # ----------------------------------------------------------------- who leads
@@ -380,3 +396,7 @@ def _worker_failed(exc: Exception) -> None:
 
 def _callback_failed(exc: Exception) -> None:
     log.error("event=user_callback_failed error=%r", exc, exc_info=exc)
+
+
+def _nothing() -> None:
+    """The default listener of refused fenced transactions."""

@@ -56,6 +56,11 @@ class Leadership:
     _holds: Callable[[Leadership], bool] = field(repr=False)
     _lease_end: Callable[[], float] = field(repr=False)
     _clock: Clock = field(default=time.monotonic, repr=False)  # the lease end's clock
+    _on_refused: Callable[[], None] = field(default=lambda: None, repr=False, compare=False)
+    found_free_at: float | None = field(default=None, compare=False)
+    """When (the session's clock) this candidate saw the slot free, just before the claim
+    that won the term: how long a failover took from there is measured from it. None for
+    a term adopted or re-found after a lost reply."""
 
     @property
     def is_leader(self) -> bool:
@@ -142,6 +147,7 @@ class FencedTransaction:
             ) from None
         fence, rest = results[0], results[1:]
         if isinstance(fence, (BadVersionError, NoNodeError)):
+            leadership._on_refused()
             raise leadership._lost("the epoch has moved: another leader was elected since")
         for (name, args, _), result in zip(self._ops, rest, strict=True):
             if isinstance(result, Exception) and not isinstance(result, RolledBackError):

@@ -28,9 +28,10 @@ from stratus.ha.errors import ZkfcFatalError
 from stratus.ha.failover_controller import FailoverController
 from stratus.ha.fencing import Fencer, FencingContext, MethodSpec, StandbyAsker
 from stratus.ha.graceful_failover import GracefulFailover
-from stratus.ha.health_monitor import HealthMonitor
+from stratus.ha.health_monitor import HealthMonitor, HealthState
+from stratus.ha.metrics import ZkfcMetrics
 from stratus.ha.preference import Preference
-from stratus.ha.protocol import HAServiceClient
+from stratus.ha.protocol import HAServiceClient, HAState
 from stratus.ha.self_fence import self_fencer
 from stratus.ha.session_watch import SessionWatch
 from stratus.ha.settings import ZkfcSettings
@@ -66,9 +67,19 @@ class Zkfc:
             graceful_timeout=settings.graceful_timeout,
             connect=self._standby_asker,
         )
-        self.fencer = Fencer(settings.fencing_methods, context)
-        self.self_fencer = self_fencer(settings.fencing_methods, context)
-        self.graceful_fencer = Fencer([MethodSpec("graceful")], context)
+        self.metrics = ZkfcMetrics(
+            health=lambda: self.controller.health,
+            active=self._made_active,
+            zookeeper_connected=lambda: session.connected,
+            fencing_methods=settings.fencing_methods,
+        )
+        self.fencer = Fencer(settings.fencing_methods, context, self.metrics.fence_attempt("other"))
+        self.self_fencer = self_fencer(
+            settings.fencing_methods, context, self.metrics.fence_attempt("self")
+        )
+        self.graceful_fencer = Fencer(
+            [MethodSpec("graceful")], context, self.metrics.fence_attempt("self")
+        )
         self.supervision = Supervision(settings.supervise) if settings.supervise else None
         self.elector: ActiveStandbyElector | None = None
         self.preference = Preference(
@@ -117,7 +128,11 @@ class Zkfc:
         self.controller.start()
         self.monitor.start()
         self.endpoint = ZkfcEndpoint(
-            (self.settings.target.host, self.settings.port), self, self._security
+            (self.settings.target.host, self.settings.port),
+            self,
+            self._security,
+            metrics=self.metrics,
+            ready=self.readiness,
         )
         self.endpoint.start()
         self.registry.register(self.settings.target.address, self.endpoint.address)
@@ -142,6 +157,17 @@ class Zkfc:
         self.service.close()
         if self.supervision is not None:
             self.supervision.stop()
+
+    def readiness(self) -> dict[str, bool]:
+        """Ready: connected to ZooKeeper and its service healthy (so it can take part in
+        the election); whether the service is active does not matter."""
+        return {
+            "zookeeper": self.session.connected,
+            "service_healthy": self.controller.health is HealthState.SERVICE_HEALTHY,
+        }
+
+    def _made_active(self) -> bool:
+        return self.controller.given is HAState.ACTIVE
 
     def _client(self, address: str, timeout: float) -> HAServiceClient:
         return HAServiceClient(address, self._auth, timeout=timeout)

@@ -204,12 +204,22 @@ def create_method(spec: MethodSpec, context: FencingContext) -> FenceMethod:
     return SshFence(user, port, context.timeout)
 
 
-class Fencer:
-    """The configured methods, tried in order until one fences the target."""
+FenceAttempt = Callable[[str, str], None]  # (method name, "fenced" | "failed" | "error")
 
-    def __init__(self, specs: list[MethodSpec], context: FencingContext) -> None:
+
+class Fencer:
+    """The configured methods, tried in order until one fences the target; ``on_attempt``
+    hears each method's outcome (the zkfc's metrics count them)."""
+
+    def __init__(
+        self,
+        specs: list[MethodSpec],
+        context: FencingContext,
+        on_attempt: FenceAttempt = lambda _method, _result: None,
+    ) -> None:
         self.specs = specs
         self._methods = [create_method(spec, context) for spec in specs]
+        self._on_attempt = on_attempt
 
     def fence(self, target: FenceTarget) -> bool:
         for spec, method in zip(self.specs, self._methods, strict=True):
@@ -217,10 +227,13 @@ class Fencer:
                 fenced = method.fence(target)
             except Exception as exc:
                 log.warning("event=fence_error method=%s target=%s error=%s", spec, target, exc)
-                fenced = False
+                self._on_attempt(spec.name, "error")
+                continue
             if fenced:
                 log.info("event=fenced method=%s target=%s", spec, target.address)
+                self._on_attempt(spec.name, "fenced")
                 return True
+            self._on_attempt(spec.name, "failed")
             log.warning("event=fence_failed method=%s target=%s", spec, target.address)
         log.error("event=fencing_failed target=%s methods=%d", target.address, len(self.specs))
         return False

@@ -12,7 +12,7 @@ it fences writes, not the service::
 
 from __future__ import annotations
 
-from stratus.ha.fencing import Fencer, FencingContext, MethodSpec
+from stratus.ha.fencing import FenceAttempt, Fencer, FencingContext, MethodSpec
 
 #: The methods that stop the service itself, fit to stand our own service down.
 STOPPING_METHODS = ("shell", "process", "sshfence")
@@ -23,6 +23,10 @@ def self_fence_methods(methods: list[MethodSpec]) -> list[MethodSpec]:
     return [MethodSpec("graceful")] + [spec for spec in methods if spec.name in STOPPING_METHODS]
 
 
-def self_fencer(methods: list[MethodSpec], context: FencingContext) -> Fencer:
+def self_fencer(
+    methods: list[MethodSpec],
+    context: FencingContext,
+    on_attempt: FenceAttempt = lambda _method, _result: None,
+) -> Fencer:
     """The fencer a zkfc turns on its own service when its session expires."""
-    return Fencer(self_fence_methods(methods), context)
+    return Fencer(self_fence_methods(methods), context, on_attempt)

@@ -1,8 +1,11 @@
-"""The zkfc's own HTTP(S) endpoint: ``cede-active`` and ``graceful-failover`` (``zkfc_protocol``).
+"""The zkfc's own HTTP(S) endpoint: ``cede-active`` and ``graceful-failover`` (``zkfc_protocol``),
+its ``/metrics`` and the probes ``/healthz`` and ``/readyz``.
 
 A server like the nimbus API, built from the same pieces (``stratus.web``): every call needs
-the ``admin`` role, from a bearer token of ``nimbus.auth.tokens.file`` or from the client
-certificate that the TLS of ``nimbus.tls.*`` verified (its CN looked up in the same file);
+the ``admin`` role, except ``GET /metrics`` (``read``) and the probes (no role: load
+balancers probe without credentials), from a bearer token of ``nimbus.auth.tokens.file`` or
+from the client certificate that the TLS of ``nimbus.tls.*`` verified (its CN looked up in
+the same file);
 and it is bounded as the API is, by ``nimbus.http.*`` (connections, requests in progress
 with a JSON 503, the time to send a request head or finish a TLS handshake, the head's
 size) and ``nimbus.max.request.bytes`` (a body's size, 413). Every refusal is the API's
@@ -20,13 +23,14 @@ from typing import Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp
 
 from stratus.api.echo import clip
 from stratus.api.errors import ApiError, InvalidRequestError, RequestTooLargeError
 from stratus.api.records import ErrorBody
+from stratus.ha.metrics import CONTENT_TYPE_LATEST, ZkfcMetrics
 from stratus.ha.zkfc_protocol import (
     CEDE_PATH,
     FAILOVER_PATH,
@@ -45,10 +49,12 @@ from stratus.web.bounds import (
     bounded_app,
 )
 from stratus.web.listening import tcp_listener
+from stratus.web.probes import Checks, add_probe_routes
 from stratus.web.responses import error_response
 from stratus.web.threaded_server import ThreadedServer
 
 DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024  # nimbus.max.request.bytes's default
+METRICS_PATH = "/metrics"
 
 
 class EndpointStartError(RuntimeError):
@@ -74,14 +80,31 @@ class EndpointSecurity:
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # nimbus.max.request.bytes
 
 
-def _admin(_method: str, _path: str) -> Role:
-    return Role.ADMIN  # a zkfc's every call changes who is active
+def required_role(method: str, path: str) -> Role:
+    """``read`` for the metrics; ``admin`` for the rest: every other call changes who is
+    active."""
+    return Role.READ if (method, path) == ("GET", METRICS_PATH) else Role.ADMIN
 
 
-def create_app(handlers: Handlers, security: EndpointSecurity) -> ASGIApp:
+def _not_ready() -> dict[str, bool]:
+    return {"started": False}
+
+
+def create_app(
+    handlers: Handlers,
+    security: EndpointSecurity,
+    metrics: ZkfcMetrics | None = None,
+    ready: Checks = _not_ready,
+) -> ASGIApp:
     """The endpoint's ASGI application, behind the role check, the body bound and the
     request bounds (outermost first: bounds, role, body)."""
     app = FastAPI(title="stratus zkfc", openapi_url=None, docs_url=None, redoc_url=None)
+    add_probe_routes(app, "zkfc", ready)
+    if metrics is not None:
+
+        @app.get(METRICS_PATH)
+        def prometheus() -> Response:
+            return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @app.exception_handler(ApiError)
     async def api_error(_request: Request, exc: ApiError) -> JSONResponse:
@@ -119,7 +142,7 @@ def create_app(handlers: Handlers, security: EndpointSecurity) -> ASGIApp:
             "the zkfc's calls carry a few bytes of JSON"
         )
 
-    guarded = RequireRole(BodyLimit(app, limit, too_large), security.policy, _admin)
+    guarded = RequireRole(BodyLimit(app, limit, too_large), security.policy, required_role)
     return bounded_app(guarded, security.bounds)
 
 
@@ -127,7 +150,13 @@ class ZkfcEndpoint:
     """The endpoint's server on its own thread; see the module docstring."""
 
     def __init__(
-        self, bind: tuple[str, int], handlers: Handlers, security: EndpointSecurity
+        self,
+        bind: tuple[str, int],
+        handlers: Handlers,
+        security: EndpointSecurity,
+        *,
+        metrics: ZkfcMetrics | None = None,
+        ready: Checks = _not_ready,
     ) -> None:
         try:
             self._sock = tcp_listener(*bind)
@@ -138,7 +167,7 @@ class ZkfcEndpoint:
             ) from None
         self.address = f"{bind[0]}:{self._sock.getsockname()[1]}"
         self._server = ThreadedServer(
-            create_app(handlers, security),
+            create_app(handlers, security, metrics, ready),
             self._sock,
             security.bounds,
             security.tls.server_context() if security.tls is not None else None,

@@ -1,5 +1,6 @@
-"""The nimbus HTTP JSON API under ``/api/v1/``, its OpenAPI document, ``/metrics``, and the
-web UI at ``/`` (``ui/``).
+"""The nimbus HTTP JSON API under ``/api/v1/``, its OpenAPI document, ``/metrics``, the
+probes ``/healthz`` and ``/readyz`` (``stratus.web.probes``), and the web UI at ``/``
+(``ui/``).
 
 Every error is ``{"error": code, "message": ..., "leader": ...}`` with the status of its
 class in ``errors.py``; a leader-only call on a standby is ``421 not_leader`` naming the
@@ -30,6 +31,7 @@ from stratus.api.records import (
     ErrorBody,
     KillRequest,
     LeaderInfo,
+    LeaderTerms,
     PipelineList,
     PipelineRecord,
     PipelineWorkers,
@@ -48,10 +50,12 @@ from stratus.nimbus.limits import RequestGuard, add_limit_handlers, leader_only_
 from stratus.nimbus.log_relay import LogRelay
 from stratus.nimbus.metrics import CONTENT_TYPE_LATEST, NimbusMetrics
 from stratus.nimbus.service import MAX_REQUEST_ID_LENGTH, REQUEST_ID, NimbusService
+from stratus.nimbus.term_routes import add_term_routes
 from stratus.nimbus.ui.front import UiFront
 from stratus.nimbus.ui.routes import add_ui_routes
 from stratus.nimbus.upload_spool import spooling_route
 from stratus.security.access import OPEN, AccessPolicy
+from stratus.web.probes import Checks, add_probe_routes
 from stratus.web.responses import error_response
 
 PREFIX = "/api/v1"
@@ -79,11 +83,15 @@ def create_app(
     ha: NimbusHAService | None = None,
     log_relay: LogRelay | None = None,
     zookeeper_state: Callable[[], str] = lambda: "unknown",
+    ready: Checks | None = None,
+    leader_terms: Callable[[], LeaderTerms] | None = None,
 ) -> FastAPI:
     """The ASGI application of one nimbus; ``policy`` says who may call it (authorization.py),
     ``ha`` serves the HA service protocol (ha_routes.py), ``log_relay`` reaches the
     supervisors' endpoints for workers' logs (log_relay.py), ``zookeeper_state`` names its
-    ZooKeeper connection's state (the web UI shows it)."""
+    ZooKeeper connection's state (the web UI shows it), ``ready`` are the checks of
+    ``/readyz`` (the daemon's), ``leader_terms`` reads the history of terms
+    (leader_terms.py)."""
     app = FastAPI(
         title="stratus nimbus",
         version=__version__,
@@ -99,8 +107,11 @@ def create_app(
     _add_read_routes(app, service)
     _add_log_route(app, service, log_relay or LogRelay())
     _add_leader_routes(app, service)
+    if leader_terms is not None:
+        add_term_routes(app, leader_terms)
     _add_page_routes(app, service, metrics)
     add_ui_routes(app, service, policy, zookeeper_state)
+    add_probe_routes(app, "nimbus", ready or (lambda: {"started": False}))
     add_code_routes(app, service.incoming)
     if ha is not None:
         add_ha_routes(app, ha)
@@ -285,7 +296,7 @@ def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
 
 def _add_page_routes(app: FastAPI, service: NimbusService, metrics: NimbusMetrics) -> None:
     @app.get("/metrics", include_in_schema=False)
-    async def prometheus() -> Response:
+    def prometheus() -> Response:  # in the thread pool: collecting reads the view and the code
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
 

@@ -30,7 +30,7 @@ from stratus import __version__
 from stratus.api.clock import Clock
 from stratus.api.records import NimbusRegistration, PipelineRecord, PipelineStatus
 from stratus.codedist.code_sync import CodeSync
-from stratus.codedist.distributor import CodeDistributor
+from stratus.codedist.distributor import CodeDistributor, CodeMeta
 from stratus.codedist.factory import create_distributor
 from stratus.codedist.package_store import PackageStore
 from stratus.codedist.transfer.server import PackageServer
@@ -53,10 +53,12 @@ from stratus.nimbus.exposure import InsecureReminder, check_exposure
 from stratus.nimbus.granted_lock import GrantedLock
 from stratus.nimbus.ha_service import NimbusHAService
 from stratus.nimbus.health import HealthWatch
+from stratus.nimbus.leader_terms import LeaderTermLog
 from stratus.nimbus.leadership_controller import LeadershipController
 from stratus.nimbus.listening import NimbusStartError, listen_socket, package_port_error
 from stratus.nimbus.log_relay import LogRelay
 from stratus.nimbus.metrics import NimbusMetrics
+from stratus.nimbus.pipeline_metrics import PipelineMetrics
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.placement import Placement
 from stratus.nimbus.readiness import CodeReadiness
@@ -120,7 +122,10 @@ class Nimbus:
         self.settings = NimbusSettings.from_config(conf, self.address)
         self.paths = ClusterPaths(conf.zookeeper_root)
         self.session = ZkSession(zk_settings(conf))
-        self.coordinator = Coordinator(self.session)
+        self.coordinator = Coordinator(
+            self.session,
+            on_fence_refused=lambda: self.metrics.epoch_refusals.inc(),  # noqa: PLW0108 (built below)
+        )
         self.elector = build_elector(
             self.coordinator,
             self.address,
@@ -226,6 +231,7 @@ class Nimbus:
         self, client: KazooClient, ops: PipelineOps, submitter: Submitter
     ) -> None:
         """The leader's duties, the leadership controller, and the API's service."""
+        self.terms = LeaderTermLog(client, self.paths, clock=self.session.clock, wall=self._wall)
         store = create_state_store(state_store_settings(self.conf), client, self.paths)
         self._opened.append(store.close)
         board = HeartbeatBoard(store)
@@ -244,6 +250,15 @@ class Nimbus:
             submits_settled=submitter.settled,
             settle_timeout_secs=self.settings.leadership.monitor_freq_secs,
         )
+        self.pipeline_metrics = PipelineMetrics(
+            pipelines=self.view.pipelines,
+            replication=lambda record: self.distributor.replication_count(
+                record.name, CodeMeta(record.digest, record.size_bytes)
+            ),
+            leading_epoch=self._leading_epoch,
+            clock=self._clock,
+        )
+        self.metrics.registry.register(self.pipeline_metrics)
         duties = self._build_duties(ops, board, assignments)
         lock = GrantedLock() if self.settings.ha.mode is HAMode.ZKFC else None
         self.controller = self._build_controller(readiness, duties, lock)
@@ -288,7 +303,7 @@ class Nimbus:
         self._opened.append(registration.close)
         registration.start()
         self._registered.set()
-        self._opened.append(self.controller.stop)
+        self._opened.append(self._stop_leading)
         self.controller.start()
         if self.insecure:
             reminder = InsecureReminder(
@@ -312,6 +327,7 @@ class Nimbus:
             clock=self._clock,
             wall=self._wall,
             on_unknown=lambda reason: self.metrics.heartbeats_unknown.labels(reason).inc(),
+            on_observed=self.pipeline_metrics.observe,
         )
         duties = DutyRound(
             [
@@ -342,13 +358,45 @@ class Nimbus:
             lambda term: self.health.note_round(duties.run(term)),
             self.settings.leadership,
             address=self.address,
-            on_gained=lambda _term: self.metrics.leadership_gained.inc(),
+            on_gained=self._term_began,
             on_lost=self._term_ended,
             clock=self._clock,
         )
 
+    def _readiness(self) -> dict[str, bool]:
+        """``/readyz``: connected to ZooKeeper, registered, and holding the code of every
+        pipeline that needs it (so it may lead); whether it leads does not matter."""
+        return {
+            "zookeeper": self.session.connected,
+            "registered": self._registered.is_set() and not self._stopping.is_set(),
+            "code": not self.code_sync.missing(),
+        }
+
     def _package_server_serving(self) -> bool | None:
         return self._package_server.serving if self._package_server is not None else None
+
+    def _term_began(self, term: Leadership) -> None:
+        """A term accepted: count it, record it in the history, observe its failover."""
+        self.metrics.leadership_gained.inc()
+        record = self.terms.began(term, self.address)
+        if record is not None and record.failover_secs is not None:
+            self.metrics.failover.observe(record.failover_secs)
+            log.info(
+                "event=leader_term_recorded epoch=%d failover_secs=%.3f",
+                term.epoch,
+                record.failover_secs,
+            )
+
+    def _leading_epoch(self) -> int | None:
+        term = self.controller.accepted_term()
+        return term.epoch if term is not None else None
+
+    def _stop_leading(self) -> None:
+        """Leave the queue (another nimbus leads at once), then write the term's end."""
+        term = self.controller.accepted_term()
+        self.controller.stop()
+        if term is not None:
+            self.terms.ended(term)
 
     def _term_ended(self, _term: Leadership) -> None:
         self.metrics.leadership_lost.inc()
@@ -425,6 +473,8 @@ class Nimbus:
             ha=self.ha,
             log_relay=LogRelay(client_auth(self.conf)),
             zookeeper_state=lambda: self.session.state.value,
+            ready=self._readiness,
+            leader_terms=self.terms.read,
         )
         self._http = ThreadedServer(
             bounded_app(app, self.settings.http),
@@ -443,6 +493,8 @@ class Nimbus:
 
     def _revoked(self, term: Leadership, reason: RevokeReason) -> None:
         self.controller.revoked(term, reason)
+        if reason is not RevokeReason.SUSPENDED:  # a suspended term may resume
+            self.terms.ended(term)
 
     def _leader_changed(self, change: LeaderChange) -> None:
         self.metrics.leader_changes.inc()

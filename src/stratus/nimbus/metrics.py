@@ -1,24 +1,26 @@
 """The nimbus's Prometheus metrics, in a registry of its own (several nimbuses per process work).
 
-Scraped at ``GET /metrics``: whether this nimbus leads and in which epoch, its HA state, the
-epoch it acts under and the HA transitions it made, how often the leadership changed, which
-leader duties raised, requests by route and status with their latency, whether the ZooKeeper
-connection is up, how this nimbus's code sync is doing, and the scheduling rounds that could
-not see the heartbeats.
+Scraped at ``GET /metrics``: what every daemon shows (``stratus.web.metrics``: build info,
+process), whether this nimbus leads and in which epoch, its HA state, the epoch it acts under
+and the HA transitions it made, how often the leadership changed, which leader duties raised,
+requests by route and status with their latency, whether the ZooKeeper connection is up, how
+this nimbus's code sync is doing, and the scheduling rounds that could not see the heartbeats.
+Counters are declared without ``_total``, which the client library appends.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client import Counter, Gauge, Histogram
 
 from stratus.ha.protocol import HAState
+from stratus.web.metrics import CONTENT_TYPE_LATEST, CallbackCounter, daemon_registry, exposition
 
 __all__ = ["CONTENT_TYPE_LATEST", "NimbusMetrics"]
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
+FAILOVER_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
 class NimbusMetrics:
@@ -35,7 +37,7 @@ class NimbusMetrics:
         ha_state: Callable[[], HAState] = lambda: HAState.INITIALIZING,
         ha_epoch: Callable[[], int | None] = lambda: None,
     ) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = daemon_registry("nimbus")
         Gauge(
             "stratus_nimbus_is_leader", "1 while this nimbus leads", registry=self.registry
         ).set_function(lambda: float(is_leader()))
@@ -49,11 +51,12 @@ class NimbusMetrics:
             "1 while the ZooKeeper session is connected",
             registry=self.registry,
         ).set_function(lambda: float(zookeeper_connected()))
-        Gauge(
+        CallbackCounter(
             "stratus_nimbus_code_sync_rounds",
             "rounds of this nimbus's code sync since it started",
-            registry=self.registry,
-        ).set_function(lambda: float(code_sync_rounds()))
+            code_sync_rounds,
+            self.registry,
+        )
         Gauge(
             "stratus_nimbus_code_missing",
             "pipelines whose code this nimbus lacks (it may lead only at 0)",
@@ -90,6 +93,19 @@ class NimbusMetrics:
         self.leadership_lost = Counter(
             "stratus_nimbus_leadership_lost",
             "terms of this nimbus that ended",
+            registry=self.registry,
+        )
+        self.failover = Histogram(
+            "stratus_nimbus_failover_seconds",
+            "failovers to this nimbus: from seeing the previous leader's slot free to leading "
+            "(the failover_secs of GET /api/v1/leader/terms)",
+            buckets=FAILOVER_BUCKETS,
+            registry=self.registry,
+        )
+        self.epoch_refusals = Counter(
+            "stratus_nimbus_epoch_refusals",
+            "fenced writes of this nimbus that ZooKeeper refused because the epoch had moved: "
+            "it wrote as a leader that had been deposed",
             registry=self.registry,
         )
         self.leader_changes = Counter(
@@ -140,7 +156,7 @@ class NimbusMetrics:
         self.latency.labels(method, route).observe(seconds)
 
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        return exposition(self.registry)
 
 
 def _or_minus_one(value: int | None) -> int:

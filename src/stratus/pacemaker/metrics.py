@@ -1,12 +1,14 @@
-"""The pacemaker's Prometheus metrics, in a registry of its own, scraped at ``GET /metrics``."""
+"""The pacemaker's Prometheus metrics, in a registry of its own, scraped at ``GET /metrics``:
+what every daemon shows (``stratus.web.metrics``: build info, process) and its own."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client import Counter, Gauge
+
+from stratus.web.metrics import CONTENT_TYPE_LATEST, CallbackCounter, daemon_registry, exposition
 
 __all__ = ["CONTENT_TYPE_LATEST", "PacemakerMetrics"]
 
@@ -25,7 +27,7 @@ class PacemakerMetrics:
         connections: Callable[[], int],
         warming: Callable[[], bool],
     ) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = daemon_registry("pacemaker")
         self._children: dict[tuple[str, str], Any] = {}
         self.requests = Counter(
             "stratus_pacemaker_requests",
@@ -46,13 +48,18 @@ class PacemakerMetrics:
         for name, doc, read in (
             ("stratus_pacemaker_entries", "nodes in the store", entries),
             ("stratus_pacemaker_bytes", "bytes of pulses and node names held", stored_bytes),
-            ("stratus_pacemaker_evicted", "pulses evicted by their TTL since start", evicted),
             ("stratus_pacemaker_connections", "open client connections", connections),
             ("stratus_pacemaker_warming", "1 during the first TTL after start", warming),
         ):
             Gauge(name, doc, registry=self.registry).set_function(
                 lambda read=read: float(read())  # type: ignore[misc]
             )
+        CallbackCounter(
+            "stratus_pacemaker_evicted",
+            "pulses evicted by their TTL since start",
+            evicted,
+            self.registry,
+        )
 
     def count(self, op: str, outcome: str) -> None:
         """One answered request (the labelled child is looked up once per pair)."""
@@ -65,4 +72,4 @@ class PacemakerMetrics:
 
     def exposition(self) -> bytes:
         """The text format of every metric."""
-        return generate_latest(self.registry)
+        return exposition(self.registry)

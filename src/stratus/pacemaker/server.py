@@ -4,7 +4,8 @@ One event loop owns the store: every request is answered in the order it came, e
 echoing the request's ``id``. Connections are bounded (``max_connections``: one more is
 closed at once) and so is their idle time; a frame above ``max_frame_bytes``, a truncated
 one or one that is not msgpack closes its connection after an error answer, and only that
-one. A connection whose first bytes are ``GET `` is an HTTP request for ``/metrics``.
+one. A connection whose first bytes are ``GET `` is an HTTP request for ``/metrics`` or a
+probe: ``/healthz`` (alive) and ``/readyz`` (ready once out of its warm-up, below).
 
 For one TTL after it starts, every answer says ``warming``: the store may be missing pulses
 written before the start, so a reader must treat a missing pulse as unknown, not as dead::
@@ -58,6 +59,7 @@ from stratus.pacemaker.protocol import (
 )
 from stratus.pacemaker.settings import PacemakerServerSettings
 from stratus.pacemaker.store import Pulse, PulseStore, split_path
+from stratus.web.probes import HEALTHZ_PATH, JSON, READYZ_PATH, alive, readiness
 
 log = logging.getLogger(__name__)
 
@@ -408,11 +410,19 @@ class PacemakerServer:
         head = await asyncio.wait_for(
             reader.readuntil(b"\r\n\r\n"), self.settings.idle_timeout_secs
         )
-        target = head.split(b" ", 1)[0]
-        if target in (b"/metrics", b"/metrics?"):
+        target = head.split(b" ", 1)[0].split(b"?", 1)[0].decode("latin-1")
+        if target == "/metrics":
             body, status, kind = self.metrics.exposition(), "200 OK", CONTENT_TYPE_LATEST
+        elif target in (HEALTHZ_PATH, READYZ_PATH):
+            code, body = (
+                alive("pacemaker")
+                if target == HEALTHZ_PATH
+                else readiness("pacemaker", lambda: {"warmed_up": not self.warming()})
+            )
+            status, kind = ("200 OK" if code == 200 else "503 Service Unavailable"), JSON
         else:
-            body, status, kind = b"not found: try /metrics\n", "404 Not Found", "text/plain"
+            body = b"not found: try /metrics, /healthz or /readyz\n"
+            status, kind = "404 Not Found", "text/plain"
         writer.write(
             f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
             "Connection: close\r\n\r\n".encode()

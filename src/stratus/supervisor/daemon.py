@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 
 from stratus import __version__
 from stratus.api.clock import Clock
-from stratus.api.records import Assignment, SupervisorSummary
+from stratus.api.records import Assignment, SupervisorSummary, WorkerHeartbeat
 from stratus.codedist.distributor import CodeDistributor
 from stratus.codedist.factory import create_distributor
 from stratus.codedist.package_store import PackageStore
@@ -44,11 +44,12 @@ from stratus.state.heartbeats import HeartbeatBoard
 from stratus.supervisor.assignment_reader import AssignmentReader
 from stratus.supervisor.code_cache import CodeCache
 from stratus.supervisor.control_loop import SHUTDOWN, ControlLoop
-from stratus.supervisor.endpoint import SupervisorEndpoint, WorkerGauge, WorkerLog
+from stratus.supervisor.endpoint import SupervisorEndpoint, WorkerLog
 from stratus.supervisor.errors import SupervisorStartError
-from stratus.supervisor.fence import Lease
+from stratus.supervisor.fence import Lease, LeaseState
 from stratus.supervisor.heartbeat_publisher import HeartbeatPublisher, HeartbeatRound
 from stratus.supervisor.launcher import WorkerLauncher
+from stratus.supervisor.metrics import SupervisorMetrics
 from stratus.supervisor.registration import SupervisorRegistration
 from stratus.supervisor.requirements_env import RequirementEnvs
 from stratus.supervisor.settings import SupervisorSettings
@@ -96,6 +97,8 @@ class Supervisor:
         self._last_round: HeartbeatRound | None = None  # what the endpoint's metrics show
         self.endpoint: SupervisorEndpoint | None = None
         self.session = ZkSession(self.settings.zk)
+        self.lease = Lease(self.settings.fence_timeout_secs)  # the control loop owns it
+        self._registered = threading.Event()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -187,7 +190,14 @@ class Supervisor:
             self.id,
             logs_of=self._worker_log,
             healthy=self.healthy,
-            workers=self._worker_gauges,
+            metrics=SupervisorMetrics(
+                self.id,
+                workers=self._worker_beats,
+                fences=lambda: self.lease.fences,
+                lease_held=self._lease_held,
+                wall=self._wall,
+            ),
+            ready=self._readiness,
         )
         self._opened.append(endpoint.stop)
         endpoint.start()
@@ -208,14 +218,21 @@ class Supervisor:
             conf=conf,
         )
 
-    def _worker_gauges(self) -> list[WorkerGauge]:
+    def _worker_beats(self) -> list[WorkerHeartbeat]:
         round_ = self._last_round
-        if round_ is None:
-            return []
-        return [
-            WorkerGauge(beat.pipeline, beat.state.value.lower(), beat.restarts)
-            for beat in round_.workers.values()
-        ]
+        return [] if round_ is None else list(round_.workers.values())
+
+    def _lease_held(self) -> bool:
+        return self.lease.state is LeaseState.HELD
+
+    def _readiness(self) -> dict[str, bool]:
+        """Ready: connected to ZooKeeper, registered there, and the state store took a
+        heartbeat write recently (the lease is held only then)."""
+        return {
+            "zookeeper": self.session.connected,
+            "registered": self._registered.is_set(),
+            "state_store": self._lease_held(),
+        }
 
     def _register(self) -> None:
         endpoint = self.endpoint
@@ -237,6 +254,7 @@ class Supervisor:
         )
         self.registration.claim()
         self._opened.append(self.registration.close)
+        self._registered.set()
 
     def _code_distributor(self) -> CodeDistributor:
         """A consumer of code: it fetches, and never registers as a holder."""
@@ -282,7 +300,7 @@ class Supervisor:
             self.slots,
             launcher=launcher,
             paths_of=self._worker_paths,
-            lease=Lease(settings.fence_timeout_secs),
+            lease=self.lease,
             settings=settings.loop,
             request_read=self._request_read,
             offer=self._offer,

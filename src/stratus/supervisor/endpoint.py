@@ -4,11 +4,13 @@ Authenticated and bounded exactly as a nimbus's API, with the same pieces and se
 token file of ``nimbus.auth.tokens.file`` and client certificates (``RequireRole``), the TLS
 of ``nimbus.tls.*``, and the connection bounds of ``nimbus.http.*`` (requests in progress,
 request head size and time, TLS handshake time). ``/health`` and ``/metrics`` need the role
-``read``; a worker's log may hold the pipeline's data and needs ``submit``. Every refusal
-is the API's JSON error body. The address is advertised in the supervisor's registration
+``read``; a worker's log may hold the pipeline's data and needs ``submit``; the probes
+``/healthz`` and ``/readyz`` (``stratus.web.probes``) need none. Every refusal is the API's
+JSON error body. The address is advertised in the supervisor's registration
 (``SupervisorSummary.endpoint``), where every nimbus finds it::
 
-    endpoint = SupervisorEndpoint(settings.http, "s1", logs_of=..., health=..., workers=...)
+    endpoint = SupervisorEndpoint(settings.http, "s1", logs_of=..., healthy=..., metrics=...,
+                                  ready=...)
     endpoint.start()          # endpoint.address: "host:6629"
     endpoint.stop()
 
@@ -32,8 +34,6 @@ from typing import Any
 import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from prometheus_client import CollectorRegistry, Gauge, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from stratus.api.errors import ApiError, NoLogError, UnavailableError
 from stratus.api.names import check_pipeline_name
@@ -41,10 +41,12 @@ from stratus.api.redaction import redact_text
 from stratus.security.loopback import is_loopback
 from stratus.security.roles import Role
 from stratus.supervisor.errors import SupervisorStartError
+from stratus.supervisor.metrics import CONTENT_TYPE_LATEST, SupervisorMetrics
 from stratus.supervisor.settings import EndpointSettings
 from stratus.supervisor.worker_log import read_run
 from stratus.web.authorization import RequireRole
 from stratus.web.bounds import bounded_app
+from stratus.web.probes import Checks, add_probe_routes
 from stratus.web.responses import error_response
 from stratus.web.threaded_server import ThreadedServer
 
@@ -65,15 +67,6 @@ class WorkerLog:
     files: Callable[[bool], list[Path]]  # previous -> that run's files, oldest first
     newest: Path  # the current run's newest file (what a follow reads)
     conf: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class WorkerGauge:
-    """One worker, as ``/metrics`` shows it."""
-
-    pipeline: str
-    phase: str
-    restarts: int
 
 
 def required_role(method: str, path: str) -> Role:
@@ -136,7 +129,8 @@ def create_app(
     *,
     logs_of: Callable[[str], WorkerLog],
     healthy: Callable[[], bool],
-    workers: Callable[[], list[WorkerGauge]],
+    metrics: SupervisorMetrics,
+    ready: Checks,
     settings: EndpointSettings,
 ) -> Any:
     """The ASGI application: routes behind ``RequireRole``, behind the HTTP bounds."""
@@ -153,8 +147,10 @@ def create_app(
         return JSONResponse({"supervisor": supervisor, "healthy": True})
 
     @app.get(METRICS_PATH)
-    def metrics() -> Response:
-        return Response(_exposition(supervisor, workers()), media_type=CONTENT_TYPE_LATEST)
+    def prometheus() -> Response:
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    add_probe_routes(app, "supervisor", ready)
 
     @app.get(LOGS_PREFIX + "/{pipeline}")
     def worker_log(pipeline: str, previous: bool = False, follow: bool = False) -> Response:
@@ -174,26 +170,6 @@ def create_app(
     return bounded_app(guarded, settings.bounds)
 
 
-def _exposition(supervisor: str, workers: list[WorkerGauge]) -> bytes:
-    registry = CollectorRegistry()
-    running = Gauge(
-        "stratus_supervisor_workers",
-        "Workers held by the supervisor, by phase",
-        ["supervisor", "phase"],
-        registry=registry,
-    )
-    restarts = Gauge(
-        "stratus_supervisor_worker_restarts",
-        "Crashes restarted since the assignment, by pipeline",
-        ["supervisor", "pipeline"],
-        registry=registry,
-    )
-    for worker in workers:
-        running.labels(supervisor, worker.phase).inc()
-        restarts.labels(supervisor, worker.pipeline).set(worker.restarts)
-    return generate_latest(registry)
-
-
 class SupervisorEndpoint:
     """The endpoint's server on its own thread; see the module docstring."""
 
@@ -204,7 +180,8 @@ class SupervisorEndpoint:
         *,
         logs_of: Callable[[str], WorkerLog],
         healthy: Callable[[], bool],
-        workers: Callable[[], list[WorkerGauge]],
+        metrics: SupervisorMetrics,
+        ready: Checks,
     ) -> None:
         self.settings = settings
         self.tls = settings.tls is not None
@@ -221,7 +198,12 @@ class SupervisorEndpoint:
         host = settings.advertised_host if bind != LOOPBACK else LOOPBACK
         self.address = f"{host}:{port}"
         app = create_app(
-            supervisor, logs_of=logs_of, healthy=healthy, workers=workers, settings=settings
+            supervisor,
+            logs_of=logs_of,
+            healthy=healthy,
+            metrics=metrics,
+            ready=ready,
+            settings=settings,
         )
         self._server = ThreadedServer(
             app,

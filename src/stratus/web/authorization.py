@@ -3,7 +3,9 @@
 The caller's role comes from its bearer token or, without one, from the subject CN of the
 client certificate that TLS verified (``peer_certificate.py`` puts it in the scope); the
 server says which role each request needs. A 401 carries ``WWW-Authenticate: Bearer``;
-both refusals are the API's JSON error body. With no token file every call goes through::
+both refusals are the API's JSON error body. The probes ``/healthz`` and ``/readyz``
+(``probes.py``) need no role: load balancers and kubelets call them without credentials.
+With no token file every call goes through::
 
     app = RequireRole(app, policy, lambda method, path: Role.ADMIN)
 """
@@ -18,6 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from stratus.api.errors import ApiError, UnauthenticatedError
 from stratus.security.access import CHALLENGE, AccessPolicy
 from stratus.security.roles import Role
+from stratus.web.probes import OPEN_PATHS
 from stratus.web.responses import error_response
 
 PEER_NAME = "stratus.peer_name"  # the scope's state: the verified client certificate's CN
@@ -34,7 +37,7 @@ class RequireRole:
         self.rule = rule
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.policy.enabled:
+        if scope["type"] != "http" or not self.policy.enabled or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
         authorization = dict(scope["headers"]).get(b"authorization")

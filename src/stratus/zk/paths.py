@@ -108,6 +108,7 @@ class ClusterPaths:
     ``<root>/kept-checkpoints/<name>``  persistent, KeptCheckpoints: a removed pipeline's kept
                                         checkpoints, until their retention ends or a submit
     ``<root>/heartbeats/...``           the ZooKeeper cluster state store's own paths
+    ``<root>/leader-terms/<epoch>``     persistent, LeaderTerm of each nimbus term (the newest)
     """
 
     root: str
@@ -147,6 +148,14 @@ class ClusterPaths:
     def assignments(self) -> str:
         return join(self.root, "assignments")
 
+    @property
+    def leader_terms(self) -> str:
+        return join(self.root, "leader-terms")
+
+    def leader_term(self, epoch: int) -> str:
+        """A term's node, named by its epoch zero-padded so that names sort as epochs do."""
+        return join(self.leader_terms, f"{epoch:010d}")
+
     def assignment(self, pipeline: str) -> str:
         return join(self.assignments, pipeline)
 
@@ -172,4 +181,5 @@ class ClusterPaths:
             self.assignments,
             self.kept_checkpoints,
             self.heartbeats,
+            self.leader_terms,
         )

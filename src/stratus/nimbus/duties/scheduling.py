@@ -52,6 +52,7 @@ from stratus.api.records import (
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.liveness import Liveness
+from stratus.nimbus.pipeline_metrics import ObservedRound
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.scheduler import Plan, plan_round
 from stratus.nimbus.settings import SchedulingSettings
@@ -80,6 +81,7 @@ class SchedulingDuty:
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
         on_unknown: Callable[[str], None] = lambda _reason: None,
+        on_observed: Callable[[ObservedRound], None] = lambda _round: None,
     ) -> None:
         self._ops = ops
         self._assignments = assignments
@@ -91,6 +93,8 @@ class SchedulingDuty:
         self._liveness = Liveness(clock=clock)
         self._epoch: int | None = None  # the term the liveness memory belongs to
         self._on_unknown = on_unknown  # "unavailable" | "warming", once per such round
+        self._on_observed = on_observed  # what the round saw (the per-pipeline metrics)
+        self._clock = clock
         self._blind = False  # the last read of the heartbeats failed
 
     def run(self, term: Leadership) -> Plan:
@@ -108,6 +112,7 @@ class SchedulingDuty:
         workers, supervisors = heartbeats.workers, heartbeats.supervisors
         self._observe(assignments, workers, supervisors)
         pipelines.update(self._record_outcomes(term, pipelines, assignments, workers))
+        self._on_observed(self._observed(term, pipelines, assignments, workers))
         dead = self._dead(registered, supervisors, assignments)
         known = set(registered) | set(supervisors) | {a.supervisor for a in assignments.values()}
         timed_out = self._timed_out(assignments, workers, known - dead)
@@ -200,6 +205,26 @@ class SchedulingDuty:
             beat = _current_beat(assignment, workers)
             token = (assignment.supervisor, assignment.assigned, beat.time if beat else None)
             self._liveness.observe(_worker_key(name), token)
+
+    def _observed(
+        self,
+        term: Leadership,
+        pipelines: Mapping[str, PipelineRecord],
+        assignments: Mapping[str, Assignment],
+        workers: Workers,
+    ) -> ObservedRound:
+        current = {
+            name: beat
+            for name, assignment in assignments.items()
+            if (beat := _current_beat(assignment, workers)) is not None
+        }
+        return ObservedRound(
+            epoch=term.epoch,
+            pipelines=dict(pipelines),
+            workers=current,
+            silent_secs={name: self._liveness.silent_for(_worker_key(name)) for name in current},
+            taken_at=self._clock(),
+        )
 
     def _dead(
         self,

@@ -1,0 +1,155 @@
+"""The history of the nimbuses' leader terms, kept in ZooKeeper under ``leader-terms/``.
+
+One persistent node per term, named by its epoch (``leader-terms/0000000007``), holding a
+``LeaderTerm``: who led, from when, until when, and how long the failover to it took. The
+nimbus that wins writes its term in one fenced transaction (so only the leader of that epoch
+can), which also closes the previous term if nobody did (its leader died: the end is when
+this successor saw its slot free) and trims the history to the newest ``keep`` terms. A
+leader that steps down, loses its term or stops writes its own end. Every nimbus reads the
+history for ``GET /api/v1/leader/terms``::
+
+    log = LeaderTermLog(client, ClusterPaths("/stratus"))
+    record = log.began(term, "10.0.0.5:6627")     # on accepting a term; the failover time
+    log.ended(term)                                # on giving it up
+    log.read()                                     # LeaderTerms, newest first
+
+The failover time is measured on the winner's own monotonic clock: from when it saw the slot
+free (``Leadership.found_free_at``, taken just before its claim) to when it accepted the
+term (after its code check), so no two machines' clocks are compared. It leaves out the time
+before the slot was freed, which for a leader that died is up to its ZooKeeper session
+timeout; nothing in ZooKeeper records when a dead process last spoke, so that time is not
+measured (``zookeeper.session.timeout.secs`` bounds it).
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import time
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, KazooException, NoNodeError
+from pydantic import ValidationError
+
+from stratus.api.clock import Clock
+from stratus.api.records import LeaderTerm, LeaderTerms
+from stratus.coordination.errors import CoordinationError, TransactionFailedError
+from stratus.coordination.leadership import Leadership
+from stratus.zk.paths import ClusterPaths
+
+log = logging.getLogger(__name__)
+
+TERMS_KEPT = 100
+WRITE_ATTEMPTS = 3  # the previous leader may write its own end between our read and write
+
+
+class LeaderTermLog:
+    """Writes and reads the history of terms; see the module docstring."""
+
+    def __init__(
+        self,
+        client: KazooClient,
+        paths: ClusterPaths,
+        *,
+        keep: int = TERMS_KEPT,
+        clock: Clock = time.monotonic,
+        wall: Clock = time.time,
+    ) -> None:
+        self._client = client
+        self._paths = paths
+        self._keep = keep
+        self._clock = clock  # the clock of Leadership.found_free_at (the session's)
+        self._wall = wall
+
+    def began(self, term: Leadership, nimbus: str) -> LeaderTerm | None:
+        """Record ``term`` as begun now, closing the previous one if still open; the record
+        written, or None if it could not be (logged: the history is not worth a failover)."""
+        try:
+            return self._begin(term, nimbus)
+        except (KazooException, CoordinationError, ValidationError) as exc:
+            log.warning(
+                "event=leader_term_not_recorded epoch=%d nimbus=%s error=%r",
+                term.epoch,
+                nimbus,
+                exc,
+            )
+        except Exception:  # the boundary: a term is accepted whatever its history does
+            log.exception("event=leader_term_not_recorded epoch=%d nimbus=%s", term.epoch, nimbus)
+        return None
+
+    def ended(self, term: Leadership) -> None:
+        """Write the end of ``term`` if nobody has (its successor may have, first)."""
+        path = self._paths.leader_term(term.epoch)
+        try:
+            raw, stat = self._client.get(path)
+            record = LeaderTerm.model_validate_json(raw)
+            if record.ended_at is not None:
+                return
+            ended = record.model_copy(update={"ended_at": self._wall(), "ended_by": "leader"})
+            self._client.set(path, ended.encode(), version=stat.version)
+        except (NoNodeError, BadVersionError):
+            return  # never recorded, or closed meanwhile by the successor
+        except (KazooException, ValidationError) as exc:
+            log.warning("event=leader_term_end_not_recorded epoch=%d error=%r", term.epoch, exc)
+
+    def read(self) -> LeaderTerms:
+        """The terms kept, newest first; a node that vanishes or is unreadable is skipped."""
+        parent = self._paths.leader_terms
+        try:
+            names = sorted(self._client.get_children(parent), reverse=True)
+        except NoNodeError:
+            return LeaderTerms(terms=[])
+        pending = [(name, self._client.get_async(posixpath.join(parent, name))) for name in names]
+        terms = []
+        for _, result in pending:
+            try:
+                raw, _ = result.get()
+                terms.append(LeaderTerm.model_validate_json(raw))
+            except (NoNodeError, ValidationError):
+                continue
+        return LeaderTerms(terms=terms)
+
+    # ------------------------------------------------------------------ the winner's write
+
+    def _begin(self, term: Leadership, nimbus: str) -> LeaderTerm:
+        for _ in range(WRITE_ATTEMPTS - 1):
+            try:
+                return self._write_begin(term, nimbus)
+            except TransactionFailedError:
+                continue  # a node changed between the read and the write: read again
+        return self._write_begin(term, nimbus)
+
+    def _write_begin(self, term: Leadership, nimbus: str) -> LeaderTerm:
+        parent = self._paths.leader_terms
+        now_wall, now = self._wall(), self._clock()
+        names = sorted(self._client.get_children(parent))
+        mine = self._paths.leader_term(term.epoch)
+        if posixpath.basename(mine) in names:  # a resumed term: recorded already
+            return LeaderTerm.model_validate_json(self._client.get(mine)[0])
+        earlier = [name for name in names if int(name) < term.epoch]
+        previous = self._previous(earlier[-1]) if earlier else None
+        seen_free = term.found_free_at
+        failover = None if seen_free is None or previous is None else max(0.0, now - seen_free)
+        record = LeaderTerm(
+            epoch=term.epoch, nimbus=nimbus, started_at=now_wall, failover_secs=failover
+        )
+        tx = term.transaction()
+        tx.create(mine, record.encode())
+        if previous is not None:
+            path, version, old = previous
+            if old.ended_at is None:  # it died (or has not written its end yet): close it
+                gone_at = now_wall - (now - seen_free) if seen_free is not None else now_wall
+                closed = old.model_copy(update={"ended_at": gone_at, "ended_by": "successor"})
+                tx.set_data(path, closed.encode(), version=version)
+        for name in earlier[: max(0, len(names) + 1 - self._keep)]:
+            tx.delete(posixpath.join(parent, name))
+        tx.commit()
+        return record
+
+    def _previous(self, name: str) -> tuple[str, int, LeaderTerm] | None:
+        path = posixpath.join(self._paths.leader_terms, name)
+        try:
+            raw, stat = self._client.get(path)
+        except NoNodeError:
+            return None
+        return path, stat.version, LeaderTerm.model_validate_json(raw)

@@ -1,0 +1,119 @@
+"""The supervisor's Prometheus metrics, in a registry of its own, scraped at its endpoint's
+``GET /metrics``: what every daemon shows (``stratus.web.metrics``: build info, process),
+its lease and fences, and one series per worker it holds (pipelines bounded by its slots).
+
+Every worker series is labelled ``supervisor`` and ``pipeline`` and read at the scrape from
+the supervisor's last round of heartbeats, so a worker that is gone disappears with it. The
+heartbeat age compares the worker's heartbeat time with this host's wall clock: the worker
+runs on this host, so no clocks of two machines are compared::
+
+    metrics = SupervisorMetrics("s1", workers=lambda: beats, fences=lambda: lease.fences,
+                                lease_held=lambda: lease.state is LeaseState.HELD)
+    body = metrics.exposition()
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from stratus.api.clock import Clock
+from stratus.api.records import WorkerHeartbeat, WorkerState
+from stratus.web.metrics import CONTENT_TYPE_LATEST, CallbackCounter, daemon_registry, exposition
+
+__all__ = ["CONTENT_TYPE_LATEST", "SupervisorMetrics"]
+
+_WORKER = ["supervisor", "pipeline"]
+
+
+class SupervisorMetrics(Collector):
+    """Every metric of one supervisor; see the module docstring."""
+
+    def __init__(
+        self,
+        supervisor: str,
+        *,
+        workers: Callable[[], Sequence[WorkerHeartbeat]],
+        fences: Callable[[], int],
+        lease_held: Callable[[], bool],
+        wall: Clock = time.time,
+    ) -> None:
+        self._supervisor = supervisor
+        self._workers = workers
+        self._lease_held = lease_held
+        self._wall = wall
+        self.registry = daemon_registry("supervisor")
+        CallbackCounter(
+            "stratus_supervisor_fenced",
+            "times the supervisor's lease lapsed and it stopped its own workers (fencing)",
+            fences,
+            self.registry,
+        )
+        self.registry.register(self)
+
+    def collect(self) -> Iterator[Metric]:
+        supervisor = self._supervisor
+        lease = GaugeMetricFamily(
+            "stratus_supervisor_lease_held",
+            "1 while a recent heartbeat write holds the lease (0: fenced or not yet written)",
+            labels=["supervisor"],
+        )
+        lease.add_metric([supervisor], float(self._lease_held()))
+        yield lease
+        beats = list(self._workers())
+        phases = GaugeMetricFamily(
+            "stratus_supervisor_workers",
+            "workers held by the supervisor, by phase",
+            labels=["supervisor", "phase"],
+        )
+        for state in WorkerState:
+            count = sum(1 for beat in beats if beat.state is state)
+            phases.add_metric([supervisor, state.value.lower()], float(count))
+        yield phases
+        up = GaugeMetricFamily(
+            "stratus_supervisor_worker_up", "1 while the worker runs its pipeline", labels=_WORKER
+        )
+        restarts = CounterMetricFamily(
+            "stratus_supervisor_worker_restarts",
+            "crashes of the worker restarted since its assignment (resets when reassigned)",
+            labels=_WORKER,
+        )
+        batch = GaugeMetricFamily(
+            "stratus_supervisor_worker_batch",
+            "the newest batch id the worker's queries report (-1: none yet)",
+            labels=_WORKER,
+        )
+        rows = CounterMetricFamily(
+            "stratus_supervisor_worker_rows",
+            "input rows the worker's queries read since the worker started",
+            labels=_WORKER,
+        )
+        rate = GaugeMetricFamily(
+            "stratus_supervisor_worker_rows_per_second",
+            "rows per second the worker's queries processed in their last batch",
+            labels=_WORKER,
+        )
+        age = GaugeMetricFamily(
+            "stratus_supervisor_worker_heartbeat_age_seconds",
+            "seconds since the worker's last heartbeat (this host's clock)",
+            labels=_WORKER,
+        )
+        now = self._wall()
+        for beat in beats:
+            labels = [supervisor, beat.pipeline]
+            up.add_metric(labels, float(beat.state is WorkerState.RUNNING))
+            restarts.add_metric(labels, float(beat.restarts))
+            batch.add_metric(labels, float(max((q.batch_id for q in beat.queries), default=-1)))
+            rows.add_metric(labels, float(sum(q.rows_total for q in beat.queries)))
+            rate.add_metric(labels, sum(q.processed_rows_per_second for q in beat.queries))
+            age.add_metric(labels, max(0.0, now - beat.time))
+        yield from (up, restarts, batch, rows, rate, age)
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())  # read at every scrape; nothing to check at registration
+
+    def exposition(self) -> bytes:
+        return exposition(self.registry)
