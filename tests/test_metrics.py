@@ -33,7 +33,7 @@ from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
 from tests.pacemaker_process import PacemakerProcess
 from tests.secure_cluster import READ, bearer, secure_cluster, token_file
 from tests.zkfc_cluster import ZkfcCluster
-from tests.zkfixtures import chroot_for, wait_until
+from tests.zkfixtures import chroot_for, kazoo_client, wait_until
 
 WAIT = 30.0
 PROBE_CHECKS = {
@@ -247,6 +247,25 @@ def test_failovers_are_recorded_in_the_term_history_with_their_durations(
 
         document = cluster.http.get(f"{third.url}/api/v1/openapi.json").json()
         assert "/api/v1/leader/terms" in document["paths"]
+
+
+def test_with_zookeeper_gone_the_terms_read_is_unavailable_and_a_leader_stops_at_once(
+    zk_restartable: ZooKeeperServer, tmp_path: Path
+) -> None:
+    zk_hosts = zk_restartable.connect_string + chroot_for("terms-outage")
+    with kazoo_client(zk_restartable.connect_string) as admin:
+        admin.ensure_path(chroot_for("terms-outage"))
+    with nimbus_cluster(zk_hosts, tmp_path, "terms-outage", size=2) as cluster:
+        leader = cluster.by_address(cluster.wait_for_agreed_leader())
+        standby = next(n for n in cluster.nimbuses if n is not leader)
+        wait_until(lambda: terms_of(cluster, standby.url).terms, WAIT, "the first term")
+        zk_restartable.stop()
+
+        answer = cluster.http.get(f"{standby.url}/api/v1/leader/terms", timeout=WAIT)
+        assert answer.status_code == 503 and answer.json()["error"] == "unavailable"
+        leader.signal(signal.SIGTERM)  # its term's end cannot be written: it must not wait
+        assert leader.wait(timeout=WAIT) is not None, leader.log_tail()
+        assert "leader_term_end_not_recorded" in leader.log_tail(200)
 
 
 def test_the_term_history_keeps_the_newest_terms_and_closes_each_previous_one(

@@ -19,6 +19,10 @@ term (after its code check), so no two machines' clocks are compared. It leaves 
 before the slot was freed, which for a leader that died is up to its ZooKeeper session
 timeout; nothing in ZooKeeper records when a dead process last spoke, so that time is not
 measured (``zookeeper.session.timeout.secs`` bounds it).
+
+A call made while ZooKeeper is out of reach waits in kazoo's queue until it comes back, so
+the end of a term and a read of the history wait at most ``timeout_secs``: a nimbus that
+stops during an outage must not hang on its history, and an API read answers 503 instead.
 """
 
 from __future__ import annotations
@@ -29,9 +33,11 @@ import time
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, KazooException, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
 from pydantic import ValidationError
 
 from stratus.api.clock import Clock
+from stratus.api.errors import UnavailableError
 from stratus.api.records import LeaderTerm, LeaderTerms
 from stratus.coordination.errors import CoordinationError, TransactionFailedError
 from stratus.coordination.leadership import Leadership
@@ -40,6 +46,7 @@ from stratus.zk.paths import ClusterPaths
 log = logging.getLogger(__name__)
 
 TERMS_KEPT = 100
+CALL_TIMEOUT_SECS = 2.0  # an end written on stop, or a read for the API, waits no longer
 WRITE_ATTEMPTS = 3  # the previous leader may write its own end between our read and write
 
 
@@ -54,8 +61,10 @@ class LeaderTermLog:
         keep: int = TERMS_KEPT,
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
+        timeout_secs: float = CALL_TIMEOUT_SECS,
     ) -> None:
         self._client = client
+        self._timeout_secs = timeout_secs
         self._paths = paths
         self._keep = keep
         self._clock = clock  # the clock of Leadership.found_free_at (the session's)
@@ -80,30 +89,47 @@ class LeaderTermLog:
     def ended(self, term: Leadership) -> None:
         """Write the end of ``term`` if nobody has (its successor may have, first)."""
         path = self._paths.leader_term(term.epoch)
+        deadline = time.monotonic() + self._timeout_secs
         try:
-            raw, stat = self._client.get(path)
+            raw, stat = self._client.get_async(path).get(timeout=self._timeout_secs)
             record = LeaderTerm.model_validate_json(raw)
             if record.ended_at is not None:
                 return
             ended = record.model_copy(update={"ended_at": self._wall(), "ended_by": "leader"})
-            self._client.set(path, ended.encode(), version=stat.version)
+            written = self._client.set_async(path, ended.encode(), version=stat.version)
+            written.get(timeout=max(0.0, deadline - time.monotonic()))
         except (NoNodeError, BadVersionError):
             return  # never recorded, or closed meanwhile by the successor
-        except (KazooException, ValidationError) as exc:
+        except (KazooException, KazooTimeoutError, ValidationError) as exc:
             log.warning("event=leader_term_end_not_recorded epoch=%d error=%r", term.epoch, exc)
 
     def read(self) -> LeaderTerms:
-        """The terms kept, newest first; a node that vanishes or is unreadable is skipped."""
+        """The terms kept, newest first; a node that vanishes or is unreadable is skipped.
+
+        Raises ``UnavailableError`` (503) when ZooKeeper does not answer in time."""
+        try:
+            return self._read(time.monotonic() + self._timeout_secs)
+        except (KazooException, KazooTimeoutError) as exc:
+            raise UnavailableError(
+                f"ZooKeeper did not answer the read of the leader terms within "
+                f"{self._timeout_secs:g} s ({type(exc).__name__}); retry once it is back"
+            ) from exc
+
+    def _read(self, deadline: float) -> LeaderTerms:
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
         parent = self._paths.leader_terms
         try:
-            names = sorted(self._client.get_children(parent), reverse=True)
+            names = sorted(self._client.get_children_async(parent).get(timeout=left()))
         except NoNodeError:
             return LeaderTerms(terms=[])
-        pending = [(name, self._client.get_async(posixpath.join(parent, name))) for name in names]
+        names.reverse()
+        pending = [self._client.get_async(posixpath.join(parent, name)) for name in names]
         terms = []
-        for _, result in pending:
+        for result in pending:
             try:
-                raw, _ = result.get()
+                raw, _ = result.get(timeout=left())
                 terms.append(LeaderTerm.model_validate_json(raw))
             except (NoNodeError, ValidationError):
                 continue
