@@ -76,6 +76,7 @@ QUICK_VERBS = frozenset({"validate"})
 SHELL_ONLY = {
     "echo": "a shell builtin",
     "export": "a shell builtin",
+    ".": "a shell builtin (sources the virtual environment)",
     # docs/deploy.md: installing a host, as root, on the operator's machines
     "useradd": "creates a system user: not run",
     "install": "copies files to /etc and /var/lib: not run",
