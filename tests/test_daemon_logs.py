@@ -23,6 +23,7 @@ from click.testing import CliRunner
 from stratus.cli.main import main
 from stratus.config import load_config
 from stratus.logs import (
+    ContextFields,
     JsonFormatter,
     LogFormat,
     LogSettings,
@@ -124,6 +125,18 @@ def test_log_settings_come_from_the_keys():
 
     assert log_settings(conf) == LogSettings(logging.DEBUG, LogFormat.JSON)
     assert log_settings(load_config(None, [], environ={})) == LogSettings()
+
+
+def test_context_fields_follow_the_logger_on_every_line_in_both_formats():
+    entry = record("event=batch_committed batch=%d", 7)
+    assert ContextFields({"pipeline": "etl", "epoch": 3}).filter(entry)
+
+    text = TextFormatter().format(entry)
+    assert text.split(" ", 1)[1] == (
+        "level=INFO logger=stratus.test pipeline=etl epoch=3 event=batch_committed batch=7"
+    )
+    fields = json.loads(JsonFormatter().format(entry))
+    assert (fields["pipeline"], fields["epoch"], fields["batch"]) == ("etl", 3, 7)
 
 
 def test_http_clients_log_no_line_per_request_at_info():

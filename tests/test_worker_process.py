@@ -4,11 +4,14 @@ its spec, and the tail of its log."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 from stratus.config import config_from_mapping
+from stratus.logs import LogFormat, LogSettings
 from stratus.supervisor.settings import SupervisorSettings
 from stratus.supervisor.worker_process import WorkerPaths, build_spec, log_tail, spark_master
 from stratus.worker.spark_app import DEPS_DIR, spark_settings
+from stratus.worker.spec import WorkerSpec
 from tests.supervisor_fakes import assignment, code
 
 CLUSTER = SupervisorSettings.from_config(
@@ -42,6 +45,22 @@ def test_the_spec_carries_the_assignment_the_code_and_where_to_checkpoint(tmp_pa
     assert spec.heartbeat_path == tmp_path / "workers" / "etl" / "heartbeat.json"
     assert spec.conf == {"spark.x": 1}
     assert spec.trigger_interval_secs is None
+
+
+def test_a_worker_logs_at_its_supervisors_level_and_format(tmp_path) -> None:
+    settings = SupervisorSettings.from_config(
+        config_from_mapping({"supervisor.id": "s1", "log.level": "debug", "log.format": "json"})
+    ).spec
+    spec = build_spec(settings, "s1", assignment(), code(tmp_path), WorkerPaths.of(tmp_path, "etl"))
+    assert spec.log_settings() == LogSettings(logging.DEBUG, LogFormat.JSON)
+    read_back = WorkerSpec.model_validate_json(spec.model_dump_json())
+    assert read_back.log_settings() == LogSettings(logging.DEBUG, LogFormat.JSON)
+    assert (
+        build_spec(
+            CLUSTER, "s1", assignment(), code(tmp_path), WorkerPaths.of(tmp_path, "etl")
+        ).log_settings()
+        == LogSettings()
+    )
 
 
 def test_the_pipelines_checkpoint_subpath_and_the_manifests_trigger_are_used(tmp_path) -> None:

@@ -30,7 +30,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -41,7 +41,7 @@ REPEAT_INTERVAL_SECS = 60.0
 MAX_KINDS = 1024  # kinds remembered at once; the oldest interval's are forgotten first
 # Chatty below warnings (httpx: a line per request, so every health check of a zkfc):
 # kept at warnings and above.
-LIBRARY_LOGGERS = ("kazoo", "uvicorn", "httpx", "httpcore")
+LIBRARY_LOGGERS = ("kazoo", "uvicorn", "httpx", "httpcore", "py4j")
 
 _PLACEHOLDER = re.compile(r"%(?:%|[-#0 +]*(?:\d+|\*)?(?:\.(?:\d+|\*))?[diouxXeEfFgGcrsa])")
 _FIELD = re.compile(r"^([A-Za-z_][\w.]*)=(.*)$", re.DOTALL)
@@ -177,11 +177,25 @@ def _timestamp(record: logging.LogRecord) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
+class ContextFields(logging.Filter):
+    """Adds the same fields to every record, after ``logger``: a worker's pipeline and
+    epoch, so that each line of its log says whose it is."""
+
+    def __init__(self, fields: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.fields = dict(fields)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.context_fields = self.fields
+        return True
+
+
 def _fields_of(record: logging.LogRecord) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "time": _timestamp(record),
         "level": record.levelname,
         "logger": record.name,
+        **getattr(record, "context_fields", {}),
     }
     for key, value in event_fields(record).items():
         fields[f"field.{key}" if key in _RESERVED else key] = value
@@ -221,17 +235,25 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(fields, ensure_ascii=False, default=str)
 
 
-def configure_daemon_logging(settings: LogSettings | None = None) -> None:
+def configure_daemon_logging(
+    settings: LogSettings | None = None,
+    *,
+    context: Mapping[str, Any] | None = None,
+    replace: bool = False,
+) -> None:
     """Log at ``settings.level`` and above to stderr in ``settings.format``, repeated
     warnings limited; the libraries' (``LIBRARY_LOGGERS``) from warnings up (or the level,
-    if higher)."""
+    if higher). ``context`` fields go on every line (a worker's pipeline and epoch);
+    ``replace`` swaps the handlers already there (a warm worker given its pipeline)."""
     settings = settings or LogSettings()
     handler = logging.StreamHandler()
     formatter = JsonFormatter() if settings.format is LogFormat.JSON else TextFormatter()
     handler.setFormatter(formatter)
     handler.addFilter(RepeatLimit())
-    # Only where nothing logs yet (a daemon's process): a command run inside another program
-    # (a test's CliRunner) leaves that program's handlers, and their filters, alone.
-    logging.basicConfig(level=settings.level, handlers=[handler])
+    if context:
+        handler.addFilter(ContextFields(context))
+    # Only where nothing logs yet (a daemon's process), unless replacing: a command run inside
+    # another program (a test's CliRunner) leaves that program's handlers alone.
+    logging.basicConfig(level=settings.level, handlers=[handler], force=replace)
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(max(logging.WARNING, settings.level))

@@ -16,19 +16,21 @@ from __future__ import annotations
 import re
 import socket
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from stratus.api.locations import is_local_master
 from stratus.codedist.factory import DistributorSettings
 from stratus.codedist.package_check import PackageLimits
 from stratus.config import SUPERVISOR_ID_PATTERN, StratusConfig
+from stratus.logs import LogSettings as DaemonLogSettings
 from stratus.security.access import AccessPolicy
 from stratus.security.tls import TlsSettings
 from stratus.settings import (
     access_policy,
     distributor_settings,
     http_bounds,
+    log_settings,
     package_limits,
     server_tls,
     state_store_settings,
@@ -88,6 +90,7 @@ class SpecSettings:
     heartbeat_secs: float  # worker.heartbeat.frequency.secs
     stop_grace_secs: float  # supervisor.worker.stop.secs
     env_names: frozenset[str] = frozenset()  # supervisor.worker.env: passed beyond the allow-list
+    log: DaemonLogSettings = field(default_factory=DaemonLogSettings)  # log.*: workers log alike
 
 
 @dataclass(frozen=True)
@@ -194,6 +197,7 @@ class SupervisorSettings:
                 heartbeat_secs=conf.worker_heartbeat_frequency_secs,
                 stop_grace_secs=timeouts.stop_secs,
                 env_names=frozenset(conf.supervisor_worker_env),
+                log=log_settings(conf),
             ),
             code=CodeSettings(
                 distributor=distributor_settings(conf),

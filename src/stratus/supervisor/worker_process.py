@@ -23,6 +23,7 @@ the supervisor's kazoo threads are never run in a forked child.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -132,6 +133,8 @@ def build_spec(
         heartbeat_path=paths.heartbeat,
         heartbeat_interval_secs=settings.heartbeat_secs,
         stop_grace_secs=settings.stop_grace_secs,
+        log_level=logging.getLevelName(settings.log.level),
+        log_format=settings.log.format,
     )
 
 

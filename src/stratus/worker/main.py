@@ -41,6 +41,7 @@ from pathlib import Path
 from pydantic import ValidationError
 from pyspark.sql import SparkSession
 
+from stratus.logs import configure_daemon_logging
 from stratus.process import kill_others_in_group
 from stratus.worker.heartbeat_file import HeartbeatReporter
 from stratus.worker.outcome import OK_EXIT, USAGE_EXIT, Outcome
@@ -101,14 +102,13 @@ def run_worker(
 
 
 def configure_worker_logging(spec: WorkerSpec) -> None:
-    """key=value lines on stderr, each naming the pipeline and the epoch: a worker runs one."""
-    logging.basicConfig(
-        force=True,  # a warm worker logged before it knew its pipeline
-        level=logging.INFO,
-        format=f"%(asctime)s level=%(levelname)s logger=%(name)s pipeline={spec.pipeline} "
-        f"epoch={spec.epoch} %(message)s",
+    """Lines on stderr as the supervisor writes its own (``log.level``, ``log.format``), each
+    naming the pipeline and the epoch: a worker runs one."""
+    configure_daemon_logging(
+        spec.log_settings(),
+        context={"pipeline": spec.pipeline, "epoch": spec.epoch},
+        replace=True,  # a warm worker logged before it knew its pipeline
     )
-    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def _run(

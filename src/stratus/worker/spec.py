@@ -13,6 +13,7 @@ the file atomically; the supervisor reads it and publishes it to the cluster sta
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stratus.api.records import WorkerHeartbeat
+from stratus.logs import LogFormat, LogSettings
 
 SPEC_FILE = "spec.json"
 HEARTBEAT_FILE = "heartbeat.json"
@@ -73,6 +75,16 @@ class WorkerSpec(BaseModel):
         "supervisor's supervisor.worker.stop.secs, so that a worker whose supervisor died is "
         "gone before the leader may move its pipeline",
     )
+    log_level: str = Field(
+        default="INFO", description="the supervisor's log.level: the lowest level logged"
+    )
+    log_format: LogFormat = Field(
+        default=LogFormat.TEXT, description="the supervisor's log.format: text or JSON lines"
+    )
+
+    def log_settings(self) -> LogSettings:
+        """How the worker logs: as its supervisor does."""
+        return LogSettings(logging.getLevelNamesMapping()[self.log_level], self.log_format)
 
     def write(self, path: Path) -> None:
         write_atomically(path, self.model_dump_json(indent=2).encode())

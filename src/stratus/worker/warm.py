@@ -36,6 +36,7 @@ from pathlib import Path
 from pydantic import ValidationError
 from pyspark.sql import SparkSession, functions
 
+from stratus.logs import configure_daemon_logging
 from stratus.process import kill_others_in_group
 from stratus.worker.errors import SparkStartError
 from stratus.worker.main import configure_worker_logging, run_worker
@@ -145,11 +146,7 @@ def _gone_before_handover() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Start Spark, wait for a pipeline, run it; the exit code of its worker."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s level=%(levelname)s logger=%(name)s pipeline=- %(message)s",
-    )
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    configure_daemon_logging(context={"pipeline": "-"})  # as the pipeline's, once handed one
     stop = StopRequest()
     handover = Handover(sys.stdin.fileno(), stop)
     log.info("event=warm_worker_starting master=%s pid=%d", args.master, os.getpid())
