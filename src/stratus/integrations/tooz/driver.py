@@ -38,12 +38,14 @@ from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 import tooz
+from kazoo.client import KazooClient
 from kazoo.exceptions import (
     KazooException,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
 )
+from kazoo.handlers.threading import KazooTimeoutError
 from tooz import coordination, utils
 from tooz.coordination import (
     Capabilities,
@@ -121,23 +123,31 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
     # ----------------------------------------------------------------- life cycle
 
     def _start(self) -> None:
-        coordinator = Coordinator(ZkSession(self.settings), owns_session=True)
         try:
-            coordinator.start()
-        except StratusError as exc:
-            raise ToozConnectionError(
-                f"could not connect to ZooKeeper at {self.settings.hosts}: {exc}", cause=exc
-            ) from exc
+            coordinator = self._open()
+        except NoNodeError:  # kazoo creates only the last level of a missing chroot
+            self._call("create the chroot", create_chroot, self.settings)
+            coordinator = self._open()
         self._coordinator = coordinator
         try:
             for path in (self._members_root, self._locks_root):
-                self._call(
-                    "create the backend's root znodes", coordinator.session.client.ensure_path, path
+                self._client_call(
+                    "create the backend's root znodes", self._client.ensure_path, path
                 )
         except tooz.ToozError:
             coordinator.close()
             self._coordinator = None
             raise
+
+    def _open(self) -> Coordinator:
+        """A started coordinator on a new session (the old one, if any, is closed)."""
+        coordinator = Coordinator(ZkSession(self.settings), owns_session=True)
+        try:
+            return coordinator.start()
+        except StratusError as exc:
+            raise ToozConnectionError(
+                f"could not connect to ZooKeeper at {self.settings.hosts}: {exc}", cause=exc
+            ) from exc
 
     def _stop(self) -> None:
         if self._coordinator is not None:
@@ -454,12 +464,30 @@ def _as_tooz_errors(what: str) -> Iterator[None]:
         yield
     except tooz.ToozError:
         raise
-    except ZooKeeperUnavailableError as exc:
+    except (ZooKeeperUnavailableError, KazooTimeoutError) as exc:
         raise OperationTimedOut(f"{what}: {exc}", cause=exc) from exc
     except (StratusError, KazooException) as exc:
         if isinstance(exc, (NoNodeError, NodeExistsError, NotEmptyError)):
             raise  # the caller's to translate
         raise tooz.ToozError(f"{what} failed: {exc!r}", cause=exc) from exc
+
+
+def create_chroot(settings: ZkSettings) -> None:
+    """Create every level of the connect string's chroot, through a client without it."""
+    hosts, _, chroot = settings.hosts.partition("/")
+    client = KazooClient(
+        hosts=hosts,
+        timeout=settings.session_timeout,
+        default_acl=settings.auth.acl(),
+        **settings.auth.client_options(),
+        **settings.tls.client_options(),
+    )
+    client.start(timeout=settings.connection_timeout)
+    try:
+        client.ensure_path("/" + chroot)
+    finally:
+        client.stop()
+        client.close()
 
 
 def _capabilities(raw: bytes) -> Capabilities | None:
