@@ -67,6 +67,7 @@ def freeze_until_replaced(a: Contender, b: Contender) -> None:
         a.signal(signal.SIGCONT)
 
 
+@pytest.mark.slow
 def test_a_frozen_stratus_leader_is_told_it_lost_and_its_stale_write_is_refused(
     zk_hosts: str, members: list[Contender]
 ) -> None:
@@ -93,6 +94,7 @@ def test_a_frozen_stratus_leader_is_told_it_lost_and_its_stale_write_is_refused(
     assert status(b)["leading"] == "1"
 
 
+@pytest.mark.slow
 def test_a_frozen_kazoo_driver_leader_still_believes_it_leads(
     zk_server: ZooKeeperServer, members: list[Contender]
 ) -> None:

@@ -1,9 +1,9 @@
 """tooz's own test suite against the stratus:// backend, side by side with tooz's kazoo driver.
 
-``tooz/tests/test_coordination.py`` of the installed tooz release is run twice at once, as
-tooz's own CI runs it (``TOOZ_TEST_URL`` names the driver), in a pytest process of its own
-each: against ``stratus://`` and against ``zookeeper://`` (tooz's kazoo driver), both on the
-test session's embedded ZooKeeper. Each run's JUnit report says what every tooz test did,
+``tooz/tests/test_coordination.py`` of the installed tooz release (and ``test_partitioner.py``,
+which runs the same way) is run twice at once, as tooz's own CI runs it (``TOOZ_TEST_URL``
+names the driver), in a pytest process of its own each: against ``stratus://`` and against
+``zookeeper://`` (tooz's kazoo driver), both on the test session's embedded ZooKeeper. Each run's JUnit report says what every tooz test did,
 and the comparison fails on any tooz test that fails or errors against stratus, and on any
 that stratus skips while the kazoo driver runs it; the table of both runs is in the message.
 A run of one tooz test against a ZooKeeper that is not there shows that the comparison does
@@ -25,7 +25,11 @@ import tooz.tests
 
 from stratus.zk.server import ZooKeeperServer
 
-SUITE = Path(tooz.tests.__file__).parent / "test_coordination.py"
+# tooz's coordinator API tests, and its partitioner's (a consistent hash ring over a group)
+SUITE = [
+    Path(tooz.tests.__file__).parent / name
+    for name in ("test_coordination.py", "test_partitioner.py")
+]
 RUN_TIMEOUT_SECS = 600  # a whole run; each tooz test also has its own pytest-timeout
 TEST_TIMEOUT_SECS = 120
 
@@ -49,7 +53,7 @@ def start_suite(url: str, report: Path, *selection: str) -> subprocess.Popen[str
         sys.executable,
         "-m",
         "pytest",
-        str(SUITE),
+        *(str(path) for path in SUITE),
         *selection,
         "-q",
         "-p",
@@ -146,6 +150,7 @@ def suite_runs(
     return runs["stratus"], runs["kazoo"]
 
 
+@pytest.mark.slow
 def test_toozs_suite_passes_against_the_stratus_backend_as_against_kazoo(
     suite_runs: tuple[SuiteRun, SuiteRun],
 ) -> None:
@@ -154,6 +159,7 @@ def test_toozs_suite_passes_against_the_stratus_backend_as_against_kazoo(
     assert kazoo.named("passed") <= stratus.named("passed"), side_by_side(stratus, kazoo)
 
 
+@pytest.mark.slow
 def test_the_kazoo_driver_beside_it_ran_the_same_suite(
     suite_runs: tuple[SuiteRun, SuiteRun],
 ) -> None:
@@ -164,6 +170,7 @@ def test_the_kazoo_driver_beside_it_ran_the_same_suite(
     assert kazoo.named("failed") | kazoo.named("error") == set(), side_by_side(stratus, kazoo)
 
 
+@pytest.mark.slow
 def test_a_failing_tooz_test_fails_the_comparison(
     suite_runs: tuple[SuiteRun, SuiteRun], tmp_path: Path
 ) -> None:
