@@ -3,9 +3,10 @@
 ``tooz/tests/test_coordination.py`` of the installed tooz release (and ``test_partitioner.py``,
 which runs the same way) is run twice at once, as tooz's own CI runs it (``TOOZ_TEST_URL``
 names the driver), in a pytest process of its own each: against ``stratus://`` and against
-``zookeeper://`` (tooz's kazoo driver), both on the test session's embedded ZooKeeper. Each run's JUnit report says what every tooz test did,
-and the comparison fails on any tooz test that fails or errors against stratus, and on any
-that stratus skips while the kazoo driver runs it; the table of both runs is in the message.
+``zookeeper://`` (tooz's kazoo driver), both on the test session's embedded ZooKeeper. Each
+run's JUnit report says what every tooz test did, and the comparison fails on any tooz test
+that fails or errors against stratus, and on any that stratus skips while the kazoo driver
+runs it; the table of both runs is in the message.
 A run of one tooz test against a ZooKeeper that is not there shows that the comparison does
 fail when a tooz test does.
 """
