@@ -7,6 +7,7 @@ term, the fenced write, and the lost-leadership hook.
 
 from __future__ import annotations
 
+import contextlib
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any
@@ -21,7 +22,8 @@ from stratus.integrations.tooz.errors import ToozNameError, ToozUrlError
 from stratus.integrations.tooz.names import node_name, raw_id
 from stratus.integrations.tooz.url import zk_settings
 from stratus.zk.auth import AuthScheme
-from tests.zkfixtures import kazoo_client
+from stratus.zk.server import ZooKeeperServer
+from tests.zkfixtures import kazoo_client, wait_until
 
 GROUP = b"scheduler"
 
@@ -204,3 +206,36 @@ def test_the_refresh_of_a_candidacy_decides_it_before_returning(zk_hosts: str) -
         assert coord.refresh("refreshed")
         assert [term.epoch for term in elected] == [1]  # on_elected ran before the return
         assert coord.is_leader("refreshed")
+
+
+@pytest.mark.slow
+def test_a_loss_reaches_the_member_while_zookeeper_cannot_answer(
+    zk_restartable: ZooKeeperServer, drivers: list[StratusDriver]
+) -> None:
+    """With ZooKeeper down, run_watchers cannot list a watched group's members (it raises),
+    yet the LeadershipLost hook runs first: the leader hears that it stopped leading."""
+    url = f"stratus://{zk_restartable.connect_string}?timeout=2&connection_timeout=1"
+    a = _start(url, b"host-a", drivers)
+    a.create_group(GROUP).get()
+    joins = Recorder()
+    seen = Recorder()
+    a.watch_join_group(GROUP, joins)
+    a.watch_elected_as_leader(GROUP, seen)
+    a.watch_elected_lost(GROUP, seen)
+    a.run_watchers()
+    assert [type(event) for event in seen] == [StratusLeaderElected]
+
+    zk_restartable.stop()
+
+    def heard_the_loss() -> bool:
+        with contextlib.suppress(tooz.coordination.OperationTimedOut):
+            a.run_watchers()
+        return len(seen) > 1
+
+    wait_until(heard_the_loss, 30, "the LeadershipLost hook")
+    lost = seen[1]
+    assert isinstance(lost, LeadershipLost)
+    assert (lost.epoch, lost.reason) == (1, RevokeReason.SUSPENDED)
+    assert not a.is_leader(GROUP)
+    with pytest.raises(tooz.coordination.OperationTimedOut):
+        a.get_members(GROUP).get()

@@ -20,7 +20,7 @@ every term has an epoch, and ``leadership(group).transaction()`` is refused by Z
 once a later term exists. A candidate queues again by itself after a lost session.
 
 Groups and members (with capabilities) are znodes under ``<root>/members`` (a member is
-ephemeral), locks kazoo's lock recipe under ``<root>/locks``, elections stratus's groups
+ephemeral), locks kazoo's read/write lock recipe under ``<root>/locks``, elections stratus's groups
 under ``<root>/groups`` (see ``docs/tooz.md``). Every call completes before it returns; its
 result object holds the value or the tooz error that ``get()`` raises. Threads: the
 election library's worker and dispatcher only queue events; tooz hooks run on the thread
@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import posixpath
 import queue
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -76,7 +77,7 @@ from stratus.integrations.tooz.names import (
 from stratus.integrations.tooz.url import zk_settings
 from stratus.zk.errors import ZooKeeperUnavailableError
 from stratus.zk.paths import join
-from stratus.zk.session import ZkSession, ZkSettings
+from stratus.zk.session import SessionChange, SessionState, ZkSession, ZkSettings
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,7 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
         self._coordinator: Coordinator | None = None
         self._hooks_elected_lost: defaultdict[bytes, Hooks] = defaultdict(Hooks)
         self._events: queue.SimpleQueue[ElectionEvent] = queue.SimpleQueue()
+        self._connected = threading.Event()  # the running session is connected
 
     # ----------------------------------------------------------------- life cycle
 
@@ -131,9 +133,7 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
         self._coordinator = coordinator
         try:
             for path in (self._members_root, self._locks_root):
-                self._client_call(
-                    "create the backend's root znodes", self._client.ensure_path, path
-                )
+                self._client_call("create the backend's root znodes", "ensure_path", path)
         except tooz.ToozError:
             coordinator.close()
             self._coordinator = None
@@ -141,9 +141,14 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
 
     def _open(self) -> Coordinator:
         """A started coordinator on a new session (the old one, if any, is closed)."""
-        coordinator = Coordinator(ZkSession(self.settings), owns_session=True)
+        session = ZkSession(self.settings)
+        session.add_listener(self._on_session)
+        coordinator = Coordinator(session, owns_session=True)
         try:
-            return coordinator.start()
+            coordinator.start()
+            if session.connected:  # the listener follows every change from here
+                self._connected.set()
+            return coordinator
         except StratusError as exc:
             raise ToozConnectionError(
                 f"could not connect to ZooKeeper at {self.settings.hosts}: {exc}", cause=exc
@@ -166,7 +171,7 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
     def create_group(self, group_id: bytes) -> DoneResult[None]:
         def create() -> None:
             try:
-                self._client_call("create group", self._client.create, self._group_path(group_id))
+                self._client_call("create group", "create", self._group_path(group_id))
             except NodeExistsError:
                 raise GroupAlreadyExist(group_id) from None
 
@@ -174,7 +179,7 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
 
     def get_groups(self) -> DoneResult[list[bytes]]:
         def groups() -> list[bytes]:
-            names = self._client_call("list groups", self._client.get_children, self._members_root)
+            names = self._client_call("list groups", "get_children", self._members_root)
             return [raw_id(name) for name in names]
 
         return self._result(groups)
@@ -182,7 +187,7 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
     def delete_group(self, group_id: bytes) -> DoneResult[None]:
         def delete() -> None:
             try:
-                self._client_call("delete group", self._client.delete, self._group_path(group_id))
+                self._client_call("delete group", "delete", self._group_path(group_id))
             except NoNodeError:
                 raise GroupNotCreated(group_id) from None
             except NotEmptyError:
@@ -200,7 +205,7 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
             try:
                 self._client_call(
                     "join group",
-                    self._client.create,
+                    "create",
                     path,
                     utils.dumps(capabilities),
                     ephemeral=True,
@@ -219,7 +224,7 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
         def leave() -> None:
             path = self._member_path(group_id, self._member_id)
             try:
-                self._client_call("leave group", self._client.delete, path)
+                self._client_call("leave group", "delete", path)
             except NoNodeError:
                 raise MemberNotJoined(group_id, self._member_id) from None
             finally:
@@ -231,7 +236,7 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
         def members() -> set[bytes]:
             try:
                 names = self._client_call(
-                    "list members", self._client.get_children, self._group_path(group_id)
+                    "list members", "get_children", self._group_path(group_id)
                 )
             except NoNodeError:
                 raise GroupNotCreated(group_id) from None
@@ -245,9 +250,7 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
         def update() -> None:
             path = self._member_path(group_id, self._member_id)
             try:
-                self._client_call(
-                    "update capabilities", self._client.set, path, utils.dumps(capabilities)
-                )
+                self._client_call("update capabilities", "set", path, utils.dumps(capabilities))
             except NoNodeError:
                 raise MemberNotJoined(group_id, self._member_id) from None
 
@@ -291,7 +294,7 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
     def _read_member(self, group_id: bytes, member_id: bytes) -> tuple[bytes, Any]:
         try:
             raw, stat = self._client_call(
-                "read member", self._client.get, self._member_path(group_id, member_id)
+                "read member", "get", self._member_path(group_id, member_id)
             )
         except NoNodeError:
             raise MemberNotJoined(group_id, member_id) from None
@@ -339,6 +342,7 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
 
     def get_leader(self, group_id: bytes) -> DoneResult[bytes]:
         def leader() -> bytes | None:
+            self._wait_connected("read the leader")
             member = self._call("read the leader", self.coordinator.get_leader, node_name(group_id))
             return None if member is None else member_bytes(member)
 
@@ -361,14 +365,19 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
         self._deliver_election_events()
 
     def run_watchers(self, timeout: float | None = None) -> list[Any]:
-        """tooz's join and leave hooks, then the election: campaign, and run the hooks of
-        every election event since the last call (``LeaderElected``, ``LeadershipLost``)."""
-        results = super().run_watchers(timeout)
-        self._campaign()
+        """The election hooks of what happened since the last call, tooz's join and leave
+        hooks, then the election: campaign, and run the hooks of what that decided.
+
+        Election events queued before the call are delivered first: a ``LeadershipLost``
+        reaches the member even when ZooKeeper cannot answer the rest (which then raises).
+        """
+        results = self._deliver_election_events()
+        results.extend(super().run_watchers(timeout))
+        self._campaign(timeout)
         results.extend(self._deliver_election_events())
         return results
 
-    def _campaign(self) -> None:
+    def _campaign(self, timeout: float | None = None) -> None:
         """Nominate this member in every watched election it is not a candidate of, and
         evaluate each candidacy now, so that an election due is decided before returning."""
         coordinator = self.coordinator
@@ -385,7 +394,7 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
                         group_id, term, reason
                     ),
                 )
-            if not coordinator.refresh(name):
+            if not coordinator.refresh(name, timeout):
                 log.warning("event=election_not_evaluated group=%s member=%s", name, self._member)
 
     def _elected(self, group_id: bytes, term: Leadership) -> None:
@@ -444,10 +453,35 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
         with _as_tooz_errors(what):
             return func(*args, **kwargs)
 
-    def _client_call(self, what: str, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """A ZooKeeper call, retried across a connection loss for the connection timeout."""
-        result: T = self._call(what, self.coordinator.session.call, what, func, *args, **kwargs)
-        return result
+    def _client_call(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        """The kazoo client's ``method``, bounded by the connection timeout: retried across a
+        dropped connection, and ``OperationTimedOut`` once ZooKeeper has not answered within
+        it (kazoo's own calls wait for a reconnection for ever). As with tooz's ZooKeeper
+        driver, a write that timed out may still be applied once the connection is back."""
+        self._wait_connected(what)
+        call = getattr(self._client, f"{method}_async")
+        timeout = self.settings.connection_timeout
+        return self._call(
+            what,
+            self.coordinator.session.call,
+            what,
+            lambda: call(*args, **kwargs).get(timeout=timeout),
+        )
+
+    def _wait_connected(self, what: str) -> None:
+        """Return once the session is connected; ``OperationTimedOut`` after the timeout."""
+        if not self._connected.wait(self.settings.connection_timeout):
+            raise OperationTimedOut(
+                f"{what}: ZooKeeper at {self.settings.hosts} has not been reachable for "
+                f"{self.settings.connection_timeout:g}s (connection_timeout)"
+            )
+
+    def _on_session(self, change: SessionChange) -> None:
+        """kazoo's thread: follow the connection (never blocks)."""
+        if change.state is SessionState.CONNECTED:
+            self._connected.set()
+        else:
+            self._connected.clear()
 
     @staticmethod
     def _result(func: Callable[[], T]) -> DoneResult[T]:
