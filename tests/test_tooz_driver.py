@@ -23,6 +23,7 @@ from stratus.integrations.tooz.names import node_name, raw_id
 from stratus.integrations.tooz.url import zk_settings
 from stratus.zk.auth import AuthScheme
 from stratus.zk.server import ZooKeeperServer
+from tests.test_election import expire_session
 from tests.zkfixtures import kazoo_client, wait_until
 
 GROUP = b"scheduler"
@@ -239,3 +240,23 @@ def test_a_loss_reaches_the_member_while_zookeeper_cannot_answer(
     assert not a.is_leader(GROUP)
     with pytest.raises(tooz.coordination.OperationTimedOut):
         a.get_members(GROUP).get()
+
+
+def test_a_member_is_back_in_its_groups_after_its_session_expired(
+    url: str, zk_hosts: str, drivers: list[StratusDriver]
+) -> None:
+    """ZooKeeper drops an expired session's members; tooz's kazoo driver leaves them out."""
+    a = _start(url, b"host-a", drivers)
+    a.create_group(GROUP).get()
+    a.join_group(GROUP, {"role": "primary"}).get()
+    a.update_capabilities(GROUP, {"role": "primary", "load": 3}).get()
+
+    expire_session(a.coordinator, zk_hosts)
+
+    def rejoined() -> bool:
+        a.run_watchers()
+        return b"host-a" in a.get_members(GROUP).get()
+
+    wait_until(rejoined, 30, "host-a back in the group")
+    assert a.get_member_capabilities(GROUP, b"host-a").get() == {"role": "primary", "load": 3}
+    assert GROUP in a._joined_groups

@@ -121,10 +121,14 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
         self._hooks_elected_lost: defaultdict[bytes, Hooks] = defaultdict(Hooks)
         self._events: queue.SimpleQueue[ElectionEvent] = queue.SimpleQueue()
         self._connected = threading.Event()  # the running session is connected
+        self._renewed = threading.Event()  # a new session replaced an expired one
+        self._joined_data: dict[bytes, bytes] = {}  # capabilities of each joined group
 
     # ----------------------------------------------------------------- life cycle
 
     def _start(self) -> None:
+        self._joined_data.clear()  # tooz forgets the joined groups at start too
+        self._renewed.clear()
         try:
             coordinator = self._open()
         except NoNodeError:  # kazoo creates only the last level of a missing chroot
@@ -202,19 +206,15 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
 
         def join() -> None:
             path = self._member_path(group_id, self._member_id)
+            data = utils.dumps(capabilities)
             try:
-                self._client_call(
-                    "join group",
-                    "create",
-                    path,
-                    utils.dumps(capabilities),
-                    ephemeral=True,
-                )
+                self._client_call("join group", "create", path, data, ephemeral=True)
             except NodeExistsError:
                 raise MemberAlreadyExist(group_id, self._member_id) from None
             except NoNodeError:
                 raise GroupNotCreated(group_id) from None
             self._joined_groups.add(group_id)
+            self._joined_data[group_id] = data
 
         return self._result(join)
 
@@ -229,6 +229,7 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
                 raise MemberNotJoined(group_id, self._member_id) from None
             finally:
                 self._joined_groups.discard(group_id)
+                self._joined_data.pop(group_id, None)
 
         return self._result(leave)
 
@@ -247,12 +248,17 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
     def update_capabilities(
         self, group_id: bytes, capabilities: Capabilities | None
     ) -> DoneResult[None]:
+        group_id = as_bytes(group_id)
+
         def update() -> None:
             path = self._member_path(group_id, self._member_id)
+            data = utils.dumps(capabilities)
             try:
-                self._client_call("update capabilities", "set", path, utils.dumps(capabilities))
+                self._client_call("update capabilities", "set", path, data)
             except NoNodeError:
                 raise MemberNotJoined(group_id, self._member_id) from None
+            if group_id in self._joined_data:
+                self._joined_data[group_id] = data
 
         return self._result(update)
 
@@ -372,6 +378,7 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
         reaches the member even when ZooKeeper cannot answer the rest (which then raises).
         """
         results = self._deliver_election_events()
+        self._rejoin_after_renewal()
         results.extend(super().run_watchers(timeout))
         self._campaign(timeout)
         results.extend(self._deliver_election_events())
@@ -476,8 +483,33 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
                 f"{self.settings.connection_timeout:g}s (connection_timeout)"
             )
 
+    def _rejoin_after_renewal(self) -> None:
+        """After a new session (the old one expired, and its members with it), join again
+        every group this member had joined, with its last capabilities; a group deleted
+        meanwhile is forgotten. Retried at the next call if ZooKeeper cannot answer now."""
+        if not self._renewed.is_set():
+            return
+        self._renewed.clear()
+        try:
+            for group_id in list(self._joined_groups):
+                path = self._member_path(group_id, self._member_id)
+                data = self._joined_data.get(group_id, utils.dumps(None))
+                try:
+                    self._client_call("join group again", "create", path, data, ephemeral=True)
+                    log.info("event=rejoined group=%s member=%s", node_name(group_id), self._member)
+                except NodeExistsError:
+                    pass  # joined again already (by us, or by a namesake's session)
+                except NoNodeError:
+                    self._joined_groups.discard(group_id)
+                    self._joined_data.pop(group_id, None)
+        except tooz.ToozError:
+            self._renewed.set()
+            raise
+
     def _on_session(self, change: SessionChange) -> None:
         """kazoo's thread: follow the connection (never blocks)."""
+        if change.renewed:
+            self._renewed.set()
         if change.state is SessionState.CONNECTED:
             self._connected.set()
         else:
