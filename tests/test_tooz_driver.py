@@ -8,8 +8,13 @@ term, the fenced write, and the lost-leadership hook.
 from __future__ import annotations
 
 import contextlib
+import os
+import re
+import subprocess
+import sys
 import urllib.parse
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -260,3 +265,22 @@ def test_a_member_is_back_in_its_groups_after_its_session_expired(
     wait_until(rejoined, 30, "host-a back in the group")
     assert a.get_member_capabilities(GROUP, b"host-a").get() == {"role": "primary", "load": 3}
     assert GROUP in a._joined_groups
+
+
+def test_the_docs_example_runs(zk_hosts: str) -> None:
+    """docs/tooz.md's example, as written, against a real ZooKeeper."""
+    doc = Path(__file__).resolve().parent.parent / "docs" / "tooz.md"
+    [example] = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.DOTALL)
+    done = subprocess.run(
+        [sys.executable, "-c", example],
+        env={**os.environ, "ZK": zk_hosts},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "leading b'scheduler' epoch 1",
+        "stopped leading b'scheduler' epoch 1 resigned",
+    ]
