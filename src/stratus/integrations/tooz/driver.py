@@ -391,6 +391,7 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
         for group_id in list(self._hooks_elected_leader):
             name = node_name(group_id)
             if not coordinator.is_candidate(name):
+                self._wait_connected("run for election")
                 self._call(
                     "run for election",
                     coordinator.nominate_async,
