@@ -240,6 +240,25 @@ class Coordinator:
                 log.warning("event=resign_pending group=%s member=%s", group, candidacy.member_id)
                 return
 
+    def refresh(self, group: str, timeout: float | None = None) -> bool:
+        """Evaluate ``group``'s candidacy now, and wait until that evaluation and the
+        callbacks it caused (``on_elected``) have run; False if ``timeout`` (default: the
+        connection timeout) ran out first.
+
+        Watches elect a candidate by themselves; this is for callers that poll (tooz's
+        ``run_watchers``), who must know on return whether their turn has come.
+        """
+        done = threading.Event()
+
+        def evaluate() -> None:
+            try:
+                self._candidacies.evaluate(group)
+            finally:
+                self._dispatcher.post(done.set)  # after the callbacks the evaluation posted
+
+        self._worker.post(evaluate)
+        return done.wait(self.session.settings.connection_timeout if timeout is None else timeout)
+
     def is_candidate(self, group: str) -> bool:
         """True while this coordinator is nominated in ``group`` (leading or queued)."""
         return self._candidacies.get(group) is not None
