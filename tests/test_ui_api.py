@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from stratus.api.overview import NimbusSelf, SupervisorList, WorkersOverview
-from stratus.api.records import PipelineStatus
+from stratus.api.records import AssignmentHistory, PipelineStatus
 from stratus.zk.server import ZooKeeperServer
 from tests.ui_cluster import GONE, REFRESH_SECS, SECRET, SPARK_UI, UiCluster, ui_cluster
 from tests.zkfixtures import wait_until
@@ -124,3 +124,24 @@ def test_a_change_sent_by_another_sites_page_is_refused(cluster):
     own = httpx.post(absent, headers={"Origin": url})  # the page of this nimbus
     assert own.json()["error"] == "unknown_pipeline"
     assert httpx.post(absent).json()["error"] == "unknown_pipeline"  # no Origin: a script
+
+
+def test_every_nimbus_answers_a_pipelines_assignment_history_newest_first(cluster):
+    for nimbus in cluster.nimbuses.nimbuses:
+        answer = AssignmentHistory.model_validate_json(
+            httpx.get(f"{nimbus.url}/api/v1/pipelines/etl/history").content
+        )
+        assert answer.pipeline == "etl"
+        steps = [(c.reason.value, c.supervisor, c.previous) for c in answer.changes]
+        assert steps == [("deactivated", None, GONE), ("placed", GONE, None)]
+        assert answer.changes[0].at >= answer.changes[1].at
+        assert answer.changes[0].epoch >= 1
+
+
+def test_the_history_of_an_unknown_pipeline_is_not_found_and_documented(cluster):
+    url = cluster.nimbuses.nimbuses[0].url
+    missing = httpx.get(f"{url}/api/v1/pipelines/nope/history")
+    assert missing.status_code == 404
+    assert missing.json()["error"] == "unknown_pipeline"
+    document = httpx.get(f"{url}/api/v1/openapi.json").json()
+    assert "get" in document["paths"]["/api/v1/pipelines/{name}/history"]
