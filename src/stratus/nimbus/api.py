@@ -53,7 +53,7 @@ from stratus.nimbus.log_relay import LogRelay
 from stratus.nimbus.metrics import CONTENT_TYPE_LATEST, NimbusMetrics
 from stratus.nimbus.service import MAX_REQUEST_ID_LENGTH, REQUEST_ID, NimbusService
 from stratus.nimbus.term_routes import add_term_routes
-from stratus.nimbus.ui.front import UiFront
+from stratus.nimbus.ui.front import UiFront, ui_route
 from stratus.nimbus.ui.routes import add_ui_routes
 from stratus.nimbus.upload_spool import spooling_route
 from stratus.security.access import OPEN, AccessPolicy
@@ -412,7 +412,8 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, send_noting_status)
         finally:
-            route = getattr(scope.get("route"), "path", None)
+            # the web UI's page and files under two labels, whatever the path (UiFront)
+            route = ui_route(scope) or getattr(scope.get("route"), "path", None)
             if route is None:  # answered before routing (RequestGuard) or no route matched
                 route = SUBMIT_PATH if scope["path"] == SUBMIT_PATH else "unmatched"
             self.metrics.observe_request(
