@@ -4,7 +4,9 @@ probes ``/healthz`` and ``/readyz`` (``stratus.web.probes``), and the web UI at 
 
 Every error is ``{"error": code, "message": ..., "leader": ...}`` with the status of its
 class in ``errors.py``; a leader-only call on a standby is ``421 not_leader`` naming the
-leader. Reads come from the nimbus's cluster view, never from ZooKeeper directly.
+leader. Reads come from the nimbus's cluster view, never from ZooKeeper directly, but for
+the two histories (of leader terms, of a pipeline's assignments), read from ZooKeeper when
+asked.
 """
 
 from __future__ import annotations
