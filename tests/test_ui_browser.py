@@ -119,8 +119,9 @@ def test_the_pages_show_the_live_clusters_data_with_assets_from_the_nimbus_only(
 
 
 def test_the_leader_terms_show_as_the_terms_route_answers(cluster, page):
-    """The route is the metrics side's (``GET /api/v1/leader/terms``); here its answer, in
-    the shape both sides agreed, is given to the page by the browser itself."""
+    """How a term's row reads (its times, ``leading``, the failover in seconds), from a fixed
+    answer of ``GET /api/v1/leader/terms`` given to the page by the browser itself; the real
+    route's answer after a real failover is the last test's."""
     terms = {
         "terms": [
             {"epoch": 2, "nimbus": "10.0.0.2:6627", "started_at": 1764038041.0,
