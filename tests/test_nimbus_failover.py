@@ -16,8 +16,14 @@ import httpx
 import pytest
 from kazoo.exceptions import NoNodeError
 
-from stratus.api.records import PipelineRecord, PipelineStatus
+from stratus.api.records import (
+    AssignmentHistory,
+    PipelineRecord,
+    PipelineStatus,
+    SupervisorSummary,
+)
 from stratus.client import NimbusClient
+from stratus.zk.paths import ClusterPaths
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
 from tests.package_factory import valid_package
@@ -159,13 +165,29 @@ def frozen_request(url: str, path: str, **kwargs: Any) -> httpx.Response:
     return httpx.post(f"{url}{path}", timeout=60.0, **kwargs)
 
 
+def history_of(url: str, name: str) -> AssignmentHistory:
+    return AssignmentHistory.model_validate_json(
+        httpx.get(f"{url}/api/v1/pipelines/{name}/history").content
+    )
+
+
 def test_a_zombie_leader_changes_nothing_and_registers_again(cluster, zk_server):
-    with client_for(cluster) as client:
+    paths = ClusterPaths(cluster.root)
+    with client_for(cluster) as client, kazoo_client(zk_server.connect_string) as zk:
+        # a supervisor that exists only as a registration: "target" is assigned to it
+        zk.create(paths.supervisor("s-reg"), SupervisorSummary(id="s-reg", slots=1).encode(),
+                  ephemeral=True)  # fmt: skip
         client.wait_replicated(client.submit("target", valid_package("target")).name)
+        wait_until(lambda: zk.exists(paths.assignment("target")), 20, "target assigned")
         zombie = cluster.by_address(cluster.wait_for_agreed_leader())
         zombie.signal(signal.SIGSTOP)
         new = cluster.wait_for_agreed_leader(not_=zombie.address, skip=[zombie])
         client.deactivate("target")  # the new leader acts meanwhile
+        wait_until(lambda: not zk.exists(paths.assignment("target")), 20, "target unassigned")
+    new_epoch = cluster.leader_seen_by(cluster.by_address(new)).epoch
+    history = history_of(cluster.by_address(new).url, "target")
+    assert (history.changes[0].reason.value, history.changes[0].epoch) == ("deactivated", new_epoch)
+    assert history.changes[-1].reason.value == "placed" and history.changes[-1].epoch < new_epoch
     snapshot = records_in_zookeeper(zk_server.connect_string, cluster.root)
     with ThreadPoolExecutor(2) as pool:
         # Requests that reach the zombie while it is frozen; it handles them when it wakes.
@@ -178,6 +200,7 @@ def test_a_zombie_leader_changes_nothing_and_registers_again(cluster, zk_server)
         assert answer.status_code == 421, answer.text
         assert answer.json()["leader"] in (new, None)
     assert records_in_zookeeper(zk_server.connect_string, cluster.root) == snapshot
+    assert history_of(cluster.by_address(new).url, "target") == history  # nothing recorded
     # Its session expired while it was frozen: it registers again, as a standby.
     wait_until(
         lambda: (

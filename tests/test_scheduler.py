@@ -425,3 +425,50 @@ def test_a_fresh_cluster_with_equal_slots_is_spread_within_one(
     loads = [counts[sid] for sid in capacity]
     assert max(loads) - min(loads) <= 1
     assert sum(loads) == min(len(pipelines), slots * supervisors)
+
+
+@settings(deadline=None)
+@given(clusters())
+def test_every_write_of_a_pipeline_with_a_record_comes_with_its_change(
+    cluster: dict[str, object],
+) -> None:
+    pipelines: dict[str, PipelineRecord] = cluster["pipelines"]  # type: ignore[assignment]
+    assignments: dict[str, Assignment] = cluster["assignments"]  # type: ignore[assignment]
+    result = run(cluster)
+    written = set(result.assign) | set(result.unassign)
+    assert set(result.changes) == {name for name in written if name in pipelines}
+    for name, change in result.changes.items():
+        new = result.assign.get(name)
+        old = assignments.get(name)
+        assert change.supervisor == (new.supervisor if new else None)
+        assert change.previous == (old.supervisor if old else None)
+        assert (change.epoch, change.at) == (EPOCH, NOW)
+
+
+def test_each_change_says_why_the_assignment_changed() -> None:
+    records = {
+        "silent": record("silent", submitted=0),
+        "moved": record("moved", submitted=1),
+        "stranded": record("stranded", submitted=2),
+        "new": record("new", submitted=3),
+        "done": record("done", status=PipelineStatus.FINISHED),
+        "broken": record("broken", status=PipelineStatus.FAILED),
+    }
+    current = {
+        "silent": assignment(records["silent"], "s1"),
+        "moved": assignment(records["moved"], "dead"),
+        "stranded": assignment(records["stranded"], "dead"),
+        "done": assignment(records["done"], "s1"),
+        "broken": assignment(records["broken"], "s1"),
+        "gone": assignment(record("gone"), "s1"),
+    }
+    result = plan(records, current, capacity={"s1": 1, "s2": 1}, timed_out={"silent"})
+
+    why = {name: (c.reason.value, c.supervisor, c.previous) for name, c in result.changes.items()}
+    assert why == {
+        "silent": ("worker_silent", "s2", "s1"),
+        "moved": ("supervisor_dead", "s1", "dead"),  # the slot "silent" left
+        "stranded": ("no_room", None, "dead"),
+        "done": ("finished", None, "s1"),
+        "broken": ("failed", None, "s1"),
+    }  # "new" found no room (nothing written); "gone" has no record to keep a history under

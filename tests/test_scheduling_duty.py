@@ -25,6 +25,7 @@ from stratus.api.records import (
 from stratus.codedist.package_store import StoredPackage
 from stratus.coordination.coordinator import Coordinator
 from stratus.coordination.leadership import Leadership
+from stratus.nimbus.assignment_history import AssignmentHistoryLog
 from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.duties.scheduling import SchedulingDuty
 from stratus.nimbus.pipeline_ops import PipelineOps, ReplicationPolicy
@@ -244,3 +245,125 @@ def test_a_pipeline_record_that_does_not_decode_is_skipped_naming_it(cluster, ca
     assert "pipeline=garbled" in caplog.text
     cluster.round()  # the leader's round goes on with the others
     assert cluster.where("a") == "s1"
+
+
+# ---------------------------------------------------------------------- assignment history
+
+
+def reasons(cluster: Cluster, name: str) -> list[tuple[str, str | None, str | None]]:
+    """``name``'s history, oldest first: (reason, supervisor, previous)."""
+    changes = reversed(cluster.table.history(name))
+    return [(c.reason.value, c.supervisor, c.previous) for c in changes]
+
+
+def test_every_change_of_an_assignment_is_recorded_with_its_reason(cluster):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    cluster.ops.rebalance(cluster.term, "a", {"spark.sql.shuffle.partitions": 3})
+    cluster.round()
+    cluster.ops.deactivate(cluster.term, "a")
+    cluster.round()
+    cluster.ops.activate(cluster.term, "a")
+    cluster.round()
+    cluster.supervisor("s2")  # s1 falls silent from now on
+    cluster.clock.now += 11
+    cluster.heartbeat("s2")
+    cluster.round()
+    cluster.ops.kill(cluster.term, "a", wait_secs=60)
+    cluster.round()
+
+    assert reasons(cluster, "a") == [
+        ("placed", "s1", None),
+        ("rebalanced", "s1", "s1"),
+        ("deactivated", None, "s1"),
+        ("placed", "s1", None),
+        ("supervisor_dead", "s2", "s1"),
+        ("killed", None, "s2"),
+    ]
+    changes = cluster.table.history("a")
+    assert {c.epoch for c in changes} == {cluster.term.epoch}
+    assert changes[-2].generation == 1  # the rebalance's, as its assignment carried it
+
+
+def test_a_round_that_changes_nothing_records_nothing(cluster):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    client = cluster.coordinator.session.client
+    before = client.exists(PATHS.assignment_history("a"))
+
+    for _ in range(3):
+        cluster.heartbeat("s1")
+        assert cluster.round().empty
+
+    after = client.exists(PATHS.assignment_history("a"))
+    assert (after.cversion, after.pzxid) == (before.cversion, before.pzxid)
+    assert len(cluster.table.history("a")) == 1
+
+
+def test_a_write_refused_for_a_stale_epoch_leaves_no_history(cluster):
+    cluster.supervisor("s1")
+    old = cluster.term
+    cluster.coordinator.unnominate("nimbus")
+    cluster.term = cluster.coordinator.nominate("nimbus", "leader", timeout=10)
+    cluster.submit("a")
+
+    with pytest.raises(Exception, match="no longer leads"):
+        cluster.round(old)
+
+    assert cluster.table.history("a") == []
+    assert cluster.coordinator.session.client.exists(PATHS.assignment_history("a")) is None
+    cluster.round()  # the real leader's write records its change
+    assert reasons(cluster, "a") == [("placed", "s1", None)]
+
+
+def test_the_history_keeps_the_newest_changes_only(cluster):
+    client = cluster.coordinator.session.client
+    cluster.duty = SchedulingDuty(
+        ops=cluster.ops,
+        assignments=AssignmentTable(client, PATHS, AssignmentHistoryLog(client, PATHS, keep=3)),
+        board=cluster.board, registered=lambda: cluster.registered, settings=SETTINGS,
+        clock=cluster.clock,
+    )  # fmt: skip
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    for partitions in range(2, 7):
+        cluster.ops.rebalance(cluster.term, "a", {"spark.sql.shuffle.partitions": partitions})
+        cluster.round()
+
+    changes = cluster.table.history("a")
+    assert [c.generation for c in changes] == [5, 4, 3]  # newest first, the oldest trimmed
+    assert len(client.get_children(PATHS.assignment_history("a"))) == 3
+
+
+def test_an_update_applied_is_recorded_as_updated(cluster):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    new_code = StoredPackage("e" * 64, 11)
+    cluster.ops.stage_update(cluster.term, "a", {}, "u1", new_code, replication=ONE_COPY)
+    cluster.ops.note_update_replication(cluster.term, "a", holders=1)
+    cluster.round()
+
+    newest = cluster.table.history("a")[0]
+    assert (newest.reason.value, newest.digest) == ("updated", "e" * 64)
+
+
+def test_the_history_is_removed_with_the_pipeline(cluster):
+    client = cluster.coordinator.session.client
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    cluster.ops.kill(cluster.term, "a", wait_secs=0)
+    cluster.round()
+    assert [c.reason.value for c in cluster.table.history("a")] == ["killed", "placed"]
+
+    removed = cluster.ops.remove_due(cluster.term, {"a": cluster.ops.read("a")})
+
+    assert set(removed) == {"a"}
+    assert client.exists(PATHS.assignment_history("a")) is None
+    cluster.submit("a")  # a new pipeline of the name starts a history of its own
+    cluster.round()
+    assert reasons(cluster, "a") == [("placed", "s1", None)]

@@ -9,9 +9,10 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from stratus.api.overview import NimbusSelf, SupervisorList, WorkersOverview
-from stratus.api.records import PipelineStatus
+from stratus.api.records import AssignmentHistory, PipelineStatus
 from stratus.zk.server import ZooKeeperServer
 from tests.ui_cluster import GONE, REFRESH_SECS, SECRET, SPARK_UI, UiCluster, ui_cluster
 from tests.zkfixtures import wait_until
@@ -124,3 +125,61 @@ def test_a_change_sent_by_another_sites_page_is_refused(cluster):
     own = httpx.post(absent, headers={"Origin": url})  # the page of this nimbus
     assert own.json()["error"] == "unknown_pipeline"
     assert httpx.post(absent).json()["error"] == "unknown_pipeline"  # no Origin: a script
+
+
+def test_every_nimbus_answers_a_pipelines_assignment_history_newest_first(cluster):
+    for nimbus in cluster.nimbuses.nimbuses:
+        answer = AssignmentHistory.model_validate_json(
+            httpx.get(f"{nimbus.url}/api/v1/pipelines/etl/history").content
+        )
+        assert answer.pipeline == "etl"
+        steps = [(c.reason.value, c.supervisor, c.previous) for c in answer.changes]
+        assert steps == [("deactivated", None, GONE), ("placed", GONE, None)]
+        assert answer.changes[0].at >= answer.changes[1].at
+        assert answer.changes[0].epoch >= 1
+
+
+def test_the_history_of_an_unknown_pipeline_is_not_found_and_documented(cluster):
+    url = cluster.nimbuses.nimbuses[0].url
+    missing = httpx.get(f"{url}/api/v1/pipelines/nope/history")
+    assert missing.status_code == 404
+    assert missing.json()["error"] == "unknown_pipeline"
+    document = httpx.get(f"{url}/api/v1/openapi.json").json()
+    assert "get" in document["paths"]["/api/v1/pipelines/{name}/history"]
+
+
+def requests_by_route(url: str) -> dict[tuple[str, str], float]:
+    """``stratus_nimbus_requests_total`` of a nimbus's ``/metrics``: (route, status) -> count."""
+    counts: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics").text):
+        for sample in family.samples:
+            if sample.name == "stratus_nimbus_requests_total" and sample.labels["method"] == "GET":
+                key = (sample.labels["route"], sample.labels["status"])
+                counts[key] = counts.get(key, 0.0) + sample.value
+    return counts
+
+
+def test_the_page_and_its_files_are_counted_under_their_own_routes(cluster):
+    url = cluster.nimbuses.nimbuses[1].url
+    before = requests_by_route(url)
+    answers = {
+        path: httpx.get(f"{url}{path}").status_code
+        for path in ("/", "/ui/static/app.js", "/ui/static/ui.css", "/ui/swagger/none.js")
+    }
+    httpx.get(f"{url}/no/such/route")
+
+    assert answers["/ui/swagger/none.js"] == 404  # a file that does not exist: not a 500
+
+    after = requests_by_route(url)
+    ours = {"/", "/ui/{asset}", "unmatched"}  # not /metrics: the scrape counts itself
+    grown = {
+        key: after[key] - before.get(key, 0.0)
+        for key in after
+        if key[0] in ours and after[key] != before.get(key)
+    }
+    assert grown == {
+        ("/", "200"): 1.0,
+        ("/ui/{asset}", "200"): 2.0,
+        ("/ui/{asset}", "404"): 1.0,
+        ("unmatched", "404"): 1.0,
+    }

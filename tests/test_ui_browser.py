@@ -8,6 +8,7 @@ The tests share one cluster and one browser, in this order: the last one kills t
 
 from __future__ import annotations
 
+import re
 import signal
 from collections.abc import Iterator
 from typing import Any
@@ -98,7 +99,8 @@ def test_the_pages_show_the_live_clusters_data_with_assets_from_the_nimbus_only(
     assert etl.locator("a", has_text="Spark UI").get_attribute("href") == SPARK_UI
     assert page.locator("#pipelines tr[data-pipeline=spare]").count() == 1
     assert page.locator("#submit-form").count() == 0  # read: no actions shown
-    assert page.inner_text("#terms")  # the leader terms, or "not available"
+    first_term = page.locator("#terms tbody tr").nth(0).locator("td").all_inner_texts()
+    assert first_term[1:2] + first_term[3:4] == [leader(cluster).address, "leading"]
 
     page.goto(f"{url}/#/pipelines/etl")  # the token stays for the tab (sessionStorage)
     page.wait_for_selector("#crashes td:text-is('exit code 3')")
@@ -117,8 +119,9 @@ def test_the_pages_show_the_live_clusters_data_with_assets_from_the_nimbus_only(
 
 
 def test_the_leader_terms_show_as_the_terms_route_answers(cluster, page):
-    """The route is the metrics side's (``GET /api/v1/leader/terms``); here its answer, in
-    the shape both sides agreed, is given to the page by the browser itself."""
+    """How a term's row reads (its times, ``leading``, the failover in seconds), from a fixed
+    answer of ``GET /api/v1/leader/terms`` given to the page by the browser itself; the real
+    route's answer after a real failover is the last test's."""
     terms = {
         "terms": [
             {"epoch": 2, "nimbus": "10.0.0.2:6627", "started_at": 1764038041.0,
@@ -137,6 +140,20 @@ def test_the_leader_terms_show_as_the_terms_route_answers(cluster, page):
     assert rows.nth(1).locator("td").all_inner_texts() == [
         "1", "10.0.0.1:6627", "2025-11-25T02:16:40Z", "2025-11-25T02:34:00Z", "",
     ]  # fmt: skip
+
+
+def test_the_pipeline_page_shows_its_assignment_history_newest_first(cluster, page):
+    """``etl`` was placed on the registration ``s-gone``, then deactivated
+    (``tests/ui_cluster.py``): two changes, as the history route answers them."""
+    sign_in(page, f"{standbys(cluster)[0].url}/#/pipelines/etl", READ)
+    page.wait_for_selector("#history td.reason:text-is('deactivated')")
+    rows = page.locator("#history tbody tr")
+    assert rows.count() == 2
+    newest, oldest = (rows.nth(i).locator("td").all_inner_texts() for i in (0, 1))
+    assert (newest[2], newest[3], newest[4]) == ("deactivated", "none", GONE)
+    assert (oldest[2], oldest[3], oldest[4]) == ("placed", GONE, "none")
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", row[0]) for row in (newest, oldest))
+    assert newest[0] >= oldest[0]
 
 
 def test_an_action_from_a_standbys_page_reaches_the_leader(cluster, page):
@@ -174,6 +191,12 @@ def test_a_failover_shows_on_the_page_without_a_reload(cluster, page):
     old.signal(signal.SIGKILL)
     new = cluster.nimbuses.wait_for_agreed_leader(not_=old.address, skip=[old])
     page.wait_for_selector(f"#leader:text-is('{new}')")
+    newest_term = page.locator("#terms tbody tr").nth(0)  # the real route: the new term on top
+    newest_term.locator(f"td:text-is('{new}')").wait_for()
+    cells = newest_term.locator("td").all_inner_texts()
+    assert cells[3] == "leading" and re.fullmatch(r"\d+\.\d{3} s", cells[4]), cells
+    ended = page.locator("#terms tbody tr").nth(1).locator("td").all_inner_texts()
+    assert ended[1] == old.address and ended[3] != "leading", ended  # closed by its successor
     wait_until(
         lambda: page.locator(f"#nimbuses tr[data-nimbus='{old.address}']").count() == 0,
         SHOWN_MS / 1000,

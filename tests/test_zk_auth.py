@@ -167,8 +167,15 @@ def test_nimbuses_and_a_supervisor_work_with_digest_auth_and_own_every_znode(
                 )
             root = cluster.root
             with digest_client(hosts, STRATUS) as owner:
+                history = f"{root}/assignment-history/guarded"
+                wait_until(
+                    lambda: owner.exists(history) and owner.get_children(history),
+                    30,
+                    "guarded's first assignment change",
+                )
                 paths = list(every_znode(owner, root))
                 assert f"{root}/pipelines/guarded" in paths
+                assert any(path.startswith(f"{history}/c-") for path in paths)
                 assert f"{root}/supervisors/s1" in paths
                 assert any(path.startswith(f"{root}/nimbuses/") for path in paths)
                 assert any(path.startswith(f"{root}/groups/nimbus/") for path in paths)

@@ -2,7 +2,9 @@
 and pipelines that never start Spark.
 
 No pipeline is ACTIVE while a supervisor runs (an assignment would start a Spark worker):
-``etl`` (a secret in its conf) and ``spare`` are submitted, then deactivated, before the
+``etl`` (a secret in its conf) and ``spare`` are submitted while only a registration of
+``s-gone`` exists (no process: the leader assigns them there, which their assignment
+histories record), then deactivated, and the registration removed, before the real
 supervisor starts; ``etl`` gets a worker heartbeat written as a supervisor that has gone
 (``s-gone``) would have left it, with a crash whose error holds the secret, so the pages
 have a worker state, restarts, a batch, a rate, a last error and a Spark UI link to show.
@@ -22,6 +24,7 @@ from kazoo.client import KazooClient
 from stratus.api.records import (
     PipelineStatus,
     QueryProgress,
+    SupervisorSummary,
     WorkerCrash,
     WorkerHeartbeat,
     WorkerState,
@@ -93,9 +96,30 @@ def ui_cluster(
         nimbuses.wait_for_agreed_leader()
         client = NimbusClient(nimbuses.seeds, retry_deadline=WAIT_SECS, auth=auth)
         try:
-            for name in PIPELINES:
-                client.submit(name, valid_package(name), {SECRET_KEY: SECRET})
-                client.deactivate(name)
+            paths = ClusterPaths(nimbuses.root)
+            zk = KazooClient(hosts=zk_connect)
+            zk.start()
+            try:
+                registration = SupervisorSummary(id=GONE, slots=len(PIPELINES))
+                zk.create(paths.supervisor(GONE), registration.encode(), ephemeral=True)
+                for name in PIPELINES:
+                    client.submit(name, valid_package(name), {SECRET_KEY: SECRET})
+                wait_until(
+                    lambda: all(zk.exists(paths.assignment(name)) for name in PIPELINES),
+                    WAIT_SECS,
+                    f"{PIPELINES} assigned to the registration {GONE}",
+                )
+                for name in PIPELINES:
+                    client.deactivate(name)
+                wait_until(
+                    lambda: not any(zk.exists(paths.assignment(name)) for name in PIPELINES),
+                    WAIT_SECS,
+                    f"{PIPELINES} unassigned",
+                )
+                zk.delete(paths.supervisor(GONE))
+            finally:
+                zk.stop()
+                zk.close()
             wait_until(
                 lambda: all(
                     client.status(name).status is PipelineStatus.INACTIVE for name in PIPELINES

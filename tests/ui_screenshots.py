@@ -2,11 +2,14 @@
 
 Starts a ZooKeeper, the web UI tests' cluster (three nimbuses, a supervisor, pipelines that
 need no Spark: ``tests/ui_cluster.py``) and Debian's Chromium, and saves each page as a PNG
-into ``docs/ui/``. Not a test: it asserts nothing and CI does not run it.
+into ``docs/ui/``. Before the shots, the first leader stops and starts again, so that the
+leader terms show a failover (its time, the old term closed). Not a test: it asserts
+nothing and CI does not run it.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -32,12 +35,21 @@ def main() -> int:
                 ui_cluster(server.connect_string, Path(tmp), "ui-screenshots") as cluster,
                 chromium(executable) as browser,
             ):
-                leader = cluster.nimbuses.by_address(cluster.nimbuses.wait_for_agreed_leader())
+                nimbuses = cluster.nimbuses
+                first = nimbuses.by_address(nimbuses.wait_for_agreed_leader())
+                first.signal(signal.SIGTERM)  # a failover for the leader terms to show
+                first.wait()
+                leader = nimbuses.by_address(
+                    nimbuses.wait_for_agreed_leader(not_=first.address, skip=[first])
+                )
+                first.start()
+                first.wait_ready()
+                nimbuses.wait_for_agreed_leader()
                 standby = next(n for n in cluster.nimbuses.nimbuses if n is not leader)
                 page = browser.new_page(viewport=VIEWPORT)
                 shots = [
-                    ("cluster.png", f"{leader.url}/", "#terms"),
-                    ("pipeline.png", f"{leader.url}/#/pipelines/etl", "#crashes td"),
+                    ("cluster.png", f"{leader.url}/", f"#terms td:text-is('{first.address}')"),
+                    ("pipeline.png", f"{leader.url}/#/pipelines/etl", "#history td.reason"),
                     ("standby.png", f"{standby.url}/", "#leader-link"),
                 ]
                 for name, url, ready in shots:

@@ -210,6 +210,43 @@ class Assignment(_Record):
     assigned: float = Field(description="wall-clock time of the assignment")
 
 
+class AssignmentReason(StrEnum):
+    """Why the leader changed a pipeline's assignment (``assignment-history/``)."""
+
+    PLACED = "placed"  # it had none: its first placement, after an activate, or room found
+    SUPERVISOR_DEAD = "supervisor_dead"  # moved off a supervisor judged dead or gone
+    WORKER_SILENT = "worker_silent"  # moved off a live supervisor: its worker fell silent
+    REBALANCED = "rebalanced"  # rewritten in place: a new generation (its conf changed)
+    UPDATED = "updated"  # rewritten in place: new code
+    NO_ROOM = "no_room"  # its supervisor died and no other had a free slot: unassigned
+    DEACTIVATED = "deactivated"  # unassigned: the pipeline is INACTIVE
+    KILLED = "killed"  # unassigned: the pipeline is KILLED
+    FINISHED = "finished"  # unassigned: its batch function returned
+    FAILED = "failed"  # unassigned: the pipeline FAILED
+
+
+class AssignmentChange(_Record):
+    """One change of a pipeline's assignment, written by the leader in the same fenced
+    transaction as the assignment itself (``assignment-history/<name>/c-<seq>``)."""
+
+    at: float = Field(description="wall-clock time of the change, epoch seconds")
+    epoch: int = Field(description="the term of the leader that made it")
+    reason: AssignmentReason
+    supervisor: str | None = Field(description="where it runs from now on; null: nowhere")
+    previous: str | None = Field(
+        default=None, description="where it ran before; null: it had no assignment"
+    )
+    generation: int = Field(description="the pipeline record's generation at the change")
+    digest: str = Field(description="sha256 of the pipeline's code at the change")
+
+
+class AssignmentHistory(BaseModel):
+    """A pipeline's newest assignment changes, newest first (the newest 50 are kept)."""
+
+    pipeline: str
+    changes: list[AssignmentChange]
+
+
 class WorkerState(StrEnum):
     STARTING = "STARTING"  # the process runs; Spark starts
     RUNNING = "RUNNING"  # the pipeline runs (queries started, a batch in progress, an sdp run)

@@ -4,7 +4,9 @@ probes ``/healthz`` and ``/readyz`` (``stratus.web.probes``), and the web UI at 
 
 Every error is ``{"error": code, "message": ..., "leader": ...}`` with the status of its
 class in ``errors.py``; a leader-only call on a standby is ``421 not_leader`` naming the
-leader. Reads come from the nimbus's cluster view, never from ZooKeeper directly.
+leader. Reads come from the nimbus's cluster view, never from ZooKeeper directly, but for
+the two histories (of leader terms, of a pipeline's assignments), read from ZooKeeper when
+asked.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from stratus.api.echo import MAX_ECHO_CHARS, clip
 from stratus.api.errors import ApiError, InvalidRequestError
 from stratus.api.names import PIPELINE_NAME, PIPELINE_NAME_RULE
 from stratus.api.records import (
+    AssignmentChange,
+    AssignmentHistory,
     ClusterSummary,
     ErrorBody,
     KillRequest,
@@ -51,7 +55,7 @@ from stratus.nimbus.log_relay import LogRelay
 from stratus.nimbus.metrics import CONTENT_TYPE_LATEST, NimbusMetrics
 from stratus.nimbus.service import MAX_REQUEST_ID_LENGTH, REQUEST_ID, NimbusService
 from stratus.nimbus.term_routes import add_term_routes
-from stratus.nimbus.ui.front import UiFront
+from stratus.nimbus.ui.front import UiFront, ui_route
 from stratus.nimbus.ui.routes import add_ui_routes
 from stratus.nimbus.upload_spool import spooling_route
 from stratus.security.access import OPEN, AccessPolicy
@@ -85,13 +89,15 @@ def create_app(
     zookeeper_state: Callable[[], str] = lambda: "unknown",
     ready: Checks | None = None,
     leader_terms: Callable[[], LeaderTerms] | None = None,
+    assignment_history: Callable[[str], list[AssignmentChange]] | None = None,
 ) -> FastAPI:
     """The ASGI application of one nimbus; ``policy`` says who may call it (authorization.py),
     ``ha`` serves the HA service protocol (ha_routes.py), ``log_relay`` reaches the
     supervisors' endpoints for workers' logs (log_relay.py), ``zookeeper_state`` names its
     ZooKeeper connection's state (the web UI shows it), ``ready`` are the checks of
     ``/readyz`` (the daemon's), ``leader_terms`` reads the history of terms
-    (leader_terms.py)."""
+    (leader_terms.py), ``assignment_history`` a pipeline's assignment changes
+    (assignment_history.py)."""
     app = FastAPI(
         title="stratus nimbus",
         version=__version__,
@@ -109,6 +115,8 @@ def create_app(
     _add_leader_routes(app, service)
     if leader_terms is not None:
         add_term_routes(app, leader_terms)
+    if assignment_history is not None:
+        _add_history_route(app, service, assignment_history)
     _add_page_routes(app, service, metrics)
     add_ui_routes(app, service, policy, zookeeper_state)
     add_probe_routes(app, "nimbus", ready or (lambda: {"started": False}))
@@ -153,6 +161,19 @@ def _add_read_routes(app: FastAPI, service: NimbusService) -> None:
     def pipeline_workers(name: PipelinePathName) -> PipelineWorkers:
         """Where the pipeline runs and what its workers last reported (heartbeats)."""
         return service.workers(name)
+
+
+def _add_history_route(
+    app: FastAPI, service: NimbusService, read: Callable[[str], list[AssignmentChange]]
+) -> None:
+    @app.get(f"{PREFIX}/pipelines/{{name}}/history", tags=["any nimbus"])
+    def pipeline_history(name: PipelinePathName) -> AssignmentHistory:
+        """The pipeline's newest assignment changes (at most 50), newest first: when, in
+        which epoch, from which supervisor to which (null: none), why, and the generation
+        and code then. Read from ZooKeeper by any nimbus; each change was written by the
+        leader in the same transaction as the assignment."""
+        service.pipeline(name)  # unknown_pipeline (404), as its siblings answer
+        return AssignmentHistory(pipeline=name, changes=read(name))
 
 
 def _add_log_route(app: FastAPI, service: NimbusService, relay: LogRelay) -> None:
@@ -393,7 +414,8 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, send_noting_status)
         finally:
-            route = getattr(scope.get("route"), "path", None)
+            # the web UI's page and files under two labels, whatever the path (UiFront)
+            route = ui_route(scope) or getattr(scope.get("route"), "path", None)
             if route is None:  # answered before routing (RequestGuard) or no route matched
                 route = SUBMIT_PATH if scope["path"] == SUBMIT_PATH else "unmatched"
             self.metrics.observe_request(

@@ -3,7 +3,9 @@
 ``<root>/assignments/<pipeline>`` holds the ``Assignment`` that names the supervisor running the
 pipeline. The leader applies a scheduling ``Plan`` in fenced transactions of at most
 ``OPS_PER_TRANSACTION`` operations, each write checking the version it read, so a plan made
-from a stale read writes nothing::
+from a stale read writes nothing. The change of each pipeline that the plan notes
+(``plan.changes``) goes into the transaction that writes its assignment
+(``assignment_history.py``): a refused write records nothing::
 
     assignments = AssignmentTable(client, ClusterPaths("/stratus"))
     current = assignments.read_all()              # {pipeline: (Assignment, version)}
@@ -20,14 +22,16 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from pydantic import ValidationError
 
-from stratus.api.records import Assignment
+from stratus.api.records import Assignment, AssignmentChange
 from stratus.coordination.leadership import FencedTransaction, Leadership
+from stratus.nimbus.assignment_history import AssignmentHistoryLog
 from stratus.nimbus.scheduler import Plan
 from stratus.zk.paths import ClusterPaths
 
 log = logging.getLogger(__name__)
 
-OPS_PER_TRANSACTION = 100  # well inside ZooKeeper's 1 MB request limit
+OPS_PER_TRANSACTION = 100  # well inside ZooKeeper's 1 MB request limit (a soft bound: one
+# pipeline's writes are never split, and its history may add a few operations past it)
 
 Versioned = Mapping[str, tuple[Assignment, int]]
 
@@ -35,9 +39,12 @@ Versioned = Mapping[str, tuple[Assignment, int]]
 class AssignmentTable:
     """Read every assignment; apply a plan of the leader's, fenced by its term."""
 
-    def __init__(self, client: KazooClient, paths: ClusterPaths) -> None:
+    def __init__(
+        self, client: KazooClient, paths: ClusterPaths, history: AssignmentHistoryLog | None = None
+    ) -> None:
         self._client = client
         self._paths = paths
+        self._history = history or AssignmentHistoryLog(client, paths)
 
     def read(self, pipeline: str) -> Assignment | None:
         """One pipeline's assignment, or None if it has none."""
@@ -64,12 +71,21 @@ class AssignmentTable:
         return found
 
     def apply(self, term: Leadership, plan: Plan, current: Versioned) -> None:
-        """Write the plan: creates, replacements and deletions, each against the version read."""
+        """Write the plan: creates, replacements and deletions, each against the version read,
+        each with its change in the pipeline's history in the same transaction."""
         writes = [*self._writes(plan.assign, current), *self._deletes(plan.unassign, current)]
-        for start in range(0, len(writes), OPS_PER_TRANSACTION):
-            tx = term.transaction()
-            for write in writes[start : start + OPS_PER_TRANSACTION]:
-                write.add_to(tx)
+        existing = self._history.existing(w.pipeline for w in writes if w.pipeline in plan.changes)
+        tx, ops = term.transaction(), 0
+        for write in writes:
+            write.add_to(tx)
+            change = plan.changes.get(write.pipeline)
+            if change is not None:
+                self._history.add_change(tx, write.pipeline, change, existing[write.pipeline])
+            ops += 1 + _HISTORY_OPS * (change is not None)
+            if ops >= OPS_PER_TRANSACTION:
+                tx.commit()
+                tx, ops = term.transaction(), 0
+        if ops:
             tx.commit()
         for name, (source, target) in plan.moved.items():
             log.info(
@@ -83,18 +99,26 @@ class AssignmentTable:
     def _writes(self, assign: Mapping[str, Assignment], current: Versioned) -> Iterator[_Write]:
         for name, assignment in assign.items():
             version = current[name][1] if name in current else None
-            yield _Write(self._paths.assignment(name), assignment.encode(), version)
+            yield _Write(name, self._paths.assignment(name), assignment.encode(), version)
 
     def _deletes(self, names: Iterable[str], current: Versioned) -> Iterator[_Write]:
         for name in names:
             if name in current:
-                yield _Write(self._paths.assignment(name), None, current[name][1])
+                yield _Write(name, self._paths.assignment(name), None, current[name][1])
+
+    def history(self, pipeline: str) -> list[AssignmentChange]:
+        """``pipeline``'s assignment changes, newest first, read from ZooKeeper itself."""
+        return self._history.read(pipeline)
+
+
+_HISTORY_OPS = 3  # a change's usual operations: the record's check, the create, a trim
 
 
 @dataclass(frozen=True)
 class _Write:
-    """One znode write: data None deletes; version None creates."""
+    """One pipeline's assignment write: data None deletes; version None creates."""
 
+    pipeline: str
     path: str
     data: bytes | None
     version: int | None

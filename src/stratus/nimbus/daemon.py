@@ -236,6 +236,7 @@ class Nimbus:
         self._opened.append(store.close)
         board = HeartbeatBoard(store)
         assignments = AssignmentTable(client, self.paths)
+        self.assignment_history = assignments.history
         self.removal = RemoveKilled(
             self.view.pipelines,
             ops,
@@ -475,6 +476,7 @@ class Nimbus:
             zookeeper_state=lambda: self.session.state.value,
             ready=self._readiness,
             leader_terms=self.terms.read,
+            assignment_history=self.assignment_history,
         )
         self._http = ThreadedServer(
             bounded_app(app, self.settings.http),

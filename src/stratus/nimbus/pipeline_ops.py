@@ -17,13 +17,14 @@ version, so two requests racing on one pipeline cannot lose an update::
     ops.remove_due(term, killed, kept_root="/ck")   # + kept-checkpoints/etl unless purged
     ops.expire_kept(term, "etl", kept, remove)   # retention over: marker deleted, then remove()
 
-A removal that keeps the checkpoints (a kill without ``purge``) writes, in the same
-transaction, ``kept-checkpoints/<name>`` (when, under which root); a submit of the name
-deletes it in its own transaction, so checkpoints a new pipeline resumes from are never
-expired. ``expire_kept`` and ``submit`` of one name hold one lock of this leader's (one of
-``KEPT_LOCKS``, by the name's hash), so a submit cannot slip between the check that no
-record exists and the deletion of the checkpoints, and a long deletion holds up only the
-submits of names that share its lock.
+A removal deletes the pipeline's assignment history (``assignment_history.py``) in the same
+transaction as its record. A removal that keeps the checkpoints (a kill without ``purge``)
+writes, in the same transaction, ``kept-checkpoints/<name>`` (when, under which root); a
+submit of the name deletes it in its own transaction, so checkpoints a new pipeline resumes
+from are never expired. ``expire_kept`` and ``submit`` of one name hold one lock of this
+leader's (one of ``KEPT_LOCKS``, by the name's hash), so a submit cannot slip between the
+check that no record exists and the deletion of the checkpoints, and a long deletion holds
+up only the submits of names that share its lock.
 
 Every operation is idempotent (a submit through its request id), which is what lets a
 client retry any of them after a failover or a lost connection.
@@ -71,6 +72,7 @@ from stratus.coordination.errors import (
     ZooKeeperUnavailableError,
 )
 from stratus.coordination.leadership import Leadership
+from stratus.nimbus.assignment_history import AssignmentHistoryLog
 from stratus.zk.paths import ClusterPaths
 
 log = logging.getLogger(__name__)
@@ -107,6 +109,7 @@ class PipelineOps:
         self._paths = paths
         self._wall = wall  # wall clock: kill times must mean the same on every nimbus
         self._max_record_bytes = max_record_bytes
+        self._history = AssignmentHistoryLog(client, paths)
         # a submit against the expiry of the same name's kept checkpoints (see the docstring)
         self._kept_locks = [threading.Lock() for _ in range(KEPT_LOCKS)]
 
@@ -522,6 +525,7 @@ class PipelineOps:
         if record.status is not PipelineStatus.KILLED:
             return None
         transaction = term.transaction().delete(path, version=stat.version)
+        self._history.add_removal(transaction, name)
         if kept_root is not None and not record.purge:
             marker = KeptCheckpoints(root=kept_root, removed=self._wall())
             data = marker.model_dump_json(exclude={"version"}).encode()

@@ -11,7 +11,7 @@ then writes the plan in its fenced transactions::
         timed_out={"etl"},            # pipelines whose worker went silent
         epoch=term.epoch, now=time.time(),
     )
-    plan.assign, plan.unassign, plan.moved
+    plan.assign, plan.unassign, plan.moved, plan.changes
 
 The rules, in the order a round applies them:
 
@@ -25,6 +25,12 @@ The rules, in the order a round applies them:
    supervisor than its own, or stays where it is when no other has room; a dead supervisor's
    pipeline that finds no room is unassigned (and placed again once room appears).
 
+Every assignment written or deleted for a pipeline that still has a record comes with an
+``AssignmentChange`` in ``plan.changes`` (time, epoch, where from, where to, and the
+``AssignmentReason``), which the leader records in the same transaction as the write; the
+assignment of a pipeline whose record is gone is deleted with no change recorded (its
+history goes with its record).
+
 Only supervisors of ``capacity`` that are also in ``keep_on`` take new work, never more than
 their slots; the pipelines that stay on a supervisor count against its slots. A supervisor
 that already runs more than its slots (it came back with fewer) keeps them but gets nothing
@@ -36,9 +42,15 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Mapping, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from stratus.api.records import Assignment, PipelineRecord
+from stratus.api.records import (
+    Assignment,
+    AssignmentChange,
+    AssignmentReason,
+    PipelineRecord,
+    PipelineStatus,
+)
 
 
 @dataclass(frozen=True)
@@ -48,6 +60,7 @@ class Plan:
     assign: dict[str, Assignment]  # pipelines to (re)write: new, moved, or restarted in place
     unassign: list[str]  # assignments to delete, sorted
     moved: dict[str, tuple[str, str | None]]  # pipeline -> (from, to or None: no room left)
+    changes: dict[str, AssignmentChange] = field(default_factory=dict)  # recorded with writes
 
     @property
     def empty(self) -> bool:
@@ -84,6 +97,8 @@ def plan_round(
         record = pipelines.get(name)
         if record is None or not record.status.runs:
             round_.unassign.append(name)
+            if record is not None:  # a removed pipeline's history goes with its record
+                round_.note(name, record, _STOPPED[record.status], None, assignment.supervisor)
             continue
         if assignment.supervisor in keep_on:
             staying[name] = assignment
@@ -101,7 +116,21 @@ def plan_round(
     for name, assignment in staying.items():
         if name not in round_.moved:
             round_.keep(name, pipelines[name], assignment)
-    return Plan(assign=round_.assign, unassign=sorted(round_.unassign), moved=round_.moved)
+    return Plan(
+        assign=round_.assign,
+        unassign=sorted(round_.unassign),
+        moved=round_.moved,
+        changes=round_.changes,
+    )
+
+
+_STOPPED = {  # why a pipeline that does not run loses its assignment
+    PipelineStatus.INACTIVE: AssignmentReason.DEACTIVATED,
+    PipelineStatus.KILLED: AssignmentReason.KILLED,
+    PipelineStatus.FINISHED: AssignmentReason.FINISHED,
+    PipelineStatus.FAILED: AssignmentReason.FAILED,
+    PipelineStatus.PENDING: AssignmentReason.DEACTIVATED,  # not reached: never ACTIVE before
+}
 
 
 @dataclass(frozen=True)
@@ -125,6 +154,7 @@ class _Round:
         self.assign: dict[str, Assignment] = {}
         self.unassign: list[str] = []
         self.moved: dict[str, tuple[str, str | None]] = {}
+        self.changes: dict[str, AssignmentChange] = {}
 
     def place(self, candidate: _Candidate, slots: _FreeSlots, keep_on: Set[str]) -> None:
         """Place a new pipeline, a dead supervisor's, or a timed-out one (kept if no room)."""
@@ -133,24 +163,52 @@ class _Round:
             target = slots.take()
             if target is not None:
                 self.assign[name] = self._assignment(name, record, target)
+                self.note(name, record, AssignmentReason.PLACED, target, None)
         elif current.supervisor not in keep_on:
             target = slots.take()
             self.moved[name] = (current.supervisor, target)
             if target is None:
                 self.unassign.append(name)
+                self.note(name, record, AssignmentReason.NO_ROOM, None, current.supervisor)
             else:
                 self.assign[name] = self._assignment(name, record, target)
+                reason = AssignmentReason.SUPERVISOR_DEAD
+                self.note(name, record, reason, target, current.supervisor)
         else:  # timed out on a live supervisor: elsewhere, or nowhere
             target = slots.take(avoid=current.supervisor)
             if target is not None:
                 slots.release(current.supervisor)
                 self.moved[name] = (current.supervisor, target)
                 self.assign[name] = self._assignment(name, record, target)
+                reason = AssignmentReason.WORKER_SILENT
+                self.note(name, record, reason, target, current.supervisor)
 
     def keep(self, name: str, record: PipelineRecord, current: Assignment) -> None:
         """An assignment that stays: rewritten in place if the pipeline changed."""
         if current.generation != record.generation or current.digest != record.digest:
             self.assign[name] = self._assignment(name, record, current.supervisor)
+            updated = current.digest != record.digest
+            reason = AssignmentReason.UPDATED if updated else AssignmentReason.REBALANCED
+            self.note(name, record, reason, current.supervisor, current.supervisor)
+
+    def note(
+        self,
+        name: str,
+        record: PipelineRecord,
+        reason: AssignmentReason,
+        supervisor: str | None,
+        previous: str | None,
+    ) -> None:
+        """The change this round makes to ``name``'s assignment, for its history."""
+        self.changes[name] = AssignmentChange(
+            at=self._now,
+            epoch=self._epoch,
+            reason=reason,
+            supervisor=supervisor,
+            previous=previous,
+            generation=record.generation,
+            digest=record.digest,
+        )
 
     def _assignment(self, name: str, record: PipelineRecord, supervisor: str) -> Assignment:
         return Assignment(

@@ -105,6 +105,8 @@ class ClusterPaths:
     ``<root>/supervisors/<id>``         ephemeral, supervisor registration
     ``<root>/code/<name>/<host:port>``  ephemeral, which nimbuses hold a pipeline's code
     ``<root>/assignments/<name>``       persistent, Assignment: where a pipeline runs
+    ``<root>/assignment-history/<name>/c-<seq>``  persistent sequential, AssignmentChange of
+                                        each change of that assignment (the newest)
     ``<root>/kept-checkpoints/<name>``  persistent, KeptCheckpoints: a removed pipeline's kept
                                         checkpoints, until their retention ends or a submit
     ``<root>/heartbeats/...``           the ZooKeeper cluster state store's own paths
@@ -160,6 +162,18 @@ class ClusterPaths:
         return join(self.assignments, pipeline)
 
     @property
+    def assignment_histories(self) -> str:
+        return join(self.root, "assignment-history")
+
+    def assignment_history(self, pipeline: str) -> str:
+        """The parent of one pipeline's assignment changes (created with its first change)."""
+        return join(self.assignment_histories, pipeline)
+
+    def assignment_change_prefix(self, pipeline: str) -> str:
+        """Prefix of a change's sequential node: ``c-`` and ZooKeeper's ten digits."""
+        return join(self.assignment_history(pipeline), "c-")
+
+    @property
     def kept_checkpoints(self) -> str:
         return join(self.root, "kept-checkpoints")
 
@@ -179,6 +193,7 @@ class ClusterPaths:
             self.supervisors,
             self.code,
             self.assignments,
+            self.assignment_histories,
             self.kept_checkpoints,
             self.heartbeats,
             self.leader_terms,

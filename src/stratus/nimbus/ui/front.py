@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from html import escape
 
+from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route, Router
@@ -51,6 +52,24 @@ PREFLIGHT_MAX_AGE_SECS = 600  # how long a browser may reuse an allowed prefligh
 _ALLOWED_HEADERS = "authorization, content-type"
 
 
+PAGE_ROUTE = "/"
+ASSET_ROUTE = f"{ASSETS_PATH}/{{asset}}"
+
+
+def ui_route(scope: Scope) -> str | None:
+    """The route a request that ``UiFront`` answers itself is counted under: ``/`` (the
+    page) or ``/ui/{asset}`` (any of its files, found or not: one label, so the request
+    metrics' cardinality stays bounded whatever paths are asked); None for the others."""
+    if scope["method"] not in ("GET", "HEAD"):
+        return None
+    path: str = scope["path"]
+    if path == "/":
+        return PAGE_ROUTE
+    if path.startswith(ASSETS_PATH + "/"):
+        return ASSET_ROUTE
+    return None
+
+
 class UiFront:
     """ASGI middleware: the page, its assets and the cross-origin rule; see the module
     docstring."""
@@ -63,16 +82,15 @@ class UiFront:
         async def index(request: Request) -> Response:
             return index_page(self, request.scope)  # from the cluster view: no I/O
 
-        self.pages = Router(routes=[Route("/", index, methods=["GET"]), *assets_routes()])
+        # a file that does not exist is a 404 here too (StaticFiles raises it), not a 500
+        pages = Router(routes=[Route("/", index, methods=["GET"]), *assets_routes()])
+        self.pages = ExceptionMiddleware(pages)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path: str = scope["path"]
-        if scope["method"] in ("GET", "HEAD") and (
-            path == "/" or path.startswith(ASSETS_PATH + "/")
-        ):
+        if ui_route(scope) is not None:
             await self.pages(scope, receive, send)
             return
         origin = _header(scope, b"origin")

@@ -24,6 +24,7 @@ const state = {
   terms: null, // /api/v1/leader/terms, or "unavailable"
   pipeline: null, // /api/v1/pipelines/NAME on a pipeline's page
   placement: null, // /api/v1/pipelines/NAME/workers
+  history: null, // /api/v1/pipelines/NAME/history
   error: null, // the last refresh's error, shown in the banner
   notice: null, // the last action's outcome
   polling: false,
@@ -175,13 +176,15 @@ async function refresh() {
       reads.push(
         call(`/api/v1/pipelines/${name}`).catch(gone),
         call(`/api/v1/pipelines/${name}/workers`).catch(gone),
+        call(`/api/v1/pipelines/${name}/history`).catch(gone),
       );
     }
-    const [self, cluster, supervisors, workers, terms, pipeline, placement] =
+    const [self, cluster, supervisors, workers, terms, pipeline, placement, history] =
       await Promise.all(reads);
     Object.assign(state, { self, cluster, supervisors, workers, terms, error: null });
     state.pipeline = pipeline || null;
     state.placement = placement || null;
+    state.history = history || null;
   } catch (error) {
     if (error instanceof ApiError && (error.status === 401 || error.status === 403)) {
       state.role = null;
@@ -454,6 +457,20 @@ function pipelineView(name) {
         el("td", {}, el("pre", {}, w.last_crash.error)),
       ),
     );
+  const changes = state.history && state.history !== "gone" && state.history.pipeline === name ? state.history.changes : [];
+  const historyRows = changes.map((c) =>
+    el(
+      "tr",
+      {},
+      el("td", {}, iso(c.at)),
+      el("td", {}, c.epoch),
+      el("td", { class: "reason" }, c.reason),
+      el("td", {}, c.supervisor === null ? "none" : c.supervisor),
+      el("td", {}, c.previous === null ? "none" : c.previous),
+      el("td", {}, c.generation),
+      el("td", {}, c.digest.slice(0, 12)),
+    ),
+  );
   const confRows = Object.entries(record.conf).map(([key, value]) =>
     el("tr", {}, el("td", {}, key), el("td", {}, typeof value === "string" ? value : JSON.stringify(value))),
   );
@@ -469,6 +486,8 @@ function pipelineView(name) {
           { id: "assignment" },
         )
       : el("p", { id: "assignment", class: "none" }, "not assigned"),
+    el("h3", {}, "Assignment history (newest first)"),
+    table(["time", "epoch", "reason", "supervisor", "from", "generation", "package"], historyRows, { id: "history" }),
     el("h3", {}, "Workers"),
     table(["supervisor", "state", "pid", "epoch", "restarts", "batch", "rows/s", "Spark", "heartbeat", "error"], workerRows, { id: "workers" }),
     el("h3", {}, "Crashes"),
