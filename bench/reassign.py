@@ -678,10 +678,8 @@ def update_round(
     if beat is None:
         raise BenchError(f"{pipeline} does not run before update {number}")
     package = new_version(workdir, number)
-    # the new manifest's conf would bring back the example's own input and output
-    conf = {INPUT_KEY: str(workdir / "input"), OUTPUT_KEY: str(workdir / "output")}
     began = time.time()
-    record = client.update(pipeline, package, conf)
+    record = client.update(pipeline, package)  # the submit's input and output stay
     start = follow_start(
         client, pipeline, began=began, after_batch=beat.last_batch_id, poll_secs=POLL_SECS
     )

@@ -87,7 +87,9 @@ class PipelineCluster:
         """A worker's heartbeat read from ZooKeeper itself: it needs no nimbus up."""
         return self.board.workers().get(name, {}).get(supervisor)
 
-    def wait_running(self, name: str, *, not_on: str | None = None) -> WorkerHeartbeat:
+    def wait_running(
+        self, name: str, *, not_on: str | None = None, timeout: float = SPARK_START_SECS
+    ) -> WorkerHeartbeat:
         found: list[WorkerHeartbeat] = []
 
         def running() -> bool:
@@ -97,7 +99,7 @@ class PipelineCluster:
             found[:] = [beat]
             return True
 
-        wait_until(running, SPARK_START_SECS, f"pipeline {name} to run (not on {not_on})")
+        wait_until(running, timeout, f"pipeline {name} to run (not on {not_on})")
         return found[0]
 
     def wait_status(

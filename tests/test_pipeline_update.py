@@ -20,11 +20,14 @@ import pytest
 from click.testing import CliRunner
 
 from stratus.api.errors import UpdateInProgressError
+from stratus.api.locations import CHECKPOINT_ROOT_KEY
 from stratus.api.records import PipelineRecord, PipelineStatus
+from stratus.api.redaction import REDACTED
 from stratus.cli.main import main
 from stratus.client import NimbusClient
 from stratus.codedist.errors import InvalidPackageError
 from stratus.local.processes import NimbusProcess
+from stratus.nimbus.pipeline_ops import updated_conf
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
 from tests.package_factory import valid_package
@@ -183,20 +186,59 @@ def test_a_retried_update_with_the_same_request_id_changes_nothing_twice(cluster
     assert third.version == 3
 
 
-def test_an_update_keeps_the_conf_it_does_not_set_and_takes_the_new_manifests(cluster, client):
-    submitted(client, "conf", version("f1"), **{"spark.a": 1, "spark.b": 1})
+def test_an_update_keeps_the_conf_the_user_set_and_takes_the_new_manifests_defaults(
+    cluster, client
+):
+    first = {"spark.m": 1, "spark.b": 1, "spark.dropped": 1, "spark.dropped.set": 1}
+    package = valid_package(extra={"version.txt": "f1"}, conf=first)
+    submitted(client, "conf", package, **{"spark.a": 1, "spark.b": 0, "spark.dropped.set": 0})
     client.rebalance("conf", {"spark.c": 1})
-    package = valid_package(extra={"version.txt": "f2"}, conf={"spark.b": 2, "spark.d": 2})
+    second = {"spark.m": 2, "spark.b": 2, "spark.d": 2, "spark.n": 2}
+    package = valid_package(extra={"version.txt": "f2"}, conf=second)
 
-    done = client.update("conf", package, {"spark.d": 3})
+    done = client.wait_updated(client.update("conf", package, {"spark.d": 3}))
 
     assert done.version == 2
-    assert {k: done.conf[k] for k in ("spark.a", "spark.b", "spark.c", "spark.d")} == {
+    assert {k: v for k, v in done.conf.items() if k.startswith("spark.")} == {
         "spark.a": 1,  # the submit's, kept
-        "spark.b": 2,  # the new manifest's
+        "spark.b": 0,  # the submit's, kept over the new manifest's default
         "spark.c": 1,  # the rebalance's, kept
         "spark.d": 3,  # the update's own, over the manifest's
+        "spark.m": 2,  # never set by the user: the new manifest's
+        "spark.n": 2,  # new in the manifest
+        "spark.dropped.set": 0,  # dropped from the manifest, but the user set it
+    }  # and spark.dropped, only ever the old manifest's, is gone
+    third = valid_package(extra={"version.txt": "f3"}, conf={"spark.m": 3, "spark.d": 4})
+
+    again = client.wait_updated(client.update("conf", third))  # no conf: all kept
+
+    assert {k: v for k, v in again.conf.items() if k.startswith("spark.")} == {
+        "spark.a": 1,
+        "spark.b": 0,
+        "spark.c": 1,
+        "spark.d": 3,  # the first update's, kept
+        "spark.m": 3,
+        "spark.dropped.set": 0,
     }
+
+
+def test_an_updated_record_older_than_user_keys_counts_its_whole_conf_as_the_users():
+    conf, user_keys = updated_conf(
+        {"spark.a": 1, "spark.b": 1, CHECKPOINT_ROOT_KEY: "/old"},
+        None,  # a record written before the user's keys were remembered
+        {"spark.b": 2, "spark.n": 2},
+        {"spark.u": 3},
+    )
+
+    assert conf == {"spark.a": 1, "spark.b": 1, "spark.n": 2, "spark.u": 3}
+    assert user_keys == ["spark.a", "spark.b", "spark.u"]
+
+
+def test_an_update_sent_a_redacted_secret_keeps_the_pipelines_value():
+    key = "spark.hadoop.fs.s3a.secret.key"
+    conf, user_keys = updated_conf({key: "s3cr3t-value"}, [key], {}, {key: REDACTED})
+
+    assert (conf, user_keys) == ({key: "s3cr3t-value"}, [key])
 
 
 def test_one_update_at_a_time(cluster, client):

@@ -1,16 +1,22 @@
 """What the supervisor gives a worker (``supervisor/worker_process.py``): its Spark master,
-its spec, and the tail of its log."""
+its spec, and the tail of its log; and what the worker makes of a spec on a cluster master."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
+from pathlib import Path
+
+import pytest
 
 from stratus.config import config_from_mapping
 from stratus.logs import LogFormat, LogSettings
 from stratus.supervisor.settings import SupervisorSettings
 from stratus.supervisor.worker_process import WorkerPaths, build_spec, log_tail, spark_master
-from stratus.worker.spark_app import DEPS_DIR, spark_settings
+from stratus.worker.sdp_run import sdp_environment, sdp_settings
+from stratus.worker.session_conf import DEPS_DIR
+from stratus.worker.spark_app import spark_settings
 from stratus.worker.spec import WorkerSpec
 from tests.supervisor_fakes import assignment, code
 
@@ -103,6 +109,49 @@ def test_the_requirements_archive_goes_to_a_worker_on_a_cluster_master_only(tmp_
     assert "spark.executorEnv.PYTHONPATH" not in spark_settings(local)
     own = on_cluster.model_copy(update={"conf": {"spark.executorEnv.PYTHONPATH": "/opt/lib"}})
     assert spark_settings(own)["spark.executorEnv.PYTHONPATH"] == f"{DEPS_DIR}:/opt/lib"
+
+
+def test_an_sdp_pipeline_on_a_cluster_master_ships_its_requirements_not_the_hosts_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    operator = tmp_path / "spark-conf"  # the operator's SPARK_CONF_DIR, with an archive
+    operator.mkdir()
+    (operator / "spark-defaults.conf").write_text(
+        "# the operator's\nspark.archives  hdfs:///libs/geo.zip#geo\nspark.executor.cores=1\n"
+    )
+    monkeypatch.setenv("SPARK_CONF_DIR", str(operator))
+    monkeypatch.setenv("PYSPARK_PYTHON", "/usr/bin/python3")  # the executors' own
+    archive = tmp_path / "envs" / "py311-x" / "stratus-deps.tar.gz"
+    python = tmp_path / "envs" / "py311-x" / "bin" / "python"  # the supervisor host's
+    sdp = dataclasses.replace(
+        code(tmp_path, "name: etl\nkind: sdp\n"), deps_archive=archive, python=python
+    )
+    paths = WorkerPaths.of(tmp_path, "etl")
+    conf = {"spark.sql.catalogImplementation": "in-memory"}
+    on_cluster = build_spec(
+        CLUSTER,
+        "s1",
+        assignment(conf={**conf, "spark.executorEnv.PYTHONPATH": "/opt/lib"}),
+        sdp,
+        paths,
+    )
+    local = build_spec(
+        CLUSTER, "s1", assignment(conf={**conf, "spark.master": "local[2]"}), sdp, paths
+    )
+
+    settings = sdp_settings(on_cluster)
+    assert settings["spark.archives"] == f"hdfs:///libs/geo.zip#geo,{archive}#{DEPS_DIR}"
+    assert settings["spark.executorEnv.PYTHONPATH"] == f"{DEPS_DIR}:/opt/lib"
+    environment = sdp_environment(tmp_path / "sdp-conf", on_cluster.spark_master)
+    assert environment["PYSPARK_PYTHON"] == "/usr/bin/python3"  # not this host's path
+    assert environment["PYSPARK_DRIVER_PYTHON"] == sys.executable  # the driver is here
+    monkeypatch.delenv("PYSPARK_PYTHON")
+    assert "PYSPARK_PYTHON" not in sdp_environment(tmp_path, on_cluster.spark_master)
+
+    assert local.deps_archive is None  # local executors run the environment's own Python
+    assert "spark.archives" not in sdp_settings(local)
+    assert "spark.executorEnv.PYTHONPATH" not in sdp_settings(local)
+    assert sdp_environment(tmp_path, local.spark_master)["PYSPARK_PYTHON"] == sys.executable
 
 
 def test_the_log_tail_is_that_of_the_last_run(tmp_path) -> None:

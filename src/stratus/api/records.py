@@ -67,6 +67,9 @@ class PendingUpdate(BaseModel):
     conf: dict[str, Any] = Field(
         default_factory=dict, description="the conf the pipeline runs with once updated"
     )
+    user_keys: list[str] | None = Field(
+        default=None, description="the pipeline's user_keys once updated (null: every key)"
+    )
     request_id: str = Field(default="", description="the client request id of the update")
     requested: float = Field(description="wall-clock time of the update request")
     replication: int = Field(default=0, description="nimbuses holding the new code")
@@ -94,6 +97,12 @@ class PipelineRecord(_Record):
         default_factory=dict,
         description="the pipeline's conf; in the API's answers every secret-looking value "
         "(a key naming a password, secret, token, credential or key) is '***'",
+    )
+    user_keys: list[str] | None = Field(
+        default=None,
+        description="the keys of conf the user set (at submit, by rebalances and updates), "
+        "which an update keeps over the new package's manifest; the others came from the "
+        "manifest and follow it (null in older records: every key counts as set)",
     )
     submitted: float = Field(description="wall-clock time of the submit, seconds since the epoch")
     updated: float = Field(description="wall-clock time of the last change")

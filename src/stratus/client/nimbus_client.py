@@ -256,8 +256,9 @@ class NimbusClient:
         request_id: str | None = None,
     ) -> PipelineRecord:
         """Give pipeline ``name`` new code: ``package`` checked here and uploaded, as a
-        submit's. Its conf is the current one, with the new manifest's over it and ``conf``
-        over both. The pipeline keeps its name and checkpoints.
+        submit's. Its conf is the new manifest's, with the values the user set (at submit,
+        in rebalances and updates) over it and ``conf`` over both. The pipeline keeps its
+        name and checkpoints.
 
         The record answered has the update applied (a higher ``version``), or waiting in
         ``update`` for its code's replication: ``wait_updated`` waits for it. Every attempt

@@ -256,7 +256,10 @@ def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
         ],
         conf: Annotated[
             str,
-            Form(description="conf keys, a JSON object: over the new manifest's, over the current"),
+            Form(
+                description="conf keys, a JSON object: over the conf the user set, over the new "
+                "manifest's"
+            ),
         ] = "{}",
         request_id: Annotated[
             str,

@@ -11,7 +11,9 @@ version, so two requests racing on one pipeline cannot lose an update::
     record, created = ops.submit(term, "etl", conf, "r1", pkg, replication=policy)
     ops.note_replication(term, "etl", holders=2)     # PENDING -> ACTIVE
     ops.deactivate(term, "etl")
-    ops.stage_update(term, "etl", conf, "r2", new_pkg, replication=policy)  # new code waits
+    ops.stage_update(  # the new code waits for its replication
+        term, "etl", "r2", new_pkg, manifest_conf=new_conf, update_conf={}, replication=policy
+    )
     ops.note_update_replication(term, "etl", holders=2)   # switched: version 2, new digest
     ops.kill(term, "etl", wait_secs=30)   # KILLED now, removed by remove_due() after 30 s
     ops.remove_due(term, killed, kept_root="/ck")   # + kept-checkpoints/etl unless purged
@@ -25,6 +27,11 @@ from are never expired. ``expire_kept`` and ``submit`` of one name hold one lock
 leader's (one of ``KEPT_LOCKS``, by the name's hash), so a submit cannot slip between the
 check that no record exists and the deletion of the checkpoints, and a long deletion holds
 up only the submits of names that share its lock.
+
+A record remembers which keys of its conf the user set (``user_keys``: at submit, by
+rebalances and updates); an update lays them over the new package's manifest conf
+(``updated_conf``), so a value the user chose survives new code and a default the user
+never touched follows the manifest.
 
 Every operation is idempotent (a submit through its request id), which is what lets a
 client retry any of them after a failover or a lost connection.
@@ -40,7 +47,7 @@ from __future__ import annotations
 import logging
 import threading
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -122,11 +129,13 @@ class PipelineOps:
         package: StoredPackage,
         *,
         replication: ReplicationPolicy,
+        user_keys: Collection[str] | None = None,
     ) -> tuple[PipelineRecord, bool]:
         """Create the pipeline; returns (record, created). A replayed request is found.
 
         The pipeline starts ACTIVE when one copy (the leader's) is enough, else PENDING
-        until ``note_replication`` activates it.
+        until ``note_replication`` activates it. ``user_keys``: the keys of ``conf`` the
+        user gave (the rest is the manifest's); None counts every key as the user's.
         """
         checked = validate_pipeline_conf(conf)
         now = self._wall()
@@ -138,6 +147,7 @@ class PipelineOps:
             size_bytes=package.size_bytes,
             blake3=package.blake3,
             conf=checked,
+            user_keys=None if user_keys is None else sorted(set(user_keys) & set(checked)),
             submitted=now,
             updated=now,
             epoch=term.epoch,
@@ -268,10 +278,12 @@ class PipelineOps:
             kept = {k: v for k, v in record.conf.items() if k != CHECKPOINT_ROOT_KEY}  # retired
             # a secret sent back as the API showed it ("***") keeps the stored value
             merged = validate_pipeline_conf({**kept, **restore_redacted(conf, record.conf)})
+            chosen = record.user_keys
             return self._changed(
                 record,
                 term,
                 conf=merged,
+                user_keys=None if chosen is None else sorted({*chosen, *conf} & set(merged)),
                 rebalances=record.rebalances + 1,
                 requests=_remembered(record.requests, request_id),
             )
@@ -283,24 +295,25 @@ class PipelineOps:
         self,
         term: Leadership,
         name: str,
-        conf: Mapping[str, Any],
         request_id: str,
         package: StoredPackage,
         *,
+        manifest_conf: Mapping[str, Any],
+        update_conf: Mapping[str, Any],
         replication: ReplicationPolicy,
     ) -> tuple[PipelineRecord, bool]:
         """Record new code for ``name``; (record, staged now).
 
-        The update's conf is the pipeline's current conf with ``conf`` (the new manifest's,
-        overridden by the request's) over it: what a submit or a rebalance set stays unless
-        the update sets it again. ``replication`` (the cluster's) is taken from that conf
-        where it has its keys. The pipeline runs its current code until
+        The update's conf is ``updated_conf``: the new package's ``manifest_conf``, the
+        values the user set (at submit, by rebalances and earlier updates) over it, and
+        this update's ``update_conf`` over both. ``replication`` (the cluster's) is taken
+        from that conf where it has its keys. The pipeline runs its current code until
         ``note_update_replication`` applies the update. A retry (the same ``request_id``)
         finds the update waiting or applied and changes nothing. Refused for a pipeline
         that runs no code (PENDING, KILLED, FAILED, FINISHED), and while another update
         waits (``UpdateInProgressError``).
         """
-        checked = validate_pipeline_conf(conf)
+        validate_pipeline_conf(update_conf)
         staged_now = False
 
         def staged(record: PipelineRecord) -> PipelineRecord | None:
@@ -321,14 +334,16 @@ class PipelineOps:
                     "until it applies (stratus status shows the version), then update again"
                 )
             now = self._wall()
-            kept = {k: v for k, v in record.conf.items() if k != CHECKPOINT_ROOT_KEY}  # retired
-            merged = validate_pipeline_conf({**kept, **checked})
+            merged, user_keys = updated_conf(
+                record.conf, record.user_keys, manifest_conf, update_conf
+            )
             policy = replication.of(merged)
             update = PendingUpdate(
                 digest=package.digest,
                 size_bytes=package.size_bytes,
                 blake3=package.blake3,
                 conf=merged,
+                user_keys=user_keys,
                 request_id=request_id,
                 requested=now,
                 replication_required=policy.required,
@@ -396,6 +411,7 @@ class PipelineOps:
             size_bytes=update.size_bytes,
             blake3=update.blake3,
             conf=update.conf,
+            user_keys=update.user_keys,
             version=record.version + 1,
             update=None,
             requests=_remembered(record.requests, update.request_id),
@@ -613,6 +629,30 @@ class PipelineOps:
             f"a pipeline named {name!r} exists already (status {record.status.value}); "
             "kill it or choose another name"
         )
+
+
+def updated_conf(
+    current: Mapping[str, Any],
+    user_keys: Sequence[str] | None,
+    manifest_conf: Mapping[str, Any],
+    update_conf: Mapping[str, Any],
+) -> tuple[dict[str, Any], list[str]]:
+    """The conf of a pipeline updated to a package whose manifest has ``manifest_conf``,
+    and the keys of it the user set: (conf, user keys).
+
+    The new manifest's conf, then the values of the pipeline's ``current`` conf under
+    ``user_keys`` (None, a record older than this rule: every key of it), then
+    ``update_conf``. So a value the user chose is kept, a default the user never set
+    follows the new manifest, and a key the new manifest drops is gone unless the user set
+    it. A secret sent as the API shows it ("***") keeps the pipeline's value, else the new
+    manifest's. The retired checkpoint-root key is dropped.
+    """
+    kept = {k: v for k, v in current.items() if k != CHECKPOINT_ROOT_KEY}
+    chosen = set(kept) if user_keys is None else set(user_keys) & set(kept)
+    given = restore_redacted(update_conf, {**manifest_conf, **kept})
+    users = {k: v for k, v in kept.items() if k in chosen}
+    conf = validate_pipeline_conf({**manifest_conf, **users, **given})
+    return conf, sorted((chosen | set(given)) & set(conf))
 
 
 def _remembered(requests: list[str], request_id: str) -> list[str]:

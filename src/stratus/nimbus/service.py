@@ -236,7 +236,7 @@ class NimbusService:
         self, name: str, conf_json: str, request_id: str, package: BinaryIO
     ) -> tuple[PipelineRecord, bool]:
         """Check and store ``name``'s new package, and stage or apply the update; (record,
-        staged now). The update's conf goes over the new manifest's, over the current."""
+        staged now). The update's conf goes over the conf the user set, over the new manifest's."""
         term = self.leader_term()
         check_pipeline_name(name)
         update_conf = validate_pipeline_conf(_parse_conf(conf_json))

@@ -16,6 +16,10 @@ replication duty once the standbys have fetched it::
     submitter = Submitter(ops, incoming, distributor, settings)
     record, created = submitter.submit(term, "etl", {"spark.x": 1}, "r1", upload)
     record, staged = submitter.update(term, "etl", {}, "r2", new_upload)  # same checks
+
+An update's conf is the new manifest's conf with the values the user set over it
+(``pipeline_ops.updated_conf``): what a submit's, a rebalance's or an update's conf set
+is kept, the rest follows the new manifest.
     with submitter.settled(timeout=10.0) as settled:
         if settled:
             code_sync.missing()
@@ -89,6 +93,7 @@ class Submitter:
                     request_id,
                     stored,
                     replication=self._settings.replication.of(conf),
+                    user_keys=submit_conf.keys(),
                 )
                 if record.digest == received.digest:
                     self._hand_over(received.path, name)
@@ -104,18 +109,21 @@ class Submitter:
         request_id: str,
         package: BinaryIO,
     ) -> tuple[PipelineRecord, bool]:
-        """Check and store ``name``'s new package; (record, staged now). The new manifest's
-        conf, overridden by ``update_conf``, goes over the pipeline's current conf."""
+        """Check and store ``name``'s new package; (record, staged now). The pipeline's conf
+        becomes the new manifest's, with the values the user set over it and
+        ``update_conf`` over both (``pipeline_ops.updated_conf``)."""
         received = self.incoming.receive(package)
         try:
-            _, conf, stored = self._package_conf(received, update_conf)
+            _, manifest_conf, stored = self._package_conf(received, {})
+            self._settings.locations.check({**manifest_conf, **update_conf})
             with self._lock:
                 record, staged_now = self._ops.stage_update(
                     term,
                     name,
-                    conf,
                     request_id,
                     stored,
+                    manifest_conf=manifest_conf,
+                    update_conf=update_conf,
                     replication=self._settings.replication,
                 )
                 waiting = record.update

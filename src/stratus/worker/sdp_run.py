@@ -17,6 +17,14 @@ symbolic links, so its library globs and relative paths work unchanged):
 - the master is ``--remote <spark master>``, with ``SPARK_API_MODE=connect`` in the
   environment so that a non-local master starts a local Spark Connect server on it.
 
+On a cluster master, the archive of the pipeline's requirements (``spec.deps_archive``)
+reaches the executors as an app's does (``spark_app``): it is added to ``spark.archives``
+(after the operator's value of it, read from the inherited ``SPARK_CONF_DIR``), unpacked into
+``stratus-deps`` and first on the executors' ``PYTHONPATH``; and ``PYSPARK_PYTHON``, which a
+local master's Python workers take from this Python, is left as the worker's environment has
+it (the executors' own Python, else ``python3`` on their hosts), since this interpreter's
+path exists only on the supervisor's host.
+
 Defaults, each overridden by the pipeline's conf (``sdp_settings``): tables go to
 ``spark.sql.warehouse.dir = <checkpoint_location>/warehouse``, and their catalog is Hive's
 (``spark.sql.catalogImplementation = hive``) with an embedded Derby metastore in
@@ -53,12 +61,19 @@ from urllib.parse import urlparse
 
 import yaml
 
+from stratus.api.locations import is_local_master
 from stratus.process import Lifeline, ProcessGroup
 from stratus.worker import run_guard
 from stratus.worker.errors import SdpProjectError
 from stratus.worker.heartbeat_file import HeartbeatReporter
 from stratus.worker.outcome import Outcome
-from stratus.worker.session_conf import SPARK_DEFAULTS, conf_value, spark_conf
+from stratus.worker.session_conf import (
+    DEPS_DIR,
+    SPARK_DEFAULTS,
+    conf_value,
+    spark_conf,
+    with_deps_first,
+)
 from stratus.worker.spec import WorkerSpec, write_atomically
 from stratus.worker.stop_request import StopRequest
 
@@ -75,6 +90,8 @@ METASTORE_DIR = "sdp-metastore"
 METASTORE_KEYS = ("spark.hadoop.javax.jdo.option.ConnectionURL", "spark.hadoop.hive.metastore.uris")
 TAIL_LINES = 25  # of a failed run's output, in its FAILED heartbeat
 _MASTER_LINE = re.compile(r"^\s*spark\.master[\s=:]")  # the master is --remote's alone
+_PROPERTY_LINE = re.compile(r"^\s*(?P<key>[^#!\s=:][^\s=:]*)\s*[\s=:]\s*(?P<value>.*)$")
+ARCHIVES = "spark.archives"
 _JAVA_FRAME = re.compile(r"^\s+at |^\s*\.\.\. \d+ more")
 
 
@@ -83,7 +100,7 @@ def run_sdp(spec: WorkerSpec, stop: StopRequest, reporter: HeartbeatReporter) ->
     try:
         spec_file = prepare_project(spec)
         command = sdp_command(spec, spec_file)
-        environment = sdp_environment(write_conf_dir(spec))
+        environment = sdp_environment(write_conf_dir(spec), spec.spark_master)
     except SdpProjectError as exc:
         return Outcome.failed(str(exc))
     slot = _RunSlot()
@@ -169,7 +186,26 @@ def sdp_settings(spec: WorkerSpec) -> dict[str, str]:
             )
     settings.update(spark_conf(spec.conf))
     settings.pop("spark.master", None)  # given as --remote: spark-submit refuses both
-    return settings
+    if spec.deps_archive is None:
+        return settings
+    ours = f"{spec.deps_archive}#{DEPS_DIR}"  # a pipeline's conf may not set spark.archives
+    settings[ARCHIVES] = ",".join(filter(None, [inherited_default(ARCHIVES), ours]))
+    return with_deps_first(settings)
+
+
+def inherited_default(key: str) -> str | None:
+    """``key``'s value in the operator's ``$SPARK_CONF_DIR/spark-defaults.conf`` (its last
+    line, as Spark reads it; simple ``key value`` / ``key=value`` lines), else None."""
+    inherited = os.environ.get("SPARK_CONF_DIR")
+    defaults = Path(inherited) / DEFAULTS_FILE if inherited else None
+    if defaults is None or not defaults.is_file():
+        return None
+    found = None
+    for line in defaults.read_text().splitlines():
+        match = _PROPERTY_LINE.match(line)
+        if match and match.group("key") == key:
+            found = match.group("value").strip()
+    return found
 
 
 def write_conf_dir(spec: WorkerSpec) -> Path:
@@ -226,20 +262,24 @@ def sdp_command(spec: WorkerSpec, spec_file: Path) -> list[str]:
     return [sys.executable, run_guard.__file__, "--", *command]
 
 
-def sdp_environment(conf_dir: Path) -> dict[str, str]:
-    """The worker's environment, with this Python for Spark, its bin first on PATH, and
-    ``conf_dir`` as SPARK_CONF_DIR."""
+def sdp_environment(conf_dir: Path, spark_master: str) -> dict[str, str]:
+    """The worker's environment, with this Python for the driver (and for the Python workers
+    of a local master), its bin first on PATH, and ``conf_dir`` as SPARK_CONF_DIR. A cluster
+    master's executors keep the ``PYSPARK_PYTHON`` the worker's environment names, if any:
+    this interpreter's path is the supervisor host's."""
     python = sys.executable
     path = os.pathsep.join([str(Path(python).parent), os.environ.get("PATH", "")])
-    return {
+    environment = {
         **os.environ,
-        "PYSPARK_PYTHON": python,
         "PYSPARK_DRIVER_PYTHON": python,
         "PATH": path,
         "SPARK_API_MODE": "connect",
         "SPARK_CONF_DIR": str(conf_dir),
         "PYTHONUNBUFFERED": "1",
     }
+    if is_local_master(spark_master):
+        environment["PYSPARK_PYTHON"] = python
+    return environment
 
 
 def location_uri(location: str) -> str:

@@ -16,12 +16,17 @@ Spark's namespaces (``spark.stratus.example.input``), which a running session ta
     is_runtime_key("spark.sql.extensions")           # False: a static SQL key
     static_mismatch({"spark.driver.memory": "2g"}, "local[*]")   # 'spark.driver.memory'
 
+On a cluster master with an archive of requirements, an app's session and an sdp run's
+settings alike get ``with_deps_first``: the unpacked archive first on the executors'
+``PYTHONPATH``.
+
 The supervisor uses this to choose a warm or a cold start without asking a JVM; importing
 it does not import pyspark.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -139,6 +144,20 @@ SPARK_CORE_PREFIXES = tuple(
         "profile.",
     )
 )
+
+
+# The directory, in an executor's working directory, where the archive of the pipeline's
+# requirements is unpacked; first on the PYTHONPATH of the executor's Python workers.
+DEPS_DIR = "stratus-deps"
+EXECUTOR_PYTHONPATH = "spark.executorEnv.PYTHONPATH"
+
+
+def with_deps_first(settings: Mapping[str, str]) -> dict[str, str]:
+    """``settings`` with ``DEPS_DIR`` first on the executors' PYTHONPATH (before the
+    pipeline's own value of it): a relative path, since an executor's Python workers start
+    in its working directory, where Spark unpacks the archive of the requirements."""
+    own = settings.get(EXECUTOR_PYTHONPATH)
+    return {**settings, EXECUTOR_PYTHONPATH: os.pathsep.join([DEPS_DIR, *filter(None, [own])])}
 
 
 def spark_conf(conf: Mapping[str, Any]) -> dict[str, str]:

@@ -40,7 +40,7 @@ from stratus.worker.heartbeat_file import HeartbeatReporter
 from stratus.worker.outcome import Outcome, without_stack
 from stratus.worker.pipeline_context import PipelineContext
 from stratus.worker.query_progress import QueryTracker, tracker_listener
-from stratus.worker.session_conf import SPARK_DEFAULTS, spark_conf
+from stratus.worker.session_conf import DEPS_DIR, SPARK_DEFAULTS, spark_conf, with_deps_first
 from stratus.worker.spec import WorkerSpec
 from stratus.worker.stop_request import StopRequest
 
@@ -49,10 +49,6 @@ log = logging.getLogger(__name__)
 QUERY_POLL_SECS = 0.5  # how often the main thread looks at the queries after the function
 JVM_EXIT_SECS = 10.0  # after closing the JVM's stdin, how long before it is killed
 CODE_ARCHIVE = "pipeline-code"  # <work_dir>/pipeline-code.zip, shipped to remote executors
-# The directory, in an executor's working directory, where the archive of the pipeline's
-# requirements is unpacked; first on the PYTHONPATH of the executor's Python workers.
-DEPS_DIR = "stratus-deps"
-EXECUTOR_PYTHONPATH = "spark.executorEnv.PYTHONPATH"
 
 
 def run_app(
@@ -104,10 +100,7 @@ def spark_settings(spec: WorkerSpec) -> dict[str, str]:
         **spark_conf(spec.conf),
         "spark.master": spec.spark_master,
     }
-    if spec.deps_archive is not None:
-        own = settings.get(EXECUTOR_PYTHONPATH)
-        settings[EXECUTOR_PYTHONPATH] = os.pathsep.join([DEPS_DIR, *filter(None, [own])])
-    return settings
+    return settings if spec.deps_archive is None else with_deps_first(settings)
 
 
 def start_session(spec: WorkerSpec) -> SparkSession:
