@@ -158,11 +158,15 @@ TRAVERSALS = ["..", "%2e%2e", "..%2f..%2fetc%2fpasswd", "a%00b", "%0d%0aX-Inject
 def test_traversal_and_control_characters_in_a_path_parameter_are_a_4xx(
     cluster, method, template, value
 ):
-    url = cluster.nimbuses[0].url + template.format(value)
-    answer = httpx.request(method, httpx.URL(url), timeout=10.0)
-    assert answer.status_code in (404, 422), answer.text
-    assert answer.json()["error"] in ("not_found", "invalid_name", "invalid_request")
-    assert "X-Injected" not in answer.headers
+    # Sent as written: an HTTP client would resolve "/pipelines/../workers" to "/workers", a
+    # route of its own, before the nimbus sees the parameter.
+    path = template.format(value)
+    request = f"{method} {path} HTTP/1.1\r\n{HOST}Content-Length: 0\r\nConnection: close\r\n\r\n"
+    answer = exchange(cluster.nimbuses[0].port, request.encode())
+    status, body = status_and_body(answer)
+    assert status in (404, 422), answer
+    assert body["error"] in ("not_found", "invalid_name", "invalid_request")
+    assert b"x-injected" not in answer.partition(b"\r\n\r\n")[0].lower()
 
 
 # ---------------------------------------------------------------------- JSON bodies
