@@ -14,7 +14,7 @@ import pytest
 from stratus.api.errors import InvalidConfError
 from stratus.api.locations import LocationPolicy, subpath_problem
 from stratus.api.pipeline_conf import env_entries, validate_pipeline_conf
-from stratus.api.records import PipelineRecord, PipelineStatus
+from stratus.api.records import PendingUpdate, PipelineRecord, PipelineStatus
 from stratus.api.redaction import (
     REDACTED,
     is_secret_key,
@@ -270,6 +270,33 @@ def test_a_records_reason_is_redacted_against_its_own_conf():
         reason="its worker printed s3cr3t-x",
     )
     assert redact_record(record).reason == "its worker printed ***"
+
+
+def test_a_staged_updates_conf_is_redacted_as_the_records():
+    staged = PendingUpdate(
+        digest="e" * 64,
+        size_bytes=1,
+        conf={"spark.my.secret": "n3w-s3cr3t", "spark.x": 2},
+        requested=0,
+    )
+    record = PipelineRecord(
+        name="p",
+        status=PipelineStatus.ACTIVE,
+        digest="d" * 64,
+        size_bytes=1,
+        conf={"spark.my.secret": "s3cr3t-x"},
+        submitted=0,
+        updated=0,
+        epoch=1,
+        update=staged,
+        reason="staging n3w-s3cr3t",
+    )
+    shown = redact_record(record)
+    assert shown.update is not None
+    assert shown.update.conf == {"spark.my.secret": REDACTED, "spark.x": 2}
+    assert shown.reason == "staging ***"
+    assert "n3w-s3cr3t" not in shown.model_dump_json()
+    assert record.update is staged and staged.conf["spark.my.secret"] == "n3w-s3cr3t"
 
 
 def test_the_marker_sent_back_keeps_the_current_value_or_is_refused_naming_the_key():

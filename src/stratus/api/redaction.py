@@ -139,14 +139,20 @@ def restore_redacted(conf: Mapping[str, Any], current: Mapping[str, Any]) -> dic
 
 
 def redact_record(record: R) -> R:
-    """A pipeline record or an assignment with its conf redacted, and a record's ``reason``
-    (the same one if it holds no secret)."""
+    """A pipeline record or an assignment with its conf redacted, and a record's staged
+    update's conf and its ``reason`` (the same one if it holds no secret)."""
     update: dict[str, Any] = {}
     redacted = redact_conf(record.conf)
     if redacted != record.conf:
         update["conf"] = redacted
-    if isinstance(record, PipelineRecord) and record.reason:
-        reason = redact_text(record.reason, record.conf)
+    if not isinstance(record, PipelineRecord):
+        return record.model_copy(update=update) if update else record
+    staged = record.update
+    if staged is not None and redact_conf(staged.conf) != staged.conf:
+        update["update"] = staged.model_copy(update={"conf": redact_conf(staged.conf)})
+    if record.reason:
+        confs = {**record.conf, **(staged.conf if staged is not None else {})}
+        reason = redact_text(record.reason, confs)
         if reason != record.reason:
             update["reason"] = reason
     return record.model_copy(update=update) if update else record
