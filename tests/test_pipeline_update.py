@@ -337,9 +337,13 @@ def test_the_cli_updates_shows_the_version_and_kills_with_purge(cluster, client,
     updated = CliRunner().invoke(main, ["update", "cli", str(new_package), "--json", *seeds])
     assert updated.exit_code == 0, updated.output
     assert PipelineRecord.model_validate_json(updated.output).version == 2
-    shown = CliRunner().invoke(main, ["status", "cli", *seeds])
-    assert shown.exit_code == 0, shown.output
-    assert re.search(r"version\s+│?\s*2", shown.output), shown.output
+
+    def status_shows_version_2() -> bool:  # a standby's view may lag the write (nimbus.md)
+        shown = CliRunner().invoke(main, ["status", "cli", *seeds])
+        assert shown.exit_code == 0, shown.output
+        return re.search(r"version\s+│?\s*2", shown.output) is not None
+
+    wait_until(status_shows_version_2, 10, "stratus status to show version 2")
 
     killed = CliRunner().invoke(main, ["kill", "cli", "--wait", "0", "--purge", "--json", *seeds])
     assert killed.exit_code == 0, killed.output
