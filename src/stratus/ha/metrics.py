@@ -15,7 +15,7 @@ from prometheus_client import Counter, Gauge
 
 from stratus.ha.fencing import FenceAttempt, MethodSpec
 from stratus.ha.health_monitor import HealthState
-from stratus.web.metrics import CONTENT_TYPE_LATEST, daemon_registry, exposition
+from stratus.web.metrics import CONTENT_TYPE_LATEST, daemon_registry, exposition, state_gauge
 
 __all__ = ["CONTENT_TYPE_LATEST", "FENCE_RESULTS", "ZkfcMetrics"]
 
@@ -35,17 +35,14 @@ class ZkfcMetrics:
         fencing_methods: Iterable[MethodSpec] = (),
     ) -> None:
         self.registry = daemon_registry("zkfc")
-        state = Gauge(
+        state_gauge(
             "stratus_zkfc_health_state",
             "1 for the health state of the watched service (initializing, service_healthy, "
             "service_unhealthy, service_not_responding, health_monitor_failed)",
-            ["state"],
-            registry=self.registry,
+            HealthState,
+            health,
+            self.registry,
         )
-        for each in HealthState:
-            state.labels(each.value).set_function(
-                lambda each=each: float(health() is each)  # type: ignore[misc]
-            )
         Gauge(
             "stratus_zkfc_service_active",
             "1 while this zkfc has made its service active (it holds the election)",

@@ -15,7 +15,13 @@ from collections.abc import Callable, Iterable
 from prometheus_client import Counter, Gauge, Histogram
 
 from stratus.ha.protocol import HAState
-from stratus.web.metrics import CONTENT_TYPE_LATEST, CallbackCounter, daemon_registry, exposition
+from stratus.web.metrics import (
+    CONTENT_TYPE_LATEST,
+    CallbackCounter,
+    daemon_registry,
+    exposition,
+    state_gauge,
+)
 
 __all__ = ["CONTENT_TYPE_LATEST", "NimbusMetrics"]
 
@@ -62,16 +68,13 @@ class NimbusMetrics:
             "pipelines whose code this nimbus lacks (it may lead only at 0)",
             registry=self.registry,
         ).set_function(lambda: float(code_missing()))
-        state_gauge = Gauge(
+        state_gauge(
             "stratus_nimbus_ha_state",
             "1 for the HA state this nimbus is in (initializing, standby, active, stopping)",
-            ["state"],
-            registry=self.registry,
+            HAState,
+            ha_state,
+            self.registry,
         )
-        for state in HAState:
-            state_gauge.labels(state.value).set_function(
-                lambda state=state: float(ha_state() is state)  # type: ignore[misc]
-            )
         Gauge(
             "stratus_nimbus_ha_epoch",
             "the fencing epoch this nimbus acts under as leader (-1: it does not lead)",

@@ -17,7 +17,8 @@ Counters are named without ``_total``: the client library adds it to the exposed
 from __future__ import annotations
 
 import platform
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from enum import Enum
 
 from prometheus_client import (
     CollectorRegistry,
@@ -32,7 +33,13 @@ from prometheus_client.registry import Collector
 
 from stratus import __version__
 
-__all__ = ["CONTENT_TYPE_LATEST", "CallbackCounter", "daemon_registry", "exposition"]
+__all__ = [
+    "CONTENT_TYPE_LATEST",
+    "CallbackCounter",
+    "daemon_registry",
+    "exposition",
+    "state_gauge",
+]
 
 BUILD_INFO = "stratus_build_info"
 
@@ -68,6 +75,23 @@ class CallbackCounter(Collector):
 
     def describe(self) -> Iterator[Metric]:
         yield CounterMetricFamily(self._name, self._documentation)
+
+
+def state_gauge(
+    name: str,
+    documentation: str,
+    states: Iterable[Enum],
+    current: Callable[[], Enum],
+    registry: CollectorRegistry,
+) -> Gauge:
+    """One series per state (label ``state``, the state's value): 1 for the one ``current()``
+    names at the scrape, 0 for the others; a state machine as Prometheus shows one."""
+    gauge = Gauge(name, documentation, ["state"], registry=registry)
+    for state in states:
+        gauge.labels(state.value).set_function(
+            lambda state=state: float(current() is state)  # type: ignore[misc]
+        )
+    return gauge
 
 
 def exposition(registry: CollectorRegistry) -> bytes:
