@@ -50,6 +50,8 @@ LEADER_WON = "leader_won"  # nimbus: epoch
 LEADER_LOST = "leader_lost"  # nimbus: epoch, reason
 LEADER_WRITE = "leader_write"  # nimbus: epoch, started_wall, started_mono, ops
 SUBMIT_ACKNOWLEDGED = "submit_acknowledged"  # client (a test's driver): pipeline, request_id
+PROCESS_KILLED = "process_killed"  # whoever kills a process (a test, a fault injector): of_host,
+# of_pid; the victim's death, which its own history cannot say
 
 
 @dataclass(frozen=True)
