@@ -29,7 +29,7 @@ from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from stratus.history import (
     BATCH_COMMITTED,
@@ -44,6 +44,9 @@ from stratus.history import (
 from stratus.local.examples_io import EVENT_EPOCH, EVENT_SPACING, FLUSH_KEY, KEYS
 
 STREAMING_WINDOW_SECS = 10  # the streaming example's event-time windows
+
+Cell = TypeVar("Cell", bound=Hashable)  # an output cell of a pipeline: what one row counts
+StreamingCell = tuple[int, str]  # the streaming example's: (window start, UTC seconds; key)
 
 
 # ---------------------------------------------------------------------- events and clocks
@@ -335,14 +338,14 @@ def check_submissions(
 
 
 def check_exactly_once(
-    expected: Mapping[Hashable, int], counted: Iterable[tuple[Hashable, int]]
+    expected: Mapping[Cell, int], counted: Iterable[tuple[Cell, int]]
 ) -> list[Violation]:
     """(d) Every input counted once: each output cell (a window and key) is written once,
     with the number of inputs that fall into it; a cell missing, written twice, short or
     over is a violation."""
     violations = []
-    written: Counter[Hashable] = Counter()
-    totals: Counter[Hashable] = Counter()
+    written: Counter[Cell] = Counter()
+    totals: Counter[Cell] = Counter()
     for cell, count in counted:
         written[cell] += 1
         totals[cell] += count
@@ -364,19 +367,19 @@ def check_exactly_once(
 
 def streaming_expected(
     fed_ids: Iterable[int], window_secs: int = STREAMING_WINDOW_SECS
-) -> Counter[Hashable]:
+) -> Counter[StreamingCell]:
     """The streaming example's output cells for the event ids fed (``examples_io``): event
     i falls in the window of ``event_time(i)`` with key ``KEYS[i % 3]``."""
     start = EVENT_EPOCH.timestamp()
     step = EVENT_SPACING.total_seconds()
-    cells: Counter[Hashable] = Counter()
+    cells: Counter[StreamingCell] = Counter()
     for event_id in fed_ids:
         seconds = start + event_id * step
         cells[(int(seconds // window_secs * window_secs), KEYS[event_id % len(KEYS)])] += 1
     return cells
 
 
-def streaming_counted(rows: Iterable[Mapping[str, Any]]) -> list[tuple[Hashable, int]]:
+def streaming_counted(rows: Iterable[Mapping[str, Any]]) -> list[tuple[StreamingCell, int]]:
     """The cells of the streaming example's output rows (``read_rows``), flushes left out."""
     return [
         ((int(_utc_seconds(row["window"]["start"])), str(row["key"])), int(row["count"]))
