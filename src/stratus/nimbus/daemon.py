@@ -369,6 +369,8 @@ class Nimbus:
             address=self.address,
             on_gained=self._term_began,
             on_lost=self._term_ended,
+            on_granted=self.history.won,
+            on_revoked=self.history.lost,
             clock=self._clock,
         )
 
@@ -499,11 +501,9 @@ class Nimbus:
     # ------------------------------------------------------------------ events
 
     def _elected(self, term: Leadership) -> None:
-        self.history.won(term)
         self.controller.elected(term)
 
     def _revoked(self, term: Leadership, reason: RevokeReason) -> None:
-        self.history.lost(term, reason)
         self.controller.revoked(term, reason)
         if reason is not RevokeReason.SUSPENDED:  # a suspended term may resume
             self.terms.ended(term)
