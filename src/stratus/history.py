@@ -12,8 +12,9 @@ of one attribute test per event::
 
 Each line holds ``wall`` (``time.time()``) and ``mono`` (``time.monotonic()``: on Linux one
 clock for every process of a machine, so lines of one host compare exactly), ``host``,
-``pid``, the process's ``kind`` and ``id`` (a nimbus's address, a supervisor's id, a worker's
-pipeline), ``event`` and the event's own fields.
+``pid``, the process's ``kind`` and ``id`` (a nimbus's address, a worker's pipeline, a
+client's name), ``event`` and the event's own fields. ``stratus.chaos.oracle.load_events``
+reads the files back.
 
 Several processes of one host may share one file: it is opened ``O_APPEND`` and every line
 is one ``write`` of at most ``MAX_LINE_BYTES`` (a longer event is cut down to its identity
@@ -164,19 +165,3 @@ class HistoryRecorder:
 
 def _encode(record: dict[str, Any]) -> bytes:
     return (json.dumps(record, separators=(",", ":"), default=str) + "\n").encode()
-
-
-def read_history(paths: list[Path]) -> list[dict[str, Any]]:
-    """Every event of the history files, in file order; a line that is not a JSON object (a
-    machine's crash may leave a torn last line) is skipped."""
-    events: list[dict[str, Any]] = []
-    for path in paths:
-        with path.open("rb") as lines:
-            for raw in lines:
-                try:
-                    event = json.loads(raw)
-                except ValueError:
-                    continue
-                if isinstance(event, dict):
-                    events.append(event)
-    return events

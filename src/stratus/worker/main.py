@@ -13,7 +13,9 @@ own, stdin a pipe it holds. The worker:
    abandoned: the STOPPED heartbeat is written, the rest of the worker's process group (its
    JVM) is SIGKILLed and the process exits. Either way the pipes
    its JVM and sdp guard watch close with the process, so they go too;
-4. writes the final heartbeat and exits:
+4. records its start, each micro-batch and its stop in ``history.file`` when its supervisor
+   set one (``run_history``);
+5. writes the final heartbeat and exits:
 
    =========  ====  ==============================================================
    state      exit  when
