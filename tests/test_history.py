@@ -202,3 +202,35 @@ def test_the_election_library_reports_every_applied_fenced_write_and_no_refused_
         with pytest.raises(LeadershipLostError), term.transaction() as tx:
             tx.create("/app/b", b"2")
         assert len(heard) == 1
+
+
+def test_the_worker_process_records_its_start_and_its_failed_end(tmp_path) -> None:
+    """The real worker's main (no Spark: its entrypoint fails to load before Spark starts)."""
+    path = tmp_path / "h.jsonl"
+    worker_spec = spec(tmp_path, path)
+    (tmp_path / "code").mkdir()
+    worker_spec.heartbeat_path.parent.mkdir(parents=True)
+    worker_spec.write(tmp_path / "spec.json")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    worker = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "stratus.worker.main",
+            str(tmp_path / "spec.json"),
+            "--ignore-stdin",
+        ],
+        env=env,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert worker.returncode == 1, worker.stderr
+    events = load_events([path])
+    assert [(e.name, e.get("pipeline"), e.get("epoch")) for e in events] == [
+        ("worker_started", "etl", 3),
+        ("worker_stopped", "etl", 3),
+    ]
+    assert events[-1].get("state") == "FAILED"
+    assert events[0].process == events[1].process  # the worker's own pid, not the test's
+    assert events[0].process[1] != os.getpid()
