@@ -115,6 +115,7 @@ class Harness:
         self.duties = duties if duties is not None else FakeDuties()
         self.gained: list[int] = []
         self.lost: list[int] = []
+        self.told: list[tuple[str, int]] = []  # every grant and revocation, as it came
         self.controller = LeadershipController(
             self.lock,
             self.readiness,
@@ -123,6 +124,8 @@ class Harness:
             address=ADDRESS,
             on_gained=lambda t: self.gained.append(t.epoch),
             on_lost=lambda t: self.lost.append(t.epoch),
+            on_granted=lambda t: self.told.append(("granted", t.epoch)),
+            on_revoked=lambda t, r: self.told.append((r.value, t.epoch)),
             clock=self.clock,
         )
 
@@ -226,6 +229,16 @@ def test_a_revoked_leader_stops_acting_and_leads_again_when_its_term_resumes():
     h.controller.elected(won)  # the session survived: the same term resumes
     h.step()
     assert h.state() is ControllerState.LEADING and h.duties.epochs == [4, 4]
+
+
+def test_every_grant_and_revocation_is_told_as_it_comes_even_one_not_acted_for():
+    h = Harness()
+    h.readiness.lead = "code missing"
+    h.controller.elected(term(2))  # out of the queue: given back, yet the grant happened
+    assert h.told == [("granted", 2)]  # told on the caller's thread, before any step
+    h.step()
+    h.controller.revoked(term(2), RevokeReason.RESIGNED)
+    assert h.told == [("granted", 2), ("resigned", 2)]
 
 
 def test_a_revocation_of_an_older_term_does_not_stop_the_current_one():

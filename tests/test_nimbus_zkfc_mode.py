@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from stratus.api.records import PipelineRecord, PipelineStatus
+from stratus.chaos.oracle import Clocks, check_leader_writes, load_events
 from stratus.client import NimbusClient
 from stratus.coordination import Coordinator
 from stratus.coordination.leadership import Leadership
@@ -47,6 +48,7 @@ REPLICATED = (
     "-c", "pipeline.max.replication.wait.time.sec=-1",
     "-c", "nimbus.code.sync.freq.secs=1",
 )  # fmt: skip
+HISTORY = "history.jsonl"
 
 
 class Controllers:
@@ -93,7 +95,7 @@ def zkfc_cluster(
         tmp_path,
         request.node.name,
         size=2,
-        extra=REPLICATED,
+        extra=(*REPLICATED, "-c", f"history.file={tmp_path / HISTORY}"),
         ha_mode="zkfc",
     ) as cluster:
         controllers = Controllers(cluster, zk_server.connect_string)
@@ -123,7 +125,7 @@ def records_in_zookeeper(zk_connect: str, root: str) -> dict[str, PipelineRecord
 
 
 def test_zkfc_mode_nimbuses_lead_only_under_the_epoch_their_controller_won(
-    zkfc_cluster: tuple[NimbusCluster, Controllers], zk_server: ZooKeeperServer
+    zkfc_cluster: tuple[NimbusCluster, Controllers], zk_server: ZooKeeperServer, tmp_path: Path
 ) -> None:
     cluster, controllers = zkfc_cluster
     first, second = cluster.nimbuses
@@ -175,6 +177,14 @@ def test_zkfc_mode_nimbuses_lead_only_under_the_epoch_their_controller_won(
     assert records_in_zookeeper(zk_server.connect_string, cluster.root)["etl"].status is (
         PipelineStatus.INACTIVE
     )
+    # the history holds both granted terms, and no write the oracle could fault
+    events = load_events([tmp_path / HISTORY])
+    assert [(e.get("id"), e.get("epoch")) for e in events if e.name == "leader_won"] == [
+        (first.address, won.epoch),
+        (second.address, later.epoch),
+    ]
+    assert {e.get("epoch") for e in events if e.name == "leader_write"} == {won.epoch, later.epoch}
+    assert check_leader_writes(events, Clocks()) == []
 
 
 def test_the_ha_routes_answer_only_the_admin_role(

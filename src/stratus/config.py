@@ -876,6 +876,12 @@ class StratusConfig(BaseModel):
         description="daemons: text (one key=value line per event) or json (one JSON object "
         "per line, with the same fields)",
     )
+    history_file: str | None = Field(
+        default=None,
+        alias="history.file",
+        description="daemons and their workers append one JSON line per start, stop, batch "
+        "and leader write to this file, for the reliability oracle (default: nothing recorded)",
+    )
     ha_zkfc_target: str | None = Field(
         default=None,
         alias="ha.zkfc.target",

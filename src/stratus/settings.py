@@ -23,6 +23,7 @@ from stratus.codedist.package_check import PackageLimits
 from stratus.codedist.transfer.fetch import FetchSettings
 from stratus.config import StratusConfig
 from stratus.errors import ConfigError
+from stratus.history import HistorySettings
 from stratus.logs import LogFormat, LogSettings
 from stratus.pacemaker.auth import AuthMethod, Secret, load_secrets
 from stratus.pacemaker.client import parse_servers
@@ -301,3 +302,8 @@ def log_settings(conf: StratusConfig) -> LogSettings:
         level=logging.getLevelNamesMapping()[conf.log_level.upper()],
         format=LogFormat(conf.log_format),
     )
+
+
+def history_settings(conf: StratusConfig) -> HistorySettings:
+    """``history.file``: where a daemon and its workers record their history (if anywhere)."""
+    return HistorySettings(Path(conf.history_file) if conf.history_file else None)

@@ -32,6 +32,7 @@ from stratus.coordination.leadership import FencedTransaction, Leadership
 from stratus.coordination.records import (
     CoordinationEvent,
     ErrorKind,
+    FencedWrite,
     Leader,
     LeaderChange,
     RevokeReason,
@@ -48,6 +49,7 @@ __all__ = [
     "ElectorState",
     "ErrorKind",
     "FencedTransaction",
+    "FencedWrite",
     "Leader",
     "LeaderChange",
     "LeaderElector",

@@ -35,7 +35,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from stratus.coordination.errors import CoordinationError
 from stratus.coordination.leadership import Leadership
-from stratus.coordination.records import CandidateRecord, RevokeReason, SlotRecord
+from stratus.coordination.records import CandidateRecord, FencedWrite, RevokeReason, SlotRecord
 from stratus.coordination.serial import Dispatch, Post
 from stratus.zk.paths import GroupPaths, sequence_of
 from stratus.zk.session import SessionChange, SessionState, ZkSession
@@ -117,9 +117,11 @@ class Candidacies:
         post: Post,
         dispatch: Dispatch,
         on_fence_refused: Callable[[], None] = lambda: None,
+        on_fenced_write: Callable[[FencedWrite], None] | None = None,
     ) -> None:
         self._session = session
         self._on_fence_refused = on_fence_refused
+        self._on_fenced_write = on_fenced_write
         self._client = session.client
         self._post = post
         self._dispatch = dispatch
@@ -336,6 +338,7 @@ class Candidacies:
             _clock=self._session.clock,
             found_free_at=found_free_at,
             _on_refused=self._on_fence_refused,
+            _on_committed=self._on_fenced_write,
         )
         candidacy.term = term  # even if resigned meanwhile: resign then deletes the slot
         with self._lock:  # the move and its dispatch as one step: a resignation comes after

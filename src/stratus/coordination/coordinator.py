@@ -47,7 +47,7 @@ from stratus.coordination.errors import (
 )
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.reads import read_candidates, read_leaders
-from stratus.coordination.records import Leader, SlotRecord
+from stratus.coordination.records import FencedWrite, Leader, SlotRecord
 from stratus.coordination.serial import SerialThread
 from stratus.coordination.subscriptions import (
     ChangeCallback,
@@ -70,12 +70,16 @@ class Coordinator:
         *,
         owns_session: bool = False,
         on_fence_refused: Callable[[], None] | None = None,
+        on_fenced_write: Callable[[FencedWrite], None] | None = None,
     ) -> None:
         """``on_fence_refused`` hears of every fenced transaction of a term of this
         coordinator that ZooKeeper refused because the epoch had moved (a deposed leader's
-        write): a daemon counts them."""
+        write): a daemon counts them. ``on_fenced_write`` hears of every one ZooKeeper
+        applied, on the committing thread (a daemon records it in its history): the one
+        place every leader write passes through."""
         self.session = session
         self._on_fence_refused = on_fence_refused or _nothing
+        self._on_fenced_write = on_fenced_write
         self.root = session.root
         self._owns_session = owns_session
         self._worker = SerialThread("coordinator-worker", on_error=_worker_failed)
@@ -85,6 +89,7 @@ class Coordinator:
             post=self._worker.post,
             dispatch=self._dispatch,
             on_fence_refused=self._on_fence_refused,
+            on_fenced_write=self._on_fenced_write,
         )
         self._leader_changes = LeaderChanges(
             session, post=self._worker.post, dispatch=self._dispatch
@@ -329,6 +334,7 @@ class Coordinator:
             _lease_end=lambda: self.session.lease_end(session_id),
             _clock=self.session.clock,
             _on_refused=self._on_fence_refused,
+            _on_committed=self._on_fenced_write,
         )
 
     # ----------------------------------------------------------------- who leads

@@ -38,6 +38,7 @@ from stratus.coordination.errors import (
     LeadershipLostError,
     TransactionFailedError,
 )
+from stratus.coordination.records import FencedWrite
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,9 @@ class Leadership:
     _lease_end: Callable[[], float] = field(repr=False)
     _clock: Clock = field(default=time.monotonic, repr=False)  # the lease end's clock
     _on_refused: Callable[[], None] = field(default=lambda: None, repr=False, compare=False)
+    _on_committed: Callable[[FencedWrite], None] | None = field(
+        default=None, repr=False, compare=False
+    )
     found_free_at: float | None = field(default=None, compare=False)
     """When (the session's clock) this candidate saw the slot free, just before the claim
     that won the term: how long a failover took from there is measured from it. None for
@@ -131,6 +135,7 @@ class FencedTransaction:
         """Commit every operation, or none; returns each operation's result in order."""
         leadership = self._leadership
         leadership._ensure_held()
+        began_wall, began_mono = time.time(), time.monotonic()
         tx = leadership._client.transaction()
         tx.check(leadership.epoch_path, leadership.epoch)
         for name, args, kwargs in self._ops:
@@ -155,6 +160,17 @@ class FencedTransaction:
                     f"fenced transaction refused: {name} {args[0]!r} failed with "
                     f"{type(result).__name__}; nothing was written"
                 )
+        if leadership._on_committed is not None:
+            leadership._on_committed(
+                FencedWrite(
+                    group=leadership.group,
+                    member_id=leadership.member_id,
+                    epoch=leadership.epoch,
+                    ops=tuple((name, str(args[0])) for name, args, _ in self._ops),
+                    began_wall=began_wall,
+                    began_mono=began_mono,
+                )
+            )
         return rest
 
     def __enter__(self) -> FencedTransaction:

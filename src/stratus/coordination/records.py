@@ -27,6 +27,22 @@ class ErrorKind(Enum):
 
 
 @dataclass(frozen=True)
+class FencedWrite:
+    """A fenced transaction that ZooKeeper applied: the term's epoch and what it wrote.
+
+    ``began_wall`` and ``began_mono`` (``time.time()``, ``time.monotonic()``) are taken just
+    before the commit was sent: ZooKeeper applied it between then and the moment a listener
+    hears of it, which is what a history needs to order it against other processes' events."""
+
+    group: str
+    member_id: str
+    epoch: int
+    ops: tuple[tuple[str, str], ...]  # (create | set_data | delete | check, path)
+    began_wall: float
+    began_mono: float
+
+
+@dataclass(frozen=True)
 class Leader:
     """One leader of a group: who, in which slot, since which epoch."""
 

@@ -39,6 +39,7 @@ from stratus.coordination.coordinator import Coordinator
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import LeaderChange, RevokeReason
 from stratus.errors import StratusError
+from stratus.history import Actor, HistoryRecorder
 from stratus.nimbus.api import create_app
 from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.cluster_view import NIMBUS_GROUP, ClusterView
@@ -53,6 +54,7 @@ from stratus.nimbus.exposure import InsecureReminder, check_exposure
 from stratus.nimbus.granted_lock import GrantedLock
 from stratus.nimbus.ha_service import NimbusHAService
 from stratus.nimbus.health import HealthWatch
+from stratus.nimbus.leader_history import LeaderHistory
 from stratus.nimbus.leader_terms import LeaderTermLog
 from stratus.nimbus.leadership_controller import LeadershipController
 from stratus.nimbus.listening import NimbusStartError, listen_socket, package_port_error
@@ -69,6 +71,7 @@ from stratus.settings import (
     access_policy,
     client_auth,
     distributor_settings,
+    history_settings,
     server_tls,
     state_store_settings,
     zk_settings,
@@ -122,9 +125,13 @@ class Nimbus:
         self.settings = NimbusSettings.from_config(conf, self.address)
         self.paths = ClusterPaths(conf.zookeeper_root)
         self.session = ZkSession(zk_settings(conf))
+        self.history = LeaderHistory(
+            HistoryRecorder.from_settings(history_settings(conf), Actor("nimbus", self.address))
+        )
         self.coordinator = Coordinator(
             self.session,
             on_fence_refused=lambda: self.metrics.epoch_refusals.inc(),  # noqa: PLW0108 (built below)
+            on_fenced_write=self.history.wrote,
         )
         self.elector = build_elector(
             self.coordinator,
@@ -160,6 +167,7 @@ class Nimbus:
         Every step notes what undoes it; a step that fails undoes those before it, newest
         first, so a failed start leaves no session, registration, thread or socket behind.
         """
+        self._opened.append(self.history.close)  # closed last: the last term's end is in it
         self._opened.append(self._sock.close)
         try:
             client = self._connect()
@@ -361,6 +369,8 @@ class Nimbus:
             address=self.address,
             on_gained=self._term_began,
             on_lost=self._term_ended,
+            on_granted=self.history.won,
+            on_revoked=self.history.lost,
             clock=self._clock,
         )
 

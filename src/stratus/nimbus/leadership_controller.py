@@ -172,8 +172,14 @@ class LeadershipController:
         address: str,
         on_gained: Callable[[Leadership], None] = lambda _term: None,
         on_lost: Callable[[Leadership], None] = lambda _term: None,
+        on_granted: Callable[[Leadership], None] = lambda _term: None,
+        on_revoked: Callable[[Leadership, RevokeReason], None] = lambda _term, _reason: None,
         clock: Clock = time.monotonic,
     ) -> None:
+        """``on_gained``/``on_lost``: a term accepted and acted for, and its end.
+        ``on_granted``/``on_revoked``: every term as the lock grants or revokes it, on the
+        caller's thread, before any check (the nimbus's history: both the self-elected and
+        the zkfc-granted terms come in here)."""
         self._lock = lock
         self._readiness = readiness
         self._duties = duties
@@ -181,6 +187,8 @@ class LeadershipController:
         self._address = address
         self._on_gained = on_gained
         self._on_lost = on_lost
+        self._on_granted = on_granted
+        self._on_revoked = on_revoked
         self._clock = clock
         self._events: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self._change_pending = threading.Event()  # one ClusterChanged in the queue is enough
@@ -193,9 +201,11 @@ class LeadershipController:
     # ------------------------------------------------------------------ inputs (any thread)
 
     def elected(self, term: Leadership) -> None:
+        self._on_granted(term)
         self._events.put(Elected(term))
 
     def revoked(self, term: Leadership, reason: RevokeReason) -> None:
+        self._on_revoked(term, reason)
         self._events.put(Revoked(term, reason))
 
     def leader_changed(self, change: LeaderChange) -> None:

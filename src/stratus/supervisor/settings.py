@@ -23,12 +23,14 @@ from stratus.api.locations import is_local_master
 from stratus.codedist.factory import DistributorSettings
 from stratus.codedist.package_check import PackageLimits
 from stratus.config import SUPERVISOR_ID_PATTERN, StratusConfig
+from stratus.history import HistorySettings
 from stratus.logs import LogSettings as DaemonLogSettings
 from stratus.security.access import AccessPolicy
 from stratus.security.tls import TlsSettings
 from stratus.settings import (
     access_policy,
     distributor_settings,
+    history_settings,
     http_bounds,
     log_settings,
     package_limits,
@@ -91,6 +93,7 @@ class SpecSettings:
     stop_grace_secs: float  # supervisor.worker.stop.secs
     env_names: frozenset[str] = frozenset()  # supervisor.worker.env: passed beyond the allow-list
     log: DaemonLogSettings = field(default_factory=DaemonLogSettings)  # log.*: workers log alike
+    history: HistorySettings = field(default_factory=HistorySettings)  # history.file: alike
 
 
 @dataclass(frozen=True)
@@ -198,6 +201,7 @@ class SupervisorSettings:
                 stop_grace_secs=timeouts.stop_secs,
                 env_names=frozenset(conf.supervisor_worker_env),
                 log=log_settings(conf),
+                history=history_settings(conf),
             ),
             code=CodeSettings(
                 distributor=distributor_settings(conf),

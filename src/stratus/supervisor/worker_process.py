@@ -135,6 +135,7 @@ def build_spec(
         stop_grace_secs=settings.stop_grace_secs,
         log_level=logging.getLevelName(settings.log.level),
         log_format=settings.log.format,
+        history_file=settings.history.file,
     )
 
 

@@ -13,7 +13,9 @@ own, stdin a pipe it holds. The worker:
    abandoned: the STOPPED heartbeat is written, the rest of the worker's process group (its
    JVM) is SIGKILLed and the process exits. Either way the pipes
    its JVM and sdp guard watch close with the process, so they go too;
-4. writes the final heartbeat and exits:
+4. records its start, each micro-batch and its stop in ``history.file`` when its supervisor
+   set one (``run_history``);
+5. writes the final heartbeat and exits:
 
    =========  ====  ==============================================================
    state      exit  when
@@ -45,6 +47,7 @@ from stratus.logs import configure_daemon_logging
 from stratus.process import kill_others_in_group
 from stratus.worker.heartbeat_file import HeartbeatReporter
 from stratus.worker.outcome import OK_EXIT, USAGE_EXIT, Outcome
+from stratus.worker.run_history import WorkerHistory
 from stratus.worker.sdp_run import run_sdp
 from stratus.worker.spark_app import run_app
 from stratus.worker.spec import WorkerSpec
@@ -78,12 +81,13 @@ def run_worker(
     itself) and the ``session`` it started before the pipeline was handed to it."""
     reporter = HeartbeatReporter(spec)
     reporter.start()
+    history = WorkerHistory.open(spec)
     stop = stop or StopRequest()
     stop.install_signal_handlers()
     if stdin_fd is not None:
         stop.watch(stdin_fd)
-    stop.on_request(lambda: _exit_now_if_starting(reporter))
-    stop.on_request(lambda: _exit_after_grace(reporter, spec.stop_grace_secs))
+    stop.on_request(lambda: _exit_now_if_starting(reporter, history))
+    stop.on_request(lambda: _exit_after_grace(reporter, history, spec.stop_grace_secs))
     log.info(
         "event=worker_started generation=%d kind=%s master=%s pid=%d",
         spec.generation,
@@ -91,8 +95,10 @@ def run_worker(
         spec.spark_master,
         os.getpid(),
     )
-    outcome = _run(spec, stop, reporter, session)
+    history.started()
+    outcome = _run(spec, stop, reporter, session, history)
     reporter.finish(outcome)
+    history.stopped(outcome.state)
     log.info(
         "event=worker_exiting state=%s error=%r",
         outcome.state,
@@ -112,24 +118,29 @@ def configure_worker_logging(spec: WorkerSpec) -> None:
 
 
 def _run(
-    spec: WorkerSpec, stop: StopRequest, reporter: HeartbeatReporter, session: SparkSession | None
+    spec: WorkerSpec,
+    stop: StopRequest,
+    reporter: HeartbeatReporter,
+    session: SparkSession | None,
+    history: WorkerHistory,
 ) -> Outcome:
     """The pipeline's outcome; a bug of the worker itself is a FAILED outcome too."""
     try:
         spec.work_dir.mkdir(parents=True, exist_ok=True)
         os.chdir(spec.work_dir)
         if spec.kind == "app":
-            return run_app(spec, stop, reporter, session=session)
+            return run_app(spec, stop, reporter, session=session, history=history)
         return run_sdp(spec, stop, reporter)
     except Exception as exc:
         traceback.print_exc()
         return Outcome.failed(f"the worker failed: {type(exc).__name__}: {exc}")
 
 
-def _exit_now_if_starting(reporter: HeartbeatReporter) -> None:
+def _exit_now_if_starting(reporter: HeartbeatReporter, history: WorkerHistory) -> None:
     """A stop before the pipeline ran (Spark still starting): nothing to stop, exit at once.
     The JVM being started follows: its stdin pipe closes with this process."""
     if reporter.finish_if_starting(Outcome.stopped()):
+        history.stopped(reporter.state)
         log.info("event=worker_stopped_while_starting")
         _exit(OK_EXIT)
 
@@ -141,7 +152,7 @@ def _exit(code: int) -> None:
     os._exit(code)
 
 
-def _exit_after_grace(reporter: HeartbeatReporter, grace: float) -> None:
+def _exit_after_grace(reporter: HeartbeatReporter, history: WorkerHistory, grace: float) -> None:
     """Exit ``grace`` seconds from now if the run has not ended by then."""
 
     def give_up() -> None:
@@ -151,6 +162,7 @@ def _exit_after_grace(reporter: HeartbeatReporter, grace: float) -> None:
         log.warning("event=worker_abandoned_run grace_secs=%g", grace)
         _kill_the_rest_of_the_group()
         final = reporter.outcome
+        history.stopped(final.state if final is not None else None)
         _exit(final.exit_code if final is not None else OK_EXIT)
 
     timer = threading.Timer(grace, give_up)

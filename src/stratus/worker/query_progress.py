@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyspark.sql.streaming.listener import (
@@ -59,9 +60,11 @@ class QueryTracker:
     """Every query seen since the worker started, in start order; thread-safe (Spark's
     listener thread writes, the heartbeat thread and the main thread read)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_batch: Callable[[QueryProgress], None] | None = None) -> None:
+        """``on_batch`` hears of every batch counted (once each), outside the lock."""
         self._lock = threading.Lock()
         self._queries: dict[str, _Query] = {}
+        self._on_batch = on_batch
 
     def started(self, query_id: str, name: str | None) -> None:
         """A query (re)started: a failure of its earlier run no longer counts."""
@@ -91,6 +94,9 @@ class QueryTracker:
             query.input_rows_per_second = _finite(input_rows_per_second)
             query.processed_rows_per_second = _finite(processed_rows_per_second)
             query.rows_total += num_input_rows
+            progress = query.progress()
+        if self._on_batch is not None:
+            self._on_batch(progress)
 
     def terminated(self, query_id: str, exception: str | None) -> None:
         """The query ended: stopped (``exception`` None) or failed."""

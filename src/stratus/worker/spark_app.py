@@ -40,6 +40,7 @@ from stratus.worker.heartbeat_file import HeartbeatReporter
 from stratus.worker.outcome import Outcome, without_stack
 from stratus.worker.pipeline_context import PipelineContext
 from stratus.worker.query_progress import QueryTracker, tracker_listener
+from stratus.worker.run_history import WorkerHistory
 from stratus.worker.session_conf import DEPS_DIR, SPARK_DEFAULTS, spark_conf, with_deps_first
 from stratus.worker.spec import WorkerSpec
 from stratus.worker.stop_request import StopRequest
@@ -57,12 +58,14 @@ def run_app(
     reporter: HeartbeatReporter,
     *,
     session: SparkSession | None = None,
+    history: WorkerHistory | None = None,
 ) -> Outcome:
     """Run the app of ``spec`` to its outcome; the final heartbeat is written before the
     Spark session is torn down, so a supervisor's SIGKILL during the teardown loses nothing.
 
     ``session``: a warm worker's, already started; the pipeline's runtime conf is set on it
-    and its code shipped to it (``adopt_session``) instead of starting one."""
+    and its code shipped to it (``adopt_session``) instead of starting one. ``history``
+    records every micro-batch the queries commit."""
     assert spec.entrypoint is not None  # the manifest requires it for kind app
     context = PipelineContext.from_spec(spec, stop.event)
     try:
@@ -81,7 +84,9 @@ def run_app(
     try:
         if stop.requested():  # it came while Spark started
             return Outcome.stopped()
-        outcome = _run_in_session(spark, function, context, spec=spec, stop=stop, reporter=reporter)
+        outcome = _run_in_session(
+            spark, function, context, spec=spec, stop=stop, reporter=reporter, history=history
+        )
         _stop_queries(spark)
         reporter.finish(outcome)
         return outcome
@@ -177,8 +182,9 @@ def _run_in_session(
     spec: WorkerSpec,
     stop: StopRequest,
     reporter: HeartbeatReporter,
+    history: WorkerHistory | None,
 ) -> Outcome:
-    tracker = QueryTracker()
+    tracker = QueryTracker(on_batch=history.batch_committed if history is not None else None)
     spark.streams.addListener(tracker_listener(tracker))
     reporter.report_queries(tracker.snapshot)
     stop.on_request(lambda: _interrupt(spark))

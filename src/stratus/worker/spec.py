@@ -82,6 +82,12 @@ class WorkerSpec(BaseModel):
         default=LogFormat.TEXT, description="the supervisor's log.format: text or JSON lines"
     )
 
+    history_file: Path | None = Field(
+        default=None,
+        description="the supervisor's history.file: where the worker records its starts, "
+        "stops and batches (None: nowhere)",
+    )
+
     def log_settings(self) -> LogSettings:
         """How the worker logs: as its supervisor does."""
         return LogSettings(logging.getLevelNamesMapping()[self.log_level], self.log_format)

@@ -1,0 +1,1 @@
+"""The chaos suite's judge: the oracle that reads the processes' history (``oracle``)."""

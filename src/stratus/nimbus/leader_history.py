@@ -1,0 +1,45 @@
+"""A nimbus's history as leader: each term won and lost, and every fenced write it made.
+
+The lines the reliability oracle reads to prove that no deposed leader's write was
+accepted (``stratus.history``). Every leader write is a fenced transaction of the election
+library, whose ``on_fenced_write`` listener is ``wrote``: one place, not one per duty::
+
+    history = LeaderHistory(HistoryRecorder.open(path, Actor("nimbus", "n1:6627")))
+    Coordinator(session, on_fenced_write=history.wrote)
+    history.won(term); history.lost(term, RevokeReason.SESSION_LOST)
+"""
+
+from __future__ import annotations
+
+from stratus.coordination.leadership import Leadership
+from stratus.coordination.records import FencedWrite, RevokeReason
+from stratus.history import LEADER_LOST, LEADER_WON, LEADER_WRITE, HistoryRecorder
+
+
+class LeaderHistory:
+    """Records one nimbus's terms and writes."""
+
+    def __init__(self, recorder: HistoryRecorder) -> None:
+        self._recorder = recorder
+
+    def won(self, term: Leadership) -> None:
+        """The elector granted (or resumed) ``term``: ZooKeeper's epoch is ``term.epoch``."""
+        self._recorder.record(LEADER_WON, group=term.group, epoch=term.epoch)
+
+    def lost(self, term: Leadership, reason: RevokeReason) -> None:
+        """``term`` is over or suspended: this nimbus acts no more for it."""
+        self._recorder.record(LEADER_LOST, group=term.group, epoch=term.epoch, reason=reason.value)
+
+    def wrote(self, write: FencedWrite) -> None:
+        """ZooKeeper applied a fenced transaction of the term at ``write.epoch``."""
+        self._recorder.record(
+            LEADER_WRITE,
+            group=write.group,
+            epoch=write.epoch,
+            began_wall=write.began_wall,
+            began_mono=write.began_mono,
+            ops=[f"{op} {path}" for op, path in write.ops],
+        )
+
+    def close(self) -> None:
+        self._recorder.close()

@@ -1,0 +1,69 @@
+"""A worker's history: its start, each micro-batch its streaming queries commit, its stop.
+
+The lines the reliability oracle reads to prove that two workers of one pipeline never
+processed at once (``stratus.history``). One line per batch, written from Spark's listener
+thread as the batch's progress arrives: a ``write`` of a few hundred bytes, nothing a batch
+would notice::
+
+    history = WorkerHistory.open(spec)
+    history.started()
+    tracker = QueryTracker(on_batch=history.batch_committed)
+    history.stopped(outcome.state)
+"""
+
+from __future__ import annotations
+
+import threading
+
+from stratus.api.records import QueryProgress, WorkerState
+from stratus.history import (
+    BATCH_COMMITTED,
+    WORKER_STARTED,
+    WORKER_STOPPED,
+    Actor,
+    HistoryRecorder,
+)
+from stratus.worker.spec import WorkerSpec
+
+
+class WorkerHistory:
+    """Records one worker's events, each naming its pipeline, epoch and generation."""
+
+    def __init__(self, recorder: HistoryRecorder, spec: WorkerSpec) -> None:
+        self._recorder = recorder
+        self._ids = {
+            "pipeline": spec.pipeline,
+            "epoch": spec.epoch,
+            "generation": spec.generation,
+            "supervisor": spec.supervisor,
+        }
+        self._stopped = False
+        self._lock = threading.Lock()  # the main thread and a stop's grace timer may race
+
+    @classmethod
+    def open(cls, spec: WorkerSpec) -> WorkerHistory:
+        """The history of ``spec``'s worker, into its ``history_file`` (or nowhere)."""
+        return cls(HistoryRecorder.open(spec.history_file, Actor("worker", spec.pipeline)), spec)
+
+    def started(self) -> None:
+        self._recorder.record(WORKER_STARTED, **self._ids)
+
+    def batch_committed(self, progress: QueryProgress) -> None:
+        """A micro-batch of a streaming query completed (its progress was posted)."""
+        self._recorder.record(
+            BATCH_COMMITTED,
+            **self._ids,
+            query=progress.name or progress.id,
+            batch_id=progress.batch_id,
+            rows=progress.num_input_rows,
+        )
+
+    def stopped(self, state: WorkerState | None) -> None:
+        """The worker processes nothing more (recorded once, whichever path stops it)."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        self._recorder.record(
+            WORKER_STOPPED, **self._ids, state=state.value if state is not None else None
+        )

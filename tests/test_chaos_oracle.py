@@ -1,0 +1,280 @@
+"""The oracle (``stratus.chaos.oracle``) on synthetic histories: each check finds the
+violation a broken run leaves, with the lines that prove it, and passes a clean run."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from stratus.chaos.oracle import (
+    Clocks,
+    Event,
+    check_exactly_once,
+    check_leader_writes,
+    check_single_worker,
+    check_submissions,
+    events_of,
+    leader_unavailability,
+    load_events,
+    pipeline_unavailability,
+    streaming_counted,
+    streaming_expected,
+)
+
+EXACT = Clocks()
+
+
+def line(event: str, t: float, *, host: str = "h1", pid: int = 1, **fields: Any) -> dict[str, Any]:
+    """A history line at time ``t`` of both clocks of ``host`` (a host's clocks agree here;
+    a test shifts another host's wall clock with ``wall``)."""
+    wall = fields.pop("wall", t)
+    return {"wall": wall, "mono": t, "host": host, "pid": pid, "event": event, **fields}
+
+
+def worker(pid: int, pipeline: str = "p", host: str = "h1"):
+    def at(event: str, t: float, **fields: Any) -> dict[str, Any]:
+        return line(event, t, host=host, pid=pid, kind="worker", pipeline=pipeline, **fields)
+
+    return at
+
+
+def leader(pid: int, host: str = "h1"):
+    def at(event: str, t: float, epoch: int, **fields: Any) -> dict[str, Any]:
+        return line(
+            event, t, host=host, pid=pid, kind="nimbus", group="nimbus", epoch=epoch, **fields
+        )
+
+    return at
+
+
+# ---------------------------------------------------------------------- (a)
+
+
+def moved_pipeline(second_starts: float, first_stops: float) -> list[Event]:
+    w1, w2 = worker(1), worker(2)
+    return events_of(
+        [
+            w1("worker_started", 0.0),
+            w1("batch_committed", 1.0, batch_id=0),
+            w1("batch_committed", 2.0, batch_id=1),
+            w2("worker_started", second_starts),
+            w1("batch_committed", 3.0, batch_id=2),
+            w1("worker_stopped", first_stops),
+            w2("batch_committed", 4.0, batch_id=3),
+            w2("batch_committed", 5.0, batch_id=4),
+        ]
+    )
+
+
+def test_a_pipeline_moved_after_its_old_worker_stopped_passes() -> None:
+    assert check_single_worker(moved_pipeline(second_starts=3.6, first_stops=3.5), EXACT) == []
+
+
+def test_two_workers_committing_batches_at_once_are_found_with_their_lines() -> None:
+    [violation] = check_single_worker(moved_pipeline(second_starts=2.5, first_stops=4.5), EXACT)
+    assert violation.check == "single_worker"
+    proof = [(e.process[1], e.name, e.get("batch_id")) for e in violation.lines]
+    assert proof == [
+        (1, "worker_started", None),
+        (1, "batch_committed", 2),  # while worker 2 ran
+        (1, "worker_stopped", None),
+        (2, "worker_started", None),
+        (2, "batch_committed", 3),  # while worker 1 ran
+        (2, "batch_committed", 4),
+    ]
+
+
+def test_a_killed_workers_run_ends_at_its_last_line() -> None:
+    w1, w2 = worker(1), worker(2)
+    history = [
+        w1("worker_started", 0.0),
+        w1("batch_committed", 1.0, batch_id=0),  # then SIGKILL: no worker_stopped
+        w2("worker_started", 2.0),
+        w2("batch_committed", 3.0, batch_id=1),
+    ]
+    assert check_single_worker(events_of(history), EXACT) == []
+
+
+def test_overlap_within_the_hosts_clock_skew_is_not_flagged_beyond_it_is() -> None:
+    w1, w2 = worker(1, host="a"), worker(2, host="b")
+    history = [
+        w1("worker_started", 0.0),
+        w1("batch_committed", 1.0),
+        w2("worker_started", 1.2),
+        w1("batch_committed", 1.4),
+        w1("worker_stopped", 1.5),
+        w2("batch_committed", 1.45),
+        w2("batch_committed", 2.0),
+    ]
+    assert check_single_worker(events_of(history), Clocks(skew_secs=0.5)) == []
+    assert len(check_single_worker(events_of(history), Clocks(skew_secs=0.01))) == 1
+
+
+def test_workers_of_different_pipelines_may_run_at_once() -> None:
+    a, b = worker(1, "a"), worker(2, "b")
+    history = [a("worker_started", 0), b("worker_started", 0.5)]
+    history += [a("batch_committed", 1), b("batch_committed", 1.5), a("batch_committed", 2)]
+    assert check_single_worker(events_of(history), EXACT) == []
+
+
+# ---------------------------------------------------------------------- (b)
+
+
+def failover(old_write_at: float, **old_write: Any) -> list[Event]:
+    n1, n2 = leader(1), leader(2)
+    return events_of(
+        [
+            n1("leader_won", 0.0, 1),
+            n1("leader_write", 1.0, 1, began_wall=0.9, began_mono=0.9),
+            n2("leader_won", 5.0, 2),
+            n2("leader_write", 6.0, 2, began_wall=5.9, began_mono=5.9),
+            n1("leader_write", old_write_at, 1, **old_write),
+        ]
+    )
+
+
+def test_writes_of_each_term_in_its_own_time_pass() -> None:
+    history = failover(4.8, began_wall=4.5, began_mono=4.5)
+    assert check_leader_writes(history, EXACT) == []
+
+
+def test_a_deposed_leaders_write_applied_after_the_next_win_is_found() -> None:
+    history = failover(7.0, began_wall=6.5, began_mono=6.5)
+    violations = check_leader_writes(history, EXACT)
+    messages = [v.message for v in violations]
+    assert any("deposed leader's write was accepted" in m for m in messages)
+    assert any("went back from 2 to 1" in m for m in messages)
+    deposed = next(v for v in violations if "deposed" in v.message)
+    assert [(e.name, e.get("epoch")) for e in deposed.lines] == [
+        ("leader_won", 2),
+        ("leader_write", 1),
+    ]
+
+
+def test_a_write_sent_before_the_next_win_and_answered_after_it_is_not_proof() -> None:
+    history = failover(5.5, began_wall=4.9, began_mono=4.9)  # applied before 5.0, maybe
+    assert check_leader_writes(history, EXACT) == []
+
+
+def test_a_write_without_its_term_won_is_found() -> None:
+    n1 = leader(1)
+    history = events_of([n1("leader_write", 1.0, 3, began_wall=0.9, began_mono=0.9)])
+    [violation] = check_leader_writes(history, EXACT)
+    assert "without having won" in violation.message
+
+
+def test_writes_across_hosts_are_judged_by_wall_clocks_within_the_skew() -> None:
+    n1, n2 = leader(1, host="a"), leader(2, host="b")
+    history = events_of(
+        [
+            n1("leader_won", 0.0, 1),
+            n2("leader_won", 105.0, 2, wall=5.0),  # host b's monotonic clock is its own
+            n1("leader_write", 5.6, 1, began_wall=5.4, began_mono=5.4),
+        ]
+    )
+    assert check_leader_writes(history, Clocks(skew_secs=1.0)) == []
+    assert len(check_leader_writes(history, Clocks(skew_secs=0.1))) == 1
+
+
+# ---------------------------------------------------------------------- (c)
+
+
+def test_an_acknowledged_submission_missing_at_the_end_is_found() -> None:
+    client = [
+        line("submit_acknowledged", 1.0, pid=9, kind="client", pipeline=name, request_id=n)
+        for n, name in enumerate(["a", "b", "c"])
+    ]
+    [violation] = check_submissions(events_of(client), final_pipelines={"a"}, killed={"c"})
+    assert "'b'" in violation.message and violation.lines[0].get("request_id") == 1
+    assert check_submissions(events_of(client), final_pipelines={"a", "b", "c"}) == []
+
+
+# ---------------------------------------------------------------------- (d)
+
+
+def rows_for(ids: range) -> list[dict[str, Any]]:
+    """The streaming example's output rows for events ``ids``, as ``read_rows`` gives them."""
+    rows = []
+    for (start, key), count in sorted(streaming_expected(ids).items(), key=repr):
+        window = {"start": datetime.fromtimestamp(float(start), UTC), "end": None}
+        rows.append({"window": window, "key": key, "count": count})
+    return rows
+
+
+def test_every_input_counted_once_passes() -> None:
+    fed = range(100)
+    rows = [
+        *rows_for(fed),
+        {"window": {"start": datetime(2030, 1, 1)}, "key": "__flush__", "count": 1},
+    ]
+    assert check_exactly_once(streaming_expected(fed), streaming_counted(rows)) == []
+    naive = [
+        {**row, "window": {"start": row["window"]["start"].replace(tzinfo=None)}} for row in rows
+    ]
+    assert check_exactly_once(streaming_expected(fed), streaming_counted(naive)) == []
+
+
+def test_a_window_written_twice_or_short_is_found() -> None:
+    fed = range(100)
+    rows = rows_for(fed)
+    doubled = [*rows, rows[0]]
+    messages = [
+        v.message for v in check_exactly_once(streaming_expected(fed), streaming_counted(doubled))
+    ]
+    assert any("written 2 times" in m for m in messages)
+    assert any("counted twice" in m for m in messages)
+    lost = check_exactly_once(streaming_expected(fed), streaming_counted(rows[1:]))
+    assert len(lost) == 1 and "lost" in lost[0].message
+
+
+# ---------------------------------------------------------------------- (e)
+
+
+def test_the_leaders_gaps_run_from_a_loss_or_a_death_to_the_next_win() -> None:
+    n1, n2, n3 = leader(1), leader(2), leader(3)
+    history = events_of(
+        [
+            n1("leader_won", 0.0, 1),
+            n1("leader_lost", 10.0, 1, reason="resigned"),
+            n2("leader_won", 11.0, 2),
+            n2("leader_write", 12.0, 2),  # then SIGKILL
+            line("process_killed", 12.5, pid=9, kind="client", of_host="h1", of_pid=2),
+            n3("leader_won", 16.5, 3),
+            n3("leader_write", 17.0, 3),
+        ]
+    )
+    report = leader_unavailability(history, bound_secs=3.0)
+    assert [round(gap.secs, 3) for gap in report.gaps] == [1.0, 4.0]
+    assert report.percentile(50) == 1.0 and report.percentile(100) == 4.0
+    [over] = report.violations
+    assert [e.name for e in over.lines] == ["process_killed", "leader_won"]
+    assert "2 gaps" in report.summary() and "1 over" in report.summary()
+    assert leader_unavailability(history, bound_secs=5.0).violations == []
+
+
+def test_a_pipelines_gaps_between_batches_count_its_moves() -> None:
+    w1, w2 = worker(1), worker(2)
+    history = events_of(
+        [w1("batch_committed", t) for t in (1.0, 2.0, 3.0)]
+        + [w2("batch_committed", t) for t in (9.0, 10.0)]
+    )
+    [report] = pipeline_unavailability(history, bound_secs=5.0)
+    assert [(gap.secs, gap.moved) for gap in report.gaps] == [
+        (1.0, False),
+        (1.0, False),
+        (6.0, True),
+        (1.0, False),
+    ]
+    assert len(report.violations) == 1 and report.percentile(90) == 6.0
+
+
+def test_lines_are_read_from_several_files_and_a_torn_line_is_skipped(tmp_path) -> None:
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text(json.dumps(line("leader_won", 0.0, epoch=1, group="nimbus")) + '\n{"torn')
+    b.write_text(json.dumps(line("leader_write", 1.0, pid=2, epoch=1, group="nimbus")) + "\n")
+    events = load_events([a, b])
+    assert [(e.name, e.source) for e in events] == [
+        ("leader_won", f"{a}:1"),
+        ("leader_write", f"{b}:1"),
+    ]
