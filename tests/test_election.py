@@ -10,7 +10,6 @@ from typing import Any, cast
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.handlers.threading import KazooTimeoutError
 
 from stratus import client, coordination
 from stratus.api.errors import UnavailableError, error_from_body
@@ -37,6 +36,7 @@ from stratus.coordination.records import SlotRecord
 from stratus.zk.paths import GroupPaths
 from stratus.zk.session import SessionChange, SessionState, ZkSession
 from tests.contender import Contender
+from tests.zkfixtures import expire_session as expire_zk_session
 from tests.zkfixtures import wait_until
 
 SESSION = 2.0  # seconds; the shared server allows down to 0.2 s
@@ -65,27 +65,10 @@ def start(hosts: str, coordinators: list[Coordinator], session: float = SESSION)
 
 
 def expire_session(coordinator: Coordinator, hosts: str) -> None:
-    """Expire a session the way ZooKeeper's own tests do: a second client takes it over and
-    closes it.
-
-    The owner reconnects at once and may take the session back before the intruder closes
-    it; the intruder's close then ends nothing, so take it over again until it is gone.
-    """
-    session_id, password = coordinator.session.client.client_id
-    deadline = time.monotonic() + 30
-    while coordinator.session.session_id == session_id:
-        assert time.monotonic() < deadline, f"session {session_id:x} did not expire"
-        intruder = KazooClient(hosts=hosts, client_id=(session_id, password), timeout=SESSION)
-        try:
-            intruder.start(timeout=10)
-        except KazooTimeoutError:
-            pass  # already expired: ZooKeeper refused the session
-        finally:
-            intruder.stop()
-            intruder.close()
-        ended = time.monotonic() + SESSION
-        while coordinator.session.session_id == session_id and time.monotonic() < ended:
-            time.sleep(0.02)
+    """Expire ``coordinator``'s session (``tests.zkfixtures.expire_session``)."""
+    expire_zk_session(
+        lambda: coordinator.session.session_id, coordinator.session.client.client_id, hosts, SESSION
+    )
 
 
 def leader_of(contenders: list[Contender], timeout: float) -> Contender:

@@ -24,6 +24,7 @@ from stratus.config import load_config
 from stratus.errors import ConfigError
 from stratus.local.cluster import LocalCluster
 from stratus.local.user_settings import UserSettings, is_local_key
+from tests.zkfixtures import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -114,6 +115,7 @@ def test_the_local_clusters_daemons_take_the_users_settings_and_keep_their_own(
     try:
         cluster.start()
         nimbus, supervisor = cluster.nimbuses[0], cluster.supervisors[0]
+        wait_until(cluster.leader_term, 30, "the nimbus to lead")  # kill is leader-only
         response = httpx.post(
             f"{nimbus.url}/api/v1/pipelines/absent/kill", json={"pad": "x" * 4096}, timeout=10
         )

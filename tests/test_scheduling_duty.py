@@ -343,7 +343,15 @@ def test_an_update_applied_is_recorded_as_updated(cluster):
     cluster.submit("a")
     cluster.round()
     new_code = StoredPackage("e" * 64, 11)
-    cluster.ops.stage_update(cluster.term, "a", {}, "u1", new_code, replication=ONE_COPY)
+    cluster.ops.stage_update(
+        cluster.term,
+        "a",
+        "u1",
+        new_code,
+        manifest_conf={},
+        update_conf={},
+        replication=ONE_COPY,
+    )
     cluster.ops.note_update_replication(cluster.term, "a", holders=1)
     cluster.round()
 

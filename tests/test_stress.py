@@ -69,6 +69,7 @@ from tests.stress_oracle import (
     closest_handover,
     read_contender_log,
 )
+from tests.zkfixtures import expire_session as expire_zk_session
 from tests.zkfixtures import kazoo_client, wait_until
 
 SESSION = 1.5  # seconds: the contenders' session timeout
@@ -774,8 +775,9 @@ def test_oracle_catches_a_broken_library(
 
         break_library(monkeypatch)
         old_session = a.session.session_id
-        session_id, password = a.session.client.client_id
-        assert expire_session(zk_hosts, session_id, password)
+        expire_zk_session(
+            lambda: a.session.session_id, a.session.client.client_id, zk_hosts, SESSION
+        )
         wait_until(lambda: b_terms, 10, "b elected")
         logs["b"].elections.append(Evidence("solo", 0, b_terms[0].epoch, "b", time.monotonic(), ""))
         for n in (1, 2):

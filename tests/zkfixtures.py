@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
+from kazoo.handlers.threading import KazooTimeoutError
 
 # Reconnect quickly after a server restart: the default backoff grows to minutes.
 FAST_RETRY: dict[str, Any] = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.5}
@@ -31,6 +33,41 @@ def wait_until(condition: Callable[[], object], timeout: float, what: str) -> No
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(POLL_SECS)
+
+
+def expire_session(
+    current: Callable[[], int | None],
+    client_id: tuple[int, bytes],
+    hosts: str,
+    session_timeout: float,
+    timeout: float = 30.0,
+) -> None:
+    """Expire a session the way ZooKeeper's own tests do: a second client takes it over and
+    closes it; done once ``current()`` (the owner's session id) names another.
+
+    The owner reconnects at once and may take the session back before the intruder closes
+    it (the intruder then loses its connection, or its close ends nothing), so take it over
+    again until it is gone. A session is the server's, not a chroot's: the intruder connects
+    without one.
+    """
+    session_id, password = client_id
+    servers = hosts.split("/", 1)[0]
+    deadline = time.monotonic() + timeout
+    while current() == session_id:
+        assert time.monotonic() < deadline, f"session {session_id:x} did not expire"
+        intruder = KazooClient(
+            hosts=servers, client_id=(session_id, password), timeout=session_timeout
+        )
+        try:
+            intruder.start(timeout=10)
+        except (KazooTimeoutError, ConnectionLoss):
+            pass  # expired already (refused), or the owner took it back: look, then again
+        finally:
+            intruder.stop()
+            intruder.close()
+        ended = time.monotonic() + session_timeout
+        while current() == session_id and time.monotonic() < ended:
+            time.sleep(POLL_SECS)
 
 
 @contextlib.contextmanager

@@ -403,11 +403,12 @@ class Nimbus:
         return term.epoch if term is not None else None
 
     def _stop_leading(self) -> None:
-        """Leave the queue (another nimbus leads at once), then write the term's end."""
+        """Write the term's end, then leave the queue (another nimbus leads at once): the
+        other way round, the successor closes the term first, as if this one had died."""
         term = self.controller.accepted_term()
-        self.controller.stop()
         if term is not None:
             self.terms.ended(term)
+        self.controller.stop()
 
     def _term_ended(self, _term: Leadership) -> None:
         self.metrics.leadership_lost.inc()
