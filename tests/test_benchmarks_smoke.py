@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark]
+# No quick mode starts Spark: they run beside the Spark tests (CI's other worker), not after them.
+pytestmark = pytest.mark.slow
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 

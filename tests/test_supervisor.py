@@ -49,7 +49,8 @@ from tests.package_factory import package_files, valid_package
 from tests.spark_packages import passthrough_conf, passthrough_package, read_ids, write_ids
 from tests.zkfixtures import kazoo_client, process_gone, process_parents, wait_until
 
-pytestmark = pytest.mark.spark
+# Most tests here run a stand-in worker; the two that start a real worker are marked ``spark``.
+pytestmark = pytest.mark.slow
 
 ROOT = "/stratus"
 SESSION_SECS = 2.0
@@ -592,6 +593,7 @@ def all_gone(pids: set[int]) -> Callable[[], bool]:
     return lambda: all(process_gone(pid) for pid in pids)
 
 
+@pytest.mark.spark
 def test_a_spark_pipeline_stops_when_unassigned_and_never_outlives_a_killed_supervisor(
     cluster, tmp_path
 ) -> None:
@@ -626,6 +628,7 @@ def test_a_spark_pipeline_stops_when_unassigned_and_never_outlives_a_killed_supe
         supervisor.stop()
 
 
+@pytest.mark.spark
 def test_a_worker_whose_entrypoint_cannot_load_ends_failed_with_its_error(cluster) -> None:
     files = package_files("bad")
     files["pipeline_main.py"] = (
