@@ -146,6 +146,22 @@ def test_zombie_leader_is_fenced_after_sigcont(zk_hosts: str, contenders: list[C
     zombie.expect("revoked session_lost", timeout=SESSION * 5)
 
 
+def test_unnominate_returns_once_the_revoked_callback_ran(
+    zk_hosts: str, coordinators: list[Coordinator]
+) -> None:
+    """A caller that steps down sees its own ``on_revoked`` done, however slow it is."""
+    a = start(zk_hosts, coordinators)
+    revoked: list[str] = []
+
+    def slow_revoked(_term: Leadership, reason: RevokeReason) -> None:
+        time.sleep(0.5)  # a callback that takes its time
+        revoked.append(reason.value)
+
+    a.nominate("g", "a", timeout=10, on_revoked=slow_revoked)
+    a.unnominate("g")
+    assert revoked == ["resigned"]
+
+
 def test_fenced_transaction_is_refused_once_the_epoch_moved(
     zk_hosts: str, coordinators: list[Coordinator]
 ) -> None:

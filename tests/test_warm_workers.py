@@ -188,6 +188,12 @@ def wait_for_warm(supervisor: Supervisor, count: int) -> list[int]:
     return warm_pids(supervisor)
 
 
+def wait_for_log(supervisor, text: str) -> None:
+    """Wait for ``text`` in the etl pipeline's log (a pump thread copies a worker's output)."""
+    log = WorkerPaths.of(supervisor.local_dir, "etl").log
+    wait_until(lambda: log.exists() and text in log.read_text(), 10, f"{text!r} in the log")
+
+
 def test_an_assigned_pipeline_starts_in_a_warm_worker_and_its_slot_is_warmed_again(
     cluster,
 ) -> None:
@@ -203,8 +209,7 @@ def test_an_assigned_pipeline_starts_in_a_warm_worker_and_its_slot_is_warmed_aga
         assert beat.pid in warm  # the pipeline runs in a process that was warm
         assert beat.pid not in warm_pids(supervisor)  # and it is no longer a warm worker
         assert len(wait_for_warm(supervisor, 1)) == 1  # one slot free: one warm worker
-        log = WorkerPaths.of(supervisor.local_dir, "etl").log.read_text()
-        assert f"warm stand-in runs etl pid={beat.pid}" in log  # its output is the pipeline's
+        wait_for_log(supervisor, f"warm stand-in runs etl pid={beat.pid}")  # the pipeline's
 
         cluster.unassign()
         wait_until(lambda: process_gone(beat.pid), 20, "the pipeline's worker to stop")
@@ -220,8 +225,7 @@ def test_a_pipeline_whose_static_conf_differs_starts_cold_beside_the_warm_worker
         cluster.assign(meta, conf={"spark.driver.memory": "1g", "spark.test.mode": "run"})
         beat = cluster.wait_for_worker(WorkerState.RUNNING)
         assert beat.pid not in warm  # the stand-in cold worker, started for it
-        log = WorkerPaths.of(supervisor.local_dir, "etl").log.read_text()
-        assert "fake worker etl" in log
+        wait_for_log(supervisor, "fake worker etl")
         assert set(wait_for_warm(supervisor, 1)) < set(warm)  # its slot's warm one went
 
 
@@ -237,8 +241,7 @@ def test_a_pipeline_that_crashed_in_a_warm_worker_restarts_cold(cluster) -> None
             WorkerState.RUNNING, where=lambda b: b.pid != first.pid and b.restarts == 1
         )
         assert again.pid not in warm  # the stand-in cold worker: started for the restart
-        log = WorkerPaths.of(supervisor.local_dir, "etl").log.read_text()
-        assert "fake worker etl" in log
+        wait_for_log(supervisor, "fake worker etl")
 
 
 def test_a_killed_warm_worker_is_replaced(cluster) -> None:

@@ -223,18 +223,26 @@ class Coordinator:
         self._worker.post(lambda: self._candidacies.evaluate(group))
 
     def unnominate(self, group: str) -> None:
-        """Leave the election of ``group``; a leader stops leading at once and gives way."""
+        """Leave the election of ``group``; a leader stops leading at once and gives way.
+
+        On return its ``on_revoked`` has run (called from a callback, it runs after that
+        callback), unless ZooKeeper could not be reached within the connection timeout.
+        """
         candidacy = self._candidacies.get(group)
         if candidacy is None:
             return
         self._candidacies.resign_now(candidacy)  # is_leader is false from here on
         done = threading.Event()
+        from_callback = self._dispatcher.is_current()
 
         def resign() -> None:
             try:
                 self._candidacies.resign(candidacy)
             finally:
-                done.set()
+                if from_callback:
+                    done.set()
+                else:
+                    self._dispatcher.post(done.set)  # after the on_revoked resign posted
 
         self._worker.post(resign)
         # While disconnected there is nothing to hand over now: the worker deletes the nodes

@@ -36,6 +36,10 @@ class SerialThread:
     def post(self, task: Task) -> None:
         self._tasks.put(task)
 
+    def is_current(self) -> bool:
+        """True when called from a task of this thread."""
+        return self._thread is threading.current_thread()
+
     def stop(self, timeout: float = 5.0) -> None:
         """End after the tasks posted so far (waits up to ``timeout`` unless called from it)."""
         self._tasks.put(None)
