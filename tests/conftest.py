@@ -21,6 +21,7 @@ died, and ``pytest_sessionfinish`` kills any ZooKeeper child process still left.
 from __future__ import annotations
 
 import importlib.util
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -118,6 +119,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("spark") or item.get_closest_marker("solo"):
             item.add_marker(pytest.mark.xdist_group("spark"))
+
+
+_BUSY_SECS: Counter[str] = Counter()  # pytest-xdist worker -> seconds spent in its tests
+_TESTS_RUN: Counter[str] = Counter()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """On the controller of a parallel run: add each phase's time to its worker's total."""
+    node = getattr(report, "node", None)
+    gateway = getattr(node, "gateway", None)
+    if gateway is None:
+        return
+    _BUSY_SECS[gateway.id] += report.duration
+    if report.when == "call":
+        _TESTS_RUN[gateway.id] += 1
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Each worker's busy time: the Spark group runs on one of them, and the run lasts as
+    long as the busier one, so this shows where the suite's time goes."""
+    for worker, secs in sorted(_BUSY_SECS.items()):
+        terminalreporter.write_line(f"worker {worker}: {secs:.0f} s in {_TESTS_RUN[worker]} tests")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
