@@ -21,7 +21,7 @@ died, and ``pytest_sessionfinish`` kills any ZooKeeper child process still left.
 from __future__ import annotations
 
 import importlib.util
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from typing import Any
 
@@ -121,7 +121,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("spark"))
 
 
-_BUSY_SECS: Counter[str] = Counter()  # pytest-xdist worker -> seconds spent in its tests
+_BUSY_SECS: defaultdict[str, float] = defaultdict(float)  # pytest-xdist worker -> seconds spent in its tests
 _TESTS_RUN: Counter[str] = Counter()
 
 
