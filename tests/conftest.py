@@ -121,7 +121,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group("spark"))
 
 
-_BUSY_SECS: defaultdict[str, float] = defaultdict(float)  # pytest-xdist worker -> seconds spent in its tests
+_BUSY_SECS: defaultdict[str, float] = defaultdict(float)  # xdist worker -> secs in tests
 _TESTS_RUN: Counter[str] = Counter()
 
 
