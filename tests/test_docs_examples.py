@@ -60,6 +60,7 @@ NOT_RUN = {
             "update",
             "list",
             "status",
+            "history",
             "logs",
             "kill",
             "activate",
@@ -67,6 +68,7 @@ NOT_RUN = {
             "rebalance",
             "cluster",
             "leader",
+            "terms",
         )
     },
 }

@@ -9,10 +9,13 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
 from stratus.api.overview import NimbusSelf, SupervisorList, WorkersOverview
-from stratus.api.records import AssignmentHistory, PipelineStatus
+from stratus.api.records import AssignmentHistory, LeaderTerms, PipelineStatus
+from stratus.cli.exit_codes import ExitCode
+from stratus.cli.main import main
 from stratus.zk.server import ZooKeeperServer
 from tests.ui_cluster import GONE, REFRESH_SECS, SECRET, SPARK_UI, UiCluster, ui_cluster
 from tests.zkfixtures import wait_until
@@ -137,6 +140,33 @@ def test_every_nimbus_answers_a_pipelines_assignment_history_newest_first(cluste
         assert steps == [("deactivated", None, GONE), ("placed", GONE, None)]
         assert answer.changes[0].at >= answer.changes[1].at
         assert answer.changes[0].epoch >= 1
+
+
+def test_the_cli_shows_the_assignment_history_and_the_leader_terms(cluster):
+    seeds = ["-c", f"nimbus.seeds={','.join(cluster.nimbuses.seeds)}"]
+    shown = CliRunner().invoke(main, ["history", "etl", *seeds])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()  # piped: tab-separated, newest first
+    assert lines[:2] == [
+        "# assignment history of etl",
+        "at\tepoch\treason\tfrom\tto\tgeneration\tdigest",
+    ]
+    assert [line.split("\t")[2:5] for line in lines[2:]] == [
+        ["deactivated", GONE, "-"],
+        ["placed", "-", GONE],
+    ]
+    as_json = CliRunner().invoke(main, ["history", "etl", "--json", *seeds])
+    assert AssignmentHistory.model_validate_json(as_json.stdout).changes[1].supervisor == GONE
+    missing = CliRunner().invoke(main, ["history", "nope", *seeds])
+    assert missing.exit_code == ExitCode.NOT_FOUND and "nope" in missing.stderr
+
+    leader = cluster.client.leader()
+    terms = CliRunner().invoke(main, ["terms", "--json", *seeds])
+    assert terms.exit_code == 0, terms.output
+    newest = LeaderTerms.model_validate_json(terms.stdout).terms[0]
+    assert (newest.epoch, newest.nimbus, newest.ended_at) == (leader.epoch, leader.address, None)
+    table = CliRunner().invoke(main, ["terms", *seeds]).stdout.splitlines()
+    assert table[2].split("\t")[:2] == [str(leader.epoch), leader.address]
 
 
 def test_the_history_of_an_unknown_pipeline_is_not_found_and_documented(cluster):

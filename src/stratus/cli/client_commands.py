@@ -37,8 +37,10 @@ from rich.text import Text
 
 from stratus.api.echo import printable
 from stratus.api.records import (
+    AssignmentHistory,
     ClusterSummary,
     LeaderInfo,
+    LeaderTerms,
     PipelineRecord,
     PipelineStatus,
     PipelineWorkers,
@@ -278,6 +280,21 @@ def status(name: str, as_json: bool, conf: StratusConfig) -> None:
 
 @click.command()
 @click.argument("name")
+@_json_option
+@timeout_option
+@with_config
+def history(name: str, as_json: bool, conf: StratusConfig) -> None:
+    """Show where pipeline NAME ran: its newest assignment changes, newest first."""
+    with _client(conf) as client:
+        changes = client.history(name)
+    if as_json:
+        _print_json(changes)
+        return
+    print_table(_console(), history_table(changes))
+
+
+@click.command()
+@click.argument("name")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until interrupted.")
 @click.option("--previous", is_flag=True, help="The log of the worker before the last restart.")
 @timeout_option
@@ -433,11 +450,26 @@ def leader(as_json: bool, conf: StratusConfig) -> None:
     _console().print(_leader_line(info))
 
 
+@click.command()
+@_json_option
+@timeout_option
+@with_config
+def terms(as_json: bool, conf: StratusConfig) -> None:
+    """Show the newest terms of leadership: epoch, nimbus, start, end, failover time."""
+    with _client(conf) as client:
+        found = client.leader_terms()
+    if as_json:
+        _print_json(found)
+        return
+    print_table(_console(), terms_table(found))
+
+
 CLIENT_COMMANDS = (
     submit,
     update,
     list_pipelines,
     status,
+    history,
     logs,
     kill,
     activate,
@@ -445,6 +477,7 @@ CLIENT_COMMANDS = (
     rebalance,
     cluster,
     leader,
+    terms,
 )
 
 
@@ -541,6 +574,41 @@ def _record_table(record: PipelineRecord) -> Table:
     table.add_row("request id", record.request_id or "-")
     if record.kill_at is not None:
         table.add_row("removed at", when(record.kill_at))
+    return table
+
+
+def history_table(history: AssignmentHistory) -> Table:
+    """One row per assignment change, newest first; ``-`` where it ran nowhere."""
+    table = Table(title=f"assignment history of {history.pipeline}")
+    for column in ("at", "epoch", "reason", "from", "to", "generation", "digest"):
+        table.add_column(column)
+    for change in history.changes:
+        table.add_row(
+            when(change.at),
+            str(change.epoch),
+            change.reason.value,
+            change.previous or "-",
+            change.supervisor or "-",
+            str(change.generation),
+            change.digest[:DIGEST_PREFIX],
+        )
+    return table
+
+
+def terms_table(found: LeaderTerms) -> Table:
+    """One row per term of leadership, newest first; ``-`` for what is not known (yet)."""
+    table = Table(title="leader terms")
+    for column in ("epoch", "nimbus", "started", "ended", "ended by", "failover s"):
+        table.add_column(column, justify="right" if column == "failover s" else "left")
+    for term in found.terms:
+        table.add_row(
+            str(term.epoch),
+            term.nimbus,
+            when(term.started_at),
+            "-" if term.ended_at is None else when(term.ended_at),
+            term.ended_by or "-",
+            "-" if term.failover_secs is None else f"{term.failover_secs:.2f}",
+        )
     return table
 
 

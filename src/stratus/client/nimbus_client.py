@@ -32,9 +32,11 @@ from stratus.api.errors import (
 )
 from stratus.api.names import check_pipeline_name
 from stratus.api.records import (
+    AssignmentHistory,
     ClusterSummary,
     KillRequest,
     LeaderInfo,
+    LeaderTerms,
     PipelineList,
     PipelineRecord,
     PipelineStatus,
@@ -145,6 +147,10 @@ class NimbusClient:
         """
         return self._router.leader()
 
+    def leader_terms(self) -> LeaderTerms:
+        """The newest terms of leadership (at most 100), newest first, from any nimbus."""
+        return parse(LeaderTerms, self._router.read("GET", f"{API}/leader/terms"))
+
     def list_pipelines(self) -> list[PipelineRecord]:
         """Every pipeline, sorted by name, from any nimbus."""
         return parse(PipelineList, self._router.read("GET", f"{API}/pipelines")).pipelines
@@ -167,6 +173,11 @@ class NimbusClient:
             yield from response.iter_raw()
         finally:
             response.close()
+
+    def history(self, name: str) -> AssignmentHistory:
+        """A pipeline's newest assignment changes (at most 50), newest first, from any
+        nimbus; UnknownPipelineError if there is no such pipeline."""
+        return parse(AssignmentHistory, self._router.read("GET", f"{_pipeline_path(name)}/history"))
 
     def workers(self, name: str) -> PipelineWorkers:
         """Where a pipeline runs and its workers' last heartbeats, from any nimbus."""
