@@ -164,6 +164,26 @@ def test_a_new_term_waits_a_whole_timeout_before_moving_anything(cluster):
     assert cluster.where("a") not in (None, first)
 
 
+def test_a_resumed_term_waits_a_whole_timeout_after_an_outage_before_moving_anything(cluster):
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    cluster.round()
+    first = cluster.where("a")
+    cluster.clock.now += 60  # the connection to ZooKeeper was down: the term was suspended
+    cluster.duty.term_began(cluster.term)  # and resumed, same epoch
+
+    cluster.round()
+    assert cluster.where("a") == first  # the outage was blindness, not silence
+
+    cluster.clock.now += 11  # a whole timeout since the resume, and first still silent
+    for sid in cluster.registered:
+        if sid != first:
+            cluster.heartbeat(sid)
+    cluster.round()
+    assert cluster.where("a") not in (None, first)
+
+
 def test_a_supervisor_that_stopped_cleanly_and_left_loses_its_pipelines_at_once(cluster):
     cluster.supervisor("s1")
     cluster.submit("a")

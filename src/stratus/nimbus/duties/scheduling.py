@@ -97,11 +97,18 @@ class SchedulingDuty:
         self._clock = clock
         self._blind = False  # the last read of the heartbeats failed
 
+    def term_began(self, _term: Leadership) -> None:
+        """A term was accepted, a new one or one that resumed after its connection came back:
+        the next round restarts every silence. While suspended this nimbus saw no heartbeat,
+        so a resumed term would otherwise take a ZooKeeper outage for the silence of every
+        supervisor and move every pipeline at its first round."""
+        self._epoch = None
+
     def run(self, term: Leadership) -> Plan:
         """One round; the plan it applied (empty when nothing had to change)."""
         registered = self._registered()
         if term.epoch != self._epoch:
-            self._liveness.reset()  # a new term judges nothing dead before its own timeout
+            self._liveness.reset()  # a term (re)gained judges nothing dead before its timeout
             self._epoch = term.epoch
         pipelines = self._ops.read_all()
         current = self._assignments.read_all()
