@@ -1,8 +1,9 @@
 """The daemons' logs: their fields read from the message template, one quoting rule in text,
-one JSON object per line with ``log.format: json``, and ``--log-level`` on every daemon.
+one JSON object per line with ``log.format: json``, and ``--log-level`` on every daemon and
+on ``stratus elect``.
 
 The formatters are pure and tested on log records; one real ``stratus pacemaker`` process
-shows the level and format reaching a daemon's stderr.
+shows the level and format reaching a daemon's stderr, and one real ``stratus elect`` its.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from stratus.settings import log_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 DAEMONS = ("zookeeper", "nimbus", "supervisor", "pacemaker", "zkfc")
+LOGGING_COMMANDS = (*DAEMONS, "elect")  # elect: a long-running process beside a command
 
 
 def record(msg: str, *args: object, level: int = logging.INFO) -> logging.LogRecord:
@@ -154,9 +156,9 @@ def test_http_clients_log_no_line_per_request_at_info():
             logger.setLevel(level)
 
 
-@pytest.mark.parametrize("daemon", DAEMONS)
-def test_every_daemon_takes_log_level(daemon):
-    result = CliRunner().invoke(main, [daemon, "--help"])
+@pytest.mark.parametrize("command", LOGGING_COMMANDS)
+def test_every_daemon_and_stratus_elect_take_log_level(command):
+    result = CliRunner().invoke(main, [command, "--help"])
 
     assert result.exit_code == 0
     assert "--log-level" in result.stdout
@@ -201,6 +203,34 @@ def test_a_daemon_logs_json_lines_at_its_level(tmp_path):
     logged = [json.loads(line) for line in lines]  # every line is JSON
     assert [entry["event"] for entry in logged] == ["bad_frame"]
     assert logged[0]["level"] == "WARNING" and logged[0]["reason"]
+
+
+def test_stratus_elect_logs_json_lines_at_its_level(zk_hosts):
+    """A real ``stratus elect --show`` with log.format json: its ZooKeeper session's lines
+    are JSON on stderr, beside the group on stdout; with --log-level warning they are not
+    logged."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+
+    def show(*options: str) -> subprocess.CompletedProcess[str]:
+        args = ["elect", "--show", "svc", "-c", f"zookeeper.servers={zk_hosts}", *options]
+        return subprocess.run(
+            [sys.executable, "-m", "stratus", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+
+    logged = show("-c", "log.format=json")
+    quiet = show("-c", "log.format=json", "--log-level", "WARNING")
+
+    assert logged.returncode == 0, logged.stderr
+    assert "group svc: no leader" in logged.stdout
+    events = [json.loads(line)["event"] for line in logged.stderr.splitlines()]
+    assert "zookeeper_connected" in events
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stderr == ""
 
 
 def test_a_message_without_arguments_is_kept_as_written():

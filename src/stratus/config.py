@@ -867,14 +867,14 @@ class StratusConfig(BaseModel):
     log_level: Literal["debug", "info", "warning", "error", "critical"] = Field(
         default="info",
         alias="log.level",
-        description="daemons: the lowest level of the lines they log (debug, info, warning, "
-        "error, critical; --log-level overrides)",
+        description="daemons and `stratus elect`: the lowest level of the lines they log (debug, "
+        "info, warning, error, critical; --log-level overrides)",
     )
     log_format: Literal["text", "json"] = Field(
         default="text",
         alias="log.format",
-        description="daemons: text (one key=value line per event) or json (one JSON object "
-        "per line, with the same fields)",
+        description="daemons and `stratus elect`: text (one key=value line per event) or json "
+        "(one JSON object per line, with the same fields)",
     )
     history_file: str | None = Field(
         default=None,

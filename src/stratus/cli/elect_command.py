@@ -1,9 +1,10 @@
 """``stratus elect``: run a command only while this process leads a group, self-fenced.
 
-    stratus elect GROUP [--leaders N] [--id ID] -- COMMAND ...
+    stratus elect GROUP [--leaders N] [--id ID] [--log-level LEVEL] -- COMMAND ...
     stratus elect --show GROUP
 
-The command runs under ``stratus.coordination.elected_command.ElectedCommand``.
+The command runs under ``stratus.coordination.elected_command.ElectedCommand``. The elect
+process logs as the daemons do (``log.level``, ``log.format``, ``--log-level``).
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import sys
 
 import click
 
-from stratus.cli.options import with_config
+from stratus.cli.options import log_level_option, with_config
 from stratus.config import StratusConfig
 from stratus.coordination.coordinator import Coordinator
 from stratus.coordination.elected_command import ElectedCommand
-from stratus.settings import zk_settings
+from stratus.logs import configure_daemon_logging
+from stratus.settings import log_settings, zk_settings
 from stratus.zk.session import ZkSession
 
 
@@ -51,6 +53,7 @@ def _show(coordinator: Coordinator, group: str) -> None:
 )
 @click.option("--id", "member_id", default=None, help="Member id [default: host-pid].")
 @click.option("--show", is_flag=True, help="Print the group's leaders and epochs, then exit.")
+@log_level_option
 @with_config
 def elect(
     conf: StratusConfig,
@@ -62,6 +65,7 @@ def elect(
     show: bool,
 ) -> None:
     """Run COMMAND only while this process holds leadership of GROUP."""
+    configure_daemon_logging(log_settings(conf))
     coordinator = Coordinator(ZkSession(zk_settings(conf)), owns_session=True)
     if show:
         with coordinator:
