@@ -176,9 +176,14 @@ def test_the_status_page_names_the_insecure_nimbuses_in_a_banner() -> None:
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::"])
-def test_an_unspecified_address_is_never_advertised(host: str) -> None:
-    with pytest.raises(ConfigError, match=f"nimbus.host is {host}.*nimbus.bind.host"):
-        config_from_mapping({"nimbus.host": host})
+@pytest.mark.parametrize(
+    ("key", "bind_key"),
+    [("nimbus.host", "nimbus.bind.host"), ("supervisor.host", "supervisor.http.bind.host")],
+)
+def test_an_unspecified_address_is_never_advertised(host: str, key: str, bind_key: str) -> None:
+    with pytest.raises(ConfigError, match=f"{key} is {host}.*set {key} to .*{bind_key} to"):
+        config_from_mapping({key: host})
+    config_from_mapping({key: "10.0.0.5", bind_key: host})  # to listen on every interface
     conf = config_from_mapping({"nimbus.host": "10.0.0.5", "nimbus.bind.host": host})
     assert conf.nimbus_bind() == host
     assert config_from_mapping({"nimbus.host": "10.0.0.5"}).nimbus_bind() == "10.0.0.5"
