@@ -23,6 +23,9 @@ from stratus.security.roles import Role
 from stratus.security.tls import TlsSettings, peer_common_name
 from stratus.security.tokens import load_credentials, parse_credentials
 from stratus.settings import TOKEN_ENV_VAR, client_auth
+from stratus.supervisor.endpoint import SupervisorEndpoint
+from stratus.supervisor.metrics import SupervisorMetrics
+from stratus.supervisor.settings import SupervisorSettings
 from tests.tls_certs import TestCa
 
 ADMIN = "admin-token-0123456789abcdef"
@@ -154,6 +157,28 @@ def test_a_non_loopback_bind_without_authentication_is_refused_unless_insecure()
     assert check_exposure("localhost", authenticated=False, insecure=False) is False
 
 
+def test_an_open_supervisor_endpoint_listens_on_loopback_alone_and_advertises_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No token file and not insecure: it listens on loopback instead of supervisor.host
+    (the default bind address) and advertises loopback, never serving an open endpoint to
+    the network."""
+    conf = {"supervisor.id": "s1", "supervisor.host": "10.0.0.11", "supervisor.http.port": 0}
+    endpoint = SupervisorEndpoint(
+        SupervisorSettings.from_config(config_from_mapping(conf)).http,
+        "s1",
+        logs_of=lambda _pipeline: pytest.fail("no log is read"),
+        healthy=lambda: True,
+        metrics=SupervisorMetrics("s1", workers=list, fences=lambda: 0, lease_held=lambda: True),
+        ready=dict,
+    )
+    try:
+        assert endpoint.address.startswith("127.0.0.1:")
+        assert "event=supervisor_endpoint_loopback bind=10.0.0.11" in caplog.text
+    finally:
+        endpoint.stop()
+
+
 def test_the_status_page_names_the_insecure_nimbuses_in_a_banner() -> None:
     def nimbus(port: int, *, insecure: bool) -> NimbusSummary:
         return NimbusSummary(
@@ -176,9 +201,14 @@ def test_the_status_page_names_the_insecure_nimbuses_in_a_banner() -> None:
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::"])
-def test_an_unspecified_address_is_never_advertised(host: str) -> None:
-    with pytest.raises(ConfigError, match=f"nimbus.host is {host}.*nimbus.bind.host"):
-        config_from_mapping({"nimbus.host": host})
+@pytest.mark.parametrize(
+    ("key", "bind_key"),
+    [("nimbus.host", "nimbus.bind.host"), ("supervisor.host", "supervisor.http.bind.host")],
+)
+def test_an_unspecified_address_is_never_advertised(host: str, key: str, bind_key: str) -> None:
+    with pytest.raises(ConfigError, match=f"{key} is {host}.*set {key} to .*{bind_key} to"):
+        config_from_mapping({key: host})
+    config_from_mapping({key: "10.0.0.5", bind_key: host})  # to listen on every interface
     conf = config_from_mapping({"nimbus.host": "10.0.0.5", "nimbus.bind.host": host})
     assert conf.nimbus_bind() == host
     assert config_from_mapping({"nimbus.host": "10.0.0.5"}).nimbus_bind() == "10.0.0.5"

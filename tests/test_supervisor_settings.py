@@ -79,8 +79,18 @@ def test_the_id_host_and_local_dir_default_to_the_host_name(
     monkeypatch.setattr(socket, "gethostname", lambda: "node-9")
     settings = SupervisorSettings.from_config(config_from_mapping({}))
     assert (settings.id, settings.host) == ("node-9", "node-9")
+    assert (settings.http.bind_host, settings.http.advertised_host) == ("node-9", "node-9")
     assert settings.local_dir.name == "stratus-supervisor-node-9"
     assert settings.deps.pack is False  # local[*] alone: no archive is ever packed
+
+
+def test_the_endpoint_listens_on_supervisor_host_unless_its_bind_host_is_set() -> None:
+    conf = {"supervisor.id": "s1", "supervisor.host": "10.0.0.11"}
+    http = SupervisorSettings.from_config(config_from_mapping(conf)).http
+    assert (http.bind_host, http.advertised_host) == ("10.0.0.11", "10.0.0.11")
+    every_interface = config_from_mapping({**conf, "supervisor.http.bind.host": "0.0.0.0"})
+    http = SupervisorSettings.from_config(every_interface).http
+    assert (http.bind_host, http.advertised_host) == ("0.0.0.0", "10.0.0.11")
 
 
 def test_environments_are_packed_when_a_pipeline_may_name_a_cluster_master() -> None:

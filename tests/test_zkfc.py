@@ -8,6 +8,7 @@ recorded as a ``conflict`` and fails the test (``no_two_actives``).
 
 from __future__ import annotations
 
+import resource
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -201,6 +202,21 @@ def test_the_zkfc_presents_the_client_token_over_tls(make_cluster, tmp_path: Pat
     a_active_b_standby(cluster)
     cluster.control("a", healthy=False)
     cluster.wait_active("b")  # health checks, transitions and the graceful fence, all over TLS
+
+
+def test_the_zkfc_raises_its_open_files_limit_to_the_hard_limit(make_cluster) -> None:
+    """Started with a low soft limit, as many systems start a process, it runs with the hard one."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard <= 256:
+        pytest.skip(f"the hard open-files limit ({hard}) leaves nothing to raise")
+    cluster = make_cluster(["a"])
+    cluster.start_service("a")
+    cluster.start_zkfc("a", open_files=256)
+    cluster.wait_active("a")
+    zkfc = cluster.nodes["a"].zkfc
+    assert zkfc is not None
+    soft, _ = resource.prlimit(zkfc.pid, resource.RLIMIT_NOFILE)
+    assert soft == (hard if hard != resource.RLIM_INFINITY else 1024 * 1024)
 
 
 def test_the_oracle_catches_two_actives_when_fencing_is_skipped(zk_hosts, tmp_path) -> None:

@@ -122,10 +122,14 @@ class ZkfcCluster:
             argv += ["-c", f"{key}={value}"]
         return argv
 
-    def start_zkfc(self, name: str) -> None:
+    def start_zkfc(self, name: str, *, open_files: int | None = None) -> None:
+        """``open_files``: the soft open-files limit it starts with (default: this process's)."""
         node = self.nodes[name]
         log = (self.logs / f"zkfc-{name}.log").open("ab")
-        node.zkfc = subprocess.Popen(self.zkfc_argv(node), stderr=log, stdout=log)
+        argv = self.zkfc_argv(node)
+        if open_files is not None:  # the shell lowers it, then becomes the zkfc (same pid)
+            argv = ["sh", "-c", f'ulimit -Sn {open_files} && exec "$@"', "sh", *argv]
+        node.zkfc = subprocess.Popen(argv, stderr=log, stdout=log)
 
     def kill_zkfc(self, name: str) -> None:
         zkfc = self.nodes[name].zkfc

@@ -698,7 +698,9 @@ class StratusConfig(BaseModel):
     supervisor_host: str | None = Field(
         default=None,
         alias="supervisor.host",
-        description="host a supervisor reports (default: the host name)",
+        description="address a supervisor advertises: registered in ZooKeeper, where the "
+        "nimbuses find its endpoint (never 0.0.0.0 or ::; default: the host name); also "
+        "the endpoint's bind address unless supervisor.http.bind.host is set",
     )
     supervisor_slots: int = Field(
         default=4,
@@ -801,8 +803,9 @@ class StratusConfig(BaseModel):
     supervisor_http_bind_host: str | None = Field(
         default=None,
         alias="supervisor.http.bind.host",
-        description="address a supervisor's endpoint listens on (default: supervisor.host); "
-        "without nimbus.auth.tokens.file (or nimbus.auth.insecure) it listens on loopback only",
+        description="address a supervisor's endpoint listens on, such as 0.0.0.0 (default: "
+        "supervisor.host); without nimbus.auth.tokens.file (or nimbus.auth.insecure) it "
+        "listens on loopback only",
     )
     supervisor_worker_log_max_bytes: int = Field(
         default=64 * 1024 * 1024,
@@ -1016,12 +1019,13 @@ class StratusConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _advertised_host_is_reachable(self) -> StratusConfig:
-        if self.nimbus_host in UNSPECIFIED_HOSTS:
-            raise ValueError(
-                f"nimbus.host is {self.nimbus_host}, which peers and clients cannot reach: set "
-                "nimbus.host to the address they use and nimbus.bind.host to "
-                f"{self.nimbus_host} to listen on every interface"
+    def _advertised_hosts_are_reachable(self) -> StratusConfig:
+        _refuse_unspecified(
+            "nimbus.host", self.nimbus_host, "nimbus.bind.host", "peers and clients"
+        )
+        if self.supervisor_host:  # unset (or empty): the host name
+            _refuse_unspecified(
+                "supervisor.host", self.supervisor_host, "supervisor.http.bind.host", "the nimbuses"
             )
         return self
 
@@ -1121,6 +1125,16 @@ def url_scheme(location: str) -> str:
     """The scheme of a URL, lower case; ``file`` for a plain path."""
     scheme, sep, _ = location.partition("://")
     return scheme.lower() if sep and scheme.isascii() and scheme.isalnum() else "file"
+
+
+def _refuse_unspecified(key: str, host: str, bind_key: str, reached_by: str) -> None:
+    """Refuse an unspecified address (0.0.0.0, ::) as the advertised ``key``: it is only
+    ever a bind address (``bind_key``), and nobody can reach it."""
+    if host in UNSPECIFIED_HOSTS:
+        raise ValueError(
+            f"{key} is {host}, which {reached_by} cannot reach: set {key} to the address "
+            f"they use and {bind_key} to {host} to listen on every interface"
+        )
 
 
 def valid_keys() -> list[str]:

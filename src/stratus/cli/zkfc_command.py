@@ -26,6 +26,7 @@ from stratus.ha.daemon import Zkfc
 from stratus.ha.settings import ZkfcSettings
 from stratus.ha.zkfc_endpoint import EndpointSecurity
 from stratus.logs import configure_daemon_logging
+from stratus.rlimits import raise_open_files_limit
 from stratus.settings import (
     access_policy,
     client_auth,
@@ -67,6 +68,7 @@ def zkfc(
             "--supervise needs the service's command: stratus zkfc --supervise -- COMMAND..."
         )
     configure_daemon_logging(log_settings(conf))
+    raise_open_files_limit()  # a supervised service inherits it
     settings = ZkfcSettings.from_config(conf, target=target, supervise=command)
     security = EndpointSecurity(
         access_policy(conf), server_tls(conf), http_bounds(conf), conf.nimbus_max_request_bytes
