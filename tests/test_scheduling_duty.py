@@ -184,6 +184,24 @@ def test_a_resumed_term_waits_a_whole_timeout_after_an_outage_before_moving_anyt
     assert cluster.where("a") not in (None, first)
 
 
+def test_a_read_that_waited_out_a_lost_connection_judges_nothing_by_the_wait(cluster, monkeypatch):
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    cluster.round()
+    first = cluster.where("a")
+    read = cluster.board.read
+
+    def read_after_an_outage():  # kazoo held the request until the connection came back
+        cluster.clock.now += 60
+        return read()
+
+    monkeypatch.setattr(cluster.board, "read", read_after_an_outage)
+    cluster.clock.now += 5
+    plan = cluster.round()  # judged as of its start: 5 s of silence, not 65
+    assert cluster.where("a") == first and not plan.moved
+
+
 def test_a_supervisor_that_stopped_cleanly_and_left_loses_its_pipelines_at_once(cluster):
     cluster.supervisor("s1")
     cluster.submit("a")

@@ -43,12 +43,17 @@ class Liveness:
         if last is None or last[0] != token:
             self._seen[key] = (token, self._clock())
 
-    def silent_for(self, key: str) -> float:
-        """Seconds since ``key``'s token last changed; a key not observed since the last
-        ``reset()`` (or forgotten) counts from that reset."""
+    def silent_for(self, key: str, at: float | None = None) -> float:
+        """Seconds from ``key``'s last change to ``at`` (default: now); a key not observed
+        since the last ``reset()`` (or forgotten) counts from that reset.
+
+        A caller judging from a read passes the moment the read *began*: a read that waited
+        out a lost connection saw nothing while it waited, and that wait is not silence.
+        Changes count from when they were observed, after the read: both ends err towards
+        a shorter silence."""
         last = self._seen.get(key)
         changed = self._since if last is None else last[1]
-        return max(0.0, self._clock() - changed)
+        return max(0.0, (self._clock() if at is None else at) - changed)
 
     def reset(self) -> None:
         """Forget every key and restart the silence of all of them now."""

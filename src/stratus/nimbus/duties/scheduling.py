@@ -96,6 +96,7 @@ class SchedulingDuty:
         self._on_observed = on_observed  # what the round saw (the per-pipeline metrics)
         self._clock = clock
         self._blind = False  # the last read of the heartbeats failed
+        self._read_began = clock()  # when this round's read of the heartbeats began
 
     def term_began(self, _term: Leadership) -> None:
         """A term was accepted, a new one or one that resumed after its connection came back:
@@ -113,6 +114,7 @@ class SchedulingDuty:
         pipelines = self._ops.read_all()
         current = self._assignments.read_all()
         assignments = {name: assignment for name, (assignment, _) in current.items()}
+        self._read_began = self._clock()  # silences are judged at this moment, not later
         heartbeats = self._read_heartbeats(term)
         if heartbeats is None:
             return Plan(assign={}, unassign=[], moved={})  # nothing judged, nothing moved
@@ -243,7 +245,7 @@ class SchedulingDuty:
         known = set(registered) | set(supervisors) | {a.supervisor for a in assignments.values()}
         dead = set()
         for sid in known:
-            silent = self._liveness.silent_for(_supervisor_key(sid))
+            silent = self._liveness.silent_for(_supervisor_key(sid), at=self._read_began)
             left = sid not in registered and _stopping(supervisors.get(sid))
             if left or silent > self._supervisor_timeout:
                 dead.add(sid)
@@ -258,7 +260,10 @@ class SchedulingDuty:
             beat = _current_beat(assignment, workers)
             if assignment.supervisor not in keep_on or (beat is not None and beat.state.final):
                 continue
-            if self._liveness.silent_for(_worker_key(name)) > self._task_timeout:
+            if (
+                self._liveness.silent_for(_worker_key(name), at=self._read_began)
+                > self._task_timeout
+            ):
                 silent.add(name)
         return silent
 
