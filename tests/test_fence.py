@@ -51,3 +51,30 @@ def test_after_a_fence_workers_start_only_on_a_read_newer_than_the_regained_leas
 
 
 # ---------------------------------------------------------------------- the worker spec
+
+
+def test_a_proven_outage_extends_a_held_lease_from_the_probes_start() -> None:
+    lease = Lease(timeout_secs=6.0)
+    lease.renewed(write_started=100.0, now=100.1)
+    assert lease.outage_proven(probe_started=105.0, now=105.5)
+    assert not lease.check(now=106.5)  # the write alone would have lapsed at 106
+    assert lease.remaining(now=108.0) == pytest.approx(3.0)
+    assert lease.check(now=111.0)  # 6 s after the probe began
+
+
+def test_a_proof_never_gains_a_lease_that_is_not_held() -> None:
+    lease = Lease(timeout_secs=6.0)
+    assert not lease.outage_proven(probe_started=1.0, now=1.1)
+    assert lease.state is LeaseState.UNLEASED
+    lease.renewed(write_started=10.0, now=10.1)
+    assert lease.check(now=16.0)  # fenced
+    assert not lease.outage_proven(probe_started=16.5, now=16.6)
+    assert lease.state is LeaseState.UNLEASED and not lease.may_start(read_started=17.0)
+
+
+def test_a_late_or_older_proof_extends_nothing() -> None:
+    lease = Lease(timeout_secs=6.0)
+    lease.renewed(write_started=100.0, now=100.1)
+    assert not lease.outage_proven(probe_started=99.0, now=100.2)  # older than the write
+    assert not lease.outage_proven(probe_started=101.0, now=107.0)  # answered too late
+    assert lease.check(now=106.0)

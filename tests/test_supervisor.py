@@ -495,14 +495,14 @@ def own_zk(zk_restartable: ZooKeeperServer, tmp_path: Path) -> Iterator[Cluster]
         yield Cluster(zk, zk_restartable.connect_string, tmp_path)
 
 
-def test_a_supervisor_cut_off_from_zookeeper_stops_its_workers_then_resumes(
+def test_a_supervisor_that_fences_on_outages_stops_its_workers_when_zookeeper_goes_then_resumes(
     own_zk, zk_restartable, caplog
 ) -> None:
     cluster = own_zk
     meta = cluster.code.upload("etl")
     with (
         caplog.at_level(logging.INFO, logger="stratus.supervisor"),
-        running(cluster.conf(), cluster),
+        running(cluster.conf(**{"supervisor.zookeeper.outage": "fence"}), cluster),
     ):
         cluster.assign(meta)
         before = cluster.wait_for_worker(WorkerState.RUNNING)
@@ -521,6 +521,38 @@ def test_a_supervisor_cut_off_from_zookeeper_stops_its_workers_then_resumes(
         assert after.pid is not None and not process_gone(after.pid)
     # The leader would move it after nimbus.supervisor.timeout.secs (4 s) of silence.
     assert stopped_after < FAST["nimbus.supervisor.timeout.secs"]
+
+
+def test_a_supervisor_rides_out_a_zookeeper_outage_and_its_worker_runs_on_untouched(
+    own_zk, zk_restartable, caplog
+) -> None:
+    cluster = own_zk
+    meta = cluster.code.upload("etl")
+    lease_secs = FAST["supervisor.fence.timeout.secs"] + FAST["supervisor.worker.stop.secs"]
+    with (
+        caplog.at_level(logging.INFO, logger="stratus.supervisor"),
+        running(cluster.conf(), cluster),
+    ):
+        cluster.assign(meta)
+        before = cluster.wait_for_worker(WorkerState.RUNNING)
+        assert before.pid is not None
+        cut_at = time.monotonic()
+        zk_restartable.stop()  # the whole ensemble: its one member refuses every connection
+        wait_until(
+            lambda: any("proven=true" in r.getMessage() for r in caplog.records),
+            10,
+            "the supervisor to prove the outage",
+        )
+        # Long past the moment a supervisor that fences would have killed it:
+        wait_until(lambda: time.monotonic() - cut_at > 2 * lease_secs, 10, "the lease's end")
+        assert not process_gone(before.pid)
+        back_at = time.time()
+        zk_restartable.start()
+        after = cluster.wait_for_worker(
+            WorkerState.RUNNING, where=lambda beat: beat.time > back_at, timeout=30
+        )
+        assert after.pid == before.pid and after.restarts == 0  # the same run, never stopped
+    assert not [r for r in caplog.records if "event=fenced" in r.getMessage()]
 
 
 # ---------------------------------------------------------------------- with a real nimbus

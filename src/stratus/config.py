@@ -720,8 +720,18 @@ class StratusConfig(BaseModel):
         gt=0,
         alias="supervisor.fence.timeout.secs",
         description="a supervisor that has written no heartbeat for this long (ZooKeeper "
-        "unreachable) stops its workers itself; with supervisor.worker.stop.secs it must stay "
+        "unreachable) stops its workers itself, unless it proves an outage of ZooKeeper "
+        "(supervisor.zookeeper.outage); with supervisor.worker.stop.secs it must stay "
         "below nimbus.supervisor.timeout.secs, so a pipeline never runs twice",
+    )
+    supervisor_zookeeper_outage: Literal["ride", "fence"] = Field(
+        default="ride",
+        alias="supervisor.zookeeper.outage",
+        description="what a supervisor that cannot write its heartbeats to ZooKeeper does at "
+        "supervisor.fence.timeout.secs: `ride` keeps its workers while it can prove that no "
+        "ZooKeeper quorum serves (a majority of the members of zookeeper.servers, which must "
+        "list every voting member, say they serve nothing or refuse the connection), and "
+        "fences otherwise; `fence` stops them on time whatever the cause",
     )
     supervisor_worker_stop_secs: float = Field(
         default=3.0,

@@ -57,12 +57,19 @@ class HeartbeatWritten:
 
 
 @dataclass(frozen=True)
+class OutageProven:
+    """A probe that started at ``started`` (monotonic) proved that no ZooKeeper quorum served."""
+
+    started: float
+
+
+@dataclass(frozen=True)
 class Shutdown:
     """Stop every worker and end the loop."""
 
 
 SHUTDOWN = Shutdown()
-Message = AssignmentsRead | ReadFailed | HeartbeatWritten | Shutdown
+Message = AssignmentsRead | ReadFailed | HeartbeatWritten | OutageProven | Shutdown
 
 
 class CodeLauncher(Launcher, Protocol):
@@ -130,6 +137,9 @@ class ControlLoop:
     def heartbeat_written(self, started: float) -> None:
         self.post(HeartbeatWritten(started))
 
+    def outage_proven(self, started: float) -> None:
+        self.post(OutageProven(started))
+
     # ------------------------------------------------------------------ the loop
 
     def run(self) -> None:
@@ -184,6 +194,8 @@ class ControlLoop:
             self._read_failed(message)
         elif isinstance(message, HeartbeatWritten):
             self._renewed(message.started)
+        elif isinstance(message, OutageProven):
+            self._lease.outage_proven(probe_started=message.started, now=self._clock())
         else:
             self._shutting_down = True
 

@@ -10,6 +10,8 @@ running. Threads, each with one job:
   reconnection asks (``AssignmentReader``);
 - the heartbeat publisher writes the loop's heartbeats every ``worker.heartbeat.frequency.secs``
   and renews the lease (``HeartbeatPublisher``);
+- while the session is down, the outage watch proves (or not) that ZooKeeper has no quorum,
+  so that the workers ride out an outage of ZooKeeper (``OutageWatch``);
 - a small pool fetches code (``CodeCache``);
 - the endpoint serves its workers' logs, its health and its metrics over HTTP(S), at the
   address its registration advertises (``SupervisorEndpoint``, unless
@@ -50,6 +52,7 @@ from stratus.supervisor.fence import Lease, LeaseState
 from stratus.supervisor.heartbeat_publisher import HeartbeatPublisher, HeartbeatRound
 from stratus.supervisor.launcher import WorkerLauncher
 from stratus.supervisor.metrics import SupervisorMetrics
+from stratus.supervisor.outage_watch import OutageWatch
 from stratus.supervisor.registration import SupervisorRegistration
 from stratus.supervisor.requirements_env import RequirementEnvs
 from stratus.supervisor.settings import SupervisorSettings
@@ -338,6 +341,16 @@ class Supervisor:
         self.session.add_listener(self._connection_changed)
         self._opened.append(lambda: self.session.remove_listener(self._connection_changed))
         self.publisher.start()
+        if self.settings.ride_outages:
+            watch = OutageWatch(
+                self.settings.zk,
+                connected=lambda: self.session.connected,
+                on_proven=self.control.outage_proven,
+                interval_secs=self.settings.loop.heartbeat_secs,
+                clock=self._clock,
+            )
+            watch.start()
+            self._opened.append(watch.stop)
         self._loop_thread = threading.Thread(
             target=self.control.run, name="supervisor-control", daemon=True
         )

@@ -13,6 +13,11 @@ timeline). Pure: times come from the caller's monotonic clock::
     lease.renewed(write_started=t, now=t + 0.01)   # True: held (again) from t
     lease.may_start(read_started=t + 0.5)          # True: a read newer than the lease
     lease.check(now=t + 6.0)                        # True: lapsed just now, fence
+
+With ``supervisor.zookeeper.outage: ride``, a proof that no ZooKeeper quorum serves extends a
+held lease as a write would (``outage_proven``): through an outage of ZooKeeper nobody can
+move a pipeline, so the workers keep running; a supervisor cut off alone cannot prove it and
+fences on time.
 """
 
 from __future__ import annotations
@@ -49,6 +54,22 @@ class Lease:
             return False
         self.state = LeaseState.HELD
         self._held_since = write_started
+        return True
+
+    def outage_proven(self, *, probe_started: float, now: float) -> bool:
+        """A probe that started at ``probe_started`` proved that no ZooKeeper quorum served
+        (``stratus.zk.quorum_probe``): the held lease lasts from then as if a write had
+        started then; True if that extended it.
+
+        No leader can have acted since the probe began without losing its connection after
+        that moment and then waiting a whole supervisor timeout, so the lease may run from
+        it. A proof never gains a lease that is not held: starting workers takes a write.
+        """
+        if self.state is not LeaseState.HELD or self._renewed_to is None:
+            return False
+        if probe_started <= self._renewed_to or now - probe_started >= self.timeout_secs:
+            return False
+        self._renewed_to = probe_started
         return True
 
     def check(self, now: float) -> bool:

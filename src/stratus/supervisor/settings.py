@@ -155,6 +155,7 @@ class SupervisorSettings:
     slots: int  # supervisor.slots
     local_dir: Path  # supervisor.local.dir, or a directory of this id under the temporary one
     fence_timeout_secs: float  # supervisor.fence.timeout.secs: the lease
+    ride_outages: bool  # supervisor.zookeeper.outage is ride: a proven outage extends the lease
     zk: ZkSettings
     state_store: StateStoreSettings
     loop: LoopSettings
@@ -183,6 +184,7 @@ class SupervisorSettings:
                 or Path(tempfile.gettempdir()) / f"stratus-supervisor-{supervisor_id}"
             ),
             fence_timeout_secs=conf.supervisor_fence_timeout_secs,
+            ride_outages=conf.supervisor_zookeeper_outage == "ride",
             zk=zk_settings(conf),
             state_store=state_store_settings(conf, principal=supervisor_id),
             loop=LoopSettings(

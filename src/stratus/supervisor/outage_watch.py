@@ -1,0 +1,96 @@
+"""Rides out an outage of ZooKeeper: while the session is down, prove that no quorum serves.
+
+A supervisor that writes no heartbeat for ``supervisor.fence.timeout.secs`` fences itself,
+because it cannot tell an outage of ZooKeeper from its own partition, and the leader may
+move its pipelines. With ``supervisor.zookeeper.outage: ride`` this thread asks the members
+themselves every heartbeat period while the session is disconnected
+(``stratus.zk.quorum_probe``); each probe that proves no quorum serves extends the lease from
+the moment the probe began (``Lease.outage_proven``, through the control loop). Nobody can
+move a pipeline without a quorum, and a leader that regains one waits a whole supervisor
+timeout before judging anyone: the workers keep running through the outage. A supervisor cut
+off alone reaches no majority that says so, proves nothing, and fences on time::
+
+    watch = OutageWatch(settings.zk, connected=lambda: session.connected,
+                        on_proven=loop.outage_proven, interval_secs=1.0)
+    watch.start()
+    watch.stop()
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from stratus.api.clock import Clock
+from stratus.zk.quorum_probe import QuorumProbe, probe_quorum
+from stratus.zk.session import ZkSettings
+
+log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_SECS = 1.0  # per member; a member slower than this is unknown
+
+
+class OutageWatch:
+    """One thread that probes the ensemble while the session is down; see the module
+    docstring."""
+
+    def __init__(
+        self,
+        zk: ZkSettings,
+        *,
+        connected: Callable[[], bool],
+        on_proven: Callable[[float], None],
+        interval_secs: float,
+        probe: Callable[[], QuorumProbe] | None = None,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self._connected = connected
+        self._on_proven = on_proven
+        self._interval = interval_secs
+        self._probe = probe or (lambda: _probe(zk))
+        self._clock = clock
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="outage-watch", daemon=True)
+        self._last_verdict: bool | None = None  # for logging changes only
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self._interval + 5 * PROBE_TIMEOUT_SECS)
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self._interval):
+            if self._connected():
+                self._last_verdict = None
+                continue
+            self.probe_once()
+
+    def probe_once(self) -> bool:
+        """Probe now; report a proof to ``on_proven`` with the probe's start. Whether it was."""
+        started = self._clock()
+        try:
+            probe = self._probe()
+        except Exception:  # an unsure probe proves nothing; the lease runs out on time
+            log.exception("event=zookeeper_outage_probe_failed")
+            return False
+        proven = probe.proves_no_quorum()
+        if proven:
+            self._on_proven(started)
+        if proven is not self._last_verdict:
+            self._last_verdict = proven
+            log.warning(
+                "event=zookeeper_outage_probe proven=%s members=%s action=%s",
+                str(proven).lower(),
+                probe.summary(),
+                "workers_keep_running" if proven else "lease_runs_out_on_time",
+            )
+        return proven
+
+
+def _probe(zk: ZkSettings) -> QuorumProbe:
+    return probe_quorum(zk.hosts, PROBE_TIMEOUT_SECS, zk.tls.ssl_context())

@@ -1,0 +1,57 @@
+"""The supervisor's outage watch with a scripted probe: it reports a proof with the moment its
+probe began, only while the session is down, and proves nothing when the probe fails."""
+
+from __future__ import annotations
+
+from stratus.supervisor.outage_watch import OutageWatch
+from stratus.zk.quorum_probe import MemberState, QuorumProbe
+from stratus.zk.session import ZkSettings
+
+DOWN = QuorumProbe({"zk1:2181": MemberState.REFUSED})
+CUT_OFF = QuorumProbe({"zk1:2181": MemberState.UNKNOWN})
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 50.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def watch_with(probe: object, proofs: list[float], clock: Clock) -> OutageWatch:
+    def run_probe() -> QuorumProbe:
+        clock.now += 1.5  # the probe takes time: the proof counts from its start
+        if isinstance(probe, Exception):
+            raise probe
+        assert isinstance(probe, QuorumProbe)
+        return probe
+
+    return OutageWatch(
+        ZkSettings("127.0.0.1:1"),
+        connected=lambda: False,
+        on_proven=proofs.append,
+        interval_secs=1.0,
+        probe=run_probe,
+        clock=clock,
+    )
+
+
+def test_a_proof_is_reported_with_the_moment_its_probe_began() -> None:
+    proofs: list[float] = []
+    clock = Clock()
+    assert watch_with(DOWN, proofs, clock).probe_once()
+    assert proofs == [50.0]
+
+
+def test_a_supervisor_cut_off_alone_proves_nothing() -> None:
+    proofs: list[float] = []
+    assert not watch_with(CUT_OFF, proofs, Clock()).probe_once()
+    assert proofs == []
+
+
+def test_a_probe_that_fails_proves_nothing(caplog) -> None:
+    proofs: list[float] = []
+    assert not watch_with(RuntimeError("boom"), proofs, Clock()).probe_once()
+    assert proofs == []
+    assert "event=zookeeper_outage_probe_failed" in caplog.text

@@ -1,0 +1,98 @@
+"""The proof of a ZooKeeper outage: what members say of themselves, and when it proves that no
+quorum serves. Pure logic with a scripted member; then real servers, a standalone one and a
+three-member ensemble losing its quorum."""
+
+from __future__ import annotations
+
+import errno
+import socket
+import ssl
+
+import pytest
+
+from stratus.zk.ensemble import ZooKeeperEnsemble
+from stratus.zk.quorum_probe import Ask, MemberState, QuorumProbe, member_state, probe_quorum
+from stratus.zk.server import ZooKeeperServer
+
+SERVING = "Zookeeper version: 3.9.5\nLatency min/avg/max: 0/0.0/0\nZxid: 0x2\nMode: follower\n"
+NOT_SERVING = "This ZooKeeper instance is not currently serving requests\n"
+NOT_LISTED = "srvr is not executed because it is not in the whitelist.\n"
+
+
+def scripted(answer: str | OSError) -> Ask:
+    """A ``four_letter_word`` that gives ``answer`` (or raises it)."""
+
+    def ask(host: str, port: int, word: str, timeout: float, tls: ssl.SSLContext | None) -> str:
+        assert word == "srvr"
+        if isinstance(answer, OSError):
+            raise answer
+        return answer
+
+    return ask
+
+
+@pytest.mark.parametrize(
+    ("answer", "state"),
+    [
+        (SERVING, MemberState.SERVING),
+        ("Mode: standalone\n", MemberState.SERVING),
+        (NOT_SERVING, MemberState.NOT_SERVING),
+        (ConnectionRefusedError(errno.ECONNREFUSED, "refused"), MemberState.REFUSED),
+        (TimeoutError("timed out"), MemberState.UNKNOWN),
+        (OSError(errno.EHOSTUNREACH, "no route to host"), MemberState.UNKNOWN),
+        (NOT_LISTED, MemberState.UNKNOWN),
+        ("", MemberState.UNKNOWN),  # closed without a word: a partition's proxy, say
+    ],
+)
+def test_a_member_is_outside_a_quorum_only_when_it_says_so_or_nothing_listens(
+    answer: str | OSError, state: MemberState
+) -> None:
+    assert member_state("zk1", 2181, 1.0, ask=scripted(answer)) is state
+
+
+def probe(*states: MemberState) -> QuorumProbe:
+    return QuorumProbe({f"zk{i}:2181": state for i, state in enumerate(states)})
+
+
+def test_only_a_majority_outside_any_quorum_proves_an_outage() -> None:
+    out, unknown, serving = MemberState.NOT_SERVING, MemberState.UNKNOWN, MemberState.SERVING
+    assert probe(out, MemberState.REFUSED, unknown).proves_no_quorum()
+    assert probe(out).proves_no_quorum()
+    assert not probe(out, unknown, unknown).proves_no_quorum()  # the one cut off sees this
+    assert not probe(out, out, serving, serving).proves_no_quorum()  # half is no majority
+    assert not probe(out, serving, serving).proves_no_quorum()
+    assert not probe().proves_no_quorum()
+
+
+def test_a_standalone_server_serves_until_it_stops_then_refuses(tmp_path) -> None:
+    server = ZooKeeperServer(tmp_path / "zk", force_sync=False)
+    server.start()
+    try:
+        running = probe_quorum(server.connect_string + "/stratus", timeout=2.0)
+        assert list(running.members.values()) == [MemberState.SERVING]
+        assert not running.proves_no_quorum()
+    finally:
+        server.stop()
+    stopped = probe_quorum(server.connect_string, timeout=2.0)
+    assert list(stopped.members.values()) == [MemberState.REFUSED]
+    assert stopped.proves_no_quorum()
+
+
+def test_an_address_where_nothing_answers_proves_nothing() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never answers
+        port = silent.getsockname()[1]
+        assert not probe_quorum(f"127.0.0.1:{port}", timeout=0.5).proves_no_quorum()
+
+
+@pytest.mark.slow
+def test_an_ensemble_proves_its_outage_only_once_its_quorum_is_lost(zk_ensemble) -> None:
+    ensemble: ZooKeeperEnsemble = zk_ensemble
+    hosts = ensemble.connect_string
+    assert not probe_quorum(hosts, timeout=2.0).proves_no_quorum()
+    ensemble.servers[0].stop()
+    one_down = probe_quorum(hosts, timeout=2.0)
+    assert not one_down.proves_no_quorum(), one_down.summary()  # two still form a quorum
+    ensemble.servers[1].stop()
+    lost = probe_quorum(hosts, timeout=2.0)
+    assert lost.proves_no_quorum(), lost.summary()
+    assert list(lost.members.values()).count(MemberState.REFUSED) == 2
