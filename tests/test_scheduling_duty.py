@@ -60,9 +60,11 @@ class Cluster:
         self.table = AssignmentTable(client, PATHS)
         self.board = HeartbeatBoard(ZooKeeperStateStore(client, PATHS.heartbeats))
         self.registered: dict[str, SupervisorSummary] = {}
+        self.connections = 1  # the session's count of connections
         self.duty = SchedulingDuty(
             ops=self.ops, assignments=self.table, board=self.board,
             registered=lambda: self.registered, settings=SETTINGS, clock=self.clock,
+            connections=lambda: self.connections,
         )  # fmt: skip
         self.term = coordinator.nominate("nimbus", "leader", timeout=10)
         self.beats = 0
@@ -177,6 +179,26 @@ def test_a_resumed_term_waits_a_whole_timeout_after_an_outage_before_moving_anyt
     assert cluster.where("a") == first  # the outage was blindness, not silence
 
     cluster.clock.now += 11  # a whole timeout since the resume, and first still silent
+    for sid in cluster.registered:
+        if sid != first:
+            cluster.heartbeat(sid)
+    cluster.round()
+    assert cluster.where("a") not in (None, first)
+
+
+def test_a_reconnect_restarts_every_silence_even_where_the_term_was_not_suspended(cluster):
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    cluster.round()
+    first = cluster.where("a")
+    cluster.clock.now += 60  # no round: the connection was down (a granted term, say)
+    cluster.connections += 1  # and came back
+
+    plan = cluster.round()
+    assert cluster.where("a") == first and not plan.moved
+
+    cluster.clock.now += 11  # a whole timeout of watching, first still silent
     for sid in cluster.registered:
         if sid != first:
             cluster.heartbeat(sid)

@@ -93,6 +93,7 @@ def test_a_restarted_server_suspends_the_session_and_it_resumes(zk_restartable) 
         session.add_listener(changes.append)
         session_id = session.session_id
         assert session.lease_end(session_id) > time.monotonic()
+        assert session.connections == 1
 
         zk_restartable.stop()
         wait_until(lambda: session.state is S.SUSPENDED, 15, "the session suspended")
@@ -106,6 +107,7 @@ def test_a_restarted_server_suspends_the_session_and_it_resumes(zk_restartable) 
             SessionChange(S.SUSPENDED, S.CONNECTED),
         ]
         assert changes[-1].resumed
+        assert session.connections == 2  # down in between: its users' watch was interrupted
 
 
 def test_an_expired_session_is_replaced_and_its_lease_never_comes_back(zk_hosts: str) -> None:

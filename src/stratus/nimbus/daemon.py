@@ -337,6 +337,7 @@ class Nimbus:
             wall=self._wall,
             on_unknown=lambda reason: self.metrics.heartbeats_unknown.labels(reason).inc(),
             on_observed=self.pipeline_metrics.observe,
+            connections=lambda: self.session.connections,
         )
         self._scheduling = scheduling
         duties = DutyRound(

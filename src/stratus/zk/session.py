@@ -179,6 +179,7 @@ class ZkSession:
         self.clock = clock  # the lease's, and that of every term won on this session
         self._lock = threading.Lock()  # guards the state and the listeners
         self._state = SessionState.NEW
+        self._connections = 0  # times the state became CONNECTED
         self._listeners: list[SessionListener] = []
         self._lease = SessionLease(clock)
         self._granted: float | None = None  # seconds, once the server said
@@ -210,6 +211,12 @@ class ZkSession:
     @property
     def connected(self) -> bool:
         return self._state is SessionState.CONNECTED
+
+    @property
+    def connections(self) -> int:
+        """How many times the session became connected (its first connection, every
+        reconnect, every new session): a different count says it was down in between."""
+        return self._connections
 
     @property
     def session_id(self) -> int | None:
@@ -363,6 +370,8 @@ class ZkSession:
             self._state = next_state(previous, kazoo_state)
             change = SessionChange(previous, self._state)
             listeners = list(self._listeners)
+            if self._state is SessionState.CONNECTED and previous is not SessionState.CONNECTED:
+                self._connections += 1
         if change.state is previous:
             return
         self._lease.connection_changed(change.state is SessionState.CONNECTED)

@@ -82,6 +82,7 @@ class SchedulingDuty:
         wall: Clock = time.time,
         on_unknown: Callable[[str], None] = lambda _reason: None,
         on_observed: Callable[[ObservedRound], None] = lambda _round: None,
+        connections: Callable[[], int] = lambda: 0,
     ) -> None:
         self._ops = ops
         self._assignments = assignments
@@ -97,6 +98,8 @@ class SchedulingDuty:
         self._clock = clock
         self._blind = False  # the last read of the heartbeats failed
         self._read_began = clock()  # when this round's read of the heartbeats began
+        self._connections = connections  # the session's count of connections (ZkSession)
+        self._watched_since = connections()  # the count when the silences last restarted
 
     def term_began(self, _term: Leadership) -> None:
         """A term was accepted, a new one or one that resumed after its connection came back:
@@ -114,6 +117,7 @@ class SchedulingDuty:
         pipelines = self._ops.read_all()
         current = self._assignments.read_all()
         assignments = {name: assignment for name, (assignment, _) in current.items()}
+        self._restart_after_a_reconnect(term)
         self._read_began = self._clock()  # silences are judged at this moment, not later
         heartbeats = self._read_heartbeats(term)
         if heartbeats is None:
@@ -148,6 +152,18 @@ class SchedulingDuty:
         else:
             log.info("event=forget_skipped epoch=%d reason=term_not_held", term.epoch)
         return plan
+
+    def _restart_after_a_reconnect(self, term: Leadership) -> None:
+        """The connection to ZooKeeper was down since the last round (whether or not the
+        term was suspended for it): every silence restarts, since nothing was watched."""
+        count = self._connections()
+        if count != self._watched_since:
+            self._watched_since = count
+            self._liveness.reset()
+            log.info(
+                "event=heartbeats_watched_again epoch=%d action=every_silence_restarts",
+                term.epoch,
+            )
 
     # ------------------------------------------------------------------ unknown heartbeats
 
