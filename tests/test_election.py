@@ -6,10 +6,12 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
 
 from stratus import client, coordination
 from stratus.api.errors import UnavailableError, error_from_body
@@ -478,6 +480,60 @@ def test_a_nomination_while_terms_end_neither_breaks_nor_skips_the_loop(
     assert revoked == ["a", "b"]
     assert all(c.state is not CandidateState.LEADING for c in leaders)
     assert sorted(candidacies.groups()) == ["a", "b", "late"]
+
+
+class _ConnectionCutClient:
+    """The client's calls a resignation makes; the connection drops at a delete while ``cut``."""
+
+    def __init__(self, session_id: int) -> None:
+        self.session_id = session_id
+        self.cut = True
+        self.deleted: list[str] = []
+
+    def exists(self, _path: str) -> Any:
+        return SimpleNamespace(ephemeralOwner=self.session_id)
+
+    def delete(self, path: str) -> None:
+        if self.cut:
+            raise ConnectionLoss()
+        self.deleted.append(path)
+
+
+class _ConnectionCutSession(_NoZooKeeperSession):
+    connected = True
+
+    def __init__(self) -> None:
+        self.cut_client = _ConnectionCutClient(self.session_id)
+        self.client = cast(Any, self.cut_client)
+
+
+def test_a_resignation_cut_off_from_zookeeper_still_revokes_the_term_once() -> None:
+    """The connection drops while ``unnominate`` deletes the leader's nodes: the member still
+    hears that it stopped leading, once (no later session change would tell it, since the
+    candidacy has left the table), and the nodes are deleted once reconnected."""
+    session = _ConnectionCutSession()
+    revoked: list[RevokeReason] = []
+    candidacies = Candidacies(
+        cast(ZkSession, session),
+        post=lambda task: None,
+        dispatch=lambda callback, *args: callback(*args),
+    )
+    candidacy = _candidacy("g", lambda _term, reason: revoked.append(reason))
+    candidacy.node = candidacy.paths.candidate_prefix + "0000000000"
+    candidacies.add(candidacy)
+    candidacies._grant(candidacy, SlotRecord("m", 1, 0, "c-0000000000", b""))
+    candidacies.resign_now(candidacy)
+
+    with pytest.raises(ConnectionLoss):
+        candidacies.resign(candidacy)
+    assert revoked == [RevokeReason.RESIGNED]
+
+    candidacies.on_session(SessionChange(SessionState.CONNECTED, SessionState.SUSPENDED))
+    session.cut_client.cut = False
+    candidacies.on_session(SessionChange(SessionState.SUSPENDED, SessionState.CONNECTED))
+    assert session.cut_client.deleted == [candidacy.paths.slot(0), candidacy.node]
+    candidacies.on_session(SessionChange(SessionState.CONNECTED, SessionState.EXPIRED))
+    assert revoked == [RevokeReason.RESIGNED], "the term is revoked once, and only once"
 
 
 def test_terms_read_the_clock_the_session_was_given(zk_hosts: str) -> None:

@@ -206,7 +206,12 @@ class Candidacies:
                 return
 
     def resign(self, candidacy: Candidacy) -> None:
-        """Remove a resigned candidacy's nodes (now, or once reconnected) and revoke its term."""
+        """Remove a resigned candidacy's nodes (now, or once reconnected) and revoke its term.
+
+        The term is revoked even when a delete fails (the connection dropped during the
+        call): the candidacy has left the table, so no later session change would revoke
+        it, and the nodes left are deleted once reconnected, or by ZooKeeper with the session.
+        """
         term = candidacy.term
         with self._lock:
             if self._by_group.get(candidacy.group) is candidacy:
@@ -215,11 +220,13 @@ class Candidacies:
         if candidacy.node:
             paths.append(candidacy.node)
         self._orphans.update(paths)
-        self._delete_orphans()
-        candidacy.term = None
-        if term is not None:
-            _log_term(CandidacyEvent.RESIGNED, term)
-            self._revoke(candidacy, term, RevokeReason.RESIGNED)
+        try:
+            self._delete_orphans()
+        finally:
+            candidacy.term = None
+            if term is not None:
+                _log_term(CandidacyEvent.RESIGNED, term)
+                self._revoke(candidacy, term, RevokeReason.RESIGNED)
 
     # ----------------------------------------------------------------- session changes
 

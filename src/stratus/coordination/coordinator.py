@@ -226,7 +226,8 @@ class Coordinator:
         """Leave the election of ``group``; a leader stops leading at once and gives way.
 
         On return its ``on_revoked`` has run (called from a callback, it runs after that
-        callback), unless ZooKeeper could not be reached within the connection timeout.
+        callback), unless ZooKeeper could not be reached within the connection timeout: the
+        wait ends there, and ``on_revoked`` runs later, once the worker's deletes end.
         """
         candidacy = self._candidacies.get(group)
         if candidacy is None:
