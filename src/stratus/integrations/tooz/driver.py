@@ -357,7 +357,13 @@ class StratusDriver(coordination.CoordinationDriverCachedRunWatchers):
     def stand_down_group_leader(self, group_id: bytes) -> bool:
         """Leave the election of ``group_id`` now (a leader gives way at once); True if this
         member was a candidate. The next ``run_watchers`` queues it again, at the back, while
-        it still watches the group's election."""
+        it still watches the group's election.
+
+        A leader's ``LeadershipLost`` is queued before this returns, so the next
+        ``run_watchers`` delivers it; the wait for it is bounded by the connection timeout:
+        when ZooKeeper cannot be reached that long, this returns without it, and the event
+        arrives at a later ``run_watchers`` (the library revokes the term once its deletes
+        of the member's nodes end, done or failed)."""
         name = node_name(group_id)
         if not self.coordinator.is_candidate(name):
             return False
