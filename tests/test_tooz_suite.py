@@ -5,9 +5,10 @@ which runs the same way) is run twice at once, as tooz's own CI runs it (``TOOZ_
 names the driver), in a pytest process of its own each: against ``stratus://`` and against
 ``zookeeper://`` (tooz's kazoo driver), both on the test session's embedded ZooKeeper. Each
 run's JUnit report says what every tooz test did, and the comparison fails on any tooz test
-that fails or errors against stratus (run once more, alone, first: see ``RERUN_AT_MOST``),
-and on any that stratus skips while the kazoo driver runs it; the table of both runs is in
-the message.
+that fails or errors against stratus (run once more, alone, first: see ``RERUN_AT_MOST``;
+a test the rerun rescues is named in a warning, so the warnings summary of a green run shows
+it), and on any that stratus skips while the kazoo driver runs it; the table of both runs is
+in the message.
 A run of one tooz test against a ZooKeeper that is not there shows that the comparison does
 fail when a tooz test does.
 """
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
+import warnings
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,8 +39,13 @@ RUN_TIMEOUT_SECS = 600  # a whole run; each tooz test also has its own pytest-ti
 TEST_TIMEOUT_SECS = 120
 # A few of tooz's tests assert on timing (a thread must have taken a lock within 0.2 s), which
 # a loaded machine can miss with any driver: those that fail are run once more, alone, and
-# the second outcome counts (the table shows both). More failures than this are not retried.
+# the second outcome counts (the table shows both, and a warning names each test the rerun
+# rescued). More failures than this are not retried.
 RERUN_AT_MOST = 3
+
+
+class RescuedByRerun(UserWarning):
+    """A tooz test failed in the side-by-side run and passed when run again alone."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,11 @@ class SuiteRun:
     node_ids: dict[str, str]  # pytest's id of each test, to run it again
     first_outcomes: dict[str, str] = field(default_factory=dict)  # of the tests run again
 
+    @property
+    def driver(self) -> str:
+        """The backend run against: ``stratus://`` or ``zookeeper://``."""
+        return self.url.partition("://")[0] + "://"
+
     def named(self, outcome: str) -> set[str]:
         return {name for name, got in self.outcomes.items() if got == outcome}
 
@@ -62,13 +74,25 @@ class SuiteRun:
         return f"{first}, then {got}" if first else got
 
     def rerun_failures(self) -> SuiteRun:
-        """This run with each failed or errored test run once more, alone (when few)."""
+        """This run with each failed or errored test run once more, alone (when few); a
+        ``RescuedByRerun`` warning for each that no longer fails."""
         failed = sorted(self.named("failed") | self.named("error"))
         if not failed or len(failed) > RERUN_AT_MOST:
             return self
         report = Path(tempfile.mkdtemp(prefix="tooz-rerun-")) / "report.xml"
         targets = [self.node_ids[name] for name in failed]
         again = finish_suite(self.url, start_suite(self.url, report, targets=targets), report)
+        for name in failed:
+            second = again.outcomes.get(name, "not run")
+            if second in ("passed", "skipped"):
+                warnings.warn(
+                    RescuedByRerun(
+                        f"tooz test {name} against {self.driver}: {self.outcomes[name]} in the "
+                        f"side-by-side run ({self.details.get(name, '')}), then {second} run "
+                        f"again alone, which counts"
+                    ),
+                    stacklevel=2,
+                )
         return replace(
             self,
             outcomes={**self.outcomes, **again.outcomes},
@@ -166,15 +190,19 @@ def side_by_side(stratus: SuiteRun, kazoo: SuiteRun) -> str:
     return "\n".join(lines)
 
 
+def stratus_url(zk_server: ZooKeeperServer) -> str:
+    """A ``stratus://`` URL to the shared ZooKeeper, in a chroot of its own."""
+    return f"stratus://{zk_server.connect_string}/t/tooz-suite-{uuid.uuid4().hex[:8]}"
+
+
 @pytest.fixture(scope="module")
 def suite_runs(
     zk_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[SuiteRun, SuiteRun]:
     """Both runs, at once, on the shared ZooKeeper (the stratus one in a chroot of its own)."""
-    hosts = zk_server.connect_string
     urls = {
-        "stratus": f"stratus://{hosts}/t/tooz-suite-{uuid.uuid4().hex[:8]}",
-        "kazoo": f"zookeeper://{hosts}",
+        "stratus": stratus_url(zk_server),
+        "kazoo": f"zookeeper://{zk_server.connect_string}",
     }
     started = {}
     for driver, url in urls.items():
@@ -214,11 +242,38 @@ def test_a_failing_tooz_test_fails_the_comparison(
     url = "stratus://127.0.0.1:1/nowhere?timeout=1&connection_timeout=0.2"
     report = tmp_path / "report.xml"
     first = finish_suite(url, start_suite(url, report, "-k", "test_create_group"), report)
-    broken = first.rerun_failures()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        broken = first.rerun_failures()
     assert broken.first_outcomes  # run again
     assert broken.named("error") | broken.named("failed")
+    assert not [w for w in caught if issubclass(w.category, RescuedByRerun)]
     found = problems(broken, kazoo)
     assert any("test_create_group" in line for line in found)
+
+
+def test_a_tooz_test_its_rerun_rescues_is_named_in_a_warning(
+    zk_server: ZooKeeperServer,
+) -> None:
+    """A green run shows what the rerun rescued: a tooz test that failed in the side-by-side
+    run (as recorded here) and passes alone against the real ZooKeeper counts as passed, and
+    a warning names it, the backend and both outcomes."""
+    name = "TestAPI.test_create_group"
+    first = SuiteRun(
+        stratus_url(zk_server),
+        {name: "failed"},
+        {name: "AssertionError: too slow"},
+        "",
+        {name: f"{SUITE[0]}::TestAPI::test_create_group"},
+    )
+    with pytest.warns(RescuedByRerun) as caught:
+        rescued = first.rerun_failures()
+    assert [str(w.message) for w in caught if issubclass(w.category, RescuedByRerun)] == [
+        f"tooz test {name} against stratus://: failed in the side-by-side run "
+        "(AssertionError: too slow), then passed run again alone, which counts"
+    ]
+    assert rescued.outcome(name) == "failed, then passed"
+    assert problems(rescued, SuiteRun("zookeeper://", {name: "passed"}, {}, "", {})) == []
 
 
 def test_a_skip_the_kazoo_driver_does_not_make_fails_the_comparison() -> None:
