@@ -30,6 +30,10 @@ import tooz.tests
 
 from stratus.zk.server import ZooKeeperServer
 
+# One xdist worker runs every test of the module (``--dist loadgroup``), so the pair of runs
+# that ``suite_runs`` starts is set up once, not on both workers at the same time.
+pytestmark = pytest.mark.xdist_group("tooz-suite")
+
 # tooz's coordinator API tests, and its partitioner's (a consistent hash ring over a group)
 SUITE = [
     Path(tooz.tests.__file__).parent / name
