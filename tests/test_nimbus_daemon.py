@@ -1,36 +1,46 @@
-"""The nimbus daemon's own rules: the may-lead hook, start-up errors, and the CLI verbs
-against a real cluster."""
+"""The nimbus daemon's own rules: the may-lead hook, a term that resumes after an outage,
+start-up errors, and the CLI verbs against a real cluster."""
 
 from __future__ import annotations
 
 import errno
+import io
 import json
 import re
 import socket
 import subprocess
 import sys
 import threading
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import uvicorn
+from kazoo.client import KazooClient
 
 from stratus.api.errors import NotLeaderError
+from stratus.api.records import SupervisorHeartbeat, SupervisorSummary
 from stratus.config import config_from_mapping
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import LeaderChange
+from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.daemon import Nimbus
 from stratus.nimbus.duties.lost_code import FailLostCode
 from stratus.nimbus.duties.scheduling import SchedulingDuty
-from stratus.nimbus.leadership_controller import LeadershipController
+from stratus.nimbus.leadership_controller import ControllerState, LeadershipController
 from stratus.nimbus.listening import NimbusStartError
 from stratus.nimbus.readiness import CodeReadiness
 from stratus.nimbus.scheduler import Plan
+from stratus.state.heartbeats import HeartbeatBoard
+from stratus.state.zk_store import ZooKeeperStateStore
+from stratus.zk.paths import ClusterPaths
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import SESSION_SECS, nimbus_cluster
-from tests.package_factory import valid_package_dir
+from tests.package_factory import valid_package, valid_package_dir
+from tests.tcp_proxy import TcpProxy
 from tests.zkfixtures import kazoo_client, wait_until
 
 
@@ -174,6 +184,139 @@ def test_a_duty_that_keeps_raising_is_counted_while_the_leader_goes_on_with_the_
     assert 'stratus_nimbus_duty_failures_total{duty="scheduling"} 0.0' in (
         nimbus.metrics.exposition().decode()
     )
+
+
+class HandWrittenSupervisor:
+    """A supervisor's side written by the test: its ephemeral registration on the test's own
+    session, and a heartbeat every ``BEAT_SECS`` while ``beating`` is set."""
+
+    BEAT_SECS = 0.1
+
+    def __init__(self, client: KazooClient, paths: ClusterPaths, sid: str) -> None:
+        self.id = sid
+        summary = SupervisorSummary(id=sid, slots=2)
+        client.create(paths.supervisor(sid), summary.encode(), ephemeral=True, makepath=True)
+        self._board = HeartbeatBoard(ZooKeeperStateStore(client, paths.heartbeats))
+        self.beating = threading.Event()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"beats-{sid}", daemon=True)
+
+    def __enter__(self) -> HandWrittenSupervisor:
+        self.beating.set()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._closed.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        while not self._closed.wait(self.BEAT_SECS):
+            if self.beating.is_set():
+                beat = SupervisorHeartbeat(id=self.id, time=time.time(), slots=2)
+                self._board.put_supervisor(beat)
+
+
+class RecordedRounds:
+    """The scheduling rounds a nimbus runs, each with when it ended and its plan; ``hold()``
+    holds the rounds back (a held round returns at once without running) from the moment
+    none is in flight, until ``release()``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.ran: list[tuple[float, Plan]] = []
+        self._held = threading.Event()
+        self._running = threading.Lock()
+        schedule = SchedulingDuty.run
+
+        def run(duty: SchedulingDuty, term: Leadership) -> Plan:
+            with self._running:
+                if self._held.is_set():
+                    return Plan(assign={}, unassign=[], moved={})
+                plan = schedule(duty, term)
+                self.ran.append((time.monotonic(), plan))
+                return plan
+
+        monkeypatch.setattr(SchedulingDuty, "run", run)
+
+    def hold(self) -> None:
+        with self._running:  # the round in flight, if any, ends first
+            self._held.set()
+
+    def release(self) -> None:
+        self._held.clear()
+
+
+@pytest.mark.solo  # the resumed term must see a heartbeat within the supervisor timeout
+def test_a_term_resumed_after_an_outage_longer_than_the_supervisor_timeout_moves_nothing(
+    zk_hosts, tmp_path, nimbuses, monkeypatch
+):
+    supervisor_timeout = 2.0
+    outage = supervisor_timeout + 1.5  # within the session: the same term resumes
+    rounds = RecordedRounds(monkeypatch)
+    paths = ClusterPaths("/stratus")
+    host, _, chroot = zk_hosts.partition("/")
+    zk_host, zk_port = host.rsplit(":", 1)
+    with (
+        TcpProxy(zk_host, int(zk_port)) as proxy,
+        kazoo_client(zk_hosts) as client,  # the supervisor's side: never cut
+    ):
+        nimbus = in_process_nimbus(
+            zk_hosts,
+            tmp_path,
+            Gate(open_=True),
+            **{
+                "zookeeper.servers": [f"127.0.0.1:{proxy.port}/{chroot}"],
+                "zookeeper.session.timeout.secs": 10.0,
+                "nimbus.supervisor.timeout.secs": supervisor_timeout,
+                "supervisor.fence.timeout.secs": 1.0,  # with the worker stop, below the timeout
+                "supervisor.worker.stop.secs": 0.5,
+                "nimbus.monitor.freq.secs": 0.1,
+            },
+        )
+        nimbus.start()
+        nimbuses.append(nimbus)
+        wait_until(nimbus.controller.accepted_term, 10, "the nimbus to lead")
+        term, session_id = nimbus.controller.accepted_term(), nimbus.session.session_id
+        assert term is not None
+        with HandWrittenSupervisor(client, paths, "s1") as supervisor:
+            package = io.BytesIO(valid_package("etl"))
+            nimbus.service.submit("etl", "{}", uuid.uuid4().hex, package)
+            table = AssignmentTable(client, paths)
+            wait_until(lambda: table.read("etl") is not None, 10, "etl to be assigned")
+            assigned = table.read("etl")
+            assert assigned is not None and assigned.supervisor == "s1"
+
+            supervisor.beating.clear()  # the supervisor falls silent as the outage begins
+            # No round across the cut: one whose heartbeat read failed there would restart
+            # the silences itself (a blind stretch is not silence) and hide a term that did not.
+            rounds.hold()
+            proxy.cut()
+            wait_until(
+                lambda: nimbus.controller.state is ControllerState.QUEUED,
+                10,
+                "the nimbus to suspend its term",
+            )
+            time.sleep(outage)  # the outage itself: longer than the supervisor timeout
+            proxy.heal()
+            wait_until(nimbus.controller.accepted_term, 10, "the term to resume")
+            resumed = nimbus.controller.accepted_term()
+            assert resumed is not None and resumed.epoch == term.epoch
+            assert nimbus.session.session_id == session_id  # resumed, not a new session
+            gained = "stratus_nimbus_leadership_gained_total 2.0"
+            assert gained in nimbus.metrics.exposition().decode()
+            before = len(rounds.ran)
+            rounds.release()
+            wait_until(lambda: len(rounds.ran) > before, 10, "a round of the resumed term")
+            supervisor.beating.set()  # only now: that round saw the heartbeat of before the cut
+            first_after = rounds.ran[before][0]
+            wait_until(
+                lambda: rounds.ran[-1][0] - first_after > supervisor_timeout + 0.5,
+                10,
+                "rounds for more than a supervisor timeout after the resume",
+            )
+            changes = [plan for _, plan in rounds.ran[before:] if not plan.empty]
+            assert changes == [], "the resumed term took the outage for the supervisor's silence"
+            assert table.read("etl") == assigned
 
 
 def refuse(_self: object, *_args: object, **_kwargs: object) -> None:
