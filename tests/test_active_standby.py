@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -114,6 +115,20 @@ def test_quit_with_fence_keeps_breadcrumb_for_the_next_active(coordinators) -> N
 
     wait_until(lambda: b.state is ElectorState.ACTIVE, 10, "b active")
     assert b_service.fenced == [b"a"]
+
+
+def test_quit_returns_once_resigned_while_callbacks_run(coordinators, caplog) -> None:
+    """Leaving waits for the resign's on_revoked, a callback that takes the elector's lock:
+    the quit must not hold that lock while it waits (it would wait out the connection
+    timeout and log resign_pending)."""
+    a, _ = active_and_standby(coordinators, Service())
+
+    with caplog.at_level(logging.WARNING, logger="stratus.coordination"):
+        a.quit_election(need_fence=True)
+
+    assert a.state is ElectorState.INIT
+    assert coordinators[0].get_candidates("ha") == ["b"]
+    assert "resign_pending" not in caplog.text
 
 
 def test_become_active_failure_drops_the_lock_and_keeps_the_breadcrumb(coordinators) -> None:

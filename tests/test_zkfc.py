@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import resource
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from stratus.zk.paths import GroupPaths
 from tests.tls_certs import TestCa
 from tests.zkfc_cluster import SESSION, WAIT, ZkfcCluster
-from tests.zkfixtures import wait_until
+from tests.zkfixtures import kazoo_client, wait_until
 
 pytestmark = pytest.mark.slow
+
+STOP_WAIT = 5.0  # generous: a zkfc with nothing slow to stop exits well within it
 
 
 @pytest.fixture
@@ -217,6 +221,29 @@ def test_the_zkfc_raises_its_open_files_limit_to_the_hard_limit(make_cluster) ->
     assert zkfc is not None
     soft, _ = resource.prlimit(zkfc.pid, resource.RLIMIT_NOFILE)
     assert soft == (hard if hard != resource.RLIM_INFINITY else 1024 * 1024)
+
+
+def test_sigterm_makes_the_active_zkfc_leave_its_election_and_exit(make_cluster, zk_hosts) -> None:
+    cluster = make_cluster(["a"])
+    cluster.start_service("a")
+    cluster.start_zkfc("a")
+    cluster.wait_active("a")
+    zkfc = cluster.nodes["a"].zkfc
+    assert zkfc is not None
+
+    zkfc.terminate()
+    try:
+        code = zkfc.wait(STOP_WAIT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the zkfc still ran {STOP_WAIT:g} s after SIGTERM:\n{cluster.zkfc_log('a')}")
+    assert code == 0
+    log = cluster.zkfc_log("a")
+    assert "event=resigned" in log and "resign_pending" not in log  # it left, not timed out
+    paths = GroupPaths("/stratus", "svc")
+    with kazoo_client(zk_hosts) as client:
+        assert client.get_children(paths.candidates) == []
+        assert client.get_children(paths.slots) == []
+        assert client.get_children(paths.zkfcs) == []
 
 
 def test_the_oracle_catches_two_actives_when_fencing_is_skipped(zk_hosts, tmp_path) -> None:

@@ -113,12 +113,18 @@ class ActiveStandbyElector:
                 self._enter(ElectorState.STANDBY)
 
     def quit_election(self, need_fence: bool) -> None:
-        """Leave the election. ``need_fence=False`` deletes our breadcrumb: no one fences us."""
+        """Leave the election. ``need_fence=False`` deletes our breadcrumb: no one fences us.
+
+        The lock is not held while the candidacy resigns: ``unnominate`` returns once
+        ``_revoked`` has run on the coordinator's dispatcher, and ``_revoked`` takes the lock.
+        Callbacks that run in between see ``_joined`` false and claim nothing.
+        """
         with self._lock:
             self._joined = False
             if not need_fence:
                 self._delete_own_breadcrumb()
-            self._coordinator.unnominate(self.group)
+        self._coordinator.unnominate(self.group)
+        with self._lock:
             self.state = ElectorState.INIT
 
     # ----------------------------------------------------------------- election events
