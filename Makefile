@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 STRESS_SECS ?= 300
 FUZZ_EXAMPLES ?= 1000
 
-.PHONY: install run check test lint typecheck unit stress fuzz bench bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc ui-screenshots clean
+.PHONY: install run check test lint typecheck unit stress fuzz bench bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc bench-zk-outage ui-screenshots clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "stratus needs Python 3.11 or newer")'
@@ -57,7 +57,7 @@ ui-screenshots: install
 	$(BIN)/python -m tests.ui_screenshots
 
 # Each benchmark runs its baseline in the same run and prints the ratio (docs/benchmarks.md).
-bench: bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc
+bench: bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc bench-zk-outage
 
 bench-election: install
 	$(BIN)/python bench/election_failover.py
@@ -80,6 +80,9 @@ bench-pacemaker: install
 
 bench-zkfc: install
 	$(BIN)/python bench/zkfc_failover.py
+
+bench-zk-outage: install
+	$(BIN)/python bench/zk_outage.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

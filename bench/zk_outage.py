@@ -1,0 +1,254 @@
+"""An outage of ZooKeeper under a running streaming pipeline: what it stops, and how soon the
+pipeline is seen again once ZooKeeper returns.
+
+Real processes: ZooKeeper, one nimbus and two supervisors (``stratus.local.cluster``, its
+short timeouts: fence 2 s, supervisor timeout 4 s), the ``examples/streaming`` pipeline on
+Spark (``local[1]``), fed a file of events a second. For each outage of ``--outages`` seconds
+(10, 30 and 60 by default) ZooKeeper is stopped, kept down, and started again with its data;
+the pipeline's worker is watched during the outage (is its process still there?), and after
+it the benchmark times ZooKeeper's return → the first heartbeat that shows a batch committed
+after the one last seen before the outage. Reported per outage: whether the worker was
+stopped, whether the same worker runs after, the batches committed between the last one seen
+before and the first one seen after (those of the outage itself with ``ride``), and that time.
+
+Both supervisor policies run, each on a cluster of its own (``--policy``):
+``supervisor.zookeeper.outage: ride`` (the default: a supervisor that proves the outage keeps
+its workers) against ``fence`` (the former policy: every worker stops after the fence timeout,
+and starts again, cold, after ZooKeeper returns). Targets for ``ride``: pipelines stopped 0,
+and the first batch seen after ZooKeeper returns within a few heartbeat periods, well ahead of
+``fence``'s cold restart.
+
+    .venv/bin/python bench/zk_outage.py                       # both policies: minutes
+    .venv/bin/python bench/zk_outage.py --outages 10 --policy ride --json out.json
+
+The exit code is 0 even when a target is missed; 1 only when the benchmark could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from _report import (
+    Interrupted,
+    handle_interrupts,
+    machine,
+    print_verdicts,
+    raise_interrupted,
+    report_console,
+    write_json,
+)
+from reassign import POLL_SECS, BenchError, cold_start, poll_until, running_beat, wait_steady
+from stratus.client import NimbusClient
+from stratus.errors import StratusError
+from stratus.local.cluster import LocalCluster
+from stratus.local.examples_io import Feeder
+
+POLICIES = {"ride": ("ride",), "fence": ("fence",), "both": ("ride", "fence")}
+RETURN_WAIT_SECS = 180.0  # ZooKeeper back → a new batch seen: a cold restart under load
+RIDE_TARGET_SECS = 5.0  # ride: first batch seen this soon after ZooKeeper returns
+
+
+@dataclass
+class Outage:
+    """One outage of ZooKeeper and what the pipeline did through it."""
+
+    policy: str
+    secs: float  # how long ZooKeeper was down
+    stopped: bool  # the worker's process was gone at some point of the outage
+    same_worker: bool  # the worker seen after is the one seen before
+    batches: int  # batches committed between the last seen before and the first seen after
+    seen_after_secs: float  # ZooKeeper back → the first heartbeat showing a new batch
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def one_outage(
+    cluster: LocalCluster, client: NimbusClient, pipeline: str, secs: float, policy: str
+) -> Outage:
+    """Stop ZooKeeper for ``secs``, watching the worker; start it; time the next batch seen."""
+    before = running_beat(client, pipeline)
+    if before is None or before.pid is None:
+        raise BenchError(f"{pipeline} does not run before the outage")
+    stopped = False
+    cluster.zookeeper.stop()
+    down_until = time.monotonic() + secs
+    while time.monotonic() < down_until:  # the outage itself: its length is the experiment
+        stopped = stopped or not alive(before.pid)
+        time.sleep(POLL_SECS)
+    cluster.zookeeper.start()
+    back = time.monotonic()
+    seen: list[Any] = []
+
+    def new_batch() -> bool:
+        try:
+            beat = running_beat(client, pipeline)
+        except StratusError:  # the nimbus may still be reconnecting
+            return False
+        if beat is not None and beat.last_batch_id > before.last_batch_id:
+            seen[:] = [beat]
+            return True
+        return False
+
+    poll_until(f"a batch of {pipeline} after ZooKeeper returned", new_batch, RETURN_WAIT_SECS)
+    after = seen[0]
+    return Outage(
+        policy=policy,
+        secs=secs,
+        stopped=stopped or after.pid != before.pid,
+        same_worker=after.pid == before.pid,
+        batches=after.last_batch_id - before.last_batch_id,
+        seen_after_secs=time.monotonic() - back,
+    )
+
+
+def run_policy(args: argparse.Namespace, console: Console, policy: str) -> list[Outage]:
+    """A cluster whose supervisors have ``policy``; the outages one after the other."""
+    console.rule(f"supervisor.zookeeper.outage: {policy}")
+    workdir = Path(tempfile.mkdtemp(prefix="stratus-bench-zk-outage-"))
+    options = ["-c", f"supervisor.zookeeper.outage={policy}"]
+    cluster = LocalCluster(workdir, console, nimbuses=1, supervisors=2, supervisor_options=options)
+    feeder = Feeder(workdir / "input")
+    outages: list[Outage] = []
+    try:
+        cluster.start()
+        feeder.start()
+        with NimbusClient(cluster.seeds, retry_deadline=120) as client:
+            start = cold_start(client, workdir, console)
+            for secs in args.outages:
+                wait_steady(client, start)
+                outage = one_outage(cluster, client, start.pipeline, secs, policy)
+                console.print(describe(outage))
+                outages.append(outage)
+                again = running_beat(client, start.pipeline)
+                if again is not None:  # steady again where it runs now, before the next outage
+                    start = replace(
+                        start, batch_id=again.last_batch_id, supervisor=again.supervisor
+                    )
+    except (StratusError, BenchError) as exc:
+        raise BenchError(f"{policy}: {exc} (logs kept in {workdir})") from exc
+    finally:
+        handle_interrupts(signal.SIG_IGN)  # let the cleanup finish (seconds at most)
+        feeder.stop()
+        cluster.close()
+        handle_interrupts(raise_interrupted)
+    shutil.rmtree(workdir, ignore_errors=True)
+    return outages
+
+
+def describe(outage: Outage) -> str:
+    return (
+        f"{outage.policy}, ZooKeeper down {outage.secs:g} s: worker "
+        f"{'stopped' if outage.stopped else 'kept running'}"
+        f"{'' if outage.same_worker else ' (a new one after)'}; {outage.batches} batches "
+        f"across it; first batch seen {outage.seen_after_secs:.2f} s after ZooKeeper returned"
+    )
+
+
+def report(console: Console, outages: list[Outage]) -> list[str]:
+    table = Table(box=box.SIMPLE_HEAD, title="ZooKeeper outage under a streaming pipeline")
+    for column in ("policy", "down (s)", "worker stopped", "same worker", "batches across"):
+        table.add_column(column, justify="right")
+    table.add_column("first batch seen after return (s)", justify="right")
+    for o in outages:
+        table.add_row(
+            o.policy,
+            f"{o.secs:g}",
+            "yes" if o.stopped else "no",
+            "yes" if o.same_worker else "no",
+            str(o.batches),
+            f"{o.seen_after_secs:.2f}",
+        )
+    console.print(table)
+    verdicts = []
+    ride = [o for o in outages if o.policy == "ride"]
+    if ride:
+        stopped = sum(o.stopped for o in ride)
+        verdicts.append(
+            f"ride: pipelines stopped {stopped} of {len(ride)} outages (target 0): "
+            f"{'met' if stopped == 0 else 'MISSED'}"
+        )
+        slowest = max(o.seen_after_secs for o in ride)
+        verdicts.append(
+            f"ride: first batch seen after ZooKeeper returned, at most {slowest:.2f} s "
+            f"(target {RIDE_TARGET_SECS:g} s): {'met' if slowest <= RIDE_TARGET_SECS else 'MISSED'}"
+        )
+    fence = {o.secs: o for o in outages if o.policy == "fence"}
+    for o in ride:
+        if o.secs in fence:
+            ratio = fence[o.secs].seen_after_secs / max(o.seen_after_secs, 1e-3)
+            verdicts.append(
+                f"down {o.secs:g} s: first batch after the return, fence/ride = {ratio:.1f}x"
+            )
+    return verdicts
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument(
+        "--outages",
+        type=float,
+        nargs="+",
+        default=[10.0, 30.0, 60.0],
+        help="seconds ZooKeeper stays down, one outage each (10 30 60)",
+    )
+    parser.add_argument(
+        "--policy", choices=tuple(POLICIES), default="both", help="supervisor policy (both)"
+    )
+    parser.add_argument("--json", type=Path, help="also write every sample to this file")
+    args = parser.parse_args(argv)
+    if min(args.outages) <= 0:
+        parser.error("--outages must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    handle_interrupts(raise_interrupted)
+    console = report_console(width=120)
+    console.rule("ZooKeeper outage")
+    info = machine(("kazoo", "pyspark"))
+    reproduce = shlex.join(
+        [".venv/bin/python", "bench/zk_outage.py", *(sys.argv[1:] if argv is None else argv)]
+    )
+    for key, value in info.items():
+        console.print(f"[bold]{key:>9}[/]: {value}")
+    console.print(f"[bold]{'reproduce':>9}[/]: {reproduce}")
+    outages: list[Outage] = []
+    try:
+        for policy in POLICIES[args.policy]:
+            outages += run_policy(args, console, policy)
+    except BenchError as exc:
+        console.print(f"[bold red]benchmark failed:[/] {exc}")
+        return 1
+    except Interrupted as exc:
+        console.print(f"[yellow]interrupted ({exc})[/]")
+        return 1
+    print_verdicts(console, report(console, outages))
+    write_json(args.json, args, machine=info, samples=[asdict(o) for o in outages])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
