@@ -1,8 +1,9 @@
 """The files of ``deploy/`` that docs/deploy.md tells an operator to install are valid: every
 example configuration loads and turns security on (the files it names are the operator's,
 absent here, and read at start: building the daemon's settings from it fails naming them),
-and every systemd unit runs a real stratus verb as the dedicated user, restarts, raises its
-file limit and is hardened."""
+every systemd unit runs a real stratus verb as the dedicated user, restarts, raises its file
+limit and is hardened, and the zkfc's unit and configuration manage the nimbus of their
+host."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
 from stratus.cli.main import main
-from stratus.config import StratusConfig, load_config
+from stratus.config import StratusConfig, config_from_mapping, load_config
 from stratus.errors import StratusError
+from stratus.ha.settings import ZkfcSettings
+from stratus.nimbus.cluster_view import NIMBUS_GROUP
 from stratus.pacemaker.auth import AuthMethod, load_secrets
 from stratus.pacemaker.server import check_server_settings
 from stratus.settings import (
@@ -30,15 +34,34 @@ from stratus.settings import (
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 UNITS = sorted(DEPLOY.glob("*.service"))
 PACEMAKER_CONF = DEPLOY / "pacemaker.yaml"
+NIMBUS_CONF = DEPLOY / "nimbus.yaml"
+ZKFC_CONF = DEPLOY / "zkfc.yaml"
 DAEMON_CONFS = sorted(p for p in DEPLOY.glob("*.yaml") if p != PACEMAKER_CONF)  # on ZooKeeper
+HEARTBEAT_CONFS = [NIMBUS_CONF, DEPLOY / "supervisor.yaml"]  # their heartbeats may go elsewhere
 HARDENING = {"NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome": "yes"}
+WRITE_NO_FILE = {"stratus-pacemaker.service", "stratus-zkfc.service"}
 
 
-def _service(unit: Path) -> dict[str, str]:
+def _section(unit: Path, name: str) -> dict[str, str]:
     parser = configparser.ConfigParser(strict=False, interpolation=None)
     parser.optionxform = str  # type: ignore[assignment,method-assign]  # keys keep their case
     parser.read_string(unit.read_text())
-    return dict(parser["Service"])
+    return dict(parser[name])
+
+
+def _service(unit: Path) -> dict[str, str]:
+    return _section(unit, "Service")
+
+
+def _settings(path: Path, uncommented: tuple[str, ...] = ()) -> dict[str, object]:
+    """The keys an example file sets, with its commented lines that start with one of
+    ``uncommented`` (``"# zookeeper.ssl."``) set too."""
+    text = "\n".join(
+        line.removeprefix("# ") if line.startswith(uncommented) else line
+        for line in path.read_text().splitlines()
+    )
+    settings: dict[str, object] = yaml.safe_load(text)
+    return settings
 
 
 def test_the_units_and_configurations_are_there() -> None:
@@ -48,9 +71,11 @@ def test_the_units_and_configurations_are_there() -> None:
         "stratus-nimbus.service",
         "stratus-supervisor.service",
         "stratus-pacemaker.service",
+        "stratus-zkfc.service",
         "nimbus.yaml",
         "supervisor.yaml",
         "pacemaker.yaml",
+        "zkfc.yaml",
         "zoo.cfg",
     } <= names
 
@@ -68,11 +93,12 @@ def test_an_example_configuration_turns_security_on(path: Path) -> None:
     assert conf.client_tls_ca and conf.client_auth_token_file  # code fetched over https
     named = [conf.zookeeper_auth_file, conf.client_auth_token_file]
     builders: list[Callable[[StratusConfig], object]] = [zk_settings, client_auth]
-    if path.name == "nimbus.yaml":
+    if path in (NIMBUS_CONF, ZKFC_CONF):  # the nimbus's API, the zkfc's endpoint
         assert conf.nimbus_tls_cert and conf.nimbus_tls_key
-        assert conf.nimbus_bind_host == conf.nimbus_host
         named.append(conf.nimbus_auth_tokens_file)
         builders.append(access_policy)
+    if path == NIMBUS_CONF:
+        assert conf.nimbus_bind_host == conf.nimbus_host
     for file, build in zip(named, builders, strict=True):
         assert file is not None
         if Path(file).exists():
@@ -88,10 +114,12 @@ def test_a_unit_runs_as_the_dedicated_user_restarts_and_is_hardened(unit: Path) 
     assert service["Restart"] == "on-failure"
     assert int(service["LimitNOFILE"]) >= 65536
     assert {key: service.get(key) for key in HARDENING} == HARDENING
-    if unit.name == "stratus-pacemaker.service":  # in memory: it may write nowhere
-        assert "ReadWritePaths" not in service and service["MemoryMax"]
+    if unit.name in WRITE_NO_FILE:  # it may write nowhere
+        assert "ReadWritePaths" not in service
     else:
         assert service["ReadWritePaths"].startswith("/var/lib/stratus/")
+    if unit.name == "stratus-pacemaker.service":  # its store is in memory
+        assert service["MemoryMax"]
 
 
 def test_the_pacemaker_example_listens_on_the_network_with_security_on() -> None:
@@ -119,20 +147,14 @@ def test_the_pacemaker_example_listens_on_the_network_with_security_on() -> None
             start()
 
 
-@pytest.mark.parametrize("path", DAEMON_CONFS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", HEARTBEAT_CONFS, ids=lambda p: p.name)
 def test_the_commented_pacemaker_lines_of_a_daemon_configuration_name_the_pacemakers(
-    path: Path, tmp_path: Path
+    path: Path,
 ) -> None:
     """Uncommented, the pacemaker lines of nimbus.yaml and supervisor.yaml load and name
     the two pacemakers of the layout on pacemaker.yaml's port, with digest over TLS; the
     credentials file they name is read at start."""
-    text = "\n".join(
-        line.removeprefix("# ") if line.startswith(("# pacemaker.", "# cluster.state")) else line
-        for line in path.read_text().splitlines()
-    )
-    uncommented = tmp_path / path.name
-    uncommented.write_text(text)
-    conf = load_config(path=str(uncommented), environ={})
+    conf = config_from_mapping(_settings(path, ("# pacemaker.", "# cluster.state")))
     pacemaker = load_config(path=str(PACEMAKER_CONF), environ={})
     assert conf.cluster_state_store == "pacemaker"
     assert conf.pacemaker_servers == [f"10.0.0.1{n}:{pacemaker.pacemaker_port}" for n in (2, 3)]
@@ -159,7 +181,50 @@ def test_a_stratus_unit_runs_a_real_verb_with_its_configuration(unit: Path) -> N
     assert (DEPLOY / Path(config).name).is_file()  # the example of the file it reads
 
 
-PORT_KEYS = ("zookeeper.server.port", "nimbus.port", "nimbus.code.port", "pacemaker.port")
+def test_the_zkfc_unit_starts_with_the_nimbus_of_its_host_and_stops_before_it() -> None:
+    """systemd starts the nimbus with its zkfc and the zkfc after it, and stops them in the
+    reverse order: the zkfc leaves the election while its nimbus still answers."""
+    unit = _section(DEPLOY / "stratus-zkfc.service", "Unit")
+    assert "stratus-nimbus.service" in unit["Wants"].split()
+    assert {"network-online.target", "stratus-nimbus.service"} <= set(unit["After"].split())
+
+
+def test_the_zkfc_example_manages_the_nimbus_of_its_host_as_the_nimbus_example_runs_it() -> None:
+    """zkfc.yaml targets the nimbus of nimbus.yaml's host, in the nimbus group; the lines
+    both files set agree (the same ensemble and identity in ZooKeeper, the same certificate
+    and token file for the zkfc's endpoint as for the nimbus's API, TLS to ZooKeeper turned
+    on by the same lines) but the client token, which is the zkfc's own; and nimbus.yaml's
+    commented mode line puts the nimbus under it."""
+    tls_lines = ("# zookeeper.ssl.", "# nimbus.tls.")
+    zkfc, nimbus = _settings(ZKFC_CONF, tls_lines), _settings(NIMBUS_CONF, tls_lines)
+    shared = (zkfc.keys() & nimbus.keys()) - {"client.auth.token.file"}
+    assert shared >= {
+        "zookeeper.servers",
+        "zookeeper.root",
+        "zookeeper.auth.file",
+        "zookeeper.ssl.enabled",
+        "nimbus.tls.cert",
+        "nimbus.auth.tokens.file",
+        "client.tls.ca",
+    }
+    assert {key: zkfc[key] for key in shared} == {key: nimbus[key] for key in shared}
+    assert zkfc["client.auth.token.file"] != nimbus["client.auth.token.file"]
+    conf = load_config(path=str(ZKFC_CONF), environ={})
+    nimbus_conf = config_from_mapping(_settings(NIMBUS_CONF, ("# nimbus.ha.mode",)))
+    assert nimbus_conf.nimbus_ha_mode == "zkfc"
+    settings = ZkfcSettings.from_config(conf)
+    assert settings.target.address == f"{nimbus_conf.nimbus_host}:{nimbus_conf.nimbus_port}"
+    assert settings.group == NIMBUS_GROUP
+    assert settings.port > 0  # a fixed port, which the firewall opens
+
+
+PORT_KEYS = (
+    "zookeeper.server.port",
+    "nimbus.port",
+    "nimbus.code.port",
+    "pacemaker.port",
+    "ha.zkfc.port",
+)
 
 
 def _documented_ports(doc: Path) -> str:
