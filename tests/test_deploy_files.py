@@ -224,6 +224,7 @@ PORT_KEYS = (
     "nimbus.code.port",
     "pacemaker.port",
     "ha.zkfc.port",
+    "supervisor.http.port",
 )
 
 
