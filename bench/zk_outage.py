@@ -11,12 +11,12 @@ after the one last seen before the outage. Reported per outage: whether the work
 stopped, whether the same worker runs after, the batches committed between the last one seen
 before and the first one seen after (those of the outage itself with ``ride``), and that time.
 
-Both supervisor policies run, each on a cluster of its own (``--policy``):
-``supervisor.zookeeper.outage: ride`` (the default: a supervisor that proves the outage keeps
-its workers) against ``fence`` (the former policy: every worker stops after the fence timeout,
-and starts again, cold, after ZooKeeper returns). Targets for ``ride``: pipelines stopped 0,
-and the first batch seen after ZooKeeper returns within a few heartbeat periods, well ahead of
-``fence``'s cold restart.
+Both policies run, each on a cluster of its own (``--policy``), set on the nimbus and the
+supervisors alike: ``supervisor.zookeeper.outage: ride`` (a supervisor that proves the outage
+keeps its workers) against ``fence`` (the default: every worker stops after the fence
+timeout, and starts again, cold, after ZooKeeper returns). Targets for ``ride``: pipelines
+stopped 0, and the first batch seen after ZooKeeper returns within a few heartbeat periods,
+well ahead of ``fence``'s cold restart.
 
     .venv/bin/python bench/zk_outage.py                       # both policies: minutes
     .venv/bin/python bench/zk_outage.py --outages 10 --policy ride --json out.json
@@ -53,9 +53,11 @@ from _report import (
 )
 from reassign import POLL_SECS, BenchError, cold_start, poll_until, running_beat, wait_steady
 from stratus.client import NimbusClient
+from stratus.config import load_config
 from stratus.errors import StratusError
 from stratus.local.cluster import LocalCluster
 from stratus.local.examples_io import Feeder
+from stratus.local.user_settings import UserSettings
 
 POLICIES = {"ride": ("ride",), "fence": ("fence",), "both": ("ride", "fence")}
 RETURN_WAIT_SECS = 180.0  # ZooKeeper back → a new batch seen: a cold restart under load
@@ -127,8 +129,10 @@ def run_policy(args: argparse.Namespace, console: Console, policy: str) -> list[
     """A cluster whose supervisors have ``policy``; the outages one after the other."""
     console.rule(f"supervisor.zookeeper.outage: {policy}")
     workdir = Path(tempfile.mkdtemp(prefix="stratus-bench-zk-outage-"))
-    options = ["-c", f"supervisor.zookeeper.outage={policy}"]
-    cluster = LocalCluster(workdir, console, nimbuses=1, supervisors=2, supervisor_options=options)
+    user = UserSettings.of(  # the nimbus and the supervisors alike
+        load_config(overrides=[f"supervisor.zookeeper.outage={policy}"], environ={})
+    )
+    cluster = LocalCluster(workdir, console, nimbuses=1, supervisors=2, user=user)
     feeder = Feeder(workdir / "input")
     outages: list[Outage] = []
     try:

@@ -271,6 +271,7 @@ def test_a_term_resumed_after_an_outage_longer_than_the_supervisor_timeout_moves
                 "supervisor.fence.timeout.secs": 1.0,  # with the worker stop, below the timeout
                 "supervisor.worker.stop.secs": 0.5,
                 "nimbus.monitor.freq.secs": 0.1,
+                "supervisor.zookeeper.outage": "ride",  # supervisors may keep their workers
             },
         )
         nimbus.start()

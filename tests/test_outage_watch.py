@@ -28,6 +28,7 @@ def watch_with(probe: object, proofs: list[float], clock: Clock) -> OutageWatch:
         return probe
 
     return OutageWatch(
+        "s1",
         ZkSettings("127.0.0.1:1"),
         connected=lambda: False,
         on_proven=proofs.append,

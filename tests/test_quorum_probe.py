@@ -7,12 +7,14 @@ from __future__ import annotations
 import errno
 import socket
 import ssl
+import threading
 
 import pytest
 
 from stratus.zk.ensemble import ZooKeeperEnsemble
 from stratus.zk.quorum_probe import Ask, MemberState, QuorumProbe, member_state, probe_quorum
 from stratus.zk.server import ZooKeeperServer
+from tests.zkfixtures import wait_until
 
 SERVING = "Zookeeper version: 3.9.5\nLatency min/avg/max: 0/0.0/0\nZxid: 0x2\nMode: follower\n"
 NOT_SERVING = "This ZooKeeper instance is not currently serving requests\n"
@@ -47,7 +49,7 @@ def scripted(answer: str | OSError) -> Ask:
 def test_a_member_is_outside_a_quorum_only_when_it_says_so_or_nothing_listens(
     answer: str | OSError, state: MemberState
 ) -> None:
-    assert member_state("zk1", 2181, 1.0, ask=scripted(answer)) is state
+    assert member_state("127.0.0.1", 2181, 1.0, ask=scripted(answer)) is state
 
 
 def probe(*states: MemberState) -> QuorumProbe:
@@ -61,7 +63,33 @@ def test_only_a_majority_outside_any_quorum_proves_an_outage() -> None:
     assert not probe(out, unknown, unknown).proves_no_quorum()  # the one cut off sees this
     assert not probe(out, out, serving, serving).proves_no_quorum()  # half is no majority
     assert not probe(out, serving, serving).proves_no_quorum()
+    assert not probe(out, out, MemberState.REFUSED, serving).proves_no_quorum()  # one serves
     assert not probe().proves_no_quorum()
+
+
+def test_a_name_whose_addresses_disagree_is_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    addresses = [
+        (socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, 2181)) for a in ("10.0.0.1", "10.0.0.2")
+    ]
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *_args, **_kwargs: addresses)
+
+    def ask(host: str, port: int, word: str, timeout: float, tls: ssl.SSLContext | None) -> str:
+        if host == "10.0.0.1":
+            raise ConnectionRefusedError(errno.ECONNREFUSED, "refused")
+        raise TimeoutError("timed out")  # the address it may serve on, out of reach
+
+    assert member_state("zk.example", 2181, 1.0, ask=ask) is MemberState.UNKNOWN
+
+
+def test_the_members_are_asked_at_the_same_time() -> None:
+    barrier = threading.Barrier(3, timeout=5)
+
+    def ask(host: str, port: int, word: str, timeout: float, tls: ssl.SSLContext | None) -> str:
+        barrier.wait()  # only passes when all three asks are under way together
+        return NOT_SERVING
+
+    probed = probe_quorum("127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", timeout=1.0, ask=ask)
+    assert probed.proves_no_quorum(), probed.summary()
 
 
 def test_a_standalone_server_serves_until_it_stops_then_refuses(tmp_path) -> None:
@@ -93,6 +121,9 @@ def test_an_ensemble_proves_its_outage_only_once_its_quorum_is_lost(zk_ensemble)
     one_down = probe_quorum(hosts, timeout=2.0)
     assert not one_down.proves_no_quorum(), one_down.summary()  # two still form a quorum
     ensemble.servers[1].stop()
+    # The last member serves on until it notices that its quorum is gone:
+    wait_until(lambda: probe_quorum(hosts, timeout=2.0).proves_no_quorum(), 30, "the outage proven")
     lost = probe_quorum(hosts, timeout=2.0)
     assert lost.proves_no_quorum(), lost.summary()
+    assert MemberState.NOT_SERVING in lost.members.values()
     assert list(lost.members.values()).count(MemberState.REFUSED) == 2

@@ -35,7 +35,9 @@ from stratus.state.zk_store import ZooKeeperStateStore
 from stratus.zk.paths import ClusterPaths
 
 PATHS = ClusterPaths("/stratus")
-SETTINGS = SchedulingSettings(supervisor_timeout_secs=10, task_timeout_secs=30)
+SETTINGS = SchedulingSettings(
+    supervisor_timeout_secs=10, task_timeout_secs=30, blind_after_reconnect=True
+)
 ONE_COPY = ReplicationPolicy(required=1, wait_secs=60)
 
 
@@ -204,6 +206,29 @@ def test_a_reconnect_restarts_every_silence_even_where_the_term_was_not_suspende
             cluster.heartbeat(sid)
     cluster.round()
     assert cluster.where("a") not in (None, first)
+
+
+def test_supervisors_that_fence_on_outages_keep_a_flapping_leaders_silences(cluster):
+    cluster.duty = SchedulingDuty(
+        ops=cluster.ops, assignments=cluster.table, board=cluster.board,
+        registered=lambda: cluster.registered, clock=cluster.clock,
+        settings=SchedulingSettings(supervisor_timeout_secs=10, task_timeout_secs=30),
+        connections=lambda: cluster.connections,
+    )  # fmt: skip
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    cluster.round()
+    first = cluster.where("a")
+    for _ in range(3):  # the connection flaps, more than once per supervisor timeout
+        cluster.clock.now += 4
+        cluster.connections += 1
+        cluster.duty.term_began(cluster.term)
+        for sid in cluster.registered:
+            if sid != first:
+                cluster.heartbeat(sid)
+        cluster.round()
+    assert cluster.where("a") not in (None, first)  # moved off the silent one all the same
 
 
 def test_a_read_that_waited_out_a_lost_connection_judges_nothing_by_the_wait(cluster, monkeypatch):

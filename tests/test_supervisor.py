@@ -531,7 +531,7 @@ def test_a_supervisor_rides_out_a_zookeeper_outage_and_its_worker_runs_on_untouc
     lease_secs = FAST["supervisor.fence.timeout.secs"] + FAST["supervisor.worker.stop.secs"]
     with (
         caplog.at_level(logging.INFO, logger="stratus.supervisor"),
-        running(cluster.conf(), cluster),
+        running(cluster.conf(**{"supervisor.zookeeper.outage": "ride"}), cluster),
     ):
         cluster.assign(meta)
         before = cluster.wait_for_worker(WorkerState.RUNNING)

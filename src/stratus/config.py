@@ -724,14 +724,15 @@ class StratusConfig(BaseModel):
         "(supervisor.zookeeper.outage); with supervisor.worker.stop.secs it must stay "
         "below nimbus.supervisor.timeout.secs, so a pipeline never runs twice",
     )
-    supervisor_zookeeper_outage: Literal["ride", "fence"] = Field(
-        default="ride",
+    supervisor_zookeeper_outage: Literal["fence", "ride"] = Field(
+        default="fence",
         alias="supervisor.zookeeper.outage",
         description="what a supervisor that cannot write its heartbeats to ZooKeeper does at "
-        "supervisor.fence.timeout.secs: `ride` keeps its workers while it can prove that no "
-        "ZooKeeper quorum serves (a majority of the members of zookeeper.servers, which must "
-        "list every voting member, say they serve nothing or refuse the connection), and "
-        "fences otherwise; `fence` stops them on time whatever the cause",
+        "supervisor.fence.timeout.secs: `fence` stops its workers on time whatever the cause; "
+        "`ride` keeps them while it can prove that no ZooKeeper quorum serves (a majority of "
+        "the members of zookeeper.servers, asked at once, say they serve nothing or refuse "
+        "the connection, and none that it serves), and fences otherwise; the list must name "
+        "every voting member once, and every nimbus must be given the same value",
     )
     supervisor_worker_stop_secs: float = Field(
         default=3.0,

@@ -54,6 +54,9 @@ class SchedulingSettings:
 
     supervisor_timeout_secs: float  # nimbus.supervisor.timeout.secs
     task_timeout_secs: float  # nimbus.task.timeout.secs
+    # supervisor.zookeeper.outage is ride: every silence restarts when the term resumes or
+    # the connection comes back, since a supervisor may have kept its workers meanwhile
+    blind_after_reconnect: bool = False
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,7 @@ class NimbusSettings:
             scheduling=SchedulingSettings(
                 supervisor_timeout_secs=conf.nimbus_supervisor_timeout_secs,
                 task_timeout_secs=conf.nimbus_task_timeout_secs,
+                blind_after_reconnect=conf.supervisor_zookeeper_outage == "ride",
             ),
             submit=SubmitSettings(
                 limits=package_limits(conf),

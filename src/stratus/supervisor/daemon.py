@@ -343,6 +343,7 @@ class Supervisor:
         self.publisher.start()
         if self.settings.ride_outages:
             watch = OutageWatch(
+                self.id,
                 self.settings.zk,
                 connected=lambda: self.session.connected,
                 on_proven=self.control.outage_proven,

@@ -10,7 +10,7 @@ move a pipeline without a quorum, and a leader that regains one waits a whole su
 timeout before judging anyone: the workers keep running through the outage. A supervisor cut
 off alone reaches no majority that says so, proves nothing, and fences on time::
 
-    watch = OutageWatch(settings.zk, connected=lambda: session.connected,
+    watch = OutageWatch("s1", settings.zk, connected=lambda: session.connected,
                         on_proven=loop.outage_proven, interval_secs=1.0)
     watch.start()
     watch.stop()
@@ -38,6 +38,7 @@ class OutageWatch:
 
     def __init__(
         self,
+        supervisor: str,
         zk: ZkSettings,
         *,
         connected: Callable[[], bool],
@@ -46,6 +47,7 @@ class OutageWatch:
         probe: Callable[[], QuorumProbe] | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
+        self._supervisor = supervisor
         self._connected = connected
         self._on_proven = on_proven
         self._interval = interval_secs
@@ -76,7 +78,7 @@ class OutageWatch:
         try:
             probe = self._probe()
         except Exception:  # an unsure probe proves nothing; the lease runs out on time
-            log.exception("event=zookeeper_outage_probe_failed")
+            log.exception("event=zookeeper_outage_probe_failed supervisor=%s", self._supervisor)
             return False
         proven = probe.proves_no_quorum()
         if proven:
@@ -84,7 +86,8 @@ class OutageWatch:
         if proven is not self._last_verdict:
             self._last_verdict = proven
             log.warning(
-                "event=zookeeper_outage_probe proven=%s members=%s action=%s",
+                "event=zookeeper_outage_probe supervisor=%s proven=%s members=%s action=%s",
+                self._supervisor,
                 str(proven).lower(),
                 probe.summary(),
                 "workers_keep_running" if proven else "lease_runs_out_on_time",

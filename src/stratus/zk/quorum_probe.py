@@ -1,18 +1,19 @@
 """Whether a ZooKeeper ensemble provably has no quorum: the proof of an outage.
 
 A process that cannot reach ZooKeeper cannot tell an outage of ZooKeeper from its own
-partition. It can ask the members themselves: a member outside a quorum answers ``srvr``
-with "not currently serving requests", and a member whose address refuses the connection
-has no process serving on it. When a majority of the ensemble answers so, no quorum served
-through the whole probe (majorities intersect: a quorum serving throughout would have had a
-member answer "serving"). Any quorum serving later formed after the probe began, so every
-client of it lost its connection after that moment::
+partition. It can ask the members themselves, all at once: a member outside a quorum answers
+``srvr`` with "not currently serving requests", and a member every address of which refuses
+the connection has no process serving on it. When a majority of the ensemble answers so, and
+no member answers that it serves, no quorum served at the moment of the asks (a quorum and
+the majority that answered would share a member). Any quorum serving later formed after the
+probe began, so every client of it lost its connection after that moment::
 
     probe = probe_quorum("zk1:2181,zk2:2181,zk3:2181/stratus", timeout=1.0)
     if probe.proves_no_quorum():
         ...  # nothing that needs ZooKeeper can have been done since the probe began
 
-The host list must name every voting member: a majority of a partial list proves nothing.
+The host list must name every voting member, once: a majority of a partial list (or of a
+list naming one member twice, or a name that stands for several members) proves nothing.
 A member that times out, or answers anything else (the word not whitelisted), is unknown,
 never "not serving": an unsure probe proves nothing.
 """
@@ -20,8 +21,10 @@ never "not serving": an unsure probe proves nothing.
 from __future__ import annotations
 
 import errno
+import socket
 import ssl
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -47,11 +50,13 @@ class QuorumProbe:
     members: Mapping[str, MemberState]
 
     def proves_no_quorum(self) -> bool:
-        """True when a majority of the members is surely outside any quorum."""
-        down = sum(
-            s in (MemberState.NOT_SERVING, MemberState.REFUSED) for s in self.members.values()
-        )
-        return bool(self.members) and 2 * down > len(self.members)
+        """True when a majority of the members is surely outside any quorum and none said
+        it serves."""
+        states = list(self.members.values())
+        if MemberState.SERVING in states:
+            return False
+        down = sum(state in (MemberState.NOT_SERVING, MemberState.REFUSED) for state in states)
+        return bool(states) and 2 * down > len(states)
 
     def summary(self) -> str:
         """``host:port=state`` for each member, for a log line."""
@@ -68,13 +73,27 @@ def member_state(
     tls: ssl.SSLContext | None = None,
     ask: Ask = four_letter_word,
 ) -> MemberState:
-    """What the member at ``host:port`` says of itself (asked over ``tls`` if given)."""
+    """What the member at ``host:port`` says of itself (asked over ``tls`` if given), at every
+    address its name has: refused only when every address refuses."""
     try:
-        answer = ask(host, port, "srvr", timeout, tls)
-    except ConnectionRefusedError:
-        return MemberState.REFUSED
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return MemberState.UNKNOWN
+    addresses = sorted({str(info[4][0]) for info in found})
+    states = {_address_state(address, port, timeout, tls, ask) for address in addresses}
+    if len(states) == 1:
+        return states.pop()
+    return MemberState.SERVING if MemberState.SERVING in states else MemberState.UNKNOWN
+
+
+def _address_state(
+    address: str, port: int, timeout: float, tls: ssl.SSLContext | None, ask: Ask
+) -> MemberState:
+    try:
+        answer = ask(address, port, "srvr", timeout, tls)
     except OSError as exc:
-        return MemberState.REFUSED if exc.errno == errno.ECONNREFUSED else MemberState.UNKNOWN
+        refused = isinstance(exc, ConnectionRefusedError) or exc.errno == errno.ECONNREFUSED
+        return MemberState.REFUSED if refused else MemberState.UNKNOWN
     if NOT_SERVING in answer:
         return MemberState.NOT_SERVING
     return MemberState.SERVING if SERVING_MARK in f"\n{answer}" else MemberState.UNKNOWN
@@ -86,9 +105,11 @@ def probe_quorum(
     tls: ssl.SSLContext | None = None,
     ask: Ask = four_letter_word,
 ) -> QuorumProbe:
-    """Ask every member of the connect string ``hosts`` (a chroot is ignored) once."""
+    """Ask every member of the connect string ``hosts`` (a chroot is ignored) once, all at
+    the same time."""
     servers, _chroot = collect_hosts(hosts)
-    members = {
-        f"{host}:{port}": member_state(host, port, timeout, tls, ask) for host, port in set(servers)
-    }
-    return QuorumProbe(members)
+    members = sorted(set(servers))
+    with ThreadPoolExecutor(max_workers=max(1, len(members))) as pool:
+        states = list(pool.map(lambda m: member_state(m[0], m[1], timeout, tls, ask), members))
+    answers = zip(members, states, strict=True)
+    return QuorumProbe({f"{host}:{port}": state for (host, port), state in answers})

@@ -90,6 +90,7 @@ class SchedulingDuty:
         self._registered = registered  # the supervisors' registrations, from the cluster view
         self._supervisor_timeout = settings.supervisor_timeout_secs
         self._task_timeout = settings.task_timeout_secs
+        self._blind_after_reconnect = settings.blind_after_reconnect
         self._wall = wall  # only for the assignments' timestamps
         self._liveness = Liveness(clock=clock)
         self._epoch: int | None = None  # the term the liveness memory belongs to
@@ -102,11 +103,14 @@ class SchedulingDuty:
         self._watched_since = connections()  # the count when the silences last restarted
 
     def term_began(self, _term: Leadership) -> None:
-        """A term was accepted, a new one or one that resumed after its connection came back:
-        the next round restarts every silence. While suspended this nimbus saw no heartbeat,
-        so a resumed term would otherwise take a ZooKeeper outage for the silence of every
-        supervisor and move every pipeline at its first round."""
-        self._epoch = None
+        """A term was accepted, a new one or one that resumed after its connection came back.
+        With supervisors that ride out outages (``blind_after_reconnect``) the next round
+        restarts every silence: while suspended this nimbus saw no heartbeat, and a
+        supervisor may have kept its workers through the outage on a proof that no quorum
+        served. Without, a resumed term keeps its silences: its supervisors fenced on time,
+        and a connection that keeps flapping must not stop every move."""
+        if self._blind_after_reconnect:
+            self._epoch = None
 
     def run(self, term: Leadership) -> Plan:
         """One round; the plan it applied (empty when nothing had to change)."""
@@ -154,10 +158,11 @@ class SchedulingDuty:
         return plan
 
     def _restart_after_a_reconnect(self, term: Leadership) -> None:
-        """The connection to ZooKeeper was down since the last round (whether or not the
-        term was suspended for it): every silence restarts, since nothing was watched."""
+        """With ``blind_after_reconnect``: the connection to ZooKeeper was down since the
+        last round (whether or not the term was suspended for it, as a term granted by a
+        zkfc is not): every silence restarts, since nothing was watched."""
         count = self._connections()
-        if count != self._watched_since:
+        if count != self._watched_since and self._blind_after_reconnect:
             self._watched_since = count
             self._liveness.reset()
             log.info(
