@@ -78,3 +78,11 @@ def test_a_late_or_older_proof_extends_nothing() -> None:
     assert not lease.outage_proven(probe_started=99.0, now=100.2)  # older than the write
     assert not lease.outage_proven(probe_started=101.0, now=107.0)  # answered too late
     assert lease.check(now=106.0)
+
+
+def test_a_proof_that_began_after_the_lease_ran_out_revives_nothing() -> None:
+    lease = Lease(timeout_secs=6.0)
+    lease.renewed(write_started=100.0, now=100.1)
+    # The loop stalled past the lease's end, so no check() fenced yet:
+    assert not lease.outage_proven(probe_started=106.5, now=107.0)
+    assert lease.check(now=107.0)

@@ -69,6 +69,8 @@ class Lease:
             return False
         if probe_started <= self._renewed_to or now - probe_started >= self.timeout_secs:
             return False
+        if probe_started >= self._renewed_to + self.timeout_secs:
+            return False  # the lease had run out before the probe began (a stalled loop)
         self._renewed_to = probe_started
         return True
 
