@@ -56,3 +56,38 @@ def test_a_probe_that_fails_proves_nothing(caplog) -> None:
     assert not watch_with(RuntimeError("boom"), proofs, Clock()).probe_once()
     assert proofs == []
     assert "event=zookeeper_outage_probe_failed" in caplog.text
+
+
+def test_a_list_that_does_not_name_every_voting_member_proves_nothing(caplog) -> None:
+    proofs: list[float] = []
+    watch = OutageWatch(
+        "s1",
+        ZkSettings("10.0.0.1:2181,10.0.0.2:2181"),
+        connected=lambda: False,
+        on_proven=proofs.append,
+        interval_secs=1.0,
+        probe=lambda: DOWN,
+        read_config=lambda: (
+            b"server.1=10.0.0.1:2888:3888\nserver.2=10.0.0.2:2888:3888\n"
+            b"server.3=10.0.0.3:2888:3888\n"
+        ),
+    )
+    assert watch.check_membership() is not None
+    assert not watch.probe_once() and proofs == []
+    assert "event=zookeeper_outage_ride_unavailable" in caplog.text
+
+
+def test_a_watch_that_never_saw_the_membership_proves_nothing() -> None:
+    proofs: list[float] = []
+    watch = OutageWatch(
+        "s1",
+        ZkSettings("127.0.0.1:2181"),
+        connected=lambda: False,
+        on_proven=proofs.append,
+        interval_secs=1.0,
+        probe=lambda: DOWN,
+        read_config=lambda: b"",
+    )
+    assert not watch.probe_once()  # started during the outage: nothing checked yet
+    assert watch.check_membership() is None
+    assert watch.probe_once() and len(proofs) == 1

@@ -12,9 +12,18 @@ import threading
 import pytest
 
 from stratus.zk.ensemble import ZooKeeperEnsemble
-from stratus.zk.quorum_probe import Ask, MemberState, QuorumProbe, member_state, probe_quorum
+from stratus.zk.quorum_probe import (
+    Ask,
+    MemberState,
+    QuorumProbe,
+    ensemble_config,
+    member_state,
+    membership_mismatch,
+    probe_quorum,
+    voting_members,
+)
 from stratus.zk.server import ZooKeeperServer
-from tests.zkfixtures import wait_until
+from tests.zkfixtures import kazoo_client, wait_until
 
 SERVING = "Zookeeper version: 3.9.5\nLatency min/avg/max: 0/0.0/0\nZxid: 0x2\nMode: follower\n"
 NOT_SERVING = "This ZooKeeper instance is not currently serving requests\n"
@@ -127,3 +136,64 @@ def test_an_ensemble_proves_its_outage_only_once_its_quorum_is_lost(zk_ensemble)
     assert lost.proves_no_quorum(), lost.summary()
     assert MemberState.NOT_SERVING in lost.members.values()
     assert list(lost.members.values()).count(MemberState.REFUSED) == 2
+
+
+CONFIG = (
+    b"server.1=10.0.0.1:2888:3888:participant;0.0.0.0:2181\n"
+    b"server.2=10.0.0.2:2888:3888\n"
+    b"server.3=[fd00::3]:2888:3888:participant\n"
+    b"server.4=10.0.0.4:2888:3888:observer\n"
+    b"version=100000000"
+)
+
+
+def test_the_voting_members_are_read_from_the_ensembles_config() -> None:
+    assert voting_members(CONFIG) == ["10.0.0.1", "10.0.0.2", "fd00::3"]
+    assert voting_members(b"") == []
+
+
+@pytest.mark.parametrize(
+    ("hosts", "why"),
+    [
+        ("10.0.0.1:2181,10.0.0.2:2181,[fd00::3]:2181/stratus", None),
+        ("10.0.0.1:2181,10.0.0.2:2181", "2 servers listed for 3 voting members, each once"),
+        ("10.0.0.1:2181,10.0.0.1:2182,10.0.0.2:2181", "1 voting members not listed"),
+        ("10.0.0.1:2181,10.0.0.2:2181,10.0.0.4:2181", "10.0.0.4 names 0 voting members"),
+    ],
+)
+def test_a_probe_counts_only_if_the_list_names_every_voting_member_once(
+    hosts: str, why: str | None
+) -> None:
+    mismatch = membership_mismatch(hosts, CONFIG)
+    assert (mismatch is None) if why is None else (mismatch is not None and why in mismatch)
+
+
+def test_one_name_for_several_members_is_a_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    def resolve(host: str, *_args: object, **_kwargs: object) -> list[tuple[object, ...]]:
+        addresses = ["10.0.0.1", "10.0.0.2"] if host == "zk.service" else [host]
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, 0)) for a in addresses]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    config = b"server.1=10.0.0.1:2888:3888\nserver.2=10.0.0.2:2888:3888\n"
+    listed = "zk.service:2181,10.0.0.2:2181"
+    assert "zk.service names 2 voting members" in str(membership_mismatch(listed, config))
+
+
+def test_a_standalone_server_has_no_members_listed_and_one_server_matches() -> None:
+    assert membership_mismatch("127.0.0.1:2181", b"") is None
+    assert membership_mismatch("127.0.0.1:2181,127.0.0.2:2181", b"") is not None
+
+
+@pytest.mark.slow
+def test_the_config_is_read_outside_a_chroot_and_matches_the_ensembles_list(
+    zk_ensemble,
+) -> None:
+    ensemble: ZooKeeperEnsemble = zk_ensemble
+    with kazoo_client(ensemble.connect_string) as admin:
+        admin.ensure_path("/some/chroot")
+    with kazoo_client(ensemble.connect_string + "/some/chroot") as client:
+        config = ensemble_config(client, timeout=5.0)
+    assert len(voting_members(config)) == 3
+    assert membership_mismatch(ensemble.connect_string + "/some/chroot", config) is None
+    first_two = ",".join(ensemble.connect_string.split(",")[:2])
+    assert membership_mismatch(first_two, config) is not None

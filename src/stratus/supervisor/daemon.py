@@ -52,7 +52,7 @@ from stratus.supervisor.fence import Lease, LeaseState
 from stratus.supervisor.heartbeat_publisher import HeartbeatPublisher, HeartbeatRound
 from stratus.supervisor.launcher import WorkerLauncher
 from stratus.supervisor.metrics import SupervisorMetrics
-from stratus.supervisor.outage_watch import OutageWatch
+from stratus.supervisor.outage_watch import PROBE_TIMEOUT_SECS, OutageWatch
 from stratus.supervisor.registration import SupervisorRegistration
 from stratus.supervisor.requirements_env import RequirementEnvs
 from stratus.supervisor.settings import SupervisorSettings
@@ -62,6 +62,7 @@ from stratus.supervisor.worker_log import RunLog
 from stratus.supervisor.worker_process import WorkerPaths
 from stratus.worker.spec import WorkerSpec
 from stratus.zk.paths import ClusterPaths
+from stratus.zk.quorum_probe import ensemble_config
 from stratus.zk.session import SessionChange, SessionState, ZkSession
 from stratus.zk.watched import WatchedChildren
 
@@ -348,6 +349,7 @@ class Supervisor:
                 connected=lambda: self.session.connected,
                 on_proven=self.control.outage_proven,
                 interval_secs=self.settings.loop.heartbeat_secs,
+                read_config=lambda: ensemble_config(self.session.client, PROBE_TIMEOUT_SECS),
                 clock=self._clock,
             )
             watch.start()

@@ -8,7 +8,9 @@ themselves every heartbeat period while the session is disconnected
 the moment the probe began (``Lease.outage_proven``, through the control loop). Nobody can
 move a pipeline without a quorum, and a leader that regains one waits a whole supervisor
 timeout before judging anyone: the workers keep running through the outage. A supervisor cut
-off alone reaches no majority that says so, proves nothing, and fences on time::
+off alone reaches no majority that says so, proves nothing, and fences on time. While
+connected, the watch checks that ``zookeeper.servers`` names every voting member of
+the ensemble's configuration once; until it has, no probe proves anything::
 
     watch = OutageWatch("s1", settings.zk, connected=lambda: session.connected,
                         on_proven=loop.outage_proven, interval_secs=1.0)
@@ -24,7 +26,7 @@ import time
 from collections.abc import Callable
 
 from stratus.api.clock import Clock
-from stratus.zk.quorum_probe import QuorumProbe, probe_quorum
+from stratus.zk.quorum_probe import QuorumProbe, membership_mismatch, probe_quorum
 from stratus.zk.session import ZkSettings
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,7 @@ class OutageWatch:
         connected: Callable[[], bool],
         on_proven: Callable[[float], None],
         interval_secs: float,
+        read_config: Callable[[], bytes] | None = None,
         probe: Callable[[], QuorumProbe] | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
@@ -56,6 +59,10 @@ class OutageWatch:
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="outage-watch", daemon=True)
         self._last_verdict: bool | None = None  # for logging changes only
+        self._hosts = zk.hosts
+        self._read_config = read_config  # /zookeeper/config, read while connected
+        # Why a probe would prove nothing (None: it may); unchecked means nothing is proven.
+        self._mismatch: str | None = None if read_config is None else "not checked yet"
 
     def start(self) -> None:
         self._thread.start()
@@ -69,8 +76,33 @@ class OutageWatch:
         while not self._stopped.wait(self._interval):
             if self._connected():
                 self._last_verdict = None
+                self.check_membership()
                 continue
             self.probe_once()
+
+    def check_membership(self) -> str | None:
+        """While connected: does ``zookeeper.servers`` name every voting member once? Why
+        not (a probe of it would prove nothing), or None."""
+        if self._read_config is None:
+            self._mismatch = None
+            return None
+        try:
+            config = self._read_config()
+        except Exception as exc:  # the connection just dropped, say: the last verdict stands
+            log.debug(
+                "event=zookeeper_membership_unread supervisor=%s error=%r", self._supervisor, exc
+            )
+            return self._mismatch
+        mismatch = membership_mismatch(self._hosts, config)
+        if mismatch != self._mismatch and mismatch is not None:
+            log.warning(
+                "event=zookeeper_outage_ride_unavailable supervisor=%s reason=%r "
+                "action=fence_on_outages",
+                self._supervisor,
+                mismatch,
+            )
+        self._mismatch = mismatch
+        return mismatch
 
     def probe_once(self) -> bool:
         """Probe now; report a proof to ``on_proven`` with the probe's start. Whether it was."""
@@ -80,7 +112,7 @@ class OutageWatch:
         except Exception:  # an unsure probe proves nothing; the lease runs out on time
             log.exception("event=zookeeper_outage_probe_failed supervisor=%s", self._supervisor)
             return False
-        proven = probe.proves_no_quorum()
+        proven = probe.proves_no_quorum() and self._mismatch is None
         if proven:
             self._on_proven(started)
         if proven is not self._last_verdict:

@@ -28,12 +28,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 
+from kazoo.client import KazooClient
 from kazoo.hosts import collect_hosts
+from kazoo.protocol.serialization import GetData
 
 from stratus.zk.fourletter import four_letter_word
 
 NOT_SERVING = "not currently serving requests"
 SERVING_MARK = "\nMode: "
+ENSEMBLE_CONFIG = "/zookeeper/config"  # the voting members, readable by anyone
 
 
 class MemberState(StrEnum):
@@ -113,3 +116,61 @@ def probe_quorum(
         states = list(pool.map(lambda m: member_state(m[0], m[1], timeout, tls, ask), members))
     answers = zip(members, states, strict=True)
     return QuorumProbe({f"{host}:{port}": state for (host, port), state in answers})
+
+
+def voting_members(config: bytes) -> list[str]:
+    """The hosts of the voting members in ZooKeeper's ``/zookeeper/config`` (its
+    ``server.N=host:quorum:election[:role][;client]`` lines; observers left out)."""
+    hosts = []
+    for line in config.decode("utf-8", errors="replace").splitlines():
+        key, _, value = line.partition("=")
+        if not key.startswith("server.") or not value:
+            continue
+        fields = value.partition(";")[0].split(":")  # host:quorum:election[:role]
+        role = fields.pop() if fields[-1].isalpha() else "participant"
+        if role == "participant":
+            hosts.append(":".join(fields[:-2]).strip("[]"))
+    return hosts
+
+
+def membership_mismatch(hosts: str, config: bytes) -> str | None:
+    """Why the connect string ``hosts`` does not name every voting member of ``config``
+    (``/zookeeper/config``) once, so that a probe of it proves nothing; None when it does.
+
+    Members are told apart by address: a listed name that stands for several members'
+    addresses (one name for the ensemble) is refused. Members sharing one address (an
+    ensemble on one host) can be checked by their count only. A standalone server has an
+    empty config: the string must then name one server.
+    """
+    servers = collect_hosts(hosts)[0]
+    listed = {(frozenset(_addresses(host)), port): host for host, port in servers}
+    members = [_addresses(host) for host in voting_members(config)]
+    if not members:
+        return None if len(listed) == 1 else f"{len(listed)} servers listed, 1 serves"
+    if len(listed) != len(members):
+        return f"{len(listed)} servers listed for {len(members)} voting members, each once"
+    covered: set[int] = set()
+    for (addresses, _port), host in listed.items():
+        hits = [i for i, member in enumerate(members) if member & addresses]
+        if not hits or len({frozenset(members[i]) for i in hits}) > 1:
+            return f"{host} names {len(hits)} voting members"
+        covered.update(hits)
+    if len(covered) != len(members):
+        return f"{len(members) - len(covered)} voting members not listed"
+    return None
+
+
+def _addresses(host: str) -> set[str]:
+    try:
+        return {str(info[4][0]) for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+    except OSError:
+        return {host}
+
+
+def ensemble_config(client: KazooClient, timeout: float) -> bytes:
+    """``/zookeeper/config`` read outside the client's chroot, where ZooKeeper keeps it (kazoo
+    prefixes every path with the chroot, so the request is sent as kazoo's own calls are)."""
+    result = client.handler.async_result()
+    client._call(GetData(ENSEMBLE_CONFIG, None), result)
+    data, _stat = result.get(timeout=timeout)
+    return bytes(data or b"")
