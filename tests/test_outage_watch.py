@@ -19,7 +19,17 @@ class Clock:
         return self.now
 
 
-def watch_with(probe: object, proofs: list[float], clock: Clock) -> OutageWatch:
+def watch_with(
+    probe: object,
+    proofs: list[float],
+    clock: Clock,
+    *,
+    hosts: str = "127.0.0.1:1",
+    config: bytes | None = None,
+) -> OutageWatch:
+    """A watch whose probe answers ``probe`` (or raises it); with ``config``, the ensemble's
+    membership it checks ``hosts`` against."""
+
     def run_probe() -> QuorumProbe:
         clock.now += 1.5  # the probe takes time: the proof counts from its start
         if isinstance(probe, Exception):
@@ -29,10 +39,11 @@ def watch_with(probe: object, proofs: list[float], clock: Clock) -> OutageWatch:
 
     return OutageWatch(
         "s1",
-        ZkSettings("127.0.0.1:1"),
+        ZkSettings(hosts),
         connected=lambda: False,
         on_proven=proofs.append,
         interval_secs=1.0,
+        read_config=None if config is None else lambda: config,
         probe=run_probe,
         clock=clock,
     )
@@ -60,18 +71,10 @@ def test_a_probe_that_fails_proves_nothing(caplog) -> None:
 
 def test_a_list_that_does_not_name_every_voting_member_proves_nothing(caplog) -> None:
     proofs: list[float] = []
-    watch = OutageWatch(
-        "s1",
-        ZkSettings("10.0.0.1:2181,10.0.0.2:2181"),
-        connected=lambda: False,
-        on_proven=proofs.append,
-        interval_secs=1.0,
-        probe=lambda: DOWN,
-        read_config=lambda: (
-            b"server.1=10.0.0.1:2888:3888\nserver.2=10.0.0.2:2888:3888\n"
-            b"server.3=10.0.0.3:2888:3888\n"
-        ),
+    config = (
+        b"server.1=10.0.0.1:2888:3888\nserver.2=10.0.0.2:2888:3888\nserver.3=10.0.0.3:2888:3888\n"
     )
+    watch = watch_with(DOWN, proofs, Clock(), hosts="10.0.0.1:2181,10.0.0.2:2181", config=config)
     assert watch.check_membership() is not None
     assert not watch.probe_once() and proofs == []
     assert "event=zookeeper_outage_ride_unavailable" in caplog.text
@@ -79,15 +82,7 @@ def test_a_list_that_does_not_name_every_voting_member_proves_nothing(caplog) ->
 
 def test_a_watch_that_never_saw_the_membership_proves_nothing() -> None:
     proofs: list[float] = []
-    watch = OutageWatch(
-        "s1",
-        ZkSettings("127.0.0.1:2181"),
-        connected=lambda: False,
-        on_proven=proofs.append,
-        interval_secs=1.0,
-        probe=lambda: DOWN,
-        read_config=lambda: b"",
-    )
+    watch = watch_with(DOWN, proofs, Clock(), hosts="127.0.0.1:2181", config=b"")
     assert not watch.probe_once()  # started during the outage: nothing checked yet
     assert watch.check_membership() is None
     assert watch.probe_once() and len(proofs) == 1

@@ -339,7 +339,6 @@ class Nimbus:
             on_observed=self.pipeline_metrics.observe,
             connections=lambda: self.session.connections,
         )
-        self._scheduling = scheduling
         duties = DutyRound(
             [
                 self.removal,
@@ -389,10 +388,8 @@ class Nimbus:
         return self._package_server.serving if self._package_server is not None else None
 
     def _term_began(self, term: Leadership) -> None:
-        """A term accepted (new or resumed): count it, restart the scheduling's silences,
-        record it in the history, observe its failover."""
+        """A term accepted: count it, record it in the history, observe its failover."""
         self.metrics.leadership_gained.inc()
-        self._scheduling.term_began(term)
         record = self.terms.began(term, self.address)
         if record is not None and record.failover_secs is not None:
             self.metrics.failover.observe(record.failover_secs)

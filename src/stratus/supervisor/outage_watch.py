@@ -32,6 +32,7 @@ from stratus.zk.session import ZkSettings
 log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_SECS = 1.0  # per member; a member slower than this is unknown
+MEMBERSHIP_CHECK_SECS = 60.0  # while connected, the ensemble's membership is read this often
 
 
 class OutageWatch:
@@ -63,6 +64,7 @@ class OutageWatch:
         self._read_config = read_config  # /zookeeper/config, read while connected
         # Why a probe would prove nothing (None: it may); unchecked means nothing is proven.
         self._mismatch: str | None = None if read_config is None else "not checked yet"
+        self._checked_at: float | None = None  # the last read of the membership
 
     def start(self) -> None:
         self._thread.start()
@@ -70,13 +72,19 @@ class OutageWatch:
     def stop(self) -> None:
         self._stopped.set()
         if self._thread.is_alive():
-            self._thread.join(timeout=self._interval + 5 * PROBE_TIMEOUT_SECS)
+            # A wait, then one probe (every member at once) or one read of the membership:
+            self._thread.join(timeout=self._interval + 2 * PROBE_TIMEOUT_SECS)
 
     def _run(self) -> None:
         while not self._stopped.wait(self._interval):
             if self._connected():
                 self._last_verdict = None
-                self.check_membership()
+                due = (
+                    self._checked_at is None
+                    or self._clock() >= self._checked_at + MEMBERSHIP_CHECK_SECS
+                )
+                if due:
+                    self.check_membership()
                 continue
             self.probe_once()
 
@@ -93,6 +101,7 @@ class OutageWatch:
                 "event=zookeeper_membership_unread supervisor=%s error=%r", self._supervisor, exc
             )
             return self._mismatch
+        self._checked_at = self._clock()
         mismatch = membership_mismatch(self._hosts, config)
         if mismatch != self._mismatch and mismatch is not None:
             log.warning(
@@ -105,14 +114,18 @@ class OutageWatch:
         return mismatch
 
     def probe_once(self) -> bool:
-        """Probe now; report a proof to ``on_proven`` with the probe's start. Whether it was."""
+        """Probe now; report a proof to ``on_proven`` with the probe's start. Whether it was.
+        With a server list that was not (or could not be) checked, nothing can be proven,
+        and the members are not asked."""
+        if self._mismatch is not None:
+            return False
         started = self._clock()
         try:
             probe = self._probe()
         except Exception:  # an unsure probe proves nothing; the lease runs out on time
             log.exception("event=zookeeper_outage_probe_failed supervisor=%s", self._supervisor)
             return False
-        proven = probe.proves_no_quorum() and self._mismatch is None
+        proven = probe.proves_no_quorum()
         if proven:
             self._on_proven(started)
         if proven is not self._last_verdict:

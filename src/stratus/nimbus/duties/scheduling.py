@@ -98,31 +98,20 @@ class SchedulingDuty:
         self._on_observed = on_observed  # what the round saw (the per-pipeline metrics)
         self._clock = clock
         self._blind = False  # the last read of the heartbeats failed
-        self._read_began = clock()  # when this round's read of the heartbeats began
         self._connections = connections  # the session's count of connections (ZkSession)
         self._watched_since = connections()  # the count when the silences last restarted
-
-    def term_began(self, _term: Leadership) -> None:
-        """A term was accepted, a new one or one that resumed after its connection came back.
-        With supervisors that ride out outages (``blind_after_reconnect``) the next round
-        restarts every silence: while suspended this nimbus saw no heartbeat, and a
-        supervisor may have kept its workers through the outage on a proof that no quorum
-        served. Without, a resumed term keeps its silences: its supervisors fenced on time,
-        and a connection that keeps flapping must not stop every move."""
-        if self._blind_after_reconnect:
-            self._epoch = None
 
     def run(self, term: Leadership) -> Plan:
         """One round; the plan it applied (empty when nothing had to change)."""
         registered = self._registered()
         if term.epoch != self._epoch:
-            self._liveness.reset()  # a term (re)gained judges nothing dead before its timeout
+            self._liveness.reset()  # a new term judges nothing dead before its own timeout
             self._epoch = term.epoch
         pipelines = self._ops.read_all()
         current = self._assignments.read_all()
         assignments = {name: assignment for name, (assignment, _) in current.items()}
         self._restart_after_a_reconnect(term)
-        self._read_began = self._clock()  # silences are judged at this moment, not later
+        read_began = self._clock()  # silences are judged at this moment, not later
         heartbeats = self._read_heartbeats(term)
         if heartbeats is None:
             return Plan(assign={}, unassign=[], moved={})  # nothing judged, nothing moved
@@ -130,9 +119,9 @@ class SchedulingDuty:
         self._observe(assignments, workers, supervisors)
         pipelines.update(self._record_outcomes(term, pipelines, assignments, workers))
         self._on_observed(self._observed(term, pipelines, assignments, workers))
-        dead = self._dead(registered, supervisors, assignments)
+        dead = self._dead(registered, supervisors, assignments, read_began)
         known = set(registered) | set(supervisors) | {a.supervisor for a in assignments.values()}
-        timed_out = self._timed_out(assignments, workers, known - dead)
+        timed_out = self._timed_out(assignments, workers, known - dead, read_began)
         if not heartbeats.complete:
             dead, timed_out = self._unknown_spared(term, dead, timed_out, heartbeats, assignments)
         keep_on = known - dead
@@ -158,9 +147,12 @@ class SchedulingDuty:
         return plan
 
     def _restart_after_a_reconnect(self, term: Leadership) -> None:
-        """With ``blind_after_reconnect``: the connection to ZooKeeper was down since the
-        last round (whether or not the term was suspended for it, as a term granted by a
-        zkfc is not): every silence restarts, since nothing was watched."""
+        """With ``blind_after_reconnect`` (supervisors that ride out outages): the connection
+        to ZooKeeper was down since the last round, whether its term was suspended and
+        resumed for it or not (a term granted by a zkfc is not): every silence restarts,
+        since nothing was watched and a supervisor may have kept its workers on a proof that
+        no quorum served. Without, silences run on: supervisors fenced on time, and a
+        connection that keeps flapping must not stop every move."""
         count = self._connections()
         if count != self._watched_since and self._blind_after_reconnect:
             self._watched_since = count
@@ -261,30 +253,32 @@ class SchedulingDuty:
         registered: Mapping[str, SupervisorSummary],
         supervisors: Mapping[str, SupervisorHeartbeat],
         assignments: Mapping[str, Assignment],
+        judged_at: float,
     ) -> set[str]:
-        """Supervisors silent past the timeout, or gone after a clean stop."""
+        """Supervisors silent past the timeout at ``judged_at``, or gone after a clean stop."""
         known = set(registered) | set(supervisors) | {a.supervisor for a in assignments.values()}
         dead = set()
         for sid in known:
-            silent = self._liveness.silent_for(_supervisor_key(sid), at=self._read_began)
+            silent = self._liveness.silent_for(_supervisor_key(sid), at=judged_at)
             left = sid not in registered and _stopping(supervisors.get(sid))
             if left or silent > self._supervisor_timeout:
                 dead.add(sid)
         return dead
 
     def _timed_out(
-        self, assignments: Mapping[str, Assignment], workers: Workers, keep_on: set[str]
+        self,
+        assignments: Mapping[str, Assignment],
+        workers: Workers,
+        keep_on: set[str],
+        judged_at: float,
     ) -> set[str]:
-        """Pipelines whose worker, on a supervisor still alive, fell silent."""
+        """Pipelines whose worker, on a supervisor still alive, fell silent (at ``judged_at``)."""
         silent = set()
         for name, assignment in assignments.items():
             beat = _current_beat(assignment, workers)
             if assignment.supervisor not in keep_on or (beat is not None and beat.state.final):
                 continue
-            if (
-                self._liveness.silent_for(_worker_key(name), at=self._read_began)
-                > self._task_timeout
-            ):
+            if self._liveness.silent_for(_worker_key(name), at=judged_at) > self._task_timeout:
                 silent.add(name)
         return silent
 
