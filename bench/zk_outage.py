@@ -27,7 +27,6 @@ The exit code is 0 even when a target is missed; 1 only when the benchmark could
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import shutil
 import signal
@@ -58,6 +57,7 @@ from stratus.errors import StratusError
 from stratus.local.cluster import LocalCluster
 from stratus.local.examples_io import Feeder
 from stratus.local.user_settings import UserSettings
+from stratus.process import live_in_group
 
 POLICIES = {"ride": ("ride",), "fence": ("fence",), "both": ("ride", "fence")}
 RETURN_WAIT_SECS = 180.0  # ZooKeeper back → a new batch seen: a cold restart under load
@@ -76,16 +76,6 @@ class Outage:
     seen_after_secs: float  # ZooKeeper back → the first heartbeat showing a new batch
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def one_outage(
     cluster: LocalCluster, client: NimbusClient, pipeline: str, secs: float, policy: str
 ) -> Outage:
@@ -97,7 +87,7 @@ def one_outage(
     cluster.zookeeper.stop()
     down_until = time.monotonic() + secs
     while time.monotonic() < down_until:  # the outage itself: its length is the experiment
-        stopped = stopped or not alive(before.pid)
+        stopped = stopped or not live_in_group(before.pid)  # the worker leads its group
         time.sleep(POLL_SECS)
     cluster.zookeeper.start()
     back = time.monotonic()
