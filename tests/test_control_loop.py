@@ -14,6 +14,7 @@ from stratus.supervisor.managed_worker import Phase
 from stratus.supervisor.reconcile import Held
 from stratus.supervisor.settings import LoopSettings
 from stratus.supervisor.worker_process import WorkerPaths
+from stratus.worker.lease_file import read_lease
 from tests.supervisor_fakes import (
     DIGEST,
     RESTART_SETTINGS,
@@ -25,7 +26,7 @@ from tests.supervisor_fakes import (
 
 
 def control_loop(
-    tmp_path: Path, clock: FakeClock, launcher: FakeLauncher
+    tmp_path: Path, clock: FakeClock, launcher: FakeLauncher, lease_file: Path | None = None
 ) -> tuple[ControlLoop, list[HeartbeatRound], list[str]]:
     rounds: list[HeartbeatRound] = []
     reads: list[str] = []
@@ -38,6 +39,7 @@ def control_loop(
         settings=LoopSettings(heartbeat_secs=1.0, restart=RESTART_SETTINGS, timeouts=TIMEOUTS),
         request_read=lambda: reads.append("read"),
         offer=rounds.append,
+        lease_file=lease_file,
         clock=clock,
         wall=clock,
     )
@@ -116,3 +118,20 @@ def test_a_slot_freed_asks_for_a_read_for_the_pipelines_that_wait(tmp_path) -> N
 
 
 # ---------------------------------------------------------------------- the code cache
+
+
+def test_the_lease_is_handed_to_the_workers_before_they_start_and_its_lapse_too(tmp_path) -> None:
+    clock, launcher = FakeClock(100.0), FakeLauncher(tmp_path)
+    lease_file = tmp_path / "lease"
+    loop, _, _ = control_loop(tmp_path, clock, launcher, lease_file)
+    feed(loop)
+    assert read_lease(lease_file) == 0.0  # not held: a worker would stop at once
+    feed(loop, HeartbeatWritten(100.0), AssignmentsRead(100.1, {"etl": assignment()}))
+    assert len(launcher.processes) == 1
+    assert read_lease(lease_file) == 106.0  # the write's start plus the fence timeout
+    clock.advance(1.0)
+    feed(loop, HeartbeatWritten(101.0))
+    assert read_lease(lease_file) == 107.0
+    clock.advance(6.0)  # no heartbeat written since
+    feed(loop)
+    assert read_lease(lease_file) == 0.0

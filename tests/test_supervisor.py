@@ -14,7 +14,9 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import stat
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -38,11 +40,14 @@ from stratus.codedist.shared_fs import SharedStorageDistributor
 from stratus.codedist.transfer.check import hash_file
 from stratus.config import StratusConfig, load_config
 from stratus.local.processes import SupervisorProcess
+from stratus.process import ProcessGroup
 from stratus.state.errors import StateStoreUnavailableError
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore
 from stratus.supervisor.daemon import Supervisor
 from stratus.supervisor.errors import DuplicateSupervisorError
+from stratus.supervisor.worker_process import WorkerPaths
+from stratus.worker.spec import read_heartbeat
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import nimbus_cluster
 from tests.package_factory import package_files, valid_package
@@ -76,12 +81,15 @@ import json, os, signal, sys, threading, time
 from pathlib import Path
 
 from stratus.api.records import WorkerHeartbeat, WorkerState
+from stratus.worker.lease_file import LeaseWatch
 from stratus.worker.spec import WorkerSpec, write_heartbeat
 
 spec = WorkerSpec.read(Path(sys.argv[1]))
 mode = str(spec.conf.get("spark.test.mode", "run"))
 stop = threading.Event()
 started = time.time()
+if spec.lease_path is not None:  # as the real worker: it stops once the lease has ended
+    LeaseWatch(spec.lease_path, on_lapsed=lambda reason: stop.set()).start()
 
 
 def beat(state, error=None):
@@ -157,6 +165,10 @@ class Cluster:
         (tmp_path / "fake_worker.py").write_text(FAKE_WORKER)
 
     def conf(self, supervisor: str = "s1", **extra: Any) -> StratusConfig:
+        return load_config(overrides=self.overrides(supervisor, **extra), environ={})
+
+    def overrides(self, supervisor: str = "s1", **extra: Any) -> list[str]:
+        """The configuration of ``conf`` as ``key=value`` overrides."""
         values = {
             **FAST,
             "zookeeper.servers": self.hosts,
@@ -167,7 +179,7 @@ class Cluster:
             "supervisor.local.dir": str(self.tmp_path / supervisor),
             **extra,
         }
-        return load_config(overrides=[f"{k}={v}" for k, v in values.items()], environ={})
+        return [f"{k}={v}" for k, v in values.items()]
 
     def options(self, **extra: Any) -> list[str]:
         """Command-line options of a ``stratus supervisor`` process (id and slots aside)."""
@@ -302,6 +314,41 @@ def test_a_supervisor_killed_moments_ago_starts_again_under_its_id(cluster, tmp_
         assert summary is not None and summary.slots == 2
     finally:
         process.stop()
+
+
+SUPERVISOR_WITH_STAND_IN = """
+import sys, threading
+from stratus.config import load_config
+from stratus.supervisor.daemon import Supervisor
+
+conf = load_config(overrides=sys.argv[2:], environ={})
+Supervisor(conf, worker_command=[sys.executable, sys.argv[1]]).start()
+threading.Event().wait()
+"""
+
+
+def test_the_worker_of_a_frozen_supervisor_stops_itself_once_the_lease_ends(
+    cluster, tmp_path
+) -> None:
+    """A supervisor that does not run cannot fence; its worker watches the lease it was
+    handed and stops itself on the fence's timeline, while the supervisor is still frozen."""
+    script = tmp_path / "supervisor_with_stand_in.py"
+    script.write_text(SUPERVISOR_WITH_STAND_IN)
+    argv = [sys.executable, str(script), cluster.worker_command[1], *cluster.overrides()]
+    with (tmp_path / "supervisor.log").open("ab") as log:
+        supervisor = ProcessGroup.start(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        cluster.assign(cluster.code.upload("etl"))
+        beat = cluster.wait_for_worker(WorkerState.RUNNING)
+        assert beat.pid is not None
+        supervisor.signal(signal.SIGSTOP)  # its worker runs in a process group of its own
+        wait_until(lambda: process_gone(beat.pid), 20, "the worker to stop itself")
+        assert "\nState:\tT" in Path(f"/proc/{supervisor.pid}/status").read_text()
+        last = read_heartbeat(WorkerPaths.of(tmp_path / "s1", "etl").heartbeat)
+        assert last is not None and last.state is WorkerState.STOPPED
+    finally:
+        supervisor.signal(signal.SIGCONT)
+        supervisor.kill()
 
 
 # ---------------------------------------------------------------------- assignments

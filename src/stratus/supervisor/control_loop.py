@@ -24,6 +24,7 @@ import queue
 import time
 from collections.abc import Callable, Set
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from stratus.api.clock import Clock
@@ -43,6 +44,7 @@ from stratus.supervisor.reconcile import (
 from stratus.supervisor.restart_policy import RestartPolicy
 from stratus.supervisor.settings import LoopSettings
 from stratus.supervisor.worker_process import WorkerPaths
+from stratus.worker.lease_file import write_lease
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +107,7 @@ class ControlLoop:
         request_read: Callable[[], None],
         offer: Callable[[HeartbeatRound], None],
         warm: WarmKeeper | None = None,
+        lease_file: Path | None = None,
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
     ) -> None:
@@ -119,6 +122,9 @@ class ControlLoop:
         self._warm = warm
         self._clock = clock
         self._wall = wall
+        self._lease_file = lease_file
+        self._handed: float | None = None  # the lease's end last written to lease_file
+        self._hand_failed = False
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self.workers: dict[str, ManagedWorker] = {}
         self._seen_epochs: dict[str, int] = {}
@@ -158,6 +164,7 @@ class ControlLoop:
         now = self._clock()
         if self._lease.check(now):
             self._fence()
+        self._hand_lease()
         if now >= self._next_read:
             self._next_read = now + self._settings.reconcile_secs
             self._request_read()
@@ -168,6 +175,25 @@ class ControlLoop:
         if self._warm is not None and not self._shutting_down:
             self._warm.keep(self.free_for_warm())
         self._offer(self.heartbeat_round())
+
+    def _hand_lease(self) -> None:
+        """Write the lease's end to ``lease_file`` when it changed, before any worker starts:
+        the workers stop themselves once it has passed (``stratus.worker.lease_file``), so a
+        supervisor that stops running cannot leave them running past its lease."""
+        if self._lease_file is None:
+            return
+        until = self._lease.ends_at() or 0.0
+        if until == self._handed:
+            return
+        try:
+            write_lease(self._lease_file, until)
+        except OSError as exc:  # the workers see no newer lease and stop: safe, and loud
+            if not self._hand_failed:
+                log.error("event=lease_file_not_written path=%s error=%r", self._lease_file, exc)
+            self._hand_failed = True
+            return
+        self._handed = until
+        self._hand_failed = False
 
     def free_for_warm(self) -> int:
         """How many warm workers fit: slots whose pipeline has no process (a pipeline about

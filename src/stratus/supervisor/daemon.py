@@ -309,6 +309,7 @@ class Supervisor:
             request_read=self._request_read,
             offer=self._offer,
             warm=warm,
+            lease_file=settings.spec.lease_path,
             clock=self._clock,
             wall=self._wall,
         )

@@ -82,6 +82,12 @@ class Lease:
         self.fences += 1
         return True
 
+    def ends_at(self) -> float | None:
+        """When the held lease lapses unless renewed (the clock's time), or None if not held."""
+        if self.state is not LeaseState.HELD or self._renewed_to is None:
+            return None
+        return self._renewed_to + self.timeout_secs
+
     def remaining(self, now: float) -> float:
         """Seconds left before the lease lapses (0 when not held)."""
         if self.state is not LeaseState.HELD or self._renewed_to is None:

@@ -42,6 +42,7 @@ from stratus.state.factory import StateStoreSettings
 from stratus.supervisor.errors import SupervisorStartError
 from stratus.supervisor.worker_log import LogSettings
 from stratus.web.bounds import HttpBounds
+from stratus.worker.lease_file import LEASE_FILE
 from stratus.zk.session import ZkSettings
 
 SUPERVISOR_ID = re.compile(SUPERVISOR_ID_PATTERN)  # as supervisor.id is checked at load
@@ -94,6 +95,7 @@ class SpecSettings:
     env_names: frozenset[str] = frozenset()  # supervisor.worker.env: passed beyond the allow-list
     log: DaemonLogSettings = field(default_factory=DaemonLogSettings)  # log.*: workers log alike
     history: HistorySettings = field(default_factory=HistorySettings)  # history.file: alike
+    lease_path: Path | None = None  # where the supervisor hands its lease to its workers
 
 
 @dataclass(frozen=True)
@@ -175,14 +177,15 @@ class SupervisorSettings:
             stop_secs=conf.supervisor_worker_stop_secs,
             hang_secs=conf.supervisor_worker_timeout_secs,
         )
+        local_dir = Path(
+            conf.supervisor_local_dir
+            or Path(tempfile.gettempdir()) / f"stratus-supervisor-{supervisor_id}"
+        )
         return cls(
             id=supervisor_id,
             host=host,
             slots=conf.supervisor_slots,
-            local_dir=Path(
-                conf.supervisor_local_dir
-                or Path(tempfile.gettempdir()) / f"stratus-supervisor-{supervisor_id}"
-            ),
+            local_dir=local_dir,
             fence_timeout_secs=conf.supervisor_fence_timeout_secs,
             ride_outages=conf.supervisor_zookeeper_outage == "ride",
             zk=zk_settings(conf),
@@ -204,6 +207,7 @@ class SupervisorSettings:
                 env_names=frozenset(conf.supervisor_worker_env),
                 log=log_settings(conf),
                 history=history_settings(conf),
+                lease_path=local_dir / LEASE_FILE,
             ),
             code=CodeSettings(
                 distributor=distributor_settings(conf),

@@ -136,6 +136,7 @@ def build_spec(
         log_level=logging.getLevelName(settings.log.level),
         log_format=settings.log.format,
         history_file=settings.history.file,
+        lease_path=settings.lease_path,
     )
 
 

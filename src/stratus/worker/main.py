@@ -6,9 +6,11 @@ own, stdin a pipe it holds. The worker:
 1. writes a STARTING heartbeat at once, then one every ``heartbeat_interval_secs`` from a
    thread of its own (a slow Spark start still heartbeats), and one at every change;
 2. runs the pipeline in ``work_dir``: an app (``spark_app``) or an sdp project (``sdp_run``);
-3. stops on SIGTERM (or SIGINT), or on EOF on stdin (its supervisor is gone: it must not
-   outlive it): streaming queries stop with their checkpoints kept, an sdp run's process
-   group is taken down, Spark stops. A stop while STARTING (Spark still starting, nothing
+3. stops on SIGTERM (or SIGINT), on EOF on stdin (its supervisor is gone: it must not
+   outlive it), or once its supervisor's lease has ended unrenewed (``lease_file``: a
+   supervisor frozen or stalled cannot fence its workers, so they fence themselves):
+   streaming queries stop with their checkpoints kept, an sdp run's process group is taken
+   down, Spark stops. A stop while STARTING (Spark still starting, nothing
    ran) exits at once. A run that has not ended ``stop_grace_secs`` after the request is
    abandoned: the STOPPED heartbeat is written, the rest of the worker's process group (its
    JVM) is SIGKILLed and the process exits. Either way the pipes
@@ -46,6 +48,7 @@ from pyspark.sql import SparkSession
 from stratus.logs import configure_daemon_logging
 from stratus.process import kill_others_in_group
 from stratus.worker.heartbeat_file import HeartbeatReporter
+from stratus.worker.lease_file import LeaseWatch
 from stratus.worker.outcome import OK_EXIT, USAGE_EXIT, Outcome
 from stratus.worker.run_history import WorkerHistory
 from stratus.worker.sdp_run import run_sdp
@@ -88,6 +91,8 @@ def run_worker(
         stop.watch(stdin_fd)
     stop.on_request(lambda: _exit_now_if_starting(reporter, history))
     stop.on_request(lambda: _exit_after_grace(reporter, history, spec.stop_grace_secs))
+    if spec.lease_path is not None:
+        LeaseWatch(spec.lease_path, on_lapsed=stop.request).start()
     log.info(
         "event=worker_started generation=%d kind=%s master=%s pid=%d",
         spec.generation,

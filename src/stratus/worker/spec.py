@@ -87,6 +87,12 @@ class WorkerSpec(BaseModel):
         description="the supervisor's history.file: where the worker records its starts, "
         "stops and batches (None: nowhere)",
     )
+    lease_path: Path | None = Field(
+        default=None,
+        description="the file where the supervisor records when its lease ends: the worker "
+        "stops itself once that has passed (stratus.worker.lease_file; None: no lease, a "
+        "worker run by hand)",
+    )
 
     def log_settings(self) -> LogSettings:
         """How the worker logs: as its supervisor does."""

@@ -1,0 +1,96 @@
+"""The supervisor's lease, handed to its workers through a file, so that they fence themselves.
+
+A supervisor stops its workers when its lease lapses (``stratus.supervisor.fence``), but a
+supervisor that does not run (SIGSTOP, a paused VM, a stalled machine) cannot stop anything,
+and the leader moves its pipelines all the same once it has been silent for the supervisor
+timeout. So the supervisor writes the moment its lease ends to one file, each time that moment
+changes, and every worker watches it: once that moment has passed without a newer one, the
+worker stops itself as if told to (its stop grace, then SIGKILL of its process group), on the
+same timeline as the supervisor's own fence::
+
+    write_lease(path, until=time.monotonic() + 6.0)   # the supervisor, at each renewal
+    watch = LeaseWatch(path, on_lapsed=stop.request)  # the worker
+    watch.start()
+
+The moment is on ``time.monotonic()``, one clock for every process of a Linux machine, and a
+worker always runs on its supervisor's machine. A file that is missing or unreadable is a
+lapsed lease: a worker never runs on a lease it cannot see.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from stratus.worker.spec import write_atomically
+
+log = logging.getLogger(__name__)
+
+LEASE_FILE = "lease"
+POLL_SECS = 0.2  # how often a worker looks: the supervisor's own loop ticks as often
+MAX_BYTES = 64
+
+
+def write_lease(path: Path, until: float) -> None:
+    """Record that the lease ends at ``until`` (``time.monotonic()``; 0: it has lapsed)."""
+    write_atomically(path, f"{until!r}\n".encode())
+
+
+def read_lease(path: Path) -> float | None:
+    """When the lease in ``path`` ends, or None if the file is missing or not a lease."""
+    try:
+        with path.open("rb") as file:
+            text = file.read(MAX_BYTES + 1)
+        if len(text) > MAX_BYTES:
+            return None
+        until = float(text.decode("ascii"))
+    except (OSError, ValueError):
+        return None
+    return until if math.isfinite(until) else None
+
+
+class LeaseWatch:
+    """A thread that calls ``on_lapsed(reason)`` once, when the lease in ``path`` has ended."""
+
+    def __init__(
+        self,
+        path: Path,
+        on_lapsed: Callable[[str], None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        poll_secs: float = POLL_SECS,
+    ) -> None:
+        self._path = path
+        self._on_lapsed = on_lapsed
+        self._clock = clock
+        self._poll_secs = poll_secs
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="lease-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def lapsed(self) -> str | None:
+        """Why the lease has ended now, or None while it holds."""
+        until = read_lease(self._path)
+        if until is None:
+            return f"the supervisor's lease file {self._path} is missing or unreadable"
+        late = self._clock() - until
+        if late < 0:
+            return None
+        return f"the supervisor's lease ended {late:.1f} s ago and was not renewed"
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._poll_secs):
+            reason = self.lapsed()
+            if reason is not None:
+                log.warning("event=worker_fenced reason=%r", reason)
+                self._on_lapsed(reason)
+                return
