@@ -9,7 +9,7 @@ counted, and the stretch without heartbeats is not counted as silence once they 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -35,6 +35,7 @@ from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.pacemaker_store import PacemakerStateStore
 from stratus.zk.paths import ClusterPaths
 from tests.pacemaker_process import PacemakerProcess
+from tests.tcp_proxy import TcpProxy
 from tests.zkfixtures import wait_until
 
 PATHS = ClusterPaths("/stratus")
@@ -52,19 +53,18 @@ class FakeClock:
 
 
 class Leader:
-    """The leader's scheduling duty on a real pacemaker; supervisors' beats written by hand."""
+    """The leader's scheduling duty on real pacemakers; supervisors' beats written by hand."""
 
-    def __init__(self, coordinator: Coordinator, pacemaker: PacemakerProcess) -> None:
+    pacemaker: PacemakerProcess  # the fixture's one pacemaker
+
+    def __init__(self, coordinator: Coordinator, servers: Sequence[tuple[str, int]]) -> None:
         client = coordinator.session.client
         for parent in PATHS.all_parents():
             client.ensure_path(parent)
-        self.pacemaker = pacemaker
         self.clock = FakeClock()
         self.ops = PipelineOps(client, PATHS, wall=lambda: 1.0)
         self.table = AssignmentTable(client, PATHS)
-        settings = PacemakerClientSettings(servers=(pacemaker.address,), timeout_secs=2.0)
-        pool = BlockingPacemakerPool(settings, call_timeout_secs=5.0)
-        self.board = HeartbeatBoard(PacemakerStateStore(pool))
+        self.board = HeartbeatBoard(PacemakerStateStore(pool_of(servers)))
         self.unknown: list[str] = []
         self.registered = {sid: SupervisorSummary(id=sid, slots=2) for sid in ("s1", "s2")}
         self.duty = SchedulingDuty(
@@ -75,8 +75,9 @@ class Leader:
         self.term = coordinator.nominate("nimbus", "leader", timeout=10)
         self.beats = 0
 
-    def beat(self, *sids: str) -> None:
-        """A period of each supervisor: its heartbeat and its workers'."""
+    def beat(self, *sids: str, board: HeartbeatBoard | None = None) -> None:
+        """A period of each supervisor: its heartbeat and its workers' (to ``board``, the
+        leader's pacemakers unless given)."""
         for sid in sids:
             self.beats += 1
             workers = [
@@ -93,7 +94,7 @@ class Leader:
                 if a.supervisor == sid
             ]
             beat = SupervisorHeartbeat(id=sid, time=float(self.beats), slots=2)
-            self.board.put_round(beat, workers)
+            (board or self.board).put_round(beat, workers)
 
     def round(self) -> Plan:
         return self.duty.run(self.term)
@@ -103,11 +104,17 @@ class Leader:
         return assignment.supervisor if assignment else None
 
 
+def pool_of(servers: Sequence[tuple[str, int]]) -> BlockingPacemakerPool:
+    settings = PacemakerClientSettings(servers=tuple(servers), timeout_secs=2.0)
+    return BlockingPacemakerPool(settings, call_timeout_secs=5.0)
+
+
 @pytest.fixture
 def leader(zk_hosts: str, tmp_path: Path) -> Iterator[Leader]:
     pacemaker = PacemakerProcess(tmp_path, [f"pacemaker.pulse.ttl.secs={WARM_UP_SECS}"]).start()
     coordinator = Coordinator.standalone(zk_hosts, session_timeout=4.0).start()
-    made = Leader(coordinator, pacemaker)
+    made = Leader(coordinator, [pacemaker.address])
+    made.pacemaker = pacemaker
     try:
         made.ops.submit(
             made.term, "etl", {}, "r-etl", StoredPackage("d" * 64, 10), replication=ONE_COPY
@@ -197,3 +204,51 @@ def test_every_pacemaker_down_moves_nothing_and_the_blind_stretch_is_not_silence
     leader.beat(alive)
     leader.round()
     assert leader.where("etl") == alive
+
+
+def test_a_supervisor_that_only_the_unreachable_pacemaker_hears_is_not_judged_dead(
+    zk_hosts: str, tmp_path: Path
+) -> None:
+    """Two pacemakers, A and B. Supervisor s1 reaches A alone (a partition), s2 both; the
+    leader reaches A through a proxy, then loses it. s1's rounds are all in A: in the
+    leader's partial reads s1 is silent, but registered, so nothing moves off it however
+    long the leader's clock runs; once its registration has been gone a whole timeout (its
+    session expired: it no longer renews its lease), it is judged dead."""
+    a = PacemakerProcess(tmp_path, [f"pacemaker.pulse.ttl.secs={WARM_UP_SECS}"]).start()
+    b = PacemakerProcess(tmp_path, [f"pacemaker.pulse.ttl.secs={WARM_UP_SECS}"]).start()
+    coordinator = Coordinator.standalone(zk_hosts, session_timeout=4.0).start()
+    with TcpProxy(*a.address) as to_a:
+        leader = Leader(coordinator, [("127.0.0.1", to_a.port), b.address])
+        only_a = HeartbeatBoard(PacemakerStateStore(pool_of([a.address])))
+        try:
+            leader.ops.submit(
+                leader.term, "etl", {}, "r-etl", StoredPackage("d" * 64, 10), replication=ONE_COPY
+            )
+            s2 = leader.registered.pop("s2")
+            leader.beat("s1", "s2")
+            leader.round()
+            assert leader.where("etl") == "s1"
+            leader.registered["s2"] = s2
+            s1_writes = partial(leader.beat, board=only_a)
+            s1_writes("s1")
+            to_a.cut()
+            for _ in range(4):  # 40 s of the leader's clock: s1 writes to A alone throughout
+                leader.clock.now += 10
+                s1_writes("s1")
+                leader.beat("s2")
+                assert leader.round().moved == {}
+            assert leader.where("etl") == "s1"
+            assert "unreachable" in leader.unknown
+
+            del leader.registered["s1"]  # its session expired: its lease renews no more
+            leader.beat("s2")
+            assert leader.round().moved == {}
+            leader.clock.now += 11
+            leader.beat("s2")
+            assert leader.round().moved == {"etl": ("s1", "s2")}
+        finally:
+            only_a.close()
+            leader.board.close()
+            coordinator.close()
+            a.stop()
+            b.stop()

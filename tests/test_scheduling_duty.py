@@ -9,6 +9,7 @@ dead; workers' outcomes make pipelines FINISHED or FAILED and their assignments 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -439,3 +440,49 @@ def test_the_history_is_removed_with_the_pipeline(cluster):
     cluster.submit("a")  # a new pipeline of the name starts a history of its own
     cluster.round()
     assert reasons(cluster, "a") == [("placed", "s1", None)]
+
+
+def partial_reads(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every read of the heartbeats as if a configured pacemaker did not answer."""
+    read = cluster.board.read
+    monkeypatch.setattr(cluster.board, "read", lambda: dataclasses.replace(read(), partial=True))
+
+
+def test_a_partial_read_judges_a_silent_supervisor_dead_only_once_unregistered_a_timeout(
+    cluster, monkeypatch
+):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    cluster.supervisor("s2")  # s1 falls silent from now on; s2 keeps beating
+    partial_reads(cluster, monkeypatch)
+
+    cluster.clock.now += 30  # silent three timeouts: its rounds may be in the other pacemaker
+    cluster.heartbeat("s2")
+    assert not cluster.round().moved and cluster.where("a") == "s1"
+
+    del cluster.registered["s1"]  # its ZooKeeper session expired: its lease no longer renews
+    cluster.heartbeat("s2")
+    assert not cluster.round().moved
+    cluster.clock.now += 9
+    cluster.heartbeat("s2")
+    assert not cluster.round().moved
+    cluster.clock.now += 2
+    cluster.heartbeat("s2")
+    assert cluster.round().moved == {"a": ("s1", "s2")}
+
+
+def test_a_partial_read_still_moves_at_once_off_a_supervisor_that_stopped_cleanly(
+    cluster, monkeypatch
+):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    cluster.supervisor("s2")
+    partial_reads(cluster, monkeypatch)
+
+    cluster.heartbeat("s1", stopping=True)
+    del cluster.registered["s1"]
+    cluster.round()
+
+    assert cluster.where("a") == "s2"

@@ -50,8 +50,10 @@ from stratus.supervisor.worker_process import WorkerPaths
 from stratus.worker.spec import read_heartbeat
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import nimbus_cluster
+from tests.pacemaker_process import PacemakerProcess
 from tests.package_factory import package_files, valid_package
 from tests.spark_packages import passthrough_conf, passthrough_package, read_ids, write_ids
+from tests.tcp_proxy import TcpProxy
 from tests.zkfixtures import kazoo_client, process_gone, process_parents, wait_until
 
 # Most tests here run a stand-in worker; the two that start a real worker are marked ``spark``.
@@ -568,6 +570,42 @@ def test_a_supervisor_that_fences_on_outages_stops_its_workers_when_zookeeper_go
         assert after.pid is not None and not process_gone(after.pid)
     # The leader would move it after nimbus.supervisor.timeout.secs (4 s) of silence.
     assert stopped_after < FAST["nimbus.supervisor.timeout.secs"]
+
+
+def test_with_pacemakers_a_supervisor_cut_off_from_zookeeper_fences_though_it_reaches_them(
+    own_zk, zk_restartable, tmp_path
+) -> None:
+    """Its heartbeats still reach the pacemaker, which the leader may not reach; its lease
+    renews only while ZooKeeper is connected, so it fences on time all the same."""
+    cluster = own_zk
+    pacemaker = PacemakerProcess(tmp_path, ["pacemaker.pulse.ttl.secs=120"]).start()
+    host, port = zk_restartable.connect_string.rsplit(":", 1)
+    try:
+        with TcpProxy(host, int(port)) as proxy:
+            conf = cluster.conf(
+                **{
+                    "zookeeper.servers": f"127.0.0.1:{proxy.port}",
+                    "cluster.state.store": "pacemaker",
+                    "pacemaker.servers": f"127.0.0.1:{pacemaker.port}",
+                    "pacemaker.pulse.ttl.secs": 120,
+                    "pacemaker.client.timeout.secs": 1,
+                }
+            )
+            with running(conf, cluster):
+                cluster.assign(cluster.code.upload("etl"))
+                beat_file = WorkerPaths.of(tmp_path / "s1", "etl").heartbeat
+                wait_until(lambda: running_locally(beat_file), 20, "the worker to run")
+                beat = read_heartbeat(beat_file)
+                assert beat is not None and beat.pid is not None
+                proxy.cut()
+                wait_until(lambda: process_gone(beat.pid), 20, "the cut-off worker to stop")
+    finally:
+        pacemaker.stop()
+
+
+def running_locally(beat_file: Path) -> bool:
+    beat = read_heartbeat(beat_file)
+    return beat is not None and beat.state is WorkerState.RUNNING
 
 
 def test_a_supervisor_rides_out_a_zookeeper_outage_and_its_worker_runs_on_untouched(

@@ -126,11 +126,13 @@ class NimbusMetrics:
             "stratus_nimbus_heartbeats_unknown_rounds",
             "scheduling rounds whose heartbeats were unknown, so nothing was judged dead from "
             "them: `unavailable` (the state store could not be read; every pacemaker down), "
-            "`warming` (a heartbeat missing from pacemakers that are all warming up)",
+            "`warming` (a heartbeat missing from pacemakers that are all warming up), "
+            "`unreachable` (a pacemaker did not answer: a registered supervisor's silence "
+            "may be rounds only that pacemaker took)",
             ["reason"],
             registry=self.registry,
         )
-        for reason in ("unavailable", "warming"):
+        for reason in ("unavailable", "warming", "unreachable"):
             self.heartbeats_unknown.labels(reason)
         self.requests = Counter(
             "stratus_nimbus_requests",

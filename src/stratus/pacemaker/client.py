@@ -232,11 +232,19 @@ class PacemakerConnection:
 
 @dataclass(frozen=True)
 class PoolRead(Generic[T]):
-    """A merged read: the value, and whether every server that answered was warming up."""
+    """A merged read: the value, whether every server that answered was warming up, and how
+    many of the configured servers answered."""
 
     value: T
     warming: bool
     answered: int
+    servers: int = 0  # configured (0: unknown)
+
+    @property
+    def partial(self) -> bool:
+        """Some configured server did not answer: a value may be older than the newest
+        written (a writer that reached only that server)."""
+        return self.answered < self.servers
 
 
 class PacemakerPool:
@@ -302,7 +310,7 @@ class PacemakerPool:
     async def exists(self, path: str) -> PoolRead[bool]:
         """Whether any live server has ``path``."""
         answers = await self._on_all(Op.EXISTS, path=path)
-        return _merged(answers, any(a["exists"] for _, a in answers))
+        return _merged(answers, any(a["exists"] for _, a in answers), len(self.settings.servers))
 
     async def get_pulse(self, path: str) -> PoolRead[Pulse | None]:
         """The newest pulse at ``path`` among the live servers."""
@@ -313,7 +321,7 @@ class PacemakerPool:
                 pulse = Pulse(*answer["pulse"])
                 if newest is None or pulse.time > newest.time:
                     newest = pulse
-        return _merged(answers, newest)
+        return _merged(answers, newest, len(self.settings.servers))
 
     async def get_all_pulses_for_path(self, path: str) -> PoolRead[dict[str, Pulse]]:
         """Every pulse under ``path``, the newest of each across the live servers."""
@@ -326,12 +334,13 @@ class PacemakerPool:
                 known = merged.get(key)
                 if known is None or when > known.time:
                     merged[key] = Pulse(data, when)
-        return _merged(answers, merged)
+        return _merged(answers, merged, len(self.settings.servers))
 
     async def get_all_nodes_for_path(self, path: str) -> PoolRead[list[str]]:
         """The children of ``path`` on any live server."""
         answers = await self._on_all(Op.GET_ALL_NODES_FOR_PATH, path=path)
-        return _merged(answers, sorted({n for _, a in answers for n in a["nodes"]}))
+        nodes = sorted({n for _, a in answers for n in a["nodes"]})
+        return _merged(answers, nodes, len(self.settings.servers))
 
     # --- the servers --------------------------------------------------------------------
     async def _live(self) -> list[PacemakerConnection]:
@@ -420,9 +429,11 @@ def _granted(answer: dict[str, Any]) -> str | None:
     return subtree
 
 
-def _merged(answers: list[tuple[PacemakerConnection, dict[str, Any]]], value: T) -> PoolRead[T]:
+def _merged(
+    answers: list[tuple[PacemakerConnection, dict[str, Any]]], value: T, servers: int
+) -> PoolRead[T]:
     warming = all(answer.get("warming", False) for _, answer in answers)
-    return PoolRead(value, warming, len(answers))
+    return PoolRead(value, warming, len(answers), servers)
 
 
 def parse_servers(servers: list[str], default_port: int) -> tuple[tuple[str, int], ...]:

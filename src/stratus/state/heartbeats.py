@@ -67,11 +67,13 @@ class _RoundStore(Protocol):
 class HeartbeatRead:
     """Every heartbeat at one read. ``complete`` is False when the store may be missing some
     (every pacemaker that answered is warming up): a heartbeat missing from it is unknown,
-    not gone."""
+    not gone. ``partial`` is True when a configured pacemaker did not answer: a heartbeat
+    in it may be older than the newest its writer wrote, so a silence is unknown too."""
 
     workers: dict[str, dict[str, WorkerHeartbeat]]
     supervisors: dict[str, SupervisorHeartbeat]
     complete: bool = True
+    partial: bool = False
 
 
 class HeartbeatBoard:
@@ -130,6 +132,7 @@ class HeartbeatBoard:
             workers={pipeline: beats for pipeline, beats in decoded_workers.items() if beats},
             supervisors=decoded_supervisors,
             complete=tree.complete,
+            partial=tree.partial,
         )
 
     def workers(self) -> dict[str, dict[str, WorkerHeartbeat]]:
@@ -195,7 +198,7 @@ def _read_rounds(store: _RoundStore) -> HeartbeatRead:
                 for beat in _round_workers(packed):
                     workers.setdefault(beat.pipeline, {})[sid] = beat
         decoded_supervisors = _decoded_supervisors(supervisors)
-    return HeartbeatRead(workers, decoded_supervisors, complete=read.complete)
+    return HeartbeatRead(workers, decoded_supervisors, complete=read.complete, partial=read.partial)
 
 
 @contextmanager

@@ -129,7 +129,8 @@ class PacemakerStateStore:
 
     def read_rounds(self) -> RoundsRead:
         """Every supervisor's round (a supervisor's store: its own), from one paged read;
-        incomplete when every server that answered is warming up. A round that cannot be
+        incomplete when every server that answered is warming up, partial when a configured
+        server did not answer. A round that cannot be
         read is skipped with a warning, as a torn heartbeat is."""
         with self._call(self._scope):
             read = self._pool.get_all_pulses_for_path(self._scope)
@@ -141,7 +142,7 @@ class PacemakerStateStore:
             found = _decoded(owner, pulse)
             if found is not None:
                 rounds[owner] = found
-        return RoundsRead(rounds, complete=not read.warming)
+        return RoundsRead(rounds, complete=not read.warming, partial=read.partial)
 
     def read_tree(self, path: str) -> TreeRead:
         """Every value below ``path``, from one read of every round (each split into its
@@ -161,7 +162,7 @@ class PacemakerStateStore:
                     data[rel] = value
                 elif ("/" + rel).startswith(base):
                     data[rel[len(base) - 1 :]] = value
-        return TreeRead(data, complete=read.complete)
+        return TreeRead(data, complete=read.complete, partial=read.partial)
 
     def children(self, path: str) -> list[str]:
         names = {rel.split("/", 1)[0] for rel in self.read_tree(path).data}

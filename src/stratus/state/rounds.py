@@ -89,6 +89,7 @@ class RoundsRead:
 
     rounds: dict[str, PackedRound]
     complete: bool = True
+    partial: bool = False
 
 
 def located(path: str) -> tuple[str, str | None] | None:

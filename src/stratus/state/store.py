@@ -28,10 +28,15 @@ class TreeRead:
     ``complete`` is False when the store may be missing values that were written: every
     pacemaker that answered started recently (it is warming up) and holds only what was
     written since. A value missing from an incomplete read is unknown, not absent.
+
+    ``partial`` is True when a configured pacemaker did not answer: any value may be older
+    than the newest written, since a writer that reached only that server renewed its
+    lease with it.
     """
 
     data: dict[str, bytes]
     complete: bool = True
+    partial: bool = False
 
 
 class ClusterStateStore(Protocol):

@@ -322,8 +322,17 @@ class Supervisor:
             interval_secs=settings.loop.heartbeat_secs,
             on_written=self.control.heartbeat_written,
             on_used=self.registration.update_used,
+            may_renew=self._may_renew_lease(),
             clock=self._clock,
         )
+
+    def _may_renew_lease(self) -> Callable[[], bool]:
+        """What a heartbeat round needs besides its write to renew the lease: with the
+        ZooKeeper store nothing (the write went through ZooKeeper); with pacemakers, a
+        connected ZooKeeper session (``HeartbeatPublisher``)."""
+        if self.settings.state_store.kind == "zookeeper":
+            return lambda: True
+        return lambda: self.session.connected
 
     def _worker_paths(self, pipeline: str) -> WorkerPaths:
         return WorkerPaths.of(self.local_dir, pipeline)

@@ -4,10 +4,13 @@ Guarantees: each round writes every worker's heartbeat, then the supervisor's, t
 ``HeartbeatBoard``, in one message where the store allows it (one ``send_pulses`` to each
 pacemaker); only a round that wrote them all renews the supervisor's lease, and it
 renews it to the time the round *started* (the leader saw the heartbeat no earlier than
-that). The heartbeats of workers the supervisor no longer holds are removed, including those
-a previous life of this supervisor left behind. The registration's ``used`` count follows
-each round. Writes may block while the store is unreachable: they run on this thread, never
-on the control loop's, which fences on its own clock::
+that). With ``may_renew`` (a store that is not ZooKeeper: the pacemakers), a round renews the
+lease only if it started while ZooKeeper was connected: a supervisor cut off from ZooKeeper
+(its registration about to go) must fence even when it still reaches a pacemaker, which the
+leader may not reach. The heartbeats of workers the supervisor no longer holds are removed,
+including those a previous life of this supervisor left behind. The registration's ``used``
+count follows each round. Writes may block while the store is unreachable: they run on this
+thread, never on the control loop's, which fences on its own clock::
 
     publisher = HeartbeatPublisher(board, "s1", interval_secs=1.0, on_written=loop.post_written)
     publisher.offer(round_)     # the control loop's latest picture; the newest wins
@@ -66,6 +69,7 @@ class HeartbeatPublisher:
         interval_secs: float,
         on_written: Callable[[float], None],
         on_used: Callable[[int], None] = lambda _used: None,
+        may_renew: Callable[[], bool] = lambda: True,
         clock: Clock = time.monotonic,
     ) -> None:
         self._board = board
@@ -73,6 +77,8 @@ class HeartbeatPublisher:
         self._interval = interval_secs
         self._on_written = on_written
         self._on_used = on_used
+        self._may_renew = may_renew
+        self._renewing = True  # the last round's may_renew (its change is logged)
         self._clock = clock
         self._lock = threading.Lock()
         self._latest: HeartbeatRound | None = None
@@ -100,6 +106,7 @@ class HeartbeatPublisher:
     def publish(self, round_: HeartbeatRound) -> bool:
         """Write one round now; True if every heartbeat of it was written."""
         started = self._clock()
+        renews = self._may_renew()
         try:
             self._write(round_)
         except (StratusError, KazooException) as exc:  # the store is unreachable: next round
@@ -110,12 +117,25 @@ class HeartbeatPublisher:
                 exc,
             )
             return False
-        self._on_written(started)
+        self._note_renewing(renews)
+        if renews:
+            self._on_written(started)
         self._remove_gone(round_)
         if round_.used != self._used:
             self._on_used(round_.used)
             self._used = round_.used
         return True
+
+    def _note_renewing(self, renews: bool) -> None:
+        if renews != self._renewing:
+            self._renewing = renews
+            if renews:
+                log.info("event=heartbeat_renews_lease_again supervisor=%s", self._supervisor)
+            else:
+                log.warning(
+                    "event=heartbeat_renews_no_lease supervisor=%s reason=zookeeper_disconnected",
+                    self._supervisor,
+                )
 
     def _run(self) -> None:
         self._offered.wait()  # the first picture of the control loop

@@ -25,7 +25,13 @@ Heartbeats the leader cannot see are unknown, never dead:
 - a read that is not complete (every pacemaker that answered is warming up, after a
   restart that emptied it) judges what it holds as usual, but a supervisor or worker whose
   heartbeat is missing from it is not judged dead until a complete read (the warm-up
-  lasts one ``pacemaker.pulse.ttl.secs``) shows it missing (``on_unknown("warming")``)::
+  lasts one ``pacemaker.pulse.ttl.secs``) shows it missing (``on_unknown("warming")``);
+- a read that is partial (a configured pacemaker did not answer) may hold heartbeats older
+  than their writers' newest: a supervisor that reaches only the pacemaker the leader does
+  not renewed its lease with rounds the leader cannot see. So a supervisor silent in it is
+  judged dead only once its registration (its ZooKeeper session, without which its lease
+  does not renew) has been gone for a whole supervisor timeout, and no worker is judged
+  silent from it (``on_unknown("unreachable")``)::
 
     duty = SchedulingDuty(
         ops=ops, assignments=table, board=board, registered=view.supervisors, settings=settings
@@ -94,10 +100,11 @@ class SchedulingDuty:
         self._wall = wall  # only for the assignments' timestamps
         self._liveness = Liveness(clock=clock)
         self._epoch: int | None = None  # the term the liveness memory belongs to
-        self._on_unknown = on_unknown  # "unavailable" | "warming", once per such round
+        self._on_unknown = on_unknown  # "unavailable" | "warming" | "unreachable", per round
         self._on_observed = on_observed  # what the round saw (the per-pipeline metrics)
         self._clock = clock
         self._blind = False  # the last read of the heartbeats failed
+        self._unregistered_since: dict[str, float] = {}  # this term's first round without it
         self._connections = connections  # the session's count of connections (ZkSession)
         self._watched_since = connections()  # the count when the silences last restarted
 
@@ -106,6 +113,7 @@ class SchedulingDuty:
         registered = self._registered()
         if term.epoch != self._epoch:
             self._liveness.reset()  # a new term judges nothing dead before its own timeout
+            self._unregistered_since.clear()
             self._epoch = term.epoch
         pipelines = self._ops.read_all()
         current = self._assignments.read_all()
@@ -121,9 +129,12 @@ class SchedulingDuty:
         self._on_observed(self._observed(term, pipelines, assignments, workers))
         dead = self._dead(registered, supervisors, assignments, read_began)
         known = set(registered) | set(supervisors) | {a.supervisor for a in assignments.values()}
+        self._note_registrations(known, registered, read_began)
         timed_out = self._timed_out(assignments, workers, known - dead, read_began)
         if not heartbeats.complete:
             dead, timed_out = self._unknown_spared(term, dead, timed_out, heartbeats, assignments)
+        if heartbeats.partial:
+            dead, timed_out = self._unseen_spared(term, dead, timed_out, supervisors, read_began)
         keep_on = known - dead
         plan = plan_round(
             pipelines=pipelines,
@@ -212,6 +223,47 @@ class SchedulingDuty:
             )
             self._on_unknown("warming")
         return dead - unknown_supervisors, timed_out - unknown_workers
+
+    def _note_registrations(
+        self, known: set[str], registered: Mapping[str, SupervisorSummary], now: float
+    ) -> None:
+        """When this term first saw each known supervisor without its registration."""
+        for sid in known:
+            if sid in registered:
+                self._unregistered_since.pop(sid, None)
+            else:
+                self._unregistered_since.setdefault(sid, now)
+        for sid in set(self._unregistered_since) - known:
+            del self._unregistered_since[sid]
+
+    def _unseen_spared(
+        self,
+        term: Leadership,
+        dead: set[str],
+        timed_out: set[str],
+        supervisors: Mapping[str, SupervisorHeartbeat],
+        judged_at: float,
+    ) -> tuple[set[str], set[str]]:
+        """From a partial read, the supervisors judged dead minus those whose silence may be
+        the pacemaker the leader did not reach: every one still registered, or unregistered
+        for less than the supervisor timeout, except one that stopped cleanly; and no worker
+        judged silent."""
+        spared = {
+            sid
+            for sid in dead
+            if not _stopping(supervisors.get(sid))
+            and judged_at - self._unregistered_since.get(sid, judged_at) <= self._supervisor_timeout
+        }
+        if spared or timed_out:
+            log.warning(
+                "event=heartbeats_unknown epoch=%d reason=pacemaker_unreachable "
+                "supervisors=%s pipelines=%s action=not_judged_while_registered",
+                term.epoch,
+                ",".join(sorted(spared)) or "-",
+                ",".join(sorted(timed_out)) or "-",
+            )
+            self._on_unknown("unreachable")
+        return dead - spared, set()
 
     # ------------------------------------------------------------------ liveness
 
