@@ -5,8 +5,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 STRESS_SECS ?= 300
 FUZZ_EXAMPLES ?= 1000
+CHAOS_FAULTS ?= 200
+CHAOS_SEED ?= $(shell date +%s)
 
-.PHONY: install run check test lint typecheck unit stress fuzz bench bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc bench-zk-outage ui-screenshots clean
+.PHONY: install run check test lint typecheck unit stress chaos fuzz bench bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc bench-zk-outage ui-screenshots clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "stratus needs Python 3.11 or newer")'
@@ -48,6 +50,14 @@ check: lint typecheck
 
 stress: install
 	STRATUS_STRESS_SECS=$(STRESS_SECS) $(BIN)/pytest -m stress tests/test_stress.py -v
+
+# The chaos suite (tests/test_chaos.py): CHAOS_FAULTS faults, half with self-elected nimbuses,
+# half under zkfcs, quorum losses up to 60 s; CHAOS_SEED=N replays a run (its seed is printed).
+# `make test` runs a short version (6 faults, a fixed seed, quorum losses up to 10 s).
+chaos: install
+	STRATUS_CHAOS_FAULTS=$(CHAOS_FAULTS) STRATUS_CHAOS_SEED=$(CHAOS_SEED) \
+	STRATUS_CHAOS_MAX_QUORUM_LOSS_SECS=60 $(BIN)/pytest -m chaos tests/test_chaos.py -s \
+	-k seeded_run --basetemp=$(CURDIR)/.chaos
 
 fuzz: install
 	STRATUS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest tests/test_api_fuzz.py -v

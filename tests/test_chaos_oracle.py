@@ -12,6 +12,7 @@ from stratus.chaos.oracle import (
     Event,
     check_exactly_once,
     check_leader_writes,
+    check_single_run,
     check_single_worker,
     check_submissions,
     events_of,
@@ -278,3 +279,34 @@ def test_lines_are_read_from_several_files_and_a_torn_line_is_skipped(tmp_path) 
         ("leader_won", f"{a}:1"),
         ("leader_write", f"{b}:1"),
     ]
+
+
+def test_a_worker_that_runs_on_after_the_next_started_is_found_without_batches() -> None:
+    w1, w2 = worker(1), worker(2)
+    history = [
+        w1("worker_started", 0.0),
+        w1("batch_committed", 1.0, batch_id=0),
+        w2("worker_started", 2.0),  # its first batch failed: the checkpoint saw the other
+        w1("batch_committed", 3.0, batch_id=1),  # the old one ran past the new one's start
+    ]
+    assert check_single_worker(events_of(history), EXACT) == []  # never both committing
+    [violation] = check_single_run(events_of(history), EXACT)
+    assert violation.check == "single_run"
+    assert "ran on two workers at once: pid 2" in violation.message
+    assert [(e.process[1], e.name) for e in violation.lines] == [
+        (1, "worker_started"),
+        (2, "worker_started"),
+        (1, "batch_committed"),
+    ]
+
+
+def test_a_worker_stopped_before_the_next_started_runs_once() -> None:
+    for stops, found in ((1.9, 0), (2.1, 1)):
+        w1, w2 = worker(1), worker(2)
+        history = [
+            w1("worker_started", 0.0),
+            w1("worker_stopped", stops),
+            w2("worker_started", 2.0),
+        ]
+        assert len(check_single_run(events_of(history), EXACT)) == found
+        assert len(check_single_run(events_of(history), Clocks(skew_secs=0.5))) == found

@@ -597,8 +597,9 @@ def test_with_pacemakers_a_supervisor_cut_off_from_zookeeper_fences_though_it_re
                 wait_until(lambda: running_locally(beat_file), 20, "the worker to run")
                 beat = read_heartbeat(beat_file)
                 assert beat is not None and beat.pid is not None
+                pid = beat.pid
                 proxy.cut()
-                wait_until(lambda: process_gone(beat.pid), 20, "the cut-off worker to stop")
+                wait_until(lambda: process_gone(pid), 20, "the cut-off worker to stop")
     finally:
         pacemaker.stop()
 

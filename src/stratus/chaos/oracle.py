@@ -7,6 +7,7 @@ it; an empty list is a pass. ``docs/reliability.md`` gives the precise definitio
     events = load_events([Path("host-a.jsonl"), Path("host-b.jsonl")])
     clocks = Clocks(skew_secs=0.5)                     # hosts' wall clocks within 0.5 s
     check_single_worker(events, clocks)                # (a) never two workers at once
+    check_single_run(events, clocks)                   # (a) nor one outliving its lease
     check_leader_writes(events, clocks)                # (b) never a deposed leader's write
     check_submissions(events, final_pipelines={"p1"})  # (c) every acknowledged submit
     check_exactly_once(streaming_expected(fed), streaming_counted(rows))  # (d)
@@ -205,6 +206,32 @@ def check_single_worker(events: Iterable[Event], clocks: Clocks) -> list[Violati
                             (first.start, mine, first.end, second.start, theirs, second.end),
                         )
                     )
+    return violations
+
+
+def check_single_run(events: Iterable[Event], clocks: Clocks) -> list[Violation]:
+    """(a) Never a worker of a pipeline running past the start of the next: a run of one
+    pipeline that surely started while another process's run of it was going, that run
+    recording a line (a batch, its stop) surely after that start. Stricter than
+    ``check_single_worker``: the old worker need not commit, nor the new one; a worker that
+    outlived its lease is caught even when Structured Streaming's checkpoint kept the two
+    from both committing."""
+    by_pipeline: dict[str, list[WorkerRun]] = defaultdict(list)
+    for run in worker_runs(events):
+        by_pipeline[run.pipeline].append(run)
+    violations = []
+    for pipeline, runs in sorted(by_pipeline.items()):
+        for old, new in itertools.permutations(runs, 2):
+            if old.start.process == new.start.process or not old.holds(new.start, clocks):
+                continue
+            violations.append(
+                Violation(
+                    "single_run",
+                    f"pipeline {pipeline!r} ran on two workers at once: {_who(new.start)} "
+                    f"started while {_who(old.start)} still ran",
+                    (old.start, new.start, old.end),
+                )
+            )
     return violations
 
 

@@ -283,7 +283,7 @@ class PacemakerProcess(DaemonProcess):
         host: str = "127.0.0.1",
         command_prefix: Sequence[str] = (),
     ) -> None:
-        name = f"pacemaker-{port}"
+        name = f"pacemaker-{port}" if host == "127.0.0.1" else f"pacemaker-{host}-{port}"
         super().__init__(log_dir / f"{name}.log", log_dir / name, options, command_prefix)
         self.host = host
         self.port = port

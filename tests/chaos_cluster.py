@@ -1,0 +1,239 @@
+"""The chaos suite's cluster: three hosts of their own network namespace, each with a
+ZooKeeper member, a nimbus (under a zkfc of its host, with ``zkfc=True``) and a supervisor;
+pacemakers on two of them, carrying every heartbeat. Every process records its history in its
+host's file (``history.file``), the suite's driver in its own. The nimbuses, supervisors and zkfcs
+require tokens (``tests/secure_cluster.py``), the pacemakers digest: every server that
+listens on a host's address authenticates, as on a real network. One directory that every host
+reaches holds the pipelines' checkpoints, input and output (``shared``)::
+
+    with NetnsHosts(HOSTS) as hosts, ChaosCluster(hosts, tmp_path, zkfc=True) as cluster:
+        cluster.process(Target.NIMBUS, "h2").signal(signal.SIGKILL)
+        cluster.restart(Target.NIMBUS, "h2")
+        cluster.history_files()       # what the oracle reads
+
+Every process is one the cluster can start again after a fault: ``restart`` starts what was
+killed (a pacemaker starts empty) and waits until it is ready.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Protocol, Self
+
+from stratus.chaos.faults import ClusterShape, Target
+from stratus.local.cluster import pacemaker_options, zkfc_options
+from stratus.local.processes import PacemakerProcess, ZkfcProcess, stop_all
+from stratus.zk.server import ZooKeeperServer
+from tests.hosts_cluster import NIMBUS_PORT, SESSION_SECS, HostsCluster, options
+from tests.netns_hosts import NetnsHosts
+from tests.pipeline_cluster import cluster_options
+from tests.secure_cluster import ADMIN, PEER, token_file
+from tests.zk_acl import secret_file
+
+HOSTS = ("h1", "h2", "h3")
+PACEMAKER_HOSTS = ("h1", "h2")
+PACEMAKER_PORT = 6699
+READY_SECS = 90.0
+ZK_READY_SECS = 60.0
+
+
+class Restartable(Protocol):
+    """A daemon the injector signals and starts again."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def signal(self, signum: int) -> None: ...
+
+
+class Daemon(Restartable, Protocol):
+    """A stratus daemon of the cluster: also stopped, started and awaited."""
+
+    def stop(self, timeout: float = ...) -> int | None: ...
+
+    def start(self) -> None: ...
+
+    def wait_ready(self, timeout: float = ...) -> None: ...
+
+
+def _pairs(arguments: list[str]) -> dict[str, str]:
+    """``["-c", "k=v", ...]`` as ``{k: v}``."""
+    return dict(argument.partition("=")[::2] for argument in arguments[1::2])
+
+
+class ChaosCluster:
+    """ZooKeeper, nimbuses (and zkfcs), supervisors and pacemakers on ``hosts``."""
+
+    def __init__(self, hosts: NetnsHosts, workdir: Path, *, zkfc: bool) -> None:
+        self.hosts = hosts
+        self.workdir = workdir
+        self.zkfc = zkfc
+        self.shared = workdir / "shared"
+        pacemaker_auth = {
+            "pacemaker.auth.method": "digest",
+            "pacemaker.auth.file": str(self._pacemaker_secrets()),
+        }
+        self.pacemakers = {
+            name: PacemakerProcess(
+                options(pacemaker_auth),
+                port=PACEMAKER_PORT,
+                log_dir=workdir,
+                host=hosts[name].address,
+                command_prefix=hosts[name].command,
+            )
+            for name in PACEMAKER_HOSTS
+        }
+        addresses = [pacemaker.address for pacemaker in self.pacemakers.values()]
+        tokens = {
+            "nimbus.auth.tokens.file": str(token_file(workdir)),
+            "client.auth.token.file": str(secret_file(workdir / "peer.token", PEER)),
+        }
+        admin = {"client.auth.token.file": str(secret_file(workdir / "admin.token", ADMIN))}
+        settings: dict[str, object] = {
+            **tokens,
+            **_pairs(cluster_options(self.shared / "checkpoints")),
+            **_pairs(pacemaker_options(addresses)),
+            **pacemaker_auth,
+            "pipeline.min.replication.count": 2,
+        }
+        self.nodes = HostsCluster(
+            hosts,
+            workdir,
+            settings=settings,
+            nimbus_settings={
+                "nimbus.ha.mode": "zkfc" if zkfc else "self",
+                "pacemaker.auth.principal": "nimbus",
+            },
+            host_settings={name: {"history.file": self.history_file(name)} for name in HOSTS},
+            client_settings=admin,
+        )
+        self.zkfcs: dict[str, ZkfcProcess] = {}
+        if zkfc:
+            zkfc_settings = [*zkfc_options(self.nodes.zk_connect), *options({**tokens, **admin})]
+            self.zkfcs = {
+                name: ZkfcProcess(
+                    zkfc_settings,
+                    target=f"{hosts[name].address}:{NIMBUS_PORT}",
+                    log_dir=workdir,
+                    command_prefix=hosts[name].command,
+                )
+                for name in HOSTS
+            }
+
+    def _pacemaker_secrets(self) -> Path:
+        """The pacemakers' digest credentials: the nimbuses', and each supervisor's (by its
+        id, the host's name)."""
+        path = self.workdir / "pacemaker.secrets"
+        lines = [f"nimbus nimbus {secrets.token_hex(16)}"]
+        lines += [f"{name} supervisor {secrets.token_hex(16)}" for name in HOSTS]
+        path.write_text("\n".join(lines) + "\n")
+        path.chmod(0o600)
+        return path
+
+    @property
+    def shape(self) -> ClusterShape:
+        """What a fault plan may hit in this cluster."""
+        return ClusterShape(
+            hosts=HOSTS, pacemakers=PACEMAKER_HOSTS, zkfc=self.zkfc, session_secs=SESSION_SECS
+        )
+
+    def history_file(self, name: str) -> Path:
+        """Where the processes of host ``name`` record their history."""
+        return self.workdir / f"history-{name}.jsonl"
+
+    def history_files(self) -> list[Path]:
+        """Every history file written so far, the driver's included."""
+        return sorted(self.workdir.glob("history-*.jsonl"))
+
+    def start(self) -> None:
+        self.shared.mkdir(parents=True, exist_ok=True)
+        for pacemaker in self.pacemakers.values():
+            pacemaker.start()
+        for pacemaker in self.pacemakers.values():
+            pacemaker.wait_ready(READY_SECS)
+        self.nodes.start()
+        for zkfc in self.zkfcs.values():
+            zkfc.start()
+        for zkfc in self.zkfcs.values():
+            zkfc.wait_ready(READY_SECS)
+        for name in HOSTS:
+            self.nodes.add_supervisor(name)
+
+    def process(self, target: Target, host: str) -> Restartable:
+        """The daemon of kind ``target`` on ``host``."""
+        if target is Target.ZOOKEEPER:
+            return _ZooKeeperMember(self.zookeepers[host])
+        return self._daemons(target)[host]
+
+    def _daemons(self, target: Target) -> Mapping[str, Daemon]:
+        table: dict[Target, Mapping[str, Daemon]] = {
+            Target.NIMBUS: self.nodes.nimbuses,
+            Target.ZKFC: self.zkfcs,
+            Target.SUPERVISOR: self.nodes.supervisors,
+            Target.PACEMAKER: self.pacemakers,
+        }
+        return table[target]
+
+    @property
+    def zookeepers(self) -> dict[str, ZooKeeperServer]:
+        return self.nodes.zookeepers
+
+    def restart(self, target: Target, host: str) -> None:
+        """Start the daemon again once it has exited (waiting for it), and wait until ready."""
+        if target is Target.ZOOKEEPER:
+            member = self.zookeepers[host]
+            member.kill()  # reaps it; a member that exited by itself is gone already
+            member.launch()
+            member.wait_serving(ZK_READY_SECS)
+            return
+        daemon = self._daemons(target)[host]
+        daemon.stop()  # SIGTERM (it may have been sent one already), SIGKILL after a while
+        daemon.start()
+        daemon.wait_ready(READY_SECS)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            for daemon in [*self.nodes.supervisors.values(), *self.zkfcs.values()]:
+                daemon.signal(signal.SIGCONT)
+            stop_all(list(self.zkfcs.values()))
+        self.nodes.close()
+        stop_all(list(self.pacemakers.values()))
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class _ZooKeeperMember:
+    """A quorum member, signalled as the injector signals a daemon."""
+
+    def __init__(self, server: ZooKeeperServer) -> None:
+        self._server = server
+
+    @property
+    def pid(self) -> int | None:
+        return self._server.pid
+
+    def signal(self, signum: int) -> None:
+        pid = self._server.pid
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)

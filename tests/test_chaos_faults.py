@@ -1,0 +1,91 @@
+"""The chaos suite's fault plans: drawn from a seed, replayable, within the cluster's shape."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from stratus.chaos.faults import (
+    Action,
+    ClusterShape,
+    Fault,
+    Target,
+    plan_faults,
+)
+
+SHAPE = ClusterShape(hosts=("h1", "h2", "h3"), pacemakers=("h1", "h2"), zkfc=True)
+
+
+def test_the_same_seed_gives_the_same_plan_and_another_seed_another() -> None:
+    assert plan_faults(7, 50, SHAPE) == plan_faults(7, 50, SHAPE)
+    assert plan_faults(7, 50, SHAPE) != plan_faults(8, 50, SHAPE)
+    assert plan_faults(7, 10, SHAPE) == plan_faults(7, 50, SHAPE)[:10]  # a prefix replays
+
+
+def test_a_long_plan_draws_every_action_and_every_kind_of_process() -> None:
+    plan = plan_faults(1, 2000, SHAPE)
+    assert {fault.action for fault in plan} == set(Action)
+    signalled = {fault.target for fault in plan if fault.action is Action.KILL}
+    assert signalled == {
+        Target.ZOOKEEPER,
+        Target.NIMBUS,
+        Target.ZKFC,
+        Target.SUPERVISOR,
+        Target.PACEMAKER,
+        Target.WORKER,
+    }
+
+
+def test_faults_stay_within_the_cluster_and_their_bounds() -> None:
+    shape = ClusterShape(
+        hosts=("a", "b", "c"), pacemakers=("c",), zkfc=False, max_cut_secs=7, max_quorum_loss_secs=9
+    )
+    for fault in plan_faults(3, 2000, shape):
+        assert fault.target is not Target.ZKFC
+        if fault.target is Target.PACEMAKER:
+            assert fault.host == "c"
+        if fault.action is Action.FREEZE:
+            assert shape.session_secs < fault.hold_secs <= shape.session_secs + 4
+        if fault.action is Action.CUT:
+            assert fault.host in shape.hosts and 3 <= fault.hold_secs <= 7
+        if fault.action is Action.QUORUM_LOSS:
+            assert fault.host in shape.hosts and 5 <= fault.hold_secs <= 9
+        if fault.target is Target.WORKER or fault.target is Target.CLIENT:
+            assert fault.host == ""
+
+
+def test_a_cluster_without_pacemakers_gets_no_pacemaker_fault() -> None:
+    shape = ClusterShape(hosts=("a", "b", "c"))
+    targets = Counter(fault.target for fault in plan_faults(5, 1000, shape))
+    assert targets[Target.PACEMAKER] == 0 and targets[Target.ZKFC] == 0
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problem"),
+    [
+        ({"hosts": ("a", "b")}, "three hosts"),
+        ({"hosts": ("a", "b", "c"), "pacemakers": ("d",)}, "unknown hosts: ['d']"),
+        ({"hosts": ("a", "b", "c"), "max_cut_secs": 0}, "one second at least"),
+    ],
+)
+def test_a_shape_that_cannot_hold_a_plan_is_refused(
+    arguments: dict[str, object], problem: str
+) -> None:
+    with pytest.raises(ValueError, match=problem.replace("[", r"\[").replace("]", r"\]")):
+        ClusterShape(**arguments)  # type: ignore[arg-type]
+
+
+def test_a_negative_count_is_refused() -> None:
+    with pytest.raises(ValueError, match="zero faults or more"):
+        plan_faults(1, -1, SHAPE)
+
+
+def test_a_fault_reads_as_what_it_does() -> None:
+    assert str(Fault(Action.KILL, Target.NIMBUS, "h2")) == "kill nimbus on h2"
+    assert str(Fault(Action.FREEZE, Target.WORKER, hold_secs=4)) == "freeze worker for 4 s"
+    assert (
+        str(Fault(Action.QUORUM_LOSS, Target.ENSEMBLE, "h1", 30))
+        == "quorum_loss ensemble but h1 for 30 s"
+    )
+    assert str(Fault(Action.SUBMIT, Target.CLIENT)) == "client submit"
