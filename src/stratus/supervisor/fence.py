@@ -93,7 +93,8 @@ class Lease:
         stops every worker either way)."""
         held = self.state is LeaseState.HELD
         self.state = LeaseState.UNLEASED
-        self.fences += 1
+        if held:  # a lease not held was counted when it lapsed, or was never held
+            self.fences += 1
         self._renewed_to = now if self._renewed_to is None else max(self._renewed_to, now)
         return held
 
