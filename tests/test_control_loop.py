@@ -157,11 +157,12 @@ def test_a_fenced_supervisor_starts_nothing_before_a_newer_heartbeat_and_a_read_
     launcher.processes[0].exit_code = 0
     feed(loop)
     assert "etl" not in loop.workers
+    feed(loop, AssignmentsRead(fenced_at - 0.5, {"etl": assignment()}))  # begun before it
     feed(loop, HeartbeatWritten(fenced_at - 0.1))  # a round that began before the fence
     feed(loop, AssignmentsRead(fenced_at + 0.1, {"etl": assignment()}))
     assert len(launcher.processes) == 1  # no lease: a write begun before the fence renews none
     feed(loop, HeartbeatWritten(fenced_at + 0.2))
-    assert len(launcher.processes) == 1  # the lease is back, but that read is older than it
+    assert len(launcher.processes) == 1  # the lease is back, but those reads are older
     feed(loop, AssignmentsRead(fenced_at + 0.3, {}))  # the leader moved etl meanwhile
     assert len(launcher.processes) == 1 and "etl" not in loop.workers
 
