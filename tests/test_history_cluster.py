@@ -206,6 +206,11 @@ def test_a_silent_supervisor_the_leader_fences_is_stopped_before_its_pipeline_mo
                 "etl's worker to start on s2",
             )
             wait_until(lambda: batches_after_restart(history) >= 3, 30, "batches on s2")
+            metrics = nimbuses.http.get(f"http://{nimbuses.seeds[0]}/metrics").text
+            fenced_line = (
+                'stratus_nimbus_supervisor_fences_total{method="graceful",result="fenced"}'
+            )
+            assert f"{fenced_line} 1.0" in metrics
         finally:
             if s2 is not None:
                 s2.stop()

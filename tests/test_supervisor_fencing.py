@@ -153,7 +153,10 @@ class Leader:
         self.table = AssignmentTable(client, PATHS)
         self.board = HeartbeatBoard(ZooKeeperStateStore(client, "/leader-view/heartbeats"))
         self.registered: dict[str, SupervisorSummary] = {}
-        self.fencing = SupervisorFencing(fencing, clock=self.clock)
+        self.outcomes: list[tuple[str, str]] = []
+        self.fencing = SupervisorFencing(
+            fencing, clock=self.clock, on_outcome=lambda *outcome: self.outcomes.append(outcome)
+        )
         self.duty = SchedulingDuty(
             ops=self.ops, assignments=self.table, board=self.board,
             registered=lambda: self.registered, settings=SETTINGS, clock=self.clock,
@@ -259,6 +262,7 @@ def test_a_shell_method_fences_when_the_endpoint_cannot_and_counts_after_the_sto
     leader.wait_for_fence("s1", FenceState.FENCED)
     assert told.read_text() == "s1\n"
     assert "event=supervisor_fenced supervisor=s1 method=shell(echo" in caplog.text
+    assert leader.outcomes == [("fenced", "shell")]
 
     assert not leader.round().moved  # its workers may outlive it for the stop grace
     leader.clock.now += STOP_SECS
@@ -279,6 +283,7 @@ def test_when_every_way_fails_the_timeout_is_waited_out(coordinator, caplog) -> 
     leader.wait_for_fence("s1", FenceState.FAILED)
     assert "event=supervisor_fence_failed supervisor=s1" in caplog.text
     assert "action=wait_for_its_lease" in caplog.text
+    assert leader.outcomes == [("failed", "-")]
 
     leader.clock.now += 3.9  # 9.9 s of silence
     leader.heartbeat("s2")

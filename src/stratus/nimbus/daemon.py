@@ -366,7 +366,12 @@ class Nimbus:
         if self.settings.fencing is None:
             return None
         fencing = SupervisorFencing(
-            self.settings.fencing, client_auth(self.conf), clock=self._clock
+            self.settings.fencing,
+            client_auth(self.conf),
+            clock=self._clock,
+            on_outcome=lambda result, method: self.metrics.supervisor_fences.labels(
+                result, method
+            ).inc(),
         )
         self._opened.append(fencing.close)
         return fencing

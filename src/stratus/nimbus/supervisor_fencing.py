@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
@@ -125,10 +125,12 @@ class SupervisorFencing:
         auth: ClientAuth = NO_AUTH,
         *,
         clock: Clock = time.monotonic,
+        on_outcome: Callable[[str, str], None] = lambda _result, _method: None,
     ) -> None:
         self.settings = settings
         self._auth = auth
         self._clock = clock
+        self._on_outcome = on_outcome  # (fenced | failed, the method's name or -)
         self._lock = threading.Lock()
         self._attempts: dict[str, FenceAttempt] = {}
         self._pool = ThreadPoolExecutor(MAX_FENCES_AT_ONCE, thread_name_prefix="supervisor-fence")
@@ -184,6 +186,7 @@ class SupervisorFencing:
             self._attempts[supervisor.id] = FenceAttempt(
                 supervisor.id, epoch, silent_since, state, safe_from
             )
+        self._on_outcome(state.value, "-" if fenced_by is None else fenced_by.split("(")[0])
         if fenced_by is None:
             log.error(
                 "event=supervisor_fence_failed supervisor=%s epoch=%d methods=%s "
