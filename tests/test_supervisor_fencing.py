@@ -310,3 +310,16 @@ def test_a_supervisor_heard_from_after_its_fence_keeps_its_pipelines(coordinator
     leader.heartbeat("s2")
     assert not leader.round().moved
     assert leader.where("etl") == "s1"
+
+
+def test_a_deposed_leader_fences_no_supervisor(coordinator) -> None:
+    leader = Leader(coordinator, fencing_settings(MethodSpec("shell", "exit 0")))
+    leader.supervisor(SupervisorSummary(id="s1", slots=2, endpoint=refusing_endpoint()))
+    leader.submit("etl")
+    leader.round()
+    coordinator.unnominate("nimbus")  # deposed: its round reads, judges, and asks nothing
+    leader.clock.now += 6
+
+    leader.round()
+
+    assert leader.fencing.attempts() == {}
