@@ -212,3 +212,35 @@ def test_a_hung_pacemaker_is_given_up_before_a_supervisor_fences_itself() -> Non
     with pytest.raises(ConfigError, match=r"pacemaker.client.timeout.secs \(5\) must be less"):
         config_from_mapping(pacemaker)
     assert config_from_mapping({**pacemaker, "pacemaker.client.timeout.secs": 1})
+
+
+def test_the_leader_fences_a_silent_supervisor_at_half_the_timeout_unless_told() -> None:
+    assert config_from_mapping({}).supervisor_fence_after() == 5.0
+    shorter = {"nimbus.supervisor.timeout.secs": 8, "supervisor.fence.timeout.secs": 4}
+    assert config_from_mapping(shorter).supervisor_fence_after() == 4
+    told = config_from_mapping({"nimbus.supervisor.fence.after.secs": 7})
+    assert told.supervisor_fence_after() == 7
+
+
+@pytest.mark.parametrize("after", [10, 12])
+def test_the_leaders_fence_must_come_before_the_supervisor_timeout(after: float) -> None:
+    with pytest.raises(
+        ConfigError,
+        match=rf"nimbus.supervisor.fence.after.secs \({after}\) must be less than "
+        r"nimbus.supervisor.timeout.secs \(10\)",
+    ):
+        config_from_mapping({"nimbus.supervisor.fence.after.secs": after})
+
+
+def test_the_leaders_fence_must_not_catch_a_supervisor_between_two_rounds() -> None:
+    with pytest.raises(
+        ConfigError,
+        match=r"fence.after.secs \(3\) must be more than nimbus.monitor.freq.secs \+ "
+        r"worker.heartbeat.frequency.secs \(3\)",
+    ):
+        config_from_mapping({"nimbus.supervisor.fence.after.secs": 3})
+    assert config_from_mapping({"nimbus.supervisor.fence.after.secs": 3.5})
+    slow_rounds = config_from_mapping({"nimbus.monitor.freq.secs": 4.5})
+    assert slow_rounds.supervisor_fence_after() is None  # half of 10 is too short: never
+    never = config_from_mapping({"nimbus.supervisor.fence.after.secs": 0})
+    assert never.supervisor_fence_after() is None

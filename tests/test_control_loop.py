@@ -1,5 +1,6 @@
 """The supervisor's control loop (``supervisor/control_loop.py``) fed messages by hand: workers
-start only under a held lease and a newer read, a lapsed lease stops them all."""
+start only under a held lease and a newer read, a lapsed lease stops them all, and so does a
+leader's fence, unless its epoch is older than one the supervisor has seen."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ from pathlib import Path
 
 from stratus.api.records import WorkerState
 from stratus.supervisor.assignment_reader import AssignmentsRead
-from stratus.supervisor.control_loop import ControlLoop, HeartbeatWritten
+from stratus.supervisor.control_loop import (
+    ControlLoop,
+    FenceOrder,
+    FenceVerdict,
+    HeartbeatWritten,
+)
 from stratus.supervisor.fence import Lease
 from stratus.supervisor.heartbeat_publisher import HeartbeatRound
 from stratus.supervisor.managed_worker import Phase
@@ -115,6 +121,69 @@ def test_a_slot_freed_asks_for_a_read_for_the_pipelines_that_wait(tmp_path) -> N
     assert reads == ["read"]
     feed(loop, AssignmentsRead(100.3, three))
     assert set(loop.workers) == {"b", "c"}
+
+
+def test_a_leaders_fence_stops_every_worker_and_is_answered_once_none_is_left(tmp_path) -> None:
+    clock, launcher = FakeClock(100.0), FakeLauncher(tmp_path)
+    loop, rounds, _ = control_loop(tmp_path, clock, launcher)
+    both = {"a": assignment("a"), "b": assignment("b")}
+    feed(loop, HeartbeatWritten(100.0), AssignmentsRead(100.1, both))
+    order = FenceOrder(epoch=1)
+    feed(loop, order)
+    assert [p.signals for p in launcher.processes] == [["TERM"], ["TERM"]]
+    assert order.verdict is FenceVerdict.PENDING  # their processes still run
+    assert rounds[-1].supervisor.running == []
+    clock.advance(TIMEOUTS.stop_secs)
+    feed(loop)
+    assert [p.signals for p in launcher.processes] == [["TERM", "KILL"], ["TERM", "KILL"]]
+    assert order.verdict is FenceVerdict.PENDING
+    launcher.processes[0].exit_code = -9
+    feed(loop)
+    assert order.verdict is FenceVerdict.PENDING  # b still runs
+    launcher.processes[1].exit_code = -9
+    feed(loop)
+    assert order.wait(0) is FenceVerdict.STOPPED
+    assert order.stopped == ["a", "b"]
+    assert loop._lease.fences == 1
+
+
+def test_a_fenced_supervisor_starts_nothing_before_a_newer_heartbeat_and_a_read_after_it(
+    tmp_path,
+) -> None:
+    clock, launcher = FakeClock(100.0), FakeLauncher(tmp_path)
+    loop, _, _ = control_loop(tmp_path, clock, launcher)
+    feed(loop, HeartbeatWritten(100.0), AssignmentsRead(100.1, {"etl": assignment()}))
+    clock.advance(1.0)
+    fenced_at = clock()
+    feed(loop, FenceOrder(epoch=1))
+    launcher.processes[0].exit_code = 0
+    feed(loop)
+    assert "etl" not in loop.workers
+    feed(loop, AssignmentsRead(fenced_at - 0.5, {"etl": assignment()}))  # begun before it
+    feed(loop, HeartbeatWritten(fenced_at - 0.1))  # a round that began before the fence
+    feed(loop, AssignmentsRead(fenced_at + 0.1, {"etl": assignment()}))
+    assert len(launcher.processes) == 1  # no lease: a write begun before the fence renews none
+    feed(loop, HeartbeatWritten(fenced_at + 0.2))
+    assert len(launcher.processes) == 1  # the lease is back, but those reads are older
+    feed(loop, AssignmentsRead(fenced_at + 0.3, {}))  # the leader moved etl meanwhile
+    assert len(launcher.processes) == 1 and "etl" not in loop.workers
+
+
+def test_a_fence_of_an_older_epoch_than_seen_is_refused_and_stops_nothing(tmp_path) -> None:
+    clock, launcher = FakeClock(100.0), FakeLauncher(tmp_path)
+    loop, _, _ = control_loop(tmp_path, clock, launcher)
+    feed(loop, HeartbeatWritten(100.0), AssignmentsRead(100.1, {"etl": assignment(epoch=5)}))
+    stale = FenceOrder(epoch=4)
+    feed(loop, stale)
+    assert stale.wait(0) is FenceVerdict.REFUSED and stale.newest_epoch == 5
+    assert launcher.processes[0].signals == []
+    assert loop.workers["etl"].phase is Phase.RUNNING
+    feed(loop, FenceOrder(epoch=7))
+    launcher.processes[0].exit_code = 0
+    feed(loop)
+    late = FenceOrder(epoch=6)  # a leader older than the one that fenced last
+    feed(loop, late)
+    assert late.verdict is FenceVerdict.REFUSED and late.newest_epoch == 7
 
 
 # ---------------------------------------------------------------------- the code cache

@@ -86,3 +86,26 @@ def test_a_proof_that_began_after_the_lease_ran_out_revives_nothing() -> None:
     # The loop stalled past the lease's end, so no check() fenced yet:
     assert not lease.outage_proven(probe_started=106.5, now=107.0)
     assert lease.check(now=107.0)
+
+
+def test_a_leaders_revocation_is_regained_only_by_a_write_begun_after_it() -> None:
+    lease = Lease(timeout_secs=6.0)
+    lease.renewed(write_started=10.0, now=10.1)
+    assert lease.revoke(now=11.0)
+    assert lease.state is LeaseState.UNLEASED and lease.fences == 1
+    assert not lease.may_start(read_started=11.5)
+    assert not lease.renewed(write_started=10.9, now=11.2)  # begun before the revocation
+    assert not lease.check(now=30.0)  # nothing to lapse: no second fence
+    assert lease.renewed(write_started=11.1, now=11.2)
+    assert not lease.may_start(read_started=11.05)
+    assert lease.may_start(read_started=11.3)
+
+
+def test_a_revocation_of_a_lease_not_held_counts_no_fence() -> None:
+    lease = Lease(timeout_secs=6.0)
+    assert not lease.revoke(now=5.0)  # before the first heartbeat
+    lease.renewed(write_started=10.0, now=10.1)
+    assert lease.check(now=16.0)  # lapsed: one fence
+    assert not lease.revoke(now=17.0)
+    assert lease.fences == 1
+    assert not lease.renewed(write_started=16.5, now=17.1)  # begun before the revocation

@@ -6,11 +6,14 @@ through the worker's own history code (``WorkerHistory`` fed by a ``QueryTracker
 the ``history_file`` its supervisor put in its spec. The leaders' lines come from the real
 daemons. Last, a write with fencing turned off (the real fenced transaction, its epoch
 check pointed at a node that happens to have the old epoch's version) is injected, and the
-oracle must flag it.
+oracle must flag it. Then a supervisor whose heartbeats stop while it still answers: the
+leader fences it through its endpoint and moves its pipeline before its lease would have
+lapsed, and the oracle finds no two workers at once.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import signal
 import socket
@@ -147,6 +150,89 @@ def test_a_leader_killed_with_sigkill_leaves_a_history_the_oracle_passes(
     newer, injected = deposed[0].lines
     assert (newer.get("id"), newer.get("epoch")) == (new, epochs[new])
     assert (injected.get("epoch"), injected.get("id")) == (stale, old.address)
+
+
+def test_a_silent_supervisor_the_leader_fences_is_stopped_before_its_pipeline_moves(
+    zk_server: ZooKeeperServer,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="stratus.supervisor")
+    history = tmp_path / "history.jsonl"
+    timeouts = {
+        "nimbus.supervisor.timeout.secs": 10,
+        "supervisor.fence.timeout.secs": 6,  # the lease would lapse only after 6 s
+        "nimbus.supervisor.fence.after.secs": 2,
+        "nimbus.monitor.freq.secs": 0.5,
+    }
+    options = [
+        "-c", f"history.file={history}",
+        *(part for key, value in timeouts.items() for part in ("-c", f"{key}={value}")),
+    ]  # fmt: skip
+    script = tmp_path / "recording_worker.py"
+    script.write_text(RECORDING_WORKER)
+    with (
+        nimbus_cluster(
+            zk_server.connect_string, tmp_path, request.node.name, size=1, extra=options
+        ) as nimbuses,
+        kazoo_client(zk_server.connect_string) as zk,
+        NimbusClient(nimbuses.seeds, retry_deadline=30.0) as client,
+    ):
+        cluster = Cluster(zk, zk_server.connect_string, tmp_path, root=nimbuses.root)
+
+        def supervisor(sid: str) -> Supervisor:
+            conf = cluster.conf(
+                sid,
+                **{"nimbus.code.distributor": "local", "history.file": str(history)},
+                **timeouts,
+            )
+            started = Supervisor(conf, worker_command=[sys.executable, str(script)])
+            started.start()
+            return started
+
+        s1 = supervisor("s1")
+        s2: Supervisor | None = None
+        try:
+            client.submit("etl", valid_package("etl"))
+            wait_until(lambda: batches(history) >= 5, 30, "the worker to commit batches on s1")
+            s2 = supervisor("s2")
+            s1.publisher.stop(timeout=5.0)  # s1 falls silent, its endpoint still answers
+            path = f"{nimbuses.root}/assignments/etl"
+            wait_until(lambda: b'"supervisor":"s2"' in zk.get(path)[0], 30, "etl to move to s2")
+            wait_until(
+                lambda: len(named(load_events([history]), "worker_started")) == 2,
+                30,
+                "etl's worker to start on s2",
+            )
+            wait_until(lambda: batches_after_restart(history) >= 3, 30, "batches on s2")
+            metrics = nimbuses.http.get(f"http://{nimbuses.seeds[0]}/metrics").text
+            fenced_line = (
+                'stratus_nimbus_supervisor_fences_total{method="graceful",result="fenced"}'
+            )
+            assert f"{fenced_line} 1.0" in metrics
+        finally:
+            if s2 is not None:
+                s2.stop()
+            s1.stop()
+
+        fenced = [
+            r.getMessage() for r in caplog.records if "event=fenced supervisor=s1" in r.getMessage()
+        ]
+        assert len(fenced) == 1 and "by=leader" in fenced[0]  # its lease never lapsed
+        leader_log = "".join(path.read_text() for path in tmp_path.glob("nimbus-*.log"))
+        assert "event=supervisor_fenced supervisor=s1 method=graceful" in leader_log
+        events = load_events([history])
+        started = named(events, "worker_started")
+        assert [e.get("supervisor") for e in started] == ["s1", "s2"]
+        assert check_single_worker(events, Clocks()) == []
+
+
+def batches_after_restart(history: Path) -> int:
+    """Batches committed by the second worker of the history."""
+    events = load_events([history])
+    second = named(events, "worker_started")[1]
+    return sum(1 for e in named(events, "batch_committed") if e.process == second.process)
 
 
 def assert_terms_recorded(events: list[Event], old: str, new: str) -> dict[str, int]:

@@ -86,8 +86,11 @@ def test_stratus_local_secure_refuses_anonymous_calls_and_serves_the_printed_tok
             stranger.get_children("/")
 
         security = token_file.parent
-        for name in ("tokens", "admin-token", "daemon-token", "zookeeper-credentials"):
+        for name in (
+            "tokens", "admin-token", "daemon-token", "nimbus-token", "zookeeper-credentials"
+        ):  # fmt: skip
             assert stat.S_IMODE((security / name).stat().st_mode) == 0o600, name
+        assert_nimbuses_may_fence(url, verify, security, len(seeds))
         keys = list(security.glob("*-key.pem"))
         assert len(keys) == 2  # the CA's and the nimbuses'
         assert all(stat.S_IMODE(key.stat().st_mode) == 0o600 for key in keys)
@@ -100,6 +103,37 @@ def test_stratus_local_secure_refuses_anonymous_calls_and_serves_the_printed_tok
             if local.poll() is None:
                 local.kill()
     assert "all processes stopped" in log.read_text()
+
+
+def assert_nimbuses_may_fence(
+    url: str, verify: ssl.SSLContext, security: Path, nimbuses: int
+) -> None:
+    """The nimbuses present a token of their own, ``admin``: the leader may fence a silent
+    supervisor through its endpoint."""
+    nimbus_token = (security / "nimbus-token").read_text().strip()
+    caller = httpx.get(
+        f"{url}/api/v1/whoami",
+        verify=verify,
+        headers={"Authorization": f"Bearer {nimbus_token}"},
+        timeout=10.0,
+    )
+    assert caller.json()["role"] == "admin", caller.text
+    own = f"client.auth.token.file={security / 'nimbus-token'}"
+    assert len(processes_with(own)) == nimbuses  # every nimbus, and nothing else
+
+
+def processes_with(argument: str) -> list[int]:
+    """The pids of the processes with ``argument`` on their command line."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                arguments = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argument.encode() in arguments:
+                found.append(int(proc.name))
+    return found
 
 
 def assert_supervisor_endpoints_are_secured(

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from kazoo.client import KazooClient
 
@@ -536,6 +537,48 @@ def test_a_graceful_stop_stops_workers_and_says_so_before_unregistering(cluster)
     last = cluster.supervisor_beat()
     assert last is not None and last.stopping and last.running == []
     assert cluster.registration() is None
+
+
+def test_a_leaders_fence_needs_admin_refuses_an_older_epoch_and_answers_once_workers_are_gone(
+    cluster,
+) -> None:
+    tokens = cluster.tmp_path / "tokens"
+    tokens.write_text("read token read-secret-0123456789\nadmin token admin-secret-0123456789\n")
+    tokens.chmod(0o600)
+    meta = cluster.code.upload("etl")
+    conf = cluster.conf(
+        **{"nimbus.auth.tokens.file": str(tokens), "supervisor.worker.timeout.secs": 20.0}
+    )
+    with running(conf, cluster) as supervisor:
+        assert supervisor.endpoint is not None
+        cluster.assign(meta, mode="hang", epoch=3)  # its worker ignores SIGTERM
+        pid_file = cluster.tmp_path / "s1" / "workers" / "etl" / "work" / "pid"
+        wait_until(pid_file.exists, 20, "the hanging worker to start")
+        first = int(pid_file.read_text())
+        url = f"http://{supervisor.endpoint.address}/api/v1/fence"
+        admin = {"Authorization": "Bearer admin-secret-0123456789"}
+        with httpx.Client(timeout=30.0) as http:
+            assert http.post(url, json={"epoch": 3}).status_code == 401
+            reader = {"Authorization": "Bearer read-secret-0123456789"}
+            assert http.post(url, json={"epoch": 3}, headers=reader).status_code == 403
+            stale = http.post(url, json={"epoch": 2}, headers=admin)  # a deposed leader
+            assert stale.status_code == 409 and stale.json()["error"] == "stale_epoch"
+            assert not process_gone(first)
+            invalid = http.post(url, json={"epoch": "3"}, headers=admin)
+            assert invalid.status_code == 422 and invalid.json()["error"] == "invalid_request"
+
+            fenced = http.post(url, json={"epoch": 3}, headers=admin)
+            assert process_gone(first)  # SIGKILLed after the grace, before the answer
+        assert fenced.status_code == 200
+        assert fenced.json() == {"supervisor": "s1", "epoch": 3, "stopped": ["etl"]}
+        assert supervisor.lease.fences == 1
+        # Still assigned here and its heartbeats go on: after a new round and a read, it
+        # runs again (the leader, seeing it alive, moves nothing).
+        wait_until(
+            lambda: pid_file.exists() and int(pid_file.read_text()) != first,
+            20,
+            "the worker to start again after the fence",
+        )
 
 
 @pytest.fixture

@@ -682,6 +682,33 @@ class StratusConfig(BaseModel):
         description="the leader moves a supervisor's pipelines elsewhere once it has seen no "
         "heartbeat of that supervisor for this long",
     )
+    nimbus_supervisor_fence_after_secs: float | None = Field(
+        default=None,
+        ge=0,
+        alias="nimbus.supervisor.fence.after.secs",
+        description="the leader fences a supervisor that holds pipelines once it has seen no "
+        "heartbeat of it for this long (a graceful stop through its endpoint, then "
+        "nimbus.supervisor.fencing.methods), and moves its pipelines as soon as a fence "
+        "succeeds; must be less than nimbus.supervisor.timeout.secs and more than "
+        "nimbus.monitor.freq.secs + worker.heartbeat.frequency.secs; 0: never, the leader "
+        "waits out the timeout (default: half of nimbus.supervisor.timeout.secs, or never "
+        "when that half is not more than that sum)",
+    )
+    nimbus_supervisor_fencing_methods: str = Field(
+        default="",
+        alias="nimbus.supervisor.fencing.methods",
+        description="how the leader fences a silent supervisor when its graceful stop fails, "
+        "methods tried in order: shell(command), process, process(pid file), sshfence, "
+        "sshfence(user:port) (see supervisor.md); empty: none, the leader waits out the "
+        "supervisor's lease (nimbus.supervisor.timeout.secs)",
+    )
+    nimbus_supervisor_fencing_timeout_secs: float = Field(
+        default=10.0,
+        gt=0,
+        alias="nimbus.supervisor.fencing.timeout.secs",
+        description="longest wait for a supervisor's answer to a graceful stop, and time one "
+        "shell, process or ssh fence may take before it is killed and counted as failed",
+    )
     nimbus_task_timeout_secs: float = Field(
         default=30.0,
         gt=0,
@@ -1066,6 +1093,30 @@ class StratusConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _leader_fences_before_the_timeout(self) -> StratusConfig:
+        after = self.nimbus_supervisor_fence_after_secs
+        if not after:  # unset (the default fits) or 0 (never)
+            return self
+        timeout = self.nimbus_supervisor_timeout_secs
+        if after >= timeout:
+            raise ValueError(
+                f"nimbus.supervisor.fence.after.secs ({after:g}) must be less than "
+                f"nimbus.supervisor.timeout.secs ({timeout:g}): the leader fences a silent "
+                "supervisor to move its pipelines before the timeout; lower it, or leave it "
+                "unset (half of the timeout), or 0 to never fence"
+            )
+        seen_every = self.nimbus_monitor_freq_secs + self.worker_heartbeat_frequency_secs
+        if after <= seen_every:
+            raise ValueError(
+                f"nimbus.supervisor.fence.after.secs ({after:g}) must be more than "
+                "nimbus.monitor.freq.secs + worker.heartbeat.frequency.secs "
+                f"({seen_every:g}): a supervisor that heartbeats on time can look silent "
+                "that long between two rounds of the leader, and would be fenced; raise it, "
+                "lower nimbus.monitor.freq.secs, or set 0 to never fence"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _pacemaker_store_fits_the_timeouts(self) -> StratusConfig:
         if self.cluster_state_store == "pacemaker":
             self.check_pulse_ttl()
@@ -1110,6 +1161,17 @@ class StratusConfig(BaseModel):
                 f"({', '.join(self.pipeline_checkpoint_schemes)}) does not allow"
             )
         return self
+
+    def supervisor_fence_after(self) -> float | None:
+        """``nimbus.supervisor.fence.after.secs`` (None for 0: the leader never fences), or
+        half of the supervisor timeout, when that is more than a round of the leader and a
+        heartbeat period (else None)."""
+        if self.nimbus_supervisor_fence_after_secs is not None:
+            return self.nimbus_supervisor_fence_after_secs or None
+        half = self.nimbus_supervisor_timeout_secs / 2
+        if half <= self.nimbus_monitor_freq_secs + self.worker_heartbeat_frequency_secs:
+            return None
+        return half
 
     def checkpoint_root(self) -> str:
         """``pipeline.checkpoint.root``, or its default directory."""

@@ -138,6 +138,13 @@ class UnavailableError(ApiError):
     retryable = True
 
 
+class StaleEpochError(ApiError):
+    """An order of an older epoch than one already seen (a deposed leader's): 409."""
+
+    code = "stale_epoch"
+    status = 409
+
+
 class UploadsBusyError(UnavailableError):
     """``nimbus.max.concurrent.uploads`` submits are being read; retry after ``Retry-After``."""
 
@@ -171,6 +178,7 @@ _BY_CODE: dict[str, type[ApiError]] = {
         UnknownCodeError,
         NoLogError,
         UnavailableError,
+        StaleEpochError,
     )
 }
 

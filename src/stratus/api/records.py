@@ -448,6 +448,22 @@ class RebalanceRequest(BaseModel):
     )
 
 
+class FenceRequest(BaseModel):
+    """Body of a supervisor's ``POST /api/v1/fence``: the term of the leader that fences."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    epoch: int = Field(ge=0, strict=True)
+
+
+class FenceAnswer(BaseModel):
+    """A supervisor's answer to a fence it obeyed: no worker process of it is left."""
+
+    supervisor: str
+    epoch: int
+    stopped: list[str]  # the pipelines whose workers the fence stopped
+
+
 class ErrorBody(BaseModel):
     """Every error response: a stable code, a readable message, and for not_leader the leader."""
 

@@ -16,6 +16,7 @@ the parentheses belongs to the argument):
                       epoch in ZooKeeper (a stratus nimbus), so a stale active cannot write
 ``shell(command)``    run ``command`` with ``sh -c``; exit 0 means fenced. The target is in
                       its environment: ``STRATUS_FENCE_TARGET_HOST``, ``_PORT``, ``_ADDRESS``
+                      (and ``_ID``, a supervisor's id, when the leader fences one)
 ``process``           the old active runs on this host: SIGKILL the process that listens on
                       its port (found in ``/proc``, owned by this user), wait for the port to
                       close. ``process(/run/x.pid)`` kills only the pid in that file, and only
@@ -56,7 +57,7 @@ log = logging.getLogger(__name__)
 
 POLL_SECS = 0.02
 _ENTRY = re.compile(r"^([a-z][a-z_-]*)(?:\((.*)\))?$", re.DOTALL)
-_METHOD_NAMES = ("graceful", "epoch", "shell", "process", "sshfence")
+METHOD_NAMES = ("graceful", "epoch", "shell", "process", "sshfence")
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class FenceTarget:
 
     host: str
     port: int
+    name: str | None = None  # what the service is called, when it has a name (a supervisor)
 
     @property
     def address(self) -> str:
@@ -81,10 +83,12 @@ class FenceTarget:
 
     def environment(self) -> dict[str, str]:
         """What a shell fence is told about its target."""
+        named = {"STRATUS_FENCE_TARGET_ID": self.name} if self.name is not None else {}
         return {
             "STRATUS_FENCE_TARGET_HOST": self.host,
             "STRATUS_FENCE_TARGET_PORT": str(self.port),
             "STRATUS_FENCE_TARGET_ADDRESS": self.address,
+            **named,
         }
 
 
@@ -141,51 +145,53 @@ def split_entries(text: str) -> list[str]:
     return [entry for entry in entries if entry]
 
 
-def parse_methods(text: str) -> list[MethodSpec]:
-    """``ha.fencing.methods`` as method specs; ``FencingConfigError`` naming a bad entry."""
+def parse_methods(
+    text: str, key: str = "ha.fencing.methods", names: tuple[str, ...] = METHOD_NAMES
+) -> list[MethodSpec]:
+    """``ha.fencing.methods`` (or the list ``key`` names, of the methods ``names``) as method
+    specs; ``FencingConfigError`` naming a bad entry."""
     specs = []
     for entry in split_entries(text):
         match = _ENTRY.match(entry)
         if match is None:
             raise FencingConfigError(
-                f"ha.fencing.methods: {entry!r} is not a method: write name or name(argument), "
-                f"name one of {', '.join(_METHOD_NAMES)}"
+                f"{key}: {entry!r} is not a method: write name or name(argument), "
+                f"name one of {', '.join(names)}"
             )
         name, argument = match.group(1), match.group(2)
-        if name not in _METHOD_NAMES:
+        if name not in names:
             raise FencingConfigError(
-                f"ha.fencing.methods: unknown fencing method {name!r} in {entry!r}: use "
-                f"{', '.join(_METHOD_NAMES)}"
+                f"{key}: unknown fencing method {name!r} in {entry!r}: use {', '.join(names)}"
             )
         argument = argument.strip() if argument is not None else None
-        _check_argument(name, argument, entry)
+        _check_argument(name, argument, entry, key)
         specs.append(MethodSpec(name, argument or None))
     if not specs:
         raise FencingConfigError(
-            "ha.fencing.methods is empty: give at least one method, e.g. 'graceful, epoch'"
+            f"{key} is empty: give at least one method, e.g. 'graceful, epoch'"
         )
     return specs
 
 
-def _check_argument(name: str, argument: str | None, entry: str) -> None:
+def _check_argument(name: str, argument: str | None, entry: str, key: str) -> None:
     if name in ("graceful", "epoch") and argument:
-        raise FencingConfigError(f"ha.fencing.methods: {name} takes no argument, got {entry!r}")
+        raise FencingConfigError(f"{key}: {name} takes no argument, got {entry!r}")
     if name == "shell" and not argument:
         raise FencingConfigError(
-            f"ha.fencing.methods: {entry!r} needs its command: shell(/path/to/fence arg ...)"
+            f"{key}: {entry!r} needs its command: shell(/path/to/fence arg ...)"
         )
     if name == "sshfence" and argument:
-        _ssh_user_port(argument, entry)
+        _ssh_user_port(argument, entry, key)
 
 
-def _ssh_user_port(argument: str | None, entry: str) -> tuple[str | None, int]:
+def _ssh_user_port(
+    argument: str | None, entry: str, key: str = "ha.fencing.methods"
+) -> tuple[str | None, int]:
     if not argument:
         return None, 22
     user, _, port = argument.partition(":")
     if port and not (port.isdigit() and 0 < int(port) < 65536):
-        raise FencingConfigError(
-            f"ha.fencing.methods: {entry!r}: the ssh port {port!r} is not a port number"
-        )
+        raise FencingConfigError(f"{key}: {entry!r}: the ssh port {port!r} is not a port number")
     return user or None, int(port) if port else 22
 
 

@@ -31,7 +31,7 @@ from typing import TypeVar
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from stratus.api.errors import ApiError
+from stratus.api.errors import ApiError, StaleEpochError
 from stratus.api.records import ErrorBody
 from stratus.errors import StratusError
 from stratus.security.client_auth import NO_AUTH, ClientAuth
@@ -45,7 +45,7 @@ M = TypeVar("M", bound=BaseModel)
 
 UNHEALTHY = "unhealthy"  # the error code of a failed health check (HTTP 503)
 TRANSITION_FAILED = "transition_failed"  # HTTP 409
-STALE_EPOCH = "stale_epoch"  # HTTP 409
+STALE_EPOCH = StaleEpochError.code  # HTTP 409
 
 
 class HAState(StrEnum):
@@ -149,13 +149,6 @@ class TransitionRefusedError(ApiError):
     """A service's refusal of a transition it cannot make: 409 ``transition_failed``."""
 
     code = TRANSITION_FAILED
-    status = 409
-
-
-class StaleEpochError(ApiError):
-    """A service's refusal of an epoch older than one it was given: 409 ``stale_epoch``."""
-
-    code = STALE_EPOCH
     status = 409
 
 

@@ -177,8 +177,9 @@ class LocalCluster:
         if self.security is not None:
             options += self.security.daemon_options()
         nimbuses, supervisors = self.counts
+        own = self.security.nimbus_options() if self.security is not None else []
         nimbus_options = self.user.options(
-            settings, [*options, "-c", f"nimbus.ha.mode={self.ha_mode}"]
+            settings, [*options, *own, "-c", f"nimbus.ha.mode={self.ha_mode}"]
         )
         self.user.check(settings, nimbus_options)
         self.nimbuses = [

@@ -3,14 +3,17 @@
 Everything goes into the cluster's own directory, secrets readable by their owner only:
 a CA and the nimbuses' certificate for 127.0.0.1 (TLS on the API and the package server),
 a token file with an ``admin`` token for the user, a ``read`` token for the daemons
-(nimbuses and supervisors fetch code with it) and an ``admin`` token for the zkfcs (the HA
-calls to their nimbus and to each other change who is active), and ZooKeeper digest
+(supervisors fetch code with it), an ``admin`` token for the nimbuses (they fetch code
+with it too, and the leader fences a silent supervisor through its endpoint, which needs
+``admin``) and one for the zkfcs (the HA calls to their nimbus and to each other change
+who is active), and ZooKeeper digest
 credentials: the ZooKeeper server requires authentication and every znode's ACL names
 stratus alone::
 
     security = LocalSecurity.create(workdir / "security")
     ZooKeeperServer(..., auth=security.zookeeper_server_auth())
     options += security.daemon_options()         # -c key=value of every daemon
+    nimbus_options += security.nimbus_options()   # of a nimbus: its admin token
     zkfc_options += security.zkfc_options()       # of a zkfc: its endpoint, its admin token
     NimbusProcess(options, ..., auth=security.daemon_auth())
     NimbusClient(seeds, auth=security.admin_auth())
@@ -48,6 +51,7 @@ class LocalSecurity:
     tokens: Path
     admin_token_file: Path
     daemon_token_file: Path
+    nimbus_token_file: Path
     zkfc_token_file: Path
     zookeeper_credentials: Path
     admin_token: str = field(repr=False)
@@ -60,11 +64,13 @@ class LocalSecurity:
         directory.chmod(0o700)
         authority = CertificateAuthority.create(directory, "stratus-local-ca")
         server = authority.issue("nimbus", ip=LOOPBACK)
-        admin, daemon, zkfc = (secrets.token_hex(32) for _ in range(3))
+        admin, daemon, nimbus, zkfc = (secrets.token_hex(32) for _ in range(4))
         tokens = _write_private(
             directory / "tokens",
-            "# role kind value: the user's token, the daemons' own, the zkfcs' own\n"
-            f"admin token {admin}\nread token {daemon}\nadmin token {zkfc}\n",
+            "# role kind value: the user's token, the daemons' own, the nimbuses' own, the "
+            "zkfcs' own\n"
+            f"admin token {admin}\nread token {daemon}\nadmin token {nimbus}\n"
+            f"admin token {zkfc}\n",
         )
         return cls(
             directory=directory,
@@ -74,6 +80,7 @@ class LocalSecurity:
             tokens=tokens,
             admin_token_file=_write_private(directory / "admin-token", admin + "\n"),
             daemon_token_file=_write_private(directory / "daemon-token", daemon + "\n"),
+            nimbus_token_file=_write_private(directory / "nimbus-token", nimbus + "\n"),
             zkfc_token_file=_write_private(directory / "zkfc-token", zkfc + "\n"),
             zookeeper_credentials=_write_private(
                 directory / "zookeeper-credentials",
@@ -103,6 +110,11 @@ class LocalSecurity:
             "zookeeper.auth.file": self.zookeeper_credentials,
         }
         return [item for key, value in settings.items() for item in ("-c", f"{key}={value}")]
+
+    def nimbus_options(self) -> list[str]:
+        """``-c key=value`` options of a nimbus, after ``daemon_options``: the leader fences
+        a silent supervisor through its endpoint (``admin``) with the nimbuses' token."""
+        return ["-c", f"client.auth.token.file={self.nimbus_token_file}"]
 
     def zkfc_options(self) -> list[str]:
         """``-c key=value`` options of a zkfc, after ``daemon_options``: it calls its nimbus's

@@ -67,6 +67,7 @@ from stratus.nimbus.readiness import CodeReadiness
 from stratus.nimbus.service import NimbusService
 from stratus.nimbus.settings import HAMode, NimbusSettings
 from stratus.nimbus.submission import Submitter
+from stratus.nimbus.supervisor_fencing import SupervisorFencing
 from stratus.settings import (
     access_policy,
     client_auth,
@@ -338,6 +339,7 @@ class Nimbus:
             on_unknown=lambda reason: self.metrics.heartbeats_unknown.labels(reason).inc(),
             on_observed=self.pipeline_metrics.observe,
             connections=lambda: self.session.connections,
+            fencing=self._supervisor_fencing(),
         )
         duties = DutyRound(
             [
@@ -357,6 +359,22 @@ class Nimbus:
         )
         self.metrics.declare_duties(duties.names)
         return duties
+
+    def _supervisor_fencing(self) -> SupervisorFencing | None:
+        """The leader's fence of silent supervisors, with this nimbus's client credentials
+        (None when it never fences)."""
+        if self.settings.fencing is None:
+            return None
+        fencing = SupervisorFencing(
+            self.settings.fencing,
+            client_auth(self.conf),
+            clock=self._clock,
+            on_outcome=lambda result, method: self.metrics.supervisor_fences.labels(
+                result, method
+            ).inc(),
+        )
+        self._opened.append(fencing.close)
+        return fencing
 
     def _build_controller(
         self, readiness: CodeReadiness, duties: DutyRound, granted: GrantedLock | None

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from kazoo.exceptions import KazooException
 
 from stratus.api.clock import Clock
+from stratus.api.errors import StaleEpochError
 from stratus.coordination.errors import TermMismatchError
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import RevokeReason
@@ -45,7 +46,6 @@ from stratus.ha.protocol import (
     HealthReport,
     RequestSource,
     ServiceStatus,
-    StaleEpochError,
     TransitionRefusedError,
     UnhealthyServiceError,
 )

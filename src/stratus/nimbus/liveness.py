@@ -51,9 +51,13 @@ class Liveness:
         out a lost connection saw nothing while it waited, and that wait is not silence.
         Changes count from when they were observed, after the read: both ends err towards
         a shorter silence."""
+        return max(0.0, (self._clock() if at is None else at) - self.changed_at(key))
+
+    def changed_at(self, key: str) -> float:
+        """When ``key`` last changed as observed (the last ``reset()`` if not since): the
+        start of its silence, which stays the same for as long as the silence lasts."""
         last = self._seen.get(key)
-        changed = self._since if last is None else last[1]
-        return max(0.0, (self._clock() if at is None else at) - changed)
+        return self._since if last is None else last[1]
 
     def reset(self) -> None:
         """Forget every key and restart the silence of all of them now."""

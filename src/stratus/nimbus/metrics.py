@@ -134,6 +134,14 @@ class NimbusMetrics:
         )
         for reason in ("unavailable", "warming", "unreachable"):
             self.heartbeats_unknown.labels(reason)
+        self.supervisor_fences = Counter(
+            "stratus_nimbus_supervisor_fences",
+            "fences of silent supervisors this nimbus made as leader, by outcome: `fenced` "
+            "(with `method` graceful, shell, process or sshfence) or `failed` (every way "
+            "failed, `method` -: the supervisor's lease was waited out)",
+            ["result", "method"],
+            registry=self.registry,
+        )
         self.requests = Counter(
             "stratus_nimbus_requests",
             "HTTP requests answered",

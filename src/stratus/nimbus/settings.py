@@ -19,6 +19,8 @@ from stratus.api.locations import LocationPolicy
 from stratus.codedist.package_check import PackageLimits
 from stratus.codedist.transfer.bounded_server import ConnectionBounds
 from stratus.config import StratusConfig
+from stratus.ha.errors import FencingConfigError
+from stratus.ha.fencing import METHOD_NAMES, MethodSpec, parse_methods, split_entries
 from stratus.nimbus.limits import RequestLimits
 from stratus.nimbus.pipeline_ops import ReplicationPolicy
 from stratus.settings import http_bounds, package_limits
@@ -46,6 +48,16 @@ class HASettings:
 
     mode: HAMode  # nimbus.ha.mode
     transition_timeout_secs: float  # how long a transition waits for the controller's thread
+
+
+@dataclass(frozen=True)
+class FencingSettings:
+    """How the leader fences a silent supervisor before it moves its pipelines."""
+
+    after_secs: float  # nimbus.supervisor.fence.after.secs (default: half the timeout)
+    methods: tuple[MethodSpec, ...]  # nimbus.supervisor.fencing.methods, after the graceful stop
+    timeout_secs: float  # nimbus.supervisor.fencing.timeout.secs: the graceful stop, each method
+    stop_secs: float  # supervisor.worker.stop.secs: how long workers outlive a killed supervisor
 
 
 @dataclass(frozen=True)
@@ -86,6 +98,7 @@ class NimbusSettings:
     leadership: LeadershipSettings
     ha: HASettings
     scheduling: SchedulingSettings
+    fencing: FencingSettings | None  # None: the leader never fences a silent supervisor
     submit: SubmitSettings
     service: ServiceSettings
     http: HttpBounds  # the API server's connection bounds
@@ -115,6 +128,7 @@ class NimbusSettings:
                 task_timeout_secs=conf.nimbus_task_timeout_secs,
                 blind_after_reconnect=conf.supervisor_zookeeper_outage == "ride",
             ),
+            fencing=_fencing(conf),
             submit=SubmitSettings(
                 limits=package_limits(conf),
                 replication=ReplicationPolicy(
@@ -143,3 +157,37 @@ class NimbusSettings:
             code_sync_freq_secs=conf.nimbus_code_sync_freq_secs,
             code_lost_fail_secs=conf.nimbus_code_lost_fail_secs,
         )
+
+
+def _fencing(conf: StratusConfig) -> FencingSettings | None:
+    methods = supervisor_fencing_methods(conf.nimbus_supervisor_fencing_methods)
+    after = conf.supervisor_fence_after()
+    if after is None:
+        return None
+    return FencingSettings(
+        after_secs=after,
+        methods=methods,
+        timeout_secs=conf.nimbus_supervisor_fencing_timeout_secs,
+        stop_secs=conf.supervisor_worker_stop_secs,
+    )
+
+
+SUPERVISOR_METHODS_KEY = "nimbus.supervisor.fencing.methods"
+# graceful is the supervisor's own endpoint, always tried first; epoch stops no process
+SUPERVISOR_METHOD_NAMES = tuple(name for name in METHOD_NAMES if name not in ("graceful", "epoch"))
+
+
+def supervisor_fencing_methods(text: str) -> tuple[MethodSpec, ...]:
+    """``nimbus.supervisor.fencing.methods`` (empty: none); ``FencingConfigError`` naming a
+    bad entry, and saying why ``graceful`` and ``epoch`` have no place there."""
+    if not text.strip():
+        return ()
+    for name in ("graceful", "epoch"):
+        if any(entry.split("(")[0].strip() == name for entry in split_entries(text)):
+            why = (
+                "the graceful stop through the supervisor's endpoint is always tried first"
+                if name == "graceful"
+                else "an epoch stops no worker that runs already"
+            )
+            raise FencingConfigError(f"{SUPERVISOR_METHODS_KEY}: leave out {name}: {why}")
+    return tuple(parse_methods(text, SUPERVISOR_METHODS_KEY, SUPERVISOR_METHOD_NAMES))

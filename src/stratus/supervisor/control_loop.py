@@ -12,6 +12,11 @@ fencing happens on time::
     loop.post(HeartbeatWritten(started))
     loop.post(SHUTDOWN)               # stops every worker; loop.final_round() after
 
+A leader's fence (``FenceOrder``, posted by the endpoint) takes the lease away and stops
+every worker as a lapse does; the order is answered once no worker process is left, or
+refused at once when its epoch is older than the newest this supervisor has seen (an
+assignment's, or an earlier fence's): a deposed leader stops nothing.
+
 Each tick: fence if the lease lapsed; apply the newest read (epoch filter, then the plan);
 step every worker; replace or remove those that stopped; keep the warm workers to the free
 slots (if any are kept); offer a heartbeat round.
@@ -21,9 +26,11 @@ from __future__ import annotations
 
 import logging
 import queue
+import threading
 import time
 from collections.abc import Callable, Set
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
@@ -70,8 +77,40 @@ class Shutdown:
     """Stop every worker and end the loop."""
 
 
+class FenceVerdict(StrEnum):
+    PENDING = "pending"  # not decided yet, or workers still stopping
+    REFUSED = "refused"  # the order's epoch is older than one the supervisor has seen
+    STOPPED = "stopped"  # no worker process of the supervisor is left
+
+
+class FenceOrder:
+    """A leader's order, in its term ``epoch``, to stop every worker; the control loop
+    decides it and the endpoint's thread waits for the verdict."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.verdict = FenceVerdict.PENDING
+        self.newest_epoch = 0  # the newest epoch the supervisor had seen, when refused
+        self.stopped: list[str] = []  # the pipelines whose workers the fence stopped
+        self._decided = threading.Event()
+
+    def wait(self, timeout: float) -> FenceVerdict:
+        """The verdict, once there is one or after ``timeout`` (then ``PENDING``)."""
+        self._decided.wait(timeout)
+        return self.verdict
+
+    def refuse(self, newest_epoch: int) -> None:
+        self.newest_epoch = newest_epoch
+        self.verdict = FenceVerdict.REFUSED
+        self._decided.set()
+
+    def done(self) -> None:
+        self.verdict = FenceVerdict.STOPPED
+        self._decided.set()
+
+
 SHUTDOWN = Shutdown()
-Message = AssignmentsRead | ReadFailed | HeartbeatWritten | OutageProven | Shutdown
+Message = AssignmentsRead | ReadFailed | HeartbeatWritten | OutageProven | FenceOrder | Shutdown
 
 
 class CodeLauncher(Launcher, Protocol):
@@ -133,6 +172,8 @@ class ControlLoop:
         self._waiting: list[str] = []  # assigned here, no free slot
         self._read_failures = 0  # in a row
         self._shutting_down = False
+        self._fence_epoch = 0  # the newest epoch of a leader's fence obeyed
+        self._fence_orders: list[FenceOrder] = []  # obeyed, waiting for the workers' exits
 
     # ------------------------------------------------------------------ other threads' side
 
@@ -158,6 +199,7 @@ class ControlLoop:
                 log.exception("event=control_loop_error supervisor=%s", self.supervisor)
                 time.sleep(self._settings.tick_secs)
         self._stop_all()
+        self._answer_fence_orders()
 
     def tick(self) -> None:
         """One round of the loop (messages already applied)."""
@@ -172,6 +214,7 @@ class ControlLoop:
         for worker in list(self.workers.values()):
             worker.step(may_start=may_start)
         self._sweep()
+        self._answer_fence_orders()
         if self._warm is not None and not self._shutting_down:
             self._warm.keep(self.free_for_warm())
         self._offer(self.heartbeat_round())
@@ -222,6 +265,8 @@ class ControlLoop:
             self._renewed(message.started)
         elif isinstance(message, OutageProven):
             self._lease.outage_proven(probe_started=message.started, now=self._clock())
+        elif isinstance(message, FenceOrder):
+            self._fence_ordered(message)
         else:
             self._shutting_down = True
 
@@ -262,6 +307,41 @@ class ControlLoop:
         for worker in self.workers.values():
             if not worker.done:
                 worker.retire(StopReason.FENCED)
+
+    def _fence_ordered(self, order: FenceOrder) -> None:
+        """A leader fences this supervisor: refuse an older term than one seen; else take
+        the lease away and stop every worker, answering once none is left."""
+        newest = max([self._fence_epoch, *self._seen_epochs.values()])
+        if order.epoch < newest:
+            log.warning(
+                "event=fence_refused supervisor=%s epoch=%d seen_epoch=%d reason=stale_epoch",
+                self.supervisor,
+                order.epoch,
+                newest,
+            )
+            order.refuse(newest)
+            return
+        self._fence_epoch = order.epoch
+        order.stopped = sorted(name for name, w in self.workers.items() if w.alive)
+        self._lease.revoke(self._clock())
+        log.warning(
+            "event=fenced supervisor=%s epoch=%d pipelines=%s by=leader stop_secs=%g",
+            self.supervisor,
+            order.epoch,
+            ",".join(order.stopped) or "-",
+            self._settings.timeouts.stop_secs,
+        )
+        for worker in self.workers.values():
+            if not worker.done:
+                worker.retire(StopReason.FENCED)
+        self._fence_orders.append(order)
+
+    def _answer_fence_orders(self) -> None:
+        """Answer the fences obeyed once no worker process is left."""
+        if self._fence_orders and not any(w.alive for w in self.workers.values()):
+            for order in self._fence_orders:
+                order.done()
+            self._fence_orders.clear()
 
     # ------------------------------------------------------------------ reconciling
 

@@ -45,8 +45,8 @@ from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.supervisor.assignment_reader import AssignmentReader
 from stratus.supervisor.code_cache import CodeCache
-from stratus.supervisor.control_loop import SHUTDOWN, ControlLoop
-from stratus.supervisor.endpoint import SupervisorEndpoint, WorkerLog
+from stratus.supervisor.control_loop import SHUTDOWN, SHUTDOWN_MARGIN_SECS, ControlLoop, FenceOrder
+from stratus.supervisor.endpoint import Fencing, SupervisorEndpoint, WorkerLog
 from stratus.supervisor.errors import SupervisorStartError
 from stratus.supervisor.fence import Lease, LeaseState
 from stratus.supervisor.heartbeat_publisher import HeartbeatPublisher, HeartbeatRound
@@ -202,6 +202,10 @@ class Supervisor:
                 wall=self._wall,
             ),
             ready=self._readiness,
+            fencing=Fencing(
+                order=self._fence_ordered,
+                wait_secs=self.settings.loop.timeouts.stop_secs + SHUTDOWN_MARGIN_SECS,
+            ),
         )
         self._opened.append(endpoint.stop)
         endpoint.start()
@@ -221,6 +225,12 @@ class Supervisor:
             newest=paths.log,
             conf=conf,
         )
+
+    def _fence_ordered(self, epoch: int) -> FenceOrder:
+        """A leader's fence, handed to the control loop (the endpoint waits for its verdict)."""
+        order = FenceOrder(epoch)
+        self.control.post(order)
+        return order
 
     def _worker_beats(self) -> list[WorkerHeartbeat]:
         round_ = self._last_round

@@ -5,7 +5,8 @@ token file of ``nimbus.auth.tokens.file`` and client certificates (``RequireRole
 of ``nimbus.tls.*``, and the connection bounds of ``nimbus.http.*`` (requests in progress,
 request head size and time, TLS handshake time). ``/health`` and ``/metrics`` need the role
 ``read``; a worker's log may hold the pipeline's data and needs ``submit``; the probes
-``/healthz`` and ``/readyz`` (``stratus.web.probes``) need none. Every refusal is the API's
+``/healthz`` and ``/readyz`` (``stratus.web.probes``) need none; a leader's fence needs
+``admin``. Every refusal is the API's
 JSON error body. The address is advertised in the supervisor's registration
 (``SupervisorSummary.endpoint``), where every nimbus finds it::
 
@@ -19,6 +20,14 @@ JSON error body. The address is advertised in the supervisor's registration
 before the last restart), every line redacted against the pipeline's conf; ``follow``
 goes on sending lines as they are written, across rotations and restarts, until the
 client leaves.
+
+``POST /api/v1/fence`` with ``{"epoch": E}`` is the leader's graceful fence: the control
+loop takes the lease away and stops every worker (SIGTERM, SIGKILL after
+``supervisor.worker.stop.secs``), and starts none before a new heartbeat round and a read
+of the assignments after it. It answers 200 (``FenceAnswer``) once no worker process is
+left, 409 ``stale_epoch`` when ``E`` is older than an epoch the supervisor has seen (a
+deposed leader's), and 503 ``unavailable`` when the workers are not gone within the stop
+grace and a margin, or the control loop does not run.
 """
 
 from __future__ import annotations
@@ -33,13 +42,22 @@ from typing import Any
 
 import anyio.to_thread
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from stratus.api.errors import ApiError, NoLogError, UnavailableError
+from stratus.api.errors import (
+    ApiError,
+    InvalidRequestError,
+    NoLogError,
+    StaleEpochError,
+    UnavailableError,
+)
 from stratus.api.names import check_pipeline_name
+from stratus.api.records import FenceAnswer, FenceRequest
 from stratus.api.redaction import redact_text
 from stratus.security.loopback import is_loopback
 from stratus.security.roles import Role
+from stratus.supervisor.control_loop import FenceOrder, FenceVerdict
 from stratus.supervisor.errors import SupervisorStartError
 from stratus.supervisor.metrics import CONTENT_TYPE_LATEST, SupervisorMetrics
 from stratus.supervisor.settings import EndpointSettings
@@ -55,6 +73,7 @@ log = logging.getLogger(__name__)
 LOGS_PREFIX = "/api/v1/logs"
 HEALTH_PATH = "/health"
 METRICS_PATH = "/metrics"
+FENCE_PATH = "/api/v1/fence"
 LOOPBACK = "127.0.0.1"
 FOLLOW_POLL_SECS = 0.2  # how often a follow looks for new lines
 MAX_LINE_BYTES = 64 * 1024  # a longer line is sent (redacted) in pieces
@@ -69,8 +88,20 @@ class WorkerLog:
     conf: Mapping[str, Any]
 
 
+@dataclass(frozen=True)
+class Fencing:
+    """How the endpoint hands a leader's fence to the control loop, and how long it waits
+    for the workers' exits."""
+
+    order: Callable[[int], FenceOrder]  # epoch -> the order, posted to the control loop
+    wait_secs: float  # supervisor.worker.stop.secs and a margin
+
+
 def required_role(method: str, path: str) -> Role:
-    """A worker's log needs ``submit`` (it may hold the pipeline's data), the rest ``read``."""
+    """A leader's fence needs ``admin``, a worker's log ``submit`` (it may hold the
+    pipeline's data), the rest ``read``."""
+    if path == FENCE_PATH:
+        return Role.ADMIN
     return Role.SUBMIT if path.startswith(LOGS_PREFIX + "/") else Role.READ
 
 
@@ -132,6 +163,7 @@ def create_app(
     metrics: SupervisorMetrics,
     ready: Checks,
     settings: EndpointSettings,
+    fencing: Fencing | None = None,
 ) -> Any:
     """The ASGI application: routes behind ``RequireRole``, behind the HTTP bounds."""
     app = FastAPI(title="stratus supervisor", openapi_url=None, docs_url=None, redoc_url=None)
@@ -139,6 +171,12 @@ def create_app(
     @app.exception_handler(ApiError)
     async def api_error(_request: Request, exc: ApiError) -> JSONResponse:
         return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, _exc: RequestValidationError) -> JSONResponse:
+        return error_response(
+            InvalidRequestError('invalid request: a fence\'s body is {"epoch": <integer>}')
+        )
 
     @app.get(HEALTH_PATH)
     def health() -> JSONResponse:
@@ -166,6 +204,25 @@ def create_app(
             media_type="text/plain; charset=utf-8",
         )
 
+    @app.post(FENCE_PATH)
+    def fence(request: FenceRequest) -> JSONResponse:
+        if fencing is None or not healthy():
+            raise UnavailableError(f"supervisor {supervisor}: its control loop is not running")
+        order = fencing.order(request.epoch)
+        verdict = order.wait(fencing.wait_secs)
+        if verdict is FenceVerdict.REFUSED:
+            raise StaleEpochError(
+                f"supervisor {supervisor} refuses a fence of epoch {request.epoch}: it has "
+                f"seen epoch {order.newest_epoch}, so the caller is not the leader any more"
+            )
+        if verdict is not FenceVerdict.STOPPED:
+            raise UnavailableError(
+                f"supervisor {supervisor}: its workers did not all stop within "
+                f"{fencing.wait_secs:g} s of the fence; they are being killed, retry"
+            )
+        answer = FenceAnswer(supervisor=supervisor, epoch=request.epoch, stopped=order.stopped)
+        return JSONResponse(answer.model_dump())
+
     guarded = RequireRole(app, settings.policy, required_role)
     return bounded_app(guarded, settings.bounds)
 
@@ -182,6 +239,7 @@ class SupervisorEndpoint:
         healthy: Callable[[], bool],
         metrics: SupervisorMetrics,
         ready: Checks,
+        fencing: Fencing | None = None,
     ) -> None:
         self.settings = settings
         self.tls = settings.tls is not None
@@ -204,6 +262,7 @@ class SupervisorEndpoint:
             metrics=metrics,
             ready=ready,
             settings=settings,
+            fencing=fencing,
         )
         self._server = ThreadedServer(
             app,

@@ -18,6 +18,11 @@ With ``supervisor.zookeeper.outage: ride``, a proof that no ZooKeeper quorum ser
 held lease as a write would (``outage_proven``): through an outage of ZooKeeper nobody can
 move a pipeline, so the workers keep running; a supervisor cut off alone cannot prove it and
 fences on time.
+
+A leader may also take the lease away (``revoke``, the graceful fence of its endpoint): the
+supervisor stops every worker as at a lapse, and only a write that *starts* after the
+revocation gains it again, so a read of the assignments newer than that write decides what
+runs here.
 """
 
 from __future__ import annotations
@@ -87,6 +92,17 @@ class Lease:
         if self.state is not LeaseState.HELD or self._renewed_to is None:
             return None
         return self._renewed_to + self.timeout_secs
+
+    def revoke(self, now: float) -> bool:
+        """A leader fenced this supervisor at ``now``: the lease is not held, and only a
+        write that starts later gains it again; True if it was held until now (the caller
+        stops every worker either way)."""
+        held = self.state is LeaseState.HELD
+        self.state = LeaseState.UNLEASED
+        if held:  # a lease not held was counted when it lapsed, or was never held
+            self.fences += 1
+        self._renewed_to = now if self._renewed_to is None else max(self._renewed_to, now)
+        return held
 
     def remaining(self, now: float) -> float:
         """Seconds left before the lease lapses (0 when not held)."""

@@ -48,7 +48,8 @@ class SupervisorMetrics(Collector):
         self.registry = daemon_registry("supervisor")
         CallbackCounter(
             "stratus_supervisor_fenced",
-            "times the supervisor's lease lapsed and it stopped its own workers (fencing)",
+            "times the supervisor stopped its own workers (fencing): its lease lapsed, or a "
+            "leader fenced it",
             fences,
             self.registry,
         )

@@ -10,7 +10,11 @@ cluster state store (never from a view that may lag), then:
 3. judges supervisors dead when none of their heartbeats changed for
    ``nimbus.supervisor.timeout.secs`` (or at once when one stopped cleanly and left), and
    workers silent when theirs did not for ``nimbus.task.timeout.secs``;
-4. plans (``plan_round``) and applies the plan in the term's fenced transactions.
+4. with a ``SupervisorFencing``, fences (off this thread) each supervisor that holds
+   pipelines and was silent for ``nimbus.supervisor.fence.after.secs``, gives it no new
+   pipeline meanwhile, and judges it dead as soon as a fence of that silence succeeded,
+   in a round whose read began after it (``stratus.nimbus.supervisor_fencing``);
+5. plans (``plan_round``) and applies the plan in the term's fenced transactions.
 
 The liveness memory starts afresh with every term: a new leader has seen no heartbeat yet,
 so it judges nothing dead before a whole timeout of its own term has passed (Storm
@@ -62,6 +66,7 @@ from stratus.nimbus.pipeline_metrics import ObservedRound
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.scheduler import Plan, plan_round
 from stratus.nimbus.settings import SchedulingSettings
+from stratus.nimbus.supervisor_fencing import Silence, SupervisorFencing, fence_verdicts
 from stratus.state.errors import StateStoreUnavailableError
 from stratus.state.heartbeats import HeartbeatBoard, HeartbeatRead
 
@@ -89,6 +94,7 @@ class SchedulingDuty:
         on_unknown: Callable[[str], None] = lambda _reason: None,
         on_observed: Callable[[ObservedRound], None] = lambda _round: None,
         connections: Callable[[], int] = lambda: 0,
+        fencing: SupervisorFencing | None = None,
     ) -> None:
         self._ops = ops
         self._assignments = assignments
@@ -107,6 +113,7 @@ class SchedulingDuty:
         self._unregistered_since: dict[str, float] = {}  # this term's first round without it
         self._connections = connections  # the session's count of connections (ZkSession)
         self._watched_since = connections()  # the count when the silences last restarted
+        self._fencing = fencing  # None: silent supervisors are only waited out
 
     def run(self, term: Leadership) -> Plan:
         """One round; the plan it applied (empty when nothing had to change)."""
@@ -135,6 +142,8 @@ class SchedulingDuty:
             dead, timed_out = self._unknown_spared(term, dead, timed_out, heartbeats, assignments)
         if heartbeats.partial:
             dead, timed_out = self._unseen_spared(term, dead, timed_out, supervisors, read_began)
+        silences = self._silences(registered, assignments, dead, heartbeats, read_began)
+        dead |= self._fence(term, registered, silences, read_began)
         keep_on = known - dead
         plan = plan_round(
             pipelines=pipelines,
@@ -142,7 +151,9 @@ class SchedulingDuty:
             capacity={
                 sid: summary.slots
                 for sid, summary in registered.items()
-                if sid in keep_on and not _stopping(supervisors.get(sid))
+                if sid in keep_on
+                and not _stopping(supervisors.get(sid))
+                and not self._fence_due(sid, read_began)
             },
             keep_on=keep_on,
             timed_out=timed_out,
@@ -334,6 +345,70 @@ class SchedulingDuty:
                 silent.add(name)
         return silent
 
+    # ------------------------------------------------------------------ fencing
+
+    def _silences(
+        self,
+        registered: Mapping[str, SupervisorSummary],
+        assignments: Mapping[str, Assignment],
+        dead: set[str],
+        heartbeats: HeartbeatRead,
+        judged_at: float,
+    ) -> dict[str, Silence]:
+        """The silences of the registered supervisors that hold pipelines and are not dead
+        yet, but for those an incomplete read leaves unknown."""
+        if self._fencing is None:
+            return {}
+        silences = {}
+        for sid in {a.supervisor for a in assignments.values()} - dead:
+            if sid not in registered:
+                continue  # no address to fence it at: its lease is waited out
+            if not heartbeats.complete and sid not in heartbeats.supervisors:
+                continue  # unknown, not silent
+            since = self._liveness.changed_at(_supervisor_key(sid))
+            silences[sid] = Silence(since=since, secs=max(0.0, judged_at - since))
+        return silences
+
+    def _fence(
+        self,
+        term: Leadership,
+        registered: Mapping[str, SupervisorSummary],
+        silences: Mapping[str, Silence],
+        judged_at: float,
+    ) -> set[str]:
+        """Start the fences due; the supervisors a fence has stopped, as of ``judged_at``."""
+        if self._fencing is None:
+            return set()
+        verdicts = fence_verdicts(
+            silences,
+            self._fencing.attempts(),
+            epoch=term.epoch,
+            after_secs=self._fencing.settings.after_secs,
+            timeout_secs=self._supervisor_timeout,
+            now=judged_at,
+        )
+        if term.is_leader:  # a deposed leader's fence would be refused; ask none
+            for sid in sorted(verdicts.start):
+                self._fencing.start(
+                    registered[sid], epoch=term.epoch, silent_since=silences[sid].since
+                )
+        for sid in sorted(verdicts.fenced):
+            log.info(
+                "event=supervisor_judged_dead supervisor=%s epoch=%d reason=fenced "
+                "silent_secs=%.1f",
+                sid,
+                term.epoch,
+                silences[sid].secs,
+            )
+        return set(verdicts.fenced)
+
+    def _fence_due(self, sid: str, judged_at: float) -> bool:
+        """Whether ``sid`` is silent past the fence threshold: it gets no new pipeline."""
+        if self._fencing is None:
+            return False
+        silent = self._liveness.silent_for(_supervisor_key(sid), at=judged_at)
+        return silent > self._fencing.settings.after_secs
+
     # ------------------------------------------------------------------ outcomes
 
     def _record_outcomes(
@@ -385,6 +460,8 @@ class SchedulingDuty:
                     self._board.remove_worker(name, sid)
             self._board.remove_supervisor(sid)
             self._liveness.forget(_supervisor_key(sid))
+            if self._fencing is not None:
+                self._fencing.forget(sid)
             log.info("event=supervisor_forgotten supervisor=%s", sid)
 
 
