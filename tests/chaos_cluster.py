@@ -109,6 +109,7 @@ class ChaosCluster:
             nimbus_settings={
                 "nimbus.ha.mode": "zkfc" if zkfc else "self",
                 "pacemaker.auth.principal": "nimbus",
+                **admin,  # the leader's graceful fence of a silent supervisor needs admin
             },
             host_settings={name: {"history.file": self.history_file(name)} for name in HOSTS},
             client_settings=admin,

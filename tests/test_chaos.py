@@ -264,11 +264,10 @@ def test_the_oracle_flags_a_run_on_a_build_with_fencing_turned_off(
             feeder.stop()
         events = load_events(cluster.history_files())
     overlaps = check_single_run(events, Clocks())
-    assert overlaps, "the oracle passed a run whose cut-off worker was never fenced"
-    for overlap in overlaps:
-        old, new, old_after = overlap.lines
-        assert old.get("supervisor") == old_after.get("supervisor") == home
-        assert new.get("supervisor") in others
+    pairs = {(o.lines[0].get("supervisor"), o.lines[1].get("supervisor")) for o in overlaps}
+    assert pairs & {(home, other) for other in others}, (
+        f"the oracle did not flag the cut-off worker on {home} running on: {overlaps}"
+    )
 
 
 def wait_running_on(client: NimbusClient, among: Sequence[str]) -> str:
