@@ -72,6 +72,9 @@ from stratus.state.heartbeats import HeartbeatBoard, HeartbeatRead
 
 log = logging.getLogger(__name__)
 
+# What a round whose heartbeats were unknown is counted as, and the reason it logs.
+_UNKNOWN_REASONS = {"warming": "pacemakers_warming", "unreachable": "pacemaker_unreachable"}
+
 Workers = Mapping[str, Mapping[str, WorkerHeartbeat]]
 
 
@@ -224,15 +227,10 @@ class SchedulingDuty:
             for name in timed_out
             if _current_beat(assignments[name], heartbeats.workers) is None
         }
-        if unknown_supervisors or unknown_workers:
-            log.warning(
-                "event=heartbeats_unknown epoch=%d reason=pacemakers_warming supervisors=%s "
-                "pipelines=%s action=not_judged_until_the_warm_up_ends",
-                term.epoch,
-                ",".join(sorted(unknown_supervisors)) or "-",
-                ",".join(sorted(unknown_workers)) or "-",
-            )
-            self._on_unknown("warming")
+        self._report_unknown(
+            term, "warming", "not_judged_until_the_warm_up_ends", unknown_supervisors,
+            unknown_workers,
+        )  # fmt: skip
         return dead - unknown_supervisors, timed_out - unknown_workers
 
     def _note_registrations(
@@ -265,16 +263,24 @@ class SchedulingDuty:
             if not _stopping(supervisors.get(sid))
             and judged_at - self._unregistered_since.get(sid, judged_at) <= self._supervisor_timeout
         }
-        if spared or timed_out:
-            log.warning(
-                "event=heartbeats_unknown epoch=%d reason=pacemaker_unreachable "
-                "supervisors=%s pipelines=%s action=not_judged_while_registered",
-                term.epoch,
-                ",".join(sorted(spared)) or "-",
-                ",".join(sorted(timed_out)) or "-",
-            )
-            self._on_unknown("unreachable")
+        self._report_unknown(term, "unreachable", "not_judged_while_registered", spared, timed_out)
         return dead - spared, set()
+
+    def _report_unknown(
+        self, term: Leadership, reason: str, action: str, supervisors: set[str], pipelines: set[str]
+    ) -> None:
+        """Log and count a round that left ``supervisors`` and ``pipelines`` unjudged."""
+        if not supervisors and not pipelines:
+            return
+        log.warning(
+            "event=heartbeats_unknown epoch=%d reason=%s supervisors=%s pipelines=%s action=%s",
+            term.epoch,
+            _UNKNOWN_REASONS[reason],
+            ",".join(sorted(supervisors)) or "-",
+            ",".join(sorted(pipelines)) or "-",
+            action,
+        )
+        self._on_unknown(reason)
 
     # ------------------------------------------------------------------ liveness
 
