@@ -227,10 +227,8 @@ class SchedulingDuty:
             for name in timed_out
             if _current_beat(assignments[name], heartbeats.workers) is None
         }
-        self._report_unknown(
-            term, "warming", "not_judged_until_the_warm_up_ends", unknown_supervisors,
-            unknown_workers,
-        )  # fmt: skip
+        action = "not_judged_until_the_warm_up_ends"
+        self._report_unknown(term, "warming", action, unknown_supervisors, unknown_workers)
         return dead - unknown_supervisors, timed_out - unknown_workers
 
     def _note_registrations(
