@@ -292,10 +292,16 @@ class WorkerState(StrEnum):
     FINISHED = "FINISHED"  # a batch function returned and no query was left running
     FAILED = "FAILED"  # it crashed at start too often: the supervisor gave up (see error)
     STOPPED = "STOPPED"  # stopped on order; checkpoints kept
+    FENCED = "FENCED"  # a worker of a newer assignment claimed the checkpoint: not restarted
 
     @property
     def final(self) -> bool:
-        return self in (WorkerState.FINISHED, WorkerState.FAILED, WorkerState.STOPPED)
+        return self in _FINAL_WORKER_STATES
+
+
+_FINAL_WORKER_STATES = frozenset(
+    {WorkerState.FINISHED, WorkerState.FAILED, WorkerState.STOPPED, WorkerState.FENCED}
+)
 
 
 class QueryProgress(BaseModel):
