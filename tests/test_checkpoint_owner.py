@@ -24,6 +24,7 @@ from stratus.worker.checkpoint_owner import (
     token_of,
 )
 from stratus.worker.outcome import FENCED_EXIT
+from stratus.worker.pipeline_context import PipelineContext
 from stratus.worker.spec import SPEC_FILE, read_heartbeat
 from stratus.worker.stop_request import StopRequest
 from tests.spark_packages import passthrough_conf, passthrough_package, unpack, worker_spec
@@ -217,3 +218,12 @@ def test_a_worker_whose_checkpoint_a_newer_worker_claimed_exits_fenced_without_s
     assert "event=worker_fenced at=claim" in output
     assert claims(str(location)) == [4, 9]
     assert not (location / "passthrough").exists()  # no query ever ran
+
+
+def test_a_query_cannot_name_its_checkpoint_after_the_claims(tmp_path: Path) -> None:
+    code = unpack(passthrough_package(), tmp_path / "code")
+    spec = worker_spec(tmp_path / "w", "passthrough", code, checkpoint_location="/ck/etl")
+    context = PipelineContext.from_spec(spec, threading.Event())
+    assert context.checkpoint("counts") == "/ck/etl/counts"
+    with pytest.raises(ValueError, match="holds the workers' claims"):
+        context.checkpoint(f"{OWNERS_DIR}/counts")
