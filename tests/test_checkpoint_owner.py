@@ -16,6 +16,7 @@ import fsspec
 import pytest
 
 from stratus.api.records import FencingToken, QueryProgress, WorkerState
+from stratus.worker import run_guard, sdp_run
 from stratus.worker.checkpoint_owner import (
     OWNERS_DIR,
     CheckpointOwners,
@@ -23,11 +24,18 @@ from stratus.worker.checkpoint_owner import (
     owner_file_name,
     token_of,
 )
-from stratus.worker.outcome import FENCED_EXIT
+from stratus.worker.heartbeat_file import HeartbeatReporter
+from stratus.worker.outcome import FENCED_EXIT, Outcome
 from stratus.worker.pipeline_context import PipelineContext
 from stratus.worker.spec import SPEC_FILE, read_heartbeat
 from stratus.worker.stop_request import StopRequest
-from tests.spark_packages import passthrough_conf, passthrough_package, unpack, worker_spec
+from tests.spark_packages import (
+    example_package,
+    passthrough_conf,
+    passthrough_package,
+    unpack,
+    worker_spec,
+)
 from tests.zkfixtures import wait_until
 
 
@@ -227,3 +235,41 @@ def test_a_query_cannot_name_its_checkpoint_after_the_claims(tmp_path: Path) -> 
     assert context.checkpoint("counts") == "/ck/etl/counts"
     with pytest.raises(ValueError, match="holds the workers' claims"):
         context.checkpoint(f"{OWNERS_DIR}/counts")
+
+
+def test_an_sdp_worker_checks_the_claims_before_each_run(tmp_path: Path, monkeypatch) -> None:
+    """Its first run (a stand-in for ``spark-pipelines run``, under the real guard) is where
+    a newer worker claims the location; the run that would follow never starts."""
+    location = tmp_path / "checkpoints" / "sdp"
+    code = unpack(example_package("sdp"), tmp_path / "code")
+    spec = worker_spec(
+        tmp_path / "worker",
+        "sdp",
+        code,
+        checkpoint_location=str(location),
+        trigger_interval_secs=0.01,
+    )
+    runs = tmp_path / "runs"
+    newer = location / OWNERS_DIR / owner_file_name(token(9))
+    stand_in = f"open({str(runs)!r}, 'a').write('run\\n'); open({str(newer)!r}, 'w').close()"
+    command = [sys.executable, run_guard.__file__, "--", sys.executable, "-c", stand_in]
+    monkeypatch.setattr(sdp_run, "sdp_command", lambda spec, spec_file: command)
+    stop = StopRequest()
+    reporter = HeartbeatReporter(spec)
+    reporter.start()
+    fence = OwnerFence(CheckpointOwners(str(location), spec.token), stop, str(location))
+    assert fence.claim() is None
+    outcomes: list[Outcome] = []
+    thread = threading.Thread(
+        target=lambda: outcomes.append(sdp_run.run_sdp(spec, stop, reporter, fence=fence))
+    )
+    thread.start()
+    try:
+        wait_until(lambda: outcomes, 60, "the sdp worker's end")
+    finally:
+        stop.request("the test is over")
+        thread.join()
+    [outcome] = outcomes
+    assert outcome.state is WorkerState.FENCED, outcome
+    assert runs.read_text() == "run\n"
+    reporter.finish(outcome)
