@@ -38,7 +38,8 @@ tables: the operator's ``spark.hadoop.hive.metastore.uris`` in the inherited
 No trigger: one run, FINISHED. With ``trigger_interval_secs``: a run starts every interval
 (the next one at once if a run took longer), RUNNING with ``runs`` completed. A run that
 fails is FAILED with the tail of its output. A stop request takes the run's process group
-down (see ``run_guard``), STOPPED::
+down (see ``run_guard``), STOPPED. Before every run but the first, the claims on the
+checkpoint location are checked: a newer worker's ends the worker FENCED::
 
     outcome = run_sdp(spec, stop, reporter)
 """

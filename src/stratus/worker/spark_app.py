@@ -12,9 +12,11 @@ resolved. After ``function(spark, context)`` returns:
 
 A stop request stops the active queries (their checkpoints stay), cancels running jobs (so a
 batch function blocked in an action returns), and lets the function return; the run is then
-STOPPED whatever the function raised. The Spark JVM is gone when ``run_app`` returns: the
-session is stopped and the JVM, which pyspark started with a pipe on its stdin, sees EOF and
-exits (it also does when this process dies, even by SIGKILL)::
+STOPPED whatever the function raised. A newer worker's claim on the checkpoint location,
+found after a committed micro-batch (``checkpoint_owner``), stops the run the same way,
+FENCED. The Spark JVM is gone when ``run_app`` returns: the session is stopped and the JVM,
+which pyspark started with a pipe on its stdin, sees EOF and exits (it also does when this
+process dies, even by SIGKILL)::
 
     outcome = run_app(spec, stop, reporter)
 """
