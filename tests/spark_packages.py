@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from stratus.api.records import FencingToken
 from stratus.codedist.package_build import build_package, package_bytes
 from stratus.local.examples_io import read_rows, write_events
 from stratus.worker.spec import HEARTBEAT_FILE, WorkerSpec
@@ -136,6 +137,9 @@ def manifest_of(code_dir: Path) -> dict[str, Any]:
     return loaded
 
 
+FIRST_TOKEN = FencingToken(era=1, zxid=1)  # a worker spec's, unless a test gives another
+
+
 def worker_spec(
     directory: Path,
     pipeline: str,
@@ -147,6 +151,7 @@ def worker_spec(
     heartbeat_interval_secs: float = 0.5,
     trigger_interval_secs: float | None = None,
     stop_grace_secs: float = 20.0,
+    token: FencingToken = FIRST_TOKEN,
 ) -> WorkerSpec:
     """A spec for the package unpacked in ``code_dir``, its manifest's conf under ``conf``."""
     manifest = manifest_of(code_dir)
@@ -156,6 +161,7 @@ def worker_spec(
         supervisor="test-supervisor",
         epoch=1,
         generation=0,
+        token=token,
         digest="0" * 64,
         kind=manifest["kind"],
         entrypoint=manifest.get("entrypoint"),

@@ -7,7 +7,7 @@ from collections.abc import Set
 from pathlib import Path
 from typing import Any
 
-from stratus.api.records import Assignment
+from stratus.api.records import Assignment, FencingToken
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.manifest import parse_manifest
 from stratus.supervisor.code_cache import CodeState, PipelineCode
@@ -27,7 +27,9 @@ def assignment(
     digest: str = DIGEST,
     assigned: float = 100.0,
     conf: dict[str, Any] | None = None,
+    zxid: int = 1,
 ) -> Assignment:
+    """An assignment as a supervisor reads it: with its fencing token (``zxid``)."""
     return Assignment(
         pipeline=name,
         supervisor=supervisor,
@@ -37,6 +39,7 @@ def assignment(
         size_bytes=10,
         conf=conf or {},
         assigned=assigned,
+        token=FencingToken(era=1, zxid=zxid),
     )
 
 

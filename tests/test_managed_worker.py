@@ -18,6 +18,7 @@ from stratus.supervisor.requirements_env import EnvFailed
 from stratus.supervisor.restart_policy import RestartPolicy
 from stratus.supervisor.settings import RestartSettings
 from stratus.supervisor.worker_process import WorkerPaths
+from stratus.worker.outcome import FENCED_EXIT
 from tests.supervisor_fakes import (
     DIGEST,
     RESTART_SETTINGS,
@@ -386,3 +387,57 @@ def test_an_old_worker_that_ends_while_the_new_code_is_fetched_is_replaced_not_r
     worker.step(may_start=True)
     assert phase(worker) is Phase.STOPPED and worker.idle  # the sweep starts the successor
     assert worker.successor == new and worker.restarts == 0
+
+
+def exit_fenced(tmp_path: Path, launcher: FakeLauncher) -> None:
+    """The worker's last heartbeat says FENCED, and it exits with the fenced code."""
+    beat = WorkerHeartbeat(
+        pipeline="etl",
+        supervisor="s1",
+        epoch=1,
+        generation=0,
+        digest=DIGEST,
+        state=WorkerState.FENCED,
+        time=1.0,
+        error="fenced: a worker of a newer assignment (token 1-9) claimed ...",
+    )
+    WorkerPaths.of(tmp_path, "etl").heartbeat.write_bytes(beat.encode())
+    launcher.last.exit_code = FENCED_EXIT
+
+
+def test_a_fenced_worker_is_not_restarted_until_a_newer_assignment(tmp_path: Path) -> None:
+    launcher = FakeLauncher(tmp_path)
+    worker = managed(tmp_path, FakeClock(), launcher)
+    worker.step(may_start=True)
+    exit_fenced(tmp_path, launcher)
+    for _ in range(3):
+        worker.step(may_start=True)
+    assert phase(worker) is Phase.FENCED
+    assert len(launcher.processes) == 1  # not a crash: no restart, no backoff
+    beat = worker.heartbeat()
+    assert (beat.state, beat.restarts) == (WorkerState.FENCED, 0)
+    assert beat.error is not None and beat.error.startswith("fenced:")
+    assert worker.held().done  # it keeps no slot
+    worker.update(assignment(zxid=1))  # the same token again: still fenced
+    worker.step(may_start=True)
+    assert len(launcher.processes) == 1
+    worker.update(assignment(zxid=12))  # a newer assignment of the same run
+    worker.step(may_start=True)
+    assert phase(worker) is Phase.RUNNING
+    assert len(launcher.processes) == 2
+
+
+def test_a_worker_fenced_while_its_pipeline_came_back_here_starts_again_at_once(
+    tmp_path: Path,
+) -> None:
+    """Moved away and back while it ran: it ran with an older token than its assignment's."""
+    launcher = FakeLauncher(tmp_path)
+    worker = managed(tmp_path, FakeClock(), launcher)
+    worker.step(may_start=True)
+    worker.update(assignment(zxid=9))
+    exit_fenced(tmp_path, launcher)
+    worker.step(may_start=True)
+    worker.step(may_start=True)
+    assert phase(worker) is Phase.RUNNING
+    assert len(launcher.processes) == 2
+    assert worker.heartbeat().restarts == 0

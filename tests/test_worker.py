@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from stratus.api.records import WorkerHeartbeat, WorkerState
+from stratus.api.records import FencingToken, WorkerHeartbeat, WorkerState
 from stratus.codedist.package_check import check_package
 from stratus.config import StratusConfig
 from stratus.local.examples_io import (
@@ -33,8 +33,10 @@ from stratus.local.examples_io import (
 )
 from stratus.settings import package_limits
 from stratus.worker import run_guard
+from stratus.worker.checkpoint_owner import CheckpointOwners
 from stratus.worker.entrypoint import load_entrypoint
 from stratus.worker.errors import EntrypointError
+from stratus.worker.outcome import FENCED_EXIT
 from stratus.worker.pipeline_context import PipelineContext
 from stratus.worker.query_progress import QueryTracker
 from stratus.worker.sdp_run import derived_spec, sdp_settings
@@ -42,6 +44,7 @@ from stratus.worker.spec import WorkerSpec, read_heartbeat
 from stratus.worker.stop_request import STDIN_CLOSED, StopRequest
 from tests.spark_packages import (
     BAD_ENTRYPOINT,
+    FIRST_TOKEN,
     PASSTHROUGH_QUERY,
     bad_entrypoint_package,
     batch_package,
@@ -215,6 +218,27 @@ def test_streaming_pipeline_stopped_then_resumed_delivers_every_record_once(tmp_
     assert second.process.stdin is not None
     second.process.stdin.close()  # the supervisor is gone
     assert_stopped_without_jvm(second, second.wait_exit())
+
+
+def test_a_worker_fenced_by_a_newer_claim_stops_at_its_next_batch(tmp_path, start_worker):
+    """A newer worker of the pipeline claimed the checkpoint while this one ran: the batch
+    that commits next is its last; it stops by itself, FENCED, and leaves no JVM."""
+    write_ids(tmp_path / "input", range(10))
+    spec = streaming_spec(tmp_path, "stale")
+    worker = start_worker(spec)
+    worker.wait_heartbeat(rows_total_is(10), "the first 10 rows")
+    newer = FencingToken(era=FIRST_TOKEN.era, zxid=FIRST_TOKEN.zxid + 1)
+    assert CheckpointOwners(spec.checkpoint_location, newer).claim() is None
+    write_ids(tmp_path / "input", range(10, 20))  # its next batch
+    assert worker.wait_exit(START_SECS) == FENCED_EXIT, worker.output()
+    final = worker.heartbeat()
+    assert final is not None and final.state is WorkerState.FENCED, final
+    assert final.error is not None and f"token {newer}" in final.error
+    assert worker.seen_jvms and worker.jvms() == set()
+    commits = Path(spec.checkpoint_location) / PASSTHROUGH_QUERY / "commits"
+    committed = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    assert committed == final.last_batch_id  # nothing committed after the one that saw it
+    assert "event=worker_fenced at=batch" in worker.output()
 
 
 def test_a_sigkilled_worker_leaves_no_jvm(tmp_path, start_worker):

@@ -12,6 +12,7 @@ import pytest
 
 from stratus.config import config_from_mapping
 from stratus.logs import LogFormat, LogSettings
+from stratus.supervisor.errors import UnfencedAssignmentError
 from stratus.supervisor.settings import SupervisorSettings
 from stratus.supervisor.worker_process import WorkerPaths, build_spec, log_tail, spark_master
 from stratus.worker.sdp_run import sdp_environment, sdp_settings
@@ -51,6 +52,15 @@ def test_the_spec_carries_the_assignment_the_code_and_where_to_checkpoint(tmp_pa
     assert spec.heartbeat_path == tmp_path / "workers" / "etl" / "heartbeat.json"
     assert spec.conf == {"spark.x": 1}
     assert spec.trigger_interval_secs is None
+
+
+def test_the_spec_carries_the_assignments_token_and_refuses_none(tmp_path: Path) -> None:
+    paths = WorkerPaths.of(tmp_path, "etl")
+    spec = build_spec(CLUSTER, "s1", assignment(zxid=77), code(tmp_path), paths)
+    assert spec.token == assignment(zxid=77).token
+    without = assignment().model_copy(update={"token": None})
+    with pytest.raises(UnfencedAssignmentError, match="no fencing token"):
+        build_spec(CLUSTER, "s1", without, code(tmp_path), paths)
 
 
 def test_a_worker_logs_at_its_supervisors_level_and_format(tmp_path) -> None:

@@ -198,6 +198,29 @@ class SupervisorSummary(_Record):
     endpoint_tls: bool = Field(default=False, description="its endpoint serves https")
 
 
+class FencingToken(BaseModel):
+    """What a worker claims its pipeline's checkpoint with: the higher token owns it.
+
+    Read by the supervisor from the assignment znode's stat, never written in it: ``zxid`` is
+    the znode's modification zxid (``mzxid``), which ZooKeeper makes grow with every write of
+    the ensemble, so every new assignment of a pipeline, by any leader, in any term, gets a
+    higher one; ``era`` is the creation time (ms) of the ``assignments`` znode, which orders
+    clusters that used one checkpoint root in turn (a new ZooKeeper starts its zxids again).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    era: int = Field(ge=0, description="ctime (ms) of the assignments znode: the cluster")
+    zxid: int = Field(ge=0, description="mzxid of the assignment znode")
+
+    def key(self) -> tuple[int, int]:
+        """The order of tokens: by era, then by zxid."""
+        return (self.era, self.zxid)
+
+    def __str__(self) -> str:
+        return f"{self.era}-{self.zxid}"
+
+
 class Assignment(_Record):
     """Where the leader runs one ACTIVE pipeline: ``<root>/assignments/<name>``.
 
@@ -205,7 +228,7 @@ class Assignment(_Record):
     supervisor ignores an assignment of a pipeline from an older epoch than one it has seen.
     A change of ``generation`` (a rebalance, an update) or ``digest`` restarts the worker with
     the new code and conf; deleting the assignment stops the worker (deactivate, kill, a
-    move elsewhere).
+    move elsewhere). ``token`` is the supervisor's, from the znode's stat (never stored).
     """
 
     pipeline: str
@@ -217,6 +240,12 @@ class Assignment(_Record):
     blake3: str | None = Field(default=None, description="the pipeline record's BLAKE3")
     conf: dict[str, Any] = Field(default_factory=dict)
     assigned: float = Field(description="wall-clock time of the assignment")
+    token: FencingToken | None = Field(
+        default=None,
+        exclude=True,
+        description="the worker's fencing token, from the znode's stat as a supervisor read "
+        "it; None where an assignment was read without it (the leader's own reads)",
+    )
 
 
 class AssignmentReason(StrEnum):
@@ -263,10 +292,16 @@ class WorkerState(StrEnum):
     FINISHED = "FINISHED"  # a batch function returned and no query was left running
     FAILED = "FAILED"  # it crashed at start too often: the supervisor gave up (see error)
     STOPPED = "STOPPED"  # stopped on order; checkpoints kept
+    FENCED = "FENCED"  # a worker of a newer assignment claimed the checkpoint: not restarted
 
     @property
     def final(self) -> bool:
-        return self in (WorkerState.FINISHED, WorkerState.FAILED, WorkerState.STOPPED)
+        return self in _FINAL_WORKER_STATES
+
+
+_FINAL_WORKER_STATES = frozenset(
+    {WorkerState.FINISHED, WorkerState.FAILED, WorkerState.STOPPED, WorkerState.FENCED}
+)
 
 
 class QueryProgress(BaseModel):

@@ -2,9 +2,11 @@
 
 Guarantees: every read goes to ZooKeeper itself, after a ``sync`` (so a server that lags
 behind the leader catches up first), with the children listed and then every assignment
-fetched in one pipelined batch; a read is bounded in time and never runs on the control
-loop's thread, which gets the outcome as a message (``AssignmentsRead`` stamped with the
-time the read *started*, or ``ReadFailed``). Watches only ask for a read::
+fetched in one pipelined batch, each with its ``FencingToken`` taken from the stats read
+(the assignment znode's ``mzxid``, the ``assignments`` znode's ``ctime``); a read is
+bounded in time and never runs on the control loop's thread, which gets the outcome as a
+message (``AssignmentsRead`` stamped with the time the read *started*, or
+``ReadFailed``). Watches only ask for a read::
 
     reader = AssignmentReader(client, paths, deliver=loop.post)
     reader.start()
@@ -26,7 +28,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from pydantic import ValidationError
 
 from stratus.api.clock import Clock
-from stratus.api.records import Assignment
+from stratus.api.records import Assignment, FencingToken
 from stratus.supervisor.errors import AssignmentsUnavailableError
 from stratus.zk.paths import ClusterPaths
 
@@ -59,17 +61,20 @@ def read_assignments(
 
     try:
         client.sync_async(paths.assignments).get(timeout=left())
-        names = client.get_children_async(paths.assignments).get(timeout=left())
+        names, parent = client.get_children_async(paths.assignments, include_data=True).get(
+            timeout=left()
+        )
         pending = {name: client.get_async(paths.assignment(name)) for name in names}
         found = {}
         for name, result in pending.items():
             try:
-                raw, _ = result.get(timeout=left())
+                raw, stat = result.get(timeout=left())
             except NoNodeError:
                 continue  # deleted since the listing
             assignment = _decode(name, raw)
             if assignment is not None:
-                found[name] = assignment
+                token = FencingToken(era=parent.ctime, zxid=stat.mzxid)
+                found[name] = assignment.model_copy(update={"token": token})
         return found
     except (KazooException, KazooTimeoutError) as exc:
         raise AssignmentsUnavailableError(

@@ -28,3 +28,8 @@ class CodeNotReadyError(SupervisorError):
 class EnvironmentBuildError(SupervisorError):
     """A pipeline's requirements could not be installed into its environment; final for
     its assignment (no restart loop): the pipeline is FAILED with the installer's message."""
+
+
+class UnfencedAssignmentError(SupervisorError):
+    """An assignment without its fencing token (not read from its znode's stat): no worker
+    may run it, since nothing would fence that worker."""

@@ -16,6 +16,9 @@ Phases::
     RUNNING --crash / hang kill--> BACKOFF --backoff over--> PREPARING ...
                                  \\-> FAILED (max restarts in a row: until the assignment changes)
     PREPARING --its requirements cannot be installed--> FAILED (at once, no restart)
+    RUNNING --exit FENCED (a newer worker claimed the checkpoint)--> FENCED: not started
+            again (no crash, no backoff) until its assignment has a newer fencing token
+            than the one it ran with; then PREPARING at once
     RUNNING --stop--> STOPPING --exit, or SIGKILL of the group after the grace--> STOPPED
     RUNNING --new code (an update)--> RUNNING while the new code (and its environment) is
             fetched --ready, or failed--> STOPPING ... (its successor starts at once)
@@ -38,7 +41,13 @@ from typing import Protocol
 from pydantic import ValidationError
 
 from stratus.api.clock import Clock
-from stratus.api.records import Assignment, WorkerCrash, WorkerHeartbeat, WorkerState
+from stratus.api.records import (
+    Assignment,
+    FencingToken,
+    WorkerCrash,
+    WorkerHeartbeat,
+    WorkerState,
+)
 from stratus.api.redaction import redact_heartbeat, redact_text
 from stratus.codedist.distributor import CodeMeta
 from stratus.errors import StratusError
@@ -48,6 +57,7 @@ from stratus.supervisor.requirements_env import EnvFailed
 from stratus.supervisor.restart_policy import GiveUp, RestartPolicy
 from stratus.supervisor.settings import WorkerTimeouts
 from stratus.supervisor.worker_process import WorkerPaths, log_tail
+from stratus.worker.outcome import FENCED_EXIT
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +69,7 @@ class Phase(StrEnum):
     BACKOFF = "backoff"  # it crashed; started again once the backoff is over
     FAILED = "failed"  # it crashed too often in a row: not started again
     FINISHED = "finished"  # a batch that returned
+    FENCED = "fenced"  # a newer worker claimed the checkpoint: waits for a newer assignment
     STOPPED = "stopped"  # stopped on order
 
 
@@ -94,7 +105,7 @@ class Launcher(Protocol):
 
 
 _LIVE = (Phase.RUNNING, Phase.STOPPING)  # a process runs
-_DONE = (Phase.FAILED, Phase.FINISHED)  # kept, with no process, until the assignment changes
+_DONE = (Phase.FAILED, Phase.FINISHED, Phase.FENCED)  # kept, no process, till a new assignment
 
 
 class ManagedWorker:
@@ -127,6 +138,7 @@ class ManagedWorker:
         self._clock = clock
         self._wall = wall
         self._process: RunningProcess | None = None
+        self._token: FencingToken | None = None  # the fencing token its last process ran with
         self._beat: WorkerHeartbeat | None = None  # the last one its process wrote
         self._live_beat: WorkerHeartbeat | None = None  # the last one not in a final state
         self._beat_raw: bytes | None = None
@@ -211,6 +223,8 @@ class ManagedWorker:
         now = self._clock()
         if self.phase is Phase.BACKOFF and now >= self._restart_at and may_start:
             self.phase = Phase.PREPARING
+        if self.phase is Phase.FENCED and self._newer_token() and may_start:
+            self._enter(Phase.PREPARING, reason="newer_token", token=self.assignment.token)
         if self.phase is Phase.PREPARING and may_start:
             self._try_start(now)
         elif self.phase is Phase.RUNNING:
@@ -240,6 +254,7 @@ class ManagedWorker:
             Phase.FAILED: WorkerState.FAILED,
             Phase.FINISHED: WorkerState.FINISHED,
             Phase.STOPPED: WorkerState.STOPPED,
+            Phase.FENCED: WorkerState.FENCED,
         }[self.phase]
         if self.phase is Phase.FINISHED and self._beat is not None:
             return self._beat.model_copy(update={**self._stamp(), "time": now})
@@ -283,10 +298,11 @@ class ManagedWorker:
             self._crashed(now, f"the worker could not be started: {exc}")
             return
         self._process = process
+        self._token = self.assignment.token
         self._policy.started(now)
         self._beat, self._live_beat, self._beat_raw, self._beat_changed = None, None, None, now
         self._killed = False
-        self._enter(Phase.RUNNING, pid=process.pid)
+        self._enter(Phase.RUNNING, pid=process.pid, token=self._token)
 
     def _successor_ready(self) -> bool:
         """Whether the successor's code is ready or failed (not being fetched or built)."""
@@ -325,7 +341,24 @@ class ManagedWorker:
         if code == 0 and beat is not None and beat.state is WorkerState.FINISHED:
             self._enter(Phase.FINISHED, exit_code=code)
             return
+        if code == FENCED_EXIT and beat is not None and beat.state is WorkerState.FENCED:
+            self._fenced(beat.error)
+            return
         self._crashed(now, f"the worker {_describe_exit(code)}: {self._last_error()}", code)
+
+    def _fenced(self, error: str | None) -> None:
+        """Its process found a higher token on the checkpoint and stopped: not a crash. It
+        starts again at once if its assignment has a newer token than the one it ran with
+        (the pipeline came back here while it ran), else waits for one."""
+        self.error = error
+        self._enter(Phase.FENCED, token=self._token, error=error or "-")
+        if self._newer_token():
+            self._enter(Phase.PREPARING, reason="newer_token", token=self.assignment.token)
+
+    def _newer_token(self) -> bool:
+        """Whether its assignment has a newer fencing token than its last process ran with."""
+        token, ran = self.assignment.token, self._token
+        return token is not None and (ran is None or token.key() > ran.key())
 
     def _crashed(self, now: float, error: str, exit_code: int | None = None) -> None:
         error = redact_text(error, self.assignment.conf)  # it is logged and published
@@ -381,7 +414,8 @@ class ManagedWorker:
     def _enter(self, phase: Phase, **details: object) -> None:
         self.phase = phase
         extra = " ".join(f"{key}={_log_value(value)}" for key, value in details.items())
-        level = logging.WARNING if phase in (Phase.BACKOFF, Phase.FAILED) else logging.INFO
+        warn = (Phase.BACKOFF, Phase.FAILED, Phase.FENCED)
+        level = logging.WARNING if phase in warn else logging.INFO
         log.log(
             level,
             "event=worker_%s pipeline=%s epoch=%d generation=%d supervisor=%s restarts=%d %s",

@@ -38,6 +38,7 @@ from stratus.api.records import Assignment
 from stratus.codedist.manifest import TRIGGER_CONF_KEY
 from stratus.process import Lifeline, ProcessGroup
 from stratus.supervisor.code_cache import PipelineCode
+from stratus.supervisor.errors import UnfencedAssignmentError
 from stratus.supervisor.settings import SpecSettings
 from stratus.supervisor.worker_log import LogPump, LogSettings, RunLog
 from stratus.worker.checkpoints import checkpoint_location
@@ -107,7 +108,13 @@ def build_spec(
     code: PipelineCode,
     paths: WorkerPaths,
 ) -> WorkerSpec:
-    """What the worker of ``assignment`` runs; the manifest's conf under the assignment's."""
+    """What the worker of ``assignment`` runs; the manifest's conf under the assignment's.
+    UnfencedAssignmentError if the assignment carries no fencing token."""
+    if assignment.token is None:
+        raise UnfencedAssignmentError(
+            f"the assignment of {assignment.pipeline} (epoch {assignment.epoch}) has no "
+            "fencing token: it was not read from its znode; this is a bug of the supervisor"
+        )
     manifest = code.manifest
     pipeline_conf = {**manifest.pipeline_conf(), **assignment.conf}
     trigger = pipeline_conf.get(TRIGGER_CONF_KEY)
@@ -117,6 +124,7 @@ def build_spec(
         supervisor=supervisor,
         epoch=assignment.epoch,
         generation=assignment.generation,
+        token=assignment.token,
         digest=assignment.digest,
         kind=manifest.kind,
         entrypoint=manifest.entrypoint,
@@ -229,7 +237,7 @@ def _start_line(spec: WorkerSpec) -> str:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     return (
         f"{START_MARK} pipeline={spec.pipeline} epoch={spec.epoch} "
-        f"generation={spec.generation} digest={spec.digest} at={stamp}\n"
+        f"generation={spec.generation} token={spec.token} digest={spec.digest} at={stamp}\n"
     )
 
 

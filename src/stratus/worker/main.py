@@ -5,7 +5,11 @@ own, stdin a pipe it holds. The worker:
 
 1. writes a STARTING heartbeat at once, then one every ``heartbeat_interval_secs`` from a
    thread of its own (a slow Spark start still heartbeats), and one at every change;
-2. runs the pipeline in ``work_dir``: an app (``spark_app``) or an sdp project (``sdp_run``);
+2. claims the pipeline's checkpoint location with the spec's fencing token, and does not
+   start if a higher token claimed it (``checkpoint_owner``); then runs the pipeline in
+   ``work_dir``: an app (``spark_app``) or an sdp project (``sdp_run``), checking the claims
+   again after every micro-batch committed (before every sdp run), and stopping, FENCED, at
+   the first higher one;
 3. stops on SIGTERM (or SIGINT), on EOF on stdin (its supervisor is gone: it must not
    outlive it), or once its supervisor's lease has ended unrenewed (``lease_file``: a
    supervisor frozen or stalled cannot fence its workers, so they fence themselves):
@@ -27,6 +31,8 @@ own, stdin a pipe it holds. The worker:
    FAILED     1     the entrypoint could not be loaded or raised, a query failed,
                     Spark did not start, an sdp run failed; ``error`` says which
    (none)     2     the spec file is missing or invalid: no heartbeat path to write
+   FENCED     3     a worker of a newer assignment claimed the checkpoint location
+                    (``checkpoint_owner``): before the run, or after a batch
    =========  ====  ==============================================================
 
 ``--ignore-stdin`` is for running a worker by hand, with stdin that is not a pipe.
@@ -37,8 +43,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -47,6 +55,7 @@ from pyspark.sql import SparkSession
 
 from stratus.logs import configure_daemon_logging
 from stratus.process import kill_others_in_group
+from stratus.worker.checkpoint_owner import CheckpointOwners, OwnerFence
 from stratus.worker.heartbeat_file import HeartbeatReporter
 from stratus.worker.lease_file import LeaseWatch
 from stratus.worker.outcome import OK_EXIT, USAGE_EXIT, Outcome
@@ -90,12 +99,13 @@ def run_worker(
     if stdin_fd is not None:
         stop.watch(stdin_fd)
     stop.on_request(lambda: _exit_now_if_starting(reporter, history))
-    stop.on_request(lambda: _exit_after_grace(reporter, history, spec.stop_grace_secs))
+    stop.on_request(lambda: _exit_after_grace(reporter, history, stop, spec.stop_grace_secs))
     if spec.lease_path is not None:
         LeaseWatch(spec.lease_path, on_lapsed=stop.request).start()
     log.info(
-        "event=worker_started generation=%d kind=%s master=%s pid=%d",
+        "event=worker_started generation=%d token=%s kind=%s master=%s pid=%d",
         spec.generation,
+        spec.token,
         spec.kind,
         spec.spark_master,
         os.getpid(),
@@ -133,12 +143,30 @@ def _run(
     try:
         spec.work_dir.mkdir(parents=True, exist_ok=True)
         os.chdir(spec.work_dir)
+        owners = CheckpointOwners(spec.checkpoint_location, spec.token)
+        fence = OwnerFence(owners, stop, spec.checkpoint_location)
+        refused = fence.claim(_claim_note(spec))
+        if refused is not None:
+            return refused
         if spec.kind == "app":
-            return run_app(spec, stop, reporter, session=session, history=history)
-        return run_sdp(spec, stop, reporter)
+            return run_app(spec, stop, reporter, session=session, history=history, fence=fence)
+        return run_sdp(spec, stop, reporter, fence=fence)
     except Exception as exc:
         traceback.print_exc()
         return Outcome.failed(f"the worker failed: {type(exc).__name__}: {exc}")
+
+
+def _claim_note(spec: WorkerSpec) -> dict[str, object]:
+    """What a claim's file says of its worker, for an operator who reads it."""
+    return {
+        "pipeline": spec.pipeline,
+        "supervisor": spec.supervisor,
+        "epoch": spec.epoch,
+        "generation": spec.generation,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "claimed": time.time(),
+    }
 
 
 def _exit_now_if_starting(reporter: HeartbeatReporter, history: WorkerHistory) -> None:
@@ -157,13 +185,13 @@ def _exit(code: int) -> None:
     os._exit(code)
 
 
-def _exit_after_grace(reporter: HeartbeatReporter, history: WorkerHistory, grace: float) -> None:
+def _exit_after_grace(
+    reporter: HeartbeatReporter, history: WorkerHistory, stop: StopRequest, grace: float
+) -> None:
     """Exit ``grace`` seconds from now if the run has not ended by then."""
 
     def give_up() -> None:
-        reporter.finish(
-            Outcome.stopped(f"the run did not end within {grace:g} s of the stop request")
-        )
+        reporter.finish(stop.outcome(f"the run did not end within {grace:g} s of the stop request"))
         log.warning("event=worker_abandoned_run grace_secs=%g", grace)
         _kill_the_rest_of_the_group()
         final = reporter.outcome

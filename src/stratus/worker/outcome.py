@@ -6,6 +6,7 @@ Exit codes are part of the contract with the supervisor::
     Outcome.stopped().exit_code                       # 0: stopped on order, checkpoints kept
     Outcome.failed("entrypoint 'a:b': ...").exit_code # 1: the pipeline failed; see error
     USAGE_EXIT                                        # 2: no usable spec file, no heartbeat
+    Outcome.fenced("a newer worker ...").exit_code    # 3: a higher token owns the checkpoint
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from stratus.api.records import WorkerState
 OK_EXIT = 0
 FAILED_EXIT = 1
 USAGE_EXIT = 2
+FENCED_EXIT = 3
 MAX_ERROR_CHARS = 4000  # an error travels in a heartbeat znode: keep it readable and small
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """The end of a run: one of the final states FINISHED, STOPPED or FAILED."""
+    """The end of a run: one of the final states FINISHED, STOPPED, FAILED or FENCED."""
 
     state: WorkerState
     error: str | None = None
@@ -39,9 +41,15 @@ class Outcome:
     def failed(cls, error: str) -> Outcome:
         return cls(WorkerState.FAILED, clip(error))
 
+    @classmethod
+    def fenced(cls, error: str) -> Outcome:
+        return cls(WorkerState.FENCED, clip(error))
+
     @property
     def exit_code(self) -> int:
-        return FAILED_EXIT if self.state is WorkerState.FAILED else OK_EXIT
+        if self.state is WorkerState.FAILED:
+            return FAILED_EXIT
+        return FENCED_EXIT if self.state is WorkerState.FENCED else OK_EXIT
 
 
 def without_stack(text: str) -> str:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from stratus.worker.checkpoint_owner import OWNERS_DIR
 from stratus.worker.spec import WorkerSpec
 
 
@@ -60,6 +61,11 @@ class PipelineContext:
             raise ValueError(
                 f"checkpoint name {name!r}: must be a relative name such as 'counts' or "
                 "'stage1/counts', without '.', '..' or empty parts"
+            )
+        if parts[0] == OWNERS_DIR:
+            raise ValueError(
+                f"checkpoint name {name!r}: {OWNERS_DIR} holds the workers' claims on the "
+                "location (stratus's own); choose another name"
             )
         return f"{self.checkpoint_location.rstrip('/')}/{name}"
 

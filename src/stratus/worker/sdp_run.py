@@ -38,7 +38,8 @@ tables: the operator's ``spark.hadoop.hive.metastore.uris`` in the inherited
 No trigger: one run, FINISHED. With ``trigger_interval_secs``: a run starts every interval
 (the next one at once if a run took longer), RUNNING with ``runs`` completed. A run that
 fails is FAILED with the tail of its output. A stop request takes the run's process group
-down (see ``run_guard``), STOPPED::
+down (see ``run_guard``), STOPPED. Before every run but the first, the claims on the
+checkpoint location are checked: a newer worker's ends the worker FENCED::
 
     outcome = run_sdp(spec, stop, reporter)
 """
@@ -64,6 +65,7 @@ import yaml
 from stratus.api.locations import is_local_master
 from stratus.process import Lifeline, ProcessGroup
 from stratus.worker import run_guard
+from stratus.worker.checkpoint_owner import OwnerFence
 from stratus.worker.errors import SdpProjectError
 from stratus.worker.heartbeat_file import HeartbeatReporter
 from stratus.worker.outcome import Outcome
@@ -95,8 +97,16 @@ ARCHIVES = "spark.archives"
 _JAVA_FRAME = re.compile(r"^\s+at |^\s*\.\.\. \d+ more")
 
 
-def run_sdp(spec: WorkerSpec, stop: StopRequest, reporter: HeartbeatReporter) -> Outcome:
-    """Run the sdp project of ``spec`` once, or every trigger interval until stopped."""
+def run_sdp(
+    spec: WorkerSpec,
+    stop: StopRequest,
+    reporter: HeartbeatReporter,
+    *,
+    fence: OwnerFence | None = None,
+) -> Outcome:
+    """Run the sdp project of ``spec`` once, or every trigger interval until stopped;
+    ``fence`` checks the checkpoint's claims before every run but the first (claimed just
+    before it), and ends the worker FENCED once a newer worker claimed it."""
     try:
         spec_file = prepare_project(spec)
         command = sdp_command(spec, spec_file)
@@ -108,7 +118,10 @@ def run_sdp(spec: WorkerSpec, stop: StopRequest, reporter: HeartbeatReporter) ->
     runs = 0
     while True:
         if stop.requested():
-            return Outcome.stopped()
+            return stop.outcome()
+        fenced = fence.check() if fence is not None and runs > 0 else None
+        if fenced is not None:
+            return fenced
         started = time.monotonic()
         run = _GuardedRun(command, cwd=spec.work_dir, env=environment)
         outcome = _run_once(run, runs + 1, slot=slot, stop=stop, reporter=reporter)
@@ -119,7 +132,7 @@ def run_sdp(spec: WorkerSpec, stop: StopRequest, reporter: HeartbeatReporter) ->
         if spec.trigger_interval_secs is None:
             return Outcome.finished()
         if stop.wait(max(0.0, started + spec.trigger_interval_secs - time.monotonic())):
-            return Outcome.stopped()
+            return stop.outcome()
 
 
 def prepare_project(spec: WorkerSpec) -> Path:
@@ -312,7 +325,7 @@ def _run_once(
     reporter.running()
     code = run.wait()
     if stop.requested():
-        return Outcome.stopped()
+        return stop.outcome()
     if code != 0:
         return Outcome.failed(
             f"spark-pipelines run {number} exited with code {code}; its output ends with:\n"

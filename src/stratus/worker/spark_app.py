@@ -12,9 +12,11 @@ resolved. After ``function(spark, context)`` returns:
 
 A stop request stops the active queries (their checkpoints stay), cancels running jobs (so a
 batch function blocked in an action returns), and lets the function return; the run is then
-STOPPED whatever the function raised. The Spark JVM is gone when ``run_app`` returns: the
-session is stopped and the JVM, which pyspark started with a pipe on its stdin, sees EOF and
-exits (it also does when this process dies, even by SIGKILL)::
+STOPPED whatever the function raised. A newer worker's claim on the checkpoint location,
+found after a committed micro-batch (``checkpoint_owner``), stops the run the same way,
+FENCED. The Spark JVM is gone when ``run_app`` returns: the session is stopped and the JVM,
+which pyspark started with a pipe on its stdin, sees EOF and exits (it also does when this
+process dies, even by SIGKILL)::
 
     outcome = run_app(spec, stop, reporter)
 """
@@ -34,6 +36,8 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from stratus.api.records import QueryProgress
+from stratus.worker.checkpoint_owner import OwnerFence
 from stratus.worker.entrypoint import load_entrypoint
 from stratus.worker.errors import EntrypointError, SparkStartError
 from stratus.worker.heartbeat_file import HeartbeatReporter
@@ -59,13 +63,15 @@ def run_app(
     *,
     session: SparkSession | None = None,
     history: WorkerHistory | None = None,
+    fence: OwnerFence | None = None,
 ) -> Outcome:
     """Run the app of ``spec`` to its outcome; the final heartbeat is written before the
     Spark session is torn down, so a supervisor's SIGKILL during the teardown loses nothing.
 
     ``session``: a warm worker's, already started; the pipeline's runtime conf is set on it
     and its code shipped to it (``adopt_session``) instead of starting one. ``history``
-    records every micro-batch the queries commit."""
+    records every micro-batch the queries commit; ``fence`` checks the checkpoint's claims
+    after each, and stops the run (FENCED) once a newer worker claimed it."""
     assert spec.entrypoint is not None  # the manifest requires it for kind app
     context = PipelineContext.from_spec(spec, stop.event)
     try:
@@ -74,7 +80,7 @@ def run_app(
         traceback.print_exc()
         return Outcome.failed(str(exc))
     if stop.requested():
-        return Outcome.stopped()
+        return stop.outcome()
     try:
         spark = start_session(spec) if session is None else adopt_session(session, spec)
     except SparkStartError as exc:
@@ -83,9 +89,15 @@ def run_app(
     stop.install_signal_handlers()  # pyspark replaced SIGINT's handler with its own
     try:
         if stop.requested():  # it came while Spark started
-            return Outcome.stopped()
+            return stop.outcome()
         outcome = _run_in_session(
-            spark, function, context, spec=spec, stop=stop, reporter=reporter, history=history
+            spark,
+            function,
+            context,
+            spec=spec,
+            stop=stop,
+            reporter=reporter,
+            on_batch=_batch_hooks(history, fence),
         )
         _stop_queries(spark)
         reporter.finish(outcome)
@@ -182,9 +194,9 @@ def _run_in_session(
     spec: WorkerSpec,
     stop: StopRequest,
     reporter: HeartbeatReporter,
-    history: WorkerHistory | None,
+    on_batch: Callable[[QueryProgress], None],
 ) -> Outcome:
-    tracker = QueryTracker(on_batch=history.batch_committed if history is not None else None)
+    tracker = QueryTracker(on_batch=on_batch)
     spark.streams.addListener(tracker_listener(tracker))
     reporter.report_queries(tracker.snapshot)
     stop.on_request(lambda: _interrupt(spark))
@@ -193,6 +205,20 @@ def _run_in_session(
     log.info("event=function_called entrypoint=%s", spec.entrypoint)
     outcome = _call(function, spark, context, str(spec.entrypoint), stop)
     return outcome or _watch_queries(spark, tracker, stop)
+
+
+def _batch_hooks(
+    history: WorkerHistory | None, fence: OwnerFence | None
+) -> Callable[[QueryProgress], None]:
+    """What a committed micro-batch triggers: its history line, then the owners' check."""
+
+    def committed(progress: QueryProgress) -> None:
+        if history is not None:
+            history.batch_committed(progress)
+        if fence is not None:
+            fence.batch_committed(progress)
+
+    return committed
 
 
 def _call(
@@ -207,14 +233,14 @@ def _call(
         function(spark, context)
     except (Exception, KeyboardInterrupt) as exc:
         if stop.requested():  # the stop interrupted it: stopped queries and cancelled jobs raise
-            return Outcome.stopped()
+            return stop.outcome()
         traceback.print_exc()
         message = without_stack(str(exc))
         return Outcome.failed(f"entrypoint {entrypoint!r} raised {type(exc).__name__}: {message}")
     except SystemExit as exc:
         if exc.code not in (0, None):
             return Outcome.failed(f"entrypoint {entrypoint!r} called sys.exit({exc.code!r})")
-    return Outcome.stopped() if stop.requested() else None
+    return stop.outcome() if stop.requested() else None
 
 
 def _watch_queries(spark: SparkSession, tracker: QueryTracker, stop: StopRequest) -> Outcome:
@@ -226,10 +252,10 @@ def _watch_queries(spark: SparkSession, tracker: QueryTracker, stop: StopRequest
         failure = tracker.failure() or _failure_of_ended(known, active)
         if failure:
             return Outcome.failed(failure)
-        if not active:
-            return Outcome.finished()
+        if not active:  # ended by themselves, or by a stop under way
+            return stop.outcome() if stop.requested() else Outcome.finished()
         if stop.wait(QUERY_POLL_SECS):
-            return Outcome.stopped()
+            return stop.outcome()
 
 
 def _failure_of_ended(

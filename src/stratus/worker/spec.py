@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from stratus.api.records import WorkerHeartbeat
+from stratus.api.records import FencingToken, WorkerHeartbeat
 from stratus.logs import LogFormat, LogSettings
 
 SPEC_FILE = "spec.json"
@@ -50,6 +50,10 @@ class WorkerSpec(BaseModel):
     supervisor: str
     epoch: int = Field(description="epoch of the assignment")
     generation: int
+    token: FencingToken = Field(
+        description="the assignment's fencing token: the worker claims its checkpoint "
+        "location with it, and stops once a higher one claims it (checkpoint_owner)"
+    )
     digest: str
     kind: Literal["app", "sdp"]
     entrypoint: str | None = Field(default=None, description="app: module:function")

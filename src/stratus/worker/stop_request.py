@@ -11,6 +11,10 @@ signal handler, where taking a lock could deadlock the main thread)::
     stop.on_request(lambda: query.stop())
     stop.wait(5.0)                      # True once a stop was requested
     stop.reason                         # 'SIGTERM', 'stdin closed: the supervisor is gone'
+    stop.outcome()                      # how a run ends when stopped: STOPPED, or FENCED
+
+A request may carry the outcome of the run it stops (``request(reason, outcome)``): a worker
+fenced by a newer one stops as on any request, but ends FENCED, not STOPPED.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import threading
 from collections.abc import Callable
 
 from stratus.process import watch_for_eof
+from stratus.worker.outcome import Outcome
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +42,7 @@ class StopRequest:
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[], None]] = []
         self._reason: str | None = None
+        self._outcome: Outcome | None = None
         self._wakeup: tuple[int, int] | None = None
 
     def requested(self) -> bool:
@@ -51,12 +57,18 @@ class StopRequest:
         """Block up to ``timeout`` seconds; whether a stop was requested."""
         return self.event.wait(timeout)
 
-    def request(self, reason: str) -> None:
-        """Ask the worker to stop; the first request runs the callbacks, later ones nothing."""
+    def outcome(self, note: str | None = None) -> Outcome:
+        """How a run that this request stopped ends: the request's outcome, else STOPPED."""
+        return self._outcome or Outcome.stopped(note)
+
+    def request(self, reason: str, outcome: Outcome | None = None) -> None:
+        """Ask the worker to stop, its run to end with ``outcome`` (None: STOPPED); the first
+        request runs the callbacks, later ones nothing."""
         with self._lock:
             if self._reason is not None:
                 return
             self._reason = reason
+            self._outcome = outcome
             callbacks = list(self._callbacks)
         log.info("event=stop_requested reason=%r", reason)
         self.event.set()
