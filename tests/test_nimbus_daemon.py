@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 import uvicorn
 from kazoo.client import KazooClient
+from kazoo.protocol.states import Callback
 
 from stratus.api.errors import NotLeaderError
-from stratus.api.records import SupervisorHeartbeat, SupervisorSummary
+from stratus.api.records import PipelineStatus, SupervisorHeartbeat, SupervisorSummary
 from stratus.config import config_from_mapping
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import LeaderChange
@@ -421,3 +422,28 @@ def test_the_cli_pointed_at_a_standby_works(zk_server: ZooKeeperServer, tmp_path
         assert unknown.returncode == 3  # not found
         assert unknown.stderr.strip().count("\n") == 0
         assert "no-such-pipeline" in unknown.stderr
+
+
+def test_a_write_is_answered_once_the_nimbus_reads_it_even_with_its_watches_delayed(
+    zk_hosts, tmp_path, nimbuses
+):
+    """A read after a write on the same nimbus shows the write, though the watches that feed
+    the nimbus's view run half a second late (a busy event thread, a loaded machine)."""
+    nimbus = in_process_nimbus(zk_hosts, tmp_path, Gate(open_=True))
+    nimbus.start()
+    nimbuses.append(nimbus)
+    wait_until(nimbus.controller.accepted_term, 10, "the nimbus to lead")
+    client = nimbus.session.client
+
+    def delay_watches() -> None:
+        client.handler.dispatch_callback(Callback("watch", time.sleep, (0.5,)))
+
+    delay_watches()
+    nimbus.service.submit("etl", "{}", uuid.uuid4().hex, io.BytesIO(valid_package("etl")))
+    assert [record.name for record in nimbus.service.pipelines()] == ["etl"]
+    delay_watches()
+    nimbus.service.deactivate("etl")
+    assert nimbus.service.pipeline("etl").status is PipelineStatus.INACTIVE
+    delay_watches()
+    nimbus.service.kill("etl", 60)
+    assert nimbus.service.pipeline("etl").status is PipelineStatus.KILLED

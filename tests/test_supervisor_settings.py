@@ -62,6 +62,7 @@ def test_every_record_carries_the_keys_of_its_component(tmp_path: Path) -> None:
         checkpoint_root="s3://ck",
         heartbeat_secs=1.5,
         stop_grace_secs=2.0,
+        lease_path=tmp_path / "lease",
     )
     assert (settings.code.max_package_bytes, settings.code.retry_secs) == (4096, 0.5)
     assert settings.deps == DepsSettings(

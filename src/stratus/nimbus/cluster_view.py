@@ -23,6 +23,7 @@ from stratus.api.records import (
     LeaderInfo,
     NimbusRegistration,
     PipelineRecord,
+    PipelineStatus,
     SupervisorSummary,
 )
 from stratus.coordination.records import Leader, LeaderChange
@@ -38,7 +39,7 @@ class ClusterView:
     """Nimbuses, pipelines, supervisors and the leader, from watches; reads never hit ZooKeeper."""
 
     def __init__(self, client: KazooClient, paths: ClusterPaths) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._version = 0
         self._listeners: list[Callable[[], None]] = []
         self._leader = LeaderInfo(address=None, epoch=None)
@@ -70,6 +71,19 @@ class ClusterView:
     def pipelines(self) -> dict[str, PipelineRecord]:
         return self._pipelines.snapshot()
 
+    def await_pipeline(self, written: PipelineRecord, timeout: float) -> bool:
+        """Wait until the view shows ``written`` or a later state of its pipeline; False at
+        ``timeout``. Lets the nimbus that took a write answer it only once its own reads
+        see it, as a ZooKeeper session reads its own writes."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._shows(written), timeout)
+
+    def _shows(self, written: PipelineRecord) -> bool:
+        current = self._pipelines.snapshot().get(written.name)
+        if current is None:
+            return written.status is PipelineStatus.KILLED  # removed: later than the kill
+        return current.updated >= written.updated
+
     def supervisors(self) -> dict[str, SupervisorSummary]:
         return self._supervisors.snapshot()
 
@@ -97,5 +111,6 @@ class ClusterView:
     def _bump(self) -> None:
         with self._lock:
             self._version += 1
+            self._lock.notify_all()
         for listener in self._listeners:
             listener()

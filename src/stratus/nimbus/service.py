@@ -5,13 +5,15 @@ runs (``Placement``); leader-only calls take the term the leadership controller 
 fail with ``NotLeaderError`` naming the leader, and run with that term: a submit and an
 update through the ``Submitter``, the others through ``PipelineOps``. After a submit, an
 update or a kill, ``on_change``
-tells the leader's duties (the leadership controller) to look at the pipeline now. Every
+tells the leader's duties (the leadership controller) to look at the pipeline now, and every
+write is answered once this nimbus's view shows it, so a client reads its own writes. Every
 record it answers with has its secret-looking conf values redacted (``stratus.api.redaction``):
 the API, the status page and the CLI built on them never show a secret.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from typing import Any, BinaryIO
@@ -45,7 +47,10 @@ from stratus.nimbus.placement import Placement
 from stratus.nimbus.settings import ServiceSettings
 from stratus.nimbus.submission import Submitter
 
+log = logging.getLogger(__name__)
+
 MAX_REQUEST_ID_LENGTH = 128
+VIEW_CATCH_UP_SECS = 2.0  # how long a write's answer waits for the view to show it
 REQUEST_ID = re.compile(r"^[!-~]*$")  # stored in the record and shown: no control characters
 
 
@@ -230,7 +235,7 @@ class NimbusService:
         _check_request_id(request_id)
         record, created = self._submitter.submit(term, name, submit_conf, request_id, package)
         self._on_change(record)
-        return redact_record(record), created
+        return self._answer(record), created
 
     def update(
         self, name: str, conf_json: str, request_id: str, package: BinaryIO
@@ -243,25 +248,33 @@ class NimbusService:
         _check_request_id(request_id)
         record, staged = self._submitter.update(term, name, update_conf, request_id, package)
         self._on_change(record)
-        return redact_record(record), staged
+        return self._answer(record), staged
 
     def kill(self, name: str, wait_secs: float | None, *, purge: bool = False) -> PipelineRecord:
         wait = self._settings.kill_wait_secs if wait_secs is None else wait_secs
         record = self._ops.kill(self.leader_term(), name, wait, purge=purge)
         self._on_change(record)
-        return redact_record(record)
+        return self._answer(record)
 
     def activate(self, name: str) -> PipelineRecord:
-        return redact_record(self._ops.activate(self.leader_term(), name))
+        return self._answer(self._ops.activate(self.leader_term(), name))
 
     def deactivate(self, name: str) -> PipelineRecord:
-        return redact_record(self._ops.deactivate(self.leader_term(), name))
+        return self._answer(self._ops.deactivate(self.leader_term(), name))
 
     def rebalance(self, name: str, conf: dict[str, Any], request_id: str = "") -> PipelineRecord:
         term = self.leader_term()
         self._settings.locations.check(conf)
         _check_request_id(request_id)
-        return redact_record(self._ops.rebalance(term, name, conf, request_id))
+        return self._answer(self._ops.rebalance(term, name, conf, request_id))
+
+    def _answer(self, written: PipelineRecord) -> PipelineRecord:
+        """The written record as answered, once this nimbus's reads show it: a client that
+        writes and then reads the same nimbus sees its write (the wait is bounded: past it the
+        write stands all the same, and the view follows within moments)."""
+        if not self.view.await_pipeline(written, VIEW_CATCH_UP_SECS):
+            log.warning("event=view_behind pipeline=%s secs=%s", written.name, VIEW_CATCH_UP_SECS)
+        return redact_record(written)
 
 
 def _check_request_id(request_id: str) -> None:
