@@ -4,11 +4,11 @@ Reads are answered from the ``ClusterView`` (no ZooKeeper request), but for wher
 runs (``Placement``); leader-only calls take the term the leadership controller accepted, or
 fail with ``NotLeaderError`` naming the leader, and run with that term: a submit and an
 update through the ``Submitter``, the others through ``PipelineOps``. After a submit, an
-update or a kill, ``on_change``
-tells the leader's duties (the leadership controller) to look at the pipeline now, and every
-write is answered once this nimbus's view shows it, so a client reads its own writes. Every
-record it answers with has its secret-looking conf values redacted (``stratus.api.redaction``):
-the API, the status page and the CLI built on them never show a secret.
+update or a kill, ``on_change`` tells the leader's duties (the leadership controller) to look
+at the pipeline now; every write is answered once this nimbus's view shows it, so a client
+reads its own writes. Every record it answers with has its secret-looking conf values
+redacted (``stratus.api.redaction``): the API, the status page and the CLI built on them
+never show a secret.
 """
 
 from __future__ import annotations
