@@ -290,10 +290,12 @@ def http_bounds(conf: StratusConfig) -> HttpBounds:
 
 
 def access_policy(conf: StratusConfig) -> AccessPolicy:
-    """``nimbus.auth.tokens.file``: who may call a nimbus (everyone when it is not set)."""
+    """``nimbus.auth.tokens.file``: who may call a nimbus, a supervisor's endpoint or a
+    zkfc's endpoint (everyone when it is not set); ``reload`` reads the file again."""
     if not conf.nimbus_auth_tokens_file:
         return AccessPolicy()
-    return AccessPolicy(load_credentials(Path(conf.nimbus_auth_tokens_file)))
+    path = Path(conf.nimbus_auth_tokens_file)
+    return AccessPolicy(load_credentials(path), source=path)
 
 
 def log_settings(conf: StratusConfig) -> LogSettings:

@@ -12,7 +12,7 @@ import click
 from stratus.cli.daemon_run import run_daemon
 from stratus.cli.options import log_level_option, with_config
 from stratus.config import StratusConfig, config_from_mapping
-from stratus.logs import configure_daemon_logging
+from stratus.logs import configure_audit_log, configure_daemon_logging
 from stratus.rlimits import raise_open_files_limit
 from stratus.settings import log_settings
 from stratus.supervisor.daemon import Supervisor
@@ -53,12 +53,14 @@ def supervisor(conf: StratusConfig, slots: int | None, supervisor_id: str | None
     """Run a supervisor: the workers of the pipelines the leader assigns to it."""
     conf = with_overrides(conf, slots=slots, supervisor_id=supervisor_id)
     configure_daemon_logging(log_settings(conf))
+    configure_audit_log(conf.audit_log_file)
     raise_open_files_limit()
     run_daemon(
         Supervisor(conf),
         ready=lambda d: READY_LINE.format(id=d.id, slots=d.slots, local=d.local_dir),
         check=_control_loop_alive,
         period_secs=HEALTH_CHECK_SECS,
+        reload=lambda d: d.settings.http.policy.reload(),
     )
 
 

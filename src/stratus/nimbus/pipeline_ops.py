@@ -130,12 +130,14 @@ class PipelineOps:
         *,
         replication: ReplicationPolicy,
         user_keys: Collection[str] | None = None,
+        owner: str | None = None,
     ) -> tuple[PipelineRecord, bool]:
         """Create the pipeline; returns (record, created). A replayed request is found.
 
         The pipeline starts ACTIVE when one copy (the leader's) is enough, else PENDING
         until ``note_replication`` activates it. ``user_keys``: the keys of ``conf`` the
         user gave (the rest is the manifest's); None counts every key as the user's.
+        ``owner``: the submitter's principal (None without a token file).
         """
         checked = validate_pipeline_conf(conf)
         now = self._wall()
@@ -155,6 +157,7 @@ class PipelineOps:
             replication=1,
             replication_required=replication.required,
             replication_deadline=replication.deadline(now) if pending else None,
+            owner=owner,
         )
         data = self._encode(record)
         path = self._paths.pipeline(name)
@@ -175,11 +178,12 @@ class PipelineOps:
                     f"submit of {name!r}: its kept-checkpoints marker kept changing; retry"
                 )
         log.info(
-            "event=submitted pipeline=%s epoch=%d digest=%s status=%s",
+            "event=submitted pipeline=%s epoch=%d digest=%s status=%s owner=%s",
             name,
             term.epoch,
             record.digest,
             record.status.value,
+            owner or "-",
         )
         return record, True
 
@@ -458,6 +462,13 @@ class PipelineOps:
         except NoNodeError:
             return None
         return PipelineRecord.model_validate_json(raw)
+
+    def current(self, term: Leadership, name: str) -> PipelineRecord:
+        """One pipeline's record read from ZooKeeper itself, for a decision of the leader;
+        UnknownPipelineError if there is none, the API's retryable errors if ZooKeeper fails."""
+        check_pipeline_name(name)
+        with _zookeeper_errors(term):
+            return self._read(name)[0]
 
     def read_all(self) -> dict[str, PipelineRecord]:
         """Every valid pipeline record, read from ZooKeeper itself (not a view), pipelined.

@@ -76,8 +76,11 @@ class Submitter:
         submit_conf: Mapping[str, Any],
         request_id: str,
         package: BinaryIO,
+        *,
+        owner: str | None = None,
     ) -> tuple[PipelineRecord, bool]:
-        """Check and store the package, create the pipeline; (record, created).
+        """Check and store the package, create the pipeline owned by ``owner``; (record,
+        created).
 
         ``name`` defaults to the manifest's; ``submit_conf`` overrides the manifest's conf.
         """
@@ -94,6 +97,7 @@ class Submitter:
                     stored,
                     replication=self._settings.replication.of(conf),
                     user_keys=submit_conf.keys(),
+                    owner=owner,
                 )
                 if record.digest == received.digest:
                     self._hand_over(received.path, name)
