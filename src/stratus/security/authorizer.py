@@ -42,6 +42,11 @@ class Verb(enum.Enum):
     def changes(self) -> bool:
         return self is not Verb.LOGS
 
+    @property
+    def phrase(self) -> str:
+        """What the verb does, in a sentence: "kill", "read the log of"."""
+        return "read the log of" if self is Verb.LOGS else self.value
+
 
 @dataclass(frozen=True)
 class PipelineAccess:
@@ -82,7 +87,7 @@ def decide(caller: Caller | None, verb: Verb, access: PipelineAccess) -> Decisio
         return Decision(True, f"{caller.principal} is an admin")
     needed = Role.SUBMIT if verb.changes else Role.READ
     if not caller.role.allows(needed):
-        return Decision(False, f"{verb.value} needs the role {needed.value}")
+        return Decision(False, f"this call needs the role {needed.value}")
     if caller.principal == access.owner or caller.principal in access.owners:
         return Decision(True, f"{caller.principal} owns it")
     if not verb.changes and caller.principal in access.readers:
@@ -100,5 +105,5 @@ def check_pipeline_access(
     if not decision.allowed:
         assert caller is not None
         raise ForbiddenError(
-            f"{caller.principal} may not {verb.value} pipeline {pipeline!r}: {decision.why}"
+            f"{caller.principal} may not {verb.phrase} pipeline {pipeline!r}: {decision.why}"
         )
