@@ -28,10 +28,10 @@ SUBMIT = "submit-token-0c4e9b1a2d3f5e67"
 READ = "read-token-9a8b7c6d5e4f3a21"
 PEER = "peer-token-1b2c3d4e5f6a7b8c"  # the nimbuses' own, to fetch code from each other
 TOKENS = f"""\
-admin  token {ADMIN}
-submit token {SUBMIT}
-read   token {READ}
-read   token {PEER}
+admin  token {ADMIN}  principal=ops
+submit token {SUBMIT} principal=ci
+read   token {READ}   principal=dashboard
+read   token {PEER}   principal=nimbuses
 submit cn    ci-runner
 """
 WAIT_SECS = 30.0
