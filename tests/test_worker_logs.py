@@ -272,7 +272,7 @@ def test_a_crash_survives_the_restart_in_status_and_logs_show_this_run_the_last_
 def test_the_endpoint_refuses_anonymous_and_wrong_role_callers_and_logs_rotate_at_their_size(
     cluster, tmp_path, log_worker, caplog
 ) -> None:
-    caplog.set_level(logging.INFO, logger="stratus.audit")
+    caplog.set_level(logging.INFO, logger="stratus.web.audit")
     tokens = Tokens.make(tmp_path)
     read, submit = tokens.read, tokens.submit
     conf = cluster.conf(
@@ -318,7 +318,7 @@ def test_the_endpoint_refuses_anonymous_and_wrong_role_callers_and_logs_rotate_a
             assert "only its owners (user)" in not_owner.json()["message"]
             admin = {"Authorization": f"Bearer {tokens.admin}"}
             assert http.get(f"{base}/api/v1/logs/etl", headers=admin).status_code == 200
-            audited = [event_fields(r) for r in caplog.records if r.name == "stratus.audit"]
+            audited = [event_fields(r) for r in caplog.records if r.name == "stratus.web.audit"]
             calls = {(a["principal"], a["verb"], a["pipeline"], a["status"]) for a in audited}
             assert {
                 ("-", "logs", "etl", 401),

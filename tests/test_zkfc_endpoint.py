@@ -188,12 +188,12 @@ def test_only_a_certificate_the_token_file_makes_admin_may_call(endpoint, pki: P
 def test_each_call_and_each_refusal_is_an_audit_line_naming_the_certificate(
     endpoint, pki: Pki, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="stratus.audit")
+    caplog.set_level(logging.INFO, logger="stratus.web.audit")
     server, _ = endpoint
     assert cede(server, pki.client(SUBMITTER), json={"millis": 3}).status_code == 403
     allowed = cede(server, pki.client(OPERATOR), json={"millis": 4}, headers={"X-Request-Id": "c1"})
     assert allowed.status_code == 200 and allowed.headers["x-request-id"] == "c1"
-    audited = [event_fields(r) for r in caplog.records if r.name == "stratus.audit"]
+    audited = [event_fields(r) for r in caplog.records if r.name == "stratus.web.audit"]
     assert [(a["principal"], a["role"], a["verb"], a["status"], a["error"]) for a in audited] == [
         (SUBMITTER, "submit", "cede-active", 403, "forbidden"),
         (OPERATOR, "admin", "cede-active", 200, "-"),

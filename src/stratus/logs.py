@@ -260,12 +260,12 @@ def configure_daemon_logging(
         logging.getLogger(name).setLevel(max(logging.WARNING, settings.level))
 
 
-AUDIT_LOGGER = "stratus.audit"
+AUDIT_LOGGER = "stratus.web.audit"
 AUDIT_FILE_MODE = 0o600
 
 
 def configure_audit_log(path: str | None) -> None:
-    """Where the audit trail (the logger ``stratus.audit``) goes: with ``path``, one JSON
+    """Where the audit trail (the logger ``stratus.web.audit``) goes: with ``path``, one JSON
     object a line appended to that file (created 0600), and not to the daemon's log;
     without, into the daemon's log like any other line."""
     audit = logging.getLogger(AUDIT_LOGGER)

@@ -1,5 +1,5 @@
 """The audit trail: one structured line for every call that changes something, and for
-every refusal (401, 403), on the logger ``stratus.audit``.
+every refusal (401, 403), on the logger ``stratus.web.audit``.
 
 Each line names who (the principal and role that ``RequireRole`` identified, ``-`` when
 unknown), what (the verb: ``submit``, ``kill``, ``fence``, ``cede-active``, ...), which
@@ -27,8 +27,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from stratus.api.echo import MAX_ECHO_CHARS, clip
 from stratus.web.authorization import caller_of
 
-AUDIT = logging.getLogger("stratus.audit")
-NOTE = "stratus.audit"  # the scope's state: what a route learnt (pipeline, request id)
+AUDIT = logging.getLogger(__name__)  # "stratus.web.audit": configure_audit_log sends it
+NOTE = "stratus.audit_note"  # the scope's state: what a route learnt (pipeline, request id)
 REQUEST_ID_HEADER = b"x-request-id"
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 REFUSALS = frozenset({401, 403})
