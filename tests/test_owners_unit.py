@@ -4,7 +4,11 @@ decision, the owner conf keys and ``stratus token``: pure logic and local files.
 from __future__ import annotations
 
 import logging
+import os
+import signal
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 from click.testing import CliRunner
@@ -12,6 +16,7 @@ from click.testing import CliRunner
 from stratus.api.errors import ForbiddenError, InvalidConfError, UnauthenticatedError
 from stratus.api.pipeline_conf import validate_pipeline_conf
 from stratus.api.records import PipelineRecord, PipelineStatus
+from stratus.cli.daemon_run import run_daemon
 from stratus.cli.main import main
 from stratus.nimbus.scheduler import assignment_conf
 from stratus.security.access import AccessPolicy, Caller
@@ -19,10 +24,12 @@ from stratus.security.authorizer import PipelineAccess, Verb, check_pipeline_acc
 from stratus.security.errors import TokenFileError
 from stratus.security.roles import Role
 from stratus.security.tokens import hash_token, load_credentials, parse_credentials
+from stratus.zk.session import ZkSession
 
 ALICE = "alice-token-0123456789abcdef"
 BOB = "bob-token-0123456789abcdef"
 EXPIRY = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+STOP_AND_RELOAD = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def private_file(path: Path, text: str) -> Path:
@@ -217,3 +224,42 @@ def test_token_hash_reads_the_token_on_stdin() -> None:
         main, ["token", "new", "--role", "read", "--principal", "a b"], input=""
     )
     assert bad.exit_code == 2 and "is not a principal" in bad.output
+
+
+# ---------------------------------------------------------------------- SIGHUP
+
+
+class HangingUp:
+    """A daemon that hangs itself up once started, then asks to stop once reloaded."""
+
+    def __init__(self) -> None:
+        self.session = cast(ZkSession, SimpleNamespace(failure=None))  # never fails
+        self.reloads = 0
+        self.stopped = False
+
+    def start(self) -> None:
+        os.kill(os.getpid(), signal.SIGHUP)
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def check(self) -> None:
+        if self.reloads:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_daemon_reloads_on_sighup_and_still_stops_on_sigterm() -> None:
+    previous = {signum: signal.getsignal(signum) for signum in STOP_AND_RELOAD}
+    daemon = HangingUp()
+    try:
+        run_daemon(
+            daemon,
+            ready=lambda _d: "ready",
+            check=lambda d: d.check(),
+            period_secs=0.05,
+            reload=lambda d: setattr(d, "reloads", d.reloads + 1),
+        )
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    assert (daemon.reloads, daemon.stopped) == (1, True)
