@@ -3,9 +3,11 @@ decision, the owner conf keys and ``stratus token``: pure logic and local files.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
+import stat
 from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
@@ -18,12 +20,15 @@ from stratus.api.pipeline_conf import validate_pipeline_conf
 from stratus.api.records import PipelineRecord, PipelineStatus
 from stratus.cli.daemon_run import run_daemon
 from stratus.cli.main import main
+from stratus.config import config_from_mapping
+from stratus.errors import ConfigError
 from stratus.nimbus.scheduler import assignment_conf
 from stratus.security.access import AccessPolicy, Caller
 from stratus.security.authorizer import PipelineAccess, Verb, check_pipeline_access, decide
 from stratus.security.errors import TokenFileError
 from stratus.security.roles import Role
 from stratus.security.tokens import hash_token, load_credentials, parse_credentials
+from stratus.settings import audit_log
 from stratus.zk.session import ZkSession
 
 ALICE = "alice-token-0123456789abcdef"
@@ -263,3 +268,32 @@ def test_a_daemon_reloads_on_sighup_and_still_stops_on_sigterm() -> None:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     assert (daemon.reloads, daemon.stopped) == (1, True)
+
+
+# ---------------------------------------------------------------------- the audit file
+
+
+def test_the_audit_file_is_private_json_lines_and_an_unusable_one_is_named(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "audit.log"
+    audit_log(config_from_mapping({"audit.log.file": str(path)}))
+    try:
+        logging.getLogger("stratus.web.audit").info(
+            "event=audit principal=%s status=%d", "alice", 403
+        )
+    finally:
+        audit_log(config_from_mapping({}))  # back into the process's log
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    (line,) = path.read_text().splitlines()
+    assert json.loads(line) | {"time": "-"} == {
+        "time": "-",
+        "level": "INFO",
+        "logger": "stratus.web.audit",
+        "event": "audit",
+        "principal": "alice",
+        "status": 403,
+    }
+    missing = tmp_path / "absent" / "audit.log"
+    with pytest.raises(ConfigError, match=rf"cannot open audit.log.file {missing}: No such file"):
+        audit_log(config_from_mapping({"audit.log.file": str(missing)}))

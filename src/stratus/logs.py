@@ -270,15 +270,15 @@ def configure_audit_log(path: str | None) -> None:
     without, into the daemon's log like any other line."""
     audit = logging.getLogger(AUDIT_LOGGER)
     audit.setLevel(logging.INFO)
-    if path is None:
-        audit.propagate = True
-        return
-    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, AUDIT_FILE_MODE)
-    os.close(descriptor)  # created with the mode; FileHandler opens it to append
-    handler = logging.FileHandler(path, encoding="utf-8")
-    handler.setFormatter(JsonFormatter())
+    handler = None
+    if path is not None:
+        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, AUDIT_FILE_MODE)
+        os.close(descriptor)  # created with the mode; FileHandler opens it to append
+        handler = logging.FileHandler(path, encoding="utf-8")
+        handler.setFormatter(JsonFormatter())
     for old in list(audit.handlers):
         audit.removeHandler(old)
         old.close()
-    audit.addHandler(handler)
-    audit.propagate = False
+    if handler is not None:
+        audit.addHandler(handler)
+    audit.propagate = handler is None

@@ -8,10 +8,10 @@ import click
 from stratus.cli.daemon_run import run_daemon
 from stratus.cli.options import log_level_option, with_config
 from stratus.config import StratusConfig
-from stratus.logs import configure_audit_log, configure_daemon_logging
+from stratus.logs import configure_daemon_logging
 from stratus.nimbus.daemon import Nimbus
 from stratus.rlimits import raise_open_files_limit
-from stratus.settings import log_settings
+from stratus.settings import audit_log, log_settings
 
 
 @click.command()
@@ -25,7 +25,7 @@ from stratus.settings import log_settings
 def nimbus(conf: StratusConfig, insecure: bool) -> None:
     """Run a nimbus: the HTTP API, and a place in the leader election."""
     configure_daemon_logging(log_settings(conf))
-    configure_audit_log(conf.audit_log_file)
+    audit_log(conf)
     if insecure:
         conf = conf.model_copy(update={"nimbus_auth_insecure": True})
     raise_open_files_limit()

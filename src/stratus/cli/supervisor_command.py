@@ -12,9 +12,9 @@ import click
 from stratus.cli.daemon_run import run_daemon
 from stratus.cli.options import log_level_option, with_config
 from stratus.config import StratusConfig, config_from_mapping
-from stratus.logs import configure_audit_log, configure_daemon_logging
+from stratus.logs import configure_daemon_logging
 from stratus.rlimits import raise_open_files_limit
-from stratus.settings import log_settings
+from stratus.settings import audit_log, log_settings
 from stratus.supervisor.daemon import Supervisor
 
 READY_LINE = "supervisor {id} running slots={slots} local={local}"
@@ -53,7 +53,7 @@ def supervisor(conf: StratusConfig, slots: int | None, supervisor_id: str | None
     """Run a supervisor: the workers of the pipelines the leader assigns to it."""
     conf = with_overrides(conf, slots=slots, supervisor_id=supervisor_id)
     configure_daemon_logging(log_settings(conf))
-    configure_audit_log(conf.audit_log_file)
+    audit_log(conf)
     raise_open_files_limit()
     run_daemon(
         Supervisor(conf),

@@ -25,10 +25,11 @@ from stratus.config import StratusConfig
 from stratus.ha.daemon import Zkfc
 from stratus.ha.settings import ZkfcSettings
 from stratus.ha.zkfc_endpoint import EndpointSecurity
-from stratus.logs import configure_audit_log, configure_daemon_logging
+from stratus.logs import configure_daemon_logging
 from stratus.rlimits import raise_open_files_limit
 from stratus.settings import (
     access_policy,
+    audit_log,
     client_auth,
     http_bounds,
     log_settings,
@@ -68,7 +69,7 @@ def zkfc(
             "--supervise needs the service's command: stratus zkfc --supervise -- COMMAND..."
         )
     configure_daemon_logging(log_settings(conf))
-    configure_audit_log(conf.audit_log_file)
+    audit_log(conf)
     raise_open_files_limit()  # a supervised service inherits it
     settings = ZkfcSettings.from_config(conf, target=target, supervise=command)
     security = EndpointSecurity(
