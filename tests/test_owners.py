@@ -176,6 +176,27 @@ def test_only_owners_named_owners_and_admins_change_a_pipeline_and_readers_read_
     assert_every_call_is_audited(owned, list(refused))
 
 
+def test_a_name_whose_checkpoints_were_kept_goes_back_to_its_owners_or_an_admin(
+    owned: Owned,
+) -> None:
+    assert owned.submit("bob", "kept", {}).status_code == 201
+    killed = owned.call("bob", "POST", "/api/v1/pipelines/kept/kill", json={"wait_secs": 0})
+    assert killed.status_code == 200, killed.text  # no --purge: its checkpoints are kept
+    wait_until(
+        lambda: owned.call("bob", "GET", "/api/v1/pipelines/kept").status_code == 404,
+        WAIT_SECS,
+        "the killed record removed",
+    )
+    taken = owned.submit("alice", "kept", {})
+    assert taken.status_code == 403, taken.text
+    assert (
+        "alice may not submit pipeline 'kept': the checkpoints kept from its last life are "
+        "bob's" in taken.json()["message"]
+    )
+    again = owned.submit("bob", "kept", {})
+    assert again.status_code == 201 and again.json()["owner"] == "bob"
+
+
 def test_sighup_adds_and_revokes_tokens_keeps_them_on_a_bad_file_and_expiry_refuses(
     owned: Owned,
 ) -> None:

@@ -255,7 +255,7 @@ class NimbusService:
             submit_conf,
             request_id,
             package,
-            owner=caller.principal if caller is not None else None,
+            caller=caller,
         )
         self._on_change(record)
         return self._answer(record), created

@@ -46,6 +46,7 @@ from stratus.coordination.leadership import Leadership
 from stratus.errors import StratusError
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.settings import SubmitSettings
+from stratus.security.access import Caller
 
 
 class Submitter:
@@ -77,9 +78,9 @@ class Submitter:
         request_id: str,
         package: BinaryIO,
         *,
-        owner: str | None = None,
+        caller: Caller | None = None,
     ) -> tuple[PipelineRecord, bool]:
-        """Check and store the package, create the pipeline owned by ``owner``; (record,
+        """Check and store the package, create the pipeline owned by ``caller``; (record,
         created).
 
         ``name`` defaults to the manifest's; ``submit_conf`` overrides the manifest's conf.
@@ -97,7 +98,7 @@ class Submitter:
                     stored,
                     replication=self._settings.replication.of(conf),
                     user_keys=submit_conf.keys(),
-                    owner=owner,
+                    caller=caller,
                 )
                 if record.digest == received.digest:
                     self._hand_over(received.path, name)
