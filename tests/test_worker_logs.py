@@ -318,15 +318,15 @@ def test_the_endpoint_refuses_anonymous_and_wrong_role_callers_and_logs_rotate_a
             assert "only its owners (user)" in not_owner.json()["message"]
             admin = {"Authorization": f"Bearer {tokens.admin}"}
             assert http.get(f"{base}/api/v1/logs/etl", headers=admin).status_code == 200
-            audited = [event_fields(r) for r in caplog.records if r.name == "stratus.web.audit"]
-            calls = {(a["principal"], a["verb"], a["pipeline"], a["status"]) for a in audited}
-            assert {
-                ("-", "logs", "etl", 401),
-                ("reader", "logs", "etl", 403),
-                ("other", "logs", "etl", 403),
-                ("ops", "logs", "etl", 200),
-            } <= calls
-            assert all(a["daemon"] == "supervisor" for a in audited)
+            assert_audited(
+                caplog,
+                {
+                    ("-", "logs", "etl", 401),
+                    ("reader", "logs", "etl", 403),
+                    ("other", "logs", "etl", 403),
+                    ("ops", "logs", "etl", 200),
+                },
+            )
             assert http.get(f"{base}/health").status_code == 401
 
             shown = http.get(
@@ -343,6 +343,20 @@ def test_the_endpoint_refuses_anonymous_and_wrong_role_callers_and_logs_rotate_a
             metrics = http.get(f"{base}/metrics", headers=reader)
             assert metrics.status_code == 200
             assert 'stratus_supervisor_workers{phase="running",supervisor="s1"} 1.0' in metrics.text
+
+
+def assert_audited(caplog: pytest.LogCaptureFixture, expected: set[tuple[Any, ...]]) -> None:
+    """The supervisor's audit lines include ``expected`` (principal, verb, pipeline, status);
+    a line is written once the answer is sent, so the client may see the answer first."""
+
+    def audited() -> list[dict[str, Any]]:
+        return [event_fields(r) for r in caplog.records if r.name == "stratus.web.audit"]
+
+    def calls() -> set[tuple[Any, ...]]:
+        return {(a["principal"], a["verb"], a["pipeline"], a["status"]) for a in audited()}
+
+    wait_until(lambda: expected <= calls(), 30, "the audit lines of the log reads")
+    assert all(a["daemon"] == "supervisor" for a in audited())
 
 
 def assert_a_follow_sees_a_new_line(seeds: str, token: str, worker_dir: Path) -> None:

@@ -193,7 +193,13 @@ def test_each_call_and_each_refusal_is_an_audit_line_naming_the_certificate(
     assert cede(server, pki.client(SUBMITTER), json={"millis": 3}).status_code == 403
     allowed = cede(server, pki.client(OPERATOR), json={"millis": 4}, headers={"X-Request-Id": "c1"})
     assert allowed.status_code == 200 and allowed.headers["x-request-id"] == "c1"
-    audited = [event_fields(r) for r in caplog.records if r.name == "stratus.web.audit"]
+
+    def audited_now() -> list[dict[str, object]]:
+        return [event_fields(r) for r in caplog.records if r.name == "stratus.web.audit"]
+
+    # a line is written once the answer is sent: the client may see the answer first
+    wait_until(lambda: len(audited_now()) == 2, WAIT, "two audit lines")
+    audited = audited_now()
     assert [(a["principal"], a["role"], a["verb"], a["status"], a["error"]) for a in audited] == [
         (SUBMITTER, "submit", "cede-active", 403, "forbidden"),
         (OPERATOR, "admin", "cede-active", 200, "-"),
