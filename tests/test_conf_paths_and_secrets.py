@@ -1,7 +1,7 @@
 """Operator-owned paths and secrets, as pure rules and on a real file system: the checkpoint
 subpath rule, the keys a pipeline may not set, the Spark masters it may name, the removal
-that never leaves the checkpoint root, the redaction of secret-looking keys, the worker's
-environment and the spec file's mode."""
+that never leaves the checkpoint root, the redaction of secret-looking keys and of secrets in
+the values of other keys, the worker's environment and the spec file's mode."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from stratus.api.pipeline_conf import env_entries, validate_pipeline_conf
 from stratus.api.records import PendingUpdate, PipelineRecord, PipelineStatus
 from stratus.api.redaction import (
     REDACTED,
+    LineRedactor,
     is_secret_key,
     redact_conf,
     redact_record,
@@ -203,6 +204,8 @@ SECRET_KEYS = [
     "spark.kerberos.keytab",
     "spark.datasource.credentials",
     "spark.sql.catalog.x.oauth2.token",
+    "pipeline.env.AZURE_SAS",
+    "spark.myapp.blob.sig",
 ]
 PLAIN_KEYS = [
     "spark.sql.shuffle.partitions",
@@ -242,7 +245,21 @@ FREE_TEXT = {
     "a colon pair": ("aws_secret_access_key: AKIAXX", "aws_secret_access_key: ***"),
     "a bearer token": ("Authorization: Bearer abc.def-1", "Authorization: Bearer ***"),
     "a URL password": ("jdbc:postgresql://u:pw9@db/x", "jdbc:postgresql://u:***@db/x"),
+    "a query password after an innocent parameter": (
+        "cannot open jdbc:postgresql://db/x?user=u&password=pw-7 now",
+        "cannot open jdbc:postgresql://db/x?user=u&password=*** now",
+    ),
+    "a query password in a URL": ("GET https://h/x?password=pw-7", "GET https://h/x?password=***"),
+    "a SAS signature": ("blob at ...net/c?sv=2022&sig=Zm9v%2B", "blob at ...net/c?sv=2022&sig=***"),
+    "a JAAS password": (
+        'PlainLoginModule required username="u" password="pw-7";',
+        'PlainLoginModule required username="u" password="***";',
+    ),
+    "a secret pair after an innocent one's colon": ("error: password=pw-7", "error: password=***"),
+    "a JVM property": ("java -Ddb.password=pw-7 Main", "java -Ddb.password=*** Main"),
+    "a URL token as user": ("clone https://ghp_x9@github.com/o", "clone https://***@github.com/o"),
     "a plain pair stays": ("spark.sql.shuffle.partitions=3", "spark.sql.shuffle.partitions=3"),
+    "a plain query stays": ("see https://h/x?user=u&ssl=true", "see https://h/x?user=u&ssl=true"),
     "a plain URL stays": (
         "see https://spark.apache.org:443/x",
         "see https://spark.apache.org:443/x",
@@ -305,6 +322,100 @@ def test_the_marker_sent_back_keeps_the_current_value_or_is_refused_naming_the_k
     assert restore_redacted(sent, current) == {"spark.my.secret": "s3cr3t-x", "spark.label": "***"}
     with pytest.raises(InvalidConfError, match=r"'spark\.other\.password'"):
         restore_redacted({"spark.other.password": REDACTED}, current)
+
+
+# An innocent key whose value holds a secret: (value, what stratus shows of it, the secret).
+SECRET_IN_VALUE = {
+    "a JDBC URL's query": (
+        "jdbc:postgresql://db/x?user=u&password=S3cr3t-jdbc&ssl=true",
+        "jdbc:postgresql://db/x?user=u&password=***&ssl=true",
+        "S3cr3t-jdbc",
+    ),
+    "a MongoDB URI": (
+        "mongodb+srv://app:S3cr3t-mongo@h1,h2/db?authSource=admin",
+        "mongodb+srv://app:***@h1,h2/db?authSource=admin",
+        "S3cr3t-mongo",
+    ),
+    "a Kafka JAAS config": (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="app" password="S3cr3t-jaas";',
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="app" password="***";',
+        "S3cr3t-jaas",
+    ),
+    "an Azure SAS URL": (
+        "https://acct.blob.core.windows.net/c?sv=2022-11-02&sp=r&sig=S3cr3t%2Bsas%3D",
+        "https://acct.blob.core.windows.net/c?sv=2022-11-02&sp=r&sig=***",
+        "S3cr3t%2Bsas%3D",
+    ),
+    "an Azure connection string": (
+        "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=S3cr3t+key==;"
+        "EndpointSuffix=core.windows.net",
+        "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=***;"
+        "EndpointSuffix=core.windows.net",
+        "S3cr3t+key==",
+    ),
+    "a URL's userinfo": (
+        "https://app:S3cr3t-url@api.example/v1",
+        "https://app:***@api.example/v1",
+        "S3cr3t-url",
+    ),
+    "a SQL Server JDBC URL": (
+        "jdbc:sqlserver://db:1433;databaseName=x;user=app;password=S3cr3t-mssql;",
+        "jdbc:sqlserver://db:1433;databaseName=x;user=app;password=***;",
+        "S3cr3t-mssql",
+    ),
+    "an Oracle JDBC URL": (
+        "jdbc:oracle:thin:app/S3cr3t-ora@//db:1521/svc",
+        "jdbc:oracle:thin:app/***@//db:1521/svc",
+        "S3cr3t-ora",
+    ),
+    "an AWS presigned URL": (
+        "https://b.s3.amazonaws.com/k?X-Amz-Date=20260101&X-Amz-Signature=S3cr3t-sig",
+        "https://b.s3.amazonaws.com/k?X-Amz-Date=20260101&X-Amz-Signature=***",
+        "S3cr3t-sig",
+    ),
+}
+INNOCENT_KEY = "spark.myapp.source"
+
+
+@pytest.mark.parametrize(
+    ("value", "shown", "secret"), SECRET_IN_VALUE.values(), ids=SECRET_IN_VALUE.keys()
+)
+def test_a_secret_in_an_innocent_keys_value_is_redacted_and_the_rest_shown(value, shown, secret):
+    assert not is_secret_key(INNOCENT_KEY)
+    assert redact_conf({INNOCENT_KEY: value, "spark.x": 1}) == {INNOCENT_KEY: shown, "spark.x": 1}
+    assert redact_text(f"failed on {value} now") == f"failed on {shown} now"
+    # the secret alone, as a crashing pipeline may print it, is looked for in free text
+    assert redact_text(f"login with {secret} refused", {INNOCENT_KEY: value}) == (
+        "login with *** refused"
+    )
+
+
+@pytest.mark.parametrize("stored", [v[0] for v in SECRET_IN_VALUE.values()], ids=SECRET_IN_VALUE)
+def test_the_redacted_form_of_a_value_sent_back_keeps_the_stored_value(stored):
+    current = {INNOCENT_KEY: stored, "spark.db.password": "pw-9"}
+    sent = {**redact_conf(current), "spark.sql.shuffle.partitions": 4}
+    assert sent[INNOCENT_KEY] != stored
+    assert restore_redacted(sent, current) == {**current, "spark.sql.shuffle.partitions": 4}
+
+
+def test_a_value_with_the_marker_that_is_not_the_stored_ones_redaction_is_refused():
+    stored = "jdbc:postgresql://db/x?user=u&password=S3cr3t-jdbc"
+    changed = {INNOCENT_KEY: "jdbc:postgresql://db2/x?user=u&password=***"}  # another host
+    with pytest.raises(InvalidConfError, match=r"'spark\.myapp\.source' holds '\*\*\*' in place"):
+        restore_redacted(changed, {INNOCENT_KEY: stored})
+    with pytest.raises(InvalidConfError, match=r"'spark\.myapp\.source'"):  # nothing to keep
+        restore_redacted({INNOCENT_KEY: "mongodb://app:***@h/db"}, {})
+    # a new value with its real secret, and a marker where no secret is, are values as given
+    fresh = {INNOCENT_KEY: "jdbc:postgresql://db2/x?password=n3w", "spark.label": "a *** b"}
+    assert restore_redacted(fresh, {INNOCENT_KEY: stored}) == fresh
+
+
+def test_a_logs_lines_are_redacted_of_the_secrets_in_the_confs_values():
+    redactor = LineRedactor({INNOCENT_KEY: "mongodb://app:S3cr3t-mongo@h/db"})
+    out = redactor.feed(b"auth failed for S3cr3t-mongo at mongodb://app:S3cr3t-mongo@h/db\n")
+    assert out == b"auth failed for *** at mongodb://app:***@h/db\n"
 
 
 # ---------------------------------------------------------------- worker environment, files
