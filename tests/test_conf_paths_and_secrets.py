@@ -91,6 +91,15 @@ def test_a_spark_master_must_be_local_or_one_the_operator_allows():
         LocationPolicy().check({"spark.master": "local[2]x"})
 
 
+def test_a_refused_spark_master_is_named_without_the_passwords_of_the_masters_urls():
+    policy = LocationPolicy(spark_masters=frozenset({"spark://ops:0p5-pw@m1:7077"}))
+    with pytest.raises(InvalidConfError) as raised:
+        policy.check({"spark.master": "spark://me:m3-pw@evil:7077"})
+    message = str(raised.value)
+    assert "'spark://me:***@evil:7077'" in message and "(spark://ops:***@m1:7077)" in message
+    assert "0p5-pw" not in message and "m3-pw" not in message
+
+
 def test_pipeline_env_entries_are_validated_and_become_text():
     conf = {"pipeline.env.REGION": "eu", "pipeline.env.DEBUG": True, "pipeline.env._N1": 3}
     assert env_entries(validate_pipeline_conf(conf)) == {
