@@ -8,23 +8,20 @@ worker's log relayed from a supervisor that did not redact them is redacted by t
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
-from stratus.api.records import PipelineRecord, SupervisorSummary, WorkerHeartbeat, WorkerState
+from stratus.api.records import PipelineRecord, SupervisorSummary
 from stratus.security.client_auth import ClientAuth
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.server import ZooKeeperServer
 from tests.package_factory import valid_package
 from tests.secure_cluster import READ, SUBMIT, SecureCluster, bearer, secure_cluster, token_file
+from tests.test_secrets_and_paths_nimbus import cli, put_failed_worker, stored_conf
 from tests.zkfixtures import kazoo_client, wait_until
 
 JDBC = "jdbc-pw-5e1f0a"
@@ -86,50 +83,12 @@ def submit(cluster: SecureCluster, name: str) -> PipelineRecord:
     return PipelineRecord.model_validate_json(answer.content)
 
 
-def stored_conf(zk_connect: str, root: str, name: str) -> dict[str, Any]:
-    with kazoo_client(zk_connect) as zk:
-        raw, _ = zk.get(ClusterPaths(root).pipeline(name))
-    return PipelineRecord.model_validate_json(raw).conf
-
-
-def put_failed_worker(zk_connect: str, root: str, pipeline: str, supervisor: str) -> None:
-    """A FAILED worker's heartbeat whose error is LOG_TAIL, as a supervisor that did not
-    redact it would publish it."""
-    beat = WorkerHeartbeat(
-        pipeline=pipeline,
-        supervisor=supervisor,
-        epoch=1,
-        generation=0,
-        state=WorkerState.FAILED,
-        time=time.time(),
-        error=LOG_TAIL,
-    )
-    with kazoo_client(zk_connect) as zk:
-        path = f"{root}/heartbeats/workers/{pipeline}/{supervisor}"
-        zk.create(path, beat.model_dump_json().encode(), makepath=True)
-
-
-def cli(cluster: SecureCluster, token: str, *args: str) -> str:
-    env = {**os.environ, "COLUMNS": "400", "STRATUS_TOKEN": token}
-    env.pop("STRATUS_CONF", None)
-    result = subprocess.run(
-        [sys.executable, "-m", "stratus", *args, "-c", f"nimbus.seeds={','.join(cluster.seeds)}"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout + result.stderr
-
-
 def test_a_read_caller_sees_no_secret_of_an_innocent_keys_value(
     cluster: SecureCluster, zk_server: ZooKeeperServer
 ) -> None:
     submitted = submit(cluster, "valued")
     assert submitted.conf == SHOWN  # the submit's own answer
-    put_failed_worker(zk_server.connect_string, cluster.root, "valued", "supervisor-x")
+    put_failed_worker(zk_server.connect_string, cluster.root, "valued", LOG_TAIL)
     url = cluster.url(cluster.leader())
     reader = bearer(READ)
 
@@ -144,9 +103,9 @@ def test_a_read_caller_sees_no_secret_of_an_innocent_keys_value(
         "cluster": read("/api/v1/cluster"),
         "workers": read("/api/v1/pipelines/valued/workers"),
         "web UI's workers": read("/api/v1/workers"),
-        "cli status --json": cli(cluster, READ, "status", "valued", "--json"),
-        "cli status": cli(cluster, READ, "status", "valued"),
-        "cli list --json": cli(cluster, READ, "list", "--json"),
+        "cli status --json": cli(cluster, "status", "valued", "--json", token=READ),
+        "cli status": cli(cluster, "status", "valued", token=READ),
+        "cli list --json": cli(cluster, "list", "--json", token=READ),
     }
     for where, text in shown.items():
         for secret in SECRETS:
@@ -230,7 +189,7 @@ def test_a_relayed_log_is_redacted_by_the_nimbus_too(
     with kazoo_client(zk_server.connect_string) as zk:
         zk.create(ClusterPaths(cluster.root).supervisor("s-old"), registration.encode(),
                   ephemeral=True, makepath=True)  # fmt: skip
-        put_failed_worker(zk_server.connect_string, cluster.root, "relayed", "s-old")
+        put_failed_worker(zk_server.connect_string, cluster.root, "relayed", LOG_TAIL, "s-old")
         wait_until(
             lambda: "s-old" in cluster.http.get(f"{url}/api/v1/supervisors").text,
             20,

@@ -40,8 +40,8 @@ a record's ``reason``, a log line) goes through ``redact_text``: every secret of
 pipeline's conf that occurs in it (a secret key's value, a secret part of another value),
 and every secret in one of the forms above, become ``REDACTED``::
 
-    redact_text("boom: DB_PASSWORD=hunter2 at postgres://app:pw@db?sslkey=k", {})
-    # "boom: DB_PASSWORD=*** at postgres://app:***@db?sslkey=***"
+    redact_text("boom: DB_PASSWORD=hunter2 at postgres://db/x?user=app&password=pw", {})
+    # "boom: DB_PASSWORD=*** at postgres://db/x?user=app&password=***"
 
 A conf sent back to a nimbus (a rebalance, a submit) may hold ``REDACTED`` where the API
 showed it: the client read the conf from the API and changed something else.
