@@ -16,6 +16,7 @@ from stratus.api.locations import LocationPolicy, subpath_problem
 from stratus.api.pipeline_conf import env_entries, validate_pipeline_conf
 from stratus.api.records import PendingUpdate, PipelineRecord, PipelineStatus
 from stratus.api.redaction import (
+    MAX_CACHED_CHARS,
     REDACTED,
     LineRedactor,
     is_secret_key,
@@ -399,6 +400,18 @@ def test_a_secret_in_an_innocent_keys_value_is_redacted_and_the_rest_shown(value
     assert redact_text(f"login with {secret} refused", {INNOCENT_KEY: value}) == (
         "login with *** refused"
     )
+
+
+def test_a_long_value_and_a_long_key_are_redacted_as_short_ones():
+    """Short keys and values keep their redaction in memory; longer ones are scanned each
+    time, by the same rules."""
+    path = "x" * MAX_CACHED_CHARS
+    long_value = f"jdbc:postgresql://db/{path}?user=u&password=S3cr3t-jdbc"
+    long_key = f"spark.{'y' * MAX_CACHED_CHARS}.password"
+    assert redact_conf({INNOCENT_KEY: long_value, long_key: "pw"}) == {
+        INNOCENT_KEY: f"jdbc:postgresql://db/{path}?user=u&password=***",
+        long_key: REDACTED,
+    }
 
 
 @pytest.mark.parametrize("stored", [v[0] for v in SECRET_IN_VALUE.values()], ids=SECRET_IN_VALUE)

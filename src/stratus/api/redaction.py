@@ -54,6 +54,7 @@ secret.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import MappingProxyType
@@ -80,6 +81,9 @@ _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 # of a log line; such a value still goes when it is in one of the forms (``key=1``).
 MIN_SECRET_CHARS = 4
 MAX_LINE_BYTES = 64 * 1024  # a longer line of a log is redacted and sent in pieces
+# How many keys, and text values of at most MAX_CACHED_CHARS, keep their redaction in memory.
+CACHED_VALUES = 8192
+MAX_CACHED_CHARS = 1024
 _KEY = r"[A-Za-z_][A-Za-z0-9_.\-]*"
 # ``key=``, ``key: ``, ``"key": ``, ``-Dkey=``: a key (not inside a longer one, but after a
 # JVM option's ``-D``) and its separator; then the value (``_PAIR_VALUE``) when the key looks
@@ -105,6 +109,10 @@ Span = tuple[int, int]
 
 def is_secret_key(key: str) -> bool:
     """Whether the value of conf key ``key`` is to be hidden; see the module docstring."""
+    return _cached_is_secret_key(key) if len(key) <= MAX_CACHED_CHARS else _is_secret_key(key)
+
+
+def _is_secret_key(key: str) -> bool:
     lowered = key.lower()
     if any(fragment in lowered for fragment in SECRET_FRAGMENTS):
         return True
@@ -115,6 +123,10 @@ def is_secret_key(key: str) -> bool:
         if part.lower() in SECRET_WORDS or camel_words[-1].lower() in SECRET_WORDS:
             return True
     return False
+
+
+# Every list and status page looks at the same keys again, and free text at the same words.
+_cached_is_secret_key = functools.lru_cache(maxsize=CACHED_VALUES)(_is_secret_key)
 
 
 def _pair_secrets(text: str) -> Iterator[Span]:
@@ -184,9 +196,18 @@ def redact_value(key: str, value: Any) -> Any:
     its secret parts replaced by REDACTED, any other value as it is."""
     if is_secret_key(key):
         return REDACTED
-    if isinstance(value, str):
-        return _replaced(value, secret_spans(value))
-    return value
+    if not isinstance(value, str):
+        return value
+    return _cached_shown(value) if len(value) <= MAX_CACHED_CHARS else _shown(value)
+
+
+def _shown(value: str) -> str:
+    return _replaced(value, secret_spans(value))
+
+
+# A list or a status page redacts the same confs again and again, and the scan of a value
+# costs several times the check of its key.
+_cached_shown = functools.lru_cache(maxsize=CACHED_VALUES)(_shown)
 
 
 def redact_conf(conf: Mapping[str, Any]) -> dict[str, Any]:
