@@ -103,6 +103,7 @@ def test_a_read_caller_sees_no_secret_of_an_innocent_keys_value(
         "cluster": read("/api/v1/cluster"),
         "workers": read("/api/v1/pipelines/valued/workers"),
         "web UI's workers": read("/api/v1/workers"),
+        "status page": read("/"),
         "cli status --json": cli(cluster, "status", "valued", "--json", token=READ),
         "cli status": cli(cluster, "status", "valued", token=READ),
         "cli list --json": cli(cluster, "list", "--json", token=READ),
