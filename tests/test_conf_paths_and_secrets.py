@@ -268,6 +268,7 @@ FREE_TEXT = {
     "a secret pair after an innocent one's colon": ("error: password=pw-7", "error: password=***"),
     "a JVM property": ("java -Ddb.password=pw-7 Main", "java -Ddb.password=*** Main"),
     "a URL token as user": ("clone https://ghp_x9@github.com/o", "clone https://***@github.com/o"),
+    "a quote left open": ('cut short: {"password": "pw-7', 'cut short: {"password": "***'),
     "a plain pair stays": ("spark.sql.shuffle.partitions=3", "spark.sql.shuffle.partitions=3"),
     "a plain query stays": ("see https://h/x?user=u&ssl=true", "see https://h/x?user=u&ssl=true"),
     "a plain URL stays": (
@@ -380,6 +381,7 @@ SECRET_IN_VALUE = {
         "jdbc:oracle:thin:app/***@//db:1521/svc",
         "S3cr3t-ora",
     ),
+    "an HTTP header": ("Bearer S3cr3t-bearer.x", "Bearer ***", "S3cr3t-bearer.x"),
     "an AWS presigned URL": (
         "https://b.s3.amazonaws.com/k?X-Amz-Date=20260101&X-Amz-Signature=S3cr3t-sig",
         "https://b.s3.amazonaws.com/k?X-Amz-Date=20260101&X-Amz-Signature=***",

@@ -46,10 +46,9 @@ and every secret in one of the forms above, become ``REDACTED``::
 A conf sent back to a nimbus (a rebalance, a submit) may hold ``REDACTED`` where the API
 showed it: the client read the conf from the API and changed something else.
 ``restore_redacted`` keeps the value the pipeline already has for a secret key that holds
-``REDACTED``, and for any other key whose value holds ``REDACTED`` in place of a secret
-when the value is exactly what the API shows of the value kept; it refuses the conf
-(``invalid_conf``, naming the key) otherwise: ZooKeeper never stores the marker over a
-secret.
+``REDACTED``, and for any other key whose value is exactly what the API shows of the value
+kept; it refuses the conf (``invalid_conf``, naming the key) when a marker stands for no
+value to keep: ZooKeeper never stores the marker over a secret.
 """
 
 from __future__ import annotations
@@ -90,10 +89,12 @@ _KEY = r"[A-Za-z_][A-Za-z0-9_.\-]*"
 # secret: quoted, or up to a space, comma, semicolon, quote, closing bracket, or an ``&``
 # that starts the next ``name=``.
 _PAIR_HEAD = re.compile(rf"""(?:(?<=-D)|(?<![A-Za-z0-9_.\-]))(?P<key>{_KEY})["']?\s*[=:]\s*""")
-_PAIR_VALUE = re.compile(rf""""[^"\n]*"|'[^'\n]*'|(?:[^\s,;'"}}\])&]|&(?!{_KEY}=))+""")
+_PAIR_VALUE = re.compile(
+    rf""""[^"\n]*"|'[^'\n]*'|["']?(?:[^\s,;'"}}\])&]|&(?!{_KEY}=))+"""
+)  # a quote left open (a log tail cut short) is followed by a bare value
 # A query or connection-string parameter: ``?name=value``, ``&name=value``, ``;name=value``.
 _PARAM = re.compile(rf"""(?<=[?&;])(?P<key>{_KEY})=(?P<secret>[^&;#\s"'<>]+)""")
-_BEARER = re.compile(r"(?i)\b(?:bearer|basic)\s+(?P<secret>[A-Za-z0-9._~+/=\-]+)")
+_BEARER = re.compile(r"(?i)\b(?:bearer|basic)\s+(?P<secret>[A-Za-z0-9._~+/=*\-]+)")
 # A scheme is looked for only where a run of its characters starts: from inside one, the
 # scan of the run again would make a long word cost the square of its length.
 _SCHEME = r"(?<![A-Za-z0-9+.\-])[0-9+.\-]*[A-Za-z][A-Za-z0-9+.\-]*://"
@@ -142,8 +143,11 @@ def _pair_secrets(text: str) -> Iterator[Span]:
             continue
         start, end = value.span()
         covered = end
-        if value.group()[0] in ("'", '"'):
-            start, end = start + 1, end - 1
+        quote = value.group()[0]
+        if quote in ("'", '"'):
+            start += 1
+            if len(value.group()) > 1 and value.group()[-1] == quote:
+                end -= 1
         yield start, end
 
 
@@ -281,9 +285,11 @@ class LineRedactor:
 
 def restore_redacted(conf: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, Any]:
     """``conf`` with what the API showed of ``current`` (the pipeline's conf so far) given
-    back its real value: a secret key that holds ``REDACTED``, and a text value that holds
-    ``REDACTED`` in place of a secret and is what ``redact_value`` shows of the value kept;
-    InvalidConfError naming the key when there is no such value to keep."""
+    back its real value: a secret key that holds ``REDACTED``, and any other value that is
+    exactly what ``redact_value`` shows of the value kept. InvalidConfError naming the key
+    when a secret key holds ``REDACTED`` and there is no value to keep, or another value
+    holds ``REDACTED`` in place of a secret and is not what the API shows of the value
+    kept."""
     restored = dict(conf)
     for key, value in conf.items():
         if is_secret_key(key):
@@ -297,16 +303,17 @@ def restore_redacted(conf: Mapping[str, Any], current: Mapping[str, Any]) -> dic
                     "real value"
                 )
             restored[key] = kept
-        elif isinstance(value, str) and holds_marker(value):
+        elif isinstance(value, str):
             kept = current.get(key)
-            if not isinstance(kept, str) or holds_marker(kept) or redact_value(key, kept) != value:
+            if isinstance(kept, str) and kept != value and redact_value(key, kept) == value:
+                restored[key] = kept  # exactly what the API shows of the value kept
+            elif holds_marker(value):
                 raise InvalidConfError(
                     f"conf key {echo(key)} holds {REDACTED!r} in place of a secret in its "
                     "value (a URL's password, a secret parameter), the marker the API shows, "
                     "and the value is not the one the API shows of the pipeline's: send the "
                     "value with the real secret"
                 )
-            restored[key] = kept
     return restored
 
 
