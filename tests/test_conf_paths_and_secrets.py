@@ -10,6 +10,8 @@ import stat
 
 import fsspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stratus.api.errors import InvalidConfError
 from stratus.api.locations import LocationPolicy, subpath_problem
@@ -19,6 +21,7 @@ from stratus.api.redaction import (
     MAX_CACHED_CHARS,
     REDACTED,
     LineRedactor,
+    holds_marker,
     is_secret_key,
     redact_conf,
     redact_record,
@@ -422,6 +425,27 @@ def test_the_redacted_form_of_a_value_sent_back_keeps_the_stored_value(stored):
     sent = {**redact_conf(current), "spark.sql.shuffle.partitions": 4}
     assert sent[INNOCENT_KEY] != stored
     assert restore_redacted(sent, current) == {**current, "spark.sql.shuffle.partitions": 4}
+
+
+# Pieces of the forms of secrets, and of what surrounds them, for values made at random.
+PIECES = st.sampled_from(
+    [
+        "password=", "pwd=", "sig=", "user=", "&", "?", ";", ":", "@", "/", "https://",
+        "jdbc:oracle:thin:", '"', "'", " ", ",", "\n", "Bearer ", "-D", "key", "=", "*", "S3",
+    ]
+)  # fmt: skip
+
+
+@settings(deadline=None, max_examples=500)
+@given(st.lists(PIECES, max_size=12).map("".join))
+def test_any_value_sent_back_as_shown_keeps_the_stored_value(stored):
+    """Whatever the value, what the API shows of it, sent back, is the stored value again;
+    refused only when the stored value itself holds the marker in place of a secret."""
+    current = {INNOCENT_KEY: stored}
+    try:
+        assert restore_redacted(redact_conf(current), current) == current
+    except InvalidConfError:
+        assert holds_marker(stored)
 
 
 def test_a_value_with_the_marker_that_is_not_the_stored_ones_redaction_is_refused():
