@@ -189,9 +189,9 @@ def _add_log_route(app: FastAPI, service: NimbusService, relay: LogRelay) -> Non
         """The worker's log (the run before the last restart with ``previous``; ``follow``
         streams new lines until the client leaves), from the supervisor that runs it."""
         note_audit(request.scope, pipeline=name)
-        supervisor = await run_in_threadpool(service.log_source, name, caller_of(request.scope))
+        source = await run_in_threadpool(service.log_source, name, caller_of(request.scope))
         upstream = await relay.open(
-            supervisor,
+            source,
             name,
             previous=previous,
             follow=follow,

@@ -47,6 +47,7 @@ from stratus.api.strict_json import loads_strict
 from stratus.codedist.package_store import PackageStore
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.cluster_view import ClusterView
+from stratus.nimbus.log_relay import LogSource
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.placement import Placement
 from stratus.nimbus.settings import ServiceSettings
@@ -193,11 +194,11 @@ class NimbusService:
             )
         return SupervisorList(supervisors=found)
 
-    def log_source(self, name: str, caller: Caller | None = None) -> SupervisorSummary:
+    def log_source(self, name: str, caller: Caller | None = None) -> LogSource:
         """The supervisor whose endpoint serves ``name``'s worker log: the one it is assigned
         to, else the last one a heartbeat names; NoLogError when there is none, and when
-        that supervisor serves no endpoint; ForbiddenError unless ``caller`` owns or reads
-        the pipeline (or is an admin)."""
+        that supervisor serves no endpoint. With the conf its lines are redacted against.
+        ForbiddenError unless ``caller`` owns or reads the pipeline (or is an admin)."""
         record = self._stored(name)
         check_pipeline_access(caller, Verb.LOGS, name, PipelineAccess.of(record.owner, record.conf))
         placement = self._placement.of(name)
@@ -216,7 +217,8 @@ class NimbusService:
                 f"pipeline {name!r} runs on supervisor {where}, which {why} "
                 "(supervisor.http.port); read its log there"
             )
-        return supervisor
+        assigned = placement.assignment.conf if placement.assignment else {}
+        return LogSource(supervisor, {**assigned, **record.conf})
 
     # ------------------------------------------------------------------ leader-only
 
