@@ -61,7 +61,7 @@ from stratus.api.redaction import redact_text
 from stratus.security.loopback import is_loopback
 from stratus.security.roles import Role
 from stratus.supervisor.control_loop import FenceOrder, FenceVerdict
-from stratus.supervisor.errors import SupervisorStartError
+from stratus.supervisor.errors import SupervisorStartError, UnreachableEndpointError
 from stratus.supervisor.metrics import CONTENT_TYPE_LATEST, SupervisorMetrics
 from stratus.supervisor.settings import EndpointSettings
 from stratus.supervisor.worker_log import read_run
@@ -262,9 +262,11 @@ class SupervisorEndpoint:
     ) -> None:
         self.settings = settings
         self.tls = settings.tls is not None
+        check_reachable(settings, supervisor)
         bind = _bind_host(settings)
+        if bind != settings.bind_host:
+            _warn_loopback(settings.bind_host)
         host = settings.advertised_host if bind != LOOPBACK else LOOPBACK
-        _refuse_unreachable(settings, supervisor, host)
         try:
             self._sock = socket.create_server((bind, settings.port))
         except OSError as exc:
@@ -309,6 +311,10 @@ def _bind_host(settings: EndpointSettings) -> str:
     host = settings.bind_host
     if settings.policy.enabled or settings.insecure or is_loopback(host):
         return host
+    return LOOPBACK
+
+
+def _warn_loopback(host: str) -> None:
     log.warning(
         "event=supervisor_endpoint_loopback bind=%s: no nimbus.auth.tokens.file, so the "
         "endpoint (worker logs) listens on %s only; set the token file (or "
@@ -316,13 +322,16 @@ def _bind_host(settings: EndpointSettings) -> str:
         host,
         LOOPBACK,
     )
-    return LOOPBACK
 
 
-def _refuse_unreachable(settings: EndpointSettings, supervisor: str, host: str) -> None:
-    """``SupervisorStartError`` when the endpoint would be registered on a loopback address
-    while other hosts take part in the cluster: no nimbus elsewhere could reach it, and a
-    leader on another host would reach whatever listens on its own loopback instead."""
+def check_reachable(settings: EndpointSettings, supervisor: str) -> None:
+    """``UnreachableEndpointError`` when the endpoint would be registered on a loopback
+    address while other hosts take part in the cluster (``EndpointSettings.spans_hosts``):
+    no nimbus elsewhere could reach it, and a leader on another host would reach whatever
+    listens on its own loopback instead. Checked when the supervisor starts, before it
+    connects, and by the endpoint itself."""
+    bind = _bind_host(settings)
+    host = settings.advertised_host if bind != LOOPBACK else LOOPBACK
     if not is_loopback(host) or not settings.spans_hosts():
         return
     others = ", ".join(sorted({h for h in settings.cluster_hosts if not is_loopback(h)}))
@@ -337,7 +346,7 @@ def _refuse_unreachable(settings: EndpointSettings, supervisor: str, host: str) 
             f"supervisor.host (default: the host name; or supervisor.http.bind.host) is "
             f"{host}; set supervisor.host to this host's address on the cluster's network"
         )
-    raise SupervisorStartError(
+    raise UnreachableEndpointError(
         f"supervisor {supervisor} refuses to register its endpoint on the loopback address "
         f"{host}: other hosts take part in the cluster (its configuration names {others} in "
         "supervisor.host, zookeeper.servers, nimbus.seeds or pacemaker.servers), and no "
