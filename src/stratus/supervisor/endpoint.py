@@ -266,7 +266,6 @@ class SupervisorEndpoint:
         bind = _bind_host(settings)
         if bind != settings.bind_host:
             _warn_loopback(settings.bind_host)
-        host = settings.advertised_host if bind != LOOPBACK else LOOPBACK
         try:
             self._sock = socket.create_server((bind, settings.port))
         except OSError as exc:
@@ -276,7 +275,7 @@ class SupervisorEndpoint:
                 "one, -1 serves none)"
             ) from None
         port = self._sock.getsockname()[1]
-        self.address = f"{host}:{port}"
+        self.address = f"{_advertised_host(settings, bind)}:{port}"
         app = create_app(
             supervisor,
             logs_of=logs_of,
@@ -314,6 +313,11 @@ def _bind_host(settings: EndpointSettings) -> str:
     return LOOPBACK
 
 
+def _advertised_host(settings: EndpointSettings, bind: str) -> str:
+    """What the registration names: ``supervisor.host``, or loopback when it listens there."""
+    return settings.advertised_host if bind != LOOPBACK else LOOPBACK
+
+
 def _warn_loopback(host: str) -> None:
     log.warning(
         "event=supervisor_endpoint_loopback bind=%s: no nimbus.auth.tokens.file, so the "
@@ -330,8 +334,7 @@ def check_reachable(settings: EndpointSettings, supervisor: str) -> None:
     no nimbus elsewhere could reach it, and a leader on another host would reach whatever
     listens on its own loopback instead. Checked when the supervisor starts, before it
     connects, and by the endpoint itself."""
-    bind = _bind_host(settings)
-    host = settings.advertised_host if bind != LOOPBACK else LOOPBACK
+    host = _advertised_host(settings, _bind_host(settings))
     if not is_loopback(host) or not settings.spans_hosts():
         return
     others = ", ".join(sorted({h for h in settings.cluster_hosts if not is_loopback(h)}))
@@ -339,7 +342,7 @@ def check_reachable(settings: EndpointSettings, supervisor: str) -> None:
         why = (
             "it has no nimbus.auth.tokens.file, so its open endpoint may listen on "
             f"{LOOPBACK} only; set nimbus.auth.tokens.file (the nimbuses' token file) so that "
-            "it listens on supervisor.host"
+            "it listens on supervisor.host (or nimbus.auth.insecure=true for an open one)"
         )
     else:
         why = (
