@@ -95,7 +95,8 @@ def test_an_example_configuration_loads(path: Path) -> None:
 @pytest.mark.parametrize("path", DAEMON_CONFS, ids=lambda p: p.name)
 def test_an_example_configuration_turns_security_on(path: Path) -> None:
     conf = load_config(path=str(path), environ={})
-    assert conf.zookeeper_auth_scheme == "digest"
+    assert conf.zookeeper_auth_scheme == "sasl"  # checked by the servers, unlike a digest
+    assert conf.zookeeper_auth_sasl_mechanism == "DIGEST-MD5"
     assert conf.client_tls_ca and conf.client_auth_token_file  # code fetched over https
     named = [conf.zookeeper_auth_file, conf.client_auth_token_file]
     builders: list[Callable[[StratusConfig], object]] = [zk_settings, client_auth]

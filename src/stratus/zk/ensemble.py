@@ -99,13 +99,23 @@ class ZooKeeperEnsemble:
         deadline = time.monotonic() + timeout
         check_data_dir(self.base_dir, ("server-",))  # never members among another's files
         try:
+            self._share_superuser()
             for server in self.servers:
                 server.launch()
             for server in self.servers:
                 server.wait_serving(max(0.0, deadline - time.monotonic()))
+            self.servers[0].lock_down()
         except BaseException:
             self.stop()
             raise
+
+    def _share_superuser(self) -> None:
+        """Every member knows the same superuser: the first member's (made if need be)."""
+        first = self.servers[0]
+        if first.auth.users and first.auth.superuser is None:
+            superuser = first.superuser()
+            for server in self.servers:
+                server.auth = dataclasses.replace(server.auth, superuser=superuser)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every member (all signalled at once, then each awaited); idempotent."""
