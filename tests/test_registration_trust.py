@@ -264,7 +264,7 @@ def test_across_hosts_a_supervisor_registers_a_reachable_endpoint_and_the_leader
             assert fenced_by_shell is FenceState.FENCED
             assert told.read_text() == "s2\n"  # the shell method, told of s2 alone
             assert "method=graceful result=refused" in caplog.text
-            assert "a loopback endpoint of a supervisor on another host" in caplog.text
+            assert "reason=loopback_of_another_host action=nothing_sent" in caplog.text
             assert "event=process_fence_kill" not in caplog.text
             assert s1.is_running()  # the process method was not aimed at s1's port
             assert "event=fence_refused" not in s1.log_path.read_text()  # nothing reached it

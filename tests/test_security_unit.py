@@ -289,6 +289,10 @@ def test_a_registration_that_disagrees_with_the_nimbus_about_tls_is_refused_befo
     with pytest.raises(UntrustedEndpointError, match=r"says .* https, .* has no TLS"):
         endpoint_url(secure, "/health", ClientAuth(token=ADMIN))
     assert UntrustedEndpointError.retryable is False
+    elsewhere = plain.model_copy(update={"endpoint": "127.0.0.1:6629"})
+    with pytest.raises(UntrustedEndpointError, match=r"registered from host 10\.0\.0\.12"):
+        endpoint_url(elsewhere, "/health", ClientAuth())
+    assert "reason=loopback_of_another_host" in caplog.text
 
 
 def test_a_loopback_endpoint_is_used_only_for_a_supervisor_of_this_host() -> None:

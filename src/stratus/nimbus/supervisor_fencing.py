@@ -213,22 +213,16 @@ class SupervisorFencing:
         """Ask its endpoint to stop every worker; GRACEFUL once it said none is left."""
         if supervisor.endpoint is None:
             return None
-        if loopback_elsewhere(supervisor):
-            log.error(
-                "event=supervisor_fence_attempt supervisor=%s method=%s result=refused "
-                "endpoint=%s host=%s error=a loopback endpoint of a supervisor on another "
-                "host reaches this host, not it; give that supervisor "
-                "nimbus.auth.tokens.file so that it serves its endpoint on supervisor.host",
-                supervisor.id,
-                GRACEFUL,
-                supervisor.endpoint,
-                supervisor.host or "-",
-            )
-            return None
         try:
             url = endpoint_url(supervisor, FENCE_PATH, self._auth)
         except UntrustedEndpointError:
-            return None  # logged: nothing was sent
+            log.warning(
+                "event=supervisor_fence_attempt supervisor=%s method=%s result=refused "
+                "reason=untrusted_endpoint",
+                supervisor.id,
+                GRACEFUL,
+            )
+            return None  # why is logged (event=supervisor_endpoint_refused); nothing was sent
         timeout = self.settings.timeout_secs
         try:
             with httpx.Client(
