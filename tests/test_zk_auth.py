@@ -31,10 +31,12 @@ from stratus.zk.auth import (
     read_credentials,
 )
 from stratus.zk.errors import ZooKeeperAuthError
+from stratus.zk.ports import LOOPBACK
 from stratus.zk.server import ZooKeeperServer
-from stratus.zk.session import ZkSession, ZkSettings
+from stratus.zk.session import SASL_DROPS_REFUSE, ZkSession, ZkSettings
 from tests.nimbus_cluster import nimbus_cluster
 from tests.package_factory import valid_package
+from tests.tcp_proxy import TcpProxy
 from tests.test_zookeeper_server import serving_hosts, start_stratus_zookeeper
 from tests.zk_acl import (
     acl_of,
@@ -267,6 +269,19 @@ def test_a_server_that_requires_auth_admits_only_the_sasl_users_it_checks(
     assert (strict_server.data_dir / "jaas.conf").stat().st_mode & 0o077 == 0
 
 
+def test_a_connection_dropped_during_sasl_is_retried_not_taken_for_a_refusal(
+    strict_server: ZooKeeperServer,
+) -> None:
+    """A member that loses its quorum drops every connection, some in the middle of their
+    SASL exchange: ZooKeeper's way of refusing credentials too, so only drops in a row
+    (``SASL_DROPS_REFUSE``) mean a refusal."""
+    with TcpProxy(LOOPBACK, strict_server.port) as proxy:
+        proxy.drop_after_first_answer(SASL_DROPS_REFUSE - 1)
+        with session(f"{LOOPBACK}:{proxy.port}", SASL) as owner:
+            owner.client.create("/stratus/pipelines/through-drops", b"ok", makepath=True)
+        assert proxy.dropped == SASL_DROPS_REFUSE - 1
+
+
 def test_stratus_own_identity_cannot_leave_its_root_nor_fill_the_server(
     strict_server: ZooKeeperServer,
 ) -> None:
@@ -310,13 +325,15 @@ def test_require_auth_without_users_the_server_can_check_is_refused() -> None:
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize("members", [(), ("--ensemble", "3")], ids=["standalone", "ensemble"])
 def test_stratus_zookeeper_require_auth_flag_admits_stratus_sasl_user_alone(
-    tmp_path: Path,
+    tmp_path: Path, members: tuple[str, ...]
 ) -> None:
     secret = secret_file(tmp_path / "zk.secret", f"{STRATUS.user}:{STRATUS.password}")
     process, lines = start_stratus_zookeeper(
-        "--port", "0", "--temporary", "--require-auth", "-c", f"zookeeper.auth.file={secret}"
-    )
+        "--port", "0", "--data-dir", str(tmp_path / "zk"), "--require-auth",
+        "-c", f"zookeeper.auth.file={secret}", *members,
+    )  # fmt: skip
     try:
         hosts = serving_hosts(process, lines)
         with kazoo_client(hosts) as anonymous, pytest.raises(SessionClosedRequireSaslError):
@@ -328,6 +345,10 @@ def test_stratus_zookeeper_require_auth_flag_admits_stratus_sasl_user_alone(
             intruder.get_children("/")
         with session(hosts, SASL) as owner:
             assert owner.client.exists("/stratus")
+            assert acl_of(owner.client, "/") == {(Permissions.READ, "sasl", "stratus")}
+        superuser = read_credentials(tmp_path / "zk" / "super.secret")  # made, kept with the data
+        with sasl_client(hosts, superuser) as operator:
+            operator.create("/operator-only", b"")
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
     finally:

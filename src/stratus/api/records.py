@@ -95,8 +95,9 @@ class PipelineRecord(_Record):
     )
     conf: dict[str, Any] = Field(
         default_factory=dict,
-        description="the pipeline's conf; in the API's answers every secret-looking value "
-        "(a key naming a password, secret, token, credential or key) is '***'",
+        description="the pipeline's conf; in the API's answers the value of a secret-looking "
+        "key (naming a password, secret, token, credential or key) is '***', and a secret in "
+        "another value (a URL's password, a secret query parameter) is replaced by '***'",
     )
     user_keys: list[str] | None = Field(
         default=None,

@@ -11,18 +11,21 @@ https exactly when this nimbus's own configuration says the cluster speaks TLS; 
 registration that says otherwise is ``502 untrusted_endpoint``, and nothing is sent to it
 (``stratus.nimbus.supervisor_endpoints``). The supervisor's refusals and errors come back
 as they are (its message prefixed with its id); an unreachable supervisor is ``503
-unavailable``::
+unavailable``. The supervisor redacts every line against the pipeline's conf; the nimbus
+redacts them once more, against the conf it stores (a supervisor of an older version may
+have missed a form of secret)::
 
     relay = LogRelay(client_auth(conf))
-    upstream = await relay.open(supervisor, "etl", previous=False, follow=True,
-                                authorization=request.headers.get("authorization"))
+    upstream = await relay.open(LogSource(supervisor, conf), "etl", previous=False,
+                                follow=True, authorization=request.headers.get("authorization"))
     StreamingResponse(upstream.chunks(), media_type=upstream.media_type)
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from pydantic import ValidationError
@@ -30,6 +33,7 @@ from pydantic import ValidationError
 from stratus.api.echo import clip
 from stratus.api.errors import ApiError, UnavailableError, error_from_body
 from stratus.api.records import ErrorBody, SupervisorSummary
+from stratus.api.redaction import LineRedactor
 from stratus.nimbus.supervisor_endpoints import endpoint_url
 from stratus.security.client_auth import NO_AUTH, ClientAuth
 
@@ -39,6 +43,15 @@ READ_TIMEOUT_SECS = 30.0  # between two chunks of a log read whole (a follow wai
 MAX_ERROR_BYTES = 16 * 1024
 
 
+@dataclass(frozen=True)
+class LogSource:
+    """Where a pipeline's worker log is served, and the pipeline's real conf (secrets and
+    all), whose secrets its lines are redacted of."""
+
+    supervisor: SupervisorSummary
+    conf: Mapping[str, Any]
+
+
 @dataclass
 class Upstream:
     """An open answer of a supervisor's endpoint, streamed on by ``chunks``."""
@@ -46,13 +59,17 @@ class Upstream:
     client: httpx.AsyncClient
     response: httpx.Response
     media_type: str
+    redactor: LineRedactor
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        """The body as it arrives; the connection is closed at the end or when the caller
-        leaves (the generator is closed)."""
+        """The body's lines, redacted, as they arrive; the connection is closed at the end or
+        when the caller leaves (the generator is closed)."""
         try:
             async for chunk in self.response.aiter_raw():
-                yield chunk
+                if lines := self.redactor.feed(chunk):
+                    yield lines
+            if rest := self.redactor.flush():
+                yield rest
         finally:
             await self.response.aclose()
             await self.client.aclose()
@@ -66,7 +83,7 @@ class LogRelay:
 
     async def open(
         self,
-        supervisor: SupervisorSummary,
+        source: LogSource,
         pipeline: str,
         *,
         previous: bool,
@@ -74,6 +91,7 @@ class LogRelay:
         authorization: str | None,
     ) -> Upstream:
         """The supervisor's answer, once it said 200; its error (an ApiError) otherwise."""
+        supervisor = source.supervisor
         url = endpoint_url(supervisor, f"{LOGS_PATH}/{pipeline}", self._auth)
         headers = {"Authorization": authorization} if authorization else self._auth.headers()
         read = None if follow else READ_TIMEOUT_SECS
@@ -96,7 +114,7 @@ class LogRelay:
             ) from None
         if response.is_success:
             media_type = response.headers.get("content-type", "text/plain; charset=utf-8")
-            return Upstream(client, response, media_type)
+            return Upstream(client, response, media_type, LineRedactor(source.conf))
         try:
             body = await _bounded_body(response)
         finally:

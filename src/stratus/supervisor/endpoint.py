@@ -57,7 +57,7 @@ from stratus.api.errors import (
 )
 from stratus.api.names import check_pipeline_name
 from stratus.api.records import FenceAnswer, FenceRequest
-from stratus.api.redaction import redact_text
+from stratus.api.redaction import LineRedactor
 from stratus.security.loopback import is_loopback
 from stratus.security.roles import Role
 from stratus.supervisor.control_loop import FenceOrder, FenceVerdict
@@ -79,7 +79,6 @@ METRICS_PATH = "/metrics"
 FENCE_PATH = "/api/v1/fence"
 LOOPBACK = "127.0.0.1"
 FOLLOW_POLL_SECS = 0.2  # how often a follow looks for new lines
-MAX_LINE_BYTES = 64 * 1024  # a longer line is sent (redacted) in pieces
 
 
 @dataclass(frozen=True)
@@ -106,33 +105,6 @@ def required_role(method: str, path: str) -> Role:
     if path == FENCE_PATH:
         return Role.ADMIN
     return Role.SUBMIT if path.startswith(LOGS_PREFIX + "/") else Role.READ
-
-
-class LineRedactor:
-    """Cuts a byte stream into lines and redacts each against ``conf``; a partial line waits
-    for its end (up to ``MAX_LINE_BYTES``)."""
-
-    def __init__(self, conf: Mapping[str, Any]) -> None:
-        self._conf = conf
-        self._partial = b""
-
-    def feed(self, data: bytes) -> bytes:
-        """The redacted complete lines that ``data`` finishes."""
-        buffered = self._partial + data
-        cut = buffered.rfind(b"\n") + 1
-        if cut == 0 and len(buffered) >= MAX_LINE_BYTES:
-            cut = len(buffered)
-        self._partial = buffered[cut:]
-        return self._redacted(buffered[:cut])
-
-    def flush(self) -> bytes:
-        rest, self._partial = self._partial, b""
-        return self._redacted(rest)
-
-    def _redacted(self, data: bytes) -> bytes:
-        if not data:
-            return b""
-        return redact_text(data.decode("utf-8", errors="replace"), self._conf).encode()
 
 
 async def stream_log(

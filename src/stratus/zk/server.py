@@ -255,12 +255,7 @@ class ZooKeeperServer:
         (``super.secret``, mode 600, kept across restarts)."""
         if self.auth.superuser is not None:
             return self.auth.superuser
-        path = self.data_dir / SUPERUSER_FILE
-        if not path.exists():
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            write_private(path, f"{SUPERUSER}:{secrets.token_hex(24)}\n")
-            log.warning("event=zookeeper_superuser_created file=%s", path)
-        return read_credentials(path)
+        return stored_superuser(self.data_dir)
 
     def launch(self) -> None:
         """Check Java, jars, data directory and ports, then start the JVM without waiting."""
@@ -542,6 +537,16 @@ class ZooKeeperServer:
         return summarize_log(self._log_text())
 
 
+def stored_superuser(directory: Path) -> Credentials:
+    """The superuser kept in ``directory`` (``super.secret``, mode 600), made at first use."""
+    path = directory / SUPERUSER_FILE
+    if not path.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        write_private(path, f"{SUPERUSER}:{secrets.token_hex(24)}\n")
+        log.warning("event=zookeeper_superuser_created file=%s", path)
+    return read_credentials(path)
+
+
 def summarize_log(text: str, lines: int = LOG_SUMMARY_LINES) -> str:
     """The last ``lines`` meaningful lines of a JVM log, joined into one line."""
     kept: list[str] = []
@@ -563,7 +568,7 @@ def _kill_quietly(group: ProcessGroup) -> None:
 
 
 # What a data directory holds once a ZooKeeper used it (stratus writes zoo.cfg first).
-ZOOKEEPER_MARKERS = ("zoo.cfg", "version-2")
+ZOOKEEPER_MARKERS = ("zoo.cfg", "version-2", SUPERUSER_FILE)
 # A host as ZooKeeper reads it: a name, an IPv4 or an IPv6 address (a zone id too).
 HOST_VALUE = re.compile(r"[A-Za-z0-9._:%\-]+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
