@@ -131,12 +131,13 @@ def security(hosts: NetnsHosts, directory: Path) -> dict[str, Any]:
     """``HostsCluster``'s keyword arguments for TLS, tokens and ZooKeeper ACLs, with the CA,
     certificates, token files and ZooKeeper credentials they name, made in ``directory``.
 
-    Each host's certificate names its address: its nimbus serves https with it, its quorum
-    member serves TLS with it (to other hosts on the secure port alone, and to the other
-    members), and its daemons show it as their client certificate, to ZooKeeper and to the
-    nimbuses, whose token file maps its name to the read role (mutual TLS: the daemons hold
-    no token), except ``TOKEN_HOST``'s, whose name the token file does not know: its daemons
-    present a read token. Every daemon trusts the CA; the nimbuses demand a client
+    Each host's certificate names its address: its nimbus and its supervisor's endpoint
+    (with the nimbuses' token file) serve https with it, its quorum member serves TLS with
+    it (to other hosts on the secure port alone, and to the other members), and its daemons
+    show it as their client certificate, to ZooKeeper and to the nimbuses, whose token file
+    maps its name to the read role (mutual TLS: the daemons hold no token), except
+    ``TOKEN_HOST``'s, whose name the token file does not know: its daemons present a read
+    token. Every daemon trusts the CA; the nimbuses demand a client
     certificate of everyone; the test's clients hold a certificate and an admin token; every
     daemon authenticates to ZooKeeper with SASL DIGEST-MD5, and the quorum members admit its
     user alone.
@@ -168,6 +169,10 @@ def security(hosts: NetnsHosts, directory: Path) -> dict[str, Any]:
             "nimbus.tls.ca": ca_file,
             "nimbus.tls.client.cert.required": True,
         },
+        # the supervisors' endpoints: on their host's address, over https, with the token
+        # file (an open endpoint would be loopback alone, which a supervisor of a cluster
+        # across hosts refuses to register)
+        "supervisor_settings": {"nimbus.auth.tokens.file": str(tokens)},
         "host_settings": {
             name: {
                 "nimbus.tls.cert": str(issued.cert),

@@ -37,12 +37,11 @@ def _java(flags: list[str], main_class: str, *args: str) -> list[str]:
     return [find_java(None), *flags, "-cp", classpath, main_class, *args]
 
 
-def _heredoc(text: str, opening: str) -> str:
-    """The lines of the here-document that starts on the line holding ``opening``."""
-    lines = text.splitlines()
-    start = next(index for index, line in enumerate(lines) if opening in line)
-    end = lines.index("END", start)
-    return "\n".join(lines[start + 1 : end]) + "\n"
+def _text_block(text: str, named: str) -> str:
+    """The first ``text`` code block after the mention of ``named``."""
+    match = re.search(re.escape(named) + r".*?```text\n(.*?)```", text, flags=re.DOTALL)
+    assert match, f"docs/deploy.md shows no text block after {named}"
+    return match[1]
 
 
 @pytest.fixture
@@ -102,17 +101,17 @@ def test_the_shipped_zookeeper_admits_sasl_alone_and_the_documented_lock_holds(
         intruder.get_children("/")
 
     docs = DOCS.read_text()
-    client_jaas = _heredoc(docs, "cat > /root/zk-super-jaas.conf").replace(
+    client_jaas = _text_block(docs, "`/root/zk-super-jaas.conf`").replace(
         "the superuser password", SUPER.password
     )
     (tmp_path / "zk-super-jaas.conf").write_text(client_jaas)
     java_line = next(line for line in docs.splitlines() if line.startswith("java -D"))
     flags = [
         flag.replace("/root/zk-super-jaas.conf", str(tmp_path / "zk-super-jaas.conf"))
-        for flag in shlex.split(java_line.rstrip("\\"))
+        for flag in shlex.split(java_line)
         if flag.startswith("-D")
     ]
-    commands = _heredoc(docs, "org.apache.zookeeper.ZooKeeperMain")
+    commands = _text_block(docs, "`/root/zk-lock.txt`")
     locked = subprocess.run(
         _java(flags, "org.apache.zookeeper.ZooKeeperMain", "-server", hosts),
         input=commands,

@@ -280,8 +280,9 @@ class StratusConfig(BaseModel):
     nimbus_tls_cert: str | None = Field(
         default=None,
         alias="nimbus.tls.cert",
-        description="PEM certificate of a nimbus's HTTP API and package server; set, they "
-        "speak https only",
+        description="PEM certificate of a nimbus's HTTP API and package server (and of a "
+        "supervisor's or zkfc's endpoint); set, they speak https only, and the daemon's own "
+        "calls to other daemons are https too",
     )
     nimbus_tls_key: str | None = Field(
         default=None,
@@ -920,7 +921,7 @@ class StratusConfig(BaseModel):
         default=None,
         alias="client.tls.ca",
         description="PEM CA bundle that signs the nimbuses' certificates; set, clients speak "
-        "https to nimbuses and their package servers",
+        "https to nimbuses and their package servers, and nimbuses to supervisors' endpoints",
     )
     client_tls_cert: str | None = Field(
         default=None,

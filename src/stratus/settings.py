@@ -272,7 +272,12 @@ TOKEN_ENV_VAR = "STRATUS_TOKEN"
 
 def client_auth(conf: StratusConfig, environ: Mapping[str, str] | None = None) -> ClientAuth:
     """``client.auth.token`` (else ``client.auth.token.file``, else ``STRATUS_TOKEN``) and
-    ``client.tls.*``: how a client, a supervisor or a fetching nimbus presents itself."""
+    ``client.tls.*``: how a client, a supervisor or a fetching nimbus presents itself.
+
+    TLS is on when ``client.tls.ca`` or ``client.tls.cert`` is set, and also when
+    ``nimbus.tls.cert`` is: a daemon that serves https itself is in a cluster that speaks
+    TLS, so it never sends a token to a peer in clear (it then verifies peers against the
+    system's trust store unless ``client.tls.ca`` names the cluster's CA)."""
     environ = os.environ if environ is None else environ
     token = conf.client_auth_token
     if token is None and conf.client_auth_token_file:
@@ -280,7 +285,7 @@ def client_auth(conf: StratusConfig, environ: Mapping[str, str] | None = None) -
     if token is None:
         token = environ.get(TOKEN_ENV_VAR) or None
     tls = None
-    if conf.client_tls_ca or conf.client_tls_cert:
+    if conf.client_tls_ca or conf.client_tls_cert or conf.nimbus_tls_cert:
         tls = TlsSettings(cert=conf.client_tls_cert, key=conf.client_tls_key, ca=conf.client_tls_ca)
     return ClientAuth(token=token, tls=tls)
 

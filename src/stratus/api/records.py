@@ -491,11 +491,13 @@ class RebalanceRequest(BaseModel):
 
 
 class FenceRequest(BaseModel):
-    """Body of a supervisor's ``POST /api/v1/fence``: the term of the leader that fences."""
+    """Body of a supervisor's ``POST /api/v1/fence``: the term of the leader that fences,
+    and the supervisor it means to fence (another one refuses it)."""
 
     model_config = ConfigDict(extra="forbid")
 
     epoch: int = Field(ge=0, strict=True)
+    supervisor: str = Field(min_length=1, strict=True, description="the id of the supervisor")
 
 
 class FenceAnswer(BaseModel):

@@ -6,11 +6,14 @@ wrong, perhaps with the leader. The caller's own ``Authorization`` header goes o
 supervisor, which checks the same token file: the supervisor judges the caller, not the
 nimbus, and a nimbus's own token gains no right to read logs. A caller known by its client
 certificate alone is relayed with the nimbus's own credentials (``client.auth.*``,
-``client.tls.*``), which then need the role ``submit``. The supervisor's refusals and
-errors come back as they are (its message prefixed with its id); an unreachable supervisor
-is ``503 unavailable``. The supervisor redacts every line against the pipeline's conf; the
-nimbus redacts them once more, against the conf it stores (a supervisor of an older
-version may have missed a form of secret)::
+``client.tls.*``), which then need the role ``submit``. The endpoint is reached over
+https exactly when this nimbus's own configuration says the cluster speaks TLS; a
+registration that says otherwise is ``502 untrusted_endpoint``, and nothing is sent to it
+(``stratus.nimbus.supervisor_endpoints``). The supervisor's refusals and errors come back
+as they are (its message prefixed with its id); an unreachable supervisor is ``503
+unavailable``. The supervisor redacts every line against the pipeline's conf; the nimbus
+redacts them once more, against the conf it stores (a supervisor of an older version may
+have missed a form of secret)::
 
     relay = LogRelay(client_auth(conf))
     upstream = await relay.open(LogSource(supervisor, conf), "etl", previous=False,
@@ -31,6 +34,7 @@ from stratus.api.echo import clip
 from stratus.api.errors import ApiError, UnavailableError, error_from_body
 from stratus.api.records import ErrorBody, SupervisorSummary
 from stratus.api.redaction import LineRedactor
+from stratus.nimbus.supervisor_endpoints import endpoint_url
 from stratus.security.client_auth import NO_AUTH, ClientAuth
 
 LOGS_PATH = "/api/v1/logs"
@@ -88,9 +92,7 @@ class LogRelay:
     ) -> Upstream:
         """The supervisor's answer, once it said 200; its error (an ApiError) otherwise."""
         supervisor = source.supervisor
-        assert supervisor.endpoint is not None
-        scheme = "https" if supervisor.endpoint_tls else "http"
-        url = f"{scheme}://{supervisor.endpoint}{LOGS_PATH}/{pipeline}"
+        url = endpoint_url(supervisor, f"{LOGS_PATH}/{pipeline}", self._auth)
         headers = {"Authorization": authorization} if authorization else self._auth.headers()
         read = None if follow else READ_TIMEOUT_SECS
         client = httpx.AsyncClient(
