@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 STRESS_SECS ?= 300
 FUZZ_EXAMPLES ?= 1000
+FUZZ_AUTH_EXAMPLES ?= 200  # each case is sent four times: owner, stranger, reader, admin
 CHAOS_FAULTS ?= 200
 CHAOS_SEED ?= $(shell date +%s)
 
@@ -60,7 +61,8 @@ chaos: install
 	-k seeded_run --basetemp=$(CURDIR)/.chaos
 
 fuzz: install
-	STRATUS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest tests/test_api_fuzz.py -v
+	STRATUS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) STRATUS_FUZZ_AUTH_EXAMPLES=$(FUZZ_AUTH_EXAMPLES) \
+		$(BIN)/pytest tests/test_api_fuzz.py tests/test_api_fuzz_auth.py -v
 
 # The screenshots of docs/ui.md, from a live cluster in Debian's Chromium (no Spark).
 ui-screenshots: install

@@ -1,6 +1,7 @@
 """Nimbus processes that answer only to credentials, for the tests of authentication.
 
-A token file with one token of each role (and the nimbuses' own, ``PEER``), and a cluster of
+A token file with one token of each role, each with its principal (and the nimbuses' own,
+``PEER``, and a second submitter's, ``OTHER``), and a cluster of
 real ``stratus nimbus`` processes that a test reaches with the client settings it gives
 (https when they have TLS settings)::
 
@@ -27,11 +28,14 @@ ADMIN = "admin-token-6f1d2c9a8b7e4f30"
 SUBMIT = "submit-token-0c4e9b1a2d3f5e67"
 READ = "read-token-9a8b7c6d5e4f3a21"
 PEER = "peer-token-1b2c3d4e5f6a7b8c"  # the nimbuses' own, to fetch code from each other
+SUBMIT_PRINCIPAL = "ci"  # SUBMIT's principal
+OTHER = "other-submit-token-4d5e6f7a8b9c"  # a submitter that owns none of ci's pipelines
 TOKENS = f"""\
-admin  token {ADMIN}
-submit token {SUBMIT}
-read   token {READ}
-read   token {PEER}
+admin  token {ADMIN}  principal=ops
+submit token {SUBMIT} principal={SUBMIT_PRINCIPAL}
+read   token {READ}   principal=dashboard
+read   token {PEER}   principal=nimbuses
+submit token {OTHER}  principal=other
 submit cn    ci-runner
 """
 WAIT_SECS = 30.0

@@ -3,6 +3,12 @@ the OpenAPI document with a token, sends a submit role's token with every reques
 checks include ``ignored_auth``: an operation that declares the bearer scheme must refuse a
 request without the token (or with a wrong one).
 
+The pipelines are submitted beforehand with that token, so its principal owns them; every
+case is sent again with the token of another submitter (``OTHER``), which owns none of them,
+and with a ``read`` token: a change of a pipeline, or its log, is refused (403) to the one,
+every change to the other; with an admin's, nothing is refused (but the HA protocol, which
+the fuzz does not send as admin: it would turn the nimbus standby).
+
 The steering of cases onto pipelines submitted beforehand, and the filter of false
 positives, are those of ``test_api_fuzz.py``. Fewer examples per operation by default::
 
@@ -23,12 +29,26 @@ from schemathesis.checks import positive_data_acceptance
 from stratus.security.client_auth import ClientAuth
 from stratus.zk.server import ZooKeeperServer
 from tests.package_factory import valid_package
-from tests.secure_cluster import SUBMIT, SecureCluster, bearer, secure_cluster, token_file
+from tests.secure_cluster import (
+    ADMIN,
+    OTHER,
+    READ,
+    SUBMIT,
+    SecureCluster,
+    bearer,
+    secure_cluster,
+    token_file,
+)
 from tests.test_api_fuzz import (
+    ACTIVATE,
     CONF_OPERATIONS,
+    DEACTIVATE,
+    KILL,
+    REBALANCE,
     REQUEST_TIMEOUT_SECS,
     SEED,
     STEERED,
+    UPDATE,
     filter_failure,
     map_case,
     steered,
@@ -37,6 +57,9 @@ from tests.test_api_fuzz import (
 pytestmark = pytest.mark.slow
 
 EXAMPLES = int(os.environ.get("STRATUS_FUZZ_AUTH_EXAMPLES", "10"))
+LOGS = "GET /api/v1/pipelines/{name}/logs"  # not in the document: listed for completeness
+# what only a pipeline's owners (its submitter, pipeline.owners) and admins may do
+OWNED_OPERATIONS = frozenset({UPDATE, KILL, ACTIVATE, DEACTIVATE, REBALANCE, LOGS})
 
 
 @pytest.fixture(autouse=True)
@@ -110,3 +133,12 @@ def test_no_request_breaks_the_guarded_api(case: Case[Any]) -> None:
         assert not positive or response.status_code not in (401, 403), f"{label}: no token sent"
     unauthenticated = case.call(headers={"Authorization": ""})  # the same request, no token
     assert unauthenticated.status_code == 401, f"{label} without a token: {unauthenticated.text}"
+    if positive and label in OWNED_OPERATIONS:  # on a pipeline steered to: ci's, not other's
+        stranger = case.call(headers=bearer(OTHER))
+        assert stranger.status_code in (403, 404), f"{label} by a non-owner: {stranger.text}"
+    if positive and case.method.upper() != "GET":
+        reader = case.call(headers=bearer(READ))
+        assert reader.status_code == 403, f"{label} with a read token: {reader.text}"
+    if positive and not case.operation.path.startswith("/ha/"):  # no admin turns it standby
+        admin = case.call(headers=bearer(ADMIN))  # a retry, for the owner's call went first
+        assert admin.status_code not in (401, 403), f"{label} by an admin: {admin.text}"

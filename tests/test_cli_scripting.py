@@ -229,9 +229,9 @@ def test_piped_list_is_tab_separated_unwrapped_with_utc_times(cluster):
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == [
         "# pipelines",
-        "pipeline\tstatus\tdigest\tsize\tsubmitted\tepoch",
-        f"{LONG_NAME}\tACTIVE\tabababababab\t2.0 KiB\t2023-11-14T22:13:20Z\t3",
-        "b\tKILLED\tabababababab\t2.0 KiB\t2023-11-14T22:13:20Z\t3",
+        "pipeline\tstatus\towners\tdigest\tsize\tsubmitted\tepoch",
+        f"{LONG_NAME}\tACTIVE\t-\tabababababab\t2.0 KiB\t2023-11-14T22:13:20Z\t3",
+        "b\tKILLED\t-\tabababababab\t2.0 KiB\t2023-11-14T22:13:20Z\t3",
     ]
 
 

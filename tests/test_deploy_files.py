@@ -226,11 +226,11 @@ def test_the_zkfc_example_manages_the_nimbus_of_its_host_as_the_nimbus_example_r
     """zkfc.yaml targets the nimbus of nimbus.yaml's host, in the nimbus group; the lines
     both files set agree (the same ensemble and identity in ZooKeeper, the same certificate
     and token file for the zkfc's endpoint as for the nimbus's API, TLS to ZooKeeper turned
-    on by the same lines) but the client token, which is the zkfc's own; and nimbus.yaml's
-    commented mode line puts the nimbus under it."""
+    on by the same lines) but the client token, which is the zkfc's own, and the audit log,
+    its own file; and nimbus.yaml's commented mode line puts the nimbus under it."""
     tls_lines = ("# zookeeper.ssl.", "# nimbus.tls.")
     zkfc, nimbus = _settings(ZKFC_CONF, tls_lines), _settings(NIMBUS_CONF, tls_lines)
-    shared = (zkfc.keys() & nimbus.keys()) - {"client.auth.token.file"}
+    shared = (zkfc.keys() & nimbus.keys()) - {"client.auth.token.file", "audit.log.file"}
     assert shared >= {
         "zookeeper.servers",
         "zookeeper.root",
@@ -242,6 +242,7 @@ def test_the_zkfc_example_manages_the_nimbus_of_its_host_as_the_nimbus_example_r
     }
     assert {key: zkfc[key] for key in shared} == {key: nimbus[key] for key in shared}
     assert zkfc["client.auth.token.file"] != nimbus["client.auth.token.file"]
+    assert zkfc["audit.log.file"] != nimbus["audit.log.file"]
     conf = load_config(path=str(ZKFC_CONF), environ={})
     nimbus_conf = config_from_mapping(_settings(NIMBUS_CONF, ("# nimbus.ha.mode",)))
     assert nimbus_conf.nimbus_ha_mode == "zkfc"

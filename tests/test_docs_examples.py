@@ -53,6 +53,7 @@ NOT_RUN = {
     "elect": "runs a command while it leads a group: needs ZooKeeper",
     "zkfc": "a daemon: runs until stopped, needs ZooKeeper (tests/test_zkfc.py starts it)",
     "haadmin": "needs running HA services (tests/test_haadmin.py runs it)",
+    "token": "prints a new secret (tests/test_owners_unit.py runs it)",
     **{
         verb: "a client verb: needs a running nimbus"
         for verb in (

@@ -96,6 +96,7 @@ def test_stratus_local_secure_refuses_anonymous_calls_and_serves_the_printed_tok
         ):  # fmt: skip
             assert stat.S_IMODE((security / name).stat().st_mode) == 0o600, name
         assert_nimbuses_may_fence(url, verify, security, len(seeds))
+        assert_the_token_file_holds_hashes(security)
         keys = list(security.glob("*-key.pem"))
         assert len(keys) == 2  # the CA's and the nimbuses'
         assert all(stat.S_IMODE(key.stat().st_mode) == 0o600 for key in keys)
@@ -125,6 +126,14 @@ def assert_nimbuses_may_fence(
     assert caller.json()["role"] == "admin", caller.text
     own = f"client.auth.token.file={security / 'nimbus-token'}"
     assert len(processes_with(own)) == nimbuses  # every nimbus, and nothing else
+
+
+def assert_the_token_file_holds_hashes(security: Path) -> None:
+    """The token file holds the tokens' hashes, each line naming its principal."""
+    listed = (security / "tokens").read_text()
+    for name in ("admin-token", "daemon-token", "nimbus-token"):
+        assert (security / name).read_text().strip() not in listed
+    assert "sha256:" in listed and "principal=local-admin" in listed
 
 
 def processes_with(argument: str) -> list[int]:

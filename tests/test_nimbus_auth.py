@@ -131,6 +131,7 @@ def test_the_web_page_without_credentials_is_a_frame_that_shows_nothing_of_the_c
     assert httpx.get(f"{url}/api/v1/whoami").status_code == 401
     assert httpx.get(f"{url}/api/v1/whoami", headers=bearer(SUBMIT)).json() == {
         "role": "submit",
+        "principal": "ci",
         "auth_required": True,
     }
 

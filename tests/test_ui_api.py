@@ -97,7 +97,7 @@ def test_each_nimbus_says_whether_it_leads_and_its_zookeeper_state(cluster):
 
 def test_a_cluster_without_auth_gives_every_caller_the_admin_role(cluster):
     caller = httpx.get(f"{cluster.nimbuses.nimbuses[0].url}/api/v1/whoami").json()
-    assert caller == {"role": "admin", "auth_required": False}
+    assert caller == {"role": "admin", "principal": None, "auth_required": False}
 
 
 def test_another_nimbus_origin_may_call_across_origins_and_no_other(cluster):

@@ -6,14 +6,16 @@ features are the supervisor's, not Spark's), and the real ``stratus`` CLI as a u
 it: a crashed worker's last crash survives its restart in ``stratus status``; ``stratus
 logs`` shows the worker's output, redacted and with terminal escapes escaped, through a
 standby nimbus; ``--previous`` the run before the restart; ``-f`` sees a new line appear.
-The supervisor's endpoint refuses anonymous and wrong-role callers with JSON 401/403, and
-worker logs rotate at the configured size.
+The supervisor's endpoint refuses anonymous and wrong-role callers, and callers who neither
+own nor read the pipeline, with JSON 401/403, audits each log read and refusal, and worker
+logs rotate at the configured size.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import secrets
 import signal
@@ -31,6 +33,7 @@ import pytest
 from stratus.api.records import WorkerState
 from stratus.client import NimbusClient
 from stratus.config import StratusConfig
+from stratus.logs import event_fields
 from stratus.security.client_auth import ClientAuth
 from stratus.supervisor.daemon import Supervisor
 from tests.nimbus_cluster import nimbus_cluster
@@ -137,17 +140,21 @@ class Tokens:
     read: str
     submit: str
     admin: str
+    other: str  # a submit token of another principal, which owns nothing here
 
     @classmethod
     def make(cls, directory: Path) -> Tokens:
-        read, submit, admin = (secrets.token_hex(16) for _ in range(3))
+        read, submit, admin, other = (secrets.token_hex(16) for _ in range(4))
         file = directory / "tokens"
-        file.write_text(f"read token {read}\nsubmit token {submit}\nadmin token {admin}\n")
+        file.write_text(
+            f"read token {read} principal=reader\nsubmit token {submit} principal=user\n"
+            f"admin token {admin} principal=ops\nsubmit token {other} principal=other\n"
+        )
         daemon_file = directory / "daemon-token"
         daemon_file.write_text(read + "\n")
         for path in (file, daemon_file):
             path.chmod(0o600)
-        return cls(file, daemon_file, read, submit, admin)
+        return cls(file, daemon_file, read, submit, admin, other)
 
     def options(self) -> dict[str, str]:
         return {
@@ -210,8 +217,10 @@ def test_a_crash_survives_the_restart_in_status_and_logs_show_this_run_the_last_
             "spark.test.crash": "once",
             "pipeline.env.DB_PASSWORD": SECRET,
         }
-        with (
-            NimbusClient(nimbuses.seeds, retry_deadline=30.0, auth=admin) as client,
+        with (  # the user submits: the pipeline is the user's
+            NimbusClient(
+                nimbuses.seeds, retry_deadline=30.0, auth=ClientAuth(token=tokens.submit)
+            ) as client,
             running(conf, log_worker),
         ):
             client.wait_replicated(client.submit("etl", valid_package("etl"), pipeline_conf).name)
@@ -253,12 +262,17 @@ def test_a_crash_survives_the_restart_in_status_and_logs_show_this_run_the_last_
             assert "unknown pipeline 'nope'" in missing.stderr
             reader = stratus("logs", "etl", seeds=standby, token=tokens.read)
             assert reader.returncode == 4  # refused: a read token sees the status, not the log
-            assert "needs the role submit" in reader.stderr
+            assert "reader may not read the log of pipeline 'etl'" in reader.stderr
+            other = stratus("logs", "etl", seeds=standby, token=tokens.other)
+            assert other.returncode == 4  # refused: another submitter does not own it
+            assert "only its owners (user)" in other.stderr
+            assert stratus("logs", "etl", seeds=standby, token=tokens.admin).returncode == 0
 
 
 def test_the_endpoint_refuses_anonymous_and_wrong_role_callers_and_logs_rotate_at_their_size(
-    cluster, tmp_path, log_worker
+    cluster, tmp_path, log_worker, caplog
 ) -> None:
+    caplog.set_level(logging.INFO, logger="stratus.web.audit")
     tokens = Tokens.make(tmp_path)
     read, submit = tokens.read, tokens.submit
     conf = cluster.conf(
@@ -274,7 +288,8 @@ def test_the_endpoint_refuses_anonymous_and_wrong_role_callers_and_logs_rotate_a
         address = supervisor.endpoint.address
         registration = cluster.registration()
         assert registration is not None and registration.endpoint == address
-        cluster.assign(meta, conf={"spark.test.lines": 300})
+        # the leader names the owner in the assignment's conf; the endpoint judges by it
+        cluster.assign(meta, conf={"spark.test.lines": 300, "pipeline.owner": "user"})
         cluster.wait_for_worker(WorkerState.RUNNING)
         directory = tmp_path / "s1" / "workers" / "etl"
         last = "filler 00299 " + "x" * 80
@@ -295,7 +310,23 @@ def test_the_endpoint_refuses_anonymous_and_wrong_role_callers_and_logs_rotate_a
             wrong_role = http.get(f"{base}/api/v1/logs/etl", headers=reader)
             assert wrong_role.status_code == 403
             assert wrong_role.json()["error"] == "forbidden"
-            assert "needs the role submit" in wrong_role.json()["message"]
+            assert "reader may not read the log of pipeline 'etl'" in wrong_role.json()["message"]
+            not_owner = http.get(
+                f"{base}/api/v1/logs/etl", headers={"Authorization": f"Bearer {tokens.other}"}
+            )
+            assert not_owner.status_code == 403
+            assert "only its owners (user)" in not_owner.json()["message"]
+            admin = {"Authorization": f"Bearer {tokens.admin}"}
+            assert http.get(f"{base}/api/v1/logs/etl", headers=admin).status_code == 200
+            assert_audited(
+                caplog,
+                {
+                    ("-", "logs", "etl", 401),
+                    ("reader", "logs", "etl", 403),
+                    ("other", "logs", "etl", 403),
+                    ("ops", "logs", "etl", 200),
+                },
+            )
             assert http.get(f"{base}/health").status_code == 401
 
             shown = http.get(
@@ -312,6 +343,20 @@ def test_the_endpoint_refuses_anonymous_and_wrong_role_callers_and_logs_rotate_a
             metrics = http.get(f"{base}/metrics", headers=reader)
             assert metrics.status_code == 200
             assert 'stratus_supervisor_workers{phase="running",supervisor="s1"} 1.0' in metrics.text
+
+
+def assert_audited(caplog: pytest.LogCaptureFixture, expected: set[tuple[Any, ...]]) -> None:
+    """The supervisor's audit lines include ``expected`` (principal, verb, pipeline, status);
+    a line is written once the answer is sent, so the client may see the answer first."""
+
+    def audited() -> list[dict[str, Any]]:
+        return [event_fields(r) for r in caplog.records if r.name == "stratus.web.audit"]
+
+    def calls() -> set[tuple[Any, ...]]:
+        return {(a["principal"], a["verb"], a["pipeline"], a["status"]) for a in audited()}
+
+    wait_until(lambda: expected <= calls(), 30, "the audit lines of the log reads")
+    assert all(a["daemon"] == "supervisor" for a in audited())
 
 
 def assert_a_follow_sees_a_new_line(seeds: str, token: str, worker_dir: Path) -> None:

@@ -11,6 +11,7 @@ with recording handlers on the other side of its ``Handlers`` interface.
 
 from __future__ import annotations
 
+import logging
 import socket
 import ssl
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from stratus.ha.health_monitor import HealthState
 from stratus.ha.metrics import ZkfcMetrics
 from stratus.ha.zkfc_endpoint import EndpointSecurity, ZkfcEndpoint
 from stratus.ha.zkfc_protocol import CEDE_PATH, CedeResult, FailoverResult
+from stratus.logs import event_fields
 from stratus.security.access import AccessPolicy
 from stratus.security.certificates import Issued
 from stratus.security.tls import TlsSettings
@@ -181,6 +183,29 @@ def test_only_a_certificate_the_token_file_makes_admin_may_call(endpoint, pki: P
     operator = cede(server, pki.client(OPERATOR), json={"millis": 4})
     assert operator.status_code == 200 and operator.json()["was_active"] is False
     assert handlers.cedes == [4]
+
+
+def test_each_call_and_each_refusal_is_an_audit_line_naming_the_certificate(
+    endpoint, pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="stratus.web.audit")
+    server, _ = endpoint
+    assert cede(server, pki.client(SUBMITTER), json={"millis": 3}).status_code == 403
+    allowed = cede(server, pki.client(OPERATOR), json={"millis": 4}, headers={"X-Request-Id": "c1"})
+    assert allowed.status_code == 200 and allowed.headers["x-request-id"] == "c1"
+
+    def audited_now() -> list[dict[str, object]]:
+        return [event_fields(r) for r in caplog.records if r.name == "stratus.web.audit"]
+
+    # a line is written once the answer is sent: the client may see the answer first
+    wait_until(lambda: len(audited_now()) == 2, WAIT, "two audit lines")
+    audited = audited_now()
+    assert [(a["principal"], a["role"], a["verb"], a["status"], a["error"]) for a in audited] == [
+        (SUBMITTER, "submit", "cede-active", 403, "forbidden"),
+        (OPERATOR, "admin", "cede-active", 200, "-"),
+    ]
+    assert audited[1]["request_id"] == "c1" and audited[1]["remote"] == "127.0.0.1"
+    assert {a["daemon"] for a in audited} == {"zkfc"}
 
 
 def test_an_oversized_body_is_413_unread(endpoint, pki: Pki) -> None:

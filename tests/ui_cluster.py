@@ -37,7 +37,7 @@ from stratus.state.zk_store import ZooKeeperStateStore
 from stratus.zk.paths import ClusterPaths
 from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
 from tests.package_factory import valid_package
-from tests.secure_cluster import ADMIN, PEER, token_file
+from tests.secure_cluster import ADMIN, PEER, SUBMIT_PRINCIPAL, token_file
 from tests.zkfixtures import wait_until
 
 SECRET = "hunter2-not-for-eyes"
@@ -102,8 +102,10 @@ def ui_cluster(
             try:
                 registration = SupervisorSummary(id=GONE, slots=len(PIPELINES))
                 zk.create(paths.supervisor(GONE), registration.encode(), ephemeral=True)
+                # with tokens the page's user (SUBMIT, principal ci) owns them with the admin
+                owners = {"pipeline.owners": SUBMIT_PRINCIPAL} if tokens else {}
                 for name in PIPELINES:
-                    client.submit(name, valid_package(name), {SECRET_KEY: SECRET})
+                    client.submit(name, valid_package(name), {SECRET_KEY: SECRET, **owners})
                 wait_until(
                     lambda: all(zk.exists(paths.assignment(name)) for name in PIPELINES),
                     WAIT_SECS,

@@ -258,9 +258,11 @@ class StratusConfig(BaseModel):
     nimbus_auth_tokens_file: str | None = Field(
         default=None,
         alias="nimbus.auth.tokens.file",
-        description="file of `<role> token|cn <value>` lines (mode 600): the bearer tokens "
-        "and client certificate names a nimbus accepts, each with a role (read, submit, "
-        "admin); unset, calls are not authenticated",
+        description="file of `<role> token|cn <value> [principal=NAME] [expires=ISO-8601]` "
+        "lines (mode 600): the bearer tokens (best as sha256:<hex>) and client certificate "
+        "names that nimbuses, supervisor endpoints and zkfc endpoints accept, each with a role "
+        "(read, submit, admin) and a principal; read again on SIGHUP; unset, calls are not "
+        "authenticated",
     )
     nimbus_auth_insecure: bool = Field(
         default=False,
@@ -942,6 +944,13 @@ class StratusConfig(BaseModel):
         alias="log.format",
         description="daemons and `stratus elect`: text (one key=value line per event) or json "
         "(one JSON object per line, with the same fields)",
+    )
+    audit_log_file: str | None = Field(
+        default=None,
+        alias="audit.log.file",
+        description="nimbus, supervisor and zkfc: file (created 0600) that the audit trail is "
+        "appended to, one JSON object per line: every call that changes something and every "
+        "refused call, with its caller (default: in the daemon's log)",
     )
     history_file: str | None = Field(
         default=None,

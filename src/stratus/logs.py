@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -257,3 +258,27 @@ def configure_daemon_logging(
     logging.basicConfig(level=settings.level, handlers=[handler], force=replace)
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(max(logging.WARNING, settings.level))
+
+
+AUDIT_LOGGER = "stratus.web.audit"
+AUDIT_FILE_MODE = 0o600
+
+
+def configure_audit_log(path: str | None) -> None:
+    """Where the audit trail (the logger ``stratus.web.audit``) goes: with ``path``, one JSON
+    object a line appended to that file (created 0600), and not to the daemon's log;
+    without, into the daemon's log like any other line."""
+    audit = logging.getLogger(AUDIT_LOGGER)
+    audit.setLevel(logging.INFO)
+    handler = None
+    if path is not None:
+        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, AUDIT_FILE_MODE)
+        os.close(descriptor)  # created with the mode; FileHandler opens it to append
+        handler = logging.FileHandler(path, encoding="utf-8")
+        handler.setFormatter(JsonFormatter())
+    for old in list(audit.handlers):
+        audit.removeHandler(old)
+        old.close()
+    if handler is not None:
+        audit.addHandler(handler)
+    audit.propagate = handler is None

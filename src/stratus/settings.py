@@ -24,7 +24,7 @@ from stratus.codedist.transfer.fetch import FetchSettings
 from stratus.config import StratusConfig
 from stratus.errors import ConfigError
 from stratus.history import HistorySettings
-from stratus.logs import LogFormat, LogSettings
+from stratus.logs import LogFormat, LogSettings, configure_audit_log
 from stratus.pacemaker.auth import AuthMethod, Secret, load_secrets
 from stratus.pacemaker.client import parse_servers
 from stratus.pacemaker.errors import PacemakerAuthFileError
@@ -314,10 +314,24 @@ def http_bounds(conf: StratusConfig) -> HttpBounds:
 
 
 def access_policy(conf: StratusConfig) -> AccessPolicy:
-    """``nimbus.auth.tokens.file``: who may call a nimbus (everyone when it is not set)."""
+    """``nimbus.auth.tokens.file``: who may call a nimbus, a supervisor's endpoint or a
+    zkfc's endpoint (everyone when it is not set); ``reload`` reads the file again."""
     if not conf.nimbus_auth_tokens_file:
         return AccessPolicy()
-    return AccessPolicy(load_credentials(Path(conf.nimbus_auth_tokens_file)))
+    path = Path(conf.nimbus_auth_tokens_file)
+    return AccessPolicy(load_credentials(path), source=path)
+
+
+def audit_log(conf: StratusConfig) -> None:
+    """``audit.log.file``: where the daemon's audit trail goes (``configure_audit_log``);
+    ConfigError naming the file when it cannot be opened."""
+    try:
+        configure_audit_log(conf.audit_log_file)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot open audit.log.file {conf.audit_log_file}: {exc.strerror or exc}; create "
+            "its directory, writable by the daemon's user"
+        ) from None
 
 
 def log_settings(conf: StratusConfig) -> LogSettings:

@@ -50,3 +50,13 @@ PipelineName = Annotated[
         json_schema_extra={"pattern": PIPELINE_NAME.pattern},  # checked by _validated
     ),
 ]
+
+
+# A principal: a user or service of the token file (``principal=``), an owner or a reader of
+# a pipeline (``pipeline.owners``, ``pipeline.readers``), the caller in the audit log.
+PRINCIPAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")
+PRINCIPAL_RULE = "a letter or digit, then letters, digits, '.', '_', '@', '+' or '-' (at most 128)"
+
+
+def is_principal(name: str) -> bool:
+    return PRINCIPAL.fullmatch(name) is not None

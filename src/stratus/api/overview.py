@@ -54,4 +54,8 @@ class Caller(BaseModel):
     """Who the request's credentials say the caller is."""
 
     role: str = Field(description="read, submit or admin (admin on a cluster without auth)")
+    principal: str | None = Field(
+        default=None,
+        description="the principal of the caller's token file entry (null without auth)",
+    )
     auth_required: bool = Field(description="the nimbus requires a token or a certificate")

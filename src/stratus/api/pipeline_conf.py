@@ -23,6 +23,7 @@ from typing import Any
 from stratus.api.echo import echo
 from stratus.api.errors import InvalidConfError
 from stratus.api.locations import CHECKPOINT_SUBPATH_KEY, SUBPATH_RULE, check_operator_keys
+from stratus.api.names import PRINCIPAL_RULE, is_principal
 
 MAX_KEYS = 1000
 MAX_KEY_LENGTH = 256
@@ -61,6 +62,31 @@ def _text(value: Any) -> bool:
     return isinstance(value, str) and 0 < len(value) <= MAX_VALUE_LENGTH
 
 
+OWNERS_KEY = "pipeline.owners"  # principals who may change the pipeline, besides its submitter
+READERS_KEY = "pipeline.readers"  # principals who may read its logs
+# The submitter, set by the leader in the assignment's conf (never in a record's): what a
+# supervisor knows of who owns a pipeline whose log it serves.
+OWNER_KEY = "pipeline.owner"
+MAX_PRINCIPALS = 100
+
+
+def principal_list(value: Any) -> list[str]:
+    """The principals of a ``pipeline.owners`` or ``pipeline.readers`` value: a string of
+    comma-separated names (spaces around them ignored); [] for anything else."""
+    if not isinstance(value, str):
+        return []
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _principals(value: Any) -> bool:
+    names = principal_list(value)
+    return (
+        isinstance(value, str)
+        and 0 < len(names) <= MAX_PRINCIPALS
+        and all(is_principal(name) for name in names)
+    )
+
+
 # key -> (check, what the check expects)
 PIPELINE_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "pipeline.min.replication.count": (
@@ -74,6 +100,14 @@ PIPELINE_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     CHECKPOINT_SUBPATH_KEY: (_text, SUBPATH_RULE),
     "pipeline.trigger.interval.secs": (_positive_number, f"a number > 0, at most {MAX_WAIT_SECS}"),
     "pipeline.spark.master": (_text, "a Spark master URL"),
+    OWNERS_KEY: (
+        _principals,
+        f"comma-separated principals (at most {MAX_PRINCIPALS}), each {PRINCIPAL_RULE}",
+    ),
+    READERS_KEY: (
+        _principals,
+        f"comma-separated principals (at most {MAX_PRINCIPALS}), each {PRINCIPAL_RULE}",
+    ),
 }
 
 
@@ -102,6 +136,11 @@ def _check_entry(key: Any, value: Any) -> None:
     if isinstance(value, str):
         _check_text_value(key, value)
     check_operator_keys(key, value)
+    if key == OWNER_KEY:
+        raise InvalidConfError(
+            f"pipeline conf {OWNER_KEY}: the submitter owns a pipeline, as the nimbus records "
+            f"it; name other owners with {OWNERS_KEY}"
+        )
     if key.startswith("spark."):
         _check_spark_value(key, value)
     elif key.startswith(ENV_PREFIX):

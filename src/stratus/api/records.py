@@ -146,6 +146,12 @@ class PipelineRecord(_Record):
         default=False,
         description="a KILLED pipeline's checkpoints are deleted with its record (kill --purge)",
     )
+    owner: str | None = Field(
+        default=None,
+        description="the principal that submitted the pipeline, which owns it with the "
+        "principals of its conf's pipeline.owners (null: submitted without a token file, or "
+        "before owners were recorded: only admins may change it)",
+    )
 
     @property
     def generation(self) -> int:

@@ -52,6 +52,7 @@ from stratus.cli.output import console, print_table, when
 from stratus.cli.retry_display import RetryDisplay
 from stratus.client import NimbusClient
 from stratus.config import StratusConfig
+from stratus.security.authorizer import PipelineAccess
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -535,12 +536,13 @@ def _supervisors_table(summary: ClusterSummary) -> Table:
 
 def _pipelines_table(records: list[PipelineRecord]) -> Table:
     table = Table(title="pipelines")
-    for column in ("pipeline", "status", "digest", "size", "submitted", "epoch"):
+    for column in ("pipeline", "status", "owners", "digest", "size", "submitted", "epoch"):
         table.add_column(column)
     for record in records:
         table.add_row(
             record.name,
             _status_text(record.status),
+            _owners(record),
             record.digest[:DIGEST_PREFIX],
             format_size(record.size_bytes),
             when(record.submitted),
@@ -554,6 +556,10 @@ def _record_table(record: PipelineRecord) -> Table:
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
     table.add_row("status", _status_text(record.status))
+    table.add_row("owners", _owners(record))
+    readers = PipelineAccess.of(record.owner, record.conf).readers
+    if readers:
+        table.add_row("readers", ", ".join(sorted(readers)))
     table.add_row("digest", record.digest)
     table.add_row("size", format_size(record.size_bytes))
     table.add_row("conf", json.dumps(redact_conf(record.conf), sort_keys=True))
@@ -575,6 +581,11 @@ def _record_table(record: PipelineRecord) -> Table:
     if record.kill_at is not None:
         table.add_row("removed at", when(record.kill_at))
     return table
+
+
+def _owners(record: PipelineRecord) -> str:
+    """Who owns the pipeline: its submitter first, then ``pipeline.owners``; ``-`` none."""
+    return ", ".join(PipelineAccess.of(record.owner, record.conf).all_owners()) or "-"
 
 
 def history_table(history: AssignmentHistory) -> Table:

@@ -2,9 +2,12 @@
 
 A daemon stops on SIGTERM or SIGINT, and also when its ZooKeeper session failed for good
 (``ZkSession.failure``: history behind, credentials refused): the command then exits with
-that error, not with an echo of it from whatever call it broke::
+that error, not with an echo of it from whatever call it broke. On SIGHUP it calls
+``reload`` (the nimbus, the supervisor and the zkfc read their token file again), on the
+main thread, between two checks::
 
-    run_daemon(Nimbus(conf), ready=lambda d: f"nimbus {d.address} serving ...")
+    run_daemon(Nimbus(conf), ready=lambda d: f"nimbus {d.address} serving ...",
+               reload=lambda d: d.policy.reload())
 """
 
 from __future__ import annotations
@@ -36,12 +39,27 @@ def run_daemon(
     ready: Callable[[D], str],
     check: Callable[[D], None] = lambda _daemon: None,
     period_secs: float = 1.0,
+    reload: Callable[[D], object] | None = None,
 ) -> None:
     """Start ``daemon``, print ``ready(daemon)`` on stderr, then every ``period_secs`` run
-    ``check`` (which raises to stop it) until a signal; ``daemon.stop()`` in every case."""
+    ``check`` (which raises to stop it) until a signal, and ``reload`` after each SIGHUP;
+    ``daemon.stop()`` in every case."""
     stop = threading.Event()
+    wake = threading.Event()
+    hangups = threading.Event()
+
+    def stopped(_signum: int, _frame: object) -> None:
+        stop.set()
+        wake.set()
+
+    def hung_up(_signum: int, _frame: object) -> None:
+        hangups.set()
+        wake.set()
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda _s, _f: stop.set())
+        signal.signal(signum, stopped)
+    if reload is not None:
+        signal.signal(signal.SIGHUP, hung_up)
     try:
         daemon.start()
     except Exception:
@@ -50,9 +68,16 @@ def run_daemon(
         raise daemon.session.failure from None  # what made ZooKeeper unusable, not its echo
     click.echo(ready(daemon), err=True)
     try:
-        while not stop.wait(period_secs):
+        while True:
+            wake.wait(period_secs)
+            wake.clear()
+            if stop.is_set():
+                break
             if daemon.session.failure is not None:
                 raise daemon.session.failure
+            if reload is not None and hangups.is_set():
+                hangups.clear()
+                reload(daemon)
             check(daemon)
     finally:
         daemon.stop()

@@ -18,6 +18,7 @@ from stratus.cli.nimbus_command import nimbus
 from stratus.cli.options import StratusGroup, group_config_options
 from stratus.cli.pacemaker_command import pacemaker
 from stratus.cli.supervisor_command import supervisor
+from stratus.cli.token_command import token
 from stratus.cli.validate_command import validate
 from stratus.cli.zkfc_command import zkfc
 from stratus.cli.zookeeper_command import zookeeper
@@ -35,3 +36,4 @@ for _command in (zookeeper, elect, local, nimbus, supervisor, pacemaker, *CLIENT
 main.add_command(validate)
 main.add_command(zkfc)
 main.add_command(haadmin)
+main.add_command(token)

@@ -14,7 +14,7 @@ from stratus.cli.options import log_level_option, with_config
 from stratus.config import StratusConfig, config_from_mapping
 from stratus.logs import configure_daemon_logging
 from stratus.rlimits import raise_open_files_limit
-from stratus.settings import log_settings
+from stratus.settings import audit_log, log_settings
 from stratus.supervisor.daemon import Supervisor
 
 READY_LINE = "supervisor {id} running slots={slots} local={local}"
@@ -53,12 +53,14 @@ def supervisor(conf: StratusConfig, slots: int | None, supervisor_id: str | None
     """Run a supervisor: the workers of the pipelines the leader assigns to it."""
     conf = with_overrides(conf, slots=slots, supervisor_id=supervisor_id)
     configure_daemon_logging(log_settings(conf))
+    audit_log(conf)
     raise_open_files_limit()
     run_daemon(
         Supervisor(conf),
         ready=lambda d: READY_LINE.format(id=d.id, slots=d.slots, local=d.local_dir),
         check=_control_loop_alive,
         period_secs=HEALTH_CHECK_SECS,
+        reload=lambda d: d.settings.http.policy.reload(),
     )
 
 

@@ -29,6 +29,7 @@ from stratus.logs import configure_daemon_logging
 from stratus.rlimits import raise_open_files_limit
 from stratus.settings import (
     access_policy,
+    audit_log,
     client_auth,
     http_bounds,
     log_settings,
@@ -68,6 +69,7 @@ def zkfc(
             "--supervise needs the service's command: stratus zkfc --supervise -- COMMAND..."
         )
     configure_daemon_logging(log_settings(conf))
+    audit_log(conf)
     raise_open_files_limit()  # a supervised service inherits it
     settings = ZkfcSettings.from_config(conf, target=target, supervise=command)
     security = EndpointSecurity(
@@ -79,4 +81,5 @@ def zkfc(
         ready=lambda d: f"zkfc: managing {d.settings.target.address} in group {d.settings.group}",
         check=_check,
         period_secs=0.2,
+        reload=lambda _daemon: security.policy.reload(),
     )

@@ -9,7 +9,8 @@ the same file);
 and it is bounded as the API is, by ``nimbus.http.*`` (connections, requests in progress
 with a JSON 503, the time to send a request head or finish a TLS handshake, the head's
 size) and ``nimbus.max.request.bytes`` (a body's size, 413). Every refusal is the API's
-JSON error body::
+JSON error body. Each call (``cede-active``, ``graceful-failover``) and each refusal is a line
+of the audit trail (``stratus.web.audit``)::
 
     endpoint = ZkfcEndpoint(("127.0.0.1", 8019), handlers, EndpointSecurity(policy, tls))
     endpoint.start()            # endpoint.address: "127.0.0.1:8019"
@@ -41,6 +42,7 @@ from stratus.ha.zkfc_protocol import (
 from stratus.security.access import AccessPolicy
 from stratus.security.roles import Role
 from stratus.security.tls import TlsSettings
+from stratus.web.audit import AuditTrail
 from stratus.web.authorization import RequireRole
 from stratus.web.body_limit import BodyLimit, add_refusal_handlers
 from stratus.web.bounds import (
@@ -143,7 +145,7 @@ def create_app(
         )
 
     guarded = RequireRole(BodyLimit(app, limit, too_large), security.policy, required_role)
-    return bounded_app(guarded, security.bounds)
+    return bounded_app(AuditTrail(guarded, "zkfc"), security.bounds)
 
 
 class ZkfcEndpoint:

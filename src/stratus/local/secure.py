@@ -2,7 +2,8 @@
 
 Everything goes into the cluster's own directory, secrets readable by their owner only:
 a CA and the nimbuses' certificate for 127.0.0.1 (TLS on the API and the package server),
-a token file with an ``admin`` token for the user, a ``read`` token for the daemons
+a token file (of the tokens' sha256 hashes, each line naming its principal) with an
+``admin`` token for the user (principal ``local-admin``), a ``read`` token for the daemons
 (supervisors fetch code with it), an ``admin`` token for the nimbuses (they fetch code
 with it too, and the leader fences a silent supervisor through its endpoint, which needs
 ``admin``) and one for the zkfcs (the HA calls to their nimbus and to each other change
@@ -32,12 +33,15 @@ from pathlib import Path
 from stratus.files import write_private
 from stratus.security.certificates import CertificateAuthority
 from stratus.security.client_auth import ClientAuth
+from stratus.security.roles import Role
 from stratus.security.tls import TlsSettings
+from stratus.security.tokens import hash_token, token_line
 from stratus.zk.auth import AuthScheme, ServerAuth, ZkAuth, read_credentials
 
 PRIVATE_FILE_MODE = 0o600
 LOOPBACK = "127.0.0.1"
 ZOOKEEPER_USER = "stratus"
+LOCAL_USER = "local-admin"  # the principal of the user's token: the owner of what it submits
 
 
 @dataclass(frozen=True)
@@ -67,10 +71,17 @@ class LocalSecurity:
         admin, daemon, nimbus, zkfc = (secrets.token_hex(32) for _ in range(4))
         tokens = write_private(
             directory / "tokens",
-            "# role kind value: the user's token, the daemons' own, the nimbuses' own, the "
-            "zkfcs' own\n"
-            f"admin token {admin}\nread token {daemon}\nadmin token {nimbus}\n"
-            f"admin token {zkfc}\n",
+            "# role kind sha256-of-the-token principal: the user's token, the daemons' own, "
+            "the nimbuses' own, the zkfcs' own (the tokens themselves are in *-token)\n"
+            + "".join(
+                token_line(role, principal, hash_token(secret)) + "\n"
+                for role, principal, secret in (
+                    (Role.ADMIN, LOCAL_USER, admin),
+                    (Role.READ, "stratus-daemons", daemon),
+                    (Role.ADMIN, "stratus-nimbus", nimbus),
+                    (Role.ADMIN, "stratus-zkfc", zkfc),
+                )
+            ),
         )
         return cls(
             directory=directory,

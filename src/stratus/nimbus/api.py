@@ -43,6 +43,7 @@ from stratus.api.records import (
 )
 from stratus.nimbus.authorization import (
     RequireRole,
+    audited_call,
     documented_refusals,
     documented_security,
 )
@@ -59,6 +60,8 @@ from stratus.nimbus.ui.front import UiFront, ui_route
 from stratus.nimbus.ui.routes import add_ui_routes
 from stratus.nimbus.upload_spool import spooling_route
 from stratus.security.access import OPEN, AccessPolicy
+from stratus.web.audit import AuditTrail, note_audit
+from stratus.web.authorization import caller_of
 from stratus.web.probes import Checks, add_probe_routes
 from stratus.web.responses import error_response
 
@@ -134,6 +137,7 @@ def create_app(
     app.add_middleware(EpochHeader, service=service)
     app.add_middleware(RequireRole, policy=policy)  # before the guard: 401, not 421 or 413
     app.add_middleware(UiFront, service=service, policy=policy)  # the page: before any role
+    app.add_middleware(AuditTrail, daemon="nimbus", rule=audited_call)  # refusals included
     app.add_middleware(RequestMetrics, metrics=metrics)
     return app
 
@@ -184,7 +188,8 @@ def _add_log_route(app: FastAPI, service: NimbusService, relay: LogRelay) -> Non
     ) -> Response:
         """The worker's log (the run before the last restart with ``previous``; ``follow``
         streams new lines until the client leaves), from the supervisor that runs it."""
-        source = await run_in_threadpool(service.log_source, name)
+        note_audit(request.scope, pipeline=name)
+        source = await run_in_threadpool(service.log_source, name, caller_of(request.scope))
         upstream = await relay.open(
             source,
             name,
@@ -197,7 +202,9 @@ def _add_log_route(app: FastAPI, service: NimbusService, relay: LogRelay) -> Non
 
 def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
     def submit(
+        request: Request,
         response: Response,
+        *,
         package: Annotated[
             UploadFile,
             File(
@@ -229,7 +236,11 @@ def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
         status. A retry with the same ``request_id`` returns the pipeline it created, with
         status 200.
         """
-        record, created = service.submit(name, conf, request_id, package.file)
+        note_audit(request.scope, pipeline=name, request_id=request_id)
+        record, created = service.submit(
+            name, conf, request_id, package.file, caller_of(request.scope)
+        )
+        note_audit(request.scope, pipeline=record.name)
         if not created:
             response.status_code = 200
         return record
@@ -245,8 +256,10 @@ def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
     )
 
     def update(
+        request: Request,
         response: Response,
         name: PipelinePathName,
+        *,
         package: Annotated[
             UploadFile,
             File(
@@ -280,7 +293,8 @@ def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
         ``version`` grows. Answers 202 while the update waits, 200 once it is applied; a
         retry with the same ``request_id`` changes nothing and answers the record.
         """
-        record, _ = service.update(name, conf, request_id, package.file)
+        note_audit(request.scope, request_id=request_id)
+        record, _ = service.update(name, conf, request_id, package.file, caller_of(request.scope))
         if record.update is not None:
             response.status_code = 202
         return record
@@ -296,26 +310,37 @@ def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
     )
 
     @app.post(f"{PREFIX}/pipelines/{{name}}/kill", tags=["leader only"])
-    def kill(name: PipelinePathName, body: KillRequest | None = None) -> PipelineRecord:
+    def kill(
+        request: Request, name: PipelinePathName, body: KillRequest | None = None
+    ) -> PipelineRecord:
         """Mark the pipeline KILLED; its record is removed after ``wait_secs``. Its
-        checkpoints are kept (a later submit of the name resumes), unless ``purge``."""
+        checkpoints are kept (a later submit of the name resumes), unless ``purge``. Needs
+        an owner of the pipeline, or an admin."""
+        caller = caller_of(request.scope)
         if body is None:
-            return service.kill(name, None)
-        return service.kill(name, body.wait_secs, purge=body.purge)
+            return service.kill(name, None, caller=caller)
+        return service.kill(name, body.wait_secs, purge=body.purge, caller=caller)
 
     @app.post(f"{PREFIX}/pipelines/{{name}}/activate", tags=["leader only"])
-    def activate(name: PipelinePathName) -> PipelineRecord:
-        return service.activate(name)
+    def activate(request: Request, name: PipelinePathName) -> PipelineRecord:
+        """Run the pipeline again. Needs an owner of the pipeline, or an admin."""
+        return service.activate(name, caller_of(request.scope))
 
     @app.post(f"{PREFIX}/pipelines/{{name}}/deactivate", tags=["leader only"])
-    def deactivate(name: PipelinePathName) -> PipelineRecord:
-        return service.deactivate(name)
+    def deactivate(request: Request, name: PipelinePathName) -> PipelineRecord:
+        """Stop the pipeline's worker, keeping the pipeline. Needs an owner of the
+        pipeline, or an admin."""
+        return service.deactivate(name, caller_of(request.scope))
 
     @app.post(f"{PREFIX}/pipelines/{{name}}/rebalance", tags=["leader only"])
-    def rebalance(name: PipelinePathName, body: RebalanceRequest) -> PipelineRecord:
+    def rebalance(
+        request: Request, name: PipelinePathName, body: RebalanceRequest
+    ) -> PipelineRecord:
         """Merge ``conf`` into the pipeline's conf; the pipeline restarts with it. A retry
-        with the same ``request_id`` changes nothing."""
-        return service.rebalance(name, body.conf, body.request_id)
+        with the same ``request_id`` changes nothing. Needs an owner of the pipeline, or an
+        admin."""
+        note_audit(request.scope, request_id=body.request_id)
+        return service.rebalance(name, body.conf, body.request_id, caller_of(request.scope))
 
 
 def _add_page_routes(app: FastAPI, service: NimbusService, metrics: NimbusMetrics) -> None:

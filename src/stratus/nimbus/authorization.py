@@ -3,9 +3,10 @@ outside every other check.
 
 Every route needs a role (``required_role``): reads (``GET``/``HEAD``: the cluster, the
 leader, pipelines, workers, supervisors, packages, the OpenAPI document and its page,
-``/metrics``) need ``read``, except a worker's log (``/pipelines/NAME/logs``), which may
-hold the pipeline's data and needs ``submit``, as on the supervisor that serves it; every
-other method (submit, kill, activate, deactivate, rebalance) needs ``submit``; the HA
+``/metrics``, a worker's log) need ``read``; every other method (submit, update, kill,
+activate, deactivate, rebalance) needs ``submit``; then a call on one pipeline (a change,
+or its log, which may hold the pipeline's data) needs an owner of it, or a reader for the
+log, or an admin (``stratus.security.authorizer``, judged by the service); the HA
 service protocol (``/ha/``, a failover controller's reads and transitions) needs
 ``admin``, which may do all. The check runs before the upload guard and the routes, so an
 unauthenticated leader-only call on a standby gets 401, not 421, and no body is read. With
@@ -29,21 +30,34 @@ from stratus.api.records import ErrorBody
 from stratus.security.access import AccessPolicy
 from stratus.security.roles import Role
 from stratus.web import authorization
+from stratus.web.audit import changes_only
 
 HA_PREFIX = "/ha"  # the HA service protocol's routes (stratus.ha.protocol)
 PIPELINES_PREFIX = "/api/v1/pipelines/"
+SUBMIT_PATH = "/api/v1/pipelines"
 LOGS_SUFFIX = "/logs"  # a worker's log, streamed from its supervisor
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def required_role(method: str, path: str = "") -> Role:
     """The role a request needs: the HA protocol ``admin``, reads ``read`` (a worker's log
-    ``submit``), changes ``submit``."""
+    too: its owners and readers are judged then), changes ``submit``."""
     if path == HA_PREFIX or path.startswith(HA_PREFIX + "/"):
         return Role.ADMIN
-    if path.startswith(PIPELINES_PREFIX) and path.endswith(LOGS_SUFFIX):
-        return Role.SUBMIT
     return Role.READ if method.upper() in READ_METHODS else Role.SUBMIT
+
+
+def audited_call(method: str, path: str) -> tuple[str, str | None] | None:
+    """What the audit trail records of a request (``stratus.web.audit``): (verb, pipeline)
+    for a change (a submit, ``/pipelines/NAME/<verb>``, an HA transition, an upload) and a
+    worker's log; None for the other reads (audited only when refused)."""
+    if path.startswith(PIPELINES_PREFIX):
+        name, _, verb = path.removeprefix(PIPELINES_PREFIX).partition("/")
+        if verb == LOGS_SUFFIX.strip("/") or (verb and method.upper() not in READ_METHODS):
+            return verb, name
+    if path == SUBMIT_PATH and method.upper() == "POST":
+        return "submit", None
+    return changes_only(method, path)
 
 
 class RequireRole(authorization.RequireRole):

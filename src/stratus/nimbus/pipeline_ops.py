@@ -58,6 +58,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from stratus.api.clock import Clock
 from stratus.api.errors import (
+    ForbiddenError,
     InvalidTransitionError,
     NotLeaderError,
     PipelineExistsError,
@@ -80,6 +81,9 @@ from stratus.coordination.errors import (
 )
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.assignment_history import AssignmentHistoryLog
+from stratus.security.access import Caller
+from stratus.security.authorizer import PipelineAccess
+from stratus.security.roles import Role
 from stratus.zk.paths import ClusterPaths
 
 log = logging.getLogger(__name__)
@@ -91,12 +95,16 @@ KEPT_LOCKS = 64  # locks between a name's submit and the expiry of its kept chec
 
 
 class KeptCheckpoints(BaseModel):
-    """A removed pipeline's kept checkpoints: under which root, since when (wall clock)."""
+    """A removed pipeline's kept checkpoints: under which root, since when (wall clock), and
+    whose they were."""
 
     model_config = ConfigDict(frozen=True)
 
     root: str  # pipeline.checkpoint.root when the record was removed
     removed: float
+    # the pipeline's owners then (its submitter first): only they, or an admin, may submit
+    # the name again and resume from them; [] (no owner, or an older marker): anyone
+    owners: list[str] = []
     version: int = -1  # the marker znode's version when read (not stored)
 
 
@@ -130,13 +138,18 @@ class PipelineOps:
         *,
         replication: ReplicationPolicy,
         user_keys: Collection[str] | None = None,
+        caller: Caller | None = None,
     ) -> tuple[PipelineRecord, bool]:
         """Create the pipeline; returns (record, created). A replayed request is found.
 
         The pipeline starts ACTIVE when one copy (the leader's) is enough, else PENDING
         until ``note_replication`` activates it. ``user_keys``: the keys of ``conf`` the
         user gave (the rest is the manifest's); None counts every key as the user's.
+        ``caller``: the submitter (None without a token file), who owns the pipeline; a
+        name whose kept checkpoints were another's is refused to it (ForbiddenError) unless it
+        is an admin.
         """
+        owner = caller.principal if caller is not None else None
         checked = validate_pipeline_conf(conf)
         now = self._wall()
         pending = replication.required > 1
@@ -155,12 +168,15 @@ class PipelineOps:
             replication=1,
             replication_required=replication.required,
             replication_deadline=replication.deadline(now) if pending else None,
+            owner=owner,
         )
         data = self._encode(record)
         path = self._paths.pipeline(name)
         with _zookeeper_errors(term), self._kept_lock(name):
             for _ in range(VERSION_RACE_RETRIES):
                 kept = self._client.exists(self._paths.kept_checkpoint(name))
+                if kept is not None:
+                    self._check_heir(name, caller)
                 transaction = term.transaction().create(path, data)
                 if kept is not None:  # its checkpoints are this pipeline's again
                     transaction.delete(self._paths.kept_checkpoint(name), version=kept.version)
@@ -175,11 +191,12 @@ class PipelineOps:
                     f"submit of {name!r}: its kept-checkpoints marker kept changing; retry"
                 )
         log.info(
-            "event=submitted pipeline=%s epoch=%d digest=%s status=%s",
+            "event=submitted pipeline=%s epoch=%d digest=%s status=%s owner=%s",
             name,
             term.epoch,
             record.digest,
             record.status.value,
+            owner or "-",
         )
         return record, True
 
@@ -460,6 +477,13 @@ class PipelineOps:
             return None
         return PipelineRecord.model_validate_json(raw)
 
+    def current(self, term: Leadership, name: str) -> PipelineRecord:
+        """One pipeline's record read from ZooKeeper itself, for a decision of the leader;
+        UnknownPipelineError if there is none, the API's retryable errors if ZooKeeper fails."""
+        check_pipeline_name(name)
+        with _zookeeper_errors(term):
+            return self._read(name)[0]
+
     def read_all(self) -> dict[str, PipelineRecord]:
         """Every valid pipeline record, read from ZooKeeper itself (not a view), pipelined.
 
@@ -527,6 +551,24 @@ class PipelineOps:
             remove()
             return True
 
+    def _check_heir(self, name: str, caller: Caller | None) -> None:
+        """ForbiddenError unless ``caller`` may resume from ``name``'s kept checkpoints: an
+        owner of the pipeline they were kept from, or an admin (or anyone, on a cluster
+        without a token file or for a marker that names no owner)."""
+        if caller is None or caller.role is Role.ADMIN:
+            return
+        try:
+            raw, _ = self._client.get(self._paths.kept_checkpoint(name))
+            owners = KeptCheckpoints.model_validate_json(raw).owners
+        except (NoNodeError, ValidationError):
+            return  # gone since, or not readable: nothing to inherit from it here
+        if owners and caller.principal not in owners:
+            raise ForbiddenError(
+                f"{caller.principal} may not submit pipeline {name!r}: the checkpoints kept "
+                f"from its last life are {', '.join(owners)}'s; one of them or an admin may "
+                "submit the name (or purge them), or choose another name"
+            )
+
     def _kept_lock(self, name: str) -> threading.Lock:
         return self._kept_locks[zlib.crc32(name.encode()) % KEPT_LOCKS]
 
@@ -544,7 +586,11 @@ class PipelineOps:
         transaction = term.transaction().delete(path, version=stat.version)
         self._history.add_removal(transaction, name)
         if kept_root is not None and not record.purge:
-            marker = KeptCheckpoints(root=kept_root, removed=self._wall())
+            marker = KeptCheckpoints(
+                root=kept_root,
+                removed=self._wall(),
+                owners=PipelineAccess.of(record.owner, record.conf).all_owners(),
+            )
             data = marker.model_dump_json(exclude={"version"}).encode()
             kept_path = self._paths.kept_checkpoint(name)
             kept = self._client.exists(kept_path)

@@ -25,6 +25,9 @@ The rules, in the order a round applies them:
    supervisor than its own, or stays where it is when no other has room; a dead supervisor's
    pipeline that finds no room is unassigned (and placed again once room appears).
 
+An assignment's conf is the record's, with the record's owner under ``pipeline.owner``: what
+the supervisor that serves the pipeline's log knows of who may read it.
+
 Every assignment written or deleted for a pipeline that still has a record comes with an
 ``AssignmentChange`` in ``plan.changes`` (time, epoch, where from, where to, and the
 ``AssignmentReason``), which the leader records in the same transaction as the write; the
@@ -43,7 +46,9 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
+from typing import Any
 
+from stratus.api.pipeline_conf import OWNER_KEY
 from stratus.api.records import (
     Assignment,
     AssignmentChange,
@@ -219,9 +224,17 @@ class _Round:
             digest=record.digest,
             size_bytes=record.size_bytes,
             blake3=record.blake3,
-            conf=record.conf,
+            conf=assignment_conf(record),
             assigned=self._now,
         )
+
+
+def assignment_conf(record: PipelineRecord) -> dict[str, Any]:
+    """The conf an assignment carries: the record's, and its owner (if any) as
+    ``pipeline.owner``."""
+    if record.owner is None:
+        return record.conf
+    return {**record.conf, OWNER_KEY: record.owner}
 
 
 class _FreeSlots:

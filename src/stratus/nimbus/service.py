@@ -9,6 +9,11 @@ at the pipeline now; every write is answered once this nimbus's view shows it, s
 reads its own writes. Every record it answers with has its secret-looking conf values
 redacted (``stratus.api.redaction``): the API, the status page and the CLI built on them
 never show a secret.
+
+A call on one pipeline names its caller (``Caller``; None on a cluster without a token
+file), whom ``stratus.security.authorizer`` judges against the pipeline's owners and
+readers before anything is done: a change against the record as ZooKeeper holds it, a log
+against this nimbus's view. A submit records its caller as the pipeline's owner.
 """
 
 from __future__ import annotations
@@ -47,6 +52,9 @@ from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.placement import Placement
 from stratus.nimbus.settings import ServiceSettings
 from stratus.nimbus.submission import Submitter
+from stratus.security.access import Caller
+from stratus.security.authorizer import PipelineAccess, Verb, check_pipeline_access
+from stratus.security.roles import Role
 
 log = logging.getLogger(__name__)
 
@@ -186,11 +194,13 @@ class NimbusService:
             )
         return SupervisorList(supervisors=found)
 
-    def log_source(self, name: str) -> LogSource:
+    def log_source(self, name: str, caller: Caller | None = None) -> LogSource:
         """The supervisor whose endpoint serves ``name``'s worker log: the one it is assigned
         to, else the last one a heartbeat names; NoLogError when there is none, and when
-        that supervisor serves no endpoint. With the conf its lines are redacted against."""
+        that supervisor serves no endpoint. With the conf its lines are redacted against.
+        ForbiddenError unless ``caller`` owns or reads the pipeline (or is an admin)."""
         record = self._stored(name)
+        check_pipeline_access(caller, Verb.LOGS, name, PipelineAccess.of(record.owner, record.conf))
         placement = self._placement.of(name)
         where = placement.assignment.supervisor if placement.assignment else None
         if where is None and placement.workers:
@@ -224,9 +234,15 @@ class NimbusService:
         raise NotLeaderError(f"nimbus {self.address} is not the leader; {where}", leader)
 
     def submit(
-        self, name: str, conf_json: str, request_id: str, package: BinaryIO
+        self,
+        name: str,
+        conf_json: str,
+        request_id: str,
+        package: BinaryIO,
+        caller: Caller | None = None,
     ) -> tuple[PipelineRecord, bool]:
-        """Check and store the package, create the pipeline; (record, created).
+        """Check and store the package, create the pipeline, owned by ``caller``; (record,
+        created).
 
         ``name`` defaults to the manifest's; the submit's conf overrides the manifest's.
         """
@@ -235,40 +251,81 @@ class NimbusService:
             check_pipeline_name(name)
         submit_conf = validate_pipeline_conf(_parse_conf(conf_json))
         _check_request_id(request_id)
-        record, created = self._submitter.submit(term, name, submit_conf, request_id, package)
+        record, created = self._submitter.submit(
+            term,
+            name,
+            submit_conf,
+            request_id,
+            package,
+            caller=caller,
+        )
         self._on_change(record)
         return self._answer(record), created
 
     def update(
-        self, name: str, conf_json: str, request_id: str, package: BinaryIO
+        self,
+        name: str,
+        conf_json: str,
+        request_id: str,
+        package: BinaryIO,
+        caller: Caller | None = None,
     ) -> tuple[PipelineRecord, bool]:
         """Check and store ``name``'s new package, and stage or apply the update; (record,
         staged now). The update's conf goes over the conf the user set, over the new manifest's."""
         term = self.leader_term()
         check_pipeline_name(name)
+        self._check_owner(term, caller, Verb.UPDATE, name)
         update_conf = validate_pipeline_conf(_parse_conf(conf_json))
         _check_request_id(request_id)
         record, staged = self._submitter.update(term, name, update_conf, request_id, package)
         self._on_change(record)
         return self._answer(record), staged
 
-    def kill(self, name: str, wait_secs: float | None, *, purge: bool = False) -> PipelineRecord:
+    def kill(
+        self,
+        name: str,
+        wait_secs: float | None,
+        *,
+        purge: bool = False,
+        caller: Caller | None = None,
+    ) -> PipelineRecord:
         wait = self._settings.kill_wait_secs if wait_secs is None else wait_secs
-        record = self._ops.kill(self.leader_term(), name, wait, purge=purge)
+        term = self.leader_term()
+        self._check_owner(term, caller, Verb.KILL, name)
+        record = self._ops.kill(term, name, wait, purge=purge)
         self._on_change(record)
         return self._answer(record)
 
-    def activate(self, name: str) -> PipelineRecord:
-        return self._answer(self._ops.activate(self.leader_term(), name))
+    def activate(self, name: str, caller: Caller | None = None) -> PipelineRecord:
+        term = self.leader_term()
+        self._check_owner(term, caller, Verb.ACTIVATE, name)
+        return self._answer(self._ops.activate(term, name))
 
-    def deactivate(self, name: str) -> PipelineRecord:
-        return self._answer(self._ops.deactivate(self.leader_term(), name))
+    def deactivate(self, name: str, caller: Caller | None = None) -> PipelineRecord:
+        term = self.leader_term()
+        self._check_owner(term, caller, Verb.DEACTIVATE, name)
+        return self._answer(self._ops.deactivate(term, name))
 
-    def rebalance(self, name: str, conf: dict[str, Any], request_id: str = "") -> PipelineRecord:
+    def rebalance(
+        self,
+        name: str,
+        conf: dict[str, Any],
+        request_id: str = "",
+        caller: Caller | None = None,
+    ) -> PipelineRecord:
         term = self.leader_term()
         self._settings.locations.check(conf)
         _check_request_id(request_id)
+        self._check_owner(term, caller, Verb.REBALANCE, name)
         return self._answer(self._ops.rebalance(term, name, conf, request_id))
+
+    def _check_owner(self, term: Leadership, caller: Caller | None, verb: Verb, name: str) -> None:
+        """ForbiddenError unless ``caller`` may ``verb`` the pipeline, judged against its
+        record as ZooKeeper holds it (UnknownPipelineError if there is none)."""
+        if caller is None or caller.role is Role.ADMIN:
+            return  # allowed whoever owns it: no read needed
+        record = self._ops.current(term, name)
+        check_pipeline_access(caller, verb, name, PipelineAccess.of(record.owner, record.conf))
 
     def _answer(self, written: PipelineRecord) -> PipelineRecord:
         """The written record as answered, once this nimbus's reads show it: a client that

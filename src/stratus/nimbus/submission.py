@@ -46,6 +46,7 @@ from stratus.coordination.leadership import Leadership
 from stratus.errors import StratusError
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.settings import SubmitSettings
+from stratus.security.access import Caller
 
 
 class Submitter:
@@ -76,8 +77,11 @@ class Submitter:
         submit_conf: Mapping[str, Any],
         request_id: str,
         package: BinaryIO,
+        *,
+        caller: Caller | None = None,
     ) -> tuple[PipelineRecord, bool]:
-        """Check and store the package, create the pipeline; (record, created).
+        """Check and store the package, create the pipeline owned by ``caller``; (record,
+        created).
 
         ``name`` defaults to the manifest's; ``submit_conf`` overrides the manifest's conf.
         """
@@ -94,6 +98,7 @@ class Submitter:
                     stored,
                     replication=self._settings.replication.of(conf),
                     user_keys=submit_conf.keys(),
+                    caller=caller,
                 )
                 if record.digest == received.digest:
                     self._hand_over(received.path, name)

@@ -4,11 +4,13 @@ Authenticated and bounded exactly as a nimbus's API, with the same pieces and se
 token file of ``nimbus.auth.tokens.file`` and client certificates (``RequireRole``), the TLS
 of ``nimbus.tls.*``, and the connection bounds of ``nimbus.http.*`` (requests in progress,
 request head size and time, TLS handshake time). ``/health`` and ``/metrics`` need the role
-``read``; a worker's log may hold the pipeline's data and needs ``submit``; the probes
+``read``; a worker's log may hold the pipeline's data: it needs an owner or a reader of the
+pipeline, or an admin (``stratus.security.authorizer``), judged against the conf of the
+worker's spec, which names the owner (``pipeline.owner``, from its assignment); the probes
 ``/healthz`` and ``/readyz`` (``stratus.web.probes``) need none; a leader's fence needs
-``admin``. Every refusal is the API's
-JSON error body. The address is advertised in the supervisor's registration
-(``SupervisorSummary.endpoint``), where every nimbus finds it::
+``admin``. Every refusal is the API's JSON error body; a fence, a log and every refusal are
+written to the audit trail (``stratus.web.audit``). The address is advertised in the
+supervisor's registration (``SupervisorSummary.endpoint``), where every nimbus finds it::
 
     endpoint = SupervisorEndpoint(settings.http, "s1", logs_of=..., healthy=..., metrics=...,
                                   ready=...)
@@ -58,6 +60,7 @@ from stratus.api.errors import (
 from stratus.api.names import check_pipeline_name
 from stratus.api.records import FenceAnswer, FenceRequest
 from stratus.api.redaction import LineRedactor
+from stratus.security.authorizer import PipelineAccess, Verb, check_pipeline_access
 from stratus.security.loopback import is_loopback
 from stratus.security.roles import Role
 from stratus.supervisor.control_loop import FenceOrder, FenceVerdict
@@ -65,7 +68,8 @@ from stratus.supervisor.errors import SupervisorStartError, UnreachableEndpointE
 from stratus.supervisor.metrics import CONTENT_TYPE_LATEST, SupervisorMetrics
 from stratus.supervisor.settings import EndpointSettings
 from stratus.supervisor.worker_log import read_run
-from stratus.web.authorization import RequireRole
+from stratus.web.audit import AuditTrail, changes_only
+from stratus.web.authorization import RequireRole, caller_of
 from stratus.web.bounds import bounded_app
 from stratus.web.probes import Checks, add_probe_routes
 from stratus.web.responses import error_response
@@ -100,11 +104,16 @@ class Fencing:
 
 
 def required_role(method: str, path: str) -> Role:
-    """A leader's fence needs ``admin``, a worker's log ``submit`` (it may hold the
-    pipeline's data), the rest ``read``."""
-    if path == FENCE_PATH:
-        return Role.ADMIN
-    return Role.SUBMIT if path.startswith(LOGS_PREFIX + "/") else Role.READ
+    """A leader's fence needs ``admin``, the rest ``read`` (a worker's log: then its owners
+    and readers are judged)."""
+    return Role.ADMIN if path == FENCE_PATH else Role.READ
+
+
+def audited_call(method: str, path: str) -> tuple[str, str | None] | None:
+    """The audit trail's (verb, pipeline) of a worker's log and of every change (a fence)."""
+    if path.startswith(LOGS_PREFIX + "/"):
+        return "logs", path.removeprefix(LOGS_PREFIX + "/")
+    return changes_only(method, path)
 
 
 async def stream_log(
@@ -168,9 +177,14 @@ def create_app(
     add_probe_routes(app, "supervisor", ready)
 
     @app.get(LOGS_PREFIX + "/{pipeline}")
-    def worker_log(pipeline: str, previous: bool = False, follow: bool = False) -> Response:
+    def worker_log(
+        request: Request, pipeline: str, previous: bool = False, follow: bool = False
+    ) -> Response:
         check_pipeline_name(pipeline)  # one path segment: never a path out of workers/
         found = logs_of(pipeline)
+        check_pipeline_access(
+            caller_of(request.scope), Verb.LOGS, pipeline, PipelineAccess.of(None, found.conf)
+        )
         if not found.files(previous):
             which = "the run before the last restart" if previous else "its worker"
             raise NoLogError(
@@ -214,7 +228,9 @@ def create_app(
         answer = FenceAnswer(supervisor=supervisor, epoch=request.epoch, stopped=order.stopped)
         return JSONResponse(answer.model_dump())
 
-    guarded = RequireRole(app, settings.policy, required_role)
+    guarded = AuditTrail(
+        RequireRole(app, settings.policy, required_role), "supervisor", audited_call
+    )
     return bounded_app(guarded, settings.bounds)
 
 

@@ -2,7 +2,9 @@
 
 The caller's role comes from its bearer token or, without one, from the subject CN of the
 client certificate that TLS verified (``peer_certificate.py`` puts it in the scope); the
-server says which role each request needs. A 401 carries ``WWW-Authenticate: Bearer``;
+server says which role each request needs. The caller (``Caller``: principal and role) is
+left in the scope's state for the routes (``caller_of``: who owns what) and the audit trail,
+also when its role is too low. A 401 carries ``WWW-Authenticate: Bearer``;
 both refusals are the API's JSON error body. The probes ``/healthz`` and ``/readyz``
 (``probes.py``) need no role: load balancers and kubelets call them without credentials.
 With no token file every call goes through::
@@ -18,12 +20,13 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stratus.api.errors import ApiError, UnauthenticatedError
-from stratus.security.access import CHALLENGE, AccessPolicy
+from stratus.security.access import CHALLENGE, AccessPolicy, Caller, check_role
 from stratus.security.roles import Role
 from stratus.web.probes import OPEN_PATHS
 from stratus.web.responses import error_response
 
 PEER_NAME = "stratus.peer_name"  # the scope's state: the verified client certificate's CN
+CALLER = "stratus.caller"  # the scope's state: the Caller that RequireRole identified
 
 RoleRule = Callable[[str, str], Role]  # (method, path) -> the role the request needs
 
@@ -43,15 +46,21 @@ class RequireRole:
         authorization = dict(scope["headers"]).get(b"authorization")
         peer = (scope.get("state") or {}).get(PEER_NAME)
         try:
-            self.policy.authorize(
-                authorization.decode("latin-1") if authorization else None,
-                peer,
-                self.rule(scope["method"], scope["path"]),
+            caller = self.policy.identify(
+                authorization.decode("latin-1") if authorization else None, peer
             )
+            scope.setdefault("state", {})[CALLER] = caller
+            check_role(caller, self.rule(scope["method"], scope["path"]))
         except ApiError as exc:
             await refusal(exc)(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+def caller_of(scope: Scope) -> Caller | None:
+    """The caller that RequireRole identified; None on a server without a token file."""
+    found = (scope.get("state") or {}).get(CALLER)
+    return found if isinstance(found, Caller) else None
 
 
 def refusal(error: ApiError) -> JSONResponse:

@@ -59,10 +59,15 @@ def add_ui_routes(
 
     @app.get(f"{PREFIX}/whoami", tags=["any nimbus"])
     async def whoami(request: Request) -> Caller:
-        """The role the request's token or client certificate gives (admin without auth)."""
+        """The role and principal the request's token or client certificate gives (admin
+        without auth)."""
         peer = (request.scope.get("state") or {}).get(PEER_NAME)
-        role = policy.authorize(request.headers.get("authorization"), peer, Role.READ)
-        return Caller(role=role.value, auth_required=policy.enabled)
+        caller = policy.authorize(request.headers.get("authorization"), peer, Role.READ)
+        if caller is None:
+            return Caller(role=Role.ADMIN.value, auth_required=False)
+        return Caller(
+            role=caller.role.value, principal=caller.principal, auth_required=policy.enabled
+        )
 
     @app.get(DOCS_PATH, include_in_schema=False)
     async def docs() -> HTMLResponse:

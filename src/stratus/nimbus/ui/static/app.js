@@ -418,6 +418,7 @@ function pipelineView(name) {
   const a = placement.assignment;
   const facts = [
     ["status", record.status],
+    ["owner", record.owner || ""],
     ["version", record.version],
     ["package", record.digest.slice(0, 12)],
     ["submitted", iso(record.submitted)],
