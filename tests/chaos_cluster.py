@@ -2,7 +2,8 @@
 ZooKeeper member, a nimbus (under a zkfc of its host, with ``zkfc=True``) and a supervisor;
 pacemakers on two of them, carrying every heartbeat. Every process records its history in its
 host's file (``history.file``), the suite's driver in its own. The nimbuses, supervisors and zkfcs
-require tokens (``tests/secure_cluster.py``), the pacemakers digest: every server that
+require tokens (``tests/secure_cluster.py``; the clients hold a submitter's, so the owners of
+each pipeline are checked), the pacemakers digest, the ZooKeeper quorum SASL: every server that
 listens on a host's address authenticates, as on a real network. One directory that every host
 reaches holds the pipelines' checkpoints, input and output (``shared``)::
 
@@ -34,7 +35,7 @@ from stratus.zk.server import ZooKeeperServer
 from tests.hosts_cluster import NIMBUS_PORT, SESSION_SECS, HostsCluster, options
 from tests.netns_hosts import NetnsHosts
 from tests.pipeline_cluster import cluster_options
-from tests.secure_cluster import ADMIN, PEER, token_file
+from tests.secure_cluster import ADMIN, PEER, SUBMIT, token_file
 from tests.zk_acl import secret_file
 
 HOSTS = ("h1", "h2", "h3")
@@ -124,7 +125,10 @@ class ChaosCluster:
                 **admin,  # the leader's graceful fence of a silent supervisor needs admin
             },
             host_settings={name: {"history.file": self.history_file(name)} for name in HOSTS},
-            client_settings=admin,
+            # the clients submit, kill and update as a submitter, whose pipelines they own
+            client_settings={
+                "client.auth.token.file": str(secret_file(workdir / "submit.token", SUBMIT))
+            },
             zookeeper_auth=ServerAuth(
                 required=True,
                 users=(zookeeper_user,),
