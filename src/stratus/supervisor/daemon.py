@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pwd
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -47,7 +48,7 @@ from stratus.supervisor.assignment_reader import AssignmentReader
 from stratus.supervisor.code_cache import CodeCache
 from stratus.supervisor.control_loop import SHUTDOWN, SHUTDOWN_MARGIN_SECS, ControlLoop, FenceOrder
 from stratus.supervisor.endpoint import Fencing, SupervisorEndpoint, WorkerLog
-from stratus.supervisor.errors import SupervisorStartError
+from stratus.supervisor.errors import SupervisorStartError, WorkerUserError
 from stratus.supervisor.fence import Lease, LeaseState
 from stratus.supervisor.heartbeat_publisher import HeartbeatPublisher, HeartbeatRound
 from stratus.supervisor.launcher import WorkerLauncher
@@ -55,8 +56,10 @@ from stratus.supervisor.metrics import SupervisorMetrics
 from stratus.supervisor.outage_watch import PROBE_TIMEOUT_SECS, OutageWatch
 from stratus.supervisor.registration import SupervisorRegistration
 from stratus.supervisor.requirements_env import RequirementEnvs
+from stratus.supervisor.run_as import UserPool
 from stratus.supervisor.settings import SupervisorSettings
 from stratus.supervisor.warm_pool import WarmPool
+from stratus.supervisor.worker_access import TRAVERSE_DIR_MODE
 from stratus.supervisor.worker_env import worker_environment
 from stratus.supervisor.worker_log import RunLog
 from stratus.supervisor.worker_process import WorkerPaths
@@ -148,11 +151,38 @@ class Supervisor:
     def _make_local_dir(self) -> None:
         try:
             (self.local_dir / "workers").mkdir(parents=True, exist_ok=True)
+            if self.settings.users.separate:  # workers of other users pass, never list
+                for directory in (self.local_dir, self.local_dir / "workers"):
+                    directory.chmod(TRAVERSE_DIR_MODE)
         except OSError as exc:
             raise SupervisorStartError(
                 f"cannot use supervisor.local.dir {self.local_dir}: {exc.strerror}; "
                 "point supervisor.local.dir at a writable directory"
             ) from None
+
+    def _user_pool(self) -> UserPool | None:
+        """The users workers run as (None: the supervisor's own, said in a warning)."""
+        try:
+            pool = UserPool.from_settings(self.settings.users, group=os.getgid())
+        except WorkerUserError as exc:
+            raise SupervisorStartError(f"cannot run workers as other users: {exc}") from None
+        if pool is None:
+            log.warning(
+                "event=workers_run_as_supervisor supervisor=%s user=%s reason=%r",
+                self.id,
+                _user_name(),
+                "a pipeline's code can read this supervisor's credentials and every other "
+                "pipeline's files: set supervisor.worker.run.as (docs/security.md)",
+            )
+        else:
+            log.info(
+                "event=workers_run_as supervisor=%s mode=%s users=%s launcher=%s",
+                self.id,
+                self.settings.users.run_as,
+                ",".join(self.settings.users.users),
+                pool.switch.name,
+            )
+        return pool
 
     def _start_parts(self) -> None:
         client = self.session.client
@@ -174,6 +204,7 @@ class Supervisor:
         envs = RequirementEnvs(self.local_dir / "envs", self.settings.deps)
         self._opened.append(envs.close)
         warm = self._warm_pool()
+        users = self._user_pool()
         launcher = WorkerLauncher(
             self.settings.spec,
             self.id,
@@ -182,6 +213,7 @@ class Supervisor:
             command=self._worker_command,
             log=self.settings.log,
             warm=warm,
+            users=users,
         )
         self._build_loop(launcher, warm)
         self._start_threads()
@@ -409,3 +441,10 @@ class Supervisor:
                 close()
             except Exception:  # closing the rest matters more
                 log.exception("event=close_failed supervisor=%s", self.id)
+
+
+def _user_name() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())

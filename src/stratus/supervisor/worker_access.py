@@ -1,0 +1,230 @@
+"""Who a worker runs as, and who may touch its files: the one place that decides owners and modes.
+
+A worker runs a pipeline's code. With ``supervisor.worker.run.as`` `pool` or `shared` it runs
+as an operating-system user of ``supervisor.worker.users``, not as its supervisor, so that the
+code cannot read the daemons' credentials, their environment (``/proc/<pid>/environ``) or
+their keys, nor (`pool`: one user per running pipeline) another pipeline's spec, log or
+checkpoints. Every owner and mode of a worker's files is set here, by ``prepare_worker``,
+which the supervisor runs itself when it is root and the worker launcher
+(``stratus.supervisor.worker_launcher``, through sudo) runs otherwise::
+
+    user = resolve_user("stratus-w1", min_uid=1000)      # WorkerUserError if refused
+    prepare_worker(WorkerPaths(...).directory, spec_bytes, user, group=os.getgid(),
+                   checkpoint_dir=Path("/srv/stratus/checkpoints/etl"))
+    worker_identity(user, directory)                     # HOME, USER, TMPDIR, ...
+
+The files of one pipeline's worker, ``W = <supervisor.local.dir>/workers/<pipeline>``:
+
+==========================  ===========================  =====  ===========================
+path                        owner, group                 mode   written / read by
+==========================  ===========================  =====  ===========================
+``<local>``, ``<local>/workers``  supervisor             0711   entered by workers, not listed
+``W``                       supervisor                   0711   (0700: workers run as it)
+``W/spec.json``             supervisor                   0600   the supervisor's own copy
+``W/worker.log*``           supervisor                   0600   the supervisor's log pump
+``W/work``                  worker, supervisor's group   2750   the worker's own directory
+``W/work/spec.json``        worker                       0600   the worker's copy
+``W/work/heartbeat.json``   worker, supervisor's group   0640   the worker, its supervisor
+``W/work/tmp``              worker                       0700   ``TMPDIR``, Spark's scratch
+``<local>/lease``           supervisor                   0644   every worker (a time only)
+``<root>/<pipeline>``       worker, supervisor's group   2770   checkpoints; the daemons'
+                                                                group may delete (a purge)
+==========================  ===========================  =====  ===========================
+
+The worker runs with umask 007: what it creates is its own and its supervisor's group's,
+never another user's. Worker users must not be members of the supervisor's group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import grp
+import os
+import pwd
+import signal
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from stratus.supervisor.errors import WorkerUserError
+from stratus.worker.spec import (
+    HEARTBEAT_FILE,
+    PRIVATE_DIR_MODE,
+    SPEC_FILE,
+    write_atomically,
+)
+
+WORK_DIR = "work"
+ENV_FILE = "env.json"  # the worker's environment, for the launcher: 0600, the supervisor's
+TMP_DIR = "tmp"
+TRAVERSE_DIR_MODE = 0o711  # a worker of another user may pass through, not list
+WORKER_DIR_MODE = 0o2750  # its group (the supervisor's) reads the heartbeat; new files inherit it
+WORKER_TMP_MODE = 0o700
+CHECKPOINT_DIR_MODE = 0o2770  # the daemons' group may delete what the worker wrote (a purge)
+WORKER_UMASK = 0o007
+ALWAYS_BANNED = frozenset({"root"})
+
+
+@dataclass(frozen=True)
+class WorkerUser:
+    """An operating-system user that workers may run as."""
+
+    name: str
+    uid: int
+    gid: int
+    home: str
+
+    def groups(self) -> list[int]:
+        """Its supplementary groups, as ``initgroups`` would set them."""
+        return os.getgrouplist(self.name, self.gid)
+
+
+def resolve_user(
+    name: str, *, min_uid: int, banned: frozenset[str] = ALWAYS_BANNED, group: int | None = None
+) -> WorkerUser:
+    """The user ``name``, if workers may run as it: it exists, is not banned (root never is
+    allowed), its uid is ``min_uid`` at least, and (``group``) it is not a member of the
+    supervisor's group. WorkerUserError naming the rule otherwise."""
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        raise WorkerUserError(
+            f"worker user {name!r} does not exist on this host: create it (useradd) or "
+            "remove it from supervisor.worker.users"
+        ) from None
+    if name in banned | ALWAYS_BANNED or entry.pw_uid == 0:
+        raise WorkerUserError(f"worker user {name!r} is banned: workers never run as it")
+    if entry.pw_uid < min_uid:
+        raise WorkerUserError(
+            f"worker user {name!r} has uid {entry.pw_uid}, below the minimum {min_uid} "
+            "(supervisor.worker.min.uid): system accounts cannot run workers"
+        )
+    user = WorkerUser(name, entry.pw_uid, entry.pw_gid, entry.pw_dir)
+    if group is not None and group in user.groups():
+        raise WorkerUserError(
+            f"worker user {name!r} is a member of the supervisor's group {_group_name(group)}: "
+            "it could read what that group may; take it out of the group"
+        )
+    return user
+
+
+def worker_identity(user: WorkerUser | None, directory: Path) -> dict[str, str]:
+    """The variables of a worker's environment that say who and where it is: its user's
+    HOME, USER and LOGNAME, and its private temporary directory (``TMPDIR``, and Spark's
+    scratch space ``SPARK_LOCAL_DIRS``); none when it runs as the supervisor."""
+    if user is None:
+        return {}
+    tmp = str(directory / WORK_DIR / TMP_DIR)
+    return {
+        "HOME": user.home,
+        "USER": user.name,
+        "LOGNAME": user.name,
+        "TMPDIR": tmp,
+        "SPARK_LOCAL_DIRS": tmp,
+    }
+
+
+def prepare_worker(
+    directory: Path,
+    spec: bytes,
+    user: WorkerUser | None,
+    *,
+    group: int,
+    checkpoint_dir: Path | None,
+) -> None:
+    """Before a worker starts: its directory ``directory``, the supervisor's, and in it its
+    own directory ``work`` with its copy of the ``spec`` and no heartbeat left of the last
+    run, its temporary directory, and (``checkpoint_dir``: a local one) its pipeline's
+    checkpoint directory; owned by ``user`` and ``group`` (None: by the caller, as before).
+    Needs root when ``user`` is set. Nothing is followed through a symbolic link."""
+    directory.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
+    _refuse_link(directory)
+    directory.chmod(PRIVATE_DIR_MODE if user is None else TRAVERSE_DIR_MODE)
+    work = directory / WORK_DIR
+    if user is None:
+        work.mkdir(exist_ok=True)
+        _refuse_link(work)
+    else:
+        _own_tree(work, user.uid, group, WORKER_DIR_MODE)
+    heartbeat = work / HEARTBEAT_FILE
+    heartbeat.unlink(missing_ok=True)  # a new process starts with no heartbeat
+    worker_spec = work / SPEC_FILE
+    write_atomically(worker_spec, spec)
+    if user is None:
+        return
+    os.chown(worker_spec, user.uid, group, follow_symlinks=False)
+    _own_tree(work / TMP_DIR, user.uid, group, WORKER_TMP_MODE)
+    if checkpoint_dir is not None:
+        checkpoint_dir.parent.mkdir(parents=True, exist_ok=True)
+        _own_tree(checkpoint_dir, user.uid, group, CHECKPOINT_DIR_MODE)
+
+
+def kill_user_processes(uid: int) -> list[int]:
+    """SIGKILL every process of ``uid`` (its real or effective uid): what a pipeline left
+    behind, before its user is given to another pipeline. The pids signalled."""
+    if uid == 0:
+        raise WorkerUserError("refusing to kill the processes of root")
+    killed = []
+    for pid in processes_of(uid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+    return killed
+
+
+def processes_of(uid: int) -> list[int]:
+    """The live processes whose real or effective uid is ``uid`` (Linux: /proc)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        uids = process_uids(int(entry.name))
+        if uids is not None and uid in uids:
+            found.append(int(entry.name))
+    return found
+
+
+def process_uids(pid: int) -> tuple[int, int] | None:
+    """The real and effective uid of process ``pid``; None if it is gone (or a zombie)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    fields: Mapping[str, str] = dict(
+        line.split(":", 1) for line in status.splitlines() if ":" in line
+    )
+    if fields.get("State", "").strip().startswith(("Z", "X")):
+        return None
+    real, effective = fields["Uid"].split()[:2]
+    return int(real), int(effective)
+
+
+def _own_tree(path: Path, uid: int, gid: int, mode: int) -> None:
+    """Create ``path`` (its parent must exist) owned ``uid``:``gid`` with ``mode``, and give
+    whatever is below it that another user owns to ``uid``:``gid`` (a pipeline whose last
+    run had another user of the pool); symbolic links are neither followed nor changed but
+    for their own owner, and a file with several links is left alone (it may be another's)."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=mode & 0o777)
+    _refuse_link(path)
+    os.chown(path, uid, gid, follow_symlinks=False)
+    os.chmod(path, mode, follow_symlinks=False)
+    for _top, dirs, files, top_fd in os.fwalk(path, follow_symlinks=False):
+        for name in [*dirs, *files]:
+            info = os.stat(name, dir_fd=top_fd, follow_symlinks=False)
+            if info.st_uid == uid and info.st_gid == gid:
+                continue
+            if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+                continue
+            os.chown(name, uid, gid, dir_fd=top_fd, follow_symlinks=False)
+
+
+def _refuse_link(path: Path) -> None:
+    if path.is_symlink():
+        raise WorkerUserError(f"{path} is a symbolic link: a worker's directory never is")
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
