@@ -1,0 +1,214 @@
+"""The privileged step of workers run as other users: the worker launcher's refusals, the
+pool's choice of users, and a supervisor that reaches its workers through the launcher.
+
+The launcher is meant to run through ``sudo -n`` for a supervisor that is not root; here
+root runs it directly (sudo is not installed in CI), with its configuration in a directory
+of the test, so every check but sudo's own is exercised.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stratus.api.records import WorkerState
+from stratus.config import load_config
+from stratus.errors import ConfigError
+from stratus.supervisor.errors import WorkerUserError
+from stratus.supervisor.run_as import DirectSwitch, UserPool
+from stratus.supervisor.worker_access import WorkerUser, processes_of, resolve_user
+from stratus.supervisor.worker_launcher import REFUSED_EXIT, main
+from tests.test_supervisor import Cluster, running
+from tests.worker_users import needs_root, os_users, traversable_dir, worker_python
+from tests.zkfixtures import kazoo_client, wait_until
+
+LAUNCHER_SCRIPT = """
+import sys
+from pathlib import Path
+from stratus.supervisor.worker_launcher import main
+sys.exit(main(config_path=Path({config!r})))
+"""
+
+
+# ---------------------------------------------------------------------- the pool (pure logic)
+
+
+class NoSwitch(DirectSwitch):
+    """Records the clean-ups it is asked for, and does none."""
+
+    def __init__(self) -> None:
+        super().__init__(group=0)
+        self.killed: list[str] = []
+
+    def kill_all(self, user: WorkerUser) -> None:
+        self.killed.append(user.name)
+
+
+def users(*names: str) -> list[WorkerUser]:
+    return [WorkerUser(name, 2000 + n, 2000 + n, f"/home/{name}") for n, name in enumerate(names)]
+
+
+def test_a_pool_gives_running_pipelines_distinct_users_and_a_restart_its_last_one() -> None:
+    switch = NoSwitch()
+    pool = UserPool(users("w1", "w2"), switch, shared=False)
+    etl, report = pool.take("etl"), pool.take("report")
+    assert (etl.user.name, report.user.name) == ("w1", "w2")
+    with pytest.raises(WorkerUserError, match=r"every user of supervisor\.worker\.users"):
+        pool.take("third")
+    etl.finished()
+    assert switch.killed == ["w1"]  # what it left running dies before the user is reused
+    report.finished()
+    assert pool.take("report").user.name == "w2"  # its last user, though w1 is free too
+
+
+def test_a_shared_user_is_never_killed_whole_when_one_worker_exits() -> None:
+    switch = NoSwitch()
+    pool = UserPool(users("shared"), switch, shared=True)
+    first, second = pool.take("etl"), pool.take("report")
+    assert first.user == second.user
+    first.finished()
+    assert switch.killed == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"supervisor.worker.run.as": "pool", "supervisor.worker.users": "[a]"}, "at least"),
+        ({"supervisor.worker.run.as": "shared", "supervisor.worker.users": "[a, b]"}, "exactly"),
+        ({"supervisor.worker.users": "[a]"}, "supervisor.worker.run.as"),
+        ({"supervisor.worker.run.as": "shared", "supervisor.worker.users": "[root]"}, "root"),
+        (
+            {
+                "supervisor.worker.run.as": "shared",
+                "supervisor.worker.users": "[a]",
+                "supervisor.worker.warm": "true",
+            },
+            "warm",
+        ),
+    ],
+)
+def test_worker_users_that_cannot_work_are_refused_at_load(overrides, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(
+            overrides=["supervisor.slots=2", *[f"{k}={v}" for k, v in overrides.items()]],
+            environ={},
+        )
+
+
+# ---------------------------------------------------------------------- the launcher (root)
+
+
+@pytest.fixture
+def walls() -> Iterator[tuple[Path, list[str]]]:
+    if os.geteuid() != 0:
+        pytest.skip("creates operating-system users and switches to them: needs root")
+    with traversable_dir() as base, os_users(2) as names:
+        yield base, names
+
+
+def launcher_config(base: Path, allowed: list[str], **extra: object) -> Path:
+    directory = base / "etc"
+    directory.mkdir(mode=0o755, exist_ok=True)
+    config = directory / "worker-launcher.yaml"
+    values = {
+        "supervisor.user": "root",
+        "supervisor.local.dir": str(base / "s1"),
+        "pipeline.checkpoint.root": str(base / "checkpoints"),
+        "allowed.users": allowed,
+        "min.uid": 1000,
+        **extra,
+    }
+    config.write_text(json.dumps(values))
+    config.chmod(0o644)
+    return config
+
+
+@needs_root
+def test_the_launcher_refuses_users_it_does_not_allow(walls, capsys) -> None:
+    base, (allowed, other) = walls
+    config = launcher_config(base, [allowed, "daemon", "root"], **{"banned.users": [allowed]})
+    cases = {
+        other: "not in allowed.users",
+        allowed: "banned",
+        "daemon": "below the minimum",
+        "root": "banned",
+    }
+    for name, why in cases.items():
+        assert main(["kill-user", name], config_path=config) == REFUSED_EXIT
+        assert why in capsys.readouterr().err
+    launch = ["launch", "etl", other, "--", "/bin/true"]
+    assert main(launch, config_path=config) == REFUSED_EXIT
+
+
+@needs_root
+def test_the_launcher_refuses_a_configuration_others_could_write(walls, capsys) -> None:
+    base, (allowed, _) = walls
+    config = launcher_config(base, [allowed])
+    config.chmod(0o666)
+    assert main(["kill-user", allowed], config_path=config) == REFUSED_EXIT
+    assert "writable by root alone" in capsys.readouterr().err
+
+
+@needs_root
+def test_the_launcher_signals_only_its_users_processes_in_the_group(walls) -> None:
+    base, (allowed, _) = walls
+    config = launcher_config(base, [allowed])
+    uid = pwd.getpwnam(allowed).pw_uid
+    mine = subprocess.Popen(["sleep", "600"], start_new_session=True)  # root's, not the user's
+    theirs = subprocess.Popen(["sleep", "600"], user=uid, start_new_session=True)
+    try:
+        args = ["signal", allowed, str(mine.pid), "KILL", "--all"]
+        assert main(args, config_path=config) == 0
+        assert mine.poll() is None  # root's process is not the user's: untouched
+        assert main(["signal", allowed, str(theirs.pid), "TERM"], config_path=config) == 0
+        assert theirs.wait(10) == -signal.SIGTERM
+    finally:
+        mine.kill()
+        theirs.kill()
+        mine.wait()
+
+
+@needs_root
+def test_a_supervisor_runs_stops_and_cleans_up_workers_through_the_launcher(
+    walls, zk_hosts
+) -> None:
+    base, names = walls
+    config = launcher_config(base, names)
+    script = base / "launcher.py"
+    script.write_text(LAUNCHER_SCRIPT.format(config=str(config)))
+    with kazoo_client(zk_hosts) as zk:
+        cluster = Cluster(zk, zk_hosts, base)
+        cluster.worker_command[0] = worker_python(base)
+        conf = cluster.conf(
+            "s1",
+            **{
+                "supervisor.slots": 2,
+                "supervisor.worker.run.as": "pool",
+                "supervisor.worker.users": f"[{names[0]}, {names[1]}]",
+                "supervisor.worker.launcher": "sudo",
+                "supervisor.worker.launcher.command": f"[{sys.executable}, {script}]",
+                "pipeline.checkpoint.root": base / "checkpoints",
+            },
+        )
+        with running(conf, cluster) as supervisor:
+            cluster.assign(cluster.code.upload("etl"), "etl", mode="env")
+            beat = cluster.wait_for_worker(WorkerState.RUNNING, "etl")
+            work = supervisor.local_dir / "workers" / "etl" / "work"
+            environ = json.loads((work / "env.json").read_text())
+            user = resolve_user(names[0], min_uid=1000)
+            assert (work / "env.json").stat().st_uid == user.uid  # the worker wrote it
+            assert (environ["USER"], environ["HOME"]) == (names[0], user.home)
+            assert (base / "checkpoints" / "etl").stat().st_uid == user.uid
+            assert beat.pid is not None and beat.pid in processes_of(user.uid)
+
+            cluster.unassign("etl")  # SIGTERM through the launcher, then the clean-up
+            wait_until(lambda: cluster.worker_beat("etl") is None, 30, "the worker to stop")
+            wait_until(lambda: not processes_of(user.uid), 30, "its user's processes to go")

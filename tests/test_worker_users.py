@@ -1,0 +1,233 @@
+"""Workers as other users: a hostile pipeline cannot read the daemons' secrets nor another
+pipeline's files (``supervisor.worker.run.as: pool``, a root supervisor switching users).
+
+A real ``stratus supervisor`` runs, as root, with a secret in its environment and a
+configuration that names a token file; beside them lie a ZooKeeper credentials file and a
+TLS key, as an operator keeps them. Two pipelines run on real Spark, each as a user of the
+pool: a victim (the pass-through stream, with a secret in its conf) and a hostile one whose
+function tries to read every one of those files, the supervisor's environment through
+``/proc``, every other process's environment, the victim's spec, log, heartbeat and
+checkpoints, and the supervisor's directories. It writes what it could read into its own
+directory. Every attempt must have been refused; the same probe run as the supervisor's
+user (the control) reads every one of them, so the test fails if workers run as the
+supervisor again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stratus.api.records import WorkerState
+from stratus.codedist.package_build import package_bytes
+from stratus.local.processes import SupervisorProcess
+from stratus.supervisor.worker_access import processes_of
+from stratus.worker.checkpoint_owner import OWNERS_DIR
+from tests.spark_packages import passthrough_conf, passthrough_package, read_ids, write_ids
+from tests.test_supervisor import SPARK, SPARK_SECS, Cluster
+from tests.worker_users import needs_root, os_users, traversable_dir, worker_python
+from tests.zkfixtures import kazoo_client, process_gone, wait_until
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, needs_root]
+
+ENV_SECRET = "supervisor-env-secret-0123456789"
+CONF_SECRET = "victim-conf-secret-9876543210"
+TARGETS_KEY = "spark.stratus.test.probe.targets"
+
+PROBE_SOURCE = (
+    '''"""A hostile pipeline: it tries to read what its worker must not, and says what it read."""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def probe(targets):
+    """For each target, "read" (a file read, a directory listed) or the error's name; and
+    the other users' processes whose environment it could read."""
+    found = {}
+    for label, path in targets.items():
+        try:
+            if os.path.isdir(path):
+                os.listdir(path)
+            else:
+                with open(path, "rb") as src:
+                    src.read()
+            found[label] = "read"
+        except OSError as exc:
+            found[label] = type(exc).__name__
+    me = os.getuid()
+    foreign = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if entry.stat().st_uid == me:
+                continue
+            if (entry / "environ").read_bytes():
+                foreign.append(int(entry.name))
+        except OSError:
+            continue
+    return {"targets": found, "foreign_environ_read": foreign, "uid": me}
+
+
+def run(spark, context):
+    result = probe(json.loads(context.conf["'''
+    + TARGETS_KEY
+    + """"]))
+    result["rows"] = spark.range(3).count()  # Spark runs as this user
+    result["env"] = {name: os.environ.get(name) for name in ("HOME", "USER", "TMPDIR")}
+    tmp = Path(os.environ["TMPDIR"]) / "probe"
+    tmp.write_text("mine")
+    result["tmp_mode"] = oct(os.stat(os.environ["TMPDIR"]).st_mode & 0o7777)
+    Path("probe.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":  # the control: the same probe, run as the supervisor's user
+    print(json.dumps(probe(json.loads(sys.argv[1]))))
+"""
+)
+
+
+def probe_package() -> bytes:
+    manifest = "name: hostile\nkind: app\nentrypoint: hostile:run\n"
+    return package_bytes({"stratus.yaml": manifest, "hostile.py": PROBE_SOURCE})
+
+
+def secret_files(directory: Path) -> dict[str, Path]:
+    """The operator's files, 0600 root's, as in /etc/stratus."""
+    directory.mkdir(mode=0o755)
+    files = {
+        "token_file": ("tokens", "admin token 9a8f0c2e4b6d1a2b3c4d5e6f\n"),
+        "zookeeper_credentials": ("zookeeper.secret", "stratus:zk-password-0123\n"),
+        "tls_key": ("supervisor-key.pem", "-----BEGIN PRIVATE KEY-----\nMIIE\n"),
+    }
+    paths = {}
+    for label, (name, text) in files.items():
+        path = directory / name
+        path.write_text(text)
+        path.chmod(0o600)
+        paths[label] = path
+    return paths
+
+
+def owner(path: Path) -> str:
+    return pwd.getpwuid(path.stat().st_uid).pw_name
+
+
+def test_a_hostile_pipeline_reads_neither_the_daemons_secrets_nor_another_pipelines_files(
+    zk_hosts: str,
+) -> None:
+    with traversable_dir() as base, os_users(2) as users, kazoo_client(zk_hosts) as zk:
+        cluster = Cluster(zk, zk_hosts, base)
+        secrets = secret_files(base / "etc")
+        config = base / "etc" / "supervisor.yaml"
+        config.write_text(
+            f"nimbus.auth.tokens.file: {secrets['token_file']}\n"
+            "supervisor.slots: 2\n"
+            "supervisor.worker.run.as: pool\n"
+            f"supervisor.worker.users: [{users[0]}, {users[1]}]\n"
+        )
+        config.chmod(0o600)
+        checkpoints = base / "checkpoints"
+        options = cluster.options(**SPARK, **{"pipeline.checkpoint.root": checkpoints})
+        supervisor = SupervisorProcess(
+            options,
+            id="s1",
+            slots=2,
+            log_dir=base,
+            command_prefix=[
+                *("env", f"STRATUS_CONF={config}", f"STRATUS_TOKEN={ENV_SECRET}"),
+                # the supervisor, hence its workers, on an interpreter they may run
+                *("/bin/sh", "-c", f'shift; exec {worker_python(base)} "$@"', "sh"),
+            ],
+        )
+        data = base / "data"
+        data.mkdir()
+        (data / "out").mkdir()
+        try:
+            supervisor.start()
+            supervisor.wait_ready()
+            local = supervisor.local_dir
+            victim_conf = passthrough_conf(data / "in", data / "out" / "victim")
+            victim_conf["spark.stratus.secret.password"] = CONF_SECRET
+            os.chown(data / "out", pwd.getpwnam(users[0]).pw_uid, -1)  # where it may write
+            cluster.assign(cluster.code.upload("victim", passthrough_package("victim")), "victim",
+                           conf=victim_conf)  # fmt: skip
+            victim = cluster.wait_for_worker(
+                WorkerState.RUNNING, "victim", where=lambda b: bool(b.app_id), timeout=SPARK_SECS
+            )
+            write_ids(data / "in", range(5))
+            wait_until(lambda: read_ids(data / "out" / "victim") == list(range(5)), 60, "rows")
+
+            # the victim runs as the pool's first user, its files are walled off
+            assert victim.pid is not None
+            assert Path(f"/proc/{victim.pid}/status").stat().st_uid == pwd.getpwnam(users[0]).pw_uid
+            victim_dir = local / "workers" / "victim"
+            assert owner(victim_dir / "work") == users[0]
+            assert owner(checkpoints / "victim") == users[0]
+            assert stat.S_IMODE((checkpoints / "victim").stat().st_mode) == 0o2770
+            assert owner(victim_dir / "spec.json") == "root"
+            assert CONF_SECRET in (victim_dir / "spec.json").read_text()
+
+            targets = {
+                "supervisor_environ": f"/proc/{supervisor.pid}/environ",
+                **{label: str(path) for label, path in secrets.items()},
+                "supervisor_config": str(config),
+                "victim_spec": str(victim_dir / "spec.json"),
+                "victim_worker_spec": str(victim_dir / "work" / "spec.json"),
+                "victim_log": str(victim_dir / "worker.log"),
+                "victim_heartbeat": str(victim_dir / "work" / "heartbeat.json"),
+                "victim_checkpoints": str(checkpoints / "victim"),
+                "victim_owners": str(checkpoints / "victim" / OWNERS_DIR),
+                "victim_tmp": str(victim_dir / "work" / "tmp"),
+                "supervisor_local_dir": str(local),
+                "supervisor_workers_dir": str(local / "workers"),
+                "supervisor_lease_is_readable": str(local / "lease"),
+            }
+            hostile_conf: dict[str, Any] = {TARGETS_KEY: json.dumps(targets)}
+            cluster.assign(cluster.code.upload("hostile", probe_package()), "hostile",
+                           conf=hostile_conf)  # fmt: skip
+            cluster.wait_for_worker(WorkerState.FINISHED, "hostile", timeout=SPARK_SECS)
+            found = json.loads((local / "workers" / "hostile" / "work" / "probe.json").read_text())
+
+            hostile_user = pwd.getpwnam(users[1])
+            assert found["uid"] == hostile_user.pw_uid  # the other user of the pool
+            assert found["rows"] == 3
+            assert found["env"]["HOME"] == hostile_user.pw_dir
+            assert found["env"]["USER"] == users[1]
+            assert found["env"]["TMPDIR"] == str(local / "workers" / "hostile" / "work" / "tmp")
+            assert found["tmp_mode"] == "0o700"
+            refused = {label: how for label, how in found["targets"].items() if how != "read"}
+            assert set(refused) == set(targets) - {"supervisor_lease_is_readable"}, found
+            assert set(refused.values()) == {"PermissionError"}, found
+            assert found["foreign_environ_read"] == [], found
+
+            # the control: the same probe as the supervisor's user reads every one of them
+            control = json.loads(
+                subprocess.run(
+                    [sys.executable, "-c", PROBE_SOURCE, json.dumps(targets)],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout
+            )
+            assert set(control["targets"].values()) == {"read"}, control
+            assert control["foreign_environ_read"], control
+            environ = Path(f"/proc/{supervisor.pid}/environ").read_bytes()
+            assert ENV_SECRET.encode() in environ
+
+            # a pool's user is free again only once nothing of it runs
+            victim_uid = pwd.getpwnam(users[0]).pw_uid
+            cluster.unassign("victim")
+            wait_until(lambda: process_gone(victim.pid or 0), 60, "the victim's worker to stop")
+            wait_until(lambda: not processes_of(victim_uid), 30, "every process of its user")
+        finally:
+            supervisor.stop()
