@@ -117,7 +117,7 @@ def walls() -> Iterator[tuple[Path, list[str]]]:
 def launcher_config(base: Path, allowed: list[str], **extra: object) -> Path:
     directory = base / "etc"
     directory.mkdir(mode=0o755, exist_ok=True)
-    config = directory / "worker-launcher.yaml"
+    config = directory / "worker-launcher.cfg"
     values = {
         "supervisor.user": "root",
         "supervisor.local.dir": str(base / "s1"),

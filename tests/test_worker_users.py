@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from stratus.api.records import WorkerState
+from stratus.api.records import WorkerHeartbeat, WorkerState
 from stratus.codedist.package_build import package_bytes
 from stratus.local.processes import SupervisorProcess
 from stratus.supervisor.worker_access import processes_of
@@ -43,7 +43,7 @@ CONF_SECRET = "victim-conf-secret-9876543210"
 TARGETS_KEY = "spark.stratus.test.probe.targets"
 
 PROBE_SOURCE = (
-    '''"""A hostile pipeline: it tries to read what its worker must not, and says what it read."""
+    '''"""A hostile pipeline: it reads what its worker must not, and says what it read."""
 
 import json
 import os
@@ -101,25 +101,128 @@ def probe_package() -> bytes:
     return package_bytes({"stratus.yaml": manifest, "hostile.py": PROBE_SOURCE})
 
 
+SECRET_FILES = {
+    "token_file": ("tokens", "admin token 9a8f0c2e4b6d1a2b3c4d5e6f\n"),
+    "zookeeper_credentials": ("zookeeper.secret", "stratus:zk-password-0123\n"),
+    "tls_key": ("supervisor-key.pem", "-----BEGIN PRIVATE KEY-----\nMIIE\n"),
+}
+
+
+def secret_files_of(directory: Path) -> dict[str, Path]:
+    return {label: directory / name for label, (name, _) in SECRET_FILES.items()}
+
+
 def secret_files(directory: Path) -> dict[str, Path]:
     """The operator's files, 0600 root's, as in /etc/stratus."""
     directory.mkdir(mode=0o755)
-    files = {
-        "token_file": ("tokens", "admin token 9a8f0c2e4b6d1a2b3c4d5e6f\n"),
-        "zookeeper_credentials": ("zookeeper.secret", "stratus:zk-password-0123\n"),
-        "tls_key": ("supervisor-key.pem", "-----BEGIN PRIVATE KEY-----\nMIIE\n"),
-    }
-    paths = {}
-    for label, (name, text) in files.items():
-        path = directory / name
-        path.write_text(text)
+    for label, path in secret_files_of(directory).items():
+        path.write_text(SECRET_FILES[label][1])
         path.chmod(0o600)
-        paths[label] = path
-    return paths
+    return secret_files_of(directory)
+
+
+def show_logs(base: Path) -> None:
+    """The supervisor's log and its workers', printed (gone with the directory after)."""
+    for path in sorted(base.rglob("*.log")):
+        print(f"==== {path}\n{path.read_text(errors='replace')[-6000:]}")
 
 
 def owner(path: Path) -> str:
     return pwd.getpwuid(path.stat().st_uid).pw_name
+
+
+def start_supervisor(cluster: Cluster, base: Path, users: list[str]) -> SupervisorProcess:
+    """A ``stratus supervisor`` as root, its workers as ``users``, a secret in its
+    environment and its configuration in a 0600 file that names the token file."""
+    secrets = secret_files(base / "etc")
+    config = base / "etc" / "supervisor.yaml"
+    config.write_text(
+        f"nimbus.auth.tokens.file: {secrets['token_file']}\n"
+        "supervisor.slots: 2\n"
+        "supervisor.worker.run.as: pool\n"
+        f"supervisor.worker.users: [{users[0]}, {users[1]}]\n"
+    )
+    config.chmod(0o600)
+    options = cluster.options(**SPARK, **{"pipeline.checkpoint.root": base / "checkpoints"})
+    supervisor = SupervisorProcess(
+        options,
+        id="s1",
+        slots=2,
+        log_dir=base,
+        command_prefix=[
+            *("env", f"STRATUS_CONF={config}", f"STRATUS_TOKEN={ENV_SECRET}"),
+            # the supervisor, hence its workers, on an interpreter they may run
+            *("/bin/sh", "-c", f'shift; exec {worker_python(base)} "$@"', "sh"),
+        ],
+    )
+    supervisor.start()
+    return supervisor
+
+
+def run_victim(cluster: Cluster, data: Path, user: str) -> WorkerHeartbeat:
+    """The pass-through stream, a secret in its conf, once its first rows are out."""
+    conf = passthrough_conf(data / "in", data / "out" / "victim")
+    conf["spark.stratus.secret.password"] = CONF_SECRET
+    (data / "out").mkdir()
+    os.chown(data / "out", pwd.getpwnam(user).pw_uid, -1)  # where it may write
+    cluster.assign(
+        cluster.code.upload("victim", passthrough_package("victim")), "victim", conf=conf
+    )
+    beat = cluster.wait_for_worker(
+        WorkerState.RUNNING, "victim", where=lambda b: bool(b.app_id), timeout=SPARK_SECS
+    )
+    write_ids(data / "in", range(5))
+    wait_until(lambda: read_ids(data / "out" / "victim") == list(range(5)), 60, "its rows")
+    return beat
+
+
+def probe_targets(base: Path, supervisor: SupervisorProcess) -> dict[str, str]:
+    """What the hostile pipeline tries to read: all refused to it, but the lease."""
+    local, checkpoints = supervisor.local_dir, base / "checkpoints"
+    victim = local / "workers" / "victim"
+    return {
+        "supervisor_environ": f"/proc/{supervisor.pid}/environ",
+        **{label: str(path) for label, path in secret_files_of(base / "etc").items()},
+        "supervisor_config": str(base / "etc" / "supervisor.yaml"),
+        "victim_spec": str(victim / "spec.json"),
+        "victim_worker_spec": str(victim / "work" / "spec.json"),
+        "victim_log": str(victim / "worker.log"),
+        "victim_heartbeat": str(victim / "work" / "heartbeat.json"),
+        "victim_checkpoints": str(checkpoints / "victim"),
+        "victim_owners": str(checkpoints / "victim" / OWNERS_DIR),
+        "victim_tmp": str(victim / "work" / "tmp"),
+        "supervisor_local_dir": str(local),
+        "supervisor_workers_dir": str(local / "workers"),
+        "supervisor_lease_is_readable": str(local / "lease"),
+    }
+
+
+def control_probe(targets: dict[str, str]) -> dict[str, Any]:
+    """The same probe, run as the supervisor's user (what workers were before)."""
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE_SOURCE, json.dumps(targets)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def purge_as_the_daemons_group(python: str, checkpoints: Path, as_user: str) -> None:
+    """``kill --purge``'s deletion of the victim's checkpoints, run by a user that is not
+    the victim's but is in the supervisor's group (root's here), as a nimbus of the host is."""
+    checkpoints.chmod(0o775)  # the operator's root: the daemons' group may write it
+    user = pwd.getpwnam(as_user)
+    code = "import sys; from stratus.worker.checkpoints import remove_checkpoints as r; "
+    code += "sys.exit(0 if r(sys.argv[1], 'victim') else 1)"
+    subprocess.run(
+        [python, "-c", code, str(checkpoints)],
+        check=True,
+        user=user.pw_uid,
+        group=user.pw_gid,
+        extra_groups=[os.getgid()],
+        cwd="/",
+    )
 
 
 def test_a_hostile_pipeline_reads_neither_the_daemons_secrets_nor_another_pipelines_files(
@@ -127,83 +230,35 @@ def test_a_hostile_pipeline_reads_neither_the_daemons_secrets_nor_another_pipeli
 ) -> None:
     with traversable_dir() as base, os_users(2) as users, kazoo_client(zk_hosts) as zk:
         cluster = Cluster(zk, zk_hosts, base)
-        secrets = secret_files(base / "etc")
-        config = base / "etc" / "supervisor.yaml"
-        config.write_text(
-            f"nimbus.auth.tokens.file: {secrets['token_file']}\n"
-            "supervisor.slots: 2\n"
-            "supervisor.worker.run.as: pool\n"
-            f"supervisor.worker.users: [{users[0]}, {users[1]}]\n"
-        )
-        config.chmod(0o600)
-        checkpoints = base / "checkpoints"
-        options = cluster.options(**SPARK, **{"pipeline.checkpoint.root": checkpoints})
-        supervisor = SupervisorProcess(
-            options,
-            id="s1",
-            slots=2,
-            log_dir=base,
-            command_prefix=[
-                *("env", f"STRATUS_CONF={config}", f"STRATUS_TOKEN={ENV_SECRET}"),
-                # the supervisor, hence its workers, on an interpreter they may run
-                *("/bin/sh", "-c", f'shift; exec {worker_python(base)} "$@"', "sh"),
-            ],
-        )
-        data = base / "data"
-        data.mkdir()
-        (data / "out").mkdir()
+        supervisor = start_supervisor(cluster, base, users)
         try:
-            supervisor.start()
             supervisor.wait_ready()
-            local = supervisor.local_dir
-            victim_conf = passthrough_conf(data / "in", data / "out" / "victim")
-            victim_conf["spark.stratus.secret.password"] = CONF_SECRET
-            os.chown(data / "out", pwd.getpwnam(users[0]).pw_uid, -1)  # where it may write
-            cluster.assign(cluster.code.upload("victim", passthrough_package("victim")), "victim",
-                           conf=victim_conf)  # fmt: skip
-            victim = cluster.wait_for_worker(
-                WorkerState.RUNNING, "victim", where=lambda b: bool(b.app_id), timeout=SPARK_SECS
-            )
-            write_ids(data / "in", range(5))
-            wait_until(lambda: read_ids(data / "out" / "victim") == list(range(5)), 60, "rows")
+            local, checkpoints = supervisor.local_dir, base / "checkpoints"
+            victim = run_victim(cluster, base / "data", users[0])
 
             # the victim runs as the pool's first user, its files are walled off
+            victim_uid = pwd.getpwnam(users[0]).pw_uid
             assert victim.pid is not None
-            assert Path(f"/proc/{victim.pid}/status").stat().st_uid == pwd.getpwnam(users[0]).pw_uid
-            victim_dir = local / "workers" / "victim"
-            assert owner(victim_dir / "work") == users[0]
+            assert Path(f"/proc/{victim.pid}").stat().st_uid == victim_uid
+            assert owner(local / "workers" / "victim" / "work") == users[0]
             assert owner(checkpoints / "victim") == users[0]
             assert stat.S_IMODE((checkpoints / "victim").stat().st_mode) == 0o2770
-            assert owner(victim_dir / "spec.json") == "root"
-            assert CONF_SECRET in (victim_dir / "spec.json").read_text()
+            assert CONF_SECRET in (local / "workers" / "victim" / "spec.json").read_text()
 
-            targets = {
-                "supervisor_environ": f"/proc/{supervisor.pid}/environ",
-                **{label: str(path) for label, path in secrets.items()},
-                "supervisor_config": str(config),
-                "victim_spec": str(victim_dir / "spec.json"),
-                "victim_worker_spec": str(victim_dir / "work" / "spec.json"),
-                "victim_log": str(victim_dir / "worker.log"),
-                "victim_heartbeat": str(victim_dir / "work" / "heartbeat.json"),
-                "victim_checkpoints": str(checkpoints / "victim"),
-                "victim_owners": str(checkpoints / "victim" / OWNERS_DIR),
-                "victim_tmp": str(victim_dir / "work" / "tmp"),
-                "supervisor_local_dir": str(local),
-                "supervisor_workers_dir": str(local / "workers"),
-                "supervisor_lease_is_readable": str(local / "lease"),
-            }
-            hostile_conf: dict[str, Any] = {TARGETS_KEY: json.dumps(targets)}
-            cluster.assign(cluster.code.upload("hostile", probe_package()), "hostile",
-                           conf=hostile_conf)  # fmt: skip
+            targets = probe_targets(base, supervisor)
+            conf: dict[str, Any] = {TARGETS_KEY: json.dumps(targets)}
+            cluster.assign(cluster.code.upload("hostile", probe_package()), "hostile", conf=conf)
             cluster.wait_for_worker(WorkerState.FINISHED, "hostile", timeout=SPARK_SECS)
             found = json.loads((local / "workers" / "hostile" / "work" / "probe.json").read_text())
 
-            hostile_user = pwd.getpwnam(users[1])
-            assert found["uid"] == hostile_user.pw_uid  # the other user of the pool
+            hostile = pwd.getpwnam(users[1])
+            assert found["uid"] == hostile.pw_uid  # the other user of the pool
             assert found["rows"] == 3
-            assert found["env"]["HOME"] == hostile_user.pw_dir
-            assert found["env"]["USER"] == users[1]
-            assert found["env"]["TMPDIR"] == str(local / "workers" / "hostile" / "work" / "tmp")
+            assert found["env"] == {
+                "HOME": hostile.pw_dir,
+                "USER": users[1],
+                "TMPDIR": str(local / "workers" / "hostile" / "work" / "tmp"),
+            }
             assert found["tmp_mode"] == "0o700"
             refused = {label: how for label, how in found["targets"].items() if how != "read"}
             assert set(refused) == set(targets) - {"supervisor_lease_is_readable"}, found
@@ -211,23 +266,18 @@ def test_a_hostile_pipeline_reads_neither_the_daemons_secrets_nor_another_pipeli
             assert found["foreign_environ_read"] == [], found
 
             # the control: the same probe as the supervisor's user reads every one of them
-            control = json.loads(
-                subprocess.run(
-                    [sys.executable, "-c", PROBE_SOURCE, json.dumps(targets)],
-                    check=True,
-                    capture_output=True,
-                    text=True,
-                ).stdout
-            )
+            control = control_probe(targets)
             assert set(control["targets"].values()) == {"read"}, control
             assert control["foreign_environ_read"], control
-            environ = Path(f"/proc/{supervisor.pid}/environ").read_bytes()
-            assert ENV_SECRET.encode() in environ
+            assert ENV_SECRET.encode() in Path(targets["supervisor_environ"]).read_bytes()
 
-            # a pool's user is free again only once nothing of it runs
-            victim_uid = pwd.getpwnam(users[0]).pw_uid
+            # a pool's user is free again only once nothing of it runs; its checkpoints can
+            # be purged by the daemons' group
             cluster.unassign("victim")
             wait_until(lambda: process_gone(victim.pid or 0), 60, "the victim's worker to stop")
             wait_until(lambda: not processes_of(victim_uid), 30, "every process of its user")
+            purge_as_the_daemons_group(worker_python(base), checkpoints, users[1])
+            assert not (checkpoints / "victim").exists()
         finally:
             supervisor.stop()
+            show_logs(base)  # pytest prints them if the test failed

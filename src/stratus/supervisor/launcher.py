@@ -42,6 +42,7 @@ from stratus.supervisor.worker_process import (
     default_worker_command,
 )
 from stratus.worker.checkpoints import local_pipeline_directory
+from stratus.worker.spec import WorkerSpec
 
 PYSPARK_PYTHON = "PYSPARK_PYTHON"
 # Hadoop's own umask, for what Spark writes (checkpoints): as the worker's, so that the
@@ -96,8 +97,8 @@ class WorkerLauncher:
         self, assignment: Assignment, code: PipelineCode, paths: WorkerPaths
     ) -> WorkerProcess:
         spec = build_spec(self._settings, self._supervisor, assignment, code, paths)
-        if self._users is not None and HADOOP_UMASK_KEY not in spec.conf:
-            spec = spec.model_copy(update={"conf": {**spec.conf, HADOOP_UMASK_KEY: HADOOP_UMASK}})
+        if self._users is not None:
+            spec = _walled(spec)
         if self._warm is not None:
             run = (assignment.epoch, assignment.generation, assignment.digest, assignment.assigned)
             reason = cold_reason(spec, code, self._warm.master)
@@ -151,3 +152,11 @@ class WorkerLauncher:
         self._cache.retain(digests)
         if self._envs is not None:
             self._envs.forget_failures()  # a failed set is tried again by a new assignment
+
+
+def _walled(spec: WorkerSpec) -> WorkerSpec:
+    """``spec`` for a worker of another user: its Spark writes with Hadoop's umask 007 (unless
+    the pipeline's conf says otherwise), and it writes no line to the history file, which
+    is the supervisor's and would show it the other pipelines' lines."""
+    conf = {HADOOP_UMASK_KEY: HADOOP_UMASK, **spec.conf}
+    return spec.model_copy(update={"conf": conf, "history_file": None})

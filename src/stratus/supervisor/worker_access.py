@@ -43,6 +43,7 @@ import os
 import pwd
 import signal
 import stat
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,6 +146,7 @@ def prepare_worker(
     if user is None:
         work.mkdir(exist_ok=True)
         _refuse_link(work)
+        work.chmod(WORKER_DIR_MODE)
     else:
         _own_tree(work, user.uid, group, WORKER_DIR_MODE)
     heartbeat = work / HEARTBEAT_FILE
@@ -157,7 +159,7 @@ def prepare_worker(
     _own_tree(work / TMP_DIR, user.uid, group, WORKER_TMP_MODE)
     if checkpoint_dir is not None:
         checkpoint_dir.parent.mkdir(parents=True, exist_ok=True)
-        _own_tree(checkpoint_dir, user.uid, group, CHECKPOINT_DIR_MODE)
+        _own_tree(checkpoint_dir, user.uid, group, CHECKPOINT_DIR_MODE, group_acl=True)
 
 
 def kill_user_processes(uid: int) -> list[int]:
@@ -198,17 +200,21 @@ def process_uids(pid: int) -> tuple[int, int] | None:
     return int(real), int(effective)
 
 
-def _own_tree(path: Path, uid: int, gid: int, mode: int) -> None:
+def _own_tree(path: Path, uid: int, gid: int, mode: int, *, group_acl: bool = False) -> None:
     """Create ``path`` (its parent must exist) owned ``uid``:``gid`` with ``mode``, and give
     whatever is below it that another user owns to ``uid``:``gid`` (a pipeline whose last
     run had another user of the pool); symbolic links are neither followed nor changed but
-    for their own owner, and a file with several links is left alone (it may be another's)."""
+    for their own owner, and a file with several links is left alone (it may be another's).
+    ``group_acl``: every directory also gets a default ACL that gives ``gid`` what is
+    created below it (``group_default_acl``)."""
     with contextlib.suppress(FileExistsError):
         path.mkdir(mode=mode & 0o777)
     _refuse_link(path)
     os.chown(path, uid, gid, follow_symlinks=False)
     os.chmod(path, mode, follow_symlinks=False)
     for _top, dirs, files, top_fd in os.fwalk(path, follow_symlinks=False):
+        if group_acl:
+            _set_default_acl(top_fd, gid)
         for name in [*dirs, *files]:
             info = os.stat(name, dir_fd=top_fd, follow_symlinks=False)
             if info.st_uid == uid and info.st_gid == gid:
@@ -216,6 +222,38 @@ def _own_tree(path: Path, uid: int, gid: int, mode: int) -> None:
             if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
                 continue
             os.chown(name, uid, gid, dir_fd=top_fd, follow_symlinks=False)
+
+
+# POSIX ACLs as Linux stores them in an extended attribute (linux/posix_acl_xattr.h)
+_ACL_VERSION = 2
+_ACL_USER_OBJ, _ACL_GROUP_OBJ, _ACL_GROUP, _ACL_MASK, _ACL_OTHER = 0x01, 0x04, 0x08, 0x10, 0x20
+_ACL_NO_ID = 0xFFFFFFFF
+_DEFAULT_ACL = "system.posix_acl_default"
+
+
+def group_default_acl(gid: int) -> bytes:
+    """A default ACL: what is created below a directory is its owner's and group ``gid``'s
+    (rwx, as far as the new entry's own mode allows), never its owning group's nor others'.
+    Spark (Hadoop) sets the mode of every directory it creates, which clears the setgid
+    bit that would otherwise pass the supervisor's group down: a default ACL survives it."""
+    entries = [
+        (_ACL_USER_OBJ, 0o7, _ACL_NO_ID),
+        (_ACL_GROUP_OBJ, 0, _ACL_NO_ID),
+        (_ACL_GROUP, 0o7, gid),
+        (_ACL_MASK, 0o7, _ACL_NO_ID),
+        (_ACL_OTHER, 0, _ACL_NO_ID),
+    ]
+    return struct.pack("<I", _ACL_VERSION) + b"".join(
+        struct.pack("<HHI", tag, perm, ident) for tag, perm, ident in entries
+    )
+
+
+def _set_default_acl(directory_fd: int, gid: int) -> None:
+    """Give the directory open as ``directory_fd`` the group's default ACL; a file system
+    without ACLs keeps the setgid bit alone (a purge may then find a directory it cannot
+    delete, and leaves it to the operator)."""
+    with contextlib.suppress(OSError):
+        os.setxattr(directory_fd, _DEFAULT_ACL, group_default_acl(gid))
 
 
 def _refuse_link(path: Path) -> None:

@@ -3,7 +3,7 @@
 A supervisor that runs as its own user (``stratus``) cannot start a process as another user,
 signal it, or give it its files. It runs this program through ``sudo -n`` (the sudoers line
 of ``deploy/stratus-worker-launcher.sudoers``), and the program does only that, after
-checking every request against its own configuration, ``/etc/stratus/worker-launcher.yaml``
+checking every request against its own configuration, ``/etc/stratus/worker-launcher.cfg``
 (``CONFIG_PATH``; no option names another), which must be root's and writable by root
 alone::
 
@@ -63,7 +63,7 @@ from stratus.supervisor.worker_access import (
 )
 from stratus.worker.spec import SPEC_FILE, WorkerSpec
 
-CONFIG_PATH = Path("/etc/stratus/worker-launcher.yaml")
+CONFIG_PATH = Path("/etc/stratus/worker-launcher.cfg")
 SIGNALS = {
     "TERM": signal.SIGTERM,
     "INT": signal.SIGINT,
