@@ -24,7 +24,13 @@ from stratus.config import load_config
 from stratus.errors import ConfigError
 from stratus.supervisor.errors import WorkerUserError
 from stratus.supervisor.run_as import DirectSwitch, UserPool
-from stratus.supervisor.worker_access import WorkerUser, processes_of, resolve_user
+from stratus.supervisor.worker_access import (
+    WorkerUser,
+    group_default_acl,
+    prepare_worker,
+    processes_of,
+    resolve_user,
+)
 from stratus.supervisor.worker_launcher import REFUSED_EXIT, main
 from tests.test_supervisor import Cluster, running
 from tests.worker_users import needs_root, os_users, traversable_dir, worker_python
@@ -212,3 +218,26 @@ def test_a_supervisor_runs_stops_and_cleans_up_workers_through_the_launcher(
             cluster.unassign("etl")  # SIGTERM through the launcher, then the clean-up
             wait_until(lambda: cluster.worker_beat("etl") is None, 30, "the worker to stop")
             wait_until(lambda: not processes_of(user.uid), 30, "its user's processes to go")
+
+
+@needs_root
+def test_a_pipelines_files_pass_to_its_next_user_without_following_links(walls) -> None:
+    base, (first, second) = walls
+    a, b = resolve_user(first, min_uid=1000), resolve_user(second, min_uid=1000)
+    directory, checkpoints = base / "s1" / "workers" / "etl", base / "checkpoints" / "etl"
+    prepare_worker(directory, b"{}", a, group=0, checkpoint_dir=checkpoints)
+    left = directory / "work" / "left-by-a"
+    left.write_text("a's")
+    os.chown(left, a.uid, a.gid)
+    (directory / "work" / "passwd").symlink_to("/etc/passwd")  # a trap for a chown that follows
+    os.link(left, base / "elsewhere")  # a file with two links may be someone else's too
+
+    prepare_worker(directory, b"{}", b, group=0, checkpoint_dir=checkpoints)
+    assert Path("/etc/passwd").stat().st_uid == 0
+    assert (directory / "work").stat().st_uid == b.uid
+    assert (directory / "work" / "spec.json").stat().st_uid == b.uid
+    assert left.stat().st_uid == a.uid  # two links: left alone
+    assert checkpoints.stat().st_uid == b.uid
+    assert oct(directory.stat().st_mode & 0o7777) == "0o711"
+    assert oct(checkpoints.stat().st_mode & 0o7777) == "0o2770"
+    assert os.getxattr(checkpoints, "system.posix_acl_default") == group_default_acl(0)

@@ -22,7 +22,7 @@ path                        owner, group                 mode   written / read b
 ``W``                       supervisor                   0711   (0700: workers run as it)
 ``W/spec.json``             supervisor                   0600   the supervisor's own copy
 ``W/worker.log*``           supervisor                   0600   the supervisor's log pump
-``W/work``                  worker, supervisor's group   2750   the worker's own directory
+``W/work``                  worker, supervisor's group   2770   the worker's own directory
 ``W/work/spec.json``        worker                       0600   the worker's copy
 ``W/work/heartbeat.json``   worker, supervisor's group   0640   the worker, its supervisor
 ``W/work/tmp``              worker                       0700   ``TMPDIR``, Spark's scratch
@@ -60,7 +60,9 @@ WORK_DIR = "work"
 ENV_FILE = "env.json"  # the worker's environment, for the launcher: 0600, the supervisor's
 TMP_DIR = "tmp"
 TRAVERSE_DIR_MODE = 0o711  # a worker of another user may pass through, not list
-WORKER_DIR_MODE = 0o2750  # its group (the supervisor's) reads the heartbeat; new files inherit it
+# its group, the supervisor's, reads the heartbeat and removes the last run's before a start;
+# what the worker creates in it inherits the group
+WORKER_DIR_MODE = 0o2770
 WORKER_TMP_MODE = 0o700
 CHECKPOINT_DIR_MODE = 0o2770  # the daemons' group may delete what the worker wrote (a purge)
 WORKER_UMASK = 0o007
@@ -149,8 +151,7 @@ def prepare_worker(
         work.chmod(WORKER_DIR_MODE)
     else:
         _own_tree(work, user.uid, group, WORKER_DIR_MODE)
-    heartbeat = work / HEARTBEAT_FILE
-    heartbeat.unlink(missing_ok=True)  # a new process starts with no heartbeat
+    (work / HEARTBEAT_FILE).unlink(missing_ok=True)  # a new process starts with none
     worker_spec = work / SPEC_FILE
     write_atomically(worker_spec, spec)
     if user is None:

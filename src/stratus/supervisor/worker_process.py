@@ -176,6 +176,7 @@ def prepare_run(
     worker's part: ``checkpoint_dir``, the pipeline's local checkpoint directory, included);
     the new run's log, its first line the start mark."""
     paths.make_private()
+    paths.heartbeat.unlink(missing_ok=True)  # a new process starts with no heartbeat
     spec.write(paths.spec)
     data = paths.spec.read_bytes()
     if run_as is None:
