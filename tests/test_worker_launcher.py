@@ -183,6 +183,7 @@ def test_the_launcher_signals_only_its_users_processes_in_the_group(walls) -> No
 
 
 @needs_root
+@pytest.mark.spark  # starts pipeline workers (stand-ins: no JVM)
 def test_a_supervisor_runs_stops_and_cleans_up_workers_through_the_launcher(
     walls, zk_hosts
 ) -> None:
