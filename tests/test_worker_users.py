@@ -7,8 +7,8 @@ TLS key, as an operator keeps them. Two pipelines run on real Spark, each as a u
 pool: a victim (the pass-through stream, with a secret in its conf) and a hostile one whose
 function tries to read every one of those files, the supervisor's environment through
 ``/proc``, every other process's environment, the victim's spec, log, heartbeat and
-checkpoints, and the supervisor's directories. It writes what it could read into its own
-directory. Every attempt must have been refused; the same probe run as the supervisor's
+checkpoints, and the supervisor's directories, and to signal the supervisor and the
+victim's worker. It writes what it could do into its own directory. Every attempt must have been refused; the same probe run as the supervisor's
 user (the control) reads every one of them, so the test fails if workers run as the
 supervisor again.
 """
@@ -52,17 +52,20 @@ from pathlib import Path
 
 
 def probe(targets):
-    """For each target, "read" (a file read, a directory listed) or the error's name; and
-    the other users' processes whose environment it could read."""
+    """For each target, "done" (a file read, a directory listed, a process that a signal
+    may reach: signal 0, which only asks) or the error's name; and the other users'
+    processes whose environment it could read."""
     found = {}
     for label, path in targets.items():
         try:
-            if os.path.isdir(path):
+            if label.startswith("signal_"):
+                os.kill(int(path), 0)
+            elif os.path.isdir(path):
                 os.listdir(path)
             else:
                 with open(path, "rb") as src:
                     src.read()
-            found[label] = "read"
+            found[label] = "done"
         except OSError as exc:
             found[label] = type(exc).__name__
     me = os.getuid()
@@ -176,8 +179,8 @@ def run_victim(cluster: Cluster, data: Path, user: str) -> WorkerHeartbeat:
     return beat
 
 
-def probe_targets(base: Path, supervisor: SupervisorProcess) -> dict[str, str]:
-    """What the hostile pipeline tries to read: all refused to it, but the lease."""
+def probe_targets(base: Path, supervisor: SupervisorProcess, victim_pid: int) -> dict[str, str]:
+    """What the hostile pipeline tries to read or signal: all refused to it, but the lease."""
     local, checkpoints = supervisor.local_dir, base / "checkpoints"
     victim = local / "workers" / "victim"
     return {
@@ -194,6 +197,8 @@ def probe_targets(base: Path, supervisor: SupervisorProcess) -> dict[str, str]:
         "supervisor_local_dir": str(local),
         "supervisor_workers_dir": str(local / "workers"),
         "supervisor_lease_is_readable": str(local / "lease"),
+        "signal_supervisor": str(supervisor.pid),
+        "signal_victim": str(victim_pid),
     }
 
 
@@ -245,7 +250,7 @@ def test_a_hostile_pipeline_reads_neither_the_daemons_secrets_nor_another_pipeli
             assert stat.S_IMODE((checkpoints / "victim").stat().st_mode) == 0o2770
             assert CONF_SECRET in (local / "workers" / "victim" / "spec.json").read_text()
 
-            targets = probe_targets(base, supervisor)
+            targets = probe_targets(base, supervisor, victim.pid)
             conf: dict[str, Any] = {TARGETS_KEY: json.dumps(targets)}
             cluster.assign(cluster.code.upload("hostile", probe_package()), "hostile", conf=conf)
             cluster.wait_for_worker(WorkerState.FINISHED, "hostile", timeout=SPARK_SECS)
@@ -260,14 +265,14 @@ def test_a_hostile_pipeline_reads_neither_the_daemons_secrets_nor_another_pipeli
                 "TMPDIR": str(local / "workers" / "hostile" / "work" / "tmp"),
             }
             assert found["tmp_mode"] == "0o700"
-            refused = {label: how for label, how in found["targets"].items() if how != "read"}
+            refused = {label: how for label, how in found["targets"].items() if how != "done"}
             assert set(refused) == set(targets) - {"supervisor_lease_is_readable"}, found
             assert set(refused.values()) == {"PermissionError"}, found
             assert found["foreign_environ_read"] == [], found
 
             # the control: the same probe as the supervisor's user reads every one of them
             control = control_probe(targets)
-            assert set(control["targets"].values()) == {"read"}, control
+            assert set(control["targets"].values()) == {"done"}, control
             assert control["foreign_environ_read"], control
             assert ENV_SECRET.encode() in Path(targets["supervisor_environ"]).read_bytes()
 
