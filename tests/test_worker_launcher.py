@@ -24,6 +24,7 @@ from stratus.config import load_config
 from stratus.errors import ConfigError
 from stratus.supervisor.errors import WorkerUserError
 from stratus.supervisor.run_as import DirectSwitch, UserPool
+from stratus.supervisor.settings import UserSettings
 from stratus.supervisor.worker_access import (
     WorkerUser,
     group_default_acl,
@@ -82,6 +83,20 @@ def test_a_shared_user_is_never_killed_whole_when_one_worker_exits() -> None:
     assert first.user == second.user
     first.finished()
     assert switch.killed == []
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("no-such-user-of-stratus", "does not exist on this host"),
+        ("root", "banned"),
+        ("daemon", "below the minimum 1000"),
+    ],
+)
+def test_a_worker_user_must_exist_and_be_neither_root_nor_a_system_account(name, message) -> None:
+    settings = UserSettings(run_as="shared", users=(name,), launcher="direct")
+    with pytest.raises(WorkerUserError, match=message):
+        UserPool.from_settings(settings, group=os.getgid())
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,10 @@ pool: a victim (the pass-through stream, with a secret in its conf) and a hostil
 function tries to read every one of those files, the supervisor's environment through
 ``/proc``, every other process's environment, the victim's spec, log, heartbeat and
 checkpoints, and the supervisor's directories, and to signal the supervisor and the
-victim's worker. It writes what it could do into its own directory. Every attempt must have been refused; the same probe run as the supervisor's
-user (the control) reads every one of them, so the test fails if workers run as the
-supervisor again.
+victim's worker. It writes what it could do into its own directory. Every attempt must have
+been refused; the same probe run as the supervisor's user (the control) succeeds at every
+one, so the test fails if workers run as the supervisor again. Last, the victim's local
+checkpoints are purged by a user of the daemons' group, as a nimbus of the host would.
 """
 
 from __future__ import annotations
