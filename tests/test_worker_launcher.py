@@ -27,6 +27,7 @@ from stratus.supervisor.run_as import DirectSwitch, UserPool
 from stratus.supervisor.settings import UserSettings
 from stratus.supervisor.worker_access import (
     WorkerUser,
+    closed_to_others,
     group_default_acl,
     prepare_worker,
     processes_of,
@@ -257,3 +258,13 @@ def test_a_pipelines_files_pass_to_its_next_user_without_following_links(walls) 
     assert oct(directory.stat().st_mode & 0o7777) == "0o711"
     assert oct(checkpoints.stat().st_mode & 0o7777) == "0o2770"
     assert os.getxattr(checkpoints, "system.posix_acl_default") == group_default_acl(0)
+
+
+def test_a_directory_closed_to_other_users_on_the_way_is_named() -> None:
+    with traversable_dir() as base:
+        closed, inner = base / "closed", base / "closed" / "open" / "workers"
+        inner.mkdir(parents=True)
+        closed.chmod(0o700)  # as pytest's own /tmp/pytest-of-root
+        assert closed_to_others(inner) == closed
+        closed.chmod(0o711)
+        assert closed_to_others(inner) is None

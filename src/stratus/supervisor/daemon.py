@@ -33,6 +33,7 @@ import pwd
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from stratus import __version__
 from stratus.api.clock import Clock
@@ -59,10 +60,11 @@ from stratus.supervisor.requirements_env import RequirementEnvs
 from stratus.supervisor.run_as import UserPool
 from stratus.supervisor.settings import SupervisorSettings
 from stratus.supervisor.warm_pool import WarmPool
-from stratus.supervisor.worker_access import TRAVERSE_DIR_MODE
+from stratus.supervisor.worker_access import TRAVERSE_DIR_MODE, closed_to_others
 from stratus.supervisor.worker_env import worker_environment
 from stratus.supervisor.worker_log import RunLog
-from stratus.supervisor.worker_process import WorkerPaths
+from stratus.supervisor.worker_process import WorkerPaths, default_worker_command
+from stratus.worker.checkpoints import local_pipeline_directory
 from stratus.worker.spec import WorkerSpec
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.quorum_probe import ensemble_config
@@ -160,12 +162,32 @@ class Supervisor:
                 "point supervisor.local.dir at a writable directory"
             ) from None
 
+    def _check_reachable(self) -> None:
+        """Refuse to start when a worker of another user could not reach its directory,
+        its local checkpoints or its interpreter, naming the directory that stops it."""
+        places = {
+            "supervisor.local.dir": self.local_dir / "workers",
+            "the worker's interpreter": Path((self._worker_command or default_worker_command())[0]),
+        }
+        checkpoints = local_pipeline_directory(self.settings.spec.checkpoint_root, "x")
+        if checkpoints is not None:
+            places["pipeline.checkpoint.root"] = checkpoints.parent
+        for what, path in places.items():
+            closed = closed_to_others(path)
+            if closed is not None:
+                raise SupervisorStartError(
+                    f"workers of other users cannot reach {what} {path}: {closed} is closed "
+                    "to them (no o+x); open it (chmod o+x) or choose another place"
+                )
+
     def _user_pool(self) -> UserPool | None:
         """The users workers run as (None: the supervisor's own, said in a warning)."""
         try:
             pool = UserPool.from_settings(self.settings.users, group=os.getgid())
         except WorkerUserError as exc:
             raise SupervisorStartError(f"cannot run workers as other users: {exc}") from None
+        if pool is not None:
+            self._check_reachable()
         if pool is None:
             log.warning(
                 "event=workers_run_as_supervisor supervisor=%s user=%s reason=%r",

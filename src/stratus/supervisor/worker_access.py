@@ -163,6 +163,21 @@ def prepare_worker(
         _own_tree(checkpoint_dir, user.uid, group, CHECKPOINT_DIR_MODE, group_acl=True)
 
 
+def closed_to_others(path: Path) -> Path | None:
+    """The first directory on the way to ``path`` (itself included, once resolved) that
+    other users may not pass (no ``o+x``), or ``path`` itself if it is a file they may not
+    run; None when a worker of another user reaches it. What is missing counts as open."""
+    resolved = path.resolve()
+    for directory in [*reversed(resolved.parents), resolved]:
+        try:
+            mode = directory.stat().st_mode
+        except FileNotFoundError:
+            return None
+        if not mode & stat.S_IXOTH:
+            return directory
+    return None
+
+
 def kill_user_processes(uid: int) -> list[int]:
     """SIGKILL every process of ``uid`` (its real or effective uid): what a pipeline left
     behind, before its user is given to another pipeline. The pids signalled."""
