@@ -186,16 +186,23 @@ def test_the_launcher_signals_only_its_users_processes_in_the_group(walls) -> No
     uid = pwd.getpwnam(allowed).pw_uid
     mine = subprocess.Popen(["sleep", "600"], start_new_session=True)  # root's, not the user's
     theirs = subprocess.Popen(["sleep", "600"], user=uid, start_new_session=True)
+    # as sudo is: a root process whose child runs as the user
+    relay = f"import subprocess; subprocess.run(['sleep', '600'], user={uid})"
+    sudo = subprocess.Popen([sys.executable, "-c", relay], start_new_session=True)
     try:
         args = ["signal", allowed, str(mine.pid), "KILL", "--all"]
         assert main(args, config_path=config) == 0
         assert mine.poll() is None  # root's process is not the user's: untouched
         assert main(["signal", allowed, str(theirs.pid), "TERM"], config_path=config) == 0
         assert theirs.wait(10) == -signal.SIGTERM
+        wait_until(lambda: processes_of(uid), 10, "the relayed worker to start")
+        assert main(["signal", allowed, str(sudo.pid), "TERM"], config_path=config) == 0
+        assert sudo.wait(10) == 0  # its child ended by the signal, so did it
+        assert sudo.poll() == 0 and not processes_of(uid)
     finally:
-        mine.kill()
-        theirs.kill()
-        mine.wait()
+        for process in (mine, theirs, sudo):
+            process.kill()
+            process.wait()
 
 
 @needs_root

@@ -17,16 +17,17 @@ alone::
 Commands (exit 0: done, 2: a usage error, 3: refused; the reason on stderr)::
 
     stratus-worker-launcher launch PIPELINE USER -- ARGV...   # prepare, then exec as USER
-    stratus-worker-launcher signal USER GROUP SIGNAL [--all]  # TERM, INT, CONT or KILL
+    stratus-worker-launcher signal USER PID SIGNAL [--all]    # TERM, INT, CONT or KILL
     stratus-worker-launcher kill-user USER                    # every process of USER
 
 ``launch`` prepares the worker's files (``worker_access.prepare_worker``: its copy of
 ``<local>/workers/PIPELINE/spec.json``, its directory, its checkpoint directory), takes its
 environment from ``env.json`` beside the spec (the supervisor's, never a command line),
 drops to USER (setgroups, setgid, setuid: no capability is left, and ``no_new_privs`` is
-set so that nothing it runs gains one), and execs ARGV. ``signal`` reaches only processes of
-process group GROUP that run as USER (without ``--all``, only the first of them: the
-worker, not its children). Only users of ``allowed.users`` are ever accepted, never root
+set so that nothing it runs gains one), and execs ARGV. ``signal`` reaches only processes
+that run as USER and descend from PID (the process the supervisor started: sudo, or the
+worker itself) or are in its process group (without ``--all``, only the first of them:
+the worker, not its children). Only users of ``allowed.users`` are ever accepted, never root
 nor a uid below ``min.uid``.
 """
 
@@ -130,7 +131,7 @@ class _UsageError(Exception):
 
 _USAGE = (
     "usage: stratus-worker-launcher launch PIPELINE USER -- ARGV... | "
-    "signal USER GROUP SIGNAL [--all] | kill-user USER"
+    "signal USER PID SIGNAL [--all] | kill-user USER"
 )
 
 
@@ -149,7 +150,7 @@ def _dispatch(args: list[str], config_path: Path) -> int:
     if command == "signal":
         whole = rest[3:] == ["--all"]
         if len(rest) not in (3, 4) or (len(rest) == 4 and not whole):
-            raise _UsageError("signal needs USER GROUP SIGNAL [--all]")
+            raise _UsageError("signal needs USER PID SIGNAL [--all]")
         user = _allowed_user(config, supervisor, rest[0])
         return _signal(user, _number(rest[1]), rest[2], whole_group=whole)
     if command == "kill-user" and len(rest) == 1:
@@ -221,27 +222,47 @@ def _become(user: WorkerUser) -> None:
         raise WorkerUserError("could not set no_new_privs")
 
 
-def _signal(user: WorkerUser, group: int, name: str, *, whole_group: bool) -> int:
+def _signal(user: WorkerUser, leader: int, name: str, *, whole_group: bool) -> int:
     signum = SIGNALS.get(name.upper().removeprefix("SIG"))
     if signum is None:
         raise _UsageError(f"signal {name!r} is not one of {', '.join(SIGNALS)}")
-    if group <= 1:
-        raise _UsageError(f"process group {group} cannot be a worker's")
-    members = [pid for pid in live_in_group(group) if process_uids(pid) == (user.uid, user.uid)]
+    if leader <= 1:
+        raise _UsageError(f"process {leader} cannot be a worker's")
+    parents = _parents()
+    # the process the supervisor started (sudo, or the worker itself), what descends from
+    # it and its process group: whether sudo gives the command a group of its own or not
+    family = set(live_in_group(leader)) | _descendants(leader, parents)
+    own = (user.uid, user.uid)
+    members = [pid for pid in family if process_uids(pid) == own]
     if not whole_group:  # the worker alone: the first process of the user in the chain
-        members = [pid for pid in members if _parent_uids(pid) != (user.uid, user.uid)]
+        members = [pid for pid in members if process_uids(parents.get(pid, 0)) != own]
     for pid in members:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
     return 0
 
 
-def _parent_uids(pid: int) -> tuple[int, int] | None:
-    try:
-        parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-    return process_uids(parent)
+def _parents() -> dict[int, int]:
+    """Every live process's parent (Linux: /proc)."""
+    found = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            found[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    return found
+
+
+def _descendants(pid: int, parents: dict[int, int]) -> set[int]:
+    """``pid`` and every live process below it."""
+    children: dict[int, list[int]] = {}
+    for child, parent in parents.items():
+        children.setdefault(parent, []).append(child)
+    found, todo = set(), [pid]
+    while todo:
+        current = todo.pop()
+        if current in parents and current not in found:
+            found.add(current)
+            todo.extend(children.get(current, []))
+    return found
 
 
 def _read_private(path: Path, owner: int) -> bytes:
@@ -271,7 +292,7 @@ def _number(text: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise _UsageError(f"{text!r} is not a process group id") from None
+        raise _UsageError(f"{text!r} is not a process id") from None
 
 
 if __name__ == "__main__":
