@@ -33,6 +33,7 @@ _LIST_KEYS = frozenset(  # `a,b` splits at commas, in a file as with `-c key=a,b
         "pipeline.checkpoint.schemes",
         "pipeline.spark.masters",
         "supervisor.worker.env",
+        "supervisor.worker.users",
         "supervisor.deps.find.links",
     }
 )
