@@ -9,6 +9,7 @@ of the test, so every check but sudo's own is exercised.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pwd
 import signal
@@ -22,7 +23,8 @@ import pytest
 from stratus.api.records import WorkerState
 from stratus.config import load_config
 from stratus.errors import ConfigError
-from stratus.supervisor.errors import WorkerUserError
+from stratus.supervisor.daemon import Supervisor
+from stratus.supervisor.errors import SupervisorStartError, WorkerUserError
 from stratus.supervisor.run_as import DirectSwitch, UserPool
 from stratus.supervisor.settings import UserSettings
 from stratus.supervisor.worker_access import (
@@ -275,3 +277,32 @@ def test_a_directory_closed_to_other_users_on_the_way_is_named() -> None:
         assert closed_to_others(inner) == closed
         closed.chmod(0o711)
         assert closed_to_others(inner) is None
+
+
+# ---------------------------------------------------------------------- the supervisor's start
+
+
+def test_a_supervisor_whose_workers_run_as_itself_says_so(zk_hosts, tmp_path, caplog) -> None:
+    with kazoo_client(zk_hosts) as zk:
+        cluster = Cluster(zk, zk_hosts, tmp_path)
+        with caplog.at_level(logging.WARNING), running(cluster.conf(), cluster):
+            pass
+    assert "event=workers_run_as_supervisor" in caplog.text
+    assert "supervisor.worker.run.as" in caplog.text
+
+
+@needs_root
+def test_a_supervisor_refuses_worker_users_that_cannot_reach_its_directory(
+    walls, zk_hosts, tmp_path
+) -> None:
+    _base, names = walls
+    with kazoo_client(zk_hosts) as zk:
+        cluster = Cluster(zk, zk_hosts, tmp_path)  # pytest's own directory: 0700
+        conf = cluster.conf(
+            "s1",
+            **{"supervisor.worker.run.as": "shared", "supervisor.worker.users": names[0]},
+        )
+        supervisor = Supervisor(conf, worker_command=cluster.worker_command)
+        with pytest.raises(SupervisorStartError, match=r"closed to them \(no o\+x\)"):
+            supervisor.start()
+        supervisor.stop()

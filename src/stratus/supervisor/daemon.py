@@ -114,10 +114,11 @@ class Supervisor:
     def start(self) -> None:
         """Connect, register, and start running what is assigned here."""
         self._make_local_dir()
+        users = self._user_pool()  # before anything is opened: a refusal leaves nothing
         self.session.start()
         self._opened.append(self.session.close)
         try:
-            self._start_parts()
+            self._start_parts(users)
         except BaseException:
             self._close_opened()
             raise
@@ -206,7 +207,7 @@ class Supervisor:
             )
         return pool
 
-    def _start_parts(self) -> None:
+    def _start_parts(self, users: UserPool | None) -> None:
         client = self.session.client
         for parent in self.paths.all_parents():
             client.ensure_path(parent)
@@ -226,7 +227,6 @@ class Supervisor:
         envs = RequirementEnvs(self.local_dir / "envs", self.settings.deps)
         self._opened.append(envs.close)
         warm = self._warm_pool()
-        users = self._user_pool()
         launcher = WorkerLauncher(
             self.settings.spec,
             self.id,
