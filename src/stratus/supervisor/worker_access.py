@@ -41,6 +41,7 @@ import contextlib
 import grp
 import os
 import pwd
+import secrets
 import signal
 import stat
 import struct
@@ -52,6 +53,7 @@ from stratus.supervisor.errors import WorkerUserError
 from stratus.worker.spec import (
     HEARTBEAT_FILE,
     PRIVATE_DIR_MODE,
+    PRIVATE_FILE_MODE,
     SPEC_FILE,
     write_atomically,
 )
@@ -152,11 +154,10 @@ def prepare_worker(
     else:
         _own_tree(work, user.uid, group, WORKER_DIR_MODE)
     (work / HEARTBEAT_FILE).unlink(missing_ok=True)  # a new process starts with none
-    worker_spec = work / SPEC_FILE
-    write_atomically(worker_spec, spec)
     if user is None:
+        write_atomically(work / SPEC_FILE, spec)
         return
-    os.chown(worker_spec, user.uid, group, follow_symlinks=False)
+    _write_owned(work / SPEC_FILE, spec, user.uid, group)
     _own_tree(work / TMP_DIR, user.uid, group, WORKER_TMP_MODE)
     if checkpoint_dir is not None:
         checkpoint_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -216,6 +217,22 @@ def process_uids(pid: int) -> tuple[int, int] | None:
     return int(real), int(effective)
 
 
+def _write_owned(path: Path, data: bytes, uid: int, gid: int) -> None:
+    """Replace ``path``, in a directory its worker's user may write, with ``data`` as a
+    file of ``uid`` only (0600). The temporary file has a name nobody can guess and is
+    created, never opened if it exists: a link planted there is not written through."""
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
+    try:
+        os.fchown(fd, uid, gid)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+    os.replace(temp, path)
+
+
 def _own_tree(path: Path, uid: int, gid: int, mode: int, *, group_acl: bool = False) -> None:
     """Create ``path`` (its parent must exist) owned ``uid``:``gid`` with ``mode``, and give
     whatever is below it that another user owns to ``uid``:``gid`` (a pipeline whose last
@@ -226,8 +243,12 @@ def _own_tree(path: Path, uid: int, gid: int, mode: int, *, group_acl: bool = Fa
     with contextlib.suppress(FileExistsError):
         path.mkdir(mode=mode & 0o777)
     _refuse_link(path)
-    os.chown(path, uid, gid, follow_symlinks=False)
-    os.chmod(path, mode, follow_symlinks=False)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)  # a link: ELOOP
+    try:
+        os.fchown(fd, uid, gid)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
     for _top, dirs, files, top_fd in os.fwalk(path, follow_symlinks=False):
         if group_acl:
             _set_default_acl(top_fd, gid)
