@@ -22,13 +22,15 @@ path                        owner, group                 mode   written / read b
 ``W``                       supervisor                   0711   (0700: workers run as it)
 ``W/spec.json``             supervisor                   0600   the supervisor's own copy
 ``W/worker.log*``           supervisor                   0600   the supervisor's log pump
+``W/env.json``              supervisor                   0600   the launcher (sudo) reads it
 ``W/work``                  worker, supervisor's group   2770   the worker's own directory
 ``W/work/spec.json``        worker                       0600   the worker's copy
 ``W/work/heartbeat.json``   worker, supervisor's group   0640   the worker, its supervisor
 ``W/work/tmp``              worker                       0700   ``TMPDIR``, Spark's scratch
 ``<local>/lease``           supervisor                   0644   every worker (a time only)
-``<root>/<pipeline>``       worker, supervisor's group   2770   checkpoints; the daemons'
-                                                                group may delete (a purge)
+``<root>/<pipeline>``       worker, supervisor's group   2770   checkpoints; a default ACL
+                                                                lets the daemons' group
+                                                                delete them (a purge)
 ==========================  ===========================  =====  ===========================
 
 The worker runs with umask 007: what it creates is its own and its supervisor's group's,
