@@ -209,9 +209,12 @@ def test_the_launcher_signals_only_its_users_processes_in_the_group(walls) -> No
 
 @needs_root
 @pytest.mark.spark  # starts pipeline workers (stand-ins: no JVM)
-def test_a_supervisor_runs_stops_and_cleans_up_workers_through_the_launcher(
-    walls, zk_hosts
+@pytest.mark.parametrize("launcher", ["direct", "sudo"])
+def test_a_supervisor_runs_stops_and_cleans_up_workers_as_other_users(
+    walls, zk_hosts, launcher
 ) -> None:
+    """``direct``: the supervisor (root) switches users itself; ``sudo``: it goes through
+    the launcher for every step, as a supervisor that is not root does."""
     base, names = walls
     config = launcher_config(base, names)
     script = base / "launcher.py"
@@ -224,8 +227,8 @@ def test_a_supervisor_runs_stops_and_cleans_up_workers_through_the_launcher(
             **{
                 "supervisor.slots": 2,
                 "supervisor.worker.run.as": "pool",
-                "supervisor.worker.users": f"[{names[0]}, {names[1]}]",
-                "supervisor.worker.launcher": "sudo",
+                "supervisor.worker.users": f"{names[0]},{names[1]}",
+                "supervisor.worker.launcher": launcher,
                 "supervisor.worker.launcher.command": f"[{sys.executable}, {script}]",
                 "pipeline.checkpoint.root": base / "checkpoints",
             },
@@ -233,6 +236,8 @@ def test_a_supervisor_runs_stops_and_cleans_up_workers_through_the_launcher(
         with running(conf, cluster) as supervisor:
             cluster.assign(cluster.code.upload("etl"), "etl", mode="env")
             beat = cluster.wait_for_worker(WorkerState.RUNNING, "etl")
+            cluster.assign(cluster.code.upload("report"), "report")
+            other = cluster.wait_for_worker(WorkerState.RUNNING, "report")
             work = supervisor.local_dir / "workers" / "etl" / "work"
             environ = json.loads((work / "env.json").read_text())
             user = resolve_user(names[0], min_uid=1000)
@@ -240,10 +245,13 @@ def test_a_supervisor_runs_stops_and_cleans_up_workers_through_the_launcher(
             assert (environ["USER"], environ["HOME"]) == (names[0], user.home)
             assert (base / "checkpoints" / "etl").stat().st_uid == user.uid
             assert beat.pid is not None and beat.pid in processes_of(user.uid)
+            second = resolve_user(names[1], min_uid=1000)
+            assert other.pid is not None and other.pid in processes_of(second.uid)
 
-            cluster.unassign("etl")  # SIGTERM through the launcher, then the clean-up
+            cluster.unassign("etl")  # SIGTERM (through the launcher), then the clean-up
             wait_until(lambda: cluster.worker_beat("etl") is None, 30, "the worker to stop")
             wait_until(lambda: not processes_of(user.uid), 30, "its user's processes to go")
+            assert other.pid in processes_of(second.uid)  # the other pipeline's user: untouched
 
 
 @needs_root
