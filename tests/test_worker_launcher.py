@@ -236,7 +236,7 @@ def test_a_supervisor_runs_stops_and_cleans_up_workers_as_other_users(
         with running(conf, cluster) as supervisor:
             cluster.assign(cluster.code.upload("etl"), "etl", mode="env")
             beat = cluster.wait_for_worker(WorkerState.RUNNING, "etl")
-            cluster.assign(cluster.code.upload("report"), "report")
+            cluster.assign(cluster.code.upload("report"), "report", mode="detach")
             other = cluster.wait_for_worker(WorkerState.RUNNING, "report")
             work = supervisor.local_dir / "workers" / "etl" / "work"
             environ = json.loads((work / "env.json").read_text())
@@ -252,6 +252,12 @@ def test_a_supervisor_runs_stops_and_cleans_up_workers_as_other_users(
             wait_until(lambda: cluster.worker_beat("etl") is None, 30, "the worker to stop")
             wait_until(lambda: not processes_of(user.uid), 30, "its user's processes to go")
             assert other.pid in processes_of(second.uid)  # the other pipeline's user: untouched
+
+            # what a pipeline left running out of its process group goes with its worker
+            assert len(processes_of(second.uid)) >= 2
+            cluster.unassign("report")
+            wait_until(lambda: cluster.worker_beat("report") is None, 30, "the worker to stop")
+            wait_until(lambda: not processes_of(second.uid), 30, "what it left behind to go")
 
 
 @needs_root
