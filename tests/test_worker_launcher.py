@@ -1,28 +1,32 @@
 """The privileged step of workers run as other users: the worker launcher's refusals, the
-pool's choice of users, and a supervisor that reaches its workers through the launcher.
+pool's choice of users, a supervisor that reaches its workers directly (as root) and through
+the launcher, and one that is not root and goes through real sudo.
 
-The launcher is meant to run through ``sudo -n`` for a supervisor that is not root; here
-root runs it directly (sudo is not installed in CI), with its configuration in a directory
-of the test, so every check but sudo's own is exercised.
-"""
+Most launcher tests run it as root directly, with its configuration in a directory of the
+test; the last one writes a sudoers file (removed afterwards) and runs the supervisor as a
+user of its own, as deploy/ does, and is skipped where sudo is not installed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from stratus.api.records import WorkerState
 from stratus.config import load_config
 from stratus.errors import ConfigError
+from stratus.process import ProcessGroup
 from stratus.supervisor.daemon import Supervisor
 from stratus.supervisor.errors import SupervisorStartError, WorkerUserError
 from stratus.supervisor.run_as import DirectSwitch, UserPool
@@ -36,7 +40,7 @@ from stratus.supervisor.worker_access import (
     resolve_user,
 )
 from stratus.supervisor.worker_launcher import REFUSED_EXIT, main
-from tests.test_supervisor import Cluster, running
+from tests.test_supervisor import SUPERVISOR_WITH_STAND_IN, Cluster, running
 from tests.worker_users import needs_root, os_users, traversable_dir, worker_python
 from tests.zkfixtures import kazoo_client, wait_until
 
@@ -138,17 +142,23 @@ def walls() -> Iterator[tuple[Path, list[str]]]:
         yield base, names
 
 
-def launcher_config(base: Path, allowed: list[str], **extra: object) -> Path:
+def launcher_config(
+    base: Path,
+    allowed: list[str],
+    *,
+    local_dir: Path | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Path:
     directory = base / "etc"
     directory.mkdir(mode=0o755, exist_ok=True)
     config = directory / "worker-launcher.cfg"
     values = {
         "supervisor.user": "root",
-        "supervisor.local.dir": str(base / "s1"),
+        "supervisor.local.dir": str(local_dir or base / "s1"),
         "pipeline.checkpoint.root": str(base / "checkpoints"),
         "allowed.users": allowed,
         "min.uid": 1000,
-        **extra,
+        **(extra or {}),
     }
     config.write_text(json.dumps(values))
     config.chmod(0o644)
@@ -158,7 +168,7 @@ def launcher_config(base: Path, allowed: list[str], **extra: object) -> Path:
 @needs_root
 def test_the_launcher_refuses_users_it_does_not_allow(walls, capsys) -> None:
     base, (allowed, other) = walls
-    config = launcher_config(base, [allowed, "daemon", "root"], **{"banned.users": [allowed]})
+    config = launcher_config(base, [allowed, "daemon", "root"], extra={"banned.users": [allowed]})
     cases = {
         other: "not in allowed.users",
         allowed: "banned",
@@ -320,3 +330,90 @@ def test_a_supervisor_refuses_worker_users_that_cannot_reach_its_directory(
         with pytest.raises(SupervisorStartError, match=r"closed to them \(no o\+x\)"):
             supervisor.start()
         supervisor.stop()
+
+
+# ---------------------------------------------------------------------- through sudo, for real
+
+SUDOERS = """Defaults!{launcher} !use_pty, !log_output, !requiretty, env_reset
+{supervisor} ALL=(root) NOPASSWD: {launcher}
+"""
+ROOT_LAUNCHER = """#!{python}
+import sys
+from pathlib import Path
+from stratus.supervisor.worker_launcher import main
+sys.exit(main(config_path=Path({config!r})))
+"""
+
+
+@contextlib.contextmanager
+def sudoers(name: str, text: str) -> Iterator[None]:
+    """A file of /etc/sudoers.d, checked by visudo, removed afterwards."""
+    path = Path("/etc/sudoers.d") / name
+    path.write_text(text)
+    path.chmod(0o440)
+    try:
+        subprocess.run(["visudo", "-cf", str(path)], check=True, capture_output=True)
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+
+
+@needs_root
+@pytest.mark.spark  # starts pipeline workers (stand-ins: no JVM)
+@pytest.mark.skipif(shutil.which("sudo") is None, reason="sudo is not installed")
+def test_a_supervisor_that_is_not_root_runs_its_workers_through_sudo(zk_hosts) -> None:
+    with traversable_dir() as base, os_users(3) as (owner, first, second):
+        python = worker_python(base)
+        launcher = base / "stratus-worker-launcher"
+        supervisor_user = pwd.getpwnam(owner)
+        home = base / "supervisor"  # the supervisor's own, as /var/lib/stratus is
+        home.mkdir(mode=0o711)
+        os.chown(home, supervisor_user.pw_uid, supervisor_user.pw_gid)
+        config = launcher_config(
+            base, [first, second], local_dir=home / "s1", extra={"supervisor.user": owner}
+        )
+        launcher.write_text(ROOT_LAUNCHER.format(python=sys.executable, config=str(config)))
+        launcher.chmod(0o755)
+        with (
+            sudoers(f"stratus-test-{owner}", SUDOERS.format(launcher=launcher, supervisor=owner)),
+            kazoo_client(zk_hosts) as zk,
+        ):
+            cluster = Cluster(zk, zk_hosts, base)
+            overrides = cluster.overrides(
+                "s1",
+                **{
+                    "supervisor.local.dir": home / "s1",
+                    "supervisor.slots": 2,
+                    "supervisor.worker.run.as": "pool",
+                    "supervisor.worker.users": f"{first},{second}",
+                    "supervisor.worker.launcher.command": f"[sudo, -n, {launcher}]",
+                    "pipeline.checkpoint.root": base / "checkpoints",
+                },
+            )
+            script = base / "supervisor.py"
+            script.write_text(SUPERVISOR_WITH_STAND_IN)
+            argv = ["runuser", "-u", owner, "--", python, str(script), cluster.worker_command[1]]
+            with (base / "supervisor.log").open("ab") as log:
+                supervisor = ProcessGroup.start(
+                    [*argv, *overrides], stdout=log, stderr=subprocess.STDOUT, cwd=home
+                )
+            try:
+                cluster.assign(cluster.code.upload("etl"), "etl", mode="env")
+                beat = cluster.wait_for_worker(WorkerState.RUNNING, "etl")
+                user = resolve_user(first, min_uid=1000)
+                assert beat.pid is not None and beat.pid in processes_of(user.uid)
+                work = home / "s1" / "workers" / "etl" / "work"
+                environ = json.loads((work / "env.json").read_text())
+                assert environ["USER"] == first and "SUDO_UID" not in environ
+                stat_line = Path(f"/proc/{beat.pid}/stat").read_text()
+                parent = int(stat_line.rsplit(")", 1)[1].split()[1])
+                assert Path(f"/proc/{parent}/comm").read_text().strip() == "sudo"
+                spec = home / "s1" / "workers" / "etl" / "spec.json"
+                assert spec.stat().st_uid == supervisor_user.pw_uid  # not root's
+
+                cluster.unassign("etl")  # SIGTERM through sudo and the launcher
+                wait_until(lambda: cluster.worker_beat("etl") is None, 30, "the worker to stop")
+                wait_until(lambda: not processes_of(user.uid), 30, "its user's processes to go")
+            finally:
+                supervisor.stop(grace=10)
+                print((base / "supervisor.log").read_text()[-8000:])
