@@ -14,8 +14,8 @@ one of two ways (``SWITCHES``, chosen by ``supervisor.worker.launcher``):
   (``stratus.supervisor.worker_launcher``) through ``sudo -n`` for each of these steps; the
   launcher checks the user against its own root-owned configuration::
 
-    pool = UserPool.from_settings(settings.users)     # None: workers run as the supervisor
-    run_as = pool.take("etl")                          # RunAs, or None when the pool is empty
+    pool = UserPool.from_settings(settings.users, group=os.getgid())  # None: as the supervisor
+    run_as = pool.take("etl")           # RunAs; WorkerUserError when every user is busy
     argv, popen = run_as.switch.command(argv, directory=paths.directory, pipeline="etl", ...)
     run_as.switch.signal(run_as.user, group, signal.SIGTERM, whole_group=False)
     run_as.finished()                                  # its user's processes killed, user freed
@@ -28,7 +28,7 @@ import logging
 import os
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -187,19 +187,33 @@ class SudoSwitch:
             )
 
 
+def _direct(settings: UserSettings, euid: int, group: int) -> UserSwitch:
+    if euid != 0:
+        raise WorkerUserError(
+            "supervisor.worker.launcher is `direct` but the supervisor is not root: "
+            "run it as root, or use `sudo` with the worker launcher (docs/security.md)"
+        )
+    return DirectSwitch(group)
+
+
+def _sudo(settings: UserSettings, euid: int, group: int) -> UserSwitch:
+    return SudoSwitch(settings.launcher_command)
+
+
+# supervisor.worker.launcher -> the switch it names, made from the settings, the
+# supervisor's effective uid and its group
+SWITCHES: dict[str, Callable[[UserSettings, int, int], UserSwitch]] = {
+    "direct": _direct,
+    "sudo": _sudo,
+}
+
+
 def choose_switch(settings: UserSettings, *, euid: int, group: int) -> UserSwitch:
     """The switch ``supervisor.worker.launcher`` names (``auto``: direct as root, else sudo)."""
     kind = settings.launcher
     if kind == "auto":
         kind = "direct" if euid == 0 else "sudo"
-    if kind == "direct":
-        if euid != 0:
-            raise WorkerUserError(
-                "supervisor.worker.launcher is `direct` but the supervisor is not root: "
-                "run it as root, or use `sudo` with the worker launcher (docs/security.md)"
-            )
-        return DirectSwitch(group)
-    return SudoSwitch(settings.launcher_command)
+    return SWITCHES[kind](settings, euid, group)
 
 
 @dataclass
