@@ -417,3 +417,21 @@ def test_a_supervisor_that_is_not_root_runs_its_workers_through_sudo(zk_hosts) -
             finally:
                 supervisor.stop(grace=10)
                 print((base / "supervisor.log").read_text()[-8000:])
+
+
+@needs_root
+def test_a_directory_a_worker_swapped_for_a_link_is_refused_not_followed(walls) -> None:
+    base, (name, _) = walls
+    user = resolve_user(name, min_uid=1000)
+    directory = base / "s1" / "workers" / "etl"
+    prepare_worker(directory, b"{}", user, group=0, checkpoint_dir=None)
+    tmp = directory / "work" / "tmp"
+    tmp.rmdir()
+    tmp.symlink_to("/etc")  # the worker's user may do this in its own directory
+    etc = os.stat("/etc")
+    with pytest.raises(WorkerUserError, match="not a directory"):
+        prepare_worker(directory, b"{}", user, group=0, checkpoint_dir=None)
+    after = os.stat("/etc")
+    assert (after.st_uid, after.st_gid, after.st_mode) == (etc.st_uid, etc.st_gid, etc.st_mode)
+    with pytest.raises(WorkerUserError, match="not the supervisor's directory"):
+        prepare_worker(directory, b"{}", user, group=0, checkpoint_dir=None, owner=12345)

@@ -47,7 +47,7 @@ import secrets
 import signal
 import stat
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,31 +139,41 @@ def prepare_worker(
     *,
     group: int,
     checkpoint_dir: Path | None,
+    owner: int | None = None,
 ) -> None:
     """Before a worker starts: its directory ``directory``, the supervisor's, and in it its
     own directory ``work`` with its copy of the ``spec`` and no heartbeat left of the last
     run, its temporary directory, and (``checkpoint_dir``: a local one) its pipeline's
     checkpoint directory; owned by ``user`` and ``group`` (None: by the caller, as before).
-    Needs root when ``user`` is set. Nothing is followed through a symbolic link."""
+    Needs root when ``user`` is set. Nothing is followed through a symbolic link: every
+    step below ``directory`` is taken from a descriptor of the directory above it, so a
+    directory swapped for a link meanwhile is refused, not followed (WorkerUserError), and
+    so is a ``directory`` that ``owner`` (the supervisor's uid, if given) does not own."""
     directory.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
-    _refuse_link(directory)
-    directory.chmod(PRIVATE_DIR_MODE if user is None else TRAVERSE_DIR_MODE)
-    work = directory / WORK_DIR
     if user is None:
+        _refuse_link(directory)
+        directory.chmod(PRIVATE_DIR_MODE)
+        work = directory / WORK_DIR
         work.mkdir(exist_ok=True)
         _refuse_link(work)
         work.chmod(WORKER_DIR_MODE)
-    else:
-        _own_tree(work, user.uid, group, WORKER_DIR_MODE)
-    (work / HEARTBEAT_FILE).unlink(missing_ok=True)  # a new process starts with none
-    if user is None:
+        (work / HEARTBEAT_FILE).unlink(missing_ok=True)  # a new process starts with none
         write_atomically(work / SPEC_FILE, spec)
         return
-    _write_owned(work / SPEC_FILE, spec, user.uid, group)
-    _own_tree(work / TMP_DIR, user.uid, group, WORKER_TMP_MODE)
+    with _opened(directory) as top_fd:
+        if owner is not None and os.fstat(top_fd).st_uid != owner:
+            raise WorkerUserError(f"{directory} is not the supervisor's directory")
+        os.fchmod(top_fd, TRAVERSE_DIR_MODE)
+        _own_tree(WORK_DIR, top_fd, user.uid, group, WORKER_DIR_MODE)
+        with _opened(WORK_DIR, top_fd) as work_fd:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(HEARTBEAT_FILE, dir_fd=work_fd)  # a new process starts with none
+            _write_owned(SPEC_FILE, work_fd, spec, user.uid, group)
+            _own_tree(TMP_DIR, work_fd, user.uid, group, WORKER_TMP_MODE)
     if checkpoint_dir is not None:
         checkpoint_dir.parent.mkdir(parents=True, exist_ok=True)
-        _own_tree(checkpoint_dir, user.uid, group, CHECKPOINT_DIR_MODE, group_acl=True)
+        with _opened(checkpoint_dir.parent, follow=True) as root_fd:
+            _own_tree(checkpoint_dir.name, root_fd, user.uid, group, CHECKPOINT_DIR_MODE, acl=True)
 
 
 def closed_to_others(path: Path) -> Path | None:
@@ -219,12 +229,31 @@ def process_uids(pid: int) -> tuple[int, int] | None:
     return int(real), int(effective)
 
 
-def _write_owned(path: Path, data: bytes, uid: int, gid: int) -> None:
-    """Replace ``path``, in a directory its worker's user may write, with ``data`` as a
-    file of ``uid`` only (0600). The temporary file has a name nobody can guess and is
-    created, never opened if it exists: a link planted there is not written through."""
-    temp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
+@contextlib.contextmanager
+def _opened(path: Path | str, dir_fd: int | None = None, *, follow: bool = False) -> Iterator[int]:
+    """A descriptor of the directory ``path`` (relative to ``dir_fd``), closed afterwards;
+    WorkerUserError if it is a symbolic link (unless ``follow``) or not a directory."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags, dir_fd=dir_fd)
+    except (NotADirectoryError, OSError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise WorkerUserError(f"{path} is not a directory (a link?): {exc.strerror}") from None
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _write_owned(name: str, dir_fd: int, data: bytes, uid: int, gid: int) -> None:
+    """Replace ``name`` in the directory ``dir_fd`` (one its worker's user may write) with
+    ``data``, as a file of ``uid`` only (0600). The temporary file has a name nobody can
+    guess and is created, never opened if it exists: a link planted there is not written
+    through."""
+    temp = f".{name}.{secrets.token_hex(8)}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    fd = os.open(temp, flags, PRIVATE_FILE_MODE, dir_fd=dir_fd)
     try:
         os.fchown(fd, uid, gid)
         view = memoryview(data)
@@ -232,35 +261,31 @@ def _write_owned(path: Path, data: bytes, uid: int, gid: int) -> None:
             view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
-    os.replace(temp, path)
+    os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
-def _own_tree(path: Path, uid: int, gid: int, mode: int, *, group_acl: bool = False) -> None:
-    """Create ``path`` (its parent must exist) owned ``uid``:``gid`` with ``mode``, and give
-    whatever is below it that another user owns to ``uid``:``gid`` (a pipeline whose last
-    run had another user of the pool); symbolic links are neither followed nor changed but
-    for their own owner, and a file with several links is left alone (it may be another's).
-    ``group_acl``: every directory also gets a default ACL that gives ``gid`` what is
-    created below it (``group_default_acl``)."""
+def _own_tree(name: str, dir_fd: int, uid: int, gid: int, mode: int, *, acl: bool = False) -> None:
+    """Create the directory ``name`` in ``dir_fd`` if missing, owned ``uid``:``gid`` with
+    ``mode``, and give whatever is below it that another user owns to ``uid``:``gid`` (a
+    pipeline whose last run had another user of the pool); symbolic links are neither
+    followed nor changed but for their own owner, and a file with several links is left
+    alone (it may be another's). ``acl``: every directory also gets a default ACL that
+    gives ``gid`` what is created below it (``group_default_acl``)."""
     with contextlib.suppress(FileExistsError):
-        path.mkdir(mode=mode & 0o777)
-    _refuse_link(path)
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)  # a link: ELOOP
-    try:
+        os.mkdir(name, mode & 0o777, dir_fd=dir_fd)
+    with _opened(name, dir_fd) as fd:
         os.fchown(fd, uid, gid)
         os.fchmod(fd, mode)
-    finally:
-        os.close(fd)
-    for _top, dirs, files, top_fd in os.fwalk(path, follow_symlinks=False):
-        if group_acl:
+    for _top, dirs, files, top_fd in os.fwalk(name, dir_fd=dir_fd, follow_symlinks=False):
+        if acl:
             _set_default_acl(top_fd, gid)
-        for name in [*dirs, *files]:
-            info = os.stat(name, dir_fd=top_fd, follow_symlinks=False)
+        for entry in [*dirs, *files]:
+            info = os.stat(entry, dir_fd=top_fd, follow_symlinks=False)
             if info.st_uid == uid and info.st_gid == gid:
                 continue
             if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
                 continue
-            os.chown(name, uid, gid, dir_fd=top_fd, follow_symlinks=False)
+            os.chown(entry, uid, gid, dir_fd=top_fd, follow_symlinks=False)
 
 
 # POSIX ACLs as Linux stores them in an extended attribute (linux/posix_acl_xattr.h)

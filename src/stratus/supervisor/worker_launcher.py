@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None, *, config_path: Path = CONFIG_PATH) 
     except _UsageError as exc:
         print(f"stratus-worker-launcher: {exc}\n{_USAGE}", file=sys.stderr)
         return USAGE_EXIT
-    except (StratusError, OSError) as exc:
+    except (StratusError, OSError, ValueError) as exc:  # ValueError: a spec or env that is not
         print(f"stratus-worker-launcher: refused: {exc}", file=sys.stderr)
         return REFUSED_EXIT
 
@@ -203,7 +203,14 @@ def _launch(
         raise WorkerUserError(f"{directory / ENV_FILE} is not an environment")
     env.update(worker_identity(user, directory))
     checkpoints = config.checkpoint_root / pipeline if config.checkpoint_root else None
-    prepare_worker(directory, spec, user, group=supervisor.pw_gid, checkpoint_dir=checkpoints)
+    prepare_worker(
+        directory,
+        spec,
+        user,
+        group=supervisor.pw_gid,
+        checkpoint_dir=checkpoints,
+        owner=supervisor.pw_uid,
+    )
     _become(user)
     os.chdir(directory / WORK_DIR)
     os.execvpe(argv[0], argv, env)
