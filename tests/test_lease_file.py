@@ -17,7 +17,8 @@ def test_a_lease_reads_back_as_written(tmp_path: Path) -> None:
     path = tmp_path / "lease"
     write_lease(path, 1234.5)
     assert read_lease(path) == 1234.5
-    assert path.stat().st_mode & 0o777 == 0o600
+    # every worker reads it, whichever user it runs as: it holds a time, nothing secret
+    assert path.stat().st_mode & 0o777 == 0o644
     write_lease(path, 0.0)
     assert read_lease(path) == 0.0
 

@@ -73,7 +73,9 @@ def write_beat(
         time=time,
         error=error,
     )
-    WorkerPaths.of(tmp_path, "etl").heartbeat.write_bytes(beat.encode())
+    heartbeat = WorkerPaths.of(tmp_path, "etl").heartbeat
+    heartbeat.parent.mkdir(parents=True, exist_ok=True)  # the worker's own directory
+    heartbeat.write_bytes(beat.encode())
 
 
 def test_a_worker_starts_once_its_code_is_there_and_allowed(tmp_path) -> None:
@@ -401,7 +403,9 @@ def exit_fenced(tmp_path: Path, launcher: FakeLauncher) -> None:
         time=1.0,
         error="fenced: a worker of a newer assignment (token 1-9) claimed ...",
     )
-    WorkerPaths.of(tmp_path, "etl").heartbeat.write_bytes(beat.encode())
+    heartbeat = WorkerPaths.of(tmp_path, "etl").heartbeat
+    heartbeat.parent.mkdir(parents=True, exist_ok=True)  # the worker's own directory
+    heartbeat.write_bytes(beat.encode())
     launcher.last.exit_code = FENCED_EXIT
 
 

@@ -78,7 +78,8 @@ FAKE_WORKER = '''
 """A stand-in for the Spark worker: the supervisor's side of the contract, in milliseconds.
 
 spark.test.mode in the pipeline's conf: run (default), fail, crash, finish or hang; env also
-writes its environment to <work_dir>/env.json, then runs.
+writes its environment to <work_dir>/env.json, then runs; detach also starts a process in a
+session of its own (that outlives the worker's process group), then runs.
 """
 import json, os, signal, sys, threading, time
 from pathlib import Path
@@ -121,6 +122,10 @@ if mode == "finish":
     sys.exit(0)
 if mode == "env":
     Path(spec.work_dir, "env.json").write_text(json.dumps(dict(os.environ)))
+if mode == "detach":  # leaves a process behind, out of its process group
+    import subprocess
+    subprocess.Popen(["sleep", "600"], start_new_session=True, stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 if mode == "hang":
     Path(spec.work_dir, "pid").write_text(str(os.getpid()))
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -49,7 +49,7 @@ def test_the_spec_carries_the_assignment_the_code_and_where_to_checkpoint(tmp_pa
     assert (spec.kind, spec.entrypoint, spec.code_dir) == ("app", "m:run", tmp_path / "code")
     assert spec.checkpoint_location == "/ck/etl"
     assert spec.spark_master == "spark://cluster:7077"
-    assert spec.heartbeat_path == tmp_path / "workers" / "etl" / "heartbeat.json"
+    assert spec.heartbeat_path == tmp_path / "workers" / "etl" / "work" / "heartbeat.json"
     assert spec.conf == {"spark.x": 1}
     assert spec.trigger_interval_secs is None
 

@@ -33,6 +33,7 @@ _LIST_KEYS = frozenset(  # `a,b` splits at commas, in a file as with `-c key=a,b
         "pipeline.checkpoint.schemes",
         "pipeline.spark.masters",
         "supervisor.worker.env",
+        "supervisor.worker.users",
         "supervisor.deps.find.links",
     }
 )
@@ -832,6 +833,43 @@ class StratusConfig(BaseModel):
         "whose static conf matches starts in it in about a second; each costs the memory of "
         "an idle Spark driver (see docs/supervisor.md)",
     )
+    supervisor_worker_run_as: Literal["supervisor", "pool", "shared"] = Field(
+        default="supervisor",
+        alias="supervisor.worker.run.as",
+        description="which operating-system user runs the workers: `supervisor` (the "
+        "supervisor's own, which lets a pipeline's code read the daemons' credentials), "
+        "`pool` (one user of supervisor.worker.users per running pipeline, never two "
+        "pipelines at once) or `shared` (the one user of supervisor.worker.users for every "
+        "worker: walled off from the daemons, not from each other); see docs/security.md",
+    )
+    supervisor_worker_users: list[str] = Field(
+        default=[],
+        alias="supervisor.worker.users",
+        description="the operating-system users workers run as (supervisor.worker.run.as "
+        "`pool`: at least supervisor.slots of them; `shared`: exactly one); never root, "
+        "none below supervisor.worker.min.uid",
+    )
+    supervisor_worker_min_uid: int = Field(
+        default=1000,
+        ge=1,
+        alias="supervisor.worker.min.uid",
+        description="the lowest uid a worker may run as: system accounts below it are "
+        "refused (the worker launcher's own min.uid applies too)",
+    )
+    supervisor_worker_launcher: Literal["auto", "direct", "sudo"] = Field(
+        default="auto",
+        alias="supervisor.worker.launcher",
+        description="how a supervisor runs workers as another user: `direct` (it runs as "
+        "root and switches user itself), `sudo` (through supervisor.worker.launcher.command) "
+        "or `auto` (direct when root, else sudo)",
+    )
+    supervisor_worker_launcher_command: list[str] = Field(
+        default=["sudo", "-n", "/opt/stratus/venv/bin/stratus-worker-launcher"],
+        min_length=1,
+        alias="supervisor.worker.launcher.command",
+        description="the privileged worker launcher a supervisor that is not root runs "
+        "(deploy/stratus-worker-launcher.sudoers allows it)",
+    )
     supervisor_deps_index_url: str | None = Field(
         default=None,
         min_length=1,
@@ -1079,6 +1117,36 @@ class StratusConfig(BaseModel):
         description="`stratus elect`: time between SIGTERM and SIGKILL of the command "
         "(default: a fifth of the session timeout, at most 1 s)",
     )
+
+    @model_validator(mode="after")
+    def _worker_users_fit_the_mode(self) -> StratusConfig:
+        mode, users = self.supervisor_worker_run_as, self.supervisor_worker_users
+        if len(set(users)) != len(users):
+            raise ValueError("supervisor.worker.users names a user twice")
+        if "root" in users:
+            raise ValueError("supervisor.worker.users may not name root: workers run a user's code")
+        if mode == "supervisor" and users:
+            raise ValueError(
+                "supervisor.worker.users is set but supervisor.worker.run.as is `supervisor`: "
+                "set supervisor.worker.run.as to `pool` (one user per pipeline) or `shared`"
+            )
+        if mode == "pool" and len(users) < self.supervisor_slots:
+            raise ValueError(
+                f"supervisor.worker.run.as is `pool` but supervisor.worker.users names "
+                f"{len(users)} users for supervisor.slots {self.supervisor_slots}: two "
+                "pipelines never share a user, so list at least one user per slot"
+            )
+        if mode == "shared" and len(users) != 1:
+            raise ValueError(
+                "supervisor.worker.run.as is `shared`: supervisor.worker.users must name "
+                f"exactly one user (it names {len(users)})"
+            )
+        if mode != "supervisor" and self.supervisor_worker_warm:
+            raise ValueError(
+                "supervisor.worker.warm works only with supervisor.worker.run.as `supervisor`: "
+                "a warm worker starts before it knows its pipeline, hence its user"
+            )
+        return self
 
     @model_validator(mode="after")
     def _grace_fits_in_session(self) -> StratusConfig:

@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 FETCHERS = 2  # packages fetched at once
 COPY_CHUNK = 1 << 20
 UNPACK_PREFIX = ".unpack-"
+CODE_DIR_MODE = 0o755
+CODE_FILE_MODE = 0o644
 LEFTOVERS = (f"{UNPACK_PREFIX}*", ".download-*")  # temporary files a crash can leave behind
 
 
@@ -244,6 +246,7 @@ def _unpack(package: Path, target: Path) -> None:
         with zipfile.ZipFile(package) as archive:
             for info in archive.infolist():
                 _extract(archive, info, temp)
+        _read_only_for_all(temp)
         if target.exists():  # another fetch of the same bytes won the race
             _remove(temp)
             return
@@ -251,6 +254,15 @@ def _unpack(package: Path, target: Path) -> None:
     except BaseException:
         _remove(temp)
         raise
+
+
+def _read_only_for_all(root: Path) -> None:
+    """Code is read by workers that may run as other users (``worker_access``), and written
+    by nobody once unpacked: directories 0755, files 0644, whatever the umask."""
+    root.chmod(CODE_DIR_MODE)
+    for path in root.rglob("*"):
+        if not path.is_symlink():
+            path.chmod(CODE_DIR_MODE if path.is_dir() else CODE_FILE_MODE)
 
 
 def _extract(archive: zipfile.ZipFile, info: zipfile.ZipInfo, root: Path) -> None:

@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import logging
 import os
+import pwd
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from stratus import __version__
 from stratus.api.clock import Clock
@@ -47,7 +49,7 @@ from stratus.supervisor.assignment_reader import AssignmentReader
 from stratus.supervisor.code_cache import CodeCache
 from stratus.supervisor.control_loop import SHUTDOWN, SHUTDOWN_MARGIN_SECS, ControlLoop, FenceOrder
 from stratus.supervisor.endpoint import Fencing, SupervisorEndpoint, WorkerLog, check_reachable
-from stratus.supervisor.errors import SupervisorStartError
+from stratus.supervisor.errors import SupervisorStartError, WorkerUserError
 from stratus.supervisor.fence import Lease, LeaseState
 from stratus.supervisor.heartbeat_publisher import HeartbeatPublisher, HeartbeatRound
 from stratus.supervisor.launcher import WorkerLauncher
@@ -55,11 +57,14 @@ from stratus.supervisor.metrics import SupervisorMetrics
 from stratus.supervisor.outage_watch import PROBE_TIMEOUT_SECS, OutageWatch
 from stratus.supervisor.registration import SupervisorRegistration
 from stratus.supervisor.requirements_env import RequirementEnvs
+from stratus.supervisor.run_as import UserPool
 from stratus.supervisor.settings import SupervisorSettings
 from stratus.supervisor.warm_pool import WarmPool
+from stratus.supervisor.worker_access import TRAVERSE_DIR_MODE, closed_to_others
 from stratus.supervisor.worker_env import worker_environment
 from stratus.supervisor.worker_log import RunLog
-from stratus.supervisor.worker_process import WorkerPaths
+from stratus.supervisor.worker_process import WorkerPaths, default_worker_command
+from stratus.worker.checkpoints import local_pipeline_directory
 from stratus.worker.spec import WorkerSpec
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.quorum_probe import ensemble_config
@@ -111,10 +116,11 @@ class Supervisor:
         if self.settings.http.enabled:
             check_reachable(self.settings.http, self.id)  # before anything is connected
         self._make_local_dir()
+        users = self._user_pool()  # before anything is opened: a refusal leaves nothing
         self.session.start()
         self._opened.append(self.session.close)
         try:
-            self._start_parts()
+            self._start_parts(users)
         except BaseException:
             self._close_opened()
             raise
@@ -150,13 +156,60 @@ class Supervisor:
     def _make_local_dir(self) -> None:
         try:
             (self.local_dir / "workers").mkdir(parents=True, exist_ok=True)
+            if self.settings.users.separate:  # workers of other users pass, never list
+                for directory in (self.local_dir, self.local_dir / "workers"):
+                    directory.chmod(TRAVERSE_DIR_MODE)
         except OSError as exc:
             raise SupervisorStartError(
                 f"cannot use supervisor.local.dir {self.local_dir}: {exc.strerror}; "
                 "point supervisor.local.dir at a writable directory"
             ) from None
 
-    def _start_parts(self) -> None:
+    def _check_worker_paths(self) -> None:
+        """Refuse to start when a worker of another user could not reach its directory,
+        its local checkpoints or its interpreter, naming the directory that stops it."""
+        places = {
+            "supervisor.local.dir": self.local_dir / "workers",
+            "the worker's interpreter": Path((self._worker_command or default_worker_command())[0]),
+        }
+        checkpoints = local_pipeline_directory(self.settings.spec.checkpoint_root, "x")
+        if checkpoints is not None:
+            places["pipeline.checkpoint.root"] = checkpoints.parent
+        for what, path in places.items():
+            closed = closed_to_others(path)
+            if closed is not None:
+                raise SupervisorStartError(
+                    f"workers of other users cannot reach {what} {path}: {closed} is closed "
+                    "to them (no o+x); open it (chmod o+x) or choose another place"
+                )
+
+    def _user_pool(self) -> UserPool | None:
+        """The users workers run as (None: the supervisor's own, said in a warning)."""
+        try:
+            pool = UserPool.from_settings(self.settings.users, group=os.getgid())
+        except WorkerUserError as exc:
+            raise SupervisorStartError(f"cannot run workers as other users: {exc}") from None
+        if pool is not None:
+            self._check_worker_paths()
+        if pool is None:
+            log.warning(
+                "event=workers_run_as_supervisor supervisor=%s user=%s reason=%r",
+                self.id,
+                _user_name(),
+                "a pipeline's code can read this supervisor's credentials and every other "
+                "pipeline's files: set supervisor.worker.run.as (docs/security.md)",
+            )
+        else:
+            log.info(
+                "event=workers_run_as supervisor=%s mode=%s users=%s launcher=%s",
+                self.id,
+                self.settings.users.run_as,
+                ",".join(self.settings.users.users),
+                pool.switch.name,
+            )
+        return pool
+
+    def _start_parts(self, users: UserPool | None) -> None:
         client = self.session.client
         for parent in self.paths.all_parents():
             client.ensure_path(parent)
@@ -184,6 +237,7 @@ class Supervisor:
             command=self._worker_command,
             log=self.settings.log,
             warm=warm,
+            users=users,
         )
         self._build_loop(launcher, warm)
         self._start_threads()
@@ -411,3 +465,10 @@ class Supervisor:
                 close()
             except Exception:  # closing the rest matters more
                 log.exception("event=close_failed supervisor=%s", self.id)
+
+
+def _user_name() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())

@@ -38,3 +38,8 @@ class EnvironmentBuildError(SupervisorError):
 class UnfencedAssignmentError(SupervisorError):
     """An assignment without its fencing token (not read from its znode's stat): no worker
     may run it, since nothing would fence that worker."""
+
+
+class WorkerUserError(SupervisorError):
+    """A worker cannot run as the user it was given: the user is missing, banned, a system
+    account, in the supervisor's group, or the worker launcher refused it."""

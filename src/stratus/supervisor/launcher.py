@@ -3,6 +3,11 @@ requirements from ``RequirementEnvs`` (a package that lists none runs with the s
 interpreter), its process from a spec: handed to a warm worker when there is one and the
 pipeline fits it (``warm_pool``), else started cold.
 
+With worker users (``supervisor.worker.run.as`` `pool` or `shared`), each cold start takes a
+user from the ``UserPool`` and the worker's environment says who and where it is (its HOME,
+USER, a private TMPDIR: ``worker_access.worker_identity``); its Spark writes the checkpoints
+with umask 007 as well, so that the daemons' group can delete them (a purge).
+
 ``ManagedWorker`` and the control loop see this through the ``Launcher`` protocol, so their
 tests use fakes::
 
@@ -24,8 +29,10 @@ from stratus.api.records import Assignment
 from stratus.codedist.distributor import CodeMeta
 from stratus.supervisor.code_cache import CodeCache, CodePending, CodeState, PipelineCode
 from stratus.supervisor.requirements_env import EnvFailed, EnvPending, RequirementEnvs
+from stratus.supervisor.run_as import UserPool
 from stratus.supervisor.settings import SpecSettings
 from stratus.supervisor.warm_pool import WarmPool, cold_reason
+from stratus.supervisor.worker_access import worker_identity
 from stratus.supervisor.worker_env import worker_environment
 from stratus.supervisor.worker_log import LogSettings
 from stratus.supervisor.worker_process import (
@@ -34,8 +41,14 @@ from stratus.supervisor.worker_process import (
     build_spec,
     default_worker_command,
 )
+from stratus.worker.checkpoints import local_pipeline_directory
+from stratus.worker.spec import WorkerSpec
 
 PYSPARK_PYTHON = "PYSPARK_PYTHON"
+# Hadoop's own umask, for what Spark writes (checkpoints): as the worker's, so that the
+# daemons' group may delete a pipeline's checkpoints written by a worker of another user
+HADOOP_UMASK_KEY = "spark.hadoop.fs.permissions.umask-mode"
+HADOOP_UMASK = "007"
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +66,11 @@ class WorkerLauncher:
         command: Sequence[str] | None = None,
         log: LogSettings | None = None,
         warm: WarmPool | None = None,
+        users: UserPool | None = None,
     ) -> None:
         self._settings = settings
         self._warm = warm
+        self._users = users  # None: workers run as the supervisor
         # pipeline -> the assignment last handed to a warm worker: if that run crashes, its
         # restart starts cold, so a pipeline the warm session does not suit cannot loop on it
         self._warm_runs: dict[str, tuple[int, int, str, float]] = {}
@@ -82,6 +97,8 @@ class WorkerLauncher:
         self, assignment: Assignment, code: PipelineCode, paths: WorkerPaths
     ) -> WorkerProcess:
         spec = build_spec(self._settings, self._supervisor, assignment, code, paths)
+        if self._users is not None:
+            spec = _walled(spec)
         if self._warm is not None:
             run = (assignment.epoch, assignment.generation, assignment.digest, assignment.assigned)
             reason = cold_reason(spec, code, self._warm.master)
@@ -117,9 +134,29 @@ class WorkerLauncher:
                     "this supervisor's pipeline.spark.master(s) name no cluster master, so "
                     "it packs no environment for executors: configure it as the nimbuses",
                 )
-        return WorkerProcess.launch(spec, paths, command, env=env, log=self._log)
+        if self._users is None:
+            return WorkerProcess.launch(spec, paths, command, env=env, log=self._log)
+        run_as = self._users.take(spec.pipeline)
+        env.update(worker_identity(run_as.user, paths.directory))
+        return WorkerProcess.launch(
+            spec,
+            paths,
+            command,
+            env=env,
+            log=self._log,
+            run_as=run_as,
+            checkpoint_dir=local_pipeline_directory(self._settings.checkpoint_root, spec.pipeline),
+        )
 
     def retain(self, digests: Set[str]) -> None:
         self._cache.retain(digests)
         if self._envs is not None:
             self._envs.forget_failures()  # a failed set is tried again by a new assignment
+
+
+def _walled(spec: WorkerSpec) -> WorkerSpec:
+    """``spec`` for a worker of another user: its Spark writes with Hadoop's umask 007 (unless
+    the pipeline's conf says otherwise), and it writes no line to the history file, which
+    is the supervisor's and would show it the other pipelines' lines."""
+    conf = {HADOOP_UMASK_KEY: HADOOP_UMASK, **spec.conf}
+    return spec.model_copy(update={"conf": conf, "history_file": None})

@@ -110,6 +110,22 @@ class WarmSettings:
 
 
 @dataclass(frozen=True)
+class UserSettings:
+    """``supervisor.worker.run.as`` and its companions."""
+
+    run_as: str = "supervisor"  # supervisor.worker.run.as: supervisor | pool | shared
+    users: tuple[str, ...] = ()  # supervisor.worker.users
+    min_uid: int = 1000  # supervisor.worker.min.uid
+    launcher: str = "auto"  # supervisor.worker.launcher: auto | direct | sudo
+    launcher_command: tuple[str, ...] = ()  # supervisor.worker.launcher.command
+
+    @property
+    def separate(self) -> bool:
+        """Whether workers run as users of their own, not the supervisor's."""
+        return self.run_as != "supervisor"
+
+
+@dataclass(frozen=True)
 class DepsSettings:
     """How a supervisor installs pipelines' requirements (``supervisor.deps.*``)."""
 
@@ -178,6 +194,7 @@ class SupervisorSettings:
     log: LogSettings
     http: EndpointSettings
     warm: WarmSettings = WarmSettings()
+    users: UserSettings = UserSettings()
 
     @classmethod
     def from_config(cls, conf: StratusConfig) -> SupervisorSettings:
@@ -253,6 +270,13 @@ class SupervisorSettings:
             warm=WarmSettings(
                 enabled=conf.supervisor_worker_warm,
                 backoff_secs=conf.supervisor_worker_restart_backoff_secs,
+            ),
+            users=UserSettings(
+                run_as=conf.supervisor_worker_run_as,
+                users=tuple(conf.supervisor_worker_users),
+                min_uid=conf.supervisor_worker_min_uid,
+                launcher=conf.supervisor_worker_launcher,
+                launcher_command=tuple(conf.supervisor_worker_launcher_command),
             ),
         )
 

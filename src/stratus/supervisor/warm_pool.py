@@ -138,7 +138,7 @@ class WarmPool:
             stdin = warm.group.process.stdin
             assert stdin is not None  # a PIPE lifeline
             try:
-                stdin.write(f"{paths.spec}\n".encode())
+                stdin.write(f"{paths.worker_spec}\n".encode())
                 stdin.flush()
             except OSError:  # it died since the look: the next one, else a cold start
                 run_log.close()

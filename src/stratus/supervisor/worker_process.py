@@ -1,8 +1,9 @@
 """One worker process: its spec, its start, its stop, and no orphan ever.
 
-Guarantees: a worker runs as ``python -m stratus.worker.main <dir>/spec.json`` in a
-process group of its own, with the environment its launcher gives it (``worker_env``), its
-directory only its owner may enter (0700) and its spec only its owner may read (0600),
+Guarantees: a worker runs as ``python -m stratus.worker.main <dir>/work/spec.json`` in a
+process group of its own, with the environment its launcher gives it (``worker_env``), as
+its supervisor's user or as the user it was given (``run_as``), its files owned and
+protected as ``worker_access`` decides (its spec only it and its supervisor may read),
 with stdout and stderr sent through a pipe to ``<dir>/worker.log``, rotated by size, one set
 of files per run (``worker_log``), and its stdin a pipe that only its supervisor holds:
 when the supervisor dies, even by SIGKILL, the kernel closes the pipe and the worker sees
@@ -16,6 +17,10 @@ has exited, whatever is left in its group is killed too::
     process.poll()          # None while it runs, then its exit code
     process.terminate()     # SIGTERM
     process.kill()          # SIGKILL of the process group
+
+A worker of another user is prepared, started and signalled through its ``RunAs``'s switch
+(the supervisor itself when root, else the worker launcher); once it exited, whatever its
+user left running is killed before the user is given to another pipeline.
 
 Processes are started with ``subprocess.Popen`` (fork and exec, no Python code in the child):
 the supervisor's kazoo threads are never run in a forked child.
@@ -32,6 +37,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from stratus.api.locations import is_local_master
 from stratus.api.records import Assignment
@@ -39,14 +45,15 @@ from stratus.codedist.manifest import TRIGGER_CONF_KEY
 from stratus.process import Lifeline, ProcessGroup
 from stratus.supervisor.code_cache import PipelineCode
 from stratus.supervisor.errors import UnfencedAssignmentError
+from stratus.supervisor.run_as import RunAs
 from stratus.supervisor.settings import SpecSettings
+from stratus.supervisor.worker_access import WORK_DIR, prepare_worker
 from stratus.supervisor.worker_log import LogPump, LogSettings, RunLog
 from stratus.worker.checkpoints import checkpoint_location
 from stratus.worker.spec import HEARTBEAT_FILE, PRIVATE_DIR_MODE, SPEC_FILE, WorkerSpec
 
 WORKER_MODULE = "stratus.worker.main"
 LOG_FILE = "worker.log"
-WORK_DIR = "work"
 START_MARK = "==== stratus supervisor: worker started"  # a line in worker.log before each run
 TAIL_READ_BYTES = 64 * 1024
 TAIL_LINES = 20
@@ -61,7 +68,8 @@ def default_worker_command() -> list[str]:
 
 @dataclass(frozen=True)
 class WorkerPaths:
-    """The files of one pipeline's worker under ``<local>/workers/<pipeline>/``."""
+    """The files of one pipeline's worker under ``<local>/workers/<pipeline>/`` (their
+    owners and modes: ``worker_access``)."""
 
     directory: Path
 
@@ -71,17 +79,24 @@ class WorkerPaths:
 
     def make_private(self) -> None:
         """Create the worker's directory (and its parents) if missing, and let only its
-        owner enter it: it holds the spec, whose conf may hold secrets."""
+        owner enter it: it holds the spec, whose conf may hold secrets (a worker of another
+        user may then pass through it: ``worker_access.prepare_worker``)."""
         self.directory.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
         self.directory.chmod(PRIVATE_DIR_MODE)
 
     @property
     def spec(self) -> Path:
+        """The supervisor's own copy of the spec (the logs' redaction reads it)."""
         return self.directory / SPEC_FILE
 
     @property
+    def worker_spec(self) -> Path:
+        """The worker's copy, in its own directory: what it runs."""
+        return self.work / SPEC_FILE
+
+    @property
     def heartbeat(self) -> Path:
-        return self.directory / HEARTBEAT_FILE
+        return self.work / HEARTBEAT_FILE
 
     @property
     def log(self) -> Path:
@@ -148,14 +163,26 @@ def build_spec(
     )
 
 
-def prepare_run(spec: WorkerSpec, paths: WorkerPaths, log: LogSettings | None) -> RunLog:
-    """Before a run of ``spec``, cold or warm: its private directory, its spec written, no
-    heartbeat file left of the last run, whose log becomes the previous one; the new run's
-    log, its first line the start mark."""
+def prepare_run(
+    spec: WorkerSpec,
+    paths: WorkerPaths,
+    log: LogSettings | None,
+    run_as: RunAs | None = None,
+    checkpoint_dir: Path | None = None,
+) -> RunLog:
+    """Before a run of ``spec``, cold or warm: its directories, the supervisor's copy of its
+    spec and the worker's, no heartbeat file left of the last run, whose log becomes the
+    previous one (``worker_access``; for a worker of another user, its switch prepares the
+    worker's part: ``checkpoint_dir``, the pipeline's local checkpoint directory, included);
+    the new run's log, its first line the start mark."""
     paths.make_private()
-    paths.work.mkdir(exist_ok=True)
     paths.heartbeat.unlink(missing_ok=True)  # a new process starts with no heartbeat
     spec.write(paths.spec)
+    data = paths.spec.read_bytes()
+    if run_as is None:
+        prepare_worker(paths.directory, data, None, group=os.getgid(), checkpoint_dir=None)
+    else:
+        run_as.switch.prepare(paths.directory, data, run_as.user, checkpoint_dir)
     run_log = RunLog(paths.log, log or LogSettings())
     run_log.start_run()
     run_log.write(_start_line(spec).encode())
@@ -165,9 +192,16 @@ def prepare_run(spec: WorkerSpec, paths: WorkerPaths, log: LogSettings | None) -
 class WorkerProcess:
     """A started worker process; see the module docstring. Used by one thread."""
 
-    def __init__(self, group: ProcessGroup, spec: WorkerSpec, pump: LogPump | None = None) -> None:
+    def __init__(
+        self,
+        group: ProcessGroup,
+        spec: WorkerSpec,
+        pump: LogPump | None = None,
+        run_as: RunAs | None = None,
+    ) -> None:
         self._group = group
         self._pump = pump
+        self._run_as = run_as
         self.spec = spec
         self.pid = group.pid
         self.started_wall = time.time()
@@ -182,28 +216,46 @@ class WorkerProcess:
         *,
         env: Mapping[str, str],
         log: LogSettings | None = None,
+        run_as: RunAs | None = None,
+        checkpoint_dir: Path | None = None,
     ) -> WorkerProcess:
         """Write the spec, clear the last heartbeat file, make the last run's log the
-        previous one, and start the worker with ``env``, its output pumped into its log."""
-        run_log = prepare_run(spec, paths, log)
-        argv = [*(command or default_worker_command()), str(paths.spec)]
+        previous one, and start the worker with ``env`` (as ``run_as``'s user, if given),
+        its output pumped into its log."""
+        try:
+            run_log = prepare_run(spec, paths, log, run_as, checkpoint_dir)
+        except BaseException:
+            if run_as is not None:
+                run_as.finished()
+            raise
+        argv = [*(command or default_worker_command()), str(paths.worker_spec)]
+        popen: dict[str, Any] = {"cwd": paths.work, "env": dict(env)}
         read_end, write_end = os.pipe()
         try:
+            if run_as is not None:
+                argv, popen = run_as.switch.command(
+                    argv,
+                    directory=paths.directory,
+                    pipeline=spec.pipeline,
+                    user=run_as.user,
+                    env=env,
+                )
             group = ProcessGroup.start(
                 argv,
                 lifeline=Lifeline.PIPE,  # no Python runs in the forked child (kazoo threads)
                 stdout=write_end,
                 stderr=subprocess.STDOUT,
-                cwd=paths.work,
-                env=dict(env),
+                **popen,
             )
         except BaseException:
             os.close(read_end)
             run_log.close()
+            if run_as is not None:
+                run_as.finished()
             raise
         finally:
             os.close(write_end)  # the worker's group holds the only write ends now
-        return cls(group, spec, LogPump(read_end, run_log))
+        return cls(group, spec, LogPump(read_end, run_log), run_as)
 
     def poll(self) -> int | None:
         """None while the worker runs; its exit code (negative: the signal) once it exited.
@@ -216,8 +268,10 @@ class WorkerProcess:
         if code is None:
             return None
         self._exit = code
-        self._group.signal_group(signal.SIGKILL)
+        self._signal(signal.SIGKILL, whole_group=True)
         self._group.close_lifeline()
+        if self._run_as is not None:  # what its user left running, then the user is free
+            self._run_as.finished()
         if self._pump is not None:  # its last lines (a traceback) are in its log before any tail
             self._pump.join(LOG_DRAIN_SECS)
         return code
@@ -225,12 +279,21 @@ class WorkerProcess:
     def terminate(self) -> None:
         """SIGTERM to the worker: it stops its queries and exits."""
         if self._exit is None:
-            self._group.signal(signal.SIGTERM)
+            self._signal(signal.SIGTERM, whole_group=False)
 
     def kill(self) -> None:
         """SIGKILL to the worker's whole process group (its Spark JVM included)."""
         if self._exit is None:
-            self._group.signal_group(signal.SIGKILL)
+            self._signal(signal.SIGKILL, whole_group=True)
+
+    def _signal(self, signum: int, *, whole_group: bool) -> None:
+        run_as = self._run_as
+        if run_as is not None:
+            run_as.switch.signal(run_as.user, self._group, signum, whole_group=whole_group)
+        elif whole_group:
+            self._group.signal_group(signum)
+        else:
+            self._group.signal(signum)
 
 
 def _start_line(spec: WorkerSpec) -> str:

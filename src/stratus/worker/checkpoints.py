@@ -58,6 +58,13 @@ def pipeline_directory(root: str, name: str) -> str:
     return f"{root.rstrip('/')}/{name}"
 
 
+def local_pipeline_directory(root: str, name: str) -> Path | None:
+    """``<root>/<name>`` as a local path, when the root is on a local or mounted file
+    system; None on a remote store (HDFS, S3, ...)."""
+    fs, path = fsspec.core.url_to_fs(pipeline_directory(root, name))
+    return Path(path) if isinstance(fs, LocalFileSystem) else None
+
+
 def remove_checkpoints(root: str, name: str) -> bool:
     """Delete pipeline ``name``'s checkpoints (``<root>/<name>``) and everything below;
     whether any were there. CheckpointLocationError if the directory, resolved, is not

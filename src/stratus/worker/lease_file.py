@@ -33,11 +33,13 @@ log = logging.getLogger(__name__)
 LEASE_FILE = "lease"
 POLL_SECS = 0.2  # how often a worker looks: the supervisor's own loop ticks as often
 MAX_BYTES = 64
+# Every worker reads it, whichever user it runs as; it holds a time and nothing else.
+LEASE_FILE_MODE = 0o644
 
 
 def write_lease(path: Path, until: float) -> None:
     """Record that the lease ends at ``until`` (``time.monotonic()``; 0: it has lapsed)."""
-    write_atomically(path, f"{until!r}\n".encode())
+    write_atomically(path, f"{until!r}\n".encode(), mode=LEASE_FILE_MODE)
 
 
 def read_lease(path: Path) -> float | None:

@@ -39,6 +39,9 @@ def warm_ready_file(pid: int) -> str:
 
 PRIVATE_FILE_MODE = 0o600  # files that hold a pipeline's conf
 PRIVATE_DIR_MODE = 0o700  # the worker's directory, which holds them
+# The heartbeat: its worker writes it, its supervisor reads it, through the group of the
+# worker's directory when the worker runs as another user (stratus.supervisor.worker_access)
+HEARTBEAT_FILE_MODE = 0o640
 
 
 class WorkerSpec(BaseModel):
@@ -112,7 +115,7 @@ class WorkerSpec(BaseModel):
 
 def write_heartbeat(path: Path, heartbeat: WorkerHeartbeat) -> None:
     """Replace the heartbeat file atomically: a reader sees the old one or the new one."""
-    write_atomically(path, heartbeat.encode())
+    write_atomically(path, heartbeat.encode(), mode=HEARTBEAT_FILE_MODE)
 
 
 def read_heartbeat(path: Path) -> WorkerHeartbeat | None:
@@ -123,13 +126,13 @@ def read_heartbeat(path: Path) -> WorkerHeartbeat | None:
         return None
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` at once, as a file only its owner reads (0600): a spec
-    holds the pipeline's conf, secrets included."""
+def write_atomically(path: Path, data: bytes, *, mode: int = PRIVATE_FILE_MODE) -> None:
+    """Replace ``path`` with ``data`` at once, as a file only its owner reads (0600, unless
+    ``mode`` says otherwise): a spec holds the pipeline's conf, secrets included."""
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
     try:
-        os.fchmod(fd, PRIVATE_FILE_MODE)  # a leftover temp file keeps its mode otherwise
+        os.fchmod(fd, mode)  # a leftover temp file keeps its mode otherwise
         _write_all(fd, data)
     finally:
         os.close(fd)

@@ -1,0 +1,287 @@
+"""Workers as other users: which user a pipeline's worker gets, and how the supervisor reaches it.
+
+With ``supervisor.worker.run.as`` `pool`, each running pipeline takes a user of
+``supervisor.worker.users`` that no other running pipeline of this supervisor has (the one
+it had last time, if free), and gives it back once its worker has exited and every process
+of that user is killed; with `shared`, every worker runs as the one user listed. Starting a
+process as another user, signalling it and killing what it left behind need privilege, got
+one of two ways (``SWITCHES``, chosen by ``supervisor.worker.launcher``):
+
+- ``direct``: the supervisor runs as root; it prepares the worker's files itself and starts
+  the worker with setgid, setgroups and setuid in the child (no capability survives), then
+  signals it itself;
+- ``sudo``: the supervisor runs as its own user and runs the worker launcher
+  (``stratus.supervisor.worker_launcher``) through ``sudo -n`` for each of these steps; the
+  launcher checks the user against its own root-owned configuration::
+
+    pool = UserPool.from_settings(settings.users, group=os.getgid())  # None: as the supervisor
+    run_as = pool.take("etl")           # RunAs; WorkerUserError when every user is busy
+    argv, popen = run_as.switch.command(argv, directory=paths.directory, pipeline="etl", ...)
+    run_as.switch.signal(run_as.user, group, signal.SIGTERM, whole_group=False)
+    run_as.finished()                                  # its user's processes killed, user freed
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from stratus.process import ProcessGroup
+from stratus.supervisor.errors import WorkerUserError
+from stratus.supervisor.settings import UserSettings
+from stratus.supervisor.worker_access import (
+    ENV_FILE,
+    WORK_DIR,
+    WORKER_UMASK,
+    WorkerUser,
+    kill_user_processes,
+    prepare_worker,
+    resolve_user,
+)
+from stratus.worker.spec import write_atomically
+
+log = logging.getLogger(__name__)
+
+LAUNCHER_TIMEOUT_SECS = 10.0  # a signal or a clean-up through the launcher
+
+
+class UserSwitch(Protocol):
+    """How the supervisor prepares, starts, signals and cleans up after a worker of another
+    user."""
+
+    name: str
+
+    def prepare(
+        self, directory: Path, spec: bytes, user: WorkerUser, checkpoint_dir: Path | None
+    ) -> None: ...
+
+    def command(
+        self,
+        argv: Sequence[str],
+        *,
+        directory: Path,
+        pipeline: str,
+        user: WorkerUser,
+        env: Mapping[str, str],
+    ) -> tuple[list[str], dict[str, Any]]: ...
+
+    def signal(
+        self, user: WorkerUser, group: ProcessGroup, signum: int, *, whole_group: bool
+    ) -> None: ...
+
+    def kill_all(self, user: WorkerUser) -> None: ...
+
+
+class DirectSwitch:
+    """The supervisor is root: it does each step itself."""
+
+    name = "direct"
+
+    def __init__(self, group: int) -> None:
+        self._group = group
+
+    def prepare(
+        self, directory: Path, spec: bytes, user: WorkerUser, checkpoint_dir: Path | None
+    ) -> None:
+        prepare_worker(directory, spec, user, group=self._group, checkpoint_dir=checkpoint_dir)
+
+    def command(
+        self,
+        argv: Sequence[str],
+        *,
+        directory: Path,
+        pipeline: str,
+        user: WorkerUser,
+        env: Mapping[str, str],
+    ) -> tuple[list[str], dict[str, Any]]:
+        # setgroups, setgid and setuid happen in the child between fork and exec, in C:
+        # no Python runs there (the supervisor's kazoo threads), no capability survives.
+        popen = {
+            "cwd": directory / WORK_DIR,
+            "env": dict(env),
+            "user": user.uid,
+            "group": user.gid,
+            "extra_groups": user.groups(),
+            "umask": WORKER_UMASK,
+        }
+        return list(argv), popen
+
+    def signal(
+        self, user: WorkerUser, group: ProcessGroup, signum: int, *, whole_group: bool
+    ) -> None:
+        if whole_group:
+            group.signal_group(signum)
+        else:
+            group.signal(signum)
+
+    def kill_all(self, user: WorkerUser) -> None:
+        kill_user_processes(user.uid)
+
+
+class SudoSwitch:
+    """The supervisor is not root: each step is the worker launcher, run through sudo."""
+
+    name = "sudo"
+
+    def __init__(self, command: Sequence[str]) -> None:
+        self._command = list(command)
+
+    def prepare(
+        self, directory: Path, spec: bytes, user: WorkerUser, checkpoint_dir: Path | None
+    ) -> None:
+        """Nothing: the launcher prepares the worker's files as it starts it."""
+
+    def command(
+        self,
+        argv: Sequence[str],
+        *,
+        directory: Path,
+        pipeline: str,
+        user: WorkerUser,
+        env: Mapping[str, str],
+    ) -> tuple[list[str], dict[str, Any]]:
+        # sudo resets the environment and closes other descriptors: the worker's environment
+        # (pipeline.env.* secrets included) goes through a file only the supervisor reads,
+        # never on a command line that every user of the host can see.
+        write_atomically(directory / ENV_FILE, json.dumps(dict(env)).encode())
+        launch = [*self._command, "launch", pipeline, user.name, "--", *argv]
+        return launch, {"cwd": directory, "env": {"PATH": os.environ.get("PATH", os.defpath)}}
+
+    def signal(
+        self, user: WorkerUser, group: ProcessGroup, signum: int, *, whole_group: bool
+    ) -> None:
+        if group.returncode is not None and not whole_group:
+            return
+        name = signal.Signals(signum).name
+        extra = ["--all"] if whole_group else []
+        self._run(["signal", user.name, str(group.pid), name, *extra])
+
+    def kill_all(self, user: WorkerUser) -> None:
+        self._run(["kill-user", user.name])
+
+    def _run(self, args: list[str]) -> None:
+        try:
+            done = subprocess.run(
+                [*self._command, *args],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=LAUNCHER_TIMEOUT_SECS,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            log.warning("event=worker_launcher_failed args=%r error=%r", args, exc)
+            return
+        if done.returncode != 0:
+            log.warning(
+                "event=worker_launcher_refused args=%r code=%d error=%r",
+                args,
+                done.returncode,
+                done.stderr.decode(errors="replace").strip()[-500:],
+            )
+
+
+def _direct(settings: UserSettings, euid: int, group: int) -> UserSwitch:
+    if euid != 0:
+        raise WorkerUserError(
+            "supervisor.worker.launcher is `direct` but the supervisor is not root: "
+            "run it as root, or use `sudo` with the worker launcher (docs/security.md)"
+        )
+    return DirectSwitch(group)
+
+
+def _sudo(settings: UserSettings, euid: int, group: int) -> UserSwitch:
+    return SudoSwitch(settings.launcher_command)
+
+
+# supervisor.worker.launcher -> the switch it names, made from the settings, the
+# supervisor's effective uid and its group
+SWITCHES: dict[str, Callable[[UserSettings, int, int], UserSwitch]] = {
+    "direct": _direct,
+    "sudo": _sudo,
+}
+
+
+def choose_switch(settings: UserSettings, *, euid: int, group: int) -> UserSwitch:
+    """The switch ``supervisor.worker.launcher`` names (``auto``: direct as root, else sudo)."""
+    kind = settings.launcher
+    if kind == "auto":
+        kind = "direct" if euid == 0 else "sudo"
+    return SWITCHES[kind](settings, euid, group)
+
+
+@dataclass
+class RunAs:
+    """The user one worker runs as, and how to reach it; ``finished`` once it exited."""
+
+    user: WorkerUser
+    switch: UserSwitch
+    exclusive: bool  # no other worker runs as this user: everything of it may be killed
+    _pool: UserPool | None = None
+    _pipeline: str = ""
+    _done: bool = field(default=False)
+
+    def finished(self) -> None:
+        """The worker exited: kill whatever its user left running (a pool's user only), and
+        give the user back to the pool. Only the first call does anything."""
+        if self._done:
+            return
+        self._done = True
+        if self.exclusive:
+            self.switch.kill_all(self.user)
+        if self._pool is not None:
+            self._pool.release(self._pipeline, self.user)
+
+
+class UserPool:
+    """The users of ``supervisor.worker.users``; see the module docstring. Used by the
+    control loop's thread only."""
+
+    def __init__(self, users: Sequence[WorkerUser], switch: UserSwitch, *, shared: bool) -> None:
+        self._users = list(users)
+        self._switch = switch
+        self._shared = shared
+        self._busy: dict[str, str] = {}  # user -> the pipeline that runs as it
+        self._last: dict[str, str] = {}  # pipeline -> the user it had last
+
+    @classmethod
+    def from_settings(cls, settings: UserSettings, *, group: int) -> UserPool | None:
+        """The pool, its users checked (WorkerUserError); None for workers run as the
+        supervisor."""
+        if not settings.separate:
+            return None
+        users = [
+            resolve_user(name, min_uid=settings.min_uid, group=group) for name in settings.users
+        ]
+        switch = choose_switch(settings, euid=os.geteuid(), group=group)
+        return cls(users, switch, shared=settings.run_as == "shared")
+
+    @property
+    def switch(self) -> UserSwitch:
+        return self._switch
+
+    def take(self, pipeline: str) -> RunAs:
+        """A user for ``pipeline``'s worker; WorkerUserError when every one is busy."""
+        if self._shared:
+            return RunAs(self._users[0], self._switch, exclusive=False)
+        free = [user for user in self._users if user.name not in self._busy]
+        last = self._last.get(pipeline)
+        chosen = next((user for user in free if user.name == last), free[0] if free else None)
+        if chosen is None:
+            raise WorkerUserError(
+                f"every user of supervisor.worker.users runs a pipeline ({len(self._users)}): "
+                "list at least one per slot"
+            )
+        self._busy[chosen.name] = pipeline
+        self._last[pipeline] = chosen.name
+        return RunAs(chosen, self._switch, exclusive=True, _pool=self, _pipeline=pipeline)
+
+    def release(self, pipeline: str, user: WorkerUser) -> None:
+        if self._busy.get(user.name) == pipeline:
+            del self._busy[user.name]
