@@ -152,10 +152,10 @@ def test_a_port_in_use_is_refused_at_construction(served):
 
 @contextlib.contextmanager
 def bounded_server(tmp_path: Path, idle_secs: float) -> Iterator[PackageServer]:
-    """A package server that holds two connections."""
+    """A package server that holds two authenticated connections (and two pending)."""
     store = PackageStore(tmp_path / "store", max_bytes=64 * MIB)
     stored(store, DATA)
-    bounds = ConnectionBounds(max_connections=2, idle_secs=idle_secs)
+    bounds = ConnectionBounds(max_connections=2, idle_secs=idle_secs, head_secs=idle_secs)
     server = PackageServer(store, "127.0.0.1", 0, bounds=bounds)
     server.start()
     try:
@@ -176,7 +176,8 @@ def test_a_connection_past_the_bound_gets_503_and_the_others_are_served(tmp_path
         for sock in (first, second):  # both served: they hold the two slots
             sock.sendall(f"HEAD /api/v1/code/{DIGEST} HTTP/1.1\r\nHost: n\r\n\r\n".encode())
             assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")
-        with connect(bounded.address) as third:
+        with connect(bounded.address) as third:  # pending: no slot until it asks
+            third.sendall(f"HEAD /api/v1/code/{DIGEST} HTTP/1.1\r\nHost: n\r\n\r\n".encode())
             refused = third.recv(4096)
         assert refused.startswith(b"HTTP/1.1 503 ")
         assert b"Retry-After: 1" in refused

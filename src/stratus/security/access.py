@@ -12,6 +12,7 @@ call needs is ``forbidden``. With no credentials configured, every call is allow
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stratus.api.errors import ForbiddenError, UnauthenticatedError
@@ -20,6 +21,20 @@ from stratus.security.tokens import Credentials
 
 BEARER = "bearer"
 CHALLENGE = 'Bearer realm="stratus"'  # the WWW-Authenticate header of a 401
+
+
+def one_authorization(values: Sequence[str]) -> str | None:
+    """The request's one Authorization header (None: none); UnauthenticatedError for more.
+
+    Two headers are refused whatever they hold: a check that read one and a relay that
+    forwarded the other would judge one caller and act for another.
+    """
+    if len(values) > 1:
+        raise UnauthenticatedError(
+            f"the request carries {len(values)} Authorization headers; send exactly one, "
+            "`Bearer <token>`"
+        )
+    return values[0] if values else None
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,26 @@
-"""Bounds on an HTTP server's connections (the nimbus API's, the zkfc's endpoint's): how
-many, and how long one may stay silent.
+"""Bounds on an HTTP server's connections (the nimbus API's, a supervisor's and the zkfc's
+endpoints): how many, from one address, and how long one may stay silent.
 
 uvicorn closes a kept-alive connection that is idle after a response, and can answer 503
 past ``limit_concurrency``, but it accepts every connection and waits forever for a first
 request: a thousand clients that connect and send nothing hold a thousand descriptors. The
-protocol made here closes a connection at once past ``max_connections``, and closes one
-that has not sent a whole request head within ``header_timeout_secs`` of opening (or of its
-last response: a slow trickle of header bytes counts as silence). Over TLS the handshake
-gets the same time to finish (``serve_bounded``).
+protocol made here keeps two pools of ``max_connections`` each: a connection is *pending*
+until a request of its caller passes the role check (``RequireRole`` calls the ``ADMIT``
+function the protocol puts in the scope's state), then *admitted*. A connection past the
+pending pool, or past ``max_per_address`` connections of its client address (pending and
+admitted together), is closed at once; so is one that has not sent a whole request head
+within ``header_timeout_secs`` of opening (or of its last response: a slow trickle of header
+bytes counts as silence). Over TLS the handshake gets the same time to finish, before the
+connection counts at all (``serve_bounded``). So idle connections that never authenticate
+cannot take the places of callers that do, and one address cannot take every place.
 
-Every refusal is the API's JSON error body, as every other error of the API: past
-``max_connections`` requests in progress (handlers whose clients left count too) the
-``InFlightLimit`` middleware answers ``503 unavailable`` with ``Retry-After``, in place of
-uvicorn's plain-text 503; a request that is not HTTP (or whose head passes
-``max_header_bytes`` while it arrives) is ``400 invalid_request`` in place of uvicorn's
-plain-text 400, and a whole head over ``max_header_bytes`` is ``431`` (``HeadLimit``)::
+Every refusal is the API's JSON error body, as every other error of the API: an
+authenticated request that finds every admitted place taken, or past ``max_connections``
+requests in progress (handlers whose clients left count too, ``InFlightLimit``), gets
+``503 unavailable`` with ``Retry-After``, in place of uvicorn's plain-text 503; a request
+that is not HTTP (or whose head passes ``max_header_bytes`` while it arrives) is
+``400 invalid_request`` in place of uvicorn's plain-text 400, and a whole head over
+``max_header_bytes`` is ``431`` (``HeadLimit``)::
 
     bounds = HttpBounds(4096, 10.0, 5.0, 16384)
     uvicorn.Config(bounded_app(app, bounds), **uvicorn_options(bounds))
@@ -25,7 +31,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import h11
@@ -50,9 +58,13 @@ class HttpBounds:
     header_timeout_secs: float  # nimbus.http.header.timeout.secs
     keepalive_secs: float  # nimbus.http.keepalive.secs
     max_header_bytes: int  # nimbus.http.max.header.bytes
+    max_per_address: int = 256  # nimbus.http.max.connections.per.address
 
 
 DEFAULT_BOUNDS = HttpBounds(4096, 10.0, 5.0, 16 * 1024)  # the defaults of nimbus.http.*
+
+ADMIT = "stratus.admit"  # the scope's state: gives the connection an admitted place, or False
+Admit = Callable[[], bool]
 
 
 def uvicorn_options(bounds: HttpBounds, base: type[H11Protocol] = H11Protocol) -> dict[str, Any]:
@@ -165,33 +177,80 @@ def bounded_protocol(
     bounds: HttpBounds, base: type[H11Protocol] = H11Protocol
 ) -> type[H11Protocol]:
     """uvicorn's h11 protocol (or ``base``, a subclass of it) with ``bounds`` applied; see the
-    module docstring."""
+    module docstring. Each call makes the places of one server."""
     bases = (_BoundedH11Protocol,) if base is H11Protocol else (_BoundedH11Protocol, base)
-    protocol: type[H11Protocol] = type("BoundedH11Protocol", bases, {"bounds": bounds})
+    namespace = {"bounds": bounds, "places": _Places()}
+    protocol: type[H11Protocol] = type("BoundedH11Protocol", bases, namespace)
     return protocol
+
+
+@dataclass
+class _Places:
+    """The connections of one server, by state and by client address (its event loop alone
+    touches them)."""
+
+    pending: int = 0
+    admitted: int = 0
+    per_address: Counter[str] = field(default_factory=Counter)
 
 
 class _BoundedH11Protocol(H11Protocol):
     bounds: HttpBounds
+    places: _Places
     _head_timer: asyncio.TimerHandle | None = None
     _armed_cycle: object = None
+    _address: str | None = None  # set while the connection counts among the places
+    _admitted = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if len(self.connections) > self.bounds.max_connections:
-            log.warning(
-                "event=connection_refused reason=max_connections max=%d",
-                self.bounds.max_connections,
-            )
-            # Out of the count at once: until connection_lost it would count against the
-            # connections within the bound, and uvicorn would answer one of them 503.
+        address = self.client[0] if self.client else ""
+        refusal = self._refusal(address)
+        if refusal is not None:
+            log.warning("event=connection_refused client=%s reason=%s", address, refusal)
+            # Out of uvicorn's set at once, so that its shutdown does not wait for it
             self.connections.discard(self)
             transport.close()
             return
+        self._address = address
+        self.places.pending += 1
+        self.places.per_address[address] += 1
+        self.app_state = {**self.app_state, ADMIT: self._admit}  # this connection's only
         self._arm_head_timer()
+
+    def _refusal(self, address: str) -> str | None:
+        if self.places.per_address[address] >= self.bounds.max_per_address:
+            return f"max_connections_per_address max={self.bounds.max_per_address}"
+        if self.places.pending >= self.bounds.max_connections:
+            return f"max_pending_connections max={self.bounds.max_connections}"
+        return None
+
+    def _admit(self) -> bool:
+        """Move this connection, whose caller passed the role check, to an admitted place."""
+        if self._admitted:
+            return True
+        if self._address is None or self.places.admitted >= self.bounds.max_connections:
+            return False
+        self.places.pending -= 1
+        self.places.admitted += 1
+        self._admitted = True
+        return True
+
+    def _forget(self) -> None:
+        if self._address is None:
+            return
+        if self._admitted:
+            self.places.admitted -= 1
+        else:
+            self.places.pending -= 1
+        self.places.per_address[self._address] -= 1
+        if self.places.per_address[self._address] <= 0:
+            del self.places.per_address[self._address]
+        self._address = None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
+        self._forget()
         super().connection_lost(exc)
 
     def send_400_response(self, msg: str) -> None:
