@@ -63,6 +63,11 @@ class HttpBounds:
 
 DEFAULT_BOUNDS = HttpBounds(4096, 10.0, 5.0, 16 * 1024)  # the defaults of nimbus.http.*
 
+# The lingering close after an answer given before the body was read (nginx's
+# lingering_time is 30 s; an early refusal needs only the client's send to end)
+LINGER_SECS = 5.0
+LINGER_BYTES = 64 * 1024 * 1024
+
 ADMIT = "stratus.admit"  # the scope's state: gives the connection an admitted place, or False
 Admit = Callable[[], bool]
 
@@ -216,7 +221,26 @@ class _BoundedH11Protocol(H11Protocol):
         self.places.pending += 1
         self.places.per_address[address] += 1
         self.app_state = {**self.app_state, ADMIT: self._admit}  # this connection's only
+        # every close goes through the lingering close, the request cycles' included
+        self.transport = _LingeringTransport(transport, self._close_with_body_unread)
         self._arm_head_timer()
+
+    def _close_with_body_unread(self) -> bool:
+        """Whether to linger: the connection closes while its client still sends a body
+        (an answer given before the body was read, such as an early 413)."""
+        return self.conn.their_state is h11.SEND_BODY
+
+    def data_received(self, data: bytes) -> None:
+        if isinstance(self.transport, _LingeringTransport) and self.transport.lingering:
+            self.transport.discard(len(data))
+            return
+        super().data_received(data)
+
+    def eof_received(self) -> None:
+        if isinstance(self.transport, _LingeringTransport) and self.transport.lingering:
+            self.transport.finish()  # the client sent all and has read the answer
+            return
+        super().eof_received()
 
     def _refusal(self, address: str) -> str | None:
         if self.places.per_address[address] >= self.bounds.max_per_address:
@@ -251,6 +275,8 @@ class _BoundedH11Protocol(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
         self._forget()
+        if isinstance(self.transport, _LingeringTransport):
+            self.transport.lost()
         super().connection_lost(exc)
 
     def send_400_response(self, msg: str) -> None:
@@ -291,3 +317,97 @@ class _BoundedH11Protocol(H11Protocol):
         self._head_timer = None
         if self.cycle is self._armed_cycle and not self.transport.is_closing():
             self.transport.close()  # no request began: nothing to answer
+
+
+class _LingeringTransport(asyncio.Transport):
+    """A connection's transport whose ``close`` lingers when the client is still sending a
+    body, as nginx's ``lingering_close``: the answer is sent, the write side shut (where
+    the transport can, not under TLS), and what the client still sends is read and
+    discarded, at most ``LINGER_BYTES`` for at most ``LINGER_SECS``, before the close.
+    Closing at once, with unread bytes in the socket, would make the kernel reset the
+    connection, and a client that sends its whole body before reading (most do) would see
+    that reset instead of the answer."""
+
+    def __init__(self, transport: asyncio.Transport, body_unread: Callable[[], bool]) -> None:
+        super().__init__()
+        self._raw = transport
+        self._body_unread = body_unread
+        self.lingering = False
+        self._left = LINGER_BYTES
+        self._timer: asyncio.TimerHandle | None = None
+
+    def close(self) -> None:
+        if self.lingering or self._raw.is_closing():
+            return
+        if not self._body_unread():
+            self._raw.close()
+            return
+        self.lingering = True
+        if self._raw.can_write_eof():
+            self._raw.write_eof()  # once the answer is flushed
+        self._raw.resume_reading()  # uvicorn pauses reading while a body waits
+        self._timer = asyncio.get_running_loop().call_later(LINGER_SECS, self.finish)
+
+    def discard(self, size: int) -> None:
+        """``size`` more bytes of the body arrived while lingering: dropped."""
+        self._left -= size
+        if self._left <= 0:
+            self.finish()
+
+    def finish(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._raw.close()
+
+    def lost(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def is_closing(self) -> bool:
+        return self.lingering or self._raw.is_closing()
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._raw.write(data)
+
+    def writelines(self, list_of_data: Any) -> None:
+        self._raw.writelines(list_of_data)
+
+    def write_eof(self) -> None:
+        self._raw.write_eof()
+
+    def can_write_eof(self) -> bool:
+        return self._raw.can_write_eof()
+
+    def abort(self) -> None:
+        self.lost()
+        self._raw.abort()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._raw.get_extra_info(name, default)
+
+    def pause_reading(self) -> None:
+        if not self.lingering:
+            self._raw.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._raw.resume_reading()
+
+    def is_reading(self) -> bool:
+        return self._raw.is_reading()
+
+    def get_write_buffer_size(self) -> int:
+        return self._raw.get_write_buffer_size()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._raw.set_write_buffer_limits(high, low)
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._raw.get_write_buffer_limits()
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._raw.set_protocol(protocol)
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._raw.get_protocol()
