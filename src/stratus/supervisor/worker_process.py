@@ -36,13 +36,14 @@ from pathlib import Path
 from stratus.api.locations import is_local_master
 from stratus.api.records import Assignment
 from stratus.codedist.manifest import TRIGGER_CONF_KEY
+from stratus.private_files import PRIVATE_DIR_MODE
 from stratus.process import Lifeline, ProcessGroup
 from stratus.supervisor.code_cache import PipelineCode
 from stratus.supervisor.errors import UnfencedAssignmentError
 from stratus.supervisor.settings import SpecSettings
 from stratus.supervisor.worker_log import LogPump, LogSettings, RunLog
 from stratus.worker.checkpoints import checkpoint_location
-from stratus.worker.spec import HEARTBEAT_FILE, PRIVATE_DIR_MODE, SPEC_FILE, WorkerSpec
+from stratus.worker.spec import HEARTBEAT_FILE, SPEC_FILE, WorkerSpec
 
 WORKER_MODULE = "stratus.worker.main"
 LOG_FILE = "worker.log"

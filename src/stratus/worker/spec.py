@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stratus.api.records import FencingToken, WorkerHeartbeat
 from stratus.logs import LogFormat, LogSettings
+from stratus.private_files import PRIVATE_FILE_MODE
 
 SPEC_FILE = "spec.json"
 HEARTBEAT_FILE = "heartbeat.json"
@@ -35,10 +36,6 @@ def warm_ready_file(pid: int) -> str:
     once its Spark is up and warmed: its supervisor hands pipelines only to warm workers
     that have one (one handed over earlier would write no heartbeat until then)."""
     return f"{WARM_READY_PREFIX}{pid}"
-
-
-PRIVATE_FILE_MODE = 0o600  # files that hold a pipeline's conf
-PRIVATE_DIR_MODE = 0o700  # the worker's directory, which holds them
 
 
 class WorkerSpec(BaseModel):
