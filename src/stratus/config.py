@@ -329,6 +329,21 @@ class StratusConfig(BaseModel):
         description="connections one client address may hold to a nimbus's API (and to a "
         "supervisor's or zkfc's endpoint), authenticated or not; one more is closed at once",
     )
+    nimbus_http_linger_secs: float = Field(
+        default=5.0,
+        ge=0,
+        alias="nimbus.http.linger.secs",
+        description="after an answer given before the request's body was read (such as a "
+        "413), how long the API (and a supervisor's or zkfc's endpoint) reads and drops the "
+        "rest of the body before it closes, so that the client reads the answer rather than "
+        "a connection reset",
+    )
+    nimbus_http_linger_max_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=0,
+        alias="nimbus.http.linger.max.bytes",
+        description="the most of such a body read and dropped before the connection is closed",
+    )
     nimbus_http_header_timeout_secs: float = Field(
         default=10.0,
         gt=0,

@@ -59,14 +59,11 @@ class HttpBounds:
     keepalive_secs: float  # nimbus.http.keepalive.secs
     max_header_bytes: int  # nimbus.http.max.header.bytes
     max_per_address: int = 256  # nimbus.http.max.connections.per.address
+    linger_secs: float = 5.0  # nimbus.http.linger.secs
+    linger_max_bytes: int = 64 * 1024 * 1024  # nimbus.http.linger.max.bytes
 
 
 DEFAULT_BOUNDS = HttpBounds(4096, 10.0, 5.0, 16 * 1024)  # the defaults of nimbus.http.*
-
-# The lingering close after an answer given before the body was read (nginx's
-# lingering_time is 30 s; an early refusal needs only the client's send to end)
-LINGER_SECS = 5.0
-LINGER_BYTES = 64 * 1024 * 1024
 
 ADMIT = "stratus.admit"  # the scope's state: gives the connection an admitted place, or False
 Admit = Callable[[], bool]
@@ -222,7 +219,7 @@ class _BoundedH11Protocol(H11Protocol):
         self.places.per_address[address] += 1
         self.app_state = {**self.app_state, ADMIT: self._admit}  # this connection's only
         # every close goes through the lingering close, the request cycles' included
-        self.transport = _LingeringTransport(transport, self._close_with_body_unread)
+        self.transport = _LingeringTransport(transport, self._close_with_body_unread, self.bounds)
         self._arm_head_timer()
 
     def _close_with_body_unread(self) -> bool:
@@ -323,17 +320,20 @@ class _LingeringTransport(asyncio.Transport):
     """A connection's transport whose ``close`` lingers when the client is still sending a
     body, as nginx's ``lingering_close``: the answer is sent, the write side shut (where
     the transport can, not under TLS), and what the client still sends is read and
-    discarded, at most ``LINGER_BYTES`` for at most ``LINGER_SECS``, before the close.
+    discarded, at most ``linger_max_bytes`` for at most ``linger_secs``, before the close.
     Closing at once, with unread bytes in the socket, would make the kernel reset the
     connection, and a client that sends its whole body before reading (most do) would see
     that reset instead of the answer."""
 
-    def __init__(self, transport: asyncio.Transport, body_unread: Callable[[], bool]) -> None:
+    def __init__(
+        self, transport: asyncio.Transport, body_unread: Callable[[], bool], bounds: HttpBounds
+    ) -> None:
         super().__init__()
         self._raw = transport
         self._body_unread = body_unread
+        self._secs = bounds.linger_secs
         self.lingering = False
-        self._left = LINGER_BYTES
+        self._left = bounds.linger_max_bytes
         self._timer: asyncio.TimerHandle | None = None
 
     def close(self) -> None:
@@ -346,7 +346,7 @@ class _LingeringTransport(asyncio.Transport):
         if self._raw.can_write_eof():
             self._raw.write_eof()  # once the answer is flushed
         self._raw.resume_reading()  # uvicorn pauses reading while a body waits
-        self._timer = asyncio.get_running_loop().call_later(LINGER_SECS, self.finish)
+        self._timer = asyncio.get_running_loop().call_later(self._secs, self.finish)
 
     def discard(self, size: int) -> None:
         """``size`` more bytes of the body arrived while lingering: dropped."""
