@@ -1095,6 +1095,18 @@ class StratusConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _a_fetch_fits_in_its_address_bound(self) -> StratusConfig:
+        if self.nimbus_code_download_parts > self.nimbus_code_max_connections_per_address:
+            raise ValueError(
+                f"nimbus.code.download.parts ({self.nimbus_code_download_parts}) must be at "
+                "most nimbus.code.max.connections.per.address "
+                f"({self.nimbus_code_max_connections_per_address}): a nimbus fetches that many "
+                "byte ranges at once from one package server, which refuses connections of "
+                "one address past its bound"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _advertised_hosts_are_reachable(self) -> StratusConfig:
         _refuse_unspecified(
             "nimbus.host", self.nimbus_host, "nimbus.bind.host", "peers and clients"
