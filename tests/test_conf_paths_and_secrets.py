@@ -98,6 +98,10 @@ def test_a_key_that_names_the_operators_paths_or_hosts_is_refused(key):
         "spark.executor.plugins",
         "spark.executor.resource.gpu.discoveryScript",
         "spark.sql.redaction.string.regex",
+        "spark.yarn.dist.pyFiles",
+        "spark.yarn.dist.archives",
+        "spark.kubernetes.container.image",
+        "spark.kubernetes.executor.podTemplateFile",
     ],
 )
 def test_every_key_of_a_jvm_or_interpreter_family_is_the_operators(key):
@@ -115,6 +119,8 @@ def test_every_key_of_a_jvm_or_interpreter_family_is_the_operators(key):
         "spark.sql.catalog.lake",
         "spark.ui.enabled",
         "spark.sql.streaming.stateStore.providerClass",
+        "spark.sql.files.maxPartitionBytes",
+        "spark.kubernetes.container.image.pullPolicy",
     ],
 )
 def test_spark_tuning_keys_outside_those_families_pass(key):

@@ -85,6 +85,10 @@ class SparkFamily:
 OPERATOR_SPARK_FAMILIES = (
     SparkFamily("options of a JVM's command line", re.compile(r"javaopt")),
     SparkFamily("a JVM's class path", re.compile(r"classpath|(^|\.)jars(\.|$)")),
+    SparkFamily(
+        "files shipped to the Spark processes (Python's path among them)",
+        re.compile(r"(^|\.)(files|archives?|pyfiles)$"),
+    ),
     SparkFamily("a native library path", re.compile(r"librarypath")),
     SparkFamily(
         "the environment of a Spark process", re.compile(r"^spark\.([a-z0-9]+\.)*[a-z0-9]*env\.")
@@ -107,6 +111,10 @@ OPERATOR_SPARK_FAMILIES = (
         re.compile(r"plugin|listeners?$|(^|\.)extensions$"),
     ),
     SparkFamily("a script Spark runs", re.compile(r"script$")),
+    SparkFamily(
+        "the container image or pod template of a Spark process",
+        re.compile(r"^spark\.kubernetes\..*(image|podtemplatefile|podtemplatecontainername)$"),
+    ),
     SparkFamily("what Spark redacts from its logs and UI", re.compile(r"(^|\.)redaction\.")),
 )
 
