@@ -334,9 +334,9 @@ class StratusConfig(BaseModel):
         ge=0,
         alias="nimbus.http.linger.secs",
         description="after an answer given before the request's body was read (such as a "
-        "413), how long the API (and a supervisor's or zkfc's endpoint) reads and drops the "
-        "rest of the body before it closes, so that the client reads the answer rather than "
-        "a connection reset",
+        "413), how long a nimbus's API and package server (and a supervisor's or zkfc's "
+        "endpoint) read and drop the rest of the body before they close, so that the client "
+        "reads the answer rather than a connection reset",
     )
     nimbus_http_linger_max_bytes: int = Field(
         default=64 * 1024 * 1024,

@@ -29,6 +29,7 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -56,6 +57,8 @@ class ConnectionBounds:
     idle_secs: float  # nimbus.code.idle.secs
     max_per_address: int = 32  # nimbus.code.max.connections.per.address
     head_secs: float = 10.0  # nimbus.code.head.timeout.secs
+    linger_secs: float = 5.0  # nimbus.http.linger.secs
+    linger_max_bytes: int = 64 * 1024 * 1024  # nimbus.http.linger.max.bytes
 
 
 DEFAULT_BOUNDS = ConnectionBounds(max_connections=256, idle_secs=30.0)
@@ -103,7 +106,7 @@ class BoundedHTTPServer(ThreadingHTTPServer):
                 reason,
             )
             _refuse(request)
-            self.shutdown_request(request)
+            super().shutdown_request(request)  # at once: the accepting thread never waits
             return
         try:
             super().process_request(request, client_address)  # starts the thread
@@ -128,6 +131,17 @@ class BoundedHTTPServer(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self._forget(request, str(client_address[0]))
+
+    def shutdown_request(self, request: Any) -> None:
+        """Close a served connection with a lingering close: the write side shut, what the
+        client still sends (the body of a request answered before it was read) read and
+        dropped within the linger bounds, then the close. Closing with unread bytes would
+        reset the connection, and a client that sends its body before it reads would see
+        the reset instead of the answer."""
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(request, socket.SHUT_WR)  # under TLS too: no close_notify
+            _drain(request, self.bounds.linger_max_bytes, self.bounds.linger_secs)
+        self.close_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Log through logging (rate-limited there), not socketserver's traceback on stderr."""
@@ -215,6 +229,25 @@ class HeadDeadlineHandler(BaseHTTPRequestHandler):
         with contextlib.suppress(OSError):
             # socket's own shutdown, under TLS too: no TLS close while another thread reads
             socket.socket.shutdown(self.connection, socket.SHUT_RDWR)
+
+
+LINGER_QUIET_SECS = 1.0  # a linger ends once the client sends nothing for this long
+
+
+def _drain(request: socket.socket, max_bytes: int, secs: float) -> None:
+    """Read and drop what the client sends until it closes, is quiet for
+    ``LINGER_QUIET_SECS``, or ``max_bytes`` or ``secs`` pass."""
+    deadline = time.monotonic() + secs
+    left = max_bytes
+    while left > 0 and (remaining := deadline - time.monotonic()) > 0:
+        socket.socket.settimeout(request, min(remaining, LINGER_QUIET_SECS))
+        try:
+            chunk = socket.socket.recv(request, min(left, 65536))
+        except TimeoutError:
+            return
+        if not chunk:
+            return
+        left -= len(chunk)
 
 
 def _refuse(request: socket.socket) -> None:
