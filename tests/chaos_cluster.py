@@ -29,6 +29,7 @@ from typing import Protocol, Self
 from stratus.chaos.faults import ClusterShape, Target
 from stratus.local.cluster import pacemaker_options, zkfc_options
 from stratus.local.processes import PacemakerProcess, ZkfcProcess, stop_all
+from stratus.zk.auth import Credentials, ServerAuth
 from stratus.zk.server import ZooKeeperServer
 from tests.hosts_cluster import NIMBUS_PORT, SESSION_SECS, HostsCluster, options
 from tests.netns_hosts import NetnsHosts
@@ -95,8 +96,19 @@ class ChaosCluster:
             "client.auth.token.file": str(secret_file(workdir / "peer.token", PEER)),
         }
         admin = {"client.auth.token.file": str(secret_file(workdir / "admin.token", ADMIN))}
+        zookeeper_user = Credentials("stratus", secrets.token_hex(16))
+        zookeeper_auth = {  # the quorum admits this SASL user alone
+            "zookeeper.auth.scheme": "sasl",
+            "zookeeper.auth.sasl.mechanism": "DIGEST-MD5",
+            "zookeeper.auth.file": str(
+                secret_file(
+                    workdir / "zk.secret", f"{zookeeper_user.user}:{zookeeper_user.password}"
+                )
+            ),
+        }
         settings: dict[str, object] = {
             **tokens,
+            **zookeeper_auth,
             **_pairs(cluster_options(self.shared / "checkpoints")),
             **_pairs(pacemaker_options(addresses)),
             **pacemaker_auth,
@@ -113,10 +125,18 @@ class ChaosCluster:
             },
             host_settings={name: {"history.file": self.history_file(name)} for name in HOSTS},
             client_settings=admin,
+            zookeeper_auth=ServerAuth(
+                required=True,
+                users=(zookeeper_user,),
+                superuser=Credentials("super", secrets.token_hex(16)),
+            ),
         )
         self.zkfcs: dict[str, ZkfcProcess] = {}
         if zkfc:
-            zkfc_settings = [*zkfc_options(self.nodes.zk_connect), *options({**tokens, **admin})]
+            zkfc_settings = [
+                *zkfc_options(self.nodes.zk_connect),
+                *options({**tokens, **admin, **zookeeper_auth}),
+            ]
             self.zkfcs = {
                 name: ZkfcProcess(
                     zkfc_settings,

@@ -157,7 +157,12 @@ class HostsCluster:
         }
 
     def start(self) -> None:
-        start_quorum(list(self.zookeepers.values()))
+        members = list(self.zookeepers.values())
+        start_quorum(members)
+        if all(member.tls is None for member in members):
+            # as its superuser, lock / and the root's quota (a quorum with TLS serves plain
+            # clients on each host's own loopback alone, out of this process's reach)
+            members[0].lock_down()
         for nimbus in self.nimbuses.values():
             nimbus.start()
         for nimbus in self.nimbuses.values():

@@ -2,7 +2,9 @@
 
 The process under test connects to the proxy instead of the server. ``cut()`` drops every open
 connection and makes new ones hang unanswered (as a partition does: no reset, only silence);
-``heal()`` lets connections through again::
+``heal()`` lets connections through again; ``drop_after_first_answer(n)`` closes each of the
+next ``n`` connections once the server's first answer reached the client (a server that
+drops a client in the middle of a handshake)::
 
     with TcpProxy("127.0.0.1", zk_port) as proxy:
         start_supervisor(zookeeper=f"127.0.0.1:{proxy.port}")
@@ -31,6 +33,8 @@ class TcpProxy:
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._held: list[socket.socket] = []  # accepted while cut: never answered
         self._cut = False
+        self._to_drop = 0
+        self.dropped = 0
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._accept, name="tcp-proxy", daemon=True)
 
@@ -53,6 +57,11 @@ class TcpProxy:
             pairs, self._pairs = self._pairs, []
         for pair in pairs:
             _close(*pair)
+
+    def drop_after_first_answer(self, connections: int) -> None:
+        """Close each of the next ``connections`` after the server's first answer."""
+        with self._lock:
+            self._to_drop = connections
 
     def heal(self) -> None:
         with self._lock:
@@ -83,9 +92,11 @@ class TcpProxy:
                 continue
             with self._lock:
                 self._pairs.append((client, server))
-            threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
+                drop = self._to_drop > 0
+                self._to_drop -= drop
+            threading.Thread(target=self._pump, args=(client, server, drop), daemon=True).start()
 
-    def _pump(self, client: socket.socket, server: socket.socket) -> None:
+    def _pump(self, client: socket.socket, server: socket.socket, drop: bool = False) -> None:
         peers = {client: server, server: client}
         with selectors.DefaultSelector() as selector:
             for sock in peers:
@@ -99,6 +110,10 @@ class TcpProxy:
                         if not data:
                             raise ConnectionError("closed")
                         peers[source].sendall(data)
+                        if drop and source is server:
+                            with self._lock:
+                                self.dropped += 1
+                            raise ConnectionError("dropped after the first answer")
                 except (OSError, ValueError, ConnectionError):
                     _close(client, server)
                     return

@@ -1,7 +1,7 @@
 """Operator-owned paths and secrets, as pure rules and on a real file system: the checkpoint
 subpath rule, the keys a pipeline may not set, the Spark masters it may name, the removal
-that never leaves the checkpoint root, the redaction of secret-looking keys, the worker's
-environment and the spec file's mode."""
+that never leaves the checkpoint root, the redaction of secret-looking keys and of secrets in
+the values of other keys, the worker's environment and the spec file's mode."""
 
 from __future__ import annotations
 
@@ -10,13 +10,18 @@ import stat
 
 import fsspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stratus.api.errors import InvalidConfError
 from stratus.api.locations import LocationPolicy, subpath_problem
 from stratus.api.pipeline_conf import env_entries, validate_pipeline_conf
 from stratus.api.records import PendingUpdate, PipelineRecord, PipelineStatus
 from stratus.api.redaction import (
+    MAX_CACHED_CHARS,
     REDACTED,
+    LineRedactor,
+    holds_marker,
     is_secret_key,
     redact_conf,
     redact_record,
@@ -138,6 +143,15 @@ def test_a_spark_master_must_be_local_or_one_the_operator_allows():
         LocationPolicy().check({"spark.master": "local[2]x"})
 
 
+def test_a_refused_spark_master_is_named_without_the_passwords_of_the_masters_urls():
+    policy = LocationPolicy(spark_masters=frozenset({"spark://ops:0p5-pw@m1:7077"}))
+    with pytest.raises(InvalidConfError) as raised:
+        policy.check({"spark.master": "spark://me:m3-pw@evil:7077"})
+    message = str(raised.value)
+    assert "'spark://me:***@evil:7077'" in message and "(spark://ops:***@m1:7077)" in message
+    assert "0p5-pw" not in message and "m3-pw" not in message
+
+
 def test_pipeline_env_entries_are_validated_and_become_text():
     conf = {"pipeline.env.REGION": "eu", "pipeline.env.DEBUG": True, "pipeline.env._N1": 3}
     assert env_entries(validate_pipeline_conf(conf)) == {
@@ -251,6 +265,8 @@ SECRET_KEYS = [
     "spark.kerberos.keytab",
     "spark.datasource.credentials",
     "spark.sql.catalog.x.oauth2.token",
+    "pipeline.env.AZURE_SAS",
+    "spark.myapp.blob.sig",
 ]
 PLAIN_KEYS = [
     "spark.sql.shuffle.partitions",
@@ -290,7 +306,22 @@ FREE_TEXT = {
     "a colon pair": ("aws_secret_access_key: AKIAXX", "aws_secret_access_key: ***"),
     "a bearer token": ("Authorization: Bearer abc.def-1", "Authorization: Bearer ***"),
     "a URL password": ("jdbc:postgresql://u:pw9@db/x", "jdbc:postgresql://u:***@db/x"),
+    "a query password after an innocent parameter": (
+        "cannot open jdbc:postgresql://db/x?user=u&password=pw-7 now",
+        "cannot open jdbc:postgresql://db/x?user=u&password=*** now",
+    ),
+    "a query password in a URL": ("GET https://h/x?password=pw-7", "GET https://h/x?password=***"),
+    "a SAS signature": ("blob at ...net/c?sv=2022&sig=Zm9v%2B", "blob at ...net/c?sv=2022&sig=***"),
+    "a JAAS password": (
+        'PlainLoginModule required username="u" password="pw-7";',
+        'PlainLoginModule required username="u" password="***";',
+    ),
+    "a secret pair after an innocent one's colon": ("error: password=pw-7", "error: password=***"),
+    "a JVM property": ("java -Ddb.password=pw-7 Main", "java -Ddb.password=*** Main"),
+    "a URL token as user": ("clone https://ghp_x9@github.com/o", "clone https://***@github.com/o"),
+    "a quote left open": ('cut short: {"password": "pw-7', 'cut short: {"password": "***'),
     "a plain pair stays": ("spark.sql.shuffle.partitions=3", "spark.sql.shuffle.partitions=3"),
+    "a plain query stays": ("see https://h/x?user=u&ssl=true", "see https://h/x?user=u&ssl=true"),
     "a plain URL stays": (
         "see https://spark.apache.org:443/x",
         "see https://spark.apache.org:443/x",
@@ -353,6 +384,134 @@ def test_the_marker_sent_back_keeps_the_current_value_or_is_refused_naming_the_k
     assert restore_redacted(sent, current) == {"spark.my.secret": "s3cr3t-x", "spark.label": "***"}
     with pytest.raises(InvalidConfError, match=r"'spark\.other\.password'"):
         restore_redacted({"spark.other.password": REDACTED}, current)
+
+
+# An innocent key whose value holds a secret: (value, what stratus shows of it, the secret).
+SECRET_IN_VALUE = {
+    "a JDBC URL's query": (
+        "jdbc:postgresql://db/x?user=u&password=S3cr3t-jdbc&ssl=true",
+        "jdbc:postgresql://db/x?user=u&password=***&ssl=true",
+        "S3cr3t-jdbc",
+    ),
+    "a MongoDB URI": (
+        "mongodb+srv://app:S3cr3t-mongo@h1,h2/db?authSource=admin",
+        "mongodb+srv://app:***@h1,h2/db?authSource=admin",
+        "S3cr3t-mongo",
+    ),
+    "a Kafka JAAS config": (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="app" password="S3cr3t-jaas";',
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="app" password="***";',
+        "S3cr3t-jaas",
+    ),
+    "an Azure SAS URL": (
+        "https://acct.blob.core.windows.net/c?sv=2022-11-02&sp=r&sig=S3cr3t%2Bsas%3D",
+        "https://acct.blob.core.windows.net/c?sv=2022-11-02&sp=r&sig=***",
+        "S3cr3t%2Bsas%3D",
+    ),
+    "an Azure connection string": (
+        "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=S3cr3t+key==;"
+        "EndpointSuffix=core.windows.net",
+        "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=***;"
+        "EndpointSuffix=core.windows.net",
+        "S3cr3t+key==",
+    ),
+    "a URL's userinfo": (
+        "https://app:S3cr3t-url@api.example/v1",
+        "https://app:***@api.example/v1",
+        "S3cr3t-url",
+    ),
+    "a SQL Server JDBC URL": (
+        "jdbc:sqlserver://db:1433;databaseName=x;user=app;password=S3cr3t-mssql;",
+        "jdbc:sqlserver://db:1433;databaseName=x;user=app;password=***;",
+        "S3cr3t-mssql",
+    ),
+    "an Oracle JDBC URL": (
+        "jdbc:oracle:thin:app/S3cr3t-ora@//db:1521/svc",
+        "jdbc:oracle:thin:app/***@//db:1521/svc",
+        "S3cr3t-ora",
+    ),
+    "an HTTP header": ("Bearer S3cr3t-bearer.x", "Bearer ***", "S3cr3t-bearer.x"),
+    "an AWS presigned URL": (
+        "https://b.s3.amazonaws.com/k?X-Amz-Date=20260101&X-Amz-Signature=S3cr3t-sig",
+        "https://b.s3.amazonaws.com/k?X-Amz-Date=20260101&X-Amz-Signature=***",
+        "S3cr3t-sig",
+    ),
+}
+INNOCENT_KEY = "spark.myapp.source"
+
+
+@pytest.mark.parametrize(
+    ("value", "shown", "secret"), SECRET_IN_VALUE.values(), ids=SECRET_IN_VALUE.keys()
+)
+def test_a_secret_in_an_innocent_keys_value_is_redacted_and_the_rest_shown(value, shown, secret):
+    assert not is_secret_key(INNOCENT_KEY)
+    assert redact_conf({INNOCENT_KEY: value, "spark.x": 1}) == {INNOCENT_KEY: shown, "spark.x": 1}
+    assert redact_text(f"failed on {value} now") == f"failed on {shown} now"
+    # the secret alone, as a crashing pipeline may print it, is looked for in free text
+    assert redact_text(f"login with {secret} refused", {INNOCENT_KEY: value}) == (
+        "login with *** refused"
+    )
+
+
+def test_a_long_value_and_a_long_key_are_redacted_as_short_ones():
+    """Short keys and values keep their redaction in memory; longer ones are scanned each
+    time, by the same rules."""
+    path = "x" * MAX_CACHED_CHARS
+    long_value = f"jdbc:postgresql://db/{path}?user=u&password=S3cr3t-jdbc"
+    long_key = f"spark.{'y' * MAX_CACHED_CHARS}.password"
+    assert redact_conf({INNOCENT_KEY: long_value, long_key: "pw"}) == {
+        INNOCENT_KEY: f"jdbc:postgresql://db/{path}?user=u&password=***",
+        long_key: REDACTED,
+    }
+
+
+@pytest.mark.parametrize("stored", [v[0] for v in SECRET_IN_VALUE.values()], ids=SECRET_IN_VALUE)
+def test_the_redacted_form_of_a_value_sent_back_keeps_the_stored_value(stored):
+    current = {INNOCENT_KEY: stored, "spark.db.password": "pw-9"}
+    sent = {**redact_conf(current), "spark.sql.shuffle.partitions": 4}
+    assert sent[INNOCENT_KEY] != stored
+    assert restore_redacted(sent, current) == {**current, "spark.sql.shuffle.partitions": 4}
+
+
+# Pieces of the forms of secrets, and of what surrounds them, for values made at random.
+PIECES = st.sampled_from(
+    [
+        "password=", "pwd=", "sig=", "user=", "&", "?", ";", ":", "@", "/", "https://",
+        "jdbc:oracle:thin:", '"', "'", " ", ",", "\n", "Bearer ", "-D", "key", "=", "*", "S3",
+    ]
+)  # fmt: skip
+
+
+@settings(deadline=None, max_examples=500)
+@given(st.lists(PIECES, max_size=12).map("".join))
+def test_any_value_sent_back_as_shown_keeps_the_stored_value(stored):
+    """Whatever the value, what the API shows of it, sent back, is the stored value again;
+    refused only when the stored value itself holds the marker in place of a secret."""
+    current = {INNOCENT_KEY: stored}
+    try:
+        assert restore_redacted(redact_conf(current), current) == current
+    except InvalidConfError:
+        assert holds_marker(stored)
+
+
+def test_a_value_with_the_marker_that_is_not_the_stored_ones_redaction_is_refused():
+    stored = "jdbc:postgresql://db/x?user=u&password=S3cr3t-jdbc"
+    changed = {INNOCENT_KEY: "jdbc:postgresql://db2/x?user=u&password=***"}  # another host
+    with pytest.raises(InvalidConfError, match=r"'spark\.myapp\.source' holds '\*\*\*' in place"):
+        restore_redacted(changed, {INNOCENT_KEY: stored})
+    with pytest.raises(InvalidConfError, match=r"'spark\.myapp\.source'"):  # nothing to keep
+        restore_redacted({INNOCENT_KEY: "mongodb://app:***@h/db"}, {})
+    # a new value with its real secret, and a marker where no secret is, are values as given
+    fresh = {INNOCENT_KEY: "jdbc:postgresql://db2/x?password=n3w", "spark.label": "a *** b"}
+    assert restore_redacted(fresh, {INNOCENT_KEY: stored}) == fresh
+
+
+def test_a_logs_lines_are_redacted_of_the_secrets_in_the_confs_values():
+    redactor = LineRedactor({INNOCENT_KEY: "mongodb://app:S3cr3t-mongo@h/db"})
+    out = redactor.feed(b"auth failed for S3cr3t-mongo at mongodb://app:S3cr3t-mongo@h/db\n")
+    assert out == b"auth failed for *** at mongodb://app:***@h/db\n"
 
 
 # ---------------------------------------------------------------- worker environment, files

@@ -11,6 +11,7 @@ import configparser
 import re
 import shlex
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from stratus.ha.settings import ZkfcSettings
 from stratus.nimbus.cluster_view import NIMBUS_GROUP
 from stratus.pacemaker.auth import AuthMethod, load_secrets
 from stratus.pacemaker.server import check_server_settings
+from stratus.security.access import AccessPolicy
 from stratus.settings import (
     access_policy,
     client_auth,
@@ -30,14 +32,18 @@ from stratus.settings import (
     pacemaker_server_settings,
     zk_settings,
 )
+from stratus.supervisor.endpoint import check_reachable
+from stratus.supervisor.errors import UnreachableEndpointError
+from stratus.supervisor.settings import SupervisorSettings
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 UNITS = sorted(DEPLOY.glob("*.service"))
 PACEMAKER_CONF = DEPLOY / "pacemaker.yaml"
 NIMBUS_CONF = DEPLOY / "nimbus.yaml"
 ZKFC_CONF = DEPLOY / "zkfc.yaml"
+SUPERVISOR_CONF = DEPLOY / "supervisor.yaml"
 DAEMON_CONFS = sorted(p for p in DEPLOY.glob("*.yaml") if p != PACEMAKER_CONF)  # on ZooKeeper
-HEARTBEAT_CONFS = [NIMBUS_CONF, DEPLOY / "supervisor.yaml"]  # their heartbeats may go elsewhere
+HEARTBEAT_CONFS = [NIMBUS_CONF, SUPERVISOR_CONF]  # their heartbeats may go elsewhere
 HARDENING = {"NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome": "yes"}
 WRITE_NO_FILE = {"stratus-pacemaker.service", "stratus-zkfc.service"}
 
@@ -89,11 +95,12 @@ def test_an_example_configuration_loads(path: Path) -> None:
 @pytest.mark.parametrize("path", DAEMON_CONFS, ids=lambda p: p.name)
 def test_an_example_configuration_turns_security_on(path: Path) -> None:
     conf = load_config(path=str(path), environ={})
-    assert conf.zookeeper_auth_scheme == "digest"
+    assert conf.zookeeper_auth_scheme == "sasl"  # checked by the servers, unlike a digest
+    assert conf.zookeeper_auth_sasl_mechanism == "DIGEST-MD5"
     assert conf.client_tls_ca and conf.client_auth_token_file  # code fetched over https
     named = [conf.zookeeper_auth_file, conf.client_auth_token_file]
     builders: list[Callable[[StratusConfig], object]] = [zk_settings, client_auth]
-    if path in (NIMBUS_CONF, ZKFC_CONF):  # the nimbus's API, the zkfc's endpoint
+    if path in (NIMBUS_CONF, ZKFC_CONF, SUPERVISOR_CONF):  # the API, the zkfc's, the endpoint
         assert conf.nimbus_tls_cert and conf.nimbus_tls_key
         named.append(conf.nimbus_auth_tokens_file)
         builders.append(access_policy)
@@ -105,6 +112,32 @@ def test_an_example_configuration_turns_security_on(path: Path) -> None:
             continue  # an operator's machine: the file is real
         with pytest.raises(StratusError, match=re.escape(file)):
             build(conf)  # read at start, not decorative
+
+
+def test_the_supervisor_example_registers_an_endpoint_the_other_hosts_reach(
+    tmp_path: Path,
+) -> None:
+    """Its endpoint listens on supervisor.host, over https, and registers that address; the
+    same file without the token file would be refused (loopback alone, across hosts)."""
+    secret = "0123456789abcdef0123456789abcdef"
+    files = {
+        "nimbus.auth.tokens.file": f"read token {secret}\n",
+        "client.auth.token.file": f"{secret}\n",
+        "zookeeper.auth.file": "stratus:password\n",
+    }
+    values = _settings(SUPERVISOR_CONF)
+    for key, text in files.items():  # the operator's files, absent here
+        path = tmp_path / key
+        path.write_text(text)
+        path.chmod(0o600)
+        values[key] = str(path)
+    settings = SupervisorSettings.from_config(config_from_mapping(values)).http
+    check_reachable(settings, "host1")
+    assert settings.bind_host == settings.advertised_host == values["supervisor.host"]
+    assert settings.tls is not None and settings.policy.enabled and settings.spans_hosts()
+    open_one = replace(settings, policy=AccessPolicy())
+    with pytest.raises(UnreachableEndpointError, match=r"set nimbus\.auth\.tokens\.file"):
+        check_reachable(open_one, "host1")
 
 
 @pytest.mark.parametrize("unit", UNITS, ids=lambda p: p.name)

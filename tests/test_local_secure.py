@@ -2,8 +2,9 @@
 
 The command is started as a user starts it; once it prints how a client connects, the test
 connects that way: an anonymous request is 401, the printed token over https with the printed
-CA works (the CLI too), plain http is not answered, an anonymous ZooKeeper client is closed,
-and every secret file is its owner's alone. SIGTERM then stops everything.
+CA works (the CLI too), plain http is not answered, an anonymous ZooKeeper client and one with
+made-up digest credentials are closed, and every secret file is its owner's alone. SIGTERM
+then stops everything.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import pytest
 from kazoo.exceptions import SessionClosedRequireSaslError
 
 from stratus.security.tls import TlsSettings
+from stratus.zk.auth import Credentials
+from tests.zk_acl import digest_client
 from tests.zkfixtures import kazoo_client, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
@@ -79,11 +82,13 @@ def test_stratus_local_secure_refuses_anonymous_calls_and_serves_the_printed_tok
         assert listed.returncode == 0, listed.stderr
         assert "leader: 127.0.0.1:" in listed.stdout
 
-        with (
-            kazoo_client(zookeeper_line.group(1)) as stranger,
-            pytest.raises(SessionClosedRequireSaslError),
+        made_up = Credentials("intruder", "made-up")  # ZooKeeper's digest takes any pair
+        for stranger in (
+            kazoo_client(zookeeper_line.group(1)),
+            digest_client(zookeeper_line.group(1), made_up),
         ):
-            stranger.get_children("/")
+            with stranger as client, pytest.raises(SessionClosedRequireSaslError):
+                client.get_children("/")
 
         security = token_file.parent
         for name in (

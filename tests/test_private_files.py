@@ -17,7 +17,7 @@ from stratus.api.records import FencingToken
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.package_store import PackageStore
 from stratus.codedist.transfer.check import hash_file
-from stratus.private_files import private_dirs
+from stratus.files import private_dirs
 from stratus.supervisor.code_cache import CodeCache, PipelineCode
 from stratus.worker.checkpoint_owner import OWNERS_DIR, CheckpointOwners
 from stratus.zk.server import ZooKeeperServer

@@ -257,9 +257,9 @@ def test_a_secret_conf_value_is_never_shown_but_zookeeper_keeps_it(cluster, zk_s
         "cluster": httpx.get(f"{url}/api/v1/cluster").text,
         "workers": httpx.get(f"{url}/api/v1/pipelines/secretive/workers").text,
         "status page": httpx.get(f"{url}/").text,
-        "cli status --json": _cli(cluster, "status", "secretive", "--json"),
-        "cli status": _cli(cluster, "status", "secretive"),
-        "cli list --json": _cli(cluster, "list", "--json"),
+        "cli status --json": cli(cluster, "status", "secretive", "--json"),
+        "cli status": cli(cluster, "status", "secretive"),
+        "cli list --json": cli(cluster, "list", "--json"),
     }
     for where, text in shown.items():
         assert SECRET not in text and ENV_SECRET not in text, where
@@ -277,9 +277,12 @@ def test_a_secret_conf_value_is_never_shown_but_zookeeper_keeps_it(cluster, zk_s
     assert SECRET not in log and ENV_SECRET not in log
 
 
-def _cli(cluster: NimbusCluster, *args: str) -> str:
+def cli(cluster: NimbusCluster, *args: str, token: str | None = None) -> str:
+    """The real CLI's output, as a user (with ``token``) runs it against ``cluster``."""
     env = {**os.environ, "COLUMNS": "400"}
     env.pop("STRATUS_CONF", None)
+    if token is not None:
+        env["STRATUS_TOKEN"] = token
     result = subprocess.run(
         [sys.executable, "-m", "stratus", *args, "-c", f"nimbus.seeds={','.join(cluster.seeds)}"],
         capture_output=True,
@@ -297,11 +300,13 @@ def _cli(cluster: NimbusCluster, *args: str) -> str:
 TOKEN = "tok-7c1e9a5d3b"
 
 
-def put_failed_worker(zk_connect: str, root: str, pipeline: str, error: str) -> None:
+def put_failed_worker(
+    zk_connect: str, root: str, pipeline: str, error: str, supervisor: str = "supervisor-x"
+) -> None:
     """A FAILED worker's heartbeat, as its supervisor publishes it to the ZooKeeper store."""
     beat = WorkerHeartbeat(
         pipeline=pipeline,
-        supervisor="supervisor-x",
+        supervisor=supervisor,
         epoch=1,
         generation=0,
         state=WorkerState.FAILED,
@@ -309,11 +314,11 @@ def put_failed_worker(zk_connect: str, root: str, pipeline: str, error: str) -> 
         error=error,
     )
     with kazoo_client(zk_connect) as zk:
-        path = f"{root}/heartbeats/workers/{pipeline}/supervisor-x"
+        path = f"{root}/heartbeats/workers/{pipeline}/{supervisor}"
         zk.create(path, beat.model_dump_json().encode(), makepath=True)
 
 
-def test_a_failed_workers_log_tail_is_redacted_in_the_api_and_the_cli(cluster, zk_server):
+def test_a_failed_workers_log_tail_is_redacted_in_the_api_and_thecli(cluster, zk_server):
     """The class: free text that a crashing pipeline wrote (its log tail) holds its own conf
     values, key=value pairs of secret keys, bearer tokens and URL passwords."""
     url = url_of(cluster)
@@ -328,7 +333,7 @@ def test_a_failed_workers_log_tail_is_redacted_in_the_api_and_the_cli(cluster, z
     put_failed_worker(zk_server.connect_string, cluster.root, "crashing", error)
     shown = {
         "workers": httpx.get(f"{url}/api/v1/pipelines/crashing/workers").text,
-        "cli status": _cli(cluster, "status", "crashing"),
+        "cli status": cli(cluster, "status", "crashing"),
     }
     for where, text in shown.items():
         for secret in (SECRET, ENV_SECRET, TOKEN):

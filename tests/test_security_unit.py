@@ -4,19 +4,22 @@ pure logic and local files, no network."""
 from __future__ import annotations
 
 import re
+import socket
 import ssl
 from pathlib import Path
 
 import pytest
 
-from stratus.api.errors import ForbiddenError, UnauthenticatedError
-from stratus.api.records import ClusterSummary, LeaderInfo, NimbusSummary
+from stratus.api.errors import ForbiddenError, UnauthenticatedError, UntrustedEndpointError
+from stratus.api.records import ClusterSummary, LeaderInfo, NimbusSummary, SupervisorSummary
 from stratus.config import config_from_mapping
 from stratus.errors import ConfigError
 from stratus.nimbus.authorization import required_role
 from stratus.nimbus.exposure import InsecureBindError, check_exposure
 from stratus.nimbus.status_page import render_status_page
+from stratus.nimbus.supervisor_endpoints import endpoint_url, loopback_elsewhere
 from stratus.security.access import AccessPolicy
+from stratus.security.client_auth import ClientAuth
 from stratus.security.errors import TlsConfigError, TokenFileError
 from stratus.security.loopback import is_loopback
 from stratus.security.roles import Role
@@ -24,6 +27,7 @@ from stratus.security.tls import TlsSettings, peer_common_name
 from stratus.security.tokens import load_credentials, parse_credentials
 from stratus.settings import TOKEN_ENV_VAR, client_auth
 from stratus.supervisor.endpoint import SupervisorEndpoint
+from stratus.supervisor.errors import SupervisorStartError
 from stratus.supervisor.metrics import SupervisorMetrics
 from stratus.supervisor.settings import SupervisorSettings
 from tests.tls_certs import TestCa
@@ -157,14 +161,8 @@ def test_a_non_loopback_bind_without_authentication_is_refused_unless_insecure()
     assert check_exposure("localhost", authenticated=False, insecure=False) is False
 
 
-def test_an_open_supervisor_endpoint_listens_on_loopback_alone_and_advertises_it(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """No token file and not insecure: it listens on loopback instead of supervisor.host
-    (the default bind address) and advertises loopback, never serving an open endpoint to
-    the network."""
-    conf = {"supervisor.id": "s1", "supervisor.host": "10.0.0.11", "supervisor.http.port": 0}
-    endpoint = SupervisorEndpoint(
+def supervisor_endpoint(conf: dict[str, object]) -> SupervisorEndpoint:
+    return SupervisorEndpoint(
         SupervisorSettings.from_config(config_from_mapping(conf)).http,
         "s1",
         logs_of=lambda _pipeline: pytest.fail("no log is read"),
@@ -172,11 +170,51 @@ def test_an_open_supervisor_endpoint_listens_on_loopback_alone_and_advertises_it
         metrics=SupervisorMetrics("s1", workers=list, fences=lambda: 0, lease_held=lambda: True),
         ready=dict,
     )
+
+
+def test_an_open_supervisor_endpoint_of_a_cluster_on_one_host_listens_on_loopback_alone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No token file and not insecure, every address of the configuration loopback: it
+    listens on loopback instead of its network bind address and advertises loopback, never
+    serving an open endpoint to the network."""
+    conf = {
+        "supervisor.id": "s1",
+        "supervisor.http.bind.host": "0.0.0.0",
+        "supervisor.http.port": 0,
+    }
+    endpoint = supervisor_endpoint(conf)
     try:
         assert endpoint.address.startswith("127.0.0.1:")
-        assert "event=supervisor_endpoint_loopback bind=10.0.0.11" in caplog.text
+        assert "event=supervisor_endpoint_loopback bind=0.0.0.0" in caplog.text
     finally:
         endpoint.stop()
+
+
+@pytest.mark.parametrize(
+    ("settings", "fix"),
+    [
+        ({"supervisor.host": "10.0.0.11"}, r"set nimbus\.auth\.tokens\.file"),
+        (
+            {"supervisor.http.bind.host": "0.0.0.0", "zookeeper.servers": "10.0.0.12:2181"},
+            r"set nimbus\.auth\.tokens\.file",
+        ),
+        (
+            {"supervisor.host": "127.0.0.1", "nimbus.seeds": "10.0.0.12:6627"},
+            r"set supervisor\.host to this host's address",
+        ),
+    ],
+)
+def test_a_supervisor_refuses_a_loopback_endpoint_when_other_hosts_take_part(
+    settings: dict[str, object], fix: str
+) -> None:
+    """Its configuration names another host: a loopback endpoint would reach no nimbus
+    there, and a leader there would reach its own host's loopback instead."""
+    conf = {"supervisor.id": "s1", "supervisor.http.port": 0, **settings}
+    with pytest.raises(SupervisorStartError, match=r"loopback address 127\.0\.0\.1") as refused:
+        supervisor_endpoint(conf)
+    assert re.search(fix, str(refused.value))
+    assert "supervisor.http.port=-1" in str(refused.value)
 
 
 def test_the_status_page_names_the_insecure_nimbuses_in_a_banner() -> None:
@@ -227,6 +265,46 @@ def test_the_client_token_comes_from_the_key_the_file_or_the_environment(tmp_pat
     path.chmod(0o640)
     with pytest.raises(TokenFileError, match="chmod 600"):
         client_auth(config_from_mapping({"client.auth.token.file": str(path)}), {})
+
+
+def test_a_daemon_speaks_tls_to_its_peers_when_its_own_configuration_says_the_cluster_does() -> (
+    None
+):
+    assert client_auth(config_from_mapping({}), {}).scheme == "http"
+    for key in ("client.tls.ca", "client.tls.cert", "nimbus.tls.cert"):
+        assert client_auth(config_from_mapping({key: "/etc/stratus/x.pem"}), {}).scheme == "https"
+
+
+def test_a_registration_that_disagrees_with_the_nimbus_about_tls_is_refused_before_any_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    plain = SupervisorSummary(id="s1", host="10.0.0.12", endpoint="10.0.0.12:6629")
+    secure = plain.model_copy(update={"endpoint_tls": True})
+    tls = ClientAuth(token=ADMIN, tls=TlsSettings(ca="/etc/stratus/ca.pem"))
+    assert endpoint_url(secure, "/health", tls) == "https://10.0.0.12:6629/health"
+    assert endpoint_url(plain, "/health", ClientAuth()) == "http://10.0.0.12:6629/health"
+    with pytest.raises(UntrustedEndpointError, match=r"s1's registration says .* plain http"):
+        endpoint_url(plain, "/health", tls)
+    assert "event=supervisor_endpoint_refused supervisor=s1" in caplog.text
+    with pytest.raises(UntrustedEndpointError, match=r"says .* https, .* has no TLS"):
+        endpoint_url(secure, "/health", ClientAuth(token=ADMIN))
+    assert UntrustedEndpointError.retryable is False
+    elsewhere = plain.model_copy(update={"endpoint": "127.0.0.1:6629"})
+    with pytest.raises(UntrustedEndpointError, match=r"registered from host 10\.0\.0\.12"):
+        endpoint_url(elsewhere, "/health", ClientAuth())
+    assert "reason=loopback_of_another_host" in caplog.text
+
+
+def test_a_loopback_endpoint_is_used_only_for_a_supervisor_of_this_host() -> None:
+    def registered(host: str, endpoint: str | None = "127.0.0.1:6629") -> SupervisorSummary:
+        return SupervisorSummary(id="s1", host=host, endpoint=endpoint)
+
+    assert loopback_elsewhere(registered("10.0.0.12"))  # no address of this machine
+    assert loopback_elsewhere(registered(""))  # a host not said: not known to be here
+    assert not loopback_elsewhere(registered("127.0.0.1"))
+    assert not loopback_elsewhere(registered(socket.gethostname()))
+    assert not loopback_elsewhere(registered("10.0.0.12", "10.0.0.12:6629"))
+    assert not loopback_elsewhere(registered("10.0.0.12", None))
 
 
 def test_tls_settings_build_contexts_and_name_a_file_that_cannot_be_used(tmp_path: Path) -> None:

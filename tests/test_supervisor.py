@@ -539,7 +539,7 @@ def test_a_graceful_stop_stops_workers_and_says_so_before_unregistering(cluster)
     assert cluster.registration() is None
 
 
-def test_a_leaders_fence_needs_admin_refuses_an_older_epoch_and_answers_once_workers_are_gone(
+def test_a_fence_needs_admin_its_own_id_and_a_current_epoch_and_answers_once_workers_are_gone(
     cluster,
 ) -> None:
     tokens = cluster.tmp_path / "tokens"
@@ -557,17 +557,23 @@ def test_a_leaders_fence_needs_admin_refuses_an_older_epoch_and_answers_once_wor
         first = int(pid_file.read_text())
         url = f"http://{supervisor.endpoint.address}/api/v1/fence"
         admin = {"Authorization": "Bearer admin-secret-0123456789"}
+        order = {"epoch": 3, "supervisor": "s1"}
         with httpx.Client(timeout=30.0) as http:
-            assert http.post(url, json={"epoch": 3}).status_code == 401
+            assert http.post(url, json=order).status_code == 401
             reader = {"Authorization": "Bearer read-secret-0123456789"}
-            assert http.post(url, json={"epoch": 3}, headers=reader).status_code == 403
-            stale = http.post(url, json={"epoch": 2}, headers=admin)  # a deposed leader
+            assert http.post(url, json=order, headers=reader).status_code == 403
+            stale = http.post(url, json={**order, "epoch": 2}, headers=admin)  # a deposed leader
             assert stale.status_code == 409 and stale.json()["error"] == "stale_epoch"
+            other = http.post(url, json={**order, "supervisor": "s2"}, headers=admin)
+            assert other.status_code == 409 and other.json()["error"] == "wrong_supervisor"
+            assert "refuses a fence meant for supervisor 's2'" in other.json()["message"]
             assert not process_gone(first)
-            invalid = http.post(url, json={"epoch": "3"}, headers=admin)
-            assert invalid.status_code == 422 and invalid.json()["error"] == "invalid_request"
+            for invalid_order in ({**order, "epoch": "3"}, {"epoch": 3}):
+                invalid = http.post(url, json=invalid_order, headers=admin)
+                assert invalid.status_code == 422, invalid_order
+                assert invalid.json()["error"] == "invalid_request"
 
-            fenced = http.post(url, json={"epoch": 3}, headers=admin)
+            fenced = http.post(url, json=order, headers=admin)
             assert process_gone(first)  # SIGKILLed after the grace, before the answer
         assert fenced.status_code == 200
         assert fenced.json() == {"supervisor": "s1", "epoch": 3, "stopped": ["etl"]}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from stratus.supervisor.endpoint import MAX_LINE_BYTES, LineRedactor
+from stratus.api.redaction import MAX_LINE_BYTES, LineRedactor
 from stratus.supervisor.worker_log import LogPump, LogSettings, RunLog, read_run
 
 

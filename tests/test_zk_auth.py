@@ -3,7 +3,8 @@
 With ``zookeeper.auth.scheme: digest`` every znode a session creates (the root, its parents,
 every recipe's) gives stratus's identity every permission and nobody else anything; an open
 root left by a time without authentication is tightened; a server started with
-``auth.required`` refuses even reads to an anonymous client.
+``auth.required`` admits only the SASL users it checks (never a digest, which ZooKeeper takes
+from anyone), locks ``/`` and stratus's root, and holds the root to a quota.
 """
 
 from __future__ import annotations
@@ -14,21 +15,38 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kazoo.exceptions import NoAuthError, SessionClosedRequireSaslError
-from kazoo.security import OPEN_ACL_UNSAFE
+from kazoo.exceptions import NoAuthError, QuotaExceededError, SessionClosedRequireSaslError
+from kazoo.security import OPEN_ACL_UNSAFE, Permissions
 
 from stratus.client import NimbusClient
 from stratus.config import load_config
 from stratus.local.processes import SupervisorProcess
 from stratus.settings import zk_server_auth, zk_settings
-from stratus.zk.auth import AuthScheme, Credentials, ServerAuth, ZkAuth, read_credentials
+from stratus.zk.auth import (
+    AuthScheme,
+    Credentials,
+    ServerAuth,
+    ZkAuth,
+    ZnodeQuota,
+    read_credentials,
+)
 from stratus.zk.errors import ZooKeeperAuthError
+from stratus.zk.ports import LOOPBACK
 from stratus.zk.server import ZooKeeperServer
-from stratus.zk.session import ZkSession, ZkSettings
+from stratus.zk.session import SASL_DROPS_REFUSE, ZkSession, ZkSettings
 from tests.nimbus_cluster import nimbus_cluster
 from tests.package_factory import valid_package
+from tests.tcp_proxy import TcpProxy
 from tests.test_zookeeper_server import serving_hosts, start_stratus_zookeeper
-from tests.zk_acl import acl_of, digest_client, digest_identity, every_znode, secret_file
+from tests.zk_acl import (
+    acl_of,
+    digest_client,
+    digest_identity,
+    every_znode,
+    sasl_client,
+    sasl_identity,
+    secret_file,
+)
 from tests.zkfixtures import kazoo_client, wait_until
 
 STRATUS = Credentials("stratus", "s3cret-stratus")
@@ -131,13 +149,14 @@ def test_an_open_root_from_before_authentication_is_tightened_whole(zk_hosts: st
 
 
 def test_every_recipe_creates_its_znodes_with_the_acl_through_the_session() -> None:
-    """No caller passes an ACL of its own: kazoo's ``default_acl`` gives every znode ours."""
+    """No caller passes an ACL of its own: kazoo's ``default_acl`` gives every znode ours.
+    (The embedded server's lockdown, as its superuser, is the one other place.)"""
     src = Path(__file__).parents[1] / "src" / "stratus"
     callers = [
         f"{path.relative_to(src)}:{number}"
         for path in sorted(src.rglob("*.py"))
         for number, line in enumerate(path.read_text().splitlines(), 1)
-        if re.search(r"\bacl=|set_acls\(", line) and path.name != "auth.py"
+        if re.search(r"\bacl=|set_acls\(", line) and path.name not in ("auth.py", "lockdown.py")
     ]
     assert callers == []
 
@@ -192,19 +211,28 @@ def test_nimbuses_and_a_supervisor_work_with_digest_auth_and_own_every_znode(
 
 # -- a server that requires authentication ---------------------------------------------------
 
+SASL = ZkAuth(AuthScheme.SASL, STRATUS, sasl_mechanism="DIGEST-MD5")
+SUPER = Credentials("super", "root-password")
+QUOTA = ZnodeQuota(znodes=1000, data_bytes=8 * 1024 * 1024)  # small, so that the fill ends soon
+
 
 @pytest.fixture
 def strict_server(tmp_path: Path) -> Iterator[ZooKeeperServer]:
-    superuser = secret_file(tmp_path / "super.secret", "super:root-password")
+    """A server that requires authentication, as ``stratus zookeeper --require-auth`` builds
+    it from the configuration: stratus's SASL user, a superuser, a small quota."""
     conf = load_config(
         overrides=[
             "zookeeper.server.auth.required=true",
-            f"zookeeper.server.super.file={superuser}",
+            f"zookeeper.auth.file={secret_file(tmp_path / 'zk.secret', 'stratus:s3cret-stratus')}",
+            f"zookeeper.server.super.file={secret_file(tmp_path / 'super', 'super:root-password')}",
+            f"zookeeper.server.quota.count={QUOTA.znodes}",
+            f"zookeeper.server.quota.bytes={QUOTA.data_bytes}",
         ],
         environ={},
     )
     auth = zk_server_auth(conf)
-    assert auth == ServerAuth(required=True, super_digest=auth.super_digest)
+    assert auth == ServerAuth(required=True, users=(STRATUS,), superuser=SUPER, quota=QUOTA)
+    assert auth.schemes == ("sasl",)  # digest admits every user:password pair
     server = ZooKeeperServer(tmp_path / "zk", tick_time_ms=100, force_sync=False, auth=auth)
     server.start()
     try:
@@ -213,30 +241,139 @@ def strict_server(tmp_path: Path) -> Iterator[ZooKeeperServer]:
         server.stop()
 
 
-def test_a_server_that_requires_auth_refuses_even_reads_to_anonymous_clients(
+# A refused SASL handshake kills kazoo's connection thread (kazoo 2.11); the session notices.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_server_that_requires_auth_admits_only_the_sasl_users_it_checks(
     strict_server: ZooKeeperServer,
 ) -> None:
     hosts = strict_server.connect_string
-    with session(hosts) as owner:
+    with session(hosts, SASL) as owner:
         owner.client.create("/stratus/pipelines/p", b"record", makepath=True)
-        # ZooKeeper closes the session of a client that has not authenticated.
-        with kazoo_client(hosts) as anonymous, pytest.raises(SessionClosedRequireSaslError):
-            anonymous.get_children("/")
-        with digest_client(hosts, Credentials("super", "root-password")) as operator:
-            assert operator.get("/stratus/pipelines/p")[0] == b"record"  # the superuser
-        assert (strict_server.data_dir / "zoo.cfg").stat().st_mode & 0o077 == 0
+        for path in every_znode(owner.client, "/stratus"):
+            assert acl_of(owner.client, path) == sasl_identity(STRATUS), path
+    # ZooKeeper closes the session of a client that has not authenticated with SASL: an
+    # anonymous one, one with made-up digest credentials, and stratus's own as a digest.
+    for credentials in (None, Credentials("intruder", "made-up"), STRATUS):
+        client = kazoo_client(hosts) if credentials is None else digest_client(hosts, credentials)
+        with client as refused, pytest.raises(SessionClosedRequireSaslError):
+            refused.get_children("/")
+    wrong = ZkAuth(AuthScheme.SASL, Credentials("stratus", "wrong"), sasl_mechanism="DIGEST-MD5")
+    with pytest.raises(ZooKeeperAuthError, match="refused stratus's credentials"):
+        session(hosts, wrong).start()
+    made_up = ZkAuth(AuthScheme.SASL, Credentials("intruder", "x"), sasl_mechanism="DIGEST-MD5")
+    with pytest.raises(ZooKeeperAuthError, match="refused stratus's credentials"):
+        session(hosts, made_up).start()
+    with sasl_client(hosts, SUPER) as operator:  # the superuser reads whatever the ACL says
+        assert operator.get("/stratus/pipelines/p")[0] == b"record"
+    assert (strict_server.data_dir / "zoo.cfg").stat().st_mode & 0o077 == 0
+    assert (strict_server.data_dir / "jaas.conf").stat().st_mode & 0o077 == 0
 
 
-def test_stratus_zookeeper_require_auth_flag_enforces_it() -> None:
-    process, lines = start_stratus_zookeeper("--port", "0", "--temporary", "--require-auth")
+def test_a_connection_dropped_during_sasl_is_retried_not_taken_for_a_refusal(
+    strict_server: ZooKeeperServer,
+) -> None:
+    """A member that loses its quorum drops every connection, some in the middle of their
+    SASL exchange: ZooKeeper's way of refusing credentials too, so only drops in a row
+    (``SASL_DROPS_REFUSE``) mean a refusal."""
+    with TcpProxy(LOOPBACK, strict_server.port) as proxy:
+        proxy.drop_after_first_answer(SASL_DROPS_REFUSE - 1)
+        with session(f"{LOOPBACK}:{proxy.port}", SASL) as owner:
+            owner.client.create("/stratus/pipelines/through-drops", b"ok", makepath=True)
+        assert proxy.dropped == SASL_DROPS_REFUSE - 1
+
+
+def test_stratus_own_identity_cannot_leave_its_root_nor_fill_the_server(
+    strict_server: ZooKeeperServer,
+) -> None:
+    """Whoever steals stratus's identity may write under its root, and no further: not
+    beside it, not on ``/``'s ACL or its own quota, and not past the quota."""
+    hosts = strict_server.connect_string
+    with sasl_client(hosts, STRATUS) as thief:
+        assert acl_of(thief, "/") == {(Permissions.READ, "sasl", "stratus")}
+        for path in ("/junk", "/zookeeper/junk", "/zookeeper/quota/junk"):
+            with pytest.raises(NoAuthError):
+                thief.create(path, b"x")
+        with pytest.raises(NoAuthError):
+            thief.set_acls("/", OPEN_ACL_UNSAFE)
+        with pytest.raises(NoAuthError):
+            thief.set("/zookeeper/quota/stratus/zookeeper_limits", b"count=-1,bytes=-1")
+        megabyte = b"x" * 1_000_000
+        written = 0
+        with pytest.raises(QuotaExceededError):
+            for index in range(QUOTA.data_bytes // len(megabyte) + 2):
+                thief.create(f"/stratus/junk-{index}", megabyte)
+                written += 1
+        assert written == QUOTA.data_bytes // len(megabyte)
+    assert strict_server.mode() == "standalone"  # still serving
+    with session(hosts, SASL) as owner:  # stratus goes on within its quota
+        owner.client.create("/stratus/pipelines/after", b"small", makepath=True)
+    with sasl_client(hosts, SUPER) as operator:  # the superuser clears the junk
+        for index in range(written):
+            operator.delete(f"/stratus/junk-{index}")
+    strict_server.stop()
+    strict_server.start()  # a restart locks again, changing nothing
+    with sasl_client(hosts, STRATUS) as owner:
+        assert owner.get("/stratus/pipelines/after")[0] == b"small"
+        assert acl_of(owner, "/") == {(Permissions.READ, "sasl", "stratus")}
+
+
+def test_require_auth_without_users_the_server_can_check_is_refused() -> None:
+    with pytest.raises(ZooKeeperAuthError, match=r"zookeeper\.auth\.file"):
+        ServerAuth(required=True)
+    with pytest.raises(ZooKeeperAuthError, match="double quote"):
+        ServerAuth(required=True, users=(Credentials("stratus", 'a"b'),))
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize("members", [(), ("--ensemble", "3")], ids=["standalone", "ensemble"])
+def test_stratus_zookeeper_require_auth_flag_admits_stratus_sasl_user_alone(
+    tmp_path: Path, members: tuple[str, ...]
+) -> None:
+    secret = secret_file(tmp_path / "zk.secret", f"{STRATUS.user}:{STRATUS.password}")
+    process, lines = start_stratus_zookeeper(
+        "--port", "0", "--data-dir", str(tmp_path / "zk"), "--require-auth",
+        "-c", f"zookeeper.auth.file={secret}", *members,
+    )  # fmt: skip
     try:
         hosts = serving_hosts(process, lines)
         with kazoo_client(hosts) as anonymous, pytest.raises(SessionClosedRequireSaslError):
             anonymous.get_children("/")
-        with session(hosts) as owner:
+        with (
+            digest_client(hosts, Credentials("intruder", "made-up")) as intruder,
+            pytest.raises(SessionClosedRequireSaslError),
+        ):
+            intruder.get_children("/")
+        with session(hosts, SASL) as owner:
             assert owner.client.exists("/stratus")
+            assert acl_of(owner.client, "/") == {(Permissions.READ, "sasl", "stratus")}
+        superuser = read_credentials(tmp_path / "zk" / "super.secret")  # made, kept with the data
+        with sasl_client(hosts, superuser) as operator:
+            operator.create("/operator-only", b"")
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_stratus_zookeeper_refuses_an_open_non_loopback_address_unless_insecure() -> None:
+    process, _ = start_stratus_zookeeper("--port", "0", "--temporary", "--host", "0.0.0.0")
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 2
+    assert "refuses to listen on 0.0.0.0 without authentication" in stderr
+    assert "--insecure" in stderr
+    process, lines = start_stratus_zookeeper(
+        "--port", "0", "--temporary", "--host", "0.0.0.0", "--insecure"
+    )
+    try:
+        hosts = serving_hosts(process, lines)
+        with kazoo_client(hosts) as anyone:
+            assert "zookeeper" in anyone.get_children("/")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+        assert process.stderr is not None
+        assert "INSECURE" in process.stderr.read()
     finally:
         if process.poll() is None:
             process.kill()
@@ -250,24 +387,26 @@ JAAS_SERVER = """Server {
 """
 
 
-# A refused SASL handshake kills kazoo's connection thread (kazoo 2.11); the session notices.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
-def test_sasl_digest_md5_authenticates_and_owns_the_znodes(tmp_path: Path) -> None:
-    """SASL end to end without a KDC: the server checks DIGEST-MD5 users from its JAAS file."""
+def test_an_operators_own_jaas_file_admits_its_sasl_users_alone(tmp_path: Path) -> None:
+    """SASL end to end without a KDC: the server checks DIGEST-MD5 users from the JAAS file
+    that the operator wrote (as one of Kerberos would be)."""
     jaas = tmp_path / "jaas.conf"
     jaas.write_text(JAAS_SERVER)
     auth = ServerAuth(required=True, jaas_file=jaas)
-    assert auth.schemes == ("digest", "sasl")
-    sasl = ZkAuth(AuthScheme.SASL, STRATUS, sasl_mechanism="DIGEST-MD5")
-    assert sasl.identity == "sasl:stratus"
+    assert auth.schemes == ("sasl",)
+    assert SASL.identity == "sasl:stratus"
     server = ZooKeeperServer(tmp_path / "zk", tick_time_ms=100, force_sync=False, auth=auth)
-    with server, session(server.connect_string, sasl) as owner:
+    with server, session(server.connect_string, SASL) as owner:
         owner.client.create("/stratus/pipelines/p", b"record", makepath=True)
         for path in every_znode(owner.client, "/stratus"):
-            assert acl_of(owner.client, path) == {(31, "sasl", "stratus")}, path
+            assert acl_of(owner.client, path) == sasl_identity(STRATUS), path
         intruder = Credentials("intruder", "x")
-        with digest_client(server.connect_string, intruder) as other, pytest.raises(NoAuthError):
-            other.set("/stratus/pipelines/p", b"rewritten")
+        with (
+            digest_client(server.connect_string, intruder) as other,
+            pytest.raises(SessionClosedRequireSaslError),
+        ):
+            other.get_children("/")
         wrong = ZkAuth(
             AuthScheme.SASL, Credentials("stratus", "wrong"), sasl_mechanism="DIGEST-MD5"
         )

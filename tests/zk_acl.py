@@ -34,6 +34,22 @@ def digest_client(hosts: str, credentials: Credentials, **options: Any) -> Any:
     return kazoo_client(hosts, auth_data=auth, **options)
 
 
+def sasl_client(hosts: str, credentials: Credentials, **options: Any) -> Any:
+    """A started kazoo client (a context manager) that authenticated with SASL DIGEST-MD5."""
+    sasl = {
+        "mechanism": "DIGEST-MD5",
+        "service": "zookeeper",
+        "username": credentials.user,
+        "password": credentials.password,
+    }
+    return kazoo_client(hosts, sasl_options=sasl, **options)
+
+
+def sasl_identity(credentials: Credentials) -> set[tuple[int, str, str]]:
+    """The ACL that gives ``credentials``' SASL identity every permission, and nobody else."""
+    return {(31, "sasl", credentials.user)}
+
+
 def every_znode(client: KazooClient, root: str) -> Iterator[str]:
     """``root`` and every znode under it, parents before children."""
     yield root

@@ -104,14 +104,39 @@ class StratusConfig(BaseModel):
     zookeeper_server_auth_required: bool = Field(
         default=False,
         alias="zookeeper.server.auth.required",
-        description="`stratus zookeeper` refuses every request of a client that has not "
-        "authenticated with digest (or SASL), reads included",
+        description="`stratus zookeeper` admits only clients whose SASL identity it checks "
+        "(stratus's user of zookeeper.auth.file with DIGEST-MD5, or the users of "
+        "zookeeper.server.sasl.jaas.file), reads included, and locks `/` and stratus's root "
+        "under a quota",
+    )
+    zookeeper_server_auth_insecure: bool = Field(
+        default=False,
+        alias="zookeeper.server.auth.insecure",
+        description="let `stratus zookeeper` listen on a non-loopback address without "
+        "requiring authentication (`--insecure`): anyone who reaches it may read and write "
+        "every znode",
+    )
+    zookeeper_server_quota_count: int = Field(
+        default=100_000,
+        ge=1,
+        alias="zookeeper.server.quota.count",
+        description="hard limit of znodes under zookeeper.root on a `stratus zookeeper` that "
+        "requires authentication",
+    )
+    zookeeper_server_quota_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1,
+        alias="zookeeper.server.quota.bytes",
+        description="hard limit of the bytes of data under zookeeper.root on a "
+        "`stratus zookeeper` that requires authentication",
     )
     zookeeper_server_super_file: str | None = Field(
         default=None,
         alias="zookeeper.server.super.file",
         description="file holding `super:<password>` (mode 600): `stratus zookeeper` lets "
-        "whoever authenticates as that superuser read and repair any znode",
+        "whoever authenticates as that superuser read and repair any znode (SASL "
+        "DIGEST-MD5 when it requires authentication; default then: one it makes, "
+        "super.secret in its data directory)",
     )
     zookeeper_server_sasl_jaas_file: str | None = Field(
         default=None,
@@ -253,8 +278,9 @@ class StratusConfig(BaseModel):
     nimbus_tls_cert: str | None = Field(
         default=None,
         alias="nimbus.tls.cert",
-        description="PEM certificate of a nimbus's HTTP API and package server; set, they "
-        "speak https only",
+        description="PEM certificate of a nimbus's HTTP API and package server (and of a "
+        "supervisor's or zkfc's endpoint); set, they speak https only, and the daemon's own "
+        "calls to other daemons are https too",
     )
     nimbus_tls_key: str | None = Field(
         default=None,
@@ -931,7 +957,7 @@ class StratusConfig(BaseModel):
         default=None,
         alias="client.tls.ca",
         description="PEM CA bundle that signs the nimbuses' certificates; set, clients speak "
-        "https to nimbuses and their package servers",
+        "https to nimbuses and their package servers, and nimbuses to supervisors' endpoints",
     )
     client_tls_cert: str | None = Field(
         default=None,

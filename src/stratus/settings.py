@@ -41,7 +41,14 @@ from stratus.security.tls import TlsSettings
 from stratus.security.tokens import load_credentials, read_token
 from stratus.state.factory import StateStoreSettings
 from stratus.web.bounds import HttpBounds
-from stratus.zk.auth import AuthScheme, ServerAuth, ZkAuth, read_credentials, super_digest
+from stratus.zk.auth import (
+    AuthScheme,
+    ServerAuth,
+    ZkAuth,
+    ZnodeQuota,
+    read_credentials,
+    super_digest,
+)
 from stratus.zk.session import ZkSettings
 from stratus.zk.tls import ServerTls, ZkTls
 
@@ -78,18 +85,30 @@ def zk_auth(conf: StratusConfig) -> ZkAuth:
 
 
 def zk_server_auth(conf: StratusConfig, environ: Mapping[str, str] | None = None) -> ServerAuth:
-    """What ``stratus zookeeper`` demands: ``zookeeper.server.auth.required``, ``.super.file``,
-    ``.sasl.jaas.file``, and the ``krb5.conf`` of its JVM (``zookeeper.server.sasl.krb5.conf``,
-    else ``KRB5_CONFIG``, which MIT's tools of the same shell read but Java does not)."""
+    """What ``stratus zookeeper`` demands: ``zookeeper.server.auth.required``, its SASL users
+    (stratus's own, ``zookeeper.auth.file``, unless ``zookeeper.server.sasl.jaas.file`` names
+    the operator's JAAS configuration), its superuser (``.super.file``), the root and quota it
+    locks (``zookeeper.root``, ``zookeeper.server.quota.*``), and the ``krb5.conf`` of its JVM
+    (``zookeeper.server.sasl.krb5.conf``, else ``KRB5_CONFIG``, which MIT's tools of the same
+    shell read but Java does not)."""
     environ = os.environ if environ is None else environ
-    path = conf.zookeeper_server_super_file
+    super_file = conf.zookeeper_server_super_file
     jaas = conf.zookeeper_server_sasl_jaas_file
     krb5 = conf.zookeeper_server_sasl_krb5_conf or environ.get("KRB5_CONFIG")
+    users = conf.zookeeper_auth_file if conf.zookeeper_server_auth_required and not jaas else None
+    required = conf.zookeeper_server_auth_required
     return ServerAuth(
-        required=conf.zookeeper_server_auth_required,
-        super_digest=super_digest(Path(path)) if path else None,
+        required=required,
+        super_digest=super_digest(Path(super_file)) if super_file and not required else None,
         jaas_file=Path(jaas) if jaas else None,
         krb5_conf=Path(krb5) if krb5 else None,
+        users=(read_credentials(Path(users)),) if users else (),
+        superuser=read_credentials(Path(super_file)) if super_file and required else None,
+        root=conf.zookeeper_root,
+        quota=ZnodeQuota(
+            znodes=conf.zookeeper_server_quota_count,
+            data_bytes=conf.zookeeper_server_quota_bytes,
+        ),
     )
 
 
@@ -253,7 +272,12 @@ TOKEN_ENV_VAR = "STRATUS_TOKEN"
 
 def client_auth(conf: StratusConfig, environ: Mapping[str, str] | None = None) -> ClientAuth:
     """``client.auth.token`` (else ``client.auth.token.file``, else ``STRATUS_TOKEN``) and
-    ``client.tls.*``: how a client, a supervisor or a fetching nimbus presents itself."""
+    ``client.tls.*``: how a client, a supervisor or a fetching nimbus presents itself.
+
+    TLS is on when ``client.tls.ca`` or ``client.tls.cert`` is set, and also when
+    ``nimbus.tls.cert`` is: a daemon that serves https itself is in a cluster that speaks
+    TLS, so it never sends a token to a peer in clear (it then verifies peers against the
+    system's trust store unless ``client.tls.ca`` names the cluster's CA)."""
     environ = os.environ if environ is None else environ
     token = conf.client_auth_token
     if token is None and conf.client_auth_token_file:
@@ -261,7 +285,7 @@ def client_auth(conf: StratusConfig, environ: Mapping[str, str] | None = None) -
     if token is None:
         token = environ.get(TOKEN_ENV_VAR) or None
     tls = None
-    if conf.client_tls_ca or conf.client_tls_cert:
+    if conf.client_tls_ca or conf.client_tls_cert or conf.nimbus_tls_cert:
         tls = TlsSettings(cert=conf.client_tls_cert, key=conf.client_tls_key, ca=conf.client_tls_ca)
     return ClientAuth(token=token, tls=tls)
 

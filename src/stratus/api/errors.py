@@ -145,6 +145,22 @@ class StaleEpochError(ApiError):
     status = 409
 
 
+class WrongSupervisorError(ApiError):
+    """A leader's fence that names another supervisor than the one it reached: 409."""
+
+    code = "wrong_supervisor"
+    status = 409
+
+
+class UntrustedEndpointError(ApiError):
+    """A supervisor's registration disagrees with this nimbus's own configuration about how
+    its endpoint is reached (TLS): nothing was sent to it. 502, not retried: an operator
+    must fix the supervisor's configuration, or find who rewrote its registration."""
+
+    code = "untrusted_endpoint"
+    status = 502
+
+
 class UploadsBusyError(UnavailableError):
     """``nimbus.max.concurrent.uploads`` submits are being read; retry after ``Retry-After``."""
 
@@ -179,6 +195,8 @@ _BY_CODE: dict[str, type[ApiError]] = {
         NoLogError,
         UnavailableError,
         StaleEpochError,
+        WrongSupervisorError,
+        UntrustedEndpointError,
     )
 }
 

@@ -24,7 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from stratus.api.echo import echo
 from stratus.api.errors import InvalidConfError
+from stratus.api.redaction import redact_text
 
 CHECKPOINT_ROOT_KEY = "pipeline.checkpoint.root"
 CHECKPOINT_SUBPATH_KEY = "pipeline.checkpoint.subpath"
@@ -204,9 +206,10 @@ class LocationPolicy:
             text = str(value)
             if is_local_master(text) or text in self.spark_masters:
                 continue
-            allowed = ", ".join(sorted(self.spark_masters)) or "none"
+            # the masters' URLs may hold a password: the message shows them redacted
+            allowed = redact_text(", ".join(sorted(self.spark_masters))) or "none"
             raise InvalidConfError(
-                f"pipeline conf {key}: {text!r} is not a Spark master this cluster allows; "
-                f"a pipeline may use local[...] or one of the operator's "
+                f"pipeline conf {key}: {echo(redact_text(text))} is not a Spark master this "
+                "cluster allows; a pipeline may use local[...] or one of the operator's "
                 f"pipeline.spark.masters ({allowed})"
             )

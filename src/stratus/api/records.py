@@ -95,8 +95,9 @@ class PipelineRecord(_Record):
     )
     conf: dict[str, Any] = Field(
         default_factory=dict,
-        description="the pipeline's conf; in the API's answers every secret-looking value "
-        "(a key naming a password, secret, token, credential or key) is '***'",
+        description="the pipeline's conf; in the API's answers the value of a secret-looking "
+        "key (naming a password, secret, token, credential or key) is '***', and a secret in "
+        "another value (a URL's password, a secret query parameter) is replaced by '***'",
     )
     user_keys: list[str] | None = Field(
         default=None,
@@ -484,11 +485,13 @@ class RebalanceRequest(BaseModel):
 
 
 class FenceRequest(BaseModel):
-    """Body of a supervisor's ``POST /api/v1/fence``: the term of the leader that fences."""
+    """Body of a supervisor's ``POST /api/v1/fence``: the term of the leader that fences,
+    and the supervisor it means to fence (another one refuses it)."""
 
     model_config = ConfigDict(extra="forbid")
 
     epoch: int = Field(ge=0, strict=True)
+    supervisor: str = Field(min_length=1, strict=True, description="the id of the supervisor")
 
 
 class FenceAnswer(BaseModel):

@@ -96,7 +96,7 @@ def _summary(checked: CheckedPackage, digest: str) -> dict[str, object]:
 
 
 def _shown_manifest(checked: CheckedPackage) -> dict[str, object]:
-    """The manifest as JSON, its secret-looking conf values redacted."""
+    """The manifest as JSON, its conf's secrets redacted."""
     shown = checked.manifest.model_dump(mode="json")
     shown["conf"] = redact_conf(checked.manifest.conf)
     return shown

@@ -15,7 +15,6 @@ fsynced before every acknowledgement; ``--temporary`` is the throw-away alternat
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import signal
 import sys
 import tempfile
@@ -30,7 +29,9 @@ from stratus.cli.options import log_level_option, with_config
 from stratus.config import StratusConfig
 from stratus.logs import configure_daemon_logging
 from stratus.rlimits import raise_open_files_limit
+from stratus.security.loopback import is_loopback
 from stratus.settings import log_settings, zk_server_auth, zk_server_tls
+from stratus.zk.auth import ServerAuth
 from stratus.zk.ensemble import ZooKeeperEnsemble
 from stratus.zk.errors import ZooKeeperServerError
 from stratus.zk.ports import LOOPBACK
@@ -77,6 +78,13 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
     "zookeeper.server.auth.required).",
 )
 @click.option(
+    "--insecure",
+    is_flag=True,
+    default=None,
+    help="Listen on a non-loopback --host without requiring authentication, on purpose "
+    "(default: zookeeper.server.auth.insecure): anyone who reaches it may read and write.",
+)
+@click.option(
     "--tick-time",
     "tick_time_ms",
     type=click.IntRange(min=1, max=MAX_TICK_TIME_MS),
@@ -102,6 +110,7 @@ def zookeeper(
     temporary: bool,
     host: str | None,
     require_auth: bool | None,
+    insecure: bool | None,
     tick_time_ms: int | None,
     ensemble_size: int | None,
 ) -> None:
@@ -117,7 +126,7 @@ def zookeeper(
         data_dir = Path(conf.zookeeper_server_data_dir or DEFAULT_DATA_DIR).expanduser()
     auth = zk_server_auth(conf)
     if require_auth is not None:
-        auth = dataclasses.replace(auth, required=require_auth)
+        auth = zk_server_auth(conf.model_copy(update={"zookeeper_server_auth_required": True}))
     force_sync = conf.zookeeper_server_force_sync and not temporary
     tls = zk_server_tls(conf)
     with contextlib.ExitStack() as stack:
@@ -144,6 +153,8 @@ def zookeeper(
             stack.enter_context(ensemble)
             connect_string = ensemble.connect_string
         else:
+            insecure = conf.zookeeper_server_auth_insecure or bool(insecure)
+            _refuse_open_exposure(host, auth, insecure)
             server = ZooKeeperServer(
                 data_dir,
                 port,
@@ -162,6 +173,24 @@ def zookeeper(
             click.echo(f"zookeeper: TLS at {','.join(filter(None, secure))}", err=True)
         sys.stdout.flush()  # the line scripts wait for must not sit in a buffer
         _serve_until_stopped(stop_requested, servers)
+
+
+def _refuse_open_exposure(host: str, auth: ServerAuth, insecure: bool) -> None:
+    """A server that others can reach requires authentication, unless told otherwise."""
+    if auth.required or is_loopback(host):
+        return
+    if not insecure:
+        raise click.UsageError(
+            f"zookeeper refuses to listen on {host} without authentication: pass "
+            "--require-auth with zookeeper.auth.file naming stratus's user:password (see "
+            "docs/zookeeper.md), or --insecure (zookeeper.server.auth.insecure=true) to run an "
+            "open server on purpose"
+        )
+    click.echo(
+        f"zookeeper: INSECURE: listening on {host} without authentication; anyone who "
+        "reaches it may read and write every znode",
+        err=True,
+    )
 
 
 def _serve_until_stopped(stop_requested: threading.Event, servers: list[ZooKeeperServer]) -> None:

@@ -37,7 +37,7 @@ from stratus.codedist.code_locations import CodeLocations, holder_data
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.package_store import SUFFIX, PackageStore
 from stratus.codedist.transfer.fetch import FetchSettings, fetch_package, http_client
-from stratus.private_files import private_dirs
+from stratus.files import private_dirs
 from stratus.zk.ephemeral import EphemeralNodes
 from stratus.zk.paths import ClusterPaths
 

@@ -37,7 +37,7 @@ import blake3
 
 from stratus.api.errors import InvalidRequestError, PackageTooLargeError
 from stratus.codedist.transfer.check import hash_file
-from stratus.private_files import make_private_file, private_dirs
+from stratus.files import make_private_file, private_dirs
 
 log = logging.getLogger(__name__)
 

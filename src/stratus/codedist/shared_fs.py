@@ -32,7 +32,7 @@ from stratus.codedist.errors import CodeStoreError, CodeUnavailableError, Digest
 from stratus.codedist.package_store import CHUNK, SUFFIX
 from stratus.codedist.transfer.check import Algorithm, CopyCheck, Hasher, copy_check, new_hasher
 from stratus.codedist.transfer.ranges import DIGEST
-from stratus.private_files import private_dirs
+from stratus.files import private_dirs
 
 log = logging.getLogger(__name__)
 

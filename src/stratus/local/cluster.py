@@ -230,7 +230,7 @@ class LocalCluster:
         if self.security is not None:
             self.console.print(
                 "secured: bearer tokens, TLS (CA "
-                f"{self.security.ca}), ZooKeeper digest authentication with ACLs; "
+                f"{self.security.ca}), ZooKeeper SASL authentication with ACLs and a quota; "
                 "a client connects with:"
             )
             for line in self.security.client_lines(self.seeds):

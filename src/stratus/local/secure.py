@@ -6,9 +6,9 @@ a token file with an ``admin`` token for the user, a ``read`` token for the daem
 (supervisors fetch code with it), an ``admin`` token for the nimbuses (they fetch code
 with it too, and the leader fences a silent supervisor through its endpoint, which needs
 ``admin``) and one for the zkfcs (the HA calls to their nimbus and to each other change
-who is active), and ZooKeeper digest
-credentials: the ZooKeeper server requires authentication and every znode's ACL names
-stratus alone::
+who is active), and ZooKeeper
+credentials: the ZooKeeper server admits stratus's SASL user alone and every znode's ACL
+names it::
 
     security = LocalSecurity.create(workdir / "security")
     ZooKeeperServer(..., auth=security.zookeeper_server_auth())
@@ -24,12 +24,12 @@ No secret is on a command line: daemons read the token and the ZooKeeper passwor
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stratus.files import write_private
 from stratus.security.certificates import CertificateAuthority
 from stratus.security.client_auth import ClientAuth
 from stratus.security.tls import TlsSettings
@@ -65,7 +65,7 @@ class LocalSecurity:
         authority = CertificateAuthority.create(directory, "stratus-local-ca")
         server = authority.issue("nimbus", ip=LOOPBACK)
         admin, daemon, nimbus, zkfc = (secrets.token_hex(32) for _ in range(4))
-        tokens = _write_private(
+        tokens = write_private(
             directory / "tokens",
             "# role kind value: the user's token, the daemons' own, the nimbuses' own, the "
             "zkfcs' own\n"
@@ -78,11 +78,11 @@ class LocalSecurity:
             cert=server.cert,
             key=server.key,
             tokens=tokens,
-            admin_token_file=_write_private(directory / "admin-token", admin + "\n"),
-            daemon_token_file=_write_private(directory / "daemon-token", daemon + "\n"),
-            nimbus_token_file=_write_private(directory / "nimbus-token", nimbus + "\n"),
-            zkfc_token_file=_write_private(directory / "zkfc-token", zkfc + "\n"),
-            zookeeper_credentials=_write_private(
+            admin_token_file=write_private(directory / "admin-token", admin + "\n"),
+            daemon_token_file=write_private(directory / "daemon-token", daemon + "\n"),
+            nimbus_token_file=write_private(directory / "nimbus-token", nimbus + "\n"),
+            zkfc_token_file=write_private(directory / "zkfc-token", zkfc + "\n"),
+            zookeeper_credentials=write_private(
                 directory / "zookeeper-credentials",
                 f"{ZOOKEEPER_USER}:{secrets.token_hex(24)}\n",
             ),
@@ -91,12 +91,17 @@ class LocalSecurity:
         )
 
     def zookeeper_server_auth(self) -> ServerAuth:
-        """The local ZooKeeper requires authentication of every client."""
-        return ServerAuth(required=True)
+        """The local ZooKeeper admits stratus's SASL user alone, checked against its password,
+        and locks its tree to it under a quota (``stratus.zk.lockdown``)."""
+        return ServerAuth(required=True, users=(read_credentials(self.zookeeper_credentials),))
 
     def zookeeper_auth(self) -> ZkAuth:
         """stratus's ZooKeeper identity, for a session of the local cluster's own."""
-        return ZkAuth(AuthScheme.DIGEST, read_credentials(self.zookeeper_credentials))
+        return ZkAuth(
+            AuthScheme.SASL,
+            read_credentials(self.zookeeper_credentials),
+            sasl_mechanism="DIGEST-MD5",
+        )
 
     def daemon_options(self) -> list[str]:
         """``-c key=value`` options of every nimbus and supervisor."""
@@ -106,7 +111,8 @@ class LocalSecurity:
             "nimbus.tls.key": self.key,
             "client.tls.ca": self.ca,
             "client.auth.token.file": self.daemon_token_file,
-            "zookeeper.auth.scheme": "digest",
+            "zookeeper.auth.scheme": "sasl",
+            "zookeeper.auth.sasl.mechanism": "DIGEST-MD5",
             "zookeeper.auth.file": self.zookeeper_credentials,
         }
         return [item for key, value in settings.items() for item in ("-c", f"{key}={value}")]
@@ -136,12 +142,3 @@ class LocalSecurity:
             f"export STRATUS_TOKEN=$(cat {self.admin_token_file})",
             f"stratus list -c nimbus.seeds={','.join(seeds)} -c client.tls.ca={self.ca}",
         ]
-
-
-def _write_private(path: Path, text: str) -> Path:
-    """``text`` into a new file at ``path`` that only its owner may read or write."""
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
-    with os.fdopen(fd, "w", encoding="utf-8") as file:
-        file.write(text)
-    return path

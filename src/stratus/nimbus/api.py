@@ -184,9 +184,9 @@ def _add_log_route(app: FastAPI, service: NimbusService, relay: LogRelay) -> Non
     ) -> Response:
         """The worker's log (the run before the last restart with ``previous``; ``follow``
         streams new lines until the client leaves), from the supervisor that runs it."""
-        supervisor = await run_in_threadpool(service.log_source, name)
+        source = await run_in_threadpool(service.log_source, name)
         upstream = await relay.open(
-            supervisor,
+            source,
             name,
             previous=previous,
             follow=follow,

@@ -67,7 +67,8 @@ class AssignmentTable:
             try:
                 found[name] = (Assignment.model_validate_json(raw), stat.version)
             except ValidationError as exc:
-                log.warning("event=bad_assignment pipeline=%s error=%s", name, exc.errors()[0])
+                error = exc.errors(include_input=False)[0]  # the input may hold secrets
+                log.warning("event=bad_assignment pipeline=%s error=%s", name, error)
         return found
 
     def apply(self, term: Leadership, plan: Plan, current: Versioned) -> None:

@@ -6,20 +6,26 @@ wrong, perhaps with the leader. The caller's own ``Authorization`` header goes o
 supervisor, which checks the same token file: the supervisor judges the caller, not the
 nimbus, and a nimbus's own token gains no right to read logs. A caller known by its client
 certificate alone is relayed with the nimbus's own credentials (``client.auth.*``,
-``client.tls.*``), which then need the role ``submit``. The supervisor's refusals and
-errors come back as they are (its message prefixed with its id); an unreachable supervisor
-is ``503 unavailable``::
+``client.tls.*``), which then need the role ``submit``. The endpoint is reached over
+https exactly when this nimbus's own configuration says the cluster speaks TLS; a
+registration that says otherwise is ``502 untrusted_endpoint``, and nothing is sent to it
+(``stratus.nimbus.supervisor_endpoints``). The supervisor's refusals and errors come back
+as they are (its message prefixed with its id); an unreachable supervisor is ``503
+unavailable``. The supervisor redacts every line against the pipeline's conf; the nimbus
+redacts them once more, against the conf it stores (a supervisor of an older version may
+have missed a form of secret)::
 
     relay = LogRelay(client_auth(conf))
-    upstream = await relay.open(supervisor, "etl", previous=False, follow=True,
-                                authorization=request.headers.get("authorization"))
+    upstream = await relay.open(LogSource(supervisor, conf), "etl", previous=False,
+                                follow=True, authorization=request.headers.get("authorization"))
     StreamingResponse(upstream.chunks(), media_type=upstream.media_type)
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from pydantic import ValidationError
@@ -27,12 +33,23 @@ from pydantic import ValidationError
 from stratus.api.echo import clip
 from stratus.api.errors import ApiError, UnavailableError, error_from_body
 from stratus.api.records import ErrorBody, SupervisorSummary
+from stratus.api.redaction import LineRedactor
+from stratus.nimbus.supervisor_endpoints import endpoint_url
 from stratus.security.client_auth import NO_AUTH, ClientAuth
 
 LOGS_PATH = "/api/v1/logs"
 CONNECT_TIMEOUT_SECS = 5.0
 READ_TIMEOUT_SECS = 30.0  # between two chunks of a log read whole (a follow waits forever)
 MAX_ERROR_BYTES = 16 * 1024
+
+
+@dataclass(frozen=True)
+class LogSource:
+    """Where a pipeline's worker log is served, and the pipeline's real conf (secrets and
+    all), whose secrets its lines are redacted of."""
+
+    supervisor: SupervisorSummary
+    conf: Mapping[str, Any]
 
 
 @dataclass
@@ -42,13 +59,17 @@ class Upstream:
     client: httpx.AsyncClient
     response: httpx.Response
     media_type: str
+    redactor: LineRedactor
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        """The body as it arrives; the connection is closed at the end or when the caller
-        leaves (the generator is closed)."""
+        """The body's lines, redacted, as they arrive; the connection is closed at the end or
+        when the caller leaves (the generator is closed)."""
         try:
             async for chunk in self.response.aiter_raw():
-                yield chunk
+                if lines := self.redactor.feed(chunk):
+                    yield lines
+            if rest := self.redactor.flush():
+                yield rest
         finally:
             await self.response.aclose()
             await self.client.aclose()
@@ -62,7 +83,7 @@ class LogRelay:
 
     async def open(
         self,
-        supervisor: SupervisorSummary,
+        source: LogSource,
         pipeline: str,
         *,
         previous: bool,
@@ -70,9 +91,8 @@ class LogRelay:
         authorization: str | None,
     ) -> Upstream:
         """The supervisor's answer, once it said 200; its error (an ApiError) otherwise."""
-        assert supervisor.endpoint is not None
-        scheme = "https" if supervisor.endpoint_tls else "http"
-        url = f"{scheme}://{supervisor.endpoint}{LOGS_PATH}/{pipeline}"
+        supervisor = source.supervisor
+        url = endpoint_url(supervisor, f"{LOGS_PATH}/{pipeline}", self._auth)
         headers = {"Authorization": authorization} if authorization else self._auth.headers()
         read = None if follow else READ_TIMEOUT_SECS
         client = httpx.AsyncClient(
@@ -94,7 +114,7 @@ class LogRelay:
             ) from None
         if response.is_success:
             media_type = response.headers.get("content-type", "text/plain; charset=utf-8")
-            return Upstream(client, response, media_type)
+            return Upstream(client, response, media_type, LineRedactor(source.conf))
         try:
             body = await _bounded_body(response)
         finally:

@@ -276,7 +276,8 @@ class PipelineOps:
                 return None  # a retry of a rebalance that did land
             _refuse_if_killed(record, "rebalance")
             kept = {k: v for k, v in record.conf.items() if k != CHECKPOINT_ROOT_KEY}  # retired
-            # a secret sent back as the API showed it ("***") keeps the stored value
+            # a secret sent back as the API showed it ("***", "...&password=***") keeps the
+            # stored value
             merged = validate_pipeline_conf({**kept, **restore_redacted(conf, record.conf)})
             chosen = record.user_keys
             return self._changed(

@@ -42,6 +42,7 @@ from stratus.api.strict_json import loads_strict
 from stratus.codedist.package_store import PackageStore
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.cluster_view import ClusterView
+from stratus.nimbus.log_relay import LogSource
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.placement import Placement
 from stratus.nimbus.settings import ServiceSettings
@@ -185,11 +186,11 @@ class NimbusService:
             )
         return SupervisorList(supervisors=found)
 
-    def log_source(self, name: str) -> SupervisorSummary:
+    def log_source(self, name: str) -> LogSource:
         """The supervisor whose endpoint serves ``name``'s worker log: the one it is assigned
         to, else the last one a heartbeat names; NoLogError when there is none, and when
-        that supervisor serves no endpoint."""
-        self._stored(name)
+        that supervisor serves no endpoint. With the conf its lines are redacted against."""
+        record = self._stored(name)
         placement = self._placement.of(name)
         where = placement.assignment.supervisor if placement.assignment else None
         if where is None and placement.workers:
@@ -206,7 +207,8 @@ class NimbusService:
                 f"pipeline {name!r} runs on supervisor {where}, which {why} "
                 "(supervisor.http.port); read its log there"
             )
-        return supervisor
+        assigned = placement.assignment.conf if placement.assignment else {}
+        return LogSource(supervisor, {**assigned, **record.conf})
 
     # ------------------------------------------------------------------ leader-only
 

@@ -161,8 +161,9 @@ class Submitter:
         over it, validated and within the allowed locations, the package as stored)."""
         manifest = self._checked(received.path).manifest
         from_manifest = manifest.pipeline_conf()
-        # a secret sent as the API shows it ("***") keeps the manifest's value; with none
-        # to keep (nor a marker in the manifest itself) the conf is refused naming the key
+        # a secret sent as the API shows it ("***", "...&password=***") keeps the manifest's
+        # value; with none to keep (nor a marker in the manifest itself) the conf is refused
+        # naming the key
         merged = {**from_manifest, **restore_redacted(given, from_manifest)}
         conf = validate_pipeline_conf(restore_redacted(merged, {}))
         self._settings.locations.check(conf)

@@ -3,9 +3,12 @@
 Guarantees: a supervisor the leader has not heard from for
 ``nimbus.supervisor.fence.after.secs`` while it holds pipelines is fenced once per silence,
 off the scheduling round's thread and never twice at once: first the graceful stop through
-its endpoint (``POST /api/v1/fence`` with the term's epoch, answered once no worker of it
-is left), then the methods of ``nimbus.supervisor.fencing.methods`` in order (``shell``,
-``process``, ``sshfence`` of ``stratus.ha.fencing``, aimed at its endpoint's address). Only a
+its endpoint (``POST /api/v1/fence`` with the term's epoch and the supervisor's id,
+answered once no worker of it is left; over https exactly when this nimbus's configuration
+says the cluster speaks TLS, and never through a loopback endpoint of another host:
+``stratus.nimbus.supervisor_endpoints``), then the methods of
+``nimbus.supervisor.fencing.methods`` in order (``shell``, ``process``, ``sshfence`` of
+``stratus.ha.fencing``, aimed at its endpoint's address when it may be used). Only a
 fence that succeeded, in the same term and the same silence (no heartbeat change since it
 began), lets the leader move the pipelines before ``nimbus.supervisor.timeout.secs``; a
 method other than the graceful stop counts only ``supervisor.worker.stop.secs`` after it
@@ -35,9 +38,11 @@ import httpx
 
 from stratus.api.clock import Clock
 from stratus.api.echo import clip
+from stratus.api.errors import UntrustedEndpointError
 from stratus.api.records import FenceAnswer, FenceRequest, SupervisorSummary
 from stratus.ha.fencing import Fencer, FenceTarget, FencingContext, StandbyAsker
 from stratus.nimbus.settings import FencingSettings
+from stratus.nimbus.supervisor_endpoints import endpoint_url, loopback_elsewhere
 from stratus.security.client_auth import NO_AUTH, ClientAuth
 
 log = logging.getLogger(__name__)
@@ -208,8 +213,16 @@ class SupervisorFencing:
         """Ask its endpoint to stop every worker; GRACEFUL once it said none is left."""
         if supervisor.endpoint is None:
             return None
-        scheme = "https" if supervisor.endpoint_tls else "http"
-        url = f"{scheme}://{supervisor.endpoint}{FENCE_PATH}"
+        try:
+            url = endpoint_url(supervisor, FENCE_PATH, self._auth)
+        except UntrustedEndpointError:
+            log.warning(
+                "event=supervisor_fence_attempt supervisor=%s method=%s result=refused "
+                "reason=untrusted_endpoint",
+                supervisor.id,
+                GRACEFUL,
+            )
+            return None  # why is logged (event=supervisor_endpoint_refused); nothing was sent
         timeout = self.settings.timeout_secs
         try:
             with httpx.Client(
@@ -220,7 +233,7 @@ class SupervisorFencing:
             ) as http:
                 response = http.post(
                     url,
-                    json=FenceRequest(epoch=epoch).model_dump(),
+                    json=FenceRequest(epoch=epoch, supervisor=supervisor.id).model_dump(),
                     headers=self._auth.headers(),
                 )
         except httpx.HTTPError as exc:
@@ -247,14 +260,12 @@ class SupervisorFencing:
 
     def _methods(self, supervisor: SupervisorSummary) -> str | None:
         """The configured methods in order, aimed at the supervisor's endpoint; the name of
-        the one that fenced it. Without an endpoint, only ``shell`` (its host and id) runs:
-        ``process`` and ``sshfence`` find the supervisor by its endpoint's port."""
-        target = _target(supervisor)
-        specs = [
-            spec
-            for spec in self.settings.methods
-            if supervisor.endpoint is not None or spec.name == "shell"
-        ]
+        the one that fenced it. Without an endpoint (or with a loopback one of another
+        host), only ``shell`` (its host and id) runs: ``process`` and ``sshfence`` find the
+        supervisor by its endpoint's port."""
+        reachable = _reachable_endpoint(supervisor)
+        target = _target(supervisor, reachable)
+        specs = [spec for spec in self.settings.methods if reachable or spec.name == "shell"]
         if not specs:
             return None
         results: list[str] = []  # one per method tried, in order
@@ -272,12 +283,18 @@ class SupervisorFencing:
         return str(specs[len(results) - 1])
 
 
-def _target(supervisor: SupervisorSummary) -> FenceTarget:
-    """Its endpoint's host and port, else its registered host (port 0: no endpoint)."""
-    if supervisor.endpoint is not None:
+def _target(supervisor: SupervisorSummary, reachable: bool) -> FenceTarget:
+    """Its endpoint's host and port if ``reachable``, else its registered host (port 0)."""
+    if reachable and supervisor.endpoint is not None:
         parsed = FenceTarget.parse(supervisor.endpoint)
         return FenceTarget(parsed.host, parsed.port, supervisor.id)
     return FenceTarget(supervisor.host or supervisor.id, 0, supervisor.id)
+
+
+def _reachable_endpoint(supervisor: SupervisorSummary) -> bool:
+    """Whether its endpoint is one to aim at: registered, and not a loopback address of
+    another host (which would aim ``process`` and ``sshfence`` at this host)."""
+    return supervisor.endpoint is not None and not loopback_elsewhere(supervisor)
 
 
 def _no_standby_asker(address: str, _timeout: float) -> StandbyAsker:

@@ -37,7 +37,7 @@ from stratus.codedist.package_check import PackageLimits, check_package, normal_
 from stratus.codedist.package_store import SUFFIX
 from stratus.codedist.transfer.check import copy_check, hash_file
 from stratus.errors import StratusError
-from stratus.private_files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, private_dirs
+from stratus.files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, private_dirs
 from stratus.supervisor.errors import CodeNotReadyError
 from stratus.supervisor.restart_policy import backoff_delay
 

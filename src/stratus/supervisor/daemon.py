@@ -46,7 +46,7 @@ from stratus.state.heartbeats import HeartbeatBoard
 from stratus.supervisor.assignment_reader import AssignmentReader
 from stratus.supervisor.code_cache import CodeCache
 from stratus.supervisor.control_loop import SHUTDOWN, SHUTDOWN_MARGIN_SECS, ControlLoop, FenceOrder
-from stratus.supervisor.endpoint import Fencing, SupervisorEndpoint, WorkerLog
+from stratus.supervisor.endpoint import Fencing, SupervisorEndpoint, WorkerLog, check_reachable
 from stratus.supervisor.errors import SupervisorStartError
 from stratus.supervisor.fence import Lease, LeaseState
 from stratus.supervisor.heartbeat_publisher import HeartbeatPublisher, HeartbeatRound
@@ -108,6 +108,8 @@ class Supervisor:
 
     def start(self) -> None:
         """Connect, register, and start running what is assigned here."""
+        if self.settings.http.enabled:
+            check_reachable(self.settings.http, self.id)  # before anything is connected
         self._make_local_dir()
         self.session.start()
         self._opened.append(self.session.close)

@@ -21,8 +21,9 @@ before the last restart), every line redacted against the pipeline's conf; ``fol
 goes on sending lines as they are written, across rotations and restarts, until the
 client leaves.
 
-``POST /api/v1/fence`` with ``{"epoch": E}`` is the leader's graceful fence: the control
-loop takes the lease away and stops every worker (SIGTERM, SIGKILL after
+``POST /api/v1/fence`` with ``{"epoch": E, "supervisor": ID}`` is the leader's graceful
+fence: ``409 wrong_supervisor`` (nothing stopped) when ID is not this supervisor's id, else
+the control loop takes the lease away and stops every worker (SIGTERM, SIGKILL after
 ``supervisor.worker.stop.secs``), and starts none before a new heartbeat round and a read
 of the assignments after it. It answers 200 (``FenceAnswer``) once no worker process is
 left, 409 ``stale_epoch`` when ``E`` is older than an epoch the supervisor has seen (a
@@ -45,20 +46,22 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from stratus.api.echo import clip
 from stratus.api.errors import (
     ApiError,
     InvalidRequestError,
     NoLogError,
     StaleEpochError,
     UnavailableError,
+    WrongSupervisorError,
 )
 from stratus.api.names import check_pipeline_name
 from stratus.api.records import FenceAnswer, FenceRequest
-from stratus.api.redaction import redact_text
+from stratus.api.redaction import LineRedactor
 from stratus.security.loopback import is_loopback
 from stratus.security.roles import Role
 from stratus.supervisor.control_loop import FenceOrder, FenceVerdict
-from stratus.supervisor.errors import SupervisorStartError
+from stratus.supervisor.errors import SupervisorStartError, UnreachableEndpointError
 from stratus.supervisor.metrics import CONTENT_TYPE_LATEST, SupervisorMetrics
 from stratus.supervisor.settings import EndpointSettings
 from stratus.supervisor.worker_log import read_run
@@ -76,7 +79,6 @@ METRICS_PATH = "/metrics"
 FENCE_PATH = "/api/v1/fence"
 LOOPBACK = "127.0.0.1"
 FOLLOW_POLL_SECS = 0.2  # how often a follow looks for new lines
-MAX_LINE_BYTES = 64 * 1024  # a longer line is sent (redacted) in pieces
 
 
 @dataclass(frozen=True)
@@ -103,33 +105,6 @@ def required_role(method: str, path: str) -> Role:
     if path == FENCE_PATH:
         return Role.ADMIN
     return Role.SUBMIT if path.startswith(LOGS_PREFIX + "/") else Role.READ
-
-
-class LineRedactor:
-    """Cuts a byte stream into lines and redacts each against ``conf``; a partial line waits
-    for its end (up to ``MAX_LINE_BYTES``)."""
-
-    def __init__(self, conf: Mapping[str, Any]) -> None:
-        self._conf = conf
-        self._partial = b""
-
-    def feed(self, data: bytes) -> bytes:
-        """The redacted complete lines that ``data`` finishes."""
-        buffered = self._partial + data
-        cut = buffered.rfind(b"\n") + 1
-        if cut == 0 and len(buffered) >= MAX_LINE_BYTES:
-            cut = len(buffered)
-        self._partial = buffered[cut:]
-        return self._redacted(buffered[:cut])
-
-    def flush(self) -> bytes:
-        rest, self._partial = self._partial, b""
-        return self._redacted(rest)
-
-    def _redacted(self, data: bytes) -> bytes:
-        if not data:
-            return b""
-        return redact_text(data.decode("utf-8", errors="replace"), self._conf).encode()
 
 
 async def stream_log(
@@ -175,7 +150,9 @@ def create_app(
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, _exc: RequestValidationError) -> JSONResponse:
         return error_response(
-            InvalidRequestError('invalid request: a fence\'s body is {"epoch": <integer>}')
+            InvalidRequestError(
+                'invalid request: a fence\'s body is {"epoch": <integer>, "supervisor": "<id>"}'
+            )
         )
 
     @app.get(HEALTH_PATH)
@@ -206,6 +183,20 @@ def create_app(
 
     @app.post(FENCE_PATH)
     def fence(request: FenceRequest) -> JSONResponse:
+        if request.supervisor != supervisor:
+            log.error(
+                "event=fence_refused supervisor=%s asked_for=%r epoch=%d reason=wrong_supervisor",
+                supervisor,
+                clip(request.supervisor),
+                request.epoch,
+            )
+            raise WrongSupervisorError(
+                f"supervisor {supervisor} refuses a fence meant for supervisor "
+                f"{clip(request.supervisor)!r}: nothing was stopped. The leader reached this "
+                "endpoint through that supervisor's registration, which names this one's "
+                "address: give that supervisor an endpoint of its own (supervisor.host, "
+                "nimbus.auth.tokens.file)"
+            )
         if fencing is None or not healthy():
             raise UnavailableError(f"supervisor {supervisor}: its control loop is not running")
         order = fencing.order(request.epoch)
@@ -243,7 +234,10 @@ class SupervisorEndpoint:
     ) -> None:
         self.settings = settings
         self.tls = settings.tls is not None
+        check_reachable(settings, supervisor)
         bind = _bind_host(settings)
+        if bind != settings.bind_host:
+            _warn_loopback(settings.bind_host)
         try:
             self._sock = socket.create_server((bind, settings.port))
         except OSError as exc:
@@ -253,8 +247,7 @@ class SupervisorEndpoint:
                 "one, -1 serves none)"
             ) from None
         port = self._sock.getsockname()[1]
-        host = settings.advertised_host if bind != LOOPBACK else LOOPBACK
-        self.address = f"{host}:{port}"
+        self.address = f"{_advertised_host(settings, bind)}:{port}"
         app = create_app(
             supervisor,
             logs_of=logs_of,
@@ -289,6 +282,15 @@ def _bind_host(settings: EndpointSettings) -> str:
     host = settings.bind_host
     if settings.policy.enabled or settings.insecure or is_loopback(host):
         return host
+    return LOOPBACK
+
+
+def _advertised_host(settings: EndpointSettings, bind: str) -> str:
+    """What the registration names: ``supervisor.host``, or loopback when it listens there."""
+    return settings.advertised_host if bind != LOOPBACK else LOOPBACK
+
+
+def _warn_loopback(host: str) -> None:
     log.warning(
         "event=supervisor_endpoint_loopback bind=%s: no nimbus.auth.tokens.file, so the "
         "endpoint (worker logs) listens on %s only; set the token file (or "
@@ -296,4 +298,33 @@ def _bind_host(settings: EndpointSettings) -> str:
         host,
         LOOPBACK,
     )
-    return LOOPBACK
+
+
+def check_reachable(settings: EndpointSettings, supervisor: str) -> None:
+    """``UnreachableEndpointError`` when the endpoint would be registered on a loopback
+    address while other hosts take part in the cluster (``EndpointSettings.spans_hosts``):
+    no nimbus elsewhere could reach it, and a leader on another host would reach whatever
+    listens on its own loopback instead. Checked when the supervisor starts, before it
+    connects, and by the endpoint itself."""
+    host = _advertised_host(settings, _bind_host(settings))
+    if not is_loopback(host) or not settings.spans_hosts():
+        return
+    others = ", ".join(sorted({h for h in settings.cluster_hosts if not is_loopback(h)}))
+    if host == LOOPBACK and not is_loopback(settings.bind_host):
+        why = (
+            "it has no nimbus.auth.tokens.file, so its open endpoint may listen on "
+            f"{LOOPBACK} only; set nimbus.auth.tokens.file (the nimbuses' token file) so that "
+            "it listens on supervisor.host (or nimbus.auth.insecure=true for an open one)"
+        )
+    else:
+        why = (
+            f"supervisor.host (default: the host name; or supervisor.http.bind.host) is "
+            f"{host}; set supervisor.host to this host's address on the cluster's network"
+        )
+    raise UnreachableEndpointError(
+        f"supervisor {supervisor} refuses to register its endpoint on the loopback address "
+        f"{host}: other hosts take part in the cluster (its configuration names {others} in "
+        "supervisor.host, zookeeper.servers, nimbus.seeds or pacemaker.servers), and no "
+        f"nimbus there can reach it: {why}, or set supervisor.http.port=-1 to serve no "
+        "endpoint"
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stratus.errors import StratusError
+from stratus.errors import ConfigError, StratusError
 
 
 class SupervisorError(StratusError):
@@ -15,6 +15,11 @@ class SupervisorStartError(SupervisorError):
 
 class DuplicateSupervisorError(SupervisorStartError):
     """Another live supervisor is registered under this supervisor's id."""
+
+
+class UnreachableEndpointError(SupervisorStartError, ConfigError):
+    """The endpoint would be registered on a loopback address while other hosts take part
+    in the cluster: a configuration to fix (the command exits as a usage error)."""
 
 
 class AssignmentsUnavailableError(SupervisorError):

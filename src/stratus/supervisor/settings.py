@@ -19,6 +19,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
+
 from stratus.api.locations import is_local_master
 from stratus.codedist.factory import DistributorSettings
 from stratus.codedist.package_check import PackageLimits
@@ -26,6 +28,7 @@ from stratus.config import SUPERVISOR_ID_PATTERN, StratusConfig
 from stratus.history import HistorySettings
 from stratus.logs import LogSettings as DaemonLogSettings
 from stratus.security.access import AccessPolicy
+from stratus.security.loopback import is_loopback
 from stratus.security.tls import TlsSettings
 from stratus.settings import (
     access_policy,
@@ -142,10 +145,18 @@ class EndpointSettings:
     policy: AccessPolicy  # nimbus.auth.tokens.file
     tls: TlsSettings | None  # nimbus.tls.*
     insecure: bool = False  # nimbus.auth.insecure: an open endpoint on a network, on purpose
+    # the hosts its configuration names: supervisor.host (when set), zookeeper.servers,
+    # nimbus.seeds, pacemaker.servers (with the pacemaker store); one not loopback means
+    # other hosts take part in the cluster, and a loopback endpoint would reach none of them
+    cluster_hosts: tuple[str, ...] = ()
 
     @property
     def enabled(self) -> bool:
         return self.port >= 0
+
+    def spans_hosts(self) -> bool:
+        """Whether other hosts take part in the cluster (see ``cluster_hosts``)."""
+        return any(not is_loopback(host) for host in self.cluster_hosts)
 
 
 @dataclass(frozen=True)
@@ -237,6 +248,7 @@ class SupervisorSettings:
                 policy=access_policy(conf),
                 tls=server_tls(conf),
                 insecure=conf.nimbus_auth_insecure,
+                cluster_hosts=_cluster_hosts(conf),
             ),
             warm=WarmSettings(
                 enabled=conf.supervisor_worker_warm,
@@ -254,3 +266,23 @@ def _checked_id(supervisor_id: str) -> str:
             "digits, '_', '.' and '-', starting with a letter or digit); set supervisor.id"
         )
     return supervisor_id
+
+
+def _cluster_hosts(conf: StratusConfig) -> tuple[str, ...]:
+    """The hosts of ``EndpointSettings.cluster_hosts``: the supervisor's own when set (the
+    host name it defaults to says nothing about the cluster), and those of the addresses
+    it connects to."""
+    addresses = [*conf.zookeeper_servers, *conf.nimbus_seeds]
+    if conf.cluster_state_store == "pacemaker":
+        addresses += conf.pacemaker_servers
+    own = [conf.supervisor_host] if conf.supervisor_host else []
+    return (*own, *(_host_of(address) for address in addresses))
+
+
+def _host_of(address: str) -> str:
+    """The host of ``host``, ``host:port`` or ``[v6]:port``."""
+    try:
+        host = httpx.URL(f"http://{address.strip()}").host
+    except httpx.InvalidURL:
+        return address
+    return host or address

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from stratus.api.clock import Clock
 from stratus.api.pipeline_conf import env_entries
-from stratus.private_files import PRIVATE_DIR_MODE
+from stratus.files import PRIVATE_DIR_MODE
 from stratus.process import Lifeline, ProcessGroup
 from stratus.supervisor.code_cache import PipelineCode
 from stratus.supervisor.settings import WarmSettings

@@ -36,7 +36,7 @@ from pathlib import Path
 from stratus.api.locations import is_local_master
 from stratus.api.records import Assignment
 from stratus.codedist.manifest import TRIGGER_CONF_KEY
-from stratus.private_files import PRIVATE_DIR_MODE
+from stratus.files import PRIVATE_DIR_MODE
 from stratus.process import Lifeline, ProcessGroup
 from stratus.supervisor.code_cache import PipelineCode
 from stratus.supervisor.errors import UnfencedAssignmentError

@@ -40,7 +40,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from stratus.api.records import FencingToken, QueryProgress
-from stratus.private_files import make_private_file, private_dirs
+from stratus.files import make_private_file, private_dirs
 from stratus.worker.outcome import Outcome
 from stratus.worker.stop_request import StopRequest
 

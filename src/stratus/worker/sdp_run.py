@@ -63,7 +63,7 @@ from urllib.parse import urlparse
 import yaml
 
 from stratus.api.locations import is_local_master
-from stratus.private_files import private_dirs
+from stratus.files import private_dirs
 from stratus.process import Lifeline, ProcessGroup
 from stratus.worker import run_guard
 from stratus.worker.checkpoint_owner import OwnerFence

@@ -21,8 +21,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stratus.api.records import FencingToken, WorkerHeartbeat
+from stratus.files import PRIVATE_FILE_MODE
 from stratus.logs import LogFormat, LogSettings
-from stratus.private_files import PRIVATE_FILE_MODE
 
 SPEC_FILE = "spec.json"
 HEARTBEAT_FILE = "heartbeat.json"

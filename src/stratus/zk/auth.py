@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import posixpath
+import re
 import stat
 from dataclasses import dataclass, field
 from enum import Enum
@@ -151,37 +152,101 @@ class ZkAuth:
         return None
 
 
+SUPERUSER = "super"  # ZooKeeper's superuser name (its zookeeper.superUser, DigestAuth's "super")
+# A SASL user name as a JAAS option (user_<name>) and a password in its double quotes can hold.
+_JAAS_USER = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_JAAS_PASSWORD = re.compile(r'[^"\\\x00-\x1f\x7f]{1,256}')
+
+
+@dataclass(frozen=True)
+class ZnodeQuota:
+    """A hard quota on stratus's root: at most ``znodes`` znodes and ``data_bytes`` bytes of
+    data under it (ZooKeeper's ``countHardLimit`` and ``byteHardLimit``, with ``enforceQuota``)."""
+
+    znodes: int = 100_000
+    data_bytes: int = 64 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.znodes < 1 or self.data_bytes < 1:
+            raise ZooKeeperAuthError(
+                f"the ZooKeeper quota must be positive, not {self.znodes} znodes and "
+                f"{self.data_bytes} bytes (zookeeper.server.quota.count, .bytes)"
+            )
+
+    def limits_data(self) -> bytes:
+        """The data of the quota's ``zookeeper_limits`` znode, in ZooKeeper's format."""
+        return (
+            f"count=-1,bytes=-1=;byteHardLimit={self.data_bytes};countHardLimit={self.znodes}"
+        ).encode()
+
+
 @dataclass(frozen=True)
 class ServerAuth:
     """What ``stratus zookeeper`` demands of its clients.
 
-    ``required``: every client must authenticate (with digest, or SASL when the server has
-    it) before any other request (ZooKeeper's ``enforce.auth``); an anonymous client cannot
-    even read. ``super_digest`` (``super:<base64 sha1>``, see ``super_digest``) makes the
-    operator who knows the super password able to read and repair any znode, whatever its
-    ACL. ``jaas_file`` turns SASL on: a JAAS configuration whose ``Server`` section says how
-    the server checks SASL clients (ZooKeeper's ``DigestLoginModule`` with its users for
-    DIGEST-MD5, or Kerberos's ``Krb5LoginModule`` with the server's keytab). ``krb5_conf`` is
-    the Kerberos configuration the JVM reads (its realm and KDCs; Java reads neither
-    ``KRB5_CONFIG`` nor, by default, anything but ``/etc/krb5.conf``).
+    ``required``: every client must authenticate with SASL before any other request
+    (ZooKeeper's ``enforce.auth`` with the ``sasl`` scheme alone): an anonymous client cannot
+    even read, and neither can one that presents a digest, since ZooKeeper's digest scheme
+    admits every ``user:password`` pair and only compares it with ACLs. SASL identities are
+    checked by the server: ``users`` are the DIGEST-MD5 users it knows (stratus's own, from
+    ``zookeeper.auth.file``), written into a JAAS file of its data directory; or ``jaas_file``
+    names the operator's own JAAS configuration (Kerberos's ``Krb5LoginModule`` with the
+    server's keytab), and ``krb5_conf`` the Kerberos configuration its JVM reads (Java reads
+    neither ``KRB5_CONFIG`` nor, by default, anything but ``/etc/krb5.conf``).
+
+    ``superuser`` (user ``super``) may read and repair any znode whatever its ACL; with
+    ``users`` and none given, the server makes one (``zk/lockdown.py``) and locks ``/``, the
+    parents of ``root`` and the quota's znodes to it, ``root`` to ``users``, under ``quota``.
+    ``super_digest`` is the older digest superuser (``super:<base64 sha1>``) of a server that
+    does not require authentication.
     """
 
     required: bool = False
     super_digest: str | None = field(default=None, repr=False)
     jaas_file: Path | None = None
     krb5_conf: Path | None = None
+    users: tuple[Credentials, ...] = ()
+    superuser: Credentials | None = None
+    root: str = "/stratus"
+    quota: ZnodeQuota = field(default_factory=ZnodeQuota)
+
+    def __post_init__(self) -> None:
+        if self.required and not self.sasl:
+            raise ZooKeeperAuthError(
+                "a ZooKeeper that requires authentication must be able to check who its "
+                "clients are: set zookeeper.auth.file (stratus's user:password, checked with "
+                "SASL DIGEST-MD5) or zookeeper.server.sasl.jaas.file (Kerberos)"
+            )
+        if self.users and self.jaas_file is not None:
+            raise ZooKeeperAuthError(
+                f"the JAAS file {self.jaas_file} (zookeeper.server.sasl.jaas.file) and "
+                "DIGEST-MD5 users exclude each other: with a JAAS file of your own, list "
+                "stratus's user in it and leave the server's users out"
+            )
+        for credentials in (*self.users, *filter(None, [self.superuser])):
+            _check_jaas_credentials(credentials)
+        if self.superuser is not None and self.superuser.user != SUPERUSER:
+            raise ZooKeeperAuthError(
+                f"ZooKeeper's superuser is named {SUPERUSER!r}, not {self.superuser.user!r}: "
+                f"write {SUPERUSER}:<password> into zookeeper.server.super.file"
+            )
+
+    @property
+    def sasl(self) -> bool:
+        """Whether the server checks SASL identities (its users, or a JAAS file)."""
+        return bool(self.users) or self.jaas_file is not None
 
     @property
     def schemes(self) -> tuple[str, ...]:
-        """The schemes a client may authenticate with."""
-        return ("digest", "sasl") if self.jaas_file else ("digest",)
+        """The schemes that admit a client: only those whose secret the server checks."""
+        return ("sasl",) if self.sasl else ("digest",)
 
     def zoo_cfg_lines(self) -> list[str]:
         """Lines of ``zoo.cfg``; ZooKeeper turns unknown keys into ``zookeeper.*`` properties."""
-        lines: list[str] = []
+        lines = ["enforceQuota=true"]  # the quota of stratus's root is a hard limit
         if self.required:
             lines += ["enforce.auth.enabled=true", f"enforce.auth.schemes={','.join(self.schemes)}"]
-        if self.jaas_file:
+        if self.sasl:
             lines.append(
                 "authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider"
             )
@@ -189,16 +254,32 @@ class ServerAuth:
             lines.append(f"DigestAuthenticationProvider.superDigest={self.super_digest}")
         return lines
 
-    def jvm_flags(self) -> list[str]:
-        """Flags of the server's JVM: where its JAAS and Kerberos configurations are."""
-        if self.jaas_file is None:
+    def jaas_text(self, superuser: Credentials | None) -> str:
+        """The ``Server`` section of the JAAS file that the server writes for ``users``."""
+        entries = [
+            f'    user_{credentials.user}="{credentials.password}"'
+            for credentials in (*self.users, *filter(None, [superuser]))
+        ]
+        return (
+            "Server {\n    org.apache.zookeeper.server.auth.DigestLoginModule required\n"
+            + "\n".join(entries)
+            + ";\n};\n"
+        )
+
+    def jvm_flags(self, written_jaas: Path | None = None) -> list[str]:
+        """Flags of the server's JVM: its JAAS file (the operator's, or ``written_jaas``, the
+        one the server wrote for ``users``), its Kerberos configuration, its superuser."""
+        jaas = self.jaas_file or written_jaas
+        if jaas is None:
             return []
-        if not self.jaas_file.is_file():
+        if not jaas.is_file():
             raise ZooKeeperAuthError(
-                f"the JAAS file {self.jaas_file} (zookeeper.server.sasl.jaas.file) does not "
+                f"the JAAS file {jaas} (zookeeper.server.sasl.jaas.file) does not "
                 "exist: write one with a Server section"
             )
-        flags = [f"-Djava.security.auth.login.config={self.jaas_file.absolute()}"]
+        flags = [f"-Djava.security.auth.login.config={jaas.absolute()}"]
+        if written_jaas is not None:
+            flags.append(f"-Dzookeeper.superUser={SUPERUSER}")
         if self.krb5_conf is not None:
             if not self.krb5_conf.is_file():
                 raise ZooKeeperAuthError(
@@ -208,6 +289,21 @@ class ServerAuth:
                 )
             flags.append(f"-Djava.security.krb5.conf={self.krb5_conf.absolute()}")
         return flags
+
+
+def _check_jaas_credentials(credentials: Credentials) -> None:
+    """Refuse a user or password that a JAAS option cannot hold as it is."""
+    if not _JAAS_USER.fullmatch(credentials.user):
+        raise ZooKeeperAuthError(
+            f"the ZooKeeper user {credentials.user!r} cannot be a SASL user: use letters, "
+            "digits, '.', '_' and '-' (at most 64)"
+        )
+    if not _JAAS_PASSWORD.fullmatch(credentials.password):
+        raise ZooKeeperAuthError(
+            f"the password of ZooKeeper user {credentials.user!r} cannot be a SASL password: "
+            "no double quote, backslash or control character, at most 256 characters "
+            "(make one with: openssl rand -hex 24)"
+        )
 
 
 def refusal_message(auth: ZkAuth, hosts: str, exc: BaseException) -> str:

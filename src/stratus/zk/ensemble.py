@@ -22,7 +22,14 @@ from typing import Self
 
 from stratus.zk.auth import ServerAuth
 from stratus.zk.ports import pick_free_port, reserve_port
-from stratus.zk.server import Quorum, QuorumPeer, ZooKeeperServer, check_data_dir
+from stratus.zk.server import (
+    SUPERUSER_FILE,
+    Quorum,
+    QuorumPeer,
+    ZooKeeperServer,
+    check_data_dir,
+    stored_superuser,
+)
 from stratus.zk.tls import ServerTls
 
 
@@ -97,15 +104,25 @@ class ZooKeeperEnsemble:
         Every member serving implies a quorum serves. On failure all members are stopped.
         """
         deadline = time.monotonic() + timeout
-        check_data_dir(self.base_dir, ("server-",))  # never members among another's files
+        check_data_dir(self.base_dir, ("server-", SUPERUSER_FILE))  # never among another's files
         try:
+            self._share_superuser()
             for server in self.servers:
                 server.launch()
             for server in self.servers:
                 server.wait_serving(max(0.0, deadline - time.monotonic()))
+            self.servers[0].lock_down()
         except BaseException:
             self.stop()
             raise
+
+    def _share_superuser(self) -> None:
+        """Every member knows the same superuser: the ensemble's (made if need be)."""
+        first = self.servers[0]
+        if first.auth.users and first.auth.superuser is None:
+            superuser = stored_superuser(self.base_dir)
+            for server in self.servers:
+                server.auth = dataclasses.replace(server.auth, superuser=superuser)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every member (all signalled at once, then each awaited); idempotent."""

@@ -29,6 +29,7 @@ import logging
 import math
 import os
 import re
+import secrets
 import ssl
 import subprocess
 import time
@@ -39,9 +40,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from stratus.files import write_private
 from stratus.process import Lifeline, ProcessGroup
 from stratus.zk import ports
-from stratus.zk.auth import ServerAuth
+from stratus.zk.auth import SUPERUSER, Credentials, ServerAuth, read_credentials
 from stratus.zk.errors import (
     ZooKeeperDataDirError,
     ZooKeeperOptionError,
@@ -51,6 +53,7 @@ from stratus.zk.errors import (
 )
 from stratus.zk.fourletter import four_letter_word
 from stratus.zk.java import find_java, zookeeper_classpath
+from stratus.zk.lockdown import lock_down
 from stratus.zk.ports import LOOPBACK, pick_free_port
 from stratus.zk.tls import ServerTls
 
@@ -73,6 +76,8 @@ JVM_FLAGS = (
     "-Djava.awt.headless=true",
     "-Dzookeeper.jmx.log4j.disable=true",
 )
+JAAS_FILE = "jaas.conf"  # the server's SASL users, written when it has users of its own
+SUPERUSER_FILE = "super.secret"  # the superuser the server made, when none was configured
 POLL_INTERVAL_SECS = 0.02
 FOUR_LETTER_TIMEOUT_SECS = 2.0
 # While it starts, ZooKeeper may accept a four-letter word and never answer it: probe briefly.
@@ -230,6 +235,27 @@ class ZooKeeperServer:
             return
         self.launch()
         self.wait_serving(timeout)
+        if self.quorum is None:
+            self.lock_down()
+
+    def lock_down(self) -> None:
+        """As the superuser, lock ``/``, ``/zookeeper`` and stratus's root with its quota
+        (``zk/lockdown.py``), when the server checks SASL users of its own; a quorum's
+        owner calls it once every member serves."""
+        if not (self.auth.required and self.auth.users):
+            return
+        try:
+            lock_down(self.connect_string, self.auth, self.superuser())
+        except BaseException:
+            self.kill()
+            raise
+
+    def superuser(self) -> Credentials:
+        """The superuser: the configured one, else one made for this data directory
+        (``super.secret``, mode 600, kept across restarts)."""
+        if self.auth.superuser is not None:
+            return self.auth.superuser
+        return stored_superuser(self.data_dir)
 
     def launch(self) -> None:
         """Check Java, jars, data directory and ports, then start the JVM without waiting."""
@@ -239,13 +265,14 @@ class ZooKeeperServer:
         java = find_java(self._java)
         classpath = zookeeper_classpath()
         config = self._write_config_files()
+        jaas = self._write_jaas_file()
         if not self.command_prefix:  # a prefixed JVM runs where this process cannot look
             self._check_ports_free()
         command = [
             *self.command_prefix,
             java,
             *JVM_FLAGS,
-            *self.auth.jvm_flags(),
+            *self.auth.jvm_flags(jaas),
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
             "-cp",
             os.pathsep.join(str(jar) for jar in classpath),
@@ -374,6 +401,19 @@ class ZooKeeperServer:
             ) from None
         return config
 
+    def _write_jaas_file(self) -> Path | None:
+        """The JAAS file (mode 600) that lists the server's SASL users and its superuser."""
+        if not self.auth.users:
+            return None
+        path = self.data_dir / JAAS_FILE
+        try:
+            write_private(path, self.auth.jaas_text(self.superuser()))
+        except OSError as exc:
+            raise ZooKeeperDataDirError(
+                f"cannot write the JAAS file {path}: {exc.strerror or exc}"
+            ) from None
+        return path
+
     def _zoo_cfg(self) -> str:
         min_session = 2 * self.tick_time_ms
         lines = [
@@ -497,6 +537,16 @@ class ZooKeeperServer:
         return summarize_log(self._log_text())
 
 
+def stored_superuser(directory: Path) -> Credentials:
+    """The superuser kept in ``directory`` (``super.secret``, mode 600), made at first use."""
+    path = directory / SUPERUSER_FILE
+    if not path.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        write_private(path, f"{SUPERUSER}:{secrets.token_hex(24)}\n")
+        log.warning("event=zookeeper_superuser_created file=%s", path)
+    return read_credentials(path)
+
+
 def summarize_log(text: str, lines: int = LOG_SUMMARY_LINES) -> str:
     """The last ``lines`` meaningful lines of a JVM log, joined into one line."""
     kept: list[str] = []
@@ -518,7 +568,7 @@ def _kill_quietly(group: ProcessGroup) -> None:
 
 
 # What a data directory holds once a ZooKeeper used it (stratus writes zoo.cfg first).
-ZOOKEEPER_MARKERS = ("zoo.cfg", "version-2")
+ZOOKEEPER_MARKERS = ("zoo.cfg", "version-2", SUPERUSER_FILE)
 # A host as ZooKeeper reads it: a name, an IPv4 or an IPv6 address (a zone id too).
 HOST_VALUE = re.compile(r"[A-Za-z0-9._:%\-]+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

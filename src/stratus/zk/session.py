@@ -43,6 +43,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     AuthFailedError,
     ConnectionClosedError,
+    ConnectionDropped,
     KazooException,
     NoAuthError,
     SASLException,
@@ -69,6 +70,7 @@ _T = TypeVar("_T")
 RETRY_DELAY_SECS = 0.05  # first pause of a retried call or reconnection
 CONNECT_POLL_SECS = 0.05  # how often the first connection's wait looks for a recorded refusal
 RETRY_MAX_DELAY_SECS = 0.5  # longest pause: reconnection after a server restart stays quick
+SASL_DROPS_REFUSE = 3  # connections dropped during SASL in a row that mean a refusal
 
 
 def retry_policy(
@@ -538,18 +540,32 @@ def _capture_granted_timeout(
     session timeout. ``tests/test_zk_session_cap.py`` fails if a kazoo upgrade changes that.
     A connection whose credentials the server refuses raises there too: ``refused`` hears it,
     as it hears a Kerberos library that cannot start for the configured principal.
+
+    ZooKeeper refuses SASL credentials by dropping the connection, which kazoo reports as a
+    refusal; but a member that loses its quorum or stops drops every connection too, one in
+    the middle of its SASL exchange included. So a drop during SASL is retried (kazoo tries
+    the next server) and taken as a refusal only at the ``SASL_DROPS_REFUSE``-th in a row.
     """
     handler = getattr(client, "_connection", None)
     connect = getattr(handler, "_connect", None)
     if connect is None:
         log.warning("event=granted_timeout_unknown using=requested")
         return
+    drops = 0
 
     def capture(*args: Any) -> tuple[float, float]:
+        nonlocal drops
         try:
             read_timeout, connect_timeout = connect(*args)
-        except (AuthFailedError, SASLException, SessionClosedRequireSaslError) as exc:
+        except AuthFailedError as exc:
+            if isinstance(exc.__cause__, ConnectionDropped) and drops + 1 < SASL_DROPS_REFUSE:
+                drops += 1
+                log.warning("event=zookeeper_sasl_dropped in_a_row=%d", drops)
+                raise ConnectionDropped("the connection dropped during SASL") from exc
             refused(exc)  # kazoo's thread may die of it: the session must not wait forever
+            raise
+        except (SASLException, SessionClosedRequireSaslError) as exc:
+            refused(exc)
             raise
         except Exception as exc:
             if type(exc).__module__ != "kerberos":
@@ -560,6 +576,7 @@ def _capture_granted_timeout(
             failure.__cause__ = exc
             refused(failure)
             raise failure from exc
+        drops = 0
         note(read_timeout * 1.5 / 1000.0)
         return read_timeout, connect_timeout
 

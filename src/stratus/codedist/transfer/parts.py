@@ -27,7 +27,7 @@ from stratus.codedist.transfer.plan import (
     split_ranges,
     wrong_bytes,
 )
-from stratus.private_files import PRIVATE_FILE_MODE
+from stratus.files import PRIVATE_FILE_MODE
 
 
 @dataclass

@@ -18,7 +18,7 @@ from pathlib import Path
 from stratus.codedist.transfer.check import CopyCheck
 from stratus.codedist.transfer.client import Body, CodeClient, TransferError, describe_status
 from stratus.codedist.transfer.plan import MAX_RETRIES_PER_HOLDER, HolderError, wrong_bytes
-from stratus.private_files import PRIVATE_FILE_MODE
+from stratus.files import PRIVATE_FILE_MODE
 
 HASH_WINDOW = 4 << 20  # a download is hashed from the page cache (mmap) this much at a time
 

@@ -1,11 +1,12 @@
-"""Directories and files only their owner may read: 0700 and 0600, whatever the umask.
+"""Files and directories private to their owner (0600 and 0700), whatever the umask.
 
-Checkpoints, packages and unpacked code hold a pipeline's data and conf; a umask of 022
-would make them readable by every user of the host. ``mkdir`` and ``open`` take a mode
-that the umask still narrows but never widens back, so the mode is set again after each
-creation. Parents that stratus creates are private too; parents that existed are the
-operator's and keep their mode::
+Secrets, checkpoints, packages and unpacked code hold what only stratus's user may read; a
+umask of 022 would make them readable by every user of the host. ``mkdir`` and ``open``
+take a mode that the umask still narrows but never widens back, so the mode is set again
+after each creation. Parents that stratus creates are private too; parents that existed
+are the operator's and keep their mode::
 
+    write_private(Path("/etc/stratus/token"), token)     # a new 0600 file, never reopened
     private_dirs(Path("/var/lib/stratus/packages"))      # every missing level 0700
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, PRIVATE_FILE_MODE)
     os.fchmod(fd, PRIVATE_FILE_MODE)                    # an existing file too
@@ -18,8 +19,21 @@ import contextlib
 import os
 from pathlib import Path
 
-PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
+PRIVATE_DIR_MODE = 0o700
+
+
+def write_private(path: Path, text: str) -> Path:
+    """``text`` into a new file at ``path`` that only its owner may read or write.
+
+    An existing file is replaced, never opened: its mode, owner or a link in its place would
+    otherwise decide who reads the secret.
+    """
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        file.write(text)
+    return path
 
 
 def private_dirs(path: Path) -> Path:
