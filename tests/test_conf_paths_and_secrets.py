@@ -84,6 +84,54 @@ def test_a_key_that_names_the_operators_paths_or_hosts_is_refused(key):
     assert "operator" in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    "key",
+    [
+        "spark.executor.extraJavaOptions",
+        "spark.kubernetes.driver.javaOptions",  # a key Spark has not named yet: its family's
+        "spark.executor.userClassPathFirst",
+        "spark.yarn.jars",
+        "spark.sql.hive.metastore.jars",
+        "spark.driver.extraLibraryPath",
+        "spark.yarn.appMasterEnv.PYTHONPATH",
+        "spark.kubernetes.driverEnv.JAVA_TOOL_OPTIONS",
+        "spark.python.worker.module",
+        "spark.r.command",
+        "spark.extraListeners",
+        "spark.sql.queryExecutionListeners",
+        "spark.sql.streaming.streamingQueryListeners",
+        "spark.executor.plugins",
+        "spark.executor.resource.gpu.discoveryScript",
+        "spark.sql.redaction.string.regex",
+        "spark.yarn.dist.pyFiles",
+        "spark.yarn.dist.archives",
+        "spark.kubernetes.container.image",
+        "spark.kubernetes.executor.podTemplateFile",
+    ],
+)
+def test_every_key_of_a_jvm_or_interpreter_family_is_the_operators(key):
+    with pytest.raises(InvalidConfError, match=key.replace(".", r"\.")) as raised:
+        validate_pipeline_conf({key: "x"})
+    assert "spark-defaults.conf" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "spark.executor.memory",
+        "spark.sql.shuffle.partitions",
+        "spark.python.worker.reuse",
+        "spark.sql.catalog.lake",
+        "spark.ui.enabled",
+        "spark.sql.streaming.stateStore.providerClass",
+        "spark.sql.files.maxPartitionBytes",
+        "spark.kubernetes.container.image.pullPolicy",
+    ],
+)
+def test_spark_tuning_keys_outside_those_families_pass(key):
+    assert validate_pipeline_conf({key: "1"})
+
+
 def test_a_spark_master_must_be_local_or_one_the_operator_allows():
     policy = LocationPolicy(spark_masters=frozenset({"yarn", "spark://m1:7077"}))
     for fine in ("local", "local[2]", "local[*]", "local[2,3]", "yarn", "spark://m1:7077"):

@@ -131,6 +131,16 @@ def test_the_stop_grace_must_be_less_than_a_quarter_of_the_session_timeout() -> 
     assert conf.elect_stop_grace_secs == 1.9
 
 
+def test_a_nimbus_fetches_no_more_ranges_at_once_than_one_address_may_open() -> None:
+    with pytest.raises(ConfigError, match=r"nimbus\.code\.download\.parts \(40\) must be at most"):
+        load_config(overrides=["nimbus.code.download.parts=40"], environ={})
+    conf = load_config(
+        overrides=["nimbus.code.download.parts=40", "nimbus.code.max.connections.per.address=40"],
+        environ={},
+    )
+    assert conf.nimbus_code_download_parts == 40
+
+
 def test_the_default_grace_fits_a_short_session() -> None:
     conf = load_config(overrides=["zookeeper.session.timeout.secs=2"], environ={})
     assert conf.elect_stop_grace() == pytest.approx(0.4)

@@ -413,7 +413,7 @@ def trickle_until_cut(sock: socket.socket, data: bytes) -> int:
 
 
 def test_a_package_server_request_head_trickled_in_is_cut_at_the_idle_time(tmp_path):
-    bounds = ConnectionBounds(max_connections=4, idle_secs=1.0)
+    bounds = ConnectionBounds(max_connections=4, idle_secs=1.0, head_secs=1.0)
     store = PackageStore(tmp_path / "store", max_bytes=1 << 20)
     server = PackageServer(store, "127.0.0.1", 0, bounds=bounds)
     server.start()

@@ -176,6 +176,29 @@ def test_a_standby_fetches_code_with_its_token_and_callers_without_one_are_refus
         assert httpx.get(code, headers=bearer(PEER)).content[:2] == b"PK"
 
 
+def test_two_authorization_headers_are_refused_by_the_api_and_the_package_server(
+    tokens_cluster: SecureCluster, zk_server: ZooKeeperServer
+) -> None:
+    """A check that read one header and a relay that forwarded the other would judge one
+    caller and act for another: two are refused, whatever they hold."""
+    with NimbusClient(
+        tokens_cluster.seeds, retry_deadline=WAIT_SECS, auth=ClientAuth(token=SUBMIT)
+    ) as client:
+        record = client.submit("two-headers", valid_package("two-headers"))
+    twice = [("Authorization", f"Bearer {READ}"), ("Authorization", f"Bearer {ADMIN}")]
+    nimbus = tokens_cluster.nimbuses[0]
+    server = served_from(zk_server.connect_string, tokens_cluster.root, record.name)[0]
+    for url in (
+        f"{tokens_cluster.url(nimbus)}/api/v1/pipelines",
+        f"{tokens_cluster.url(nimbus)}/api/v1/code/{record.digest}",
+        f"http://{server}/api/v1/code/{record.digest}",
+    ):
+        refused = httpx.get(url, headers=twice)
+        assert (refused.status_code, refused.json()["error"]) == (401, "unauthenticated"), url
+        assert "2 Authorization headers" in refused.json()["message"]
+        assert httpx.get(url, headers=bearer(READ)).status_code == 200, url
+
+
 def test_cli_verbs_send_the_token_of_the_environment(tokens_cluster: SecureCluster) -> None:
     seeds = ",".join(tokens_cluster.seeds)
     args = ["list", "-c", f"nimbus.seeds={seeds}", "-c", "client.retry.deadline.secs=5"]

@@ -17,17 +17,20 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from stratus.security.client_auth import ClientAuth
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
 from tests.package_factory import valid_package
+from tests.secure_cluster import ADMIN, READ, SecureCluster, bearer, secure_cluster, token_file
 from tests.zkfixtures import kazoo_client, wait_until
 
 IDLE_CONNECTIONS = 2000
 CODE_MAX_CONNECTIONS = 64
 LOG_BOUND_BYTES = 256 * 1024  # the whole log of the flooded nimbus, start-up included
 REQUEST = b"GET /api/v1/leader HTTP/1.1\r\nHost: nimbus\r\n\r\n"
+FLOODER = "127.0.0.2"  # another address of the loopback interface than the normal clients'
 
 
 def raise_own_open_files_limit(needed: int) -> None:
@@ -37,12 +40,19 @@ def raise_own_open_files_limit(needed: int) -> None:
 
 
 @contextlib.contextmanager
-def idle_connections(port: int, count: int) -> Iterator[list[socket.socket]]:
-    """``count`` connections to ``port`` that send nothing; all closed when the block ends."""
+def idle_connections(
+    port: int, count: int, source: str = "127.0.0.1"
+) -> Iterator[list[socket.socket]]:
+    """``count`` connections to ``port`` from the address ``source`` that send nothing; all
+    closed when the block ends."""
     sockets: list[socket.socket] = []
     try:
         for _ in range(count):
-            sockets.append(socket.create_connection(("127.0.0.1", port), timeout=10.0))
+            sockets.append(
+                socket.create_connection(
+                    ("127.0.0.1", port), timeout=10.0, source_address=(source, 0)
+                )
+            )
         yield sockets
     finally:
         for sock in sockets:
@@ -98,10 +108,10 @@ def test_two_thousand_idle_connections_leave_the_session_and_normal_clients_alon
     with kazoo_client(zk_server.connect_string) as zk:
         owner = zk.get(registration)[1].ephemeralOwner
         with (
-            idle_connections(nimbus.port, IDLE_CONNECTIONS),
-            idle_connections(code_port, IDLE_CONNECTIONS) as to_code,
+            idle_connections(nimbus.port, IDLE_CONNECTIONS, FLOODER),
+            idle_connections(code_port, IDLE_CONNECTIONS, FLOODER) as to_code,
         ):
-            # the package server holds its bound and refuses the rest with 503 at once
+            # the package server holds its bounds and refuses the rest with 503 at once
             def refused() -> int:
                 answers = [answer_so_far(sock) for sock in to_code]
                 return sum(1 for a in answers if a is not None and (a == b"" or b" 503 " in a))
@@ -153,11 +163,13 @@ def test_api_connections_past_the_bound_are_closed_and_the_rest_served(
                 answer = sock.recv(4096)
             except OSError:
                 answer = b""
-            closed.append(answer == b"")
+            # past the bound of pending connections: closed without an answer; past the
+            # bound of admitted ones (the harness's kept-alive clients hold some): 503
+            closed.append(answer == b"" or answer.startswith(b"HTTP/1.1 503 "))
             if answer:
-                assert answer.startswith(b"HTTP/1.1 200 ")
-        assert sum(closed) >= 10  # past the bound: closed without an answer
-        assert not all(closed)  # within it: served
+                assert answer.startswith((b"HTTP/1.1 200 ", b"HTTP/1.1 503 "))
+        assert sum(closed) >= 10
+        assert not all(closed)  # within the bounds: served
 
 
 @pytest.fixture(scope="module")
@@ -178,3 +190,69 @@ def test_a_connection_without_a_whole_request_head_is_closed(
     with idle_connections(nimbus.port, 1) as (sock,):
         sock.sendall(sent)
         wait_until(lambda: answer_so_far(sock) == b"", 30, "the nimbus to close the connection")
+
+
+@pytest.fixture(scope="module")
+def guarded_code_port() -> int:
+    return pick_free_port()
+
+
+@pytest.fixture(scope="module")
+def guarded(
+    zk_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory, guarded_code_port: int
+) -> Iterator[SecureCluster]:
+    """One nimbus with a token file whose unauthenticated connections wait two minutes for a
+    request head, so that only the slot and per-address rules can free a place."""
+    directory = tmp_path_factory.mktemp("nimbus-guarded")
+    extra = [
+        "-c", f"nimbus.auth.tokens.file={token_file(directory)}",
+        "-c", f"nimbus.code.port={guarded_code_port}",
+        "-c", "nimbus.code.head.timeout.secs=120",
+        "-c", "nimbus.code.idle.secs=120",
+        "-c", "nimbus.http.header.timeout.secs=120",
+        "-c", "nimbus.http.max.connections=64",
+        "-c", "nimbus.http.max.connections.per.address=16",
+    ]  # fmt: skip
+    with secure_cluster(
+        zk_server.connect_string, directory, "nimbus-guarded", extra=extra,
+        auth=ClientAuth(ADMIN), size=1,
+    ) as cluster:  # fmt: skip
+        yield cluster
+
+
+def test_idle_connections_from_one_address_leave_authenticated_callers_their_slots(
+    guarded: SecureCluster, guarded_code_port: int
+) -> None:
+    """More idle connections from one address than the package server (256) and the API
+    (64) have slots: an authenticated caller from another address is still served."""
+    raise_own_open_files_limit(1024 + 2 * IDLE_CONNECTIONS)
+    nimbus = guarded.leader()
+    submitted = guarded.http.post(
+        f"{nimbus.url}/api/v1/pipelines",
+        data={"name": "slots"},
+        files={"package": valid_package("slots")},
+    )
+    assert submitted.status_code == 201, submitted.text
+    package = f"http://127.0.0.1:{guarded_code_port}/api/v1/code/{submitted.json()['digest']}"
+    with (
+        idle_connections(guarded_code_port, 300, FLOODER),
+        idle_connections(nimbus.port, 300, FLOODER),
+    ):
+
+        def fetched() -> bool:
+            with contextlib.suppress(httpx.HTTPError):
+                answer = httpx.get(package, headers=bearer(READ), timeout=5.0)
+                return answer.status_code == 200 and answer.content[:2] == b"PK"
+            return False
+
+        def summary_read() -> bool:
+            with contextlib.suppress(httpx.HTTPError):
+                answer = httpx.get(f"{nimbus.url}/api/v1/cluster", headers=bearer(READ))
+                return answer.status_code == 200
+            return False
+
+        wait_until(fetched, 30, "an authenticated fetch of the package")
+        wait_until(summary_read, 30, "an authenticated read of the API")
+        # the flood's own connections got no slot: a request on one of them is refused
+        unauthenticated = httpx.get(package, timeout=5.0)
+        assert unauthenticated.status_code == 401

@@ -141,6 +141,28 @@ def test_a_huge_body_to_a_standby_is_not_leader_before_the_client_has_sent_it(cl
     assert sent_when_answered < HUGE_BODY // 2  # most of the body was never sent
 
 
+def test_a_client_that_sends_its_whole_body_before_reading_gets_the_413_not_a_reset(cluster):
+    """The nimbus answers 413 before it reads the body, then lingers (reads and drops the
+    rest) before it closes: closing at once, with the body unread, resets the connection,
+    and a client that reads only after sending sees the reset instead of the answer."""
+    leader = cluster.by_address(cluster.wait_for_agreed_leader())
+    body = b" " * (4 * 1024 * 1024)  # far over nimbus.max.request.bytes, all sent first
+    with socket.create_connection((leader.host, leader.port), timeout=30.0) as sock:
+        sock.sendall(
+            b"POST /api/v1/pipelines/p/rebalance HTTP/1.1\r\nHost: n\r\n"
+            b"Content-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body
+        )
+        answer = b""
+        while b"request_too_large" not in answer:
+            more = sock.recv(65536)
+            if not more:
+                break
+            answer += more
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
+    assert b'"request_too_large"' in answer
+
+
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
 def test_a_json_body_over_the_request_limit_is_413(cluster, chunked):
     body = json.dumps({"conf": {"spark.x": "y" * (MAX_REQUEST + 1)}}).encode()

@@ -152,10 +152,10 @@ def test_a_port_in_use_is_refused_at_construction(served):
 
 @contextlib.contextmanager
 def bounded_server(tmp_path: Path, idle_secs: float) -> Iterator[PackageServer]:
-    """A package server that holds two connections."""
+    """A package server that holds two authenticated connections (and two pending)."""
     store = PackageStore(tmp_path / "store", max_bytes=64 * MIB)
     stored(store, DATA)
-    bounds = ConnectionBounds(max_connections=2, idle_secs=idle_secs)
+    bounds = ConnectionBounds(max_connections=2, idle_secs=idle_secs, head_secs=idle_secs)
     server = PackageServer(store, "127.0.0.1", 0, bounds=bounds)
     server.start()
     try:
@@ -176,7 +176,8 @@ def test_a_connection_past_the_bound_gets_503_and_the_others_are_served(tmp_path
         for sock in (first, second):  # both served: they hold the two slots
             sock.sendall(f"HEAD /api/v1/code/{DIGEST} HTTP/1.1\r\nHost: n\r\n\r\n".encode())
             assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")
-        with connect(bounded.address) as third:
+        with connect(bounded.address) as third:  # pending: no slot until it asks
+            third.sendall(f"HEAD /api/v1/code/{DIGEST} HTTP/1.1\r\nHost: n\r\n\r\n".encode())
             refused = third.recv(4096)
         assert refused.startswith(b"HTTP/1.1 503 ")
         assert b"Retry-After: 1" in refused
@@ -193,3 +194,20 @@ def test_a_connection_past_the_bound_gets_503_and_the_others_are_served(tmp_path
 def test_a_silent_connection_is_closed_after_the_idle_time(tmp_path):
     with bounded_server(tmp_path, idle_secs=1.0) as bounded, connect(bounded.address) as silent:
         assert silent.recv(4096) == b""  # closed by the server, not by this test's timeout
+
+
+def test_a_client_that_sends_a_body_before_reading_gets_the_refusal_not_a_reset(served):
+    """The package server takes no body: it answers at once, then lingers (reads and drops
+    what the client still sends) before it closes, so the answer is not lost to a reset."""
+    body = b"x" * (4 * MIB)
+    with connect(served.address) as sock:
+        sock.sendall(
+            b"POST /api/v1/code/%s HTTP/1.1\r\nHost: n\r\nContent-Length: %d\r\n\r\n"
+            % (DIGEST.encode(), len(body))
+            + body
+        )
+        answer = b""
+        while more := sock.recv(65536):
+            answer += more
+    assert answer.startswith(b"HTTP/1.1 501 "), answer[:200]
+    assert b'"error":' in answer

@@ -37,6 +37,7 @@ from stratus.supervisor.requirements_env import (
     RequirementEnvs,
     installer_environment,
     normalized_requirements,
+    offline_refusal,
 )
 from stratus.supervisor.settings import DepsSettings
 from tests.package_factory import package_files
@@ -209,6 +210,54 @@ def test_an_unresolvable_requirement_fails_with_the_installers_message(
     assert not [p for p in tmp_path.joinpath("envs").iterdir() if p.is_dir()]  # none published
 
 
+BY_NAME = ["requests>=2.31", "Foo_bar[x, y] >=1.0, <2 ; python_version > '3.8'", "a==1.0.*"]
+NOT_BY_NAME = [
+    "pkg @ https://host/x.whl",
+    "pkg@file:///tmp/x.whl",
+    "git+https://host/x/y.git",
+    "https://host/x.whl",
+    "--index-url https://host/simple",
+    "-i https://host/simple",
+    "--extra-index-url https://host/simple",
+    "-f https://host/wheels",
+    "--find-links /tmp/wheels",
+    "--trusted-host host",
+    "./vendored",
+    "../outside",
+    "/tmp/x.whl",
+    "x-1.0-py3-none-any.whl",
+]
+
+
+@pytest.mark.parametrize("requirement", BY_NAME)
+def test_offline_a_requirement_by_name_is_installed(requirement: str) -> None:
+    assert offline_refusal([requirement]) is None
+
+
+@pytest.mark.parametrize("requirement", NOT_BY_NAME)
+def test_offline_a_url_a_path_or_a_pip_option_is_refused_naming_the_line(requirement: str) -> None:
+    refusal = offline_refusal(["tabulate", requirement])
+    assert refusal is not None
+    assert f"requirement 1 ('{requirement}')" in refusal
+    assert "supervisor.deps.offline" in refusal
+
+
+def test_offline_a_direct_url_fails_before_pip_runs_even_to_a_wheel_it_could_install(
+    tmp_path: Path, wheelhouse: Path
+) -> None:
+    (wheel,) = wheelhouse.glob("*.whl")
+    direct = f"{PROBE} @ {wheel.as_uri()}"
+    envs = RequirementEnvs(tmp_path / "envs", offline(wheelhouse))
+    try:
+        failed = envs.get("etl", [direct])  # at once: nothing to wait for
+    finally:
+        envs.close()
+    assert isinstance(failed, EnvFailed)
+    assert f"requirement 0 ('{PROBE} @ file://" in failed.error  # the line, clipped if long
+    assert "supervisor.deps.offline" in failed.error
+    assert not list(tmp_path.joinpath("envs").iterdir())  # no log of pip, no environment
+
+
 def test_an_install_past_its_timeout_is_stopped_and_fails(tmp_path: Path, wheelhouse: Path) -> None:
     envs = RequirementEnvs(tmp_path / "envs", offline(wheelhouse, install_timeout_secs=0.001))
     try:
@@ -341,6 +390,23 @@ def test_an_unresolvable_requirement_ends_failed_with_the_installers_message_and
         assert beat.error is not None
         assert "No matching distribution found for no-such-project-anywhere>=1" in beat.error
     assert not (local / "workers" / "etl" / "worker.log").exists()  # no worker ever started
+
+
+def test_offline_a_package_that_requires_a_direct_url_ends_failed_naming_it(
+    cluster: Cluster, wheelhouse: Path, probe_worker: list[str]
+) -> None:
+    (wheel,) = wheelhouse.glob("*.whl")
+    direct = f"{PROBE} @ {wheel.as_uri()}"
+    meta = cluster.code.upload("etl", probe_package("etl", [direct]))
+    local = cluster.tmp_path / "s1"
+    with started(deps_conf(cluster, wheelhouse), probe_worker):
+        cluster.assign(meta, "etl", mode="probe")
+        beat = cluster.wait_for_worker(WorkerState.FAILED, "etl", timeout=BUILD_WAIT_SECS)
+        assert beat.error is not None
+        assert f"requirement 0 ('{PROBE} @ file://" in beat.error
+        assert "supervisor.deps.offline" in beat.error
+    assert not [p for p in (local / "envs").iterdir() if p.is_dir()]  # pip never ran
+    assert not (local / "workers" / "etl" / "worker.log").exists()
 
 
 def test_on_a_cluster_master_the_worker_ships_the_packed_environment_and_keeps_pyspark_python(

@@ -101,6 +101,37 @@ def test_a_submit_whose_conf_points_out_of_the_operators_places_is_refused_and_c
     assert not (root / "refused").exists()
 
 
+# The keys a security test found reaching the JVMs and interpreters though extraJavaOptions
+# was refused: each belongs to a family of settings that only the operator may choose.
+JVM_AND_INTERPRETER_KEYS = {
+    "spark.driver.defaultJavaOptions": "-javaagent:/tmp/agent.jar",
+    "spark.executor.defaultJavaOptions": "-javaagent:/tmp/agent.jar",
+    "spark.yarn.am.extraJavaOptions": "-javaagent:/tmp/agent.jar",
+    "spark.driver.extraJavaOptions": "-javaagent:/tmp/agent.jar",
+    "spark.executorEnv.PYTHONPATH": "/tmp/evil",
+    "spark.executorEnv.LD_PRELOAD": "/tmp/evil.so",
+    "spark.pyspark.python": "/tmp/evil-python",
+    "spark.pyspark.driver.python": "/tmp/evil-python",
+    "spark.plugins": "org.evil.Plugin",
+    "spark.driver.userClassPathFirst": True,
+    "spark.sql.extensions": "org.evil.Extensions",
+    "spark.redaction.regex": "nothing",
+}
+
+
+@pytest.mark.parametrize(("key", "value"), JVM_AND_INTERPRETER_KEYS.items())
+def test_a_conf_key_for_the_jvms_or_interpreters_is_refused_naming_the_key(cluster, key, value):
+    url = url_of(cluster)
+
+    response = submit(url, "jvm-options", {key: value})
+
+    assert response.status_code == 422, response.text
+    assert response.json()["error"] == "invalid_conf"
+    assert key in response.json()["message"]
+    assert "spark-defaults.conf" in response.json()["message"]
+    assert "jvm-options" not in names_on(url)
+
+
 def test_a_manifest_whose_conf_leaves_the_root_is_refused(cluster, root):
     url = url_of(cluster)
     package = valid_package("manifest-out", conf={"pipeline.checkpoint.subpath": "../../x"})

@@ -347,8 +347,31 @@ class StratusConfig(BaseModel):
         default=4096,
         gt=0,
         alias="nimbus.http.max.connections",
-        description="open connections to a nimbus's API; one more is closed at once, and "
-        "requests beyond it at once get HTTP 503",
+        description="connections of authenticated callers to a nimbus's API, and as many not "
+        "yet authenticated; one more is closed at once (an authenticated request past the "
+        "bound, or beyond it in progress at once, gets HTTP 503)",
+    )
+    nimbus_http_max_connections_per_address: int = Field(
+        default=256,
+        gt=0,
+        alias="nimbus.http.max.connections.per.address",
+        description="connections one client address may hold to a nimbus's API (and to a "
+        "supervisor's or zkfc's endpoint), authenticated or not; one more is closed at once",
+    )
+    nimbus_http_linger_secs: float = Field(
+        default=5.0,
+        ge=0,
+        alias="nimbus.http.linger.secs",
+        description="after an answer given before the request's body was read (such as a "
+        "413), how long a nimbus's API and package server (and a supervisor's or zkfc's "
+        "endpoint) read and drop the rest of the body before they close, so that the client "
+        "reads the answer rather than a connection reset",
+    )
+    nimbus_http_linger_max_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=0,
+        alias="nimbus.http.linger.max.bytes",
+        description="the most of such a body read and dropped before the connection is closed",
     )
     nimbus_http_header_timeout_secs: float = Field(
         default=10.0,
@@ -383,16 +406,31 @@ class StratusConfig(BaseModel):
         default=256,
         gt=0,
         alias="nimbus.code.max.connections",
-        description="open connections to a nimbus's package server (one thread each); one "
-        "more gets HTTP 503 and is closed",
+        description="connections of authenticated callers a nimbus's package server holds "
+        "(one thread each), and as many not yet authenticated; one more gets HTTP 503 and is "
+        "closed",
+    )
+    nimbus_code_max_connections_per_address: int = Field(
+        default=32,
+        gt=0,
+        alias="nimbus.code.max.connections.per.address",
+        description="connections one client address may hold to a nimbus's package server, "
+        "authenticated or not; one more gets HTTP 503 and is closed",
+    )
+    nimbus_code_head_timeout_secs: float = Field(
+        default=10.0,
+        gt=0,
+        alias="nimbus.code.head.timeout.secs",
+        description="a new package server connection whose TLS handshake and first request "
+        "head are not whole this long after it opened is closed",
     )
     nimbus_code_idle_secs: float = Field(
         default=30.0,
         gt=0,
         alias="nimbus.code.idle.secs",
-        description="a package server connection idle this long (no request, or a read or "
-        "write that makes no progress), or whose request head (or TLS handshake) is not "
-        "whole this long after it began, is closed",
+        description="an authenticated package server connection idle this long (no request, "
+        "or a read or write that makes no progress), or whose next request head is not whole "
+        "this long after it began, is closed",
     )
     nimbus_lead_check_secs: float = Field(
         default=1.0,
@@ -1156,6 +1194,18 @@ class StratusConfig(BaseModel):
                 "elect.stop.grace.secs must be less than a quarter of "
                 "zookeeper.session.timeout.secs, so that a command is dead before its "
                 "leadership can pass to another process"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _a_fetch_fits_in_its_address_bound(self) -> StratusConfig:
+        if self.nimbus_code_download_parts > self.nimbus_code_max_connections_per_address:
+            raise ValueError(
+                f"nimbus.code.download.parts ({self.nimbus_code_download_parts}) must be at "
+                "most nimbus.code.max.connections.per.address "
+                f"({self.nimbus_code_max_connections_per_address}): a nimbus fetches that many "
+                "byte ranges at once from one package server, which refuses connections of "
+                "one address past its bound"
             )
         return self
 

@@ -310,6 +310,9 @@ def http_bounds(conf: StratusConfig) -> HttpBounds:
         header_timeout_secs=conf.nimbus_http_header_timeout_secs,
         keepalive_secs=conf.nimbus_http_keepalive_secs,
         max_header_bytes=conf.nimbus_http_max_header_bytes,
+        max_per_address=conf.nimbus_http_max_connections_per_address,
+        linger_secs=conf.nimbus_http_linger_secs,
+        linger_max_bytes=conf.nimbus_http_linger_max_bytes,
     )
 
 

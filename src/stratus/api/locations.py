@@ -4,7 +4,9 @@ The checkpoint root, the URL schemes it may use and the Spark masters a pipeline
 are the daemons' configuration. A pipeline chooses at most a relative subpath below its own
 checkpoint directory (``pipeline.checkpoint.subpath``) and one of the Spark masters the
 operator allows; the Spark settings that name a file, a directory, a host or a URL on the
-operator's machines are not a pipeline's to set::
+operator's machines are not a pipeline's to set, nor any of the families of settings that
+shape the JVMs and interpreters a worker starts (``OPERATOR_SPARK_FAMILIES``, an allow-list:
+a key of a family is refused unless the family names it)::
 
     subpath_problem("v2/orders")        # None: fine
     subpath_problem("../../etc")        # "must not contain '..' ..."
@@ -59,12 +61,6 @@ OPERATOR_SPARK_KEYS = frozenset(
         "spark.files",
         "spark.archives",
         "spark.submit.pyFiles",
-        "spark.driver.extraClassPath",
-        "spark.driver.extraJavaOptions",
-        "spark.driver.extraLibraryPath",
-        "spark.executor.extraClassPath",
-        "spark.executor.extraJavaOptions",
-        "spark.executor.extraLibraryPath",
         "spark.driver.host",
         "spark.driver.bindAddress",
         "spark.hadoop.fs.defaultFS",
@@ -72,6 +68,69 @@ OPERATOR_SPARK_KEYS = frozenset(
         "spark.hadoop.hive.metastore.uris",
     }
 )
+
+
+@dataclass(frozen=True)
+class SparkFamily:
+    """Spark settings that shape the JVMs and interpreters a worker starts: every key that
+    ``pattern`` matches (in lower case) is the operator's, unless ``allowed`` names it."""
+
+    what: str  # what the keys choose, for the error
+    pattern: re.Pattern[str]
+    allowed: frozenset[str] = frozenset()
+
+
+# An allow-list: a key of these families is refused unless its family allows it, so a key
+# that a new Spark version adds to a family is the operator's until stratus says otherwise.
+# None of the JVMs' options, class paths, library paths, environments, plugins, listeners
+# or interpreters is a pipeline's: the operator sets them in spark-defaults.conf.
+OPERATOR_SPARK_FAMILIES = (
+    SparkFamily("options of a JVM's command line", re.compile(r"javaopt")),
+    SparkFamily("a JVM's class path", re.compile(r"classpath|(^|\.)jars(\.|$)")),
+    SparkFamily(
+        "files shipped to the Spark processes (Python's path among them)",
+        re.compile(r"(^|\.)(files|archives?|pyfiles)$"),
+    ),
+    SparkFamily("a native library path", re.compile(r"librarypath")),
+    SparkFamily(
+        "the environment of a Spark process", re.compile(r"^spark\.([a-z0-9]+\.)*[a-z0-9]*env\.")
+    ),
+    SparkFamily(
+        "the Python interpreter or its worker module",
+        re.compile(r"^spark\.(pyspark|python)\."),
+        allowed=frozenset(
+            {
+                "spark.python.worker.reuse",
+                "spark.python.worker.memory",
+                "spark.python.task.killTimeout",
+                "spark.python.use.daemon",
+            }
+        ),
+    ),
+    SparkFamily("the R interpreter", re.compile(r"^spark\.(sparkr\.)?r\..*command$")),
+    SparkFamily(
+        "classes loaded into Spark (plugins, listeners, extensions)",
+        re.compile(r"plugin|listeners?$|(^|\.)extensions$"),
+    ),
+    SparkFamily("a script Spark runs", re.compile(r"script$")),
+    SparkFamily(
+        "the container image or pod template of a Spark process",
+        re.compile(r"^spark\.kubernetes\..*(image|podtemplatefile|podtemplatecontainername)$"),
+    ),
+    SparkFamily("what Spark redacts from its logs and UI", re.compile(r"(^|\.)redaction\.")),
+)
+
+
+def operator_spark_family(key: str) -> SparkFamily | None:
+    """The family of JVM and interpreter settings ``key`` belongs to and that does not allow
+    it (the key is the operator's), or None."""
+    if not key.startswith("spark."):
+        return None
+    lowered = key.lower()
+    for family in OPERATOR_SPARK_FAMILIES:
+        if family.pattern.search(lowered) and key not in family.allowed:
+            return family
+    return None
 
 
 def subpath_problem(value: Any) -> str | None:
@@ -109,6 +168,12 @@ def check_operator_keys(key: str, value: Any) -> None:
         problem = subpath_problem(value)
         if problem:
             raise InvalidConfError(f"pipeline conf {key}: {problem}; expected {SUBPATH_RULE}")
+    family = operator_spark_family(key)
+    if family is not None:
+        raise InvalidConfError(
+            f"pipeline conf {key}: sets {family.what}, which only the operator may choose; "
+            "the operator sets it in Spark's spark-defaults.conf (SPARK_CONF_DIR)"
+        )
     if key in OPERATOR_SPARK_KEYS:
         raise InvalidConfError(
             f"pipeline conf {key}: names a path, host or URL of the operator's machines, "

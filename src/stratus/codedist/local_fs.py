@@ -37,6 +37,7 @@ from stratus.codedist.code_locations import CodeLocations, holder_data
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.package_store import SUFFIX, PackageStore
 from stratus.codedist.transfer.fetch import FetchSettings, fetch_package, http_client
+from stratus.files import private_dirs
 from stratus.zk.ephemeral import EphemeralNodes
 from stratus.zk.paths import ClusterPaths
 
@@ -205,7 +206,7 @@ class LocalFileSystemDistributor:
 
     def download(self, dest: Path, pipeline: str, meta: CodeMeta) -> list[Path]:
         """``dest/<digest>.pkg``: copied from this store if it holds it, else fetched."""
-        dest.mkdir(parents=True, exist_ok=True)
+        private_dirs(dest)
         target = dest / f"{meta.digest}{SUFFIX}"
         with self._digest_lock(meta.digest):
             if self._has_copy(meta):

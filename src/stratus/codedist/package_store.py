@@ -37,6 +37,7 @@ import blake3
 
 from stratus.api.errors import InvalidRequestError, PackageTooLargeError
 from stratus.codedist.transfer.check import hash_file
+from stratus.files import make_private_file, private_dirs
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class PackageStore:
     def __init__(self, directory: Path, *, max_bytes: int) -> None:
         self.directory = directory
         self.max_bytes = max_bytes
-        directory.mkdir(parents=True, exist_ok=True)
+        private_dirs(directory)  # packages hold a pipeline's code and conf
         self._lock = threading.Lock()
         self._received: dict[Path, str] = {}  # temp file -> digest hashed while receiving
         self._verified: dict[str, _FileKey] = {}  # digest -> the file found intact
@@ -143,6 +144,7 @@ class PackageStore:
             path.unlink(missing_ok=True)
             return StoredPackage(digest, size)
         final = self.path(digest)
+        make_private_file(path)  # whoever wrote it (an upload, a download, a copy)
         settled = _settle(path)  # while no one else knows the file: nothing can write it
         os.replace(path, final)
         _fsync_directory(self.directory)

@@ -32,6 +32,7 @@ from stratus.codedist.errors import CodeStoreError, CodeUnavailableError, Digest
 from stratus.codedist.package_store import CHUNK, SUFFIX
 from stratus.codedist.transfer.check import Algorithm, CopyCheck, Hasher, copy_check, new_hasher
 from stratus.codedist.transfer.ranges import DIGEST
+from stratus.files import private_dirs
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ class SharedStorageDistributor:
         """Copy the package to ``dest/<digest>.pkg``, renamed there only once it checks."""
         fs = self._store()
         check = copy_check(meta)
-        dest.mkdir(parents=True, exist_ok=True)
+        private_dirs(dest)
         target = dest / f"{meta.digest}{SUFFIX}"
         fd, tmp_name = tempfile.mkstemp(dir=dest, prefix=".download-", suffix=".tmp")
         tmp = Path(tmp_name)

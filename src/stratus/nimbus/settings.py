@@ -152,6 +152,10 @@ class NimbusSettings:
             code_server=ConnectionBounds(
                 max_connections=conf.nimbus_code_max_connections,
                 idle_secs=conf.nimbus_code_idle_secs,
+                max_per_address=conf.nimbus_code_max_connections_per_address,
+                head_secs=conf.nimbus_code_head_timeout_secs,
+                linger_secs=conf.nimbus_http_linger_secs,
+                linger_max_bytes=conf.nimbus_http_linger_max_bytes,
             ),
             code_watch=conf.nimbus_code_watch,
             code_sync_freq_secs=conf.nimbus_code_sync_freq_secs,

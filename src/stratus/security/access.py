@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +36,20 @@ log = logging.getLogger(__name__)
 
 BEARER = "bearer"
 CHALLENGE = 'Bearer realm="stratus"'  # the WWW-Authenticate header of a 401
+
+
+def one_authorization(values: Sequence[str]) -> str | None:
+    """The request's one Authorization header (None: none); UnauthenticatedError for more.
+
+    Two headers are refused whatever they hold: a check that read one and a relay that
+    forwarded the other would judge one caller and act for another.
+    """
+    if len(values) > 1:
+        raise UnauthenticatedError(
+            f"the request carries {len(values)} Authorization headers; send exactly one, "
+            "`Bearer <token>`"
+        )
+    return values[0] if values else None
 
 
 @dataclass(frozen=True)

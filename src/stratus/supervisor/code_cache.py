@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import time
 import uuid
@@ -36,6 +37,8 @@ from stratus.codedist.package_check import PackageLimits, check_package, normal_
 from stratus.codedist.package_store import SUFFIX
 from stratus.codedist.transfer.check import copy_check, hash_file
 from stratus.errors import StratusError
+from stratus.files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, private_dirs
+from stratus.supervisor.worker_access import TRAVERSE_DIR_MODE
 from stratus.supervisor.errors import CodeNotReadyError
 from stratus.supervisor.restart_policy import backoff_delay
 
@@ -96,13 +99,18 @@ class CodeCache:
         *,
         backoff_secs: float,
         clock: Clock = time.monotonic,
+        workers_pass: bool = False,
     ) -> None:
+        """``workers_pass``: workers run as other users, who must pass through the cache to
+        their code (never list it); else the cache is private to the supervisor's user."""
         self._distributor = distributor
         self.directory = directory
         self._limits = limits
         self._backoff_secs = backoff_secs
         self._clock = clock
-        directory.mkdir(parents=True, exist_ok=True)
+        private_dirs(directory)  # unpacked code, and the packages it came from
+        if workers_pass:
+            directory.chmod(TRAVERSE_DIR_MODE)
         self._remove_leftovers()
         self._pool = ThreadPoolExecutor(max_workers=FETCHERS, thread_name_prefix="code-fetch")
         self._ready: dict[str, PipelineCode] = {}
@@ -241,7 +249,8 @@ def _read_manifest(directory: Path) -> Manifest:
 def _unpack(package: Path, target: Path) -> None:
     """Unpack a checked package into ``target``, whole or not at all."""
     temp = target.with_name(f"{UNPACK_PREFIX}{target.name}-{uuid.uuid4().hex[:8]}")
-    temp.mkdir()
+    temp.mkdir(mode=PRIVATE_DIR_MODE)
+    os.chmod(temp, PRIVATE_DIR_MODE)
     try:
         with zipfile.ZipFile(package) as archive:
             for info in archive.infolist():
@@ -272,11 +281,13 @@ def _extract(archive: zipfile.ZipFile, info: zipfile.ZipInfo, root: Path) -> Non
     if not dest.resolve().is_relative_to(root.resolve()):
         raise CodeNotReadyError(f"package entry {info.orig_filename!r} leaves its directory")
     if info.is_dir():
-        dest.mkdir(parents=True, exist_ok=True)
+        private_dirs(dest)
         return
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    private_dirs(dest.parent)
     left = info.file_size
-    with archive.open(info) as src, dest.open("wb") as out:
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
+    os.fchmod(fd, PRIVATE_FILE_MODE)
+    with archive.open(info) as src, os.fdopen(fd, "wb") as out:
         while left > 0 and (chunk := src.read(min(COPY_CHUNK, left))):
             out.write(chunk)
             left -= len(chunk)

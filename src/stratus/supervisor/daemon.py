@@ -224,6 +224,7 @@ class Supervisor:
             self.settings.code.limits,
             backoff_secs=self.settings.code.retry_secs,
             clock=self._clock,
+            workers_pass=self.settings.users.separate,
         )
         self._opened.append(cache.close)
         envs = RequirementEnvs(self.local_dir / "envs", self.settings.deps)

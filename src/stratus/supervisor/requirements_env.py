@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from stratus.api.echo import echo
 from stratus.api.redaction import redact_text
 from stratus.process import ProcessGroup
 from stratus.supervisor.env_archive import archive_of, pack_environment
@@ -74,6 +75,14 @@ INSTALLER_NAMES = frozenset(
 PROXY_NAMES = frozenset({"http_proxy", "https_proxy", "no_proxy", "all_proxy"})
 SPARK_SCRIPTS = ("spark-", "find-spark-home", "find_spark_home", "load-spark-env", "pyspark")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*")
+_ARCHIVES = (".whl", ".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz", ".txz")
+# A requirement by name (PEP 508 without a URL): a project name, extras, version
+# specifiers; what follows a ';' is an environment marker, which fetches nothing.
+_BY_NAME = re.compile(
+    r"\s*[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?\s*"
+    r"(?:\[\s*(?:[A-Za-z0-9._-]+\s*,?\s*)*\])?\s*"
+    r"\(?\s*(?:(?:===|==|!=|<=|>=|~=|<|>)\s*[A-Za-z0-9.*+!_-]+\s*,?\s*)*\)?\s*"
+)
 
 
 @dataclass(frozen=True)
@@ -120,6 +129,26 @@ def normalized_requirements(requirements: Sequence[str]) -> tuple[str, ...]:
             text = name + text[match.end() :]
         normal.add(text)
     return tuple(sorted(normal))
+
+
+def offline_refusal(requirements: Sequence[str]) -> str | None:
+    """Why ``requirements`` cannot be installed offline, or None: with
+    ``supervisor.deps.offline`` every requirement is a project name (with extras, version
+    specifiers and markers) that pip finds in the operator's wheelhouses. A direct URL
+    (``pkg @ https://...``, ``git+https://...``, a bare URL), a local path or a pip option
+    would make pip fetch from, or install, what the package chose instead."""
+    for index, requirement in enumerate(requirements):
+        head = requirement.partition(";")[0]
+        # pip takes a name that ends like an archive for a file in its working directory
+        if _BY_NAME.fullmatch(head) is None or head.strip().lower().endswith(_ARCHIVES):
+            return (
+                f"requirement {index} ({echo(requirement)}) is not a project name with "
+                "version specifiers: supervisor.deps.offline installs only by name from the "
+                "operator's wheelhouses (supervisor.deps.find.links), never from a URL, a "
+                "VCS, a local path or an index a package names; put the wheel in a "
+                "wheelhouse and require it by name"
+            )
+    return None
 
 
 def base_site_dirs() -> tuple[str, ...]:
@@ -187,6 +216,13 @@ class RequirementEnvs:
         if key in self._failed:
             return self._failed[key]
         future = self._building.get(key)
+        refusal = offline_refusal(requirements) if self._settings.offline else None
+        if future is None and refusal is not None:  # before pip runs, and built never
+            failed = self._failed[key] = EnvFailed(redact_text(refusal))
+            log.warning(
+                "event=env_build_refused pipeline=%s env=%s error=%s", pipeline, key, failed.error
+            )
+            return failed
         if future is None:
             published = self.directory / key
             if (published / ENV_RECORD).is_file() and not self._unpacked(published):

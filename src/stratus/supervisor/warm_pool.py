@@ -37,6 +37,7 @@ from pathlib import Path
 
 from stratus.api.clock import Clock
 from stratus.api.pipeline_conf import env_entries
+from stratus.files import PRIVATE_DIR_MODE
 from stratus.process import Lifeline, ProcessGroup
 from stratus.supervisor.code_cache import PipelineCode
 from stratus.supervisor.settings import WarmSettings
@@ -44,7 +45,6 @@ from stratus.supervisor.worker_log import LogPump, LogSettings, RunLog
 from stratus.supervisor.worker_process import WorkerPaths, WorkerProcess, prepare_run
 from stratus.worker.session_conf import static_mismatch
 from stratus.worker.spec import (
-    PRIVATE_DIR_MODE,
     WARM_READY_PREFIX,
     WorkerSpec,
     warm_ready_file,

@@ -51,14 +51,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from stratus.files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE
 from stratus.supervisor.errors import WorkerUserError
-from stratus.worker.spec import (
-    HEARTBEAT_FILE,
-    PRIVATE_DIR_MODE,
-    PRIVATE_FILE_MODE,
-    SPEC_FILE,
-    write_atomically,
-)
+from stratus.worker.spec import HEARTBEAT_FILE, SPEC_FILE, write_atomically
 
 WORK_DIR = "work"
 ENV_FILE = "env.json"  # the worker's environment, for the launcher: 0600, the supervisor's

@@ -42,6 +42,7 @@ from typing import Any
 from stratus.api.locations import is_local_master
 from stratus.api.records import Assignment
 from stratus.codedist.manifest import TRIGGER_CONF_KEY
+from stratus.files import PRIVATE_DIR_MODE
 from stratus.process import Lifeline, ProcessGroup
 from stratus.supervisor.code_cache import PipelineCode
 from stratus.supervisor.errors import UnfencedAssignmentError
@@ -50,7 +51,7 @@ from stratus.supervisor.settings import SpecSettings
 from stratus.supervisor.worker_access import WORK_DIR, prepare_worker
 from stratus.supervisor.worker_log import LogPump, LogSettings, RunLog
 from stratus.worker.checkpoints import checkpoint_location
-from stratus.worker.spec import HEARTBEAT_FILE, PRIVATE_DIR_MODE, SPEC_FILE, WorkerSpec
+from stratus.worker.spec import HEARTBEAT_FILE, SPEC_FILE, WorkerSpec
 
 WORKER_MODULE = "stratus.worker.main"
 LOG_FILE = "worker.log"

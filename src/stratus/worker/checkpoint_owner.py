@@ -34,10 +34,13 @@ import logging
 import re
 import threading
 from collections.abc import Mapping
+from pathlib import Path
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
 
 from stratus.api.records import FencingToken, QueryProgress
+from stratus.files import make_private_file, private_dirs
 from stratus.worker.outcome import Outcome
 from stratus.worker.stop_request import StopRequest
 
@@ -72,20 +75,34 @@ class CheckpointOwners:
     def __init__(self, location: str, token: FencingToken, *, keep_lower: int = KEEP_LOWER):
         self.token = token
         self._fs, root = fsspec.core.url_to_fs(location)
-        self._dir = f"{root.rstrip('/')}/{OWNERS_DIR}"
+        self._location = root.rstrip("/")
+        self._dir = f"{self._location}/{OWNERS_DIR}"
+        self._local = isinstance(self._fs, LocalFileSystem)
         self._keep_lower = keep_lower
 
     def claim(self, note: Mapping[str, object] | None = None) -> FencingToken | None:
         """Write this worker's claim, then list the claims: the higher token that fences this
         worker, or None if it owns the location (then the older claims are pruned)."""
-        self._fs.makedirs(self._dir, exist_ok=True)
+        self._make_location()
         record = {"token": str(self.token), **(note or {})}
         self._fs.pipe_file(self._path(self.token), json.dumps(record).encode())
+        if self._local:
+            make_private_file(Path(self._path(self.token)))
         tokens = self._tokens()
         higher = _highest_above(tokens, self.token)
         if higher is None:
             self._prune(tokens)
         return higher
+
+    def _make_location(self) -> None:
+        """The checkpoint location and its claims' directory; on a local disk 0700, with
+        every level stratus makes (``private_dirs``), since Spark writes the pipeline's
+        state there with the umask's modes: this worker's own directory, made by it."""
+        if self._local:
+            private_dirs(Path(self._location))
+            private_dirs(Path(self._dir))
+        else:  # a remote store (HDFS, S3, ...) has the operator's permissions, no umask
+            self._fs.makedirs(self._dir, exist_ok=True)
 
     def higher(self) -> FencingToken | None:
         """The highest claim above this worker's, if any: one listing."""

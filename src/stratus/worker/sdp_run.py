@@ -63,6 +63,7 @@ from urllib.parse import urlparse
 import yaml
 
 from stratus.api.locations import is_local_master
+from stratus.files import private_dirs
 from stratus.process import Lifeline, ProcessGroup
 from stratus.worker import run_guard
 from stratus.worker.checkpoint_owner import OwnerFence
@@ -256,7 +257,7 @@ def metastore_dir(spec: WorkerSpec) -> Path:
     """Where the embedded Derby metastore lives: beside the checkpoints when they are local."""
     local = local_path(spec.checkpoint_location)
     base = local if local is not None else spec.work_dir
-    base.mkdir(parents=True, exist_ok=True)
+    private_dirs(base)  # the pipeline's checkpoint location: its owner's alone
     return base / METASTORE_DIR
 
 

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stratus.api.records import FencingToken, WorkerHeartbeat
+from stratus.files import PRIVATE_FILE_MODE
 from stratus.logs import LogFormat, LogSettings
 
 SPEC_FILE = "spec.json"
@@ -37,8 +38,6 @@ def warm_ready_file(pid: int) -> str:
     return f"{WARM_READY_PREFIX}{pid}"
 
 
-PRIVATE_FILE_MODE = 0o600  # files that hold a pipeline's conf
-PRIVATE_DIR_MODE = 0o700  # the worker's directory, which holds them
 # The heartbeat: its worker writes it, its supervisor reads it, through the group of the
 # worker's directory when the worker runs as another user (stratus.supervisor.worker_access)
 HEARTBEAT_FILE_MODE = 0o640

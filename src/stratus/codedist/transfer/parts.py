@@ -27,6 +27,7 @@ from stratus.codedist.transfer.plan import (
     split_ranges,
     wrong_bytes,
 )
+from stratus.files import PRIVATE_FILE_MODE
 
 
 @dataclass
@@ -54,7 +55,8 @@ def fetch_in_parts(
     ranges = split_ranges(check.size_bytes, parts)
     state = PartHolders(holders)
     outcome = PartsOutcome(len(ranges))
-    fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
+    os.fchmod(fd, PRIVATE_FILE_MODE)  # a file left by an earlier try keeps its mode otherwise
     try:
         _preallocate(fd, check.size_bytes)
         writer = _RangeWriter(client, digest, check.size_bytes, fd, state)

@@ -11,8 +11,11 @@ stays for the rest.
 Both servers send what ``serve.locate`` decides, so they answer alike: one byte range
 (``Range``, 206 with ``Content-Range``, 416 past the end), 404 for a digest the store does
 not hold, 422 for what is not a digest, the API's error body, and only files of the store
-named by a sha256. One thread per connection, at most ``bounds.max_connections`` of them
-(``bounded_server``), HTTP/1.1 kept alive until ``bounds.idle_secs`` without a request::
+named by a sha256. One thread per connection; a connection takes one of
+``bounds.max_connections`` slots once its caller is authenticated, before that it has
+``bounds.head_secs`` for its TLS handshake and first request head, and one address holds at
+most ``bounds.max_per_address`` connections (``bounded_server``); HTTP/1.1 kept alive until
+``bounds.idle_secs`` without a request::
 
     server = PackageServer(store, "127.0.0.1", 0)   # OSError if the port is taken
     server.start()
@@ -35,16 +38,17 @@ from http.server import BaseHTTPRequestHandler
 from typing import BinaryIO
 
 from stratus.api.echo import clip
-from stratus.api.errors import ApiError, UnknownCodeError
+from stratus.api.errors import ApiError, UnavailableError, UnknownCodeError
 from stratus.codedist.package_store import PackageStore
 from stratus.codedist.transfer.bounded_server import (
+    BUSY_MESSAGE,
     DEFAULT_BOUNDS,
     BoundedHTTPServer,
     ConnectionBounds,
     HeadDeadlineHandler,
 )
 from stratus.codedist.transfer.serve import PackageFile, Refusal, locate
-from stratus.security.access import CHALLENGE, OPEN, AccessPolicy
+from stratus.security.access import CHALLENGE, OPEN, AccessPolicy, one_authorization
 from stratus.security.roles import Role
 from stratus.security.tls import peer_common_name
 
@@ -117,15 +121,6 @@ class _PackageHandler(HeadDeadlineHandler):
     default_request_version = "HTTP/1.1"
     server_version = "stratus-package-server"
 
-    def setup(self) -> None:
-        super().setup()
-        if isinstance(self.connection, ssl.SSLSocket):
-            self.arm_head_deadline()  # the handshake too must end in time
-            try:
-                self.connection.do_handshake()  # here, on this connection's thread
-            finally:
-                self.disarm_head_deadline()
-
     def do_GET(self) -> None:  # noqa: N802 (http.server names it)
         self._answer(body=True)
 
@@ -146,6 +141,10 @@ class _PackageHandler(HeadDeadlineHandler):
 
     def _answer(self, *, body: bool) -> None:
         if not self._authorized():
+            return
+        if not self.admit():
+            busy = UnavailableError(f"{BUSY_MESSAGE} (nimbus.code.max.connections)")
+            self._refuse(Refusal(busy.status, busy.code, str(busy), {"Retry-After": "1"}))
             return
         path = self.path.split("?", 1)[0]
         digest = path.removeprefix(CODE_PREFIX)
@@ -170,7 +169,8 @@ class _PackageHandler(HeadDeadlineHandler):
         if isinstance(self.connection, ssl.SSLSocket):
             peer = peer_common_name(self.connection.getpeercert())
         try:
-            self.policy.authorize(self.headers.get("Authorization"), peer, Role.READ)
+            authorization = one_authorization(self.headers.get_all("Authorization") or [])
+            self.policy.authorize(authorization, peer, Role.READ)
         except ApiError as exc:
             challenge = {"WWW-Authenticate": CHALLENGE} if exc.status == 401 else {}
             self._refuse(Refusal(exc.status, exc.code, str(exc), challenge))

@@ -18,6 +18,7 @@ from pathlib import Path
 from stratus.codedist.transfer.check import CopyCheck
 from stratus.codedist.transfer.client import Body, CodeClient, TransferError, describe_status
 from stratus.codedist.transfer.plan import MAX_RETRIES_PER_HOLDER, HolderError, wrong_bytes
+from stratus.files import PRIVATE_FILE_MODE
 
 HASH_WINDOW = 4 << 20  # a download is hashed from the page cache (mmap) this much at a time
 
@@ -26,7 +27,8 @@ class PartFile:
     """The part file of a single-stream download, hashed as it is written."""
 
     def __init__(self, part: Path, check: CopyCheck) -> None:
-        self.fd = os.open(part, os.O_RDWR | os.O_CREAT, 0o644)
+        self.fd = os.open(part, os.O_RDWR | os.O_CREAT, PRIVATE_FILE_MODE)
+        os.fchmod(self.fd, PRIVATE_FILE_MODE)  # a part resumed keeps its mode otherwise
         self.size = check.size_bytes
         self.check = check
         self.hasher = check.hasher()

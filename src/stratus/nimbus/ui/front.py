@@ -36,9 +36,9 @@ from stratus.api.errors import ApiError, ForbiddenError
 from stratus.nimbus.service import NimbusService
 from stratus.nimbus.status_page import render_status_page
 from stratus.nimbus.ui.assets import ASSETS_PATH, OWN_PATH, assets_routes
-from stratus.security.access import AccessPolicy
+from stratus.security.access import AccessPolicy, one_authorization
 from stratus.security.roles import Role
-from stratus.web.authorization import PEER_NAME
+from stratus.web.authorization import PEER_NAME, request_authorizations
 from stratus.web.responses import error_response
 
 UI_HEAD = (
@@ -114,9 +114,9 @@ class UiFront:
 
     def may_read(self, scope: Scope) -> bool:
         """Whether the request's credentials allow ``read`` (always without auth)."""
-        authorization = _header(scope, b"authorization")
         peer = (scope.get("state") or {}).get(PEER_NAME)
         try:
+            authorization = one_authorization(request_authorizations(scope))
             self.policy.authorize(authorization, peer, Role.READ)
         except ApiError:
             return False
