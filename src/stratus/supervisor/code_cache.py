@@ -38,9 +38,9 @@ from stratus.codedist.package_store import SUFFIX
 from stratus.codedist.transfer.check import copy_check, hash_file
 from stratus.errors import StratusError
 from stratus.files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, private_dirs
-from stratus.supervisor.worker_access import TRAVERSE_DIR_MODE
 from stratus.supervisor.errors import CodeNotReadyError
 from stratus.supervisor.restart_policy import backoff_delay
+from stratus.supervisor.worker_access import TRAVERSE_DIR_MODE
 
 log = logging.getLogger(__name__)
 
