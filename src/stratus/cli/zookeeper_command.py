@@ -153,9 +153,7 @@ def zookeeper(
             stack.enter_context(ensemble)
             connect_string = ensemble.connect_string
         else:
-            insecure = conf.zookeeper_server_auth_insecure or bool(insecure)
-            _refuse_open_exposure(host, auth, insecure)
-            server = ZooKeeperServer(
+            server = ZooKeeperServer(  # checks the host before it is judged
                 data_dir,
                 port,
                 tick_time_ms=tick_time_ms,
@@ -164,6 +162,8 @@ def zookeeper(
                 auth=auth,
                 tls=tls,
             )
+            insecure = conf.zookeeper_server_auth_insecure or bool(insecure)
+            _refuse_open_exposure(host, auth, insecure)
             servers = [server]
             stack.enter_context(server)
             connect_string = server.connect_string
