@@ -41,6 +41,7 @@ from stratus.supervisor.worker_access import (
     resolve_user,
 )
 from stratus.supervisor.worker_launcher import REFUSED_EXIT, main
+from tests.test_history_cluster import RECORDING_WORKER
 from tests.test_supervisor import SUPERVISOR_WITH_STAND_IN, Cluster, running
 from tests.worker_users import needs_root, os_users, traversable_dir, worker_python
 from tests.zkfixtures import kazoo_client, wait_until
@@ -292,6 +293,43 @@ def test_a_pipelines_files_pass_to_its_next_user_without_following_links(walls) 
     assert oct(directory.stat().st_mode & 0o7777) == "0o711"
     assert oct(checkpoints.stat().st_mode & 0o7777) == "0o2770"
     assert os.getxattr(checkpoints, "system.posix_acl_default") == group_default_acl(0)
+
+
+@needs_root
+@pytest.mark.spark  # starts pipeline workers (stand-ins: no JVM)
+def test_a_worker_of_another_user_appends_to_the_history_file_it_may_not_open(
+    walls, zk_hosts
+) -> None:
+    """The supervisor's history file stays its own (0600), yet a worker of the pool records
+    its start and batches in it, through a descriptor that only appends."""
+    base, names = walls
+    history = base / "history.jsonl"
+    stand_in = base / "recording_worker.py"
+    stand_in.write_text(RECORDING_WORKER)
+    user = resolve_user(names[0], min_uid=1000)
+    with kazoo_client(zk_hosts) as zk:
+        cluster = Cluster(zk, zk_hosts, base)
+        cluster.worker_command[:] = [worker_python(base), str(stand_in)]
+        conf = cluster.conf(
+            "s1",
+            **{
+                "supervisor.slots": 2,
+                "supervisor.worker.run.as": "pool",
+                "supervisor.worker.users": f"{names[0]},{names[1]}",
+                "pipeline.checkpoint.root": base / "checkpoints",
+                "history.file": history,
+            },
+        )
+        with running(conf, cluster):
+            cluster.assign(cluster.code.upload("etl"), "etl")
+            beat = cluster.wait_for_worker(WorkerState.RUNNING, "etl")
+            assert beat.pid is not None and beat.pid in processes_of(user.uid)
+            wait_until(lambda: b'"batch_committed"' in history.read_bytes(), 30, "a batch")
+
+    lines = [json.loads(line) for line in history.read_text().splitlines()]
+    assert {line["event"] for line in lines} >= {"worker_started", "batch_committed"}
+    assert {line["pid"] for line in lines} == {beat.pid}
+    assert (history.stat().st_uid, oct(history.stat().st_mode & 0o777)) == (0, "0o600")
 
 
 # what a streaming worker does to its checkpoints: a directory whose mode it sets (as Spark
