@@ -13,7 +13,9 @@ token; those of the third with a read token, their certificate mapped to nothing
 of each kind fetches the pipeline's code from another host), the quorum members serve
 other hosts on their TLS ports alone and talk to each other over TLS, every daemon connects
 to them with TLS and its host's certificate and authenticates with digest, the quorum members
-refuse anonymous clients, and every znode is stratus's alone.
+refuse anonymous clients, and every znode is stratus's alone. Its workers are walled off:
+each host's supervisor runs them as users of its own (``supervisor.worker.run.as: pool``),
+so the moved pipeline resumes as another user from the checkpoints the first one wrote.
 """
 
 from __future__ import annotations
