@@ -226,11 +226,11 @@ class WorkerProcess:
         its output pumped into its log. A worker of another user, which may not open the
         ``history_file``, inherits a descriptor of it that can only append (``history_fd``),
         if its switch passes descriptors on."""
-        if run_as is None or history_file is None or not run_as.switch.passes_descriptors:
+        fd = _history_descriptor(spec, history_file, run_as)
+        if fd is None:
             return cls._launch(
                 spec, paths, command, env=env, log=log, run_as=run_as, checkpoint_dir=checkpoint_dir
             )
-        fd = open_for_appending(history_file)
         try:
             return cls._launch(
                 spec.model_copy(update={"history_fd": fd}),
@@ -332,6 +332,27 @@ class WorkerProcess:
             self._group.signal_group(signum)
         else:
             self._group.signal(signum)
+
+
+def _history_descriptor(
+    spec: WorkerSpec, history_file: Path | None, run_as: RunAs | None
+) -> int | None:
+    """A descriptor of ``history_file`` that can only append, for a worker of another user
+    whose switch passes descriptors on; None otherwise, or (logged) if it cannot be opened:
+    the history never keeps a worker from starting."""
+    if run_as is None or history_file is None or not run_as.switch.passes_descriptors:
+        return None
+    try:
+        return open_for_appending(history_file)
+    except OSError as exc:
+        logging.getLogger(__name__).warning(
+            "event=history_unavailable pipeline=%s epoch=%d path=%s error=%r",
+            spec.pipeline,
+            spec.epoch,
+            history_file,
+            exc,
+        )
+        return None
 
 
 def _start_line(spec: WorkerSpec) -> str:
