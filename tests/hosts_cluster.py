@@ -27,6 +27,7 @@ hosts share a user), on ``python``, an interpreter those users may run
 from __future__ import annotations
 
 import contextlib
+import shlex
 import signal
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -189,7 +190,8 @@ class HostsCluster:
             settings["supervisor.slots"] = slots
             settings["supervisor.worker.users"] = list(self._worker_users[name])
         # the supervisor, hence its workers, on an interpreter its workers' users may run
-        python = ["/bin/sh", "-c", f'shift; exec {self._python} "$@"', "sh"] if self._python else []
+        exec_python = f'shift; exec {shlex.quote(self._python or "")} "$@"'
+        python = ["/bin/sh", "-c", exec_python, "sh"] if self._python else []
         supervisor = SupervisorProcess(
             [*options(settings), "-c", f"supervisor.host={host.address}"],
             id=name,
