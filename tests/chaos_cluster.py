@@ -5,9 +5,13 @@ host's file (``history.file``), the suite's driver in its own. The nimbuses, sup
 require tokens (``tests/secure_cluster.py``; the clients hold a submitter's, so the owners of
 each pipeline are checked), the pacemakers digest, the ZooKeeper quorum SASL: every server that
 listens on a host's address authenticates, as on a real network. One directory that every host
-reaches holds the pipelines' checkpoints, input and output (``shared``)::
+reaches holds the pipelines' checkpoints, input and output (``shared``). With ``walls``
+(``tests/worker_users.py``), each host's supervisor runs its workers as users of its own
+(``supervisor.worker.run.as: pool``), on an interpreter they may run, and ``shared`` is open
+to their group: ``workdir`` must then be a directory other users may pass::
 
-    with NetnsHosts(HOSTS) as hosts, ChaosCluster(hosts, tmp_path, zkfc=True) as cluster:
+    with traversable_dir() as base, walled_hosts(HOSTS, base) as walls,
+         NetnsHosts(HOSTS) as hosts, ChaosCluster(hosts, base, zkfc=True, walls=walls) as cluster:
         cluster.process(Target.NIMBUS, "h2").signal(signal.SIGKILL)
         cluster.restart(Target.NIMBUS, "h2")
         cluster.history_files()       # what the oracle reads
@@ -36,6 +40,7 @@ from tests.hosts_cluster import NIMBUS_PORT, SESSION_SECS, HostsCluster, options
 from tests.netns_hosts import NetnsHosts
 from tests.pipeline_cluster import cluster_options
 from tests.secure_cluster import ADMIN, PEER, SUBMIT, token_file
+from tests.worker_users import WalledHosts, share_with_group
 from tests.zk_acl import secret_file
 
 HOSTS = ("h1", "h2", "h3")
@@ -72,10 +77,13 @@ def _pairs(arguments: list[str]) -> dict[str, str]:
 class ChaosCluster:
     """ZooKeeper, nimbuses (and zkfcs), supervisors and pacemakers on ``hosts``."""
 
-    def __init__(self, hosts: NetnsHosts, workdir: Path, *, zkfc: bool) -> None:
+    def __init__(
+        self, hosts: NetnsHosts, workdir: Path, *, zkfc: bool, walls: WalledHosts | None = None
+    ) -> None:
         self.hosts = hosts
         self.workdir = workdir
         self.zkfc = zkfc
+        self.walls = walls
         self.shared = workdir / "shared"
         pacemaker_auth = {
             "pacemaker.auth.method": "digest",
@@ -134,6 +142,8 @@ class ChaosCluster:
                 users=(zookeeper_user,),
                 superuser=Credentials("super", secrets.token_hex(16)),
             ),
+            worker_users=walls.users if walls else {},
+            python=walls.python if walls else None,
         )
         self.zkfcs: dict[str, ZkfcProcess] = {}
         if zkfc:
@@ -177,7 +187,11 @@ class ChaosCluster:
         return sorted(self.workdir.glob("history-*.jsonl"))
 
     def start(self) -> None:
-        self.shared.mkdir(parents=True, exist_ok=True)
+        # the checkpoint root is the supervisors' (they hand each pipeline's directory to its
+        # worker's user); the rest of the shared directory is every worker user's
+        (self.shared / "checkpoints").mkdir(parents=True, exist_ok=True)
+        if self.walls is not None:
+            share_with_group(self.shared, self.walls.group)
         for pacemaker in self.pacemakers.values():
             pacemaker.start()
         for pacemaker in self.pacemakers.values():

@@ -12,8 +12,12 @@ members demand of their clients, and ``zookeeper_tls`` (one ``ServerTls`` per ho
 certificate names the host's address) makes them listen on TLS alone for other hosts and
 talk to each other over TLS; ``zookeeper.servers`` then names the secure ports, and the
 daemons' ``zookeeper.ssl.*`` settings are the test's to give. The harness itself reaches the
-nimbuses with the client settings: https trusting ``client.tls.ca``, with the token. Every
-process is killed when the cluster closes::
+nimbuses with the client settings: https trusting ``client.tls.ca``, with the token.
+``worker_users`` (host name -> users) walls the workers off: each host's supervisor runs its
+workers as a pool of its own users (``supervisor.worker.run.as: pool``; the hosts share one
+user database, and a pool kills every process of a user when its worker exits, so no two
+hosts share a user), on ``python``, an interpreter those users may run
+(``tests/worker_users.py``). Every process is killed when the cluster closes::
 
     with NetnsHosts(["h1", "h2", "h3"]) as hosts, HostsCluster(hosts, tmp_path) as cluster:
         leader = cluster.wait_for_agreed_leader()
@@ -23,6 +27,7 @@ process is killed when the cluster closes::
 from __future__ import annotations
 
 import contextlib
+import shlex
 import signal
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -117,7 +122,12 @@ class HostsCluster:
         client_settings: Mapping[str, object] = {},
         zookeeper_auth: ServerAuth | None = None,
         zookeeper_tls: Mapping[str, ServerTls] | None = None,
+        worker_users: Mapping[str, Sequence[str]] = {},
+        python: str | None = None,
     ) -> None:
+        shared = [user for users in worker_users.values() for user in users]
+        if len(shared) != len(set(shared)):
+            raise ValueError(f"hosts share a worker user: {dict(worker_users)}")
         self.hosts = hosts
         self.workdir = workdir
         self.zookeepers = zookeeper_quorum(hosts, workdir, zookeeper_auth, zookeeper_tls)
@@ -133,6 +143,8 @@ class HostsCluster:
         self._nimbus_settings = {**common, **nimbus_settings}
         self._supervisor_settings = {**common, **supervisor_settings}
         self._host_settings = host_settings
+        self._worker_users = worker_users
+        self._python = python
         self._client_settings = {
             **common,
             "client.retry.deadline.secs": CLIENT_RETRY_SECS,
@@ -172,12 +184,20 @@ class HostsCluster:
         """Start a supervisor on host ``name`` (its id is the host's name) and wait for it."""
         host = self.hosts[name]
         settings = {**self._supervisor_settings, **self._host_settings.get(name, {})}
+        if name in self._worker_users:
+            settings["supervisor.worker.run.as"] = "pool"
+            # checked against the pool's size as the configuration loads, before --slots
+            settings["supervisor.slots"] = slots
+            settings["supervisor.worker.users"] = list(self._worker_users[name])
+        # the supervisor, hence its workers, on an interpreter its workers' users may run
+        exec_python = f'shift; exec {shlex.quote(self._python or "")} "$@"'
+        python = ["/bin/sh", "-c", exec_python, "sh"] if self._python else []
         supervisor = SupervisorProcess(
             [*options(settings), "-c", f"supervisor.host={host.address}"],
             id=name,
             slots=slots,
             log_dir=self.workdir,
-            command_prefix=host.command,
+            command_prefix=[*host.command, *python],
         )
         self.supervisors[name] = supervisor
         supervisor.start()

@@ -13,7 +13,9 @@ token; those of the third with a read token, their certificate mapped to nothing
 of each kind fetches the pipeline's code from another host), the quorum members serve
 other hosts on their TLS ports alone and talk to each other over TLS, every daemon connects
 to them with TLS and its host's certificate and authenticates with digest, the quorum members
-refuse anonymous clients, and every znode is stratus's alone.
+refuse anonymous clients, and every znode is stratus's alone. Its workers are walled off:
+each host's supervisor runs them as users of its own (``supervisor.worker.run.as: pool``),
+so the moved pipeline resumes as another user from the checkpoints the first one wrote.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from stratus.api.records import WorkerHeartbeat
 from stratus.client import NimbusClient
 from stratus.codedist.package_build import build_package
 from stratus.local.examples_io import FLUSH_KEY, Feeder, read_rows, window_count_total
+from stratus.supervisor.worker_access import process_uids
 from stratus.zk.auth import Credentials, ServerAuth
 from stratus.zk.server import ZooKeeperServer
 from stratus.zk.tls import ServerTls
@@ -47,6 +50,14 @@ from tests.pipeline_cluster import SPARK_START_SECS, cluster_options
 from tests.secure_cluster import ADMIN, PEER, TOKENS
 from tests.spark_packages import EXAMPLES
 from tests.tls_certs import Issued, TestCa
+from tests.worker_users import (
+    WalledHosts,
+    keep_files,
+    needs_root,
+    share_with_group,
+    traversable_dir,
+    walled_hosts,
+)
 from tests.zk_acl import (
     acl_of,
     digest_client,
@@ -71,9 +82,10 @@ STRATUS = Credentials("stratus", "zk-digest-password-across-hosts")
 ROOT = "/stratus"  # zookeeper.root's default
 RECORD_KEY = "spark.stratus.test.batches"
 GATEWAY_KEY = "spark.stratus.test.gateway"
-BATCH_RECORD = f'''"""The streaming example; it records each micro-batch done: id, host, time."""
+BATCH_RECORD = f'''"""The streaming example; it records each micro-batch: id, host, user, time."""
 
 import json
+import os
 import socket
 import time
 
@@ -92,7 +104,12 @@ class BatchRecord(StreamingQueryListener):
     def onQueryProgress(self, event):
         progress = event.progress
         line = json.dumps(
-            {{"batch": progress.batchId, "host": self.host, "time": time.time()}}
+            {{
+                "batch": progress.batchId,
+                "host": self.host,
+                "uid": os.getuid(),
+                "time": time.time(),
+            }}
         )
         with open(self.path, "a") as record:  # O_APPEND: whole lines from every worker
             record.write(line + "\\n")
@@ -335,15 +352,33 @@ def _address(members: dict[str, ZooKeeperServer], name: str) -> tuple[str, int]:
 @pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.timeout(900)
+@needs_root
 def test_a_pipeline_on_the_cut_off_leader_host_moves_to_another_host_and_never_runs_twice(
     hosts, tmp_path
 ):
-    shared = tmp_path / "shared"  # one file system: every host reaches it
+    with traversable_dir() as base, walled_hosts(HOSTS, base) as walls:
+        try:
+            run_the_pipeline_across_hosts(hosts, tmp_path, base, walls)
+        finally:
+            keep_files(base, tmp_path / "logs")
+
+
+def run_the_pipeline_across_hosts(
+    hosts: NetnsHosts, tmp_path: Path, base: Path, walls: WalledHosts
+) -> None:
+    """The scenario, its workers walled off: each host's supervisor runs them as users of its
+    own, the shared directory open to those users' group (the checkpoint root: to the
+    supervisors, which hand each pipeline's directory to its worker's user)."""
+    shared = base / "shared"  # one file system: every host reaches it
+    (shared / "checkpoints").mkdir(parents=True)
+    share_with_group(shared, walls.group)
     secured = security(hosts, tmp_path / "security")
     settings: dict[str, object] = dict(_pairs(cluster_options(shared / "checkpoints")))
     settings["pipeline.min.replication.count"] = 2
     secured["settings"] = {**settings, **secured["settings"]}
-    with HostsCluster(hosts, tmp_path, **secured) as cluster:
+    with HostsCluster(
+        hosts, base, **secured, worker_users=walls.users, python=walls.python
+    ) as cluster:
         home = leader_not_on(cluster, TOKEN_HOST)  # the pipeline runs on the leader's host
         cluster.add_supervisor(home)
         client = cluster.client()
@@ -356,6 +391,7 @@ def test_a_pipeline_on_the_cut_off_leader_host_moves_to_another_host_and_never_r
                 f"the nimbus on {name} to fetch {STREAMING}'s code from another host",
             )
         first = _wait_running(client, STREAMING, on=home)
+        assert_runs_as(first, walls.uids(home))
         feeder.start()
         try:
             wait_until(
@@ -366,8 +402,7 @@ def test_a_pipeline_on_the_cut_off_leader_host_moves_to_another_host_and_never_r
             others = [name for name in HOSTS if name != home]
             for name in others:
                 cluster.add_supervisor(name)
-            old_pid = first.pid
-            assert old_pid is not None
+            old_pid = first.pid or 0
             assert cluster.wait_for_agreed_leader() == home  # leader and pipeline: one host
 
             hosts.cut(home)
@@ -405,9 +440,29 @@ def test_a_pipeline_on_the_cut_off_leader_host_moves_to_another_host_and_never_r
         survivors.close()
         client.close()
         assert_exactly_once(shared, fed)
-        assert_ran_on(shared, old=hosts[home].address, new=hosts[moved.supervisor].address)
+        assert_ran_as(walls, shared, old=home, new=moved.supervisor, addresses=hosts)
         assert_zookeeper_speaks_tls_alone(cluster.zk_connect, cluster.zookeeper_tls())
         assert_znodes_are_stratus_alone(cluster.zk_connect, cluster.zookeeper_tls())
+
+
+def assert_runs_as(worker: WorkerHeartbeat, uids: set[int]) -> None:
+    """The worker's process runs as one of ``uids`` (a user of its supervisor's pool)."""
+    assert worker.pid is not None
+    runs_as = process_uids(worker.pid)
+    assert runs_as is not None and set(runs_as) <= uids, f"{worker.pid} runs as {runs_as}"
+
+
+def assert_ran_as(
+    walls: WalledHosts, shared: Path, *, old: str, new: str, addresses: NetnsHosts
+) -> None:
+    """The batches ran on host ``old``, then ``new``, each as a user of its supervisor's
+    pool, and the new host's user was handed the pipeline's checkpoints."""
+    assert_ran_on(
+        shared,
+        old=(addresses[old].address, walls.uids(old)),
+        new=(addresses[new].address, walls.uids(new)),
+    )
+    assert (shared / "checkpoints" / STREAMING).stat().st_uid in walls.uids(new)
 
 
 def leader_not_on(cluster: HostsCluster, name: str) -> str:
@@ -458,11 +513,12 @@ def assert_exactly_once(shared: Path, fed: int) -> None:
     assert sum(row["count"] for row in rows) == fed  # rows out = rows in
 
 
-def assert_ran_on(shared: Path, *, old: str, new: str) -> None:
-    """The pipeline's own record: batches on host ``old``, then on ``new``, never both."""
+def assert_ran_on(shared: Path, *, old: tuple[str, set[int]], new: tuple[str, set[int]]) -> None:
+    """The pipeline's own record: batches on host ``old``, then on ``new``, never both; each
+    host's as one of the users (uids) its supervisor runs workers as."""
     batches = [json.loads(line) for line in (shared / "batches.jsonl").read_text().splitlines()]
-    before = [batch for batch in batches if batch["host"] == old]
-    after = [batch for batch in batches if batch["host"] == new]
+    before = [batch for batch in batches if batch["host"] == old[0] and batch["uid"] in old[1]]
+    after = [batch for batch in batches if batch["host"] == new[0] and batch["uid"] in new[1]]
     assert before and after and len(before) + len(after) == len(batches)  # nowhere else
     assert max(b["time"] for b in before) < min(b["time"] for b in after)  # never at once
     assert min(b["batch"] for b in after) >= max(b["batch"] for b in before)  # resumed

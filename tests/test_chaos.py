@@ -4,10 +4,11 @@ fed continuously, and batch pipelines submitted during the run, through a seeded
 faults (``stratus.chaos.faults``); the oracle then judges the history every process recorded.
 
 Zero violations pass: never two workers of one pipeline at once (committing, or even
-running), never a deposed leader's
-write applied, every acknowledged submission present at the end, every input row counted
-exactly once. The unavailability of the leader and of the streaming pipeline is reported
-against its bound (and written to ``chaos-report.json`` in the test's directory).
+running), never a deposed leader's write applied, every acknowledged submission present at
+the end, every input row counted exactly once; and the workers ran walled off, as users of
+their supervisors' pools (every file of the output is one of theirs). The unavailability of
+the leader and of the streaming pipeline is reported against its bound (and written to
+``chaos-report.json`` in the test's directory).
 
     STRATUS_CHAOS_FAULTS=200 STRATUS_CHAOS_SEED=7 pytest -m chaos tests/test_chaos.py -s
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -54,9 +54,16 @@ from tests.chaos_injector import Injector, Workload
 from tests.netns_hosts import NetnsHosts, unavailable
 from tests.pipeline_cluster import SPARK_START_SECS
 from tests.spark_packages import example_package
+from tests.worker_users import (
+    WalledHosts,
+    keep_files,
+    needs_root,
+    traversable_dir,
+    walled_hosts,
+)
 from tests.zkfixtures import wait_until
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.chaos]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.chaos, needs_root]
 
 STREAMING = "streaming-counts"
 DEFAULT_SEED = 4556  # the short run: a nimbus, a host, the quorum, a zkfc, a supervisor, a client
@@ -82,18 +89,37 @@ def hosts() -> Iterator[NetnsHosts]:
         yield made
 
 
+@pytest.fixture
+def walled(tmp_path: Path) -> Iterator[tuple[Path, WalledHosts]]:
+    """The cluster's directory, which other users may pass, and each host's worker users
+    (``ChaosCluster``'s ``walls``); the logs and histories are kept in ``tmp_path``."""
+    with traversable_dir() as base, walled_hosts(HOSTS, base) as walls:
+        try:
+            yield base, walls
+        finally:
+            keep_files(base, tmp_path / "cluster", ("*.log", "history-*.jsonl"))
+
+
+def assert_written_by_pool_users(output: Path, walls: WalledHosts) -> None:
+    """Every file the pipeline wrote is a worker user's: the workers ran walled off."""
+    owners = {path.stat().st_uid for path in output.rglob("*") if path.is_file()}
+    assert owners, f"nothing written in {output}"
+    assert owners <= walls.uids(), f"files of {output} owned by {owners - walls.uids()}"
+
+
 @pytest.mark.timeout(0)  # its length is the plan's; every wait inside is bounded
 @pytest.mark.parametrize("ha_mode", ["self", "zkfc"])
 def test_a_seeded_run_of_faults_leaves_a_history_without_violations(
-    hosts: NetnsHosts, tmp_path: Path, ha_mode: str
+    hosts: NetnsHosts, walled: tuple[Path, WalledHosts], tmp_path: Path, ha_mode: str
 ) -> None:
+    base, walls = walled
     seed = chaos_seed() + (ha_mode == "zkfc")  # each mode draws a plan of its own
     count = max(1, FAULTS // 2)
     print(
         f"\nchaos: seed {seed}, {count} faults, nimbuses {ha_mode}; replay with "
         f"STRATUS_CHAOS_SEED={chaos_seed()} STRATUS_CHAOS_FAULTS={FAULTS}"
     )
-    with ChaosCluster(hosts, tmp_path, zkfc=ha_mode == "zkfc") as cluster:
+    with ChaosCluster(hosts, base, zkfc=ha_mode == "zkfc", walls=walls) as cluster:
         shape = replace(cluster.shape, max_quorum_loss_secs=MAX_QUORUM_LOSS_SECS)
         plan = plan_faults(seed, count, shape)
         driver = HistoryRecorder.open(cluster.history_file("driver"), Actor("client", "chaos"))
@@ -118,6 +144,7 @@ def test_a_seeded_run_of_faults_leaves_a_history_without_violations(
         driver.close()
         rows = read_rows(output)
         history = cluster.history_files()
+        assert_written_by_pool_users(output, walls)
     violations, report = judge(history, final, workload, fed, rows)
     report = {"seed": seed, "nimbuses": ha_mode, "faults": applied, **report}
     (tmp_path / "chaos-report.json").write_text(json.dumps(report, indent=2))
@@ -238,14 +265,17 @@ FENCING_OFF = Path(__file__).resolve().parent / "fencing_off"  # its sitecustomi
 
 
 def test_the_oracle_flags_a_run_on_a_build_with_fencing_turned_off(
-    hosts: NetnsHosts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    hosts: NetnsHosts, walled: tuple[Path, WalledHosts], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The proof that the suite can fail: every process of this cluster starts with the
     supervisors' self-fencing turned off (``tests/fencing_off``). The host of the streaming
     pipeline's worker is cut off; the leader moves the pipeline to another host while the
     cut-off worker, no longer fenced, goes on committing batches; the oracle says so."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(FENCING_OFF), *sys.path]))
-    with ChaosCluster(hosts, tmp_path, zkfc=False) as cluster:
+    # FENCING_OFF alone: the supervisors' interpreter is another Python (the walls'), which
+    # must not import this one's standard library; each finds stratus in its own packages
+    monkeypatch.setenv("PYTHONPATH", str(FENCING_OFF))
+    base, walls = walled
+    with ChaosCluster(hosts, base, zkfc=False, walls=walls) as cluster:
         driver = HistoryRecorder.open(cluster.history_file("driver"), Actor("client", "chaos"))
         client = cluster.nodes.client()
         start_workload(cluster, client, driver)

@@ -19,7 +19,7 @@ from stratus.api.records import QueryProgress, WorkerState
 from stratus.chaos.oracle import load_events
 from stratus.config import config_from_mapping
 from stratus.coordination import Coordinator, FencedWrite, LeadershipLostError
-from stratus.history import MAX_LINE_BYTES, Actor, HistoryRecorder
+from stratus.history import MAX_LINE_BYTES, Actor, HistoryRecorder, open_for_appending
 from stratus.supervisor.settings import SupervisorSettings
 from stratus.supervisor.worker_process import WorkerPaths, build_spec
 from stratus.worker.query_progress import QueryTracker
@@ -234,3 +234,21 @@ def test_the_worker_process_records_its_start_and_its_failed_end(tmp_path) -> No
     assert events[-1].get("state") == "FAILED"
     assert events[0].process == events[1].process  # the worker's own pid, not the test's
     assert events[0].process[1] != os.getpid()
+
+
+def test_an_inherited_descriptor_is_recorded_to_only_if_it_appends(tmp_path) -> None:
+    path = tmp_path / "h.jsonl"
+    fd = open_for_appending(path)
+    recorder = HistoryRecorder.inherited(fd, Actor("worker", "etl"))
+    recorder.record("worker_started", pipeline="etl")
+    recorder.close()
+    assert [json.loads(line)["event"] for line in path.read_text().splitlines()] == [
+        "worker_started"
+    ]
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+    read_only = os.open(path, os.O_RDONLY)
+    try:
+        assert not HistoryRecorder.inherited(read_only, Actor("worker", "etl")).enabled
+    finally:
+        os.close(read_only)

@@ -32,6 +32,7 @@ from stratus.supervisor.errors import SupervisorStartError, WorkerUserError
 from stratus.supervisor.run_as import DirectSwitch, UserPool
 from stratus.supervisor.settings import UserSettings
 from stratus.supervisor.worker_access import (
+    WORKER_UMASK,
     WorkerUser,
     closed_to_others,
     group_default_acl,
@@ -40,6 +41,7 @@ from stratus.supervisor.worker_access import (
     resolve_user,
 )
 from stratus.supervisor.worker_launcher import REFUSED_EXIT, main
+from tests.test_history_cluster import RECORDING_WORKER
 from tests.test_supervisor import SUPERVISOR_WITH_STAND_IN, Cluster, running
 from tests.worker_users import needs_root, os_users, traversable_dir, worker_python
 from tests.zkfixtures import kazoo_client, wait_until
@@ -291,6 +293,89 @@ def test_a_pipelines_files_pass_to_its_next_user_without_following_links(walls) 
     assert oct(directory.stat().st_mode & 0o7777) == "0o711"
     assert oct(checkpoints.stat().st_mode & 0o7777) == "0o2770"
     assert os.getxattr(checkpoints, "system.posix_acl_default") == group_default_acl(0)
+
+
+@needs_root
+@pytest.mark.spark  # starts pipeline workers (stand-ins: no JVM)
+def test_a_worker_of_another_user_appends_to_the_history_file_it_may_not_open(
+    walls, zk_hosts
+) -> None:
+    """The supervisor's history file stays its own (0600), yet a worker of the pool records
+    its start and batches in it, through a descriptor that only appends."""
+    base, names = walls
+    history = base / "history.jsonl"
+    stand_in = base / "recording_worker.py"
+    stand_in.write_text(RECORDING_WORKER)
+    user = resolve_user(names[0], min_uid=1000)
+    with kazoo_client(zk_hosts) as zk:
+        cluster = Cluster(zk, zk_hosts, base)
+        cluster.worker_command[:] = [worker_python(base), str(stand_in)]
+        conf = cluster.conf(
+            "s1",
+            **{
+                "supervisor.slots": 2,
+                "supervisor.worker.run.as": "pool",
+                "supervisor.worker.users": f"{names[0]},{names[1]}",
+                "pipeline.checkpoint.root": base / "checkpoints",
+                "history.file": history,
+            },
+        )
+        with running(conf, cluster):
+            cluster.assign(cluster.code.upload("etl"), "etl")
+            beat = cluster.wait_for_worker(WorkerState.RUNNING, "etl")
+            assert beat.pid is not None and beat.pid in processes_of(user.uid)
+            wait_until(lambda: b'"batch_committed"' in history.read_bytes(), 30, "a batch")
+
+    lines = [json.loads(line) for line in history.read_text().splitlines()]
+    assert {line["event"] for line in lines} >= {"worker_started", "batch_committed"}
+    assert {line["pid"] for line in lines} == {beat.pid}
+    assert (history.stat().st_uid, oct(history.stat().st_mode & 0o777)) == (0, "0o600")
+
+
+# what a streaming worker does to its checkpoints: a directory whose mode it sets (as Spark
+# does, which drops the setgid bit), a batch's file in it; then the next user reads that
+# batch, writes the next one, and replaces and deletes what the former user wrote
+WRITES_A_BATCH = "mkdir offsets && chmod 770 offsets && echo 0 > offsets/0 && echo a > meta"
+RESUMES = (
+    "cat offsets/0 && echo 1 > offsets/1 && echo b > meta.tmp && mv meta.tmp meta "
+    "&& rm offsets/0 && mkdir offsets/sub"
+)
+
+
+def run_as(user: WorkerUser, script: str, cwd: Path) -> int:
+    """``script`` in a shell as ``user``, as a worker runs (umask 007, its own groups)."""
+    return subprocess.run(
+        ["/bin/sh", "-c", script],
+        user=user.uid,
+        group=user.gid,
+        extra_groups=user.groups(),
+        umask=WORKER_UMASK,
+        cwd=cwd,
+        capture_output=True,
+        check=False,
+    ).returncode
+
+
+@needs_root
+def test_checkpoints_a_worker_wrote_on_one_supervisor_pass_to_another_supervisors_user(
+    walls,
+) -> None:
+    """A pipeline moved from one supervisor (its worker a user of that one's pool) to
+    another (a user of its own) resumes where the first left off: the second supervisor
+    hands it what the first user wrote."""
+    base, (first, second) = walls
+    a, b = resolve_user(first, min_uid=1000), resolve_user(second, min_uid=1000)
+    checkpoints = base / "checkpoints" / "etl"  # a root both supervisors' hosts mount
+    prepare_worker(base / "s1" / "workers" / "etl", b"{}", a, group=0, checkpoint_dir=checkpoints)
+    assert run_as(a, WRITES_A_BATCH, checkpoints) == 0
+    assert run_as(b, RESUMES, checkpoints) != 0  # not yet b's
+
+    prepare_worker(base / "s2" / "workers" / "etl", b"{}", b, group=0, checkpoint_dir=checkpoints)
+
+    assert run_as(b, RESUMES, checkpoints) == 0
+    assert sorted(path.name for path in (checkpoints / "offsets").iterdir()) == ["1", "sub"]
+    assert (checkpoints / "meta").read_text() == "b\n"
+    assert {path.stat().st_uid for path in checkpoints.rglob("*")} == {b.uid}
 
 
 def test_a_directory_closed_to_other_users_on_the_way_is_named() -> None:

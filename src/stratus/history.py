@@ -27,6 +27,7 @@ work it watches.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -107,6 +108,18 @@ class HistoryRecorder:
         return cls(os.open(path, flags, FILE_MODE), actor)
 
     @classmethod
+    def inherited(cls, fd: int, actor: Actor) -> HistoryRecorder:
+        """A recorder appending to ``fd``, a descriptor of the history file this process
+        inherited (open for appending only: it cannot read the other processes' lines),
+        kept from the processes it starts in turn; disabled, with a warning, if ``fd`` is
+        not open for writing."""
+        if not _appends(fd):
+            log.warning("event=history_unavailable fd=%d reason=not_open_for_appending", fd)
+            return cls.disabled()
+        os.set_inheritable(fd, False)
+        return cls(fd, actor)
+
+    @classmethod
     def from_settings(cls, settings: HistorySettings, actor: Actor) -> HistoryRecorder:
         return cls.open(settings.file, actor)
 
@@ -165,3 +178,22 @@ class HistoryRecorder:
 
 def _encode(record: dict[str, Any]) -> bytes:
     return (json.dumps(record, separators=(",", ":"), default=str) + "\n").encode()
+
+
+def open_for_appending(path: Path) -> int:
+    """A descriptor of the history file ``path`` (created 0600 if missing) that can only
+    append, for a process that may not open the file itself (a worker of another user);
+    the caller closes it once handed over. Inheritable: pass it with ``pass_fds``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE)
+    os.set_inheritable(fd, True)
+    return fd
+
+
+def _appends(fd: int) -> bool:
+    """Whether ``fd`` is open for writing, in append mode."""
+    try:
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    except OSError:
+        return False
+    return flags & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR) and bool(flags & os.O_APPEND)

@@ -146,6 +146,7 @@ class WorkerLauncher:
             log=self._log,
             run_as=run_as,
             checkpoint_dir=local_pipeline_directory(self._settings.checkpoint_root, spec.pipeline),
+            history_file=self._settings.history.file,
         )
 
     def retain(self, digests: Set[str]) -> None:
@@ -156,7 +157,8 @@ class WorkerLauncher:
 
 def _walled(spec: WorkerSpec) -> WorkerSpec:
     """``spec`` for a worker of another user: its Spark writes with Hadoop's umask 007 (unless
-    the pipeline's conf says otherwise), and it writes no line to the history file, which
-    is the supervisor's and would show it the other pipelines' lines."""
+    the pipeline's conf says otherwise), and it does not open the history file, which is
+    the supervisor's and would show it the other pipelines' lines (it may inherit a
+    descriptor that only appends: ``WorkerProcess.launch``)."""
     conf = {HADOOP_UMASK_KEY: HADOOP_UMASK, **spec.conf}
     return spec.model_copy(update={"conf": conf, "history_file": None})

@@ -57,6 +57,7 @@ class UserSwitch(Protocol):
     user."""
 
     name: str
+    passes_descriptors: bool  # the worker inherits what is passed to it (``pass_fds``)
 
     def prepare(
         self, directory: Path, spec: bytes, user: WorkerUser, checkpoint_dir: Path | None
@@ -83,6 +84,7 @@ class DirectSwitch:
     """The supervisor is root: it does each step itself."""
 
     name = "direct"
+    passes_descriptors = True
 
     def __init__(self, group: int) -> None:
         self._group = group
@@ -129,6 +131,7 @@ class SudoSwitch:
     """The supervisor is not root: each step is the worker launcher, run through sudo."""
 
     name = "sudo"
+    passes_descriptors = False  # sudo closes every descriptor but the standard three
 
     def __init__(self, command: Sequence[str]) -> None:
         self._command = list(command)

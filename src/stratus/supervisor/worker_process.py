@@ -43,6 +43,7 @@ from stratus.api.locations import is_local_master
 from stratus.api.records import Assignment
 from stratus.codedist.manifest import TRIGGER_CONF_KEY
 from stratus.files import PRIVATE_DIR_MODE
+from stratus.history import open_for_appending
 from stratus.process import Lifeline, ProcessGroup
 from stratus.supervisor.code_cache import PipelineCode
 from stratus.supervisor.errors import UnfencedAssignmentError
@@ -219,10 +220,45 @@ class WorkerProcess:
         log: LogSettings | None = None,
         run_as: RunAs | None = None,
         checkpoint_dir: Path | None = None,
+        history_file: Path | None = None,
     ) -> WorkerProcess:
         """Write the spec, clear the last heartbeat file, make the last run's log the
         previous one, and start the worker with ``env`` (as ``run_as``'s user, if given),
-        its output pumped into its log."""
+        its output pumped into its log. A worker of another user, which may not open the
+        ``history_file``, inherits a descriptor of it that can only append (``history_fd``),
+        if its switch passes descriptors on."""
+        fd = _history_descriptor(spec, history_file, run_as)
+        if fd is None:
+            return cls._launch(
+                spec, paths, command, env=env, log=log, run_as=run_as, checkpoint_dir=checkpoint_dir
+            )
+        try:
+            return cls._launch(
+                spec.model_copy(update={"history_fd": fd}),
+                paths,
+                command,
+                env=env,
+                log=log,
+                run_as=run_as,
+                checkpoint_dir=checkpoint_dir,
+                pass_fds=(fd,),
+            )
+        finally:
+            os.close(fd)  # the worker holds its own copy
+
+    @classmethod
+    def _launch(
+        cls,
+        spec: WorkerSpec,
+        paths: WorkerPaths,
+        command: Sequence[str] | None,
+        *,
+        env: Mapping[str, str],
+        log: LogSettings | None,
+        run_as: RunAs | None,
+        checkpoint_dir: Path | None,
+        pass_fds: tuple[int, ...] = (),
+    ) -> WorkerProcess:
         try:
             run_log = prepare_run(spec, paths, log, run_as, checkpoint_dir)
         except BaseException:
@@ -241,6 +277,8 @@ class WorkerProcess:
                     user=run_as.user,
                     env=env,
                 )
+            if pass_fds:
+                popen["pass_fds"] = pass_fds
             group = ProcessGroup.start(
                 argv,
                 lifeline=Lifeline.PIPE,  # no Python runs in the forked child (kazoo threads)
@@ -295,6 +333,27 @@ class WorkerProcess:
             self._group.signal_group(signum)
         else:
             self._group.signal(signum)
+
+
+def _history_descriptor(
+    spec: WorkerSpec, history_file: Path | None, run_as: RunAs | None
+) -> int | None:
+    """A descriptor of ``history_file`` that can only append, for a worker of another user
+    whose switch passes descriptors on; None otherwise, or (logged) if it cannot be opened:
+    the history never keeps a worker from starting."""
+    if run_as is None or history_file is None or not run_as.switch.passes_descriptors:
+        return None
+    try:
+        return open_for_appending(history_file)
+    except OSError as exc:
+        logging.getLogger(__name__).warning(
+            "event=history_unavailable pipeline=%s epoch=%d path=%s error=%r",
+            spec.pipeline,
+            spec.epoch,
+            history_file,
+            exc,
+        )
+        return None
 
 
 def _start_line(spec: WorkerSpec) -> str:

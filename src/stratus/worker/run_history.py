@@ -42,8 +42,12 @@ class WorkerHistory:
 
     @classmethod
     def open(cls, spec: WorkerSpec) -> WorkerHistory:
-        """The history of ``spec``'s worker, into its ``history_file`` (or nowhere)."""
-        return cls(HistoryRecorder.open(spec.history_file, Actor("worker", spec.pipeline)), spec)
+        """The history of ``spec``'s worker, into its ``history_file``, or the descriptor
+        ``history_fd`` it inherited (a worker of another user), or nowhere."""
+        actor = Actor("worker", spec.pipeline)
+        if spec.history_fd is not None:
+            return cls(HistoryRecorder.inherited(spec.history_fd, actor), spec)
+        return cls(HistoryRecorder.open(spec.history_file, actor), spec)
 
     def started(self) -> None:
         self._recorder.record(WORKER_STARTED, **self._ids)

@@ -93,6 +93,13 @@ class WorkerSpec(BaseModel):
         description="the supervisor's history.file: where the worker records its starts, "
         "stops and batches (None: nowhere)",
     )
+    history_fd: int | None = Field(
+        default=None,
+        ge=3,
+        description="a descriptor of the supervisor's history.file, open for appending only, "
+        "that a worker of another user inherits in place of history_file, which it may not "
+        "open (None: none)",
+    )
     lease_path: Path | None = Field(
         default=None,
         description="the file where the supervisor records when its lease ends: the worker "
