@@ -111,6 +111,7 @@ def test_a_package_that_fails_its_check_is_never_unpacked(tmp_path) -> None:
         assert isinstance(failed, CodeFailed)
         assert "fails its check" in failed.error
         assert not (tmp_path / "evil.py").exists()
-        assert sorted(p.name for p in (tmp_path / "code").iterdir()) == []
+        assert sorted(p.name for p in (tmp_path / "code").iterdir()) == ["packages"]
+        assert list((tmp_path / "code" / "packages").iterdir()) == []  # the download is gone
     finally:
         cache.close()

@@ -90,6 +90,26 @@ def test_unpacked_code_is_private_to_the_supervisor(tmp_path: Path) -> None:
     assert files and files == dict.fromkeys(files, 0o600)
 
 
+def test_code_for_workers_of_other_users_is_passable_and_its_downloads_stay_private(
+    tmp_path: Path,
+) -> None:
+    data = valid_package("etl")
+    (tmp_path / "p").write_bytes(data)
+    meta = CodeMeta(hash_file(tmp_path / "p")[0], len(data))
+    code = tmp_path / "local" / "code"
+    cache = CodeCache(CopyDistributor(data), code, LIMITS, backoff_secs=1.0, workers_pass=True)  # type: ignore[arg-type]
+    try:
+        ready = fetch(cache, meta)
+    finally:
+        cache.close()
+    assert isinstance(ready, PipelineCode)
+    assert mode(code) == 0o711  # passed through, never listed
+    assert mode(code / "packages") == 0o700  # where the distributor downloads
+    unpacked = [ready.directory, *ready.directory.rglob("*")]
+    assert {mode(p) for p in unpacked if p.is_dir()} == {0o755}
+    assert {mode(p) for p in unpacked if p.is_file()} == {0o644}
+
+
 def test_a_workers_checkpoint_directory_is_made_private_by_the_worker(tmp_path: Path) -> None:
     root = tmp_path / "checkpoints"
     root.mkdir(mode=0o755)  # the operator's root

@@ -186,7 +186,9 @@ def test_a_relayed_log_is_redacted_by_the_nimbus_too(
     url = cluster.url(cluster.leader())
     # registered with no slots, so that nothing is placed on it; a worker's heartbeat
     # names it as the last place the pipeline ran
-    registration = SupervisorSummary(id="s-old", slots=0, endpoint=older_supervisor)
+    registration = SupervisorSummary(
+        id="s-old", host="127.0.0.1", slots=0, endpoint=older_supervisor
+    )
     with kazoo_client(zk_server.connect_string) as zk:
         zk.create(ClusterPaths(cluster.root).supervisor("s-old"), registration.encode(),
                   ephemeral=True, makepath=True)  # fmt: skip

@@ -1,7 +1,7 @@
 """A supervisor's copies of pipeline code: fetched, checked and unpacked once per digest.
 
 Guarantees: ``<local>/code/<digest>/`` exists only once the package, fetched through the
-code distributor to ``<local>/code/<digest>.pkg``, matched its record (``copy_check``: its
+code distributor to ``<local>/code/packages/<digest>.pkg``, matched its record (``copy_check``: its
 BLAKE3, else its sha256), passed ``check_package`` again (cheap, and a supervisor trusts no
 one) and was unpacked completely (unpacked into a temporary directory, then renamed); a
 failed fetch is tried again after a backoff that doubles up to 30 times
@@ -49,6 +49,7 @@ COPY_CHUNK = 1 << 20
 UNPACK_PREFIX = ".unpack-"
 CODE_DIR_MODE = 0o755
 CODE_FILE_MODE = 0o644
+PACKAGES_DIR = "packages"  # the downloads, beside the unpacked code of each digest
 LEFTOVERS = (f"{UNPACK_PREFIX}*", ".download-*")  # temporary files a crash can leave behind
 
 
@@ -108,7 +109,9 @@ class CodeCache:
         self._limits = limits
         self._backoff_secs = backoff_secs
         self._clock = clock
-        private_dirs(directory)  # unpacked code, and the packages it came from
+        self._workers_pass = workers_pass
+        self._packages = directory / PACKAGES_DIR
+        private_dirs(self._packages)  # the downloads, private whatever the workers' users
         if workers_pass:
             directory.chmod(TRAVERSE_DIR_MODE)
         self._remove_leftovers()
@@ -141,9 +144,9 @@ class CodeCache:
             del self._ready[digest]
         for digest in [d for d in self._failures if d not in keep]:
             del self._failures[digest]
-        for path in self.directory.iterdir():
+        for path in [*self.directory.iterdir(), *self._packages.iterdir()]:
             name = path.name.removesuffix(SUFFIX)
-            if name.startswith(".") or name in keep:
+            if name.startswith(".") or name in keep or path == self._packages:
                 continue
             _remove(path)
             log.info("event=code_removed digest=%s path=%s", name, path)
@@ -186,6 +189,8 @@ class CodeCache:
         """Fetch, check and unpack (on a fetcher thread)."""
         target = self.directory / meta.digest
         if target.is_dir():  # unpacked whole by an earlier life of this supervisor
+            if self._workers_pass:  # which may have kept its workers' code private
+                _read_only_for_all(target)
             return PipelineCode(meta.digest, target, _read_manifest(target))
         package = self._fetch(pipeline, meta)
         try:
@@ -196,7 +201,7 @@ class CodeCache:
                 f"the package of pipeline {pipeline} (digest {meta.digest}) fails its check "
                 f"on this supervisor: {exc}"
             ) from None
-        _unpack(package, target)
+        _unpack(package, target, shared=self._workers_pass)
         package.unlink(missing_ok=True)  # the unpacked directory is what runs
         log.info(
             "event=code_ready pipeline=%s digest=%s kind=%s dir=%s",
@@ -208,16 +213,16 @@ class CodeCache:
         return PipelineCode(meta.digest, target, checked.manifest)
 
     def _fetch(self, pipeline: str, meta: CodeMeta) -> Path:
-        """``<dir>/<digest>.pkg``, downloaded unless a copy that checks is there already.
+        """``<dir>/packages/<digest>.pkg``, downloaded unless a copy that checks is there already.
 
         The distributor's download checks the copy against the record; so does the cache,
         with the same check (``copy_check``), against a distributor that broke its word.
         """
         check = copy_check(meta)
-        package = self.directory / f"{meta.digest}{SUFFIX}"
+        package = self._packages / f"{meta.digest}{SUFFIX}"
         if not check.file_matches(package):
             try:
-                self._distributor.download(self.directory, pipeline, meta)
+                self._distributor.download(self._packages, pipeline, meta)
             except StratusError as exc:
                 raise CodeNotReadyError(
                     f"cannot fetch the code of pipeline {pipeline} (digest {meta.digest}): "
@@ -237,7 +242,7 @@ class CodeCache:
     def _remove_leftovers(self) -> None:
         """Temporary files of fetches and unpacks that a crash interrupted."""
         for pattern in LEFTOVERS:
-            for leftover in self.directory.glob(pattern):
+            for leftover in [*self.directory.glob(pattern), *self._packages.glob(pattern)]:
                 _remove(leftover)
 
 
@@ -246,8 +251,9 @@ def _read_manifest(directory: Path) -> Manifest:
     return parse_manifest(path.read_text(encoding="utf-8"), where=str(path))
 
 
-def _unpack(package: Path, target: Path) -> None:
-    """Unpack a checked package into ``target``, whole or not at all."""
+def _unpack(package: Path, target: Path, *, shared: bool) -> None:
+    """Unpack a checked package into ``target``, whole or not at all; ``shared``: readable
+    by the workers' users (else private, as everything of the cache)."""
     temp = target.with_name(f"{UNPACK_PREFIX}{target.name}-{uuid.uuid4().hex[:8]}")
     temp.mkdir(mode=PRIVATE_DIR_MODE)
     os.chmod(temp, PRIVATE_DIR_MODE)
@@ -255,7 +261,8 @@ def _unpack(package: Path, target: Path) -> None:
         with zipfile.ZipFile(package) as archive:
             for info in archive.infolist():
                 _extract(archive, info, temp)
-        _read_only_for_all(temp)
+        if shared:
+            _read_only_for_all(temp)
         if target.exists():  # another fetch of the same bytes won the race
             _remove(temp)
             return
