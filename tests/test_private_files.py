@@ -110,6 +110,19 @@ def test_code_for_workers_of_other_users_is_passable_and_its_downloads_stay_priv
     assert {mode(p) for p in unpacked if p.is_file()} == {0o644}
 
 
+def test_a_directory_shared_with_its_group_on_purpose_stays_shared(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o2770)  # a supervisor's hand-off to a worker of another user
+    opened = tmp_path / "opened"
+    opened.mkdir()
+    opened.chmod(0o755)
+    private_dirs(shared)
+    private_dirs(opened)
+    assert mode(shared) == 0o2770
+    assert mode(opened) == 0o700
+
+
 def test_a_workers_checkpoint_directory_is_made_private_by_the_worker(tmp_path: Path) -> None:
     root = tmp_path / "checkpoints"
     root.mkdir(mode=0o755)  # the operator's root

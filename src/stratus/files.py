@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from pathlib import Path
 
 PRIVATE_FILE_MODE = 0o600
@@ -38,7 +39,9 @@ def write_private(path: Path, text: str) -> Path:
 
 def private_dirs(path: Path) -> Path:
     """``path`` as a directory of mode 0700, made with every missing parent, each 0700;
-    ``path`` itself is set to 0700 if it existed. Parents that existed are left alone."""
+    ``path`` itself is set to 0700 if it existed, unless it is shared with its group on
+    purpose (setgid: how a supervisor hands a worker of another user its checkpoints, which
+    the daemons' group must still reach). Parents that existed are left alone."""
     missing: list[Path] = []
     level = path
     while not level.exists() and level != level.parent:
@@ -50,7 +53,8 @@ def private_dirs(path: Path) -> Path:
             os.chmod(directory, PRIVATE_DIR_MODE)  # mkdir's mode went through the umask
     if not path.is_dir():
         raise NotADirectoryError(f"{path} exists and is not a directory")
-    os.chmod(path, PRIVATE_DIR_MODE)
+    if not path.stat().st_mode & stat.S_ISGID:
+        os.chmod(path, PRIVATE_DIR_MODE)
     return path
 
 
