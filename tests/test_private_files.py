@@ -17,7 +17,7 @@ from stratus.api.records import FencingToken
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.package_store import PackageStore
 from stratus.codedist.transfer.check import hash_file
-from stratus.files import private_dirs
+from stratus.files import make_private_file, private_dirs
 from stratus.supervisor.code_cache import CodeCache, PipelineCode
 from stratus.worker.checkpoint_owner import OWNERS_DIR, CheckpointOwners
 from stratus.zk.server import ZooKeeperServer
@@ -121,6 +121,14 @@ def test_a_directory_shared_with_its_group_on_purpose_stays_shared(tmp_path: Pat
     private_dirs(opened)
     assert mode(shared) == 0o2770
     assert mode(opened) == 0o700
+    below = private_dirs(shared / "_claims" / "deeper")  # made inside: shared alike
+    assert mode(shared / "_claims") == mode(below) == 0o2770
+    (below / "claim").write_text("x")
+    make_private_file(below / "claim")
+    assert mode(below / "claim") == 0o660
+    (opened / "claim").write_text("x")
+    make_private_file(opened / "claim")
+    assert mode(opened / "claim") == 0o600
 
 
 def test_a_workers_checkpoint_directory_is_made_private_by_the_worker(tmp_path: Path) -> None:

@@ -4,7 +4,10 @@ Secrets, checkpoints, packages and unpacked code hold what only stratus's user m
 umask of 022 would make them readable by every user of the host. ``mkdir`` and ``open``
 take a mode that the umask still narrows but never widens back, so the mode is set again
 after each creation. Parents that stratus creates are private too; parents that existed
-are the operator's and keep their mode::
+are the operator's and keep their mode. A directory shared with its group on purpose (the
+setgid bit: how a supervisor hands a worker of another user its checkpoints, which the
+daemons' group must still reach to purge them) stays shared, and what is made below it is
+shared with that group alike (2770 and 0660), never with others::
 
     write_private(Path("/etc/stratus/token"), token)     # a new 0600 file, never reopened
     private_dirs(Path("/var/lib/stratus/packages"))      # every missing level 0700
@@ -22,6 +25,8 @@ from pathlib import Path
 
 PRIVATE_FILE_MODE = 0o600
 PRIVATE_DIR_MODE = 0o700
+GROUP_DIR_MODE = 0o2770  # below a directory shared with its group on purpose
+GROUP_FILE_MODE = 0o660
 
 
 def write_private(path: Path, text: str) -> Path:
@@ -39,25 +44,39 @@ def write_private(path: Path, text: str) -> Path:
 
 def private_dirs(path: Path) -> Path:
     """``path`` as a directory of mode 0700, made with every missing parent, each 0700;
-    ``path`` itself is set to 0700 if it existed, unless it is shared with its group on
-    purpose (setgid: how a supervisor hands a worker of another user its checkpoints, which
-    the daemons' group must still reach). Parents that existed are left alone."""
+    ``path`` itself is set to 0700 if it existed. Below a directory shared with its group on
+    purpose (setgid) every level is 2770 instead, and that directory keeps its mode.
+    Parents that existed are left alone."""
     missing: list[Path] = []
     level = path
     while not level.exists() and level != level.parent:
         missing.append(level)
         level = level.parent
     for directory in reversed(missing):
+        mode = _dir_mode(directory.parent)
         with contextlib.suppress(FileExistsError):  # made meanwhile by another process
-            directory.mkdir(mode=PRIVATE_DIR_MODE)
-            os.chmod(directory, PRIVATE_DIR_MODE)  # mkdir's mode went through the umask
+            directory.mkdir(mode=mode & 0o777)
+            os.chmod(directory, mode)  # mkdir's mode went through the umask
     if not path.is_dir():
         raise NotADirectoryError(f"{path} exists and is not a directory")
-    if not path.stat().st_mode & stat.S_ISGID:
-        os.chmod(path, PRIVATE_DIR_MODE)
+    if not _shared(path):
+        os.chmod(path, _dir_mode(path.parent))
     return path
 
 
 def make_private_file(path: Path) -> None:
-    """Set the file ``path`` to 0600 (a file that a library or a copy created)."""
-    os.chmod(path, PRIVATE_FILE_MODE)
+    """Set the file ``path`` to 0600 (a file that a library or a copy created); 0660 in a
+    directory shared with its group on purpose."""
+    os.chmod(path, GROUP_FILE_MODE if _shared(path.parent) else PRIVATE_FILE_MODE)
+
+
+def _shared(directory: Path) -> bool:
+    """Whether ``directory`` is shared with its group on purpose (its setgid bit)."""
+    try:
+        return bool(directory.stat().st_mode & stat.S_ISGID)
+    except OSError:
+        return False
+
+
+def _dir_mode(parent: Path) -> int:
+    return GROUP_DIR_MODE if _shared(parent) else PRIVATE_DIR_MODE
