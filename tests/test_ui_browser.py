@@ -106,7 +106,7 @@ def test_the_pages_show_the_live_clusters_data_with_assets_from_the_nimbus_only(
     page.wait_for_selector("#crashes td:text-is('exit code 3')")
     assert page.inner_text("#record [data-fact=status]") == "INACTIVE"
     conf = page.locator("#conf td").all_inner_texts()
-    assert conf == ["pipeline.env.DB_PASSWORD", "***"]
+    assert conf == ["pipeline.env.DB_PASSWORD", "***", "pipeline.owners", "ci"]
     assert SECRET not in page.content()
     page.goto(f"{url}/#/pipelines/absent")  # a name that does not exist: said, not an error
     page.wait_for_selector("#gone")
