@@ -16,6 +16,7 @@ import blake3
 import httpx
 import pytest
 
+from stratus.api.errors import UnknownPipelineError
 from stratus.api.records import PipelineRecord, PipelineStatus
 from stratus.client import NimbusClient
 from stratus.local.processes import NimbusProcess
@@ -60,8 +61,20 @@ def holders(zk_connect: str, root: str, name: str) -> set[str]:
 
 
 def status_of(cluster: NimbusCluster, name: str) -> PipelineRecord:
-    with client_for(cluster) as client:
-        return client.status(name)
+    """``name``'s record from whichever nimbus the client asks, once that one's view shows
+    the submit (a standby's watch may lag the leader that took it)."""
+    records: list[PipelineRecord] = []
+
+    def seen() -> bool:
+        with client_for(cluster) as client:
+            try:
+                records.append(client.status(name))
+            except UnknownPipelineError:
+                return False
+        return True
+
+    wait_until(seen, 10, f"a nimbus's view to show {name}")
+    return records[-1]
 
 
 def sync_rounds(nimbus: NimbusProcess) -> float:
