@@ -10,7 +10,6 @@ import os
 import re
 import shlex
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from stratus.zk.java import find_java, zookeeper_classpath
 from stratus.zk.ports import LOOPBACK, pick_free_port
 from tests.test_deploy_files import DEPLOY, _service
 from tests.zk_acl import acl_of, digest_client, sasl_client
+from tests.zkfixtures import wait_until
 
 DOCS = DEPLOY.parent / "docs" / "deploy.md"
 STRATUS = Credentials("stratus", "stratus-password-0123")
@@ -72,16 +72,15 @@ def shipped_member(tmp_path: Path) -> Iterator[str]:
     with (tmp_path / "zookeeper.out").open("wb") as out:
         server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + START_SECS
-        while True:
-            try:
-                if "Mode:" in four_letter_word(LOOPBACK, port, "srvr", 1.0, None):
-                    break
-            except OSError:
-                pass
+
+        def serving() -> bool:
             assert server.poll() is None, (tmp_path / "zookeeper.out").read_text()[-2000:]
-            assert time.monotonic() < deadline, "the shipped ZooKeeper did not serve"
-            time.sleep(0.1)
+            try:
+                return "Mode:" in four_letter_word(LOOPBACK, port, "srvr", 1.0, None)
+            except OSError:
+                return False
+
+        wait_until(serving, START_SECS, "the shipped ZooKeeper to serve")
         yield f"{LOOPBACK}:{port}"
     finally:
         server.kill()

@@ -17,7 +17,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.security import make_digest_acl
 
-from stratus.zk.auth import Credentials
+from stratus.zk.auth import AuthScheme, Credentials, ZkAuth
 from tests.zkfixtures import kazoo_client
 
 
@@ -36,13 +36,8 @@ def digest_client(hosts: str, credentials: Credentials, **options: Any) -> Any:
 
 def sasl_client(hosts: str, credentials: Credentials, **options: Any) -> Any:
     """A started kazoo client (a context manager) that authenticated with SASL DIGEST-MD5."""
-    sasl = {
-        "mechanism": "DIGEST-MD5",
-        "service": "zookeeper",
-        "username": credentials.user,
-        "password": credentials.password,
-    }
-    return kazoo_client(hosts, sasl_options=sasl, **options)
+    identity = ZkAuth(AuthScheme.SASL, credentials, sasl_mechanism="DIGEST-MD5")
+    return kazoo_client(hosts, **identity.client_options(), **options)
 
 
 def sasl_identity(credentials: Credentials) -> set[tuple[int, str, str]]:

@@ -95,8 +95,8 @@ def zk_server_auth(conf: StratusConfig, environ: Mapping[str, str] | None = None
     super_file = conf.zookeeper_server_super_file
     jaas = conf.zookeeper_server_sasl_jaas_file
     krb5 = conf.zookeeper_server_sasl_krb5_conf or environ.get("KRB5_CONFIG")
-    users = conf.zookeeper_auth_file if conf.zookeeper_server_auth_required and not jaas else None
     required = conf.zookeeper_server_auth_required
+    users = conf.zookeeper_auth_file if required and not jaas else None
     return ServerAuth(
         required=required,
         super_digest=super_digest(Path(super_file)) if super_file and not required else None,

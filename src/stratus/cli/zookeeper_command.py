@@ -124,9 +124,9 @@ def zookeeper(
         raise click.UsageError("--temporary and --data-dir exclude each other")
     if data_dir is None and not temporary:
         data_dir = Path(conf.zookeeper_server_data_dir or DEFAULT_DATA_DIR).expanduser()
+    if require_auth:
+        conf = conf.model_copy(update={"zookeeper_server_auth_required": True})
     auth = zk_server_auth(conf)
-    if require_auth is not None:
-        auth = zk_server_auth(conf.model_copy(update={"zookeeper_server_auth_required": True}))
     force_sync = conf.zookeeper_server_force_sync and not temporary
     tls = zk_server_tls(conf)
     with contextlib.ExitStack() as stack:

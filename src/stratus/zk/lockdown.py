@@ -26,7 +26,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
 from kazoo.security import ACL, Id, Permissions
 
-from stratus.zk.auth import Credentials, ServerAuth
+from stratus.zk.auth import AuthScheme, Credentials, ServerAuth, ZkAuth
 
 log = logging.getLogger(__name__)
 
@@ -39,16 +39,8 @@ CONNECT_TIMEOUT_SECS = 15.0
 def lock_down(hosts: str, auth: ServerAuth, superuser: Credentials) -> None:
     """Lock ``/``, the root's parents, ``/zookeeper`` and the root's quota to ``superuser``,
     and the root to ``auth.users``; see the module docstring."""
-    client = KazooClient(
-        hosts=hosts,
-        timeout=CONNECT_TIMEOUT_SECS,
-        sasl_options={
-            "mechanism": "DIGEST-MD5",
-            "service": "zookeeper",
-            "username": superuser.user,
-            "password": superuser.password,
-        },
-    )
+    identity = ZkAuth(AuthScheme.SASL, superuser, sasl_mechanism="DIGEST-MD5")
+    client = KazooClient(hosts=hosts, timeout=CONNECT_TIMEOUT_SECS, **identity.client_options())
     client.start(timeout=CONNECT_TIMEOUT_SECS)
     try:
         _lock(client, auth)

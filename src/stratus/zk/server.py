@@ -40,6 +40,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
+
 from stratus.files import write_private
 from stratus.process import Lifeline, ProcessGroup
 from stratus.zk import ports
@@ -246,6 +249,13 @@ class ZooKeeperServer:
             return
         try:
             lock_down(self.connect_string, self.auth, self.superuser())
+        except (KazooException, KazooTimeoutError) as exc:
+            self.kill()
+            raise ZooKeeperStartError(
+                f"ZooKeeper on {self.connect_string} serves, but its superuser could not lock "
+                f"its tree ({type(exc).__name__}: {exc}); check zookeeper.server.super.file "
+                f"and the log {self.log_path}"
+            ) from None
         except BaseException:
             self.kill()
             raise
