@@ -86,6 +86,7 @@ class Demo:
         self.input = workdir / "streaming-input"
         self.output = workdir / "streaming-output"
         self.feeder = Feeder(self.input)
+        stack.callback(self.feeder.halt)  # no file written while the directory is removed
         self.timings: list[Timing] = []
 
     def submit_examples(self) -> None:

@@ -105,11 +105,15 @@ class Feeder:
 
     def stop(self) -> int:
         """Stop feeding, close the open windows; the number of events fed."""
+        self.halt()
+        write_events(self.directory, [flush_event(self.fed)])
+        return self.fed
+
+    def halt(self) -> None:
+        """Stop feeding and wait until the thread writes no more (before its directory goes)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        write_events(self.directory, [flush_event(self.fed)])
-        return self.fed
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -136,15 +136,15 @@ class WarmPool:
             self._ready_file(warm).unlink(missing_ok=True)
             run_log = prepare_run(spec, paths, self._log_settings)
             stdin = warm.group.process.stdin
-            assert stdin is not None  # a PIPE lifeline
+            assert stdin is not None and self._log is not None  # a PIPE lifeline; it started
+            warm.pump.switch_to(run_log)  # before the spec: the run's first line is the run's
             try:
                 stdin.write(f"{paths.worker_spec}\n".encode())
                 stdin.flush()
             except OSError:  # it died since the look: the next one, else a cold start
-                run_log.close()
+                warm.pump.switch_to(self._log)  # its last words are a warm worker's
                 self._kill(warm, "died")
                 continue
-            warm.pump.switch_to(run_log)
             self._deaths = 0
             log.info(
                 "event=warm_worker_handed_over pipeline=%s epoch=%d pid=%d warm_left=%d",
