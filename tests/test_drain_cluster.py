@@ -34,6 +34,7 @@ from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
 from tests.package_factory import valid_package
 from tests.test_history_cluster import RECORDING_WORKER, named
 from tests.test_supervisor import Cluster
+from tests.test_warm_workers import WARM_STAND_IN, wait_for_warm
 from tests.zkfixtures import kazoo_client, wait_until
 
 pytestmark = pytest.mark.slow
@@ -65,9 +66,18 @@ class Drains:
             "supervisor.slots": slots,
         }
 
-    def supervisor(self, sid: str, *, slots: int) -> Supervisor:
-        conf = self.cluster.conf(sid, **self.conf_overrides(sid, slots))
-        started = Supervisor(conf, worker_command=[sys.executable, str(self.script)])
+    def supervisor(self, sid: str, *, slots: int, warm: bool = False) -> Supervisor:
+        """A supervisor of ``slots``; with ``warm`` a warm pool of stand-in warm workers."""
+        conf = self.cluster.conf(
+            sid, **self.conf_overrides(sid, slots), **{"supervisor.worker.warm": warm}
+        )
+        warm_script = self.script.with_name("warm_stand_in.py")
+        warm_script.write_text(WARM_STAND_IN)
+        started = Supervisor(
+            conf,
+            worker_command=[sys.executable, str(self.script)],
+            warm_command=[sys.executable, str(warm_script)],
+        )
         started.start()
         self.supervisors[sid] = started
         return started
@@ -188,6 +198,26 @@ def test_drain_moves_every_pipeline_away_each_old_worker_stopped_before_its_new_
         assert check_single_run(load_events([cluster.history]), Clocks()) == []
         cluster.submit("api")  # s1 stays cordoned: nothing new goes there
         assert cluster.wait_placed("api") != "s1"
+
+
+def test_a_drained_pipeline_starts_in_a_warm_worker_of_its_new_supervisor(
+    zk_server: ZooKeeperServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    with drains(zk_server, tmp_path, request.node.name) as cluster:
+        cluster.supervisor("s1", slots=1)
+        cluster.submit("etl")
+        cluster.wait_placed("etl")
+        old = cluster.wait_running("etl", "s1")
+        target = cluster.supervisor("s2", slots=2, warm=True)
+        warm = wait_for_warm(target, 2)  # their JVMs are up before the old worker stops
+
+        cluster.client.drain("s1")
+        cluster.client.wait_drained("s1", timeout=WAIT_SECS)
+
+        assert cluster.where("etl") == "s2"
+        new = cluster.wait_running("etl", "s2")
+        assert new in warm and new != old
+        assert cluster.reasons("etl")[-1] == ("drained", "s2", "s1")
 
 
 def test_draining_or_cordoning_an_unknown_supervisor_names_the_known_ones(
