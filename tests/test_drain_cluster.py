@@ -12,6 +12,7 @@ judged dead, and a restarted one gets them back without a move.
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -20,11 +21,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from kazoo.client import KazooClient
 
 from stratus.api.errors import UnknownSupervisorError
 from stratus.api.records import Assignment, WorkerState
 from stratus.chaos.oracle import Clocks, check_single_run, load_events
+from stratus.cli.exit_codes import ExitCode
+from stratus.cli.main import main
 from stratus.client import NimbusClient
 from stratus.nimbus.assignment_history import AssignmentHistoryLog
 from stratus.supervisor.daemon import Supervisor
@@ -275,3 +279,24 @@ def test_a_supervisor_stopped_with_sigterm_keeps_its_pipelines_until_it_is_judge
         finally:
             if process.poll() is None:
                 process.kill()
+
+
+def test_stratus_drain_exits_non_zero_naming_the_pipeline_that_finds_no_room(
+    zk_server: ZooKeeperServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    with drains(zk_server, tmp_path, request.node.name) as cluster:
+        cluster.supervisor("s1", slots=1)
+        cluster.submit("etl")
+        cluster.wait_placed("etl")
+        seeds = ["-c", f"nimbus.seeds={','.join(cluster.nimbuses.seeds)}"]
+
+        drained = CliRunner().invoke(main, ["drain", "s1", *seeds])
+
+        assert drained.exit_code == ExitCode.CONFLICT, drained.output
+        assert "no other supervisor has room for etl" in drained.output
+        assert cluster.where("etl") == "s1"  # it keeps running there
+        shown = CliRunner().invoke(main, ["cluster", *seeds])
+        assert shown.exit_code == 0, shown.output
+        assert re.search(r"^s1\t.*\tdraining$", shown.output, re.MULTILINE), shown.output
+        status = CliRunner().invoke(main, ["uncordon", "s1", *seeds])
+        assert "supervisor s1 is schedulable; still there: etl" in status.output
