@@ -182,10 +182,7 @@ def test_an_action_from_a_standbys_page_reaches_the_leader(cluster, page):
     page.wait_for_selector("#record [data-fact=status]:text-is('KILLED')")
 
 
-@pytest.mark.slow
-def test_a_cordoned_supervisor_shows_as_cordoned_then_draining_in_the_cluster_view(
-    cluster, page
-):
+def test_a_cordoned_supervisor_shows_as_cordoned_then_draining_in_the_cluster_view(cluster, page):
     cluster.client.cordon("s1")
     try:
         sign_in(page, f"{leader(cluster).url}/", READ)
@@ -199,6 +196,7 @@ def test_a_cordoned_supervisor_shows_as_cordoned_then_draining_in_the_cluster_vi
     page.wait_for_selector("#supervisors td.scheduling:text-is('')")
 
 
+@pytest.mark.slow
 def test_a_failover_shows_on_the_page_without_a_reload(cluster, page):
     old = leader(cluster)
     watcher = standbys(cluster)[0]
