@@ -151,10 +151,13 @@ def test_a_cordoned_supervisor_gets_no_new_pipeline_and_keeps_its_own_across_a_l
         assert cluster.wait_placed("etl") == "s1"
         cluster.supervisor("s2", slots=2)  # s1 has more room: it would get the next one
 
-        cordoned = cluster.client.cordon("s1")
+        leading = cluster.nimbuses.wait_for_agreed_leader()
+        standby = next(address for address in cluster.nimbuses.seeds if address != leading)
+        with NimbusClient([standby], retry_deadline=30.0) as via_standby:  # follows its 421
+            cordoned = via_standby.cordon("s1")
         assert cordoned.cordoned and not cordoned.draining
         assert cluster.client.cordon("s1") == cordoned  # twice: the same
-        old = cluster.nimbuses.by_address(cluster.nimbuses.wait_for_agreed_leader())
+        old = cluster.nimbuses.by_address(leading)
         old.signal(signal.SIGKILL)
         cluster.nimbuses.wait_for_agreed_leader(not_=old.address, skip=[old])
 
