@@ -17,7 +17,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 
 class PipelineStatus(StrEnum):
@@ -240,6 +240,7 @@ class CordonStatus(BaseModel):
         "leader's last round"
     )
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def done(self) -> bool:
         """Nothing of it is left there or on the way."""
