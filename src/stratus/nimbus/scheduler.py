@@ -56,7 +56,8 @@ Only supervisors of ``capacity`` that are also in ``keep_on`` take new work, nev
 their slots; the pipelines that stay on a supervisor count against its slots. A supervisor
 that already runs more than its slots (it came back with fewer) keeps them but gets nothing
 new. A round costs O((P + S) log S) for P pipelines and S supervisors: the free slots are a
-heap, not a scan per pipeline.
+heap, not a scan per pipeline; only a drained pipeline's choice of a warm worker scans the
+supervisors that report one.
 """
 
 from __future__ import annotations
