@@ -633,3 +633,21 @@ def test_a_drained_pipeline_with_no_room_elsewhere_keeps_running_and_is_named(cl
     cluster.supervisor("s2")
     cluster.round()
     assert cluster.where("a") is None  # room appeared: its worker on s1 stops first
+
+
+def test_a_pipeline_on_the_way_waits_while_a_pacemaker_did_not_answer(cluster, monkeypatch):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    cluster.supervisor("s2")
+    cluster.cordons.put(cluster.term, "s1", by="ops", drain=True, now=1.0)
+    cluster.round()
+    assert cluster.where("a") is None  # no heartbeat of its worker: stopped, or unseen
+    partial_reads(cluster, monkeypatch)
+
+    cluster.round()
+    assert cluster.where("a") is None  # its heartbeat may be in the pacemaker not read
+
+    monkeypatch.undo()
+    cluster.round()
+    assert cluster.where("a") == "s2"

@@ -20,8 +20,8 @@ cluster state store (never from a view that may lag), then:
 5. with a ``CordonTable``, reads the cordons: a cordoned supervisor gets no new pipeline,
    a drained one loses its pipelines (``scheduler`` rules 4 and 5: the pipelines a drain
    took off and that are not placed yet come from their history's newest change, and wait
-   while a live supervisor still runs their worker); what the round saw of the drains goes
-   to ``DrainMemory`` for the API;
+   while a live supervisor still runs their worker, or while the read of the heartbeats is
+   not complete); what the round saw of the drains goes to ``DrainMemory`` for the API;
 6. plans (``plan_round``) and applies the plan in the term's fenced transactions.
 
 The liveness memory starts afresh with every term: a new leader has seen no heartbeat yet,
@@ -167,6 +167,10 @@ class SchedulingDuty:
             name for name, record in pipelines.items()
             if record.status.runs and name not in assignments
         ]  # fmt: skip
+        drained_from = self._drained_from(unassigned) if cordons else {}
+        still_running = _still_running(unassigned, workers, keep_on)
+        if not heartbeats.complete or heartbeats.partial:
+            still_running |= set(drained_from)  # a heartbeat missing may be a worker running
         plan = plan_round(
             pipelines=pipelines,
             assignments=assignments,
@@ -183,8 +187,8 @@ class SchedulingDuty:
             epoch=term.epoch,
             now=self._wall(),
             draining={sid for sid, cordon in cordons.items() if cordon.drain},
-            drained_from=self._drained_from(unassigned) if cordons else {},
-            still_running=_still_running(unassigned, workers, keep_on),
+            drained_from=drained_from,
+            still_running=still_running,
             warm={sid: beat.warm_ready for sid, beat in supervisors.items()},
         )
         if plan.assign or plan.unassign:
