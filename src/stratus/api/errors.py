@@ -51,6 +51,13 @@ class UnknownPipelineError(ApiError):
     status = 404
 
 
+class UnknownSupervisorError(ApiError):
+    """No supervisor of that id is registered, heartbeats, holds a pipeline or is cordoned."""
+
+    code = "unknown_supervisor"
+    status = 404
+
+
 class PipelineExistsError(ApiError):
     code = "pipeline_exists"
     status = 409
@@ -180,6 +187,7 @@ _BY_CODE: dict[str, type[ApiError]] = {
         UnauthenticatedError,
         ForbiddenError,
         UnknownPipelineError,
+        UnknownSupervisorError,
         PipelineExistsError,
         InvalidTransitionError,
         UpdateInProgressError,

@@ -1,11 +1,12 @@
 """The client verbs of ``stratus``: submit, update, list, status, logs, kill, activate, deactivate,
-rebalance, cluster and leader.
+rebalance, cluster and leader; cordon, uncordon and drain of a supervisor.
 
     stratus submit examples/wordcount --conf spark.sql.shuffle.partitions=4
     stratus update wordcount examples/wordcount
     stratus list -c nimbus.seeds=10.0.0.1:6627,10.0.0.2:6627
     stratus kill wordcount --wait 0
     stratus cluster --json
+    stratus drain s1 --drain-timeout 600
 
 Each verb talks to the nimbuses of ``nimbus.seeds`` through ``NimbusClient``, which finds the
 leader and retries across a failover until ``client.retry.deadline.secs``. Output is readable
@@ -39,11 +40,13 @@ from stratus.api.echo import printable
 from stratus.api.records import (
     AssignmentHistory,
     ClusterSummary,
+    CordonStatus,
     LeaderInfo,
     LeaderTerms,
     PipelineRecord,
     PipelineStatus,
     PipelineWorkers,
+    SupervisorCordon,
     WorkerState,
 )
 from stratus.api.redaction import redact_conf, redact_record, redact_text, redact_workers
@@ -465,6 +468,68 @@ def terms(as_json: bool, conf: StratusConfig) -> None:
     print_table(_console(), terms_table(found))
 
 
+@click.command()
+@click.argument("supervisor")
+@_json_option
+@timeout_option
+@with_config
+def cordon(supervisor: str, as_json: bool, conf: StratusConfig) -> None:
+    """Give SUPERVISOR no new pipeline; it keeps those it runs (needs an admin)."""
+    with _client(conf) as client:
+        _print_cordon(client.cordon(supervisor), as_json)
+
+
+@click.command()
+@click.argument("supervisor")
+@_json_option
+@timeout_option
+@with_config
+def uncordon(supervisor: str, as_json: bool, conf: StratusConfig) -> None:
+    """Let SUPERVISOR take new pipelines again; a drain under way stops (needs an admin)."""
+    with _client(conf) as client:
+        _print_cordon(client.uncordon(supervisor), as_json)
+
+
+@click.command()
+@click.argument("supervisor")
+@click.option(
+    "--wait/--no-wait",
+    default=True,
+    show_default=True,
+    help="Report progress until SUPERVISOR holds no pipeline; --no-wait returns at once.",
+)
+@click.option(
+    "--drain-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Give up waiting after this long (the drain goes on) [default: no limit].",
+)
+@_json_option
+@timeout_option
+@with_config
+def drain(
+    supervisor: str, wait: bool, drain_timeout: float | None, as_json: bool, conf: StratusConfig
+) -> None:
+    """Cordon SUPERVISOR and move its pipelines to supervisors with room (needs an admin).
+
+    Each pipeline's old worker stops before its new one starts, preferably on a supervisor
+    with a warm worker ready. Exits non-zero naming the pipelines that find no room."""
+    with _client(conf) as client:
+        status = client.drain(supervisor)
+        if wait:
+            shown: list[tuple[list[str], list[str]]] = []
+
+            def progress(seen: CordonStatus) -> None:
+                if as_json or shown[-1:] == [(seen.remaining, seen.moving)]:
+                    return
+                shown.append((seen.remaining, seen.moving))
+                _console().print(_drain_line(seen))
+
+            status = client.wait_drained(supervisor, timeout=drain_timeout, on_progress=progress)
+    _print_cordon(status, as_json)
+
+
 CLIENT_COMMANDS = (
     submit,
     update,
@@ -479,6 +544,9 @@ CLIENT_COMMANDS = (
     cluster,
     leader,
     terms,
+    cordon,
+    uncordon,
+    drain,
 )
 
 
@@ -504,6 +572,28 @@ def _print_change(record: PipelineRecord, as_json: bool) -> None:
         _console().print(f"pipeline {record.name} is {record.status.value} (epoch {record.epoch})")
 
 
+def _print_cordon(status: CordonStatus, as_json: bool) -> None:
+    if as_json:
+        _print_json(status)
+    else:
+        _console().print(_drain_line(status))
+
+
+def _drain_line(status: CordonStatus) -> str:
+    """One line: the supervisor's state, and what is left of its drain."""
+    state = "draining" if status.draining else "cordoned" if status.cordoned else "schedulable"
+    if status.draining and status.done:
+        state = "drained"
+    parts = [f"supervisor {status.supervisor} is {state}"]
+    if status.remaining:
+        parts.append(f"still there: {', '.join(status.remaining)}")
+    if status.moving:
+        parts.append(f"on the way: {', '.join(status.moving)}")
+    if status.no_room:
+        parts.append(f"no room for: {', '.join(status.no_room)}")
+    return "; ".join(parts)
+
+
 def print_cluster(console: Console, summary: ClusterSummary) -> None:
     """The cluster summary as tables: the leader line, nimbuses, supervisors, pipelines."""
     console.print(_leader_line(summary.leader))
@@ -515,7 +605,7 @@ def print_cluster(console: Console, summary: ClusterSummary) -> None:
         address = f"{nimbus.host}:{nimbus.port}"
         nimbuses.add_row(address, role, _uptime(nimbus.uptime_secs), nimbus.version)
     print_table(console, nimbuses)
-    if summary.supervisors:
+    if summary.supervisors or summary.cordons:
         print_table(console, _supervisors_table(summary))
     else:
         console.print("no supervisors")
@@ -526,12 +616,29 @@ def print_cluster(console: Console, summary: ClusterSummary) -> None:
 
 
 def _supervisors_table(summary: ClusterSummary) -> Table:
+    """Every registered supervisor, and every cordoned one (registered or not), with its
+    scheduling state: schedulable, cordoned or draining."""
     table = Table(title="supervisors")
-    for column in ("supervisor", "host", "slots", "used"):
+    for column in ("supervisor", "host", "slots", "used", "scheduling"):
         table.add_column(column)
+    cordons = {cordon.supervisor: cordon for cordon in summary.cordons}
+    registered = {supervisor.id for supervisor in summary.supervisors}
     for supervisor in summary.supervisors:
-        table.add_row(supervisor.id, supervisor.host, str(supervisor.slots), str(supervisor.used))
+        state = _scheduling_text(cordons.get(supervisor.id))
+        table.add_row(
+            supervisor.id, supervisor.host, str(supervisor.slots), str(supervisor.used), state
+        )
+    for sid in sorted(set(cordons) - registered):
+        table.add_row(sid, "(not registered)", "-", "-", _scheduling_text(cordons[sid]))
     return table
+
+
+def _scheduling_text(cordon: SupervisorCordon | None) -> Text:
+    if cordon is None:
+        return Text("schedulable")
+    if cordon.drain:
+        return Text("draining", style="bold yellow")
+    return Text("cordoned", style="yellow")
 
 
 def _pipelines_table(records: list[PipelineRecord]) -> Table:

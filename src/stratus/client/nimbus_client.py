@@ -34,6 +34,7 @@ from stratus.api.names import check_pipeline_name
 from stratus.api.records import (
     AssignmentHistory,
     ClusterSummary,
+    CordonStatus,
     KillRequest,
     LeaderInfo,
     LeaderTerms,
@@ -42,6 +43,7 @@ from stratus.api.records import (
     PipelineStatus,
     PipelineWorkers,
 )
+from stratus.client.errors import DrainNoRoomError, DrainTimeoutError
 from stratus.client.routing import API, Delivery, NimbusRouter, RetryListener, parse
 from stratus.codedist.package_build import build_package
 from stratus.codedist.package_check import PackageLimits, check_package
@@ -357,6 +359,59 @@ class NimbusClient:
         body = {"conf": json.loads(_conf_json(conf)), "request_id": request_id or uuid.uuid4().hex}
         response = self._router.call_leader("POST", _pipeline_path(name, "rebalance"), json=body)
         return parse(PipelineRecord, response)
+
+    # ------------------------------------------------------------------ supervisors (admin)
+
+    def cordon(self, supervisor: str) -> CordonStatus:
+        """Give ``supervisor`` no new pipeline; it keeps its own. Idempotent."""
+        return self._supervisor_call("POST", supervisor, "cordon")
+
+    def uncordon(self, supervisor: str) -> CordonStatus:
+        """Let ``supervisor`` take new pipelines again (a drain under way stops)."""
+        return self._supervisor_call("POST", supervisor, "uncordon")
+
+    def drain(self, supervisor: str) -> CordonStatus:
+        """Cordon ``supervisor`` and have the leader move its pipelines away; returns at once
+        (``wait_drained`` follows it)."""
+        return self._supervisor_call("POST", supervisor, "drain")
+
+    def drain_status(self, supervisor: str) -> CordonStatus:
+        """The cordon of ``supervisor`` and how far its drain is (from the leader)."""
+        return self._supervisor_call("GET", supervisor, "drain")
+
+    def wait_drained(
+        self,
+        supervisor: str,
+        *,
+        timeout: float | None = None,
+        poll_secs: float = 0.5,
+        on_progress: Callable[[CordonStatus], None] | None = None,
+    ) -> CordonStatus:
+        """Wait until ``supervisor`` holds no pipeline and none is on the way from it.
+
+        DrainNoRoomError naming the pipelines when the leader's last round found no room
+        for them and nothing else is moving; DrainTimeoutError after ``timeout`` seconds.
+        Each poll's status goes to ``on_progress``. The drain goes on in the leader either way.
+        """
+        deadline = None if timeout is None else self._clock() + timeout
+        while True:
+            status = self.drain_status(supervisor)
+            if on_progress is not None:
+                on_progress(status)
+            if status.done:
+                return status
+            if status.no_room and not status.moving:
+                raise DrainNoRoomError(supervisor, status.no_room)
+            if deadline is not None and self._clock() >= deadline:
+                assert timeout is not None
+                raise DrainTimeoutError(supervisor, status.remaining + status.moving, timeout)
+            self._sleep(poll_secs)
+
+    def _supervisor_call(self, method: str, supervisor: str, action: str) -> CordonStatus:
+        if not supervisor or "/" in supervisor:
+            raise InvalidRequestError(f"invalid supervisor id {supervisor!r}")
+        path = f"{API}/supervisors/{quote(supervisor, safe='')}/{action}"
+        return parse(CordonStatus, self._router.call_leader(method, path))
 
 
 # ---------------------------------------------------------------------- helpers

@@ -32,6 +32,7 @@ from stratus.api.records import (
     AssignmentChange,
     AssignmentHistory,
     ClusterSummary,
+    CordonStatus,
     ErrorBody,
     KillRequest,
     LeaderInfo,
@@ -116,6 +117,7 @@ def create_app(
     _add_read_routes(app, service)
     _add_log_route(app, service, log_relay or LogRelay())
     _add_leader_routes(app, service)
+    _add_cordon_routes(app, service)
     if leader_terms is not None:
         add_term_routes(app, leader_terms)
     if assignment_history is not None:
@@ -341,6 +343,42 @@ def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
         admin."""
         note_audit(request.scope, request_id=body.request_id)
         return service.rebalance(name, body.conf, body.request_id, caller_of(request.scope))
+
+
+SupervisorPathId = Annotated[
+    str, Path(description="the supervisor's id (`supervisor.id`), as `stratus cluster` lists it")
+]
+
+
+def _add_cordon_routes(app: FastAPI, service: NimbusService) -> None:
+    """Cordon, uncordon and drain a supervisor (docs/scheduling.md); they need ``admin``."""
+
+    @app.post(f"{PREFIX}/supervisors/{{supervisor}}/cordon", tags=["leader only"])
+    def cordon(request: Request, supervisor: SupervisorPathId) -> CordonStatus:
+        """Give the supervisor no new pipeline; it keeps those it runs. The cordon is the
+        cluster's (a znode the leader writes): it outlives restarts of the supervisor and of
+        every nimbus. Cordoning twice changes nothing. 404 naming the known supervisors if
+        none has that id. Needs an admin."""
+        return service.cordon(supervisor, caller_of(request.scope))
+
+    @app.post(f"{PREFIX}/supervisors/{{supervisor}}/uncordon", tags=["leader only"])
+    def uncordon(supervisor: SupervisorPathId) -> CordonStatus:
+        """Let the supervisor take new pipelines again; a drain under way stops (what it
+        moved stays where it went). Needs an admin."""
+        return service.uncordon(supervisor)
+
+    @app.post(f"{PREFIX}/supervisors/{{supervisor}}/drain", tags=["leader only"])
+    def drain(request: Request, supervisor: SupervisorPathId) -> CordonStatus:
+        """Cordon the supervisor and move its pipelines to others with room, each one's old
+        worker stopped before the new one starts (preferably in a warm worker that is
+        ready). Answers at once: follow it with ``GET`` on this path. Needs an admin."""
+        return service.cordon(supervisor, caller_of(request.scope), drain=True)
+
+    @app.get(f"{PREFIX}/supervisors/{{supervisor}}/drain", tags=["leader only"])
+    def drain_status(supervisor: SupervisorPathId) -> CordonStatus:
+        """The supervisor's cordon and how far its drain is: the pipelines still there, those
+        on the way, those that found no room in the leader's last round."""
+        return service.cordon_status(supervisor)
 
 
 def _add_page_routes(app: FastAPI, service: NimbusService, metrics: NimbusMetrics) -> None:

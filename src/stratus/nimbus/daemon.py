@@ -43,6 +43,7 @@ from stratus.history import Actor, HistoryRecorder
 from stratus.nimbus.api import create_app
 from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.cluster_view import NIMBUS_GROUP, ClusterView
+from stratus.nimbus.cordons import CordonTable, DrainMemory
 from stratus.nimbus.duties.checkpoint_retention import ExpireKeptCheckpoints
 from stratus.nimbus.duties.killed import RemoveKilled
 from stratus.nimbus.duties.lost_code import FailLostCode
@@ -246,6 +247,8 @@ class Nimbus:
         board = HeartbeatBoard(store)
         assignments = AssignmentTable(client, self.paths)
         self.assignment_history = assignments.history
+        cordons = CordonTable(client, self.paths)
+        drains = DrainMemory()
         self.removal = RemoveKilled(
             self.view.pipelines,
             ops,
@@ -269,7 +272,7 @@ class Nimbus:
             clock=self._clock,
         )
         self.metrics.registry.register(self.pipeline_metrics)
-        duties = self._build_duties(ops, board, assignments)
+        duties = self._build_duties(ops, board, assignments, cordons, drains)
         lock = GrantedLock() if self.settings.ha.mode is HAMode.ZKFC else None
         self.controller = self._build_controller(readiness, duties, lock)
         self.ha = NimbusHAService(
@@ -296,6 +299,8 @@ class Nimbus:
             leadership=self.controller.accepted_term,
             on_change=self._pipeline_changed,
             wall=self._wall,
+            cordons=cordons,
+            drains=drains,
         )
 
     def _go_live(self, client: KazooClient) -> None:
@@ -325,7 +330,12 @@ class Nimbus:
     # ------------------------------------------------------------------ parts
 
     def _build_duties(
-        self, ops: PipelineOps, board: HeartbeatBoard, assignments: AssignmentTable
+        self,
+        ops: PipelineOps,
+        board: HeartbeatBoard,
+        assignments: AssignmentTable,
+        cordons: CordonTable,
+        drains: DrainMemory,
     ) -> DutyRound:
         """The leader's duties, in the order of a round."""
         scheduling = SchedulingDuty(
@@ -340,6 +350,8 @@ class Nimbus:
             on_observed=self.pipeline_metrics.observe,
             connections=lambda: self.session.connections,
             fencing=self._supervisor_fencing(),
+            cordons=cordons,
+            drains=drains,
         )
         duties = DutyRound(
             [

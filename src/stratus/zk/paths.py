@@ -109,6 +109,8 @@ class ClusterPaths:
                                         each change of that assignment (the newest)
     ``<root>/kept-checkpoints/<name>``  persistent, KeptCheckpoints: a removed pipeline's kept
                                         checkpoints, until their retention ends or a submit
+    ``<root>/cordons/<id>``             persistent, SupervisorCordon: a supervisor that takes no
+                                        new pipeline (and, drained, loses its own)
     ``<root>/heartbeats/...``           the ZooKeeper cluster state store's own paths
     ``<root>/leader-terms/<epoch>``     persistent, LeaderTerm of each nimbus term (the newest)
     """
@@ -181,6 +183,13 @@ class ClusterPaths:
         return join(self.kept_checkpoints, pipeline)
 
     @property
+    def cordons(self) -> str:
+        return join(self.root, "cordons")
+
+    def cordon(self, supervisor_id: str) -> str:
+        return join(self.cordons, supervisor_id)
+
+    @property
     def heartbeats(self) -> str:
         """Root of the ZooKeeper cluster state store (``cluster.state.store: zookeeper``)."""
         return join(self.root, "heartbeats")
@@ -195,6 +204,7 @@ class ClusterPaths:
             self.assignments,
             self.assignment_histories,
             self.kept_checkpoints,
+            self.cordons,
             self.heartbeats,
             self.leader_terms,
         )
