@@ -1,13 +1,13 @@
 """The docs' examples run as written.
 
 - Every Python example in docs/coordination.md runs against a real ZooKeeper.
-- Every shell command in docs/*.md, README.md and examples/README.md (see ``tests.doc_commands``
-  for how they are read): a ``stratus`` command parses against the real click command tree (its
-  verb, options and arguments); a ``make`` target exists in the Makefile; a script or module
-  given to Python exists, and a benchmark takes the options shown; a path under ``examples/``
-  exists. The commands that are quick and need nothing running (``stratus validate``,
-  ``--help``, ``--version``) run, and exit as the doc shows; the others are listed with the
-  reason they are not run.
+- Every shell command in docs/*.md, README.md and src/stratus/examples/README.md (see
+  ``tests.doc_commands`` for how they are read): a ``stratus`` command parses against the real
+  click command tree (its verb, options and arguments); a ``make`` target exists in the
+  Makefile; a script or module given to Python exists, and a benchmark takes the options shown;
+  a path under ``src/stratus/examples/`` exists. The commands that are quick and need nothing
+  running (``stratus validate``, ``--help``, ``--version``) run, and exit as the doc shows; the
+  others are listed with the reason they are not run.
 - Every ``stratus.*`` module and ``src/stratus/...`` path the docs name exists;
   docs/architecture.md lists the layers of the import-linter contract and every znode that
   ``stratus.zk.paths`` builds.
@@ -227,7 +227,7 @@ def _is_quick(argv: tuple[str, ...]) -> bool:
 @pytest.fixture
 def doc_cwd(tmp_path: Path) -> Path:
     """A working directory holding the repository's examples and the doc's sample files."""
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    (tmp_path / "src").symlink_to(ROOT / "src")
     for name, build in FIXTURES.items():
         build(tmp_path / name)
     return tmp_path
@@ -343,7 +343,7 @@ def test_every_examples_path_exists() -> None:
         (command.where, word)
         for command in COMMANDS
         for word in command.argv
-        if word.startswith("examples/")
+        if word.startswith("src/stratus/examples/")
     }
     assert sorted((where, path) for where, path in named if not (ROOT / path).exists()) == []
 
