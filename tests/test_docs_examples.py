@@ -54,6 +54,8 @@ NOT_RUN = {
     "zkfc": "a daemon: runs until stopped, needs ZooKeeper (tests/test_zkfc.py starts it)",
     "haadmin": "needs running HA services (tests/test_haadmin.py runs it)",
     "token": "prints a new secret (tests/test_owners_unit.py runs it)",
+    "zookeeper-java": "ZooKeeper's classes against the operator's ensemble: "
+    "tests/test_deploy_zookeeper.py runs the docs' command",
     **{
         verb: "a client verb: needs a running nimbus"
         for verb in (
@@ -162,7 +164,7 @@ def parse_stratus(args: list[str]) -> None:
     command = main.get_command(parent, verb)
     if command is None:
         raise click.UsageError(f"no such verb {verb!r}", parent)
-    ctx = click.Context(command, info_name=verb, parent=parent)
+    ctx = click.Context(command, info_name=verb, parent=parent, **command.context_settings)
     opts, extra, _ = command.make_parser(ctx).parse_args(rest)
     if extra and not command.allow_extra_args:
         raise click.UsageError(f"unexpected arguments {extra}", ctx)
