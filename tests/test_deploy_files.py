@@ -42,6 +42,7 @@ PACEMAKER_CONF = DEPLOY / "pacemaker.yaml"
 NIMBUS_CONF = DEPLOY / "nimbus.yaml"
 ZKFC_CONF = DEPLOY / "zkfc.yaml"
 SUPERVISOR_CONF = DEPLOY / "supervisor.yaml"
+SUPERVISOR_UNIT = DEPLOY / "stratus-supervisor.service"
 DAEMON_CONFS = sorted(p for p in DEPLOY.glob("*.yaml") if p != PACEMAKER_CONF)  # on ZooKeeper
 HEARTBEAT_CONFS = [NIMBUS_CONF, SUPERVISOR_CONF]  # their heartbeats may go elsewhere
 HARDENING = {"NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome": "yes"}
@@ -144,15 +145,44 @@ def test_the_supervisor_example_registers_an_endpoint_the_other_hosts_reach(
 def test_a_unit_runs_as_the_dedicated_user_restarts_and_is_hardened(unit: Path) -> None:
     service = _service(unit)
     assert service["User"] == service["Group"] == "stratus"
-    assert service["Restart"] == "on-failure"
+    # The supervisor comes back whatever ended it: its workers wait to be adopted.
+    restart = "always" if unit.name == SUPERVISOR_UNIT.name else "on-failure"
+    assert service["Restart"] == restart
     assert int(service["LimitNOFILE"]) >= 65536
     assert {key: service.get(key) for key in HARDENING} == HARDENING
-    if unit.name in WRITE_NO_FILE:  # it may write nowhere
-        assert "ReadWritePaths" not in service
-    else:
-        assert service["ReadWritePaths"].startswith("/var/lib/stratus/")
+    if unit.name in WRITE_NO_FILE:  # it may write nowhere of its own
+        assert "ReadWritePaths" not in service and "StateDirectory" not in service
+    else:  # its directories made by systemd, the stratus user's alone
+        assert service["StateDirectory"].startswith("stratus/")
+        assert service["StateDirectoryMode"] == "0700"
+        assert all(
+            not path.startswith("/var/lib/") for path in service.get("ReadWritePaths", "").split()
+        )
     if unit.name == "stratus-pacemaker.service":  # its store is in memory
         assert service["MemoryMax"]
+
+
+def test_the_supervisor_unit_leaves_its_workers_running_when_it_stops() -> None:
+    """Workers outlive their supervisor: systemd signals the supervisor alone, brings it
+    back within the lease whatever ended it, and gives the workers no private /tmp that it
+    would remove while they run; their temporary files are in the state directory, for
+    Python (TMPDIR, made at every start) and for Spark's JVM (spark-defaults.conf of the
+    SPARK_CONF_DIR the unit names)."""
+    service = _service(SUPERVISOR_UNIT)
+    assert service["KillMode"] == "process"
+    assert "PrivateTmp" not in service
+    assert float(service["RestartSec"]) < load_config(environ={}).supervisor_fence_timeout_secs
+    environment = dict(
+        line.removeprefix("Environment=").split("=", 1)
+        for line in SUPERVISOR_UNIT.read_text().splitlines()
+        if line.startswith("Environment=")
+    )
+    tmp = environment["TMPDIR"]
+    assert tmp.startswith(f"/var/lib/{service['StateDirectory']}/")
+    assert service["ExecStartPre"].split()[-1] == tmp
+    spark_defaults = DEPLOY / "spark-defaults.conf"
+    assert environment["SPARK_CONF_DIR"] == "/etc/stratus/spark"
+    assert f"-Djava.io.tmpdir={tmp}" in spark_defaults.read_text().split()
 
 
 def test_the_pacemaker_example_listens_on_the_network_with_security_on() -> None:

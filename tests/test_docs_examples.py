@@ -86,8 +86,7 @@ SHELL_ONLY = {
     "useradd": "creates a system user: not run",
     "install": "copies files to /etc and /var/lib: not run",
     "systemctl": "starts system services: not run",
-    "java": "ZooKeeper's own CLI against the operator's ensemble: tests/test_deploy_zookeeper.py"
-    " runs it as written",
+    "apt-get": "installs Debian packages: not run",
     "visudo": "checks a sudoers file of /etc: not run",
     "chmod": "changes the modes of /var/lib: not run",
 }
