@@ -84,11 +84,11 @@ SHELL_ONLY = {
     ".": "a shell builtin (sources the virtual environment)",
     # docs/deploy.md: installing a host, as root, on the operator's machines
     "useradd": "creates a system user: not run",
-    "install": "copies files to /etc and /var/lib: not run",
+    "install": "copies files to /etc, /opt and /var/lib: not run",
     "systemctl": "starts system services: not run",
     "apt-get": "installs Debian packages: not run",
     "visudo": "checks a sudoers file of /etc: not run",
-    "chmod": "changes the modes of /var/lib: not run",
+    "chmod": "changes the mode of /etc/stratus: not run",
 }
 
 
