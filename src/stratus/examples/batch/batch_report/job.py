@@ -6,10 +6,15 @@ customer ``i % 7`` and is worth ``(i * 37) % 1000 / 10``. The totals, one row pe
 returns when they are written; with no streaming query left, the pipeline is FINISHED.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
 
-from stratus.worker.pipeline_context import PipelineContext
+if TYPE_CHECKING:  # the worker's context; a pipeline needs no stratus to run
+    from stratus.worker.pipeline_context import PipelineContext
 
 ORDERS_KEY = "spark.stratus.example.orders"
 OUTPUT_KEY = "spark.stratus.example.output"

@@ -10,11 +10,16 @@ the file sink's commit log makes every window appear exactly once in the output.
 The function starts the query and returns; the worker keeps it running until it is stopped.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from stratus.worker.pipeline_context import PipelineContext
+if TYPE_CHECKING:  # the worker's context; a pipeline needs no stratus to run
+    from stratus.worker.pipeline_context import PipelineContext
 
 INPUT_KEY = "spark.stratus.example.input"
 OUTPUT_KEY = "spark.stratus.example.output"
