@@ -50,7 +50,8 @@ from tests.tls_certs import TestCa
 from tests.worker_users import traversable_dir, worker_python
 from tests.zkfixtures import wait_until
 
-pytestmark = pytest.mark.slow
+# One module at a time: it may make the host's stratus user, and removes what it made.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("stratus-user")]
 
 USER = "stratus"
 DOCS = DEPLOY.parent / "docs" / "deploy.md"
@@ -309,8 +310,12 @@ class Host:
 @contextlib.contextmanager
 def _the_user() -> Iterator[pwd.struct_passwd]:
     """The units' user: this host's, else made with the docs' own line, removed afterwards."""
-    with contextlib.suppress(KeyError):
-        yield pwd.getpwnam(USER)
+    try:
+        existing = pwd.getpwnam(USER)
+    except KeyError:
+        existing = None
+    if existing is not None:
+        yield existing
         return
     line = next(line for line in DOCS.read_text().splitlines() if line.startswith("useradd "))
     subprocess.run(shlex.split(line), check=True, capture_output=True)
