@@ -23,6 +23,7 @@ docs' own ``useradd`` line, and removed afterwards) and an interpreter that user
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import re
@@ -41,6 +42,10 @@ import httpx
 import pytest
 import yaml
 
+from stratus.api.records import PipelineStatus
+from stratus.client import NimbusClient
+from stratus.security.client_auth import ClientAuth
+from stratus.security.tls import TlsSettings
 from stratus.security.tokens import hash_token
 from stratus.zk.fourletter import four_letter_word
 from stratus.zk.ports import LOOPBACK, pick_free_port
@@ -185,6 +190,7 @@ class Host:
     owned_before: dict[Path, set[Path]] = field(default_factory=dict)  # by unit, at its start
     installed: set[Path] = field(default_factory=set)  # the operator's files
     units: dict[int, Unit] = field(default_factory=dict)  # the running ones, by pid
+    beside: dict[Path, list[Unit]] = field(default_factory=dict)  # each, and those run with it
 
     def path(self, host_path: str) -> Path:
         """Where ``host_path`` (``/etc/stratus/zoo.cfg``) is in this test."""
@@ -248,6 +254,9 @@ class Host:
             assert done.wait(timeout=60) == 0, log.read_text()[-2000:]
         process = self._run(self.command(unit.one("ExecStart")), env, log)
         self.running.append(process)
+        self.beside[unit.path] = [unit, *self.units.values()]
+        for other in self.units.values():
+            self.beside[other.path].append(unit)
         self.units[process.pid] = unit
         return process
 
@@ -301,8 +310,8 @@ class Host:
 
     def written_outside(self, unit: Unit) -> list[Path]:
         """Files the units' user made under the root since ``unit`` started, outside what
-        ``unit`` may write (and the units that run beside it, checked each on its own)."""
-        writable = [path for other in [unit, *self.units.values()] for path in self.writable(other)]
+        ``unit`` may write (and the units that ran beside it, checked each on its own)."""
+        writable = [path for other in self.beside[unit.path] for path in self.writable(other)]
         made = self._owned() - self.owned_before[unit.path] - self.installed
         return sorted(path for path in made if not any(path.is_relative_to(d) for d in writable))
 
@@ -480,31 +489,56 @@ def test_the_zookeeper_unit_serves_from_its_state_directory(
     assert host.written_outside(Unit.read(DEPLOY / "stratus-zookeeper.service")) == []
 
 
-@needs_root
-def test_the_nimbus_and_zkfc_units_serve_and_stop(
-    host: Host, zookeeper: Ensemble, tmp_path: Path
-) -> None:
-    port, code_port, zkfc_port = pick_free_port(), pick_free_port(), pick_free_port()
-    common = {"zookeeper.servers": [zookeeper.hosts]}
+def _nimbus_conf(host: Host, zookeeper: Ensemble) -> int:
+    """nimbus.yaml on this machine's loopback; its API's port."""
+    port = pick_free_port()
     _configuration(
         host,
         "nimbus.yaml",
         {
-            **common,
+            "zookeeper.servers": [zookeeper.hosts],
             "nimbus.host": LOOPBACK,
             "nimbus.bind.host": LOOPBACK,
             "nimbus.port": port,
-            "nimbus.code.port": code_port,
+            "nimbus.code.port": pick_free_port(),
             "nimbus.seeds": [f"{LOOPBACK}:{port}"],
             "pipeline.min.replication.count": 1,
         },
     )
+    return port
+
+
+def _supervisor_conf(host: Host, zookeeper: Ensemble, nimbus_port: int) -> int:
+    """supervisor.yaml on this machine's loopback; its endpoint's port."""
+    http_port = pick_free_port()
+    _configuration(
+        host,
+        "supervisor.yaml",
+        {
+            "zookeeper.servers": [zookeeper.hosts],
+            "supervisor.host": LOOPBACK,
+            "supervisor.http.port": http_port,
+            "nimbus.seeds": [f"{LOOPBACK}:{nimbus_port}"],
+        },
+    )
+    return http_port
+
+
+@needs_root
+def test_the_nimbus_and_zkfc_units_serve_and_stop(
+    host: Host, zookeeper: Ensemble, tmp_path: Path
+) -> None:
+    port = _nimbus_conf(host, zookeeper)
     nimbus = _run_until_ready(host, "nimbus", tmp_path, port)
-    assert host.path("/var/log/stratus/nimbus-audit.log").parent.is_dir()
+    zkfc_port = pick_free_port()
     _configuration(
         host,
         "zkfc.yaml",
-        {**common, "ha.zkfc.target": f"{LOOPBACK}:{port}", "ha.zkfc.port": zkfc_port},
+        {
+            "zookeeper.servers": [zookeeper.hosts],
+            "ha.zkfc.target": f"{LOOPBACK}:{port}",
+            "ha.zkfc.port": zkfc_port,
+        },
     )
     zkfc = _run_until_ready(host, "zkfc", tmp_path, zkfc_port, "/healthz")
     _stops(host, *zkfc)
@@ -515,21 +549,62 @@ def test_the_nimbus_and_zkfc_units_serve_and_stop(
 def test_the_supervisor_unit_registers_and_stops(
     host: Host, zookeeper: Ensemble, tmp_path: Path
 ) -> None:
-    http_port = pick_free_port()
-    _configuration(
-        host,
-        "supervisor.yaml",
-        {
-            "zookeeper.servers": [zookeeper.hosts],
-            "supervisor.host": LOOPBACK,
-            "supervisor.http.port": http_port,
-            "nimbus.seeds": [f"{LOOPBACK}:{pick_free_port()}"],
-        },
-    )
+    http_port = _supervisor_conf(host, zookeeper, pick_free_port())
     unit, process = _run_until_ready(host, "supervisor", tmp_path, http_port)
     tmp = host.path(unit.environment()["TMPDIR"])
     assert tmp.is_dir() and tmp.stat().st_mode & 0o7777 == 0o1777  # its ExecStartPre=
     _stops(host, unit, process)
+
+
+PROBE = "tmp-probe"
+PROBE_SOURCE = """\
+import json
+import os
+
+
+def run(spark, context):
+    out = context.conf["spark.stratus.test.output"]
+    spark.range(3).write.mode("overwrite").parquet(f"{out}/rows")  # snappy: a native library
+    jvm_tmp = spark.sparkContext._jvm.java.lang.System.getProperty("java.io.tmpdir")
+    seen = {"TMPDIR": os.environ.get("TMPDIR"), "java.io.tmpdir": jvm_tmp}
+    with open(f"{out}/seen.json", "w") as file:
+        json.dump(seen, file)
+"""
+
+
+@needs_root
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+def test_a_worker_of_the_supervisor_unit_keeps_its_temporary_files_in_the_state_directory(
+    host: Host, zookeeper: Ensemble, tmp_path: Path
+) -> None:
+    """No PrivateTmp=, /tmp read-only: a worker's Python (TMPDIR) and its Spark JVM
+    (java.io.tmpdir, from the SPARK_CONF_DIR the unit names) use the state directory's tmp,
+    and Spark writes parquet with snappy from there."""
+    nimbus_port = _nimbus_conf(host, zookeeper)
+    nimbus = _run_until_ready(host, "nimbus", tmp_path, nimbus_port)
+    http_port = _supervisor_conf(host, zookeeper, nimbus_port)
+    supervisor = _run_until_ready(host, "supervisor", tmp_path, http_port)
+    package = tmp_path / "probe"
+    package.mkdir()
+    (package / "stratus.yaml").write_text(f"name: {PROBE}\nkind: app\nentrypoint: probe:run\n")
+    (package / "probe.py").write_text(PROBE_SOURCE)
+    out = host.path("/srv/stratus/checkpoints") / "probe-output"
+    auth = ClientAuth(token=ADMIN_TOKEN, tls=TlsSettings(ca=str(host.ca.cert)))
+    with NimbusClient([f"{LOOPBACK}:{nimbus_port}"], auth=auth) as client:
+        client.submit(None, package, {"spark.stratus.test.output": str(out)})
+
+        def finished() -> bool:
+            record = client.status(PROBE)
+            assert record.status is not PipelineStatus.FAILED, record.reason
+            return record.status is PipelineStatus.FINISHED
+
+        wait_until(finished, START_SECS * 3, f"{PROBE} to finish")
+    tmp = str(host.path(supervisor[0].environment()["TMPDIR"]))
+    assert json.loads((out / "seen.json").read_text()) == {"TMPDIR": tmp, "java.io.tmpdir": tmp}
+    assert list((out / "rows").glob("*.snappy.parquet"))
+    _stops(host, *supervisor)
+    _stops(host, *nimbus)
 
 
 @needs_root
