@@ -13,7 +13,10 @@
   ports, and the files they name are made where they name them, as the install steps put
   them. Each daemon, against the ZooKeeper member that the ZooKeeper unit runs, becomes
   healthy (its ``/readyz``, the member's ``srvr``), writes only where its unit lets it, and
-  stops on SIGTERM within ``TimeoutStopSec=``.
+  stops on SIGTERM within ``TimeoutStopSec=``, as systemd counts a clean stop.
+- A pipeline that the supervisor's unit runs keeps its temporary files in the unit's state
+  directory (the unit has no ``PrivateTmp=``, and ``/tmp`` is read-only to it): its Python's
+  (``TMPDIR``) and its Spark JVM's (``java.io.tmpdir``, from deploy/spark-defaults.conf).
 
 Running the units needs root (their user, ``stratus``, is made here when missing, with the
 docs' own ``useradd`` line, and removed afterwards) and an interpreter that user may run
