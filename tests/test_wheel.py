@@ -49,7 +49,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     for name in SOURCES:
         source = ROOT / name
         if source.is_dir():
-            shutil.copytree(source, tree / name, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(
+                source, tree / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+            )
         else:
             shutil.copy2(source, tree / name)
     dist = base / "dist"
@@ -72,11 +74,13 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 def test_the_wheel_holds_the_license_and_the_examples(installed: Path) -> None:
     (wheel,) = installed.parent.parent.glob("dist/stratus_ha-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
-    assert "stratus_ha-0.1.0.dist-info/licenses/LICENSE" in names
+    archive = zipfile.ZipFile(wheel)
+    names = set(archive.namelist())
+    (info,) = {name.split("/")[0] for name in names if name.endswith(".dist-info/METADATA")}
+    assert f"{info}/licenses/LICENSE" in names
     for example in ("streaming", "batch", "sdp"):
         assert f"stratus/examples/{example}/stratus.yaml" in names
-    metadata = zipfile.ZipFile(wheel).read("stratus_ha-0.1.0.dist-info/METADATA").decode()
+    metadata = archive.read(f"{info}/METADATA").decode()
     assert "License-Expression: Apache-2.0" in metadata
     assert "Classifier: Programming Language :: Python :: 3.11" in metadata
     assert "Project-URL: Homepage, " in metadata
