@@ -171,6 +171,7 @@ def test_the_supervisor_unit_leaves_its_workers_running_when_it_stops() -> None:
     SPARK_CONF_DIR the unit names)."""
     service = _service(SUPERVISOR_UNIT)
     assert service["KillMode"] == "process"
+    assert _section(SUPERVISOR_UNIT, "Unit")["StartLimitIntervalSec"] == "0"  # never gives up
     assert "PrivateTmp" not in service
     assert float(service["RestartSec"]) < load_config(environ={}).supervisor_fence_timeout_secs
     environment = dict(
