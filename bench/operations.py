@@ -79,7 +79,7 @@ from stratus.errors import StratusError
 from stratus.local.cluster import SLOTS, LocalCluster
 from stratus.local.examples_io import Feeder
 
-TRIGGER_SECS = 2.0  # the streaming example's trigger (examples/streaming/stratus.yaml)
+TRIGGER_SECS = 2.0  # the streaming example's trigger (its stratus.yaml)
 CRASH_RESTART_SECS = 2.0  # kill -9, then the start again this much later
 STEADY_SECS = 20.0  # the steady gap: the longest one over this much time before an operation
 SETTLE_BATCHES = 3  # an operation's window ends this many batches after it ended
