@@ -40,7 +40,7 @@ from stratus.api.errors import (
     UnknownCodeError,
     UnknownPipelineError,
 )
-from stratus.client.errors import NimbusUnreachableError
+from stratus.client.errors import NimbusUnreachableError, PurgeFailedError, PurgeWaitTimeoutError
 from stratus.codedist.errors import InvalidPackageError
 from stratus.errors import ConfigError
 from stratus.zk.errors import ZooKeeperHistoryBehindError, ZooKeeperUnavailableError
@@ -78,6 +78,8 @@ _CLASSES: tuple[tuple[type[BaseException], ExitCode], ...] = (
     (PipelineExistsError, ExitCode.CONFLICT),
     (InvalidTransitionError, ExitCode.CONFLICT),
     (NimbusUnreachableError, ExitCode.UNAVAILABLE),
+    (PurgeWaitTimeoutError, ExitCode.UNAVAILABLE),  # the kill and purge go on: wait again
+    (PurgeFailedError, ExitCode.FAILED),  # an operator must make the root writable
     (NotLeaderError, ExitCode.UNAVAILABLE),
     (UnavailableError, ExitCode.UNAVAILABLE),  # NoLeaderError too
     (ZooKeeperHistoryBehindError, ExitCode.FAILED),  # retrying cannot help: an operator must
@@ -88,6 +90,8 @@ _CLASSES: tuple[tuple[type[BaseException], ExitCode], ...] = (
 _CLIENT_CODES: tuple[tuple[type[BaseException], str], ...] = (
     (NoLeaderError, "no_leader"),
     (NimbusUnreachableError, "unreachable"),
+    (PurgeFailedError, "purge_failed"),
+    (PurgeWaitTimeoutError, "purge_wait_timeout"),
     (ConfigError, "invalid_config"),
     (InvalidPackageError, "invalid_package"),
     (ZooKeeperHistoryBehindError, "zookeeper_history_behind"),

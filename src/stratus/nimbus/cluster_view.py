@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from kazoo.client import KazooClient
 
+from stratus.api.purges import PurgeOutcome
 from stratus.api.records import (
     LeaderInfo,
     NimbusRegistration,
@@ -48,13 +49,18 @@ class ClusterView:
         self._supervisors = WatchedChildren(
             client, paths.supervisors, SupervisorSummary, self._bump
         )
+        # a supervisor's answer to a purge: the leader's duties look at it at once
+        self._purge_outcomes = WatchedChildren(
+            client, paths.purge_outcomes, PurgeOutcome, self._bump
+        )
 
     def start(self) -> None:
-        for watched in (self._nimbuses, self._pipelines, self._supervisors):
+        for watched in (self._nimbuses, self._pipelines, self._supervisors, self._purge_outcomes):
             watched.start()
 
     def subscribe(self, listener: Callable[[], None]) -> None:
-        """Call ``listener`` after every change of nimbuses, pipelines or supervisors.
+        """Call ``listener`` after every change of nimbuses, pipelines, supervisors or purge
+        outcomes.
 
         It runs on kazoo's event thread, so it must not block.
         """
