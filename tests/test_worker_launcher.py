@@ -520,3 +520,30 @@ def test_a_directory_a_worker_swapped_for_a_link_is_refused_not_followed(walls) 
     assert (after.st_uid, after.st_gid, after.st_mode) == (etc.st_uid, etc.st_gid, etc.st_mode)
     with pytest.raises(WorkerUserError, match="not the supervisor's directory"):
         prepare_worker(directory, b"{}", user, group=0, checkpoint_dir=None, owner=12345)
+
+
+@needs_root
+def test_the_launcher_purges_a_worker_users_checkpoints_under_its_own_root_only(
+    walls, capsys
+) -> None:
+    base, (allowed, _) = walls
+    config = launcher_config(base, [allowed])
+    root = base / "checkpoints"
+    uid = pwd.getpwnam(allowed).pw_uid
+    private = root / "etl" / "query" / "offsets"  # a worker's, its group's rights lost
+    private.mkdir(parents=True)
+    (private / "0").write_text("v1\n")
+    for path in (root / "etl", root / "etl" / "query", private, private / "0"):
+        os.chown(path, uid, uid)
+        path.chmod(0o700 if path.is_dir() else 0o600)
+    (root / "report").mkdir()
+
+    assert main(["purge", "etl", str(base / "elsewhere")], config_path=config) == REFUSED_EXIT
+    assert "is not the launcher's pipeline.checkpoint.root" in capsys.readouterr().err
+    assert main(["purge", "../etc", str(root)], config_path=config) == REFUSED_EXIT
+    assert "invalid pipeline name" in capsys.readouterr().err
+    assert private.is_dir()
+
+    assert main(["purge", "etl", str(root)], config_path=config) == 0
+    assert not (root / "etl").exists()
+    assert (root / "report").is_dir()
