@@ -8,7 +8,7 @@ any supervisor is there to run them, and their checkpoints are made as a worker 
 Scenarios: the supervisor deletes them and ``stratus kill --purge`` says killed only once
 they are gone; a submit of the name meanwhile is refused (409, naming the purge); a purge
 that no one can do is reported with the reason, never as done; a leader's failover in the
-middle of a purge still completes it.
+middle of a purge still completes it; a supervisor that fails or dies is replaced by another.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ import pytest
 from click.testing import CliRunner
 
 from stratus.api.errors import PurgePendingError
-from stratus.api.purges import PurgeState, PurgeStatus
+from stratus.api.purges import PurgeCause, PurgeOrder, PurgeState, PurgeStatus
 from stratus.api.records import PipelineStatus
 from stratus.cli.main import main
+from stratus.nimbus.purge_plan import PurgeBy, PurgeRules, next_step
 from tests.package_factory import valid_package
 from tests.pipeline_cluster import PipelineCluster, pipeline_cluster
 from tests.zkfixtures import wait_until
@@ -205,3 +206,55 @@ def test_a_purge_survives_the_failover_of_the_leader_that_recorded_it(
     assert cluster.client.list_pipelines() == []
     status = cluster.client.purge_status("etl")
     assert status.purge is None and status.record is not PipelineStatus.KILLED
+
+
+def first_choice(live: list[str], candidates: list[str], wanted: str) -> str:
+    """A pipeline name among ``candidates`` whose purge goes to ``wanted`` first."""
+    rules = PurgeRules(
+        by=PurgeBy.SUPERVISOR, here="-", here_reaches=False, answer_secs=300, retry_secs=60
+    )
+    for name in candidates:
+        order = PurgeOrder(pipeline=name, root="/", cause=PurgeCause.KILL, requested=0, epoch=1)
+        step = next_step(order, [], live=live, now=0, rules=rules)
+        if step.order is not None and step.order.supervisor == wanted:
+            return name
+    raise AssertionError(f"no name of {candidates} goes to {wanted} first")
+
+
+@needs_mounts
+def test_a_purge_a_supervisor_fails_is_handed_to_another_that_can(
+    cluster: PipelineCluster, root: Path
+) -> None:
+    name = first_choice(["s1", "s2"], [f"etl{n}" for n in range(20)], "s1")
+    checkpoints = killed_with_checkpoints(cluster, root, name)
+    cluster.add_supervisor("s1", command_prefix=read_only(root))  # chosen first, cannot
+    cluster.add_supervisor("s2")
+
+    cluster.client.kill(name, wait_secs=0, purge=True)
+    done = cluster.client.wait_purged(name, timeout=60)
+
+    assert done.done and not checkpoints.exists()
+    s1_log = cluster.supervisors["s1"].log_path.read_text()
+    s2_log = cluster.supervisors["s2"].log_path.read_text()
+    assert f"event=purge_failed pipeline={name} attempt=1 supervisor=s1" in s1_log
+    assert f"event=purge_done pipeline={name} attempt=2 supervisor=s2" in s2_log
+
+
+@needs_mounts
+def test_a_purge_handed_to_a_supervisor_that_dies_is_done_by_another(
+    cluster: PipelineCluster, root: Path
+) -> None:
+    name = first_choice(["s1", "s2"], [f"etl{n}" for n in range(20)], "s1")
+    checkpoints = killed_with_checkpoints(cluster, root, name)
+    cluster.add_supervisor("s1")
+    cluster.add_supervisor("s2")
+    cluster.supervisors["s1"].signal(signal.SIGSTOP)  # frozen: its session expires
+    try:
+        cluster.client.kill(name, wait_secs=0, purge=True)
+        done = cluster.client.wait_purged(name, timeout=60)
+    finally:
+        cluster.supervisors["s1"].signal(signal.SIGCONT)
+
+    assert done.done and not checkpoints.exists()
+    s2_log = cluster.supervisors["s2"].log_path.read_text()
+    assert f"event=purge_done pipeline={name}" in s2_log and "supervisor=s2" in s2_log
