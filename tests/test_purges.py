@@ -129,9 +129,16 @@ def test_a_submit_of_the_name_is_refused_while_its_purge_is_pending(
     cluster: PipelineCluster, root: Path
 ) -> None:
     checkpoints = killed_with_checkpoints(cluster, root, "etl")
+    killed_with_checkpoints(cluster, root, "report")
 
+    waited = CliRunner().invoke(
+        main,
+        ["kill", "etl", "--wait", "0", "--purge", "--wait-timeout", "3", "--json", *seeds(cluster)],
+    )
+    assert waited.exit_code == 6, waited.output  # gave up waiting: the purge goes on
+    assert '"error": "purge_wait_timeout"' in waited.output
     queued = CliRunner().invoke(
-        main, ["kill", "etl", "--wait", "0", "--purge", "--no-wait", *seeds(cluster)]
+        main, ["kill", "report", "--wait", "0", "--purge", "--no-wait", *seeds(cluster)]
     )
     assert queued.exit_code == 0, queued.output
     assert "pending" in queued.output and "killed pipeline" not in queued.output

@@ -236,7 +236,13 @@ class PipelineOps:
 
     def _refuse_if_purging(self, name: str) -> None:
         """PurgePendingError if a purge of ``name``'s checkpoints is recorded."""
-        order = self.purge_order(name)
+        try:
+            order = self.purge_order(name)
+        except ValidationError:
+            raise PurgePendingError(
+                f"cannot submit pipeline {name!r}: a purge of its checkpoints is recorded "
+                f"but cannot be read ({self._paths.purge(name)}); submit it once it is done"
+            ) from None
         if order is not None:
             raise PurgePendingError(purge_pending_message(order))
 

@@ -96,8 +96,16 @@ class CheckpointPurger:
             if self._closed.is_set():
                 return
             for order in self._orders.snapshot().values():
-                if self._mine(order):
+                if not self._mine(order):
+                    continue
+                try:
                     self._carry_out(order)
+                except Exception:  # the next order, and the next look, must still come
+                    log.exception(
+                        "event=purge_error pipeline=%s supervisor=%s",
+                        order.pipeline,
+                        self._supervisor,
+                    )
 
     def _mine(self, order: PurgeOrder) -> bool:
         return (

@@ -206,8 +206,8 @@ class CarryOutPurges:
             return False
         try:
             local = local_pipeline_directory(self._root, name)
-        except (StratusError, ValueError):
-            return False
+        except (StratusError, ValueError, ImportError, OSError):
+            return False  # a store this nimbus cannot even open: the supervisors' then
         return local is None or local.exists()
 
     def _delete_here(self, order: PurgeOrder) -> str | None:
