@@ -315,7 +315,8 @@ class NimbusClient:
         """Mark ``name`` KILLED; the leader removes its record ``wait_secs`` later
         (``pipeline.kill.wait.secs`` when None). Killing a KILLED pipeline changes nothing.
         Its checkpoints are kept (a later submit of the name resumes from them) unless
-        ``purge``, which deletes them with the record.
+        ``purge``: the record's removal then records their purge, which whoever can write
+        them carries out; ``wait_purged`` waits for both.
 
         Returns the KILLED record, or None when an attempt that may have reached the leader
         was retried and the retry found no such pipeline: the earlier attempt killed it and

@@ -324,8 +324,10 @@ def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
         request: Request, name: PipelinePathName, body: KillRequest | None = None
     ) -> PipelineRecord:
         """Mark the pipeline KILLED; its record is removed after ``wait_secs``. Its
-        checkpoints are kept (a later submit of the name resumes), unless ``purge``. Needs
-        an owner of the pipeline, or an admin."""
+        checkpoints are kept (a later submit of the name resumes), unless ``purge``: then
+        the removal records their purge, carried out by whoever can write them, and
+        ``GET .../purge`` shows it until it is done. Needs an owner of the pipeline, or an
+        admin."""
         caller = caller_of(request.scope)
         if body is None:
             return service.kill(name, None, caller=caller)
