@@ -17,12 +17,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from stratus.api.purges import PurgeCause, PurgeOrder, PurgeOutcome
 from stratus.api.records import WorkerState
 from stratus.config import load_config
 from stratus.errors import ConfigError
@@ -41,6 +43,7 @@ from stratus.supervisor.worker_access import (
     resolve_user,
 )
 from stratus.supervisor.worker_launcher import REFUSED_EXIT, main
+from stratus.zk.paths import ClusterPaths
 from tests.test_history_cluster import RECORDING_WORKER
 from tests.test_supervisor import SUPERVISOR_WITH_STAND_IN, Cluster, running
 from tests.worker_users import needs_root, os_users, traversable_dir, worker_python
@@ -499,9 +502,43 @@ def test_a_supervisor_that_is_not_root_runs_its_workers_through_sudo(zk_hosts) -
                 cluster.unassign("etl")  # SIGTERM through sudo and the launcher
                 wait_until(lambda: cluster.worker_beat("etl") is None, 30, "the worker to stop")
                 wait_until(lambda: not processes_of(user.uid), 30, "its user's processes to go")
+
+                purge_what_the_supervisor_cannot(zk, cluster, base / "checkpoints", user)
             finally:
                 supervisor.stop(grace=10)
                 print((base / "supervisor.log").read_text()[-8000:])
+
+
+def purge_what_the_supervisor_cannot(
+    zk: Any, cluster: Cluster, root: Path, user: WorkerUser
+) -> None:
+    """A purge, handed to the supervisor s1 (not root), of checkpoints a worker's user wrote
+    beyond the daemons' group's rights (a directory of its own, 0700, its own group): the
+    supervisor's own deletion is refused, the worker launcher's through sudo is not."""
+    checkpoints = root / "etl"
+    private = checkpoints / "lost-group"
+    private.mkdir(parents=True, exist_ok=True)
+    (private / "0").write_text("v1\n")
+    for path in (private, private / "0"):
+        os.chown(path, user.uid, user.gid)
+    private.chmod(0o700)
+    paths = ClusterPaths(cluster.root)
+    zk.ensure_path(paths.purge_outcomes)
+    order = PurgeOrder(
+        pipeline="etl",
+        root=str(root),
+        cause=PurgeCause.KILL,
+        requested=time.time(),
+        epoch=1,
+        attempt=1,
+        supervisor="s1",
+    )
+    zk.create(paths.purge("etl"), order.encode(), makepath=True)
+    node = paths.purge_outcome(f"etl.{order.id}.1")
+    wait_until(lambda: zk.exists(node), 30, "the supervisor's answer")
+    outcome = PurgeOutcome.model_validate_json(zk.get(node)[0])
+    assert (outcome.done, outcome.error) == (True, None)
+    assert not checkpoints.exists()
 
 
 @needs_root
