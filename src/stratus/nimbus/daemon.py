@@ -344,6 +344,16 @@ class Nimbus:
             connections=lambda: self.session.connections,
             fencing=self._supervisor_fencing(),
         )
+        purges = CarryOutPurges(
+            PurgeOrders(self.session.client, self.paths),
+            checkpoint_root=self.conf.checkpoint_root(),
+            by=PurgeBy(self.conf.pipeline_checkpoint_purge_by),
+            here=nimbus_party(self.address),
+            live=self.view.supervisors,
+            wall=self._wall,
+        )
+        purges.report_while(lambda: self._leading_epoch() is not None)
+        self.metrics.declare_purges(purges.count)
         duties = DutyRound(
             [
                 self.removal,
@@ -354,14 +364,7 @@ class Nimbus:
                     wall=self._wall,
                     clock=self._clock,
                 ),
-                CarryOutPurges(
-                    PurgeOrders(self.session.client, self.paths),
-                    checkpoint_root=self.conf.checkpoint_root(),
-                    by=PurgeBy(self.conf.pipeline_checkpoint_purge_by),
-                    here=nimbus_party(self.address),
-                    live=self.view.supervisors,
-                    wall=self._wall,
-                ),
+                purges,
                 ActivateReplicated(self.view.pipelines, self.distributor, ops),
                 FailLostCode(self.code_sync.lost, ops),
                 scheduling,

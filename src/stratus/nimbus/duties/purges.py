@@ -28,7 +28,7 @@ from kazoo.exceptions import NoNodeError
 from pydantic import ValidationError
 
 from stratus.api.clock import Clock
-from stratus.api.purges import PurgeOrder, PurgeOutcome
+from stratus.api.purges import PurgeOrder, PurgeOutcome, PurgeState
 from stratus.coordination.errors import TransactionFailedError
 from stratus.coordination.leadership import Leadership
 from stratus.errors import StratusError
@@ -144,9 +144,23 @@ class CarryOutPurges:
         self._remove = remove
         self._answer_secs = answer_secs
         self._retry_secs = retry_secs
+        self._seen: dict[PurgeState, int] = {}  # the orders of the last round, by state
+        self._leading: Callable[[], bool] = lambda: True
+
+    def count(self, state: PurgeState) -> int:
+        """How many recorded purges the last round saw in ``state`` (0 unless leading)."""
+        return self._seen.get(state, 0) if self._leading() else 0
+
+    def report_while(self, leading: Callable[[], bool]) -> None:
+        """``count`` answers only while ``leading`` says this nimbus leads."""
+        self._leading = leading
 
     def run(self, term: Leadership) -> None:
         orders = self._orders.orders()
+        seen: dict[PurgeState, int] = {}
+        for order, _ in orders.values():
+            seen[order.state] = seen.get(order.state, 0) + 1
+        self._seen = seen
         answers: dict[str, list[PurgeOutcome]] = {}
         stale: list[PurgeOutcome] = []
         for name, outcomes in self._orders.outcomes().items():
@@ -245,11 +259,11 @@ class CarryOutPurges:
 
 
 def _log_written(term: Leadership, order: PurgeOrder) -> None:
-    level = logging.WARNING if order.state.value == "failed" else logging.INFO
+    failed = order.state is PurgeState.FAILED
     log.log(
-        level,
+        logging.WARNING if failed else logging.INFO,
         "event=purge_%s pipeline=%s epoch=%d attempt=%d supervisor=%s reason=%r",
-        "failed" if order.state.value == "failed" else "pending",
+        "failed" if failed else "pending",
         order.pipeline,
         term.epoch,
         order.attempt,
