@@ -76,7 +76,7 @@ from stratus.api.errors import (
 from stratus.api.locations import CHECKPOINT_ROOT_KEY
 from stratus.api.names import check_pipeline_name
 from stratus.api.pipeline_conf import validate_pipeline_conf
-from stratus.api.purges import PurgeCause, PurgeOrder, PurgeStatus
+from stratus.api.purges import PurgeCause, PurgeOrder, PurgeState, PurgeStatus
 from stratus.api.records import PendingUpdate, PipelineRecord, PipelineStatus
 from stratus.api.redaction import restore_redacted
 from stratus.codedist.package_store import StoredPackage
@@ -200,7 +200,8 @@ class PipelineOps:
                     # a purge or the kept marker changed meanwhile: look again
             else:
                 raise UnavailableError(
-                    f"submit of {name!r}: its kept-checkpoints marker kept changing; retry"
+                    f"submit of {name!r}: its kept-checkpoints marker or a purge of the name "
+                    "kept changing; retry"
                 )
         log.info(
             "event=submitted pipeline=%s epoch=%d digest=%s status=%s owner=%s",
@@ -751,13 +752,14 @@ class PipelineOps:
 def purge_pending_message(order: PurgeOrder) -> str:
     """Why a submit of ``order``'s pipeline is refused while the purge is recorded."""
     why = "kill --purge" if order.cause is PurgeCause.KILL else "their retention ended"
-    state = f"{order.state.value}" + (f": {order.reason}" if order.reason else "")
+    state = "pending" if order.state is PurgeState.PENDING else "failed, and tried again"
+    if order.reason:
+        state += f" ({order.reason})"
     return (
         f"cannot submit pipeline {order.pipeline!r}: a purge of its checkpoints "
-        f"({order.root.rstrip('/')}/{order.pipeline}, {why}) is pending ({state}); a "
-        f"pipeline of the name would resume from checkpoints being deleted. Submit it once the "
-        f"purge is done (GET /api/v1/pipelines/{order.pipeline}/purge shows it), or choose "
-        "another name"
+        f"({order.root.rstrip('/')}/{order.pipeline}, {why}) is {state}; a pipeline of the "
+        "name would resume from checkpoints being deleted. Submit it once the purge is done "
+        f"(GET /api/v1/pipelines/{order.pipeline}/purge shows it), or choose another name"
     )
 
 
