@@ -63,6 +63,14 @@ class PipelineExistsError(ApiError):
     status = 409
 
 
+class PurgePendingError(PipelineExistsError):
+    """The name's checkpoints are being deleted (a kill --purge, or their retention ended):
+    a pipeline of that name would resume from them; submit it once the purge is done."""
+
+    code = "purge_pending"
+    status = 409
+
+
 class InvalidTransitionError(ApiError):
     code = "invalid_transition"
     status = 409
@@ -189,6 +197,7 @@ _BY_CODE: dict[str, type[ApiError]] = {
         UnknownPipelineError,
         UnknownSupervisorError,
         PipelineExistsError,
+        PurgePendingError,
         InvalidTransitionError,
         UpdateInProgressError,
         InvalidNameError,

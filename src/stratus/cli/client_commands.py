@@ -54,6 +54,7 @@ from stratus.cli.options import json_mode, timeout_option, with_config
 from stratus.cli.output import console, print_table, when
 from stratus.cli.retry_display import RetryDisplay
 from stratus.client import NimbusClient
+from stratus.client.nimbus_client import pending
 from stratus.config import StratusConfig
 from stratus.security.authorizer import PipelineAccess
 
@@ -342,6 +343,9 @@ def _shown(line: str) -> str:
     return printable(redact_text(line))
 
 
+PURGE_WAIT_MARGIN_SECS = 300.0  # --wait-timeout's default: the kill's wait and this
+
+
 @click.command()
 @click.argument("name")
 @click.option(
@@ -356,22 +360,74 @@ def _shown(line: str) -> str:
     is_flag=True,
     help="Delete the pipeline's checkpoints too (kept otherwise: a later submit resumes).",
 )
+@click.option(
+    "--no-wait",
+    is_flag=True,
+    help="With --purge: return at once, the removal and the purge pending, instead of "
+    "waiting until the checkpoints are deleted.",
+)
+@click.option(
+    "--wait-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="With --purge: how long to wait for the removal and the purge before failing "
+    f"[default: the kill's wait + {PURGE_WAIT_MARGIN_SECS:g}].",
+)
 @_json_option
 @timeout_option
 @with_config
 def kill(
-    name: str, wait_secs: float | None, purge: bool, as_json: bool, conf: StratusConfig
+    *,
+    name: str,
+    wait_secs: float | None,
+    purge: bool,
+    no_wait: bool,
+    wait_timeout: float | None,
+    as_json: bool,
+    conf: StratusConfig,
 ) -> None:
-    """Kill pipeline NAME; its record is removed after the wait, its checkpoints kept."""
+    """Kill pipeline NAME; its record is removed after the wait, its checkpoints kept.
+
+    With --purge its checkpoints are deleted too, by whoever can write them (a supervisor,
+    or the leader), and the command says killed only once the record is removed and the
+    checkpoints are gone; a purge that fails is reported with its reasons (exit 1).
+    """
     with _client(conf) as client:
         record = client.kill(name, wait_secs, purge=purge)
+        if purge and not no_wait:
+            wait = conf.pipeline_kill_wait_secs if wait_secs is None else wait_secs
+            timeout = wait + PURGE_WAIT_MARGIN_SECS if wait_timeout is None else wait_timeout
+            _wait_purged(client, name, timeout, quiet=as_json)
     if as_json:
         click.echo("null" if record is None else redact_record(record).model_dump_json(indent=2))
+    elif purge and not no_wait:
+        _console().print(
+            f"killed pipeline {name}; its record is removed and its checkpoints deleted"
+        )
+    elif purge:
+        removal = f" at {when(record.kill_at)}" if record and record.kill_at is not None else ""
+        _console().print(
+            f"kill of pipeline {name} recorded; its record is removed{removal}, then its "
+            "checkpoints are purged: both pending (stratus status, GET "
+            f"/api/v1/pipelines/{name}/purge)"
+        )
     elif record is None:
         _console().print(f"killed pipeline {name}; its record is already removed")
     else:
         removal = f" at {when(record.kill_at)}" if record.kill_at is not None else ""
         _console().print(f"killed pipeline {name}; its record is removed{removal}")
+
+
+def _wait_purged(client: NimbusClient, name: str, timeout: float, *, quiet: bool) -> None:
+    """Poll the removal and the purge, showing what is pending."""
+    if quiet:
+        client.wait_purged(name, timeout=timeout)
+        return
+    with _console().status(f"killing pipeline {name}") as status:
+        client.wait_purged(
+            name, timeout=timeout, on_progress=lambda seen: status.update(pending(seen))
+        )
 
 
 @click.command()

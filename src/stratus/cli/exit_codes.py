@@ -41,7 +41,13 @@ from stratus.api.errors import (
     UnknownPipelineError,
     UnknownSupervisorError,
 )
-from stratus.client.errors import DrainNoRoomError, DrainTimeoutError, NimbusUnreachableError
+from stratus.client.errors import (
+    DrainNoRoomError,
+    DrainTimeoutError,
+    NimbusUnreachableError,
+    PurgeFailedError,
+    PurgeWaitTimeoutError,
+)
 from stratus.codedist.errors import InvalidPackageError
 from stratus.errors import ConfigError
 from stratus.zk.errors import ZooKeeperHistoryBehindError, ZooKeeperUnavailableError
@@ -81,6 +87,8 @@ _CLASSES: tuple[tuple[type[BaseException], ExitCode], ...] = (
     (InvalidTransitionError, ExitCode.CONFLICT),
     (DrainNoRoomError, ExitCode.CONFLICT),
     (NimbusUnreachableError, ExitCode.UNAVAILABLE),
+    (PurgeWaitTimeoutError, ExitCode.UNAVAILABLE),  # the kill and purge go on: wait again
+    (PurgeFailedError, ExitCode.FAILED),  # an operator must make the root writable
     (NotLeaderError, ExitCode.UNAVAILABLE),
     (UnavailableError, ExitCode.UNAVAILABLE),  # NoLeaderError too
     (ZooKeeperHistoryBehindError, ExitCode.FAILED),  # retrying cannot help: an operator must
@@ -93,6 +101,8 @@ _CLIENT_CODES: tuple[tuple[type[BaseException], str], ...] = (
     (NimbusUnreachableError, "unreachable"),
     (DrainNoRoomError, "no_room"),
     (DrainTimeoutError, "drain_timeout"),
+    (PurgeFailedError, "purge_failed"),
+    (PurgeWaitTimeoutError, "purge_wait_timeout"),
     (ConfigError, "invalid_config"),
     (InvalidPackageError, "invalid_package"),
     (ZooKeeperHistoryBehindError, "zookeeper_history_behind"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from stratus.api.errors import NoLeaderError
 from stratus.errors import StratusError
 
-__all__ = ["NimbusUnreachableError", "NoLeaderError"]
+__all__ = ["NimbusUnreachableError", "NoLeaderError", "PurgeFailedError", "PurgeWaitTimeoutError"]
 
 
 class NimbusUnreachableError(StratusError):
@@ -37,3 +37,14 @@ class DrainTimeoutError(StratusError):
         )
         self.supervisor = supervisor
         self.left = left
+
+
+class PurgeFailedError(StratusError):
+    """The purge of a killed pipeline's checkpoints failed: everyone who could delete them
+    tried and failed (the reasons are in the message). The purge stays recorded and is tried
+    again; the name cannot be submitted until it is done."""
+
+
+class PurgeWaitTimeoutError(StratusError):
+    """A wait for a pipeline's removal and the purge of its checkpoints ran out of time; the
+    kill and the purge go on."""

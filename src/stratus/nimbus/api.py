@@ -28,6 +28,7 @@ from stratus import __version__
 from stratus.api.echo import MAX_ECHO_CHARS, clip
 from stratus.api.errors import ApiError, InvalidRequestError
 from stratus.api.names import PIPELINE_NAME, PIPELINE_NAME_RULE
+from stratus.api.purges import PurgeStatus
 from stratus.api.records import (
     AssignmentChange,
     AssignmentHistory,
@@ -167,6 +168,15 @@ def _add_read_routes(app: FastAPI, service: NimbusService) -> None:
     def pipeline_workers(name: PipelinePathName) -> PipelineWorkers:
         """Where the pipeline runs and what its workers last reported (heartbeats)."""
         return service.workers(name)
+
+    @app.get(f"{PREFIX}/pipelines/{{name}}/purge", tags=["any nimbus"])
+    def pipeline_purge(name: PipelinePathName) -> PurgeStatus:
+        """Where the pipeline's removal and the purge of its checkpoints stand: the
+        record's status (null once removed), and the purge recorded when a killed record
+        with ``purge`` was removed or their retention ended, until whoever can write them
+        deleted them: pending (who it is handed to) or failed (every reason); null once
+        done. Read from ZooKeeper itself, the record first: any nimbus answers alike."""
+        return service.purge(name)
 
 
 def _add_history_route(
@@ -316,8 +326,10 @@ def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
         request: Request, name: PipelinePathName, body: KillRequest | None = None
     ) -> PipelineRecord:
         """Mark the pipeline KILLED; its record is removed after ``wait_secs``. Its
-        checkpoints are kept (a later submit of the name resumes), unless ``purge``. Needs
-        an owner of the pipeline, or an admin."""
+        checkpoints are kept (a later submit of the name resumes), unless ``purge``: then
+        the removal records their purge, carried out by whoever can write them, and
+        ``GET .../purge`` shows it until it is done. Needs an owner of the pipeline, or an
+        admin."""
         caller = caller_of(request.scope)
         if body is None:
             return service.kill(name, None, caller=caller)

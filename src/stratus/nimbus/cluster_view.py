@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from kazoo.client import KazooClient
 
+from stratus.api.purges import PurgeOutcome
 from stratus.api.records import (
     LeaderInfo,
     NimbusRegistration,
@@ -51,13 +52,24 @@ class ClusterView:
             client, paths.supervisors, SupervisorSummary, self._bump
         )
         self._cordons = WatchedChildren(client, paths.cordons, SupervisorCordon, self._bump)
+        # a supervisor's answer to a purge: the leader's duties look at it at once
+        self._purge_outcomes = WatchedChildren(
+            client, paths.purge_outcomes, PurgeOutcome, self._bump
+        )
 
     def start(self) -> None:
-        for watched in (self._nimbuses, self._pipelines, self._supervisors, self._cordons):
+        for watched in (
+            self._nimbuses,
+            self._pipelines,
+            self._supervisors,
+            self._cordons,
+            self._purge_outcomes,
+        ):
             watched.start()
 
     def subscribe(self, listener: Callable[[], None]) -> None:
-        """Call ``listener`` after every change of nimbuses, pipelines, supervisors or cordons.
+        """Call ``listener`` after every change of nimbuses, pipelines, supervisors, cordons
+        or purge outcomes.
 
         It runs on kazoo's event thread, so it must not block.
         """

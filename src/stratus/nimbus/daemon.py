@@ -28,6 +28,7 @@ from kazoo.client import KazooClient
 
 from stratus import __version__
 from stratus.api.clock import Clock
+from stratus.api.purges import nimbus_party
 from stratus.api.records import NimbusRegistration, PipelineRecord, PipelineStatus
 from stratus.codedist.code_sync import CodeSync
 from stratus.codedist.distributor import CodeDistributor, CodeMeta
@@ -47,6 +48,7 @@ from stratus.nimbus.cordons import CordonTable, DrainMemory
 from stratus.nimbus.duties.checkpoint_retention import ExpireKeptCheckpoints
 from stratus.nimbus.duties.killed import RemoveKilled
 from stratus.nimbus.duties.lost_code import FailLostCode
+from stratus.nimbus.duties.purges import CarryOutPurges, PurgeOrders
 from stratus.nimbus.duties.replication import ActivateReplicated
 from stratus.nimbus.duties.round import DutyRound
 from stratus.nimbus.duties.scheduling import SchedulingDuty
@@ -64,6 +66,7 @@ from stratus.nimbus.metrics import NimbusMetrics
 from stratus.nimbus.pipeline_metrics import PipelineMetrics
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.placement import Placement
+from stratus.nimbus.purge_plan import PurgeBy
 from stratus.nimbus.readiness import CodeReadiness
 from stratus.nimbus.service import NimbusService
 from stratus.nimbus.settings import HAMode, NimbusSettings
@@ -353,6 +356,16 @@ class Nimbus:
             cordons=cordons,
             drains=drains,
         )
+        purges = CarryOutPurges(
+            PurgeOrders(self.session.client, self.paths),
+            checkpoint_root=self.conf.checkpoint_root(),
+            by=PurgeBy(self.conf.pipeline_checkpoint_purge_by),
+            here=nimbus_party(self.address),
+            live=self.view.supervisors,
+            wall=self._wall,
+        )
+        purges.report_while(lambda: self._leading_epoch() is not None)
+        self.metrics.declare_purges(purges.count)
         duties = DutyRound(
             [
                 self.removal,
@@ -363,6 +376,7 @@ class Nimbus:
                     wall=self._wall,
                     clock=self._clock,
                 ),
+                purges,
                 ActivateReplicated(self.view.pipelines, self.distributor, ops),
                 FailLostCode(self.code_sync.lost, ops),
                 scheduling,

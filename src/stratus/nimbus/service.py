@@ -23,18 +23,22 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
 
+from kazoo.exceptions import KazooException
+
 from stratus.api.clock import Clock
 from stratus.api.echo import echo
 from stratus.api.errors import (
     InvalidRequestError,
     NoLogError,
     NotLeaderError,
+    UnavailableError,
     UnknownPipelineError,
     UnknownSupervisorError,
 )
 from stratus.api.names import check_pipeline_name
 from stratus.api.overview import SupervisorList, SupervisorStatus, WorkersOverview
 from stratus.api.pipeline_conf import validate_pipeline_conf
+from stratus.api.purges import PurgeStatus
 from stratus.api.records import (
     Assignment,
     ClusterSummary,
@@ -160,6 +164,16 @@ class NimbusService:
         if record is None:
             raise UnknownPipelineError(f"unknown pipeline {name!r}")
         return record
+
+    def purge(self, name: str) -> PurgeStatus:
+        """Where ``name``'s removal and the purge of its checkpoints stand, read from
+        ZooKeeper itself (any nimbus answers as the leader would, whatever its view)."""
+        check_pipeline_name(name)
+        try:
+            return self._ops.purge_status(name)
+        except KazooException as exc:
+            why = f"ZooKeeper is unreachable ({type(exc).__name__}); retry"
+            raise UnavailableError(why) from None
 
     def workers(self, name: str) -> PipelineWorkers:
         """Where the pipeline runs and its workers' last heartbeats, read from the stores;
