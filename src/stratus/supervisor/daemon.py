@@ -55,6 +55,7 @@ from stratus.supervisor.heartbeat_publisher import HeartbeatPublisher, Heartbeat
 from stratus.supervisor.launcher import WorkerLauncher
 from stratus.supervisor.metrics import SupervisorMetrics
 from stratus.supervisor.outage_watch import PROBE_TIMEOUT_SECS, OutageWatch
+from stratus.supervisor.purges import start_purger
 from stratus.supervisor.registration import SupervisorRegistration
 from stratus.supervisor.requirements_env import RequirementEnvs
 from stratus.supervisor.run_as import UserPool
@@ -241,6 +242,7 @@ class Supervisor:
             users=users,
         )
         self._build_loop(launcher, warm)
+        self._opened.append(start_purger(client, self.paths, self.settings, users).close)
         self._start_threads()
 
     def _start_endpoint(self) -> None:

@@ -45,11 +45,13 @@ from stratus.supervisor.worker_access import (
     prepare_worker,
     resolve_user,
 )
+from stratus.worker.checkpoints import remove_checkpoints
 from stratus.worker.spec import write_atomically
 
 log = logging.getLogger(__name__)
 
 LAUNCHER_TIMEOUT_SECS = 10.0  # a signal or a clean-up through the launcher
+PURGE_TIMEOUT_SECS = 600.0  # a purge of a pipeline's checkpoints through the launcher
 
 
 class UserSwitch(Protocol):
@@ -78,6 +80,11 @@ class UserSwitch(Protocol):
     ) -> None: ...
 
     def kill_all(self, user: WorkerUser) -> None: ...
+
+    def purge_checkpoints(self, root: str, pipeline: str) -> None:
+        """Delete ``<root>/<pipeline>`` with the rights over every worker user's files (a
+        purge that the supervisor's own rights could not do); WorkerUserError if refused."""
+        ...
 
 
 class DirectSwitch:
@@ -126,6 +133,9 @@ class DirectSwitch:
     def kill_all(self, user: WorkerUser) -> None:
         kill_user_processes(user.uid)
 
+    def purge_checkpoints(self, root: str, pipeline: str) -> None:
+        remove_checkpoints(root, pipeline)  # as root: the worker users' files too
+
 
 class SudoSwitch:
     """The supervisor is not root: each step is the worker launcher, run through sudo."""
@@ -168,6 +178,26 @@ class SudoSwitch:
 
     def kill_all(self, user: WorkerUser) -> None:
         self._run(["kill-user", user.name])
+
+    def purge_checkpoints(self, root: str, pipeline: str) -> None:
+        """The launcher deletes ``<its pipeline.checkpoint.root>/<pipeline>``, if that root is
+        ``root``: it never takes a root from its caller."""
+        args = [*self._command, "purge", pipeline, root]
+        try:
+            done = subprocess.run(
+                args,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=PURGE_TIMEOUT_SECS,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise WorkerUserError(f"the worker launcher could not purge: {exc!r}") from None
+        if done.returncode != 0:
+            error = done.stderr.decode(errors="replace").strip()[-500:]
+            raise WorkerUserError(
+                f"the worker launcher refused to purge (exit {done.returncode}): {error}"
+            )
 
     def _run(self, args: list[str]) -> None:
         try:
