@@ -14,8 +14,8 @@ supervisor its own ``SupervisorHeartbeat`` through the cluster state store.
 Records evolve across releases by addition (docs/upgrades.md): a field an older writer did
 not write takes its default, a field this release does not know is ignored on a read and,
 in the records the leader reads and writes back (``PipelineRecord`` with its
-``PendingUpdate``, ``LeaderTerm``), kept on the rewrite, so a leader of the previous
-release never drops what a newer one wrote::
+``PendingUpdate``, ``LeaderTerm``, ``SupervisorCordon``), kept on the rewrite, so a leader
+of the previous release never drops what a newer one wrote::
 
     record = PipelineRecord.model_validate_json(raw)   # a newer writer's fields kept aside
     record.model_copy(update={"status": ...}).encode()  # ... and written back with it
@@ -257,7 +257,7 @@ class SupervisorSummary(_Record):
     endpoint_tls: bool = Field(default=False, description="its endpoint serves https")
 
 
-class SupervisorCordon(_Record):
+class SupervisorCordon(_Record, _Rewritten):
     """A supervisor that takes no new pipeline: ``<root>/cordons/<id>``.
 
     The cluster's state, not the supervisor process's: written by the leader in its fenced
