@@ -295,15 +295,25 @@ class UpgradeCluster:
         successor.start()
         successor.wait_ready(STEP_SECS)
 
-    def replace_supervisor(self, sid: str, python: Path | None) -> Iterator[None]:
+    def replace_supervisor(self, sid: str, python: Path | None, *, drain: bool) -> Iterator[None]:
+        """Stop the supervisor (with ``drain``, once the leader moved its pipelines away)
+        and start it on ``python``."""
+        client = self.pipelines.client
+        if drain:
+            client.drain(sid)
+            assert client.wait_drained(sid, timeout=BATCH_SECS).done
         self.pipelines.supervisors[sid].stop()
         yield
         successor = self.pipelines.supervisors[sid] = self.supervisor(sid, python)
         successor.start()
         successor.wait_ready(STEP_SECS)
+        if drain:
+            client.uncordon(sid)
 
-    def restart_host_by_host(self, python: Path | None, label: str) -> None:
-        """Every daemon, in the order of docs/upgrades.md, to ``python``'s stratus."""
+    def restart_host_by_host(self, python: Path | None, label: str, *, drain: bool) -> None:
+        """Every daemon, in the order of docs/upgrades.md, to ``python``'s stratus; with
+        ``drain``, each supervisor drained before its restart (from 0.1.0, whose workers
+        stop with it)."""
         for index in range(len(self.ensemble.servers)):
             self.step(f"zookeeper {index + 1}", self.restart_zookeeper(index))
         leader = self.leader()
@@ -312,7 +322,8 @@ class UpgradeCluster:
         self.step(f"leading nimbus to {label}", self.replace_nimbus(leader, python))
         assert self.leader().port == standby.port  # the failover went to the replaced one
         for sid in SUPERVISORS:
-            self.step(f"supervisor {sid} to {label}", self.replace_supervisor(sid, python))
+            restart = self.replace_supervisor(sid, python, drain=drain)
+            self.step(f"supervisor {sid} to {label}", restart)
 
     def feed_and_drain(self, feeder: Feeder, first_id: int) -> int:
         """Stop ``feeder`` (its flush closes every window) and wait until every event it fed
@@ -467,7 +478,7 @@ def test_a_rolling_upgrade_from_0_1_0_keeps_one_leader_and_every_row_once(
     try:
         wait_until(lambda: cluster.count("batch_committed") > 0, BATCH_SECS, "a first batch")
         assert_read_by_this_release(cluster.snapshot_records(cluster.workdir / "records-0.1.0"))
-        cluster.restart_host_by_host(None, __version__)
+        cluster.restart_host_by_host(None, __version__, drain=True)
         assert versions(cluster) == {__version__}
     except BaseException:
         feeder.halt()
@@ -564,7 +575,7 @@ def test_a_rolling_restart_from_0_2_0_keeps_every_worker_running(
     feeder = Feeder(cluster.shared / "input", fed=first_id)
     feeder.start()
     try:
-        cluster.restart_host_by_host(None, f"{__version__} again")
+        cluster.restart_host_by_host(None, f"{__version__} again", drain=False)
     except BaseException:
         feeder.halt()
         raise
