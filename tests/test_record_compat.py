@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from stratus.api.purges import PurgeCause, PurgeOrder
 from stratus.api.records import (
     Assignment,
     AssignmentChange,
@@ -28,6 +29,8 @@ from stratus.api.records import (
     WorkerHeartbeat,
     WorkerState,
 )
+from stratus.coordination.coordinator import Coordinator
+from stratus.nimbus.duties.purges import PurgeOrders
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
@@ -184,6 +187,36 @@ def test_the_leaders_rewrite_keeps_the_fields_a_newer_release_wrote(
     shown = httpx.get(f"{url}/api/v1/pipelines/newer").json()
     assert not set(FROM_A_NEWER_RELEASE) & set(shown)
     assert "canary" not in shown["update"]
+
+
+def test_the_leaders_write_of_a_purge_order_keeps_what_a_newer_release_wrote(
+    zk_hosts: str,
+) -> None:
+    """A purge order is read and written back at every step of the purge: the fields a newer
+    release wrote into it, at the top and in its failed attempts, stay."""
+    coordinator = Coordinator.standalone(zk_hosts, session_timeout=4.0).start()
+    try:
+        client = coordinator.session.client
+        paths = ClusterPaths("/stratus")
+        for parent in paths.all_parents():
+            client.ensure_path(parent)
+        term = coordinator.nominate("nimbus", "leader", timeout=10)
+        order = PurgeOrder(
+            pipeline="p", root="/checkpoints", cause=PurgeCause.KILL, requested=1.0, epoch=0
+        )
+        attempt = {"by": "supervisor s1", "attempt": 1, "error": "denied", "uid": 1001}
+        newer = {**json.loads(order.encode()), "priority": "high", "failed": [attempt]}
+        client.create(paths.purge("p"), json.dumps(newer).encode())
+        orders = PurgeOrders(client, paths)
+
+        read, version = orders.orders()["p"]
+        assert orders.write(term, read.model_copy(update={"attempt": 2}), version)
+
+        stored = json.loads(client.get(paths.purge("p"))[0])
+        assert stored["attempt"] == 2 and stored["epoch"] == term.epoch
+        assert stored["priority"] == "high" and stored["failed"] == [attempt]
+    finally:
+        coordinator.close()
 
 
 def status_of(url: str, name: str) -> str | None:

@@ -13,9 +13,10 @@ supervisor its own ``SupervisorHeartbeat`` through the cluster state store.
 
 Records evolve across releases by addition (docs/upgrades.md): a field an older writer did
 not write takes its default, a field this release does not know is ignored on a read and,
-in the records the leader reads and writes back (``PipelineRecord`` with its
-``PendingUpdate``, ``LeaderTerm``, ``SupervisorCordon``), kept on the rewrite, so a leader
-of the previous release never drops what a newer one wrote::
+in the records the leader reads and writes back (``RewrittenRecord``: ``PipelineRecord``
+with its ``PendingUpdate``, ``LeaderTerm``, ``SupervisorCordon``, the purge orders of
+``stratus.api.purges``), kept on the rewrite, so a leader of the previous release never
+drops what a newer one wrote::
 
     record = PipelineRecord.model_validate_json(raw)   # a newer writer's fields kept aside
     record.model_copy(update={"status": ...}).encode()  # ... and written back with it
@@ -78,7 +79,7 @@ class _Record(BaseModel):
         return self.model_dump_json(context={STORED: True}).encode()
 
 
-class _Rewritten(BaseModel):
+class RewrittenRecord(BaseModel):
     """A record that is read, changed and written back: the fields a newer release wrote,
     which this one does not know, are kept aside on the read and written back with it
     (``encode``); they are never shown in an answer of the API, whose redaction of secrets
@@ -91,7 +92,7 @@ class _Rewritten(BaseModel):
     @classmethod
     def _keep_unknown(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
         record = handler(data)
-        if isinstance(data, dict) and isinstance(record, _Rewritten):
+        if isinstance(data, dict) and isinstance(record, RewrittenRecord):
             unknown = {key: value for key, value in data.items() if key not in cls.model_fields}
             if unknown:
                 record._unknown = unknown
@@ -110,7 +111,7 @@ class _Rewritten(BaseModel):
         return dict(self._unknown)
 
 
-class PendingUpdate(_Rewritten):
+class PendingUpdate(RewrittenRecord):
     """New code for a running pipeline, waiting for ``replication_required`` copies."""
 
     digest: str = Field(description="sha256 of the new package, hex")
@@ -133,7 +134,7 @@ class PendingUpdate(_Rewritten):
     )
 
 
-class PipelineRecord(_Record, _Rewritten):
+class PipelineRecord(_Record, RewrittenRecord):
     """One pipeline, as ``<root>/pipelines/<name>`` holds it."""
 
     name: str
@@ -257,7 +258,7 @@ class SupervisorSummary(_Record):
     endpoint_tls: bool = Field(default=False, description="its endpoint serves https")
 
 
-class SupervisorCordon(_Record, _Rewritten):
+class SupervisorCordon(_Record, RewrittenRecord):
     """A supervisor that takes no new pipeline: ``<root>/cordons/<id>``.
 
     The cluster's state, not the supervisor process's: written by the leader in its fenced
@@ -520,7 +521,7 @@ class LeaderInfo(BaseModel):
     epoch: int | None
 
 
-class LeaderTerm(_Record, _Rewritten):
+class LeaderTerm(_Record, RewrittenRecord):
     """One term of a nimbus's leadership, as the winner recorded it (``leader-terms/``).
 
     ``failover_secs`` is how long the winner took from seeing the previous leader's slot
