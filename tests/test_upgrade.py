@@ -41,7 +41,6 @@ from stratus import __version__
 from stratus.api.records import (
     Assignment,
     AssignmentChange,
-    LeaderInfo,
     LeaderTerm,
     NimbusRegistration,
     PipelineRecord,
@@ -60,6 +59,7 @@ from stratus.chaos.oracle import (
     streaming_expected,
 )
 from stratus.config import StratusConfig
+from stratus.ha.protocol import STATUS_PATH, HAState, ServiceStatus
 from stratus.local.examples_io import FLUSH_AHEAD, Feeder, read_rows, window_count_total
 from stratus.local.processes import NimbusProcess, SupervisorProcess
 from stratus.zk.ensemble import ZooKeeperEnsemble
@@ -162,9 +162,11 @@ def on_python(python: Path | None) -> list[str]:
 
 
 class LeaderWatch:
-    """Asks every nimbus who leads, again and again, on a thread; keeps each nimbus's claim
-    to lead itself, in the order seen. Two leaders show as a term claimed by two nimbuses,
-    or an older term claimed after a newer one."""
+    """Asks every nimbus, again and again on a thread, whether it acts as the leader and
+    under which epoch (its HA status: the term its leadership controller accepted, not its
+    view of the election, which a nimbus that is stopping stops updating); keeps the claims
+    in the order seen. Two leaders show as a term claimed by two nimbuses, or an older term
+    claimed after a newer one."""
 
     def __init__(self, nimbuses: Sequence[NimbusProcess]) -> None:
         self._nimbuses = nimbuses
@@ -184,13 +186,12 @@ class LeaderWatch:
             while not self._stop.is_set():
                 for nimbus in list(self._nimbuses):
                     with contextlib.suppress(httpx.HTTPError, ValueError):
-                        info = LeaderInfo.model_validate_json(
-                            http.get(f"{nimbus.url}/api/v1/leader").content
-                        )
-                        claim = (nimbus.address, info.epoch)
-                        ours = info.address == nimbus.address and info.epoch is not None
-                        if ours and (not self.claims or self.claims[-1] != claim):
-                            self.claims.append((nimbus.address, int(info.epoch or 0)))
+                        answer = http.get(f"{nimbus.url}{STATUS_PATH}")
+                        status = ServiceStatus.model_validate_json(answer.content)
+                        if status.state is HAState.ACTIVE and status.epoch is not None:
+                            claim = (nimbus.address, status.epoch)
+                            if not self.claims or self.claims[-1] != claim:
+                                self.claims.append(claim)
                 self._stop.wait(POLL_SECS)
 
     def violations(self) -> list[str]:
@@ -302,7 +303,9 @@ class UpgradeCluster:
         if drain:
             client.drain(sid)
             assert client.wait_drained(sid, timeout=BATCH_SECS).done
-        self.pipelines.supervisors[sid].stop()
+        stopped = self.pipelines.supervisors[sid]
+        stopped.signal(signal.SIGTERM)  # as systemd stops its unit: the supervisor alone
+        stopped.wait(STEP_SECS)
         yield
         successor = self.pipelines.supervisors[sid] = self.supervisor(sid, python)
         successor.start()
@@ -406,6 +409,10 @@ def cluster(
         *cluster_options(workdir / "shared" / "checkpoints"),
         "-c", f"history.file={workdir / 'history.jsonl'}",
         "-c", "pipeline.min.replication.count=2",  # both nimbuses hold the code: either leads
+        # the defaults, not the tests' short ones: a supervisor's restart (seconds on a loaded
+        # machine) must end within its lease and before the leader's fence of its silence
+        "-c", "nimbus.supervisor.timeout.secs=10",
+        "-c", "supervisor.fence.timeout.secs=6",
     ]  # fmt: skip
     nimbuses = NimbusCluster(zk_connect, "/stratus", workdir, 2, options)
     nimbuses.nimbuses = [  # the same ports and directories, on 0.1.0
