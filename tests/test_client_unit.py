@@ -16,6 +16,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
+from stratus import __version__
 from stratus.api import errors as nimbus_errors
 from stratus.api.errors import ApiError
 from stratus.api.records import (
@@ -602,6 +603,39 @@ def test_cli_cluster_marks_the_leader(cluster):
     standby_row = next(line for line in result.stdout.splitlines() if "1m 30s" in line)
     assert "standby" in standby_row
     assert "abababababab" in result.stdout  # the digest prefix of the pipeline
+
+
+def test_cli_version_shows_each_nimbus_release_the_leader_first(cluster):
+    """Mid-upgrade, ``stratus version --cluster`` tells which nimbus runs which release."""
+    old, new = "0.1.0", "0.2.0"
+    summary = ClusterSummary(
+        nimbuses=[
+            NimbusSummary(host="10.0.0.1", port=6627, uptime_secs=9, is_leader=False, version=old),
+            NimbusSummary(host="10.0.0.2", port=6627, uptime_secs=9, is_leader=True, version=new),
+        ],
+        supervisors=[],
+        pipelines=[],
+        leader=LeaderInfo(address=B, epoch=7),
+    )
+    cluster.nimbuses[A] = Nimbus(answers=[ok(summary), ok(summary)])
+
+    shown = run_cli(cluster, "version", "--cluster")
+    as_json = run_cli(cluster, "version", "--cluster", "--json")
+    alone = run_cli(cluster, "version")
+
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.splitlines() == [
+        f"client {__version__}",
+        "nimbus 10.0.0.2:6627 0.2.0 (leader)",
+        "nimbus 10.0.0.1:6627 0.1.0 (standby)",
+    ]
+    assert json.loads(as_json.stdout) == {
+        "client": __version__,
+        "10.0.0.2:6627": "0.2.0",
+        "10.0.0.1:6627": "0.1.0",
+    }
+    assert alone.stdout.splitlines() == [f"client {__version__}"]
+    assert len(cluster.requests) == 2  # without --cluster, no nimbus is asked
 
 
 def test_cli_rejects_conf_that_is_not_key_value(cluster, tmp_path):

@@ -10,6 +10,7 @@ dead; workers' outcomes make pipelines FINISHED or FAILED and their assignments 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -580,6 +581,22 @@ def test_cordoning_twice_changes_nothing_and_a_cordon_keeps_a_drain(cluster):
     assert drained.drain and drained.at == 1.0 and drained.by == "ops"
     assert cluster.cordons.put(cluster.term, "s1", by="ops", drain=False, now=4.0) == drained
     assert cluster.cordons.read_all() == {"s1": drained}
+
+
+def test_a_drain_keeps_what_a_newer_release_wrote_into_the_cordon(cluster):
+    """The cordon is read and written back: fields this release does not know survive it
+    (docs/upgrades.md)."""
+    cluster.cordons.put(cluster.term, "s1", by="ops", drain=False, now=1.0)
+    client = cluster.coordinator.session.client
+    path = PATHS.cordon("s1")
+    data, stat = client.get(path)
+    client.set(path, json.dumps({**json.loads(data), "until": 99.0}).encode(), stat.version)
+
+    drained = cluster.cordons.put(cluster.term, "s1", by="other", drain=True, now=3.0)
+
+    stored = json.loads(client.get(path)[0])
+    assert stored["drain"] and stored["by"] == "ops" and stored["until"] == 99.0
+    assert drained.unknown_fields == {"until": 99.0}
 
 
 def test_a_deposed_leader_cannot_cordon(cluster):

@@ -23,7 +23,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from stratus.api.names import PipelineName
-from stratus.api.records import PipelineStatus
+from stratus.api.records import STORED, PipelineStatus, RewrittenRecord
 
 MAX_ATTEMPTS_KEPT = 8  # the newest failed attempts an order remembers
 
@@ -38,20 +38,19 @@ class PurgeState(StrEnum):
     FAILED = "failed"  # everyone who could try failed; tried again later (``retry_at``)
 
 
-class FailedAttempt(BaseModel):
+class FailedAttempt(RewrittenRecord):
     """One party's failed try: who, in which attempt, and why."""
-
-    model_config = ConfigDict(frozen=True)
 
     by: str  # "nimbus <host:port>" or "supervisor <id>"
     attempt: int
     error: str
 
 
-class PurgeOrder(BaseModel):
-    """``<root>/purges/<pipeline>``: the checkpoints ``<root>/<pipeline>`` are to go."""
+class PurgeOrder(RewrittenRecord):
+    """``<root>/purges/<pipeline>``: the checkpoints ``<root>/<pipeline>`` are to go.
 
-    model_config = ConfigDict(frozen=True)
+    The leader reads it and writes it back at every step: what a newer release wrote into
+    it is kept (``RewrittenRecord``)."""
 
     pipeline: PipelineName
     id: str = Field(
@@ -77,7 +76,7 @@ class PurgeOrder(BaseModel):
     )
 
     def encode(self) -> bytes:
-        return self.model_dump_json().encode()
+        return self.model_dump_json(context={STORED: True}).encode()
 
     def tried_by(self) -> set[str]:
         return {attempt.by for attempt in self.failed}

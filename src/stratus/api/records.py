@@ -10,6 +10,16 @@ FAILED, with the reason; a batch pipeline whose function returned becomes FINISH
 The leader runs each ACTIVE pipeline through an ``Assignment`` (``<root>/assignments/<name>``)
 naming one supervisor; that supervisor's worker reports a ``WorkerHeartbeat`` and the
 supervisor its own ``SupervisorHeartbeat`` through the cluster state store.
+
+Records evolve across releases by addition (docs/upgrades.md): a field an older writer did
+not write takes its default, a field this release does not know is ignored on a read and,
+in the records the leader reads and writes back (``RewrittenRecord``: ``PipelineRecord``
+with its ``PendingUpdate``, ``LeaderTerm``, ``SupervisorCordon``, the purge orders of
+``stratus.api.purges``), kept on the rewrite, so a leader of the previous release never
+drops what a newer one wrote::
+
+    record = PipelineRecord.model_validate_json(raw)   # a newer writer's fields kept aside
+    record.model_copy(update={"status": ...}).encode()  # ... and written back with it
 """
 
 from __future__ import annotations
@@ -17,7 +27,20 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    ValidatorFunctionWrapHandler,
+    computed_field,
+    model_serializer,
+    model_validator,
+)
+
+STORED = "stored"  # the serialization context's key of a record written to its store
 
 
 class PipelineStatus(StrEnum):
@@ -52,14 +75,44 @@ class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     def encode(self) -> bytes:
-        """The record as stored in a znode."""
-        return self.model_dump_json().encode()
+        """The record as stored in a znode (with the fields a newer writer added, if kept)."""
+        return self.model_dump_json(context={STORED: True}).encode()
 
 
-class PendingUpdate(BaseModel):
-    """New code for a running pipeline, waiting for ``replication_required`` copies."""
+class RewrittenRecord(BaseModel):
+    """A record that is read, changed and written back: the fields a newer release wrote,
+    which this one does not know, are kept aside on the read and written back with it
+    (``encode``); they are never shown in an answer of the API, whose redaction of secrets
+    knows only this release's fields."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
+    _unknown: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_unknown(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        record = handler(data)
+        if isinstance(data, dict) and isinstance(record, RewrittenRecord):
+            unknown = {key: value for key, value in data.items() if key not in cls.model_fields}
+            if unknown:
+                record._unknown = unknown
+        return record
+
+    @model_serializer(mode="wrap")
+    def _with_unknown(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        data = handler(self)
+        if self._unknown and info.context and info.context.get(STORED):
+            return {**self._unknown, **data}
+        return data
+
+    @property
+    def unknown_fields(self) -> dict[str, Any]:
+        """What a newer release wrote into this record that this one does not know."""
+        return dict(self._unknown)
+
+
+class PendingUpdate(RewrittenRecord):
+    """New code for a running pipeline, waiting for ``replication_required`` copies."""
 
     digest: str = Field(description="sha256 of the new package, hex")
     size_bytes: int
@@ -81,7 +134,7 @@ class PendingUpdate(BaseModel):
     )
 
 
-class PipelineRecord(_Record):
+class PipelineRecord(_Record, RewrittenRecord):
     """One pipeline, as ``<root>/pipelines/<name>`` holds it."""
 
     name: str
@@ -205,7 +258,7 @@ class SupervisorSummary(_Record):
     endpoint_tls: bool = Field(default=False, description="its endpoint serves https")
 
 
-class SupervisorCordon(_Record):
+class SupervisorCordon(_Record, RewrittenRecord):
     """A supervisor that takes no new pipeline: ``<root>/cordons/<id>``.
 
     The cluster's state, not the supervisor process's: written by the leader in its fenced
@@ -468,7 +521,7 @@ class LeaderInfo(BaseModel):
     epoch: int | None
 
 
-class LeaderTerm(_Record):
+class LeaderTerm(_Record, RewrittenRecord):
     """One term of a nimbus's leadership, as the winner recorded it (``leader-terms/``).
 
     ``failover_secs`` is how long the winner took from seeing the previous leader's slot

@@ -36,6 +36,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from stratus import __version__
 from stratus.api.echo import printable
 from stratus.api.records import (
     AssignmentHistory,
@@ -43,6 +44,7 @@ from stratus.api.records import (
     CordonStatus,
     LeaderInfo,
     LeaderTerms,
+    NimbusSummary,
     PipelineRecord,
     PipelineStatus,
     PipelineWorkers,
@@ -586,6 +588,34 @@ def drain(
     _print_cordon(status, as_json)
 
 
+@click.command()
+@click.option(
+    "--cluster",
+    "ask_cluster",
+    is_flag=True,
+    help="Also ask the nimbuses theirs (the leader's first): a rolling upgrade shows both.",
+)
+@_json_option
+@timeout_option
+@with_config
+def version(ask_cluster: bool, as_json: bool, conf: StratusConfig) -> None:
+    """Show this install's version and, with --cluster, each nimbus's."""
+    nimbuses: list[NimbusSummary] = []
+    if ask_cluster:
+        with _client(conf) as client:
+            nimbuses = sorted(client.cluster().nimbuses, key=lambda n: not n.is_leader)
+    if as_json:
+        shown = {"client": __version__}
+        if ask_cluster:
+            shown |= {f"{n.host}:{n.port}": n.version for n in nimbuses}
+        click.echo(json.dumps(shown, indent=2))
+        return
+    click.echo(f"client {__version__}")
+    for nimbus in nimbuses:
+        role = "leader" if nimbus.is_leader else "standby"
+        click.echo(f"nimbus {nimbus.host}:{nimbus.port} {nimbus.version} ({role})")
+
+
 CLIENT_COMMANDS = (
     submit,
     update,
@@ -603,6 +633,7 @@ CLIENT_COMMANDS = (
     cordon,
     uncordon,
     drain,
+    version,
 )
 
 

@@ -65,14 +65,20 @@ class CordonTable:
         current, version = self._read(supervisor)
         if current is not None and (current.drain or not drain):
             return current
-        cordon = SupervisorCordon(
-            supervisor=supervisor,
-            at=current.at if current is not None else now,
-            epoch=term.epoch,
-            by=current.by if current is not None else by,
-            drain=drain,
-            drain_at=now if drain else None,
-        )
+        drain_at = now if drain else None
+        if current is None:
+            cordon = SupervisorCordon(
+                supervisor=supervisor,
+                at=now,
+                epoch=term.epoch,
+                by=by,
+                drain=drain,
+                drain_at=drain_at,
+            )
+        else:  # what a newer release wrote into it is kept
+            cordon = current.model_copy(
+                update={"epoch": term.epoch, "drain": drain, "drain_at": drain_at}
+            )
         tx = term.transaction()
         path = self._paths.cordon(supervisor)
         if current is None:

@@ -44,9 +44,14 @@ HEARTBEAT_FILE_MODE = 0o640
 
 
 class WorkerSpec(BaseModel):
-    """Everything a worker needs to run one pipeline; written by its supervisor."""
+    """Everything a worker needs to run one pipeline; written by its supervisor.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    Read by the worker and, once it runs, by a supervisor that adopts it, which may be of
+    the next release or, after a rollback, of the previous one: fields the reader does not
+    know are ignored (docs/upgrades.md), those it knows and that were not written take their
+    defaults."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     pipeline: str
     supervisor: str
