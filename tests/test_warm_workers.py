@@ -163,7 +163,7 @@ def warm_supervisor(cluster: Cluster, **extra: Any) -> Iterator[Supervisor]:
     try:
         yield supervisor
     finally:
-        supervisor.stop()
+        supervisor.stop(workers=True)
 
 
 def warm_pids(supervisor: Supervisor) -> list[int]:
@@ -269,7 +269,7 @@ def test_without_the_setting_no_warm_worker_runs(cluster) -> None:
         assert supervisor.warm is None
         assert not (supervisor.local_dir / "warm").exists()
     finally:
-        supervisor.stop()
+        supervisor.stop(workers=True)
 
 
 # ---------------------------------------------------------------------- on real Spark
@@ -309,7 +309,7 @@ def test_a_pipeline_runs_in_a_warm_spark_worker_and_a_killed_supervisor_leaves_n
         supervisor.kill()  # SIGKILL: its workers see EOF on their stdin
         wait_until(all_gone(processes), 60, "the worker and its JVM to exit")
     finally:
-        supervisor.stop()
+        supervisor.stop(workers=True)
 
 
 def _read(path: Path) -> str:

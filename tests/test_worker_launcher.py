@@ -414,7 +414,7 @@ def test_a_supervisor_refuses_worker_users_that_cannot_reach_its_directory(
         supervisor = Supervisor(conf, worker_command=cluster.worker_command)
         with pytest.raises(SupervisorStartError, match=r"closed to them \(no o\+x\)"):
             supervisor.start()
-        supervisor.stop()
+        supervisor.stop(workers=True)
 
 
 # ---------------------------------------------------------------------- through sudo, for real

@@ -7,8 +7,10 @@ creates ``ready-<pid>`` in the pool's directory). When a worker is to start, the
 ``cold_reason`` whether its pipeline fits the warm session; if it does, ``hand_over`` writes
 its spec as for a cold start and gives the spec's path to a ready warm worker on its stdin, a pipe
 only the supervisor holds. From then on the process is that pipeline's worker like any
-other (a ``WorkerProcess``: its heartbeat file, its log, its stop and kill), and the pool
-starts another warm worker once a slot is free again.
+other (``HandedOver``: its heartbeat file, its log, its stop and kill), and the pool
+starts another warm worker once a slot is free again. Unlike a cold worker it stays the
+supervisor's own child and ends with it: a supervisor started again does not adopt it, but
+starts the pipeline anew (cold, then warm again).
 
 A warm worker that exits before a hand-over is replaced after a back-off that doubles at
 every such death in a row (up to ``MAX_BACKOFF_FACTOR`` times
@@ -20,7 +22,7 @@ which ends them (``stratus.worker.warm``)::
     pool = WarmPool(settings.warm, "local[*]", local_dir / "warm", env=env, log=log)
     pool.keep(free_slots)                   # every tick of the control loop
     cold_reason(spec, code, "local[*]")     # None: a warm worker can run it
-    pool.hand_over(spec, paths)             # a WorkerProcess, or None if none is ready
+    pool.hand_over(spec, paths)             # a HandedOver, or None if none is ready
     pool.stop()
 """
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -42,7 +45,7 @@ from stratus.process import Lifeline, ProcessGroup
 from stratus.supervisor.code_cache import PipelineCode
 from stratus.supervisor.settings import WarmSettings
 from stratus.supervisor.worker_log import LogPump, LogSettings, RunLog
-from stratus.supervisor.worker_process import WorkerPaths, WorkerProcess, prepare_run
+from stratus.supervisor.worker_process import WorkerPaths, prepare_run
 from stratus.worker.session_conf import static_mismatch
 from stratus.worker.spec import (
     WARM_READY_PREFIX,
@@ -55,6 +58,7 @@ log = logging.getLogger(__name__)
 WARM_MODULE = "stratus.worker.warm"
 WARM_LOG = "warm.log"  # every warm worker's output before its hand-over, under the pool's dir
 MAX_BACKOFF_FACTOR = 30.0
+LOG_DRAIN_SECS = 2.0  # after an exit, how long its last lines may take to reach the log
 
 
 def warm_command(master: str) -> list[str]:
@@ -76,6 +80,45 @@ def cold_reason(spec: WorkerSpec, code: PipelineCode, master: str) -> str | None
     if key is not None:
         return f"its static Spark conf key {key} is not the warm session's"
     return None
+
+
+class HandedOver:
+    """A warm worker handed a pipeline: that pipeline's worker (``RunningProcess``), the
+    supervisor's own child, its stdin a pipe only the supervisor holds: it stops with its
+    supervisor and is never adopted (a supervisor started again starts it cold)."""
+
+    def __init__(self, group: ProcessGroup, spec: WorkerSpec, pump: LogPump) -> None:
+        self._group = group
+        self._pump = pump
+        self.spec = spec
+        self.pid = group.pid
+        self.started_wall = time.time()
+        self._exit: int | None = None
+
+    def poll(self) -> int | None:
+        """None while it runs; its exit code once it exited (what is left of its process
+        group killed, its stdin closed, its last lines in the log)."""
+        if self._exit is not None:
+            return self._exit
+        code = self._group.poll()
+        if code is None:
+            return None
+        self._exit = code
+        self._group.signal_group(signal.SIGKILL)
+        self._group.close_lifeline()
+        self._pump.join(LOG_DRAIN_SECS)
+        return code
+
+    def terminate(self) -> None:
+        if self._exit is None:
+            self._group.signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        if self._exit is None:
+            self._group.signal_group(signal.SIGKILL)
+
+    def release(self) -> None:
+        """The supervisor leaves: its worker sees EOF on its stdin and stops."""
 
 
 @dataclass
@@ -126,7 +169,7 @@ class WarmPool:
         if len(self._warm) < wanted and now >= self._next_start:
             self._start()
 
-    def hand_over(self, spec: WorkerSpec, paths: WorkerPaths) -> WorkerProcess | None:
+    def hand_over(self, spec: WorkerSpec, paths: WorkerPaths) -> HandedOver | None:
         """Run ``spec`` in a warm worker that is ready (its Spark up); None if none is. The
         caller checked ``cold_reason``."""
         self._reap(self._clock())
@@ -153,7 +196,7 @@ class WarmPool:
                 warm.group.pid,
                 len(self._warm),
             )
-            return WorkerProcess(warm.group, spec, warm.pump)
+            return HandedOver(warm.group, spec, warm.pump)
         return None
 
     def stop(self) -> None:
