@@ -148,7 +148,9 @@ def test_a_supervisor_stopped_or_killed_and_started_again_adopts_its_running_wor
     cluster, how
 ) -> None:
     meta = cluster.code.upload("etl")
-    with supervisor_run(cluster) as run:
+    # A killed supervisor's session, and its registration, outlive the lease: the new one
+    # must not wait them out (it proved the old one dead: it holds the directory's lock).
+    with supervisor_run(cluster, **{"zookeeper.session.timeout.secs": 10.0}) as run:
         run.start()
         assignment = cluster.assign(meta)
         before = running_beat(cluster)
