@@ -39,6 +39,7 @@ from stratus.files import write_atomically
 from stratus.process import boot_id, same_process
 from stratus.supervisor.errors import AdoptionRefusedError, LocalDirLockedError
 from stratus.supervisor.worker_monitor import EXIT_FILE, PROCESS_FILE, ExitRecord, read_exit
+from stratus.worker.spec import WorkerSpec
 
 log = logging.getLogger(__name__)
 
@@ -131,21 +132,16 @@ class ProcessRecord(BaseModel):
         )
 
 
-def identity(
-    supervisor: str,
-    cluster: ClusterIdentity,
-    assignment: Assignment,
-    user: str | None,
-) -> dict[str, object]:
+def identity(cluster: ClusterIdentity, spec: WorkerSpec, user: str | None) -> dict[str, object]:
     """The fields of ``process.json`` that the supervisor gives its worker's monitor."""
     return {
-        "supervisor": supervisor,
+        "supervisor": spec.supervisor,
         "cluster": cluster.model_dump(),
-        "pipeline": assignment.pipeline,
-        "epoch": assignment.epoch,
-        "generation": assignment.generation,
-        "token": assignment.token.model_dump() if assignment.token is not None else None,
-        "digest": assignment.digest,
+        "pipeline": spec.pipeline,
+        "epoch": spec.epoch,
+        "generation": spec.generation,
+        "token": spec.token.model_dump(),
+        "digest": spec.digest,
         "user": user,
     }
 

@@ -341,7 +341,7 @@ class Supervisor:
             log=self.settings.log,
             warm=warm,
             users=users,
-            monitor=MonitorSettings(self.id, self.cluster, lifeline=not self.settings.adopt),
+            monitor=self._monitor_settings(),
         )
         self._build_loop(launcher, warm, self._adopted(users))
         self._start_threads()
@@ -464,10 +464,16 @@ class Supervisor:
             env=worker_environment(os.environ, spec.env_names, {}),
             log=self.settings.log,
             command=self._warm_command,
+            monitor=self._monitor_settings(),
         )
         self._opened.append(pool.stop)  # the loop stops it; this, if the loop never ran
         self.warm = pool
         return pool
+
+    def _monitor_settings(self) -> MonitorSettings:
+        """Who the workers' monitors say they belong to, and whether the supervisor holds
+        their stdin as a lifeline (``supervisor.worker.adopt`` false)."""
+        return MonitorSettings(self.id, self.cluster, lifeline=not self.settings.adopt)
 
     def _build_loop(
         self, launcher: WorkerLauncher, warm: WarmPool | None, adopted: dict[str, Adopted]

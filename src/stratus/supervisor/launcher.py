@@ -146,7 +146,6 @@ class WorkerLauncher:
                 env=env,
                 log=self._log,
                 monitor=self._monitor,
-                assignment=assignment,
             )
         run_as = self._users.take(spec.pipeline)
         env.update(worker_identity(run_as.user, paths.directory))
@@ -157,7 +156,6 @@ class WorkerLauncher:
             env=env,
             log=self._log,
             monitor=self._monitor,
-            assignment=assignment,
             run_as=run_as,
             checkpoint_dir=local_pipeline_directory(self._settings.checkpoint_root, spec.pipeline),
             history_file=self._settings.history.file,

@@ -15,6 +15,11 @@ environment may hold secrets; the monitor deletes it once read). The monitor:
 3. pumps the worker's stdout and stderr into its rotating log (``worker_log``);
 4. with ``lifeline`` (``supervisor.worker.adopt: false``), stops the worker at EOF on its own
    stdin, a pipe its supervisor holds: the worker then dies with its supervisor, as before;
+   with ``warm`` (a warm worker: ``warm_pool``), waits on its stdin for the hand-over, one
+   JSON line (``Handover``): it switches the log to the pipeline's run log, *then* gives the
+   warm worker the spec's path, and from then on records the worker in the pipeline's
+   directory; EOF before a hand-over (the supervisor is gone: nothing to adopt) SIGKILLs the
+   warm worker's group; after it, its stdin matters only as a lifeline;
 5. on SIGTERM, SIGINT or SIGHUP, sends SIGTERM to the worker (a stop, not its own death);
 6. once the worker exited: SIGKILL of what is left of its process group (through the switch
    for another user), the log's last lines written, ``DIR/exit.json`` written atomically
@@ -37,6 +42,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -67,6 +73,7 @@ class MonitorOrder:
     log_backups: int
     identity: dict[str, Any]  # who the worker is: copied into process.json
     lifeline: bool = False  # EOF on the monitor's stdin stops the worker
+    warm: bool = False  # a warm worker: the hand-over comes on the monitor's stdin
     group_kill: list[str] | None = None  # argv + [pid, "SIGKILL", "--all"]: via the switch
     pass_fds: list[int] = field(default_factory=list)
 
@@ -78,6 +85,19 @@ class ExitRecord:
     code: int  # negative: the signal that ended it
     ended: float  # wall time
     error: str | None = None  # the worker could not be started
+
+
+@dataclass(frozen=True)
+class Handover:
+    """The line a warm worker's monitor reads on its stdin: the pipeline it is handed."""
+
+    spec: str  # the worker's copy of the spec: its path goes to the warm worker's stdin
+    directory: str  # the pipeline's worker directory: process.json and exit.json go there
+    log_path: str  # the pipeline's run log, started by the supervisor
+    identity: dict[str, Any]
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self)).encode() + b"\n"
 
 
 def write_order(directory: Path, order: MonitorOrder) -> None:
@@ -144,20 +164,78 @@ def run(directory: Path, order: MonitorOrder) -> int:
     pump = LogPump(read_end, log)
     for signum in FORWARDED:
         signal.signal(signum, lambda _signum, _frame: group.signal(signal.SIGTERM))
-    if order.lifeline:
+    place = _Place(directory)
+    if order.warm:
+        threading.Thread(
+            target=_await_handover,
+            args=(group, pump, order, place),
+            name="handover",
+            daemon=True,
+        ).start()
+    elif order.lifeline:
         watch_for_eof(0, group.close_lifeline, name="supervisor-lifeline")
-    _write_process(directory, order, group.pid)
+    _write_process(directory, order.identity, group.pid)
     code = group.wait()
     _kill_rest(group, order.group_kill)
     group.close_lifeline()
     pump.join(LOG_DRAIN_SECS)
-    _write_exit(directory, code)
+    with place.lock:  # a hand-over is whole or did not happen
+        _write_exit(place.directory, code)
     return 0
 
 
-def _write_process(directory: Path, order: MonitorOrder, worker: int) -> None:
+class _Place:
+    """Where the worker is recorded: its own directory, the pipeline's after a hand-over."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.lock = threading.Lock()
+
+
+def _await_handover(group: ProcessGroup, pump: LogPump, order: MonitorOrder, place: _Place) -> None:
+    """A warm worker's monitor: read the hand-over on stdin and pass it on (see the module
+    docstring); EOF first kills the warm worker."""
+    line = _read_line(0)
+    stdin = group.process.stdin
+    if line is None or stdin is None:
+        group.signal_group(signal.SIGKILL)  # nothing handed over, nothing to keep
+        return
+    try:
+        handover = Handover(**json.loads(line))
+    except (ValueError, TypeError) as exc:
+        print(f"error: an unreadable hand-over ({exc}): the warm worker stops", file=sys.stderr)
+        group.signal_group(signal.SIGKILL)
+        return
+    settings = LogSettings(order.log_max_bytes, order.log_backups)
+    with place.lock:
+        pump.switch_to(RunLog(Path(handover.log_path), settings))  # before the spec
+        try:
+            stdin.write(f"{handover.spec}\n".encode())
+            stdin.flush()
+        except OSError:
+            return  # it died meanwhile: its exit is recorded in the pipeline's directory
+        finally:
+            place.directory = Path(handover.directory)
+        _write_process(place.directory, handover.identity, group.pid)
+    if order.lifeline:
+        _read_line(0, until_eof=True)
+        group.close_lifeline()
+
+
+def _read_line(fd: int, *, until_eof: bool = False) -> bytes | None:
+    """The first line read from ``fd`` (None: EOF first); with ``until_eof``, read on to EOF."""
+    buffer = b""
+    with contextlib.suppress(OSError):
+        while data := os.read(fd, 4096):
+            buffer += data
+            if b"\n" in buffer and not until_eof:
+                return buffer.split(b"\n", 1)[0]
+    return None
+
+
+def _write_process(directory: Path, identity: dict[str, Any], worker: int) -> None:
     record = {
-        **order.identity,
+        **identity,
         "monitor": {"pid": os.getpid(), "start": start_time(os.getpid())},
         "worker": {"pid": worker, "start": start_time(worker, zombie=True)},
         "boot_id": boot_id(),

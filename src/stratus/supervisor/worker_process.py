@@ -292,7 +292,6 @@ class WorkerProcess:
         *,
         env: Mapping[str, str],
         monitor: MonitorSettings,
-        assignment: Assignment,
         log: LogSettings | None = None,
         run_as: RunAs | None = None,
         checkpoint_dir: Path | None = None,
@@ -335,17 +334,16 @@ class WorkerProcess:
                 log_max_bytes=settings.max_bytes,
                 log_backups=settings.backups,
                 identity=identity(
-                    monitor.supervisor,
-                    monitor.cluster,
-                    assignment,
-                    run_as.user.name if run_as is not None else None,
+                    monitor.cluster, spec, run_as.user.name if run_as is not None else None
                 ),
                 lifeline=monitor.lifeline,
                 group_kill=group_kill,
                 pass_fds=[fd] if fd is not None else [],
             )
             try:
-                return cls._start_monitor(spec, paths, order, run_as)
+                process = start_monitor(paths.directory, order)
+                record = await_record(paths.directory, process, spec.pipeline)
+                return cls(paths.directory, record, spec, monitor=process, run_as=run_as)
             except BaseException:
                 if run_as is not None:
                     run_as.finished()
@@ -353,40 +351,6 @@ class WorkerProcess:
         finally:
             if fd is not None:
                 os.close(fd)  # the monitor holds its own copy
-
-    @classmethod
-    def _start_monitor(
-        cls, spec: WorkerSpec, paths: WorkerPaths, order: MonitorOrder, run_as: RunAs | None
-    ) -> WorkerProcess:
-        clear_monitor_files(paths.directory)
-        write_order(paths.directory, order)
-        with (paths.directory / MONITOR_LOG).open("ab") as out:
-            process = subprocess.Popen(
-                [sys.executable, "-m", MONITOR_MODULE, str(paths.directory)],
-                start_new_session=True,  # it outlives the supervisor and its group's signals
-                stdin=subprocess.PIPE if order.lifeline else subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                pass_fds=tuple(order.pass_fds),
-                cwd=paths.directory,
-            )
-        deadline = time.monotonic() + MONITOR_START_SECS
-        while True:
-            record = ProcessRecord.read(paths.directory)
-            ended = read_exit(paths.directory)
-            if record is not None:
-                return cls(paths.directory, record, spec, monitor=process, run_as=run_as)
-            if ended is not None or process.poll() is not None or time.monotonic() > deadline:
-                break
-            time.sleep(MONITOR_POLL_SECS)
-        if process.poll() is None:
-            process.kill()  # a worker it started would see EOF on its stdin and stop
-        process.wait()
-        why = ended.error if ended is not None and ended.error else "see its log"
-        raise WorkerStartError(
-            f"the worker monitor of {spec.pipeline} exited with code {process.returncode} "
-            f"before its worker ran ({why}; {paths.directory / MONITOR_LOG})"
-        )
 
     @classmethod
     def adopt(cls, found: Found, run_as: RunAs | None = None) -> WorkerProcess:
@@ -465,6 +429,50 @@ class WorkerProcess:
             self._worker.signal_group(signum)
         else:
             self._worker.signal(signum)
+
+
+def start_monitor(
+    directory: Path, order: MonitorOrder, *, pipe: bool | None = None
+) -> subprocess.Popen[bytes]:
+    """Start the monitor of the worker ``order`` describes, in ``directory``, in a session
+    of its own; its stdin a pipe the supervisor holds if ``pipe`` (by default: the order's
+    lifeline), else /dev/null."""
+    clear_monitor_files(directory)
+    write_order(directory, order)
+    with (directory / MONITOR_LOG).open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", MONITOR_MODULE, str(directory)],
+            start_new_session=True,  # it outlives the supervisor and its group's signals
+            stdin=subprocess.PIPE
+            if (order.lifeline if pipe is None else pipe)
+            else subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            pass_fds=tuple(order.pass_fds),
+            cwd=directory,
+        )
+
+
+def await_record(directory: Path, monitor: subprocess.Popen[bytes], what: str) -> ProcessRecord:
+    """The ``process.json`` the monitor writes in ``directory`` once its worker runs;
+    WorkerStartError (the monitor SIGKILLed) if it exits, or takes too long, first."""
+    deadline = time.monotonic() + MONITOR_START_SECS
+    while True:
+        record = ProcessRecord.read(directory)
+        if record is not None:
+            return record
+        ended = read_exit(directory)
+        if ended is not None or monitor.poll() is not None or time.monotonic() > deadline:
+            break
+        time.sleep(MONITOR_POLL_SECS)
+    if monitor.poll() is None:
+        monitor.kill()  # a worker it started sees EOF on its stdin and stops
+    monitor.wait()
+    why = ended.error if ended is not None and ended.error else "see its log"
+    raise WorkerStartError(
+        f"the worker monitor of {what} exited with code {monitor.returncode} before its "
+        f"worker ran ({why}; {directory / MONITOR_LOG})"
+    )
 
 
 def _history_descriptor(
