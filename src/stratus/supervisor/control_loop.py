@@ -573,6 +573,10 @@ class ControlLoop:
         )
         if self._warm is not None:
             self._warm.stop()
+        for found in self._adoptable.values():  # left running, never reconciled: they go too
+            found.process.kill()
+        self._adoptable.clear()
+        self._stop_orphans_now()
         for worker in self.workers.values():
             worker.stop(StopReason.SHUTDOWN)
         deadline = self._clock() + self._settings.timeouts.stop_secs + SHUTDOWN_MARGIN_SECS
