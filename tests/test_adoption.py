@@ -26,6 +26,7 @@ from stratus.supervisor.daemon import Supervisor
 from stratus.supervisor.errors import AdoptionRefusedError, LocalDirLockedError
 from stratus.supervisor.worker_monitor import EXIT_FILE, PROCESS_FILE
 from stratus.supervisor.worker_process import START_MARK, WorkerPaths
+from stratus.worker.lease_file import read_lease
 from stratus.worker.spec import read_heartbeat
 from tests.test_supervisor import FAST, Cluster
 from tests.zkfixtures import kazoo_client, process_gone, wait_until
@@ -50,9 +51,12 @@ SUPERVISOR_SCRIPT = """
 import sys
 from stratus.cli.daemon_run import run_daemon
 from stratus.config import load_config
+from stratus.logs import configure_daemon_logging
+from stratus.settings import log_settings
 from stratus.supervisor.daemon import STOP_WITH_WORKERS, Supervisor
 
 conf = load_config(overrides=sys.argv[2:], environ={})
+configure_daemon_logging(log_settings(conf))
 run_daemon(
     Supervisor(conf, worker_command=[sys.executable, sys.argv[1]]),
     ready=lambda d: f"supervisor {d.id} running",
@@ -159,9 +163,13 @@ def test_a_supervisor_stopped_or_killed_and_started_again_adopts_its_running_wor
         path = f"{cluster.root}/assignments/etl"
         written = cluster.zk.get(path)[1].mzxid
 
+        lease_file = cluster.tmp_path / "s1" / "lease"
+        handed = read_lease(lease_file)
         run.signal(signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
         run.wait()
         gone_at = time.time()
+        if how == "sigterm":  # its last heartbeat, written after the SIGTERM, renewed it
+            assert (read_lease(lease_file) or 0.0) > (handed or 0.0)
         assert not process_gone(before.pid)  # the worker runs on without its supervisor
         if how == "sigkill":
             wait_until(lambda: time.time() - gone_at >= 2.0, 5, "two seconds")

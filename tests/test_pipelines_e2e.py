@@ -240,10 +240,12 @@ def test_a_streaming_pipeline_runs_on_through_its_supervisors_restart_and_kill(
 ):
     """SIGTERM and start again, then kill -9 and start 2 s later: the same worker process
     commits batches throughout, every record once, and the pipeline is never reassigned."""
+    # A lease of 8 s: beside a Spark JVM on a small machine a supervisor's start is slower
+    # than the 6 s bound that test_adoption holds with stand-in workers.
     lease = [
-        "-c", "supervisor.fence.timeout.secs=6",
-        "-c", "nimbus.supervisor.timeout.secs=10",
-        "-c", "zookeeper.session.timeout.secs=10",
+        "-c", "supervisor.fence.timeout.secs=8",
+        "-c", "nimbus.supervisor.timeout.secs=12",
+        "-c", "zookeeper.session.timeout.secs=12",
     ]  # fmt: skip
     with pipeline_cluster(
         zk_hosts, tmp_path, request.node.name, supervisors=("s1",), extra=lease

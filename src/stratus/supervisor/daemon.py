@@ -92,6 +92,7 @@ from stratus.supervisor.worker_process import (
     default_worker_command,
 )
 from stratus.worker.checkpoints import local_pipeline_directory
+from stratus.worker.lease_file import write_lease
 from stratus.worker.spec import WorkerSpec
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.quorum_probe import ensemble_config
@@ -563,6 +564,8 @@ class Supervisor:
         pipelines at once), else listing those that run on."""
         final = self.control.heartbeat_round(stopping=stopping)
         done = threading.Event()
+        started = self._clock()
+        may_renew = self._may_renew_lease()()
 
         def publish() -> None:
             if self.publisher.publish(final):
@@ -577,6 +580,24 @@ class Supervisor:
             "true" if stopping else "false",
             "yes" if done.is_set() else "no",
         )
+        if done.is_set() and may_renew and not stopping:
+            self._hand_last_lease(started)
+
+    def _hand_last_lease(self, started: float) -> None:
+        """The last heartbeat, written after the control loop ended, renews the lease as any
+        write would (the leader saw it no earlier than ``started``): the workers left running
+        get the whole lease from it, so the next start has that long to take them over."""
+        if self.lease.state is not LeaseState.HELD:
+            return  # lapsed or fenced: nothing to extend
+        self.lease.renewed(write_started=started, now=self._clock())
+        until = self.lease.ends_at()
+        path = self.settings.spec.lease_path
+        if until is None or path is None:
+            return
+        try:
+            write_lease(path, until)
+        except OSError as exc:  # the workers stop at the lease they saw: safe
+            log.warning("event=lease_file_not_written path=%s error=%r", path, exc)
 
     def _close_opened(self) -> None:
         while self._opened:
