@@ -803,7 +803,7 @@ def test_a_spark_pipeline_stops_when_unassigned_and_never_outlives_a_killed_supe
             WorkerState.RUNNING, "pt", where=lambda b: bool(b.app_id), timeout=SPARK_SECS
         )
         workers = descendants(supervisor.pid or 0)
-        supervisor.kill()  # SIGKILL: no stop order reaches the worker, only EOF on its stdin
+        supervisor.kill()  # SIGKILL: no stop order reaches the worker; its lease ends
         wait_until(all_gone(workers), 60, "the orphaned worker and its JVM to exit")
     finally:
         supervisor.stop()

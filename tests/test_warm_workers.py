@@ -331,7 +331,7 @@ def test_a_pipeline_runs_in_a_warm_spark_worker_and_a_killed_supervisor_leaves_n
         wait_until(lambda: read_ids(tmp_path / "out") == list(range(10)), 60, "the rows")
 
         processes = descendants(supervisor.pid or 0)  # the worker and its Spark JVM
-        supervisor.kill()  # SIGKILL: its workers see EOF on their stdin
+        supervisor.kill()  # SIGKILL: the idle warm worker sees EOF, the pipeline's lease ends
         wait_until(all_gone(processes), 60, "the worker and its JVM to exit")
     finally:
         supervisor.stop(workers=True)
