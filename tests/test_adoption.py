@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from stratus.api.records import WorkerHeartbeat, WorkerState
-from stratus.process import ProcessGroup, start_time
+from stratus.process import NOT_REAPED_EXIT, ProcessGroup, start_time
 from stratus.supervisor.daemon import Supervisor
 from stratus.supervisor.errors import AdoptionRefusedError, LocalDirLockedError
 from stratus.supervisor.worker_monitor import EXIT_FILE, PROCESS_FILE
@@ -242,6 +242,19 @@ def test_a_worker_left_running_for_an_assignment_gone_meanwhile_is_stopped(clust
         wait_until(lambda: process_gone(before.pid or 0), 10, "the unassigned worker to stop")
         last = read_heartbeat(paths(cluster).heartbeat)
         assert last is not None and last.state is WorkerState.STOPPED  # a SIGTERM, not a kill
+
+
+def test_a_worker_whose_monitor_is_killed_is_a_crash_not_a_clean_exit(cluster) -> None:
+    with supervisor_run(cluster) as run:
+        run.start()
+        cluster.assign(cluster.code.upload("etl"))
+        before = running_beat(cluster)
+        record = json.loads((paths(cluster).directory / PROCESS_FILE).read_text())
+        os.kill(record["monitor"]["pid"], signal.SIGKILL)  # its worker sees EOF and goes
+        again = cluster.wait_for_worker(
+            WorkerState.RUNNING, where=lambda b: b.pid != before.pid and b.restarts == 1
+        )
+        assert again.last_crash is not None and again.last_crash.exit_code == NOT_REAPED_EXIT
 
 
 # ---------------------------------------------------------------------- refusals
