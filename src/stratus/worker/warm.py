@@ -15,8 +15,9 @@ pipeline assigned to it skips the Spark start (most of a cold start). The warm w
    heartbeats, stop handling and exit codes as a cold worker (``stratus.worker.main``).
 
 EOF on stdin before the hand-over (its monitor is gone) ends it at once with its Spark JVM
-(and a monitor whose supervisor is gone before a hand-over kills it itself); after it, EOF is a stop request as for any worker. A Spark that does not start
-exits 1, and the supervisor starts another after a back-off::
+(and a monitor whose supervisor is gone before a hand-over kills it itself); after it, EOF
+is a stop request as for any worker. A Spark that does not start exits 1, and the
+supervisor starts another after a back-off::
 
     spark = start_warm_session("local[*]")
     spec_path = handover.wait()          # the line its supervisor wrote
