@@ -24,7 +24,7 @@ Parts (``--part``, repeatable; all by default):
 * **kill**: ``kill -9`` of the supervisor running a streaming pipeline, until the pipeline's
   first new batch is committed on the other supervisor, in real processes: ZooKeeper, one
   nimbus and two supervisors (``stratus.local.cluster``, its short timeouts), the
-  ``examples/streaming`` pipeline on Spark (``local[1]``), fed a file of events a second.
+  ``stratus/examples/streaming`` pipeline on Spark (``local[1]``), fed a file of events a second.
   The move is split into its steps by ``stratus.local.pipeline_start`` (detection: the new
   assignment; worker start; Spark start-up: RUNNING with an app id; first batch: a batch id
   above the last one before the kill), each step's end taken from the records the leader,
@@ -105,6 +105,7 @@ from stratus.api.records import (
 from stratus.client import NimbusClient
 from stratus.errors import StratusError
 from stratus.local.cluster import SLOTS, SUPERVISOR_TIMEOUT_SECS, LocalCluster
+from stratus.local.demo import EXAMPLES
 from stratus.local.examples_io import Feeder
 from stratus.local.pipeline_start import PHASES, PipelineStart, follow_start
 from stratus.nimbus.scheduler import Plan, plan_round
@@ -301,7 +302,7 @@ def schedule_part(args: argparse.Namespace, console: Console) -> PartResult:
 # ---------------------------------------------------------------------------------------------
 # Part: kill
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "streaming"
+EXAMPLE = EXAMPLES / "streaming"
 INPUT_KEY, OUTPUT_KEY = "spark.stratus.example.input", "spark.stratus.example.output"
 STEADY_BATCHES = 2  # batches committed on the new supervisor before the next kill
 OLD_WORKER_WAIT_SECS = 30.0  # past the worker's own stop grace (20 s) after its pipe closed

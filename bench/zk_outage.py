@@ -2,7 +2,7 @@
 pipeline is seen again once ZooKeeper returns.
 
 Real processes: ZooKeeper, one nimbus and two supervisors (``stratus.local.cluster``, its
-short timeouts: fence 2 s, supervisor timeout 4 s), the ``examples/streaming`` pipeline on
+short timeouts: fence 2 s, supervisor timeout 4 s), the ``stratus/examples/streaming`` pipeline on
 Spark (``local[1]``), fed a file of events a second. For each outage of ``--outages`` seconds
 (10, 30 and 60 by default) ZooKeeper is stopped, kept down, and started again with its data;
 the pipeline's worker is watched during the outage (is its process still there?), and after

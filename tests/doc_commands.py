@@ -16,7 +16,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = (*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md", ROOT / "examples" / "README.md")
+DOCS = (
+    *sorted((ROOT / "docs").glob("*.md")),
+    ROOT / "README.md",
+    ROOT / "src" / "stratus" / "examples" / "README.md",
+)
 SHELL_BLOCK = re.compile(r"^```(?:sh|console|bash|shell)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 SEPARATORS = frozenset({";", "&", "&&", "||", "|"})
 REDIRECTIONS = frozenset({">", ">>", "<", ">&", "&>", "2>"})

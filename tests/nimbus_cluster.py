@@ -4,7 +4,8 @@ Each cluster lives under its own ``zookeeper.root``, so clusters of different te
 meet; every process is killed when the test ends. ``auth`` (the client settings, e.g.
 ``client_auth(conf)``) is how the test reaches nimbuses that serve https or require a token.
 ``ha_mode="zkfc"`` starts nimbuses that never campaign: the test plays their failover
-controllers (``nimbus.ha.mode``).
+controllers (``nimbus.ha.mode``). ``command_prefix`` runs each nimbus through a launcher that
+execs it (``DaemonProcess``), such as one that gives it a read-only view of a directory.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class NimbusCluster:
         *,
         auth: ClientAuth = NO_AUTH,
         ha_mode: str = "self",
+        command_prefix: Sequence[str] = (),
     ):
         self.root = root
         self.options = [
@@ -48,7 +50,13 @@ class NimbusCluster:
             *extra,
         ]  # fmt: skip
         self.nimbuses = [
-            NimbusProcess(self.options, port=pick_free_port(), log_dir=log_dir, auth=auth)
+            NimbusProcess(
+                self.options,
+                port=pick_free_port(),
+                log_dir=log_dir,
+                auth=auth,
+                command_prefix=command_prefix,
+            )
             for _ in range(size)
         ]
         self.http = httpx.Client(verify=auth.verify(), headers=auth.headers(), timeout=5.0)
@@ -119,9 +127,19 @@ def nimbus_cluster(
     *,
     auth: ClientAuth = NO_AUTH,
     ha_mode: str = "self",
+    command_prefix: Sequence[str] = (),
 ) -> Iterator[NimbusCluster]:
     root = chroot_for(test_name) + "/stratus"
-    cluster = NimbusCluster(zk_connect, root, log_dir, size, extra, auth=auth, ha_mode=ha_mode)
+    cluster = NimbusCluster(
+        zk_connect,
+        root,
+        log_dir,
+        size,
+        extra,
+        auth=auth,
+        ha_mode=ha_mode,
+        command_prefix=command_prefix,
+    )
     try:
         cluster.start()
         yield cluster

@@ -59,14 +59,23 @@ class PipelineCluster:
         heartbeats = ClusterPaths(nimbuses.root).heartbeats
         self.board = HeartbeatBoard(ZooKeeperStateStore(self._zk, heartbeats))
 
-    def add_supervisor(self, sid: str, *, slots: int = 2, proxied: bool = False) -> None:
+    def add_supervisor(
+        self,
+        sid: str,
+        *,
+        slots: int = 2,
+        proxied: bool = False,
+        command_prefix: Sequence[str] = (),
+    ) -> None:
         options = list(self.nimbuses.options)
         if proxied:
             address, slash, chroot = self._zk_connect.split(",")[0].partition("/")
             host, port = address.rsplit(":", 1)
             proxy = self.proxies[sid] = TcpProxy(host, int(port)).__enter__()
             options += ["-c", f"zookeeper.servers=127.0.0.1:{proxy.port}{slash}{chroot}"]
-        supervisor = SupervisorProcess(options, id=sid, slots=slots, log_dir=self.log_dir)
+        supervisor = SupervisorProcess(
+            options, id=sid, slots=slots, log_dir=self.log_dir, command_prefix=command_prefix
+        )
         supervisor.start()
         supervisor.wait_ready()
         self.supervisors[sid] = supervisor
@@ -129,10 +138,14 @@ def pipeline_cluster(
     supervisors: Sequence[str] = ("s1", "s2"),
     proxied: Sequence[str] = (),
     extra: Sequence[str] = (),
+    nimbus_prefix: Sequence[str] = (),
 ) -> Iterator[PipelineCluster]:
-    """The cluster; ``extra`` options (``-c key=value`` pairs) for every daemon of it."""
+    """The cluster; ``extra`` options (``-c key=value`` pairs) for every daemon of it, and a
+    ``nimbus_prefix`` that every nimbus is run through (``DaemonProcess``)."""
     options = [*cluster_options(tmp_path / "checkpoints"), *extra]
-    with nimbus_cluster(zk_hosts, tmp_path, test_name, size=nimbuses, extra=options) as cluster:
+    with nimbus_cluster(
+        zk_hosts, tmp_path, test_name, size=nimbuses, extra=options, command_prefix=nimbus_prefix
+    ) as cluster:
         pipelines = PipelineCluster(cluster, zk_hosts, tmp_path)
         try:
             for sid in supervisors:

@@ -7,10 +7,10 @@ The worker, supervisor and end-to-end tests share them::
     passthrough_conf(input_dir, output_dir)   # the conf keys it reads (input_dir created)
     write_ids(input_dir, range(50))      # one input file, written atomically
     read_ids(output_dir)                 # the ids the file sink committed, duplicates kept
-    batch_package("report")              # examples/batch: FINISHED when its function returns
+    batch_package("report")              # the batch example: FINISHED when its function returns
     blocking_package()                   # its function never returns, even when stopped
     bad_entrypoint_package("bad")        # 'jobs.main:run': the module is there, the function is not
-    example_package("sdp")               # examples/<name> zipped as `stratus submit` zips it
+    example_package("sdp")               # an example of stratus zipped as `stratus submit` zips it
     unpack(package_bytes, directory)     # the package's files in a directory
     worker_spec(tmp_path, "pt", code_dir, checkpoint_location=..., conf=...)
 """
@@ -28,10 +28,10 @@ import yaml
 
 from stratus.api.records import FencingToken
 from stratus.codedist.package_build import build_package, package_bytes
+from stratus.local.demo import EXAMPLES
 from stratus.local.examples_io import read_rows, write_events
 from stratus.worker.spec import HEARTBEAT_FILE, WorkerSpec
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 INPUT_KEY = "spark.stratus.test.input"
 OUTPUT_KEY = "spark.stratus.test.output"
 BAD_ENTRYPOINT = "jobs.main:run"
@@ -114,7 +114,7 @@ def bad_entrypoint_package(name: str = "bad-entrypoint") -> bytes:
 
 
 def example_package(example: str) -> bytes:
-    """``examples/<example>`` zipped the way ``stratus submit`` zips a directory."""
+    """``stratus/examples/<example>`` zipped the way ``stratus submit`` zips a directory."""
     with tempfile.TemporaryDirectory() as tmp:
         return build_package(EXAMPLES / example, Path(tmp) / "package.zip").read_bytes()
 

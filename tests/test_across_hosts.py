@@ -39,6 +39,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from stratus.api.records import WorkerHeartbeat
 from stratus.client import NimbusClient
 from stratus.codedist.package_build import build_package
+from stratus.local.demo import EXAMPLES
 from stratus.local.examples_io import FLUSH_KEY, Feeder, read_rows, window_count_total
 from stratus.supervisor.worker_access import process_uids
 from stratus.zk.auth import Credentials, ServerAuth
@@ -48,7 +49,6 @@ from tests.hosts_cluster import HostsCluster, start_quorum, zookeeper_quorum
 from tests.netns_hosts import TAG, NetnsHosts, remove_leftovers, unavailable
 from tests.pipeline_cluster import SPARK_START_SECS, cluster_options
 from tests.secure_cluster import ADMIN, PEER, TOKENS
-from tests.spark_packages import EXAMPLES
 from tests.tls_certs import Issued, TestCa
 from tests.worker_users import (
     WalledHosts,

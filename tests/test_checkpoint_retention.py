@@ -4,29 +4,32 @@ The leader's removal of killed pipelines (``RemoveKilled``) and the retention du
 (``ExpireKeptCheckpoints``) run against a real ZooKeeper and a real checkpoint root on disk,
 with the wall clock and the monotonic clock in the test's hands. What is proved: a kill
 without ``purge`` keeps the checkpoints until the retention is over and then the leader
-deletes that pipeline's directory alone; a pipeline submitted again meanwhile keeps them
-for good; a retention of 0 keeps them forever; checkpoints kept under another root are left
-alone; a purging kill leaves nothing to expire. One scenario runs a real nimbus process
-with a retention of one second.
+records their purge, carried out as a kill --purge's (``CarryOutPurges``: here by the
+leader, which can write this root), of that pipeline's directory alone; a pipeline
+submitted again meanwhile keeps them for good; a retention of 0 keeps them forever;
+checkpoints kept under another root are left alone; a purging kill leaves nothing to
+expire; a submit of the name while the expiry's purge is pending is refused. One scenario
+runs a real nimbus process with a retention of one second.
 """
 
 from __future__ import annotations
 
-import shutil
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
 
 import pytest
 
+from stratus.api.errors import PurgePendingError
 from stratus.client import NimbusClient
 from stratus.codedist.distributor import CodeDistributor
 from stratus.codedist.package_store import StoredPackage
 from stratus.coordination.coordinator import Coordinator
 from stratus.nimbus.duties.checkpoint_retention import SCAN_SECS, ExpireKeptCheckpoints
 from stratus.nimbus.duties.killed import RemoveKilled
+from stratus.nimbus.duties.purges import CarryOutPurges, PurgeOrders
 from stratus.nimbus.pipeline_ops import KeptCheckpoints, PipelineOps, ReplicationPolicy
+from stratus.nimbus.purge_plan import PurgeBy
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore
 from stratus.zk.paths import ClusterPaths
@@ -82,6 +85,19 @@ class Leader:
             wall=self.wall,
             clock=self.clock,
         )
+        self.purges = CarryOutPurges(
+            PurgeOrders(client, PATHS),
+            checkpoint_root=str(root),
+            by=PurgeBy.AUTO,
+            here="nimbus test",
+            live=dict,
+            wall=self.wall,
+        )
+
+    def expire(self) -> None:
+        """A round of the retention duty, then of the purges duty."""
+        self.retention.run(self.term)
+        self.purges.run(self.term)
 
     def submit(self, name: str) -> Path:
         """Submit ``name`` and give it checkpoints on disk; its directory."""
@@ -97,6 +113,7 @@ class Leader:
     def kill_and_remove(self, name: str, *, purge: bool = False) -> None:
         self.removal.note_killed(self.ops.kill(self.term, name, 0, purge=purge))
         self.removal.run(self.term)
+        self.purges.run(self.term)
         assert not self.client.exists(PATHS.pipeline(name))
 
     def later(self, secs: float) -> None:
@@ -131,11 +148,11 @@ def test_kept_checkpoints_are_deleted_by_the_leader_once_the_retention_is_over(
     assert checkpoints.is_dir() and leader.marker("etl")  # kept by the kill
 
     leader.later(RETENTION - 1)
-    leader.retention.run(leader.term)
+    leader.expire()
     assert checkpoints.is_dir()  # not yet
 
     leader.later(2)
-    leader.retention.run(leader.term)
+    leader.expire()
     assert not checkpoints.exists()
     assert not leader.marker("etl")
     assert neighbour.is_dir()  # only the expired pipeline's own directory
@@ -152,14 +169,14 @@ def test_a_pipeline_submitted_again_keeps_its_checkpoints_past_the_retention(
     assert not leader.marker("etl")
 
     leader.later(RETENTION * 2)
-    leader.retention.run(leader.term)
+    leader.expire()
     assert (checkpoints / "query" / "offsets" / "0").is_file()
 
     leader.kill_and_remove("etl")  # killed again: the retention starts from this removal
     marker = leader.ops.kept_checkpoints()["etl"]
     assert marker.removed == leader.wall.now
     leader.later(RETENTION - 1)
-    leader.retention.run(leader.term)
+    leader.expire()
     assert checkpoints.is_dir()
 
 
@@ -170,7 +187,7 @@ def test_a_retention_of_zero_keeps_checkpoints_forever(
     checkpoints = leader.submit("etl")
     leader.kill_and_remove("etl")
     leader.later(10 * 365 * 86400.0)
-    leader.retention.run(leader.term)
+    leader.expire()
     assert checkpoints.is_dir()
     assert leader.marker("etl")  # a retention set later still finds when it was removed
 
@@ -182,7 +199,7 @@ def test_checkpoints_kept_under_another_root_are_left_alone(leader: Leader) -> N
     leader.client.delete(PATHS.pipeline("etl"))  # as if removed under that other root
 
     leader.later(RETENTION * 2)
-    leader.retention.run(leader.term)
+    leader.expire()
     assert checkpoints.is_dir()  # the same name under this root is not what was kept
     assert not leader.marker("etl")
 
@@ -196,29 +213,24 @@ def test_a_purging_kill_deletes_the_checkpoints_and_leaves_nothing_to_expire(
     assert not leader.marker("etl")
 
 
-def test_a_submit_of_the_name_waits_until_an_expiry_under_way_has_deleted_the_checkpoints(
+def test_a_submit_of_the_name_is_refused_while_the_expirys_purge_is_pending(
     leader: Leader,
 ) -> None:
     checkpoints = leader.submit("etl")
     leader.kill_and_remove("etl")
     leader.later(RETENTION + 1)
     kept = leader.ops.kept_checkpoints()["etl"]
-    submitted: list[bool] = []
-    seen_during_removal: list[bool] = []
+    assert leader.ops.expire_kept(leader.term, "etl", kept)  # recorded, not yet carried out
+    assert not leader.marker("etl") and leader.client.exists(PATHS.purge("etl"))
 
-    def remove() -> None:
-        submit = threading.Thread(target=lambda: submitted.append(bool(leader.submit("etl"))))
-        submit.start()
-        submit.join(timeout=0.5)  # it must still be waiting for this removal to end
-        seen_during_removal.append(leader.client.exists(PATHS.pipeline("etl")) is not None)
-        shutil.rmtree(checkpoints)
-        threads.append(submit)
+    with pytest.raises(PurgePendingError, match=r"purge of its checkpoints .*etl.* is pending"):
+        leader.submit("etl")
+    assert checkpoints.is_dir() and not leader.client.exists(PATHS.pipeline("etl"))
 
-    threads: list[threading.Thread] = []
-    assert leader.ops.expire_kept(leader.term, "etl", kept, remove)
-    threads[0].join()
-    assert seen_during_removal == [False]  # no record while its checkpoints were deleted
-    assert submitted == [True] and leader.client.exists(PATHS.pipeline("etl"))
+    leader.purges.run(leader.term)
+    assert not checkpoints.exists() and not leader.client.exists(PATHS.purge("etl"))
+    leader.submit("etl")  # a new life, from nothing
+    assert leader.client.exists(PATHS.pipeline("etl"))
 
 
 def test_a_nimbus_given_a_retention_deletes_the_checkpoints_a_kill_kept(

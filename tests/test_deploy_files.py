@@ -42,6 +42,8 @@ PACEMAKER_CONF = DEPLOY / "pacemaker.yaml"
 NIMBUS_CONF = DEPLOY / "nimbus.yaml"
 ZKFC_CONF = DEPLOY / "zkfc.yaml"
 SUPERVISOR_CONF = DEPLOY / "supervisor.yaml"
+SUPERVISOR_UNIT = DEPLOY / "stratus-supervisor.service"
+DOCS = DEPLOY.parent / "docs" / "deploy.md"
 DAEMON_CONFS = sorted(p for p in DEPLOY.glob("*.yaml") if p != PACEMAKER_CONF)  # on ZooKeeper
 HEARTBEAT_CONFS = [NIMBUS_CONF, SUPERVISOR_CONF]  # their heartbeats may go elsewhere
 HARDENING = {"NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome": "yes"}
@@ -144,15 +146,105 @@ def test_the_supervisor_example_registers_an_endpoint_the_other_hosts_reach(
 def test_a_unit_runs_as_the_dedicated_user_restarts_and_is_hardened(unit: Path) -> None:
     service = _service(unit)
     assert service["User"] == service["Group"] == "stratus"
-    assert service["Restart"] == "on-failure"
+    # The supervisor comes back whatever ended it: its workers wait to be adopted.
+    restart = "always" if unit.name == SUPERVISOR_UNIT.name else "on-failure"
+    assert service["Restart"] == restart
     assert int(service["LimitNOFILE"]) >= 65536
     assert {key: service.get(key) for key in HARDENING} == HARDENING
-    if unit.name in WRITE_NO_FILE:  # it may write nowhere
-        assert "ReadWritePaths" not in service
-    else:
-        assert service["ReadWritePaths"].startswith("/var/lib/stratus/")
+    if unit.name in WRITE_NO_FILE:  # it may write nowhere of its own
+        assert "ReadWritePaths" not in service and "StateDirectory" not in service
+    else:  # its directories made by systemd, the stratus user's alone
+        assert service["StateDirectory"].startswith("stratus/")
+        assert service["StateDirectoryMode"] == "0700"
+        assert all(
+            not path.startswith("/var/lib/") for path in service.get("ReadWritePaths", "").split()
+        )
     if unit.name == "stratus-pacemaker.service":  # its store is in memory
         assert service["MemoryMax"]
+
+
+def test_the_supervisor_unit_leaves_its_workers_running_when_it_stops() -> None:
+    """Workers outlive their supervisor: systemd signals the supervisor alone, brings it
+    back within the lease whatever ended it, and gives the workers no private /tmp that it
+    would remove while they run; their temporary files are in the state directory, for
+    Python (TMPDIR, made at every start) and for Spark's JVM (spark-defaults.conf of the
+    SPARK_CONF_DIR the unit names)."""
+    service = _service(SUPERVISOR_UNIT)
+    assert service["KillMode"] == "process"
+    assert _section(SUPERVISOR_UNIT, "Unit")["StartLimitIntervalSec"] == "0"  # never gives up
+    assert "PrivateTmp" not in service
+    assert float(service["RestartSec"]) < load_config(environ={}).supervisor_fence_timeout_secs
+    environment = dict(
+        line.removeprefix("Environment=").split("=", 1)
+        for line in SUPERVISOR_UNIT.read_text().splitlines()
+        if line.startswith("Environment=")
+    )
+    tmp = environment["TMPDIR"]
+    assert tmp.startswith(f"/var/lib/{service['StateDirectory']}/")
+    assert service["ExecStartPre"].split()[-1] == tmp
+    spark_defaults = DEPLOY / "spark-defaults.conf"
+    assert environment["SPARK_CONF_DIR"] == "/etc/stratus/spark"
+    assert f"-Djava.io.tmpdir={tmp}" in spark_defaults.read_text().split()
+
+
+def _conf_of(unit: Path) -> Path:
+    """The example in deploy/ of the configuration a unit reads (its STRATUS_CONF)."""
+    (line,) = [line for line in unit.read_text().splitlines() if "STRATUS_CONF=" in line]
+    return DEPLOY / Path(line.split("STRATUS_CONF=", 1)[1].strip()).name
+
+
+def _under(path: str, directories: list[str]) -> bool:
+    return any(Path(path).is_relative_to(directory) for directory in directories)
+
+
+@pytest.mark.parametrize(
+    "unit", [u for u in UNITS if "zookeeper" not in u.name], ids=lambda p: p.name
+)
+def test_every_path_of_a_configuration_is_one_its_unit_provides(unit: Path) -> None:
+    """The local directories of the configuration a unit reads are its StateDirectory=, its
+    audit trail is in its LogsDirectory=, a local checkpoint root is in its ReadWritePaths=,
+    and every file it names is in /etc/stratus, installed by a step of docs/deploy.md."""
+    service = _service(unit)
+    state = [f"/var/lib/{name}" for name in service.get("StateDirectory", "").split()]
+    logs = [f"/var/log/{name}" for name in service.get("LogsDirectory", "").split()]
+    writable = service.get("ReadWritePaths", "").split()
+    settings = _settings(_conf_of(unit))
+    install_lines = [line for line in DOCS.read_text().splitlines() if line.startswith("install ")]
+    for key, value in settings.items():
+        if key == "zookeeper.root" or not isinstance(value, str) or not value.startswith("/"):
+            continue  # not a path of the host
+        if key.endswith(".local.dir"):
+            assert _under(value, state), (key, value, state)
+        elif key == "audit.log.file":
+            assert _under(value, logs), (key, value, logs)
+        elif key == "pipeline.checkpoint.root":
+            assert value in writable, (key, value, writable)
+        else:  # a file of the operator's
+            assert value.startswith("/etc/stratus/"), (key, value)
+            named = [line for line in install_lines if Path(value).name in line.split()]
+            assert named, f"{key}: docs/deploy.md installs no {Path(value).name}"
+
+
+def test_the_zookeeper_unit_runs_the_member_of_zoo_cfg_from_its_state_directory() -> None:
+    service = _service(DEPLOY / "stratus-zookeeper.service")
+    zoo = dict(
+        line.split("=", 1)
+        for line in (DEPLOY / "zoo.cfg").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    assert zoo["dataDir"] == f"/var/lib/{service['StateDirectory']}"
+    argv = shlex.split(service["ExecStart"].replace("\\\n", " "))
+    assert argv[:2] == ["/opt/stratus/venv/bin/stratus", "zookeeper-java"]
+    assert argv[-1] == "/etc/stratus/zoo.cfg"
+    assert "-Djava.security.auth.login.config=/etc/stratus/zookeeper-jaas.conf" in argv
+    assert not [word for word in argv if "site-packages" in word or "python3." in word]
+
+
+def test_the_worker_launcher_agrees_with_the_supervisor_example() -> None:
+    launcher = yaml.safe_load((DEPLOY / "worker-launcher.cfg").read_text())
+    supervisor = _settings(SUPERVISOR_CONF)
+    for key in ("supervisor.local.dir", "pipeline.checkpoint.root"):
+        assert launcher[key] == supervisor[key]
 
 
 def test_the_pacemaker_example_listens_on_the_network_with_security_on() -> None:

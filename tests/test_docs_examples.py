@@ -1,13 +1,13 @@
 """The docs' examples run as written.
 
 - Every Python example in docs/coordination.md runs against a real ZooKeeper.
-- Every shell command in docs/*.md, README.md and examples/README.md (see ``tests.doc_commands``
-  for how they are read): a ``stratus`` command parses against the real click command tree (its
-  verb, options and arguments); a ``make`` target exists in the Makefile; a script or module
-  given to Python exists, and a benchmark takes the options shown; a path under ``examples/``
-  exists. The commands that are quick and need nothing running (``stratus validate``,
-  ``--help``, ``--version``) run, and exit as the doc shows; the others are listed with the
-  reason they are not run.
+- Every shell command in docs/*.md, README.md and src/stratus/examples/README.md (see
+  ``tests.doc_commands`` for how they are read): a ``stratus`` command parses against the real
+  click command tree (its verb, options and arguments); a ``make`` target exists in the
+  Makefile; a script or module given to Python exists, and a benchmark takes the options shown;
+  a path under ``src/stratus/examples/`` exists. The commands that are quick and need nothing
+  running (``stratus validate``, ``--help``, ``--version``) run, and exit as the doc shows; the
+  others are listed with the reason they are not run.
 - Every ``stratus.*`` module and ``src/stratus/...`` path the docs name exists;
   docs/architecture.md lists the layers of the import-linter contract and every znode that
   ``stratus.zk.paths`` builds.
@@ -54,6 +54,8 @@ NOT_RUN = {
     "zkfc": "a daemon: runs until stopped, needs ZooKeeper (tests/test_zkfc.py starts it)",
     "haadmin": "needs running HA services (tests/test_haadmin.py runs it)",
     "token": "prints a new secret (tests/test_owners_unit.py runs it)",
+    "zookeeper-java": "ZooKeeper's classes against the operator's ensemble: "
+    "tests/test_deploy_zookeeper.py runs the docs' command",
     **{
         verb: "a client verb: needs a running nimbus"
         for verb in (
@@ -82,12 +84,11 @@ SHELL_ONLY = {
     ".": "a shell builtin (sources the virtual environment)",
     # docs/deploy.md: installing a host, as root, on the operator's machines
     "useradd": "creates a system user: not run",
-    "install": "copies files to /etc and /var/lib: not run",
+    "install": "copies files to /etc, /opt and /var/lib: not run",
     "systemctl": "starts system services: not run",
-    "java": "ZooKeeper's own CLI against the operator's ensemble: tests/test_deploy_zookeeper.py"
-    " runs it as written",
+    "apt-get": "installs Debian packages: not run",
     "visudo": "checks a sudoers file of /etc: not run",
-    "chmod": "changes the modes of /var/lib: not run",
+    "chmod": "changes the mode of /etc/stratus: not run",
 }
 
 
@@ -162,7 +163,7 @@ def parse_stratus(args: list[str]) -> None:
     command = main.get_command(parent, verb)
     if command is None:
         raise click.UsageError(f"no such verb {verb!r}", parent)
-    ctx = click.Context(command, info_name=verb, parent=parent)
+    ctx = click.Context(command, info_name=verb, parent=parent, **command.context_settings)
     opts, extra, _ = command.make_parser(ctx).parse_args(rest)
     if extra and not command.allow_extra_args:
         raise click.UsageError(f"unexpected arguments {extra}", ctx)
@@ -227,7 +228,7 @@ def _is_quick(argv: tuple[str, ...]) -> bool:
 @pytest.fixture
 def doc_cwd(tmp_path: Path) -> Path:
     """A working directory holding the repository's examples and the doc's sample files."""
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    (tmp_path / "src").symlink_to(ROOT / "src")
     for name, build in FIXTURES.items():
         build(tmp_path / name)
     return tmp_path
@@ -343,7 +344,7 @@ def test_every_examples_path_exists() -> None:
         (command.where, word)
         for command in COMMANDS
         for word in command.argv
-        if word.startswith("examples/")
+        if word.startswith("src/stratus/examples/")
     }
     assert sorted((where, path) for where, path in named if not (ROOT / path).exists()) == []
 

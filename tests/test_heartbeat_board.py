@@ -17,6 +17,7 @@ from stratus.api.records import (
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.store import ClusterStateStore
 from stratus.state.zk_store import ZooKeeperStateStore
+from stratus.supervisor.heartbeat_publisher import HeartbeatPublisher, HeartbeatRound
 from tests.zkfixtures import kazoo_client
 
 
@@ -187,3 +188,23 @@ def test_values_that_are_json_fragments_never_move_a_heartbeat_onto_another_name
 
     assert read.workers == {"etl": {"s1": s1}}
     assert read.supervisors == {"a": supervisor("a"), "b": supervisor("a")}
+
+
+def test_a_heartbeat_round_says_how_many_warm_workers_are_ready_and_a_stop_says_none(
+    store: ZooKeeperStateStore,
+) -> None:
+    board = HeartbeatBoard(store)
+    ready = [2]
+    publisher = HeartbeatPublisher(
+        board, "s1", interval_secs=1.0, on_written=lambda _at: None, warm_ready=lambda: ready[0]
+    )
+    beat = SupervisorHeartbeat(id="s1", time=1.0, slots=2)
+
+    assert publisher.publish(HeartbeatRound(supervisor=beat))
+    assert board.supervisors()["s1"].warm_ready == 2
+    ready[0] = 1  # one handed over
+    assert publisher.publish(HeartbeatRound(supervisor=beat))
+    assert board.supervisors()["s1"].warm_ready == 1
+    stopping = beat.model_copy(update={"stopping": True})
+    assert publisher.publish(HeartbeatRound(supervisor=stopping))
+    assert board.supervisors()["s1"].warm_ready == 0  # its warm workers stop with it

@@ -226,6 +226,15 @@ def test_the_openapi_document_describes_every_route(cluster):
         "/api/v1/pipelines/{name}/deactivate",
         "/api/v1/pipelines/{name}/rebalance",
         "/api/v1/code/{digest}",
+        "/api/v1/supervisors/{supervisor}/cordon",
+        "/api/v1/supervisors/{supervisor}/uncordon",
+        "/api/v1/supervisors/{supervisor}/drain",
+    }
+    drain = doc["paths"]["/api/v1/supervisors/{supervisor}/drain"]
+    assert set(drain) == {"get", "post"}
+    assert {tag for operation in drain.values() for tag in operation["tags"]} == {"leader only"}
+    assert drain["get"]["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/CordonStatus"
     }
 
 

@@ -292,3 +292,27 @@ def _stratus(*args: str, nimbus: NimbusProcess, token: str) -> subprocess.Comple
         check=False,
         env=env,
     )
+
+
+def test_only_an_admin_cordons_or_drains_a_supervisor_and_each_call_is_audited(
+    owned: Owned,
+) -> None:
+    base = "/api/v1/supervisors/s9"
+    for who, verb in (("dave", "cordon"), ("alice", "drain"), ("alice", "uncordon")):
+        refused = owned.call(who, "POST", f"{base}/{verb}")
+        assert refused.status_code == 403, (who, verb, refused.text)
+        assert refused.json()["error"] == "forbidden"
+    unknown = owned.call("ops", "POST", f"{base}/cordon")
+    assert unknown.status_code == 404 and unknown.json()["error"] == "unknown_supervisor"
+    assert "unknown supervisor 's9'" in unknown.json()["message"]
+    progress = owned.call("dave", "GET", f"{base}/drain")  # a read: past the role check
+    assert progress.json()["error"] == "unknown_supervisor"
+
+    expected = {("dave", "cordon", 403), ("alice", "drain", 403), ("ops", "cordon", 404)}
+
+    def seen() -> set[tuple[Any, ...]]:
+        return {(line["principal"], line["verb"], line["status"]) for line in owned.audit()}
+
+    wait_until(lambda: expected <= seen(), WAIT_SECS, "the audit lines of the cordons")
+    cordon = next(line for line in owned.audit() if line["principal"] == "ops")
+    assert cordon["path"] == f"{base}/cordon" and cordon["role"] == "admin"

@@ -49,6 +49,7 @@ def cluster(
         "-c", "nimbus.code.sync.freq.secs=1",
         "-c", "pipeline.kill.wait.secs=0",
         "-c", f"pipeline.checkpoint.root={checkpoints}",
+        "-c", "pipeline.checkpoint.purge.by=nimbus",  # no supervisor: the nimbuses can write
     ]  # fmt: skip
     logs = tmp_path_factory.mktemp("pipeline-update")
     with nimbus_cluster(zk_server.connect_string, logs, "pipeline-update", extra=extra) as running:

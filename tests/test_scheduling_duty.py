@@ -25,9 +25,11 @@ from stratus.api.records import (
 )
 from stratus.codedist.package_store import StoredPackage
 from stratus.coordination.coordinator import Coordinator
+from stratus.coordination.errors import LeadershipLostError
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.assignment_history import AssignmentHistoryLog
 from stratus.nimbus.assignments import AssignmentTable
+from stratus.nimbus.cordons import CordonTable, DrainMemory
 from stratus.nimbus.duties.scheduling import SchedulingDuty
 from stratus.nimbus.pipeline_ops import PipelineOps, ReplicationPolicy
 from stratus.nimbus.settings import SchedulingSettings
@@ -64,13 +66,25 @@ class Cluster:
         self.board = HeartbeatBoard(ZooKeeperStateStore(client, PATHS.heartbeats))
         self.registered: dict[str, SupervisorSummary] = {}
         self.connections = 1  # the session's count of connections
-        self.duty = SchedulingDuty(
-            ops=self.ops, assignments=self.table, board=self.board,
-            registered=lambda: self.registered, settings=SETTINGS, clock=self.clock,
-            connections=lambda: self.connections,
-        )  # fmt: skip
+        self.cordons = CordonTable(client, PATHS)
+        self.drains = DrainMemory()
+        self.duty = self.new_duty()
         self.term = coordinator.nominate("nimbus", "leader", timeout=10)
         self.beats = 0
+
+    def new_duty(self) -> SchedulingDuty:
+        """A leader's duty with no memory: a nimbus that just started leading."""
+        return SchedulingDuty(
+            ops=self.ops, assignments=self.table, board=self.board,
+            registered=lambda: self.registered, settings=SETTINGS, clock=self.clock,
+            connections=lambda: self.connections, cordons=self.cordons, drains=self.drains,
+        )  # fmt: skip
+
+    def new_leader(self) -> None:
+        """Another term, and a duty that has seen nothing: a change of leader."""
+        self.coordinator.unnominate("nimbus")
+        self.term = self.coordinator.nominate("nimbus", "leader", timeout=10)
+        self.duty = self.new_duty()
 
     def submit(self, name: str) -> None:
         self.ops.submit(
@@ -81,11 +95,26 @@ class Cluster:
         self.registered[sid] = SupervisorSummary(id=sid, slots=slots)
         self.heartbeat(sid)
 
-    def heartbeat(self, sid: str, *, stopping: bool = False) -> None:
+    def heartbeat(self, sid: str, *, stopping: bool = False, warm: int = 0) -> None:
         self.beats += 1
         self.board.put_supervisor(
-            SupervisorHeartbeat(id=sid, time=float(self.beats), slots=2, stopping=stopping)
+            SupervisorHeartbeat(
+                id=sid, time=float(self.beats), slots=2, stopping=stopping, warm_ready=warm
+            )
         )
+
+    def worker_on(self, name: str, sid: str, state: WorkerState) -> None:
+        """A heartbeat of ``name``'s worker on ``sid``, whatever the assignment says."""
+        record = self.ops.read(name)
+        assert record is not None
+        self.beats += 1
+        self.board.put_worker(
+            WorkerHeartbeat(
+                pipeline=name, supervisor=sid, epoch=self.term.epoch,
+                generation=record.generation, digest=record.digest, state=state,
+                time=float(self.beats),
+            )
+        )  # fmt: skip
 
     def worker(self, name: str, state: WorkerState, error: str | None = None) -> None:
         assignment = self.table.read(name)
@@ -229,17 +258,36 @@ def test_a_read_that_waited_out_a_lost_connection_judges_nothing_by_the_wait(clu
     assert cluster.where("a") == first and not plan.moved
 
 
-def test_a_supervisor_that_stopped_cleanly_and_left_loses_its_pipelines_at_once(cluster):
+def test_a_supervisor_that_stopped_cleanly_keeps_its_pipelines_until_the_timeout(cluster):
     cluster.supervisor("s1")
     cluster.submit("a")
     cluster.round()
     cluster.supervisor("s2")
 
-    cluster.heartbeat("s1", stopping=True)
+    cluster.heartbeat("s1", stopping=True)  # its workers outlive it, to be adopted
     del cluster.registered["s1"]
     cluster.round()
+    assert cluster.where("a") == "s1"
+    cluster.clock.now += 9
+    cluster.heartbeat("s2")
+    cluster.round()
+    assert cluster.where("a") == "s1"
 
+    cluster.clock.now += 2  # 11 s of silence since its stopping heartbeat
+    cluster.heartbeat("s2")
+    cluster.round()
     assert cluster.where("a") == "s2"
+    assert reasons(cluster, "a")[-1] == ("supervisor_dead", "s2", "s1")
+
+
+def test_a_supervisor_that_is_stopping_gets_no_new_pipeline(cluster):
+    cluster.supervisor("s1")
+    cluster.heartbeat("s1", stopping=True)  # still registered, for a moment
+    cluster.submit("a")
+
+    cluster.round()
+
+    assert cluster.where("a") is None
 
 
 def test_a_finished_batch_and_a_failed_worker_end_their_pipelines(cluster):
@@ -290,7 +338,9 @@ def test_a_deposed_leader_writes_no_assignment(cluster):
 def test_a_deposed_leader_forgets_no_heartbeat(cluster):
     cluster.supervisor("s1")
     cluster.heartbeat("s1", stopping=True)
-    del cluster.registered["s1"]  # stopped cleanly and left: forgotten by the leader's round
+    del cluster.registered["s1"]  # stopped cleanly and left: forgotten once judged dead
+    cluster.round()
+    cluster.clock.now += 11
     old = cluster.term
     cluster.coordinator.unnominate("nimbus")
 
@@ -472,9 +522,7 @@ def test_a_partial_read_judges_a_silent_supervisor_dead_only_once_unregistered_a
     assert cluster.round().moved == {"a": ("s1", "s2")}
 
 
-def test_a_partial_read_still_moves_at_once_off_a_supervisor_that_stopped_cleanly(
-    cluster, monkeypatch
-):
+def test_a_partial_read_judges_a_supervisor_that_stopped_cleanly_as_any_other(cluster, monkeypatch):
     cluster.supervisor("s1")
     cluster.submit("a")
     cluster.round()
@@ -484,5 +532,122 @@ def test_a_partial_read_still_moves_at_once_off_a_supervisor_that_stopped_cleanl
     cluster.heartbeat("s1", stopping=True)
     del cluster.registered["s1"]
     cluster.round()
+    assert cluster.where("a") == "s1"  # not at once: its workers may outlive it
 
+    cluster.clock.now += 11  # silent and unregistered past the timeout
+    cluster.heartbeat("s2")
+    cluster.round()
+    assert cluster.where("a") == "s2"
+
+
+# ---------------------------------------------------------------------- cordon and drain
+
+
+def test_a_cordoned_supervisor_gets_no_new_pipeline_and_keeps_its_own_across_a_new_leader(
+    cluster,
+):
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    cluster.round()
+    assert cluster.where("a") == "s1"
+    cluster.cordons.put(cluster.term, "s1", by="ops", drain=False, now=1.0)
+
+    for name in ("b", "c"):
+        cluster.submit(name)
+    cluster.round()
+    assert (cluster.where("a"), cluster.where("b"), cluster.where("c")) == ("s1", "s2", "s2")
+
+    cluster.new_leader()
+    cluster.submit("d")
+    cluster.clock.now += 5
+    cluster.heartbeat("s1")
+    cluster.heartbeat("s2")
+    cluster.round()
+    assert (cluster.where("a"), cluster.where("d")) == ("s1", None)  # s2 is full
+
+    assert cluster.cordons.remove(cluster.term, "s1")
+    cluster.round()
+    assert cluster.where("d") == "s1"
+
+
+def test_cordoning_twice_changes_nothing_and_a_cordon_keeps_a_drain(cluster):
+    first = cluster.cordons.put(cluster.term, "s1", by="ops", drain=False, now=1.0)
+    again = cluster.cordons.put(cluster.term, "s1", by="other", drain=False, now=2.0)
+    drained = cluster.cordons.put(cluster.term, "s1", by="other", drain=True, now=3.0)
+
+    assert again == first
+    assert drained.drain and drained.at == 1.0 and drained.by == "ops"
+    assert cluster.cordons.put(cluster.term, "s1", by="ops", drain=False, now=4.0) == drained
+    assert cluster.cordons.read_all() == {"s1": drained}
+
+
+def test_a_deposed_leader_cannot_cordon(cluster):
+    old = cluster.term
+    cluster.coordinator.unnominate("nimbus")
+
+    with pytest.raises(LeadershipLostError):
+        cluster.cordons.put(old, "s1", by="ops", drain=False, now=1.0)
+    assert cluster.cordons.read_all() == {}
+
+
+def test_a_drain_stops_the_old_worker_before_it_places_the_pipeline_where_a_warm_one_waits(
+    cluster,
+):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    cluster.worker_on("a", "s1", WorkerState.RUNNING)
+    cluster.supervisor("s2")
+    cluster.supervisor("s3")
+    cluster.heartbeat("s3", warm=1)  # s2 and s3 have the same room; s3 a warm worker ready
+    cluster.cordons.put(cluster.term, "s1", by="ops", drain=True, now=1.0)
+
+    cluster.round()
+    assert cluster.where("a") is None  # first its worker on s1 stops
+    assert cluster.drains.last(cluster.term.epoch).moving == {"a": "s1"}
+
+    cluster.round()  # its worker on s1 still runs: not placed yet, whoever leads
+    cluster.new_leader()
+    cluster.round()
+    assert cluster.where("a") is None
+    assert cluster.drains.last(cluster.term.epoch).moving == {"a": "s1"}
+
+    cluster.worker_on("a", "s1", WorkerState.STOPPED)
+    cluster.round()
+    assert cluster.where("a") == "s3"
+    assert reasons(cluster, "a")[-2:] == [("drained", None, "s1"), ("drained", "s3", "s1")]
+    assert cluster.drains.last(cluster.term.epoch).moving == {}
+
+
+def test_a_drained_pipeline_with_no_room_elsewhere_keeps_running_and_is_named(cluster):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    cluster.cordons.put(cluster.term, "s1", by="ops", drain=True, now=1.0)
+
+    cluster.round()
+
+    assert cluster.where("a") == "s1"
+    assert cluster.drains.last(cluster.term.epoch).no_room == {"a": "s1"}
+    cluster.supervisor("s2")
+    cluster.round()
+    assert cluster.where("a") is None  # room appeared: its worker on s1 stops first
+
+
+def test_a_pipeline_on_the_way_waits_while_a_pacemaker_did_not_answer(cluster, monkeypatch):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    cluster.supervisor("s2")
+    cluster.cordons.put(cluster.term, "s1", by="ops", drain=True, now=1.0)
+    cluster.round()
+    assert cluster.where("a") is None  # no heartbeat of its worker: stopped, or unseen
+    partial_reads(cluster, monkeypatch)
+
+    cluster.round()
+    assert cluster.where("a") is None  # its heartbeat may be in the pacemaker not read
+
+    monkeypatch.undo()
+    cluster.round()
     assert cluster.where("a") == "s2"

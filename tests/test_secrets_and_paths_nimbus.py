@@ -226,12 +226,14 @@ def test_a_purging_kill_leaves_a_pipeline_directory_that_links_out_of_the_root(
         "the nimbus to report the refused deletion",
     )
     assert (outside / "precious").read_text() == "keep me"
+    status = httpx.get(f"{url}/api/v1/pipelines/linked/purge").json()
+    assert status["purge"]["state"] == "pending"  # recorded, not claimed done
     (root / "linked").unlink()
 
 
 def _refused_line(name: str, log: str) -> bool:
     return any(
-        f"event=cleanup_incomplete pipeline={name}" in line
+        f"event=purge_attempt_failed pipeline={name}" in line
         and "not inside the checkpoint root" in line
         for line in log.splitlines()
     )

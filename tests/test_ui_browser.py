@@ -182,6 +182,20 @@ def test_an_action_from_a_standbys_page_reaches_the_leader(cluster, page):
     page.wait_for_selector("#record [data-fact=status]:text-is('KILLED')")
 
 
+def test_a_cordoned_supervisor_shows_as_cordoned_then_draining_in_the_cluster_view(cluster, page):
+    cluster.client.cordon("s1")
+    try:
+        sign_in(page, f"{leader(cluster).url}/", READ)
+        row = page.locator("#supervisors tr", has_text="s1")
+        page.wait_for_selector("#supervisors td.scheduling:text-is('cordoned')")
+        cluster.client.drain("s1")
+        page.wait_for_selector("#supervisors td.scheduling:text-is('draining')")
+        assert row.locator("td.scheduling").inner_text() == "draining"
+    finally:
+        cluster.client.uncordon("s1")
+    page.wait_for_selector("#supervisors td.scheduling:text-is('')")
+
+
 @pytest.mark.slow
 def test_a_failover_shows_on_the_page_without_a_reload(cluster, page):
     old = leader(cluster)

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from stratus.api.purges import PurgeCause, PurgeOrder, PurgeOutcome
 from stratus.api.records import WorkerState
 from stratus.config import load_config
 from stratus.errors import ConfigError
@@ -42,6 +43,7 @@ from stratus.supervisor.worker_access import (
     resolve_user,
 )
 from stratus.supervisor.worker_launcher import REFUSED_EXIT, main
+from stratus.zk.paths import ClusterPaths
 from tests.test_history_cluster import RECORDING_WORKER
 from tests.test_supervisor import SUPERVISOR_WITH_STAND_IN, Cluster, running
 from tests.worker_users import needs_root, os_users, traversable_dir, worker_python
@@ -548,9 +550,43 @@ def test_a_supervisor_that_is_not_root_runs_its_workers_through_sudo(zk_hosts) -
                 cluster.unassign("etl")  # SIGTERM through sudo and the launcher
                 wait_until(lambda: cluster.worker_beat("etl") is None, 30, "the worker to stop")
                 wait_until(lambda: not processes_of(user.uid), 30, "its user's processes to go")
+
+                purge_what_the_supervisor_cannot(zk, cluster, base / "checkpoints", user)
             finally:
                 supervisor.stop(grace=10)
                 print((base / "supervisor.log").read_text()[-8000:])
+
+
+def purge_what_the_supervisor_cannot(
+    zk: Any, cluster: Cluster, root: Path, user: WorkerUser
+) -> None:
+    """A purge, handed to the supervisor s1 (not root), of checkpoints a worker's user wrote
+    beyond the daemons' group's rights (a directory of its own, 0700, its own group): the
+    supervisor's own deletion is refused, the worker launcher's through sudo is not."""
+    checkpoints = root / "etl"
+    private = checkpoints / "lost-group"
+    private.mkdir(parents=True, exist_ok=True)
+    (private / "0").write_text("v1\n")
+    for path in (private, private / "0"):
+        os.chown(path, user.uid, user.gid)
+    private.chmod(0o700)
+    paths = ClusterPaths(cluster.root)
+    zk.ensure_path(paths.purge_outcomes)
+    order = PurgeOrder(
+        pipeline="etl",
+        root=str(root),
+        cause=PurgeCause.KILL,
+        requested=time.time(),
+        epoch=1,
+        attempt=1,
+        supervisor="s1",
+    )
+    zk.create(paths.purge("etl"), order.encode(), makepath=True)
+    node = paths.purge_outcome(f"etl.{order.id}.1")
+    wait_until(lambda: zk.exists(node), 30, "the supervisor's answer")
+    outcome = PurgeOutcome.model_validate_json(zk.get(node)[0])
+    assert (outcome.done, outcome.error) == (True, None)
+    assert not checkpoints.exists()
 
 
 @needs_root
@@ -569,3 +605,30 @@ def test_a_directory_a_worker_swapped_for_a_link_is_refused_not_followed(walls) 
     assert (after.st_uid, after.st_gid, after.st_mode) == (etc.st_uid, etc.st_gid, etc.st_mode)
     with pytest.raises(WorkerUserError, match="not the supervisor's directory"):
         prepare_worker(directory, b"{}", user, group=0, checkpoint_dir=None, owner=12345)
+
+
+@needs_root
+def test_the_launcher_purges_a_worker_users_checkpoints_under_its_own_root_only(
+    walls, capsys
+) -> None:
+    base, (allowed, _) = walls
+    config = launcher_config(base, [allowed])
+    root = base / "checkpoints"
+    uid = pwd.getpwnam(allowed).pw_uid
+    private = root / "etl" / "query" / "offsets"  # a worker's, its group's rights lost
+    private.mkdir(parents=True)
+    (private / "0").write_text("v1\n")
+    for path in (root / "etl", root / "etl" / "query", private, private / "0"):
+        os.chown(path, uid, uid)
+        path.chmod(0o700 if path.is_dir() else 0o600)
+    (root / "report").mkdir()
+
+    assert main(["purge", "etl", str(base / "elsewhere")], config_path=config) == REFUSED_EXIT
+    assert "is not the launcher's pipeline.checkpoint.root" in capsys.readouterr().err
+    assert main(["purge", "../etc", str(root)], config_path=config) == REFUSED_EXIT
+    assert "invalid pipeline name" in capsys.readouterr().err
+    assert private.is_dir()
+
+    assert main(["purge", "etl", str(root)], config_path=config) == 0
+    assert not (root / "etl").exists()
+    assert (root / "report").is_dir()

@@ -11,7 +11,8 @@ checkpoints, and the supervisor's directories, and to signal the supervisor and 
 victim's worker. It writes what it could do into its own directory. Every attempt must have
 been refused; the same probe run as the supervisor's user (the control) succeeds at every
 one, so the test fails if workers run as the supervisor again. Last, the victim's local
-checkpoints are purged by a user of the daemons' group, as a nimbus of the host would.
+checkpoints are purged by a user of the daemons' group, as a supervisor (or a nimbus of the
+host) does for a ``kill --purge``.
 """
 
 from __future__ import annotations
@@ -216,7 +217,8 @@ def control_probe(targets: dict[str, str]) -> dict[str, Any]:
 
 def purge_as_the_daemons_group(python: str, checkpoints: Path, as_user: str) -> None:
     """``kill --purge``'s deletion of the victim's checkpoints, run by a user that is not
-    the victim's but is in the supervisor's group (root's here), as a nimbus of the host is."""
+    the victim's but is in the supervisor's group (root's here), as a supervisor that is not
+    root (or a nimbus of the host) is."""
     checkpoints.chmod(0o775)  # the operator's root: the daemons' group may write it
     user = pwd.getpwnam(as_user)
     code = "import sys; from stratus.worker.checkpoints import remove_checkpoints as r; "

@@ -45,6 +45,8 @@ from tests.zkfixtures import (
     zookeeper_jvm_pids,
 )
 
+VERSION_MAIN = "org.apache.zookeeper.version.VersionInfoMain"
+
 pytestmark = pytest.mark.slow
 
 SERVING_LINE = re.compile(r"^zookeeper: serving at (?P<hosts>\S+)$")
@@ -274,6 +276,36 @@ def test_the_classpath_is_the_pyspark_zookeeper_jars() -> None:
     assert any(re.fullmatch(r"zookeeper-3\.9\.\d+\.jar", name) for name in names)
     assert all(jar.is_file() for jar in zookeeper_classpath())
     assert not any(name.startswith("spark-") for name in names)
+
+
+def test_zookeeper_java_runs_a_zookeeper_class_with_the_jars_as_its_classpath() -> None:
+    """The verb the ZooKeeper unit runs: java's arguments, the jars put in, the JVM in its
+    place (its output, its exit code)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "stratus", "zookeeper-java", "-Dx=1", VERSION_MAIN],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Apache ZooKeeper, version 3.9.")
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["-Xmx1g"], "no main class among -Xmx1g"),
+        (["-cp", "/elsewhere/*", VERSION_MAIN], "-cp among the JVM options"),
+        (["--class-path=/elsewhere", VERSION_MAIN], "--class-path=/elsewhere among the JVM"),
+    ],
+)
+def test_zookeeper_java_refuses_no_main_class_and_a_classpath_of_its_own(
+    args: list[str], named: str
+) -> None:
+    result = CliRunner().invoke(main, ["zookeeper-java", *args])
+    assert result.exit_code != 0
+    assert named in result.output
 
 
 # -- a quorum -------------------------------------------------------------------------------

@@ -573,6 +573,16 @@ class StratusConfig(BaseModel):
         "<root>/<pipeline>, never for a pipeline submitted again meanwhile). 0: kept until "
         "a kill --purge of a later submit, or the operator, removes them",
     )
+    pipeline_checkpoint_purge_by: Literal["auto", "supervisor", "nimbus"] = Field(
+        default="auto",
+        alias="pipeline.checkpoint.purge.by",
+        description="who deletes a pipeline's checkpoints for a kill --purge or at the end of "
+        "their retention: `supervisor` (a live supervisor, which can write the root its "
+        "workers write), `nimbus` (the leader itself: a root the nimbuses can write, such as "
+        "a shared mount), or `auto` (the leader tries when <root>/<pipeline> is on a file "
+        "system it reaches and exists there, and hands the purge to a supervisor when it "
+        "cannot delete it)",
+    )
     pipeline_spark_masters: list[str] = Field(
         default=[],
         alias="pipeline.spark.masters",

@@ -51,8 +51,23 @@ class UnknownPipelineError(ApiError):
     status = 404
 
 
+class UnknownSupervisorError(ApiError):
+    """No supervisor of that id is registered, heartbeats, holds a pipeline or is cordoned."""
+
+    code = "unknown_supervisor"
+    status = 404
+
+
 class PipelineExistsError(ApiError):
     code = "pipeline_exists"
+    status = 409
+
+
+class PurgePendingError(PipelineExistsError):
+    """The name's checkpoints are being deleted (a kill --purge, or their retention ended):
+    a pipeline of that name would resume from them; submit it once the purge is done."""
+
+    code = "purge_pending"
     status = 409
 
 
@@ -180,7 +195,9 @@ _BY_CODE: dict[str, type[ApiError]] = {
         UnauthenticatedError,
         ForbiddenError,
         UnknownPipelineError,
+        UnknownSupervisorError,
         PipelineExistsError,
+        PurgePendingError,
         InvalidTransitionError,
         UpdateInProgressError,
         InvalidNameError,

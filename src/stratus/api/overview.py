@@ -26,6 +26,9 @@ class SupervisorStatus(BaseModel):
     )
     running: list[str] = Field(description="the pipelines its last heartbeat says it runs")
     stopping: bool = Field(description="its last heartbeat says it is shutting down")
+    cordoned: bool = Field(default=False, description="it takes no new pipeline")
+    draining: bool = Field(default=False, description="its pipelines are being moved away")
+    warm_ready: int = Field(default=0, description="warm workers ready, as its heartbeat says")
 
 
 class SupervisorList(BaseModel):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 
 class PipelineStatus(StrEnum):
@@ -205,6 +205,48 @@ class SupervisorSummary(_Record):
     endpoint_tls: bool = Field(default=False, description="its endpoint serves https")
 
 
+class SupervisorCordon(_Record):
+    """A supervisor that takes no new pipeline: ``<root>/cordons/<id>``.
+
+    The cluster's state, not the supervisor process's: written by the leader in its fenced
+    transactions, it outlives restarts of the supervisor and of every nimbus. With ``drain``
+    the leader also moves the supervisor's pipelines to others with room
+    (``docs/scheduling.md``, "Cordon and drain").
+    """
+
+    supervisor: str
+    at: float = Field(description="wall-clock time of the cordon, epoch seconds")
+    epoch: int = Field(description="the term of the leader that wrote it")
+    by: str | None = Field(default=None, description="who asked (the token's principal)")
+    drain: bool = Field(default=False, description="its pipelines are being moved away")
+    drain_at: float | None = Field(
+        default=None, description="wall-clock time the drain was asked; null: no drain"
+    )
+
+
+class CordonStatus(BaseModel):
+    """A supervisor's cordon, and how far its drain is as the leader's last round saw it."""
+
+    supervisor: str
+    cordoned: bool
+    draining: bool
+    remaining: list[str] = Field(description="pipelines still assigned to it")
+    moving: list[str] = Field(
+        description="pipelines taken off it: waiting for their worker there to stop, or for "
+        "a supervisor with room"
+    )
+    no_room: list[str] = Field(
+        description="pipelines of it that found no other supervisor with a free slot in the "
+        "leader's last round"
+    )
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def done(self) -> bool:
+        """Nothing of it is left there or on the way."""
+        return not self.remaining and not self.moving
+
+
 class FencingToken(BaseModel):
     """What a worker claims its pipeline's checkpoint with: the higher token owns it.
 
@@ -264,6 +306,8 @@ class AssignmentReason(StrEnum):
     REBALANCED = "rebalanced"  # rewritten in place: a new generation (its conf changed)
     UPDATED = "updated"  # rewritten in place: new code
     NO_ROOM = "no_room"  # its supervisor died and no other had a free slot: unassigned
+    DRAINED = "drained"  # moved off a drained supervisor: first unassigned (its worker
+    # stops there), then placed elsewhere once that worker has stopped
     DEACTIVATED = "deactivated"  # unassigned: the pipeline is INACTIVE
     KILLED = "killed"  # unassigned: the pipeline is KILLED
     FINISHED = "finished"  # unassigned: its batch function returned
@@ -391,7 +435,14 @@ class SupervisorHeartbeat(_Record):
     slots: int
     running: list[str] = Field(default_factory=list, description="pipelines it runs now")
     stopping: bool = Field(
-        default=False, description="it is shutting down; its workers are stopped"
+        default=False,
+        description="it is shutting down: it takes no new pipeline, and keeps its assignments "
+        "until it comes back or is judged dead",
+    )
+    warm_ready: int = Field(
+        default=0,
+        ge=0,
+        description="warm workers ready (their SparkSession up) for a pipeline placed here",
     )
 
 
@@ -456,6 +507,10 @@ class ClusterSummary(BaseModel):
     supervisors: list[SupervisorSummary]
     pipelines: list[PipelineRecord]
     leader: LeaderInfo
+    cordons: list[SupervisorCordon] = Field(
+        default_factory=list,
+        description="the cordoned supervisors (those being drained have `drain`), by id",
+    )
 
 
 class PipelineList(BaseModel):

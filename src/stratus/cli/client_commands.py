@@ -1,11 +1,12 @@
 """The client verbs of ``stratus``: submit, update, list, status, logs, kill, activate, deactivate,
-rebalance, cluster and leader.
+rebalance, cluster and leader; cordon, uncordon and drain of a supervisor.
 
     stratus submit examples/wordcount --conf spark.sql.shuffle.partitions=4
     stratus update wordcount examples/wordcount
     stratus list -c nimbus.seeds=10.0.0.1:6627,10.0.0.2:6627
     stratus kill wordcount --wait 0
     stratus cluster --json
+    stratus drain s1 --drain-timeout 600
 
 Each verb talks to the nimbuses of ``nimbus.seeds`` through ``NimbusClient``, which finds the
 leader and retries across a failover until ``client.retry.deadline.secs``. Output is readable
@@ -39,11 +40,13 @@ from stratus.api.echo import printable
 from stratus.api.records import (
     AssignmentHistory,
     ClusterSummary,
+    CordonStatus,
     LeaderInfo,
     LeaderTerms,
     PipelineRecord,
     PipelineStatus,
     PipelineWorkers,
+    SupervisorCordon,
     WorkerState,
 )
 from stratus.api.redaction import redact_conf, redact_record, redact_text, redact_workers
@@ -51,6 +54,7 @@ from stratus.cli.options import json_mode, timeout_option, with_config
 from stratus.cli.output import console, print_table, when
 from stratus.cli.retry_display import RetryDisplay
 from stratus.client import NimbusClient
+from stratus.client.nimbus_client import pending
 from stratus.config import StratusConfig
 from stratus.security.authorizer import PipelineAccess
 
@@ -339,6 +343,9 @@ def _shown(line: str) -> str:
     return printable(redact_text(line))
 
 
+PURGE_WAIT_MARGIN_SECS = 300.0  # --wait-timeout's default: the kill's wait and this
+
+
 @click.command()
 @click.argument("name")
 @click.option(
@@ -353,22 +360,74 @@ def _shown(line: str) -> str:
     is_flag=True,
     help="Delete the pipeline's checkpoints too (kept otherwise: a later submit resumes).",
 )
+@click.option(
+    "--no-wait",
+    is_flag=True,
+    help="With --purge: return at once, the removal and the purge pending, instead of "
+    "waiting until the checkpoints are deleted.",
+)
+@click.option(
+    "--wait-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="With --purge: how long to wait for the removal and the purge before failing "
+    f"[default: the kill's wait + {PURGE_WAIT_MARGIN_SECS:g}].",
+)
 @_json_option
 @timeout_option
 @with_config
 def kill(
-    name: str, wait_secs: float | None, purge: bool, as_json: bool, conf: StratusConfig
+    *,
+    name: str,
+    wait_secs: float | None,
+    purge: bool,
+    no_wait: bool,
+    wait_timeout: float | None,
+    as_json: bool,
+    conf: StratusConfig,
 ) -> None:
-    """Kill pipeline NAME; its record is removed after the wait, its checkpoints kept."""
+    """Kill pipeline NAME; its record is removed after the wait, its checkpoints kept.
+
+    With --purge its checkpoints are deleted too, by whoever can write them (a supervisor,
+    or the leader), and the command says killed only once the record is removed and the
+    checkpoints are gone; a purge that fails is reported with its reasons (exit 1).
+    """
     with _client(conf) as client:
         record = client.kill(name, wait_secs, purge=purge)
+        if purge and not no_wait:
+            wait = conf.pipeline_kill_wait_secs if wait_secs is None else wait_secs
+            timeout = wait + PURGE_WAIT_MARGIN_SECS if wait_timeout is None else wait_timeout
+            _wait_purged(client, name, timeout, quiet=as_json)
     if as_json:
         click.echo("null" if record is None else redact_record(record).model_dump_json(indent=2))
+    elif purge and not no_wait:
+        _console().print(
+            f"killed pipeline {name}; its record is removed and its checkpoints deleted"
+        )
+    elif purge:
+        removal = f" at {when(record.kill_at)}" if record and record.kill_at is not None else ""
+        _console().print(
+            f"kill of pipeline {name} recorded; its record is removed{removal}, then its "
+            "checkpoints are purged: both pending (stratus status, GET "
+            f"/api/v1/pipelines/{name}/purge)"
+        )
     elif record is None:
         _console().print(f"killed pipeline {name}; its record is already removed")
     else:
         removal = f" at {when(record.kill_at)}" if record.kill_at is not None else ""
         _console().print(f"killed pipeline {name}; its record is removed{removal}")
+
+
+def _wait_purged(client: NimbusClient, name: str, timeout: float, *, quiet: bool) -> None:
+    """Poll the removal and the purge, showing what is pending."""
+    if quiet:
+        client.wait_purged(name, timeout=timeout)
+        return
+    with _console().status(f"killing pipeline {name}") as status:
+        client.wait_purged(
+            name, timeout=timeout, on_progress=lambda seen: status.update(pending(seen))
+        )
 
 
 @click.command()
@@ -465,6 +524,68 @@ def terms(as_json: bool, conf: StratusConfig) -> None:
     print_table(_console(), terms_table(found))
 
 
+@click.command()
+@click.argument("supervisor")
+@_json_option
+@timeout_option
+@with_config
+def cordon(supervisor: str, as_json: bool, conf: StratusConfig) -> None:
+    """Give SUPERVISOR no new pipeline; it keeps those it runs (needs an admin)."""
+    with _client(conf) as client:
+        _print_cordon(client.cordon(supervisor), as_json)
+
+
+@click.command()
+@click.argument("supervisor")
+@_json_option
+@timeout_option
+@with_config
+def uncordon(supervisor: str, as_json: bool, conf: StratusConfig) -> None:
+    """Let SUPERVISOR take new pipelines again; a drain under way stops (needs an admin)."""
+    with _client(conf) as client:
+        _print_cordon(client.uncordon(supervisor), as_json)
+
+
+@click.command()
+@click.argument("supervisor")
+@click.option(
+    "--wait/--no-wait",
+    default=True,
+    show_default=True,
+    help="Report progress until SUPERVISOR holds no pipeline; --no-wait returns at once.",
+)
+@click.option(
+    "--drain-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Give up waiting after this long (the drain goes on) [default: no limit].",
+)
+@_json_option
+@timeout_option
+@with_config
+def drain(
+    supervisor: str, wait: bool, drain_timeout: float | None, as_json: bool, conf: StratusConfig
+) -> None:
+    """Cordon SUPERVISOR and move its pipelines to supervisors with room (needs an admin).
+
+    Each pipeline's old worker stops before its new one starts, preferably on a supervisor
+    with a warm worker ready. Exits non-zero naming the pipelines that find no room."""
+    with _client(conf) as client:
+        status = client.drain(supervisor)
+        if wait:
+            shown: list[tuple[list[str], list[str]]] = []
+
+            def progress(seen: CordonStatus) -> None:
+                if as_json or shown[-1:] == [(seen.remaining, seen.moving)]:
+                    return
+                shown.append((seen.remaining, seen.moving))
+                _console().print(_drain_line(seen))
+
+            status = client.wait_drained(supervisor, timeout=drain_timeout, on_progress=progress)
+    _print_cordon(status, as_json)
+
+
 CLIENT_COMMANDS = (
     submit,
     update,
@@ -479,6 +600,9 @@ CLIENT_COMMANDS = (
     cluster,
     leader,
     terms,
+    cordon,
+    uncordon,
+    drain,
 )
 
 
@@ -504,6 +628,28 @@ def _print_change(record: PipelineRecord, as_json: bool) -> None:
         _console().print(f"pipeline {record.name} is {record.status.value} (epoch {record.epoch})")
 
 
+def _print_cordon(status: CordonStatus, as_json: bool) -> None:
+    if as_json:
+        _print_json(status)
+    else:
+        _console().print(_drain_line(status))
+
+
+def _drain_line(status: CordonStatus) -> str:
+    """One line: the supervisor's state, and what is left of its drain."""
+    state = "draining" if status.draining else "cordoned" if status.cordoned else "schedulable"
+    if status.draining and status.done:
+        state = "drained"
+    parts = [f"supervisor {status.supervisor} is {state}"]
+    if status.remaining:
+        parts.append(f"still there: {', '.join(status.remaining)}")
+    if status.moving:
+        parts.append(f"on the way: {', '.join(status.moving)}")
+    if status.no_room:
+        parts.append(f"no room for: {', '.join(status.no_room)}")
+    return "; ".join(parts)
+
+
 def print_cluster(console: Console, summary: ClusterSummary) -> None:
     """The cluster summary as tables: the leader line, nimbuses, supervisors, pipelines."""
     console.print(_leader_line(summary.leader))
@@ -515,7 +661,7 @@ def print_cluster(console: Console, summary: ClusterSummary) -> None:
         address = f"{nimbus.host}:{nimbus.port}"
         nimbuses.add_row(address, role, _uptime(nimbus.uptime_secs), nimbus.version)
     print_table(console, nimbuses)
-    if summary.supervisors:
+    if summary.supervisors or summary.cordons:
         print_table(console, _supervisors_table(summary))
     else:
         console.print("no supervisors")
@@ -526,12 +672,29 @@ def print_cluster(console: Console, summary: ClusterSummary) -> None:
 
 
 def _supervisors_table(summary: ClusterSummary) -> Table:
+    """Every registered supervisor, and every cordoned one (registered or not), with its
+    scheduling state: schedulable, cordoned or draining."""
     table = Table(title="supervisors")
-    for column in ("supervisor", "host", "slots", "used"):
+    for column in ("supervisor", "host", "slots", "used", "scheduling"):
         table.add_column(column)
+    cordons = {cordon.supervisor: cordon for cordon in summary.cordons}
+    registered = {supervisor.id for supervisor in summary.supervisors}
     for supervisor in summary.supervisors:
-        table.add_row(supervisor.id, supervisor.host, str(supervisor.slots), str(supervisor.used))
+        state = _scheduling_text(cordons.get(supervisor.id))
+        table.add_row(
+            supervisor.id, supervisor.host, str(supervisor.slots), str(supervisor.used), state
+        )
+    for sid in sorted(set(cordons) - registered):
+        table.add_row(sid, "(not registered)", "-", "-", _scheduling_text(cordons[sid]))
     return table
+
+
+def _scheduling_text(cordon: SupervisorCordon | None) -> Text:
+    if cordon is None:
+        return Text("schedulable")
+    if cordon.drain:
+        return Text("draining", style="bold yellow")
+    return Text("cordoned", style="yellow")
 
 
 def _pipelines_table(records: list[PipelineRecord]) -> Table:

@@ -39,8 +39,15 @@ from stratus.api.errors import (
     UnavailableError,
     UnknownCodeError,
     UnknownPipelineError,
+    UnknownSupervisorError,
 )
-from stratus.client.errors import NimbusUnreachableError
+from stratus.client.errors import (
+    DrainNoRoomError,
+    DrainTimeoutError,
+    NimbusUnreachableError,
+    PurgeFailedError,
+    PurgeWaitTimeoutError,
+)
 from stratus.codedist.errors import InvalidPackageError
 from stratus.errors import ConfigError
 from stratus.zk.errors import ZooKeeperHistoryBehindError, ZooKeeperUnavailableError
@@ -71,13 +78,17 @@ _CLASSES: tuple[tuple[type[BaseException], ExitCode], ...] = (
     (HeadTooLargeError, ExitCode.USAGE),
     (RecordTooLargeError, ExitCode.USAGE),
     (UnknownPipelineError, ExitCode.NOT_FOUND),
+    (UnknownSupervisorError, ExitCode.NOT_FOUND),
     (NoLogError, ExitCode.NOT_FOUND),
     (UnknownCodeError, ExitCode.NOT_FOUND),
     (UnauthenticatedError, ExitCode.REFUSED),
     (ForbiddenError, ExitCode.REFUSED),
     (PipelineExistsError, ExitCode.CONFLICT),
     (InvalidTransitionError, ExitCode.CONFLICT),
+    (DrainNoRoomError, ExitCode.CONFLICT),
     (NimbusUnreachableError, ExitCode.UNAVAILABLE),
+    (PurgeWaitTimeoutError, ExitCode.UNAVAILABLE),  # the kill and purge go on: wait again
+    (PurgeFailedError, ExitCode.FAILED),  # an operator must make the root writable
     (NotLeaderError, ExitCode.UNAVAILABLE),
     (UnavailableError, ExitCode.UNAVAILABLE),  # NoLeaderError too
     (ZooKeeperHistoryBehindError, ExitCode.FAILED),  # retrying cannot help: an operator must
@@ -88,6 +99,10 @@ _CLASSES: tuple[tuple[type[BaseException], ExitCode], ...] = (
 _CLIENT_CODES: tuple[tuple[type[BaseException], str], ...] = (
     (NoLeaderError, "no_leader"),
     (NimbusUnreachableError, "unreachable"),
+    (DrainNoRoomError, "no_room"),
+    (DrainTimeoutError, "drain_timeout"),
+    (PurgeFailedError, "purge_failed"),
+    (PurgeWaitTimeoutError, "purge_wait_timeout"),
     (ConfigError, "invalid_config"),
     (InvalidPackageError, "invalid_package"),
     (ZooKeeperHistoryBehindError, "zookeeper_history_behind"),

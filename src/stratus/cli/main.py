@@ -21,7 +21,7 @@ from stratus.cli.supervisor_command import supervisor
 from stratus.cli.token_command import token
 from stratus.cli.validate_command import validate
 from stratus.cli.zkfc_command import zkfc
-from stratus.cli.zookeeper_command import zookeeper
+from stratus.cli.zookeeper_command import zookeeper, zookeeper_java
 
 
 @click.group(cls=StratusGroup)
@@ -37,3 +37,4 @@ main.add_command(validate)
 main.add_command(zkfc)
 main.add_command(haadmin)
 main.add_command(token)
+main.add_command(zookeeper_java)

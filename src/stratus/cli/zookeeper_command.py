@@ -10,11 +10,18 @@ which scripts and tests wait for; on SIGINT or SIGTERM it stops the JVM(s) clean
 
 Its data is durable by default: kept in ``~/.stratus/zookeeper`` (or ``--data-dir``) and
 fsynced before every acknowledgement; ``--temporary`` is the throw-away alternative.
+
+``stratus zookeeper-java`` runs ``java`` with ZooKeeper's jars (those of the installed pyspark
+wheel) as its classpath, in its own process: a member of an ensemble from the operator's
+``zoo.cfg`` (``deploy/stratus-zookeeper.service``), or ZooKeeper's own CLI::
+
+    $ stratus zookeeper-java -Xmx1g org.apache.zookeeper.server.quorum.QuorumPeerMain zoo.cfg
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import tempfile
@@ -34,6 +41,7 @@ from stratus.settings import log_settings, zk_server_auth, zk_server_tls
 from stratus.zk.auth import ServerAuth
 from stratus.zk.ensemble import ZooKeeperEnsemble
 from stratus.zk.errors import ZooKeeperServerError
+from stratus.zk.java import java_command
 from stratus.zk.ports import LOOPBACK
 from stratus.zk.server import MAX_TICK_TIME_MS, ZooKeeperServer
 
@@ -173,6 +181,31 @@ def zookeeper(
             click.echo(f"zookeeper: TLS at {','.join(filter(None, secure))}", err=True)
         sys.stdout.flush()  # the line scripts wait for must not sit in a buffer
         _serve_until_stopped(stop_requested, servers)
+
+
+@click.command(
+    "zookeeper-java",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.argument(
+    "java_args",
+    nargs=-1,
+    required=True,
+    type=click.UNPROCESSED,
+    metavar="[JVM_OPTION]... MAIN_CLASS [ARG]...",
+)
+def zookeeper_java(java_args: tuple[str, ...]) -> None:
+    """Run Java with the ZooKeeper jars of the installed pyspark as its classpath.
+
+    The arguments are java's: JVM options (one word each, -Dkey=value), a main class such as
+    org.apache.zookeeper.server.quorum.QuorumPeerMain (an ensemble member, from its zoo.cfg)
+    or org.apache.zookeeper.ZooKeeperMain (ZooKeeper's CLI), and its arguments. Java (17+,
+    JAVA_HOME or the PATH's) takes this process's place: its signals, its exit code.
+    """
+    command = java_command(java_args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(command[0], command)
 
 
 def _refuse_open_exposure(host: str, auth: ServerAuth, insecure: bool) -> None:

@@ -31,9 +31,11 @@ from stratus.api.errors import (
     UnknownPipelineError,
 )
 from stratus.api.names import check_pipeline_name
+from stratus.api.purges import PurgeState, PurgeStatus
 from stratus.api.records import (
     AssignmentHistory,
     ClusterSummary,
+    CordonStatus,
     KillRequest,
     LeaderInfo,
     LeaderTerms,
@@ -41,6 +43,12 @@ from stratus.api.records import (
     PipelineRecord,
     PipelineStatus,
     PipelineWorkers,
+)
+from stratus.client.errors import (
+    DrainNoRoomError,
+    DrainTimeoutError,
+    PurgeFailedError,
+    PurgeWaitTimeoutError,
 )
 from stratus.client.routing import API, Delivery, NimbusRouter, RetryListener, parse
 from stratus.codedist.package_build import build_package
@@ -313,7 +321,8 @@ class NimbusClient:
         """Mark ``name`` KILLED; the leader removes its record ``wait_secs`` later
         (``pipeline.kill.wait.secs`` when None). Killing a KILLED pipeline changes nothing.
         Its checkpoints are kept (a later submit of the name resumes from them) unless
-        ``purge``, which deletes them with the record.
+        ``purge``: the record's removal then records their purge, which whoever can write
+        them carries out; ``wait_purged`` waits for both.
 
         Returns the KILLED record, or None when an attempt that may have reached the leader
         was retried and the retry found no such pipeline: the earlier attempt killed it and
@@ -333,6 +342,41 @@ class NimbusClient:
                 return None
             raise
         return parse(PipelineRecord, response)
+
+    def purge_status(self, name: str) -> PurgeStatus:
+        """Where ``name``'s removal and the purge of its checkpoints stand, read by any
+        nimbus from ZooKeeper itself."""
+        return parse(PurgeStatus, self._router.read("GET", f"{_pipeline_path(name)}/purge"))
+
+    def wait_purged(
+        self,
+        name: str,
+        *,
+        timeout: float | None,
+        poll_secs: float = 0.5,
+        on_progress: Callable[[PurgeStatus], None] | None = None,
+    ) -> PurgeStatus:
+        """Wait until ``name``, killed with ``purge``, is removed and its checkpoints are
+        deleted: the status once done. PurgeFailedError with the reasons when everyone who
+        could delete them failed (the purge stays recorded and is tried again);
+        PurgeWaitTimeoutError past ``timeout`` (None: no limit), saying what is pending."""
+        deadline = None if timeout is None else self._clock() + timeout
+        while True:
+            seen = self.purge_status(name)
+            if on_progress is not None:
+                on_progress(seen)
+            if seen.done:
+                return seen
+            order = seen.purge
+            if order is not None and order.state is PurgeState.FAILED:
+                raise PurgeFailedError(
+                    f"pipeline {name} is removed, but its checkpoints ({order.root.rstrip('/')}/"
+                    f"{name}) are not deleted: {order.reason}. The purge stays recorded and is "
+                    "tried again; the name cannot be submitted until it is done"
+                )
+            if deadline is not None and self._clock() >= deadline:
+                raise PurgeWaitTimeoutError(f"gave up waiting after {timeout:g}s: {pending(seen)}")
+            self._sleep(poll_secs)
 
     def activate(self, name: str) -> PipelineRecord:
         """Make ``name`` ACTIVE (unchanged if it is); InvalidTransitionError if KILLED."""
@@ -357,6 +401,59 @@ class NimbusClient:
         body = {"conf": json.loads(_conf_json(conf)), "request_id": request_id or uuid.uuid4().hex}
         response = self._router.call_leader("POST", _pipeline_path(name, "rebalance"), json=body)
         return parse(PipelineRecord, response)
+
+    # ------------------------------------------------------------------ supervisors (admin)
+
+    def cordon(self, supervisor: str) -> CordonStatus:
+        """Give ``supervisor`` no new pipeline; it keeps its own. Idempotent."""
+        return self._supervisor_call("POST", supervisor, "cordon")
+
+    def uncordon(self, supervisor: str) -> CordonStatus:
+        """Let ``supervisor`` take new pipelines again (a drain under way stops)."""
+        return self._supervisor_call("POST", supervisor, "uncordon")
+
+    def drain(self, supervisor: str) -> CordonStatus:
+        """Cordon ``supervisor`` and have the leader move its pipelines away; returns at once
+        (``wait_drained`` follows it)."""
+        return self._supervisor_call("POST", supervisor, "drain")
+
+    def drain_status(self, supervisor: str) -> CordonStatus:
+        """The cordon of ``supervisor`` and how far its drain is (from the leader)."""
+        return self._supervisor_call("GET", supervisor, "drain")
+
+    def wait_drained(
+        self,
+        supervisor: str,
+        *,
+        timeout: float | None = None,
+        poll_secs: float = 0.5,
+        on_progress: Callable[[CordonStatus], None] | None = None,
+    ) -> CordonStatus:
+        """Wait until ``supervisor`` holds no pipeline and none is on the way from it.
+
+        DrainNoRoomError naming the pipelines when the leader's last round found no room
+        for them and nothing else is moving; DrainTimeoutError after ``timeout`` seconds.
+        Each poll's status goes to ``on_progress``. The drain goes on in the leader either way.
+        """
+        deadline = None if timeout is None else self._clock() + timeout
+        while True:
+            status = self.drain_status(supervisor)
+            if on_progress is not None:
+                on_progress(status)
+            if status.done:
+                return status
+            if status.no_room and not status.moving:
+                raise DrainNoRoomError(supervisor, status.no_room)
+            if deadline is not None and self._clock() >= deadline:
+                assert timeout is not None
+                raise DrainTimeoutError(supervisor, status.remaining + status.moving, timeout)
+            self._sleep(poll_secs)
+
+    def _supervisor_call(self, method: str, supervisor: str, action: str) -> CordonStatus:
+        if not supervisor or "/" in supervisor:
+            raise InvalidRequestError(f"invalid supervisor id {supervisor!r}")
+        path = f"{API}/supervisors/{quote(supervisor, safe='')}/{action}"
+        return parse(CordonStatus, self._router.call_leader(method, path))
 
 
 # ---------------------------------------------------------------------- helpers
@@ -384,3 +481,19 @@ def _pipeline_path(name: str, action: str | None = None) -> str:
     check_pipeline_name(name)
     path = f"{API}/pipelines/{quote(name, safe='')}"
     return f"{path}/{action}" if action else path
+
+
+def pending(status: PurgeStatus) -> str:
+    """What a kill with purge still waits for, in words."""
+    name = status.pipeline
+    if status.record is not None:
+        return (
+            f"pipeline {name} is {status.record.value}; its record is removed once its wait "
+            "is over and no worker runs it, then its checkpoints are purged"
+        )
+    order = status.purge
+    if order is None:
+        return f"pipeline {name} is removed and its checkpoints deleted"
+    where = f"{order.root.rstrip('/')}/{name}"
+    why = f": {order.reason}" if order.reason else ""
+    return f"pipeline {name} is removed; the purge of {where} is {order.state.value}{why}"

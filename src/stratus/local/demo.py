@@ -41,7 +41,7 @@ from stratus.local.pacemaker_restart import restart_a_pacemaker
 from stratus.local.pipeline_start import PHASES, follow_start
 from stratus.local.user_settings import UserSettings
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"  # src/stratus/local/ -> repo
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"  # package data: in the wheel too
 STREAMING, BATCH, SDP = "streaming-counts", "batch-report", "sdp-orders"
 WAIT_SECS = 300.0  # Spark start-ups on a loaded 2-core machine take their time
 POLL_SECS = 0.5

@@ -1,6 +1,6 @@
 """Feed the example pipelines and read what they wrote: JSON event files in, parquet out.
 
-The streaming example (``examples/streaming``) counts events by key in 10-second event-time
+The streaming example (``stratus/examples/streaming``) counts events by key in 10-second event-time
 windows. A window is written once the watermark (the latest event time seen, minus 10 s)
 has passed its end, so the last windows stay open until a later event arrives: a feeder
 that has finished sends ``flush_event``, an event a day past the last one, and then every

@@ -28,10 +28,12 @@ from stratus import __version__
 from stratus.api.echo import MAX_ECHO_CHARS, clip
 from stratus.api.errors import ApiError, InvalidRequestError
 from stratus.api.names import PIPELINE_NAME, PIPELINE_NAME_RULE
+from stratus.api.purges import PurgeStatus
 from stratus.api.records import (
     AssignmentChange,
     AssignmentHistory,
     ClusterSummary,
+    CordonStatus,
     ErrorBody,
     KillRequest,
     LeaderInfo,
@@ -116,6 +118,7 @@ def create_app(
     _add_read_routes(app, service)
     _add_log_route(app, service, log_relay or LogRelay())
     _add_leader_routes(app, service)
+    _add_cordon_routes(app, service)
     if leader_terms is not None:
         add_term_routes(app, leader_terms)
     if assignment_history is not None:
@@ -165,6 +168,15 @@ def _add_read_routes(app: FastAPI, service: NimbusService) -> None:
     def pipeline_workers(name: PipelinePathName) -> PipelineWorkers:
         """Where the pipeline runs and what its workers last reported (heartbeats)."""
         return service.workers(name)
+
+    @app.get(f"{PREFIX}/pipelines/{{name}}/purge", tags=["any nimbus"])
+    def pipeline_purge(name: PipelinePathName) -> PurgeStatus:
+        """Where the pipeline's removal and the purge of its checkpoints stand: the
+        record's status (null once removed), and the purge recorded when a killed record
+        with ``purge`` was removed or their retention ended, until whoever can write them
+        deleted them: pending (who it is handed to) or failed (every reason); null once
+        done. Read from ZooKeeper itself, the record first: any nimbus answers alike."""
+        return service.purge(name)
 
 
 def _add_history_route(
@@ -314,8 +326,10 @@ def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
         request: Request, name: PipelinePathName, body: KillRequest | None = None
     ) -> PipelineRecord:
         """Mark the pipeline KILLED; its record is removed after ``wait_secs``. Its
-        checkpoints are kept (a later submit of the name resumes), unless ``purge``. Needs
-        an owner of the pipeline, or an admin."""
+        checkpoints are kept (a later submit of the name resumes), unless ``purge``: then
+        the removal records their purge, carried out by whoever can write them, and
+        ``GET .../purge`` shows it until it is done. Needs an owner of the pipeline, or an
+        admin."""
         caller = caller_of(request.scope)
         if body is None:
             return service.kill(name, None, caller=caller)
@@ -341,6 +355,42 @@ def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
         admin."""
         note_audit(request.scope, request_id=body.request_id)
         return service.rebalance(name, body.conf, body.request_id, caller_of(request.scope))
+
+
+SupervisorPathId = Annotated[
+    str, Path(description="the supervisor's id (`supervisor.id`), as `stratus cluster` lists it")
+]
+
+
+def _add_cordon_routes(app: FastAPI, service: NimbusService) -> None:
+    """Cordon, uncordon and drain a supervisor (docs/scheduling.md); they need ``admin``."""
+
+    @app.post(f"{PREFIX}/supervisors/{{supervisor}}/cordon", tags=["leader only"])
+    def cordon(request: Request, supervisor: SupervisorPathId) -> CordonStatus:
+        """Give the supervisor no new pipeline; it keeps those it runs. The cordon is the
+        cluster's (a znode the leader writes): it outlives restarts of the supervisor and of
+        every nimbus. Cordoning twice changes nothing. 404 naming the known supervisors if
+        none has that id. Needs an admin."""
+        return service.cordon(supervisor, caller_of(request.scope))
+
+    @app.post(f"{PREFIX}/supervisors/{{supervisor}}/uncordon", tags=["leader only"])
+    def uncordon(supervisor: SupervisorPathId) -> CordonStatus:
+        """Let the supervisor take new pipelines again; a drain under way stops (what it
+        moved stays where it went). Needs an admin."""
+        return service.uncordon(supervisor)
+
+    @app.post(f"{PREFIX}/supervisors/{{supervisor}}/drain", tags=["leader only"])
+    def drain(request: Request, supervisor: SupervisorPathId) -> CordonStatus:
+        """Cordon the supervisor and move its pipelines to others with room, each one's old
+        worker stopped before the new one starts (preferably in a warm worker that is
+        ready). Answers at once: follow it with ``GET`` on this path. Needs an admin."""
+        return service.cordon(supervisor, caller_of(request.scope), drain=True)
+
+    @app.get(f"{PREFIX}/supervisors/{{supervisor}}/drain", tags=["leader only"])
+    def drain_status(supervisor: SupervisorPathId) -> CordonStatus:
+        """The supervisor's cordon and how far its drain is: the pipelines still there, those
+        on the way, those that found no room in the leader's last round."""
+        return service.cordon_status(supervisor)
 
 
 def _add_page_routes(app: FastAPI, service: NimbusService, metrics: NimbusMetrics) -> None:

@@ -15,6 +15,7 @@ nimbus reads it for ``GET /api/v1/pipelines/{name}/history``::
     history.add_change(tx, "etl", change, existing["etl"])   # tx: the assignment's
     history.add_removal(tx, "etl")                # with the record's deletion
     history.read("etl")                           # the changes, newest first
+    history.newest(["etl"])                       # {"etl": its newest change}
 
 It is the pattern of ``leader_terms.py`` (one node per event, bounded, trimmed by the
 writer in its fenced write), with sequential names: a pipeline's changes have no number of
@@ -111,3 +112,23 @@ class AssignmentHistoryLog:
             except (NoNodeError, ValidationError):
                 continue
         return changes
+
+    def newest(self, names: Iterable[str]) -> dict[str, AssignmentChange]:
+        """The newest change of each of ``names`` that has one: one pipelined listing, then
+        one pipelined read of the newest nodes."""
+        listed = self.existing(names)
+        pending = {
+            name: self._client.get_async(
+                posixpath.join(self._paths.assignment_history(name), max(nodes))
+            )
+            for name, nodes in listed.items()
+            if nodes
+        }
+        found = {}
+        for name, result in pending.items():
+            try:
+                raw, _ = result.get()
+                found[name] = AssignmentChange.model_validate_json(raw)
+            except (NoNodeError, ValidationError):
+                continue
+        return found

@@ -111,6 +111,10 @@ class AssignmentTable:
         """``pipeline``'s assignment changes, newest first, read from ZooKeeper itself."""
         return self._history.read(pipeline)
 
+    def newest_changes(self, pipelines: Iterable[str]) -> dict[str, AssignmentChange]:
+        """The newest change of each of ``pipelines`` that has one (pipelined reads)."""
+        return self._history.newest(pipelines)
+
 
 _HISTORY_OPS = 3  # a change's usual operations: the record's check, the create, a trim
 

@@ -3,8 +3,10 @@ outside every other check.
 
 Every route needs a role (``required_role``): reads (``GET``/``HEAD``: the cluster, the
 leader, pipelines, workers, supervisors, packages, the OpenAPI document and its page,
-``/metrics``, a worker's log) need ``read``; every other method (submit, update, kill,
-activate, deactivate, rebalance) needs ``submit``; then a call on one pipeline (a change,
+``/metrics``, a worker's log, a drain's progress) need ``read``; every other method
+(submit, update, kill, activate, deactivate, rebalance) needs ``submit``, but a change of a
+supervisor (``/api/v1/supervisors/<id>/``: cordon, uncordon, drain), which moves every
+tenant's pipelines, needs ``admin``; then a call on one pipeline (a change,
 or its log, which may hold the pipeline's data) needs an owner of it, or a reader for the
 log, or an admin (``stratus.security.authorizer``, judged by the service); the HA
 service protocol (``/ha/``, a failover controller's reads and transitions) needs
@@ -35,16 +37,20 @@ from stratus.web.audit import changes_only
 HA_PREFIX = "/ha"  # the HA service protocol's routes (stratus.ha.protocol)
 PIPELINES_PREFIX = "/api/v1/pipelines/"
 SUBMIT_PATH = "/api/v1/pipelines"
+SUPERVISORS_PREFIX = "/api/v1/supervisors/"  # cordon, uncordon, drain: admin
 LOGS_SUFFIX = "/logs"  # a worker's log, streamed from its supervisor
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def required_role(method: str, path: str = "") -> Role:
     """The role a request needs: the HA protocol ``admin``, reads ``read`` (a worker's log
-    too: its owners and readers are judged then), changes ``submit``."""
+    too: its owners and readers are judged then), a change of a supervisor ``admin``, other
+    changes ``submit``."""
     if path == HA_PREFIX or path.startswith(HA_PREFIX + "/"):
         return Role.ADMIN
-    return Role.READ if method.upper() in READ_METHODS else Role.SUBMIT
+    if method.upper() in READ_METHODS:
+        return Role.READ
+    return Role.ADMIN if path.startswith(SUPERVISORS_PREFIX) else Role.SUBMIT
 
 
 def audited_call(method: str, path: str) -> tuple[str, str | None] | None:

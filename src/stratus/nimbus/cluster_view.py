@@ -19,11 +19,13 @@ from collections.abc import Callable
 
 from kazoo.client import KazooClient
 
+from stratus.api.purges import PurgeOutcome
 from stratus.api.records import (
     LeaderInfo,
     NimbusRegistration,
     PipelineRecord,
     PipelineStatus,
+    SupervisorCordon,
     SupervisorSummary,
 )
 from stratus.coordination.records import Leader, LeaderChange
@@ -36,7 +38,8 @@ NIMBUS_GROUP = "nimbus"  # the election group of the nimbuses
 
 
 class ClusterView:
-    """Nimbuses, pipelines, supervisors and the leader, from watches; reads never hit ZooKeeper."""
+    """Nimbuses, pipelines, supervisors, cordons and the leader, from watches; reads never
+    hit ZooKeeper."""
 
     def __init__(self, client: KazooClient, paths: ClusterPaths) -> None:
         self._lock = threading.Condition()
@@ -48,13 +51,25 @@ class ClusterView:
         self._supervisors = WatchedChildren(
             client, paths.supervisors, SupervisorSummary, self._bump
         )
+        self._cordons = WatchedChildren(client, paths.cordons, SupervisorCordon, self._bump)
+        # a supervisor's answer to a purge: the leader's duties look at it at once
+        self._purge_outcomes = WatchedChildren(
+            client, paths.purge_outcomes, PurgeOutcome, self._bump
+        )
 
     def start(self) -> None:
-        for watched in (self._nimbuses, self._pipelines, self._supervisors):
+        for watched in (
+            self._nimbuses,
+            self._pipelines,
+            self._supervisors,
+            self._cordons,
+            self._purge_outcomes,
+        ):
             watched.start()
 
     def subscribe(self, listener: Callable[[], None]) -> None:
-        """Call ``listener`` after every change of nimbuses, pipelines or supervisors.
+        """Call ``listener`` after every change of nimbuses, pipelines, supervisors, cordons
+        or purge outcomes.
 
         It runs on kazoo's event thread, so it must not block.
         """
@@ -86,6 +101,10 @@ class ClusterView:
 
     def supervisors(self) -> dict[str, SupervisorSummary]:
         return self._supervisors.snapshot()
+
+    def cordons(self) -> dict[str, SupervisorCordon]:
+        """The cordoned supervisors, by id (those drained have ``drain``)."""
+        return self._cordons.snapshot()
 
     def leader(self) -> LeaderInfo:
         return self._leader

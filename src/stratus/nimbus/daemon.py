@@ -28,6 +28,7 @@ from kazoo.client import KazooClient
 
 from stratus import __version__
 from stratus.api.clock import Clock
+from stratus.api.purges import nimbus_party
 from stratus.api.records import NimbusRegistration, PipelineRecord, PipelineStatus
 from stratus.codedist.code_sync import CodeSync
 from stratus.codedist.distributor import CodeDistributor, CodeMeta
@@ -43,9 +44,11 @@ from stratus.history import Actor, HistoryRecorder
 from stratus.nimbus.api import create_app
 from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.cluster_view import NIMBUS_GROUP, ClusterView
+from stratus.nimbus.cordons import CordonTable, DrainMemory
 from stratus.nimbus.duties.checkpoint_retention import ExpireKeptCheckpoints
 from stratus.nimbus.duties.killed import RemoveKilled
 from stratus.nimbus.duties.lost_code import FailLostCode
+from stratus.nimbus.duties.purges import CarryOutPurges, PurgeOrders
 from stratus.nimbus.duties.replication import ActivateReplicated
 from stratus.nimbus.duties.round import DutyRound
 from stratus.nimbus.duties.scheduling import SchedulingDuty
@@ -63,6 +66,7 @@ from stratus.nimbus.metrics import NimbusMetrics
 from stratus.nimbus.pipeline_metrics import PipelineMetrics
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.placement import Placement
+from stratus.nimbus.purge_plan import PurgeBy
 from stratus.nimbus.readiness import CodeReadiness
 from stratus.nimbus.service import NimbusService
 from stratus.nimbus.settings import HAMode, NimbusSettings
@@ -246,6 +250,8 @@ class Nimbus:
         board = HeartbeatBoard(store)
         assignments = AssignmentTable(client, self.paths)
         self.assignment_history = assignments.history
+        cordons = CordonTable(client, self.paths)
+        drains = DrainMemory()
         self.removal = RemoveKilled(
             self.view.pipelines,
             ops,
@@ -269,7 +275,7 @@ class Nimbus:
             clock=self._clock,
         )
         self.metrics.registry.register(self.pipeline_metrics)
-        duties = self._build_duties(ops, board, assignments)
+        duties = self._build_duties(ops, board, assignments, cordons, drains)
         lock = GrantedLock() if self.settings.ha.mode is HAMode.ZKFC else None
         self.controller = self._build_controller(readiness, duties, lock)
         self.ha = NimbusHAService(
@@ -296,6 +302,8 @@ class Nimbus:
             leadership=self.controller.accepted_term,
             on_change=self._pipeline_changed,
             wall=self._wall,
+            cordons=cordons,
+            drains=drains,
         )
 
     def _go_live(self, client: KazooClient) -> None:
@@ -325,7 +333,12 @@ class Nimbus:
     # ------------------------------------------------------------------ parts
 
     def _build_duties(
-        self, ops: PipelineOps, board: HeartbeatBoard, assignments: AssignmentTable
+        self,
+        ops: PipelineOps,
+        board: HeartbeatBoard,
+        assignments: AssignmentTable,
+        cordons: CordonTable,
+        drains: DrainMemory,
     ) -> DutyRound:
         """The leader's duties, in the order of a round."""
         scheduling = SchedulingDuty(
@@ -340,7 +353,19 @@ class Nimbus:
             on_observed=self.pipeline_metrics.observe,
             connections=lambda: self.session.connections,
             fencing=self._supervisor_fencing(),
+            cordons=cordons,
+            drains=drains,
         )
+        purges = CarryOutPurges(
+            PurgeOrders(self.session.client, self.paths),
+            checkpoint_root=self.conf.checkpoint_root(),
+            by=PurgeBy(self.conf.pipeline_checkpoint_purge_by),
+            here=nimbus_party(self.address),
+            live=self.view.supervisors,
+            wall=self._wall,
+        )
+        purges.report_while(lambda: self._leading_epoch() is not None)
+        self.metrics.declare_purges(purges.count)
         duties = DutyRound(
             [
                 self.removal,
@@ -351,6 +376,7 @@ class Nimbus:
                     wall=self._wall,
                     clock=self._clock,
                 ),
+                purges,
                 ActivateReplicated(self.view.pipelines, self.distributor, ops),
                 FailLostCode(self.code_sync.lost, ops),
                 scheduling,

@@ -4,7 +4,8 @@ Scraped at ``GET /metrics``: what every daemon shows (``stratus.web.metrics``: b
 process), whether this nimbus leads and in which epoch, its HA state, the epoch it acts under
 and the HA transitions it made, how often the leadership changed, which leader duties raised,
 requests by route and status with their latency, whether the ZooKeeper connection is up, how
-this nimbus's code sync is doing, and the scheduling rounds that could not see the heartbeats.
+this nimbus's code sync is doing, the scheduling rounds that could not see the heartbeats, and
+the recorded purges of checkpoints not done yet.
 Counters are declared without ``_total``, which the client library appends.
 """
 
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from stratus.api.purges import PurgeState
 from stratus.ha.protocol import HAState
 from stratus.web.metrics import (
     CONTENT_TYPE_LATEST,
@@ -161,6 +163,19 @@ class NimbusMetrics:
         for name in names:
             self.duty_failures.labels(name)
 
+    def declare_purges(self, count: Callable[[PurgeState], int]) -> None:
+        """``stratus_nimbus_purges{state}``: the recorded purges by state, as this nimbus's
+        last round as leader saw them (0 on a standby)."""
+        gauge = Gauge(
+            "stratus_nimbus_purges",
+            "purges of killed pipelines' checkpoints recorded and not done, by state "
+            "(pending, failed), as the leader's last round saw them",
+            ["state"],
+            registry=self.registry,
+        )
+        for state in PurgeState:
+            gauge.labels(state.value).set_function(_counted(count, state))
+
     def duty_failed(self, name: str) -> None:
         self.duty_failures.labels(name).inc()
 
@@ -170,6 +185,10 @@ class NimbusMetrics:
 
     def exposition(self) -> bytes:
         return exposition(self.registry)
+
+
+def _counted(count: Callable[[PurgeState], int], state: PurgeState) -> Callable[[], float]:
+    return lambda: float(count(state))
 
 
 def _or_minus_one(value: int | None) -> int:

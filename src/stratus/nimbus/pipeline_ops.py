@@ -16,8 +16,8 @@ version, so two requests racing on one pipeline cannot lose an update::
     )
     ops.note_update_replication(term, "etl", holders=2)   # switched: version 2, new digest
     ops.kill(term, "etl", wait_secs=30)   # KILLED now, removed by remove_due() after 30 s
-    ops.remove_due(term, killed, kept_root="/ck")   # + kept-checkpoints/etl unless purged
-    ops.expire_kept(term, "etl", kept, remove)   # retention over: marker deleted, then remove()
+    ops.remove_due(term, killed, kept_root="/ck")   # + kept-checkpoints/etl, or purges/etl
+    ops.expire_kept(term, "etl", kept)   # retention over: marker deleted, purges/etl recorded
 
 A removal deletes the pipeline's assignment history (``assignment_history.py``) in the same
 transaction as its record. A removal that keeps the checkpoints (a kill without ``purge``)
@@ -25,8 +25,13 @@ writes, in the same transaction, ``kept-checkpoints/<name>`` (when, under which 
 submit of the name deletes it in its own transaction, so checkpoints a new pipeline resumes
 from are never expired. ``expire_kept`` and ``submit`` of one name hold one lock of this
 leader's (one of ``KEPT_LOCKS``, by the name's hash), so a submit cannot slip between the
-check that no record exists and the deletion of the checkpoints, and a long deletion holds
-up only the submits of names that share its lock.
+check that no record exists and the recording of the purge.
+
+A removal with ``purge`` (and an expiry) records ``purges/<name>`` (``PurgeOrder``) in the
+same transaction: the checkpoints go once whoever can write them did it
+(``duties/purges.py``). While the order exists a submit of the name is refused
+(``PurgePendingError``): its transaction creates and deletes ``purges/<name>``, which fails
+atomically if the order exists, so no submit can slip past a purge being recorded.
 
 A record remembers which keys of its conf the user set (``user_keys``: at submit, by
 rebalances and updates); an update lays them over the new package's manifest conf
@@ -62,6 +67,7 @@ from stratus.api.errors import (
     InvalidTransitionError,
     NotLeaderError,
     PipelineExistsError,
+    PurgePendingError,
     RecordTooLargeError,
     UnavailableError,
     UnknownPipelineError,
@@ -70,6 +76,7 @@ from stratus.api.errors import (
 from stratus.api.locations import CHECKPOINT_ROOT_KEY
 from stratus.api.names import check_pipeline_name
 from stratus.api.pipeline_conf import validate_pipeline_conf
+from stratus.api.purges import PurgeCause, PurgeOrder, PurgeState, PurgeStatus
 from stratus.api.records import PendingUpdate, PipelineRecord, PipelineStatus
 from stratus.api.redaction import restore_redacted
 from stratus.codedist.package_store import StoredPackage
@@ -79,7 +86,7 @@ from stratus.coordination.errors import (
     TransactionFailedError,
     ZooKeeperUnavailableError,
 )
-from stratus.coordination.leadership import Leadership
+from stratus.coordination.leadership import FencedTransaction, Leadership
 from stratus.nimbus.assignment_history import AssignmentHistoryLog
 from stratus.security.access import Caller
 from stratus.security.authorizer import PipelineAccess
@@ -172,23 +179,29 @@ class PipelineOps:
         )
         data = self._encode(record)
         path = self._paths.pipeline(name)
+        purge = self._paths.purge(name)
         with _zookeeper_errors(term), self._kept_lock(name):
             for _ in range(VERSION_RACE_RETRIES):
+                self._refuse_if_purging(name)
                 kept = self._client.exists(self._paths.kept_checkpoint(name))
                 if kept is not None:
                     self._check_heir(name, caller)
-                transaction = term.transaction().create(path, data)
+                # created and deleted again: fails the whole transaction if a purge of the
+                # name is recorded (ZooKeeper has no "check that it does not exist")
+                transaction = term.transaction().create(path, data).create(purge).delete(purge)
                 if kept is not None:  # its checkpoints are this pipeline's again
                     transaction.delete(self._paths.kept_checkpoint(name), version=kept.version)
                 try:
                     transaction.commit()
                     break
                 except TransactionFailedError:
-                    if kept is None or self._client.exists(path) is not None:
+                    if self._client.exists(path) is not None:
                         return self._existing_submit(name, request_id), False
+                    # a purge or the kept marker changed meanwhile: look again
             else:
                 raise UnavailableError(
-                    f"submit of {name!r}: its kept-checkpoints marker kept changing; retry"
+                    f"submit of {name!r}: its kept-checkpoints marker or a purge of the name "
+                    "kept changing; retry"
                 )
         log.info(
             "event=submitted pipeline=%s epoch=%d digest=%s status=%s owner=%s",
@@ -199,6 +212,40 @@ class PipelineOps:
             owner or "-",
         )
         return record, True
+
+    def purge_order(self, name: str) -> PurgeOrder | None:
+        """The purge recorded for ``name``'s checkpoints, read from ZooKeeper itself (after a
+        sync, so any nimbus answers as the leader would); None if there is none."""
+        path = self._paths.purge(name)
+        self._client.sync(path)
+        try:
+            raw, _ = self._client.get(path)
+        except NoNodeError:
+            return None
+        return PurgeOrder.model_validate_json(raw)
+
+    def purge_status(self, name: str) -> PurgeStatus:
+        """The record's status, then the purge order, each read from ZooKeeper after a sync."""
+        self._client.sync(self._paths.pipeline(name))
+        record = self.read(name)
+        return PurgeStatus(
+            pipeline=name,
+            record=None if record is None else record.status,
+            record_purge=record is not None and record.purge,
+            purge=self.purge_order(name),
+        )
+
+    def _refuse_if_purging(self, name: str) -> None:
+        """PurgePendingError if a purge of ``name``'s checkpoints is recorded."""
+        try:
+            order = self.purge_order(name)
+        except ValidationError:
+            raise PurgePendingError(
+                f"cannot submit pipeline {name!r}: a purge of its checkpoints is recorded "
+                f"but cannot be read ({self._paths.purge(name)}); submit it once it is done"
+            ) from None
+        if order is not None:
+            raise PurgePendingError(purge_pending_message(order))
 
     def note_replication(self, term: Leadership, name: str, holders: int) -> PipelineRecord:
         """A PENDING pipeline's code is on ``holders`` nimbuses: record it, activate if enough.
@@ -527,29 +574,33 @@ class PipelineOps:
         return kept
 
     def expire_kept(
-        self, term: Leadership, name: str, kept: KeptCheckpoints, remove: Callable[[], object]
+        self, term: Leadership, name: str, kept: KeptCheckpoints, *, purge: bool = True
     ) -> bool:
         """The retention of ``name``'s kept checkpoints is over: delete its marker (fenced,
-        as read) and call ``remove`` (which deletes them), unless the pipeline was
-        submitted again meanwhile (its marker then only goes, if still there). Whether
-        ``remove`` was called."""
+        as read) and, with ``purge``, record in the same transaction the purge of
+        ``<kept.root>/<name>`` (``PurgeOrder``), unless the pipeline was submitted again
+        meanwhile (its marker then only goes, if still there) or a purge of the name is
+        recorded already. Whether a purge was recorded."""
         path = self._paths.kept_checkpoint(name)
         with _zookeeper_errors(term), self._kept_lock(name):
             resubmitted = self._client.exists(self._paths.pipeline(name)) is not None
+            transaction = term.transaction().delete(path, version=kept.version)
+            ordered = purge and not resubmitted
+            if ordered:
+                ordered = self._add_purge(transaction, term, name, kept.root, PurgeCause.RETENTION)
             try:
-                term.transaction().delete(path, version=kept.version).commit()
+                transaction.commit()
             except TransactionFailedError:
                 return False  # changed or gone meanwhile; the next scan looks again
-            if resubmitted:
-                return False
-            log.info(
-                "event=kept_checkpoints_expired pipeline=%s epoch=%d removed_at=%.3f",
-                name,
-                term.epoch,
-                kept.removed,
-            )
-            remove()
-            return True
+            if ordered:
+                log.info(
+                    "event=kept_checkpoints_expired pipeline=%s epoch=%d removed_at=%.3f "
+                    "action=purge_recorded",
+                    name,
+                    term.epoch,
+                    kept.removed,
+                )
+            return ordered
 
     def _check_heir(self, name: str, caller: Caller | None) -> None:
         """ForbiddenError unless ``caller`` may resume from ``name``'s kept checkpoints: an
@@ -585,6 +636,8 @@ class PipelineOps:
             return None
         transaction = term.transaction().delete(path, version=stat.version)
         self._history.add_removal(transaction, name)
+        if kept_root is not None and record.purge:
+            self._add_purge(transaction, term, name, kept_root, PurgeCause.KILL)
         if kept_root is not None and not record.purge:
             marker = KeptCheckpoints(
                 root=kept_root,
@@ -604,6 +657,24 @@ class PipelineOps:
             return None  # changed or gone meanwhile; the next round looks again
         log.info("event=removed pipeline=%s epoch=%d purge=%s", name, term.epoch, record.purge)
         return record
+
+    def _add_purge(
+        self,
+        transaction: FencedTransaction,
+        term: Leadership,
+        name: str,
+        root: str,
+        cause: PurgeCause,
+    ) -> bool:
+        """Add the creation of ``purges/<name>`` to ``transaction``; False (nothing added)
+        when one is recorded already: it deletes the same directory."""
+        if self._client.exists(self._paths.purge(name)) is not None:
+            return False
+        order = PurgeOrder(
+            pipeline=name, root=root, cause=cause, requested=self._wall(), epoch=term.epoch
+        )
+        transaction.create(self._paths.purge(name), order.encode())
+        return True
 
     def _changed(self, record: PipelineRecord, term: Leadership, **changes: Any) -> PipelineRecord:
         updated = max(self._wall(), record.updated)
@@ -676,6 +747,20 @@ class PipelineOps:
             f"a pipeline named {name!r} exists already (status {record.status.value}); "
             "kill it or choose another name"
         )
+
+
+def purge_pending_message(order: PurgeOrder) -> str:
+    """Why a submit of ``order``'s pipeline is refused while the purge is recorded."""
+    why = "kill --purge" if order.cause is PurgeCause.KILL else "their retention ended"
+    state = "pending" if order.state is PurgeState.PENDING else "failed, and tried again"
+    if order.reason:
+        state += f" ({order.reason})"
+    return (
+        f"cannot submit pipeline {order.pipeline!r}: a purge of its checkpoints "
+        f"({order.root.rstrip('/')}/{order.pipeline}, {why}) is {state}; a pipeline of the "
+        "name would resume from checkpoints being deleted. Submit it once the purge is done "
+        f"(GET /api/v1/pipelines/{order.pipeline}/purge shows it), or choose another name"
+    )
 
 
 def updated_conf(

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from kazoo.exceptions import KazooException
 
 from stratus.api.errors import UnavailableError
-from stratus.api.records import PipelineWorkers, SupervisorHeartbeat
+from stratus.api.records import Assignment, PipelineWorkers, SupervisorHeartbeat
 from stratus.nimbus.assignments import AssignmentTable
 from stratus.state.errors import StateStoreUnavailableError
 from stratus.state.heartbeats import HeartbeatBoard
@@ -53,6 +53,11 @@ class Placement:
             )
             for name in sorted(set(assignments) | set(beats))
         }
+
+    def assignments(self) -> dict[str, Assignment]:
+        """Every assignment, by pipeline."""
+        with _unavailable_as_api_error():
+            return {name: a for name, (a, _) in self._assignments.read_all().items()}
 
     def supervisor_beats(self) -> dict[str, SupervisorHeartbeat]:
         """Every supervisor's last heartbeat, by id."""

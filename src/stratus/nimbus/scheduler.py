@@ -6,12 +6,17 @@ then writes the plan in its fenced transactions::
 
     plan = plan_round(
         pipelines=records, assignments=current,
-        capacity={"s1": 4, "s2": 4},  # may take new work: registered, not silent, not stopping
+        capacity={"s1": 4, "s2": 4},  # may take new work: registered, not silent, not
+                                      # stopping, not cordoned
         keep_on={"s1", "s2", "s3"},   # not judged dead: their assignments stay put
         timed_out={"etl"},            # pipelines whose worker went silent
         epoch=term.epoch, now=time.time(),
+        draining={"s3"},              # cordoned with a drain: its pipelines move away
+        drained_from={"web": "s3"},   # taken off s3 by the drain, not placed yet
+        still_running={"web"},        # unassigned, but a live supervisor still runs its worker
+        warm={"s2": 1},               # ready warm workers, as the heartbeats say
     )
-    plan.assign, plan.unassign, plan.moved, plan.changes
+    plan.assign, plan.unassign, plan.moved, plan.changes, plan.drain_moving, plan.no_room
 
 The rules, in the order a round applies them:
 
@@ -24,6 +29,19 @@ The rules, in the order a round applies them:
    there, then the id), which spreads them across the nodes. A timed-out one goes to another
    supervisor than its own, or stays where it is when no other has room; a dead supervisor's
    pipeline that finds no room is unassigned (and placed again once room appears).
+4. An ACTIVE pipeline with no assignment whose worker a supervisor not judged dead still
+   runs (``still_running``: its assignment was just deleted, and that worker stops) is not
+   placed yet: the old worker stops before a new one claims the checkpoint, as after any
+   move. It holds a slot meanwhile, so that the room it will need is not given away.
+5. A drain moves in two steps, break before make, each recorded as ``DRAINED``: a
+   pipeline on a supervisor of ``draining`` (not judged dead) loses its assignment if
+   another supervisor has room (its worker stops there), else it stays and is named in
+   ``plan.no_room``; once no live supervisor runs its worker, the pipeline
+   (``drained_from``) is placed. Both steps prefer a supervisor with a ready warm worker
+   (``warm``), so that the new worker's JVM is up before the old one stops and the gap
+   is one checkpoint hand-over. The pipelines on the way are placed before any other,
+   and the drain's first steps come after every other placement: a running pipeline
+   waits for room, a stopped one does not.
 
 An assignment's conf is the record's, with the record's owner under ``pipeline.owner``: what
 the supervisor that serves the pipeline's log knows of who may read it.
@@ -38,7 +56,8 @@ Only supervisors of ``capacity`` that are also in ``keep_on`` take new work, nev
 their slots; the pipelines that stay on a supervisor count against its slots. A supervisor
 that already runs more than its slots (it came back with fewer) keeps them but gets nothing
 new. A round costs O((P + S) log S) for P pipelines and S supervisors: the free slots are a
-heap, not a scan per pipeline.
+heap, not a scan per pipeline; only a drained pipeline's choice of a warm worker scans the
+supervisors that report one.
 """
 
 from __future__ import annotations
@@ -66,6 +85,8 @@ class Plan:
     unassign: list[str]  # assignments to delete, sorted
     moved: dict[str, tuple[str, str | None]]  # pipeline -> (from, to or None: no room left)
     changes: dict[str, AssignmentChange] = field(default_factory=dict)  # recorded with writes
+    drain_moving: dict[str, str] = field(default_factory=dict)  # off a drained one, not placed
+    no_room: dict[str, str] = field(default_factory=dict)  # drained pipelines with no room
 
     @property
     def empty(self) -> bool:
@@ -87,17 +108,29 @@ def plan_round(
     timed_out: Set[str],
     epoch: int,
     now: float,
+    draining: Set[str] = frozenset(),
+    drained_from: Mapping[str, str] | None = None,
+    still_running: Set[str] = frozenset(),
+    warm: Mapping[str, int] | None = None,
 ) -> Plan:
     """The changes that bring ``assignments`` in line with the rules of the module docstring.
 
-    ``capacity``: supervisors that may take new work (registered and not silent), with their
-    slots. ``keep_on``: supervisors not judged dead. ``timed_out``: pipelines whose worker the
-    leader has not heard from for ``nimbus.task.timeout.secs``. ``epoch`` and ``now`` go into
-    every assignment written.
+    ``capacity``: supervisors that may take new work (registered, not silent, not stopping,
+    not cordoned), with their slots. ``keep_on``: supervisors not judged dead.
+    ``timed_out``: pipelines whose worker the leader has not heard from for
+    ``nimbus.task.timeout.secs``. ``draining``: supervisors whose pipelines move away.
+    ``drained_from``: pipelines a drain took off a supervisor and that have no assignment
+    yet, with that supervisor. ``still_running``: pipelines with no assignment whose worker
+    a supervisor of ``keep_on`` still runs. ``warm``: each supervisor's ready warm workers.
+    ``epoch`` and ``now`` go into every assignment written.
     """
+    drained_from = drained_from or {}
     round_ = _Round(epoch, now)
     staying: dict[str, Assignment] = {}
     to_place: list[_Candidate] = []
+    to_drain: list[_Candidate] = []
+    on_the_way: list[_Candidate] = []
+    held = 0  # unassigned pipelines whose old worker still runs (no drain): wait a round
     for name, assignment in assignments.items():
         record = pipelines.get(name)
         if record is None or not record.status.runs:
@@ -108,24 +141,39 @@ def plan_round(
         if assignment.supervisor in keep_on:
             staying[name] = assignment
             if name not in timed_out:
+                if assignment.supervisor in draining:
+                    to_drain.append(_Candidate(name, record, assignment))
                 continue
         to_place.append(_Candidate(name, record, assignment))
-    to_place += [
-        _Candidate(name, record, None)
-        for name, record in pipelines.items()
-        if record.status.runs and name not in assignments
-    ]
-    slots = _FreeSlots(capacity, keep_on, staying.values())
+    for name, record in pipelines.items():
+        if not record.status.runs or name in assignments:
+            continue
+        candidate = _Candidate(name, record, None, drained_from.get(name))
+        if candidate.drained_from is not None:
+            on_the_way.append(candidate)
+        elif name in still_running:
+            held += 1  # its old worker stops first; a slot waits for it
+        else:
+            to_place.append(candidate)
+    slots = _FreeSlots(capacity, keep_on, staying.values(), warm or {})
+    for candidate in sorted(on_the_way, key=_Candidate.order):
+        round_.arrive(candidate, slots, waits=candidate.name in still_running)
+    for _ in range(held):
+        slots.take()  # no room for others meanwhile
     for candidate in sorted(to_place, key=_Candidate.order):
         round_.place(candidate, slots, keep_on)
+    for candidate in sorted(to_drain, key=_Candidate.order):
+        round_.drain(candidate, slots)
     for name, assignment in staying.items():
-        if name not in round_.moved:
+        if name not in round_.moved and name not in round_.drain_moving:
             round_.keep(name, pipelines[name], assignment)
     return Plan(
         assign=round_.assign,
         unassign=sorted(round_.unassign),
         moved=round_.moved,
         changes=round_.changes,
+        drain_moving=round_.drain_moving,
+        no_room=round_.no_room,
     )
 
 
@@ -140,11 +188,13 @@ _STOPPED = {  # why a pipeline that does not run loses its assignment
 
 @dataclass(frozen=True)
 class _Candidate:
-    """A pipeline to place: new (``current`` None), on a dead supervisor, or timed out."""
+    """A pipeline to place: new (``current`` None), on a dead supervisor, or timed out; or
+    to drain; or on the way from a drained supervisor (``drained_from``)."""
 
     name: str
     record: PipelineRecord
     current: Assignment | None
+    drained_from: str | None = None
 
     def order(self) -> tuple[float, str]:
         return (self.record.submitted, self.name)
@@ -160,6 +210,35 @@ class _Round:
         self.unassign: list[str] = []
         self.moved: dict[str, tuple[str, str | None]] = {}
         self.changes: dict[str, AssignmentChange] = {}
+        self.drain_moving: dict[str, str] = {}
+        self.no_room: dict[str, str] = {}
+
+    def arrive(self, candidate: _Candidate, slots: _FreeSlots, *, waits: bool) -> None:
+        """A pipeline on the way from a drained supervisor: placed (preferably where a warm
+        worker is ready) once its old worker has stopped; until then a slot waits for it."""
+        name, record, source = candidate.name, candidate.record, candidate.drained_from
+        assert source is not None
+        target = slots.take(prefer_warm=True)
+        if target is None:
+            self.no_room[name] = source
+        if waits or target is None:
+            self.drain_moving[name] = source
+            return
+        self.moved[name] = (source, target)
+        self.assign[name] = self._assignment(name, record, target)
+        self.note(name, record, AssignmentReason.DRAINED, target, source)
+
+    def drain(self, candidate: _Candidate, slots: _FreeSlots) -> None:
+        """A pipeline on a drained supervisor: its assignment goes if another supervisor has
+        room (kept for it from now on), else it stays and is named in ``no_room``."""
+        name, record, current = candidate.name, candidate.record, candidate.current
+        assert current is not None
+        if slots.take(avoid=current.supervisor, prefer_warm=True) is None:
+            self.no_room[name] = current.supervisor
+            return
+        self.unassign.append(name)
+        self.drain_moving[name] = current.supervisor
+        self.note(name, record, AssignmentReason.DRAINED, None, current.supervisor)
 
     def place(self, candidate: _Candidate, slots: _FreeSlots, keep_on: Set[str]) -> None:
         """Place a new pipeline, a dead supervisor's, or a timed-out one (kept if no room)."""
@@ -249,6 +328,7 @@ class _FreeSlots:
         capacity: Mapping[str, int],
         keep_on: Set[str],
         staying: Iterable[Assignment],
+        warm: Mapping[str, int] | None = None,
     ) -> None:
         used: dict[str, int] = {}
         for assignment in staying:
@@ -258,9 +338,19 @@ class _FreeSlots:
         self._heap: list[tuple[int, int, str]] = []
         for sid in self._slots:
             self._push(sid)
+        self._warm = {sid: n for sid, n in (warm or {}).items() if n > 0 and sid in self._slots}
 
-    def take(self, avoid: str | None = None) -> str | None:
-        """One slot on the supervisor with the most free (never ``avoid``), or None."""
+    def take(self, avoid: str | None = None, *, prefer_warm: bool = False) -> str | None:
+        """One slot on the supervisor with the most free (never ``avoid``), or None; with
+        ``prefer_warm`` on one with a ready warm worker first, if any has a free slot (that
+        warm worker is then spoken for)."""
+        if prefer_warm:
+            warm = self._warm_target(avoid)
+            if warm is not None:
+                self._warm[warm] -= 1
+                self._used[warm] += 1
+                self._push(warm)
+                return warm
         skipped = None
         target = None
         while self._heap:
@@ -279,6 +369,15 @@ class _FreeSlots:
             self._used[target] += 1
             self._push(target)
         return target
+
+    def _warm_target(self, avoid: str | None) -> str | None:
+        """Of the supervisors with a warm worker left and a free slot, the most free."""
+        fits = [
+            self._entry(sid)
+            for sid, count in self._warm.items()
+            if count > 0 and sid != avoid and self._used[sid] < self._slots[sid]
+        ]
+        return min(fits)[2] if fits else None
 
     def release(self, sid: str) -> None:
         """A pipeline left ``sid``: one more free slot there, if it takes work."""

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
+
+from kazoo.exceptions import KazooException
 
 from stratus.api.clock import Clock
 from stratus.api.echo import echo
@@ -29,13 +31,18 @@ from stratus.api.errors import (
     InvalidRequestError,
     NoLogError,
     NotLeaderError,
+    UnavailableError,
     UnknownPipelineError,
+    UnknownSupervisorError,
 )
 from stratus.api.names import check_pipeline_name
 from stratus.api.overview import SupervisorList, SupervisorStatus, WorkersOverview
 from stratus.api.pipeline_conf import validate_pipeline_conf
+from stratus.api.purges import PurgeStatus
 from stratus.api.records import (
+    Assignment,
     ClusterSummary,
+    CordonStatus,
     LeaderInfo,
     NimbusSummary,
     PipelineRecord,
@@ -47,6 +54,7 @@ from stratus.api.strict_json import loads_strict
 from stratus.codedist.package_store import PackageStore
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.cluster_view import ClusterView
+from stratus.nimbus.cordons import CordonTable, DrainMemory
 from stratus.nimbus.log_relay import LogSource
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.placement import Placement
@@ -77,6 +85,8 @@ class NimbusService:
         leadership: Callable[[], Leadership | None],
         on_change: Callable[[PipelineRecord], None],
         wall: Clock,
+        cordons: CordonTable | None = None,
+        drains: DrainMemory | None = None,
     ) -> None:
         self.address = settings.address
         self.limits = settings.limits
@@ -90,6 +100,8 @@ class NimbusService:
         self._on_change = on_change
         self._wall = wall  # wall clock: uptimes from the registrations' start times
         self._summary_cache: tuple[tuple[int, int], bytes] | None = None
+        self._cordons = cordons  # None: this nimbus cordons nothing (tests of other parts)
+        self._drains = drains or DrainMemory()
 
     @property
     def incoming(self) -> PackageStore:
@@ -126,6 +138,7 @@ class NimbusService:
             supervisors=supervisors,
             pipelines=self.pipelines(),
             leader=self.view.leader(),
+            cordons=[cordon for _, cordon in sorted(self.view.cordons().items())],
         )
 
     def cluster_summary_json(self) -> bytes:
@@ -152,6 +165,16 @@ class NimbusService:
             raise UnknownPipelineError(f"unknown pipeline {name!r}")
         return record
 
+    def purge(self, name: str) -> PurgeStatus:
+        """Where ``name``'s removal and the purge of its checkpoints stand, read from
+        ZooKeeper itself (any nimbus answers as the leader would, whatever its view)."""
+        check_pipeline_name(name)
+        try:
+            return self._ops.purge_status(name)
+        except KazooException as exc:
+            why = f"ZooKeeper is unreachable ({type(exc).__name__}); retry"
+            raise UnavailableError(why) from None
+
     def workers(self, name: str) -> PipelineWorkers:
         """Where the pipeline runs and its workers' last heartbeats, read from the stores;
         a worker's error (its log tail) redacted against the pipeline's real conf."""
@@ -173,10 +196,12 @@ class NimbusService:
         """Every registered supervisor with the age of its last heartbeat (this nimbus's
         wall clock against the supervisor's: a skew between them shows in the age)."""
         beats = self._placement.supervisor_beats()
+        cordons = self.view.cordons()
         now = self._wall()
         found = []
         for sid, reg in sorted(self.view.supervisors().items()):
             beat = beats.get(sid)
+            cordon = cordons.get(sid)
             found.append(
                 SupervisorStatus(
                     id=sid,
@@ -190,6 +215,9 @@ class NimbusService:
                     else round(max(0.0, now - beat.time), 1),
                     running=beat.running if beat is not None else [],
                     stopping=beat.stopping if beat is not None else False,
+                    cordoned=cordon is not None,
+                    draining=cordon is not None and cordon.drain,
+                    warm_ready=beat.warm_ready if beat is not None else 0,
                 )
             )
         return SupervisorList(supervisors=found)
@@ -318,6 +346,80 @@ class NimbusService:
         _check_request_id(request_id)
         self._check_owner(term, caller, Verb.REBALANCE, name)
         return self._answer(self._ops.rebalance(term, name, conf, request_id))
+
+    # ------------------------------------------------------------------ cordon and drain
+
+    def cordon(
+        self, supervisor: str, caller: Caller | None = None, *, drain: bool = False
+    ) -> CordonStatus:
+        """Cordon ``supervisor`` (no new pipeline goes there), and with ``drain`` move its
+        pipelines away; idempotent. UnknownSupervisorError naming the known ids if no
+        supervisor of that id is registered, heartbeats, holds a pipeline or is cordoned."""
+        term, cordons = self._cordon_term()
+        self._check_supervisor(supervisor, cordons.read_all(), self._placement.assignments())
+        by = caller.principal if caller is not None else None
+        cordons.put(term, supervisor, by=by, drain=drain, now=self._wall())
+        log.info(
+            "event=supervisor_cordoned supervisor=%s epoch=%d drain=%s by=%s",
+            supervisor,
+            term.epoch,
+            str(drain).lower(),
+            by or "-",
+        )
+        return self.cordon_status(supervisor)
+
+    def uncordon(self, supervisor: str) -> CordonStatus:
+        """Let ``supervisor`` take new pipelines again (a drain under way stops; what it
+        already moved stays where it went); idempotent."""
+        term, cordons = self._cordon_term()
+        self._check_supervisor(supervisor, cordons.read_all(), self._placement.assignments())
+        if cordons.remove(term, supervisor):
+            log.info("event=supervisor_uncordoned supervisor=%s epoch=%d", supervisor, term.epoch)
+        return self.cordon_status(supervisor)
+
+    def cordon_status(self, supervisor: str) -> CordonStatus:
+        """The cordon of ``supervisor`` and its drain's progress, as the leader's last round
+        saw it (read from ZooKeeper: leader only, like the rounds it reports)."""
+        term, cordons = self._cordon_term()
+        every = cordons.read_all()
+        assignments = self._placement.assignments()
+        self._check_supervisor(supervisor, every, assignments)
+        cordon = every.get(supervisor)
+        last = self._drains.last(term.epoch)
+        return CordonStatus(
+            supervisor=supervisor,
+            cordoned=cordon is not None,
+            draining=cordon is not None and cordon.drain,
+            remaining=sorted(n for n, a in assignments.items() if a.supervisor == supervisor),
+            moving=sorted(n for n, source in last.moving.items() if source == supervisor),
+            no_room=sorted(n for n, source in last.no_room.items() if source == supervisor),
+        )
+
+    def _cordon_term(self) -> tuple[Leadership, CordonTable]:
+        term = self.leader_term()
+        if self._cordons is None:
+            raise InvalidRequestError(f"nimbus {self.address} does not cordon supervisors")
+        return term, self._cordons
+
+    def _check_supervisor(
+        self,
+        supervisor: str,
+        cordons: Mapping[str, object],
+        assignments: Mapping[str, Assignment],
+    ) -> None:
+        """UnknownSupervisorError unless ``supervisor`` is registered, heartbeats, holds a
+        pipeline or is cordoned."""
+        known = (
+            set(self.view.supervisors())
+            | set(self._placement.supervisor_beats())
+            | {assignment.supervisor for assignment in assignments.values()}
+            | set(cordons)
+        )
+        if supervisor not in known:
+            raise UnknownSupervisorError(
+                f"unknown supervisor {echo(supervisor)}; the supervisors known are: "
+                f"{', '.join(sorted(known)) or 'none'}"
+            )
 
     def _check_owner(self, term: Leadership, caller: Caller | None, verb: Verb, name: str) -> None:
         """ForbiddenError unless ``caller`` may ``verb`` the pipeline, judged against its

@@ -536,7 +536,7 @@ class ControlLoop:
                 id=self.supervisor,
                 time=self._wall(),
                 slots=self.slots,
-                running=[] if stopping else running,
+                running=running,  # after a stop with the workers: none alive, none listed
                 stopping=stopping,
             ),
             workers={name: w.heartbeat() for name, w in self.workers.items()},

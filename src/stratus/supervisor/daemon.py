@@ -76,6 +76,7 @@ from stratus.supervisor.heartbeat_publisher import HeartbeatPublisher, Heartbeat
 from stratus.supervisor.launcher import WorkerLauncher
 from stratus.supervisor.metrics import SupervisorMetrics
 from stratus.supervisor.outage_watch import PROBE_TIMEOUT_SECS, OutageWatch
+from stratus.supervisor.purges import start_purger
 from stratus.supervisor.registration import SessionRecord, SupervisorRegistration
 from stratus.supervisor.requirements_env import RequirementEnvs
 from stratus.supervisor.run_as import UserPool
@@ -170,13 +171,13 @@ class Supervisor:
         )
 
     def stop(self, *, workers: bool | None = None) -> None:
-        """Leave ZooKeeper: unregister after a last heartbeat. With ``workers`` (or once
-        ``stop_workers_too`` was called, or with ``supervisor.worker.adopt`` false) every
-        worker is stopped first and the last heartbeat says ``stopping``, so that the leader
-        moves the pipelines at once; otherwise the workers run on, the last heartbeat still
-        lists them, and the lease file stays as it is: a supervisor started again on this
-        local directory adopts them, else they stop themselves at the lease's end and the
-        leader moves their pipelines after ``nimbus.supervisor.timeout.secs``."""
+        """Leave ZooKeeper: unregister after a last heartbeat that says ``stopping``. With
+        ``workers`` (or once ``stop_workers_too`` was called, or with
+        ``supervisor.worker.adopt`` false) every worker is stopped first; otherwise the
+        workers run on, the last heartbeat lists them and renews their lease one last time:
+        a supervisor started again on this local directory adopts them, else they stop
+        themselves at the lease's end and the leader moves their pipelines after
+        ``nimbus.supervisor.timeout.secs``."""
         if self._stopped.is_set():
             return
         self._stopped.set()
@@ -190,7 +191,7 @@ class Supervisor:
             self.control.post(SHUTDOWN if stop_workers else LEAVE)
             self._loop_thread.join(timeout=self.settings.loop.timeouts.stop_secs + 10.0)
             self.publisher.stop(timeout=FINAL_HEARTBEAT_SECS)
-            self._publish_last(stopping=stop_workers)
+            self._publish_last(renew=not stop_workers)
         self._close_opened()
         log.info("event=supervisor_stopped supervisor=%s", self.id)
 
@@ -345,6 +346,7 @@ class Supervisor:
             monitor=self._monitor_settings(),
         )
         self._build_loop(launcher, warm, self._adopted(users))
+        self._opened.append(start_purger(client, self.paths, self.settings, users).close)
         self._start_threads()
 
     def _start_endpoint(self) -> None:
@@ -558,11 +560,11 @@ class Supervisor:
             if not change.resumed:  # a new session: the next start must know it
                 self._session_record.write(self.session.session_id)
 
-    def _publish_last(self, *, stopping: bool) -> None:
+    def _publish_last(self, *, renew: bool) -> None:
         """The workers' last heartbeats (STOPPED, when they were stopped) and the
-        supervisor's, with ``stopping`` if its workers were stopped (the leader moves its
-        pipelines at once), else listing those that run on."""
-        final = self.control.heartbeat_round(stopping=stopping)
+        supervisor's with ``stopping=True``, listing the workers that run on; with ``renew``,
+        a successful write renews their lease (``_hand_last_lease``)."""
+        final = self.control.heartbeat_round(stopping=True)
         done = threading.Event()
         started = self._clock()
         may_renew = self._may_renew_lease()()
@@ -575,12 +577,11 @@ class Supervisor:
         thread.start()
         thread.join(timeout=FINAL_HEARTBEAT_SECS)
         log.info(
-            "event=last_heartbeat supervisor=%s stopping=%s written=%s",
+            "event=last_heartbeat supervisor=%s stopping=true written=%s",
             self.id,
-            "true" if stopping else "false",
             "yes" if done.is_set() else "no",
         )
-        if done.is_set() and may_renew and not stopping:
+        if done.is_set() and may_renew and renew:
             self._hand_last_lease(started)
 
     def _hand_last_lease(self, started: float) -> None:

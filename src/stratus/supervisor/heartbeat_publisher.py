@@ -9,8 +9,11 @@ lease only if it started while ZooKeeper was connected: a supervisor cut off fro
 (its registration about to go) must fence even when it still reaches a pacemaker, which the
 leader may not reach. The heartbeats of workers the supervisor no longer holds are removed,
 including those a previous life of this supervisor left behind. The registration's ``used``
-count follows each round. Writes may block while the store is unreachable: they run on this
-thread, never on the control loop's, which fences on its own clock::
+count follows each round. With ``warm_ready`` (the warm pool's count of ready warm workers)
+each round's supervisor heartbeat says how many are ready at its write, which the leader
+prefers when it places a drained pipeline. Writes may block while the store is
+unreachable: they run on this thread, never on the control loop's, which fences on its own
+clock::
 
     publisher = HeartbeatPublisher(board, "s1", interval_secs=1.0, on_written=loop.post_written)
     publisher.offer(round_)     # the control loop's latest picture; the newest wins
@@ -25,7 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from kazoo.exceptions import KazooException
@@ -70,6 +73,7 @@ class HeartbeatPublisher:
         on_written: Callable[[float], None],
         on_used: Callable[[int], None] = lambda _used: None,
         may_renew: Callable[[], bool] = lambda: True,
+        warm_ready: Callable[[], int] | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
         self._board = board
@@ -78,6 +82,7 @@ class HeartbeatPublisher:
         self._on_written = on_written
         self._on_used = on_used
         self._may_renew = may_renew
+        self._warm_ready = warm_ready
         self._renewing = True  # the last round's may_renew (its change is logged)
         self._clock = clock
         self._lock = threading.Lock()
@@ -107,6 +112,7 @@ class HeartbeatPublisher:
         """Write one round now; True if every heartbeat of it was written."""
         started = self._clock()
         renews = self._may_renew()
+        round_ = self._with_warm(round_)
         try:
             self._write(round_)
         except (StratusError, KazooException) as exc:  # the store is unreachable: next round
@@ -125,6 +131,13 @@ class HeartbeatPublisher:
             self._on_used(round_.used)
             self._used = round_.used
         return True
+
+    def _with_warm(self, round_: HeartbeatRound) -> HeartbeatRound:
+        """The round with its supervisor's count of ready warm workers, if it has a pool."""
+        if self._warm_ready is None or round_.supervisor.stopping:
+            return round_
+        beat = round_.supervisor.model_copy(update={"warm_ready": max(0, self._warm_ready())})
+        return replace(round_, supervisor=beat)
 
     def _note_renewing(self, renews: bool) -> None:
         if renews != self._renewing:

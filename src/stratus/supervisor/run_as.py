@@ -46,10 +46,12 @@ from stratus.supervisor.worker_access import (
     prepare_worker,
     resolve_user,
 )
+from stratus.worker.checkpoints import remove_checkpoints
 
 log = logging.getLogger(__name__)
 
 LAUNCHER_TIMEOUT_SECS = 10.0  # a signal or a clean-up through the launcher
+PURGE_TIMEOUT_SECS = 600.0  # a purge of a pipeline's checkpoints through the launcher
 
 
 class UserSwitch(Protocol):
@@ -82,6 +84,11 @@ class UserSwitch(Protocol):
     def group_kill_command(self, user: WorkerUser) -> list[str] | None:
         """How a worker's monitor SIGKILLs what its worker left in its process group (the
         pid, ``SIGKILL`` and ``--all`` appended); None: the monitor may do it itself."""
+        ...
+
+    def purge_checkpoints(self, root: str, pipeline: str) -> None:
+        """Delete ``<root>/<pipeline>`` with the rights over every worker user's files (a
+        purge that the supervisor's own rights could not do); WorkerUserError if refused."""
         ...
 
 
@@ -134,6 +141,9 @@ class DirectSwitch:
     def group_kill_command(self, user: WorkerUser) -> list[str] | None:
         return None  # the monitor runs as root, as its supervisor
 
+    def purge_checkpoints(self, root: str, pipeline: str) -> None:
+        remove_checkpoints(root, pipeline)  # as root: the worker users' files too
+
 
 class SudoSwitch:
     """The supervisor is not root: each step is the worker launcher, run through sudo."""
@@ -179,6 +189,26 @@ class SudoSwitch:
 
     def group_kill_command(self, user: WorkerUser) -> list[str] | None:
         return [*self._command, "signal", user.name]
+
+    def purge_checkpoints(self, root: str, pipeline: str) -> None:
+        """The launcher deletes ``<its pipeline.checkpoint.root>/<pipeline>``, if that root is
+        ``root``: it never takes a root from its caller."""
+        args = [*self._command, "purge", pipeline, root]
+        try:
+            done = subprocess.run(
+                args,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=PURGE_TIMEOUT_SECS,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise WorkerUserError(f"the worker launcher could not purge: {exc!r}") from None
+        if done.returncode != 0:
+            error = done.stderr.decode(errors="replace").strip()[-500:]
+            raise WorkerUserError(
+                f"the worker launcher refused to purge (exit {done.returncode}): {error}"
+            )
 
     def _run(self, args: list[str]) -> None:
         try:

@@ -19,6 +19,7 @@ Commands (exit 0: done, 2: a usage error, 3: refused; the reason on stderr)::
     stratus-worker-launcher launch PIPELINE USER -- ARGV...   # prepare, then exec as USER
     stratus-worker-launcher signal USER PID SIGNAL [--all]    # TERM, INT, CONT or KILL
     stratus-worker-launcher kill-user USER                    # every process of USER
+    stratus-worker-launcher purge PIPELINE ROOT               # delete <root>/PIPELINE
 
 ``launch`` prepares the worker's files (``worker_access.prepare_worker``: its copy of
 ``<local>/workers/PIPELINE/spec.json``, its directory, its checkpoint directory), takes its
@@ -28,7 +29,10 @@ set so that nothing it runs gains one), and execs ARGV. ``signal`` reaches only 
 that run as USER and descend from PID (the process the supervisor started: sudo, or the
 worker itself) or are in its process group (without ``--all``, only the first of them:
 the worker, not its children). Only users of ``allowed.users`` are ever accepted, never root
-nor a uid below ``min.uid``.
+nor a uid below ``min.uid``. ``purge`` deletes a pipeline's checkpoints
+(``<pipeline.checkpoint.root>/PIPELINE`` of its own configuration, which ROOT must name:
+the caller never chooses where) when the supervisor's own rights did not reach every file a
+worker user wrote there; only that directory, resolved and checked to be inside the root.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ from stratus.supervisor.worker_access import (
     resolve_user,
     worker_identity,
 )
+from stratus.worker.checkpoints import remove_checkpoints
 from stratus.worker.spec import SPEC_FILE, WorkerSpec
 
 CONFIG_PATH = Path("/etc/stratus/worker-launcher.cfg")
@@ -131,7 +136,7 @@ class _UsageError(Exception):
 
 _USAGE = (
     "usage: stratus-worker-launcher launch PIPELINE USER -- ARGV... | "
-    "signal USER PID SIGNAL [--all] | kill-user USER"
+    "signal USER PID SIGNAL [--all] | kill-user USER | purge PIPELINE ROOT"
 )
 
 
@@ -156,6 +161,10 @@ def _dispatch(args: list[str], config_path: Path) -> int:
     if command == "kill-user" and len(rest) == 1:
         kill_user_processes(_allowed_user(config, supervisor, rest[0]).uid)
         return 0
+    if command == "purge":
+        if len(rest) != 2:
+            raise _UsageError("purge needs PIPELINE ROOT")
+        return _purge(config, rest[0], rest[1])
     raise _UsageError(f"unknown command {' '.join(args[:1])!r}")
 
 
@@ -214,6 +223,22 @@ def _launch(
     _become(user)
     os.chdir(directory / WORK_DIR)
     os.execvpe(argv[0], argv, env)
+
+
+def _purge(config: LauncherConfig, pipeline: str, root: str) -> int:
+    """Delete ``<checkpoint_root>/<pipeline>`` of the configuration, which ``root`` names."""
+    check_pipeline_name(pipeline)
+    own = config.checkpoint_root
+    if own is None:
+        raise WorkerUserError(
+            "no pipeline.checkpoint.root in the launcher's configuration: it purges nothing"
+        )
+    if Path(root) != own:
+        raise WorkerUserError(
+            f"{root} is not the launcher's pipeline.checkpoint.root ({own}): nothing deleted"
+        )
+    remove_checkpoints(str(own), pipeline)
+    return 0
 
 
 def _become(user: WorkerUser) -> None:

@@ -17,6 +17,11 @@ class ZooKeeperJarsNotFoundError(ZooKeeperServerError):
     """The ZooKeeper jars that the pyspark wheel ships could not be found."""
 
 
+class ZooKeeperJavaArgsError(ZooKeeperServerError, ValueError):
+    """The arguments of ``stratus zookeeper-java`` name no main class, or a classpath of their
+    own (the command gives the ZooKeeper jars' classpath itself)."""
+
+
 class ZooKeeperPortInUseError(ZooKeeperServerError):
     """A port the server must listen on is already taken by another process."""
 

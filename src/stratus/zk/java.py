@@ -5,6 +5,12 @@
 both raise a one-line :class:`~stratus.zk.errors.ZooKeeperServerError` that says what to install::
 
     command = [find_java(), "-cp", os.pathsep.join(map(str, zookeeper_classpath())), MAIN]
+
+``java_command(args)`` is that command for ``java``'s own arguments (options, a main class and
+its arguments), with the classpath put in: what ``stratus zookeeper-java`` runs, so that an
+operator's unit or script runs ZooKeeper's classes without naming where pip put the jars::
+
+    java_command(["-Xmx1g", "org.apache.zookeeper.server.quorum.QuorumPeerMain", "zoo.cfg"])
 """
 
 from __future__ import annotations
@@ -15,9 +21,10 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
-from stratus.zk.errors import JavaNotFoundError, ZooKeeperJarsNotFoundError
+from stratus.zk.errors import JavaNotFoundError, ZooKeeperJarsNotFoundError, ZooKeeperJavaArgsError
 
 MIN_JAVA_VERSION = 17
 # Jars of the ZooKeeper server and what it loads; netty only matters for netty/TLS settings.
@@ -44,6 +51,8 @@ OPTIONAL_JARS = (
     "netty-codec-base",
     "netty-handler",
 )
+
+CLASSPATH_OPTIONS = ("-cp", "-classpath", "--class-path")
 
 _JAVA_VERSION = re.compile(r'version "(?P<version>[^"]+)"')
 
@@ -111,6 +120,33 @@ def _java_major(version: str) -> int:
     if numbers[0] == 1 and len(numbers) > 1:
         return numbers[1]
     return numbers[0]
+
+
+def java_command(args: Sequence[str], java: str | None = None) -> list[str]:
+    """``java`` (``find_java``) with ``args``, JVM options first (each one word:
+    ``-Dkey=value``, ``-Xmx1g``), then a main class and its arguments, and the ZooKeeper jars as
+    the classpath before the main class. ``ZooKeeperJavaArgsError`` if no main class is
+    given, or a classpath is."""
+    main = next((i for i, arg in enumerate(args) if not arg.startswith("-")), None)
+    if main is None:
+        raise ZooKeeperJavaArgsError(
+            f"no main class among {' '.join(args) or 'no arguments'}: give JVM options, then "
+            "a class such as org.apache.zookeeper.server.quorum.QuorumPeerMain and its arguments"
+        )
+    options = args[:main]
+    given = [
+        option
+        for option in options
+        if option in CLASSPATH_OPTIONS
+        or option.startswith(tuple(f"{o}=" for o in CLASSPATH_OPTIONS))
+    ]
+    if given:
+        raise ZooKeeperJavaArgsError(
+            f"{given[0]} among the JVM options: the classpath is the ZooKeeper jars of the "
+            "pyspark wheel, which this command gives itself; leave it out"
+        )
+    classpath = os.pathsep.join(str(jar) for jar in zookeeper_classpath())
+    return [find_java(java), *options, "-cp", classpath, *args[main:]]
 
 
 def zookeeper_classpath() -> list[Path]:

@@ -109,6 +109,12 @@ class ClusterPaths:
                                         each change of that assignment (the newest)
     ``<root>/kept-checkpoints/<name>``  persistent, KeptCheckpoints: a removed pipeline's kept
                                         checkpoints, until their retention ends or a submit
+    ``<root>/cordons/<id>``             persistent, SupervisorCordon: a supervisor that takes no
+                                        new pipeline (and, drained, loses its own)
+    ``<root>/purges/<name>``            persistent, PurgeOrder: ``<checkpoint root>/<name>`` is to
+                                        be deleted; written by the leader only, removed once done
+    ``<root>/purge-outcomes/<name>.<id>.<n>``  persistent, PurgeOutcome: a supervisor's
+                                        answer to attempt n of order id (removed with it)
     ``<root>/heartbeats/...``           the ZooKeeper cluster state store's own paths
     ``<root>/leader-terms/<epoch>``     persistent, LeaderTerm of each nimbus term (the newest)
     """
@@ -181,6 +187,29 @@ class ClusterPaths:
         return join(self.kept_checkpoints, pipeline)
 
     @property
+    def cordons(self) -> str:
+        return join(self.root, "cordons")
+
+    def cordon(self, supervisor_id: str) -> str:
+        return join(self.cordons, supervisor_id)
+
+    @property
+    def purges(self) -> str:
+        return join(self.root, "purges")
+
+    def purge(self, pipeline: str) -> str:
+        return join(self.purges, pipeline)
+
+    @property
+    def purge_outcomes(self) -> str:
+        return join(self.root, "purge-outcomes")
+
+    def purge_outcome(self, node: str) -> str:
+        """An outcome's node, named ``<pipeline>.<order id>.<attempt>``
+        (``PurgeOutcome.node_name``)."""
+        return join(self.purge_outcomes, node)
+
+    @property
     def heartbeats(self) -> str:
         """Root of the ZooKeeper cluster state store (``cluster.state.store: zookeeper``)."""
         return join(self.root, "heartbeats")
@@ -195,6 +224,9 @@ class ClusterPaths:
             self.assignments,
             self.assignment_histories,
             self.kept_checkpoints,
+            self.cordons,
+            self.purges,
+            self.purge_outcomes,
             self.heartbeats,
             self.leader_terms,
         )

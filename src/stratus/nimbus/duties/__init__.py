@@ -1,8 +1,10 @@
 """The leader's duties: each one small class whose ``run(term)`` does one round of one job.
 
 ``DutyRound`` runs them in order for the leadership controller, each behind its own error
-boundary: removing killed pipelines (``killed``), deleting the checkpoints they kept once
-the operator's retention is over (``checkpoint_retention``), activating pipelines whose
+boundary: removing killed pipelines (``killed``), recording the purge of the checkpoints
+they kept once the operator's retention is over (``checkpoint_retention``), seeing every
+recorded purge through until whoever can write the checkpoint root did it (``purges``),
+activating pipelines whose
 code reached its replication (``replication``), failing pipelines whose code is lost
 (``lost_code``), and the scheduling round (``scheduling``).
 """

@@ -4,11 +4,13 @@ A kill without ``purge`` keeps a pipeline's checkpoints (``<root>/<pipeline>``) 
 submit of the same name resumes; its record's removal leaves ``kept-checkpoints/<pipeline>``
 (``PipelineOps.remove_due``). With ``pipeline.checkpoint.retention.secs`` above 0, this duty
 looks at those markers (at most every ``SCAN_SECS``, or the retention if shorter: one
-ZooKeeper listing, not one per round) and deletes the checkpoints of each whose retention is
-over: only the pipeline's own directory, only under the root it was kept under (a marker of
-another root is dropped, its checkpoints left alone), checked to be inside that root right
-before the deletion (``remove_checkpoints``), and never for a pipeline submitted again
-meanwhile (its submit deleted the marker). 0, the default, keeps them until removed by hand::
+ZooKeeper listing, not one per round) and, for each whose retention is over, deletes the
+marker and records the purge of the pipeline's own directory in the same fenced transaction
+(``purges/<pipeline>``): the purge is then carried out as a kill --purge's is, by whoever
+can write the root (``purges``), since the leader may not be able to. Only under the root
+the checkpoints were kept under (a marker of another root is dropped, its checkpoints left
+alone), and never for a pipeline submitted again meanwhile (its submit deleted the marker).
+0, the default, keeps them until removed by hand::
 
     duty = ExpireKeptCheckpoints(ops, checkpoint_root="/ck", retention_secs=7 * 86400)
     duty.run(term)
@@ -18,13 +20,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 
 from stratus.api.clock import Clock
 from stratus.coordination.leadership import Leadership
-from stratus.errors import StratusError
 from stratus.nimbus.pipeline_ops import KeptCheckpoints, PipelineOps
-from stratus.worker.checkpoints import pipeline_directory, remove_checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -44,14 +43,12 @@ class ExpireKeptCheckpoints:
         retention_secs: float,
         wall: Clock = time.time,
         clock: Clock = time.monotonic,
-        remove: Callable[[str, str], object] = remove_checkpoints,
     ) -> None:
         self._ops = ops
         self._root = checkpoint_root  # pipeline.checkpoint.root
         self._retention = retention_secs  # pipeline.checkpoint.retention.secs; 0: forever
         self._wall = wall  # the markers' times are wall-clock times, as kill times are
         self._clock = clock
-        self._remove = remove
         self._next_scan: float | None = None
 
     def run(self, term: Leadership) -> None:
@@ -77,20 +74,6 @@ class ExpireKeptCheckpoints:
                 self._root,
                 "kept under another checkpoint root: not deleted, remove them by hand",
             )
-            self._ops.expire_kept(term, name, kept, lambda: None)
+            self._ops.expire_kept(term, name, kept, purge=False)
             return
-        self._ops.expire_kept(term, name, kept, lambda: self._delete(name))
-
-    def _delete(self, name: str) -> None:
-        """Delete ``<root>/<name>``; a failure is logged, not tried again (the marker is gone)."""
-        location = pipeline_directory(self._root, name)
-        try:
-            self._remove(self._root, name)
-        except (OSError, StratusError) as exc:
-            log.warning(
-                "event=kept_checkpoints_not_deleted pipeline=%s checkpoints=%s error=%r action=%r",
-                name,
-                location,
-                exc,
-                "remove them by hand",
-            )
+        self._ops.expire_kept(term, name, kept)

@@ -5,8 +5,9 @@ worker still runs it; then the record goes in a fenced transaction, and with it 
 (unless another pipeline names the same code) and the heartbeats. Its checkpoints
 (``<pipeline.checkpoint.root>/<pipeline>``) are kept, so that submitting the same name again
 resumes the pipeline (until ``pipeline.checkpoint.retention.secs``, if set, is over:
-``checkpoint_retention``); a kill with ``purge`` deletes them too (only that directory,
-checked to be inside the root). A kill
+``checkpoint_retention``); a kill with ``purge`` records their purge in the removal's
+transaction instead (``purges/<pipeline>``), which whoever can write the root carries out
+(``purges``): the leader does not delete them in passing. A kill
 that this leader just made is noted at once (``note_killed``), so its removal does not wait
 for the watch to bring it into the view::
 
@@ -29,7 +30,7 @@ from stratus.coordination.leadership import Leadership
 from stratus.errors import StratusError
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.state.heartbeats import HeartbeatBoard
-from stratus.worker.checkpoints import pipeline_directory, remove_checkpoints
+from stratus.worker.checkpoints import pipeline_directory
 
 log = logging.getLogger(__name__)
 
@@ -88,17 +89,16 @@ class RemoveKilled:
         }
 
     def _clean_up(self, removed: PipelineRecord) -> None:
-        """A removed pipeline's heartbeats go too, and its checkpoints if the kill purged;
-        a failure is only logged."""
+        """A removed pipeline's heartbeats go too; a failure is only logged."""
         location = pipeline_directory(self._checkpoint_root, removed.name)
+        log.info(
+            "event=%s pipeline=%s checkpoints=%s",
+            "checkpoints_purge_recorded" if removed.purge else "checkpoints_kept",
+            removed.name,
+            location,
+        )
         try:
             self._board.remove_pipeline(removed.name)
-            if removed.purge:
-                remove_checkpoints(self._checkpoint_root, removed.name)
-            else:
-                log.info(
-                    "event=checkpoints_kept pipeline=%s checkpoints=%s", removed.name, location
-                )
         except (OSError, StratusError) as exc:
             log.warning(
                 "event=cleanup_incomplete pipeline=%s checkpoints=%s error=%r",

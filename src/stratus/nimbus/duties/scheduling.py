@@ -8,13 +8,21 @@ cluster state store (never from a view that may lag), then:
 2. records the outcomes workers report: a batch that finished makes its pipeline FINISHED,
    a worker its supervisor gave up on makes it FAILED with the worker's error;
 3. judges supervisors dead when none of their heartbeats changed for
-   ``nimbus.supervisor.timeout.secs`` (or at once when one stopped cleanly and left), and
-   workers silent when theirs did not for ``nimbus.task.timeout.secs``;
+   ``nimbus.supervisor.timeout.secs``, and workers silent when theirs did not for
+   ``nimbus.task.timeout.secs``. A supervisor that stopped (its last heartbeat says
+   ``stopping``, its registration is gone) is judged by the same timeout: its workers may
+   outlive it until its lease ends, and a supervisor restarted in time adopts them; it
+   gets no new pipeline meanwhile, and its stop never drains it;
 4. with a ``SupervisorFencing``, fences (off this thread) each supervisor that holds
    pipelines and was silent for ``nimbus.supervisor.fence.after.secs``, gives it no new
    pipeline meanwhile, and judges it dead as soon as a fence of that silence succeeded,
    in a round whose read began after it (``stratus.nimbus.supervisor_fencing``);
-5. plans (``plan_round``) and applies the plan in the term's fenced transactions.
+5. with a ``CordonTable``, reads the cordons: a cordoned supervisor gets no new pipeline,
+   a drained one loses its pipelines (``scheduler`` rules 4 and 5: the pipelines a drain
+   took off and that are not placed yet come from their history's newest change, and wait
+   while a live supervisor still runs their worker, or while the read of the heartbeats is
+   not complete); what the round saw of the drains goes to ``DrainMemory`` for the API;
+6. plans (``plan_round``) and applies the plan in the term's fenced transactions.
 
 The liveness memory starts afresh with every term: a new leader has seen no heartbeat yet,
 so it judges nothing dead before a whole timeout of its own term has passed (Storm
@@ -52,6 +60,7 @@ from collections.abc import Callable, Mapping
 from stratus.api.clock import Clock
 from stratus.api.records import (
     Assignment,
+    AssignmentReason,
     PipelineRecord,
     PipelineStatus,
     SupervisorHeartbeat,
@@ -61,6 +70,7 @@ from stratus.api.records import (
 )
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.assignments import AssignmentTable
+from stratus.nimbus.cordons import CordonTable, DrainMemory, DrainRound
 from stratus.nimbus.liveness import Liveness
 from stratus.nimbus.pipeline_metrics import ObservedRound
 from stratus.nimbus.pipeline_ops import PipelineOps
@@ -98,8 +108,12 @@ class SchedulingDuty:
         on_observed: Callable[[ObservedRound], None] = lambda _round: None,
         connections: Callable[[], int] = lambda: 0,
         fencing: SupervisorFencing | None = None,
+        cordons: CordonTable | None = None,
+        drains: DrainMemory | None = None,
     ) -> None:
         self._ops = ops
+        self._cordons = cordons  # None: nothing is ever cordoned (tests of other rules)
+        self._drains = drains or DrainMemory()
         self._assignments = assignments
         self._board = board
         self._registered = registered  # the supervisors' registrations, from the cluster view
@@ -128,6 +142,7 @@ class SchedulingDuty:
         pipelines = self._ops.read_all()
         current = self._assignments.read_all()
         assignments = {name: assignment for name, (assignment, _) in current.items()}
+        cordons = self._cordons.read_all() if self._cordons is not None else {}
         self._restart_after_a_reconnect(term)
         read_began = self._clock()  # silences are judged at this moment, not later
         heartbeats = self._read_heartbeats(term)
@@ -144,10 +159,18 @@ class SchedulingDuty:
         if not heartbeats.complete:
             dead, timed_out = self._unknown_spared(term, dead, timed_out, heartbeats, assignments)
         if heartbeats.partial:
-            dead, timed_out = self._unseen_spared(term, dead, timed_out, supervisors, read_began)
+            dead, timed_out = self._unseen_spared(term, dead, timed_out, read_began)
         silences = self._silences(registered, assignments, dead, heartbeats, read_began)
         dead |= self._fence(term, registered, silences, read_began)
         keep_on = known - dead
+        unassigned = [
+            name for name, record in pipelines.items()
+            if record.status.runs and name not in assignments
+        ]  # fmt: skip
+        drained_from = self._drained_from(unassigned) if cordons else {}
+        still_running = _still_running(unassigned, workers, keep_on)
+        if not heartbeats.complete or heartbeats.partial:
+            still_running |= set(drained_from)  # a heartbeat missing may be a worker running
         plan = plan_round(
             pipelines=pipelines,
             assignments=assignments,
@@ -155,6 +178,7 @@ class SchedulingDuty:
                 sid: summary.slots
                 for sid, summary in registered.items()
                 if sid in keep_on
+                and sid not in cordons
                 and not _stopping(supervisors.get(sid))
                 and not self._fence_due(sid, read_began)
             },
@@ -162,14 +186,45 @@ class SchedulingDuty:
             timed_out=timed_out,
             epoch=term.epoch,
             now=self._wall(),
+            draining={sid for sid, cordon in cordons.items() if cordon.drain},
+            drained_from=drained_from,
+            still_running=still_running,
+            warm={sid: beat.warm_ready for sid, beat in supervisors.items()},
         )
         if plan.assign or plan.unassign:
             self._assignments.apply(term, plan, current)
+        self._note_drains(term, plan)
         if term.is_leader:  # the state store's deletes are not fenced by the epoch
             self._forget_departed(dead, registered, assignments, plan, workers)
         else:
             log.info("event=forget_skipped epoch=%d reason=term_not_held", term.epoch)
         return plan
+
+    def _drained_from(self, unassigned: list[str]) -> dict[str, str]:
+        """Of the unassigned pipelines, those a drain took off a supervisor (their newest
+        change), with that supervisor."""
+        return {
+            name: change.previous
+            for name, change in self._assignments.newest_changes(unassigned).items()
+            if change.reason is AssignmentReason.DRAINED
+            and change.supervisor is None
+            and change.previous is not None
+        }
+
+    def _note_drains(self, term: Leadership, plan: Plan) -> None:
+        """What the round did and saw of the drains: logged, and kept for the API."""
+        for name in sorted(set(plan.drain_moving) & set(plan.unassign)):
+            log.info(
+                "event=pipeline_drained pipeline=%s epoch=%d from=%s step=old_worker_stops",
+                name,
+                term.epoch,
+                plan.drain_moving[name],
+            )
+        for name, source in sorted(plan.no_room.items()):
+            log.warning(
+                "event=drain_no_room pipeline=%s epoch=%d supervisor=%s", name, term.epoch, source
+            )
+        self._drains.note(DrainRound(term.epoch, dict(plan.drain_moving), dict(plan.no_room)))
 
     def _restart_after_a_reconnect(self, term: Leadership) -> None:
         """With ``blind_after_reconnect`` (supervisors that ride out outages): the connection
@@ -248,18 +303,15 @@ class SchedulingDuty:
         term: Leadership,
         dead: set[str],
         timed_out: set[str],
-        supervisors: Mapping[str, SupervisorHeartbeat],
         judged_at: float,
     ) -> tuple[set[str], set[str]]:
         """From a partial read, the supervisors judged dead minus those whose silence may be
         the pacemaker the leader did not reach: every one still registered, or unregistered
-        for less than the supervisor timeout, except one that stopped cleanly; and no worker
-        judged silent."""
+        for less than the supervisor timeout; and no worker judged silent."""
         spared = {
             sid
             for sid in dead
-            if not _stopping(supervisors.get(sid))
-            and judged_at - self._unregistered_since.get(sid, judged_at) <= self._supervisor_timeout
+            if judged_at - self._unregistered_since.get(sid, judged_at) <= self._supervisor_timeout
         }
         self._report_unknown(term, "unreachable", "not_judged_while_registered", spared, timed_out)
         return dead - spared, set()
@@ -322,15 +374,15 @@ class SchedulingDuty:
         assignments: Mapping[str, Assignment],
         judged_at: float,
     ) -> set[str]:
-        """Supervisors silent past the timeout at ``judged_at``, or gone after a clean stop."""
+        """Supervisors silent past the timeout at ``judged_at``; one that stopped cleanly and
+        left too only then: its workers may outlive it, and it may come back for them."""
         known = set(registered) | set(supervisors) | {a.supervisor for a in assignments.values()}
-        dead = set()
-        for sid in known:
-            silent = self._liveness.silent_for(_supervisor_key(sid), at=judged_at)
-            left = sid not in registered and _stopping(supervisors.get(sid))
-            if left or silent > self._supervisor_timeout:
-                dead.add(sid)
-        return dead
+        return {
+            sid
+            for sid in known
+            if self._liveness.silent_for(_supervisor_key(sid), at=judged_at)
+            > self._supervisor_timeout
+        }
 
     def _timed_out(
         self,
@@ -477,6 +529,18 @@ def _current_beat(assignment: Assignment, workers: Workers) -> WorkerHeartbeat |
     if beat.digest and beat.digest != assignment.digest:
         return None
     return beat
+
+
+def _still_running(unassigned: list[str], workers: Workers, keep_on: set[str]) -> set[str]:
+    """Of the unassigned pipelines, those whose worker a supervisor not judged dead still
+    runs (a heartbeat of it in no final state): placed once it has stopped."""
+    return {
+        name
+        for name in unassigned
+        if any(
+            sid in keep_on and not beat.state.final for sid, beat in workers.get(name, {}).items()
+        )
+    }
 
 
 def _stopping(beat: SupervisorHeartbeat | None) -> bool:

@@ -337,6 +337,7 @@ function clusterView() {
       el("td", {}, `${s.used} / ${s.slots}`),
       el("td", {}, s.heartbeat_age_secs === null ? "none" : `${s.heartbeat_age_secs.toFixed(1)} s`),
       el("td", {}, s.running.join(", ")),
+      el("td", { class: "scheduling" }, s.draining ? "draining" : s.cordoned ? "cordoned" : ""),
       el("td", {}, s.stopping ? "stopping" : ""),
     ),
   );
@@ -363,7 +364,7 @@ function clusterView() {
     el("h2", {}, "Nimbuses"),
     table(["nimbus", "role", "epoch", "uptime", "ZooKeeper", "version"], nimbusRows, { id: "nimbuses" }),
     el("h2", {}, "Supervisors"),
-    table(["id", "host", "slots used", "heartbeat age", "runs", ""], supervisorRows, { id: "supervisors" }),
+    table(["id", "host", "slots used", "heartbeat age", "runs", "scheduling", ""], supervisorRows, { id: "supervisors" }),
     el("h2", {}, "Pipelines"),
     table(
       ["name", "status", "placement", "worker", "restarts", "batch", "rows/s", "last error", "Spark", "submitted"],

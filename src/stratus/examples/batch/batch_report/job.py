@@ -6,7 +6,15 @@ customer ``i % 7`` and is worth ``(i * 37) % 1000 / 10``. The totals, one row pe
 returns when they are written; with no streaming query left, the pipeline is FINISHED.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
+
+if TYPE_CHECKING:  # the worker's context; a pipeline needs no stratus to run
+    from stratus.worker.pipeline_context import PipelineContext
 
 ORDERS_KEY = "spark.stratus.example.orders"
 OUTPUT_KEY = "spark.stratus.example.output"
@@ -14,7 +22,7 @@ DEFAULT_ORDERS = 10_000
 CUSTOMERS = 7
 
 
-def run(spark, context):
+def run(spark: SparkSession, context: PipelineContext) -> None:
     output = context.conf.get(OUTPUT_KEY)
     if not output:
         raise ValueError(f"set {OUTPUT_KEY} in the pipeline's conf (stratus.yaml or --conf)")

@@ -10,8 +10,16 @@ the file sink's commit log makes every window appear exactly once in the output.
 The function starts the query and returns; the worker keeps it running until it is stopped.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+if TYPE_CHECKING:  # the worker's context; a pipeline needs no stratus to run
+    from stratus.worker.pipeline_context import PipelineContext
 
 INPUT_KEY = "spark.stratus.example.input"
 OUTPUT_KEY = "spark.stratus.example.output"
@@ -27,7 +35,7 @@ SCHEMA = StructType(
 )
 
 
-def run(spark, context):
+def run(spark: SparkSession, context: PipelineContext) -> None:
     source, sink = required(context, INPUT_KEY), required(context, OUTPUT_KEY)
     events = spark.readStream.schema(SCHEMA).json(source)
     counts = (
@@ -44,7 +52,7 @@ def run(spark, context):
     )
 
 
-def required(context, key):
+def required(context: PipelineContext, key: str) -> str:
     """The conf value ``key``, or an error that says how to set it."""
     value = context.conf.get(key)
     if not value:
