@@ -76,6 +76,9 @@ class FakeProcess:
     def kill(self) -> None:
         self.signals.append("KILL")
 
+    def release(self) -> None:
+        self.signals.append("RELEASE")
+
 
 class FakeLauncher:
     """Code ready (or not) at once; every spawn a FakeProcess."""

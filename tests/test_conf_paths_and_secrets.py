@@ -30,11 +30,11 @@ from stratus.api.redaction import (
 )
 from stratus.config import config_from_mapping
 from stratus.errors import ConfigError
+from stratus.files import write_atomically
 from stratus.supervisor.worker_env import worker_environment
 from stratus.supervisor.worker_process import WorkerPaths
 from stratus.worker.checkpoints import checkpoint_location, remove_checkpoints
 from stratus.worker.errors import CheckpointLocationError
-from stratus.worker.spec import write_atomically
 from tests.supervisor_fakes import assignment
 
 BAD_SUBPATHS = {

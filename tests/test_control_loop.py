@@ -20,7 +20,7 @@ from stratus.supervisor.managed_worker import Phase
 from stratus.supervisor.reconcile import Held
 from stratus.supervisor.settings import LoopSettings
 from stratus.supervisor.worker_process import WorkerPaths
-from stratus.worker.lease_file import read_lease
+from stratus.worker.lease_file import read_lease, write_lease
 from tests.supervisor_fakes import (
     DIGEST,
     RESTART_SETTINGS,
@@ -192,9 +192,10 @@ def test_a_fence_of_an_older_epoch_than_seen_is_refused_and_stops_nothing(tmp_pa
 def test_the_lease_is_handed_to_the_workers_before_they_start_and_its_lapse_too(tmp_path) -> None:
     clock, launcher = FakeClock(100.0), FakeLauncher(tmp_path)
     lease_file = tmp_path / "lease"
+    write_lease(lease_file, 103.0)  # a previous supervisor's, which its workers run on
     loop, _, _ = control_loop(tmp_path, clock, launcher, lease_file)
     feed(loop)
-    assert read_lease(lease_file) == 0.0  # not held: a worker would stop at once
+    assert read_lease(lease_file) == 103.0  # not held yet: the old lease stands, untouched
     feed(loop, HeartbeatWritten(100.0), AssignmentsRead(100.1, {"etl": assignment()}))
     assert len(launcher.processes) == 1
     assert read_lease(lease_file) == 106.0  # the write's start plus the fence timeout

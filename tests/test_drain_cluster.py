@@ -121,7 +121,7 @@ class Drains:
 
     def close(self) -> None:
         for supervisor in self.supervisors.values():
-            supervisor.stop()
+            supervisor.stop(workers=True)  # the whole cluster goes away
         self.client.close()
 
 

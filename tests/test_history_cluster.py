@@ -137,7 +137,7 @@ def test_a_leader_killed_with_sigkill_leaves_a_history_the_oracle_passes(
             wait_until(lambda: stopped(history), 30, "the worker to record its stop")
             final = {p.name for p in client.list_pipelines()}
         finally:
-            supervisor.stop()
+            supervisor.stop(workers=True)
 
         events = load_events([history])
         epochs = assert_terms_recorded(events, old.address, new)
@@ -213,8 +213,8 @@ def test_a_silent_supervisor_the_leader_fences_is_stopped_before_its_pipeline_mo
             assert f"{fenced_line} 1.0" in metrics
         finally:
             if s2 is not None:
-                s2.stop()
-            s1.stop()
+                s2.stop(workers=True)
+            s1.stop(workers=True)
 
         fenced = [
             r.getMessage() for r in caplog.records if "event=fenced supervisor=s1" in r.getMessage()

@@ -232,3 +232,53 @@ def _gone(cluster: PipelineCluster, name: str) -> bool:
     except UnknownPipelineError:
         return True
     return False
+
+
+@pytest.mark.timeout(600)
+def test_a_streaming_pipeline_runs_on_through_its_supervisors_restart_and_kill(
+    zk_hosts, tmp_path, request
+):
+    """SIGTERM and start again, then kill -9 and start 2 s later: the same worker process
+    commits batches throughout, every record once, and the pipeline is never reassigned."""
+    # A lease of 8 s and no graceful fence of a silent supervisor by the leader: beside a
+    # Spark JVM on a small loaded machine a supervisor's start can take longer than the 5 s
+    # and 6 s bounds that test_adoption holds with stand-in workers (docs/supervisor.md).
+    lease = [
+        "-c", "supervisor.fence.timeout.secs=8",
+        "-c", "nimbus.supervisor.timeout.secs=12",
+        "-c", "nimbus.supervisor.fence.after.secs=0",
+        "-c", "zookeeper.session.timeout.secs=12",
+    ]  # fmt: skip
+    with pipeline_cluster(
+        zk_hosts, tmp_path, request.node.name, supervisors=("s1",), extra=lease
+    ) as cluster:
+        output = submit_passthrough(cluster, tmp_path)
+        first = cluster.wait_running("pt")
+        assignment = cluster.workers("pt").assignment
+        assert assignment is not None and first.pid is not None
+        feed_and_wait(tmp_path, "pt", range(0, 50), output)
+        supervisor = cluster.supervisors["s1"]
+
+        supervisor.stop(workers=False)  # SIGTERM: an upgrade, a configuration change
+        write_ids(tmp_path / "pt-in", range(50, 100))  # while no supervisor runs
+        supervisor.start()
+        supervisor.wait_ready()
+        feed_and_wait(tmp_path, "pt", range(100, 150), output)
+
+        supervisor.kill()  # SIGKILL: a crash
+        killed_at = time.monotonic()
+        write_ids(tmp_path / "pt-in", range(150, 200))
+        wait_until(lambda: time.monotonic() - killed_at >= 2.0, 5, "two seconds")
+        supervisor.start()
+        supervisor.wait_ready()
+        feed_and_wait(tmp_path, "pt", range(200, 250), output)  # 0-249, each once
+
+        now = cluster.running_on("pt")
+        assert now is not None and now.pid == first.pid and now.restarts == 0
+        assert not process_gone(first.pid)
+        after = cluster.workers("pt").assignment
+        assert after is not None
+        assert (after.supervisor, after.generation) == ("s1", assignment.generation)
+        assert after.epoch == assignment.epoch  # never reassigned, not even re-stamped
+        supervisor_log = (tmp_path / "supervisor-s1.log").read_text()
+        assert supervisor_log.count("event=worker_adopted pipeline=pt") == 2

@@ -289,7 +289,7 @@ def test_across_hosts_a_supervisor_registers_a_reachable_endpoint_and_the_leader
             assert fenced and all(line.endswith(" 0.0") for line in fenced), fenced
     finally:
         for process in started:
-            process.kill()  # SIGKILL and reap: its workers see their pipe close
+            process.kill()  # SIGKILL and reap: its workers stop at their lease's end
 
 
 def fence(supervisor: SupervisorSummary, tokens: Tokens, *methods: MethodSpec) -> FenceState:

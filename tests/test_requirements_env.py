@@ -337,7 +337,7 @@ def started(conf: Any, command: list[str] | None) -> Iterator[Supervisor]:
     try:
         yield supervisor
     finally:
-        supervisor.stop()
+        supervisor.stop(workers=True)
 
 
 def test_pipelines_with_the_same_requirements_run_in_one_environment_built_once(

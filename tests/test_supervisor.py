@@ -79,7 +79,8 @@ FAKE_WORKER = '''
 
 spark.test.mode in the pipeline's conf: run (default), fail, crash, finish or hang; env also
 writes its environment to <work_dir>/env.json, then runs; detach also starts a process in a
-session of its own (that outlives the worker's process group), then runs.
+session of its own (that outlives the worker's process group), then runs; await runs until
+<work_dir>/end appears, then finishes (the file says finish) or crashes (anything else).
 """
 import json, os, signal, sys, threading, time
 from pathlib import Path
@@ -132,9 +133,16 @@ if mode == "hang":
     while True:
         time.sleep(1)
 signal.signal(signal.SIGTERM, lambda *_: stop.set())
+end = Path(spec.work_dir, "end")
 while not stop.is_set():
     beat(WorkerState.RUNNING)
     stop.wait(spec.heartbeat_interval_secs)
+    if mode == "await" and end.exists():
+        if end.read_text() == "finish":
+            beat(WorkerState.FINISHED)
+            sys.exit(0)
+        print("ValueError: the fake pipeline crashed at last", file=sys.stderr, flush=True)
+        sys.exit(1)
 beat(WorkerState.STOPPED)
 '''
 
@@ -284,7 +292,7 @@ def running(conf: StratusConfig, cluster: Cluster) -> Iterator[Supervisor]:
     try:
         yield supervisor
     finally:
-        supervisor.stop()
+        supervisor.stop(workers=True)
 
 
 # ---------------------------------------------------------------------- registration
@@ -304,7 +312,8 @@ def test_a_supervisor_registers_its_slots_and_unregisters_when_it_stops(cluster)
 def test_a_second_supervisor_under_a_live_ones_id_fails_to_start(cluster) -> None:
     with running(cluster.conf(), cluster):
         wait_until(cluster.supervisor_beat, 10, "the first supervisor's heartbeat")
-        twin = Supervisor(cluster.conf(), worker_command=cluster.worker_command)
+        elsewhere = {"supervisor.local.dir": str(cluster.tmp_path / "twin")}  # another host's
+        twin = Supervisor(cluster.conf(**elsewhere), worker_command=cluster.worker_command)
         with pytest.raises(DuplicateSupervisorError, match="registered by another live"):
             twin.start()
         assert cluster.registration() is not None  # the first one keeps its registration
@@ -527,7 +536,7 @@ def test_only_slots_workers_run_and_a_freed_slot_is_taken(cluster, caplog) -> No
 # ---------------------------------------------------------------------- stopping and fencing
 
 
-def test_a_graceful_stop_stops_workers_and_says_so_before_unregistering(cluster) -> None:
+def test_a_stop_with_its_workers_stops_them_and_says_so_before_unregistering(cluster) -> None:
     meta = cluster.code.upload("etl")
     supervisor = Supervisor(cluster.conf(), worker_command=cluster.worker_command)
     supervisor.start()
@@ -535,7 +544,7 @@ def test_a_graceful_stop_stops_workers_and_says_so_before_unregistering(cluster)
         cluster.assign(meta)
         beat = cluster.wait_for_worker(WorkerState.RUNNING)
     finally:
-        supervisor.stop()
+        supervisor.stop(workers=True)
     assert beat.pid is not None and process_gone(beat.pid)
     final = cluster.worker_beat()
     assert final is not None and final.state is WorkerState.STOPPED
@@ -794,7 +803,7 @@ def test_a_spark_pipeline_stops_when_unassigned_and_never_outlives_a_killed_supe
             WorkerState.RUNNING, "pt", where=lambda b: bool(b.app_id), timeout=SPARK_SECS
         )
         workers = descendants(supervisor.pid or 0)
-        supervisor.kill()  # SIGKILL: no stop order reaches the worker, only EOF on its stdin
+        supervisor.kill()  # SIGKILL: no stop order reaches the worker; its lease ends
         wait_until(all_gone(workers), 60, "the orphaned worker and its JVM to exit")
     finally:
         supervisor.stop()

@@ -16,6 +16,7 @@ import dataclasses
 import os
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -163,7 +164,7 @@ def warm_supervisor(cluster: Cluster, **extra: Any) -> Iterator[Supervisor]:
     try:
         yield supervisor
     finally:
-        supervisor.stop()
+        supervisor.stop(workers=True)
 
 
 def warm_pids(supervisor: Supervisor) -> list[int]:
@@ -178,7 +179,7 @@ def wait_for_warm(supervisor: Supervisor, count: int) -> list[int]:
         lambda: (
             len(warm_pids(supervisor)) == count
             and all(
-                not process_gone(pid) and (ready / warm_ready_file(pid)).exists()
+                not process_gone(pid) and any(ready.glob(f"*/{warm_ready_file(pid)}"))
                 for pid in warm_pids(supervisor)
             )
         ),
@@ -259,6 +260,28 @@ def test_a_stopped_supervisor_leaves_no_warm_worker(cluster) -> None:
     assert all(process_gone(pid) for pid in warm)
 
 
+def test_a_pipeline_handed_to_a_warm_worker_is_adopted_across_a_restart_and_idle_ones_go(
+    cluster,
+) -> None:
+    meta = cluster.code.upload("etl")
+    fence = {"supervisor.fence.timeout.secs": 6.0, "nimbus.supervisor.timeout.secs": 10.0}
+    with warm_supervisor(cluster, **fence) as supervisor:
+        warm = wait_for_warm(supervisor, 2)
+        cluster.assign(meta)
+        beat = cluster.wait_for_worker(WorkerState.RUNNING)
+        assert beat.pid in warm
+        idle = [pid for pid in warm if pid != beat.pid]
+        supervisor.stop()  # SIGTERM's stop: the handed-over worker runs on, idle ones go
+        assert all(process_gone(pid) for pid in idle)
+        assert not process_gone(beat.pid)
+    restarted = time.time()
+    with warm_supervisor(cluster, **fence):
+        after = cluster.wait_for_worker(
+            WorkerState.RUNNING, where=lambda b: b.time > restarted and b.pid == beat.pid
+        )
+        assert after.restarts == 0
+
+
 def test_without_the_setting_no_warm_worker_runs(cluster) -> None:
     meta = cluster.code.upload("etl")
     supervisor = Supervisor(cluster.conf(), worker_command=cluster.worker_command)
@@ -269,7 +292,7 @@ def test_without_the_setting_no_warm_worker_runs(cluster) -> None:
         assert supervisor.warm is None
         assert not (supervisor.local_dir / "warm").exists()
     finally:
-        supervisor.stop()
+        supervisor.stop(workers=True)
 
 
 # ---------------------------------------------------------------------- on real Spark
@@ -291,7 +314,9 @@ def test_a_pipeline_runs_in_a_warm_spark_worker_and_a_killed_supervisor_leaves_n
         supervisor.wait_ready()
         warm_dir = tmp_path / "supervisor-s1" / "warm"
         wait_until(
-            lambda: "event=warm_worker_ready" in _read(warm_dir / "warm.log"),
+            lambda: any(
+                "event=warm_worker_ready" in _read(log) for log in warm_dir.glob("*/warm.log")
+            ),
             SPARK_SECS,
             "the warm worker's Spark to start",
         )
@@ -306,10 +331,10 @@ def test_a_pipeline_runs_in_a_warm_spark_worker_and_a_killed_supervisor_leaves_n
         wait_until(lambda: read_ids(tmp_path / "out") == list(range(10)), 60, "the rows")
 
         processes = descendants(supervisor.pid or 0)  # the worker and its Spark JVM
-        supervisor.kill()  # SIGKILL: its workers see EOF on their stdin
+        supervisor.kill()  # SIGKILL: the idle warm worker sees EOF, the pipeline's lease ends
         wait_until(all_gone(processes), 60, "the worker and its JVM to exit")
     finally:
-        supervisor.stop()
+        supervisor.stop(workers=True)
 
 
 def _read(path: Path) -> str:

@@ -276,6 +276,54 @@ def test_a_supervisor_runs_stops_and_cleans_up_workers_as_other_users(
 
 
 @needs_root
+@pytest.mark.spark  # starts pipeline workers (stand-ins: no JVM)
+@pytest.mark.parametrize("launcher", ["direct", "sudo"])
+def test_a_worker_of_another_user_is_adopted_across_a_restart_and_cleaned_up_after(
+    walls, zk_hosts, launcher
+) -> None:
+    """A supervisor that leaves its worker of a pool user; the next one takes the same user
+    for it, signals it through the switch and cleans up after it as after its own."""
+    base, names = walls
+    config = launcher_config(base, names)
+    script = base / "launcher.py"
+    script.write_text(LAUNCHER_SCRIPT.format(config=str(config)))
+    user = resolve_user(names[0], min_uid=1000)
+    with kazoo_client(zk_hosts) as zk:
+        cluster = Cluster(zk, zk_hosts, base)
+        cluster.worker_command[0] = worker_python(base)
+        conf = cluster.conf(
+            "s1",
+            **{
+                "supervisor.slots": 2,
+                "supervisor.fence.timeout.secs": 6.0,
+                "nimbus.supervisor.timeout.secs": 10.0,
+                "supervisor.worker.run.as": "pool",
+                "supervisor.worker.users": f"{names[0]},{names[1]}",
+                "supervisor.worker.launcher": launcher,
+                "supervisor.worker.launcher.command": f"[{sys.executable}, {script}]",
+                "pipeline.checkpoint.root": base / "checkpoints",
+            },
+        )
+        first = Supervisor(conf, worker_command=cluster.worker_command)
+        first.start()
+        try:
+            cluster.assign(cluster.code.upload("etl"), "etl")
+            beat = cluster.wait_for_worker(WorkerState.RUNNING, "etl")
+            assert beat.pid is not None and beat.pid in processes_of(user.uid)
+        finally:
+            first.stop()  # its worker runs on
+        assert beat.pid in processes_of(user.uid)
+        back = time.time()
+        with running(conf, cluster):
+            cluster.wait_for_worker(
+                WorkerState.RUNNING, "etl", where=lambda b: b.pid == beat.pid and b.time > back
+            )
+            cluster.unassign("etl")  # SIGTERM through the switch, then the user's clean-up
+            wait_until(lambda: cluster.worker_beat("etl") is None, 30, "the worker to stop")
+            wait_until(lambda: not processes_of(user.uid), 30, "its user's processes to go")
+
+
+@needs_root
 def test_a_pipelines_files_pass_to_its_next_user_without_following_links(walls) -> None:
     base, (first, second) = walls
     a, b = resolve_user(first, min_uid=1000), resolve_user(second, min_uid=1000)
@@ -417,7 +465,7 @@ def test_a_supervisor_refuses_worker_users_that_cannot_reach_its_directory(
         supervisor = Supervisor(conf, worker_command=cluster.worker_command)
         with pytest.raises(SupervisorStartError, match=r"closed to them \(no o\+x\)"):
             supervisor.start()
-        supervisor.stop()
+        supervisor.stop(workers=True)
 
 
 # ---------------------------------------------------------------------- through sudo, for real

@@ -110,7 +110,7 @@ def running(conf: StratusConfig, command: list[str]) -> Iterator[Supervisor]:
     try:
         yield supervisor
     finally:
-        supervisor.stop()
+        supervisor.stop(workers=True)
 
 
 def stratus(*args: str, seeds: str, token: str) -> subprocess.CompletedProcess[str]:

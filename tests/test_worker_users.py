@@ -287,5 +287,5 @@ def test_a_hostile_pipeline_reads_neither_the_daemons_secrets_nor_another_pipeli
             purge_as_the_daemons_group(worker_python(base), checkpoints, users[1])
             assert not (checkpoints / "victim").exists()
         finally:
-            supervisor.stop()
+            supervisor.stop(workers=True)
             show_logs(base)  # pytest prints them if the test failed

@@ -881,6 +881,15 @@ class StratusConfig(BaseModel):
         "whose static conf matches starts in it in about a second; each costs the memory of "
         "an idle Spark driver (see docs/supervisor.md)",
     )
+    supervisor_worker_adopt: bool = Field(
+        default=True,
+        alias="supervisor.worker.adopt",
+        description="workers outlive their supervisor: a SIGTERM, a crash or an upgrade "
+        "of the supervisor leaves them running on the lease they saw, and a supervisor "
+        "started again on the same supervisor.local.dir adopts them; false: a supervisor "
+        "that stops (or dies) stops its workers, and one that starts kills what it finds "
+        "left (see docs/supervisor.md)",
+    )
     supervisor_worker_run_as: Literal["supervisor", "pool", "shared"] = Field(
         default="supervisor",
         alias="supervisor.worker.run.as",

@@ -80,3 +80,22 @@ def _shared(directory: Path) -> bool:
 
 def _dir_mode(parent: Path) -> int:
     return GROUP_DIR_MODE if _shared(parent) else PRIVATE_DIR_MODE
+
+
+def write_atomically(path: Path, data: bytes, *, mode: int = PRIVATE_FILE_MODE) -> None:
+    """Replace ``path`` with ``data`` at once, as a file only its owner reads (0600, unless
+    ``mode`` says otherwise): a spec holds the pipeline's conf, secrets included."""
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    try:
+        os.fchmod(fd, mode)  # a leftover temp file keeps its mode otherwise
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(temp, path)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

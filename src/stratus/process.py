@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -245,3 +245,49 @@ def stop_others_in_group(grace: float) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(0, signal.SIGTERM)
     drain_group(grace)
+
+
+# ---------------------------------------------------------------------------------------------
+# Telling one process from another (pid reuse)
+
+BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
+
+
+def boot_id() -> str:
+    """This boot of the machine (Linux): pids and start times of another boot mean nothing."""
+    try:
+        return BOOT_ID_FILE.read_text().strip()
+    except OSError:
+        return ""
+
+
+def start_time(pid: int, *, zombie: bool = False) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (field 22 of /proc/PID/stat);
+    None if no such process lives (an exited one not reaped yet too, unless ``zombie``). A
+    pid and its start time name one process for the whole boot: a reused pid starts later."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] in ("Z", "X") and not zombie:
+        return None
+    return int(fields[19])
+
+
+def same_process(pid: int, started: int) -> bool:
+    """Whether ``pid`` is still the live process that started at ``started`` (``start_time``)."""
+    return start_time(pid) == started
+
+
+class SignalTarget(Protocol):
+    """A worker's process group as its supervisor signals it: a child it started
+    (``ProcessGroup``), or a process it proved is the one it is after (an adopted worker)."""
+
+    pid: int
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def signal(self, signum: int) -> None: ...
+
+    def signal_group(self, signum: int) -> None: ...

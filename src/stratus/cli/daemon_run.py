@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol, TypeVar
 
 import click
@@ -40,15 +40,20 @@ def run_daemon(
     check: Callable[[D], None] = lambda _daemon: None,
     period_secs: float = 1.0,
     reload: Callable[[D], object] | None = None,
+    stop_signals: Mapping[int, Callable[[D], None]] | None = None,
 ) -> None:
     """Start ``daemon``, print ``ready(daemon)`` on stderr, then every ``period_secs`` run
     ``check`` (which raises to stop it) until a signal, and ``reload`` after each SIGHUP;
-    ``daemon.stop()`` in every case."""
+    ``daemon.stop()`` in every case. A signal of ``stop_signals`` stops it too, after its
+    callback told the daemon how (the supervisor: its workers with it)."""
     stop = threading.Event()
     wake = threading.Event()
     hangups = threading.Event()
+    extra = dict(stop_signals or {})
 
-    def stopped(_signum: int, _frame: object) -> None:
+    def stopped(signum: int, _frame: object) -> None:
+        if signum in extra:
+            extra[signum](daemon)
         stop.set()
         wake.set()
 
@@ -56,7 +61,7 @@ def run_daemon(
         hangups.set()
         wake.set()
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in (signal.SIGTERM, signal.SIGINT, *extra):
         signal.signal(signum, stopped)
     if reload is not None:
         signal.signal(signal.SIGHUP, hung_up)

@@ -1,4 +1,8 @@
-"""``stratus supervisor``: run one supervisor until SIGTERM or SIGINT, then stop its workers.
+"""``stratus supervisor``: run one supervisor until a signal.
+
+SIGTERM or SIGINT: it leaves, its workers run on for a supervisor started again to adopt
+(``supervisor.worker.adopt``; false: they stop with it). SIGUSR1: it stops its workers,
+then leaves (the whole cluster goes away: ``stratus local``, the tests' harnesses).
 
 ``--slots`` and ``--id`` override ``supervisor.slots`` and ``supervisor.id``. Once it runs,
 the supervisor says so on stderr (``supervisor <id> running slots=<n> local=<dir>``), which
@@ -15,7 +19,7 @@ from stratus.config import StratusConfig, config_from_mapping
 from stratus.logs import configure_daemon_logging
 from stratus.rlimits import raise_open_files_limit
 from stratus.settings import audit_log, log_settings
-from stratus.supervisor.daemon import Supervisor
+from stratus.supervisor.daemon import STOP_WITH_WORKERS, Supervisor
 
 READY_LINE = "supervisor {id} running slots={slots} local={local}"
 HEALTH_CHECK_SECS = 1.0
@@ -61,6 +65,7 @@ def supervisor(conf: StratusConfig, slots: int | None, supervisor_id: str | None
         check=_control_loop_alive,
         period_secs=HEALTH_CHECK_SECS,
         reload=lambda d: d.settings.http.policy.reload(),
+        stop_signals={STOP_WITH_WORKERS: Supervisor.stop_workers_too},
     )
 
 

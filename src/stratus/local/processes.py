@@ -16,7 +16,8 @@
     supervisor = SupervisorProcess(options, id="s1", slots=2, log_dir=tmp)
     supervisor.start()
     supervisor.wait_ready()   # its "supervisor s1 running" line is in its log
-    supervisor.stop()         # SIGTERM: its workers stop, it unregisters
+    supervisor.stop()         # SIGUSR1 then SIGTERM: its workers stop, it unregisters
+    supervisor.stop(workers=False)  # SIGTERM: its workers run on, for the next start
 
     pacemaker = PacemakerProcess(options, port=6699, log_dir=tmp)
     pacemaker.start()
@@ -28,6 +29,7 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 import subprocess
 import sys
 import time
@@ -39,6 +41,7 @@ import httpx
 from stratus.errors import StratusError
 from stratus.process import ProcessGroup
 from stratus.security.client_auth import NO_AUTH, ClientAuth
+from stratus.supervisor.daemon import STOP_WITH_WORKERS
 
 READY_TIMEOUT_SECS = 30.0
 STOP_TIMEOUT_SECS = 15.0
@@ -231,8 +234,9 @@ class SupervisorProcess(DaemonProcess):
     """One ``stratus supervisor`` child process with a fixed id and local directory.
 
     Ready once the log of this start holds its ``supervisor <id> running`` line, which it
-    writes once registered and running: no ZooKeeper access is needed to tell. A SIGKILL
-    leaves its workers to see their stdin close and stop by themselves.
+    writes once registered and running: no ZooKeeper access is needed to tell. Its stop
+    stops its workers too (SIGUSR1), unless told ``workers=False`` (SIGTERM alone: they run
+    on for its next start to adopt); a SIGKILL leaves them running on their lease.
     """
 
     def __init__(
@@ -261,6 +265,21 @@ class SupervisorProcess(DaemonProcess):
             "--slots", str(self.slots),
             "-c", f"supervisor.local.dir={self.local_dir}",
         )  # fmt: skip
+
+    def terminate(self, *, workers: bool = True) -> None:
+        """Ask it to leave without waiting (see ``stop``)."""
+        if workers and self.is_running():
+            self.signal(signal.SIGCONT)
+            self.signal(STOP_WITH_WORKERS)
+        super().terminate()
+
+    def stop(self, timeout: float = STOP_TIMEOUT_SECS, *, workers: bool = True) -> int | None:
+        """Its graceful stop, its workers with it unless ``workers`` is False; SIGKILL if it
+        is still there after ``timeout``; the exit code."""
+        if workers and self.is_running():
+            self.signal(signal.SIGCONT)
+            self.signal(STOP_WITH_WORKERS)
+        return super().stop(timeout)
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_SECS) -> None:
         """Wait for its ``supervisor <id> running`` line."""

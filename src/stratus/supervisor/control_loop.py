@@ -28,7 +28,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Set
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -36,10 +36,11 @@ from typing import Protocol
 
 from stratus.api.clock import Clock
 from stratus.api.records import Assignment, SupervisorHeartbeat
+from stratus.supervisor.adoption import ProcessRecord
 from stratus.supervisor.assignment_reader import AssignmentsRead, ReadFailed
 from stratus.supervisor.fence import Lease
 from stratus.supervisor.heartbeat_publisher import HeartbeatRound
-from stratus.supervisor.managed_worker import Launcher, ManagedWorker, StopReason
+from stratus.supervisor.managed_worker import Launcher, ManagedWorker, RunningProcess, StopReason
 from stratus.supervisor.reconcile import (
     Action,
     ActionKind,
@@ -74,7 +75,29 @@ class OutageProven:
 
 @dataclass(frozen=True)
 class Shutdown:
-    """Stop every worker and end the loop."""
+    """End the loop: stop every worker (``workers``), or leave them running on the lease
+    they were handed, for a supervisor started again to adopt."""
+
+    workers: bool = True
+
+
+@dataclass(frozen=True)
+class Adopted:
+    """A worker a previous supervisor left running, proven (``adoption``): its record, and
+    the handle that signals and polls it."""
+
+    record: ProcessRecord
+    process: RunningProcess
+
+
+@dataclass
+class _Orphan:
+    """An adopted worker that no assignment names: stopped, SIGKILL at ``kill_at``."""
+
+    pipeline: str
+    process: RunningProcess
+    kill_at: float
+    killed: bool = False
 
 
 class FenceVerdict(StrEnum):
@@ -110,6 +133,7 @@ class FenceOrder:
 
 
 SHUTDOWN = Shutdown()
+LEAVE = Shutdown(workers=False)
 Message = AssignmentsRead | ReadFailed | HeartbeatWritten | OutageProven | FenceOrder | Shutdown
 
 
@@ -147,6 +171,7 @@ class ControlLoop:
         offer: Callable[[HeartbeatRound], None],
         warm: WarmKeeper | None = None,
         lease_file: Path | None = None,
+        adopted: Mapping[str, Adopted] | None = None,
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
     ) -> None:
@@ -174,6 +199,10 @@ class ControlLoop:
         self._shutting_down = False
         self._fence_epoch = 0  # the newest epoch of a leader's fence obeyed
         self._fence_orders: list[FenceOrder] = []  # obeyed, waiting for the workers' exits
+        # left running by a previous supervisor: adopted by the first reconcile, or stopped
+        self._adoptable: dict[str, Adopted] = dict(adopted or {})
+        self._orphans: list[_Orphan] = []
+        self._stop_workers = True  # at the end of the loop (Shutdown.workers)
 
     # ------------------------------------------------------------------ other threads' side
 
@@ -190,7 +219,8 @@ class ControlLoop:
     # ------------------------------------------------------------------ the loop
 
     def run(self) -> None:
-        """Run until ``SHUTDOWN``; every worker is stopped when it returns."""
+        """Run until ``SHUTDOWN`` (every worker is stopped when it returns) or ``LEAVE``
+        (every worker runs on)."""
         while not self._shutting_down:
             try:
                 self._drain()
@@ -198,7 +228,10 @@ class ControlLoop:
             except Exception:  # the loop must live on: fencing depends on it
                 log.exception("event=control_loop_error supervisor=%s", self.supervisor)
                 time.sleep(self._settings.tick_secs)
-        self._stop_all()
+        if self._stop_workers:
+            self._stop_all()
+        else:
+            self._leave_all()
         self._answer_fence_orders()
 
     def tick(self) -> None:
@@ -213,6 +246,7 @@ class ControlLoop:
         may_start = self._lease.may_start(self._last_read) and not self._shutting_down
         for worker in list(self.workers.values()):
             worker.step(may_start=may_start)
+        self._step_orphans(now)
         self._sweep()
         self._answer_fence_orders()
         if self._warm is not None and not self._shutting_down:
@@ -225,7 +259,10 @@ class ControlLoop:
         supervisor that stops running cannot leave them running past its lease."""
         if self._lease_file is None:
             return
-        until = self._lease.ends_at() or 0.0
+        ends = self._lease.ends_at()
+        if ends is None and self._handed is None:
+            return  # never held: a previous supervisor's lease stands until the first renewal
+        until = ends or 0.0
         if until == self._handed:
             return
         try:
@@ -269,6 +306,7 @@ class ControlLoop:
             self._fence_ordered(message)
         else:
             self._shutting_down = True
+            self._stop_workers = message.workers
 
     def _read_failed(self, failure: ReadFailed) -> None:
         """Keep the workers as they are and read again after one heartbeat period."""
@@ -367,6 +405,7 @@ class ControlLoop:
         actions = plan(desired, held, self.slots)
         for action in actions:
             self._act(action)
+        self._stop_unclaimed()
         self._note_waiting(waiting_for_slots(desired, held, actions))
         digests = {a.digest for a in desired.values()}
         digests |= {w.assignment.digest for w in self.workers.values()}
@@ -384,6 +423,7 @@ class ControlLoop:
         if action.kind is ActionKind.START:
             assert assignment is not None
             self.workers[name] = self._new_worker(assignment)
+            self._adopt(self.workers[name])
         elif action.kind is ActionKind.STOP:
             self.workers[name].retire(StopReason.UNASSIGNED)
         elif action.kind is ActionKind.RESTART:
@@ -415,6 +455,62 @@ class ControlLoop:
             wall=self._wall,
         )
 
+    # ------------------------------------------------------------------ adoption
+
+    def _adopt(self, worker: ManagedWorker) -> None:
+        """Run on with the worker a previous supervisor left for this assignment, if it
+        started it (``ProcessRecord.runs``); one left for another is stopped."""
+        found = self._adoptable.pop(worker.pipeline, None)
+        if found is None:
+            return
+        if found.record.runs(worker.assignment):
+            worker.adopt(found.process, found.record.token)
+            log.info(
+                "event=worker_adopted pipeline=%s epoch=%d supervisor=%s pid=%d monitor_pid=%d",
+                worker.pipeline,
+                worker.assignment.epoch,
+                self.supervisor,
+                found.process.pid,
+                found.record.monitor.pid,
+            )
+            return
+        self._orphan(found, "another_assignment")
+
+    def _stop_unclaimed(self) -> None:
+        """After the first reconcile: stop every worker left running that no assignment
+        of this supervisor claimed (terminate, then SIGKILL after the grace)."""
+        for found in self._adoptable.values():
+            self._orphan(found, "not_assigned_here")
+        self._adoptable.clear()
+
+    def _orphan(self, found: Adopted, reason: str) -> None:
+        log.warning(
+            "event=worker_not_adopted pipeline=%s epoch=%d supervisor=%s pid=%d reason=%s "
+            "action=stop",
+            found.record.pipeline,
+            found.record.epoch,
+            self.supervisor,
+            found.process.pid,
+            reason,
+        )
+        found.process.terminate()
+        kill_at = self._clock() + self._settings.timeouts.stop_secs
+        self._orphans.append(_Orphan(found.record.pipeline, found.process, kill_at))
+
+    def _step_orphans(self, now: float) -> None:
+        for orphan in list(self._orphans):
+            if orphan.process.poll() is not None:
+                self._orphans.remove(orphan)
+                log.info(
+                    "event=orphan_stopped pipeline=%s supervisor=%s pid=%d",
+                    orphan.pipeline,
+                    self.supervisor,
+                    orphan.process.pid,
+                )
+            elif now >= orphan.kill_at and not orphan.killed:
+                orphan.killed = True
+                orphan.process.kill()
+
     def _sweep(self) -> None:
         """Replace the workers that stopped for a restart; remove those stopped for good."""
         freed = False
@@ -440,7 +536,7 @@ class ControlLoop:
                 id=self.supervisor,
                 time=self._wall(),
                 slots=self.slots,
-                running=[] if stopping else running,
+                running=running,  # after a stop with the workers: none alive, none listed
                 stopping=stopping,
             ),
             workers={name: w.heartbeat() for name, w in self.workers.items()},
@@ -448,6 +544,25 @@ class ControlLoop:
         )
 
     # ------------------------------------------------------------------ shutting down
+
+    def _leave_all(self) -> None:
+        """Leave every worker running (the supervisor stops and comes back, or the workers
+        stop at the end of the lease they were handed); the warm workers stop."""
+        log.info(
+            "event=leaving_workers supervisor=%s pipelines=%s",
+            self.supervisor,
+            ",".join(sorted(n for n, w in self.workers.items() if w.alive)) or "-",
+        )
+        if self._warm is not None:
+            self._warm.stop()
+        for worker in self.workers.values():
+            worker.leave()
+        self._stop_orphans_now()
+
+    def _stop_orphans_now(self) -> None:
+        for orphan in self._orphans:
+            orphan.process.kill()
+        self._orphans.clear()
 
     def _stop_all(self) -> None:
         """Stop every worker (SIGTERM, SIGKILL after the grace) and wait for their exits."""
@@ -458,6 +573,10 @@ class ControlLoop:
         )
         if self._warm is not None:
             self._warm.stop()
+        for found in self._adoptable.values():  # left running, never reconciled: they go too
+            found.process.kill()
+        self._adoptable.clear()
+        self._stop_orphans_now()
         for worker in self.workers.values():
             worker.stop(StopReason.SHUTDOWN)
         deadline = self._clock() + self._settings.timeouts.stop_secs + SHUTDOWN_MARGIN_SECS

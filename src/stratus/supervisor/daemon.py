@@ -22,7 +22,13 @@ running. Threads, each with one job:
     supervisor = Supervisor(conf)
     supervisor.start()       # ZooKeeperUnavailableError / DuplicateSupervisorError / ...
     ...
-    supervisor.stop()        # workers STOPPED, a last heartbeat with stopping=True, unregistered
+    supervisor.stop()        # workers run on, a last heartbeat lists them, unregistered
+    supervisor.stop(workers=True)  # workers STOPPED, a last heartbeat with stopping=True
+
+A start takes the local directory (``adoption.LocalDirLock``: one supervisor process per
+directory), refuses one of another supervisor id or cluster, and hands the workers a
+previous supervisor left running to the control loop before its first reconcile, which
+adopts those its assignments still name (``supervisor.worker.adopt``; off: it kills them).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from __future__ import annotations
 import logging
 import os
 import pwd
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -45,9 +52,23 @@ from stratus.config import StratusConfig
 from stratus.errors import StratusError
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
+from stratus.supervisor.adoption import (
+    ClusterIdentity,
+    LocalDirLock,
+    Survey,
+    check_owner,
+    survey,
+)
 from stratus.supervisor.assignment_reader import AssignmentReader
 from stratus.supervisor.code_cache import CodeCache
-from stratus.supervisor.control_loop import SHUTDOWN, SHUTDOWN_MARGIN_SECS, ControlLoop, FenceOrder
+from stratus.supervisor.control_loop import (
+    LEAVE,
+    SHUTDOWN,
+    SHUTDOWN_MARGIN_SECS,
+    Adopted,
+    ControlLoop,
+    FenceOrder,
+)
 from stratus.supervisor.endpoint import Fencing, SupervisorEndpoint, WorkerLog, check_reachable
 from stratus.supervisor.errors import SupervisorStartError, WorkerUserError
 from stratus.supervisor.fence import Lease, LeaseState
@@ -56,7 +77,7 @@ from stratus.supervisor.launcher import WorkerLauncher
 from stratus.supervisor.metrics import SupervisorMetrics
 from stratus.supervisor.outage_watch import PROBE_TIMEOUT_SECS, OutageWatch
 from stratus.supervisor.purges import start_purger
-from stratus.supervisor.registration import SupervisorRegistration
+from stratus.supervisor.registration import SessionRecord, SupervisorRegistration
 from stratus.supervisor.requirements_env import RequirementEnvs
 from stratus.supervisor.run_as import UserPool
 from stratus.supervisor.settings import SupervisorSettings
@@ -64,8 +85,15 @@ from stratus.supervisor.warm_pool import WarmPool
 from stratus.supervisor.worker_access import TRAVERSE_DIR_MODE, closed_to_others
 from stratus.supervisor.worker_env import worker_environment
 from stratus.supervisor.worker_log import RunLog
-from stratus.supervisor.worker_process import WorkerPaths, default_worker_command
+from stratus.supervisor.worker_process import (
+    MonitorSettings,
+    ProvenProcess,
+    WorkerPaths,
+    WorkerProcess,
+    default_worker_command,
+)
 from stratus.worker.checkpoints import local_pipeline_directory
+from stratus.worker.lease_file import write_lease
 from stratus.worker.spec import WorkerSpec
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.quorum_probe import ensemble_config
@@ -75,6 +103,8 @@ from stratus.zk.watched import WatchedChildren
 log = logging.getLogger(__name__)
 
 CLAIM_MARGIN_SECS = 2.0  # past the session timeout, how long a dead holder's node is waited for
+STOP_WITH_WORKERS = signal.SIGUSR1  # ``stratus supervisor``: stop the workers too, then leave
+SESSION_FILE = "session"  # the ZooKeeper session of the supervisor's registration
 FINAL_HEARTBEAT_SECS = 5.0  # how long the last heartbeat may take at a stop
 
 
@@ -96,6 +126,11 @@ class Supervisor:
         self.slots = self.settings.slots
         self.local_dir = self.settings.local_dir
         self.paths = ClusterPaths(self.settings.zk.root)
+        self.cluster = ClusterIdentity.of(self.settings.zk.hosts, self.settings.zk.root)
+        self._lock: LocalDirLock | None = None
+        self._survey = Survey()  # what the start found left running
+        self._session_record = SessionRecord(self.local_dir / SESSION_FILE)
+        self._stop_workers = not self.settings.adopt  # at stop(), unless it says otherwise
         self._worker_command = worker_command
         self._warm_command = warm_command  # a test's stand-in warm worker
         self.warm: WarmPool | None = None  # with supervisor.worker.warm, once started
@@ -117,10 +152,11 @@ class Supervisor:
         if self.settings.http.enabled:
             check_reachable(self.settings.http, self.id)  # before anything is connected
         self._make_local_dir()
-        users = self._user_pool()  # before anything is opened: a refusal leaves nothing
-        self.session.start()
-        self._opened.append(self.session.close)
+        self._take_local_dir()
         try:
+            users = self._user_pool()  # before anything is opened: a refusal leaves nothing
+            self.session.start()
+            self._opened.append(self.session.close)
             self._start_parts(users)
         except BaseException:
             self._close_opened()
@@ -134,19 +170,34 @@ class Supervisor:
             __version__,
         )
 
-    def stop(self) -> None:
-        """Stop every worker, say so in a last heartbeat, unregister and leave ZooKeeper."""
+    def stop(self, *, workers: bool | None = None) -> None:
+        """Leave ZooKeeper: unregister after a last heartbeat that says ``stopping``. With
+        ``workers`` (or once ``stop_workers_too`` was called, or with
+        ``supervisor.worker.adopt`` false) every worker is stopped first; otherwise the
+        workers run on, the last heartbeat lists them and renews their lease one last time:
+        a supervisor started again on this local directory adopts them, else they stop
+        themselves at the lease's end and the leader moves their pipelines after
+        ``nimbus.supervisor.timeout.secs``."""
         if self._stopped.is_set():
             return
         self._stopped.set()
-        log.info("event=supervisor_stopping supervisor=%s", self.id)
+        stop_workers = self._stop_workers if workers is None else workers or not self.settings.adopt
+        log.info(
+            "event=supervisor_stopping supervisor=%s workers=%s",
+            self.id,
+            "stop" if stop_workers else "run_on",
+        )
         if self._loop_thread is not None:
-            self.control.post(SHUTDOWN)
+            self.control.post(SHUTDOWN if stop_workers else LEAVE)
             self._loop_thread.join(timeout=self.settings.loop.timeouts.stop_secs + 10.0)
             self.publisher.stop(timeout=FINAL_HEARTBEAT_SECS)
-            self._publish_last()
+            self._publish_last(renew=not stop_workers)
         self._close_opened()
         log.info("event=supervisor_stopped supervisor=%s", self.id)
+
+    def stop_workers_too(self) -> None:
+        """Make the coming ``stop()`` stop every worker: the whole cluster goes away."""
+        self._stop_workers = True
 
     def healthy(self) -> bool:
         """Whether the control loop runs (it owns the workers; nothing fences without it)."""
@@ -165,6 +216,58 @@ class Supervisor:
                 f"cannot use supervisor.local.dir {self.local_dir}: {exc.strerror}; "
                 "point supervisor.local.dir at a writable directory"
             ) from None
+
+    def _take_local_dir(self) -> None:
+        """Hold the local directory's lock for the process's life (LocalDirLockedError if a
+        live supervisor holds it), refuse a directory of another supervisor id or cluster
+        (AdoptionRefusedError, nothing touched), and prove what a previous supervisor left
+        running: kept for adoption, or killed with ``supervisor.worker.adopt`` false."""
+        lock = LocalDirLock.take(self.local_dir)
+        self._opened.append(lock.release)  # the last thing stop() closes
+        self._lock = lock
+        try:
+            check_owner(self.local_dir, self.id, self.cluster)
+            found = survey(self.local_dir / "workers", self.id, self.cluster)
+        except BaseException:
+            self._close_opened()
+            raise
+        if self.settings.adopt:
+            self._survey = found
+            return
+        for left in found.found.values():
+            if left.exit is None:  # its monitor runs: it and its worker go, proven first
+                log.warning(
+                    "event=worker_killed_at_start pipeline=%s supervisor=%s pid=%d reason=%r",
+                    left.record.pipeline,
+                    self.id,
+                    left.record.worker.pid,
+                    "supervisor.worker.adopt is false",
+                )
+                for process in (left.record.worker, left.record.monitor):
+                    proven = ProvenProcess(process.pid, process.start)
+                    proven.signal_group(signal.SIGKILL)
+                    proven.signal(signal.SIGKILL)
+                    proven.close()
+
+    def _adopted(self, users: UserPool | None) -> dict[str, Adopted]:
+        """Handles of the workers the start found, for the control loop to adopt or stop."""
+        adopted = {}
+        for name, found in self._survey.found.items():
+            user = found.record.user
+            run_as = users.claim(name, user) if users is not None and user else None
+            process = WorkerProcess.adopt(found, run_as)
+            adopted[name] = Adopted(found.record, process)
+            log.info(
+                "event=worker_found pipeline=%s epoch=%d generation=%d supervisor=%s pid=%d "
+                "ended=%s",
+                name,
+                found.record.epoch,
+                found.record.generation,
+                self.id,
+                found.record.worker.pid,
+                "no" if found.exit is None else f"code {found.exit.code}",
+            )
+        return adopted
 
     def _check_worker_paths(self) -> None:
         """Refuse to start when a worker of another user could not reach its directory,
@@ -240,8 +343,9 @@ class Supervisor:
             log=self.settings.log,
             warm=warm,
             users=users,
+            monitor=self._monitor_settings(),
         )
-        self._build_loop(launcher, warm)
+        self._build_loop(launcher, warm, self._adopted(users))
         self._opened.append(start_purger(client, self.paths, self.settings, users).close)
         self._start_threads()
 
@@ -324,8 +428,10 @@ class Supervisor:
             summary,
             heartbeats=self.board.supervisors,
             wait_secs=self.settings.zk.session_timeout + CLAIM_MARGIN_SECS,
+            dead_session=self._session_record.read(),  # its supervisor is dead: we hold the lock
         )
         self.registration.claim()
+        self._session_record.write(self.session.session_id)
         self._opened.append(self.registration.close)
         self._registered.set()
 
@@ -361,12 +467,20 @@ class Supervisor:
             env=worker_environment(os.environ, spec.env_names, {}),
             log=self.settings.log,
             command=self._warm_command,
+            monitor=self._monitor_settings(),
         )
         self._opened.append(pool.stop)  # the loop stops it; this, if the loop never ran
         self.warm = pool
         return pool
 
-    def _build_loop(self, launcher: WorkerLauncher, warm: WarmPool | None) -> None:
+    def _monitor_settings(self) -> MonitorSettings:
+        """Who the workers' monitors say they belong to, and whether the supervisor holds
+        their stdin as a lifeline (``supervisor.worker.adopt`` false)."""
+        return MonitorSettings(self.id, self.cluster, lifeline=not self.settings.adopt)
+
+    def _build_loop(
+        self, launcher: WorkerLauncher, warm: WarmPool | None, adopted: dict[str, Adopted]
+    ) -> None:
         settings = self.settings
         self.control = ControlLoop(
             self.id,
@@ -379,6 +493,7 @@ class Supervisor:
             offer=self._offer,
             warm=warm,
             lease_file=settings.spec.lease_path,
+            adopted=adopted,
             clock=self._clock,
             wall=self._wall,
         )
@@ -442,11 +557,17 @@ class Supervisor:
         """kazoo's thread: only ask for a read once connected again (must not block)."""
         if change.state is SessionState.CONNECTED:
             self.reader.request()
+            if not change.resumed:  # a new session: the next start must know it
+                self._session_record.write(self.session.session_id)
 
-    def _publish_last(self) -> None:
-        """The workers' STOPPED heartbeats and the supervisor's with ``stopping=True``."""
+    def _publish_last(self, *, renew: bool) -> None:
+        """The workers' last heartbeats (STOPPED, when they were stopped) and the
+        supervisor's with ``stopping=True``, listing the workers that run on; with ``renew``,
+        a successful write renews their lease (``_hand_last_lease``)."""
         final = self.control.heartbeat_round(stopping=True)
         done = threading.Event()
+        started = self._clock()
+        may_renew = self._may_renew_lease()()
 
         def publish() -> None:
             if self.publisher.publish(final):
@@ -460,6 +581,24 @@ class Supervisor:
             self.id,
             "yes" if done.is_set() else "no",
         )
+        if done.is_set() and may_renew and renew:
+            self._hand_last_lease(started)
+
+    def _hand_last_lease(self, started: float) -> None:
+        """The last heartbeat, written after the control loop ended, renews the lease as any
+        write would (the leader saw it no earlier than ``started``): the workers left running
+        get the whole lease from it, so the next start has that long to take them over."""
+        if self.lease.state is not LeaseState.HELD:
+            return  # lapsed or fenced: nothing to extend
+        self.lease.renewed(write_started=started, now=self._clock())
+        until = self.lease.ends_at()
+        path = self.settings.spec.lease_path
+        if until is None or path is None:
+            return
+        try:
+            write_lease(path, until)
+        except OSError as exc:  # the workers stop at the lease they saw: safe
+            log.warning("event=lease_file_not_written path=%s error=%r", path, exc)
 
     def _close_opened(self) -> None:
         while self._opened:

@@ -43,3 +43,16 @@ class UnfencedAssignmentError(SupervisorError):
 class WorkerUserError(SupervisorError):
     """A worker cannot run as the user it was given: the user is missing, banned, a system
     account, in the supervisor's group, or the worker launcher refused it."""
+
+
+class WorkerStartError(SupervisorError):
+    """A worker's monitor exited, or did not report its worker, before the worker ran."""
+
+
+class LocalDirLockedError(SupervisorStartError):
+    """Another live supervisor process uses this supervisor's local directory."""
+
+
+class AdoptionRefusedError(SupervisorStartError):
+    """The local directory holds workers (or an owner record) of another supervisor id or
+    another cluster: the supervisor touches none of it and refuses to start."""

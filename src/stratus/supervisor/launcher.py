@@ -11,7 +11,7 @@ with umask 007 as well, so that the daemons' group can delete them (a purge).
 ``ManagedWorker`` and the control loop see this through the ``Launcher`` protocol, so their
 tests use fakes::
 
-    launcher = WorkerLauncher(settings.spec, "s1", cache, envs=envs)
+    launcher = WorkerLauncher(settings.spec, "s1", cache, envs=envs, monitor=monitor)
     launcher.code("etl", CodeMeta(digest, size))          # CodePending, then PipelineCode
     launcher.spawn(assignment, code, WorkerPaths.of(local, "etl"))
 """
@@ -28,6 +28,7 @@ from stratus.api.pipeline_conf import env_entries
 from stratus.api.records import Assignment
 from stratus.codedist.distributor import CodeMeta
 from stratus.supervisor.code_cache import CodeCache, CodePending, CodeState, PipelineCode
+from stratus.supervisor.managed_worker import RunningProcess
 from stratus.supervisor.requirements_env import EnvFailed, EnvPending, RequirementEnvs
 from stratus.supervisor.run_as import UserPool
 from stratus.supervisor.settings import SpecSettings
@@ -36,6 +37,7 @@ from stratus.supervisor.worker_access import worker_identity
 from stratus.supervisor.worker_env import worker_environment
 from stratus.supervisor.worker_log import LogSettings
 from stratus.supervisor.worker_process import (
+    MonitorSettings,
     WorkerPaths,
     WorkerProcess,
     build_spec,
@@ -67,6 +69,7 @@ class WorkerLauncher:
         log: LogSettings | None = None,
         warm: WarmPool | None = None,
         users: UserPool | None = None,
+        monitor: MonitorSettings,
     ) -> None:
         self._settings = settings
         self._warm = warm
@@ -79,6 +82,7 @@ class WorkerLauncher:
         self._envs = envs
         self._command = command  # a test's stand-in worker: its argv[0] is an interpreter
         self._log = log or LogSettings()
+        self._monitor = monitor  # who the workers' monitors say they belong to
 
     def code(self, pipeline: str, meta: CodeMeta) -> CodeState | EnvFailed:
         """The code, with its environment's interpreter once built; pending meanwhile."""
@@ -95,7 +99,7 @@ class WorkerLauncher:
 
     def spawn(
         self, assignment: Assignment, code: PipelineCode, paths: WorkerPaths
-    ) -> WorkerProcess:
+    ) -> RunningProcess:
         spec = build_spec(self._settings, self._supervisor, assignment, code, paths)
         if self._users is not None:
             spec = _walled(spec)
@@ -135,7 +139,14 @@ class WorkerLauncher:
                     "it packs no environment for executors: configure it as the nimbuses",
                 )
         if self._users is None:
-            return WorkerProcess.launch(spec, paths, command, env=env, log=self._log)
+            return WorkerProcess.launch(
+                spec,
+                paths,
+                command,
+                env=env,
+                log=self._log,
+                monitor=self._monitor,
+            )
         run_as = self._users.take(spec.pipeline)
         env.update(worker_identity(run_as.user, paths.directory))
         return WorkerProcess.launch(
@@ -144,6 +155,7 @@ class WorkerLauncher:
             command,
             env=env,
             log=self._log,
+            monitor=self._monitor,
             run_as=run_as,
             checkpoint_dir=local_pipeline_directory(self._settings.checkpoint_root, spec.pipeline),
             history_file=self._settings.history.file,

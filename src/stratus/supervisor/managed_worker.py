@@ -93,6 +93,11 @@ class RunningProcess(Protocol):
 
     def kill(self) -> None: ...
 
+    def release(self) -> None:
+        """The supervisor leaves while it runs: let it run on (a worker that outlives its
+        supervisor), or let it see its supervisor gone (a warm worker handed over)."""
+        ...
+
 
 class Launcher(Protocol):
     """What a managed worker needs from its supervisor: its code, and a process."""
@@ -200,6 +205,23 @@ class ManagedWorker:
             self._successor_ready()  # the fetch starts now
             return
         self.stop(StopReason.RESTART)
+
+    def adopt(self, process: RunningProcess, token: FencingToken | None) -> None:
+        """Run on with ``process``, a worker a previous supervisor started with ``token``
+        and left running (``adoption``): RUNNING now, never started twice. Its end, if it
+        ended meanwhile, is judged at the next step as any exit."""
+        now = self._clock()
+        self._process = process
+        self._token = token
+        self._policy.started(now)
+        self._beat, self._live_beat, self._beat_raw, self._beat_changed = None, None, None, now
+        self._killed = False
+        self._enter(Phase.RUNNING, pid=process.pid, token=token, adopted=True)
+
+    def leave(self) -> None:
+        """The supervisor leaves and lets its process run on (``RunningProcess.release``)."""
+        if self.phase in _LIVE and self._process is not None:
+            self._process.release()
 
     def retire(self, reason: StopReason) -> None:
         """Stop for good; the control loop removes it once it is idle."""

@@ -4,8 +4,11 @@ Guarantees: ``claim`` creates the node atomically or fails with
 ``DuplicateSupervisorError`` when another *live* supervisor holds it. A node left by a dead
 supervisor (a kill -9 moments ago: its session lives until it times out) is waited for,
 up to the session timeout; a supervisor whose heartbeat changes meanwhile is alive, and the
-claim fails at once. Once claimed, the node is re-created after every session expiry
-(``EphemeralNodes``) and its ``used`` count can change; ``close`` deletes it::
+claim fails at once. A node held by ``dead_session``, the session a previous supervisor of
+this local directory recorded (``SessionRecord``), is deleted and claimed at once: the
+caller proved that supervisor dead (it holds the directory's lock), so it need not wait
+out a session that nobody will use again. Once claimed, the node is re-created after every
+session expiry (``EphemeralNodes``) and its ``used`` count can change; ``close`` deletes it::
 
     registration = SupervisorRegistration(client, paths, summary, board=board, wait_secs=12)
     registration.claim()                 # else DuplicateSupervisorError
@@ -15,19 +18,22 @@ claim fails at once. Once claimed, the node is re-created after every session ex
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from pydantic import ValidationError
 
 from stratus.api.clock import Clock
 from stratus.api.records import SupervisorHeartbeat, SupervisorSummary
 from stratus.errors import StratusError
+from stratus.files import write_atomically
 from stratus.supervisor.errors import DuplicateSupervisorError
 from stratus.zk.ephemeral import EphemeralNodes
 from stratus.zk.paths import ClusterPaths
@@ -36,6 +42,28 @@ log = logging.getLogger(__name__)
 
 POLL_SECS = 0.2
 UPDATE_DEADLINE_SECS = 1.0  # an update while ZooKeeper is slow is left to the nodes' thread
+
+
+class SessionRecord:
+    """``<local>/session``: the ZooKeeper session a supervisor registered with, so that the
+    next supervisor of the same local directory can tell its node from a live twin's."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> int | None:
+        try:
+            return int(self.path.read_text().strip(), 16)
+        except (OSError, ValueError):
+            return None
+
+    def write(self, session_id: int | None) -> None:
+        if session_id is None:
+            return
+        try:
+            write_atomically(self.path, f"{session_id:x}\n".encode())
+        except OSError as exc:  # the next start waits the session out, as without it
+            log.warning("event=session_not_recorded path=%s error=%r", self.path, exc)
 
 
 class SupervisorRegistration:
@@ -49,6 +77,7 @@ class SupervisorRegistration:
         *,
         heartbeats: Callable[[], dict[str, SupervisorHeartbeat]],
         wait_secs: float,
+        dead_session: int | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
         self._client = client
@@ -56,6 +85,7 @@ class SupervisorRegistration:
         self.summary = summary
         self._heartbeats = heartbeats
         self._wait_secs = wait_secs
+        self._dead_session = dead_session
         self._clock = clock
         self._nodes = EphemeralNodes(client, name=f"registration {summary.id}")
         self._claimed = False
@@ -71,6 +101,9 @@ class SupervisorRegistration:
             data, stat = holder
             if self._is_ours(stat):
                 break
+            if self._dead_session is not None and stat.owner_session_id == self._dead_session:
+                self._delete_dead(stat)
+                continue
             beat = self._beat_time()
             if first_beat is None:
                 first_beat = beat if beat is not None else -1.0
@@ -111,6 +144,16 @@ class SupervisorRegistration:
         except NodeExistsError:
             return False
         return True
+
+    def _delete_dead(self, stat: ZnodeStat) -> None:
+        """Delete the node of a session whose supervisor is proven dead (that version only)."""
+        with contextlib.suppress(NoNodeError, BadVersionError):
+            self._client.delete(self.path, version=stat.version)
+        log.info(
+            "event=dead_registration_deleted supervisor=%s session=0x%x",
+            self.summary.id,
+            stat.owner_session_id,
+        )
 
     def _holder(self) -> tuple[bytes, ZnodeStat] | None:
         try:

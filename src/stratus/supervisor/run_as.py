@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from stratus.process import ProcessGroup
+from stratus.files import write_atomically
+from stratus.process import SignalTarget
 from stratus.supervisor.errors import WorkerUserError
 from stratus.supervisor.settings import UserSettings
 from stratus.supervisor.worker_access import (
@@ -46,7 +47,6 @@ from stratus.supervisor.worker_access import (
     resolve_user,
 )
 from stratus.worker.checkpoints import remove_checkpoints
-from stratus.worker.spec import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +76,15 @@ class UserSwitch(Protocol):
     ) -> tuple[list[str], dict[str, Any]]: ...
 
     def signal(
-        self, user: WorkerUser, group: ProcessGroup, signum: int, *, whole_group: bool
+        self, user: WorkerUser, group: SignalTarget, signum: int, *, whole_group: bool
     ) -> None: ...
 
     def kill_all(self, user: WorkerUser) -> None: ...
+
+    def group_kill_command(self, user: WorkerUser) -> list[str] | None:
+        """How a worker's monitor SIGKILLs what its worker left in its process group (the
+        pid, ``SIGKILL`` and ``--all`` appended); None: the monitor may do it itself."""
+        ...
 
     def purge_checkpoints(self, root: str, pipeline: str) -> None:
         """Delete ``<root>/<pipeline>`` with the rights over every worker user's files (a
@@ -123,7 +128,7 @@ class DirectSwitch:
         return list(argv), popen
 
     def signal(
-        self, user: WorkerUser, group: ProcessGroup, signum: int, *, whole_group: bool
+        self, user: WorkerUser, group: SignalTarget, signum: int, *, whole_group: bool
     ) -> None:
         if whole_group:
             group.signal_group(signum)
@@ -132,6 +137,9 @@ class DirectSwitch:
 
     def kill_all(self, user: WorkerUser) -> None:
         kill_user_processes(user.uid)
+
+    def group_kill_command(self, user: WorkerUser) -> list[str] | None:
+        return None  # the monitor runs as root, as its supervisor
 
     def purge_checkpoints(self, root: str, pipeline: str) -> None:
         remove_checkpoints(root, pipeline)  # as root: the worker users' files too
@@ -168,7 +176,7 @@ class SudoSwitch:
         return launch, {"cwd": directory, "env": {"PATH": os.environ.get("PATH", os.defpath)}}
 
     def signal(
-        self, user: WorkerUser, group: ProcessGroup, signum: int, *, whole_group: bool
+        self, user: WorkerUser, group: SignalTarget, signum: int, *, whole_group: bool
     ) -> None:
         if group.returncode is not None and not whole_group:
             return
@@ -178,6 +186,9 @@ class SudoSwitch:
 
     def kill_all(self, user: WorkerUser) -> None:
         self._run(["kill-user", user.name])
+
+    def group_kill_command(self, user: WorkerUser) -> list[str] | None:
+        return [*self._command, "signal", user.name]
 
     def purge_checkpoints(self, root: str, pipeline: str) -> None:
         """The launcher deletes ``<its pipeline.checkpoint.root>/<pipeline>``, if that root is
@@ -314,6 +325,18 @@ class UserPool:
         self._busy[chosen.name] = pipeline
         self._last[pipeline] = chosen.name
         return RunAs(chosen, self._switch, exclusive=True, _pool=self, _pipeline=pipeline)
+
+    def claim(self, pipeline: str, name: str) -> RunAs | None:
+        """The user a worker adopted from a previous supervisor runs as, taken for
+        ``pipeline`` as ``take`` would; None if it is not one of this pool's."""
+        user = next((user for user in self._users if user.name == name), None)
+        if user is None:
+            return None
+        if self._shared:
+            return RunAs(user, self._switch, exclusive=False)
+        self._busy[user.name] = pipeline
+        self._last[pipeline] = user.name
+        return RunAs(user, self._switch, exclusive=True, _pool=self, _pipeline=pipeline)
 
     def release(self, pipeline: str, user: WorkerUser) -> None:
         if self._busy.get(user.name) == pipeline:

@@ -195,6 +195,7 @@ class SupervisorSettings:
     http: EndpointSettings
     warm: WarmSettings = WarmSettings()
     users: UserSettings = UserSettings()
+    adopt: bool = True  # supervisor.worker.adopt: workers outlive the supervisor
 
     @classmethod
     def from_config(cls, conf: StratusConfig) -> SupervisorSettings:
@@ -278,6 +279,7 @@ class SupervisorSettings:
                 launcher=conf.supervisor_worker_launcher,
                 launcher_command=tuple(conf.supervisor_worker_launcher_command),
             ),
+            adopt=conf.supervisor_worker_adopt,
         )
 
 

@@ -5,19 +5,23 @@ slots (slots less the workers whose process runs), so a warm worker and the pipe
 together never pass ``supervisor.slots``. A warm worker is ready once its Spark is up (it
 creates ``ready-<pid>`` in the pool's directory). When a worker is to start, the launcher asks
 ``cold_reason`` whether its pipeline fits the warm session; if it does, ``hand_over`` writes
-its spec as for a cold start and gives the spec's path to a ready warm worker on its stdin, a pipe
-only the supervisor holds. From then on the process is that pipeline's worker like any
-other (a ``WorkerProcess``: its heartbeat file, its log, its stop and kill), and the pool
-starts another warm worker once a slot is free again.
+its spec as for a cold start and gives the hand-over to a ready warm worker's monitor
+(``worker_monitor``: each warm worker runs under one, in ``<warm>/<n>/``, as a cold worker
+does) on its stdin, a pipe only the supervisor holds; the monitor switches the log to the
+pipeline's run log, then gives the spec's path to the warm worker. From then on the process
+is that pipeline's worker like any other (a ``WorkerProcess``: its heartbeat file, its log,
+its stop and kill, its adoption by a supervisor started again), and the pool starts another
+warm worker once a slot is free again.
 
 A warm worker that exits before a hand-over is replaced after a back-off that doubles at
 every such death in a row (up to ``MAX_BACKOFF_FACTOR`` times
 ``supervisor.worker.restart.backoff.secs``). Warm workers are never pipelines: they are in no
-heartbeat and take no slot in the cluster's view. They die with the supervisor: ``stop``
-SIGKILLs each one's process group, and a supervisor killed by SIGKILL closes their stdin,
-which ends them (``stratus.worker.warm``)::
+heartbeat and take no slot in the cluster's view. Before a hand-over they die with the
+supervisor: ``stop`` closes their monitors' stdin, and so does the kernel when the
+supervisor is killed, and a monitor that sees EOF before a hand-over SIGKILLs its warm
+worker's group (nothing to adopt there)::
 
-    pool = WarmPool(settings.warm, "local[*]", local_dir / "warm", env=env, log=log)
+    pool = WarmPool(settings.warm, "local[*]", local_dir / "warm", env=env, monitor=monitor)
     pool.keep(free_slots)                   # every tick of the control loop
     cold_reason(spec, code, "local[*]")     # None: a warm worker can run it
     pool.hand_over(spec, paths)             # a WorkerProcess, or None if none is ready
@@ -26,8 +30,10 @@ which ends them (``stratus.worker.warm``)::
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
-import os
+import shutil
 import subprocess
 import sys
 import time
@@ -38,22 +44,34 @@ from pathlib import Path
 from stratus.api.clock import Clock
 from stratus.api.pipeline_conf import env_entries
 from stratus.files import PRIVATE_DIR_MODE
-from stratus.process import Lifeline, ProcessGroup
+from stratus.process import KILL_WAIT_SECS, same_process
+from stratus.supervisor.adoption import ProcessRecord, identity
 from stratus.supervisor.code_cache import PipelineCode
+from stratus.supervisor.errors import WorkerStartError
 from stratus.supervisor.settings import WarmSettings
-from stratus.supervisor.worker_log import LogPump, LogSettings, RunLog
-from stratus.supervisor.worker_process import WorkerPaths, WorkerProcess, prepare_run
-from stratus.worker.session_conf import static_mismatch
-from stratus.worker.spec import (
-    WARM_READY_PREFIX,
-    WorkerSpec,
-    warm_ready_file,
+from stratus.supervisor.worker_log import LogSettings
+from stratus.supervisor.worker_monitor import (
+    PROCESS_FILE,
+    Handover,
+    MonitorOrder,
+    read_exit,
 )
+from stratus.supervisor.worker_monitor import clear as clear_monitor_files
+from stratus.supervisor.worker_process import (
+    MonitorSettings,
+    WorkerPaths,
+    WorkerProcess,
+    await_record,
+    prepare_run,
+    start_monitor,
+)
+from stratus.worker.session_conf import static_mismatch
+from stratus.worker.spec import WARM_READY_PREFIX, WorkerSpec, warm_ready_file
 
 log = logging.getLogger(__name__)
 
 WARM_MODULE = "stratus.worker.warm"
-WARM_LOG = "warm.log"  # every warm worker's output before its hand-over, under the pool's dir
+WARM_LOG = "warm.log"  # a warm worker's output before its hand-over, in its own directory
 MAX_BACKOFF_FACTOR = 30.0
 
 
@@ -80,8 +98,13 @@ def cold_reason(spec: WorkerSpec, code: PipelineCode, master: str) -> str | None
 
 @dataclass
 class _Warm:
-    group: ProcessGroup
-    pump: LogPump
+    directory: Path  # <warm>/<n>/: its monitor's files, its ready file, its log
+    monitor: subprocess.Popen[bytes]
+    record: ProcessRecord
+
+    @property
+    def pid(self) -> int:
+        return self.record.worker.pid
 
 
 class WarmPool:
@@ -95,6 +118,7 @@ class WarmPool:
         directory: Path,
         *,
         env: Mapping[str, str],
+        monitor: MonitorSettings,
         log: LogSettings | None = None,
         command: Sequence[str] | None = None,
         clock: Clock = time.monotonic,
@@ -103,18 +127,20 @@ class WarmPool:
         self._settings = settings
         self._directory = directory
         self._env = dict(env)
+        self._monitor = monitor
         self._log_settings = log or LogSettings()
         self._command = list(command or warm_command(master))
         self._clock = clock
         self._warm: list[_Warm] = []
         self._deaths = 0  # in a row, before a hand-over
         self._next_start = 0.0
-        self._log: RunLog | None = None
+        self._started = 0  # warm workers started: the next one's directory
+        self._swept = False
 
     @property
     def pids(self) -> list[int]:
         """The warm workers' pids, oldest first."""
-        return [warm.group.pid for warm in self._warm]
+        return [warm.pid for warm in self._warm]
 
     def keep(self, wanted: int) -> None:
         """Notice the warm workers that died; stop those past ``wanted``; start one if fewer
@@ -134,30 +160,40 @@ class WarmPool:
             warm = ready[0]
             self._warm.remove(warm)
             self._ready_file(warm).unlink(missing_ok=True)
-            run_log = prepare_run(spec, paths, self._log_settings)
-            stdin = warm.group.process.stdin
-            assert stdin is not None and self._log is not None  # a PIPE lifeline; it started
-            warm.pump.switch_to(run_log)  # before the spec: the run's first line is the run's
+            prepare_run(spec, paths, self._log_settings).close()  # the monitor appends
+            clear_monitor_files(paths.directory)
+            handover = Handover(
+                spec=str(paths.worker_spec),
+                directory=str(paths.directory),
+                log_path=str(paths.log),
+                identity=identity(self._monitor.cluster, spec, None),
+            )
+            stdin = warm.monitor.stdin
+            assert stdin is not None  # a pipe: it was started so
             try:
-                stdin.write(f"{paths.worker_spec}\n".encode())
+                stdin.write(handover.encode())
                 stdin.flush()
-            except OSError:  # it died since the look: the next one, else a cold start
-                warm.pump.switch_to(self._log)  # its last words are a warm worker's
+                record = await_record(paths.directory, warm.monitor, spec.pipeline)
+            except (OSError, WorkerStartError):  # it died since the look: the next one
                 self._kill(warm, "died")
                 continue
+            if not self._monitor.lifeline:  # adoptable: the supervisor's end must not stop it
+                with contextlib.suppress(OSError):
+                    stdin.close()
             self._deaths = 0
             log.info(
                 "event=warm_worker_handed_over pipeline=%s epoch=%d pid=%d warm_left=%d",
                 spec.pipeline,
                 spec.epoch,
-                warm.group.pid,
+                warm.pid,
                 len(self._warm),
             )
-            return WorkerProcess(warm.group, spec, warm.pump)
+            shutil.rmtree(warm.directory, ignore_errors=True)  # its record is the pipeline's now
+            return WorkerProcess(paths.directory, record, spec, monitor=warm.monitor)
         return None
 
     def stop(self) -> None:
-        """SIGKILL every warm worker's process group (nothing of theirs is worth a grace)."""
+        """Stop every warm worker (nothing of theirs is worth a grace)."""
         while self._warm:
             self._kill(self._warm.pop(), "supervisor_stopping")
 
@@ -165,35 +201,64 @@ class WarmPool:
 
     def _start(self) -> None:
         self._directory.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
-        if self._log is None:  # the first start: no ready file of a killed run may stay
-            for stale in self._directory.glob(f"{WARM_READY_PREFIX}*"):
-                stale.unlink(missing_ok=True)
-            self._log = RunLog(self._directory / WARM_LOG, self._log_settings)
-        read_end, write_end = os.pipe()
+        if not self._swept:  # the first start: what a previous supervisor's pool left
+            self._sweep()
+        self._started += 1
+        directory = self._directory / str(self._started)
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(mode=PRIVATE_DIR_MODE)
+        order = MonitorOrder(
+            argv=self._command,
+            popen={"cwd": str(directory), "env": self._env},
+            log_path=str(directory / WARM_LOG),
+            log_max_bytes=self._log_settings.max_bytes,
+            log_backups=self._log_settings.backups,
+            identity={
+                "supervisor": self._monitor.supervisor,
+                "cluster": self._monitor.cluster.model_dump(),
+                "pipeline": "",  # none yet
+                "epoch": 0,
+                "generation": 0,
+                "token": None,
+                "digest": "",
+            },
+            lifeline=self._monitor.lifeline,
+            warm=True,
+        )
         try:
-            group = ProcessGroup.start(
-                self._command,
-                lifeline=Lifeline.PIPE,
-                stdout=write_end,
-                stderr=subprocess.STDOUT,
-                cwd=self._directory,
-                env=self._env,
-            )
-        except OSError as exc:
-            os.close(read_end)
+            monitor = start_monitor(directory, order, pipe=True)
+            record = await_record(directory, monitor, "a warm worker")
+        except (OSError, WorkerStartError) as exc:
             self._died(f"could not be started: {exc}")
             return
-        finally:
-            os.close(write_end)
-        self._warm.append(_Warm(group, LogPump(read_end, self._log)))
-        log.info("event=warm_worker_started pid=%d master=%s", group.pid, self.master)
+        self._warm.append(_Warm(directory, monitor, record))
+        log.info("event=warm_worker_started pid=%d master=%s", record.worker.pid, self.master)
+
+    def _sweep(self) -> None:
+        """Remove the directories of warm workers whose monitor is gone, and every stale
+        ready file (a warm worker of a previous supervisor whose monitor still runs stops
+        at EOF on its stdin, which that supervisor held)."""
+        self._swept = True
+        for stale in self._directory.glob(f"*/{WARM_READY_PREFIX}*"):
+            stale.unlink(missing_ok=True)
+        for old in self._directory.iterdir():
+            if not old.is_dir():
+                continue
+            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                raw = json.loads((old / PROCESS_FILE).read_bytes())
+                if same_process(int(raw["monitor"]["pid"]), int(raw["monitor"]["start"])):
+                    continue
+            shutil.rmtree(old, ignore_errors=True)
+            with contextlib.suppress(ValueError):
+                self._started = max(self._started, int(old.name))
 
     def _reap(self, now: float) -> None:
         for warm in list(self._warm):
-            code = warm.group.poll()
-            if code is not None:
+            if warm.monitor.poll() is not None:
                 self._warm.remove(warm)
+                ended = read_exit(warm.directory)
                 self._kill(warm, "exited")
+                code = ended.code if ended is not None else warm.monitor.returncode
                 self._died(f"exited with code {code}", now)
 
     def _died(self, what: str, now: float | None = None) -> None:
@@ -206,17 +271,25 @@ class WarmPool:
             what,
             self._deaths,
             delay,
-            self._directory / WARM_LOG,
+            self._directory / "*" / WARM_LOG,
         )
 
     def _is_ready(self, warm: _Warm) -> bool:
         return self._ready_file(warm).exists()
 
     def _ready_file(self, warm: _Warm) -> Path:
-        return self._directory / warm_ready_file(warm.group.pid)
+        return warm.directory / warm_ready_file(warm.pid)
 
     def _kill(self, warm: _Warm, reason: str) -> None:
-        warm.group.kill()
-        warm.group.close_lifeline()
+        """EOF on its monitor's stdin before a hand-over: the monitor SIGKILLs the warm
+        worker's group, records its end and exits."""
+        if warm.monitor.stdin is not None:
+            with contextlib.suppress(OSError):
+                warm.monitor.stdin.close()
+        try:
+            warm.monitor.wait(KILL_WAIT_SECS)
+        except subprocess.TimeoutExpired:
+            warm.monitor.kill()
+            warm.monitor.wait()
         self._ready_file(warm).unlink(missing_ok=True)
-        log.info("event=warm_worker_stopped pid=%d reason=%s", warm.group.pid, reason)
+        log.info("event=warm_worker_stopped pid=%d reason=%s", warm.pid, reason)

@@ -51,9 +51,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from stratus.files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE
+from stratus.files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, write_atomically
 from stratus.supervisor.errors import WorkerUserError
-from stratus.worker.spec import HEARTBEAT_FILE, SPEC_FILE, write_atomically
+from stratus.worker.spec import HEARTBEAT_FILE, SPEC_FILE
 
 WORK_DIR = "work"
 ENV_FILE = "env.json"  # the worker's environment, for the launcher: 0600, the supervisor's

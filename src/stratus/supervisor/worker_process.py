@@ -1,19 +1,24 @@
-"""One worker process: its spec, its start, its stop, and no orphan ever.
+"""One worker process: its spec, its start, its stop, its adoption, and no orphan ever.
 
 Guarantees: a worker runs as ``python -m stratus.worker.main <dir>/work/spec.json`` in a
 process group of its own, with the environment its launcher gives it (``worker_env``), as
 its supervisor's user or as the user it was given (``run_as``), its files owned and
-protected as ``worker_access`` decides (its spec only it and its supervisor may read),
-with stdout and stderr sent through a pipe to ``<dir>/worker.log``, rotated by size, one set
-of files per run (``worker_log``), and its stdin a pipe that only its supervisor holds:
-when the supervisor dies, even by SIGKILL, the kernel closes the pipe and the worker sees
-EOF and stops (no orphans). A stop is SIGTERM to the worker, then SIGKILL to
-its whole process group (the Spark JVM included) once the grace is over; once the worker
-has exited, whatever is left in its group is killed too::
+protected as ``worker_access`` decides (its spec only it and its supervisor may read). It
+is the child of its monitor (``worker_monitor``), a process in a session of its own that
+the supervisor starts: the monitor holds the worker's stdin (a killed monitor means a
+stopped worker), pumps its stdout and stderr to ``<dir>/worker.log``, rotated by size, one
+set of files per run (``worker_log``), and records its processes (``process.json``) and
+its end (``exit.json``). So a worker outlives its supervisor, on the lease it was handed
+(``stratus.worker.lease_file``), and a supervisor started again adopts it
+(``WorkerProcess.adopt``, after ``adoption``'s proof); with ``supervisor.worker.adopt``
+false, the monitor's stdin is a pipe only the supervisor holds, and EOF there (the
+supervisor died, even by SIGKILL) stops the worker. A stop is SIGTERM to the worker, then
+SIGKILL to its whole process group (the Spark JVM included) once the grace is over; once the
+worker has exited, its monitor kills whatever is left in its group::
 
     paths = WorkerPaths.of(local_dir, "etl")
     spec = build_spec(settings.spec, "s1", assignment, code, paths)
-    process = WorkerProcess.launch(spec, paths, env=worker_environment(os.environ, ...))
+    process = WorkerProcess.launch(spec, paths, env=..., monitor=..., assignment=assignment)
     process.poll()          # None while it runs, then its exit code
     process.terminate()     # SIGTERM
     process.kill()          # SIGKILL of the process group
@@ -23,11 +28,13 @@ A worker of another user is prepared, started and signalled through its ``RunAs`
 user left running is killed before the user is given to another pipeline.
 
 Processes are started with ``subprocess.Popen`` (fork and exec, no Python code in the child):
-the supervisor's kazoo threads are never run in a forked child.
+the supervisor's kazoo threads are never run in a forked child. A process the supervisor
+did not start is signalled only once proven (its pid and start time), through a pidfd.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -44,13 +51,23 @@ from stratus.api.records import Assignment
 from stratus.codedist.manifest import TRIGGER_CONF_KEY
 from stratus.files import PRIVATE_DIR_MODE
 from stratus.history import open_for_appending
-from stratus.process import Lifeline, ProcessGroup
+from stratus.process import KILL_WAIT_SECS, NOT_REAPED_EXIT, same_process
+from stratus.supervisor.adoption import ClusterIdentity, Found, ProcessRecord, identity
 from stratus.supervisor.code_cache import PipelineCode
-from stratus.supervisor.errors import UnfencedAssignmentError
+from stratus.supervisor.errors import UnfencedAssignmentError, WorkerStartError
 from stratus.supervisor.run_as import RunAs
 from stratus.supervisor.settings import SpecSettings
 from stratus.supervisor.worker_access import WORK_DIR, prepare_worker
-from stratus.supervisor.worker_log import LogPump, LogSettings, RunLog
+from stratus.supervisor.worker_log import LogSettings, RunLog
+from stratus.supervisor.worker_monitor import (
+    MONITOR_LOG,
+    MONITOR_MODULE,
+    ExitRecord,
+    MonitorOrder,
+    read_exit,
+    write_order,
+)
+from stratus.supervisor.worker_monitor import clear as clear_monitor_files
 from stratus.worker.checkpoints import checkpoint_location
 from stratus.worker.spec import HEARTBEAT_FILE, SPEC_FILE, WorkerSpec
 
@@ -60,7 +77,8 @@ START_MARK = "==== stratus supervisor: worker started"  # a line in worker.log b
 TAIL_READ_BYTES = 64 * 1024
 TAIL_LINES = 20
 TAIL_MAX_CHARS = 4000
-LOG_DRAIN_SECS = 2.0  # after an exit, how long its last lines may take to reach the log
+MONITOR_START_SECS = 10.0  # how long a monitor may take to start its worker
+MONITOR_POLL_SECS = 0.01
 
 
 def default_worker_command() -> list[str]:
@@ -191,23 +209,79 @@ def prepare_run(
     return run_log
 
 
+@dataclass(frozen=True)
+class MonitorSettings:
+    """What every worker's monitor is told besides its worker (``worker_monitor``)."""
+
+    supervisor: str
+    cluster: ClusterIdentity
+    lifeline: bool = False  # supervisor.worker.adopt false: the worker dies with the supervisor
+
+
+class ProvenProcess:
+    """A process the supervisor did not start, proven by its pid and start time, and
+    signalled through a pidfd once opened: a pid reused since is never signalled."""
+
+    def __init__(self, pid: int, started: int | None) -> None:
+        self.pid = pid
+        self._started = started
+        self._fd: int | None = None
+        if started is not None:
+            with contextlib.suppress(OSError):
+                self._fd = os.pidfd_open(pid)
+            if not self.alive():  # the pidfd may name a process that reused the pid
+                self.close()
+
+    @property
+    def returncode(self) -> int | None:
+        """None while it lives (the ``SignalTarget`` of a user switch), else 0."""
+        return None if self.alive() else 0
+
+    def alive(self) -> bool:
+        return self._started is not None and same_process(self.pid, self._started)
+
+    def signal(self, signum: int) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self._fd, signum)
+
+    def signal_group(self, signum: int) -> None:
+        """``signum`` to its process group while it lives: the group's id is its pid, which
+        is not reused while it lives; once it is gone its monitor kills what is left."""
+        if self._fd is not None and self.alive():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signum)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 class WorkerProcess:
-    """A started worker process; see the module docstring. Used by one thread."""
+    """A worker under its monitor (started now, or adopted); see the module docstring.
+    Used by one thread."""
 
     def __init__(
         self,
-        group: ProcessGroup,
-        spec: WorkerSpec,
-        pump: LogPump | None = None,
+        directory: Path,
+        record: ProcessRecord,
+        spec: WorkerSpec | None,
+        *,
+        monitor: subprocess.Popen[bytes] | None = None,
         run_as: RunAs | None = None,
+        exited: ExitRecord | None = None,
     ) -> None:
-        self._group = group
-        self._pump = pump
-        self._run_as = run_as
+        self.directory = directory
+        self.record = record
         self.spec = spec
-        self.pid = group.pid
+        self.pid = record.worker.pid
         self.started_wall = time.time()
+        self._monitor = monitor  # the supervisor's own child (None: adopted)
+        self._run_as = run_as
+        self._worker = ProvenProcess(record.worker.pid, record.worker.start)
         self._exit: int | None = None
+        self._ended = exited
 
     @classmethod
     def launch(
@@ -217,58 +291,31 @@ class WorkerProcess:
         command: Sequence[str] | None = None,
         *,
         env: Mapping[str, str],
+        monitor: MonitorSettings,
         log: LogSettings | None = None,
         run_as: RunAs | None = None,
         checkpoint_dir: Path | None = None,
         history_file: Path | None = None,
     ) -> WorkerProcess:
         """Write the spec, clear the last heartbeat file, make the last run's log the
-        previous one, and start the worker with ``env`` (as ``run_as``'s user, if given),
-        its output pumped into its log. A worker of another user, which may not open the
-        ``history_file``, inherits a descriptor of it that can only append (``history_fd``),
-        if its switch passes descriptors on."""
+        previous one, and start the worker's monitor, which starts the worker with ``env``
+        (as ``run_as``'s user, if given), its output pumped into its log. A worker of another
+        user, which may not open the ``history_file``, inherits a descriptor of it that can
+        only append (``history_fd``), if its switch passes descriptors on."""
         fd = _history_descriptor(spec, history_file, run_as)
-        if fd is None:
-            return cls._launch(
-                spec, paths, command, env=env, log=log, run_as=run_as, checkpoint_dir=checkpoint_dir
-            )
+        if fd is not None:
+            spec = spec.model_copy(update={"history_fd": fd})
         try:
-            return cls._launch(
-                spec.model_copy(update={"history_fd": fd}),
-                paths,
-                command,
-                env=env,
-                log=log,
-                run_as=run_as,
-                checkpoint_dir=checkpoint_dir,
-                pass_fds=(fd,),
-            )
-        finally:
-            os.close(fd)  # the worker holds its own copy
-
-    @classmethod
-    def _launch(
-        cls,
-        spec: WorkerSpec,
-        paths: WorkerPaths,
-        command: Sequence[str] | None,
-        *,
-        env: Mapping[str, str],
-        log: LogSettings | None,
-        run_as: RunAs | None,
-        checkpoint_dir: Path | None,
-        pass_fds: tuple[int, ...] = (),
-    ) -> WorkerProcess:
-        try:
-            run_log = prepare_run(spec, paths, log, run_as, checkpoint_dir)
-        except BaseException:
-            if run_as is not None:
-                run_as.finished()
-            raise
-        argv = [*(command or default_worker_command()), str(paths.worker_spec)]
-        popen: dict[str, Any] = {"cwd": paths.work, "env": dict(env)}
-        read_end, write_end = os.pipe()
-        try:
+            try:
+                run_log = prepare_run(spec, paths, log, run_as, checkpoint_dir)
+            except BaseException:
+                if run_as is not None:
+                    run_as.finished()
+                raise
+            run_log.close()  # the monitor appends to it from now on
+            argv = [*(command or default_worker_command()), str(paths.worker_spec)]
+            popen: dict[str, Any] = {"cwd": str(paths.work), "env": dict(env)}
+            group_kill: list[str] | None = None
             if run_as is not None:
                 argv, popen = run_as.switch.command(
                     argv,
@@ -277,42 +324,80 @@ class WorkerProcess:
                     user=run_as.user,
                     env=env,
                 )
-            if pass_fds:
-                popen["pass_fds"] = pass_fds
-            group = ProcessGroup.start(
-                argv,
-                lifeline=Lifeline.PIPE,  # no Python runs in the forked child (kazoo threads)
-                stdout=write_end,
-                stderr=subprocess.STDOUT,
-                **popen,
+                popen = {key: str(v) if key == "cwd" else v for key, v in popen.items()}
+                group_kill = run_as.switch.group_kill_command(run_as.user)
+            settings = log or LogSettings()
+            order = MonitorOrder(
+                argv=list(argv),
+                popen=popen,
+                log_path=str(paths.log),
+                log_max_bytes=settings.max_bytes,
+                log_backups=settings.backups,
+                identity=identity(
+                    monitor.cluster, spec, run_as.user.name if run_as is not None else None
+                ),
+                lifeline=monitor.lifeline,
+                group_kill=group_kill,
+                pass_fds=[fd] if fd is not None else [],
             )
-        except BaseException:
-            os.close(read_end)
-            run_log.close()
-            if run_as is not None:
-                run_as.finished()
-            raise
+            try:
+                process = start_monitor(paths.directory, order)
+                record = await_record(paths.directory, process, spec.pipeline)
+                return cls(paths.directory, record, spec, monitor=process, run_as=run_as)
+            except BaseException:
+                if run_as is not None:
+                    run_as.finished()
+                raise
         finally:
-            os.close(write_end)  # the worker's group holds the only write ends now
-        return cls(group, spec, LogPump(read_end, run_log), run_as)
+            if fd is not None:
+                os.close(fd)  # the monitor holds its own copy
+
+    @classmethod
+    def adopt(cls, found: Found, run_as: RunAs | None = None) -> WorkerProcess:
+        """The handle of a worker a previous supervisor started, proven (``adoption``)."""
+        spec: WorkerSpec | None
+        try:
+            spec = WorkerSpec.read(found.directory / SPEC_FILE)
+        except (OSError, ValueError):
+            spec = None
+        return cls(found.directory, found.record, spec, run_as=run_as, exited=found.exit)
 
     def poll(self) -> int | None:
-        """None while the worker runs; its exit code (negative: the signal) once it exited.
-
-        At the exit, what is left of its process group is killed and its stdin closed.
-        """
+        """None while the worker runs; its exit code (negative: the signal) once it exited
+        and its monitor recorded it (``exit.json``); ``NOT_REAPED_EXIT`` when the monitor
+        is gone without a record (killed) and so is the worker. What its user left running
+        is killed then, and the user freed."""
         if self._exit is not None:
             return self._exit
-        code = self._group.poll()
-        if code is None:
-            return None
+        ended = self._ended or read_exit(self.directory)
+        if ended is None:
+            if self._monitor_alive():
+                return None
+            ended = read_exit(self.directory)  # written just before it exited
+        if ended is None:
+            if self._worker.alive():  # without its monitor: no log, no record of its end
+                self._worker.signal_group(signal.SIGKILL)
+                return None
+            logging.getLogger(__name__).warning(
+                "event=worker_monitor_lost pipeline=%s monitor_pid=%d worker_pid=%d reason=%r",
+                self.record.pipeline,
+                self.record.monitor.pid,
+                self.pid,
+                "its monitor was killed: the worker's exit is unknown",
+            )
+            code = NOT_REAPED_EXIT
+        else:
+            code = ended.code
         self._exit = code
-        self._signal(signal.SIGKILL, whole_group=True)
-        self._group.close_lifeline()
+        if self._monitor is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._monitor.wait(KILL_WAIT_SECS)
+            if self._monitor.stdin is not None:
+                with contextlib.suppress(OSError):
+                    self._monitor.stdin.close()
+        self._worker.close()
         if self._run_as is not None:  # what its user left running, then the user is free
             self._run_as.finished()
-        if self._pump is not None:  # its last lines (a traceback) are in its log before any tail
-            self._pump.join(LOG_DRAIN_SECS)
         return code
 
     def terminate(self) -> None:
@@ -325,14 +410,69 @@ class WorkerProcess:
         if self._exit is None:
             self._signal(signal.SIGKILL, whole_group=True)
 
+    def release(self) -> None:
+        """Leave the worker to run on without this supervisor (it stops at the lease's end
+        unless a supervisor adopts it): the monitor, the supervisor's child, is not reaped
+        here, and its stdin is left as it is."""
+        self._worker.close()
+
+    def _monitor_alive(self) -> bool:
+        if self._monitor is not None:
+            return self._monitor.poll() is None
+        return self.record.monitor_alive()
+
     def _signal(self, signum: int, *, whole_group: bool) -> None:
         run_as = self._run_as
         if run_as is not None:
-            run_as.switch.signal(run_as.user, self._group, signum, whole_group=whole_group)
+            run_as.switch.signal(run_as.user, self._worker, signum, whole_group=whole_group)
         elif whole_group:
-            self._group.signal_group(signum)
+            self._worker.signal_group(signum)
         else:
-            self._group.signal(signum)
+            self._worker.signal(signum)
+
+
+def start_monitor(
+    directory: Path, order: MonitorOrder, *, pipe: bool | None = None
+) -> subprocess.Popen[bytes]:
+    """Start the monitor of the worker ``order`` describes, in ``directory``, in a session
+    of its own; its stdin a pipe the supervisor holds if ``pipe`` (by default: the order's
+    lifeline), else /dev/null."""
+    clear_monitor_files(directory)
+    write_order(directory, order)
+    with (directory / MONITOR_LOG).open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", MONITOR_MODULE, str(directory)],
+            start_new_session=True,  # it outlives the supervisor and its group's signals
+            stdin=subprocess.PIPE
+            if (order.lifeline if pipe is None else pipe)
+            else subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            pass_fds=tuple(order.pass_fds),
+            cwd=directory,
+        )
+
+
+def await_record(directory: Path, monitor: subprocess.Popen[bytes], what: str) -> ProcessRecord:
+    """The ``process.json`` the monitor writes in ``directory`` once its worker runs;
+    WorkerStartError (the monitor SIGKILLed) if it exits, or takes too long, first."""
+    deadline = time.monotonic() + MONITOR_START_SECS
+    while True:
+        record = ProcessRecord.read(directory)
+        if record is not None:
+            return record
+        ended = read_exit(directory)
+        if ended is not None or monitor.poll() is not None or time.monotonic() > deadline:
+            break
+        time.sleep(MONITOR_POLL_SECS)
+    if monitor.poll() is None:
+        monitor.kill()  # a worker it started sees EOF on its stdin and stops
+    monitor.wait()
+    why = ended.error if ended is not None and ended.error else "see its log"
+    raise WorkerStartError(
+        f"the worker monitor of {what} exited with code {monitor.returncode} before its "
+        f"worker ran ({why}; {directory / MONITOR_LOG})"
+    )
 
 
 def _history_descriptor(

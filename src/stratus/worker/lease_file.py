@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from stratus.worker.spec import write_atomically
+from stratus.files import write_atomically
 
 log = logging.getLogger(__name__)
 

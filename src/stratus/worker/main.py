@@ -1,7 +1,7 @@
 """``python -m stratus.worker.main SPEC_PATH``: one process that runs one pipeline.
 
-The supervisor writes the ``WorkerSpec`` and starts this module in a process group of its
-own, stdin a pipe it holds. The worker:
+The supervisor writes the ``WorkerSpec`` and its monitor (``stratus.supervisor.worker_monitor``)
+starts this module in a process group of its own, stdin a pipe the monitor holds. The worker:
 
 1. writes a STARTING heartbeat at once, then one every ``heartbeat_interval_secs`` from a
    thread of its own (a slow Spark start still heartbeats), and one at every change;
@@ -10,7 +10,7 @@ own, stdin a pipe it holds. The worker:
    ``work_dir``: an app (``spark_app``) or an sdp project (``sdp_run``), checking the claims
    again after every micro-batch committed (before every sdp run), and stopping, FENCED, at
    the first higher one;
-3. stops on SIGTERM (or SIGINT), on EOF on stdin (its supervisor is gone: it must not
+3. stops on SIGTERM (or SIGINT), on EOF on stdin (its monitor is gone: it must not
    outlive it), or once its supervisor's lease has ended unrenewed (``lease_file``: a
    supervisor frozen or stalled cannot fence its workers, so they fence themselves):
    streaming queries stop with their checkpoints kept, an sdp run's process group is taken

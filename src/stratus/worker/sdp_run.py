@@ -63,7 +63,7 @@ from urllib.parse import urlparse
 import yaml
 
 from stratus.api.locations import is_local_master
-from stratus.files import private_dirs
+from stratus.files import private_dirs, write_atomically
 from stratus.process import Lifeline, ProcessGroup
 from stratus.worker import run_guard
 from stratus.worker.checkpoint_owner import OwnerFence
@@ -77,7 +77,7 @@ from stratus.worker.session_conf import (
     spark_conf,
     with_deps_first,
 )
-from stratus.worker.spec import WorkerSpec, write_atomically
+from stratus.worker.spec import WorkerSpec
 from stratus.worker.stop_request import StopRequest
 
 log = logging.getLogger(__name__)

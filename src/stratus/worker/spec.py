@@ -14,14 +14,13 @@ the file atomically; the supervisor reads it and publishes it to the cluster sta
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stratus.api.records import FencingToken, WorkerHeartbeat
-from stratus.files import PRIVATE_FILE_MODE
+from stratus.files import write_atomically
 from stratus.logs import LogFormat, LogSettings
 
 SPEC_FILE = "spec.json"
@@ -135,22 +134,3 @@ def read_heartbeat(path: Path) -> WorkerHeartbeat | None:
         return WorkerHeartbeat.model_validate_json(path.read_bytes())
     except (OSError, ValidationError):
         return None
-
-
-def write_atomically(path: Path, data: bytes, *, mode: int = PRIVATE_FILE_MODE) -> None:
-    """Replace ``path`` with ``data`` at once, as a file only its owner reads (0600, unless
-    ``mode`` says otherwise): a spec holds the pipeline's conf, secrets included."""
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
-    try:
-        os.fchmod(fd, mode)  # a leftover temp file keeps its mode otherwise
-        _write_all(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]

@@ -9,13 +9,15 @@ pipeline assigned to it skips the Spark start (most of a cold start). The warm w
    finds Spark's code loaded and compiled);
 2. creates ``ready-<pid>`` in its working directory, then waits for one line on stdin,
    the path of a ``WorkerSpec`` its supervisor wrote (the hand-over); stdin is a pipe that
-   only its supervisor holds, so nobody else can hand it a pipeline;
+   only its monitor holds (``stratus.supervisor.worker_monitor``), which passes on what its
+   supervisor hands over, so nobody else can hand it a pipeline;
 3. becomes that pipeline's worker: ``run_worker`` with the session already up, the same
    heartbeats, stop handling and exit codes as a cold worker (``stratus.worker.main``).
 
-EOF on stdin before the hand-over (its supervisor is gone, or stops it) ends it at once with
-its Spark JVM; after it, EOF is a stop request as for any worker. A Spark that does not start
-exits 1, and the supervisor starts another after a back-off::
+EOF on stdin before the hand-over (its monitor is gone) ends it at once with its Spark JVM
+(and a monitor whose supervisor is gone before a hand-over kills it itself); after it, EOF
+is a stop request as for any worker. A Spark that does not start exits 1, and the
+supervisor starts another after a back-off::
 
     spark = start_warm_session("local[*]")
     spec_path = handover.wait()          # the line its supervisor wrote
