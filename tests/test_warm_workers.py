@@ -201,7 +201,11 @@ def test_an_assigned_pipeline_starts_in_a_warm_worker_and_its_slot_is_warmed_aga
     meta = cluster.code.upload("etl")
     with warm_supervisor(cluster) as supervisor:
         warm = wait_for_warm(supervisor, 2)
-        wait_until(lambda: cluster.supervisor_beat() is not None, 10, "a supervisor heartbeat")
+        wait_until(
+            lambda: getattr(cluster.supervisor_beat(), "warm_ready", 0) == 2,
+            10,
+            "a supervisor heartbeat that counts its 2 ready warm workers (a drain's target)",
+        )
         idle = cluster.supervisor_beat()
         assert idle is not None and idle.running == []  # warm workers are no pipelines
         assert cluster.worker_beat() is None

@@ -507,6 +507,7 @@ class Supervisor:
             on_written=self.control.heartbeat_written,
             on_used=self.registration.update_used,
             may_renew=self._may_renew_lease(),
+            warm_ready=warm.ready_count if warm is not None else None,
             clock=self._clock,
         )
 

@@ -142,6 +142,12 @@ class WarmPool:
         """The warm workers' pids, oldest first."""
         return [warm.pid for warm in self._warm]
 
+    def ready_count(self) -> int:
+        """How many warm workers have their Spark up: what the supervisor's heartbeat tells
+        the leader, which prefers such a supervisor as a drained pipeline's target. Safe from
+        another thread (it reads a copy of the list and the ready files)."""
+        return sum(self._is_ready(warm) for warm in list(self._warm))
+
     def keep(self, wanted: int) -> None:
         """Notice the warm workers that died; stop those past ``wanted``; start one if fewer
         (one per call: the control loop calls often, and JVMs start one at a time)."""
