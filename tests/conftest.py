@@ -30,7 +30,7 @@ import pytest
 from stratus.zk.ensemble import ZooKeeperEnsemble
 from stratus.zk.server import ZooKeeperServer
 from tests.kdc import Kdc, KdcUnavailableError, running_kdc
-from tests.zkfixtures import chroot_for, kazoo_client, kill_stray_zookeepers
+from tests.zkfixtures import chroot_for, kazoo_client, kill_left_workers, kill_stray_zookeepers
 
 SHARED_TICK_MS = 100
 
@@ -109,6 +109,14 @@ def kdc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kdc]:
         yield from running_kdc(tmp_path_factory.mktemp("kdc"))
     except KdcUnavailableError as exc:
         pytest.skip(str(exc))
+
+
+@pytest.fixture(autouse=True)
+def _no_worker_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test, kill the workers its supervisors left running (``kill_left_workers``):
+    none may outlive its test into the next."""
+    yield
+    kill_left_workers(f"{request.node.nodeid} ")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -61,6 +61,7 @@ def start_in_order(cluster: ZkfcCluster) -> None:
     for name in rest:
         cluster.start_zkfc(name)
         wait_until(lambda: "service_standby" in cluster.zkfc_log(name), WAIT, f"{name} standby")  # noqa: B023
+        cluster.zkfc_endpoint(name)  # registered for haadmin: it joins the election first
 
 
 def fail_over(cluster: ZkfcCluster, source: str, target: str) -> None:

@@ -151,3 +151,45 @@ def kill_stray_zookeepers() -> list[int]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return strays
+
+
+MONITOR_MODULE = b"stratus.supervisor.worker_monitor"
+
+
+def kill_left_workers(test: str) -> list[int]:
+    """SIGKILL the worker monitors started during ``test`` (a node id) by this pytest
+    process's daemons whose supervisor is gone (or is this process's own), with their
+    workers' process groups; the monitors' pids.
+
+    A worker outlives its supervisor until its lease ends, by design; the tests' stand-in
+    workers do not watch the lease and would run on, and a real one would hold its ports
+    (Spark Connect's) into the next test. A monitor's environment is its supervisor's, which
+    the test's was when the supervisor started: ``PYTEST_CURRENT_TEST`` names the test, and
+    ``PYTEST_XDIST_WORKER`` this process among the parallel ones."""
+    mine = os.environ.get("PYTEST_XDIST_WORKER", "").encode()
+    killed = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if MONITOR_MODULE not in (entry / "cmdline").read_bytes():
+                continue
+            environ = dict(
+                item.split(b"=", 1)
+                for item in (entry / "environ").read_bytes().split(b"\0")
+                if b"=" in item
+            )
+            children = (entry / "task" / entry.name / "children").read_text().split()
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        current = environ.get(b"PYTEST_CURRENT_TEST", b"").decode(errors="replace")
+        if environ.get(b"PYTEST_XDIST_WORKER", b"") != mine or not current.startswith(test):
+            continue
+        if parent not in (1, os.getpid()):  # its supervisor, a process of a fixture, lives on
+            continue
+        for child in children:  # each worker leads a process group: its JVM is in it
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(child), signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(entry.name), signal.SIGKILL)
+        killed.append(int(entry.name))
+    return killed

@@ -23,7 +23,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from stratus.api.names import PipelineName
-from stratus.api.records import STORED, PipelineStatus, RewrittenRecord
+from stratus.api.records import PipelineStatus, RewrittenRecord, stored_bytes
 
 MAX_ATTEMPTS_KEPT = 8  # the newest failed attempts an order remembers
 
@@ -76,7 +76,7 @@ class PurgeOrder(RewrittenRecord):
     )
 
     def encode(self) -> bytes:
-        return self.model_dump_json(context={STORED: True}).encode()
+        return stored_bytes(self)
 
     def tried_by(self) -> set[str]:
         return {attempt.by for attempt in self.failed}

@@ -24,6 +24,7 @@ drops what a newer one wrote::
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum
 from typing import Any
 
@@ -32,15 +33,10 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
-    SerializationInfo,
-    SerializerFunctionWrapHandler,
     ValidatorFunctionWrapHandler,
     computed_field,
-    model_serializer,
     model_validator,
 )
-
-STORED = "stored"  # the serialization context's key of a record written to its store
 
 
 class PipelineStatus(StrEnum):
@@ -76,7 +72,40 @@ class _Record(BaseModel):
 
     def encode(self) -> bytes:
         """The record as stored in a znode (with the fields a newer writer added, if kept)."""
-        return self.model_dump_json(context={STORED: True}).encode()
+        return stored_bytes(self)
+
+
+def stored_bytes(record: BaseModel) -> bytes:
+    """``record`` as written to its store: its JSON, with the fields that a newer release
+    wrote into it, and into the records it holds, put back (``RewrittenRecord``). Done here
+    rather than by a serializer of the model, which would hide the model's fields from the
+    API's schema."""
+    data = record.model_dump(mode="json")
+    kept = _with_unknown(record, data)
+    if kept == data:
+        return record.model_dump_json().encode()
+    return json.dumps(kept, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _with_unknown(value: Any, data: Any) -> Any:
+    """``data`` (``value`` dumped as JSON) with the unknown fields of every
+    ``RewrittenRecord`` in ``value`` merged back in."""
+    if isinstance(value, BaseModel) and isinstance(data, dict):
+        merged = dict(value._unknown) if isinstance(value, RewrittenRecord) else {}
+        merged.update(
+            {
+                key: _with_unknown(getattr(value, key), item)
+                if key in type(value).model_fields
+                else item
+                for key, item in data.items()
+            }
+        )
+        return merged
+    if isinstance(value, list | tuple) and isinstance(data, list):
+        return [_with_unknown(v, d) for v, d in zip(value, data, strict=False)]
+    if isinstance(value, dict) and isinstance(data, dict):
+        return {k: _with_unknown(value[k], d) if k in value else d for k, d in data.items()}
+    return data
 
 
 class RewrittenRecord(BaseModel):
@@ -97,13 +126,6 @@ class RewrittenRecord(BaseModel):
             if unknown:
                 record._unknown = unknown
         return record
-
-    @model_serializer(mode="wrap")
-    def _with_unknown(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
-        data = handler(self)
-        if self._unknown and info.context and info.context.get(STORED):
-            return {**self._unknown, **data}
-        return data
 
     @property
     def unknown_fields(self) -> dict[str, Any]:
