@@ -3,8 +3,9 @@
 stratus must keep a pipeline committing while its own daemons are restarted, crash or are
 upgraded, and move it with the shortest gap when an operator drains its supervisor. Each
 operation below is done to a real cluster (ZooKeeper, two nimbuses, two supervisors as
-processes: ``stratus.local.cluster``) running the streaming example on Spark (``local[1]``,
-a processing-time trigger of ``TRIGGER_SECS``), fed a file of events a second:
+processes: ``stratus.local.cluster``, with the default timeouts of a production cluster
+rather than its own short ones) running the streaming example on Spark (``local[1]``, a
+processing-time trigger of ``TRIGGER_SECS``), fed a file of events a second:
 
 * **supervisor-restart**: SIGTERM of the supervisor running the pipeline, started again at
   once (``systemctl restart``: an upgrade or a changed setting);
@@ -78,10 +79,22 @@ from stratus.client import NimbusClient
 from stratus.errors import StratusError
 from stratus.local.cluster import SLOTS, LocalCluster
 from stratus.local.examples_io import Feeder
+from stratus.local.user_settings import UserSettings
 
+# The timeouts of a production cluster (the defaults), not stratus local's short ones: a
+# supervisor started again must be back within the lease and before the leader's fence.
+PRODUCTION_TIMEOUTS = {
+    "zookeeper.session.timeout.secs": 10.0,
+    "nimbus.supervisor.timeout.secs": 10.0,
+    "nimbus.monitor.freq.secs": 2.0,
+    "supervisor.fence.timeout.secs": 6.0,
+    "supervisor.worker.stop.secs": 3.0,
+    "worker.heartbeat.frequency.secs": 1.0,
+}
 TRIGGER_SECS = 2.0  # the streaming example's trigger (its stratus.yaml)
 CRASH_RESTART_SECS = 2.0  # kill -9, then the start again this much later
 STEADY_SECS = 20.0  # the steady gap: the longest one over this much time before an operation
+STEADY_GAP_FACTOR = 2.0  # a steady window has no gap over this many trigger intervals
 SETTLE_BATCHES = 3  # an operation's window ends this many batches after it ended
 PIPELINE = "streaming-counts"
 QUERY = "window-counts"  # the example's checkpoint name (context.checkpoint("window-counts"))
@@ -143,7 +156,7 @@ Operation = Callable[[LocalCluster, NimbusClient, str], None]
 
 def supervisor_restart(cluster: LocalCluster, client: NimbusClient, sid: str) -> None:
     supervisor = cluster.supervisor(sid)
-    supervisor.stop()
+    supervisor.stop(workers=False)  # a SIGTERM alone, as systemd sends
     supervisor.start()
     supervisor.wait_ready()
 
@@ -194,6 +207,8 @@ def measure(
     """Wait for a steady pipeline, do ``operation`` to it, and read its commits' gap."""
     before = steady_beat(cluster, client)
     steady = [t for t in commit_times(cluster) if t >= time.time() - STEADY_SECS]
+    if len(steady) < 2:
+        raise BenchError(f"{PIPELINE} committed fewer than 2 batches in {STEADY_SECS:g} s")
     began = time.time()
     OPERATION_STEPS[operation](cluster, client, before.supervisor)
     ended = time.time()
@@ -227,10 +242,11 @@ def steady_beat(cluster: LocalCluster, client: NimbusClient) -> WorkerHeartbeat:
     """The running worker's heartbeat once the pipeline has committed for STEADY_SECS."""
     poll_until("the pipeline to run", lambda: running_beat(client, PIPELINE) is not None)
 
-    def steady() -> bool:
+    def steady() -> bool:  # the last operation's gap behind it: none in the window
         times = commit_times(cluster)
         recent = [t for t in times if t >= time.time() - STEADY_SECS]
-        return len(recent) >= STEADY_SECS / TRIGGER_SECS - 2 and longest_gap(recent) > 0
+        settled = longest_gap(recent) <= STEADY_GAP_FACTOR * TRIGGER_SECS
+        return len(recent) >= STEADY_SECS / TRIGGER_SECS - 2 and settled
 
     poll_until(f"{STEADY_SECS:g} s of steady commits", steady, 600.0)
     beat = running_beat(client, PIPELINE)
@@ -246,7 +262,14 @@ def running_cluster(
     """A cluster of two nimbuses and two supervisors with ``options``, the example running."""
     workdir = Path(tempfile.mkdtemp(prefix="stratus-bench-operations-"))
     console.rule(label)
-    cluster = LocalCluster(workdir, console, nimbuses=2, supervisors=2, supervisor_options=options)
+    cluster = LocalCluster(
+        workdir,
+        console,
+        nimbuses=2,
+        supervisors=2,
+        supervisor_options=options,
+        user=UserSettings(values=PRODUCTION_TIMEOUTS),
+    )
     feeder = Feeder(workdir / "input")
     try:
         cluster.start()
@@ -286,10 +309,13 @@ def run_drains(args: argparse.Namespace, console: Console) -> list[Outcome]:
         setting = "warm" if warm else "cold"
         options = ["-c", "supervisor.worker.warm=true"] if warm else []
         with running_cluster(options, console, f"drain, {setting}") as (cluster, client):
-            if warm:
-                for supervisor in cluster.supervisors:
-                    with contextlib.suppress(BenchError):  # the pipeline's own took one
-                        wait_warm(cluster, supervisor.id, SLOTS - 1)
+            if warm:  # the target's warm workers up (the pipeline's own took one elsewhere)
+                target = next(
+                    s.id
+                    for s in cluster.supervisors
+                    if s.id != steady_beat(cluster, client).supervisor
+                )
+                wait_warm(cluster, target, SLOTS)
             outcomes.append(measure(cluster, client, "drain", setting, console))
     return outcomes
 

@@ -526,12 +526,13 @@ def wait_warm(cluster: LocalCluster, sid: str, count: int) -> None:
 
 
 def warm_ready_count(cluster: LocalCluster, sid: str) -> int:
-    """How many warm workers of ``sid`` have said that their Spark is up, ever."""
-    log = cluster.supervisor(sid).local_dir / "warm" / "warm.log"
-    try:
-        return log.read_text(errors="replace").count("event=warm_worker_ready")
-    except OSError:
-        return 0
+    """How many warm workers of ``sid`` have said that their Spark is up, ever (each warm
+    worker's monitor keeps its log in a directory of its own under ``warm/``)."""
+    count = 0
+    for log in (cluster.supervisor(sid).local_dir / "warm").glob("*/warm.log"):
+        with contextlib.suppress(OSError):
+            count += log.read_text(errors="replace").count("event=warm_worker_ready")
+    return count
 
 
 def warm_memory() -> list[tuple[float, float]]:
