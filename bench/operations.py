@@ -98,7 +98,7 @@ STEADY_GAP_FACTOR = 2.0  # a steady window has no gap over this many trigger int
 SETTLE_BATCHES = 3  # an operation's window ends this many batches after it ended
 PIPELINE = "streaming-counts"
 QUERY = "window-counts"  # the example's checkpoint name (context.checkpoint("window-counts"))
-DRAIN_WAIT_SECS = 300.0
+OPERATION_WAIT_SECS = 300.0  # a drain, or the batches after an operation
 OPERATIONS = ("supervisor-restart", "supervisor-crash", "nimbus-rolling", "drain")
 ADOPTION_OPERATIONS = ("supervisor-restart", "supervisor-crash", "nimbus-rolling")
 
@@ -185,7 +185,7 @@ def drain(cluster: LocalCluster, client: NimbusClient, sid: str) -> None:
         "-c", f"nimbus.seeds={','.join(cluster.seeds)}",
     ]  # fmt: skip
     done = subprocess.run(
-        command, capture_output=True, text=True, timeout=DRAIN_WAIT_SECS, check=False
+        command, capture_output=True, text=True, timeout=OPERATION_WAIT_SECS, check=False
     )
     if done.returncode != 0:
         raise BenchError(f"stratus drain {sid} failed: {done.stderr.strip() or done.stdout}")
@@ -215,7 +215,7 @@ def measure(
     poll_until(
         f"{SETTLE_BATCHES} batches after {operation}",
         lambda: len([t for t in commit_times(cluster) if t >= ended]) >= SETTLE_BATCHES,
-        DRAIN_WAIT_SECS,
+        OPERATION_WAIT_SECS,
     )
     after = running_beat(client, PIPELINE)
     if after is None:
@@ -310,11 +310,8 @@ def run_drains(args: argparse.Namespace, console: Console) -> list[Outcome]:
         options = ["-c", "supervisor.worker.warm=true"] if warm else []
         with running_cluster(options, console, f"drain, {setting}") as (cluster, client):
             if warm:  # the target's warm workers up (the pipeline's own took one elsewhere)
-                target = next(
-                    s.id
-                    for s in cluster.supervisors
-                    if s.id != steady_beat(cluster, client).supervisor
-                )
+                source = steady_beat(cluster, client).supervisor
+                target = next(s.id for s in cluster.supervisors if s.id != source)
                 wait_warm(cluster, target, SLOTS)
             outcomes.append(measure(cluster, client, "drain", setting, console))
     return outcomes

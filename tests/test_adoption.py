@@ -126,6 +126,16 @@ def running_beat(cluster: Cluster) -> WorkerHeartbeat:
     return beat
 
 
+def left_running(run: SupervisorRun, cluster: Cluster, **assign: Any) -> WorkerHeartbeat:
+    """Start ``run``, assign etl to it, stop it with a SIGTERM: the worker it leaves running."""
+    run.start()
+    cluster.assign(cluster.code.upload("etl"), **assign)
+    before = running_beat(cluster)
+    run.signal(signal.SIGTERM)
+    run.wait()
+    return before
+
+
 def runs(cluster: Cluster) -> int:
     """How many times the stand-in worker of etl started, by its logs."""
     worker = paths(cluster)
@@ -207,11 +217,7 @@ def test_a_worker_that_ended_while_its_supervisor_was_away_is_reported_as_it_end
     cluster, end
 ) -> None:
     with supervisor_run(cluster) as run:
-        run.start()
-        cluster.assign(cluster.code.upload("etl"), mode="await")
-        before = running_beat(cluster)
-        run.signal(signal.SIGTERM)
-        run.wait()
+        before = left_running(run, cluster, mode="await")
         (paths(cluster).work / "end").write_text(end)
         wait_until(lambda: process_gone(before.pid or 0), 10, "the worker to end")
         wait_until((paths(cluster).directory / EXIT_FILE).exists, 10, "its recorded end")
@@ -232,11 +238,7 @@ def test_a_worker_that_ended_while_its_supervisor_was_away_is_reported_as_it_end
 
 def test_a_worker_left_running_for_an_assignment_gone_meanwhile_is_stopped(cluster) -> None:
     with supervisor_run(cluster) as run:
-        run.start()
-        cluster.assign(cluster.code.upload("etl"))
-        before = running_beat(cluster)
-        run.signal(signal.SIGTERM)
-        run.wait()
+        before = left_running(run, cluster)
         cluster.unassign()
         run.start()
         wait_until(lambda: process_gone(before.pid or 0), 10, "the unassigned worker to stop")
@@ -265,11 +267,7 @@ def test_a_local_dir_of_another_supervisor_or_cluster_is_refused_and_left_untouc
     cluster, other
 ) -> None:
     with supervisor_run(cluster) as run:
-        run.start()
-        cluster.assign(cluster.code.upload("etl"))
-        before = running_beat(cluster)
-        run.signal(signal.SIGTERM)
-        run.wait()
+        before = left_running(run, cluster)
         worker = paths(cluster).directory
         files = {name: (worker / name).read_bytes() for name in (PROCESS_FILE, "spec.json")}
         local = {"supervisor.local.dir": str(cluster.tmp_path / "s1")}
@@ -292,11 +290,7 @@ def test_a_pid_that_now_belongs_to_another_process_is_never_adopted_nor_signalle
     cluster,
 ) -> None:
     with supervisor_run(cluster) as run:
-        run.start()
-        cluster.assign(cluster.code.upload("etl"))
-        before = running_beat(cluster)
-        run.signal(signal.SIGTERM)
-        run.wait()
+        before = left_running(run, cluster)
         record_file = paths(cluster).directory / PROCESS_FILE
         record = json.loads(record_file.read_text())
         os.kill(record["monitor"]["pid"], signal.SIGKILL)  # no record of the worker's end

@@ -138,17 +138,9 @@ class WorkerLauncher:
                     "this supervisor's pipeline.spark.master(s) name no cluster master, so "
                     "it packs no environment for executors: configure it as the nimbuses",
                 )
-        if self._users is None:
-            return WorkerProcess.launch(
-                spec,
-                paths,
-                command,
-                env=env,
-                log=self._log,
-                monitor=self._monitor,
-            )
-        run_as = self._users.take(spec.pipeline)
-        env.update(worker_identity(run_as.user, paths.directory))
+        run_as = None if self._users is None else self._users.take(spec.pipeline)
+        if run_as is not None:
+            env.update(worker_identity(run_as.user, paths.directory))
         return WorkerProcess.launch(
             spec,
             paths,
@@ -156,7 +148,7 @@ class WorkerLauncher:
             env=env,
             log=self._log,
             monitor=self._monitor,
-            run_as=run_as,
+            run_as=run_as,  # the rest is for a worker of another user only
             checkpoint_dir=local_pipeline_directory(self._settings.checkpoint_root, spec.pipeline),
             history_file=self._settings.history.file,
         )
