@@ -31,7 +31,7 @@ Parts (``--part``, repeatable; all by default):
   the supervisor and the worker wrote. ``--rounds`` kills in a row, the pipeline moving back
   and forth: each killed supervisor is started again, and the pipeline commits two batches
   where it landed before the next kill. Also timed: the kill until no process of the old
-  worker is left (it stops when its stdin, a pipe from its supervisor, closes).
+  worker is left (it stops itself when its supervisor's lease, 2 s here, has ended).
 
   The baseline is what a move costs without anything cleverer than a timeout: the detection
   timeout (``nimbus.supervisor.timeout.secs``) plus a cold start of the same pipeline,

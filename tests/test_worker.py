@@ -216,7 +216,7 @@ def test_streaming_pipeline_stopped_then_resumed_delivers_every_record_once(tmp_
     assert read_ids(tmp_path / "output") == list(range(120))  # each exactly once
 
     assert second.process.stdin is not None
-    second.process.stdin.close()  # the supervisor is gone
+    second.process.stdin.close()  # its monitor is gone
     assert_stopped_without_jvm(second, second.wait_exit())
 
 
@@ -261,7 +261,7 @@ def test_a_run_that_ignores_the_stop_is_abandoned_after_the_specs_grace(tmp_path
     worker = start_worker(spec)
     worker.wait_heartbeat(lambda beat: beat.state is WorkerState.RUNNING, "Spark to run it")
     assert worker.process.stdin is not None
-    worker.process.stdin.close()  # the supervisor is gone: no one will SIGKILL this worker
+    worker.process.stdin.close()  # its monitor is gone: no one will SIGKILL this worker
     assert worker.wait_exit() == 0, worker.output()
     final = worker.heartbeat()
     assert final is not None and final.state is WorkerState.STOPPED, final

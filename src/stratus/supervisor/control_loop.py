@@ -10,7 +10,8 @@ fencing happens on time::
     threading.Thread(target=loop.run).start()
     loop.post(AssignmentsRead(started, assignments))
     loop.post(HeartbeatWritten(started))
-    loop.post(SHUTDOWN)               # stops every worker; loop.final_round() after
+    loop.post(SHUTDOWN)               # stops every worker (LEAVE: leaves them running);
+                                      # loop.final_round() after
 
 A leader's fence (``FenceOrder``, posted by the endpoint) takes the lease away and stops
 every worker as a lapse does; the order is answered once no worker process is left, or

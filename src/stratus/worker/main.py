@@ -219,7 +219,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--ignore-stdin",
         action="store_true",
-        help="do not stop at EOF on stdin (by default, EOF means the supervisor is gone)",
+        help="do not stop at EOF on stdin (by default, EOF means its monitor is gone)",
     )
     return parser
 

@@ -1,16 +1,18 @@
 """The worker's stop request: SIGTERM (or SIGINT), or EOF on stdin, whichever comes first.
 
-The supervisor holds the other end of the worker's stdin; EOF there means the supervisor is
-gone, and a worker must not outlive it. Either event sets one ``threading.Event`` and runs
-the callbacks registered with ``on_request`` once, on a thread of this module (never in a
-signal handler, where taking a lock could deadlock the main thread)::
+The worker's monitor holds the other end of its stdin; EOF there means the monitor is gone
+(killed, or a warm worker's supervisor gone before a hand-over), and a worker must not outlive
+it (a worker outlives its supervisor, up to its lease, but never its monitor). Either event
+sets one ``threading.Event`` and runs the callbacks registered with ``on_request`` once, on
+a thread of this module (never in a signal handler, where taking a lock could deadlock the
+main thread)::
 
     stop = StopRequest()
     stop.install_signal_handlers()      # main thread only
     stop.watch(sys.stdin.fileno())      # a daemon thread reads until EOF
     stop.on_request(lambda: query.stop())
     stop.wait(5.0)                      # True once a stop was requested
-    stop.reason                         # 'SIGTERM', 'stdin closed: the supervisor is gone'
+    stop.reason                         # 'SIGTERM', 'stdin closed: its monitor is gone'
     stop.outcome()                      # how a run ends when stopped: STOPPED, or FENCED
 
 A request may carry the outcome of the run it stops (``request(reason, outcome)``): a worker
@@ -31,7 +33,7 @@ from stratus.worker.outcome import Outcome
 log = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-STDIN_CLOSED = "stdin closed: the supervisor is gone"
+STDIN_CLOSED = "stdin closed: its monitor is gone"
 
 
 class StopRequest:
