@@ -28,9 +28,11 @@ from stratus.api.purges import PurgeCause, PurgeOrder, PurgeState, PurgeStatus
 from stratus.api.records import PipelineStatus
 from stratus.cli.main import main
 from stratus.nimbus.purge_plan import PurgeBy, PurgeRules, next_step
+from stratus.supervisor.purges import CheckpointPurger
+from stratus.zk.paths import ClusterPaths
 from tests.package_factory import valid_package
 from tests.pipeline_cluster import PipelineCluster, pipeline_cluster
-from tests.zkfixtures import wait_until
+from tests.zkfixtures import kazoo_client, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -268,3 +270,27 @@ def test_a_purge_handed_to_a_supervisor_that_dies_is_done_by_another(
     assert done.done and not checkpoints.exists()
     s2_log = cluster.supervisors["s2"].log_path.read_text()
     assert f"event=purge_done pipeline={name}" in s2_log and "supervisor=s2" in s2_log
+
+
+def test_a_purger_deletes_nothing_for_an_order_handed_elsewhere_since_its_snapshot(
+    zk_hosts: str, tmp_path: Path
+) -> None:
+    root = tmp_path / "checkpoints"
+    (root / "etl").mkdir(parents=True)
+    paths = ClusterPaths("/stratus")
+    seen = PurgeOrder(
+        pipeline="etl", root=str(root), cause=PurgeCause.KILL, requested=1.0, epoch=1,
+        attempt=1, supervisor="s1",
+    )  # fmt: skip
+    with kazoo_client(zk_hosts) as client:
+        client.create(paths.purge("etl"), seen.encode(), makepath=True)
+        purger = CheckpointPurger(client, paths, "s1", checkpoint_root=str(root), privileged=None)
+        handed_on = seen.model_copy(update={"attempt": 2, "supervisor": "s2"})
+        client.set(paths.purge("etl"), handed_on.encode())
+
+        purger._carry_out(seen)  # the order as an older snapshot had it
+        assert (root / "etl").is_dir()  # the other supervisor's (and maybe a new pipeline's)
+
+        client.set(paths.purge("etl"), seen.model_copy(update={"attempt": 3}).encode())
+        purger._carry_out(seen.model_copy(update={"attempt": 3}))
+        assert not (root / "etl").exists()  # still its own: deleted

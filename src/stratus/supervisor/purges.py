@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError
+from pydantic import ValidationError
 
 from stratus.api.clock import Clock
 from stratus.api.purges import PurgeOrder, PurgeOutcome, PurgeState
@@ -114,7 +115,20 @@ class CheckpointPurger:
             and (order.pipeline, order.id, order.attempt) not in self._answered
         )
 
+    def _still_mine(self, order: PurgeOrder) -> bool:
+        """Whether ZooKeeper still holds ``order`` as handed to this supervisor: the snapshot
+        may be older than a hand-over to another, that one's purge, and a new pipeline of
+        the name (whose checkpoints must not be deleted)."""
+        try:
+            raw, _ = self._client.get(self._paths.purge(order.pipeline))
+            current = PurgeOrder.model_validate_json(raw)
+        except (KazooException, ValidationError):  # gone, unreadable: the next look decides
+            return False
+        return self._mine(current) and (current.id, current.attempt) == (order.id, order.attempt)
+
     def _carry_out(self, order: PurgeOrder) -> None:
+        if not self._still_mine(order):
+            return
         log.info(
             "event=purge_started pipeline=%s attempt=%d supervisor=%s root=%s",
             order.pipeline,
