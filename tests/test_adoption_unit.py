@@ -7,14 +7,24 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from stratus.api.records import FencingToken
 from stratus.process import boot_id, start_time
-from stratus.supervisor.adoption import ClusterIdentity, Pid, ProcessRecord
+from stratus.supervisor.adoption import (
+    ClusterIdentity,
+    Pid,
+    ProcessRecord,
+    check_owner,
+    survey,
+)
 from stratus.supervisor.assignment_reader import AssignmentsRead
 from stratus.supervisor.control_loop import LEAVE, Adopted, ControlLoop, HeartbeatWritten
+from stratus.supervisor.errors import AdoptionRefusedError
 from stratus.supervisor.fence import Lease
 from stratus.supervisor.managed_worker import Phase
 from stratus.supervisor.settings import LoopSettings
+from stratus.supervisor.worker_monitor import PROCESS_FILE
 from stratus.supervisor.worker_process import WorkerPaths
 from tests.supervisor_fakes import (
     DIGEST,
@@ -71,6 +81,18 @@ def test_a_process_is_proven_by_its_pid_its_start_time_and_the_boot() -> None:
     reused = Pid(pid=me, start=(start_time(me) or 0) - 1)  # the pid, another start
     assert not record(worker=reused).worker_alive()
     assert not record(boot_id="another-boot").monitor_alive()
+
+
+def test_a_record_that_cannot_be_read_refuses_the_start_and_touches_nothing(tmp_path) -> None:
+    worker = tmp_path / "workers" / "etl"
+    worker.mkdir(parents=True)
+    (worker / PROCESS_FILE).write_text('{"supervisor": "s1", "renamed_field": 1}')
+    with pytest.raises(AdoptionRefusedError, match=r"cannot read .*process\.json"):
+        survey(tmp_path / "workers", "s1", CLUSTER)
+    with pytest.raises(AdoptionRefusedError, match=r"remove .*process\.json"):
+        check_owner(tmp_path, "s1", CLUSTER)
+    assert not (tmp_path / "owner.json").exists()
+    assert (worker / PROCESS_FILE).read_text().startswith('{"supervisor": "s1"')
 
 
 def control_loop(tmp_path: Path, clock: FakeClock, launcher: FakeLauncher, **adopted: Adopted):

@@ -146,6 +146,21 @@ def identity(cluster: ClusterIdentity, spec: WorkerSpec, user: str | None) -> di
     }
 
 
+def warm_identity(cluster: ClusterIdentity, supervisor: str) -> dict[str, object]:
+    """The fields of a warm worker's ``process.json`` before a hand-over: no pipeline yet
+    (the hand-over records the pipeline's, ``identity``)."""
+    return {
+        "supervisor": supervisor,
+        "cluster": cluster.model_dump(),
+        "pipeline": "",
+        "epoch": 0,
+        "generation": 0,
+        "token": None,
+        "digest": "",
+        "user": None,
+    }
+
+
 def _token_key(token: FencingToken | None) -> tuple[int, int]:
     return token.key() if token is not None else (-1, -1)
 
@@ -176,7 +191,7 @@ def survey(workers_dir: Path, supervisor: str, cluster: ClusterIdentity) -> Surv
     belongs to another supervisor or cluster (nothing is touched then)."""
     result = Survey()
     for directory in sorted(workers_dir.glob("*")):
-        record = ProcessRecord.read(directory)
+        record = _record_of(directory)
         if record is None:
             continue
         _check_identity(
@@ -223,13 +238,30 @@ def check_owner(local_dir: Path, supervisor: str, cluster: ClusterIdentity) -> N
             "directory this is; remove the file if this directory is this supervisor's"
         ) from None
     for directory in sorted((local_dir / "workers").glob("*")):
-        record = ProcessRecord.read(directory)
+        record = _record_of(directory)
         if record is not None:
             _check_identity(
                 directory / PROCESS_FILE, record.supervisor, record.cluster, supervisor, cluster
             )
     mine = {"supervisor": supervisor, "cluster": cluster.model_dump()}
     write_atomically(owner_file, json.dumps(mine).encode())
+
+
+def _record_of(directory: Path) -> ProcessRecord | None:
+    """The worker record in ``directory``, None if it has none; AdoptionRefusedError if it
+    has one that cannot be read: its worker may still run, and a worker started beside it
+    would run the pipeline twice."""
+    path = directory / PROCESS_FILE
+    if not path.exists():
+        return None
+    record = ProcessRecord.read(directory)
+    if record is None:
+        raise AdoptionRefusedError(
+            f"cannot read {path}: the worker it records may still run, so the supervisor "
+            "touches nothing and starts nothing. If no process of it runs (its monitor is "
+            f"`python -m stratus.supervisor.worker_monitor {directory}`), remove {path}"
+        )
+    return record
 
 
 def _check_identity(

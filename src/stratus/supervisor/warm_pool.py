@@ -31,7 +31,6 @@ worker's group (nothing to adopt there)::
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import shutil
 import subprocess
@@ -44,14 +43,13 @@ from pathlib import Path
 from stratus.api.clock import Clock
 from stratus.api.pipeline_conf import env_entries
 from stratus.files import PRIVATE_DIR_MODE
-from stratus.process import KILL_WAIT_SECS, same_process
-from stratus.supervisor.adoption import ProcessRecord, identity
+from stratus.process import KILL_WAIT_SECS
+from stratus.supervisor.adoption import ProcessRecord, identity, warm_identity
 from stratus.supervisor.code_cache import PipelineCode
 from stratus.supervisor.errors import WorkerStartError
 from stratus.supervisor.settings import WarmSettings
 from stratus.supervisor.worker_log import LogSettings
 from stratus.supervisor.worker_monitor import (
-    PROCESS_FILE,
     Handover,
     MonitorOrder,
     read_exit,
@@ -219,15 +217,7 @@ class WarmPool:
             log_path=str(directory / WARM_LOG),
             log_max_bytes=self._log_settings.max_bytes,
             log_backups=self._log_settings.backups,
-            identity={
-                "supervisor": self._monitor.supervisor,
-                "cluster": self._monitor.cluster.model_dump(),
-                "pipeline": "",  # none yet
-                "epoch": 0,
-                "generation": 0,
-                "token": None,
-                "digest": "",
-            },
+            identity=warm_identity(self._monitor.cluster, self._monitor.supervisor),
             lifeline=self._monitor.lifeline,
             warm=True,
         )
@@ -250,13 +240,11 @@ class WarmPool:
         for old in self._directory.iterdir():
             if not old.is_dir():
                 continue
-            with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-                raw = json.loads((old / PROCESS_FILE).read_bytes())
-                if same_process(int(raw["monitor"]["pid"]), int(raw["monitor"]["start"])):
-                    continue
-            shutil.rmtree(old, ignore_errors=True)
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(ValueError):  # no new one takes a live one's number
                 self._started = max(self._started, int(old.name))
+            record = ProcessRecord.read(old)
+            if record is None or not record.monitor_alive():
+                shutil.rmtree(old, ignore_errors=True)
 
     def _reap(self, now: float) -> None:
         for warm in list(self._warm):
