@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import enum
+import functools
 import logging
 import os
 import signal
@@ -253,8 +254,10 @@ def stop_others_in_group(grace: float) -> None:
 BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
 
 
+@functools.cache
 def boot_id() -> str:
-    """This boot of the machine (Linux): pids and start times of another boot mean nothing."""
+    """This boot of the machine (Linux): pids and start times of another boot mean nothing.
+    Read once: it cannot change while this process runs."""
     try:
         return BOOT_ID_FILE.read_text().strip()
     except OSError:

@@ -23,7 +23,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from stratus.api.names import PipelineName
-from stratus.api.records import PipelineStatus, RewrittenRecord, stored_bytes
+from stratus.api.records import PipelineStatus, RewrittenRecord
 
 MAX_ATTEMPTS_KEPT = 8  # the newest failed attempts an order remembers
 
@@ -74,12 +74,6 @@ class PurgeOrder(RewrittenRecord):
     retry_at: float | None = Field(
         default=None, description="when a FAILED order is tried again (wall clock)"
     )
-
-    def encode(self) -> bytes:
-        return stored_bytes(self)
-
-    def tried_by(self) -> set[str]:
-        return {attempt.by for attempt in self.failed}
 
 
 class PurgeOutcome(BaseModel):

@@ -71,8 +71,9 @@ class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     def encode(self) -> bytes:
-        """The record as stored in a znode (with the fields a newer writer added, if kept)."""
-        return stored_bytes(self)
+        """The record as stored in a znode (a ``RewrittenRecord`` keeps what a newer writer
+        added)."""
+        return self.model_dump_json().encode()
 
 
 def stored_bytes(record: BaseModel) -> bytes:
@@ -127,6 +128,10 @@ class RewrittenRecord(BaseModel):
                 record._unknown = unknown
         return record
 
+    def encode(self) -> bytes:
+        """The record as stored, with the fields a newer release wrote kept."""
+        return stored_bytes(self)
+
     @property
     def unknown_fields(self) -> dict[str, Any]:
         """What a newer release wrote into this record that this one does not know."""
@@ -156,7 +161,7 @@ class PendingUpdate(RewrittenRecord):
     )
 
 
-class PipelineRecord(_Record, RewrittenRecord):
+class PipelineRecord(RewrittenRecord, _Record):
     """One pipeline, as ``<root>/pipelines/<name>`` holds it."""
 
     name: str
@@ -280,7 +285,7 @@ class SupervisorSummary(_Record):
     endpoint_tls: bool = Field(default=False, description="its endpoint serves https")
 
 
-class SupervisorCordon(_Record, RewrittenRecord):
+class SupervisorCordon(RewrittenRecord, _Record):
     """A supervisor that takes no new pipeline: ``<root>/cordons/<id>``.
 
     The cluster's state, not the supervisor process's: written by the leader in its fenced
@@ -543,7 +548,7 @@ class LeaderInfo(BaseModel):
     epoch: int | None
 
 
-class LeaderTerm(_Record, RewrittenRecord):
+class LeaderTerm(RewrittenRecord, _Record):
     """One term of a nimbus's leadership, as the winner recorded it (``leader-terms/``).
 
     ``failover_secs`` is how long the winner took from seeing the previous leader's slot

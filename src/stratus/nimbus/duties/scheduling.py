@@ -167,7 +167,8 @@ class SchedulingDuty:
             name for name, record in pipelines.items()
             if record.status.runs and name not in assignments
         ]  # fmt: skip
-        drained_from = self._drained_from(unassigned) if cordons else {}
+        draining = {sid for sid, cordon in cordons.items() if cordon.drain}
+        drained_from = self._drained_from(unassigned) if draining else {}
         still_running = _still_running(unassigned, workers, keep_on)
         if not heartbeats.complete or heartbeats.partial:
             still_running |= set(drained_from)  # a heartbeat missing may be a worker running
@@ -186,7 +187,7 @@ class SchedulingDuty:
             timed_out=timed_out,
             epoch=term.epoch,
             now=self._wall(),
-            draining={sid for sid, cordon in cordons.items() if cordon.drain},
+            draining=draining,
             drained_from=drained_from,
             still_running=still_running,
             warm={sid: beat.warm_ready for sid, beat in supervisors.items()},
