@@ -369,21 +369,25 @@ class WorkerProcess:
         is killed then, and the user freed."""
         if self._exit is not None:
             return self._exit
-        ended = self._ended or read_exit(self.directory)
+        ended = self._ended
         if ended is None:
-            if self._monitor_alive():
+            if self._monitor_alive():  # one look a tick; exit.json only once it has gone
                 return None
             ended = read_exit(self.directory)  # written just before it exited
         if ended is None:
             if self._worker.alive():  # without its monitor: no log, no record of its end
                 self._worker.signal_group(signal.SIGKILL)
                 return None
+            monitor_code = None if self._monitor is None else self._monitor.poll()
             logging.getLogger(__name__).warning(
-                "event=worker_monitor_lost pipeline=%s monitor_pid=%d worker_pid=%d reason=%r",
+                "event=worker_monitor_lost pipeline=%s monitor_pid=%d monitor_exit=%s "
+                "worker_pid=%d reason=%r",
                 self.record.pipeline,
                 self.record.monitor.pid,
+                "unknown" if monitor_code is None else monitor_code,
                 self.pid,
-                "its monitor was killed: the worker's exit is unknown",
+                f"its monitor ended without recording the worker's exit (killed, or see "
+                f"{self.directory / MONITOR_LOG}): the worker's exit is unknown",
             )
             code = NOT_REAPED_EXIT
         else:
