@@ -626,6 +626,7 @@ def test_a_drain_stops_the_old_worker_before_it_places_the_pipeline_where_a_warm
 
     cluster.round()  # its worker on s1 still runs: not placed yet, whoever leads
     cluster.new_leader()
+    assert cluster.drains.last(cluster.term.epoch) is None  # unknown: no "drained" too soon
     cluster.round()
     assert cluster.where("a") is None
     assert cluster.drains.last(cluster.term.epoch).moving == {"a": "s1"}

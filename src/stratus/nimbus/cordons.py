@@ -129,8 +129,8 @@ class DrainMemory:
         with self._lock:
             self._last = round_
 
-    def last(self, epoch: int) -> DrainRound:
-        """The last round of the term ``epoch`` (an empty one before its first)."""
+    def last(self, epoch: int) -> DrainRound | None:
+        """The last round of the term ``epoch``; None before its first (a new leader)."""
         with self._lock:
             last = self._last
-        return last if last is not None and last.epoch == epoch else DrainRound(epoch)
+        return last if last is not None and last.epoch == epoch else None

@@ -54,7 +54,7 @@ from stratus.api.strict_json import loads_strict
 from stratus.codedist.package_store import PackageStore
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.cluster_view import ClusterView
-from stratus.nimbus.cordons import CordonTable, DrainMemory
+from stratus.nimbus.cordons import CordonTable, DrainMemory, DrainRound
 from stratus.nimbus.log_relay import LogSource
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.placement import Placement
@@ -386,6 +386,12 @@ class NimbusService:
         self._check_supervisor(supervisor, every, assignments)
         cordon = every.get(supervisor)
         last = self._drains.last(term.epoch)
+        if last is None and cordon is not None and cordon.drain:  # what moves is not known yet
+            raise UnavailableError(
+                f"the leader of epoch {term.epoch} has not finished its first scheduling "
+                "round: the drain's progress is known after it (seconds)"
+            )
+        last = last or DrainRound(term.epoch)
         return CordonStatus(
             supervisor=supervisor,
             cordoned=cordon is not None,
