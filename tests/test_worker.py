@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -303,7 +304,22 @@ def test_a_missing_entrypoint_function_fails_naming_it(tmp_path, start_worker):
     assert worker.seen_jvms == set()  # it failed before starting Spark
 
 
+SPARK_CONNECT_PORT = 15002  # an sdp run's Spark Connect server listens there, on every run
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
 def test_sdp_example_runs_once_to_finished(tmp_path, start_worker):
+    # An earlier Spark test's sdp run (the demo's) may hold Spark Connect's port a while.
+    wait_until(lambda: port_free(SPARK_CONNECT_PORT), 120, "Spark Connect's port to be free")
     code = unpack(example_package("sdp"), tmp_path / "code")
     checkpoints = tmp_path / "checkpoints" / "sdp-orders"
     spec = worker_spec(tmp_path / "sdp", "sdp-orders", code, checkpoint_location=str(checkpoints))
