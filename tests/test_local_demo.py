@@ -12,25 +12,41 @@ from pathlib import Path
 
 import pytest
 
-from tests.zkfixtures import process_gone, process_parents, wait_until
+from stratus.process import same_process, start_time
+from tests.zkfixtures import process_parents, wait_until
 
 pytestmark = pytest.mark.spark
 
 WORKER_MODULE = b"stratus.worker.main"
 
 
-def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid``."""
+def descendants(pid: int) -> dict[int, int]:
+    """Every live process below ``pid``, with its start time: the pid alone may name another
+    process (or a thread) minutes later, when a busy machine wraps its pids around."""
     children: dict[int, list[int]] = {}
     for child, parent in process_parents().items():
         children.setdefault(parent, []).append(child)
-    found: set[int] = set()
+    found: dict[int, int] = {}
     todo = [pid]
     while todo:
         for child in children.get(todo.pop(), []):
-            found.add(child)
+            started = start_time(child)
+            if started is not None:
+                found[child] = started
             todo.append(child)
     return found
+
+
+def left_behind(started: dict[int, int]) -> list[str]:
+    """The processes of ``started`` still alive: their pids and command lines."""
+    return [f"{pid}: {command_line(pid)}" for pid, at in started.items() if same_process(pid, at)]
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:300]
+    except OSError:
+        return "(gone)"
 
 
 def is_worker(pid: int) -> bool:
@@ -51,9 +67,9 @@ def test_stratus_local_demo_survives_both_kills_with_rows_in_equal_rows_out(tmp_
             stderr=subprocess.STDOUT,
             env={**os.environ, "COLUMNS": "200"},
         )
-    started: set[int] = set()
+    started: dict[int, int] = {}
     while demo.poll() is None:
-        started |= descendants(demo.pid)
+        started.update(descendants(demo.pid))
         with contextlib.suppress(subprocess.TimeoutExpired):
             demo.wait(timeout=0.2)
     output = log.read_text()
@@ -63,7 +79,8 @@ def test_stratus_local_demo_survives_both_kills_with_rows_in_equal_rows_out(tmp_
     assert "rows in = rows out" in output
     assert "all processes stopped" in output
     assert len(started) >= 6  # ZooKeeper, three nimbuses, two supervisors, at least
-    assert all(process_gone(pid) for pid in started)
+    left = left_behind(started)
+    assert not left, left
 
 
 @pytest.mark.timeout(600)
@@ -74,7 +91,7 @@ def test_a_stop_and_then_ctrl_c_while_pipelines_run_leave_no_process_behind(tmp_
         local = subprocess.Popen(
             [sys.executable, "-m", "stratus", "local"], stdout=out, stderr=subprocess.STDOUT
         )
-    started: set[int] = set()
+    started: dict[int, int] = {}
 
     def workers_running() -> bool:
         started.update(descendants(local.pid))
@@ -93,4 +110,5 @@ def test_a_stop_and_then_ctrl_c_while_pipelines_run_leave_no_process_behind(tmp_
     assert code == 0, output
     assert "all processes stopped" in output
     assert len(started) >= 7  # ZooKeeper, three nimbuses, two supervisors, a worker at least
-    assert all(process_gone(pid) for pid in started)
+    left = left_behind(started)
+    assert not left, left
