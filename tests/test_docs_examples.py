@@ -49,7 +49,7 @@ NOT_RUN = {
     "nimbus": "a daemon: runs until stopped, and needs ZooKeeper",
     "supervisor": "a daemon: runs until stopped, and needs ZooKeeper",
     "pacemaker": "a daemon: runs until stopped (tests/test_pacemaker.py starts it)",
-    "local": "a whole cluster on Spark: minutes (tests/test_local_demo.py runs it)",
+    "local": "a whole cluster on Spark: minutes (tests/test_wheel.py runs the demo)",
     "elect": "runs a command while it leads a group: needs ZooKeeper",
     "zkfc": "a daemon: runs until stopped, needs ZooKeeper (tests/test_zkfc.py starts it)",
     "haadmin": "needs running HA services (tests/test_haadmin.py runs it)",

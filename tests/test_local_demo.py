@@ -1,10 +1,9 @@
-"""``stratus local --demo`` (what ``make run`` runs) completes and leaves no process behind;
-``stratus local`` stopped with Ctrl-C or SIGTERM, then Ctrl-C again, leaves none either."""
+"""``stratus local`` stopped with Ctrl-C or SIGTERM, then Ctrl-C again, leaves no process
+behind. ``stratus local --demo`` (what ``make run`` runs) is run from the wheel, with the same
+check: tests/test_wheel.py."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -12,41 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from stratus.process import same_process, start_time
-from tests.zkfixtures import process_parents, wait_until
+from tests.zkfixtures import descendants, left_behind, wait_until
 
 pytestmark = pytest.mark.spark
 
 WORKER_MODULE = b"stratus.worker.main"
-
-
-def descendants(pid: int) -> dict[int, int]:
-    """Every live process below ``pid``, with its start time: the pid alone may name another
-    process (or a thread) minutes later, when a busy machine wraps its pids around."""
-    children: dict[int, list[int]] = {}
-    for child, parent in process_parents().items():
-        children.setdefault(parent, []).append(child)
-    found: dict[int, int] = {}
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            started = start_time(child)
-            if started is not None:
-                found[child] = started
-            todo.append(child)
-    return found
-
-
-def left_behind(started: dict[int, int]) -> list[str]:
-    """The processes of ``started`` still alive: their pids and command lines."""
-    return [f"{pid}: {command_line(pid)}" for pid, at in started.items() if same_process(pid, at)]
-
-
-def command_line(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:300]
-    except OSError:
-        return "(gone)"
 
 
 def is_worker(pid: int) -> bool:
@@ -55,32 +24,6 @@ def is_worker(pid: int) -> bool:
         return WORKER_MODULE in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-
-
-@pytest.mark.timeout(600)
-def test_stratus_local_demo_survives_both_kills_with_rows_in_equal_rows_out(tmp_path):
-    log = tmp_path / "local.log"
-    with log.open("w") as out:
-        demo = subprocess.Popen(
-            [sys.executable, "-m", "stratus", "local", "--demo"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "COLUMNS": "200"},
-        )
-    started: dict[int, int] = {}
-    while demo.poll() is None:
-        started.update(descendants(demo.pid))
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            demo.wait(timeout=0.2)
-    output = log.read_text()
-    assert demo.returncode == 0, output
-    assert "kill -9 of the leader nimbus" in output
-    assert "kill -9 of supervisor" in output
-    assert "rows in = rows out" in output
-    assert "all processes stopped" in output
-    assert len(started) >= 6  # ZooKeeper, three nimbuses, two supervisors, at least
-    left = left_behind(started)
-    assert not left, left
 
 
 @pytest.mark.timeout(600)

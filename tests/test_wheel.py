@@ -2,10 +2,11 @@
 installed into a fresh virtual environment outside the repository (its dependencies from the
 package index pip is configured with), it carries the licence, the examples and the ZooKeeper
 lookup, and ``stratus local --demo`` run there, from a directory outside the repository,
-finishes with every event of the streaming example counted."""
+finishes with every event of the streaming example counted and no process of its own left."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.zkfixtures import descendants, left_behind
+
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,16 +30,27 @@ DEMO_SECS = 900
 COUNTED = re.compile(r"(?P<fed>\d+) events fed, (?P<counted>\d+) counted in its output")
 
 
-def _run(argv: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    """``argv`` in ``cwd``, with no trace of this checkout in its environment."""
+def _environment() -> dict[str, str]:
+    """This process's environment with no trace of this checkout."""
     env = {
         key: value
         for key, value in os.environ.items()
         if key not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"}
     }
     env["COLUMNS"] = "200"
+    return env
+
+
+def _run(argv: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``argv`` in ``cwd``, with no trace of this checkout in its environment."""
     return subprocess.run(
-        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        argv,
+        cwd=cwd,
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -108,15 +122,39 @@ def test_the_installed_stratus_is_the_wheels_and_finds_the_zookeeper_jars(
 
 
 @pytest.mark.timeout(INSTALL_SECS + DEMO_SECS)
-def test_stratus_local_demo_from_the_wheel_counts_every_event(
+def test_stratus_local_demo_from_the_wheel_counts_every_event_and_leaves_no_process(
     installed: Path, tmp_path: Path
 ) -> None:
+    """What ``make run`` runs, as shipped: both kills survived, rows in = rows out, and no
+    process of the demo's left once it exits."""
     elsewhere = tmp_path / "elsewhere"  # no examples/ here, no checkout above
     elsewhere.mkdir()
-    demo = _run([str(installed / "stratus"), "local", "--demo"], elsewhere, DEMO_SECS)
-    output = demo.stdout + demo.stderr
+    log = tmp_path / "demo.log"
+    with log.open("w") as out:
+        demo = subprocess.Popen(
+            [str(installed / "stratus"), "local", "--demo"],
+            cwd=elsewhere,
+            env=_environment(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    started: dict[int, int] = {}
+    try:
+        while demo.poll() is None:
+            started.update(descendants(demo.pid))
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                demo.wait(timeout=0.2)
+    finally:
+        demo.kill()
+    output = log.read_text()
     assert demo.returncode == 0, output[-4000:]
+    assert "kill -9 of the leader nimbus" in output
+    assert "kill -9 of supervisor" in output
     counted = COUNTED.search(output)
     assert counted, output[-4000:]
     assert int(counted["fed"]) == int(counted["counted"]) > 0
     assert "rows in = rows out" in output
+    assert "all processes stopped" in output
+    assert len(started) >= 6  # ZooKeeper, three nimbuses, two supervisors, at least
+    left = left_behind(started)
+    assert not left, left

@@ -21,6 +21,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss
 from kazoo.handlers.threading import KazooTimeoutError
 
+from stratus.process import same_process, start_time
+
 # Reconnect quickly after a server restart: the default backoff grows to minutes.
 FAST_RETRY: dict[str, Any] = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.5}
 POLL_SECS = 0.02
@@ -102,6 +104,35 @@ def process_parents() -> dict[int, int]:
                 continue
             parents[int(proc.name)] = int(stat.rsplit(")", 1)[1].split()[1])
     return parents
+
+
+def descendants(pid: int) -> dict[int, int]:
+    """Every live process below ``pid``, with its start time: the pid alone may name another
+    process (or a thread) minutes later, when a busy machine wraps its pids around."""
+    children: dict[int, list[int]] = {}
+    for child, parent in process_parents().items():
+        children.setdefault(parent, []).append(child)
+    found: dict[int, int] = {}
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            started = start_time(child)
+            if started is not None:
+                found[child] = started
+            todo.append(child)
+    return found
+
+
+def left_behind(started: dict[int, int]) -> list[str]:
+    """The processes of ``started`` still alive: their pids and command lines."""
+    return [f"{pid}: {command_line(pid)}" for pid, at in started.items() if same_process(pid, at)]
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:300]
+    except OSError:
+        return "(gone)"
 
 
 def zookeeper_jvm_pids(parent: int | None = None, using: Path | None = None) -> list[int]:
