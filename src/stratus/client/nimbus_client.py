@@ -51,12 +51,12 @@ from stratus.client.errors import (
     PurgeWaitTimeoutError,
 )
 from stratus.client.routing import API, Delivery, NimbusRouter, RetryListener, parse
+from stratus.client_settings import client_auth
+from stratus.client_settings import package_limits as limits_of
 from stratus.codedist.package_build import build_package
 from stratus.codedist.package_check import PackageLimits, check_package
 from stratus.config import StratusConfig
 from stratus.security.client_auth import NO_AUTH, ClientAuth
-from stratus.settings import client_auth
-from stratus.settings import package_limits as limits_of
 
 M = TypeVar("M", bound=BaseModel)
 
