@@ -616,27 +616,6 @@ def version(ask_cluster: bool, as_json: bool, conf: StratusConfig) -> None:
         click.echo(f"nimbus {nimbus.host}:{nimbus.port} {nimbus.version} ({role})")
 
 
-CLIENT_COMMANDS = (
-    submit,
-    update,
-    list_pipelines,
-    status,
-    history,
-    logs,
-    kill,
-    activate,
-    deactivate,
-    rebalance,
-    cluster,
-    leader,
-    terms,
-    cordon,
-    uncordon,
-    drain,
-    version,
-)
-
-
 # ---------------------------------------------------------------------- output
 
 
