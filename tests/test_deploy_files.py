@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from stratus.cli.main import main
+from stratus.client_settings import client_auth
 from stratus.config import StratusConfig, config_from_mapping, load_config
 from stratus.errors import StratusError
 from stratus.ha.settings import ZkfcSettings
@@ -28,7 +29,6 @@ from stratus.pacemaker.server import check_server_settings
 from stratus.security.access import AccessPolicy
 from stratus.settings import (
     access_policy,
-    client_auth,
     pacemaker_client_settings,
     pacemaker_server_settings,
     zk_settings,

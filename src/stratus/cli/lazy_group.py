@@ -25,7 +25,6 @@ from typing import Any
 
 import click
 from click.shell_completion import CompletionItem
-from click.utils import make_default_short_help
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,7 @@ class LazyGroup(click.Group):
         """A verb's help line as ``--help`` lists it, from its module only if loaded."""
         if name in self.commands:
             return self.commands[name].get_short_help_str(limit)
-        return make_default_short_help(self.lazy_commands[name].help, limit)
+        return click.Command(name, help=self.lazy_commands[name].help).get_short_help_str(limit)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         names = [name for name in self.list_commands(ctx) if not self._hidden(name)]

@@ -147,10 +147,14 @@ def log_level_option(func: F) -> F:
     )(func)
 
 
-def command_config(config_path: str | None, overrides: tuple[str, ...]) -> StratusConfig:
+def command_config(
+    config_path: str | None, overrides: tuple[str, ...], meta: dict[str, Any] | None = None
+) -> StratusConfig:
     """The configuration of the running command: its ``--config`` or the group's, the
-    group's ``-c``, its own, then ``--timeout`` and ``--log-level``."""
-    meta = ctx.meta if (ctx := click.get_current_context(silent=True)) is not None else {}
+    group's ``-c``, its own, then ``--timeout`` and ``--log-level`` (the group's from
+    ``meta``, by default the running command's context)."""
+    if meta is None:
+        meta = ctx.meta if (ctx := click.get_current_context(silent=True)) is not None else {}
     path = config_path or meta.get(GROUP_CONFIG)
     every = [*meta.get(GROUP_OVERRIDES, ()), *overrides]
     if meta.get(TIMEOUT) is not None:

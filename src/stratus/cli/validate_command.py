@@ -20,8 +20,8 @@ from typing import NoReturn
 import click
 
 from stratus.api.redaction import redact_conf
-from stratus.cli.client_commands import format_size
 from stratus.cli.options import with_config
+from stratus.cli.pipeline_views import format_size
 from stratus.client_settings import package_limits
 from stratus.codedist.errors import InvalidPackageError
 from stratus.codedist.package_build import build_package

@@ -31,6 +31,7 @@ from stratus.api.errors import (
     UnknownPipelineError,
 )
 from stratus.api.names import check_pipeline_name
+from stratus.api.overview import WorkersOverview
 from stratus.api.purges import PurgeState, PurgeStatus
 from stratus.api.records import (
     AssignmentHistory,
@@ -190,6 +191,11 @@ class NimbusClient:
     def workers(self, name: str) -> PipelineWorkers:
         """Where a pipeline runs and its workers' last heartbeats, from any nimbus."""
         return parse(PipelineWorkers, self._router.read("GET", f"{_pipeline_path(name)}/workers"))
+
+    def workers_overview(self) -> WorkersOverview:
+        """Where every pipeline runs and its workers' last heartbeats, in one call, from any
+        nimbus: every pipeline placed or heard from, errors redacted."""
+        return parse(WorkersOverview, self._router.read("GET", f"{API}/workers"))
 
     # ------------------------------------------------------------------ leader-only calls
 
