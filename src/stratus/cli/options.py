@@ -16,6 +16,7 @@ click alone at its top, and the configuration and the exit codes only where they
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -73,7 +74,7 @@ def asks_for_json(args: list[str]) -> bool:
     """Whether a command line asks for JSON: ``--json``, ``-o json``, ``-ojson``,
     ``--output json`` or ``--output=json``."""
     spelled = ("--json", "-ojson", "--output=json")
-    pairs = zip(args, [*args[1:], ""], strict=True)
+    pairs = itertools.pairwise([*args, ""])
     return any(arg in spelled or (arg in ("-o", "--output") and to == "json") for arg, to in pairs)
 
 
