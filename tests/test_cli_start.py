@@ -189,7 +189,7 @@ def test_a_piped_yaml_watch_separates_its_documents(tmp_path):
     remaining = iter(range(1))
     with path.open("w") as file, pytest.raises(KeyboardInterrupt):
         watch_output(
-            lambda c: c.file.write(next(states)),
+            lambda c: c.out(next(states), end=""),
             Console(file=file, force_terminal=False),
             interval=0.0,
             output=OutputFormat.YAML,
