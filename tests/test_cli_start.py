@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from importlib.metadata import version
 
 import click
 import pytest
 from rich.console import Console
 
+import stratus
 from stratus.cli.completion_command import SHELLS
 from stratus.cli.main import COMMANDS, main
 from stratus.cli.options import asks_for_json
@@ -29,7 +31,10 @@ HEAVY = (
     "stratus.local", "stratus.worker", "stratus.zk.session", "stratus.settings",
 )  # fmt: skip
 # nor, for --version, --help and a verb's name, the client's libraries
-CLIENT = ("pydantic", "httpx", "rich", "yaml", "stratus.client", "stratus.config")
+CLIENT = (
+    "pydantic", "httpx", "rich", "yaml", "stratus.client", "stratus.config",
+    "importlib.metadata",  # the version is read without it
+)  # fmt: skip
 
 
 def imported(args: list[str], env: dict[str, str] | None = None) -> set[str]:
@@ -69,6 +74,19 @@ def test_version_and_help_import_click_alone(args):
     assert of(modules, ("stratus.cli",)) == sorted(
         ["stratus.cli", "stratus.cli.lazy_group", "stratus.cli.main", "stratus.cli.options"]
     )
+
+
+def test_the_version_is_the_installed_distributions():
+    done = subprocess.run(
+        [sys.executable, "-m", "stratus", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+
+    assert stratus.installed_version() == version("stratus-ha") != "0.0.0"
+    assert done.stdout == f"stratus, version {version('stratus-ha')}\n"
 
 
 def test_completing_a_verbs_name_imports_no_verb():

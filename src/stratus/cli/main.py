@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import click
 
+import stratus
 from stratus.cli.lazy_group import LazyCommand, LazyGroup
 from stratus.cli.options import StratusGroup, group_config_options
 
@@ -128,8 +129,24 @@ class StratusCli(LazyGroup, StratusGroup):
     """The ``stratus`` group: verbs imported when used, failures reported by their class."""
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--version``: as click's option prints it, the version read without
+    ``importlib.metadata`` (``stratus.installed_version``)."""
+    if not value or ctx.resilient_parsing:
+        return
+    click.echo(f"stratus, version {stratus.__version__}")
+    ctx.exit()
+
+
 @click.group(cls=StratusCli, lazy_commands=COMMANDS)
-@click.version_option(package_name="stratus-ha", prog_name="stratus")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and exit.",
+)
 @group_config_options
 def main() -> None:
     """stratus: a highly available control plane for PySpark data pipelines."""
