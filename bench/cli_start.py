@@ -10,7 +10,7 @@ run of each row, then the next round) so that a busy machine slows them alike:
 * **stratus --version**, **stratus --help**: the console script ``stratus`` of this
   environment;
 * **python -m stratus --version**: the other way in;
-* **complete a verb**: a Tab after ``stratus sta`` (click's protocol:
+* **complete a verb**: a Tab after ``stratus sta`` (the start of a verb; click's protocol:
   ``_STRATUS_COMPLETE=bash_complete``), which lists verbs from ``cli/main.py``'s table;
 * **complete a pipeline**: a Tab after ``stratus status``, which imports the client and asks
   the cluster; here a port that refuses at once, so it is the imports' cost (it never waits

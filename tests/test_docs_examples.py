@@ -75,7 +75,7 @@ NOT_RUN = {
         )
     },
 }
-QUICK_VERBS = frozenset({"validate"})
+QUICK_VERBS = frozenset({"validate", "completion"})
 # Programs other than stratus, make and python that the docs may show, and why they are not
 # checked. A doc that shows another program fails until it is checked here or given a reason.
 SHELL_ONLY = {

@@ -3,7 +3,7 @@ commands, as ``kubectl completion`` prints one::
 
     eval "$(stratus completion bash)"        # in ~/.bashrc
     eval "$(stratus completion zsh)"         # in ~/.zshrc, after compinit
-    stratus completion fish > ~/.config/fish/completions/stratus.fish
+    stratus completion fish | source         # in ~/.config/fish/config.fish
 
 The script is click's: at each Tab the shell runs ``stratus`` with ``_STRATUS_COMPLETE`` set,
 and the verbs, options and names it prints are the candidates (``completion.py`` for the
