@@ -5,12 +5,17 @@ rebalance, cluster and leader; cordon, uncordon and drain of a supervisor.
     stratus update wordcount examples/wordcount
     stratus list -c nimbus.seeds=10.0.0.1:6627,10.0.0.2:6627
     stratus kill wordcount --wait 0
-    stratus cluster --json
+    stratus cluster -o yaml
+    stratus status wordcount -o wide --watch
     stratus drain s1 --drain-timeout 600
 
 Each verb talks to the nimbuses of ``nimbus.seeds`` through ``NimbusClient``, which finds the
 leader and retries across a failover until ``client.retry.deadline.secs``. Output is readable
-tables, or with ``--json`` the JSON record(s) of the API. A failure is one line on stderr and
+tables, or with ``--json`` the JSON record(s) of the API; ``list``, ``status`` and
+``cluster`` take ``-o wide|json|yaml`` (``output.py``, and their columns in
+``pipeline_views.py`` and ``cluster_view.py``), ``list`` and ``status`` ``--watch``
+(``watch.py``). A NAME or SUPERVISOR argument completes from the cluster
+(``completion.py``). A failure is one line on stderr and
 exit code 1 (every error the client raises is a ``StratusError``, which ``StratusGroup``
 reports). ``-c`` sets stratus configuration, so a pipeline's conf is ``--conf KEY=VALUE``,
 each value parsed as a YAML scalar as configuration overrides are.

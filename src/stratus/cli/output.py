@@ -16,8 +16,7 @@ without ``-o``; ``--json`` is ``-o json``. One decorator and one call give a ver
 
     @output_option
     def runs(name: str, output: OutputFormat, conf: StratusConfig) -> None:
-        with client_of(conf) as client:
-            found = client.runs(name)
+        found = ...  # the records, from the client
         render(console(), output, found, RUN_COLUMNS, title=f"runs of {name}")
 
 where ``RUN_COLUMNS`` is a list of ``Column("run", lambda run: run.id)``, those of ``-o wide``
