@@ -9,7 +9,7 @@ FUZZ_AUTH_EXAMPLES ?= 200  # each case is sent four times: owner, stranger, read
 CHAOS_FAULTS ?= 200
 CHAOS_SEED ?= $(shell date +%s)
 
-.PHONY: install run check test lint typecheck unit stress chaos fuzz bench bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc bench-zk-outage bench-operations ui-screenshots clean
+.PHONY: install run check test lint typecheck unit stress chaos fuzz bench bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc bench-zk-outage bench-operations bench-cli-start ui-screenshots clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "stratus needs Python 3.11 or newer")'
@@ -69,7 +69,7 @@ ui-screenshots: install
 	$(BIN)/python -m tests.ui_screenshots
 
 # Each benchmark runs its baseline in the same run and prints the ratio (docs/benchmarks.md).
-bench: bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc bench-zk-outage bench-operations
+bench: bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc bench-zk-outage bench-operations bench-cli-start
 
 bench-election: install
 	$(BIN)/python bench/election_failover.py
@@ -98,6 +98,9 @@ bench-zk-outage: install
 
 bench-operations: install
 	$(BIN)/python bench/operations.py
+
+bench-cli-start: install
+	$(BIN)/python bench/cli_start.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -36,10 +36,11 @@ from typing import Any, Self
 
 from stratus.api.records import ClusterSummary, LeaderInfo
 from stratus.client import NimbusClient
+from stratus.client_settings import client_auth
 from stratus.config import config_from_mapping
 from stratus.errors import StratusError
 from stratus.local.processes import NimbusProcess, SupervisorProcess
-from stratus.settings import client_auth, zk_settings
+from stratus.settings import zk_settings
 from stratus.zk.auth import ServerAuth
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import Quorum, QuorumPeer, ZooKeeperServer

@@ -28,6 +28,7 @@ BENCH = Path(__file__).resolve().parent.parent / "bench"
         ("pacemaker.py", ["--quick", "--writers", "1"], "pacemaker/ZooKeeper"),
         ("zkfc_failover.py", ["--quick"], "kill -9, zkfc p99"),
         ("pacemaker_scale.py", ["--quick"], "derived safe supervisor timeout"),
+        ("cli_start.py", ["--quick"], "stratus --version: "),
     ],
 )
 def test_the_benchmark_runs_in_its_quick_mode(script, args, expected, tmp_path):

@@ -14,10 +14,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+import click
 import pytest
 import yaml
 
 from stratus.cli.main import main
+from stratus.client_settings import client_auth
 from stratus.config import StratusConfig, config_from_mapping, load_config
 from stratus.errors import StratusError
 from stratus.ha.settings import ZkfcSettings
@@ -27,7 +29,6 @@ from stratus.pacemaker.server import check_server_settings
 from stratus.security.access import AccessPolicy
 from stratus.settings import (
     access_policy,
-    client_auth,
     pacemaker_client_settings,
     pacemaker_server_settings,
     zk_settings,
@@ -297,7 +298,7 @@ def test_the_commented_pacemaker_lines_of_a_daemon_configuration_name_the_pacema
 def test_a_stratus_unit_runs_a_real_verb_with_its_configuration(unit: Path) -> None:
     service = _service(unit)
     argv = shlex.split(service["ExecStart"])
-    assert argv[0].endswith("/bin/stratus") and argv[1] in main.commands
+    assert argv[0].endswith("/bin/stratus") and argv[1] in main.list_commands(click.Context(main))
     (config,) = [
         line.split("STRATUS_CONF=", 1)[1].strip()
         for line in unit.read_text().splitlines()

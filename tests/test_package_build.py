@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from stratus.client_settings import package_limits
 from stratus.codedist.errors import InvalidPackageError
 from stratus.codedist.package_build import EPOCH, build_package, package_bytes
 from stratus.codedist.package_check import check_package
 from stratus.config import StratusConfig
-from stratus.settings import package_limits
 from tests.package_factory import valid_package, valid_package_dir
 
 LIMITS = package_limits(StratusConfig())

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
+from stratus.client_settings import package_limits
 from stratus.codedist import package_check
 from stratus.codedist.errors import InvalidPackageError
 from stratus.codedist.package_check import CheckedPackage, PackageLimits, check_package
 from stratus.config import config_from_mapping
-from stratus.settings import package_limits
 from tests.package_factory import package_files, valid_package
 
 LIMITS = PackageLimits(

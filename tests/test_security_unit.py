@@ -13,6 +13,7 @@ import pytest
 
 from stratus.api.errors import ForbiddenError, UnauthenticatedError, UntrustedEndpointError
 from stratus.api.records import ClusterSummary, LeaderInfo, NimbusSummary, SupervisorSummary
+from stratus.client_settings import TOKEN_ENV_VAR, client_auth
 from stratus.config import config_from_mapping
 from stratus.errors import ConfigError
 from stratus.nimbus.authorization import required_role
@@ -26,7 +27,6 @@ from stratus.security.loopback import is_loopback
 from stratus.security.roles import Role
 from stratus.security.tls import TlsSettings, peer_common_name
 from stratus.security.tokens import load_credentials, parse_credentials
-from stratus.settings import TOKEN_ENV_VAR, client_auth
 from stratus.supervisor.endpoint import SupervisorEndpoint
 from stratus.supervisor.errors import SupervisorStartError
 from stratus.supervisor.metrics import SupervisorMetrics

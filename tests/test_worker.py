@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from stratus.api.records import FencingToken, WorkerHeartbeat, WorkerState
+from stratus.client_settings import package_limits
 from stratus.codedist.package_check import check_package
 from stratus.config import StratusConfig
 from stratus.local.examples_io import (
@@ -32,7 +33,6 @@ from stratus.local.examples_io import (
     make_events,
     read_rows,
 )
-from stratus.settings import package_limits
 from stratus.worker import run_guard
 from stratus.worker.checkpoint_owner import CheckpointOwners
 from stratus.worker.entrypoint import load_entrypoint

@@ -1,6 +1,6 @@
-"""``python -m stratus``: the same as the ``stratus`` command."""
+"""``python -m stratus``: the same as the ``stratus`` command (its completion too)."""
 
 from stratus.cli.main import main
 
 if __name__ == "__main__":
-    main()
+    main(prog_name="stratus")

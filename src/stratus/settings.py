@@ -3,11 +3,12 @@
 The layers below the daemons (ZooKeeper, the election library, the state store, code
 distribution) never read the configuration: they take small settings records, and this
 module is where the configuration's keys become those records. The daemons' own settings
-are built beside them (``nimbus/settings.py``, ``supervisor/settings.py``) from these::
+are built beside them (``nimbus/settings.py``, ``supervisor/settings.py``) from these, and
+a client's (``client_auth``, ``package_limits``) in ``client_settings.py``, which loads none
+of the daemons' libraries::
 
     session = ZkSession(zk_settings(conf))
     store = create_state_store(state_store_settings(conf), session.client, paths)
-    check_package(path, package_limits(conf))
     create_distributor(distributor_settings(conf), client=session.client, ...)
 """
 
@@ -18,8 +19,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from stratus.client_settings import client_auth
 from stratus.codedist.factory import DistributorSettings
-from stratus.codedist.package_check import PackageLimits
 from stratus.codedist.transfer.fetch import FetchSettings
 from stratus.config import StratusConfig
 from stratus.errors import ConfigError
@@ -36,9 +37,8 @@ from stratus.pacemaker.kerberos import (
 from stratus.pacemaker.settings import PacemakerClientSettings, PacemakerServerSettings
 from stratus.pacemaker.store import StoreLimits
 from stratus.security.access import AccessPolicy
-from stratus.security.client_auth import ClientAuth
 from stratus.security.tls import TlsSettings
-from stratus.security.tokens import load_credentials, read_token
+from stratus.security.tokens import load_credentials
 from stratus.state.factory import StateStoreSettings
 from stratus.web.bounds import HttpBounds
 from stratus.zk.auth import (
@@ -243,16 +243,6 @@ def pacemaker_tls(conf: StratusConfig) -> TlsSettings | None:
     )
 
 
-def package_limits(conf: StratusConfig) -> PackageLimits:
-    """``nimbus.max.upload.bytes`` and ``package.max.*``: what a package may be."""
-    return PackageLimits(
-        max_bytes=conf.nimbus_max_upload_bytes,
-        max_unpacked_bytes=conf.package_max_unpacked_bytes,
-        max_ratio=conf.package_max_ratio,
-        max_entries=conf.package_max_entries,
-    )
-
-
 def distributor_settings(conf: StratusConfig) -> DistributorSettings:
     """``nimbus.code.distributor`` and its store; how copies are fetched."""
     return DistributorSettings(
@@ -265,29 +255,6 @@ def distributor_settings(conf: StratusConfig) -> DistributorSettings:
             auth=client_auth(conf),
         ),
     )
-
-
-TOKEN_ENV_VAR = "STRATUS_TOKEN"
-
-
-def client_auth(conf: StratusConfig, environ: Mapping[str, str] | None = None) -> ClientAuth:
-    """``client.auth.token`` (else ``client.auth.token.file``, else ``STRATUS_TOKEN``) and
-    ``client.tls.*``: how a client, a supervisor or a fetching nimbus presents itself.
-
-    TLS is on when ``client.tls.ca`` or ``client.tls.cert`` is set, and also when
-    ``nimbus.tls.cert`` is: a daemon that serves https itself is in a cluster that speaks
-    TLS, so it never sends a token to a peer in clear (it then verifies peers against the
-    system's trust store unless ``client.tls.ca`` names the cluster's CA)."""
-    environ = os.environ if environ is None else environ
-    token = conf.client_auth_token
-    if token is None and conf.client_auth_token_file:
-        token = read_token(Path(conf.client_auth_token_file))
-    if token is None:
-        token = environ.get(TOKEN_ENV_VAR) or None
-    tls = None
-    if conf.client_tls_ca or conf.client_tls_cert or conf.nimbus_tls_cert:
-        tls = TlsSettings(cert=conf.client_tls_cert, key=conf.client_tls_key, ca=conf.client_tls_ca)
-    return ClientAuth(token=token, tls=tls)
 
 
 def server_tls(conf: StratusConfig) -> TlsSettings | None:

@@ -5,12 +5,17 @@ rebalance, cluster and leader; cordon, uncordon and drain of a supervisor.
     stratus update wordcount examples/wordcount
     stratus list -c nimbus.seeds=10.0.0.1:6627,10.0.0.2:6627
     stratus kill wordcount --wait 0
-    stratus cluster --json
+    stratus cluster -o yaml
+    stratus status wordcount -o wide --watch
     stratus drain s1 --drain-timeout 600
 
 Each verb talks to the nimbuses of ``nimbus.seeds`` through ``NimbusClient``, which finds the
 leader and retries across a failover until ``client.retry.deadline.secs``. Output is readable
-tables, or with ``--json`` the JSON record(s) of the API. A failure is one line on stderr and
+tables, or with ``--json`` the JSON record(s) of the API; ``list``, ``status`` and
+``cluster`` take ``-o wide|json|yaml`` (``output.py``, and their columns in
+``pipeline_views.py`` and ``cluster_view.py``), ``list`` and ``status`` ``--watch``
+(``watch.py``). A NAME or SUPERVISOR argument completes from the cluster
+(``completion.py``). A failure is one line on stderr and
 exit code 1 (every error the client raises is a ``StratusError``, which ``StratusGroup``
 reports). ``-c`` sets stratus configuration, so a pipeline's conf is ``--conf KEY=VALUE``,
 each value parsed as a YAML scalar as configuration overrides are.
@@ -34,43 +39,37 @@ import yaml
 from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
 from stratus import __version__
 from stratus.api.echo import printable
 from stratus.api.records import (
     AssignmentHistory,
-    ClusterSummary,
     CordonStatus,
-    LeaderInfo,
     LeaderTerms,
     NimbusSummary,
     PipelineRecord,
     PipelineStatus,
-    PipelineWorkers,
-    SupervisorCordon,
-    WorkerState,
 )
-from stratus.api.redaction import redact_conf, redact_record, redact_text, redact_workers
+from stratus.api.redaction import redact_conf, redact_record, redact_text
+from stratus.cli.cluster_view import leader_line, show_cluster
+from stratus.cli.completion import complete_pipelines, complete_supervisors
 from stratus.cli.options import json_mode, timeout_option, with_config
-from stratus.cli.output import console, print_table, when
+from stratus.cli.output import OutputFormat, console, output_option, print_table, when
+from stratus.cli.pipeline_views import (
+    DIGEST_PREFIX,
+    format_size,
+    placements,
+    show_pipelines,
+    show_status,
+)
 from stratus.cli.retry_display import RetryDisplay
+from stratus.cli.watch import show_or_watch, watch_option
 from stratus.client import NimbusClient
 from stratus.client.nimbus_client import pending
 from stratus.config import StratusConfig
-from stratus.security.authorizer import PipelineAccess
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-DIGEST_PREFIX = 12  # hex digits of a package digest shown in tables
-_STATUS_STYLE = {
-    PipelineStatus.PENDING: "cyan",
-    PipelineStatus.ACTIVE: "green",
-    PipelineStatus.INACTIVE: "yellow",
-    PipelineStatus.KILLED: "red",
-    PipelineStatus.FAILED: "bold red",
-    PipelineStatus.FINISHED: "blue",
-}
 _JSON_VALUES = (str, int, float, bool, list, dict, type(None))
 
 
@@ -195,7 +194,7 @@ def _replication_line(record: PipelineRecord) -> str:
 
 
 @click.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_pipelines)
 @click.argument("package", type=click.Path(exists=True, path_type=Path))
 @_conf_option(required=False)
 @click.option(
@@ -246,47 +245,44 @@ def update(
 
 
 @click.command("list")
-@_json_option
+@output_option
+@watch_option
 @timeout_option
 @with_config
-def list_pipelines(as_json: bool, conf: StratusConfig) -> None:
+def list_pipelines(output: OutputFormat, watch: float | None, conf: StratusConfig) -> None:
     """List every pipeline."""
     with _client(conf) as client:
-        records = client.list_pipelines()
-    if as_json:
-        shown = [redact_record(record).model_dump(mode="json") for record in records]
-        click.echo(json.dumps(shown, indent=2))
-        return
-    if records:
-        print_table(_console(), _pipelines_table(records))
-    else:
-        _console().print("no pipelines")
+
+        def show(out: Console) -> None:
+            where = _placements(client, output)
+            show_pipelines(out, output, client.list_pipelines(), where=where)
+
+        show_or_watch(show, watch=watch, output=output, command="stratus list")
 
 
 @click.command()
-@click.argument("name")
-@_json_option
+@click.argument("name", shell_complete=complete_pipelines)
+@output_option
+@watch_option
 @timeout_option
 @with_config
-def status(name: str, as_json: bool, conf: StratusConfig) -> None:
+def status(name: str, output: OutputFormat, watch: float | None, conf: StratusConfig) -> None:
     """Show pipeline NAME, its workers and their last crash."""
     with _client(conf) as client:
-        record = client.status(name)
-        workers = client.workers(name)
-    if as_json:  # the record's fields, and its workers under "workers"
-        shown = json.loads(redact_record(record).model_dump_json())
-        shown["workers"] = json.loads(redact_workers(workers).model_dump_json())
-        click.echo(json.dumps(shown, indent=2))
-        return
-    out = _console()
-    print_table(out, _record_table(record))
-    print_table(out, workers_table(workers))
-    for line in spark_ui_lines(workers) + crash_lines(workers):
-        out.print(line)  # whole lines: an error is copied, not read wrapped
+
+        def show(out: Console) -> None:
+            show_status(out, output, client.status(name), client.workers(name))
+
+        show_or_watch(show, watch=watch, output=output, command=f"stratus status {name}")
+
+
+def _placements(client: NimbusClient, output: OutputFormat) -> dict[str, str] | None:
+    """Where each pipeline runs, for ``-o wide``'s supervisor column (one more call)."""
+    return placements(client.workers_overview()) if output is OutputFormat.WIDE else None
 
 
 @click.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_pipelines)
 @_json_option
 @timeout_option
 @with_config
@@ -301,7 +297,7 @@ def history(name: str, as_json: bool, conf: StratusConfig) -> None:
 
 
 @click.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_pipelines)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until interrupted.")
 @click.option("--previous", is_flag=True, help="The log of the worker before the last restart.")
 @timeout_option
@@ -349,7 +345,7 @@ PURGE_WAIT_MARGIN_SECS = 300.0  # --wait-timeout's default: the kill's wait and 
 
 
 @click.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_pipelines)
 @click.option(
     "--wait",
     "wait_secs",
@@ -433,7 +429,7 @@ def _wait_purged(client: NimbusClient, name: str, timeout: float, *, quiet: bool
 
 
 @click.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_pipelines)
 @_json_option
 @timeout_option
 @with_config
@@ -444,7 +440,7 @@ def activate(name: str, as_json: bool, conf: StratusConfig) -> None:
 
 
 @click.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_pipelines)
 @_json_option
 @timeout_option
 @with_config
@@ -455,7 +451,7 @@ def deactivate(name: str, as_json: bool, conf: StratusConfig) -> None:
 
 
 @click.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_pipelines)
 @_conf_option(required=True)
 @click.option(
     "--request-id",
@@ -485,17 +481,15 @@ def rebalance(
 
 
 @click.command()
-@_json_option
+@output_option
 @timeout_option
 @with_config
-def cluster(as_json: bool, conf: StratusConfig) -> None:
+def cluster(output: OutputFormat, conf: StratusConfig) -> None:
     """Show the nimbuses (the leader marked), supervisors and pipelines."""
     with _client(conf) as client:
         summary = client.cluster()
-    if as_json:
-        _print_json(summary)
-        return
-    print_cluster(_console(), summary)
+        where = _placements(client, output)
+    show_cluster(_console(), output, summary, where=where)
 
 
 @click.command()
@@ -509,7 +503,7 @@ def leader(as_json: bool, conf: StratusConfig) -> None:
     if as_json:
         _print_json(info)
         return
-    _console().print(_leader_line(info))
+    _console().print(leader_line(info))
 
 
 @click.command()
@@ -527,7 +521,7 @@ def terms(as_json: bool, conf: StratusConfig) -> None:
 
 
 @click.command()
-@click.argument("supervisor")
+@click.argument("supervisor", shell_complete=complete_supervisors)
 @_json_option
 @timeout_option
 @with_config
@@ -538,7 +532,7 @@ def cordon(supervisor: str, as_json: bool, conf: StratusConfig) -> None:
 
 
 @click.command()
-@click.argument("supervisor")
+@click.argument("supervisor", shell_complete=complete_supervisors)
 @_json_option
 @timeout_option
 @with_config
@@ -549,7 +543,7 @@ def uncordon(supervisor: str, as_json: bool, conf: StratusConfig) -> None:
 
 
 @click.command()
-@click.argument("supervisor")
+@click.argument("supervisor", shell_complete=complete_supervisors)
 @click.option(
     "--wait/--no-wait",
     default=True,
@@ -616,27 +610,6 @@ def version(ask_cluster: bool, as_json: bool, conf: StratusConfig) -> None:
         click.echo(f"nimbus {nimbus.host}:{nimbus.port} {nimbus.version} ({role})")
 
 
-CLIENT_COMMANDS = (
-    submit,
-    update,
-    list_pipelines,
-    status,
-    history,
-    logs,
-    kill,
-    activate,
-    deactivate,
-    rebalance,
-    cluster,
-    leader,
-    terms,
-    cordon,
-    uncordon,
-    drain,
-    version,
-)
-
-
 # ---------------------------------------------------------------------- output
 
 
@@ -681,107 +654,6 @@ def _drain_line(status: CordonStatus) -> str:
     return "; ".join(parts)
 
 
-def print_cluster(console: Console, summary: ClusterSummary) -> None:
-    """The cluster summary as tables: the leader line, nimbuses, supervisors, pipelines."""
-    console.print(_leader_line(summary.leader))
-    nimbuses = Table(title="nimbuses")
-    for column in ("nimbus", "role", "uptime", "version"):
-        nimbuses.add_column(column)
-    for nimbus in summary.nimbuses:
-        role = Text("leader", style="bold green") if nimbus.is_leader else Text("standby")
-        address = f"{nimbus.host}:{nimbus.port}"
-        nimbuses.add_row(address, role, _uptime(nimbus.uptime_secs), nimbus.version)
-    print_table(console, nimbuses)
-    if summary.supervisors or summary.cordons:
-        print_table(console, _supervisors_table(summary))
-    else:
-        console.print("no supervisors")
-    if summary.pipelines:
-        print_table(console, _pipelines_table(summary.pipelines))
-    else:
-        console.print("no pipelines")
-
-
-def _supervisors_table(summary: ClusterSummary) -> Table:
-    """Every registered supervisor, and every cordoned one (registered or not), with its
-    scheduling state: schedulable, cordoned or draining."""
-    table = Table(title="supervisors")
-    for column in ("supervisor", "host", "slots", "used", "scheduling"):
-        table.add_column(column)
-    cordons = {cordon.supervisor: cordon for cordon in summary.cordons}
-    registered = {supervisor.id for supervisor in summary.supervisors}
-    for supervisor in summary.supervisors:
-        state = _scheduling_text(cordons.get(supervisor.id))
-        table.add_row(
-            supervisor.id, supervisor.host, str(supervisor.slots), str(supervisor.used), state
-        )
-    for sid in sorted(set(cordons) - registered):
-        table.add_row(sid, "(not registered)", "-", "-", _scheduling_text(cordons[sid]))
-    return table
-
-
-def _scheduling_text(cordon: SupervisorCordon | None) -> Text:
-    if cordon is None:
-        return Text("schedulable")
-    if cordon.drain:
-        return Text("draining", style="bold yellow")
-    return Text("cordoned", style="yellow")
-
-
-def _pipelines_table(records: list[PipelineRecord]) -> Table:
-    table = Table(title="pipelines")
-    for column in ("pipeline", "status", "owners", "digest", "size", "submitted", "epoch"):
-        table.add_column(column)
-    for record in records:
-        table.add_row(
-            record.name,
-            _status_text(record.status),
-            _owners(record),
-            record.digest[:DIGEST_PREFIX],
-            format_size(record.size_bytes),
-            when(record.submitted),
-            str(record.epoch),
-        )
-    return table
-
-
-def _record_table(record: PipelineRecord) -> Table:
-    table = Table(title=f"pipeline {record.name}", show_header=False)
-    table.add_column("field", style="bold")
-    table.add_column("value", overflow="fold")
-    table.add_row("status", _status_text(record.status))
-    table.add_row("owners", _owners(record))
-    readers = PipelineAccess.of(record.owner, record.conf).readers
-    if readers:
-        table.add_row("readers", ", ".join(sorted(readers)))
-    table.add_row("digest", record.digest)
-    table.add_row("size", format_size(record.size_bytes))
-    table.add_row("conf", json.dumps(redact_conf(record.conf), sort_keys=True))
-    table.add_row("submitted", when(record.submitted))
-    table.add_row("updated", when(record.updated))
-    table.add_row("epoch", str(record.epoch))
-    table.add_row("rebalances", str(record.rebalances))
-    table.add_row("version", str(record.version))
-    if record.update is not None:
-        table.add_row(
-            "update",
-            f"package {record.update.digest[:DIGEST_PREFIX]} waits: its code on "
-            f"{record.update.replication} of {record.update.replication_required} required",
-        )
-    table.add_row("replication", f"{record.replication} of {record.replication_required} required")
-    if record.reason:
-        table.add_row("reason", printable(record.reason))
-    table.add_row("request id", record.request_id or "-")
-    if record.kill_at is not None:
-        table.add_row("removed at", when(record.kill_at))
-    return table
-
-
-def _owners(record: PipelineRecord) -> str:
-    """Who owns the pipeline: its submitter first, then ``pipeline.owners``; ``-`` none."""
-    return ", ".join(PipelineAccess.of(record.owner, record.conf).all_owners()) or "-"
-
-
 def history_table(history: AssignmentHistory) -> Table:
     """One row per assignment change, newest first; ``-`` where it ran nowhere."""
     table = Table(title=f"assignment history of {history.pipeline}")
@@ -815,87 +687,3 @@ def terms_table(found: LeaderTerms) -> Table:
             "-" if term.failover_secs is None else f"{term.failover_secs:.2f}",
         )
     return table
-
-
-def workers_table(workers: PipelineWorkers) -> Table:
-    """Where a pipeline runs and its workers' last heartbeats, one row each; secrets in an
-    error redacted even if the nimbus that answered did not redact them."""
-    workers = redact_workers(workers)
-    assignment = workers.assignment
-    where = (
-        f"assigned to {assignment.supervisor} (epoch {assignment.epoch})"
-        if assignment
-        else "not assigned"
-    )
-    table = Table(title=f"workers of {workers.pipeline}: {where}")
-    for column in ("supervisor", "state", "spark app", "batch", "rows/s", "rows", "restarts"):
-        table.add_column(column, justify="right" if column in ("rows/s", "rows") else "left")
-    table.add_column("error", overflow="fold")
-    for beat in workers.workers:
-        batch = beat.last_batch_id
-        rate = sum(query.processed_rows_per_second for query in beat.queries)
-        table.add_row(
-            beat.supervisor,
-            beat.state.value,
-            beat.app_id or "-",
-            str(batch) if batch >= 0 else "-",
-            f"{rate:.1f}",
-            str(beat.rows_total),
-            str(beat.restarts),
-            printable(beat.error or ""),
-        )
-    return table
-
-
-def spark_ui_lines(workers: PipelineWorkers) -> list[str]:
-    """The Spark UI address of each running worker whose UI is on."""
-    return [
-        f"spark UI on {beat.supervisor}: {printable(beat.spark_ui)}"
-        for beat in workers.workers
-        if beat.spark_ui and beat.state is WorkerState.RUNNING
-    ]
-
-
-def crash_lines(workers: PipelineWorkers) -> list[str]:
-    """One line per worker that crashed since its assignment: when, how, and its error (with
-    terminal escapes shown escaped), even once it runs again."""
-    lines = []
-    for beat in redact_workers(workers).workers:
-        crash = beat.last_crash
-        if crash is not None:
-            lines.append(
-                f"last crash on {beat.supervisor} at {when(crash.time)} ({crash.exit}): "
-                f"{printable(crash.error)}"
-            )
-    return lines
-
-
-def _leader_line(info: LeaderInfo) -> str:
-    if info.address is None:
-        return "no nimbus leads right now"
-    return f"leader: {info.address} (epoch {info.epoch})"
-
-
-def _status_text(status: PipelineStatus) -> Text:
-    return Text(status.value, style=_STATUS_STYLE[status])
-
-
-def format_size(size_bytes: int) -> str:
-    """A byte count as people read it: 512 B, 2.1 KiB, 3.4 MiB, 1.2 GiB."""
-    size = float(size_bytes)
-    for unit in ("B", "KiB", "MiB"):
-        if size < 1024:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GiB"
-
-
-def _uptime(secs: int) -> str:
-    days, rest = divmod(secs, 86_400)
-    hours, rest = divmod(rest, 3_600)
-    minutes, seconds = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours:02d}h"
-    if hours:
-        return f"{hours}h {minutes:02d}m"
-    return f"{minutes}m {seconds:02d}s" if minutes else f"{seconds}s"

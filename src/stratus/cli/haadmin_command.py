@@ -20,11 +20,12 @@ from typing import TypeVar
 import click
 
 from stratus.cli.options import with_config
+from stratus.client_settings import client_auth
 from stratus.config import StratusConfig
 from stratus.errors import StratusError
 from stratus.ha import admin
 from stratus.ha.protocol import HAServiceClient, HAServiceError
-from stratus.settings import client_auth, zk_settings
+from stratus.settings import zk_settings
 from stratus.zk.session import ZkSession
 
 FAILED = 255  # Hadoop's haadmin returns -1

@@ -11,7 +11,7 @@ from contextlib import ExitStack
 import click
 from rich.console import Console
 
-from stratus.cli.client_commands import print_cluster
+from stratus.cli.cluster_view import print_cluster
 from stratus.cli.options import log_level_option, with_config
 from stratus.config import StratusConfig
 from stratus.local.cluster import HA_MODES, INTERRUPTS

@@ -6,20 +6,26 @@ command's ``--config`` wins over the group's, and its ``-c`` come after the grou
 ``stratus -c nimbus.seeds=a:1 list -c nimbus.seeds=b:1`` asks ``b:1``.
 
 A failure ends the command with the exit code of its class (``exit_codes.py``): ``Error:
-message`` on stderr, or with ``--json`` on the command line one JSON object on stdout.
+message`` on stderr, or with ``--json`` (or ``-o json``) on the command line one JSON object
+on stdout.
+
+This module is loaded by ``stratus --version``, ``--help`` and every completion: it imports
+click alone at its top, and the configuration and the exit codes only where they are used.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from stratus.cli.exit_codes import CommandFailed
-from stratus.config import StratusConfig, load_config
 from stratus.errors import StratusError
+
+if TYPE_CHECKING:
+    from stratus.config import StratusConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,15 +45,19 @@ class StratusGroup(click.Group):
         # Known before the sub-command parses its own options, so that its usage errors are
         # reported as JSON too; a command's arguments after ``--`` are not ours.
         own = args[: args.index("--")] if "--" in args else args
-        ctx.meta[JSON_MODE] = "--json" in own
+        ctx.meta[JSON_MODE] = asks_for_json(own)
         try:
             return super().parse_args(ctx, args)
         except click.UsageError as exc:  # an option before the verb
             if not ctx.meta[JSON_MODE]:
                 raise
+            from stratus.cli.exit_codes import CommandFailed  # noqa: PLC0415 (fast start)
+
             raise CommandFailed(exc, as_json=True) from None
 
     def invoke(self, ctx: click.Context) -> Any:
+        from stratus.cli.exit_codes import CommandFailed  # noqa: PLC0415 (fast start)
+
         try:
             return super().invoke(ctx)
         except CommandFailed:
@@ -58,6 +68,14 @@ class StratusGroup(click.Group):
             raise CommandFailed(exc, as_json=True) from None
         except (StratusError, click.ClickException) as exc:
             raise CommandFailed(exc, as_json=json_mode()) from None
+
+
+def asks_for_json(args: list[str]) -> bool:
+    """Whether a command line asks for JSON: ``--json``, ``-o json``, ``-ojson``,
+    ``--output json`` or ``--output=json``."""
+    spelled = ("--json", "-ojson", "--output=json")
+    pairs = itertools.pairwise([*args, ""])
+    return any(arg in spelled or (arg in ("-o", "--output") and to == "json") for arg, to in pairs)
 
 
 def json_mode() -> bool:
@@ -130,16 +148,22 @@ def log_level_option(func: F) -> F:
     )(func)
 
 
-def command_config(config_path: str | None, overrides: tuple[str, ...]) -> StratusConfig:
+def command_config(
+    config_path: str | None, overrides: tuple[str, ...], meta: dict[str, Any] | None = None
+) -> StratusConfig:
     """The configuration of the running command: its ``--config`` or the group's, the
-    group's ``-c``, its own, then ``--timeout`` and ``--log-level``."""
-    meta = ctx.meta if (ctx := click.get_current_context(silent=True)) is not None else {}
+    group's ``-c``, its own, then ``--timeout`` and ``--log-level`` (the group's from
+    ``meta``, by default the running command's context)."""
+    if meta is None:
+        meta = ctx.meta if (ctx := click.get_current_context(silent=True)) is not None else {}
     path = config_path or meta.get(GROUP_CONFIG)
     every = [*meta.get(GROUP_OVERRIDES, ()), *overrides]
     if meta.get(TIMEOUT) is not None:
         every.append(f"{TIMEOUT_KEY}={meta[TIMEOUT]}")
     if meta.get(LOG_LEVEL) is not None:
         every.append(f"log.level={meta[LOG_LEVEL].lower()}")
+    from stratus.config import load_config  # noqa: PLC0415 (fast start)
+
     return load_config(path, every, environ={})
 
 
@@ -163,6 +187,8 @@ def with_config(func: F) -> F:
     )
     @functools.wraps(func)
     def wrapper(*args: Any, config_path: str | None, overrides: tuple[str, ...], **kw: Any) -> Any:
+        from stratus.cli.exit_codes import CommandFailed  # noqa: PLC0415 (fast start)
+
         try:
             conf = command_config(config_path, overrides)
         except StratusError as exc:

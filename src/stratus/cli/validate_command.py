@@ -20,14 +20,14 @@ from typing import NoReturn
 import click
 
 from stratus.api.redaction import redact_conf
-from stratus.cli.client_commands import format_size
 from stratus.cli.options import with_config
+from stratus.cli.pipeline_views import format_size
+from stratus.client_settings import package_limits
 from stratus.codedist.errors import InvalidPackageError
 from stratus.codedist.package_build import build_package
 from stratus.codedist.package_check import CheckedPackage, PackageLimits, check_package
 from stratus.codedist.transfer.check import hash_file
 from stratus.config import StratusConfig
-from stratus.settings import package_limits
 
 INVALID = 1  # the exit code of a package found invalid
 

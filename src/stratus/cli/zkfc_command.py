@@ -21,6 +21,7 @@ import click
 
 from stratus.cli.daemon_run import run_daemon
 from stratus.cli.options import log_level_option, with_config
+from stratus.client_settings import client_auth
 from stratus.config import StratusConfig
 from stratus.ha.daemon import Zkfc
 from stratus.ha.settings import ZkfcSettings
@@ -30,7 +31,6 @@ from stratus.rlimits import raise_open_files_limit
 from stratus.settings import (
     access_policy,
     audit_log,
-    client_auth,
     http_bounds,
     log_settings,
     server_tls,

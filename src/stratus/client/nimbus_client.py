@@ -31,6 +31,7 @@ from stratus.api.errors import (
     UnknownPipelineError,
 )
 from stratus.api.names import check_pipeline_name
+from stratus.api.overview import WorkersOverview
 from stratus.api.purges import PurgeState, PurgeStatus
 from stratus.api.records import (
     AssignmentHistory,
@@ -51,12 +52,12 @@ from stratus.client.errors import (
     PurgeWaitTimeoutError,
 )
 from stratus.client.routing import API, Delivery, NimbusRouter, RetryListener, parse
+from stratus.client_settings import client_auth
+from stratus.client_settings import package_limits as limits_of
 from stratus.codedist.package_build import build_package
 from stratus.codedist.package_check import PackageLimits, check_package
 from stratus.config import StratusConfig
 from stratus.security.client_auth import NO_AUTH, ClientAuth
-from stratus.settings import client_auth
-from stratus.settings import package_limits as limits_of
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -190,6 +191,11 @@ class NimbusClient:
     def workers(self, name: str) -> PipelineWorkers:
         """Where a pipeline runs and its workers' last heartbeats, from any nimbus."""
         return parse(PipelineWorkers, self._router.read("GET", f"{_pipeline_path(name)}/workers"))
+
+    def workers_overview(self) -> WorkersOverview:
+        """Where every pipeline runs and its workers' last heartbeats, in one call, from any
+        nimbus: every pipeline placed or heard from, errors redacted."""
+        return parse(WorkersOverview, self._router.read("GET", f"{API}/workers"))
 
     # ------------------------------------------------------------------ leader-only calls
 

@@ -4,7 +4,7 @@ The client checks a package before it uploads it, and every nimbus checks it aga
 storing it. The package is a zip file; it is read, never extracted, and no entry is ever
 inflated past the size its central directory declares, so a zip bomb costs a few reads::
 
-    limits = package_limits(conf)                            # stratus.settings
+    limits = package_limits(conf)                            # stratus.client_settings
     checked = check_package(Path("wordcount.zip"), limits)    # else InvalidPackageError
     checked.manifest.name, checked.files, checked.unpacked_bytes
 

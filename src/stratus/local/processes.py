@@ -169,7 +169,7 @@ class NimbusProcess(DaemonProcess):
     """One ``stratus nimbus`` child process at a fixed address (kept across restarts).
 
     ``auth`` is how whoever waits for it reaches its API: the client settings
-    (``stratus.settings.client_auth``), so that a nimbus serving https and requiring a token
+    (``stratus.client_settings.client_auth``), so that a nimbus serving https and requiring a token
     is probed over https, trusting ``client.tls.ca``, with the token.
 
     ``code_port`` is its package server's port, given before ``options`` (which may set

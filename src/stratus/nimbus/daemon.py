@@ -30,6 +30,7 @@ from stratus import __version__
 from stratus.api.clock import Clock
 from stratus.api.purges import nimbus_party
 from stratus.api.records import NimbusRegistration, PipelineRecord, PipelineStatus
+from stratus.client_settings import client_auth
 from stratus.codedist.code_sync import CodeSync
 from stratus.codedist.distributor import CodeDistributor, CodeMeta
 from stratus.codedist.factory import create_distributor
@@ -74,7 +75,6 @@ from stratus.nimbus.submission import Submitter
 from stratus.nimbus.supervisor_fencing import SupervisorFencing
 from stratus.settings import (
     access_policy,
-    client_auth,
     distributor_settings,
     history_settings,
     server_tls,

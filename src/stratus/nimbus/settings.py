@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from stratus.api.locations import LocationPolicy
+from stratus.client_settings import package_limits
 from stratus.codedist.package_check import PackageLimits
 from stratus.codedist.transfer.bounded_server import ConnectionBounds
 from stratus.config import StratusConfig
@@ -23,7 +24,7 @@ from stratus.ha.errors import FencingConfigError
 from stratus.ha.fencing import METHOD_NAMES, MethodSpec, parse_methods, split_entries
 from stratus.nimbus.limits import RequestLimits
 from stratus.nimbus.pipeline_ops import ReplicationPolicy
-from stratus.settings import http_bounds, package_limits
+from stratus.settings import http_bounds
 from stratus.web.bounds import HttpBounds
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 
 from stratus.api.locations import is_local_master
+from stratus.client_settings import package_limits
 from stratus.codedist.factory import DistributorSettings
 from stratus.codedist.package_check import PackageLimits
 from stratus.config import SUPERVISOR_ID_PATTERN, StratusConfig
@@ -36,7 +37,6 @@ from stratus.settings import (
     history_settings,
     http_bounds,
     log_settings,
-    package_limits,
     server_tls,
     state_store_settings,
     zk_settings,

@@ -1,0 +1,218 @@
+"""What ``stratus list`` and ``stratus status`` show of pipelines, in every ``-o`` format.
+
+A pipeline's row and its workers' rows are ``Column`` lists (``output.py``): the table, and
+under ``-o wide`` more columns after those (where it runs, its version, its workers'
+epoch, generation and pid); ``-o json`` and ``-o yaml`` are the API's records, secrets
+redacted even if the nimbus that answered did not redact them::
+
+    show_pipelines(out, OutputFormat.WIDE, client.list_pipelines(), where=placements(client))
+    show_status(out, OutputFormat.YAML, client.status("etl"), client.workers("etl"))
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from stratus.api.echo import printable
+from stratus.api.overview import WorkersOverview
+from stratus.api.records import (
+    PipelineRecord,
+    PipelineStatus,
+    PipelineWorkers,
+    WorkerHeartbeat,
+    WorkerState,
+)
+from stratus.api.redaction import redact_conf, redact_record, redact_workers
+from stratus.cli.output import (
+    Column,
+    OutputFormat,
+    as_document,
+    print_document,
+    print_table,
+    records_table,
+    render,
+    when,
+)
+from stratus.security.authorizer import PipelineAccess
+
+DIGEST_PREFIX = 12  # hex digits of a package digest shown in tables
+_STATUS_STYLE = {
+    PipelineStatus.PENDING: "cyan",
+    PipelineStatus.ACTIVE: "green",
+    PipelineStatus.INACTIVE: "yellow",
+    PipelineStatus.KILLED: "red",
+    PipelineStatus.FAILED: "bold red",
+    PipelineStatus.FINISHED: "blue",
+}
+
+
+def show_pipelines(
+    out: Console,
+    output: OutputFormat,
+    records: Sequence[PipelineRecord],
+    *,
+    where: Mapping[str, str] | None = None,
+) -> None:
+    """Pipelines as ``output`` asks; ``where`` (pipeline to supervisor) fills ``-o wide``."""
+    shown = [redact_record(record) for record in records]
+    columns = pipeline_columns(where or {})
+    render(out, output, shown, columns, title="pipelines", empty="no pipelines")
+
+
+def placements(overview: WorkersOverview) -> dict[str, str]:
+    """Where each assigned pipeline runs: its supervisor's id."""
+    return {
+        placed.pipeline: placed.assignment.supervisor
+        for placed in overview.pipelines
+        if placed.assignment is not None
+    }
+
+
+def pipeline_columns(where: Mapping[str, str]) -> list[Column[PipelineRecord]]:
+    """A pipeline's row: as ``stratus list`` always showed it, then ``-o wide``'s columns."""
+    return [
+        Column("pipeline", lambda r: r.name),
+        Column("status", lambda r: status_text(r.status)),
+        Column("owners", owners),
+        Column("digest", lambda r: r.digest[:DIGEST_PREFIX]),
+        Column("size", lambda r: format_size(r.size_bytes)),
+        Column("submitted", lambda r: when(r.submitted)),
+        Column("epoch", lambda r: str(r.epoch)),
+        Column("supervisor", lambda r: where.get(r.name, "-"), wide=True),
+        Column("version", lambda r: str(r.version), wide=True),
+        Column("rebalances", lambda r: str(r.rebalances), wide=True),
+        Column("replication", lambda r: f"{r.replication}/{r.replication_required}", wide=True),
+        Column("updated", lambda r: when(r.updated), wide=True),
+    ]
+
+
+def show_status(
+    out: Console, output: OutputFormat, record: PipelineRecord, workers: PipelineWorkers
+) -> None:
+    """One pipeline as ``output`` asks: its record, its workers, their Spark UIs and last
+    crashes; as a document, the record's fields and its workers under ``workers``."""
+    record, workers = redact_record(record), redact_workers(workers)
+    if output.is_document:
+        document = as_document(record) | {"workers": as_document(workers)}
+        print_document(out, output, document)
+        return
+    print_table(out, record_table(record))
+    print_table(out, workers_table(workers, wide=output is OutputFormat.WIDE))
+    for line in spark_ui_lines(workers) + crash_lines(workers):
+        out.print(line)  # whole lines: an error is copied, not read wrapped
+
+
+def record_table(record: PipelineRecord) -> Table:
+    """A pipeline's record as ``field value`` rows."""
+    table = Table(title=f"pipeline {record.name}", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    table.add_row("status", status_text(record.status))
+    table.add_row("owners", owners(record))
+    readers = PipelineAccess.of(record.owner, record.conf).readers
+    if readers:
+        table.add_row("readers", ", ".join(sorted(readers)))
+    table.add_row("digest", record.digest)
+    table.add_row("size", format_size(record.size_bytes))
+    table.add_row("conf", json.dumps(redact_conf(record.conf), sort_keys=True))
+    table.add_row("submitted", when(record.submitted))
+    table.add_row("updated", when(record.updated))
+    table.add_row("epoch", str(record.epoch))
+    table.add_row("rebalances", str(record.rebalances))
+    table.add_row("version", str(record.version))
+    if record.update is not None:
+        table.add_row(
+            "update",
+            f"package {record.update.digest[:DIGEST_PREFIX]} waits: its code on "
+            f"{record.update.replication} of {record.update.replication_required} required",
+        )
+    table.add_row("replication", f"{record.replication} of {record.replication_required} required")
+    if record.reason:
+        table.add_row("reason", printable(record.reason))
+    table.add_row("request id", record.request_id or "-")
+    if record.kill_at is not None:
+        table.add_row("removed at", when(record.kill_at))
+    return table
+
+
+def owners(record: PipelineRecord) -> str:
+    """Who owns the pipeline: its submitter first, then ``pipeline.owners``; ``-`` none."""
+    return ", ".join(PipelineAccess.of(record.owner, record.conf).all_owners()) or "-"
+
+
+WORKER_COLUMNS: list[Column[WorkerHeartbeat]] = [
+    Column("supervisor", lambda b: b.supervisor),
+    Column("state", lambda b: b.state.value),
+    Column("spark app", lambda b: b.app_id or "-"),
+    Column("batch", lambda b: str(b.last_batch_id) if b.last_batch_id >= 0 else "-"),
+    Column(
+        "rows/s",
+        lambda b: f"{sum(q.processed_rows_per_second for q in b.queries):.1f}",
+        justify="right",
+    ),
+    Column("rows", lambda b: str(b.rows_total), justify="right"),
+    Column("restarts", lambda b: str(b.restarts)),
+    Column("error", lambda b: printable(b.error or ""), overflow="fold"),
+    Column("epoch", lambda b: str(b.epoch), wide=True),
+    Column("generation", lambda b: str(b.generation), wide=True),
+    Column("pid", lambda b: "-" if b.pid is None else str(b.pid), wide=True),
+    Column("digest", lambda b: b.digest[:DIGEST_PREFIX] or "-", wide=True),
+    Column("started", lambda b: when(b.started) if b.started else "-", wide=True),
+    Column("heartbeat", lambda b: when(b.time), wide=True),
+]
+
+
+def workers_table(workers: PipelineWorkers, *, wide: bool = False) -> Table:
+    """Where a pipeline runs and its workers' last heartbeats, one row each; secrets in an
+    error redacted even if the nimbus that answered did not redact them."""
+    workers = redact_workers(workers)
+    assignment = workers.assignment
+    where = (
+        f"assigned to {assignment.supervisor} (epoch {assignment.epoch})"
+        if assignment
+        else "not assigned"
+    )
+    title = f"workers of {workers.pipeline}: {where}"
+    return records_table(title, WORKER_COLUMNS, workers.workers, wide=wide)
+
+
+def spark_ui_lines(workers: PipelineWorkers) -> list[str]:
+    """The Spark UI address of each running worker whose UI is on."""
+    return [
+        f"spark UI on {beat.supervisor}: {printable(beat.spark_ui)}"
+        for beat in workers.workers
+        if beat.spark_ui and beat.state is WorkerState.RUNNING
+    ]
+
+
+def crash_lines(workers: PipelineWorkers) -> list[str]:
+    """One line per worker that crashed since its assignment: when, how, and its error (with
+    terminal escapes shown escaped), even once it runs again."""
+    lines = []
+    for beat in redact_workers(workers).workers:
+        crash = beat.last_crash
+        if crash is not None:
+            lines.append(
+                f"last crash on {beat.supervisor} at {when(crash.time)} ({crash.exit}): "
+                f"{printable(crash.error)}"
+            )
+    return lines
+
+
+def status_text(status: PipelineStatus) -> Text:
+    return Text(status.value, style=_STATUS_STYLE[status])
+
+
+def format_size(size_bytes: int) -> str:
+    """A byte count as people read it: 512 B, 2.1 KiB, 3.4 MiB, 1.2 GiB."""
+    size = float(size_bytes)
+    for unit in ("B", "KiB", "MiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
