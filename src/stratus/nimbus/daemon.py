@@ -284,7 +284,11 @@ class Nimbus:
             clock=self._clock,
         )
         self.metrics.registry.register(self.pipeline_metrics)
-        self.series = PipelineSeriesStore(clock=self._clock)
+        self.series = PipelineSeriesStore(
+            step_secs=self.settings.service.series_step_secs,
+            points=self.settings.service.series_points,
+            clock=self._clock,
+        )
         self.batch_metrics = BatchMetrics(leading_epoch=self._leading_epoch)
         self.metrics.registry.register(self.batch_metrics)
         self.sampler = SeriesSampler(
