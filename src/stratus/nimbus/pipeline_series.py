@@ -79,18 +79,18 @@ class PipelineSeriesStore:
             if len(self._rings) >= self._max_pipelines:
                 return
             ring = self._rings[name] = deque(maxlen=self._points)
-        elif now - self._last[name] < self.step_secs:
-            return
+        elif now - self._last[name] < self.step_secs or ring[-1].at == point.at:
+            return  # within the step, or the same heartbeat again
         ring.append(point)
         self._last[name] = now
 
 
 def point_of(beat: WorkerHeartbeat) -> SeriesPoint | None:
-    """The point a running worker's heartbeat gives (None for a worker not running, or one
-    whose queries have not reported yet)."""
-    if beat.state is not WorkerState.RUNNING or not beat.queries:
+    """The point a running worker's heartbeat gives, from its queries that completed a
+    batch (None for a worker not running, or before any batch completed)."""
+    queries = [q for q in beat.queries if q.batch_id >= 0]
+    if beat.state is not WorkerState.RUNNING or not queries:
         return None
-    queries = beat.queries
     return SeriesPoint(
         at=beat.time,
         input_rows_per_second=sum(q.input_rows_per_second for q in queries),
