@@ -140,7 +140,7 @@ def test_a_running_streams_charts_draw_its_heartbeats_on_the_leader_and_a_standb
         last: list[PipelineSeries] = []
         try:
             wait_until(
-                lambda n=nimbus: events.feed() or charted(keep(last, series_of(n.url))),
+                lambda n=nimbus, k=last: events.feed() or charted(keep(k, series_of(n.url))),
                 POINTS_SECS,
                 f"the series of {NAME} on {nimbus.address} to hold rows, batches and a watermark",
             )
