@@ -119,9 +119,19 @@ def charted(series: PipelineSeries) -> bool:
     )
 
 
-def keep(last: list[PipelineSeries], series: PipelineSeries) -> PipelineSeries:
-    last[:] = [series]
-    return series
+def wait_charted(url: str, events: Events) -> None:
+    """Feed events until the series ``url`` answers is charted; fail showing the last."""
+    last: list[PipelineSeries] = []
+
+    def done() -> bool:
+        events.feed()
+        last[:] = [series_of(url)]
+        return charted(last[0])
+
+    try:
+        wait_until(done, POINTS_SECS, f"the series of {NAME} on {url} to hold rows and batches")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the last answer: {last}") from None
 
 
 def shoot(locator: Any, name: str) -> None:
@@ -137,15 +147,7 @@ def test_a_running_streams_charts_draw_its_heartbeats_on_the_leader_and_a_standb
     leader = nimbuses.by_address(nimbuses.wait_for_agreed_leader())
     standby = next(n for n in nimbuses.nimbuses if n is not leader)
     for nimbus in (leader, standby):
-        last: list[PipelineSeries] = []
-        try:
-            wait_until(
-                lambda n=nimbus, k=last: events.feed() or charted(keep(k, series_of(n.url))),
-                POINTS_SECS,
-                f"the series of {NAME} on {nimbus.address} to hold rows, batches and a watermark",
-            )
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}; the last answer: {last}") from None
+        wait_charted(nimbus.url, events)
     answer = series_of(standby.url)
     assert all(p.trigger_interval_secs == 2.0 for p in answer.points)  # the manifest's
 
