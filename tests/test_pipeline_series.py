@@ -78,13 +78,22 @@ def test_a_ring_keeps_a_fixed_number_of_points_one_per_step() -> None:
     assert [p.at for p in points] == [1150.0, 1160.0, 1170.0, 1180.0, 1190.0]
 
 
+def test_a_heartbeat_seen_already_adds_no_point() -> None:
+    clock = Ticks()
+    store = PipelineSeriesStore(step_secs=10.0, points=5, clock=clock)
+    for second in range(0, 60, 10):  # a worker that stopped writing: its last beat, again
+        clock.now = float(second)
+        store.observe({"etl": beat("etl", at=1000.0)}, ["etl"])
+    assert [p.at for p in store.of("etl").points] == [1000.0]
+
+
 def test_memory_stays_bounded_as_pipelines_grow_and_go() -> None:
     clock = Ticks()
     store = PipelineSeriesStore(step_secs=1.0, points=3, max_pipelines=10, clock=clock)
     names = [f"p{i:02d}" for i in range(50)]
     for step in range(20):
         clock.now = float(step)
-        store.observe({n: beat(n) for n in names}, names)
+        store.observe({n: beat(n, at=100.0 + step) for n in names}, names)
     assert store.tracked() == 10  # the cap
     assert sum(len(store.of(n).points) for n in names) == 10 * 3
     assert store.of("p49").points == []  # past the cap: no series
@@ -115,6 +124,7 @@ def test_a_heartbeat_from_an_older_worker_without_the_new_fields_still_reads() -
     old = '{"name": "counts", "id": "q", "batch_id": 3, "rows_total": 9}'
     query = QueryProgress.model_validate_json(old)
     assert query.batch_duration_secs is None and query.watermark_lag_secs is None
+    assert "batch_duration_secs" not in query.model_dump_json()  # written back as it was
     point = point_of(beat("etl").model_copy(update={"queries": [query]}))
     assert point is not None and point.batch_duration_secs is None
 

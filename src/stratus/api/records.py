@@ -435,6 +435,10 @@ _FINAL_WORKER_STATES = frozenset(
 )
 
 
+def _unknown(value: object) -> bool:
+    return value is None
+
+
 class QueryProgress(BaseModel):
     """The last progress of one Structured Streaming query of a worker."""
 
@@ -447,15 +451,21 @@ class QueryProgress(BaseModel):
     input_rows_per_second: float = 0.0
     processed_rows_per_second: float = 0.0
     rows_total: int = Field(default=0, description="input rows of every batch since start")
+    # written only when known: a heartbeat stays as small, and as an older worker wrote it
     batch_duration_secs: float | None = Field(
-        default=None, description="how long the last batch took (Spark's triggerExecution)"
+        default=None,
+        exclude_if=_unknown,
+        description="how long the last batch took (Spark's triggerExecution); absent: unknown",
     )
     trigger_interval_secs: float | None = Field(
-        default=None, description="the trigger interval the pipeline declares; null: none"
+        default=None,
+        exclude_if=_unknown,
+        description="the trigger interval the pipeline declares; absent: none",
     )
     watermark_lag_secs: float | None = Field(
         default=None,
-        description="the last batch's start minus its event-time watermark; null: no watermark",
+        exclude_if=_unknown,
+        description="the last batch's start minus its event-time watermark; absent: no watermark",
     )
 
 
