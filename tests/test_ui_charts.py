@@ -36,6 +36,7 @@ NAME = "counts"
 SHOWN_MS = 30_000  # what a page waits for a picture: a few polling rounds, with room
 POINTS_SECS = 90.0  # for the series to gather its first points after Spark started
 DOCS_UI = Path(__file__).resolve().parent.parent / "docs" / "ui"
+CSP = "default-src 'self'; script-src 'self'; img-src 'self' data:"
 OPTIONS = [
     "-c", "nimbus.ui.refresh.secs=1",
     "-c", "nimbus.ui.series.step.secs=1",
@@ -134,6 +135,29 @@ def wait_charted(url: str, events: Events) -> None:
         raise AssertionError(f"{exc}; the last answer: {last}") from None
 
 
+def under_csp(page: Any, url: str) -> list[str]:
+    """Serve ``url`` (the page) to ``page`` with a strict Content-Security-Policy, as a proxy
+    in front of the nimbus may add; the violations the browser reports about scripts."""
+
+    def add(route: Any) -> None:
+        response = route.fetch()
+        route.fulfill(
+            response=response, headers={**response.headers, "content-security-policy": CSP}
+        )
+
+    page.route(url, add)
+    violations: list[str] = []
+    page.on(
+        "console",
+        lambda message: (
+            violations.append(message.text)
+            if "Content Security Policy" in message.text and "script" in message.text
+            else None
+        ),
+    )
+    return violations
+
+
 def shoot(locator: Any, name: str) -> None:
     if os.environ.get("STRATUS_UI_SCREENSHOTS"):
         locator.screenshot(path=str(DOCS_UI / name))
@@ -151,6 +175,7 @@ def test_a_running_streams_charts_draw_its_heartbeats_on_the_leader_and_a_standb
     answer = series_of(standby.url)
     assert all(p.trigger_interval_secs == 2.0 for p in answer.points)  # the manifest's
 
+    violations = under_csp(page, f"{standby.url}/")
     for nimbus in (standby, leader):
         page.goto(f"{nimbus.url}/#/pipelines/{NAME}")
         page.wait_for_selector("#chart-rates canvas")
@@ -165,6 +190,7 @@ def test_a_running_streams_charts_draw_its_heartbeats_on_the_leader_and_a_standb
         assert len(rates) == 3 and len(rates[2]) == len(times)  # processed, point by point
         lags = page.evaluate("StratusCharts.data('chart-watermark')")[1]
         assert any(lag is not None and lag > 0 for lag in lags)
+    assert violations == []  # every script a file of the nimbus: none inline
     shoot(page.locator("#series"), "pipeline-charts.png")
 
 
