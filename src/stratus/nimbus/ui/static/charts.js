@@ -11,6 +11,7 @@ const StratusCharts = (() => {
   const CHART_WIDTH = 420;
   const CHART_HEIGHT = 190;
   const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"];
+  const TERM_COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"]; // no red: gaps are
   const OUTCOME_COLORS = {
     FINISHED: "#2ca02c", FAILED: "#d62728", STOPPED: "#7f7f7f", FENCED: "#9467bd",
     MOVED: "#1f77b4", UPDATED: "#17becf",
@@ -41,6 +42,7 @@ const StratusCharts = (() => {
         series: [{}, ...series.map((s, i) => ({ stroke: COLORS[i], width: 1.5, spanGaps: false, ...s }))],
         axes: [{}, { size: 60 }],
         legend: { live: false },
+        tzDate: (secs) => uPlot.tzDate(new Date(secs * 1000), "Etc/UTC"), // the page's times are UTC
       };
       chart = { node, key, plot: new uPlot(opts, data, node) };
       charts.set(id, chart);
@@ -119,7 +121,7 @@ const StratusCharts = (() => {
     const track = make("div", "track");
     ordered.forEach((term, i) => {
       const bar = place(make("div", "term"), span(term.started_at, term.ended_at || end, start, width));
-      bar.style.background = COLORS[nimbuses.indexOf(term.nimbus) % COLORS.length];
+      bar.style.background = TERM_COLORS[nimbuses.indexOf(term.nimbus) % TERM_COLORS.length];
       bar.dataset.epoch = String(term.epoch);
       bar.title = `epoch ${term.epoch}: ${term.nimbus}` + (term.ended_by ? `, ended by its ${term.ended_by}` : "");
       track.append(bar);
@@ -136,7 +138,7 @@ const StratusCharts = (() => {
     const legend = make("p", "legend");
     nimbuses.forEach((nimbus, i) => {
       const key = make("span", "key", nimbus);
-      key.style.borderColor = COLORS[i % COLORS.length];
+      key.style.borderColor = TERM_COLORS[i % TERM_COLORS.length];
       legend.append(key);
     });
     const gaps = ordered.filter((t, i) => i > 0 && t.failover_secs !== null);
