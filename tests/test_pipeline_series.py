@@ -8,10 +8,13 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from stratus.api.errors import UnavailableError
 from stratus.api.records import (
+    Assignment,
     LeaderTerm,
     PipelineRecord,
     PipelineStatus,
+    PipelineWorkers,
     QueryProgress,
     WorkerHeartbeat,
     WorkerState,
@@ -20,6 +23,7 @@ from stratus.nimbus.batch_metrics import BatchMetrics
 from stratus.nimbus.leader_terms import last_sign_of_life
 from stratus.nimbus.pipeline_metrics import ObservedRound
 from stratus.nimbus.pipeline_series import PipelineSeriesStore, point_of
+from stratus.nimbus.series_sampler import SeriesSampler, current_workers
 from stratus.worker.query_progress import QueryTracker, batch_duration_secs, watermark_lag_secs
 
 
@@ -198,3 +202,31 @@ def test_a_leader_that_stepped_down_or_still_lives_was_alive_until_its_slot_was_
 
 def test_a_term_recorded_without_its_timeout_counts_from_the_slots_release() -> None:
     assert last_sign_of_life(100.0, term(ended_at=None, timeout=None), registered=False) == 100.0
+
+
+def test_a_standby_charts_the_worker_of_the_assignment_only() -> None:
+    assignment = Assignment(
+        pipeline="etl", supervisor="s1", epoch=1, generation=2, digest="d", size_bytes=1, assigned=1
+    )
+    current = beat("etl", at=2.0).model_copy(update={"generation": 2})
+    moved = beat("etl", at=3.0).model_copy(update={"supervisor": "s0", "generation": 2})
+    placed = {
+        "etl": PipelineWorkers(pipeline="etl", assignment=assignment, workers=[moved, current]),
+        "idle": PipelineWorkers(pipeline="idle", assignment=None, workers=[beat("idle")]),
+    }
+    assert current_workers(placed) == {"etl": current}
+    before = PipelineWorkers(pipeline="etl", assignment=assignment, workers=[beat("etl")])
+    assert current_workers({"etl": before}) == {}  # s1's run of generation 1, before a rebalance
+
+
+def test_a_standbys_failed_read_leaves_a_hole_and_the_sampler_goes_on() -> None:
+    store = PipelineSeriesStore(step_secs=0.5)
+    reads = iter([UnavailableError("the heartbeat store is out of reach"), RuntimeError("bug")])
+
+    def read() -> dict[str, PipelineWorkers]:
+        raise next(reads)
+
+    sampler = SeriesSampler(store, read, dict, leading=lambda: False)
+    sampler.sample()  # UnavailableError: logged, nothing charted
+    sampler._sample_safely()  # anything else: logged too, the thread would go on
+    assert store.tracked() == 0

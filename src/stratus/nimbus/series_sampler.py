@@ -58,10 +58,16 @@ class SeriesSampler:
             return
         self._series.observe(current_workers(placed), self._pipelines())
 
+    def _sample_safely(self) -> None:
+        try:
+            self.sample()
+        except Exception:  # the boundary: a chart's hole, never a dead thread
+            log.exception("event=series_not_sampled")
+
     def _run(self) -> None:
         while not self._stopped.wait(self._series.step_secs):
             if not self._leading():
-                self.sample()
+                self._sample_safely()
 
 
 def current_workers(placed: Mapping[str, PipelineWorkers]) -> dict[str, WorkerHeartbeat]:
