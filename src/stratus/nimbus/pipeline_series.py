@@ -6,8 +6,9 @@ Memory is bounded: a ring of ``points`` per pipeline (one point per ``step_secs`
 10 s, an hour), at most ``max_pipelines`` pipelines (the first seen are kept; a pipeline
 past the cap has no series), and a pipeline no longer in the cluster loses its series at
 the next observation. Nothing is persisted: a nimbus that starts charts from then on (a
-standby that becomes leader keeps the points it had). The leader observes at each scheduling round (the heartbeats it reads
-anyway); a standby reads the heartbeats itself every step (``series_sampler.py``)::
+standby that becomes leader keeps the points it had). The leader observes at each
+scheduling round (the heartbeats it reads anyway); a standby reads the heartbeats itself
+every step (``series_sampler.py``)::
 
     series = PipelineSeriesStore()
     series.observe(round.workers, round.pipelines)   # every round; one point per step
