@@ -243,6 +243,11 @@ def test_failovers_are_recorded_in_the_term_history_with_their_durations(
         assert latest.nimbus == third.address and latest.failover_secs is not None
         assert killed.nimbus == second.address and killed.ended_by == "successor"
         assert killed.ended_at is not None and killed.ended_at <= latest.started_at
+        # the leaderless gap starts at the killed leader's last sign of life: ZooKeeper
+        # heard from it one session timeout before it expired the session
+        assert killed.session_timeout_secs is not None
+        assert latest.failover_secs >= killed.session_timeout_secs
+        assert latest.started_at - killed.ended_at == pytest.approx(latest.failover_secs)
         assert failovers_observed(third.url) == 1.0
 
         document = cluster.http.get(f"{third.url}/api/v1/openapi.json").json()

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from stratus.api.overview import NimbusSelf, SupervisorList, WorkersOverview
 from stratus.api.records import AssignmentHistory, LeaderTerms, PipelineStatus
+from stratus.api.series import PipelineSeries
 from stratus.cli.exit_codes import ExitCode
 from stratus.cli.main import main
 from stratus.zk.server import ZooKeeperServer
@@ -48,9 +49,22 @@ def test_every_page_loads_its_assets_from_this_nimbus_only(cluster):
             assert served.status_code == 200 and served.content, (page, ref)
     page = httpx.get(f"{url}/").text
     assert f"name='stratus-refresh-secs' content='{REFRESH_SECS}'" in page  # the page polls so
-    for own in ("/ui/static/app.js", "/ui/static/ui.css"):
+    for own in ("/ui/static/app.js", "/ui/static/charts.js", "/ui/static/ui.css"):
         text = httpx.get(f"{url}{own}").text
         assert "http://" not in text and "https://" not in text, own
+
+
+def test_every_nimbus_answers_a_pipelines_series_and_an_unknown_name_is_404(cluster):
+    for nimbus in cluster.nimbuses.nimbuses:
+        answer = httpx.get(f"{nimbus.url}/api/v1/pipelines/etl/series")
+        assert answer.status_code == 200, answer.text
+        series = PipelineSeries.model_validate_json(answer.content)
+        assert series.pipeline == "etl" and series.step_secs > 0
+        assert series.points == []  # its only worker heartbeat is not a running one
+        missing = httpx.get(f"{nimbus.url}/api/v1/pipelines/absent/series")
+        assert missing.status_code == 404 and missing.json()["error"] == "unknown_pipeline"
+    document = httpx.get(f"{cluster.nimbuses.nimbuses[0].url}/api/v1/openapi.json").json()
+    assert "/api/v1/pipelines/{name}/series" in document["paths"]
 
 
 def test_every_nimbus_lists_the_supervisor_with_its_slots_and_heartbeat_age(cluster):

@@ -94,6 +94,8 @@ def test_the_wheel_holds_the_license_and_the_examples(installed: Path) -> None:
     assert f"{info}/licenses/LICENSE" in names
     for example in ("streaming", "batch", "sdp"):
         assert f"stratus/examples/{example}/stratus.yaml" in names
+    for asset in ("app.js", "charts.js", "ui.css", "uplot/uPlot.iife.min.js", "uplot/LICENSE"):
+        assert f"stratus/nimbus/ui/static/{asset}" in names  # the web UI's, with its license
     metadata = archive.read(f"{info}/METADATA").decode()
     assert "License-Expression: Apache-2.0" in metadata
     assert "Classifier: Programming Language :: Python :: 3.11" in metadata

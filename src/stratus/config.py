@@ -402,6 +402,22 @@ class StratusConfig(BaseModel):
         description="how often an open page of the web UI reads the cluster again (only while "
         "its tab is visible, one round at a time)",
     )
+    nimbus_ui_series_step_secs: float = Field(
+        default=10.0,
+        ge=0.5,
+        le=600,
+        alias="nimbus.ui.series.step.secs",
+        description="seconds between two points of a pipeline's charts (its series, kept in "
+        "every nimbus's memory)",
+    )
+    nimbus_ui_series_points: int = Field(
+        default=360,
+        ge=10,
+        le=10_000,
+        alias="nimbus.ui.series.points",
+        description="points kept per pipeline for its charts (360 of 10 s: the last hour); "
+        "at most 500 pipelines have a series",
+    )
     nimbus_code_max_connections: int = Field(
         default=256,
         gt=0,

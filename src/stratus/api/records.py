@@ -435,6 +435,10 @@ _FINAL_WORKER_STATES = frozenset(
 )
 
 
+def _unknown(value: object) -> bool:
+    return value is None
+
+
 class QueryProgress(BaseModel):
     """The last progress of one Structured Streaming query of a worker."""
 
@@ -447,6 +451,22 @@ class QueryProgress(BaseModel):
     input_rows_per_second: float = 0.0
     processed_rows_per_second: float = 0.0
     rows_total: int = Field(default=0, description="input rows of every batch since start")
+    # written only when known: a heartbeat stays as small, and as an older worker wrote it
+    batch_duration_secs: float | None = Field(
+        default=None,
+        exclude_if=_unknown,
+        description="how long the last batch took (Spark's triggerExecution); absent: unknown",
+    )
+    trigger_interval_secs: float | None = Field(
+        default=None,
+        exclude_if=_unknown,
+        description="the trigger interval the pipeline declares; absent: none",
+    )
+    watermark_lag_secs: float | None = Field(
+        default=None,
+        exclude_if=_unknown,
+        description="the last batch's start minus its event-time watermark; absent: no watermark",
+    )
 
 
 class WorkerCrash(BaseModel):
@@ -551,11 +571,14 @@ class LeaderInfo(BaseModel):
 class LeaderTerm(RewrittenRecord, _Record):
     """One term of a nimbus's leadership, as the winner recorded it (``leader-terms/``).
 
-    ``failover_secs`` is how long the winner took from seeing the previous leader's slot
-    free (its node vanished, or it stepped down) to leading: after its code check, when it
-    may act. It does not include the time before the slot was freed: the ZooKeeper session
-    timeout of a leader that died. Null for the first term on record, and for a term granted
-    by a failover controller (``nimbus.ha.mode: zkfc``), which measures no vacancy.
+    ``failover_secs`` is the leaderless gap before this term: from the previous leader's
+    last sign of life to this term's grant (after its code check, when it may act). A
+    previous leader that wrote its own end (it stepped down or stopped) was alive until it
+    freed its slot; one that did not (killed, frozen, cut off) was last heard of by
+    ZooKeeper one session timeout (``session_timeout_secs`` of its term) before its session
+    expired and freed the slot, so that timeout is counted in. Null for the first term on
+    record, and for a term granted by a failover controller (``nimbus.ha.mode: zkfc``),
+    which measures no vacancy.
     """
 
     epoch: int = Field(description="the term's fencing epoch")
@@ -565,12 +588,18 @@ class LeaderTerm(RewrittenRecord, _Record):
         default=None, description="wall-clock time the term ended; null while it lasts"
     )
     failover_secs: float | None = Field(
-        default=None, description="from seeing the previous leader gone to leading, seconds"
+        default=None,
+        description="the leaderless gap: from the previous leader's last sign of life to "
+        "this term's grant, seconds",
+    )
+    session_timeout_secs: float | None = Field(
+        default=None, description="the ZooKeeper session timeout the leader was granted"
     )
     ended_by: str | None = Field(
         default=None,
         description="who wrote the end: `leader` (it stepped down or stopped) or `successor` "
-        "(it died or lost its session; the end is when its successor saw it gone)",
+        "(it died or lost its session; the end is its last sign of life, as in "
+        "`failover_secs` of the next term)",
     )
 
 

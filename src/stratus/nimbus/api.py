@@ -43,6 +43,7 @@ from stratus.api.records import (
     PipelineWorkers,
     RebalanceRequest,
 )
+from stratus.api.series import PipelineSeries
 from stratus.nimbus.authorization import (
     RequireRole,
     audited_call,
@@ -95,6 +96,7 @@ def create_app(
     ready: Checks | None = None,
     leader_terms: Callable[[], LeaderTerms] | None = None,
     assignment_history: Callable[[str], list[AssignmentChange]] | None = None,
+    pipeline_series: Callable[[str], PipelineSeries] | None = None,
 ) -> FastAPI:
     """The ASGI application of one nimbus; ``policy`` says who may call it (authorization.py),
     ``ha`` serves the HA service protocol (ha_routes.py), ``log_relay`` reaches the
@@ -102,7 +104,8 @@ def create_app(
     ZooKeeper connection's state (the web UI shows it), ``ready`` are the checks of
     ``/readyz`` (the daemon's), ``leader_terms`` reads the history of terms
     (leader_terms.py), ``assignment_history`` a pipeline's assignment changes
-    (assignment_history.py)."""
+    (assignment_history.py), ``pipeline_series`` a pipeline's time series
+    (pipeline_series.py)."""
     app = FastAPI(
         title="stratus nimbus",
         version=__version__,
@@ -123,6 +126,8 @@ def create_app(
         add_term_routes(app, leader_terms)
     if assignment_history is not None:
         _add_history_route(app, service, assignment_history)
+    if pipeline_series is not None:
+        _add_series_route(app, service, pipeline_series)
     _add_page_routes(app, service, metrics)
     add_ui_routes(app, service, policy, zookeeper_state)
     add_probe_routes(app, "nimbus", ready or (lambda: {"started": False}))
@@ -190,6 +195,20 @@ def _add_history_route(
         leader in the same transaction as the assignment."""
         service.pipeline(name)  # unknown_pipeline (404), as its siblings answer
         return AssignmentHistory(pipeline=name, changes=read(name))
+
+
+def _add_series_route(
+    app: FastAPI, service: NimbusService, read: Callable[[str], PipelineSeries]
+) -> None:
+    @app.get(f"{PREFIX}/pipelines/{{name}}/series", tags=["any nimbus"])
+    def pipeline_series(name: PipelinePathName) -> PipelineSeries:
+        """The pipeline's figures over the last hour, oldest first, one point per step
+        (10 s): input and processed rows per second, the longest batch against the trigger
+        interval, the watermark's lag. From the answering nimbus's memory (the leader's
+        from its scheduling rounds, a standby's from its own read of the heartbeats): empty
+        after its start until it has read heartbeats, and points only while a worker runs."""
+        service.pipeline(name)  # unknown_pipeline (404), as its siblings answer
+        return read(name)
 
 
 def _add_log_route(app: FastAPI, service: NimbusService, relay: LogRelay) -> None:

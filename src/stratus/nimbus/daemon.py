@@ -44,6 +44,7 @@ from stratus.errors import StratusError
 from stratus.history import Actor, HistoryRecorder
 from stratus.nimbus.api import create_app
 from stratus.nimbus.assignments import AssignmentTable
+from stratus.nimbus.batch_metrics import BatchMetrics
 from stratus.nimbus.cluster_view import NIMBUS_GROUP, ClusterView
 from stratus.nimbus.cordons import CordonTable, DrainMemory
 from stratus.nimbus.duties.checkpoint_retention import ExpireKeptCheckpoints
@@ -64,11 +65,13 @@ from stratus.nimbus.leadership_controller import LeadershipController
 from stratus.nimbus.listening import NimbusStartError, listen_socket, package_port_error
 from stratus.nimbus.log_relay import LogRelay
 from stratus.nimbus.metrics import NimbusMetrics
-from stratus.nimbus.pipeline_metrics import PipelineMetrics
+from stratus.nimbus.pipeline_metrics import ObservedRound, PipelineMetrics
 from stratus.nimbus.pipeline_ops import PipelineOps
+from stratus.nimbus.pipeline_series import PipelineSeriesStore
 from stratus.nimbus.placement import Placement
 from stratus.nimbus.purge_plan import PurgeBy
 from stratus.nimbus.readiness import CodeReadiness
+from stratus.nimbus.series_sampler import SeriesSampler
 from stratus.nimbus.service import NimbusService
 from stratus.nimbus.settings import HAMode, NimbusSettings
 from stratus.nimbus.submission import Submitter
@@ -244,7 +247,13 @@ class Nimbus:
         self, client: KazooClient, ops: PipelineOps, submitter: Submitter
     ) -> None:
         """The leader's duties, the leadership controller, and the API's service."""
-        self.terms = LeaderTermLog(client, self.paths, clock=self.session.clock, wall=self._wall)
+        self.terms = LeaderTermLog(
+            client,
+            self.paths,
+            clock=self.session.clock,
+            wall=self._wall,
+            session_timeout=lambda: self.session.granted_session_timeout,
+        )
         store = create_state_store(state_store_settings(self.conf), client, self.paths)
         self._opened.append(store.close)
         board = HeartbeatBoard(store)
@@ -275,6 +284,19 @@ class Nimbus:
             clock=self._clock,
         )
         self.metrics.registry.register(self.pipeline_metrics)
+        self.series = PipelineSeriesStore(
+            step_secs=self.settings.service.series_step_secs,
+            points=self.settings.service.series_points,
+            clock=self._clock,
+        )
+        self.batch_metrics = BatchMetrics(leading_epoch=self._leading_epoch)
+        self.metrics.registry.register(self.batch_metrics)
+        self.sampler = SeriesSampler(
+            self.series,
+            Placement(assignments, board).everywhere,
+            self.view.pipelines,
+            leading=lambda: self._leading_epoch() is not None,
+        )
         duties = self._build_duties(ops, board, assignments, cordons, drains)
         lock = GrantedLock() if self.settings.ha.mode is HAMode.ZKFC else None
         self.controller = self._build_controller(readiness, duties, lock)
@@ -323,6 +345,8 @@ class Nimbus:
         self._registered.set()
         self._opened.append(self._stop_leading)
         self.controller.start()
+        self._opened.append(self.sampler.stop)
+        self.sampler.start()
         if self.insecure:
             reminder = InsecureReminder(
                 self.conf.nimbus_bind(), every_secs=self.conf.nimbus_auth_insecure_warn_secs
@@ -350,7 +374,7 @@ class Nimbus:
             clock=self._clock,
             wall=self._wall,
             on_unknown=lambda reason: self.metrics.heartbeats_unknown.labels(reason).inc(),
-            on_observed=self.pipeline_metrics.observe,
+            on_observed=self._observed,
             connections=lambda: self.session.connections,
             fencing=self._supervisor_fencing(),
             cordons=cordons,
@@ -443,6 +467,12 @@ class Nimbus:
                 record.failover_secs,
             )
 
+    def _observed(self, observed: ObservedRound) -> None:
+        """What a scheduling round saw: into the metrics and the pipelines' series."""
+        self.pipeline_metrics.observe(observed)
+        self.batch_metrics.observe(observed)
+        self.series.observe(observed.workers, observed.pipelines)
+
     def _leading_epoch(self) -> int | None:
         term = self.controller.accepted_term()
         return term.epoch if term is not None else None
@@ -533,6 +563,7 @@ class Nimbus:
             ready=self._readiness,
             leader_terms=self.terms.read,
             assignment_history=self.assignment_history,
+            pipeline_series=self.series.of,
         )
         self._http = ThreadedServer(
             bounded_app(app, self.settings.http),

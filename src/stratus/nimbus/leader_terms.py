@@ -13,12 +13,24 @@ history for ``GET /api/v1/leader/terms``::
     log.ended(term)                                # on giving it up
     log.read()                                     # LeaderTerms, newest first
 
-The failover time is measured on the winner's own monotonic clock: from when it saw the slot
-free (``Leadership.found_free_at``, taken just before its claim) to when it accepted the
-term (after its code check), so no two machines' clocks are compared. It leaves out the time
-before the slot was freed, which for a leader that died is up to its ZooKeeper session
-timeout; nothing in ZooKeeper records when a dead process last spoke, so that time is not
-measured (``zookeeper.session.timeout.secs`` bounds it).
+The failover time is the leaderless gap: from the previous leader's last sign of life to
+the winner's acceptance of its term (after its code check, when it may act). The last sign
+of life depends on how the previous term ended (``last_sign_of_life``):
+
+- it wrote its own end (stepped down, stopped), or its nimbus is still registered (it
+  resigned with its session alive): it was alive until it freed its slot, which the winner
+  saw free at ``Leadership.found_free_at``;
+- neither (killed, frozen, cut off from ZooKeeper): its slot was freed by the expiry of its
+  ZooKeeper session, which the server declares one session timeout after it last heard from
+  it; that timeout (``session_timeout_secs``, recorded in every term) goes before the slot
+  was seen free. ZooKeeper expires sessions on its tick, so the gap may be up to one
+  ``tickTime`` long, and a process killed between two pings was silent up to a third of the
+  timeout before it died.
+
+Every instant is on the winner's own monotonic clock, except the recorded timeout, a
+duration: no two machines' clocks are compared. The previous term's end (``ended_at``,
+written by the winner) is that same last sign of life, so a timeline of the terms shows the
+gap between them.
 
 A call made while ZooKeeper is out of reach waits in kazoo's queue until it comes back, so
 the end of a term and a read of the history wait at most ``timeout_secs``: a nimbus that
@@ -30,6 +42,7 @@ from __future__ import annotations
 import logging
 import posixpath
 import time
+from collections.abc import Callable
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, KazooException, NoNodeError
@@ -62,7 +75,11 @@ class LeaderTermLog:
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
         timeout_secs: float = CALL_TIMEOUT_SECS,
+        session_timeout: Callable[[], float | None] = lambda: None,
     ) -> None:
+        """``session_timeout``: this nimbus's granted ZooKeeper session timeout, recorded in
+        its terms (a successor counts it in the gap after this nimbus dies)."""
+        self._session_timeout = session_timeout
         self._client = client
         self._timeout_secs = timeout_secs
         self._paths = paths
@@ -155,22 +172,32 @@ class LeaderTermLog:
         earlier = [name for name in names if int(name) < term.epoch]
         previous = self._previous(earlier[-1]) if earlier else None
         seen_free = term.found_free_at
-        failover = None if seen_free is None or previous is None else max(0.0, now - seen_free)
+        gone = None
+        if seen_free is not None and previous is not None:
+            gone = last_sign_of_life(seen_free, previous[2], self._alive(previous[2]))
         record = LeaderTerm(
-            epoch=term.epoch, nimbus=nimbus, started_at=now_wall, failover_secs=failover
+            epoch=term.epoch,
+            nimbus=nimbus,
+            started_at=now_wall,
+            failover_secs=None if gone is None else max(0.0, now - gone),
+            session_timeout_secs=self._session_timeout(),
         )
         tx = term.transaction()
         tx.create(mine, record.encode())
         if previous is not None:
             path, version, old = previous
             if old.ended_at is None:  # it died (or has not written its end yet): close it
-                gone_at = now_wall - (now - seen_free) if seen_free is not None else now_wall
-                closed = old.model_copy(update={"ended_at": gone_at, "ended_by": "successor"})
+                ended_at = now_wall - (now - gone) if gone is not None else now_wall
+                closed = old.model_copy(update={"ended_at": ended_at, "ended_by": "successor"})
                 tx.set_data(path, closed.encode(), version=version)
         for name in earlier[: max(0, len(names) + 1 - self._keep)]:
             tx.delete(posixpath.join(parent, name))
         tx.commit()
         return record
+
+    def _alive(self, previous: LeaderTerm) -> bool:
+        """Whether the previous leader's nimbus is still registered (its session lives)."""
+        return self._client.exists(self._paths.nimbus(previous.nimbus)) is not None
 
     def _previous(self, name: str) -> tuple[str, int, LeaderTerm] | None:
         path = posixpath.join(self._paths.leader_terms, name)
@@ -179,3 +206,13 @@ class LeaderTermLog:
         except NoNodeError:
             return None
         return path, stat.version, LeaderTerm.model_validate_json(raw)
+
+
+def last_sign_of_life(seen_free: float, previous: LeaderTerm, registered: bool) -> float:
+    """When (the winner's monotonic clock) the previous leader was last known alive, given
+    when the winner saw its slot free and whether its nimbus is still ``registered``: see
+    the module docstring. A term recorded before terms carried their session timeout counts
+    none (the gap is then the time from the slot's release, as it was measured before)."""
+    if previous.ended_at is not None or registered:
+        return seen_free
+    return seen_free - (previous.session_timeout_secs or 0.0)

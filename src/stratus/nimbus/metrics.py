@@ -28,7 +28,7 @@ from stratus.web.metrics import (
 __all__ = ["CONTENT_TYPE_LATEST", "NimbusMetrics"]
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
-FAILOVER_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+FAILOVER_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 20, 30, 60)
 
 
 class NimbusMetrics:
@@ -102,8 +102,8 @@ class NimbusMetrics:
         )
         self.failover = Histogram(
             "stratus_nimbus_failover_seconds",
-            "failovers to this nimbus: from seeing the previous leader's slot free to leading "
-            "(the failover_secs of GET /api/v1/leader/terms)",
+            "failovers to this nimbus: the leaderless gap from the previous leader's last sign "
+            "of life to leading (the failover_secs of GET /api/v1/leader/terms)",
             buckets=FAILOVER_BUCKETS,
             registry=self.registry,
         )

@@ -90,6 +90,8 @@ class ServiceSettings:
     limits: RequestLimits  # how large a body may be, checked before it is read
     locations: LocationPolicy  # what a rebalance's conf may point at
     ui_refresh_secs: float = 2.0  # nimbus.ui.refresh.secs: the web UI's polling interval
+    series_step_secs: float = 10.0  # nimbus.ui.series.step.secs: between two chart points
+    series_points: int = 360  # nimbus.ui.series.points: points kept per pipeline
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,8 @@ class NimbusSettings:
                 ),
                 locations=locations,
                 ui_refresh_secs=conf.nimbus_ui_refresh_secs,
+                series_step_secs=conf.nimbus_ui_series_step_secs,
+                series_points=conf.nimbus_ui_series_points,
             ),
             http=http_bounds(conf),
             code_server=ConnectionBounds(

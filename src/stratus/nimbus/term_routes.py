@@ -19,8 +19,9 @@ def add_term_routes(app: FastAPI, read_terms: Callable[[], LeaderTerms]) -> None
     @app.get(TERMS_PATH, tags=["any nimbus"])
     def leader_terms() -> LeaderTerms:
         """The newest terms of leadership, newest first: each one's epoch, nimbus, start
-        and end (null while it lasts), and ``failover_secs``, the time from its nimbus
-        seeing the previous leader gone to leading (null for the first term on record and
-        under a failover controller). It leaves out the time before the previous leader's
-        slot was freed (for a leader that died: up to its ZooKeeper session timeout)."""
+        and end (null while it lasts), and ``failover_secs``, the leaderless gap before
+        it: from the previous leader's last sign of life to this term's grant (for a
+        leader that died, its ZooKeeper session timeout is counted in); null for the first
+        term on record and under a failover controller. A term closed by its successor
+        ends at that last sign of life."""
         return read_terms()

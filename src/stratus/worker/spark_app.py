@@ -196,7 +196,7 @@ def _run_in_session(
     reporter: HeartbeatReporter,
     on_batch: Callable[[QueryProgress], None],
 ) -> Outcome:
-    tracker = QueryTracker(on_batch=on_batch)
+    tracker = QueryTracker(on_batch=on_batch, trigger_interval_secs=spec.trigger_interval_secs)
     spark.streams.addListener(tracker_listener(tracker))
     reporter.report_queries(tracker.snapshot)
     stop.on_request(lambda: _interrupt(spark))

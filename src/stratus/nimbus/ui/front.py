@@ -43,8 +43,11 @@ from stratus.web.responses import error_response
 
 UI_HEAD = (
     "<meta name='stratus-refresh-secs' content='{refresh}'>"
+    f"<link rel='stylesheet' href='{OWN_PATH}/uplot/uPlot.min.css'>"
     f"<link rel='stylesheet' href='{OWN_PATH}/ui.css'>"
     f"<link rel='icon' href='{OWN_PATH}/favicon.svg'>"
+    f"<script src='{OWN_PATH}/uplot/uPlot.iife.min.js' defer></script>"
+    f"<script src='{OWN_PATH}/charts.js' defer></script>"
     f"<script src='{OWN_PATH}/app.js' defer></script>"
 )
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})  # they change nothing

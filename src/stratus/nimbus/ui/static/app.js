@@ -1,5 +1,6 @@
 // The stratus web UI: one page of plain JavaScript over the nimbus's JSON API (docs/ui.md).
-// No build step and no library: every asset comes from the nimbus that serves the page.
+// No build step; the one library, uPlot, is vendored (charts.js draws with it): every asset
+// comes from the nimbus that serves the page.
 // Views: "#/" the cluster, "#/pipelines/NAME" one pipeline. The page polls the API every
 // POLL_MS (nimbus.ui.refresh.secs) while it is visible, one round at a time. A bearer token
 // pasted by the user is kept in sessionStorage (this tab only) and sent as Authorization; a
@@ -25,6 +26,8 @@ const state = {
   pipeline: null, // /api/v1/pipelines/NAME on a pipeline's page
   placement: null, // /api/v1/pipelines/NAME/workers
   history: null, // /api/v1/pipelines/NAME/history
+  series: null, // /api/v1/pipelines/NAME/series
+  runs: null, // /api/v1/pipelines/NAME/runs, or "none" where this nimbus has no such route
   error: null, // the last refresh's error, shown in the banner
   notice: null, // the last action's outcome
   polling: false,
@@ -40,7 +43,7 @@ function el(tag, attrs, ...children) {
     if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
     else node.setAttribute(key, value === true ? "" : String(value));
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
@@ -177,14 +180,21 @@ async function refresh() {
         call(`/api/v1/pipelines/${name}`).catch(gone),
         call(`/api/v1/pipelines/${name}/workers`).catch(gone),
         call(`/api/v1/pipelines/${name}/history`).catch(gone),
+        call(`/api/v1/pipelines/${name}/series`).catch(gone),
+        call(`/api/v1/pipelines/${name}/runs`).catch((error) => {
+          if (error instanceof ApiError && error.status === 404) return "none"; // no route, or gone
+          throw error;
+        }),
       );
     }
-    const [self, cluster, supervisors, workers, terms, pipeline, placement, history] =
+    const [self, cluster, supervisors, workers, terms, pipeline, placement, history, series, runs] =
       await Promise.all(reads);
     Object.assign(state, { self, cluster, supervisors, workers, terms, error: null });
     state.pipeline = pipeline || null;
     state.placement = placement || null;
     state.history = history || null;
+    state.series = series && series !== "gone" ? series : null;
+    state.runs = runs || null;
   } catch (error) {
     if (error instanceof ApiError && (error.status === 401 || error.status === 403)) {
       state.role = null;
@@ -365,6 +375,8 @@ function clusterView() {
     table(["nimbus", "role", "epoch", "uptime", "ZooKeeper", "version"], nimbusRows, { id: "nimbuses" }),
     el("h2", {}, "Supervisors"),
     table(["id", "host", "slots used", "heartbeat age", "runs", "scheduling", ""], supervisorRows, { id: "supervisors" }),
+    el("h3", {}, "Slots"),
+    StratusCharts.slotBars(state.supervisors ? state.supervisors.supervisors : []),
     el("h2", {}, "Pipelines"),
     table(
       ["name", "status", "placement", "worker", "restarts", "batch", "rows/s", "last error", "Spark", "submitted"],
@@ -381,6 +393,7 @@ function clusterView() {
 function termsView() {
   if (state.terms === null) return el("p", {}, "loading…");
   if (state.terms === "unavailable") return el("p", { id: "terms", class: "none" }, "not available on this nimbus");
+  const timeline = StratusCharts.termsTimeline(state.terms.terms, Date.now() / 1000);
   const rows = state.terms.terms.map((t) =>
     el(
       "tr",
@@ -392,7 +405,7 @@ function termsView() {
       el("td", {}, t.failover_secs === null ? "" : `${t.failover_secs.toFixed(3)} s`),
     ),
   );
-  return table(["epoch", "nimbus", "started", "ended", "failover"], rows, { id: "terms" });
+  return [timeline, table(["epoch", "nimbus", "started", "ended", "leaderless gap"], rows, { id: "terms" })];
 }
 
 function submitForm() {
@@ -480,6 +493,9 @@ function pipelineView(name) {
     el("h2", {}, `Pipeline ${name}`),
     table(null, facts.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", { "data-fact": k }, v))), { id: "record" }),
     may("submit") ? actions(record) : null,
+    el("h3", {}, "Last hour"),
+    StratusCharts.pipelineCharts(name, state.series && state.series.pipeline === name ? state.series : null),
+    runsView(name),
     el("h3", {}, "Assignment"),
     a
       ? table(
@@ -499,6 +515,13 @@ function pipelineView(name) {
     el("h3", {}, "Conf (secrets redacted)"),
     table(["key", "value"], confRows, { id: "conf" }),
   ];
+}
+
+// The run history's timeline; nothing where this nimbus has no runs route (404).
+function runsView(name) {
+  const runs = state.runs;
+  if (!runs || runs === "none" || runs.pipeline !== name) return null;
+  return [el("h3", {}, "Runs"), StratusCharts.runsTimeline(runs.runs, Date.now() / 1000)];
 }
 
 const logs = { name: null, text: "", error: null };
@@ -687,6 +710,8 @@ function start() {
   window.addEventListener("hashchange", () => {
     state.notice = null;
     state.pipeline = null;
+    state.series = null;
+    state.runs = null;
     render();
     refresh();
   });
