@@ -675,8 +675,8 @@ def history_table(history: AssignmentHistory) -> Table:
 def terms_table(found: LeaderTerms) -> Table:
     """One row per term of leadership, newest first; ``-`` for what is not known (yet)."""
     table = Table(title="leader terms")
-    for column in ("epoch", "nimbus", "started", "ended", "ended by", "failover s"):
-        table.add_column(column, justify="right" if column == "failover s" else "left")
+    for column in ("epoch", "nimbus", "started", "ended", "ended by", "leaderless s"):
+        table.add_column(column, justify="right" if column == "leaderless s" else "left")
     for term in found.terms:
         table.add_row(
             str(term.epoch),
