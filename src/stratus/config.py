@@ -22,6 +22,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from stratus.cluster_names import cluster_dir_name, cluster_root
 from stratus.errors import ConfigError
 
 CONFIG_ENV_VAR = "STRATUS_CONF"
@@ -38,6 +39,8 @@ _LIST_KEYS = frozenset(  # `a,b` splits at commas, in a file as with `-c key=a,b
     }
 )
 
+CLUSTER_DIR_PREFIX = "stratus-cluster-"  # <tmp>/stratus-cluster-<cluster>: the defaults
+LEGACY_CHECKPOINT_DIR = "stratus-checkpoints"  # <tmp>/<this>: the default up to 0.2.0
 UNSPECIFIED_HOSTS = frozenset({"0.0.0.0", "::", "[::]", ""})  # bind-only, never advertised
 SUPERVISOR_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"  # a znode name and a directory name
 
@@ -311,8 +314,9 @@ class StratusConfig(BaseModel):
     nimbus_local_dir: str | None = Field(
         default=None,
         alias="nimbus.local.dir",
-        description="where a nimbus keeps pipeline packages (default: a directory per port "
-        "under the system's temporary directory; set it in production)",
+        description="where a nimbus keeps pipeline packages (default: nimbus-<host>-<port> "
+        "in the cluster's directory under the system's temporary directory, "
+        "stratus-cluster-<cluster>; set it in production)",
     )
     nimbus_max_upload_bytes: int = Field(
         default=256 * 1024 * 1024,
@@ -553,7 +557,8 @@ class StratusConfig(BaseModel):
         alias="pipeline.checkpoint.root",
         description="where each pipeline's checkpoints live, under <root>/<pipeline>: a "
         "directory or any Hadoop-compatible URL that every supervisor reaches (default: "
-        "stratus-checkpoints under the system's temporary directory, for one machine only); "
+        "checkpoints in the cluster's directory under the system's temporary directory, "
+        "stratus-cluster-<cluster>, for one machine only); "
         "the operator's alone: a pipeline's conf may only add pipeline.checkpoint.subpath "
         "below its own directory",
     )
@@ -816,8 +821,9 @@ class StratusConfig(BaseModel):
     supervisor_local_dir: str | None = Field(
         default=None,
         alias="supervisor.local.dir",
-        description="where a supervisor keeps code, worker directories and logs (default: a "
-        "directory per supervisor id under the system's temporary directory)",
+        description="where a supervisor keeps code, worker directories and logs (default: "
+        "supervisor-<id> in the cluster's directory under the system's temporary directory, "
+        "stratus-cluster-<cluster>)",
     )
     supervisor_fence_timeout_secs: float = Field(
         default=6.0,
@@ -1346,10 +1352,29 @@ class StratusConfig(BaseModel):
         return half
 
     def checkpoint_root(self) -> str:
-        """``pipeline.checkpoint.root``, or its default directory."""
+        """``pipeline.checkpoint.root``, or its default directory: ``checkpoints`` in the
+        cluster's directory."""
         if self.pipeline_checkpoint_root:
             return self.pipeline_checkpoint_root
-        return str(Path(tempfile.gettempdir()) / "stratus-checkpoints")
+        return str(self.cluster_dir() / "checkpoints")
+
+    def legacy_checkpoint_root(self) -> str | None:
+        """The default root up to 0.2.0, shared by every cluster of the machine
+        (``<tmp>/stratus-checkpoints``), when the root is the default; None when configured."""
+        if self.pipeline_checkpoint_root:
+            return None
+        return str(Path(tempfile.gettempdir()) / LEGACY_CHECKPOINT_DIR)
+
+    def cluster_root(self) -> str:
+        """The cluster's ZooKeeper root: the chroot of ``zookeeper.servers`` joined with
+        ``zookeeper.root``; what names the cluster (``stratus.cluster_names``)."""
+        return cluster_root(self.zookeeper_hosts(), self.zookeeper_root)
+
+    def cluster_dir(self) -> Path:
+        """The cluster's own directory under the system's temporary one, where the default
+        directories live: ``<tmp>/stratus-cluster-<cluster>``."""
+        name = cluster_dir_name(self.cluster_root())
+        return Path(tempfile.gettempdir()) / f"{CLUSTER_DIR_PREFIX}{name}"
 
     def elect_stop_grace(self) -> float:
         """``elect.stop.grace.secs``, or its default for this session timeout."""

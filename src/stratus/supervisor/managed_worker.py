@@ -16,6 +16,8 @@ Phases::
     RUNNING --crash / hang kill--> BACKOFF --backoff over--> PREPARING ...
                                  \\-> FAILED (max restarts in a row: until the assignment changes)
     PREPARING --its requirements cannot be installed--> FAILED (at once, no restart)
+    RUNNING --exit REFUSED (its checkpoint location is another's)--> FAILED (at once, no
+            restart): until the assignment changes
     RUNNING --exit FENCED (a newer worker claimed the checkpoint)--> FENCED: not started
             again (no crash, no backoff) until its assignment has a newer fencing token
             than the one it ran with; then PREPARING at once
@@ -57,7 +59,7 @@ from stratus.supervisor.requirements_env import EnvFailed
 from stratus.supervisor.restart_policy import GiveUp, RestartPolicy
 from stratus.supervisor.settings import WorkerTimeouts
 from stratus.supervisor.worker_process import WorkerPaths, log_tail
-from stratus.worker.outcome import FENCED_EXIT
+from stratus.worker.outcome import FENCED_EXIT, REFUSED_EXIT
 
 log = logging.getLogger(__name__)
 
@@ -365,6 +367,11 @@ class ManagedWorker:
             return
         if code == FENCED_EXIT and beat is not None and beat.state is WorkerState.FENCED:
             self._fenced(beat.error)
+            return
+        if code == REFUSED_EXIT and beat is not None and beat.state is WorkerState.FAILED:
+            # Starting it again would fail the same way: no backoff, no restart loop.
+            self.error = redact_text(beat.error or "-", self.assignment.conf)
+            self._enter(Phase.FAILED, crashes_in_row=0, exit_code=code, error=self.error)
             return
         self._crashed(now, f"the worker {_describe_exit(code)}: {self._last_error()}", code)
 
