@@ -53,6 +53,7 @@ from stratus.api.records import (
 from stratus.api.redaction import redact_heartbeat, redact_text
 from stratus.codedist.distributor import CodeMeta
 from stratus.errors import StratusError
+from stratus.logs import with_fields
 from stratus.supervisor.code_cache import CodeFailed, CodePending, CodeState, PipelineCode
 from stratus.supervisor.reconcile import Held
 from stratus.supervisor.requirements_env import EnvFailed
@@ -406,7 +407,7 @@ class ManagedWorker:
         self._enter(
             Phase.BACKOFF,
             crashes_in_row=decision.crashes_in_row,
-            restart_in_secs=f"{decision.delay_secs:g}",
+            restart_in_secs=decision.delay_secs,
             error=error,
         )
 
@@ -441,20 +442,21 @@ class ManagedWorker:
             self._enter(Phase.STOPPED, reason=reason, exit_code=code)
 
     def _enter(self, phase: Phase, **details: object) -> None:
+        """The transition to ``phase``, logged with the details of this one as fields of
+        the line (``with_fields``): an error, a pid, a delay stay values of their own."""
         self.phase = phase
-        extra = " ".join(f"{key}={_log_value(value)}" for key, value in details.items())
         warn = (Phase.BACKOFF, Phase.FAILED, Phase.FENCED)
         level = logging.WARNING if phase in warn else logging.INFO
         log.log(
             level,
-            "event=worker_%s pipeline=%s epoch=%d generation=%d supervisor=%s restarts=%d %s",
+            "event=worker_%s pipeline=%s epoch=%d generation=%d supervisor=%s restarts=%d",
             phase.value,
             self.pipeline,
             self.assignment.epoch,
             self.assignment.generation,
             self.supervisor,
             self.restarts,
-            extra,
+            extra=with_fields(**details),
         )
 
     # ------------------------------------------------------------------ its files
@@ -490,12 +492,6 @@ class ManagedWorker:
             "restarts": self.restarts,
             "last_crash": self.last_crash,
         }
-
-
-def _log_value(value: object) -> str:
-    """A value on one key=value line: quoted if it holds spaces or newlines."""
-    text = str(value)
-    return repr(text) if any(char.isspace() for char in text) else text
 
 
 def _signal_name(number: int) -> str:
