@@ -114,13 +114,21 @@ def test_json_lines_carry_the_same_fields_and_the_traceback():
     assert body["exception"].endswith("ValueError: boom")
 
 
+class Collect(logging.Handler):
+    def __init__(self, records: list[logging.LogRecord]) -> None:
+        super().__init__()
+        self.records = records
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 def test_fields_passed_with_the_call_are_fields_of_the_line_in_both_formats():
     """A state machine's transition logs details that vary with the transition: they are
     fields with their types, never words of a message."""
     logger = logging.getLogger("stratus.test.fields")
     records: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = records.append  # type: ignore[method-assign]
+    handler = Collect(records)
     logger.addHandler(handler)
     try:
         logger.warning(
