@@ -1,11 +1,12 @@
-"""One cluster's files are its own: two real clusters (two ZooKeeper roots of the real
-ZooKeeper) on one machine.
+"""One cluster's files are its own, and what a standby nimbus waits for: two real clusters
+(two ZooKeeper roots of the real ZooKeeper) on one machine.
 
 On default directories, their supervisors keep their directories, and their pipelines
 their checkpoints, in directories of their own cluster. With one checkpoint root configured
 for both, a pipeline of the second cluster that finds the first's checkpoints of a pipeline
 of the same name is refused before anything runs: its worker ends FAILED with an error that
-names the location and the fix, and is not restarted.
+names the location and the fix, and is not restarted. A standby nimbus says whose
+ZooKeeper session it waits for while a killed leader's has not expired.
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ import pytest
 
 from stratus.api.records import ClusterIdentity, WorkerHeartbeat, WorkerState
 from stratus.cli.supervisor_command import READY_LINE
+from stratus.client import NimbusClient
 from stratus.cluster_names import cluster_dir_name
 from stratus.local.processes import DaemonProcess
 from stratus.supervisor.adoption import OWNER_FILE
 from stratus.worker.checkpoint_origin import ORIGIN_FILE
 from stratus.worker.checkpoint_owner import OWNERS_DIR
+from tests.nimbus_cluster import SESSION_SECS, nimbus_cluster
+from tests.package_factory import valid_package
 from tests.pipeline_cluster import PipelineCluster, pipeline_cluster
 from tests.spark_packages import bad_entrypoint_package
 from tests.zkfixtures import chroot_for, wait_until
@@ -132,3 +136,29 @@ def _wait_failed(cluster: PipelineCluster, name: str) -> WorkerHeartbeat:
 
     wait_until(failed, 60, f"{name}'s worker to be reported FAILED")
     return found[0]
+
+
+def test_a_standby_nimbus_says_whose_session_it_waits_for_and_takes_over_after_a_kill_9(
+    zk_hosts: str, tmp_path: Path, request
+) -> None:
+    """Two real nimbuses; the leader is killed with SIGKILL, so its session lives on until
+    ZooKeeper expires it. The standby's log said whom it waits for and for how long at
+    most; then it leads. A submit replicated to it was never a warning of missing code."""
+    replicated = ["-c", "pipeline.min.replication.count=2"]
+    with nimbus_cluster(zk_hosts, tmp_path, request.node.name, size=2, extra=replicated) as cluster:
+        with NimbusClient(cluster.seeds, retry_deadline=30) as client:
+            client.wait_replicated(client.submit("etl", valid_package("etl")).name)
+        old = cluster.wait_for_agreed_leader()
+        standby = next(n for n in cluster.nimbuses if n.address != old)
+        waiting = f"event=standby_waiting group=nimbus member={standby.address} leader={old} "
+        wait_until(lambda: waiting in standby.log_tail(400), 20, "the standby's line")
+        line = next(line for line in standby.log_tail(400).splitlines() if waiting in line)
+        assert f"up_to_secs={SESSION_SECS:g}" in line
+        assert "its ZooKeeper session to expire" in line
+
+        cluster.by_address(old).kill()
+
+        assert cluster.wait_for_agreed_leader(not_=old, skip=[cluster.by_address(old)]) == (
+            standby.address
+        )
+        assert "event=code_fetch_failed" not in standby.log_tail(400)
