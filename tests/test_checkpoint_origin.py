@@ -39,7 +39,7 @@ def test_a_cluster_is_named_by_its_zookeeper_root_and_two_roots_never_share_a_na
     names = {cluster_dir_name(root) for root in roots}
     assert len(names) == len(roots)
     assert cluster_dir_name("/a b").startswith("a-b_")
-    assert all(":" not in name and "%" not in name and "/" not in name for name in names)
+    assert all(not set(name) & set(":%/.") for name in names)
 
 
 def test_the_default_directories_are_under_the_clusters_own_directory(
@@ -48,7 +48,7 @@ def test_the_default_directories_are_under_the_clusters_own_directory(
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     conf = config_from_mapping({"zookeeper.servers": "zk:2181/x", "zookeeper.root": "/prod"})
     assert conf.cluster_root() == "/x/prod"
-    assert conf.checkpoint_root() == str(tmp_path / "stratus-cluster-x_prod" / "checkpoints")
+    assert conf.checkpoint_root() == str(tmp_path / "stratus-checkpoints.x_prod")
     assert conf.legacy_checkpoint_root() == str(tmp_path / "stratus-checkpoints")
     configured = config_from_mapping({"pipeline.checkpoint.root": "/srv/ck"})
     assert (configured.checkpoint_root(), configured.legacy_checkpoint_root()) == ("/srv/ck", None)
@@ -59,7 +59,7 @@ def test_a_nimbus_on_defaults_keeps_the_old_directory_unless_another_cluster_mar
 ) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     conf = config_from_mapping({"zookeeper.root": "/prod", "nimbus.host": "n1"})
-    fresh = tmp_path / "stratus-cluster-prod" / "nimbus-n1-6627"
+    fresh = tmp_path / "stratus-nimbus-n1-6627.prod"
     assert default_local_dir(conf, 6627) == fresh
     legacy = tmp_path / "stratus-nimbus-n1-6627"
     (legacy / "packages").mkdir(parents=True)
@@ -67,7 +67,7 @@ def test_a_nimbus_on_defaults_keeps_the_old_directory_unless_another_cluster_mar
     mark_cluster(legacy, conf)
     assert default_local_dir(conf, 6627) == legacy
     other = config_from_mapping({"zookeeper.root": "/other", "nimbus.host": "n1"})
-    assert default_local_dir(other, 6627) == tmp_path / "stratus-cluster-other/nimbus-n1-6627"
+    assert default_local_dir(other, 6627) == tmp_path / "stratus-nimbus-n1-6627.other"
 
 
 def test_the_origin_check_refuses_another_pipeline_or_another_cluster() -> None:

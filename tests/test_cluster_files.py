@@ -84,8 +84,8 @@ def test_two_clusters_on_one_machine_on_default_directories_share_none(
         found[name] = supervisor.ready_local_dir()
 
     root_a = ClusterIdentity.of(zk_hosts, f"{base}/a").root
-    assert found["a"] == tmp / f"stratus-cluster-{cluster_dir_name(root_a)}" / "supervisor-s1"
-    assert found["a"].parent != found["b"].parent
+    assert found["a"] == tmp / f"stratus-supervisor-s1.{cluster_dir_name(root_a)}"
+    assert found["a"] != found["b"]
     for name, directory in found.items():
         owner = json.loads((directory / OWNER_FILE).read_text())
         assert owner["cluster"]["root"].endswith(f"{base}/{name}")

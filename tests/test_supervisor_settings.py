@@ -87,7 +87,7 @@ def test_the_id_host_and_local_dir_default_to_the_host_name(
     settings = SupervisorSettings.from_config(config_from_mapping({}))
     assert (settings.id, settings.host) == ("node-9", "node-9")
     assert (settings.http.bind_host, settings.http.advertised_host) == ("node-9", "node-9")
-    assert settings.local_dir == tmp_path / "stratus-cluster-stratus" / "supervisor-node-9"
+    assert settings.local_dir == tmp_path / "stratus-supervisor-node-9.stratus"
     assert settings.deps.pack is False  # local[*] alone: no archive is ever packed
 
 
@@ -124,12 +124,10 @@ def test_two_clusters_on_one_machine_get_local_dirs_and_checkpoint_roots_of_thei
     a = config_from_mapping({"supervisor.id": "s1", "zookeeper.root": "/team-a"})
     b = config_from_mapping({"supervisor.id": "s1", "zookeeper.servers": "zk:2181/x/team-b"})
     settings_a, settings_b = SupervisorSettings.from_config(a), SupervisorSettings.from_config(b)
-    assert settings_a.local_dir == tmp_path / "stratus-cluster-team-a" / "supervisor-s1"
-    assert settings_b.local_dir == tmp_path / "stratus-cluster-x_team-b_stratus" / "supervisor-s1"
-    assert settings_a.spec.checkpoint_root == str(tmp_path / "stratus-cluster-team-a/checkpoints")
-    assert settings_b.spec.checkpoint_root == str(
-        tmp_path / "stratus-cluster-x_team-b_stratus/checkpoints"
-    )
+    assert settings_a.local_dir == tmp_path / "stratus-supervisor-s1.team-a"
+    assert settings_b.local_dir == tmp_path / "stratus-supervisor-s1.x_team-b_stratus"
+    assert settings_a.spec.checkpoint_root == str(tmp_path / "stratus-checkpoints.team-a")
+    assert settings_b.spec.checkpoint_root == str(tmp_path / "stratus-checkpoints.x_team-b_stratus")
     assert settings_a.spec.legacy_checkpoint_root == str(tmp_path / "stratus-checkpoints")
 
 
@@ -147,5 +145,5 @@ def test_an_upgraded_supervisor_on_defaults_keeps_the_local_dir_that_names_its_c
 
     other = config_from_mapping({"supervisor.id": "s1", "zookeeper.root": "/other"})
     assert SupervisorSettings.from_config(other).local_dir == (
-        tmp_path / "stratus-cluster-other" / "supervisor-s1"
+        tmp_path / "stratus-supervisor-s1.other"
     )

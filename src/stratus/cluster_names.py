@@ -3,8 +3,8 @@
 A cluster is where it keeps its state: the chroot of ``zookeeper.servers`` joined with
 ``zookeeper.root``. The operator sets it, reads it in every configuration file, and it
 stays the same while ZooKeeper servers are added or replaced; the default directories of
-checkpoints, supervisors and nimbuses are named for it, so two clusters on one machine
-never share one::
+checkpoints, supervisors and nimbuses are named for it (``<tmp>/stratus-<what>.<name>``),
+so two clusters on one machine never share one::
 
     cluster_root("zk1:2181,zk2:2181/team", "/stratus")   # '/team/stratus'
     cluster_dir_name("/stratus")                        # 'stratus'
@@ -14,7 +14,8 @@ never share one::
 Two roots never give one name: a root whose parts are letters, digits and '-' is its parts
 joined by '_'; any other root (a '_', a '.', a space, ...) gets its sha256's first 12 hex
 digits after a readable form. The name holds no character that a Hadoop path or a URL
-would treat specially (no ':', '%', '/').
+would treat specially (no ':', '%', '/'), and no '.', which separates it from the rest of a
+directory's name.
 """
 
 from __future__ import annotations

@@ -584,12 +584,12 @@ LEGACY_LOCAL_DIR_PREFIX = "stratus-nimbus-"  # <tmp>/<this><host>-<port>: the de
 
 
 def default_local_dir(conf: StratusConfig, port: int) -> Path:
-    """``nimbus-<host>-<port>`` in the cluster's directory (``StratusConfig.cluster_dir``);
+    """``<tmp>/stratus-nimbus-<host>-<port>.<cluster>`` (``StratusConfig.cluster_default_dir``);
     but the default of 0.2.0 and earlier, ``<tmp>/stratus-nimbus-<host>-<port>``, shared by
     every cluster of the machine, while the new one does not exist and the old one holds no
     other cluster's ``cluster.json``: a nimbus upgraded in place keeps its packages."""
     name = f"{conf.nimbus_host}-{port}"
-    directory = conf.cluster_dir() / f"nimbus-{name}"
+    directory = conf.cluster_default_dir(f"nimbus-{name}")
     legacy = Path(tempfile.gettempdir()) / f"{LEGACY_LOCAL_DIR_PREFIX}{name}"
     if directory.exists() or not legacy.is_dir():
         return directory

@@ -292,12 +292,12 @@ class SupervisorSettings:
 
 
 def default_local_dir(conf: StratusConfig, supervisor_id: str) -> Path:
-    """``supervisor-<id>`` in the cluster's directory (``StratusConfig.cluster_dir``); but
+    """``<tmp>/stratus-supervisor-<id>.<cluster>`` (``StratusConfig.cluster_default_dir``); but
     the default of 0.2.0 and earlier, ``<tmp>/stratus-supervisor-<id>``, shared by every
     cluster of the machine, while its ``owner.json`` names this supervisor of this cluster and
     the new directory does not exist yet: a supervisor upgraded in place keeps its workers,
     code and environments there."""
-    directory = conf.cluster_dir() / f"supervisor-{supervisor_id}"
+    directory = conf.cluster_default_dir(f"supervisor-{supervisor_id}")
     legacy = Path(tempfile.gettempdir()) / f"{LEGACY_LOCAL_DIR_PREFIX}{supervisor_id}"
     cluster = ClusterIdentity.of(conf.zookeeper_hosts(), conf.zookeeper_root)
     if not directory.exists() and owned_by(legacy, supervisor_id, cluster):
