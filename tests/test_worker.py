@@ -279,6 +279,29 @@ def test_a_checkpoint_of_another_cluster_is_refused_before_spark_runs_the_query(
     assert "event=checkpoint_refused" in refused.output()
 
 
+def test_a_worker_moves_its_clusters_checkpoints_from_the_old_default_root(tmp_path, start_worker):
+    """An upgraded cluster on the default root: the first worker of a pipeline finds its
+    checkpoints under the root of 0.2.0 and earlier (its claims of this cluster's era) and
+    moves them to its location before it claims it, then records its origin there."""
+    legacy = tmp_path / "stratus-checkpoints" / "bad"
+    CheckpointOwners(str(legacy), FencingToken(era=FIRST_TOKEN.era, zxid=0)).claim()
+    (legacy / "counts" / "commits").mkdir(parents=True)
+    code = unpack(bad_entrypoint_package("bad"), tmp_path / "code")
+    location = tmp_path / "stratus-checkpoints.prod" / "bad"
+    spec = worker_spec(tmp_path / "bad", "bad", code, checkpoint_location=str(location)).model_copy(
+        update={
+            "cluster": ClusterIdentity.of("127.0.0.1:2181", "/prod"),
+            "legacy_checkpoint_location": str(legacy),
+        }
+    )
+    worker = start_worker(spec)
+    assert worker.wait_exit() == 1  # its entrypoint is missing: after the move and the claim
+    assert not legacy.exists()
+    assert (location / "counts" / "commits").is_dir()
+    assert (location / OWNERS_DIR / "origin.json").is_file()
+    assert "event=legacy_checkpoints_moved" in worker.output()
+
+
 def test_a_sigkilled_worker_leaves_no_jvm(tmp_path, start_worker):
     worker = start_worker(streaming_spec(tmp_path, "killed"))
     wait_until(worker.jvms, START_SECS, "the worker's JVM to start")
