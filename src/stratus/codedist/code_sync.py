@@ -290,6 +290,6 @@ class CodeSync:
                 if key[0] not in needed or needed[key[0]].digest != key[1]:
                     del self._lost_since[key]
             for keys in (self._seen_held, self._awaited):
-                keys.intersection_update(
-                    key for key in keys if key[0] in needed and needed[key[0]].digest == key[1]
-                )
+                keys -= {
+                    key for key in keys if key[0] not in needed or needed[key[0]].digest != key[1]
+                }
