@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from stratus.api.records import FencingToken
+from stratus.api.records import ClusterIdentity, FencingToken
 from stratus.process import boot_id, start_time
 from stratus.supervisor.adoption import (
-    ClusterIdentity,
     Pid,
     ProcessRecord,
     check_owner,

@@ -32,8 +32,12 @@ from stratus.logs import (
     TextFormatter,
     configure_daemon_logging,
     event_fields,
+    with_fields,
 )
 from stratus.settings import log_settings
+from tests.pipeline_cluster import pipeline_cluster
+from tests.spark_packages import bad_entrypoint_package
+from tests.zkfixtures import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 DAEMONS = ("zookeeper", "nimbus", "supervisor", "pacemaker", "zkfc")
@@ -108,6 +112,46 @@ def test_json_lines_carry_the_same_fields_and_the_traceback():
     assert body["event"] == "close_failed" and body["id"] == "s1"
     assert body["time"].endswith("Z")
     assert body["exception"].endswith("ValueError: boom")
+
+
+class Collect(logging.Handler):
+    def __init__(self, records: list[logging.LogRecord]) -> None:
+        super().__init__()
+        self.records = records
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_fields_passed_with_the_call_are_fields_of_the_line_in_both_formats():
+    """A state machine's transition logs details that vary with the transition: they are
+    fields with their types, never words of a message."""
+    logger = logging.getLogger("stratus.test.fields")
+    records: list[logging.LogRecord] = []
+    handler = Collect(records)
+    logger.addHandler(handler)
+    try:
+        logger.warning(
+            "event=worker_backoff pipeline=%s restarts=%d",
+            "etl",
+            1,
+            extra=with_fields(
+                crashes_in_row=1, restart_in_secs=0.5, error="exit 1: it's down", time="x"
+            ),
+        )
+    finally:
+        logger.removeHandler(handler)
+
+    body = json.loads(JsonFormatter().format(records[0]))
+    assert "message" not in body
+    assert (body["event"], body["pipeline"], body["restarts"]) == ("worker_backoff", "etl", 1)
+    assert (body["crashes_in_row"], body["restart_in_secs"]) == (1, 0.5)
+    assert body["error"] == "exit 1: it's down"
+    assert body["field.time"] == "x"  # a reserved name is kept apart
+    text = TextFormatter().format(records[0])
+    assert text.endswith(
+        'restarts=1 crashes_in_row=1 restart_in_secs=0.5 error="exit 1: it\'s down" field.time=x'
+    )
 
 
 def test_the_repeat_limit_count_is_a_field():
@@ -236,3 +280,42 @@ def test_stratus_elect_logs_json_lines_at_its_level(zk_hosts):
 def test_a_message_without_arguments_is_kept_as_written():
     assert event_fields(record("event=x note=100%%")) == {"event": "x", "note": "100%%"}
     assert event_fields(record("event=x done=%d%%", 50)) == {"event": "x", "done": "50%"}
+
+
+@pytest.mark.timeout(300)
+def test_a_real_supervisors_worker_lifecycle_lines_carry_their_fields_in_json(
+    zk_hosts, tmp_path, request
+):
+    """A real nimbus and supervisor with log.format json, a pipeline whose worker fails at
+    once: the supervisor's worker_running and worker_backoff lines hold the pid, the error,
+    the delay and the count as JSON fields of their own, nothing in a message."""
+    with pipeline_cluster(
+        zk_hosts,
+        tmp_path,
+        request.node.name,
+        supervisors=("s1",),
+        extra=["-c", "log.format=json", "-c", "supervisor.worker.restart.backoff.secs=5"],
+    ) as cluster:
+        cluster.client.submit("bad", bad_entrypoint_package("bad"), {})
+        log = cluster.supervisors["s1"].log_path
+
+        def lifecycle() -> dict[str, dict[str, object]]:
+            found: dict[str, dict[str, object]] = {}
+            for line in log.read_text().splitlines():
+                if line.startswith("{"):
+                    body = json.loads(line)
+                    if str(body.get("event", "")).startswith("worker_"):
+                        found.setdefault(str(body["event"]), body)
+            return found
+
+        wait_until(lambda: "worker_backoff" in lifecycle(), 60, "a worker_backoff line")
+        lines = lifecycle()
+
+    running, backoff = lines["worker_running"], lines["worker_backoff"]
+    assert "message" not in running and "message" not in backoff
+    assert isinstance(running["pid"], int) and running["pid"] > 0
+    assert running["pipeline"] == "bad" and isinstance(running["token"], str)
+    assert backoff["restart_in_secs"] == 5.0
+    assert backoff["crashes_in_row"] == 1
+    assert isinstance(backoff["error"], str) and "no function 'run'" in backoff["error"]
+    assert backoff["level"] == "WARNING"

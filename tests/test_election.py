@@ -122,6 +122,41 @@ def test_session_expiry_of_the_leader_revokes_requeues_and_never_overlaps(
         a_terms[0].transaction().create("/stale", b"a").commit()
 
 
+def test_the_next_in_line_says_once_which_leaders_session_it_waits_for(
+    zk_hosts: str, coordinators: list[Coordinator], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The standby next in line logs whom it waits for, and for how long at most if that
+    leader stopped without resigning: once per leader session, not for candidates behind
+    it, and again for a new leader."""
+    caplog.set_level("INFO", logger="stratus.coordination")
+    a, b, c = (start(zk_hosts, coordinators) for _ in range(3))
+    a.nominate_async("g", "a", lambda _t: None)
+    wait_until(lambda: a.is_leader("g"), 10, "a leads")
+    b.nominate_async("g", "b", lambda _t: None)
+    c.nominate_async("g", "c", lambda _t: None)
+    wait_until(lambda: b.get_candidates("g") == ["a", "b", "c"], 10, "b and c queued behind a")
+
+    def waiting() -> list[str]:
+        lines = [record.getMessage() for record in caplog.records]
+        return [line for line in lines if "event=standby_waiting" in line]
+
+    wait_until(waiting, 10, "b's line")
+    session = a.session.session_id
+    assert session is not None
+    assert waiting() == [
+        f"event=standby_waiting group=g member=b leader=a leader_session=0x{session:x} "
+        f"epoch=1 up_to_secs={SESSION:g} reason='waiting for leader a to resign, or for its "
+        f"ZooKeeper session to expire if it stopped without resigning (up to {SESSION:g} s "
+        "after its last contact)'"
+    ]
+
+    expire_session(a, zk_hosts)  # a stopped without resigning: its session ends
+
+    wait_until(lambda: b.is_leader("g"), 10, "b elected")
+    wait_until(lambda: len(waiting()) == 2, 10, "c's line, now next in line behind b")
+    assert "member=c leader=b" in waiting()[1] and "epoch=2" in waiting()[1]
+
+
 @pytest.mark.slow
 def test_zombie_leader_is_fenced_after_sigcont(zk_hosts: str, contenders: list[Contender]) -> None:
     zombie = Contender.spawn(zk_hosts, "g", "zombie", session_timeout=SESSION)

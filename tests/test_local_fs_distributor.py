@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import threading
 from collections.abc import Iterator
@@ -20,6 +21,8 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
+from stratus.api.records import PipelineRecord, PipelineStatus
+from stratus.codedist.code_sync import CodeSync
 from stratus.codedist.distributor import CodeDistributor, CodeMeta
 from stratus.codedist.errors import CodeUnavailableError
 from stratus.codedist.local_fs import LocalFileSystemDistributor
@@ -450,3 +453,57 @@ def test_a_registration_made_while_zookeeper_is_down_appears_once_it_is_back(
         )
         assert a.registration("first") is not None
         a.dist.close()
+
+
+def test_a_standby_awaits_an_upload_in_progress_and_warns_only_of_unreachable_code(
+    nimbuses, caplog
+):
+    """A submit is recorded before its nimbus registers the code: a standby's sync says once
+    (INFO) that it waits for that upload, with no warning, and fetches the code once it is
+    registered; code registered by a holder it cannot reach is a warning."""
+    a, b, _ = nimbuses
+    records = {"etl": _record("etl", META)}
+    sync = CodeSync(b.dist, lambda: records, records.get, freq_secs=60, lost_fail_secs=300)
+    caplog.set_level(logging.INFO, logger="stratus.codedist")
+
+    assert not sync.sync_once()
+    assert not sync.sync_once()
+
+    awaited = [r for r in caplog.records if "event=code_upload_awaited" in r.getMessage()]
+    assert [r.levelno for r in awaited] == [logging.INFO]  # once, however many rounds
+    assert "pipeline=etl" in awaited[0].getMessage()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+    a.dist.upload(a.package(), "etl")  # the submit's upload ends
+    wait_until(lambda: b.dist.replication_count("etl", META) == 1, WAIT_SECS, "b sees a")
+    assert sync.sync_once() and b.dist.holds("etl", META)
+
+    caplog.clear()
+    records["other"] = _record("other", OTHER_META)
+    registration = {"digest": OTHER_META.digest, "size_bytes": OTHER_META.size_bytes}
+    dead = "127.0.0.1:9"  # nothing listens there
+    a.client.create(
+        PATHS.code_holder("other", dead),
+        json.dumps(registration).encode(),
+        ephemeral=True,
+        makepath=True,
+    )
+    wait_until(lambda: b.dist.replication_count("other", OTHER_META) == 1, WAIT_SECS, "b sees it")
+
+    assert not sync.sync_once()
+
+    failed = [r for r in caplog.records if "event=code_fetch_failed" in r.getMessage()]
+    assert failed and all(r.levelno == logging.WARNING for r in failed)
+    assert not [r for r in caplog.records if "event=code_upload_awaited" in r.getMessage()]
+
+
+def _record(name: str, meta: CodeMeta) -> PipelineRecord:
+    return PipelineRecord(
+        name=name,
+        status=PipelineStatus.PENDING,
+        digest=meta.digest,
+        size_bytes=meta.size_bytes,
+        submitted=0.0,
+        updated=0.0,
+        epoch=1,
+    )

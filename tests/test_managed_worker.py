@@ -18,7 +18,7 @@ from stratus.supervisor.requirements_env import EnvFailed
 from stratus.supervisor.restart_policy import RestartPolicy
 from stratus.supervisor.settings import RestartSettings
 from stratus.supervisor.worker_process import WorkerPaths
-from stratus.worker.outcome import FENCED_EXIT
+from stratus.worker.outcome import FENCED_EXIT, REFUSED_EXIT
 from tests.supervisor_fakes import (
     DIGEST,
     RESTART_SETTINGS,
@@ -429,6 +429,42 @@ def test_a_fenced_worker_is_not_restarted_until_a_newer_assignment(tmp_path: Pat
     worker.step(may_start=True)
     assert phase(worker) is Phase.RUNNING
     assert len(launcher.processes) == 2
+
+
+def test_a_worker_whose_checkpoint_location_is_refused_fails_at_once_without_restarts(
+    tmp_path: Path,
+) -> None:
+    """Another cluster's or pipeline's checkpoints: starting it again cannot help, so its
+    FAILED is final at once (no backoff, no restart) until its assignment changes."""
+    launcher = FakeLauncher(tmp_path)
+    worker = managed(tmp_path, FakeClock(), launcher)
+    worker.step(may_start=True)
+    error = "the checkpoint location /ck/etl is refused: they are the checkpoints of ..."
+    beat = WorkerHeartbeat(
+        pipeline="etl",
+        supervisor="s1",
+        epoch=1,
+        generation=0,
+        digest=DIGEST,
+        state=WorkerState.FAILED,
+        time=1.0,
+        error=error,
+    )
+    heartbeat = WorkerPaths.of(tmp_path, "etl").heartbeat
+    heartbeat.parent.mkdir(parents=True, exist_ok=True)
+    heartbeat.write_bytes(beat.encode())
+    launcher.last.exit_code = REFUSED_EXIT
+    for _ in range(3):
+        worker.step(may_start=True)
+    assert phase(worker) is Phase.FAILED
+    assert len(launcher.processes) == 1
+    published = worker.heartbeat()
+    assert (published.state, published.restarts, published.error) == (
+        WorkerState.FAILED,
+        0,
+        error,
+    )
+    assert worker.held().done
 
 
 def test_a_worker_fenced_while_its_pipeline_came_back_here_starts_again_at_once(

@@ -4,12 +4,15 @@ component reads, and the defaults that depend on the host are resolved once."""
 from __future__ import annotations
 
 import socket
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from stratus.api.records import ClusterIdentity
 from stratus.config import config_from_mapping
 from stratus.state.factory import StateStoreSettings
+from stratus.supervisor.adoption import check_owner
 from stratus.supervisor.errors import SupervisorStartError
 from stratus.supervisor.settings import (
     DepsSettings,
@@ -63,6 +66,8 @@ def test_every_record_carries_the_keys_of_its_component(tmp_path: Path) -> None:
         heartbeat_secs=1.5,
         stop_grace_secs=2.0,
         lease_path=tmp_path / "lease",
+        cluster=ClusterIdentity(root="/prod", servers=("127.0.0.1:2181",)),
+        legacy_checkpoint_root=None,  # a configured root stays as configured
     )
     assert (settings.code.max_package_bytes, settings.code.retry_secs) == (4096, 0.5)
     assert settings.deps == DepsSettings(
@@ -75,13 +80,14 @@ def test_every_record_carries_the_keys_of_its_component(tmp_path: Path) -> None:
 
 
 def test_the_id_host_and_local_dir_default_to_the_host_name(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(socket, "gethostname", lambda: "node-9")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     settings = SupervisorSettings.from_config(config_from_mapping({}))
     assert (settings.id, settings.host) == ("node-9", "node-9")
     assert (settings.http.bind_host, settings.http.advertised_host) == ("node-9", "node-9")
-    assert settings.local_dir.name == "stratus-supervisor-node-9"
+    assert settings.local_dir == tmp_path / "stratus-supervisor-node-9.stratus"
     assert settings.deps.pack is False  # local[*] alone: no archive is ever packed
 
 
@@ -109,3 +115,35 @@ def test_a_host_name_that_cannot_be_an_id_asks_for_supervisor_id(
     monkeypatch.setattr(socket, "gethostname", lambda: "-bad host-")
     with pytest.raises(SupervisorStartError, match="'-bad host-' cannot be a supervisor id"):
         SupervisorSettings.from_config(config_from_mapping({}))
+
+
+def test_two_clusters_on_one_machine_get_local_dirs_and_checkpoint_roots_of_their_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    a = config_from_mapping({"supervisor.id": "s1", "zookeeper.root": "/team-a"})
+    b = config_from_mapping({"supervisor.id": "s1", "zookeeper.servers": "zk:2181/x/team-b"})
+    settings_a, settings_b = SupervisorSettings.from_config(a), SupervisorSettings.from_config(b)
+    assert settings_a.local_dir == tmp_path / "stratus-supervisor-s1.team-a"
+    assert settings_b.local_dir == tmp_path / "stratus-supervisor-s1.x_team-b_stratus"
+    assert settings_a.spec.checkpoint_root == str(tmp_path / "stratus-checkpoints.team-a")
+    assert settings_b.spec.checkpoint_root == str(tmp_path / "stratus-checkpoints.x_team-b_stratus")
+    assert settings_a.spec.legacy_checkpoint_root == str(tmp_path / "stratus-checkpoints")
+
+
+def test_an_upgraded_supervisor_on_defaults_keeps_the_local_dir_that_names_its_cluster(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The default of 0.2.0 and earlier, <tmp>/stratus-supervisor-<id>, stays in use while
+    its owner.json names this supervisor of this cluster: its workers are adopted."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    conf = config_from_mapping({"supervisor.id": "s1", "zookeeper.root": "/prod"})
+    legacy = tmp_path / "stratus-supervisor-s1"
+    (legacy / "workers").mkdir(parents=True)
+    check_owner(legacy, "s1", ClusterIdentity.of("127.0.0.1:2181", "/prod"))  # writes it
+    assert SupervisorSettings.from_config(conf).local_dir == legacy
+
+    other = config_from_mapping({"supervisor.id": "s1", "zookeeper.root": "/other"})
+    assert SupervisorSettings.from_config(other).local_dir == (
+        tmp_path / "stratus-supervisor-s1.other"
+    )

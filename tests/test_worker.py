@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from stratus.api.records import FencingToken, WorkerHeartbeat, WorkerState
+from stratus.api.records import ClusterIdentity, FencingToken, WorkerHeartbeat, WorkerState
 from stratus.client_settings import package_limits
 from stratus.codedist.package_check import check_package
 from stratus.config import StratusConfig
@@ -34,10 +34,10 @@ from stratus.local.examples_io import (
     read_rows,
 )
 from stratus.worker import run_guard
-from stratus.worker.checkpoint_owner import CheckpointOwners
+from stratus.worker.checkpoint_owner import OWNERS_DIR, CheckpointOwners
 from stratus.worker.entrypoint import load_entrypoint
 from stratus.worker.errors import EntrypointError
-from stratus.worker.outcome import FENCED_EXIT
+from stratus.worker.outcome import FENCED_EXIT, REFUSED_EXIT
 from stratus.worker.pipeline_context import PipelineContext
 from stratus.worker.query_progress import QueryTracker
 from stratus.worker.sdp_run import derived_spec, sdp_settings
@@ -240,6 +240,66 @@ def test_a_worker_fenced_by_a_newer_claim_stops_at_its_next_batch(tmp_path, star
     committed = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
     assert committed == final.last_batch_id  # nothing committed after the one that saw it
     assert "event=worker_fenced at=batch" in worker.output()
+
+
+def test_a_checkpoint_of_another_cluster_is_refused_before_spark_runs_the_query(
+    tmp_path, start_worker
+):
+    """Two clusters with one checkpoint root: the second's worker of a pipeline of the same
+    name finds the first's checkpoint (Spark's offsets and commits, the first's origin),
+    and ends FAILED with an error naming the location and the fix; it writes no claim
+    there, starts no JVM, and exits with the code its supervisor does not restart."""
+    first = ClusterIdentity.of("127.0.0.1:2181", "/cluster-a")
+    write_ids(tmp_path / "input", range(10))
+    ran = streaming_spec(tmp_path, "first").model_copy(update={"cluster": first})
+    worker = start_worker(ran)
+    worker.wait_heartbeat(rows_total_is(10), "the first cluster's 10 rows")
+    assert worker.process.stdin is not None
+    worker.process.stdin.close()  # as its monitor's end: it stops, checkpoint kept
+    assert worker.wait_exit() == 0, worker.output()
+    location = Path(ran.checkpoint_location)
+    claims_before = sorted((location / OWNERS_DIR).iterdir())
+    assert (location / PASSTHROUGH_QUERY / "commits").is_dir()
+
+    second = ClusterIdentity.of("127.0.0.1:2181", "/cluster-b")
+    other = streaming_spec(tmp_path, "second").model_copy(
+        update={"cluster": second, "token": FencingToken(era=FIRST_TOKEN.era + 1, zxid=1)}
+    )
+    refused = start_worker(other)
+
+    assert refused.wait_exit() == REFUSED_EXIT, refused.output()
+    final = refused.heartbeat()
+    assert final is not None and final.state is WorkerState.FAILED, final
+    assert final.error is not None
+    assert final.error.startswith(f"the checkpoint location {location} is refused")
+    assert "root /cluster-a" in final.error and "root /cluster-b" in final.error
+    assert "stratus kill --purge passthrough" in final.error
+    assert refused.seen_jvms == set()  # refused before Spark ran anything
+    assert sorted((location / OWNERS_DIR).iterdir()) == claims_before  # no claim written
+    assert "event=checkpoint_refused" in refused.output()
+
+
+def test_a_worker_moves_its_clusters_checkpoints_from_the_old_default_root(tmp_path, start_worker):
+    """An upgraded cluster on the default root: the first worker of a pipeline finds its
+    checkpoints under the root of 0.2.0 and earlier (its claims of this cluster's era) and
+    moves them to its location before it claims it, then records its origin there."""
+    legacy = tmp_path / "stratus-checkpoints" / "bad"
+    CheckpointOwners(str(legacy), FencingToken(era=FIRST_TOKEN.era, zxid=0)).claim()
+    (legacy / "counts" / "commits").mkdir(parents=True)
+    code = unpack(bad_entrypoint_package("bad"), tmp_path / "code")
+    location = tmp_path / "stratus-checkpoints.prod" / "bad"
+    spec = worker_spec(tmp_path / "bad", "bad", code, checkpoint_location=str(location)).model_copy(
+        update={
+            "cluster": ClusterIdentity.of("127.0.0.1:2181", "/prod"),
+            "legacy_checkpoint_location": str(legacy),
+        }
+    )
+    worker = start_worker(spec)
+    assert worker.wait_exit() == 1  # its entrypoint is missing: after the move and the claim
+    assert not legacy.exists()
+    assert (location / "counts" / "commits").is_dir()
+    assert (location / OWNERS_DIR / "origin.json").is_file()
+    assert "event=legacy_checkpoints_moved" in worker.output()
 
 
 def test_a_sigkilled_worker_leaves_no_jvm(tmp_path, start_worker):

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from stratus.cluster_names import cluster_dir_name, cluster_root
 from stratus.errors import ConfigError
 
 CONFIG_ENV_VAR = "STRATUS_CONF"
@@ -38,6 +39,7 @@ _LIST_KEYS = frozenset(  # `a,b` splits at commas, in a file as with `-c key=a,b
     }
 )
 
+LEGACY_CHECKPOINT_DIR = "stratus-checkpoints"  # <tmp>/<this>: the default up to 0.2.0
 UNSPECIFIED_HOSTS = frozenset({"0.0.0.0", "::", "[::]", ""})  # bind-only, never advertised
 SUPERVISOR_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"  # a znode name and a directory name
 
@@ -311,8 +313,9 @@ class StratusConfig(BaseModel):
     nimbus_local_dir: str | None = Field(
         default=None,
         alias="nimbus.local.dir",
-        description="where a nimbus keeps pipeline packages (default: a directory per port "
-        "under the system's temporary directory; set it in production)",
+        description="where a nimbus keeps pipeline packages (default: "
+        "stratus-nimbus-<host>-<port>.<cluster> under the system's temporary directory, "
+        "<cluster> naming the cluster's ZooKeeper root; set it in production)",
     )
     nimbus_max_upload_bytes: int = Field(
         default=256 * 1024 * 1024,
@@ -569,7 +572,8 @@ class StratusConfig(BaseModel):
         alias="pipeline.checkpoint.root",
         description="where each pipeline's checkpoints live, under <root>/<pipeline>: a "
         "directory or any Hadoop-compatible URL that every supervisor reaches (default: "
-        "stratus-checkpoints under the system's temporary directory, for one machine only); "
+        "stratus-checkpoints.<cluster> under the system's temporary directory, <cluster> "
+        "naming the cluster's ZooKeeper root, for one machine only); "
         "the operator's alone: a pipeline's conf may only add pipeline.checkpoint.subpath "
         "below its own directory",
     )
@@ -832,8 +836,9 @@ class StratusConfig(BaseModel):
     supervisor_local_dir: str | None = Field(
         default=None,
         alias="supervisor.local.dir",
-        description="where a supervisor keeps code, worker directories and logs (default: a "
-        "directory per supervisor id under the system's temporary directory)",
+        description="where a supervisor keeps code, worker directories and logs (default: "
+        "stratus-supervisor-<id>.<cluster> under the system's temporary directory, <cluster> "
+        "naming the cluster's ZooKeeper root)",
     )
     supervisor_fence_timeout_secs: float = Field(
         default=6.0,
@@ -1362,10 +1367,31 @@ class StratusConfig(BaseModel):
         return half
 
     def checkpoint_root(self) -> str:
-        """``pipeline.checkpoint.root``, or its default directory."""
+        """``pipeline.checkpoint.root``, or its default directory,
+        ``<tmp>/stratus-checkpoints.<cluster>``."""
         if self.pipeline_checkpoint_root:
             return self.pipeline_checkpoint_root
-        return str(Path(tempfile.gettempdir()) / "stratus-checkpoints")
+        return str(self.cluster_default_dir("checkpoints"))
+
+    def legacy_checkpoint_root(self) -> str | None:
+        """The default root up to 0.2.0, shared by every cluster of the machine
+        (``<tmp>/stratus-checkpoints``), when the root is the default; None when configured."""
+        if self.pipeline_checkpoint_root:
+            return None
+        return str(Path(tempfile.gettempdir()) / LEGACY_CHECKPOINT_DIR)
+
+    def cluster_root(self) -> str:
+        """The cluster's ZooKeeper root: the chroot of ``zookeeper.servers`` joined with
+        ``zookeeper.root``; what names the cluster (``stratus.cluster_names``)."""
+        return cluster_root(self.zookeeper_hosts(), self.zookeeper_root)
+
+    def cluster_default_dir(self, what: str) -> Path:
+        """``<tmp>/stratus-<what>.<cluster>``: a default directory of this cluster. Each is a
+        child of the system's temporary directory, as in 0.2.0, made by its own daemon with
+        its own modes; the cluster's name follows the last '.', which no cluster's name holds
+        (``stratus.cluster_names``)."""
+        name = cluster_dir_name(self.cluster_root())
+        return Path(tempfile.gettempdir()) / f"stratus-{what}.{name}"
 
     def elect_stop_grace(self) -> float:
         """``elect.stop.grace.secs``, or its default for this session timeout."""

@@ -13,7 +13,14 @@ fields (``log.format: json``), for a log collector::
      "event": "elected", "epoch": 4, "member": "n1"}          (one line)
 
 A message that is not ``key=value`` (a library's) goes under ``message``; an exception's
-traceback under ``exception``.
+traceback under ``exception``. Fields that differ from one call to the next (the details of
+a state machine's transition) are passed with ``extra=with_fields(...)``: each is a field of
+the line as well, after the template's, with its type kept::
+
+    log.warning("event=worker_backoff pipeline=%s", "etl",
+                extra=with_fields(restart_in_secs=2.0, error="exit 1: boom"))
+    {..., "event": "worker_backoff", "pipeline": "etl", "restart_in_secs": 2.0,
+     "error": "exit 1: boom"}
 
 A flood of the same error (a client hammering a closed port, an accept loop out of file
 descriptors) must not become a flood of log lines: ``RepeatLimit`` lets the first
@@ -48,6 +55,7 @@ _PLACEHOLDER = re.compile(r"%(?:%|[-#0 +]*(?:\d+|\*)?(?:\.(?:\d+|\*))?[diouxXeEf
 _FIELD = re.compile(r"^([A-Za-z_][\w.]*)=(.*)$", re.DOTALL)
 _BARE = re.compile(r"^[^\s\"'=\\]+$")
 _RESERVED = ("time", "level", "logger")
+EXTRA_FIELDS = "stratus_fields"  # the record attribute that with_fields sets
 
 
 class LogFormat(StrEnum):
@@ -141,6 +149,12 @@ def event_fields(record: logging.LogRecord) -> dict[str, Any]:
     return fields
 
 
+def with_fields(**fields: Any) -> dict[str, Any]:
+    """The ``extra=`` of a log call: ``fields`` become fields of its line (see the module
+    docstring); a value that is not a str, bool, int, float or None is written as its str."""
+    return {EXTRA_FIELDS: fields}
+
+
 def _message(record: logging.LogRecord) -> str:
     """The record's text, even when its arguments do not fit its template."""
     try:
@@ -200,6 +214,9 @@ def _fields_of(record: logging.LogRecord) -> dict[str, Any]:
     }
     for key, value in event_fields(record).items():
         fields[f"field.{key}" if key in _RESERVED else key] = value
+    for key, value in getattr(record, EXTRA_FIELDS, {}).items():
+        plain = value is None or isinstance(value, str | bool | int | float)
+        fields[f"field.{key}" if key in _RESERVED else key] = value if plain else str(value)
     return fields
 
 

@@ -38,6 +38,8 @@ from pydantic import (
     model_validator,
 )
 
+from stratus.cluster_names import cluster_root
+
 
 class PipelineStatus(StrEnum):
     PENDING = "PENDING"  # waiting for its code to reach the minimum replication
@@ -325,6 +327,33 @@ class CordonStatus(BaseModel):
     def done(self) -> bool:
         """Nothing of it is left there or on the way."""
         return not self.remaining and not self.moving
+
+
+class ClusterIdentity(BaseModel):
+    """Which cluster a daemon serves, or wrote a file for: its ZooKeeper root (the chroot of
+    ``zookeeper.servers`` joined with ``zookeeper.root``) and its servers. Two identities
+    are one cluster when their roots are equal and they share at least one server, so that
+    a configuration change that adds or removes a ZooKeeper server keeps the cluster (a
+    server written another way, ``localhost`` for ``127.0.0.1``, counts as another)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    root: str
+    servers: tuple[str, ...]
+
+    @classmethod
+    def of(cls, hosts: str, root: str) -> ClusterIdentity:
+        """From ``zookeeper.servers`` (a kazoo connect string, maybe with a chroot) and
+        ``zookeeper.root``."""
+        servers = hosts.partition("/")[0]
+        names = sorted({server.strip() for server in servers.split(",") if server.strip()})
+        return cls(root=cluster_root(hosts, root), servers=tuple(names))
+
+    def same(self, other: ClusterIdentity) -> bool:
+        return self.root == other.root and bool(set(self.servers) & set(other.servers))
+
+    def __str__(self) -> str:
+        return f"ZooKeeper {','.join(self.servers)} root {self.root}"
 
 
 class FencingToken(BaseModel):

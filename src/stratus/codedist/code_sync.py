@@ -85,6 +85,8 @@ class CodeSync:
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._lost_since: dict[tuple[str, str], float] = {}
+        self._seen_held: set[tuple[str, str]] = set()  # on some nimbus at one time
+        self._awaited: set[tuple[str, str]] = set()  # its upload awaited: logged once
         self._thread: threading.Thread | None = None
         self.rounds = 0
 
@@ -219,12 +221,39 @@ class CodeSync:
         try:
             self._distributor.replicate(name, meta)
         except CodeUnavailableError as exc:
-            log.warning(
-                "event=code_fetch_failed pipeline=%s digest=%s error=%s", name, meta.digest, exc
-            )
+            self._fetch_failed(name, meta, exc)
             return False
         log.info("event=code_replicated pipeline=%s digest=%s", name, meta.digest)
         return True
+
+    def _fetch_failed(self, name: str, meta: CodeMeta, exc: CodeUnavailableError) -> None:
+        """A warning, unless the code is being uploaded: then one line that says so.
+
+        Code that no nimbus holds, and that this nimbus never saw held, is a submit (or an
+        update) in progress: the nimbus that recorded it registers the code once it stored
+        it. It is awaited (one INFO line) until it has been on no nimbus for
+        ``lost_fail_secs``, when it is lost; code held once and gone since, or held by
+        nimbuses that could not give it, is missing now (a warning every round)."""
+        key = (name, meta.digest)
+        with self._lock:
+            since = self._lost_since.get(key)
+            uploading = key not in self._seen_held and since is not None
+        waited = self._clock() - since if since is not None else 0.0
+        if uploading and waited < self._lost_fail_secs:
+            if key not in self._awaited:
+                self._awaited.add(key)
+                log.info(
+                    "event=code_upload_awaited pipeline=%s digest=%s wait_secs=%g reason=%r",
+                    name,
+                    meta.digest,
+                    self._lost_fail_secs,
+                    "no nimbus holds it yet: the nimbus that recorded it is still storing it; "
+                    "fetched once it is registered",
+                )
+            return
+        log.warning(
+            "event=code_fetch_failed pipeline=%s digest=%s error=%s", name, meta.digest, exc
+        )
 
     def _holds(self, name: str, meta: CodeMeta) -> bool:
         """Whether the code is here; notes when it is on no live nimbus at all."""
@@ -233,6 +262,8 @@ class CodeSync:
             return True
         if self._distributor.replication_count(name, meta) > 0:
             self._note_found(name)
+            with self._lock:
+                self._seen_held.add((name, meta.digest))
         else:
             with self._lock:
                 self._lost_since.setdefault((name, meta.digest), self._clock())
@@ -258,3 +289,7 @@ class CodeSync:
             for key in list(self._lost_since):
                 if key[0] not in needed or needed[key[0]].digest != key[1]:
                     del self._lost_since[key]
+            for keys in (self._seen_held, self._awaited):
+                keys -= {
+                    key for key in keys if key[0] not in needed or needed[key[0]].digest != key[1]
+                }

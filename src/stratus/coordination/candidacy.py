@@ -129,6 +129,7 @@ class Candidacies:
         self._by_group: dict[str, Candidacy] = {}
         self._orphans: set[str] = set()  # our ephemeral nodes to delete once reconnected
         self._watch: dict[str, Callable[[Any], None]] = {}
+        self._waiting_for: dict[str, tuple[int, ...]] = {}  # group -> sessions logged
 
     # ----------------------------------------------------------------- from any thread
 
@@ -196,6 +197,8 @@ class Candidacies:
         queue_names.sort(key=sequence_of)
         position = queue_names.index(posixpath.basename(candidacy.node))
         if position >= candidacy.leaders:
+            if position == candidacy.leaders:  # next in line: say whom it waits for
+                self._note_waiting(candidacy)
             return  # the candidates watch wakes us when someone ahead leaves
         taken = set(self._client.get_children(paths.slots, watch=watch))
         seen_free = self._session.clock()  # when a vacated slot was seen (failover time)
@@ -361,6 +364,39 @@ class Candidacies:
                 self._client.delete(posixpath.join(paths.terms, name))
 
     # ----------------------------------------------------------------- helpers
+
+    def _note_waiting(self, candidacy: Candidacy) -> None:
+        """Log, once per leader session, that this candidate (next in line) waits for the
+        leaders ahead: a leader that resigns frees its slot at once; one that stopped
+        without resigning (killed, frozen, cut off) holds it until ZooKeeper expires its
+        session, up to a session timeout after it last reached ZooKeeper (this session's
+        granted timeout: the cluster's zookeeper.session.timeout.secs)."""
+        holders: list[tuple[int, SlotRecord]] = []
+        watch = self._watcher(candidacy.group)  # a slot claimed meanwhile: look again
+        for name in sorted(self._client.get_children(candidacy.paths.slots, watch=watch)):
+            try:
+                raw, stat = self._client.get(posixpath.join(candidacy.paths.slots, name))
+            except NoNodeError:
+                continue
+            holders.append((stat.ephemeralOwner, SlotRecord.decode(raw)))
+        sessions = tuple(session for session, _ in holders)
+        if not holders or self._waiting_for.get(candidacy.group) == sessions:
+            return
+        self._waiting_for[candidacy.group] = sessions
+        leaders = ",".join(record.member_id for _, record in holders)
+        timeout = self._session.granted_session_timeout
+        log.info(
+            "event=standby_waiting group=%s member=%s leader=%s leader_session=%s epoch=%s "
+            "up_to_secs=%g reason=%r",
+            candidacy.group,
+            candidacy.member_id,
+            leaders,
+            ",".join(f"0x{session:x}" for session in sessions),
+            ",".join(str(record.epoch) for _, record in holders),
+            timeout,
+            f"waiting for leader {leaders} to resign, or for its ZooKeeper session to expire "
+            f"if it stopped without resigning (up to {timeout:g} s after its last contact)",
+        )
 
     def _delete_orphans(self) -> None:
         """Delete our own leftover ephemeral nodes (never another session's)."""

@@ -25,11 +25,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kazoo.client import KazooClient
+from pydantic import ValidationError
 
 from stratus import __version__
 from stratus.api.clock import Clock
 from stratus.api.purges import nimbus_party
-from stratus.api.records import NimbusRegistration, PipelineRecord, PipelineStatus
+from stratus.api.records import (
+    ClusterIdentity,
+    NimbusRegistration,
+    PipelineRecord,
+    PipelineStatus,
+)
 from stratus.client_settings import client_auth
 from stratus.codedist.code_sync import CodeSync
 from stratus.codedist.distributor import CodeDistributor, CodeMeta
@@ -41,6 +47,7 @@ from stratus.coordination.coordinator import Coordinator
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import LeaderChange, RevokeReason
 from stratus.errors import StratusError
+from stratus.files import write_atomically
 from stratus.history import Actor, HistoryRecorder
 from stratus.nimbus.api import create_app
 from stratus.nimbus.assignments import AssignmentTable
@@ -491,14 +498,14 @@ class Nimbus:
 
     def _package_store(self) -> PackageStore:
         """The store that receives uploads (and, with the local distributor, keeps code)."""
-        local_dir = Path(
-            self.conf.nimbus_local_dir
-            or Path(tempfile.gettempdir()) / f"stratus-nimbus-{self.conf.nimbus_host}-{self.port}"
-        )
+        configured = self.conf.nimbus_local_dir
+        local_dir = Path(configured) if configured else default_local_dir(self.conf, self.port)
         try:
             store = PackageStore(
                 local_dir / "packages", max_bytes=self.conf.nimbus_max_upload_bytes
             )
+            if not configured:
+                mark_cluster(local_dir, self.conf)
         except OSError as exc:
             raise NimbusStartError(
                 f"cannot use nimbus.local.dir {local_dir}: {exc.strerror}"
@@ -601,3 +608,35 @@ class Nimbus:
         if record.status is PipelineStatus.KILLED:
             self.removal.note_killed(record)
         self.controller.cluster_changed()
+
+
+CLUSTER_FILE = "cluster.json"  # in a default nimbus.local.dir: the cluster it serves
+LEGACY_LOCAL_DIR_PREFIX = "stratus-nimbus-"  # <tmp>/<this><host>-<port>: the default up to 0.2.0
+
+
+def default_local_dir(conf: StratusConfig, port: int) -> Path:
+    """``<tmp>/stratus-nimbus-<host>-<port>.<cluster>`` (``StratusConfig.cluster_default_dir``);
+    but the default of 0.2.0 and earlier, ``<tmp>/stratus-nimbus-<host>-<port>``, shared by
+    every cluster of the machine, while the new one does not exist and the old one holds no
+    other cluster's ``cluster.json``: a nimbus upgraded in place keeps its packages."""
+    name = f"{conf.nimbus_host}-{port}"
+    directory = conf.cluster_default_dir(f"nimbus-{name}")
+    legacy = Path(tempfile.gettempdir()) / f"{LEGACY_LOCAL_DIR_PREFIX}{name}"
+    if directory.exists() or not legacy.is_dir():
+        return directory
+    try:
+        marked = ClusterIdentity.model_validate_json((legacy / CLUSTER_FILE).read_bytes())
+    except FileNotFoundError:
+        return legacy  # written by 0.2.0 or earlier, which served one cluster: this one
+    except (OSError, ValidationError):
+        return directory
+    return legacy if marked.same(_cluster(conf)) else directory
+
+
+def mark_cluster(local_dir: Path, conf: StratusConfig) -> None:
+    """Record in a default local directory the cluster it serves (``cluster.json``)."""
+    write_atomically(local_dir / CLUSTER_FILE, _cluster(conf).model_dump_json().encode())
+
+
+def _cluster(conf: StratusConfig) -> ClusterIdentity:
+    return ClusterIdentity.of(conf.zookeeper_hosts(), conf.zookeeper_root)

@@ -16,10 +16,9 @@ every earlier one is dead::
     found.running["etl"].record                  # a ProcessRecord, proven
     found.ended["etl"].exit                       # a worker that ended while no one watched
 
-A cluster is its ZooKeeper root (the chroot of ``zookeeper.servers`` and
-``zookeeper.root``) and its servers: two identities are one cluster when their roots are
-equal and they share at least one server, so that a configuration change that adds or
-removes a ZooKeeper server still adopts.
+A cluster is its ZooKeeper root and servers (``ClusterIdentity``: one cluster when the
+roots are equal and they share at least one server, so that a configuration change that adds
+or removes a ZooKeeper server still adopts).
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from stratus.api.records import Assignment, FencingToken
+from stratus.api.records import Assignment, ClusterIdentity, FencingToken
 from stratus.files import write_atomically
 from stratus.process import boot_id, same_process
 from stratus.supervisor.errors import AdoptionRefusedError, LocalDirLockedError
@@ -45,30 +44,6 @@ log = logging.getLogger(__name__)
 
 LOCK_FILE = "supervisor.lock"
 OWNER_FILE = "owner.json"
-
-
-class ClusterIdentity(BaseModel):
-    """Which cluster a supervisor serves (see the module docstring)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    root: str
-    servers: tuple[str, ...]
-
-    @classmethod
-    def of(cls, hosts: str, root: str) -> ClusterIdentity:
-        """From ``zookeeper.servers`` (a kazoo connect string, maybe with a chroot) and
-        ``zookeeper.root``."""
-        servers, _, chroot = hosts.partition("/")
-        names = sorted({server.strip() for server in servers.split(",") if server.strip()})
-        full = "/" + "/".join(part for part in f"{chroot}/{root}".split("/") if part)
-        return cls(root=full, servers=tuple(names))
-
-    def same(self, other: ClusterIdentity) -> bool:
-        return self.root == other.root and bool(set(self.servers) & set(other.servers))
-
-    def __str__(self) -> str:
-        return f"ZooKeeper {','.join(self.servers)} root {self.root}"
 
 
 class Pid(BaseModel):
@@ -262,6 +237,17 @@ def _record_of(directory: Path) -> ProcessRecord | None:
             f"`python -m stratus.supervisor.worker_monitor {directory}`), remove {path}"
         )
     return record
+
+
+def owned_by(local_dir: Path, supervisor: str, cluster: ClusterIdentity) -> bool:
+    """Whether ``local_dir``'s ``owner.json`` names supervisor ``supervisor`` of
+    ``cluster`` (False when there is none, or it cannot be read)."""
+    try:
+        owner = json.loads((local_dir / OWNER_FILE).read_bytes())
+        their = ClusterIdentity.model_validate(owner["cluster"])
+        return str(owner["supervisor"]) == supervisor and their.same(cluster)
+    except (OSError, ValueError, KeyError, TypeError, ValidationError):
+        return False
 
 
 def _check_identity(

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from stratus import __version__
 from stratus.api.clock import Clock
-from stratus.api.records import Assignment, SupervisorSummary, WorkerHeartbeat
+from stratus.api.records import Assignment, ClusterIdentity, SupervisorSummary, WorkerHeartbeat
 from stratus.codedist.distributor import CodeDistributor
 from stratus.codedist.factory import create_distributor
 from stratus.codedist.package_store import PackageStore
@@ -53,7 +53,6 @@ from stratus.errors import StratusError
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.supervisor.adoption import (
-    ClusterIdentity,
     LocalDirLock,
     Survey,
     check_owner,

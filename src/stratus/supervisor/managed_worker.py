@@ -16,6 +16,8 @@ Phases::
     RUNNING --crash / hang kill--> BACKOFF --backoff over--> PREPARING ...
                                  \\-> FAILED (max restarts in a row: until the assignment changes)
     PREPARING --its requirements cannot be installed--> FAILED (at once, no restart)
+    RUNNING --exit REFUSED (its checkpoint location is another's)--> FAILED (at once, no
+            restart): until the assignment changes
     RUNNING --exit FENCED (a newer worker claimed the checkpoint)--> FENCED: not started
             again (no crash, no backoff) until its assignment has a newer fencing token
             than the one it ran with; then PREPARING at once
@@ -51,13 +53,14 @@ from stratus.api.records import (
 from stratus.api.redaction import redact_heartbeat, redact_text
 from stratus.codedist.distributor import CodeMeta
 from stratus.errors import StratusError
+from stratus.logs import with_fields
 from stratus.supervisor.code_cache import CodeFailed, CodePending, CodeState, PipelineCode
 from stratus.supervisor.reconcile import Held
 from stratus.supervisor.requirements_env import EnvFailed
 from stratus.supervisor.restart_policy import GiveUp, RestartPolicy
 from stratus.supervisor.settings import WorkerTimeouts
 from stratus.supervisor.worker_process import WorkerPaths, log_tail
-from stratus.worker.outcome import FENCED_EXIT
+from stratus.worker.outcome import FENCED_EXIT, REFUSED_EXIT
 
 log = logging.getLogger(__name__)
 
@@ -366,6 +369,11 @@ class ManagedWorker:
         if code == FENCED_EXIT and beat is not None and beat.state is WorkerState.FENCED:
             self._fenced(beat.error)
             return
+        if code == REFUSED_EXIT and beat is not None and beat.state is WorkerState.FAILED:
+            # Starting it again would fail the same way: no backoff, no restart loop.
+            self.error = redact_text(beat.error or "-", self.assignment.conf)
+            self._enter(Phase.FAILED, crashes_in_row=0, exit_code=code, error=self.error)
+            return
         self._crashed(now, f"the worker {_describe_exit(code)}: {self._last_error()}", code)
 
     def _fenced(self, error: str | None) -> None:
@@ -399,7 +407,7 @@ class ManagedWorker:
         self._enter(
             Phase.BACKOFF,
             crashes_in_row=decision.crashes_in_row,
-            restart_in_secs=f"{decision.delay_secs:g}",
+            restart_in_secs=decision.delay_secs,
             error=error,
         )
 
@@ -434,20 +442,21 @@ class ManagedWorker:
             self._enter(Phase.STOPPED, reason=reason, exit_code=code)
 
     def _enter(self, phase: Phase, **details: object) -> None:
+        """The transition to ``phase``, logged with the details of this one as fields of
+        the line (``with_fields``): an error, a pid, a delay stay values of their own."""
         self.phase = phase
-        extra = " ".join(f"{key}={_log_value(value)}" for key, value in details.items())
         warn = (Phase.BACKOFF, Phase.FAILED, Phase.FENCED)
         level = logging.WARNING if phase in warn else logging.INFO
         log.log(
             level,
-            "event=worker_%s pipeline=%s epoch=%d generation=%d supervisor=%s restarts=%d %s",
+            "event=worker_%s pipeline=%s epoch=%d generation=%d supervisor=%s restarts=%d",
             phase.value,
             self.pipeline,
             self.assignment.epoch,
             self.assignment.generation,
             self.supervisor,
             self.restarts,
-            extra,
+            extra=with_fields(**details),
         )
 
     # ------------------------------------------------------------------ its files
@@ -483,12 +492,6 @@ class ManagedWorker:
             "restarts": self.restarts,
             "last_crash": self.last_crash,
         }
-
-
-def _log_value(value: object) -> str:
-    """A value on one key=value line: quoted if it holds spaces or newlines."""
-    text = str(value)
-    return repr(text) if any(char.isspace() for char in text) else text
 
 
 def _signal_name(number: int) -> str:

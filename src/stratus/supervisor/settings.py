@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 
 from stratus.api.locations import is_local_master
+from stratus.api.records import ClusterIdentity
 from stratus.client_settings import package_limits
 from stratus.codedist.factory import DistributorSettings
 from stratus.codedist.package_check import PackageLimits
@@ -42,6 +43,7 @@ from stratus.settings import (
     zk_settings,
 )
 from stratus.state.factory import StateStoreSettings
+from stratus.supervisor.adoption import owned_by
 from stratus.supervisor.errors import SupervisorStartError
 from stratus.supervisor.worker_log import LogSettings
 from stratus.web.bounds import HttpBounds
@@ -51,6 +53,7 @@ from stratus.zk.session import ZkSettings
 SUPERVISOR_ID = re.compile(SUPERVISOR_ID_PATTERN)  # as supervisor.id is checked at load
 RECONCILE_PERIODS = 5  # a read every this many heartbeat periods, in case a watch is missed
 MAX_TICK_SECS = 0.2
+LEGACY_LOCAL_DIR_PREFIX = "stratus-supervisor-"  # <tmp>/<this><id>: the default up to 0.2.0
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,8 @@ class SpecSettings:
     log: DaemonLogSettings = field(default_factory=DaemonLogSettings)  # log.*: workers log alike
     history: HistorySettings = field(default_factory=HistorySettings)  # history.file: alike
     lease_path: Path | None = None  # where the supervisor hands its lease to its workers
+    cluster: ClusterIdentity | None = None  # the cluster: workers refuse others' checkpoints
+    legacy_checkpoint_root: str | None = None  # the default root up to 0.2.0, if default
 
 
 @dataclass(frozen=True)
@@ -182,7 +187,7 @@ class SupervisorSettings:
     id: str  # supervisor.id, or the host name
     host: str  # supervisor.host, or the host name
     slots: int  # supervisor.slots
-    local_dir: Path  # supervisor.local.dir, or a directory of this id under the temporary one
+    local_dir: Path  # supervisor.local.dir, or default_local_dir
     fence_timeout_secs: float  # supervisor.fence.timeout.secs: the lease
     ride_outages: bool  # supervisor.zookeeper.outage is ride: a proven outage extends the lease
     zk: ZkSettings
@@ -206,9 +211,10 @@ class SupervisorSettings:
             stop_secs=conf.supervisor_worker_stop_secs,
             hang_secs=conf.supervisor_worker_timeout_secs,
         )
-        local_dir = Path(
-            conf.supervisor_local_dir
-            or Path(tempfile.gettempdir()) / f"stratus-supervisor-{supervisor_id}"
+        local_dir = (
+            Path(conf.supervisor_local_dir)
+            if conf.supervisor_local_dir
+            else default_local_dir(conf, supervisor_id)
         )
         return cls(
             id=supervisor_id,
@@ -237,6 +243,8 @@ class SupervisorSettings:
                 log=log_settings(conf),
                 history=history_settings(conf),
                 lease_path=local_dir / LEASE_FILE,
+                cluster=ClusterIdentity.of(conf.zookeeper_hosts(), conf.zookeeper_root),
+                legacy_checkpoint_root=conf.legacy_checkpoint_root(),
             ),
             code=CodeSettings(
                 distributor=distributor_settings(conf),
@@ -281,6 +289,20 @@ class SupervisorSettings:
             ),
             adopt=conf.supervisor_worker_adopt,
         )
+
+
+def default_local_dir(conf: StratusConfig, supervisor_id: str) -> Path:
+    """``<tmp>/stratus-supervisor-<id>.<cluster>`` (``StratusConfig.cluster_default_dir``); but
+    the default of 0.2.0 and earlier, ``<tmp>/stratus-supervisor-<id>``, shared by every
+    cluster of the machine, while its ``owner.json`` names this supervisor of this cluster and
+    the new directory does not exist yet: a supervisor upgraded in place keeps its workers,
+    code and environments there."""
+    directory = conf.cluster_default_dir(f"supervisor-{supervisor_id}")
+    legacy = Path(tempfile.gettempdir()) / f"{LEGACY_LOCAL_DIR_PREFIX}{supervisor_id}"
+    cluster = ClusterIdentity.of(conf.zookeeper_hosts(), conf.zookeeper_root)
+    if not directory.exists() and owned_by(legacy, supervisor_id, cluster):
+        return legacy
+    return directory
 
 
 def _checked_id(supervisor_id: str) -> str:

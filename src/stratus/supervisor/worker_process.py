@@ -47,12 +47,12 @@ from pathlib import Path
 from typing import Any
 
 from stratus.api.locations import is_local_master
-from stratus.api.records import Assignment
+from stratus.api.records import Assignment, ClusterIdentity
 from stratus.codedist.manifest import TRIGGER_CONF_KEY
 from stratus.files import PRIVATE_DIR_MODE
 from stratus.history import open_for_appending
 from stratus.process import KILL_WAIT_SECS, NOT_REAPED_EXIT, same_process
-from stratus.supervisor.adoption import ClusterIdentity, Found, ProcessRecord, identity
+from stratus.supervisor.adoption import Found, ProcessRecord, identity
 from stratus.supervisor.code_cache import PipelineCode
 from stratus.supervisor.errors import UnfencedAssignmentError, WorkerStartError
 from stratus.supervisor.run_as import RunAs
@@ -171,6 +171,14 @@ def build_spec(
         deps_archive=None if is_local_master(master) else code.deps_archive,
         checkpoint_location=checkpoint_location(
             settings.checkpoint_root, pipeline_conf, assignment.pipeline
+        ),
+        cluster=settings.cluster,
+        legacy_checkpoint_location=(
+            None
+            if settings.legacy_checkpoint_root is None
+            else checkpoint_location(
+                settings.legacy_checkpoint_root, pipeline_conf, assignment.pipeline
+            )
         ),
         trigger_interval_secs=float(trigger) if trigger is not None else None,
         heartbeat_path=paths.heartbeat,

@@ -7,9 +7,9 @@ below its own directory, never more: ``<root>/<pipeline>/<subpath>``. The root i
 directory or any URL that fsspec (and Spark) reach, so a pipeline moved to another node
 resumes from the same place::
 
-    checkpoint_location("/tmp/stratus-checkpoints", record.conf, "etl")
-    # '/tmp/stratus-checkpoints/etl', or '.../etl/v2' if record.conf sets the subpath 'v2'
-    remove_checkpoints("/tmp/stratus-checkpoints", "etl")
+    checkpoint_location("/srv/checkpoints", record.conf, "etl")
+    # '/srv/checkpoints/etl', or '.../etl/v2' if record.conf sets the subpath 'v2'
+    remove_checkpoints("/srv/checkpoints", "etl")
 
 The removal never leaves the root: right before it deletes, it resolves the pipeline's
 directory (symbolic links included) and refuses one that is not strictly inside the

@@ -5,7 +5,8 @@ starts this module in a process group of its own, stdin a pipe the monitor holds
 
 1. writes a STARTING heartbeat at once, then one every ``heartbeat_interval_secs`` from a
    thread of its own (a slow Spark start still heartbeats), and one at every change;
-2. claims the pipeline's checkpoint location with the spec's fencing token, and does not
+2. refuses a checkpoint location that holds another pipeline's or cluster's checkpoints
+   (``checkpoint_origin``), claims it with the spec's fencing token, and does not
    start if a higher token claimed it (``checkpoint_owner``); then runs the pipeline in
    ``work_dir``: an app (``spark_app``) or an sdp project (``sdp_run``), checking the claims
    again after every micro-batch committed (before every sdp run), and stopping, FENCED, at
@@ -33,6 +34,9 @@ starts this module in a process group of its own, stdin a pipe the monitor holds
    (none)     2     the spec file is missing or invalid: no heartbeat path to write
    FENCED     3     a worker of a newer assignment claimed the checkpoint location
                     (``checkpoint_owner``): before the run, or after a batch
+   FAILED     4     the checkpoint location holds another pipeline's or cluster's
+                    checkpoints (``checkpoint_origin``): refused before the claim;
+                    its supervisor does not restart it
    =========  ====  ==============================================================
 
 ``--ignore-stdin`` is for running a worker by hand, with stdin that is not a pipe.
@@ -55,6 +59,12 @@ from pyspark.sql import SparkSession
 
 from stratus.logs import configure_daemon_logging
 from stratus.process import kill_others_in_group
+from stratus.worker.checkpoint_origin import (
+    CheckpointOrigin,
+    adopt_legacy,
+    check_origin,
+    record_origin,
+)
 from stratus.worker.checkpoint_owner import CheckpointOwners, OwnerFence
 from stratus.worker.heartbeat_file import HeartbeatReporter
 from stratus.worker.lease_file import LeaseWatch
@@ -143,17 +153,39 @@ def _run(
     try:
         spec.work_dir.mkdir(parents=True, exist_ok=True)
         os.chdir(spec.work_dir)
+        problem = _checkpoint_problem(spec)
+        if problem is not None:
+            log.error(
+                "event=checkpoint_refused location=%s error=%s", spec.checkpoint_location, problem
+            )
+            return Outcome.refused(problem)
         owners = CheckpointOwners(spec.checkpoint_location, spec.token)
         fence = OwnerFence(owners, stop, spec.checkpoint_location)
         refused = fence.claim(_claim_note(spec))
         if refused is not None:
             return refused
+        if spec.cluster is not None:
+            origin = CheckpointOrigin.now(spec.cluster, spec.pipeline, spec.token.era)
+            record_origin(spec.checkpoint_location, origin)
         if spec.kind == "app":
             return run_app(spec, stop, reporter, session=session, history=history, fence=fence)
         return run_sdp(spec, stop, reporter, fence=fence)
     except Exception as exc:
         traceback.print_exc()
         return Outcome.failed(f"the worker failed: {type(exc).__name__}: {exc}")
+
+
+def _checkpoint_problem(spec: WorkerSpec) -> str | None:
+    """Before the claim: this cluster's checkpoints moved from the default root of 0.2.0
+    and earlier, then the location refused if another pipeline's or cluster's
+    (``checkpoint_origin``); the error, or None."""
+    if spec.legacy_checkpoint_location is not None:
+        failed = adopt_legacy(spec.legacy_checkpoint_location, spec.checkpoint_location, spec.token)
+        if failed is not None:
+            return failed
+    if spec.cluster is None:
+        return None
+    return check_origin(spec.checkpoint_location, spec.cluster, spec.pipeline)
 
 
 def _claim_note(spec: WorkerSpec) -> dict[str, object]:

@@ -7,6 +7,8 @@ Exit codes are part of the contract with the supervisor::
     Outcome.failed("entrypoint 'a:b': ...").exit_code # 1: the pipeline failed; see error
     USAGE_EXIT                                        # 2: no usable spec file, no heartbeat
     Outcome.fenced("a newer worker ...").exit_code    # 3: a higher token owns the checkpoint
+    Outcome.refused("the checkpoint ...").exit_code   # 4: FAILED, and starting it again
+                                                      #    cannot help: not restarted
 """
 
 from __future__ import annotations
@@ -19,15 +21,19 @@ OK_EXIT = 0
 FAILED_EXIT = 1
 USAGE_EXIT = 2
 FENCED_EXIT = 3
+REFUSED_EXIT = 4
 MAX_ERROR_CHARS = 4000  # an error travels in a heartbeat znode: keep it readable and small
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """The end of a run: one of the final states FINISHED, STOPPED, FAILED or FENCED."""
+    """The end of a run: one of the final states FINISHED, STOPPED, FAILED or FENCED.
+    ``final``: a FAILED run that would fail the same way again (its supervisor does not
+    restart it until its assignment changes)."""
 
     state: WorkerState
     error: str | None = None
+    final: bool = False
 
     @classmethod
     def finished(cls) -> Outcome:
@@ -42,13 +48,17 @@ class Outcome:
         return cls(WorkerState.FAILED, clip(error))
 
     @classmethod
+    def refused(cls, error: str) -> Outcome:
+        return cls(WorkerState.FAILED, clip(error), final=True)
+
+    @classmethod
     def fenced(cls, error: str) -> Outcome:
         return cls(WorkerState.FENCED, clip(error))
 
     @property
     def exit_code(self) -> int:
         if self.state is WorkerState.FAILED:
-            return FAILED_EXIT
+            return REFUSED_EXIT if self.final else FAILED_EXIT
         return FENCED_EXIT if self.state is WorkerState.FENCED else OK_EXIT
 
 

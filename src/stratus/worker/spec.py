@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from stratus.api.records import FencingToken, WorkerHeartbeat
+from stratus.api.records import ClusterIdentity, FencingToken, WorkerHeartbeat
 from stratus.files import write_atomically
 from stratus.logs import LogFormat, LogSettings
 
@@ -74,6 +74,18 @@ class WorkerSpec(BaseModel):
         "(None: no requirements, or a local master, whose executors run the worker's Python)",
     )
     checkpoint_location: str = Field(description="<pipeline.checkpoint.root>/<pipeline>")
+    cluster: ClusterIdentity | None = Field(
+        default=None,
+        description="the cluster of the assignment: the worker refuses a checkpoint location "
+        "whose origin names another (checkpoint_origin; None: not checked, a worker run by "
+        "hand or started by a supervisor of 0.2.0 or earlier)",
+    )
+    legacy_checkpoint_location: str | None = Field(
+        default=None,
+        description="the location under the default root of 0.2.0 and earlier, shared by "
+        "every cluster of the machine, when the root is the default: the worker moves this "
+        "cluster's checkpoints from there (checkpoint_origin.adopt_legacy)",
+    )
     trigger_interval_secs: float | None = Field(
         default=None, description="sdp: run again every interval; app: passed to the function"
     )

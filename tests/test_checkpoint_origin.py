@@ -1,0 +1,141 @@
+"""A checkpoint location's origin (``worker/checkpoint_origin.py``) and the names of the
+clusters' default directories (``cluster_names.py``): the pure checks, and the files on a
+local disk."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from stratus.api.records import ClusterIdentity, FencingToken
+from stratus.cluster_names import cluster_dir_name, cluster_root
+from stratus.config import config_from_mapping
+from stratus.nimbus.daemon import default_local_dir, mark_cluster
+from stratus.worker.checkpoint_origin import (
+    CheckpointOrigin,
+    adopt_legacy,
+    check_origin,
+    origin_path,
+    origin_problem,
+    record_origin,
+)
+from stratus.worker.checkpoint_owner import OWNERS_DIR, CheckpointOwners
+from stratus.worker.outcome import REFUSED_EXIT, Outcome
+
+A = ClusterIdentity.of("zk1:2181,zk2:2181", "/team-a")
+B = ClusterIdentity.of("zk1:2181,zk2:2181", "/team-b")
+TOKEN = FencingToken(era=1_700_000_000_000, zxid=42)
+
+
+def test_a_cluster_is_named_by_its_zookeeper_root_and_two_roots_never_share_a_name() -> None:
+    assert cluster_root("zk1:2181,zk2:2181/team", "/stratus") == "/team/stratus"
+    assert cluster_root("zk1:2181", "stratus/") == "/stratus"
+    assert cluster_dir_name("/stratus") == "stratus"
+    assert cluster_dir_name("/team/stratus") == "team_stratus"
+    roots = ["/a_b", "/a/b", "/a.b", "/a b", "/a-b", "/", "/A/b", "/a__b", "/a/_b"]
+    names = {cluster_dir_name(root) for root in roots}
+    assert len(names) == len(roots)
+    assert cluster_dir_name("/a b").startswith("a-b_")
+    assert all(not set(name) & set(":%/.") for name in names)
+
+
+def test_the_default_directories_are_under_the_clusters_own_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    conf = config_from_mapping({"zookeeper.servers": "zk:2181/x", "zookeeper.root": "/prod"})
+    assert conf.cluster_root() == "/x/prod"
+    assert conf.checkpoint_root() == str(tmp_path / "stratus-checkpoints.x_prod")
+    assert conf.legacy_checkpoint_root() == str(tmp_path / "stratus-checkpoints")
+    configured = config_from_mapping({"pipeline.checkpoint.root": "/srv/ck"})
+    assert (configured.checkpoint_root(), configured.legacy_checkpoint_root()) == ("/srv/ck", None)
+
+
+def test_a_nimbus_on_defaults_keeps_the_old_directory_unless_another_cluster_marked_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    conf = config_from_mapping({"zookeeper.root": "/prod", "nimbus.host": "n1"})
+    fresh = tmp_path / "stratus-nimbus-n1-6627.prod"
+    assert default_local_dir(conf, 6627) == fresh
+    legacy = tmp_path / "stratus-nimbus-n1-6627"
+    (legacy / "packages").mkdir(parents=True)
+    assert default_local_dir(conf, 6627) == legacy  # 0.2.0's, unmarked: this cluster's
+    mark_cluster(legacy, conf)
+    assert default_local_dir(conf, 6627) == legacy
+    other = config_from_mapping({"zookeeper.root": "/other", "nimbus.host": "n1"})
+    assert default_local_dir(other, 6627) == tmp_path / "stratus-nimbus-n1-6627.other"
+
+
+def test_the_origin_check_refuses_another_pipeline_or_another_cluster() -> None:
+    ours = CheckpointOrigin.now(A, "etl", TOKEN.era)
+    assert origin_problem(ours, A, "etl") is None
+    grown = ClusterIdentity.of("zk2:2181,zk3:2181", "/team-a")  # a server added, one removed
+    assert origin_problem(ours, grown, "etl") is None
+    other_cluster = origin_problem(ours, B, "etl")
+    assert other_cluster is not None and "root /team-a" in other_cluster
+    assert "root /team-b" in other_cluster
+    other_pipeline = origin_problem(ours, A, "report")
+    assert other_pipeline is not None and "pipeline 'etl'" in other_pipeline
+    elsewhere = ClusterIdentity.of("zk9:2181", "/team-a")  # the same root, another ensemble
+    assert origin_problem(ours, elsewhere, "etl") is not None
+
+
+def test_a_location_of_another_cluster_is_refused_naming_it_and_the_fix(tmp_path: Path) -> None:
+    location = str(tmp_path / "ck" / "etl")
+    assert check_origin(location, A, "etl") is None  # new: no origin yet
+    CheckpointOwners(location, TOKEN).claim()
+    record_origin(location, CheckpointOrigin.now(B, "etl", TOKEN.era))
+
+    error = check_origin(location, A, "etl")
+
+    assert error is not None
+    assert error.startswith(f"the checkpoint location {location} is refused")
+    assert "stratus kill --purge etl" in error
+    assert "pipeline.checkpoint.subpath" in error
+    assert origin_path(location) in error
+    assert check_origin(location, B, "etl") is None
+    assert Outcome.refused(error).exit_code == REFUSED_EXIT
+
+
+def test_an_origin_stratus_did_not_write_is_refused(tmp_path: Path) -> None:
+    location = tmp_path / "etl"
+    (location / OWNERS_DIR).mkdir(parents=True)
+    (location / OWNERS_DIR / "origin.json").write_text(json.dumps({"pipeline": "etl"}))
+    error = check_origin(str(location), A, "etl")
+    assert error is not None and "not one stratus wrote" in error
+
+
+def test_this_clusters_checkpoints_move_from_the_old_default_root(tmp_path: Path) -> None:
+    legacy, location = tmp_path / "stratus-checkpoints" / "etl", tmp_path / "new" / "etl"
+    CheckpointOwners(str(legacy), FencingToken(era=TOKEN.era, zxid=7)).claim()
+    (legacy / "counts" / "offsets").mkdir(parents=True)
+    location.mkdir(parents=True)  # made empty by a supervisor for a worker of another user
+
+    assert adopt_legacy(str(legacy), str(location), TOKEN) is None
+
+    assert not legacy.exists()
+    assert (location / "counts" / "offsets").is_dir()
+    assert adopt_legacy(str(legacy), str(location), TOKEN) is None  # nothing left to move
+
+
+def test_another_clusters_checkpoints_stay_in_the_old_default_root(tmp_path: Path) -> None:
+    legacy, location = tmp_path / "stratus-checkpoints" / "etl", tmp_path / "new" / "etl"
+    CheckpointOwners(str(legacy), FencingToken(era=TOKEN.era + 1, zxid=7)).claim()
+
+    assert adopt_legacy(str(legacy), str(location), TOKEN) is None
+
+    assert legacy.is_dir() and not location.exists()
+
+
+def test_checkpoints_already_in_the_new_root_are_never_replaced(tmp_path: Path) -> None:
+    legacy, location = tmp_path / "stratus-checkpoints" / "etl", tmp_path / "new" / "etl"
+    CheckpointOwners(str(legacy), TOKEN).claim()
+    CheckpointOwners(str(location), TOKEN).claim()
+
+    assert adopt_legacy(str(legacy), str(location), TOKEN) is None
+
+    assert legacy.is_dir() and (location / OWNERS_DIR).is_dir()
