@@ -12,10 +12,11 @@ import pytest
 from stratus.api.records import Assignment, WorkerHeartbeat, WorkerState
 from stratus.codedist.distributor import CodeMeta
 from stratus.supervisor.code_cache import CodeFailed, CodePending, CodeState, PipelineCode
-from stratus.supervisor.managed_worker import ManagedWorker, Phase, StopReason
+from stratus.supervisor.managed_worker import ManagedWorker, Phase
 from stratus.supervisor.reconcile import Held
 from stratus.supervisor.requirements_env import EnvFailed
 from stratus.supervisor.restart_policy import RestartPolicy
+from stratus.supervisor.run_outcome import StopReason
 from stratus.supervisor.settings import RestartSettings
 from stratus.supervisor.worker_process import WorkerPaths
 from stratus.worker.outcome import FENCED_EXIT

@@ -42,6 +42,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from kazoo.client import KazooClient
+
 from stratus import __version__
 from stratus.api.clock import Clock
 from stratus.api.records import Assignment, SupervisorSummary, WorkerHeartbeat
@@ -80,6 +82,8 @@ from stratus.supervisor.purges import start_purger
 from stratus.supervisor.registration import SessionRecord, SupervisorRegistration
 from stratus.supervisor.requirements_env import RequirementEnvs
 from stratus.supervisor.run_as import UserPool
+from stratus.supervisor.run_logs import kept_runs, read_run_number, run_dir
+from stratus.supervisor.run_records import RunBook, newest_change
 from stratus.supervisor.settings import SupervisorSettings
 from stratus.supervisor.warm_pool import WarmPool
 from stratus.supervisor.worker_access import TRAVERSE_DIR_MODE, closed_to_others
@@ -256,7 +260,7 @@ class Supervisor:
             user = found.record.user
             run_as = users.claim(name, user) if users is not None and user else None
             process = WorkerProcess.adopt(found, run_as)
-            adopted[name] = Adopted(found.record, process)
+            adopted[name] = Adopted(found.record, process, read_run_number(found.directory))
             log.info(
                 "event=worker_found pipeline=%s epoch=%d generation=%d supervisor=%s pid=%d "
                 "ended=%s",
@@ -345,9 +349,25 @@ class Supervisor:
             users=users,
             monitor=self._monitor_settings(),
         )
+        self._start_run_book(client)
         self._build_loop(launcher, warm, self._adopted(users))
         self._opened.append(start_purger(client, self.paths, self.settings, users).close)
         self._start_threads()
+
+    def _start_run_book(self, client: KazooClient) -> None:
+        """The writer of this supervisor's run records (``run_records``)."""
+        paths = self.paths
+        self.runs = RunBook(
+            client,
+            paths,
+            self.id,
+            log_dir_of=lambda pipeline, run: run_dir(self._worker_paths(pipeline).directory, run),
+            keep=self.settings.runs_keep,
+            newest_change=lambda pipeline: newest_change(client, paths, pipeline),
+            clock=self._clock,
+        )
+        self.runs.start()
+        self._opened.append(lambda: self.runs.stop(FINAL_HEARTBEAT_SECS))
 
     def _start_endpoint(self) -> None:
         if not self.settings.http.enabled:
@@ -374,19 +394,31 @@ class Supervisor:
         endpoint.start()
         self.endpoint = endpoint
 
-    def _worker_log(self, pipeline: str) -> WorkerLog:
-        """Where ``pipeline``'s worker log is here, and the conf it is redacted against (the
-        spec's: the manifest's and the assignment's)."""
+    def _worker_log(self, pipeline: str, run: int | None, previous: bool) -> WorkerLog:
+        """Where the log of ``pipeline``'s run ``run`` is here (None: the newest kept, or
+        with ``previous`` the one before it), and the conf it is redacted against (the
+        newest spec's: the manifest's and the assignment's)."""
         paths = self._worker_paths(pipeline)
-        run_log = RunLog(paths.log, self.settings.log)
+        kept = kept_runs(paths.directory)
+        if run is None and kept:
+            run = kept[-2] if previous else kept[-1]
+            if previous and len(kept) < 2:
+                run = None
         try:
             conf = WorkerSpec.read(paths.spec).conf
         except (OSError, ValueError):
             conf = {}
+        if run is None:  # a run without a number, or one of an older release
+            run_log = RunLog(paths.log, self.settings.log)
+            files = run_log.files(previous=previous) if not kept else []
+            return WorkerLog(files=files, newest=paths.log, conf=conf, run=None)
+        newest = paths.for_run(run).log
         return WorkerLog(
-            files=lambda previous: run_log.files(previous=previous),
-            newest=paths.log,
+            files=RunLog(newest, self.settings.log).files(previous=False),
+            newest=newest,
             conf=conf,
+            run=run,
+            superseded=lambda: max(kept_runs(paths.directory), default=-1) > run,
         )
 
     def _fence_ordered(self, epoch: int) -> FenceOrder:
@@ -494,6 +526,7 @@ class Supervisor:
             warm=warm,
             lease_file=settings.spec.lease_path,
             adopted=adopted,
+            runs=self.runs,
             clock=self._clock,
             wall=self._wall,
         )
