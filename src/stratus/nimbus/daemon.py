@@ -28,8 +28,14 @@ from kazoo.client import KazooClient
 
 from stratus import __version__
 from stratus.api.clock import Clock
+from stratus.api.errors import UnknownPipelineError
 from stratus.api.purges import nimbus_party
-from stratus.api.records import NimbusRegistration, PipelineRecord, PipelineStatus
+from stratus.api.records import (
+    NimbusRegistration,
+    PipelineRecord,
+    PipelineStatus,
+    WorkerHeartbeat,
+)
 from stratus.codedist.code_sync import CodeSync
 from stratus.codedist.distributor import CodeDistributor, CodeMeta
 from stratus.codedist.factory import create_distributor
@@ -68,6 +74,7 @@ from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.placement import Placement
 from stratus.nimbus.purge_plan import PurgeBy
 from stratus.nimbus.readiness import CodeReadiness
+from stratus.nimbus.run_reads import RunReader
 from stratus.nimbus.service import NimbusService
 from stratus.nimbus.settings import HAMode, NimbusSettings
 from stratus.nimbus.submission import Submitter
@@ -522,6 +529,13 @@ class Nimbus:
             insecure=self.insecure,
         )
 
+    def _worker_beats(self, name: str) -> list[WorkerHeartbeat]:
+        """The newest heartbeats of ``name``'s workers (none once it is removed)."""
+        try:
+            return self.service.workers(name).workers
+        except UnknownPipelineError:
+            return []
+
     def _start_http(self) -> None:
         app = create_app(
             self.service,
@@ -533,6 +547,13 @@ class Nimbus:
             ready=self._readiness,
             leader_terms=self.terms.read,
             assignment_history=self.assignment_history,
+            runs=RunReader(
+                self.session.client,
+                self.paths,
+                history=self.assignment_history,
+                live=lambda: self.view.supervisors().keys(),
+                beats=self._worker_beats,
+            ),
         )
         self._http = ThreadedServer(
             bounded_app(app, self.settings.http),
