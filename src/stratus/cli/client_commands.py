@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import codecs
 import json
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -55,6 +56,13 @@ from stratus.api.redaction import redact_conf, redact_record, redact_text, redac
 from stratus.cli.options import json_mode, timeout_option, with_config
 from stratus.cli.output import console, print_table, when
 from stratus.cli.retry_display import RetryDisplay
+from stratus.cli.run_output import (
+    failed_runs_lines,
+    last_run_lines,
+    parse_since,
+    runs_since,
+    runs_table,
+)
 from stratus.client import NimbusClient
 from stratus.client.nimbus_client import pending
 from stratus.config import StratusConfig
@@ -72,6 +80,7 @@ _STATUS_STYLE = {
     PipelineStatus.FINISHED: "blue",
 }
 _JSON_VALUES = (str, int, float, bool, list, dict, type(None))
+STATUS_RUNS = 20  # runs read for the status of a pipeline that runs nowhere
 
 
 def _json_option(func: F) -> F:
@@ -269,20 +278,46 @@ def list_pipelines(as_json: bool, conf: StratusConfig) -> None:
 @timeout_option
 @with_config
 def status(name: str, as_json: bool, conf: StratusConfig) -> None:
-    """Show pipeline NAME, its workers and their last crash."""
+    """Show pipeline NAME, its workers and their last crash; once it runs nowhere, its
+    last run (and, FAILED, its restarts and crashes)."""
     with _client(conf) as client:
         record = client.status(name)
         workers = client.workers(name)
-    if as_json:  # the record's fields, and its workers under "workers"
+        ended = workers.assignment is None and not workers.workers
+        runs = client.runs(name, limit=STATUS_RUNS).runs if ended else []
+    if as_json:  # the record's fields, its workers under "workers", its last run
         shown = json.loads(redact_record(record).model_dump_json())
         shown["workers"] = json.loads(redact_workers(workers).model_dump_json())
+        shown["last_run"] = json.loads(runs[0].model_dump_json()) if runs else None
         click.echo(json.dumps(shown, indent=2))
         return
     out = _console()
     print_table(out, _record_table(record))
-    print_table(out, workers_table(workers))
-    for line in spark_ui_lines(workers) + crash_lines(workers):
+    if runs:
+        lines = last_run_lines(runs[0], time.time())
+        if record.status is PipelineStatus.FAILED:
+            lines += failed_runs_lines(runs)
+    else:
+        print_table(out, workers_table(workers))
+        lines = spark_ui_lines(workers) + crash_lines(workers)
+    for line in lines:
         out.print(line)  # whole lines: an error is copied, not read wrapped
+
+
+@click.command()
+@click.argument("name")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many.")
+@_json_option
+@timeout_option
+@with_config
+def runs(name: str, limit: int | None, as_json: bool, conf: StratusConfig) -> None:
+    """Show the runs of pipeline NAME, newest first: one worker process's life each."""
+    with _client(conf) as client:
+        found = client.runs(name, limit=limit)
+    if as_json:
+        _print_json(found)
+        return
+    print_table(_console(), runs_table(found.pipeline, found.runs, time.time()))
 
 
 @click.command()
@@ -302,23 +337,57 @@ def history(name: str, as_json: bool, conf: StratusConfig) -> None:
 
 @click.command()
 @click.argument("name")
-@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until interrupted.")
-@click.option("--previous", is_flag=True, help="The log of the worker before the last restart.")
+@click.option(
+    "-f", "--follow", is_flag=True, help="Keep printing new lines of the newest run until it ends."
+)
+@click.option("--previous", is_flag=True, help="The log of the run before the newest.")
+@click.option("--run", "run", type=click.IntRange(min=0), default=None, help="Run N's log.")
+@click.option(
+    "--tail", type=click.IntRange(min=0), default=None, help="Only the last N lines of the run."
+)
+@click.option(
+    "--since",
+    default=None,
+    metavar="DURATION",
+    help="The logs of every run that ran within DURATION (30s, 10m, 2h, 1d), oldest first.",
+)
 @timeout_option
 @with_config
-def logs(name: str, follow: bool, previous: bool, conf: StratusConfig) -> None:
-    """Print the worker log of pipeline NAME, read through any nimbus from its supervisor."""
-    lines = LogLines()
+def logs(
+    name: str,
+    *,
+    follow: bool,
+    previous: bool,
+    run: int | None,
+    tail: int | None,
+    since: str | None,
+    conf: StratusConfig,
+) -> None:
+    """Print a run's log of pipeline NAME (the newest by default), read through any nimbus
+    from the supervisor that ran it."""
+    if sum([previous, run is not None, since is not None]) > 1:
+        raise click.UsageError("give at most one of --run, --previous and --since")
+    cutoff = time.time() - parse_since(since) if since is not None else None
     with _client(conf) as client:
-        chunks = client.logs(name, previous=previous, follow=follow)
-        try:
-            for chunk in chunks:
-                for line in lines.feed(chunk):
-                    click.echo(line)
-        except KeyboardInterrupt:  # -f ends here: not an error
-            pass
-        finally:
-            chunks.close()
+        if cutoff is None:
+            _print_log(client.logs(name, previous=previous, follow=follow, run=run, tail=tail))
+            return
+        for shown in runs_since(client.runs(name).runs, cutoff):
+            click.echo(f"==== run {shown.run} on {shown.supervisor}, started {when(shown.started)}")
+            _print_log(client.logs(name, run=shown.run, tail=tail))
+
+
+def _print_log(chunks: Generator[bytes, None, None]) -> None:
+    """A log's lines as they arrive, until its end (or Ctrl-C, which ends a follow)."""
+    lines = LogLines()
+    try:
+        for chunk in chunks:
+            for line in lines.feed(chunk):
+                click.echo(line)
+    except KeyboardInterrupt:  # -f ends here: not an error
+        pass
+    finally:
+        chunks.close()
     if rest := lines.flush():
         click.echo(rest)
 
@@ -622,6 +691,7 @@ CLIENT_COMMANDS = (
     list_pipelines,
     status,
     history,
+    runs,
     logs,
     kill,
     activate,
