@@ -132,9 +132,7 @@ async def stream_log(
         if out := redactor.feed(await anyio.to_thread.run_sync(tail_lines, files, tail)):
             yield out
         files = []
-    chunks = read_run(
-        files, follow=follow, newest=worker_log.newest, from_end=tail is not None
-    )
+    chunks = read_run(files, follow=follow, newest=worker_log.newest, from_end=tail is not None)
     try:
         while True:
             chunk = await anyio.to_thread.run_sync(next, chunks, b"")

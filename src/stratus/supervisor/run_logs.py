@@ -52,6 +52,12 @@ def prune(directory: Path, keep: int) -> list[int]:
     return gone
 
 
+def forget_runs(directory: Path) -> None:
+    """Delete every run log of the pipeline whose worker ``directory`` this is (a purge)."""
+    shutil.rmtree(directory / RUNS_DIR, ignore_errors=True)
+    (directory / RUN_FILE).unlink(missing_ok=True)
+
+
 def write_run_number(directory: Path, number: int | None) -> None:
     """Record which run the pipeline's worker is (None: an unrecorded run)."""
     path = directory / RUN_FILE
