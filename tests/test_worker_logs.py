@@ -291,7 +291,7 @@ def test_the_endpoint_refuses_anonymous_and_wrong_role_callers_and_logs_rotate_a
         # the leader names the owner in the assignment's conf; the endpoint judges by it
         cluster.assign(meta, conf={"spark.test.lines": 300, "pipeline.owner": "user"})
         cluster.wait_for_worker(WorkerState.RUNNING)
-        directory = tmp_path / "s1" / "workers" / "etl"
+        directory = tmp_path / "s1" / "workers" / "etl" / "runs" / "0"  # run 0's own
         last = "filler 00299 " + "x" * 80
         wait_until(lambda: last in (directory / "worker.log").read_text(), 30, "the last line")
 
