@@ -108,7 +108,7 @@ def blocking_package(name: str = "blocking") -> bytes:
     return _app_package(name, "blocking:run", {"blocking.py": module})
 
 
-FAILING_BATCH_SOURCE = '''"""A streaming app whose every batch raises the pipeline's own exception."""
+FAILING_BATCH_SOURCE = '''"""A streaming app whose batches raise the pipeline's own exception."""
 
 
 class RowCountMismatch(Exception):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from stratus.api.errors import UnknownPipelineError, UnknownRunError
 from stratus.api.records import (
     AssignmentChange,
     AssignmentReason,
@@ -21,6 +22,8 @@ from stratus.api.records import (
     RunRecord,
     WorkerState,
 )
+from stratus.nimbus.assignment_history import AssignmentHistoryLog
+from stratus.nimbus.run_reads import RunReader
 from stratus.supervisor.run_logs import kept_runs, read_run_number, run_dir
 from stratus.zk.paths import ClusterPaths, sequence_of
 from tests.test_supervisor import ROOT, Cluster, running
@@ -49,7 +52,9 @@ def runs(cluster: Cluster, name: str = "etl") -> list[RunRecord]:
     return found
 
 
-def wait_for_runs(cluster: Cluster, count: int, *, ended: int, name: str = "etl") -> list[RunRecord]:
+def wait_for_runs(
+    cluster: Cluster, count: int, *, ended: int, name: str = "etl"
+) -> list[RunRecord]:
     """Once ``count`` runs are recorded, ``ended`` of them closed: the records."""
     wait_until(
         lambda: (
@@ -182,3 +187,37 @@ def test_the_runs_are_trimmed_to_the_newest_kept_and_the_logs_to_theirs(cluster)
         cluster.wait_for_worker(WorkerState.FAILED)
         wait_until(lambda: [r.run for r in runs(cluster)] == [2, 3, 4], 20, "runs 2 to 4 kept")
     assert kept_runs(worker_dir(cluster)) == [3, 4]
+
+
+def test_a_nimbus_reads_the_runs_newest_first_and_infers_the_end_a_dead_supervisor_left(
+    cluster,
+) -> None:
+    meta = cluster.code.upload("etl")
+    with running(cluster.conf(), cluster):
+        cluster.assign(meta, mode="finish")
+        cluster.wait_for_worker(WorkerState.FINISHED)
+        wait_for_runs(cluster, 1, ended=1)
+        cluster.unassign()
+        cluster.assign(meta, generation=1)
+        wait_for_runs(cluster, 2, ended=1)
+    # s1 is gone: as if it had died, its second run is left open, and the leader moved it
+    open_path = PATHS.run("etl", 1)
+    raw, stat = cluster.zk.get(open_path)
+    reopened = RunRecord.model_validate_json(raw).model_copy(
+        update={"ended": None, "outcome": None}
+    )
+    cluster.zk.set(open_path, reopened.encode(), version=stat.version)
+    record_change(cluster, AssignmentReason.SUPERVISOR_DEAD, "s2")
+    history = AssignmentHistoryLog(cluster.zk, PATHS)
+    reader = RunReader(cluster.zk, PATHS, history=history.read, live=lambda: ["s2"])
+
+    newest, first = reader.runs("etl")
+    assert (newest.run, first.run) == (1, 0)
+    assert first.outcome is RunOutcome.FINISHED and not first.inferred
+    assert (newest.outcome, newest.inferred) == (RunOutcome.MOVED, True)
+    assert reader.runs("etl", limit=1) == [newest]
+    assert reader.run("etl", 0) == first
+    with pytest.raises(UnknownRunError, match="runs 0 to 1 are kept"):
+        reader.run("etl", 5)
+    with pytest.raises(UnknownPipelineError):
+        reader.run("nosuch", 0)

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from stratus.api.records import PipelineStatus, PipelineRuns, RunOutcome
+from stratus.api.records import PipelineRuns, PipelineStatus, RunOutcome
 from tests.pipeline_cluster import SPARK_START_SECS, PipelineCluster, pipeline_cluster
 from tests.spark_packages import batch_package, failing_batch_package
 
