@@ -3,6 +3,7 @@ the CLI's durations and tails."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -214,3 +215,12 @@ def test_a_tail_is_the_last_lines_across_rotated_files(tmp_path) -> None:
     assert tail_lines([old, new], 3) == b"line 4999\nline 5000\nline 5001\n"
     assert tail_lines([old, new], 0) == b""
     assert tail_lines([new], 10) == b"line 5000\nline 5001\n"
+
+
+def test_a_newer_writers_fields_survive_a_supervisor_that_completes_the_run() -> None:
+    stored = run().model_dump(mode="json") | {"gpu_hours": 1.5}
+    record = RunRecord.model_validate(stored)
+    ended = ended_record(record, RunEnd(RunOutcome.FINISHED, 200.0, 0), {}, None)
+    written = json.loads(ended.encode())
+    assert written["gpu_hours"] == 1.5 and written["outcome"] == "FINISHED"
+    assert "gpu_hours" not in ended.model_dump()  # never shown by the API
