@@ -9,7 +9,7 @@ thread, as the worker's own start is), so the run's number names the directory o
 every later write (the pid, the end) is a version-checked read-and-set on a thread of its
 own, so the control loop never waits for ZooKeeper, and a write that fails is tried again
 until the supervisor stops. Trimming to the newest ``pipeline.runs.keep`` follows each
-creation and never deletes an open run::
+creation and never deletes a run that may still end (open, its supervisor registered)::
 
     book = RunBook(client, paths, "s1", log_dir_of=..., keep=50)
     book.start()
@@ -255,6 +255,15 @@ class RunBook:
             except BadVersionError:
                 continue  # written meanwhile: read it again
 
+    def _still_open(self, record: RunRecord) -> bool:
+        """Whether ``record`` is a run that may still end: open, and its supervisor this one
+        or registered (a dead supervisor's open run is trimmed as an ended one)."""
+        if record.ended is not None:
+            return False
+        if record.supervisor == self._supervisor:
+            return True
+        return self._client.exists(self._paths.supervisor(record.supervisor)) is not None
+
     def _trim(self, pipeline: str) -> None:
         parent = self._paths.pipeline_runs(pipeline)
         nodes = [n for n in self._client.get_children(parent) if n.startswith(RUN_NODE_PREFIX)]
@@ -262,8 +271,8 @@ class RunBook:
             path = posixpath.join(parent, node)
             try:
                 raw, stat = self._client.get(path)
-                if RunRecord.model_validate_json(raw).ended is None:
-                    continue  # open: another supervisor's, or its end not written yet
+                if self._still_open(RunRecord.model_validate_json(raw)):
+                    continue
                 self._client.delete(path, version=stat.version)
             except (NoNodeError, BadVersionError):
                 continue
