@@ -96,7 +96,7 @@ def last_run_lines(run: RunRecord, now: float) -> list[str]:
         f"last run {run.run} on {run.supervisor}: {outcome}"
         + (" (inferred)" if run.inferred else "")
         + f", started {when(run.started)}, ended {ended}, ran {duration(run, now)}, "
-        f"exit {run.exit or '-'}, rows {'-' if run.rows is None else run.rows}"
+        f"{run.exit or 'no exit'}, rows {'-' if run.rows is None else run.rows}"
     ]
     if run.error:
         lines.append(f"error: {printable(run.error)}")
