@@ -19,7 +19,7 @@ from stratus.api.records import (
 from stratus.api.user_exception import error_first, user_exception
 from stratus.cli.run_output import failed_runs_lines, parse_since, runs_since
 from stratus.nimbus.run_reads import inferred_end, pick_run
-from stratus.supervisor.run_logs import to_prune
+from stratus.supervisor.run_logs import pick_kept, run_over, to_prune, write_run_number
 from stratus.supervisor.run_outcome import RunEnd, StopReason, removal_outcome, stop_outcome
 from stratus.supervisor.run_records import ended_record, to_trim
 from stratus.supervisor.worker_log import tail_lines
@@ -224,3 +224,19 @@ def test_a_newer_writers_fields_survive_a_supervisor_that_completes_the_run() ->
     written = json.loads(ended.encode())
     assert written["gpu_hours"] == 1.5 and written["outcome"] == "FINISHED"
     assert "gpu_hours" not in ended.model_dump()  # never shown by the API
+
+
+def test_a_supervisor_reads_the_named_run_else_its_newest_or_the_one_before() -> None:
+    assert pick_kept([3, 4, 5], 4, previous=False) == 4
+    assert pick_kept([3, 4, 5], None, previous=False) == 5
+    assert pick_kept([3, 4, 5], None, previous=True) == 4
+    assert pick_kept([5], None, previous=True) is None
+    assert pick_kept([], None, previous=False) is None
+
+
+def test_a_run_is_over_once_its_exit_is_recorded_or_a_newer_run_is_the_workers(tmp_path) -> None:
+    write_run_number(tmp_path, 5)
+    assert not run_over(tmp_path, 5, "exit.json")
+    assert run_over(tmp_path, 4, "exit.json")
+    (tmp_path / "exit.json").write_text("{}")
+    assert run_over(tmp_path, 5, "exit.json")

@@ -82,13 +82,20 @@ from stratus.supervisor.purges import start_purger
 from stratus.supervisor.registration import SessionRecord, SupervisorRegistration
 from stratus.supervisor.requirements_env import RequirementEnvs
 from stratus.supervisor.run_as import UserPool
-from stratus.supervisor.run_logs import kept_runs, read_run_number, run_dir
+from stratus.supervisor.run_logs import (
+    kept_runs,
+    pick_kept,
+    read_run_number,
+    run_dir,
+    run_over,
+)
 from stratus.supervisor.run_records import RunBook, newest_change
 from stratus.supervisor.settings import SupervisorSettings
 from stratus.supervisor.warm_pool import WarmPool
 from stratus.supervisor.worker_access import TRAVERSE_DIR_MODE, closed_to_others
 from stratus.supervisor.worker_env import worker_environment
 from stratus.supervisor.worker_log import RunLog
+from stratus.supervisor.worker_monitor import EXIT_FILE
 from stratus.supervisor.worker_process import (
     MonitorSettings,
     ProvenProcess,
@@ -397,28 +404,25 @@ class Supervisor:
     def _worker_log(self, pipeline: str, run: int | None, previous: bool) -> WorkerLog:
         """Where the log of ``pipeline``'s run ``run`` is here (None: the newest kept, or
         with ``previous`` the one before it), and the conf it is redacted against (the
-        newest spec's: the manifest's and the assignment's)."""
+        newest spec's: the manifest's and the assignment's). A follow of it ends once the
+        run is over."""
         paths = self._worker_paths(pipeline)
         kept = kept_runs(paths.directory)
-        if run is None and kept:
-            run = kept[-2] if previous else kept[-1]
-            if previous and len(kept) < 2:
-                run = None
         try:
             conf = WorkerSpec.read(paths.spec).conf
         except (OSError, ValueError):
             conf = {}
-        if run is None:  # a run without a number, or one of an older release
-            run_log = RunLog(paths.log, self.settings.log)
-            files = run_log.files(previous=previous) if not kept else []
-            return WorkerLog(files=files, newest=paths.log, conf=conf, run=None)
-        newest = paths.for_run(run).log
+        picked = pick_kept(kept, run, previous=previous)
+        if picked is None:  # a run without a number, or one of an older release
+            files = [] if kept else RunLog(paths.log, self.settings.log).files(previous=previous)
+            return WorkerLog(files=files, newest=paths.log, conf=conf)
+        newest = paths.for_run(picked).log
         return WorkerLog(
             files=RunLog(newest, self.settings.log).files(previous=False),
             newest=newest,
             conf=conf,
-            run=run,
-            superseded=lambda: max(kept_runs(paths.directory), default=-1) > run,
+            run=picked,
+            superseded=lambda: run_over(paths.directory, picked, EXIT_FILE),
         )
 
     def _fence_ordered(self, epoch: int) -> FenceOrder:

@@ -17,11 +17,11 @@ supervisor's registration (``SupervisorSummary.endpoint``), where every nimbus f
     endpoint.start()          # endpoint.address: "host:6629"
     endpoint.stop()
 
-``GET /api/v1/logs/{pipeline}?previous=false&follow=false`` answers the worker's log as
-``text/plain``, one run's files oldest first (the current run, or with ``previous`` the one
-before the last restart), every line redacted against the pipeline's conf; ``follow``
-goes on sending lines as they are written, across rotations and restarts, until the
-client leaves.
+``GET /api/v1/logs/{pipeline}?run=N&tail=N&previous=false&follow=false`` answers a run's
+log as ``text/plain``, its files oldest first (run ``run``, else the newest kept, or with
+``previous`` the one before it: ``run_logs``), every line redacted against the pipeline's
+conf; ``tail`` sends only its last lines; ``follow`` goes on sending lines as they are
+written, across rotations, until the run is over or the client leaves.
 
 ``POST /api/v1/fence`` with ``{"epoch": E, "supervisor": ID}`` is the leader's graceful
 fence: ``409 wrong_supervisor`` (nothing stopped) when ID is not this supervisor's id, else
@@ -94,7 +94,7 @@ class WorkerLog:
     newest: Path  # the run's newest file (what a follow reads)
     conf: Mapping[str, Any]
     run: int | None = None  # its number (None: a run without one)
-    superseded: Callable[[], bool] = lambda: False  # a newer run began: a follow ends
+    superseded: Callable[[], bool] = lambda: False  # the run is over: a follow ends
 
 
 LogsOf = Callable[[str, int | None, bool], WorkerLog]  # (pipeline, run, previous)
@@ -140,7 +140,7 @@ async def stream_log(
                 break
             if chunk is None:  # following: nothing new yet
                 if worker_log.superseded():
-                    break  # its run is over: a newer one writes elsewhere
+                    break  # its run is over: nothing more comes
                 await asyncio.sleep(FOLLOW_POLL_SECS)
                 continue
             if out := redactor.feed(chunk):

@@ -52,6 +52,21 @@ def prune(directory: Path, keep: int) -> list[int]:
     return gone
 
 
+def pick_kept(kept: list[int], run: int | None, *, previous: bool) -> int | None:
+    """The run whose log is read: ``run`` if named, else the newest of ``kept`` (oldest
+    first), or with ``previous`` the one before it; None when there is none such."""
+    if run is not None:
+        return run
+    wanted = 2 if previous else 1
+    return kept[-wanted] if len(kept) >= wanted else None
+
+
+def run_over(directory: Path, run: int, exit_file: str) -> bool:
+    """Whether run ``run`` of the worker in ``directory`` has ended: a newer run is the
+    worker's now, or its monitor recorded its exit (``exit_file``)."""
+    return read_run_number(directory) != run or (directory / exit_file).exists()
+
+
 def forget_runs(directory: Path) -> None:
     """Delete every run log of the pipeline whose worker ``directory`` this is (a purge)."""
     shutil.rmtree(directory / RUNS_DIR, ignore_errors=True)
