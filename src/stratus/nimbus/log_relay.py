@@ -1,4 +1,4 @@
-"""A worker's log, relayed by any nimbus from the endpoint of the supervisor that runs it.
+"""A run's log, relayed by any nimbus from the endpoint of the supervisor that ran it.
 
 Every nimbus relays, standbys included: the log is a read, the supervisor's address is in
 its registration (which every nimbus watches), and a log is wanted most when something is
@@ -11,13 +11,16 @@ https exactly when this nimbus's own configuration says the cluster speaks TLS; 
 registration that says otherwise is ``502 untrusted_endpoint``, and nothing is sent to it
 (``stratus.nimbus.supervisor_endpoints``). The supervisor's refusals and errors come back
 as they are (its message prefixed with its id); an unreachable supervisor is ``503
-unavailable``. The supervisor redacts every line against the pipeline's conf; the nimbus
+unavailable``; a ``no_log`` answer about a run names that run's log directory on the
+supervisor's host (``LogSource.log_dir``, from its run record), where an operator can still
+read it. The supervisor redacts every line against the pipeline's conf; the nimbus
 redacts them once more, against the conf it stores (a supervisor of an older version may
 have missed a form of secret)::
 
     relay = LogRelay(client_auth(conf))
-    upstream = await relay.open(LogSource(supervisor, conf), "etl", previous=False,
-                                follow=True, authorization=request.headers.get("authorization"))
+    upstream = await relay.open(LogSource(supervisor, conf, run=7, log_dir=...), "etl",
+                                previous=False, follow=True, tail=None,
+                                authorization=request.headers.get("authorization"))
     StreamingResponse(upstream.chunks(), media_type=upstream.media_type)
 """
 

@@ -23,6 +23,11 @@ Phases::
     RUNNING --new code (an update)--> RUNNING while the new code (and its environment) is
             fetched --ready, or failed--> STOPPING ... (its successor starts at once)
 
+Each process is a run (``run_outcome``): opened with its recorder just before the start
+(its number names its log's directory), closed at its end with the outcome the transition
+says (FINISHED, FAILED at a crash, FENCED, UPDATED at a restart for new code, STOPPED or a
+removal's move or stop at a stop); an adopted process continues its run.
+
 An update's new code is fetched, and its environment built, while the old worker still
 runs, so the gap between the two is a stop and a start, not also a fetch and an install; a
 fetch or an install that fails stops the old worker anyway (the new one reports the
