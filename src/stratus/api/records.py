@@ -502,6 +502,11 @@ class WorkerHeartbeat(_Record):
         return sum(query.rows_total for query in self.queries)
 
     @property
+    def batches_total(self) -> int:
+        """The batches its queries committed since it started (each query's from 0)."""
+        return sum(query.batch_id + 1 for query in self.queries if query.batch_id >= 0)
+
+    @property
     def last_batch_id(self) -> int:
         """The highest batch id its queries committed; -1 before the first."""
         return max((query.batch_id for query in self.queries), default=-1)

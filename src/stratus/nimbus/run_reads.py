@@ -51,12 +51,11 @@ def with_beat(run: RunRecord, beat: WorkerHeartbeat | None) -> RunRecord:
     """An open ``run`` with what its worker's newest heartbeat says, if it is this run's."""
     if beat is None or beat.supervisor != run.supervisor or beat.pid != run.pid:
         return run
-    batches = sum(q.batch_id + 1 for q in beat.queries if q.batch_id >= 0)
     return run.model_copy(
         update={
             "app_id": beat.app_id,
             "spark_ui": beat.spark_ui,
-            "batches": batches if beat.queries else None,
+            "batches": beat.batches_total if beat.queries else None,
             "rows": beat.rows_total if beat.queries else None,
         }
     )

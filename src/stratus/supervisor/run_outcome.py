@@ -111,7 +111,7 @@ def batches_of(beat: WorkerHeartbeat | None) -> int | None:
     """The streaming batches a worker's queries committed, from its heartbeat."""
     if beat is None or not beat.queries:
         return None
-    return sum(query.batch_id + 1 for query in beat.queries if query.batch_id >= 0)
+    return beat.batches_total
 
 
 def rows_of(beat: WorkerHeartbeat | None) -> int | None:
