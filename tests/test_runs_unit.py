@@ -13,12 +13,15 @@ from stratus.api.errors import NoLogError
 from stratus.api.records import (
     AssignmentChange,
     AssignmentReason,
+    QueryProgress,
     RunOutcome,
     RunRecord,
+    WorkerHeartbeat,
+    WorkerState,
 )
 from stratus.api.user_exception import error_first, user_exception
 from stratus.cli.run_output import failed_runs_lines, parse_since, runs_since
-from stratus.nimbus.run_reads import inferred_end, pick_run
+from stratus.nimbus.run_reads import inferred_end, pick_run, with_beat
 from stratus.supervisor.run_logs import pick_kept, run_over, to_prune, write_run_number
 from stratus.supervisor.run_outcome import RunEnd, StopReason, removal_outcome, stop_outcome
 from stratus.supervisor.run_records import ended_record, to_trim
@@ -240,3 +243,22 @@ def test_a_run_is_over_once_its_exit_is_recorded_or_a_newer_run_is_the_workers(t
     assert run_over(tmp_path, 4, "exit.json")
     (tmp_path / "exit.json").write_text("{}")
     assert run_over(tmp_path, 5, "exit.json")
+
+
+def test_an_open_run_shows_its_own_workers_newest_heartbeat_only() -> None:
+    beat = WorkerHeartbeat(
+        pipeline="etl",
+        supervisor="s1",
+        epoch=1,
+        generation=0,
+        state=WorkerState.RUNNING,
+        time=150.0,
+        pid=42,
+        app_id="local-1",
+        spark_ui="http://h:4040",
+        queries=[QueryProgress(batch_id=4, rows_total=50), QueryProgress(batch_id=1, rows_total=7)],
+    )
+    shown = with_beat(run(pid=42), beat)
+    assert (shown.batches, shown.rows, shown.app_id) == (7, 57, "local-1")
+    assert shown.spark_ui == "http://h:4040"
+    assert with_beat(run(pid=41), beat) == run(pid=41)  # another process: an earlier run's
