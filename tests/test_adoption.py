@@ -29,6 +29,7 @@ from stratus.supervisor.worker_monitor import EXIT_FILE, PROCESS_FILE
 from stratus.supervisor.worker_process import START_MARK, WorkerPaths
 from stratus.worker.lease_file import read_lease
 from stratus.worker.spec import read_heartbeat
+from tests.test_run_records import runs as run_records
 from tests.test_run_records import wait_for_runs
 from tests.test_supervisor import FAST, Cluster
 from tests.zkfixtures import kazoo_client, process_gone, wait_until
@@ -345,3 +346,6 @@ def test_without_adoption_the_workers_stop_with_their_supervisor(cluster, how) -
         run.start()
         after = cluster.wait_for_worker(WorkerState.RUNNING, where=lambda b: b.pid != before.pid)
         assert runs(cluster) == 2 and after.pid != before.pid
+        stopped, _ = wait_for_runs(cluster, 2, ended=1)  # closed by the stop or the start
+        assert (stopped.outcome, stopped.pid) == (RunOutcome.STOPPED, before.pid)
+        wait_until(lambda: run_records(cluster)[1].pid == after.pid, 10, "run 1's pid")

@@ -46,7 +46,7 @@ from kazoo.client import KazooClient
 
 from stratus import __version__
 from stratus.api.clock import Clock
-from stratus.api.records import Assignment, SupervisorSummary, WorkerHeartbeat
+from stratus.api.records import Assignment, RunOutcome, SupervisorSummary, WorkerHeartbeat
 from stratus.codedist.distributor import CodeDistributor
 from stratus.codedist.factory import create_distributor
 from stratus.codedist.package_store import PackageStore
@@ -89,6 +89,7 @@ from stratus.supervisor.run_logs import (
     run_dir,
     run_over,
 )
+from stratus.supervisor.run_outcome import RunEnd
 from stratus.supervisor.run_records import RunBook, newest_change
 from stratus.supervisor.settings import SupervisorSettings
 from stratus.supervisor.warm_pool import WarmPool
@@ -140,6 +141,7 @@ class Supervisor:
         self.cluster = ClusterIdentity.of(self.settings.zk.hosts, self.settings.zk.root)
         self._lock: LocalDirLock | None = None
         self._survey = Survey()  # what the start found left running
+        self._killed_runs: dict[str, int | None] = {}  # not adopted: their runs closed
         self._session_record = SessionRecord(self.local_dir / SESSION_FILE)
         self._stop_workers = not self.settings.adopt  # at stop(), unless it says otherwise
         self._worker_command = worker_command
@@ -246,6 +248,7 @@ class Supervisor:
             self._survey = found
             return
         for left in found.found.values():
+            self._killed_runs[left.record.pipeline] = read_run_number(left.directory)
             if left.exit is None:  # its monitor runs: it and its worker go, proven first
                 log.warning(
                     "event=worker_killed_at_start pipeline=%s supervisor=%s pid=%d reason=%r",
@@ -375,6 +378,9 @@ class Supervisor:
         )
         self.runs.start()
         self._opened.append(lambda: self.runs.stop(FINAL_HEARTBEAT_SECS))
+        for pipeline, run in self._killed_runs.items():  # supervisor.worker.adopt false
+            if run is not None:
+                self.runs.close(pipeline, run, RunEnd(RunOutcome.STOPPED, self._wall()), {})
 
     def _start_endpoint(self) -> None:
         if not self.settings.http.enabled:

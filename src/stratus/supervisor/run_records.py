@@ -196,6 +196,8 @@ class RunBook:
 
     def close(self, pipeline: str, number: int, end: RunEnd, conf: dict[str, Any]) -> None:
         def ended(record: RunRecord) -> RunRecord:
+            if record.ended is not None:
+                return record  # a run ends once: a worker found again after its end
             change = self._newest_change(pipeline) if end.outcome is None else None
             return ended_record(record, end, conf, change)
 
@@ -249,8 +251,11 @@ class RunBook:
             except ValidationError:
                 log.warning("event=run_record_unreadable pipeline=%s run=%d", pipeline, number)
                 return
+            changed = change(record)
+            if changed is record:
+                return
             try:
-                self._client.set(path, change(record).encode(), version=stat.version)
+                self._client.set(path, changed.encode(), version=stat.version)
                 return
             except BadVersionError:
                 continue  # written meanwhile: read it again
