@@ -367,6 +367,8 @@ def logs(
     from the supervisor that ran it."""
     if sum([previous, run is not None, since is not None]) > 1:
         raise click.UsageError("give at most one of --run, --previous and --since")
+    if since is not None and follow:
+        raise click.UsageError("--since prints ended runs whole: -f follows the newest run alone")
     cutoff = time.time() - parse_since(since) if since is not None else None
     with _client(conf) as client:
         if cutoff is None:
