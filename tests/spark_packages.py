@@ -10,6 +10,7 @@ The worker, supervisor and end-to-end tests share them::
     batch_package("report")              # the batch example: FINISHED when its function returns
     blocking_package()                   # its function never returns, even when stopped
     bad_entrypoint_package("bad")        # 'jobs.main:run': the module is there, the function is not
+    failing_batch_package("failing")     # a streaming batch raises the pipeline's exception
     example_package("sdp")               # an example of stratus zipped as `stratus submit` zips it
     unpack(package_bytes, directory)     # the package's files in a directory
     worker_spec(tmp_path, "pt", code_dir, checkpoint_location=..., conf=...)
@@ -105,6 +106,34 @@ def blocking_package(name: str = "blocking") -> bytes:
     """A batch app whose function never returns, and ignores every stop request."""
     module = "import threading\n\n\ndef run(spark, context):\n    threading.Event().wait()\n"
     return _app_package(name, "blocking:run", {"blocking.py": module})
+
+
+FAILING_BATCH_SOURCE = '''"""A streaming app whose batches raise the pipeline's own exception."""
+
+
+class RowCountMismatch(Exception):
+    pass
+
+
+def check(batch, batch_id):
+    raise RowCountMismatch(f"batch {batch_id}: expected 10 rows, got {batch.count()}")
+
+
+def run(spark, context):
+    (
+        spark.readStream.format("rate").option("rowsPerSecond", 5).load()
+        .writeStream.foreachBatch(check)
+        .option("checkpointLocation", context.checkpoint("check"))
+        .queryName("check")
+        .start()
+    )
+'''
+
+
+def failing_batch_package(name: str = "failing") -> bytes:
+    """A streaming app whose first batch raises ``RowCountMismatch`` in its foreachBatch
+    function: PySpark reports it wrapped in a StreamingQueryException."""
+    return _app_package(name, "failing:run", {"failing.py": FAILING_BATCH_SOURCE})
 
 
 def bad_entrypoint_package(name: str = "bad-entrypoint") -> bytes:

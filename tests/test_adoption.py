@@ -20,14 +20,17 @@ from typing import Any
 
 import pytest
 
-from stratus.api.records import WorkerHeartbeat, WorkerState
+from stratus.api.records import RunOutcome, WorkerHeartbeat, WorkerState
 from stratus.process import NOT_REAPED_EXIT, ProcessGroup, start_time
 from stratus.supervisor.daemon import Supervisor
 from stratus.supervisor.errors import AdoptionRefusedError, LocalDirLockedError
+from stratus.supervisor.run_logs import kept_runs, read_run_number
 from stratus.supervisor.worker_monitor import EXIT_FILE, PROCESS_FILE
 from stratus.supervisor.worker_process import START_MARK, WorkerPaths
 from stratus.worker.lease_file import read_lease
 from stratus.worker.spec import read_heartbeat
+from tests.test_run_records import runs as run_records
+from tests.test_run_records import wait_for_runs
 from tests.test_supervisor import FAST, Cluster
 from tests.zkfixtures import kazoo_client, process_gone, wait_until
 
@@ -117,7 +120,9 @@ def supervisor_run(cluster: Cluster, **extra: Any) -> Iterator[SupervisorRun]:
 
 
 def paths(cluster: Cluster, sid: str = "s1") -> WorkerPaths:
-    return WorkerPaths.of(cluster.tmp_path / sid, "etl")
+    """The files of etl's worker, its log the newest run's."""
+    worker = WorkerPaths.of(cluster.tmp_path / sid, "etl")
+    return worker.for_run(read_run_number(worker.directory))
 
 
 def running_beat(cluster: Cluster) -> WorkerHeartbeat:
@@ -138,13 +143,9 @@ def left_running(run: SupervisorRun, cluster: Cluster, **assign: Any) -> WorkerH
 
 def runs(cluster: Cluster) -> int:
     """How many times the stand-in worker of etl started, by its logs."""
-    worker = paths(cluster)
-    text = "".join(
-        path.read_text(errors="replace")
-        for path in (worker.log, worker.log.with_name("worker.previous.log"))
-        if path.exists()
-    )
-    return text.count("fake worker etl")
+    directory = paths(cluster).directory
+    logs = directory.glob("runs/*/worker.log")
+    return sum(path.read_text(errors="replace").count("fake worker etl") for path in logs)
 
 
 def adopted_after(cluster: Cluster, pid: int, since: float) -> WorkerHeartbeat:
@@ -189,7 +190,9 @@ def test_a_supervisor_stopped_or_killed_and_started_again_adopts_its_running_wor
         assert start_time(before.pid) == started  # the same process, not a new one
         assert after.restarts == 0 and after.epoch == assignment.epoch
         assert runs(cluster) == 1  # never started again
-        assert not paths(cluster).log.with_name("worker.previous.log").exists()  # same run
+        assert kept_runs(paths(cluster).directory) == [0]  # the same run: its number kept
+        (record,) = wait_for_runs(cluster, 1, ended=0)  # its run goes on, still open
+        assert (record.run, record.pid) == (0, before.pid)
         assert paths(cluster).log.read_text().count(START_MARK) == 1
         beat_file = read_heartbeat(paths(cluster).heartbeat)
         assert beat_file is not None and beat_file.time > gone_at  # its heartbeat goes on
@@ -226,6 +229,8 @@ def test_a_worker_that_ended_while_its_supervisor_was_away_is_reported_as_it_end
             beat = cluster.wait_for_worker(WorkerState.FINISHED)
             assert beat.restarts == 0
             assert runs(cluster) == 1  # a finished batch is never started twice
+            (record,) = wait_for_runs(cluster, 1, ended=1)  # closed from its exit.json
+            assert (record.outcome, record.exit_code) == (RunOutcome.FINISHED, 0)
         else:
             beat = cluster.wait_for_worker(
                 WorkerState.RUNNING, where=lambda b: b.pid != before.pid and b.restarts == 1
@@ -234,6 +239,9 @@ def test_a_worker_that_ended_while_its_supervisor_was_away_is_reported_as_it_end
             assert beat.last_crash.error is not None
             assert "crashed at last" in beat.last_crash.error
             assert runs(cluster) == 2  # the restart policy's one restart
+            crashed, restarted = wait_for_runs(cluster, 2, ended=1)
+            assert (crashed.outcome, crashed.exit_code) == (RunOutcome.FAILED, 1)
+            assert restarted.pid == beat.pid
 
 
 def test_a_worker_left_running_for_an_assignment_gone_meanwhile_is_stopped(cluster) -> None:
@@ -244,6 +252,8 @@ def test_a_worker_left_running_for_an_assignment_gone_meanwhile_is_stopped(clust
         wait_until(lambda: process_gone(before.pid or 0), 10, "the unassigned worker to stop")
         last = read_heartbeat(paths(cluster).heartbeat)
         assert last is not None and last.state is WorkerState.STOPPED  # a SIGTERM, not a kill
+        (record,) = wait_for_runs(cluster, 1, ended=1)
+        assert record.outcome is RunOutcome.STOPPED  # no assignment change says it moved
 
 
 def test_a_worker_whose_monitor_is_killed_is_a_crash_not_a_clean_exit(cluster) -> None:
@@ -336,3 +346,6 @@ def test_without_adoption_the_workers_stop_with_their_supervisor(cluster, how) -
         run.start()
         after = cluster.wait_for_worker(WorkerState.RUNNING, where=lambda b: b.pid != before.pid)
         assert runs(cluster) == 2 and after.pid != before.pid
+        stopped, _ = wait_for_runs(cluster, 2, ended=1)  # closed by the stop or the start
+        assert (stopped.outcome, stopped.pid) == (RunOutcome.STOPPED, before.pid)
+        wait_until(lambda: run_records(cluster)[1].pid == after.pid, 10, "run 1's pid")

@@ -24,7 +24,14 @@ from stratus.api.errors import (
     InvalidTransitionError,
     UnknownPipelineError,
 )
-from stratus.api.records import PipelineList, PipelineStatus, PipelineWorkers
+from stratus.api.records import (
+    PipelineList,
+    PipelineRuns,
+    PipelineStatus,
+    PipelineWorkers,
+    RunOutcome,
+    RunRecord,
+)
 from stratus.cli.exit_codes import ExitCode, error_code_of, exit_code_of
 from stratus.cli.main import main
 from stratus.cli.output import print_table, table_lines, when
@@ -237,7 +244,8 @@ def test_piped_list_is_tab_separated_unwrapped_with_utc_times(cluster):
 
 def test_piped_status_shows_the_record_as_field_value_lines(cluster):
     workers = PipelineWorkers(pipeline="wordcount", assignment=None, workers=[])
-    cluster.nimbuses[A] = Nimbus(answers=[ok(record()), ok(workers)])
+    no_runs = PipelineRuns(pipeline="wordcount", runs=[])
+    cluster.nimbuses[A] = Nimbus(answers=[ok(record()), ok(workers), ok(no_runs)])
 
     result = run(cluster, "status", "wordcount")
 
@@ -246,6 +254,34 @@ def test_piped_status_shows_the_record_as_field_value_lines(cluster):
     assert lines[0] == "# pipeline wordcount"
     assert "submitted\t2023-11-14T22:13:20Z" in lines
     assert "# workers of wordcount: not assigned" in lines
+
+
+def test_the_status_of_a_pipeline_that_runs_nowhere_shows_its_last_run(cluster):
+    workers = PipelineWorkers(pipeline="wordcount", assignment=None, workers=[])
+    last = RunRecord(
+        run=4,
+        pipeline="wordcount",
+        supervisor="s1",
+        epoch=1,
+        generation=0,
+        digest="d",
+        started=1_700_000_000.0,
+        ended=1_700_000_125.0,
+        outcome=RunOutcome.FINISHED,
+        exit_code=0,
+        rows=1200,
+    )
+    runs = PipelineRuns(pipeline="wordcount", runs=[last])
+    cluster.nimbuses[A] = Nimbus(answers=[ok(record()), ok(workers), ok(runs)])
+
+    result = run(cluster, "status", "wordcount")
+
+    assert result.exit_code == 0, result.output
+    assert "not assigned" not in result.stdout
+    assert (
+        "last run 4 on s1: FINISHED, started 2023-11-14T22:13:20Z, ended 2023-11-14T22:15:25Z, "
+        "ran 2m 05s, exit code 0, rows 1200"
+    ) in result.stdout.splitlines()
 
 
 def test_a_long_line_is_not_wrapped_when_piped(cluster):

@@ -64,6 +64,7 @@ NOT_RUN = {
             "list",
             "status",
             "history",
+            "runs",
             "logs",
             "kill",
             "activate",

@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
-from stratus.api.records import Assignment, WorkerHeartbeat, WorkerState
+from stratus.api.records import Assignment, RunOutcome, WorkerHeartbeat, WorkerState
 from stratus.codedist.distributor import CodeMeta
 from stratus.supervisor.code_cache import CodeFailed, CodePending, CodeState, PipelineCode
-from stratus.supervisor.managed_worker import ManagedWorker, Phase, StopReason
+from stratus.supervisor.managed_worker import ManagedWorker, Phase
 from stratus.supervisor.reconcile import Held
 from stratus.supervisor.requirements_env import EnvFailed
 from stratus.supervisor.restart_policy import RestartPolicy
+from stratus.supervisor.run_outcome import RunEnd, StopReason
 from stratus.supervisor.settings import RestartSettings
 from stratus.supervisor.worker_process import WorkerPaths
 from stratus.worker.outcome import FENCED_EXIT, REFUSED_EXIT
@@ -481,3 +482,57 @@ def test_a_worker_fenced_while_its_pipeline_came_back_here_starts_again_at_once(
     assert phase(worker) is Phase.RUNNING
     assert len(launcher.processes) == 2
     assert worker.heartbeat().restarts == 0
+
+
+class FakeRecorder:
+    """Numbers runs from 0 and keeps what the worker said of each."""
+
+    def __init__(self) -> None:
+        self.opened = 0
+        self.pids: dict[int, int] = {}
+        self.ends: dict[int, RunEnd] = {}
+
+    def open(self, assignment: Assignment, started: float) -> int | None:
+        self.opened += 1
+        return self.opened - 1
+
+    def running(self, pipeline: str, number: int, pid: int) -> None:
+        self.pids[number] = pid
+
+    def close(self, pipeline: str, number: int, end: RunEnd, conf: dict[str, object]) -> None:
+        assert number not in self.ends, f"run {number} closed twice"
+        self.ends[number] = end
+
+
+def test_each_process_is_a_run_closed_with_the_outcome_of_its_end(tmp_path: Path) -> None:
+    clock, launcher, runs = FakeClock(), FakeLauncher(tmp_path), FakeRecorder()
+    worker = ManagedWorker(
+        "s1", assignment(), launcher=launcher, paths=WorkerPaths.of(tmp_path, "etl"),
+        policy=RestartPolicy(RESTART_SETTINGS), timeouts=TIMEOUTS, runs=runs, clock=clock,
+        wall=lambda: 42.0,
+    )  # fmt: skip
+    worker.step(may_start=True)
+    assert runs.pids == {0: launcher.last.pid}  # opened before the start, its pid noted
+    exit_fenced(tmp_path, launcher)
+    worker.step(may_start=True)
+    fenced = runs.ends[0]
+    assert (fenced.outcome, fenced.exit_code, fenced.ended) == (RunOutcome.FENCED, 3, 42.0)
+    assert fenced.error is not None and fenced.error.startswith("fenced:")
+
+    worker.update(assignment(zxid=12))  # a newer assignment: run 1
+    worker.step(may_start=True)
+    assert runs.pids[1] == launcher.last.pid
+    worker.stop(StopReason.RESTART)
+    launcher.last.exit_code = 0
+    worker.step(may_start=True)
+    assert runs.ends[1].outcome is RunOutcome.UPDATED
+
+    worker = ManagedWorker(
+        "s1", assignment(), launcher=launcher, paths=WorkerPaths.of(tmp_path, "etl"),
+        policy=RestartPolicy(RESTART_SETTINGS), timeouts=TIMEOUTS, runs=runs, clock=clock,
+    )  # fmt: skip
+    worker.step(may_start=True)  # run 2, stopped as its assignment went: the recorder judges
+    worker.retire(StopReason.UNASSIGNED)
+    launcher.last.exit_code = 0
+    worker.step(may_start=True)
+    assert (runs.ends[2].outcome, runs.ends[2].exit_code) == (None, 0)

@@ -176,8 +176,8 @@ def test_a_worker_that_cannot_start_is_reported_with_its_error_and_not_restarted
 
         assert "jobs" in (record.reason or "")
         assert cluster.workers("bad").assignment is None
-        log = Path(cluster.supervisors["s1"].local_dir) / "workers" / "bad" / "worker.log"
-        starts = log.read_text().count("Traceback") if log.exists() else 0
+        logs = (Path(cluster.supervisors["s1"].local_dir) / "workers" / "bad").glob("runs/*/*.log")
+        starts = sum(log.read_text().count("Traceback") for log in logs)
         assert starts <= 4  # the first start and supervisor.worker.max.restarts (3)
 
 

@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from stratus.api.errors import PurgePendingError
 from stratus.api.purges import PurgeCause, PurgeOrder, PurgeState, PurgeStatus
-from stratus.api.records import PipelineStatus
+from stratus.api.records import PipelineStatus, RunRecord
 from stratus.cli.main import main
 from stratus.nimbus.purge_plan import PurgeBy, PurgeRules, next_step
 from stratus.supervisor.purges import CheckpointPurger
@@ -124,6 +124,35 @@ def test_a_supervisor_purges_what_the_nimbus_cannot_and_the_cli_says_killed_only
     assert "Read-only file system" in logs_of(cluster)
     supervisor_log = cluster.supervisors["s1"].log_path.read_text()
     assert "event=purge_done pipeline=etl attempt=1 supervisor=s1" in supervisor_log
+
+
+@needs_mounts
+def test_a_purge_deletes_the_runs_and_every_supervisors_logs_of_them_a_plain_kill_keeps_them(
+    cluster: PipelineCluster, root: Path, zk_hosts: str
+) -> None:
+    killed_with_checkpoints(cluster, root, "etl")
+    killed_with_checkpoints(cluster, root, "report")
+    cluster.add_supervisor("s1")
+    paths = ClusterPaths(cluster.nimbuses.root)
+    workers = Path(cluster.supervisors["s1"].local_dir) / "workers"
+    with kazoo_client(zk_hosts) as zk:
+        for name in ("etl", "report"):  # as the supervisor that ran them recorded them
+            record = RunRecord(
+                pipeline=name, supervisor="s1", epoch=1, generation=0, digest="d", started=1.0
+            )
+            zk.create(paths.run_prefix(name), record.encode(), sequence=True, makepath=True)
+            (workers / name / "runs" / "0").mkdir(parents=True)
+            (workers / name / "runs" / "0" / "worker.log").write_text("its output\n")
+
+        killed = CliRunner().invoke(
+            main, ["kill", "etl", "--wait", "0", "--purge", *seeds(cluster)]
+        )
+
+        assert killed.exit_code == 0, killed.output
+        assert zk.exists(paths.pipeline_runs("etl")) is None  # with its checkpoints
+        assert zk.get_children(paths.pipeline_runs("report")) == ["run-0000000000"]
+    wait_until(lambda: not (workers / "etl" / "runs").exists(), 10, "s1's logs of etl to go")
+    assert (workers / "report" / "runs" / "0" / "worker.log").exists()
 
 
 @needs_mounts

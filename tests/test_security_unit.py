@@ -174,7 +174,7 @@ def supervisor_endpoint(conf: dict[str, object]) -> SupervisorEndpoint:
     return SupervisorEndpoint(
         SupervisorSettings.from_config(config_from_mapping(conf)).http,
         "s1",
-        logs_of=lambda _pipeline: pytest.fail("no log is read"),
+        logs_of=lambda _pipeline, _run, _previous: pytest.fail("no log is read"),
         healthy=lambda: True,
         metrics=SupervisorMetrics("s1", workers=list, fences=lambda: 0, lease_held=lambda: True),
         ready=dict,

@@ -112,8 +112,12 @@ def watch_stdin():
 
 threading.Thread(target=watch_stdin, daemon=True).start()
 print(f"fake worker {spec.pipeline} mode={mode} pid={os.getpid()}", flush=True)
-if mode == "crash":
-    print("ValueError: the fake pipeline crashed", file=sys.stderr, flush=True)
+if mode == "crash":  # as Python reports an exception of the pipeline: a traceback
+    import traceback
+    try:
+        raise ValueError("the fake pipeline crashed")
+    except ValueError:
+        traceback.print_exc()
     sys.exit(1)
 if mode == "fail":
     beat(WorkerState.FAILED, "entrypoint 'nope:run': no module named 'nope'")
@@ -479,8 +483,8 @@ def test_a_finished_batch_is_reported_and_not_restarted(cluster) -> None:
         cluster.assign(meta, mode="finish")
         beat = cluster.wait_for_worker(WorkerState.FINISHED)
         assert beat.restarts == 0
-        log = cluster.tmp_path / "s1" / "workers" / "etl" / "worker.log"
-        assert log.read_text().count("mode=finish") == 1
+        logs = (cluster.tmp_path / "s1" / "workers" / "etl").glob("runs/*/worker.log")
+        assert sum(log.read_text().count("mode=finish") for log in logs) == 1
 
 
 def test_a_worker_whose_heartbeat_stops_is_killed_and_restarted(cluster) -> None:

@@ -192,6 +192,18 @@ def test_the_history_of_an_unknown_pipeline_is_not_found_and_documented(cluster)
     assert "get" in document["paths"]["/api/v1/pipelines/{name}/history"]
 
 
+def test_the_runs_of_an_unknown_pipeline_are_not_found_and_documented(cluster):
+    url = cluster.nimbuses.nimbuses[0].url
+    missing = httpx.get(f"{url}/api/v1/pipelines/nope/runs")
+    assert missing.status_code == 404
+    assert missing.json()["error"] == "unknown_pipeline"
+    assert httpx.get(f"{url}/api/v1/pipelines/nope/runs/3").json()["error"] == "unknown_pipeline"
+    assert httpx.get(f"{url}/api/v1/pipelines/nope/runs?limit=0").status_code == 422
+    paths = httpx.get(f"{url}/api/v1/openapi.json").json()["paths"]
+    assert "get" in paths["/api/v1/pipelines/{name}/runs"]
+    assert "get" in paths["/api/v1/pipelines/{name}/runs/{run}"]
+
+
 def requests_by_route(url: str) -> dict[tuple[str, str], float]:
     """``stratus_nimbus_requests_total`` of a nimbus's ``/metrics``: (route, status) -> count."""
     counts: dict[tuple[str, str], float] = {}

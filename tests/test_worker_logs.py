@@ -268,6 +268,9 @@ def test_a_crash_survives_the_restart_in_status_and_logs_show_this_run_the_last_
             assert "only its owners (user)" in other.stderr
             assert stratus("logs", "etl", seeds=standby, token=tokens.admin).returncode == 0
 
+        # its supervisor is gone: each run is on record, and a log names where it stays
+        assert_the_runs_outlive_their_supervisor(standby, user, tmp_path / "s1")
+
 
 def test_the_endpoint_refuses_anonymous_and_wrong_role_callers_and_logs_rotate_at_their_size(
     cluster, tmp_path, log_worker, caplog
@@ -291,7 +294,7 @@ def test_the_endpoint_refuses_anonymous_and_wrong_role_callers_and_logs_rotate_a
         # the leader names the owner in the assignment's conf; the endpoint judges by it
         cluster.assign(meta, conf={"spark.test.lines": 300, "pipeline.owner": "user"})
         cluster.wait_for_worker(WorkerState.RUNNING)
-        directory = tmp_path / "s1" / "workers" / "etl"
+        directory = tmp_path / "s1" / "workers" / "etl" / "runs" / "0"  # run 0's own
         last = "filler 00299 " + "x" * 80
         wait_until(lambda: last in (directory / "worker.log").read_text(), 30, "the last line")
 
@@ -357,6 +360,24 @@ def assert_audited(caplog: pytest.LogCaptureFixture, expected: set[tuple[Any, ..
 
     wait_until(lambda: expected <= calls(), 30, "the audit lines of the log reads")
     assert all(a["daemon"] == "supervisor" for a in audited())
+
+
+def assert_the_runs_outlive_their_supervisor(seeds: str, token: str, local_dir: Path) -> None:
+    listed = stratus("runs", "etl", "--json", seeds=seeds, token=token)
+    assert listed.returncode == 0, listed.stderr
+    runs = json.loads(listed.stdout)["runs"]
+    assert [(run["run"], run["outcome"]) for run in runs] == [(1, "STOPPED"), (0, "FAILED")]
+    assert runs[1]["error"].endswith("ValueError: the first run broke")  # no traceback to lift
+    where = local_dir / "workers" / "etl" / "runs" / "0"
+    expected = f"ran on supervisor s1, which is not registered now; its log stays in {where}"
+    found: list[subprocess.CompletedProcess[str]] = []
+
+    def named() -> bool:  # once the nimbus saw the supervisor's registration go
+        found[:] = [stratus("logs", "etl", "--run", "0", seeds=seeds, token=token)]
+        return expected in found[0].stderr
+
+    wait_until(named, 30, "the error to name the supervisor and the run's directory")
+    assert found[0].returncode == 3  # not found
 
 
 def assert_a_follow_sees_a_new_line(seeds: str, token: str, worker_dir: Path) -> None:

@@ -1004,6 +1004,22 @@ class StratusConfig(BaseModel):
         description="rotated files kept of each worker run's log, besides the current one "
         "(the oldest is deleted)",
     )
+    supervisor_worker_log_runs_keep: int = Field(
+        default=10,
+        ge=1,
+        le=1000,
+        alias="supervisor.worker.log.runs.keep",
+        description="runs of a pipeline whose worker logs a supervisor keeps (workers/"
+        "<pipeline>/runs/<run>/); a new run deletes the oldest beyond it",
+    )
+    pipeline_runs_keep: int = Field(
+        default=50,
+        ge=1,
+        le=10000,
+        alias="pipeline.runs.keep",
+        description="run records kept in ZooKeeper per pipeline (stratus runs); the "
+        "supervisor that starts a run deletes the oldest ended ones beyond it",
+    )
     worker_heartbeat_frequency_secs: float = Field(
         default=1.0,
         gt=0,

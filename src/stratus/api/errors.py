@@ -145,6 +145,13 @@ class NoLogError(ApiError):
     status = 404
 
 
+class UnknownRunError(ApiError):
+    """No run of that number is kept for the pipeline (the message names those that are)."""
+
+    code = "unknown_run"
+    status = 404
+
+
 class UnavailableError(ApiError):
     """ZooKeeper is unreachable or the leadership is changing; retry shortly."""
 
@@ -210,6 +217,7 @@ _BY_CODE: dict[str, type[ApiError]] = {
         RecordTooLargeError,
         UnknownCodeError,
         NoLogError,
+        UnknownRunError,
         UnavailableError,
         StaleEpochError,
         WrongSupervisorError,

@@ -551,9 +551,82 @@ class WorkerHeartbeat(_Record):
         return sum(query.rows_total for query in self.queries)
 
     @property
+    def batches_total(self) -> int:
+        """The batches its queries committed since it started (each query's from 0)."""
+        return sum(query.batch_id + 1 for query in self.queries if query.batch_id >= 0)
+
+    @property
     def last_batch_id(self) -> int:
         """The highest batch id its queries committed; -1 before the first."""
         return max((query.batch_id for query in self.queries), default=-1)
+
+
+class RunOutcome(StrEnum):
+    """How one run of a pipeline (one worker process's life on one supervisor) ended."""
+
+    FINISHED = "FINISHED"  # its batch function returned
+    FAILED = "FAILED"  # it crashed, or was killed as hung (a restart is a new run)
+    STOPPED = "STOPPED"  # stopped on order: deactivated, killed, its supervisor stopping
+    FENCED = "FENCED"  # its supervisor was fenced, or a newer worker claimed the checkpoint
+    MOVED = "MOVED"  # its assignment went to another supervisor
+    UPDATED = "UPDATED"  # its assignment changed generation or code: a new run follows
+
+
+class RunRecord(RewrittenRecord, _Record):
+    """One run of a pipeline: ``runs/<pipeline>/run-<seq>``, the sequence its number.
+
+    Written by the supervisor that runs it: created just before the worker starts, completed
+    (``ended``, ``outcome``, ...) when it ends. A run left open by a supervisor that died is
+    shown with the end its reader infers from the assignment history (``inferred``)."""
+
+    run: int = Field(default=0, description="the run's number: its node's sequence, from 0")
+    pipeline: str
+    supervisor: str = Field(description="the supervisor that ran it")
+    epoch: int = Field(description="the epoch of the assignment it ran")
+    generation: int = Field(description="the pipeline's generation it ran")
+    digest: str = Field(description="sha256 of the code it ran")
+    pid: int | None = Field(default=None, description="the worker's process id")
+    started: float = Field(description="wall-clock time it started, epoch seconds")
+    ended: float | None = Field(default=None, description="when it ended; null while it runs")
+    outcome: RunOutcome | None = Field(default=None, description="null while it runs")
+    exit_code: int | None = Field(default=None, description="its exit code, if it exited")
+    signal: str | None = Field(default=None, description="the signal that ended it (SIGKILL)")
+    batches: int | None = Field(default=None, description="streaming batches it committed")
+    rows: int | None = Field(default=None, description="input rows of its queries' batches")
+    error: str | None = Field(
+        default=None,
+        description="its last error, the pipeline's own exception first; secrets redacted",
+    )
+    app_id: str | None = Field(default=None, description="its Spark application id")
+    spark_ui: str | None = Field(default=None, description="its Spark UI's address, if on")
+    log_dir: str | None = Field(
+        default=None, description="the directory of its log on its supervisor's host"
+    )
+    inferred: bool = Field(
+        default=False,
+        description="its end was inferred from the assignment history: its supervisor died "
+        "while it ran and never closed it",
+    )
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def duration_secs(self) -> float | None:
+        """Seconds from its start to its end; null while it runs."""
+        return None if self.ended is None else max(0.0, self.ended - self.started)
+
+    @property
+    def exit(self) -> str | None:
+        """How its process ended, as people read it: ``exit code 1``, ``SIGKILL``."""
+        if self.signal is not None:
+            return self.signal
+        return None if self.exit_code is None else f"exit code {self.exit_code}"
+
+
+class PipelineRuns(BaseModel):
+    """A pipeline's runs kept (``pipeline.runs.keep``), newest first."""
+
+    pipeline: str
+    runs: list[RunRecord]
 
 
 class SupervisorHeartbeat(_Record):

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import codecs
 import json
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -54,15 +55,23 @@ from stratus.api.redaction import redact_conf, redact_record, redact_text
 from stratus.cli.cluster_view import leader_line, show_cluster
 from stratus.cli.completion import complete_pipelines, complete_supervisors
 from stratus.cli.options import json_mode, timeout_option, with_config
-from stratus.cli.output import OutputFormat, console, output_option, print_table, when
-from stratus.cli.pipeline_views import (
+from stratus.cli.output import (
     DIGEST_PREFIX,
+    OutputFormat,
+    console,
+    output_option,
+    print_table,
+    render,
+    when,
+)
+from stratus.cli.pipeline_views import (
     format_size,
     placements,
     show_pipelines,
     show_status,
 )
 from stratus.cli.retry_display import RetryDisplay
+from stratus.cli.run_output import parse_since, run_columns, runs_since
 from stratus.cli.watch import show_or_watch, watch_option
 from stratus.client import NimbusClient
 from stratus.client.nimbus_client import pending
@@ -71,6 +80,7 @@ from stratus.config import StratusConfig
 F = TypeVar("F", bound=Callable[..., Any])
 
 _JSON_VALUES = (str, int, float, bool, list, dict, type(None))
+STATUS_RUNS = 20  # runs read for the status of a pipeline that runs nowhere
 
 
 def _json_option(func: F) -> F:
@@ -267,11 +277,15 @@ def list_pipelines(output: OutputFormat, watch: float | None, conf: StratusConfi
 @timeout_option
 @with_config
 def status(name: str, output: OutputFormat, watch: float | None, conf: StratusConfig) -> None:
-    """Show pipeline NAME, its workers and their last crash."""
+    """Show pipeline NAME, its workers and their last crash; once it runs nowhere, its
+    last run (and, FAILED, its restarts and crashes)."""
     with _client(conf) as client:
 
         def show(out: Console) -> None:
-            show_status(out, output, client.status(name), client.workers(name))
+            record, workers = client.status(name), client.workers(name)
+            ended = workers.assignment is None and not workers.workers
+            runs = client.runs(name, limit=STATUS_RUNS).runs if ended else []
+            show_status(out, output, record, workers, runs)
 
         show_or_watch(show, watch=watch, output=output, command=f"stratus status {name}")
 
@@ -298,23 +312,73 @@ def history(name: str, as_json: bool, conf: StratusConfig) -> None:
 
 @click.command()
 @click.argument("name", shell_complete=complete_pipelines)
-@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines until interrupted.")
-@click.option("--previous", is_flag=True, help="The log of the worker before the last restart.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many.")
+@output_option
 @timeout_option
 @with_config
-def logs(name: str, follow: bool, previous: bool, conf: StratusConfig) -> None:
-    """Print the worker log of pipeline NAME, read through any nimbus from its supervisor."""
-    lines = LogLines()
+def runs(name: str, limit: int | None, output: OutputFormat, conf: StratusConfig) -> None:
+    """Show the runs of pipeline NAME, newest first: one worker process's life each."""
     with _client(conf) as client:
-        chunks = client.logs(name, previous=previous, follow=follow)
-        try:
-            for chunk in chunks:
-                for line in lines.feed(chunk):
-                    click.echo(line)
-        except KeyboardInterrupt:  # -f ends here: not an error
-            pass
-        finally:
-            chunks.close()
+        found = client.runs(name, limit=limit)
+    columns = run_columns(time.time())
+    render(_console(), output, found.runs, columns, title=f"runs of {found.pipeline}")
+
+
+@click.command()
+@click.argument("name", shell_complete=complete_pipelines)
+@click.option(
+    "-f", "--follow", is_flag=True, help="Keep printing new lines of the newest run until it ends."
+)
+@click.option("--previous", is_flag=True, help="The log of the run before the newest.")
+@click.option("--run", "run", type=click.IntRange(min=0), default=None, help="Run N's log.")
+@click.option(
+    "--tail", type=click.IntRange(min=0), default=None, help="Only the last N lines of the run."
+)
+@click.option(
+    "--since",
+    default=None,
+    metavar="DURATION",
+    help="The logs of every run that ran within DURATION (30s, 10m, 2h, 1d), oldest first.",
+)
+@timeout_option
+@with_config
+def logs(
+    name: str,
+    *,
+    follow: bool,
+    previous: bool,
+    run: int | None,
+    tail: int | None,
+    since: str | None,
+    conf: StratusConfig,
+) -> None:
+    """Print a run's log of pipeline NAME (the newest by default), read through any nimbus
+    from the supervisor that ran it."""
+    if sum([previous, run is not None, since is not None]) > 1:
+        raise click.UsageError("give at most one of --run, --previous and --since")
+    if since is not None and follow:
+        raise click.UsageError("--since prints ended runs whole: -f follows the newest run alone")
+    cutoff = time.time() - parse_since(since) if since is not None else None
+    with _client(conf) as client:
+        if cutoff is None:
+            _print_log(client.logs(name, previous=previous, follow=follow, run=run, tail=tail))
+            return
+        for shown in runs_since(client.runs(name).runs, cutoff):
+            click.echo(f"==== run {shown.run} on {shown.supervisor}, started {when(shown.started)}")
+            _print_log(client.logs(name, run=shown.run, tail=tail))
+
+
+def _print_log(chunks: Generator[bytes, None, None]) -> None:
+    """A log's lines as they arrive, until its end (or Ctrl-C, which ends a follow)."""
+    lines = LogLines()
+    try:
+        for chunk in chunks:
+            for line in lines.feed(chunk):
+                click.echo(line)
+    except KeyboardInterrupt:  # -f ends here: not an error
+        pass
+    finally:
+        chunks.close()
     if rest := lines.flush():
         click.echo(rest)
 

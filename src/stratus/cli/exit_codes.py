@@ -39,6 +39,7 @@ from stratus.api.errors import (
     UnavailableError,
     UnknownCodeError,
     UnknownPipelineError,
+    UnknownRunError,
     UnknownSupervisorError,
 )
 from stratus.client.errors import (
@@ -59,7 +60,7 @@ class ExitCode(IntEnum):
     OK = 0
     FAILED = 1  # anything else: a nimbus's internal error, a daemon that cannot go on
     USAGE = 2  # the command can never work as given: arguments, configuration, invalid input
-    NOT_FOUND = 3  # no such pipeline, log or package
+    NOT_FOUND = 3  # no such pipeline, run, log or package
     REFUSED = 4  # no credential, an unknown one, or a role that does not allow the call
     CONFLICT = 5  # the pipeline's state does not allow it now: exists, killed, update waiting
     UNAVAILABLE = 6  # no nimbus answered, none leads, or ZooKeeper is out of reach
@@ -80,6 +81,7 @@ _CLASSES: tuple[tuple[type[BaseException], ExitCode], ...] = (
     (UnknownPipelineError, ExitCode.NOT_FOUND),
     (UnknownSupervisorError, ExitCode.NOT_FOUND),
     (NoLogError, ExitCode.NOT_FOUND),
+    (UnknownRunError, ExitCode.NOT_FOUND),
     (UnknownCodeError, ExitCode.NOT_FOUND),
     (UnauthenticatedError, ExitCode.REFUSED),
     (ForbiddenError, ExitCode.REFUSED),

@@ -63,7 +63,8 @@ COMMANDS = {
     ),
     "logs": LazyCommand(
         f"{_CLIENT}:logs",
-        "Print the worker log of pipeline NAME, read through any nimbus from its supervisor.",
+        "Print a run's log of pipeline NAME (the newest by default), read through any nimbus "
+        "from the supervisor that ran it.",
     ),
     "nimbus": LazyCommand(
         "stratus.cli.nimbus_command:nimbus",
@@ -77,8 +78,14 @@ COMMANDS = {
         f"{_CLIENT}:rebalance",
         "Merge --conf keys into pipeline NAME's conf; it restarts with them.",
     ),
+    "runs": LazyCommand(
+        f"{_CLIENT}:runs",
+        "Show the runs of pipeline NAME, newest first: one worker process's life each.",
+    ),
     "status": LazyCommand(
-        f"{_CLIENT}:status", "Show pipeline NAME, its workers and their last crash."
+        f"{_CLIENT}:status",
+        "Show pipeline NAME, its workers and their last crash; once it runs nowhere, its last "
+        "run (and, FAILED, its restarts and crashes).",
     ),
     "submit": LazyCommand(
         f"{_CLIENT}:submit",

@@ -42,6 +42,7 @@ from rich.text import Text
 
 from stratus.api.echo import printable
 
+DIGEST_PREFIX = 12  # hex digits of a package digest shown in tables
 F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R")
 

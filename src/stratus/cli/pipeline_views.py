@@ -12,6 +12,7 @@ redacted even if the nimbus that answered did not redact them::
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 
 from rich.console import Console
@@ -24,11 +25,13 @@ from stratus.api.records import (
     PipelineRecord,
     PipelineStatus,
     PipelineWorkers,
+    RunRecord,
     WorkerHeartbeat,
     WorkerState,
 )
 from stratus.api.redaction import redact_conf, redact_record, redact_workers
 from stratus.cli.output import (
+    DIGEST_PREFIX,
     Column,
     OutputFormat,
     as_document,
@@ -38,9 +41,9 @@ from stratus.cli.output import (
     render,
     when,
 )
+from stratus.cli.run_output import failed_runs_lines, last_run_lines
 from stratus.security.authorizer import PipelineAccess
 
-DIGEST_PREFIX = 12  # hex digits of a package digest shown in tables
 _STATUS_STYLE = {
     PipelineStatus.PENDING: "cyan",
     PipelineStatus.ACTIVE: "green",
@@ -92,18 +95,31 @@ def pipeline_columns(where: Mapping[str, str]) -> list[Column[PipelineRecord]]:
 
 
 def show_status(
-    out: Console, output: OutputFormat, record: PipelineRecord, workers: PipelineWorkers
+    out: Console,
+    output: OutputFormat,
+    record: PipelineRecord,
+    workers: PipelineWorkers,
+    runs: Sequence[RunRecord] = (),
 ) -> None:
     """One pipeline as ``output`` asks: its record, its workers, their Spark UIs and last
-    crashes; as a document, the record's fields and its workers under ``workers``."""
+    crashes, or, given its newest ``runs`` (it runs nowhere), its last run and, FAILED, its
+    restarts and crashes; as a document, the record's fields, its workers under
+    ``workers`` and its last run under ``last_run``."""
     record, workers = redact_record(record), redact_workers(workers)
     if output.is_document:
-        document = as_document(record) | {"workers": as_document(workers)}
+        last = as_document(runs[0]) if runs else None
+        document = as_document(record) | {"workers": as_document(workers), "last_run": last}
         print_document(out, output, document)
         return
     print_table(out, record_table(record))
-    print_table(out, workers_table(workers, wide=output is OutputFormat.WIDE))
-    for line in spark_ui_lines(workers) + crash_lines(workers):
+    if runs:
+        lines = last_run_lines(runs[0], time.time())
+        if record.status is PipelineStatus.FAILED:
+            lines += failed_runs_lines(list(runs))
+    else:
+        print_table(out, workers_table(workers, wide=output is OutputFormat.WIDE))
+        lines = spark_ui_lines(workers) + crash_lines(workers)
+    for line in lines:
         out.print(line)  # whole lines: an error is copied, not read wrapped
 
 

@@ -42,6 +42,7 @@ from stratus.api.records import (
     LeaderTerms,
     PipelineList,
     PipelineRecord,
+    PipelineRuns,
     PipelineStatus,
     PipelineWorkers,
 )
@@ -169,14 +170,26 @@ class NimbusClient:
         return parse(PipelineRecord, self._router.read("GET", _pipeline_path(name)))
 
     def logs(
-        self, name: str, *, previous: bool = False, follow: bool = False
+        self,
+        name: str,
+        *,
+        previous: bool = False,
+        follow: bool = False,
+        run: int | None = None,
+        tail: int | None = None,
     ) -> Generator[bytes, None, None]:
-        """The worker's log as it arrives, from any nimbus (which reads it from the
-        supervisor that runs it): the current run, or with ``previous`` the one before the
-        last restart; ``follow`` goes on with new lines until the iterator is closed. Needs
-        the role ``submit``; NoLogError when there is no log to show."""
+        """A run's log as it arrives, from any nimbus (which reads it from the supervisor
+        that ran it, wherever the pipeline is now): run ``run``, else the newest, or with
+        ``previous`` the one before it; ``tail`` its last lines only; ``follow`` goes on with
+        new lines until the run ends or the iterator is closed. Needs the role ``submit``
+        (or to read the pipeline); NoLogError when there is no log to show, UnknownRunError
+        for a run not kept."""
         check_pipeline_name(name)
         params = {"previous": str(previous).lower(), "follow": str(follow).lower()}
+        if run is not None:
+            params["run"] = str(run)
+        if tail is not None:
+            params["tail"] = str(tail)
         response = self._router.open_stream(f"{_pipeline_path(name)}/logs", params)
         try:
             yield from response.iter_raw()
@@ -187,6 +200,12 @@ class NimbusClient:
         """A pipeline's newest assignment changes (at most 50), newest first, from any
         nimbus; UnknownPipelineError if there is no such pipeline."""
         return parse(AssignmentHistory, self._router.read("GET", f"{_pipeline_path(name)}/history"))
+
+    def runs(self, name: str, *, limit: int | None = None) -> PipelineRuns:
+        """A pipeline's runs kept, newest first (at most ``limit``), from any nimbus;
+        UnknownPipelineError if there is no such pipeline and no run of its name."""
+        path = f"{_pipeline_path(name)}/runs" + (f"?limit={limit}" if limit else "")
+        return parse(PipelineRuns, self._router.read("GET", path))
 
     def workers(self, name: str) -> PipelineWorkers:
         """Where a pipeline runs and its workers' last heartbeats, from any nimbus."""

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import FastAPI, File, Form, Path, Request, UploadFile
+from fastapi import FastAPI, File, Form, Path, Query, Request, UploadFile
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -26,8 +26,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stratus import __version__
 from stratus.api.echo import MAX_ECHO_CHARS, clip
-from stratus.api.errors import ApiError, InvalidRequestError
-from stratus.api.names import PIPELINE_NAME, PIPELINE_NAME_RULE
+from stratus.api.errors import (
+    ApiError,
+    InvalidRequestError,
+    UnknownPipelineError,
+    UnknownRunError,
+)
+from stratus.api.names import PIPELINE_NAME, PIPELINE_NAME_RULE, check_pipeline_name
 from stratus.api.purges import PurgeStatus
 from stratus.api.records import (
     AssignmentChange,
@@ -40,8 +45,10 @@ from stratus.api.records import (
     LeaderTerms,
     PipelineList,
     PipelineRecord,
+    PipelineRuns,
     PipelineWorkers,
     RebalanceRequest,
+    RunRecord,
 )
 from stratus.api.series import PipelineSeries
 from stratus.nimbus.authorization import (
@@ -55,14 +62,15 @@ from stratus.nimbus.ha_routes import add_ha_routes
 from stratus.nimbus.ha_service import NimbusHAService
 from stratus.nimbus.json_bodies import StrictJsonRoute
 from stratus.nimbus.limits import RequestGuard, add_limit_handlers, leader_only_routes
-from stratus.nimbus.log_relay import LogRelay
+from stratus.nimbus.log_relay import LogRelay, LogSource
 from stratus.nimbus.metrics import CONTENT_TYPE_LATEST, NimbusMetrics
+from stratus.nimbus.run_reads import RunReader, pick_run
 from stratus.nimbus.service import MAX_REQUEST_ID_LENGTH, REQUEST_ID, NimbusService
 from stratus.nimbus.term_routes import add_term_routes
 from stratus.nimbus.ui.front import UiFront, ui_route
 from stratus.nimbus.ui.routes import add_ui_routes
 from stratus.nimbus.upload_spool import spooling_route
-from stratus.security.access import OPEN, AccessPolicy
+from stratus.security.access import OPEN, AccessPolicy, Caller
 from stratus.web.audit import AuditTrail, note_audit
 from stratus.web.authorization import caller_of
 from stratus.web.probes import Checks, add_probe_routes
@@ -97,6 +105,7 @@ def create_app(
     leader_terms: Callable[[], LeaderTerms] | None = None,
     assignment_history: Callable[[str], list[AssignmentChange]] | None = None,
     pipeline_series: Callable[[str], PipelineSeries] | None = None,
+    runs: RunReader | None = None,
 ) -> FastAPI:
     """The ASGI application of one nimbus; ``policy`` says who may call it (authorization.py),
     ``ha`` serves the HA service protocol (ha_routes.py), ``log_relay`` reaches the
@@ -105,7 +114,7 @@ def create_app(
     ``/readyz`` (the daemon's), ``leader_terms`` reads the history of terms
     (leader_terms.py), ``assignment_history`` a pipeline's assignment changes
     (assignment_history.py), ``pipeline_series`` a pipeline's time series
-    (pipeline_series.py)."""
+    (pipeline_series.py), ``runs`` a pipeline's runs (run_reads.py)."""
     app = FastAPI(
         title="stratus nimbus",
         version=__version__,
@@ -119,7 +128,7 @@ def create_app(
     app.router.route_class = StrictJsonRoute  # every JSON body: one key once, real text
     _add_error_handlers(app)
     _add_read_routes(app, service)
-    _add_log_route(app, service, log_relay or LogRelay())
+    _add_log_route(app, service, log_relay or LogRelay(), runs)
     _add_leader_routes(app, service)
     _add_cordon_routes(app, service)
     if leader_terms is not None:
@@ -128,6 +137,8 @@ def create_app(
         _add_history_route(app, service, assignment_history)
     if pipeline_series is not None:
         _add_series_route(app, service, pipeline_series)
+    if runs is not None:
+        _add_run_routes(app, service, runs)
     _add_page_routes(app, service, metrics)
     add_ui_routes(app, service, policy, zookeeper_state)
     add_probe_routes(app, "nimbus", ready or (lambda: {"started": False}))
@@ -211,22 +222,70 @@ def _add_series_route(
         return read(name)
 
 
-def _add_log_route(app: FastAPI, service: NimbusService, relay: LogRelay) -> None:
+def _add_run_routes(app: FastAPI, service: NimbusService, reader: RunReader) -> None:
+    @app.get(f"{PREFIX}/pipelines/{{name}}/runs", tags=["any nimbus"])
+    def pipeline_runs(
+        name: PipelinePathName,
+        limit: Annotated[int | None, Query(ge=1, description="at most this many")] = None,
+    ) -> PipelineRuns:
+        """The pipeline's runs (one worker process's life on one supervisor each), newest
+        first: the newest ``pipeline.runs.keep`` of its name, a killed and submitted again
+        pipeline's included. Read from ZooKeeper by any nimbus; each was written by the
+        supervisor that ran it, or its end inferred from the assignment history
+        (``inferred``) when that supervisor died while it ran."""
+        check_pipeline_name(name)
+        runs = reader.runs(name, limit)
+        if not runs and name not in service.view.pipelines():
+            raise UnknownPipelineError(f"unknown pipeline {name!r}: no such pipeline, no runs")
+        return PipelineRuns(pipeline=name, runs=runs)
+
+    @app.get(f"{PREFIX}/pipelines/{{name}}/runs/{{run}}", tags=["any nimbus"])
+    def pipeline_run(name: PipelinePathName, run: Annotated[int, Path(ge=0)]) -> RunRecord:
+        """One run of the pipeline, by number; ``unknown_run`` names the runs kept."""
+        check_pipeline_name(name)
+        return reader.run(name, run)
+
+
+def _add_log_route(
+    app: FastAPI, service: NimbusService, relay: LogRelay, reader: RunReader | None
+) -> None:
+    def source_of(
+        name: str, run: int | None, previous: bool, caller: Caller | None
+    ) -> tuple[LogSource, bool]:
+        """Where the log is, and whether the supervisor picks the run (``previous``)."""
+        if reader is not None:
+            picked = reader.run(name, run) if run is not None else None
+            picked = picked or pick_run(name, reader.runs(name, 2), previous=previous)
+            if picked is not None:
+                return service.run_log_source(name, picked, caller), False
+        if run is not None:
+            raise UnknownRunError(f"pipeline {name!r} has no runs on record")
+        return service.log_source(name, caller), previous
+
     # Not in the OpenAPI document: its body is a stream of text, not JSON (docs/pipelines.md).
     @app.get(f"{PREFIX}/pipelines/{{name}}/logs", include_in_schema=False)
     async def worker_log(
-        request: Request, name: str, previous: bool = False, follow: bool = False
+        request: Request,
+        name: str,
+        *,
+        previous: bool = False,
+        follow: bool = False,
+        run: Annotated[int | None, Query(ge=0)] = None,
+        tail: Annotated[int | None, Query(ge=0)] = None,
     ) -> Response:
-        """The worker's log (the run before the last restart with ``previous``; ``follow``
-        streams new lines until the client leaves), from the supervisor that runs it."""
+        """A run's log: run ``run``, else the newest (the one before it with ``previous``);
+        ``tail`` its last lines; ``follow`` streams new lines until the run ends or the
+        client leaves. From the supervisor that ran it, wherever the pipeline is now."""
         note_audit(request.scope, pipeline=name)
-        source = await run_in_threadpool(service.log_source, name, caller_of(request.scope))
+        caller = caller_of(request.scope)
+        source, previous = await run_in_threadpool(source_of, name, run, previous, caller)
         upstream = await relay.open(
             source,
             name,
             previous=previous,
             follow=follow,
             authorization=request.headers.get("authorization"),
+            tail=tail,
         )
         return StreamingResponse(upstream.chunks(), media_type=upstream.media_type)
 

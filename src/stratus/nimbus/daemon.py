@@ -29,12 +29,14 @@ from pydantic import ValidationError
 
 from stratus import __version__
 from stratus.api.clock import Clock
+from stratus.api.errors import UnknownPipelineError
 from stratus.api.purges import nimbus_party
 from stratus.api.records import (
     ClusterIdentity,
     NimbusRegistration,
     PipelineRecord,
     PipelineStatus,
+    WorkerHeartbeat,
 )
 from stratus.client_settings import client_auth
 from stratus.codedist.code_sync import CodeSync
@@ -78,6 +80,7 @@ from stratus.nimbus.pipeline_series import PipelineSeriesStore
 from stratus.nimbus.placement import Placement
 from stratus.nimbus.purge_plan import PurgeBy
 from stratus.nimbus.readiness import CodeReadiness
+from stratus.nimbus.run_reads import RunReader
 from stratus.nimbus.series_sampler import SeriesSampler
 from stratus.nimbus.service import NimbusService
 from stratus.nimbus.settings import HAMode, NimbusSettings
@@ -559,6 +562,13 @@ class Nimbus:
             insecure=self.insecure,
         )
 
+    def _worker_beats(self, name: str) -> list[WorkerHeartbeat]:
+        """The newest heartbeats of ``name``'s workers (none once it is removed)."""
+        try:
+            return self.service.workers(name).workers
+        except UnknownPipelineError:
+            return []
+
     def _start_http(self) -> None:
         app = create_app(
             self.service,
@@ -571,6 +581,13 @@ class Nimbus:
             leader_terms=self.terms.read,
             assignment_history=self.assignment_history,
             pipeline_series=self.series.of,
+            runs=RunReader(
+                self.session.client,
+                self.paths,
+                history=self.assignment_history,
+                live=lambda: self.view.supervisors().keys(),
+                beats=self._worker_beats,
+            ),
         )
         self._http = ThreadedServer(
             bounded_app(app, self.settings.http),

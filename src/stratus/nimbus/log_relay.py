@@ -1,4 +1,4 @@
-"""A worker's log, relayed by any nimbus from the endpoint of the supervisor that runs it.
+"""A run's log, relayed by any nimbus from the endpoint of the supervisor that ran it.
 
 Every nimbus relays, standbys included: the log is a read, the supervisor's address is in
 its registration (which every nimbus watches), and a log is wanted most when something is
@@ -11,13 +11,16 @@ https exactly when this nimbus's own configuration says the cluster speaks TLS; 
 registration that says otherwise is ``502 untrusted_endpoint``, and nothing is sent to it
 (``stratus.nimbus.supervisor_endpoints``). The supervisor's refusals and errors come back
 as they are (its message prefixed with its id); an unreachable supervisor is ``503
-unavailable``. The supervisor redacts every line against the pipeline's conf; the nimbus
+unavailable``; a ``no_log`` answer about a run names that run's log directory on the
+supervisor's host (``LogSource.log_dir``, from its run record), where an operator can still
+read it. The supervisor redacts every line against the pipeline's conf; the nimbus
 redacts them once more, against the conf it stores (a supervisor of an older version may
 have missed a form of secret)::
 
     relay = LogRelay(client_auth(conf))
-    upstream = await relay.open(LogSource(supervisor, conf), "etl", previous=False,
-                                follow=True, authorization=request.headers.get("authorization"))
+    upstream = await relay.open(LogSource(supervisor, conf, run=7, log_dir=...), "etl",
+                                previous=False, follow=True, tail=None,
+                                authorization=request.headers.get("authorization"))
     StreamingResponse(upstream.chunks(), media_type=upstream.media_type)
 """
 
@@ -31,7 +34,7 @@ import httpx
 from pydantic import ValidationError
 
 from stratus.api.echo import clip
-from stratus.api.errors import ApiError, UnavailableError, error_from_body
+from stratus.api.errors import ApiError, NoLogError, UnavailableError, error_from_body
 from stratus.api.records import ErrorBody, SupervisorSummary
 from stratus.api.redaction import LineRedactor
 from stratus.nimbus.supervisor_endpoints import endpoint_url
@@ -50,6 +53,8 @@ class LogSource:
 
     supervisor: SupervisorSummary
     conf: Mapping[str, Any]
+    run: int | None = None  # the run whose log is read (None: the supervisor's newest)
+    log_dir: str | None = None  # that run's log directory on the supervisor's host
 
 
 @dataclass
@@ -89,6 +94,7 @@ class LogRelay:
         previous: bool,
         follow: bool,
         authorization: str | None,
+        tail: int | None = None,
     ) -> Upstream:
         """The supervisor's answer, once it said 200; its error (an ApiError) otherwise."""
         supervisor = source.supervisor
@@ -102,6 +108,10 @@ class LogRelay:
             follow_redirects=False,
         )
         params = {"previous": str(previous).lower(), "follow": str(follow).lower()}
+        if source.run is not None:
+            params["run"] = str(source.run)
+        if tail is not None:
+            params["tail"] = str(tail)
         try:
             response = await client.send(
                 client.build_request("GET", url, params=params, headers=headers), stream=True
@@ -120,7 +130,7 @@ class LogRelay:
         finally:
             await response.aclose()
             await client.aclose()
-        raise _supervisor_error(supervisor.id, response.status_code, body)
+        raise _supervisor_error(supervisor.id, response.status_code, body, source.log_dir)
 
 
 async def _bounded_body(response: httpx.Response) -> bytes:
@@ -132,10 +142,16 @@ async def _bounded_body(response: httpx.Response) -> bytes:
     return body[:MAX_ERROR_BYTES]
 
 
-def _supervisor_error(supervisor: str, status: int, body: bytes) -> ApiError:
-    """The supervisor's error, as the API's own, its message saying where it came from."""
+def _supervisor_error(
+    supervisor: str, status: int, body: bytes, log_dir: str | None = None
+) -> ApiError:
+    """The supervisor's error, as the API's own, its message saying where it came from (and,
+    for a log it no longer keeps, where the run's log was)."""
     try:
         error = ErrorBody.model_validate_json(body)
     except ValidationError:
         return UnavailableError(f"supervisor {supervisor}'s endpoint answered HTTP {status}")
-    return error_from_body(error.error, f"supervisor {supervisor}: {error.message}")
+    message = f"supervisor {supervisor}: {error.message}"
+    if error.error == NoLogError.code and log_dir:
+        message += f"; the run's log was in {log_dir} on that supervisor's host"
+    return error_from_body(error.error, message)

@@ -47,6 +47,7 @@ from stratus.api.records import (
     NimbusSummary,
     PipelineRecord,
     PipelineWorkers,
+    RunRecord,
     SupervisorSummary,
 )
 from stratus.api.redaction import redact_record, redact_workers
@@ -247,6 +248,24 @@ class NimbusService:
             )
         assigned = placement.assignment.conf if placement.assignment else {}
         return LogSource(supervisor, {**assigned, **record.conf})
+
+    def run_log_source(self, name: str, run: RunRecord, caller: Caller | None) -> LogSource:
+        """The endpoint of the supervisor that ran ``run`` of ``name``, wherever the pipeline
+        is now; NoLogError naming that supervisor and the run's log directory on its host
+        when it is not registered or serves no endpoint. ForbiddenError as ``log_source``."""
+        record = self._stored(name)
+        check_pipeline_access(caller, Verb.LOGS, name, PipelineAccess.of(record.owner, record.conf))
+        supervisor = self.view.supervisors().get(run.supervisor)
+        if supervisor is None or supervisor.endpoint is None:
+            why = "is not registered now" if supervisor is None else "serves no endpoint"
+            where = run.log_dir or "its supervisor.local.dir"
+            raise NoLogError(
+                f"run {run.run} of pipeline {name!r} ran on supervisor {run.supervisor}, which "
+                f"{why}; its log stays in {where} on that supervisor's host"
+            )
+        placement = self._placement.of(name)
+        assigned = placement.assignment.conf if placement.assignment else {}
+        return LogSource(supervisor, {**assigned, **record.conf}, run.run, run.log_dir)
 
     # ------------------------------------------------------------------ leader-only
 

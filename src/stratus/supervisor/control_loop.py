@@ -36,12 +36,12 @@ from pathlib import Path
 from typing import Protocol
 
 from stratus.api.clock import Clock
-from stratus.api.records import Assignment, SupervisorHeartbeat
+from stratus.api.records import Assignment, RunOutcome, SupervisorHeartbeat
 from stratus.supervisor.adoption import ProcessRecord
 from stratus.supervisor.assignment_reader import AssignmentsRead, ReadFailed
 from stratus.supervisor.fence import Lease
 from stratus.supervisor.heartbeat_publisher import HeartbeatRound
-from stratus.supervisor.managed_worker import Launcher, ManagedWorker, RunningProcess, StopReason
+from stratus.supervisor.managed_worker import Launcher, ManagedWorker, RunningProcess
 from stratus.supervisor.reconcile import (
     Action,
     ActionKind,
@@ -51,6 +51,7 @@ from stratus.supervisor.reconcile import (
     waiting_for_slots,
 )
 from stratus.supervisor.restart_policy import RestartPolicy
+from stratus.supervisor.run_outcome import NoRecorder, RunEnd, RunRecorder, StopReason
 from stratus.supervisor.settings import LoopSettings
 from stratus.supervisor.worker_process import WorkerPaths
 from stratus.worker.lease_file import write_lease
@@ -89,15 +90,19 @@ class Adopted:
 
     record: ProcessRecord
     process: RunningProcess
+    run: int | None = None  # the run it is (``run_logs.read_run_number``)
 
 
 @dataclass
 class _Orphan:
-    """An adopted worker that no assignment names: stopped, SIGKILL at ``kill_at``."""
+    """An adopted worker that no assignment names: stopped, SIGKILL at ``kill_at``; its
+    run closed with ``outcome`` (None: a removal's, judged by the recorder)."""
 
     pipeline: str
     process: RunningProcess
     kill_at: float
+    run: int | None = None
+    outcome: RunOutcome | None = None
     killed: bool = False
 
 
@@ -173,11 +178,13 @@ class ControlLoop:
         warm: WarmKeeper | None = None,
         lease_file: Path | None = None,
         adopted: Mapping[str, Adopted] | None = None,
+        runs: RunRecorder | None = None,
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
     ) -> None:
         self.supervisor = supervisor
         self.slots = slots
+        self._runs = runs or NoRecorder()
         self._launcher = launcher
         self._paths_of = paths_of
         self._lease = lease
@@ -452,6 +459,7 @@ class ControlLoop:
             paths=self._paths_of(assignment.pipeline),
             policy=RestartPolicy(self._settings.restart),
             timeouts=self._settings.timeouts,
+            runs=self._runs,
             clock=self._clock,
             wall=self._wall,
         )
@@ -465,7 +473,7 @@ class ControlLoop:
         if found is None:
             return
         if found.record.runs(worker.assignment):
-            worker.adopt(found.process, found.record.token)
+            worker.adopt(found.process, found.record.token, found.run)
             log.info(
                 "event=worker_adopted pipeline=%s epoch=%d supervisor=%s pid=%d monitor_pid=%d",
                 worker.pipeline,
@@ -475,7 +483,7 @@ class ControlLoop:
                 found.record.monitor.pid,
             )
             return
-        self._orphan(found, "another_assignment")
+        self._orphan(found, "another_assignment", RunOutcome.UPDATED)
 
     def _stop_unclaimed(self) -> None:
         """After the first reconcile: stop every worker left running that no assignment
@@ -484,7 +492,7 @@ class ControlLoop:
             self._orphan(found, "not_assigned_here")
         self._adoptable.clear()
 
-    def _orphan(self, found: Adopted, reason: str) -> None:
+    def _orphan(self, found: Adopted, reason: str, outcome: RunOutcome | None = None) -> None:
         log.warning(
             "event=worker_not_adopted pipeline=%s epoch=%d supervisor=%s pid=%d reason=%s "
             "action=stop",
@@ -496,12 +504,15 @@ class ControlLoop:
         )
         found.process.terminate()
         kill_at = self._clock() + self._settings.timeouts.stop_secs
-        self._orphans.append(_Orphan(found.record.pipeline, found.process, kill_at))
+        orphan = _Orphan(found.record.pipeline, found.process, kill_at, found.run, outcome)
+        self._orphans.append(orphan)
 
     def _step_orphans(self, now: float) -> None:
         for orphan in list(self._orphans):
-            if orphan.process.poll() is not None:
+            code = orphan.process.poll()
+            if code is not None:
                 self._orphans.remove(orphan)
+                self._close_run(orphan.pipeline, orphan.run, orphan.outcome, code)
                 log.info(
                     "event=orphan_stopped pipeline=%s supervisor=%s pid=%d",
                     orphan.pipeline,
@@ -563,7 +574,15 @@ class ControlLoop:
     def _stop_orphans_now(self) -> None:
         for orphan in self._orphans:
             orphan.process.kill()
+            self._close_run(orphan.pipeline, orphan.run, RunOutcome.STOPPED, None)
         self._orphans.clear()
+
+    def _close_run(
+        self, pipeline: str, run: int | None, outcome: RunOutcome | None, code: int | None
+    ) -> None:
+        """Close the run of a worker left running that was not adopted."""
+        if run is not None:
+            self._runs.close(pipeline, run, RunEnd(outcome, self._wall(), code), {})
 
     def _stop_all(self) -> None:
         """Stop every worker (SIGTERM, SIGKILL after the grace) and wait for their exits."""
@@ -576,6 +595,7 @@ class ControlLoop:
             self._warm.stop()
         for found in self._adoptable.values():  # left running, never reconciled: they go too
             found.process.kill()
+            self._close_run(found.record.pipeline, found.run, RunOutcome.STOPPED, None)
         self._adoptable.clear()
         self._stop_orphans_now()
         for worker in self.workers.values():

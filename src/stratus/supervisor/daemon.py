@@ -42,9 +42,17 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from kazoo.client import KazooClient
+
 from stratus import __version__
 from stratus.api.clock import Clock
-from stratus.api.records import Assignment, ClusterIdentity, SupervisorSummary, WorkerHeartbeat
+from stratus.api.records import (
+    Assignment,
+    ClusterIdentity,
+    RunOutcome,
+    SupervisorSummary,
+    WorkerHeartbeat,
+)
 from stratus.codedist.distributor import CodeDistributor
 from stratus.codedist.factory import create_distributor
 from stratus.codedist.package_store import PackageStore
@@ -79,11 +87,21 @@ from stratus.supervisor.purges import start_purger
 from stratus.supervisor.registration import SessionRecord, SupervisorRegistration
 from stratus.supervisor.requirements_env import RequirementEnvs
 from stratus.supervisor.run_as import UserPool
+from stratus.supervisor.run_logs import (
+    kept_runs,
+    pick_kept,
+    read_run_number,
+    run_dir,
+    run_over,
+)
+from stratus.supervisor.run_outcome import RunEnd
+from stratus.supervisor.run_records import RunBook, newest_change
 from stratus.supervisor.settings import SupervisorSettings
 from stratus.supervisor.warm_pool import WarmPool
 from stratus.supervisor.worker_access import TRAVERSE_DIR_MODE, closed_to_others
 from stratus.supervisor.worker_env import worker_environment
 from stratus.supervisor.worker_log import RunLog
+from stratus.supervisor.worker_monitor import EXIT_FILE
 from stratus.supervisor.worker_process import (
     MonitorSettings,
     ProvenProcess,
@@ -128,6 +146,7 @@ class Supervisor:
         self.cluster = ClusterIdentity.of(self.settings.zk.hosts, self.settings.zk.root)
         self._lock: LocalDirLock | None = None
         self._survey = Survey()  # what the start found left running
+        self._killed_runs: dict[str, int | None] = {}  # not adopted: their runs closed
         self._session_record = SessionRecord(self.local_dir / SESSION_FILE)
         self._stop_workers = not self.settings.adopt  # at stop(), unless it says otherwise
         self._worker_command = worker_command
@@ -234,6 +253,7 @@ class Supervisor:
             self._survey = found
             return
         for left in found.found.values():
+            self._killed_runs[left.record.pipeline] = read_run_number(left.directory)
             if left.exit is None:  # its monitor runs: it and its worker go, proven first
                 log.warning(
                     "event=worker_killed_at_start pipeline=%s supervisor=%s pid=%d reason=%r",
@@ -255,7 +275,7 @@ class Supervisor:
             user = found.record.user
             run_as = users.claim(name, user) if users is not None and user else None
             process = WorkerProcess.adopt(found, run_as)
-            adopted[name] = Adopted(found.record, process)
+            adopted[name] = Adopted(found.record, process, read_run_number(found.directory))
             log.info(
                 "event=worker_found pipeline=%s epoch=%d generation=%d supervisor=%s pid=%d "
                 "ended=%s",
@@ -344,9 +364,28 @@ class Supervisor:
             users=users,
             monitor=self._monitor_settings(),
         )
+        self._start_run_book(client)
         self._build_loop(launcher, warm, self._adopted(users))
         self._opened.append(start_purger(client, self.paths, self.settings, users).close)
         self._start_threads()
+
+    def _start_run_book(self, client: KazooClient) -> None:
+        """The writer of this supervisor's run records (``run_records``)."""
+        paths = self.paths
+        self.runs = RunBook(
+            client,
+            paths,
+            self.id,
+            log_dir_of=lambda pipeline, run: run_dir(self._worker_paths(pipeline).directory, run),
+            keep=self.settings.runs_keep,
+            newest_change=lambda pipeline: newest_change(client, paths, pipeline),
+            clock=self._clock,
+        )
+        self.runs.start()
+        self._opened.append(lambda: self.runs.stop(FINAL_HEARTBEAT_SECS))
+        for pipeline, run in self._killed_runs.items():  # supervisor.worker.adopt false
+            if run is not None:
+                self.runs.close(pipeline, run, RunEnd(RunOutcome.STOPPED, self._wall()), {})
 
     def _start_endpoint(self) -> None:
         if not self.settings.http.enabled:
@@ -373,19 +412,28 @@ class Supervisor:
         endpoint.start()
         self.endpoint = endpoint
 
-    def _worker_log(self, pipeline: str) -> WorkerLog:
-        """Where ``pipeline``'s worker log is here, and the conf it is redacted against (the
-        spec's: the manifest's and the assignment's)."""
+    def _worker_log(self, pipeline: str, run: int | None, previous: bool) -> WorkerLog:
+        """Where the log of ``pipeline``'s run ``run`` is here (None: the newest kept, or
+        with ``previous`` the one before it), and the conf it is redacted against (the
+        newest spec's: the manifest's and the assignment's). A follow of it ends once the
+        run is over."""
         paths = self._worker_paths(pipeline)
-        run_log = RunLog(paths.log, self.settings.log)
+        kept = kept_runs(paths.directory)
         try:
             conf = WorkerSpec.read(paths.spec).conf
         except (OSError, ValueError):
             conf = {}
+        picked = pick_kept(kept, run, previous=previous)
+        if picked is None:  # a run without a number, or one of an older release
+            files = [] if kept else RunLog(paths.log, self.settings.log).files(previous=previous)
+            return WorkerLog(files=files, newest=paths.log, conf=conf)
+        newest = paths.for_run(picked).log
         return WorkerLog(
-            files=lambda previous: run_log.files(previous=previous),
-            newest=paths.log,
+            files=RunLog(newest, self.settings.log).files(previous=False),
+            newest=newest,
             conf=conf,
+            run=picked,
+            superseded=lambda: run_over(paths.directory, picked, EXIT_FILE),
         )
 
     def _fence_ordered(self, epoch: int) -> FenceOrder:
@@ -493,6 +541,7 @@ class Supervisor:
             warm=warm,
             lease_file=settings.spec.lease_path,
             adopted=adopted,
+            runs=self.runs,
             clock=self._clock,
             wall=self._wall,
         )

@@ -17,11 +17,11 @@ supervisor's registration (``SupervisorSummary.endpoint``), where every nimbus f
     endpoint.start()          # endpoint.address: "host:6629"
     endpoint.stop()
 
-``GET /api/v1/logs/{pipeline}?previous=false&follow=false`` answers the worker's log as
-``text/plain``, one run's files oldest first (the current run, or with ``previous`` the one
-before the last restart), every line redacted against the pipeline's conf; ``follow``
-goes on sending lines as they are written, across rotations and restarts, until the
-client leaves.
+``GET /api/v1/logs/{pipeline}?run=N&tail=N&previous=false&follow=false`` answers a run's
+log as ``text/plain``, its files oldest first (run ``run``, else the newest kept, or with
+``previous`` the one before it: ``run_logs``), every line redacted against the pipeline's
+conf; ``tail`` sends only its last lines; ``follow`` goes on sending lines as they are
+written, across rotations, until the run is over or the client leaves.
 
 ``POST /api/v1/fence`` with ``{"epoch": E, "supervisor": ID}`` is the leader's graceful
 fence: ``409 wrong_supervisor`` (nothing stopped) when ID is not this supervisor's id, else
@@ -41,10 +41,10 @@ import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio.to_thread
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
@@ -67,7 +67,7 @@ from stratus.supervisor.control_loop import FenceOrder, FenceVerdict
 from stratus.supervisor.errors import SupervisorStartError, UnreachableEndpointError
 from stratus.supervisor.metrics import CONTENT_TYPE_LATEST, SupervisorMetrics
 from stratus.supervisor.settings import EndpointSettings
-from stratus.supervisor.worker_log import read_run
+from stratus.supervisor.worker_log import read_run, tail_lines
 from stratus.web.audit import AuditTrail, changes_only
 from stratus.web.authorization import RequireRole, caller_of
 from stratus.web.bounds import bounded_app
@@ -87,11 +87,17 @@ FOLLOW_POLL_SECS = 0.2  # how often a follow looks for new lines
 
 @dataclass(frozen=True)
 class WorkerLog:
-    """Where one pipeline's worker log is, and the conf its lines are redacted against."""
+    """Where the log of one run of a pipeline's worker is, and the conf its lines are
+    redacted against."""
 
-    files: Callable[[bool], list[Path]]  # previous -> that run's files, oldest first
-    newest: Path  # the current run's newest file (what a follow reads)
+    files: list[Path]  # the run's files, oldest first
+    newest: Path  # the run's newest file (what a follow reads)
     conf: Mapping[str, Any]
+    run: int | None = None  # its number (None: a run without one)
+    superseded: Callable[[], bool] = lambda: False  # the run is over: a follow ends
+
+
+LogsOf = Callable[[str, int | None, bool], WorkerLog]  # (pipeline, run, previous)
 
 
 @dataclass(frozen=True)
@@ -117,18 +123,24 @@ def audited_call(method: str, path: str) -> tuple[str, str | None] | None:
 
 
 async def stream_log(
-    worker_log: WorkerLog, *, previous: bool, follow: bool
+    worker_log: WorkerLog, *, follow: bool, tail: int | None = None
 ) -> AsyncIterator[bytes]:
     """The redacted bytes of a worker's log; see the module docstring."""
-    files = worker_log.files(previous)
-    chunks = read_run(files, follow=follow and not previous, newest=worker_log.newest)
+    files = worker_log.files
     redactor = LineRedactor(worker_log.conf)
+    if tail is not None:
+        if out := redactor.feed(await anyio.to_thread.run_sync(tail_lines, files, tail)):
+            yield out
+        files = []
+    chunks = read_run(files, follow=follow, newest=worker_log.newest, from_end=tail is not None)
     try:
         while True:
             chunk = await anyio.to_thread.run_sync(next, chunks, b"")
             if chunk == b"":  # the end of a run read whole
                 break
             if chunk is None:  # following: nothing new yet
+                if worker_log.superseded():
+                    break  # its run is over: nothing more comes
                 await asyncio.sleep(FOLLOW_POLL_SECS)
                 continue
             if out := redactor.feed(chunk):
@@ -139,10 +151,16 @@ async def stream_log(
         chunks.close()
 
 
+def _which(run: int | None, previous: bool) -> str:
+    if run is not None:
+        return f"run {run}"
+    return "the run before the newest" if previous else "its worker"
+
+
 def create_app(
     supervisor: str,
     *,
-    logs_of: Callable[[str], WorkerLog],
+    logs_of: LogsOf,
     healthy: Callable[[], bool],
     metrics: SupervisorMetrics,
     ready: Checks,
@@ -178,20 +196,26 @@ def create_app(
 
     @app.get(LOGS_PREFIX + "/{pipeline}")
     def worker_log(
-        request: Request, pipeline: str, previous: bool = False, follow: bool = False
+        request: Request,
+        pipeline: str,
+        *,
+        previous: bool = False,
+        follow: bool = False,
+        run: Annotated[int | None, Query(ge=0)] = None,
+        tail: Annotated[int | None, Query(ge=0)] = None,
     ) -> Response:
         check_pipeline_name(pipeline)  # one path segment: never a path out of workers/
-        found = logs_of(pipeline)
+        found = logs_of(pipeline, run, previous)
         check_pipeline_access(
             caller_of(request.scope), Verb.LOGS, pipeline, PipelineAccess.of(None, found.conf)
         )
-        if not found.files(previous):
-            which = "the run before the last restart" if previous else "its worker"
+        if not found.files:
             raise NoLogError(
-                f"supervisor {supervisor} has no log of {which} of pipeline {pipeline!r}"
+                f"supervisor {supervisor} has no log of {_which(run, previous)} of pipeline "
+                f"{pipeline!r} (it keeps the newest supervisor.worker.log.runs.keep runs)"
             )
         return StreamingResponse(
-            stream_log(found, previous=previous, follow=follow),
+            stream_log(found, follow=follow and not previous, tail=tail),
             media_type="text/plain; charset=utf-8",
         )
 
@@ -242,7 +266,7 @@ class SupervisorEndpoint:
         settings: EndpointSettings,
         supervisor: str,
         *,
-        logs_of: Callable[[str], WorkerLog],
+        logs_of: LogsOf,
         healthy: Callable[[], bool],
         metrics: SupervisorMetrics,
         ready: Checks,

@@ -25,6 +25,11 @@ Phases::
     RUNNING --new code (an update)--> RUNNING while the new code (and its environment) is
             fetched --ready, or failed--> STOPPING ... (its successor starts at once)
 
+Each process is a run (``run_outcome``): opened with its recorder just before the start
+(its number names its log's directory), closed at its end with the outcome the transition
+says (FINISHED, FAILED at a crash, FENCED, UPDATED at a restart for new code, STOPPED or a
+removal's move or stop at a stop); an adopted process continues its run.
+
 An update's new code is fetched, and its environment built, while the old worker still
 runs, so the gap between the two is a stop and a start, not also a fetch and an install; a
 fetch or an install that fails stops the old worker anyway (the new one reports the
@@ -35,7 +40,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import time
 from enum import StrEnum
 from typing import Protocol
@@ -46,6 +50,7 @@ from stratus.api.clock import Clock
 from stratus.api.records import (
     Assignment,
     FencingToken,
+    RunOutcome,
     WorkerCrash,
     WorkerHeartbeat,
     WorkerState,
@@ -58,6 +63,14 @@ from stratus.supervisor.code_cache import CodeFailed, CodePending, CodeState, Pi
 from stratus.supervisor.reconcile import Held
 from stratus.supervisor.requirements_env import EnvFailed
 from stratus.supervisor.restart_policy import GiveUp, RestartPolicy
+from stratus.supervisor.run_outcome import (
+    NoRecorder,
+    RunEnd,
+    RunRecorder,
+    StopReason,
+    signal_name,
+    stop_outcome,
+)
 from stratus.supervisor.settings import WorkerTimeouts
 from stratus.supervisor.worker_process import WorkerPaths, log_tail
 from stratus.worker.outcome import FENCED_EXIT, REFUSED_EXIT
@@ -74,14 +87,6 @@ class Phase(StrEnum):
     FINISHED = "finished"  # a batch that returned
     FENCED = "fenced"  # a newer worker claimed the checkpoint: waits for a newer assignment
     STOPPED = "stopped"  # stopped on order
-
-
-class StopReason(StrEnum):
-    UNASSIGNED = "unassigned"  # its assignment is gone or names another supervisor
-    RESTART = "restart"  # a new generation or digest
-    FENCED = "fenced"  # the supervisor's lease lapsed
-    SHUTDOWN = "shutdown"  # the supervisor stops
-    HUNG = "hung"  # its heartbeat did not change for supervisor.worker.timeout.secs
 
 
 class RunningProcess(Protocol):
@@ -128,6 +133,7 @@ class ManagedWorker:
         paths: WorkerPaths,
         policy: RestartPolicy,
         timeouts: WorkerTimeouts,
+        runs: RunRecorder | None = None,
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
     ) -> None:
@@ -141,6 +147,9 @@ class ManagedWorker:
         self.code_error: str | None = None  # why its code is not there (yet)
         self._launcher = launcher
         self._paths = paths
+        self._runs = runs or NoRecorder()
+        self._run: int | None = None  # the number of the run its process is, while open
+        self._run_paths = paths  # its files for that run (its log in the run's directory)
         self._policy = policy
         self._timeouts = timeouts
         self._clock = clock
@@ -209,11 +218,15 @@ class ManagedWorker:
             return
         self.stop(StopReason.RESTART)
 
-    def adopt(self, process: RunningProcess, token: FencingToken | None) -> None:
+    def adopt(
+        self, process: RunningProcess, token: FencingToken | None, run: int | None = None
+    ) -> None:
         """Run on with ``process``, a worker a previous supervisor started with ``token``
-        and left running (``adoption``): RUNNING now, never started twice. Its end, if it
-        ended meanwhile, is judged at the next step as any exit."""
+        and left running (``adoption``): RUNNING now, never started twice, its run
+        (``run``) continued. Its end, if it ended meanwhile, is judged at the next step as
+        any exit, and closes its run."""
         now = self._clock()
+        self._run, self._run_paths = run, self._paths.for_run(run)
         self._process = process
         self._token = token
         self._policy.started(now)
@@ -316,12 +329,16 @@ class ManagedWorker:
         if not isinstance(state, PipelineCode):
             return  # being fetched
         self.code_error = None
+        self._run = self._runs.open(self.assignment, self._wall())
+        self._run_paths = self._paths.for_run(self._run)
         try:
-            process = self._launcher.spawn(self.assignment, state, self._paths)
+            process = self._launcher.spawn(self.assignment, state, self._run_paths)
         except (OSError, StratusError, ValidationError) as exc:
             self._policy.started(now)
             self._crashed(now, f"the worker could not be started: {exc}")
             return
+        if self._run is not None:
+            self._runs.running(self.pipeline, self._run, process.pid)
         self._process = process
         self._token = self.assignment.token
         self._policy.started(now)
@@ -342,6 +359,7 @@ class ManagedWorker:
         self._read_beat(now)
         if code is not None and self.successor is not None:
             # it ended while its successor's code was fetched: no restart of the old run
+            self._end_run(RunOutcome.UPDATED, code)
             self._enter(Phase.STOPPED, reason=StopReason.RESTART.value, exit_code=code)
         elif code is not None:
             self._exited(code, now)
@@ -364,9 +382,11 @@ class ManagedWorker:
     def _exited(self, code: int, now: float) -> None:
         beat = self._beat
         if code == 0 and beat is not None and beat.state is WorkerState.FINISHED:
+            self._end_run(RunOutcome.FINISHED, code)
             self._enter(Phase.FINISHED, exit_code=code)
             return
         if code == FENCED_EXIT and beat is not None and beat.state is WorkerState.FENCED:
+            self._end_run(RunOutcome.FENCED, code, beat.error)
             self._fenced(beat.error)
             return
         if code == REFUSED_EXIT and beat is not None and beat.state is WorkerState.FAILED:
@@ -392,11 +412,12 @@ class ManagedWorker:
 
     def _crashed(self, now: float, error: str, exit_code: int | None = None) -> None:
         error = redact_text(error, self.assignment.conf)  # it is logged and published
+        self._end_run(RunOutcome.FAILED, exit_code, error)
         self.error = error
         self.last_crash = WorkerCrash(
             time=self._wall(),
             exit_code=exit_code if exit_code is not None and exit_code >= 0 else None,
-            signal=_signal_name(-exit_code) if exit_code is not None and exit_code < 0 else None,
+            signal=signal_name(-exit_code) if exit_code is not None and exit_code < 0 else None,
             error=error,
         )
         decision = self._policy.crashed(now)
@@ -438,8 +459,9 @@ class ManagedWorker:
         if self._stop_reason is StopReason.HUNG:
             self._crashed(now, self.error or "its heartbeat stopped changing: killed", code)
         else:
-            reason = self._stop_reason.value if self._stop_reason else "-"
-            self._enter(Phase.STOPPED, reason=reason, exit_code=code)
+            reason = self._stop_reason or StopReason.SHUTDOWN
+            self._end_run(stop_outcome(reason), code)
+            self._enter(Phase.STOPPED, reason=reason.value, exit_code=code)
 
     def _enter(self, phase: Phase, **details: object) -> None:
         """The transition to ``phase``, logged with the details of this one as fields of
@@ -458,6 +480,17 @@ class ManagedWorker:
             self.restarts,
             extra=with_fields(**details),
         )
+
+    def _end_run(
+        self, outcome: RunOutcome | None, exit_code: int | None, error: str | None = None
+    ) -> None:
+        """Close its open run (``outcome`` None: its assignment was removed; the recorder
+        tells a move from a stop)."""
+        number, self._run = self._run, None
+        if number is None:
+            return
+        end = RunEnd(outcome, self._wall(), exit_code, error, self._beat or self._live_beat)
+        self._runs.close(self.pipeline, number, end, self.assignment.conf)
 
     # ------------------------------------------------------------------ its files
 
@@ -479,7 +512,7 @@ class ManagedWorker:
         """The worker's own error (its last heartbeat), else the tail of its log."""
         if self._beat is not None and self._beat.error:
             return self._beat.error
-        return log_tail(self._paths.log) or "it wrote no error and no log"
+        return log_tail(self._run_paths.log) or "it wrote no error and no log"
 
     def _stamp(self) -> dict[str, object]:
         """The fields the supervisor vouches for in a heartbeat its worker wrote."""
@@ -494,14 +527,7 @@ class ManagedWorker:
         }
 
 
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
 def _describe_exit(code: int) -> str:
     if code < 0:
-        return f"was killed by {_signal_name(-code)}"
+        return f"was killed by {signal_name(-code)}"
     return f"exited with code {code}"

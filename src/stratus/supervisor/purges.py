@@ -14,7 +14,9 @@ The leader removes the order once an answer says done, or hands it to another su
 
     purger = start_purger(client, paths, settings, users)   # the daemon's one line
 
-It deletes only under its own ``pipeline.checkpoint.root``, never under a root an order
+Every supervisor, handed the order or not, deletes its logs of the pipeline's runs
+(``run_logs.forget_runs``) when it first sees an order. It deletes checkpoints only under
+its own ``pipeline.checkpoint.root``, never under a root an order
 names (nothing read from ZooKeeper decides what a daemon deletes): an order of another root
 is answered with an error that says so. Only ``<root>/<pipeline>``, resolved and checked to
 be inside the root (``remove_checkpoints``). Files that a worker of another user wrote are
@@ -38,6 +40,7 @@ from stratus.api.clock import Clock
 from stratus.api.purges import PurgeOrder, PurgeOutcome, PurgeState
 from stratus.errors import StratusError
 from stratus.supervisor.run_as import UserPool
+from stratus.supervisor.run_logs import forget_runs
 from stratus.supervisor.settings import SupervisorSettings
 from stratus.worker.checkpoints import remove_checkpoints
 from stratus.zk.paths import ClusterPaths
@@ -62,6 +65,7 @@ class CheckpointPurger:
         checkpoint_root: str,
         privileged: Privileged | None,
         remove: Callable[[str, str], object] = remove_checkpoints,
+        forget_logs: Callable[[str], object] = lambda _pipeline: None,
         wall: Clock = time.time,
     ) -> None:
         self._client = client
@@ -70,6 +74,8 @@ class CheckpointPurger:
         self._root = checkpoint_root  # this supervisor's pipeline.checkpoint.root
         self._privileged = privileged
         self._remove = remove
+        self._forget_logs = forget_logs  # pipeline -> its run logs here deleted
+        self._forgotten: set[tuple[str, str]] = set()  # (pipeline, order id)
         self._wall = wall
         self._orders = WatchedChildren(client, paths.purges, PurgeOrder, self._wake)
         self._answered: set[tuple[str, str, int]] = set()  # (pipeline, order, attempt)
@@ -97,6 +103,7 @@ class CheckpointPurger:
             if self._closed.is_set():
                 return
             for order in self._orders.snapshot().values():
+                self._forget(order)
                 if not self._mine(order):
                     continue
                 try:
@@ -107,6 +114,17 @@ class CheckpointPurger:
                         order.pipeline,
                         self._supervisor,
                     )
+
+    def _forget(self, order: PurgeOrder) -> None:
+        """Delete the pipeline's run logs on this host, once per order, whoever deletes its
+        checkpoints: the name cannot be submitted again while the order stands."""
+        key = (order.pipeline, order.id)
+        if key not in self._forgotten:
+            self._forgotten.add(key)
+            self._forget_logs(order.pipeline)
+            log.info(
+                "event=run_logs_purged pipeline=%s supervisor=%s", order.pipeline, self._supervisor
+            )
 
     def _mine(self, order: PurgeOrder) -> bool:
         return (
@@ -207,13 +225,16 @@ def start_purger(
     client: KazooClient, paths: ClusterPaths, settings: SupervisorSettings, users: UserPool | None
 ) -> CheckpointPurger:
     """The supervisor's purger, started: its own checkpoint root, and with workers of other
-    users, their switch for what its own rights cannot delete."""
+    users, their switch for what its own rights cannot delete; the pipelines' run logs
+    under its local directory go with every purge."""
+    workers = settings.local_dir / "workers"
     purger = CheckpointPurger(
         client,
         paths,
         settings.id,
         checkpoint_root=settings.spec.checkpoint_root,
         privileged=users.switch.purge_checkpoints if users is not None else None,
+        forget_logs=lambda pipeline: forget_runs(workers / pipeline),
     )
     purger.start()
     return purger

@@ -201,6 +201,7 @@ class SupervisorSettings:
     warm: WarmSettings = WarmSettings()
     users: UserSettings = UserSettings()
     adopt: bool = True  # supervisor.worker.adopt: workers outlive the supervisor
+    runs_keep: int = 50  # pipeline.runs.keep: run records kept per pipeline
 
     @classmethod
     def from_config(cls, conf: StratusConfig) -> SupervisorSettings:
@@ -265,6 +266,7 @@ class SupervisorSettings:
             log=LogSettings(
                 max_bytes=conf.supervisor_worker_log_max_bytes,
                 backups=conf.supervisor_worker_log_backups,
+                runs_keep=conf.supervisor_worker_log_runs_keep,
             ),
             http=EndpointSettings(
                 bind_host=conf.supervisor_http_bind_host or host,
@@ -288,6 +290,7 @@ class SupervisorSettings:
                 launcher_command=tuple(conf.supervisor_worker_launcher_command),
             ),
             adopt=conf.supervisor_worker_adopt,
+            runs_keep=conf.pipeline_runs_keep,
         )
 
 

@@ -36,6 +36,7 @@ class LogSettings:
 
     max_bytes: int = 64 * 1024 * 1024  # supervisor.worker.log.max.bytes
     backups: int = 3  # supervisor.worker.log.backups
+    runs_keep: int = 10  # supervisor.worker.log.runs.keep: runs whose logs are kept
 
 
 class RunLog:
@@ -161,12 +162,13 @@ class LogPump:
 
 
 def read_run(
-    files: list[Path], *, follow: bool, newest: Path | None = None
+    files: list[Path], *, follow: bool, newest: Path | None = None, from_end: bool = False
 ) -> Generator[bytes | None, None, None]:
     """The bytes of a run's ``files``, oldest first; with ``follow``, then whatever is
     appended to ``newest`` (the current file's path), reopened when it is replaced (a
     rotation, a restart): ``None`` each time nothing new is there, so that the caller may
-    wait before asking again. Never ends while following."""
+    wait before asking again. Never ends while following. With ``from_end``, following
+    begins at the current file's end (what it held was read otherwise: a tail)."""
     following = follow and newest is not None
     whole = [path for path in files if not (following and path == newest)]
     for path in whole:
@@ -184,6 +186,9 @@ def read_run(
                 except FileNotFoundError:
                     yield None
                     continue
+                if from_end:
+                    current.seek(0, os.SEEK_END)
+                    from_end = False
             chunk = current.read(READ_BYTES)
             if chunk:
                 yield chunk
@@ -196,6 +201,27 @@ def read_run(
     finally:
         if current is not None:
             current.close()
+
+
+def tail_lines(files: list[Path], lines: int) -> bytes:
+    """The last ``lines`` lines of a run's ``files`` (oldest first), read from the end."""
+    wanted = lines + 1  # the newline before the first line wanted
+    kept: list[bytes] = []
+    found = 0
+    for path in reversed(files):
+        with contextlib.suppress(FileNotFoundError), path.open("rb") as src:
+            end = src.seek(0, os.SEEK_END)
+            while end > 0 and found < wanted:
+                start = max(0, end - READ_BYTES)
+                src.seek(start)
+                block = src.read(end - start)
+                found += block.count(b"\n") - (1 if not kept and block.endswith(b"\n") else 0)
+                kept.insert(0, block)
+                end = start
+        if found >= wanted:
+            break
+    text = b"".join(kept)
+    return b"".join(text.splitlines(keepends=True)[-lines:]) if lines > 0 else b""
 
 
 def _replaced(src: BinaryIO, path: Path) -> bool:

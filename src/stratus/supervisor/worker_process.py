@@ -35,6 +35,7 @@ did not start is signalled only once proven (its pid and start time), through a 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -56,6 +57,7 @@ from stratus.supervisor.adoption import Found, ProcessRecord, identity
 from stratus.supervisor.code_cache import PipelineCode
 from stratus.supervisor.errors import UnfencedAssignmentError, WorkerStartError
 from stratus.supervisor.run_as import RunAs
+from stratus.supervisor.run_logs import prune, run_dir, write_run_number
 from stratus.supervisor.settings import SpecSettings
 from stratus.supervisor.worker_access import WORK_DIR, prepare_worker
 from stratus.supervisor.worker_log import LogSettings, RunLog
@@ -92,10 +94,15 @@ class WorkerPaths:
     owners and modes: ``worker_access``)."""
 
     directory: Path
+    run: int | None = None  # the run its worker is (``RunRecord``); None: unrecorded
 
     @classmethod
     def of(cls, local_dir: Path, pipeline: str) -> WorkerPaths:
         return cls(local_dir / "workers" / pipeline)
+
+    def for_run(self, run: int | None) -> WorkerPaths:
+        """The same worker's files for run ``run``: its log in that run's directory."""
+        return dataclasses.replace(self, run=run)
 
     def make_private(self) -> None:
         """Create the worker's directory (and its parents) if missing, and let only its
@@ -120,7 +127,11 @@ class WorkerPaths:
 
     @property
     def log(self) -> Path:
-        return self.directory / LOG_FILE
+        """The run's log: in its own directory (``run_logs``), or beside the spec when the
+        run has no number (then one run before is kept, as ``worker.previous.log``)."""
+        if self.run is None:
+            return self.directory / LOG_FILE
+        return run_dir(self.directory, self.run) / LOG_FILE
 
     @property
     def work(self) -> Path:
@@ -202,8 +213,14 @@ def prepare_run(
     spec and the worker's, no heartbeat file left of the last run, whose log becomes the
     previous one (``worker_access``; for a worker of another user, its switch prepares the
     worker's part: ``checkpoint_dir``, the pipeline's local checkpoint directory, included);
-    the new run's log, its first line the start mark."""
+    the new run's log, its first line the start mark, in its own directory if it has a
+    number (the logs of the oldest runs beyond ``runs_keep`` deleted)."""
+    settings = log or LogSettings()
     paths.make_private()
+    write_run_number(paths.directory, paths.run)
+    if paths.run is not None:
+        paths.log.parent.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
+        prune(paths.directory, settings.runs_keep)
     paths.heartbeat.unlink(missing_ok=True)  # a new process starts with no heartbeat
     spec.write(paths.spec)
     data = paths.spec.read_bytes()
@@ -211,7 +228,7 @@ def prepare_run(
         prepare_worker(paths.directory, data, None, group=os.getgid(), checkpoint_dir=None)
     else:
         run_as.switch.prepare(paths.directory, data, run_as.user, checkpoint_dir)
-    run_log = RunLog(paths.log, log or LogSettings())
+    run_log = RunLog(paths.log, settings)
     run_log.start_run()
     run_log.write(_start_line(spec).encode())
     return run_log

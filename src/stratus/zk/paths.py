@@ -91,6 +91,9 @@ class GroupPaths:
         return join(self.zkfcs, service)
 
 
+RUN_NODE_PREFIX = "run-"
+
+
 def sequence_of(node_name: str) -> int:
     """The sequence number ZooKeeper appended to a sequential node's name."""
     return int(node_name[-10:])
@@ -117,6 +120,9 @@ class ClusterPaths:
                                         answer to attempt n of order id (removed with it)
     ``<root>/heartbeats/...``           the ZooKeeper cluster state store's own paths
     ``<root>/leader-terms/<epoch>``     persistent, LeaderTerm of each nimbus term (the newest)
+    ``<root>/runs/<name>/run-<seq>``    persistent sequential, RunRecord of each run of a
+                                        pipeline (the newest ``pipeline.runs.keep``), written
+                                        by the supervisor that runs it; deleted with a purge
     """
 
     root: str
@@ -210,6 +216,21 @@ class ClusterPaths:
         return join(self.purge_outcomes, node)
 
     @property
+    def runs(self) -> str:
+        return join(self.root, "runs")
+
+    def pipeline_runs(self, pipeline: str) -> str:
+        """The parent of one pipeline's runs (created with its first run)."""
+        return join(self.runs, pipeline)
+
+    def run_prefix(self, pipeline: str) -> str:
+        """Prefix of a run's sequential node: ``run-`` and ZooKeeper's ten digits."""
+        return join(self.pipeline_runs(pipeline), RUN_NODE_PREFIX)
+
+    def run(self, pipeline: str, number: int) -> str:
+        return join(self.pipeline_runs(pipeline), f"{RUN_NODE_PREFIX}{number:010d}")
+
+    @property
     def heartbeats(self) -> str:
         """Root of the ZooKeeper cluster state store (``cluster.state.store: zookeeper``)."""
         return join(self.root, "heartbeats")
@@ -229,4 +250,5 @@ class ClusterPaths:
             self.purge_outcomes,
             self.heartbeats,
             self.leader_terms,
+            self.runs,
         )

@@ -6,7 +6,9 @@ duty reads the orders and the supervisors' outcomes from ZooKeeper and takes eac
 next step (``purge_plan.next_step``): the leader deletes the directory itself (it can write
 the root), hands the order to a supervisor (written fenced, as every leader write), records
 a failure, or removes the order, with its outcomes, once a deletion is acknowledged. Only
-then may the name be submitted again. The duty keeps nothing in memory that a new leader
+then may the name be submitted again. The pipeline's run records (``runs/<name>``) are deleted just
+before the order is removed, and each supervisor deletes its logs of the pipeline's runs
+when it sees the order (``supervisor.purges``). The duty keeps nothing in memory that a new leader
 would need: an order handed by the old leader is followed by the new one::
 
     duty = CarryOutPurges(orders, checkpoint_root="/ck", live=view.supervisors, rules=...)
@@ -100,6 +102,14 @@ class PurgeOrders:
         except TransactionFailedError:
             return False
         return True
+
+    def delete_runs(self, name: str) -> None:
+        """Delete ``name``'s run records (``runs/<name>``), before its order goes: the name
+        cannot be submitted again, and so run again, while the order stands."""
+        try:
+            self._client.delete(self._paths.pipeline_runs(name), recursive=True)
+        except NoNodeError:
+            return
 
     def drop_outcomes(self, term: Leadership, outcomes: list[PurgeOutcome]) -> None:
         """Answers to orders that are gone (late ones): deleted, fenced."""
@@ -246,6 +256,7 @@ class CarryOutPurges:
         outcomes: list[PurgeOutcome],
         by: str,
     ) -> None:
+        self._orders.delete_runs(order.pipeline)
         if self._orders.complete(term, order, version, outcomes):
             log.info(
                 "event=purge_done pipeline=%s epoch=%d cause=%s by=%r checkpoints=%s/%s",

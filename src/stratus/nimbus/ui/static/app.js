@@ -542,7 +542,8 @@ async function loadLog(name) {
   logs.name = name;
   try {
     const headers = state.token ? { Authorization: `Bearer ${state.token}` } : {};
-    const response = await fetch(`/api/v1/pipelines/${encodeURIComponent(name)}/logs`, { headers });
+    const path = `/api/v1/pipelines/${encodeURIComponent(name)}/logs?tail=${LOG_TAIL_LINES}`;
+    const response = await fetch(path, { headers });
     const text = await response.text();
     if (!response.ok) {
       let message = text;

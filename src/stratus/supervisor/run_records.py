@@ -1,0 +1,285 @@
+"""The supervisor's record of each run of a pipeline, in ZooKeeper under ``runs/``.
+
+A run is one worker process's life on one supervisor (a crash restart is a new run). Its
+record is a persistent sequential node, ``runs/<pipeline>/run-0000000007``: the sequence is
+the run's number, unique across supervisors and leaders, and continuous across a kill and a
+resubmit of the same name (a purge deletes the runs with the checkpoints). The supervisor
+creates it just before it starts the worker (``open``, a bounded wait on the control loop's
+thread, as the worker's own start is), so the run's number names the directory of its log;
+every later write (the pid, the end) is a version-checked read-and-set on a thread of its
+own, so the control loop never waits for ZooKeeper, and a write that fails is tried again
+until the supervisor stops. Trimming to the newest ``pipeline.runs.keep`` follows each
+creation and never deletes a run that may still end (open, its supervisor registered)::
+
+    book = RunBook(client, paths, "s1", log_dir_of=..., keep=50)
+    book.start()
+    number = book.open(assignment, started=time.time())      # 7, or None (not recorded)
+    book.running("etl", 7, pid=4242)
+    book.close("etl", 7, RunEnd(RunOutcome.FINISHED, ended=..., exit_code=0), conf)
+    book.stop(timeout=5.0)                                   # what is queued is written
+
+A run that was not recorded (ZooKeeper did not answer in time) starts anyway, with its log
+where a run without a number keeps it; its end is not recorded either.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, KazooException, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+from pydantic import ValidationError
+
+from stratus.api.clock import Clock
+from stratus.api.records import Assignment, AssignmentChange, RunRecord
+from stratus.api.redaction import redact_text
+from stratus.api.user_exception import error_first
+from stratus.supervisor.run_outcome import (
+    RunEnd,
+    batches_of,
+    removal_outcome,
+    rows_of,
+    signal_name,
+)
+from stratus.worker.outcome import clip
+from stratus.zk.paths import RUN_NODE_PREFIX, ClusterPaths, sequence_of
+
+log = logging.getLogger(__name__)
+
+OPEN_TIMEOUT_SECS = 5.0  # how long a start waits for its run's node
+RETRY_SECS = 2.0  # after a write that failed
+RUNS_KEPT = 50
+
+Change = Callable[[RunRecord], RunRecord]
+
+
+@dataclass(frozen=True)
+class _Write:
+    pipeline: str
+    number: int
+    change: Change | None  # None: trim the pipeline's runs
+
+
+def to_trim(nodes: list[str], keep: int) -> list[str]:
+    """The run nodes beyond the newest ``keep`` of ``nodes``, oldest first (the caller
+    spares the open ones)."""
+    ordered = sorted(nodes, key=sequence_of)
+    return ordered[: max(0, len(ordered) - keep)]
+
+
+def ended_record(
+    record: RunRecord, end: RunEnd, conf: dict[str, Any], change: AssignmentChange | None
+) -> RunRecord:
+    """``record`` completed with ``end``: its outcome (a removal's judged from ``change``),
+    its exit, its error with the pipeline's own exception first, redacted and bounded, and
+    what its last heartbeat said (batches, rows, its Spark application)."""
+    outcome = end.outcome or removal_outcome(change, record.supervisor)
+    code = end.exit_code
+    error = clip(redact_text(error_first(end.error), conf)) if end.error else None
+    beat = end.beat
+    return record.model_copy(
+        update={
+            "ended": end.ended,
+            "outcome": outcome,
+            "exit_code": code if code is not None and code >= 0 else None,
+            "signal": signal_name(-code) if code is not None and code < 0 else None,
+            "error": error,
+            "batches": batches_of(beat),
+            "rows": rows_of(beat),
+            "app_id": beat.app_id if beat is not None else record.app_id,
+            "spark_ui": None,  # gone with its SparkContext
+        }
+    )
+
+
+def newest_change(
+    client: KazooClient, paths: ClusterPaths, pipeline: str
+) -> AssignmentChange | None:
+    """The pipeline's newest assignment change (the leader's ``assignment-history/``), which
+    tells a move from a stop; None if it has none or it cannot be read."""
+    parent = paths.assignment_history(pipeline)
+    try:
+        nodes = client.get_children(parent)
+        raw, _ = client.get(posixpath.join(parent, max(nodes)))
+        return AssignmentChange.model_validate_json(raw)
+    except (KazooException, ValueError):  # ValueError: no change, or a torn record
+        return None
+
+
+class RunBook:
+    """Writes the runs of one supervisor's workers; see the module docstring."""
+
+    def __init__(
+        self,
+        client: KazooClient,
+        paths: ClusterPaths,
+        supervisor: str,
+        *,
+        log_dir_of: Callable[[str, int], Path],
+        keep: int = RUNS_KEPT,
+        newest_change: Callable[[str], AssignmentChange | None] = lambda _name: None,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        if keep < 1:
+            raise ValueError(f"a pipeline keeps at least one run record, not {keep}")
+        self._client = client
+        self._paths = paths
+        self._supervisor = supervisor
+        self._log_dir_of = log_dir_of
+        self._keep = keep
+        self._newest_change = newest_change
+        self._clock = clock
+        self._queue: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="run-records", daemon=True)
+        self._stopping = threading.Event()
+        self._deadline = 0.0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float) -> None:
+        """Write what is queued (for up to ``timeout`` seconds), then end the thread."""
+        self._deadline = self._clock() + timeout
+        self._stopping.set()
+        self._queue.put(None)
+        self._thread.join(timeout + 1.0)
+
+    # ------------------------------------------------------------------ RunRecorder
+
+    def open(self, assignment: Assignment, started: float) -> int | None:
+        record = RunRecord(
+            pipeline=assignment.pipeline,
+            supervisor=self._supervisor,
+            epoch=assignment.epoch,
+            generation=assignment.generation,
+            digest=assignment.digest,
+            started=started,
+        )
+        prefix = self._paths.run_prefix(assignment.pipeline)
+        try:
+            request = self._client.create_async(
+                prefix, record.encode(), sequence=True, makepath=True
+            )
+            path = request.get(timeout=OPEN_TIMEOUT_SECS)
+        except (KazooException, KazooTimeoutError, OSError) as exc:
+            log.warning(
+                "event=run_not_recorded pipeline=%s epoch=%d supervisor=%s error=%r",
+                assignment.pipeline,
+                assignment.epoch,
+                self._supervisor,
+                exc,
+            )
+            return None
+        number = sequence_of(posixpath.basename(path))
+        log.info(
+            "event=run_opened pipeline=%s epoch=%d supervisor=%s run=%d",
+            assignment.pipeline,
+            assignment.epoch,
+            self._supervisor,
+            number,
+        )
+        self._queue.put(_Write(assignment.pipeline, number, self._numbered(number)))
+        self._queue.put(_Write(assignment.pipeline, number, None))
+        return number
+
+    def running(self, pipeline: str, number: int, pid: int) -> None:
+        self._queue.put(_Write(pipeline, number, lambda r: r.model_copy(update={"pid": pid})))
+
+    def close(self, pipeline: str, number: int, end: RunEnd, conf: dict[str, Any]) -> None:
+        def ended(record: RunRecord) -> RunRecord:
+            if record.ended is not None:
+                return record  # a run ends once: a worker found again after its end
+            change = self._newest_change(pipeline) if end.outcome is None else None
+            return ended_record(record, end, conf, change)
+
+        self._queue.put(_Write(pipeline, number, ended))
+
+    # ------------------------------------------------------------------ the thread
+
+    def _numbered(self, number: int) -> Change:
+        def numbered(record: RunRecord) -> RunRecord:
+            log_dir = self._log_dir_of(record.pipeline, number)
+            return record.model_copy(update={"run": number, "log_dir": str(log_dir)})
+
+        return numbered
+
+    def _run(self) -> None:
+        while True:
+            write = self._queue.get()
+            if write is None:
+                return
+            while not self._done(write):
+                if self._stopping.is_set() and self._clock() >= self._deadline:
+                    log.warning(
+                        "event=run_write_dropped pipeline=%s run=%d supervisor=%s",
+                        write.pipeline,
+                        write.number,
+                        self._supervisor,
+                    )
+                    break
+                time.sleep(RETRY_SECS if not self._stopping.is_set() else 0.1)
+
+    def _done(self, write: _Write) -> bool:
+        """Apply ``write``; False if it should be tried again (ZooKeeper did not answer)."""
+        try:
+            if write.change is None:
+                self._trim(write.pipeline)
+            else:
+                self._change(write.pipeline, write.number, write.change)
+        except NoNodeError:
+            return True  # trimmed or purged meanwhile: nothing to write
+        except KazooException as exc:
+            log.debug("event=run_write_failed pipeline=%s error=%r", write.pipeline, exc)
+            return False
+        return True
+
+    def _change(self, pipeline: str, number: int, change: Change) -> None:
+        path = self._paths.run(pipeline, number)
+        while True:
+            raw, stat = self._client.get(path)
+            try:
+                record = RunRecord.model_validate_json(raw)
+            except ValidationError:
+                log.warning("event=run_record_unreadable pipeline=%s run=%d", pipeline, number)
+                return
+            changed = change(record)
+            if changed is record:
+                return
+            try:
+                self._client.set(path, changed.encode(), version=stat.version)
+                return
+            except BadVersionError:
+                continue  # written meanwhile: read it again
+
+    def _still_open(self, record: RunRecord) -> bool:
+        """Whether ``record`` is a run that may still end: open, and its supervisor this one
+        or registered (a dead supervisor's open run is trimmed as an ended one)."""
+        if record.ended is not None:
+            return False
+        if record.supervisor == self._supervisor:
+            return True
+        return self._client.exists(self._paths.supervisor(record.supervisor)) is not None
+
+    def _trim(self, pipeline: str) -> None:
+        parent = self._paths.pipeline_runs(pipeline)
+        nodes = [n for n in self._client.get_children(parent) if n.startswith(RUN_NODE_PREFIX)]
+        for node in to_trim(nodes, self._keep):
+            path = posixpath.join(parent, node)
+            try:
+                raw, stat = self._client.get(path)
+                if self._still_open(RunRecord.model_validate_json(raw)):
+                    continue
+                self._client.delete(path, version=stat.version)
+            except (NoNodeError, BadVersionError):
+                continue
+            except ValidationError:
+                self._client.delete(path)
