@@ -99,6 +99,7 @@ class SpecSettings:
     log: DaemonLogSettings = field(default_factory=DaemonLogSettings)  # log.*: workers log alike
     history: HistorySettings = field(default_factory=HistorySettings)  # history.file: alike
     lease_path: Path | None = None  # where the supervisor hands its lease to its workers
+    preflight_timeout_secs: float = 120.0  # supervisor.update.preflight.timeout.secs
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,7 @@ class SupervisorSettings:
                 log=log_settings(conf),
                 history=history_settings(conf),
                 lease_path=local_dir / LEASE_FILE,
+                preflight_timeout_secs=conf.supervisor_update_preflight_timeout_secs,
             ),
             code=CodeSettings(
                 distributor=distributor_settings(conf),
