@@ -69,6 +69,8 @@ NOT_RUN = {
             "activate",
             "deactivate",
             "rebalance",
+            "rollback",
+            "restart",
             "cluster",
             "leader",
             "terms",
