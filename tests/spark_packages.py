@@ -10,6 +10,8 @@ The worker, supervisor and end-to-end tests share them::
     batch_package("report")              # the batch example: FINISHED when its function returns
     blocking_package()                   # its function never returns, even when stopped
     bad_entrypoint_package("bad")        # 'jobs.main:run': the module is there, the function is not
+    unimportable_package("pt")           # the pass-through, raising as its module is imported
+    flaky_batch_package("pt", version=3) # the pass-through; its batches fail while a file exists
     example_package("sdp")               # an example of stratus zipped as `stratus submit` zips it
     unpack(package_bytes, directory)     # the package's files in a directory
     worker_spec(tmp_path, "pt", code_dir, checkpoint_location=..., conf=...)
@@ -105,6 +107,39 @@ def blocking_package(name: str = "blocking") -> bytes:
     """A batch app whose function never returns, and ignores every stop request."""
     module = "import threading\n\n\ndef run(spark, context):\n    threading.Event().wait()\n"
     return _app_package(name, "blocking:run", {"blocking.py": module})
+
+
+FAIL_MARKER_KEY = "spark.stratus.test.fail.marker"
+
+
+def unimportable_package(name: str = "passthrough") -> bytes:
+    """The pass-through, byte-compiling fine, whose module raises when it is imported."""
+    source = PASSTHROUGH_SOURCE.replace(
+        "\n\ndef run(spark, context):",
+        '\n\nraise RuntimeError("REGION is not set")\n\n\ndef run(spark, context):',
+    )
+    assert "REGION" in source
+    return _app_package(name, "passthrough:run", {"passthrough.py": source})
+
+
+def flaky_batch_package(name: str = "passthrough", *, version: int = 3) -> bytes:
+    """The pass-through tagged with ``version``, whose every batch fails (in a task, before
+    anything is committed) while the file ``FAIL_MARKER_KEY`` names exists."""
+    source = PASSTHROUGH_SOURCE.replace(
+        "    (\n        rows.writeStream",
+        "    import os\n"
+        "    from pyspark.sql import functions as sf\n\n"
+        f'    marker = context.conf["{FAIL_MARKER_KEY}"]\n\n'
+        "    def checked(value):\n"
+        "        if os.path.exists(marker):\n"
+        "            raise RuntimeError(f'batch refused: {marker} exists')\n"
+        "        return value\n\n"
+        "    check = sf.udf(checked, LongType())\n"
+        f"    rows = rows.withColumn('version', check(sf.lit({version}).cast('long')))\n"
+        "    (\n        rows.writeStream",
+    )
+    assert "checked" in source
+    return _app_package(name, "passthrough:run", {"passthrough.py": source})
 
 
 def bad_entrypoint_package(name: str = "bad-entrypoint") -> bytes:

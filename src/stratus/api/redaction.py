@@ -338,8 +338,8 @@ def redact_record(record: R) -> R:
 
 
 def redact_heartbeat(beat: WorkerHeartbeat, conf: Mapping[str, Any] = NO_CONF) -> WorkerHeartbeat:
-    """A worker's heartbeat with its ``error`` and its last crash's (log tails) redacted
-    against ``conf``."""
+    """A worker's heartbeat with its ``error``, its last crash's (log tails) and its refused
+    update's redacted against ``conf``."""
     update: dict[str, Any] = {}
     if beat.error:
         error = redact_text(beat.error, conf)
@@ -350,6 +350,11 @@ def redact_heartbeat(beat: WorkerHeartbeat, conf: Mapping[str, Any] = NO_CONF) -
         crash_error = redact_text(crash.error, conf)
         if crash_error != crash.error:
             update["last_crash"] = crash.model_copy(update={"error": crash_error})
+    refused = beat.refused
+    if refused is not None:
+        refused_error = redact_text(refused.error, conf)
+        if refused_error != refused.error:
+            update["refused"] = refused.model_copy(update={"error": refused_error})
     return beat.model_copy(update=update) if update else beat
 
 

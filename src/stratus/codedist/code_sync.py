@@ -3,10 +3,11 @@
 Every nimbus, leader or standby, runs one ``CodeSync``. A round first drops the code of
 pipelines that no longer need it (KILLED, FAILED, removed, or submitted again with other
 code; the packages of a pipeline's kept versions stay, under their kept keys, until it is
-KILLED or they are no longer kept: ``kept_code.py``), then fetches the code of every pipeline that needs it and that this nimbus does not
-hold. Rounds run as soon as a ZooKeeper watch reports a new pipeline or new holders (unless
-``nimbus.code.watch`` is false), after a failed fetch with a growing pause, and every
-``nimbus.code.sync.freq.secs`` whatever happens, which repairs anything a watch missed.
+KILLED or they are no longer kept: ``kept_code.py``), then fetches the code of every
+pipeline that needs it and that this nimbus does not hold. Rounds run as soon as a
+ZooKeeper watch reports a new pipeline or new holders (unless ``nimbus.code.watch`` is
+false), after a failed fetch with a growing pause, and every ``nimbus.code.sync.freq.secs``
+whatever happens, which repairs anything a watch missed.
 
 It also answers the leadership question of Storm's Nimbus HA design: a nimbus may lead only
 when it holds the code of every active (ACTIVE or INACTIVE) pipeline; a PENDING one, whose
