@@ -413,10 +413,10 @@ def test_an_update_whose_entry_point_fails_to_import_is_refused_and_the_old_work
 ) -> None:
     clock = FakeClock()
     worker, launcher, old = updating(tmp_path, clock)
-    launcher.inner.preflight_answer = ScriptedPreflight()
+    check = launcher.inner.preflight_answer = ScriptedPreflight()
     worker.replace_with(assignment(generation=1, digest=NEW_DIGEST))
     worker.step(may_start=True)
-    launcher.inner.preflight_answer.result = PreflightFailed("ValueError: bad setting")  # type: ignore[union-attr]
+    check.result = PreflightFailed("ValueError: bad setting")
     for _ in range(3):
         clock.advance(1.0)
         worker.step(may_start=True)
@@ -432,13 +432,13 @@ def test_an_update_whose_entry_point_fails_to_import_is_refused_and_the_old_work
 def test_a_rollback_of_a_refused_update_keeps_the_same_worker_process(tmp_path) -> None:
     clock = FakeClock()
     worker, launcher, old = updating(tmp_path, clock)
-    launcher.inner.preflight_answer = ScriptedPreflight()
+    check = launcher.inner.preflight_answer = ScriptedPreflight()
     worker.replace_with(assignment(generation=1, digest=NEW_DIGEST))
     worker.step(may_start=True)
     rolled_back = assignment(generation=2)  # the old code and conf, a newer generation
     worker.replace_with(rolled_back)
     worker.step(may_start=True)
-    assert launcher.inner.preflight_answer.cancelled  # type: ignore[union-attr]
+    assert check.cancelled
     assert (phase(worker), old.signals, worker.successor) == (Phase.RUNNING, [], None)
     assert len(launcher.inner.processes) == 1
     beat = worker.heartbeat()
