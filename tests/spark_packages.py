@@ -11,7 +11,7 @@ The worker, supervisor and end-to-end tests share them::
     blocking_package()                   # its function never returns, even when stopped
     bad_entrypoint_package("bad")        # 'jobs.main:run': the module is there, the function is not
     unimportable_package("pt")           # the pass-through, raising as its module is imported
-    flaky_batch_package("pt", version=3) # the pass-through; its batches fail while a file exists
+    flaky_batch_package("pt", version=3) # the pass-through; its batches fail if a file exists
     example_package("sdp")               # an example of stratus zipped as `stratus submit` zips it
     unpack(package_bytes, directory)     # the package's files in a directory
     worker_spec(tmp_path, "pt", code_dir, checkpoint_location=..., conf=...)
@@ -124,21 +124,19 @@ def unimportable_package(name: str = "passthrough") -> bytes:
 
 def flaky_batch_package(name: str = "passthrough", *, version: int = 3) -> bytes:
     """The pass-through tagged with ``version``, whose every batch fails (in a task, before
-    anything is committed) while the file ``FAIL_MARKER_KEY`` names exists."""
+    anything is committed: Spark's ``raise_error``) when the file ``FAIL_MARKER_KEY`` names
+    exists as it starts."""
     source = PASSTHROUGH_SOURCE.replace(
         "    (\n        rows.writeStream",
         "    import os\n"
         "    from pyspark.sql import functions as sf\n\n"
-        f'    marker = context.conf["{FAIL_MARKER_KEY}"]\n\n'
-        "    def checked(value):\n"
-        "        if os.path.exists(marker):\n"
-        "            raise RuntimeError(f'batch refused: {marker} exists')\n"
-        "        return value\n\n"
-        "    check = sf.udf(checked, LongType())\n"
-        f"    rows = rows.withColumn('version', check(sf.lit({version}).cast('long')))\n"
+        f'    marker = context.conf["{FAIL_MARKER_KEY}"]\n'
+        "    refused = sf.raise_error(sf.lit(f'batch refused: {marker} exists'))\n"
+        f"    tag = sf.when(sf.lit(os.path.exists(marker)), refused).otherwise(sf.lit({version}))\n"
+        "    rows = rows.withColumn('version', tag.cast('long'))\n"
         "    (\n        rows.writeStream",
     )
-    assert "checked" in source
+    assert "raise_error" in source
     return _app_package(name, "passthrough:run", {"passthrough.py": source})
 
 
