@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from stratus.codedist import package_check
+from stratus.codedist import package_check, source_compile
 from stratus.codedist.errors import InvalidPackageError
 from stratus.codedist.package_check import CheckedPackage, PackageLimits, check_package
 from stratus.config import config_from_mapping
@@ -508,3 +508,18 @@ def test_source_too_deep_for_the_parser_is_refused_not_crashing(archive: Path) -
 def test_a_file_that_is_not_python_is_not_compiled(archive: Path) -> None:
     checked = check(archive, package_with(("data/rows.txt", b"def (: not python")))
     assert checked.files == len(package_files()) + 1
+
+
+def test_a_python_file_too_large_to_compile_is_left_to_the_preflight(archive: Path) -> None:
+    huge = b"x = 1\n" * (source_compile.MAX_SOURCE_BYTES // 6 + 1) + b"def (:\n"
+    stored = package_with(("generated.py", huge), compression=zipfile.ZIP_STORED)
+    checked = check(archive, stored)
+    assert checked.files == len(package_files()) + 1
+
+
+def test_the_compiled_bytes_of_a_package_are_bounded() -> None:
+    each = source_compile.MAX_SOURCE_BYTES
+    files = [(f"m{i:02d}.py", each) for i in range(20)]
+    chosen = source_compile.compiled_within_budget(files)
+    assert len(chosen) == source_compile.MAX_COMPILED_BYTES // each
+    assert chosen == sorted(chosen) and chosen[0] == "m00.py"

@@ -42,7 +42,11 @@ from typing import BinaryIO
 from stratus.api.echo import echo
 from stratus.codedist.errors import InvalidPackageError
 from stratus.codedist.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, parse_manifest
-from stratus.codedist.source_compile import compile_error, is_python_source
+from stratus.codedist.source_compile import (
+    compile_error,
+    compiled_within_budget,
+    is_python_source,
+)
 
 CHUNK = 64 * 1024
 RATIO_FLOOR_BYTES = 1024 * 1024  # smaller unpacked sizes cannot make a bomb: no ratio check
@@ -448,10 +452,15 @@ def _read_manifest(fp: BinaryIO, by_name: Mapping[str, zipfile.ZipInfo]) -> Mani
 
 
 def _check_sources(fp: BinaryIO, by_name: Mapping[str, zipfile.ZipInfo]) -> None:
-    """Every Python file of the package byte-compiles (in memory, never run)."""
-    for name, info in sorted(by_name.items()):
-        if info.is_dir() or not is_python_source(name):
-            continue
+    """Every Python file of the package byte-compiles (in memory, never run; within the
+    bounds of ``source_compile``)."""
+    python = [
+        (name, info.file_size)
+        for name, info in by_name.items()
+        if not info.is_dir() and is_python_source(name)
+    ]
+    for name in compiled_within_budget(python):
+        info = by_name[name]
         source = b"".join(_content(fp, info, _data_start(fp, info)))
         problem = compile_error(info.orig_filename, source)
         if problem is not None:
