@@ -5,8 +5,8 @@ scenario, in the order an operator meets it:
 
 1. an update whose entry point cannot be imported is refused before the old worker stops:
    its pid is the same after, its batches go on, the pipeline is back at version 1 with the
-   import error as its reason, and ``wait_running`` (what ``stratus update`` waits with)
-   fails with it;
+   import error as its reason, and ``stratus update`` (which waits by default) exits 1
+   with it;
 2. an update whose first batch fails is rolled back to the version that ran before, which
    resumes from the checkpoint: every row is still counted once (``wait_running`` returns
    once the new worker runs, before its first batch: it may return, or fail if the
@@ -18,11 +18,14 @@ scenario, in the order an operator meets it:
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from stratus.api.records import PipelineStatus
+from stratus.cli.main import main
 from stratus.client.errors import RolloutFailedError
 from tests.pipeline_cluster import SPARK_START_SECS, PipelineCluster, pipeline_cluster
 from tests.spark_packages import (
@@ -57,14 +60,17 @@ def feed_and_wait(tmp_path: Path, ids: range, output: Path) -> None:
 def refused_import(cluster: PipelineCluster, tmp_path: Path, output: Path) -> int:
     """Scenario 1; the pid of the worker that ran on."""
     old = cluster.wait_running("pt")
-    update = cluster.client.update("pt", unimportable_package("pt"))
-    assert update.version == 2
+    package = tmp_path / "unimportable.zip"
+    package.write_bytes(unimportable_package("pt"))
+    seeds = ["-c", f"nimbus.seeds={','.join(cluster.nimbuses.seeds)}"]
 
-    with pytest.raises(RolloutFailedError) as caught:
-        cluster.client.wait_running(update, timeout=OUTPUT_SECS)
+    update = CliRunner().invoke(main, ["update", "pt", str(package), "--json", *seeds])  # waits
 
+    assert update.exit_code == 1, update.output
+    failure = json.loads(update.output)
+    assert failure["error"] == "rollout_failed"
     why = "rolled back from version 2 to 1: its entry point failed to import: "
-    assert f"{why}RuntimeError: REGION is not set" in str(caught.value)
+    assert f"{why}RuntimeError: REGION is not set" in failure["message"]
     record = cluster.client.status("pt")
     assert record.version == 1 and (record.reason or "").startswith(why)
     still = cluster.wait_running("pt")
