@@ -35,6 +35,7 @@ from pydantic import (
     PrivateAttr,
     ValidatorFunctionWrapHandler,
     computed_field,
+    field_validator,
     model_validator,
 )
 
@@ -692,13 +693,22 @@ class RollbackRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    to_version: int | None = Field(default=None, ge=1, strict=True)
+    to_version: int | None = Field(default=None, ge=1)
     request_id: str = Field(
         default="",
         max_length=128,
         pattern=r"^[!-~]*$",
         description="client id that makes retries safe: a retry changes nothing",
     )
+
+
+    @field_validator("to_version", mode="before")
+    @classmethod
+    def _a_number(cls, value: Any) -> Any:
+        """A JSON number (``4``, or ``4.0``), never a string or a boolean."""
+        if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
+            return value
+        raise ValueError("to_version must be a version number")
 
 
 class RestartRequest(BaseModel):
