@@ -701,7 +701,6 @@ class RollbackRequest(BaseModel):
         description="client id that makes retries safe: a retry changes nothing",
     )
 
-
     @field_validator("to_version", mode="before")
     @classmethod
     def _a_number(cls, value: Any) -> Any:
