@@ -319,7 +319,8 @@ def restore_redacted(conf: Mapping[str, Any], current: Mapping[str, Any]) -> dic
 
 def redact_record(record: R) -> R:
     """A pipeline record or an assignment with its conf redacted, and a record's staged
-    update's conf and its ``reason`` (the same one if it holds no secret)."""
+    update's conf, its kept versions' confs and its ``reason`` (the same one if it holds no
+    secret)."""
     update: dict[str, Any] = {}
     redacted = redact_conf(record.conf)
     if redacted != record.conf:
@@ -329,8 +330,16 @@ def redact_record(record: R) -> R:
     staged = record.update
     if staged is not None and redact_conf(staged.conf) != staged.conf:
         update["update"] = staged.model_copy(update={"conf": redact_conf(staged.conf)})
+    kept = [
+        version.model_copy(update={"conf": redact_conf(version.conf)})
+        for version in record.versions
+    ]
+    if kept != record.versions:
+        update["versions"] = kept
     if record.reason:
         confs = {**record.conf, **(staged.conf if staged is not None else {})}
+        for version in record.versions:
+            confs = {**version.conf, **confs}
         reason = redact_text(record.reason, confs)
         if reason != record.reason:
             update["reason"] = reason
