@@ -11,6 +11,8 @@ The worker, supervisor and end-to-end tests share them::
     blocking_package()                   # its function never returns, even when stopped
     bad_entrypoint_package("bad")        # 'jobs.main:run': the module is there, the function is not
     failing_batch_package("failing")     # a streaming batch raises the pipeline's exception
+    unimportable_package("pt")           # the pass-through, raising as its module is imported
+    flaky_batch_package("pt", version=3) # the pass-through; its batches fail if a file exists
     example_package("sdp")               # an example of stratus zipped as `stratus submit` zips it
     unpack(package_bytes, directory)     # the package's files in a directory
     worker_spec(tmp_path, "pt", code_dir, checkpoint_location=..., conf=...)
@@ -134,6 +136,37 @@ def failing_batch_package(name: str = "failing") -> bytes:
     """A streaming app whose first batch raises ``RowCountMismatch`` in its foreachBatch
     function: PySpark reports it wrapped in a StreamingQueryException."""
     return _app_package(name, "failing:run", {"failing.py": FAILING_BATCH_SOURCE})
+
+
+FAIL_MARKER_KEY = "spark.stratus.test.fail.marker"
+
+
+def unimportable_package(name: str = "passthrough") -> bytes:
+    """The pass-through, byte-compiling fine, whose module raises when it is imported."""
+    source = PASSTHROUGH_SOURCE.replace(
+        "\n\ndef run(spark, context):",
+        '\n\nraise RuntimeError("REGION is not set")\n\n\ndef run(spark, context):',
+    )
+    assert "REGION" in source
+    return _app_package(name, "passthrough:run", {"passthrough.py": source})
+
+
+def flaky_batch_package(name: str = "passthrough", *, version: int = 3) -> bytes:
+    """The pass-through tagged with ``version``, whose every batch fails (in a task, before
+    anything is committed: Spark's ``raise_error``) when the file ``FAIL_MARKER_KEY`` names
+    exists as it starts."""
+    source = PASSTHROUGH_SOURCE.replace(
+        "    (\n        rows.writeStream",
+        "    import os\n"
+        "    from pyspark.sql import functions as sf\n\n"
+        f'    marker = context.conf["{FAIL_MARKER_KEY}"]\n'
+        "    refused = sf.raise_error(sf.lit(f'batch refused: {marker} exists'))\n"
+        f"    tag = sf.when(sf.lit(os.path.exists(marker)), refused).otherwise(sf.lit({version}))\n"
+        "    rows = rows.withColumn('version', tag.cast('long'))\n"
+        "    (\n        rows.writeStream",
+    )
+    assert "raise_error" in source
+    return _app_package(name, "passthrough:run", {"passthrough.py": source})
 
 
 def bad_entrypoint_package(name: str = "bad-entrypoint") -> bytes:

@@ -11,6 +11,8 @@ from stratus.api.records import Assignment, FencingToken
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.manifest import parse_manifest
 from stratus.supervisor.code_cache import CodeState, PipelineCode
+from stratus.supervisor.managed_worker import PreflightCheck
+from stratus.supervisor.preflight import PreflightPassed
 from stratus.supervisor.requirements_env import EnvFailed
 from stratus.supervisor.settings import RestartSettings, WorkerTimeouts
 from stratus.supervisor.worker_process import WorkerPaths
@@ -87,6 +89,8 @@ class FakeLauncher:
         self.code_state: CodeState | EnvFailed = code(tmp_path)
         self.processes: list[FakeProcess] = []
         self.retained: set[str] = set()
+        self.preflights: list[str] = []  # the digests whose entry point was imported
+        self.preflight_answer: PreflightCheck = PreflightPassed()
 
     def code(self, pipeline: str, meta: CodeMeta) -> CodeState | EnvFailed:
         return self.code_state
@@ -95,6 +99,10 @@ class FakeLauncher:
         paths.directory.mkdir(parents=True, exist_ok=True)
         self.processes.append(FakeProcess(100 + len(self.processes)))
         return self.processes[-1]
+
+    def preflight(self, assignment: Assignment, code: PipelineCode) -> PreflightCheck:
+        self.preflights.append(assignment.digest)
+        return self.preflight_answer
 
     def retain(self, digests: Set[str]) -> None:
         self.retained = set(digests)

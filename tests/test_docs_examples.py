@@ -70,6 +70,8 @@ NOT_RUN = {
             "activate",
             "deactivate",
             "rebalance",
+            "rollback",
+            "restart",
             "cluster",
             "leader",
             "terms",

@@ -12,7 +12,8 @@ import pytest
 from stratus.api.records import Assignment, RunOutcome, WorkerHeartbeat, WorkerState
 from stratus.codedist.distributor import CodeMeta
 from stratus.supervisor.code_cache import CodeFailed, CodePending, CodeState, PipelineCode
-from stratus.supervisor.managed_worker import ManagedWorker, Phase
+from stratus.supervisor.managed_worker import ManagedWorker, Phase, PreflightCheck
+from stratus.supervisor.preflight import PreflightFailed, PreflightPassed, PreflightResult
 from stratus.supervisor.reconcile import Held
 from stratus.supervisor.requirements_env import EnvFailed
 from stratus.supervisor.restart_policy import RestartPolicy
@@ -336,6 +337,9 @@ class CodeByDigest:
     def spawn(self, assignment: Assignment, code: PipelineCode, paths: WorkerPaths) -> FakeProcess:
         return self.inner.spawn(assignment, code, paths)
 
+    def preflight(self, assignment: Assignment, code: PipelineCode) -> PreflightCheck:
+        return self.inner.preflight(assignment, code)
+
 
 NEW_DIGEST = "e" * 64
 
@@ -362,6 +366,84 @@ def test_an_update_fetches_the_new_code_before_it_stops_the_old_worker(tmp_path)
     old.exit_code = 0
     worker.step(may_start=True)
     assert phase(worker) is Phase.STOPPED and worker.successor == new
+
+
+class ScriptedPreflight:
+    """An import that runs until the test gives its result."""
+
+    def __init__(self) -> None:
+        self.result: PreflightResult | None = None
+        self.cancelled = False
+
+    def poll(self) -> PreflightResult | None:
+        return self.result
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def updating(tmp_path: Path, clock: FakeClock) -> tuple[ManagedWorker, CodeByDigest, FakeProcess]:
+    """A worker running the old code, its new code already fetched; the launcher's preflight
+    scripted by the test."""
+    launcher = CodeByDigest(tmp_path, NEW_DIGEST)
+    launcher.new_ready = True
+    worker = ManagedWorker(
+        "s1", assignment(), launcher=launcher, paths=WorkerPaths.of(tmp_path, "etl"),
+        policy=RestartPolicy(RESTART_SETTINGS), timeouts=TIMEOUTS, clock=clock,
+    )  # fmt: skip
+    worker.step(may_start=True)
+    return worker, launcher, launcher.inner.last
+
+
+def test_the_old_worker_runs_until_the_new_entry_point_imported(tmp_path) -> None:
+    clock = FakeClock()
+    worker, launcher, old = updating(tmp_path, clock)
+    check = ScriptedPreflight()
+    launcher.inner.preflight_answer = check
+    worker.replace_with(assignment(generation=1, digest=NEW_DIGEST))
+    worker.step(may_start=True)
+    assert launcher.inner.preflights == [NEW_DIGEST]
+    assert (phase(worker), old.signals) == (Phase.RUNNING, [])  # importing: the old runs on
+    check.result = PreflightPassed()
+    worker.step(may_start=True)
+    assert (phase(worker), old.signals) == (Phase.STOPPING, ["TERM"])
+
+
+def test_an_update_whose_entry_point_fails_to_import_is_refused_and_the_old_worker_runs_on(
+    tmp_path,
+) -> None:
+    clock = FakeClock()
+    worker, launcher, old = updating(tmp_path, clock)
+    check = launcher.inner.preflight_answer = ScriptedPreflight()
+    worker.replace_with(assignment(generation=1, digest=NEW_DIGEST))
+    worker.step(may_start=True)
+    check.result = PreflightFailed("ValueError: bad setting")
+    for _ in range(3):
+        clock.advance(1.0)
+        worker.step(may_start=True)
+    assert (phase(worker), old.signals) == (Phase.RUNNING, [])
+    beat = worker.heartbeat()
+    assert beat.generation == 0 and beat.digest == DIGEST  # what runs: the old code
+    assert beat.refused is not None
+    assert (beat.refused.generation, beat.refused.digest) == (1, NEW_DIGEST)
+    assert beat.refused.error == "ValueError: bad setting"
+    assert launcher.inner.preflights == [NEW_DIGEST]  # imported once, not at every step
+
+
+def test_a_rollback_of_a_refused_update_keeps_the_same_worker_process(tmp_path) -> None:
+    clock = FakeClock()
+    worker, launcher, old = updating(tmp_path, clock)
+    check = launcher.inner.preflight_answer = ScriptedPreflight()
+    worker.replace_with(assignment(generation=1, digest=NEW_DIGEST))
+    worker.step(may_start=True)
+    rolled_back = assignment(generation=2)  # the old code and conf, a newer generation
+    worker.replace_with(rolled_back)
+    worker.step(may_start=True)
+    assert check.cancelled
+    assert (phase(worker), old.signals, worker.successor) == (Phase.RUNNING, [], None)
+    assert len(launcher.inner.processes) == 1
+    beat = worker.heartbeat()
+    assert (beat.generation, beat.pid, beat.refused) == (2, old.pid, None)
 
 
 def test_a_rebalance_of_the_same_code_stops_the_old_worker_at_once(tmp_path) -> None:

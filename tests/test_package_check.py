@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from stratus.client_settings import package_limits
-from stratus.codedist import package_check
+from stratus.codedist import package_check, source_compile
 from stratus.codedist.errors import InvalidPackageError
 from stratus.codedist.package_check import CheckedPackage, PackageLimits, check_package
 from stratus.config import config_from_mapping
@@ -475,3 +475,51 @@ def test_an_sdp_project_file_may_be_elsewhere(archive: Path) -> None:
     files["conf/pipeline.yml"] = files.pop("spark-pipeline.yml")
     files["stratus.yaml"] = "name: etl\nkind: sdp\nproject: ./conf/pipeline.yml\n"
     assert check(archive, package_with(files=files)).manifest.project == "conf/pipeline.yml"
+
+
+# ---------------------------------------------------------------------- python sources
+
+
+def test_a_python_file_with_a_syntax_error_is_refused_naming_file_and_line(archive: Path) -> None:
+    broken = b"import os\n\ndef run(spark, context:\n    return 1\n"
+    error = rejection(archive, package_with(("helpers/broken.py", broken)))
+    assert error.entry == "helpers/broken.py"
+    assert "helpers/broken.py, line 3" in str(error)
+    assert "def run(spark, context:" in str(error)
+
+
+def test_a_bad_indentation_in_the_entry_module_is_refused(archive: Path) -> None:
+    files = {**package_files(), "wordcount.py": "def run(spark, context):\nreturn 1\n"}
+    error = rejection(archive, package_with(files=files))
+    assert "wordcount.py, line 2: expected an indented block" in str(error)
+
+
+def test_a_nul_byte_in_a_python_file_is_refused(archive: Path) -> None:
+    error = rejection(archive, package_with(("lib.py", b"x = 1\x00\n")))
+    assert error.entry == "lib.py"
+    assert "null bytes" in str(error)
+
+
+def test_source_too_deep_for_the_parser_is_refused_not_crashing(archive: Path) -> None:
+    error = rejection(archive, package_with(("deep.py", b"x = " + b"(" * 100_000 + b")" * 100_000)))
+    assert error.entry == "deep.py"
+
+
+def test_a_file_that_is_not_python_is_not_compiled(archive: Path) -> None:
+    checked = check(archive, package_with(("data/rows.txt", b"def (: not python")))
+    assert checked.files == len(package_files()) + 1
+
+
+def test_a_python_file_too_large_to_compile_is_left_to_the_preflight(archive: Path) -> None:
+    huge = b"x = 1\n" * (source_compile.MAX_SOURCE_BYTES // 6 + 1) + b"def (:\n"
+    stored = package_with(("generated.py", huge), compression=zipfile.ZIP_STORED)
+    checked = check(archive, stored)
+    assert checked.files == len(package_files()) + 1
+
+
+def test_the_compiled_bytes_of_a_package_are_bounded() -> None:
+    each = source_compile.MAX_SOURCE_BYTES
+    files = [(f"m{i:02d}.py", each) for i in range(20)]
+    chosen = source_compile.compiled_within_budget(files)
+    assert len(chosen) == source_compile.MAX_COMPILED_BYTES // each
+    assert chosen == sorted(chosen) and chosen[0] == "m00.py"

@@ -122,7 +122,7 @@ def test_readme_by_hand_runs_as_written_with_the_finished_batchs_log(tmp_path):
     try:
         for line in daemons:
             terminals.open_terminal(line)
-        cluster, submit, status, logs = second
+        cluster, submit, status, logs, runs = second
 
         def cluster_ready() -> bool:
             answer = terminals.run(cluster)
@@ -137,6 +137,7 @@ def test_readme_by_hand_runs_as_written_with_the_finished_batchs_log(tmp_path):
         wait_until(finished, 300, "the batch to finish, as `stratus status` shows it")
         log = expect(terminals.run(logs), logs)
         assert "event=worker_started" in log, log
+        assert "FINISHED" in expect(terminals.run(runs), runs)
 
         first_nimbus, second_nimbus = (name for name in terminals.daemons if "nimbus" in name)
         leading = expect(terminals.run("stratus leader"), "stratus leader")

@@ -80,6 +80,22 @@ def test_an_unknown_field_of_a_pending_update_is_kept_inside_the_record() -> Non
     assert json.loads(noted.encode())["update"]["replication"] == 2
 
 
+def test_an_unknown_field_of_a_kept_version_is_kept_inside_the_record() -> None:
+    kept = {"version": 1, "digest": "ab" * 32, "size_bytes": 10, "applied": 1.0, "signed": "x"}
+    record = PipelineRecord.model_validate_json(json.dumps({**RECORD, "versions": [kept]}))
+
+    rewritten = json.loads(record.model_copy(update={"on_trial": True}).encode())
+
+    assert rewritten["versions"][0]["signed"] == "x"
+    assert rewritten["on_trial"] is True
+
+
+def test_a_record_without_kept_versions_reads_as_before() -> None:
+    record = PipelineRecord.model_validate_json(json.dumps(RECORD))
+    assert (record.versions, record.on_trial, record.generation_offset) == ([], False, 0)
+    assert record.generation == record.rebalances + record.version - 1
+
+
 def test_a_field_this_release_knows_wins_over_an_unknown_one_of_the_same_record() -> None:
     record = PipelineRecord.model_validate_json(json.dumps({**RECORD, "extra": 1}))
     assert json.loads(record.model_copy(update={"epoch": 9}).encode())["epoch"] == 9

@@ -19,6 +19,7 @@ import pytest
 
 from stratus.api.records import (
     PipelineStatus,
+    QueryProgress,
     SupervisorHeartbeat,
     SupervisorSummary,
     WorkerHeartbeat,
@@ -669,3 +670,64 @@ def test_a_pipeline_on_the_way_waits_while_a_pacemaker_did_not_answer(cluster, m
     monkeypatch.undo()
     cluster.round()
     assert cluster.where("a") == "s2"
+
+
+def updated(cluster: Cluster, name: str, digest: str) -> None:
+    """Apply an update of ``name`` to the code ``digest``, as the replication duty does."""
+    cluster.ops.stage_update(
+        cluster.term, name, f"u-{digest[:4]}", StoredPackage(digest, 11),
+        manifest_conf={}, update_conf={}, replication=ONE_COPY,
+    )  # fmt: skip
+    cluster.ops.note_update_replication(cluster.term, name, holders=1)
+
+
+def test_an_update_whose_worker_fails_before_its_first_batch_is_rolled_back(cluster):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    updated(cluster, "a", "e" * 64)
+    cluster.round()  # version 2 assigned
+    on_trial = cluster.ops.read("a")
+    assert on_trial.version == 2 and on_trial.on_trial
+
+    cluster.worker("a", WorkerState.FAILED, error="KeyError: 'region'")
+    cluster.round()
+
+    back = cluster.ops.read("a")
+    assert (back.status, back.version, back.digest) == (PipelineStatus.ACTIVE, 1, "d" * 64)
+    assert back.reason == (
+        "rolled back from version 2 to 1: its worker failed before its first batch: "
+        "KeyError: 'region'"
+    )
+    assert back.generation == on_trial.generation + 1
+    cluster.round()
+    assignment = cluster.table.read("a")
+    assert assignment is not None and assignment.digest == "d" * 64
+    assert cluster.table.history("a")[0].reason.value == "rolled_back"
+
+
+def test_an_update_that_commits_a_batch_is_proven_and_a_later_failure_fails_it(cluster):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    updated(cluster, "a", "e" * 64)
+    cluster.round()
+    assignment = cluster.table.read("a")
+    assert assignment is not None
+    cluster.beats += 1
+    cluster.board.put_worker(
+        WorkerHeartbeat(
+            pipeline="a", supervisor="s1", epoch=assignment.epoch,
+            generation=assignment.generation, digest=assignment.digest,
+            state=WorkerState.RUNNING, time=float(cluster.beats),
+            queries=[QueryProgress(name="q", batch_id=0, rows_total=3)],
+        )
+    )  # fmt: skip
+    cluster.round()
+    assert not cluster.ops.read("a").on_trial
+
+    cluster.worker("a", WorkerState.FAILED, error="disk full")
+    cluster.round()
+
+    failed = cluster.ops.read("a")
+    assert (failed.status, failed.version) == (PipelineStatus.FAILED, 2)

@@ -122,3 +122,12 @@ def test_under_json_an_invalid_package_is_a_json_error_on_stdout(tmp_path: Path)
     body = json.loads(out)
     assert body["error"] == "invalid_package"
     assert body["message"].startswith("the package is not a zip archive")
+
+
+def test_a_syntax_error_is_refused_naming_the_file_line_and_message(tmp_path: Path) -> None:
+    broken = "def total(rows:\n    return sum(rows)\n"
+    directory = valid_package_dir(tmp_path, "wordcount", extra={"lib/util.py": broken})
+    code, out, err = run(str(directory))
+    assert (code, out) == (1, "")
+    assert err.startswith("error: lib/util.py, line 1: ")
+    assert "def total(rows:" in err

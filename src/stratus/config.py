@@ -560,6 +560,31 @@ class StratusConfig(BaseModel):
         description="longest wait for pipeline.min.replication.count before the pipeline is "
         "activated anyway; -1 waits forever; a pipeline's conf may set its own",
     )
+    pipeline_versions_keep: int = Field(
+        default=3,
+        ge=2,
+        le=20,
+        alias="pipeline.versions.keep",
+        description="versions of each pipeline whose package and conf the nimbuses keep (the "
+        "current one included), to roll back to (stratus rollback) and to restart a FAILED "
+        "or FINISHED pipeline with",
+    )
+    pipeline_update_rollback: bool = Field(
+        default=True,
+        alias="pipeline.update.rollback",
+        description="roll an updated pipeline back to its previous version when the new "
+        "version's worker fails (FAILED, or pipeline.update.rollback.crashes crashes) before "
+        "its first committed batch; a pipeline's conf may set its own. An update whose entry "
+        "point does not import is refused whatever this says",
+    )
+    pipeline_update_rollback_crashes: int = Field(
+        default=3,
+        ge=1,
+        le=1000,
+        alias="pipeline.update.rollback.crashes",
+        description="crashes of a new version's worker before its first committed batch "
+        "that roll it back (a worker the supervisor gave up on rolls it back sooner)",
+    )
     pipeline_kill_wait_secs: float = Field(
         default=30.0,
         ge=0,
@@ -973,6 +998,14 @@ class StratusConfig(BaseModel):
         alias="supervisor.deps.install.timeout.secs",
         description="longest time the installation of one pipeline environment may take; "
         "past it the install is killed and the pipeline is FAILED",
+    )
+    supervisor_update_preflight_timeout_secs: float = Field(
+        default=120.0,
+        ge=0,
+        alias="supervisor.update.preflight.timeout.secs",
+        description="longest time the import of an update's entry point, in the new code's "
+        "environment, may take before the old worker is stopped; an import that fails or "
+        "takes longer refuses the update and the old worker runs on. 0: no preflight",
     )
     supervisor_http_port: int = Field(
         default=6629,

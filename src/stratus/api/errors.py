@@ -138,6 +138,13 @@ class UnknownCodeError(ApiError):
     status = 404
 
 
+class UnknownVersionError(ApiError):
+    """A rollback to a version the pipeline does not keep (any more): nothing changed."""
+
+    code = "unknown_version"
+    status = 404
+
+
 class NoLogError(ApiError):
     """No worker log to show: the pipeline runs nowhere, or its supervisor has none."""
 
@@ -216,6 +223,7 @@ _BY_CODE: dict[str, type[ApiError]] = {
         HeadTooLargeError,
         RecordTooLargeError,
         UnknownCodeError,
+        UnknownVersionError,
         NoLogError,
         UnknownRunError,
         UnavailableError,

@@ -100,6 +100,7 @@ PIPELINE_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     CHECKPOINT_SUBPATH_KEY: (_text, SUBPATH_RULE),
     "pipeline.trigger.interval.secs": (_positive_number, f"a number > 0, at most {MAX_WAIT_SECS}"),
     "pipeline.spark.master": (_text, "a Spark master URL"),
+    "pipeline.update.rollback": (lambda value: isinstance(value, bool), "true or false"),
     OWNERS_KEY: (
         _principals,
         f"comma-separated principals (at most {MAX_PRINCIPALS}), each {PRINCIPAL_RULE}",

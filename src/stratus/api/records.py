@@ -35,6 +35,7 @@ from pydantic import (
     PrivateAttr,
     ValidatorFunctionWrapHandler,
     computed_field,
+    field_validator,
     model_validator,
 )
 
@@ -163,6 +164,38 @@ class PendingUpdate(RewrittenRecord):
     )
 
 
+class AssignmentReason(StrEnum):
+    """Why the leader changed a pipeline's assignment (``assignment-history/``)."""
+
+    PLACED = "placed"  # it had none: its first placement, after an activate, or room found
+    SUPERVISOR_DEAD = "supervisor_dead"  # moved off a supervisor judged dead or gone
+    WORKER_SILENT = "worker_silent"  # moved off a live supervisor: its worker fell silent
+    REBALANCED = "rebalanced"  # rewritten in place: a new generation (its conf changed)
+    UPDATED = "updated"  # rewritten in place: new code
+    ROLLED_BACK = "rolled_back"  # rewritten in place: a kept version's code again
+    RESTARTED = "restarted"  # rewritten in place, or placed again: stratus restart
+    NO_ROOM = "no_room"  # its supervisor died and no other had a free slot: unassigned
+    DRAINED = "drained"  # moved off a drained supervisor: first unassigned (its worker
+    # stops there), then placed elsewhere once that worker has stopped
+    DEACTIVATED = "deactivated"  # unassigned: the pipeline is INACTIVE
+    KILLED = "killed"  # unassigned: the pipeline is KILLED
+    FINISHED = "finished"  # unassigned: its batch function returned
+    FAILED = "failed"  # unassigned: the pipeline FAILED
+
+
+class KeptVersion(RewrittenRecord):
+    """One version of a pipeline's code the leader keeps, to roll back to: its package (kept
+    in every nimbus's store while the version is kept) and the conf it ran with."""
+
+    version: int = Field(description="its version number; never given to other code")
+    digest: str = Field(description="sha256 of its package, hex")
+    size_bytes: int
+    blake3: str | None = None
+    conf: dict[str, Any] = Field(default_factory=dict, description="the conf it ran with")
+    user_keys: list[str] | None = None
+    applied: float = Field(description="wall-clock time it became the pipeline's code")
+
+
 class PipelineRecord(RewrittenRecord, _Record):
     """One pipeline, as ``<root>/pipelines/<name>`` holds it."""
 
@@ -234,12 +267,43 @@ class PipelineRecord(RewrittenRecord, _Record):
         "principals of its conf's pipeline.owners (null: submitted without a token file, or "
         "before owners were recorded: only admins may change it)",
     )
+    versions: list[KeptVersion] = Field(
+        default_factory=list,
+        description="the versions kept to roll back to, oldest first, the current one last "
+        "(pipeline.versions.keep of them; empty in records older than this list)",
+    )
+    on_trial: bool = Field(
+        default=False,
+        description="its version was applied by an update and has not yet proven itself (no "
+        "committed batch, no finished run): a failure rolls it back",
+    )
+    generation_cause: str | None = Field(
+        default=None,
+        description="what made its generation last change, as the assignment history names "
+        "it: updated, rolled_back, restarted or rebalanced (null in older records)",
+    )
+    generation_offset: int = Field(
+        default=0,
+        ge=0,
+        description="generations added by rollbacks and restarts, so that the generation "
+        "grows at every change even when the version goes back",
+    )
 
     @property
     def generation(self) -> int:
-        """What its assignments carry: one more at every rebalance and every update applied,
-        so either restarts the worker (the same count as ``rebalances`` before any update)."""
-        return self.rebalances + self.version - 1
+        """What its assignments carry: one more at every rebalance, update applied, rollback
+        and restart, so each restarts the worker (the same count as ``rebalances`` before any
+        update)."""
+        return self.rebalances + self.version - 1 + self.generation_offset
+
+    def kept(self, version: int) -> KeptVersion | None:
+        """The kept version numbered ``version``, if it is kept."""
+        return next((kept for kept in self.versions if kept.version == version), None)
+
+    @property
+    def newest_version(self) -> int:
+        """The highest version number it ever had: the next update is one more."""
+        return max([self.version, *(kept.version for kept in self.versions)])
 
 
 class NimbusRegistration(_Record):
@@ -406,23 +470,6 @@ class Assignment(_Record):
     )
 
 
-class AssignmentReason(StrEnum):
-    """Why the leader changed a pipeline's assignment (``assignment-history/``)."""
-
-    PLACED = "placed"  # it had none: its first placement, after an activate, or room found
-    SUPERVISOR_DEAD = "supervisor_dead"  # moved off a supervisor judged dead or gone
-    WORKER_SILENT = "worker_silent"  # moved off a live supervisor: its worker fell silent
-    REBALANCED = "rebalanced"  # rewritten in place: a new generation (its conf changed)
-    UPDATED = "updated"  # rewritten in place: new code
-    NO_ROOM = "no_room"  # its supervisor died and no other had a free slot: unassigned
-    DRAINED = "drained"  # moved off a drained supervisor: first unassigned (its worker
-    # stops there), then placed elsewhere once that worker has stopped
-    DEACTIVATED = "deactivated"  # unassigned: the pipeline is INACTIVE
-    KILLED = "killed"  # unassigned: the pipeline is KILLED
-    FINISHED = "finished"  # unassigned: its batch function returned
-    FAILED = "failed"  # unassigned: the pipeline FAILED
-
-
 class AssignmentChange(_Record):
     """One change of a pipeline's assignment, written by the leader in the same fenced
     transaction as the assignment itself (``assignment-history/<name>/c-<seq>``)."""
@@ -519,6 +566,17 @@ class WorkerCrash(BaseModel):
         return f"exit code {self.exit_code}" if self.exit_code is not None else "not started"
 
 
+class RefusedUpdate(BaseModel):
+    """New code a supervisor would not switch to: its entry point failed to import in the
+    new environment (the preflight), so the old worker runs on."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    generation: int = Field(description="the generation of the refused assignment")
+    digest: str = Field(description="sha256 of the refused package")
+    error: str = Field(description="the import's error, its exception line first")
+
+
 class WorkerHeartbeat(_Record):
     """What a worker reports, through its supervisor, at ``/workers/<pipeline>/<supervisor>``."""
 
@@ -544,6 +602,10 @@ class WorkerHeartbeat(_Record):
     last_crash: WorkerCrash | None = Field(
         default=None,
         description="the last crash since the assignment, kept after the restart that follows",
+    )
+    refused: RefusedUpdate | None = Field(
+        default=None,
+        description="an update this supervisor refused to switch to: its preflight failed",
     )
 
     @property
@@ -748,6 +810,42 @@ class RebalanceRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     conf: dict[str, Any] = Field(min_length=1)
+    request_id: str = Field(
+        default="",
+        max_length=128,
+        pattern=r"^[!-~]*$",
+        description="client id that makes retries safe: a retry changes nothing",
+    )
+
+
+class RollbackRequest(BaseModel):
+    """Body of ``rollback``: the kept version to run again (null: the one that ran before
+    the current)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    to_version: int | None = Field(default=None, ge=1)
+    request_id: str = Field(
+        default="",
+        max_length=128,
+        pattern=r"^[!-~]*$",
+        description="client id that makes retries safe: a retry changes nothing",
+    )
+
+    @field_validator("to_version", mode="before")
+    @classmethod
+    def _a_number(cls, value: Any) -> Any:
+        """A JSON number (``4``, or ``4.0``), never a string or a boolean."""
+        if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
+            return value
+        raise ValueError("to_version must be a version number")
+
+
+class RestartRequest(BaseModel):
+    """Body of ``restart``: only the request id that makes a retry change nothing."""
+
+    model_config = ConfigDict(extra="forbid")
+
     request_id: str = Field(
         default="",
         max_length=128,

@@ -319,7 +319,8 @@ def restore_redacted(conf: Mapping[str, Any], current: Mapping[str, Any]) -> dic
 
 def redact_record(record: R) -> R:
     """A pipeline record or an assignment with its conf redacted, and a record's staged
-    update's conf and its ``reason`` (the same one if it holds no secret)."""
+    update's conf, its kept versions' confs and its ``reason`` (the same one if it holds no
+    secret)."""
     update: dict[str, Any] = {}
     redacted = redact_conf(record.conf)
     if redacted != record.conf:
@@ -329,8 +330,16 @@ def redact_record(record: R) -> R:
     staged = record.update
     if staged is not None and redact_conf(staged.conf) != staged.conf:
         update["update"] = staged.model_copy(update={"conf": redact_conf(staged.conf)})
+    kept = [
+        version.model_copy(update={"conf": redact_conf(version.conf)})
+        for version in record.versions
+    ]
+    if kept != record.versions:
+        update["versions"] = kept
     if record.reason:
         confs = {**record.conf, **(staged.conf if staged is not None else {})}
+        for version in record.versions:
+            confs = {**version.conf, **confs}
         reason = redact_text(record.reason, confs)
         if reason != record.reason:
             update["reason"] = reason
@@ -338,8 +347,8 @@ def redact_record(record: R) -> R:
 
 
 def redact_heartbeat(beat: WorkerHeartbeat, conf: Mapping[str, Any] = NO_CONF) -> WorkerHeartbeat:
-    """A worker's heartbeat with its ``error`` and its last crash's (log tails) redacted
-    against ``conf``."""
+    """A worker's heartbeat with its ``error``, its last crash's (log tails) and its refused
+    update's redacted against ``conf``."""
     update: dict[str, Any] = {}
     if beat.error:
         error = redact_text(beat.error, conf)
@@ -350,6 +359,11 @@ def redact_heartbeat(beat: WorkerHeartbeat, conf: Mapping[str, Any] = NO_CONF) -
         crash_error = redact_text(crash.error, conf)
         if crash_error != crash.error:
             update["last_crash"] = crash.model_copy(update={"error": crash_error})
+    refused = beat.refused
+    if refused is not None:
+        refused_error = redact_text(refused.error, conf)
+        if refused_error != refused.error:
+            update["refused"] = refused.model_copy(update={"error": refused_error})
     return beat.model_copy(update=update) if update else beat
 
 

@@ -71,6 +71,7 @@ from stratus.cli.pipeline_views import (
     show_status,
 )
 from stratus.cli.retry_display import RetryDisplay
+from stratus.cli.rollout_wait import follow_rollout, rollout_wait_options
 from stratus.cli.run_output import parse_since, run_columns, runs_since
 from stratus.cli.watch import show_or_watch, watch_option
 from stratus.client import NimbusClient
@@ -212,12 +213,7 @@ def _replication_line(record: PipelineRecord) -> str:
     default=None,
     help="Id that makes a re-run of this command change nothing twice [default: new].",
 )
-@click.option(
-    "--wait/--no-wait",
-    default=True,
-    show_default=True,
-    help="Wait until the update is applied (its code at the minimum replication).",
-)
+@rollout_wait_options
 @_json_option
 @timeout_option
 @with_config
@@ -228,14 +224,20 @@ def update(
     pipeline_conf: dict[str, Any],
     request_id: str | None,
     wait: bool,
+    wait_timeout: float,
     as_json: bool,
     conf: StratusConfig,
 ) -> None:
-    """Give pipeline NAME new code, PACKAGE, keeping its checkpoints; it restarts with it."""
+    """Give pipeline NAME new code, PACKAGE, keeping its checkpoints; it restarts with it.
+
+    With --wait (the default) the command returns once the new version runs: its code at
+    the minimum replication, its entry point imported by the supervisor, its worker
+    RUNNING; an update refused or rolled back exits 1 with the reason."""
     with _client(conf) as client:
         record = client.update(name, package, pipeline_conf, request_id=request_id)
         if wait and record.update is not None:
             record = client.wait_updated(record)
+        record = follow_rollout(client, record, wait, wait_timeout, quiet=as_json)
     if as_json:
         _print_json(record)
         return
@@ -541,6 +543,81 @@ def rebalance(
     _console().print(
         f"rebalanced pipeline {record.name} (rebalance {record.rebalances}); "
         f"conf: {json.dumps(redact_conf(record.conf), sort_keys=True)}"
+    )
+
+
+@click.command()
+@click.argument("name", shell_complete=complete_pipelines)
+@click.option(
+    "--to-version",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The kept version to run [default: the version that ran before the current].",
+)
+@click.option(
+    "--request-id",
+    default=None,
+    help="Id that makes a re-run of this command change nothing twice [default: new].",
+)
+@rollout_wait_options
+@_json_option
+@timeout_option
+@with_config
+def rollback(
+    *,
+    name: str,
+    to_version: int | None,
+    request_id: str | None,
+    wait: bool,
+    wait_timeout: float,
+    as_json: bool,
+    conf: StratusConfig,
+) -> None:
+    """Run a kept version of pipeline NAME again, with the conf it ran with, from its
+    checkpoint; a version no longer kept is an error that lists the kept ones."""
+    with _client(conf) as client:
+        record = client.rollback(name, to_version, request_id=request_id)
+        record = follow_rollout(client, record, wait, wait_timeout, quiet=as_json)
+    if as_json:
+        _print_json(record)
+        return
+    _console().print(
+        f"pipeline {record.name} runs version {record.version} (package "
+        f"{record.digest[:DIGEST_PREFIX]}): {printable(record.reason or '')}"
+    )
+
+
+@click.command()
+@click.argument("name", shell_complete=complete_pipelines)
+@click.option(
+    "--request-id",
+    default=None,
+    help="Id that makes a re-run of this command change nothing twice [default: new].",
+)
+@rollout_wait_options
+@_json_option
+@timeout_option
+@with_config
+def restart(
+    *,
+    name: str,
+    request_id: str | None,
+    wait: bool,
+    wait_timeout: float,
+    as_json: bool,
+    conf: StratusConfig,
+) -> None:
+    """Run pipeline NAME again with its current version and checkpoint: a FAILED or
+    FINISHED pipeline becomes ACTIVE; an ACTIVE one's worker restarts."""
+    with _client(conf) as client:
+        record = client.restart(name, request_id=request_id)
+        record = follow_rollout(client, record, wait, wait_timeout, quiet=as_json)
+    if as_json:
+        _print_json(record)
+        return
+    _console().print(
+        f"restarted pipeline {record.name}: version {record.version}, generation "
+        f"{record.generation}, {record.status.value}"
     )
 
 

@@ -41,6 +41,7 @@ from stratus.api.errors import (
     UnknownPipelineError,
     UnknownRunError,
     UnknownSupervisorError,
+    UnknownVersionError,
 )
 from stratus.client.errors import (
     DrainNoRoomError,
@@ -48,6 +49,8 @@ from stratus.client.errors import (
     NimbusUnreachableError,
     PurgeFailedError,
     PurgeWaitTimeoutError,
+    RolloutFailedError,
+    RolloutTimeoutError,
 )
 from stratus.codedist.errors import InvalidPackageError
 from stratus.errors import ConfigError
@@ -83,6 +86,7 @@ _CLASSES: tuple[tuple[type[BaseException], ExitCode], ...] = (
     (NoLogError, ExitCode.NOT_FOUND),
     (UnknownRunError, ExitCode.NOT_FOUND),
     (UnknownCodeError, ExitCode.NOT_FOUND),
+    (UnknownVersionError, ExitCode.NOT_FOUND),
     (UnauthenticatedError, ExitCode.REFUSED),
     (ForbiddenError, ExitCode.REFUSED),
     (PipelineExistsError, ExitCode.CONFLICT),
@@ -91,6 +95,8 @@ _CLASSES: tuple[tuple[type[BaseException], ExitCode], ...] = (
     (NimbusUnreachableError, ExitCode.UNAVAILABLE),
     (PurgeWaitTimeoutError, ExitCode.UNAVAILABLE),  # the kill and purge go on: wait again
     (PurgeFailedError, ExitCode.FAILED),  # an operator must make the root writable
+    (RolloutTimeoutError, ExitCode.UNAVAILABLE),  # the change goes on: follow it with status
+    (RolloutFailedError, ExitCode.FAILED),  # rolled back or failed: the reason says why
     (NotLeaderError, ExitCode.UNAVAILABLE),
     (UnavailableError, ExitCode.UNAVAILABLE),  # NoLeaderError too
     (ZooKeeperHistoryBehindError, ExitCode.FAILED),  # retrying cannot help: an operator must
@@ -105,6 +111,8 @@ _CLIENT_CODES: tuple[tuple[type[BaseException], str], ...] = (
     (DrainTimeoutError, "drain_timeout"),
     (PurgeFailedError, "purge_failed"),
     (PurgeWaitTimeoutError, "purge_wait_timeout"),
+    (RolloutFailedError, "rollout_failed"),
+    (RolloutTimeoutError, "rollout_timeout"),
     (ConfigError, "invalid_config"),
     (InvalidPackageError, "invalid_package"),
     (ZooKeeperHistoryBehindError, "zookeeper_history_behind"),

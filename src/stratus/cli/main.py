@@ -78,6 +78,16 @@ COMMANDS = {
         f"{_CLIENT}:rebalance",
         "Merge --conf keys into pipeline NAME's conf; it restarts with them.",
     ),
+    "restart": LazyCommand(
+        f"{_CLIENT}:restart",
+        "Run pipeline NAME again with its current version and checkpoint: a FAILED or "
+        "FINISHED pipeline becomes ACTIVE; an ACTIVE one's worker restarts.",
+    ),
+    "rollback": LazyCommand(
+        f"{_CLIENT}:rollback",
+        "Run a kept version of pipeline NAME again, with the conf it ran with, from its "
+        "checkpoint; a version no longer kept is an error that lists the kept ones.",
+    ),
     "runs": LazyCommand(
         f"{_CLIENT}:runs",
         "Show the runs of pipeline NAME, newest first: one worker process's life each.",

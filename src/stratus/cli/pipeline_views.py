@@ -140,7 +140,7 @@ def record_table(record: PipelineRecord) -> Table:
     table.add_row("updated", when(record.updated))
     table.add_row("epoch", str(record.epoch))
     table.add_row("rebalances", str(record.rebalances))
-    table.add_row("version", str(record.version))
+    table.add_row("version", version_text(record))
     if record.update is not None:
         table.add_row(
             "update",
@@ -154,6 +154,17 @@ def record_table(record: PipelineRecord) -> Table:
     if record.kill_at is not None:
         table.add_row("removed at", when(record.kill_at))
     return table
+
+
+def version_text(record: PipelineRecord) -> str:
+    """The version, whether it is on trial, and the versions kept to roll back to."""
+    text = str(record.version)
+    if record.on_trial:
+        text += " (on trial until its first batch)"
+    kept = [str(kept.version) for kept in record.versions if kept.version != record.version]
+    if kept:
+        text += f"; kept to roll back to: {', '.join(kept)}"
+    return text
 
 
 def owners(record: PipelineRecord) -> str:
@@ -208,7 +219,8 @@ def spark_ui_lines(workers: PipelineWorkers) -> list[str]:
 
 def crash_lines(workers: PipelineWorkers) -> list[str]:
     """One line per worker that crashed since its assignment: when, how, and its error (with
-    terminal escapes shown escaped), even once it runs again."""
+    terminal escapes shown escaped), even once it runs again; and one per update a worker's
+    supervisor refused (its entry point did not import)."""
     lines = []
     for beat in redact_workers(workers).workers:
         crash = beat.last_crash
@@ -216,6 +228,12 @@ def crash_lines(workers: PipelineWorkers) -> list[str]:
             lines.append(
                 f"last crash on {beat.supervisor} at {when(crash.time)} ({crash.exit}): "
                 f"{printable(crash.error)}"
+            )
+        refused = beat.refused
+        if refused is not None:
+            lines.append(
+                f"update refused on {beat.supervisor} (generation {refused.generation}, package "
+                f"{refused.digest[:DIGEST_PREFIX]}): {printable(refused.error)}"
             )
     return lines
 

@@ -48,3 +48,12 @@ class PurgeFailedError(StratusError):
 class PurgeWaitTimeoutError(StratusError):
     """A wait for a pipeline's removal and the purge of its checkpoints ran out of time; the
     kill and the purge go on."""
+
+
+class RolloutFailedError(StratusError):
+    """A new generation of a pipeline (an update, a rollback, a restart) did not come to run:
+    it was rolled back, refused, or its worker failed; the message has the reason."""
+
+
+class RolloutTimeoutError(StratusError):
+    """A wait for a pipeline's new generation to run ran out of time; the change goes on."""

@@ -45,13 +45,17 @@ from stratus.api.records import (
     PipelineRuns,
     PipelineStatus,
     PipelineWorkers,
+    RollbackRequest,
 )
 from stratus.client.errors import (
     DrainNoRoomError,
     DrainTimeoutError,
     PurgeFailedError,
     PurgeWaitTimeoutError,
+    RolloutFailedError,
+    RolloutTimeoutError,
 )
+from stratus.client.rollout import Rollout, judge_rollout
 from stratus.client.routing import API, Delivery, NimbusRouter, RetryListener, parse
 from stratus.client_settings import client_auth
 from stratus.client_settings import package_limits as limits_of
@@ -61,6 +65,7 @@ from stratus.config import StratusConfig
 from stratus.security.client_auth import NO_AUTH, ClientAuth
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 class NimbusClient:
@@ -340,6 +345,81 @@ class NimbusClient:
                 return seen
             self._sleep(poll_secs)
 
+    def wait_running(
+        self,
+        record: PipelineRecord,
+        *,
+        timeout: float | None,
+        poll_secs: float = 0.5,
+        on_progress: Callable[[Rollout], None] | None = None,
+    ) -> PipelineRecord:
+        """Wait until the generation ``record`` shows (an update applied, a rollback, a
+        restart) runs: its worker on the assigned supervisor reports RUNNING (or FINISHED)
+        with it. RolloutFailedError with the reason when it was rolled back, or it or the
+        pipeline FAILED; RolloutTimeoutError past ``timeout`` (None: no limit)."""
+
+        def rollout() -> tuple[PipelineRecord, Rollout]:
+            seen = self.status(record.name)
+            return seen, judge_rollout(record, seen, self.workers(record.name))
+
+        def settled(seen: tuple[PipelineRecord, Rollout]) -> bool:
+            if on_progress is not None:
+                on_progress(seen[1])
+            if seen[1].failure is not None:
+                raise RolloutFailedError(seen[1].failure)
+            return seen[1].done
+
+        def timed_out(seen: tuple[PipelineRecord, Rollout]) -> Exception:
+            return RolloutTimeoutError(
+                f"gave up waiting after {timeout:g}s: {seen[1].waiting}; the change goes on "
+                f"(stratus status {record.name})"
+            )
+
+        return self._poll(rollout, settled, timeout, poll_secs, timed_out)[0]
+
+    def _poll(
+        self,
+        read: Callable[[], T],
+        settled: Callable[[T], bool],
+        timeout: float | None,
+        poll_secs: float,
+        timed_out: Callable[[T], Exception],
+    ) -> T:
+        """``read()`` every ``poll_secs`` until ``settled`` says so (it may raise to fail);
+        ``timed_out``'s error past ``timeout`` (None: no limit)."""
+        deadline = None if timeout is None else self._clock() + timeout
+        while True:
+            seen = read()
+            if settled(seen):
+                return seen
+            if deadline is not None and self._clock() >= deadline:
+                raise timed_out(seen)
+            self._sleep(poll_secs)
+
+    def rollback(
+        self, name: str, to_version: int | None = None, *, request_id: str | None = None
+    ) -> PipelineRecord:
+        """Run a kept version of ``name`` again: ``to_version``, or the version that ran
+        before the current. UnknownVersionError, listing the kept ones, if it is not kept
+        (nothing changes). Every attempt sends the same request id: a retry after a
+        failover rolls back once."""
+        body = _validated(
+            RollbackRequest,
+            InvalidRequestError,
+            to_version=to_version,
+            request_id=request_id or uuid.uuid4().hex,
+        )
+        response = self._router.call_leader("POST", _pipeline_path(name, "rollback"), json=body)
+        return parse(PipelineRecord, response)
+
+    def restart(self, name: str, *, request_id: str | None = None) -> PipelineRecord:
+        """Run ``name`` again with its current version and checkpoint: a FAILED or FINISHED
+        pipeline becomes ACTIVE, an ACTIVE one's worker restarts. Every attempt sends the
+        same request id: a retry after a failover restarts once."""
+        body = {"request_id": request_id or uuid.uuid4().hex}
+        response = self._router.call_leader("POST", _pipeline_path(name, "restart"), json=body)
+        return parse(PipelineRecord, response)
+
     def kill(
         self, name: str, wait_secs: float | None = None, *, purge: bool = False
     ) -> PipelineRecord | None:
@@ -460,19 +540,23 @@ class NimbusClient:
         for them and nothing else is moving; DrainTimeoutError after ``timeout`` seconds.
         Each poll's status goes to ``on_progress``. The drain goes on in the leader either way.
         """
-        deadline = None if timeout is None else self._clock() + timeout
-        while True:
-            status = self.drain_status(supervisor)
+
+        def settled(status: CordonStatus) -> bool:
             if on_progress is not None:
                 on_progress(status)
             if status.done:
-                return status
+                return True
             if status.no_room and not status.moving:
                 raise DrainNoRoomError(supervisor, status.no_room)
-            if deadline is not None and self._clock() >= deadline:
-                assert timeout is not None
-                raise DrainTimeoutError(supervisor, status.remaining + status.moving, timeout)
-            self._sleep(poll_secs)
+            return False
+
+        def timed_out(status: CordonStatus) -> Exception:
+            assert timeout is not None
+            return DrainTimeoutError(supervisor, status.remaining + status.moving, timeout)
+
+        return self._poll(
+            lambda: self.drain_status(supervisor), settled, timeout, poll_secs, timed_out
+        )
 
     def _supervisor_call(self, method: str, supervisor: str, action: str) -> CordonStatus:
         if not supervisor or "/" in supervisor:

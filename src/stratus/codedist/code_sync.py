@@ -2,10 +2,12 @@
 
 Every nimbus, leader or standby, runs one ``CodeSync``. A round first drops the code of
 pipelines that no longer need it (KILLED, FAILED, removed, or submitted again with other
-code), then fetches the code of every pipeline that needs it and that this nimbus does not
-hold. Rounds run as soon as a ZooKeeper watch reports a new pipeline or new holders (unless
-``nimbus.code.watch`` is false), after a failed fetch with a growing pause, and every
-``nimbus.code.sync.freq.secs`` whatever happens, which repairs anything a watch missed.
+code; the packages of a pipeline's kept versions stay, under their kept keys, until it is
+KILLED or they are no longer kept: ``kept_code.py``), then fetches the code of every
+pipeline that needs it and that this nimbus does not hold. Rounds run as soon as a
+ZooKeeper watch reports a new pipeline or new holders (unless ``nimbus.code.watch`` is
+false), after a failed fetch with a growing pause, and every ``nimbus.code.sync.freq.secs``
+whatever happens, which repairs anything a watch missed.
 
 It also answers the leadership question of Storm's Nimbus HA design: a nimbus may lead only
 when it holds the code of every active (ACTIVE or INACTIVE) pipeline; a PENDING one, whose
@@ -30,9 +32,10 @@ from collections.abc import Callable, Mapping
 from kazoo.exceptions import KazooException
 
 from stratus.api.clock import Clock
-from stratus.api.records import PipelineRecord
+from stratus.api.records import PipelineRecord, PipelineStatus
 from stratus.codedist.distributor import CodeDistributor, CodeMeta
 from stratus.codedist.errors import CodeUnavailableError
+from stratus.codedist.kept_code import kept_key, kept_pipeline
 from stratus.codedist.staged import staged_key, staged_pipeline
 from stratus.errors import StratusError
 
@@ -46,8 +49,9 @@ def code_needed(
 ) -> dict[str, CodeMeta]:
     """The code that nimbuses fetch (pipelines not KILLED or FAILED), or need to lead.
 
-    The code of an update in progress is fetched too, under its staged key (``staged.py``);
-    it is never needed to lead: the pipeline runs its current code until the update applies.
+    The code of an update in progress is fetched too, under its staged key (``staged.py``),
+    and the code of every kept version of a pipeline not KILLED under its kept key
+    (``kept_code.py``); neither is ever needed to lead: the pipeline runs its current code.
     """
     needed = {
         name: CodeMeta(record.digest, record.size_bytes, record.blake3)
@@ -59,7 +63,18 @@ def code_needed(
             update = record.update
             if update is not None and record.status.needs_code:
                 needed[staged_key(name)] = CodeMeta(update.digest, update.size_bytes, update.blake3)
+            needed.update(_kept_code(record))
     return needed
+
+
+def _kept_code(record: PipelineRecord) -> dict[str, CodeMeta]:
+    """The code of ``record``'s kept versions, by kept key; none once it is KILLED."""
+    if record.status is PipelineStatus.KILLED:
+        return {}
+    return {
+        kept_key(record.name, kept.version): CodeMeta(kept.digest, kept.size_bytes, kept.blake3)
+        for kept in record.versions
+    }
 
 
 class CodeSync:
@@ -148,6 +163,7 @@ class CodeSync:
                 for (name, digest), since in self._lost_since.items()
                 if name in needed
                 and staged_pipeline(name) is None  # an update's code lost fails no pipeline
+                and kept_pipeline(name) is None  # nor an old version's
                 and needed[name].digest == digest
                 and now - since >= self._lost_fail_secs
             }
@@ -201,6 +217,8 @@ class CodeSync:
         A submit creates the record, then registers the code; a drop decided from a view
         that lags by one watch event would delete the only copy.
         """
+        if kept_pipeline(name) is not None:
+            return self._kept_still_needed(name, meta)
         pipeline = staged_pipeline(name)
         if pipeline is not None:
             staged = self._read_record(pipeline)
@@ -213,6 +231,13 @@ class CodeSync:
             return staged.digest == meta.digest and not self._distributor.holds(pipeline, meta)
         record = self._read_record(name)
         return record is not None and record.status.needs_code and record.digest == meta.digest
+
+    def _kept_still_needed(self, key: str, meta: CodeMeta) -> bool:
+        """Whether ZooKeeper itself says the record still keeps the version of ``key``."""
+        kept = kept_pipeline(key)
+        assert kept is not None
+        record = self._read_record(kept[0])
+        return record is not None and _kept_code(record).get(key) == meta
 
     def _ensure(self, name: str, meta: CodeMeta) -> bool:
         """Hold ``name``'s code, fetching it if need be; False if no holder could give it."""

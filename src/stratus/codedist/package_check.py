@@ -22,7 +22,9 @@ Refused, in the order checked (``InvalidPackageError.entry`` names the entry at 
 - entries whose data overlap, whose local header disagrees with the central directory,
   whose data holds more or fewer bytes than declared, or that fail their CRC check;
 - no ``stratus.yaml`` at the root, an invalid one, or a manifest naming an entrypoint
-  module or SDP project file that the package lacks.
+  module or SDP project file that the package lacks;
+- a Python file (``*.py``) that does not byte-compile (``source_compile``): the error names
+  the file, the line and the parser's message.
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ from typing import BinaryIO
 from stratus.api.echo import echo
 from stratus.codedist.errors import InvalidPackageError
 from stratus.codedist.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, Manifest, parse_manifest
+from stratus.codedist.source_compile import (
+    compile_error,
+    compiled_within_budget,
+    is_python_source,
+)
 
 CHUNK = 64 * 1024
 RATIO_FLOOR_BYTES = 1024 * 1024  # smaller unpacked sizes cannot make a bomb: no ratio check
@@ -101,6 +108,7 @@ def check_package(path: Path, limits: PackageLimits) -> CheckedPackage:
         unpacked = _check_sizes(infos, packed, limits)
         _check_contents(fp, infos, packed)
         manifest = _read_manifest(fp, by_name)
+        _check_sources(fp, by_name)
     _check_runnable(manifest, by_name)
     return CheckedPackage(
         manifest=manifest,
@@ -441,6 +449,24 @@ def _read_manifest(fp: BinaryIO, by_name: Mapping[str, zipfile.ZipInfo]) -> Mani
             entry=MANIFEST_NAME,
         ) from None
     return parse_manifest(text)
+
+
+def _check_sources(fp: BinaryIO, by_name: Mapping[str, zipfile.ZipInfo]) -> None:
+    """Every Python file of the package byte-compiles (in memory, never run; within the
+    bounds of ``source_compile``)."""
+    python = [
+        (name, info.file_size)
+        for name, info in by_name.items()
+        if not info.is_dir() and is_python_source(name)
+    ]
+    for name in compiled_within_budget(python):
+        info = by_name[name]
+        source = b"".join(_content(fp, info, _data_start(fp, info)))
+        problem = compile_error(info.orig_filename, source)
+        if problem is not None:
+            raise InvalidPackageError(
+                f"{problem}; fix the file and try again", entry=info.orig_filename
+            )
 
 
 def _check_runnable(manifest: Manifest, by_name: Mapping[str, zipfile.ZipInfo]) -> None:

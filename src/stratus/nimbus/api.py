@@ -48,6 +48,8 @@ from stratus.api.records import (
     PipelineRuns,
     PipelineWorkers,
     RebalanceRequest,
+    RestartRequest,
+    RollbackRequest,
     RunRecord,
 )
 from stratus.api.series import PipelineSeries
@@ -433,6 +435,33 @@ def _add_leader_routes(app: FastAPI, service: NimbusService) -> None:
         admin."""
         note_audit(request.scope, request_id=body.request_id)
         return service.rebalance(name, body.conf, body.request_id, caller_of(request.scope))
+
+    @app.post(f"{PREFIX}/pipelines/{{name}}/rollback", tags=["leader only"])
+    def rollback(
+        request: Request, name: PipelinePathName, body: RollbackRequest | None = None
+    ) -> PipelineRecord:
+        """Run a kept version of the pipeline again (``to_version``, or the version that ran
+        before the current one), with the conf it ran with, from its checkpoint: a new
+        generation, ``reason`` saying from which version to which. A version it does not
+        keep (``pipeline.versions.keep``) is ``unknown_version`` (404), listing the kept ones;
+        nothing changes. Refused for a KILLED or PENDING pipeline and while an update waits.
+        A retry with the same ``request_id`` changes nothing. Needs an owner of the
+        pipeline, or an admin."""
+        body = body or RollbackRequest()
+        note_audit(request.scope, request_id=body.request_id)
+        return service.rollback(name, body.to_version, body.request_id, caller_of(request.scope))
+
+    @app.post(f"{PREFIX}/pipelines/{{name}}/restart", tags=["leader only"])
+    def restart(
+        request: Request, name: PipelinePathName, body: RestartRequest | None = None
+    ) -> PipelineRecord:
+        """Run the pipeline again with its current version and checkpoint, a new generation:
+        a FAILED or FINISHED pipeline becomes ACTIVE, an ACTIVE one's worker restarts.
+        Refused for a KILLED, INACTIVE (activate it) or PENDING pipeline. A retry with the
+        same ``request_id`` changes nothing. Needs an owner of the pipeline, or an admin."""
+        body = body or RestartRequest()
+        note_audit(request.scope, request_id=body.request_id)
+        return service.restart(name, body.request_id, caller_of(request.scope))
 
 
 SupervisorPathId = Annotated[

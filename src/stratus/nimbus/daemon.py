@@ -194,6 +194,7 @@ class Nimbus:
                 self.paths,
                 wall=self._wall,
                 max_record_bytes=self.conf.nimbus_max_record_bytes,
+                versions_keep=self.conf.pipeline_versions_keep,
             )
             submitter = self._build_code(client, ops)
             self._build_leadership(client, ops, submitter)

@@ -15,6 +15,8 @@ version, so two requests racing on one pipeline cannot lose an update::
         term, "etl", "r2", new_pkg, manifest_conf=new_conf, update_conf={}, replication=policy
     )
     ops.note_update_replication(term, "etl", holders=2)   # switched: version 2, new digest
+    ops.roll_back(term, "etl", to_version=None, why="asked by alice")   # version 1 again
+    ops.restart(term, "etl")   # a FAILED or FINISHED pipeline ACTIVE again; a new generation
     ops.kill(term, "etl", wait_secs=30)   # KILLED now, removed by remove_due() after 30 s
     ops.remove_due(term, killed, kept_root="/ck")   # + kept-checkpoints/etl, or purges/etl
     ops.expire_kept(term, "etl", kept)   # retention over: marker deleted, purges/etl recorded
@@ -40,6 +42,12 @@ never touched follows the manifest.
 
 Every operation is idempotent (a submit through its request id), which is what lets a
 client retry any of them after a failover or a lost connection.
+
+Every version a pipeline runs is kept in its record (``kept_versions.py``), the newest
+``versions_keep`` (``pipeline.versions.keep``); a rollback goes back to one of them, in one
+fenced write, with a new generation. An update's version is on trial (``on_trial``) until
+its worker commits a batch: the leader's scheduling duty rolls back one that fails before
+(``update_trial.py``).
 
 A record is at most ``max_record_bytes`` (``nimbus.max.record.bytes``), below ZooKeeper's
 ``jute.maxbuffer``: ZooKeeper answers a larger write by closing the session's connection,
@@ -77,7 +85,13 @@ from stratus.api.locations import CHECKPOINT_ROOT_KEY
 from stratus.api.names import check_pipeline_name
 from stratus.api.pipeline_conf import validate_pipeline_conf
 from stratus.api.purges import PurgeCause, PurgeOrder, PurgeState, PurgeStatus
-from stratus.api.records import PendingUpdate, PipelineRecord, PipelineStatus
+from stratus.api.records import (
+    AssignmentReason,
+    KeptVersion,
+    PendingUpdate,
+    PipelineRecord,
+    PipelineStatus,
+)
 from stratus.api.redaction import restore_redacted
 from stratus.codedist.package_store import StoredPackage
 from stratus.coordination.errors import (
@@ -88,6 +102,7 @@ from stratus.coordination.errors import (
 )
 from stratus.coordination.leadership import FencedTransaction, Leadership
 from stratus.nimbus.assignment_history import AssignmentHistoryLog
+from stratus.nimbus.kept_versions import current_version, offset_for, rollback_target, with_applied
 from stratus.security.access import Caller
 from stratus.security.authorizer import PipelineAccess
 from stratus.security.roles import Role
@@ -98,6 +113,7 @@ log = logging.getLogger(__name__)
 REMEMBERED_REQUESTS = 16  # request ids of updates and rebalances kept in a record
 VERSION_RACE_RETRIES = 5  # another request changed the record between our read and write
 DEFAULT_MAX_RECORD_BYTES = 512 * 1024  # nimbus.max.record.bytes
+DEFAULT_VERSIONS_KEEP = 3  # pipeline.versions.keep
 KEPT_LOCKS = 64  # locks between a name's submit and the expiry of its kept checkpoints
 
 
@@ -126,11 +142,13 @@ class PipelineOps:
         *,
         wall: Clock,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        versions_keep: int = DEFAULT_VERSIONS_KEEP,
     ) -> None:
         self._client = client
         self._paths = paths
         self._wall = wall  # wall clock: kill times must mean the same on every nimbus
         self._max_record_bytes = max_record_bytes
+        self._versions_keep = versions_keep
         self._history = AssignmentHistoryLog(client, paths)
         # a submit against the expiry of the same name's kept checkpoints (see the docstring)
         self._kept_locks = [threading.Lock() for _ in range(KEPT_LOCKS)]
@@ -177,6 +195,7 @@ class PipelineOps:
             replication_deadline=replication.deadline(now) if pending else None,
             owner=owner,
         )
+        record = record.model_copy(update={"versions": [current_version(record)]})
         data = self._encode(record)
         path = self._paths.pipeline(name)
         purge = self._paths.purge(name)
@@ -351,6 +370,7 @@ class PipelineOps:
                 user_keys=None if chosen is None else sorted({*chosen, *conf} & set(merged)),
                 rebalances=record.rebalances + 1,
                 requests=_remembered(record.requests, request_id),
+                generation_cause=AssignmentReason.REBALANCED.value,
             )
 
         validate_pipeline_conf(conf)
@@ -461,13 +481,23 @@ class PipelineOps:
         *,
         reason: str | None,
     ) -> PipelineRecord:
+        version = record.newest_version + 1
         log.info(
             "event=update_applied pipeline=%s epoch=%d version=%d digest=%s replaced=%s",
             record.name,
             term.epoch,
-            record.version + 1,
+            version,
             update.digest,
             record.digest,
+        )
+        applied = KeptVersion(
+            version=version,
+            digest=update.digest,
+            size_bytes=update.size_bytes,
+            blake3=update.blake3,
+            conf=update.conf,
+            user_keys=update.user_keys,
+            applied=max(self._wall(), record.updated),
         )
         return self._changed(
             record,
@@ -477,13 +507,96 @@ class PipelineOps:
             blake3=update.blake3,
             conf=update.conf,
             user_keys=update.user_keys,
-            version=record.version + 1,
+            version=version,
+            versions=with_applied(record, applied, keep=self._versions_keep),
             update=None,
             requests=_remembered(record.requests, update.request_id),
             replication=holders,
             replication_required=update.replication_required,
             reason=reason,
+            on_trial=True,
+            generation_cause=AssignmentReason.UPDATED.value,
         )
+
+    def roll_back(
+        self,
+        term: Leadership,
+        name: str,
+        *,
+        to_version: int | None,
+        why: str,
+        request_id: str = "",
+        generation: int | None = None,
+    ) -> PipelineRecord:
+        """Run a kept version of ``name`` again: ``to_version``, or the one before the
+        current. One fenced write: the record names the kept version's code and conf, a new
+        generation, and the reason ``rolled back from version N to M: <why>``. Refused for
+        a pipeline KILLED or waiting for replication, or while an update waits; a version
+        not kept is UnknownVersionError (nothing changes). ``generation``: only if the
+        record is still at that generation (the leader's automatic rollback of what it
+        judged); a retry with a remembered ``request_id`` changes nothing."""
+
+        def rolled_back(record: PipelineRecord) -> PipelineRecord | None:
+            if request_id and request_id in record.requests:
+                return None
+            if generation is not None and record.generation != generation:
+                return None  # changed since it was judged
+            _refuse_if_not_rerunnable(record, "roll back")
+            _refuse_if_update_waits(record, "roll back")
+            target = rollback_target(record, to_version)
+            run_again = target.model_copy(update={"applied": max(self._wall(), record.updated)})
+            return self._changed(
+                record,
+                term,
+                **_runs(target),
+                versions=with_applied(record, run_again, keep=self._versions_keep),
+                status=PipelineStatus.ACTIVE,
+                reason=f"rolled back from version {record.version} to {target.version}: {why}",
+                on_trial=False,
+                requests=_remembered(record.requests, request_id),
+                generation_cause=AssignmentReason.ROLLED_BACK.value,
+                generation_offset=offset_for(record, target.version),
+            )
+
+        return self._update(term, name, "rolled_back", rolled_back)
+
+    def restart(self, term: Leadership, name: str, request_id: str = "") -> PipelineRecord:
+        """Run ``name`` again with its current version and its checkpoint: a FAILED or
+        FINISHED pipeline becomes ACTIVE, an ACTIVE one's worker restarts; either way with
+        a new generation. Refused for a pipeline KILLED, INACTIVE or waiting for
+        replication; a retry with a remembered ``request_id`` changes nothing."""
+
+        def restarted(record: PipelineRecord) -> PipelineRecord | None:
+            if request_id and request_id in record.requests:
+                return None
+            _refuse_if_not_rerunnable(record, "restart")
+            if record.status is PipelineStatus.INACTIVE:
+                raise InvalidTransitionError(
+                    f"cannot restart pipeline {name!r}: it is INACTIVE; activate it to run it"
+                )
+            return self._changed(
+                record,
+                term,
+                status=PipelineStatus.ACTIVE,
+                reason=None,
+                on_trial=False,
+                requests=_remembered(record.requests, request_id),
+                generation_cause=AssignmentReason.RESTARTED.value,
+                generation_offset=record.generation_offset + 1,
+            )
+
+        return self._update(term, name, "restarted", restarted)
+
+    def prove(self, term: Leadership, name: str, generation: int) -> PipelineRecord:
+        """``name``'s version on trial committed its first batch (or finished) at
+        ``generation``: no failure of it rolls it back any more."""
+
+        def proven(record: PipelineRecord) -> PipelineRecord | None:
+            if not record.on_trial or record.generation != generation:
+                return None
+            return self._changed(record, term, on_trial=False)
+
+        return self._update(term, name, "version_proven", proven)
 
     def remove_due(
         self,
@@ -507,11 +620,12 @@ class PipelineOps:
         return removed
 
     def digests_in_use(self) -> set[str]:
-        """The package digests that some pipeline record names (its code, or its update's
-        waiting), read from ZooKeeper itself."""
+        """The package digests that some pipeline record names (its code, a kept version's,
+        or its update's waiting), read from ZooKeeper itself."""
         in_use = set()
         for record in self.read_all().values():
             in_use.add(record.digest)
+            in_use.update(kept.digest for kept in record.versions)
             if record.update is not None:
                 in_use.add(record.update.digest)
         return in_use
@@ -801,10 +915,40 @@ def _refuse_if_killed(record: PipelineRecord, action: str) -> None:
         raise InvalidTransitionError(f"cannot {action} pipeline {record.name!r}: {why}")
 
 
+def _refuse_if_not_rerunnable(record: PipelineRecord, action: str) -> None:
+    """A KILLED pipeline, or one waiting for replication, neither restarts nor rolls back."""
+    if record.status in (PipelineStatus.KILLED, PipelineStatus.PENDING):
+        raise InvalidTransitionError(
+            f"cannot {action} pipeline {record.name!r}: {_REFUSALS[record.status]}"
+        )
+
+
+def _refuse_if_update_waits(record: PipelineRecord, action: str) -> None:
+    waiting = record.update
+    if waiting is not None:
+        raise UpdateInProgressError(
+            f"cannot {action} pipeline {record.name!r}: an update waits for its code to reach "
+            f"{waiting.replication_required} nimbuses (request {waiting.request_id or '-'}); "
+            "wait until it applies, then roll back"
+        )
+
+
+def _runs(kept: KeptVersion) -> dict[str, Any]:
+    """The fields of a record that name the code and conf of ``kept``."""
+    return {
+        "digest": kept.digest,
+        "size_bytes": kept.size_bytes,
+        "blake3": kept.blake3,
+        "conf": kept.conf,
+        "user_keys": kept.user_keys,
+        "version": kept.version,
+    }
+
+
 _REFUSALS = {
     PipelineStatus.KILLED: "it is KILLED and will be removed",
-    PipelineStatus.FAILED: "it is FAILED; kill it and submit it again",
-    PipelineStatus.FINISHED: "it is FINISHED; kill it and submit it again to run it again",
+    PipelineStatus.FAILED: "it is FAILED; restart it (stratus restart), or kill it",
+    PipelineStatus.FINISHED: "it is FINISHED; restart it to run it again (stratus restart)",
     PipelineStatus.PENDING: "it is PENDING until its code reaches pipeline.min.replication.count "
     "nimbuses",
 }

@@ -271,9 +271,13 @@ class _Round:
         """An assignment that stays: rewritten in place if the pipeline changed."""
         if current.generation != record.generation or current.digest != record.digest:
             self.assign[name] = self._assignment(name, record, current.supervisor)
-            updated = current.digest != record.digest
-            reason = AssignmentReason.UPDATED if updated else AssignmentReason.REBALANCED
-            self.note(name, record, reason, current.supervisor, current.supervisor)
+            self.note(
+                name,
+                record,
+                _rewrite_reason(record, current),
+                current.supervisor,
+                current.supervisor,
+            )
 
     def note(
         self,
@@ -393,3 +397,24 @@ class _FreeSlots:
         entry = self._entry(sid)
         if entry[0] < 0:
             heapq.heappush(self._heap, entry)
+
+
+_REWRITES = {
+    reason.value: reason
+    for reason in (
+        AssignmentReason.UPDATED,
+        AssignmentReason.ROLLED_BACK,
+        AssignmentReason.RESTARTED,
+        AssignmentReason.REBALANCED,
+    )
+}
+
+
+def _rewrite_reason(record: PipelineRecord, current: Assignment) -> AssignmentReason:
+    """Why an assignment kept in place is rewritten: what changed the record's generation
+    last (``generation_cause``), or, in a record older than it, new code or a rebalance."""
+    cause = _REWRITES.get(record.generation_cause or "")
+    if cause is not None:
+        return cause
+    updated = current.digest != record.digest
+    return AssignmentReason.UPDATED if updated else AssignmentReason.REBALANCED

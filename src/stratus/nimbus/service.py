@@ -366,6 +366,35 @@ class NimbusService:
         self._check_owner(term, caller, Verb.REBALANCE, name)
         return self._answer(self._ops.rebalance(term, name, conf, request_id))
 
+    def rollback(
+        self,
+        name: str,
+        to_version: int | None,
+        request_id: str = "",
+        caller: Caller | None = None,
+    ) -> PipelineRecord:
+        """Run a kept version of ``name`` again (``to_version``, or the one that ran before)."""
+        term = self.leader_term()
+        _check_request_id(request_id)
+        self._check_owner(term, caller, Verb.ROLLBACK, name)
+        who = caller.principal if caller is not None else "a user"
+        record = self._ops.roll_back(
+            term, name, to_version=to_version, why=f"asked by {who}", request_id=request_id
+        )
+        self._on_change(record)
+        return self._answer(record)
+
+    def restart(
+        self, name: str, request_id: str = "", caller: Caller | None = None
+    ) -> PipelineRecord:
+        """Run ``name`` again with its current version and checkpoint."""
+        term = self.leader_term()
+        _check_request_id(request_id)
+        self._check_owner(term, caller, Verb.RESTART, name)
+        record = self._ops.restart(term, name, request_id)
+        self._on_change(record)
+        return self._answer(record)
+
     # ------------------------------------------------------------------ cordon and drain
 
     def cordon(

@@ -12,7 +12,7 @@ time is written down for other machines to read (kill times, start times)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from stratus.api.locations import LocationPolicy
@@ -24,6 +24,7 @@ from stratus.ha.errors import FencingConfigError
 from stratus.ha.fencing import METHOD_NAMES, MethodSpec, parse_methods, split_entries
 from stratus.nimbus.limits import RequestLimits
 from stratus.nimbus.pipeline_ops import ReplicationPolicy
+from stratus.nimbus.update_trial import RollbackPolicy
 from stratus.settings import http_bounds
 from stratus.web.bounds import HttpBounds
 
@@ -70,6 +71,8 @@ class SchedulingSettings:
     # supervisor.zookeeper.outage is ride: every silence restarts when the term resumes or
     # the connection comes back, since a supervisor may have kept its workers meanwhile
     blind_after_reconnect: bool = False
+    # pipeline.update.rollback and pipeline.update.rollback.crashes
+    rollback: RollbackPolicy = field(default_factory=RollbackPolicy)
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,10 @@ class NimbusSettings:
                 supervisor_timeout_secs=conf.nimbus_supervisor_timeout_secs,
                 task_timeout_secs=conf.nimbus_task_timeout_secs,
                 blind_after_reconnect=conf.supervisor_zookeeper_outage == "ride",
+                rollback=RollbackPolicy(
+                    enabled=conf.pipeline_update_rollback,
+                    crashes=conf.pipeline_update_rollback_crashes,
+                ),
             ),
             fencing=_fencing(conf),
             submit=SubmitSettings(

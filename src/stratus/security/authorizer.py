@@ -36,6 +36,8 @@ class Verb(enum.Enum):
     ACTIVATE = "activate"
     DEACTIVATE = "deactivate"
     REBALANCE = "rebalance"
+    ROLLBACK = "roll back"
+    RESTART = "restart"
     LOGS = "logs"
 
     @property

@@ -14,6 +14,7 @@ tests use fakes::
     launcher = WorkerLauncher(settings.spec, "s1", cache, envs=envs, monitor=monitor)
     launcher.code("etl", CodeMeta(digest, size))          # CodePending, then PipelineCode
     launcher.spawn(assignment, code, WorkerPaths.of(local, "etl"))
+    launcher.preflight(update, new_code).poll()        # an update's entry point imported?
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from stratus.api.pipeline_conf import env_entries
 from stratus.api.records import Assignment
 from stratus.codedist.distributor import CodeMeta
 from stratus.supervisor.code_cache import CodeCache, CodePending, CodeState, PipelineCode
-from stratus.supervisor.managed_worker import RunningProcess
+from stratus.supervisor.managed_worker import PreflightCheck, RunningProcess
+from stratus.supervisor.preflight import PreflightPassed, start_preflight
 from stratus.supervisor.requirements_env import EnvFailed, EnvPending, RequirementEnvs
 from stratus.supervisor.run_as import UserPool
 from stratus.supervisor.settings import SpecSettings
@@ -151,6 +153,21 @@ class WorkerLauncher:
             run_as=run_as,  # the rest is for a worker of another user only
             checkpoint_dir=local_pipeline_directory(self._settings.checkpoint_root, spec.pipeline),
             history_file=self._settings.history.file,
+        )
+
+    def preflight(self, assignment: Assignment, code: PipelineCode) -> PreflightCheck:
+        """Import the entry point of an update's ``code`` in its environment, as its worker
+        would (``preflight``); none with worker users: the package's code never runs as the
+        supervisor's user."""
+        if self._users is not None:
+            return PreflightPassed()
+        conf = {**code.manifest.pipeline_conf(), **assignment.conf}
+        env = worker_environment(os.environ, self._settings.env_names, conf)
+        return start_preflight(
+            list(self._command or default_worker_command()),
+            code,
+            env,
+            timeout_secs=self._settings.preflight_timeout_secs,
         )
 
     def retain(self, digests: Set[str]) -> None:

@@ -23,7 +23,12 @@ Phases::
             than the one it ran with; then PREPARING at once
     RUNNING --stop--> STOPPING --exit, or SIGKILL of the group after the grace--> STOPPED
     RUNNING --new code (an update)--> RUNNING while the new code (and its environment) is
-            fetched --ready, or failed--> STOPPING ... (its successor starts at once)
+            fetched, then its entry point imported (the preflight) --imported, or fetch
+            failed--> STOPPING ... (its successor starts at once)
+    RUNNING --the preflight fails--> RUNNING on the old code, the update refused
+            (``refused`` in its heartbeat) until the assignment changes again
+    RUNNING --its old code again (a rollback of the refused update)--> RUNNING: the same
+            process, under the new assignment
 
 Each process is a run (``run_outcome``): opened with its recorder just before the start
 (its number names its log's directory), closed at its end with the outcome the transition
@@ -33,7 +38,9 @@ removal's move or stop at a stop); an adopted process continues its run.
 An update's new code is fetched, and its environment built, while the old worker still
 runs, so the gap between the two is a stop and a start, not also a fetch and an install; a
 fetch or an install that fails stops the old worker anyway (the new one reports the
-error, as it did before). A rebalance (the same code) stops it at once.
+error, as it did before). Before the old worker stops, the new entry point is imported in
+a process of its own (``preflight``): an update that cannot import never stops a healthy
+worker. A rebalance (the same code) stops it at once.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from stratus.api.clock import Clock
 from stratus.api.records import (
     Assignment,
     FencingToken,
+    RefusedUpdate,
     RunOutcome,
     WorkerCrash,
     WorkerHeartbeat,
@@ -60,6 +68,7 @@ from stratus.codedist.distributor import CodeMeta
 from stratus.errors import StratusError
 from stratus.logs import with_fields
 from stratus.supervisor.code_cache import CodeFailed, CodePending, CodeState, PipelineCode
+from stratus.supervisor.preflight import PreflightPassed, PreflightResult
 from stratus.supervisor.reconcile import Held
 from stratus.supervisor.requirements_env import EnvFailed
 from stratus.supervisor.restart_policy import GiveUp, RestartPolicy
@@ -116,6 +125,21 @@ class Launcher(Protocol):
         self, assignment: Assignment, code: PipelineCode, paths: WorkerPaths
     ) -> RunningProcess: ...
 
+    def preflight(self, assignment: Assignment, code: PipelineCode) -> PreflightCheck:
+        """Start importing the entry point of ``assignment``'s new ``code`` (``preflight``)."""
+        ...
+
+
+class RunningPreflight(Protocol):
+    """An import under way (``preflight.Preflight``, or a fake in tests)."""
+
+    def poll(self) -> PreflightResult | None: ...
+
+    def cancel(self) -> None: ...
+
+
+PreflightCheck = RunningPreflight | PreflightPassed
+
 
 _LIVE = (Phase.RUNNING, Phase.STOPPING)  # a process runs
 _DONE = (Phase.FAILED, Phase.FINISHED, Phase.FENCED)  # kept, no process, till a new assignment
@@ -145,6 +169,8 @@ class ManagedWorker:
         self.error: str | None = None  # the last crash
         self.last_crash: WorkerCrash | None = None  # kept across the restart that follows
         self.code_error: str | None = None  # why its code is not there (yet)
+        self.refused: RefusedUpdate | None = None  # the successor whose preflight failed
+        self._preflight: PreflightCheck | None = None  # the successor's, once its code is here
         self._launcher = launcher
         self._paths = paths
         self._runs = runs or NoRecorder()
@@ -204,6 +230,14 @@ class ManagedWorker:
     def replace_with(self, assignment: Assignment) -> None:
         """Stop, then run ``assignment`` (a new generation or digest) as a new worker; new
         code is made ready first, while the old worker runs (``step``)."""
+        self._drop_preflight()
+        if (
+            self.phase is Phase.RUNNING
+            and self.successor is not None
+            and _same_run(assignment, self.assignment)
+        ):
+            self._withdraw(assignment)
+            return
         self.successor = assignment
         self.retiring = False
         if self.phase is Phase.RUNNING and assignment.digest != self.assignment.digest:
@@ -217,6 +251,29 @@ class ManagedWorker:
             self._successor_ready()  # the fetch starts now
             return
         self.stop(StopReason.RESTART)
+
+    def _withdraw(self, assignment: Assignment) -> None:
+        """The update it was preparing is withdrawn (rolled back): the running process,
+        which runs ``assignment``'s code and conf already, runs on under it."""
+        log.info(
+            "event=worker_update_withdrawn pipeline=%s epoch=%d generation=%d supervisor=%s "
+            "pid=%d digest=%s",
+            self.pipeline,
+            assignment.epoch,
+            assignment.generation,
+            self.supervisor,
+            self._process.pid if self._process else -1,
+            assignment.digest,
+        )
+        self.successor = None
+        self.assignment = assignment
+
+    def _drop_preflight(self) -> None:
+        """Forget the preflight of the successor (and its refusal): the successor changes."""
+        if self._preflight is not None and not isinstance(self._preflight, PreflightPassed):
+            self._preflight.cancel()
+        self._preflight = None
+        self.refused = None
 
     def adopt(
         self, process: RunningProcess, token: FencingToken | None, run: int | None = None
@@ -241,6 +298,7 @@ class ManagedWorker:
 
     def retire(self, reason: StopReason) -> None:
         """Stop for good; the control loop removes it once it is idle."""
+        self._drop_preflight()
         self.retiring = True
         self.successor = None
         self.stop(reason)
@@ -266,7 +324,7 @@ class ManagedWorker:
         if self.phase is Phase.PREPARING and may_start:
             self._try_start(now)
         elif self.phase is Phase.RUNNING:
-            if self.successor is not None and not self.retiring and self._successor_ready():
+            if self.successor is not None and not self.retiring and self._may_switch():
                 self._begin_stop(StopReason.RESTART)
                 return
             self._watch(now)
@@ -310,6 +368,7 @@ class ManagedWorker:
             restarts=self.restarts,
             error=None if state is WorkerState.STOPPED else (self.code_error or self.error),
             last_crash=self.last_crash,
+            refused=self.refused,
         )
 
     # ------------------------------------------------------------------ transitions
@@ -348,10 +407,50 @@ class ManagedWorker:
 
     def _successor_ready(self) -> bool:
         """Whether the successor's code is ready or failed (not being fetched or built)."""
+        return not isinstance(self._successor_code(), CodePending)
+
+    def _successor_code(self) -> CodeState | EnvFailed:
         assert self.successor is not None
         successor = self.successor
         meta = CodeMeta(successor.digest, successor.size_bytes, successor.blake3)
-        return not isinstance(self._launcher.code(self.pipeline, meta), CodePending)
+        return self._launcher.code(self.pipeline, meta)
+
+    def _may_switch(self) -> bool:
+        """Whether the old worker may stop for its successor now: the successor's code is
+        here and its entry point imported (or its code failed: the new worker reports it)."""
+        state = self._successor_code()
+        if isinstance(state, CodePending) or self.refused is not None:
+            return False
+        if not isinstance(state, PipelineCode):
+            return True
+        assert self.successor is not None
+        if self._preflight is None:
+            self._preflight = self._launcher.preflight(self.successor, state)
+        if isinstance(self._preflight, PreflightPassed):
+            return True
+        result = self._preflight.poll()
+        if result is None:
+            return False
+        if isinstance(result, PreflightPassed):
+            return True
+        self._refuse(self.successor, result.error)
+        return False
+
+    def _refuse(self, successor: Assignment, error: str) -> None:
+        error = redact_text(error, successor.conf)
+        self.refused = RefusedUpdate(
+            generation=successor.generation, digest=successor.digest, error=error
+        )
+        log.warning(
+            "event=worker_update_refused pipeline=%s epoch=%d generation=%d supervisor=%s "
+            "digest=%s",
+            self.pipeline,
+            successor.epoch,
+            successor.generation,
+            self.supervisor,
+            successor.digest,
+            extra=with_fields(error=error.splitlines()[0] if error else None),
+        )
 
     def _watch(self, now: float) -> None:
         assert self._process is not None
@@ -524,7 +623,13 @@ class ManagedWorker:
             "digest": self.assignment.digest,
             "restarts": self.restarts,
             "last_crash": self.last_crash,
+            "refused": self.refused,
         }
+
+
+def _same_run(one: Assignment, other: Assignment) -> bool:
+    """Whether two assignments run the same code with the same conf."""
+    return one.digest == other.digest and one.conf == other.conf
 
 
 def _describe_exit(code: int) -> str:

@@ -104,6 +104,7 @@ class SpecSettings:
     lease_path: Path | None = None  # where the supervisor hands its lease to its workers
     cluster: ClusterIdentity | None = None  # the cluster: workers refuse others' checkpoints
     legacy_checkpoint_root: str | None = None  # the default root up to 0.2.0, if default
+    preflight_timeout_secs: float = 120.0  # supervisor.update.preflight.timeout.secs
 
 
 @dataclass(frozen=True)
@@ -246,6 +247,7 @@ class SupervisorSettings:
                 lease_path=local_dir / LEASE_FILE,
                 cluster=ClusterIdentity.of(conf.zookeeper_hosts(), conf.zookeeper_root),
                 legacy_checkpoint_root=conf.legacy_checkpoint_root(),
+                preflight_timeout_secs=conf.supervisor_update_preflight_timeout_secs,
             ),
             code=CodeSettings(
                 distributor=distributor_settings(conf),

@@ -5,8 +5,10 @@ cluster state store (never from a view that may lag), then:
 
 1. notes every heartbeat that *changed* since the last round (``Liveness``: the leader
    compares what it saw, never wall clocks across machines);
-2. records the outcomes workers report: a batch that finished makes its pipeline FINISHED,
-   a worker its supervisor gave up on makes it FAILED with the worker's error;
+2. records the outcomes workers report: an updated version that committed its first batch
+   is proven, one that failed before is rolled back to the previous kept version
+   (``update_trial``), a batch that finished makes its pipeline FINISHED, a worker its
+   supervisor gave up on makes it FAILED with the worker's error;
 3. judges supervisors dead when none of their heartbeats changed for
    ``nimbus.supervisor.timeout.secs``, and workers silent when theirs did not for
    ``nimbus.task.timeout.secs``. A supervisor that stopped (its last heartbeat says
@@ -58,6 +60,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from stratus.api.clock import Clock
+from stratus.api.errors import InvalidTransitionError, UnknownVersionError
 from stratus.api.records import (
     Assignment,
     AssignmentReason,
@@ -77,6 +80,7 @@ from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.scheduler import Plan, plan_round
 from stratus.nimbus.settings import SchedulingSettings
 from stratus.nimbus.supervisor_fencing import Silence, SupervisorFencing, fence_verdicts
+from stratus.nimbus.update_trial import Proven, RollBack, judge
 from stratus.state.errors import StateStoreUnavailableError
 from stratus.state.heartbeats import HeartbeatBoard, HeartbeatRead
 
@@ -131,6 +135,7 @@ class SchedulingDuty:
         self._connections = connections  # the session's count of connections (ZkSession)
         self._watched_since = connections()  # the count when the silences last restarted
         self._fencing = fencing  # None: silent supervisors are only waited out
+        self._rollback = settings.rollback
 
     def run(self, term: Leadership) -> Plan:
         """One round; the plan it applied (empty when nothing had to change)."""
@@ -475,13 +480,21 @@ class SchedulingDuty:
         assignments: Mapping[str, Assignment],
         workers: Workers,
     ) -> dict[str, PipelineRecord]:
-        """FINISHED and FAILED pipelines, as their current workers report them."""
+        """Versions on trial proven or rolled back, FINISHED and FAILED pipelines, as their
+        current workers report them."""
         changed = {}
         for name, assignment in assignments.items():
             record = pipelines.get(name)
-            beat = _current_beat(assignment, workers)
-            if record is None or record.status is not PipelineStatus.ACTIVE or beat is None:
+            if record is None:
                 continue
+            tried = self._judge_trial(term, record, assignment, workers)
+            if tried is not None:
+                changed[name] = record = tried
+            beat = _current_beat(assignment, workers)
+            if record.status is not PipelineStatus.ACTIVE or beat is None:
+                continue
+            if beat.generation != record.generation:
+                continue  # rolled back just now
             if beat.state is WorkerState.FINISHED:
                 changed[name] = self._ops.finish(term, name)
             elif beat.state is WorkerState.FAILED:
@@ -491,6 +504,44 @@ class SchedulingDuty:
                 )
                 changed[name] = self._ops.fail(term, name, reason)
         return changed
+
+    def _judge_trial(
+        self,
+        term: Leadership,
+        record: PipelineRecord,
+        assignment: Assignment,
+        workers: Workers,
+    ) -> PipelineRecord | None:
+        """Prove or roll back ``record``'s version on trial (``update_trial``); the record
+        written, or None if nothing changed."""
+        beat = workers.get(record.name, {}).get(assignment.supervisor)
+        verdict = judge(record, beat, self._rollback)
+        if isinstance(verdict, Proven):
+            return self._ops.prove(term, record.name, verdict.generation)
+        if isinstance(verdict, RollBack):
+            log.warning(
+                "event=update_rolled_back pipeline=%s epoch=%d version=%d reason=%s",
+                record.name,
+                term.epoch,
+                record.version,
+                verdict.why,
+            )
+            try:
+                return self._ops.roll_back(
+                    term,
+                    record.name,
+                    to_version=None,
+                    why=verdict.why,
+                    generation=verdict.generation,
+                )
+            except (InvalidTransitionError, UnknownVersionError) as exc:
+                log.warning(
+                    "event=rollback_impossible pipeline=%s epoch=%d error=%s",
+                    record.name,
+                    term.epoch,
+                    exc,
+                )
+        return None
 
     def _forget_departed(
         self,
