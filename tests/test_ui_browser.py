@@ -174,6 +174,9 @@ def test_an_action_from_a_standbys_page_reaches_the_leader(cluster, page):
     assert "update etl:" in page.inner_text("#notice")
     wait_until(lambda: cluster.client.status("etl").version == 2, 30, "etl's version 2")
     page.wait_for_selector("#record [data-fact=version]:text-is('2')")
+    page.click("#action-rollback")  # back to the version kept, from the standby's page
+    page.wait_for_selector("#notice:has-text('rollback etl: done')")
+    wait_until(lambda: cluster.client.status("etl").version == 1, 30, "etl back at version 1")
 
     page.goto(f"{standby.url}/#/pipelines/spare")
     page.click("#action-kill")

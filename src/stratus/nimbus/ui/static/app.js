@@ -572,6 +572,12 @@ function actions(record) {
     { id: "actions", class: "action" },
     live && record.status !== "ACTIVE" ? button("activate", "activate", {}) : null,
     live && record.status === "ACTIVE" ? button("deactivate", "deactivate", {}) : null,
+    ["FAILED", "FINISHED", "ACTIVE"].includes(record.status)
+      ? button("restart", "restart", { request_id: crypto.randomUUID() })
+      : null,
+    (record.versions || []).some((kept) => kept.version !== record.version) && record.status !== "KILLED"
+      ? button("rollback", "rollback", { request_id: crypto.randomUUID() })
+      : null,
     record.status !== "KILLED" ? button("kill", "kill", {}) : null,
     live
       ? el(
