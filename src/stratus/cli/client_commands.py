@@ -90,6 +90,15 @@ def _json_option(func: F) -> F:
     )(func)
 
 
+def _request_id_option(func: F) -> F:
+    """``--request-id``: a retried change is applied once (the nimbus remembers the id)."""
+    return click.option(
+        "--request-id",
+        default=None,
+        help="Id that makes a re-run of this command change nothing twice [default: new].",
+    )(func)
+
+
 def _parse_conf(_ctx: click.Context, _param: click.Parameter, items: tuple[str, ...]) -> Any:
     """``--conf KEY=VALUE`` items as a dict; values are YAML scalars (``4`` is an int)."""
     conf: dict[str, Any] = {}
@@ -208,11 +217,7 @@ def _replication_line(record: PipelineRecord) -> str:
 @click.argument("name", shell_complete=complete_pipelines)
 @click.argument("package", type=click.Path(exists=True, path_type=Path))
 @_conf_option(required=False)
-@click.option(
-    "--request-id",
-    default=None,
-    help="Id that makes a re-run of this command change nothing twice [default: new].",
-)
+@_request_id_option
 @rollout_wait_options
 @_json_option
 @timeout_option
@@ -519,11 +524,7 @@ def deactivate(name: str, as_json: bool, conf: StratusConfig) -> None:
 @click.command()
 @click.argument("name", shell_complete=complete_pipelines)
 @_conf_option(required=True)
-@click.option(
-    "--request-id",
-    default=None,
-    help="Id that makes a re-run of this command change nothing twice [default: new].",
-)
+@_request_id_option
 @_json_option
 @timeout_option
 @with_config
@@ -554,11 +555,7 @@ def rebalance(
     default=None,
     help="The kept version to run [default: the version that ran before the current].",
 )
-@click.option(
-    "--request-id",
-    default=None,
-    help="Id that makes a re-run of this command change nothing twice [default: new].",
-)
+@_request_id_option
 @rollout_wait_options
 @_json_option
 @timeout_option
@@ -589,11 +586,7 @@ def rollback(
 
 @click.command()
 @click.argument("name", shell_complete=complete_pipelines)
-@click.option(
-    "--request-id",
-    default=None,
-    help="Id that makes a re-run of this command change nothing twice [default: new].",
-)
+@_request_id_option
 @rollout_wait_options
 @_json_option
 @timeout_option
