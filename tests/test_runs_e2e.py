@@ -14,8 +14,9 @@ import subprocess
 import sys
 
 import pytest
+from pydantic import TypeAdapter
 
-from stratus.api.records import PipelineRuns, PipelineStatus, RunOutcome
+from stratus.api.records import PipelineStatus, RunOutcome, RunRecord
 from tests.pipeline_cluster import SPARK_START_SECS, PipelineCluster, pipeline_cluster
 from tests.spark_packages import batch_package, failing_batch_package
 
@@ -38,10 +39,11 @@ def stratus(cluster: PipelineCluster, *args: str) -> subprocess.CompletedProcess
     )
 
 
-def listed_runs(cluster: PipelineCluster, name: str) -> PipelineRuns:
-    shown = stratus(cluster, "runs", name, "--json")
+def listed_runs(cluster: PipelineCluster, name: str) -> list[RunRecord]:
+    """``stratus runs NAME -o json``: the run records, newest first, as the API gives them."""
+    shown = stratus(cluster, "runs", name, "-o", "json")
     assert shown.returncode == 0, shown.stderr
-    return PipelineRuns.model_validate_json(shown.stdout)
+    return TypeAdapter(list[RunRecord]).validate_json(shown.stdout)
 
 
 def test_a_finished_batch_is_listed_its_log_printed_and_its_last_run_in_the_status(
@@ -52,7 +54,7 @@ def test_a_finished_batch_is_listed_its_log_printed_and_its_last_run_in_the_stat
         cluster.client.submit("report", batch_package(), output)
         cluster.wait_status("report", PipelineStatus.FINISHED, timeout=SPARK_START_SECS * 2)
 
-        (run,) = listed_runs(cluster, "report").runs
+        (run,) = listed_runs(cluster, "report")
         assert (run.run, run.outcome, run.exit_code, run.supervisor) == (
             0,
             RunOutcome.FINISHED,
@@ -90,7 +92,7 @@ def test_a_pipeline_that_crashes_for_good_keeps_each_runs_error_and_log(
         cluster.client.submit("failing", failing_batch_package("failing"), {})
         cluster.wait_status("failing", PipelineStatus.FAILED, timeout=SPARK_START_SECS * 3)
 
-        newest, first = listed_runs(cluster, "failing").runs
+        newest, first = listed_runs(cluster, "failing")
         assert (newest.run, first.run) == (1, 0)
         for run in (newest, first):
             assert (run.outcome, run.exit_code) == (RunOutcome.FAILED, 1)

@@ -24,7 +24,7 @@ from stratus.cli.run_output import failed_runs_lines, parse_since, runs_since
 from stratus.nimbus.run_reads import inferred_end, pick_run, with_beat
 from stratus.supervisor.run_logs import pick_kept, run_over, to_prune, write_run_number
 from stratus.supervisor.run_outcome import RunEnd, StopReason, removal_outcome, stop_outcome
-from stratus.supervisor.run_records import ended_record, to_trim
+from stratus.supervisor.run_records import RUN_RECORD_MAX_BYTES, ended_record, fitted, to_trim
 from stratus.supervisor.worker_log import tail_lines
 
 FIXTURES = Path(__file__).parent / "fixtures" / "errors"
@@ -262,3 +262,25 @@ def test_an_open_run_shows_its_own_workers_newest_heartbeat_only() -> None:
     assert (shown.batches, shown.rows, shown.app_id) == (7, 57, "local-1")
     assert shown.spark_ui == "http://h:4040"
     assert with_beat(run(pid=41), beat) == run(pid=41)  # another process: an earlier run's
+
+
+def test_a_run_record_over_the_cap_is_written_with_its_texts_cut_and_says_so() -> None:
+    small = RunRecord(
+        pipeline="etl", supervisor="s1", epoch=1, generation=0, digest="d", started=1.0
+    )
+    assert fitted(small) is small
+    huge = small.model_copy(update={"app_id": "a" * 40_000, "error": "Boom: " + "x" * 40_000})
+    assert len(huge.encode()) > RUN_RECORD_MAX_BYTES
+    cut = fitted(huge)
+    assert len(cut.encode()) <= RUN_RECORD_MAX_BYTES
+    assert cut.error is not None and cut.error.startswith("Boom: ")
+    assert f"over {RUN_RECORD_MAX_BYTES} bytes" in cut.error
+    assert cut.app_id is not None and len(cut.app_id) <= 256
+
+
+def test_a_run_record_that_cannot_fit_is_refused_by_name() -> None:
+    record = RunRecord(
+        pipeline="etl", supervisor="s1", epoch=1, generation=0, digest="d", started=1.0
+    )
+    with pytest.raises(ValueError, match=r"run \d+ of 'etl' is over 100 bytes even cut"):
+        fitted(record, cap=100)

@@ -58,6 +58,8 @@ log = logging.getLogger(__name__)
 OPEN_TIMEOUT_SECS = 5.0  # how long a start waits for its run's node
 RETRY_SECS = 2.0  # after a write that failed
 RUNS_KEPT = 50
+RUN_RECORD_MAX_BYTES = 16 * 1024  # a run record's encoded size, whatever a heartbeat held
+SHORT_TEXT_CHARS = 256  # of a free-text field a record over the cap keeps
 
 Change = Callable[[RunRecord], RunRecord]
 
@@ -99,6 +101,25 @@ def ended_record(
             "spark_ui": None,  # gone with its SparkContext
         }
     )
+
+
+def fitted(record: RunRecord, cap: int = RUN_RECORD_MAX_BYTES) -> RunRecord:
+    """``record`` as it may be written: unchanged if it encodes within ``cap`` bytes, else
+    with its free-text fields (error, Spark application, log directory) cut short and the
+    cut said in its error. ValueError if even that does not fit."""
+    if len(record.encode()) <= cap:
+        return record
+    cut = {
+        field: clip(value, SHORT_TEXT_CHARS)
+        for field in ("error", "app_id", "spark_ui", "log_dir")
+        if isinstance(value := getattr(record, field), str)
+    }
+    note = f"(this run's record was over {cap} bytes: its texts are cut)"
+    cut["error"] = f"{cut['error']}\n{note}" if "error" in cut else note
+    shorter = record.model_copy(update=cut)
+    if len(shorter.encode()) > cap:
+        raise ValueError(f"run {record.run} of {record.pipeline!r} is over {cap} bytes even cut")
+    return shorter
 
 
 def newest_change(
@@ -253,6 +274,13 @@ class RunBook:
                 return
             changed = change(record)
             if changed is record:
+                return
+            try:
+                changed = fitted(changed)
+            except ValueError as exc:
+                log.error(
+                    "event=run_record_too_large pipeline=%s run=%d error=%s", pipeline, number, exc
+                )
                 return
             try:
                 self._client.set(path, changed.encode(), version=stat.version)
