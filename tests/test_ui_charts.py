@@ -226,11 +226,14 @@ def test_the_leaders_metrics_carry_the_streams_figures(
 def test_a_pipelines_runs_show_as_a_timeline_and_nothing_without_the_route(
     cluster: tuple[PipelineCluster, Events], page: Any
 ) -> None:
-    """The runs route's answer is given by the browser itself; a nimbus without the route
-    (404) shows no runs at all."""
+    """The runs route's answer is given by the browser itself: while it answers 404 (a
+    nimbus older than the route) the page shows no runs at all, then a timeline of two."""
     pipelines, _ = cluster
     nimbuses = pipelines.nimbuses
     url = nimbuses.by_address(nimbuses.wait_for_agreed_leader()).url
+    gone = {"error": "not_found", "message": "Not Found"}
+    answer: dict[str, Any] = {"status": 404, "json": gone}
+    page.route(f"**/api/v1/pipelines/{NAME}/runs*", lambda route: route.fulfill(**answer))
     page.goto(f"{url}/#/pipelines/{NAME}")
     page.wait_for_selector("#record td")
     page.wait_for_selector("#series")
@@ -244,7 +247,8 @@ def test_a_pipelines_runs_show_as_a_timeline_and_nothing_without_the_route(
              "outcome": "MOVED"},
         ],
     }  # fmt: skip
-    page.route(f"**/api/v1/pipelines/{NAME}/runs", lambda route: route.fulfill(json=runs))
+    answer.clear()
+    answer["json"] = runs
     page.wait_for_selector("#runs-timeline[data-runs='2']")
     assert page.locator("#runs-timeline .run").count() == 2
     assert "MOVED" in (page.get_attribute("#runs-timeline .run[data-run='1']", "title") or "")

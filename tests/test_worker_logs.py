@@ -363,9 +363,9 @@ def assert_audited(caplog: pytest.LogCaptureFixture, expected: set[tuple[Any, ..
 
 
 def assert_the_runs_outlive_their_supervisor(seeds: str, token: str, local_dir: Path) -> None:
-    listed = stratus("runs", "etl", "--json", seeds=seeds, token=token)
+    listed = stratus("runs", "etl", "-o", "json", seeds=seeds, token=token)
     assert listed.returncode == 0, listed.stderr
-    runs = json.loads(listed.stdout)["runs"]
+    runs = json.loads(listed.stdout)  # the run records, newest first
     assert [(run["run"], run["outcome"]) for run in runs] == [(1, "STOPPED"), (0, "FAILED")]
     assert runs[1]["error"].endswith("ValueError: the first run broke")  # no traceback to lift
     where = local_dir / "workers" / "etl" / "runs" / "0"
