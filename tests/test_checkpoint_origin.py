@@ -72,32 +72,45 @@ def test_a_nimbus_on_defaults_keeps_the_old_directory_unless_another_cluster_mar
 
 def test_the_origin_check_refuses_another_pipeline_or_another_cluster() -> None:
     ours = CheckpointOrigin.now(A, "etl", TOKEN.era)
-    assert origin_problem(ours, A, "etl") is None
+    other_era = TOKEN.era + 1
+    assert origin_problem(ours, A, "etl", TOKEN.era) is None
     grown = ClusterIdentity.of("zk2:2181,zk3:2181", "/team-a")  # a server added, one removed
-    assert origin_problem(ours, grown, "etl") is None
-    other_cluster = origin_problem(ours, B, "etl")
+    assert origin_problem(ours, grown, "etl", other_era) is None
+    other_cluster = origin_problem(ours, B, "etl", other_era)
     assert other_cluster is not None and "root /team-a" in other_cluster
     assert "root /team-b" in other_cluster
-    other_pipeline = origin_problem(ours, A, "report")
+    other_pipeline = origin_problem(ours, A, "report", TOKEN.era)
     assert other_pipeline is not None and "pipeline 'etl'" in other_pipeline
     elsewhere = ClusterIdentity.of("zk9:2181", "/team-a")  # the same root, another ensemble
-    assert origin_problem(ours, elsewhere, "etl") is not None
+    assert origin_problem(ours, elsewhere, "etl", other_era) is not None
+
+
+def test_the_origin_of_this_clusters_era_is_ours_however_its_servers_are_named() -> None:
+    """One cluster's supervisors may reach ZooKeeper by other names (a proxy, a load
+    balancer, a host name for an address): its era, which its tokens alone carry, says it
+    is one cluster."""
+    ours = CheckpointOrigin.now(A, "etl", TOKEN.era)
+    proxied = ClusterIdentity.of("127.0.0.1:40123", "/team-a")
+    assert origin_problem(ours, proxied, "etl", TOKEN.era) is None
+    assert origin_problem(ours, proxied, "etl", TOKEN.era + 1) is not None
+    assert origin_problem(ours, proxied, "report", TOKEN.era) is not None
 
 
 def test_a_location_of_another_cluster_is_refused_naming_it_and_the_fix(tmp_path: Path) -> None:
     location = str(tmp_path / "ck" / "etl")
-    assert check_origin(location, A, "etl") is None  # new: no origin yet
+    assert check_origin(location, A, "etl", TOKEN.era) is None  # new: no origin yet
     CheckpointOwners(location, TOKEN).claim()
-    record_origin(location, CheckpointOrigin.now(B, "etl", TOKEN.era))
+    other_era = TOKEN.era + 1
+    record_origin(location, CheckpointOrigin.now(B, "etl", other_era))
 
-    error = check_origin(location, A, "etl")
+    error = check_origin(location, A, "etl", TOKEN.era)
 
     assert error is not None
     assert error.startswith(f"the checkpoint location {location} is refused")
     assert "stratus kill --purge etl" in error
     assert "pipeline.checkpoint.subpath" in error
     assert origin_path(location) in error
-    assert check_origin(location, B, "etl") is None
+    assert check_origin(location, B, "etl", other_era) is None
     assert Outcome.refused(error).exit_code == REFUSED_EXIT
 
 
@@ -105,7 +118,7 @@ def test_an_origin_stratus_did_not_write_is_refused(tmp_path: Path) -> None:
     location = tmp_path / "etl"
     (location / OWNERS_DIR).mkdir(parents=True)
     (location / OWNERS_DIR / "origin.json").write_text(json.dumps({"pipeline": "etl"}))
-    error = check_origin(str(location), A, "etl")
+    error = check_origin(str(location), A, "etl", TOKEN.era)
     assert error is not None and "not one stratus wrote" in error
 
 

@@ -3,16 +3,18 @@ broken safety rule: with this directory on ``PYTHONPATH``, every stratus process
 with the supervisors' and workers' fencing turned off: a supervisor's lease never lapses,
 its workers never see it lapse, and a worker never finds a higher claim on its checkpoint.
 A supervisor cut off from the cluster keeps its workers running while the leader starts
-them elsewhere."""
+them elsewhere.
+
+Only the verdicts are turned off: a worker still makes its checkpoint location and writes
+its claim there, as the rest of its start (the location's origin, Spark) expects."""
 
 try:
     from stratus.supervisor.fence import Lease
-    from stratus.worker.checkpoint_owner import CheckpointOwners
+    from stratus.worker import checkpoint_owner
     from stratus.worker.lease_file import LeaseWatch
 except ImportError:  # a process that cannot import stratus has nothing to break
     pass
 else:
     Lease.check = lambda self, now: False  # type: ignore[method-assign]
     LeaseWatch.lapsed = lambda self: None  # type: ignore[method-assign]
-    CheckpointOwners.claim = lambda self, note=None: None  # type: ignore[method-assign]
-    CheckpointOwners.higher = lambda self: None  # type: ignore[method-assign]
+    checkpoint_owner._highest_above = lambda tokens, own: None  # no claim is ever higher

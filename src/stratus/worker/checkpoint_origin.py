@@ -4,12 +4,16 @@ Guarantees: before a worker claims its checkpoint location (``checkpoint_owner``
 before Spark reads anything there, it reads the location's origin, the file
 ``<location>/_stratus_owners/origin.json`` that the location's last owner wrote (its
 cluster, pipeline and era). A location whose origin names another pipeline, or another
-cluster (``ClusterIdentity.same``: another ZooKeeper root, or servers in common with none),
-is refused: the worker writes no claim there and ends FAILED, not restarted, with an error
+cluster, is refused. The origin is this cluster's when its era is this worker's (the
+``assignments`` znode's creation time: one cluster's tokens alone carry it, however each
+supervisor names the ZooKeeper servers: a proxy, a load balancer, a host name or an
+address), or else when ``ClusterIdentity.same`` says so (the same root, a server in
+common: a cluster whose ZooKeeper was set up again under the same names). Another is
+refused: the worker writes no claim there and ends FAILED, not restarted, with an error
 that names the location and the ways out. A location with no origin (new, or written by a
 release before origins) is taken as it is, and its origin written once this worker owns it::
 
-    problem = check_origin(spec.checkpoint_location, cluster, "etl")   # None: ours, or new
+    problem = check_origin(spec.checkpoint_location, cluster, "etl", token.era)  # None: ours
     ...claim...
     record_origin(spec.checkpoint_location, CheckpointOrigin.now(cluster, "etl", token.era))
 
@@ -66,11 +70,13 @@ def origin_path(location: str) -> str:
     return f"{location.rstrip('/')}/{OWNERS_DIR}/{ORIGIN_FILE}"
 
 
-def origin_problem(origin: CheckpointOrigin, cluster: ClusterIdentity, pipeline: str) -> str | None:
-    """Why ``origin``'s checkpoints are not pipeline ``pipeline``'s of ``cluster``; None if
-    they are. Pure."""
+def origin_problem(
+    origin: CheckpointOrigin, cluster: ClusterIdentity, pipeline: str, era: int
+) -> str | None:
+    """Why ``origin``'s checkpoints are not pipeline ``pipeline``'s of ``cluster`` (whose
+    tokens carry ``era``); None if they are. Pure."""
     other_pipeline = origin.pipeline != pipeline
-    other_cluster = not origin.cluster.same(cluster)
+    other_cluster = origin.era != era and not origin.cluster.same(cluster)
     if not other_pipeline and not other_cluster:
         return None
     whose = f"pipeline {origin.pipeline!r} of the cluster at {origin.cluster}"
@@ -92,9 +98,10 @@ def refusal(location: str, pipeline: str, problem: str) -> str:
     )
 
 
-def check_origin(location: str, cluster: ClusterIdentity, pipeline: str) -> str | None:
+def check_origin(location: str, cluster: ClusterIdentity, pipeline: str, era: int) -> str | None:
     """The refusal of ``location`` if its origin names another pipeline or cluster (or
-    cannot be read); None if it is this pipeline's, or has no origin."""
+    cannot be read); None if it is this pipeline's of this cluster (whose tokens carry
+    ``era``), or has no origin."""
     fs, root = fsspec.core.url_to_fs(location)
     path = origin_path(root)
     try:
@@ -108,7 +115,7 @@ def check_origin(location: str, cluster: ClusterIdentity, pipeline: str) -> str 
     except ValidationError as exc:
         reason = f"its origin {path} is not one stratus wrote ({exc.error_count()} errors)"
         return refusal(location, pipeline, reason)
-    problem = origin_problem(origin, cluster, pipeline)
+    problem = origin_problem(origin, cluster, pipeline, era)
     return None if problem is None else refusal(location, pipeline, problem)
 
 

@@ -185,7 +185,7 @@ def _checkpoint_problem(spec: WorkerSpec) -> str | None:
             return failed
     if spec.cluster is None:
         return None
-    return check_origin(spec.checkpoint_location, spec.cluster, spec.pipeline)
+    return check_origin(spec.checkpoint_location, spec.cluster, spec.pipeline, spec.token.era)
 
 
 def _claim_note(spec: WorkerSpec) -> dict[str, object]:
