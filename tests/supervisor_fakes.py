@@ -1,5 +1,6 @@
 """Fakes and builders shared by the supervisor's unit tests: assignments, a clock that a
-test moves, and a launcher whose workers are fake processes (no ZooKeeper, no Spark)."""
+test moves, and a launcher whose workers are fake processes (no ZooKeeper, no Spark); and
+where a supervisor's tests find a pipeline's newest run log (``newest_run_log``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from stratus.supervisor.code_cache import CodeState, PipelineCode
 from stratus.supervisor.managed_worker import PreflightCheck
 from stratus.supervisor.preflight import PreflightPassed
 from stratus.supervisor.requirements_env import EnvFailed
+from stratus.supervisor.run_logs import kept_runs, pick_kept
 from stratus.supervisor.settings import RestartSettings, WorkerTimeouts
 from stratus.supervisor.worker_process import WorkerPaths
 
@@ -43,6 +45,15 @@ def assignment(
         assigned=assigned,
         token=FencingToken(era=1, zxid=zxid),
     )
+
+
+def newest_run_log(local_dir: Path, pipeline: str) -> Path:
+    """The log of the newest run of ``pipeline``'s worker on the supervisor whose local
+    directory is ``local_dir`` (``workers/<pipeline>/runs/<n>/worker.log``), as ``stratus
+    logs`` picks it; the log of an unnumbered run when no run's log is kept (a file that
+    exists only if such a run wrote it)."""
+    paths = WorkerPaths.of(local_dir, pipeline)
+    return paths.for_run(pick_kept(kept_runs(paths.directory), None, previous=False)).log
 
 
 class FakeClock:

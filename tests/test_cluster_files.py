@@ -30,6 +30,7 @@ from tests.nimbus_cluster import SESSION_SECS, nimbus_cluster
 from tests.package_factory import valid_package
 from tests.pipeline_cluster import PipelineCluster, pipeline_cluster
 from tests.spark_packages import bad_entrypoint_package
+from tests.supervisor_fakes import newest_run_log
 from tests.zkfixtures import chroot_for, wait_until
 
 pytestmark = pytest.mark.timeout(300)
@@ -118,7 +119,7 @@ def test_a_pipeline_finding_another_clusters_checkpoint_is_refused_before_it_run
         assert beat.error.startswith(f"the checkpoint location {location} is refused")
         assert "stratus kill --purge etl" in beat.error
         assert beat.restarts == 0
-        worker_log = Path(second.supervisors["s1"].local_dir) / "workers" / "etl" / "worker.log"
+        worker_log = newest_run_log(Path(second.supervisors["s1"].local_dir), "etl")
         assert "event=checkpoint_refused" in worker_log.read_text()
         assert "Traceback" not in worker_log.read_text()  # its entrypoint was never loaded
         assert sorted((location / OWNERS_DIR).iterdir()) == claims  # it claimed nothing

@@ -25,6 +25,7 @@ import yaml
 from stratus.api.records import PipelineStatus, WorkerState
 from stratus.api.redaction import redact_text
 from stratus.codedist.package_build import package_bytes
+from stratus.logs import JsonFormatter
 from stratus.supervisor.daemon import Supervisor
 from stratus.supervisor.env_archive import DEPS_ARCHIVE
 from stratus.supervisor.requirements_env import (
@@ -42,6 +43,7 @@ from stratus.supervisor.requirements_env import (
 from stratus.supervisor.settings import DepsSettings
 from tests.package_factory import package_files
 from tests.pipeline_cluster import pipeline_cluster
+from tests.supervisor_fakes import newest_run_log
 from tests.test_supervisor import FAKE_WORKER, SPARK, SPARK_SECS, Cluster
 from tests.wheelhouse import make_wheel
 from tests.zkfixtures import kazoo_client, wait_until
@@ -389,7 +391,7 @@ def test_an_unresolvable_requirement_ends_failed_with_the_installers_message_and
         assert beat.restarts == 0
         assert beat.error is not None
         assert "No matching distribution found for no-such-project-anywhere>=1" in beat.error
-    assert not (local / "workers" / "etl" / "worker.log").exists()  # no worker ever started
+    assert not newest_run_log(local, "etl").exists()  # no worker ever started
 
 
 def test_offline_a_package_that_requires_a_direct_url_ends_failed_naming_it(
@@ -406,7 +408,7 @@ def test_offline_a_package_that_requires_a_direct_url_ends_failed_naming_it(
         assert f"requirement 0 ('{PROBE} @ file://" in beat.error
         assert "supervisor.deps.offline" in beat.error
     assert not [p for p in (local / "envs").iterdir() if p.is_dir()]  # pip never ran
-    assert not (local / "workers" / "etl" / "worker.log").exists()
+    assert not newest_run_log(local, "etl").exists()
 
 
 def test_on_a_cluster_master_the_worker_ships_the_packed_environment_and_keeps_pyspark_python(
@@ -449,12 +451,12 @@ def test_an_update_builds_its_new_environment_before_it_stops_the_old_worker(
         cluster.wait_for_worker(
             WorkerState.RUNNING, where=lambda b: b.digest == new.digest, timeout=BUILD_WAIT_SECS
         )
-    events = [record.getMessage() for record in caplog.records]
-    built = next(i for i, event in enumerate(events) if "event=env_ready" in event)
+    events = [json.loads(JsonFormatter().format(record)) for record in caplog.records]
+    built = next(i for i, event in enumerate(events) if event.get("event") == "env_ready")
     stopped = next(
         i
         for i, event in enumerate(events)
-        if "event=worker_stopping" in event and f"pid={first.pid}" in event
+        if event.get("event") == "worker_stopping" and event.get("pid") == first.pid
     )
     assert built < stopped  # the old code ran while the new code's environment was built
 
@@ -505,4 +507,4 @@ def test_a_submitted_pipeline_whose_requirements_cannot_be_installed_is_failed_w
         reason = record.reason or ""
         assert "No matching distribution found for no-such-project-anywhere>=1" in reason
         local = Path(cluster.supervisors["s1"].local_dir)
-        assert not (local / "workers" / "needs" / "worker.log").exists()  # never started
+        assert not newest_run_log(local, "needs").exists()  # never started

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from stratus.api.records import WorkerState
@@ -30,11 +31,11 @@ from stratus.supervisor.code_cache import PipelineCode
 from stratus.supervisor.daemon import Supervisor
 from stratus.supervisor.settings import SpecSettings
 from stratus.supervisor.warm_pool import cold_reason
-from stratus.supervisor.worker_process import WorkerPaths, build_spec
+from stratus.supervisor.worker_process import START_MARK, WorkerPaths, build_spec
 from stratus.worker.session_conf import is_runtime_key, static_mismatch
 from stratus.worker.spec import WorkerSpec, warm_ready_file
 from tests.spark_packages import passthrough_conf, passthrough_package, read_ids, write_ids
-from tests.supervisor_fakes import assignment, code
+from tests.supervisor_fakes import assignment, code, newest_run_log
 from tests.test_supervisor import SPARK, SPARK_SECS, Cluster, all_gone, descendants
 from tests.zkfixtures import kazoo_client, process_gone, wait_until
 
@@ -190,9 +191,14 @@ def wait_for_warm(supervisor: Supervisor, count: int) -> list[int]:
 
 
 def wait_for_log(supervisor, text: str) -> None:
-    """Wait for ``text`` in the etl pipeline's log (a pump thread copies a worker's output)."""
-    log = WorkerPaths.of(supervisor.local_dir, "etl").log
-    wait_until(lambda: log.exists() and text in log.read_text(), 10, f"{text!r} in the log")
+    """Wait for ``text`` in the log of the etl pipeline's newest run (a pump thread copies a
+    worker's output)."""
+
+    def logged() -> bool:
+        log = newest_run_log(supervisor.local_dir, "etl")
+        return log.exists() and text in log.read_text()
+
+    wait_until(logged, 10, f"{text!r} in the newest run's log")
 
 
 def test_an_assigned_pipeline_starts_in_a_warm_worker_and_its_slot_is_warmed_again(
@@ -215,6 +221,11 @@ def test_an_assigned_pipeline_starts_in_a_warm_worker_and_its_slot_is_warmed_aga
         assert beat.pid not in warm_pids(supervisor)  # and it is no longer a warm worker
         assert len(wait_for_warm(supervisor, 1)) == 1  # one slot free: one warm worker
         wait_for_log(supervisor, f"warm stand-in runs etl pid={beat.pid}")  # the pipeline's
+        assert supervisor.endpoint is not None  # and stratus logs shows them, as the run's:
+        shown = httpx.get(f"http://{supervisor.endpoint.address}/api/v1/logs/etl").text
+        assert shown.startswith(START_MARK)  # the supervisor's first line of the run, then
+        assert f"warm stand-in runs etl pid={beat.pid}" in shown  # the warm worker's first
+        assert "warm stand-in waiting" not in shown  # its lines before the hand-over: its own
 
         cluster.unassign()
         wait_until(lambda: process_gone(beat.pid), 20, "the pipeline's worker to stop")

@@ -31,9 +31,11 @@ import pytest
 from stratus.api.records import WorkerHeartbeat, WorkerState
 from stratus.codedist.package_build import package_bytes
 from stratus.local.processes import SupervisorProcess
+from stratus.supervisor.run_logs import RUN_FILE, RUNS_DIR
 from stratus.supervisor.worker_access import processes_of
 from stratus.worker.checkpoint_owner import OWNERS_DIR
 from tests.spark_packages import passthrough_conf, passthrough_package, read_ids, write_ids
+from tests.supervisor_fakes import newest_run_log
 from tests.test_supervisor import SPARK, SPARK_SECS, Cluster
 from tests.worker_users import needs_root, os_users, traversable_dir, worker_python
 from tests.zkfixtures import kazoo_client, process_gone, wait_until
@@ -191,7 +193,9 @@ def probe_targets(base: Path, supervisor: SupervisorProcess, victim_pid: int) ->
         "supervisor_config": str(base / "etc" / "supervisor.yaml"),
         "victim_spec": str(victim / "spec.json"),
         "victim_worker_spec": str(victim / "work" / "spec.json"),
-        "victim_log": str(victim / "worker.log"),
+        "victim_log": str(newest_run_log(local, "victim")),  # its running run's
+        "victim_run_logs": str(victim / RUNS_DIR),
+        "victim_run_number": str(victim / RUN_FILE),
         "victim_heartbeat": str(victim / "work" / "heartbeat.json"),
         "victim_checkpoints": str(checkpoints / "victim"),
         "victim_owners": str(checkpoints / "victim" / OWNERS_DIR),

@@ -8,6 +8,7 @@ supervisor started again adopts the worker with its run. The logs of the newest
 older ones, and a purge of the pipeline's checkpoints deletes them all::
 
     run_dir(directory, 7)                  # .../workers/etl/runs/7
+    make_run_dir(directory, 7)             # made, private to the supervisor
     write_run_number(directory, 7)         # the worker now running is run 7
     read_run_number(directory)             # 7 (None: none recorded)
     prune(directory, keep=10)              # the newest ten run directories stay
@@ -21,6 +22,8 @@ import json
 import shutil
 from pathlib import Path
 
+from stratus.files import private_dirs, write_atomically
+
 RUNS_DIR = "runs"
 RUN_FILE = "run.json"
 
@@ -28,6 +31,14 @@ RUN_FILE = "run.json"
 def run_dir(directory: Path, number: int) -> Path:
     """The directory of run ``number``'s log under a pipeline's worker ``directory``."""
     return directory / RUNS_DIR / str(number)
+
+
+def make_run_dir(directory: Path, number: int) -> Path:
+    """Make run ``number``'s log directory and the runs directory above it, each 0700 (one
+    an earlier start made wider too): a worker of another user may enter the pipeline's
+    directory (``worker_access``) but neither list its runs nor read their logs."""
+    private_dirs(directory / RUNS_DIR)
+    return private_dirs(run_dir(directory, number))
 
 
 def kept_runs(directory: Path) -> list[int]:
@@ -74,12 +85,13 @@ def forget_runs(directory: Path) -> None:
 
 
 def write_run_number(directory: Path, number: int | None) -> None:
-    """Record which run the pipeline's worker is (None: an unrecorded run)."""
+    """Record which run the pipeline's worker is (None: an unrecorded run), in a file only
+    the supervisor reads (0600), replaced at once."""
     path = directory / RUN_FILE
     if number is None:
         path.unlink(missing_ok=True)
         return
-    path.write_text(json.dumps({"run": number}))
+    write_atomically(path, json.dumps({"run": number}).encode())  # the supervisor's only
 
 
 def read_run_number(directory: Path) -> int | None:

@@ -21,7 +21,9 @@ path                        owner, group                 mode   written / read b
 ``<local>``, ``<local>/workers``  supervisor             0711   entered by workers, not listed
 ``W``                       supervisor                   0711   (0700: workers run as it)
 ``W/spec.json``             supervisor                   0600   the supervisor's own copy
-``W/worker.log*``           supervisor                   0600   the supervisor's log pump
+``W/runs``, ``W/runs/<n>``  supervisor                   0700   each run's log (``run_logs``)
+``W/runs/<n>/worker.log*``  supervisor                   0600   the supervisor's log pump
+``W/run.json``              supervisor                   0600   which run the worker is
 ``W/env.json``              supervisor                   0600   the launcher (sudo) reads it
 ``W/work``                  worker, supervisor's group   2770   the worker's own directory
 ``W/work/spec.json``        worker                       0600   the worker's copy

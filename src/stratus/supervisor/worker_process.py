@@ -57,7 +57,7 @@ from stratus.supervisor.adoption import Found, ProcessRecord, identity
 from stratus.supervisor.code_cache import PipelineCode
 from stratus.supervisor.errors import UnfencedAssignmentError, WorkerStartError
 from stratus.supervisor.run_as import RunAs
-from stratus.supervisor.run_logs import prune, run_dir, write_run_number
+from stratus.supervisor.run_logs import make_run_dir, prune, run_dir, write_run_number
 from stratus.supervisor.settings import SpecSettings
 from stratus.supervisor.worker_access import WORK_DIR, prepare_worker
 from stratus.supervisor.worker_log import LogSettings, RunLog
@@ -219,7 +219,7 @@ def prepare_run(
     paths.make_private()
     write_run_number(paths.directory, paths.run)
     if paths.run is not None:
-        paths.log.parent.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR_MODE)
+        make_run_dir(paths.directory, paths.run)
         prune(paths.directory, settings.runs_keep)
     paths.heartbeat.unlink(missing_ok=True)  # a new process starts with no heartbeat
     spec.write(paths.spec)
