@@ -77,12 +77,15 @@ def _kept_code(record: PipelineRecord) -> dict[str, CodeMeta]:
     }
 
 
-def _kept_first(item: tuple[str, CodeMeta]) -> tuple[bool, str]:
-    """The order of a round: kept keys before the others. Registering a pipeline's new code
-    under its name deletes the bytes it replaces unless a registered key still uses them,
-    so the key of a kept version that has those bytes must be registered first (an update
-    applied before any round registered the first version's kept key)."""
-    return kept_pipeline(item[0]) is None, item[0]
+def _round_order(item: tuple[str, CodeMeta], here: set[str]) -> tuple[bool, str]:
+    """The order of a round: first the kept keys whose bytes are ``here`` (digests held
+    under some key), then the others by key. Registering a pipeline's new code under its
+    name deletes the bytes it replaces unless a registered key still uses them, so a kept
+    version's key must hold those bytes first (an update applied before any round
+    registered version 1's kept key); code fetched from elsewhere is fetched under the
+    pipeline's name first, as before."""
+    key, meta = item
+    return not (kept_pipeline(key) is not None and meta.digest in here), key
 
 
 class CodeSync:
@@ -185,7 +188,8 @@ class CodeSync:
         needed = code_needed(self._pipelines())
         self._drop_unneeded(needed, spare=needed)
         complete = True
-        for name, meta in sorted(needed.items(), key=_kept_first):
+        here = {meta.digest for meta in self._distributor.held().values()}
+        for name, meta in sorted(needed.items(), key=lambda item: _round_order(item, here)):
             if self._stopping.is_set():
                 return False
             complete = self._ensure(name, meta) and complete
