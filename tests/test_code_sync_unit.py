@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kazoo.exceptions import ConnectionLoss
 
-from stratus.api.records import PendingUpdate, PipelineRecord, PipelineStatus
+from stratus.api.records import KeptVersion, PendingUpdate, PipelineRecord, PipelineStatus
 from stratus.codedist.code_sync import CodeSync, code_needed
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.errors import CodeUnavailableError
@@ -301,7 +301,8 @@ def test_a_submit_whose_upload_hangs_skips_the_leaders_code_check_instead_of_blo
 
 class StoreDistributor(FakeDistributor):
     """Packages stored once per digest, as the local store keeps them: a registration of bytes
-    already here needs no fetch; dropping a key deletes its bytes unless another key has them."""
+    already here needs no fetch; dropping a key, or registering other code under it, deletes
+    its bytes unless another key has them."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -314,7 +315,13 @@ class StoreDistributor(FakeDistributor):
             super().replicate(pipeline, meta)  # CodeUnavailableError with no other holder
             self.fetched.append(meta.digest)
             self.stored.add(meta.digest)
+        replaced = self.held_code.get(pipeline)
         self.held_code[pipeline] = meta
+        if replaced is not None and replaced.digest not in {
+            m.digest for m in self.held_code.values()
+        }:
+            self.stored.discard(replaced.digest)  # as the local store drops replaced code
+            self.deleted.append(replaced.digest)
 
     def cleanup(self, pipeline: str, digest: str | None = None) -> None:
         meta = self.held_code.get(pipeline)
@@ -390,3 +397,70 @@ def test_a_view_behind_an_applied_update_keeps_the_staged_bytes_until_held_by_na
 
     assert "digest-new" in distributor.stored
     assert distributor.held()["etl.update"] == CodeMeta("digest-new", 10)
+
+
+def rolled_back(name: str, current: str, kept: dict[int, str]) -> PipelineRecord:
+    """``name`` switched to the code ``current``, keeping the versions ``kept`` (number:
+    digest), as a rollback or a restart writes it."""
+    versions = [
+        KeptVersion(version=number, digest=digest, size_bytes=10, applied=0.0)
+        for number, digest in kept.items()
+    ]
+    return record(name, digest=current).model_copy(update={"versions": versions})
+
+
+def test_a_rollback_to_a_kept_version_leaves_the_code_held_to_lead_and_moves_it_without_a_fetch():
+    """The leader switched the record to version 1, whose bytes this nimbus holds under the
+    kept key ``etl.v1`` only: until its next round registers them under the name, it holds
+    the pipeline's code all the same (a leader that stepped down here would answer the
+    rollback's caller, and every next request, as not the leader)."""
+    records = {"etl": rolled_back("etl", "digest-v1", {1: "digest-v1", 2: "digest-v2"})}
+    distributor = StoreDistributor()
+    distributor.held_code = {
+        "etl": CodeMeta("digest-v2", 10),
+        "etl.v1": CodeMeta("digest-v1", 10),
+        "etl.v2": CodeMeta("digest-v2", 10),
+    }
+    distributor.stored = {"digest-v1", "digest-v2"}
+    sync = CodeSync(distributor, lambda: records, records.get, freq_secs=60, lost_fail_secs=30)
+    readiness = readiness_of(sync, lambda: records)
+
+    assert readiness.to_keep_leading() is None
+    assert readiness.to_lead() is None
+    assert sync.sync_once()
+
+    assert distributor.held()["etl"] == CodeMeta("digest-v1", 10)
+    assert distributor.fetched == []  # no other nimbus holds it: a fetch would have failed
+    assert distributor.deleted == []  # both versions are kept
+
+
+def test_another_pipelines_kept_copy_of_the_same_code_does_not_count():
+    records = {"etl": record("etl", digest="digest-shared")}
+    distributor = FakeDistributor()
+    distributor.held_code = {"other.v1": CodeMeta("digest-shared", 10)}
+    sync = CodeSync(distributor, lambda: records, records.get, freq_secs=60, lost_fail_secs=30)
+
+    assert sync.missing() == ["etl"]
+
+
+def test_an_update_applied_before_any_round_kept_version_1_keeps_its_bytes():
+    """The submit registered version 1 under the name only; the update applied at once. The
+    round must register version 1 under its kept key before version 2 under the name, whose
+    registration deletes the bytes it replaces once no key uses them."""
+    records = {"etl": rolled_back("etl", "digest-v2", {1: "digest-v1", 2: "digest-v2"})}
+    distributor = StoreDistributor()
+    distributor.held_code = {
+        "etl": CodeMeta("digest-v1", 10),
+        "etl.update": CodeMeta("digest-v2", 10),
+    }
+    distributor.stored = {"digest-v1", "digest-v2"}
+    sync = CodeSync(distributor, lambda: records, records.get, freq_secs=60, lost_fail_secs=30)
+
+    assert sync.sync_once()
+
+    assert distributor.held() == {
+        "etl": CodeMeta("digest-v2", 10),
+        "etl.v1": CodeMeta("digest-v1", 10),
+        "etl.v2": CodeMeta("digest-v2", 10),
+    }
+    assert distributor.stored == {"digest-v1", "digest-v2"}

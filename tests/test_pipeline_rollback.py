@@ -5,7 +5,8 @@ test_safe_updates_e2e.py).
 Each test is one scenario: a rollback runs the previous version with its conf and a new
 generation; the kept versions' packages stay on every nimbus and older ones are collected; a
 version no longer kept is a clear error that changes nothing; a FAILED pipeline restarts with
-its kept package; a restart of an unknown pipeline is a clear error.
+its kept package; a restart of an unknown pipeline is a clear error; a rollback leaves
+the leader leading while its code moves from the kept key to the pipeline's name.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from stratus.api.errors import InvalidTransitionError, UnknownPipelineError, Unk
 from stratus.api.records import AssignmentReason, PipelineRecord, PipelineStatus
 from stratus.cli.main import main
 from stratus.client import NimbusClient
+from stratus.codedist.code_locations import parse_holder_data
 from stratus.local.processes import NimbusProcess
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
@@ -159,6 +161,42 @@ def test_a_failed_pipeline_restarts_with_its_kept_package(cluster, client, zk_se
             30,
             "every nimbus to hold the restarted pipeline's code again",
         )
+
+
+def test_a_rollback_leaves_the_leader_leading_while_its_code_moves_under_the_name(
+    zk_server: ZooKeeperServer, tmp_path
+):
+    """The rolled-back version's bytes are held under its kept key until the next code sync
+    round registers them under the pipeline's name: the leader's code check between the two
+    must count them, or the leader steps down and the rollback's caller, and every request
+    after it, gets 421 until it leads again. No watch and a sync every 600 s: only the
+    leader's code check asks for that round. The update comes before any round registered
+    version 1 under its kept key: that round must keep version 1's bytes."""
+    extra = ["-c", "nimbus.code.watch=false", "-c", "nimbus.code.sync.freq.secs=600"]
+    with nimbus_cluster(zk_server.connect_string, tmp_path, "rollback-leads", 1, extra) as alone:
+        alone.wait_for_agreed_leader()
+        nimbus = alone.nimbuses[0]
+        term = alone.leader_seen_by(nimbus)
+        assert term is not None
+        with (
+            NimbusClient(alone.seeds, retry_deadline=30.0, request_timeout=10.0) as client,
+            kazoo_client(zk_server.connect_string) as zk,
+        ):
+            first = submitted(client, "steady", version("s1"))
+            client.update("steady", version("s2"))
+            holder = f"{alone.root}/code/steady/{nimbus.address}"
+
+            def registered() -> str | None:
+                held = parse_holder_data(zk.get(holder)[0]) if zk.exists(holder) else None
+                return held.digest if held is not None else None
+
+            wait_until(lambda: registered() not in (None, first.digest), 30, "version 2 held")
+
+            back = client.rollback("steady")
+
+            assert back.digest == first.digest
+            wait_until(lambda: registered() == first.digest, 30, "version 1 held by name")
+        assert alone.leader_seen_by(nimbus) == term  # the same leader, the same epoch
 
 
 def test_a_restart_of_an_unknown_pipeline_is_a_clear_error(cluster, client):

@@ -77,6 +77,17 @@ def _kept_code(record: PipelineRecord) -> dict[str, CodeMeta]:
     }
 
 
+def _round_order(item: tuple[str, CodeMeta], here: set[str]) -> tuple[bool, str]:
+    """The order of a round: first the kept keys whose bytes are ``here`` (digests held
+    under some key), then the others by key. Registering a pipeline's new code under its
+    name deletes the bytes it replaces unless a registered key still uses them, so a kept
+    version's key must hold those bytes first (an update applied before any round
+    registered version 1's kept key); code fetched from elsewhere is fetched under the
+    pipeline's name first, as before."""
+    key, meta = item
+    return not (kept_pipeline(key) is not None and meta.digest in here), key
+
+
 class CodeSync:
     """One nimbus's code sync thread and its may-lead answer; see the module docstring."""
 
@@ -139,6 +150,7 @@ class CodeSync:
             if name not in excused
             and not self._holds(name, meta)
             and not self._holds_staged(name, meta)
+            and not self._holds_kept(name, meta)
         ]
         if records is not None:
             return looks_missing
@@ -176,7 +188,8 @@ class CodeSync:
         needed = code_needed(self._pipelines())
         self._drop_unneeded(needed, spare=needed)
         complete = True
-        for name, meta in sorted(needed.items()):
+        here = {meta.digest for meta in self._distributor.held().values()}
+        for name, meta in sorted(needed.items(), key=lambda item: _round_order(item, here)):
             if self._stopping.is_set():
                 return False
             complete = self._ensure(name, meta) and complete
@@ -302,6 +315,19 @@ class CodeSync:
         if self._distributor.holds(staged_key(name), meta):
             self.request()  # register it under the name soon
             return True
+        return False
+
+    def _holds_kept(self, name: str, meta: CodeMeta) -> bool:
+        """Whether this nimbus holds ``meta`` as one of ``name``'s kept versions: between a
+        rollback (or the restart of a FAILED or FINISHED pipeline) switching the record to
+        a kept version and this nimbus's next round, the code is here, under its kept key."""
+        for key, held in self._distributor.held().items():
+            kept = kept_pipeline(key)
+            if kept is None or kept[0] != name or held != meta:
+                continue
+            if self._distributor.holds(key, meta):
+                self.request()  # register it under the name soon
+                return True
         return False
 
     def _note_found(self, name: str) -> None:
