@@ -495,7 +495,7 @@ def test_a_worker_whose_heartbeat_stops_is_killed_and_restarted(cluster) -> None
     with running(conf, cluster):
         cluster.assign(meta, mode="hang")
         pid_file = cluster.tmp_path / "s1" / "workers" / "etl" / "work" / "pid"
-        wait_until(pid_file.exists, 20, "the hanging worker to start")
+        wait_until(pid_file.exists, 60, "the hanging worker to start")  # a loaded machine
         first = int(pid_file.read_text())
         beat = cluster.wait_for_worker(WorkerState.FAILED)
         assert beat.restarts == 2
