@@ -93,9 +93,11 @@ class Terminals:
 
     def ctrl_c(self, name: str) -> int:
         """Ctrl-C in a daemon's terminal (SIGINT to its foreground group); its exit code."""
-        process = self.daemons.pop(name)
+        process = self.daemons[name]
         os.killpg(process.pid, signal.SIGINT)
-        return process.wait(timeout=60)
+        code = process.wait(timeout=60)
+        del self.daemons[name]  # one that does not stop is killed by close()
+        return code
 
     def close(self) -> None:
         for process in self.daemons.values():
@@ -151,7 +153,7 @@ def test_readme_by_hand_runs_as_written_with_the_finished_batchs_log(tmp_path):
         expect(terminals.run(submit_again), submit_again)
         answer = expect(terminals.run(new_leader), new_leader)
         assert f"leader: {other} (epoch 2)" in answer, answer
-        for name in list(terminals.daemons):
+        for name in reversed(list(terminals.daemons)):  # as started, backwards: ZooKeeper last
             assert terminals.ctrl_c(name) == 0, name
     finally:
         terminals.close()

@@ -3,7 +3,9 @@
 One ZooKeeper, three ``stratus nimbus`` and two ``stratus supervisor`` processes (by default),
 with short timeouts so that failures show in seconds; with ``state_store="pacemaker"`` two
 ``stratus pacemaker`` processes too, which carry every heartbeat. ``close()`` stops them all
-(SIGTERM, then SIGKILL), and the supervisors stop their workers. Ctrl-C cannot cut
+(SIGTERM, then SIGKILL), and the supervisors stop their workers; the workers of a
+supervisor that had to be killed first are killed by their ``process.json`` proof
+(``processes.kill_left_workers``), so none outlives the cluster. Ctrl-C cannot cut
 ``close()`` short: an interrupted stop would leave processes behind. With ``ha_mode="zkfc"``
 the nimbuses never elect themselves: each has a ``stratus zkfc`` beside it, also a child
 process::

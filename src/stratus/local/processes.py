@@ -29,6 +29,8 @@
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import signal
 import subprocess
 import sys
@@ -41,7 +43,10 @@ import httpx
 from stratus.errors import StratusError
 from stratus.process import ProcessGroup
 from stratus.security.client_auth import NO_AUTH, ClientAuth
+from stratus.supervisor.adoption import ProcessRecord
 from stratus.supervisor.daemon import STOP_WITH_WORKERS
+
+log = logging.getLogger(__name__)
 
 READY_TIMEOUT_SECS = 30.0
 STOP_TIMEOUT_SECS = 15.0
@@ -279,11 +284,40 @@ class SupervisorProcess(DaemonProcess):
         if workers and self.is_running():
             self.signal(signal.SIGCONT)
             self.signal(STOP_WITH_WORKERS)
-        return super().stop(timeout)
+        code = super().stop(timeout)
+        if workers:
+            kill_left_workers(self.local_dir, self.id)
+        return code
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_SECS) -> None:
         """Wait for its ``supervisor <id> running`` line."""
         self._wait_for_line(f"supervisor {self.id} running", f"supervisor {self.id}", timeout)
+
+
+def kill_left_workers(local_dir: Path, supervisor: str) -> list[int]:
+    """SIGKILL the workers (their process groups) and worker monitors that a supervisor
+    stopped with its workers left running on ``local_dir``: it had to be killed before it
+    stopped them. Each is proven by its ``process.json`` (pid and start time), so no other
+    process is signalled; the monitors' pids, each logged."""
+    killed = []
+    for record_file in sorted(local_dir.glob("workers/*/process.json")):
+        record = ProcessRecord.read(record_file.parent)
+        if record is None or not record.monitor_alive():
+            continue
+        if record.worker_alive():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(record.worker.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(record.monitor.pid, signal.SIGKILL)
+        log.warning(
+            "event=worker_left_killed supervisor=%s pipeline=%s monitor_pid=%d worker_pid=%d",
+            supervisor,
+            record.pipeline,
+            record.monitor.pid,
+            record.worker.pid,
+        )
+        killed.append(record.monitor.pid)
+    return killed
 
 
 class PacemakerProcess(DaemonProcess):
