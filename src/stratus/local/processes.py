@@ -295,20 +295,20 @@ class SupervisorProcess(DaemonProcess):
 
 
 def kill_left_workers(local_dir: Path, supervisor: str) -> list[int]:
-    """SIGKILL the workers (their process groups) and worker monitors that a supervisor
+    """SIGKILL the workers (their process groups) and their monitors that a supervisor
     stopped with its workers left running on ``local_dir``: it had to be killed before it
     stopped them. Each is proven by its ``process.json`` (pid and start time), so no other
     process is signalled; the monitors' pids, each logged."""
     killed = []
     for record_file in sorted(local_dir.glob("workers/*/process.json")):
         record = ProcessRecord.read(record_file.parent)
-        if record is None or not record.monitor_alive():
-            continue
-        if record.worker_alive():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(record.worker.pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(record.monitor.pid, signal.SIGKILL)
+        if record is None or not record.worker_alive():
+            continue  # a monitor whose worker ended writes its exit.json and goes by itself
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(record.worker.pid, signal.SIGKILL)
+        if record.monitor_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(record.monitor.pid, signal.SIGKILL)
         log.warning(
             "event=worker_left_killed supervisor=%s pipeline=%s monitor_pid=%d worker_pid=%d",
             supervisor,
