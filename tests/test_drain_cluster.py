@@ -73,7 +73,10 @@ class Drains:
     def supervisor(self, sid: str, *, slots: int, warm: bool = False) -> Supervisor:
         """A supervisor of ``slots``; with ``warm`` a warm pool of stand-in warm workers."""
         conf = self.cluster.conf(
-            sid, **self.conf_overrides(sid, slots), **{"supervisor.worker.warm": warm}
+            sid,
+            **self.conf_overrides(sid, slots),
+            **{"supervisor.worker.warm": warm},
+            **({"supervisor.worker.warm.memory.mb": 4096} if warm else {}),
         )
         warm_script = self.script.with_name("warm_stand_in.py")
         warm_script.write_text(WARM_STAND_IN)
