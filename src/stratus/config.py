@@ -935,8 +935,8 @@ class StratusConfig(BaseModel):
         description="memory, in MiB, the warm workers may use together (each counted at its "
         "measured resident memory, JVM included, once up); default: a quarter of the "
         "machine's memory or of the supervisor's cgroup limit, whichever is less; 0: no "
-        "warm workers. None starts while the machine's available memory is short (see "
-        "docs/supervisor.md)",
+        "warm workers; and no warm worker starts while the machine's available memory is "
+        "short (see docs/supervisor.md)",
     )
     supervisor_worker_adopt: bool = Field(
         default=True,
