@@ -38,8 +38,9 @@ Parts (``--part``, repeatable; all by default):
   measured in the same run (its first start, with no failure, from its assignment to its
   first batch). The ratio is the kill's total over that sum.
 
-  ``--warm`` runs the part with warm starts off, on (``supervisor.worker.warm``), or both
-  (the default), each on a cluster of its own. The target for warm starts has two parts:
+  ``--warm`` runs the part with warm starts off (``supervisor.worker.warm=false``), on (the
+  supervisors' defaults: warm workers within a budget derived from this machine's memory),
+  or both (the default), each on a cluster of its own. The target for warm starts has two parts:
   the p50 of kill -9 → first new batch at most the detection timeout + 6 s (a moved query's
   first batch restores its state store and reads the outage's backlog: seconds, even on a
   warm session), and at most half the cold moves' p50 in the same run (``--warm both``).
@@ -494,7 +495,7 @@ def kill_part_once(
         f"(stratus.local.cluster); the {EXAMPLE.name} example; kills: {args.rounds}"
     )
     workdir = Path(tempfile.mkdtemp(prefix="stratus-bench-reassign-"))
-    options = ["-c", "supervisor.worker.warm=true"] if warm else []
+    options = [] if warm else ["-c", "supervisor.worker.warm=false"]  # warm: the default
     cluster = LocalCluster(workdir, console, nimbuses=1, supervisors=2, supervisor_options=options)
     memory: list[tuple[float, float]] = []
     try:
@@ -502,6 +503,7 @@ def kill_part_once(
         cold, rounds = run_kill_rounds(cluster, args.rounds, console, warm=warm)
         if warm:
             memory = warm_memory()
+            show_warm_budgets(cluster, console)
     except (StratusError, BenchError) as exc:
         raise BenchError(f"kill: {exc} (logs kept in {workdir})") from exc
     finally:
@@ -514,6 +516,21 @@ def kill_part_once(
         result.verdicts.append(memory_verdict(memory))
         result.samples["kill_warm_on"]["warm_rss_mib"] = memory
     return result, [r.start.total for r in rounds]
+
+
+def show_warm_budgets(cluster: LocalCluster, console: Console) -> None:
+    """What each supervisor's registration says of its warm workers and their memory (the
+    defaults: a budget derived from this machine)."""
+    with NimbusClient(cluster.seeds, retry_deadline=30) as client:
+        for supervisor in client.cluster().supervisors:
+            warm = supervisor.warm
+            if warm is None:
+                continue
+            held = f", held: {warm.held.value} ({warm.why})" if warm.held else ""
+            console.print(
+                f"{supervisor.id}: machine {warm.machine_mb} MiB, warm budget "
+                f"{warm.budget_mb} MiB, {warm.up} warm workers up using {warm.used_mb} MiB{held}"
+            )
 
 
 def wait_warm(cluster: LocalCluster, sid: str, count: int) -> None:

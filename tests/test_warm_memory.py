@@ -17,7 +17,7 @@ from stratus.api.records import WarmHeld, WarmMemory
 from stratus.config import load_config
 from stratus.errors import ConfigError
 from stratus.supervisor.registration import WARM_USE_STEP_MB, _shows_the_same
-from stratus.supervisor.settings import warm_settings
+from stratus.supervisor.settings import WarmSettings, warm_settings
 from stratus.supervisor.warm_memory import (
     BUDGET_ENV_VAR,
     MIB,
@@ -187,7 +187,7 @@ def test_the_registration_is_rewritten_for_events_not_for_drift() -> None:
 # ---------------------------------------------------------------------- the configuration
 
 
-def settings_of(*overrides: str):  # type: ignore[no-untyped-def]
+def settings_of(*overrides: str) -> WarmSettings:
     return warm_settings(load_config(overrides=overrides, environ={}))
 
 
