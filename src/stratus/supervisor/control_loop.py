@@ -259,10 +259,16 @@ class ControlLoop:
         self._answer_fence_orders()
         round_ = self.heartbeat_round()
         if self._warm is not None and not self._shutting_down:
-            beats = round_.workers.values()
-            starting = any(beat.state is WorkerState.STARTING for beat in beats)
-            self._warm.keep(self.free_for_warm(), pipelines_starting=starting)
+            self._warm.keep(self.free_for_warm(), pipelines_starting=self._starting(round_))
         self._offer(round_)
+
+    def _starting(self, round_: HeartbeatRound) -> bool:
+        """Whether a pipeline's worker process runs and has not said RUNNING yet (its JVM
+        is starting: no warm worker starts beside it)."""
+        return any(
+            worker.alive and round_.workers[name].state is WorkerState.STARTING
+            for name, worker in self.workers.items()
+        )
 
     def _hand_lease(self) -> None:
         """Write the lease's end to ``lease_file`` when it changed, before any worker starts:
