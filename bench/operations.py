@@ -312,7 +312,7 @@ def run_drains(args: argparse.Namespace, console: Console) -> list[Outcome]:
             if warm:  # the target's warm workers up (the pipeline's own took one elsewhere)
                 source = steady_beat(cluster, client).supervisor
                 target = next(s.id for s in cluster.supervisors if s.id != source)
-                wait_warm(cluster, target, SLOTS)
+                wait_warm(client, target, SLOTS)
             outcomes.append(measure(cluster, client, "drain", setting, console))
     return outcomes
 

@@ -100,6 +100,7 @@ from stratus.api.records import (
     Assignment,
     PipelineRecord,
     PipelineStatus,
+    WarmMemory,
     WorkerHeartbeat,
     WorkerState,
 )
@@ -455,16 +456,15 @@ def run_kill_rounds(
             if warm:  # the other supervisor's warm workers up before the first kill
                 for supervisor in cluster.supervisors:
                     if supervisor.id != cold.supervisor:
-                        wait_warm(cluster, supervisor.id, SLOTS)
+                        wait_warm(client, supervisor.id, SLOTS)
             results: list[KillRound] = []
             for number in range(1, rounds + 1):
                 results.append(kill_round(cluster, client, cold.pipeline, number, console))
                 if number < rounds:  # somewhere to move to next time, and a steady pipeline
                     victim = results[-1].victim
-                    ready = warm_ready_count(cluster, victim)
                     restart(cluster, client, victim)
-                    if warm:
-                        wait_warm(cluster, victim, ready + SLOTS)
+                    if warm:  # restarted empty: a warm worker per slot
+                        wait_warm(client, victim, SLOTS)
                     wait_steady(client, results[-1].start)
             return cold, results
     finally:
@@ -533,23 +533,21 @@ def show_warm_budgets(cluster: LocalCluster, console: Console) -> None:
             )
 
 
-def wait_warm(cluster: LocalCluster, sid: str, count: int) -> None:
-    """Wait until ``count`` warm workers of ``sid`` have said that their Spark is up."""
-    poll_until(
-        f"{sid}'s warm workers to be ready",
-        lambda: warm_ready_count(cluster, sid) >= count,
-        WARM_READY_WAIT_SECS,
-    )
+def wait_warm(client: NimbusClient, sid: str, count: int) -> None:
+    """Wait until ``sid``'s registration counts ``count`` ready warm workers (their Spark up);
+    BenchError naming what holds them back, if memory does, at the wait's end."""
+    shown: list[WarmMemory | None] = [None]
 
+    def ready() -> bool:
+        found = next((s for s in client.cluster().supervisors if s.id == sid), None)
+        shown[0] = found.warm if found is not None else None
+        return shown[0] is not None and shown[0].ready >= count
 
-def warm_ready_count(cluster: LocalCluster, sid: str) -> int:
-    """How many warm workers of ``sid`` have said that their Spark is up, ever (each warm
-    worker's monitor keeps its log in a directory of its own under ``warm/``)."""
-    count = 0
-    for log in (cluster.supervisor(sid).local_dir / "warm").glob("*/warm.log"):
-        with contextlib.suppress(OSError):
-            count += log.read_text(errors="replace").count("event=warm_worker_ready")
-    return count
+    try:
+        poll_until(f"{sid}'s warm workers to be ready", ready, WARM_READY_WAIT_SECS)
+    except BenchError as exc:
+        why = shown[0].why if shown[0] is not None else None
+        raise BenchError(f"{exc}{f' (held back: {why})' if why else ''}") from None
 
 
 def warm_memory() -> list[tuple[float, float]]:
