@@ -14,8 +14,8 @@ processing-time trigger of ``TRIGGER_SECS``), fed a file of events a second:
 * **nimbus-rolling**: every nimbus stopped and started again, one after the other, the
   leader last (a failover);
 * **drain**: ``stratus drain`` of the supervisor running it: the pipeline moves to the other
-  supervisor, cold (no warm worker there) or warm (``supervisor.worker.warm``: a worker with
-  its Spark up waits there).
+  supervisor, cold (``supervisor.worker.warm=false``: no warm worker there) or warm (the
+  default: a worker with its Spark up waits there).
 
 The supervisor and nimbus operations run twice, on a cluster with worker adoption
 (``supervisor.worker.adopt``, the default) and on one without, side by side in one run; the
@@ -307,12 +307,12 @@ def run_drains(args: argparse.Namespace, console: Console) -> list[Outcome]:
         return outcomes
     for warm in (False, True):
         setting = "warm" if warm else "cold"
-        options = ["-c", "supervisor.worker.warm=true"] if warm else []
+        options = [] if warm else ["-c", "supervisor.worker.warm=false"]  # warm: the default
         with running_cluster(options, console, f"drain, {setting}") as (cluster, client):
             if warm:  # the target's warm workers up (the pipeline's own took one elsewhere)
                 source = steady_beat(cluster, client).supervisor
                 target = next(s.id for s in cluster.supervisors if s.id != source)
-                wait_warm(cluster, target, SLOTS)
+                wait_warm(client, target, SLOTS)
             outcomes.append(measure(cluster, client, "drain", setting, console))
     return outcomes
 

@@ -38,8 +38,9 @@ Parts (``--part``, repeatable; all by default):
   measured in the same run (its first start, with no failure, from its assignment to its
   first batch). The ratio is the kill's total over that sum.
 
-  ``--warm`` runs the part with warm starts off, on (``supervisor.worker.warm``), or both
-  (the default), each on a cluster of its own. The target for warm starts has two parts:
+  ``--warm`` runs the part with warm starts off (``supervisor.worker.warm=false``), on (the
+  supervisors' defaults: warm workers within a budget derived from this machine's memory),
+  or both (the default), each on a cluster of its own. The target for warm starts has two parts:
   the p50 of kill -9 → first new batch at most the detection timeout + 6 s (a moved query's
   first batch restores its state store and reads the outage's backlog: seconds, even on a
   warm session), and at most half the cold moves' p50 in the same run (``--warm both``).
@@ -99,6 +100,7 @@ from stratus.api.records import (
     Assignment,
     PipelineRecord,
     PipelineStatus,
+    WarmMemory,
     WorkerHeartbeat,
     WorkerState,
 )
@@ -454,16 +456,15 @@ def run_kill_rounds(
             if warm:  # the other supervisor's warm workers up before the first kill
                 for supervisor in cluster.supervisors:
                     if supervisor.id != cold.supervisor:
-                        wait_warm(cluster, supervisor.id, SLOTS)
+                        wait_warm(client, supervisor.id, SLOTS)
             results: list[KillRound] = []
             for number in range(1, rounds + 1):
                 results.append(kill_round(cluster, client, cold.pipeline, number, console))
                 if number < rounds:  # somewhere to move to next time, and a steady pipeline
                     victim = results[-1].victim
-                    ready = warm_ready_count(cluster, victim)
                     restart(cluster, client, victim)
-                    if warm:
-                        wait_warm(cluster, victim, ready + SLOTS)
+                    if warm:  # restarted empty: a warm worker per slot
+                        wait_warm(client, victim, SLOTS)
                     wait_steady(client, results[-1].start)
             return cold, results
     finally:
@@ -494,7 +495,7 @@ def kill_part_once(
         f"(stratus.local.cluster); the {EXAMPLE.name} example; kills: {args.rounds}"
     )
     workdir = Path(tempfile.mkdtemp(prefix="stratus-bench-reassign-"))
-    options = ["-c", "supervisor.worker.warm=true"] if warm else []
+    options = [] if warm else ["-c", "supervisor.worker.warm=false"]  # warm: the default
     cluster = LocalCluster(workdir, console, nimbuses=1, supervisors=2, supervisor_options=options)
     memory: list[tuple[float, float]] = []
     try:
@@ -502,6 +503,7 @@ def kill_part_once(
         cold, rounds = run_kill_rounds(cluster, args.rounds, console, warm=warm)
         if warm:
             memory = warm_memory()
+            show_warm_budgets(cluster, console)
     except (StratusError, BenchError) as exc:
         raise BenchError(f"kill: {exc} (logs kept in {workdir})") from exc
     finally:
@@ -516,23 +518,36 @@ def kill_part_once(
     return result, [r.start.total for r in rounds]
 
 
-def wait_warm(cluster: LocalCluster, sid: str, count: int) -> None:
-    """Wait until ``count`` warm workers of ``sid`` have said that their Spark is up."""
-    poll_until(
-        f"{sid}'s warm workers to be ready",
-        lambda: warm_ready_count(cluster, sid) >= count,
-        WARM_READY_WAIT_SECS,
-    )
+def show_warm_budgets(cluster: LocalCluster, console: Console) -> None:
+    """What each supervisor's registration says of its warm workers and their memory (the
+    defaults: a budget derived from this machine)."""
+    with NimbusClient(cluster.seeds, retry_deadline=30) as client:
+        for supervisor in client.cluster().supervisors:
+            warm = supervisor.warm
+            if warm is None:
+                continue
+            held = f", held: {warm.held.value} ({warm.why})" if warm.held else ""
+            console.print(
+                f"{supervisor.id}: machine {warm.machine_mb} MiB, warm budget "
+                f"{warm.budget_mb} MiB, {warm.up} warm workers up using {warm.used_mb} MiB{held}"
+            )
 
 
-def warm_ready_count(cluster: LocalCluster, sid: str) -> int:
-    """How many warm workers of ``sid`` have said that their Spark is up, ever (each warm
-    worker's monitor keeps its log in a directory of its own under ``warm/``)."""
-    count = 0
-    for log in (cluster.supervisor(sid).local_dir / "warm").glob("*/warm.log"):
-        with contextlib.suppress(OSError):
-            count += log.read_text(errors="replace").count("event=warm_worker_ready")
-    return count
+def wait_warm(client: NimbusClient, sid: str, count: int) -> None:
+    """Wait until ``sid``'s registration counts ``count`` ready warm workers (their Spark up);
+    BenchError naming what holds them back, if memory does, at the wait's end."""
+    shown: list[WarmMemory | None] = [None]
+
+    def ready() -> bool:
+        found = next((s for s in client.cluster().supervisors if s.id == sid), None)
+        shown[0] = found.warm if found is not None else None
+        return shown[0] is not None and shown[0].ready >= count
+
+    try:
+        poll_until(f"{sid}'s warm workers to be ready", ready, WARM_READY_WAIT_SECS)
+    except BenchError as exc:
+        why = shown[0].why if shown[0] is not None else None
+        raise BenchError(f"{exc}{f' (held back: {why})' if why else ''}") from None
 
 
 def warm_memory() -> list[tuple[float, float]]:

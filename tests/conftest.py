@@ -12,6 +12,10 @@
 - ``kdc`` (session): a real MIT Kerberos KDC on loopback (``tests/kdc.py``), realm
   ``STRATUS.TEST``; the test skips, saying why, when the KDC's packages are missing and
   cannot be installed.
+- ``warm_defaults`` (function): warm workers as a supervisor keeps them by default. Without
+  it, every supervisor of the run, in this process or a child, keeps none: warm workers are
+  Spark JVMs, and the run's many supervisors would start them by the dozen
+  (``STRATUS_WARM_MEMORY_MB=0``, the derived budget's override, is set here at import).
 
 No ZooKeeper JVM outlives the run: fixtures stop what they start, every server has a
 finalizer that kills its JVM at interpreter exit, on Linux the kernel kills JVMs whose parent
@@ -21,18 +25,28 @@ died, and ``pytest_sessionfinish`` kills any ZooKeeper child process still left.
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from stratus.supervisor.warm_memory import BUDGET_ENV_VAR
 from stratus.zk.ensemble import ZooKeeperEnsemble
 from stratus.zk.server import ZooKeeperServer
 from tests.kdc import Kdc, KdcUnavailableError, running_kdc
 from tests.zkfixtures import chroot_for, kazoo_client, kill_left_workers, kill_stray_zookeepers
 
 SHARED_TICK_MS = 100
+os.environ[BUDGET_ENV_VAR] = "0"  # no warm workers by default; see ``warm_defaults``
+
+
+@pytest.fixture
+def warm_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Supervisors started by the test, here or in child processes, keep warm workers as
+    they do by default (the budget derived from the machine's memory)."""
+    monkeypatch.delenv(BUDGET_ENV_VAR)
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -70,10 +70,18 @@ class Drains:
             "supervisor.slots": slots,
         }
 
-    def supervisor(self, sid: str, *, slots: int, warm: bool = False) -> Supervisor:
-        """A supervisor of ``slots``; with ``warm`` a warm pool of stand-in warm workers."""
+    def supervisor(
+        self, sid: str, *, slots: int, warm: bool | None = False, **extra: object
+    ) -> Supervisor:
+        """A supervisor of ``slots``; with ``warm`` a warm pool of stand-in warm workers
+        (None: the defaults decide, see ``test_warm_defaults``)."""
+        asked = {} if warm is None else {"supervisor.worker.warm": warm}
         conf = self.cluster.conf(
-            sid, **self.conf_overrides(sid, slots), **{"supervisor.worker.warm": warm}
+            sid,
+            **self.conf_overrides(sid, slots),
+            **asked,
+            **({"supervisor.worker.warm.memory.mb": 4096} if warm else {}),
+            **extra,
         )
         warm_script = self.script.with_name("warm_stand_in.py")
         warm_script.write_text(WARM_STAND_IN)
@@ -127,11 +135,16 @@ class Drains:
 
 @contextmanager
 def drains(
-    zk_server: ZooKeeperServer, tmp_path: Path, name: str, *, nimbuses: int = 1
+    zk_server: ZooKeeperServer,
+    tmp_path: Path,
+    name: str,
+    *,
+    nimbuses: int = 1,
+    extra: Sequence[str] = (),
 ) -> Iterator[Drains]:
     with (
         nimbus_cluster(
-            zk_server.connect_string, tmp_path, name, size=nimbuses, extra=OPTIONS
+            zk_server.connect_string, tmp_path, name, size=nimbuses, extra=[*OPTIONS, *extra]
         ) as cluster,
         kazoo_client(zk_server.connect_string) as zk,
     ):

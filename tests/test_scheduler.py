@@ -59,6 +59,7 @@ def plan(
     capacity: Mapping[str, int],
     keep_on: set[str] | None = None,
     timed_out: set[str] | None = None,
+    warm: Mapping[str, int] | None = None,
 ) -> Plan:
     return plan_round(
         pipelines=pipelines,
@@ -68,6 +69,7 @@ def plan(
         timed_out=timed_out or set(),
         epoch=EPOCH,
         now=NOW,
+        warm=warm,
     )
 
 
@@ -158,6 +160,31 @@ def test_a_dead_supervisors_pipelines_move_to_the_supervisors_with_most_room() -
         "p2": "b",
     }
     assert result.unassign == []
+
+
+def test_a_dead_supervisors_pipelines_go_where_warm_workers_are_ready_first() -> None:
+    pipelines = records(*(record(f"p{i}", submitted=i) for i in range(3)))
+    current = {name: assignment(r, "dead") for name, r in pipelines.items()}
+    capacity = {"roomy": 8, "warm": 2}
+    result = plan(
+        pipelines, current, capacity=capacity, keep_on={"roomy", "warm"}, warm={"warm": 1}
+    )
+    # the oldest takes the one ready warm worker; the others go where the room is
+    assert result.moved == {
+        "p0": ("dead", "warm"),
+        "p1": ("dead", "roomy"),
+        "p2": ("dead", "roomy"),
+    }
+    cold = plan(pipelines, current, capacity=capacity, keep_on={"roomy", "warm"})
+    assert {target for _, target in cold.moved.values()} == {"roomy"}  # without: the room
+
+
+def test_a_timed_out_worker_moves_where_a_warm_worker_is_ready() -> None:
+    etl = record("etl")
+    current = {"etl": assignment(etl, "a")}
+    capacity = {"a": 5, "roomy": 5, "warm": 1}
+    result = plan(records(etl), current, capacity=capacity, timed_out={"etl"}, warm={"warm": 1})
+    assert result.moved == {"etl": ("a", "warm")}
 
 
 def test_a_dead_supervisors_pipeline_with_no_room_elsewhere_is_unassigned() -> None:

@@ -1,5 +1,8 @@
 """Warm workers (``supervisor.worker.warm``): a pipeline starts in a process whose Spark is up.
 
+The run's supervisors keep no warm worker by default (``tests/conftest.py``): these set
+``supervisor.worker.warm.memory.mb``; the defaults are ``test_warm_defaults``'s.
+
 The choice between a warm and a cold start is pure logic (``cold_reason``). The pool's
 scenarios run an in-process ``Supervisor`` on a real ZooKeeper with real processes: a
 stand-in warm worker (the warm contract in milliseconds: a spec path on stdin, then the
@@ -40,6 +43,7 @@ from tests.test_supervisor import SPARK, SPARK_SECS, Cluster, all_gone, descenda
 from tests.zkfixtures import kazoo_client, process_gone, wait_until
 
 MASTER = "local[1]"
+WARM_BUDGET_MB = 4096  # room for two warm workers at their estimate before they are measured
 
 WARM_STAND_IN = '''
 """A stand-in warm worker: waits for a spec path on stdin, then heartbeats RUNNING as the
@@ -156,7 +160,12 @@ def warm_supervisor(cluster: Cluster, **extra: Any) -> Iterator[Supervisor]:
     script = cluster.tmp_path / "warm_stand_in.py"
     script.write_text(WARM_STAND_IN)
     conf: StratusConfig = cluster.conf(
-        **{"supervisor.worker.warm": True, "supervisor.slots": 2, **extra}
+        **{
+            "supervisor.worker.warm": True,
+            "supervisor.worker.warm.memory.mb": WARM_BUDGET_MB,
+            "supervisor.slots": 2,
+            **extra,
+        }
     )
     supervisor = Supervisor(
         conf, worker_command=cluster.worker_command, warm_command=[sys.executable, str(script)]
@@ -297,9 +306,10 @@ def test_a_pipeline_handed_to_a_warm_worker_is_adopted_across_a_restart_and_idle
         assert after.restarts == 0
 
 
-def test_without_the_setting_no_warm_worker_runs(cluster) -> None:
+def test_with_the_setting_false_no_warm_worker_runs(cluster) -> None:
     meta = cluster.code.upload("etl")
-    supervisor = Supervisor(cluster.conf(), worker_command=cluster.worker_command)
+    conf = cluster.conf(**{"supervisor.worker.warm": False})
+    supervisor = Supervisor(conf, worker_command=cluster.worker_command)
     supervisor.start()
     try:
         cluster.assign(meta)
@@ -321,7 +331,11 @@ def test_a_pipeline_runs_in_a_warm_spark_worker_and_a_killed_supervisor_leaves_n
     pipeline_conf = passthrough_conf(tmp_path / "in", tmp_path / "out")
     options = cluster.options(
         **SPARK,
-        **{"pipeline.checkpoint.root": tmp_path / "checkpoints", "supervisor.worker.warm": True},
+        **{
+            "pipeline.checkpoint.root": tmp_path / "checkpoints",
+            "supervisor.worker.warm": True,
+            "supervisor.worker.warm.memory.mb": WARM_BUDGET_MB,
+        },
     )
     supervisor = SupervisorProcess(options, id="s1", slots=1, log_dir=tmp_path)
     try:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from stratus.supervisor.warm_memory import BUDGET_ENV_VAR
 from tests.zkfixtures import descendants, left_behind
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -31,11 +32,12 @@ COUNTED = re.compile(r"(?P<fed>\d+) events fed, (?P<counted>\d+) counted in its 
 
 
 def _environment() -> dict[str, str]:
-    """This process's environment with no trace of this checkout."""
+    """This process's environment with no trace of this checkout, nor of the test run's
+    settings: the demo runs as ``make run`` runs it, warm workers by default included."""
     env = {
         key: value
         for key, value in os.environ.items()
-        if key not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"}
+        if key not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", BUDGET_ENV_VAR}
     }
     env["COLUMNS"] = "200"
     return env

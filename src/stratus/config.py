@@ -920,12 +920,23 @@ class StratusConfig(BaseModel):
         "crashes in a row",
     )
     supervisor_worker_warm: bool = Field(
-        default=False,
+        default=True,
         alias="supervisor.worker.warm",
-        description="keep one warm worker per free slot: a process whose SparkSession is "
-        "already up with the cluster's default static conf, so that an assigned pipeline "
-        "whose static conf matches starts in it in about a second; each costs the memory of "
-        "an idle Spark driver (see docs/supervisor.md)",
+        description="keep a warm worker per free slot, within supervisor.worker.warm.memory.mb: "
+        "a process whose SparkSession is already up with the cluster's default static conf, "
+        "so that an assigned pipeline whose static conf matches starts in it in about a "
+        "second; left unset, it is on only where workers run as the supervisor's user and "
+        "pipeline.spark.master is local[...] (see docs/supervisor.md); false: none",
+    )
+    supervisor_worker_warm_memory_mb: int | None = Field(
+        default=None,
+        ge=0,
+        alias="supervisor.worker.warm.memory.mb",
+        description="memory, in MiB, the warm workers may use together (each counted at its "
+        "measured resident memory, JVM included, once up); default: a quarter of the "
+        "machine's memory or of the supervisor's cgroup limit, whichever is less; 0: no "
+        "warm workers; and no warm worker starts while the machine's available memory is "
+        "short (see docs/supervisor.md)",
     )
     supervisor_worker_adopt: bool = Field(
         default=True,
@@ -1268,7 +1279,8 @@ class StratusConfig(BaseModel):
                 "supervisor.worker.run.as is `shared`: supervisor.worker.users must name "
                 f"exactly one user (it names {len(users)})"
             )
-        if mode != "supervisor" and self.supervisor_worker_warm:
+        warm_asked = "supervisor_worker_warm" in self.model_fields_set
+        if mode != "supervisor" and self.supervisor_worker_warm and warm_asked:
             raise ValueError(
                 "supervisor.worker.warm works only with supervisor.worker.run.as `supervisor`: "
                 "a warm worker starts before it knows its pipeline, hence its user"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from stratus.api.records import PipelineWorkers
+from stratus.api.records import PipelineWorkers, WarmMemory
 
 
 class SupervisorStatus(BaseModel):
@@ -29,6 +29,9 @@ class SupervisorStatus(BaseModel):
     cordoned: bool = Field(default=False, description="it takes no new pipeline")
     draining: bool = Field(default=False, description="its pipelines are being moved away")
     warm_ready: int = Field(default=0, description="warm workers ready, as its heartbeat says")
+    warm: WarmMemory | None = Field(
+        default=None, description="its warm workers and their memory, as its registration says"
+    )
 
 
 class SupervisorList(BaseModel):

@@ -336,6 +336,43 @@ class NimbusSummary(BaseModel):
     )
 
 
+class WarmHeld(StrEnum):
+    """Why a supervisor keeps fewer warm workers than it has free slots, or none."""
+
+    OFF = "off"  # supervisor.worker.warm false, or supervisor.worker.warm.memory.mb 0
+    RUN_AS = "run_as"  # left unset, with workers run as other users: off
+    MASTER = "master"  # left unset, with a pipeline.spark.master that is no local[...]: off
+    BUDGET = "budget"  # another one would pass supervisor.worker.warm.memory.mb
+    MEMORY_SHORT = "memory_short"  # the machine's available memory is short
+
+
+class WarmMemory(_Record):
+    """A supervisor's warm workers and the memory they may use, as its registration shows
+    them (``docs/supervisor.md``, "Warm workers")."""
+
+    machine_mb: int | None = Field(
+        description="the machine's memory, or the supervisor's cgroup limit where lower, "
+        "MiB; null: unknown (no /proc/meminfo)"
+    )
+    budget_mb: int = Field(
+        description="what its warm workers may use together "
+        "(supervisor.worker.warm.memory.mb, or derived), MiB"
+    )
+    used_mb: int = Field(
+        default=0,
+        description="what its warm workers use: each one up at its measured resident memory "
+        "(its process tree, JVM included), one still starting at an estimate, MiB",
+    )
+    up: int = Field(default=0, description="warm workers alive, ready or starting")
+    ready: int = Field(default=0, description="warm workers whose Spark is up")
+    held: WarmHeld | None = Field(
+        default=None,
+        description="why it keeps fewer warm workers than free slots, or none; null: "
+        "nothing holds them back",
+    )
+    why: str | None = Field(default=None, description="the reason of `held`, in words")
+
+
 class SupervisorSummary(_Record):
     """One supervisor, as its ephemeral ``<root>/supervisors/<id>`` holds it."""
 
@@ -349,6 +386,11 @@ class SupervisorSummary(_Record):
         description="host:port of its endpoint (worker logs, health, metrics); null: none",
     )
     endpoint_tls: bool = Field(default=False, description="its endpoint serves https")
+    warm: WarmMemory | None = Field(
+        default=None,
+        description="its warm workers and their memory; null: not reported yet (or a "
+        "supervisor of an older release)",
+    )
 
 
 class SupervisorCordon(RewrittenRecord, _Record):

@@ -1,10 +1,11 @@
 """What ``stratus cluster`` shows, in every ``-o`` format: the leader, the nimbuses, the
 supervisors (registered or cordoned) and the pipelines.
 
-Without ``-o`` it is the leader's line and three tables; ``-o wide`` adds the leader's epoch
-and whether a nimbus serves without TLS and tokens, each supervisor's endpoint, start and
-cordon (when, by whom), and the pipelines' wide columns (``pipeline_views.py``);
-``-o json`` and ``-o yaml`` are the API's ``ClusterSummary``::
+Without ``-o`` it is the leader's line and three tables (a supervisor's warm workers and
+their memory in its ``warm`` cell); ``-o wide`` adds the leader's epoch and whether a nimbus
+serves without TLS and tokens, each supervisor's machine memory, why its warm workers are
+held back, its endpoint, start and cordon (when, by whom), and the pipelines' wide columns
+(``pipeline_views.py``); ``-o json`` and ``-o yaml`` are the API's ``ClusterSummary``::
 
     show_cluster(out, OutputFormat.WIDE, client.cluster(), where=placements(overview))
 """
@@ -23,6 +24,8 @@ from stratus.api.records import (
     NimbusSummary,
     SupervisorCordon,
     SupervisorSummary,
+    WarmHeld,
+    WarmMemory,
 )
 from stratus.api.redaction import redact_record
 from stratus.cli.output import (
@@ -34,7 +37,8 @@ from stratus.cli.output import (
     records_table,
     when,
 )
-from stratus.cli.pipeline_views import show_pipelines
+from stratus.cli.pipeline_views import format_size, show_pipelines
+from stratus.supervisor.warm_memory import MIB
 
 
 def show_cluster(
@@ -122,12 +126,49 @@ def scheduling_text(cordon: SupervisorCordon | None) -> Text:
     return Text("cordoned", style="yellow")
 
 
+_OFF = frozenset({WarmHeld.OFF, WarmHeld.RUN_AS, WarmHeld.MASTER})
+
+
+def _warm(row: SupervisorRow) -> WarmMemory | None:
+    return None if row.registered is None else row.registered.warm
+
+
+def warm_text(warm: WarmMemory | None) -> Text:
+    """The warm workers in a cell: ``2 up, 1.4 GiB of 6.0 GiB``, what holds them back
+    (``held: budget``), or ``off (run_as)``."""
+    if warm is None:
+        return Text("-")
+    if warm.held in _OFF or (warm.budget_mb == 0 and warm.up == 0):
+        return Text(f"off ({warm.held.value if warm.held else 'budget'})", style="dim")
+    text = Text(
+        f"{warm.up} up, {format_size(warm.used_mb * MIB)} of {format_size(warm.budget_mb * MIB)}"
+    )
+    if warm.held is not None:
+        text.append(f", held: {warm.held.value}", style="yellow")
+    return text
+
+
+def _machine_text(row: SupervisorRow) -> str:
+    warm = _warm(row)
+    if warm is None or warm.machine_mb is None:
+        return "-"
+    return format_size(warm.machine_mb * MIB)
+
+
+def _held_why(row: SupervisorRow) -> str:
+    warm = _warm(row)
+    return "-" if warm is None or warm.why is None else warm.why
+
+
 SUPERVISOR_COLUMNS: list[Column[SupervisorRow]] = [
     Column("supervisor", lambda r: r.id),
     Column("host", lambda r: "(not registered)" if r.registered is None else r.registered.host),
     Column("slots", lambda r: _registered(r, "slots")),
     Column("used", lambda r: _registered(r, "used")),
+    Column("warm", lambda r: warm_text(_warm(r))),
     Column("scheduling", lambda r: scheduling_text(r.cordon)),
+    Column("memory", _machine_text, wide=True),
+    Column("warm held because", _held_why, wide=True),
     Column("endpoint", lambda r: (r.registered and r.registered.endpoint) or "-", wide=True),
     Column(
         "started",

@@ -136,7 +136,7 @@ class LocalCluster:
         user: UserSettings | None = None,
     ) -> None:
         """``supervisor_options``: more ``-c key=value`` options of every supervisor (a
-        benchmark's ``supervisor.worker.warm=true``); ``user``: the user's settings, which
+        benchmark's ``supervisor.worker.warm=false``); ``user``: the user's settings, which
         every daemon gets on top of the cluster's tuning (``stratus.local.user_settings``)."""
         if ha_mode not in HA_MODES:
             raise ValueError(f"ha_mode must be one of {', '.join(HA_MODES)}, not {ha_mode!r}")

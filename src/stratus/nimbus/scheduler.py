@@ -26,7 +26,9 @@ The rules, in the order a round applies them:
 3. The pipelines of supervisors not in ``keep_on`` (judged dead), the ACTIVE pipelines with
    no assignment, and those whose worker timed out are then placed, oldest submit first
    (then by name), each on the supervisor with the most free slots (ties: fewer pipelines
-   there, then the id), which spreads them across the nodes. A timed-out one goes to another
+   there, then the id), which spreads them across the nodes; a pipeline that moves (a dead
+   supervisor's, a timed-out one) prefers a supervisor with a ready warm worker (``warm``),
+   where its new worker skips the Spark start. A timed-out one goes to another
    supervisor than its own, or stays where it is when no other has room; a dead supervisor's
    pipeline that finds no room is unassigned (and placed again once room appears).
 4. An ACTIVE pipeline with no assignment whose worker a supervisor not judged dead still
@@ -56,7 +58,7 @@ Only supervisors of ``capacity`` that are also in ``keep_on`` take new work, nev
 their slots; the pipelines that stay on a supervisor count against its slots. A supervisor
 that already runs more than its slots (it came back with fewer) keeps them but gets nothing
 new. A round costs O((P + S) log S) for P pipelines and S supervisors: the free slots are a
-heap, not a scan per pipeline; only a drained pipeline's choice of a warm worker scans the
+heap, not a scan per pipeline; only a moved pipeline's choice of a warm worker scans the
 supervisors that report one.
 """
 
@@ -249,7 +251,7 @@ class _Round:
                 self.assign[name] = self._assignment(name, record, target)
                 self.note(name, record, AssignmentReason.PLACED, target, None)
         elif current.supervisor not in keep_on:
-            target = slots.take()
+            target = slots.take(prefer_warm=True)  # its Spark is up there: the gap shrinks
             self.moved[name] = (current.supervisor, target)
             if target is None:
                 self.unassign.append(name)
@@ -259,7 +261,7 @@ class _Round:
                 reason = AssignmentReason.SUPERVISOR_DEAD
                 self.note(name, record, reason, target, current.supervisor)
         else:  # timed out on a live supervisor: elsewhere, or nowhere
-            target = slots.take(avoid=current.supervisor)
+            target = slots.take(avoid=current.supervisor, prefer_warm=True)
             if target is not None:
                 slots.release(current.supervisor)
                 self.moved[name] = (current.supervisor, target)

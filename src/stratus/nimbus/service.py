@@ -219,6 +219,7 @@ class NimbusService:
                     cordoned=cordon is not None,
                     draining=cordon is not None and cordon.drain,
                     warm_ready=beat.warm_ready if beat is not None else 0,
+                    warm=reg.warm,
                 )
             )
         return SupervisorList(supervisors=found)

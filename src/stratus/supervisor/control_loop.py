@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Protocol
 
 from stratus.api.clock import Clock
-from stratus.api.records import Assignment, RunOutcome, SupervisorHeartbeat
+from stratus.api.records import Assignment, RunOutcome, SupervisorHeartbeat, WorkerState
 from stratus.supervisor.adoption import ProcessRecord
 from stratus.supervisor.assignment_reader import AssignmentsRead, ReadFailed
 from stratus.supervisor.fence import Lease
@@ -152,7 +152,7 @@ class CodeLauncher(Launcher, Protocol):
 class WarmKeeper(Protocol):
     """The warm workers (``WarmPool``): kept to a number, stopped with the supervisor."""
 
-    def keep(self, wanted: int) -> None: ...
+    def keep(self, wanted: int, *, pipelines_starting: bool = False) -> None: ...
 
     def stop(self) -> None: ...
 
@@ -257,9 +257,18 @@ class ControlLoop:
         self._step_orphans(now)
         self._sweep()
         self._answer_fence_orders()
+        round_ = self.heartbeat_round()
         if self._warm is not None and not self._shutting_down:
-            self._warm.keep(self.free_for_warm())
-        self._offer(self.heartbeat_round())
+            self._warm.keep(self.free_for_warm(), pipelines_starting=self._starting(round_))
+        self._offer(round_)
+
+    def _starting(self, round_: HeartbeatRound) -> bool:
+        """Whether a pipeline's worker process runs and has not said RUNNING yet (its JVM
+        is starting: no warm worker starts beside it)."""
+        return any(
+            worker.alive and round_.workers[name].state is WorkerState.STARTING
+            for name, worker in self.workers.items()
+        )
 
     def _hand_lease(self) -> None:
         """Write the lease's end to ``lease_file`` when it changed, before any worker starts:

@@ -51,6 +51,8 @@ from stratus.api.records import (
     ClusterIdentity,
     RunOutcome,
     SupervisorSummary,
+    WarmHeld,
+    WarmMemory,
     WorkerHeartbeat,
 )
 from stratus.codedist.distributor import CodeDistributor
@@ -97,6 +99,7 @@ from stratus.supervisor.run_logs import (
 from stratus.supervisor.run_outcome import RunEnd
 from stratus.supervisor.run_records import RunBook, newest_change
 from stratus.supervisor.settings import SupervisorSettings
+from stratus.supervisor.warm_memory import MIB, read_machine, warm_budget
 from stratus.supervisor.warm_pool import WarmPool
 from stratus.supervisor.worker_access import TRAVERSE_DIR_MODE, closed_to_others
 from stratus.supervisor.worker_env import worker_environment
@@ -152,6 +155,7 @@ class Supervisor:
         self._worker_command = worker_command
         self._warm_command = warm_command  # a test's stand-in warm worker
         self.warm: WarmPool | None = None  # with supervisor.worker.warm, once started
+        self._warm_off: WarmMemory | None = None  # why there are none, when there are none
         self._clock = clock
         self._wall = wall
         self._stopped = threading.Event()
@@ -400,6 +404,7 @@ class Supervisor:
                 workers=self._worker_beats,
                 fences=lambda: self.lease.fences,
                 lease_held=self._lease_held,
+                warm=self.warm_memory,
                 wall=self._wall,
             ),
             ready=self._readiness,
@@ -503,22 +508,64 @@ class Supervisor:
         return distributor
 
     def _warm_pool(self) -> WarmPool | None:
-        """The warm workers, if ``supervisor.worker.warm``; stopped with the supervisor."""
-        if not self.settings.warm.enabled:
+        """The warm workers, if ``supervisor.worker.warm`` (as resolved: ``warm_settings``)
+        and a budget above 0 (``warm_memory``); stopped with the supervisor. Why there are
+        none is logged once and shown in the registration."""
+        settings = self.settings.warm
+        machine = read_machine()
+        total = None if machine is None else machine.total // MIB
+        if not settings.enabled:
+            self._warm_off = WarmMemory(
+                machine_mb=total, budget_mb=0, held=settings.off, why=settings.off_why
+            )
+            log.info(
+                "event=warm_workers_off supervisor=%s reason=%s why=%r",
+                self.id,
+                settings.off.value if settings.off else "-",
+                settings.off_why,
+            )
+            return None
+        try:
+            budget = warm_budget(settings.memory_mb, machine, os.environ)
+        except ValueError as exc:
+            raise SupervisorStartError(str(exc)) from None
+        log.info(
+            "event=warm_workers supervisor=%s budget_mb=%d source=%r machine_mb=%s",
+            self.id,
+            budget.mb,
+            budget.source,
+            total if total is not None else "unknown",
+        )
+        if budget.bytes == 0:
+            why = f"the warm workers' budget is 0 MiB ({budget.source})"
+            self._warm_off = WarmMemory(
+                machine_mb=total, budget_mb=0, held=WarmHeld.BUDGET, why=why
+            )
             return None
         spec = self.settings.spec
         pool = WarmPool(
-            self.settings.warm,
+            settings,
             spec.spark_master,
             self.local_dir / "warm",
             env=worker_environment(os.environ, spec.env_names, {}),
             log=self.settings.log,
             command=self._warm_command,
             monitor=self._monitor_settings(),
+            budget=budget,
         )
         self._opened.append(pool.stop)  # the loop stops it; this, if the loop never ran
         self.warm = pool
         return pool
+
+    def warm_memory(self) -> WarmMemory | None:
+        """The warm workers and their memory, as the registration shows them (any thread)."""
+        return self.warm.memory if self.warm is not None else self._warm_off
+
+    def _show_warm(self) -> None:
+        """After a heartbeat round: the registration shows the warm workers' memory."""
+        memory = self.warm_memory()
+        if memory is not None:
+            self.registration.update_warm(memory)
 
     def _monitor_settings(self) -> MonitorSettings:
         """Who the workers' monitors say they belong to, and whether the supervisor holds
@@ -556,6 +603,7 @@ class Supervisor:
             on_used=self.registration.update_used,
             may_renew=self._may_renew_lease(),
             warm_ready=warm.ready_count if warm is not None else None,
+            after_round=self._show_warm,
             clock=self._clock,
         )
 

@@ -11,7 +11,8 @@ leader may not reach. The heartbeats of workers the supervisor no longer holds a
 including those a previous life of this supervisor left behind. The registration's ``used``
 count follows each round. With ``warm_ready`` (the warm pool's count of ready warm workers)
 each round's supervisor heartbeat says how many are ready at its write, which the leader
-prefers when it places a drained pipeline. Writes may block while the store is
+prefers when it places a moved pipeline; ``after_round`` runs after each round written (the
+registration then shows the warm workers' memory). Writes may block while the store is
 unreachable: they run on this thread, never on the control loop's, which fences on its own
 clock::
 
@@ -74,6 +75,7 @@ class HeartbeatPublisher:
         on_used: Callable[[int], None] = lambda _used: None,
         may_renew: Callable[[], bool] = lambda: True,
         warm_ready: Callable[[], int] | None = None,
+        after_round: Callable[[], None] = lambda: None,
         clock: Clock = time.monotonic,
     ) -> None:
         self._board = board
@@ -83,6 +85,7 @@ class HeartbeatPublisher:
         self._on_used = on_used
         self._may_renew = may_renew
         self._warm_ready = warm_ready
+        self._after_round = after_round  # after each round written (the registration's warm)
         self._renewing = True  # the last round's may_renew (its change is logged)
         self._clock = clock
         self._lock = threading.Lock()
@@ -130,6 +133,7 @@ class HeartbeatPublisher:
         if round_.used != self._used:
             self._on_used(round_.used)
             self._used = round_.used
+        self._after_round()
         return True
 
     def _with_warm(self, round_: HeartbeatRound) -> HeartbeatRound:

@@ -119,7 +119,7 @@ class WorkerLauncher:
                 spec.pipeline,
                 spec.epoch,
                 self._supervisor,
-                reason or "no warm worker is ready",
+                reason or self._warm.why_cold(),
             )
         env = worker_environment(os.environ, self._settings.env_names, spec.conf)
         command = list(self._command or default_worker_command())

@@ -1,6 +1,7 @@
 """The supervisor's Prometheus metrics, in a registry of its own, scraped at its endpoint's
 ``GET /metrics``: what every daemon shows (``stratus.web.metrics``: build info, process),
-its lease and fences, and one series per worker it holds (pipelines bounded by its slots).
+its lease and fences, and one series per worker it holds (pipelines bounded by its slots);
+the machine's memory and the warm workers' (their budget, use, number, and why fewer).
 
 Every worker series is labelled ``supervisor`` and ``pipeline`` and read at the scrape from
 the supervisor's last round of heartbeats, so a worker that is gone disappears with it. The
@@ -21,7 +22,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from stratus.api.clock import Clock
-from stratus.api.records import WorkerHeartbeat, WorkerState
+from stratus.api.records import WarmHeld, WarmMemory, WorkerHeartbeat, WorkerState
+from stratus.supervisor.warm_memory import MIB, Machine, read_machine
 from stratus.web.metrics import CONTENT_TYPE_LATEST, CallbackCounter, daemon_registry, exposition
 
 __all__ = ["CONTENT_TYPE_LATEST", "SupervisorMetrics"]
@@ -39,11 +41,15 @@ class SupervisorMetrics(Collector):
         workers: Callable[[], Sequence[WorkerHeartbeat]],
         fences: Callable[[], int],
         lease_held: Callable[[], bool],
+        warm: Callable[[], WarmMemory | None] = lambda: None,
+        machine: Callable[[], Machine | None] = read_machine,
         wall: Clock = time.time,
     ) -> None:
         self._supervisor = supervisor
         self._workers = workers
         self._lease_held = lease_held
+        self._warm = warm
+        self._machine = machine
         self._wall = wall
         self.registry = daemon_registry("supervisor")
         CallbackCounter(
@@ -112,6 +118,51 @@ class SupervisorMetrics(Collector):
             rate.add_metric(labels, sum(q.processed_rows_per_second for q in beat.queries))
             age.add_metric(labels, max(0.0, now - beat.time))
         yield from (up, restarts, batch, rows, rate, age)
+        yield from self._memory()
+
+    def _memory(self) -> Iterator[Metric]:
+        """The machine's memory now, and the warm workers' as the supervisor last saw them."""
+        supervisor = self._supervisor
+        machine = self._machine()
+        if machine is not None:
+            for name, what, value in (
+                ("total", "the machine's memory (the cgroup's limit where lower)", machine.total),
+                ("available", "the machine's available memory", machine.available),
+            ):
+                gauge = GaugeMetricFamily(
+                    f"stratus_supervisor_memory_{name}_bytes", what, labels=["supervisor"]
+                )
+                gauge.add_metric([supervisor], float(value))
+                yield gauge
+        warm = self._warm()
+        if warm is None:
+            return
+        for name, what, value in (
+            ("memory_budget_bytes", "memory the warm workers may use together", warm.budget_mb),
+            ("memory_bytes", "memory the warm workers use (measured once up)", warm.used_mb),
+        ):
+            gauge = GaugeMetricFamily(
+                f"stratus_supervisor_warm_{name}", what, labels=["supervisor"]
+            )
+            gauge.add_metric([supervisor], float(value * MIB))
+            yield gauge
+        workers = GaugeMetricFamily(
+            "stratus_supervisor_warm_workers",
+            "warm workers alive, by state (starting, ready)",
+            labels=["supervisor", "state"],
+        )
+        workers.add_metric([supervisor, "starting"], float(warm.up - warm.ready))
+        workers.add_metric([supervisor, "ready"], float(warm.ready))
+        yield workers
+        held = GaugeMetricFamily(
+            "stratus_supervisor_warm_held",
+            "1 for the reason the supervisor keeps fewer warm workers than free slots (or "
+            "none), 0 for the others",
+            labels=["supervisor", "reason"],
+        )
+        for reason in WarmHeld:
+            held.add_metric([supervisor, reason.value], float(warm.held is reason))
+        yield held
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # read at every scrape; nothing to check at registration

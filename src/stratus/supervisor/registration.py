@@ -13,6 +13,7 @@ session expiry (``EphemeralNodes``) and its ``used`` count can change; ``close``
     registration = SupervisorRegistration(client, paths, summary, board=board, wait_secs=12)
     registration.claim()                 # else DuplicateSupervisorError
     registration.update_used(3)
+    registration.update_warm(pool.memory)   # the warm workers' memory, when it changed
     registration.close()
 """
 
@@ -31,7 +32,7 @@ from kazoo.protocol.states import ZnodeStat
 from pydantic import ValidationError
 
 from stratus.api.clock import Clock
-from stratus.api.records import SupervisorHeartbeat, SupervisorSummary
+from stratus.api.records import SupervisorHeartbeat, SupervisorSummary, WarmMemory
 from stratus.errors import StratusError
 from stratus.files import write_atomically
 from stratus.supervisor.errors import DuplicateSupervisorError
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 
 POLL_SECS = 0.2
 UPDATE_DEADLINE_SECS = 1.0  # an update while ZooKeeper is slow is left to the nodes' thread
+WARM_USE_STEP_MB = 64  # a change of the warm workers' use this large is written
 
 
 class SessionRecord:
@@ -129,6 +131,15 @@ class SupervisorRegistration:
         self.summary = self.summary.model_copy(update={"used": used})
         self._nodes.add(self.path, self.summary.encode(), deadline=UPDATE_DEADLINE_SECS)
 
+    def update_warm(self, warm: WarmMemory) -> None:
+        """Record the warm workers' memory when what it shows changed: their number, the
+        budget, why they are held back, or their use by ``WARM_USE_STEP_MB`` or more
+        (resident memory drifts: not a write per drift)."""
+        if not self._claimed or _shows_the_same(self.summary.warm, warm):
+            return
+        self.summary = self.summary.model_copy(update={"warm": warm})
+        self._nodes.add(self.path, self.summary.encode(), deadline=UPDATE_DEADLINE_SECS)
+
     def close(self) -> None:
         """Delete the node (the session's end would too) and stop re-creating it."""
         if self._claimed:
@@ -189,3 +200,11 @@ class SupervisorRegistration:
             f"{why}); give this supervisor another id (--id NAME or -c supervisor.id=NAME), "
             "or stop the other one first"
         )
+
+
+def _shows_the_same(shown: WarmMemory | None, now: WarmMemory) -> bool:
+    """Whether the registration's ``shown`` still tells what ``now`` does."""
+    if shown is None:
+        return False
+    drift = abs(shown.used_mb - now.used_mb) < WARM_USE_STEP_MB
+    return drift and shown.model_copy(update={"used_mb": now.used_mb}) == now

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 
 from stratus.api.locations import is_local_master
-from stratus.api.records import ClusterIdentity
+from stratus.api.records import ClusterIdentity, WarmHeld
 from stratus.client_settings import package_limits
 from stratus.codedist.factory import DistributorSettings
 from stratus.codedist.package_check import PackageLimits
@@ -109,10 +109,45 @@ class SpecSettings:
 
 @dataclass(frozen=True)
 class WarmSettings:
-    """The supervisor's warm workers (``supervisor.worker.warm``)."""
+    """The supervisor's warm workers (``supervisor.worker.warm``, ``.memory.mb``)."""
 
-    enabled: bool = False  # supervisor.worker.warm
+    enabled: bool = False  # supervisor.worker.warm, as resolved by ``warm_settings``
     backoff_secs: float = 1.0  # supervisor.worker.restart.backoff.secs: after a warm one died
+    memory_mb: int | None = None  # supervisor.worker.warm.memory.mb; None: derived
+    off: WarmHeld | None = None  # why they are off, when they are
+    off_why: str | None = None  # the same, in words (logged at the start, shown in the view)
+
+
+def warm_settings(conf: StratusConfig) -> WarmSettings:
+    """Warm workers as the configuration asks. Left unset, ``supervisor.worker.warm`` is on
+    only where a warm worker can serve and costs no more than memory: workers run as the
+    supervisor's user (a warm worker starts before it knows its pipeline, hence its user)
+    and ``pipeline.spark.master`` is ``local[...]`` (on a cluster, each warm worker would
+    hold an application and its executors there). Set to true, it is on with a local or a
+    cluster master (the configuration refuses it with other users)."""
+    backoff = conf.supervisor_worker_restart_backoff_secs
+    memory_mb = conf.supervisor_worker_warm_memory_mb
+    asked = "supervisor_worker_warm" in conf.model_fields_set
+    off: tuple[WarmHeld, str] | None = None
+    if not conf.supervisor_worker_warm:
+        off = (WarmHeld.OFF, "supervisor.worker.warm is false")
+    elif memory_mb == 0:
+        off = (WarmHeld.OFF, "supervisor.worker.warm.memory.mb is 0")
+    elif not asked and conf.supervisor_worker_run_as != "supervisor":
+        off = (
+            WarmHeld.RUN_AS,
+            f"supervisor.worker.run.as is {conf.supervisor_worker_run_as!r}: a warm worker "
+            "starts before it knows its pipeline's user",
+        )
+    elif not asked and not is_local_master(conf.pipeline_spark_master):
+        off = (
+            WarmHeld.MASTER,
+            "pipeline.spark.master is not local[...]: a warm worker would hold an application "
+            "on the cluster; set supervisor.worker.warm to true to keep them there",
+        )
+    if off is not None:
+        return WarmSettings(False, backoff, memory_mb, off[0], off[1])
+    return WarmSettings(True, backoff, memory_mb)
 
 
 @dataclass(frozen=True)
@@ -280,10 +315,7 @@ class SupervisorSettings:
                 insecure=conf.nimbus_auth_insecure,
                 cluster_hosts=_cluster_hosts(conf),
             ),
-            warm=WarmSettings(
-                enabled=conf.supervisor_worker_warm,
-                backoff_secs=conf.supervisor_worker_restart_backoff_secs,
-            ),
+            warm=warm_settings(conf),
             users=UserSettings(
                 run_as=conf.supervisor_worker_run_as,
                 users=tuple(conf.supervisor_worker_users),

@@ -2,16 +2,17 @@
 
 With ``supervisor.worker.warm``, the control loop keeps as many warm workers as it has free
 slots (slots less the workers whose process runs), so a warm worker and the pipelines' workers
-together never pass ``supervisor.slots``. A warm worker is ready once its Spark is up (it
-creates ``ready-<pid>`` in the pool's directory). When a worker is to start, the launcher asks
-``cold_reason`` whether its pipeline fits the warm session; if it does, ``hand_over`` writes
-its spec as for a cold start and gives the hand-over to a ready warm worker's monitor
-(``worker_monitor``: each warm worker runs under one, in ``<warm>/<n>/``, as a cold worker
-does) on its stdin, a pipe only the supervisor holds; the monitor switches the log to the
-pipeline's run log, then gives the spec's path to the warm worker. From then on the process
-is that pipeline's worker like any other (a ``WorkerProcess``: its heartbeat file, its log,
-its stop and kill, its adoption by a supervisor started again), and the pool starts another
-warm worker once a slot is free again.
+together never pass ``supervisor.slots``, and as many as memory allows (``warm_memory``: a
+budget, the machine's available memory; they start one at a time). A warm worker is ready once
+its Spark is up (it creates ``ready-<pid>`` in the pool's directory). When a worker is to
+start, the launcher asks ``cold_reason`` whether its pipeline fits the warm session; if it
+does, ``hand_over`` writes its spec as for a cold start and gives the hand-over to a ready warm
+worker's monitor (``worker_monitor``: each warm worker runs under one, in ``<warm>/<n>/``, as a
+cold worker does) on its stdin, a pipe only the supervisor holds; the monitor switches the log
+to the pipeline's run log, then gives the spec's path to the warm worker. From then on the
+process is that pipeline's worker like any other (a ``WorkerProcess``: its heartbeat file, its
+log, its stop and kill, its adoption by a supervisor started again), and the pool starts
+another warm worker once a slot is free again.
 
 A warm worker that exits before a hand-over is replaced after a back-off that doubles at
 every such death in a row (up to ``MAX_BACKOFF_FACTOR`` times
@@ -21,8 +22,10 @@ supervisor: ``stop`` closes their monitors' stdin, and so does the kernel when t
 supervisor is killed, and a monitor that sees EOF before a hand-over SIGKILLs its warm
 worker's group (nothing to adopt there)::
 
-    pool = WarmPool(settings.warm, "local[*]", local_dir / "warm", env=env, monitor=monitor)
+    pool = WarmPool(settings.warm, "local[*]", local_dir / "warm", env=env, monitor=monitor,
+                    budget=warm_budget(None, read_machine(), os.environ))
     pool.keep(free_slots)                   # every tick of the control loop
+    pool.memory                             # what its supervisor's registration shows
     cold_reason(spec, code, "local[*]")     # None: a warm worker can run it
     pool.hand_over(spec, paths)             # a WorkerProcess, or None if none is ready
     pool.stop()
@@ -36,18 +39,31 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from stratus.api.clock import Clock
 from stratus.api.pipeline_conf import env_entries
+from stratus.api.records import WarmHeld, WarmMemory
 from stratus.files import PRIVATE_DIR_MODE
 from stratus.process import KILL_WAIT_SECS
 from stratus.supervisor.adoption import ProcessRecord, identity, warm_identity
 from stratus.supervisor.code_cache import PipelineCode
 from stratus.supervisor.errors import WorkerStartError
 from stratus.supervisor.settings import WarmSettings
+from stratus.supervisor.warm_memory import (
+    ESTIMATE_BYTES,
+    MEASURE_SECS,
+    MIB,
+    Budget,
+    Machine,
+    WarmInputs,
+    WarmPlan,
+    groups_rss,
+    plan_warm,
+    read_machine,
+)
 from stratus.supervisor.worker_log import LogSettings
 from stratus.supervisor.worker_monitor import (
     Handover,
@@ -99,6 +115,7 @@ class _Warm:
     directory: Path  # <warm>/<n>/: its monitor's files, its ready file, its log
     monitor: subprocess.Popen[bytes]
     record: ProcessRecord
+    rss: int | None = None  # bytes, its monitor's and its own process groups, once ready
 
     @property
     def pid(self) -> int:
@@ -119,10 +136,21 @@ class WarmPool:
         monitor: MonitorSettings,
         log: LogSettings | None = None,
         command: Sequence[str] | None = None,
+        budget: Budget,
+        machine: Callable[[], Machine | None] = read_machine,
+        rss: Callable[[Iterable[int]], dict[int, int]] = groups_rss,
         clock: Clock = time.monotonic,
     ) -> None:
         self.master = master
         self._settings = settings
+        self._budget = budget
+        self._read_machine = machine
+        self._read_rss = rss
+        self._machine: Machine | None = None
+        self._next_measure = 0.0
+        self._estimate = ESTIMATE_BYTES
+        self._held: WarmHeld | None = None
+        self.memory = WarmMemory(machine_mb=None, budget_mb=budget.mb)  # at every ``keep``
         self._directory = directory
         self._env = dict(env)
         self._monitor = monitor
@@ -146,15 +174,29 @@ class WarmPool:
         another thread (it reads a copy of the list and the ready files)."""
         return sum(self._is_ready(warm) for warm in list(self._warm))
 
-    def keep(self, wanted: int) -> None:
-        """Notice the warm workers that died; stop those past ``wanted``; start one if fewer
-        (one per call: the control loop calls often, and JVMs start one at a time)."""
+    def keep(self, wanted: int, *, pipelines_starting: bool = False) -> None:
+        """Notice the warm workers that died; stop those past ``wanted`` or past what memory
+        allows (``plan_warm``); start one if fewer, when none is starting (JVMs start one at
+        a time) and no pipeline's worker is (``pipelines_starting``: a spare never slows
+        a pipeline's start)."""
         now = self._clock()
         self._reap(now)
-        while len(self._warm) > max(0, wanted):
-            self._kill(self._warm.pop(), "not_needed")
-        if len(self._warm) < wanted and now >= self._next_start:
+        if now >= self._next_measure:
+            self._measure(now)
+        plan = plan_warm(self._inputs(wanted, pipelines_starting))
+        while len(self._warm) > plan.keep:
+            past_wanted = len(self._warm) > max(0, wanted)
+            reason = "not_needed" if past_wanted or plan.held is None else plan.held.value
+            self._kill(self._warm.pop(), reason)
+            self._next_measure = now  # what it freed shows in the next measurement
+        if plan.start and now >= self._next_start:
             self._start()
+        self._note(plan)
+
+    def why_cold(self) -> str:
+        """Why no warm worker was ready for a pipeline, for the cold start's log line."""
+        why = self.memory.why
+        return f"no warm worker is ready ({why})" if why else "no warm worker is ready"
 
     def hand_over(self, spec: WorkerSpec, paths: WorkerPaths) -> WorkerProcess | None:
         """Run ``spec`` in a warm worker that is ready (its Spark up); None if none is. The
@@ -200,6 +242,61 @@ class WarmPool:
         """Stop every warm worker (nothing of theirs is worth a grace)."""
         while self._warm:
             self._kill(self._warm.pop(), "supervisor_stopping")
+
+    # ------------------------------------------------------------------ memory
+
+    def _measure(self, now: float) -> None:
+        """The machine's memory, and each ready warm worker's (its monitor's process group
+        and its own: the worker and its JVM); the estimate of the next one follows the
+        largest measured."""
+        self._next_measure = now + MEASURE_SECS
+        self._machine = self._read_machine()
+        ready = [warm for warm in self._warm if self._is_ready(warm)]
+        if not ready:
+            return
+        groups = self._read_rss(
+            {pid for warm in ready for pid in (warm.record.monitor.pid, warm.pid)}
+        )
+        for warm in ready:
+            warm.rss = groups.get(warm.record.monitor.pid, 0) + groups.get(warm.pid, 0)
+        self._estimate = max(warm.rss for warm in ready if warm.rss is not None)
+
+    def _inputs(self, wanted: int, pipelines_starting: bool = False) -> WarmInputs:
+        costs = [self._estimate if warm.rss is None else warm.rss for warm in self._warm]
+        return WarmInputs(
+            wanted=wanted,
+            costs=costs,
+            starting=sum(warm.rss is None for warm in self._warm) + pipelines_starting,
+            budget=self._budget.bytes,
+            estimate=self._estimate,
+            machine=self._machine,
+        )
+
+    def _note(self, plan: WarmPlan) -> None:
+        """The report of ``memory``, and a log line when memory starts or stops holding
+        warm workers back."""
+        machine = self._machine
+        costs = self._inputs(0).costs
+        self.memory = WarmMemory(
+            machine_mb=None if machine is None else machine.total // MIB,
+            budget_mb=self._budget.mb,
+            used_mb=sum(costs) // MIB,
+            up=len(self._warm),
+            ready=sum(self._is_ready(warm) for warm in self._warm),
+            held=plan.held,
+            why=plan.why,
+        )
+        if plan.held is not self._held:
+            self._held = plan.held
+            if plan.held is None:
+                log.info("event=warm_workers_not_held up=%d", len(self._warm))
+            else:
+                log.warning(
+                    "event=warm_workers_held reason=%s up=%d why=%r",
+                    plan.held.value,
+                    len(self._warm),
+                    plan.why,
+                )
 
     # ------------------------------------------------------------------ its processes
 
