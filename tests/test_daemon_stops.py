@@ -1,6 +1,7 @@
 """A daemon's stop is bounded whatever ZooKeeper does: gone, or frozen and silent.
 
-Real ``stratus nimbus`` processes on a ZooKeeper of the test's own, real signals. Each wait
+Real ``stratus nimbus`` and supervisor processes (the latter with the stand-in worker of
+``test_supervisor``) on a ZooKeeper of the test's own, real signals. Each wait
 is bounded generously (a stop used to take more than a minute without ZooKeeper): the
 tests prove that the process exits cleanly, never how fast.
 """
@@ -14,11 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from stratus.api.records import WorkerState
 from stratus.local.processes import NimbusProcess
+from stratus.supervisor.daemon import STOP_WITH_WORKERS
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import SESSION_SECS
-from tests.zkfixtures import wait_until
+from tests.test_adoption import supervisor_run
+from tests.test_supervisor import Cluster
+from tests.zkfixtures import descendants, kazoo_client, left_behind, process_gone, wait_until
 
 STOP_BOUND_SECS = 20.0  # generous: what is proven is an exit, not its speed
 
@@ -103,3 +108,65 @@ def test_a_nimbus_whose_zookeeper_froze_exits_on_sigterm(
     finally:
         os.kill(pid, signal.SIGCONT)
         nimbus.kill()
+
+
+# ---------------------------------------------------------------------- supervisors
+
+
+@pytest.fixture
+def own_cluster(zk_long_sessions: ZooKeeperServer, tmp_path: Path) -> Iterator[Cluster]:
+    with kazoo_client(zk_long_sessions.connect_string) as zk:
+        yield Cluster(zk, zk_long_sessions.connect_string, tmp_path)
+
+
+@pytest.fixture
+def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
+    with kazoo_client(zk_hosts) as zk:
+        yield Cluster(zk, zk_hosts, tmp_path)
+
+
+def two_running_workers(cluster: Cluster) -> list[int]:
+    """etl and etl2 assigned to s1 and running: their pids."""
+    for name in ("etl", "etl2"):
+        cluster.assign(cluster.code.upload(name), name)
+    pids = [cluster.wait_for_worker(WorkerState.RUNNING, name).pid for name in ("etl", "etl2")]
+    return [pid for pid in pids if pid is not None]
+
+
+def test_a_supervisor_stopped_with_its_workers_while_zookeeper_is_frozen_leaves_none(
+    own_cluster: Cluster, zk_long_sessions: ZooKeeperServer
+) -> None:
+    """Its last heartbeat, its run records and its unregistration each waited on ZooKeeper
+    in turn; now the workers stop together, without ZooKeeper, and what follows gets
+    zookeeper.stop.wait.secs in all: it exits by itself, its workers gone."""
+    zk_pid = zk_long_sessions.pid
+    assert zk_pid is not None
+    with supervisor_run(own_cluster, **{"zookeeper.session.timeout.secs": 30.0}) as run:
+        run.start()
+        assert len(two_running_workers(own_cluster)) == 2
+        assert run.group is not None
+        started = descendants(run.group.pid)  # the workers and their monitors
+        os.kill(zk_pid, signal.SIGSTOP)
+        try:
+            run.signal(STOP_WITH_WORKERS)
+            run.signal(signal.SIGTERM)
+            assert run.group.wait(STOP_BOUND_SECS) == 0, run.log.read_text()[-3000:]
+        finally:
+            os.kill(zk_pid, signal.SIGCONT)
+        assert left_behind(started) == []
+
+
+def test_ctrl_c_stops_a_supervisor_and_leaves_its_workers_running_as_sigterm_does(
+    cluster: Cluster,
+) -> None:
+    """A terminal's Ctrl-C is SIGINT to its whole foreground process group: the supervisor
+    leaves, and its workers, each in a session of its own with its monitor, never hear it."""
+    with supervisor_run(cluster) as run:
+        run.start()
+        pids = two_running_workers(cluster)
+        assert run.group is not None
+        run.group.signal_group(signal.SIGINT)
+        assert run.group.wait(STOP_BOUND_SECS) == 0, run.log.read_text()[-3000:]
+        assert not any(process_gone(pid) for pid in pids)
+        last = cluster.supervisor_beat()
+        assert last is not None and last.stopping and last.running == ["etl", "etl2"]

@@ -585,12 +585,15 @@ class ControlLoop:
             self._runs.close(pipeline, run, RunEnd(outcome, self._wall(), code), {})
 
     def _stop_all(self) -> None:
-        """Stop every worker (SIGTERM, SIGKILL after the grace) and wait for their exits."""
+        """Stop every worker at once (SIGTERM, SIGKILL after the grace) and wait for their
+        exits; the warm workers, the orphans and the workers never reconciled go too."""
         log.info(
             "event=stopping_workers supervisor=%s pipelines=%s",
             self.supervisor,
             ",".join(sorted(n for n, w in self.workers.items() if w.alive)) or "-",
         )
+        for worker in self.workers.values():  # first: their grace runs from now, together
+            worker.stop(StopReason.SHUTDOWN)
         if self._warm is not None:
             self._warm.stop()
         for found in self._adoptable.values():  # left running, never reconciled: they go too
@@ -598,8 +601,6 @@ class ControlLoop:
             self._close_run(found.record.pipeline, found.run, RunOutcome.STOPPED, None)
         self._adoptable.clear()
         self._stop_orphans_now()
-        for worker in self.workers.values():
-            worker.stop(StopReason.SHUTDOWN)
         deadline = self._clock() + self._settings.timeouts.stop_secs + SHUTDOWN_MARGIN_SECS
         while any(w.alive for w in self.workers.values()) and self._clock() < deadline:
             for worker in self.workers.values():

@@ -349,8 +349,8 @@ class ZkSession:
         back. Nothing unsafe follows: the ephemeral nodes of a session that ZooKeeper did not
         hear closing go when it expires, one session timeout later, as if the process had
         died; a term lapses with its lease before that."""
-        if self._closing.is_set():
-            return
+        if self._closing.is_set() or self._state is SessionState.NEW:
+            return  # closed already, or never started: nothing waits on it
         limit = self.settings.stop_wait if secs is None else secs
         threading.Thread(
             target=self._close_when_down, args=(limit,), name="zk-close-within", daemon=True
