@@ -25,6 +25,8 @@ from tests.test_adoption import supervisor_run
 from tests.test_supervisor import Cluster
 from tests.zkfixtures import descendants, kazoo_client, left_behind, process_gone, wait_until
 
+pytestmark = pytest.mark.slow  # ZooKeeper servers of their own, stopped and frozen
+
 STOP_BOUND_SECS = 20.0  # generous: what is proven is an exit, not its speed
 
 
