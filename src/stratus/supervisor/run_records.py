@@ -17,7 +17,7 @@ creation and never deletes a run that may still end (open, its supervisor regist
 
     book = RunBook(client, paths, "s1", log_dir_of=..., keep=50)
     book.start()
-    number = book.open(assignment, started=time.time())      # 7, or None (not recorded)
+    number = book.open(assignment, started=time.time())      # 7, or None (numbered later)
     book.running("etl", 7, pid=4242)
     book.close("etl", 7, RunEnd(RunOutcome.FINISHED, ended=..., exit_code=0), conf)
     book.stop(timeout=5.0)                                   # what is queued is written
