@@ -205,6 +205,7 @@ class ControlLoop:
         self._waiting: list[str] = []  # assigned here, no free slot
         self._read_failures = 0  # in a row
         self._shutting_down = False
+        self._shutdown_posted = threading.Event()  # any thread: start nothing more
         self._fence_epoch = 0  # the newest epoch of a leader's fence obeyed
         self._fence_orders: list[FenceOrder] = []  # obeyed, waiting for the workers' exits
         # left running by a previous supervisor: adopted by the first reconcile, or stopped
@@ -215,7 +216,11 @@ class ControlLoop:
     # ------------------------------------------------------------------ other threads' side
 
     def post(self, message: Message) -> None:
-        """Hand the loop a message; never blocks (kazoo's thread may call it)."""
+        """Hand the loop a message; never blocks (kazoo's thread may call it). A shutdown
+        also stops the tick under way from starting any further worker: a start may take
+        seconds (its monitor's), and the stop waits behind the tick."""
+        if isinstance(message, Shutdown):
+            self._shutdown_posted.set()
         self._inbox.put(message)
 
     def heartbeat_written(self, started: float) -> None:
@@ -253,11 +258,11 @@ class ControlLoop:
             self._request_read()
         may_start = self._lease.may_start(self._last_read) and not self._shutting_down
         for worker in list(self.workers.values()):
-            worker.step(may_start=may_start)
+            worker.step(may_start=may_start and not self._shutdown_posted.is_set())
         self._step_orphans(now)
         self._sweep()
         self._answer_fence_orders()
-        if self._warm is not None and not self._shutting_down:
+        if self._warm is not None and not self._shutdown_posted.is_set():
             self._warm.keep(self.free_for_warm())
         self._offer(self.heartbeat_round())
 
