@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stratus.api.records import WorkerState
+from stratus.api.records import Assignment, WorkerState
 from stratus.supervisor.assignment_reader import AssignmentsRead
+from stratus.supervisor.code_cache import PipelineCode
 from stratus.supervisor.control_loop import (
+    SHUTDOWN,
     ControlLoop,
     FenceOrder,
     FenceVerdict,
@@ -27,6 +29,7 @@ from tests.supervisor_fakes import (
     TIMEOUTS,
     FakeClock,
     FakeLauncher,
+    FakeProcess,
     assignment,
 )
 
@@ -205,3 +208,37 @@ def test_the_lease_is_handed_to_the_workers_before_they_start_and_its_lapse_too(
     clock.advance(6.0)  # no heartbeat written since
     feed(loop)
     assert read_lease(lease_file) == 0.0
+
+
+def test_a_shutdown_posted_during_a_tick_starts_no_further_worker(tmp_path) -> None:
+    """A start can take seconds (its monitor's); a stop posted meanwhile, from the daemon's
+    thread, must not wait behind the starts of every other pipeline of that tick."""
+    clock = FakeClock(100.0)
+    launcher = PostingLauncher(tmp_path)
+    loop, _, _ = control_loop(tmp_path, clock, launcher)
+    launcher.loop = loop
+    both = {"a": assignment("a"), "b": assignment("b")}
+    feed(loop, HeartbeatWritten(100.0), AssignmentsRead(100.1, both))
+    assert len(launcher.processes) == 1  # the first start, during which the stop came
+    loop.run()  # the shutdown: every worker stopped, none started
+    assert len(launcher.processes) == 1
+    assert all(worker.phase is Phase.STOPPED for worker in loop.workers.values())
+
+
+class PostingLauncher(FakeLauncher):
+    """Posts the daemon's shutdown while it spawns the first worker."""
+
+    loop: ControlLoop | None = None
+
+    def spawn(self, assignment: Assignment, code: PipelineCode, paths: WorkerPaths) -> FakeProcess:
+        super().spawn(assignment, code, paths)
+        self.processes[-1] = process = StopsOnTerm(self.processes[-1].pid)
+        if self.loop is not None:
+            self.loop.post(SHUTDOWN)
+        return process
+
+
+class StopsOnTerm(FakeProcess):
+    def terminate(self) -> None:
+        super().terminate()
+        self.exit_code = 0

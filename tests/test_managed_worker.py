@@ -578,10 +578,14 @@ class FakeRecorder:
         self.opened += 1
         return self.opened - 1
 
-    def running(self, pipeline: str, number: int, pid: int) -> None:
+    def running(self, pipeline: str, number: int | None, pid: int) -> None:
+        assert number is not None, "every run here has a number"
         self.pids[number] = pid
 
-    def close(self, pipeline: str, number: int, end: RunEnd, conf: dict[str, object]) -> None:
+    def close(
+        self, pipeline: str, number: int | None, end: RunEnd, conf: dict[str, object]
+    ) -> None:
+        assert number is not None, "every run here has a number"
         assert number not in self.ends, f"run {number} closed twice"
         self.ends[number] = end
 

@@ -13,9 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 
 from stratus.api.errors import UnknownPipelineError, UnknownRunError
 from stratus.api.records import (
+    Assignment,
     AssignmentChange,
     AssignmentReason,
     RunOutcome,
@@ -25,6 +27,9 @@ from stratus.api.records import (
 from stratus.nimbus.assignment_history import AssignmentHistoryLog
 from stratus.nimbus.run_reads import RunReader
 from stratus.supervisor.run_logs import kept_runs, read_run_number, run_dir
+from stratus.supervisor.run_outcome import RunEnd
+from stratus.supervisor.run_records import RunBook
+from stratus.supervisor.worker_process import WorkerPaths
 from stratus.zk.paths import ClusterPaths, sequence_of
 from tests.test_supervisor import ROOT, Cluster, running
 from tests.zkfixtures import kazoo_client, process_gone, wait_until
@@ -221,3 +226,57 @@ def test_a_nimbus_reads_the_runs_newest_first_and_infers_the_end_a_dead_supervis
         reader.run("etl", 5)
     with pytest.raises(UnknownPipelineError):
         reader.run("nosuch", 0)
+
+
+def test_a_worker_started_while_zookeeper_is_down_has_its_run_recorded_once_it_is_back(
+    zk_restartable, tmp_path
+) -> None:
+    """The control loop's start does not wait for ZooKeeper: ``open`` gives no number, the
+    worker starts with its log where an unnumbered run keeps it, and the book's thread
+    writes the run, its pid and its end once ZooKeeper answers again."""
+    assignment = Assignment(
+        pipeline="etl",
+        supervisor="s1",
+        epoch=3,
+        generation=1,
+        digest="d" * 64,
+        size_bytes=1,
+        assigned=time.time(),
+    )
+    with kazoo_client(zk_restartable.connect_string) as zk:
+        book = RunBook(
+            zk,
+            PATHS,
+            "s1",
+            log_dir_of=lambda pipeline, run: (
+                WorkerPaths.of(tmp_path, pipeline).for_run(run).log.parent
+            ),
+        )
+        book.start()
+        try:
+            zk_restartable.stop()
+            wait_until(lambda: not zk.connected, 10, "the client to see ZooKeeper gone")
+            assert book.open(assignment, started=time.time()) is None
+            book.running("etl", None, pid=4242)
+            book.close("etl", None, RunEnd(RunOutcome.STOPPED, time.time(), exit_code=0), {})
+            zk_restartable.start()
+            wait_until(
+                lambda: [(r.pid, r.outcome) for r in recorded(zk)] == [(4242, RunOutcome.STOPPED)],
+                30,
+                "the run recorded with its pid and its end",
+            )
+        finally:
+            book.stop(timeout=5.0)
+        (record,) = recorded(zk)
+        assert record.run == 0 and record.epoch == 3
+        assert record.log_dir == str(tmp_path / "workers" / "etl")  # no runs/<number>/
+
+
+def recorded(zk: KazooClient) -> list[RunRecord]:
+    parent = PATHS.pipeline_runs("etl")
+    if not zk.connected or not zk.exists(parent):
+        return []
+    return [
+        RunRecord.model_validate_json(zk.get(f"{parent}/{node}")[0])
+        for node in sorted(zk.get_children(parent), key=sequence_of)
+    ]

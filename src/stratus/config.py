@@ -71,6 +71,14 @@ class StratusConfig(BaseModel):
         alias="zookeeper.connection.timeout.secs",
         description="how long a daemon waits for its first ZooKeeper connection at start-up",
     )
+    zookeeper_stop_wait_secs: float = Field(
+        default=5.0,
+        gt=0,
+        alias="zookeeper.stop.wait.secs",
+        description="longest a daemon's stop waits on a connected ZooKeeper (leadership "
+        "handed over, last heartbeat, unregistered); one that is not connected, or loses "
+        "ZooKeeper meanwhile, ends its session at once and stops without it",
+    )
     zookeeper_server_port: int = Field(
         default=2181,
         ge=0,

@@ -54,13 +54,14 @@ from stratus.zk.tls import ServerTls, ZkTls
 
 
 def zk_settings(conf: StratusConfig) -> ZkSettings:
-    """``zookeeper.servers``, ``.root``, ``.session.timeout.secs``, ``.connection.timeout.secs``
-    and ``zookeeper.auth.*`` (whose credentials file is read here, once)."""
+    """``zookeeper.servers``, ``.root``, ``.session.timeout.secs``, ``.connection.timeout.secs``,
+    ``.stop.wait.secs`` and ``zookeeper.auth.*`` (whose credentials file is read here, once)."""
     return ZkSettings(
         hosts=conf.zookeeper_hosts(),
         root=conf.zookeeper_root,
         session_timeout=conf.zookeeper_session_timeout_secs,
         connection_timeout=conf.zookeeper_connection_timeout_secs,
+        stop_wait=conf.zookeeper_stop_wait_secs,
         auth=zk_auth(conf),
         tls=ZkTls(
             enabled=conf.zookeeper_ssl_enabled,

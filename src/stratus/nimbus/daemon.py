@@ -208,12 +208,16 @@ class Nimbus:
         """Hand leadership over at once, then stop serving and leave ZooKeeper.
 
         What ``start`` opened closes newest first: the leadership controller leaves the queue
-        first, so another nimbus leads now; the session closes last.
+        first, so another nimbus leads now; the session closes last. ZooKeeper gets
+        ``zookeeper.stop.wait.secs`` at most, and nothing once it is not connected
+        (``ZkSession.close_within``): a nimbus that cannot reach it cannot hand over
+        anyway, and its session expires as if it had died.
         """
         if self._stopping.is_set():
             return
         self._stopping.set()
         log.info("event=nimbus_stopping address=%s", self.address)
+        self.session.close_within()
         self._close_opened()
 
     def _close_opened(self) -> None:

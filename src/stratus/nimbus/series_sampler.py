@@ -22,6 +22,8 @@ from stratus.nimbus.pipeline_series import PipelineSeriesStore
 
 log = logging.getLogger(__name__)
 
+STOP_WAIT_SECS = 2.0  # a stop's wait for a read under way (the session's end fails it)
+
 
 class SeriesSampler:
     """The thread; see the module docstring."""
@@ -45,9 +47,10 @@ class SeriesSampler:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop sampling; a read under way is not waited for past ``STOP_WAIT_SECS``."""
         self._stopped.set()
         if self._thread.is_alive():
-            self._thread.join()
+            self._thread.join(timeout=STOP_WAIT_SECS)
 
     def sample(self) -> None:
         """One look: the current worker of every placed pipeline into the series."""

@@ -205,6 +205,7 @@ class ControlLoop:
         self._waiting: list[str] = []  # assigned here, no free slot
         self._read_failures = 0  # in a row
         self._shutting_down = False
+        self._shutdown_posted = threading.Event()  # any thread: start nothing more
         self._fence_epoch = 0  # the newest epoch of a leader's fence obeyed
         self._fence_orders: list[FenceOrder] = []  # obeyed, waiting for the workers' exits
         # left running by a previous supervisor: adopted by the first reconcile, or stopped
@@ -215,7 +216,11 @@ class ControlLoop:
     # ------------------------------------------------------------------ other threads' side
 
     def post(self, message: Message) -> None:
-        """Hand the loop a message; never blocks (kazoo's thread may call it)."""
+        """Hand the loop a message; never blocks (kazoo's thread may call it). A shutdown
+        also stops the tick under way from starting any further worker: a start may take
+        seconds (its monitor's), and the stop waits behind the tick."""
+        if isinstance(message, Shutdown):
+            self._shutdown_posted.set()
         self._inbox.put(message)
 
     def heartbeat_written(self, started: float) -> None:
@@ -253,12 +258,12 @@ class ControlLoop:
             self._request_read()
         may_start = self._lease.may_start(self._last_read) and not self._shutting_down
         for worker in list(self.workers.values()):
-            worker.step(may_start=may_start)
+            worker.step(may_start=may_start and not self._shutdown_posted.is_set())
         self._step_orphans(now)
         self._sweep()
         self._answer_fence_orders()
         round_ = self.heartbeat_round()
-        if self._warm is not None and not self._shutting_down:
+        if self._warm is not None and not self._shutdown_posted.is_set():
             self._warm.keep(self.free_for_warm(), pipelines_starting=self._starting(round_))
         self._offer(round_)
 
@@ -594,12 +599,15 @@ class ControlLoop:
             self._runs.close(pipeline, run, RunEnd(outcome, self._wall(), code), {})
 
     def _stop_all(self) -> None:
-        """Stop every worker (SIGTERM, SIGKILL after the grace) and wait for their exits."""
+        """Stop every worker at once (SIGTERM, SIGKILL after the grace) and wait for their
+        exits; the warm workers, the orphans and the workers never reconciled go too."""
         log.info(
             "event=stopping_workers supervisor=%s pipelines=%s",
             self.supervisor,
             ",".join(sorted(n for n, w in self.workers.items() if w.alive)) or "-",
         )
+        for worker in self.workers.values():  # first: their grace runs from now, together
+            worker.stop(StopReason.SHUTDOWN)
         if self._warm is not None:
             self._warm.stop()
         for found in self._adoptable.values():  # left running, never reconciled: they go too
@@ -607,8 +615,6 @@ class ControlLoop:
             self._close_run(found.record.pipeline, found.run, RunOutcome.STOPPED, None)
         self._adoptable.clear()
         self._stop_orphans_now()
-        for worker in self.workers.values():
-            worker.stop(StopReason.SHUTDOWN)
         deadline = self._clock() + self._settings.timeouts.stop_secs + SHUTDOWN_MARGIN_SECS
         while any(w.alive for w in self.workers.values()) and self._clock() < deadline:
             for worker in self.workers.values():

@@ -93,7 +93,6 @@ from stratus.supervisor.run_logs import (
     kept_runs,
     pick_kept,
     read_run_number,
-    run_dir,
     run_over,
 )
 from stratus.supervisor.run_outcome import RunEnd
@@ -199,7 +198,10 @@ class Supervisor:
         workers run on, the last heartbeat lists them and renews their lease one last time:
         a supervisor started again on this local directory adopts them, else they stop
         themselves at the lease's end and the leader moves their pipelines after
-        ``nimbus.supervisor.timeout.secs``."""
+        ``nimbus.supervisor.timeout.secs``. The workers stop in parallel, without ZooKeeper
+        (SIGTERM, SIGKILL after ``supervisor.worker.stop.secs``); what follows through
+        ZooKeeper gets ``zookeeper.stop.wait.secs`` at most, and nothing while it is not
+        connected (``ZkSession.close_within``)."""
         if self._stopped.is_set():
             return
         self._stopped.set()
@@ -212,6 +214,8 @@ class Supervisor:
         if self._loop_thread is not None:
             self.control.post(SHUTDOWN if stop_workers else LEAVE)
             self._loop_thread.join(timeout=self.settings.loop.timeouts.stop_secs + 10.0)
+        self.session.close_within()  # what follows waits on ZooKeeper only while it answers
+        if self._loop_thread is not None:
             self.publisher.stop(timeout=FINAL_HEARTBEAT_SECS)
             self._publish_last(renew=not stop_workers)
         self._close_opened()
@@ -380,7 +384,7 @@ class Supervisor:
             client,
             paths,
             self.id,
-            log_dir_of=lambda pipeline, run: run_dir(self._worker_paths(pipeline).directory, run),
+            log_dir_of=lambda pipeline, run: self._worker_paths(pipeline).for_run(run).log.parent,
             keep=self.settings.runs_keep,
             newest_change=lambda pipeline: newest_change(client, paths, pipeline),
             clock=self._clock,

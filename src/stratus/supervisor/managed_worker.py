@@ -175,6 +175,7 @@ class ManagedWorker:
         self._paths = paths
         self._runs = runs or NoRecorder()
         self._run: int | None = None  # the number of the run its process is, while open
+        self._run_open = False  # a run is open (numbered, or to be numbered by the recorder)
         self._run_paths = paths  # its files for that run (its log in the run's directory)
         self._policy = policy
         self._timeouts = timeouts
@@ -284,6 +285,7 @@ class ManagedWorker:
         any exit, and closes its run."""
         now = self._clock()
         self._run, self._run_paths = run, self._paths.for_run(run)
+        self._run_open = run is not None
         self._process = process
         self._token = token
         self._policy.started(now)
@@ -389,6 +391,7 @@ class ManagedWorker:
             return  # being fetched
         self.code_error = None
         self._run = self._runs.open(self.assignment, self._wall())
+        self._run_open = True
         self._run_paths = self._paths.for_run(self._run)
         try:
             process = self._launcher.spawn(self.assignment, state, self._run_paths)
@@ -396,8 +399,7 @@ class ManagedWorker:
             self._policy.started(now)
             self._crashed(now, f"the worker could not be started: {exc}")
             return
-        if self._run is not None:
-            self._runs.running(self.pipeline, self._run, process.pid)
+        self._runs.running(self.pipeline, self._run, process.pid)  # None: numbered later
         self._process = process
         self._token = self.assignment.token
         self._policy.started(now)
@@ -586,8 +588,9 @@ class ManagedWorker:
         """Close its open run (``outcome`` None: its assignment was removed; the recorder
         tells a move from a stop)."""
         number, self._run = self._run, None
-        if number is None:
+        if not self._run_open:
             return
+        self._run_open = False
         end = RunEnd(outcome, self._wall(), exit_code, error, self._beat or self._live_beat)
         self._runs.close(self.pipeline, number, end, self.assignment.conf)
 

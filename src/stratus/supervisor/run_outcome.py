@@ -81,15 +81,19 @@ class RunRecorder(Protocol):
     """Where a managed worker's runs are recorded (``run_records.RunBook``, or a fake)."""
 
     def open(self, assignment: Assignment, started: float) -> int | None:
-        """A new run of ``assignment``'s pipeline, recorded: its number; None if it could
-        not be recorded (the worker starts anyway)."""
+        """A new run of ``assignment``'s pipeline, recorded: its number; None if it has
+        none yet (recorded later) or at all (the worker starts anyway). Never waits for an
+        unreachable store."""
         ...
 
-    def running(self, pipeline: str, number: int, pid: int) -> None:
-        """Its worker process runs (``pid``)."""
+    def running(self, pipeline: str, number: int | None, pid: int) -> None:
+        """Its worker process runs (``pid``); ``number`` None: the pipeline's run that has
+        no number yet, if any."""
         ...
 
-    def close(self, pipeline: str, number: int, end: RunEnd, conf: dict[str, object]) -> None:
+    def close(
+        self, pipeline: str, number: int | None, end: RunEnd, conf: dict[str, object]
+    ) -> None:
         """It ended; ``conf`` is the pipeline's, its error is redacted against."""
         ...
 
@@ -100,10 +104,12 @@ class NoRecorder:
     def open(self, assignment: Assignment, started: float) -> int | None:
         return None
 
-    def running(self, pipeline: str, number: int, pid: int) -> None:
+    def running(self, pipeline: str, number: int | None, pid: int) -> None:
         return None
 
-    def close(self, pipeline: str, number: int, end: RunEnd, conf: dict[str, object]) -> None:
+    def close(
+        self, pipeline: str, number: int | None, end: RunEnd, conf: dict[str, object]
+    ) -> None:
         return None
 
 

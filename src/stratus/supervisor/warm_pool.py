@@ -239,9 +239,13 @@ class WarmPool:
         return None
 
     def stop(self) -> None:
-        """Stop every warm worker (nothing of theirs is worth a grace)."""
-        while self._warm:
-            self._kill(self._warm.pop(), "supervisor_stopping")
+        """Stop every warm worker (nothing of theirs is worth a grace), all at once: every
+        monitor hears EOF first, then each is waited for."""
+        stopping, self._warm = self._warm, []
+        for warm in stopping:
+            self._hang_up(warm)
+        for warm in stopping:
+            self._await_end(warm, "supervisor_stopping")
 
     # ------------------------------------------------------------------ memory
 
@@ -374,9 +378,16 @@ class WarmPool:
     def _kill(self, warm: _Warm, reason: str) -> None:
         """EOF on its monitor's stdin before a hand-over: the monitor SIGKILLs the warm
         worker's group, records its end and exits."""
+        self._hang_up(warm)
+        self._await_end(warm, reason)
+
+    @staticmethod
+    def _hang_up(warm: _Warm) -> None:
         if warm.monitor.stdin is not None:
             with contextlib.suppress(OSError):
                 warm.monitor.stdin.close()
+
+    def _await_end(self, warm: _Warm, reason: str) -> None:
         try:
             warm.monitor.wait(KILL_WAIT_SECS)
         except subprocess.TimeoutExpired:

@@ -13,6 +13,7 @@ Guarantees: the connection state is a ``SessionState`` whose transitions are all
 the lease renewer's, or the closing thread's), so they must only record or post work
 elsewhere. ``granted_session_timeout`` is what the server granted
 (it clamps the request to its own bounds), learned from kazoo's internals in this module only.
+A stop's waits on ZooKeeper are bounded (``close_within``).
 The lease (see ``lease``) is renewed every ``RENEW_FRACTION`` of that timeout by a thread of
 the session's own, and ends at once when the connection is suspended. That thread survives
 any failure; if no renewal succeeds for longer than the granted session timeout while kazoo
@@ -50,6 +51,7 @@ from kazoo.exceptions import (
     SessionClosedRequireSaslError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KeeperState
 from kazoo.retry import KazooRetry, RetryFailedError
 
 from stratus.api.clock import Clock
@@ -97,7 +99,8 @@ class ZkSettings:
     """Where the session connects and how long it waits (the ``zookeeper.*`` keys).
 
     ``hosts`` is a kazoo connect string (it may end in a chroot); ``root`` is the znode under
-    which stratus keeps everything; the timeouts are in seconds; ``auth`` is stratus's
+    which stratus keeps everything; the timeouts are in seconds, ``stop_wait`` the longest an
+    owner's stop waits on ZooKeeper (``ZkSession.close_within``); ``auth`` is stratus's
     identity (``zookeeper.auth.*``; anonymous by default); ``tls`` how it connects
     (``zookeeper.ssl.*``; plain by default).
     """
@@ -106,14 +109,15 @@ class ZkSettings:
     root: str = "/stratus"
     session_timeout: float = 10.0
     connection_timeout: float = 15.0
+    stop_wait: float = 5.0
     auth: ZkAuth = field(default_factory=ZkAuth)
     tls: ZkTls = field(default_factory=ZkTls)
 
     def __post_init__(self) -> None:
-        if self.session_timeout <= 0 or self.connection_timeout <= 0:
+        if min(self.session_timeout, self.connection_timeout, self.stop_wait) <= 0:
             raise ValueError(
-                f"ZooKeeper timeouts must be positive, got session {self.session_timeout:g}s "
-                f"and connection {self.connection_timeout:g}s"
+                f"ZooKeeper timeouts must be positive, got session {self.session_timeout:g}s, "
+                f"connection {self.connection_timeout:g}s and stop wait {self.stop_wait:g}s"
             )
         object.__setattr__(self, "root", posixpath.normpath("/" + self.root.strip("/")))
 
@@ -194,6 +198,8 @@ class ZkSession:
         self._disconnected_at: float | None = None  # clock time the connection was lost
         self._failure: StratusError | None = None
         self._failed = threading.Event()
+        self._down = threading.Event()  # set while not connected
+        self._down.set()
         _capture_granted_timeout(self.client, self._note_granted, self._note_auth_refused)
 
     # ------------------------------------------------------------------ what it is
@@ -311,17 +317,56 @@ class ZkSession:
                 "the credentials it was created with, or another zookeeper.root"
             ) from None
 
-    def close(self) -> None:
-        """End the session: its ephemeral nodes go at once; listeners hear ``CLOSED``."""
-        if self._closing.is_set():
-            return
-        self._closing.set()
+    def close(self, *, abandon: bool = False) -> None:
+        """End the session: its ephemeral nodes go at once; listeners hear ``CLOSED``.
+        Once only: a second call, from any thread, returns at once.
+
+        With ``abandon`` (ZooKeeper out of reach), every call waiting on ZooKeeper fails
+        first, at once, rather than when kazoo's connection gives up (a server that froze
+        holds it for a whole read timeout)."""
+        with self._lock:
+            if self._closing.is_set():
+                return
+            self._closing.set()
         self._renew_now.set()
         self._change(None)
+        if abandon:
+            _fail_waiting_calls(self.client)
         self.client.stop()
         if self._renewer is not None and self._renewer is not threading.current_thread():
             self._renewer.join(timeout=5)
         self.client.close()
+
+    def close_within(self, secs: float | None = None) -> None:
+        """Bound its owner's stop: close the session, from a thread of its own, as soon as
+        it is not connected, and at the latest ``secs`` (``ZkSettings.stop_wait``) from now.
+
+        What a stop does through ZooKeeper (hand leadership over, write a last heartbeat,
+        unregister) takes a connected session, so the owner's stop calls this first and then
+        steps through its parts as usual: while ZooKeeper answers, they use it; once it does
+        not (or never did, or the time is up), every call waiting on it, and every later one,
+        fails at once (``ConnectionClosedError``) instead of waiting for ZooKeeper to come
+        back. Nothing unsafe follows: the ephemeral nodes of a session that ZooKeeper did not
+        hear closing go when it expires, one session timeout later, as if the process had
+        died; a term lapses with its lease before that."""
+        if self._closing.is_set() or self._state is SessionState.NEW:
+            return  # closed already, or never started: nothing waits on it
+        limit = self.settings.stop_wait if secs is None else secs
+        threading.Thread(
+            target=self._close_when_down, args=(limit,), name="zk-close-within", daemon=True
+        ).start()
+
+    def _close_when_down(self, limit: float) -> None:
+        down = self._down.wait(limit)
+        if self._closing.is_set():
+            return
+        log.info(
+            "event=zookeeper_stop_wait_over reason=%s state=%s secs=%g",
+            "not_connected" if down else "time_up",
+            self._state.value,
+            limit,
+        )
+        self.close(abandon=True)
 
     def __enter__(self) -> ZkSession:
         return self.start()
@@ -377,9 +422,12 @@ class ZkSession:
         if change.state is previous:
             return
         self._lease.connection_changed(change.state is SessionState.CONNECTED)
-        if change.state is not SessionState.CONNECTED and self._disconnected_at is None:
-            self._disconnected_at = self.clock()
+        if change.state is not SessionState.CONNECTED:
+            self._down.set()
+            if self._disconnected_at is None:
+                self._disconnected_at = self.clock()
         if change.state is SessionState.CONNECTED:
+            self._down.clear()
             self._disconnected_at = None
             self._stalled = False
             self._renewed_at = self.clock()  # the connection itself is a fresh contact
@@ -528,6 +576,18 @@ class ZkSession:
         self._granted = seconds
 
 
+def _fail_waiting_calls(client: KazooClient) -> None:
+    """Fail every request ``client`` holds, and refuse every later one, now: kazoo does the
+    same (``_session_callback(CLOSED)``) only once its connection thread ends, which a
+    frozen server delays by a whole read timeout. The second place that touches kazoo's
+    internals; ``tests/test_daemon_stops.py`` stops a nimbus whose server froze."""
+    callback = getattr(client, "_session_callback", None)
+    if callback is None:
+        log.warning("event=zookeeper_calls_not_failed reason=kazoo_changed")
+        return
+    callback(KeeperState.CLOSED)
+
+
 def _capture_granted_timeout(
     client: KazooClient,
     note: Callable[[float], None],
@@ -535,9 +595,10 @@ def _capture_granted_timeout(
 ) -> None:
     """Learn the session timeout the server grants at each connection; kazoo 2.11 only logs it.
 
-    The one place that touches kazoo's internals: its connection handler's ``_connect`` returns
-    (read timeout, connect timeout) in ms, the read timeout being two thirds of the granted
-    session timeout. ``tests/test_zk_session_cap.py`` fails if a kazoo upgrade changes that.
+    One of the two places that touch kazoo's internals: its connection handler's
+    ``_connect`` returns (read timeout, connect timeout) in ms, the read timeout being two
+    thirds of the granted session timeout. ``tests/test_zk_session_cap.py`` fails if a kazoo
+    upgrade changes that.
     A connection whose credentials the server refuses raises there too: ``refused`` hears it,
     as it hears a Kerberos library that cannot start for the configured principal.
 
