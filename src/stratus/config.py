@@ -464,12 +464,14 @@ class StratusConfig(BaseModel):
         description="how often the leader looks for work to do on its own, such as removing "
         "killed pipelines whose wait is over",
     )
-    nimbus_ha_mode: Literal["self", "zkfc"] = Field(
-        default="self",
+    nimbus_ha_mode: Literal["supervised", "self", "zkfc"] = Field(
+        default="supervised",
         alias="nimbus.ha.mode",
-        description="who makes this nimbus the leader: `self` (it campaigns in the nimbus "
-        "election itself) or `zkfc` (it never campaigns; it leads only after its failover "
-        "controller's transition-to-active, fenced by the epoch that controller won)",
+        description="who makes this nimbus the leader: `supervised` (`stratus nimbus` is a "
+        "failover controller that runs the nimbus as its child and fails it over as soon as "
+        "the child dies or hangs), `self` (it campaigns in the nimbus election itself) or "
+        "`zkfc` (it never campaigns; it leads only after the transition-to-active of a "
+        "`stratus zkfc` beside it, fenced by the epoch that controller won)",
     )
     nimbus_code_distributor: Literal["local", "shared"] = Field(
         default="local",
@@ -1141,13 +1143,15 @@ class StratusConfig(BaseModel):
         description="`stratus zkfc`: wait before rejoining the election after fencing failed, "
         "the service refused to become active, or it reported a state it was not given",
     )
-    ha_zkfc_port: int = Field(
-        default=8019,
+    ha_zkfc_port: int | None = Field(
+        default=None,
         ge=0,
         le=65535,
         alias="ha.zkfc.port",
-        description="`stratus zkfc`: port of its own endpoint (cede-active, graceful-failover; "
-        "admin only), on its service's host (0 picks a free port)",
+        description="port of the failover controller's own endpoint (cede-active, "
+        "graceful-failover; admin only), on its service's host; 0 picks a free port (default: "
+        "8019 for `stratus zkfc`, a free port for a supervised nimbus's controller, which "
+        "registers it in ZooKeeper)",
     )
     ha_zkfc_failover_timeout_secs: float = Field(
         default=30.0,

@@ -1,17 +1,43 @@
 """``stratus nimbus``: run one nimbus until SIGTERM or SIGINT, then hand leadership over; on
-SIGHUP it reads its token file again."""
+SIGHUP it reads its token file again.
+
+In ``nimbus.ha.mode: supervised`` (the default) the command is the nimbus's failover
+controller, which runs the same command line as its child (``stratus.ha.supervised_nimbus``):
+the child, marked by its environment, serves as a nimbus in ``zkfc`` mode, prints the
+``nimbus <address> serving ...`` line, and stops with its controller (SIGTERM: the controller
+leaves the election first, then stops it; its stdin closes if the controller dies). In
+``self`` and ``zkfc`` modes the command is the nimbus alone.
+"""
 
 from __future__ import annotations
+
+import os
+import signal
+import sys
 
 import click
 
 from stratus.cli.daemon_run import run_daemon
 from stratus.cli.options import log_level_option, with_config
+from stratus.cli.zkfc_command import check_zkfc
+from stratus.client_settings import client_auth
 from stratus.config import StratusConfig
+from stratus.ha.daemon import Zkfc
+from stratus.ha.supervised_nimbus import CONTROLLER_ENV, controller_credentials, controller_plan
+from stratus.ha.zkfc_endpoint import EndpointSecurity
 from stratus.logs import configure_daemon_logging
 from stratus.nimbus.daemon import Nimbus
+from stratus.process import watch_for_eof
 from stratus.rlimits import raise_open_files_limit
-from stratus.settings import audit_log, log_settings
+from stratus.settings import (
+    access_policy,
+    audit_log,
+    http_bounds,
+    log_settings,
+    server_tls,
+    zk_settings,
+)
+from stratus.zk.session import ZkSession
 
 
 @click.command()
@@ -28,10 +54,51 @@ def nimbus(conf: StratusConfig, insecure: bool) -> None:
     audit_log(conf)
     if insecure:
         conf = conf.model_copy(update={"nimbus_auth_insecure": True})
-    raise_open_files_limit()
+    raise_open_files_limit()  # a supervised nimbus inherits it
+    controller = os.environ.get(CONTROLLER_ENV)
+    if conf.nimbus_ha_mode == "supervised" and controller is None:
+        _run_controller(conf)
+        return
+    policy = None
+    if controller is not None:  # the child of a supervised nimbus's controller
+        conf = conf.model_copy(update={"nimbus_ha_mode": "zkfc"})
+        policy = access_policy(conf, fixed=controller_credentials(controller))
+        watch_for_eof(sys.stdin.fileno(), lambda: os.kill(os.getpid(), signal.SIGTERM))
     scheme = "https" if conf.nimbus_tls_cert else "http"
     run_daemon(
-        Nimbus(conf),
+        Nimbus(conf, policy=policy),
         ready=lambda d: f"nimbus {d.address} serving {scheme}://{d.address}/",
         reload=lambda d: d.policy.reload(),
+    )
+
+
+def _run_controller(conf: StratusConfig) -> None:
+    """The failover controller of this host's nimbus, which it runs as its child."""
+    auth = client_auth(conf)
+    plan = controller_plan(conf, sys.argv[1:], auth)
+    security = EndpointSecurity(
+        access_policy(conf), server_tls(conf), http_bounds(conf), conf.nimbus_max_request_bytes
+    )
+    daemon = Zkfc(
+        plan.settings,
+        ZkSession(zk_settings(conf)),
+        auth,
+        security,
+        service_auth=plan.service_auth,
+    )
+
+    def reload(zkfc: Zkfc) -> None:
+        security.policy.reload()
+        if zkfc.supervision is not None:
+            zkfc.supervision.signal(signal.SIGHUP)
+
+    run_daemon(
+        daemon,
+        ready=lambda d: (
+            f"nimbus controller: managing {d.settings.target.address} in group "
+            f"{d.settings.group}, endpoint {d.endpoint.address if d.endpoint else 'none'}"
+        ),
+        check=check_zkfc,
+        period_secs=0.2,
+        reload=reload,
     )

@@ -39,7 +39,8 @@ from stratus.settings import (
 from stratus.zk.session import ZkSession
 
 
-def _check(zkfc: Zkfc) -> None:
+def check_zkfc(zkfc: Zkfc) -> None:
+    """End the command with the controller's failure, once it has one."""
     if zkfc.failure is not None:
         raise zkfc.failure
 
@@ -79,7 +80,7 @@ def zkfc(
     run_daemon(
         daemon,
         ready=lambda d: f"zkfc: managing {d.settings.target.address} in group {d.settings.group}",
-        check=_check,
+        check=check_zkfc,
         period_secs=0.2,
         reload=lambda _daemon: security.policy.reload(),
     )

@@ -3,12 +3,17 @@
 settings = ZkfcSettings.from_config(conf, target="n1.example:6627")
 settings.health.check_interval        # ha.health.check.interval.secs
 settings.fencing_methods              # ha.fencing.methods, parsed (errors at load)
+
+A supervised nimbus's controller (``nimbus.ha.mode: supervised``) is the same zkfc, managing
+the ``stratus nimbus`` it runs as its child::
+
+    settings = ZkfcSettings.supervising(conf, "127.0.0.1:6627", command, environment)
 """
 
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from stratus.config import StratusConfig
 from stratus.ha.errors import ZkfcConfigError
@@ -17,7 +22,10 @@ from stratus.ha.fencing import FenceTarget, MethodSpec, parse_methods
 from stratus.ha.health_monitor import HealthSettings
 from stratus.ha.preference import PreferenceSettings
 from stratus.ha.supervision import SupervisionSettings
+from stratus.process import Lifeline
 from stratus.zk.paths import check_group_name
+
+ZKFC_PORT = 8019  # the endpoint of a `stratus zkfc` (Hadoop's dfs.ha.zkfc.port)
 
 
 @dataclass(frozen=True)
@@ -34,8 +42,11 @@ class ZkfcSettings:
     graceful_timeout: float  # ha.fencing.graceful.timeout.secs
     preference: PreferenceSettings = field(default_factory=PreferenceSettings)  # ha.zkfc.preferred
     supervise: SupervisionSettings | None = None  # --supervise or ha.zkfc.supervise.command
-    port: int = 0  # ha.zkfc.port (8019 from the configuration); 0: a free port
+    port: int = 0  # ha.zkfc.port (default 8019, a supervised nimbus's: 0); 0: a free port
     failover_timeout: float = 30.0  # ha.zkfc.failover.timeout.secs
+    # A supervised nimbus that was made active and stops answering is killed by its
+    # controller before it leaves the election (a supervised nimbus's controller only)
+    kill_unresponsive: bool = False
 
     @classmethod
     def from_config(
@@ -71,12 +82,39 @@ class ZkfcSettings:
             fencing_timeout=conf.ha_fencing_timeout_secs,
             graceful_timeout=conf.ha_fencing_graceful_timeout_secs,
             supervise=_supervision(conf, supervise),
-            port=conf.ha_zkfc_port,
+            port=ZKFC_PORT if conf.ha_zkfc_port is None else conf.ha_zkfc_port,
             failover_timeout=conf.ha_zkfc_failover_timeout_secs,
             preference=PreferenceSettings(
                 preferred=conf.ha_zkfc_preferred,
                 nonpreferred_join_delay=conf.ha_zkfc_nonpreferred_join_delay_secs,
             ),
+        )
+
+    @classmethod
+    def supervising(
+        cls,
+        conf: StratusConfig,
+        target: str,
+        command: tuple[str, ...],
+        environment: tuple[tuple[str, str], ...],
+    ) -> ZkfcSettings:
+        """The controller of a supervised nimbus: it runs ``command`` (the nimbus, serving
+        its HA protocol at ``target``) with ``environment`` added, and its endpoint takes a
+        free port unless ``ha.zkfc.port`` names one (several nimbuses may share a host; the
+        port is registered in ZooKeeper, where haadmin and the other controllers look)."""
+        settings = cls.from_config(conf, target=target)
+        supervise = SupervisionSettings(
+            command,
+            restart_backoff=conf.ha_zkfc_supervise_restart_backoff_secs,
+            stop_grace=conf.ha_zkfc_supervise_stop_grace_secs,
+            environment=environment,
+            lifeline=Lifeline.PIPE,
+        )
+        return replace(
+            settings,
+            supervise=supervise,
+            port=conf.ha_zkfc_port or 0,
+            kill_unresponsive=True,
         )
 
 
