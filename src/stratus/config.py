@@ -1143,15 +1143,15 @@ class StratusConfig(BaseModel):
         description="`stratus zkfc`: wait before rejoining the election after fencing failed, "
         "the service refused to become active, or it reported a state it was not given",
     )
-    ha_zkfc_port: int | None = Field(
-        default=None,
+    ha_zkfc_port: int = Field(
+        default=8019,
         ge=0,
         le=65535,
         alias="ha.zkfc.port",
-        description="port of the failover controller's own endpoint (cede-active, "
-        "graceful-failover; admin only), on its service's host; 0 picks a free port (default: "
-        "8019 for `stratus zkfc`, a free port for a supervised nimbus's controller, which "
-        "registers it in ZooKeeper)",
+        description="port of a failover controller's own endpoint (cede-active, "
+        "graceful-failover; admin only), on its service's host; 0 picks a free port. A "
+        "supervised nimbus's controller picks a free port unless this is set, and registers "
+        "it in ZooKeeper, where haadmin and the other controllers look",
     )
     ha_zkfc_failover_timeout_secs: float = Field(
         default=30.0,

@@ -25,8 +25,6 @@ from stratus.ha.supervision import SupervisionSettings
 from stratus.process import Lifeline
 from stratus.zk.paths import check_group_name
 
-ZKFC_PORT = 8019  # the endpoint of a `stratus zkfc` (Hadoop's dfs.ha.zkfc.port)
-
 
 @dataclass(frozen=True)
 class ZkfcSettings:
@@ -42,7 +40,7 @@ class ZkfcSettings:
     graceful_timeout: float  # ha.fencing.graceful.timeout.secs
     preference: PreferenceSettings = field(default_factory=PreferenceSettings)  # ha.zkfc.preferred
     supervise: SupervisionSettings | None = None  # --supervise or ha.zkfc.supervise.command
-    port: int = 0  # ha.zkfc.port (default 8019, a supervised nimbus's: 0); 0: a free port
+    port: int = 0  # ha.zkfc.port (8019 from the configuration); 0: a free port
     failover_timeout: float = 30.0  # ha.zkfc.failover.timeout.secs
     # A supervised nimbus that was made active and stops answering is killed by its
     # controller before it leaves the election (a supervised nimbus's controller only)
@@ -82,7 +80,7 @@ class ZkfcSettings:
             fencing_timeout=conf.ha_fencing_timeout_secs,
             graceful_timeout=conf.ha_fencing_graceful_timeout_secs,
             supervise=_supervision(conf, supervise),
-            port=ZKFC_PORT if conf.ha_zkfc_port is None else conf.ha_zkfc_port,
+            port=conf.ha_zkfc_port,
             failover_timeout=conf.ha_zkfc_failover_timeout_secs,
             preference=PreferenceSettings(
                 preferred=conf.ha_zkfc_preferred,
@@ -100,8 +98,9 @@ class ZkfcSettings:
     ) -> ZkfcSettings:
         """The controller of a supervised nimbus: it runs ``command`` (the nimbus, serving
         its HA protocol at ``target``) with ``environment`` added, and its endpoint takes a
-        free port unless ``ha.zkfc.port`` names one (several nimbuses may share a host; the
-        port is registered in ZooKeeper, where haadmin and the other controllers look)."""
+        free port unless ``ha.zkfc.port`` is set (its default, 8019, is for one ``stratus
+        zkfc`` per host; several nimbuses may share a host, and the port is registered in
+        ZooKeeper, where haadmin and the other controllers look)."""
         settings = cls.from_config(conf, target=target)
         supervise = SupervisionSettings(
             command,
@@ -113,7 +112,7 @@ class ZkfcSettings:
         return replace(
             settings,
             supervise=supervise,
-            port=conf.ha_zkfc_port or 0,
+            port=conf.ha_zkfc_port if "ha_zkfc_port" in conf.model_fields_set else 0,
             kill_unresponsive=True,
         )
 
