@@ -26,7 +26,7 @@ from stratus.local.processes import NimbusProcess
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
 from tests.package_factory import valid_package
-from tests.zkfixtures import wait_until
+from tests.zkfixtures import process_gone, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -52,17 +52,10 @@ def state(nimbus: NimbusProcess) -> HAState | None:
     return None
 
 
-def alive(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return status.rpartition(")")[2].split()[0] != "Z"
-
-
-def served_by(client: NimbusClient) -> str | None:
+def served_by(client: NimbusClient) -> str:
     """Send a leader-only call (activate, a no-op on an active pipeline); who answered it."""
     client.activate("etl")
+    assert client.known_leader is not None
     return client.known_leader
 
 
@@ -112,7 +105,7 @@ def test_supervised_nimbuses_fail_a_killed_then_a_frozen_child_over_to_another_n
         try:
             third = served_by(client)
             assert third != second
-            wait_until(lambda: not alive(frozen_pid), WAIT_SECS, "the frozen child killed")
+            wait_until(lambda: process_gone(frozen_pid), WAIT_SECS, "the frozen child killed")
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(frozen_pid, signal.SIGCONT)
@@ -128,7 +121,7 @@ def test_stopping_a_supervised_nimbus_stops_its_child(cluster: NimbusCluster) ->
     assert leader.stop() == 0
     pid = pids[leader.address]
     assert pid is not None
-    wait_until(lambda: not alive(pid), WAIT_SECS, "the stopped nimbus's child to be gone")
+    wait_until(lambda: process_gone(pid), WAIT_SECS, "the stopped nimbus's child to be gone")
     log = leader.log_path.read_text(errors="replace")
     # the controller left the election before it stopped its child, which stopped cleanly
     assert "event=quit_election" in log
