@@ -11,6 +11,7 @@ leaves the election first, then stops it; its stdin closes if the controller die
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -27,6 +28,7 @@ from stratus.ha.supervised_nimbus import CONTROLLER_ENV, controller_credentials,
 from stratus.ha.zkfc_endpoint import EndpointSecurity
 from stratus.logs import configure_daemon_logging
 from stratus.nimbus.daemon import Nimbus
+from stratus.nimbus.exposure import check_exposure
 from stratus.process import watch_for_eof
 from stratus.rlimits import raise_open_files_limit
 from stratus.settings import (
@@ -38,6 +40,8 @@ from stratus.settings import (
     zk_settings,
 )
 from stratus.zk.session import ZkSession
+
+log = logging.getLogger(__name__)
 
 
 @click.command()
@@ -73,11 +77,19 @@ def nimbus(conf: StratusConfig, insecure: bool) -> None:
 
 
 def _run_controller(conf: StratusConfig) -> None:
-    """The failover controller of this host's nimbus, which it runs as its child."""
+    """The failover controller of this host's nimbus, which it runs as its child.
+
+    A child that exits before it ever answered (its configuration, a busy port: what a
+    restart would repeat) ends the command with its exit code, its error already printed.
+    """
     auth = client_auth(conf)
+    policy = access_policy(conf)  # TokenFileError if the file is unsafe or malformed
+    check_exposure(
+        conf.nimbus_bind(), authenticated=policy.enabled, insecure=conf.nimbus_auth_insecure
+    )
     plan = controller_plan(conf, sys.argv[1:], auth)
     security = EndpointSecurity(
-        access_policy(conf), server_tls(conf), http_bounds(conf), conf.nimbus_max_request_bytes
+        policy, server_tls(conf), http_bounds(conf), conf.nimbus_max_request_bytes
     )
     daemon = Zkfc(
         plan.settings,
@@ -86,6 +98,12 @@ def _run_controller(conf: StratusConfig) -> None:
         security,
         service_auth=plan.service_auth,
     )
+
+    def check(zkfc: Zkfc) -> None:
+        check_zkfc(zkfc)
+        if zkfc.start_failure is not None:
+            log.error("event=nimbus_start_failed code=%d", zkfc.start_failure)
+            raise click.exceptions.Exit(zkfc.start_failure)
 
     def reload(zkfc: Zkfc) -> None:
         security.policy.reload()
@@ -98,7 +116,7 @@ def _run_controller(conf: StratusConfig) -> None:
             f"nimbus controller: managing {d.settings.target.address} in group "
             f"{d.settings.group}, endpoint {d.endpoint.address if d.endpoint else 'none'}"
         ),
-        check=check_zkfc,
+        check=check,
         period_secs=0.2,
         reload=reload,
     )

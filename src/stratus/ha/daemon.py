@@ -126,6 +126,9 @@ class Zkfc:
             timeout=settings.failover_timeout,
         )
         self.endpoint: ZkfcEndpoint | None = None
+        # the exit code of a supervised service that failed before it ever answered (its
+        # configuration, a busy port): restarting it would fail the same way
+        self.start_failure: int | None = None
         self.session_watch = SessionWatch(session, self.controller.session_expired)
         self.monitor = HealthMonitor(
             self._own_service,
@@ -138,8 +141,8 @@ class Zkfc:
         return self.controller.failure
 
     def start(self) -> None:
-        if self.supervision is not None:
-            self.supervision.start()
+        """Start every part; the supervised service last, once ZooKeeper answered and the
+        endpoint listens (a zkfc that cannot start leaves no child behind)."""
         self.session_watch.start()
         self.session.start()
         self.coordinator.start()
@@ -155,6 +158,8 @@ class Zkfc:
         )
         self.endpoint.start()
         self.registry.register(self.settings.target.address, self.endpoint.address)
+        if self.supervision is not None:
+            self.supervision.start()
         log.info(
             "event=zkfc_started target=%s group=%s fencing=%s endpoint=%s",
             self.settings.target.address,
@@ -197,6 +202,8 @@ class Zkfc:
 
     def _service_exited(self, code: int | None) -> None:
         log.warning("event=service_exited service=%s code=%s", self.settings.target.address, code)
+        if self.monitor.last_status is None and (code is None or code > 0):
+            self.start_failure = 1 if code is None else code  # it never answered: it cannot start
         self.monitor.service_gone()
 
     def _standby_asker(self, address: str, timeout: float) -> StandbyAsker:
