@@ -110,8 +110,8 @@ class Supervision:
         """SIGKILL the running child's whole group; True once it is gone (or none runs)."""
         with self._lock:
             child = self._child
-        if child is None:
-            return True
+        if child is None or child.returncode is not None:
+            return True  # reaped already (what it left in its group was killed then)
         log.warning("event=supervised_fence pid=%d", child.pid)
         return child.kill() is not None
 
