@@ -110,7 +110,8 @@ def test_supervised_nimbuses_fail_a_killed_then_a_frozen_child_over_to_another_n
             with contextlib.suppress(ProcessLookupError):
                 os.kill(frozen_pid, signal.SIGCONT)
         log = frozen.log_path.read_text(errors="replace")
-        assert "event=kill_unresponsive" in log
+        assert "event=kill_unresponsive" in log  # by its controller, before it quit
+        assert f"event=supervised_fence pid={frozen_pid}" in log
 
 
 def test_stopping_a_supervised_nimbus_stops_its_child(cluster: NimbusCluster) -> None:
