@@ -6,7 +6,7 @@ leader's nimbus child (not of the command the operator ran) is seen by its contr
 as it reaps the child, and a leader-only call is then served by another nimbus, long before
 any ZooKeeper session could expire (the controllers' sessions all live on); SIGSTOP of the
 next leader's child is caught by the health check's timeout, and its controller kills it;
-SIGTERM of a ``stratus nimbus`` stops its child.
+SIGTERM of a ``stratus nimbus`` stops its child, and kill -9 of one leaves no child behind.
 """
 
 from __future__ import annotations
@@ -114,7 +114,9 @@ def test_supervised_nimbuses_fail_a_killed_then_a_frozen_child_over_to_another_n
         assert f"event=supervised_fence pid={frozen_pid}" in log
 
 
-def test_stopping_a_supervised_nimbus_stops_its_child(cluster: NimbusCluster) -> None:
+def test_stopping_a_supervised_nimbus_stops_its_child_and_killing_it_leaves_none(
+    cluster: NimbusCluster,
+) -> None:
     leader = cluster.by_address(cluster.wait_for_agreed_leader(WAIT_SECS))
     pids = {n.address: child_pid(n) for n in cluster.nimbuses}
     assert None not in pids.values()
@@ -132,3 +134,12 @@ def test_stopping_a_supervised_nimbus_stops_its_child(cluster: NimbusCluster) ->
     with httpx.Client(timeout=2.0) as http:
         for nimbus in others:
             assert http.get(f"{nimbus.url}/api/v1/leader").status_code == 200
+
+    # kill -9 of a controller: its child sees its stdin close and goes at once, left to nobody
+    killed = others[0]
+    orphan = pids[killed.address]
+    assert orphan is not None
+    killed.kill()
+    wait_until(lambda: process_gone(orphan), WAIT_SECS, "the killed controller's child to go")
+    # without a graceful stop, which could wait on a ZooKeeper gone with the rest
+    assert "event=controller_gone" in killed.log_path.read_text(errors="replace")

@@ -5,7 +5,8 @@ In ``nimbus.ha.mode: supervised`` (the default) the command is the nimbus's fail
 controller, which runs the same command line as its child (``stratus.ha.supervised_nimbus``):
 the child, marked by its environment, serves as a nimbus in ``zkfc`` mode, prints the
 ``nimbus <address> serving ...`` line, and stops with its controller (SIGTERM: the controller
-leaves the election first, then stops it; its stdin closes if the controller dies). In
+leaves the election first, then stops it; if the controller dies, the child's stdin closes
+and it exits at once). In
 ``self`` and ``zkfc`` modes the command is the nimbus alone.
 """
 
@@ -67,13 +68,24 @@ def nimbus(conf: StratusConfig, insecure: bool) -> None:
     if controller is not None:  # the child of a supervised nimbus's controller
         conf = conf.model_copy(update={"nimbus_ha_mode": "zkfc"})
         policy = access_policy(conf, fixed=controller_credentials(controller))
-        watch_for_eof(sys.stdin.fileno(), lambda: os.kill(os.getpid(), signal.SIGTERM))
+        watch_for_eof(sys.stdin.fileno(), _controller_gone)
     scheme = "https" if conf.nimbus_tls_cert else "http"
     run_daemon(
         Nimbus(conf, policy=policy),
         ready=lambda d: f"nimbus {d.address} serving {scheme}://{d.address}/",
         reload=lambda d: d.policy.reload(),
     )
+
+
+def _controller_gone() -> None:
+    """The controller died (its end of our stdin closed): go at once, as if killed with it.
+
+    Nobody would stop or fence this nimbus any more, and a graceful stop may wait on a
+    ZooKeeper that is gone with the rest; its writes are fenced by its term's epoch, and its
+    registration goes with its session.
+    """
+    log.error("event=controller_gone pid=%d action=exit", os.getpid())
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _run_controller(conf: StratusConfig) -> None:
