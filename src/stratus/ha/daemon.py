@@ -169,18 +169,21 @@ class Zkfc:
         )
 
     def stop(self) -> None:
-        if self.endpoint is not None:
-            self.endpoint.stop()
-        self.registry.close()
-        self.monitor.stop()
-        self.session_watch.stop()
-        self.preference.stop()
-        self.controller.stop()
-        self.coordinator.close()
-        self.session.close()
-        self.service.close()
-        if self.supervision is not None:
-            self.supervision.stop()
+        """Leave the election, then stop the supervised service, whatever failed before."""
+        try:
+            if self.endpoint is not None:
+                self.endpoint.stop()
+            self.registry.close()
+            self.monitor.stop()
+            self.session_watch.stop()
+            self.preference.stop()
+            self.controller.stop()
+            self.coordinator.close()
+            self.session.close()
+            self.service.close()
+        finally:
+            if self.supervision is not None and self.supervision.started:
+                self.supervision.stop()
 
     def readiness(self) -> dict[str, bool]:
         """Ready: connected to ZooKeeper and its service healthy (so it can take part in

@@ -89,6 +89,10 @@ class Supervision:
             child = self._child
         return child.pid if child is not None and child.is_running() else None
 
+    @property
+    def started(self) -> bool:
+        return self._thread.ident is not None
+
     def start(self) -> None:
         self._thread.start()
 
