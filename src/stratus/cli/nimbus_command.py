@@ -54,7 +54,12 @@ log = logging.getLogger(__name__)
 @log_level_option
 @with_config
 def nimbus(conf: StratusConfig, insecure: bool) -> None:
-    """Run a nimbus: the HTTP API, and a place in the leader election."""
+    """Run a nimbus: the HTTP API, and a place in the leader election.
+
+    By default (nimbus.ha.mode supervised) this process is the nimbus's failover controller
+    and runs the nimbus as its child: a leader that dies is failed over as soon as it exits,
+    one that hangs after the health timeout (ha.health.rpc.timeout.secs).
+    """
     configure_daemon_logging(log_settings(conf))
     audit_log(conf)
     if insecure:
