@@ -6,7 +6,8 @@ when another node won. Once running it prints ``zkfc: managing <host:port> in gr
 
     $ stratus zkfc --target n1.example:6627 -c zookeeper.servers=zk1:2181
     $ stratus zkfc -c ha.zkfc.target=127.0.0.1:6627 -c 'ha.fencing.methods=graceful, process'
-    $ stratus zkfc --target 127.0.0.1:6627 --supervise -- stratus nimbus -c nimbus.ha.mode=zkfc -c nimbus.port=6627
+    $ stratus zkfc --target 127.0.0.1:6627 --supervise -- \
+          stratus nimbus -c nimbus.ha.mode=zkfc -c nimbus.port=6627
 
 With ``--supervise -- COMMAND...`` it runs the service itself, restarts it when it dies and
 stops it when the zkfc stops.
