@@ -329,6 +329,9 @@ class StratusCluster:
                         *("-c", f"zookeeper.servers={zk_hosts}"),
                         *("-c", f"zookeeper.root={root}"),
                         *("-c", f"zookeeper.session.timeout.secs={session_timeout:g}"),
+                        # self-elected: a killed master is left to its session's expiry,
+                        # as Spark's is (bench/zkfc_failover.py measures the controllers)
+                        *("-c", "nimbus.ha.mode=self"),
                         *("-c", f"nimbus.host={LOOPBACK}", "-c", f"nimbus.port={port}"),
                         *("-c", "nimbus.code.port=0"),  # several nimbuses on this machine
                         *("-c", f"nimbus.local.dir={work_dir / name}"),

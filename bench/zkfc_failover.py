@@ -1,18 +1,24 @@
-"""Nimbus failover under zkfcs against self-elected nimbuses, same run, same ZooKeeper.
+"""Nimbus failover: supervised (the default), under zkfcs, self-elected; same run, same ZooKeeper.
 
-Two clusters of ``--nimbuses`` real ``stratus nimbus`` processes on one ZooKeeper (loopback,
-tick 100 ms), each under its own root: one self-elected (``nimbus.ha.mode: self``), one in
-``nimbus.ha.mode: zkfc`` with a real ``stratus zkfc`` beside each nimbus. Three scenarios:
+Three clusters of ``--nimbuses`` real ``stratus nimbus`` processes on one ZooKeeper (loopback,
+tick 100 ms), each under its own root: one with the default ``nimbus.ha.mode: supervised``
+(each ``stratus nimbus`` a failover controller running its nimbus as its child), one
+self-elected (``nimbus.ha.mode: self``), one in ``nimbus.ha.mode: zkfc`` with a real
+``stratus zkfc`` beside each nimbus. The controllers of the first and the zkfcs of the third
+have the same settings. Three scenarios:
 
-* **kill**: ``kill -9`` of the leader nimbus process alone, in both clusters, and of the
-  ALIVE master of Spark's standalone master HA (``--spark-rounds``; rounds interleaved, so
-  that machine noise hits all three). Self-elected, the standby leads once ZooKeeper expires
-  the dead nimbus's session; under zkfcs, the dead nimbus's zkfc sees its port refuse
-  connections at its next health check and gives the lock up at once; Spark's standby
-  master leads once the dead master's session expires, then recovers;
-* **stop**: SIGSTOP of the leader nimbus alone, zkfc cluster only: its zkfc's health check
-  times out after ``--health-timeout``; then SIGCONT, and the next round waits until the old
-  leader says it is standby;
+* **kill**: ``kill -9`` of the leader nimbus process alone (supervised: the child, not its
+  controller), in the three clusters, and of the ALIVE master of Spark's standalone master
+  HA (``--spark-rounds``; rounds interleaved, so that machine noise hits them all).
+  Supervised, the controller reaps its dead child and gives the lock up at once;
+  self-elected, the standby leads once ZooKeeper expires the dead nimbus's session; under
+  zkfcs, the dead nimbus's zkfc sees its port refuse connections at its next health check
+  and gives the lock up at once; Spark's standby master leads once the dead master's session
+  expires, then recovers;
+* **stop**: SIGSTOP of the leader nimbus alone, supervised and zkfc clusters: its
+  controller's health check times out after ``--health-timeout`` (a supervised one then
+  kills it, and restarts it); then SIGCONT, and the next round waits until the old leader
+  says it is standby;
 * **host**: ``kill -9`` of the leader nimbus and of its zkfc together, zkfc cluster only (a
   lost host): nobody is left to give the lock up, so the zkfc's session must expire.
 
@@ -40,6 +46,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import signal
 import tempfile
 import time
@@ -88,6 +95,9 @@ PIPELINE_PACKAGE = package_bytes(
 SPARK_ROUNDS = 10  # each restarts a master JVM and waits for its recovery
 KILL_P50_TARGET = 0.250  # zkfc, kill -9 of the nimbus alone
 KILL_P99_TARGET = 1.0
+SUPERVISED_P50_TARGET = 0.500  # supervised (the default), kill -9 of the nimbus child
+SUPERVISED_P99_TARGET = 1.0
+MODES = ("supervised", "self", "zkfc")
 STOP_SLACK = 1.0  # zkfc, SIGSTOP: p99 <= health timeout + this
 WHOLE_TIMEOUT_SECS = 120.0
 POLL_SECS = 0.05
@@ -102,7 +112,7 @@ class BenchError(Exception):
 @dataclass(frozen=True)
 class Sample:
     scenario: str  # kill, stop, host
-    mode: str  # self, zkfc, spark
+    mode: str  # supervised, self, zkfc, spark
     served: float  # seconds from the signal to the first leader-only call served
     record: float | None  # seconds from the signal to the new leader record's creation
     old_epoch: int
@@ -121,6 +131,9 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = WHOLE_TI
 class Cluster:
     """N nimbuses in one mode (with a zkfc each in ``zkfc`` mode), under one root."""
 
+    # The signals of a round go to the process that serves the nimbus: under a supervised
+    # nimbus's controller, its child (whose pid its HA status gives)
+
     def __init__(self, mode: str, zk: ZooKeeperServer, workdir: Path, args: argparse.Namespace):
         self.mode = mode
         self.root = f"/bench-{mode}"
@@ -132,20 +145,20 @@ class Cluster:
             "-c", f"zookeeper.root={self.root}",
             "-c", f"zookeeper.session.timeout.secs={args.session_timeout}",
         ]  # fmt: skip
-        nimbus_options = [
-            *common,
-            "-c", f"nimbus.ha.mode={mode}",
-            "-c", "nimbus.code.sync.freq.secs=1",
-        ]  # fmt: skip
-        zkfc_options = [
-            *common,
+        controller = [
             "-c", "ha.health.check.interval.secs=0.1",
             "-c", f"ha.health.rpc.timeout.secs={args.health_timeout}",
             "-c", "ha.health.max.backoff.secs=0.5",
             "-c", "ha.zkfc.rejoin.delay.secs=0.5",
-            "-c", "ha.zkfc.port=0",
             "-c", f"ha.fencing.graceful.timeout.secs={args.graceful_timeout}",
         ]  # fmt: skip
+        nimbus_options = [
+            *common,
+            "-c", f"nimbus.ha.mode={mode}",
+            "-c", "nimbus.code.sync.freq.secs=1",
+            *(controller if mode == "supervised" else []),
+        ]  # fmt: skip
+        zkfc_options = [*common, *controller, "-c", "ha.zkfc.port=0"]
         self.nimbuses = [
             NimbusProcess(nimbus_options, port=pick_free_port(), log_dir=logs)
             for _ in range(args.nimbuses)
@@ -230,6 +243,17 @@ class Cluster:
         others = [n for n in self.nimbuses if n.address != leader.member_id]
         return self.mode == "self" or all(self._standby(n) for n in others)
 
+    def served_by(self, nimbus: NimbusProcess) -> int:
+        """The pid that serves ``nimbus``: a supervised nimbus's child, else the process."""
+        if self.mode == "supervised":
+            with HAServiceClient(nimbus.address, timeout=REQUEST_TIMEOUT_SECS) as service:
+                pid = service.status().pid
+            if pid is None:
+                raise BenchError(f"{nimbus.address} does not say its pid")
+            return pid
+        assert nimbus.pid is not None
+        return nimbus.pid
+
     def wait_whole(self) -> None:
         wait_for(self.is_whole, f"the {self.mode} cluster to be whole again")
 
@@ -241,27 +265,29 @@ class Cluster:
             raise BenchError(f"no leader in the {self.mode} cluster")
         victim = next(n for n in self.nimbuses if n.address == found.member_id)
         zkfc = self.zkfcs.get(victim.address)
+        pid = self.served_by(victim)
         signalled = time.time()
         started = time.monotonic()
         if scenario == "stop":
-            victim.signal(signal.SIGSTOP)
+            os.kill(pid, signal.SIGSTOP)
         else:
             if scenario == "host" and zkfc is not None:
                 zkfc.signal(signal.SIGKILL)
-            victim.signal(signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
         try:
             self.client.activate(PIPELINE)
             served = time.monotonic() - started
         finally:
             if scenario == "stop":
-                victim.signal(signal.SIGCONT)
+                with contextlib.suppress(ProcessLookupError):  # a supervised one was killed
+                    os.kill(pid, signal.SIGCONT)
         since = self.leader_since()
         record = None
         new_epoch = found.epoch
         if since is not None and since[0].epoch > found.epoch:
             new_epoch = since[0].epoch
             record = max(0.0, since[1] - signalled)
-        if scenario != "stop":
+        if scenario != "stop" and self.mode != "supervised":  # its controller restarts it
             victim.kill()
             victim.start()
             victim.wait_ready()
@@ -300,7 +326,7 @@ def run(args: argparse.Namespace, console: Console, workdir: Path) -> list[Sampl
     http = httpx.Client(timeout=2.0, trust_env=False)
     zk.start()
     try:
-        for mode in ("self", "zkfc"):
+        for mode in MODES:
             clusters[mode] = Cluster(mode, zk, workdir, args)
             clusters[mode].start()
         if args.spark_rounds:
@@ -315,11 +341,11 @@ def run(args: argparse.Namespace, console: Console, workdir: Path) -> list[Sampl
             spark.start()
         plan: list[tuple[str, str]] = []
         for n in range(max(args.rounds, args.spark_rounds)):
-            modes = [m for m in ("self", "zkfc") if n < args.rounds]
+            modes = [m for m in MODES if n < args.rounds]
             modes += ["spark"] if n < args.spark_rounds else []
             shift = n % len(modes)  # each mode goes first in turn
             plan += [("kill", mode) for mode in modes[shift:] + modes[:shift]]
-        plan += [("stop", "zkfc")] * args.stop_rounds
+        plan += [("stop", mode) for _ in range(args.stop_rounds) for mode in ("supervised", "zkfc")]
         plan += [("host", "zkfc")] * args.host_rounds
         for n, (scenario, mode) in enumerate(plan, 1):
             if mode == "spark":
@@ -330,7 +356,7 @@ def run(args: argparse.Namespace, console: Console, workdir: Path) -> list[Sampl
             samples.append(sample)
             record = "-" if sample.record is None else ms(sample.record)
             print(
-                f"  {n:>3}/{len(plan)} {scenario:<4} {mode:<4} served {ms(sample.served):>6} ms"
+                f"  {n:>3}/{len(plan)} {scenario:<4} {mode:<10} served {ms(sample.served):>6} ms"
                 f"  record {record:>6} ms  epoch {sample.old_epoch}→{sample.new_epoch}",
                 flush=True,
             )
@@ -390,13 +416,29 @@ def report(console: Console, samples: list[Sample], args: argparse.Namespace) ->
             f"kill -9, Spark standalone master HA p50 / zkfc p50: {ratio:.1f}x (same session "
             f"timeout, {ms(args.session_timeout)} ms)"
         )
-    if ("stop", "zkfc") in p:
-        bound = args.health_timeout + STOP_SLACK
-        p99 = p[("stop", "zkfc")][1]
+    if ("kill", "supervised") in p:
+        p50, p99, _ = p[("kill", "supervised")]
         verdicts.append(
-            f"SIGSTOP, zkfc p99 {ms(p99)} ms (target <= health timeout + 1 s = {ms(bound)}): "
-            + ("met" if p99 <= bound else "MISSED")
+            f"kill -9, supervised (the default) p50 {ms(p50)} ms (target <= "
+            f"{ms(SUPERVISED_P50_TARGET)}): "
+            + ("met" if p50 <= SUPERVISED_P50_TARGET else "MISSED")
         )
+        verdicts.append(
+            f"kill -9, supervised p99 {ms(p99)} ms (target <= {ms(SUPERVISED_P99_TARGET)}): "
+            + ("met" if p99 <= SUPERVISED_P99_TARGET else "MISSED")
+        )
+        for other, name in (("self", "self-elected"), ("zkfc", "zkfc"), ("spark", "Spark")):
+            if ("kill", other) in p:
+                ratio = p[("kill", other)][0] / p50
+                verdicts.append(f"kill -9, {name} p50 / supervised p50: {ratio:.1f}x")
+    for mode in ("supervised", "zkfc"):
+        if ("stop", mode) in p:
+            bound = args.health_timeout + STOP_SLACK
+            p99 = p[("stop", mode)][1]
+            verdicts.append(
+                f"SIGSTOP, {mode} p99 {ms(p99)} ms (target <= health timeout + 1 s = "
+                f"{ms(bound)}): " + ("met" if p99 <= bound else "MISSED")
+            )
     if ("host", "zkfc") in p:
         p99 = p[("host", "zkfc")][1]
         verdicts.append(
@@ -421,7 +463,9 @@ def log_client(path: Path) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=20, help="kill -9 rounds per mode")
-    parser.add_argument("--stop-rounds", type=int, default=10, help="SIGSTOP rounds (zkfc)")
+    parser.add_argument(
+        "--stop-rounds", type=int, default=10, help="SIGSTOP rounds (supervised and zkfc, each)"
+    )
     parser.add_argument("--host-rounds", type=int, default=5, help="host-lost rounds (zkfc)")
     parser.add_argument("--nimbuses", type=int, default=2, help="nimbuses per cluster")
     parser.add_argument("--session-timeout", type=float, default=2.0, help="seconds")
@@ -463,7 +507,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     handle_interrupts(raise_interrupted)
     console = report_console(width=110)
-    console.rule("Nimbus failover: under zkfcs vs self-elected vs Spark's standalone master HA")
+    console.rule(
+        "Nimbus failover: supervised (default) vs under zkfcs vs self-elected vs Spark's "
+        "standalone master HA"
+    )
     info = machine(("kazoo", "pyspark", "httpx"))
     for key, value in info.items():
         console.print(f"[bold]{key:>9}[/]: {value}")
@@ -471,7 +518,8 @@ def main(argv: list[str] | None = None) -> int:
         f"[bold]{'run':>9}[/]: kill -9 {args.rounds} rounds per mode "
         f"({args.spark_rounds} of Spark's standalone masters), SIGSTOP "
         f"{args.stop_rounds}, host lost {args.host_rounds}; {args.nimbuses} nimbuses per "
-        f"cluster; session timeout {args.session_timeout:g} s; zkfc health check every 0.1 s, "
+        f"cluster; session timeout {args.session_timeout:g} s; controllers' health check "
+        f"every 0.1 s, "
         f"timeout {args.health_timeout:g} s; graceful fence timeout {args.graceful_timeout:g} s "
         f"(retried once after a refusal); ZooKeeper tick {TICK_TIME_MS} ms"
     )

@@ -141,7 +141,8 @@ class HostsCluster:
             "nimbus.seeds": self.seeds,
             **settings,
         }
-        self._nimbus_settings = {**common, **nimbus_settings}
+        # self-elected unless told: these hosts' tests are about partitions and security
+        self._nimbus_settings = {**common, "nimbus.ha.mode": "self", **nimbus_settings}
         self._supervisor_settings = {**common, **supervisor_settings}
         self._host_settings = host_settings
         self._worker_users = worker_users

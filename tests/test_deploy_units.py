@@ -492,8 +492,8 @@ def test_the_zookeeper_unit_serves_from_its_state_directory(
     assert host.written_outside(Unit.read(DEPLOY / "stratus-zookeeper.service")) == []
 
 
-def _nimbus_conf(host: Host, zookeeper: Ensemble) -> int:
-    """nimbus.yaml on this machine's loopback; its API's port."""
+def _nimbus_conf(host: Host, zookeeper: Ensemble, **values: Any) -> int:
+    """nimbus.yaml on this machine's loopback, with ``values``; its API's port."""
     port = pick_free_port()
     _configuration(
         host,
@@ -506,6 +506,8 @@ def _nimbus_conf(host: Host, zookeeper: Ensemble) -> int:
             "nimbus.code.port": pick_free_port(),
             "nimbus.seeds": [f"{LOOPBACK}:{port}"],
             "pipeline.min.replication.count": 1,
+            "ha.zkfc.port": pick_free_port(),
+            **values,
         },
     )
     return port
@@ -528,10 +530,23 @@ def _supervisor_conf(host: Host, zookeeper: Ensemble, nimbus_port: int) -> int:
 
 
 @needs_root
+def test_the_nimbus_unit_serves_under_its_controller_and_stops(
+    host: Host, zookeeper: Ensemble, tmp_path: Path
+) -> None:
+    """As shipped (nimbus.ha.mode supervised): the unit's main process is the controller,
+    whose endpoint answers on ha.zkfc.port, and its nimbus child serves the API."""
+    controller_port = pick_free_port()
+    port = _nimbus_conf(host, zookeeper, **{"ha.zkfc.port": controller_port})
+    nimbus = _run_until_ready(host, "nimbus", tmp_path, port)
+    wait_until(lambda: _ready(host, controller_port), START_SECS, "the controller's /readyz")
+    _stops(host, *nimbus)
+
+
+@needs_root
 def test_the_nimbus_and_zkfc_units_serve_and_stop(
     host: Host, zookeeper: Ensemble, tmp_path: Path
 ) -> None:
-    port = _nimbus_conf(host, zookeeper)
+    port = _nimbus_conf(host, zookeeper, **{"nimbus.ha.mode": "zkfc"})
     nimbus = _run_until_ready(host, "nimbus", tmp_path, port)
     zkfc_port = pick_free_port()
     _configuration(

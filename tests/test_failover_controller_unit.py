@@ -211,3 +211,42 @@ def test_cede_active_stands_down_without_a_fence_and_stays_out_until_told() -> N
     assert c.cede_active(0.0, timeout=5) is False  # a cede of 0 ends the wait: rejoin now
     assert elector.calls == ["join h:1", "quit fence=False", "join h:1"]
     c.stop()
+
+
+@pytest.mark.parametrize(
+    ("made_active", "health", "killed"),
+    [
+        (True, HealthState.SERVICE_NOT_RESPONDING, True),
+        (True, HealthState.SERVICE_UNHEALTHY, False),  # it answers: the graceful fence works
+        (False, HealthState.SERVICE_NOT_RESPONDING, False),  # a standby is nobody's to fence
+    ],
+    ids=["active-silent", "active-unhealthy", "standby-silent"],
+)
+def test_a_supervised_active_that_stops_answering_is_killed_before_the_quit(
+    made_active: bool, health: HealthState, killed: bool
+) -> None:
+    service, elector, order = FakeService(), FakeElector(), []
+
+    def kill() -> bool:
+        order.append("kill")
+        return True
+
+    elector.calls = order  # one list: the kill and the quit, in the order they happened
+    c = FailoverController(
+        service,
+        lambda _target: True,
+        ControllerSettings(rejoin_delay=60.0),
+        make_elector=lambda _callbacks, _member: elector,
+        kill_unresponsive=kill,
+        clock=Clock(),
+    )
+    c.start()
+    c.service_status(READY)
+    c.enter_health_state(HealthState.SERVICE_HEALTHY)
+    settle(c)
+    if made_active:
+        c.become_active(3)
+    c.enter_health_state(health)
+    settle(c)
+    assert order == ["join h:1", *(["kill"] if killed else []), "quit fence=True"]
+    c.stop()

@@ -130,3 +130,39 @@ def test_the_thread_checks_until_stopped() -> None:
     monitor.stop()
     assert recorder.states == [HealthState.SERVICE_HEALTHY]
     assert service.closed == 1
+
+
+@dataclass
+class DiesDuringACheck(ScriptedService):
+    """Dies (its supervisor tells the monitor) between its status and its health answers."""
+
+    monitor: HealthMonitor | None = None
+    dying: bool = False
+
+    def check_health(self) -> HealthReport:
+        if self.dying and self.monitor is not None:
+            self.dying = False
+            self.monitor.service_gone()  # the answer below came from the process now dead
+        return super().check_health()
+
+
+def test_a_service_gone_is_not_responding_at_once_and_the_check_it_crossed_reports_nothing() -> (
+    None
+):
+    service = DiesDuringACheck()
+    monitor, recorder, _ = monitor_of(service)
+    service.monitor = monitor
+    monitor.check()
+    assert recorder.states == [HealthState.SERVICE_HEALTHY]
+    monitor.service_gone()  # its supervisor reaped it: no check needed
+    assert recorder.states == [HealthState.SERVICE_HEALTHY, HealthState.SERVICE_NOT_RESPONDING]
+    monitor.check()  # restarted and healthy
+    service.dying = True
+    monitor.check()
+    assert monitor.state is HealthState.SERVICE_NOT_RESPONDING
+    assert recorder.states[-2:] == [
+        HealthState.SERVICE_HEALTHY,
+        HealthState.SERVICE_NOT_RESPONDING,
+    ]
+    monitor.check()  # restarted again
+    assert recorder.states[-1] is HealthState.SERVICE_HEALTHY

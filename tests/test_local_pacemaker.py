@@ -40,7 +40,9 @@ def test_the_local_cluster_runs_two_pacemakers_and_sends_them_every_heartbeat(
     tmp_path: Path,
 ) -> None:
     console = Console(file=io.StringIO())
-    cluster = LocalCluster(tmp_path, console, nimbuses=1, supervisors=1, state_store="pacemaker")
+    cluster = LocalCluster(  # about the pacemakers: one process per nimbus is enough
+        tmp_path, console, nimbuses=1, supervisors=1, state_store="pacemaker", ha_mode="self"
+    )
     try:
         cluster.start()
         assert len(cluster.pacemakers) == 2

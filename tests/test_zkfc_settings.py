@@ -5,11 +5,24 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
+from stratus.api.errors import UnauthenticatedError
 from stratus.cli.main import main
 from stratus.config import load_config
 from stratus.ha.errors import ZkfcConfigError
 from stratus.ha.fencing import FenceTarget, MethodSpec
 from stratus.ha.settings import ZkfcSettings
+from stratus.ha.supervised_nimbus import (
+    CONTROLLER_ENV,
+    CONTROLLER_PRINCIPAL,
+    controller_credentials,
+    controller_plan,
+)
+from stratus.process import Lifeline
+from stratus.security.access import Caller
+from stratus.security.client_auth import NO_AUTH
+from stratus.security.roles import Role
+from stratus.security.tokens import hash_token
+from stratus.settings import access_policy
 
 
 def test_the_settings_follow_the_keys() -> None:
@@ -98,3 +111,53 @@ def test_the_command_wants_supervise_and_a_command_together(args, message: str) 
     result = CliRunner().invoke(main, ["zkfc", "--target", "127.0.0.1:1", *args])
     assert result.exit_code == 2
     assert message in result.output
+
+
+def test_a_supervised_nimbus_controller_takes_a_free_endpoint_port_unless_one_is_set() -> None:
+    conf = load_config(overrides=["nimbus.host=10.0.0.5", "nimbus.port=6627"], environ={})
+    plan = controller_plan(conf, ["nimbus"], NO_AUTH, token="t" * 64, python="py")
+    settings = plan.settings
+    assert settings.target == FenceTarget("10.0.0.5", 6627)
+    assert settings.port == 0  # several nimbuses on one host: a free port, in ZooKeeper
+    assert settings.kill_unresponsive
+    assert settings.supervise is not None
+    assert settings.supervise.command == ("py", "-m", "stratus", "nimbus")
+    assert settings.supervise.lifeline is Lifeline.PIPE
+    # the child learns the token's digest alone, and takes it as its controller's
+    assert dict(settings.supervise.environment) == {CONTROLLER_ENV: hash_token("t" * 64)}
+    assert plan.service_auth.token == "t" * 64
+    fixed = controller_credentials(hash_token("t" * 64))
+    entry = fixed.entry_of_token("t" * 64)
+    assert entry is not None and entry.role is Role.ADMIN
+    pinned = load_config(overrides=["ha.zkfc.port=8019"], environ={})
+    assert controller_plan(pinned, ["nimbus"], NO_AUTH).settings.port == 8019
+
+
+def test_a_supervised_nimbus_on_port_0_gets_one_port_for_every_start_of_its_child() -> None:
+    conf = load_config(overrides=["nimbus.port=0"], environ={})
+    settings = controller_plan(conf, ["nimbus", "-c", "nimbus.port=0"], NO_AUTH).settings
+    assert settings.supervise is not None
+    *_, last_option = settings.supervise.command
+    assert last_option == f"nimbus.port={settings.target.port}" and settings.target.port > 0
+
+
+def test_a_controller_digest_that_is_not_one_is_an_error_naming_the_variable() -> None:
+    with pytest.raises(ZkfcConfigError, match=CONTROLLER_ENV):
+        controller_credentials("not-a-digest")
+
+
+def test_the_controllers_entry_outlives_a_reload_of_the_token_file(tmp_path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"read token {hash_token('r' * 32)} principal=node\n")
+    tokens.chmod(0o600)
+    conf = load_config(overrides=[f"nimbus.auth.tokens.file={tokens}"], environ={})
+    policy = access_policy(conf, fixed=controller_credentials(hash_token("c" * 32)))
+    assert policy.authorize(f"Bearer {'c' * 32}", None, Role.ADMIN) == Caller(
+        CONTROLLER_PRINCIPAL, Role.ADMIN
+    )
+    tokens.write_text(f"admin token {hash_token('a' * 32)} principal=ops\n")
+    assert policy.reload()
+    assert policy.authorize(f"Bearer {'c' * 32}", None, Role.ADMIN) is not None
+    assert policy.authorize(f"Bearer {'a' * 32}", None, Role.ADMIN) is not None
+    with pytest.raises(UnauthenticatedError):
+        policy.authorize(f"Bearer {'r' * 32}", None, Role.READ)

@@ -472,12 +472,14 @@ class StratusConfig(BaseModel):
         description="how often the leader looks for work to do on its own, such as removing "
         "killed pipelines whose wait is over",
     )
-    nimbus_ha_mode: Literal["self", "zkfc"] = Field(
-        default="self",
+    nimbus_ha_mode: Literal["supervised", "self", "zkfc"] = Field(
+        default="supervised",
         alias="nimbus.ha.mode",
-        description="who makes this nimbus the leader: `self` (it campaigns in the nimbus "
-        "election itself) or `zkfc` (it never campaigns; it leads only after its failover "
-        "controller's transition-to-active, fenced by the epoch that controller won)",
+        description="who makes this nimbus the leader: `supervised` (`stratus nimbus` is a "
+        "failover controller that runs the nimbus as its child and fails it over as soon as "
+        "the child dies or hangs), `self` (it campaigns in the nimbus election itself) or "
+        "`zkfc` (it never campaigns; it leads only after the transition-to-active of a "
+        "`stratus zkfc` beside it, fenced by the epoch that controller won)",
     )
     nimbus_code_distributor: Literal["local", "shared"] = Field(
         default="local",
@@ -1151,42 +1153,49 @@ class StratusConfig(BaseModel):
     ha_zkfc_group: str = Field(
         default="nimbus",
         alias="ha.zkfc.group",
-        description="`stratus zkfc`: the election group its service takes part in",
+        description="a failover controller (`stratus zkfc`, a supervised nimbus's): the election "
+        "group its service takes part in",
     )
     ha_zkfc_rejoin_delay_secs: float = Field(
         default=1.0,
         gt=0,
         alias="ha.zkfc.rejoin.delay.secs",
-        description="`stratus zkfc`: wait before rejoining the election after fencing failed, "
-        "the service refused to become active, or it reported a state it was not given",
+        description="a failover controller (`stratus zkfc`, a supervised nimbus's): wait before "
+        "rejoining the election after fencing failed, the service refused to become active, or it "
+        "reported a state it was not given",
     )
     ha_zkfc_port: int = Field(
         default=8019,
         ge=0,
         le=65535,
         alias="ha.zkfc.port",
-        description="`stratus zkfc`: port of its own endpoint (cede-active, graceful-failover; "
-        "admin only), on its service's host (0 picks a free port)",
+        description="port of a failover controller's own endpoint (cede-active, "
+        "graceful-failover; admin only), on its service's host; 0 picks a free port. A "
+        "supervised nimbus's controller picks a free port unless this is set, and registers "
+        "it in ZooKeeper, where haadmin and the other controllers look",
     )
     ha_zkfc_failover_timeout_secs: float = Field(
         default=30.0,
         gt=0,
         alias="ha.zkfc.failover.timeout.secs",
-        description="`stratus zkfc`: how long a graceful failover waits for the target's "
-        "service to become active before the nodes that ceded rejoin",
+        description="a failover controller (`stratus zkfc`, a supervised nimbus's): how long a "
+        "graceful failover waits for the target's service to become active before the nodes that "
+        "ceded rejoin",
     )
     ha_zkfc_preferred: bool = Field(
         default=False,
         alias="ha.zkfc.preferred",
-        description="`stratus zkfc`: its service is the group's preferred active: the others "
-        "let it win, and fail back to it (gracefully) when it comes back healthy",
+        description="a failover controller (`stratus zkfc`, a supervised nimbus's): its service is "
+        "the group's preferred active: the others let it win, and fail back to it (gracefully) "
+        "when it comes back healthy",
     )
     ha_zkfc_nonpreferred_join_delay_secs: float = Field(
         default=5.0,
         ge=0,
         alias="ha.zkfc.nonpreferred.join.delay.secs",
-        description="`stratus zkfc`: a zkfc that is not preferred waits this long before "
-        "joining the election while the preferred node campaigns (also after ceding to it)",
+        description="a failover controller (`stratus zkfc`, a supervised nimbus's): a zkfc that is "
+        "not preferred waits this long before joining the election while the preferred node "
+        "campaigns (also after ceding to it)",
     )
     ha_zkfc_supervise_command: str | None = Field(
         default=None,
@@ -1199,56 +1208,59 @@ class StratusConfig(BaseModel):
         default=1.0,
         gt=0,
         alias="ha.zkfc.supervise.restart.backoff.secs",
-        description="`stratus zkfc`: wait before restarting its supervised service, doubling "
-        "at every exit in a row up to 30 times this",
+        description="a failover controller (`stratus zkfc`, a supervised nimbus's): wait before "
+        "restarting its supervised service, doubling at every exit in a row up to 30 times this",
     )
     ha_zkfc_supervise_stop_grace_secs: float = Field(
         default=10.0,
         gt=0,
         alias="ha.zkfc.supervise.stop.grace.secs",
-        description="`stratus zkfc`: time its supervised service has to exit after SIGTERM "
-        "when the zkfc stops, before SIGKILL",
+        description="a failover controller (`stratus zkfc`, a supervised nimbus's): time its "
+        "supervised service has to exit after SIGTERM when the zkfc stops, before SIGKILL",
     )
     ha_health_check_interval_secs: float = Field(
         default=1.0,
         gt=0,
         alias="ha.health.check.interval.secs",
-        description="`stratus zkfc`: how often it checks its service's status and health",
+        description="a failover controller (`stratus zkfc`, a supervised nimbus's): how often it "
+        "checks its service's status and health",
     )
     ha_health_rpc_timeout_secs: float = Field(
         default=5.0,
         gt=0,
         alias="ha.health.rpc.timeout.secs",
-        description="`stratus zkfc`: a health or status call unanswered this long means the "
-        "service is not responding (and is failed over)",
+        description="a failover controller (`stratus zkfc`, a supervised nimbus's): a health or "
+        "status call unanswered this long means the service is not responding (and is failed over)",
     )
     ha_health_max_backoff_secs: float = Field(
         default=5.0,
         gt=0,
         alias="ha.health.max.backoff.secs",
-        description="`stratus zkfc`: longest wait between attempts to reach a service that "
-        "does not answer (the wait doubles from ha.health.check.interval.secs)",
+        description="a failover controller (`stratus zkfc`, a supervised nimbus's): longest wait "
+        "between attempts to reach a service that does not answer (the wait doubles from "
+        "ha.health.check.interval.secs)",
     )
     ha_fencing_methods: str = Field(
         default="graceful, epoch",
         alias="ha.fencing.methods",
-        description="`stratus zkfc`: how the old active is fenced, methods tried in order: "
-        "graceful, epoch, shell(command), process, process(pid file), sshfence, "
-        "sshfence(user:port) (see zkfc.md)",
+        description="a failover controller (`stratus zkfc`, a supervised nimbus's): how the old "
+        "active is fenced, methods tried in order: graceful, epoch, shell(command), process, "
+        "process(pid file), sshfence, sshfence(user:port) (see zkfc.md)",
     )
     ha_fencing_timeout_secs: float = Field(
         default=10.0,
         gt=0,
         alias="ha.fencing.timeout.secs",
-        description="`stratus zkfc`: time one shell, process or ssh fence may take before it "
-        "is killed and counted as failed",
+        description="a failover controller (`stratus zkfc`, a supervised nimbus's): time one "
+        "shell, process or ssh fence may take before it is killed and counted as failed",
     )
     ha_fencing_graceful_timeout_secs: float = Field(
         default=1.0,
         gt=0,
         alias="ha.fencing.graceful.timeout.secs",
-        description="`stratus zkfc`: timeout of each of the graceful fence's two "
-        "transition-to-standby calls (the second only after a refusal, not after a timeout)",
+        description="a failover controller (`stratus zkfc`, a supervised nimbus's): timeout of "
+        "each of the graceful fence's two transition-to-standby calls (the second only after a "
+        "refusal, not after a timeout)",
     )
     ha_automatic_failover_enabled: bool = Field(
         default=True,

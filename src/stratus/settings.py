@@ -38,7 +38,7 @@ from stratus.pacemaker.settings import PacemakerClientSettings, PacemakerServerS
 from stratus.pacemaker.store import StoreLimits
 from stratus.security.access import AccessPolicy
 from stratus.security.tls import TlsSettings
-from stratus.security.tokens import load_credentials
+from stratus.security.tokens import Credentials, load_credentials
 from stratus.state.factory import StateStoreSettings
 from stratus.web.bounds import HttpBounds
 from stratus.zk.auth import (
@@ -284,13 +284,14 @@ def http_bounds(conf: StratusConfig) -> HttpBounds:
     )
 
 
-def access_policy(conf: StratusConfig) -> AccessPolicy:
+def access_policy(conf: StratusConfig, *, fixed: Credentials | None = None) -> AccessPolicy:
     """``nimbus.auth.tokens.file``: who may call a nimbus, a supervisor's endpoint or a
-    zkfc's endpoint (everyone when it is not set); ``reload`` reads the file again."""
+    zkfc's endpoint (everyone when it is not set); ``reload`` reads the file again. ``fixed``
+    entries are known beside the file's (a supervised nimbus's controller), never instead."""
     if not conf.nimbus_auth_tokens_file:
         return AccessPolicy()
     path = Path(conf.nimbus_auth_tokens_file)
-    return AccessPolicy(load_credentials(path), source=path)
+    return AccessPolicy(load_credentials(path), source=path, fixed=fixed)
 
 
 def audit_log(conf: StratusConfig) -> None:

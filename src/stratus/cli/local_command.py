@@ -61,9 +61,10 @@ def _stop_on_termination() -> None:
     "--ha",
     "ha_mode",
     type=click.Choice(HA_MODES),
-    default="self",
+    default=HA_MODES[0],
     show_default=True,
-    help="How the nimbuses elect their leader: themselves, or each under a zkfc (nimbus.ha.mode).",
+    help="How the nimbuses elect their leader (nimbus.ha.mode): each under its own failover "
+    "controller, themselves, or each under a zkfc beside it.",
 )
 @log_level_option
 @with_config
@@ -78,7 +79,7 @@ def local(
     flags = [flag for flag, on in (("--demo", scripted), ("--secure", secure)) if on]
     if state_store != "zookeeper":
         flags.append(f"--state-store {state_store}")
-    if ha_mode != "self":
+    if ha_mode != HA_MODES[0]:
         flags.append(f"--ha {ha_mode}")
     console.rule(" ".join(["stratus local", *flags]))
     _stop_on_termination()

@@ -6,7 +6,8 @@ when another node won. Once running it prints ``zkfc: managing <host:port> in gr
 
     $ stratus zkfc --target n1.example:6627 -c zookeeper.servers=zk1:2181
     $ stratus zkfc -c ha.zkfc.target=127.0.0.1:6627 -c 'ha.fencing.methods=graceful, process'
-    $ stratus zkfc --target 127.0.0.1:6627 --supervise -- stratus nimbus -c nimbus.port=6627
+    $ stratus zkfc --target 127.0.0.1:6627 --supervise -- \
+          stratus nimbus -c nimbus.ha.mode=zkfc -c nimbus.port=6627
 
 With ``--supervise -- COMMAND...`` it runs the service itself, restarts it when it dies and
 stops it when the zkfc stops.
@@ -39,7 +40,8 @@ from stratus.settings import (
 from stratus.zk.session import ZkSession
 
 
-def _check(zkfc: Zkfc) -> None:
+def check_zkfc(zkfc: Zkfc) -> None:
+    """End the command with the controller's failure, once it has one."""
     if zkfc.failure is not None:
         raise zkfc.failure
 
@@ -79,7 +81,7 @@ def zkfc(
     run_daemon(
         daemon,
         ready=lambda d: f"zkfc: managing {d.settings.target.address} in group {d.settings.group}",
-        check=_check,
+        check=check_zkfc,
         period_secs=0.2,
         reload=lambda _daemon: security.policy.reload(),
     )

@@ -13,9 +13,16 @@ The elector's member id and breadcrumb are the service's advertised address (its
 Beside those: a session watch that has the controller stand the service down when the
 session is lost (``session_watch``, ``self_fence``), the preferred-node rules
 (``preference``), and, with ``--supervise``, the service's process as a child
-(``supervision``); and its own endpoint (``zkfc_endpoint``: cede-active, graceful-failover),
-registered under ``groups/<group>/zkfcs/<service>`` (``zkfc_registry``) so that an operator
-and the other zkfcs find it.
+(``supervision``: the health monitor hears of the child's exit at once, and a supervised
+nimbus's controller kills its active child when it stops answering); and its own endpoint
+(``zkfc_endpoint``: cede-active, graceful-failover), registered under
+``groups/<group>/zkfcs/<service>`` (``zkfc_registry``) so that an operator and the other
+zkfcs find it.
+
+``auth`` is the identity it presents to the other nodes (their services when it fences
+them, their zkfcs when it asks them to cede); ``service_auth`` the one it presents to its
+own service (a supervised nimbus's controller: the token made for its child), by default
+``auth``.
 """
 
 from __future__ import annotations
@@ -55,13 +62,16 @@ class Zkfc:
         session: ZkSession,
         auth: ClientAuth,
         security: EndpointSecurity | None = None,
+        *,
+        service_auth: ClientAuth | None = None,
     ) -> None:
         self.settings = settings
         self._security = security or EndpointSecurity()
         self.session = session
         self._auth = auth
+        self._service_auth = service_auth or auth
         self.coordinator = Coordinator(session)
-        self.service = self._client(settings.target.address, settings.rpc_timeout)
+        self.service = self._own_service()
         context = FencingContext(
             timeout=settings.fencing_timeout,
             graceful_timeout=settings.graceful_timeout,
@@ -80,7 +90,11 @@ class Zkfc:
         self.graceful_fencer = Fencer(
             [MethodSpec("graceful")], context, self.metrics.fence_attempt("self")
         )
-        self.supervision = Supervision(settings.supervise) if settings.supervise else None
+        self.supervision = (
+            Supervision(settings.supervise, on_exit=self._service_exited)
+            if settings.supervise
+            else None
+        )
         self.elector: ActiveStandbyElector | None = None
         self.preference = Preference(
             session,
@@ -97,6 +111,11 @@ class Zkfc:
             stand_down=self._stand_down,
             held_epoch=self._held_epoch,
             join_policy=self.preference,
+            kill_unresponsive=(
+                self.supervision.fence
+                if self.supervision is not None and settings.kill_unresponsive
+                else None
+            ),
         )
         self.registry = ZkfcRegistry(session, GroupPaths(session.root, settings.group))
         self.graceful = GracefulFailover(
@@ -107,9 +126,12 @@ class Zkfc:
             timeout=settings.failover_timeout,
         )
         self.endpoint: ZkfcEndpoint | None = None
+        # the exit code of a supervised service that failed before it ever answered (its
+        # configuration, a busy port): restarting it would fail the same way
+        self.start_failure: int | None = None
         self.session_watch = SessionWatch(session, self.controller.session_expired)
         self.monitor = HealthMonitor(
-            lambda: self._client(settings.target.address, settings.rpc_timeout),
+            self._own_service,
             self.controller,
             settings.health,
         )
@@ -119,8 +141,8 @@ class Zkfc:
         return self.controller.failure
 
     def start(self) -> None:
-        if self.supervision is not None:
-            self.supervision.start()
+        """Start every part; the supervised service last, once ZooKeeper answered and the
+        endpoint listens (a zkfc that cannot start leaves no child behind)."""
         self.session_watch.start()
         self.session.start()
         self.coordinator.start()
@@ -136,6 +158,8 @@ class Zkfc:
         )
         self.endpoint.start()
         self.registry.register(self.settings.target.address, self.endpoint.address)
+        if self.supervision is not None:
+            self.supervision.start()
         log.info(
             "event=zkfc_started target=%s group=%s fencing=%s endpoint=%s",
             self.settings.target.address,
@@ -145,18 +169,21 @@ class Zkfc:
         )
 
     def stop(self) -> None:
-        if self.endpoint is not None:
-            self.endpoint.stop()
-        self.registry.close()
-        self.monitor.stop()
-        self.session_watch.stop()
-        self.preference.stop()
-        self.controller.stop()
-        self.coordinator.close()
-        self.session.close()
-        self.service.close()
-        if self.supervision is not None:
-            self.supervision.stop()
+        """Leave the election, then stop the supervised service, whatever failed before."""
+        try:
+            if self.endpoint is not None:
+                self.endpoint.stop()
+            self.registry.close()
+            self.monitor.stop()
+            self.session_watch.stop()
+            self.preference.stop()
+            self.controller.stop()
+            self.coordinator.close()
+            self.session.close()
+            self.service.close()
+        finally:
+            if self.supervision is not None and self.supervision.started:
+                self.supervision.stop()
 
     def readiness(self) -> dict[str, bool]:
         """Ready: connected to ZooKeeper and its service healthy (so it can take part in
@@ -172,8 +199,20 @@ class Zkfc:
     def _client(self, address: str, timeout: float) -> HAServiceClient:
         return HAServiceClient(address, self._auth, timeout=timeout)
 
+    def _own_service(self) -> HAServiceClient:
+        target = self.settings.target.address
+        return HAServiceClient(target, self._service_auth, timeout=self.settings.rpc_timeout)
+
+    def _service_exited(self, code: int | None) -> None:
+        log.warning("event=service_exited service=%s code=%s", self.settings.target.address, code)
+        if self.monitor.last_status is None and (code is None or code > 0):
+            self.start_failure = 1 if code is None else code  # it never answered: it cannot start
+        self.monitor.service_gone()
+
     def _standby_asker(self, address: str, timeout: float) -> StandbyAsker:
-        return self._client(address, timeout)
+        """A graceful fence's client: its own service (self-fencing) as ``service_auth``."""
+        own = address == self.settings.target.address
+        return HAServiceClient(address, self._service_auth if own else self._auth, timeout=timeout)
 
     def _make_elector(self, callbacks: ActiveStandbyCallbacks, member: str) -> ActiveStandbyElector:
         self.elector = ActiveStandbyElector(

@@ -6,12 +6,16 @@ states; every change of state, and every status the service reports, goes to its
 
     monitor = HealthMonitor(connect, callbacks, HealthSettings(check_interval=1.0))
     monitor.start()          # callbacks.enter_state(HealthState.SERVICE_HEALTHY), ...
+    monitor.service_gone()   # its process exited: SERVICE_NOT_RESPONDING now
     monitor.stop()
 
 A service that does not answer is reconnected (a new client) after a back-off that doubles
 from ``check_interval`` up to ``max_backoff``, so a dead service is not hammered while a
-restarted one is found again quickly. An error of the monitor itself (a bug, not the
-service) ends the thread in ``HEALTH_MONITOR_FAILED``, which the controller treats as fatal.
+restarted one is found again quickly. A monitor whose service is its zkfc's child is told
+when the child exits (``service_gone``): it turns ``SERVICE_NOT_RESPONDING`` at once, and a
+check that was under way when the child died reports nothing. An error of the monitor itself
+(a bug, not the service) ends the thread in ``HEALTH_MONITOR_FAILED``, which the controller
+treats as fatal.
 """
 
 from __future__ import annotations
@@ -102,6 +106,8 @@ class HealthMonitor:
         self.settings = settings
         self._service: CheckedService | None = None
         self._failures = 0
+        self._state_lock = threading.Lock()  # the monitor's thread and service_gone's caller
+        self._generation = 0  # one more at every service_gone: a check across it is void
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="health-monitor", daemon=True)
         self.state = HealthState.INITIALIZING
@@ -118,8 +124,15 @@ class HealthMonitor:
             self._service.close()
             self._service = None
 
+    def service_gone(self) -> None:
+        """The service's process exited (its supervisor reaped it): not responding, now."""
+        with self._state_lock:
+            self._generation += 1
+            self._enter_locked(HealthState.SERVICE_NOT_RESPONDING)
+
     def check(self) -> float:
         """One check: report what it found; returns the seconds to wait before the next one."""
+        generation = self._generation
         if self._service is None:
             self._service = self._connect()
         try:
@@ -130,7 +143,7 @@ class HealthMonitor:
         except ServiceUnhealthyError as exc:
             self._failures = 0
             log.warning("event=service_unhealthy service=%s why=%s", self._service.address, exc)
-            self._enter(HealthState.SERVICE_UNHEALTHY)
+            self._enter(HealthState.SERVICE_UNHEALTHY, generation)
             return self.settings.check_interval
         except HAServiceError as exc:
             self._failures += 1
@@ -142,10 +155,10 @@ class HealthMonitor:
             )
             self._service.close()
             self._service = None  # reconnect: a restarted service gets a fresh client
-            self._enter(HealthState.SERVICE_NOT_RESPONDING)
+            self._enter(HealthState.SERVICE_NOT_RESPONDING, generation)
             return backoff_delay(self._failures, self.settings)
         self._failures = 0
-        self._enter(verdict(status))
+        self._enter(verdict(status), generation)
         return self.settings.check_interval
 
     def _run(self) -> None:
@@ -157,7 +170,15 @@ class HealthMonitor:
             log.exception("event=health_monitor_failed")
             self._enter(HealthState.HEALTH_MONITOR_FAILED)
 
-    def _enter(self, state: HealthState) -> None:
+    def _enter(self, state: HealthState, generation: int | None = None) -> None:
+        """Report ``state``, unless the service went (``service_gone``) during the check
+        that found it: that check's answer may come from the process that is now dead."""
+        with self._state_lock:
+            if generation is not None and generation != self._generation:
+                return
+            self._enter_locked(state)
+
+    def _enter_locked(self, state: HealthState) -> None:
         if state is self.state:
             return
         log.info("event=health_state from=%s to=%s", self.state.name, state.name)

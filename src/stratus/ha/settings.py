@@ -3,12 +3,17 @@
 settings = ZkfcSettings.from_config(conf, target="n1.example:6627")
 settings.health.check_interval        # ha.health.check.interval.secs
 settings.fencing_methods              # ha.fencing.methods, parsed (errors at load)
+
+A supervised nimbus's controller (``nimbus.ha.mode: supervised``) is the same zkfc, managing
+the ``stratus nimbus`` it runs as its child::
+
+    settings = ZkfcSettings.supervising(conf, "127.0.0.1:6627", command, environment)
 """
 
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from stratus.config import StratusConfig
 from stratus.ha.errors import ZkfcConfigError
@@ -17,6 +22,7 @@ from stratus.ha.fencing import FenceTarget, MethodSpec, parse_methods
 from stratus.ha.health_monitor import HealthSettings
 from stratus.ha.preference import PreferenceSettings
 from stratus.ha.supervision import SupervisionSettings
+from stratus.process import Lifeline
 from stratus.zk.paths import check_group_name
 
 
@@ -36,6 +42,9 @@ class ZkfcSettings:
     supervise: SupervisionSettings | None = None  # --supervise or ha.zkfc.supervise.command
     port: int = 0  # ha.zkfc.port (8019 from the configuration); 0: a free port
     failover_timeout: float = 30.0  # ha.zkfc.failover.timeout.secs
+    # A supervised nimbus that was made active and stops answering is killed by its
+    # controller before it leaves the election (a supervised nimbus's controller only)
+    kill_unresponsive: bool = False
 
     @classmethod
     def from_config(
@@ -77,6 +86,34 @@ class ZkfcSettings:
                 preferred=conf.ha_zkfc_preferred,
                 nonpreferred_join_delay=conf.ha_zkfc_nonpreferred_join_delay_secs,
             ),
+        )
+
+    @classmethod
+    def supervising(
+        cls,
+        conf: StratusConfig,
+        target: str,
+        command: tuple[str, ...],
+        environment: tuple[tuple[str, str], ...],
+    ) -> ZkfcSettings:
+        """The controller of a supervised nimbus: it runs ``command`` (the nimbus, serving
+        its HA protocol at ``target``) with ``environment`` added, and its endpoint takes a
+        free port unless ``ha.zkfc.port`` is set (its default, 8019, is for one ``stratus
+        zkfc`` per host; several nimbuses may share a host, and the port is registered in
+        ZooKeeper, where haadmin and the other controllers look)."""
+        settings = cls.from_config(conf, target=target)
+        supervise = SupervisionSettings(
+            command,
+            restart_backoff=conf.ha_zkfc_supervise_restart_backoff_secs,
+            stop_grace=conf.ha_zkfc_supervise_stop_grace_secs,
+            environment=environment,
+            lifeline=Lifeline.PIPE,
+        )
+        return replace(
+            settings,
+            supervise=supervise,
+            port=conf.ha_zkfc_port if "ha_zkfc_port" in conf.model_fields_set else 0,
+            kill_unresponsive=True,
         )
 
 

@@ -8,21 +8,28 @@ starts a new row). The zkfc itself does not change: the dead child's health turn
 ``SERVICE_NOT_RESPONDING``, the zkfc quits the election and another node takes over; the
 restarted child reports healthy and rejoins as a standby. The child's pid is the self-fence's
 last resort (``fence``: SIGKILL of its whole group). Stopping the zkfc stops the child
-(SIGTERM, then SIGKILL after ``ha.zkfc.supervise.stop.grace.secs``)::
+(SIGTERM, then SIGKILL after ``ha.zkfc.supervise.stop.grace.secs``).
 
-    child = Supervision(SupervisionSettings(("stratus", "nimbus")))
+Whoever must know at once that the child exited passes ``on_exit``: it is called, with the
+exit code, as soon as the child was reaped (the zkfc tells its health monitor, so a dead
+child is failed over in milliseconds rather than at the next health check)::
+
+    child = Supervision(SupervisionSettings(("stratus", "nimbus")), on_exit=print)
     child.start()
     child.pid          # the running child's pid, or None between two runs
     child.fence()      # SIGKILL it now (it is restarted after the backoff)
+    child.signal(signal.SIGHUP)
     child.stop()
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from stratus.api.clock import Clock
@@ -35,11 +42,19 @@ MAX_BACKOFF_FACTOR = 30  # the restart backoff stops doubling at 30 times its ba
 
 @dataclass(frozen=True)
 class SupervisionSettings:
-    """``ha.zkfc.supervise.*``: the command and its restart and stop timings."""
+    """``ha.zkfc.supervise.*``: the command and its restart and stop timings.
+
+    ``environment``: variables added to the zkfc's own for the child. ``lifeline``: how the
+    child learns that the zkfc died (a child started by this module's thread cannot have the
+    kernel's death signal, which follows the forking thread; a child that watches its stdin
+    for EOF, as a supervised nimbus does, takes ``Lifeline.PIPE``).
+    """
 
     command: tuple[str, ...]
     restart_backoff: float = 1.0
     stop_grace: float = 10.0
+    environment: tuple[tuple[str, str], ...] = ()
+    lifeline: Lifeline = Lifeline.DEATH_SIGNAL
 
 
 def restart_delay(base: float, exits_in_row: int) -> float:
@@ -50,10 +65,17 @@ def restart_delay(base: float, exits_in_row: int) -> float:
 class Supervision:
     """One supervised child process; see the module docstring."""
 
-    def __init__(self, settings: SupervisionSettings, *, clock: Clock = time.monotonic) -> None:
+    def __init__(
+        self,
+        settings: SupervisionSettings,
+        *,
+        on_exit: Callable[[int | None], None] = lambda _code: None,
+        clock: Clock = time.monotonic,
+    ) -> None:
         if not settings.command:
             raise ValueError("process supervision needs a command to run")
         self.settings = settings
+        self._on_exit = on_exit
         self._clock = clock
         self._lock = threading.Lock()
         self._child: ProcessGroup | None = None
@@ -66,6 +88,10 @@ class Supervision:
         with self._lock:
             child = self._child
         return child.pid if child is not None and child.is_running() else None
+
+    @property
+    def started(self) -> bool:
+        return self._thread.ident is not None
 
     def start(self) -> None:
         self._thread.start()
@@ -88,10 +114,17 @@ class Supervision:
         """SIGKILL the running child's whole group; True once it is gone (or none runs)."""
         with self._lock:
             child = self._child
-        if child is None:
-            return True
+        if child is None or child.returncode is not None:
+            return True  # reaped already (what it left in its group was killed then)
         log.warning("event=supervised_fence pid=%d", child.pid)
         return child.kill() is not None
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to the running child alone (SIGHUP: read its token file again)."""
+        with self._lock:
+            child = self._child
+        if child is not None:
+            child.signal(signum)
 
     def _run(self) -> None:
         exits_in_row = 0
@@ -100,8 +133,9 @@ class Supervision:
             try:
                 child = ProcessGroup.start(
                     self.settings.command,
-                    lifeline=Lifeline.DEATH_SIGNAL,
-                    stdin=subprocess.DEVNULL,
+                    lifeline=self.settings.lifeline,
+                    env={**os.environ, **dict(self.settings.environment)},
+                    **self._stdin(),
                 )
             except OSError as exc:
                 log.error(
@@ -115,8 +149,10 @@ class Supervision:
                 log.info("event=supervised_started pid=%d starts=%d", child.pid, self.starts)
                 code = child.wait()
                 child.kill()  # whatever it left in its group
+                child.close_lifeline()
             if self._stopping.is_set():
                 break
+            self._on_exit(code)
             ran = self._clock() - started
             long_run = ran >= self.settings.restart_backoff * MAX_BACKOFF_FACTOR
             exits_in_row = 1 if long_run else exits_in_row + 1
@@ -128,3 +164,9 @@ class Supervision:
                 delay,
             )
             self._stopping.wait(delay)
+
+    def _stdin(self) -> dict[str, int]:
+        """The child's stdin: the lifeline's pipe, else nothing to read."""
+        if self.settings.lifeline is Lifeline.PIPE:
+            return {}
+        return {"stdin": subprocess.DEVNULL}

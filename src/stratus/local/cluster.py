@@ -6,9 +6,10 @@ with short timeouts so that failures show in seconds; with ``state_store="pacema
 (SIGTERM, then SIGKILL), and the supervisors stop their workers; the workers of a
 supervisor that had to be killed first are killed by their ``process.json`` proof
 (``processes.kill_left_workers``), so none outlives the cluster. Ctrl-C cannot cut
-``close()`` short: an interrupted stop would leave processes behind. With ``ha_mode="zkfc"``
-the nimbuses never elect themselves: each has a ``stratus zkfc`` beside it, also a child
-process::
+``close()`` short: an interrupted stop would leave processes behind. Each nimbus runs under
+its own failover controller (``nimbus.ha.mode: supervised``, the default: ``stratus nimbus``
+runs the nimbus as its child); with ``ha_mode="zkfc"`` each has a ``stratus zkfc`` beside it,
+also a child process of ours; with ``ha_mode="self"`` the nimbuses elect themselves::
 
     cluster = LocalCluster(workdir, console)             # or nimbuses=1 (bench/reassign.py)
     cluster = LocalCluster(workdir, console, state_store="pacemaker")   # and two pacemakers
@@ -37,6 +38,7 @@ from kazoo.exceptions import NoNodeError
 from rich.console import Console
 
 from stratus.coordination.records import SlotRecord
+from stratus.ha.protocol import HAServiceClient
 from stratus.local.processes import (
     NimbusProcess,
     PacemakerProcess,
@@ -62,7 +64,7 @@ SUPERVISOR_TIMEOUT_SECS = 4.0
 TASK_TIMEOUT_SECS = 90.0
 PACEMAKERS = 2
 PULSE_TTL_SECS = 120.0  # above every leader timeout (checked at load), so also the warm-up
-HA_MODES = ("self", "zkfc")
+HA_MODES = ("supervised", "self", "zkfc")  # nimbus.ha.mode; the first is the default
 
 
 @dataclass(frozen=True)
@@ -102,18 +104,26 @@ def pacemaker_options(addresses: list[str]) -> list[str]:
     ]  # fmt: skip
 
 
-def zkfc_options(zookeeper: str) -> list[str]:
-    """Settings of each zkfc of the local cluster: a dead nimbus is seen within a check, a
-    frozen one after a one-second timeout; the default fencing (graceful, then epoch), with
-    a short graceful timeout: a frozen old active costs two of them before the epoch fences it."""
+def controller_options() -> list[str]:
+    """Settings of each failover controller of the local cluster (a supervised nimbus's, or a
+    zkfc's): a dead nimbus is seen within a check, a frozen one after a one-second timeout;
+    the default fencing (graceful, then epoch), with a short graceful timeout: a frozen old
+    active on another host would cost one of them before the epoch fences it."""
     return [
-        "-c", f"zookeeper.servers={zookeeper}",
-        "-c", f"zookeeper.session.timeout.secs={SESSION_TIMEOUT_SECS}",
         "-c", "ha.health.check.interval.secs=0.2",
         "-c", "ha.health.rpc.timeout.secs=1",
         "-c", "ha.health.max.backoff.secs=1",
         "-c", "ha.zkfc.rejoin.delay.secs=0.5",
         "-c", "ha.fencing.graceful.timeout.secs=0.25",
+    ]  # fmt: skip
+
+
+def zkfc_options(zookeeper: str) -> list[str]:
+    """Settings of each ``stratus zkfc`` of the local cluster (``--ha zkfc``)."""
+    return [
+        "-c", f"zookeeper.servers={zookeeper}",
+        "-c", f"zookeeper.session.timeout.secs={SESSION_TIMEOUT_SECS}",
+        *controller_options(),
         "-c", "ha.zkfc.port=0",  # three zkfcs on one host: a free endpoint port each
     ]  # fmt: skip
 
@@ -131,7 +141,7 @@ class LocalCluster:
         supervisors: int = SUPERVISORS,
         state_store: str = "zookeeper",
         secure: bool = False,
-        ha_mode: str = "self",
+        ha_mode: str = HA_MODES[0],
         supervisor_options: Sequence[str] = (),
         user: UserSettings | None = None,
     ) -> None:
@@ -180,8 +190,9 @@ class LocalCluster:
             options += self.security.daemon_options()
         nimbuses, supervisors = self.counts
         own = self.security.nimbus_options() if self.security is not None else []
+        controllers = controller_options() if self.ha_mode == "supervised" else []
         nimbus_options = self.user.options(
-            settings, [*options, *own, "-c", f"nimbus.ha.mode={self.ha_mode}"]
+            settings, [*options, *own, *controllers, "-c", f"nimbus.ha.mode={self.ha_mode}"]
         )
         self.user.check(settings, nimbus_options)
         self.nimbuses = [
@@ -212,7 +223,9 @@ class LocalCluster:
             )
             for n in range(1, supervisors + 1)
         ]
-        zkfcs = " (each under a zkfc)" if self.zkfcs else ""
+        zkfcs = {"zkfc": " (each under a zkfc)", "supervised": " (each under its controller)"}.get(
+            self.ha_mode, ""
+        )
         with self.console.status(
             f"starting {nimbuses} nimbuses{zkfcs} and {supervisors} supervisors"
         ):
@@ -267,6 +280,19 @@ class LocalCluster:
 
     def nimbus_at(self, address: str) -> NimbusProcess:
         return next(nimbus for nimbus in self.nimbuses if nimbus.address == address)
+
+    def serving_pid(self, address: str) -> int:
+        """The pid of the process that serves the nimbus at ``address``: the child of its
+        controller when supervised (from its HA status), else the process we started."""
+        process = self.nimbus_at(address)
+        if self.ha_mode != "supervised":
+            assert process.pid is not None
+            return process.pid
+        with HAServiceClient(address, self.client_auth, timeout=5.0) as service:
+            pid = service.status().pid
+        if pid is None:
+            raise RuntimeError(f"the nimbus at {address} does not say its pid")
+        return pid
 
     def supervisor(self, sid: str) -> SupervisorProcess:
         return next(supervisor for supervisor in self.supervisors if supervisor.id == sid)

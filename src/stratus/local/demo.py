@@ -10,15 +10,19 @@ served, and the new term's leader record against the kill), then kills the super
 the streaming pipeline and times its move step by step (``stratus.local.pipeline_start``: detection,
 worker start, Spark start-up, first new batch), stops feeding, checks that the rows counted
 equal the rows fed, prints a summary and stops everything. Ctrl-C always stops every process
-it started. ``ha_mode="zkfc"`` (``stratus local --ha zkfc``) runs each nimbus under a zkfc:
-the kill is then seen by the dead nimbus's zkfc, which gives up the lock at once, instead of
-waiting for the dead nimbus's ZooKeeper session to expire. With ``state_store="pacemaker"``
-(``--state-store pacemaker``) the script first kills one of the two pacemakers and restarts
-it empty, and shows that no pipeline moves (``stratus.local.pacemaker_restart``).
+it started. Each nimbus runs under its own failover controller (``nimbus.ha.mode:
+supervised``, the default): the kill, of the nimbus the controller runs, is seen by that
+controller as it reaps it, and it gives up the lock at once. ``ha_mode="zkfc"`` (``stratus
+local --ha zkfc``) runs each nimbus under a zkfc beside it, which sees the kill at its next
+health check; ``ha_mode="self"`` waits for the dead nimbus's ZooKeeper session to expire.
+With ``state_store="pacemaker"`` (``--state-store pacemaker``) the script first kills one of
+the two pacemakers and restarts it empty, and shows that no pipeline moves
+(``stratus.local.pacemaker_restart``).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import tempfile
 import time
@@ -35,7 +39,7 @@ from stratus.api.echo import printable
 from stratus.api.records import PipelineStatus, WorkerHeartbeat, WorkerState
 from stratus.client import NimbusClient
 from stratus.errors import StratusError
-from stratus.local.cluster import SUPERVISOR_TIMEOUT_SECS, LocalCluster
+from stratus.local.cluster import HA_MODES, SUPERVISOR_TIMEOUT_SECS, LocalCluster
 from stratus.local.examples_io import Feeder, window_count_total
 from stratus.local.pacemaker_restart import restart_a_pacemaker
 from stratus.local.pipeline_start import PHASES, follow_start
@@ -45,6 +49,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"  # package data: in 
 STREAMING, BATCH, SDP = "streaming-counts", "batch-report", "sdp-orders"
 WAIT_SECS = 300.0  # Spark start-ups on a loaded 2-core machine take their time
 POLL_SECS = 0.5
+MODE_NAMES = {"supervised": "under its controller", "zkfc": "under zkfcs", "self": "self-elected"}
 # Two copies before a pipeline is active: the leader can then die without taking the only one.
 REPLICATION = {"pipeline.min.replication.count": 2, "pipeline.max.replication.wait.time.sec": 30}
 
@@ -70,7 +75,7 @@ class Demo:
         *,
         state_store: str = "zookeeper",
         secure: bool = False,
-        ha_mode: str = "self",
+        ha_mode: str = HA_MODES[0],
         user: UserSettings | None = None,
     ) -> None:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stratus-local-")))
@@ -223,17 +228,19 @@ def _kill_leader(demo: Demo) -> None:
 def kill_leader_nimbus(
     cluster: LocalCluster, client: NimbusClient, console: Console, pipeline: str
 ) -> list[Timing]:
-    """SIGKILL the leader nimbus alone (its zkfc, if any, lives on) and time the failover:
+    """SIGKILL the leader nimbus alone (its controller or zkfc, if any, lives on) and time
+    the failover:
     to the first leader-only call served (``activate(pipeline)``, a no-op), and to the new
     term's leader record, read from ZooKeeper."""
     old = cluster.leader_term()
     if old is None:
         raise DemoError("no nimbus leads: nothing to kill")
-    mode = "under zkfcs" if cluster.ha_mode == "zkfc" else "self-elected"
+    mode = MODE_NAMES[cluster.ha_mode]
     console.print(f"kill -9 of the leader nimbus [bold]{old.address}[/] ({mode})")
+    pid = cluster.serving_pid(old.address)
     killed_at = time.time()  # wall clock: ZooKeeper's creation times are too
     started = time.monotonic()
-    cluster.nimbus_at(old.address).signal(signal.SIGKILL)
+    os.kill(pid, signal.SIGKILL)
     client.activate(pipeline)  # a leader-only call (a no-op): it finds the new leader
     took = time.monotonic() - started
     new = client.known_leader or "?"

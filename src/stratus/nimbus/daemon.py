@@ -86,6 +86,7 @@ from stratus.nimbus.service import NimbusService
 from stratus.nimbus.settings import HAMode, NimbusSettings
 from stratus.nimbus.submission import Submitter
 from stratus.nimbus.supervisor_fencing import SupervisorFencing
+from stratus.security.access import AccessPolicy
 from stratus.settings import (
     access_policy,
     distributor_settings,
@@ -113,7 +114,9 @@ class Nimbus:
     """One nimbus daemon; see the module docstring.
 
     ``clock`` is the wall clock of the times written down (start, kill times); ``monotonic``
-    times the periods and timeouts of the leadership and of the scheduling.
+    times the periods and timeouts of the leadership and of the scheduling. ``policy`` is who
+    may call it (default: ``nimbus.auth.tokens.file``'s entries; a supervised nimbus's adds
+    its controller's).
     """
 
     def __init__(
@@ -121,6 +124,7 @@ class Nimbus:
         conf: StratusConfig,
         *,
         may_lead: Callable[[], bool] = always_may_lead,
+        policy: AccessPolicy | None = None,
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
     ) -> None:
@@ -129,7 +133,8 @@ class Nimbus:
         self._clock = clock
         self._wall = wall
         self._stopping = threading.Event()
-        self.policy = access_policy(conf)  # TokenFileError if the file is unsafe or malformed
+        # TokenFileError if the file is unsafe or malformed
+        self.policy = policy if policy is not None else access_policy(conf)
         self.insecure = check_exposure(  # True: an open API on a network, on purpose
             conf.nimbus_bind(),
             authenticated=self.policy.enabled,

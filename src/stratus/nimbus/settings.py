@@ -124,7 +124,10 @@ class NimbusSettings:
                 monitor_freq_secs=conf.nimbus_monitor_freq_secs,
             ),
             ha=HASettings(
-                mode=HAMode(conf.nimbus_ha_mode),
+                # supervised: `stratus nimbus` runs this nimbus in zkfc mode under its own
+                # controller (stratus.ha.supervised_nimbus); a Nimbus that a program builds
+                # without one elects itself
+                mode=HAMode.ZKFC if conf.nimbus_ha_mode == "zkfc" else HAMode.SELF,
                 # a transition waits behind the duty round under way, which a ZooKeeper
                 # call bounds by the connection timeout
                 transition_timeout_secs=conf.zookeeper_connection_timeout_secs,

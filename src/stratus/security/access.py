@@ -16,6 +16,10 @@ and the error, naming the line, is logged::
     caller = policy.authorize("Bearer 9a8f...", None, Role.SUBMIT)   # Caller, or raises
     caller.principal, caller.role                                    # "alice", Role.SUBMIT
     policy.reload()                                                  # on SIGHUP
+
+``fixed`` entries are added to the file's, at load and at every reload: a supervised nimbus's
+controller is known to its child by the digest of a token made for one start, which no file
+lists.
 """
 
 from __future__ import annotations
@@ -72,9 +76,11 @@ class AccessPolicy:
         credentials: Credentials | None = None,
         *,
         source: Path | None = None,
+        fixed: Credentials | None = None,
         wall: Callable[[], float] = time.time,
     ) -> None:
-        self._credentials = credentials
+        self._fixed = fixed or Credentials()
+        self._credentials = credentials.plus(self._fixed) if credentials is not None else None
         self.source = source
         self._wall = wall
 
@@ -96,7 +102,8 @@ class AccessPolicy:
         except TokenFileError as exc:
             log.error("event=token_file_reload_failed file=%s kept=old error=%s", self.source, exc)
             return False
-        self._credentials = credentials  # one reference swapped: a request sees old or new
+        # one reference swapped: a request sees old or new
+        self._credentials = credentials.plus(self._fixed)
         log.info(
             "event=token_file_reloaded file=%s tokens=%d names=%d",
             self.source,

@@ -86,6 +86,10 @@ class Credentials:
         """The entry of a verified client certificate's subject CN, or None."""
         return self.names.get(common_name)
 
+    def plus(self, other: Credentials) -> Credentials:
+        """These entries and ``other``'s (``other``'s win a name listed in both)."""
+        return Credentials(self.token_digests + other.token_digests, {**self.names, **other.names})
+
     def role_of_token(self, token: str) -> Role | None:
         entry = self.entry_of_token(token)
         return entry.role if entry is not None else None
@@ -161,6 +165,15 @@ def read_token(path: Path) -> str:
     raise TokenFileError(f"the client token file {path} is empty")
 
 
+def digest_of(value: str) -> bytes:
+    """The sha256 digest that ``sha256:<hex>`` (``hash_token``'s form) holds; ValueError if
+    ``value`` is not of that form."""
+    hexdigest = value.removeprefix(HASH_PREFIX)
+    if not value.startswith(HASH_PREFIX) or not _HEX_DIGEST.fullmatch(hexdigest):
+        raise ValueError("expected sha256: and 64 lowercase hex digits")
+    return bytes.fromhex(hexdigest)
+
+
 def new_token() -> str:
     """A new bearer token: 32 random bytes, as hex."""
     return secrets.token_hex(TOKEN_BYTES)
@@ -229,13 +242,13 @@ def _expiry(text: str | None, where: str) -> float | None:
 
 def _token_digest(value: str, where: str) -> bytes:
     if value.startswith(HASH_PREFIX):
-        hexdigest = value.removeprefix(HASH_PREFIX)
-        if not _HEX_DIGEST.fullmatch(hexdigest):
+        try:
+            return digest_of(value)
+        except ValueError:
             raise TokenFileError(
                 f"{where}: a hashed token is sha256: and 64 lowercase hex digits; make the line "
                 "with `stratus token new` or `stratus token hash`"
-            )
-        return bytes.fromhex(hexdigest)
+            ) from None
     if len(value) < MIN_TOKEN_CHARS:
         raise TokenFileError(
             f"{where}: the token is shorter than {MIN_TOKEN_CHARS} characters; "
