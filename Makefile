@@ -52,8 +52,8 @@ check: lint typecheck
 stress: install
 	STRATUS_STRESS_SECS=$(STRESS_SECS) $(BIN)/pytest -m stress tests/test_stress.py -v
 
-# The chaos suite (tests/test_chaos.py): CHAOS_FAULTS faults, half with self-elected nimbuses,
-# half under zkfcs, quorum losses up to 60 s; CHAOS_SEED=N replays a run (its seed is printed).
+# The chaos suite (tests/test_chaos.py): CHAOS_FAULTS faults, half with supervised nimbuses
+# (the default), half self-elected, quorum losses up to 60 s; CHAOS_SEED=N replays a run (its seed is printed).
 # `make test` runs a short version (6 faults, a fixed seed, quorum losses up to 10 s).
 chaos: install
 	STRATUS_CHAOS_FAULTS=$(CHAOS_FAULTS) STRATUS_CHAOS_SEED=$(CHAOS_SEED) \

@@ -1,5 +1,8 @@
 """The chaos suite's cluster: three hosts of their own network namespace, each with a
-ZooKeeper member, a nimbus (under a zkfc of its host, with ``zkfc=True``) and a supervisor;
+ZooKeeper member, a nimbus and a supervisor. ``ha_mode`` is the nimbuses' ``nimbus.ha.mode``:
+``supervised`` (the default: each ``stratus nimbus`` is a failover controller running its
+nimbus as a child; a nimbus fault hits the child, a zkfc fault the controller), ``self``, or
+``zkfc`` (a ``stratus zkfc`` of its host beside each nimbus);
 pacemakers on two of them, carrying every heartbeat. Every process records its history in its
 host's file (``history.file``), the suite's driver in its own. The nimbuses, supervisors and zkfcs
 require tokens (``tests/secure_cluster.py``; the clients hold a submitter's, so the owners of
@@ -11,7 +14,7 @@ reaches holds the pipelines' checkpoints, input and output (``shared``). With ``
 to their group: ``workdir`` must then be a directory other users may pass::
 
     with traversable_dir() as base, walled_hosts(HOSTS, base) as walls,
-         NetnsHosts(HOSTS) as hosts, ChaosCluster(hosts, base, zkfc=True, walls=walls) as cluster:
+         NetnsHosts(HOSTS) as hosts, ChaosCluster(hosts, base, walls=walls) as cluster:
         cluster.process(Target.NIMBUS, "h2").signal(signal.SIGKILL)
         cluster.restart(Target.NIMBUS, "h2")
         cluster.history_files()       # what the oracle reads
@@ -33,7 +36,7 @@ from typing import Protocol, Self
 
 from stratus.chaos.faults import ClusterShape, Target
 from stratus.local.cluster import pacemaker_options, zkfc_options
-from stratus.local.processes import PacemakerProcess, ZkfcProcess, stop_all
+from stratus.local.processes import NimbusProcess, PacemakerProcess, ZkfcProcess, stop_all
 from stratus.zk.auth import Credentials, ServerAuth
 from stratus.zk.server import ZooKeeperServer
 from tests.hosts_cluster import NIMBUS_PORT, SESSION_SECS, HostsCluster, options
@@ -42,6 +45,7 @@ from tests.pipeline_cluster import cluster_options
 from tests.secure_cluster import ADMIN, PEER, SUBMIT, token_file
 from tests.worker_users import WalledHosts, share_with_group
 from tests.zk_acl import secret_file
+from tests.zkfixtures import wait_until
 
 HOSTS = ("h1", "h2", "h3")
 PACEMAKER_HOSTS = ("h1", "h2")
@@ -78,11 +82,17 @@ class ChaosCluster:
     """ZooKeeper, nimbuses (and zkfcs), supervisors and pacemakers on ``hosts``."""
 
     def __init__(
-        self, hosts: NetnsHosts, workdir: Path, *, zkfc: bool, walls: WalledHosts | None = None
+        self,
+        hosts: NetnsHosts,
+        workdir: Path,
+        *,
+        ha_mode: str = "supervised",
+        walls: WalledHosts | None = None,
     ) -> None:
         self.hosts = hosts
         self.workdir = workdir
-        self.zkfc = zkfc
+        self.ha_mode = ha_mode
+        zkfc = ha_mode == "zkfc"
         self.walls = walls
         self.shared = workdir / "shared"
         pacemaker_auth = {
@@ -128,7 +138,7 @@ class ChaosCluster:
             workdir,
             settings=settings,
             nimbus_settings={
-                "nimbus.ha.mode": "zkfc" if zkfc else "self",
+                "nimbus.ha.mode": ha_mode,
                 "pacemaker.auth.principal": "nimbus",
                 **admin,  # the leader's graceful fence of a silent supervisor needs admin
             },
@@ -145,6 +155,9 @@ class ChaosCluster:
             worker_users=walls.users if walls else {},
             python=walls.python if walls else None,
         )
+        self._children = {
+            name: _SupervisedChild(nimbus) for name, nimbus in self.nodes.nimbuses.items()
+        }
         self.zkfcs: dict[str, ZkfcProcess] = {}
         if zkfc:
             zkfc_settings = [
@@ -175,7 +188,10 @@ class ChaosCluster:
     def shape(self) -> ClusterShape:
         """What a fault plan may hit in this cluster."""
         return ClusterShape(
-            hosts=HOSTS, pacemakers=PACEMAKER_HOSTS, zkfc=self.zkfc, session_secs=SESSION_SECS
+            hosts=HOSTS,
+            pacemakers=PACEMAKER_HOSTS,
+            zkfc=self.ha_mode != "self",
+            session_secs=SESSION_SECS,
         )
 
     def history_file(self, name: str) -> Path:
@@ -208,12 +224,15 @@ class ChaosCluster:
         """The daemon of kind ``target`` on ``host``."""
         if target is Target.ZOOKEEPER:
             return _ZooKeeperMember(self.zookeepers[host])
+        if target is Target.NIMBUS and self.ha_mode == "supervised":
+            return self._children[host]
         return self._daemons(target)[host]
 
     def _daemons(self, target: Target) -> Mapping[str, Daemon]:
+        controllers = self.nodes.nimbuses if self.ha_mode == "supervised" else self.zkfcs
         table: dict[Target, Mapping[str, Daemon]] = {
             Target.NIMBUS: self.nodes.nimbuses,
-            Target.ZKFC: self.zkfcs,
+            Target.ZKFC: controllers,
             Target.SUPERVISOR: self.nodes.supervisors,
             Target.PACEMAKER: self.pacemakers,
         }
@@ -230,6 +249,9 @@ class ChaosCluster:
             member.kill()  # reaps it; a member that exited by itself is gone already
             member.launch()
             member.wait_serving(ZK_READY_SECS)
+            return
+        if target is Target.NIMBUS and self.ha_mode == "supervised":
+            self._children[host].wait_restarted(READY_SECS)  # its controller starts it again
             return
         daemon = self._daemons(target)[host]
         daemon.stop()  # SIGTERM (it may have been sent one already), SIGKILL after a while
@@ -259,6 +281,47 @@ class ChaosCluster:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class _SupervisedChild:
+    """The nimbus that a supervised ``stratus nimbus`` (its failover controller) runs as its
+    child: signalled by its own pid, and started again by its controller, not by the test."""
+
+    def __init__(self, controller: NimbusProcess) -> None:
+        self._controller = controller
+        self._signalled: int | None = None
+
+    @property
+    def pid(self) -> int | None:
+        parent = self._controller.pid
+        if parent is None or not self._controller.is_running():
+            return None
+        children: list[int] = []
+        for task in Path(f"/proc/{parent}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                children += [int(pid) for pid in task.read_text().split()]
+        return children[0] if len(children) == 1 else None
+
+    def signal(self, signum: int) -> None:
+        pid = self.pid
+        if pid is not None:
+            self._signalled = pid
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
+    def wait_restarted(self, timeout: float) -> None:
+        """Wait until another child than the one signalled serves (its controller restarts a
+        child that exited after a backoff); a controller that exited is started again."""
+        if not self._controller.is_running():
+            self._controller.stop()
+            self._controller.start()
+        else:
+            wait_until(
+                lambda: self.pid not in (None, self._signalled),
+                timeout,
+                f"the controller of nimbus {self._controller.address} to start its child again",
+            )
+        self._controller.wait_ready(timeout)
 
 
 class _ZooKeeperMember:

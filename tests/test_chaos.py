@@ -1,5 +1,6 @@
 """The chaos suite: a real cluster on three network-namespace hosts (ZooKeeper members,
-nimbuses self-elected or under zkfcs, supervisors, pacemakers) runs the streaming example,
+nimbuses supervised by their failover controllers as by default, or self-elected;
+supervisors, pacemakers) runs the streaming example,
 fed continuously, and batch pipelines submitted during the run, through a seeded plan of
 faults (``stratus.chaos.faults``); the oracle then judges the history every process recorded.
 
@@ -108,18 +109,18 @@ def assert_written_by_pool_users(output: Path, walls: WalledHosts) -> None:
 
 
 @pytest.mark.timeout(0)  # its length is the plan's; every wait inside is bounded
-@pytest.mark.parametrize("ha_mode", ["self", "zkfc"])
+@pytest.mark.parametrize("ha_mode", ["supervised", "self"])
 def test_a_seeded_run_of_faults_leaves_a_history_without_violations(
     hosts: NetnsHosts, walled: tuple[Path, WalledHosts], tmp_path: Path, ha_mode: str
 ) -> None:
     base, walls = walled
-    seed = chaos_seed() + (ha_mode == "zkfc")  # each mode draws a plan of its own
+    seed = chaos_seed() + (ha_mode != "self")  # each mode draws a plan of its own
     count = max(1, FAULTS // 2)
     print(
         f"\nchaos: seed {seed}, {count} faults, nimbuses {ha_mode}; replay with "
         f"STRATUS_CHAOS_SEED={chaos_seed()} STRATUS_CHAOS_FAULTS={FAULTS}"
     )
-    with ChaosCluster(hosts, base, zkfc=ha_mode == "zkfc", walls=walls) as cluster:
+    with ChaosCluster(hosts, base, ha_mode=ha_mode, walls=walls) as cluster:
         shape = replace(cluster.shape, max_quorum_loss_secs=MAX_QUORUM_LOSS_SECS)
         plan = plan_faults(seed, count, shape)
         driver = HistoryRecorder.open(cluster.history_file("driver"), Actor("client", "chaos"))
@@ -275,7 +276,7 @@ def test_the_oracle_flags_a_run_on_a_build_with_fencing_turned_off(
     # must not import this one's standard library; each finds stratus in its own packages
     monkeypatch.setenv("PYTHONPATH", str(FENCING_OFF))
     base, walls = walled
-    with ChaosCluster(hosts, base, zkfc=False, walls=walls) as cluster:
+    with ChaosCluster(hosts, base, walls=walls) as cluster:
         driver = HistoryRecorder.open(cluster.history_file("driver"), Actor("client", "chaos"))
         client = cluster.nodes.client()
         start_workload(cluster, client, driver)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from stratus.api.records import WarmHeld, WarmMemory
+from stratus.cli.supervisor_command import with_overrides
 from stratus.config import load_config
 from stratus.errors import ConfigError
 from stratus.supervisor.registration import WARM_USE_STEP_MB, _shows_the_same
@@ -202,6 +203,17 @@ def test_the_default_turns_them_off_for_workers_of_other_users_and_says_why() ->
     )
     assert not warm.enabled and warm.off is WarmHeld.RUN_AS
     assert warm.off_why is not None and "'shared'" in warm.off_why
+
+
+def test_the_supervisor_commands_options_keep_a_default_a_default() -> None:
+    """``stratus supervisor --slots``/``--id`` revalidate the configuration: the warm
+    workers' default must not turn into an explicit ``true`` (refused with other users)."""
+    conf = load_config(
+        None, ["supervisor.worker.run.as=shared", "supervisor.worker.users=[etl]"], environ={}
+    )
+    again = with_overrides(conf, slots=1, supervisor_id="s1")
+    assert warm_settings(again).off is WarmHeld.RUN_AS
+    assert again.supervisor_slots == 1 and again.supervisor_id == "s1"
 
 
 def test_asking_for_them_with_workers_of_other_users_is_refused_at_load() -> None:

@@ -29,7 +29,7 @@ def with_overrides(
     conf: StratusConfig, *, slots: int | None, supervisor_id: str | None
 ) -> StratusConfig:
     """``conf`` with the command's options over it, validated like any configuration."""
-    values = conf.model_dump(by_alias=True)
+    values = conf.model_dump(by_alias=True, exclude_unset=True)  # a default stays one
     if slots is not None:
         values["supervisor.slots"] = slots
     if supervisor_id is not None:
