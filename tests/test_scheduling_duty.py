@@ -37,6 +37,7 @@ from stratus.nimbus.pipeline_ops import PipelineOps, ReplicationPolicy
 from stratus.nimbus.settings import SchedulingSettings
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore
+from stratus.zk.errors import ZooKeeperUnavailableError
 from stratus.zk.paths import ClusterPaths
 
 PATHS = ClusterPaths("/stratus")
@@ -68,6 +69,7 @@ class Cluster:
         self.board = HeartbeatBoard(ZooKeeperStateStore(client, PATHS.heartbeats))
         self.registered: dict[str, SupervisorSummary] = {}
         self.connections = 1  # the session's count of connections
+        self.zookeeper_epoch: int | Exception = 1  # ZooKeeper's leader epoch (or its failure)
         self.cordons = CordonTable(client, PATHS)
         self.drains = DrainMemory()
         self.duty = self.new_duty()
@@ -79,8 +81,14 @@ class Cluster:
         return SchedulingDuty(
             ops=self.ops, assignments=self.table, board=self.board,
             registered=lambda: self.registered, settings=SETTINGS, clock=self.clock,
-            connections=lambda: self.connections, cordons=self.cordons, drains=self.drains,
+            connections=lambda: self.connections, zookeeper_epoch=self.learn_epoch,
+            cordons=self.cordons, drains=self.drains,
         )  # fmt: skip
+
+    def learn_epoch(self) -> int:
+        if isinstance(self.zookeeper_epoch, Exception):
+            raise self.zookeeper_epoch
+        return self.zookeeper_epoch
 
     def new_leader(self) -> None:
         """Another term, and a duty that has seen nothing: a change of leader."""
@@ -200,7 +208,9 @@ def test_a_new_term_waits_a_whole_timeout_before_moving_anything(cluster):
     assert cluster.where("a") not in (None, first)
 
 
-def test_after_a_reconnect_nothing_moves_before_a_whole_timeout_of_watching(cluster):
+def test_after_a_reconnect_to_a_new_zookeeper_leader_nothing_moves_before_a_whole_timeout(
+    cluster,
+):
     cluster.supervisor("s1")
     cluster.supervisor("s2")
     cluster.submit("a")
@@ -208,11 +218,51 @@ def test_after_a_reconnect_nothing_moves_before_a_whole_timeout_of_watching(clus
     first = cluster.where("a")
     cluster.clock.now += 60  # no round: the connection to ZooKeeper was down
     cluster.connections += 1  # and came back (a suspended term resumed, or a granted one held)
+    cluster.zookeeper_epoch = 2  # the quorum was lost: a supervisor may have proved it
 
     plan = cluster.round()
     assert cluster.where("a") == first and not plan.moved  # the outage was blindness
 
     cluster.clock.now += 11  # a whole timeout of watching, first still silent
+    for sid in cluster.registered:
+        if sid != first:
+            cluster.heartbeat(sid)
+    cluster.round()
+    assert cluster.where("a") not in (None, first)
+
+
+def test_a_reconnect_to_the_same_zookeeper_quorum_keeps_the_leaders_silences(cluster):
+    """The leader's connection flaps between members of one quorum (ZooKeeper's epoch stays):
+    the quorum served throughout, nobody could prove an outage, the silent one moves."""
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    cluster.round()
+    first = cluster.where("a")
+    for _ in range(3):  # the connection flaps, more than once per supervisor timeout
+        cluster.clock.now += 4
+        cluster.connections += 1
+        for sid in cluster.registered:
+            if sid != first:
+                cluster.heartbeat(sid)
+        cluster.round()
+    assert cluster.where("a") not in (None, first)
+
+
+def test_an_epoch_that_cannot_be_learned_after_a_reconnect_restarts_every_silence(cluster):
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    cluster.round()
+    first = cluster.where("a")
+    cluster.clock.now += 60
+    cluster.connections += 1
+    cluster.zookeeper_epoch = ZooKeeperUnavailableError("no answer")
+    plan = cluster.round()
+    assert cluster.where("a") == first and not plan.moved
+
+    cluster.zookeeper_epoch = 1  # learned at last, unchanged: the silences run on from then
+    cluster.clock.now += 11
     for sid in cluster.registered:
         if sid != first:
             cluster.heartbeat(sid)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -349,6 +349,18 @@ class SupervisorSummary(_Record):
         description="host:port of its endpoint (worker logs, health, metrics); null: none",
     )
     endpoint_tls: bool = Field(default=False, description="its endpoint serves https")
+    zookeeper_outage: Literal["ride", "fence"] | None = Field(
+        default=None,
+        description="what it does through an outage of ZooKeeper now: ride (keeps its workers "
+        "while it proves that no quorum serves) or fence (stops them at its lease's end); "
+        "null: a supervisor that does not say",
+    )
+    ride_unavailable: str | None = Field(
+        default=None,
+        description="why it fences although supervisor.zookeeper.outage is ride (its "
+        "zookeeper.servers does not name every voting member of the ensemble once); null: "
+        "it rides, or was told to fence",
+    )
 
 
 class SupervisorCordon(RewrittenRecord, _Record):

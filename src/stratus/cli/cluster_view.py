@@ -1,9 +1,11 @@
 """What ``stratus cluster`` shows, in every ``-o`` format: the leader, the nimbuses, the
 supervisors (registered or cordoned) and the pipelines.
 
-Without ``-o`` it is the leader's line and three tables; ``-o wide`` adds the leader's epoch
-and whether a nimbus serves without TLS and tokens, each supervisor's endpoint, start and
-cordon (when, by whom), and the pipelines' wide columns (``pipeline_views.py``);
+Without ``-o`` it is the leader's line and three tables (a supervisor's "zk outage" says
+whether it rides out an outage of ZooKeeper, and why not when it was told to); ``-o wide``
+adds the leader's epoch and whether a nimbus serves without TLS and tokens, each
+supervisor's endpoint, start and cordon (when, by whom), and the pipelines' wide columns
+(``pipeline_views.py``);
 ``-o json`` and ``-o yaml`` are the API's ``ClusterSummary``::
 
     show_cluster(out, OutputFormat.WIDE, client.cluster(), where=placements(overview))
@@ -122,12 +124,23 @@ def scheduling_text(cordon: SupervisorCordon | None) -> Text:
     return Text("cordoned", style="yellow")
 
 
+def outage_text(registered: SupervisorSummary | None) -> Text:
+    """What the supervisor does through an outage of ZooKeeper; why it fences when it was
+    told to ride (its list of servers does not match the ensemble), in yellow."""
+    if registered is None or registered.zookeeper_outage is None:
+        return Text("-")
+    if registered.ride_unavailable is not None:
+        return Text(f"fence ({registered.ride_unavailable})", style="yellow")
+    return Text(registered.zookeeper_outage)
+
+
 SUPERVISOR_COLUMNS: list[Column[SupervisorRow]] = [
     Column("supervisor", lambda r: r.id),
     Column("host", lambda r: "(not registered)" if r.registered is None else r.registered.host),
     Column("slots", lambda r: _registered(r, "slots")),
     Column("used", lambda r: _registered(r, "used")),
     Column("scheduling", lambda r: scheduling_text(r.cordon)),
+    Column("zk outage", lambda r: outage_text(r.registered)),
     Column("endpoint", lambda r: (r.registered and r.registered.endpoint) or "-", wide=True),
     Column(
         "started",

@@ -41,6 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Literal
 
 from kazoo.client import KazooClient
 
@@ -162,6 +163,7 @@ class Supervisor:
         self.session = ZkSession(self.settings.zk)
         self.lease = Lease(self.settings.fence_timeout_secs)  # the control loop owns it
         self._registered = threading.Event()
+        self._outage_watch: OutageWatch | None = None  # with ride, made at start
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -340,6 +342,7 @@ class Supervisor:
         self._opened.append(store.close)
         self.board = HeartbeatBoard(store)
         self._start_endpoint()
+        self._outage_watch = self._new_outage_watch()
         self._register()
         cache = CodeCache(
             self._code_distributor(),
@@ -468,6 +471,7 @@ class Supervisor:
             started=self._wall(),
             endpoint=endpoint.address if endpoint is not None else None,
             endpoint_tls=endpoint.tls if endpoint is not None else False,
+            **self._outage_fields(),
         )
         self.registration = SupervisorRegistration(
             self.session.client,
@@ -585,22 +589,49 @@ class Supervisor:
         self.session.add_listener(self._connection_changed)
         self._opened.append(lambda: self.session.remove_listener(self._connection_changed))
         self.publisher.start()
-        if self.settings.ride_outages:
-            watch = OutageWatch(
-                self.id,
-                self.settings.zk,
-                connected=lambda: self.session.connected,
-                on_proven=self.control.outage_proven,
-                interval_secs=self.settings.loop.heartbeat_secs,
-                read_config=lambda: ensemble_config(self.session.client, PROBE_TIMEOUT_SECS),
-                clock=self._clock,
-            )
+        watch = self._outage_watch
+        if watch is not None:
             watch.start()
             self._opened.append(watch.stop)
         self._loop_thread = threading.Thread(
             target=self.control.run, name="supervisor-control", daemon=True
         )
         self._loop_thread.start()
+
+    def _new_outage_watch(self) -> OutageWatch | None:
+        """With ``supervisor.zookeeper.outage: ride``, the watch, its list of members
+        checked against the ensemble's own once already (a mismatch warns now, at start)."""
+        if not self.settings.ride_outages:
+            return None
+        watch = OutageWatch(
+            self.id,
+            self.settings.zk,
+            connected=lambda: self.session.connected,
+            on_proven=self._outage_proven,
+            interval_secs=self.settings.loop.heartbeat_secs,
+            read_config=lambda: ensemble_config(self.session.client, PROBE_TIMEOUT_SECS),
+            on_membership=self._membership_checked,
+            clock=self._clock,
+        )
+        watch.check_membership()
+        return watch
+
+    def _outage_proven(self, started: float) -> None:
+        """The outage watch's thread: a proof, for the control loop (made after the watch)."""
+        self.control.outage_proven(started)
+
+    def _outage_fields(self) -> dict[str, str | None]:
+        """The registration's ``zookeeper_outage`` and ``ride_unavailable``, as of now."""
+        watch = self._outage_watch
+        if watch is None:
+            return {"zookeeper_outage": "fence", "ride_unavailable": None}
+        unavailable = watch.unavailable
+        return {"zookeeper_outage": _outage_mode(unavailable), "ride_unavailable": unavailable}
+
+    def _membership_checked(self, unavailable: str | None) -> None:
+        """The outage watch's thread: the verdict changed, the registration shows it."""
+        if self._registered.is_set():  # else the registration is written with it
+            self.registration.update_outage(_outage_mode(unavailable), unavailable)
 
     def _connection_changed(self, change: SessionChange) -> None:
         """kazoo's thread: only ask for a read once connected again (must not block)."""
@@ -663,3 +694,8 @@ def _user_name() -> str:
         return pwd.getpwuid(os.geteuid()).pw_name
     except KeyError:
         return str(os.geteuid())
+
+
+def _outage_mode(ride_unavailable: str | None) -> Literal["ride", "fence"]:
+    """What a supervisor told to ride does through an outage of ZooKeeper."""
+    return "ride" if ride_unavailable is None else "fence"
