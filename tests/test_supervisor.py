@@ -679,13 +679,18 @@ def running_locally(beat_file: Path) -> bool:
 def test_a_supervisor_rides_out_a_zookeeper_outage_and_its_worker_runs_on_untouched(
     own_zk, zk_restartable, caplog
 ) -> None:
+    """With the defaults: a standalone server on this host that stops refuses every
+    connection, a refusal that no firewall can have given."""
     cluster = own_zk
     meta = cluster.code.upload("etl")
     lease_secs = FAST["supervisor.fence.timeout.secs"] + FAST["supervisor.worker.stop.secs"]
     with (
         caplog.at_level(logging.INFO, logger="stratus.supervisor"),
-        running(cluster.conf(**{"supervisor.zookeeper.outage": "ride"}), cluster),
+        running(cluster.conf(), cluster),
     ):
+        registered = cluster.registration()
+        assert registered is not None and registered.zookeeper_outage == "ride"
+        assert registered.ride_unavailable is None
         cluster.assign(meta)
         before = cluster.wait_for_worker(WorkerState.RUNNING)
         assert before.pid is not None
@@ -705,6 +710,112 @@ def test_a_supervisor_rides_out_a_zookeeper_outage_and_its_worker_runs_on_untouc
             WorkerState.RUNNING, where=lambda beat: beat.time > back_at, timeout=30
         )
         assert after.pid == before.pid and after.restarts == 0  # the same run, never stopped
+    assert not [r for r in caplog.records if "event=fenced" in r.getMessage()]
+
+
+def test_a_supervisor_cut_off_from_zookeeper_alone_fences_on_time_with_the_defaults(
+    own_zk, zk_restartable, caplog
+) -> None:
+    """A cut proxy leaves every ask in silence: the probe proves nothing, the lease ends."""
+    cluster = own_zk
+    host, port = zk_restartable.connect_string.rsplit(":", 1)
+    with (
+        TcpProxy(host, int(port)) as proxy,
+        caplog.at_level(logging.INFO, logger="stratus.supervisor"),
+        running(cluster.conf(**{"zookeeper.servers": f"127.0.0.1:{proxy.port}"}), cluster),
+    ):
+        registered = cluster.registration()
+        assert registered is not None and registered.zookeeper_outage == "ride"
+        cluster.assign(cluster.code.upload("etl"))
+        before = cluster.wait_for_worker(WorkerState.RUNNING)
+        assert before.pid is not None
+        proxy.cut()
+        wait_until(lambda: process_gone(before.pid), 20, "the cut-off worker to stop")
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("event=zookeeper_outage_probe" in m and "proven=false" in m for m in messages)
+    assert not any("proven=true" in m for m in messages)
+
+
+def test_a_server_list_that_does_not_match_the_ensemble_warns_once_and_fences(
+    own_zk, zk_restartable, caplog
+) -> None:
+    """Two names for one standalone server: a majority of that list proves nothing. The
+    supervisor says so once, at start, shows it in its registration, and fences."""
+    cluster = own_zk
+    port = zk_restartable.connect_string.rsplit(":", 1)[1]
+    servers = f"127.0.0.1:{port},127.0.0.2:{port}"  # 127.0.0.2: loopback, no server there
+    with (
+        caplog.at_level(logging.INFO, logger="stratus.supervisor"),
+        running(cluster.conf(**{"zookeeper.servers": servers}), cluster),
+    ):
+        registered = cluster.registration()
+        assert registered is not None and registered.zookeeper_outage == "fence"
+        assert registered.ride_unavailable == "2 servers listed, 1 serves"
+        cluster.assign(cluster.code.upload("etl"))
+        before = cluster.wait_for_worker(WorkerState.RUNNING)
+        assert before.pid is not None
+        zk_restartable.stop()  # both names refuse, on this host: it would prove the outage
+        wait_until(lambda: process_gone(before.pid), 20, "the worker to be fenced")
+    messages = [r.getMessage() for r in caplog.records]
+    warned = [m for m in messages if "event=zookeeper_outage_ride_unavailable" in m]
+    assert len(warned) == 1 and "zookeeper.servers" in warned[0]
+    assert not any("proven=true" in m for m in messages)
+
+
+QUORUM_LOSS_SECS = 20.0  # longer than every lease and timeout: the outage of the experiment
+
+
+def test_with_the_defaults_a_quorum_loss_stops_no_worker_and_moves_no_pipeline(
+    zk_ensemble, tmp_path, request, caplog
+) -> None:
+    """Two of three members stop: the third answers that it serves nothing, the two refuse
+    on this host. The supervisor proves the outage and keeps its worker; the leader, back
+    under a new ZooKeeper epoch, restarts its silences and moves nothing."""
+    hosts = zk_ensemble.connect_string
+    nimbus_keys = ("nimbus.", "supervisor.fence.", "supervisor.worker.stop.")
+    extra = [
+        part
+        for key, value in FAST.items()
+        if key.startswith(nimbus_keys)
+        for part in ("-c", f"{key}={value}")
+    ]
+    with (
+        nimbus_cluster(hosts, tmp_path, request.node.name, size=1, extra=extra) as nimbuses,
+        kazoo_client(hosts) as zk,
+    ):
+        cluster = Cluster(zk, hosts, tmp_path, root=nimbuses.root)
+        conf = cluster.conf(**{"nimbus.code.distributor": "local"})
+        with (
+            NimbusClient(nimbuses.seeds, retry_deadline=30.0) as client,
+            caplog.at_level(logging.INFO, logger="stratus.supervisor"),
+            running(conf, cluster),
+        ):
+            client.wait_replicated(client.submit("etl", valid_package("etl")).name)
+            before = cluster.wait_for_worker(WorkerState.RUNNING, timeout=30)
+            assigned = zk.get(f"{nimbuses.root}/assignments/etl")[0]
+            assert before.pid is not None
+            for member in zk_ensemble.servers[:2]:
+                member.stop()
+            wait_until(
+                lambda: any("proven=true" in r.getMessage() for r in caplog.records),
+                15,
+                "the supervisor to prove the outage",
+            )
+            down_until = time.monotonic() + QUORUM_LOSS_SECS
+            wait_until(
+                lambda: process_gone(before.pid) or time.monotonic() > down_until,
+                QUORUM_LOSS_SECS + 5,
+                "the outage to last",
+            )
+            assert not process_gone(before.pid)
+            zk_ensemble.start()
+            back_at = time.time()
+            timeout = FAST["nimbus.supervisor.timeout.secs"]
+            after = cluster.wait_for_worker(  # beating on, a whole supervisor timeout after
+                WorkerState.RUNNING, where=lambda beat: beat.time > back_at + timeout, timeout=60
+            )
+            assert after.pid == before.pid and after.restarts == 0
+            assert zk.get(f"{nimbuses.root}/assignments/etl")[0] == assigned  # never moved
     assert not [r for r in caplog.records if "event=fenced" in r.getMessage()]
 
 
