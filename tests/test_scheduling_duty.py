@@ -75,7 +75,7 @@ class Cluster:
         self.board = HeartbeatBoard(ZooKeeperStateStore(client, PATHS.heartbeats))
         self.registered: dict[str, SupervisorSummary] = {}
         self.connections = 1  # the session's count of connections
-        self.zookeeper_epoch: int | Exception = 1  # ZooKeeper's leader epoch (or its failure)
+        self.zookeeper_epoch: int | Exception | None = 1  # ZooKeeper's epoch, its failure
         self.cordons = CordonTable(client, PATHS)
         self.drains = DrainMemory()
         self.duty = self.new_duty()
@@ -94,7 +94,7 @@ class Cluster:
             cordons=self.cordons, drains=self.drains,
         )  # fmt: skip
 
-    def learn_epoch(self) -> int:
+    def learn_epoch(self) -> int | None:
         if isinstance(self.zookeeper_epoch, Exception):
             raise self.zookeeper_epoch
         return self.zookeeper_epoch
@@ -256,6 +256,32 @@ def test_a_reconnect_to_the_same_zookeeper_quorum_keeps_the_leaders_silences(clu
                 cluster.heartbeat(sid)
         cluster.round()
     assert cluster.where("a") not in (None, first)
+
+
+def test_with_a_standalone_zookeeper_every_reconnect_restarts_the_silences(cluster):
+    """A standalone server keeps its epoch when it restarts: a reconnection may have followed
+    an outage that a supervisor on its host proved by its refusals."""
+    cluster.zookeeper_epoch = None
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    cluster.round()
+    first = cluster.where("a")
+    cluster.clock.now += 60
+    cluster.connections += 1
+    plan = cluster.round()
+    assert cluster.where("a") == first and not plan.moved
+
+
+def test_zookeeper_tells_its_epoch_and_a_standalone_server_none(zk_hosts, zk_ensemble):
+    for hosts, standalone in ((zk_hosts, True), (zk_ensemble.connect_string, False)):
+        coordinator = Coordinator.standalone(hosts, session_timeout=4.0).start()
+        try:
+            coordinator.session.client.ensure_path("/stratus")
+            epoch = coordinator.session.zookeeper_epoch()
+            assert (epoch is None) is standalone and (standalone or epoch >= 1)
+        finally:
+            coordinator.close()
 
 
 def test_an_epoch_that_cannot_be_learned_after_a_reconnect_restarts_every_silence(cluster):

@@ -61,7 +61,7 @@ from stratus.zk.errors import (
 )
 from stratus.zk.history import history_behind_error
 from stratus.zk.lease import LEASE_FRACTION, RENEW_FRACTION, LeaseProbe, SessionLease
-from stratus.zk.quorum_probe import Refusals
+from stratus.zk.quorum_probe import Refusals, ensemble_config, voting_members
 from stratus.zk.tls import ZkTls
 
 log = logging.getLogger(__name__)
@@ -440,9 +440,11 @@ class ZkSession:
         self.confirm_contact(probe)
         self._renewed_at = self.clock()
 
-    def zookeeper_epoch(self) -> int:
+    def zookeeper_epoch(self) -> int | None:
         """ZooKeeper's leader epoch now: the high 32 bits of the zxid of a transaction of this
-        session's own, a version check of the root that changes nothing.
+        session's own, a version check of the root that changes nothing; None from a
+        standalone server (its ``/zookeeper/config`` names no voting member), which has no
+        elections and whose restarts keep the epoch.
 
         Every election of a ZooKeeper leader starts a new epoch, and a leader that loses its
         quorum never serves again in its own. A read would not do: its reply carries the zxid
@@ -450,7 +452,7 @@ class ZkSession:
         someone writes. ``ZooKeeperUnavailableError`` once the connection timeout is spent.
         """
 
-        def check_root() -> int:
+        def learn() -> int | None:
             transaction = self.client.transaction()
             transaction.check(self.root, -1)  # any version: a transaction that changes nothing
             results = transaction.commit()
@@ -458,9 +460,11 @@ class ZkSession:
                 raise ZooKeeperUnavailableError(
                     f"ZooKeeper at {self.hosts} refused a version check of {self.root}: {results!r}"
                 )
-            return int(self.client.last_zxid or 0) >> ZXID_EPOCH_SHIFT
+            epoch = int(self.client.last_zxid or 0) >> ZXID_EPOCH_SHIFT
+            config = ensemble_config(self.client, self.settings.connection_timeout)
+            return epoch if voting_members(config) else None
 
-        return self.call("learn ZooKeeper's leader epoch", check_root)
+        return self.call("learn ZooKeeper's leader epoch", learn)
 
     def lease_end(self, session_id: int | None) -> float:
         """The clock's time until which the lease vouches for ``session_id`` (0: none)."""

@@ -117,7 +117,7 @@ class SchedulingDuty:
         on_unknown: Callable[[str], None] = lambda _reason: None,
         on_observed: Callable[[ObservedRound], None] = lambda _round: None,
         connections: Callable[[], int] = lambda: 0,
-        zookeeper_epoch: Callable[[], int] = lambda: 0,
+        zookeeper_epoch: Callable[[], int | None] = lambda: 0,
         fencing: SupervisorFencing | None = None,
         cordons: CordonTable | None = None,
         drains: DrainMemory | None = None,
@@ -140,9 +140,11 @@ class SchedulingDuty:
         self._blind = False  # the last read of the heartbeats failed
         self._unregistered_since: dict[str, float] = {}  # this term's first round without it
         self._connections = connections  # the session's count of connections (ZkSession)
-        self._zookeeper_epoch = zookeeper_epoch  # ZooKeeper's leader epoch now (ZkSession)
+        # ZooKeeper's leader epoch now, None from a standalone server (ZkSession)
+        self._zookeeper_epoch = zookeeper_epoch
         self._watched_since = connections()  # the count when the epoch was last learned
-        self._quorum_epoch: int | None = None  # ZooKeeper's epoch then; None: not learned
+        self._quorum_epoch: int | None = None  # ZooKeeper's epoch then (None: standalone)
+        self._epoch_learned = False  # once, since the duty began
         self._fencing = fencing  # None: silent supervisors are only waited out
         self._rollback = settings.rollback
 
@@ -253,12 +255,14 @@ class SchedulingDuty:
         The same epoch on both sides of the disconnection (a reconnection to another member
         of the same quorum) means the quorum served throughout, every supervisor that could
         reach it wrote on, and none could prove an outage: the silences run on, and a
-        connection that flaps moves on time. An epoch that cannot be learned restarts them
-        too (nothing judged from a blind stretch) and is asked again next round."""
+        connection that flaps moves on time. A standalone server keeps its epoch across
+        restarts, so with one every reconnection restarts the silences; so does an epoch
+        that cannot be learned (nothing judged from a blind stretch), asked again next
+        round."""
         if not self._blind_after_reconnect:
             return
         count = self._connections()
-        if count == self._watched_since and self._quorum_epoch is not None:
+        if count == self._watched_since and self._epoch_learned:
             return
         try:
             epoch = self._zookeeper_epoch()
@@ -271,9 +275,9 @@ class SchedulingDuty:
                 exc,
             )
             return
-        self._watched_since = count
-        previous, self._quorum_epoch = self._quorum_epoch, epoch
-        if previous == epoch:
+        previous, learned = self._quorum_epoch, self._epoch_learned
+        self._watched_since, self._quorum_epoch, self._epoch_learned = count, epoch, True
+        if learned and epoch is not None and epoch == previous:
             log.info(
                 "event=heartbeats_watched_again epoch=%d zookeeper_epoch=%d "
                 "action=silences_run_on reason=same_zookeeper_leader",
@@ -283,11 +287,11 @@ class SchedulingDuty:
             return
         self._liveness.reset()
         log.info(
-            "event=heartbeats_watched_again epoch=%d zookeeper_epoch=%d previous=%s "
+            "event=heartbeats_watched_again epoch=%d zookeeper_epoch=%s previous=%s "
             "action=every_silence_restarts",
             term.epoch,
-            epoch,
-            "unknown" if previous is None else previous,
+            "standalone" if epoch is None else epoch,
+            ("standalone" if previous is None else previous) if learned else "unknown",
         )
 
     # ------------------------------------------------------------------ unknown heartbeats
