@@ -279,7 +279,10 @@ def test_zookeeper_tells_its_epoch_and_a_standalone_server_none(zk_hosts, zk_ens
         try:
             coordinator.session.client.ensure_path("/stratus")
             epoch = coordinator.session.zookeeper_epoch()
-            assert (epoch is None) is standalone and (standalone or epoch >= 1)
+            if standalone:
+                assert epoch is None
+            else:
+                assert epoch is not None and epoch >= 1  # a quorum's epochs begin at 1
         finally:
             coordinator.close()
 

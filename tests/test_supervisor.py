@@ -793,7 +793,8 @@ def test_with_the_defaults_a_quorum_loss_stops_no_worker_and_moves_no_pipeline(
             client.wait_replicated(client.submit("etl", valid_package("etl")).name)
             before = cluster.wait_for_worker(WorkerState.RUNNING, timeout=30)
             assigned = zk.get(f"{nimbuses.root}/assignments/etl")[0]
-            assert before.pid is not None
+            pid = before.pid
+            assert pid is not None
             for member in zk_ensemble.servers[:2]:
                 member.stop()
             wait_until(
@@ -803,18 +804,18 @@ def test_with_the_defaults_a_quorum_loss_stops_no_worker_and_moves_no_pipeline(
             )
             down_until = time.monotonic() + QUORUM_LOSS_SECS
             wait_until(
-                lambda: process_gone(before.pid) or time.monotonic() > down_until,
+                lambda: process_gone(pid) or time.monotonic() > down_until,
                 QUORUM_LOSS_SECS + 5,
                 "the outage to last",
             )
-            assert not process_gone(before.pid)
+            assert not process_gone(pid)
             zk_ensemble.start()
             back_at = time.time()
             timeout = FAST["nimbus.supervisor.timeout.secs"]
             after = cluster.wait_for_worker(  # beating on, a whole supervisor timeout after
                 WorkerState.RUNNING, where=lambda beat: beat.time > back_at + timeout, timeout=60
             )
-            assert after.pid == before.pid and after.restarts == 0
+            assert after.pid == pid and after.restarts == 0
             assert zk.get(f"{nimbuses.root}/assignments/etl")[0] == assigned  # never moved
     assert not [r for r in caplog.records if "event=fenced" in r.getMessage()]
 
