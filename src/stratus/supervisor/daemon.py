@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypedDict
 
 from kazoo.client import KazooClient
 
@@ -463,6 +463,7 @@ class Supervisor:
 
     def _register(self) -> None:
         endpoint = self.endpoint
+        outage = self._outage_verdict()
         summary = SupervisorSummary(
             id=self.id,
             host=self.host,
@@ -471,7 +472,8 @@ class Supervisor:
             started=self._wall(),
             endpoint=endpoint.address if endpoint is not None else None,
             endpoint_tls=endpoint.tls if endpoint is not None else False,
-            **self._outage_fields(),
+            zookeeper_outage=outage["mode"],
+            ride_unavailable=outage["unavailable"],
         )
         self.registration = SupervisorRegistration(
             self.session.client,
@@ -485,6 +487,7 @@ class Supervisor:
         self._session_record.write(self.session.session_id)
         self._opened.append(self.registration.close)
         self._registered.set()
+        self.registration.update_outage(**self._outage_verdict())  # a check since, if any
 
     def _code_distributor(self) -> CodeDistributor:
         """A consumer of code: it fetches, and never registers as a holder."""
@@ -620,13 +623,12 @@ class Supervisor:
         """The outage watch's thread: a proof, for the control loop (made after the watch)."""
         self.control.outage_proven(started)
 
-    def _outage_fields(self) -> dict[str, str | None]:
-        """The registration's ``zookeeper_outage`` and ``ride_unavailable``, as of now."""
+    def _outage_verdict(self) -> OutageVerdict:
+        """What the registration says of outages of ZooKeeper, as of now."""
         watch = self._outage_watch
         if watch is None:
-            return {"zookeeper_outage": "fence", "ride_unavailable": None}
-        unavailable = watch.unavailable
-        return {"zookeeper_outage": _outage_mode(unavailable), "ride_unavailable": unavailable}
+            return {"mode": "fence", "unavailable": None}
+        return {"mode": _outage_mode(watch.unavailable), "unavailable": watch.unavailable}
 
     def _membership_checked(self, unavailable: str | None) -> None:
         """The outage watch's thread: the verdict changed, the registration shows it."""
@@ -694,6 +696,14 @@ def _user_name() -> str:
         return pwd.getpwuid(os.geteuid()).pw_name
     except KeyError:
         return str(os.geteuid())
+
+
+class OutageVerdict(TypedDict):
+    """What a supervisor does through an outage of ZooKeeper, and why it fences if told to
+    ride (``SupervisorRegistration.update_outage``'s arguments)."""
+
+    mode: Literal["ride", "fence"]
+    unavailable: str | None
 
 
 def _outage_mode(ride_unavailable: str | None) -> Literal["ride", "fence"]:
