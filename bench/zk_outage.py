@@ -3,23 +3,26 @@ pipeline is seen again once ZooKeeper returns.
 
 Real processes: ZooKeeper, one nimbus and two supervisors (``stratus.local.cluster``, its
 short timeouts: fence 2 s, supervisor timeout 4 s), the ``stratus/examples/streaming`` pipeline on
-Spark (``local[1]``), fed a file of events a second. For each outage of ``--outages`` seconds
-(10, 30 and 60 by default) ZooKeeper is stopped, kept down, and started again with its data;
-the pipeline's worker is watched during the outage (is its process still there?), and after
-it the benchmark times ZooKeeper's return → the first heartbeat that shows a batch committed
-after the one last seen before the outage. Reported per outage: whether the worker was
-stopped, whether the same worker runs after, the batches committed between the last one seen
-before and the first one seen after (those of the outage itself with ``ride``), and that time.
+Spark (``local[1]``), fed a file of events a second. ZooKeeper is a standalone server or a
+three-member ensemble on loopback (``--zookeeper``, both by default, each on a cluster of its
+own). For each outage of ``--outages`` seconds (20 and 60 by default) the standalone server
+is stopped, or two of the ensemble's members (the quorum is lost, the third answers that it
+serves nothing), kept down, and started again with their data; the pipeline's worker is
+watched during the outage (is its process still there?), and after it the benchmark times
+ZooKeeper's return → the first heartbeat that shows a batch committed after the one last
+seen before the outage. Reported per outage: whether the worker was stopped, whether the same
+worker runs after, the batches committed between the last one seen before and the first one
+seen after (those of the outage itself with ``ride``), and that time.
 
-Both policies run, each on a cluster of its own (``--policy``), set on the nimbus and the
-supervisors alike: ``supervisor.zookeeper.outage: ride`` (a supervisor that proves the outage
-keeps its workers) against ``fence`` (the default: every worker stops after the fence
-timeout, and starts again, cold, after ZooKeeper returns). Targets for ``ride``: pipelines
-stopped 0, and the first batch seen after ZooKeeper returns within a few heartbeat periods,
-well ahead of ``fence``'s cold restart.
+The policy (``--policy``) is set on the nimbus and the supervisors alike; by default the
+configuration's own (``ride``: a supervisor that proves the outage keeps its workers), given
+as no setting at all. ``fence`` (every worker stops after the fence timeout, and starts
+again, cold, after ZooKeeper returns) is the baseline of ``--policy both``. Targets for
+``ride``: pipelines stopped 0, and the first batch seen after ZooKeeper returns within a few
+heartbeat periods, well ahead of ``fence``'s cold restart.
 
-    .venv/bin/python bench/zk_outage.py                       # both policies: minutes
-    .venv/bin/python bench/zk_outage.py --outages 10 --policy ride --json out.json
+    .venv/bin/python bench/zk_outage.py                       # the defaults: minutes
+    .venv/bin/python bench/zk_outage.py --outages 10 --zookeeper ensemble --policy both
 
 The exit code is 0 even when a target is missed; 1 only when the benchmark could not run.
 """
@@ -52,14 +55,17 @@ from _report import (
 )
 from reassign import POLL_SECS, BenchError, cold_start, poll_until, running_beat, wait_steady
 from stratus.client import NimbusClient
-from stratus.config import load_config
+from stratus.config import StratusConfig, load_config
 from stratus.errors import StratusError
 from stratus.local.cluster import LocalCluster
 from stratus.local.examples_io import Feeder
 from stratus.local.user_settings import UserSettings
 from stratus.process import live_in_group
+from stratus.zk.ensemble import ZooKeeperEnsemble
 
 POLICIES = {"ride": ("ride",), "fence": ("fence",), "both": ("ride", "fence")}
+DEFAULT_POLICY = str(StratusConfig.model_fields["supervisor_zookeeper_outage"].default)
+SETUPS = {"standalone": (1,), "ensemble": (3,), "both": (1, 3)}  # ZooKeeper's members
 RETURN_WAIT_SECS = 180.0  # ZooKeeper back → a new batch seen: a cold restart under load
 RIDE_TARGET_SECS = 5.0  # ride: first batch seen this soon after ZooKeeper returns
 
@@ -68,6 +74,7 @@ RIDE_TARGET_SECS = 5.0  # ride: first batch seen this soon after ZooKeeper retur
 class Outage:
     """One outage of ZooKeeper and what the pipeline did through it."""
 
+    zookeeper: str  # standalone, or ensemble (a quorum loss)
     policy: str
     secs: float  # how long ZooKeeper was down
     stopped: bool  # the worker's process was gone at some point of the outage
@@ -84,12 +91,17 @@ def one_outage(
     if before is None or before.pid is None:
         raise BenchError(f"{pipeline} does not run before the outage")
     stopped = False
-    cluster.zookeeper.stop()
+    zookeeper = cluster.zookeeper
+    if isinstance(zookeeper, ZooKeeperEnsemble):  # a majority: the quorum is lost
+        for member in zookeeper.servers[: len(zookeeper.servers) // 2 + 1]:
+            member.stop()
+    else:
+        zookeeper.stop()
     down_until = time.monotonic() + secs
     while time.monotonic() < down_until:  # the outage itself: its length is the experiment
         stopped = stopped or not live_in_group(before.pid)  # the worker leads its group
         time.sleep(POLL_SECS)
-    cluster.zookeeper.start()
+    zookeeper.start()  # an ensemble's: the members stopped, until every member serves
     back = time.monotonic()
     seen: list[Any] = []
 
@@ -106,6 +118,7 @@ def one_outage(
     poll_until(f"a batch of {pipeline} after ZooKeeper returned", new_batch, RETURN_WAIT_SECS)
     after = seen[0]
     return Outage(
+        zookeeper=setup_name(zookeeper),
         policy=policy,
         secs=secs,
         stopped=stopped or after.pid != before.pid,
@@ -115,14 +128,23 @@ def one_outage(
     )
 
 
-def run_policy(args: argparse.Namespace, console: Console, policy: str) -> list[Outage]:
-    """A cluster whose supervisors have ``policy``; the outages one after the other."""
-    console.rule(f"supervisor.zookeeper.outage: {policy}")
+def setup_name(zookeeper: object) -> str:
+    return "ensemble" if isinstance(zookeeper, ZooKeeperEnsemble) else "standalone"
+
+
+def run_policy(
+    args: argparse.Namespace, console: Console, policy: str, members: int
+) -> list[Outage]:
+    """A cluster whose supervisors have ``policy`` (none given: the default), on ZooKeeper of
+    ``members``; the outages one after the other."""
+    given = [] if policy == DEFAULT_POLICY else [f"supervisor.zookeeper.outage={policy}"]
+    shown = "ensemble of 3" if members > 1 else "standalone"
+    console.rule(f"ZooKeeper {shown}, supervisor.zookeeper.outage: {policy}")
     workdir = Path(tempfile.mkdtemp(prefix="stratus-bench-zk-outage-"))
-    user = UserSettings.of(  # the nimbus and the supervisors alike
-        load_config(overrides=[f"supervisor.zookeeper.outage={policy}"], environ={})
+    user = UserSettings.of(load_config(overrides=given, environ={}))  # nimbus and supervisors
+    cluster = LocalCluster(
+        workdir, console, nimbuses=1, supervisors=2, user=user, zookeeper_members=members
     )
-    cluster = LocalCluster(workdir, console, nimbuses=1, supervisors=2, user=user)
     feeder = Feeder(workdir / "input")
     outages: list[Outage] = []
     try:
@@ -141,7 +163,7 @@ def run_policy(args: argparse.Namespace, console: Console, policy: str) -> list[
                         start, batch_id=again.last_batch_id, supervisor=again.supervisor
                     )
     except (StratusError, BenchError) as exc:
-        raise BenchError(f"{policy}: {exc} (logs kept in {workdir})") from exc
+        raise BenchError(f"{shown}, {policy}: {exc} (logs kept in {workdir})") from exc
     finally:
         handle_interrupts(signal.SIG_IGN)  # let the cleanup finish (seconds at most)
         feeder.stop()
@@ -153,7 +175,7 @@ def run_policy(args: argparse.Namespace, console: Console, policy: str) -> list[
 
 def describe(outage: Outage) -> str:
     return (
-        f"{outage.policy}, ZooKeeper down {outage.secs:g} s: worker "
+        f"{outage.zookeeper}, {outage.policy}, ZooKeeper down {outage.secs:g} s: worker "
         f"{'stopped' if outage.stopped else 'kept running'}"
         f"{'' if outage.same_worker else ' (a new one after)'}; {outage.batches} batches "
         f"across it; first batch seen {outage.seen_after_secs:.2f} s after ZooKeeper returned"
@@ -162,11 +184,13 @@ def describe(outage: Outage) -> str:
 
 def report(console: Console, outages: list[Outage]) -> list[str]:
     table = Table(box=box.SIMPLE_HEAD, title="ZooKeeper outage under a streaming pipeline")
-    for column in ("policy", "down (s)", "worker stopped", "same worker", "batches across"):
+    columns = ("zookeeper", "policy", "down (s)", "worker stopped", "same worker")
+    for column in (*columns, "batches across"):
         table.add_column(column, justify="right")
     table.add_column("first batch seen after return (s)", justify="right")
     for o in outages:
         table.add_row(
+            o.zookeeper,
             o.policy,
             f"{o.secs:g}",
             "yes" if o.stopped else "no",
@@ -188,12 +212,14 @@ def report(console: Console, outages: list[Outage]) -> list[str]:
             f"ride: first batch seen after ZooKeeper returned, at most {slowest:.2f} s "
             f"(target {RIDE_TARGET_SECS:g} s): {'met' if slowest <= RIDE_TARGET_SECS else 'MISSED'}"
         )
-    fence = {o.secs: o for o in outages if o.policy == "fence"}
+    fence = {(o.zookeeper, o.secs): o for o in outages if o.policy == "fence"}
     for o in ride:
-        if o.secs in fence:
-            ratio = fence[o.secs].seen_after_secs / max(o.seen_after_secs, 1e-3)
+        if (o.zookeeper, o.secs) in fence:
+            baseline = fence[(o.zookeeper, o.secs)]
+            ratio = baseline.seen_after_secs / max(o.seen_after_secs, 1e-3)
             verdicts.append(
-                f"down {o.secs:g} s: first batch after the return, fence/ride = {ratio:.1f}x"
+                f"{o.zookeeper} down {o.secs:g} s: first batch after the return, "
+                f"fence/ride = {ratio:.1f}x"
             )
     return verdicts
 
@@ -204,11 +230,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--outages",
         type=float,
         nargs="+",
-        default=[10.0, 30.0, 60.0],
-        help="seconds ZooKeeper stays down, one outage each (10 30 60)",
+        default=[20.0, 60.0],
+        help="seconds ZooKeeper stays down, one outage each (20 60)",
     )
     parser.add_argument(
-        "--policy", choices=tuple(POLICIES), default="both", help="supervisor policy (both)"
+        "--policy",
+        choices=tuple(POLICIES),
+        default=DEFAULT_POLICY,
+        help=f"supervisor policy ({DEFAULT_POLICY}, the default: given as no setting)",
+    )
+    parser.add_argument(
+        "--zookeeper",
+        choices=tuple(SETUPS),
+        default="both",
+        help="a standalone server, a three-member ensemble losing its quorum, or both (both)",
     )
     parser.add_argument("--json", type=Path, help="also write every sample to this file")
     args = parser.parse_args(argv)
@@ -231,8 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"[bold]{'reproduce':>9}[/]: {reproduce}")
     outages: list[Outage] = []
     try:
-        for policy in POLICIES[args.policy]:
-            outages += run_policy(args, console, policy)
+        for members in SETUPS[args.zookeeper]:
+            for policy in POLICIES[args.policy]:
+                outages += run_policy(args, console, policy, members)
     except BenchError as exc:
         console.print(f"[bold red]benchmark failed:[/] {exc}")
         return 1

@@ -25,13 +25,17 @@ from stratus.api.errors import (
     UnknownPipelineError,
 )
 from stratus.api.records import (
+    ClusterSummary,
+    LeaderInfo,
     PipelineList,
     PipelineRuns,
     PipelineStatus,
     PipelineWorkers,
     RunOutcome,
     RunRecord,
+    SupervisorSummary,
 )
+from stratus.cli.cluster_view import print_cluster
 from stratus.cli.exit_codes import ExitCode, error_code_of, exit_code_of
 from stratus.cli.main import main
 from stratus.cli.output import print_table, table_lines, when
@@ -373,3 +377,34 @@ def test_a_piped_table_cell_stays_on_its_line_with_escapes_shown():
     table.add_row("two\tparts\nand a \x1b[2J clear")
 
     assert table_lines(table) == ["# t", "error", "two parts and a \\x1b[2J clear"]
+
+
+def test_the_cluster_shows_which_supervisors_ride_out_an_outage_of_zookeeper_and_why_not():
+    supervisors = [
+        SupervisorSummary(id="s1", host="h1", slots=2, zookeeper_outage="ride"),
+        SupervisorSummary(
+            id="s2",
+            host="h2",
+            slots=2,
+            zookeeper_outage="fence",
+            ride_unavailable="2 servers listed for 3 voting members, each once",
+        ),
+        SupervisorSummary(id="s3", host="h3", slots=2, zookeeper_outage="fence"),
+    ]
+    summary = ClusterSummary(
+        nimbuses=[],
+        supervisors=supervisors,
+        pipelines=[],
+        leader=LeaderInfo(address=None, epoch=None),
+    )
+    out = io.StringIO()
+
+    print_cluster(Console(file=out, width=200), summary)
+
+    lines = [line.split("\t") for line in out.getvalue().splitlines()]
+    header = next(line for line in lines if line[0] == "supervisor")
+    rows = {line[0]: dict(zip(header, line, strict=True)) for line in lines if len(line) > 5}
+    assert rows["s1"]["zk outage"] == "ride"
+    reason = "fence (2 servers listed for 3 voting members, each once)"
+    assert rows["s2"]["zk outage"] == reason
+    assert rows["s3"]["zk outage"] == "fence"

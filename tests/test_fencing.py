@@ -22,7 +22,6 @@ from stratus.ha.fencing import (
     ProcessFence,
     ShellFence,
     SshFence,
-    is_local_address,
     listening_pids,
     parse_methods,
     port_open,
@@ -38,6 +37,7 @@ from stratus.ha.protocol import (
     ServiceStatus,
     ServiceTimedOutError,
 )
+from stratus.security.loopback import is_local_address
 from tests.zkfixtures import wait_until
 
 # --------------------------------------------------------------------- the list

@@ -26,6 +26,7 @@ def watch_with(
     *,
     hosts: str = "127.0.0.1:1",
     config: bytes | None = None,
+    verdicts: list[str | None] | None = None,
 ) -> OutageWatch:
     """A watch whose probe answers ``probe`` (or raises it); with ``config``, the ensemble's
     membership it checks ``hosts`` against."""
@@ -45,6 +46,7 @@ def watch_with(
         interval_secs=1.0,
         read_config=None if config is None else lambda: config,
         probe=run_probe,
+        on_membership=verdicts.append if verdicts is not None else lambda _verdict: None,
         clock=clock,
     )
 
@@ -86,3 +88,17 @@ def test_a_watch_that_never_saw_the_membership_proves_nothing() -> None:
     assert not watch.probe_once()  # started during the outage: nothing checked yet
     assert watch.check_membership() is None
     assert watch.probe_once() and len(proofs) == 1
+
+
+def test_a_list_that_does_not_match_is_warned_of_once_and_told_at_each_change(caplog) -> None:
+    config = b"server.1=10.0.0.1:2888:3888\nserver.2=10.0.0.2:2888:3888\n"
+    verdicts: list[str | None] = []
+    clock = Clock()
+    watch = watch_with(DOWN, [], clock, hosts="10.0.0.1:2181", config=config, verdicts=verdicts)
+    for _ in range(3):  # a check at start, then one every MEMBERSHIP_CHECK_SECS
+        watch.check_membership()
+        clock.now += 61
+    warned = [r for r in caplog.records if "zookeeper_outage_ride_unavailable" in r.message]
+    assert len(warned) == 1 and "zookeeper.servers" in warned[0].getMessage()
+    assert verdicts == ["1 servers listed for 2 voting members, each once"]
+    assert watch.unavailable == verdicts[0]

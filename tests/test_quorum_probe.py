@@ -16,6 +16,7 @@ from stratus.zk.quorum_probe import (
     Ask,
     MemberState,
     QuorumProbe,
+    Refusals,
     ensemble_config,
     member_state,
     membership_mismatch,
@@ -59,6 +60,30 @@ def test_a_member_is_outside_a_quorum_only_when_it_says_so_or_nothing_listens(
     answer: str | OSError, state: MemberState
 ) -> None:
     assert member_state("127.0.0.1", 2181, 1.0, ask=scripted(answer)) is state
+
+
+REFUSED = ConnectionRefusedError(errno.ECONNREFUSED, "refused")
+
+
+@pytest.mark.parametrize(
+    ("address", "refusals", "state"),
+    [
+        ("127.0.0.1", Refusals.LOCAL, MemberState.REFUSED),  # this host: no firewall between
+        ("192.0.2.1", Refusals.LOCAL, MemberState.REFUSED_UNTRUSTED),  # another host's REJECT?
+        ("192.0.2.1", Refusals.TRUST, MemberState.REFUSED),  # the operator says it never is
+        ("127.0.0.1", Refusals.NONE, MemberState.REFUSED_UNTRUSTED),
+    ],
+)
+def test_a_refusal_proves_a_member_down_only_where_no_firewall_can_have_answered(
+    address: str, refusals: Refusals, state: MemberState
+) -> None:
+    assert member_state(address, 2181, 1.0, ask=scripted(REFUSED), refusals=refusals) is state
+
+
+def test_refusals_that_are_not_trusted_prove_nothing() -> None:
+    untrusted = MemberState.REFUSED_UNTRUSTED
+    assert not probe(untrusted, untrusted, MemberState.NOT_SERVING).proves_no_quorum()
+    assert probe(MemberState.REFUSED, untrusted, MemberState.NOT_SERVING).proves_no_quorum()
 
 
 def probe(*states: MemberState) -> QuorumProbe:
@@ -113,6 +138,8 @@ def test_a_standalone_server_serves_until_it_stops_then_refuses(tmp_path) -> Non
     stopped = probe_quorum(server.connect_string, timeout=2.0)
     assert list(stopped.members.values()) == [MemberState.REFUSED]
     assert stopped.proves_no_quorum()
+    told_none = probe_quorum(server.connect_string, timeout=2.0, refusals=Refusals.NONE)
+    assert not told_none.proves_no_quorum()
 
 
 def test_an_address_where_nothing_answers_proves_nothing() -> None:

@@ -37,7 +37,10 @@ from stratus.nimbus.pipeline_ops import PipelineOps, ReplicationPolicy
 from stratus.nimbus.settings import SchedulingSettings
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore
+from stratus.zk.ensemble import ZooKeeperEnsemble
+from stratus.zk.errors import ZooKeeperUnavailableError
 from stratus.zk.paths import ClusterPaths
+from tests.zkfixtures import chroot_for, kazoo_client, wait_until
 
 PATHS = ClusterPaths("/stratus")
 SETTINGS = SchedulingSettings(
@@ -57,8 +60,12 @@ class FakeClock:
 class Cluster:
     """A leader's scheduling duty, and the supervisors' side written by hand."""
 
-    def __init__(self, coordinator: Coordinator) -> None:
+    def __init__(self, coordinator: Coordinator, *, real_session: bool = False) -> None:
+        """With ``real_session`` the duty learns of reconnections and of ZooKeeper's epoch
+        from the coordinator's own session, as a nimbus does; else from this object's
+        ``connections`` and ``zookeeper_epoch``."""
         client = coordinator.session.client
+        self.real_session = real_session
         for parent in PATHS.all_parents():
             client.ensure_path(parent)
         self.coordinator = coordinator
@@ -68,6 +75,7 @@ class Cluster:
         self.board = HeartbeatBoard(ZooKeeperStateStore(client, PATHS.heartbeats))
         self.registered: dict[str, SupervisorSummary] = {}
         self.connections = 1  # the session's count of connections
+        self.zookeeper_epoch: int | Exception | None = 1  # ZooKeeper's epoch, its failure
         self.cordons = CordonTable(client, PATHS)
         self.drains = DrainMemory()
         self.duty = self.new_duty()
@@ -76,11 +84,20 @@ class Cluster:
 
     def new_duty(self) -> SchedulingDuty:
         """A leader's duty with no memory: a nimbus that just started leading."""
+        session = self.coordinator.session
         return SchedulingDuty(
             ops=self.ops, assignments=self.table, board=self.board,
             registered=lambda: self.registered, settings=SETTINGS, clock=self.clock,
-            connections=lambda: self.connections, cordons=self.cordons, drains=self.drains,
+            connections=(lambda: session.connections) if self.real_session
+            else (lambda: self.connections),
+            zookeeper_epoch=session.zookeeper_epoch if self.real_session else self.learn_epoch,
+            cordons=self.cordons, drains=self.drains,
         )  # fmt: skip
+
+    def learn_epoch(self) -> int | None:
+        if isinstance(self.zookeeper_epoch, Exception):
+            raise self.zookeeper_epoch
+        return self.zookeeper_epoch
 
     def new_leader(self) -> None:
         """Another term, and a duty that has seen nothing: a change of leader."""
@@ -200,7 +217,9 @@ def test_a_new_term_waits_a_whole_timeout_before_moving_anything(cluster):
     assert cluster.where("a") not in (None, first)
 
 
-def test_after_a_reconnect_nothing_moves_before_a_whole_timeout_of_watching(cluster):
+def test_after_a_reconnect_to_a_new_zookeeper_leader_nothing_moves_before_a_whole_timeout(
+    cluster,
+):
     cluster.supervisor("s1")
     cluster.supervisor("s2")
     cluster.submit("a")
@@ -208,11 +227,153 @@ def test_after_a_reconnect_nothing_moves_before_a_whole_timeout_of_watching(clus
     first = cluster.where("a")
     cluster.clock.now += 60  # no round: the connection to ZooKeeper was down
     cluster.connections += 1  # and came back (a suspended term resumed, or a granted one held)
+    cluster.zookeeper_epoch = 2  # the quorum was lost: a supervisor may have proved it
 
     plan = cluster.round()
     assert cluster.where("a") == first and not plan.moved  # the outage was blindness
 
     cluster.clock.now += 11  # a whole timeout of watching, first still silent
+    for sid in cluster.registered:
+        if sid != first:
+            cluster.heartbeat(sid)
+    cluster.round()
+    assert cluster.where("a") not in (None, first)
+
+
+def test_a_reconnect_to_the_same_zookeeper_quorum_keeps_the_leaders_silences(cluster):
+    """The leader's connection flaps between members of one quorum (ZooKeeper's epoch stays):
+    the quorum served throughout, nobody could prove an outage, the silent one moves."""
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    cluster.round()
+    first = cluster.where("a")
+    for _ in range(3):  # the connection flaps, more than once per supervisor timeout
+        cluster.clock.now += 4
+        cluster.connections += 1
+        for sid in cluster.registered:
+            if sid != first:
+                cluster.heartbeat(sid)
+        cluster.round()
+    assert cluster.where("a") not in (None, first)
+
+
+def test_with_a_standalone_zookeeper_every_reconnect_restarts_the_silences(cluster):
+    """A standalone server keeps its epoch when it restarts: a reconnection may have followed
+    an outage that a supervisor on its host proved by its refusals."""
+    cluster.zookeeper_epoch = None
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    cluster.round()
+    first = cluster.where("a")
+    cluster.clock.now += 60
+    cluster.connections += 1
+    plan = cluster.round()
+    assert cluster.where("a") == first and not plan.moved
+
+
+def test_zookeeper_tells_its_epoch_and_a_standalone_server_none(zk_hosts, zk_ensemble):
+    for hosts, standalone in ((zk_hosts, True), (zk_ensemble.connect_string, False)):
+        coordinator = Coordinator.standalone(hosts, session_timeout=4.0).start()
+        try:
+            coordinator.session.client.ensure_path("/stratus")
+            epoch = coordinator.session.zookeeper_epoch()
+            if standalone:
+                assert epoch is None
+            else:
+                assert epoch is not None and epoch >= 1  # a quorum's epochs begin at 1
+        finally:
+            coordinator.close()
+
+
+def test_an_epoch_that_cannot_be_learned_after_a_reconnect_restarts_every_silence(cluster):
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    cluster.round()
+    first = cluster.where("a")
+    cluster.clock.now += 60
+    cluster.connections += 1
+    cluster.zookeeper_epoch = ZooKeeperUnavailableError("no answer")
+    plan = cluster.round()
+    assert cluster.where("a") == first and not plan.moved
+
+    cluster.zookeeper_epoch = 1  # learned at last, unchanged: the silences run on from then
+    cluster.clock.now += 11
+    for sid in cluster.registered:
+        if sid != first:
+            cluster.heartbeat(sid)
+    cluster.round()
+    assert cluster.where("a") not in (None, first)
+
+
+@pytest.fixture
+def ensemble_cluster(zk_ensemble: ZooKeeperEnsemble, request) -> Iterator[Cluster]:
+    """A leader's duty on a three-member ensemble, connected to its two followers only (so
+    that stopping one of them moves the connection and keeps the quorum)."""
+    leader = zk_ensemble.leader()
+    followers = ",".join(s.connect_string for s in zk_ensemble.servers if s is not leader)
+    chroot = chroot_for(request.node.name)
+    with kazoo_client(zk_ensemble.connect_string) as admin:
+        admin.ensure_path(chroot)
+    coordinator = Coordinator.standalone(followers + chroot, session_timeout=4.0).start()
+    try:
+        yield Cluster(coordinator, real_session=True)
+    finally:
+        coordinator.close()
+
+
+def reconnected(cluster: Cluster, since: int) -> bool:
+    session = cluster.coordinator.session
+    return session.connected and session.connections > since
+
+
+def test_a_member_restart_that_moves_the_leaders_connection_keeps_its_silences(
+    ensemble_cluster, zk_ensemble
+):
+    """ZooKeeper's epoch stays: a dead supervisor is moved on time across the reconnect."""
+    cluster = ensemble_cluster
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    cluster.round()
+    first = cluster.where("a")
+    session = cluster.coordinator.session
+    before = session.connections
+    for follower in [s for s in zk_ensemble.servers if s.mode() == "follower"]:
+        follower.stop()  # the quorum holds: the leader and the other follower
+        follower.start()
+        if session.connections > before:
+            break
+    wait_until(lambda: reconnected(cluster, before), 30, "the connection to move")
+
+    cluster.clock.now += 11  # a whole timeout since the silent one's last beat
+    for sid in cluster.registered:
+        if sid != first:
+            cluster.heartbeat(sid)
+    cluster.round()
+    assert cluster.where("a") not in (None, first)
+
+
+def test_a_quorum_loss_restarts_the_leaders_silences(ensemble_cluster, zk_ensemble):
+    cluster = ensemble_cluster
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    cluster.round()
+    first = cluster.where("a")
+    before = cluster.coordinator.session.connections
+    for server in zk_ensemble.servers[:2]:
+        server.stop()  # no quorum: a supervisor may prove it and keep its workers
+    zk_ensemble.start()
+    wait_until(lambda: reconnected(cluster, before), 30, "the connection to come back")
+
+    cluster.clock.now += 11  # past a timeout since every last beat, and nothing written
+    plan = cluster.round()  # since: the replies to reads still carry the old epoch
+    assert cluster.where("a") == first and not plan.moved  # ZooKeeper's epoch changed
+
+    cluster.clock.now += 11  # a whole timeout of watching since
     for sid in cluster.registered:
         if sid != first:
             cluster.heartbeat(sid)

@@ -676,35 +676,151 @@ def running_locally(beat_file: Path) -> bool:
     return beat is not None and beat.state is WorkerState.RUNNING
 
 
-def test_a_supervisor_rides_out_a_zookeeper_outage_and_its_worker_runs_on_untouched(
+def test_a_supervisor_cut_off_from_zookeeper_alone_fences_on_time_with_the_defaults(
     own_zk, zk_restartable, caplog
 ) -> None:
+    """A cut proxy leaves every ask in silence: the probe proves nothing, the lease ends."""
     cluster = own_zk
-    meta = cluster.code.upload("etl")
-    lease_secs = FAST["supervisor.fence.timeout.secs"] + FAST["supervisor.worker.stop.secs"]
+    host, port = zk_restartable.connect_string.rsplit(":", 1)
     with (
+        TcpProxy(host, int(port)) as proxy,
         caplog.at_level(logging.INFO, logger="stratus.supervisor"),
-        running(cluster.conf(**{"supervisor.zookeeper.outage": "ride"}), cluster),
+        running(cluster.conf(**{"zookeeper.servers": f"127.0.0.1:{proxy.port}"}), cluster),
     ):
-        cluster.assign(meta)
+        registered = cluster.registration()
+        assert registered is not None and registered.zookeeper_outage == "ride"
+        cluster.assign(cluster.code.upload("etl"))
         before = cluster.wait_for_worker(WorkerState.RUNNING)
         assert before.pid is not None
-        cut_at = time.monotonic()
-        zk_restartable.stop()  # the whole ensemble: its one member refuses every connection
-        wait_until(
-            lambda: any("proven=true" in r.getMessage() for r in caplog.records),
-            10,
-            "the supervisor to prove the outage",
-        )
-        # Long past the moment a supervisor that fences would have killed it:
-        wait_until(lambda: time.monotonic() - cut_at > 2 * lease_secs, 10, "the lease's end")
-        assert not process_gone(before.pid)
-        back_at = time.time()
-        zk_restartable.start()
-        after = cluster.wait_for_worker(
-            WorkerState.RUNNING, where=lambda beat: beat.time > back_at, timeout=30
-        )
-        assert after.pid == before.pid and after.restarts == 0  # the same run, never stopped
+        proxy.cut()
+        wait_until(lambda: process_gone(before.pid), 20, "the cut-off worker to stop")
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("event=zookeeper_outage_probe" in m and "proven=false" in m for m in messages)
+    assert not any("proven=true" in m for m in messages)
+
+
+def test_a_server_list_that_does_not_match_the_ensemble_warns_once_and_fences(
+    own_zk, zk_restartable, caplog
+) -> None:
+    """Two names for one standalone server: a majority of that list proves nothing. The
+    supervisor says so once, at start, shows it in its registration, and fences."""
+    cluster = own_zk
+    port = zk_restartable.connect_string.rsplit(":", 1)[1]
+    servers = f"127.0.0.1:{port},127.0.0.2:{port}"  # 127.0.0.2: loopback, no server there
+    with (
+        caplog.at_level(logging.INFO, logger="stratus.supervisor"),
+        running(cluster.conf(**{"zookeeper.servers": servers}), cluster),
+    ):
+        registered = cluster.registration()
+        assert registered is not None and registered.zookeeper_outage == "fence"
+        assert registered.ride_unavailable == "2 servers listed, 1 serves"
+        cluster.assign(cluster.code.upload("etl"))
+        before = cluster.wait_for_worker(WorkerState.RUNNING)
+        assert before.pid is not None
+        zk_restartable.stop()  # both names refuse, on this host: it would prove the outage
+        wait_until(lambda: process_gone(before.pid), 20, "the worker to be fenced")
+    messages = [r.getMessage() for r in caplog.records]
+    warned = [m for m in messages if "event=zookeeper_outage_ride_unavailable" in m]
+    assert len(warned) == 1 and "zookeeper.servers" in warned[0]
+    assert not any("proven=true" in m for m in messages)
+
+
+OUTAGE_SECS = 20.0  # longer than every lease and timeout: the outage of the experiment
+
+
+def test_with_the_defaults_a_standalone_server_that_stops_stops_no_worker_and_moves_nothing(
+    zk_restartable, tmp_path, request, caplog
+) -> None:
+    """The server, on this host, refuses every connection: a refusal no firewall gave."""
+    ride_out_under_a_nimbus(
+        zk_restartable.connect_string,
+        tmp_path,
+        request.node.name,
+        caplog,
+        take_down=zk_restartable.stop,
+        bring_back=zk_restartable.start,
+    )
+
+
+def test_with_the_defaults_a_quorum_loss_stops_no_worker_and_moves_no_pipeline(
+    zk_ensemble, tmp_path, request, caplog
+) -> None:
+    """Two of three members stop: the third answers that it serves nothing, the two refuse
+    on this host. The leader, back under a new ZooKeeper epoch, restarts its silences."""
+
+    def take_down() -> None:
+        for member in zk_ensemble.servers[:2]:
+            member.stop()
+
+    ride_out_under_a_nimbus(
+        zk_ensemble.connect_string,
+        tmp_path,
+        request.node.name,
+        caplog,
+        take_down=take_down,
+        bring_back=zk_ensemble.start,
+    )
+
+
+def ride_out_under_a_nimbus(
+    hosts: str,
+    tmp_path: Path,
+    name: str,
+    caplog: pytest.LogCaptureFixture,
+    *,
+    take_down: Callable[[], None],
+    bring_back: Callable[[], None],
+) -> None:
+    """A nimbus and a supervisor with the defaults, a pipeline running; ZooKeeper down for
+    ``OUTAGE_SECS``: the supervisor proves the outage, its worker never stops, and the
+    leader moves nothing, a whole supervisor timeout after ZooKeeper is back."""
+    nimbus_keys = ("nimbus.", "supervisor.fence.", "supervisor.worker.stop.")
+    extra = [
+        part
+        for key, value in FAST.items()
+        if key.startswith(nimbus_keys)
+        for part in ("-c", f"{key}={value}")
+    ]
+    with (
+        nimbus_cluster(hosts, tmp_path, name, size=1, extra=extra) as nimbuses,
+        kazoo_client(hosts) as zk,
+    ):
+        cluster = Cluster(zk, hosts, tmp_path, root=nimbuses.root)
+        conf = cluster.conf(**{"nimbus.code.distributor": "local"})
+        with (
+            NimbusClient(nimbuses.seeds, retry_deadline=30.0) as client,
+            caplog.at_level(logging.INFO, logger="stratus.supervisor"),
+            running(conf, cluster),
+        ):
+            registered = cluster.registration()
+            assert registered is not None and registered.zookeeper_outage == "ride"
+            assert registered.ride_unavailable is None
+            client.wait_replicated(client.submit("etl", valid_package("etl")).name)
+            before = cluster.wait_for_worker(WorkerState.RUNNING, timeout=30)
+            assigned = zk.get(f"{nimbuses.root}/assignments/etl")[0]
+            pid = before.pid
+            assert pid is not None
+            take_down()
+            wait_until(
+                lambda: any("proven=true" in r.getMessage() for r in caplog.records),
+                15,
+                "the supervisor to prove the outage",
+            )
+            down_until = time.monotonic() + OUTAGE_SECS
+            wait_until(
+                lambda: process_gone(pid) or time.monotonic() > down_until,
+                OUTAGE_SECS + 5,
+                "the outage to last",
+            )
+            assert not process_gone(pid)
+            bring_back()
+            back_at = time.time()
+            timeout = FAST["nimbus.supervisor.timeout.secs"]
+            after = cluster.wait_for_worker(  # beating on, a whole supervisor timeout after
+                WorkerState.RUNNING, where=lambda beat: beat.time > back_at + timeout, timeout=120
+            )
+            assert after.pid == pid and after.restarts == 0  # the same run, never stopped
+            assert zk.get(f"{nimbuses.root}/assignments/etl")[0] == assigned  # never moved
     assert not [r for r in caplog.records if "event=fenced" in r.getMessage()]
 
 

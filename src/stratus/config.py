@@ -79,6 +79,15 @@ class StratusConfig(BaseModel):
         "handed over, last heartbeat, unregistered); one that is not connected, or loses "
         "ZooKeeper meanwhile, ends its session at once and stops without it",
     )
+    zookeeper_outage_refusals: Literal["local", "trust", "none"] = Field(
+        default="local",
+        alias="zookeeper.outage.refusals",
+        description="which refused connections to a ZooKeeper member prove it down when "
+        "supervisor.zookeeper.outage is ride: `local` those of a member on this host (a "
+        "loopback address or one of its own), where no firewall can answer for it; `trust` "
+        "every one (the network never answers a partition with a REJECT or a reset); "
+        "`none` no refusal, only members that answer they serve nothing",
+    )
     zookeeper_server_port: int = Field(
         default=2181,
         ge=0,
@@ -885,14 +894,15 @@ class StratusConfig(BaseModel):
         "below nimbus.supervisor.timeout.secs, so a pipeline never runs twice",
     )
     supervisor_zookeeper_outage: Literal["fence", "ride"] = Field(
-        default="fence",
+        default="ride",
         alias="supervisor.zookeeper.outage",
         description="what a supervisor that cannot write its heartbeats to ZooKeeper does at "
-        "supervisor.fence.timeout.secs: `fence` stops its workers on time whatever the cause; "
-        "`ride` keeps them while it can prove that no ZooKeeper quorum serves (a majority of "
-        "the members of zookeeper.servers, asked at once, say they serve nothing or refuse "
-        "the connection, and none that it serves), and fences otherwise; the list must name "
-        "every voting member once, and every nimbus must be given the same value",
+        "supervisor.fence.timeout.secs: `ride` keeps its workers while it can prove that no "
+        "ZooKeeper quorum serves (a majority of the members of zookeeper.servers, asked at "
+        "once, say they serve nothing or refuse the connection as "
+        "zookeeper.outage.refusals trusts, and none that it serves), and fences otherwise, "
+        "as it does when zookeeper.servers does not name every voting member once; `fence` "
+        "stops them on time whatever the cause; every nimbus must be given the same value",
     )
     supervisor_worker_stop_secs: float = Field(
         default=3.0,

@@ -49,13 +49,15 @@ from stratus.zk.auth import (
     read_credentials,
     super_digest,
 )
+from stratus.zk.quorum_probe import Refusals
 from stratus.zk.session import ZkSettings
 from stratus.zk.tls import ServerTls, ZkTls
 
 
 def zk_settings(conf: StratusConfig) -> ZkSettings:
     """``zookeeper.servers``, ``.root``, ``.session.timeout.secs``, ``.connection.timeout.secs``,
-    ``.stop.wait.secs`` and ``zookeeper.auth.*`` (whose credentials file is read here, once)."""
+    ``.stop.wait.secs``, ``zookeeper.auth.*`` (whose credentials file is read here, once),
+    ``zookeeper.ssl.*`` and ``zookeeper.outage.refusals``."""
     return ZkSettings(
         hosts=conf.zookeeper_hosts(),
         root=conf.zookeeper_root,
@@ -70,6 +72,7 @@ def zk_settings(conf: StratusConfig) -> ZkSettings:
             key_file=conf.zookeeper_ssl_key_file,
             check_hostname=conf.zookeeper_ssl_check_hostname,
         ),
+        outage_refusals=Refusals(conf.zookeeper_outage_refusals),
     )
 
 

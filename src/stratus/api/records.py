@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -390,6 +390,18 @@ class SupervisorSummary(_Record):
         default=None,
         description="its warm workers and their memory; null: not reported yet (or a "
         "supervisor of an older release)",
+    )
+    zookeeper_outage: Literal["ride", "fence"] | None = Field(
+        default=None,
+        description="what it does through an outage of ZooKeeper now: ride (keeps its workers "
+        "while it proves that no quorum serves) or fence (stops them at its lease's end); "
+        "null: a supervisor that does not say",
+    )
+    ride_unavailable: str | None = Field(
+        default=None,
+        description="why it fences although supervisor.zookeeper.outage is ride (its "
+        "zookeeper.servers does not name every voting member of the ensemble once); null: "
+        "it rides, or was told to fence",
     )
 
 

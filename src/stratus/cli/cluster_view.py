@@ -2,10 +2,12 @@
 supervisors (registered or cordoned) and the pipelines.
 
 Without ``-o`` it is the leader's line and three tables (a supervisor's warm workers and
-their memory in its ``warm`` cell); ``-o wide`` adds the leader's epoch and whether a nimbus
-serves without TLS and tokens, each supervisor's machine memory, why its warm workers are
-held back, its endpoint, start and cordon (when, by whom), and the pipelines' wide columns
-(``pipeline_views.py``); ``-o json`` and ``-o yaml`` are the API's ``ClusterSummary``::
+their memory in its ``warm`` cell; its "zk outage" says whether it rides out an outage of
+ZooKeeper, and why not when it was told to); ``-o wide`` adds the leader's epoch and whether
+a nimbus serves without TLS and tokens, each supervisor's machine memory, why its warm
+workers are held back, its endpoint, start and cordon (when, by whom), and the pipelines'
+wide columns (``pipeline_views.py``); ``-o json`` and ``-o yaml`` are the API's
+``ClusterSummary``::
 
     show_cluster(out, OutputFormat.WIDE, client.cluster(), where=placements(overview))
 """
@@ -160,6 +162,16 @@ def _held_why(row: SupervisorRow) -> str:
     return "-" if warm is None or warm.why is None else warm.why
 
 
+def outage_text(registered: SupervisorSummary | None) -> Text:
+    """What the supervisor does through an outage of ZooKeeper; why it fences when it was
+    told to ride (its list of servers does not match the ensemble), in yellow."""
+    if registered is None or registered.zookeeper_outage is None:
+        return Text("-")
+    if registered.ride_unavailable is not None:
+        return Text(f"fence ({registered.ride_unavailable})", style="yellow")
+    return Text(registered.zookeeper_outage)
+
+
 SUPERVISOR_COLUMNS: list[Column[SupervisorRow]] = [
     Column("supervisor", lambda r: r.id),
     Column("host", lambda r: "(not registered)" if r.registered is None else r.registered.host),
@@ -167,6 +179,7 @@ SUPERVISOR_COLUMNS: list[Column[SupervisorRow]] = [
     Column("used", lambda r: _registered(r, "used")),
     Column("warm", lambda r: warm_text(_warm(r))),
     Column("scheduling", lambda r: scheduling_text(r.cordon)),
+    Column("zk outage", lambda r: outage_text(r.registered)),
     Column("memory", _machine_text, wide=True),
     Column("warm held because", _held_why, wide=True),
     Column("endpoint", lambda r: (r.registered and r.registered.endpoint) or "-", wide=True),

@@ -30,7 +30,6 @@ Every method but ``epoch`` is bounded by ``ha.fencing.timeout.secs``.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import logging
 import os
 import re
@@ -52,6 +51,7 @@ from stratus.ha.protocol import (
     ServiceTimedOutError,
 )
 from stratus.process import ProcessGroup
+from stratus.security.loopback import is_local_address
 
 log = logging.getLogger(__name__)
 
@@ -448,24 +448,6 @@ def port_open(target: FenceTarget, timeout: float) -> bool:
             return True
     except OSError:
         return False
-
-
-def is_local_address(host: str) -> bool:
-    """True if ``host`` names this machine: a loopback address, or one we can bind to."""
-    try:
-        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except OSError:
-        return False
-    for family, _, _, _, sockaddr in infos:
-        if ipaddress.ip_address(sockaddr[0]).is_loopback:
-            return True
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            try:
-                probe.bind((sockaddr[0], 0))
-                return True
-            except OSError:
-                continue
-    return False
 
 
 def listening_pids(port: int) -> set[int]:

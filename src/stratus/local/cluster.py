@@ -51,6 +51,7 @@ from stratus.local.user_settings import UserSettings
 from stratus.nimbus.cluster_view import NIMBUS_GROUP
 from stratus.security.client_auth import NO_AUTH, ClientAuth
 from stratus.zk.auth import ZkAuth
+from stratus.zk.ensemble import ZooKeeperEnsemble
 from stratus.zk.paths import GroupPaths
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import ZooKeeperServer
@@ -144,10 +145,13 @@ class LocalCluster:
         ha_mode: str = HA_MODES[0],
         supervisor_options: Sequence[str] = (),
         user: UserSettings | None = None,
+        zookeeper_members: int = 1,
     ) -> None:
         """``supervisor_options``: more ``-c key=value`` options of every supervisor (a
         benchmark's ``supervisor.worker.warm=false``); ``user``: the user's settings, which
-        every daemon gets on top of the cluster's tuning (``stratus.local.user_settings``)."""
+        every daemon gets on top of the cluster's tuning (``stratus.local.user_settings``);
+        ``zookeeper_members``: 1, a standalone server, or more, an ensemble on loopback (a
+        benchmark's quorum loss)."""
         if ha_mode not in HA_MODES:
             raise ValueError(f"ha_mode must be one of {', '.join(HA_MODES)}, not {ha_mode!r}")
         self.console = console
@@ -158,12 +162,23 @@ class LocalCluster:
         self.ha_mode = ha_mode
         self.supervisor_options = list(supervisor_options)
         self.user = user or UserSettings()
-        self.zookeeper = ZooKeeperServer(  # a throw-away directory: no fsync
-            workdir / "zookeeper",
-            port=0,
-            tick_time_ms=tick_time_ms,
-            force_sync=False,
-            auth=self.security.zookeeper_server_auth() if self.security else None,
+        auth = self.security.zookeeper_server_auth() if self.security else None
+        self.zookeeper: ZooKeeperServer | ZooKeeperEnsemble = (
+            ZooKeeperServer(  # a throw-away directory: no fsync
+                workdir / "zookeeper",
+                port=0,
+                tick_time_ms=tick_time_ms,
+                force_sync=False,
+                auth=auth,
+            )
+            if zookeeper_members == 1
+            else ZooKeeperEnsemble(
+                workdir / "zookeeper",
+                size=zookeeper_members,
+                tick_time_ms=tick_time_ms,
+                force_sync=False,
+                auth=auth,
+            )
         )
         self.nimbuses: list[NimbusProcess] = []
         self.supervisors: list[SupervisorProcess] = []

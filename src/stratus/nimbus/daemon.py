@@ -396,6 +396,7 @@ class Nimbus:
             on_unknown=lambda reason: self.metrics.heartbeats_unknown.labels(reason).inc(),
             on_observed=self._observed,
             connections=lambda: self.session.connections,
+            zookeeper_epoch=self.session.zookeeper_epoch,
             fencing=self._supervisor_fencing(),
             cordons=cordons,
             drains=drains,

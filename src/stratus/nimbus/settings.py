@@ -68,8 +68,9 @@ class SchedulingSettings:
 
     supervisor_timeout_secs: float  # nimbus.supervisor.timeout.secs
     task_timeout_secs: float  # nimbus.task.timeout.secs
-    # supervisor.zookeeper.outage is ride: every silence restarts when the term resumes or
-    # the connection comes back, since a supervisor may have kept its workers meanwhile
+    # supervisor.zookeeper.outage is ride: every silence restarts when the connection comes
+    # back across a change of ZooKeeper's leader epoch, since a supervisor may have kept its
+    # workers meanwhile
     blind_after_reconnect: bool = False
     # pipeline.update.rollback and pipeline.update.rollback.crashes
     rollback: RollbackPolicy = field(default_factory=RollbackPolicy)

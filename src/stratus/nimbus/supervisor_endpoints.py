@@ -23,9 +23,9 @@ import logging
 
 from stratus.api.errors import UntrustedEndpointError
 from stratus.api.records import SupervisorSummary
-from stratus.ha.fencing import FenceTarget, is_local_address
+from stratus.ha.fencing import FenceTarget
 from stratus.security.client_auth import ClientAuth
-from stratus.security.loopback import is_loopback
+from stratus.security.loopback import is_local_address, is_loopback
 
 log = logging.getLogger(__name__)
 

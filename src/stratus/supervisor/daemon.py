@@ -41,6 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Literal, TypedDict
 
 from kazoo.client import KazooClient
 
@@ -165,6 +166,7 @@ class Supervisor:
         self.session = ZkSession(self.settings.zk)
         self.lease = Lease(self.settings.fence_timeout_secs)  # the control loop owns it
         self._registered = threading.Event()
+        self._outage_watch: OutageWatch | None = None  # with ride, made at start
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -348,6 +350,7 @@ class Supervisor:
         self._opened.append(store.close)
         self.board = HeartbeatBoard(store)
         self._start_endpoint()
+        self._outage_watch = self._new_outage_watch()
         self._register()
         cache = CodeCache(
             self._code_distributor(),
@@ -469,6 +472,7 @@ class Supervisor:
 
     def _register(self) -> None:
         endpoint = self.endpoint
+        outage = self._outage_verdict()
         summary = SupervisorSummary(
             id=self.id,
             host=self.host,
@@ -477,6 +481,8 @@ class Supervisor:
             started=self._wall(),
             endpoint=endpoint.address if endpoint is not None else None,
             endpoint_tls=endpoint.tls if endpoint is not None else False,
+            zookeeper_outage=outage["mode"],
+            ride_unavailable=outage["unavailable"],
         )
         self.registration = SupervisorRegistration(
             self.session.client,
@@ -490,6 +496,7 @@ class Supervisor:
         self._session_record.write(self.session.session_id)
         self._opened.append(self.registration.close)
         self._registered.set()
+        self.registration.update_outage(**self._outage_verdict())  # a check since, if any
 
     def _code_distributor(self) -> CodeDistributor:
         """A consumer of code: it fetches, and never registers as a holder."""
@@ -637,22 +644,48 @@ class Supervisor:
         self.session.add_listener(self._connection_changed)
         self._opened.append(lambda: self.session.remove_listener(self._connection_changed))
         self.publisher.start()
-        if self.settings.ride_outages:
-            watch = OutageWatch(
-                self.id,
-                self.settings.zk,
-                connected=lambda: self.session.connected,
-                on_proven=self.control.outage_proven,
-                interval_secs=self.settings.loop.heartbeat_secs,
-                read_config=lambda: ensemble_config(self.session.client, PROBE_TIMEOUT_SECS),
-                clock=self._clock,
-            )
+        watch = self._outage_watch
+        if watch is not None:
             watch.start()
             self._opened.append(watch.stop)
         self._loop_thread = threading.Thread(
             target=self.control.run, name="supervisor-control", daemon=True
         )
         self._loop_thread.start()
+
+    def _new_outage_watch(self) -> OutageWatch | None:
+        """With ``supervisor.zookeeper.outage: ride``, the watch, its list of members
+        checked against the ensemble's own once already (a mismatch warns now, at start)."""
+        if not self.settings.ride_outages:
+            return None
+        watch = OutageWatch(
+            self.id,
+            self.settings.zk,
+            connected=lambda: self.session.connected,
+            on_proven=self._outage_proven,
+            interval_secs=self.settings.loop.heartbeat_secs,
+            read_config=lambda: ensemble_config(self.session.client, PROBE_TIMEOUT_SECS),
+            on_membership=self._membership_checked,
+            clock=self._clock,
+        )
+        watch.check_membership()
+        return watch
+
+    def _outage_proven(self, started: float) -> None:
+        """The outage watch's thread: a proof, for the control loop (made after the watch)."""
+        self.control.outage_proven(started)
+
+    def _outage_verdict(self) -> OutageVerdict:
+        """What the registration says of outages of ZooKeeper, as of now."""
+        watch = self._outage_watch
+        if watch is None:
+            return {"mode": "fence", "unavailable": None}
+        return {"mode": _outage_mode(watch.unavailable), "unavailable": watch.unavailable}
+
+    def _membership_checked(self, unavailable: str | None) -> None:
+        """The outage watch's thread: the verdict changed, the registration shows it."""
+        if self._registered.is_set():  # else the registration is written with it
+            self.registration.update_outage(_outage_mode(unavailable), unavailable)
 
     def _connection_changed(self, change: SessionChange) -> None:
         """kazoo's thread: only ask for a read once connected again (must not block)."""
@@ -715,3 +748,16 @@ def _user_name() -> str:
         return pwd.getpwuid(os.geteuid()).pw_name
     except KeyError:
         return str(os.geteuid())
+
+
+class OutageVerdict(TypedDict):
+    """What a supervisor does through an outage of ZooKeeper, and why it fences if told to
+    ride (``SupervisorRegistration.update_outage``'s arguments)."""
+
+    mode: Literal["ride", "fence"]
+    unavailable: str | None
+
+
+def _outage_mode(ride_unavailable: str | None) -> Literal["ride", "fence"]:
+    """What a supervisor told to ride does through an outage of ZooKeeper."""
+    return "ride" if ride_unavailable is None else "fence"

@@ -1,19 +1,23 @@
 """Rides out an outage of ZooKeeper: while the session is down, prove that no quorum serves.
 
 A supervisor that writes no heartbeat for ``supervisor.fence.timeout.secs`` fences itself,
-because it cannot tell an outage of ZooKeeper from its own partition, and the leader may
-move its pipelines. With ``supervisor.zookeeper.outage: ride`` this thread asks the members
-themselves every heartbeat period while the session is disconnected
+because it cannot tell an outage of ZooKeeper from its own partition, and the leader may move
+its pipelines. With ``supervisor.zookeeper.outage: ride`` (the default) this thread asks the
+members themselves every heartbeat period while the session is disconnected
 (``stratus.zk.quorum_probe``); each probe that proves no quorum serves extends the lease from
-the moment the probe began (``Lease.outage_proven``, through the control loop). Nobody can
-move a pipeline without a quorum, and a leader that regains one waits a whole supervisor
-timeout before judging anyone: the workers keep running through the outage. A supervisor cut
-off alone reaches no majority that says so, proves nothing, and fences on time. While
-connected, the watch checks that ``zookeeper.servers`` names every voting member of
-the ensemble's configuration once; until it has, no probe proves anything::
+the moment the probe began (``Lease.outage_proven``, through the control loop). Nobody can move
+a pipeline without a quorum, and a leader that finds ZooKeeper under a new leader epoch when it
+reconnects waits a whole supervisor timeout before judging anyone: the workers keep running
+through the outage. A supervisor cut off alone reaches no majority that says so, proves nothing,
+and fences on time. While connected, the watch checks that ``zookeeper.servers`` names every
+voting member of the ensemble's configuration once; until it has, no probe proves anything. A
+list that does not match is logged once (``event=zookeeper_outage_ride_unavailable``, again only
+if the verdict changes) and told to ``on_membership``, which the supervisor shows in its
+registration::
 
     watch = OutageWatch("s1", settings.zk, connected=lambda: session.connected,
                         on_proven=loop.outage_proven, interval_secs=1.0)
+    watch.check_membership()   # at start, connected: why riding is off, or None
     watch.start()
     watch.stop()
 """
@@ -49,6 +53,7 @@ class OutageWatch:
         interval_secs: float,
         read_config: Callable[[], bytes] | None = None,
         probe: Callable[[], QuorumProbe] | None = None,
+        on_membership: Callable[[str | None], None] = lambda _unavailable: None,
         clock: Clock = time.monotonic,
     ) -> None:
         self._supervisor = supervisor
@@ -65,6 +70,14 @@ class OutageWatch:
         # Why a probe would prove nothing (None: it may); unchecked means nothing is proven.
         self._mismatch: str | None = None if read_config is None else "not checked yet"
         self._checked_at: float | None = None  # the last read of the membership
+        self._checked_before = False  # a read of the membership gave a verdict once
+        self._on_membership = on_membership  # told each new verdict of a check
+
+    @property
+    def unavailable(self) -> str | None:
+        """Why no probe can prove an outage now (the list does not match the ensemble, or
+        was not checked yet), or None: a proof may keep the workers running."""
+        return self._mismatch
 
     def start(self) -> None:
         self._thread.start()
@@ -103,14 +116,25 @@ class OutageWatch:
             return self._mismatch
         self._checked_at = self._clock()
         mismatch = membership_mismatch(self._hosts, config)
-        if mismatch != self._mismatch and mismatch is not None:
+        if mismatch == self._mismatch:
+            return mismatch
+        if mismatch is not None:
             log.warning(
                 "event=zookeeper_outage_ride_unavailable supervisor=%s reason=%r "
-                "action=fence_on_outages",
+                "action=fence_on_outages servers=%s fix=%r",
                 self._supervisor,
                 mismatch,
+                self._hosts,
+                "list every voting member of the ensemble once in zookeeper.servers",
             )
+        elif self._checked_before:
+            log.warning(
+                "event=zookeeper_outage_ride_available supervisor=%s action=ride_outages",
+                self._supervisor,
+            )
+        self._checked_before = True
         self._mismatch = mismatch
+        self._on_membership(mismatch)
         return mismatch
 
     def probe_once(self) -> bool:
@@ -141,4 +165,6 @@ class OutageWatch:
 
 
 def _probe(zk: ZkSettings) -> QuorumProbe:
-    return probe_quorum(zk.hosts, PROBE_TIMEOUT_SECS, zk.tls.ssl_context())
+    return probe_quorum(
+        zk.hosts, PROBE_TIMEOUT_SECS, zk.tls.ssl_context(), refusals=zk.outage_refusals
+    )

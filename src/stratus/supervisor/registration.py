@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -126,9 +127,18 @@ class SupervisorRegistration:
 
     def update_used(self, used: int) -> None:
         """Record how many slots are in use (later, by the nodes' thread, if ZooKeeper is slow)."""
-        if not self._claimed or used == self.summary.used:
+        self._update(used=used)
+
+    def update_outage(self, mode: Literal["ride", "fence"], unavailable: str | None) -> None:
+        """Record what the supervisor does through an outage of ZooKeeper now, and why it
+        fences though told to ride (``SupervisorSummary.ride_unavailable``)."""
+        self._update(zookeeper_outage=mode, ride_unavailable=unavailable)
+
+    def _update(self, **changes: object) -> None:
+        current = {name: getattr(self.summary, name) for name in changes}
+        if not self._claimed or current == changes:
             return
-        self.summary = self.summary.model_copy(update={"used": used})
+        self.summary = self.summary.model_copy(update=changes)
         self._nodes.add(self.path, self.summary.encode(), deadline=UPDATE_DEADLINE_SECS)
 
     def update_warm(self, warm: WarmMemory) -> None:

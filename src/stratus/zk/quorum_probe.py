@@ -3,10 +3,12 @@
 A process that cannot reach ZooKeeper cannot tell an outage of ZooKeeper from its own
 partition. It can ask the members themselves, all at once: a member outside a quorum answers
 ``srvr`` with "not currently serving requests", and a member every address of which refuses
-the connection has no process serving on it. When a majority of the ensemble answers so, and
-no member answers that it serves, no quorum served at the moment of the asks (a quorum and
-the majority that answered would share a member). Any quorum serving later formed after the
-probe began, so every client of it lost its connection after that moment::
+the connection has no process serving on it, where no firewall can answer for it
+(``Refusals``: by default only a member on this host counts so; a firewall's ``REJECT``
+looks like a refusal). When a majority of the ensemble answers so, and no member answers
+that it serves, no quorum served at the moment of the asks (a quorum and the majority that
+answered would share a member). Any quorum serving later formed after the probe began, so
+every client of it lost its connection after that moment::
 
     probe = probe_quorum("zk1:2181,zk2:2181,zk3:2181/stratus", timeout=1.0)
     if probe.proves_no_quorum():
@@ -32,6 +34,7 @@ from kazoo.client import KazooClient
 from kazoo.hosts import collect_hosts
 from kazoo.protocol.serialization import GetData
 
+from stratus.security.loopback import is_local_address
 from stratus.zk.fourletter import four_letter_word
 
 NOT_SERVING = "not currently serving requests"
@@ -43,7 +46,28 @@ class MemberState(StrEnum):
     SERVING = "serving"  # answered srvr with its mode: part of a quorum
     NOT_SERVING = "not_serving"  # answered that it serves no requests
     REFUSED = "refused"  # nothing listens on its address
+    # refused where a firewall may have answered for it (see Refusals): proves nothing
+    REFUSED_UNTRUSTED = "refused_untrusted"
     UNKNOWN = "unknown"  # no answer in time, or an answer that says neither
+
+
+class Refusals(StrEnum):
+    """Which refused connections mean that nothing listens (``zookeeper.outage.refusals``).
+
+    A firewall that answers a partition with a rejection (iptables' ``REJECT``: an ICMP
+    "port unreachable" that Linux reports as a refused connection, or a TCP reset) cannot
+    be told from a stopped server.
+    """
+
+    LOCAL = "local"  # only a member on this host: no firewall stands between
+    TRUST = "trust"  # every member: the operator says the network never rejects
+    NONE = "none"  # none: only "not currently serving" answers prove anything
+
+    def counts(self, address: str) -> bool:
+        """Whether a refusal at ``address`` means that nothing listens there."""
+        if self is Refusals.LOCAL:
+            return is_local_address(address)
+        return self is Refusals.TRUST
 
 
 @dataclass(frozen=True)
@@ -54,7 +78,7 @@ class QuorumProbe:
 
     def proves_no_quorum(self) -> bool:
         """True when a majority of the members is surely outside any quorum and none said
-        it serves."""
+        it serves (a refusal counts only as ``probe_quorum`` was told to trust it)."""
         states = list(self.members.values())
         if MemberState.SERVING in states:
             return False
@@ -75,28 +99,41 @@ def member_state(
     timeout: float,
     tls: ssl.SSLContext | None = None,
     ask: Ask = four_letter_word,
+    *,
+    refusals: Refusals = Refusals.LOCAL,
 ) -> MemberState:
     """What the member at ``host:port`` says of itself (asked over ``tls`` if given), at every
-    address its name has: refused only when every address refuses."""
+    address its name has: refused only when every address refuses, each where ``refusals``
+    trusts a refusal."""
     try:
         found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError:
         return MemberState.UNKNOWN
     addresses = sorted({str(info[4][0]) for info in found})
-    states = {_address_state(address, port, timeout, tls, ask) for address in addresses}
+    states = {
+        _address_state(address, port, timeout, tls, ask, refusals=refusals) for address in addresses
+    }
     if len(states) == 1:
         return states.pop()
     return MemberState.SERVING if MemberState.SERVING in states else MemberState.UNKNOWN
 
 
 def _address_state(
-    address: str, port: int, timeout: float, tls: ssl.SSLContext | None, ask: Ask
+    address: str,
+    port: int,
+    timeout: float,
+    tls: ssl.SSLContext | None,
+    ask: Ask,
+    *,
+    refusals: Refusals,
 ) -> MemberState:
     try:
         answer = ask(address, port, "srvr", timeout, tls)
     except OSError as exc:
         refused = isinstance(exc, ConnectionRefusedError) or exc.errno == errno.ECONNREFUSED
-        return MemberState.REFUSED if refused else MemberState.UNKNOWN
+        if not refused:
+            return MemberState.UNKNOWN
+        return MemberState.REFUSED if refusals.counts(address) else MemberState.REFUSED_UNTRUSTED
     if NOT_SERVING in answer:
         return MemberState.NOT_SERVING
     return MemberState.SERVING if SERVING_MARK in f"\n{answer}" else MemberState.UNKNOWN
@@ -107,13 +144,20 @@ def probe_quorum(
     timeout: float,
     tls: ssl.SSLContext | None = None,
     ask: Ask = four_letter_word,
+    *,
+    refusals: Refusals = Refusals.LOCAL,
 ) -> QuorumProbe:
     """Ask every member of the connect string ``hosts`` (a chroot is ignored) once, all at
-    the same time."""
+    the same time; a refused connection counts as nothing listening where ``refusals``
+    says so."""
     servers, _chroot = collect_hosts(hosts)
     members = sorted(set(servers))
+
+    def state(member: tuple[str, int]) -> MemberState:
+        return member_state(member[0], member[1], timeout, tls, ask, refusals=refusals)
+
     with ThreadPoolExecutor(max_workers=max(1, len(members))) as pool:
-        states = list(pool.map(lambda m: member_state(m[0], m[1], timeout, tls, ask), members))
+        states = list(pool.map(state, members))
     answers = zip(members, states, strict=True)
     return QuorumProbe({f"{host}:{port}": state for (host, port), state in answers})
 

@@ -63,6 +63,7 @@ from stratus.zk.errors import (
 )
 from stratus.zk.history import history_behind_error
 from stratus.zk.lease import LEASE_FRACTION, RENEW_FRACTION, LeaseProbe, SessionLease
+from stratus.zk.quorum_probe import Refusals, ensemble_config, voting_members
 from stratus.zk.tls import ZkTls
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ _T = TypeVar("_T")
 RETRY_DELAY_SECS = 0.05  # first pause of a retried call or reconnection
 CONNECT_POLL_SECS = 0.05  # how often the first connection's wait looks for a recorded refusal
 RETRY_MAX_DELAY_SECS = 0.5  # longest pause: reconnection after a server restart stays quick
+ZXID_EPOCH_SHIFT = 32  # a zxid is the leader's epoch, then a counter of its transactions
 SASL_DROPS_REFUSE = 3  # connections dropped during SASL in a row that mean a refusal
 
 
@@ -102,7 +104,8 @@ class ZkSettings:
     which stratus keeps everything; the timeouts are in seconds, ``stop_wait`` the longest an
     owner's stop waits on ZooKeeper (``ZkSession.close_within``); ``auth`` is stratus's
     identity (``zookeeper.auth.*``; anonymous by default); ``tls`` how it connects
-    (``zookeeper.ssl.*``; plain by default).
+    (``zookeeper.ssl.*``; plain by default); ``outage_refusals`` which refused connections a
+    proof of an outage trusts (``zookeeper.outage.refusals``, see ``quorum_probe``).
     """
 
     hosts: str
@@ -112,6 +115,7 @@ class ZkSettings:
     stop_wait: float = 5.0
     auth: ZkAuth = field(default_factory=ZkAuth)
     tls: ZkTls = field(default_factory=ZkTls)
+    outage_refusals: Refusals = Refusals.LOCAL
 
     def __post_init__(self) -> None:
         if min(self.session_timeout, self.connection_timeout, self.stop_wait) <= 0:
@@ -483,6 +487,32 @@ class ZkSession:
         self.client.exists(self.root)
         self.confirm_contact(probe)
         self._renewed_at = self.clock()
+
+    def zookeeper_epoch(self) -> int | None:
+        """ZooKeeper's leader epoch now: the high 32 bits of the zxid of a transaction of this
+        session's own, a version check of the root that changes nothing; None from a
+        standalone server (its ``/zookeeper/config`` names no voting member), which has no
+        elections and whose restarts keep the epoch.
+
+        Every election of a ZooKeeper leader starts a new epoch, and a leader that loses its
+        quorum never serves again in its own. A read would not do: its reply carries the zxid
+        of the last write applied, which after an election is still of the old epoch until
+        someone writes. ``ZooKeeperUnavailableError`` once the connection timeout is spent.
+        """
+
+        def learn() -> int | None:
+            transaction = self.client.transaction()
+            transaction.check(self.root, -1)  # any version: a transaction that changes nothing
+            results = transaction.commit()
+            if results != [True]:
+                raise ZooKeeperUnavailableError(
+                    f"ZooKeeper at {self.hosts} refused a version check of {self.root}: {results!r}"
+                )
+            epoch = int(self.client.last_zxid or 0) >> ZXID_EPOCH_SHIFT
+            config = ensemble_config(self.client, self.settings.connection_timeout)
+            return epoch if voting_members(config) else None
+
+        return self.call("learn ZooKeeper's leader epoch", learn)
 
     def lease_end(self, session_id: int | None) -> float:
         """The clock's time until which the lease vouches for ``session_id`` (0: none)."""

@@ -28,7 +28,10 @@ cluster state store (never from a view that may lag), then:
 
 The liveness memory starts afresh with every term: a new leader has seen no heartbeat yet,
 so it judges nothing dead before a whole timeout of its own term has passed (Storm
-reassigns too early after a failover, and guards its first term only).
+reassigns too early after a failover, and guards its first term only). With
+``blind_after_reconnect`` (supervisors that ride out outages of ZooKeeper) it also starts
+afresh after a reconnection across which ZooKeeper's own leader epoch changed: only then
+can a supervisor have proved that no quorum served, and kept its workers on that proof.
 
 Heartbeats the leader cannot see are unknown, never dead:
 
@@ -59,6 +62,8 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
+from kazoo.exceptions import KazooException
+
 from stratus.api.clock import Clock
 from stratus.api.errors import InvalidTransitionError, UnknownVersionError
 from stratus.api.records import (
@@ -72,6 +77,7 @@ from stratus.api.records import (
     WorkerState,
 )
 from stratus.coordination.leadership import Leadership
+from stratus.errors import StratusError
 from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.cordons import CordonTable, DrainMemory, DrainRound
 from stratus.nimbus.liveness import Liveness
@@ -111,6 +117,7 @@ class SchedulingDuty:
         on_unknown: Callable[[str], None] = lambda _reason: None,
         on_observed: Callable[[ObservedRound], None] = lambda _round: None,
         connections: Callable[[], int] = lambda: 0,
+        zookeeper_epoch: Callable[[], int | None] = lambda: 0,
         fencing: SupervisorFencing | None = None,
         cordons: CordonTable | None = None,
         drains: DrainMemory | None = None,
@@ -133,7 +140,11 @@ class SchedulingDuty:
         self._blind = False  # the last read of the heartbeats failed
         self._unregistered_since: dict[str, float] = {}  # this term's first round without it
         self._connections = connections  # the session's count of connections (ZkSession)
-        self._watched_since = connections()  # the count when the silences last restarted
+        # ZooKeeper's leader epoch now, None from a standalone server (ZkSession)
+        self._zookeeper_epoch = zookeeper_epoch
+        self._watched_since = connections()  # the count when the epoch was last learned
+        self._quorum_epoch: int | None = None  # ZooKeeper's epoch then (None: standalone)
+        self._epoch_learned = False  # once, since the duty began
         self._fencing = fencing  # None: silent supervisors are only waited out
         self._rollback = settings.rollback
 
@@ -148,7 +159,7 @@ class SchedulingDuty:
         current = self._assignments.read_all()
         assignments = {name: assignment for name, (assignment, _) in current.items()}
         cordons = self._cordons.read_all() if self._cordons is not None else {}
-        self._restart_after_a_reconnect(term)
+        self._restart_after_a_new_quorum(term)
         read_began = self._clock()  # silences are judged at this moment, not later
         heartbeats = self._read_heartbeats(term)
         if heartbeats is None:
@@ -232,21 +243,56 @@ class SchedulingDuty:
             )
         self._drains.note(DrainRound(term.epoch, dict(plan.drain_moving), dict(plan.no_room)))
 
-    def _restart_after_a_reconnect(self, term: Leadership) -> None:
-        """With ``blind_after_reconnect`` (supervisors that ride out outages): the connection
-        to ZooKeeper was down since the last round, whether its term was suspended and
-        resumed for it or not (a term granted by a zkfc is not): every silence restarts,
-        since nothing was watched and a supervisor may have kept its workers on a proof that
-        no quorum served. Without, silences run on: supervisors fenced on time, and a
-        connection that keeps flapping must not stop every move."""
+    def _restart_after_a_new_quorum(self, term: Leadership) -> None:
+        """With ``blind_after_reconnect`` (supervisors that ride out outages): once the
+        connection to ZooKeeper came back since the last round (whether its term was
+        suspended and resumed for it or not: a term granted by a zkfc is not), every silence
+        restarts if ZooKeeper's leader epoch changed meanwhile, since a supervisor may have
+        kept its workers on a proof that no quorum served.
+
+        A proof needs a moment when no quorum served; a ZooKeeper leader that loses its
+        quorum never serves again in its epoch, so service resumes only under a new one.
+        The same epoch on both sides of the disconnection (a reconnection to another member
+        of the same quorum) means the quorum served throughout, every supervisor that could
+        reach it wrote on, and none could prove an outage: the silences run on, and a
+        connection that flaps moves on time. A standalone server keeps its epoch across
+        restarts, so with one every reconnection restarts the silences; so does an epoch
+        that cannot be learned (nothing judged from a blind stretch), asked again next
+        round."""
+        if not self._blind_after_reconnect:
+            return
         count = self._connections()
-        if count != self._watched_since and self._blind_after_reconnect:
-            self._watched_since = count
+        if count == self._watched_since and self._epoch_learned:
+            return
+        try:
+            epoch = self._zookeeper_epoch()
+        except (StratusError, KazooException) as exc:
             self._liveness.reset()
-            log.info(
-                "event=heartbeats_watched_again epoch=%d action=every_silence_restarts",
+            log.warning(
+                "event=heartbeats_watched_again epoch=%d zookeeper_epoch=unknown "
+                "action=every_silence_restarts error=%s",
                 term.epoch,
+                exc,
             )
+            return
+        previous, learned = self._quorum_epoch, self._epoch_learned
+        self._watched_since, self._quorum_epoch, self._epoch_learned = count, epoch, True
+        if learned and epoch is not None and epoch == previous:
+            log.info(
+                "event=heartbeats_watched_again epoch=%d zookeeper_epoch=%d "
+                "action=silences_run_on reason=same_zookeeper_leader",
+                term.epoch,
+                epoch,
+            )
+            return
+        self._liveness.reset()
+        log.info(
+            "event=heartbeats_watched_again epoch=%d zookeeper_epoch=%s previous=%s "
+            "action=every_silence_restarts",
+            term.epoch,
+            "standalone" if epoch is None else epoch,
+            ("standalone" if previous is None else previous) if learned else "unknown",
+        )
 
     # ------------------------------------------------------------------ unknown heartbeats
 
