@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from stratus.coordination import ActiveStandbyElector, Coordinator, ElectorState
+from tests.tcp_proxy import TcpProxy
 from tests.zkfixtures import wait_until
 
 SESSION = 2.0
@@ -147,3 +148,35 @@ def test_become_active_failure_drops_the_lock_and_keeps_the_breadcrumb(coordinat
     wait_until(lambda: b.state is ElectorState.ACTIVE, 10, "b active")
     assert healthy.fenced == [b"a"], "a may be half-active: its breadcrumb must be fenced"
     assert a.state is not ElectorState.ACTIVE
+
+
+def test_a_quit_without_zookeeper_keeps_the_breadcrumb_instead_of_failing(
+    zk_hosts: str, coordinators: list[Coordinator]
+) -> None:
+    """A clean quit while ZooKeeper is out of reach (a health check failed because of the
+    same partition) cannot delete the breadcrumb: it keeps it and returns, and the next
+    active fences us, instead of raising once the session expires (which killed the
+    failover controller)."""
+    address, _, chroot = zk_hosts.partition("/")
+    host, port = address.rsplit(":", 1)
+    with TcpProxy(host, int(port)) as proxy:
+        cut_off = Coordinator.standalone(
+            f"127.0.0.1:{proxy.port}/{chroot}", session_timeout=SESSION
+        ).start()
+        try:
+            b_service = Service()
+            a = elector(cut_off, "a", Service())
+            a.join_election(b"a")
+            wait_until(lambda: a.state is ElectorState.ACTIVE, 10, "a active")
+            b = elector(coordinators[1], "b", b_service)
+            b.join_election(b"b")
+            wait_until(lambda: b_service.calls == ["standby"], 10, "b standby")
+            proxy.cut()
+            wait_until(lambda: not cut_off.session.connected, 10, "a disconnected")
+
+            a.quit_election(need_fence=False)
+
+            wait_until(lambda: b.state is ElectorState.ACTIVE, 20, "b active")
+            assert b_service.fenced == [b"a"]
+        finally:
+            cut_off.close()

@@ -231,9 +231,17 @@ class ActiveStandbyElector:
                 tx.set_data(self._paths.breadcrumb, self._app_data, version=stat.version)
 
     def _delete_own_breadcrumb(self) -> None:
+        """Delete our breadcrumb if it is ours; without ZooKeeper it stays (the next active
+        then fences us, needlessly but safely) rather than hold a quit until the session
+        comes back or expires."""
+        if not self._client.connected:
+            log.warning("event=breadcrumb_kept group=%s why=zookeeper_disconnected", self.group)
+            return
         try:
             data, stat = self._client.get(self._paths.breadcrumb)
             if data == self._app_data:
                 self._client.delete(self._paths.breadcrumb, version=stat.version)
         except (NoNodeError, BadVersionError):
             pass
+        except (ConnectionLoss, ConnectionClosedError, SessionExpiredError) as exc:
+            log.warning("event=breadcrumb_kept group=%s why=%s", self.group, type(exc).__name__)
