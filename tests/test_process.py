@@ -170,3 +170,34 @@ print(stubborn.returncode, others_in_group(), flush=True)
 def test_a_child_that_could_not_be_reaped_is_never_a_clean_exit() -> None:
     assert shell_exit_code(None) == NOT_REAPED_EXIT != 0
     assert shell_exit_code(-signal.SIGTERM) == 128 + signal.SIGTERM
+
+
+SUPERVISING = """
+import sys, time
+from stratus.ha.supervision import Supervision, SupervisionSettings
+child = Supervision(SupervisionSettings(("sleep", "600")))
+child.start()
+while child.pid is None:
+    time.sleep(0.05)
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_supervised_child_dies_with_its_killed_supervisor() -> None:
+    """``stratus zkfc --supervise`` starts its child from its supervision thread: the
+    kernel's death signal, armed from that thread, still kills the child when the zkfc is
+    SIGKILLed (armed only from the main thread, it was not armed at all)."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", SUPERVISING], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        assert not process_gone(child)
+        parent.kill()
+        parent.wait()
+        wait_until(lambda: process_gone(child), 10, f"the supervised child {child} to die")
+    finally:
+        parent.kill()
+        parent.wait()

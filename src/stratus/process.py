@@ -52,6 +52,9 @@ class Lifeline(enum.Enum):
     # from the main thread, which lives as long as the process). Runs a preexec hook in the
     # forked child: only for parents whose other threads cannot hold locks the hook needs.
     DEATH_SIGNAL = "death-signal"
+    # The same, armed from any thread: the kernel SIGKILLs the child when the thread that
+    # started it exits, so only for a thread that outlives its children (a supervision loop).
+    THREAD_DEATH_SIGNAL = "thread-death-signal"
 
 
 class ProcessGroup:
@@ -73,6 +76,8 @@ class ProcessGroup:
             popen["stdin"] = subprocess.PIPE  # close_fds (the default) keeps it ours alone
         elif lifeline is Lifeline.DEATH_SIGNAL:
             popen["preexec_fn"] = die_with_parent_hook()
+        elif lifeline is Lifeline.THREAD_DEATH_SIGNAL:
+            popen["preexec_fn"] = die_with_parent_hook(any_thread=True)
         return cls(subprocess.Popen(list(argv), start_new_session=True, **popen))
 
     @property
@@ -158,15 +163,16 @@ def shell_exit_code(returncode: int | None) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def die_with_parent_hook() -> Callable[[], None] | None:
+def die_with_parent_hook(*, any_thread: bool = False) -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the kernel SIGKILL the child if this process dies.
 
     Linux delivers the signal when the *thread* that forked exits, so it is only armed from
-    the main thread (which lives as long as the process); elsewhere None (no hook).
+    the main thread (which lives as long as the process), or with ``any_thread`` from a
+    thread that outlives the child; elsewhere None (no hook).
     """
     if not sys.platform.startswith("linux"):
         return None
-    if threading.current_thread() is not threading.main_thread():
+    if not any_thread and threading.current_thread() is not threading.main_thread():
         return None
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl

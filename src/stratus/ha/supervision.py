@@ -45,16 +45,16 @@ class SupervisionSettings:
     """``ha.zkfc.supervise.*``: the command and its restart and stop timings.
 
     ``environment``: variables added to the zkfc's own for the child. ``lifeline``: how the
-    child learns that the zkfc died (a child started by this module's thread cannot have the
-    kernel's death signal, which follows the forking thread; a child that watches its stdin
-    for EOF, as a supervised nimbus does, takes ``Lifeline.PIPE``).
+    child learns that the zkfc died: by default the kernel's death signal, which follows the
+    forking thread, this module's, which outlives each child it starts; a child that watches
+    its stdin for EOF, as a supervised nimbus does, takes ``Lifeline.PIPE``.
     """
 
     command: tuple[str, ...]
     restart_backoff: float = 1.0
     stop_grace: float = 10.0
     environment: tuple[tuple[str, str], ...] = ()
-    lifeline: Lifeline = Lifeline.DEATH_SIGNAL
+    lifeline: Lifeline = Lifeline.THREAD_DEATH_SIGNAL
 
 
 def restart_delay(base: float, exits_in_row: int) -> float:
