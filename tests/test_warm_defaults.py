@@ -21,10 +21,10 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from stratus.api.records import SupervisorSummary, WarmHeld, WarmMemory
+from stratus.api.records import MIB, SupervisorSummary, WarmHeld, WarmMemory
 from stratus.cli.main import main
 from stratus.supervisor.daemon import Supervisor
-from stratus.supervisor.warm_memory import ESTIMATE_BYTES, MIB, read_machine, warm_budget
+from stratus.supervisor.warm_memory import ESTIMATE_BYTES, read_machine, warm_budget
 from stratus.zk.server import ZooKeeperServer
 from tests.test_drain_cluster import WAIT_SECS, Drains, drains
 from tests.test_warm_workers import wait_for_warm
@@ -96,7 +96,7 @@ def test_a_supervisor_with_the_defaults_keeps_warm_workers_and_a_pipeline_starts
         summary = next(s for s in cluster.client.cluster().supervisors if s.id == "s1")
         assert summary.warm is not None and summary.warm.up == 2  # the API's cluster summary
         assert re.search(
-            r"^s1\t.*\t2 up, [\d.]+ [MG]iB of [\d.]+ GiB\tschedulable$", shown(cluster), re.M
+            r"^s1\t.*\t2 up, [\d.]+ [MG]iB of [\d.]+ GiB\tschedulable\tride$", shown(cluster), re.M
         )
         exposed = metrics(supervisor)
         assert exposed[series("stratus_supervisor_warm_workers", state="ready")] == 2

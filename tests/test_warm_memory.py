@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from stratus.api.records import WarmHeld, WarmMemory
+from stratus.api.records import MIB, WarmHeld, WarmMemory
 from stratus.cli.supervisor_command import with_overrides
 from stratus.config import load_config
 from stratus.errors import ConfigError
@@ -21,7 +21,6 @@ from stratus.supervisor.registration import WARM_USE_STEP_MB, _shows_the_same
 from stratus.supervisor.settings import WarmSettings, warm_settings
 from stratus.supervisor.warm_memory import (
     BUDGET_ENV_VAR,
-    MIB,
     Machine,
     WarmInputs,
     groups_rss,

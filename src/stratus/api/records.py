@@ -346,6 +346,9 @@ class WarmHeld(StrEnum):
     MEMORY_SHORT = "memory_short"  # the machine's available memory is short
 
 
+MIB = 1024 * 1024  # the unit of WarmMemory's *_mb fields
+
+
 class WarmMemory(_Record):
     """A supervisor's warm workers and the memory they may use, as its registration shows
     them (``docs/supervisor.md``, "Warm workers")."""

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.text import Text
 
 from stratus.api.records import (
+    MIB,
     ClusterSummary,
     LeaderInfo,
     NimbusSummary,
@@ -40,7 +41,6 @@ from stratus.cli.output import (
     when,
 )
 from stratus.cli.pipeline_views import format_size, show_pipelines
-from stratus.supervisor.warm_memory import MIB
 
 
 def show_cluster(

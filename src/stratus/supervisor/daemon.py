@@ -48,6 +48,7 @@ from kazoo.client import KazooClient
 from stratus import __version__
 from stratus.api.clock import Clock
 from stratus.api.records import (
+    MIB,
     Assignment,
     ClusterIdentity,
     RunOutcome,
@@ -99,7 +100,7 @@ from stratus.supervisor.run_logs import (
 from stratus.supervisor.run_outcome import RunEnd
 from stratus.supervisor.run_records import RunBook, newest_change
 from stratus.supervisor.settings import SupervisorSettings
-from stratus.supervisor.warm_memory import MIB, read_machine, warm_budget
+from stratus.supervisor.warm_memory import read_machine, warm_budget
 from stratus.supervisor.warm_pool import WarmPool
 from stratus.supervisor.worker_access import TRAVERSE_DIR_MODE, closed_to_others
 from stratus.supervisor.worker_env import worker_environment

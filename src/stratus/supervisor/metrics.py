@@ -22,8 +22,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from stratus.api.clock import Clock
-from stratus.api.records import WarmHeld, WarmMemory, WorkerHeartbeat, WorkerState
-from stratus.supervisor.warm_memory import MIB, Machine, read_machine
+from stratus.api.records import MIB, WarmHeld, WarmMemory, WorkerHeartbeat, WorkerState
+from stratus.supervisor.warm_memory import Machine, read_machine
 from stratus.web.metrics import CONTENT_TYPE_LATEST, CallbackCounter, daemon_registry, exposition
 
 __all__ = ["CONTENT_TYPE_LATEST", "SupervisorMetrics"]

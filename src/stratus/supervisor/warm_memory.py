@@ -24,9 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from stratus.api.records import WarmHeld
+from stratus.api.records import MIB, WarmHeld
 
-MIB = 1024 * 1024
 BUDGET_SHARE = 0.25  # the default budget: this share of the machine's memory
 RESERVE_SHARE = 0.10  # no warm worker starts if less than this share would stay available
 # a ready warm worker before one was measured here: 630-820 MiB resident with local[1]

@@ -45,7 +45,7 @@ from pathlib import Path
 
 from stratus.api.clock import Clock
 from stratus.api.pipeline_conf import env_entries
-from stratus.api.records import WarmHeld, WarmMemory
+from stratus.api.records import MIB, WarmHeld, WarmMemory
 from stratus.files import PRIVATE_DIR_MODE
 from stratus.process import KILL_WAIT_SECS
 from stratus.supervisor.adoption import ProcessRecord, identity, warm_identity
@@ -55,7 +55,6 @@ from stratus.supervisor.settings import WarmSettings
 from stratus.supervisor.warm_memory import (
     ESTIMATE_BYTES,
     MEASURE_SECS,
-    MIB,
     Budget,
     Machine,
     WarmInputs,
