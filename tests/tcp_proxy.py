@@ -4,7 +4,10 @@ The process under test connects to the proxy instead of the server. ``cut()`` dr
 connection and makes new ones hang unanswered (as a partition does: no reset, only silence);
 ``heal()`` lets connections through again; ``drop_after_first_answer(n)`` closes each of the
 next ``n`` connections once the server's first answer reached the client (a server that
-drops a client in the middle of a handshake)::
+drops a client in the middle of a handshake); ``refuse()`` closes the proxy's port, so that
+every connection is refused, and ``words_only()`` opens it again but forwards only
+ZooKeeper's four-letter words (``srvr``), leaving a session's handshake in silence until
+``heal()``: a server that serves again while a client's reconnection still hangs::
 
     with TcpProxy("127.0.0.1", zk_port) as proxy:
         start_supervisor(zookeeper=f"127.0.0.1:{proxy.port}")
@@ -34,9 +37,15 @@ class TcpProxy:
         self._held: list[socket.socket] = []  # accepted while cut: never answered
         self._cut = False
         self._to_drop = 0
+        self._words_only = False
         self.dropped = 0
         self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._accept, name="tcp-proxy", daemon=True)
+        self._thread = self._acceptor(self._listener)
+
+    def _acceptor(self, listener: socket.socket) -> threading.Thread:
+        return threading.Thread(
+            target=self._accept, args=(listener,), name="tcp-proxy", daemon=True
+        )
 
     def __enter__(self) -> TcpProxy:
         self._thread.start()
@@ -63,9 +72,24 @@ class TcpProxy:
         with self._lock:
             self._to_drop = connections
 
+    def refuse(self) -> None:
+        """Close the port: every connection is refused, as by a host with no server on it."""
+        self.cut()
+        self._listener.close()
+
+    def words_only(self) -> None:
+        """Open the port again (after ``refuse``): forward connections that open with a
+        four-letter word, and leave every other one in silence until ``heal()``."""
+        with self._lock:
+            self._cut = False
+            self._words_only = True
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        self._acceptor(self._listener).start()
+
     def heal(self) -> None:
         with self._lock:
             self._cut = False
+            self._words_only = False
             held, self._held = self._held, []
         _close(*held)
 
@@ -75,18 +99,22 @@ class TcpProxy:
         self.heal()
         self._listener.close()
 
-    def _accept(self) -> None:
+    def _accept(self, listener: socket.socket) -> None:
         while not self._closed.is_set():
             try:
-                client, _ = self._listener.accept()
+                client, _ = listener.accept()
             except OSError:
                 return
             with self._lock:
-                if self._cut:
+                cut, words_only = self._cut, self._words_only
+            first = _first_word(client) if words_only and not cut else b""
+            with self._lock:
+                if self._cut or (words_only and not first.isalpha()):
                     self._held.append(client)
                     continue
             try:
                 server = socket.create_connection(self._target, timeout=5)
+                server.sendall(first)
             except OSError:
                 client.close()
                 continue
@@ -117,6 +145,20 @@ class TcpProxy:
                 except (OSError, ValueError, ConnectionError):
                     _close(client, server)
                     return
+
+
+def _first_word(client: socket.socket) -> bytes:
+    """The first four bytes a client sends (fewer if it sends fewer within a second)."""
+    client.settimeout(1.0)
+    data = b""
+    with contextlib.suppress(OSError):
+        while len(data) < 4:
+            chunk = client.recv(4 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    client.settimeout(None)
+    return data
 
 
 def _close(*socks: socket.socket) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from stratus.supervisor.fence import Lease, LeaseState
+from stratus.supervisor.fence import RIDE_BACK_MARGIN_SECS, Lease, LeaseState, ride_back_secs
 
 
 def test_no_lease_before_the_first_heartbeat_is_written() -> None:
@@ -78,6 +78,37 @@ def test_a_late_or_older_proof_extends_nothing() -> None:
     assert not lease.outage_proven(probe_started=99.0, now=100.2)  # older than the write
     assert not lease.outage_proven(probe_started=101.0, now=107.0)  # answered too late
     assert lease.check(now=106.0)
+
+
+def test_a_proofs_lease_rides_back_until_the_leader_may_judge_minus_the_stop() -> None:
+    """Fence 6, stop 3, supervisor timeout 10: a proof keeps the lease 10 - 3 - margin from
+    the probe's start, for the reconnection after ZooKeeper serves again."""
+    length = ride_back_secs(6.0, 10.0, 3.0)
+    assert length == pytest.approx(7.0 - RIDE_BACK_MARGIN_SECS)
+    lease = Lease(timeout_secs=6.0, ride_back_secs=length)
+    lease.renewed(write_started=100.0, now=100.1)
+    assert lease.outage_proven(probe_started=105.0, now=105.5)
+    assert not lease.check(now=111.2)  # 6 s after the probe: the fence timeout alone lapses
+    assert lease.ends_at() == pytest.approx(105.0 + length)
+    assert lease.check(now=105.0 + length)  # never later: every worker stopped in time
+
+
+def test_the_first_write_after_a_proof_renews_the_lease_as_usual() -> None:
+    lease = Lease(timeout_secs=6.0, ride_back_secs=6.5)
+    lease.renewed(write_started=100.0, now=100.1)
+    assert lease.outage_proven(probe_started=105.0, now=105.5)
+    assert not lease.renewed(write_started=104.0, now=110.5)  # began before the proof
+    assert not lease.renewed(write_started=105.2, now=111.3)  # landed too late: nothing
+    assert lease.ends_at() == pytest.approx(111.5)
+    assert not lease.renewed(write_started=111.0, now=111.1)  # held: renewed, not regained
+    assert lease.ends_at() == pytest.approx(117.0)  # a write's lease again
+    assert lease.check(now=118.0)
+
+
+def test_a_proof_never_rides_back_for_less_than_the_fence_timeout() -> None:
+    assert ride_back_secs(6.0, 7.0, 3.0) == 6.0  # 7 - 3 - margin is shorter: no extension
+    with pytest.raises(ValueError, match="must not be shorter than the fence timeout"):
+        Lease(timeout_secs=6.0, ride_back_secs=5.0)
 
 
 def test_a_proof_that_began_after_the_lease_ran_out_revives_nothing() -> None:

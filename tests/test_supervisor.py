@@ -699,6 +699,51 @@ def test_a_supervisor_cut_off_from_zookeeper_alone_fences_on_time_with_the_defau
     assert not any("proven=true" in m for m in messages)
 
 
+def test_a_supervisor_that_proved_an_outage_keeps_its_worker_while_its_reconnection_hangs(
+    own_zk, zk_restartable, caplog
+) -> None:
+    """The server serves again and the probe sees it, but the session's reconnection hangs
+    for twice the fence timeout: the proof's lease lasts until the leader could judge
+    (nimbus.supervisor.timeout.secs after its own reconnection) minus the stop, so the
+    worker never stops, and runs on once the session is back."""
+    cluster = own_zk
+    host, port = zk_restartable.connect_string.rsplit(":", 1)
+    fence = FAST["supervisor.fence.timeout.secs"]
+    with TcpProxy(host, int(port)) as proxy:
+        conf = cluster.conf(
+            **{
+                "zookeeper.servers": f"127.0.0.1:{proxy.port}",
+                "nimbus.supervisor.timeout.secs": 4 * fence + FAST["supervisor.worker.stop.secs"],
+            }
+        )
+        with caplog.at_level(logging.INFO, logger="stratus.supervisor"), running(conf, cluster):
+            cluster.assign(cluster.code.upload("etl"))
+            before = cluster.wait_for_worker(WorkerState.RUNNING)
+            assert before.pid is not None
+            proxy.refuse()  # the server's port refuses, on this host: the outage is proven
+
+            def logged(text: str) -> bool:
+                return any(text in r.getMessage() for r in caplog.records)
+
+            wait_until(lambda: logged("proven=true"), 15, "the supervisor to prove the outage")
+            proxy.words_only()  # the member serves again; the session's handshake hangs
+            wait_until(lambda: logged("proven=false"), 15, "the probe to see the member serve")
+            hang_until = time.monotonic() + 2 * fence
+            wait_until(
+                lambda: process_gone(before.pid) or time.monotonic() > hang_until,
+                4 * fence,
+                "the reconnection to hang",
+            )
+            assert not process_gone(before.pid)
+            proxy.heal()
+            healed_at = time.time()
+            after = cluster.wait_for_worker(
+                WorkerState.RUNNING, where=lambda beat: beat.time > healed_at + fence, timeout=30
+            )
+            assert after.pid == before.pid and after.restarts == 0  # the same run, never stopped
+    assert not [r for r in caplog.records if "event=fenced" in r.getMessage()]
+
+
 def test_a_server_list_that_does_not_match_the_ensemble_warns_once_and_fences(
     own_zk, zk_restartable, caplog
 ) -> None:

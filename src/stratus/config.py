@@ -901,8 +901,11 @@ class StratusConfig(BaseModel):
         "ZooKeeper quorum serves (a majority of the members of zookeeper.servers, asked at "
         "once, say they serve nothing or refuse the connection as "
         "zookeeper.outage.refusals trusts, and none that it serves), and fences otherwise, "
-        "as it does when zookeeper.servers does not name every voting member once; `fence` "
-        "stops them on time whatever the cause; every nimbus must be given the same value",
+        "as it does when zookeeper.servers does not name every voting member once (each "
+        "proof keeps the lease nimbus.supervisor.timeout.secs - supervisor.worker.stop.secs "
+        "- 0.5 s from its start, at least supervisor.fence.timeout.secs, so that the session "
+        "may reconnect); `fence` stops them on time whatever the cause; every nimbus must be "
+        "given the same value",
     )
     supervisor_worker_stop_secs: float = Field(
         default=3.0,

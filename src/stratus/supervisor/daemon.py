@@ -165,7 +165,9 @@ class Supervisor:
         self._last_round: HeartbeatRound | None = None  # what the endpoint's metrics show
         self.endpoint: SupervisorEndpoint | None = None
         self.session = ZkSession(self.settings.zk)
-        self.lease = Lease(self.settings.fence_timeout_secs)  # the control loop owns it
+        self.lease = Lease(  # the control loop owns it
+            self.settings.fence_timeout_secs, ride_back_secs=self.settings.ride_back_secs
+        )
         self._registered = threading.Event()
         self._outage_watch: OutageWatch | None = None  # with ride, made at start
 

@@ -17,7 +17,11 @@ timeline). Pure: times come from the caller's monotonic clock::
 With ``supervisor.zookeeper.outage: ride``, a proof that no ZooKeeper quorum serves extends a
 held lease as a write would (``outage_proven``): through an outage of ZooKeeper nobody can
 move a pipeline, so the workers keep running; a supervisor cut off alone cannot prove it and
-fences on time.
+fences on time. A proof's lease lasts ``ride_back_secs`` from the probe's start (at least the
+fence timeout): after an outage the session reconnects some moments after ZooKeeper serves
+again, and the leader, whose own connection came back after the proof began, judges no
+silence before a whole ``nimbus.supervisor.timeout.secs`` after that (``ride_back_secs``).
+The first write after the proof renews the lease as usual, which may end it sooner.
 
 A leader may also take the lease away (``revoke``, the graceful fence of its endpoint): the
 supervisor stops every worker as at a lapse, and only a write that *starts* after the
@@ -35,14 +39,32 @@ class LeaseState(StrEnum):
     HELD = "held"  # a recent heartbeat write succeeded
 
 
+RIDE_BACK_MARGIN_SECS = 0.5  # the loop's tick, the workers' look at the lease file, and more
+
+
+def ride_back_secs(fence_secs: float, supervisor_timeout_secs: float, stop_secs: float) -> float:
+    """How long a proof of an outage keeps the lease from the probe's start: every worker
+    stopped (``stop_secs``) with ``RIDE_BACK_MARGIN_SECS`` to spare before the leader may
+    move a pipeline, ``supervisor_timeout_secs`` after its own reconnection, which follows
+    the proof; never less than ``fence_secs``."""
+    return max(fence_secs, supervisor_timeout_secs - stop_secs - RIDE_BACK_MARGIN_SECS)
+
+
 class Lease:
     """One supervisor's lease, owned by its control loop (not thread-safe)."""
 
-    def __init__(self, timeout_secs: float) -> None:
+    def __init__(self, timeout_secs: float, *, ride_back_secs: float | None = None) -> None:
+        if ride_back_secs is not None and ride_back_secs < timeout_secs:
+            raise ValueError(
+                f"a proof's lease ({ride_back_secs:g} s) must not be shorter than the fence "
+                f"timeout ({timeout_secs:g} s)"
+            )
         self.timeout_secs = timeout_secs
+        self.ride_back_secs = timeout_secs if ride_back_secs is None else ride_back_secs
         self.state = LeaseState.UNLEASED
         self.fences = 0  # times the lease lapsed
-        self._renewed_to: float | None = None  # start of the newest successful write
+        self._renewed_to: float | None = None  # start of the newest write or proof
+        self._length = timeout_secs  # how long the newest renewal lasts: a write's, a proof's
         self._held_since: float | None = None  # start of the write that (re)gained it
 
     def renewed(self, *, write_started: float, now: float) -> bool:
@@ -54,8 +76,12 @@ class Lease:
         """
         if self._renewed_to is not None and write_started <= self._renewed_to:
             return False
+        late = now - write_started >= self.timeout_secs
+        if late and self.state is LeaseState.HELD:
+            return False  # renews nothing: the lease's own end stands (a proof's, say)
         self._renewed_to = write_started
-        if self.state is LeaseState.HELD or now - write_started >= self.timeout_secs:
+        self._length = self.timeout_secs
+        if self.state is LeaseState.HELD or late:
             return False
         self.state = LeaseState.HELD
         self._held_since = write_started
@@ -63,20 +89,23 @@ class Lease:
 
     def outage_proven(self, *, probe_started: float, now: float) -> bool:
         """A probe that started at ``probe_started`` proved that no ZooKeeper quorum served
-        (``stratus.zk.quorum_probe``): the held lease lasts from then as if a write had
-        started then; True if that extended it.
+        (``stratus.zk.quorum_probe``): the held lease lasts ``ride_back_secs`` from then,
+        or until a write that starts later renews it; True if that extended it.
 
         No leader can have acted since the probe began without losing its connection after
         that moment and then waiting a whole supervisor timeout, so the lease may run from
-        it. A proof never gains a lease that is not held: starting workers takes a write.
+        it, and for as long as every worker is stopped before that timeout ends. A proof
+        never gains a lease that is not held: starting workers takes a write.
         """
-        if self.state is not LeaseState.HELD or self._renewed_to is None:
+        ends = self.ends_at()
+        if ends is None or self._renewed_to is None:
             return False
-        if probe_started <= self._renewed_to or now - probe_started >= self.timeout_secs:
+        if probe_started <= self._renewed_to or now - probe_started >= self.ride_back_secs:
             return False
-        if probe_started >= self._renewed_to + self.timeout_secs:
+        if probe_started >= ends:
             return False  # the lease had run out before the probe began (a stalled loop)
         self._renewed_to = probe_started
+        self._length = self.ride_back_secs
         return True
 
     def check(self, now: float) -> bool:
@@ -91,7 +120,7 @@ class Lease:
         """When the held lease lapses unless renewed (the clock's time), or None if not held."""
         if self.state is not LeaseState.HELD or self._renewed_to is None:
             return None
-        return self._renewed_to + self.timeout_secs
+        return self._renewed_to + self._length
 
     def revoke(self, now: float) -> bool:
         """A leader fenced this supervisor at ``now``: the lease is not held, and only a
@@ -108,7 +137,7 @@ class Lease:
         """Seconds left before the lease lapses (0 when not held)."""
         if self.state is not LeaseState.HELD or self._renewed_to is None:
             return 0.0
-        return max(0.0, self._renewed_to + self.timeout_secs - now)
+        return max(0.0, self._renewed_to + self._length - now)
 
     def may_start(self, read_started: float | None) -> bool:
         """Whether workers may start on a read of the assignments that started then."""

@@ -45,6 +45,7 @@ from stratus.settings import (
 from stratus.state.factory import StateStoreSettings
 from stratus.supervisor.adoption import owned_by
 from stratus.supervisor.errors import SupervisorStartError
+from stratus.supervisor.fence import ride_back_secs
 from stratus.supervisor.worker_log import LogSettings
 from stratus.web.bounds import HttpBounds
 from stratus.worker.lease_file import LEASE_FILE
@@ -226,6 +227,7 @@ class SupervisorSettings:
     local_dir: Path  # supervisor.local.dir, or default_local_dir
     fence_timeout_secs: float  # supervisor.fence.timeout.secs: the lease
     ride_outages: bool  # supervisor.zookeeper.outage is ride: a proven outage extends the lease
+    ride_back_secs: float  # how long a proof's lease lasts (``fence.ride_back_secs``)
     zk: ZkSettings
     state_store: StateStoreSettings
     loop: LoopSettings
@@ -260,6 +262,11 @@ class SupervisorSettings:
             local_dir=local_dir,
             fence_timeout_secs=conf.supervisor_fence_timeout_secs,
             ride_outages=conf.supervisor_zookeeper_outage == "ride",
+            ride_back_secs=ride_back_secs(
+                conf.supervisor_fence_timeout_secs,
+                conf.nimbus_supervisor_timeout_secs,
+                conf.supervisor_worker_stop_secs,
+            ),
             zk=zk_settings(conf),
             state_store=state_store_settings(conf, principal=supervisor_id),
             loop=LoopSettings(
