@@ -240,21 +240,29 @@ def test_after_a_reconnect_to_a_new_zookeeper_leader_nothing_moves_before_a_whol
     assert cluster.where("a") not in (None, first)
 
 
-def test_a_reconnect_to_the_same_zookeeper_quorum_keeps_the_leaders_silences(cluster):
-    """The leader's connection flaps between members of one quorum (ZooKeeper's epoch stays):
-    the quorum served throughout, nobody could prove an outage, the silent one moves."""
+def flap_while_one_is_silent(cluster) -> str:
+    """Pipeline ``a`` on one of two supervisors, which then goes silent while the leader's
+    connection flaps three times, more often than once per supervisor timeout, and the
+    other beats on; the silent one's id."""
     cluster.supervisor("s1")
     cluster.supervisor("s2")
     cluster.submit("a")
     cluster.round()
-    first = cluster.where("a")
-    for _ in range(3):  # the connection flaps, more than once per supervisor timeout
+    first: str = cluster.where("a")
+    for _ in range(3):
         cluster.clock.now += 4
         cluster.connections += 1
         for sid in cluster.registered:
             if sid != first:
                 cluster.heartbeat(sid)
         cluster.round()
+    return first
+
+
+def test_a_reconnect_to_the_same_zookeeper_quorum_keeps_the_leaders_silences(cluster):
+    """The leader's connection flaps between members of one quorum (ZooKeeper's epoch stays):
+    the quorum served throughout, nobody could prove an outage, the silent one moves."""
+    first = flap_while_one_is_silent(cluster)
     assert cluster.where("a") not in (None, first)
 
 
@@ -388,18 +396,7 @@ def test_supervisors_that_fence_on_outages_keep_a_flapping_leaders_silences(clus
         settings=SchedulingSettings(supervisor_timeout_secs=10, task_timeout_secs=30),
         connections=lambda: cluster.connections,
     )  # fmt: skip
-    cluster.supervisor("s1")
-    cluster.supervisor("s2")
-    cluster.submit("a")
-    cluster.round()
-    first = cluster.where("a")
-    for _ in range(3):  # the connection flaps, more than once per supervisor timeout
-        cluster.clock.now += 4
-        cluster.connections += 1
-        for sid in cluster.registered:
-            if sid != first:
-                cluster.heartbeat(sid)
-        cluster.round()
+    first = flap_while_one_is_silent(cluster)
     assert cluster.where("a") not in (None, first)  # moved off the silent one all the same
 
 
