@@ -364,34 +364,40 @@ def test_a_missing_entrypoint_function_fails_naming_it(tmp_path, start_worker):
     assert worker.seen_jvms == set()  # it failed before starting Spark
 
 
-SPARK_CONNECT_PORT = 15002  # an sdp run's Spark Connect server listens there, on every run
+PYSPARK_CONNECT_PORT = 15002  # where pyspark's own sdp command line binds its Connect server
 
 
-def port_free(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("0.0.0.0", port))
-        except OSError:
-            return False
-    return True
+@contextlib.contextmanager
+def port_taken(port: int) -> Iterator[None]:
+    """``port`` held on every address for the block (or already held by someone else)."""
+    with socket.socket() as holder:
+        with contextlib.suppress(OSError):
+            holder.bind(("0.0.0.0", port))
+            holder.listen()
+        yield
 
 
-def test_sdp_example_runs_once_to_finished(tmp_path, start_worker):
-    # An earlier Spark test's sdp run (the demo's) may hold Spark Connect's port a while.
-    wait_until(lambda: port_free(SPARK_CONNECT_PORT), 120, "Spark Connect's port to be free")
+def test_sdp_runs_of_one_host_run_at_once_each_on_a_connect_port_of_its_own(
+    tmp_path, start_worker
+):
+    """Two pipelines' sdp runs at once, with pyspark's fixed Connect port taken: each run's
+    server binds a free port of its own, and both finish with their tables."""
     code = unpack(example_package("sdp"), tmp_path / "code")
-    checkpoints = tmp_path / "checkpoints" / "sdp-orders"
-    spec = worker_spec(tmp_path / "sdp", "sdp-orders", code, checkpoint_location=str(checkpoints))
-    worker = start_worker(spec)
-    worker.wait_heartbeat(lambda beat: beat.state is WorkerState.RUNNING, "the sdp run")
-    assert worker.wait_exit(SDP_SECS) == 0, worker.output()
-    final = worker.heartbeat()
-    assert final is not None and final.state is WorkerState.FINISHED and final.runs == 1, final
-    totals = read_rows(checkpoints / "warehouse" / "customer_totals")
-    assert sum(row["orders"] for row in totals) == 1000
-    assert worker.seen_jvms, "the sdp run started no JVM"
-    assert worker.jvms() == set()
+    with port_taken(PYSPARK_CONNECT_PORT):
+        workers = {}
+        for name in ("sdp-orders", "sdp-orders-2"):
+            checkpoints = tmp_path / "checkpoints" / name
+            spec = worker_spec(tmp_path / name, name, code, checkpoint_location=str(checkpoints))
+            workers[checkpoints] = start_worker(spec)
+        for checkpoints, worker in workers.items():
+            assert worker.wait_exit(SDP_SECS) == 0, worker.output()
+            final = worker.heartbeat()
+            assert final is not None and final.state is WorkerState.FINISHED, final
+            assert final.runs == 1, final
+            totals = read_rows(checkpoints / "warehouse" / "customer_totals")
+            assert sum(row["orders"] for row in totals) == 1000
+            assert worker.seen_jvms, "the sdp run started no JVM"
+            assert worker.jvms() == set()
 
 
 # Pure logic, no Spark: the parts that the scenarios above cannot reach cheaply.

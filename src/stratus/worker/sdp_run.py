@@ -15,7 +15,9 @@ symbolic links, so its library globs and relative paths work unchanged):
   but ten settings on the way to the inner JVM (pyspark 4.3 keeps only the last group of
   ``PYSPARK_REMOTE_INIT_CONF_*``);
 - the master is ``--remote <spark master>``, with ``SPARK_API_MODE=connect`` in the
-  environment so that a non-local master starts a local Spark Connect server on it.
+  environment so that a non-local master starts a local Spark Connect server on it. That
+  server binds a free port on loopback (``CONNECT_SERVER``; pyspark's fixed 15002 would let
+  only one run of a host start), which ``sdp_cli`` connects to.
 
 On a cluster master, the archive of the pipeline's requirements (``spec.deps_archive``)
 reaches the executors as an app's does (``spark_app``): it is added to ``spark.archives``
@@ -83,6 +85,13 @@ from stratus.worker.stop_request import StopRequest
 log = logging.getLogger(__name__)
 
 SDP_SCRIPT = "spark-pipelines"
+SPARK_CLASS = "spark-class"
+SDP_LAUNCHER_CLASS = "org.apache.spark.deploy.SparkPipelines"  # what spark-pipelines runs
+SDP_CLI = Path(__file__).with_name("sdp_cli.py")  # not imported here: it imports pyspark's CLI
+CONNECT_SERVER = {  # the run's own Spark Connect server: any free port, on loopback only
+    "spark.connect.grpc.binding.port": "0",
+    "spark.connect.grpc.binding.address": "127.0.0.1",
+}
 PROJECT_MIRROR = "sdp-project"  # in work_dir: links to the project's files, the derived spec
 CONF_DIR = "sdp-conf"  # in work_dir: the runs' SPARK_CONF_DIR
 DEFAULTS_FILE = "spark-defaults.conf"
@@ -189,6 +198,7 @@ def sdp_settings(spec: WorkerSpec) -> dict[str, str]:
     """The Spark settings of every run: defaults, then the pipeline's conf."""
     settings = {
         **SPARK_DEFAULTS,
+        **CONNECT_SERVER,
         "spark.app.name": f"stratus-{spec.pipeline}",
         "spark.sql.warehouse.dir": _child(spec.checkpoint_location, WAREHOUSE_DIR),
     }
@@ -262,9 +272,11 @@ def metastore_dir(spec: WorkerSpec) -> Path:
 
 
 def sdp_command(spec: WorkerSpec, spec_file: Path) -> list[str]:
-    """``spark-pipelines --remote MASTER run --spec FILE``, under the guard."""
-    script = Path(sys.executable).parent / SDP_SCRIPT
-    if not script.is_file():
+    """``spark-pipelines --remote MASTER run --spec FILE``, under the guard: what the
+    ``spark-pipelines`` script runs, with ``sdp_cli`` as the command line (the run's
+    Connect server on a port of its own)."""
+    bin_dir = Path(sys.executable).parent
+    if not (bin_dir / SDP_SCRIPT).is_file() or not (bin_dir / SPARK_CLASS).is_file():
         raise SdpProjectError(
             f"{SDP_SCRIPT} not found beside {sys.executable}: install pyspark with its "
             "connect extra (pyspark[connect]) in the worker's environment"
@@ -272,7 +284,8 @@ def sdp_command(spec: WorkerSpec, spec_file: Path) -> list[str]:
     confs = [
         arg for key, value in sdp_settings(spec).items() for arg in ("--conf", f"{key}={value}")
     ]
-    command = [str(script), "--remote", spec.spark_master, *confs, "run", "--spec", str(spec_file)]
+    pipelines = [str(bin_dir / SPARK_CLASS), SDP_LAUNCHER_CLASS, str(SDP_CLI)]
+    command = [*pipelines, "--remote", spec.spark_master, *confs, "run", "--spec", str(spec_file)]
     return [sys.executable, run_guard.__file__, "--", *command]
 
 
