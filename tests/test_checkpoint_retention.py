@@ -28,7 +28,8 @@ from stratus.coordination.coordinator import Coordinator
 from stratus.nimbus.duties.checkpoint_retention import SCAN_SECS, ExpireKeptCheckpoints
 from stratus.nimbus.duties.killed import RemoveKilled
 from stratus.nimbus.duties.purges import CarryOutPurges, PurgeOrders
-from stratus.nimbus.pipeline_ops import KeptCheckpoints, PipelineOps, ReplicationPolicy
+from stratus.nimbus.kept_checkpoints import KeptCheckpoints
+from stratus.nimbus.pipeline_ops import PipelineOps, ReplicationPolicy
 from stratus.nimbus.purge_plan import PurgeBy
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore

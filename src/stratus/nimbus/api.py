@@ -95,7 +95,7 @@ PipelinePathName = Annotated[
 ]
 
 
-def create_app(
+def create_app(  # noqa: PLR0913 keyword-only: the sources of optional routes
     service: NimbusService,
     metrics: NimbusMetrics,
     policy: AccessPolicy = OPEN,

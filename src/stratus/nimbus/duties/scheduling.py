@@ -104,7 +104,7 @@ class SchedulingDuty:
 
     name = "scheduling"
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only: collaborators, callbacks, clocks
         self,
         *,
         ops: PipelineOps,
