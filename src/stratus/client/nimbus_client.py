@@ -77,7 +77,7 @@ class NimbusClient:
     thread-safe, and the remembered leader is a single attribute.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only options
         self,
         seeds: Sequence[str],
         *,

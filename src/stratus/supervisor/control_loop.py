@@ -164,7 +164,7 @@ class WorkerPathsFactory(Protocol):
 class ControlLoop:
     """Owns the workers of one supervisor; see the module docstring."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only: collaborators, callbacks, clocks
         self,
         supervisor: str,
         slots: int,

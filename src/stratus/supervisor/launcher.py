@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 class WorkerLauncher:
     """Code through the cache, processes through ``WorkerProcess``."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only: collaborators, callbacks, clocks
         self,
         settings: SpecSettings,
         supervisor: str,

@@ -148,7 +148,7 @@ _DONE = (Phase.FAILED, Phase.FINISHED, Phase.FENCED)  # kept, no process, till a
 class ManagedWorker:
     """One assignment's worker, across its restarts; see the module docstring."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only: collaborators, callbacks, clocks
         self,
         supervisor: str,
         assignment: Assignment,

@@ -43,7 +43,7 @@ class ZooKeeperEnsemble:
     is the first member's, every other one is picked free.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only options
         self,
         base_dir: Path,
         size: int = 3,

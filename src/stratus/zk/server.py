@@ -140,7 +140,7 @@ class ZooKeeperServer:
     cannot reach) is probed on its secure port instead, over TLS (``ServerTls.probe_context``).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only options
         self,
         data_dir: Path,
         port: int = 0,
