@@ -27,9 +27,9 @@ from stratus.zk.server import (
     Quorum,
     QuorumPeer,
     ZooKeeperServer,
-    check_data_dir,
     stored_superuser,
 )
+from stratus.zk.server_checks import check_data_dir
 from stratus.zk.tls import ServerTls
 
 
