@@ -41,7 +41,8 @@ from stratus.supervisor.adoption import ProcessRecord
 from stratus.supervisor.assignment_reader import AssignmentsRead, ReadFailed
 from stratus.supervisor.fence import Lease
 from stratus.supervisor.heartbeat_publisher import HeartbeatRound
-from stratus.supervisor.managed_worker import Launcher, ManagedWorker, RunningProcess
+from stratus.supervisor.launch_protocols import Launcher, RunningProcess
+from stratus.supervisor.managed_worker import ManagedWorker
 from stratus.supervisor.reconcile import (
     Action,
     ActionKind,

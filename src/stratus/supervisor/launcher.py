@@ -29,7 +29,7 @@ from stratus.api.pipeline_conf import env_entries
 from stratus.api.records import Assignment
 from stratus.codedist.distributor import CodeMeta
 from stratus.supervisor.code_cache import CodeCache, CodePending, CodeState, PipelineCode
-from stratus.supervisor.managed_worker import PreflightCheck, RunningProcess
+from stratus.supervisor.launch_protocols import PreflightCheck, RunningProcess
 from stratus.supervisor.preflight import PreflightPassed, start_preflight
 from stratus.supervisor.requirements_env import EnvFailed, EnvPending, RequirementEnvs
 from stratus.supervisor.run_as import UserPool
