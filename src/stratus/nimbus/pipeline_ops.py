@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -90,6 +89,7 @@ from stratus.nimbus.refusals import (
     refuse_if_not_rerunnable,
     refuse_if_update_waits,
 )
+from stratus.nimbus.replication_policy import ReplicationPolicy
 from stratus.nimbus.staged_updates import (
     Apply,
     applied,
@@ -99,6 +99,9 @@ from stratus.nimbus.staged_updates import (
 )
 from stratus.security.access import Caller
 from stratus.zk.paths import ClusterPaths
+
+# ReplicationPolicy too: the nimbus's settings take it from here, beside the operations
+__all__ = ["DEFAULT_VERSIONS_KEEP", "REMEMBERED_REQUESTS", "PipelineOps", "ReplicationPolicy"]
 
 log = logging.getLogger(__name__)
 
@@ -577,21 +580,3 @@ def _remembered(requests: list[str], request_id: str) -> list[str]:
     if not request_id:
         return requests
     return [*requests, request_id][-REMEMBERED_REQUESTS:]
-
-
-@dataclass(frozen=True)
-class ReplicationPolicy:
-    """``pipeline.min.replication.count`` and ``pipeline.max.replication.wait.time.sec``."""
-
-    required: int
-    wait_secs: int  # -1: forever
-
-    def of(self, conf: Mapping[str, Any]) -> ReplicationPolicy:
-        """The pipeline's own settings where its conf has them, else these (the cluster's)."""
-        return ReplicationPolicy(
-            required=conf.get("pipeline.min.replication.count", self.required),
-            wait_secs=conf.get("pipeline.max.replication.wait.time.sec", self.wait_secs),
-        )
-
-    def deadline(self, now: float) -> float | None:
-        return None if self.wait_secs < 0 else now + self.wait_secs

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from stratus.api.errors import UpdateInProgressError
 from stratus.api.locations import CHECKPOINT_ROOT_KEY
@@ -29,9 +29,7 @@ from stratus.api.records import AssignmentReason, KeptVersion, PendingUpdate, Pi
 from stratus.api.redaction import restore_redacted
 from stratus.codedist.package_store import StoredPackage
 from stratus.nimbus.kept_versions import with_applied
-
-if TYPE_CHECKING:
-    from stratus.nimbus.pipeline_ops import ReplicationPolicy
+from stratus.nimbus.replication_policy import ReplicationPolicy
 
 
 @dataclass(frozen=True)
