@@ -102,4 +102,3 @@ def parse_methods(
 def create_method(spec: MethodSpec, context: FencingContext) -> Fence:
     """The fence a (parsed) spec names, ready to fence."""
     return REGISTRY[spec.name].create(spec.argument, context)
-
