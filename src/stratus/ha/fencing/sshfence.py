@@ -89,7 +89,7 @@ class SshMethod:
         ssh_user_port(argument, entry, key)
 
     def create(self, argument: str | None, context: FencingContext) -> Fence:
-        user, port = ssh_user_port(argument, str(argument), "ha.fencing.methods")
+        user, port = ssh_user_port(argument, f"sshfence({argument})", "ha.fencing.methods")
         return SshFence(user, port, context.timeout)
 
 
