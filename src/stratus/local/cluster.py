@@ -48,11 +48,10 @@ from stratus.local.processes import (
 )
 from stratus.local.secure import LocalSecurity
 from stratus.local.user_settings import UserSettings
-from stratus.nimbus.cluster_view import NIMBUS_GROUP
 from stratus.security.client_auth import NO_AUTH, ClientAuth
 from stratus.zk.auth import ZkAuth
 from stratus.zk.ensemble import ZooKeeperEnsemble
-from stratus.zk.paths import GroupPaths
+from stratus.zk.paths import NIMBUS_GROUP, GroupPaths
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import ZooKeeperServer
 from stratus.zk.session import ZkSession, ZkSettings

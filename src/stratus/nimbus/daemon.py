@@ -54,7 +54,7 @@ from stratus.history import Actor, HistoryRecorder
 from stratus.nimbus.api import create_app
 from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.batch_metrics import BatchMetrics
-from stratus.nimbus.cluster_view import NIMBUS_GROUP, ClusterView
+from stratus.nimbus.cluster_view import ClusterView
 from stratus.nimbus.cordons import CordonTable, DrainMemory
 from stratus.nimbus.duties.checkpoint_retention import ExpireKeptCheckpoints
 from stratus.nimbus.duties.killed import RemoveKilled
@@ -100,7 +100,7 @@ from stratus.state.heartbeats import HeartbeatBoard
 from stratus.web.bounds import bounded_app
 from stratus.web.threaded_server import ThreadedServer
 from stratus.zk.ephemeral import EphemeralNode
-from stratus.zk.paths import ClusterPaths
+from stratus.zk.paths import NIMBUS_GROUP, ClusterPaths
 from stratus.zk.session import ZkSession
 
 log = logging.getLogger(__name__)

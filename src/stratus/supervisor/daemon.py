@@ -57,6 +57,7 @@ from stratus.api.records import (
     WarmMemory,
     WorkerHeartbeat,
 )
+from stratus.checkpoints import local_pipeline_directory
 from stratus.codedist.distributor import CodeDistributor
 from stratus.codedist.factory import create_distributor
 from stratus.codedist.package_store import PackageStore
@@ -113,7 +114,6 @@ from stratus.supervisor.worker_process import (
     WorkerProcess,
     default_worker_command,
 )
-from stratus.worker.checkpoints import local_pipeline_directory
 from stratus.worker.lease_file import write_lease
 from stratus.worker.spec import WorkerSpec
 from stratus.zk.paths import ClusterPaths

@@ -27,6 +27,7 @@ from collections.abc import Sequence, Set
 from stratus.api.locations import is_local_master
 from stratus.api.pipeline_conf import env_entries
 from stratus.api.records import Assignment
+from stratus.checkpoints import local_pipeline_directory
 from stratus.codedist.distributor import CodeMeta
 from stratus.supervisor.code_cache import CodeCache, CodePending, CodeState, PipelineCode
 from stratus.supervisor.managed_worker import PreflightCheck, RunningProcess
@@ -45,7 +46,6 @@ from stratus.supervisor.worker_process import (
     build_spec,
     default_worker_command,
 )
-from stratus.worker.checkpoints import local_pipeline_directory
 from stratus.worker.spec import WorkerSpec
 
 PYSPARK_PYTHON = "PYSPARK_PYTHON"

@@ -49,6 +49,7 @@ from typing import Any
 
 from stratus.api.locations import is_local_master
 from stratus.api.records import Assignment, ClusterIdentity
+from stratus.checkpoints import checkpoint_location
 from stratus.codedist.manifest import TRIGGER_CONF_KEY
 from stratus.files import PRIVATE_DIR_MODE
 from stratus.history import open_for_appending
@@ -70,7 +71,6 @@ from stratus.supervisor.worker_monitor import (
     write_order,
 )
 from stratus.supervisor.worker_monitor import clear as clear_monitor_files
-from stratus.worker.checkpoints import checkpoint_location
 from stratus.worker.spec import HEARTBEAT_FILE, SPEC_FILE, WorkerSpec
 
 WORKER_MODULE = "stratus.worker.main"
