@@ -27,7 +27,6 @@ from stratus.client_settings import package_limits
 from stratus.codedist.factory import DistributorSettings
 from stratus.codedist.package_check import PackageLimits
 from stratus.config import SUPERVISOR_ID_PATTERN, StratusConfig
-from stratus.history import HistorySettings
 from stratus.logs import LogSettings as DaemonLogSettings
 from stratus.security.access import AccessPolicy
 from stratus.security.loopback import is_loopback
@@ -47,6 +46,7 @@ from stratus.supervisor.adoption import owned_by
 from stratus.supervisor.errors import SupervisorStartError
 from stratus.supervisor.fence import ride_back_secs
 from stratus.supervisor.worker_log import LogSettings
+from stratus.trail import TrailSettings
 from stratus.web.bounds import HttpBounds
 from stratus.worker.lease_file import LEASE_FILE
 from stratus.zk.session import ZkSettings
@@ -101,7 +101,7 @@ class SpecSettings:
     stop_grace_secs: float  # supervisor.worker.stop.secs
     env_names: frozenset[str] = frozenset()  # supervisor.worker.env: passed beyond the allow-list
     log: DaemonLogSettings = field(default_factory=DaemonLogSettings)  # log.*: workers log alike
-    history: HistorySettings = field(default_factory=HistorySettings)  # history.file: alike
+    history: TrailSettings = field(default_factory=TrailSettings)  # history.file: alike
     lease_path: Path | None = None  # where the supervisor hands its lease to its workers
     cluster: ClusterIdentity | None = None  # the cluster: workers refuse others' checkpoints
     legacy_checkpoint_root: str | None = None  # the default root up to 0.2.0, if default

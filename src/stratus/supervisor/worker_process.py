@@ -52,7 +52,6 @@ from stratus.api.records import Assignment, ClusterIdentity
 from stratus.checkpoints import checkpoint_location
 from stratus.codedist.manifest import TRIGGER_CONF_KEY
 from stratus.files import PRIVATE_DIR_MODE
-from stratus.history import open_for_appending
 from stratus.process import KILL_WAIT_SECS, NOT_REAPED_EXIT, same_process
 from stratus.supervisor.adoption import Found, ProcessRecord, identity
 from stratus.supervisor.code_cache import PipelineCode
@@ -71,6 +70,7 @@ from stratus.supervisor.worker_monitor import (
     write_order,
 )
 from stratus.supervisor.worker_monitor import clear as clear_monitor_files
+from stratus.trail import open_for_appending
 from stratus.worker.spec import HEARTBEAT_FILE, SPEC_FILE, WorkerSpec
 
 WORKER_MODULE = "stratus.worker.main"
