@@ -44,7 +44,7 @@ from stratus.settings import (
 from stratus.state.factory import StateStoreSettings
 from stratus.supervisor.adoption import owned_by
 from stratus.supervisor.errors import SupervisorStartError
-from stratus.supervisor.fence import ride_back_secs
+from stratus.supervisor.heartbeat_lease import ride_back_secs
 from stratus.supervisor.worker_log import LogSettings
 from stratus.trail import TrailSettings
 from stratus.web.bounds import HttpBounds
