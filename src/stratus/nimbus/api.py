@@ -49,7 +49,7 @@ from stratus.api.records import (
 from stratus.api.series import PipelineSeries
 from stratus.nimbus.api_errors import add_error_handlers
 from stratus.nimbus.authorization import (
-    RequireRole,
+    RequireNimbusRole,
     audited_call,
     documented_refusals,
     documented_security,
@@ -150,7 +150,7 @@ def create_app(  # noqa: PLR0913 keyword-only: the sources of optional routes
         upload_path=UPLOAD_PATHS,
     )
     app.add_middleware(EpochHeader, service=service)
-    app.add_middleware(RequireRole, policy=policy)  # before the guard: 401, not 421 or 413
+    app.add_middleware(RequireNimbusRole, policy=policy)  # before the guard: 401, not 421 or 413
     app.add_middleware(UiFront, service=service, policy=policy)  # the page: before any role
     app.add_middleware(AuditTrail, daemon="nimbus", rule=audited_call)  # refusals included
     app.add_middleware(RequestMetrics, metrics=metrics)
