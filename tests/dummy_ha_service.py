@@ -91,6 +91,29 @@ class Dummy:
             "address": self.address,
         }
 
+    def get(self, path: str) -> tuple[int, dict[str, Any]]:
+        """The answer to a GET of ``path`` (under ``lock``)."""
+        if path == "/ha/v1/status":
+            return 200, self.status()
+        if path == "/ha/v1/health":
+            if self.behaviour["healthy"]:
+                return 200, {"healthy": True}
+            return 503, {"error": "unhealthy", "message": "told to be"}
+        if path == "/control":
+            return 200, {**self.behaviour, "state": self.state}
+        return 404, {"error": "not_found", "message": path}
+
+    def post(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """The answer to a POST of ``body`` to ``path`` (under ``lock``)."""
+        if path == "/ha/v1/transition-to-active":
+            return self.to_active(int(body["epoch"]))
+        if path == "/ha/v1/transition-to-standby":
+            return self.to_standby()
+        if path == "/control":
+            self.behaviour.update(body)
+            return 200, self.behaviour
+        return 404, {"error": "not_found", "message": path}
+
 
 def handler(dummy: Dummy) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
@@ -121,32 +144,14 @@ def handler(dummy: Dummy) -> type[BaseHTTPRequestHandler]:
             if not self.authorized():
                 return
             with dummy.lock:
-                if self.path == "/ha/v1/status":
-                    self.answer(200, dummy.status())
-                elif self.path == "/ha/v1/health":
-                    if dummy.behaviour["healthy"]:
-                        self.answer(200, {"healthy": True})
-                    else:
-                        self.answer(503, {"error": "unhealthy", "message": "told to be"})
-                elif self.path == "/control":
-                    self.answer(200, {**dummy.behaviour, "state": dummy.state})
-                else:
-                    self.answer(404, {"error": "not_found", "message": self.path})
+                self.answer(*dummy.get(self.path))
 
         def do_POST(self) -> None:
             body = self.body()
             if not self.authorized():
                 return
             with dummy.lock:
-                if self.path == "/ha/v1/transition-to-active":
-                    self.answer(*dummy.to_active(int(body["epoch"])))
-                elif self.path == "/ha/v1/transition-to-standby":
-                    self.answer(*dummy.to_standby())
-                elif self.path == "/control":
-                    dummy.behaviour.update(body)
-                    self.answer(200, dummy.behaviour)
-                else:
-                    self.answer(404, {"error": "not_found", "message": self.path})
+                self.answer(*dummy.post(self.path, body))
 
     return Handler
 

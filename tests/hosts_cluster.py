@@ -111,7 +111,7 @@ def start_quorum(servers: Sequence[ZooKeeperServer], timeout: float = ZK_START_S
 class HostsCluster:
     """ZooKeeper, nimbuses and supervisors on ``hosts``; see the module docstring."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only options
         self,
         hosts: NetnsHosts,
         workdir: Path,

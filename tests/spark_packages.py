@@ -202,7 +202,7 @@ def manifest_of(code_dir: Path) -> dict[str, Any]:
 FIRST_TOKEN = FencingToken(era=1, zxid=1)  # a worker spec's, unless a test gives another
 
 
-def worker_spec(
+def worker_spec(  # noqa: PLR0913 keyword-only options
     directory: Path,
     pipeline: str,
     code_dir: Path,

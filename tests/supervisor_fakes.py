@@ -12,7 +12,7 @@ from stratus.api.records import Assignment, FencingToken
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.manifest import parse_manifest
 from stratus.supervisor.code_cache import CodeState, PipelineCode
-from stratus.supervisor.managed_worker import PreflightCheck
+from stratus.supervisor.launch_protocols import PreflightCheck
 from stratus.supervisor.preflight import PreflightPassed
 from stratus.supervisor.requirements_env import EnvFailed
 from stratus.supervisor.run_logs import kept_runs, pick_kept

@@ -18,9 +18,10 @@ from stratus.supervisor.adoption import (
     survey,
 )
 from stratus.supervisor.assignment_reader import AssignmentsRead
-from stratus.supervisor.control_loop import LEAVE, Adopted, ControlLoop, HeartbeatWritten
+from stratus.supervisor.control_loop import ControlLoop
 from stratus.supervisor.errors import AdoptionRefusedError
 from stratus.supervisor.heartbeat_lease import HeartbeatLease
+from stratus.supervisor.loop_messages import LEAVE, Adopted, HeartbeatWritten
 from stratus.supervisor.managed_worker import Phase
 from stratus.supervisor.settings import LoopSettings
 from stratus.supervisor.worker_monitor import PROCESS_FILE

@@ -9,15 +9,10 @@ from pathlib import Path
 from stratus.api.records import Assignment, WorkerState
 from stratus.supervisor.assignment_reader import AssignmentsRead
 from stratus.supervisor.code_cache import PipelineCode
-from stratus.supervisor.control_loop import (
-    SHUTDOWN,
-    ControlLoop,
-    FenceOrder,
-    FenceVerdict,
-    HeartbeatWritten,
-)
+from stratus.supervisor.control_loop import ControlLoop
 from stratus.supervisor.heartbeat_lease import HeartbeatLease
 from stratus.supervisor.heartbeat_publisher import HeartbeatRound
+from stratus.supervisor.loop_messages import SHUTDOWN, FenceOrder, FenceVerdict, HeartbeatWritten
 from stratus.supervisor.managed_worker import Phase
 from stratus.supervisor.reconcile import Held
 from stratus.supervisor.settings import LoopSettings

@@ -25,7 +25,8 @@ from stratus.codedist.package_store import StoredPackage
 from stratus.coordination.coordinator import Coordinator
 from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.duties.scheduling import SchedulingDuty
-from stratus.nimbus.pipeline_ops import PipelineOps, ReplicationPolicy
+from stratus.nimbus.pipeline_ops import PipelineOps
+from stratus.nimbus.replication_policy import ReplicationPolicy
 from stratus.nimbus.scheduler import Plan
 from stratus.nimbus.settings import SchedulingSettings
 from stratus.pacemaker.blocking import BlockingPacemakerPool

@@ -12,7 +12,8 @@ import pytest
 from stratus.api.records import Assignment, RunOutcome, WorkerHeartbeat, WorkerState
 from stratus.codedist.distributor import CodeMeta
 from stratus.supervisor.code_cache import CodeFailed, CodePending, CodeState, PipelineCode
-from stratus.supervisor.managed_worker import ManagedWorker, Phase, PreflightCheck
+from stratus.supervisor.launch_protocols import PreflightCheck
+from stratus.supervisor.managed_worker import ManagedWorker, Phase
 from stratus.supervisor.preflight import PreflightFailed, PreflightPassed, PreflightResult
 from stratus.supervisor.reconcile import Held
 from stratus.supervisor.requirements_env import EnvFailed

@@ -33,7 +33,8 @@ from stratus.nimbus.assignment_history import AssignmentHistoryLog
 from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.cordons import CordonTable, DrainMemory
 from stratus.nimbus.duties.scheduling import SchedulingDuty
-from stratus.nimbus.pipeline_ops import PipelineOps, ReplicationPolicy
+from stratus.nimbus.pipeline_ops import PipelineOps
+from stratus.nimbus.replication_policy import ReplicationPolicy
 from stratus.nimbus.settings import SchedulingSettings
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore

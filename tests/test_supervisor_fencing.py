@@ -28,7 +28,8 @@ from stratus.ha.errors import FencingConfigError
 from stratus.ha.fencing import MethodSpec
 from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.duties.scheduling import SchedulingDuty
-from stratus.nimbus.pipeline_ops import PipelineOps, ReplicationPolicy
+from stratus.nimbus.pipeline_ops import PipelineOps
+from stratus.nimbus.replication_policy import ReplicationPolicy
 from stratus.nimbus.settings import FencingSettings, SchedulingSettings, supervisor_fencing_methods
 from stratus.nimbus.supervisor_fencing import (
     FenceAttempt,

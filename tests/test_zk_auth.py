@@ -31,9 +31,10 @@ from stratus.zk.auth import (
     read_credentials,
 )
 from stratus.zk.errors import ZooKeeperAuthError
+from stratus.zk.kazoo_hooks import SASL_DROPS_REFUSE
 from stratus.zk.ports import LOOPBACK
 from stratus.zk.server import ZooKeeperServer
-from stratus.zk.session import SASL_DROPS_REFUSE, ZkSession, ZkSettings
+from stratus.zk.session import ZkSession, ZkSettings
 from tests.nimbus_cluster import nimbus_cluster
 from tests.package_factory import valid_package
 from tests.tcp_proxy import TcpProxy

@@ -11,14 +11,14 @@ rebalance, cluster and leader; cordon, uncordon and drain of a supervisor.
 
 Each verb talks to the nimbuses of ``nimbus.seeds`` through ``NimbusClient``, which finds the
 leader and retries across a failover until ``client.retry.deadline.secs``. Output is readable
-tables, or with ``--json`` the JSON record(s) of the API; ``list``, ``status`` and
-``cluster`` take ``-o wide|json|yaml`` (``output.py``, and their columns in
+tables, or with ``--json`` the JSON record(s) of the API (``client_output.py``); ``list``,
+``status`` and ``cluster`` take ``-o wide|json|yaml`` (``output.py``, and their columns in
 ``pipeline_views.py`` and ``cluster_view.py``), ``list`` and ``status`` ``--watch``
-(``watch.py``). A NAME or SUPERVISOR argument completes from the cluster
-(``completion.py``). A failure is one line on stderr and
-exit code 1 (every error the client raises is a ``StratusError``, which ``StratusGroup``
-reports). ``-c`` sets stratus configuration, so a pipeline's conf is ``--conf KEY=VALUE``,
-each value parsed as a YAML scalar as configuration overrides are.
+(``watch.py``). The options the verbs share and their client are ``client_options.py``. A
+NAME or SUPERVISOR argument completes from the cluster (``completion.py``). A failure is one
+line on stderr and exit code 1 (every error the client raises is a ``StratusError``, which
+``StratusGroup`` reports). ``-c`` sets stratus configuration, so a pipeline's conf is
+``--conf KEY=VALUE``, each value parsed as a YAML scalar as configuration overrides are.
 
 A caller that invokes the command group with ``obj=`` an ``httpx`` transport (tests do) gets
 clients that use it instead of the network.
@@ -26,35 +26,41 @@ clients that use it instead of the network.
 
 from __future__ import annotations
 
-import codecs
 import json
 import time
-from collections.abc import Callable, Generator, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-import httpx
-import yaml
-from pydantic import BaseModel
 from rich.console import Console
-from rich.table import Table
 
 from stratus import __version__
 from stratus.api.echo import printable
 from stratus.api.records import (
-    AssignmentHistory,
     CordonStatus,
-    LeaderTerms,
     NimbusSummary,
-    PipelineRecord,
     PipelineStatus,
 )
-from stratus.api.redaction import redact_conf, redact_record, redact_text
+from stratus.api.redaction import redact_conf
+from stratus.cli.client_options import conf_option, json_option, nimbus_client, request_id_option
+from stratus.cli.client_output import (
+    drain_line,
+    history_table,
+    print_change,
+    print_cordon,
+    print_json,
+    print_killed,
+    print_log,
+    print_submitted,
+    print_updated,
+    terms_table,
+    wait_purged,
+    wait_replicated,
+)
 from stratus.cli.cluster_view import leader_line, show_cluster
 from stratus.cli.completion import complete_pipelines, complete_supervisors
-from stratus.cli.options import json_mode, timeout_option, with_config
+from stratus.cli.options import timeout_option, with_config
 from stratus.cli.output import (
     DIGEST_PREFIX,
     OutputFormat,
@@ -65,83 +71,19 @@ from stratus.cli.output import (
     when,
 )
 from stratus.cli.pipeline_views import (
-    format_size,
     placements,
     show_pipelines,
     show_status,
 )
-from stratus.cli.retry_display import RetryDisplay
 from stratus.cli.rollout_wait import follow_rollout, rollout_wait_options
 from stratus.cli.run_output import parse_since, run_columns, runs_since
 from stratus.cli.watch import show_or_watch, watch_option
 from stratus.client import NimbusClient
-from stratus.client.nimbus_client import pending
 from stratus.config import StratusConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_JSON_VALUES = (str, int, float, bool, list, dict, type(None))
 STATUS_RUNS = 20  # runs read for the status of a pipeline that runs nowhere
-
-
-def _json_option(func: F) -> F:
-    return click.option(
-        "--json", "as_json", is_flag=True, help="Print the JSON record(s) instead of tables."
-    )(func)
-
-
-def _request_id_option(func: F) -> F:
-    """``--request-id``: a retried change is applied once (the nimbus remembers the id)."""
-    return click.option(
-        "--request-id",
-        default=None,
-        help="Id that makes a re-run of this command change nothing twice [default: new].",
-    )(func)
-
-
-def _parse_conf(_ctx: click.Context, _param: click.Parameter, items: tuple[str, ...]) -> Any:
-    """``--conf KEY=VALUE`` items as a dict; values are YAML scalars (``4`` is an int)."""
-    conf: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"{item!r} is not of the form KEY=VALUE")
-        conf[key.strip()] = _scalar(raw)
-    return conf
-
-
-def _scalar(raw: str) -> Any:
-    """``raw`` as YAML reads it, or as the string itself when YAML gives no JSON value."""
-    if not raw.strip():
-        return raw
-    try:
-        value = yaml.safe_load(raw)
-    except yaml.YAMLError:
-        return raw
-    return value if isinstance(value, _JSON_VALUES) else raw  # dates stay strings
-
-
-def _conf_option(*, required: bool) -> Callable[[F], F]:
-    return click.option(
-        "--conf",
-        "pipeline_conf",
-        multiple=True,
-        required=required,
-        metavar="KEY=VALUE",
-        callback=_parse_conf,
-        help="Set one pipeline conf key (spark.* or pipeline.*); may be repeated.",
-    )
-
-
-@contextmanager
-def _client(conf: StratusConfig) -> Iterator[NimbusClient]:
-    """A client for the configured seeds, over the transport the caller gave, if any, that
-    says on stderr why it waits while it retries (``retry_display.py``)."""
-    transport = click.get_current_context().find_object(httpx.BaseTransport)
-    stderr = Console(stderr=True, markup=False, highlight=False)
-    display = RetryDisplay(stderr, interactive=stderr.is_terminal and not json_mode())
-    with display, NimbusClient.from_config(conf, transport=transport, on_retry=display) as client:
-        yield client
 
 
 # ---------------------------------------------------------------------- commands
@@ -150,7 +92,7 @@ def _client(conf: StratusConfig) -> Iterator[NimbusClient]:
 @click.command()
 @click.argument("package", type=click.Path(exists=True, path_type=Path))
 @click.option("--name", default=None, help="Pipeline name [default: the manifest's].")
-@_conf_option(required=False)
+@conf_option(required=False)
 @click.option(
     "--request-id",
     default=None,
@@ -162,7 +104,7 @@ def _client(conf: StratusConfig) -> Iterator[NimbusClient]:
     show_default=True,
     help="Wait while the pipeline is PENDING (its code short of the minimum replication).",
 )
-@_json_option
+@json_option
 @timeout_option
 @with_config
 def submit(
@@ -176,50 +118,20 @@ def submit(
     conf: StratusConfig,
 ) -> None:
     """Check and upload PACKAGE (a directory or a .zip with a stratus.yaml) and start it."""
-    with _client(conf) as client:
+    with nimbus_client(conf) as client:
         record = client.submit(name, package, pipeline_conf, request_id=request_id)
         if wait and record.status is PipelineStatus.PENDING:
-            record = _wait_replicated(client, record, quiet=as_json)
-    if as_json:
-        _print_json(record)
-        return
-    _console().print(
-        f"submitted pipeline {record.name}: {record.status.value}, package "
-        f"{record.digest[:DIGEST_PREFIX]} ({format_size(record.size_bytes)}), code on "
-        f"{record.replication} of {record.replication_required} nimbuses required, "
-        f"epoch {record.epoch}"
-    )
-    if record.reason:
-        _console().print(f"note: {printable(record.reason)}")
-
-
-def _wait_replicated(
-    client: NimbusClient, record: PipelineRecord, *, quiet: bool
-) -> PipelineRecord:
-    """Poll the pipeline while PENDING, showing how many nimbuses hold its code."""
-    if quiet:
-        return client.wait_replicated(record.name)
-    console = _console()
-    with console.status(_replication_line(record)) as status:
-        return client.wait_replicated(
-            record.name, on_progress=lambda seen: status.update(_replication_line(seen))
-        )
-
-
-def _replication_line(record: PipelineRecord) -> str:
-    return (
-        f"pipeline {record.name} is PENDING: its code is on {record.replication} of the "
-        f"{record.replication_required} nimbuses required"
-    )
+            record = wait_replicated(client, record, quiet=as_json)
+    print_submitted(record, as_json)
 
 
 @click.command()
 @click.argument("name", shell_complete=complete_pipelines)
 @click.argument("package", type=click.Path(exists=True, path_type=Path))
-@_conf_option(required=False)
-@_request_id_option
+@conf_option(required=False)
+@request_id_option
 @rollout_wait_options
-@_json_option
+@json_option
 @timeout_option
 @with_config
 def update(
@@ -238,27 +150,12 @@ def update(
     With --wait (the default) the command returns once the new version runs: its code at
     the minimum replication, its entry point imported by the supervisor, its worker
     RUNNING; an update refused or rolled back exits 1 with the reason."""
-    with _client(conf) as client:
+    with nimbus_client(conf) as client:
         record = client.update(name, package, pipeline_conf, request_id=request_id)
         if wait and record.update is not None:
             record = client.wait_updated(record)
         record = follow_rollout(client, record, wait, wait_timeout, quiet=as_json)
-    if as_json:
-        _print_json(record)
-        return
-    if record.update is not None:
-        _console().print(
-            f"pipeline {record.name} runs version {record.version}; the update to package "
-            f"{record.update.digest[:DIGEST_PREFIX]} waits for its code to reach "
-            f"{record.update.replication_required} nimbuses"
-        )
-        return
-    _console().print(
-        f"updated pipeline {record.name} to version {record.version}: package "
-        f"{record.digest[:DIGEST_PREFIX]} ({format_size(record.size_bytes)}), epoch {record.epoch}"
-    )
-    if record.reason:
-        _console().print(f"note: {printable(record.reason)}")
+    print_updated(record, as_json)
 
 
 @click.command("list")
@@ -268,7 +165,7 @@ def update(
 @with_config
 def list_pipelines(output: OutputFormat, watch: float | None, conf: StratusConfig) -> None:
     """List every pipeline."""
-    with _client(conf) as client:
+    with nimbus_client(conf) as client:
 
         def show(out: Console) -> None:
             where = _placements(client, output)
@@ -286,7 +183,7 @@ def list_pipelines(output: OutputFormat, watch: float | None, conf: StratusConfi
 def status(name: str, output: OutputFormat, watch: float | None, conf: StratusConfig) -> None:
     """Show pipeline NAME, its workers and their last crash; once it runs nowhere, its
     last run (and, FAILED, its restarts and crashes)."""
-    with _client(conf) as client:
+    with nimbus_client(conf) as client:
 
         def show(out: Console) -> None:
             record, workers = client.status(name), client.workers(name)
@@ -304,17 +201,17 @@ def _placements(client: NimbusClient, output: OutputFormat) -> dict[str, str] | 
 
 @click.command()
 @click.argument("name", shell_complete=complete_pipelines)
-@_json_option
+@json_option
 @timeout_option
 @with_config
 def history(name: str, as_json: bool, conf: StratusConfig) -> None:
     """Show where pipeline NAME ran: its newest assignment changes, newest first."""
-    with _client(conf) as client:
+    with nimbus_client(conf) as client:
         changes = client.history(name)
     if as_json:
-        _print_json(changes)
+        print_json(changes)
         return
-    print_table(_console(), history_table(changes))
+    print_table(console(), history_table(changes))
 
 
 @click.command()
@@ -325,10 +222,10 @@ def history(name: str, as_json: bool, conf: StratusConfig) -> None:
 @with_config
 def runs(name: str, limit: int | None, output: OutputFormat, conf: StratusConfig) -> None:
     """Show the runs of pipeline NAME, newest first: one worker process's life each."""
-    with _client(conf) as client:
+    with nimbus_client(conf) as client:
         found = client.runs(name, limit=limit)
     columns = run_columns(time.time())
-    render(_console(), output, found.runs, columns, title=f"runs of {found.pipeline}")
+    render(console(), output, found.runs, columns, title=f"runs of {found.pipeline}")
 
 
 @click.command()
@@ -366,50 +263,13 @@ def logs(
     if since is not None and follow:
         raise click.UsageError("--since prints ended runs whole: -f follows the newest run alone")
     cutoff = time.time() - parse_since(since) if since is not None else None
-    with _client(conf) as client:
+    with nimbus_client(conf) as client:
         if cutoff is None:
-            _print_log(client.logs(name, previous=previous, follow=follow, run=run, tail=tail))
+            print_log(client.logs(name, previous=previous, follow=follow, run=run, tail=tail))
             return
         for shown in runs_since(client.runs(name).runs, cutoff):
             click.echo(f"==== run {shown.run} on {shown.supervisor}, started {when(shown.started)}")
-            _print_log(client.logs(name, run=shown.run, tail=tail))
-
-
-def _print_log(chunks: Generator[bytes, None, None]) -> None:
-    """A log's lines as they arrive, until its end (or Ctrl-C, which ends a follow)."""
-    lines = LogLines()
-    try:
-        for chunk in chunks:
-            for line in lines.feed(chunk):
-                click.echo(line)
-    except KeyboardInterrupt:  # -f ends here: not an error
-        pass
-    finally:
-        chunks.close()
-    if rest := lines.flush():
-        click.echo(rest)
-
-
-class LogLines:
-    """A log's bytes as lines to print: decoded (a character split across chunks waits for
-    the rest), secrets redacted, terminal escapes shown escaped, as errors are."""
-
-    def __init__(self) -> None:
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._partial = ""
-
-    def feed(self, chunk: bytes) -> list[str]:
-        text = self._partial + self._decoder.decode(chunk)
-        *done, self._partial = text.split("\n")
-        return [_shown(line) for line in done]
-
-    def flush(self) -> str:
-        rest, self._partial = self._partial + self._decoder.decode(b"", final=True), ""
-        return _shown(rest) if rest else ""
-
-
-def _shown(line: str) -> str:
-    return printable(redact_text(line))
+            print_log(client.logs(name, run=shown.run, tail=tail))
 
 
 PURGE_WAIT_MARGIN_SECS = 300.0  # --wait-timeout's default: the kill's wait and this
@@ -443,7 +303,7 @@ PURGE_WAIT_MARGIN_SECS = 300.0  # --wait-timeout's default: the kill's wait and 
     help="With --purge: how long to wait for the removal and the purge before failing "
     f"[default: the kill's wait + {PURGE_WAIT_MARGIN_SECS:g}].",
 )
-@_json_option
+@json_option
 @timeout_option
 @with_config
 def kill(
@@ -462,70 +322,42 @@ def kill(
     or the leader), and the command says killed only once the record is removed and the
     checkpoints are gone; a purge that fails is reported with its reasons (exit 1).
     """
-    with _client(conf) as client:
+    with nimbus_client(conf) as client:
         record = client.kill(name, wait_secs, purge=purge)
         if purge and not no_wait:
             wait = conf.pipeline_kill_wait_secs if wait_secs is None else wait_secs
             timeout = wait + PURGE_WAIT_MARGIN_SECS if wait_timeout is None else wait_timeout
-            _wait_purged(client, name, timeout, quiet=as_json)
-    if as_json:
-        click.echo("null" if record is None else redact_record(record).model_dump_json(indent=2))
-    elif purge and not no_wait:
-        _console().print(
-            f"killed pipeline {name}; its record is removed and its checkpoints deleted"
-        )
-    elif purge:
-        removal = f" at {when(record.kill_at)}" if record and record.kill_at is not None else ""
-        _console().print(
-            f"kill of pipeline {name} recorded; its record is removed{removal}, then its "
-            "checkpoints are purged: both pending (stratus status, GET "
-            f"/api/v1/pipelines/{name}/purge)"
-        )
-    elif record is None:
-        _console().print(f"killed pipeline {name}; its record is already removed")
-    else:
-        removal = f" at {when(record.kill_at)}" if record.kill_at is not None else ""
-        _console().print(f"killed pipeline {name}; its record is removed{removal}")
-
-
-def _wait_purged(client: NimbusClient, name: str, timeout: float, *, quiet: bool) -> None:
-    """Poll the removal and the purge, showing what is pending."""
-    if quiet:
-        client.wait_purged(name, timeout=timeout)
-        return
-    with _console().status(f"killing pipeline {name}") as status:
-        client.wait_purged(
-            name, timeout=timeout, on_progress=lambda seen: status.update(pending(seen))
-        )
+            wait_purged(client, name, timeout, quiet=as_json)
+    print_killed(name, record, as_json, purge=purge, waited=purge and not no_wait)
 
 
 @click.command()
 @click.argument("name", shell_complete=complete_pipelines)
-@_json_option
+@json_option
 @timeout_option
 @with_config
 def activate(name: str, as_json: bool, conf: StratusConfig) -> None:
     """Make pipeline NAME ACTIVE."""
-    with _client(conf) as client:
-        _print_change(client.activate(name), as_json)
+    with nimbus_client(conf) as client:
+        print_change(client.activate(name), as_json)
 
 
 @click.command()
 @click.argument("name", shell_complete=complete_pipelines)
-@_json_option
+@json_option
 @timeout_option
 @with_config
 def deactivate(name: str, as_json: bool, conf: StratusConfig) -> None:
     """Make pipeline NAME INACTIVE."""
-    with _client(conf) as client:
-        _print_change(client.deactivate(name), as_json)
+    with nimbus_client(conf) as client:
+        print_change(client.deactivate(name), as_json)
 
 
 @click.command()
 @click.argument("name", shell_complete=complete_pipelines)
-@_conf_option(required=True)
-@_request_id_option
-@_json_option
+@conf_option(required=True)
+@request_id_option
+@json_option
 @timeout_option
 @with_config
 def rebalance(
@@ -536,12 +368,12 @@ def rebalance(
     conf: StratusConfig,
 ) -> None:
     """Merge --conf keys into pipeline NAME's conf; it restarts with them."""
-    with _client(conf) as client:
+    with nimbus_client(conf) as client:
         record = client.rebalance(name, pipeline_conf, request_id=request_id)
     if as_json:
-        _print_json(record)
+        print_json(record)
         return
-    _console().print(
+    console().print(
         f"rebalanced pipeline {record.name} (rebalance {record.rebalances}); "
         f"conf: {json.dumps(redact_conf(record.conf), sort_keys=True)}"
     )
@@ -555,9 +387,9 @@ def rebalance(
     default=None,
     help="The kept version to run [default: the version that ran before the current].",
 )
-@_request_id_option
+@request_id_option
 @rollout_wait_options
-@_json_option
+@json_option
 @timeout_option
 @with_config
 def rollback(
@@ -572,13 +404,13 @@ def rollback(
 ) -> None:
     """Run a kept version of pipeline NAME again, with the conf it ran with, from its
     checkpoint; a version no longer kept is an error that lists the kept ones."""
-    with _client(conf) as client:
+    with nimbus_client(conf) as client:
         record = client.rollback(name, to_version, request_id=request_id)
         record = follow_rollout(client, record, wait, wait_timeout, quiet=as_json)
     if as_json:
-        _print_json(record)
+        print_json(record)
         return
-    _console().print(
+    console().print(
         f"pipeline {record.name} runs version {record.version} (package "
         f"{record.digest[:DIGEST_PREFIX]}): {printable(record.reason or '')}"
     )
@@ -586,9 +418,9 @@ def rollback(
 
 @click.command()
 @click.argument("name", shell_complete=complete_pipelines)
-@_request_id_option
+@request_id_option
 @rollout_wait_options
-@_json_option
+@json_option
 @timeout_option
 @with_config
 def restart(
@@ -602,13 +434,13 @@ def restart(
 ) -> None:
     """Run pipeline NAME again with its current version and checkpoint: a FAILED or
     FINISHED pipeline becomes ACTIVE; an ACTIVE one's worker restarts."""
-    with _client(conf) as client:
+    with nimbus_client(conf) as client:
         record = client.restart(name, request_id=request_id)
         record = follow_rollout(client, record, wait, wait_timeout, quiet=as_json)
     if as_json:
-        _print_json(record)
+        print_json(record)
         return
-    _console().print(
+    console().print(
         f"restarted pipeline {record.name}: version {record.version}, generation "
         f"{record.generation}, {record.status.value}"
     )
@@ -620,60 +452,60 @@ def restart(
 @with_config
 def cluster(output: OutputFormat, conf: StratusConfig) -> None:
     """Show the nimbuses (the leader marked), supervisors and pipelines."""
-    with _client(conf) as client:
+    with nimbus_client(conf) as client:
         summary = client.cluster()
         where = _placements(client, output)
-    show_cluster(_console(), output, summary, where=where)
+    show_cluster(console(), output, summary, where=where)
 
 
 @click.command()
-@_json_option
+@json_option
 @timeout_option
 @with_config
 def leader(as_json: bool, conf: StratusConfig) -> None:
     """Show which nimbus leads, and in which epoch."""
-    with _client(conf) as client:
+    with nimbus_client(conf) as client:
         info = client.leader()
     if as_json:
-        _print_json(info)
+        print_json(info)
         return
-    _console().print(leader_line(info))
+    console().print(leader_line(info))
 
 
 @click.command()
-@_json_option
+@json_option
 @timeout_option
 @with_config
 def terms(as_json: bool, conf: StratusConfig) -> None:
     """Show the newest terms of leadership: epoch, nimbus, start, end, failover time."""
-    with _client(conf) as client:
+    with nimbus_client(conf) as client:
         found = client.leader_terms()
     if as_json:
-        _print_json(found)
+        print_json(found)
         return
-    print_table(_console(), terms_table(found))
+    print_table(console(), terms_table(found))
 
 
 @click.command()
 @click.argument("supervisor", shell_complete=complete_supervisors)
-@_json_option
+@json_option
 @timeout_option
 @with_config
 def cordon(supervisor: str, as_json: bool, conf: StratusConfig) -> None:
     """Give SUPERVISOR no new pipeline; it keeps those it runs (needs an admin)."""
-    with _client(conf) as client:
-        _print_cordon(client.cordon(supervisor), as_json)
+    with nimbus_client(conf) as client:
+        print_cordon(client.cordon(supervisor), as_json)
 
 
 @click.command()
 @click.argument("supervisor", shell_complete=complete_supervisors)
-@_json_option
+@json_option
 @timeout_option
 @with_config
 def uncordon(supervisor: str, as_json: bool, conf: StratusConfig) -> None:
     """Let SUPERVISOR take new pipelines again; a drain under way stops (needs an admin)."""
-    with _client(conf) as client:
-        _print_cordon(client.uncordon(supervisor), as_json)
+    with nimbus_client(conf) as client:
+        print_cordon(client.uncordon(supervisor), as_json)
 
 
 @click.command()
@@ -691,7 +523,7 @@ def uncordon(supervisor: str, as_json: bool, conf: StratusConfig) -> None:
     metavar="SECONDS",
     help="Give up waiting after this long (the drain goes on) [default: no limit].",
 )
-@_json_option
+@json_option
 @timeout_option
 @with_config
 def drain(
@@ -701,7 +533,7 @@ def drain(
 
     Each pipeline's old worker stops before its new one starts, preferably on a supervisor
     with a warm worker ready. Exits non-zero naming the pipelines that find no room."""
-    with _client(conf) as client:
+    with nimbus_client(conf) as client:
         status = client.drain(supervisor)
         if wait:
             shown: list[tuple[list[str], list[str]]] = []
@@ -710,10 +542,10 @@ def drain(
                 if as_json or shown[-1:] == [(seen.remaining, seen.moving)]:
                     return
                 shown.append((seen.remaining, seen.moving))
-                _console().print(_drain_line(seen))
+                console().print(drain_line(seen))
 
             status = client.wait_drained(supervisor, timeout=drain_timeout, on_progress=progress)
-    _print_cordon(status, as_json)
+    print_cordon(status, as_json)
 
 
 @click.command()
@@ -723,14 +555,14 @@ def drain(
     is_flag=True,
     help="Also ask the nimbuses theirs (the leader's first): a rolling upgrade shows both.",
 )
-@_json_option
+@json_option
 @timeout_option
 @with_config
 def version(ask_cluster: bool, as_json: bool, conf: StratusConfig) -> None:
     """Show this install's version and, with --cluster, each nimbus's."""
     nimbuses: list[NimbusSummary] = []
     if ask_cluster:
-        with _client(conf) as client:
+        with nimbus_client(conf) as client:
             nimbuses = sorted(client.cluster().nimbuses, key=lambda n: not n.is_leader)
     if as_json:
         shown = {"client": __version__}
@@ -742,82 +574,3 @@ def version(ask_cluster: bool, as_json: bool, conf: StratusConfig) -> None:
     for nimbus in nimbuses:
         role = "leader" if nimbus.is_leader else "standby"
         click.echo(f"nimbus {nimbus.host}:{nimbus.port} {nimbus.version} ({role})")
-
-
-# ---------------------------------------------------------------------- output
-
-
-def _console() -> Console:
-    return console()
-
-
-def _print_json(model: BaseModel) -> None:
-    """The record as JSON; a pipeline's secret conf values redacted even if the nimbus that
-    answered did not redact them."""
-    if isinstance(model, PipelineRecord):
-        model = redact_record(model)
-    click.echo(model.model_dump_json(indent=2))
-
-
-def _print_change(record: PipelineRecord, as_json: bool) -> None:
-    if as_json:
-        _print_json(record)
-    else:
-        _console().print(f"pipeline {record.name} is {record.status.value} (epoch {record.epoch})")
-
-
-def _print_cordon(status: CordonStatus, as_json: bool) -> None:
-    if as_json:
-        _print_json(status)
-    else:
-        _console().print(_drain_line(status))
-
-
-def _drain_line(status: CordonStatus) -> str:
-    """One line: the supervisor's state, and what is left of its drain."""
-    state = "draining" if status.draining else "cordoned" if status.cordoned else "schedulable"
-    if status.draining and status.done:
-        state = "drained"
-    parts = [f"supervisor {status.supervisor} is {state}"]
-    if status.remaining:
-        parts.append(f"still there: {', '.join(status.remaining)}")
-    if status.moving:
-        parts.append(f"on the way: {', '.join(status.moving)}")
-    if status.no_room:
-        parts.append(f"no room for: {', '.join(status.no_room)}")
-    return "; ".join(parts)
-
-
-def history_table(history: AssignmentHistory) -> Table:
-    """One row per assignment change, newest first; ``-`` where it ran nowhere."""
-    table = Table(title=f"assignment history of {history.pipeline}")
-    for column in ("at", "epoch", "reason", "from", "to", "generation", "digest"):
-        table.add_column(column)
-    for change in history.changes:
-        table.add_row(
-            when(change.at),
-            str(change.epoch),
-            change.reason.value,
-            change.previous or "-",
-            change.supervisor or "-",
-            str(change.generation),
-            change.digest[:DIGEST_PREFIX],
-        )
-    return table
-
-
-def terms_table(found: LeaderTerms) -> Table:
-    """One row per term of leadership, newest first; ``-`` for what is not known (yet)."""
-    table = Table(title="leader terms")
-    for column in ("epoch", "nimbus", "started", "ended", "ended by", "leaderless s"):
-        table.add_column(column, justify="right" if column == "leaderless s" else "left")
-    for term in found.terms:
-        table.add_row(
-            str(term.epoch),
-            term.nimbus,
-            when(term.started_at),
-            "-" if term.ended_at is None else when(term.ended_at),
-            term.ended_by or "-",
-            "-" if term.failover_secs is None else f"{term.failover_secs:.2f}",
-        )
-    return table

@@ -105,7 +105,7 @@ def _epoch(conf: StratusConfig) -> int:
 )
 @click.argument("nodes", nargs=-1, metavar="[FROM TO]")
 @with_config
-def haadmin(
+def haadmin(  # noqa: PLR0913 click passes each option
     *,
     conf: StratusConfig,
     get_state: str | None,

@@ -110,7 +110,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 )
 @log_level_option
 @with_config
-def zookeeper(
+def zookeeper(  # noqa: PLR0913 click passes each option
     *,
     conf: StratusConfig,
     port: int | None,

@@ -1,8 +1,9 @@
 """The verbs of the nimbus HTTP API as Python calls: reads, submit and the other leader-only calls.
 
-Each verb checks its arguments here (names, conf, the package), then leaves where the request
-goes and how it is retried to :class:`~stratus.client.routing.NimbusRouter`. See the package
-docstring (``stratus.client``) for what the client guarantees::
+Each verb checks its arguments first (names and conf in ``request_checks.py``, the package
+here), then leaves where the request goes and how it is retried to
+:class:`~stratus.client.routing.NimbusRouter`. See the package docstring (``stratus.client``)
+for what the client guarantees::
 
     with NimbusClient(["10.0.0.1:6627", "10.0.0.2:6627"]) as client:
         client.activate("wordcount")
@@ -21,11 +22,9 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
-from pydantic import BaseModel, ValidationError
 
 from stratus.api.clock import Clock
 from stratus.api.errors import (
-    ApiError,
     InvalidConfError,
     InvalidRequestError,
     UnknownPipelineError,
@@ -55,6 +54,7 @@ from stratus.client.errors import (
     RolloutFailedError,
     RolloutTimeoutError,
 )
+from stratus.client.request_checks import conf_json, pipeline_path, validated
 from stratus.client.rollout import Rollout, judge_rollout
 from stratus.client.routing import API, Delivery, NimbusRouter, RetryListener, parse
 from stratus.client_settings import client_auth
@@ -64,7 +64,6 @@ from stratus.codedist.package_check import PackageLimits, check_package
 from stratus.config import StratusConfig
 from stratus.security.client_auth import NO_AUTH, ClientAuth
 
-M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
 
@@ -77,7 +76,7 @@ class NimbusClient:
     thread-safe, and the remembered leader is a single attribute.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only options
         self,
         seeds: Sequence[str],
         *,
@@ -172,7 +171,7 @@ class NimbusClient:
 
     def status(self, name: str) -> PipelineRecord:
         """One pipeline's record, from any nimbus; UnknownPipelineError if there is none."""
-        return parse(PipelineRecord, self._router.read("GET", _pipeline_path(name)))
+        return parse(PipelineRecord, self._router.read("GET", pipeline_path(name)))
 
     def logs(
         self,
@@ -195,7 +194,7 @@ class NimbusClient:
             params["run"] = str(run)
         if tail is not None:
             params["tail"] = str(tail)
-        response = self._router.open_stream(f"{_pipeline_path(name)}/logs", params)
+        response = self._router.open_stream(f"{pipeline_path(name)}/logs", params)
         try:
             yield from response.iter_raw()
         finally:
@@ -204,17 +203,17 @@ class NimbusClient:
     def history(self, name: str) -> AssignmentHistory:
         """A pipeline's newest assignment changes (at most 50), newest first, from any
         nimbus; UnknownPipelineError if there is no such pipeline."""
-        return parse(AssignmentHistory, self._router.read("GET", f"{_pipeline_path(name)}/history"))
+        return parse(AssignmentHistory, self._router.read("GET", f"{pipeline_path(name)}/history"))
 
     def runs(self, name: str, *, limit: int | None = None) -> PipelineRuns:
         """A pipeline's runs kept, newest first (at most ``limit``), from any nimbus;
         UnknownPipelineError if there is no such pipeline and no run of its name."""
-        path = f"{_pipeline_path(name)}/runs" + (f"?limit={limit}" if limit else "")
+        path = f"{pipeline_path(name)}/runs" + (f"?limit={limit}" if limit else "")
         return parse(PipelineRuns, self._router.read("GET", path))
 
     def workers(self, name: str) -> PipelineWorkers:
         """Where a pipeline runs and its workers' last heartbeats, from any nimbus."""
-        return parse(PipelineWorkers, self._router.read("GET", f"{_pipeline_path(name)}/workers"))
+        return parse(PipelineWorkers, self._router.read("GET", f"{pipeline_path(name)}/workers"))
 
     def workers_overview(self) -> WorkersOverview:
         """Where every pipeline runs and its workers' last heartbeats, in one call, from any
@@ -248,7 +247,7 @@ class NimbusClient:
         content = self._checked_package(package)
         fields = {
             "name": name or "",
-            "conf": _conf_json(conf or {}),
+            "conf": conf_json(conf or {}),
             "request_id": request_id or uuid.uuid4().hex,
         }
         filename = package.name if isinstance(package, Path) else "package"
@@ -316,10 +315,10 @@ class NimbusClient:
         """
         check_pipeline_name(name)
         content = self._checked_package(package)
-        fields = {"conf": _conf_json(conf or {}), "request_id": request_id or uuid.uuid4().hex}
+        fields = {"conf": conf_json(conf or {}), "request_id": request_id or uuid.uuid4().hex}
         filename = package.name if isinstance(package, Path) else "package"
         files = {"package": (f"{filename}.zip", content, "application/zip")}
-        path = _pipeline_path(name, "update")
+        path = pipeline_path(name, "update")
         response = self._router.call_leader("POST", path, data=fields, files=files)
         return parse(PipelineRecord, response)
 
@@ -403,13 +402,13 @@ class NimbusClient:
         before the current. UnknownVersionError, listing the kept ones, if it is not kept
         (nothing changes). Every attempt sends the same request id: a retry after a
         failover rolls back once."""
-        body = _validated(
+        body = validated(
             RollbackRequest,
             InvalidRequestError,
             to_version=to_version,
             request_id=request_id or uuid.uuid4().hex,
         )
-        response = self._router.call_leader("POST", _pipeline_path(name, "rollback"), json=body)
+        response = self._router.call_leader("POST", pipeline_path(name, "rollback"), json=body)
         return parse(PipelineRecord, response)
 
     def restart(self, name: str, *, request_id: str | None = None) -> PipelineRecord:
@@ -417,7 +416,7 @@ class NimbusClient:
         pipeline becomes ACTIVE, an ACTIVE one's worker restarts. Every attempt sends the
         same request id: a retry after a failover restarts once."""
         body = {"request_id": request_id or uuid.uuid4().hex}
-        response = self._router.call_leader("POST", _pipeline_path(name, "restart"), json=body)
+        response = self._router.call_leader("POST", pipeline_path(name, "restart"), json=body)
         return parse(PipelineRecord, response)
 
     def kill(
@@ -434,13 +433,13 @@ class NimbusClient:
         its record was already removed (short ``wait_secs``), so the kill counts as done.
         UnknownPipelineError is raised only when no attempt can have applied the kill.
         """
-        body = _validated(KillRequest, InvalidRequestError, wait_secs=wait_secs, purge=purge)
+        body = validated(KillRequest, InvalidRequestError, wait_secs=wait_secs, purge=purge)
         if not purge:
             del body["purge"]  # the body an older nimbus knows
         delivery = Delivery()
         try:
             response = self._router.call_leader(
-                "POST", _pipeline_path(name, "kill"), delivery=delivery, json=body
+                "POST", pipeline_path(name, "kill"), delivery=delivery, json=body
             )
         except UnknownPipelineError:
             if delivery.maybe_applied:
@@ -451,7 +450,7 @@ class NimbusClient:
     def purge_status(self, name: str) -> PurgeStatus:
         """Where ``name``'s removal and the purge of its checkpoints stand, read by any
         nimbus from ZooKeeper itself."""
-        return parse(PurgeStatus, self._router.read("GET", f"{_pipeline_path(name)}/purge"))
+        return parse(PurgeStatus, self._router.read("GET", f"{pipeline_path(name)}/purge"))
 
     def wait_purged(
         self,
@@ -485,12 +484,12 @@ class NimbusClient:
 
     def activate(self, name: str) -> PipelineRecord:
         """Make ``name`` ACTIVE (unchanged if it is); InvalidTransitionError if KILLED."""
-        path = _pipeline_path(name, "activate")
+        path = pipeline_path(name, "activate")
         return parse(PipelineRecord, self._router.call_leader("POST", path))
 
     def deactivate(self, name: str) -> PipelineRecord:
         """Make ``name`` INACTIVE (unchanged if it is); InvalidTransitionError if KILLED."""
-        path = _pipeline_path(name, "deactivate")
+        path = pipeline_path(name, "deactivate")
         return parse(PipelineRecord, self._router.call_leader("POST", path))
 
     def rebalance(
@@ -503,8 +502,8 @@ class NimbusClient:
         """
         if not conf:
             raise InvalidConfError(f"rebalance of {name!r} needs at least one conf key")
-        body = {"conf": json.loads(_conf_json(conf)), "request_id": request_id or uuid.uuid4().hex}
-        response = self._router.call_leader("POST", _pipeline_path(name, "rebalance"), json=body)
+        body = {"conf": json.loads(conf_json(conf)), "request_id": request_id or uuid.uuid4().hex}
+        response = self._router.call_leader("POST", pipeline_path(name, "rebalance"), json=body)
         return parse(PipelineRecord, response)
 
     # ------------------------------------------------------------------ supervisors (admin)
@@ -563,33 +562,6 @@ class NimbusClient:
             raise InvalidRequestError(f"invalid supervisor id {supervisor!r}")
         path = f"{API}/supervisors/{quote(supervisor, safe='')}/{action}"
         return parse(CordonStatus, self._router.call_leader(method, path))
-
-
-# ---------------------------------------------------------------------- helpers
-
-
-def _validated(model: type[M], error: type[ApiError], **fields: Any) -> dict[str, Any]:
-    """A request body checked against the shared model here, before any network call."""
-    try:
-        return model(**fields).model_dump(mode="json")
-    except ValidationError as exc:
-        problem = exc.errors()[0]
-        where = ".".join(str(part) for part in problem["loc"])
-        raise error(f"{where}: {problem['msg']} (got {problem.get('input')!r})") from None
-
-
-def _conf_json(conf: Mapping[str, Any]) -> str:
-    """``conf`` as a JSON object, refused here when it cannot be one."""
-    try:
-        return json.dumps(dict(conf), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidConfError(f"pipeline conf must be a JSON object: {exc}") from None
-
-
-def _pipeline_path(name: str, action: str | None = None) -> str:
-    check_pipeline_name(name)
-    path = f"{API}/pipelines/{quote(name, safe='')}"
-    return f"{path}/{action}" if action else path
 
 
 def pending(status: PurgeStatus) -> str:

@@ -134,7 +134,7 @@ class ControllerSettings:
 class FailoverController:
     """Health callbacks in, elector callbacks in, one managed service out; see the module doc."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only: collaborators, callbacks, clocks
         self,
         service: ManagedService,
         fence: Callable[[FenceTarget], bool],

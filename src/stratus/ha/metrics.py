@@ -20,7 +20,6 @@ from stratus.web.metrics import CONTENT_TYPE_LATEST, daemon_registry, exposition
 __all__ = ["CONTENT_TYPE_LATEST", "FENCE_RESULTS", "ZkfcMetrics"]
 
 FENCE_RESULTS = ("fenced", "failed", "error")
-TARGETS = ("other", "self")  # the old active, or this zkfc's own service after a session loss
 
 
 class ZkfcMetrics:

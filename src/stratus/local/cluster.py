@@ -131,7 +131,7 @@ def zkfc_options(zookeeper: str) -> list[str]:
 class LocalCluster:
     """ZooKeeper, the nimbuses and the supervisors of ``stratus local``."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only options
         self,
         workdir: Path,
         console: Console,

@@ -160,7 +160,7 @@ class StartTracker:
         )
 
 
-def follow_start(
+def follow_start(  # noqa: PLR0913 keyword-only options
     client: NimbusClient,
     pipeline: str,
     *,

@@ -18,17 +18,11 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, File, Form, Path, Query, Request, UploadFile
 from fastapi.concurrency import run_in_threadpool
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
+from fastapi.responses import Response, StreamingResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stratus import __version__
-from stratus.api.echo import MAX_ECHO_CHARS, clip
 from stratus.api.errors import (
-    ApiError,
-    InvalidRequestError,
     UnknownPipelineError,
     UnknownRunError,
 )
@@ -53,6 +47,7 @@ from stratus.api.records import (
     RunRecord,
 )
 from stratus.api.series import PipelineSeries
+from stratus.nimbus.api_errors import add_error_handlers
 from stratus.nimbus.authorization import (
     RequireNimbusRole,
     audited_call,
@@ -76,7 +71,6 @@ from stratus.security.access import OPEN, AccessPolicy, Caller
 from stratus.web.audit import AuditTrail, note_audit
 from stratus.web.authorization import caller_of
 from stratus.web.probes import Checks, add_probe_routes
-from stratus.web.responses import error_response
 
 PREFIX = "/api/v1"
 SUBMIT_PATH = f"{PREFIX}/pipelines"
@@ -95,7 +89,7 @@ PipelinePathName = Annotated[
 ]
 
 
-def create_app(
+def create_app(  # noqa: PLR0913 keyword-only: the sources of optional routes
     service: NimbusService,
     metrics: NimbusMetrics,
     policy: AccessPolicy = OPEN,
@@ -128,7 +122,7 @@ def create_app(
         dependencies=documented_security(policy),
     )
     app.router.route_class = StrictJsonRoute  # every JSON body: one key once, real text
-    _add_error_handlers(app)
+    add_error_handlers(app)
     _add_read_routes(app, service)
     _add_log_route(app, service, log_relay or LogRelay(), runs)
     _add_leader_routes(app, service)
@@ -504,52 +498,6 @@ def _add_page_routes(app: FastAPI, service: NimbusService, metrics: NimbusMetric
     @app.get("/metrics", include_in_schema=False)
     def prometheus() -> Response:  # in the thread pool: collecting reads the view and the code
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
-
-
-def _add_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(ApiError)
-    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc)
-
-    @app.exception_handler(Exception)
-    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
-        # a bug, not the client's fault: the API's JSON body even so (the error is logged)
-        return error_response(ApiError(f"internal error ({type(exc).__name__}); retry later"))
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(InvalidRequestError(_describe_validation(exc)))
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if exc.status_code == 400:  # a body FastAPI could not parse (not UTF-8, broken form)
-            return error_response(InvalidRequestError(f"invalid request: {clip(str(exc.detail))}"))
-        code = clip(str(exc.detail), MAX_ECHO_CHARS).lower().replace(" ", "_")
-        body = ErrorBody(error=code, message=clip(str(exc.detail)))
-        headers = dict(exc.headers or {})
-        if exc.status_code == 405:  # Allow names every method of the path (RFC 9110)
-            headers["Allow"] = _allowed_methods(app, request.scope)
-        return JSONResponse(body.model_dump(), status_code=exc.status_code, headers=headers)
-
-
-def _allowed_methods(app: FastAPI, scope: Scope) -> str:
-    """The methods of every route at the request's path; Starlette names the first route's only."""
-    methods: set[str] = set()
-    for route in app.router.routes:
-        if route.matches(scope)[0] is not Match.NONE:
-            methods.update(getattr(route, "methods", None) or ())
-    return ", ".join(sorted(methods))
-
-
-def _describe_validation(exc: RequestValidationError) -> str:
-    """The first problems, each ``where: what``; never the input, which may be huge."""
-    problems = []
-    errors = exc.errors()
-    for error in errors[:5]:
-        where = clip(".".join(str(part) for part in error.get("loc", ())), MAX_ECHO_CHARS)
-        problems.append(f"{where}: {clip(str(error.get('msg', 'invalid')))}")
-    more = f"; and {len(errors) - 5} more" if len(errors) > 5 else ""
-    return "invalid request: " + "; ".join(problems) + more
 
 
 EPOCH_HEADER = b"x-stratus-epoch"

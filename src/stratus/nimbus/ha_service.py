@@ -63,7 +63,7 @@ Adopt = Callable[[int, Callable[[Leadership], bool]], Leadership]  # (epoch, hol
 class NimbusHAService:
     """One nimbus's HA service; see the module docstring."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only: collaborators, callbacks, clocks
         self,
         settings: HASettings,
         address: str,

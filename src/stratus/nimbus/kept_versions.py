@@ -11,12 +11,15 @@ after a rollback from 4 to 3 is version 5, and a rollback of 5 goes back to 3::
     versions = with_applied(record, new_version, keep=3)       # the list after an update
     target = rollback_target(record, to_version=None)           # the version that ran before
     offset = offset_for(record, target.version)                 # generation grows by one
+    changes = rollback_changes(record, target, "asked by alice", now=now, keep=3)  # all of it
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from stratus.api.errors import UnknownVersionError
-from stratus.api.records import KeptVersion, PipelineRecord
+from stratus.api.records import AssignmentReason, KeptVersion, PipelineRecord, PipelineStatus
 
 
 def current_version(record: PipelineRecord) -> KeptVersion:
@@ -86,3 +89,33 @@ def offset_for(record: PipelineRecord, version: int) -> int:
     """The ``generation_offset`` that makes ``record`` at ``version`` one generation newer."""
     offset = record.generation + 1 - (record.rebalances + version - 1)
     return max(offset, record.generation_offset + 1)
+
+
+def rollback_changes(
+    record: PipelineRecord, target: KeptVersion, why: str, *, now: float, keep: int
+) -> dict[str, Any]:
+    """The changes to ``record`` that run its kept version ``target`` again: its code and
+    conf, ACTIVE, off trial, with a new generation and the reason ``rolled back from
+    version N to M: <why>``."""
+    run_again = target.model_copy(update={"applied": max(now, record.updated)})
+    return {
+        **runs(target),
+        "versions": with_applied(record, run_again, keep=keep),
+        "status": PipelineStatus.ACTIVE,
+        "reason": f"rolled back from version {record.version} to {target.version}: {why}",
+        "on_trial": False,
+        "generation_cause": AssignmentReason.ROLLED_BACK.value,
+        "generation_offset": offset_for(record, target.version),
+    }
+
+
+def runs(kept: KeptVersion) -> dict[str, Any]:
+    """The fields of a record that name the code and conf of ``kept``."""
+    return {
+        "digest": kept.digest,
+        "size_bytes": kept.size_bytes,
+        "blake3": kept.blake3,
+        "conf": kept.conf,
+        "user_keys": kept.user_keys,
+        "version": kept.version,
+    }

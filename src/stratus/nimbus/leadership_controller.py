@@ -162,7 +162,7 @@ Outcome = CodeComplete | CodeIncomplete
 class LeadershipController:
     """One nimbus's leadership state machine; see the module docstring."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only: collaborators, callbacks, clocks
         self,
         lock: LeaderLock,
         readiness: Readiness,

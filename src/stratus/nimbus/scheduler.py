@@ -101,7 +101,7 @@ class Plan:
         return kept | self.assign
 
 
-def plan_round(
+def plan_round(  # noqa: PLR0913 keyword-only: the snapshot a round plans from
     *,
     pipelines: Mapping[str, PipelineRecord],
     assignments: Mapping[str, Assignment],
@@ -131,8 +131,6 @@ def plan_round(
     staying: dict[str, Assignment] = {}
     to_place: list[_Candidate] = []
     to_drain: list[_Candidate] = []
-    on_the_way: list[_Candidate] = []
-    held = 0  # unassigned pipelines whose old worker still runs (no drain): wait a round
     for name, assignment in assignments.items():
         record = pipelines.get(name)
         if record is None or not record.status.runs:
@@ -147,16 +145,8 @@ def plan_round(
                     to_drain.append(_Candidate(name, record, assignment))
                 continue
         to_place.append(_Candidate(name, record, assignment))
-    for name, record in pipelines.items():
-        if not record.status.runs or name in assignments:
-            continue
-        candidate = _Candidate(name, record, None, drained_from.get(name))
-        if candidate.drained_from is not None:
-            on_the_way.append(candidate)
-        elif name in still_running:
-            held += 1  # its old worker stops first; a slot waits for it
-        else:
-            to_place.append(candidate)
+    on_the_way, new, held = _unassigned(pipelines, assignments, drained_from, still_running)
+    to_place.extend(new)
     slots = _FreeSlots(capacity, keep_on, staying.values(), warm or {})
     for candidate in sorted(on_the_way, key=_Candidate.order):
         round_.arrive(candidate, slots, waits=candidate.name in still_running)
@@ -177,6 +167,31 @@ def plan_round(
         drain_moving=round_.drain_moving,
         no_room=round_.no_room,
     )
+
+
+def _unassigned(
+    pipelines: Mapping[str, PipelineRecord],
+    assignments: Mapping[str, Assignment],
+    drained_from: Mapping[str, str],
+    still_running: Set[str],
+) -> tuple[list[_Candidate], list[_Candidate], int]:
+    """The pipelines that run and have no assignment: (on the way from a drained supervisor,
+    to place, how many are held: their old worker still runs (no drain), so they wait a
+    round and a slot waits for each)."""
+    on_the_way: list[_Candidate] = []
+    to_place: list[_Candidate] = []
+    held = 0
+    for name, record in pipelines.items():
+        if not record.status.runs or name in assignments:
+            continue
+        candidate = _Candidate(name, record, None, drained_from.get(name))
+        if candidate.drained_from is not None:
+            on_the_way.append(candidate)
+        elif name in still_running:
+            held += 1  # its old worker stops first; a slot waits for it
+        else:
+            to_place.append(candidate)
+    return on_the_way, to_place, held
 
 
 _STOPPED = {  # why a pipeline that does not run loses its assignment

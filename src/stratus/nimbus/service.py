@@ -75,7 +75,7 @@ REQUEST_ID = re.compile(r"^[!-~]*$")  # stored in the record and shown: no contr
 class NimbusService:
     """The API's operations on one nimbus; see the module docstring."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only: collaborators, callbacks, clocks
         self,
         settings: ServiceSettings,
         *,

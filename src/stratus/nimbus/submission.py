@@ -18,7 +18,7 @@ replication duty once the standbys have fetched it::
     record, staged = submitter.update(term, "etl", {}, "r2", new_upload)  # same checks
 
 An update's conf is the new manifest's conf with the values the user set over it
-(``pipeline_ops.updated_conf``): what a submit's, a rebalance's or an update's conf set
+(``staged_updates.updated_conf``): what a submit's, a rebalance's or an update's conf set
 is kept, the rest follows the new manifest.
     with submitter.settled(timeout=10.0) as settled:
         if settled:
@@ -116,7 +116,7 @@ class Submitter:
     ) -> tuple[PipelineRecord, bool]:
         """Check and store ``name``'s new package; (record, staged now). The pipeline's conf
         becomes the new manifest's, with the values the user set over it and
-        ``update_conf`` over both (``pipeline_ops.updated_conf``)."""
+        ``update_conf`` over both (``staged_updates.updated_conf``)."""
         received = self.incoming.receive(package)
         try:
             _, manifest_conf, stored = self._package_conf(received, {})

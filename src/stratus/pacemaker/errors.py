@@ -21,10 +21,6 @@ class StoreFullError(PacemakerError):
     """The store holds ``pacemaker.max.entries`` entries or ``pacemaker.max.bytes`` bytes."""
 
 
-class NotAuthorizedError(PacemakerError):
-    """The caller is not authenticated, or its role does not allow this operation on this path."""
-
-
 class KerberosHandshakeError(PacemakerError):
     """A Kerberos handshake failed: no ticket, a refused token, an unknown principal, or a
     server that did not prove it holds the expected service principal's key."""

@@ -73,16 +73,6 @@ def encode_frame(message: dict[str, Any], *, max_frame_bytes: int) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-def frame_length(header: bytes, *, max_frame_bytes: int) -> int:
-    """The body length announced by a 4-byte header; FrameError if above the maximum."""
-    (length,) = HEADER.unpack(header)
-    if length > max_frame_bytes:
-        raise FrameError(
-            f"a frame announces {length} bytes, above the maximum of {max_frame_bytes} bytes"
-        )
-    return int(length)
-
-
 def decode_body(body: bytes) -> dict[str, Any]:
     """The map in a frame's body; FrameError if it is not exactly one msgpack map."""
     try:

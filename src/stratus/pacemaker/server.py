@@ -64,7 +64,6 @@ from stratus.web.probes import HEALTHZ_PATH, JSON, READYZ_PATH, alive, readiness
 log = logging.getLogger(__name__)
 
 READS = frozenset({Op.EXISTS, Op.GET_PULSE, Op.GET_ALL_PULSES_FOR_PATH, Op.GET_ALL_NODES_FOR_PATH})
-WRITES = frozenset({Op.CREATE_PATH, Op.SEND_PULSE, Op.DELETE_PATH, Op.DELETE_PULSE_ID})
 DRAIN_ABOVE_BYTES = 256 << 10
 READ_CHUNK_BYTES = 256 << 10
 MAX_HTTP_HEAD_BYTES = 8 << 10

@@ -1,10 +1,10 @@
 """The supervisor's control loop: the one thread that owns every worker, the lease and the epochs.
 
-Events are messages to this one owner (Hadoop's style): reads of the assignments, heartbeat
-writes that renewed the lease, and the order to shut down all arrive through ``post``; the
-loop's own tick notices worker exits, hangs, due restarts and a lapsed lease. It never calls
-ZooKeeper or the state store, so nothing can hold it up while they are unreachable, and
-fencing happens on time::
+Events are messages to this one owner (Hadoop's style, ``loop_messages.py``): reads of the
+assignments, heartbeat writes that renewed the lease, and the order to shut down all arrive
+through ``post``; the loop's own tick notices worker exits, hangs, due restarts and a lapsed
+lease. It never calls ZooKeeper or the state store, so nothing can hold it up while they are
+unreachable, and fencing happens on time::
 
     loop = ControlLoop("s1", slots=4, launcher=launcher, lease=HeartbeatLease(6.0), ...)
     threading.Thread(target=loop.run).start()
@@ -31,17 +31,24 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
 
 from stratus.api.clock import Clock
 from stratus.api.records import Assignment, RunOutcome, SupervisorHeartbeat, WorkerState
-from stratus.supervisor.adoption import ProcessRecord
 from stratus.supervisor.assignment_reader import AssignmentsRead, ReadFailed
 from stratus.supervisor.heartbeat_lease import HeartbeatLease
 from stratus.supervisor.heartbeat_publisher import HeartbeatRound
-from stratus.supervisor.managed_worker import Launcher, ManagedWorker, RunningProcess
+from stratus.supervisor.launch_protocols import Launcher, RunningProcess
+from stratus.supervisor.loop_messages import (
+    Adopted,
+    FenceOrder,
+    HeartbeatWritten,
+    Message,
+    OutageProven,
+    Shutdown,
+)
+from stratus.supervisor.managed_worker import ManagedWorker
 from stratus.supervisor.reconcile import (
     Action,
     ActionKind,
@@ -61,38 +68,6 @@ log = logging.getLogger(__name__)
 SHUTDOWN_MARGIN_SECS = 2.0  # past the stop grace, how long a shutdown waits for exits
 
 
-@dataclass(frozen=True)
-class HeartbeatWritten:
-    """A heartbeat round that started at ``started`` (monotonic) was written whole."""
-
-    started: float
-
-
-@dataclass(frozen=True)
-class OutageProven:
-    """A probe that started at ``started`` (monotonic) proved that no ZooKeeper quorum served."""
-
-    started: float
-
-
-@dataclass(frozen=True)
-class Shutdown:
-    """End the loop: stop every worker (``workers``), or leave them running on the lease
-    they were handed, for a supervisor started again to adopt."""
-
-    workers: bool = True
-
-
-@dataclass(frozen=True)
-class Adopted:
-    """A worker a previous supervisor left running, proven (``adoption``): its record, and
-    the handle that signals and polls it."""
-
-    record: ProcessRecord
-    process: RunningProcess
-    run: int | None = None  # the run it is (``run_logs.read_run_number``)
-
-
 @dataclass
 class _Orphan:
     """An adopted worker that no assignment names: stopped, SIGKILL at ``kill_at``; its
@@ -104,43 +79,6 @@ class _Orphan:
     run: int | None = None
     outcome: RunOutcome | None = None
     killed: bool = False
-
-
-class FenceVerdict(StrEnum):
-    PENDING = "pending"  # not decided yet, or workers still stopping
-    REFUSED = "refused"  # the order's epoch is older than one the supervisor has seen
-    STOPPED = "stopped"  # no worker process of the supervisor is left
-
-
-class FenceOrder:
-    """A leader's order, in its term ``epoch``, to stop every worker; the control loop
-    decides it and the endpoint's thread waits for the verdict."""
-
-    def __init__(self, epoch: int) -> None:
-        self.epoch = epoch
-        self.verdict = FenceVerdict.PENDING
-        self.newest_epoch = 0  # the newest epoch the supervisor had seen, when refused
-        self.stopped: list[str] = []  # the pipelines whose workers the fence stopped
-        self._decided = threading.Event()
-
-    def wait(self, timeout: float) -> FenceVerdict:
-        """The verdict, once there is one or after ``timeout`` (then ``PENDING``)."""
-        self._decided.wait(timeout)
-        return self.verdict
-
-    def refuse(self, newest_epoch: int) -> None:
-        self.newest_epoch = newest_epoch
-        self.verdict = FenceVerdict.REFUSED
-        self._decided.set()
-
-    def done(self) -> None:
-        self.verdict = FenceVerdict.STOPPED
-        self._decided.set()
-
-
-SHUTDOWN = Shutdown()
-LEAVE = Shutdown(workers=False)
-Message = AssignmentsRead | ReadFailed | HeartbeatWritten | OutageProven | FenceOrder | Shutdown
 
 
 class CodeLauncher(Launcher, Protocol):
@@ -164,7 +102,7 @@ class WorkerPathsFactory(Protocol):
 class ControlLoop:
     """Owns the workers of one supervisor; see the module docstring."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only: collaborators, callbacks, clocks
         self,
         supervisor: str,
         slots: int,

@@ -73,19 +73,13 @@ from stratus.supervisor.adoption import (
 )
 from stratus.supervisor.assignment_reader import AssignmentReader
 from stratus.supervisor.code_cache import CodeCache
-from stratus.supervisor.control_loop import (
-    LEAVE,
-    SHUTDOWN,
-    SHUTDOWN_MARGIN_SECS,
-    Adopted,
-    ControlLoop,
-    FenceOrder,
-)
+from stratus.supervisor.control_loop import SHUTDOWN_MARGIN_SECS, ControlLoop
 from stratus.supervisor.endpoint import Fencing, SupervisorEndpoint, WorkerLog, check_reachable
 from stratus.supervisor.errors import SupervisorStartError, WorkerUserError
 from stratus.supervisor.heartbeat_lease import HeartbeatLease, LeaseState
 from stratus.supervisor.heartbeat_publisher import HeartbeatPublisher, HeartbeatRound
 from stratus.supervisor.launcher import WorkerLauncher
+from stratus.supervisor.loop_messages import LEAVE, SHUTDOWN, Adopted, FenceOrder
 from stratus.supervisor.metrics import SupervisorMetrics
 from stratus.supervisor.outage_watch import PROBE_TIMEOUT_SECS, OutageWatch
 from stratus.supervisor.purges import start_purger

@@ -63,8 +63,8 @@ from stratus.api.redaction import LineRedactor
 from stratus.security.authorizer import PipelineAccess, Verb, check_pipeline_access
 from stratus.security.loopback import is_loopback
 from stratus.security.roles import Role
-from stratus.supervisor.control_loop import FenceOrder, FenceVerdict
 from stratus.supervisor.errors import SupervisorStartError, UnreachableEndpointError
+from stratus.supervisor.loop_messages import FenceOrder, FenceVerdict
 from stratus.supervisor.metrics import CONTENT_TYPE_LATEST, SupervisorMetrics
 from stratus.supervisor.settings import EndpointSettings
 from stratus.supervisor.worker_log import read_run, tail_lines

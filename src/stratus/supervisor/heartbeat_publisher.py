@@ -65,7 +65,7 @@ class HeartbeatRound:
 class HeartbeatPublisher:
     """Publishes the newest ``HeartbeatRound`` every period; see the module docstring."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only: collaborators, callbacks, clocks
         self,
         board: Board,
         supervisor: str,

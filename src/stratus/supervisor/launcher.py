@@ -30,7 +30,7 @@ from stratus.api.records import Assignment
 from stratus.checkpoints import local_pipeline_directory
 from stratus.codedist.distributor import CodeMeta
 from stratus.supervisor.code_cache import CodeCache, CodePending, CodeState, PipelineCode
-from stratus.supervisor.managed_worker import PreflightCheck, RunningProcess
+from stratus.supervisor.launch_protocols import PreflightCheck, RunningProcess
 from stratus.supervisor.preflight import PreflightPassed, start_preflight
 from stratus.supervisor.requirements_env import EnvFailed, EnvPending, RequirementEnvs
 from stratus.supervisor.run_as import UserPool
@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 class WorkerLauncher:
     """Code through the cache, processes through ``WorkerProcess``."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only: collaborators, callbacks, clocks
         self,
         settings: SpecSettings,
         supervisor: str,

@@ -49,7 +49,6 @@ import contextlib
 import logging
 import time
 from enum import StrEnum
-from typing import Protocol
 
 from pydantic import ValidationError
 
@@ -68,7 +67,8 @@ from stratus.codedist.distributor import CodeMeta
 from stratus.errors import StratusError
 from stratus.logs import with_fields
 from stratus.supervisor.code_cache import CodeFailed, CodePending, CodeState, PipelineCode
-from stratus.supervisor.preflight import PreflightPassed, PreflightResult
+from stratus.supervisor.launch_protocols import Launcher, PreflightCheck, RunningProcess
+from stratus.supervisor.preflight import PreflightPassed
 from stratus.supervisor.reconcile import Held
 from stratus.supervisor.requirements_env import EnvFailed
 from stratus.supervisor.restart_policy import GiveUp, RestartPolicy
@@ -98,49 +98,6 @@ class Phase(StrEnum):
     STOPPED = "stopped"  # stopped on order
 
 
-class RunningProcess(Protocol):
-    """A started worker process (``WorkerProcess``, or a fake in tests)."""
-
-    pid: int
-    started_wall: float
-
-    def poll(self) -> int | None: ...
-
-    def terminate(self) -> None: ...
-
-    def kill(self) -> None: ...
-
-    def release(self) -> None:
-        """The supervisor leaves while it runs: let it run on (a worker that outlives its
-        supervisor), or let it see its supervisor gone (a warm worker handed over)."""
-        ...
-
-
-class Launcher(Protocol):
-    """What a managed worker needs from its supervisor: its code, and a process."""
-
-    def code(self, pipeline: str, meta: CodeMeta) -> CodeState | EnvFailed: ...
-
-    def spawn(
-        self, assignment: Assignment, code: PipelineCode, paths: WorkerPaths
-    ) -> RunningProcess: ...
-
-    def preflight(self, assignment: Assignment, code: PipelineCode) -> PreflightCheck:
-        """Start importing the entry point of ``assignment``'s new ``code`` (``preflight``)."""
-        ...
-
-
-class RunningPreflight(Protocol):
-    """An import under way (``preflight.Preflight``, or a fake in tests)."""
-
-    def poll(self) -> PreflightResult | None: ...
-
-    def cancel(self) -> None: ...
-
-
-PreflightCheck = RunningPreflight | PreflightPassed
-
-
 _LIVE = (Phase.RUNNING, Phase.STOPPING)  # a process runs
 _DONE = (Phase.FAILED, Phase.FINISHED, Phase.FENCED)  # kept, no process, till a new assignment
 
@@ -148,7 +105,7 @@ _DONE = (Phase.FAILED, Phase.FINISHED, Phase.FENCED)  # kept, no process, till a
 class ManagedWorker:
     """One assignment's worker, across its restarts; see the module docstring."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only: collaborators, callbacks, clocks
         self,
         supervisor: str,
         assignment: Assignment,

@@ -43,7 +43,7 @@ class OutageWatch:
     """One thread that probes the ensemble while the session is down; see the module
     docstring."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only: collaborators, callbacks, clocks
         self,
         supervisor: str,
         zk: ZkSettings,

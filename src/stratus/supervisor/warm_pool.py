@@ -125,7 +125,7 @@ class WarmPool:
     """The supervisor's warm workers; see the module docstring. Used by the control loop's
     thread only."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only: collaborators, callbacks, clocks
         self,
         settings: WarmSettings,
         master: str,

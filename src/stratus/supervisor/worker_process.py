@@ -309,7 +309,7 @@ class WorkerProcess:
         self._ended = exited
 
     @classmethod
-    def launch(
+    def launch(  # noqa: PLR0913 keyword-only options
         cls,
         spec: WorkerSpec,
         paths: WorkerPaths,

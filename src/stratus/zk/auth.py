@@ -5,7 +5,8 @@ every znode with an ACL that gives that identity, and nobody else, every permiss
 READ either (pipeline records carry their configuration, which may hold secrets, and every
 stratus component reads through an authenticated session anyway)::
 
-    auth = ZkAuth.digest_from_file(Path("/etc/stratus/zk.secret"))   # one line: user:password
+    secret = read_credentials(Path("/etc/stratus/zk.secret"))   # one line: user:password
+    auth = ZkAuth(AuthScheme.DIGEST, secret)
     client = KazooClient(hosts, default_acl=auth.acl(), **auth.client_options())
 
 Credentials (``ZkCredentials``) come only from a file that its owner alone may read
@@ -95,11 +96,6 @@ class ZkAuth:
                     "uses): install stratus-ha[kerberos] (it builds against the system's "
                     "Kerberos headers: libkrb5-dev on Debian)"
                 )
-
-    @classmethod
-    def digest_from_file(cls, path: Path) -> ZkAuth:
-        """Digest authentication with the ``user:password`` that ``path`` holds."""
-        return cls(AuthScheme.DIGEST, read_credentials(path))
 
     @property
     def enabled(self) -> bool:

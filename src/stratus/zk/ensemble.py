@@ -27,9 +27,9 @@ from stratus.zk.server import (
     Quorum,
     QuorumPeer,
     ZooKeeperServer,
-    check_data_dir,
     stored_superuser,
 )
+from stratus.zk.server_checks import check_data_dir
 from stratus.zk.tls import ServerTls
 
 
@@ -43,7 +43,7 @@ class ZooKeeperEnsemble:
     is the first member's, every other one is picked free.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only options
         self,
         base_dir: Path,
         size: int = 3,

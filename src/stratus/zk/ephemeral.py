@@ -27,7 +27,7 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import ForceRetryError, RetryFailedError
 
-from stratus.zk.session import retry_policy
+from stratus.zk.retries import retry_policy
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,8 @@ Guarantees: the connection state is a ``SessionState`` whose transitions are all
 ``next_state``; listeners hear every change in order, one at a time, on kazoo's thread (or
 the lease renewer's, or the closing thread's), so they must only record or post work
 elsewhere. ``granted_session_timeout`` is what the server granted
-(it clamps the request to its own bounds), learned from kazoo's internals in this module only.
+(it clamps the request to its own bounds), learned from kazoo's internals
+(``kazoo_hooks.py``, the only module that touches them).
 A stop's waits on ZooKeeper are bounded (``close_within``).
 The lease (see ``lease``) is renewed every ``RENEW_FRACTION`` of that timeout by a thread of
 the session's own, and ends at once when the connection is suspended. That thread survives
@@ -44,14 +45,10 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     AuthFailedError,
     ConnectionClosedError,
-    ConnectionDropped,
     KazooException,
     NoAuthError,
-    SASLException,
-    SessionClosedRequireSaslError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import KeeperState
 from kazoo.retry import KazooRetry, RetryFailedError
 
 from stratus.api.clock import Clock
@@ -61,8 +58,10 @@ from stratus.zk.errors import (
     ZooKeeperAuthError,
     ZooKeeperUnavailableError,
 )
+from stratus.zk.kazoo_hooks import capture_granted_timeout, fail_waiting_calls
 from stratus.zk.lease import LEASE_FRACTION, RENEW_FRACTION, LeaseProbe, SessionLease
 from stratus.zk.quorum_probe import Refusals, ensemble_config, voting_members
+from stratus.zk.retries import retry_policy
 from stratus.zk.tls import ZkTls
 from stratus.zk.zxid_check import history_behind_error
 
@@ -70,30 +69,8 @@ log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
-RETRY_DELAY_SECS = 0.05  # first pause of a retried call or reconnection
 CONNECT_POLL_SECS = 0.05  # how often the first connection's wait looks for a recorded refusal
-RETRY_MAX_DELAY_SECS = 0.5  # longest pause: reconnection after a server restart stays quick
 ZXID_EPOCH_SHIFT = 32  # a zxid is the leader's epoch, then a counter of its transactions
-SASL_DROPS_REFUSE = 3  # connections dropped during SASL in a row that mean a refusal
-
-
-def retry_policy(
-    *,
-    max_tries: int = -1,
-    deadline: float | None = None,
-    interrupt: Callable[[], bool] | None = None,
-) -> KazooRetry:
-    """The ZooKeeper layer's one retry policy: pauses from ``RETRY_DELAY_SECS``, doubling up
-    to ``RETRY_MAX_DELAY_SECS``; ``max_tries`` -1 retries until ``deadline`` (seconds, None:
-    no end) or until ``interrupt()`` is true."""
-    return KazooRetry(
-        max_tries=max_tries,
-        delay=RETRY_DELAY_SECS,
-        backoff=2,
-        max_delay=RETRY_MAX_DELAY_SECS,
-        deadline=deadline,
-        interrupt=interrupt,
-    )
 
 
 @dataclass(frozen=True)
@@ -204,7 +181,7 @@ class ZkSession:
         self._failed = threading.Event()
         self._down = threading.Event()  # set while not connected
         self._down.set()
-        _capture_granted_timeout(self.client, self._note_granted, self._note_auth_refused)
+        capture_granted_timeout(self.client, self._note_granted, self._note_auth_refused)
 
     # ------------------------------------------------------------------ what it is
 
@@ -335,7 +312,7 @@ class ZkSession:
         self._renew_now.set()
         self._change(None)
         if abandon:
-            _fail_waiting_calls(self.client)
+            fail_waiting_calls(self.client)
         self.client.stop()
         if self._renewer is not None and self._renewer is not threading.current_thread():
             self._renewer.join(timeout=5)
@@ -604,71 +581,3 @@ class ZkSession:
 
     def _note_granted(self, seconds: float) -> None:
         self._granted = seconds
-
-
-def _fail_waiting_calls(client: KazooClient) -> None:
-    """Fail every request ``client`` holds, and refuse every later one, now: kazoo does the
-    same (``_session_callback(CLOSED)``) only once its connection thread ends, which a
-    frozen server delays by a whole read timeout. The second place that touches kazoo's
-    internals; ``tests/test_daemon_stops.py`` stops a nimbus whose server froze."""
-    callback = getattr(client, "_session_callback", None)
-    if callback is None:
-        log.warning("event=zookeeper_calls_not_failed reason=kazoo_changed")
-        return
-    callback(KeeperState.CLOSED)
-
-
-def _capture_granted_timeout(
-    client: KazooClient,
-    note: Callable[[float], None],
-    refused: Callable[[Exception], None],
-) -> None:
-    """Learn the session timeout the server grants at each connection; kazoo 2.11 only logs it.
-
-    One of the two places that touch kazoo's internals: its connection handler's
-    ``_connect`` returns (read timeout, connect timeout) in ms, the read timeout being two
-    thirds of the granted session timeout. ``tests/test_zk_session_cap.py`` fails if a kazoo
-    upgrade changes that.
-    A connection whose credentials the server refuses raises there too: ``refused`` hears it,
-    as it hears a Kerberos library that cannot start for the configured principal.
-
-    ZooKeeper refuses SASL credentials by dropping the connection, which kazoo reports as a
-    refusal; but a member that loses its quorum or stops drops every connection too, one in
-    the middle of its SASL exchange included. So a drop during SASL is retried (kazoo tries
-    the next server) and taken as a refusal only at the ``SASL_DROPS_REFUSE``-th in a row.
-    """
-    handler = getattr(client, "_connection", None)
-    connect = getattr(handler, "_connect", None)
-    if connect is None:
-        log.warning("event=granted_timeout_unknown using=requested")
-        return
-    drops = 0
-
-    def capture(*args: Any) -> tuple[float, float]:
-        nonlocal drops
-        try:
-            read_timeout, connect_timeout = connect(*args)
-        except AuthFailedError as exc:
-            if isinstance(exc.__cause__, ConnectionDropped) and drops + 1 < SASL_DROPS_REFUSE:
-                drops += 1
-                log.warning("event=zookeeper_sasl_dropped in_a_row=%d", drops)
-                raise ConnectionDropped("the connection dropped during SASL") from exc
-            refused(exc)  # kazoo's thread may die of it: the session must not wait forever
-            raise
-        except (SASLException, SessionClosedRequireSaslError) as exc:
-            refused(exc)
-            raise
-        except Exception as exc:
-            if type(exc).__module__ != "kerberos":
-                raise
-            # GSSAPI refused to start for the configured principal (no ticket, no keytab
-            # entry) before kazoo's own handling: kazoo would retry it forever
-            failure = AuthFailedError("Kerberos could not start GSSAPI")
-            failure.__cause__ = exc
-            refused(failure)
-            raise failure from exc
-        drops = 0
-        note(read_timeout * 1.5 / 1000.0)
-        return read_timeout, connect_timeout
-
-    handler._connect = capture  # type: ignore[union-attr]

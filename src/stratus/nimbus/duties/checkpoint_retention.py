@@ -23,7 +23,8 @@ import time
 
 from stratus.api.clock import Clock
 from stratus.coordination.leadership import Leadership
-from stratus.nimbus.pipeline_ops import KeptCheckpoints, PipelineOps
+from stratus.nimbus.kept_checkpoints import KeptCheckpoints
+from stratus.nimbus.pipeline_ops import PipelineOps
 
 log = logging.getLogger(__name__)
 

@@ -132,7 +132,7 @@ class CarryOutPurges:
 
     name = "purges"
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only: collaborators, callbacks, clocks
         self,
         orders: PurgeOrders,
         *,

@@ -8,7 +8,7 @@ cluster state store (never from a view that may lag), then:
 2. records the outcomes workers report: an updated version that committed its first batch
    is proven, one that failed before is rolled back to the previous kept version
    (``update_trial``), a batch that finished makes its pipeline FINISHED, a worker its
-   supervisor gave up on makes it FAILED with the worker's error;
+   supervisor gave up on makes it FAILED with the worker's error (``worker_outcomes``);
 3. judges supervisors dead when none of their heartbeats changed for
    ``nimbus.supervisor.timeout.secs``, and workers silent when theirs did not for
    ``nimbus.task.timeout.secs``. A supervisor that stopped (its last heartbeat says
@@ -65,28 +65,24 @@ from collections.abc import Callable, Mapping
 from kazoo.exceptions import KazooException
 
 from stratus.api.clock import Clock
-from stratus.api.errors import InvalidTransitionError, UnknownVersionError
 from stratus.api.records import (
     Assignment,
     AssignmentReason,
     PipelineRecord,
-    PipelineStatus,
     SupervisorHeartbeat,
     SupervisorSummary,
-    WorkerHeartbeat,
-    WorkerState,
 )
 from stratus.coordination.leadership import Leadership
 from stratus.errors import StratusError
 from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.cordons import CordonTable, DrainMemory, DrainRound
+from stratus.nimbus.duties.worker_outcomes import WorkerOutcomes, Workers, current_beat
 from stratus.nimbus.liveness import Liveness
 from stratus.nimbus.pipeline_metrics import ObservedRound
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.scheduler import Plan, plan_round
 from stratus.nimbus.settings import SchedulingSettings
 from stratus.nimbus.supervisor_fencing import Silence, SupervisorFencing, fence_verdicts
-from stratus.nimbus.update_trial import Proven, RollBack, judge
 from stratus.state.errors import StateStoreUnavailableError
 from stratus.state.heartbeats import HeartbeatBoard, HeartbeatRead
 
@@ -95,8 +91,6 @@ log = logging.getLogger(__name__)
 # What a round whose heartbeats were unknown is counted as, and the reason it logs.
 _UNKNOWN_REASONS = {"warming": "pacemakers_warming", "unreachable": "pacemaker_unreachable"}
 
-Workers = Mapping[str, Mapping[str, WorkerHeartbeat]]
-
 
 class SchedulingDuty:
     """One scheduling round at a time, on the leadership controller's thread; see the module
@@ -104,7 +98,7 @@ class SchedulingDuty:
 
     name = "scheduling"
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only: collaborators, callbacks, clocks
         self,
         *,
         ops: PipelineOps,
@@ -146,7 +140,7 @@ class SchedulingDuty:
         self._quorum_epoch: int | None = None  # ZooKeeper's epoch then (None: standalone)
         self._epoch_learned = False  # once, since the duty began
         self._fencing = fencing  # None: silent supervisors are only waited out
-        self._rollback = settings.rollback
+        self._outcomes = WorkerOutcomes(ops, settings.rollback)
 
     def run(self, term: Leadership) -> Plan:
         """One round; the plan it applied (empty when nothing had to change)."""
@@ -166,7 +160,7 @@ class SchedulingDuty:
             return Plan(assign={}, unassign=[], moved={})  # nothing judged, nothing moved
         workers, supervisors = heartbeats.workers, heartbeats.supervisors
         self._observe(assignments, workers, supervisors)
-        pipelines.update(self._record_outcomes(term, pipelines, assignments, workers))
+        pipelines.update(self._outcomes.record(term, pipelines, assignments, workers))
         self._on_observed(self._observed(term, pipelines, assignments, workers))
         dead = self._dead(registered, supervisors, assignments, read_began)
         known = set(registered) | set(supervisors) | {a.supervisor for a in assignments.values()}
@@ -332,7 +326,7 @@ class SchedulingDuty:
         unknown_workers = {
             name
             for name in timed_out
-            if _current_beat(assignments[name], heartbeats.workers) is None
+            if current_beat(assignments[name], heartbeats.workers) is None
         }
         action = "not_judged_until_the_warm_up_ends"
         self._report_unknown(term, "warming", action, unknown_supervisors, unknown_workers)
@@ -395,7 +389,7 @@ class SchedulingDuty:
         for sid, supervisor in supervisors.items():
             self._liveness.observe(_supervisor_key(sid), supervisor.time)
         for name, assignment in assignments.items():
-            beat = _current_beat(assignment, workers)
+            beat = current_beat(assignment, workers)
             token = (assignment.supervisor, assignment.assigned, beat.time if beat else None)
             self._liveness.observe(_worker_key(name), token)
 
@@ -409,7 +403,7 @@ class SchedulingDuty:
         current = {
             name: beat
             for name, assignment in assignments.items()
-            if (beat := _current_beat(assignment, workers)) is not None
+            if (beat := current_beat(assignment, workers)) is not None
         }
         return ObservedRound(
             epoch=term.epoch,
@@ -446,7 +440,7 @@ class SchedulingDuty:
         """Pipelines whose worker, on a supervisor still alive, fell silent (at ``judged_at``)."""
         silent = set()
         for name, assignment in assignments.items():
-            beat = _current_beat(assignment, workers)
+            beat = current_beat(assignment, workers)
             if assignment.supervisor not in keep_on or (beat is not None and beat.state.final):
                 continue
             if self._liveness.silent_for(_worker_key(name), at=judged_at) > self._task_timeout:
@@ -517,78 +511,6 @@ class SchedulingDuty:
         silent = self._liveness.silent_for(_supervisor_key(sid), at=judged_at)
         return silent > self._fencing.settings.after_secs
 
-    # ------------------------------------------------------------------ outcomes
-
-    def _record_outcomes(
-        self,
-        term: Leadership,
-        pipelines: Mapping[str, PipelineRecord],
-        assignments: Mapping[str, Assignment],
-        workers: Workers,
-    ) -> dict[str, PipelineRecord]:
-        """Versions on trial proven or rolled back, FINISHED and FAILED pipelines, as their
-        current workers report them."""
-        changed = {}
-        for name, assignment in assignments.items():
-            record = pipelines.get(name)
-            if record is None:
-                continue
-            tried = self._judge_trial(term, record, assignment, workers)
-            if tried is not None:
-                changed[name] = record = tried
-            beat = _current_beat(assignment, workers)
-            if record.status is not PipelineStatus.ACTIVE or beat is None:
-                continue
-            if beat.generation != record.generation:
-                continue  # rolled back just now
-            if beat.state is WorkerState.FINISHED:
-                changed[name] = self._ops.finish(term, name)
-            elif beat.state is WorkerState.FAILED:
-                reason = (
-                    f"its worker on supervisor {beat.supervisor} failed and is not restarted "
-                    f"any more: {beat.error or 'no error reported'}"
-                )
-                changed[name] = self._ops.fail(term, name, reason)
-        return changed
-
-    def _judge_trial(
-        self,
-        term: Leadership,
-        record: PipelineRecord,
-        assignment: Assignment,
-        workers: Workers,
-    ) -> PipelineRecord | None:
-        """Prove or roll back ``record``'s version on trial (``update_trial``); the record
-        written, or None if nothing changed."""
-        beat = workers.get(record.name, {}).get(assignment.supervisor)
-        verdict = judge(record, beat, self._rollback)
-        if isinstance(verdict, Proven):
-            return self._ops.prove(term, record.name, verdict.generation)
-        if isinstance(verdict, RollBack):
-            log.warning(
-                "event=update_rolled_back pipeline=%s epoch=%d version=%d reason=%s",
-                record.name,
-                term.epoch,
-                record.version,
-                verdict.why,
-            )
-            try:
-                return self._ops.roll_back(
-                    term,
-                    record.name,
-                    to_version=None,
-                    why=verdict.why,
-                    generation=verdict.generation,
-                )
-            except (InvalidTransitionError, UnknownVersionError) as exc:
-                log.warning(
-                    "event=rollback_impossible pipeline=%s epoch=%d error=%s",
-                    record.name,
-                    term.epoch,
-                    exc,
-                )
-        return None
-
     def _forget_departed(
         self,
         dead: set[str],
@@ -617,16 +539,6 @@ class SchedulingDuty:
             if self._fencing is not None:
                 self._fencing.forget(sid)
             log.info("event=supervisor_forgotten supervisor=%s", sid)
-
-
-def _current_beat(assignment: Assignment, workers: Workers) -> WorkerHeartbeat | None:
-    """The heartbeat of the worker running this assignment (same supervisor and generation)."""
-    beat = workers.get(assignment.pipeline, {}).get(assignment.supervisor)
-    if beat is None or beat.generation != assignment.generation:
-        return None
-    if beat.digest and beat.digest != assignment.digest:
-        return None
-    return beat
 
 
 def _still_running(unassigned: list[str], workers: Workers, keep_on: set[str]) -> set[str]:
