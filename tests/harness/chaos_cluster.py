@@ -31,8 +31,7 @@ import secrets
 import signal
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
-from typing import Protocol, Self
+from typing import Protocol
 
 from stratus.chaos.faults import ClusterShape, Target
 from stratus.local.cluster import pacemaker_options, zkfc_options
@@ -40,6 +39,7 @@ from stratus.local.processes import NimbusProcess, PacemakerProcess, ZkfcProcess
 from stratus.zk.auth import ServerAuth, ZkCredentials
 from stratus.zk.server import ZooKeeperServer
 from tests.harness.hosts_cluster import NIMBUS_PORT, SESSION_SECS, HostsCluster, options
+from tests.harness.lifecycle import Started
 from tests.harness.netns_hosts import NetnsHosts
 from tests.harness.pipeline_cluster import cluster_options
 from tests.harness.secure_cluster import ADMIN, PEER, SUBMIT, token_file
@@ -78,7 +78,7 @@ def _pairs(arguments: list[str]) -> dict[str, str]:
     return dict(argument.partition("=")[::2] for argument in arguments[1::2])
 
 
-class ChaosCluster:
+class ChaosCluster(Started):
     """ZooKeeper, nimbuses (and zkfcs), supervisors and pacemakers on ``hosts``."""
 
     def __init__(
@@ -265,22 +265,6 @@ class ChaosCluster:
             stop_all(list(self.zkfcs.values()))
         self.nodes.close()
         stop_all(list(self.pacemakers.values()))
-
-    def __enter__(self) -> Self:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class _SupervisedChild:

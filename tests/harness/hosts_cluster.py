@@ -31,8 +31,7 @@ import shlex
 import signal
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from stratus.api.records import ClusterSummary, LeaderInfo
 from stratus.client import NimbusClient
@@ -45,6 +44,7 @@ from stratus.zk.auth import ServerAuth
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import Quorum, QuorumPeer, ZooKeeperServer
 from stratus.zk.tls import ServerTls
+from tests.harness.lifecycle import Started
 from tests.harness.netns_hosts import NetnsHosts
 from tests.harness.zkfixtures import wait_until
 
@@ -108,7 +108,7 @@ def start_quorum(servers: Sequence[ZooKeeperServer], timeout: float = ZK_START_S
         server.wait_serving(timeout)
 
 
-class HostsCluster:
+class HostsCluster(Started):
     """ZooKeeper, nimbuses and supervisors on ``hosts``; see the module docstring."""
 
     def __init__(  # noqa: PLR0913 keyword-only options
@@ -262,19 +262,3 @@ class HostsCluster:
             zookeeper.kill()
         for probe in self._probes.values():
             probe.close()
-
-    def __enter__(self) -> Self:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

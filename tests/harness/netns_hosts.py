@@ -14,7 +14,7 @@ is cut off (its veth set down) until it is healed::
         hosts.heal("h1")
 
 Every name starts with ``stn`` and this process's id in hex, plus a run number, so parallel
-and leftover runs never collide; :meth:`NetnsHosts.open` first removes what runs of dead
+and leftover runs never collide; :meth:`NetnsHosts.start` first removes what runs of dead
 processes left (their namespaces, links and the processes still inside), and :meth:`close`
 removes everything of its own, after a failure too. Needs root and ``ip`` (iproute2):
 :func:`unavailable` says why hosts cannot be made here, for a test to skip with.
@@ -32,8 +32,9 @@ import signal
 import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
+
+from tests.harness.lifecycle import Started
 
 TAG = "stn"  # every namespace and link of this harness starts with it
 NETWORK = ipaddress.ip_network("10.213.0.0/16")  # private; one /24 of it per run
@@ -77,7 +78,7 @@ def unavailable() -> str | None:
     return None
 
 
-class NetnsHosts:
+class NetnsHosts(Started):
     """Hosts named by the test, on one bridge; see the module docstring."""
 
     def __init__(self, names: Sequence[str]) -> None:
@@ -100,39 +101,36 @@ class NetnsHosts:
     @property
     def gateway(self) -> str:
         """The bridge's address: where the test process is seen from the hosts."""
-        assert self.subnet is not None, "open() first"
+        assert self.subnet is not None, "start() first"
         return str(self.subnet.network_address + 1)
 
-    def open(self) -> None:
-        """Remove leftovers of dead runs, then create the bridge and every host."""
+    def start(self) -> None:
+        """Remove leftovers of dead runs, then create the bridge and every host (``with``
+        closes what a failed start made)."""
         remove_leftovers()
-        try:
-            self.subnet = _free_subnet()
-            prefix = self.subnet.prefixlen
-            _ip("link", "add", self.bridge, "type", "bridge")
-            _ip("addr", "add", f"{self.gateway}/{prefix}", "dev", self.bridge)
-            _ip("link", "set", self.bridge, "up")
-            for index, name in enumerate(self._names, start=1):
-                host = Host(
-                    name=name,
-                    namespace=f"{self.run}_{name}",
-                    address=str(self.subnet.network_address + 1 + index),
-                    veth=f"{self.run}v{index}",
-                )
-                peer = f"{self.run}p{index}"
-                _ip("netns", "add", host.namespace)
-                self.hosts[name] = host
-                _ip("link", "add", host.veth, "type", "veth", "peer", "name", peer)
-                _ip("link", "set", peer, "netns", host.namespace)
-                _ip("link", "set", host.veth, "master", self.bridge, "up")
-                inside = ["-n", host.namespace]
-                _ip(*inside, "link", "set", peer, "name", "eth0")
-                _ip(*inside, "addr", "add", f"{host.address}/{prefix}", "dev", "eth0")
-                _ip(*inside, "link", "set", "eth0", "up")
-                _ip(*inside, "link", "set", "lo", "up")
-        except BaseException:
-            self.close()
-            raise
+        self.subnet = _free_subnet()
+        prefix = self.subnet.prefixlen
+        _ip("link", "add", self.bridge, "type", "bridge")
+        _ip("addr", "add", f"{self.gateway}/{prefix}", "dev", self.bridge)
+        _ip("link", "set", self.bridge, "up")
+        for index, name in enumerate(self._names, start=1):
+            host = Host(
+                name=name,
+                namespace=f"{self.run}_{name}",
+                address=str(self.subnet.network_address + 1 + index),
+                veth=f"{self.run}v{index}",
+            )
+            peer = f"{self.run}p{index}"
+            _ip("netns", "add", host.namespace)
+            self.hosts[name] = host
+            _ip("link", "add", host.veth, "type", "veth", "peer", "name", peer)
+            _ip("link", "set", peer, "netns", host.namespace)
+            _ip("link", "set", host.veth, "master", self.bridge, "up")
+            inside = ["-n", host.namespace]
+            _ip(*inside, "link", "set", peer, "name", "eth0")
+            _ip(*inside, "addr", "add", f"{host.address}/{prefix}", "dev", "eth0")
+            _ip(*inside, "link", "set", "eth0", "up")
+            _ip(*inside, "link", "set", "lo", "up")
 
     def popen(self, name: str, argv: Sequence[str], **popen: Any) -> subprocess.Popen[bytes]:
         """Start ``argv`` on host ``name``: a real process with the host's network."""
@@ -153,18 +151,6 @@ class NetnsHosts:
             _remove_link(host.veth)
         _remove_link(self.bridge)
         self.hosts.clear()
-
-    def __enter__(self) -> Self:
-        self.open()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def remove_leftovers() -> list[str]:

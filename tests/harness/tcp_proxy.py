@@ -20,12 +20,13 @@ import contextlib
 import selectors
 import socket
 import threading
-from types import TracebackType
+
+from tests.harness.lifecycle import Started
 
 CHUNK = 64 * 1024
 
 
-class TcpProxy:
+class TcpProxy(Started):
     """Forwards every connection on ``port`` to ``target``; ``cut()`` and ``heal()``."""
 
     def __init__(self, target_host: str, target_port: int) -> None:
@@ -47,17 +48,9 @@ class TcpProxy:
             target=self._accept, args=(listener,), name="tcp-proxy", daemon=True
         )
 
-    def __enter__(self) -> TcpProxy:
+    def start(self) -> None:
+        """Start accepting connections on ``port``."""
         self._thread.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def cut(self) -> None:
         """Drop every connection; new ones are accepted and then left in silence."""
