@@ -34,6 +34,7 @@ from stratus.nimbus.leadership_controller import ControllerState, LeadershipCont
 from stratus.nimbus.listening import NimbusStartError
 from stratus.nimbus.readiness import CodeReadiness
 from stratus.nimbus.scheduler import Plan
+from stratus.nimbus.settings import NimbusSettings
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore
 from stratus.zk.paths import ClusterPaths
@@ -71,7 +72,7 @@ def in_process_nimbus(zk_hosts: str, tmp_path: Path, gate: Gate, **extra: object
             **extra,
         }
     )
-    return Nimbus(conf, may_lead=gate)
+    return Nimbus(NimbusSettings.from_config(conf), may_lead=gate)
 
 
 @pytest.fixture
@@ -343,7 +344,7 @@ def test_a_start_that_fails_leaves_no_thread_session_registration_or_socket_behi
     assert not nimbus.session.connected
     with kazoo_client(zk_hosts) as client:
         assert client.get_children("/stratus/nimbuses") == []
-    with socket.create_server((nimbus.conf.nimbus_host, nimbus.port)):
+    with socket.create_server((nimbus.settings.api.host, nimbus.port)):
         pass  # the port is free again
     nimbus.stop()  # nothing left to stop: a no-op
 

@@ -30,6 +30,7 @@ from stratus.ha.zkfc_endpoint import EndpointSecurity
 from stratus.logs import configure_daemon_logging
 from stratus.nimbus.daemon import Nimbus
 from stratus.nimbus.exposure import check_exposure
+from stratus.nimbus.settings import NimbusSettings
 from stratus.process import watch_for_eof
 from stratus.rlimits import raise_open_files_limit
 from stratus.settings import (
@@ -69,14 +70,14 @@ def nimbus(conf: StratusConfig, insecure: bool) -> None:
     if conf.nimbus_ha_mode == "supervised" and controller is None:
         _run_controller(conf)
         return
-    policy = None
+    fixed = None
     if controller is not None:  # the child of a supervised nimbus's controller
         conf = conf.model_copy(update={"nimbus_ha_mode": "zkfc"})
-        policy = access_policy(conf, fixed=controller_credentials(controller))
+        fixed = controller_credentials(controller)
         watch_for_eof(sys.stdin.fileno(), _controller_gone)
     scheme = "https" if conf.nimbus_tls_cert else "http"
     run_daemon(
-        Nimbus(conf, policy=policy),
+        Nimbus(NimbusSettings.from_config(conf, fixed=fixed)),
         ready=lambda d: f"nimbus {d.address} serving {scheme}://{d.address}/",
         reload=lambda d: d.policy.reload(),
     )
