@@ -25,6 +25,7 @@ from stratus.cli.zkfc_command import check_zkfc
 from stratus.client_settings import client_auth
 from stratus.config import StratusConfig
 from stratus.ha.daemon import Zkfc
+from stratus.ha.settings import SupervisedNimbusSettings
 from stratus.ha.supervised_nimbus import CONTROLLER_ENV, controller_credentials, controller_plan
 from stratus.ha.zkfc_endpoint import EndpointSecurity
 from stratus.logs import configure_daemon_logging
@@ -105,7 +106,7 @@ def _run_controller(conf: StratusConfig) -> None:
     check_exposure(
         conf.nimbus_bind(), authenticated=policy.enabled, insecure=conf.nimbus_auth_insecure
     )
-    plan = controller_plan(conf, sys.argv[1:], auth)
+    plan = controller_plan(SupervisedNimbusSettings.from_config(conf), sys.argv[1:], auth)
     security = EndpointSecurity(
         policy, server_tls(conf), http_bounds(conf), conf.nimbus_max_request_bytes
     )
