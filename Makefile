@@ -34,6 +34,12 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
+# docs/configuration.md's tables of keys, written from the configuration's sections
+# (src/stratus/config); tests/test_config_reference.py fails when they differ.
+.PHONY: docs
+docs: install
+	$(BIN)/python -m stratus.config.reference docs/configuration.md
+
 # Two pytest workers (TEST_WORKERS=0 for one process): the Spark tests all go to one of them
 # (tests/conftest.py), so no two Spark JVMs compete for a 2-core machine.
 TEST_WORKERS ?= 2

@@ -93,8 +93,7 @@ from stratus.api.records import ClusterSummary, LeaderInfo
 from stratus.client import NimbusClient
 from stratus.codedist.package_build import package_bytes
 from stratus.errors import StratusError
-from stratus.nimbus.cluster_view import NIMBUS_GROUP
-from stratus.zk.paths import GroupPaths
+from stratus.zk.paths import NIMBUS_GROUP, GroupPaths
 from stratus.zk.ports import LOOPBACK, pick_free_port
 from stratus.zk.server import ZooKeeperServer
 

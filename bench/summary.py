@@ -83,9 +83,8 @@ from stratus.api.records import (
 from stratus.codedist.package_build import package_bytes
 from stratus.coordination.records import SlotRecord
 from stratus.local.processes import NimbusProcess, ProcessStartError
-from stratus.nimbus.cluster_view import NIMBUS_GROUP
 from stratus.zk.errors import ZooKeeperServerError
-from stratus.zk.paths import ClusterPaths, GroupPaths, join
+from stratus.zk.paths import NIMBUS_GROUP, ClusterPaths, GroupPaths, join
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import ZooKeeperServer
 

@@ -79,8 +79,7 @@ from stratus.codedist.package_build import package_bytes
 from stratus.coordination.records import SlotRecord
 from stratus.ha.protocol import HAServiceClient, HAState
 from stratus.local.processes import NimbusProcess, ZkfcProcess
-from stratus.nimbus.cluster_view import NIMBUS_GROUP
-from stratus.zk.paths import GroupPaths
+from stratus.zk.paths import NIMBUS_GROUP, GroupPaths
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import ZooKeeperServer
 

@@ -37,7 +37,7 @@ from typing import Protocol, Self
 from stratus.chaos.faults import ClusterShape, Target
 from stratus.local.cluster import pacemaker_options, zkfc_options
 from stratus.local.processes import NimbusProcess, PacemakerProcess, ZkfcProcess, stop_all
-from stratus.zk.auth import Credentials, ServerAuth
+from stratus.zk.auth import ServerAuth, ZkCredentials
 from stratus.zk.server import ZooKeeperServer
 from tests.hosts_cluster import NIMBUS_PORT, SESSION_SECS, HostsCluster, options
 from tests.netns_hosts import NetnsHosts
@@ -115,7 +115,7 @@ class ChaosCluster:
             "client.auth.token.file": str(secret_file(workdir / "peer.token", PEER)),
         }
         admin = {"client.auth.token.file": str(secret_file(workdir / "admin.token", ADMIN))}
-        zookeeper_user = Credentials("stratus", secrets.token_hex(16))
+        zookeeper_user = ZkCredentials("stratus", secrets.token_hex(16))
         zookeeper_auth = {  # the quorum admits this SASL user alone
             "zookeeper.auth.scheme": "sasl",
             "zookeeper.auth.sasl.mechanism": "DIGEST-MD5",
@@ -150,7 +150,7 @@ class ChaosCluster:
             zookeeper_auth=ServerAuth(
                 required=True,
                 users=(zookeeper_user,),
-                superuser=Credentials("super", secrets.token_hex(16)),
+                superuser=ZkCredentials("super", secrets.token_hex(16)),
             ),
             worker_users=walls.users if walls else {},
             python=walls.python if walls else None,

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from stratus.chaos.faults import CLIENT_ACTIONS, Action, Fault, Target
 from stratus.client import NimbusClient
 from stratus.errors import StratusError
-from stratus.history import PROCESS_KILLED, SUBMIT_ACKNOWLEDGED, HistoryRecorder
+from stratus.trail import PROCESS_KILLED, SUBMIT_ACKNOWLEDGED, TrailRecorder
 from tests.chaos_cluster import HOSTS, ChaosCluster
 from tests.spark_packages import batch_package
 
@@ -53,7 +53,7 @@ class Injector:
         self,
         cluster: ChaosCluster,
         client: NimbusClient,
-        driver: HistoryRecorder,
+        driver: TrailRecorder,
         workload: Workload,
         say: Callable[[str], None] = print,
     ) -> None:

@@ -42,7 +42,7 @@ from stratus.codedist.package_build import build_package
 from stratus.local.demo import EXAMPLES
 from stratus.local.examples_io import FLUSH_KEY, Feeder, read_rows, window_count_total
 from stratus.supervisor.worker_access import process_uids
-from stratus.zk.auth import Credentials, ServerAuth
+from stratus.zk.auth import ServerAuth, ZkCredentials
 from stratus.zk.server import ZooKeeperServer
 from stratus.zk.tls import ServerTls
 from tests.hosts_cluster import HostsCluster, start_quorum, zookeeper_quorum
@@ -78,7 +78,7 @@ FOUR_LETTER = (
     "    s.sendall(b'srvr'); s.shutdown(socket.SHUT_WR)\n"
     "    print(b''.join(iter(lambda: s.recv(65536), b'')).decode())\n"
 )
-STRATUS = Credentials("stratus", "zk-digest-password-across-hosts")
+STRATUS = ZkCredentials("stratus", "zk-digest-password-across-hosts")
 ROOT = "/stratus"  # zookeeper.root's default
 RECORD_KEY = "spark.stratus.test.batches"
 GATEWAY_KEY = "spark.stratus.test.gateway"
@@ -253,7 +253,7 @@ def assert_znodes_are_stratus_alone(zk_connect: str, tls: dict[str, Any]) -> Non
     ):
         anonymous.create(f"{ROOT}/intruder", b"x")
     with (
-        digest_client(zk_connect, Credentials("intruder", "x"), **tls) as other,
+        digest_client(zk_connect, ZkCredentials("intruder", "x"), **tls) as other,
         pytest.raises(SessionClosedRequireSaslError),
     ):
         other.get_children("/")

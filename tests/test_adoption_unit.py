@@ -20,7 +20,7 @@ from stratus.supervisor.adoption import (
 from stratus.supervisor.assignment_reader import AssignmentsRead
 from stratus.supervisor.control_loop import LEAVE, Adopted, ControlLoop, HeartbeatWritten
 from stratus.supervisor.errors import AdoptionRefusedError
-from stratus.supervisor.fence import Lease
+from stratus.supervisor.heartbeat_lease import HeartbeatLease
 from stratus.supervisor.managed_worker import Phase
 from stratus.supervisor.settings import LoopSettings
 from stratus.supervisor.worker_monitor import PROCESS_FILE
@@ -100,7 +100,7 @@ def control_loop(tmp_path: Path, clock: FakeClock, launcher: FakeLauncher, **ado
         2,
         launcher=launcher,
         paths_of=lambda name: WorkerPaths.of(tmp_path, name),
-        lease=Lease(timeout_secs=6.0),
+        lease=HeartbeatLease(timeout_secs=6.0),
         settings=LoopSettings(heartbeat_secs=1.0, restart=RESTART_SETTINGS, timeouts=TIMEOUTS),
         request_read=lambda: None,
         offer=lambda _round: None,

@@ -48,8 +48,8 @@ from stratus.chaos.oracle import (
 )
 from stratus.client import NimbusClient
 from stratus.errors import StratusError
-from stratus.history import SUBMIT_ACKNOWLEDGED, Actor, HistoryRecorder
 from stratus.local.examples_io import Feeder, read_rows, window_count_total
+from stratus.trail import SUBMIT_ACKNOWLEDGED, Actor, TrailRecorder
 from tests.chaos_cluster import HOSTS, ChaosCluster
 from tests.chaos_injector import Injector, Workload
 from tests.netns_hosts import NetnsHosts, unavailable
@@ -123,7 +123,7 @@ def test_a_seeded_run_of_faults_leaves_a_history_without_violations(
     with ChaosCluster(hosts, base, ha_mode=ha_mode, walls=walls) as cluster:
         shape = replace(cluster.shape, max_quorum_loss_secs=MAX_QUORUM_LOSS_SECS)
         plan = plan_faults(seed, count, shape)
-        driver = HistoryRecorder.open(cluster.history_file("driver"), Actor("client", "chaos"))
+        driver = TrailRecorder.open(cluster.history_file("driver"), Actor("client", "chaos"))
         client = cluster.nodes.client()
         workload = start_workload(cluster, client, driver)
         feeder = Feeder(cluster.shared / "input")
@@ -154,9 +154,7 @@ def test_a_seeded_run_of_faults_leaves_a_history_without_violations(
     assert drained, f"only {window_count_total(output)} of {fed} events counted"
 
 
-def start_workload(
-    cluster: ChaosCluster, client: NimbusClient, driver: HistoryRecorder
-) -> Workload:
+def start_workload(cluster: ChaosCluster, client: NimbusClient, driver: TrailRecorder) -> Workload:
     """Submit the streaming example on the shared directory; the clients' workload."""
     package = example_package("streaming")
     conf = {
@@ -277,7 +275,7 @@ def test_the_oracle_flags_a_run_on_a_build_with_fencing_turned_off(
     monkeypatch.setenv("PYTHONPATH", str(FENCING_OFF))
     base, walls = walled
     with ChaosCluster(hosts, base, walls=walls) as cluster:
-        driver = HistoryRecorder.open(cluster.history_file("driver"), Actor("client", "chaos"))
+        driver = TrailRecorder.open(cluster.history_file("driver"), Actor("client", "chaos"))
         client = cluster.nodes.client()
         start_workload(cluster, client, driver)
         feeder = Feeder(cluster.shared / "input")

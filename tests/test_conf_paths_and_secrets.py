@@ -28,13 +28,12 @@ from stratus.api.redaction import (
     redact_text,
     restore_redacted,
 )
+from stratus.checkpoints import checkpoint_location, remove_checkpoints
 from stratus.config import config_from_mapping
-from stratus.errors import ConfigError
+from stratus.errors import CheckpointLocationError, ConfigError
 from stratus.files import write_atomically
 from stratus.supervisor.worker_env import worker_environment
 from stratus.supervisor.worker_process import WorkerPaths
-from stratus.worker.checkpoints import checkpoint_location, remove_checkpoints
-from stratus.worker.errors import CheckpointLocationError
 from tests.supervisor_fakes import assignment
 
 BAD_SUBPATHS = {

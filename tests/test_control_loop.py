@@ -16,7 +16,7 @@ from stratus.supervisor.control_loop import (
     FenceVerdict,
     HeartbeatWritten,
 )
-from stratus.supervisor.fence import Lease
+from stratus.supervisor.heartbeat_lease import HeartbeatLease
 from stratus.supervisor.heartbeat_publisher import HeartbeatRound
 from stratus.supervisor.managed_worker import Phase
 from stratus.supervisor.reconcile import Held
@@ -44,7 +44,7 @@ def control_loop(
         2,
         launcher=launcher,
         paths_of=lambda name: WorkerPaths.of(tmp_path, name),
-        lease=Lease(timeout_secs=6.0),
+        lease=HeartbeatLease(timeout_secs=6.0),
         settings=LoopSettings(heartbeat_secs=1.0, restart=RESTART_SETTINGS, timeouts=TIMEOUTS),
         request_read=lambda: reads.append("read"),
         offer=rounds.append,

@@ -23,7 +23,6 @@ from stratus.client_settings import client_auth
 from stratus.config import StratusConfig, config_from_mapping, load_config
 from stratus.errors import StratusError
 from stratus.ha.settings import ZkfcSettings
-from stratus.nimbus.cluster_view import NIMBUS_GROUP
 from stratus.pacemaker.auth import AuthMethod, load_secrets
 from stratus.pacemaker.server import check_server_settings
 from stratus.security.access import AccessPolicy
@@ -36,6 +35,7 @@ from stratus.settings import (
 from stratus.supervisor.endpoint import check_reachable
 from stratus.supervisor.errors import UnreachableEndpointError
 from stratus.supervisor.settings import SupervisorSettings
+from stratus.zk.paths import NIMBUS_GROUP
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 UNITS = sorted(DEPLOY.glob("*.service"))

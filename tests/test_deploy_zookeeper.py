@@ -18,7 +18,7 @@ import pytest
 from kazoo.exceptions import NoAuthError, SessionClosedRequireSaslError
 from kazoo.security import OPEN_ACL_UNSAFE, Permissions
 
-from stratus.zk.auth import Credentials
+from stratus.zk.auth import ZkCredentials
 from stratus.zk.fourletter import four_letter_word
 from stratus.zk.java import find_java, zookeeper_classpath
 from stratus.zk.ports import LOOPBACK, pick_free_port
@@ -27,8 +27,8 @@ from tests.zk_acl import acl_of, digest_client, sasl_client
 from tests.zkfixtures import wait_until
 
 DOCS = DEPLOY.parent / "docs" / "deploy.md"
-STRATUS = Credentials("stratus", "stratus-password-0123")
-SUPER = Credentials("super", "super-password-4567")
+STRATUS = ZkCredentials("stratus", "stratus-password-0123")
+SUPER = ZkCredentials("super", "super-password-4567")
 MEMBER_ONLY = ("server.", "standaloneEnabled", "dataDir", "clientPort", "initLimit", "syncLimit")
 START_SECS = 30.0
 
@@ -95,7 +95,7 @@ def test_the_shipped_zookeeper_admits_sasl_alone_and_the_documented_lock_holds(
 ) -> None:
     hosts = shipped_member
     with (
-        digest_client(hosts, Credentials("intruder", "made-up")) as intruder,
+        digest_client(hosts, ZkCredentials("intruder", "made-up")) as intruder,
         pytest.raises(SessionClosedRequireSaslError),
     ):
         intruder.get_children("/")

@@ -1,5 +1,5 @@
 """Cordon and drain on a real cluster: ``stratus nimbus`` processes on a real ZooKeeper,
-supervisors with stand-in workers (``test_history_cluster``'s recording worker: its start,
+supervisors with stand-in workers (``test_trail_cluster``'s recording worker: its start,
 batches and stop go to the history file, each line naming its process), a leader killed
 with SIGKILL, and a supervisor stopped with SIGTERM.
 
@@ -37,8 +37,8 @@ from stratus.zk.paths import ClusterPaths
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import NimbusCluster, nimbus_cluster
 from tests.package_factory import valid_package
-from tests.test_history_cluster import RECORDING_WORKER, named
 from tests.test_supervisor import Cluster
+from tests.test_trail_cluster import RECORDING_WORKER, named
 from tests.test_warm_workers import WARM_STAND_IN, wait_for_warm
 from tests.zkfixtures import kazoo_client, wait_until
 

@@ -23,7 +23,7 @@ import pytest
 from kazoo.exceptions import SessionClosedRequireSaslError
 
 from stratus.security.tls import TlsSettings
-from stratus.zk.auth import Credentials
+from stratus.zk.auth import ZkCredentials
 from tests.zk_acl import digest_client
 from tests.zkfixtures import kazoo_client, wait_until
 
@@ -82,7 +82,7 @@ def test_stratus_local_secure_refuses_anonymous_calls_and_serves_the_printed_tok
         assert listed.returncode == 0, listed.stderr
         assert "leader: 127.0.0.1:" in listed.stdout
 
-        made_up = Credentials("intruder", "made-up")  # ZooKeeper's digest takes any pair
+        made_up = ZkCredentials("intruder", "made-up")  # ZooKeeper's digest takes any pair
         for stranger in (
             kazoo_client(zookeeper_line.group(1)),
             digest_client(zookeeper_line.group(1), made_up),

@@ -26,12 +26,11 @@ from stratus.ha.protocol import (
     ServiceUnhealthyError,
     TransitionFailedError,
 )
-from stratus.nimbus.cluster_view import NIMBUS_GROUP
 from stratus.nimbus.daemon import Nimbus
 from stratus.nimbus.health import FAILED_ROUNDS_UNHEALTHY, HealthFacts, verdict
 from stratus.nimbus.settings import NimbusSettings
 from stratus.security.client_auth import NO_AUTH, ClientAuth
-from stratus.zk.paths import ClusterPaths
+from stratus.zk.paths import NIMBUS_GROUP, ClusterPaths
 from tests.nimbus_cluster import SESSION_SECS
 from tests.secure_cluster import ADMIN, READ, SUBMIT, token_file
 from tests.tcp_proxy import TcpProxy

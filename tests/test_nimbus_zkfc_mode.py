@@ -32,8 +32,8 @@ from stratus.ha.protocol import (
     TransitionFailedError,
 )
 from stratus.local.processes import NimbusProcess
-from stratus.nimbus.cluster_view import NIMBUS_GROUP
 from stratus.security.client_auth import ClientAuth
+from stratus.zk.paths import NIMBUS_GROUP
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import SESSION_SECS, NimbusCluster, nimbus_cluster
 from tests.package_factory import valid_package

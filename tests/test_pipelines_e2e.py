@@ -19,8 +19,8 @@ import pytest
 
 from stratus.api.errors import UnknownPipelineError
 from stratus.api.records import PipelineStatus
+from stratus.checkpoints import checkpoint_location
 from stratus.config import config_from_mapping
-from stratus.worker.checkpoints import checkpoint_location
 from tests.pipeline_cluster import SPARK_START_SECS, PipelineCluster, pipeline_cluster
 from tests.spark_packages import (
     bad_entrypoint_package,

@@ -377,9 +377,7 @@ def port_taken(port: int) -> Iterator[None]:
         yield
 
 
-def test_sdp_runs_of_one_host_run_at_once_each_on_a_connect_port_of_its_own(
-    tmp_path, start_worker
-):
+def test_sdp_runs_of_one_host_run_at_once_each_on_a_connect_port_of_its_own(tmp_path, start_worker):
     """Two pipelines' sdp runs at once, with pyspark's fixed Connect port taken: each run's
     server binds a free port of its own, and both finish with their tables."""
     code = unpack(example_package("sdp"), tmp_path / "code")

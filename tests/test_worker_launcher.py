@@ -44,8 +44,8 @@ from stratus.supervisor.worker_access import (
 )
 from stratus.supervisor.worker_launcher import REFUSED_EXIT, main
 from stratus.zk.paths import ClusterPaths
-from tests.test_history_cluster import RECORDING_WORKER
 from tests.test_supervisor import SUPERVISOR_WITH_STAND_IN, Cluster, running
+from tests.test_trail_cluster import RECORDING_WORKER
 from tests.worker_users import needs_root, os_users, traversable_dir, worker_python
 from tests.zkfixtures import kazoo_client, wait_until
 

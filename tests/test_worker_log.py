@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from stratus.api.redaction import MAX_LINE_BYTES, LineRedactor
-from stratus.supervisor.worker_log import LogPump, LogSettings, RunLog, read_run
+from stratus.supervisor.worker_log import LogPump, RunLog, WorkerLogSettings, read_run
 
 
 def names(directory: Path) -> list[str]:
@@ -17,7 +17,7 @@ def names(directory: Path) -> list[str]:
 
 
 def test_a_log_rotates_at_its_size_and_keeps_only_its_backups(tmp_path) -> None:
-    log = RunLog(tmp_path / "worker.log", LogSettings(max_bytes=1000, backups=2))
+    log = RunLog(tmp_path / "worker.log", WorkerLogSettings(max_bytes=1000, backups=2))
     log.start_run()
     lines = [f"line {n:04d} {'x' * 40}\n".encode() for n in range(200)]  # 10,000 bytes
     for line in lines:
@@ -33,7 +33,7 @@ def test_a_log_rotates_at_its_size_and_keeps_only_its_backups(tmp_path) -> None:
 
 
 def test_no_backups_keeps_only_the_current_file(tmp_path) -> None:
-    log = RunLog(tmp_path / "worker.log", LogSettings(max_bytes=100, backups=0))
+    log = RunLog(tmp_path / "worker.log", WorkerLogSettings(max_bytes=100, backups=0))
     log.start_run()
     log.write(b"a" * 250)
     log.close()
@@ -42,7 +42,7 @@ def test_no_backups_keeps_only_the_current_file(tmp_path) -> None:
 
 
 def test_a_new_run_makes_the_last_runs_files_the_previous_ones(tmp_path) -> None:
-    log = RunLog(tmp_path / "worker.log", LogSettings(max_bytes=10, backups=1))
+    log = RunLog(tmp_path / "worker.log", WorkerLogSettings(max_bytes=10, backups=1))
     log.start_run()
     log.write(b"first run 1234567\n")  # two files
     log.start_run()
@@ -56,7 +56,7 @@ def test_a_new_run_makes_the_last_runs_files_the_previous_ones(tmp_path) -> None
 
 
 def test_a_pump_copies_a_pipe_into_the_log_until_eof(tmp_path) -> None:
-    log = RunLog(tmp_path / "worker.log", LogSettings(max_bytes=64, backups=5))
+    log = RunLog(tmp_path / "worker.log", WorkerLogSettings(max_bytes=64, backups=5))
     log.start_run()
     read_end, write_end = os.pipe()
     pump = LogPump(read_end, log)
@@ -70,7 +70,7 @@ def test_a_pump_copies_a_pipe_into_the_log_until_eof(tmp_path) -> None:
 
 
 def test_reading_a_run_follows_its_current_file_across_a_rotation(tmp_path) -> None:
-    log = RunLog(tmp_path / "worker.log", LogSettings(max_bytes=8, backups=3))
+    log = RunLog(tmp_path / "worker.log", WorkerLogSettings(max_bytes=8, backups=3))
     log.start_run()
     log.write(b"0123456789")  # worker.log.1 holds 8 bytes, worker.log 2
     chunks = read_run(log.files(previous=False), follow=True, newest=log.path)

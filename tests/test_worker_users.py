@@ -225,7 +225,7 @@ def purge_as_the_daemons_group(python: str, checkpoints: Path, as_user: str) -> 
     root (or a nimbus of the host) is."""
     checkpoints.chmod(0o775)  # the operator's root: the daemons' group may write it
     user = pwd.getpwnam(as_user)
-    code = "import sys; from stratus.worker.checkpoints import remove_checkpoints as r; "
+    code = "import sys; from stratus.checkpoints import remove_checkpoints as r; "
     code += "sys.exit(0 if r(sys.argv[1], 'victim') else 1)"
     subprocess.run(
         [python, "-c", code, str(checkpoints)],

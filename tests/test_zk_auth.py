@@ -24,9 +24,9 @@ from stratus.local.processes import SupervisorProcess
 from stratus.settings import zk_server_auth, zk_settings
 from stratus.zk.auth import (
     AuthScheme,
-    Credentials,
     ServerAuth,
     ZkAuth,
+    ZkCredentials,
     ZnodeQuota,
     read_credentials,
 )
@@ -49,7 +49,7 @@ from tests.zk_acl import (
 )
 from tests.zkfixtures import kazoo_client, wait_until
 
-STRATUS = Credentials("stratus", "s3cret-stratus")
+STRATUS = ZkCredentials("stratus", "s3cret-stratus")
 DIGEST = ZkAuth(AuthScheme.DIGEST, STRATUS)
 OURS = digest_identity(STRATUS)
 SESSION_SECS = 2.0
@@ -64,7 +64,7 @@ def session(hosts: str, auth: ZkAuth = DIGEST, root: str = "/stratus") -> ZkSess
 
 def test_credentials_come_from_a_file_only_its_owner_may_read(tmp_path: Path) -> None:
     good = secret_file(tmp_path / "good", "stratus:pa:ss")
-    assert read_credentials(good) == Credentials("stratus", "pa:ss")
+    assert read_credentials(good) == ZkCredentials("stratus", "pa:ss")
     assert "pa:ss" not in repr(read_credentials(good))
     readable = secret_file(tmp_path / "readable", "stratus:secret", mode=0o640)
     with pytest.raises(ZooKeeperAuthError, match=r"group or others \(mode 0640\).*chmod 600"):
@@ -119,7 +119,7 @@ def test_stratus_own_identity_can_and_a_wrong_password_cannot(zk_hosts: str) -> 
         again.client.set("/stratus/pipelines/p", b"updated")
         again.client.create("/stratus/pipelines/q", b"new")
         again.client.delete("/stratus/pipelines/q")
-    with digest_client(zk_hosts, Credentials("stratus", "wrong")) as wrong:
+    with digest_client(zk_hosts, ZkCredentials("stratus", "wrong")) as wrong:
         with pytest.raises(NoAuthError):
             wrong.get("/stratus/pipelines/p")
         with pytest.raises(NoAuthError):
@@ -128,7 +128,7 @@ def test_stratus_own_identity_can_and_a_wrong_password_cannot(zk_hosts: str) -> 
             wrong.create("/stratus/pipelines/x", b"x")
         with pytest.raises(NoAuthError):
             wrong.delete("/stratus/pipelines/p")
-    wrong_session = session(zk_hosts, ZkAuth(AuthScheme.DIGEST, Credentials("stratus", "no")))
+    wrong_session = session(zk_hosts, ZkAuth(AuthScheme.DIGEST, ZkCredentials("stratus", "no")))
     with pytest.raises(ZooKeeperAuthError, match=r"denies stratus's identity \(digest:stratus\)"):
         wrong_session.start()
 
@@ -213,7 +213,7 @@ def test_nimbuses_and_a_supervisor_work_with_digest_auth_and_own_every_znode(
 # -- a server that requires authentication ---------------------------------------------------
 
 SASL = ZkAuth(AuthScheme.SASL, STRATUS, sasl_mechanism="DIGEST-MD5")
-SUPER = Credentials("super", "root-password")
+SUPER = ZkCredentials("super", "root-password")
 QUOTA = ZnodeQuota(znodes=1000, data_bytes=8 * 1024 * 1024)  # small, so that the fill ends soon
 
 
@@ -254,14 +254,14 @@ def test_a_server_that_requires_auth_admits_only_the_sasl_users_it_checks(
             assert acl_of(owner.client, path) == sasl_identity(STRATUS), path
     # ZooKeeper closes the session of a client that has not authenticated with SASL: an
     # anonymous one, one with made-up digest credentials, and stratus's own as a digest.
-    for credentials in (None, Credentials("intruder", "made-up"), STRATUS):
+    for credentials in (None, ZkCredentials("intruder", "made-up"), STRATUS):
         client = kazoo_client(hosts) if credentials is None else digest_client(hosts, credentials)
         with client as refused, pytest.raises(SessionClosedRequireSaslError):
             refused.get_children("/")
-    wrong = ZkAuth(AuthScheme.SASL, Credentials("stratus", "wrong"), sasl_mechanism="DIGEST-MD5")
+    wrong = ZkAuth(AuthScheme.SASL, ZkCredentials("stratus", "wrong"), sasl_mechanism="DIGEST-MD5")
     with pytest.raises(ZooKeeperAuthError, match="refused stratus's credentials"):
         session(hosts, wrong).start()
-    made_up = ZkAuth(AuthScheme.SASL, Credentials("intruder", "x"), sasl_mechanism="DIGEST-MD5")
+    made_up = ZkAuth(AuthScheme.SASL, ZkCredentials("intruder", "x"), sasl_mechanism="DIGEST-MD5")
     with pytest.raises(ZooKeeperAuthError, match="refused stratus's credentials"):
         session(hosts, made_up).start()
     with sasl_client(hosts, SUPER) as operator:  # the superuser reads whatever the ACL says
@@ -322,7 +322,7 @@ def test_require_auth_without_users_the_server_can_check_is_refused() -> None:
     with pytest.raises(ZooKeeperAuthError, match=r"zookeeper\.auth\.file"):
         ServerAuth(required=True)
     with pytest.raises(ZooKeeperAuthError, match="double quote"):
-        ServerAuth(required=True, users=(Credentials("stratus", 'a"b'),))
+        ServerAuth(required=True, users=(ZkCredentials("stratus", 'a"b'),))
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
@@ -340,7 +340,7 @@ def test_stratus_zookeeper_require_auth_flag_admits_stratus_sasl_user_alone(
         with kazoo_client(hosts) as anonymous, pytest.raises(SessionClosedRequireSaslError):
             anonymous.get_children("/")
         with (
-            digest_client(hosts, Credentials("intruder", "made-up")) as intruder,
+            digest_client(hosts, ZkCredentials("intruder", "made-up")) as intruder,
             pytest.raises(SessionClosedRequireSaslError),
         ):
             intruder.get_children("/")
@@ -402,14 +402,14 @@ def test_an_operators_own_jaas_file_admits_its_sasl_users_alone(tmp_path: Path) 
         owner.client.create("/stratus/pipelines/p", b"record", makepath=True)
         for path in every_znode(owner.client, "/stratus"):
             assert acl_of(owner.client, path) == sasl_identity(STRATUS), path
-        intruder = Credentials("intruder", "x")
+        intruder = ZkCredentials("intruder", "x")
         with (
             digest_client(server.connect_string, intruder) as other,
             pytest.raises(SessionClosedRequireSaslError),
         ):
             other.get_children("/")
         wrong = ZkAuth(
-            AuthScheme.SASL, Credentials("stratus", "wrong"), sasl_mechanism="DIGEST-MD5"
+            AuthScheme.SASL, ZkCredentials("stratus", "wrong"), sasl_mechanism="DIGEST-MD5"
         )
         with pytest.raises(ZooKeeperAuthError, match="refused stratus's credentials"):
             session(server.connect_string, wrong).start()

@@ -19,10 +19,10 @@ from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
 from stratus.zk.errors import ZooKeeperHistoryBehindError, ZooKeeperServerError
-from stratus.zk.history import history_behind_error
 from stratus.zk.server import ZooKeeperServer
 from stratus.zk.session import ZkSession, ZkSettings
 from stratus.zk.tls import ServerTls, ZkTls
+from stratus.zk.zxid_check import history_behind_error
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 

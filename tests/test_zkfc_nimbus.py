@@ -27,8 +27,7 @@ from stratus.client import NimbusClient
 from stratus.coordination.records import SlotRecord
 from stratus.ha.protocol import HAServiceClient, HAState
 from stratus.local.processes import NimbusProcess, ZkfcProcess
-from stratus.nimbus.cluster_view import NIMBUS_GROUP
-from stratus.zk.paths import ClusterPaths, GroupPaths
+from stratus.zk.paths import NIMBUS_GROUP, ClusterPaths, GroupPaths
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import SESSION_SECS, NimbusCluster, nimbus_cluster
 from tests.package_factory import valid_package

@@ -2,9 +2,9 @@
 authenticates with digest, and the walk that reads the ACL of every znode under a root::
 
     secret = secret_file(tmp_path / "zk.secret", "stratus:s3cret")
-    with digest_client(hosts, Credentials("stratus", "s3cret")) as owner:
+    with digest_client(hosts, ZkCredentials("stratus", "s3cret")) as owner:
         acls = {path: acl_of(owner, path) for path in every_znode(owner, "/stratus")}
-    assert set(acls.values()) == {digest_identity(Credentials("stratus", "s3cret"))}
+    assert set(acls.values()) == {digest_identity(ZkCredentials("stratus", "s3cret"))}
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.security import make_digest_acl
 
-from stratus.zk.auth import AuthScheme, Credentials, ZkAuth
+from stratus.zk.auth import AuthScheme, ZkAuth, ZkCredentials
 from tests.zkfixtures import kazoo_client
 
 
@@ -28,19 +28,19 @@ def secret_file(path: Path, line: str, mode: int = 0o600) -> Path:
     return path
 
 
-def digest_client(hosts: str, credentials: Credentials, **options: Any) -> Any:
+def digest_client(hosts: str, credentials: ZkCredentials, **options: Any) -> Any:
     """A started kazoo client (a context manager) that authenticated with ``credentials``."""
     auth = [("digest", f"{credentials.user}:{credentials.password}")]
     return kazoo_client(hosts, auth_data=auth, **options)
 
 
-def sasl_client(hosts: str, credentials: Credentials, **options: Any) -> Any:
+def sasl_client(hosts: str, credentials: ZkCredentials, **options: Any) -> Any:
     """A started kazoo client (a context manager) that authenticated with SASL DIGEST-MD5."""
     identity = ZkAuth(AuthScheme.SASL, credentials, sasl_mechanism="DIGEST-MD5")
     return kazoo_client(hosts, **identity.client_options(), **options)
 
 
-def sasl_identity(credentials: Credentials) -> set[tuple[int, str, str]]:
+def sasl_identity(credentials: ZkCredentials) -> set[tuple[int, str, str]]:
     """The ACL that gives ``credentials``' SASL identity every permission, and nobody else."""
     return {(31, "sasl", credentials.user)}
 
@@ -57,7 +57,7 @@ def acl_of(client: KazooClient, path: str) -> set[tuple[int, str, str]]:
     return {(acl.perms, acl.id.scheme, acl.id.id) for acl in client.get_acls(path)[0]}
 
 
-def digest_identity(credentials: Credentials) -> set[tuple[int, str, str]]:
+def digest_identity(credentials: ZkCredentials) -> set[tuple[int, str, str]]:
     """The ACL that gives ``credentials``' digest identity every permission, and nobody else."""
     acl = make_digest_acl(credentials.user, credentials.password, all=True)
     return {(acl.perms, acl.id.scheme, acl.id.id)}

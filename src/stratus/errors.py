@@ -11,3 +11,8 @@ class ConfigError(StratusError):
 
 class PipelineStartError(StratusError):
     """A pipeline did not (re)start as followed: its new worker FAILED, or a step took too long."""
+
+
+class CheckpointLocationError(StratusError):
+    """A pipeline's checkpoint location would leave the operator's checkpoint root: a bad
+    ``pipeline.checkpoint.subpath``, or a directory that resolves outside the root."""

@@ -24,7 +24,6 @@ from stratus.codedist.factory import DistributorSettings
 from stratus.codedist.transfer.fetch import FetchSettings
 from stratus.config import StratusConfig
 from stratus.errors import ConfigError
-from stratus.history import HistorySettings
 from stratus.logs import LogFormat, LogSettings, configure_audit_log
 from stratus.pacemaker.auth import AuthMethod, Secret, load_secrets
 from stratus.pacemaker.client import parse_servers
@@ -40,6 +39,7 @@ from stratus.security.access import AccessPolicy
 from stratus.security.tls import TlsSettings
 from stratus.security.tokens import Credentials, load_credentials
 from stratus.state.factory import StateStoreSettings
+from stratus.trail import TrailSettings
 from stratus.web.bounds import HttpBounds
 from stratus.zk.auth import (
     AuthScheme,
@@ -317,6 +317,6 @@ def log_settings(conf: StratusConfig) -> LogSettings:
     )
 
 
-def history_settings(conf: StratusConfig) -> HistorySettings:
+def history_settings(conf: StratusConfig) -> TrailSettings:
     """``history.file``: where a daemon and its workers record their history (if anywhere)."""
-    return HistorySettings(Path(conf.history_file) if conf.history_file else None)
+    return TrailSettings(Path(conf.history_file) if conf.history_file else None)

@@ -9,12 +9,12 @@ Only the verdicts are turned off: a worker still makes its checkpoint location a
 its claim there, as the rest of its start (the location's origin, Spark) expects."""
 
 try:
-    from stratus.supervisor.fence import Lease
+    from stratus.supervisor.heartbeat_lease import HeartbeatLease
     from stratus.worker import checkpoint_owner
     from stratus.worker.lease_file import LeaseWatch
 except ImportError:  # a process that cannot import stratus has nothing to break
     pass
 else:
-    Lease.check = lambda self, now: False  # type: ignore[method-assign]
+    HeartbeatLease.check = lambda self, now: False  # type: ignore[method-assign]
     LeaseWatch.lapsed = lambda self: None  # type: ignore[method-assign]
     checkpoint_owner._highest_above = lambda tokens, own: None  # no claim is ever higher

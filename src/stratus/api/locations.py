@@ -14,7 +14,7 @@ a key of a family is refused unless the family names it)::
     policy.check({"spark.master": "spark://elsewhere:7077"})   # InvalidConfError
 
 Every check here is pure (no I/O); the clean-up that deletes under the root checks again,
-on the file system, right before it deletes (``stratus.worker.checkpoints``).
+on the file system, right before it deletes (``stratus.checkpoints``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The reliability oracle: judges a run from the history its processes recorded.
+"""The reliability oracle: judges a run from the trail its processes recorded.
 
-Pure logic over the lines of ``history.file`` (``stratus.history``), from one file or from
-one per host. Every check returns its violations, each with the history lines that prove
+Pure logic over the lines of ``history.file`` (``stratus.trail``), from one file or from
+one per host. Every check returns its violations, each with the trail's lines that prove
 it; an empty list is a pass. ``docs/reliability.md`` gives the precise definitions::
 
     events = load_events([Path("host-a.jsonl"), Path("host-b.jsonl")])
@@ -32,7 +32,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from stratus.history import (
+from stratus.local.examples_io import EVENT_EPOCH, EVENT_SPACING, FLUSH_KEY, KEYS
+from stratus.trail import (
     BATCH_COMMITTED,
     LEADER_LOST,
     LEADER_WON,
@@ -42,7 +43,6 @@ from stratus.history import (
     WORKER_STARTED,
     WORKER_STOPPED,
 )
-from stratus.local.examples_io import EVENT_EPOCH, EVENT_SPACING, FLUSH_KEY, KEYS
 
 STREAMING_WINDOW_SECS = 10  # the streaming example's event-time windows
 
@@ -64,7 +64,7 @@ class Instant:
 
 @dataclass(frozen=True)
 class Event:
-    """One line of a history, and where it was read (``file:line``)."""
+    """One line of a trail, and where it was read (``file:line``)."""
 
     fields: Mapping[str, Any]
     source: str = ""
@@ -93,7 +93,7 @@ class Event:
 
 
 def load_events(paths: Sequence[Path]) -> list[Event]:
-    """Every event of the history files; a torn line (a machine's crash) is skipped."""
+    """Every event of the trail's files; a torn line (a machine's crash) is skipped."""
     events: list[Event] = []
     for path in paths:
         with path.open("rb") as lines:
@@ -108,7 +108,7 @@ def load_events(paths: Sequence[Path]) -> list[Event]:
 
 
 def events_of(records: Iterable[Mapping[str, Any]], source: str = "history") -> list[Event]:
-    """Events from records already parsed (a test's synthetic history)."""
+    """Events from records already parsed (a test's synthetic trail)."""
     return [Event(record, f"{source}:{n}") for n, record in enumerate(records, 1)]
 
 
@@ -156,7 +156,7 @@ class WorkerRun:
 
 
 def worker_runs(events: Iterable[Event]) -> list[WorkerRun]:
-    """Every worker run of the history, each with its batches."""
+    """Every worker run of the trail, each with its batches."""
     by_process: dict[tuple[str, int], list[Event]] = defaultdict(list)
     for event in events:
         by_process[event.process].append(event)

@@ -48,11 +48,10 @@ from stratus.local.processes import (
 )
 from stratus.local.secure import LocalSecurity
 from stratus.local.user_settings import UserSettings
-from stratus.nimbus.cluster_view import NIMBUS_GROUP
 from stratus.security.client_auth import NO_AUTH, ClientAuth
 from stratus.zk.auth import ZkAuth
 from stratus.zk.ensemble import ZooKeeperEnsemble
-from stratus.zk.paths import GroupPaths
+from stratus.zk.paths import NIMBUS_GROUP, GroupPaths
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import ZooKeeperServer
 from stratus.zk.session import ZkSession, ZkSettings
@@ -69,7 +68,7 @@ HA_MODES = ("supervised", "self", "zkfc")  # nimbus.ha.mode; the first is the de
 
 
 @dataclass(frozen=True)
-class LeaderTerm:
+class NimbusLeader:
     """The leader record of the nimbus group: who leads, in which epoch, since when
     (ZooKeeper's creation time of the record, wall clock, in seconds)."""
 
@@ -312,7 +311,7 @@ class LocalCluster:
     def supervisor(self, sid: str) -> SupervisorProcess:
         return next(supervisor for supervisor in self.supervisors if supervisor.id == sid)
 
-    def leader_term(self) -> LeaderTerm | None:
+    def leader_term(self) -> NimbusLeader | None:
         """The nimbus group's leader record as ZooKeeper holds it; None while nobody leads."""
         auth = self.security.zookeeper_auth() if self.security else ZkAuth()
         with ZkSession(ZkSettings(self.zookeeper.connect_string, auth=auth)) as session:
@@ -321,7 +320,7 @@ class LocalCluster:
             except NoNodeError:
                 return None
         record = SlotRecord.decode(data)
-        return LeaderTerm(record.member_id, record.epoch, stat.ctime / 1000.0)
+        return NimbusLeader(record.member_id, record.epoch, stat.ctime / 1000.0)
 
     def close(self) -> None:
         """Supervisors first (they stop their workers), then zkfcs (they would fence the

@@ -54,7 +54,7 @@ from stratus.api.records import (
 )
 from stratus.api.series import PipelineSeries
 from stratus.nimbus.authorization import (
-    RequireRole,
+    RequireNimbusRole,
     audited_call,
     documented_refusals,
     documented_security,
@@ -156,7 +156,7 @@ def create_app(
         upload_path=UPLOAD_PATHS,
     )
     app.add_middleware(EpochHeader, service=service)
-    app.add_middleware(RequireRole, policy=policy)  # before the guard: 401, not 421 or 413
+    app.add_middleware(RequireNimbusRole, policy=policy)  # before the guard: 401, not 421 or 413
     app.add_middleware(UiFront, service=service, policy=policy)  # the page: before any role
     app.add_middleware(AuditTrail, daemon="nimbus", rule=audited_call)  # refusals included
     app.add_middleware(RequestMetrics, metrics=metrics)

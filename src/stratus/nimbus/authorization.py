@@ -1,4 +1,4 @@
-"""Which role each route of a nimbus needs; ``RequireRole`` (``stratus.security``) checks it
+"""Which role each route of a nimbus needs; ``RequireNimbusRole`` checks it
 outside every other check.
 
 Every route needs a role (``required_role``): reads (``GET``/``HEAD``: the cluster, the
@@ -66,7 +66,7 @@ def audited_call(method: str, path: str) -> tuple[str, str | None] | None:
     return changes_only(method, path)
 
 
-class RequireRole(authorization.RequireRole):
+class RequireNimbusRole(authorization.RequireRole):
     """ASGI middleware: refuse a request whose caller's role does not allow it
     (``required_role``; the caller from ``stratus.web.authorization``)."""
 
@@ -75,7 +75,7 @@ class RequireRole(authorization.RequireRole):
 
 
 _BEARER = HTTPBearer(
-    auto_error=False,  # RequireRole decides; this only declares the scheme in the document
+    auto_error=False,  # RequireNimbusRole decides; this only declares the scheme in the document
     description="a token of the nimbus's token file (nimbus.auth.tokens.file)",
 )
 AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {

@@ -29,12 +29,10 @@ from stratus.api.records import (
     SupervisorSummary,
 )
 from stratus.coordination.records import Leader, LeaderChange
-from stratus.zk.paths import ClusterPaths
+from stratus.zk.paths import NIMBUS_GROUP, ClusterPaths
 from stratus.zk.watched import WatchedChildren
 
 log = logging.getLogger(__name__)
-
-NIMBUS_GROUP = "nimbus"  # the election group of the nimbuses
 
 
 class ClusterView:

@@ -49,11 +49,10 @@ from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import LeaderChange, RevokeReason
 from stratus.errors import StratusError
 from stratus.files import write_atomically
-from stratus.history import Actor, HistoryRecorder
 from stratus.nimbus.api import create_app
 from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.batch_metrics import BatchMetrics
-from stratus.nimbus.cluster_view import NIMBUS_GROUP, ClusterView
+from stratus.nimbus.cluster_view import ClusterView
 from stratus.nimbus.cordons import CordonTable, DrainMemory
 from stratus.nimbus.duties.checkpoint_retention import ExpireKeptCheckpoints
 from stratus.nimbus.duties.killed import RemoveKilled
@@ -67,8 +66,8 @@ from stratus.nimbus.exposure import InsecureReminder, check_exposure
 from stratus.nimbus.granted_lock import GrantedLock
 from stratus.nimbus.ha_service import NimbusHAService
 from stratus.nimbus.health import HealthWatch
-from stratus.nimbus.leader_history import LeaderHistory
 from stratus.nimbus.leader_terms import LeaderTermLog
+from stratus.nimbus.leader_trail import LeaderTrail
 from stratus.nimbus.leadership_controller import LeadershipController
 from stratus.nimbus.listening import NimbusStartError, listen_socket, package_port_error
 from stratus.nimbus.log_relay import LogRelay
@@ -86,10 +85,11 @@ from stratus.nimbus.submission import Submitter
 from stratus.nimbus.supervisor_fencing import SupervisorFencing
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
+from stratus.trail import Actor, TrailRecorder
 from stratus.web.bounds import bounded_app
 from stratus.web.threaded_server import ThreadedServer
 from stratus.zk.ephemeral import EphemeralNode
-from stratus.zk.paths import ClusterPaths
+from stratus.zk.paths import NIMBUS_GROUP, ClusterPaths
 from stratus.zk.session import ZkSession
 
 log = logging.getLogger(__name__)
@@ -132,8 +132,8 @@ class Nimbus:
         self.address = f"{api.host}:{self.port}"
         self.paths = ClusterPaths(settings.zk.root)
         self.session = ZkSession(settings.zk)
-        self.history = LeaderHistory(
-            HistoryRecorder.from_settings(settings.history, Actor("nimbus", self.address))
+        self.history = LeaderTrail(
+            TrailRecorder.from_settings(settings.history, Actor("nimbus", self.address))
         )
         self.coordinator = Coordinator(
             self.session,

@@ -16,7 +16,7 @@ from stratus.coordination.coordinator import Coordinator
 from stratus.coordination.leader_elector import LeaderElector
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import RevokeReason
-from stratus.nimbus.cluster_view import NIMBUS_GROUP
+from stratus.zk.paths import NIMBUS_GROUP
 
 
 def build_elector(

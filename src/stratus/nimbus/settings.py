@@ -29,8 +29,13 @@ from stratus.codedist.package_check import PackageLimits
 from stratus.codedist.transfer.bounded_server import ConnectionBounds
 from stratus.config import StratusConfig
 from stratus.ha.errors import FencingConfigError
-from stratus.ha.fencing import METHOD_NAMES, MethodSpec, parse_methods, split_entries
-from stratus.history import HistorySettings
+from stratus.ha.fencing import (
+    REGISTRY,
+    MethodSpec,
+    parse_methods,
+    split_entries,
+    supervisor_method_names,
+)
 from stratus.nimbus.limits import RequestLimits
 from stratus.nimbus.pipeline_ops import ReplicationPolicy
 from stratus.nimbus.purge_plan import PurgeBy
@@ -49,6 +54,7 @@ from stratus.settings import (
     zk_settings,
 )
 from stratus.state.factory import StateStoreSettings
+from stratus.trail import TrailSettings
 from stratus.web.bounds import HttpBounds
 from stratus.zk.session import ZkSettings
 
@@ -177,7 +183,7 @@ class NimbusSettings:
     code_lost_fail_secs: float  # nimbus.code.lost.fail.secs
     api: ApiSettings
     zk: ZkSettings
-    history: HistorySettings  # history.*
+    history: TrailSettings  # history.file: the trail of this nimbus's terms
     state_store: StateStoreSettings  # cluster.state.store
     distributor: DistributorSettings  # nimbus.code.distributor
     code_port: int | None  # nimbus.code.port, with the local distributor; None: not served
@@ -297,21 +303,18 @@ def _fencing(conf: StratusConfig) -> FencingSettings | None:
 
 
 SUPERVISOR_METHODS_KEY = "nimbus.supervisor.fencing.methods"
-# graceful is the supervisor's own endpoint, always tried first; epoch stops no process
-SUPERVISOR_METHOD_NAMES = tuple(name for name in METHOD_NAMES if name not in ("graceful", "epoch"))
 
 
 def supervisor_fencing_methods(text: str) -> tuple[MethodSpec, ...]:
     """``nimbus.supervisor.fencing.methods`` (empty: none); ``FencingConfigError`` naming a
-    bad entry, and saying why ``graceful`` and ``epoch`` have no place there."""
+    bad entry, and saying why a method that cannot fence a supervisor (its registry entry's
+    ``not_for_supervisors``: ``graceful``, ``epoch``) has no place there."""
     if not text.strip():
         return ()
-    for name in ("graceful", "epoch"):
-        if any(entry.split("(")[0].strip() == name for entry in split_entries(text)):
-            why = (
-                "the graceful stop through the supervisor's endpoint is always tried first"
-                if name == "graceful"
-                else "an epoch stops no worker that runs already"
-            )
+    for name, method in REGISTRY.items():
+        why = method.not_for_supervisors
+        if why is not None and any(
+            entry.split("(")[0].strip() == name for entry in split_entries(text)
+        ):
             raise FencingConfigError(f"{SUPERVISOR_METHODS_KEY}: leave out {name}: {why}")
-    return tuple(parse_methods(text, SUPERVISOR_METHODS_KEY, SUPERVISOR_METHOD_NAMES))
+    return tuple(parse_methods(text, SUPERVISOR_METHODS_KEY, supervisor_method_names()))

@@ -6,7 +6,7 @@ loop's own tick notices worker exits, hangs, due restarts and a lapsed lease. It
 ZooKeeper or the state store, so nothing can hold it up while they are unreachable, and
 fencing happens on time::
 
-    loop = ControlLoop("s1", slots=4, launcher=launcher, lease=Lease(6.0), ...)
+    loop = ControlLoop("s1", slots=4, launcher=launcher, lease=HeartbeatLease(6.0), ...)
     threading.Thread(target=loop.run).start()
     loop.post(AssignmentsRead(started, assignments))
     loop.post(HeartbeatWritten(started))
@@ -39,7 +39,7 @@ from stratus.api.clock import Clock
 from stratus.api.records import Assignment, RunOutcome, SupervisorHeartbeat, WorkerState
 from stratus.supervisor.adoption import ProcessRecord
 from stratus.supervisor.assignment_reader import AssignmentsRead, ReadFailed
-from stratus.supervisor.fence import Lease
+from stratus.supervisor.heartbeat_lease import HeartbeatLease
 from stratus.supervisor.heartbeat_publisher import HeartbeatRound
 from stratus.supervisor.managed_worker import Launcher, ManagedWorker, RunningProcess
 from stratus.supervisor.reconcile import (
@@ -171,7 +171,7 @@ class ControlLoop:
         *,
         launcher: CodeLauncher,
         paths_of: WorkerPathsFactory,
-        lease: Lease,
+        lease: HeartbeatLease,
         settings: LoopSettings,
         request_read: Callable[[], None],
         offer: Callable[[HeartbeatRound], None],

@@ -57,6 +57,7 @@ from stratus.api.records import (
     WarmMemory,
     WorkerHeartbeat,
 )
+from stratus.checkpoints import local_pipeline_directory
 from stratus.codedist.distributor import CodeDistributor
 from stratus.codedist.factory import create_distributor
 from stratus.codedist.package_store import PackageStore
@@ -81,7 +82,7 @@ from stratus.supervisor.control_loop import (
 )
 from stratus.supervisor.endpoint import Fencing, SupervisorEndpoint, WorkerLog, check_reachable
 from stratus.supervisor.errors import SupervisorStartError, WorkerUserError
-from stratus.supervisor.fence import Lease, LeaseState
+from stratus.supervisor.heartbeat_lease import HeartbeatLease, LeaseState
 from stratus.supervisor.heartbeat_publisher import HeartbeatPublisher, HeartbeatRound
 from stratus.supervisor.launcher import WorkerLauncher
 from stratus.supervisor.metrics import SupervisorMetrics
@@ -112,7 +113,6 @@ from stratus.supervisor.worker_process import (
     WorkerProcess,
     default_worker_command,
 )
-from stratus.worker.checkpoints import local_pipeline_directory
 from stratus.worker.lease_file import write_lease
 from stratus.worker.spec import WorkerSpec
 from stratus.zk.paths import ClusterPaths
@@ -164,7 +164,7 @@ class Supervisor:
         self._last_round: HeartbeatRound | None = None  # what the endpoint's metrics show
         self.endpoint: SupervisorEndpoint | None = None
         self.session = ZkSession(self.settings.zk)
-        self.lease = Lease(  # the control loop owns it
+        self.lease = HeartbeatLease(  # the control loop owns it
             self.settings.fence_timeout_secs, ride_back_secs=self.settings.ride_back_secs
         )
         self._registered = threading.Event()

@@ -27,6 +27,7 @@ from collections.abc import Sequence, Set
 from stratus.api.locations import is_local_master
 from stratus.api.pipeline_conf import env_entries
 from stratus.api.records import Assignment
+from stratus.checkpoints import local_pipeline_directory
 from stratus.codedist.distributor import CodeMeta
 from stratus.supervisor.code_cache import CodeCache, CodePending, CodeState, PipelineCode
 from stratus.supervisor.managed_worker import PreflightCheck, RunningProcess
@@ -37,7 +38,7 @@ from stratus.supervisor.settings import SpecSettings
 from stratus.supervisor.warm_pool import WarmPool, cold_reason
 from stratus.supervisor.worker_access import worker_identity
 from stratus.supervisor.worker_env import worker_environment
-from stratus.supervisor.worker_log import LogSettings
+from stratus.supervisor.worker_log import WorkerLogSettings
 from stratus.supervisor.worker_process import (
     MonitorSettings,
     WorkerPaths,
@@ -45,7 +46,6 @@ from stratus.supervisor.worker_process import (
     build_spec,
     default_worker_command,
 )
-from stratus.worker.checkpoints import local_pipeline_directory
 from stratus.worker.spec import WorkerSpec
 
 PYSPARK_PYTHON = "PYSPARK_PYTHON"
@@ -68,7 +68,7 @@ class WorkerLauncher:
         *,
         envs: RequirementEnvs | None = None,
         command: Sequence[str] | None = None,
-        log: LogSettings | None = None,
+        log: WorkerLogSettings | None = None,
         warm: WarmPool | None = None,
         users: UserPool | None = None,
         monitor: MonitorSettings,
@@ -83,7 +83,7 @@ class WorkerLauncher:
         self._cache = cache
         self._envs = envs
         self._command = command  # a test's stand-in worker: its argv[0] is an interpreter
-        self._log = log or LogSettings()
+        self._log = log or WorkerLogSettings()
         self._monitor = monitor  # who the workers' monitors say they belong to
 
     def code(self, pipeline: str, meta: CodeMeta) -> CodeState | EnvFailed:

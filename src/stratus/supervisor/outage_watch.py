@@ -5,15 +5,15 @@ because it cannot tell an outage of ZooKeeper from its own partition, and the le
 its pipelines. With ``supervisor.zookeeper.outage: ride`` (the default) this thread asks the
 members themselves every heartbeat period while the session is disconnected
 (``stratus.zk.quorum_probe``); each probe that proves no quorum serves extends the lease from
-the moment the probe began (``Lease.outage_proven``, through the control loop). Nobody can move
-a pipeline without a quorum, and a leader that finds ZooKeeper under a new leader epoch when it
-reconnects waits a whole supervisor timeout before judging anyone: the workers keep running
-through the outage. A supervisor cut off alone reaches no majority that says so, proves nothing,
-and fences on time. While connected, the watch checks that ``zookeeper.servers`` names every
-voting member of the ensemble's configuration once; until it has, no probe proves anything. A
-list that does not match is logged once (``event=zookeeper_outage_ride_unavailable``, again only
-if the verdict changes) and told to ``on_membership``, which the supervisor shows in its
-registration::
+the moment the probe began (``HeartbeatLease.outage_proven``, through the control loop). Nobody
+can move a pipeline without a quorum, and a leader that finds ZooKeeper under a new leader epoch
+when it reconnects waits a whole supervisor timeout before judging anyone: the workers keep
+running through the outage. A supervisor cut off alone reaches no majority that says so, proves
+nothing, and fences on time. While connected, the watch checks that ``zookeeper.servers`` names
+every voting member of the ensemble's configuration once; until it has, no probe proves
+anything. A list that does not match is logged once
+(``event=zookeeper_outage_ride_unavailable``, again only if the verdict changes) and told to
+``on_membership``, which the supervisor shows in its registration::
 
     watch = OutageWatch("s1", settings.zk, connected=lambda: session.connected,
                         on_proven=loop.outage_proven, interval_secs=1.0)

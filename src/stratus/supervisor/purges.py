@@ -38,11 +38,11 @@ from pydantic import ValidationError
 
 from stratus.api.clock import Clock
 from stratus.api.purges import PurgeOrder, PurgeOutcome, PurgeState
+from stratus.checkpoints import remove_checkpoints
 from stratus.errors import StratusError
 from stratus.supervisor.run_as import UserPool
 from stratus.supervisor.run_logs import forget_runs
 from stratus.supervisor.settings import SupervisorSettings
-from stratus.worker.checkpoints import remove_checkpoints
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.watched import WatchedChildren
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from stratus.checkpoints import remove_checkpoints
 from stratus.files import write_atomically
 from stratus.process import SignalTarget
 from stratus.supervisor.errors import WorkerUserError
@@ -46,7 +47,6 @@ from stratus.supervisor.worker_access import (
     prepare_worker,
     resolve_user,
 )
-from stratus.worker.checkpoints import remove_checkpoints
 
 log = logging.getLogger(__name__)
 

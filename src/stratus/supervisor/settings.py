@@ -27,8 +27,7 @@ from stratus.client_settings import package_limits
 from stratus.codedist.factory import DistributorSettings
 from stratus.codedist.package_check import PackageLimits
 from stratus.config import SUPERVISOR_ID_PATTERN, StratusConfig
-from stratus.history import HistorySettings
-from stratus.logs import LogSettings as DaemonLogSettings
+from stratus.logs import LogSettings
 from stratus.security.access import AccessPolicy
 from stratus.security.loopback import is_loopback
 from stratus.security.tls import TlsSettings
@@ -45,8 +44,9 @@ from stratus.settings import (
 from stratus.state.factory import StateStoreSettings
 from stratus.supervisor.adoption import owned_by
 from stratus.supervisor.errors import SupervisorStartError
-from stratus.supervisor.fence import ride_back_secs
-from stratus.supervisor.worker_log import LogSettings
+from stratus.supervisor.heartbeat_lease import ride_back_secs
+from stratus.supervisor.worker_log import WorkerLogSettings
+from stratus.trail import TrailSettings
 from stratus.web.bounds import HttpBounds
 from stratus.worker.lease_file import LEASE_FILE
 from stratus.zk.session import ZkSettings
@@ -100,8 +100,8 @@ class SpecSettings:
     heartbeat_secs: float  # worker.heartbeat.frequency.secs
     stop_grace_secs: float  # supervisor.worker.stop.secs
     env_names: frozenset[str] = frozenset()  # supervisor.worker.env: passed beyond the allow-list
-    log: DaemonLogSettings = field(default_factory=DaemonLogSettings)  # log.*: workers log alike
-    history: HistorySettings = field(default_factory=HistorySettings)  # history.file: alike
+    log: LogSettings = field(default_factory=LogSettings)  # log.*: workers log alike
+    history: TrailSettings = field(default_factory=TrailSettings)  # history.file: alike
     lease_path: Path | None = None  # where the supervisor hands its lease to its workers
     cluster: ClusterIdentity | None = None  # the cluster: workers refuse others' checkpoints
     legacy_checkpoint_root: str | None = None  # the default root up to 0.2.0, if default
@@ -234,7 +234,7 @@ class SupervisorSettings:
     spec: SpecSettings
     code: CodeSettings
     deps: DepsSettings
-    log: LogSettings
+    log: WorkerLogSettings
     http: EndpointSettings
     warm: WarmSettings = WarmSettings()
     users: UserSettings = UserSettings()
@@ -307,7 +307,7 @@ class SupervisorSettings:
                     for master in [conf.pipeline_spark_master, *conf.pipeline_spark_masters]
                 ),
             ),
-            log=LogSettings(
+            log=WorkerLogSettings(
                 max_bytes=conf.supervisor_worker_log_max_bytes,
                 backups=conf.supervisor_worker_log_backups,
                 runs_keep=conf.supervisor_worker_log_runs_keep,

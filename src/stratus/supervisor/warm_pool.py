@@ -63,7 +63,7 @@ from stratus.supervisor.warm_memory import (
     plan_warm,
     read_machine,
 )
-from stratus.supervisor.worker_log import LogSettings
+from stratus.supervisor.worker_log import WorkerLogSettings
 from stratus.supervisor.worker_monitor import (
     Handover,
     MonitorOrder,
@@ -133,7 +133,7 @@ class WarmPool:
         *,
         env: Mapping[str, str],
         monitor: MonitorSettings,
-        log: LogSettings | None = None,
+        log: WorkerLogSettings | None = None,
         command: Sequence[str] | None = None,
         budget: Budget,
         machine: Callable[[], Machine | None] = read_machine,
@@ -153,7 +153,7 @@ class WarmPool:
         self._directory = directory
         self._env = dict(env)
         self._monitor = monitor
-        self._log_settings = log or LogSettings()
+        self._log_settings = log or WorkerLogSettings()
         self._command = list(command or warm_command(master))
         self._clock = clock
         self._warm: list[_Warm] = []

@@ -52,6 +52,7 @@ from pathlib import Path
 import yaml
 
 from stratus.api.names import check_pipeline_name
+from stratus.checkpoints import remove_checkpoints
 from stratus.errors import StratusError
 from stratus.process import live_in_group
 from stratus.supervisor.errors import WorkerUserError
@@ -66,7 +67,6 @@ from stratus.supervisor.worker_access import (
     resolve_user,
     worker_identity,
 )
-from stratus.worker.checkpoints import remove_checkpoints
 from stratus.worker.spec import SPEC_FILE, WorkerSpec
 
 CONFIG_PATH = Path("/etc/stratus/worker-launcher.cfg")

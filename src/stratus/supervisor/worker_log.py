@@ -9,7 +9,7 @@ the worker before the last restart stays readable. ``read_run`` reads a run's fi
 oldest first, and with ``follow`` goes on reading the current file as it grows, across
 rotations and the next restart (as ``tail -F``)::
 
-    log = RunLog(paths.log, LogSettings(max_bytes=64 << 20, backups=3))
+    log = RunLog(paths.log, WorkerLogSettings(max_bytes=64 << 20, backups=3))
     log.start_run()                      # the last run's files become the previous ones
     pump = LogPump(read_fd, log)         # a thread: pipe -> rotating files
     pump.join(timeout=2.0)               # after the worker exited: its last lines are in
@@ -31,7 +31,7 @@ PREVIOUS_INFIX = ".previous"  # worker.log -> worker.previous.log
 
 
 @dataclass(frozen=True)
-class LogSettings:
+class WorkerLogSettings:
     """How a worker's log rotates (``supervisor.worker.log.*``)."""
 
     max_bytes: int = 64 * 1024 * 1024  # supervisor.worker.log.max.bytes
@@ -43,7 +43,7 @@ class RunLog:
     """The files of one worker's log under its directory; written by one ``LogPump`` at a
     time."""
 
-    def __init__(self, path: Path, settings: LogSettings) -> None:
+    def __init__(self, path: Path, settings: WorkerLogSettings) -> None:
         self.path = path  # worker.log: the current run's newest file
         self.settings = settings
         self._lock = threading.Lock()

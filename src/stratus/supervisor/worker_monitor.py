@@ -50,7 +50,7 @@ from typing import Any
 
 from stratus.files import write_atomically
 from stratus.process import Lifeline, ProcessGroup, boot_id, start_time, watch_for_eof
-from stratus.supervisor.worker_log import LogPump, LogSettings, RunLog
+from stratus.supervisor.worker_log import LogPump, RunLog, WorkerLogSettings
 
 MONITOR_MODULE = "stratus.supervisor.worker_monitor"
 ORDER_FILE = "monitor.json"
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(directory: Path, order: MonitorOrder) -> int:
     """Start the worker, watch it to its end, record the end; see the module docstring."""
-    log = RunLog(Path(order.log_path), LogSettings(order.log_max_bytes, order.log_backups))
+    log = RunLog(Path(order.log_path), WorkerLogSettings(order.log_max_bytes, order.log_backups))
     read_end, write_end = os.pipe()
     try:
         group = ProcessGroup.start(
@@ -206,7 +206,7 @@ def _await_handover(group: ProcessGroup, pump: LogPump, order: MonitorOrder, pla
         print(f"error: an unreadable hand-over ({exc}): the warm worker stops", file=sys.stderr)
         group.signal_group(signal.SIGKILL)
         return
-    settings = LogSettings(order.log_max_bytes, order.log_backups)
+    settings = WorkerLogSettings(order.log_max_bytes, order.log_backups)
     with place.lock:
         pump.switch_to(RunLog(Path(handover.log_path), settings))  # before the spec
         try:

@@ -49,9 +49,9 @@ from typing import Any
 
 from stratus.api.locations import is_local_master
 from stratus.api.records import Assignment, ClusterIdentity
+from stratus.checkpoints import checkpoint_location
 from stratus.codedist.manifest import TRIGGER_CONF_KEY
 from stratus.files import PRIVATE_DIR_MODE
-from stratus.history import open_for_appending
 from stratus.process import KILL_WAIT_SECS, NOT_REAPED_EXIT, same_process
 from stratus.supervisor.adoption import Found, ProcessRecord, identity
 from stratus.supervisor.code_cache import PipelineCode
@@ -60,7 +60,7 @@ from stratus.supervisor.run_as import RunAs
 from stratus.supervisor.run_logs import make_run_dir, prune, run_dir, write_run_number
 from stratus.supervisor.settings import SpecSettings
 from stratus.supervisor.worker_access import WORK_DIR, prepare_worker
-from stratus.supervisor.worker_log import LogSettings, RunLog
+from stratus.supervisor.worker_log import RunLog, WorkerLogSettings
 from stratus.supervisor.worker_monitor import (
     MONITOR_LOG,
     MONITOR_MODULE,
@@ -70,7 +70,7 @@ from stratus.supervisor.worker_monitor import (
     write_order,
 )
 from stratus.supervisor.worker_monitor import clear as clear_monitor_files
-from stratus.worker.checkpoints import checkpoint_location
+from stratus.trail import open_for_appending
 from stratus.worker.spec import HEARTBEAT_FILE, SPEC_FILE, WorkerSpec
 
 WORKER_MODULE = "stratus.worker.main"
@@ -205,7 +205,7 @@ def build_spec(
 def prepare_run(
     spec: WorkerSpec,
     paths: WorkerPaths,
-    log: LogSettings | None,
+    log: WorkerLogSettings | None,
     run_as: RunAs | None = None,
     checkpoint_dir: Path | None = None,
 ) -> RunLog:
@@ -215,7 +215,7 @@ def prepare_run(
     worker's part: ``checkpoint_dir``, the pipeline's local checkpoint directory, included);
     the new run's log, its first line the start mark, in its own directory if it has a
     number (the logs of the oldest runs beyond ``runs_keep`` deleted)."""
-    settings = log or LogSettings()
+    settings = log or WorkerLogSettings()
     paths.make_private()
     write_run_number(paths.directory, paths.run)
     if paths.run is not None:
@@ -317,7 +317,7 @@ class WorkerProcess:
         *,
         env: Mapping[str, str],
         monitor: MonitorSettings,
-        log: LogSettings | None = None,
+        log: WorkerLogSettings | None = None,
         run_as: RunAs | None = None,
         checkpoint_dir: Path | None = None,
         history_file: Path | None = None,
@@ -351,7 +351,7 @@ class WorkerProcess:
                 )
                 popen = {key: str(v) if key == "cwd" else v for key, v in popen.items()}
                 group_kill = run_as.switch.group_kill_command(run_as.user)
-            settings = log or LogSettings()
+            settings = log or WorkerLogSettings()
             order = MonitorOrder(
                 argv=list(argv),
                 popen=popen,

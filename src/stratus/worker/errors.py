@@ -19,8 +19,3 @@ class SdpProjectError(WorkerError):
 
 class SparkStartError(WorkerError):
     """Spark did not start (a bad master, a missing Java, a refused setting)."""
-
-
-class CheckpointLocationError(WorkerError):
-    """A pipeline's checkpoint location would leave the operator's checkpoint root: a bad
-    ``pipeline.checkpoint.subpath``, or a directory that resolves outside the root."""

@@ -1,7 +1,7 @@
 """The supervisor's lease, handed to its workers through a file, so that they fence themselves.
 
-A supervisor stops its workers when its lease lapses (``stratus.supervisor.fence``), but a
-supervisor that does not run (SIGSTOP, a paused VM, a stalled machine) cannot stop anything,
+A supervisor stops its workers when its lease lapses (``stratus.supervisor.heartbeat_lease``),
+but a supervisor that does not run (SIGSTOP, a paused VM, a stalled machine) cannot stop anything,
 and the leader moves its pipelines all the same once it has been silent for the supervisor
 timeout. So the supervisor writes the moment its lease ends to one file, each time that moment
 changes, and every worker watches it: once that moment has passed without a newer one, the

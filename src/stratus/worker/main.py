@@ -21,7 +21,7 @@ starts this module in a process group of its own, stdin a pipe the monitor holds
    JVM) is SIGKILLed and the process exits. Either way the pipes
    its JVM and sdp guard watch close with the process, so they go too;
 4. records its start, each micro-batch and its stop in ``history.file`` when its supervisor
-   set one (``run_history``);
+   set one (``run_trail``);
 5. writes the final heartbeat and exits:
 
    =========  ====  ==============================================================
@@ -69,7 +69,7 @@ from stratus.worker.checkpoint_owner import CheckpointOwners, OwnerFence
 from stratus.worker.heartbeat_file import HeartbeatReporter
 from stratus.worker.lease_file import LeaseWatch
 from stratus.worker.outcome import OK_EXIT, USAGE_EXIT, Outcome
-from stratus.worker.run_history import WorkerHistory
+from stratus.worker.run_trail import WorkerTrail
 from stratus.worker.sdp_run import run_sdp
 from stratus.worker.spark_app import run_app
 from stratus.worker.spec import WorkerSpec
@@ -103,7 +103,7 @@ def run_worker(
     itself) and the ``session`` it started before the pipeline was handed to it."""
     reporter = HeartbeatReporter(spec)
     reporter.start()
-    history = WorkerHistory.open(spec)
+    history = WorkerTrail.open(spec)
     stop = stop or StopRequest()
     stop.install_signal_handlers()
     if stdin_fd is not None:
@@ -147,7 +147,7 @@ def _run(
     stop: StopRequest,
     reporter: HeartbeatReporter,
     session: SparkSession | None,
-    history: WorkerHistory,
+    history: WorkerTrail,
 ) -> Outcome:
     """The pipeline's outcome; a bug of the worker itself is a FAILED outcome too."""
     try:
@@ -201,7 +201,7 @@ def _claim_note(spec: WorkerSpec) -> dict[str, object]:
     }
 
 
-def _exit_now_if_starting(reporter: HeartbeatReporter, history: WorkerHistory) -> None:
+def _exit_now_if_starting(reporter: HeartbeatReporter, history: WorkerTrail) -> None:
     """A stop before the pipeline ran (Spark still starting): nothing to stop, exit at once.
     The JVM being started follows: its stdin pipe closes with this process."""
     if reporter.finish_if_starting(Outcome.stopped()):
@@ -218,7 +218,7 @@ def _exit(code: int) -> None:
 
 
 def _exit_after_grace(
-    reporter: HeartbeatReporter, history: WorkerHistory, stop: StopRequest, grace: float
+    reporter: HeartbeatReporter, history: WorkerTrail, stop: StopRequest, grace: float
 ) -> None:
     """Exit ``grace`` seconds from now if the run has not ended by then."""
 

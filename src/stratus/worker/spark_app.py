@@ -44,7 +44,7 @@ from stratus.worker.heartbeat_file import HeartbeatReporter
 from stratus.worker.outcome import Outcome, without_stack
 from stratus.worker.pipeline_context import PipelineContext
 from stratus.worker.query_progress import QueryTracker, tracker_listener
-from stratus.worker.run_history import WorkerHistory
+from stratus.worker.run_trail import WorkerTrail
 from stratus.worker.session_conf import DEPS_DIR, SPARK_DEFAULTS, spark_conf, with_deps_first
 from stratus.worker.spec import WorkerSpec
 from stratus.worker.stop_request import StopRequest
@@ -62,7 +62,7 @@ def run_app(
     reporter: HeartbeatReporter,
     *,
     session: SparkSession | None = None,
-    history: WorkerHistory | None = None,
+    history: WorkerTrail | None = None,
     fence: OwnerFence | None = None,
 ) -> Outcome:
     """Run the app of ``spec`` to its outcome; the final heartbeat is written before the
@@ -208,7 +208,7 @@ def _run_in_session(
 
 
 def _batch_hooks(
-    history: WorkerHistory | None, fence: OwnerFence | None
+    history: WorkerTrail | None, fence: OwnerFence | None
 ) -> Callable[[QueryProgress], None]:
     """What a committed micro-batch triggers: its history line, then the owners' check."""
 

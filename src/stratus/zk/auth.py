@@ -8,8 +8,9 @@ stratus component reads through an authenticated session anyway)::
     auth = ZkAuth.digest_from_file(Path("/etc/stratus/zk.secret"))   # one line: user:password
     client = KazooClient(hosts, default_acl=auth.acl(), **auth.client_options())
 
-Credentials come only from a file that its owner alone may read (``read_credentials``), never
-from the command line or the YAML configuration, where ``ps`` and backups would show them.
+Credentials (``ZkCredentials``) come only from a file that its owner alone may read
+(``read_credentials``), never from the command line or the YAML configuration, where ``ps``
+and backups would show them.
 ``ServerAuth`` is the other side: what ``stratus zookeeper`` demands of its clients.
 """
 
@@ -45,7 +46,7 @@ class AuthScheme(Enum):
 
 
 @dataclass(frozen=True)
-class Credentials:
+class ZkCredentials:
     """A user name and its password, read from a protected file."""
 
     user: str
@@ -61,7 +62,7 @@ class ZkAuth:
     """
 
     scheme: AuthScheme = AuthScheme.NONE
-    credentials: Credentials | None = None
+    credentials: ZkCredentials | None = None
     sasl_mechanism: str = "GSSAPI"
     sasl_service: str = "zookeeper"
     sasl_principal: str | None = None
@@ -205,8 +206,8 @@ class ServerAuth:
     super_digest: str | None = field(default=None, repr=False)
     jaas_file: Path | None = None
     krb5_conf: Path | None = None
-    users: tuple[Credentials, ...] = ()
-    superuser: Credentials | None = None
+    users: tuple[ZkCredentials, ...] = ()
+    superuser: ZkCredentials | None = None
     root: str = "/stratus"
     quota: ZnodeQuota = field(default_factory=ZnodeQuota)
 
@@ -254,7 +255,7 @@ class ServerAuth:
             lines.append(f"DigestAuthenticationProvider.superDigest={self.super_digest}")
         return lines
 
-    def jaas_text(self, superuser: Credentials | None) -> str:
+    def jaas_text(self, superuser: ZkCredentials | None) -> str:
         """The ``Server`` section of the JAAS file that the server writes for ``users``."""
         entries = [
             f'    user_{credentials.user}="{credentials.password}"'
@@ -291,7 +292,7 @@ class ServerAuth:
         return flags
 
 
-def _check_jaas_credentials(credentials: Credentials) -> None:
+def _check_jaas_credentials(credentials: ZkCredentials) -> None:
     """Refuse a user or password that a JAAS option cannot hold as it is."""
     if not _JAAS_USER.fullmatch(credentials.user):
         raise ZooKeeperAuthError(
@@ -360,7 +361,7 @@ def super_digest(path: Path) -> str:
     return str(make_digest_acl_credential(credentials.user, credentials.password))
 
 
-def read_credentials(path: Path) -> Credentials:
+def read_credentials(path: Path) -> ZkCredentials:
     """The ``user:password`` on the first non-empty line of ``path``, a file only its owner
     may read: one that group or others can read is refused, so a leak is never silent."""
     try:
@@ -383,7 +384,7 @@ def read_credentials(path: Path) -> Credentials:
             f"the ZooKeeper credentials file {path} must hold one line user:password "
             "(both non-empty)"
         )
-    return Credentials(user, password)
+    return ZkCredentials(user, password)
 
 
 def tighten_tree(client: KazooClient, root: str, acl: list[ACL]) -> int:

@@ -26,7 +26,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
 from kazoo.security import ACL, Id, Permissions
 
-from stratus.zk.auth import AuthScheme, Credentials, ServerAuth, ZkAuth
+from stratus.zk.auth import AuthScheme, ServerAuth, ZkAuth, ZkCredentials
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ STATS_NODE = "zookeeper_stats"
 CONNECT_TIMEOUT_SECS = 15.0
 
 
-def lock_down(hosts: str, auth: ServerAuth, superuser: Credentials) -> None:
+def lock_down(hosts: str, auth: ServerAuth, superuser: ZkCredentials) -> None:
     """Lock ``/``, the root's parents, ``/zookeeper`` and the root's quota to ``superuser``,
     and the root to ``auth.users``; see the module docstring."""
     identity = ZkAuth(AuthScheme.SASL, superuser, sasl_mechanism="DIGEST-MD5")

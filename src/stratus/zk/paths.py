@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 _GROUP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,199}$")
+NIMBUS_GROUP = "nimbus"  # the election group of the nimbuses: ``<root>/groups/nimbus``
 
 
 def join(*parts: str) -> str:

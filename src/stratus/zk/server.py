@@ -46,7 +46,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from stratus.files import write_private
 from stratus.process import Lifeline, ProcessGroup
 from stratus.zk import ports
-from stratus.zk.auth import SUPERUSER, Credentials, ServerAuth, read_credentials
+from stratus.zk.auth import SUPERUSER, ServerAuth, ZkCredentials, read_credentials
 from stratus.zk.errors import (
     ZooKeeperDataDirError,
     ZooKeeperOptionError,
@@ -260,7 +260,7 @@ class ZooKeeperServer:
             self.kill()
             raise
 
-    def superuser(self) -> Credentials:
+    def superuser(self) -> ZkCredentials:
         """The superuser: the configured one, else one made for this data directory
         (``super.secret``, mode 600, kept across restarts)."""
         if self.auth.superuser is not None:
@@ -547,7 +547,7 @@ class ZooKeeperServer:
         return summarize_log(self._log_text())
 
 
-def stored_superuser(directory: Path) -> Credentials:
+def stored_superuser(directory: Path) -> ZkCredentials:
     """The superuser kept in ``directory`` (``super.secret``, mode 600), made at first use."""
     path = directory / SUPERUSER_FILE
     if not path.exists():

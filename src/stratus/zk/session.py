@@ -23,7 +23,7 @@ real suspension) and ``CONNECTED`` again at the next renewal that succeeds.
 With credentials (``ZkSettings.auth``, see ``auth``) the session authenticates every
 connection and kazoo creates every znode with stratus's ACL (its ``default_acl``), so no
 recipe passes one; the root is created, or tightened, under it at start. A session that can
-never connect again (ZooKeeper's history went back behind it, see ``history``; or the server
+never connect again (ZooKeeper's history went back behind it, see ``zxid_check``; or the server
 refused its credentials) records why in ``failure``, wakes ``wait_failed`` and closes, so
 that its owner exits saying so instead of retrying forever.
 """
@@ -61,10 +61,10 @@ from stratus.zk.errors import (
     ZooKeeperAuthError,
     ZooKeeperUnavailableError,
 )
-from stratus.zk.history import history_behind_error
 from stratus.zk.lease import LEASE_FRACTION, RENEW_FRACTION, LeaseProbe, SessionLease
 from stratus.zk.quorum_probe import Refusals, ensemble_config, voting_members
 from stratus.zk.tls import ZkTls
+from stratus.zk.zxid_check import history_behind_error
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from stratus.integrations.tooz.errors import ToozUrlError
-from stratus.zk.auth import AuthScheme, Credentials, ZkAuth
+from stratus.zk.auth import AuthScheme, ZkAuth, ZkCredentials
 from stratus.zk.session import ZkSettings
 
 DEFAULT_ROOT = "/tooz"
@@ -73,4 +73,4 @@ def _auth(parsed_url: Any) -> ZkAuth:
         raise ToozUrlError(
             "the stratus:// URL names a user but no password: use stratus://USER:PASSWORD@HOST"
         )
-    return ZkAuth(AuthScheme.DIGEST, Credentials(parsed_url.username, parsed_url.password))
+    return ZkAuth(AuthScheme.DIGEST, ZkCredentials(parsed_url.username, parsed_url.password))

@@ -25,12 +25,12 @@ from collections.abc import Callable, Mapping
 from kazoo.exceptions import KazooException
 
 from stratus.api.records import PipelineRecord, PipelineStatus
+from stratus.checkpoints import pipeline_directory
 from stratus.codedist.distributor import CodeDistributor
 from stratus.coordination.leadership import Leadership
 from stratus.errors import StratusError
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.state.heartbeats import HeartbeatBoard
-from stratus.worker.checkpoints import pipeline_directory
 
 log = logging.getLogger(__name__)
 

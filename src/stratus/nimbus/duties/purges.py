@@ -31,11 +31,11 @@ from pydantic import ValidationError
 
 from stratus.api.clock import Clock
 from stratus.api.purges import PurgeOrder, PurgeOutcome, PurgeState
+from stratus.checkpoints import local_pipeline_directory, remove_checkpoints
 from stratus.coordination.errors import TransactionFailedError
 from stratus.coordination.leadership import Leadership
 from stratus.errors import StratusError
 from stratus.nimbus.purge_plan import PurgeBy, PurgeRules, StepKind, next_step, record_failure
-from stratus.worker.checkpoints import local_pipeline_directory, remove_checkpoints
 from stratus.zk.paths import ClusterPaths
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """What a browser may load from a nimbus before it has shown any credentials, and the
 cross-origin rule that lets a standby's page send an action to the leader.
 
-``UiFront`` sits outside the role check (``RequireRole``):
+``UiFront`` sits outside the role check (``RequireNimbusRole``):
 
 - ``GET /`` is the page. With credentials that allow ``read`` (none needed on a cluster
   without auth, or a client certificate) it holds the cluster as the status page renders it,

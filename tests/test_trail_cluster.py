@@ -1,8 +1,8 @@
-"""The history of a real cluster, judged by the oracle: two ``stratus nimbus`` processes on a
+"""The trail of a real cluster, judged by the oracle: two ``stratus nimbus`` processes on a
 real ZooKeeper, a supervisor running a worker, the leader killed with SIGKILL.
 
 No Spark: the worker is a stand-in process that records its start, batches and stop
-through the worker's own history code (``WorkerHistory`` fed by a ``QueryTracker``), from
+through the worker's own trail code (``WorkerTrail`` fed by a ``QueryTracker``), from
 the ``history_file`` its supervisor put in its spec. The leaders' lines come from the real
 daemons. Last, a write with fencing turned off (the real fenced transaction, its epoch
 check pointed at a node that happens to have the old epoch's version) is injected, and the
@@ -35,10 +35,10 @@ from stratus.chaos.oracle import (
 )
 from stratus.client import NimbusClient
 from stratus.coordination.leadership import Leadership
-from stratus.history import PROCESS_KILLED, SUBMIT_ACKNOWLEDGED, Actor, HistoryRecorder
-from stratus.nimbus.leader_history import LeaderHistory
+from stratus.nimbus.leader_trail import LeaderTrail
 from stratus.supervisor.daemon import Supervisor
 from stratus.supervisor.settings import SupervisorSettings
+from stratus.trail import PROCESS_KILLED, SUBMIT_ACKNOWLEDGED, Actor, TrailRecorder
 from stratus.zk.server import ZooKeeperServer
 from tests.nimbus_cluster import nimbus_cluster
 from tests.package_factory import valid_package
@@ -55,11 +55,11 @@ from pathlib import Path
 
 from stratus.api.records import WorkerHeartbeat, WorkerState
 from stratus.worker.query_progress import QueryTracker
-from stratus.worker.run_history import WorkerHistory
+from stratus.worker.run_trail import WorkerTrail
 from stratus.worker.spec import WorkerSpec, write_heartbeat
 
 spec = WorkerSpec.read(Path(sys.argv[1]))
-history = WorkerHistory.open(spec)
+history = WorkerTrail.open(spec)
 tracker = QueryTracker(on_batch=history.batch_committed)
 stop = threading.Event()
 started = time.time()
@@ -110,7 +110,7 @@ def test_a_leader_killed_with_sigkill_leaves_a_history_the_oracle_passes(
     options = [*REPLICATED, "-c", f"history.file={history}"]
     script = tmp_path / "recording_worker.py"
     script.write_text(RECORDING_WORKER)
-    driver = HistoryRecorder.open(history, Actor("client", "test"))
+    driver = TrailRecorder.open(history, Actor("client", "test"))
     with (
         nimbus_cluster(
             zk_server.connect_string, tmp_path, request.node.name, size=2, extra=options
@@ -290,7 +290,7 @@ def inject_unfenced_write(
         _client=zk,
         _holds=lambda _term: True,
         _lease_end=lambda: math.inf,
-        _on_committed=LeaderHistory(HistoryRecorder.open(history, Actor("nimbus", member))).wrote,
+        _on_committed=LeaderTrail(TrailRecorder.open(history, Actor("nimbus", member))).wrote,
     )
     with unfenced.transaction() as tx:
         tx.set_data(f"{root}/pipelines/etl", zk.get(f"{root}/pipelines/etl")[0])

@@ -1,14 +1,14 @@
-"""The history: one JSON line per event that a reliability oracle needs, appended to a file.
+"""The trail: one JSON line per event that a reliability oracle needs, appended to a file.
 
 Daemons, workers and a test's driver record what they did (a worker started, committed a
 batch, stopped; a leader won, wrote, lost; a client's submit was acknowledged) to the file
-named by ``history.file``; ``stratus.chaos.oracle`` reads the lines of every process back and
-judges the run. With no file set, ``HistoryRecorder.disabled()`` records nothing, at the cost
+named by ``history.file``; ``stratus.chaos.oracle`` reads the lines of every process back
+and judges the run. With no file set, ``TrailRecorder.disabled()`` records nothing, at the cost
 of one attribute test per event::
 
-    history = HistoryRecorder.open(Path("/tmp/h.jsonl"), Actor("worker", "p1"))
-    history.record("batch_committed", pipeline="p1", epoch=4, batch_id=7, rows=120)
-    history.close()
+    trail = TrailRecorder.open(Path("/tmp/h.jsonl"), Actor("worker", "p1"))
+    trail.record("batch_committed", pipeline="p1", epoch=4, batch_id=7, rows=120)
+    trail.close()
 
 Each line holds ``wall`` (``time.time()``) and ``mono`` (``time.monotonic()``: on Linux one
 clock for every process of a machine, so lines of one host compare exactly), ``host``,
@@ -21,7 +21,7 @@ is one ``write`` of at most ``MAX_LINE_BYTES`` (a longer event is cut down to it
 and ``truncated: true``), which the kernel appends whole, never interleaved with another
 process's line. A line is in the kernel once ``record`` returns, so a process killed with
 SIGKILL right after it loses nothing it reported as done (a machine's crash may: no fsync).
-A failed write is logged once and the recorder goes on: the history must never stop the
+A failed write is logged once and the recorder goes on: the trail must never stop the
 work it watches.
 """
 
@@ -53,7 +53,7 @@ LEADER_LOST = "leader_lost"  # nimbus: epoch, reason
 LEADER_WRITE = "leader_write"  # nimbus: epoch, started_wall, started_mono, ops
 SUBMIT_ACKNOWLEDGED = "submit_acknowledged"  # client (a test's driver): pipeline, request_id
 PROCESS_KILLED = "process_killed"  # whoever kills a process (a test, a fault injector): of_host,
-# of_pid; the victim's death, which its own history cannot say
+# of_pid; the victim's death, which its own trail cannot say
 
 
 @dataclass(frozen=True)
@@ -65,14 +65,14 @@ class Actor:
 
 
 @dataclass(frozen=True)
-class HistorySettings:
-    """``history.file``: where a process appends its history (None: nothing is recorded)."""
+class TrailSettings:
+    """``history.file``: where a process appends its trail (None: nothing is recorded)."""
 
     file: Path | None = None
 
 
-class HistoryRecorder:
-    """Appends one process's events to the history file; thread-safe."""
+class TrailRecorder:
+    """Appends one process's events to the trail's file; thread-safe."""
 
     def __init__(
         self,
@@ -94,12 +94,12 @@ class HistoryRecorder:
         self._failed = False
 
     @classmethod
-    def disabled(cls) -> HistoryRecorder:
+    def disabled(cls) -> TrailRecorder:
         """A recorder that records nothing (``history.file`` not set)."""
         return cls(None, Actor("none", ""), host="-", pid=0)
 
     @classmethod
-    def open(cls, path: Path | None, actor: Actor) -> HistoryRecorder:
+    def open(cls, path: Path | None, actor: Actor) -> TrailRecorder:
         """A recorder appending to ``path`` (created 0600 if missing), or a disabled one."""
         if path is None:
             return cls.disabled()
@@ -108,8 +108,8 @@ class HistoryRecorder:
         return cls(os.open(path, flags, FILE_MODE), actor)
 
     @classmethod
-    def inherited(cls, fd: int, actor: Actor) -> HistoryRecorder:
-        """A recorder appending to ``fd``, a descriptor of the history file this process
+    def inherited(cls, fd: int, actor: Actor) -> TrailRecorder:
+        """A recorder appending to ``fd``, a descriptor of the trail's file this process
         inherited (open for appending only: it cannot read the other processes' lines),
         kept from the processes it starts in turn; disabled, with a warning, if ``fd`` is
         not open for writing."""
@@ -120,7 +120,7 @@ class HistoryRecorder:
         return cls(fd, actor)
 
     @classmethod
-    def from_settings(cls, settings: HistorySettings, actor: Actor) -> HistoryRecorder:
+    def from_settings(cls, settings: TrailSettings, actor: Actor) -> TrailRecorder:
         return cls.open(settings.file, actor)
 
     @property
@@ -181,7 +181,7 @@ def _encode(record: dict[str, Any]) -> bytes:
 
 
 def open_for_appending(path: Path) -> int:
-    """A descriptor of the history file ``path`` (created 0600 if missing) that can only
+    """A descriptor of the trail's file ``path`` (created 0600 if missing) that can only
     append, for a process that may not open the file itself (a worker of another user);
     the caller closes it once handed over. Inheritable: pass it with ``pass_fds``."""
     path.parent.mkdir(parents=True, exist_ok=True)

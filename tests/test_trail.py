@@ -1,4 +1,4 @@
-"""The history recorder (``stratus.history``): what a line holds, that processes sharing a
+"""The trail recorder (``stratus.trail``): what a line holds, that processes sharing a
 file never tear each other's lines, that a SIGKILL loses nothing recorded, and that each
 process kind records its events (a worker's from its own code, a leader's fenced writes
 from the election library's one commit path)."""
@@ -19,11 +19,11 @@ from stratus.api.records import QueryProgress, WorkerState
 from stratus.chaos.oracle import load_events
 from stratus.config import config_from_mapping
 from stratus.coordination import Coordinator, FencedWrite, LeadershipLostError
-from stratus.history import MAX_LINE_BYTES, Actor, HistoryRecorder, open_for_appending
 from stratus.supervisor.settings import SupervisorSettings
 from stratus.supervisor.worker_process import WorkerPaths, build_spec
+from stratus.trail import MAX_LINE_BYTES, Actor, TrailRecorder, open_for_appending
 from stratus.worker.query_progress import QueryTracker
-from stratus.worker.run_history import WorkerHistory
+from stratus.worker.run_trail import WorkerTrail
 from stratus.worker.spec import WorkerSpec
 from stratus.zk.session import ZkSession, ZkSettings
 from tests.supervisor_fakes import assignment, code
@@ -47,7 +47,7 @@ def spec(tmp_path: Path, history: Path | None) -> WorkerSpec:
 
 def test_a_line_holds_both_clocks_the_process_and_the_events_fields(tmp_path) -> None:
     path = tmp_path / "h.jsonl"
-    recorder = HistoryRecorder.open(path, Actor("nimbus", "n1:6627"))
+    recorder = TrailRecorder.open(path, Actor("nimbus", "n1:6627"))
     recorder.record("leader_won", epoch=4, wall="a field may not replace the line's own")
     recorder.close()
     [line] = path.read_text().splitlines()
@@ -60,7 +60,7 @@ def test_a_line_holds_both_clocks_the_process_and_the_events_fields(tmp_path) ->
 
 
 def test_with_no_file_nothing_is_recorded(tmp_path) -> None:
-    recorder = HistoryRecorder.open(None, Actor("worker", "etl"))
+    recorder = TrailRecorder.open(None, Actor("worker", "etl"))
     recorder.record("worker_started", pipeline="etl")
     assert not recorder.enabled
     assert list(tmp_path.iterdir()) == []
@@ -68,7 +68,7 @@ def test_with_no_file_nothing_is_recorded(tmp_path) -> None:
 
 def test_a_line_too_long_is_cut_to_its_identity(tmp_path) -> None:
     path = tmp_path / "h.jsonl"
-    recorder = HistoryRecorder.open(path, Actor("nimbus", "n1"))
+    recorder = TrailRecorder.open(path, Actor("nimbus", "n1"))
     recorder.record("leader_write", epoch=2, ops=["set_data /x"] * 1000)
     recorder.close()
     raw = path.read_bytes()
@@ -82,8 +82,8 @@ WRITER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from stratus.history import Actor, HistoryRecorder
-    recorder = HistoryRecorder.open(Path(sys.argv[1]), Actor("worker", sys.argv[2]))
+    from stratus.trail import Actor, TrailRecorder
+    recorder = TrailRecorder.open(Path(sys.argv[1]), Actor("worker", sys.argv[2]))
     for n in range(int(sys.argv[3])):
         recorder.record("batch_committed", pipeline=sys.argv[2], batch_id=n, pad="x" * 900)
     if len(sys.argv) > 4:
@@ -138,7 +138,7 @@ def test_a_supervisor_hands_history_file_to_its_workers_spec(tmp_path) -> None:
 
 def test_a_worker_records_its_start_each_batch_once_and_its_stop(tmp_path) -> None:
     path = tmp_path / "h.jsonl"
-    history = WorkerHistory.open(spec(tmp_path, path))
+    history = WorkerTrail.open(spec(tmp_path, path))
     tracker = QueryTracker(on_batch=history.batch_committed)
     history.started()
     for batch_id, rows in [(0, 10), (1, 5), (1, 5), (2, 0)]:  # batch 1's progress twice
@@ -239,7 +239,7 @@ def test_the_worker_process_records_its_start_and_its_failed_end(tmp_path) -> No
 def test_an_inherited_descriptor_is_recorded_to_only_if_it_appends(tmp_path) -> None:
     path = tmp_path / "h.jsonl"
     fd = open_for_appending(path)
-    recorder = HistoryRecorder.inherited(fd, Actor("worker", "etl"))
+    recorder = TrailRecorder.inherited(fd, Actor("worker", "etl"))
     recorder.record("worker_started", pipeline="etl")
     recorder.close()
     assert [json.loads(line)["event"] for line in path.read_text().splitlines()] == [
@@ -249,6 +249,6 @@ def test_an_inherited_descriptor_is_recorded_to_only_if_it_appends(tmp_path) -> 
 
     read_only = os.open(path, os.O_RDONLY)
     try:
-        assert not HistoryRecorder.inherited(read_only, Actor("worker", "etl")).enabled
+        assert not TrailRecorder.inherited(read_only, Actor("worker", "etl")).enabled
     finally:
         os.close(read_only)

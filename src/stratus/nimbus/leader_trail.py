@@ -1,25 +1,25 @@
-"""A nimbus's history as leader: each term won and lost, and every fenced write it made.
+"""A nimbus's trail as leader: each term won and lost, and every fenced write it made.
 
 The lines the reliability oracle reads to prove that no deposed leader's write was
-accepted (``stratus.history``). Every leader write is a fenced transaction of the election
+accepted (``stratus.trail``). Every leader write is a fenced transaction of the election
 library, whose ``on_fenced_write`` listener is ``wrote``: one place, not one per duty::
 
-    history = LeaderHistory(HistoryRecorder.open(path, Actor("nimbus", "n1:6627")))
-    Coordinator(session, on_fenced_write=history.wrote)
-    history.won(term); history.lost(term, RevokeReason.SESSION_LOST)
+    trail = LeaderTrail(TrailRecorder.open(path, Actor("nimbus", "n1:6627")))
+    Coordinator(session, on_fenced_write=trail.wrote)
+    trail.won(term); trail.lost(term, RevokeReason.SESSION_LOST)
 """
 
 from __future__ import annotations
 
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import FencedWrite, RevokeReason
-from stratus.history import LEADER_LOST, LEADER_WON, LEADER_WRITE, HistoryRecorder
+from stratus.trail import LEADER_LOST, LEADER_WON, LEADER_WRITE, TrailRecorder
 
 
-class LeaderHistory:
+class LeaderTrail:
     """Records one nimbus's terms and writes."""
 
-    def __init__(self, recorder: HistoryRecorder) -> None:
+    def __init__(self, recorder: TrailRecorder) -> None:
         self._recorder = recorder
 
     def won(self, term: Leadership) -> None:

@@ -31,7 +31,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from stratus.api.locations import CHECKPOINT_SUBPATH_KEY, subpath_problem
 from stratus.api.names import check_pipeline_name
-from stratus.worker.errors import CheckpointLocationError
+from stratus.errors import CheckpointLocationError
 
 log = logging.getLogger(__name__)
 

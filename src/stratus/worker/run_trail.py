@@ -1,14 +1,14 @@
-"""A worker's history: its start, each micro-batch its streaming queries commit, its stop.
+"""A worker's trail: its start, each micro-batch its streaming queries commit, its stop.
 
 The lines the reliability oracle reads to prove that two workers of one pipeline never
-processed at once (``stratus.history``). One line per batch, written from Spark's listener
+processed at once (``stratus.trail``). One line per batch, written from Spark's listener
 thread as the batch's progress arrives: a ``write`` of a few hundred bytes, nothing a batch
 would notice::
 
-    history = WorkerHistory.open(spec)
-    history.started()
-    tracker = QueryTracker(on_batch=history.batch_committed)
-    history.stopped(outcome.state)
+    trail = WorkerTrail.open(spec)
+    trail.started()
+    tracker = QueryTracker(on_batch=trail.batch_committed)
+    trail.stopped(outcome.state)
 """
 
 from __future__ import annotations
@@ -16,20 +16,20 @@ from __future__ import annotations
 import threading
 
 from stratus.api.records import QueryProgress, WorkerState
-from stratus.history import (
+from stratus.trail import (
     BATCH_COMMITTED,
     WORKER_STARTED,
     WORKER_STOPPED,
     Actor,
-    HistoryRecorder,
+    TrailRecorder,
 )
 from stratus.worker.spec import WorkerSpec
 
 
-class WorkerHistory:
+class WorkerTrail:
     """Records one worker's events, each naming its pipeline, epoch and generation."""
 
-    def __init__(self, recorder: HistoryRecorder, spec: WorkerSpec) -> None:
+    def __init__(self, recorder: TrailRecorder, spec: WorkerSpec) -> None:
         self._recorder = recorder
         self._ids = {
             "pipeline": spec.pipeline,
@@ -41,13 +41,13 @@ class WorkerHistory:
         self._lock = threading.Lock()  # the main thread and a stop's grace timer may race
 
     @classmethod
-    def open(cls, spec: WorkerSpec) -> WorkerHistory:
-        """The history of ``spec``'s worker, into its ``history_file``, or the descriptor
+    def open(cls, spec: WorkerSpec) -> WorkerTrail:
+        """The trail of ``spec``'s worker, into its ``history_file``, or the descriptor
         ``history_fd`` it inherited (a worker of another user), or nowhere."""
         actor = Actor("worker", spec.pipeline)
         if spec.history_fd is not None:
-            return cls(HistoryRecorder.inherited(spec.history_fd, actor), spec)
-        return cls(HistoryRecorder.open(spec.history_file, actor), spec)
+            return cls(TrailRecorder.inherited(spec.history_fd, actor), spec)
+        return cls(TrailRecorder.open(spec.history_file, actor), spec)
 
     def started(self) -> None:
         self._recorder.record(WORKER_STARTED, **self._ids)

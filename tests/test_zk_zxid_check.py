@@ -13,10 +13,10 @@ import pytest
 
 from stratus.local.processes import NimbusProcess
 from stratus.zk.errors import ZooKeeperHistoryBehindError
-from stratus.zk.history import history_behind_error
 from stratus.zk.ports import pick_free_port
 from stratus.zk.server import ZooKeeperServer
 from stratus.zk.session import SessionState, ZkSession, ZkSettings
+from stratus.zk.zxid_check import history_behind_error
 from tests.zkfixtures import kazoo_client, wait_until
 
 SESSION_SECS = 1.0

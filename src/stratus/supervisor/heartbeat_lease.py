@@ -9,7 +9,7 @@ a heartbeat change, and the configuration checks that fence + stop time is short
 old worker is dead before a new one can start elsewhere (docs/supervisor.md has the
 timeline). Pure: times come from the caller's monotonic clock::
 
-    lease = Lease(timeout_secs=6.0)
+    lease = HeartbeatLease(timeout_secs=6.0)
     lease.renewed(write_started=t, now=t + 0.01)   # True: held (again) from t
     lease.may_start(read_started=t + 0.5)          # True: a read newer than the lease
     lease.check(now=t + 6.0)                        # True: lapsed just now, fence
@@ -50,7 +50,7 @@ def ride_back_secs(fence_secs: float, supervisor_timeout_secs: float, stop_secs:
     return max(fence_secs, supervisor_timeout_secs - stop_secs - RIDE_BACK_MARGIN_SECS)
 
 
-class Lease:
+class HeartbeatLease:
     """One supervisor's lease, owned by its control loop (not thread-safe)."""
 
     def __init__(self, timeout_secs: float, *, ride_back_secs: float | None = None) -> None:
