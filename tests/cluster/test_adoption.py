@@ -25,6 +25,7 @@ from stratus.process import NOT_REAPED_EXIT, ProcessGroup, start_time
 from stratus.supervisor.daemon import Supervisor
 from stratus.supervisor.errors import AdoptionRefusedError, LocalDirLockedError
 from stratus.supervisor.run_logs import kept_runs, read_run_number
+from stratus.supervisor.settings import SupervisorSettings
 from stratus.supervisor.worker_monitor import EXIT_FILE, PROCESS_FILE
 from stratus.supervisor.worker_process import START_MARK, WorkerPaths
 from stratus.worker.lease_file import read_lease
@@ -57,11 +58,12 @@ from stratus.config import load_config
 from stratus.logs import configure_daemon_logging
 from stratus.settings import log_settings
 from stratus.supervisor.daemon import STOP_WITH_WORKERS, Supervisor
+from stratus.supervisor.settings import SupervisorSettings
 
 conf = load_config(overrides=sys.argv[2:], environ={})
 configure_daemon_logging(log_settings(conf))
 run_daemon(
-    Supervisor(conf, worker_command=[sys.executable, sys.argv[1]]),
+    Supervisor(SupervisorSettings.from_config(conf), worker_command=[sys.executable, sys.argv[1]]),
     ready=lambda d: f"supervisor {d.id} running",
     stop_signals={STOP_WITH_WORKERS: Supervisor.stop_workers_too},
 )
@@ -290,7 +292,9 @@ def test_a_local_dir_of_another_supervisor_or_cluster_is_refused_and_left_untouc
         else:
             conf = cluster.conf("s1", **ADOPTING, **local, **{"zookeeper.root": "/elsewhere"})
             named = ("/stratus", "/elsewhere", "supervisor 's1'")
-        intruder = Supervisor(conf, worker_command=cluster.worker_command)
+        intruder = Supervisor(
+            SupervisorSettings.from_config(conf), worker_command=cluster.worker_command
+        )
         with pytest.raises(AdoptionRefusedError) as refused:
             intruder.start()
         assert all(name in str(refused.value) for name in named)
@@ -328,7 +332,10 @@ def test_a_second_supervisor_on_the_same_local_dir_is_refused(cluster) -> None:
     with supervisor_run(cluster) as run:
         run.start()
         assert run.group is not None
-        twin = Supervisor(cluster.conf(**ADOPTING), worker_command=cluster.worker_command)
+        twin = Supervisor(
+            SupervisorSettings.from_config(cluster.conf(**ADOPTING)),
+            worker_command=cluster.worker_command,
+        )
         with pytest.raises(LocalDirLockedError, match=f"supervisor process {run.group.pid} "):
             twin.start()
         assert run.group.is_running()

@@ -32,6 +32,7 @@ from stratus.cli.main import main
 from stratus.client import NimbusClient
 from stratus.nimbus.assignment_history import AssignmentHistoryLog
 from stratus.supervisor.daemon import Supervisor
+from stratus.supervisor.settings import SupervisorSettings
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.server import ZooKeeperServer
 from tests.cluster.test_supervisor import Cluster
@@ -86,7 +87,7 @@ class Drains:
         warm_script = self.script.with_name("warm_stand_in.py")
         warm_script.write_text(WARM_STAND_IN)
         started = Supervisor(
-            conf,
+            SupervisorSettings.from_config(conf),
             worker_command=[sys.executable, str(self.script)],
             warm_command=[sys.executable, str(warm_script)],
         )
@@ -258,9 +259,11 @@ import sys
 from stratus.cli.daemon_run import run_daemon
 from stratus.config import load_config
 from stratus.supervisor.daemon import Supervisor
+from stratus.supervisor.settings import SupervisorSettings
 
 conf = load_config(overrides=sys.argv[2:], environ={})
-supervisor = Supervisor(conf, worker_command=[sys.executable, sys.argv[1]])
+settings = SupervisorSettings.from_config(conf)
+supervisor = Supervisor(settings, worker_command=[sys.executable, sys.argv[1]])
 run_daemon(supervisor, ready=lambda d: f"supervisor {d.id} running")
 """
 

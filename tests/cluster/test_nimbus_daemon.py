@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import io
 import json
+import logging
 import re
 import socket
 import subprocess
@@ -23,6 +24,7 @@ from kazoo.protocol.states import Callback
 
 from stratus.api.errors import NotLeaderError
 from stratus.api.records import PipelineStatus, SupervisorHeartbeat, SupervisorSummary
+from stratus.codedist.code_sync import CodeSync
 from stratus.config import config_from_mapping
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import LeaderChange
@@ -34,6 +36,7 @@ from stratus.nimbus.leadership_controller import ControllerState, LeadershipCont
 from stratus.nimbus.listening import NimbusStartError
 from stratus.nimbus.readiness import CodeReadiness
 from stratus.nimbus.scheduler import Plan
+from stratus.nimbus.settings import NimbusSettings
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore
 from stratus.zk.paths import ClusterPaths
@@ -71,7 +74,7 @@ def in_process_nimbus(zk_hosts: str, tmp_path: Path, gate: Gate, **extra: object
             **extra,
         }
     )
-    return Nimbus(conf, may_lead=gate)
+    return Nimbus(NimbusSettings.from_config(conf), may_lead=gate)
 
 
 @pytest.fixture
@@ -343,9 +346,30 @@ def test_a_start_that_fails_leaves_no_thread_session_registration_or_socket_behi
     assert not nimbus.session.connected
     with kazoo_client(zk_hosts) as client:
         assert client.get_children("/stratus/nimbuses") == []
-    with socket.create_server((nimbus.conf.nimbus_host, nimbus.port)):
+    with socket.create_server((nimbus.settings.api.host, nimbus.port)):
         pass  # the port is free again
     nimbus.stop()  # nothing left to stop: a no-op
+
+
+def test_a_close_that_fails_at_stop_is_logged_and_what_is_older_still_closes(
+    zk_hosts, tmp_path, monkeypatch, caplog
+):
+    def fail(_self: CodeSync) -> None:
+        raise RuntimeError("the code sync would not stop")
+
+    monkeypatch.setattr(CodeSync, "stop", fail)  # opened after the session, before the API
+    nimbus = in_process_nimbus(zk_hosts, tmp_path, Gate(open_=True))
+    nimbus.start()
+    with caplog.at_level(logging.ERROR, logger="stratus.nimbus.daemon"):
+        nimbus.stop()
+    failed = [r for r in caplog.records if r.getMessage().startswith("event=close_failed")]
+    assert len(failed) == 1 and failed[0].exc_info is not None
+    assert "the code sync would not stop" in str(failed[0].exc_info[1])
+    assert not nimbus.session.connected  # the session, opened before it, closed all the same
+    with kazoo_client(zk_hosts) as client:
+        assert client.get_children("/stratus/nimbuses") == []
+    with socket.create_server((nimbus.settings.api.host, nimbus.port)):
+        pass  # the listening socket, the oldest but the history, closed too
 
 
 def stratus(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

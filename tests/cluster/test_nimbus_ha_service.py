@@ -28,6 +28,7 @@ from stratus.ha.protocol import (
 )
 from stratus.nimbus.daemon import Nimbus
 from stratus.nimbus.health import FAILED_ROUNDS_UNHEALTHY, HealthFacts, verdict
+from stratus.nimbus.settings import NimbusSettings
 from stratus.security.client_auth import NO_AUTH, ClientAuth
 from stratus.zk.paths import NIMBUS_GROUP, ClusterPaths
 from tests.cluster.test_election import expire_session
@@ -65,7 +66,7 @@ class Harness:
     def nimbus(self, mode: str = "zkfc", extra: dict[str, object] | None = None) -> Nimbus:
         local_dir = self.tmp_path / f"nimbus-{len(self.nimbuses)}"
         conf = nimbus_conf(self.zk_hosts, local_dir, **{"nimbus.ha.mode": mode, **(extra or {})})
-        nimbus = Nimbus(config_from_mapping(conf))
+        nimbus = Nimbus(NimbusSettings.from_config(config_from_mapping(conf)))
         nimbus.start()
         self.nimbuses.append(nimbus)
         return nimbus

@@ -40,7 +40,7 @@ from stratus.supervisor.requirements_env import (
     normalized_requirements,
     offline_refusal,
 )
-from stratus.supervisor.settings import DepsSettings
+from stratus.supervisor.settings import DepsSettings, SupervisorSettings
 from tests.cluster.test_supervisor import FAKE_WORKER, SPARK, SPARK_SECS, Cluster
 from tests.harness.package_factory import package_files
 from tests.harness.pipeline_cluster import pipeline_cluster
@@ -334,7 +334,7 @@ def probe_worker(tmp_path: Path) -> list[str]:
 
 @contextlib.contextmanager
 def started(conf: Any, command: list[str] | None) -> Iterator[Supervisor]:
-    supervisor = Supervisor(conf, worker_command=command)
+    supervisor = Supervisor(SupervisorSettings.from_config(conf), worker_command=command)
     supervisor.start()
     try:
         yield supervisor

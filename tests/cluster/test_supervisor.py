@@ -47,6 +47,7 @@ from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore
 from stratus.supervisor.daemon import Supervisor
 from stratus.supervisor.errors import DuplicateSupervisorError
+from stratus.supervisor.settings import SupervisorSettings
 from stratus.supervisor.worker_process import WorkerPaths
 from stratus.worker.spec import read_heartbeat
 from stratus.zk.server import ZooKeeperServer
@@ -291,7 +292,9 @@ def cluster(zk_hosts: str, tmp_path: Path) -> Iterator[Cluster]:
 
 @contextlib.contextmanager
 def running(conf: StratusConfig, cluster: Cluster) -> Iterator[Supervisor]:
-    supervisor = Supervisor(conf, worker_command=cluster.worker_command)
+    supervisor = Supervisor(
+        SupervisorSettings.from_config(conf), worker_command=cluster.worker_command
+    )
     supervisor.start()
     try:
         yield supervisor
@@ -317,7 +320,10 @@ def test_a_second_supervisor_under_a_live_ones_id_fails_to_start(cluster) -> Non
     with running(cluster.conf(), cluster):
         wait_until(cluster.supervisor_beat, 10, "the first supervisor's heartbeat")
         elsewhere = {"supervisor.local.dir": str(cluster.tmp_path / "twin")}  # another host's
-        twin = Supervisor(cluster.conf(**elsewhere), worker_command=cluster.worker_command)
+        twin = Supervisor(
+            SupervisorSettings.from_config(cluster.conf(**elsewhere)),
+            worker_command=cluster.worker_command,
+        )
         with pytest.raises(DuplicateSupervisorError, match="registered by another live"):
             twin.start()
         assert cluster.registration() is not None  # the first one keeps its registration
@@ -341,9 +347,11 @@ SUPERVISOR_WITH_STAND_IN = """
 import sys, threading
 from stratus.config import load_config
 from stratus.supervisor.daemon import Supervisor
+from stratus.supervisor.settings import SupervisorSettings
 
 conf = load_config(overrides=sys.argv[2:], environ={})
-Supervisor(conf, worker_command=[sys.executable, sys.argv[1]]).start()
+settings = SupervisorSettings.from_config(conf)
+Supervisor(settings, worker_command=[sys.executable, sys.argv[1]]).start()
 threading.Event().wait()
 """
 
@@ -542,7 +550,9 @@ def test_only_slots_workers_run_and_a_freed_slot_is_taken(cluster, caplog) -> No
 
 def test_a_stop_with_its_workers_stops_them_and_says_so_before_unregistering(cluster) -> None:
     meta = cluster.code.upload("etl")
-    supervisor = Supervisor(cluster.conf(), worker_command=cluster.worker_command)
+    supervisor = Supervisor(
+        SupervisorSettings.from_config(cluster.conf()), worker_command=cluster.worker_command
+    )
     supervisor.start()
     try:
         cluster.assign(meta)
@@ -988,7 +998,9 @@ def test_a_worker_whose_entrypoint_cannot_load_ends_failed_with_its_error(cluste
     )
     meta = cluster.code.upload("bad", package_bytes(files))
     conf = cluster.conf(**SPARK, **{"supervisor.worker.max.restarts": 1})
-    supervisor = Supervisor(conf)  # the real worker: it loads the entrypoint before Spark
+    supervisor = Supervisor(
+        SupervisorSettings.from_config(conf)
+    )  # the real worker: it loads the entrypoint before Spark
     supervisor.start()
     try:
         cluster.assign(meta, "bad", conf={})

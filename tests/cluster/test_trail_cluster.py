@@ -37,6 +37,7 @@ from stratus.client import NimbusClient
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.leader_trail import LeaderTrail
 from stratus.supervisor.daemon import Supervisor
+from stratus.supervisor.settings import SupervisorSettings
 from stratus.trail import PROCESS_KILLED, SUBMIT_ACKNOWLEDGED, Actor, TrailRecorder
 from stratus.zk.server import ZooKeeperServer
 from tests.cluster.test_supervisor import Cluster
@@ -119,7 +120,9 @@ def test_a_leader_killed_with_sigkill_leaves_a_history_the_oracle_passes(
     ):
         cluster = Cluster(zk, zk_server.connect_string, tmp_path, root=nimbuses.root)
         conf = cluster.conf(**{"nimbus.code.distributor": "local", "history.file": str(history)})
-        supervisor = Supervisor(conf, worker_command=[sys.executable, str(script)])
+        supervisor = Supervisor(
+            SupervisorSettings.from_config(conf), worker_command=[sys.executable, str(script)]
+        )
         supervisor.start()
         try:
             record = client.wait_replicated(
@@ -187,7 +190,9 @@ def test_a_silent_supervisor_the_leader_fences_is_stopped_before_its_pipeline_mo
                 **{"nimbus.code.distributor": "local", "history.file": str(history)},
                 **timeouts,
             )
-            started = Supervisor(conf, worker_command=[sys.executable, str(script)])
+            started = Supervisor(
+                SupervisorSettings.from_config(conf), worker_command=[sys.executable, str(script)]
+            )
             started.start()
             return started
 

@@ -32,7 +32,7 @@ from stratus.config import StratusConfig
 from stratus.local.processes import SupervisorProcess
 from stratus.supervisor.code_cache import PipelineCode
 from stratus.supervisor.daemon import Supervisor
-from stratus.supervisor.settings import SpecSettings
+from stratus.supervisor.settings import SpecSettings, SupervisorSettings
 from stratus.supervisor.warm_pool import cold_reason
 from stratus.supervisor.worker_process import START_MARK, WorkerPaths, build_spec
 from stratus.worker.session_conf import is_runtime_key, static_mismatch
@@ -168,7 +168,9 @@ def warm_supervisor(cluster: Cluster, **extra: Any) -> Iterator[Supervisor]:
         }
     )
     supervisor = Supervisor(
-        conf, worker_command=cluster.worker_command, warm_command=[sys.executable, str(script)]
+        SupervisorSettings.from_config(conf),
+        worker_command=cluster.worker_command,
+        warm_command=[sys.executable, str(script)],
     )
     supervisor.start()
     try:
@@ -309,7 +311,9 @@ def test_a_pipeline_handed_to_a_warm_worker_is_adopted_across_a_restart_and_idle
 def test_with_the_setting_false_no_warm_worker_runs(cluster) -> None:
     meta = cluster.code.upload("etl")
     conf = cluster.conf(**{"supervisor.worker.warm": False})
-    supervisor = Supervisor(conf, worker_command=cluster.worker_command)
+    supervisor = Supervisor(
+        SupervisorSettings.from_config(conf), worker_command=cluster.worker_command
+    )
     supervisor.start()
     try:
         cluster.assign(meta)

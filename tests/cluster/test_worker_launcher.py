@@ -32,7 +32,7 @@ from stratus.process import ProcessGroup
 from stratus.supervisor.daemon import Supervisor
 from stratus.supervisor.errors import SupervisorStartError, WorkerUserError
 from stratus.supervisor.run_as import DirectSwitch, UserPool
-from stratus.supervisor.settings import UserSettings
+from stratus.supervisor.settings import SupervisorSettings, UserSettings
 from stratus.supervisor.worker_access import (
     WORKER_UMASK,
     WorkerUser,
@@ -304,7 +304,9 @@ def test_a_worker_of_another_user_is_adopted_across_a_restart_and_cleaned_up_aft
                 "pipeline.checkpoint.root": base / "checkpoints",
             },
         )
-        first = Supervisor(conf, worker_command=cluster.worker_command)
+        first = Supervisor(
+            SupervisorSettings.from_config(conf), worker_command=cluster.worker_command
+        )
         first.start()
         try:
             cluster.assign(cluster.code.upload("etl"), "etl")
@@ -462,7 +464,9 @@ def test_a_supervisor_refuses_worker_users_that_cannot_reach_its_directory(
             "s1",
             **{"supervisor.worker.run.as": "shared", "supervisor.worker.users": names[0]},
         )
-        supervisor = Supervisor(conf, worker_command=cluster.worker_command)
+        supervisor = Supervisor(
+            SupervisorSettings.from_config(conf), worker_command=cluster.worker_command
+        )
         with pytest.raises(SupervisorStartError, match=r"closed to them \(no o\+x\)"):
             supervisor.start()
         supervisor.stop(workers=True)

@@ -36,6 +36,7 @@ from stratus.config import StratusConfig
 from stratus.logs import event_fields
 from stratus.security.client_auth import ClientAuth
 from stratus.supervisor.daemon import Supervisor
+from stratus.supervisor.settings import SupervisorSettings
 from tests.cluster.test_supervisor import Cluster
 from tests.harness.nimbus_cluster import nimbus_cluster
 from tests.harness.package_factory import valid_package
@@ -105,7 +106,7 @@ def log_worker(tmp_path: Path) -> list[str]:
 
 @contextlib.contextmanager
 def running(conf: StratusConfig, command: list[str]) -> Iterator[Supervisor]:
-    supervisor = Supervisor(conf, worker_command=command)
+    supervisor = Supervisor(SupervisorSettings.from_config(conf), worker_command=command)
     supervisor.start()
     try:
         yield supervisor

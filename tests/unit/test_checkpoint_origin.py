@@ -14,6 +14,7 @@ from stratus.api.records import ClusterIdentity, FencingToken
 from stratus.cluster_names import cluster_dir_name, cluster_root
 from stratus.config import config_from_mapping
 from stratus.nimbus.daemon import default_local_dir, mark_cluster
+from stratus.nimbus.settings import LocalDirSettings, NimbusSettings
 from stratus.worker.checkpoint_origin import (
     CheckpointOrigin,
     adopt_legacy,
@@ -58,16 +59,20 @@ def test_a_nimbus_on_defaults_keeps_the_old_directory_unless_another_cluster_mar
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    conf = config_from_mapping({"zookeeper.root": "/prod", "nimbus.host": "n1"})
+    ours = local_dir_settings({"zookeeper.root": "/prod", "nimbus.host": "n1"})
     fresh = tmp_path / "stratus-nimbus-n1-6627.prod"
-    assert default_local_dir(conf, 6627) == fresh
+    assert default_local_dir(ours, "n1", 6627) == fresh
     legacy = tmp_path / "stratus-nimbus-n1-6627"
     (legacy / "packages").mkdir(parents=True)
-    assert default_local_dir(conf, 6627) == legacy  # 0.2.0's, unmarked: this cluster's
-    mark_cluster(legacy, conf)
-    assert default_local_dir(conf, 6627) == legacy
-    other = config_from_mapping({"zookeeper.root": "/other", "nimbus.host": "n1"})
-    assert default_local_dir(other, 6627) == tmp_path / "stratus-nimbus-n1-6627.other"
+    assert default_local_dir(ours, "n1", 6627) == legacy  # 0.2.0's, unmarked: this cluster's
+    mark_cluster(legacy, ours.cluster)
+    assert default_local_dir(ours, "n1", 6627) == legacy
+    other = local_dir_settings({"zookeeper.root": "/other", "nimbus.host": "n1"})
+    assert default_local_dir(other, "n1", 6627) == tmp_path / "stratus-nimbus-n1-6627.other"
+
+
+def local_dir_settings(values: dict[str, object]) -> LocalDirSettings:
+    return NimbusSettings.from_config(config_from_mapping(values)).local_dir
 
 
 def test_the_origin_check_refuses_another_pipeline_or_another_cluster() -> None:

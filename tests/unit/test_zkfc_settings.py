@@ -10,7 +10,7 @@ from stratus.cli.main import main
 from stratus.config import load_config
 from stratus.ha.errors import ZkfcConfigError
 from stratus.ha.fencing import FenceTarget, MethodSpec
-from stratus.ha.settings import ZkfcSettings
+from stratus.ha.settings import SupervisedNimbusSettings, ZkfcSettings
 from stratus.ha.supervised_nimbus import (
     CONTROLLER_ENV,
     CONTROLLER_PRINCIPAL,
@@ -115,7 +115,9 @@ def test_the_command_wants_supervise_and_a_command_together(args, message: str) 
 
 def test_a_supervised_nimbus_controller_takes_a_free_endpoint_port_unless_one_is_set() -> None:
     conf = load_config(overrides=["nimbus.host=10.0.0.5", "nimbus.port=6627"], environ={})
-    plan = controller_plan(conf, ["nimbus"], NO_AUTH, token="t" * 64, python="py")
+    plan = controller_plan(
+        SupervisedNimbusSettings.from_config(conf), ["nimbus"], NO_AUTH, token="t" * 64, python="py"
+    )
     settings = plan.settings
     assert settings.target == FenceTarget("10.0.0.5", 6627)
     assert settings.port == 0  # several nimbuses on one host: a free port, in ZooKeeper
@@ -130,12 +132,19 @@ def test_a_supervised_nimbus_controller_takes_a_free_endpoint_port_unless_one_is
     entry = fixed.entry_of_token("t" * 64)
     assert entry is not None and entry.role is Role.ADMIN
     pinned = load_config(overrides=["ha.zkfc.port=8019"], environ={})
-    assert controller_plan(pinned, ["nimbus"], NO_AUTH).settings.port == 8019
+    assert (
+        controller_plan(
+            SupervisedNimbusSettings.from_config(pinned), ["nimbus"], NO_AUTH
+        ).settings.port
+        == 8019
+    )
 
 
 def test_a_supervised_nimbus_on_port_0_gets_one_port_for_every_start_of_its_child() -> None:
     conf = load_config(overrides=["nimbus.port=0"], environ={})
-    settings = controller_plan(conf, ["nimbus", "-c", "nimbus.port=0"], NO_AUTH).settings
+    settings = controller_plan(
+        SupervisedNimbusSettings.from_config(conf), ["nimbus", "-c", "nimbus.port=0"], NO_AUTH
+    ).settings
     assert settings.supervise is not None
     *_, last_option = settings.supervise.command
     assert last_option == f"nimbus.port={settings.target.port}" and settings.target.port > 0

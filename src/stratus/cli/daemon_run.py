@@ -6,7 +6,7 @@ that error, not with an echo of it from whatever call it broke. On SIGHUP it cal
 ``reload`` (the nimbus, the supervisor and the zkfc read their token file again), on the
 main thread, between two checks::
 
-    run_daemon(Nimbus(conf), ready=lambda d: f"nimbus {d.address} serving ...",
+    run_daemon(Nimbus(settings), ready=lambda d: f"nimbus {d.address} serving ...",
                reload=lambda d: d.policy.reload())
 """
 

@@ -25,11 +25,13 @@ from stratus.cli.zkfc_command import check_zkfc
 from stratus.client_settings import client_auth
 from stratus.config import StratusConfig
 from stratus.ha.daemon import Zkfc
+from stratus.ha.settings import SupervisedNimbusSettings
 from stratus.ha.supervised_nimbus import CONTROLLER_ENV, controller_credentials, controller_plan
 from stratus.ha.zkfc_endpoint import EndpointSecurity
 from stratus.logs import configure_daemon_logging
 from stratus.nimbus.daemon import Nimbus
 from stratus.nimbus.exposure import check_exposure
+from stratus.nimbus.settings import NimbusSettings
 from stratus.process import watch_for_eof
 from stratus.rlimits import raise_open_files_limit
 from stratus.settings import (
@@ -69,14 +71,14 @@ def nimbus(conf: StratusConfig, insecure: bool) -> None:
     if conf.nimbus_ha_mode == "supervised" and controller is None:
         _run_controller(conf)
         return
-    policy = None
+    fixed = None
     if controller is not None:  # the child of a supervised nimbus's controller
         conf = conf.model_copy(update={"nimbus_ha_mode": "zkfc"})
-        policy = access_policy(conf, fixed=controller_credentials(controller))
+        fixed = controller_credentials(controller)
         watch_for_eof(sys.stdin.fileno(), _controller_gone)
     scheme = "https" if conf.nimbus_tls_cert else "http"
     run_daemon(
-        Nimbus(conf, policy=policy),
+        Nimbus(NimbusSettings.from_config(conf, fixed=fixed)),
         ready=lambda d: f"nimbus {d.address} serving {scheme}://{d.address}/",
         reload=lambda d: d.policy.reload(),
     )
@@ -104,7 +106,7 @@ def _run_controller(conf: StratusConfig) -> None:
     check_exposure(
         conf.nimbus_bind(), authenticated=policy.enabled, insecure=conf.nimbus_auth_insecure
     )
-    plan = controller_plan(conf, sys.argv[1:], auth)
+    plan = controller_plan(SupervisedNimbusSettings.from_config(conf), sys.argv[1:], auth)
     security = EndpointSecurity(
         policy, server_tls(conf), http_bounds(conf), conf.nimbus_max_request_bytes
     )

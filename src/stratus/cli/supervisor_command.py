@@ -20,6 +20,7 @@ from stratus.logs import configure_daemon_logging
 from stratus.rlimits import raise_open_files_limit
 from stratus.settings import audit_log, log_settings
 from stratus.supervisor.daemon import STOP_WITH_WORKERS, Supervisor
+from stratus.supervisor.settings import SupervisorSettings
 
 READY_LINE = "supervisor {id} running slots={slots} local={local}"
 HEALTH_CHECK_SECS = 1.0
@@ -60,7 +61,7 @@ def supervisor(conf: StratusConfig, slots: int | None, supervisor_id: str | None
     audit_log(conf)
     raise_open_files_limit()
     run_daemon(
-        Supervisor(conf),
+        Supervisor(SupervisorSettings.from_config(conf)),
         ready=lambda d: READY_LINE.format(id=d.id, slots=d.slots, local=d.local_dir),
         check=_control_loop_alive,
         period_secs=HEALTH_CHECK_SECS,

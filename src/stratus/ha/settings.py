@@ -5,9 +5,12 @@ settings.health.check_interval        # ha.health.check.interval.secs
 settings.fencing_methods              # ha.fencing.methods, parsed (errors at load)
 
 A supervised nimbus's controller (``nimbus.ha.mode: supervised``) is the same zkfc, managing
-the ``stratus nimbus`` it runs as its child::
+the ``stratus nimbus`` it runs as its child, once the child's port is known::
 
-    settings = ZkfcSettings.supervising(conf, "127.0.0.1:6627", command, environment)
+    supervised = SupervisedNimbusSettings.from_config(conf)
+    settings = supervised.supervising("127.0.0.1:6627", command, environment)
+
+This module is the only one of ``stratus.ha`` that reads the configuration.
 """
 
 from __future__ import annotations
@@ -59,10 +62,12 @@ class ZkfcSettings:
                 "stratus zkfc needs the service it manages: give --target host:port "
                 "or set ha.zkfc.target"
             )
-        try:
-            parsed = FenceTarget.parse(address)
-        except ValueError as exc:
-            raise ZkfcConfigError(f"the zkfc's target: {exc}") from None
+        return cls._of(conf, _target(address), supervise)
+
+    @classmethod
+    def _of(
+        cls, conf: StratusConfig, parsed: FenceTarget, supervise: tuple[str, ...] = ()
+    ) -> ZkfcSettings:
         try:
             group = check_group_name(conf.ha_zkfc_group)
         except ValueError as exc:
@@ -88,10 +93,40 @@ class ZkfcSettings:
             ),
         )
 
+
+def _target(address: str) -> FenceTarget:
+    try:
+        return FenceTarget.parse(address)
+    except ValueError as exc:
+        raise ZkfcConfigError(f"the zkfc's target: {exc}") from None
+
+
+@dataclass(frozen=True)
+class SupervisedNimbusSettings:
+    """What the controller of a supervised nimbus takes of the configuration: the nimbus's
+    address, and the zkfc's settings, which ``supervising`` completes with the child's
+    address, command and environment once its port is known."""
+
+    host: str  # nimbus.host
+    port: int  # nimbus.port; 0: the controller picks a free port, once
+    zkfc: ZkfcSettings  # ha.*, its target the nimbus's address until ``supervising``
+    restart_backoff: float  # ha.zkfc.supervise.restart.backoff.secs
+    stop_grace: float  # ha.zkfc.supervise.stop.grace.secs
+    endpoint_port: int  # ha.zkfc.port when set; else 0: a free port
+
     @classmethod
+    def from_config(cls, conf: StratusConfig) -> SupervisedNimbusSettings:
+        return cls(
+            host=conf.nimbus_host,
+            port=conf.nimbus_port,
+            zkfc=ZkfcSettings._of(conf, FenceTarget(conf.nimbus_host, conf.nimbus_port)),
+            restart_backoff=conf.ha_zkfc_supervise_restart_backoff_secs,
+            stop_grace=conf.ha_zkfc_supervise_stop_grace_secs,
+            endpoint_port=conf.ha_zkfc_port if "ha_zkfc_port" in conf.model_fields_set else 0,
+        )
+
     def supervising(
-        cls,
-        conf: StratusConfig,
+        self,
         target: str,
         command: tuple[str, ...],
         environment: tuple[tuple[str, str], ...],
@@ -101,18 +136,18 @@ class ZkfcSettings:
         free port unless ``ha.zkfc.port`` is set (its default, 8019, is for one ``stratus
         zkfc`` per host; several nimbuses may share a host, and the port is registered in
         ZooKeeper, where haadmin and the other controllers look)."""
-        settings = cls.from_config(conf, target=target)
         supervise = SupervisionSettings(
             command,
-            restart_backoff=conf.ha_zkfc_supervise_restart_backoff_secs,
-            stop_grace=conf.ha_zkfc_supervise_stop_grace_secs,
+            restart_backoff=self.restart_backoff,
+            stop_grace=self.stop_grace,
             environment=environment,
             lifeline=Lifeline.PIPE,
         )
         return replace(
-            settings,
+            self.zkfc,
+            target=_target(target),
             supervise=supervise,
-            port=conf.ha_zkfc_port if "ha_zkfc_port" in conf.model_fields_set else 0,
+            port=self.endpoint_port,
             kill_unresponsive=True,
         )
 

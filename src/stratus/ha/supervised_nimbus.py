@@ -4,11 +4,11 @@
 same ``stratus nimbus`` command line as its child, marked by ``CONTROLLER_ENV`` so that the
 child serves as a nimbus in ``zkfc`` mode instead of starting a controller of its own::
 
-    plan = controller_plan(conf, sys.argv[1:])         # in the parent
+    plan = controller_plan(SupervisedNimbusSettings.from_config(conf), sys.argv[1:], auth)
     Zkfc(plan.settings, session, client_auth(conf), security, service_auth=plan.service_auth)
 
     digest = os.environ.get(CONTROLLER_ENV)            # in the child: it is supervised
-    access_policy(conf, fixed=controller_credentials(digest))
+    NimbusSettings.from_config(conf, fixed=controller_credentials(digest))
 
 The controller reaps its child, so a dead nimbus is failed over as soon as it exits, and it
 checks its health as a zkfc does, so a frozen one is failed over after the health timeout.
@@ -29,9 +29,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from stratus.config import StratusConfig
 from stratus.ha.errors import ZkfcConfigError
-from stratus.ha.settings import ZkfcSettings
+from stratus.ha.settings import SupervisedNimbusSettings, ZkfcSettings
 from stratus.security.client_auth import ClientAuth
 from stratus.security.roles import Role
 from stratus.security.tokens import Credentials, Entry, digest_of, hash_token, new_token
@@ -51,7 +50,7 @@ class ControllerPlan:
 
 
 def controller_plan(
-    conf: StratusConfig,
+    nimbus: SupervisedNimbusSettings,
     arguments: list[str],
     auth: ClientAuth,
     *,
@@ -61,15 +60,13 @@ def controller_plan(
     """The controller of the nimbus that ``stratus <arguments>`` configures; ``auth`` is the
     nimbus's client identity, whose TLS settings the controller keeps for its child."""
     token = token or new_token()
-    port = conf.nimbus_port or pick_free_port()
+    port = nimbus.port or pick_free_port()
     command = (python, "-m", "stratus", *arguments)
-    if not conf.nimbus_port:
+    if not nimbus.port:
         command = (*command, "-c", f"nimbus.port={port}")  # the last -c wins
-    host = conf.nimbus_host
+    host = nimbus.host
     target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    settings = ZkfcSettings.supervising(
-        conf, target, command, ((CONTROLLER_ENV, hash_token(token)),)
-    )
+    settings = nimbus.supervising(target, command, ((CONTROLLER_ENV, hash_token(token)),))
     return ControllerPlan(settings, ClientAuth(token=token, tls=auth.tls))
 
 

@@ -9,7 +9,7 @@ and runs the leader's duties while it leads. In ``nimbus.ha.mode: zkfc`` it neve
 its zkfc hands it a term over the HA service protocol (``ha_service``), which every nimbus
 serves. ``stop()`` (SIGTERM) leaves the queue first, so another nimbus leads at once::
 
-    nimbus = Nimbus(conf)
+    nimbus = Nimbus(NimbusSettings.from_config(conf))
     nimbus.start()            # ZooKeeperUnavailableError / NimbusStartError on failure
     ...
     nimbus.stop()
@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 
 from kazoo.client import KazooClient
@@ -38,13 +39,11 @@ from stratus.api.records import (
     PipelineStatus,
     WorkerHeartbeat,
 )
-from stratus.client_settings import client_auth
 from stratus.codedist.code_sync import CodeSync
 from stratus.codedist.distributor import CodeDistributor, CodeMeta
 from stratus.codedist.factory import create_distributor
 from stratus.codedist.package_store import PackageStore
 from stratus.codedist.transfer.server import PackageServer
-from stratus.config import StratusConfig
 from stratus.coordination.coordinator import Coordinator
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import LeaderChange, RevokeReason
@@ -77,23 +76,13 @@ from stratus.nimbus.pipeline_metrics import ObservedRound, PipelineMetrics
 from stratus.nimbus.pipeline_ops import PipelineOps
 from stratus.nimbus.pipeline_series import PipelineSeriesStore
 from stratus.nimbus.placement import Placement
-from stratus.nimbus.purge_plan import PurgeBy
 from stratus.nimbus.readiness import CodeReadiness
 from stratus.nimbus.run_reads import RunReader
 from stratus.nimbus.series_sampler import SeriesSampler
 from stratus.nimbus.service import NimbusService
-from stratus.nimbus.settings import HAMode, NimbusSettings
+from stratus.nimbus.settings import HAMode, LocalDirSettings, NimbusSettings
 from stratus.nimbus.submission import Submitter
 from stratus.nimbus.supervisor_fencing import SupervisorFencing
-from stratus.security.access import AccessPolicy
-from stratus.settings import (
-    access_policy,
-    distributor_settings,
-    history_settings,
-    server_tls,
-    state_store_settings,
-    zk_settings,
-)
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.trail import Actor, TrailRecorder
@@ -114,42 +103,37 @@ class Nimbus:
     """One nimbus daemon; see the module docstring.
 
     ``clock`` is the wall clock of the times written down (start, kill times); ``monotonic``
-    times the periods and timeouts of the leadership and of the scheduling. ``policy`` is who
-    may call it (default: ``nimbus.auth.tokens.file``'s entries; a supervised nimbus's adds
-    its controller's).
+    times the periods and timeouts of the leadership and of the scheduling. Who may call it
+    is ``settings.api.policy`` (``nimbus.auth.tokens.file``'s entries; a supervised nimbus's
+    adds its controller's).
     """
 
     def __init__(
         self,
-        conf: StratusConfig,
+        settings: NimbusSettings,
         *,
         may_lead: Callable[[], bool] = always_may_lead,
-        policy: AccessPolicy | None = None,
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
     ) -> None:
-        self.conf = conf
+        self.settings = settings
         self._may_lead = may_lead
         self._clock = clock
         self._wall = wall
         self._stopping = threading.Event()
-        # TokenFileError if the file is unsafe or malformed
-        self.policy = policy if policy is not None else access_policy(conf)
+        api = settings.api
+        self.policy = api.policy
         self.insecure = check_exposure(  # True: an open API on a network, on purpose
-            conf.nimbus_bind(),
-            authenticated=self.policy.enabled,
-            insecure=conf.nimbus_auth_insecure,
+            api.bind, authenticated=self.policy.enabled, insecure=api.insecure
         )
-        tls = server_tls(conf)
-        self._tls = tls.server_context() if tls is not None else None
-        self._sock = listen_socket(conf.nimbus_bind(), conf.nimbus_port)
+        self._tls = api.tls.server_context() if api.tls is not None else None
+        self._sock = listen_socket(api.bind, api.port)
         self.port: int = self._sock.getsockname()[1]
-        self.address = f"{conf.nimbus_host}:{self.port}"
-        self.settings = NimbusSettings.from_config(conf, self.address)
-        self.paths = ClusterPaths(conf.zookeeper_root)
-        self.session = ZkSession(zk_settings(conf))
+        self.address = f"{api.host}:{self.port}"
+        self.paths = ClusterPaths(settings.zk.root)
+        self.session = ZkSession(settings.zk)
         self.history = LeaderTrail(
-            TrailRecorder.from_settings(history_settings(conf), Actor("nimbus", self.address))
+            TrailRecorder.from_settings(settings.history, Actor("nimbus", self.address))
         )
         self.coordinator = Coordinator(
             self.session,
@@ -178,7 +162,7 @@ class Nimbus:
             package_server_serving=self._package_server_serving,
         )
         self._registered = threading.Event()
-        self._opened: list[Callable[[], None]] = []  # what stop() closes, newest first
+        self._opened = ExitStack()  # what stop() closes, newest first
         self._package_server: PackageServer | None = None
         self._http: ThreadedServer | None = None
 
@@ -190,16 +174,16 @@ class Nimbus:
         Every step notes what undoes it; a step that fails undoes those before it, newest
         first, so a failed start leaves no session, registration, thread or socket behind.
         """
-        self._opened.append(self.history.close)  # closed last: the last term's end is in it
-        self._opened.append(self._sock.close)
+        self._opened.callback(self.history.close)  # closed last: the last term's end is in it
+        self._opened.callback(self._sock.close)
         try:
             client = self._connect()
             ops = PipelineOps(
                 client,
                 self.paths,
                 wall=self._wall,
-                max_record_bytes=self.conf.nimbus_max_record_bytes,
-                versions_keep=self.conf.pipeline_versions_keep,
+                max_record_bytes=self.settings.pipelines.max_record_bytes,
+                versions_keep=self.settings.pipelines.versions_keep,
             )
             submitter = self._build_code(client, ops)
             self._build_leadership(client, ops, submitter)
@@ -226,21 +210,21 @@ class Nimbus:
         self._close_opened()
 
     def _close_opened(self) -> None:
-        while self._opened:
-            close = self._opened.pop()
-            try:
-                close()
-            except Exception:  # closing the rest matters more
-                log.exception("event=close_failed address=%s", self.address)
+        """Close what is open, newest first: a close that fails is logged, and the rest
+        still close (``ExitStack`` calls every callback, then raises the last failure)."""
+        try:
+            self._opened.close()
+        except Exception:  # closing the rest matters more
+            log.exception("event=close_failed address=%s", self.address)
 
     # ------------------------------------------------------------------ start-up steps
 
     def _connect(self) -> KazooClient:
         """The session, the coordinator, the persistent parents and the watched view."""
         self.session.start()  # closes itself if it fails
-        self._opened.append(self.session.close)
+        self._opened.callback(self.session.close)
         self.coordinator.start()  # stops its threads if it fails
-        self._opened.append(self.coordinator.close)
+        self._opened.callback(self.coordinator.close)
         client = self.session.client
         for parent in self.paths.all_parents():
             client.ensure_path(parent)
@@ -274,8 +258,8 @@ class Nimbus:
             wall=self._wall,
             session_timeout=lambda: self.session.granted_session_timeout,
         )
-        store = create_state_store(state_store_settings(self.conf), client, self.paths)
-        self._opened.append(store.close)
+        store = create_state_store(self.settings.state_store, client, self.paths)
+        self._opened.callback(store.close)
         board = HeartbeatBoard(store)
         assignments = AssignmentTable(client, self.paths)
         self.assignment_history = assignments.history
@@ -286,7 +270,7 @@ class Nimbus:
             ops,
             self.distributor,
             board,
-            checkpoint_root=self.conf.checkpoint_root(),
+            checkpoint_root=self.settings.pipelines.checkpoint_root,
         )
         readiness = CodeReadiness(
             self.code_sync,
@@ -337,6 +321,7 @@ class Nimbus:
         )
         self.service = NimbusService(
             self.settings.service,
+            address=self.address,
             view=self.view,
             ops=ops,
             submitter=submitter,
@@ -354,24 +339,23 @@ class Nimbus:
         self.view.set_leaders(self.coordinator.get_leaders(NIMBUS_GROUP))
         self.view.subscribe(self._cluster_changed)
         self.distributor.on_change(self._cluster_changed)
-        self._opened.append(self.code_sync.stop)
+        self._opened.callback(self.code_sync.stop)
         self.code_sync.start()
         self._start_http()
         registration = EphemeralNode(
             client, self.paths.nimbus(self.address), self._registration_record().encode()
         )
-        self._opened.append(registration.close)
+        self._opened.callback(registration.close)
         registration.start()
         self._registered.set()
-        self._opened.append(self._stop_leading)
+        self._opened.callback(self._stop_leading)
         self.controller.start()
-        self._opened.append(self.sampler.stop)
+        self._opened.callback(self.sampler.stop)
         self.sampler.start()
         if self.insecure:
-            reminder = InsecureReminder(
-                self.conf.nimbus_bind(), every_secs=self.conf.nimbus_auth_insecure_warn_secs
-            )
-            self._opened.append(reminder.stop)
+            api = self.settings.api
+            reminder = InsecureReminder(api.bind, every_secs=api.insecure_warn_secs)
+            self._opened.callback(reminder.stop)
             reminder.start()
 
     # ------------------------------------------------------------------ parts
@@ -403,8 +387,8 @@ class Nimbus:
         )
         purges = CarryOutPurges(
             PurgeOrders(self.session.client, self.paths),
-            checkpoint_root=self.conf.checkpoint_root(),
-            by=PurgeBy(self.conf.pipeline_checkpoint_purge_by),
+            checkpoint_root=self.settings.pipelines.checkpoint_root,
+            by=self.settings.pipelines.purge_by,
             here=nimbus_party(self.address),
             live=self.view.supervisors,
             wall=self._wall,
@@ -416,8 +400,8 @@ class Nimbus:
                 self.removal,
                 ExpireKeptCheckpoints(
                     ops,
-                    checkpoint_root=self.conf.checkpoint_root(),
-                    retention_secs=self.conf.pipeline_checkpoint_retention_secs,
+                    checkpoint_root=self.settings.pipelines.checkpoint_root,
+                    retention_secs=self.settings.pipelines.checkpoint_retention_secs,
                     wall=self._wall,
                     clock=self._clock,
                 ),
@@ -438,13 +422,13 @@ class Nimbus:
             return None
         fencing = SupervisorFencing(
             self.settings.fencing,
-            client_auth(self.conf),
+            self.settings.api.client,
             clock=self._clock,
             on_outcome=lambda result, method: self.metrics.supervisor_fences.labels(
                 result, method
             ).inc(),
         )
-        self._opened.append(fencing.close)
+        self._opened.callback(fencing.close)
         return fencing
 
     def _build_controller(
@@ -512,14 +496,16 @@ class Nimbus:
 
     def _package_store(self) -> PackageStore:
         """The store that receives uploads (and, with the local distributor, keeps code)."""
-        configured = self.conf.nimbus_local_dir
-        local_dir = Path(configured) if configured else default_local_dir(self.conf, self.port)
+        settings = self.settings.local_dir
+        configured = settings.configured
+        local_dir = configured or default_local_dir(settings, self.settings.api.host, self.port)
         try:
             store = PackageStore(
-                local_dir / "packages", max_bytes=self.conf.nimbus_max_upload_bytes
+                local_dir / "packages",
+                max_bytes=self.settings.service.limits.max_upload_bytes,
             )
-            if not configured:
-                mark_cluster(local_dir, self.conf)
+            if configured is None:
+                mark_cluster(local_dir, settings.cluster)
         except OSError as exc:
             raise NimbusStartError(
                 f"cannot use nimbus.local.dir {local_dir}: {exc.strerror}"
@@ -529,27 +515,28 @@ class Nimbus:
 
     def _start_package_server(self, store: PackageStore) -> None:
         """Serve the store's packages with sendfile, if code is copied between nimbuses."""
-        if self.conf.nimbus_code_distributor != "local" or self.conf.nimbus_code_port < 0:
+        port = self.settings.code_port
+        if port is None:
             return
+        bind = self.settings.api.bind
         try:
             self._package_server = PackageServer(
                 store,
-                self.conf.nimbus_bind(),
-                self.conf.nimbus_code_port,
-                advertised_host=self.conf.nimbus_host,
+                bind,
+                port,
+                advertised_host=self.settings.api.host,
                 policy=self.policy,
                 tls=self._tls,
                 bounds=self.settings.code_server,
             )
         except OSError as exc:
-            bind, port = self.conf.nimbus_bind(), self.conf.nimbus_code_port
             raise package_port_error(bind, port, exc) from None
-        self._opened.append(self._package_server.close)
+        self._opened.callback(self._package_server.close)
         self._package_server.start()
 
     def _build_distributor(self, client: KazooClient, store: PackageStore) -> CodeDistributor:
         distributor = create_distributor(
-            distributor_settings(self.conf),
+            self.settings.distributor,
             client=client,
             paths=self.paths,
             address=self.address,
@@ -557,7 +544,7 @@ class Nimbus:
             live_nimbuses=lambda: len(self.view.nimbuses()),
             served_from=self._package_server.address if self._package_server else None,
         )
-        self._opened.append(distributor.close)
+        self._opened.callback(distributor.close)
         try:
             distributor.prepare()
         except StratusError as exc:
@@ -566,7 +553,7 @@ class Nimbus:
 
     def _registration_record(self) -> NimbusRegistration:
         return NimbusRegistration(
-            host=self.conf.nimbus_host,
+            host=self.settings.api.host,
             port=self.port,
             started=self._wall(),
             version=__version__,
@@ -586,7 +573,7 @@ class Nimbus:
             self.metrics,
             self.policy,
             ha=self.ha,
-            log_relay=LogRelay(client_auth(self.conf)),
+            log_relay=LogRelay(self.settings.api.client),
             zookeeper_state=lambda: self.session.state.value,
             ready=self._readiness,
             leader_terms=self.terms.read,
@@ -607,7 +594,7 @@ class Nimbus:
             self._tls,
             name="nimbus-http",
         )
-        self._opened.append(self._http.stop)
+        self._opened.callback(self._http.stop)
         self._http.start(lambda: NimbusStartError(f"the HTTP API did not start on {self.address}"))
 
     # ------------------------------------------------------------------ events
@@ -642,14 +629,13 @@ CLUSTER_FILE = "cluster.json"  # in a default nimbus.local.dir: the cluster it s
 LEGACY_LOCAL_DIR_PREFIX = "stratus-nimbus-"  # <tmp>/<this><host>-<port>: the default up to 0.2.0
 
 
-def default_local_dir(conf: StratusConfig, port: int) -> Path:
-    """``<tmp>/stratus-nimbus-<host>-<port>.<cluster>`` (``StratusConfig.cluster_default_dir``);
-    but the default of 0.2.0 and earlier, ``<tmp>/stratus-nimbus-<host>-<port>``, shared by
+def default_local_dir(settings: LocalDirSettings, host: str, port: int) -> Path:
+    """``<tmp>/stratus-nimbus-<host>-<port>.<cluster>`` (``LocalDirSettings.default``); but
+    the default of 0.2.0 and earlier, ``<tmp>/stratus-nimbus-<host>-<port>``, shared by
     every cluster of the machine, while the new one does not exist and the old one holds no
     other cluster's ``cluster.json``: a nimbus upgraded in place keeps its packages."""
-    name = f"{conf.nimbus_host}-{port}"
-    directory = conf.cluster_default_dir(f"nimbus-{name}")
-    legacy = Path(tempfile.gettempdir()) / f"{LEGACY_LOCAL_DIR_PREFIX}{name}"
+    directory = settings.default(host, port)
+    legacy = Path(tempfile.gettempdir()) / f"{LEGACY_LOCAL_DIR_PREFIX}{host}-{port}"
     if directory.exists() or not legacy.is_dir():
         return directory
     try:
@@ -658,13 +644,9 @@ def default_local_dir(conf: StratusConfig, port: int) -> Path:
         return legacy  # written by 0.2.0 or earlier, which served one cluster: this one
     except (OSError, ValidationError):
         return directory
-    return legacy if marked.same(_cluster(conf)) else directory
+    return legacy if marked.same(settings.cluster) else directory
 
 
-def mark_cluster(local_dir: Path, conf: StratusConfig) -> None:
+def mark_cluster(local_dir: Path, cluster: ClusterIdentity) -> None:
     """Record in a default local directory the cluster it serves (``cluster.json``)."""
-    write_atomically(local_dir / CLUSTER_FILE, _cluster(conf).model_dump_json().encode())
-
-
-def _cluster(conf: StratusConfig) -> ClusterIdentity:
-    return ClusterIdentity.of(conf.zookeeper_hosts(), conf.zookeeper_root)
+    write_atomically(local_dir / CLUSTER_FILE, cluster.model_dump_json().encode())

@@ -79,6 +79,7 @@ class NimbusService:
         self,
         settings: ServiceSettings,
         *,
+        address: str,
         view: ClusterView,
         ops: PipelineOps,
         submitter: Submitter,
@@ -89,7 +90,7 @@ class NimbusService:
         cordons: CordonTable | None = None,
         drains: DrainMemory | None = None,
     ) -> None:
-        self.address = settings.address
+        self.address = address  # host:port of this nimbus
         self.limits = settings.limits
         self.ui_refresh_secs = settings.ui_refresh_secs
         self._settings = settings

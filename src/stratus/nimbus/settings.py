@@ -2,21 +2,29 @@
 
 Each component of the nimbus takes the record it needs, never the whole ``StratusConfig``,
 so a test builds a component from a few values and a reader sees what a component depends
-on. ``Clock`` (``stratus.api.clock``) is how every component is given time; the default is
+on. This module is the only one of the nimbus that reads the configuration: every key the
+nimbus uses becomes a field here, and ``Nimbus(settings)`` takes the records. ``Clock``
+(``stratus.api.clock``) is how every component is given time; the default is
 ``time.monotonic`` for timeouts and periods, and a wall clock (``time.time``) only where a
 time is written down for other machines to read (kill times, start times)::
 
-    settings = NimbusSettings.from_config(conf, address="10.0.0.5:6627")
+    settings = NimbusSettings.from_config(conf)
     settings.leadership.monitor_freq_secs      # nimbus.monitor.freq.secs
+    nimbus = Nimbus(settings)
 """
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 
 from stratus.api.locations import LocationPolicy
-from stratus.client_settings import package_limits
+from stratus.api.records import ClusterIdentity
+from stratus.client_settings import client_auth, package_limits
+from stratus.cluster_names import cluster_dir_name
+from stratus.codedist.factory import DistributorSettings
 from stratus.codedist.package_check import PackageLimits
 from stratus.codedist.transfer.bounded_server import ConnectionBounds
 from stratus.config import StratusConfig
@@ -30,9 +38,25 @@ from stratus.ha.fencing import (
 )
 from stratus.nimbus.limits import RequestLimits
 from stratus.nimbus.pipeline_ops import ReplicationPolicy
+from stratus.nimbus.purge_plan import PurgeBy
 from stratus.nimbus.update_trial import RollbackPolicy
-from stratus.settings import http_bounds
+from stratus.security.access import AccessPolicy
+from stratus.security.client_auth import ClientAuth
+from stratus.security.tls import TlsSettings
+from stratus.security.tokens import Credentials
+from stratus.settings import (
+    access_policy,
+    distributor_settings,
+    history_settings,
+    http_bounds,
+    server_tls,
+    state_store_settings,
+    zk_settings,
+)
+from stratus.state.factory import StateStoreSettings
+from stratus.trail import TrailSettings
 from stratus.web.bounds import HttpBounds
+from stratus.zk.session import ZkSettings
 
 
 @dataclass(frozen=True)
@@ -95,13 +119,51 @@ class SubmitSettings:
 class ServiceSettings:
     """The API layer's own values."""
 
-    address: str  # host:port of this nimbus
     kill_wait_secs: float  # pipeline.kill.wait.secs, when a kill names no wait
     limits: RequestLimits  # how large a body may be, checked before it is read
     locations: LocationPolicy  # what a rebalance's conf may point at
     ui_refresh_secs: float = 2.0  # nimbus.ui.refresh.secs: the web UI's polling interval
     series_step_secs: float = 10.0  # nimbus.ui.series.step.secs: between two chart points
     series_points: int = 360  # nimbus.ui.series.points: points kept per pipeline
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    """Where the nimbus listens, what it advertises, and who may call it."""
+
+    host: str  # nimbus.host: the address it registers
+    bind: str  # nimbus.bind.host, else nimbus.host: where it listens
+    port: int  # nimbus.port; 0: a free port, picked when it listens
+    policy: AccessPolicy  # nimbus.auth.tokens.file (with a supervised nimbus's controller)
+    tls: TlsSettings | None  # nimbus.tls.*
+    insecure: bool  # nimbus.auth.insecure: an open API on a network, on purpose
+    insecure_warn_secs: float  # nimbus.auth.insecure.warn.secs: how often it says so
+    client: ClientAuth  # client.auth.*, client.tls.*: its calls to supervisors
+
+
+@dataclass(frozen=True)
+class LocalDirSettings:
+    """Where the nimbus keeps its packages (``nimbus.local.dir``)."""
+
+    configured: Path | None  # nimbus.local.dir; None: the default directory of this cluster
+    cluster: ClusterIdentity  # zookeeper.servers and zookeeper.root: the cluster it serves
+
+    def default(self, host: str, port: int) -> Path:
+        """``<tmp>/stratus-nimbus-<host>-<port>.<cluster>``, as every default directory of a
+        cluster is named (``StratusConfig.cluster_default_dir``)."""
+        name = cluster_dir_name(self.cluster.root)
+        return Path(tempfile.gettempdir()) / f"stratus-nimbus-{host}-{port}.{name}"
+
+
+@dataclass(frozen=True)
+class PipelineSettings:
+    """What the nimbus keeps of each pipeline, and where its checkpoints live."""
+
+    max_record_bytes: int  # nimbus.max.record.bytes
+    versions_keep: int  # pipeline.versions.keep
+    checkpoint_root: str  # pipeline.checkpoint.root, or its default directory
+    purge_by: PurgeBy  # pipeline.checkpoint.purge.by
+    checkpoint_retention_secs: float  # pipeline.checkpoint.retention.secs
 
 
 @dataclass(frozen=True)
@@ -119,9 +181,22 @@ class NimbusSettings:
     code_watch: bool  # nimbus.code.watch: a watch event starts a code sync round at once
     code_sync_freq_secs: float  # nimbus.code.sync.freq.secs
     code_lost_fail_secs: float  # nimbus.code.lost.fail.secs
+    api: ApiSettings
+    zk: ZkSettings
+    history: TrailSettings  # history.file: the trail of this nimbus's terms
+    state_store: StateStoreSettings  # cluster.state.store
+    distributor: DistributorSettings  # nimbus.code.distributor
+    code_port: int | None  # nimbus.code.port, with the local distributor; None: not served
+    local_dir: LocalDirSettings
+    pipelines: PipelineSettings
 
     @classmethod
-    def from_config(cls, conf: StratusConfig, address: str) -> NimbusSettings:
+    def from_config(
+        cls, conf: StratusConfig, *, fixed: Credentials | None = None
+    ) -> NimbusSettings:
+        """The records; ``fixed`` are credentials the access policy takes beside the token
+        file's (a supervised nimbus's controller). ``TokenFileError`` if the token file is
+        unsafe or malformed."""
         locations = LocationPolicy(
             spark_masters=frozenset([*conf.pipeline_spark_masters, conf.pipeline_spark_master])
         )
@@ -158,7 +233,6 @@ class NimbusSettings:
                 locations=locations,
             ),
             service=ServiceSettings(
-                address=address,
                 kill_wait_secs=conf.pipeline_kill_wait_secs,
                 limits=RequestLimits(
                     max_upload_bytes=conf.nimbus_max_upload_bytes,
@@ -182,6 +256,36 @@ class NimbusSettings:
             code_watch=conf.nimbus_code_watch,
             code_sync_freq_secs=conf.nimbus_code_sync_freq_secs,
             code_lost_fail_secs=conf.nimbus_code_lost_fail_secs,
+            api=ApiSettings(
+                host=conf.nimbus_host,
+                bind=conf.nimbus_bind(),
+                port=conf.nimbus_port,
+                policy=access_policy(conf, fixed=fixed),
+                tls=server_tls(conf),
+                insecure=conf.nimbus_auth_insecure,
+                insecure_warn_secs=conf.nimbus_auth_insecure_warn_secs,
+                client=client_auth(conf),
+            ),
+            zk=zk_settings(conf),
+            history=history_settings(conf),
+            state_store=state_store_settings(conf),
+            distributor=distributor_settings(conf),
+            code_port=(
+                conf.nimbus_code_port
+                if conf.nimbus_code_distributor == "local" and conf.nimbus_code_port >= 0
+                else None
+            ),
+            local_dir=LocalDirSettings(
+                configured=Path(conf.nimbus_local_dir) if conf.nimbus_local_dir else None,
+                cluster=ClusterIdentity.of(conf.zookeeper_hosts(), conf.zookeeper_root),
+            ),
+            pipelines=PipelineSettings(
+                max_record_bytes=conf.nimbus_max_record_bytes,
+                versions_keep=conf.pipeline_versions_keep,
+                checkpoint_root=conf.checkpoint_root(),
+                purge_by=PurgeBy(conf.pipeline_checkpoint_purge_by),
+                checkpoint_retention_secs=conf.pipeline_checkpoint_retention_secs,
+            ),
         )
 
 

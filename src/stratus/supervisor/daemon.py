@@ -19,7 +19,7 @@ running. Threads, each with one job:
 
 ::
 
-    supervisor = Supervisor(conf)
+    supervisor = Supervisor(SupervisorSettings.from_config(conf))
     supervisor.start()       # ZooKeeperUnavailableError / DuplicateSupervisorError / ...
     ...
     supervisor.stop()        # workers run on, a last heartbeat lists them, unregistered
@@ -61,7 +61,6 @@ from stratus.checkpoints import local_pipeline_directory
 from stratus.codedist.distributor import CodeDistributor
 from stratus.codedist.factory import create_distributor
 from stratus.codedist.package_store import PackageStore
-from stratus.config import StratusConfig
 from stratus.errors import StratusError
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
@@ -128,14 +127,14 @@ class Supervisor:
 
     def __init__(
         self,
-        conf: StratusConfig,
+        settings: SupervisorSettings,
         *,
         worker_command: Sequence[str] | None = None,
         warm_command: Sequence[str] | None = None,
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
     ) -> None:
-        self.settings = SupervisorSettings.from_config(conf)
+        self.settings = settings
         self.id = self.settings.id
         self.host = self.settings.host
         self.slots = self.settings.slots
