@@ -39,6 +39,7 @@ typecheck: install
 .PHONY: docs
 docs: install
 	$(BIN)/python -m stratus.config.reference docs/configuration.md
+	$(BIN)/python -m stratus.ha.fencing docs/zkfc.md
 
 # Two pytest workers (TEST_WORKERS=0 for one process): the Spark tests all go to one of them
 # (tests/conftest.py), so no two Spark JVMs compete for a 2-core machine.
