@@ -15,7 +15,8 @@ one of two ways (``SWITCHES``, chosen by ``supervisor.worker.launcher``):
   launcher checks the user against its own root-owned configuration::
 
     pool = UserPool.from_settings(settings.users, group=os.getgid())  # None: as the supervisor
-    pool = user_pool_at_start(settings.users, "s1", workers_dir=..., interpreter=..., ...)
+    pool = user_pool_at_start(settings.users, "s1", workers_dir=local / "workers",
+                              interpreter=Path(sys.executable), checkpoint_root=root)
     run_as = pool.take("etl")           # RunAs; WorkerUserError when every user is busy
     argv, popen = run_as.switch.command(argv, directory=paths.directory, pipeline="etl", ...)
     run_as.switch.signal(run_as.user, group, signal.SIGTERM, whole_group=False)
