@@ -45,6 +45,8 @@ from stratus.process import ProcessGroup
 from stratus.state.errors import StateStoreUnavailableError
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore
+from stratus.supervisor.adoption import LocalDirLock
+from stratus.supervisor.code_cache import CodeCache
 from stratus.supervisor.daemon import Supervisor
 from stratus.supervisor.errors import DuplicateSupervisorError
 from stratus.supervisor.settings import SupervisorSettings
@@ -327,6 +329,27 @@ def test_a_second_supervisor_under_a_live_ones_id_fails_to_start(cluster) -> Non
         with pytest.raises(DuplicateSupervisorError, match="registered by another live"):
             twin.start()
         assert cluster.registration() is not None  # the first one keeps its registration
+
+
+def test_a_close_that_fails_at_stop_is_logged_and_what_is_older_still_closes(
+    cluster, monkeypatch, caplog
+) -> None:
+    def fail(_self: CodeCache) -> None:
+        raise RuntimeError("the code cache would not close")
+
+    monkeypatch.setattr(CodeCache, "close", fail)  # opened after the registration
+    supervisor = Supervisor(
+        SupervisorSettings.from_config(cluster.conf()), worker_command=cluster.worker_command
+    )
+    supervisor.start()
+    with caplog.at_level(logging.ERROR, logger="stratus.supervisor.daemon"):
+        supervisor.stop(workers=True)
+    failed = [r for r in caplog.records if r.getMessage().startswith("event=close_failed")]
+    assert len(failed) == 1 and failed[0].exc_info is not None
+    assert "the code cache would not close" in str(failed[0].exc_info[1])
+    assert cluster.registration() is None  # the registration, opened before it, closed all the same
+    assert not supervisor.session.connected  # and the session
+    LocalDirLock.take(supervisor.local_dir).release()  # and the oldest: the local directory's lock
 
 
 def test_a_supervisor_killed_moments_ago_starts_again_under_its_id(cluster, tmp_path) -> None:

@@ -25,86 +25,76 @@ running. Threads, each with one job:
     supervisor.stop()        # workers run on, a last heartbeat lists them, unregistered
     supervisor.stop(workers=True)  # workers STOPPED, a last heartbeat with stopping=True
 
-A start takes the local directory (``adoption.LocalDirLock``: one supervisor process per
-directory), refuses one of another supervisor id or cluster, and hands the workers a
-previous supervisor left running to the control loop before its first reconcile, which
-adopts those its assignments still name (``supervisor.worker.adopt``; off: it kills them).
+A start takes the local directory (``local_dir``: one supervisor process per directory),
+refuses one of another supervisor id or cluster, and hands the workers a previous supervisor
+left running to the control loop before its first reconcile, which adopts those its
+assignments still name (``supervisor.worker.adopt``; off: it kills them). It chooses its warm
+workers (``warm_start``) and, with ``supervisor.zookeeper.outage: ride``, its outage watch.
+Each step notes what undoes it on one stack (``contextlib.ExitStack``): a failed start and a
+stop close what is open newest first, and a close that fails is logged while the rest still
+close.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import pwd
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Literal, TypedDict
 
 from kazoo.client import KazooClient
 
 from stratus import __version__
 from stratus.api.clock import Clock
 from stratus.api.records import (
-    MIB,
     Assignment,
     ClusterIdentity,
     RunOutcome,
     SupervisorSummary,
-    WarmHeld,
     WarmMemory,
     WorkerHeartbeat,
 )
-from stratus.checkpoints import local_pipeline_directory
 from stratus.codedist.distributor import CodeDistributor
 from stratus.codedist.factory import create_distributor
 from stratus.codedist.package_store import PackageStore
 from stratus.errors import StratusError
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
-from stratus.supervisor.adoption import (
-    LocalDirLock,
-    Survey,
-    check_owner,
-    survey,
-)
 from stratus.supervisor.assignment_reader import AssignmentReader
 from stratus.supervisor.code_cache import CodeCache
 from stratus.supervisor.control_loop import SHUTDOWN_MARGIN_SECS, ControlLoop
 from stratus.supervisor.endpoint import Fencing, SupervisorEndpoint, WorkerLog, check_reachable
-from stratus.supervisor.errors import SupervisorStartError, WorkerUserError
+from stratus.supervisor.errors import SupervisorStartError
 from stratus.supervisor.heartbeat_lease import HeartbeatLease, LeaseState
 from stratus.supervisor.heartbeat_publisher import HeartbeatPublisher, HeartbeatRound
 from stratus.supervisor.launcher import WorkerLauncher
+from stratus.supervisor.local_dir import TakenDir, take_local_dir
 from stratus.supervisor.loop_messages import LEAVE, SHUTDOWN, Adopted, FenceOrder
 from stratus.supervisor.metrics import SupervisorMetrics
-from stratus.supervisor.outage_watch import PROBE_TIMEOUT_SECS, OutageWatch
+from stratus.supervisor.outage_watch import (
+    PROBE_TIMEOUT_SECS,
+    OutageWatch,
+    outage_mode,
+    outage_verdict,
+)
 from stratus.supervisor.purges import start_purger
 from stratus.supervisor.registration import SessionRecord, SupervisorRegistration
 from stratus.supervisor.requirements_env import RequirementEnvs
-from stratus.supervisor.run_as import UserPool
-from stratus.supervisor.run_logs import (
-    kept_runs,
-    pick_kept,
-    read_run_number,
-    run_over,
-)
+from stratus.supervisor.run_as import UserPool, user_pool_at_start
+from stratus.supervisor.run_logs import kept_runs, pick_kept, run_over
 from stratus.supervisor.run_outcome import RunEnd
 from stratus.supervisor.run_records import RunBook, newest_change
 from stratus.supervisor.settings import SupervisorSettings
-from stratus.supervisor.warm_memory import read_machine, warm_budget
 from stratus.supervisor.warm_pool import WarmPool
-from stratus.supervisor.worker_access import TRAVERSE_DIR_MODE, closed_to_others
-from stratus.supervisor.worker_env import worker_environment
+from stratus.supervisor.warm_start import WarmStart, choose_warm
 from stratus.supervisor.worker_log import RunLog
 from stratus.supervisor.worker_monitor import EXIT_FILE
 from stratus.supervisor.worker_process import (
     MonitorSettings,
-    ProvenProcess,
     WorkerPaths,
-    WorkerProcess,
     default_worker_command,
 )
 from stratus.worker.lease_file import write_lease
@@ -141,19 +131,15 @@ class Supervisor:
         self.local_dir = self.settings.local_dir
         self.paths = ClusterPaths(self.settings.zk.root)
         self.cluster = ClusterIdentity.of(self.settings.zk.hosts, self.settings.zk.root)
-        self._lock: LocalDirLock | None = None
-        self._survey = Survey()  # what the start found left running
-        self._killed_runs: dict[str, int | None] = {}  # not adopted: their runs closed
         self._session_record = SessionRecord(self.local_dir / SESSION_FILE)
         self._stop_workers = not self.settings.adopt  # at stop(), unless it says otherwise
         self._worker_command = worker_command
         self._warm_command = warm_command  # a test's stand-in warm worker
-        self.warm: WarmPool | None = None  # with supervisor.worker.warm, once started
-        self._warm_off: WarmMemory | None = None  # why there are none, when there are none
+        self._warm = WarmStart()  # the warm workers, or why there are none, once chosen
         self._clock = clock
         self._wall = wall
         self._stopped = threading.Event()
-        self._opened: list[Callable[[], None]] = []  # what stop() closes, newest first
+        self._opened = ExitStack()  # what stop() closes, newest first
         self._loop_thread: threading.Thread | None = None
         self._last_round: HeartbeatRound | None = None  # what the endpoint's metrics show
         self.endpoint: SupervisorEndpoint | None = None
@@ -170,13 +156,19 @@ class Supervisor:
         """Connect, register, and start running what is assigned here."""
         if self.settings.http.enabled:
             check_reachable(self.settings.http, self.id)  # before anything is connected
-        self._make_local_dir()
-        self._take_local_dir()
+        taken = take_local_dir(
+            self.local_dir,
+            self.id,
+            self.cluster,
+            adopt=self.settings.adopt,
+            separate_users=self.settings.users.separate,
+        )
+        self._opened.callback(taken.lock.release)  # the last thing stop() closes
         try:
             users = self._user_pool()  # before anything is opened: a refusal leaves nothing
             self.session.start()
-            self._opened.append(self.session.close)
-            self._start_parts(users)
+            self._opened.callback(self.session.close)
+            self._start_parts(taken, users)
         except BaseException:
             self._close_opened()
             raise
@@ -229,121 +221,22 @@ class Supervisor:
 
     # ------------------------------------------------------------------ parts
 
-    def _make_local_dir(self) -> None:
-        try:
-            (self.local_dir / "workers").mkdir(parents=True, exist_ok=True)
-            if self.settings.users.separate:  # workers of other users pass, never list
-                for directory in (self.local_dir, self.local_dir / "workers"):
-                    directory.chmod(TRAVERSE_DIR_MODE)
-        except OSError as exc:
-            raise SupervisorStartError(
-                f"cannot use supervisor.local.dir {self.local_dir}: {exc.strerror}; "
-                "point supervisor.local.dir at a writable directory"
-            ) from None
-
-    def _take_local_dir(self) -> None:
-        """Hold the local directory's lock for the process's life (LocalDirLockedError if a
-        live supervisor holds it), refuse a directory of another supervisor id or cluster
-        (AdoptionRefusedError, nothing touched), and prove what a previous supervisor left
-        running: kept for adoption, or killed with ``supervisor.worker.adopt`` false."""
-        lock = LocalDirLock.take(self.local_dir)
-        self._opened.append(lock.release)  # the last thing stop() closes
-        self._lock = lock
-        try:
-            check_owner(self.local_dir, self.id, self.cluster)
-            found = survey(self.local_dir / "workers", self.id, self.cluster)
-        except BaseException:
-            self._close_opened()
-            raise
-        if self.settings.adopt:
-            self._survey = found
-            return
-        for left in found.found.values():
-            self._killed_runs[left.record.pipeline] = read_run_number(left.directory)
-            if left.exit is None:  # its monitor runs: it and its worker go, proven first
-                log.warning(
-                    "event=worker_killed_at_start pipeline=%s supervisor=%s pid=%d reason=%r",
-                    left.record.pipeline,
-                    self.id,
-                    left.record.worker.pid,
-                    "supervisor.worker.adopt is false",
-                )
-                for process in (left.record.worker, left.record.monitor):
-                    proven = ProvenProcess(process.pid, process.start)
-                    proven.signal_group(signal.SIGKILL)
-                    proven.signal(signal.SIGKILL)
-                    proven.close()
-
-    def _adopted(self, users: UserPool | None) -> dict[str, Adopted]:
-        """Handles of the workers the start found, for the control loop to adopt or stop."""
-        adopted = {}
-        for name, found in self._survey.found.items():
-            user = found.record.user
-            run_as = users.claim(name, user) if users is not None and user else None
-            process = WorkerProcess.adopt(found, run_as)
-            adopted[name] = Adopted(found.record, process, read_run_number(found.directory))
-            log.info(
-                "event=worker_found pipeline=%s epoch=%d generation=%d supervisor=%s pid=%d "
-                "ended=%s",
-                name,
-                found.record.epoch,
-                found.record.generation,
-                self.id,
-                found.record.worker.pid,
-                "no" if found.exit is None else f"code {found.exit.code}",
-            )
-        return adopted
-
-    def _check_worker_paths(self) -> None:
-        """Refuse to start when a worker of another user could not reach its directory,
-        its local checkpoints or its interpreter, naming the directory that stops it."""
-        places = {
-            "supervisor.local.dir": self.local_dir / "workers",
-            "the worker's interpreter": Path((self._worker_command or default_worker_command())[0]),
-        }
-        checkpoints = local_pipeline_directory(self.settings.spec.checkpoint_root, "x")
-        if checkpoints is not None:
-            places["pipeline.checkpoint.root"] = checkpoints.parent
-        for what, path in places.items():
-            closed = closed_to_others(path)
-            if closed is not None:
-                raise SupervisorStartError(
-                    f"workers of other users cannot reach {what} {path}: {closed} is closed "
-                    "to them (no o+x); open it (chmod o+x) or choose another place"
-                )
-
     def _user_pool(self) -> UserPool | None:
         """The users workers run as (None: the supervisor's own, said in a warning)."""
-        try:
-            pool = UserPool.from_settings(self.settings.users, group=os.getgid())
-        except WorkerUserError as exc:
-            raise SupervisorStartError(f"cannot run workers as other users: {exc}") from None
-        if pool is not None:
-            self._check_worker_paths()
-        if pool is None:
-            log.warning(
-                "event=workers_run_as_supervisor supervisor=%s user=%s reason=%r",
-                self.id,
-                _user_name(),
-                "a pipeline's code can read this supervisor's credentials and every other "
-                "pipeline's files: set supervisor.worker.run.as (docs/security.md)",
-            )
-        else:
-            log.info(
-                "event=workers_run_as supervisor=%s mode=%s users=%s launcher=%s",
-                self.id,
-                self.settings.users.run_as,
-                ",".join(self.settings.users.users),
-                pool.switch.name,
-            )
-        return pool
+        return user_pool_at_start(
+            self.settings.users,
+            self.id,
+            workers_dir=self.local_dir / "workers",
+            interpreter=Path((self._worker_command or default_worker_command())[0]),
+            checkpoint_root=self.settings.spec.checkpoint_root,
+        )
 
-    def _start_parts(self, users: UserPool | None) -> None:
+    def _start_parts(self, taken: TakenDir, users: UserPool | None) -> None:
         client = self.session.client
         for parent in self.paths.all_parents():
             client.ensure_path(parent)
         store = create_state_store(self.settings.state_store, client, self.paths, owner=self.id)
-        self._opened.append(store.close)
+        self._opened.callback(store.close)
         self.board = HeartbeatBoard(store)
         self._start_endpoint()
         self._outage_watch = self._new_outage_watch()
@@ -356,9 +249,9 @@ class Supervisor:
             clock=self._clock,
             workers_pass=self.settings.users.separate,
         )
-        self._opened.append(cache.close)
+        self._opened.callback(cache.close)
         envs = RequirementEnvs(self.local_dir / "envs", self.settings.deps)
-        self._opened.append(envs.close)
+        self._opened.callback(envs.close)
         warm = self._warm_pool()
         launcher = WorkerLauncher(
             self.settings.spec,
@@ -371,13 +264,14 @@ class Supervisor:
             users=users,
             monitor=self._monitor_settings(),
         )
-        self._start_run_book(client)
-        self._build_loop(launcher, warm, self._adopted(users))
-        self._opened.append(start_purger(client, self.paths, self.settings, users).close)
+        self._start_run_book(client, taken.killed_runs)
+        self._build_loop(launcher, warm, taken.adopted(users, self.id))
+        self._opened.callback(start_purger(client, self.paths, self.settings, users).close)
         self._start_threads()
 
-    def _start_run_book(self, client: KazooClient) -> None:
-        """The writer of this supervisor's run records (``run_records``)."""
+    def _start_run_book(self, client: KazooClient, killed_runs: Mapping[str, int | None]) -> None:
+        """The writer of this supervisor's run records (``run_records``); it closes the runs
+        of the workers killed at the start."""
         paths = self.paths
         self.runs = RunBook(
             client,
@@ -389,8 +283,8 @@ class Supervisor:
             clock=self._clock,
         )
         self.runs.start()
-        self._opened.append(lambda: self.runs.stop(FINAL_HEARTBEAT_SECS))
-        for pipeline, run in self._killed_runs.items():  # supervisor.worker.adopt false
+        self._opened.callback(self.runs.stop, FINAL_HEARTBEAT_SECS)
+        for pipeline, run in killed_runs.items():  # supervisor.worker.adopt false
             if run is not None:
                 self.runs.close(pipeline, run, RunEnd(RunOutcome.STOPPED, self._wall()), {})
 
@@ -416,7 +310,7 @@ class Supervisor:
                 wait_secs=self.settings.loop.timeouts.stop_secs + SHUTDOWN_MARGIN_SECS,
             ),
         )
-        self._opened.append(endpoint.stop)
+        self._opened.callback(endpoint.stop)
         endpoint.start()
         self.endpoint = endpoint
 
@@ -468,7 +362,7 @@ class Supervisor:
 
     def _register(self) -> None:
         endpoint = self.endpoint
-        outage = self._outage_verdict()
+        outage = outage_verdict(self._outage_watch)
         summary = SupervisorSummary(
             id=self.id,
             host=self.host,
@@ -490,9 +384,11 @@ class Supervisor:
         )
         self.registration.claim()
         self._session_record.write(self.session.session_id)
-        self._opened.append(self.registration.close)
+        self._opened.callback(self.registration.close)
         self._registered.set()
-        self.registration.update_outage(**self._outage_verdict())  # a check since, if any
+        self.registration.update_outage(
+            **outage_verdict(self._outage_watch)
+        )  # a check since, if any
 
     def _code_distributor(self) -> CodeDistributor:
         """A consumer of code: it fetches, and never registers as a holder."""
@@ -511,62 +407,31 @@ class Supervisor:
             distributor.prepare()
         except (OSError, StratusError) as exc:
             raise SupervisorStartError(f"cannot start the code distributor: {exc}") from None
-        self._opened.append(distributor.close)
+        self._opened.callback(distributor.close)
         return distributor
 
     def _warm_pool(self) -> WarmPool | None:
-        """The warm workers, if ``supervisor.worker.warm`` (as resolved: ``warm_settings``)
-        and a budget above 0 (``warm_memory``); stopped with the supervisor. Why there are
-        none is logged once and shown in the registration."""
-        settings = self.settings.warm
-        machine = read_machine()
-        total = None if machine is None else machine.total // MIB
-        if not settings.enabled:
-            self._warm_off = WarmMemory(
-                machine_mb=total, budget_mb=0, held=settings.off, why=settings.off_why
-            )
-            log.info(
-                "event=warm_workers_off supervisor=%s reason=%s why=%r",
-                self.id,
-                settings.off.value if settings.off else "-",
-                settings.off_why,
-            )
-            return None
-        try:
-            budget = warm_budget(settings.memory_mb, machine, os.environ)
-        except ValueError as exc:
-            raise SupervisorStartError(str(exc)) from None
-        log.info(
-            "event=warm_workers supervisor=%s budget_mb=%d source=%r machine_mb=%s",
+        """The warm workers (``warm_start``), stopped with the supervisor."""
+        self._warm = choose_warm(
+            self.settings,
             self.id,
-            budget.mb,
-            budget.source,
-            total if total is not None else "unknown",
-        )
-        if budget.bytes == 0:
-            why = f"the warm workers' budget is 0 MiB ({budget.source})"
-            self._warm_off = WarmMemory(
-                machine_mb=total, budget_mb=0, held=WarmHeld.BUDGET, why=why
-            )
-            return None
-        spec = self.settings.spec
-        pool = WarmPool(
-            settings,
-            spec.spark_master,
             self.local_dir / "warm",
-            env=worker_environment(os.environ, spec.env_names, {}),
-            log=self.settings.log,
             command=self._warm_command,
             monitor=self._monitor_settings(),
-            budget=budget,
         )
-        self._opened.append(pool.stop)  # the loop stops it; this, if the loop never ran
-        self.warm = pool
+        pool = self._warm.pool
+        if pool is not None:
+            self._opened.callback(pool.stop)  # the loop stops it; this, if the loop never ran
         return pool
+
+    @property
+    def warm(self) -> WarmPool | None:
+        """The warm workers, with ``supervisor.worker.warm``, once started."""
+        return self._warm.pool
 
     def warm_memory(self) -> WarmMemory | None:
         """The warm workers and their memory, as the registration shows them (any thread)."""
-        return self.warm.memory if self.warm is not None else self._warm_off
+        return self._warm.memory()
 
     def _show_warm(self) -> None:
         """After a heartbeat round: the registration shows the warm workers' memory."""
@@ -635,15 +500,15 @@ class Supervisor:
     def _start_threads(self) -> None:
         client = self.session.client
         self.reader.start()
-        self._opened.append(self.reader.close)
+        self._opened.callback(self.reader.close)
         WatchedChildren(client, self.paths.assignments, Assignment, self.reader.request).start()
         self.session.add_listener(self._connection_changed)
-        self._opened.append(lambda: self.session.remove_listener(self._connection_changed))
+        self._opened.callback(self.session.remove_listener, self._connection_changed)
         self.publisher.start()
         watch = self._outage_watch
         if watch is not None:
             watch.start()
-            self._opened.append(watch.stop)
+            self._opened.callback(watch.stop)
         self._loop_thread = threading.Thread(
             target=self.control.run, name="supervisor-control", daemon=True
         )
@@ -671,17 +536,10 @@ class Supervisor:
         """The outage watch's thread: a proof, for the control loop (made after the watch)."""
         self.control.outage_proven(started)
 
-    def _outage_verdict(self) -> OutageVerdict:
-        """What the registration says of outages of ZooKeeper, as of now."""
-        watch = self._outage_watch
-        if watch is None:
-            return {"mode": "fence", "unavailable": None}
-        return {"mode": _outage_mode(watch.unavailable), "unavailable": watch.unavailable}
-
     def _membership_checked(self, unavailable: str | None) -> None:
         """The outage watch's thread: the verdict changed, the registration shows it."""
         if self._registered.is_set():  # else the registration is written with it
-            self.registration.update_outage(_outage_mode(unavailable), unavailable)
+            self.registration.update_outage(outage_mode(unavailable), unavailable)
 
     def _connection_changed(self, change: SessionChange) -> None:
         """kazoo's thread: only ask for a read once connected again (must not block)."""
@@ -731,29 +589,9 @@ class Supervisor:
             log.warning("event=lease_file_not_written path=%s error=%r", path, exc)
 
     def _close_opened(self) -> None:
-        while self._opened:
-            close = self._opened.pop()
-            try:
-                close()
-            except Exception:  # closing the rest matters more
-                log.exception("event=close_failed supervisor=%s", self.id)
-
-
-def _user_name() -> str:
-    try:
-        return pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        return str(os.geteuid())
-
-
-class OutageVerdict(TypedDict):
-    """What a supervisor does through an outage of ZooKeeper, and why it fences if told to
-    ride (``SupervisorRegistration.update_outage``'s arguments)."""
-
-    mode: Literal["ride", "fence"]
-    unavailable: str | None
-
-
-def _outage_mode(ride_unavailable: str | None) -> Literal["ride", "fence"]:
-    """What a supervisor told to ride does through an outage of ZooKeeper."""
-    return "ride" if ride_unavailable is None else "fence"
+        """Close what is open, newest first: a close that fails is logged, and the rest
+        still close (``ExitStack`` calls every callback, then raises the last failure)."""
+        try:
+            self._opened.close()
+        except Exception:  # closing the rest matters more
+            log.exception("event=close_failed supervisor=%s", self.id)

@@ -13,11 +13,13 @@ nothing, and fences on time. While connected, the watch checks that ``zookeeper.
 every voting member of the ensemble's configuration once; until it has, no probe proves
 anything. A list that does not match is logged once
 (``event=zookeeper_outage_ride_unavailable``, again only if the verdict changes) and told to
-``on_membership``, which the supervisor shows in its registration::
+``on_membership``, which the supervisor shows in its registration (``outage_verdict``: ride,
+or fence and why)::
 
     watch = OutageWatch("s1", settings.zk, connected=lambda: session.connected,
                         on_proven=loop.outage_proven, interval_secs=1.0)
     watch.check_membership()   # at start, connected: why riding is off, or None
+    outage_verdict(watch)      # {"mode": "ride", "unavailable": None}; without a watch, fence
     watch.start()
     watch.stop()
 """
@@ -28,6 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Literal, TypedDict
 
 from stratus.api.clock import Clock
 from stratus.zk.quorum_probe import QuorumProbe, membership_mismatch, probe_quorum
@@ -37,6 +40,27 @@ log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_SECS = 1.0  # per member; a member slower than this is unknown
 MEMBERSHIP_CHECK_SECS = 60.0  # while connected, the ensemble's membership is read this often
+
+
+class OutageVerdict(TypedDict):
+    """What a supervisor does through an outage of ZooKeeper, and why it fences if told to
+    ride (``SupervisorRegistration.update_outage``'s arguments)."""
+
+    mode: Literal["ride", "fence"]
+    unavailable: str | None
+
+
+def outage_mode(ride_unavailable: str | None) -> Literal["ride", "fence"]:
+    """What a supervisor told to ride does through an outage of ZooKeeper."""
+    return "ride" if ride_unavailable is None else "fence"
+
+
+def outage_verdict(watch: OutageWatch | None) -> OutageVerdict:
+    """What the registration says of outages of ZooKeeper, as of now: without a watch
+    (``supervisor.zookeeper.outage: fence``) the supervisor fences."""
+    if watch is None:
+        return {"mode": "fence", "unavailable": None}
+    return {"mode": outage_mode(watch.unavailable), "unavailable": watch.unavailable}
 
 
 class OutageWatch:

@@ -15,6 +15,8 @@ one of two ways (``SWITCHES``, chosen by ``supervisor.worker.launcher``):
   launcher checks the user against its own root-owned configuration::
 
     pool = UserPool.from_settings(settings.users, group=os.getgid())  # None: as the supervisor
+    pool = user_pool_at_start(settings.users, "s1", workers_dir=local / "workers",
+                              interpreter=Path(sys.executable), checkpoint_root=root)
     run_as = pool.take("etl")           # RunAs; WorkerUserError when every user is busy
     argv, popen = run_as.switch.command(argv, directory=paths.directory, pipeline="etl", ...)
     run_as.switch.signal(run_as.user, group, signal.SIGTERM, whole_group=False)
@@ -26,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pwd
 import signal
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
@@ -33,16 +36,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from stratus.checkpoints import remove_checkpoints
+from stratus.checkpoints import local_pipeline_directory, remove_checkpoints
 from stratus.files import write_atomically
 from stratus.process import SignalTarget
-from stratus.supervisor.errors import WorkerUserError
+from stratus.supervisor.errors import SupervisorStartError, WorkerUserError
 from stratus.supervisor.settings import UserSettings
 from stratus.supervisor.worker_access import (
     ENV_FILE,
     WORK_DIR,
     WORKER_UMASK,
     WorkerUser,
+    closed_to_others,
     kill_user_processes,
     prepare_worker,
     resolve_user,
@@ -341,3 +345,56 @@ class UserPool:
     def release(self, pipeline: str, user: WorkerUser) -> None:
         if self._busy.get(user.name) == pipeline:
             del self._busy[user.name]
+
+
+def user_pool_at_start(
+    settings: UserSettings,
+    supervisor: str,
+    *,
+    workers_dir: Path,
+    interpreter: Path,
+    checkpoint_root: str,
+) -> UserPool | None:
+    """The users a starting supervisor's workers run as (None: the supervisor's own, said in
+    a warning). SupervisorStartError when a user is refused, or when a worker of another user
+    could not reach its directory (in ``workers_dir``), its local checkpoints or its
+    interpreter: the message names the directory that stops it."""
+    try:
+        pool = UserPool.from_settings(settings, group=os.getgid())
+    except WorkerUserError as exc:
+        raise SupervisorStartError(f"cannot run workers as other users: {exc}") from None
+    if pool is None:
+        log.warning(
+            "event=workers_run_as_supervisor supervisor=%s user=%s reason=%r",
+            supervisor,
+            _user_name(),
+            "a pipeline's code can read this supervisor's credentials and every other "
+            "pipeline's files: set supervisor.worker.run.as (docs/security.md)",
+        )
+        return None
+    places = {"supervisor.local.dir": workers_dir, "the worker's interpreter": interpreter}
+    checkpoints = local_pipeline_directory(checkpoint_root, "x")
+    if checkpoints is not None:
+        places["pipeline.checkpoint.root"] = checkpoints.parent
+    for what, path in places.items():
+        closed = closed_to_others(path)
+        if closed is not None:
+            raise SupervisorStartError(
+                f"workers of other users cannot reach {what} {path}: {closed} is closed "
+                "to them (no o+x); open it (chmod o+x) or choose another place"
+            )
+    log.info(
+        "event=workers_run_as supervisor=%s mode=%s users=%s launcher=%s",
+        supervisor,
+        settings.run_as,
+        ",".join(settings.users),
+        pool.switch.name,
+    )
+    return pool
+
+
+def _user_name() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
