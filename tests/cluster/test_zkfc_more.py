@@ -298,3 +298,22 @@ def test_an_expired_session_is_lost_at_once() -> None:
     session.move(SessionState.EXPIRED)
     assert lost.is_set() and not watch.is_armed()
     watch.stop()
+
+
+def test_a_close_that_fails_at_stop_is_logged_and_every_later_part_still_closes(
+    nodes, caplog
+) -> None:
+    a = nodes.start("a", "graceful, epoch")
+    nodes.cluster.wait_active("a")
+    b = nodes.start("b", "graceful, epoch")
+    wait_until(lambda: b.controller.given is HAState.STANDBY, WAIT, "b standby")
+
+    def broken() -> None:
+        raise RuntimeError("the registry could not be closed")
+
+    a.registry.close = broken
+    with caplog.at_level(logging.ERROR, logger="stratus.ha.daemon"):
+        a.stop()
+    assert events(caplog, "close_failed") != []
+    assert not a.session.connected  # closed after the part that failed
+    nodes.cluster.wait_active("b")  # a left the election

@@ -28,6 +28,7 @@ own service (a supervised nimbus's controller: the token made for its child), by
 from __future__ import annotations
 
 import logging
+from contextlib import ExitStack
 
 from stratus.coordination.active_standby import ActiveStandbyCallbacks, ActiveStandbyElector
 from stratus.coordination.coordinator import Coordinator
@@ -169,21 +170,28 @@ class Zkfc:
         )
 
     def stop(self) -> None:
-        """Leave the election, then stop the supervised service, whatever failed before."""
+        """Leave the election, then stop the supervised service: every part is closed even
+        when one before it fails (logged; ``ExitStack`` calls every close, then raises the
+        last failure)."""
+        parts = [
+            *([self.endpoint.stop] if self.endpoint is not None else []),
+            self.registry.close,
+            self.monitor.stop,
+            self.session_watch.stop,
+            self.preference.stop,
+            self.controller.stop,
+            self.coordinator.close,
+            self.session.close,
+            self.service.close,
+        ]
+        if self.supervision is not None and self.supervision.started:
+            parts.append(self.supervision.stop)
         try:
-            if self.endpoint is not None:
-                self.endpoint.stop()
-            self.registry.close()
-            self.monitor.stop()
-            self.session_watch.stop()
-            self.preference.stop()
-            self.controller.stop()
-            self.coordinator.close()
-            self.session.close()
-            self.service.close()
-        finally:
-            if self.supervision is not None and self.supervision.started:
-                self.supervision.stop()
+            with ExitStack() as closing:
+                for close in reversed(parts):  # the stack closes newest first: in parts' order
+                    closing.callback(close)
+        except Exception:
+            log.exception("event=close_failed target=%s", self.settings.target.address)
 
     def readiness(self) -> dict[str, bool]:
         """Ready: connected to ZooKeeper and its service healthy (so it can take part in
