@@ -35,10 +35,11 @@ typecheck: install
 	$(BIN)/mypy
 
 # docs/configuration.md's tables of keys, written from the configuration's sections
-# (src/stratus/config); tests/test_config_reference.py fails when they differ.
+# (src/stratus/config); tests/cluster/test_config_reference.py fails when they differ.
 .PHONY: docs
 docs: install
 	$(BIN)/python -m stratus.config.reference docs/configuration.md
+	$(BIN)/python -m stratus.ha.fencing docs/zkfc.md
 
 # Two pytest workers (TEST_WORKERS=0 for one process): the Spark tests all go to one of them
 # (tests/conftest.py), so no two Spark JVMs compete for a 2-core machine.
@@ -56,23 +57,23 @@ check: lint typecheck
 	$(BIN)/pytest -q $(PARALLEL) -m "not spark and not slow and not stress"
 
 stress: install
-	STRATUS_STRESS_SECS=$(STRESS_SECS) $(BIN)/pytest -m stress tests/test_stress.py -v
+	STRATUS_STRESS_SECS=$(STRESS_SECS) $(BIN)/pytest -m stress tests/cluster/test_stress.py -v
 
-# The chaos suite (tests/test_chaos.py): CHAOS_FAULTS faults, half with supervised nimbuses
+# The chaos suite (tests/cluster/test_chaos.py): CHAOS_FAULTS faults, half with supervised nimbuses
 # (the default), half self-elected, quorum losses up to 60 s; CHAOS_SEED=N replays a run (its seed is printed).
 # `make test` runs a short version (6 faults, a fixed seed, quorum losses up to 10 s).
 chaos: install
 	STRATUS_CHAOS_FAULTS=$(CHAOS_FAULTS) STRATUS_CHAOS_SEED=$(CHAOS_SEED) \
-	STRATUS_CHAOS_MAX_QUORUM_LOSS_SECS=60 $(BIN)/pytest -m chaos tests/test_chaos.py -s \
+	STRATUS_CHAOS_MAX_QUORUM_LOSS_SECS=60 $(BIN)/pytest -m chaos tests/cluster/test_chaos.py -s \
 	-k seeded_run --basetemp=$(CURDIR)/.chaos
 
 fuzz: install
 	STRATUS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) STRATUS_FUZZ_AUTH_EXAMPLES=$(FUZZ_AUTH_EXAMPLES) \
-		$(BIN)/pytest tests/test_api_fuzz.py tests/test_api_fuzz_auth.py -v
+		$(BIN)/pytest tests/cluster/test_api_fuzz.py tests/cluster/test_api_fuzz_auth.py -v
 
 # The screenshots of docs/ui.md, from a live cluster in Debian's Chromium (no Spark).
 ui-screenshots: install
-	$(BIN)/python -m tests.ui_screenshots
+	$(BIN)/python -m tests.harness.ui_screenshots
 
 # Each benchmark runs its baseline in the same run and prints the ratio (docs/benchmarks.md).
 bench: bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc bench-zk-outage bench-operations bench-cli-start
@@ -114,4 +115,4 @@ clean:
 # The zkfc's stress (random session expiries and health failures) for longer than CI's 30 s.
 .PHONY: stress-zkfc
 stress-zkfc: install
-	STRATUS_ZKFC_STRESS_SECS=$(STRESS_SECS) $(BIN)/pytest tests/test_zkfc_stress.py -v -s
+	STRATUS_ZKFC_STRESS_SECS=$(STRESS_SECS) $(BIN)/pytest tests/cluster/test_zkfc_stress.py -v -s

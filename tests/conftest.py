@@ -9,7 +9,7 @@
   serving when the test begins. Tests may stop, kill and start members: the fixture restarts
   the missing ones before the next test, which costs far less than three fresh JVMs per test.
   Data persists across the module's tests, so use paths unique to each test.
-- ``kdc`` (session): a real MIT Kerberos KDC on loopback (``tests/kdc.py``), realm
+- ``kdc`` (session): a real MIT Kerberos KDC on loopback (``tests/harness/kdc.py``), realm
   ``STRATUS.TEST``; the test skips, saying why, when the KDC's packages are missing and
   cannot be installed.
 - ``warm_defaults`` (function): warm workers as a supervisor keeps them by default. Without
@@ -35,8 +35,13 @@ import pytest
 from stratus.supervisor.warm_memory import BUDGET_ENV_VAR
 from stratus.zk.ensemble import ZooKeeperEnsemble
 from stratus.zk.server import ZooKeeperServer
-from tests.kdc import Kdc, KdcUnavailableError, running_kdc
-from tests.zkfixtures import chroot_for, kazoo_client, kill_left_workers, kill_stray_zookeepers
+from tests.harness.kdc import Kdc, KdcUnavailableError, running_kdc
+from tests.harness.zkfixtures import (
+    chroot_for,
+    kazoo_client,
+    kill_left_workers,
+    kill_stray_zookeepers,
+)
 
 SHARED_TICK_MS = 100
 os.environ[BUDGET_ENV_VAR] = "0"  # no warm workers by default; see ``warm_defaults``

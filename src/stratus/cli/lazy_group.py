@@ -12,7 +12,7 @@ complete its own options and arguments::
     @click.group(cls=LazyGroup, lazy_commands=COMMANDS)
     def main() -> None: ...
 
-A help line is a copy of the command's own first docstring line; ``tests/test_cli_start.py``
+A help line is a copy of the command's own first docstring line; ``tests/cluster/test_cli_start.py``
 checks every one against the command it names.
 """
 

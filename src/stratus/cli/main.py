@@ -7,7 +7,7 @@ code of their class (``exit_codes.py``).
 Each verb's module is imported only when that verb runs or is completed (``lazy_group.py``):
 ``stratus --version``, ``stratus --help`` and completing a verb's name import click and this
 table, not the client, the daemons or their libraries. A new verb is one row of ``COMMANDS``
-(``tests/test_cli_start.py`` checks its help line against the command's own).
+(``tests/cluster/test_cli_start.py`` checks its help line against the command's own).
 """
 
 from __future__ import annotations

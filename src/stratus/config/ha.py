@@ -116,8 +116,8 @@ class HaSection(Section):
         default="graceful, epoch",
         alias="ha.fencing.methods",
         description="a failover controller (`stratus zkfc`, a supervised nimbus's): how the old "
-        "active is fenced, methods tried in order: graceful, epoch, shell(command), process, "
-        "process(pid file), sshfence, sshfence(user:port) (see zkfc.md)",
+        "active is fenced, a comma-separated list of methods tried in order (the table of "
+        "methods in zkfc.md: graceful, epoch, shell(command), process, sshfence, ...)",
     )
     ha_fencing_timeout_secs: float = Field(
         default=10.0,

@@ -331,9 +331,10 @@ class NimbusSection(Section):
         default="",
         alias="nimbus.supervisor.fencing.methods",
         description="how the leader fences a silent supervisor when its graceful stop fails, "
-        "methods tried in order: shell(command), process, process(pid file), sshfence, "
-        "sshfence(user:port) (see supervisor.md); empty: none, the leader waits out the "
-        "supervisor's lease (nimbus.supervisor.timeout.secs)",
+        "a comma-separated list of methods tried in order: those of zkfc.md's table of "
+        "methods that can fence a supervisor (shell(command), process, sshfence, ...; see "
+        "supervisor.md); empty: none, the leader waits out the supervisor's lease "
+        "(nimbus.supervisor.timeout.secs)",
     )
     nimbus_supervisor_fencing_timeout_secs: float = Field(
         default=10.0,

@@ -31,7 +31,7 @@ def fail_waiting_calls(client: KazooClient) -> None:
     """Fail every request ``client`` holds, and refuse every later one, now: kazoo does the
     same (``_session_callback(CLOSED)``) only once its connection thread ends, which a
     frozen server delays by a whole read timeout. The second place that touches kazoo's
-    internals; ``tests/test_daemon_stops.py`` stops a nimbus whose server froze."""
+    internals; ``tests/cluster/test_daemon_stops.py`` stops a nimbus whose server froze."""
     callback = getattr(client, "_session_callback", None)
     if callback is None:
         log.warning("event=zookeeper_calls_not_failed reason=kazoo_changed")
@@ -48,7 +48,7 @@ def capture_granted_timeout(
 
     One of the two places that touch kazoo's internals: its connection handler's
     ``_connect`` returns (read timeout, connect timeout) in ms, the read timeout being two
-    thirds of the granted session timeout. ``tests/test_zk_session_cap.py`` fails if a kazoo
+    thirds of the granted session timeout. ``tests/cluster/test_zk_session_cap.py`` fails if a kazoo
     upgrade changes that.
     A connection whose credentials the server refuses raises there too: ``refused`` hears it,
     as it hears a Kerberos library that cannot start for the configured principal.

@@ -52,6 +52,17 @@ def methods_table() -> str:
     return "\n".join(["| method | what it does |", "|---|---|", *rows])
 
 
+def with_methods_table(page: str) -> str:
+    """``page`` with its table of methods (from its header row to the first blank line)
+    replaced by the registry's; a page without that header is an error naming it."""
+    header = methods_table().splitlines()[0]
+    if header not in page:
+        raise ValueError(f"the page has no table of fencing methods: no line {header!r}")
+    before, _, rest = page.partition(header)
+    _, blank, after = rest.partition("\n\n")
+    return f"{before}{methods_table()}{blank}{after}"
+
+
 def split_entries(text: str) -> list[str]:
     """Split at commas and new lines outside parentheses; empty entries dropped."""
     entries: list[str] = []

@@ -11,7 +11,7 @@ disk that holds the packages, and is gone when the request ends (or the process 
     def submit(package: UploadFile = File()) -> ...: ...
 
 It relies on Starlette's form parsing hooks (``Request._get_form``, the multipart parser's
-part callbacks); ``tests/test_nimbus_limits.py`` fails if they change under it.
+part callbacks); ``tests/cluster/test_nimbus_limits.py`` fails if they change under it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,892 @@
+"""The leader's scheduling round against a real ZooKeeper, with the heartbeats written by the
+test as supervisors would write them, and the leader's monotonic clock in the test's hands.
+
+What is proved: new pipelines are assigned to registered supervisors; a supervisor whose
+heartbeats stop is judged dead only after ``nimbus.supervisor.timeout.secs`` of the leader's
+own clock, and its pipelines move; a new term waits a whole timeout before judging anything
+dead; workers' outcomes make pipelines FINISHED or FAILED and their assignments go.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from stratus.api.records import (
+    PipelineStatus,
+    QueryProgress,
+    SupervisorHeartbeat,
+    SupervisorSummary,
+    WorkerHeartbeat,
+    WorkerState,
+)
+from stratus.codedist.package_store import StoredPackage
+from stratus.coordination.coordinator import Coordinator
+from stratus.coordination.errors import LeadershipLostError
+from stratus.coordination.leadership import Leadership
+from stratus.nimbus.duties.scheduling import SchedulingDuty
+from stratus.nimbus.records.assignment_history import AssignmentHistoryLog
+from stratus.nimbus.records.pipeline_ops import PipelineOps
+from stratus.nimbus.records.replication_policy import ReplicationPolicy
+from stratus.nimbus.scheduling.assignments import AssignmentTable
+from stratus.nimbus.scheduling.cordons import CordonTable, DrainMemory
+from stratus.nimbus.settings import SchedulingSettings
+from stratus.state.heartbeats import HeartbeatBoard
+from stratus.state.zk_store import ZooKeeperStateStore
+from stratus.zk.ensemble import ZooKeeperEnsemble
+from stratus.zk.errors import ZooKeeperUnavailableError
+from stratus.zk.paths import ClusterPaths
+from tests.harness.zkfixtures import chroot_for, kazoo_client, wait_until
+
+PATHS = ClusterPaths("/stratus")
+SETTINGS = SchedulingSettings(
+    supervisor_timeout_secs=10, task_timeout_secs=30, blind_after_reconnect=True
+)
+ONE_COPY = ReplicationPolicy(required=1, wait_secs=60)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Cluster:
+    """A leader's scheduling duty, and the supervisors' side written by hand."""
+
+    def __init__(self, coordinator: Coordinator, *, real_session: bool = False) -> None:
+        """With ``real_session`` the duty learns of reconnections and of ZooKeeper's epoch
+        from the coordinator's own session, as a nimbus does; else from this object's
+        ``connections`` and ``zookeeper_epoch``."""
+        client = coordinator.session.client
+        self.real_session = real_session
+        for parent in PATHS.all_parents():
+            client.ensure_path(parent)
+        self.coordinator = coordinator
+        self.clock = FakeClock()
+        self.ops = PipelineOps(client, PATHS, wall=lambda: 1.0)
+        self.table = AssignmentTable(client, PATHS)
+        self.board = HeartbeatBoard(ZooKeeperStateStore(client, PATHS.heartbeats))
+        self.registered: dict[str, SupervisorSummary] = {}
+        self.connections = 1  # the session's count of connections
+        self.zookeeper_epoch: int | Exception | None = 1  # ZooKeeper's epoch, its failure
+        self.cordons = CordonTable(client, PATHS)
+        self.drains = DrainMemory()
+        self.duty = self.new_duty()
+        self.term = coordinator.nominate("nimbus", "leader", timeout=10)
+        self.beats = 0
+
+    def new_duty(self) -> SchedulingDuty:
+        """A leader's duty with no memory: a nimbus that just started leading."""
+        session = self.coordinator.session
+        return SchedulingDuty(
+            ops=self.ops, assignments=self.table, board=self.board,
+            registered=lambda: self.registered, settings=SETTINGS, clock=self.clock,
+            connections=(lambda: session.connections) if self.real_session
+            else (lambda: self.connections),
+            zookeeper_epoch=session.zookeeper_epoch if self.real_session else self.learn_epoch,
+            cordons=self.cordons, drains=self.drains,
+        )  # fmt: skip
+
+    def learn_epoch(self) -> int | None:
+        if isinstance(self.zookeeper_epoch, Exception):
+            raise self.zookeeper_epoch
+        return self.zookeeper_epoch
+
+    def new_leader(self) -> None:
+        """Another term, and a duty that has seen nothing: a change of leader."""
+        self.coordinator.unnominate("nimbus")
+        self.term = self.coordinator.nominate("nimbus", "leader", timeout=10)
+        self.duty = self.new_duty()
+
+    def submit(self, name: str) -> None:
+        self.ops.submit(
+            self.term, name, {}, f"r-{name}", StoredPackage("d" * 64, 10), replication=ONE_COPY
+        )
+
+    def supervisor(self, sid: str, slots: int = 2) -> None:
+        self.registered[sid] = SupervisorSummary(id=sid, slots=slots)
+        self.heartbeat(sid)
+
+    def heartbeat(self, sid: str, *, stopping: bool = False, warm: int = 0) -> None:
+        self.beats += 1
+        self.board.put_supervisor(
+            SupervisorHeartbeat(
+                id=sid, time=float(self.beats), slots=2, stopping=stopping, warm_ready=warm
+            )
+        )
+
+    def worker_on(self, name: str, sid: str, state: WorkerState) -> None:
+        """A heartbeat of ``name``'s worker on ``sid``, whatever the assignment says."""
+        record = self.ops.read(name)
+        assert record is not None
+        self.beats += 1
+        self.board.put_worker(
+            WorkerHeartbeat(
+                pipeline=name, supervisor=sid, epoch=self.term.epoch,
+                generation=record.generation, digest=record.digest, state=state,
+                time=float(self.beats),
+            )
+        )  # fmt: skip
+
+    def worker(self, name: str, state: WorkerState, error: str | None = None) -> None:
+        assignment = self.table.read(name)
+        assert assignment is not None
+        self.beats += 1
+        self.board.put_worker(
+            WorkerHeartbeat(
+                pipeline=name, supervisor=assignment.supervisor, epoch=assignment.epoch,
+                generation=assignment.generation, digest=assignment.digest, state=state,
+                time=float(self.beats), error=error,
+            )
+        )  # fmt: skip
+
+    def round(self, term: Leadership | None = None) -> Any:
+        return self.duty.run(term or self.term)
+
+    def where(self, name: str) -> str | None:
+        assignment = self.table.read(name)
+        return assignment.supervisor if assignment else None
+
+
+@pytest.fixture
+def cluster(zk_hosts: str) -> Iterator[Cluster]:
+    coordinator = Coordinator.standalone(zk_hosts, session_timeout=4.0).start()
+    try:
+        yield Cluster(coordinator)
+    finally:
+        coordinator.close()
+
+
+def test_new_pipelines_are_spread_over_registered_supervisors(cluster):
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    for name in ("a", "b"):
+        cluster.submit(name)
+
+    cluster.round()
+
+    assert {cluster.where("a"), cluster.where("b")} == {"s1", "s2"}
+    assignment = cluster.table.read("a")
+    assert assignment is not None and assignment.epoch == cluster.term.epoch
+
+
+def test_a_silent_supervisor_loses_its_pipelines_only_after_the_timeout(cluster):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    cluster.supervisor("s2")  # s1 falls silent from now on; s2 keeps beating
+
+    cluster.clock.now += 9
+    cluster.heartbeat("s2")
+    cluster.round()
+    assert cluster.where("a") == "s1"
+
+    cluster.clock.now += 2
+    cluster.heartbeat("s2")
+    plan = cluster.round()
+    assert cluster.where("a") == "s2"
+    assert plan.moved == {"a": ("s1", "s2")}
+
+
+def test_a_new_term_waits_a_whole_timeout_before_moving_anything(cluster):
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    cluster.round()
+    first = cluster.where("a")
+    cluster.clock.now += 60  # long silence of everyone, seen by no leader
+    cluster.coordinator.unnominate("nimbus")
+    new_term = cluster.coordinator.nominate("nimbus", "leader", timeout=10)
+    assert new_term.epoch > cluster.term.epoch
+
+    cluster.round(new_term)
+    assert cluster.where("a") == first
+
+    cluster.clock.now += 11  # a whole timeout of the new term, still silent
+    for sid in cluster.registered:
+        if sid != first:
+            cluster.heartbeat(sid)
+    cluster.round(new_term)
+    assert cluster.where("a") not in (None, first)
+
+
+def test_after_a_reconnect_to_a_new_zookeeper_leader_nothing_moves_before_a_whole_timeout(
+    cluster,
+):
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    cluster.round()
+    first = cluster.where("a")
+    cluster.clock.now += 60  # no round: the connection to ZooKeeper was down
+    cluster.connections += 1  # and came back (a suspended term resumed, or a granted one held)
+    cluster.zookeeper_epoch = 2  # the quorum was lost: a supervisor may have proved it
+
+    plan = cluster.round()
+    assert cluster.where("a") == first and not plan.moved  # the outage was blindness
+
+    cluster.clock.now += 11  # a whole timeout of watching, first still silent
+    for sid in cluster.registered:
+        if sid != first:
+            cluster.heartbeat(sid)
+    cluster.round()
+    assert cluster.where("a") not in (None, first)
+
+
+def flap_while_one_is_silent(cluster) -> str:
+    """Pipeline ``a`` on one of two supervisors, which then goes silent while the leader's
+    connection flaps three times, more often than once per supervisor timeout, and the
+    other beats on; the silent one's id."""
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    cluster.round()
+    first: str = cluster.where("a")
+    for _ in range(3):
+        cluster.clock.now += 4
+        cluster.connections += 1
+        for sid in cluster.registered:
+            if sid != first:
+                cluster.heartbeat(sid)
+        cluster.round()
+    return first
+
+
+def test_a_reconnect_to_the_same_zookeeper_quorum_keeps_the_leaders_silences(cluster):
+    """The leader's connection flaps between members of one quorum (ZooKeeper's epoch stays):
+    the quorum served throughout, nobody could prove an outage, the silent one moves."""
+    first = flap_while_one_is_silent(cluster)
+    assert cluster.where("a") not in (None, first)
+
+
+def test_with_a_standalone_zookeeper_every_reconnect_restarts_the_silences(cluster):
+    """A standalone server keeps its epoch when it restarts: a reconnection may have followed
+    an outage that a supervisor on its host proved by its refusals."""
+    cluster.zookeeper_epoch = None
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    cluster.round()
+    first = cluster.where("a")
+    cluster.clock.now += 60
+    cluster.connections += 1
+    plan = cluster.round()
+    assert cluster.where("a") == first and not plan.moved
+
+
+def test_zookeeper_tells_its_epoch_and_a_standalone_server_none(zk_hosts, zk_ensemble):
+    for hosts, standalone in ((zk_hosts, True), (zk_ensemble.connect_string, False)):
+        coordinator = Coordinator.standalone(hosts, session_timeout=4.0).start()
+        try:
+            coordinator.session.client.ensure_path("/stratus")
+            epoch = coordinator.session.zookeeper_epoch()
+            if standalone:
+                assert epoch is None
+            else:
+                assert epoch is not None and epoch >= 1  # a quorum's epochs begin at 1
+        finally:
+            coordinator.close()
+
+
+def test_an_epoch_that_cannot_be_learned_after_a_reconnect_restarts_every_silence(cluster):
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    cluster.round()
+    first = cluster.where("a")
+    cluster.clock.now += 60
+    cluster.connections += 1
+    cluster.zookeeper_epoch = ZooKeeperUnavailableError("no answer")
+    plan = cluster.round()
+    assert cluster.where("a") == first and not plan.moved
+
+    cluster.zookeeper_epoch = 1  # learned at last, unchanged: the silences run on from then
+    cluster.clock.now += 11
+    for sid in cluster.registered:
+        if sid != first:
+            cluster.heartbeat(sid)
+    cluster.round()
+    assert cluster.where("a") not in (None, first)
+
+
+@pytest.fixture
+def ensemble_cluster(zk_ensemble: ZooKeeperEnsemble, request) -> Iterator[Cluster]:
+    """A leader's duty on a three-member ensemble, connected to its two followers only (so
+    that stopping one of them moves the connection and keeps the quorum)."""
+    leader = zk_ensemble.leader()
+    followers = ",".join(s.connect_string for s in zk_ensemble.servers if s is not leader)
+    chroot = chroot_for(request.node.name)
+    with kazoo_client(zk_ensemble.connect_string) as admin:
+        admin.ensure_path(chroot)
+    coordinator = Coordinator.standalone(followers + chroot, session_timeout=4.0).start()
+    try:
+        yield Cluster(coordinator, real_session=True)
+    finally:
+        coordinator.close()
+
+
+def reconnected(cluster: Cluster, since: int) -> bool:
+    session = cluster.coordinator.session
+    return session.connected and session.connections > since
+
+
+def test_a_member_restart_that_moves_the_leaders_connection_keeps_its_silences(
+    ensemble_cluster, zk_ensemble
+):
+    """ZooKeeper's epoch stays: a dead supervisor is moved on time across the reconnect."""
+    cluster = ensemble_cluster
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    cluster.round()
+    first = cluster.where("a")
+    session = cluster.coordinator.session
+    before = session.connections
+    for follower in [s for s in zk_ensemble.servers if s.mode() == "follower"]:
+        follower.stop()  # the quorum holds: the leader and the other follower
+        follower.start()
+        if session.connections > before:
+            break
+    wait_until(lambda: reconnected(cluster, before), 30, "the connection to move")
+
+    cluster.clock.now += 11  # a whole timeout since the silent one's last beat
+    for sid in cluster.registered:
+        if sid != first:
+            cluster.heartbeat(sid)
+    cluster.round()
+    assert cluster.where("a") not in (None, first)
+
+
+def test_a_quorum_loss_restarts_the_leaders_silences(ensemble_cluster, zk_ensemble):
+    cluster = ensemble_cluster
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    cluster.round()
+    first = cluster.where("a")
+    before = cluster.coordinator.session.connections
+    for server in zk_ensemble.servers[:2]:
+        server.stop()  # no quorum: a supervisor may prove it and keep its workers
+    zk_ensemble.start()
+    wait_until(lambda: reconnected(cluster, before), 30, "the connection to come back")
+
+    cluster.clock.now += 11  # past a timeout since every last beat, and nothing written
+    plan = cluster.round()  # since: the replies to reads still carry the old epoch
+    assert cluster.where("a") == first and not plan.moved  # ZooKeeper's epoch changed
+
+    cluster.clock.now += 11  # a whole timeout of watching since
+    for sid in cluster.registered:
+        if sid != first:
+            cluster.heartbeat(sid)
+    cluster.round()
+    assert cluster.where("a") not in (None, first)
+
+
+def test_supervisors_that_fence_on_outages_keep_a_flapping_leaders_silences(cluster):
+    cluster.duty = SchedulingDuty(
+        ops=cluster.ops, assignments=cluster.table, board=cluster.board,
+        registered=lambda: cluster.registered, clock=cluster.clock,
+        settings=SchedulingSettings(supervisor_timeout_secs=10, task_timeout_secs=30),
+        connections=lambda: cluster.connections,
+    )  # fmt: skip
+    first = flap_while_one_is_silent(cluster)
+    assert cluster.where("a") not in (None, first)  # moved off the silent one all the same
+
+
+def test_a_read_that_waited_out_a_lost_connection_judges_nothing_by_the_wait(cluster, monkeypatch):
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    cluster.round()
+    first = cluster.where("a")
+    read = cluster.board.read
+
+    def read_after_an_outage():  # kazoo held the request until the connection came back
+        cluster.clock.now += 60
+        return read()
+
+    monkeypatch.setattr(cluster.board, "read", read_after_an_outage)
+    cluster.clock.now += 5
+    plan = cluster.round()  # judged as of its start: 5 s of silence, not 65
+    assert cluster.where("a") == first and not plan.moved
+
+
+def test_a_supervisor_that_stopped_cleanly_keeps_its_pipelines_until_the_timeout(cluster):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    cluster.supervisor("s2")
+
+    cluster.heartbeat("s1", stopping=True)  # its workers outlive it, to be adopted
+    del cluster.registered["s1"]
+    cluster.round()
+    assert cluster.where("a") == "s1"
+    cluster.clock.now += 9
+    cluster.heartbeat("s2")
+    cluster.round()
+    assert cluster.where("a") == "s1"
+
+    cluster.clock.now += 2  # 11 s of silence since its stopping heartbeat
+    cluster.heartbeat("s2")
+    cluster.round()
+    assert cluster.where("a") == "s2"
+    assert reasons(cluster, "a")[-1] == ("supervisor_dead", "s2", "s1")
+
+
+def test_a_supervisor_that_is_stopping_gets_no_new_pipeline(cluster):
+    cluster.supervisor("s1")
+    cluster.heartbeat("s1", stopping=True)  # still registered, for a moment
+    cluster.submit("a")
+
+    cluster.round()
+
+    assert cluster.where("a") is None
+
+
+def test_a_finished_batch_and_a_failed_worker_end_their_pipelines(cluster):
+    cluster.supervisor("s1")
+    cluster.submit("batch")
+    cluster.submit("broken")
+    cluster.round()
+
+    cluster.worker("batch", WorkerState.FINISHED)
+    cluster.worker("broken", WorkerState.FAILED, error="entrypoint 'jobs:run': no module 'jobs'")
+    cluster.round()
+
+    assert cluster.ops.read("batch").status is PipelineStatus.FINISHED
+    broken = cluster.ops.read("broken")
+    assert broken.status is PipelineStatus.FAILED
+    assert "no module 'jobs'" in (broken.reason or "")
+    assert cluster.table.read_all() == {}
+
+
+def test_deactivate_and_rebalance_change_the_assignment(cluster):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+
+    cluster.ops.rebalance(cluster.term, "a", {"spark.sql.shuffle.partitions": 3})
+    cluster.round()
+    assignment = cluster.table.read("a")
+    assert assignment is not None
+    assert (assignment.generation, assignment.conf) == (1, {"spark.sql.shuffle.partitions": 3})
+
+    cluster.ops.deactivate(cluster.term, "a")
+    cluster.round()
+    assert cluster.table.read("a") is None
+
+
+def test_a_deposed_leader_writes_no_assignment(cluster):
+    cluster.supervisor("s1")
+    old = cluster.term
+    cluster.coordinator.unnominate("nimbus")
+    cluster.term = cluster.coordinator.nominate("nimbus", "leader", timeout=10)
+    cluster.submit("a")
+
+    with pytest.raises(Exception, match="no longer leads"):
+        cluster.round(old)
+    assert cluster.table.read("a") is None
+
+
+def test_a_deposed_leader_forgets_no_heartbeat(cluster):
+    cluster.supervisor("s1")
+    cluster.heartbeat("s1", stopping=True)
+    del cluster.registered["s1"]  # stopped cleanly and left: forgotten once judged dead
+    cluster.round()
+    cluster.clock.now += 11
+    old = cluster.term
+    cluster.coordinator.unnominate("nimbus")
+
+    cluster.round(old)
+
+    assert "s1" in cluster.board.supervisors()
+
+
+def test_a_pipeline_record_that_does_not_decode_is_skipped_naming_it(cluster, caplog):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    client = cluster.coordinator.session.client
+    client.create(PATHS.pipeline("garbled"), b"{not json")
+
+    with caplog.at_level(logging.WARNING, logger="stratus.nimbus.records.pipeline_ops"):
+        assert set(cluster.ops.read_all()) == {"a"}
+    assert "pipeline=garbled" in caplog.text
+    cluster.round()  # the leader's round goes on with the others
+    assert cluster.where("a") == "s1"
+
+
+# ---------------------------------------------------------------------- assignment history
+
+
+def reasons(cluster: Cluster, name: str) -> list[tuple[str, str | None, str | None]]:
+    """``name``'s history, oldest first: (reason, supervisor, previous)."""
+    changes = reversed(cluster.table.history(name))
+    return [(c.reason.value, c.supervisor, c.previous) for c in changes]
+
+
+def test_every_change_of_an_assignment_is_recorded_with_its_reason(cluster):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    cluster.ops.rebalance(cluster.term, "a", {"spark.sql.shuffle.partitions": 3})
+    cluster.round()
+    cluster.ops.deactivate(cluster.term, "a")
+    cluster.round()
+    cluster.ops.activate(cluster.term, "a")
+    cluster.round()
+    cluster.supervisor("s2")  # s1 falls silent from now on
+    cluster.clock.now += 11
+    cluster.heartbeat("s2")
+    cluster.round()
+    cluster.ops.kill(cluster.term, "a", wait_secs=60)
+    cluster.round()
+
+    assert reasons(cluster, "a") == [
+        ("placed", "s1", None),
+        ("rebalanced", "s1", "s1"),
+        ("deactivated", None, "s1"),
+        ("placed", "s1", None),
+        ("supervisor_dead", "s2", "s1"),
+        ("killed", None, "s2"),
+    ]
+    changes = cluster.table.history("a")
+    assert {c.epoch for c in changes} == {cluster.term.epoch}
+    assert changes[-2].generation == 1  # the rebalance's, as its assignment carried it
+
+
+def test_a_round_that_changes_nothing_records_nothing(cluster):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    client = cluster.coordinator.session.client
+    before = client.exists(PATHS.assignment_history("a"))
+
+    for _ in range(3):
+        cluster.heartbeat("s1")
+        assert cluster.round().empty
+
+    after = client.exists(PATHS.assignment_history("a"))
+    assert (after.cversion, after.pzxid) == (before.cversion, before.pzxid)
+    assert len(cluster.table.history("a")) == 1
+
+
+def test_a_write_refused_for_a_stale_epoch_leaves_no_history(cluster):
+    cluster.supervisor("s1")
+    old = cluster.term
+    cluster.coordinator.unnominate("nimbus")
+    cluster.term = cluster.coordinator.nominate("nimbus", "leader", timeout=10)
+    cluster.submit("a")
+
+    with pytest.raises(Exception, match="no longer leads"):
+        cluster.round(old)
+
+    assert cluster.table.history("a") == []
+    assert cluster.coordinator.session.client.exists(PATHS.assignment_history("a")) is None
+    cluster.round()  # the real leader's write records its change
+    assert reasons(cluster, "a") == [("placed", "s1", None)]
+
+
+def test_the_history_keeps_the_newest_changes_only(cluster):
+    client = cluster.coordinator.session.client
+    cluster.duty = SchedulingDuty(
+        ops=cluster.ops,
+        assignments=AssignmentTable(client, PATHS, AssignmentHistoryLog(client, PATHS, keep=3)),
+        board=cluster.board, registered=lambda: cluster.registered, settings=SETTINGS,
+        clock=cluster.clock,
+    )  # fmt: skip
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    for partitions in range(2, 7):
+        cluster.ops.rebalance(cluster.term, "a", {"spark.sql.shuffle.partitions": partitions})
+        cluster.round()
+
+    changes = cluster.table.history("a")
+    assert [c.generation for c in changes] == [5, 4, 3]  # newest first, the oldest trimmed
+    assert len(client.get_children(PATHS.assignment_history("a"))) == 3
+
+
+def test_an_update_applied_is_recorded_as_updated(cluster):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    new_code = StoredPackage("e" * 64, 11)
+    cluster.ops.stage_update(
+        cluster.term,
+        "a",
+        "u1",
+        new_code,
+        manifest_conf={},
+        update_conf={},
+        replication=ONE_COPY,
+    )
+    cluster.ops.note_update_replication(cluster.term, "a", holders=1)
+    cluster.round()
+
+    newest = cluster.table.history("a")[0]
+    assert (newest.reason.value, newest.digest) == ("updated", "e" * 64)
+
+
+def test_the_history_is_removed_with_the_pipeline(cluster):
+    client = cluster.coordinator.session.client
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    cluster.ops.kill(cluster.term, "a", wait_secs=0)
+    cluster.round()
+    assert [c.reason.value for c in cluster.table.history("a")] == ["killed", "placed"]
+
+    removed = cluster.ops.remove_due(cluster.term, {"a": cluster.ops.read("a")})
+
+    assert set(removed) == {"a"}
+    assert client.exists(PATHS.assignment_history("a")) is None
+    cluster.submit("a")  # a new pipeline of the name starts a history of its own
+    cluster.round()
+    assert reasons(cluster, "a") == [("placed", "s1", None)]
+
+
+def partial_reads(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every read of the heartbeats as if a configured pacemaker did not answer."""
+    read = cluster.board.read
+    monkeypatch.setattr(cluster.board, "read", lambda: dataclasses.replace(read(), partial=True))
+
+
+def test_a_partial_read_judges_a_silent_supervisor_dead_only_once_unregistered_a_timeout(
+    cluster, monkeypatch
+):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    cluster.supervisor("s2")  # s1 falls silent from now on; s2 keeps beating
+    partial_reads(cluster, monkeypatch)
+
+    cluster.clock.now += 30  # silent three timeouts: its rounds may be in the other pacemaker
+    cluster.heartbeat("s2")
+    assert not cluster.round().moved and cluster.where("a") == "s1"
+
+    del cluster.registered["s1"]  # its ZooKeeper session expired: its lease no longer renews
+    cluster.heartbeat("s2")
+    assert not cluster.round().moved
+    cluster.clock.now += 9
+    cluster.heartbeat("s2")
+    assert not cluster.round().moved
+    cluster.clock.now += 2
+    cluster.heartbeat("s2")
+    assert cluster.round().moved == {"a": ("s1", "s2")}
+
+
+def test_a_partial_read_judges_a_supervisor_that_stopped_cleanly_as_any_other(cluster, monkeypatch):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    cluster.supervisor("s2")
+    partial_reads(cluster, monkeypatch)
+
+    cluster.heartbeat("s1", stopping=True)
+    del cluster.registered["s1"]
+    cluster.round()
+    assert cluster.where("a") == "s1"  # not at once: its workers may outlive it
+
+    cluster.clock.now += 11  # silent and unregistered past the timeout
+    cluster.heartbeat("s2")
+    cluster.round()
+    assert cluster.where("a") == "s2"
+
+
+# ---------------------------------------------------------------------- cordon and drain
+
+
+def test_a_cordoned_supervisor_gets_no_new_pipeline_and_keeps_its_own_across_a_new_leader(
+    cluster,
+):
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    cluster.round()
+    assert cluster.where("a") == "s1"
+    cluster.cordons.put(cluster.term, "s1", by="ops", drain=False, now=1.0)
+
+    for name in ("b", "c"):
+        cluster.submit(name)
+    cluster.round()
+    assert (cluster.where("a"), cluster.where("b"), cluster.where("c")) == ("s1", "s2", "s2")
+
+    cluster.new_leader()
+    cluster.submit("d")
+    cluster.clock.now += 5
+    cluster.heartbeat("s1")
+    cluster.heartbeat("s2")
+    cluster.round()
+    assert (cluster.where("a"), cluster.where("d")) == ("s1", None)  # s2 is full
+
+    assert cluster.cordons.remove(cluster.term, "s1")
+    cluster.round()
+    assert cluster.where("d") == "s1"
+
+
+def test_cordoning_twice_changes_nothing_and_a_cordon_keeps_a_drain(cluster):
+    first = cluster.cordons.put(cluster.term, "s1", by="ops", drain=False, now=1.0)
+    again = cluster.cordons.put(cluster.term, "s1", by="other", drain=False, now=2.0)
+    drained = cluster.cordons.put(cluster.term, "s1", by="other", drain=True, now=3.0)
+
+    assert again == first
+    assert drained.drain and drained.at == 1.0 and drained.by == "ops"
+    assert cluster.cordons.put(cluster.term, "s1", by="ops", drain=False, now=4.0) == drained
+    assert cluster.cordons.read_all() == {"s1": drained}
+
+
+def test_a_drain_keeps_what_a_newer_release_wrote_into_the_cordon(cluster):
+    """The cordon is read and written back: fields this release does not know survive it
+    (docs/upgrades.md)."""
+    cluster.cordons.put(cluster.term, "s1", by="ops", drain=False, now=1.0)
+    client = cluster.coordinator.session.client
+    path = PATHS.cordon("s1")
+    data, stat = client.get(path)
+    client.set(path, json.dumps({**json.loads(data), "until": 99.0}).encode(), stat.version)
+
+    drained = cluster.cordons.put(cluster.term, "s1", by="other", drain=True, now=3.0)
+
+    stored = json.loads(client.get(path)[0])
+    assert stored["drain"] and stored["by"] == "ops" and stored["until"] == 99.0
+    assert drained.unknown_fields == {"until": 99.0}
+
+
+def test_a_deposed_leader_cannot_cordon(cluster):
+    old = cluster.term
+    cluster.coordinator.unnominate("nimbus")
+
+    with pytest.raises(LeadershipLostError):
+        cluster.cordons.put(old, "s1", by="ops", drain=False, now=1.0)
+    assert cluster.cordons.read_all() == {}
+
+
+def test_a_drain_stops_the_old_worker_before_it_places_the_pipeline_where_a_warm_one_waits(
+    cluster,
+):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    cluster.worker_on("a", "s1", WorkerState.RUNNING)
+    cluster.supervisor("s2")
+    cluster.supervisor("s3")
+    cluster.heartbeat("s3", warm=1)  # s2 and s3 have the same room; s3 a warm worker ready
+    cluster.cordons.put(cluster.term, "s1", by="ops", drain=True, now=1.0)
+
+    cluster.round()
+    assert cluster.where("a") is None  # first its worker on s1 stops
+    assert cluster.drains.last(cluster.term.epoch).moving == {"a": "s1"}
+
+    cluster.round()  # its worker on s1 still runs: not placed yet, whoever leads
+    cluster.new_leader()
+    assert cluster.drains.last(cluster.term.epoch) is None  # unknown: no "drained" too soon
+    cluster.round()
+    assert cluster.where("a") is None
+    assert cluster.drains.last(cluster.term.epoch).moving == {"a": "s1"}
+
+    cluster.worker_on("a", "s1", WorkerState.STOPPED)
+    cluster.round()
+    assert cluster.where("a") == "s3"
+    assert reasons(cluster, "a")[-2:] == [("drained", None, "s1"), ("drained", "s3", "s1")]
+    assert cluster.drains.last(cluster.term.epoch).moving == {}
+
+
+def test_a_drained_pipeline_with_no_room_elsewhere_keeps_running_and_is_named(cluster):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    cluster.cordons.put(cluster.term, "s1", by="ops", drain=True, now=1.0)
+
+    cluster.round()
+
+    assert cluster.where("a") == "s1"
+    assert cluster.drains.last(cluster.term.epoch).no_room == {"a": "s1"}
+    cluster.supervisor("s2")
+    cluster.round()
+    assert cluster.where("a") is None  # room appeared: its worker on s1 stops first
+
+
+def test_a_pipeline_on_the_way_waits_while_a_pacemaker_did_not_answer(cluster, monkeypatch):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    cluster.supervisor("s2")
+    cluster.cordons.put(cluster.term, "s1", by="ops", drain=True, now=1.0)
+    cluster.round()
+    assert cluster.where("a") is None  # no heartbeat of its worker: stopped, or unseen
+    partial_reads(cluster, monkeypatch)
+
+    cluster.round()
+    assert cluster.where("a") is None  # its heartbeat may be in the pacemaker not read
+
+    monkeypatch.undo()
+    cluster.round()
+    assert cluster.where("a") == "s2"
+
+
+def updated(cluster: Cluster, name: str, digest: str) -> None:
+    """Apply an update of ``name`` to the code ``digest``, as the replication duty does."""
+    cluster.ops.stage_update(
+        cluster.term, name, f"u-{digest[:4]}", StoredPackage(digest, 11),
+        manifest_conf={}, update_conf={}, replication=ONE_COPY,
+    )  # fmt: skip
+    cluster.ops.note_update_replication(cluster.term, name, holders=1)
+
+
+def test_an_update_whose_worker_fails_before_its_first_batch_is_rolled_back(cluster):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    updated(cluster, "a", "e" * 64)
+    cluster.round()  # version 2 assigned
+    on_trial = cluster.ops.read("a")
+    assert on_trial.version == 2 and on_trial.on_trial
+
+    cluster.worker("a", WorkerState.FAILED, error="KeyError: 'region'")
+    cluster.round()
+
+    back = cluster.ops.read("a")
+    assert (back.status, back.version, back.digest) == (PipelineStatus.ACTIVE, 1, "d" * 64)
+    assert back.reason == (
+        "rolled back from version 2 to 1: its worker failed before its first batch: "
+        "KeyError: 'region'"
+    )
+    assert back.generation == on_trial.generation + 1
+    cluster.round()
+    assignment = cluster.table.read("a")
+    assert assignment is not None and assignment.digest == "d" * 64
+    assert cluster.table.history("a")[0].reason.value == "rolled_back"
+
+
+def test_an_update_that_commits_a_batch_is_proven_and_a_later_failure_fails_it(cluster):
+    cluster.supervisor("s1")
+    cluster.submit("a")
+    cluster.round()
+    updated(cluster, "a", "e" * 64)
+    cluster.round()
+    assignment = cluster.table.read("a")
+    assert assignment is not None
+    cluster.beats += 1
+    cluster.board.put_worker(
+        WorkerHeartbeat(
+            pipeline="a", supervisor="s1", epoch=assignment.epoch,
+            generation=assignment.generation, digest=assignment.digest,
+            state=WorkerState.RUNNING, time=float(cluster.beats),
+            queries=[QueryProgress(name="q", batch_id=0, rows_total=3)],
+        )
+    )  # fmt: skip
+    cluster.round()
+    assert not cluster.ops.read("a").on_trial
+
+    cluster.worker("a", WorkerState.FAILED, error="disk full")
+    cluster.round()
+
+    failed = cluster.ops.read("a")
+    assert (failed.status, failed.version) == (PipelineStatus.FAILED, 2)
