@@ -2,9 +2,10 @@
 
 Parts (``--part``, repeatable; all by default):
 
-* **schedule**: one scheduling round, ``plan_round`` (``stratus.nimbus.scheduler``), the pure
-  decision the leader makes every round, for ``--pipelines`` simulated ACTIVE pipelines on
-  ``--supervisors`` simulated supervisors of ``--slots`` slots each, in three situations:
+* **schedule**: one scheduling round, ``plan_round``
+  (``stratus.nimbus.scheduling.scheduler``), the pure decision the leader makes every round,
+  for ``--pipelines`` simulated ACTIVE pipelines on ``--supervisors`` simulated supervisors
+  of ``--slots`` slots each, in three situations:
 
   - *fresh*: nothing assigned yet (a new cluster, or every assignment lost): every pipeline
     is placed;
@@ -110,7 +111,7 @@ from stratus.local.cluster import SLOTS, SUPERVISOR_TIMEOUT_SECS, LocalCluster
 from stratus.local.demo import EXAMPLES
 from stratus.local.examples_io import Feeder
 from stratus.local.pipeline_start import PHASES, PipelineStart, follow_start
-from stratus.nimbus.scheduler import Plan, plan_round
+from stratus.nimbus.scheduling.scheduler import Plan, plan_round
 from stratus.process import live_in_group
 from stratus.supervisor.warm_pool import WARM_MODULE
 

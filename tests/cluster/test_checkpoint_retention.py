@@ -28,10 +28,10 @@ from stratus.coordination.coordinator import Coordinator
 from stratus.nimbus.duties.checkpoint_retention import SCAN_SECS, ExpireKeptCheckpoints
 from stratus.nimbus.duties.killed import RemoveKilled
 from stratus.nimbus.duties.purges import CarryOutPurges, PurgeOrders
-from stratus.nimbus.kept_checkpoints import KeptCheckpoints
-from stratus.nimbus.pipeline_ops import PipelineOps
-from stratus.nimbus.purge_plan import PurgeBy
-from stratus.nimbus.replication_policy import ReplicationPolicy
+from stratus.nimbus.records.kept_checkpoints import KeptCheckpoints
+from stratus.nimbus.records.pipeline_ops import PipelineOps
+from stratus.nimbus.records.purge_plan import PurgeBy
+from stratus.nimbus.records.replication_policy import ReplicationPolicy
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore
 from stratus.zk.paths import ClusterPaths

@@ -30,7 +30,7 @@ from stratus.chaos.oracle import Clocks, check_single_run, load_events
 from stratus.cli.exit_codes import ExitCode
 from stratus.cli.main import main
 from stratus.client import NimbusClient
-from stratus.nimbus.assignment_history import AssignmentHistoryLog
+from stratus.nimbus.records.assignment_history import AssignmentHistoryLog
 from stratus.supervisor.daemon import Supervisor
 from stratus.supervisor.settings import SupervisorSettings
 from stratus.zk.paths import ClusterPaths

@@ -23,11 +23,11 @@ from stratus.api.records import (
 )
 from stratus.codedist.package_store import StoredPackage
 from stratus.coordination.coordinator import Coordinator
-from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.duties.scheduling import SchedulingDuty
-from stratus.nimbus.pipeline_ops import PipelineOps
-from stratus.nimbus.replication_policy import ReplicationPolicy
-from stratus.nimbus.scheduler import Plan
+from stratus.nimbus.records.pipeline_ops import PipelineOps
+from stratus.nimbus.records.replication_policy import ReplicationPolicy
+from stratus.nimbus.scheduling.assignments import AssignmentTable
+from stratus.nimbus.scheduling.scheduler import Plan
 from stratus.nimbus.settings import SchedulingSettings
 from stratus.pacemaker.blocking import BlockingPacemakerPool
 from stratus.pacemaker.settings import PacemakerClientSettings

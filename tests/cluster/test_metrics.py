@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from stratus.api.records import LeaderTerms
 from stratus.coordination import Coordinator
 from stratus.local.processes import SupervisorProcess
-from stratus.nimbus.leader_terms import LeaderTermLog
+from stratus.nimbus.leadership.leader_terms import LeaderTermLog
 from stratus.security.client_auth import ClientAuth
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.server import ZooKeeperServer

@@ -28,14 +28,14 @@ from stratus.codedist.code_sync import CodeSync
 from stratus.config import config_from_mapping
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import LeaderChange
-from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.daemon import Nimbus
 from stratus.nimbus.duties.lost_code import FailLostCode
 from stratus.nimbus.duties.scheduling import SchedulingDuty
-from stratus.nimbus.leadership_controller import ControllerState, LeadershipController
-from stratus.nimbus.listening import NimbusStartError
-from stratus.nimbus.readiness import CodeReadiness
-from stratus.nimbus.scheduler import Plan
+from stratus.nimbus.http.listening import NimbusStartError
+from stratus.nimbus.leadership.leadership_controller import ControllerState, LeadershipController
+from stratus.nimbus.leadership.readiness import CodeReadiness
+from stratus.nimbus.scheduling.assignments import AssignmentTable
+from stratus.nimbus.scheduling.scheduler import Plan
 from stratus.nimbus.settings import NimbusSettings
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore

@@ -27,7 +27,7 @@ from stratus.ha.protocol import (
     TransitionFailedError,
 )
 from stratus.nimbus.daemon import Nimbus
-from stratus.nimbus.health import FAILED_ROUNDS_UNHEALTHY, HealthFacts, verdict
+from stratus.nimbus.leadership.health import FAILED_ROUNDS_UNHEALTHY, HealthFacts, verdict
 from stratus.nimbus.settings import NimbusSettings
 from stratus.security.client_auth import NO_AUTH, ClientAuth
 from stratus.zk.paths import NIMBUS_GROUP, ClusterPaths

@@ -24,11 +24,11 @@ from stratus.api.records import (
 from stratus.codedist.package_store import StoredPackage
 from stratus.coordination.coordinator import Coordinator
 from stratus.coordination.errors import LeadershipLostError
-from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.duties.scheduling import SchedulingDuty
-from stratus.nimbus.pipeline_metrics import ObservedRound, PipelineMetrics
-from stratus.nimbus.pipeline_ops import PipelineOps
-from stratus.nimbus.replication_policy import ReplicationPolicy
+from stratus.nimbus.records.pipeline_ops import PipelineOps
+from stratus.nimbus.records.replication_policy import ReplicationPolicy
+from stratus.nimbus.scheduling.assignments import AssignmentTable
+from stratus.nimbus.scheduling.pipeline_metrics import ObservedRound, PipelineMetrics
 from stratus.nimbus.settings import SchedulingSettings
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore

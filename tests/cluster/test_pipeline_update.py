@@ -27,7 +27,7 @@ from stratus.cli.main import main
 from stratus.client import NimbusClient
 from stratus.codedist.errors import InvalidPackageError
 from stratus.local.processes import NimbusProcess
-from stratus.nimbus.staged_updates import updated_conf
+from stratus.nimbus.records.staged_updates import updated_conf
 from stratus.zk.server import ZooKeeperServer
 from tests.harness.nimbus_cluster import NimbusCluster, nimbus_cluster
 from tests.harness.package_factory import valid_package

@@ -27,7 +27,7 @@ from stratus.api.errors import PurgePendingError
 from stratus.api.purges import PurgeCause, PurgeOrder, PurgeState, PurgeStatus
 from stratus.api.records import PipelineStatus, RunRecord
 from stratus.cli.main import main
-from stratus.nimbus.purge_plan import PurgeBy, PurgeRules, next_step
+from stratus.nimbus.records.purge_plan import PurgeBy, PurgeRules, next_step
 from stratus.supervisor.purges import CheckpointPurger
 from stratus.zk.paths import ClusterPaths
 from tests.harness.package_factory import valid_package

@@ -30,8 +30,8 @@ from stratus.api.records import SupervisorSummary, WorkerState
 from stratus.client import NimbusClient
 from stratus.ha.fencing import MethodSpec
 from stratus.local.processes import SupervisorProcess
+from stratus.nimbus.scheduling.supervisor_fencing import FenceState, SupervisorFencing
 from stratus.nimbus.settings import FencingSettings
-from stratus.nimbus.supervisor_fencing import FenceState, SupervisorFencing
 from stratus.security.client_auth import ClientAuth
 from stratus.security.tls import TlsSettings
 from stratus.zk.server import ZooKeeperServer

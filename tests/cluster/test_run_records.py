@@ -24,8 +24,8 @@ from stratus.api.records import (
     RunRecord,
     WorkerState,
 )
-from stratus.nimbus.assignment_history import AssignmentHistoryLog
-from stratus.nimbus.run_reads import RunReader
+from stratus.nimbus.records.assignment_history import AssignmentHistoryLog
+from stratus.nimbus.records.run_reads import RunReader
 from stratus.supervisor.run_logs import kept_runs, read_run_number, run_dir
 from stratus.supervisor.run_outcome import RunEnd
 from stratus.supervisor.run_records import RunBook

@@ -29,12 +29,12 @@ from stratus.codedist.package_store import StoredPackage
 from stratus.coordination.coordinator import Coordinator
 from stratus.coordination.errors import LeadershipLostError
 from stratus.coordination.leadership import Leadership
-from stratus.nimbus.assignment_history import AssignmentHistoryLog
-from stratus.nimbus.assignments import AssignmentTable
-from stratus.nimbus.cordons import CordonTable, DrainMemory
 from stratus.nimbus.duties.scheduling import SchedulingDuty
-from stratus.nimbus.pipeline_ops import PipelineOps
-from stratus.nimbus.replication_policy import ReplicationPolicy
+from stratus.nimbus.records.assignment_history import AssignmentHistoryLog
+from stratus.nimbus.records.pipeline_ops import PipelineOps
+from stratus.nimbus.records.replication_policy import ReplicationPolicy
+from stratus.nimbus.scheduling.assignments import AssignmentTable
+from stratus.nimbus.scheduling.cordons import CordonTable, DrainMemory
 from stratus.nimbus.settings import SchedulingSettings
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore
@@ -516,7 +516,7 @@ def test_a_pipeline_record_that_does_not_decode_is_skipped_naming_it(cluster, ca
     client = cluster.coordinator.session.client
     client.create(PATHS.pipeline("garbled"), b"{not json")
 
-    with caplog.at_level(logging.WARNING, logger="stratus.nimbus.pipeline_ops"):
+    with caplog.at_level(logging.WARNING, logger="stratus.nimbus.records.pipeline_ops"):
         assert set(cluster.ops.read_all()) == {"a"}
     assert "pipeline=garbled" in caplog.text
     cluster.round()  # the leader's round goes on with the others

@@ -26,18 +26,18 @@ from stratus.codedist.package_store import StoredPackage
 from stratus.coordination.coordinator import Coordinator
 from stratus.ha.errors import FencingConfigError
 from stratus.ha.fencing import MethodSpec
-from stratus.nimbus.assignments import AssignmentTable
 from stratus.nimbus.duties.scheduling import SchedulingDuty
-from stratus.nimbus.pipeline_ops import PipelineOps
-from stratus.nimbus.replication_policy import ReplicationPolicy
-from stratus.nimbus.settings import FencingSettings, SchedulingSettings, supervisor_fencing_methods
-from stratus.nimbus.supervisor_fencing import (
+from stratus.nimbus.records.pipeline_ops import PipelineOps
+from stratus.nimbus.records.replication_policy import ReplicationPolicy
+from stratus.nimbus.scheduling.assignments import AssignmentTable
+from stratus.nimbus.scheduling.supervisor_fencing import (
     FenceAttempt,
     FenceState,
     Silence,
     SupervisorFencing,
     fence_verdicts,
 )
+from stratus.nimbus.settings import FencingSettings, SchedulingSettings, supervisor_fencing_methods
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore
 from stratus.zk.paths import ClusterPaths
@@ -249,7 +249,7 @@ def test_a_graceful_fence_stops_the_worker_and_the_pipeline_moves_before_the_tim
 def test_a_shell_method_fences_when_the_endpoint_cannot_and_counts_after_the_stop_grace(
     coordinator, tmp_path, caplog
 ) -> None:
-    caplog.set_level(logging.INFO, logger="stratus.nimbus.supervisor_fencing")
+    caplog.set_level(logging.INFO, logger="stratus.nimbus.scheduling.supervisor_fencing")
     told = tmp_path / "told"
     method = MethodSpec("shell", f'echo "$STRATUS_FENCE_TARGET_ID" > {told}')
     leader = Leader(coordinator, fencing_settings(method))
@@ -272,7 +272,7 @@ def test_a_shell_method_fences_when_the_endpoint_cannot_and_counts_after_the_sto
 
 
 def test_when_every_way_fails_the_timeout_is_waited_out(coordinator, caplog) -> None:
-    caplog.set_level(logging.INFO, logger="stratus.nimbus.supervisor_fencing")
+    caplog.set_level(logging.INFO, logger="stratus.nimbus.scheduling.supervisor_fencing")
     leader = Leader(coordinator, fencing_settings(MethodSpec("shell", "exit 1")))
     leader.supervisor(SupervisorSummary(id="s1", slots=2, endpoint=refusing_endpoint()))
     leader.submit("etl")

@@ -35,7 +35,7 @@ from stratus.chaos.oracle import (
 )
 from stratus.client import NimbusClient
 from stratus.coordination.leadership import Leadership
-from stratus.nimbus.leader_trail import LeaderTrail
+from stratus.nimbus.leadership.leader_trail import LeaderTrail
 from stratus.supervisor.daemon import Supervisor
 from stratus.supervisor.settings import SupervisorSettings
 from stratus.trail import PROCESS_KILLED, SUBMIT_ACKNOWLEDGED, Actor, TrailRecorder

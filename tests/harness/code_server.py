@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stratus.codedist.package_store import PackageStore
-from stratus.nimbus.code_routes import add_code_routes
+from stratus.nimbus.http.code_routes import add_code_routes
 from tests.harness.zkfixtures import wait_until
 
 START_TIMEOUT_SECS = 10.0

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from stratus.codedist.package_store import PackageStore
-from stratus.nimbus.code_routes import SERVE_CHUNK
+from stratus.nimbus.http.code_routes import SERVE_CHUNK
 from tests.harness.code_server import Recorder, code_server, stored
 
 MIB = 1 << 20

@@ -18,7 +18,7 @@ from stratus.api.records import KeptVersion, PendingUpdate, PipelineRecord, Pipe
 from stratus.codedist.code_sync import CodeSync, code_needed
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.errors import CodeUnavailableError
-from stratus.nimbus.readiness import CodeReadiness
+from stratus.nimbus.leadership.readiness import CodeReadiness
 from stratus.nimbus.submission import held_within
 
 LOST_FAIL_SECS = 30.0

@@ -11,8 +11,8 @@ from kazoo.client import KazooClient
 
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import RevokeReason
-from stratus.nimbus.granted_lock import GrantedLock
-from stratus.nimbus.leadership_controller import ControllerState, LeadershipController
+from stratus.nimbus.leadership.granted_lock import GrantedLock
+from stratus.nimbus.leadership.leadership_controller import ControllerState, LeadershipController
 from tests.unit.test_leadership_controller import (
     ADDRESS,
     SETTINGS,

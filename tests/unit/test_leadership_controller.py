@@ -22,7 +22,7 @@ from stratus.coordination.errors import LeadershipLostError
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import LeaderChange, RevokeReason
 from stratus.nimbus.duties.round import DutyRound
-from stratus.nimbus.leadership_controller import ControllerState, LeadershipController
+from stratus.nimbus.leadership.leadership_controller import ControllerState, LeadershipController
 from stratus.nimbus.metrics import NimbusMetrics
 from stratus.nimbus.settings import LeadershipSettings
 from tests.harness.zkfixtures import wait_until

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stratus.nimbus.liveness import Liveness
+from stratus.nimbus.scheduling.liveness import Liveness
 
 
 class FakeClock:

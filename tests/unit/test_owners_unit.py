@@ -22,7 +22,7 @@ from stratus.cli.daemon_run import run_daemon
 from stratus.cli.main import main
 from stratus.config import config_from_mapping
 from stratus.errors import ConfigError
-from stratus.nimbus.scheduler import assignment_conf
+from stratus.nimbus.scheduling.scheduler import assignment_conf
 from stratus.security.access import AccessPolicy, Caller
 from stratus.security.authorizer import PipelineAccess, Verb, check_pipeline_access, decide
 from stratus.security.errors import TokenFileError

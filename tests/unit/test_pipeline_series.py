@@ -19,11 +19,11 @@ from stratus.api.records import (
     WorkerHeartbeat,
     WorkerState,
 )
-from stratus.nimbus.batch_metrics import BatchMetrics
-from stratus.nimbus.leader_terms import last_sign_of_life
-from stratus.nimbus.pipeline_metrics import ObservedRound
-from stratus.nimbus.pipeline_series import PipelineSeriesStore, point_of
-from stratus.nimbus.series_sampler import SeriesSampler, current_workers
+from stratus.nimbus.leadership.leader_terms import last_sign_of_life
+from stratus.nimbus.scheduling.batch_metrics import BatchMetrics
+from stratus.nimbus.scheduling.pipeline_metrics import ObservedRound
+from stratus.nimbus.scheduling.pipeline_series import PipelineSeriesStore, point_of
+from stratus.nimbus.scheduling.series_sampler import SeriesSampler, current_workers
 from stratus.worker.query_progress import QueryTracker, batch_duration_secs, watermark_lag_secs
 
 

@@ -9,7 +9,13 @@ saying done completes it.
 from __future__ import annotations
 
 from stratus.api.purges import FailedAttempt, PurgeCause, PurgeOrder, PurgeOutcome, PurgeState
-from stratus.nimbus.purge_plan import PurgeBy, PurgeRules, StepKind, next_step, record_failure
+from stratus.nimbus.records.purge_plan import (
+    PurgeBy,
+    PurgeRules,
+    StepKind,
+    next_step,
+    record_failure,
+)
 
 NOW = 1_000_000.0
 HERE = "nimbus n1:6627"

@@ -21,7 +21,7 @@ from stratus.api.records import (
 )
 from stratus.api.user_exception import error_first, user_exception
 from stratus.cli.run_output import failed_runs_lines, parse_since, runs_since
-from stratus.nimbus.run_reads import inferred_end, pick_run, with_beat
+from stratus.nimbus.records.run_reads import inferred_end, pick_run, with_beat
 from stratus.supervisor.run_logs import pick_kept, run_over, to_prune, write_run_number
 from stratus.supervisor.run_outcome import RunEnd, StopReason, removal_outcome, stop_outcome
 from stratus.supervisor.run_records import RUN_RECORD_MAX_BYTES, ended_record, fitted, to_trim

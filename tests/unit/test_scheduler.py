@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stratus.api.records import Assignment, PipelineRecord, PipelineStatus
-from stratus.nimbus.scheduler import Plan, plan_round
+from stratus.nimbus.scheduling.scheduler import Plan, plan_round
 
 EPOCH = 7
 NOW = 1_700_000_000.0

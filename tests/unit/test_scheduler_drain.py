@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stratus.api.records import Assignment, AssignmentReason, PipelineRecord
-from stratus.nimbus.scheduler import Plan, plan_round
+from stratus.nimbus.scheduling.scheduler import Plan, plan_round
 from tests.unit.test_scheduler import (
     EPOCH,
     NOW,

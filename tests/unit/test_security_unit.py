@@ -16,10 +16,10 @@ from stratus.api.records import ClusterSummary, LeaderInfo, NimbusSummary, Super
 from stratus.client_settings import TOKEN_ENV_VAR, client_auth
 from stratus.config import config_from_mapping
 from stratus.errors import ConfigError
-from stratus.nimbus.authorization import required_role
-from stratus.nimbus.exposure import InsecureBindError, check_exposure
-from stratus.nimbus.status_page import render_status_page
-from stratus.nimbus.supervisor_endpoints import endpoint_url, loopback_elsewhere
+from stratus.nimbus.http.authorization import required_role
+from stratus.nimbus.http.exposure import InsecureBindError, check_exposure
+from stratus.nimbus.scheduling.supervisor_endpoints import endpoint_url, loopback_elsewhere
+from stratus.nimbus.ui.status_page import render_status_page
 from stratus.security.access import AccessPolicy, Caller
 from stratus.security.client_auth import ClientAuth
 from stratus.security.errors import TlsConfigError, TokenFileError

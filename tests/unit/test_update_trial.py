@@ -17,8 +17,8 @@ from stratus.api.records import (
     WorkerHeartbeat,
     WorkerState,
 )
-from stratus.nimbus.kept_versions import offset_for, rollback_target, with_applied
-from stratus.nimbus.update_trial import Proven, RollBack, RollbackPolicy, judge
+from stratus.nimbus.records.kept_versions import offset_for, rollback_target, with_applied
+from stratus.nimbus.records.update_trial import Proven, RollBack, RollbackPolicy, judge
 
 ON = RollbackPolicy(enabled=True, crashes=3)
 

@@ -1,7 +1,8 @@
 """The per-pipeline time series the web UI charts (``GET /api/v1/pipelines/NAME/series``).
 
 One point per step (10 s by default) over the last hour, oldest first, each from the
-newest worker heartbeat the answering nimbus had read then (``nimbus/pipeline_series.py``).
+newest worker heartbeat the answering nimbus had read then
+(``nimbus/scheduling/pipeline_series.py``).
 """
 
 from __future__ import annotations

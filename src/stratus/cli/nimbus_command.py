@@ -30,7 +30,7 @@ from stratus.ha.supervised_nimbus import CONTROLLER_ENV, controller_credentials,
 from stratus.ha.zkfc_endpoint import EndpointSecurity
 from stratus.logs import configure_daemon_logging
 from stratus.nimbus.daemon import Nimbus
-from stratus.nimbus.exposure import check_exposure
+from stratus.nimbus.http.exposure import check_exposure
 from stratus.nimbus.settings import NimbusSettings
 from stratus.process import watch_for_eof
 from stratus.rlimits import raise_open_files_limit

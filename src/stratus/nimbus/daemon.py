@@ -49,11 +49,7 @@ from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import LeaderChange, RevokeReason
 from stratus.errors import StratusError
 from stratus.files import write_atomically
-from stratus.nimbus.api import create_app
-from stratus.nimbus.assignments import AssignmentTable
-from stratus.nimbus.batch_metrics import BatchMetrics
 from stratus.nimbus.cluster_view import ClusterView
-from stratus.nimbus.cordons import CordonTable, DrainMemory
 from stratus.nimbus.duties.checkpoint_retention import ExpireKeptCheckpoints
 from stratus.nimbus.duties.killed import RemoveKilled
 from stratus.nimbus.duties.lost_code import FailLostCode
@@ -61,28 +57,32 @@ from stratus.nimbus.duties.purges import CarryOutPurges, PurgeOrders
 from stratus.nimbus.duties.replication import ActivateReplicated
 from stratus.nimbus.duties.round import DutyRound
 from stratus.nimbus.duties.scheduling import SchedulingDuty
-from stratus.nimbus.election_queue import ElectionQueue, build_elector
-from stratus.nimbus.exposure import InsecureReminder, check_exposure
-from stratus.nimbus.granted_lock import GrantedLock
-from stratus.nimbus.ha_service import NimbusHAService
-from stratus.nimbus.health import HealthWatch
-from stratus.nimbus.leader_terms import LeaderTermLog
-from stratus.nimbus.leader_trail import LeaderTrail
-from stratus.nimbus.leadership_controller import LeadershipController
-from stratus.nimbus.listening import NimbusStartError, listen_socket, package_port_error
-from stratus.nimbus.log_relay import LogRelay
+from stratus.nimbus.http.api import create_app
+from stratus.nimbus.http.exposure import InsecureReminder, check_exposure
+from stratus.nimbus.http.listening import NimbusStartError, listen_socket, package_port_error
+from stratus.nimbus.http.log_relay import LogRelay
+from stratus.nimbus.leadership.election_queue import ElectionQueue, build_elector
+from stratus.nimbus.leadership.granted_lock import GrantedLock
+from stratus.nimbus.leadership.ha_service import NimbusHAService
+from stratus.nimbus.leadership.health import HealthWatch
+from stratus.nimbus.leadership.leader_terms import LeaderTermLog
+from stratus.nimbus.leadership.leader_trail import LeaderTrail
+from stratus.nimbus.leadership.leadership_controller import LeadershipController
+from stratus.nimbus.leadership.readiness import CodeReadiness
 from stratus.nimbus.metrics import NimbusMetrics
-from stratus.nimbus.pipeline_metrics import ObservedRound, PipelineMetrics
-from stratus.nimbus.pipeline_ops import PipelineOps
-from stratus.nimbus.pipeline_series import PipelineSeriesStore
-from stratus.nimbus.placement import Placement
-from stratus.nimbus.readiness import CodeReadiness
-from stratus.nimbus.run_reads import RunReader
-from stratus.nimbus.series_sampler import SeriesSampler
+from stratus.nimbus.records.pipeline_ops import PipelineOps
+from stratus.nimbus.records.run_reads import RunReader
+from stratus.nimbus.scheduling.assignments import AssignmentTable
+from stratus.nimbus.scheduling.batch_metrics import BatchMetrics
+from stratus.nimbus.scheduling.cordons import CordonTable, DrainMemory
+from stratus.nimbus.scheduling.pipeline_metrics import ObservedRound, PipelineMetrics
+from stratus.nimbus.scheduling.pipeline_series import PipelineSeriesStore
+from stratus.nimbus.scheduling.placement import Placement
+from stratus.nimbus.scheduling.series_sampler import SeriesSampler
+from stratus.nimbus.scheduling.supervisor_fencing import SupervisorFencing
 from stratus.nimbus.service import NimbusService
 from stratus.nimbus.settings import HAMode, LocalDirSettings, NimbusSettings
 from stratus.nimbus.submission import Submitter
-from stratus.nimbus.supervisor_fencing import SupervisorFencing
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.trail import Actor, TrailRecorder

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from kazoo.exceptions import KazooException
@@ -55,10 +56,9 @@ from stratus.api.strict_json import loads_strict
 from stratus.codedist.package_store import PackageStore
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.cluster_view import ClusterView
-from stratus.nimbus.cordons import CordonTable, DrainMemory, DrainRound
-from stratus.nimbus.log_relay import LogSource
-from stratus.nimbus.pipeline_ops import PipelineOps
-from stratus.nimbus.placement import Placement
+from stratus.nimbus.records.pipeline_ops import PipelineOps
+from stratus.nimbus.scheduling.cordons import CordonTable, DrainMemory, DrainRound
+from stratus.nimbus.scheduling.placement import Placement
 from stratus.nimbus.settings import ServiceSettings
 from stratus.nimbus.submission import Submitter
 from stratus.security.access import Caller
@@ -70,6 +70,17 @@ log = logging.getLogger(__name__)
 MAX_REQUEST_ID_LENGTH = 128
 VIEW_CATCH_UP_SECS = 2.0  # how long a write's answer waits for the view to show it
 REQUEST_ID = re.compile(r"^[!-~]*$")  # stored in the record and shown: no control characters
+
+
+@dataclass(frozen=True)
+class LogSource:
+    """Where a pipeline's worker log is served, and the pipeline's real conf (secrets and
+    all), whose secrets its lines are redacted of."""
+
+    supervisor: SupervisorSummary
+    conf: Mapping[str, Any]
+    run: int | None = None  # the run whose log is read (None: the supervisor's newest)
+    log_dir: str | None = None  # that run's log directory on the supervisor's host
 
 
 class NimbusService:

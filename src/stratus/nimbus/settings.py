@@ -36,10 +36,9 @@ from stratus.ha.fencing import (
     split_entries,
     supervisor_method_names,
 )
-from stratus.nimbus.limits import RequestLimits
-from stratus.nimbus.pipeline_ops import ReplicationPolicy
-from stratus.nimbus.purge_plan import PurgeBy
-from stratus.nimbus.update_trial import RollbackPolicy
+from stratus.nimbus.records.purge_plan import PurgeBy
+from stratus.nimbus.records.replication_policy import ReplicationPolicy
+from stratus.nimbus.records.update_trial import RollbackPolicy
 from stratus.security.access import AccessPolicy
 from stratus.security.client_auth import ClientAuth
 from stratus.security.tls import TlsSettings
@@ -113,6 +112,15 @@ class SubmitSettings:
     limits: PackageLimits
     replication: ReplicationPolicy  # pipeline.min.replication.count, ...wait.time.sec
     locations: LocationPolicy  # pipeline.spark.masters and the cluster's pipeline.spark.master
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """How large a request body may be, and how many uploads are read at once."""
+
+    max_upload_bytes: int  # nimbus.max.upload.bytes: a submit's package
+    max_request_bytes: int  # nimbus.max.request.bytes: any other request's body
+    max_concurrent_uploads: int  # nimbus.max.concurrent.uploads
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from stratus.codedist.package_store import PackageStore, Received, StoredPackage
 from stratus.codedist.staged import staged_key
 from stratus.coordination.leadership import Leadership
 from stratus.errors import StratusError
-from stratus.nimbus.pipeline_ops import PipelineOps
+from stratus.nimbus.records.pipeline_ops import PipelineOps
 from stratus.nimbus.settings import SubmitSettings
 from stratus.security.access import Caller
 

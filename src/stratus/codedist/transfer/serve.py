@@ -1,6 +1,6 @@
 """What a nimbus answers to ``GET /api/v1/code/<digest>``: one decision for every server.
 
-Both the API route (``nimbus/code_routes.py``) and the package server (``server.py``) ask
+Both the API route (``nimbus/http/code_routes.py``) and the package server (``server.py``) ask
 ``locate`` and only send what it decided, so they answer alike: a stored package whole
 (200) or one byte range of it (206, ``RANGE_RULE``), or a refusal with the API's error
 body: 422 for what is not a sha256 or a malformed ``Range``, 404 for a digest the store

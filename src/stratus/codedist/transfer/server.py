@@ -1,6 +1,6 @@
 """A nimbus's package server: ``GET /api/v1/code/<digest>`` with ``sendfile``, beside the API.
 
-The API (FastAPI on uvicorn) serves the same route (``nimbus/code_routes.py``), but its
+The API (FastAPI on uvicorn) serves the same route (``nimbus/http/code_routes.py``), but its
 bodies go through Python: uvicorn has no ``http.response.pathsend``, so Starlette's
 ``FileResponse`` reads the file and hands each chunk to the event loop. Here the kernel
 sends the file's pages (``socket.sendfile``), for a fraction of the serving nimbus's CPU

@@ -23,8 +23,8 @@ import time
 
 from stratus.api.clock import Clock
 from stratus.coordination.leadership import Leadership
-from stratus.nimbus.kept_checkpoints import KeptCheckpoints
-from stratus.nimbus.pipeline_ops import PipelineOps
+from stratus.nimbus.records.kept_checkpoints import KeptCheckpoints
+from stratus.nimbus.records.pipeline_ops import PipelineOps
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from stratus.checkpoints import pipeline_directory
 from stratus.codedist.distributor import CodeDistributor
 from stratus.coordination.leadership import Leadership
 from stratus.errors import StratusError
-from stratus.nimbus.pipeline_ops import PipelineOps
+from stratus.nimbus.records.pipeline_ops import PipelineOps
 from stratus.state.heartbeats import HeartbeatBoard
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from stratus.coordination.leadership import Leadership
-from stratus.nimbus.pipeline_ops import PipelineOps
+from stratus.nimbus.records.pipeline_ops import PipelineOps
 
 
 class FailLostCode:

@@ -35,7 +35,13 @@ from stratus.checkpoints import local_pipeline_directory, remove_checkpoints
 from stratus.coordination.errors import TransactionFailedError
 from stratus.coordination.leadership import Leadership
 from stratus.errors import StratusError
-from stratus.nimbus.purge_plan import PurgeBy, PurgeRules, StepKind, next_step, record_failure
+from stratus.nimbus.records.purge_plan import (
+    PurgeBy,
+    PurgeRules,
+    StepKind,
+    next_step,
+    record_failure,
+)
 from stratus.zk.paths import ClusterPaths
 
 log = logging.getLogger(__name__)

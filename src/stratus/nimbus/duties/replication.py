@@ -19,7 +19,7 @@ from stratus.api.records import PipelineRecord, PipelineStatus
 from stratus.codedist.distributor import CodeDistributor, CodeMeta
 from stratus.codedist.staged import staged_key
 from stratus.coordination.leadership import Leadership
-from stratus.nimbus.pipeline_ops import PipelineOps
+from stratus.nimbus.records.pipeline_ops import PipelineOps
 
 
 class ActivateReplicated:

@@ -18,7 +18,7 @@ cluster state store (never from a view that may lag), then:
 4. with a ``SupervisorFencing``, fences (off this thread) each supervisor that holds
    pipelines and was silent for ``nimbus.supervisor.fence.after.secs``, gives it no new
    pipeline meanwhile, and judges it dead as soon as a fence of that silence succeeded,
-   in a round whose read began after it (``stratus.nimbus.supervisor_fencing``);
+   in a round whose read began after it (``stratus.nimbus.scheduling.supervisor_fencing``);
 5. with a ``CordonTable``, reads the cordons: a cordoned supervisor gets no new pipeline,
    a drained one loses its pipelines (``scheduler`` rules 4 and 5: the pipelines a drain
    took off and that are not placed yet come from their history's newest change, and wait
@@ -74,15 +74,15 @@ from stratus.api.records import (
 )
 from stratus.coordination.leadership import Leadership
 from stratus.errors import StratusError
-from stratus.nimbus.assignments import AssignmentTable
-from stratus.nimbus.cordons import CordonTable, DrainMemory, DrainRound
 from stratus.nimbus.duties.worker_outcomes import WorkerOutcomes, Workers, current_beat
-from stratus.nimbus.liveness import Liveness
-from stratus.nimbus.pipeline_metrics import ObservedRound
-from stratus.nimbus.pipeline_ops import PipelineOps
-from stratus.nimbus.scheduler import Plan, plan_round
+from stratus.nimbus.records.pipeline_ops import PipelineOps
+from stratus.nimbus.scheduling.assignments import AssignmentTable
+from stratus.nimbus.scheduling.cordons import CordonTable, DrainMemory, DrainRound
+from stratus.nimbus.scheduling.liveness import Liveness
+from stratus.nimbus.scheduling.pipeline_metrics import ObservedRound
+from stratus.nimbus.scheduling.scheduler import Plan, plan_round
+from stratus.nimbus.scheduling.supervisor_fencing import Silence, SupervisorFencing, fence_verdicts
 from stratus.nimbus.settings import SchedulingSettings
-from stratus.nimbus.supervisor_fencing import Silence, SupervisorFencing, fence_verdicts
 from stratus.state.errors import StateStoreUnavailableError
 from stratus.state.heartbeats import HeartbeatBoard, HeartbeatRead
 

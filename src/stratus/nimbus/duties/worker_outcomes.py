@@ -21,8 +21,8 @@ from stratus.api.records import (
     WorkerState,
 )
 from stratus.coordination.leadership import Leadership
-from stratus.nimbus.pipeline_ops import PipelineOps
-from stratus.nimbus.update_trial import Proven, RollBack, RollbackPolicy, judge
+from stratus.nimbus.records.pipeline_ops import PipelineOps
+from stratus.nimbus.records.update_trial import Proven, RollBack, RollbackPolicy, judge
 
 log = logging.getLogger(__name__)
 

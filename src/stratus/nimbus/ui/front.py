@@ -34,8 +34,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from stratus.api.echo import clip
 from stratus.api.errors import ApiError, ForbiddenError
 from stratus.nimbus.service import NimbusService
-from stratus.nimbus.status_page import render_status_page
 from stratus.nimbus.ui.assets import ASSETS_PATH, OWN_PATH, assets_routes
+from stratus.nimbus.ui.status_page import render_status_page
 from stratus.security.access import AccessPolicy, one_authorization
 from stratus.security.roles import Role
 from stratus.web.authorization import PEER_NAME, request_authorizations

@@ -28,8 +28,8 @@ from stratus.api.pipeline_conf import validate_pipeline_conf
 from stratus.api.records import AssignmentReason, KeptVersion, PendingUpdate, PipelineRecord
 from stratus.api.redaction import restore_redacted
 from stratus.codedist.package_store import StoredPackage
-from stratus.nimbus.kept_versions import with_applied
-from stratus.nimbus.replication_policy import ReplicationPolicy
+from stratus.nimbus.records.kept_versions import with_applied
+from stratus.nimbus.records.replication_policy import ReplicationPolicy
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from fastapi import FastAPI
 from starlette.routing import BaseRoute, Match
@@ -33,21 +32,13 @@ from stratus.api.errors import (
     RequestTooLargeError,
     UploadsBusyError,
 )
+from stratus.nimbus.settings import RequestLimits
 from stratus.web.body_limit import CLOSE as _CLOSE
 from stratus.web.body_limit import add_refusal_handlers, declared_too_large, run_limited
 from stratus.web.responses import RETRY_AFTER_SECS, error_response
 
 LEADER_ONLY_TAG = "leader only"
 MULTIPART_OVERHEAD = 64 * 1024  # room for a submit form's other fields and boundaries
-
-
-@dataclass(frozen=True)
-class RequestLimits:
-    """How large a request body may be, and how many uploads are read at once."""
-
-    max_upload_bytes: int  # nimbus.max.upload.bytes: a submit's package
-    max_request_bytes: int  # nimbus.max.request.bytes: any other request's body
-    max_concurrent_uploads: int  # nimbus.max.concurrent.uploads
 
 
 def leader_only_routes(routes: Sequence[BaseRoute]) -> tuple[BaseRoute, ...]:

@@ -16,7 +16,7 @@ from kazoo.exceptions import KazooException
 
 from stratus.api.errors import UnavailableError
 from stratus.api.records import Assignment, PipelineWorkers, SupervisorHeartbeat
-from stratus.nimbus.assignments import AssignmentTable
+from stratus.nimbus.scheduling.assignments import AssignmentTable
 from stratus.state.errors import StateStoreUnavailableError
 from stratus.state.heartbeats import HeartbeatBoard
 

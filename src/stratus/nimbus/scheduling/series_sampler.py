@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 
 from stratus.api.errors import UnavailableError
 from stratus.api.records import PipelineRecord, PipelineWorkers, WorkerHeartbeat
-from stratus.nimbus.pipeline_series import PipelineSeriesStore
+from stratus.nimbus.scheduling.pipeline_series import PipelineSeriesStore
 
 log = logging.getLogger(__name__)
 

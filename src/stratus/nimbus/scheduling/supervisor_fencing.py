@@ -6,7 +6,7 @@ off the scheduling round's thread and never twice at once: first the graceful st
 its endpoint (``POST /api/v1/fence`` with the term's epoch and the supervisor's id,
 answered once no worker of it is left; over https exactly when this nimbus's configuration
 says the cluster speaks TLS, and never through a loopback endpoint of another host:
-``stratus.nimbus.supervisor_endpoints``), then the methods of
+``stratus.nimbus.scheduling.supervisor_endpoints``), then the methods of
 ``nimbus.supervisor.fencing.methods`` in order (``shell``, ``process``, ``sshfence`` of
 ``stratus.ha.fencing``, aimed at its endpoint's address when it may be used). Only a
 fence that succeeded, in the same term and the same silence (no heartbeat change since it
@@ -41,8 +41,8 @@ from stratus.api.echo import clip
 from stratus.api.errors import UntrustedEndpointError
 from stratus.api.records import FenceAnswer, FenceRequest, SupervisorSummary
 from stratus.ha.fencing import Fencer, FenceTarget, FencingContext, StandbyAsker
+from stratus.nimbus.scheduling.supervisor_endpoints import endpoint_url, loopback_elsewhere
 from stratus.nimbus.settings import FencingSettings
-from stratus.nimbus.supervisor_endpoints import endpoint_url, loopback_elsewhere
 from stratus.security.client_auth import NO_AUTH, ClientAuth
 
 log = logging.getLogger(__name__)

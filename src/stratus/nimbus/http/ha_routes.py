@@ -24,7 +24,7 @@ from stratus.ha.protocol import (
     TransitionToActive,
     TransitionToStandby,
 )
-from stratus.nimbus.ha_service import NimbusHAService
+from stratus.nimbus.leadership.ha_service import NimbusHAService
 
 HA_TAG = "ha service (admin)"
 _REFUSED: dict[int | str, dict[str, Any]] = {

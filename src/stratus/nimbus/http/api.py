@@ -47,26 +47,26 @@ from stratus.api.records import (
     RunRecord,
 )
 from stratus.api.series import PipelineSeries
-from stratus.nimbus.api_errors import add_error_handlers
-from stratus.nimbus.authorization import (
+from stratus.nimbus.http.api_errors import add_error_handlers
+from stratus.nimbus.http.authorization import (
     RequireNimbusRole,
     audited_call,
     documented_refusals,
     documented_security,
 )
-from stratus.nimbus.code_routes import add_code_routes
-from stratus.nimbus.ha_routes import add_ha_routes
-from stratus.nimbus.ha_service import NimbusHAService
-from stratus.nimbus.json_bodies import StrictJsonRoute
-from stratus.nimbus.limits import RequestGuard, add_limit_handlers, leader_only_routes
-from stratus.nimbus.log_relay import LogRelay, LogSource
+from stratus.nimbus.http.code_routes import add_code_routes
+from stratus.nimbus.http.ha_routes import add_ha_routes
+from stratus.nimbus.http.json_bodies import StrictJsonRoute
+from stratus.nimbus.http.limits import RequestGuard, add_limit_handlers, leader_only_routes
+from stratus.nimbus.http.log_relay import LogRelay
+from stratus.nimbus.http.term_routes import add_term_routes
+from stratus.nimbus.http.upload_spool import spooling_route
+from stratus.nimbus.leadership.ha_service import NimbusHAService
 from stratus.nimbus.metrics import CONTENT_TYPE_LATEST, NimbusMetrics
-from stratus.nimbus.run_reads import RunReader, pick_run
-from stratus.nimbus.service import MAX_REQUEST_ID_LENGTH, REQUEST_ID, NimbusService
-from stratus.nimbus.term_routes import add_term_routes
+from stratus.nimbus.records.run_reads import RunReader, pick_run
+from stratus.nimbus.service import MAX_REQUEST_ID_LENGTH, REQUEST_ID, LogSource, NimbusService
 from stratus.nimbus.ui.front import UiFront, ui_route
 from stratus.nimbus.ui.routes import add_ui_routes
-from stratus.nimbus.upload_spool import spooling_route
 from stratus.security.access import OPEN, AccessPolicy, Caller
 from stratus.web.audit import AuditTrail, note_audit
 from stratus.web.authorization import caller_of

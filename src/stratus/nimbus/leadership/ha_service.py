@@ -49,8 +49,8 @@ from stratus.ha.protocol import (
     TransitionRefusedError,
     UnhealthyServiceError,
 )
-from stratus.nimbus.granted_lock import GrantedLock
-from stratus.nimbus.leadership_controller import LeadershipController, Readiness
+from stratus.nimbus.leadership.granted_lock import GrantedLock
+from stratus.nimbus.leadership.leadership_controller import LeadershipController, Readiness
 from stratus.nimbus.settings import HAMode, HASettings
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stratus.api.records import PipelineRecord, PipelineStatus, WorkerHeartbeat, WorkerState
-from stratus.nimbus.kept_versions import previous_version
+from stratus.nimbus.records.kept_versions import previous_version
 
 ROLLBACK_KEY = "pipeline.update.rollback"
 

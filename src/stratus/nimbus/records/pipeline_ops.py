@@ -75,22 +75,22 @@ from stratus.coordination.errors import (
     TransactionFailedError,
 )
 from stratus.coordination.leadership import Leadership
-from stratus.nimbus.assignment_history import AssignmentHistoryLog
-from stratus.nimbus.kept_checkpoints import KeptCheckpoints, KeptCheckpointStore
-from stratus.nimbus.kept_versions import current_version, rollback_changes, rollback_target
-from stratus.nimbus.pipeline_records import (
+from stratus.nimbus.records.assignment_history import AssignmentHistoryLog
+from stratus.nimbus.records.kept_checkpoints import KeptCheckpoints, KeptCheckpointStore
+from stratus.nimbus.records.kept_versions import current_version, rollback_changes, rollback_target
+from stratus.nimbus.records.pipeline_records import (
     DEFAULT_MAX_RECORD_BYTES,
     VERSION_RACE_RETRIES,
     PipelineRecords,
     zookeeper_errors,
 )
-from stratus.nimbus.refusals import (
+from stratus.nimbus.records.refusals import (
     refuse_if_killed,
     refuse_if_not_rerunnable,
     refuse_if_update_waits,
 )
-from stratus.nimbus.replication_policy import ReplicationPolicy
-from stratus.nimbus.staged_updates import (
+from stratus.nimbus.records.replication_policy import ReplicationPolicy
+from stratus.nimbus.records.staged_updates import (
     Apply,
     applied,
     is_retry,
@@ -100,8 +100,7 @@ from stratus.nimbus.staged_updates import (
 from stratus.security.access import Caller
 from stratus.zk.paths import ClusterPaths
 
-# ReplicationPolicy too: the nimbus's settings take it from here, beside the operations
-__all__ = ["DEFAULT_VERSIONS_KEEP", "REMEMBERED_REQUESTS", "PipelineOps", "ReplicationPolicy"]
+__all__ = ["DEFAULT_VERSIONS_KEEP", "REMEMBERED_REQUESTS", "PipelineOps"]
 
 log = logging.getLogger(__name__)
 

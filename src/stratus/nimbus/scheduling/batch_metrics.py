@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from stratus.nimbus.pipeline_metrics import ObservedRound
-from stratus.nimbus.pipeline_series import MAX_PIPELINES, point_of
+from stratus.nimbus.scheduling.pipeline_metrics import ObservedRound
+from stratus.nimbus.scheduling.pipeline_series import MAX_PIPELINES, point_of
 
 BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 

@@ -24,8 +24,8 @@ from pydantic import ValidationError
 
 from stratus.api.records import Assignment, AssignmentChange
 from stratus.coordination.leadership import FencedTransaction, Leadership
-from stratus.nimbus.assignment_history import AssignmentHistoryLog
-from stratus.nimbus.scheduler import Plan
+from stratus.nimbus.records.assignment_history import AssignmentHistoryLog
+from stratus.nimbus.scheduling.scheduler import Plan
 from stratus.zk.paths import ClusterPaths
 
 log = logging.getLogger(__name__)

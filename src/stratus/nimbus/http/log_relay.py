@@ -9,7 +9,7 @@ certificate alone is relayed with the nimbus's own credentials (``client.auth.*`
 ``client.tls.*``), which then need the role ``submit``. The endpoint is reached over
 https exactly when this nimbus's own configuration says the cluster speaks TLS; a
 registration that says otherwise is ``502 untrusted_endpoint``, and nothing is sent to it
-(``stratus.nimbus.supervisor_endpoints``). The supervisor's refusals and errors come back
+(``stratus.nimbus.scheduling.supervisor_endpoints``). The supervisor's refusals and errors come back
 as they are (its message prefixed with its id); an unreachable supervisor is ``503
 unavailable``; a ``no_log`` answer about a run names that run's log directory on the
 supervisor's host (``LogSource.log_dir``, from its run record), where an operator can still
@@ -26,35 +26,24 @@ have missed a form of secret)::
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 from pydantic import ValidationError
 
 from stratus.api.echo import clip
 from stratus.api.errors import ApiError, NoLogError, UnavailableError, error_from_body
-from stratus.api.records import ErrorBody, SupervisorSummary
+from stratus.api.records import ErrorBody
 from stratus.api.redaction import LineRedactor
-from stratus.nimbus.supervisor_endpoints import endpoint_url
+from stratus.nimbus.scheduling.supervisor_endpoints import endpoint_url
+from stratus.nimbus.service import LogSource
 from stratus.security.client_auth import NO_AUTH, ClientAuth
 
 LOGS_PATH = "/api/v1/logs"
 CONNECT_TIMEOUT_SECS = 5.0
 READ_TIMEOUT_SECS = 30.0  # between two chunks of a log read whole (a follow waits forever)
 MAX_ERROR_BYTES = 16 * 1024
-
-
-@dataclass(frozen=True)
-class LogSource:
-    """Where a pipeline's worker log is served, and the pipeline's real conf (secrets and
-    all), whose secrets its lines are redacted of."""
-
-    supervisor: SupervisorSummary
-    conf: Mapping[str, Any]
-    run: int | None = None  # the run whose log is read (None: the supervisor's newest)
-    log_dir: str | None = None  # that run's log directory on the supervisor's host
 
 
 @dataclass
