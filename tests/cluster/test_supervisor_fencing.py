@@ -1,4 +1,4 @@
-"""The leader's fence of a silent supervisor (``nimbus/supervisor_fencing.py``) before it
+"""The leader's fence of a silent supervisor (``nimbus/scheduling/supervisor_fencing.py``) before it
 moves the supervisor's pipelines: the verdicts alone, then the scheduling duty on a real
 ZooKeeper with the leader's clock in the test's hands.
 
