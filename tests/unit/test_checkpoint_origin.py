@@ -13,7 +13,7 @@ import pytest
 from stratus.api.records import ClusterIdentity, FencingToken
 from stratus.cluster_names import cluster_dir_name, cluster_root
 from stratus.config import config_from_mapping
-from stratus.nimbus.daemon import default_local_dir, mark_cluster
+from stratus.nimbus.local_dir import default_local_dir, mark_cluster
 from stratus.nimbus.settings import LocalDirSettings, NimbusSettings
 from stratus.worker.checkpoint_origin import (
     CheckpointOrigin,

@@ -2,12 +2,13 @@
 
 A nimbus registers ``<root>/nimbuses/<host:port>`` (re-created after every session expiry),
 serves the API from its first second (reads from any nimbus), keeps its pipeline code in
-line with ZooKeeper (``CodeSync`` over the configured code distributor), and leaves its
-leadership to the ``LeadershipController``: it queues through the ``LeaderElector`` only
-once it holds the code of every pipeline that needs it and its ``may_lead`` hook says yes,
-and runs the leader's duties while it leads. In ``nimbus.ha.mode: zkfc`` it never queues:
-its zkfc hands it a term over the HA service protocol (``ha_service``), which every nimbus
-serves. ``stop()`` (SIGTERM) leaves the queue first, so another nimbus leads at once::
+line with ZooKeeper (``CodeSync`` over the configured code distributor; the code side is
+opened by ``code_wiring.open_code``), and leaves its leadership to the
+``LeadershipController``: it queues through the ``LeaderElector`` only once it holds the
+code of every pipeline that needs it and its ``may_lead`` hook says yes, and runs the
+leader's duties while it leads. In ``nimbus.ha.mode: zkfc`` it never queues: its zkfc hands
+it a term over the HA service protocol (``ha_service``), which every nimbus serves.
+``stop()`` (SIGTERM) leaves the queue first, so another nimbus leads at once::
 
     nimbus = Nimbus(NimbusSettings.from_config(conf))
     nimbus.start()            # ZooKeeperUnavailableError / NimbusStartError on failure
@@ -18,38 +19,30 @@ serves. ``stop()`` (SIGTERM) leaves the queue first, so another nimbus leads at 
 from __future__ import annotations
 
 import logging
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
-from pathlib import Path
 
 from kazoo.client import KazooClient
-from pydantic import ValidationError
 
 from stratus import __version__
 from stratus.api.clock import Clock
 from stratus.api.errors import UnknownPipelineError
 from stratus.api.purges import nimbus_party
 from stratus.api.records import (
-    ClusterIdentity,
     NimbusRegistration,
     PipelineRecord,
     PipelineStatus,
     WorkerHeartbeat,
 )
-from stratus.codedist.code_sync import CodeSync
-from stratus.codedist.distributor import CodeDistributor, CodeMeta
-from stratus.codedist.factory import create_distributor
-from stratus.codedist.package_store import PackageStore
+from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.transfer.server import PackageServer
 from stratus.coordination.coordinator import Coordinator
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import LeaderChange, RevokeReason
-from stratus.errors import StratusError
-from stratus.files import write_atomically
 from stratus.nimbus.cluster_view import ClusterView
+from stratus.nimbus.code_wiring import open_code
 from stratus.nimbus.duties.checkpoint_retention import ExpireKeptCheckpoints
 from stratus.nimbus.duties.killed import RemoveKilled
 from stratus.nimbus.duties.lost_code import FailLostCode
@@ -59,7 +52,7 @@ from stratus.nimbus.duties.round import DutyRound
 from stratus.nimbus.duties.scheduling import SchedulingDuty
 from stratus.nimbus.http.api import create_app
 from stratus.nimbus.http.exposure import InsecureReminder, check_exposure
-from stratus.nimbus.http.listening import NimbusStartError, listen_socket, package_port_error
+from stratus.nimbus.http.listening import NimbusStartError, listen_socket
 from stratus.nimbus.http.log_relay import LogRelay
 from stratus.nimbus.leadership.election_queue import ElectionQueue, build_elector
 from stratus.nimbus.leadership.granted_lock import GrantedLock
@@ -81,7 +74,7 @@ from stratus.nimbus.scheduling.placement import Placement
 from stratus.nimbus.scheduling.series_sampler import SeriesSampler
 from stratus.nimbus.scheduling.supervisor_fencing import SupervisorFencing
 from stratus.nimbus.service import NimbusService
-from stratus.nimbus.settings import HAMode, LocalDirSettings, NimbusSettings
+from stratus.nimbus.settings import HAMode, NimbusSettings
 from stratus.nimbus.submission import Submitter
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
@@ -185,8 +178,22 @@ class Nimbus:
                 max_record_bytes=self.settings.pipelines.max_record_bytes,
                 versions_keep=self.settings.pipelines.versions_keep,
             )
-            submitter = self._build_code(client, ops)
-            self._build_leadership(client, ops, submitter)
+            code = open_code(
+                self.settings,
+                self._opened,
+                client=client,
+                ops=ops,
+                view=self.view,
+                paths=self.paths,
+                address=self.address,
+                port=self.port,
+                tls=self._tls,
+                clock=self._clock,
+            )
+            self._package_server = code.server
+            self.distributor = code.distributor
+            self.code_sync = code.sync
+            self._build_leadership(client, ops, code.submitter)
             self._go_live(client)
         except BaseException:
             self._close_opened()
@@ -231,21 +238,6 @@ class Nimbus:
         self.view = ClusterView(client, self.paths)
         self.view.start()
         return client
-
-    def _build_code(self, client: KazooClient, ops: PipelineOps) -> Submitter:
-        """The package store, its server, the code distributor and the code sync."""
-        incoming = self._package_store()
-        self._start_package_server(incoming)
-        self.distributor = self._build_distributor(client, incoming)
-        self.code_sync = CodeSync(
-            self.distributor,
-            self.view.pipelines,
-            ops.read,
-            freq_secs=self.settings.code_sync_freq_secs,
-            lost_fail_secs=self.settings.code_lost_fail_secs,
-            clock=self._clock,
-        )
-        return Submitter(ops, incoming, self.distributor, self.settings.submit)
 
     def _build_leadership(
         self, client: KazooClient, ops: PipelineOps, submitter: Submitter
@@ -494,63 +486,6 @@ class Nimbus:
         self.metrics.leadership_lost.inc()
         self.health.term_ended()
 
-    def _package_store(self) -> PackageStore:
-        """The store that receives uploads (and, with the local distributor, keeps code)."""
-        settings = self.settings.local_dir
-        configured = settings.configured
-        local_dir = configured or default_local_dir(settings, self.settings.api.host, self.port)
-        try:
-            store = PackageStore(
-                local_dir / "packages",
-                max_bytes=self.settings.service.limits.max_upload_bytes,
-            )
-            if configured is None:
-                mark_cluster(local_dir, settings.cluster)
-        except OSError as exc:
-            raise NimbusStartError(
-                f"cannot use nimbus.local.dir {local_dir}: {exc.strerror}"
-            ) from None
-        store.remove_leftovers()
-        return store
-
-    def _start_package_server(self, store: PackageStore) -> None:
-        """Serve the store's packages with sendfile, if code is copied between nimbuses."""
-        port = self.settings.code_port
-        if port is None:
-            return
-        bind = self.settings.api.bind
-        try:
-            self._package_server = PackageServer(
-                store,
-                bind,
-                port,
-                advertised_host=self.settings.api.host,
-                policy=self.policy,
-                tls=self._tls,
-                bounds=self.settings.code_server,
-            )
-        except OSError as exc:
-            raise package_port_error(bind, port, exc) from None
-        self._opened.callback(self._package_server.close)
-        self._package_server.start()
-
-    def _build_distributor(self, client: KazooClient, store: PackageStore) -> CodeDistributor:
-        distributor = create_distributor(
-            self.settings.distributor,
-            client=client,
-            paths=self.paths,
-            address=self.address,
-            store=store,
-            live_nimbuses=lambda: len(self.view.nimbuses()),
-            served_from=self._package_server.address if self._package_server else None,
-        )
-        self._opened.callback(distributor.close)
-        try:
-            distributor.prepare()
-        except StratusError as exc:
-            raise NimbusStartError(f"cannot start the code distributor: {exc}") from None
-        return distributor
-
     def _registration_record(self) -> NimbusRegistration:
         return NimbusRegistration(
             host=self.settings.api.host,
@@ -623,30 +558,3 @@ class Nimbus:
         if record.status is PipelineStatus.KILLED:
             self.removal.note_killed(record)
         self.controller.cluster_changed()
-
-
-CLUSTER_FILE = "cluster.json"  # in a default nimbus.local.dir: the cluster it serves
-LEGACY_LOCAL_DIR_PREFIX = "stratus-nimbus-"  # <tmp>/<this><host>-<port>: the default up to 0.2.0
-
-
-def default_local_dir(settings: LocalDirSettings, host: str, port: int) -> Path:
-    """``<tmp>/stratus-nimbus-<host>-<port>.<cluster>`` (``LocalDirSettings.default``); but
-    the default of 0.2.0 and earlier, ``<tmp>/stratus-nimbus-<host>-<port>``, shared by
-    every cluster of the machine, while the new one does not exist and the old one holds no
-    other cluster's ``cluster.json``: a nimbus upgraded in place keeps its packages."""
-    directory = settings.default(host, port)
-    legacy = Path(tempfile.gettempdir()) / f"{LEGACY_LOCAL_DIR_PREFIX}{host}-{port}"
-    if directory.exists() or not legacy.is_dir():
-        return directory
-    try:
-        marked = ClusterIdentity.model_validate_json((legacy / CLUSTER_FILE).read_bytes())
-    except FileNotFoundError:
-        return legacy  # written by 0.2.0 or earlier, which served one cluster: this one
-    except (OSError, ValidationError):
-        return directory
-    return legacy if marked.same(settings.cluster) else directory
-
-
-def mark_cluster(local_dir: Path, cluster: ClusterIdentity) -> None:
-    """Record in a default local directory the cluster it serves (``cluster.json``)."""
-    write_atomically(local_dir / CLUSTER_FILE, cluster.model_dump_json().encode())
