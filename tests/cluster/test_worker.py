@@ -387,8 +387,15 @@ def test_sdp_runs_of_one_host_run_at_once_each_on_a_connect_port_of_its_own(tmp_
             checkpoints = tmp_path / "checkpoints" / name
             spec = worker_spec(tmp_path / name, name, code, checkpoint_location=str(checkpoints))
             workers[checkpoints] = start_worker(spec)
+
+        def both_exited() -> bool:
+            for worker in workers.values():
+                worker.jvms()  # notes each one's JVMs while the other one runs too
+            return all(worker.process.poll() is not None for worker in workers.values())
+
+        wait_until(both_exited, SDP_SECS, "both sdp workers' exit")
         for checkpoints, worker in workers.items():
-            assert worker.wait_exit(SDP_SECS) == 0, worker.output()
+            assert worker.process.returncode == 0, worker.output()
             final = worker.heartbeat()
             assert final is not None and final.state is WorkerState.FINISHED, final
             assert final.runs == 1, final
