@@ -84,9 +84,8 @@ from stratus.worker.stop_request import StopRequest
 
 log = logging.getLogger(__name__)
 
-SDP_SCRIPT = "spark-pipelines"
 SPARK_CLASS = "spark-class"
-SDP_LAUNCHER_CLASS = "org.apache.spark.deploy.SparkPipelines"  # what spark-pipelines runs
+SDP_LAUNCHER_CLASS = "org.apache.spark.deploy.SparkPipelines"  # what pyspark's spark-pipelines runs
 SDP_CLI = Path(__file__).with_name("sdp_cli.py")  # not imported here: it imports pyspark's CLI
 CONNECT_SERVER = {  # the run's own Spark Connect server: any free port, on loopback only
     "spark.connect.grpc.binding.port": "0",
@@ -276,9 +275,9 @@ def sdp_command(spec: WorkerSpec, spec_file: Path) -> list[str]:
     ``spark-pipelines`` script runs, with ``sdp_cli`` as the command line (the run's
     Connect server on a port of its own)."""
     bin_dir = Path(sys.executable).parent
-    if not (bin_dir / SDP_SCRIPT).is_file() or not (bin_dir / SPARK_CLASS).is_file():
+    if not (bin_dir / SPARK_CLASS).is_file():
         raise SdpProjectError(
-            f"{SDP_SCRIPT} not found beside {sys.executable}: install pyspark with its "
+            f"{SPARK_CLASS} not found beside {sys.executable}: install pyspark with its "
             "connect extra (pyspark[connect]) in the worker's environment"
         )
     confs = [
