@@ -1,4 +1,4 @@
-"""The majority rule of the pacemakers' quorum calls."""
+"""The majority rule of the pacemakers' quorum calls, and who may write and read beats."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from stratus.pacemaker.auth import PacemakerRole, Principal, may_read, may_write
 from stratus.pacemaker.client import PoolRead
 from stratus.pacemaker.quorum import QuorumAck, check_deadline, majority, quorum_need
 
@@ -68,3 +69,25 @@ def test_a_read_is_from_a_majority_only_when_more_than_half_answered(
 
 def test_a_read_of_unknown_servers_is_never_from_a_majority() -> None:
     assert not PoolRead(value=None, warming=False, answered=1).from_majority
+
+
+def test_a_supervisor_writes_its_own_beats_only_and_the_nimbus_reads_them_all() -> None:
+    s1 = Principal("s1", PacemakerRole.SUPERVISOR)
+    nimbus = Principal("n", PacemakerRole.NIMBUS)
+    assert may_write(s1, "/beats/s1") and may_write(s1, "/beats/s1/x")
+    assert may_write(s1, "/supervisors/s1")  # as before
+    for other in ("/beats/s2", "/beats/s10", "/beats", "/beatss/s1", "/s1", "/beats2/s1"):
+        assert not may_write(s1, other), other
+    assert not may_read(s1, "/beats") and not may_read(s1, "/beats/s2")
+    assert may_read(s1, "/beats/s1")
+    assert may_read(nimbus, "/beats") and may_write(nimbus, "/beats/s2")
+
+
+def test_a_kerberos_supervisor_beats_under_its_principals_host() -> None:
+    node7 = Principal(
+        "supervisor/node7.example.org@EXAMPLE.ORG",
+        PacemakerRole.SUPERVISOR,
+        subtree="node7.example.org",
+    )
+    assert may_write(node7, "/beats/node7.example.org")
+    assert not may_write(node7, "/beats/supervisor")
