@@ -177,8 +177,9 @@ class BeatBoard:
         acknowledged later could not keep its lease anyway) with how many had."""
         path = beat_path(supervisor_id)
         data = encode_beat(boot_id, seq, lease_secs)
-        # Servers keep the newest pulse by its time: a wall clock stepping back must not
-        # make this beat lose to an older one that a server still holds.
+        # A reader takes each path's pulse with the newest time among the servers: a wall
+        # clock stepping back must not make this beat lose to an older one that a server
+        # it did not reach still holds.
         self._stamped = max(self._wall(), math.nextafter(self._stamped, math.inf))
         with pacemaker_call(path):
             ack = self._pool.send_pulses_quorum(
