@@ -53,6 +53,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
 from pydantic import ValidationError
 from pyspark.sql import SparkSession
@@ -71,7 +72,7 @@ from stratus.worker.lease_file import LeaseWatch
 from stratus.worker.outcome import OK_EXIT, USAGE_EXIT, Outcome
 from stratus.worker.run_trail import WorkerTrail
 from stratus.worker.sdp_run import run_sdp
-from stratus.worker.spark_app import run_app
+from stratus.worker.spark_app import PreparedApp, run_app
 from stratus.worker.spec import WorkerSpec
 from stratus.worker.stop_request import StopRequest
 
@@ -96,11 +97,15 @@ def run_worker(
     stdin_fd: int | None,
     stop: StopRequest | None = None,
     session: SparkSession | None = None,
+    prepared: PreparedApp | None = None,
 ) -> int:
     """Run ``spec``'s pipeline to its outcome (see the module docstring); the exit code.
 
     A warm worker (``stratus.worker.warm``) passes its own ``stop`` (it watches stdin
-    itself) and the ``session`` it started before the pipeline was handed to it."""
+    itself) and the ``session`` it started before the pipeline was handed to it. A promoted
+    standby worker (``stratus.worker.standby``) passes its ``stop``, the session it started
+    for this pipeline and what it ``prepared`` (the entry point imported): the run skips
+    those steps, and claims the checkpoint and calls the function as any worker."""
     reporter = HeartbeatReporter(spec)
     reporter.start()
     history = WorkerTrail.open(spec)
@@ -121,7 +126,7 @@ def run_worker(
         os.getpid(),
     )
     history.started()
-    outcome = _run(spec, stop, reporter, session, history)
+    outcome = _run(spec, stop, reporter, history, session=session, prepared=prepared)
     reporter.finish(outcome)
     history.stopped(outcome.state)
     log.info(
@@ -146,8 +151,10 @@ def _run(
     spec: WorkerSpec,
     stop: StopRequest,
     reporter: HeartbeatReporter,
-    session: SparkSession | None,
     history: WorkerTrail,
+    *,
+    session: SparkSession | None,
+    prepared: PreparedApp | None,
 ) -> Outcome:
     """The pipeline's outcome; a bug of the worker itself is a FAILED outcome too."""
     try:
@@ -168,7 +175,15 @@ def _run(
             origin = CheckpointOrigin.now(spec.cluster, spec.pipeline, spec.token.era)
             record_origin(spec.checkpoint_location, origin)
         if spec.kind == "app":
-            return run_app(spec, stop, reporter, session=session, history=history, fence=fence)
+            return run_app(
+                spec,
+                stop,
+                reporter,
+                session=session,
+                prepared=prepared,
+                history=history,
+                fence=fence,
+            )
         return run_sdp(spec, stop, reporter, fence=fence)
     except Exception as exc:
         traceback.print_exc()
@@ -210,7 +225,15 @@ def _exit_now_if_starting(reporter: HeartbeatReporter, history: WorkerTrail) -> 
         _exit(OK_EXIT)
 
 
-def _exit(code: int) -> None:
+def exit_with_group(code: int) -> NoReturn:
+    """Leave now, from any thread, with the rest of this worker's process group (its Spark
+    JVM): a warm worker gone before its hand-over, a standby worker stopped before its
+    promotion, have nothing to stop gracefully."""
+    _kill_the_rest_of_the_group()
+    _exit(code)
+
+
+def _exit(code: int) -> NoReturn:
     """Leave now, from any thread, without waiting for the main thread's work."""
     sys.stdout.flush()
     sys.stderr.flush()
