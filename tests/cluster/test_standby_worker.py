@@ -130,6 +130,7 @@ def test_a_ready_standby_worker_claims_nothing_until_promoted_then_runs_in_its_s
     assert (ready.pipeline, ready.generation, ready.digest) == ("passthrough", 0, spec.digest)
     session_jvms = standby.jvms()
     assert session_jvms, "READY without a JVM"
+    seen_until_ready = set(standby.seen_jvms)  # Spark's launcher too, gone since
     location = Path(spec.checkpoint_location)
     assert not location.exists() and claims(location) == []
     assert standby.heartbeat() is None and read_ids(tmp_path / "output") == []
@@ -141,7 +142,8 @@ def test_a_ready_standby_worker_claims_nothing_until_promoted_then_runs_in_its_s
     assert claims(location) == [owner_file_name(PROMOTED_TOKEN)]
     assert (location / OWNERS_DIR / ORIGIN_FILE).is_file()
     assert read_ids(tmp_path / "output") == list(range(10))
-    assert standby.seen_jvms == session_jvms  # no second Spark: the prepared session ran it
+    # no second Spark: the session prepared while READY runs the pipeline
+    assert standby.jvms() == session_jvms and standby.seen_jvms == seen_until_ready
     assert not standby_file(spec.work_dir).exists()  # no longer READY
     assert "event=standby_worker_promoted" in standby.output()
 
