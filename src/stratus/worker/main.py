@@ -81,11 +81,11 @@ log = logging.getLogger(__name__)
 
 def main(argv: list[str] | None = None) -> int:
     """Run the worker of the spec file named on the command line; the exit code."""
-    args = _parser().parse_args(argv)
-    try:
-        spec = WorkerSpec.read(args.spec)
-    except (OSError, ValidationError) as exc:
-        print(f"error: cannot use the worker spec {args.spec}: {exc}", file=sys.stderr)
+    args = worker_parser(
+        "python -m stratus.worker.main", "Run one pipeline as its supervisor's spec file says."
+    ).parse_args(argv)
+    spec = read_worker_spec(args.spec)
+    if spec is None:
         return USAGE_EXIT
     configure_worker_logging(spec)
     return run_worker(spec, stdin_fd=None if args.ignore_stdin else sys.stdin.fileno())
@@ -265,11 +265,18 @@ def _kill_the_rest_of_the_group() -> None:
         kill_others_in_group()
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m stratus.worker.main",
-        description="Run one pipeline as its supervisor's spec file says.",
-    )
+def read_worker_spec(path: Path) -> WorkerSpec | None:
+    """The spec in ``path``; None, the error on stderr, if it is missing or invalid."""
+    try:
+        return WorkerSpec.read(path)
+    except (OSError, ValidationError) as exc:
+        print(f"error: cannot use the worker spec {path}: {exc}", file=sys.stderr)
+        return None
+
+
+def worker_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The command line of a process started on a spec file: the file, ``--ignore-stdin``."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("spec", type=Path, help="the WorkerSpec file (spec.json)")
     parser.add_argument(
         "--ignore-stdin",

@@ -39,7 +39,6 @@ A promotion that finds a higher claim already there ends FENCED, exit 3, as any 
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
@@ -50,13 +49,17 @@ from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from stratus.worker.checkpoint_origin import check_origin
 from stratus.worker.entrypoint import load_entrypoint
 from stratus.worker.errors import EntrypointError, PromotionError, SparkStartError
 from stratus.worker.lease_file import LeaseWatch
-from stratus.worker.main import configure_worker_logging, exit_with_group, run_worker
+from stratus.worker.main import (
+    configure_worker_logging,
+    exit_with_group,
+    read_worker_spec,
+    run_worker,
+    worker_parser,
+)
 from stratus.worker.outcome import FAILED_EXIT, OK_EXIT, REFUSED_EXIT, USAGE_EXIT
 from stratus.worker.promotion import (
     StandbyReady,
@@ -128,11 +131,11 @@ class StandbyWorker:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the standby worker of the spec file named on the command line; the exit code."""
-    args = _parser().parse_args(argv)
-    try:
-        spec = WorkerSpec.read(args.spec)
-    except (OSError, ValidationError) as exc:
-        print(f"error: cannot use the worker spec {args.spec}: {exc}", file=sys.stderr)
+    args = worker_parser(
+        "python -m stratus.worker.standby", "Prepare a pipeline's worker; run it once promoted."
+    ).parse_args(argv)
+    spec = read_worker_spec(args.spec)
+    if spec is None:
         return USAGE_EXIT
     problem = standby_spec_problem(spec)
     if problem is not None:
@@ -226,20 +229,6 @@ def _promotion_appeared(path: Path, stop: StopRequest) -> bool:
         if stop.wait(PROMOTE_POLL_SECS):
             return False
     return True
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m stratus.worker.standby",
-        description="Prepare a pipeline's worker, then run it once promoted.",
-    )
-    parser.add_argument("spec", type=Path, help="the standby worker's WorkerSpec file")
-    parser.add_argument(
-        "--ignore-stdin",
-        action="store_true",
-        help="do not stop at EOF on stdin (by default, EOF means its monitor is gone)",
-    )
-    return parser
 
 
 if __name__ == "__main__":

@@ -34,15 +34,19 @@ import threading
 import traceback
 from pathlib import Path
 
-from pydantic import ValidationError
 from pyspark.sql import SparkSession
 
 from stratus.logs import configure_daemon_logging
 from stratus.worker.errors import SparkStartError
-from stratus.worker.main import configure_worker_logging, exit_with_group, run_worker
+from stratus.worker.main import (
+    configure_worker_logging,
+    exit_with_group,
+    read_worker_spec,
+    run_worker,
+)
 from stratus.worker.outcome import FAILED_EXIT, OK_EXIT, USAGE_EXIT
 from stratus.worker.session_conf import warm_settings
-from stratus.worker.spec import WorkerSpec, warm_ready_file
+from stratus.worker.spec import warm_ready_file
 from stratus.worker.stop_request import STDIN_CLOSED, StopRequest
 from stratus.worker.warm_up import warm_up
 
@@ -123,10 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     Path(warm_ready_file(os.getpid())).touch()  # in its working directory, the pool's
     log.info("event=warm_worker_ready master=%s pid=%d", args.master, os.getpid())
     spec_path = handover.wait()
-    try:
-        spec = WorkerSpec.read(spec_path)
-    except (OSError, ValidationError) as exc:
-        print(f"error: cannot use the worker spec {spec_path}: {exc}", file=sys.stderr)
+    spec = read_worker_spec(spec_path)
+    if spec is None:
         return USAGE_EXIT
     configure_worker_logging(spec)
     log.info("event=warm_worker_handed_over pid=%d", os.getpid())
