@@ -25,6 +25,7 @@ slots (if any are kept); offer a heartbeat round.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -36,6 +37,8 @@ from typing import Protocol
 
 from stratus.api.clock import Clock
 from stratus.api.records import Assignment, RunOutcome, SupervisorHeartbeat, WorkerState
+from stratus.api.standby_workers import StandbyWorkerPlacement
+from stratus.errors import StratusError
 from stratus.supervisor.assignment_reader import AssignmentsRead, ReadFailed
 from stratus.supervisor.heartbeat_lease import HeartbeatLease
 from stratus.supervisor.heartbeat_publisher import HeartbeatRound
@@ -52,14 +55,23 @@ from stratus.supervisor.managed_worker import ManagedWorker
 from stratus.supervisor.reconcile import (
     Action,
     ActionKind,
+    StandbyAction,
+    StandbyKind,
     assignments_for,
-    plan,
+    plan_with_standby,
     stale_assignments,
-    waiting_for_slots,
+    standby_workers_for,
 )
 from stratus.supervisor.restart_policy import RestartPolicy
+from stratus.supervisor.run_logs import write_run_number
 from stratus.supervisor.run_outcome import NoRecorder, RunEnd, RunRecorder, StopReason
 from stratus.supervisor.settings import LoopSettings
+from stratus.supervisor.standby_worker import (
+    ManagedStandbyWorker,
+    StandbyLauncher,
+    StandbyWorkers,
+)
+from stratus.supervisor.warm_memory import Budget, WarmInputs, WarmPlan
 from stratus.supervisor.worker_process import WorkerPaths
 from stratus.worker.lease_file import write_lease
 
@@ -81,8 +93,9 @@ class _Orphan:
     killed: bool = False
 
 
-class CodeLauncher(Launcher, Protocol):
-    """A launcher that also keeps the code of the digests still needed."""
+class CodeLauncher(Launcher, StandbyLauncher, Protocol):
+    """A launcher that also keeps the code of the digests still needed, and starts and
+    promotes standby workers."""
 
     def retain(self, digests: Set[str]) -> None: ...
 
@@ -90,7 +103,13 @@ class CodeLauncher(Launcher, Protocol):
 class WarmKeeper(Protocol):
     """The warm workers (``WarmPool``): kept to a number, stopped with the supervisor."""
 
-    def keep(self, wanted: int, *, pipelines_starting: bool = False) -> None: ...
+    def keep(
+        self,
+        wanted: int,
+        *,
+        pipelines_starting: bool = False,
+        plan: Callable[[WarmInputs], WarmPlan] = ...,
+    ) -> None: ...
 
     def stop(self) -> None: ...
 
@@ -117,6 +136,7 @@ class ControlLoop:
         lease_file: Path | None = None,
         adopted: Mapping[str, Adopted] | None = None,
         runs: RunRecorder | None = None,
+        standby: StandbyWorkers | None = None,
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
     ) -> None:
@@ -150,6 +170,9 @@ class ControlLoop:
         self._adoptable: dict[str, Adopted] = dict(adopted or {})
         self._orphans: list[_Orphan] = []
         self._stop_workers = True  # at the end of the loop (Shutdown.workers)
+        # standby workers placed here (``standby_worker``); none without a spare budget
+        self.standby = standby or StandbyWorkers(Budget(0, "no spare budget"))
+        self._seen_placements: dict[str, int] = {}  # epochs of placements, as _seen_epochs
 
     # ------------------------------------------------------------------ other threads' side
 
@@ -197,12 +220,22 @@ class ControlLoop:
         may_start = self._lease.may_start(self._last_read) and not self._shutting_down
         for worker in list(self.workers.values()):
             worker.step(may_start=may_start and not self._shutdown_posted.is_set())
+        standby_gone = len(self.standby.workers)
+        self.standby.step(may_start=may_start and not self._shutdown_posted.is_set())
+        if len(self.standby.workers) < standby_gone and self._waiting:
+            self._request_read()  # an assignment may wait for its standby worker's exit
         self._step_orphans(now)
         self._sweep()
         self._answer_fence_orders()
         round_ = self.heartbeat_round()
         if self._warm is not None and not self._shutdown_posted.is_set():
-            self._warm.keep(self.free_for_warm(), pipelines_starting=self._starting(round_))
+            self._warm.keep(
+                self.free_for_warm(),
+                pipelines_starting=self._starting(round_),
+                plan=self.standby.plan,
+            )
+        else:
+            self.standby.plan_alone()
         self._offer(round_)
 
     def _starting(self, round_: HeartbeatRound) -> bool:
@@ -237,8 +270,9 @@ class ControlLoop:
 
     def free_for_warm(self) -> int:
         """How many warm workers fit: slots whose pipeline has no process (a pipeline about
-        to start keeps its slot's warm worker, which it may be handed)."""
-        return max(0, self.slots - sum(w.alive for w in self.workers.values()))
+        to start keeps its slot's warm worker, which it may be handed), nor a standby worker."""
+        standby = sum(w.held().takes_slot for w in self.standby)
+        return max(0, self.slots - sum(w.alive for w in self.workers.values()) - standby)
 
     def _drain(self) -> None:
         """Apply every message waiting, after waiting up to one tick for the first."""
@@ -305,6 +339,12 @@ class ControlLoop:
         for worker in self.workers.values():
             if not worker.done:
                 worker.retire(StopReason.FENCED)
+        self._stop_standby_workers()
+
+    def _stop_standby_workers(self) -> None:
+        """Stop every standby worker (they claim nothing; a later read starts them again)."""
+        for standby in self.standby:
+            standby.stop()
 
     def _fence_ordered(self, order: FenceOrder) -> None:
         """A leader fences this supervisor: refuse an older term than one seen; else take
@@ -332,6 +372,7 @@ class ControlLoop:
         for worker in self.workers.values():
             if not worker.done:
                 worker.retire(StopReason.FENCED)
+        self._stop_standby_workers()
         self._fence_orders.append(order)
 
     def _answer_fence_orders(self) -> None:
@@ -359,16 +400,24 @@ class ControlLoop:
         desired, self._seen_epochs = assignments_for(
             self.supervisor, read.assignments, self._seen_epochs
         )
+        placed, self._seen_placements = standby_workers_for(
+            self.supervisor, read.placements, self._seen_placements
+        )
         if self._shutting_down:
             return
+        self._adopt_standby_workers(desired, placed, read.era)
         held = {name: worker.held() for name, worker in self.workers.items()}
-        actions = plan(desired, held, self.slots)
-        for action in actions:
+        standby = {name: worker.held() for name, worker in self.standby.workers.items()}
+        decided = plan_with_standby(desired, held, self.slots, placed, standby)
+        for action in decided.actions:
             self._act(action)
+        for standby_action in decided.standby:
+            self._act_standby(standby_action, read.era)
         self._stop_unclaimed()
-        self._note_waiting(waiting_for_slots(desired, held, actions))
+        self._note_waiting(decided.waiting)
         digests = {a.digest for a in desired.values()}
         digests |= {w.assignment.digest for w in self.workers.values()}
+        digests |= {w.placement.digest for w in self.standby}
         self._launcher.retain(digests)
 
     def _act(self, action: Action) -> None:
@@ -392,6 +441,75 @@ class ControlLoop:
         else:
             assert assignment is not None
             self.workers[name].update(assignment)
+
+    def _act_standby(self, action: StandbyAction, era: int | None) -> None:
+        name = action.pipeline
+        log.info(
+            "event=reconcile action=%s pipeline=%s epoch=%s supervisor=%s",
+            action.kind.value,
+            name,
+            action.placement.epoch if action.placement else "-",
+            self.supervisor,
+        )
+        if action.kind is StandbyKind.START_STANDBY:
+            assert action.placement is not None
+            if era is not None:  # a read without it starts none
+                self.standby.workers[name] = self._new_standby(action.placement, era)
+        elif action.kind is StandbyKind.STOP_STANDBY:
+            self.standby.workers[name].stop()
+        else:
+            assert action.assignment is not None
+            self._promote(self.standby.workers[name], action.assignment)
+
+    def _new_standby(self, placement: StandbyWorkerPlacement, era: int) -> ManagedStandbyWorker:
+        return ManagedStandbyWorker(
+            self.supervisor,
+            placement,
+            launcher=self._launcher,
+            paths=self._paths_of(placement.pipeline),
+            era=era,
+            policy=RestartPolicy(self._settings.restart),
+            timeouts=self._settings.timeouts,
+            clock=self._clock,
+            wall=self._wall,
+        )
+
+    def _promote(self, standby: ManagedStandbyWorker, assignment: Assignment) -> None:
+        """The READY standby worker becomes the pipeline's worker: its promote.json written,
+        its process adopted by a new ``ManagedWorker`` under a new run. A promotion that
+        cannot be written stops it; the next read starts the worker as for any assignment."""
+        name = assignment.pipeline
+        try:
+            process = standby.promote(assignment)
+        except (OSError, StratusError, ValueError) as exc:
+            log.error(
+                "event=standby_worker_not_promoted pipeline=%s epoch=%d supervisor=%s error=%r",
+                name,
+                assignment.epoch,
+                self.supervisor,
+                exc,
+            )
+            standby.stop()
+            return
+        del self.standby.workers[name]
+        worker = self._new_worker(assignment)
+        run = self._runs.open(assignment, self._wall())
+        self._runs.running(name, run, process.pid)
+        with contextlib.suppress(OSError):  # a supervisor started again adopts it with its run
+            write_run_number(self._paths_of(name).directory, run)
+        worker.adopt(process, assignment.token, run)
+        self.workers[name] = worker
+        log.info(
+            "event=standby_worker_promoted pipeline=%s epoch=%d generation=%d supervisor=%s "
+            "pid=%d token=%s run=%s",
+            name,
+            assignment.epoch,
+            assignment.generation,
+            self.supervisor,
+            process.pid,
+            assignment.token,
+            run if run is not None else "-",
+        )
 
     def _note_waiting(self, waiting: list[str]) -> None:
         if waiting and waiting != self._waiting:
@@ -436,6 +554,34 @@ class ControlLoop:
             )
             return
         self._orphan(found, "another_assignment", RunOutcome.UPDATED)
+
+    def _adopt_standby_workers(
+        self,
+        desired: Mapping[str, Assignment],
+        placed: Mapping[str, StandbyWorkerPlacement],
+        era: int | None,
+    ) -> None:
+        """At the first reconcile: adopt, READY, each standby worker a previous supervisor
+        left whose placement still names this supervisor with the same generation and code
+        (or whose pipeline was assigned here meanwhile with them: it is promoted next);
+        stop the others."""
+        for name, found in list(self._adoptable.items()):
+            if found.record.role != "standby":
+                continue
+            del self._adoptable[name]
+            record = found.record
+            placement = placed.get(name) or _placement_of(desired.get(name))
+            fits = (
+                placement is not None
+                and era is not None
+                and (placement.generation, placement.digest) == (record.generation, record.digest)
+            )
+            if fits and era is not None and placement is not None:
+                standby = self._new_standby(placement, era)
+                if standby.adopt(found.process):  # type: ignore[arg-type]  # a WorkerProcess
+                    self.standby.workers[name] = standby
+                    continue
+            self._orphan(found, "standby_worker_not_placed_here", RunOutcome.STOPPED)
 
     def _stop_unclaimed(self) -> None:
         """After the first reconcile: stop every worker left running that no assignment
@@ -502,12 +648,16 @@ class ControlLoop:
                 slots=self.slots,
                 running=running,  # after a stop with the workers: none alive, none listed
                 stopping=stopping,
+                standby_workers=[] if stopping else self.standby.beats(),
             ),
             workers={name: w.heartbeat() for name, w in self.workers.items()},
             used=sum(w.held().takes_slot for w in self.workers.values()),
         )
 
     # ------------------------------------------------------------------ shutting down
+
+    def _any_alive(self) -> bool:
+        return any(w.alive for w in self.workers.values()) or any(w.alive for w in self.standby)
 
     def _leave_all(self) -> None:
         """Leave every worker running (the supervisor stops and comes back, or the workers
@@ -521,6 +671,8 @@ class ControlLoop:
             self._warm.stop()
         for worker in self.workers.values():
             worker.leave()
+        for standby in self.standby:
+            standby.leave()
         self._stop_orphans_now()
 
     def _stop_orphans_now(self) -> None:
@@ -546,6 +698,7 @@ class ControlLoop:
         )
         for worker in self.workers.values():  # first: their grace runs from now, together
             worker.stop(StopReason.SHUTDOWN)
+        self._stop_standby_workers()
         if self._warm is not None:
             self._warm.stop()
         for found in self._adoptable.values():  # left running, never reconciled: they go too
@@ -554,9 +707,10 @@ class ControlLoop:
         self._adoptable.clear()
         self._stop_orphans_now()
         deadline = self._clock() + self._settings.timeouts.stop_secs + SHUTDOWN_MARGIN_SECS
-        while any(w.alive for w in self.workers.values()) and self._clock() < deadline:
+        while self._any_alive() and self._clock() < deadline:
             for worker in self.workers.values():
                 worker.step(may_start=False)
+            self.standby.step(may_start=False)
             time.sleep(min(self._settings.tick_secs, 0.05))
         left = sorted(name for name, worker in self.workers.items() if worker.alive)
         log.info(
@@ -564,3 +718,21 @@ class ControlLoop:
             self.supervisor,
             ",".join(left) or "-",
         )
+
+
+def _placement_of(assignment: Assignment | None) -> StandbyWorkerPlacement | None:
+    """The placement an adopted standby worker serves when its pipeline was assigned here
+    (promoted) while no supervisor ran: the assignment's pipeline, code and conf."""
+    if assignment is None:
+        return None
+    return StandbyWorkerPlacement(
+        pipeline=assignment.pipeline,
+        supervisor=assignment.supervisor,
+        epoch=assignment.epoch,
+        generation=assignment.generation,
+        digest=assignment.digest,
+        size_bytes=assignment.size_bytes,
+        blake3=assignment.blake3,
+        conf=assignment.conf,
+        placed=assignment.assigned,
+    )
