@@ -19,8 +19,12 @@ refused at once when its epoch is older than the newest this supervisor has seen
 assignment's, or an earlier fence's): a deposed leader stops nothing.
 
 Each tick: fence if the lease lapsed; apply the newest read (epoch filter, then the plan);
-step every worker; replace or remove those that stopped; keep the warm workers to the free
-slots (if any are kept); offer a heartbeat round.
+step every worker and standby worker; replace or remove those that stopped; keep the warm
+workers to the free slots (if any are kept) within the spare budget the standby workers
+take first; offer a heartbeat round.
+
+The standby workers placed here (``standby_worker``) come with the same read; a PROMOTE
+hands a READY one's process to a new ``ManagedWorker`` as the pipeline's worker.
 """
 
 from __future__ import annotations

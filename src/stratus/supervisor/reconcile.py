@@ -10,6 +10,15 @@ started::
     mine, seen = assignments_for("s1", assignments, seen)   # the epoch filter
     for action in plan(mine, held, slots=4):
         ...                                                  # Action(kind, pipeline, assignment)
+
+Standby workers (docs/standby-workers.md) are planned beside them: ``standby_workers_for``
+filters the placements as ``assignments_for`` does the assignments, and
+``plan_with_standby`` adds START_STANDBY, STOP_STANDBY and PROMOTE to ``plan``'s actions,
+actives first::
+
+    placed, seen_placed = standby_workers_for("s1", placements, seen_placed)
+    decided = plan_with_standby(mine, held, 4, placed, standby_held)
+    decided.actions, decided.standby, decided.waiting
 """
 
 from __future__ import annotations

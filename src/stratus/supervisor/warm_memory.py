@@ -15,6 +15,15 @@ spares: a pipeline needs the memory more). ``plan_warm`` is the pure decision; t
     plan = plan_warm(WarmInputs(wanted=2, costs=(700 * MIB,), starting=0,
                                 budget=budget.bytes, estimate=ESTIMATE_BYTES, machine=machine))
     plan.keep, plan.start, plan.held, plan.why
+
+Standby workers share the budget, first (``plan_spares``): each that asks starts if the
+standby workers' use with it stays within the budget and the machine keeps its reserve once
+the warm workers gave theirs back; else it is refused with the reason; the warm workers then
+plan in what is left::
+
+    spares = plan_spares(SpareInputs(standby=(700 * MIB,), asking=1,
+                                     standby_estimate=ESTIMATE_BYTES, warm=inputs))
+    spares.admitted, spares.refused, spares.warm
 """
 
 from __future__ import annotations
