@@ -495,6 +495,9 @@ class ControlLoop:
             )
             standby.stop()
             return
+        if process is None:  # its code is being looked up: the next read promotes it
+            self._next_read = min(self._next_read, self._clock() + self._settings.tick_secs)
+            return
         del self.standby.workers[name]
         worker = self._new_worker(assignment)
         run = self._runs.open(assignment, self._wall())

@@ -190,7 +190,7 @@ class ManagedStandbyWorker:
         """What the reconcile plan sees of it."""
         if self.stage in (Stage.STOPPING, Stage.STOPPED, Stage.PROMOTED):
             return HeldStandby(None, takes_slot=self.alive)
-        ready = self.stage is Stage.READY and self._code is not None
+        ready = self.stage is Stage.READY
         return HeldStandby(self.placement, ready=ready, takes_slot=self.stage != Stage.FAILED)
 
     def beat(self) -> StandbyWorkerBeat | None:
@@ -248,11 +248,16 @@ class ManagedStandbyWorker:
         elif self.stage not in (Stage.STOPPING, Stage.STOPPED, Stage.PROMOTED):
             self._enter(Stage.STOPPED)
 
-    def promote(self, assignment: Assignment) -> RunningProcess:
+    def promote(self, assignment: Assignment) -> RunningProcess | None:
         """Write its ``promote.json`` (the active worker's spec of ``assignment``, its token
         included) and give its process up: the pipeline's worker from now on. It must be
-        READY (``reconcile.promotable``)."""
-        assert self.stage is Stage.READY and self.process is not None and self._code is not None
+        READY (``reconcile.promotable``). None, and nothing done, while its code is not at
+        hand yet (one adopted READY: its code is looked up again)."""
+        assert self.stage is Stage.READY and self.process is not None
+        if self._code is None:
+            self._fetch()
+        if self._code is None or self.stage is not Stage.READY:
+            return None
         # its record first: a supervisor started again adopts it as the pipeline's worker
         record = self.process.record.model_copy(
             update={
@@ -305,6 +310,9 @@ class ManagedStandbyWorker:
         state = self._launcher.code(self.pipeline, meta)
         if isinstance(state, EnvFailed):
             self.error = state.error
+            if self.stage is Stage.READY:  # an adopted one whose environment is gone
+                self.stop()
+                return
             self._enter(Stage.FAILED, error=state.error)
         elif isinstance(state, CodeFailed):
             self.error = f"{state.error} (failed {state.failures} times)"
