@@ -27,7 +27,9 @@ from stratus.api.standby_workers import (
 )
 from stratus.codedist.distributor import CodeMeta
 from stratus.supervisor.daemon import Supervisor
+from stratus.supervisor.run_logs import read_run_number
 from stratus.supervisor.settings import SupervisorSettings
+from stratus.supervisor.worker_process import WorkerPaths
 from stratus.worker.checkpoint_origin import ORIGIN_FILE
 from stratus.worker.checkpoint_owner import OWNERS_DIR, owner_file_name
 from stratus.worker.promotion import PROMOTE_FILE
@@ -201,6 +203,10 @@ def test_a_placed_standby_worker_is_ready_and_promoted_in_place_after_an_adoptio
         assert standby_beat(cluster, "pt") is None  # no longer a standby worker
         local = tmp_path / "s2" / "workers" / "pt"
         assert (local / "work" / PROMOTE_FILE).is_file()
+        run = read_run_number(local)  # the promoted process is a run of its own, its log kept
+        assert run is not None
+        run_log = WorkerPaths(local, run).log.read_text()
+        assert "event=standby_worker_promoted" in run_log and "function_called" in run_log
     finally:
         supervisor.stop(workers=True)
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import queue
 import threading
 import time
@@ -67,7 +68,7 @@ from stratus.supervisor.reconcile import (
     standby_workers_for,
 )
 from stratus.supervisor.restart_policy import RestartPolicy
-from stratus.supervisor.run_logs import write_run_number
+from stratus.supervisor.run_logs import make_run_dir, write_run_number
 from stratus.supervisor.run_outcome import NoRecorder, RunEnd, RunRecorder, StopReason
 from stratus.supervisor.settings import LoopSettings
 from stratus.supervisor.standby_worker import (
@@ -502,8 +503,7 @@ class ControlLoop:
         worker = self._new_worker(assignment)
         run = self._runs.open(assignment, self._wall())
         self._runs.running(name, run, process.pid)
-        with contextlib.suppress(OSError):  # a supervisor started again adopts it with its run
-            write_run_number(self._paths_of(name).directory, run)
+        _link_run_log(self._paths_of(name), run)
         worker.adopt(process, assignment.token, run)
         self.workers[name] = worker
         log.info(
@@ -743,3 +743,16 @@ def _placement_of(assignment: Assignment | None) -> StandbyWorkerPlacement | Non
         conf=assignment.conf,
         placed=assignment.assigned,
     )
+
+
+def _link_run_log(paths: WorkerPaths, run: int | None) -> None:
+    """A promoted standby worker's run: its number recorded (a supervisor started again
+    adopts it with it), and its log, which its monitor writes where a standby worker's goes
+    (``<dir>/worker.log``), linked into the run's directory (a hard link: the same file,
+    whatever later starts rename): its log, up to the first rotation, is the run's."""
+    if run is None:  # numbered later: its log stays beside the spec
+        return
+    with contextlib.suppress(OSError):
+        write_run_number(paths.directory, run)
+        make_run_dir(paths.directory, run)
+        os.link(paths.log, paths.for_run(run).log)
