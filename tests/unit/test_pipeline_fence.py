@@ -1,6 +1,6 @@
 """The pipeline fence's pure parts: the request's bounds, the holds that keep a fenced pipeline
 from starting again for the assignment it was fenced under, the supervisor's control loop fed
-the order by hand (with fakes)."""
+the order by hand (with fakes), and the leader's side of the call (its body, its answer)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from stratus.api.records import (
     MAX_FENCED_PIPELINES,
     ClusterIdentity,
     FencingToken,
+    PipelineFenceAnswer,
     PipelineFenceRequest,
 )
+from stratus.nimbus.scheduling.supervisor_fencing import pipeline_fence_request, pipelines_gone
 from stratus.process import boot_id, start_time
 from stratus.supervisor.adoption import Pid, ProcessRecord
 from stratus.supervisor.assignment_reader import AssignmentsRead
@@ -217,3 +219,34 @@ def test_a_worker_left_running_by_a_previous_supervisor_is_stopped_by_a_pipeline
     assert order.wait(0) is FenceVerdict.STOPPED and order.stopped == ["etl"]
     feed(loop, HeartbeatWritten(clock()), AssignmentsRead(clock() + 0.1, {"etl": assignment()}))
     assert launcher.processes == [] and "etl" not in loop.workers  # its token: held back
+
+
+# ---------------------------------------------------------------------- the leader's side
+
+
+def test_the_leaders_request_names_each_pipeline_once_in_order() -> None:
+    body = pipeline_fence_request("s1", ["web", "etl", "web"], 7)
+    assert body == PipelineFenceRequest(epoch=7, supervisor="s1", pipelines=["etl", "web"])
+    with pytest.raises(ValueError, match="at least 1 item"):
+        pipeline_fence_request("s1", [], 7)
+
+
+def test_only_an_answer_for_this_supervisor_term_and_these_pipelines_counts() -> None:
+    asked = pipeline_fence_request("s1", ["etl", "web"], 7)
+
+    def answer(**changes: object) -> bytes:
+        values: dict[str, object] = {
+            "supervisor": "s1",
+            "epoch": 7,
+            "pipelines": ["etl", "web"],
+            "stopped": ["etl"],
+            **changes,
+        }
+        return PipelineFenceAnswer.model_validate(values).model_dump_json().encode()
+
+    assert pipelines_gone(answer(), asked)
+    assert not pipelines_gone(answer(supervisor="s2"), asked)
+    assert not pipelines_gone(answer(epoch=6), asked)
+    assert not pipelines_gone(answer(pipelines=["etl"]), asked)
+    assert not pipelines_gone(b'{"supervisor": "s1", "epoch": 7, "stopped": []}', asked)
+    assert not pipelines_gone(b"<html>a proxy's page</html>", asked)
