@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Protocol
 
 from stratus.api.clock import Clock
+from stratus.api.echo import clip
 from stratus.api.records import (
     Assignment,
     FencingToken,
@@ -386,7 +387,7 @@ class ControlLoop:
                 self.supervisor,
                 order.epoch,
                 newest_epoch,
-                ",".join(sorted(order.pipelines)),
+                clip(",".join(sorted(order.pipelines))),
             )
             order.refuse(newest_epoch)
             return
@@ -415,8 +416,8 @@ class ControlLoop:
             "stop_secs=%g",
             self.supervisor,
             order.epoch,
-            ",".join(sorted(order.pipelines)),
-            ",".join(order.stopped) or "-",
+            clip(",".join(sorted(order.pipelines))),
+            clip(",".join(order.stopped)) or "-",
             self._settings.timeouts.stop_secs,
         )
         self._pipeline_fences.append(_PipelineFence(order, tuple(workers), tuple(orphans)))
