@@ -13,6 +13,7 @@ and one without ``admin`` stop nothing.
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -152,3 +153,17 @@ def test_a_stale_epoch_another_supervisor_and_callers_without_admin_stop_nothing
         reading.close()
     assert [s1.pid(name) for name in ("etl", "web")] == [s1.pids["etl"], s1.pids["web"]]
     assert not process_gone(s1.pids["etl"]) and s1.supervisor.lease.fences == 0
+
+
+def test_a_supervisor_that_never_answers_or_has_no_endpoint_is_not_fenced() -> None:
+    leader = SupervisorFencing(FENCING, ClientAuth(token=ADMIN_TOKEN))
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # connects, never answers
+        hung = SupervisorSummary(
+            id="s1", host="127.0.0.1", endpoint=f"127.0.0.1:{silent.getsockname()[1]}"
+        )
+        try:
+            assert not leader.fence_pipelines(hung, ["etl"], EPOCH, timeout=0.5)
+            assert not leader.fence_pipelines(hung, ["etl"], EPOCH, timeout=0.0)  # no time left
+            assert not leader.fence_pipelines(SupervisorSummary(id="s1"), ["etl"], EPOCH, 5.0)
+        finally:
+            leader.close()
