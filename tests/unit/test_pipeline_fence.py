@@ -19,9 +19,11 @@ from stratus.api.records import (
 )
 from stratus.nimbus.scheduling.supervisor_fencing import pipeline_fence_request, pipelines_gone
 from stratus.process import boot_id, start_time
+from stratus.security.roles import Role
 from stratus.supervisor.adoption import Pid, ProcessRecord
 from stratus.supervisor.assignment_reader import AssignmentsRead
 from stratus.supervisor.control_loop import ControlLoop
+from stratus.supervisor.endpoint import PIPELINE_FENCE_PATH, audited_call, required_role
 from stratus.supervisor.heartbeat_lease import HeartbeatLease
 from stratus.supervisor.loop_messages import (
     Adopted,
@@ -78,6 +80,14 @@ def test_a_pipeline_fence_refuses_bad_names_ids_epochs_and_fields() -> None:
         request(epoch="3")  # strict: a number, not a string
     with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
         request(stop="everything")
+
+
+def test_a_pipeline_fence_needs_admin_and_is_audited_as_fence_pipelines() -> None:
+    assert PIPELINE_FENCE_PATH == "/api/v1/fence/pipelines"
+    assert required_role("POST", PIPELINE_FENCE_PATH) is Role.ADMIN
+    assert required_role("POST", "/api/v1/fence") is Role.ADMIN
+    assert audited_call("POST", PIPELINE_FENCE_PATH) == ("fence-pipelines", None)
+    assert audited_call("POST", "/api/v1/fence") == ("fence", None)
 
 
 # ---------------------------------------------------------------------- the holds
