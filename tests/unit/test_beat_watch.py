@@ -197,6 +197,7 @@ def test_a_new_term_starts_empty(clock: FakeClock, board: Board, watch: BeatWatc
     run(clock, board, watch, 0.6, {"s2"})
     suspicions = watch.suspected(floors)
     assert list(suspicions) == ["s1"]
+    assert watch.judged_at is not None
     assert suspicions["s1"].silence_secs == pytest.approx(watch.judged_at - began)
 
 
@@ -210,6 +211,7 @@ def test_a_beat_seen_first_in_a_term_is_no_arrival(
     run(clock, board, watch, 1.1, set())
     suspicions = watch.suspected(floors)
     assert list(suspicions) == ["s1"]
+    assert watch.judged_at is not None
     assert suspicions["s1"].silence_secs == pytest.approx(watch.judged_at - began)
 
 
