@@ -19,7 +19,10 @@ apart restart every window. Each term starts empty::
 **Arrivals.** A beat is ``[boot_id, seq]``; a read that shows a supervisor's beat with a
 higher ``seq`` than the last one seen, or another ``boot_id`` (its beat agent started again,
 from 0), is an arrival, timed when that read *returned* (the beat surely started by then).
-The first beat seen of a supervisor in a term is no arrival: it may be older than the term.
+So is the first beat seen of a supervisor in a term: it may be older than the term, but it
+may also have started just before that read, and a silence must never count from before a
+beat it cannot rule out. A supervisor whose beat no read of the term showed is silent since
+the term began.
 
 **Judgement.** Silences are judged at the start of the last read that a majority answered
 (``BeatRead.from_majority``), and not only of warming pacemakers: a beat missing from such a
@@ -174,9 +177,7 @@ class BeatWatch:
             last = self._seen.get(supervisor)
             if last is not None and mark[0] == last[0] and mark[1] <= last[1]:
                 continue  # no newer beat (an older one: a pacemaker that lags)
-            self._seen[supervisor] = mark
-            if last is None:
-                continue  # its first beat this term: it may be older than the term
+            self._seen[supervisor] = mark  # the first this term too: it may be recent
             self._heard[supervisor] = ended
             window = self._windows.get(supervisor)
             if window is not None:
