@@ -106,6 +106,18 @@ class SchedulingSettings:
 
 
 @dataclass(frozen=True)
+class DetectorSettings:
+    """How the leader's failure detector judges the supervisors of pipelines with a standby
+    worker (``nimbus.detector.*``; ``stratus.nimbus.failover.phi``)."""
+
+    threshold: float  # nimbus.detector.threshold: phi at which a supervisor is suspected
+    window: int  # nimbus.detector.window: intervals kept per supervisor
+    pause_secs: float  # nimbus.detector.pause.ms: added to the mean interval
+    min_std_secs: float  # nimbus.detector.min.std.ms: the least standard deviation
+    poll_secs: float  # nimbus.detector.poll.ms: how often the beats are read
+
+
+@dataclass(frozen=True)
 class SubmitSettings:
     """What a submitted package must fit, and the replication a pipeline gets by default."""
 
@@ -182,6 +194,7 @@ class NimbusSettings:
     ha: HASettings
     scheduling: SchedulingSettings
     fencing: FencingSettings | None  # None: the leader never fences a silent supervisor
+    detector: DetectorSettings
     submit: SubmitSettings
     service: ServiceSettings
     http: HttpBounds  # the API server's connection bounds
@@ -232,6 +245,13 @@ class NimbusSettings:
                 ),
             ),
             fencing=_fencing(conf),
+            detector=DetectorSettings(
+                threshold=conf.nimbus_detector_threshold,
+                window=conf.nimbus_detector_window,
+                pause_secs=conf.nimbus_detector_pause_ms / 1000,
+                min_std_secs=conf.nimbus_detector_min_std_ms / 1000,
+                poll_secs=conf.nimbus_detector_poll_ms / 1000,
+            ),
             submit=SubmitSettings(
                 limits=package_limits(conf),
                 replication=ReplicationPolicy(

@@ -11,6 +11,16 @@ next call, at most once per ``RECONNECT_SECS``::
         read = await pool.get_all_pulses_for_path("/supervisors")
         read.value    # {path: Pulse}
         read.warming  # True if every server that answered was warming up
+
+Those calls wait for every live server (each up to ``timeout_secs``). A **quorum call**
+returns as soon as ``need`` servers answered (by default a majority of the configured ones,
+``stratus.pacemaker.quorum``), or at its deadline with what it got; a server that did not
+answer in time finishes in the background, and the next quorum calls skip it until it has::
+
+    ack = await pool.send_pulses_quorum([("/beats/s1", data, time.time())], deadline_secs=0.4)
+    ack.reached, ack.acknowledged, ack.servers   # True, 2, 3 with one server silent
+    read = await pool.get_all_pulses_quorum("/beats", deadline_secs=0.1)
+    read.from_majority                           # judge nothing from less
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ import functools
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, TypeVar
@@ -36,6 +46,7 @@ from stratus.pacemaker.errors import (
 )
 from stratus.pacemaker.kerberos import kerberos_handshake
 from stratus.pacemaker.protocol import FrameDecoder, Op, encode_frame
+from stratus.pacemaker.quorum import QuorumAck, check_deadline, is_majority, quorum_need
 from stratus.pacemaker.settings import PacemakerClientSettings
 from stratus.pacemaker.store import Pulse
 
@@ -45,6 +56,8 @@ RECONNECT_SECS = 1.0
 DRAIN_ABOVE_BYTES = 256 << 10
 READ_CHUNK_BYTES = 256 << 10
 T = TypeVar("T")
+Address = tuple[str, int]
+Answers = list[tuple["PacemakerConnection", dict[str, Any]]]
 
 
 class PacemakerConnection:
@@ -246,6 +259,12 @@ class PoolRead(Generic[T]):
         written (a writer that reached only that server)."""
         return self.answered < self.servers
 
+    @property
+    def from_majority(self) -> bool:
+        """A majority of the configured servers answered: every pulse a majority stored
+        before the read began is in it."""
+        return is_majority(self.answered, self.servers)
+
 
 class PacemakerPool:
     """Connections to every server of ``settings.servers``; writes to all, reads merged."""
@@ -255,9 +274,12 @@ class PacemakerPool:
     ) -> None:
         self.settings = settings
         self._clock = clock
-        self._connections: dict[tuple[str, int], PacemakerConnection] = {}
-        self._next_try: dict[tuple[str, int], float] = {}
-        self._opening: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self._connections: dict[Address, PacemakerConnection] = {}
+        self._next_try: dict[Address, float] = {}
+        self._opening: dict[Address, asyncio.Task[None]] = {}
+        # a quorum call's requests still unanswered when it returned, by server and op
+        self._stragglers: dict[tuple[Address, Op], set[asyncio.Task[dict[str, Any]]]] = {}
+        self._refused: dict[Address, str] = {}  # the last refusal logged, by server
 
     async def __aenter__(self) -> PacemakerPool:
         await self._live()
@@ -274,10 +296,11 @@ class PacemakerPool:
         return len(await self._live())
 
     async def close(self) -> None:
-        """Close every connection, and stop the attempts under way."""
-        for task in list(self._opening.values()):
+        """Close every connection, and stop the attempts and the stragglers under way."""
+        tasks = [*self._opening.values(), *(t for ts in self._stragglers.values() for t in ts)]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._opening.values(), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         for connection in self._connections.values():
             await connection.close()
         self._connections.clear()
@@ -328,13 +351,7 @@ class PacemakerPool:
         answers = await self._on_each(
             Op.GET_ALL_PULSES_FOR_PATH, lambda connection: connection.read_all_pulses(path)
         )
-        merged: dict[str, Pulse] = {}
-        for _, answer in answers:
-            for key, (data, when) in answer["pulses"].items():
-                known = merged.get(key)
-                if known is None or when > known.time:
-                    merged[key] = Pulse(data, when)
-        return _merged(answers, merged, len(self.settings.servers))
+        return _merged(answers, _newest_pulses(answers), len(self.settings.servers))
 
     async def get_all_nodes_for_path(self, path: str) -> PoolRead[list[str]]:
         """The children of ``path`` on any live server."""
@@ -342,12 +359,156 @@ class PacemakerPool:
         nodes = sorted({n for _, a in answers for n in a["nodes"]})
         return _merged(answers, nodes, len(self.settings.servers))
 
+    # --- quorum calls -------------------------------------------------------------------
+    async def send_pulses_quorum(
+        self,
+        pulses: list[tuple[str, bytes, float]],
+        *,
+        need: int | None = None,
+        deadline_secs: float | None = None,
+    ) -> QuorumAck:
+        """Write a batch of (path, data, time) in one message to every live server; return
+        as soon as ``need`` servers (default: a majority of ``pacemaker.servers``) stored it,
+        or after ``deadline_secs`` (default ``timeout_secs``) with how many had. Nothing is
+        raised for a quorum missed; a refusal (``forbidden``, ``full``) is raised when it
+        leaves the write short of ``need``, and logged otherwise."""
+        servers = len(self.settings.servers)
+        wanted = quorum_need(need, servers)
+        batch = [list(pulse) for pulse in pulses]
+        answers = await self._on_quorum(
+            Op.SEND_PULSES,
+            lambda connection: connection.request(Op.SEND_PULSES, pulses=batch),
+            wanted,
+            self._deadline(deadline_secs),
+        )
+        return QuorumAck(len(answers), servers, wanted)
+
+    async def get_all_pulses_quorum(
+        self, path: str, *, need: int | None = None, deadline_secs: float | None = None
+    ) -> PoolRead[dict[str, Pulse]]:
+        """Every pulse under ``path``, the newest of each among the servers that answered: as
+        soon as ``need`` did (default: a majority), or after ``deadline_secs`` (default
+        ``timeout_secs``) with those that had, however few (``answered`` says how many, none
+        included: the caller judges, ``PoolRead.from_majority``)."""
+        servers = len(self.settings.servers)
+        answers = await self._on_quorum(
+            Op.GET_ALL_PULSES_FOR_PATH,
+            lambda connection: connection.read_all_pulses(path),
+            quorum_need(need, servers),
+            self._deadline(deadline_secs),
+        )
+        return _merged(answers, _newest_pulses(answers), servers)
+
+    def _deadline(self, deadline_secs: float | None) -> float:
+        """When a quorum call given ``deadline_secs`` from now ends, on the loop's clock."""
+        secs = self.settings.timeout_secs if deadline_secs is None else deadline_secs
+        return asyncio.get_running_loop().time() + check_deadline(secs)
+
+    async def _on_quorum(
+        self,
+        op: Op,
+        call: Callable[[PacemakerConnection], Coroutine[Any, Any, dict[str, Any]]],
+        need: int,
+        until: float,
+    ) -> Answers:
+        """``call`` on every live connection at once; the answers of those that gave one by
+        the time ``need`` had, or by ``until`` (the loop's clock).
+
+        A request still unanswered then is left to finish (each is bounded by
+        ``timeout_secs``, which marks a silent server down) as a straggler; while a server
+        has a straggler of ``op``, later quorum calls of ``op`` skip it rather than queue
+        behind it, so a silent server holds at most one request of each caller."""
+        loop = asyncio.get_running_loop()
+        asked: dict[asyncio.Task[dict[str, Any]], PacemakerConnection] = {}
+        for connection in await self._live_for(need, until):
+            if self._stragglers.get((_address(connection), op)):
+                continue
+            asked[asyncio.create_task(call(connection))] = connection
+        answers: Answers = []
+        refusal: PacemakerRequestError | None = None
+        pending = set(asked)
+        try:
+            while pending and len(answers) < need and loop.time() < until:
+                done, pending = await asyncio.wait(
+                    pending, timeout=until - loop.time(), return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in done:
+                    answer = self._answered(_address(asked[task]), task)
+                    if isinstance(answer, PacemakerRequestError):
+                        refusal = answer
+                    elif answer is not None:
+                        answers.append((asked[task], answer))
+        finally:
+            for task in pending:
+                self._straggle(_address(asked[task]), op, task)
+        if refusal is not None and len(answers) < need:
+            raise refusal  # the reason the quorum was missed is the caller's to see
+        return answers
+
+    def _answered(
+        self, address: Address, task: asyncio.Task[dict[str, Any]]
+    ) -> dict[str, Any] | PacemakerRequestError | None:
+        """A finished request's answer, or its refusal (logged once until the server
+        answers again), or None when the server failed (it is reconnected at once)."""
+        error = None if task.cancelled() else task.exception()
+        if task.cancelled() or (error is not None and not isinstance(error, Exception)):
+            return None
+        if isinstance(error, PacemakerRequestError):
+            if self._refused.get(address) != error.code:
+                self._refused[address] = error.code
+                log.warning(
+                    "event=pacemaker_refused server=%s:%d error=%s",
+                    *address,
+                    str(error)[:200],
+                )
+            return error
+        if error is not None:
+            self._next_try[address] = 0.0
+            return None
+        self._refused.pop(address, None)
+        return task.result()
+
+    def _straggle(self, address: Address, op: Op, task: asyncio.Task[dict[str, Any]]) -> None:
+        """Keep ``task`` (an answer no call waits for any more) until it ends."""
+        key = (address, op)
+        self._stragglers.setdefault(key, set()).add(task)
+
+        def ended(finished: asyncio.Task[dict[str, Any]]) -> None:
+            waiting = self._stragglers.get(key, set())
+            waiting.discard(finished)
+            if not waiting:
+                self._stragglers.pop(key, None)
+            self._answered(address, finished)
+
+        task.add_done_callback(ended)
+
     # --- the servers --------------------------------------------------------------------
     async def _live(self) -> list[PacemakerConnection]:
         """The open connections. Each due server (down, and not tried for RECONNECT_SECS) is
         reconnected in the background; a call waits for those attempts only while no server
         is connected (a new pool, or every server down), so a server that hangs holds up no
         call that another server answers."""
+        attempts = self._reconnect_due()
+        if attempts and not self._open():
+            await asyncio.wait(attempts)
+            _raise_refusals(attempts)
+        return self._open()
+
+    async def _live_for(self, need: int, until: float) -> list[PacemakerConnection]:
+        """The open connections, once ``need`` are open, no attempt is left under way, or at
+        ``until`` (the loop's clock): a server that hangs while connecting holds up a quorum
+        call only while the others are too few."""
+        attempts = set(self._reconnect_due())
+        loop = asyncio.get_running_loop()
+        while attempts and len(self._open()) < need and loop.time() < until:
+            done, attempts = await asyncio.wait(
+                attempts, timeout=until - loop.time(), return_when=asyncio.FIRST_COMPLETED
+            )
+            _raise_refusals(done)
+        return self._open()
+
+    def _reconnect_due(self) -> list[asyncio.Task[None]]:
+        """Start a connection attempt to each due server; every attempt under way."""
         now = self._clock()
         for address in self.settings.servers:
             connection = self._connections.get(address)
@@ -358,24 +519,18 @@ class PacemakerPool:
             task = asyncio.create_task(self._connect(address))
             self._opening[address] = task
             task.add_done_callback(functools.partial(self._opened, address))
-        attempts = list(self._opening.values())
-        if attempts and not self._open():
-            await asyncio.wait(attempts)
-            for task in attempts:
-                if not task.cancelled():
-                    task.result()  # refused credentials: raised to the caller
-        return self._open()
+        return list(self._opening.values())
 
     def _open(self) -> list[PacemakerConnection]:
         return [c for c in self._connections.values() if not c.closed]
 
-    def _opened(self, address: tuple[str, int], task: asyncio.Task[None]) -> None:
+    def _opened(self, address: Address, task: asyncio.Task[None]) -> None:
         """A connection attempt ended; its error is the awaiting call's, or dropped here."""
         self._opening.pop(address, None)
         if not task.cancelled():
             task.exception()  # retrieved: a background attempt has nobody else to raise to
 
-    async def _connect(self, address: tuple[str, int]) -> None:
+    async def _connect(self, address: Address) -> None:
         old = self._connections.pop(address, None)
         if old is not None:
             await old.close()
@@ -420,6 +575,29 @@ class PacemakerPool:
         return answers
 
 
+def _address(connection: PacemakerConnection) -> Address:
+    return (connection.host, connection.port)
+
+
+def _raise_refusals(attempts: Iterable[asyncio.Task[None]]) -> None:
+    """Raise the error of a finished connection attempt that was refused (credentials, a
+    subtree): retrying at once would not help, and the caller must see why."""
+    for task in attempts:
+        if task.done() and not task.cancelled():
+            task.result()
+
+
+def _newest_pulses(answers: Answers) -> dict[str, Pulse]:
+    """The pulses of ``get_all_pulses_for_path`` answers, the newest of each path."""
+    merged: dict[str, Pulse] = {}
+    for _, answer in answers:
+        for key, (data, when) in answer["pulses"].items():
+            known = merged.get(key)
+            if known is None or when > known.time:
+                merged[key] = Pulse(data, when)
+    return merged
+
+
 def _granted(answer: dict[str, Any]) -> str | None:
     """The subtree a Kerberos handshake's last answer grants a supervisor (None: a nimbus,
     which writes everywhere)."""
@@ -429,9 +607,7 @@ def _granted(answer: dict[str, Any]) -> str | None:
     return subtree
 
 
-def _merged(
-    answers: list[tuple[PacemakerConnection, dict[str, Any]]], value: T, servers: int
-) -> PoolRead[T]:
+def _merged(answers: Answers, value: T, servers: int) -> PoolRead[T]:
     warming = all(answer.get("warming", False) for _, answer in answers)
     return PoolRead(value, warming, len(answers), servers)
 
