@@ -130,6 +130,11 @@ class Worker:
 @pytest.fixture
 def start_worker() -> Iterator[Callable[[WorkerSpec], Worker]]:
     """Start workers like a supervisor does; kill what is left of them after the test."""
+    yield from worker_starter()
+
+
+def worker_starter() -> Iterator[Callable[[WorkerSpec], Worker]]:
+    """``start_worker``'s body, for the fixtures of other modules."""
     started: list[Worker] = []
 
     def start(spec: WorkerSpec) -> Worker:

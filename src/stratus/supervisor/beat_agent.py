@@ -58,9 +58,8 @@ from stratus.state.errors import StateStoreUnavailableError
 from stratus.supervisor.heartbeat_lease import HeartbeatLease
 from stratus.worker.lease_file import BEAT_LEASE_FILE, LEASE_FILE, read_lease, write_lease
 
-log = logging.getLogger(__name__)
-
 AGENT_MODULE = "stratus.supervisor.beat_agent"
+log = logging.getLogger(AGENT_MODULE)  # its name also when run as __main__
 CONFIG_FILE = "beat-agent.json"  # what the supervisor tells it; deleted once read
 RECORD_FILE = "beat.json"  # who the running agent is, for adoption
 LOG_FILE = "beat-agent.log"

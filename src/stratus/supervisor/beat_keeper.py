@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from stratus.api.clock import Clock
+from stratus.files import PRIVATE_FILE_MODE
 from stratus.process import ProcessGroup
 from stratus.state.pacemaker_store import owned_subtree
 from stratus.supervisor.beat_agent import (
@@ -192,7 +194,11 @@ class BeatKeeper:
         self._settings.lease_path.unlink(missing_ok=True)
         try:
             write_config(local, self._config)
-            with (local / LOG_FILE).open("ab") as out:
+            out = os.open(
+                local / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE_MODE
+            )
+            try:
+                os.fchmod(out, PRIVATE_FILE_MODE)
                 child = ProcessGroup.start(
                     [sys.executable, "-m", AGENT_MODULE, str(local)],
                     stdin=subprocess.DEVNULL,
@@ -200,6 +206,8 @@ class BeatKeeper:
                     stderr=subprocess.STDOUT,
                     cwd=local,
                 )
+            finally:
+                os.close(out)
         except OSError as exc:
             (local / CONFIG_FILE).unlink(missing_ok=True)
             log.error(

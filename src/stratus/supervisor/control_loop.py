@@ -595,8 +595,6 @@ class ControlLoop:
             worker.stop(StopReason.SHUTDOWN)
         if self._warm is not None:
             self._warm.stop()
-        if self._beats is not None:
-            self._beats.stop()
         for found in self._adoptable.values():  # left running, never reconciled: they go too
             found.process.kill()
             self._close_run(found.record.pipeline, found.run, RunOutcome.STOPPED, None)
@@ -608,6 +606,8 @@ class ControlLoop:
                 worker.step(may_start=False)
             time.sleep(min(self._settings.tick_secs, 0.05))
         left = sorted(name for name, worker in self.workers.items() if worker.alive)
+        if self._beats is not None:  # after the hot workers' graceful stop, not before
+            self._beats.stop()
         log.info(
             "event=workers_stopped supervisor=%s still_running=%s",
             self.supervisor,
