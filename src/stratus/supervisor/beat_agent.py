@@ -13,16 +13,16 @@ lease, whatever the supervisor's own threads are doing.
 
 The agent is a process of its own, not a thread of the supervisor: a supervisor's pauses
 (its rounds, its restart for an upgrade) must not drop beats. It runs in a session of its
-own and outlives its supervisor: it records itself in ``LOCAL_DIR/beat.json`` (its pid,
-start time and the machine's boot), so that a supervisor started again proves and adopts
-it, as it adopts a worker's monitor (``beat_keeper``). It stops beating, and exits, once
-its supervisor's own lease (``LOCAL_DIR/lease``) has ended: a supervisor gone for longer
-than its lease has no hot worker left to vouch for.
+own and outlives its supervisor: its supervisor records it in ``LOCAL_DIR/beat.json`` (its
+pid, start time and the machine's boot) as it starts it, so that a supervisor started again
+proves and adopts it, as it adopts a worker's monitor (``beat_keeper``). It stops beating,
+and exits, once its supervisor's own lease (``LOCAL_DIR/lease``) has ended: a supervisor
+gone for longer than its lease has no hot worker left to vouch for.
 
 It reads what it needs from ``LOCAL_DIR/beat-agent.json``, which its supervisor writes
 (mode 0600: it holds the pacemaker credentials; no secret is ever on a command line) and
-which the agent deletes once read. Its imports are few: the standard library, msgpack and
-the pacemaker client (no ZooKeeper, no configuration)::
+which the agent deletes once read. It needs the standard library, msgpack and the pacemaker
+client with its beat board; it never talks to ZooKeeper and reads no configuration::
 
     write_config(local_dir, AgentConfig(...))     # the supervisor, then starts the agent
     AgentRecord.read(local_dir)                   # who runs: proven with .alive()
@@ -154,8 +154,8 @@ class AgentRecord:
     settings: dict[str, Any]
 
     @classmethod
-    def of_this_process(cls, config: AgentConfig) -> AgentRecord:
-        pid = os.getpid()
+    def of(cls, pid: int, config: AgentConfig) -> AgentRecord:
+        """The record of the agent just started as ``pid`` (its start time is its fork's)."""
         return cls(pid, start_time(pid), boot_id(), config.fingerprint())
 
     def write(self, local_dir: Path) -> None:
@@ -331,7 +331,6 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: agent.stop())
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    AgentRecord.of_this_process(config).write(local_dir)
     log.info(
         "event=beat_agent_started supervisor=%s pid=%d incarnation=%s interval_secs=%g "
         "lease_secs=%g pacemakers=%d",

@@ -216,6 +216,7 @@ class BeatKeeper:
                 exc,
             )
             return
+        AgentRecord.of(child.pid, self._config).write(local)  # before anything else can stop
         self._agent = _Agent(child.pid, child=child)
         log.info(
             "event=beat_agent_starting supervisor=%s pid=%d", self._config.supervisor, child.pid
