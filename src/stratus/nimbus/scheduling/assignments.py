@@ -26,7 +26,7 @@ from stratus.api.records import Assignment, AssignmentChange
 from stratus.coordination.leadership import FencedTransaction, Leadership
 from stratus.nimbus.records.assignment_history import AssignmentHistoryLog
 from stratus.nimbus.scheduling.scheduler import Plan
-from stratus.zk.paths import ClusterPaths
+from stratus.zk.paths import ClusterPaths, join
 
 log = logging.getLogger(__name__)
 
@@ -56,16 +56,10 @@ class AssignmentTable:
 
     def read_all(self) -> dict[str, tuple[Assignment, int]]:
         """Every assignment with its znode version, from ZooKeeper itself (reads pipelined)."""
-        names = self._client.get_children(self._paths.assignments)
-        pending = {name: self._client.get_async(self._paths.assignment(name)) for name in names}
         found: dict[str, tuple[Assignment, int]] = {}
-        for name, result in pending.items():
+        for name, (raw, version) in read_children(self._client, self._paths.assignments).items():
             try:
-                raw, stat = result.get()
-            except NoNodeError:
-                continue  # deleted since the listing
-            try:
-                found[name] = (Assignment.model_validate_json(raw), stat.version)
+                found[name] = (Assignment.model_validate_json(raw), version)
             except ValidationError as exc:
                 error = exc.errors(include_input=False)[0]  # the input may hold secrets
                 log.warning("event=bad_assignment pipeline=%s error=%s", name, error)
@@ -136,6 +130,22 @@ class VersionedWrite:
             tx.create(self.path, self.data)
         else:
             tx.set_data(self.path, self.data, self.version)
+
+
+def read_children(client: KazooClient, parent: str) -> dict[str, tuple[bytes, int]]:
+    """Every child of ``parent`` with its data and znode version, from ZooKeeper itself: one
+    listing, then the reads of what it lists, pipelined; one deleted since the listing is
+    left out. ``NoNodeError`` when ``parent`` is missing."""
+    names = client.get_children(parent)
+    pending = {name: client.get_async(join(parent, name)) for name in names}
+    found: dict[str, tuple[bytes, int]] = {}
+    for name, result in pending.items():
+        try:
+            raw, stat = result.get()
+        except NoNodeError:
+            continue  # deleted since the listing
+        found[name] = (raw, stat.version)
+    return found
 
 
 def commit_in_batches(

@@ -24,7 +24,11 @@ from pydantic import ValidationError
 
 from stratus.api.standby_workers import StandbyWorkerPlacement
 from stratus.coordination.leadership import Leadership
-from stratus.nimbus.scheduling.assignments import VersionedWrite, commit_in_batches
+from stratus.nimbus.scheduling.assignments import (
+    VersionedWrite,
+    commit_in_batches,
+    read_children,
+)
 from stratus.nimbus.scheduling.standby_plan import StandbyPlan, StandbyWriteKind
 from stratus.zk.paths import ClusterPaths
 
@@ -53,22 +57,17 @@ class StandbyWorkerTable:
         the reads of what it lists, pipelined. One that does not decode is None (logged,
         naming the pipeline): the next write of it replaces it whole, by its version."""
         try:
-            names = self._client.get_children(self._paths.standby_workers)
+            stored = read_children(self._client, self._paths.standby_workers)
         except NoNodeError:
             return {}  # a cluster whose parents an older release made
-        pending = {name: self._client.get_async(self._paths.standby_worker(name)) for name in names}
         found: dict[str, tuple[StandbyWorkerPlacement | None, int]] = {}
-        for name, result in pending.items():
+        for name, (raw, version) in stored.items():
             try:
-                raw, stat = result.get()
-            except NoNodeError:
-                continue  # deleted since the listing
-            try:
-                found[name] = (StandbyWorkerPlacement.model_validate_json(raw), stat.version)
+                found[name] = (StandbyWorkerPlacement.model_validate_json(raw), version)
             except ValidationError as exc:
                 error = exc.errors(include_input=False)[0]  # the input may hold secrets
                 log.warning("event=bad_standby_placement pipeline=%s error=%s", name, error)
-                found[name] = (None, stat.version)
+                found[name] = (None, version)
         return found
 
     def apply(self, term: Leadership, plan: StandbyPlan, current: Placements) -> None:
