@@ -5,6 +5,7 @@ one. Pure logic: records, summaries and beats are built here, nothing touches Zo
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence, Set
+from typing import TypedDict
 
 import pytest
 
@@ -148,6 +149,22 @@ def plan(  # noqa: PLR0913 the snapshot, with the defaults of a quiet cluster
     )
 
 
+class Trouble(TypedDict):
+    dead: Set[str]
+    suspected: Set[str]
+    cordoned: Set[str]
+
+
+def in_trouble(kind: str, sid: str) -> Trouble:
+    """The round's sets with ``sid`` in the one named ``kind`` (none for "stopping", which
+    its heartbeat says)."""
+    return Trouble(
+        dead={sid} if kind == "dead" else set(),
+        suspected={sid} if kind == "suspected" else set(),
+        cordoned={sid} if kind == "cordoned" else set(),
+    )
+
+
 def where(result: StandbyPlan) -> dict[str, str | None]:
     """Each pipeline written, and the supervisor its placement names now (None: none)."""
     return {
@@ -240,24 +257,18 @@ def test_with_pacemakers_only_a_supervisor_that_sends_fast_beats_takes_one():
     active = [assignment(a, "s1")]
     assert where(plan([a], supervisors, assignments=active)) == {"a": "s3"}
     # with the ZooKeeper state store no supervisor sends fast beats, and none needs to
-    assert where(plan([a], supervisors, assignments=active, needs_beat_lease=False)) == {
-        "a": "s2"
-    }
+    assert where(plan([a], supervisors, assignments=active, needs_beat_lease=False)) == {"a": "s2"}
 
 
 @pytest.mark.parametrize("unfit", ["dead", "suspected", "cordoned", "stopping"])
 def test_a_supervisor_in_trouble_takes_none(unfit):
     a = record("a")
-    trouble = {"dead": set(), "suspected": set(), "cordoned": set()}
-    beats = [heartbeat("s2", stopping=unfit == "stopping")]
-    if unfit in trouble:
-        trouble[unfit] = {"s2"}
     result = plan(
         [a],
         [summary("s1", "h1"), summary("s2", "h2")],
         assignments=[assignment(a, "s1")],
-        heartbeats=beats,
-        **trouble,
+        heartbeats=[heartbeat("s2", stopping=unfit == "stopping")],
+        **in_trouble(unfit, "s2"),
     )
     write = only(result)
     assert write.placement is not None and write.placement.supervisor is None
@@ -323,16 +334,13 @@ def test_a_bound_below_minus_one_is_refused_naming_the_key():
 )
 def test_a_standby_worker_leaves_a_supervisor_in_trouble(trouble, reason):
     a = record("a")
-    sets = {"dead": set(), "suspected": set(), "cordoned": set()}
-    if trouble in sets:
-        sets[trouble] = {"s2"}
     result = plan(
         [a],
         [summary("s1", "h1"), summary("s2", "h2"), summary("s3", "h3")],
         assignments=[assignment(a, "s1")],
         placements={"a": placement(a, "s2")},
         heartbeats=[heartbeat("s2", stopping=trouble == "stopping")],
-        **sets,
+        **in_trouble(trouble, "s2"),
     )
     write = only(result)
     assert (write.kind, write.reason, write.previous) == (StandbyWriteKind.MOVE, reason, "s2")
@@ -459,7 +467,10 @@ def test_a_placement_keeps_the_newest_five_refusals():
     )
     write = only(result)
     assert write.placement is not None
-    assert [r.supervisor for r in write.placement.refusals] == ["s2", *(f"old{n}" for n in range(4))]
+    assert [r.supervisor for r in write.placement.refusals] == [
+        "s2",
+        *(f"old{n}" for n in range(4)),
+    ]
 
 
 # ---------------------------------------------------------------------- rewrites, deletes

@@ -61,9 +61,10 @@ that already runs more than its slots (it came back with fewer) keeps them but g
 new. A standby worker placed on a supervisor (``reserved``) takes one of its slots too: a
 pipeline goes to a supervisor with a slot free of both first, and takes a standby worker's
 slot only when no supervisor has such a slot left (active workers first: that standby
-worker then yields, and the leader places it elsewhere, ``standby_plan``). A round costs O((P + S) log S) for P pipelines and S supervisors: the free slots are a
-heap, not a scan per pipeline; only a moved pipeline's choice of a warm worker scans the
-supervisors that report one.
+worker then yields, and the leader places it elsewhere, ``standby_plan``). A round costs
+O((P + S) log S) for P pipelines and S supervisors: the free slots are a heap, not a scan
+per pipeline; only a moved pipeline's choice of a warm worker scans the supervisors that
+report one.
 """
 
 from __future__ import annotations

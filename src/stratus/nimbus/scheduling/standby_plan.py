@@ -173,9 +173,7 @@ def plan_standby_workers(  # noqa: PLR0913 keyword-only: the snapshot a round pl
     bound = len(hot) if max_workers == -1 else max_workers
     for record in holding[bound:]:
         round_.unplace(record, StandbyWriteKind.MOVE, StandbyReason.OVER_MAX, _over(bound))
-    moving = [
-        (r, cause) for r in holding[:bound] if (cause := round_.stay_or_move(r)) is not None
-    ]
+    moving = [(r, cause) for r in holding[:bound] if (cause := round_.stay_or_move(r)) is not None]
     for record, cause in moving:
         round_.move(record, cause)
     for record in waiting:
@@ -229,7 +227,7 @@ _UNFIT = {  # why a supervisor's standby worker leaves it -> why it takes none
 class _Cluster:
     """What the round knows of the supervisors, and which may hold a standby worker."""
 
-    def __init__(  # noqa: PLR0913 the sets of the round, kept together
+    def __init__(
         self,
         supervisors: Mapping[str, SupervisorSummary],
         heartbeats: Mapping[str, SupervisorHeartbeat],
@@ -296,7 +294,7 @@ class _Cluster:
 class _Round:
     """The writes being built, and the slots and standby workers of each supervisor."""
 
-    def __init__(  # noqa: PLR0913 keyword-only: the round's snapshot
+    def __init__(
         self,
         *,
         pipelines: Mapping[str, PipelineRecord],
@@ -461,7 +459,7 @@ class _Round:
         self,
         record: PipelineRecord,
         current: StandbyWorkerPlacement | None,
-        fields: dict[str, object],
+        fields: Mapping[str, object],
     ) -> StandbyWorkerPlacement:
         """The placement written: ``current``'s (what a newer release wrote kept), or a new
         one, of the record's generation and code, placed now."""
