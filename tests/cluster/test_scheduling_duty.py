@@ -982,3 +982,33 @@ def test_a_pipeline_takes_the_slot_of_a_standby_worker_when_no_other_is_free(clu
     assert unplaced.unplaced_because == (
         "no supervisor fits: runs its active worker (1), no free slot (1)"
     )
+
+
+def test_with_no_hot_pipeline_a_round_lists_the_placements_once_and_writes_none(
+    cluster, monkeypatch
+):
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    client = cluster.coordinator.session.client
+    touched: list[str] = []
+    get_children, get_async = client.get_children, client.get_async
+
+    def listing(path: str, *args: Any, **kwargs: Any) -> Any:
+        touched.append(f"list {path}")
+        return get_children(path, *args, **kwargs)
+
+    def reading(path: str, *args: Any, **kwargs: Any) -> Any:
+        touched.append(f"read {path}")
+        return get_async(path, *args, **kwargs)
+
+    monkeypatch.setattr(client, "get_children", listing)
+    monkeypatch.setattr(client, "get_async", reading)
+    for _ in range(2):
+        cluster.round()
+
+    assert cluster.where("a") is not None
+    standby = [what for what in touched if PATHS.standby_workers in what]
+    assert standby == [f"list {PATHS.standby_workers}"] * 2  # one listing a round, no read
+    parent = client.exists(PATHS.standby_workers)
+    assert (parent.numChildren, parent.cversion) == (0, 0)  # nothing ever written

@@ -5,14 +5,14 @@ hands this module the pipelines, the assignments as that plan leaves them, what 
 the supervisors and the placements it read from ``standby-workers/``, and writes the plan
 it gets back in its fenced transactions (``standby_workers.StandbyWorkerTable``)::
 
-    plan = plan_standby_workers(
-        pipelines=records, assignments=plan.applied_to(current),
+    standby = plan_standby_workers(
+        pipelines=records, assignments=plan.applied_to(current),  # the round's plan
         supervisors=registered, heartbeats=beats,   # summaries; heartbeats (standby beats)
         cordoned={"s3"}, dead=set(), suspected=set(), stopping=set(),
         placements=placements,                      # {pipeline: placement, None: unreadable}
         max_workers=-1, needs_beat_lease=True, epoch=term.epoch, now=time.time(),
     )
-    plan.writes  # (StandbyWrite(pipeline, kind, reason, placement or None, previous), ...)
+    standby.writes  # (StandbyWrite(pipeline, kind, reason, placement or None, previous), ...)
 
 The rules, in the order a round applies them:
 
