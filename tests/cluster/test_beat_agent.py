@@ -41,9 +41,9 @@ from stratus.worker.lease_file import BEAT_LEASE_FILE, LEASE_FILE, read_lease, w
 from stratus.worker.spec import WorkerSpec
 from tests.cluster.test_adoption import SupervisorRun, adopted_after
 from tests.cluster.test_supervisor import Cluster
-from tests.cluster.test_worker import START_SECS, Worker, worker_starter
 from tests.harness.pacemaker_process import PacemakerProcess
 from tests.harness.spark_packages import blocking_package, unpack, worker_spec
+from tests.harness.worker_processes import START_SECS, Worker, WorkerProcesses
 from tests.harness.zkfixtures import kazoo_client, process_gone, wait_until
 
 pytestmark = pytest.mark.slow
@@ -255,7 +255,9 @@ def test_with_a_majority_of_pacemakers_stopped_the_hot_worker_is_killed_after_th
 @pytest.fixture
 def real_worker() -> Iterator[Callable[[WorkerSpec], Worker]]:
     """``python -m stratus.worker.main`` started as a supervisor starts it."""
-    yield from worker_starter()
+    processes = WorkerProcesses()
+    yield processes.start
+    processes.close()
 
 
 @pytest.mark.spark

@@ -55,6 +55,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
 from pydantic import ValidationError
 from pyspark.sql import SparkSession
@@ -73,7 +74,7 @@ from stratus.worker.lease_file import POLL_SECS, LeaseWatch, watch_beat_lease
 from stratus.worker.outcome import OK_EXIT, USAGE_EXIT, Outcome
 from stratus.worker.run_trail import WorkerTrail
 from stratus.worker.sdp_run import run_sdp
-from stratus.worker.spark_app import run_app
+from stratus.worker.spark_app import PreparedApp, run_app
 from stratus.worker.spec import WorkerSpec
 from stratus.worker.stop_request import StopRequest
 
@@ -82,11 +83,11 @@ log = logging.getLogger(__name__)
 
 def main(argv: list[str] | None = None) -> int:
     """Run the worker of the spec file named on the command line; the exit code."""
-    args = _parser().parse_args(argv)
-    try:
-        spec = WorkerSpec.read(args.spec)
-    except (OSError, ValidationError) as exc:
-        print(f"error: cannot use the worker spec {args.spec}: {exc}", file=sys.stderr)
+    args = worker_parser(
+        "python -m stratus.worker.main", "Run one pipeline as its supervisor's spec file says."
+    ).parse_args(argv)
+    spec = read_worker_spec(args.spec)
+    if spec is None:
         return USAGE_EXIT
     configure_worker_logging(spec)
     return run_worker(spec, stdin_fd=None if args.ignore_stdin else sys.stdin.fileno())
@@ -98,11 +99,15 @@ def run_worker(
     stdin_fd: int | None,
     stop: StopRequest | None = None,
     session: SparkSession | None = None,
+    prepared: PreparedApp | None = None,
 ) -> int:
     """Run ``spec``'s pipeline to its outcome (see the module docstring); the exit code.
 
     A warm worker (``stratus.worker.warm``) passes its own ``stop`` (it watches stdin
-    itself) and the ``session`` it started before the pipeline was handed to it."""
+    itself) and the ``session`` it started before the pipeline was handed to it. A promoted
+    standby worker (``stratus.worker.standby``) passes its ``stop``, the session it started
+    for this pipeline and what it ``prepared`` (the entry point imported): the run skips
+    those steps, and claims the checkpoint and calls the function as any worker."""
     reporter = HeartbeatReporter(spec)
     reporter.start()
     history = WorkerTrail.open(spec)
@@ -131,7 +136,7 @@ def run_worker(
         os.getpid(),
     )
     history.started()
-    outcome = _run(spec, stop, reporter, session, history)
+    outcome = _run(spec, stop, reporter, history, session=session, prepared=prepared)
     reporter.finish(outcome)
     history.stopped(outcome.state)
     log.info(
@@ -156,8 +161,10 @@ def _run(
     spec: WorkerSpec,
     stop: StopRequest,
     reporter: HeartbeatReporter,
-    session: SparkSession | None,
     history: WorkerTrail,
+    *,
+    session: SparkSession | None,
+    prepared: PreparedApp | None,
 ) -> Outcome:
     """The pipeline's outcome; a bug of the worker itself is a FAILED outcome too."""
     try:
@@ -178,7 +185,15 @@ def _run(
             origin = CheckpointOrigin.now(spec.cluster, spec.pipeline, spec.token.era)
             record_origin(spec.checkpoint_location, origin)
         if spec.kind == "app":
-            return run_app(spec, stop, reporter, session=session, history=history, fence=fence)
+            return run_app(
+                spec,
+                stop,
+                reporter,
+                session=session,
+                prepared=prepared,
+                history=history,
+                fence=fence,
+            )
         return run_sdp(spec, stop, reporter, fence=fence)
     except Exception as exc:
         traceback.print_exc()
@@ -220,7 +235,15 @@ def _exit_now_if_starting(reporter: HeartbeatReporter, history: WorkerTrail) -> 
         _exit(OK_EXIT)
 
 
-def _exit(code: int) -> None:
+def exit_with_group(code: int) -> NoReturn:
+    """Leave now, from any thread, with the rest of this worker's process group (its Spark
+    JVM): a warm worker gone before its hand-over, a standby worker stopped before its
+    promotion, have nothing to stop gracefully."""
+    _kill_the_rest_of_the_group()
+    _exit(code)
+
+
+def _exit(code: int) -> NoReturn:
     """Leave now, from any thread, without waiting for the main thread's work."""
     sys.stdout.flush()
     sys.stderr.flush()
@@ -257,11 +280,18 @@ def _kill_the_rest_of_the_group() -> None:
         kill_others_in_group()
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m stratus.worker.main",
-        description="Run one pipeline as its supervisor's spec file says.",
-    )
+def read_worker_spec(path: Path) -> WorkerSpec | None:
+    """The spec in ``path``; None, the error on stderr, if it is missing or invalid."""
+    try:
+        return WorkerSpec.read(path)
+    except (OSError, ValidationError) as exc:
+        print(f"error: cannot use the worker spec {path}: {exc}", file=sys.stderr)
+        return None
+
+
+def worker_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The command line of a process started on a spec file: the file, ``--ignore-stdin``."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("spec", type=Path, help="the WorkerSpec file (spec.json)")
     parser.add_argument(
         "--ignore-stdin",
