@@ -330,7 +330,12 @@ class ControlLoop:
         if self._last_read is not None and not self._shutdown_posted.is_set():
             held = (w for w in self.workers.values() if w.alive or not w.retiring)
             hot = self._hot_assigned or any(_hot(w.assignment) for w in held)
-            beats.keep((self._lease.state is LeaseState.HELD or None) if hot else False)
+            if not hot:
+                beats.keep(False)
+            elif self._lease.state is LeaseState.HELD:
+                beats.keep(True)
+            else:  # start none without a lease; one running exits once the lease file ended
+                beats.keep(None)
         change = beats.observe(now)
         if change is BeatChange.REGAINED:
             log.info("event=beat_lease_held supervisor=%s action=read_assignments", self.supervisor)
