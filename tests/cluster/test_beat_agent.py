@@ -3,11 +3,12 @@
 The agent is the real process (``python -m stratus.supervisor.beat_agent``), started by the
 supervisor's own keeper or by a real supervisor; the hot worker is a small stand-in process
 that watches the beat lease with the worker's own code (``watch_beat_lease``), so Spark
-stays out. Pacemakers are stopped with SIGSTOP (a host that answers nothing). What is
-proved: the beat lease keeps ahead of now while a majority of the pacemakers answers; with
-a majority stopped it ends, and the hot worker is SIGKILLed after it ended, never before; a
-supervisor stopped with SIGTERM and started again adopts its agent, and the beat lease of its
-hot worker never lapses meanwhile. No timing is asserted: conditions are awaited.
+stays out but for one test of the real worker. Pacemakers are stopped with SIGSTOP (a host
+that answers nothing). What is proved: the beat lease keeps ahead of now while a majority
+of the pacemakers answers; with a majority stopped it ends, and the hot worker is SIGKILLed
+after it ended, never before; a supervisor stopped with SIGTERM and started again adopts
+its agent, and the beat lease of its hot worker never lapses meanwhile; the agent stops
+once no hot worker is left. No timing is asserted: conditions are awaited.
 """
 
 from __future__ import annotations
@@ -390,6 +391,9 @@ def test_a_supervisor_restarted_adopts_its_beat_agent_and_the_beat_lease_never_l
         assert AgentRecord.read(local) == agent and agent.alive()  # the same process
         assert not process_gone(before.pid)
         assert not (local / "workers" / "etl" / "work" / "beat_lapsed").exists()
+
+        cluster.unassign("etl")  # no hot worker left here: no beats either
+        wait_until(lambda: not agent.alive(), WITHIN_SECS, "the agent to stop")
+        assert process_gone(before.pid)
     finally:
         run.close()
-    wait_until(lambda: not agent.alive(), WITHIN_SECS, "the agent to stop with the workers")
