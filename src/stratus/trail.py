@@ -53,7 +53,17 @@ LEADER_LOST = "leader_lost"  # nimbus: epoch, reason
 LEADER_WRITE = "leader_write"  # nimbus: epoch, started_wall, started_mono, ops
 SUBMIT_ACKNOWLEDGED = "submit_acknowledged"  # client (a test's driver): pipeline, request_id
 PROCESS_KILLED = "process_killed"  # whoever kills a process (a test, a fault injector): of_host,
-# of_pid; the victim's death, which its own trail cannot say
+# of_pid; the victim's death, which its own trail cannot say; a fault injector adds target (the
+# kind of process: supervisor, worker, nimbus...) and supervisor (the id of the victim's host's)
+PROCESS_PAUSED = "process_paused"  # a fault injector, once it continued a process it stopped:
+# of_host, of_pid, target, supervisor, secs (stopped for), began_wall, began_mono (the SIGSTOP)
+HOST_CUT = "host_cut"  # a fault injector, once it healed a host it cut off the network:
+# supervisor (the host's), secs, began_wall, began_mono
+HOST_STRESSED = "host_stressed"  # a fault injector, once it stopped loading a host's CPU and
+# disk: supervisor (the host's), secs, burners (CPU burners), cpu (stress-ng or python),
+# began_wall, began_mono
+WORKER_PROMOTED = "worker_promoted"  # the leader nimbus: pipeline, from_supervisor,
+# to_supervisor, how (fenced, floor, dead, stopped), silent_secs, floor_secs
 
 
 @dataclass(frozen=True)

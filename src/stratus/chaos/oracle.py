@@ -12,6 +12,7 @@ it; an empty list is a pass. ``docs/reliability.md`` gives the precise definitio
     check_submissions(events, final_pipelines={"p1"})  # (c) every acknowledged submit
     check_exactly_once(streaming_expected(fed), streaming_counted(rows))  # (d)
     leader_unavailability(events, bound_secs=5.0)      # (e) gaps, percentiles, bound
+    check_promotions_explained(events, clocks)         # (f) never a promotion without a failure
 
 Clocks: lines of one host are ordered by their ``mono`` time (Linux's monotonic clock is
 one clock for every process of a machine), exactly; lines of different hosts by their
@@ -35,11 +36,15 @@ from typing import Any, TypeVar
 from stratus.local.examples_io import EVENT_EPOCH, EVENT_SPACING, FLUSH_KEY, KEYS
 from stratus.trail import (
     BATCH_COMMITTED,
+    HOST_CUT,
+    HOST_STRESSED,
     LEADER_LOST,
     LEADER_WON,
     LEADER_WRITE,
     PROCESS_KILLED,
+    PROCESS_PAUSED,
     SUBMIT_ACKNOWLEDGED,
+    WORKER_PROMOTED,
     WORKER_STARTED,
     WORKER_STOPPED,
 )
@@ -273,12 +278,14 @@ class _Earliest:
         return None
 
 
-def write_began(write: Event) -> Instant:
-    """When the leader sent the write: ZooKeeper applied it between this and its line."""
+def began_at(event: Event) -> Instant:
+    """When what a line records began (``began_wall``, ``began_mono``), else the line's own
+    time: a leader's write was sent then (ZooKeeper applied it between this and its line), a
+    fault applied then (its line is written once it is undone)."""
     return Instant(
-        write.at.host,
-        float(write.get("began_wall", write.at.wall)),
-        float(write.get("began_mono", write.at.mono)),
+        event.at.host,
+        float(event.get("began_wall", event.at.wall)),
+        float(event.get("began_mono", event.at.mono)),
     )
 
 
@@ -304,7 +311,7 @@ def check_leader_writes(events: Iterable[Event], clocks: Clocks) -> list[Violati
         group, epoch, began = (
             str(write.get("group")),
             int(write.get("epoch", 0)),
-            write_began(write),
+            began_at(write),
         )
         own = terms_won.get((write.process, group, epoch), [])
         if not any(term.at.mono <= began.mono for term in own):
@@ -535,3 +542,103 @@ def pipeline_unavailability(events: Iterable[Event], bound_secs: float) -> list[
         )
         reports.append(Unavailability(f"pipeline {pipeline!r}", bound_secs, gaps))
     return reports
+
+
+# ---------------------------------------------------------------------- (f) promotions explained
+
+PLANNED_STOP = "stopped"  # a promotion's ``how`` when its supervisor was stopped on purpose
+FAULT_EVENTS = (PROCESS_KILLED, PROCESS_PAUSED, HOST_CUT, HOST_STRESSED)
+SILENCING_TARGETS = frozenset({"supervisor", "host"})  # the victims whose supervisor goes silent
+# The longest the leader may hear a supervisor's last beat after it was sent (a beat's interval,
+# a pacemaker's answer, a read's poll, with room to spare): a fault that ended this much before
+# the silence began may still be its cause.
+HEARING_LAG_SECS = 1.0
+
+
+@dataclass(frozen=True)
+class Outage:
+    """A fault of the trail that concerns a supervisor (``line``): it began at ``began``, ended
+    by its line, and kept the supervisor silent for ``secs`` (a kill: until its process is
+    started again, unbounded here; a fault that does not silence it, such as a stress or a
+    pause of its worker: zero)."""
+
+    supervisor: str
+    began: Instant
+    line: Event
+    secs: float
+
+
+def outages(events: Iterable[Event]) -> list[Outage]:
+    """The faults the trail records, with the supervisor each concerns: a kill or a pause of
+    its process or its host, a cut of its host (each silences it: ``Outage.secs``), and what
+    leaves it beating (a stress of its host, a fault of another process of its host)."""
+    return [
+        Outage(str(event.get("supervisor")), began_at(event), event, _silenced_secs(event))
+        for event in events
+        if event.name in FAULT_EVENTS and event.get("supervisor")
+    ]
+
+
+def _silenced_secs(fault: Event) -> float:
+    """How long the fault of line ``fault`` kept its supervisor silent."""
+    if fault.name == HOST_CUT:
+        return float(fault.get("secs", 0.0))
+    if fault.name == HOST_STRESSED or fault.get("target") not in SILENCING_TARGETS:
+        return 0.0
+    if fault.name == PROCESS_KILLED:
+        return math.inf
+    return float(fault.get("secs", 0.0))
+
+
+def check_promotions_explained(
+    events: Iterable[Event], clocks: Clocks, lag_secs: float = HEARING_LAG_SECS
+) -> list[Violation]:
+    """(f) Never a promotion without a failure: every ``worker_promoted`` that took a pipeline
+    off a supervisor follows a kill, a cut or a pause of that supervisor (its process or its
+    host) that kept it silent for the promotion's ``floor_secs`` at least, or was a planned
+    stop (``how: stopped``: a drain, an update). The fault began before the promotion and
+    was still going when the supervisor fell silent (``silent_secs`` before the promotion,
+    ``lag_secs`` earlier still: see ``HEARING_LAG_SECS``), as far as the clocks tell. Any
+    other promotion is a false suspicion: the failure detector acted on a silence that no
+    failure made (a loaded host, a pause shorter than the floor). Its violation holds the
+    promotion and the faults of that supervisor near it. A run without promotions passes."""
+    events = list(events)
+    by_supervisor: dict[str, list[Outage]] = defaultdict(list)
+    for outage in outages(events):
+        by_supervisor[outage.supervisor].append(outage)
+    violations = []
+    for promotion in events:
+        if promotion.name != WORKER_PROMOTED or promotion.get("how") == PLANNED_STOP:
+            continue
+        old = str(promotion.get("from_supervisor", ""))
+        floor = float(promotion.get("floor_secs", 0.0))
+        silent = float(promotion.get("silent_secs", 0.0))
+        fell_silent = _earlier(promotion.at, silent + lag_secs)
+        near = [
+            outage
+            for outage in by_supervisor.get(old, [])
+            if not clocks.before(promotion.at, outage.began)
+            and not clocks.before(outage.line.at, fell_silent)
+        ]
+        if any(outage.secs >= floor for outage in near):
+            continue
+        violations.append(
+            Violation(
+                "promotions_explained",
+                f"pipeline {promotion.get('pipeline')!r} was promoted from supervisor {old!r} "
+                f"to {promotion.get('to_supervisor')!r} at {_utc(promotion.at.wall)} (how: "
+                f"{promotion.get('how')}, silent {silent:.3f} s) with no kill, cut or pause "
+                f"of {old!r} lasting its floor of {floor:g} s: an unexplained promotion",
+                (promotion, *(outage.line for outage in near)),
+            )
+        )
+    return violations
+
+
+def _earlier(moment: Instant, secs: float) -> Instant:
+    """``moment`` less ``secs`` on both of its host's clocks."""
+    return Instant(moment.host, moment.wall - secs, moment.mono - secs)
+
+
+def _utc(wall: float) -> str:
+    return datetime.fromtimestamp(wall, UTC).isoformat(timespec="milliseconds")
