@@ -323,17 +323,25 @@ class _Round:
         )
 
     def _assignment(self, name: str, record: PipelineRecord, supervisor: str) -> Assignment:
-        return Assignment(
-            pipeline=name,
-            supervisor=supervisor,
-            epoch=self._epoch,
-            generation=record.generation,
-            digest=record.digest,
-            size_bytes=record.size_bytes,
-            blake3=record.blake3,
-            conf=assignment_conf(record),
-            assigned=self._now,
-        )
+        return assignment_of(name, record, supervisor, epoch=self._epoch, now=self._now)
+
+
+def assignment_of(
+    name: str, record: PipelineRecord, supervisor: str, *, epoch: int, now: float
+) -> Assignment:
+    """The assignment of pipeline ``name`` (``record``, as it is now) to ``supervisor``,
+    written in term ``epoch`` at wall-clock time ``now``."""
+    return Assignment(
+        pipeline=name,
+        supervisor=supervisor,
+        epoch=epoch,
+        generation=record.generation,
+        digest=record.digest,
+        size_bytes=record.size_bytes,
+        blake3=record.blake3,
+        conf=assignment_conf(record),
+        assigned=now,
+    )
 
 
 def assignment_conf(record: PipelineRecord) -> dict[str, Any]:
