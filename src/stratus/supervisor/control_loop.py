@@ -21,9 +21,15 @@ fence (``PipelineFenceOrder``) stops the named pipelines' workers only, under th
 rule, and holds each back until an assignment with a newer fencing token
 (``pipeline_fence``); the lease and the other workers stay.
 
+With the pacemaker store, the loop keeps a beat agent (``BeatKeeper``) while it holds a
+hot worker (the worker of a pipeline with a standby worker) and its lease: a hot worker
+starts only while the beat lease holds, on a read of the assignments that began after the
+beat lease was last gained, and is retired as at a fence once the beat lease has ended.
+
 Each tick: fence if the lease lapsed; apply the newest read (epoch filter, then the plan);
-step every worker; replace or remove those that stopped; keep the warm workers to the free
-slots (if any are kept); offer a heartbeat round.
+keep the beat agent, retiring the hot workers if the beat lease ended; step every worker;
+replace or remove those that stopped; keep the warm workers to the free slots (if any are
+kept); offer a heartbeat round.
 """
 
 from __future__ import annotations
@@ -46,8 +52,10 @@ from stratus.api.records import (
     SupervisorHeartbeat,
     WorkerState,
 )
+from stratus.api.standby_workers import wants_standby_worker
 from stratus.supervisor.assignment_reader import AssignmentsRead, ReadFailed
-from stratus.supervisor.heartbeat_lease import HeartbeatLease
+from stratus.supervisor.beat_keeper import BeatChange, BeatKeeper
+from stratus.supervisor.heartbeat_lease import HeartbeatLease, LeaseState
 from stratus.supervisor.heartbeat_publisher import HeartbeatRound
 from stratus.supervisor.launch_protocols import Launcher, RunningProcess
 from stratus.supervisor.loop_messages import (
@@ -59,7 +67,7 @@ from stratus.supervisor.loop_messages import (
     PipelineFenceOrder,
     Shutdown,
 )
-from stratus.supervisor.managed_worker import ManagedWorker
+from stratus.supervisor.managed_worker import ManagedWorker, Phase
 from stratus.supervisor.pipeline_fence import PipelineHolds, newest
 from stratus.supervisor.reconcile import (
     Action,
@@ -138,6 +146,7 @@ class ControlLoop:
         lease_file: Path | None = None,
         adopted: Mapping[str, Adopted] | None = None,
         runs: RunRecorder | None = None,
+        beats: BeatKeeper | None = None,
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
     ) -> None:
@@ -151,6 +160,8 @@ class ControlLoop:
         self._request_read = request_read
         self._offer = offer
         self._warm = warm
+        self._beats = beats  # the pacemaker store: hot workers run on the beat lease
+        self._hot_assigned = False  # the newest read assigns a hot pipeline here
         self._clock = clock
         self._wall = wall
         self._lease_file = lease_file
@@ -219,8 +230,11 @@ class ControlLoop:
             self._next_read = now + self._settings.reconcile_secs
             self._request_read()
         may_start = self._lease.may_start(self._last_read) and not self._shutting_down
+        hot_may_start = self._keep_beats(now)
         for worker in list(self.workers.values()):
-            worker.step(may_start=may_start and not self._shutdown_posted.is_set())
+            hot = self._beats is not None and _hot(worker.assignment)
+            allowed = may_start and (hot_may_start or not hot)
+            worker.step(may_start=allowed and not self._shutdown_posted.is_set())
         self._step_orphans(now)
         self._sweep()
         self._answer_fence_orders()
@@ -332,6 +346,41 @@ class ControlLoop:
         for worker in self.workers.values():
             if not worker.done:
                 worker.retire(StopReason.FENCED)
+
+    def _keep_beats(self, now: float) -> bool:
+        """Keep the beat agent while a hot worker is held or assigned here (started only
+        while the lease holds), none otherwise; retire every hot worker running once the beat
+        lease has ended. Whether hot workers may start on the newest read."""
+        beats = self._beats
+        if beats is None:
+            return True
+        if self._last_read is not None and not self._shutdown_posted.is_set():
+            held = (w for w in self.workers.values() if w.alive or not w.retiring)
+            hot = self._hot_assigned or any(_hot(w.assignment) for w in held)
+            if not hot:
+                beats.keep(False)
+            elif self._lease.state is LeaseState.HELD:
+                beats.keep(True)
+            else:  # start none without a lease; one running exits once the lease file ended
+                beats.keep(None)
+        change = beats.observe(now)
+        if change is BeatChange.REGAINED:
+            log.info("event=beat_lease_held supervisor=%s action=read_assignments", self.supervisor)
+            self._request_read()  # start no hot worker before a read newer than the lease
+        lapsed = [
+            worker
+            for worker in self.workers.values()
+            if _hot(worker.assignment) and worker.phase is Phase.RUNNING
+        ]
+        if lapsed and not beats.held(now):
+            log.warning(
+                "event=beat_lease_lapsed supervisor=%s pipelines=%s action=retire",
+                self.supervisor,
+                ",".join(sorted(w.pipeline for w in lapsed)),
+            )
+            for worker in lapsed:
+                worker.retire(StopReason.FENCED)
+        return beats.may_start(self._last_read)
 
     def _fence_ordered(self, order: FenceOrder) -> None:
         """A leader fences this supervisor: refuse an older term than one seen; else take
@@ -452,6 +501,7 @@ class ControlLoop:
             self.supervisor, read.assignments, self._seen_epochs
         )
         desired = self._holds.admit(desired)  # a pipeline fenced waits for a newer token
+        self._hot_assigned = any(_hot(assignment) for assignment in desired.values())
         if self._shutting_down:
             return
         held = {name: worker.held() for name, worker in self.workers.items()}
@@ -612,6 +662,8 @@ class ControlLoop:
         )
         if self._warm is not None:
             self._warm.stop()
+        if self._beats is not None:
+            self._beats.leave()
         for worker in self.workers.values():
             worker.leave()
         self._stop_orphans_now()
@@ -652,8 +704,15 @@ class ControlLoop:
                 worker.step(may_start=False)
             time.sleep(min(self._settings.tick_secs, 0.05))
         left = sorted(name for name, worker in self.workers.items() if worker.alive)
+        if self._beats is not None:  # after the hot workers' graceful stop, not before
+            self._beats.stop()
         log.info(
             "event=workers_stopped supervisor=%s still_running=%s",
             self.supervisor,
             ",".join(left) or "-",
         )
+
+
+def _hot(assignment: Assignment) -> bool:
+    """Whether ``assignment``'s worker is a hot worker: its pipeline has a standby worker."""
+    return wants_standby_worker(assignment.conf)

@@ -64,6 +64,7 @@ from stratus.errors import StratusError
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.supervisor.assignment_reader import AssignmentReader
+from stratus.supervisor.beat_keeper import beat_keeper
 from stratus.supervisor.code_cache import CodeCache
 from stratus.supervisor.control_loop import SHUTDOWN_MARGIN_SECS, ControlLoop
 from stratus.supervisor.endpoint import Fencing, SupervisorEndpoint, WorkerLog, check_reachable
@@ -386,6 +387,7 @@ class Supervisor:
             endpoint_tls=endpoint.tls if endpoint is not None else False,
             zookeeper_outage=outage["mode"],
             ride_unavailable=outage["unavailable"],
+            beat_lease=self.settings.beat.advertised() if self.settings.beat else None,
         )
         self.registration = SupervisorRegistration(
             self.session.client,
@@ -474,6 +476,7 @@ class Supervisor:
             lease_file=settings.spec.lease_path,
             adopted=adopted,
             runs=self.runs,
+            beats=beat_keeper(settings),
             clock=self._clock,
             wall=self._wall,
         )
