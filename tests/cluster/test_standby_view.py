@@ -12,7 +12,10 @@ What is proved, on every nimbus and through the CLI: a hot pipeline with no othe
 than its active worker's has none, and says why; placed on ``s-b``, it shows ``s-b``'s host,
 then READY, since when and its memory, as ``s-b`` reports it; ``s-b``'s refusal moves it
 away, kept as a refusal whose reason is redacted; ``stratus list -o wide`` and ``stratus
-cluster`` show it, and ``GET /api/v1/supervisors`` the registration's beat lease.
+cluster`` show it, and ``GET /api/v1/supervisors`` the registration's beat lease. Then, in
+a real browser, the web UI shows the same on a standby nimbus's pages.
+
+The tests share one cluster, in this order: the browser's starts where the first ends.
 """
 
 from __future__ import annotations
@@ -42,9 +45,12 @@ from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.server import ZooKeeperServer
+from tests.harness.browser import VIEWPORT, chromium, require_chromium
 from tests.harness.nimbus_cluster import NimbusCluster, nimbus_cluster
 from tests.harness.package_factory import valid_package
 from tests.harness.zkfixtures import kazoo_client, wait_until
+
+pytestmark = pytest.mark.xdist_group("standby-view")
 
 WAIT_SECS = 30.0
 SECRET = "hunter2-not-for-eyes"
@@ -167,10 +173,10 @@ def test_a_standby_worker_as_every_nimbus_and_the_cli_show_it(stand):
     assert f"standby worker: s-b (h2) READY since {when(since)}, 702.0 MiB" in status
 
     listed = rows(cli(stand, "list", "-o", "wide"), "pipelines")
-    column = listed[0].index("standby")
+    column = listed[0].index("standby worker")
     assert {row[0]: row[column] for row in listed[1:]} == {"orders": "s-b READY", "plain": "-"}
     supervisors = rows(cli(stand, "cluster"), "supervisors")
-    column = supervisors[0].index("standby")
+    column = supervisors[0].index("standby workers")
     assert {row[0]: row[column] for row in supervisors[1:]} == {"s-a": "-", "s-b": "1 (702.0 MiB)"}
     for nimbus in stand.nimbuses.nimbuses:
         answer = httpx.get(f"{nimbus.url}/api/v1/supervisors").content
@@ -196,6 +202,27 @@ def test_a_standby_worker_as_every_nimbus_and_the_cli_show_it(stand):
     assert SECRET not in status
     assert "standby worker refused by s-b at " in status
     assert "refused it in the last 10 min (1)" in status
+
+
+@pytest.mark.browser
+def test_the_web_ui_shows_the_standby_worker_and_each_supervisors_standby_workers(stand):
+    # where the first test left it: unplaced, refused by s-b, which still registers one
+    await_every_nimbus(stand, "orders", lambda s: s is not None and s.refusals, "refused")
+    leader = stand.nimbuses.wait_for_agreed_leader()
+    standby = next(n for n in stand.nimbuses.nimbuses if n.address != leader)
+    with chromium(require_chromium()) as browser:
+        context = browser.new_context(viewport=VIEWPORT)
+        context.set_default_timeout(WAIT_SECS * 1000)
+        page = context.new_page()
+        page.goto(f"{standby.url}/#/pipelines/orders")
+        shown = page.wait_for_selector("p#standby-worker")
+        assert shown.inner_text().startswith("none: no supervisor fits: runs its active worker")
+        page.wait_for_selector("#standby-refusals td:text-is('s-b')")
+        assert SECRET not in page.content()
+        page.goto(f"{standby.url}/#/")
+        row = page.wait_for_selector("#supervisors tr:has(td:text-is('s-b'))")
+        assert row.query_selector("td.standby").inner_text() == "1 (702 MiB)"
+        context.close()
 
 
 def heartbeat(sid: str, *beats: StandbyWorkerBeat) -> SupervisorHeartbeat:

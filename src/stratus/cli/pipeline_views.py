@@ -113,11 +113,11 @@ def pipeline_columns(
         Column("submitted", lambda r: when(r.submitted)),
         Column("epoch", lambda r: str(r.epoch)),
         Column("supervisor", lambda r: where.get(r.name, "-"), wide=True),
-        Column("standby", lambda r: standby.get(r.name, "-"), wide=True),
         Column("version", lambda r: str(r.version), wide=True),
         Column("rebalances", lambda r: str(r.rebalances), wide=True),
         Column("replication", lambda r: f"{r.replication}/{r.replication_required}", wide=True),
         Column("updated", lambda r: when(r.updated), wide=True),
+        Column("standby worker", lambda r: standby.get(r.name, "-"), wide=True),
     ]
 
 
