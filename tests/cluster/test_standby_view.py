@@ -198,10 +198,10 @@ def test_a_standby_worker_as_every_nimbus_and_the_cli_show_it(stand):
         assert shown.refusals[0].supervisor == "s-b"
         assert shown.refusals[0].reason.startswith("refused: cannot start")
         assert SECRET not in workers.model_dump_json()
-    status = cli(stand, "status", "orders")
-    assert SECRET not in status
-    assert "standby worker refused by s-b at " in status
-    assert "refused it in the last 10 min (1)" in status
+    printed = cli(stand, "status", "orders")
+    assert SECRET not in printed
+    assert "standby worker refused by s-b at " in printed
+    assert "refused it in the last 10 min (1)" in printed
 
 
 @pytest.mark.browser

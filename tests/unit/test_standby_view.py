@@ -39,7 +39,7 @@ from stratus.cli.cluster_view import print_cluster
 from stratus.cli.main import main
 from stratus.cli.output import when
 from stratus.nimbus.scheduling.placement import standby_worker_view
-from tests.unit.test_client_unit import A, Cluster, Nimbus, ok, record
+from tests.unit.test_client_unit import A, Answer, Cluster, Nimbus, ok, record
 
 SEEDS = ["-c", f"nimbus.seeds={A}", "-c", "client.retry.deadline.secs=0.05"]
 SINCE = 1_700_000_100.0
@@ -97,9 +97,10 @@ def workers(name: str, standby: StandbyWorkerView | None) -> PipelineWorkers:
 
 def status_lines(standby: StandbyWorkerView | None, conf: dict[str, Any]) -> list[str]:
     cluster = Cluster()
-    answers = [ok(record("orders", conf=conf)), ok(workers("orders", standby))]
+    answers: list[Answer] = [ok(record("orders", conf=conf)), ok(workers("orders", standby))]
     cluster.nimbuses[A] = Nimbus(answers=answers)
-    return run(cluster, "status", "orders").splitlines()
+    output: str = run(cluster, "status", "orders")
+    return output.splitlines()
 
 
 # ---------------------------------------------------------------------- stratus status
