@@ -1,7 +1,7 @@
 """What ``stratus list`` and ``stratus status`` show of pipelines, in every ``-o`` format.
 
 A pipeline's row and its workers' rows are ``Column`` lists (``output.py``): the table, and
-under ``-o wide`` more columns after those (where it runs, its standby worker, its version,
+under ``-o wide`` more columns after those (where it runs, its version, its standby worker,
 its workers' epoch, generation and pid); ``stratus status`` adds a line for the standby
 worker of a pipeline that wants one; ``-o json`` and ``-o yaml`` are the API's records,
 secrets redacted even if the nimbus that answered did not redact them::

@@ -52,57 +52,43 @@ class Placement:
 
     def of(self, name: str) -> PipelineWorkers:
         """Where ``name`` runs, or UnavailableError when a store is unreachable."""
-        placements = self._placements()
+        standby = self._standby_reader()
         with _unavailable_as_api_error():
             assignment = self._assignments.read(name)
             beats = self._board.workers().get(name, {})
-            supervisor_beats = self._supervisor_beats_for(placements.get(name))
+            standby.read_beats(name)
         return PipelineWorkers(
             pipeline=name,
             assignment=assignment,
             workers=[beat for _, beat in sorted(beats.items())],
-            standby_worker=self._standby_worker(name, placements.get(name), supervisor_beats),
+            standby_worker=standby.of(name),
         )
 
     def everywhere(self) -> dict[str, PipelineWorkers]:
         """Every pipeline's placement (those with an assignment, a worker heartbeat or a
         standby worker's placement), in one read of each store (the web UI's overview)."""
-        placements = self._placements()
+        standby = self._standby_reader()
         with _unavailable_as_api_error():
             assignments = self._assignments.read_all()
             beats = self._board.workers()
-            supervisor_beats = self._supervisor_beats_for(*placements.values())
+            standby.read_beats(*standby.placements)
         return {
             name: PipelineWorkers(
                 pipeline=name,
                 assignment=assignments[name][0] if name in assignments else None,
                 workers=[beat for _, beat in sorted(beats.get(name, {}).items())],
-                standby_worker=self._standby_worker(name, placements.get(name), supervisor_beats),
+                standby_worker=standby.of(name),
             )
-            for name in sorted(set(assignments) | set(beats) | set(placements))
+            for name in sorted(set(assignments) | set(beats) | set(standby.placements))
         }
 
-    def _placements(self) -> dict[str, StandbyWorkerPlacement]:
-        return self._view.standby_workers() if self._view is not None else {}
-
-    def _supervisor_beats_for(
-        self, *placements: StandbyWorkerPlacement | None
-    ) -> dict[str, SupervisorHeartbeat]:
-        """The supervisors' heartbeats, read only when a placement names a supervisor."""
-        if any(p is not None and p.supervisor is not None for p in placements):
-            return self._board.supervisors()
-        return {}
-
-    def _standby_worker(
-        self,
-        name: str,
-        placement: StandbyWorkerPlacement | None,
-        beats: Mapping[str, SupervisorHeartbeat],
-    ) -> StandbyWorkerView | None:
+    def _standby_reader(self) -> _StandbyReader:
         if self._view is None:
-            return None
-        record = self._view.pipelines().get(name)
-        return standby_worker_view(record, placement, beats, self._view.supervisors())
+            return _StandbyReader(self._board, {}, {}, {}, shown=False)
+        view = self._view
+        return _StandbyReader(
+            self._board, view.standby_workers(), view.pipelines(), view.supervisors(), shown=True
+        )
 
     def assignments(self) -> dict[str, Assignment]:
         """Every assignment, by pipeline."""
@@ -113,6 +99,41 @@ class Placement:
         """Every supervisor's last heartbeat, by id."""
         with _unavailable_as_api_error():
             return self._board.supervisors()
+
+
+class _StandbyReader:
+    """One read's standby workers: the view's snapshot, and the supervisors' heartbeats,
+    read only when a placement names a supervisor."""
+
+    def __init__(
+        self,
+        board: HeartbeatBoard,
+        placements: Mapping[str, StandbyWorkerPlacement],
+        records: Mapping[str, PipelineRecord],
+        registered: Mapping[str, SupervisorSummary],
+        *,
+        shown: bool,
+    ) -> None:
+        self._board = board
+        self.placements = placements
+        self._records = records
+        self._registered = registered
+        self._shown = shown
+        self._beats: dict[str, SupervisorHeartbeat] = {}
+
+    def read_beats(self, *pipelines: str) -> None:
+        """Read the supervisors' heartbeats if a placement of ``pipelines`` names one."""
+        named = (self.placements.get(name) for name in pipelines)
+        if any(p is not None and p.supervisor is not None for p in named):
+            self._beats = self._board.supervisors()
+
+    def of(self, name: str) -> StandbyWorkerView | None:
+        if not self._shown:
+            return None
+        placement = self.placements.get(name)
+        return standby_worker_view(
+            self._records.get(name), placement, self._beats, self._registered
+        )
 
 
 def standby_worker_view(
