@@ -38,7 +38,7 @@ from pydantic import (
 
 from stratus.api.names import PipelineName
 from stratus.api.record_base import RewrittenRecord, StoredRecord
-from stratus.api.standby_workers import BeatLease, StandbyWorkerBeat
+from stratus.api.standby_workers import BeatLease, StandbyWorkerBeat, StandbyWorkerView
 from stratus.cluster_names import cluster_root
 
 
@@ -718,6 +718,12 @@ class PipelineWorkers(BaseModel):
     pipeline: str
     assignment: Assignment | None
     workers: list[WorkerHeartbeat]
+    standby_worker: StandbyWorkerView | None = Field(
+        default=None,
+        description="its standby worker: where the leader placed it (or why nowhere) and what "
+        "that supervisor reports of it; null: the pipeline does not want one "
+        "(pipeline.standby: none)",
+    )
 
     def on_assigned(self) -> WorkerHeartbeat | None:
         """The heartbeat of the worker on the supervisor the pipeline is assigned to, if any."""
