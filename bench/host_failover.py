@@ -49,7 +49,7 @@ Rows (``--rows``), each on a cluster of its own:
 Needs root and ``ip`` (iproute2), Java and Spark::
 
     .venv/bin/python bench/host_failover.py                  # 3 rounds of cold and of warm
-    .venv/bin/python bench/host_failover.py --rows warm --rounds 10 --json out.json
+    .venv/bin/python bench/host_failover.py --rows warm --rounds 10 --json out.json --keep
     .venv/bin/python bench/host_failover.py --quick --rows cold    # 1 round: a smoke run
 
 The exit code is 0 even when a target is missed (benchmarks never fail the build); it is 1
@@ -124,7 +124,7 @@ from stratus.chaos.oracle import (
 )
 from stratus.client import NimbusClient
 from stratus.errors import StratusError
-from stratus.local.cluster import pacemaker_options
+from stratus.local.cluster import PULSE_TTL_SECS, pacemaker_options
 from stratus.local.examples_io import Feeder, read_rows, window_count_total
 from stratus.local.processes import PacemakerProcess, stop_all
 from stratus.trail import (
@@ -233,7 +233,8 @@ class FailoverHosts(Started):
         }
         self.pacemakers = {
             name: PacemakerProcess(
-                options(pacemaker_auth),
+                # pulses outlive the leader's timeouts, as its clients check
+                options({**pacemaker_auth, "pacemaker.pulse.ttl.secs": PULSE_TTL_SECS}),
                 port=PACEMAKER_PORT,
                 log_dir=workdir,
                 host=hosts[name].address,
@@ -581,8 +582,9 @@ class RowResult:
 
 
 @contextlib.contextmanager
-def row_cluster(row: Row, console: Console) -> Iterator[FailoverHosts]:
-    """The row's cluster on three new hosts; its logs kept when something fails."""
+def row_cluster(row: Row, console: Console, *, keep: bool) -> Iterator[FailoverHosts]:
+    """The row's cluster on three new hosts; its logs and trails kept when something fails,
+    or when asked (``keep``)."""
     workdir = Path(tempfile.mkdtemp(prefix=f"stratus-bench-host-failover-{row.name}-"))
     console.rule(f"{row.name}: {row.what}")
     try:
@@ -595,12 +597,15 @@ def row_cluster(row: Row, console: Console) -> Iterator[FailoverHosts]:
             yield cluster
     except (StratusError, BenchError, AssertionError, OSError, RuntimeError) as exc:
         raise BenchError(f"{row.name}: {exc} (logs kept in {workdir})") from exc
-    shutil.rmtree(workdir, ignore_errors=True)
+    if keep:
+        console.print(f"{row.name}: logs and trails kept in {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
-def run_row(row: Row, rounds: int, console: Console) -> RowResult:
+def run_row(row: Row, rounds: int, console: Console, *, keep: bool = False) -> RowResult:
     """Submit the pipeline on the row's cluster, kill ``rounds`` hosts, then check the run."""
-    with row_cluster(row, console) as cluster:
+    with row_cluster(row, console, keep=keep) as cluster:
         driver = TrailRecorder.open(cluster.history_file("driver"), Actor("client", "bench"))
         trail = TrailTail(cluster.history_files)
         output = cluster.shared / "output"
@@ -759,6 +764,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="hosts killed per row")
     parser.add_argument("--quick", action="store_true", help="one round per row: a smoke run")
     parser.add_argument("--json", type=Path, help="also write every round to this file")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep every row's logs and trails (a temp directory)"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds = 1
@@ -790,7 +798,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name in args.rows:
             if ROWS[name].built:
-                results.append(run_row(ROWS[name], args.rounds, console))
+                results.append(run_row(ROWS[name], args.rounds, console, keep=args.keep))
     except BenchError as exc:
         console.print(f"[bold red]benchmark failed:[/] {exc}")
         return 1
