@@ -514,8 +514,14 @@ def kill_round(
     victim, leader = wait_steady(cluster, client, trail, row)
     began = time.monotonic()
     killed = cluster.kill_host(victim)
-    for pid in killed:
-        driver.record(PROCESS_KILLED, of_host=socket.gethostname(), of_pid=pid, on_host=victim)
+    for pid in killed:  # as a fault injector records a host's death: its supervisor's id
+        driver.record(
+            PROCESS_KILLED,
+            of_host=socket.gethostname(),
+            of_pid=pid,
+            target="host",
+            supervisor=victim,
+        )
     found: list[Event] = []
 
     def committed_elsewhere() -> bool:
