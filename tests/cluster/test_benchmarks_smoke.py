@@ -6,6 +6,7 @@ Only that it runs and prints its verdicts is checked here: timings are never ass
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from tests.harness.netns_hosts import unavailable
 pytestmark = pytest.mark.slow
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
+HOST_FAILOVER_SMOKE = "STRATUS_HOST_FAILOVER_SMOKE"
 
 
 @pytest.mark.parametrize(
@@ -51,6 +53,10 @@ def test_the_benchmark_runs_in_its_quick_mode(script, args, expected, tmp_path):
 @pytest.mark.spark
 @pytest.mark.timeout(1500)
 def test_the_host_failover_benchmark_runs_one_round_in_its_quick_mode(tmp_path):
+    if not os.environ.get(HOST_FAILOVER_SMOKE):
+        # Three hosts and a cold Spark move: two to four minutes of both cores, more than the
+        # whole suite's budget allows; `make bench-host-failover-smoke` runs it.
+        pytest.skip(f"set {HOST_FAILOVER_SMOKE}=1 (make bench-host-failover-smoke) to run it")
     reason = unavailable()
     if reason is not None:
         pytest.skip(f"no hosts of network namespaces here: {reason}")
