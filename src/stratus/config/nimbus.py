@@ -350,6 +350,15 @@ class NimbusSection(Section):
         description="the leader moves a pipeline elsewhere once it has seen no heartbeat of "
         "its worker for this long",
     )
+    nimbus_standby_workers_max: int = Field(
+        default=-1,
+        ge=-1,
+        alias="nimbus.standby.workers.max",
+        description="most standby workers the leader places in the whole cluster, one per "
+        "pipeline with pipeline.standby: hot, the oldest submits first (each takes a slot "
+        "and the memory of a Spark driver on its supervisor); a hot pipeline past it runs "
+        "without one and its placement says so; 0: none; -1: no bound",
+    )
 
     nimbus_detector_threshold: float = Field(
         default=8.0,

@@ -72,6 +72,7 @@ from stratus.nimbus.scheduling.pipeline_metrics import ObservedRound, PipelineMe
 from stratus.nimbus.scheduling.pipeline_series import PipelineSeriesStore
 from stratus.nimbus.scheduling.placement import Placement
 from stratus.nimbus.scheduling.series_sampler import SeriesSampler
+from stratus.nimbus.scheduling.standby_workers import StandbyWorkerTable
 from stratus.nimbus.scheduling.supervisor_fencing import SupervisorFencing
 from stratus.nimbus.service import NimbusService
 from stratus.nimbus.settings import HAMode, NimbusSettings
@@ -317,7 +318,7 @@ class Nimbus:
             view=self.view,
             ops=ops,
             submitter=submitter,
-            placement=Placement(assignments, board),
+            placement=Placement(assignments, board, self.view),
             leadership=self.controller.accepted_term,
             on_change=self._pipeline_changed,
             wall=self._wall,
@@ -376,6 +377,7 @@ class Nimbus:
             fencing=self._supervisor_fencing(),
             cordons=cordons,
             drains=drains,
+            standby=StandbyWorkerTable(self.session.client, self.paths),
         )
         purges = CarryOutPurges(
             PurgeOrders(self.session.client, self.paths),

@@ -92,6 +92,16 @@ class FencingSettings:
 
 
 @dataclass(frozen=True)
+class StandbySettings:
+    """Where the leader may place standby workers (``docs/standby-workers.md``)."""
+
+    max_workers: int = -1  # nimbus.standby.workers.max: in the whole cluster; -1: no bound
+    # cluster.state.store is pacemaker: a standby worker goes only to a supervisor that sends
+    # fast beats (it advertises a beat lease); with zookeeper none does, and none needs to
+    needs_beat_lease: bool = True
+
+
+@dataclass(frozen=True)
 class SchedulingSettings:
     """When the scheduling duty judges a supervisor dead or a worker silent."""
 
@@ -103,6 +113,7 @@ class SchedulingSettings:
     blind_after_reconnect: bool = False
     # pipeline.update.rollback and pipeline.update.rollback.crashes
     rollback: RollbackPolicy = field(default_factory=RollbackPolicy)
+    standby: StandbySettings = field(default_factory=StandbySettings)
 
 
 @dataclass(frozen=True)
@@ -242,6 +253,10 @@ class NimbusSettings:
                 rollback=RollbackPolicy(
                     enabled=conf.pipeline_update_rollback,
                     crashes=conf.pipeline_update_rollback_crashes,
+                ),
+                standby=StandbySettings(
+                    max_workers=conf.nimbus_standby_workers_max,
+                    needs_beat_lease=conf.cluster_state_store != "zookeeper",
                 ),
             ),
             fencing=_fencing(conf),

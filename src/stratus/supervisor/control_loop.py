@@ -16,12 +16,21 @@ unreachable, and fencing happens on time::
 A leader's fence (``FenceOrder``, posted by the endpoint) takes the lease away and stops
 every worker as a lapse does; the order is answered once no worker process is left, or
 refused at once when its epoch is older than the newest this supervisor has seen (an
-assignment's, or an earlier fence's): a deposed leader stops nothing.
+assignment's, or an earlier fence's): a deposed leader stops nothing. A leader's pipeline
+fence (``PipelineFenceOrder``) stops the named pipelines' workers only, under the same epoch
+rule, and holds each back until an assignment with a newer fencing token
+(``pipeline_fence``); the lease and the other workers stay.
+
+With the pacemaker store, the loop keeps a beat agent (``BeatKeeper``) while it holds a
+hot worker (the worker of a pipeline with a standby worker) and its lease: a hot worker
+starts only while the beat lease holds, on a read of the assignments that began after the
+beat lease was last gained, and is retired as at a fence once the beat lease has ended.
 
 Each tick: fence if the lease lapsed; apply the newest read (epoch filter, then the plan);
-step every worker and standby worker; replace or remove those that stopped; keep the warm
-workers to the free slots (if any are kept) within the spare budget the standby workers
-take first; offer a heartbeat round.
+keep the beat agent, retiring the hot workers if the beat lease ended; step every worker
+and standby worker; replace or remove those that stopped; keep the warm workers to the free
+slots (if any are kept) within the spare budget the standby workers take first; offer a
+heartbeat round.
 
 The standby workers placed here (``standby_worker``) come with the same read; a PROMOTE
 hands a READY one's process to a new ``ManagedWorker`` as the pipeline's worker.
@@ -41,11 +50,19 @@ from pathlib import Path
 from typing import Protocol
 
 from stratus.api.clock import Clock
-from stratus.api.records import Assignment, RunOutcome, SupervisorHeartbeat, WorkerState
-from stratus.api.standby_workers import StandbyWorkerPlacement
+from stratus.api.echo import clip
+from stratus.api.records import (
+    Assignment,
+    FencingToken,
+    RunOutcome,
+    SupervisorHeartbeat,
+    WorkerState,
+)
+from stratus.api.standby_workers import StandbyWorkerPlacement, wants_standby_worker
 from stratus.errors import StratusError
 from stratus.supervisor.assignment_reader import AssignmentsRead, ReadFailed
-from stratus.supervisor.heartbeat_lease import HeartbeatLease
+from stratus.supervisor.beat_keeper import BeatChange, BeatKeeper
+from stratus.supervisor.heartbeat_lease import HeartbeatLease, LeaseState
 from stratus.supervisor.heartbeat_publisher import HeartbeatRound
 from stratus.supervisor.launch_protocols import Launcher, RunningProcess
 from stratus.supervisor.loop_messages import (
@@ -54,9 +71,11 @@ from stratus.supervisor.loop_messages import (
     HeartbeatWritten,
     Message,
     OutageProven,
+    PipelineFenceOrder,
     Shutdown,
 )
-from stratus.supervisor.managed_worker import ManagedWorker
+from stratus.supervisor.managed_worker import ManagedWorker, Phase
+from stratus.supervisor.pipeline_fence import PipelineHolds, newest
 from stratus.supervisor.reconcile import (
     Action,
     ActionKind,
@@ -96,6 +115,15 @@ class _Orphan:
     run: int | None = None
     outcome: RunOutcome | None = None
     killed: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class _PipelineFence:
+    """A pipeline fence obeyed: answered once these workers and orphans are gone."""
+
+    order: PipelineFenceOrder
+    workers: tuple[ManagedWorker, ...]
+    orphans: tuple[_Orphan, ...]
 
 
 class CodeLauncher(Launcher, StandbyLauncher, Protocol):
@@ -141,6 +169,7 @@ class ControlLoop:
         lease_file: Path | None = None,
         adopted: Mapping[str, Adopted] | None = None,
         runs: RunRecorder | None = None,
+        beats: BeatKeeper | None = None,
         standby: StandbyWorkers | None = None,
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
@@ -155,6 +184,9 @@ class ControlLoop:
         self._request_read = request_read
         self._offer = offer
         self._warm = warm
+        self._beats = beats  # the pacemaker store: hot workers run on the beat lease
+        self._hot_assigned = False  # the newest read assigns a hot pipeline here
+        self._hot_may_start = False  # the last tick's: hot workers may start (or be promoted)
         self._clock = clock
         self._wall = wall
         self._lease_file = lease_file
@@ -171,6 +203,8 @@ class ControlLoop:
         self._shutdown_posted = threading.Event()  # any thread: start nothing more
         self._fence_epoch = 0  # the newest epoch of a leader's fence obeyed
         self._fence_orders: list[FenceOrder] = []  # obeyed, waiting for the workers' exits
+        self._pipeline_fences: list[_PipelineFence] = []  # obeyed, waiting for those exits
+        self._holds = PipelineHolds(supervisor)  # pipelines fenced: held till a newer token
         # left running by a previous supervisor: adopted by the first reconcile, or stopped
         self._adoptable: dict[str, Adopted] = dict(adopted or {})
         self._orphans: list[_Orphan] = []
@@ -212,6 +246,7 @@ class ControlLoop:
         else:
             self._leave_all()
         self._answer_fence_orders()
+        self._answer_pipeline_fences()
 
     def tick(self) -> None:
         """One round of the loop (messages already applied)."""
@@ -223,8 +258,11 @@ class ControlLoop:
             self._next_read = now + self._settings.reconcile_secs
             self._request_read()
         may_start = self._lease.may_start(self._last_read) and not self._shutting_down
+        hot_may_start = self._hot_may_start = self._keep_beats(now)
         for worker in list(self.workers.values()):
-            worker.step(may_start=may_start and not self._shutdown_posted.is_set())
+            hot = self._beats is not None and _hot(worker.assignment)
+            allowed = may_start and (hot_may_start or not hot)
+            worker.step(may_start=allowed and not self._shutdown_posted.is_set())
         standby_gone = len(self.standby.workers)
         self.standby.step(may_start=may_start and not self._shutdown_posted.is_set())
         if len(self.standby.workers) < standby_gone and self._waiting:
@@ -232,6 +270,7 @@ class ControlLoop:
         self._step_orphans(now)
         self._sweep()
         self._answer_fence_orders()
+        self._answer_pipeline_fences()
         round_ = self.heartbeat_round()
         if self._warm is not None and not self._shutdown_posted.is_set():
             self._warm.keep(
@@ -303,6 +342,8 @@ class ControlLoop:
             self._lease.outage_proven(probe_started=message.started, now=self._clock())
         elif isinstance(message, FenceOrder):
             self._fence_ordered(message)
+        elif isinstance(message, PipelineFenceOrder):
+            self._fence_pipelines(message)
         else:
             self._shutting_down = True
             self._stop_workers = message.workers
@@ -351,10 +392,45 @@ class ControlLoop:
         for standby in self.standby:
             standby.stop()
 
+    def _keep_beats(self, now: float) -> bool:
+        """Keep the beat agent while a hot worker is held or assigned here (started only
+        while the lease holds), none otherwise; retire every hot worker running once the beat
+        lease has ended. Whether hot workers may start on the newest read."""
+        beats = self._beats
+        if beats is None:
+            return True
+        if self._last_read is not None and not self._shutdown_posted.is_set():
+            held = (w for w in self.workers.values() if w.alive or not w.retiring)
+            hot = self._hot_assigned or any(_hot(w.assignment) for w in held)
+            if not hot:
+                beats.keep(False)
+            elif self._lease.state is LeaseState.HELD:
+                beats.keep(True)
+            else:  # start none without a lease; one running exits once the lease file ended
+                beats.keep(None)
+        change = beats.observe(now)
+        if change is BeatChange.REGAINED:
+            log.info("event=beat_lease_held supervisor=%s action=read_assignments", self.supervisor)
+            self._request_read()  # start no hot worker before a read newer than the lease
+        lapsed = [
+            worker
+            for worker in self.workers.values()
+            if _hot(worker.assignment) and worker.phase is Phase.RUNNING
+        ]
+        if lapsed and not beats.held(now):
+            log.warning(
+                "event=beat_lease_lapsed supervisor=%s pipelines=%s action=retire",
+                self.supervisor,
+                ",".join(sorted(w.pipeline for w in lapsed)),
+            )
+            for worker in lapsed:
+                worker.retire(StopReason.FENCED)
+        return beats.may_start(self._last_read)
+
     def _fence_ordered(self, order: FenceOrder) -> None:
         """A leader fences this supervisor: refuse an older term than one seen; else take
         the lease away and stop every worker, answering once none is left."""
-        newest = max([self._fence_epoch, *self._seen_epochs.values()])
+        newest = self._newest_epoch()
         if order.epoch < newest:
             log.warning(
                 "event=fence_refused supervisor=%s epoch=%d seen_epoch=%d reason=stale_epoch",
@@ -380,12 +456,77 @@ class ControlLoop:
         self._stop_standby_workers()
         self._fence_orders.append(order)
 
+    def _newest_epoch(self) -> int:
+        """The newest epoch this supervisor has seen: an assignment's or a fence's."""
+        return max([self._fence_epoch, *self._seen_epochs.values()])
+
     def _answer_fence_orders(self) -> None:
         """Answer the fences obeyed once no worker process is left."""
         if self._fence_orders and not any(w.alive for w in self.workers.values()):
             for order in self._fence_orders:
                 order.done()
             self._fence_orders.clear()
+
+    # ------------------------------------------------------------------ a pipeline fence
+
+    def _fence_pipelines(self, order: PipelineFenceOrder) -> None:
+        """A leader fences some pipelines here, to run them elsewhere: refuse an older term
+        than one seen; else stop their workers (and those a previous supervisor left
+        running), hold each back until an assignment with a newer token, and answer once
+        their processes are gone. The lease and every other worker stay."""
+        newest_epoch = self._newest_epoch()
+        if order.epoch < newest_epoch:
+            log.warning(
+                "event=pipeline_fence_refused supervisor=%s epoch=%d seen_epoch=%d "
+                "pipelines=%s reason=stale_epoch",
+                self.supervisor,
+                order.epoch,
+                newest_epoch,
+                clip(",".join(sorted(order.pipelines))),
+            )
+            order.refuse(newest_epoch)
+            return
+        self._fence_epoch = order.epoch
+        workers: list[ManagedWorker] = []
+        orphans: list[_Orphan] = []
+        for name in sorted(order.pipelines):
+            token: FencingToken | None = None
+            worker = self.workers.get(name)
+            if worker is not None:
+                token = worker.assignment.token
+                if worker.alive:
+                    order.stopped.append(name)
+                if not worker.retiring:  # one being stopped already keeps its reason
+                    worker.retire(StopReason.FENCED)
+                workers.append(worker)
+            found = self._adoptable.pop(name, None)
+            if found is not None:  # left running by a previous supervisor, not adopted yet
+                token = newest(token, found.record.token)
+                self._orphan(found, "pipeline_fenced", RunOutcome.FENCED)
+                order.stopped.append(name)
+            orphans += [orphan for orphan in self._orphans if orphan.pipeline == name]
+            self._holds.hold(name, token)
+        log.warning(
+            "event=pipelines_fenced supervisor=%s epoch=%d pipelines=%s stopped=%s by=leader "
+            "stop_secs=%g",
+            self.supervisor,
+            order.epoch,
+            clip(",".join(sorted(order.pipelines))),
+            clip(",".join(order.stopped)) or "-",
+            self._settings.timeouts.stop_secs,
+        )
+        self._pipeline_fences.append(_PipelineFence(order, tuple(workers), tuple(orphans)))
+
+    def _answer_pipeline_fences(self) -> None:
+        """Answer each pipeline fence obeyed once the processes it stopped are gone."""
+        orphans_left = {id(orphan) for orphan in self._orphans}
+        for fence in list(self._pipeline_fences):
+            if any(w.alive for w in fence.workers) or any(
+                id(orphan) in orphans_left for orphan in fence.orphans
+            ):
+                continue
+            fence.order.done()
+            self._pipeline_fences.remove(fence)
 
     # ------------------------------------------------------------------ reconciling
 
@@ -405,6 +546,8 @@ class ControlLoop:
         desired, self._seen_epochs = assignments_for(
             self.supervisor, read.assignments, self._seen_epochs
         )
+        desired = self._holds.admit(desired)  # a pipeline fenced waits for a newer token
+        self._hot_assigned = any(_hot(assignment) for assignment in desired.values())
         placed, self._seen_placements = standby_workers_for(
             self.supervisor, read.placements, self._seen_placements
         )
@@ -462,9 +605,22 @@ class ControlLoop:
                 self.standby.workers[name] = self._new_standby(action.placement, era)
         elif action.kind is StandbyKind.STOP_STANDBY:
             self.standby.workers[name].stop()
+        elif self._waits_for_beat_lease(action.assignment):
+            # a promoted worker is a hot worker: it runs only under a held beat lease, and
+            # the beat agent is kept from this read on; its regain asks for the next read
+            log.info(
+                "event=standby_worker_promotion_waits pipeline=%s supervisor=%s "
+                "reason=beat_lease_not_held",
+                name,
+                self.supervisor,
+            )
         else:
             assert action.assignment is not None
             self._promote(self.standby.workers[name], action.assignment)
+
+    def _waits_for_beat_lease(self, assignment: Assignment | None) -> bool:
+        hot = assignment is not None and _hot(assignment)
+        return self._beats is not None and hot and not self._hot_may_start
 
     def _new_standby(self, placement: StandbyWorkerPlacement, era: int) -> ManagedStandbyWorker:
         return ManagedStandbyWorker(
@@ -676,6 +832,8 @@ class ControlLoop:
         )
         if self._warm is not None:
             self._warm.stop()
+        if self._beats is not None:
+            self._beats.leave()
         for worker in self.workers.values():
             worker.leave()
         for standby in self.standby:
@@ -720,11 +878,18 @@ class ControlLoop:
             self.standby.step(may_start=False)
             time.sleep(min(self._settings.tick_secs, 0.05))
         left = sorted(name for name, worker in self.workers.items() if worker.alive)
+        if self._beats is not None:  # after the hot workers' graceful stop, not before
+            self._beats.stop()
         log.info(
             "event=workers_stopped supervisor=%s still_running=%s",
             self.supervisor,
             ",".join(left) or "-",
         )
+
+
+def _hot(assignment: Assignment) -> bool:
+    """Whether ``assignment``'s worker is a hot worker: its pipeline has a standby worker."""
+    return wants_standby_worker(assignment.conf)
 
 
 def _placement_of(assignment: Assignment | None) -> StandbyWorkerPlacement | None:

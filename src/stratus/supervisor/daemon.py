@@ -65,6 +65,7 @@ from stratus.errors import StratusError
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.supervisor.assignment_reader import AssignmentReader
+from stratus.supervisor.beat_keeper import beat_keeper
 from stratus.supervisor.code_cache import CodeCache
 from stratus.supervisor.control_loop import SHUTDOWN_MARGIN_SECS, ControlLoop
 from stratus.supervisor.endpoint import Fencing, SupervisorEndpoint, WorkerLog, check_reachable
@@ -73,7 +74,13 @@ from stratus.supervisor.heartbeat_lease import HeartbeatLease, LeaseState
 from stratus.supervisor.heartbeat_publisher import HeartbeatPublisher, HeartbeatRound
 from stratus.supervisor.launcher import WorkerLauncher
 from stratus.supervisor.local_dir import TakenDir, take_local_dir
-from stratus.supervisor.loop_messages import LEAVE, SHUTDOWN, Adopted, FenceOrder
+from stratus.supervisor.loop_messages import (
+    LEAVE,
+    SHUTDOWN,
+    Adopted,
+    FenceOrder,
+    PipelineFenceOrder,
+)
 from stratus.supervisor.metrics import SupervisorMetrics
 from stratus.supervisor.outage_watch import (
     PROBE_TIMEOUT_SECS,
@@ -310,6 +317,7 @@ class Supervisor:
             ready=self._readiness,
             fencing=Fencing(
                 order=self._fence_ordered,
+                pipelines=self._pipelines_fence_ordered,
                 wait_secs=self.settings.loop.timeouts.stop_secs + SHUTDOWN_MARGIN_SECS,
             ),
         )
@@ -347,6 +355,12 @@ class Supervisor:
         self.control.post(order)
         return order
 
+    def _pipelines_fence_ordered(self, epoch: int, pipelines: frozenset[str]) -> PipelineFenceOrder:
+        """A leader's pipeline fence, handed to the control loop (the endpoint waits)."""
+        order = PipelineFenceOrder(epoch, pipelines)
+        self.control.post(order)
+        return order
+
     def _worker_beats(self) -> list[WorkerHeartbeat]:
         round_ = self._last_round
         return [] if round_ is None else list(round_.workers.values())
@@ -376,6 +390,7 @@ class Supervisor:
             endpoint_tls=endpoint.tls if endpoint is not None else False,
             zookeeper_outage=outage["mode"],
             ride_unavailable=outage["unavailable"],
+            beat_lease=self.settings.beat.advertised() if self.settings.beat else None,
         )
         self.registration = SupervisorRegistration(
             self.session.client,
@@ -468,6 +483,7 @@ class Supervisor:
             lease_file=settings.spec.lease_path,
             adopted=adopted,
             runs=self.runs,
+            beats=beat_keeper(settings),
             standby=StandbyWorkers(self._spare_budget, clock=self._clock),
             clock=self._clock,
             wall=self._wall,

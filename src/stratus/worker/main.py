@@ -13,7 +13,9 @@ starts this module in a process group of its own, stdin a pipe the monitor holds
    the first higher one;
 3. stops on SIGTERM (or SIGINT), on EOF on stdin (its monitor is gone: it must not
    outlive it), or once its supervisor's lease has ended unrenewed (``lease_file``: a
-   supervisor frozen or stalled cannot fence its workers, so they fence themselves):
+   supervisor frozen or stalled cannot fence its workers, so they fence themselves); a
+   worker of a pipeline with a standby worker also once its beat lease has ended
+   (``beat_lease_path``), its process group SIGKILLed ``beat_stop_secs`` after that:
    streaming queries stop with their checkpoints kept, an sdp run's process group is taken
    down, Spark stops. A stop while STARTING (Spark still starting, nothing
    ran) exits at once. A run that has not ended ``stop_grace_secs`` after the request is
@@ -68,7 +70,7 @@ from stratus.worker.checkpoint_origin import (
 )
 from stratus.worker.checkpoint_owner import CheckpointOwners, OwnerFence
 from stratus.worker.heartbeat_file import HeartbeatReporter
-from stratus.worker.lease_file import LeaseWatch
+from stratus.worker.lease_file import POLL_SECS, LeaseWatch, watch_beat_lease
 from stratus.worker.outcome import OK_EXIT, USAGE_EXIT, Outcome
 from stratus.worker.run_trail import WorkerTrail
 from stratus.worker.sdp_run import run_sdp
@@ -117,6 +119,14 @@ def run_worker(
     stop.on_request(lambda: _exit_after_grace(reporter, history, stop, spec.stop_grace_secs))
     if spec.lease_path is not None:
         LeaseWatch(spec.lease_path, on_lapsed=stop.request).start()
+    if spec.beat_lease_path is not None:  # a hot worker: gone soon after its beats stopped
+        watch_beat_lease(
+            spec.beat_lease_path,
+            poll_secs=spec.beat_poll_secs or POLL_SECS,
+            stop_secs=spec.beat_stop_secs or 0.0,
+            stop=stop.request,
+            kill=lambda: _abandon(reporter, history, stop, "its beat lease ended"),
+        )
     log.info(
         "event=worker_started generation=%d token=%s kind=%s master=%s pid=%d",
         spec.generation,
@@ -245,17 +255,22 @@ def _exit_after_grace(
 ) -> None:
     """Exit ``grace`` seconds from now if the run has not ended by then."""
 
-    def give_up() -> None:
-        reporter.finish(stop.outcome(f"the run did not end within {grace:g} s of the stop request"))
-        log.warning("event=worker_abandoned_run grace_secs=%g", grace)
-        _kill_the_rest_of_the_group()
-        final = reporter.outcome
-        history.stopped(final.state if final is not None else None)
-        _exit(final.exit_code if final is not None else OK_EXIT)
-
-    timer = threading.Timer(grace, give_up)
+    note = f"the run did not end within {grace:g} s of the stop request"
+    timer = threading.Timer(grace, lambda: _abandon(reporter, history, stop, note))
     timer.daemon = True
     timer.start()
+
+
+def _abandon(
+    reporter: HeartbeatReporter, history: WorkerTrail, stop: StopRequest, note: str
+) -> None:
+    """Give the run up now: its final heartbeat, SIGKILL of the rest of the group, exit."""
+    reporter.finish(stop.outcome(note))
+    log.warning("event=worker_abandoned_run reason=%r", note)
+    _kill_the_rest_of_the_group()
+    final = reporter.outcome
+    history.stopped(final.state if final is not None else None)
+    _exit(final.exit_code if final is not None else OK_EXIT)
 
 
 def _kill_the_rest_of_the_group() -> None:

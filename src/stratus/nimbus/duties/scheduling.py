@@ -24,7 +24,13 @@ cluster state store (never from a view that may lag), then:
    took off and that are not placed yet come from their history's newest change, and wait
    while a live supervisor still runs their worker, or while the read of the heartbeats is
    not complete); what the round saw of the drains goes to ``DrainMemory`` for the API;
-6. plans (``plan_round``) and applies the plan in the term's fenced transactions.
+6. plans (``plan_round``) and applies the plan in the term's fenced transactions;
+7. with a ``StandbyWorkerTable``, places the standby workers of hot pipelines
+   (``standby_plan``: the assignments as the plan left them; a supervisor judged dead,
+   silent past the fence threshold, stopping or cordoned holds none) and writes the
+   placements that change, fenced too. Standby workers take slots: the plan of step 6
+   gives a pipeline a standby worker's slot only when no supervisor has another. With no
+   hot pipeline this costs one listing of ``standby-workers/`` and writes nothing.
 
 The liveness memory starts afresh with every term: a new leader has seen no heartbeat yet,
 so it judges nothing dead before a whole timeout of its own term has passed (Storm
@@ -81,6 +87,8 @@ from stratus.nimbus.scheduling.cordons import CordonTable, DrainMemory, DrainRou
 from stratus.nimbus.scheduling.liveness import Liveness
 from stratus.nimbus.scheduling.pipeline_metrics import ObservedRound
 from stratus.nimbus.scheduling.scheduler import Plan, plan_round
+from stratus.nimbus.scheduling.standby_plan import plan_standby_workers
+from stratus.nimbus.scheduling.standby_workers import Placements, StandbyWorkerTable
 from stratus.nimbus.scheduling.supervisor_fencing import Silence, SupervisorFencing, fence_verdicts
 from stratus.nimbus.settings import SchedulingSettings
 from stratus.state.errors import StateStoreUnavailableError
@@ -115,8 +123,11 @@ class SchedulingDuty:
         fencing: SupervisorFencing | None = None,
         cordons: CordonTable | None = None,
         drains: DrainMemory | None = None,
+        standby: StandbyWorkerTable | None = None,
     ) -> None:
         self._ops = ops
+        self._standby = standby  # None: no standby worker is ever placed (tests of other rules)
+        self._standby_settings = settings.standby
         self._cordons = cordons  # None: nothing is ever cordoned (tests of other rules)
         self._drains = drains or DrainMemory()
         self._assignments = assignments
@@ -159,6 +170,7 @@ class SchedulingDuty:
         if heartbeats is None:
             return Plan(assign={}, unassign=[], moved={})  # nothing judged, nothing moved
         workers, supervisors = heartbeats.workers, heartbeats.supervisors
+        placements = self._standby.read_all() if self._standby is not None else {}
         self._observe(assignments, workers, supervisors)
         pipelines.update(self._outcomes.record(term, pipelines, assignments, workers))
         self._on_observed(self._observed(term, pipelines, assignments, workers))
@@ -178,6 +190,7 @@ class SchedulingDuty:
             if record.status.runs and name not in assignments
         ]  # fmt: skip
         draining = {sid for sid, cordon in cordons.items() if cordon.drain}
+        suspected = {sid for sid in registered if self._fence_due(sid, read_began)}
         drained_from = self._drained_from(unassigned) if draining else {}
         still_running = _still_running(unassigned, workers, keep_on)
         if not heartbeats.complete or heartbeats.partial:
@@ -191,7 +204,7 @@ class SchedulingDuty:
                 if sid in keep_on
                 and sid not in cordons
                 and not _stopping(supervisors.get(sid))
-                and not self._fence_due(sid, read_began)
+                and sid not in suspected
             },
             keep_on=keep_on,
             timed_out=timed_out,
@@ -201,6 +214,7 @@ class SchedulingDuty:
             drained_from=drained_from,
             still_running=still_running,
             warm={sid: beat.warm_ready for sid, beat in supervisors.items()},
+            reserved=_reserved(placements),
         )
         if plan.assign or plan.unassign:
             self._assignments.apply(term, plan, current)
@@ -209,7 +223,53 @@ class SchedulingDuty:
             self._forget_departed(dead, registered, assignments, plan, workers)
         else:
             log.info("event=forget_skipped epoch=%d reason=term_not_held", term.epoch)
+        if self._standby is not None:
+            self._place_standby_workers(
+                term,
+                pipelines,
+                plan.applied_to(assignments),
+                registered,
+                supervisors,
+                placements,
+                cordoned=set(cordons),
+                dead=dead,
+                suspected=suspected,
+            )
         return plan
+
+    def _place_standby_workers(  # noqa: PLR0913 the round's snapshot, passed on
+        self,
+        term: Leadership,
+        pipelines: Mapping[str, PipelineRecord],
+        assignments: Mapping[str, Assignment],
+        registered: Mapping[str, SupervisorSummary],
+        supervisors: Mapping[str, SupervisorHeartbeat],
+        placements: Placements,
+        *,
+        cordoned: set[str],
+        dead: set[str],
+        suspected: set[str],
+    ) -> None:
+        """Place, move, rewrite and drop the standby workers of hot pipelines against the
+        assignments as the round's plan left them; write what changes, fenced."""
+        assert self._standby is not None
+        plan = plan_standby_workers(
+            pipelines=pipelines,
+            assignments=assignments,
+            supervisors=registered,
+            heartbeats=supervisors,
+            placements={name: placement for name, (placement, _) in placements.items()},
+            cordoned=cordoned,
+            dead=dead,
+            suspected=suspected,
+            stopping={sid for sid, beat in supervisors.items() if beat.stopping},
+            max_workers=self._standby_settings.max_workers,
+            needs_beat_lease=self._standby_settings.needs_beat_lease,
+            epoch=term.epoch,
+            now=self._wall(),
+        )
+        if not plan.empty:
+            self._standby.apply(term, plan, placements)
 
     def _drained_from(self, unassigned: list[str]) -> dict[str, str]:
         """Of the unassigned pipelines, those a drain took off a supervisor (their newest
@@ -551,6 +611,15 @@ def _still_running(unassigned: list[str], workers: Workers, keep_on: set[str]) -
             sid in keep_on and not beat.state.final for sid, beat in workers.get(name, {}).items()
         )
     }
+
+
+def _reserved(placements: Placements) -> dict[str, int]:
+    """The standby workers placed on each supervisor, whose slots pipelines take last."""
+    reserved: dict[str, int] = {}
+    for placement, _ in placements.values():
+        if placement is not None and placement.supervisor is not None:
+            reserved[placement.supervisor] = reserved.get(placement.supervisor, 0) + 1
+    return reserved
 
 
 def _stopping(beat: SupervisorHeartbeat | None) -> bool:
