@@ -115,13 +115,12 @@ from reassign import (
     warm_memory,
 )
 from stratus.chaos.oracle import (
-    Clocks,
-    Event,
     check_exactly_once,
     check_single_run,
     streaming_counted,
     streaming_expected,
 )
+from stratus.chaos.trail_events import Clocks, Event
 from stratus.client import NimbusClient
 from stratus.errors import StratusError
 from stratus.local.cluster import PULSE_TTL_SECS, pacemaker_options

@@ -13,7 +13,7 @@ of one attribute test per event::
 Each line holds ``wall`` (``time.time()``) and ``mono`` (``time.monotonic()``: on Linux one
 clock for every process of a machine, so lines of one host compare exactly), ``host``,
 ``pid``, the process's ``kind`` and ``id`` (a nimbus's address, a worker's pipeline, a
-client's name), ``event`` and the event's own fields. ``stratus.chaos.oracle.load_events``
+client's name), ``event`` and the event's own fields. ``stratus.chaos.trail_events.load_events``
 reads the files back.
 
 Several processes of one host may share one file: it is opened ``O_APPEND`` and every line

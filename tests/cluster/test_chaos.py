@@ -33,20 +33,20 @@ import pytest
 
 from stratus.chaos.faults import Fault, plan_faults
 from stratus.chaos.oracle import (
-    Clocks,
-    Unavailability,
-    Violation,
     check_exactly_once,
     check_leader_writes,
-    check_promotions_explained,
     check_single_run,
     check_single_worker,
     check_submissions,
-    leader_unavailability,
-    load_events,
-    pipeline_unavailability,
     streaming_counted,
     streaming_expected,
+)
+from stratus.chaos.promotions import check_promotions_explained
+from stratus.chaos.trail_events import Clocks, Violation, load_events
+from stratus.chaos.unavailability import (
+    Unavailability,
+    leader_unavailability,
+    pipeline_unavailability,
 )
 from stratus.client import NimbusClient
 from stratus.errors import StratusError

@@ -16,7 +16,8 @@ from typing import Any, cast
 import pytest
 
 from stratus.chaos.faults import Action, Fault, Target
-from stratus.chaos.oracle import Clocks, check_promotions_explained, events_of, load_events
+from stratus.chaos.promotions import check_promotions_explained
+from stratus.chaos.trail_events import Clocks, events_of, load_events
 from stratus.client import NimbusClient
 from stratus.process import ProcessGroup, live_in_group
 from stratus.trail import WORKER_PROMOTED, Actor, TrailRecorder

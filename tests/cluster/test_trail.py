@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from stratus.api.records import QueryProgress, WorkerState
-from stratus.chaos.oracle import load_events
+from stratus.chaos.trail_events import load_events
 from stratus.config import config_from_mapping
 from stratus.coordination import Coordinator, FencedWrite, LeadershipLostError
 from stratus.supervisor.settings import SupervisorSettings

@@ -10,21 +10,17 @@ from typing import Any
 import pytest
 
 from stratus.chaos.oracle import (
-    Clocks,
-    Event,
     check_exactly_once,
     check_leader_writes,
-    check_promotions_explained,
     check_single_run,
     check_single_worker,
     check_submissions,
-    events_of,
-    leader_unavailability,
-    load_events,
-    pipeline_unavailability,
     streaming_counted,
     streaming_expected,
 )
+from stratus.chaos.promotions import check_promotions_explained
+from stratus.chaos.trail_events import Clocks, Event, events_of, load_events
+from stratus.chaos.unavailability import leader_unavailability, pipeline_unavailability
 
 EXACT = Clocks()
 
