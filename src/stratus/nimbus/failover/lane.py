@@ -1,0 +1,360 @@
+"""The failover lane: the leader's thread that promotes the standby workers of hot pipelines.
+
+Guarantees: a hot pipeline's standby worker is promoted off a supervisor only on a verdict
+that its active worker is gone (``promotion_plan``): ``floor``, the supervisor has been silent
+on the fast beats for at least its floor (``beat_watch``), so its hot workers have stopped
+themselves; or ``fenced``, a pipeline fence it answered in this term named the pipeline. Each
+promotion is one fenced transaction of the term (``promotion.Promoter``), logged
+(``event=worker_promoted``) and recorded in the trail (``worker_promoted``). With no hot
+pipeline the lane reads nothing at all: no beat, no znode::
+
+    lane = FailoverLane(watch, promoter, view.supervisors, poll_secs=0.1)
+    lane.start(term)                 # on gaining a term: its thread polls every poll_secs
+    lane.note(hot_snapshot(...))     # after every scheduling round: what is hot, and where
+    lane.suspected()                 # the supervisors it suspects: the round moves none of
+                                     # their hot pipelines and gives them nothing new
+    lane.stop()                      # on losing the term, and when the nimbus stops
+
+**What it reads.** The beats, through ``BeatWatch.poll``, and nothing else: the pipelines,
+assignments, placements and heartbeats come from the scheduling round's last snapshot of the
+term (``HotSnapshot``, with the znode versions the round read), the registrations from the
+cluster view. A snapshot older than a write it does not know of only makes a promotion's
+transaction fail on its version; the next round's snapshot has the new ones. Only the
+supervisors holding a hot pipeline's active worker, and advertising a beat lease, are judged.
+
+**The fence.** ``fence_pipelines``, when given, is asked to fence a suspected supervisor's hot
+pipelines, within the time left to its floor; the pipelines it answered for are promoted as
+``fenced``. ``BeatWatch`` suspects a supervisor once its silence reached its floor, so today
+no time is left and the fence is never asked: every verdict is ``floor``.
+
+One thread per term, started by ``start`` and ended by ``stop``; the watch is reset at every
+start (a new term judges nothing from an earlier one's beats). ``step`` is one poll, for tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Set
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from stratus.api.clock import Clock
+from stratus.api.records import (
+    Assignment,
+    PipelineRecord,
+    SupervisorHeartbeat,
+    SupervisorSummary,
+)
+from stratus.api.standby_workers import StandbyWorkerPlacement, wants_standby_worker
+from stratus.coordination.errors import CommitOutcomeUnknownError, LeadershipLostError
+from stratus.coordination.leadership import Leadership
+from stratus.nimbus.failover.beat_watch import BeatWatch, Suspicion, beat_floors
+from stratus.nimbus.failover.promotion import Promoter
+from stratus.nimbus.failover.promotion_plan import (
+    How,
+    Promotion,
+    PromotionRefusal,
+    plan_promotions,
+)
+
+log = logging.getLogger(__name__)
+
+
+class FencePipelines(Protocol):
+    """Fence ``pipelines`` on ``supervisor`` for the term at ``epoch`` within ``within_secs``:
+    the pipelines whose worker it answered to be gone (empty: no answer)."""
+
+    def __call__(
+        self,
+        supervisor: SupervisorSummary,
+        *,
+        supervisor_id: str,
+        epoch: int,
+        pipelines: frozenset[str],
+        within_secs: float,
+    ) -> frozenset[str]: ...
+
+
+# The trail's note of a committed promotion: (term, promotion, silent_secs, floor_secs).
+OnPromoted = Callable[[Leadership, Promotion, float, float], None]
+
+
+@dataclass(frozen=True)
+class HotSnapshot:
+    """What a scheduling round read of the hot pipelines (ACTIVE, ``pipeline.standby: hot``,
+    assigned), in the term at ``epoch``: their records, assignments and placements with the
+    znode versions read, and every supervisor's heartbeat."""
+
+    epoch: int
+    pipelines: Mapping[str, PipelineRecord] = field(default_factory=dict)
+    assignments: Mapping[str, tuple[Assignment, int]] = field(default_factory=dict)
+    placements: Mapping[str, tuple[StandbyWorkerPlacement | None, int]] = field(
+        default_factory=dict
+    )
+    heartbeats: Mapping[str, SupervisorHeartbeat] = field(default_factory=dict)
+
+    @property
+    def holders(self) -> set[str]:
+        """The supervisors holding a hot pipeline's active worker."""
+        return {assignment.supervisor for assignment, _ in self.assignments.values()}
+
+    def without(self, pipeline: str) -> HotSnapshot:
+        """The snapshot with ``pipeline`` left out (promoted: its versions read are spent)."""
+        return replace(
+            self,
+            pipelines={k: v for k, v in self.pipelines.items() if k != pipeline},
+            assignments={k: v for k, v in self.assignments.items() if k != pipeline},
+            placements={k: v for k, v in self.placements.items() if k != pipeline},
+        )
+
+
+def hot_snapshot(
+    epoch: int,
+    pipelines: Mapping[str, PipelineRecord],
+    assignments: Mapping[str, tuple[Assignment, int]],
+    placements: Mapping[str, tuple[StandbyWorkerPlacement | None, int]],
+    heartbeats: Mapping[str, SupervisorHeartbeat],
+    *,
+    written: Set[str] = frozenset(),
+) -> HotSnapshot:
+    """The hot pipelines of a round's read, but those whose assignment or placement the
+    round wrote since (``written``: their versions read no longer hold)."""
+    hot = {
+        name: record
+        for name, record in pipelines.items()
+        if name in assignments
+        and name not in written
+        and record.status.runs
+        and wants_standby_worker(record.conf)
+    }
+    return HotSnapshot(
+        epoch=epoch,
+        pipelines=hot,
+        assignments={name: assignments[name] for name in hot},
+        placements={name: placements[name] for name in hot if name in placements},
+        heartbeats=dict(heartbeats) if hot else {},
+    )
+
+
+def log_promoted(term: Leadership, promotion: Promotion, silent_secs: float, floor: float) -> None:
+    """The log line of a committed promotion (the lane's and the round's)."""
+    log.warning(
+        "event=worker_promoted pipeline=%s epoch=%d from=%s to=%s how=%s silent_secs=%.3f "
+        "floor_secs=%.3f",
+        promotion.pipeline,
+        term.epoch,
+        promotion.from_supervisor,
+        promotion.to_supervisor,
+        promotion.how.value,
+        silent_secs,
+        floor,
+    )
+
+
+class FailoverLane:
+    """The thread that runs BeatWatch, the fence and the promotions; see the module docstring.
+
+    ``registered``: the supervisors' registrations (the cluster view). ``on_promoted``: the
+    trail's note of each committed promotion. ``wall``: the assignments' timestamps.
+    """
+
+    def __init__(
+        self,
+        watch: BeatWatch,
+        promoter: Promoter,
+        registered: Callable[[], Mapping[str, SupervisorSummary]],
+        *,
+        poll_secs: float,
+        fence_pipelines: FencePipelines | None = None,
+        on_promoted: OnPromoted = lambda _term, _promotion, _silent, _floor: None,
+        clock: Clock = time.monotonic,
+        wall: Clock = time.time,
+    ) -> None:
+        if not poll_secs > 0:
+            raise ValueError(f"the failover lane's poll must be positive seconds, not {poll_secs}")
+        self._watch = watch
+        self._promoter = promoter
+        self._registered = registered
+        self._poll_secs = poll_secs
+        self._fence = fence_pipelines
+        self._on_promoted = on_promoted
+        self._clock = clock
+        self._wall = wall
+        self._lock = threading.Lock()  # guards what the round and the thread share:
+        self._snapshot: HotSnapshot | None = None
+        self._suspected: frozenset[str] = frozenset()
+        self._refused: dict[str, str] = {}  # pipeline -> the refusal last logged
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._term: Leadership | None = None
+
+    # ------------------------------------------------------------------ shared with the round
+
+    def note(self, snapshot: HotSnapshot) -> None:
+        """The round's newest read of the hot pipelines (any thread)."""
+        with self._lock:
+            self._snapshot = snapshot
+
+    def suspected(self) -> frozenset[str]:
+        """The supervisors suspected at the lane's last judgement in this term (any thread)."""
+        with self._lock:
+            return self._suspected
+
+    def promote(
+        self, term: Leadership, promotion: Promotion, silent_secs: float, floor_secs: float
+    ) -> bool:
+        """Write one promotion, and log and record it once committed (the round's too)."""
+        if not self._promoter.promote(term, promotion):
+            return False
+        log_promoted(term, promotion, silent_secs, floor_secs)
+        self._on_promoted(term, promotion, silent_secs, floor_secs)
+        return True
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, term: Leadership) -> None:
+        """Start the thread for ``term`` (the controller's ``on_gained``)."""
+        if self._term is term and self._thread is not None and self._thread.is_alive():
+            return
+        self.stop()
+        self._watch.reset()
+        with self._lock:
+            self._snapshot, self._suspected = None, frozenset()
+        self._refused.clear()
+        self._term = term
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(term, self._stop), name="failover-lane", daemon=True
+        )
+        self._thread.start()
+        log.info("event=failover_lane_started epoch=%d poll_secs=%g", term.epoch, self._poll_secs)
+
+    def stop(self) -> None:
+        """Stop the thread, if one runs (the controller's ``on_lost``; the nimbus's stop)."""
+        thread, self._thread = self._thread, None
+        self._stop.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        with self._lock:
+            self._suspected = frozenset()
+        if thread is not None and self._term is not None:
+            log.info("event=failover_lane_stopped epoch=%d", self._term.epoch)
+        self._term = None
+
+    def _run(self, term: Leadership, stop: threading.Event) -> None:
+        while not stop.wait(self._poll_secs):
+            try:
+                self.step(term)
+            except LeadershipLostError as exc:
+                log.info(
+                    "event=failover_lane_ends epoch=%d reason=term_lost error=%s", term.epoch, exc
+                )
+                return
+            except CommitOutcomeUnknownError as exc:
+                log.warning("event=promotion_unknown epoch=%d error=%s", term.epoch, exc)
+                with self._lock:
+                    self._snapshot = None  # read back: wait for the next round's snapshot
+            except Exception:  # the lane must outlive one bad step
+                log.exception("event=failover_lane_step_failed epoch=%d", term.epoch)
+
+    # ------------------------------------------------------------------ one poll
+
+    def step(self, term: Leadership) -> tuple[Promotion, ...]:
+        """One poll: judge the holders of hot pipelines, promote what the verdicts allow;
+        the promotions committed."""
+        with self._lock:
+            snapshot = self._snapshot
+        if not term.is_leader:
+            return ()  # stepped down: on_lost stops the thread
+        if snapshot is None or snapshot.epoch != term.epoch or not snapshot.assignments:
+            self._set_suspected({})
+            return ()  # nothing hot: no read at all
+        registered = self._registered()
+        holders = snapshot.holders
+        floors = beat_floors({sid: s for sid, s in registered.items() if sid in holders})
+        if not floors:
+            self._set_suspected({})
+            return ()
+        self._watch.poll()
+        suspicions = self._watch.suspected(floors)
+        self._set_suspected(suspicions)
+        if not suspicions:
+            return ()
+        verdicts, fenced = self._verdicts(term, snapshot, registered, suspicions)
+        plan = plan_promotions(
+            verdicts=verdicts,
+            pipelines=snapshot.pipelines,
+            assignments=snapshot.assignments,
+            placements=snapshot.placements,
+            heartbeats=snapshot.heartbeats,
+            suspected=set(suspicions),
+            registered=set(registered),
+            epoch=term.epoch,
+            now=self._wall(),
+            fenced=fenced,
+        )
+        self._log_refusals(term, plan.refusals)
+        done = []
+        for promotion in plan.promotions:
+            suspicion = suspicions[promotion.from_supervisor]
+            if self.promote(term, promotion, suspicion.silence_secs, suspicion.floor_secs):
+                done.append(promotion)
+            with self._lock:
+                if self._snapshot is snapshot:  # either way its versions are spent
+                    self._snapshot = snapshot = snapshot.without(promotion.pipeline)
+        return tuple(done)
+
+    def _verdicts(
+        self,
+        term: Leadership,
+        snapshot: HotSnapshot,
+        registered: Mapping[str, SupervisorSummary],
+        suspicions: Mapping[str, Suspicion],
+    ) -> tuple[dict[str, How], dict[str, Set[str]]]:
+        """``floor`` for every suspected supervisor, ``fenced`` for one whose fence answered
+        within the time left to its floor (none is left once suspected: module docstring)."""
+        verdicts: dict[str, How] = {}
+        fenced: dict[str, Set[str]] = {}
+        for sid, suspicion in suspicions.items():
+            left = suspicion.floor_secs - suspicion.silence_secs
+            if self._fence is not None and left > 0 and sid in registered:
+                pipelines = frozenset(
+                    name for name, (a, _) in snapshot.assignments.items() if a.supervisor == sid
+                )
+                answered = self._fence(
+                    registered[sid],
+                    supervisor_id=sid,
+                    epoch=term.epoch,
+                    pipelines=pipelines,
+                    within_secs=left,
+                )
+                if answered:
+                    verdicts[sid], fenced[sid] = How.FENCED, answered
+                    continue
+            if suspicion.silence_secs >= suspicion.floor_secs:
+                verdicts[sid] = How.FLOOR
+        return verdicts, fenced
+
+    def _set_suspected(self, suspicions: Mapping[str, Suspicion]) -> None:
+        with self._lock:
+            self._suspected = frozenset(suspicions)
+
+    def _log_refusals(self, term: Leadership, refusals: tuple[PromotionRefusal, ...]) -> None:
+        """Each refusal once, until its reason changes (the lane polls ten times a second)."""
+        for refusal in refusals:
+            if self._refused.get(refusal.pipeline) == refusal.reason.value:
+                continue
+            self._refused[refusal.pipeline] = refusal.reason.value
+            log.warning(
+                "event=promotion_refused pipeline=%s epoch=%d from=%s how=%s reason=%s "
+                "standby=%s detail=%s action=moved_the_ordinary_way",
+                refusal.pipeline,
+                term.epoch,
+                refusal.from_supervisor,
+                refusal.how.value,
+                refusal.reason.value,
+                refusal.standby or "-",
+                refusal.detail.replace(" ", "_"),
+            )
