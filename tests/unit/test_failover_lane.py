@@ -73,11 +73,17 @@ class Promoter:
 
     def __init__(self) -> None:
         self.asked: list[Promotion] = []
+        self.promoted: list[tuple[Promotion, float, float]] = []
         self.moved = False
 
-    def promote(self, _term: Any, promotion: Promotion) -> bool:
+    def promote(
+        self, _term: Any, promotion: Promotion, *, silent_secs: float, floor_secs: float
+    ) -> bool:
         self.asked.append(promotion)
-        return not self.moved
+        if self.moved:
+            return False
+        self.promoted.append((promotion, silent_secs, floor_secs))
+        return True
 
 
 def snapshot() -> HotSnapshot:
@@ -99,7 +105,6 @@ class Lane:
         self.clock = FakeClock()
         self.beats = Beats()
         self.promoter = Promoter()
-        self.promoted: list[tuple[Promotion, float, float]] = []
         self.registered = {
             sid: SupervisorSummary(id=sid, beat_lease=LEASE) for sid in ("s1", "s2", "s3")
         }
@@ -108,7 +113,6 @@ class Lane:
             cast(Any, self.promoter),
             lambda: self.registered,
             poll_secs=POLL,
-            on_promoted=lambda _term, p, silent, floor: self.promoted.append((p, silent, floor)),
             clock=self.clock,
             wall=lambda: 1_700_000_100.0,
         )
@@ -141,7 +145,7 @@ def test_a_silent_supervisor_past_its_floor_has_its_hot_pipeline_promoted(lane: 
     promotion = done[0]
     assert promotion.change.reason is AssignmentReason.STANDBY_PROMOTED
     assert (promotion.assignment_version, promotion.placement_version) == (11, 4)
-    _, silent, floor = lane.promoted[0]
+    _, silent, floor = lane.promoter.promoted[0]
     assert silent >= floor
     assert len(lane.promoter.asked) == 1  # once: its versions are spent
     assert lane.lane.suspected() == frozenset()  # nothing hot is left on s1: not judged
@@ -153,7 +157,7 @@ def test_beats_with_jitter_below_the_floor_promote_nothing(lane: Lane) -> None:
         lane.run(gap - POLL, {"s2", "s3"})
         lane.run(POLL, {"s1", "s2", "s3"})
     assert lane.promoter.asked == []
-    assert lane.promoted == []
+    assert lane.promoter.promoted == []
 
 
 def test_a_pipeline_not_hot_is_never_judged_nor_promoted(lane: Lane) -> None:
@@ -183,7 +187,7 @@ def test_a_lost_version_race_promotes_nothing_and_waits_for_a_new_snapshot(lane:
     lane.promoter.moved = True
     assert lane.run(3.0, {"s2", "s3"}) == []
     assert len(lane.promoter.asked) == 1  # not asked again from the same read
-    assert lane.promoted == []
+    assert lane.promoter.promoted == []
     lane.promoter.moved = False
     lane.lane.note(snapshot())  # the next round's read; the watch, unread meanwhile, is
     # blind to the stretch: s1 gets a whole floor again

@@ -367,7 +367,20 @@ class Nimbus:
         drains: DrainMemory,
     ) -> DutyRound:
         """The leader's duties, in the order of a round."""
-        self.lane = self._failover_lane()
+        promoter = Promoter(
+            self.session.client,
+            self.paths,
+            on_promoted=lambda term, promotion, silent, floor: self.history.promoted(
+                epoch=term.epoch,
+                pipeline=promotion.pipeline,
+                from_supervisor=promotion.from_supervisor,
+                to_supervisor=promotion.to_supervisor,
+                how=promotion.how.value,
+                silent_secs=silent,
+                floor_secs=floor,
+            ),
+        )
+        self.lane = self._failover_lane(promoter)
         scheduling = SchedulingDuty(
             ops=ops,
             assignments=assignments,
@@ -385,6 +398,7 @@ class Nimbus:
             drains=drains,
             standby=StandbyWorkerTable(self.session.client, self.paths),
             lane=self.lane,
+            promoter=promoter,
         )
         purges = CarryOutPurges(
             PurgeOrders(self.session.client, self.paths),
@@ -432,7 +446,7 @@ class Nimbus:
         self._opened.callback(fencing.close)
         return fencing
 
-    def _failover_lane(self) -> FailoverLane | None:
+    def _failover_lane(self, promoter: Promoter) -> FailoverLane | None:
         """The leader's failover lane, reading the beats from the pacemakers; None with the
         ZooKeeper state store, where no supervisor sends beats and no standby worker is
         placed. It has no pipeline fence yet: every verdict is the floor."""
@@ -444,18 +458,9 @@ class Nimbus:
         detector = self.settings.detector
         lane = FailoverLane(
             BeatWatch(detector, BeatBoard(pool).read, clock=self._clock),
-            Promoter(self.session.client, self.paths),
+            promoter,
             self.view.supervisors,
             poll_secs=detector.poll_secs,
-            on_promoted=lambda term, promotion, silent, floor: self.history.promoted(
-                epoch=term.epoch,
-                pipeline=promotion.pipeline,
-                from_supervisor=promotion.from_supervisor,
-                to_supervisor=promotion.to_supervisor,
-                how=promotion.how.value,
-                silent_secs=silent,
-                floor_secs=floor,
-            ),
             clock=self._clock,
             wall=self._wall,
         )

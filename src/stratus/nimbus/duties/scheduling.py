@@ -83,6 +83,7 @@ from stratus.coordination.leadership import Leadership
 from stratus.errors import StratusError
 from stratus.nimbus.duties.worker_outcomes import WorkerOutcomes, Workers, current_beat
 from stratus.nimbus.failover.lane import FailoverLane, hot_snapshot
+from stratus.nimbus.failover.promotion import Promoter
 from stratus.nimbus.failover.promotion_plan import How, plan_promotions
 from stratus.nimbus.records.pipeline_ops import PipelineOps
 from stratus.nimbus.scheduling.assignments import AssignmentTable
@@ -128,9 +129,11 @@ class SchedulingDuty:
         drains: DrainMemory | None = None,
         standby: StandbyWorkerTable | None = None,
         lane: FailoverLane | None = None,
+        promoter: Promoter | None = None,
     ) -> None:
         self._ops = ops
-        self._lane = lane  # None: no standby worker is ever promoted
+        self._lane = lane  # None: no supervisor is suspected on the fast beats
+        self._promoter = promoter  # None: no standby worker is promoted on a dead supervisor
         self._standby = standby  # None: no standby worker is ever placed (tests of other rules)
         self._standby_settings = settings.standby
         self._cordons = cordons  # None: nothing is ever cordoned (tests of other rules)
@@ -284,7 +287,7 @@ class SchedulingDuty:
         ``dead``) and apply the promotions to the round's snapshot (``current``,
         ``assignments``, ``placements``); False when one found a version moved (the lane
         promoted it meanwhile, or the read is stale): the next round reads again."""
-        if self._lane is None or not dead:
+        if self._promoter is None or not dead:
             return True
         plan = plan_promotions(
             verdicts=dict.fromkeys(dead, How.DEAD),
@@ -292,7 +295,7 @@ class SchedulingDuty:
             assignments=current,
             placements=placements,
             heartbeats=supervisors,
-            suspected=set(self._lane.suspected()),
+            suspected=set(self._lane.suspected()) if self._lane is not None else set(),
             registered=set(registered),
             epoch=term.epoch,
             now=self._wall(),
@@ -310,7 +313,8 @@ class SchedulingDuty:
         for promotion in plan.promotions:
             name = promotion.pipeline
             silent = self._liveness.silent_for(_supervisor_key(promotion.from_supervisor))
-            if not self._lane.promote(term, promotion, silent, self._supervisor_timeout):
+            floor = self._supervisor_timeout
+            if not self._promoter.promote(term, promotion, silent_secs=silent, floor_secs=floor):
                 return False
             current[name] = (promotion.assignment, promotion.assignment_version + 1)
             assignments[name] = promotion.assignment

@@ -77,10 +77,6 @@ class FencePipelines(Protocol):
     ) -> frozenset[str]: ...
 
 
-# The trail's note of a committed promotion: (term, promotion, silent_secs, floor_secs).
-OnPromoted = Callable[[Leadership, Promotion, float, float], None]
-
-
 @dataclass(frozen=True)
 class HotSnapshot:
     """What a scheduling round read of the hot pipelines (ACTIVE, ``pipeline.standby: hot``,
@@ -138,26 +134,11 @@ def hot_snapshot(
     )
 
 
-def log_promoted(term: Leadership, promotion: Promotion, silent_secs: float, floor: float) -> None:
-    """The log line of a committed promotion (the lane's and the round's)."""
-    log.warning(
-        "event=worker_promoted pipeline=%s epoch=%d from=%s to=%s how=%s silent_secs=%.3f "
-        "floor_secs=%.3f",
-        promotion.pipeline,
-        term.epoch,
-        promotion.from_supervisor,
-        promotion.to_supervisor,
-        promotion.how.value,
-        silent_secs,
-        floor,
-    )
-
-
 class FailoverLane:
     """The thread that runs BeatWatch, the fence and the promotions; see the module docstring.
 
-    ``registered``: the supervisors' registrations (the cluster view). ``on_promoted``: the
-    trail's note of each committed promotion. ``wall``: the assignments' timestamps.
+    ``registered``: the supervisors' registrations (the cluster view). ``wall``: the
+    assignments' timestamps.
     """
 
     def __init__(
@@ -168,7 +149,6 @@ class FailoverLane:
         *,
         poll_secs: float,
         fence_pipelines: FencePipelines | None = None,
-        on_promoted: OnPromoted = lambda _term, _promotion, _silent, _floor: None,
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
     ) -> None:
@@ -179,7 +159,6 @@ class FailoverLane:
         self._registered = registered
         self._poll_secs = poll_secs
         self._fence = fence_pipelines
-        self._on_promoted = on_promoted
         self._clock = clock
         self._wall = wall
         self._lock = threading.Lock()  # guards what the round and the thread share:
@@ -201,16 +180,6 @@ class FailoverLane:
         """The supervisors suspected at the lane's last judgement in this term (any thread)."""
         with self._lock:
             return self._suspected
-
-    def promote(
-        self, term: Leadership, promotion: Promotion, silent_secs: float, floor_secs: float
-    ) -> bool:
-        """Write one promotion, and log and record it once committed (the round's too)."""
-        if not self._promoter.promote(term, promotion):
-            return False
-        log_promoted(term, promotion, silent_secs, floor_secs)
-        self._on_promoted(term, promotion, silent_secs, floor_secs)
-        return True
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -299,7 +268,12 @@ class FailoverLane:
         done = []
         for promotion in plan.promotions:
             suspicion = suspicions[promotion.from_supervisor]
-            if self.promote(term, promotion, suspicion.silence_secs, suspicion.floor_secs):
+            if self._promoter.promote(
+                term,
+                promotion,
+                silent_secs=suspicion.silence_secs,
+                floor_secs=suspicion.floor_secs,
+            ):
                 done.append(promotion)
             with self._lock:
                 if self._snapshot is snapshot:  # either way its versions are spent
