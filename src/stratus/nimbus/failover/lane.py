@@ -50,7 +50,7 @@ from stratus.api.records import (
 from stratus.api.standby_workers import StandbyWorkerPlacement, wants_standby_worker
 from stratus.coordination.errors import CommitOutcomeUnknownError, LeadershipLostError
 from stratus.coordination.leadership import Leadership
-from stratus.nimbus.failover.beat_watch import BeatWatch, Suspicion, beat_floors
+from stratus.nimbus.failover.beat_watch import BeatWatch, ReadOutcome, Suspicion, beat_floors
 from stratus.nimbus.failover.promotion import Promoter
 from stratus.nimbus.failover.promotion_plan import (
     How,
@@ -168,6 +168,7 @@ class FailoverLane:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._term: Leadership | None = None
+        self.outcome: ReadOutcome | None = None  # the last read's, this term; None: none yet
 
     # ------------------------------------------------------------------ shared with the round
 
@@ -192,6 +193,7 @@ class FailoverLane:
         with self._lock:
             self._snapshot, self._suspected = None, frozenset()
         self._refused.clear()
+        self.outcome = None
         self._term = term
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -246,7 +248,7 @@ class FailoverLane:
         if not floors:
             self._set_suspected({})
             return ()
-        self._watch.poll()
+        self.outcome = self._watch.poll()
         suspicions = self._watch.suspected(floors)
         self._set_suspected(suspicions)
         if not suspicions:
