@@ -30,7 +30,13 @@ cluster state store (never from a view that may lag), then:
    silent past the fence threshold, stopping or cordoned holds none) and writes the
    placements that change, fenced too. Standby workers take slots: the plan of step 6
    gives a pipeline a standby worker's slot only when no supervisor has another. With no
-   hot pipeline this costs one listing of ``standby-workers/`` and writes nothing.
+   hot pipeline this costs one listing of ``standby-workers/`` and writes nothing;
+8. with a ``Promoter``, before step 6, promotes the standby worker of each hot pipeline of a
+   supervisor judged dead when it is READY (``promotion_plan``, verdict ``dead``: one
+   fenced transaction each; one that finds a version moved ends the round, which the next
+   reads again), and plans step 6 from the assignments so promoted; with a
+   ``FailoverLane``, moves no pipeline of a supervisor the lane suspects, gives it none,
+   and hands the lane the hot pipelines of its read (``HotSnapshot``) at its end.
 
 The liveness memory starts afresh with every term: a new leader has seen no heartbeat yet,
 so it judges nothing dead before a whole timeout of its own term has passed (Storm
