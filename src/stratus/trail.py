@@ -47,7 +47,8 @@ FILE_MODE = 0o600
 # The events, by name: who records each and the fields it carries (besides the common ones).
 WORKER_STARTED = "worker_started"  # worker: pipeline, epoch, generation
 WORKER_STOPPED = "worker_stopped"  # worker: pipeline, epoch, generation, state
-BATCH_COMMITTED = "batch_committed"  # worker: pipeline, epoch, generation, query, batch_id, rows
+BATCH_COMMITTED = "batch_committed"  # worker: pipeline, epoch, generation, query, batch_id, rows,
+# duration_secs (the batch's triggerExecution; null: unknown)
 LEADER_WON = "leader_won"  # nimbus: epoch
 LEADER_LOST = "leader_lost"  # nimbus: epoch, reason
 LEADER_WRITE = "leader_write"  # nimbus: epoch, started_wall, started_mono, ops

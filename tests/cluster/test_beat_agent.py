@@ -42,7 +42,7 @@ from stratus.worker.lease_file import BEAT_LEASE_FILE, LEASE_FILE, read_lease, w
 from stratus.worker.spec import WorkerSpec
 from tests.cluster.test_adoption import SupervisorRun, adopted_after
 from tests.cluster.test_supervisor import Cluster
-from tests.harness.pacemaker_process import PacemakerProcess
+from tests.harness.pacemaker_process import PacemakerProcess, digest_pacemakers
 from tests.harness.spark_packages import blocking_package, unpack, worker_spec
 from tests.harness.worker_processes import START_SECS, Worker, WorkerProcesses
 from tests.harness.zkfixtures import kazoo_client, process_gone, wait_until
@@ -126,24 +126,10 @@ beat(WorkerState.STOPPED)
 
 @pytest.fixture(scope="module")
 def pacemakers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[PacemakerProcess]]:
-    logs = tmp_path_factory.mktemp("beat-agent-pacemakers")
-    secrets = logs / "pacemaker.secrets"
-    secrets.write_text("".join(f"{p} {ROLES[p]} {s}\n" for p, s in SECRETS.items()))
-    secrets.chmod(0o600)
-    overrides = [
-        "pacemaker.auth.method=digest",
-        f"pacemaker.auth.file={secrets}",
-        "pacemaker.pulse.ttl.secs=600",
-    ]
-    servers: list[PacemakerProcess] = []
-    try:
-        for _ in range(3):
-            servers.append(PacemakerProcess(logs, overrides).start())
+    with digest_pacemakers(
+        tmp_path_factory.mktemp("beat-agent-pacemakers"), SECRETS, ROLES
+    ) as servers:
         yield servers
-    finally:
-        for server in servers:
-            resume(server)
-            server.stop()
 
 
 @pytest.fixture(autouse=True)
@@ -151,17 +137,12 @@ def all_answer(pacemakers: list[PacemakerProcess]) -> Iterator[None]:
     """Every test ends with every pacemaker running again."""
     yield
     for server in pacemakers:
-        resume(server)
+        server.resume()
 
 
 def freeze(server: PacemakerProcess) -> None:
     assert server.proc is not None
     server.proc.send_signal(signal.SIGSTOP)
-
-
-def resume(server: PacemakerProcess) -> None:
-    if server.proc is not None and server.proc.poll() is None:
-        server.proc.send_signal(signal.SIGCONT)
 
 
 def client_settings(pacemakers: list[PacemakerProcess], principal: str) -> PacemakerClientSettings:

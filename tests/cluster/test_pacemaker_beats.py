@@ -25,7 +25,7 @@ from stratus.pacemaker.blocking import BlockingPacemakerPool
 from stratus.pacemaker.errors import PacemakerRequestError
 from stratus.pacemaker.settings import PacemakerClientSettings
 from stratus.state.beats import BEATS_PATH, BeatBoard, beat_path
-from tests.harness.pacemaker_process import PacemakerProcess
+from tests.harness.pacemaker_process import PacemakerProcess, digest_pacemakers
 from tests.harness.tcp_proxy import TcpProxy
 
 T = TypeVar("T")
@@ -41,23 +41,8 @@ Address = tuple[str, int]
 
 @pytest.fixture(scope="module")
 def pacemakers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[PacemakerProcess]]:
-    logs = tmp_path_factory.mktemp("pacemaker-beats")
-    secrets = logs / "pacemaker.secrets"
-    secrets.write_text("".join(f"{p} {ROLES[p]} {s}\n" for p, s in SECRETS.items()))
-    secrets.chmod(0o600)
-    overrides = [
-        "pacemaker.auth.method=digest",
-        f"pacemaker.auth.file={secrets}",
-        "pacemaker.pulse.ttl.secs=600",
-    ]
-    servers: list[PacemakerProcess] = []
-    try:
-        for _ in range(3):
-            servers.append(PacemakerProcess(logs, overrides).start())
+    with digest_pacemakers(tmp_path_factory.mktemp("pacemaker-beats"), SECRETS, ROLES) as servers:
         yield servers
-    finally:
-        for server in servers:
-            server.stop()
 
 
 @pytest.fixture(autouse=True)

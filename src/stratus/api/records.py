@@ -24,6 +24,7 @@ drops what a newer one wrote::
 
 from __future__ import annotations
 
+from collections import Counter
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -35,8 +36,9 @@ from pydantic import (
     field_validator,
 )
 
+from stratus.api.names import PipelineName
 from stratus.api.record_base import RewrittenRecord, StoredRecord
-from stratus.api.standby_workers import BeatLease, StandbyWorkerBeat
+from stratus.api.standby_workers import BeatLease, StandbyWorkerBeat, StandbyWorkerView
 from stratus.cluster_names import cluster_root
 
 
@@ -716,6 +718,12 @@ class PipelineWorkers(BaseModel):
     pipeline: str
     assignment: Assignment | None
     workers: list[WorkerHeartbeat]
+    standby_worker: StandbyWorkerView | None = Field(
+        default=None,
+        description="its standby worker: where the leader placed it (or why nowhere) and what "
+        "that supervisor reports of it; null: the pipeline does not want one "
+        "(pipeline.standby: none)",
+    )
 
     def on_assigned(self) -> WorkerHeartbeat | None:
         """The heartbeat of the worker on the supervisor the pipeline is assigned to, if any."""
@@ -870,6 +878,45 @@ class FenceAnswer(BaseModel):
     supervisor: str
     epoch: int
     stopped: list[str]  # the pipelines whose workers the fence stopped
+
+
+MAX_FENCED_PIPELINES = 1024  # as many as one supervisor runs: supervisor.slots is at most 1024
+
+
+class PipelineFenceRequest(BaseModel):
+    """Body of a supervisor's ``POST /api/v1/fence/pipelines``: the term of the leader that
+    fences, the supervisor it means (another one refuses it), and the pipelines whose workers
+    there must stop; the supervisor's other workers, and its lease, are left alone."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    epoch: int = Field(ge=0, strict=True)
+    supervisor: str = Field(
+        min_length=1, max_length=100, strict=True, description="the id of the supervisor"
+    )
+    pipelines: list[PipelineName] = Field(
+        min_length=1,
+        max_length=MAX_FENCED_PIPELINES,
+        description="the pipelines to fence there, each named once",
+    )
+
+    @field_validator("pipelines")
+    @classmethod
+    def _each_once(cls, names: list[str]) -> list[str]:
+        twice = sorted(name for name, count in Counter(names).items() if count > 1)
+        if twice:
+            raise ValueError(f"name each pipeline once ({', '.join(twice[:5])} more than once)")
+        return names
+
+
+class PipelineFenceAnswer(BaseModel):
+    """A supervisor's answer to a pipeline fence it obeyed: no worker process of those
+    pipelines is left there, and none starts again for the assignment it was fenced under."""
+
+    supervisor: str
+    epoch: int
+    pipelines: list[str]  # the pipelines fenced, as asked, sorted
+    stopped: list[str]  # those whose running workers the fence stopped
 
 
 class ErrorBody(BaseModel):

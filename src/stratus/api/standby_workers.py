@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from stratus.api.record_base import RewrittenRecord, StoredRecord
 
@@ -119,3 +119,41 @@ class BeatLease(StoredRecord):
     def floor_secs(self, margin_secs: float) -> float:
         """The least silence after which this supervisor's hot workers are surely gone."""
         return self.lease_secs + self.stop_secs + self.poll_secs + margin_secs
+
+
+class StandbyWorkerView(BaseModel):
+    """A pipeline's standby worker as operators see it (``GET /api/v1/pipelines/NAME/workers``):
+    the leader's placement joined with what the supervisor it names reports.
+
+    Read by any nimbus from its watched view of ``standby-workers/`` and the heartbeat store.
+    The state fields are null while that supervisor reports no standby worker of the
+    placement's generation and code (not started yet, or an older release).
+    """
+
+    supervisor: str | None = Field(description="where it runs; null: nowhere now")
+    host: str | None = Field(
+        default=None, description="that supervisor's host, from its registration; null: unknown"
+    )
+    unplaced_because: str | None = Field(
+        default=None, description="why none runs (supervisor null); null: it is placed"
+    )
+    generation: int | None = Field(
+        default=None, description="the pipeline's generation it is ready for; null: not placed"
+    )
+    placed: float | None = Field(
+        default=None, description="wall-clock time of the placement; null: not placed yet"
+    )
+    refusals: list[StandbyWorkerRefusal] = Field(
+        default_factory=list, description="the newest refusals by supervisors, newest first"
+    )
+    state: StandbyWorkerState | None = Field(
+        default=None, description="as its supervisor reports it; null: not reported"
+    )
+    since: float | None = Field(default=None, description="when it entered its state")
+    pid: int | None = Field(default=None, description="its process")
+    rss_mb: int | None = Field(
+        default=None, description="resident memory of its processes (JVM included), MiB"
+    )
+    error: str | None = Field(
+        default=None, description="why REFUSED or FAILED, secrets redacted; null otherwise"
+    )

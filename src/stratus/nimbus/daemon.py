@@ -323,7 +323,7 @@ class Nimbus:
             view=self.view,
             ops=ops,
             submitter=submitter,
-            placement=Placement(assignments, board),
+            placement=Placement(assignments, board, self.view),
             leadership=self.controller.accepted_term,
             on_change=self._pipeline_changed,
             wall=self._wall,

@@ -16,7 +16,10 @@ unreachable, and fencing happens on time::
 A leader's fence (``FenceOrder``, posted by the endpoint) takes the lease away and stops
 every worker as a lapse does; the order is answered once no worker process is left, or
 refused at once when its epoch is older than the newest this supervisor has seen (an
-assignment's, or an earlier fence's): a deposed leader stops nothing.
+assignment's, or an earlier fence's): a deposed leader stops nothing. A leader's pipeline
+fence (``PipelineFenceOrder``) stops the named pipelines' workers only, under the same epoch
+rule, and holds each back until an assignment with a newer fencing token
+(``pipeline_fence``); the lease and the other workers stay.
 
 With the pacemaker store, the loop keeps a beat agent (``BeatKeeper``) while it holds a
 hot worker (the worker of a pipeline with a standby worker) and its lease: a hot worker
@@ -41,7 +44,14 @@ from pathlib import Path
 from typing import Protocol
 
 from stratus.api.clock import Clock
-from stratus.api.records import Assignment, RunOutcome, SupervisorHeartbeat, WorkerState
+from stratus.api.echo import clip
+from stratus.api.records import (
+    Assignment,
+    FencingToken,
+    RunOutcome,
+    SupervisorHeartbeat,
+    WorkerState,
+)
 from stratus.api.standby_workers import wants_standby_worker
 from stratus.supervisor.assignment_reader import AssignmentsRead, ReadFailed
 from stratus.supervisor.beat_keeper import BeatChange, BeatKeeper
@@ -54,9 +64,11 @@ from stratus.supervisor.loop_messages import (
     HeartbeatWritten,
     Message,
     OutageProven,
+    PipelineFenceOrder,
     Shutdown,
 )
 from stratus.supervisor.managed_worker import ManagedWorker, Phase
+from stratus.supervisor.pipeline_fence import PipelineHolds, newest
 from stratus.supervisor.reconcile import (
     Action,
     ActionKind,
@@ -87,6 +99,15 @@ class _Orphan:
     run: int | None = None
     outcome: RunOutcome | None = None
     killed: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class _PipelineFence:
+    """A pipeline fence obeyed: answered once these workers and orphans are gone."""
+
+    order: PipelineFenceOrder
+    workers: tuple[ManagedWorker, ...]
+    orphans: tuple[_Orphan, ...]
 
 
 class CodeLauncher(Launcher, Protocol):
@@ -157,6 +178,8 @@ class ControlLoop:
         self._shutdown_posted = threading.Event()  # any thread: start nothing more
         self._fence_epoch = 0  # the newest epoch of a leader's fence obeyed
         self._fence_orders: list[FenceOrder] = []  # obeyed, waiting for the workers' exits
+        self._pipeline_fences: list[_PipelineFence] = []  # obeyed, waiting for those exits
+        self._holds = PipelineHolds(supervisor)  # pipelines fenced: held till a newer token
         # left running by a previous supervisor: adopted by the first reconcile, or stopped
         self._adoptable: dict[str, Adopted] = dict(adopted or {})
         self._orphans: list[_Orphan] = []
@@ -195,6 +218,7 @@ class ControlLoop:
         else:
             self._leave_all()
         self._answer_fence_orders()
+        self._answer_pipeline_fences()
 
     def tick(self) -> None:
         """One round of the loop (messages already applied)."""
@@ -214,6 +238,7 @@ class ControlLoop:
         self._step_orphans(now)
         self._sweep()
         self._answer_fence_orders()
+        self._answer_pipeline_fences()
         round_ = self.heartbeat_round()
         if self._warm is not None and not self._shutdown_posted.is_set():
             self._warm.keep(self.free_for_warm(), pipelines_starting=self._starting(round_))
@@ -278,6 +303,8 @@ class ControlLoop:
             self._lease.outage_proven(probe_started=message.started, now=self._clock())
         elif isinstance(message, FenceOrder):
             self._fence_ordered(message)
+        elif isinstance(message, PipelineFenceOrder):
+            self._fence_pipelines(message)
         else:
             self._shutting_down = True
             self._stop_workers = message.workers
@@ -358,7 +385,7 @@ class ControlLoop:
     def _fence_ordered(self, order: FenceOrder) -> None:
         """A leader fences this supervisor: refuse an older term than one seen; else take
         the lease away and stop every worker, answering once none is left."""
-        newest = max([self._fence_epoch, *self._seen_epochs.values()])
+        newest = self._newest_epoch()
         if order.epoch < newest:
             log.warning(
                 "event=fence_refused supervisor=%s epoch=%d seen_epoch=%d reason=stale_epoch",
@@ -383,12 +410,77 @@ class ControlLoop:
                 worker.retire(StopReason.FENCED)
         self._fence_orders.append(order)
 
+    def _newest_epoch(self) -> int:
+        """The newest epoch this supervisor has seen: an assignment's or a fence's."""
+        return max([self._fence_epoch, *self._seen_epochs.values()])
+
     def _answer_fence_orders(self) -> None:
         """Answer the fences obeyed once no worker process is left."""
         if self._fence_orders and not any(w.alive for w in self.workers.values()):
             for order in self._fence_orders:
                 order.done()
             self._fence_orders.clear()
+
+    # ------------------------------------------------------------------ a pipeline fence
+
+    def _fence_pipelines(self, order: PipelineFenceOrder) -> None:
+        """A leader fences some pipelines here, to run them elsewhere: refuse an older term
+        than one seen; else stop their workers (and those a previous supervisor left
+        running), hold each back until an assignment with a newer token, and answer once
+        their processes are gone. The lease and every other worker stay."""
+        newest_epoch = self._newest_epoch()
+        if order.epoch < newest_epoch:
+            log.warning(
+                "event=pipeline_fence_refused supervisor=%s epoch=%d seen_epoch=%d "
+                "pipelines=%s reason=stale_epoch",
+                self.supervisor,
+                order.epoch,
+                newest_epoch,
+                clip(",".join(sorted(order.pipelines))),
+            )
+            order.refuse(newest_epoch)
+            return
+        self._fence_epoch = order.epoch
+        workers: list[ManagedWorker] = []
+        orphans: list[_Orphan] = []
+        for name in sorted(order.pipelines):
+            token: FencingToken | None = None
+            worker = self.workers.get(name)
+            if worker is not None:
+                token = worker.assignment.token
+                if worker.alive:
+                    order.stopped.append(name)
+                if not worker.retiring:  # one being stopped already keeps its reason
+                    worker.retire(StopReason.FENCED)
+                workers.append(worker)
+            found = self._adoptable.pop(name, None)
+            if found is not None:  # left running by a previous supervisor, not adopted yet
+                token = newest(token, found.record.token)
+                self._orphan(found, "pipeline_fenced", RunOutcome.FENCED)
+                order.stopped.append(name)
+            orphans += [orphan for orphan in self._orphans if orphan.pipeline == name]
+            self._holds.hold(name, token)
+        log.warning(
+            "event=pipelines_fenced supervisor=%s epoch=%d pipelines=%s stopped=%s by=leader "
+            "stop_secs=%g",
+            self.supervisor,
+            order.epoch,
+            clip(",".join(sorted(order.pipelines))),
+            clip(",".join(order.stopped)) or "-",
+            self._settings.timeouts.stop_secs,
+        )
+        self._pipeline_fences.append(_PipelineFence(order, tuple(workers), tuple(orphans)))
+
+    def _answer_pipeline_fences(self) -> None:
+        """Answer each pipeline fence obeyed once the processes it stopped are gone."""
+        orphans_left = {id(orphan) for orphan in self._orphans}
+        for fence in list(self._pipeline_fences):
+            if any(w.alive for w in fence.workers) or any(
+                id(orphan) in orphans_left for orphan in fence.orphans
+            ):
+                continue
+            fence.order.done()
+            self._pipeline_fences.remove(fence)
 
     # ------------------------------------------------------------------ reconciling
 
@@ -408,6 +500,7 @@ class ControlLoop:
         desired, self._seen_epochs = assignments_for(
             self.supervisor, read.assignments, self._seen_epochs
         )
+        desired = self._holds.admit(desired)  # a pipeline fenced waits for a newer token
         self._hot_assigned = any(_hot(assignment) for assignment in desired.values())
         if self._shutting_down:
             return

@@ -73,7 +73,13 @@ from stratus.supervisor.heartbeat_lease import HeartbeatLease, LeaseState
 from stratus.supervisor.heartbeat_publisher import HeartbeatPublisher, HeartbeatRound
 from stratus.supervisor.launcher import WorkerLauncher
 from stratus.supervisor.local_dir import TakenDir, take_local_dir
-from stratus.supervisor.loop_messages import LEAVE, SHUTDOWN, Adopted, FenceOrder
+from stratus.supervisor.loop_messages import (
+    LEAVE,
+    SHUTDOWN,
+    Adopted,
+    FenceOrder,
+    PipelineFenceOrder,
+)
 from stratus.supervisor.metrics import SupervisorMetrics
 from stratus.supervisor.outage_watch import (
     PROBE_TIMEOUT_SECS,
@@ -308,6 +314,7 @@ class Supervisor:
             ready=self._readiness,
             fencing=Fencing(
                 order=self._fence_ordered,
+                pipelines=self._pipelines_fence_ordered,
                 wait_secs=self.settings.loop.timeouts.stop_secs + SHUTDOWN_MARGIN_SECS,
             ),
         )
@@ -342,6 +349,12 @@ class Supervisor:
     def _fence_ordered(self, epoch: int) -> FenceOrder:
         """A leader's fence, handed to the control loop (the endpoint waits for its verdict)."""
         order = FenceOrder(epoch)
+        self.control.post(order)
+        return order
+
+    def _pipelines_fence_ordered(self, epoch: int, pipelines: frozenset[str]) -> PipelineFenceOrder:
+        """A leader's pipeline fence, handed to the control loop (the endpoint waits)."""
+        order = PipelineFenceOrder(epoch, pipelines)
         self.control.post(order)
         return order
 

@@ -281,14 +281,20 @@ class _Cluster:
         return _UNFIT[why] if why is not None else None
 
     def beat(self, placement: StandbyWorkerPlacement) -> StandbyWorkerBeat | None:
-        """What the placement's supervisor reports of its standby worker, for the
-        placement's generation and code; None: nothing (yet)."""
-        heartbeat = self.heartbeats.get(placement.supervisor or "")
-        wanted = (placement.pipeline, placement.generation, placement.digest)
-        for beat in heartbeat.standby_workers if heartbeat is not None else ():
-            if (beat.pipeline, beat.generation, beat.digest) == wanted:
-                return beat
-        return None
+        return placement_beat(placement, self.heartbeats)
+
+
+def placement_beat(
+    placement: StandbyWorkerPlacement, heartbeats: Mapping[str, SupervisorHeartbeat]
+) -> StandbyWorkerBeat | None:
+    """What the placement's supervisor reports of its standby worker, for the placement's
+    generation and code; None: nothing (yet)."""
+    heartbeat = heartbeats.get(placement.supervisor or "")
+    wanted = (placement.pipeline, placement.generation, placement.digest)
+    for beat in heartbeat.standby_workers if heartbeat is not None else ():
+        if (beat.pipeline, beat.generation, beat.digest) == wanted:
+            return beat
+    return None
 
 
 class _Round:
