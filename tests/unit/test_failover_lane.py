@@ -98,10 +98,24 @@ def snapshot() -> HotSnapshot:
     )
 
 
+class Fence:
+    """A pipeline fence that answers (or not), recording what it was asked."""
+
+    def __init__(self, answers: bool) -> None:
+        self.answers = answers
+        self.asked: list[tuple[str, frozenset[str], int, float]] = []
+
+    def __call__(
+        self, supervisor: SupervisorSummary, pipelines: Any, epoch: int, timeout: float
+    ) -> bool:
+        self.asked.append((supervisor.id, frozenset(pipelines), epoch, timeout))
+        return self.answers
+
+
 class Lane:
     """A lane over scripted beats, with every supervisor registered with a beat lease."""
 
-    def __init__(self) -> None:
+    def __init__(self, fence: Fence | None = None) -> None:
         self.clock = FakeClock()
         self.beats = Beats()
         self.promoter = Promoter()
@@ -113,6 +127,7 @@ class Lane:
             cast(Any, self.promoter),
             lambda: self.registered,
             poll_secs=POLL,
+            fence_pipelines=fence,
             clock=self.clock,
             wall=lambda: 1_700_000_100.0,
         )
@@ -192,6 +207,42 @@ def test_a_lost_version_race_promotes_nothing_and_waits_for_a_new_snapshot(lane:
     lane.lane.note(snapshot())  # the next round's read; the watch, unread meanwhile, is
     # blind to the stretch: s1 gets a whole floor again
     assert [p.pipeline for p in lane.run(3.0, {"s2", "s3"})] == ["orders"]
+
+
+def test_a_suspected_supervisor_that_answers_its_fence_is_promoted_before_its_floor() -> None:
+    fence = Fence(answers=True)
+    lane = Lane(fence)
+    lane.lane.note(snapshot())
+    lane.run(2.0, {"s1", "s2", "s3"})
+    done = lane.run(2.0, {"s2", "s3"})
+    assert [(p.pipeline, p.how) for p in done] == [("orders", How.FENCED)]
+    assert [(sid, pipelines, epoch) for sid, pipelines, epoch, _ in fence.asked] == [
+        ("s1", frozenset({"orders"}), EPOCH)  # its hot pipelines only: not "web"
+    ]
+    (_, _, _, within), (_, silent, floor) = fence.asked[0], lane.promoter.promoted[0]
+    assert 0 < within <= floor
+    assert silent < floor  # promoted on the fence's answer, before the floor
+
+
+def test_a_fence_that_gets_no_answer_is_asked_once_and_the_floor_promotes() -> None:
+    fence = Fence(answers=False)
+    lane = Lane(fence)
+    lane.lane.note(snapshot())
+    lane.run(2.0, {"s1", "s2", "s3"})
+    done = lane.run(2.0, {"s2", "s3"})
+    assert [(p.pipeline, p.how) for p in done] == [("orders", How.FLOOR)]
+    assert len(fence.asked) == 1
+    _, silent, floor = lane.promoter.promoted[0]
+    assert silent >= floor
+
+
+def test_suspicion_before_the_floor_promotes_nothing_without_a_fence(lane: Lane) -> None:
+    lane.lane.note(snapshot())
+    lane.run(2.0, {"s1", "s2", "s3"})
+    while not lane.lane.suspected():
+        assert lane.run(POLL, {"s2", "s3"}) == []
+    assert lane.lane.suspected() == {"s1"}  # phi has spoken: the round moves nothing of it
+    assert lane.promoter.asked == []  # but its floor has not passed
 
 
 def test_a_term_no_longer_held_reads_nothing(lane: Lane) -> None:

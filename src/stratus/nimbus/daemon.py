@@ -380,7 +380,8 @@ class Nimbus:
                 floor_secs=floor,
             ),
         )
-        self.lane = self._failover_lane(promoter)
+        fencing = self._supervisor_fencing()
+        self.lane = self._failover_lane(promoter, fencing)
         scheduling = SchedulingDuty(
             ops=ops,
             assignments=assignments,
@@ -393,7 +394,7 @@ class Nimbus:
             on_observed=self._observed,
             connections=lambda: self.session.connections,
             zookeeper_epoch=self.session.zookeeper_epoch,
-            fencing=self._supervisor_fencing(),
+            fencing=fencing,
             cordons=cordons,
             drains=drains,
             standby=StandbyWorkerTable(self.session.client, self.paths),
@@ -446,10 +447,12 @@ class Nimbus:
         self._opened.callback(fencing.close)
         return fencing
 
-    def _failover_lane(self, promoter: Promoter) -> FailoverLane | None:
+    def _failover_lane(
+        self, promoter: Promoter, fencing: SupervisorFencing | None
+    ) -> FailoverLane | None:
         """The leader's failover lane, reading the beats from the pacemakers; None with the
-        ZooKeeper state store, where no supervisor sends beats and no standby worker is
-        placed. It has no pipeline fence yet: every verdict is the floor."""
+        ZooKeeper state store, where no supervisor sends beats. With ``fencing``, it fences
+        the hot pipelines of a suspected supervisor; without, it waits for the floor."""
         store = self.settings.state_store
         if store.pacemaker is None:
             return None
@@ -461,6 +464,7 @@ class Nimbus:
             promoter,
             self.view.supervisors,
             poll_secs=detector.poll_secs,
+            fence_pipelines=fencing.fence_pipelines if fencing is not None else None,
             clock=self._clock,
             wall=self._wall,
         )

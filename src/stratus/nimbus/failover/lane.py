@@ -22,10 +22,14 @@ cluster view. A snapshot older than a write it does not know of only makes a pro
 transaction fail on its version; the next round's snapshot has the new ones. Only the
 supervisors holding a hot pipeline's active worker, and advertising a beat lease, are judged.
 
-**The fence.** ``fence_pipelines``, when given, is asked to fence a suspected supervisor's hot
-pipelines, within the time left to its floor; the pipelines it answered for are promoted as
-``fenced``. ``BeatWatch`` suspects a supervisor once its silence reached its floor, so today
-no time is left and the fence is never asked: every verdict is ``floor``.
+**The fence.** A supervisor is **suspected** once its phi reached ``nimbus.detector.threshold``
+(on a calm host about 0.66 s after its last beat), before its floor (1.02 s by default). With
+``fence_pipelines`` (the nimbus's ``SupervisorFencing``, unless
+``nimbus.supervisor.fence.after.secs`` is 0), the lane asks a
+suspected supervisor, once per suspicion, to stop the workers of its hot pipelines, waiting
+no longer than the time left to its floor: if it answers, they are promoted at once as
+``fenced``; if not (a dead host answers nothing), they are promoted as ``floor`` once its
+silence reaches its floor. Suspicion alone promotes nothing.
 
 One thread per term, started by ``start`` and ended by ``stop``; the watch is reset at every
 start (a new term judges nothing from an earlier one's beats). ``step`` is one poll, for tests.
@@ -36,7 +40,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Set
+from collections.abc import Callable, Collection, Mapping, Set
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -63,18 +67,16 @@ log = logging.getLogger(__name__)
 
 
 class FencePipelines(Protocol):
-    """Fence ``pipelines`` on ``supervisor`` for the term at ``epoch`` within ``within_secs``:
-    the pipelines whose worker it answered to be gone (empty: no answer)."""
+    """Stop the workers of ``pipelines`` on ``supervisor`` for the term at ``epoch``, waiting
+    ``timeout`` seconds at most: True once the supervisor answered that they are gone
+    (``SupervisorFencing.fence_pipelines``)."""
 
     def __call__(
-        self,
-        supervisor: SupervisorSummary,
-        *,
-        supervisor_id: str,
-        epoch: int,
-        pipelines: frozenset[str],
-        within_secs: float,
-    ) -> frozenset[str]: ...
+        self, supervisor: SupervisorSummary, pipelines: Collection[str], epoch: int, timeout: float
+    ) -> bool: ...
+
+
+PHI_ONLY_SECS = 1e-9  # the floor passed to BeatWatch to learn who phi alone suspects
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,8 @@ class FailoverLane:
         self._snapshot: HotSnapshot | None = None
         self._suspected: frozenset[str] = frozenset()
         self._refused: dict[str, str] = {}  # pipeline -> the refusal last logged
+        self._fences: dict[str, frozenset[str]] = {}  # supervisor -> what its fence answered
+        # for (empty: asked, no answer), for as long as it stays suspected
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._term: Leadership | None = None
@@ -193,6 +197,7 @@ class FailoverLane:
         with self._lock:
             self._snapshot, self._suspected = None, frozenset()
         self._refused.clear()
+        self._fences.clear()
         self.outcome = None
         self._term = term
         self._stop = threading.Event()
@@ -249,11 +254,20 @@ class FailoverLane:
             self._set_suspected({})
             return ()
         self.outcome = self._watch.poll()
-        suspicions = self._watch.suspected(floors)
+        suspicions = {  # phi alone (the floors name who is judged), each with its real floor
+            sid: replace(suspicion, floor_secs=floors[sid])
+            for sid, suspicion in self._watch.suspected(
+                dict.fromkeys(floors, PHI_ONLY_SECS)
+            ).items()
+        }
         self._set_suspected(suspicions)
+        for sid in set(self._fences) - set(suspicions):
+            del self._fences[sid]  # heard again: a later suspicion asks the fence again
         if not suspicions:
             return ()
         verdicts, fenced = self._verdicts(term, snapshot, registered, suspicions)
+        if not verdicts:
+            return ()  # suspected, neither fenced nor past its floor yet
         plan = plan_promotions(
             verdicts=verdicts,
             pipelines=snapshot.pipelines,
@@ -289,27 +303,22 @@ class FailoverLane:
         registered: Mapping[str, SupervisorSummary],
         suspicions: Mapping[str, Suspicion],
     ) -> tuple[dict[str, How], dict[str, Set[str]]]:
-        """``floor`` for every suspected supervisor, ``fenced`` for one whose fence answered
-        within the time left to its floor (none is left once suspected: module docstring)."""
+        """``fenced`` for a suspected supervisor whose fence answered for its hot pipelines
+        (asked once per suspicion, within the time left to its floor), else ``floor`` once
+        its silence reached its floor; no verdict before."""
         verdicts: dict[str, How] = {}
         fenced: dict[str, Set[str]] = {}
-        for sid, suspicion in suspicions.items():
+        for sid, suspicion in sorted(suspicions.items()):
             left = suspicion.floor_secs - suspicion.silence_secs
-            if self._fence is not None and left > 0 and sid in registered:
-                pipelines = frozenset(
+            if sid not in self._fences and self._fence is not None and sid in registered:
+                hot = frozenset(
                     name for name, (a, _) in snapshot.assignments.items() if a.supervisor == sid
                 )
-                answered = self._fence(
-                    registered[sid],
-                    supervisor_id=sid,
-                    epoch=term.epoch,
-                    pipelines=pipelines,
-                    within_secs=left,
-                )
-                if answered:
-                    verdicts[sid], fenced[sid] = How.FENCED, answered
-                    continue
-            if suspicion.silence_secs >= suspicion.floor_secs:
+                answered = left > 0 and self._fence(registered[sid], hot, term.epoch, left)
+                self._fences[sid] = hot if answered else frozenset()
+            if self._fences.get(sid):
+                verdicts[sid], fenced[sid] = How.FENCED, self._fences[sid]
+            elif left <= 0:
                 verdicts[sid] = How.FLOOR
         return verdicts, fenced
 
