@@ -1,12 +1,13 @@
 """The failover lane: the leader's thread that promotes the standby workers of hot pipelines.
 
 Guarantees: a hot pipeline's standby worker is promoted off a supervisor only on a verdict
-that its active worker is gone (``promotion_plan``): ``floor``, the supervisor has been silent
-on the fast beats for at least its floor (``beat_watch``), so its hot workers have stopped
-themselves; or ``fenced``, a pipeline fence it answered in this term named the pipeline. Each
-promotion is one fenced transaction of the term (``promotion.Promoter``), logged
-(``event=worker_promoted``) and recorded in the trail (``worker_promoted``). With no hot
-pipeline the lane reads nothing at all: no beat, no znode::
+that its active worker is gone (``promotion_plan``): ``floor``, the supervisor is suspected
+and has been silent on the fast beats for at least its floor (``beat_watch``), so its hot
+workers have stopped themselves; or ``fenced``, a pipeline fence it answered in this term
+named the pipeline. Each promotion is one fenced transaction of the term
+(``promotion.Promoter``), logged (``event=worker_promoted``) and recorded in the trail
+(``worker_promoted``). With no hot pipeline the lane reads nothing at all: no beat, no
+znode::
 
     lane = FailoverLane(watch, promoter, view.supervisors, poll_secs=0.1)
     lane.start(term)                 # on gaining a term: its thread polls every poll_secs
@@ -23,13 +24,13 @@ transaction fail on its version; the next round's snapshot has the new ones. Onl
 supervisors holding a hot pipeline's active worker, and advertising a beat lease, are judged.
 
 **The fence.** A supervisor is **suspected** once its phi reached ``nimbus.detector.threshold``
-(on a calm host about 0.66 s after its last beat), before its floor (1.02 s by default). With
-``fence_pipelines`` (the nimbus's ``SupervisorFencing``, unless
-``nimbus.supervisor.fence.after.secs`` is 0), the lane asks a
-suspected supervisor, once per suspicion, to stop the workers of its hot pipelines, waiting
-no longer than the time left to its floor: if it answers, they are promoted at once as
-``fenced``; if not (a dead host answers nothing), they are promoted as ``floor`` once its
-silence reaches its floor. Suspicion alone promotes nothing.
+(on a calm host about 0.66 s after its last beat), before its floor (1.02 s by default).
+With ``fence_pipelines`` (the nimbus's ``SupervisorFencing``, unless
+``nimbus.supervisor.fence.after.secs`` is 0), the lane asks a suspected supervisor, once per
+suspicion, to stop the workers of its hot pipelines, waiting no longer than the time left to
+its floor: if it answers, they are promoted at once as ``fenced``; if not (a dead host
+answers nothing), they are promoted as ``floor`` once its silence reaches its floor.
+Suspicion alone promotes nothing.
 
 One thread per term, started by ``start`` and ended by ``stop``; the watch is reset at every
 start (a new term judges nothing from an earlier one's beats). ``step`` is one poll, for tests.
