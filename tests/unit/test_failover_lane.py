@@ -245,6 +245,17 @@ def test_suspicion_before_the_floor_promotes_nothing_without_a_fence(lane: Lane)
     assert lane.promoter.asked == []  # but its floor has not passed
 
 
+def test_silences_restarted_by_the_round_give_a_supervisor_a_whole_floor_again(
+    lane: Lane,
+) -> None:
+    lane.lane.note(snapshot())
+    lane.run(2.0, {"s1", "s2", "s3"})
+    assert lane.run(0.9, {"s2", "s3"}) == []  # s1 silent, short of its floor
+    lane.lane.restart_silences()  # the round could not see a stretch: nor can the lane trust it
+    assert lane.run(0.5, {"s2", "s3"}) == []  # 1.4 s of silence, 0.5 s since the restart
+    assert [p.pipeline for p in lane.run(2.0, {"s2", "s3"})] == ["orders"]
+
+
 def test_a_term_no_longer_held_reads_nothing(lane: Lane) -> None:
     lane.lane.note(snapshot())
     cast(Term, lane.term).is_leader = False

@@ -415,7 +415,7 @@ class SchedulingDuty:
         try:
             epoch = self._zookeeper_epoch()
         except (StratusError, KazooException) as exc:
-            self._liveness.reset()
+            self._restart_silences()
             log.warning(
                 "event=heartbeats_watched_again epoch=%d zookeeper_epoch=unknown "
                 "action=every_silence_restarts error=%s",
@@ -433,7 +433,7 @@ class SchedulingDuty:
                 epoch,
             )
             return
-        self._liveness.reset()
+        self._restart_silences()
         log.info(
             "event=heartbeats_watched_again epoch=%d zookeeper_epoch=%s previous=%s "
             "action=every_silence_restarts",
@@ -441,6 +441,12 @@ class SchedulingDuty:
             "standalone" if epoch is None else epoch,
             ("standalone" if previous is None else previous) if learned else "unknown",
         )
+
+    def _restart_silences(self) -> None:
+        """Every silence starts again now: the round's, and the failover lane's."""
+        self._liveness.reset()
+        if self._lane is not None:
+            self._lane.restart_silences()
 
     # ------------------------------------------------------------------ unknown heartbeats
 
@@ -460,7 +466,7 @@ class SchedulingDuty:
             return None
         if self._blind:
             self._blind = False
-            self._liveness.reset()  # the stretch without heartbeats was blindness, not silence
+            self._restart_silences()  # the stretch without heartbeats was blindness
             log.warning(
                 "event=heartbeats_known_again epoch=%d action=every_silence_restarts", term.epoch
             )

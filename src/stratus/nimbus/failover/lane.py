@@ -33,7 +33,8 @@ answers nothing), they are promoted as ``floor`` once its silence reaches its fl
 Suspicion alone promotes nothing.
 
 One thread per term, started by ``start`` and ended by ``stop``; the watch is reset at every
-start (a new term judges nothing from an earlier one's beats). ``step`` is one poll, for tests.
+start (a new term judges nothing from an earlier one's beats) and whenever the round restarts
+its silences (``restart_silences``). ``step`` is one poll, for tests.
 """
 
 from __future__ import annotations
@@ -167,6 +168,7 @@ class FailoverLane:
         self._lock = threading.Lock()  # guards what the round and the thread share:
         self._snapshot: HotSnapshot | None = None
         self._suspected: frozenset[str] = frozenset()
+        self._restart = False  # the round restarted its silences: so does the watch
         self._refused: dict[str, str] = {}  # pipeline -> the refusal last logged
         self._fences: dict[str, frozenset[str]] = {}  # supervisor -> what its fence answered
         # for (empty: asked, no answer), for as long as it stays suspected
@@ -181,6 +183,12 @@ class FailoverLane:
         """The round's newest read of the hot pipelines (any thread)."""
         with self._lock:
             self._snapshot = snapshot
+
+    def restart_silences(self) -> None:
+        """Start every silence again at the next poll, as the round does after a stretch it
+        could not see (any thread)."""
+        with self._lock:
+            self._restart = True
 
     def suspected(self) -> frozenset[str]:
         """The supervisors suspected at the lane's last judgement in this term (any thread)."""
@@ -242,7 +250,10 @@ class FailoverLane:
         """One poll: judge the holders of hot pipelines, promote what the verdicts allow;
         the promotions committed."""
         with self._lock:
-            snapshot = self._snapshot
+            snapshot, restart, self._restart = self._snapshot, self._restart, False
+        if restart:
+            self._watch.reset()
+            self._fences.clear()
         if not term.is_leader:
             return ()  # stepped down: on_lost stops the thread
         if snapshot is None or snapshot.epoch != term.epoch or not snapshot.assignments:
