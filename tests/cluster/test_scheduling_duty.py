@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from stratus.api.records import (
+    AssignmentReason,
     PipelineStatus,
     QueryProgress,
     SupervisorHeartbeat,
@@ -28,11 +29,17 @@ from stratus.api.records import (
     WorkerHeartbeat,
     WorkerState,
 )
+from stratus.api.standby_workers import (
+    StandbyWorkerBeat,
+    StandbyWorkerPlacement,
+    StandbyWorkerState,
+)
 from stratus.codedist.package_store import StoredPackage
 from stratus.coordination.coordinator import Coordinator
 from stratus.coordination.errors import LeadershipLostError
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.duties.scheduling import SchedulingDuty
+from stratus.nimbus.failover.promotion import Promoter
 from stratus.nimbus.records.assignment_history import AssignmentHistoryLog
 from stratus.nimbus.records.pipeline_ops import PipelineOps
 from stratus.nimbus.records.replication_policy import ReplicationPolicy
@@ -101,6 +108,7 @@ class Cluster:
             else (lambda: self.connections),
             zookeeper_epoch=session.zookeeper_epoch if self.real_session else self.learn_epoch,
             cordons=self.cordons, drains=self.drains, standby=self.standby,
+            promoter=Promoter(session.client, PATHS),
         )  # fmt: skip
 
     def learn_epoch(self) -> int | None:
@@ -128,11 +136,23 @@ class Cluster:
         self.registered[sid] = SupervisorSummary(id=sid, slots=slots, host=host)
         self.heartbeat(sid)
 
-    def heartbeat(self, sid: str, *, stopping: bool = False, warm: int = 0) -> None:
+    def heartbeat(
+        self,
+        sid: str,
+        *,
+        stopping: bool = False,
+        warm: int = 0,
+        standby: list[StandbyWorkerBeat] | None = None,
+    ) -> None:
         self.beats += 1
         self.board.put_supervisor(
             SupervisorHeartbeat(
-                id=sid, time=float(self.beats), slots=2, stopping=stopping, warm_ready=warm
+                id=sid,
+                time=float(self.beats),
+                slots=2,
+                stopping=stopping,
+                warm_ready=warm,
+                standby_workers=standby or [],
             )
         )
 
@@ -964,6 +984,56 @@ def test_a_standby_worker_leaves_a_supervisor_judged_dead(cluster):
     assert moved is not None
     assert moved.supervisor not in (None, active, first.supervisor)
     assert cluster.where("hot") == active
+
+
+def reported(placed: StandbyWorkerPlacement, state: StandbyWorkerState) -> list[StandbyWorkerBeat]:
+    """The heartbeat's report of the standby worker ``placed``, in ``state``."""
+    return [
+        StandbyWorkerBeat(
+            pipeline=placed.pipeline,
+            generation=placed.generation,
+            digest=placed.digest,
+            state=state,
+            since=1.0,
+        )
+    ]
+
+
+def test_a_dead_supervisors_hot_pipeline_is_promoted_to_its_ready_standby_worker(cluster):
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("hot", {"pipeline.standby": "hot"})
+    cluster.round()
+    active, placed = cluster.where("hot"), cluster.standby.read("hot")
+    assert placed is not None and placed.supervisor not in (None, active)
+
+    cluster.clock.now += 11  # the active's supervisor falls silent past the timeout
+    cluster.heartbeat(placed.supervisor, standby=reported(placed, StandbyWorkerState.READY))
+    cluster.round()
+
+    assert cluster.where("hot") == placed.supervisor
+    newest = cluster.table.history("hot")[0]
+    assert newest.reason is AssignmentReason.STANDBY_PROMOTED
+    assert (newest.previous, newest.supervisor) == (active, placed.supervisor)
+    after = cluster.standby.read("hot")  # the promoted one is gone; no live supervisor is left
+    assert after is not None and after.supervisor is None
+
+
+def test_a_dead_supervisors_hot_pipeline_whose_standby_worker_is_not_ready_moves(cluster):
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("hot", {"pipeline.standby": "hot"})
+    cluster.round()
+    active, placed = cluster.where("hot"), cluster.standby.read("hot")
+    assert placed is not None and placed.supervisor not in (None, active)
+
+    cluster.clock.now += 11
+    cluster.heartbeat(placed.supervisor, standby=reported(placed, StandbyWorkerState.STARTING))
+    cluster.round()
+
+    assert cluster.where("hot") == placed.supervisor  # the only one left: a cold start
+    newest = cluster.table.history("hot")[0]
+    assert newest.reason is not AssignmentReason.STANDBY_PROMOTED
 
 
 def test_a_pipeline_takes_the_slot_of_a_standby_worker_when_no_other_is_free(cluster):

@@ -50,6 +50,9 @@ from stratus.nimbus.duties.purges import CarryOutPurges, PurgeOrders
 from stratus.nimbus.duties.replication import ActivateReplicated
 from stratus.nimbus.duties.round import DutyRound
 from stratus.nimbus.duties.scheduling import SchedulingDuty
+from stratus.nimbus.failover.beat_watch import BeatWatch
+from stratus.nimbus.failover.lane import FailoverLane
+from stratus.nimbus.failover.promotion import Promoter
 from stratus.nimbus.http.api import create_app
 from stratus.nimbus.http.exposure import InsecureReminder, check_exposure
 from stratus.nimbus.http.listening import NimbusStartError, listen_socket
@@ -77,6 +80,8 @@ from stratus.nimbus.scheduling.supervisor_fencing import SupervisorFencing
 from stratus.nimbus.service import NimbusService
 from stratus.nimbus.settings import HAMode, NimbusSettings
 from stratus.nimbus.submission import Submitter
+from stratus.pacemaker.blocking import BlockingPacemakerPool
+from stratus.state.beats import BeatBoard
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.trail import Actor, TrailRecorder
@@ -362,6 +367,21 @@ class Nimbus:
         drains: DrainMemory,
     ) -> DutyRound:
         """The leader's duties, in the order of a round."""
+        promoter = Promoter(
+            self.session.client,
+            self.paths,
+            on_promoted=lambda term, promotion, silent, floor: self.history.promoted(
+                epoch=term.epoch,
+                pipeline=promotion.pipeline,
+                from_supervisor=promotion.from_supervisor,
+                to_supervisor=promotion.to_supervisor,
+                how=promotion.how.value,
+                silent_secs=silent,
+                floor_secs=floor,
+            ),
+        )
+        fencing = self._supervisor_fencing()
+        self.lane = self._failover_lane(promoter, fencing)
         scheduling = SchedulingDuty(
             ops=ops,
             assignments=assignments,
@@ -374,10 +394,12 @@ class Nimbus:
             on_observed=self._observed,
             connections=lambda: self.session.connections,
             zookeeper_epoch=self.session.zookeeper_epoch,
-            fencing=self._supervisor_fencing(),
+            fencing=fencing,
             cordons=cordons,
             drains=drains,
             standby=StandbyWorkerTable(self.session.client, self.paths),
+            lane=self.lane,
+            promoter=promoter,
         )
         purges = CarryOutPurges(
             PurgeOrders(self.session.client, self.paths),
@@ -425,6 +447,30 @@ class Nimbus:
         self._opened.callback(fencing.close)
         return fencing
 
+    def _failover_lane(
+        self, promoter: Promoter, fencing: SupervisorFencing | None
+    ) -> FailoverLane | None:
+        """The leader's failover lane, reading the beats from the pacemakers; None with the
+        ZooKeeper state store, where no supervisor sends beats. With ``fencing``, it fences
+        the hot pipelines of a suspected supervisor; without, it waits for the floor."""
+        store = self.settings.state_store
+        if store.pacemaker is None:
+            return None
+        pool = BlockingPacemakerPool(store.pacemaker, call_timeout_secs=store.call_timeout_secs)
+        self._opened.callback(pool.close)
+        detector = self.settings.detector
+        lane = FailoverLane(
+            BeatWatch(detector, BeatBoard(pool).read, clock=self._clock),
+            promoter,
+            self.view.supervisors,
+            poll_secs=detector.poll_secs,
+            fence_pipelines=fencing.fence_pipelines if fencing is not None else None,
+            clock=self._clock,
+            wall=self._wall,
+        )
+        self._opened.callback(lane.stop)
+        return lane
+
     def _build_controller(
         self, readiness: CodeReadiness, duties: DutyRound, granted: GrantedLock | None
     ) -> LeadershipController:
@@ -455,8 +501,11 @@ class Nimbus:
         return self._package_server.serving if self._package_server is not None else None
 
     def _term_began(self, term: Leadership) -> None:
-        """A term accepted: count it, record it in the history, observe its failover."""
+        """A term accepted: count it, record it in the history, observe its failover; the
+        failover lane starts for it."""
         self.metrics.leadership_gained.inc()
+        if self.lane is not None:
+            self.lane.start(term)
         record = self.terms.began(term, self.address)
         if record is not None and record.failover_secs is not None:
             self.metrics.failover.observe(record.failover_secs)
@@ -485,6 +534,8 @@ class Nimbus:
         self.controller.stop()
 
     def _term_ended(self, _term: Leadership) -> None:
+        if self.lane is not None:
+            self.lane.stop()
         self.metrics.leadership_lost.inc()
         self.health.term_ended()
 

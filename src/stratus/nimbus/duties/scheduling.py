@@ -30,7 +30,13 @@ cluster state store (never from a view that may lag), then:
    silent past the fence threshold, stopping or cordoned holds none) and writes the
    placements that change, fenced too. Standby workers take slots: the plan of step 6
    gives a pipeline a standby worker's slot only when no supervisor has another. With no
-   hot pipeline this costs one listing of ``standby-workers/`` and writes nothing.
+   hot pipeline this costs one listing of ``standby-workers/`` and writes nothing;
+8. with a ``Promoter``, before step 6, promotes the standby worker of each hot pipeline of a
+   supervisor judged dead when it is READY (``promotion_plan``, verdict ``dead``: one
+   fenced transaction each; one that finds a version moved ends the round, which the next
+   reads again), and plans step 6 from the assignments so promoted; with a
+   ``FailoverLane``, moves no pipeline of a supervisor the lane suspects, gives it none,
+   and hands the lane the hot pipelines of its read (``HotSnapshot``) at its end.
 
 The liveness memory starts afresh with every term: a new leader has seen no heartbeat yet,
 so it judges nothing dead before a whole timeout of its own term has passed (Storm
@@ -78,9 +84,13 @@ from stratus.api.records import (
     SupervisorHeartbeat,
     SupervisorSummary,
 )
+from stratus.api.standby_workers import StandbyWorkerPlacement
 from stratus.coordination.leadership import Leadership
 from stratus.errors import StratusError
 from stratus.nimbus.duties.worker_outcomes import WorkerOutcomes, Workers, current_beat
+from stratus.nimbus.failover.lane import FailoverLane, hot_snapshot
+from stratus.nimbus.failover.promotion import Promoter
+from stratus.nimbus.failover.promotion_plan import How, plan_promotions
 from stratus.nimbus.records.pipeline_ops import PipelineOps
 from stratus.nimbus.scheduling.assignments import AssignmentTable
 from stratus.nimbus.scheduling.cordons import CordonTable, DrainMemory, DrainRound
@@ -124,8 +134,12 @@ class SchedulingDuty:
         cordons: CordonTable | None = None,
         drains: DrainMemory | None = None,
         standby: StandbyWorkerTable | None = None,
+        lane: FailoverLane | None = None,
+        promoter: Promoter | None = None,
     ) -> None:
         self._ops = ops
+        self._lane = lane  # None: no supervisor is suspected on the fast beats
+        self._promoter = promoter  # None: no standby worker is promoted on a dead supervisor
         self._standby = standby  # None: no standby worker is ever placed (tests of other rules)
         self._standby_settings = settings.standby
         self._cordons = cordons  # None: nothing is ever cordoned (tests of other rules)
@@ -184,13 +198,19 @@ class SchedulingDuty:
             dead, timed_out = self._unseen_spared(term, dead, timed_out, read_began)
         silences = self._silences(registered, assignments, dead, heartbeats, read_began)
         dead |= self._fence(term, registered, silences, read_began)
+        if not self._promote_dead(
+            term, pipelines, current, assignments, placements, supervisors, registered, dead
+        ):
+            return Plan(assign={}, unassign=[], moved={})  # a version moved: the next round
+        lane_suspected = self._lane.suspected() if self._lane is not None else frozenset()
+        timed_out -= _promoting(assignments, lane_suspected, dead)
         keep_on = known - dead
         unassigned = [
             name for name, record in pipelines.items()
             if record.status.runs and name not in assignments
         ]  # fmt: skip
         draining = {sid for sid, cordon in cordons.items() if cordon.drain}
-        suspected = {sid for sid in registered if self._fence_due(sid, read_began)}
+        suspected = {sid for sid in registered if self._fence_due(sid, read_began)} | lane_suspected
         drained_from = self._drained_from(unassigned) if draining else {}
         still_running = _still_running(unassigned, workers, keep_on)
         if not heartbeats.complete or heartbeats.partial:
@@ -223,19 +243,89 @@ class SchedulingDuty:
             self._forget_departed(dead, registered, assignments, plan, workers)
         else:
             log.info("event=forget_skipped epoch=%d reason=term_not_held", term.epoch)
-        if self._standby is not None:
-            self._place_standby_workers(
-                term,
-                pipelines,
-                plan.applied_to(assignments),
-                registered,
-                supervisors,
-                placements,
-                cordoned=set(cordons),
-                dead=dead,
-                suspected=suspected,
+        placed = self._place_standby_workers(
+            term,
+            pipelines,
+            plan.applied_to(assignments),
+            registered,
+            supervisors,
+            placements,
+            cordoned=set(cordons),
+            dead=dead,
+            suspected=suspected,
+        )
+        written = {*plan.assign, *plan.unassign, *placed}  # their versions read are spent
+        return self._noted_hot(term, plan, pipelines, current, placements, supervisors, written)
+
+    def _noted_hot(
+        self,
+        term: Leadership,
+        plan: Plan,
+        pipelines: Mapping[str, PipelineRecord],
+        current: Mapping[str, tuple[Assignment, int]],
+        placements: Placements,
+        supervisors: Mapping[str, SupervisorHeartbeat],
+        written: set[str],
+    ) -> Plan:
+        """Hand the failover lane what it promotes from: the hot pipelines of the round's
+        read, but those whose znodes the round wrote (their versions read no longer hold);
+        ``plan``, the round's."""
+        if self._lane is not None:
+            self._lane.note(
+                hot_snapshot(
+                    term.epoch, pipelines, current, placements, supervisors, written=written
+                )
             )
         return plan
+
+    def _promote_dead(
+        self,
+        term: Leadership,
+        pipelines: Mapping[str, PipelineRecord],
+        current: dict[str, tuple[Assignment, int]],
+        assignments: dict[str, Assignment],
+        placements: dict[str, tuple[StandbyWorkerPlacement | None, int]],
+        supervisors: Mapping[str, SupervisorHeartbeat],
+        registered: Mapping[str, SupervisorSummary],
+        dead: set[str],
+    ) -> bool:
+        """Promote the standby workers of the hot pipelines of dead supervisors (verdict
+        ``dead``) and apply the promotions to the round's snapshot (``current``,
+        ``assignments``, ``placements``); False when one found a version moved (the lane
+        promoted it meanwhile, or the read is stale): the next round reads again."""
+        if self._promoter is None or not dead:
+            return True
+        plan = plan_promotions(
+            verdicts=dict.fromkeys(dead, How.DEAD),
+            pipelines=pipelines,
+            assignments=current,
+            placements=placements,
+            heartbeats=supervisors,
+            suspected=set(self._lane.suspected()) if self._lane is not None else set(),
+            registered=set(registered),
+            epoch=term.epoch,
+            now=self._wall(),
+        )
+        for refusal in plan.refusals:
+            log.info(
+                "event=promotion_refused pipeline=%s epoch=%d from=%s how=dead reason=%s "
+                "standby=%s action=moved_the_ordinary_way",
+                refusal.pipeline,
+                term.epoch,
+                refusal.from_supervisor,
+                refusal.reason.value,
+                refusal.standby or "-",
+            )
+        for promotion in plan.promotions:
+            name = promotion.pipeline
+            silent = self._liveness.silent_for(_supervisor_key(promotion.from_supervisor))
+            floor = self._supervisor_timeout
+            if not self._promoter.promote(term, promotion, silent_secs=silent, floor_secs=floor):
+                return False
+            current[name] = (promotion.assignment, promotion.assignment_version + 1)
+            assignments[name] = promotion.assignment
+            placements.pop(name, None)
+        return True
 
     def _place_standby_workers(  # noqa: PLR0913 the round's snapshot, passed on
         self,
@@ -249,10 +339,12 @@ class SchedulingDuty:
         cordoned: set[str],
         dead: set[str],
         suspected: set[str],
-    ) -> None:
+    ) -> set[str]:
         """Place, move, rewrite and drop the standby workers of hot pipelines against the
-        assignments as the round's plan left them; write what changes, fenced."""
-        assert self._standby is not None
+        assignments as the round's plan left them; write what changes, fenced; the
+        pipelines whose placement it wrote (none without a ``StandbyWorkerTable``)."""
+        if self._standby is None:
+            return set()
         plan = plan_standby_workers(
             pipelines=pipelines,
             assignments=assignments,
@@ -268,8 +360,10 @@ class SchedulingDuty:
             epoch=term.epoch,
             now=self._wall(),
         )
-        if not plan.empty:
-            self._standby.apply(term, plan, placements)
+        if plan.empty:
+            return set()
+        self._standby.apply(term, plan, placements)
+        return {write.pipeline for write in plan.writes}
 
     def _drained_from(self, unassigned: list[str]) -> dict[str, str]:
         """Of the unassigned pipelines, those a drain took off a supervisor (their newest
@@ -321,7 +415,7 @@ class SchedulingDuty:
         try:
             epoch = self._zookeeper_epoch()
         except (StratusError, KazooException) as exc:
-            self._liveness.reset()
+            self._restart_silences()
             log.warning(
                 "event=heartbeats_watched_again epoch=%d zookeeper_epoch=unknown "
                 "action=every_silence_restarts error=%s",
@@ -339,7 +433,7 @@ class SchedulingDuty:
                 epoch,
             )
             return
-        self._liveness.reset()
+        self._restart_silences()
         log.info(
             "event=heartbeats_watched_again epoch=%d zookeeper_epoch=%s previous=%s "
             "action=every_silence_restarts",
@@ -347,6 +441,12 @@ class SchedulingDuty:
             "standalone" if epoch is None else epoch,
             ("standalone" if previous is None else previous) if learned else "unknown",
         )
+
+    def _restart_silences(self) -> None:
+        """Every silence starts again now: the round's, and the failover lane's."""
+        self._liveness.reset()
+        if self._lane is not None:
+            self._lane.restart_silences()
 
     # ------------------------------------------------------------------ unknown heartbeats
 
@@ -366,7 +466,7 @@ class SchedulingDuty:
             return None
         if self._blind:
             self._blind = False
-            self._liveness.reset()  # the stretch without heartbeats was blindness, not silence
+            self._restart_silences()  # the stretch without heartbeats was blindness
             log.warning(
                 "event=heartbeats_known_again epoch=%d action=every_silence_restarts", term.epoch
             )
@@ -599,6 +699,18 @@ class SchedulingDuty:
             if self._fencing is not None:
                 self._fencing.forget(sid)
             log.info("event=supervisor_forgotten supervisor=%s", sid)
+
+
+def _promoting(
+    assignments: Mapping[str, Assignment], lane_suspected: frozenset[str], dead: set[str]
+) -> set[str]:
+    """The pipelines on a supervisor the failover lane suspects and the round does not judge
+    dead: the lane promotes those that are hot, and the round moves none of them."""
+    return {
+        name
+        for name, assignment in assignments.items()
+        if assignment.supervisor in lane_suspected and assignment.supervisor not in dead
+    }
 
 
 def _still_running(unassigned: list[str], workers: Workers, keep_on: set[str]) -> set[str]:
