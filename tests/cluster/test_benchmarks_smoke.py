@@ -28,6 +28,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ("pacemaker.py", ["--quick", "--writers", "1"], "pacemaker/ZooKeeper"),
         ("zkfc_failover.py", ["--quick"], "kill -9, zkfc p99"),
         ("pacemaker_scale.py", ["--quick"], "derived safe supervisor timeout"),
+        ("pacemaker_scale.py", ["--quick", "--part", "beats"], "beats, acknowledgement p99"),
         ("cli_start.py", ["--quick"], "stratus --version: "),
     ],
 )
