@@ -848,7 +848,7 @@ def measure_beats(
         wait_beating(board, len(sids), processes, console)
         time.sleep(args.settle)  # every supervisor past its first beats: not the measured part
         with console.status(f"beats every {interval:g} s: steady window of {args.secs:g} s"):
-            clients = [process.pid for process in processes]
+            clients = [process.pid for process in processes if process.pid is not None]
             w0, c0 = time.time(), [cpu_secs(pid) for pid in pids + clients]
             reads = beat_reads(board, args.secs)
             w1, c1 = time.time(), [cpu_secs(pid) for pid in pids + clients]
@@ -934,11 +934,9 @@ def beats_report(rows: list[BeatRow], console: Console) -> PartResult:
         title=f"fast beats to {BEAT_SERVERS} pacemakers (a majority counts), the leader "
         f"reading /beats every {DETECTOR_POLL_SECS:g} s, over the window",
         caption="times in ms; rate: beats a majority stored, per second, of those asked; ack: "
-        "from send to the majority's "
-        "answer (BeatBoard.beat); uncounted: beats no majority stored within half the lease; "
-        "CPU: % of one core, and RSS, of each pacemaker; read: "
-        "BeatBoard.read on the wall clock, and its CPU (the reading process, every thread); "
-        "majority: reads a majority answered, of all",
+        "from send to the majority's answer (BeatBoard.beat); CPU: % of one core, and RSS, of "
+        "each pacemaker; read: BeatBoard.read on the wall clock, and its CPU (the reading "
+        "process, every thread); majority: reads a majority answered, of all",
         box=box.SIMPLE,
         pad_edge=False,
     )
@@ -947,7 +945,6 @@ def beats_report(rows: list[BeatRow], console: Console) -> PartResult:
         "rate",
         "ack p50",
         "ack p99",
-        "uncounted",
         "CPU %",
         "RSS MB",
         "read p50",
@@ -963,7 +960,6 @@ def beats_report(rows: list[BeatRow], console: Console) -> PartResult:
             f"{row.beats_per_sec:,.0f}/{row.target_per_sec:,.0f}",
             ms(row.ack_p50),
             ms(row.ack_p99),
-            str(row.uncounted),
             _each(row.cpu_percent),
             _each(row.rss_mb, 0),
             ms(row.read_p50),
