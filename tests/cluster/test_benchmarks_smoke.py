@@ -34,6 +34,7 @@ HOST_FAILOVER_SMOKE = "STRATUS_HOST_FAILOVER_SMOKE"
         ("pacemaker.py", ["--quick", "--writers", "1"], "pacemaker/ZooKeeper"),
         ("zkfc_failover.py", ["--quick"], "kill -9, zkfc p99"),
         ("pacemaker_scale.py", ["--quick"], "derived safe supervisor timeout"),
+        ("pacemaker_scale.py", ["--quick", "--part", "beats"], "beats, acknowledgement p99"),
         ("cli_start.py", ["--quick"], "stratus --version: "),
     ],
 )
