@@ -248,6 +248,7 @@ class SchedulingDuty:
             cordoned=set(cordons),
             dead=dead,
             suspected=suspected,
+            rewritten={*plan.assign, *plan.unassign},
         )
         written = {*plan.assign, *plan.unassign, *placed}  # their versions read are spent
         # the failover lane promotes from the round's read, but what the round wrote

@@ -137,10 +137,13 @@ class StandbyRound:
         cordoned: set[str],
         dead: set[str],
         suspected: set[str],
+        rewritten: set[str],
     ) -> set[str]:
         """Place, move, rewrite and drop the standby workers of hot pipelines against
-        ``assignments`` (as the round's plan left them); write what changes, fenced; the
-        pipelines whose placement it wrote (none without a ``StandbyWorkerTable``)."""
+        ``assignments`` (as the round's plan left them); write what changes, fenced, each
+        with the check that the pipeline's assignment is still as the round read it (but
+        those the round ``rewritten`` itself); the pipelines whose placement it wrote (none
+        without a ``StandbyWorkerTable``)."""
         if self._table is None:
             return set()
         plan = plan_standby_workers(
@@ -160,7 +163,10 @@ class StandbyRound:
         )
         if plan.empty:
             return set()
-        self._table.apply(term, plan, read.placements)
+        unchanged = {
+            name: version for name, (_, version) in read.current.items() if name not in rewritten
+        }
+        self._table.apply(term, plan, read.placements, unchanged)
         return {write.pipeline for write in plan.writes}
 
     def hand_to_lane(self, term: Leadership, read: RoundRead, *, written: set[str]) -> None:
