@@ -62,7 +62,12 @@ from stratus.nimbus.scheduling.placement import Placement
 from stratus.nimbus.settings import ServiceSettings
 from stratus.nimbus.submission import Submitter
 from stratus.security.access import Caller
-from stratus.security.authorizer import PipelineAccess, Verb, check_pipeline_access
+from stratus.security.authorizer import (
+    PipelineAccess,
+    Verb,
+    check_pipeline_access,
+    pipeline_summary,
+)
 from stratus.security.roles import Role
 
 log = logging.getLogger(__name__)
@@ -149,7 +154,7 @@ class NimbusService:
         return ClusterSummary(
             nimbuses=nimbuses,
             supervisors=supervisors,
-            pipelines=self.pipelines(),
+            pipelines=[pipeline_summary(record) for record in self.pipelines()],
             leader=self.view.leader(),
             cordons=[cordon for _, cordon in sorted(self.view.cordons().items())],
         )
