@@ -9,7 +9,7 @@ FUZZ_AUTH_EXAMPLES ?= 200  # each case is sent four times: owner, stranger, read
 CHAOS_FAULTS ?= 200
 CHAOS_SEED ?= $(shell date +%s)
 
-.PHONY: install run check test lint typecheck unit stress chaos fuzz bench bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc bench-zk-outage bench-operations bench-cli-start ui-screenshots clean
+.PHONY: install run check test lint typecheck unit stress chaos fuzz bench bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc bench-zk-outage bench-operations bench-cli-start bench-host-failover bench-host-failover-smoke ui-screenshots clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "stratus needs Python 3.11 or newer")'
@@ -108,6 +108,15 @@ bench-operations: install
 
 bench-cli-start: install
 	$(BIN)/python bench/cli_start.py
+
+# Needs root and `ip` (hosts of network namespaces), so `make bench` leaves it out.
+bench-host-failover: install
+	$(BIN)/python bench/host_failover.py
+
+# The host failover benchmark's one-round smoke test, left out of `make test` for its cost.
+bench-host-failover-smoke: install
+	STRATUS_HOST_FAILOVER_SMOKE=1 $(BIN)/pytest -q -n 0 tests/cluster/test_benchmarks_smoke.py \
+	-k host_failover
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -52,7 +52,7 @@ from _report import (
     report_console,
     write_json,
 )
-from stratus.pacemaker.client import PacemakerConnection
+from stratus.pacemaker.connection import PacemakerConnection
 from stratus.pacemaker.protocol import Op
 from stratus.pacemaker.settings import PacemakerClientSettings
 from stratus.zk.server import ZooKeeperServer

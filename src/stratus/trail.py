@@ -13,7 +13,7 @@ of one attribute test per event::
 Each line holds ``wall`` (``time.time()``) and ``mono`` (``time.monotonic()``: on Linux one
 clock for every process of a machine, so lines of one host compare exactly), ``host``,
 ``pid``, the process's ``kind`` and ``id`` (a nimbus's address, a worker's pipeline, a
-client's name), ``event`` and the event's own fields. ``stratus.chaos.oracle.load_events``
+client's name), ``event`` and the event's own fields. ``stratus.chaos.trail_events.load_events``
 reads the files back.
 
 Several processes of one host may share one file: it is opened ``O_APPEND`` and every line
@@ -47,13 +47,24 @@ FILE_MODE = 0o600
 # The events, by name: who records each and the fields it carries (besides the common ones).
 WORKER_STARTED = "worker_started"  # worker: pipeline, epoch, generation
 WORKER_STOPPED = "worker_stopped"  # worker: pipeline, epoch, generation, state
-BATCH_COMMITTED = "batch_committed"  # worker: pipeline, epoch, generation, query, batch_id, rows
+BATCH_COMMITTED = "batch_committed"  # worker: pipeline, epoch, generation, query, batch_id, rows,
+# duration_secs (the batch's triggerExecution; null: unknown)
 LEADER_WON = "leader_won"  # nimbus: epoch
 LEADER_LOST = "leader_lost"  # nimbus: epoch, reason
 LEADER_WRITE = "leader_write"  # nimbus: epoch, started_wall, started_mono, ops
 SUBMIT_ACKNOWLEDGED = "submit_acknowledged"  # client (a test's driver): pipeline, request_id
 PROCESS_KILLED = "process_killed"  # whoever kills a process (a test, a fault injector): of_host,
-# of_pid; the victim's death, which its own trail cannot say
+# of_pid; the victim's death, which its own trail cannot say; a fault injector adds target (the
+# kind of process: supervisor, worker, nimbus...) and supervisor (the id of the victim's host's)
+PROCESS_PAUSED = "process_paused"  # a fault injector, once it continued a process it stopped:
+# of_host, of_pid, target, supervisor, secs (stopped for), began_wall, began_mono (the SIGSTOP)
+HOST_CUT = "host_cut"  # a fault injector, once it healed a host it cut off the network:
+# supervisor (the host's), secs, began_wall, began_mono
+HOST_STRESSED = "host_stressed"  # a fault injector, once it stopped loading a host's CPU and
+# disk: supervisor (the host's), secs, burners (CPU burners), cpu (stress-ng or python),
+# began_wall, began_mono
+WORKER_PROMOTED = "worker_promoted"  # the leader nimbus: pipeline, from_supervisor,
+# to_supervisor, how (fenced, floor, dead, stopped), silent_secs, floor_secs
 
 
 @dataclass(frozen=True)

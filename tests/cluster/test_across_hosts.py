@@ -313,6 +313,17 @@ def test_a_zookeeper_quorum_spans_hosts_and_a_cut_off_member_serves_again_once_h
             member.kill()
 
 
+def test_a_host_lists_the_processes_running_on_it_and_no_others(hosts):
+    sleeper = hosts.popen("h1", ["sleep", "600"])
+    try:
+        assert sleeper.pid in hosts.pids("h1")  # ip netns exec execs the command itself
+        assert sleeper.pid not in hosts.pids("h2")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert sleeper.pid not in hosts.pids("h1")
+
+
 def test_what_a_dead_run_left_is_removed_and_a_live_run_keeps_its_hosts(hosts):
     dead = subprocess.Popen(["true"])
     dead.wait()

@@ -31,7 +31,7 @@ def test_every_new_assignment_of_a_pipeline_reads_with_a_higher_token(zk_hosts: 
                 if how == "recreate":
                     zk.delete(path)
                 zk.create(path, written.encode())
-            read = read_assignments(zk, paths)["etl"]
+            read = read_assignments(zk, paths).assignments["etl"]
             assert read.supervisor == written.supervisor
             assert read.token is not None
             tokens.append(read.token)

@@ -5,16 +5,22 @@ Only that it runs and prints its verdicts is checked here: timings are never ass
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-# No quick mode starts Spark: they run beside the Spark tests (CI's other worker), not after them.
+from tests.harness.netns_hosts import unavailable
+
+# No quick mode of the parametrized list starts Spark: they run beside the Spark tests (CI's other
+# worker), not after them; the host failover's does, and is marked so.
 pytestmark = pytest.mark.slow
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
+HOST_FAILOVER_SMOKE = "STRATUS_HOST_FAILOVER_SMOKE"
 
 
 @pytest.mark.parametrize(
@@ -27,7 +33,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
         ("reassign.py", ["--quick"], "schedule, steady"),
         ("pacemaker.py", ["--quick", "--writers", "1"], "pacemaker/ZooKeeper"),
         ("zkfc_failover.py", ["--quick"], "kill -9, zkfc p99"),
-        ("pacemaker_scale.py", ["--quick"], "derived safe supervisor timeout"),
+        ("pacemaker_scale.py", ["--quick"], "beats, acknowledgement p99"),  # every part
         ("cli_start.py", ["--quick"], "stratus --version: "),
     ],
 )
@@ -42,3 +48,32 @@ def test_the_benchmark_runs_in_its_quick_mode(script, args, expected, tmp_path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert expected in result.stdout
     assert (tmp_path / "out.json").stat().st_size > 0
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(1500)
+def test_the_host_failover_benchmark_runs_one_round_in_its_quick_mode(tmp_path):
+    if not os.environ.get(HOST_FAILOVER_SMOKE):
+        # Three hosts and a cold Spark move: two to four minutes of both cores, more than the
+        # whole suite's budget allows; `make bench-host-failover-smoke` runs it.
+        pytest.skip(f"set {HOST_FAILOVER_SMOKE}=1 (make bench-host-failover-smoke) to run it")
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(f"no hosts of network namespaces here: {reason}")
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "host_failover.py"),
+            *("--quick", "--rows", "cold", "--json", str(tmp_path / "out.json")),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1400,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "cold: kill → first batch elsewhere p50" in result.stdout
+    assert "hot: not yet built" in result.stdout
+    rounds = json.loads((tmp_path / "out.json").read_text())["samples"]["cold"]["rounds"]
+    assert len(rounds) == 1
+    assert rounds[0]["target"] != rounds[0]["victim"]  # the pipeline left the killed host

@@ -6,7 +6,8 @@ faults (``stratus.chaos.faults``); the oracle then judges the history every proc
 
 Zero violations pass: never two workers of one pipeline at once (committing, or even
 running), never a deposed leader's write applied, every acknowledged submission present at
-the end, every input row counted exactly once; and the workers ran walled off, as users of
+the end, every input row counted exactly once, never a standby worker promoted without a
+failure of its pipeline's supervisor; and the workers ran walled off, as users of
 their supervisors' pools (every file of the output is one of theirs). The unavailability of
 the leader and of the streaming pipeline is reported against its bound (and written to
 ``chaos-report.json`` in the test's directory).
@@ -32,19 +33,20 @@ import pytest
 
 from stratus.chaos.faults import Fault, plan_faults
 from stratus.chaos.oracle import (
-    Clocks,
-    Unavailability,
-    Violation,
     check_exactly_once,
     check_leader_writes,
     check_single_run,
     check_single_worker,
     check_submissions,
-    leader_unavailability,
-    load_events,
-    pipeline_unavailability,
     streaming_counted,
     streaming_expected,
+)
+from stratus.chaos.promotions import check_promotions_explained
+from stratus.chaos.trail_events import Clocks, Violation, load_events
+from stratus.chaos.unavailability import (
+    Unavailability,
+    leader_unavailability,
+    pipeline_unavailability,
 )
 from stratus.client import NimbusClient
 from stratus.errors import StratusError
@@ -232,6 +234,7 @@ def judge(
         *check_leader_writes(events, clocks),
         *check_submissions(events, final, killed=workload.killed),
         *check_exactly_once(streaming_expected(range(fed)), streaming_counted(rows)),
+        *check_promotions_explained(events, clocks),
     ]
     leader = leader_unavailability(events, LEADER_BOUND_SECS)
     pipelines = pipeline_unavailability(events, PIPELINE_BOUND_SECS)

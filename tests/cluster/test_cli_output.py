@@ -36,7 +36,7 @@ from tests.harness.zkfixtures import wait_until
 
 WAIT_SECS = 30.0
 LIST_HEADER = ["pipeline", "status", "owners", "digest", "size", "submitted", "epoch"]
-LIST_WIDE = ["supervisor", "version", "rebalances", "replication", "updated"]
+LIST_WIDE = ["supervisor", "version", "rebalances", "replication", "updated", "standby worker"]
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,8 @@ from kazoo.client import KazooClient
 
 from stratus.api.errors import UnknownSupervisorError
 from stratus.api.records import Assignment, WorkerState
-from stratus.chaos.oracle import Clocks, check_single_run, load_events
+from stratus.chaos.oracle import check_single_run
+from stratus.chaos.trail_events import Clocks, load_events
 from stratus.cli.exit_codes import ExitCode
 from stratus.cli.main import main
 from stratus.client import NimbusClient

@@ -202,6 +202,8 @@ def test_bad_input_gets_its_own_status_and_changes_nothing(cluster):
         (submit(url, "c1", package("x3"), conf='{"spark.x": 1, "sparkx": 2}'), 422, "invalid_conf"),
         (submit(url, "c2", package("x4"), conf='{"pipeline.min.replication.count": 0}'), 422,
          "invalid_conf"),
+        (submit(url, "c5", valid_package(kind="sdp", extra={"note.txt": "x7"}),
+                conf='{"pipeline.standby": "hot"}'), 422, "invalid_conf"),
         (submit(url, "c3", package("x5"), conf="{not json"), 422, "invalid_request"),
         (submit(url, "c4", package("x6"), conf="[1, 2]"), 422, "invalid_request"),
         (submit(url, "big", b"x" * (MAX_UPLOAD + 1)), 413, "package_too_large"),

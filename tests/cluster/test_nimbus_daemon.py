@@ -36,6 +36,7 @@ from stratus.nimbus.leadership.leadership_controller import ControllerState, Lea
 from stratus.nimbus.leadership.readiness import CodeReadiness
 from stratus.nimbus.scheduling.assignments import AssignmentTable
 from stratus.nimbus.scheduling.scheduler import Plan
+from stratus.nimbus.scheduling.standby_workers import StandbyWorkerTable
 from stratus.nimbus.settings import NimbusSettings
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore
@@ -322,6 +323,30 @@ def test_a_term_resumed_after_an_outage_longer_than_the_supervisor_timeout_moves
             changes = [plan for _, plan in rounds.ran[before:] if not plan.empty]
             assert changes == [], "the resumed term took the outage for the supervisor's silence"
             assert table.read("etl") == assigned
+
+
+def test_the_leader_places_a_hot_pipelines_standby_worker_beside_its_rounds(
+    zk_hosts, tmp_path, nimbuses
+):
+    paths = ClusterPaths("/stratus")
+    nimbus = in_process_nimbus(
+        zk_hosts, tmp_path, Gate(open_=True), **{"nimbus.monitor.freq.secs": 0.1}
+    )
+    nimbus.start()
+    nimbuses.append(nimbus)
+    wait_until(nimbus.controller.accepted_term, 10, "the nimbus to lead")
+    with (
+        kazoo_client(zk_hosts) as client,
+        HandWrittenSupervisor(client, paths, "s1"),
+        HandWrittenSupervisor(client, paths, "s2"),
+    ):
+        conf = '{"pipeline.standby": "hot"}'
+        nimbus.service.submit("etl", conf, uuid.uuid4().hex, io.BytesIO(valid_package("etl")))
+        assignments, standby = AssignmentTable(client, paths), StandbyWorkerTable(client, paths)
+        wait_until(lambda: standby.read("etl") is not None, 10, "a standby worker's placement")
+        assigned, placed = assignments.read("etl"), standby.read("etl")
+        assert assigned is not None and placed is not None
+        assert {assigned.supervisor, placed.supervisor} == {"s1", "s2"}
 
 
 def refuse(_self: object, *_args: object, **_kwargs: object) -> None:

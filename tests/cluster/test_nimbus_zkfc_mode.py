@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from stratus.api.records import PipelineRecord, PipelineStatus
-from stratus.chaos.oracle import Clocks, check_leader_writes, load_events
+from stratus.chaos.oracle import check_leader_writes
+from stratus.chaos.trail_events import Clocks, load_events
 from stratus.client import NimbusClient
 from stratus.coordination import Coordinator
 from stratus.coordination.leadership import Leadership

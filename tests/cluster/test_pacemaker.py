@@ -15,7 +15,8 @@ import msgpack
 import pytest
 
 from stratus.pacemaker.auth import AuthMethod
-from stratus.pacemaker.client import PacemakerConnection, PacemakerPool
+from stratus.pacemaker.client import PacemakerPool
+from stratus.pacemaker.connection import PacemakerConnection
 from stratus.pacemaker.errors import PacemakerRequestError, PacemakerUnavailableError
 from stratus.pacemaker.protocol import Op
 from stratus.pacemaker.settings import PacemakerClientSettings

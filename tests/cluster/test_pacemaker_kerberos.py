@@ -26,7 +26,8 @@ from stratus.api.records import SupervisorHeartbeat
 from stratus.cli.main import main
 from stratus.config import load_config
 from stratus.pacemaker.auth import AuthMethod
-from stratus.pacemaker.client import PacemakerConnection, PacemakerPool
+from stratus.pacemaker.client import PacemakerPool
+from stratus.pacemaker.connection import PacemakerConnection
 from stratus.pacemaker.errors import (
     KerberosHandshakeError,
     PacemakerAuthFileError,

@@ -29,7 +29,7 @@ from pydantic import TypeAdapter
 from stratus.api.records import SupervisorHeartbeat, WorkerHeartbeat, WorkerState
 from stratus.config import config_from_mapping
 from stratus.pacemaker.blocking import BlockingPacemakerPool
-from stratus.pacemaker.client import PacemakerConnection
+from stratus.pacemaker.connection import PacemakerConnection
 from stratus.pacemaker.errors import PacemakerRequestError, PacemakerUnavailableError
 from stratus.pacemaker.protocol import Op
 from stratus.pacemaker.settings import PacemakerClientSettings

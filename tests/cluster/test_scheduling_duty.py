@@ -4,7 +4,10 @@ test as supervisors would write them, and the leader's monotonic clock in the te
 What is proved: new pipelines are assigned to registered supervisors; a supervisor whose
 heartbeats stop is judged dead only after ``nimbus.supervisor.timeout.secs`` of the leader's
 own clock, and its pipelines move; a new term waits a whole timeout before judging anything
-dead; workers' outcomes make pipelines FINISHED or FAILED and their assignments go.
+dead; workers' outcomes make pipelines FINISHED or FAILED and their assignments go; a hot
+pipeline's standby worker is placed on another supervisor than its active worker, and goes
+when the pipeline is no longer hot. Every round here places standby workers: the other
+scenarios prove that pipelines that are not hot see no change.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 import pytest
 
 from stratus.api.records import (
+    AssignmentReason,
     PipelineStatus,
     QueryProgress,
     SupervisorHeartbeat,
@@ -25,17 +29,24 @@ from stratus.api.records import (
     WorkerHeartbeat,
     WorkerState,
 )
+from stratus.api.standby_workers import (
+    StandbyWorkerBeat,
+    StandbyWorkerPlacement,
+    StandbyWorkerState,
+)
 from stratus.codedist.package_store import StoredPackage
 from stratus.coordination.coordinator import Coordinator
 from stratus.coordination.errors import LeadershipLostError
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.duties.scheduling import SchedulingDuty
+from stratus.nimbus.failover.promotion import Promoter
 from stratus.nimbus.records.assignment_history import AssignmentHistoryLog
 from stratus.nimbus.records.pipeline_ops import PipelineOps
 from stratus.nimbus.records.replication_policy import ReplicationPolicy
 from stratus.nimbus.scheduling.assignments import AssignmentTable
 from stratus.nimbus.scheduling.cordons import CordonTable, DrainMemory
-from stratus.nimbus.settings import SchedulingSettings
+from stratus.nimbus.scheduling.standby_workers import StandbyWorkerTable
+from stratus.nimbus.settings import SchedulingSettings, StandbySettings
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.zk_store import ZooKeeperStateStore
 from stratus.zk.ensemble import ZooKeeperEnsemble
@@ -45,7 +56,10 @@ from tests.harness.zkfixtures import chroot_for, kazoo_client, wait_until
 
 PATHS = ClusterPaths("/stratus")
 SETTINGS = SchedulingSettings(
-    supervisor_timeout_secs=10, task_timeout_secs=30, blind_after_reconnect=True
+    supervisor_timeout_secs=10,
+    task_timeout_secs=30,
+    blind_after_reconnect=True,
+    standby=StandbySettings(needs_beat_lease=False),  # the ZooKeeper state store: no fast beats
 )
 ONE_COPY = ReplicationPolicy(required=1, wait_secs=60)
 
@@ -79,6 +93,7 @@ class Cluster:
         self.zookeeper_epoch: int | Exception | None = 1  # ZooKeeper's epoch, its failure
         self.cordons = CordonTable(client, PATHS)
         self.drains = DrainMemory()
+        self.standby = StandbyWorkerTable(client, PATHS)
         self.duty = self.new_duty()
         self.term = coordinator.nominate("nimbus", "leader", timeout=10)
         self.beats = 0
@@ -92,7 +107,8 @@ class Cluster:
             connections=(lambda: session.connections) if self.real_session
             else (lambda: self.connections),
             zookeeper_epoch=session.zookeeper_epoch if self.real_session else self.learn_epoch,
-            cordons=self.cordons, drains=self.drains,
+            cordons=self.cordons, drains=self.drains, standby=self.standby,
+            promoter=Promoter(session.client, PATHS),
         )  # fmt: skip
 
     def learn_epoch(self) -> int | None:
@@ -106,20 +122,37 @@ class Cluster:
         self.term = self.coordinator.nominate("nimbus", "leader", timeout=10)
         self.duty = self.new_duty()
 
-    def submit(self, name: str) -> None:
+    def submit(self, name: str, conf: dict[str, Any] | None = None) -> None:
         self.ops.submit(
-            self.term, name, {}, f"r-{name}", StoredPackage("d" * 64, 10), replication=ONE_COPY
+            self.term,
+            name,
+            conf or {},
+            f"r-{name}",
+            StoredPackage("d" * 64, 10),
+            replication=ONE_COPY,
         )
 
-    def supervisor(self, sid: str, slots: int = 2) -> None:
-        self.registered[sid] = SupervisorSummary(id=sid, slots=slots)
+    def supervisor(self, sid: str, slots: int = 2, host: str = "") -> None:
+        self.registered[sid] = SupervisorSummary(id=sid, slots=slots, host=host)
         self.heartbeat(sid)
 
-    def heartbeat(self, sid: str, *, stopping: bool = False, warm: int = 0) -> None:
+    def heartbeat(
+        self,
+        sid: str,
+        *,
+        stopping: bool = False,
+        warm: int = 0,
+        standby: list[StandbyWorkerBeat] | None = None,
+    ) -> None:
         self.beats += 1
         self.board.put_supervisor(
             SupervisorHeartbeat(
-                id=sid, time=float(self.beats), slots=2, stopping=stopping, warm_ready=warm
+                id=sid,
+                time=float(self.beats),
+                slots=2,
+                stopping=stopping,
+                warm_ready=warm,
+                standby_workers=standby or [],
             )
         )
 
@@ -890,3 +923,162 @@ def test_an_update_that_commits_a_batch_is_proven_and_a_later_failure_fails_it(c
 
     failed = cluster.ops.read("a")
     assert (failed.status, failed.version) == (PipelineStatus.FAILED, 2)
+
+
+# ---------------------------------------------------------------------- standby workers
+
+
+def test_a_hot_pipeline_gets_a_standby_worker_on_another_supervisor_until_it_is_none(cluster):
+    for sid, host in (("s1", "h1"), ("s2", "h1"), ("s3", "h2")):
+        cluster.supervisor(sid, host=host)
+    cluster.submit("hot", {"pipeline.standby": "hot"})
+    cluster.submit("plain")
+    cluster.round()
+    active = cluster.where("hot")
+    placement = cluster.standby.read("hot")
+    assert placement is not None and placement.supervisor not in (None, active)
+    assert cluster.registered[placement.supervisor].host != cluster.registered[active].host
+    record = cluster.ops.read("hot")
+    assert (placement.epoch, placement.generation, placement.digest) == (
+        cluster.term.epoch,
+        record.generation,
+        record.digest,
+    )
+    assert cluster.standby.read("plain") is None  # a pipeline that does not ask gets none
+
+    client = cluster.coordinator.session.client
+    before = client.exists(PATHS.standby_workers)
+    cluster.round()  # nothing changed: nothing written
+    after = client.exists(PATHS.standby_workers)
+    assert (after.cversion, after.pzxid) == (before.cversion, before.pzxid)
+    assert client.exists(PATHS.standby_worker("hot")).version == 0
+
+    cluster.ops.rebalance(cluster.term, "hot", {"spark.sql.shuffle.partitions": 3})
+    cluster.round()
+    rewritten = cluster.standby.read("hot")
+    assert rewritten is not None and rewritten.supervisor == placement.supervisor
+    assert rewritten.generation == placement.generation + 1
+
+    cluster.ops.rebalance(cluster.term, "hot", {"pipeline.standby": "none"})
+    cluster.round()
+    assert cluster.standby.read("hot") is None
+    assert cluster.where("hot") == active  # the active worker stays where it runs
+
+
+def test_a_standby_worker_leaves_a_supervisor_judged_dead(cluster):
+    for sid in ("s1", "s2", "s3"):
+        cluster.supervisor(sid, slots=1)
+    cluster.submit("hot", {"pipeline.standby": "hot"})
+    cluster.round()
+    active = cluster.where("hot")
+    first = cluster.standby.read("hot")
+    assert first is not None and first.supervisor not in (None, active)
+
+    cluster.clock.now += 11  # the standby worker's supervisor falls silent
+    for sid in cluster.registered:
+        if sid != first.supervisor:
+            cluster.heartbeat(sid)
+    cluster.round()
+
+    moved = cluster.standby.read("hot")
+    assert moved is not None
+    assert moved.supervisor not in (None, active, first.supervisor)
+    assert cluster.where("hot") == active
+
+
+def reported(placed: StandbyWorkerPlacement, state: StandbyWorkerState) -> list[StandbyWorkerBeat]:
+    """The heartbeat's report of the standby worker ``placed``, in ``state``."""
+    return [
+        StandbyWorkerBeat(
+            pipeline=placed.pipeline,
+            generation=placed.generation,
+            digest=placed.digest,
+            state=state,
+            since=1.0,
+        )
+    ]
+
+
+def test_a_dead_supervisors_hot_pipeline_is_promoted_to_its_ready_standby_worker(cluster):
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("hot", {"pipeline.standby": "hot"})
+    cluster.round()
+    active, placed = cluster.where("hot"), cluster.standby.read("hot")
+    assert placed is not None and placed.supervisor not in (None, active)
+
+    cluster.clock.now += 11  # the active's supervisor falls silent past the timeout
+    cluster.heartbeat(placed.supervisor, standby=reported(placed, StandbyWorkerState.READY))
+    cluster.round()
+
+    assert cluster.where("hot") == placed.supervisor
+    newest = cluster.table.history("hot")[0]
+    assert newest.reason is AssignmentReason.STANDBY_PROMOTED
+    assert (newest.previous, newest.supervisor) == (active, placed.supervisor)
+    after = cluster.standby.read("hot")  # the promoted one is gone; no live supervisor is left
+    assert after is not None and after.supervisor is None
+
+
+def test_a_dead_supervisors_hot_pipeline_whose_standby_worker_is_not_ready_moves(cluster):
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("hot", {"pipeline.standby": "hot"})
+    cluster.round()
+    active, placed = cluster.where("hot"), cluster.standby.read("hot")
+    assert placed is not None and placed.supervisor not in (None, active)
+
+    cluster.clock.now += 11
+    cluster.heartbeat(placed.supervisor, standby=reported(placed, StandbyWorkerState.STARTING))
+    cluster.round()
+
+    assert cluster.where("hot") == placed.supervisor  # the only one left: a cold start
+    newest = cluster.table.history("hot")[0]
+    assert newest.reason is not AssignmentReason.STANDBY_PROMOTED
+
+
+def test_a_pipeline_takes_the_slot_of_a_standby_worker_when_no_other_is_free(cluster):
+    cluster.supervisor("s1", slots=1)
+    cluster.supervisor("s2", slots=1)
+    cluster.submit("hot", {"pipeline.standby": "hot"})
+    cluster.round()
+    standby = cluster.standby.read("hot")
+    assert standby is not None and standby.supervisor is not None
+
+    cluster.submit("plain")  # no slot free of a standby worker: it takes that one
+    cluster.round()
+    assert cluster.where("plain") == standby.supervisor
+    unplaced = cluster.standby.read("hot")
+    assert unplaced is not None and unplaced.supervisor is None
+    assert unplaced.unplaced_because == (
+        "no supervisor fits: runs its active worker (1), no free slot (1)"
+    )
+
+
+def test_with_no_hot_pipeline_a_round_lists_the_placements_once_and_writes_none(
+    cluster, monkeypatch
+):
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    cluster.submit("a")
+    client = cluster.coordinator.session.client
+    touched: list[str] = []
+    get_children, get_async = client.get_children, client.get_async
+
+    def listing(path: str, *args: Any, **kwargs: Any) -> Any:
+        touched.append(f"list {path}")
+        return get_children(path, *args, **kwargs)
+
+    def reading(path: str, *args: Any, **kwargs: Any) -> Any:
+        touched.append(f"read {path}")
+        return get_async(path, *args, **kwargs)
+
+    monkeypatch.setattr(client, "get_children", listing)
+    monkeypatch.setattr(client, "get_async", reading)
+    for _ in range(2):
+        cluster.round()
+
+    assert cluster.where("a") is not None
+    standby = [what for what in touched if PATHS.standby_workers in what]
+    assert standby == [f"list {PATHS.standby_workers}"] * 2  # one listing a round, no read
+    parent = client.exists(PATHS.standby_workers)
+    assert (parent.numChildren, parent.cversion) == (0, 0)  # nothing ever written

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from stratus.api.records import QueryProgress, WorkerState
-from stratus.chaos.oracle import load_events
+from stratus.chaos.trail_events import load_events
 from stratus.config import config_from_mapping
 from stratus.coordination import Coordinator, FencedWrite, LeadershipLostError
 from stratus.supervisor.settings import SupervisorSettings
@@ -141,7 +141,8 @@ def test_a_worker_records_its_start_each_batch_once_and_its_stop(tmp_path) -> No
     history = WorkerTrail.open(spec(tmp_path, path))
     tracker = QueryTracker(on_batch=history.batch_committed)
     history.started()
-    for batch_id, rows in [(0, 10), (1, 5), (1, 5), (2, 0)]:  # batch 1's progress twice
+    progresses = [(0, 10, 2.5), (1, 5, 0.25), (1, 5, 0.25), (2, 0, None)]  # batch 1 twice
+    for batch_id, rows, secs in progresses:
         tracker.progressed(
             "q-1",
             name="counts",
@@ -149,6 +150,7 @@ def test_a_worker_records_its_start_each_batch_once_and_its_stop(tmp_path) -> No
             num_input_rows=rows,
             input_rows_per_second=1.0,
             processed_rows_per_second=1.0,
+            batch_duration_secs=secs,
         )
     history.stopped(WorkerState.STOPPED)
     history.stopped(WorkerState.STOPPED)  # a grace timer racing the main thread: once
@@ -165,8 +167,8 @@ def test_a_worker_records_its_start_each_batch_once_and_its_stop(tmp_path) -> No
         == ("etl", 3, 2, "worker", "etl")
         for e in events
     )
-    batches = [(e["query"], e["batch_id"], e["rows"]) for e in events[1:4]]
-    assert batches == [("counts", 0, 10), ("counts", 1, 5), ("counts", 2, 0)]
+    batches = [(e["query"], e["batch_id"], e["rows"], e["duration_secs"]) for e in events[1:4]]
+    assert batches == [("counts", 0, 10, 2.5), ("counts", 1, 5, 0.25), ("counts", 2, 0, None)]
     assert events[-1]["state"] == "STOPPED"
     assert tracker.snapshot() == [
         QueryProgress(

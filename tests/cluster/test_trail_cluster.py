@@ -23,16 +23,9 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from stratus.chaos.oracle import (
-    Clocks,
-    Event,
-    check_leader_writes,
-    check_single_worker,
-    check_submissions,
-    leader_unavailability,
-    load_events,
-    pipeline_unavailability,
-)
+from stratus.chaos.oracle import check_leader_writes, check_single_worker, check_submissions
+from stratus.chaos.trail_events import Clocks, Event, load_events
+from stratus.chaos.unavailability import leader_unavailability, pipeline_unavailability
 from stratus.client import NimbusClient
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.leadership.leader_trail import LeaderTrail

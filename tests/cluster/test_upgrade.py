@@ -49,15 +49,14 @@ from stratus.api.records import (
     WorkerHeartbeat,
 )
 from stratus.chaos.oracle import (
-    Clocks,
     check_exactly_once,
     check_leader_writes,
     check_single_run,
     check_single_worker,
-    load_events,
     streaming_counted,
     streaming_expected,
 )
+from stratus.chaos.trail_events import Clocks, load_events
 from stratus.config import StratusConfig
 from stratus.ha.protocol import STATUS_PATH, HAState, ServiceStatus
 from stratus.local.examples_io import FLUSH_AHEAD, Feeder, read_rows, window_count_total

@@ -1,8 +1,8 @@
 """The worker runs one pipeline on real Spark, as a real process, as its supervisor starts it.
 
-Each worker gets a marker in its environment, which its JVMs (and an sdp run's) inherit, so
-a test finds every Java process a worker started and asserts that none outlives it. Tests
-wait on conditions (heartbeat contents, output rows, process exit), never fixed sleeps.
+Each worker's JVMs are found by a marker in their environment (``worker_processes``), so a
+test asserts that none outlives it. Tests wait on conditions (heartbeat contents, output
+rows, process exit), never fixed sleeps.
 """
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -41,7 +39,7 @@ from stratus.worker.outcome import FENCED_EXIT, REFUSED_EXIT
 from stratus.worker.pipeline_context import PipelineContext
 from stratus.worker.query_progress import QueryTracker
 from stratus.worker.sdp_run import derived_spec, sdp_settings
-from stratus.worker.spec import WorkerSpec, read_heartbeat
+from stratus.worker.spec import WorkerSpec
 from stratus.worker.stop_request import STDIN_CLOSED, StopRequest
 from tests.harness.spark_packages import (
     BAD_ENTRYPOINT,
@@ -58,110 +56,20 @@ from tests.harness.spark_packages import (
     worker_spec,
     write_ids,
 )
+from tests.harness.worker_processes import START_SECS, STOP_SECS, Worker, WorkerProcesses
 from tests.harness.zkfixtures import process_gone, wait_until
 
 pytestmark = pytest.mark.spark
 
-MARKER = "STRATUS_TEST_WORKER"
-START_SECS = 90.0  # a JVM start on a loaded 2-core machine, plus the first batches
-STOP_SECS = 30.0
 SDP_SECS = 180.0
-
-
-@dataclass
-class Worker:
-    """A worker process started as a supervisor starts one; see ``start_worker``."""
-
-    process: subprocess.Popen[bytes]
-    spec: WorkerSpec
-    log: Path
-    marker: str
-    seen_jvms: set[int] = field(default_factory=set)
-
-    def heartbeat(self) -> WorkerHeartbeat | None:
-        return read_heartbeat(self.spec.heartbeat_path)
-
-    def jvms(self) -> set[int]:
-        """Live Java processes started by this worker, however deep (found by the marker)."""
-        found = set()
-        needle = f"{MARKER}={self.marker}".encode()
-        for proc in Path("/proc").glob("[0-9]*"):
-            with contextlib.suppress(OSError):
-                java = (proc / "comm").read_text().strip() == "java"
-                if java and needle in (proc / "environ").read_bytes().split(b"\0"):
-                    found.add(int(proc.name))
-        found = {pid for pid in found if not process_gone(pid)}
-        self.seen_jvms |= found
-        return found
-
-    def wait_heartbeat(
-        self, predicate: Callable[[WorkerHeartbeat], bool], what: str, timeout: float = START_SECS
-    ) -> WorkerHeartbeat:
-        """The first heartbeat that satisfies ``predicate``; fails early if the worker exits."""
-        found: list[WorkerHeartbeat] = []
-
-        def check() -> bool:
-            self.jvms()
-            beat = self.heartbeat()
-            if beat is not None and predicate(beat):
-                found.append(beat)
-                return True
-            if self.process.poll() is not None:
-                raise AssertionError(f"the worker exited waiting for {what}:\n{self.output()}")
-            return False
-
-        wait_until(check, timeout, what)
-        return found[0]
-
-    def wait_exit(self, timeout: float = STOP_SECS) -> int:
-        """The exit code, once the worker exited; the JVMs seen meanwhile are noted."""
-
-        def exited() -> bool:
-            self.jvms()
-            return self.process.poll() is not None
-
-        wait_until(exited, timeout, "the worker's exit")
-        return self.process.returncode
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
 
 
 @pytest.fixture
 def start_worker() -> Iterator[Callable[[WorkerSpec], Worker]]:
     """Start workers like a supervisor does; kill what is left of them after the test."""
-    started: list[Worker] = []
-
-    def start(spec: WorkerSpec) -> Worker:
-        directory = spec.heartbeat_path.parent
-        spec_path = directory / f"spec-{len(started)}.json"
-        spec.write(spec_path)
-        marker = uuid.uuid4().hex
-        log = directory / f"worker-{len(started)}.log"
-        with log.open("wb") as out:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "stratus.worker.main", str(spec_path)],
-                stdin=subprocess.PIPE,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, MARKER: marker, "PYTHONUNBUFFERED": "1"},
-                start_new_session=True,
-            )
-        worker = Worker(process, spec, log, marker)
-        started.append(worker)
-        return worker
-
-    yield start
-    for worker in started:
-        if worker.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(worker.process.pid, signal.SIGKILL)
-            worker.process.wait()
-        for pid in worker.jvms():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if worker.process.stdin is not None:
-            worker.process.stdin.close()
+    processes = WorkerProcesses()
+    yield processes.start
+    processes.close()
 
 
 def streaming_spec(tmp_path: Path, name: str) -> WorkerSpec:

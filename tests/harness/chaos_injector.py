@@ -1,7 +1,8 @@
 """The chaos suite's fault injector: does one fault of a plan (``stratus.chaos.faults``) to the
 real processes and hosts of a ``ChaosCluster``, then undoes it, and records in the driver's
-history what the victims cannot say themselves (``process_killed``) and what a client was
-told (``submit_acknowledged``)::
+history what the victims cannot say themselves (``process_killed``, ``process_paused``,
+``host_cut``, ``host_stressed``: each names the supervisor of the host hit, for the oracle's
+``check_promotions_explained``) and what a client was told (``submit_acknowledged``)::
 
     injector = Injector(cluster, client, driver, workload)
     for number, fault in enumerate(plan, 1):
@@ -9,8 +10,10 @@ told (``submit_acknowledged``)::
 
 Signals hit the daemon's own process (``ip netns exec`` execs it): SIGKILL and SIGTERM are
 followed by a start of the daemon (SIGTERM: once it has stopped by itself, SIGKILL after the
-stop timeout), SIGSTOP by SIGCONT after the fault's hold. The streaming pipeline's worker is
-found where it runs when the fault is applied; its supervisor starts it again.
+stop timeout), SIGSTOP (a freeze, a pause) by SIGCONT after the fault's hold, whatever happens
+meanwhile (``stopped``). The streaming pipeline's worker is found where it runs when the fault
+is applied; its supervisor starts it again. A stress runs CPU burners and direct writes to the
+host's data directory (``stressed``), in process groups of their own, SIGKILLed at its end.
 """
 
 from __future__ import annotations
@@ -18,19 +21,39 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import shlex
+import shutil
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from stratus.chaos.faults import CLIENT_ACTIONS, Action, Fault, Target
 from stratus.client import NimbusClient
 from stratus.errors import StratusError
-from stratus.trail import PROCESS_KILLED, SUBMIT_ACKNOWLEDGED, TrailRecorder
+from stratus.process import KILL_WAIT_SECS, ProcessGroup, live_in_group
+from stratus.trail import (
+    HOST_CUT,
+    HOST_STRESSED,
+    PROCESS_KILLED,
+    PROCESS_PAUSED,
+    SUBMIT_ACKNOWLEDGED,
+    TrailRecorder,
+)
 from tests.harness.chaos_cluster import HOSTS, ChaosCluster
 from tests.harness.spark_packages import batch_package
+from tests.harness.zkfixtures import wait_until
+
+STRESS_FILE = "chaos-stress.io"  # what a stress writes in the host's data directory
+STRESS_WRITE_MIB = 64  # each dd of a stress writes this much, bypassing the page cache
+# Burners left behind by a driver that died quit by themselves this long after their hold.
+STRESS_BACKSTOP_SECS = 30.0
 
 
 @dataclass
@@ -73,10 +96,12 @@ class Injector:
         through the faults that follow, until ``finish``."""
         handlers: dict[Action, Callable[[Fault], None]] = {
             Action.KILL: self._kill,
-            Action.FREEZE: self._freeze,
+            Action.FREEZE: self._pause,  # a freeze is a pause past the session timeout
+            Action.PAUSE: self._pause,
             Action.TERMINATE: self._terminate,
             Action.QUORUM_LOSS: self._quorum_loss,
             Action.CUT: self._cut,
+            Action.STRESS: self._stress,
             Action.SUBMIT: self._submit,
             Action.KILL_PIPELINE: self._kill_pipeline,
             Action.UPDATE: self._update,
@@ -102,7 +127,7 @@ class Injector:
         if fault.target is Target.WORKER:
             self._signal_worker(signal.SIGKILL)
             return
-        self._killed(self._cluster.process(fault.target, fault.host).pid)
+        self._killed(fault, self._cluster.process(fault.target, fault.host).pid)
         self._cluster.process(fault.target, fault.host).signal(signal.SIGKILL)
         self._cluster.restart(fault.target, fault.host)
 
@@ -112,67 +137,115 @@ class Injector:
             return
         process = self._cluster.process(fault.target, fault.host)
         pid = process.pid
+        began_wall, began_mono = self._driver.now()
         process.signal(signal.SIGTERM)
         self._cluster.restart(fault.target, fault.host)  # waits for the stop first
-        self._killed(pid)
+        self._killed(fault, pid, began_wall=began_wall, began_mono=began_mono)
 
-    def _freeze(self, fault: Fault) -> None:
-        if fault.target is Target.WORKER:
-            pid = self._worker_pid()
-            if pid is None:
-                return
-            with _frozen_group(pid):
-                time.sleep(fault.hold_secs)  # the fault is the pause itself
+    def _pause(self, fault: Fault) -> None:
+        """SIGSTOP for the fault's hold, then SIGCONT (a worker: its whole process group,
+        Spark included); recorded once continued, with how long it was stopped."""
+        victim = self._worker() if fault.target is Target.WORKER else self._daemon(fault)
+        if victim is None:
             return
-        process = self._cluster.process(fault.target, fault.host)
-        process.signal(signal.SIGSTOP)
-        try:
-            time.sleep(fault.hold_secs)
-        finally:
-            process.signal(signal.SIGCONT)
+        pid, supervisor = victim
+        began_wall, began_mono = self._driver.now()
+        with stopped(pid, group=fault.target is Target.WORKER) as done:
+            time.sleep(fault.hold_secs)  # the fault is the pause itself
+        if done:
+            self._driver.record(
+                PROCESS_PAUSED,
+                **self._victim(fault.target, pid, supervisor),
+                **self._span(began_wall, began_mono),
+            )
 
     def _signal_worker(self, signum: int) -> None:
-        pid = self._worker_pid()
-        if pid is None:
+        worker = self._worker()
+        if worker is None:
             return
+        pid, supervisor = worker
         if signum == signal.SIGKILL:
-            self._killed(pid)
+            self._driver.record(PROCESS_KILLED, **self._victim(Target.WORKER, pid, supervisor))
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
 
-    def _worker_pid(self) -> int | None:
-        """The pid of the streaming pipeline's running worker, or None (none runs now)."""
+    def _worker(self) -> tuple[int, str] | None:
+        """The pid of the streaming pipeline's running worker and its supervisor, or None
+        (none runs now)."""
         with contextlib.suppress(StratusError):
             beat = self._client.workers(self._workload.streaming).on_assigned()
             if beat is not None and beat.state.value == "RUNNING" and beat.pid:
-                return beat.pid
+                return beat.pid, beat.supervisor
         self._say("  no running worker to hit")
         return None
 
-    def _killed(self, pid: int | None) -> None:
+    def _daemon(self, fault: Fault) -> tuple[int, str] | None:
+        """The pid of the fault's daemon and its host's supervisor, or None (it is not running)."""
+        pid = self._cluster.process(fault.target, fault.host).pid
+        if pid is None:
+            self._say(f"  no {fault.target.value} on {fault.host} to hit")
+            return None
+        return pid, fault.host
+
+    def _killed(self, fault: Fault, pid: int | None, **began: float) -> None:
         if pid is not None:
-            self._driver.record(PROCESS_KILLED, of_host=socket.gethostname(), of_pid=pid)
+            victim = self._victim(fault.target, pid, fault.host)
+            self._driver.record(PROCESS_KILLED, **victim, **began)
+
+    def _victim(self, target: Target, pid: int, supervisor: str) -> dict[str, Any]:
+        """The fields naming a fault's victim: its process, its kind, and the supervisor of
+        its host (whose id is the host's name in this cluster), by which the oracle explains
+        a promotion off that supervisor."""
+        return {
+            "of_host": socket.gethostname(),
+            "of_pid": pid,
+            "target": target.value,
+            "supervisor": supervisor,
+        }
+
+    def _span(self, began_wall: float, began_mono: float) -> dict[str, float]:
+        """The fields of a fault undone now that began then: when, and for how long."""
+        _, now = self._driver.now()
+        return {"secs": now - began_mono, "began_wall": began_wall, "began_mono": began_mono}
 
     # ------------------------------------------------------------------ ensemble and network
 
     def _quorum_loss(self, fault: Fault) -> None:
-        stopped = [name for name in HOSTS if name != fault.host]
-        for name in stopped:
+        down = [name for name in HOSTS if name != fault.host]
+        for name in down:
             self._cluster.zookeepers[name].kill()
         try:
             time.sleep(fault.hold_secs)
         finally:
-            for name in stopped:
+            for name in down:
                 self._cluster.zookeepers[name].launch()
-            for name in stopped:
+            for name in down:
                 self._cluster.zookeepers[name].wait_serving(60.0)
 
     def _cut(self, fault: Fault) -> None:
+        began_wall, began_mono = self._driver.now()
         self._cluster.hosts.cut(fault.host)
         try:
             time.sleep(fault.hold_secs)
         finally:
             self._cluster.hosts.heal(fault.host)
+        self._driver.record(HOST_CUT, supervisor=fault.host, **self._span(began_wall, began_mono))
+
+    def _stress(self, fault: Fault) -> None:
+        """CPU burners and direct writes to the data directory of the host's supervisor for
+        the fault's hold, on the host; recorded once they are gone."""
+        directory = self._cluster.nodes.supervisors[fault.host].local_dir
+        began_wall, began_mono = self._driver.now()
+        prefix = self._cluster.hosts[fault.host].command
+        with stressed(directory, fault.hold_secs, prefix=prefix) as burners:
+            time.sleep(fault.hold_secs)
+        self._driver.record(
+            HOST_STRESSED,
+            supervisor=fault.host,
+            burners=burners.count,
+            cpu=burners.kind,
+            **self._span(began_wall, began_mono),
+        )
 
     # ------------------------------------------------------------------ clients
 
@@ -215,16 +288,86 @@ class Injector:
 
 
 @contextlib.contextmanager
-def _frozen_group(pid: int) -> Iterator[None]:
-    """The process group of ``pid`` stopped inside (a worker and its Spark), continued after."""
+def stopped(pid: int, *, group: bool = False) -> Iterator[bool]:
+    """Process ``pid`` (with ``group``: its whole process group, a worker and its Spark)
+    stopped inside and continued after, whatever happens inside: a fault never leaves a
+    process stopped. Yields whether it was stopped (False: it was gone already)."""
+    send = os.killpg if group else os.kill
     try:
-        group = os.getpgid(pid)
-        os.killpg(group, signal.SIGSTOP)
+        target = os.getpgid(pid) if group else pid
+        send(target, signal.SIGSTOP)
     except ProcessLookupError:
-        yield
+        yield False
         return
     try:
-        yield
+        yield True
     finally:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(group, signal.SIGCONT)
+            send(target, signal.SIGCONT)
+
+
+@dataclass(frozen=True)
+class Burners:
+    """What a stress runs: the CPU burners' process group and the writers', how many CPU
+    burners and of which kind (``stress-ng``, else ``python``), the file the writers write."""
+
+    cpu: ProcessGroup
+    io: ProcessGroup
+    count: int
+    kind: str
+    io_file: Path
+
+    @property
+    def groups(self) -> tuple[int, int]:
+        return self.cpu.pid, self.io.pid
+
+
+@contextlib.contextmanager
+def stressed(
+    directory: Path, hold_secs: float, *, prefix: Sequence[str] = (), cores: int | None = None
+) -> Iterator[Burners]:
+    """A host's CPU and disk loaded inside: one CPU burner per core (``stress-ng`` where it is
+    installed, else a spinning Python), and ``dd oflag=direct`` writing ``STRESS_WRITE_MIB``
+    MiB to ``directory`` again and again, each run with the command ``prefix`` (a host's
+    ``ip netns exec``). Both are process groups of their own, SIGKILLed on the way out
+    whatever happens inside, and awaited until none of their processes lives; the file is
+    removed. Each burner also quits by itself ``STRESS_BACKSTOP_SECS`` after ``hold_secs``,
+    should the driver die without a word."""
+    count = cores or os.cpu_count() or 1
+    quit_secs = round(hold_secs + STRESS_BACKSTOP_SECS)
+    io_file = directory / STRESS_FILE
+    stress_ng = shutil.which("stress-ng")
+    if stress_ng:  # the group's leader: its stressors stay in its group
+        cpu_argv = [stress_ng, "--cpu", str(count), "--timeout", f"{quit_secs}s", "--quiet"]
+    else:
+        spin = (
+            f"import time\nend = time.monotonic() + {quit_secs}\nwhile time.monotonic() < end: pass"
+        )
+        spinner = f"{shlex.quote(sys.executable)} -c {shlex.quote(spin)} &"
+        cpu_argv = ["/bin/sh", "-c", " ".join([spinner] * count + ["wait"])]
+    write = (
+        f"dd if=/dev/zero of={shlex.quote(str(io_file))} bs=1M count={STRESS_WRITE_MIB} "
+        "oflag=direct 2>/dev/null || sleep 0.1"
+    )
+    io_loop = (
+        f'end=$(($(date +%s) + {quit_secs})); while [ "$(date +%s)" -lt "$end" ]; do {write}; done'
+    )
+    quiet: dict[str, Any] = {
+        "stdin": subprocess.DEVNULL,
+        "stdout": subprocess.DEVNULL,
+        "stderr": subprocess.DEVNULL,
+    }
+    groups: list[ProcessGroup] = []
+    try:
+        groups.append(ProcessGroup.start([*prefix, *cpu_argv], **quiet))
+        groups.append(ProcessGroup.start([*prefix, "/bin/sh", "-c", io_loop], **quiet))
+        yield Burners(groups[0], groups[1], count, "stress-ng" if stress_ng else "python", io_file)
+    finally:
+        for group in groups:
+            group.kill()
+        wait_until(
+            lambda: not any(live_in_group(group.pid) for group in groups),
+            KILL_WAIT_SECS,
+            "the stress's burners to be gone",
+        )
+        io_file.unlink(missing_ok=True)

@@ -144,6 +144,10 @@ class NetnsHosts(Started):
         """Put host ``name`` back on the network."""
         _ip("link", "set", self.hosts[name].veth, "up")
 
+    def pids(self, name: str) -> list[int]:
+        """Every process running on host ``name`` (its namespace's), e.g. to kill the host."""
+        return [int(pid) for pid in _ip("netns", "pids", self.hosts[name].namespace).split()]
+
     def close(self) -> None:
         """Kill what still runs on the hosts, remove them and the bridge; idempotent."""
         for host in self.hosts.values():

@@ -8,7 +8,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 START_TIMEOUT_SECS = 60.0
@@ -52,10 +53,41 @@ class PacemakerProcess:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(30)
 
+    def resume(self) -> None:
+        """SIGCONT: continue a server a test stopped with SIGSTOP."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
+        self.resume()  # a stopped server would not see its SIGTERM
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+@contextmanager
+def digest_pacemakers(
+    log_dir: Path, secrets: Mapping[str, str], roles: Mapping[str, str], count: int = 3
+) -> Iterator[list[PacemakerProcess]]:
+    """``count`` pacemakers with digest authentication of ``secrets`` (principal: secret) in
+    ``roles`` (principal: role), pulses kept for 10 minutes; stopped (continued first) at the
+    end."""
+    secrets_file = log_dir / "pacemaker.secrets"
+    secrets_file.write_text("".join(f"{p} {roles[p]} {s}\n" for p, s in secrets.items()))
+    secrets_file.chmod(0o600)
+    overrides = [
+        "pacemaker.auth.method=digest",
+        f"pacemaker.auth.file={secrets_file}",
+        "pacemaker.pulse.ttl.secs=600",
+    ]
+    servers: list[PacemakerProcess] = []
+    try:
+        for _ in range(count):
+            servers.append(PacemakerProcess(log_dir, overrides).start())
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from stratus.api.records import Assignment, FencingToken
+from stratus.api.standby_workers import StandbyWorkerPlacement
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.manifest import parse_manifest
 from stratus.supervisor.code_cache import CodeState, PipelineCode
@@ -114,6 +115,14 @@ class FakeLauncher:
     def preflight(self, assignment: Assignment, code: PipelineCode) -> PreflightCheck:
         self.preflights.append(assignment.digest)
         return self.preflight_answer
+
+    def spawn_standby(
+        self, placement: StandbyWorkerPlacement, code: PipelineCode, paths: WorkerPaths, era: int
+    ) -> FakeProcess:
+        raise AssertionError("no standby worker is placed in these tests")
+
+    def promote(self, assignment: Assignment, code: PipelineCode, paths: WorkerPaths) -> None:
+        raise AssertionError("no standby worker is placed in these tests")
 
     def retain(self, digests: Set[str]) -> None:
         self.retained = set(digests)

@@ -7,7 +7,9 @@ next ``n`` connections once the server's first answer reached the client (a serv
 drops a client in the middle of a handshake); ``refuse()`` closes the proxy's port, so that
 every connection is refused, and ``words_only()`` opens it again but forwards only
 ZooKeeper's four-letter words (``srvr``), leaving a session's handshake in silence until
-``heal()``: a server that serves again while a client's reconnection still hangs::
+``heal()``: a server that serves again while a client's reconnection still hangs;
+``blackhole()`` keeps the open connections but swallows whatever crosses them, and leaves new
+ones in silence (a host that died with its sockets open: no reset, no answer, ever)::
 
     with TcpProxy("127.0.0.1", zk_port) as proxy:
         start_supervisor(zookeeper=f"127.0.0.1:{proxy.port}")
@@ -37,6 +39,7 @@ class TcpProxy(Started):
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._held: list[socket.socket] = []  # accepted while cut: never answered
         self._cut = False
+        self._blackholed = False
         self._to_drop = 0
         self._words_only = False
         self.dropped = 0
@@ -60,6 +63,12 @@ class TcpProxy(Started):
         for pair in pairs:
             _close(*pair)
 
+    def blackhole(self) -> None:
+        """Keep every open connection, but forward nothing more either way; new connections
+        are accepted and then left in silence, until ``heal()``."""
+        with self._lock:
+            self._blackholed = True
+
     def drop_after_first_answer(self, connections: int) -> None:
         """Close each of the next ``connections`` after the server's first answer."""
         with self._lock:
@@ -82,6 +91,7 @@ class TcpProxy(Started):
     def heal(self) -> None:
         with self._lock:
             self._cut = False
+            self._blackholed = False
             self._words_only = False
             held, self._held = self._held, []
         _close(*held)
@@ -102,7 +112,7 @@ class TcpProxy(Started):
                 cut, words_only = self._cut, self._words_only
             first = _first_word(client) if words_only and not cut else b""
             with self._lock:
-                if self._cut or (words_only and not first.isalpha()):
+                if self._cut or self._blackholed or (words_only and not first.isalpha()):
                     self._held.append(client)
                     continue
             try:
@@ -130,6 +140,10 @@ class TcpProxy(Started):
                         data = source.recv(CHUNK)
                         if not data:
                             raise ConnectionError("closed")
+                        with self._lock:
+                            swallowed = self._blackholed
+                        if swallowed:
+                            continue
                         peers[source].sendall(data)
                         if drop and source is server:
                             with self._lock:

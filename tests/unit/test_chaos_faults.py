@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import pytest
 
 from stratus.chaos.faults import (
+    WEIGHTS,
     Action,
     ClusterShape,
     Fault,
@@ -25,7 +27,7 @@ def test_the_same_seed_gives_the_same_plan_and_another_seed_another() -> None:
 
 def test_a_long_plan_draws_every_action_and_every_kind_of_process() -> None:
     plan = plan_faults(1, 2000, SHAPE)
-    assert {fault.action for fault in plan} == set(Action)
+    assert {fault.action for fault in plan} == set(Action) - {Action.STRESS, Action.PAUSE}
     signalled = {fault.target for fault in plan if fault.action is Action.KILL}
     assert signalled == {
         Target.ZOOKEEPER,
@@ -55,6 +57,22 @@ def test_faults_stay_within_the_cluster_and_their_bounds() -> None:
             assert fault.host == ""
 
 
+def test_stress_and_pauses_are_drawn_when_weighted_pauses_shorter_than_the_floor() -> None:
+    shape = ClusterShape(hosts=("a", "b", "c"), floor_secs=2.0, max_stress_secs=6)
+    weights = {**WEIGHTS, Action.STRESS: 3, Action.PAUSE: 5}
+    plan = plan_faults(9, 2000, shape, weights)
+    pauses = [fault for fault in plan if fault.action is Action.PAUSE]
+    stresses = [fault for fault in plan if fault.action is Action.STRESS]
+    assert {fault.target for fault in pauses} == {Target.SUPERVISOR, Target.WORKER}
+    for pause in pauses:
+        assert 0.6 <= pause.hold_secs <= 1.8  # 0.3 to 0.9 of the floor
+        assert (pause.host in shape.hosts) == (pause.target is Target.SUPERVISOR)
+    assert {fault.host for fault in stresses} == set(shape.hosts)
+    assert all(fault.target is Target.HOST and 1 <= fault.hold_secs <= 6 for fault in stresses)
+    only_pauses = plan_faults(9, 50, shape, {Action.PAUSE: 1})
+    assert {fault.action for fault in only_pauses} == {Action.PAUSE}
+
+
 def test_a_cluster_without_pacemakers_gets_no_pacemaker_fault() -> None:
     shape = ClusterShape(hosts=("a", "b", "c"))
     targets = Counter(fault.target for fault in plan_faults(5, 1000, shape))
@@ -67,6 +85,8 @@ def test_a_cluster_without_pacemakers_gets_no_pacemaker_fault() -> None:
         ({"hosts": ("a", "b")}, "three hosts"),
         ({"hosts": ("a", "b", "c"), "pacemakers": ("d",)}, "unknown hosts: ['d']"),
         ({"hosts": ("a", "b", "c"), "max_cut_secs": 0}, "one second at least"),
+        ({"hosts": ("a", "b", "c"), "max_stress_secs": 0.5}, "a stress lasts 1 s at least"),
+        ({"hosts": ("a", "b", "c"), "floor_secs": 0}, "floor is a positive time, not 0"),
     ],
 )
 def test_a_shape_that_cannot_hold_a_plan_is_refused(
@@ -81,6 +101,12 @@ def test_a_negative_count_is_refused() -> None:
         plan_faults(1, -1, SHAPE)
 
 
+@pytest.mark.parametrize("weights", [{Action.KILL: -1, Action.CUT: 2}, {Action.KILL: 0}])
+def test_weights_that_cannot_draw_a_fault_are_refused(weights: dict[Action, int]) -> None:
+    with pytest.raises(ValueError, match=re.escape("one at least above zero: {'kill'")):
+        plan_faults(1, 3, SHAPE, weights)
+
+
 def test_a_fault_reads_as_what_it_does() -> None:
     assert str(Fault(Action.KILL, Target.NIMBUS, "h2")) == "kill nimbus on h2"
     assert str(Fault(Action.FREEZE, Target.WORKER, hold_secs=4)) == "freeze worker for 4 s"
@@ -89,3 +115,7 @@ def test_a_fault_reads_as_what_it_does() -> None:
         == "quorum_loss ensemble but h1 for 30 s"
     )
     assert str(Fault(Action.SUBMIT, Target.CLIENT)) == "client submit"
+    assert str(Fault(Action.PAUSE, Target.SUPERVISOR, "h1", 0.61)) == (
+        "pause supervisor on h1 for 0.61 s"
+    )
+    assert str(Fault(Action.STRESS, Target.HOST, "h3", 5)) == "stress host on h3 for 5 s"

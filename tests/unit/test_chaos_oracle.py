@@ -7,21 +7,20 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from stratus.chaos.oracle import (
-    Clocks,
-    Event,
     check_exactly_once,
     check_leader_writes,
     check_single_run,
     check_single_worker,
     check_submissions,
-    events_of,
-    leader_unavailability,
-    load_events,
-    pipeline_unavailability,
     streaming_counted,
     streaming_expected,
 )
+from stratus.chaos.promotions import check_promotions_explained
+from stratus.chaos.trail_events import Clocks, Event, events_of, load_events
+from stratus.chaos.unavailability import leader_unavailability, pipeline_unavailability
 
 EXACT = Clocks()
 
@@ -310,3 +309,108 @@ def test_a_worker_stopped_before_the_next_started_runs_once() -> None:
         ]
         assert len(check_single_run(events_of(history), EXACT)) == found
         assert len(check_single_run(events_of(history), Clocks(skew_secs=0.5))) == found
+
+
+# ---------------------------------------------------------------------- (f)
+
+
+def fault(event: str, ends: float, began: float, supervisor: str = "s1", **fields: Any):
+    """A fault injector's line: the fault of ``supervisor`` (or its host) from ``began`` to
+    ``ends``, when it was undone and recorded."""
+    return line(
+        event,
+        ends,
+        pid=9,
+        kind="client",
+        supervisor=supervisor,
+        began_wall=began,
+        began_mono=began,
+        secs=ends - began,
+        **fields,
+    )
+
+
+def promotion(t: float, *, silent: float, how: str = "floor", **fields: Any) -> dict[str, Any]:
+    """The leader's promotion of pipeline p's standby worker off s1 onto s2 at ``t``, after
+    ``silent`` seconds without a beat of s1, against the default floor."""
+    return line(
+        "worker_promoted",
+        t,
+        pid=5,
+        kind="nimbus",
+        pipeline="p",
+        from_supervisor="s1",
+        to_supervisor="s2",
+        how=how,
+        silent_secs=silent,
+        floor_secs=1.02,
+        **fields,
+    )
+
+
+def test_a_promotion_after_its_supervisors_host_was_killed_or_cut_is_explained() -> None:
+    host_killed = [
+        line("process_killed", 10.0, pid=9, of_pid=41, target="nimbus", supervisor="s1"),
+        line("process_killed", 10.0, pid=9, of_pid=42, target="supervisor", supervisor="s1"),
+        promotion(11.2, silent=1.25),  # its last beat was heard just before the kill
+    ]
+    assert check_promotions_explained(events_of(host_killed), EXACT) == []
+    cut = [promotion(11.5, silent=1.3, how="fenced"), fault("host_cut", 14.0, began=10.0)]
+    assert check_promotions_explained(events_of(cut), EXACT) == []
+
+
+def test_a_promotion_without_a_failure_is_found_with_its_pipeline_and_time() -> None:
+    history = [
+        fault("host_stressed", 8.0, began=4.0, burners=2, cpu="python"),  # load is no failure
+        promotion(7.0, silent=1.1, wall=1_800_000_000.0),
+    ]
+    [violation] = check_promotions_explained(events_of(history), EXACT)
+    assert violation.check == "promotions_explained"
+    assert (
+        "pipeline 'p' was promoted from supervisor 's1' to 's2' at 2027-01-15T08:00:00.000+00:00"
+        in violation.message
+    )
+    assert "floor of 1.02 s: an unexplained promotion" in violation.message
+    assert [e.name for e in violation.lines] == ["worker_promoted", "host_stressed"]
+
+
+def test_a_promotion_after_a_pause_shorter_than_its_floor_is_found() -> None:
+    def paused(until: float) -> list[Event]:
+        history = [
+            fault("process_paused", until, began=10.0, of_pid=42, target="supervisor"),
+            promotion(11.3, silent=1.1),  # silent since 10.2, during the pause
+        ]
+        return events_of(history)
+
+    [violation] = check_promotions_explained(paused(until=10.6), EXACT)
+    assert [(e.name, round(e.get("secs"), 3)) for e in violation.lines[1:]] == [
+        ("process_paused", 0.6)
+    ]
+    assert check_promotions_explained(paused(until=11.1), EXACT) == []  # 1.1 s: past the floor
+
+
+@pytest.mark.parametrize(
+    "not_a_cause",
+    [
+        fault("process_paused", 99.0, began=97.0, target="worker"),  # its worker, not itself
+        fault("process_paused", 99.0, began=97.0, target="supervisor", supervisor="s2"),
+        line("process_killed", 98.0, pid=9, target="nimbus", supervisor="s1"),
+        line("process_killed", 40.0, pid=9, target="supervisor", supervisor="s1"),  # long over
+        fault("host_cut", 105.0, began=100.5),  # began after the promotion
+    ],
+    ids=["worker-paused", "other-supervisor", "other-process", "long-before", "after"],
+)
+def test_only_a_failure_of_the_old_supervisor_during_its_silence_explains(
+    not_a_cause: dict[str, Any],
+) -> None:
+    history = events_of([not_a_cause, promotion(100.0, silent=1.5)])
+    assert len(check_promotions_explained(history, EXACT)) == 1
+
+
+def test_a_planned_stop_and_a_run_without_promotions_pass() -> None:
+    w1 = worker(1)
+    quiet = [w1("worker_started", 0.0), w1("batch_committed", 1.0)]
+    quiet += [fault("process_paused", 3.0, began=2.5, target="supervisor")]
+    assert check_promotions_explained(events_of(quiet), EXACT) == []
+    drained = [*quiet, promotion(5.0, silent=0.2, how="stopped")]
+    assert check_promotions_explained(events_of(drained), EXACT) == []

@@ -16,6 +16,7 @@ from stratus.config import (
     valid_keys,
 )
 from stratus.errors import ConfigError
+from stratus.nimbus.settings import NimbusSettings
 
 
 def write(path: Path, text: str) -> Path:
@@ -110,6 +111,7 @@ def test_an_unknown_key_far_from_any_valid_one_gets_no_suggestion() -> None:
         ("zookeeper.server.port=70000", "less than or equal to 65535"),
         ("zookeeper.session.timeout.secs=0", "greater than 0"),
         ("zookeeper.server.tick.time.ms=-5", "greater than 0"),
+        ("nimbus.standby.workers.max=-2", "greater than or equal to -1"),
     ],
 )
 def test_a_bad_value_names_the_key_and_the_expected_type(override: str, expected: str) -> None:
@@ -222,6 +224,16 @@ def test_a_hung_pacemaker_is_given_up_before_a_supervisor_fences_itself() -> Non
     with pytest.raises(ConfigError, match=r"pacemaker.client.timeout.secs \(5\) must be less"):
         config_from_mapping(pacemaker)
     assert config_from_mapping({**pacemaker, "pacemaker.client.timeout.secs": 1})
+
+
+def test_the_leader_places_standby_workers_by_its_bound_and_the_state_store() -> None:
+    standby = NimbusSettings.from_config(
+        config_from_mapping({"nimbus.standby.workers.max": 3})
+    ).scheduling.standby
+    assert (standby.max_workers, standby.needs_beat_lease) == (3, False)  # zookeeper: no beats
+    pacemakers = {"cluster.state.store": "pacemaker", "pacemaker.servers": ["127.0.0.1:6699"]}
+    standby = NimbusSettings.from_config(config_from_mapping(pacemakers)).scheduling.standby
+    assert (standby.max_workers, standby.needs_beat_lease) == (-1, True)
 
 
 def test_the_leader_fences_a_silent_supervisor_at_half_the_timeout_unless_told() -> None:

@@ -74,6 +74,12 @@ def test_an_sdp_project_path_is_normalised() -> None:
     assert manifest.project == "conf/pipeline.yml"
 
 
+def test_a_hot_standby_joins_the_pipeline_conf() -> None:
+    manifest = parse_manifest(APP + "standby: hot\n")
+    assert manifest.pipeline_conf() == {"pipeline.standby": "hot"}
+    assert parse_manifest(APP).pipeline_conf() == {}
+
+
 def test_the_trigger_joins_the_pipeline_conf() -> None:
     manifest = parse_manifest(APP + "conf: {spark.a: 1}\ntrigger: {interval_secs: 30}\n")
     assert manifest.pipeline_conf() == {"spark.a": 1, "pipeline.trigger.interval.secs": 30.0}
@@ -140,6 +146,23 @@ def test_a_manifest_is_frozen() -> None:
             APP + "trigger:\n  interval_secs: 5\nconf:\n  pipeline.trigger.interval.secs: 5\n",
             "trigger: both trigger.interval_secs and conf pipeline.trigger.interval.secs are set",
         ),
+        (APP + "standby: warm\n", "standby: must be 'none' or 'hot' (got 'warm')"),
+        (
+            "name: wc\nkind: sdp\nstandby: hot\n",
+            "standby: hot is for kind app only; an sdp pipeline cannot keep a standby worker",
+        ),
+        (
+            "name: wc\nkind: sdp\nconf:\n  pipeline.standby: hot\n",
+            "standby: hot is for kind app only",
+        ),
+        (
+            APP + "standby: hot\nconf:\n  pipeline.standby: none\n",
+            "standby: both standby and conf pipeline.standby are set; keep standby only",
+        ),
+        (
+            APP + "conf:\n  pipeline.standby: yes\n",
+            "conf: pipeline conf pipeline.standby: expected none or hot",
+        ),
         (APP + "requirements: ['']\n", "requirements: item 0 must be one pip requirement"),
         (APP + 'requirements: ["a", "b\\nc"]\n', "requirements: item 1 must be one pip"),
         (
@@ -154,7 +177,7 @@ def test_a_manifest_is_frozen() -> None:
         (
             APP + "requirement: [requests]\n",
             "requirement: unknown field; the fields are name, kind, entrypoint, project, conf, "
-            "trigger, requirements; did you mean 'requirements'?",
+            "trigger, requirements, standby; did you mean 'requirements'?",
         ),
         (APP + "kind: sdp\n", "not valid YAML: line 4, column 1: duplicate key 'kind'"),
         ("name: wc\nkind: [app\n", "not valid YAML: line 3, column 1"),
@@ -162,7 +185,7 @@ def test_a_manifest_is_frozen() -> None:
         (
             "",
             "must be a mapping of fields (name, kind, entrypoint, project, conf, trigger, "
-            "requirements), not nothing",
+            "requirements, standby), not nothing",
         ),
     ],
 )
@@ -225,6 +248,8 @@ def test_the_docs_examples_are_valid_manifests(text: str) -> None:
         {"name": "wc", "kind": "sdp", "trigger": {"interval_secs": 0}},
         {"name": "wc", "kind": "sdp", "requirements": ["-e ."]},
         {"name": "wc", "kind": "sdp", "extra": 1},
+        {"name": "wc", "kind": "sdp", "standby": "hot"},
+        {"name": "wc", "kind": "app", "entrypoint": "a:b", "standby": "warm"},
     ],
 )
 def test_the_schema_refuses_what_the_model_refuses(data: dict[str, Any]) -> None:

@@ -60,6 +60,7 @@ def plan(
     keep_on: set[str] | None = None,
     timed_out: set[str] | None = None,
     warm: Mapping[str, int] | None = None,
+    reserved: Mapping[str, int] | None = None,
 ) -> Plan:
     return plan_round(
         pipelines=pipelines,
@@ -70,6 +71,7 @@ def plan(
         epoch=EPOCH,
         now=NOW,
         warm=warm,
+        reserved=reserved,
     )
 
 
@@ -253,6 +255,24 @@ def test_a_supervisor_over_its_slots_keeps_its_pipelines_but_gets_no_more() -> N
     current = {name: assignment(pipelines[name], "shrunk") for name in ("p0", "p1", "p2")}
     result = plan(pipelines, current, capacity={"shrunk": 1})
     assert result.empty
+
+
+def test_a_pipeline_takes_a_standby_workers_slot_only_when_no_other_slot_is_free() -> None:
+    pipelines = records(*(record(f"p{i}", submitted=i) for i in range(3)))
+    # "a" has two slots, both standby workers'; "b" has one, free
+    result = plan(pipelines, capacity={"a": 2, "b": 1}, reserved={"a": 2})
+    placed = {n: a.supervisor for n, a in result.assign.items()}
+    assert placed == {"p0": "b", "p1": "a", "p2": "a"}  # then actives first: they yield
+    assert plan(pipelines, capacity={"a": 2, "b": 1}).assign["p0"].supervisor == "a"
+
+
+def test_a_moved_pipeline_prefers_a_slot_free_of_standby_workers() -> None:
+    pipelines = records(record("etl"))
+    current = {"etl": assignment(pipelines["etl"], "dead")}
+    result = plan(
+        pipelines, current, capacity={"a": 3, "b": 1}, keep_on={"a", "b"}, reserved={"a": 3}
+    )
+    assert result.moved == {"etl": ("dead", "b")}
 
 
 def test_when_room_is_short_the_oldest_pipelines_are_placed_first() -> None:

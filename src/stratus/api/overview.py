@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from stratus.api.records import PipelineWorkers, WarmMemory
+from stratus.api.standby_workers import BeatLease
 
 
 class SupervisorStatus(BaseModel):
@@ -30,7 +31,13 @@ class SupervisorStatus(BaseModel):
     draining: bool = Field(default=False, description="its pipelines are being moved away")
     warm_ready: int = Field(default=0, description="warm workers ready, as its heartbeat says")
     warm: WarmMemory | None = Field(
-        default=None, description="its warm workers and their memory, as its registration says"
+        default=None,
+        description="its warm and standby workers and their memory, as its registration says",
+    )
+    beat_lease: BeatLease | None = Field(
+        default=None,
+        description="the fast beats' lease its hot workers run under, as its registration "
+        "says; null: it sends no fast beats and hosts no standby worker",
     )
 
 

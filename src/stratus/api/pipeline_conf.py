@@ -24,6 +24,7 @@ from stratus.api.echo import echo
 from stratus.api.errors import InvalidConfError
 from stratus.api.locations import CHECKPOINT_SUBPATH_KEY, SUBPATH_RULE, check_operator_keys
 from stratus.api.names import PRINCIPAL_RULE, is_principal
+from stratus.api.standby_workers import STANDBY_CONF_KEY, STANDBY_MODES
 
 MAX_KEYS = 1000
 MAX_KEY_LENGTH = 256
@@ -101,6 +102,10 @@ PIPELINE_KEYS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "pipeline.trigger.interval.secs": (_positive_number, f"a number > 0, at most {MAX_WAIT_SECS}"),
     "pipeline.spark.master": (_text, "a Spark master URL"),
     "pipeline.update.rollback": (lambda value: isinstance(value, bool), "true or false"),
+    STANDBY_CONF_KEY: (
+        lambda value: value in STANDBY_MODES,
+        " or ".join(STANDBY_MODES) + " (hot: a standby worker waits on another supervisor)",
+    ),
     OWNERS_KEY: (
         _principals,
         f"comma-separated principals (at most {MAX_PRINCIPALS}), each {PRINCIPAL_RULE}",

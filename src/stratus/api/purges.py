@@ -23,7 +23,8 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from stratus.api.names import PipelineName
-from stratus.api.records import PipelineStatus, RewrittenRecord
+from stratus.api.record_base import RewrittenRecord
+from stratus.api.records import PipelineStatus
 
 MAX_ATTEMPTS_KEPT = 8  # the newest failed attempts an order remembers
 

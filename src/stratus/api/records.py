@@ -24,7 +24,7 @@ drops what a newer one wrote::
 
 from __future__ import annotations
 
-import json
+from collections import Counter
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -32,13 +32,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PrivateAttr,
-    ValidatorFunctionWrapHandler,
     computed_field,
     field_validator,
-    model_validator,
 )
 
+from stratus.api.names import PipelineName
+from stratus.api.record_base import RewrittenRecord, StoredRecord
+from stratus.api.standby_workers import BeatLease, StandbyWorkerBeat, StandbyWorkerView
 from stratus.cluster_names import cluster_root
 
 
@@ -68,77 +68,6 @@ class PipelineStatus(StrEnum):
         leave the cluster without a leader whenever a leader dies mid-submit.
         """
         return self in (PipelineStatus.ACTIVE, PipelineStatus.INACTIVE)
-
-
-class _Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    def encode(self) -> bytes:
-        """The record as stored in a znode (a ``RewrittenRecord`` keeps what a newer writer
-        added)."""
-        return self.model_dump_json().encode()
-
-
-def stored_bytes(record: BaseModel) -> bytes:
-    """``record`` as written to its store: its JSON, with the fields that a newer release
-    wrote into it, and into the records it holds, put back (``RewrittenRecord``). Done here
-    rather than by a serializer of the model, which would hide the model's fields from the
-    API's schema."""
-    data = record.model_dump(mode="json")
-    kept = _with_unknown(record, data)
-    if kept == data:
-        return record.model_dump_json().encode()
-    return json.dumps(kept, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def _with_unknown(value: Any, data: Any) -> Any:
-    """``data`` (``value`` dumped as JSON) with the unknown fields of every
-    ``RewrittenRecord`` in ``value`` merged back in."""
-    if isinstance(value, BaseModel) and isinstance(data, dict):
-        merged = dict(value._unknown) if isinstance(value, RewrittenRecord) else {}
-        merged.update(
-            {
-                key: _with_unknown(getattr(value, key), item)
-                if key in type(value).model_fields
-                else item
-                for key, item in data.items()
-            }
-        )
-        return merged
-    if isinstance(value, list | tuple) and isinstance(data, list):
-        return [_with_unknown(v, d) for v, d in zip(value, data, strict=False)]
-    if isinstance(value, dict) and isinstance(data, dict):
-        return {k: _with_unknown(value[k], d) if k in value else d for k, d in data.items()}
-    return data
-
-
-class RewrittenRecord(BaseModel):
-    """A record that is read, changed and written back: the fields a newer release wrote,
-    which this one does not know, are kept aside on the read and written back with it
-    (``encode``); they are never shown in an answer of the API, whose redaction of secrets
-    knows only this release's fields."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-    _unknown: dict[str, Any] = PrivateAttr(default_factory=dict)
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _keep_unknown(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-        record = handler(data)
-        if isinstance(data, dict) and isinstance(record, RewrittenRecord):
-            unknown = {key: value for key, value in data.items() if key not in cls.model_fields}
-            if unknown:
-                record._unknown = unknown
-        return record
-
-    def encode(self) -> bytes:
-        """The record as stored, with the fields a newer release wrote kept."""
-        return stored_bytes(self)
-
-    @property
-    def unknown_fields(self) -> dict[str, Any]:
-        """What a newer release wrote into this record that this one does not know."""
-        return dict(self._unknown)
 
 
 class PendingUpdate(RewrittenRecord):
@@ -181,6 +110,8 @@ class AssignmentReason(StrEnum):
     KILLED = "killed"  # unassigned: the pipeline is KILLED
     FINISHED = "finished"  # unassigned: its batch function returned
     FAILED = "failed"  # unassigned: the pipeline FAILED
+    STANDBY_PROMOTED = "standby_promoted"  # moved to its standby worker's supervisor, which
+    # runs on at once (stratus.api.standby_workers)
 
 
 class KeptVersion(RewrittenRecord):
@@ -196,7 +127,7 @@ class KeptVersion(RewrittenRecord):
     applied: float = Field(description="wall-clock time it became the pipeline's code")
 
 
-class PipelineRecord(RewrittenRecord, _Record):
+class PipelineRecord(RewrittenRecord, StoredRecord):
     """One pipeline, as ``<root>/pipelines/<name>`` holds it."""
 
     name: str
@@ -306,7 +237,7 @@ class PipelineRecord(RewrittenRecord, _Record):
         return max([self.version, *(kept.version for kept in self.versions)])
 
 
-class NimbusRegistration(_Record):
+class NimbusRegistration(StoredRecord):
     """What a nimbus writes into its ephemeral ``<root>/nimbuses/<host:port>``."""
 
     host: str
@@ -349,7 +280,7 @@ class WarmHeld(StrEnum):
 MIB = 1024 * 1024  # the unit of WarmMemory's *_mb fields
 
 
-class WarmMemory(_Record):
+class WarmMemory(StoredRecord):
     """A supervisor's warm workers and the memory they may use, as its registration shows
     them (``docs/supervisor.md``, "Warm workers")."""
 
@@ -374,9 +305,15 @@ class WarmMemory(_Record):
         "nothing holds them back",
     )
     why: str | None = Field(default=None, description="the reason of `held`, in words")
+    standby_workers: int = Field(
+        default=0, ge=0, description="standby workers it runs, which share the warm budget"
+    )
+    standby_mb: int = Field(
+        default=0, ge=0, description="what its standby workers use, within used_mb, MiB"
+    )
 
 
-class SupervisorSummary(_Record):
+class SupervisorSummary(StoredRecord):
     """One supervisor, as its ephemeral ``<root>/supervisors/<id>`` holds it."""
 
     id: str
@@ -406,9 +343,14 @@ class SupervisorSummary(_Record):
         "zookeeper.servers does not name every voting member of the ensemble once); null: "
         "it rides, or was told to fence",
     )
+    beat_lease: BeatLease | None = Field(
+        default=None,
+        description="the fast beats' lease its hot workers run under; null: it sends no fast "
+        "beats (the ZooKeeper state store, or an older release) and hosts no standby worker",
+    )
 
 
-class SupervisorCordon(RewrittenRecord, _Record):
+class SupervisorCordon(RewrittenRecord, StoredRecord):
     """A supervisor that takes no new pipeline: ``<root>/cordons/<id>``.
 
     The cluster's state, not the supervisor process's: written by the leader in its fenced
@@ -500,7 +442,7 @@ class FencingToken(BaseModel):
         return f"{self.era}-{self.zxid}"
 
 
-class Assignment(_Record):
+class Assignment(StoredRecord):
     """Where the leader runs one ACTIVE pipeline: ``<root>/assignments/<name>``.
 
     Written only in the leader's fenced transactions. ``epoch`` is the term that wrote it: a
@@ -527,7 +469,7 @@ class Assignment(_Record):
     )
 
 
-class AssignmentChange(_Record):
+class AssignmentChange(StoredRecord):
     """One change of a pipeline's assignment, written by the leader in the same fenced
     transaction as the assignment itself (``assignment-history/<name>/c-<seq>``)."""
 
@@ -634,7 +576,7 @@ class RefusedUpdate(BaseModel):
     error: str = Field(description="the import's error, its exception line first")
 
 
-class WorkerHeartbeat(_Record):
+class WorkerHeartbeat(StoredRecord):
     """What a worker reports, through its supervisor, at ``/workers/<pipeline>/<supervisor>``."""
 
     pipeline: str
@@ -691,7 +633,7 @@ class RunOutcome(StrEnum):
     UPDATED = "UPDATED"  # its assignment changed generation or code: a new run follows
 
 
-class RunRecord(RewrittenRecord, _Record):
+class RunRecord(RewrittenRecord, StoredRecord):
     """One run of a pipeline: ``runs/<pipeline>/run-<seq>``, the sequence its number.
 
     Written by the supervisor that runs it: created just before the worker starts, completed
@@ -748,7 +690,7 @@ class PipelineRuns(BaseModel):
     runs: list[RunRecord]
 
 
-class SupervisorHeartbeat(_Record):
+class SupervisorHeartbeat(StoredRecord):
     """What a supervisor reports at ``/supervisors/<id>`` of the cluster state store."""
 
     id: str
@@ -765,6 +707,9 @@ class SupervisorHeartbeat(_Record):
         ge=0,
         description="warm workers ready (their SparkSession up) for a pipeline placed here",
     )
+    standby_workers: list[StandbyWorkerBeat] = Field(
+        default_factory=list, description="the standby workers it runs, and their states"
+    )
 
 
 class PipelineWorkers(BaseModel):
@@ -773,6 +718,12 @@ class PipelineWorkers(BaseModel):
     pipeline: str
     assignment: Assignment | None
     workers: list[WorkerHeartbeat]
+    standby_worker: StandbyWorkerView | None = Field(
+        default=None,
+        description="its standby worker: where the leader placed it (or why nowhere) and what "
+        "that supervisor reports of it; null: the pipeline does not want one "
+        "(pipeline.standby: none)",
+    )
 
     def on_assigned(self) -> WorkerHeartbeat | None:
         """The heartbeat of the worker on the supervisor the pipeline is assigned to, if any."""
@@ -789,7 +740,7 @@ class LeaderInfo(BaseModel):
     epoch: int | None
 
 
-class LeaderTerm(RewrittenRecord, _Record):
+class LeaderTerm(RewrittenRecord, StoredRecord):
     """One term of a nimbus's leadership, as the winner recorded it (``leader-terms/``).
 
     ``failover_secs`` is the leaderless gap before this term: from the previous leader's
@@ -991,6 +942,45 @@ class FenceAnswer(BaseModel):
     supervisor: str
     epoch: int
     stopped: list[str]  # the pipelines whose workers the fence stopped
+
+
+MAX_FENCED_PIPELINES = 1024  # as many as one supervisor runs: supervisor.slots is at most 1024
+
+
+class PipelineFenceRequest(BaseModel):
+    """Body of a supervisor's ``POST /api/v1/fence/pipelines``: the term of the leader that
+    fences, the supervisor it means (another one refuses it), and the pipelines whose workers
+    there must stop; the supervisor's other workers, and its lease, are left alone."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    epoch: int = Field(ge=0, strict=True)
+    supervisor: str = Field(
+        min_length=1, max_length=100, strict=True, description="the id of the supervisor"
+    )
+    pipelines: list[PipelineName] = Field(
+        min_length=1,
+        max_length=MAX_FENCED_PIPELINES,
+        description="the pipelines to fence there, each named once",
+    )
+
+    @field_validator("pipelines")
+    @classmethod
+    def _each_once(cls, names: list[str]) -> list[str]:
+        twice = sorted(name for name, count in Counter(names).items() if count > 1)
+        if twice:
+            raise ValueError(f"name each pipeline once ({', '.join(twice[:5])} more than once)")
+        return names
+
+
+class PipelineFenceAnswer(BaseModel):
+    """A supervisor's answer to a pipeline fence it obeyed: no worker process of those
+    pipelines is left there, and none starts again for the assignment it was fenced under."""
+
+    supervisor: str
+    epoch: int
+    pipelines: list[str]  # the pipelines fenced, as asked, sorted
+    stopped: list[str]  # those whose running workers the fence stopped
 
 
 class ErrorBody(BaseModel):

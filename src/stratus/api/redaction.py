@@ -62,6 +62,7 @@ from typing import Any, TypeVar
 from stratus.api.echo import echo
 from stratus.api.errors import InvalidConfError
 from stratus.api.records import Assignment, PipelineRecord, PipelineWorkers, WorkerHeartbeat
+from stratus.api.standby_workers import StandbyWorkerView
 
 REDACTED = "***"
 # Words that make a key (or a query parameter) secret when they are a whole word of it.
@@ -371,13 +372,28 @@ def redact_workers(
     workers: PipelineWorkers,
     conf: Mapping[str, Any] = NO_CONF,
 ) -> PipelineWorkers:
-    """Where a pipeline runs: its assignment's conf redacted, and every worker's error, against
-    ``conf`` (the pipeline record's) and the assignment's conf."""
+    """Where a pipeline runs: its assignment's conf redacted, and every worker's error and its
+    standby worker's, against ``conf`` (the pipeline record's) and the assignment's conf."""
     assignment = workers.assignment
     known = {**(assignment.conf if assignment else {}), **conf}
+    standby = workers.standby_worker
     return workers.model_copy(
         update={
             "assignment": redact_record(assignment) if assignment is not None else None,
             "workers": [redact_heartbeat(beat, known) for beat in workers.workers],
+            "standby_worker": redact_standby_worker(standby, known) if standby else None,
         }
     )
+
+
+def redact_standby_worker(
+    standby: StandbyWorkerView, conf: Mapping[str, Any] = NO_CONF
+) -> StandbyWorkerView:
+    """A standby worker with its error and its refusals' reasons (which may quote an error)
+    redacted against ``conf``."""
+    refusals = [
+        refusal.model_copy(update={"reason": redact_text(refusal.reason, conf)})
+        for refusal in standby.refusals
+    ]
+    error = redact_text(standby.error, conf) if standby.error else standby.error
+    return standby.model_copy(update={"refusals": refusals, "error": error})

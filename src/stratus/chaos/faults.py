@@ -10,6 +10,14 @@ a sequence of independent faults, each judged by the oracle afterwards::
     plan[0]        # Fault(action='kill', target='nimbus', host='h2', hold_secs=0.0)
     str(plan[0])   # 'kill nimbus on h2'
 
+Two faults stay out of the default draw (``WEIGHTS``), for the runs that judge the failure
+detector: ``stress`` (a host's CPU and disk loaded) and ``pause`` (a supervisor or a worker
+stopped for less than the detector's floor). A plan draws them when its weights name them::
+
+    plan = plan_faults(seed=42, count=50, shape=shape, weights={**WEIGHTS, Action.PAUSE: 4})
+    [str(fault) for fault in plan if fault.action is Action.PAUSE][0]
+    # e.g. 'pause supervisor on h1 for 0.61 s'
+
 The same seed and shape give the same plan on any machine (``random.Random``, seeded, and no
 other source of choice). What the plan cannot fix is timing: processes start, elect and
 recover at the speed of the machine, so a replay runs the same faults in the same order,
@@ -19,7 +27,7 @@ not the same interleavings.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -35,6 +43,8 @@ class Action(StrEnum):
     SUBMIT = "submit"  # a client submits a batch pipeline
     KILL_PIPELINE = "kill_pipeline"  # a client kills a batch pipeline it submitted
     UPDATE = "update"  # a client rebalances the streaming pipeline (a new generation)
+    STRESS = "stress"  # CPU burners and direct writes to the host's data directory for hold_secs
+    PAUSE = "pause"  # SIGSTOP for hold_secs, a fraction of the detector's floor, then SIGCONT
 
 
 class Target(StrEnum):
@@ -46,19 +56,25 @@ class Target(StrEnum):
     SUPERVISOR = "supervisor"
     PACEMAKER = "pacemaker"
     WORKER = "worker"  # the streaming pipeline's worker, wherever it runs
-    HOST = "host"  # every process of a host (a cut)
+    HOST = "host"  # every process of a host (a cut, a stress)
     ENSEMBLE = "ensemble"  # ZooKeeper as a whole (a quorum loss)
     CLIENT = "client"  # a client's request
 
 
 SIGNALS = (Action.KILL, Action.FREEZE, Action.TERMINATE)
 CLIENT_ACTIONS = (Action.SUBMIT, Action.KILL_PIPELINE, Action.UPDATE)
+PAUSE_TARGETS = (Target.SUPERVISOR, Target.WORKER)  # the processes a pause stops
+PAUSE_FRACTIONS = (0.3, 0.9)  # a pause lasts this fraction of the floor: never a silence to act on
+MIN_STRESS_SECS = 1.0
 
 
 @dataclass(frozen=True)
 class ClusterShape:
     """What the plan can hit: the hosts, those with a pacemaker, whether nimbuses run under
-    zkfcs; and the bounds of the faults that last (seconds)."""
+    zkfcs; and the bounds of the faults that last (seconds). ``floor_secs`` is the failure
+    detector's floor for a supervisor (the silence it needs before it acts): a pause is drawn
+    shorter. Its default is the floor of the default settings (beat lease 0.8 s, beat stop,
+    worker poll and a 0.1 s margin); a cluster with other settings passes its own."""
 
     hosts: tuple[str, ...]
     pacemakers: tuple[str, ...] = ()
@@ -66,6 +82,8 @@ class ClusterShape:
     session_secs: float = 2.0  # ZooKeeper's session timeout: a freeze outlasts it
     max_cut_secs: float = 15.0
     max_quorum_loss_secs: float = 60.0
+    floor_secs: float = 1.02
+    max_stress_secs: float = 10.0
 
     def __post_init__(self) -> None:
         if len(self.hosts) < 3:
@@ -75,6 +93,10 @@ class ClusterShape:
             raise ValueError(f"pacemakers on unknown hosts: {sorted(strangers)}")
         if self.max_cut_secs < 1 or self.max_quorum_loss_secs < 1:
             raise ValueError("a cut and a quorum loss last one second at least")
+        if self.max_stress_secs < MIN_STRESS_SECS:
+            raise ValueError(f"a stress lasts {MIN_STRESS_SECS:g} s at least")
+        if not self.floor_secs > 0:
+            raise ValueError(f"the detector's floor is a positive time, not {self.floor_secs!r}")
 
     def targets(self) -> tuple[Target, ...]:
         """The kinds of process a signal can hit in this cluster."""
@@ -118,14 +140,20 @@ WEIGHTS: dict[Action, int] = {
 }
 
 
-def plan_faults(seed: int, count: int, shape: ClusterShape) -> list[Fault]:
-    """``count`` faults drawn from ``seed``: the same plan for the same arguments."""
+def plan_faults(
+    seed: int, count: int, shape: ClusterShape, weights: Mapping[Action, int] = WEIGHTS
+) -> list[Fault]:
+    """``count`` faults drawn from ``seed``, each action as often as its weight: the same plan
+    for the same arguments."""
     if count < 0:
         raise ValueError(f"a plan has zero faults or more, not {count}")
+    if any(weight < 0 for weight in weights.values()) or not any(weights.values()):
+        named = {action.value: weight for action, weight in weights.items()}
+        raise ValueError(f"a plan's weights are zero or more, one at least above zero: {named}")
     rng = random.Random(seed)
-    actions = list(WEIGHTS)
-    weights = [WEIGHTS[action] for action in actions]
-    return [_fault(rng, rng.choices(actions, weights)[0], shape) for _ in range(count)]
+    actions = list(weights)
+    chances = [weights[action] for action in actions]
+    return [_fault(rng, rng.choices(actions, chances)[0], shape) for _ in range(count)]
 
 
 def _fault(rng: random.Random, action: Action, shape: ClusterShape) -> Fault:
@@ -138,6 +166,14 @@ def _fault(rng: random.Random, action: Action, shape: ClusterShape) -> Fault:
         return Fault(
             action, Target.HOST, rng.choice(shape.hosts), _secs(rng, 3, shape.max_cut_secs)
         )
+    if action is Action.STRESS:
+        hold = _secs(rng, MIN_STRESS_SECS, shape.max_stress_secs)
+        return Fault(action, Target.HOST, rng.choice(shape.hosts), hold)
+    if action is Action.PAUSE:
+        target = rng.choice(PAUSE_TARGETS)
+        host = "" if target is Target.WORKER else rng.choice(shape.hosts)
+        hold = round(rng.uniform(*PAUSE_FRACTIONS) * shape.floor_secs, 2)
+        return Fault(action, target, host, hold)
     target = rng.choice(shape.targets())
     host = "" if target is Target.WORKER else _host_of(rng, target, shape)
     frozen = action is Action.FREEZE

@@ -1,8 +1,10 @@
 """The reliability oracle: judges a run from the trail its processes recorded.
 
 Pure logic over the lines of ``history.file`` (``stratus.trail``), from one file or from
-one per host. Every check returns its violations, each with the trail's lines that prove
-it; an empty list is a pass. ``docs/reliability.md`` gives the precise definitions::
+one per host, read as events (``stratus.chaos.trail_events``). Every check returns its
+violations, each with the trail's lines that prove it; an empty list is a pass. This module
+holds checks (a) to (d); ``stratus.chaos.unavailability`` holds (e) and
+``stratus.chaos.promotions`` (f). ``docs/reliability.md`` gives the precise definitions::
 
     events = load_events([Path("host-a.jsonl"), Path("host-b.jsonl")])
     clocks = Clocks(skew_secs=0.5)                     # hosts' wall clocks within 0.5 s
@@ -12,6 +14,7 @@ it; an empty list is a pass. ``docs/reliability.md`` gives the precise definitio
     check_submissions(events, final_pipelines={"p1"})  # (c) every acknowledged submit
     check_exactly_once(streaming_expected(fed), streaming_counted(rows))  # (d)
     leader_unavailability(events, bound_secs=5.0)      # (e) gaps, percentiles, bound
+    check_promotions_explained(events, clocks)         # (f) never a promotion without a failure
 
 Clocks: lines of one host are ordered by their ``mono`` time (Linux's monotonic clock is
 one clock for every process of a machine), exactly; lines of different hosts by their
@@ -23,22 +26,18 @@ that happened within the clocks' uncertainty, it never flags one that did not ha
 from __future__ import annotations
 
 import itertools
-import json
-import math
 from collections import Counter, defaultdict
-from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, TypeVar
 
+from stratus.chaos.trail_events import Clocks, Event, Instant, Violation, began_at
 from stratus.local.examples_io import EVENT_EPOCH, EVENT_SPACING, FLUSH_KEY, KEYS
 from stratus.trail import (
     BATCH_COMMITTED,
-    LEADER_LOST,
     LEADER_WON,
     LEADER_WRITE,
-    PROCESS_KILLED,
     SUBMIT_ACKNOWLEDGED,
     WORKER_STARTED,
     WORKER_STOPPED,
@@ -48,93 +47,6 @@ STREAMING_WINDOW_SECS = 10  # the streaming example's event-time windows
 
 Cell = TypeVar("Cell", bound=Hashable)  # an output cell of a pipeline: what one row counts
 StreamingCell = tuple[int, str]  # the streaming example's: (window start, UTC seconds; key)
-
-
-# ---------------------------------------------------------------------- events and clocks
-
-
-@dataclass(frozen=True)
-class Instant:
-    """A moment as one host saw it: its wall and monotonic clocks."""
-
-    host: str
-    wall: float
-    mono: float
-
-
-@dataclass(frozen=True)
-class Event:
-    """One line of a trail, and where it was read (``file:line``)."""
-
-    fields: Mapping[str, Any]
-    source: str = ""
-
-    @property
-    def name(self) -> str:
-        return str(self.fields.get("event", ""))
-
-    @property
-    def process(self) -> tuple[str, int]:
-        return str(self.fields.get("host", "")), int(self.fields.get("pid", 0))
-
-    @property
-    def at(self) -> Instant:
-        return Instant(
-            str(self.fields.get("host", "")),
-            float(self.fields.get("wall", 0.0)),
-            float(self.fields.get("mono", 0.0)),
-        )
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.fields.get(key, default)
-
-    def __str__(self) -> str:
-        return f"{self.source}: {json.dumps(dict(self.fields), sort_keys=True)}"
-
-
-def load_events(paths: Sequence[Path]) -> list[Event]:
-    """Every event of the trail's files; a torn line (a machine's crash) is skipped."""
-    events: list[Event] = []
-    for path in paths:
-        with path.open("rb") as lines:
-            for number, raw in enumerate(lines, 1):
-                try:
-                    fields = json.loads(raw)
-                except ValueError:
-                    continue
-                if isinstance(fields, dict):
-                    events.append(Event(fields, f"{path}:{number}"))
-    return events
-
-
-def events_of(records: Iterable[Mapping[str, Any]], source: str = "history") -> list[Event]:
-    """Events from records already parsed (a test's synthetic trail)."""
-    return [Event(record, f"{source}:{n}") for n, record in enumerate(records, 1)]
-
-
-@dataclass(frozen=True)
-class Clocks:
-    """What the clocks prove: ``skew_secs`` bounds the difference of two hosts' wall clocks."""
-
-    skew_secs: float = 0.0
-
-    def before(self, a: Instant, b: Instant) -> bool:
-        """``a`` surely happened before ``b``."""
-        if a.host == b.host:
-            return a.mono < b.mono
-        return a.wall + self.skew_secs < b.wall
-
-
-@dataclass(frozen=True)
-class Violation:
-    """A broken guarantee: which check, what happened, and the lines that prove it."""
-
-    check: str
-    message: str
-    lines: tuple[Event, ...] = ()
-
-    def __str__(self) -> str:
-        return "\n  ".join([f"{self.check}: {self.message}", *map(str, self.lines)])
 
 
 # ---------------------------------------------------------------------- (a) one worker at once
@@ -273,15 +185,6 @@ class _Earliest:
         return None
 
 
-def write_began(write: Event) -> Instant:
-    """When the leader sent the write: ZooKeeper applied it between this and its line."""
-    return Instant(
-        write.at.host,
-        float(write.get("began_wall", write.at.wall)),
-        float(write.get("began_mono", write.at.mono)),
-    )
-
-
 def check_leader_writes(events: Iterable[Event], clocks: Clocks) -> list[Violation]:
     """(b) Never a write accepted from a deposed leader. Each ``leader_write`` at epoch e:
 
@@ -304,7 +207,7 @@ def check_leader_writes(events: Iterable[Event], clocks: Clocks) -> list[Violati
         group, epoch, began = (
             str(write.get("group")),
             int(write.get("epoch", 0)),
-            write_began(write),
+            began_at(write),
         )
         own = terms_won.get((write.process, group, epoch), [])
         if not any(term.at.mono <= began.mono for term in own):
@@ -418,120 +321,3 @@ def streaming_counted(rows: Iterable[Mapping[str, Any]]) -> list[tuple[Streaming
 def _utc_seconds(moment: datetime) -> float:
     """A window's start as seconds since the Unix epoch; a naive time is UTC (Spark's)."""
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
-
-
-# ---------------------------------------------------------------------- (e) unavailability
-
-
-@dataclass(frozen=True)
-class Gap:
-    """A time without service: from the line that ended it to the line that restored it."""
-
-    start: Event
-    end: Event
-    moved: bool = False  # a pipeline's gap across a change of worker
-
-    @property
-    def secs(self) -> float:
-        return max(0.0, self.end.at.wall - self.start.at.wall)
-
-
-@dataclass(frozen=True)
-class Unavailability:
-    """The gaps of one subject (the leader, a pipeline) against their bound."""
-
-    subject: str
-    bound_secs: float
-    gaps: tuple[Gap, ...]
-
-    def percentile(self, q: float) -> float:
-        """The nearest-rank ``q``-th percentile of the gaps' lengths (0 without gaps)."""
-        lengths = sorted(gap.secs for gap in self.gaps)
-        if not lengths:
-            return 0.0
-        return lengths[max(0, math.ceil(q / 100 * len(lengths)) - 1)]
-
-    @property
-    def violations(self) -> list[Violation]:
-        return [
-            Violation(
-                "unavailability",
-                f"{self.subject} was unavailable for {gap.secs:.3f} s, over its bound of "
-                f"{self.bound_secs:g} s",
-                (gap.start, gap.end),
-            )
-            for gap in self.gaps
-            if gap.secs > self.bound_secs
-        ]
-
-    def summary(self) -> str:
-        return (
-            f"{self.subject}: {len(self.gaps)} gaps, p50 {self.percentile(50):.3f} s, "
-            f"p90 {self.percentile(90):.3f} s, p99 {self.percentile(99):.3f} s, "
-            f"max {self.percentile(100):.3f} s; bound {self.bound_secs:g} s, "
-            f"{len(self.violations)} over"
-        )
-
-
-def leader_unavailability(
-    events: Iterable[Event], bound_secs: float, group: str = "nimbus"
-) -> Unavailability:
-    """(e) The gaps between leaders of ``group``: a term lasts from its ``leader_won`` to its
-    ``leader_lost``, else to its process's death (a ``process_killed`` line naming it), else
-    to its process's last line; a gap runs from the end of every term to the next win.
-    Wall clocks: a gap between hosts is uncertain by ``skew_secs``."""
-    events = list(events)
-    killed = {
-        (str(e.get("of_host")), int(e.get("of_pid", 0))): e
-        for e in events
-        if e.name == PROCESS_KILLED
-    }
-    last_line: dict[tuple[str, int], Event] = {}
-    for event in events:
-        known = last_line.get(event.process)
-        if known is None or event.at.mono > known.at.mono:
-            last_line[event.process] = event
-    terms: list[tuple[Event, Event]] = []
-    holding: dict[tuple[str, int], Event] = {}
-    for event in sorted(events, key=lambda e: e.at.wall):
-        if event.get("group") != group:
-            continue
-        if event.name == LEADER_WON and event.process not in holding:
-            holding[event.process] = event
-        elif event.name == LEADER_LOST and event.process in holding:
-            terms.append((holding.pop(event.process), event))
-    for process, won in holding.items():
-        terms.append((won, killed.get(process) or last_line[process]))
-    return Unavailability(f"the leader of {group!r}", bound_secs, tuple(_gaps(terms)))
-
-
-def _gaps(terms: list[tuple[Event, Event]]) -> list[Gap]:
-    """The gaps between the union of the intervals ``terms``, by wall time."""
-    gaps = []
-    terms.sort(key=lambda term: term[0].at.wall)
-    covered_to: Event | None = None
-    for start, end in terms:
-        if covered_to is not None and start.at.wall > covered_to.at.wall:
-            gaps.append(Gap(covered_to, start))
-        if covered_to is None or end.at.wall > covered_to.at.wall:
-            covered_to = end
-    return gaps
-
-
-def pipeline_unavailability(events: Iterable[Event], bound_secs: float) -> list[Unavailability]:
-    """(e) Each pipeline's gaps between consecutive committed batches, by wall time, across
-    the moves of its worker too (``Gap.moved``). A pipeline fed continuously commits a batch
-    every trigger; a longer gap is time it did not process."""
-    batches: dict[str, list[Event]] = defaultdict(list)
-    for event in events:
-        if event.name == BATCH_COMMITTED:
-            batches[str(event.get("pipeline"))].append(event)
-    reports = []
-    for pipeline, lines in sorted(batches.items()):
-        lines.sort(key=lambda e: e.at.wall)
-        gaps = tuple(
-            Gap(before, after, moved=before.process != after.process)
-            for before, after in itertools.pairwise(lines)
-        )
-        reports.append(Unavailability(f"pipeline {pipeline!r}", bound_secs, gaps))
-    return reports

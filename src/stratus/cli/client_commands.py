@@ -74,6 +74,7 @@ from stratus.cli.pipeline_views import (
     placements,
     show_pipelines,
     show_status,
+    standby_cells,
 )
 from stratus.cli.rollout_wait import follow_rollout, rollout_wait_options
 from stratus.cli.run_output import parse_since, run_columns, runs_since
@@ -168,8 +169,8 @@ def list_pipelines(output: OutputFormat, watch: float | None, conf: StratusConfi
     with nimbus_client(conf) as client:
 
         def show(out: Console) -> None:
-            where = _placements(client, output)
-            show_pipelines(out, output, client.list_pipelines(), where=where)
+            where, standby = _placements(client, output)
+            show_pipelines(out, output, client.list_pipelines(), where=where, standby=standby)
 
         show_or_watch(show, watch=watch, output=output, command="stratus list")
 
@@ -194,9 +195,15 @@ def status(name: str, output: OutputFormat, watch: float | None, conf: StratusCo
         show_or_watch(show, watch=watch, output=output, command=f"stratus status {name}")
 
 
-def _placements(client: NimbusClient, output: OutputFormat) -> dict[str, str] | None:
-    """Where each pipeline runs, for ``-o wide``'s supervisor column (one more call)."""
-    return placements(client.workers_overview()) if output is OutputFormat.WIDE else None
+def _placements(
+    client: NimbusClient, output: OutputFormat
+) -> tuple[dict[str, str] | None, dict[str, str] | None]:
+    """Where each pipeline runs and its standby worker, for ``-o wide``'s supervisor and
+    standby columns (one more call)."""
+    if output is not OutputFormat.WIDE:
+        return None, None
+    overview = client.workers_overview()
+    return placements(overview), standby_cells(overview)
 
 
 @click.command()
@@ -454,8 +461,8 @@ def cluster(output: OutputFormat, conf: StratusConfig) -> None:
     """Show the nimbuses (the leader marked), supervisors and pipelines."""
     with nimbus_client(conf) as client:
         summary = client.cluster()
-        where = _placements(client, output)
-    show_cluster(console(), output, summary, where=where)
+        where, standby = _placements(client, output)
+    show_cluster(console(), output, summary, where=where, standby=standby)
 
 
 @click.command()

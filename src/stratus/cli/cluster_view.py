@@ -2,12 +2,13 @@
 supervisors (registered or cordoned) and the pipelines.
 
 Without ``-o`` it is the leader's line and three tables (a supervisor's warm workers and
-their memory in its ``warm`` cell; its "zk outage" says whether it rides out an outage of
-ZooKeeper, and why not when it was told to); ``-o wide`` adds the leader's epoch and whether
-a nimbus serves without TLS and tokens, each supervisor's machine memory, why its warm
-workers are held back, its endpoint, start and cordon (when, by whom), and the pipelines'
-wide columns (``pipeline_views.py``), each pipeline's row from the summary alone (no
-conf: its owners are listed in it); ``-o json`` and ``-o yaml`` are the API's
+their memory in its ``warm`` cell, its standby workers and theirs in its ``standby`` cell;
+its "zk outage" says whether it rides out an outage of ZooKeeper, and why not when it was
+told to); ``-o wide`` adds the leader's epoch and whether a nimbus serves without TLS and
+tokens, each supervisor's machine memory, why its warm workers are held back, its endpoint,
+start and cordon (when, by whom), and the pipelines' wide columns (``pipeline_views.py``:
+where each runs, its standby worker), each pipeline's row from the summary alone (no conf:
+its owners are listed in it); ``-o json`` and ``-o yaml`` are the API's
 ``ClusterSummary``::
 
     show_cluster(out, OutputFormat.WIDE, client.cluster(), where=placements(overview))
@@ -49,8 +50,10 @@ def show_cluster(
     summary: ClusterSummary,
     *,
     where: Mapping[str, str] | None = None,
+    standby: Mapping[str, str] | None = None,
 ) -> None:
-    """The cluster as ``output`` asks; ``where`` (pipeline to supervisor) fills ``-o wide``."""
+    """The cluster as ``output`` asks; ``where`` (pipeline to supervisor) and ``standby``
+    (pipeline to its standby worker's cell) fill ``-o wide``."""
     if output.is_document:
         print_document(out, output, as_document(summary))
         return
@@ -63,7 +66,7 @@ def show_cluster(
         print_table(out, records_table("supervisors", SUPERVISOR_COLUMNS, rows, wide=wide))
     else:
         out.print("no supervisors")
-    show_pipeline_rows(out, output, summary.pipelines, where=where)
+    show_pipeline_rows(out, output, summary.pipelines, where=where, standby=standby)
 
 
 def print_cluster(out: Console, summary: ClusterSummary) -> None:
@@ -148,6 +151,14 @@ def warm_text(warm: WarmMemory | None) -> Text:
     return text
 
 
+def standby_text(warm: WarmMemory | None) -> str:
+    """The standby workers a supervisor runs and their memory (``1 (702.0 MiB)``); ``-``
+    none."""
+    if warm is None or warm.standby_workers == 0:
+        return "-"
+    return f"{warm.standby_workers} ({format_size(warm.standby_mb * MIB)})"
+
+
 def _machine_text(row: SupervisorRow) -> str:
     warm = _warm(row)
     if warm is None or warm.machine_mb is None:
@@ -178,6 +189,7 @@ SUPERVISOR_COLUMNS: list[Column[SupervisorRow]] = [
     Column("warm", lambda r: warm_text(_warm(r))),
     Column("scheduling", lambda r: scheduling_text(r.cordon)),
     Column("zk outage", lambda r: outage_text(r.registered)),
+    Column("standby workers", lambda r: standby_text(_warm(r))),
     Column("memory", _machine_text, wide=True),
     Column("warm held because", _held_why, wide=True),
     Column("endpoint", lambda r: (r.registered and r.registered.endpoint) or "-", wide=True),

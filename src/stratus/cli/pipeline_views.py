@@ -1,13 +1,16 @@
 """What ``stratus list`` and ``stratus status`` show of pipelines, in every ``-o`` format.
 
 A pipeline's row and its workers' rows are ``Column`` lists (``output.py``): the table, and
-under ``-o wide`` more columns after those (where it runs, its version, its workers'
-epoch, generation and pid); ``-o json`` and ``-o yaml`` are the API's records, secrets
-redacted even if the nimbus that answered did not redact them. A row shows what the
+under ``-o wide`` more columns after those (where it runs, its version, its standby worker,
+its workers' epoch, generation and pid); ``stratus status`` adds a line for the standby
+worker of a pipeline that wants one; ``-o json`` and ``-o yaml`` are the API's records,
+secrets redacted even if the nimbus that answered did not redact them. A row shows what the
 cluster summary lists of a pipeline (``PipelineSummary``), so ``stratus cluster`` shows
 its pipelines with the same rows, from the summary alone::
 
-    show_pipelines(out, OutputFormat.WIDE, client.list_pipelines(), where=placements(client))
+    overview = client.workers_overview()
+    show_pipelines(out, OutputFormat.WIDE, client.list_pipelines(),
+                   where=placements(overview), standby=standby_cells(overview))
     show_pipeline_rows(out, OutputFormat.TABLE, client.cluster().pipelines)
     show_status(out, OutputFormat.YAML, client.status("etl"), client.workers("etl"))
 """
@@ -25,6 +28,7 @@ from rich.text import Text
 from stratus.api.echo import printable
 from stratus.api.overview import WorkersOverview
 from stratus.api.records import (
+    MIB,
     PipelineRecord,
     PipelineStatus,
     PipelineSummary,
@@ -34,6 +38,7 @@ from stratus.api.records import (
     WorkerState,
 )
 from stratus.api.redaction import redact_conf, redact_record, redact_workers
+from stratus.api.standby_workers import StandbyWorkerView
 from stratus.cli.output import (
     DIGEST_PREFIX,
     Column,
@@ -64,6 +69,7 @@ def show_pipelines(
     records: Sequence[PipelineRecord],
     *,
     where: Mapping[str, str] | None = None,
+    standby: Mapping[str, str] | None = None,
 ) -> None:
     """Pipeline records as ``output`` asks: the records themselves as a document, else one
     row each, as ``show_pipeline_rows`` shows the cluster summary's pipelines."""
@@ -71,7 +77,8 @@ def show_pipelines(
     if output.is_document:
         print_document(out, output, [as_document(record) for record in shown])
         return
-    show_pipeline_rows(out, output, [pipeline_summary(record) for record in shown], where=where)
+    rows = [pipeline_summary(record) for record in shown]
+    show_pipeline_rows(out, output, rows, where=where, standby=standby)
 
 
 def show_pipeline_rows(
@@ -80,9 +87,11 @@ def show_pipeline_rows(
     pipelines: Sequence[PipelineSummary],
     *,
     where: Mapping[str, str] | None = None,
+    standby: Mapping[str, str] | None = None,
 ) -> None:
-    """Pipelines' rows as ``output`` asks; ``where`` (pipeline to supervisor) fills ``-o wide``."""
-    columns = pipeline_columns(where or {})
+    """Pipelines' rows as ``output`` asks; ``where`` (pipeline to supervisor) and ``standby``
+    (pipeline to its standby worker's cell) fill ``-o wide``."""
+    columns = pipeline_columns(where or {}, standby or {})
     render(out, output, pipelines, columns, title="pipelines", empty="no pipelines")
 
 
@@ -95,8 +104,27 @@ def placements(overview: WorkersOverview) -> dict[str, str]:
     }
 
 
-def pipeline_columns(where: Mapping[str, str]) -> list[Column[PipelineSummary]]:
+def standby_cells(overview: WorkersOverview) -> dict[str, str]:
+    """Each pipeline's standby worker in a cell: ``s2 READY``, ``s2 placed`` (not reported
+    yet), ``none`` (wanted, nowhere now); a pipeline that wants none is not listed."""
+    cells = {}
+    for placed in overview.pipelines:
+        standby = placed.standby_worker
+        if standby is None:
+            continue
+        if standby.supervisor is None:
+            cells[placed.pipeline] = "none"
+        else:
+            state = standby.state.value if standby.state is not None else "placed"
+            cells[placed.pipeline] = f"{standby.supervisor} {state}"
+    return cells
+
+
+def pipeline_columns(
+    where: Mapping[str, str], standby: Mapping[str, str] | None = None
+) -> list[Column[PipelineSummary]]:
     """A pipeline's row: as ``stratus list`` always showed it, then ``-o wide``'s columns."""
+    standby = standby or {}
     return [
         Column("pipeline", lambda r: r.name),
         Column("status", lambda r: status_text(r.status)),
@@ -110,6 +138,7 @@ def pipeline_columns(where: Mapping[str, str]) -> list[Column[PipelineSummary]]:
         Column("rebalances", lambda r: str(r.rebalances), wide=True),
         Column("replication", lambda r: f"{r.replication}/{r.replication_required}", wide=True),
         Column("updated", lambda r: when(r.updated), wide=True),
+        Column("standby worker", lambda r: standby.get(r.name, "-"), wide=True),
     ]
 
 
@@ -137,7 +166,7 @@ def show_status(
             lines += failed_runs_lines(list(runs))
     else:
         print_table(out, workers_table(workers, wide=output is OutputFormat.WIDE))
-        lines = spark_ui_lines(workers) + crash_lines(workers)
+        lines = standby_lines(workers) + spark_ui_lines(workers) + crash_lines(workers)
     for line in lines:
         out.print(line)  # whole lines: an error is copied, not read wrapped
 
@@ -233,6 +262,44 @@ def workers_table(workers: PipelineWorkers, *, wide: bool = False) -> Table:
     )
     title = f"workers of {workers.pipeline}: {where}"
     return records_table(title, WORKER_COLUMNS, workers.workers, wide=wide)
+
+
+def standby_lines(workers: PipelineWorkers) -> list[str]:
+    """The standby worker of a pipeline that wants one: where and how it is
+    (``standby worker: s2 (h2) READY since …, 702 MiB``), or why there is none
+    (``standby worker: none (…)``); then its newest refusal, if any. Nothing for a pipeline
+    that wants none."""
+    standby = redact_workers(workers).standby_worker
+    if standby is None:
+        return []
+    lines = [f"standby worker: {standby_text(standby)}"]
+    if standby.refusals:
+        newest = standby.refusals[0]
+        lines.append(
+            f"standby worker refused by {newest.supervisor} at {when(newest.at)}: "
+            f"{printable(newest.reason)}"
+        )
+    return lines
+
+
+def standby_text(standby: StandbyWorkerView) -> str:
+    """A standby worker in words, as ``standby_lines`` shows it after ``standby worker:``."""
+    if standby.supervisor is None:
+        return f"none ({printable(standby.unplaced_because or 'not placed')})"
+    where = standby.supervisor
+    if standby.host is not None:
+        where += f" ({standby.host})"
+    if standby.state is None:
+        placed = f" {when(standby.placed)}" if standby.placed is not None else ""
+        return f"{where} placed{placed}, not reported by {standby.supervisor} yet"
+    text = f"{where} {standby.state.value}"
+    if standby.since is not None:
+        text += f" since {when(standby.since)}"
+    if standby.rss_mb is not None:
+        text += f", {format_size(standby.rss_mb * MIB)}"
+    if standby.error:
+        text += f": {printable(standby.error)}"
+    return text
 
 
 def spark_ui_lines(workers: PipelineWorkers) -> list[str]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Mapping
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
@@ -38,6 +39,7 @@ from stratus.api.echo import MAX_ECHO_CHARS, clip, echo
 from stratus.api.errors import InvalidConfError
 from stratus.api.names import PIPELINE_NAME_RULE, PipelineName
 from stratus.api.pipeline_conf import validate_pipeline_conf
+from stratus.api.standby_workers import STANDBY_CONF_KEY, StandbyMode, wants_standby_worker
 from stratus.api.untrusted_yaml import UntrustedYamlError, load_untrusted_yaml
 from stratus.codedist.errors import InvalidPackageError
 
@@ -89,7 +91,12 @@ class Manifest(BaseModel):
                 },
                 {
                     "if": {"properties": {"kind": {"const": "sdp"}}},
-                    "then": {"properties": {"entrypoint": {"type": "null"}}},
+                    "then": {
+                        "properties": {
+                            "entrypoint": {"type": "null"},
+                            "standby": {"not": {"const": "hot"}},
+                        }
+                    },
                 },
             ]
         },
@@ -129,12 +136,22 @@ class Manifest(BaseModel):
         "(no pip options)",
         json_schema_extra={"items": {"type": "string", "pattern": _REQUIREMENT}},
     )
+    standby: StandbyMode | None = Field(
+        default=None,
+        description="kind app only: `hot` keeps a standby worker of the pipeline ready on "
+        f"another supervisor, promoted in about two seconds when its host dies (conf "
+        f"{STANDBY_CONF_KEY}); absent: none, or as the conf says",
+    )
 
     def pipeline_conf(self) -> dict[str, Any]:
-        """``conf`` with the trigger as ``pipeline.trigger.interval.secs``, if there is one."""
-        if self.trigger is None:
-            return dict(self.conf)
-        return {**self.conf, TRIGGER_CONF_KEY: self.trigger.interval_secs}
+        """``conf`` with the trigger as ``pipeline.trigger.interval.secs`` and the standby as
+        ``pipeline.standby``, where the manifest sets them."""
+        conf = dict(self.conf)
+        if self.trigger is not None:
+            conf[TRIGGER_CONF_KEY] = self.trigger.interval_secs
+        if self.standby is not None:
+            conf[STANDBY_CONF_KEY] = self.standby
+        return conf
 
     @field_validator("entrypoint")
     @classmethod
@@ -187,6 +204,29 @@ class Manifest(BaseModel):
                 "keep trigger.interval_secs only"
             )
         return self
+
+    @model_validator(mode="after")
+    def _one_standby(self) -> Manifest:
+        if self.standby is not None and STANDBY_CONF_KEY in self.conf:
+            raise ValueError(
+                f"standby: both standby and conf {STANDBY_CONF_KEY} are set; keep standby only"
+            )
+        problem = standby_problem(self.kind, self.pipeline_conf())
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+
+def standby_problem(kind: str, conf: Mapping[str, Any]) -> str | None:
+    """Why a pipeline of ``kind`` with ``conf`` cannot have the standby worker its conf asks
+    for, or None. An sdp pipeline's runs are short-lived processes of pyspark's pipelines CLI,
+    with no session to hold ready."""
+    if kind == "sdp" and wants_standby_worker(conf):
+        return (
+            "standby: hot is for kind app only; an sdp pipeline cannot keep a standby worker "
+            f"(remove standby, or {STANDBY_CONF_KEY})"
+        )
+    return None
 
 
 def parse_manifest(text: str, where: str = MANIFEST_NAME) -> Manifest:

@@ -110,6 +110,26 @@ def supervisors_fence_before_reassignment(conf: StratusConfig) -> None:
         )
 
 
+def beats_fit_their_lease(conf: StratusConfig) -> None:
+    interval = conf.supervisor_beat_interval_ms / 1000
+    lease = conf.supervisor_beat_lease_secs
+    if 3 * interval >= lease:
+        raise ValueError(
+            f"3 x supervisor.beat.interval.ms ({3 * interval:g} s) must be less than "
+            f"supervisor.beat.lease.secs ({lease:g}): one or two beats lost, or a "
+            "pacemaker slow to answer, must not end the beat lease; lower the interval or "
+            "lengthen the lease"
+        )
+    stop_by = lease + conf.supervisor_beat_stop_secs
+    if stop_by >= conf.nimbus_supervisor_timeout_secs:
+        raise ValueError(
+            "supervisor.beat.lease.secs + supervisor.beat.stop.secs "
+            f"({stop_by:g}) must be less than nimbus.supervisor.timeout.secs "
+            f"({conf.nimbus_supervisor_timeout_secs:g}): a supervisor whose beats stopped "
+            "must have killed its hot workers before the leader moves their pipelines"
+        )
+
+
 def leader_fences_before_the_timeout(conf: StratusConfig) -> None:
     after = conf.nimbus_supervisor_fence_after_secs
     if not after:  # unset (the default fits) or 0 (never)
@@ -187,6 +207,7 @@ RULES: tuple[Callable[[StratusConfig], None], ...] = (
     advertised_hosts_are_reachable,
     shared_code_has_a_url,
     supervisors_fence_before_reassignment,
+    beats_fit_their_lease,
     leader_fences_before_the_timeout,
     pacemaker_store_fits_the_timeouts,
     checkpoint_root_scheme_allowed,

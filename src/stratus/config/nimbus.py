@@ -350,6 +350,57 @@ class NimbusSection(Section):
         description="the leader moves a pipeline elsewhere once it has seen no heartbeat of "
         "its worker for this long",
     )
+    nimbus_standby_workers_max: int = Field(
+        default=-1,
+        ge=-1,
+        alias="nimbus.standby.workers.max",
+        description="most standby workers the leader places in the whole cluster, one per "
+        "pipeline with pipeline.standby: hot, the oldest submits first (each takes a slot "
+        "and the memory of a Spark driver on its supervisor); a hot pipeline past it runs "
+        "without one and its placement says so; 0: none; -1: no bound",
+    )
+
+    nimbus_detector_threshold: float = Field(
+        default=8.0,
+        gt=0,
+        alias="nimbus.detector.threshold",
+        description="phi at which the leader suspects the supervisor of a pipeline with a "
+        "standby worker, once that supervisor is also silent for its floor: phi 8 means "
+        "one chance in 10^8 that its next beat still comes; higher waits longer before a "
+        "failover, lower moves pipelines off hosts that are only slow (standby-workers.md; the "
+        "detector these nimbus.detector.* keys tune is not used yet)",
+    )
+    nimbus_detector_window: int = Field(
+        default=200,
+        ge=2,
+        alias="nimbus.detector.window",
+        description="intervals between beats the leader keeps per supervisor to learn its "
+        "rhythm (200 of 100 ms: the last 20 seconds)",
+    )
+    nimbus_detector_pause_ms: int = Field(
+        default=300,
+        ge=0,
+        alias="nimbus.detector.pause.ms",
+        description="a pause of a supervisor's beats that the failure detector accepts on "
+        "top of their usual interval (a garbage collection, a busy moment): added to the "
+        "mean of the intervals it learnt",
+    )
+    nimbus_detector_min_std_ms: int = Field(
+        default=50,
+        gt=0,
+        alias="nimbus.detector.min.std.ms",
+        description="the least standard deviation of a supervisor's intervals the failure "
+        "detector assumes, so that a host whose beats were perfectly regular is not "
+        "suspected at its first late one",
+    )
+    nimbus_detector_poll_ms: int = Field(
+        default=100,
+        gt=0,
+        alias="nimbus.detector.poll.ms",
+        description="how often the leader reads the supervisors' fast beats; two reads more "
+        "than three polls apart (a pause of the leader, an outage of the store) restart "
+        "what the detector learnt",
+    )
 
     def nimbus_bind(self) -> str:
         """``nimbus.bind.host``, or ``nimbus.host``: where a nimbus listens."""

@@ -246,3 +246,27 @@ class SupervisorSection(Section):
         description="runs of a pipeline whose worker logs a supervisor keeps (workers/"
         "<pipeline>/runs/<run>/); a new run deletes the oldest beyond it",
     )
+    supervisor_beat_interval_ms: int = Field(
+        default=100,
+        ge=10,
+        le=10_000,
+        alias="supervisor.beat.interval.ms",
+        description="with cluster.state.store pacemaker, how often a supervisor that runs the "
+        "worker of a pipeline with pipeline.standby hot sends a fast beat to the pacemakers "
+        "(its beat agent); three beats must fit in supervisor.beat.lease.secs",
+    )
+    supervisor_beat_lease_secs: float = Field(
+        default=0.8,
+        gt=0,
+        alias="supervisor.beat.lease.secs",
+        description="the beat lease: a worker of a pipeline with pipeline.standby hot stops "
+        "once no beat a majority of pacemaker.servers stored has started within this long; "
+        "with supervisor.beat.stop.secs it must stay below nimbus.supervisor.timeout.secs",
+    )
+    supervisor_beat_stop_secs: float = Field(
+        default=0.1,
+        ge=0,
+        alias="supervisor.beat.stop.secs",
+        description="time a worker whose beat lease ended gets to stop its queries before "
+        "SIGKILL of its process group (its checkpoint tolerates the kill)",
+    )

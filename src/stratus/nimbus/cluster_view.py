@@ -28,6 +28,7 @@ from stratus.api.records import (
     SupervisorCordon,
     SupervisorSummary,
 )
+from stratus.api.standby_workers import StandbyWorkerPlacement
 from stratus.coordination.records import Leader, LeaderChange
 from stratus.zk.paths import NIMBUS_GROUP, ClusterPaths
 from stratus.zk.watched import WatchedChildren
@@ -36,8 +37,8 @@ log = logging.getLogger(__name__)
 
 
 class ClusterView:
-    """Nimbuses, pipelines, supervisors, cordons and the leader, from watches; reads never
-    hit ZooKeeper."""
+    """Nimbuses, pipelines, supervisors, cordons, standby workers' placements and the leader,
+    from watches; reads never hit ZooKeeper."""
 
     def __init__(self, client: KazooClient, paths: ClusterPaths) -> None:
         self._lock = threading.Condition()
@@ -54,6 +55,11 @@ class ClusterView:
         self._purge_outcomes = WatchedChildren(
             client, paths.purge_outcomes, PurgeOutcome, self._bump
         )
+        # where the leader placed each hot pipeline's standby worker, for any nimbus to show:
+        # the leader writes them in its round, so a change wakes no duty and no listener
+        self._standby_workers = WatchedChildren(
+            client, paths.standby_workers, StandbyWorkerPlacement, _unheeded
+        )
 
     def start(self) -> None:
         for watched in (
@@ -62,12 +68,13 @@ class ClusterView:
             self._supervisors,
             self._cordons,
             self._purge_outcomes,
+            self._standby_workers,
         ):
             watched.start()
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` after every change of nimbuses, pipelines, supervisors, cordons
-        or purge outcomes.
+        or purge outcomes (not of standby workers' placements, which the leader wrote).
 
         It runs on kazoo's event thread, so it must not block.
         """
@@ -104,6 +111,10 @@ class ClusterView:
         """The cordoned supervisors, by id (those drained have ``drain``)."""
         return self._cordons.snapshot()
 
+    def standby_workers(self) -> dict[str, StandbyWorkerPlacement]:
+        """Where the leader placed each hot pipeline's standby worker, by pipeline."""
+        return self._standby_workers.snapshot()
+
     def leader(self) -> LeaderInfo:
         return self._leader
 
@@ -131,3 +142,7 @@ class ClusterView:
             self._lock.notify_all()
         for listener in self._listeners:
             listener()
+
+
+def _unheeded() -> None:
+    """A change that the view keeps and tells no one of."""

@@ -29,7 +29,6 @@ from kazoo.client import KazooClient
 from stratus import __version__
 from stratus.api.clock import Clock
 from stratus.api.errors import UnknownPipelineError
-from stratus.api.purges import nimbus_party
 from stratus.api.records import (
     NimbusRegistration,
     PipelineRecord,
@@ -43,13 +42,9 @@ from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import LeaderChange, RevokeReason
 from stratus.nimbus.cluster_view import ClusterView
 from stratus.nimbus.code_wiring import open_code
-from stratus.nimbus.duties.checkpoint_retention import ExpireKeptCheckpoints
 from stratus.nimbus.duties.killed import RemoveKilled
-from stratus.nimbus.duties.lost_code import FailLostCode
-from stratus.nimbus.duties.purges import CarryOutPurges, PurgeOrders
-from stratus.nimbus.duties.replication import ActivateReplicated
 from stratus.nimbus.duties.round import DutyRound
-from stratus.nimbus.duties.scheduling import SchedulingDuty
+from stratus.nimbus.duty_wiring import build_duties
 from stratus.nimbus.http.api import create_app
 from stratus.nimbus.http.exposure import InsecureReminder, check_exposure
 from stratus.nimbus.http.listening import NimbusStartError, listen_socket
@@ -72,7 +67,6 @@ from stratus.nimbus.scheduling.pipeline_metrics import ObservedRound, PipelineMe
 from stratus.nimbus.scheduling.pipeline_series import PipelineSeriesStore
 from stratus.nimbus.scheduling.placement import Placement
 from stratus.nimbus.scheduling.series_sampler import SeriesSampler
-from stratus.nimbus.scheduling.supervisor_fencing import SupervisorFencing
 from stratus.nimbus.service import NimbusService
 from stratus.nimbus.settings import HAMode, NimbusSettings
 from stratus.nimbus.submission import Submitter
@@ -293,9 +287,31 @@ class Nimbus:
             self.view.pipelines,
             leading=lambda: self._leading_epoch() is not None,
         )
-        duties = self._build_duties(ops, board, assignments, cordons, drains)
+        duties = build_duties(
+            self.settings,
+            self._opened,
+            session=self.session,
+            paths=self.paths,
+            view=self.view,
+            history=self.history,
+            metrics=self.metrics,
+            ops=ops,
+            board=board,
+            assignments=assignments,
+            cordons=cordons,
+            drains=drains,
+            removal=self.removal,
+            distributor=self.distributor,
+            code_sync=self.code_sync,
+            observed=self._observed,
+            leading=lambda: self._leading_epoch() is not None,
+            address=self.address,
+            clock=self._clock,
+            wall=self._wall,
+        )
+        self.lane = duties.lane
         lock = GrantedLock() if self.settings.ha.mode is HAMode.ZKFC else None
-        self.controller = self._build_controller(readiness, duties, lock)
+        self.controller = self._build_controller(readiness, duties.round, lock)
         self.ha = NimbusHAService(
             self.settings.ha,
             self.address,
@@ -317,7 +333,7 @@ class Nimbus:
             view=self.view,
             ops=ops,
             submitter=submitter,
-            placement=Placement(assignments, board),
+            placement=Placement(assignments, board, self.view),
             leadership=self.controller.accepted_term,
             on_change=self._pipeline_changed,
             wall=self._wall,
@@ -352,77 +368,6 @@ class Nimbus:
 
     # ------------------------------------------------------------------ parts
 
-    def _build_duties(
-        self,
-        ops: PipelineOps,
-        board: HeartbeatBoard,
-        assignments: AssignmentTable,
-        cordons: CordonTable,
-        drains: DrainMemory,
-    ) -> DutyRound:
-        """The leader's duties, in the order of a round."""
-        scheduling = SchedulingDuty(
-            ops=ops,
-            assignments=assignments,
-            board=board,
-            registered=self.view.supervisors,
-            settings=self.settings.scheduling,
-            clock=self._clock,
-            wall=self._wall,
-            on_unknown=lambda reason: self.metrics.heartbeats_unknown.labels(reason).inc(),
-            on_observed=self._observed,
-            connections=lambda: self.session.connections,
-            zookeeper_epoch=self.session.zookeeper_epoch,
-            fencing=self._supervisor_fencing(),
-            cordons=cordons,
-            drains=drains,
-        )
-        purges = CarryOutPurges(
-            PurgeOrders(self.session.client, self.paths),
-            checkpoint_root=self.settings.pipelines.checkpoint_root,
-            by=self.settings.pipelines.purge_by,
-            here=nimbus_party(self.address),
-            live=self.view.supervisors,
-            wall=self._wall,
-        )
-        purges.report_while(lambda: self._leading_epoch() is not None)
-        self.metrics.declare_purges(purges.count)
-        duties = DutyRound(
-            [
-                self.removal,
-                ExpireKeptCheckpoints(
-                    ops,
-                    checkpoint_root=self.settings.pipelines.checkpoint_root,
-                    retention_secs=self.settings.pipelines.checkpoint_retention_secs,
-                    wall=self._wall,
-                    clock=self._clock,
-                ),
-                purges,
-                ActivateReplicated(self.view.pipelines, self.distributor, ops),
-                FailLostCode(self.code_sync.lost, ops),
-                scheduling,
-            ],
-            on_failure=self.metrics.duty_failed,
-        )
-        self.metrics.declare_duties(duties.names)
-        return duties
-
-    def _supervisor_fencing(self) -> SupervisorFencing | None:
-        """The leader's fence of silent supervisors, with this nimbus's client credentials
-        (None when it never fences)."""
-        if self.settings.fencing is None:
-            return None
-        fencing = SupervisorFencing(
-            self.settings.fencing,
-            self.settings.api.client,
-            clock=self._clock,
-            on_outcome=lambda result, method: self.metrics.supervisor_fences.labels(
-                result, method
-            ).inc(),
-        )
-        self._opened.callback(fencing.close)
-        return fencing
-
     def _build_controller(
         self, readiness: CodeReadiness, duties: DutyRound, granted: GrantedLock | None
     ) -> LeadershipController:
@@ -453,8 +398,11 @@ class Nimbus:
         return self._package_server.serving if self._package_server is not None else None
 
     def _term_began(self, term: Leadership) -> None:
-        """A term accepted: count it, record it in the history, observe its failover."""
+        """A term accepted: count it, record it in the history, observe its failover; the
+        failover lane starts for it."""
         self.metrics.leadership_gained.inc()
+        if self.lane is not None:
+            self.lane.start(term)
         record = self.terms.began(term, self.address)
         if record is not None and record.failover_secs is not None:
             self.metrics.failover.observe(record.failover_secs)
@@ -483,6 +431,8 @@ class Nimbus:
         self.controller.stop()
 
     def _term_ended(self, _term: Leadership) -> None:
+        if self.lane is not None:
+            self.lane.stop()
         self.metrics.leadership_lost.inc()
         self.health.term_ended()
 

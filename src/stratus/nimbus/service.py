@@ -249,6 +249,7 @@ class NimbusService:
                     draining=cordon is not None and cordon.drain,
                     warm_ready=beat.warm_ready if beat is not None else 0,
                     warm=reg.warm,
+                    beat_lease=reg.beat_lease,
                 )
             )
         return SupervisorList(supervisors=found)

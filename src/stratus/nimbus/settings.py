@@ -92,6 +92,16 @@ class FencingSettings:
 
 
 @dataclass(frozen=True)
+class StandbySettings:
+    """Where the leader may place standby workers (``docs/standby-workers.md``)."""
+
+    max_workers: int = -1  # nimbus.standby.workers.max: in the whole cluster; -1: no bound
+    # cluster.state.store is pacemaker: a standby worker goes only to a supervisor that sends
+    # fast beats (it advertises a beat lease); with zookeeper none does, and none needs to
+    needs_beat_lease: bool = True
+
+
+@dataclass(frozen=True)
 class SchedulingSettings:
     """When the scheduling duty judges a supervisor dead or a worker silent."""
 
@@ -103,6 +113,19 @@ class SchedulingSettings:
     blind_after_reconnect: bool = False
     # pipeline.update.rollback and pipeline.update.rollback.crashes
     rollback: RollbackPolicy = field(default_factory=RollbackPolicy)
+    standby: StandbySettings = field(default_factory=StandbySettings)
+
+
+@dataclass(frozen=True)
+class DetectorSettings:
+    """How the leader's failure detector judges the supervisors of pipelines with a standby
+    worker (``nimbus.detector.*``; ``stratus.nimbus.failover.phi``)."""
+
+    threshold: float  # nimbus.detector.threshold: phi at which a supervisor is suspected
+    window: int  # nimbus.detector.window: intervals kept per supervisor
+    pause_secs: float  # nimbus.detector.pause.ms: added to the mean interval
+    min_std_secs: float  # nimbus.detector.min.std.ms: the least standard deviation
+    poll_secs: float  # nimbus.detector.poll.ms: how often the beats are read
 
 
 @dataclass(frozen=True)
@@ -182,6 +205,7 @@ class NimbusSettings:
     ha: HASettings
     scheduling: SchedulingSettings
     fencing: FencingSettings | None  # None: the leader never fences a silent supervisor
+    detector: DetectorSettings
     submit: SubmitSettings
     service: ServiceSettings
     http: HttpBounds  # the API server's connection bounds
@@ -230,8 +254,19 @@ class NimbusSettings:
                     enabled=conf.pipeline_update_rollback,
                     crashes=conf.pipeline_update_rollback_crashes,
                 ),
+                standby=StandbySettings(
+                    max_workers=conf.nimbus_standby_workers_max,
+                    needs_beat_lease=conf.cluster_state_store != "zookeeper",
+                ),
             ),
             fencing=_fencing(conf),
+            detector=DetectorSettings(
+                threshold=conf.nimbus_detector_threshold,
+                window=conf.nimbus_detector_window,
+                pause_secs=conf.nimbus_detector_pause_ms / 1000,
+                min_std_secs=conf.nimbus_detector_min_std_ms / 1000,
+                poll_secs=conf.nimbus_detector_poll_ms / 1000,
+            ),
             submit=SubmitSettings(
                 limits=package_limits(conf),
                 replication=ReplicationPolicy(

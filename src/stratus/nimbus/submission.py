@@ -33,12 +33,13 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from stratus.api.errors import PackageRejectedError, UnavailableError
+from stratus.api.errors import InvalidConfError, PackageRejectedError, UnavailableError
 from stratus.api.pipeline_conf import validate_pipeline_conf
 from stratus.api.records import PipelineRecord
 from stratus.api.redaction import restore_redacted
 from stratus.codedist.distributor import CodeDistributor, CodeMeta
 from stratus.codedist.errors import InvalidPackageError
+from stratus.codedist.manifest import standby_problem
 from stratus.codedist.package_check import CheckedPackage, check_package
 from stratus.codedist.package_store import PackageStore, Received, StoredPackage
 from stratus.codedist.staged import staged_key
@@ -119,7 +120,7 @@ class Submitter:
         ``update_conf`` over both (``staged_updates.updated_conf``)."""
         received = self.incoming.receive(package)
         try:
-            _, manifest_conf, stored = self._package_conf(received, {})
+            _, manifest_conf, stored = self._package_conf(received, {}, then=update_conf)
             self._settings.locations.check({**manifest_conf, **update_conf})
             with self._lock:
                 record, staged_now = self._ops.stage_update(
@@ -160,10 +161,15 @@ class Submitter:
             ) from None
 
     def _package_conf(
-        self, received: Received, given: Mapping[str, Any]
+        self,
+        received: Received,
+        given: Mapping[str, Any],
+        *,
+        then: Mapping[str, Any] | None = None,
     ) -> tuple[str, dict[str, Any], StoredPackage]:
         """Check a received package; (its manifest's name, the manifest's conf with ``given``
-        over it, validated and within the allowed locations, the package as stored)."""
+        over it, validated and within the allowed locations, the package as stored). ``then``:
+        an update's conf, which must fit the package's kind too."""
         manifest = self._checked(received.path).manifest
         from_manifest = manifest.pipeline_conf()
         # a secret sent as the API shows it ("***", "...&password=***") keeps the manifest's
@@ -172,6 +178,9 @@ class Submitter:
         merged = {**from_manifest, **restore_redacted(given, from_manifest)}
         conf = validate_pipeline_conf(restore_redacted(merged, {}))
         self._settings.locations.check(conf)
+        problem = standby_problem(manifest.kind, {**conf, **(then or {})})
+        if problem is not None:
+            raise InvalidConfError(problem)
         stored = StoredPackage(received.digest, received.size_bytes, received.blake3)
         return manifest.name, conf, stored
 

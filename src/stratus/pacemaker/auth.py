@@ -9,8 +9,9 @@ starts a comment), and must be private to its owner (``chmod 600``)::
 
 A ``nimbus`` reads and deletes everything and writes everywhere (the leader removes the
 heartbeats of pipelines that are gone). A ``supervisor`` reads and writes only its own
-subtree, ``/supervisors/<principal>``: a supervisor sends its heartbeat and its workers'
-there, so a compromised node can neither forge nor erase another node's heartbeats.
+subtrees, ``/supervisors/<principal>`` (its heartbeat and its workers') and
+``/beats/<principal>`` (its fast beats), so a compromised node can neither forge nor erase
+another node's heartbeats or beats, nor read them.
 
 Digest authentication never sends the secret: the server's ``hello`` answer carries a fresh
 random nonce, and the client proves it knows the secret with
@@ -36,6 +37,8 @@ from stratus.security.errors import TokenFileError
 from stratus.security.tokens import MIN_TOKEN_CHARS, read_private_file
 
 SUPERVISORS_ROOT = ("supervisors",)
+BEATS_ROOT = ("beats",)
+SUPERVISOR_ROOTS = (SUPERVISORS_ROOT, BEATS_ROOT)  # a supervisor owns <root>/<its name> of each
 DIGEST_CONTEXT = b"stratus-pacemaker-digest-v1"
 NONCE_BYTES = 32
 
@@ -57,7 +60,8 @@ class PacemakerRole(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Principal:
-    """An authenticated caller; a supervisor writes ``/supervisors/<subtree>``."""
+    """An authenticated caller; a supervisor writes ``/supervisors/<subtree>`` and
+    ``/beats/<subtree>``."""
 
     name: str
     role: PacemakerRole
@@ -94,12 +98,12 @@ def check_proof(
 
 
 def may_read(principal: Principal, path: str) -> bool:
-    """Nimbuses read everything; a supervisor reads its own subtree."""
+    """Nimbuses read everything; a supervisor reads its own subtrees."""
     return principal.role is PacemakerRole.NIMBUS or _in_own_subtree(principal, path)
 
 
 def may_write(principal: Principal, path: str) -> bool:
-    """Nimbuses write everywhere; a supervisor writes its own subtree only."""
+    """Nimbuses write everywhere; a supervisor writes its own subtrees only."""
     return principal.role is PacemakerRole.NIMBUS or _in_own_subtree(principal, path)
 
 
@@ -109,9 +113,11 @@ def own_subtree(principal_name: str) -> str:
 
 
 def _in_own_subtree(principal: Principal, path: str) -> bool:
+    """Whether ``path`` is at or below ``/supervisors/<name>`` or ``/beats/<name>``, the
+    name being the supervisor's (``Principal.subtree`` with Kerberos)."""
     parts = split_path(path)
-    own = (*SUPERVISORS_ROOT, principal.subtree or principal.name)
-    return parts[: len(own)] == own
+    name = principal.subtree or principal.name
+    return any(parts[: len(root) + 1] == (*root, name) for root in SUPERVISOR_ROOTS)
 
 
 def load_secrets(path: Path) -> dict[str, Secret]:

@@ -10,7 +10,12 @@ connections, stops the loop and joins its thread::
     pool = BlockingPacemakerPool(settings, call_timeout_secs=5.0)
     pool.send_pulses([("/supervisors/s1", b"...", time.time())])
     read = pool.get_all_pulses_for_path("/supervisors")   # a PoolRead, warming included
+    ack = pool.send_pulses_quorum([("/beats/s1", b"...", time.time())], deadline_secs=0.4)
     pool.close()
+
+A quorum call (``send_pulses_quorum``, ``get_all_pulses_quorum``) returns at its own deadline
+with what it got; a deadline is cut to 90 % of ``call_timeout_secs``, so that what it got
+comes back before the call's own wait gives up.
 
 Any thread may call it; the calls of several threads are served concurrently by the loop.
 """
@@ -25,11 +30,13 @@ from typing import TypeVar
 
 from stratus.pacemaker.client import PacemakerPool, PoolRead
 from stratus.pacemaker.errors import PacemakerError, PacemakerUnavailableError
+from stratus.pacemaker.quorum import QuorumAck, check_deadline
 from stratus.pacemaker.settings import PacemakerClientSettings
 from stratus.pacemaker.store import Pulse
 
 T = TypeVar("T")
 CLOSE_TIMEOUT_SECS = 5.0
+QUORUM_SHARE_OF_CALL = 0.9  # of call_timeout_secs: the rest is the loop's to hand back
 
 
 class BlockingPacemakerPool:
@@ -56,6 +63,21 @@ class BlockingPacemakerPool:
     def send_pulse(self, path: str, data: bytes, time_secs: float) -> int:
         return self._call("send_pulse", lambda: self._pool.send_pulse(path, data, time_secs))
 
+    def send_pulses_quorum(
+        self,
+        pulses: list[tuple[str, bytes, float]],
+        *,
+        need: int | None = None,
+        deadline_secs: float | None = None,
+    ) -> QuorumAck:
+        """``PacemakerPool.send_pulses_quorum``: one message to every live server, back once
+        ``need`` (default: a majority) stored it or at the deadline, with how many had."""
+        deadline = self._quorum_deadline(deadline_secs)
+        return self._call(
+            "send_pulses_quorum",
+            lambda: self._pool.send_pulses_quorum(pulses, need=need, deadline_secs=deadline),
+        )
+
     def delete_path(self, path: str) -> None:
         self._call("delete_path", lambda: self._pool.delete_path(path))
 
@@ -73,6 +95,23 @@ class BlockingPacemakerPool:
 
     def get_all_nodes_for_path(self, path: str) -> PoolRead[list[str]]:
         return self._call("get_all_nodes_for_path", lambda: self._pool.get_all_nodes_for_path(path))
+
+    def get_all_pulses_quorum(
+        self, path: str, *, need: int | None = None, deadline_secs: float | None = None
+    ) -> PoolRead[dict[str, Pulse]]:
+        """``PacemakerPool.get_all_pulses_quorum``: back once ``need`` servers (default: a
+        majority) answered or at the deadline; ``answered`` and ``servers`` say how many."""
+        deadline = self._quorum_deadline(deadline_secs)
+        return self._call(
+            "get_all_pulses_quorum",
+            lambda: self._pool.get_all_pulses_quorum(path, need=need, deadline_secs=deadline),
+        )
+
+    def _quorum_deadline(self, deadline_secs: float | None) -> float:
+        """A quorum call's deadline within this facade's call timeout: the pool returns by
+        then, before the wait for it is given up (which would lose what it got)."""
+        wanted = self.settings.timeout_secs if deadline_secs is None else deadline_secs
+        return min(check_deadline(wanted), self._timeout * QUORUM_SHARE_OF_CALL)
 
     # --- life ---------------------------------------------------------------------------
     def connect(self) -> int:

@@ -1,7 +1,5 @@
-"""Clients of the pacemaker: one connection, and a pool over every server of ``pacemaker.servers``.
-
-A ``PacemakerConnection`` pipelines requests: each gets a fresh id and a future that its
-answer (matched by id) resolves; every wait is bounded by ``timeout_secs``. The pool writes
+"""The pacemaker's client: a pool over every server of ``pacemaker.servers``, each reached
+through one ``PacemakerConnection`` (``stratus.pacemaker.connection``). The pool writes
 to every live server and reads from every live server, merging by the newest pulse time, so
 the cluster keeps working while one server lives. A server that failed is tried again on the
 next call, at most once per ``RECONNECT_SECS``::
@@ -11,223 +9,46 @@ next call, at most once per ``RECONNECT_SECS``::
         read = await pool.get_all_pulses_for_path("/supervisors")
         read.value    # {path: Pulse}
         read.warming  # True if every server that answered was warming up
+
+Those calls wait for every live server (each up to ``timeout_secs``). A **quorum call**
+returns as soon as ``need`` servers answered (by default a majority of the configured ones,
+``stratus.pacemaker.quorum``), or at its deadline with what it got; a server that did not
+answer in time finishes in the background, and the next quorum calls skip it until it has::
+
+    ack = await pool.send_pulses_quorum([("/beats/s1", data, time.time())], deadline_secs=0.4)
+    ack.reached, ack.acknowledged, ack.servers   # True, 2, 3 with one server silent
+    read = await pool.get_all_pulses_quorum("/beats", deadline_secs=0.1)
+    read.from_majority                           # judge nothing from less
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
-import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from stratus.pacemaker.auth import AuthMethod, PacemakerRole, digest_proof
+from stratus.pacemaker.connection import PacemakerConnection
 from stratus.pacemaker.errors import (
-    FrameError,
     PacemakerError,
     PacemakerRequestError,
     PacemakerUnavailableError,
-    SubtreeMismatchError,
 )
-from stratus.pacemaker.kerberos import kerberos_handshake
-from stratus.pacemaker.protocol import FrameDecoder, Op, encode_frame
+from stratus.pacemaker.protocol import Op
+from stratus.pacemaker.quorum import QuorumAck, check_deadline, is_majority, quorum_need
 from stratus.pacemaker.settings import PacemakerClientSettings
 from stratus.pacemaker.store import Pulse
 
 log = logging.getLogger(__name__)
 
 RECONNECT_SECS = 1.0
-DRAIN_ABOVE_BYTES = 256 << 10
-READ_CHUNK_BYTES = 256 << 10
 T = TypeVar("T")
-
-
-class PacemakerConnection:
-    """One authenticated connection to one server."""
-
-    def __init__(self, host: str, port: int, settings: PacemakerClientSettings) -> None:
-        self.host, self.port, self.settings = host, port, settings
-        self.warming = False
-        self.granted_subtree: str | None = None  # Kerberos: where a supervisor may write
-        self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task[None] | None = None
-        self._error: BaseException | None = None
-        self._outbox: list[bytes] = []
-
-    @property
-    def closed(self) -> bool:
-        """Whether the connection is gone (closed, failed, or never opened)."""
-        return self._writer is None or self._error is not None
-
-    async def open(self) -> None:
-        """Connect and authenticate; PacemakerUnavailableError or PacemakerRequestError."""
-        timeout = self.settings.timeout_secs
-        context = self.settings.tls.client_context() if self.settings.tls else None
-        try:
-            reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, ssl=context), timeout
-            )
-        except (OSError, TimeoutError) as exc:
-            raise PacemakerUnavailableError(
-                f"cannot reach the pacemaker at {self.host}:{self.port}: {exc or 'timed out'}"
-            ) from None
-        self._reader_task = asyncio.create_task(self._read_answers(reader))
-        hello = await self.request(Op.HELLO)
-        self._check_ttl(hello.get("ttl"))
-        if self.settings.auth_method is AuthMethod.DIGEST:
-            if not self.settings.principal or self.settings.secret is None:
-                raise PacemakerError("digest needs pacemaker.auth.principal and its secret")
-            proof = digest_proof(self.settings.secret, hello["nonce"], self.settings.principal)
-            await self.request(Op.AUTHENTICATE, principal=self.settings.principal, proof=proof)
-        elif self.settings.auth_method is AuthMethod.KERBEROS:
-            answer = await kerberos_handshake(
-                self.request, self.host, hello, self.settings.kerberos
-            )
-            self.granted_subtree = _granted(answer)
-            self._check_subtree(answer)
-
-    def _check_subtree(self, answer: dict[str, Any]) -> None:
-        """Refuse a server that lets this supervisor write elsewhere than its store writes."""
-        wanted, granted = self.settings.subtree, self.granted_subtree
-        if wanted is None or granted is None or granted == wanted:
-            return
-        principal = answer.get("principal")
-        raise SubtreeMismatchError(
-            f"the pacemaker at {self.host}:{self.port} lets {principal!r} write only "
-            f"{granted}, but this supervisor's heartbeats go to {wanted}: set supervisor.id to "
-            f"{granted.rsplit('/', 1)[-1]!r} (the host part of its principal), or give it the "
-            f"principal of host {wanted.rsplit('/', 1)[-1]!r}"
-        )
-
-    def _check_ttl(self, ttl: object) -> None:
-        """Report, loudly, a server whose pulses die before the leader would judge them."""
-        least = self.settings.min_pulse_ttl_secs
-        if least is not None and isinstance(ttl, int | float) and ttl <= least:
-            log.error(
-                "event=pacemaker_ttl_too_short server=%s:%d pulse_ttl_secs=%g "
-                "leader_timeout_secs=%g action=raise pacemaker.pulse.ttl.secs on that pacemaker "
-                "above the leader's timeouts, or an evicted pulse will look like a dead writer",
-                self.host,
-                self.port,
-                ttl,
-                least,
-            )
-
-    async def close(self) -> None:
-        """Close the socket and fail every pending request."""
-        if self._reader_task is not None:
-            self._reader_task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._reader_task
-        if self._writer is not None:
-            self._writer.close()
-            with contextlib.suppress(Exception):
-                await self._writer.wait_closed()
-        self._fail_pending(PacemakerUnavailableError(f"{self.host}:{self.port} closed"))
-
-    async def request(self, op: Op, **fields: Any) -> dict[str, Any]:
-        """Send one request; its answer's fields, or PacemakerRequestError/Unavailable."""
-        future = self.submit(op, **fields)
-        if self._writer is not None and (
-            self._writer.transport.get_write_buffer_size() > DRAIN_ABOVE_BYTES
-        ):
-            await self._bounded(self._writer.drain(), op)
-        answer = await self._bounded(future, op)
-        if not answer.get("ok"):
-            raise PacemakerRequestError(str(answer.get("error")), str(answer.get("message")))
-        return answer
-
-    async def read_all_pulses(self, path: str) -> dict[str, Any]:
-        """``get_all_pulses_for_path`` page by page, each answer within the maximum frame,
-        as one answer: ``pulses`` of the whole subtree, and ``warming`` of the last page."""
-        pulses: dict[str, Any] = {}
-        after = ""
-        while True:
-            answer = await self.request(Op.GET_ALL_PULSES_FOR_PATH, path=path, after=after)
-            pulses.update(answer["pulses"])
-            following = answer.get("next")
-            if following is None:
-                return {"ok": True, "warming": answer.get("warming", False), "pulses": pulses}
-            if not isinstance(following, str) or following.split("/") <= after.split("/"):
-                raise PacemakerRequestError(
-                    "malformed",
-                    f"the pacemaker at {self.host}:{self.port} paged {path} backwards "
-                    f"(next {following!r} after {after!r}); is it a stratus pacemaker?",
-                )
-            after = following
-
-    def submit(self, op: Op, **fields: Any) -> asyncio.Future[dict[str, Any]]:
-        """Send one request without waiting: the future of its raw answer (pipelining).
-
-        The caller bounds the wait; an answer that is not ``ok`` is returned, not raised.
-        """
-        if self._writer is None or self._error is not None:
-            raise PacemakerUnavailableError(f"the connection to {self.host}:{self.port} is down")
-        request_id = next(self._ids)
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = future
-        self._outbox.append(
-            encode_frame(
-                {"id": request_id, "op": op.value, **fields},
-                max_frame_bytes=self.settings.max_frame_bytes,
-            )
-        )
-        if len(self._outbox) == 1:  # the requests of one loop iteration leave in one write
-            asyncio.get_running_loop().call_soon(self._flush)
-        return future
-
-    def _flush(self) -> None:
-        if self._writer is not None and self._outbox and self._error is None:
-            self._writer.write(b"".join(self._outbox))
-        self._outbox.clear()
-
-    async def _bounded(self, waited: Awaitable[T], op: Op) -> T:
-        try:
-            return await asyncio.wait_for(waited, self.settings.timeout_secs)
-        except (TimeoutError, ConnectionError) as exc:
-            self._error = exc
-            raise PacemakerUnavailableError(
-                f"the pacemaker at {self.host}:{self.port} did not answer {op} within "
-                f"{self.settings.timeout_secs} s"
-            ) from None
-
-    async def _read_answers(self, reader: asyncio.StreamReader) -> None:
-        decoder = FrameDecoder(max_frame_bytes=self.settings.max_frame_bytes)
-        try:
-            while True:
-                chunk = await reader.read(READ_CHUNK_BYTES)
-                if not chunk:
-                    raise ConnectionError("closed by the server")
-                for answer in decoder.feed(chunk):
-                    self.warming = bool(answer.get("warming", self.warming))
-                    future = self._pending.pop(answer.get("id", 0), None)
-                    if future is not None and not future.done():
-                        future.set_result(answer)
-                    elif answer.get("id") == 0 and not answer.get("ok"):  # the server closes
-                        raise PacemakerRequestError(
-                            str(answer.get("error")), str(answer.get("message"))
-                        )
-        except (ConnectionError, OSError, FrameError, PacemakerRequestError) as exc:
-            self._error = exc
-        self._fail_pending(
-            PacemakerUnavailableError(
-                f"the pacemaker at {self.host}:{self.port} closed: {self._error}"
-            )
-        )
-
-    def _fail_pending(self, error: Exception) -> None:
-        if self._error is None:
-            self._error = error
-        for future in self._pending.values():
-            if not future.done():
-                future.set_exception(error)
+Address = tuple[str, int]
+Answers = list[tuple["PacemakerConnection", dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -246,6 +67,12 @@ class PoolRead(Generic[T]):
         written (a writer that reached only that server)."""
         return self.answered < self.servers
 
+    @property
+    def from_majority(self) -> bool:
+        """A majority of the configured servers answered: every pulse a majority stored
+        before the read began is in it."""
+        return is_majority(self.answered, self.servers)
+
 
 class PacemakerPool:
     """Connections to every server of ``settings.servers``; writes to all, reads merged."""
@@ -255,9 +82,12 @@ class PacemakerPool:
     ) -> None:
         self.settings = settings
         self._clock = clock
-        self._connections: dict[tuple[str, int], PacemakerConnection] = {}
-        self._next_try: dict[tuple[str, int], float] = {}
-        self._opening: dict[tuple[str, int], asyncio.Task[None]] = {}
+        self._connections: dict[Address, PacemakerConnection] = {}
+        self._next_try: dict[Address, float] = {}
+        self._opening: dict[Address, asyncio.Task[None]] = {}
+        # a quorum call's requests still unanswered when it returned, by server and op
+        self._stragglers: dict[tuple[Address, Op], set[asyncio.Task[dict[str, Any]]]] = {}
+        self._refused: dict[Address, str] = {}  # the last refusal logged, by server
 
     async def __aenter__(self) -> PacemakerPool:
         await self._live()
@@ -274,10 +104,11 @@ class PacemakerPool:
         return len(await self._live())
 
     async def close(self) -> None:
-        """Close every connection, and stop the attempts under way."""
-        for task in list(self._opening.values()):
+        """Close every connection, and stop the attempts and the stragglers under way."""
+        tasks = [*self._opening.values(), *(t for ts in self._stragglers.values() for t in ts)]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._opening.values(), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         for connection in self._connections.values():
             await connection.close()
         self._connections.clear()
@@ -328,13 +159,7 @@ class PacemakerPool:
         answers = await self._on_each(
             Op.GET_ALL_PULSES_FOR_PATH, lambda connection: connection.read_all_pulses(path)
         )
-        merged: dict[str, Pulse] = {}
-        for _, answer in answers:
-            for key, (data, when) in answer["pulses"].items():
-                known = merged.get(key)
-                if known is None or when > known.time:
-                    merged[key] = Pulse(data, when)
-        return _merged(answers, merged, len(self.settings.servers))
+        return _merged(answers, _newest_pulses(answers), len(self.settings.servers))
 
     async def get_all_nodes_for_path(self, path: str) -> PoolRead[list[str]]:
         """The children of ``path`` on any live server."""
@@ -342,12 +167,156 @@ class PacemakerPool:
         nodes = sorted({n for _, a in answers for n in a["nodes"]})
         return _merged(answers, nodes, len(self.settings.servers))
 
+    # --- quorum calls -------------------------------------------------------------------
+    async def send_pulses_quorum(
+        self,
+        pulses: list[tuple[str, bytes, float]],
+        *,
+        need: int | None = None,
+        deadline_secs: float | None = None,
+    ) -> QuorumAck:
+        """Write a batch of (path, data, time) in one message to every live server; return
+        as soon as ``need`` servers (default: a majority of ``pacemaker.servers``) stored it,
+        or after ``deadline_secs`` (default ``timeout_secs``) with how many had. Nothing is
+        raised for a quorum missed; a refusal (``forbidden``, ``full``) is raised when it
+        leaves the write short of ``need``, and logged otherwise."""
+        servers = len(self.settings.servers)
+        wanted = quorum_need(need, servers)
+        batch = [list(pulse) for pulse in pulses]
+        answers = await self._on_quorum(
+            Op.SEND_PULSES,
+            lambda connection: connection.request(Op.SEND_PULSES, pulses=batch),
+            wanted,
+            self._deadline(deadline_secs),
+        )
+        return QuorumAck(len(answers), servers, wanted)
+
+    async def get_all_pulses_quorum(
+        self, path: str, *, need: int | None = None, deadline_secs: float | None = None
+    ) -> PoolRead[dict[str, Pulse]]:
+        """Every pulse under ``path``, the newest of each among the servers that answered: as
+        soon as ``need`` did (default: a majority), or after ``deadline_secs`` (default
+        ``timeout_secs``) with those that had, however few (``answered`` says how many, none
+        included: the caller judges, ``PoolRead.from_majority``)."""
+        servers = len(self.settings.servers)
+        answers = await self._on_quorum(
+            Op.GET_ALL_PULSES_FOR_PATH,
+            lambda connection: connection.read_all_pulses(path),
+            quorum_need(need, servers),
+            self._deadline(deadline_secs),
+        )
+        return _merged(answers, _newest_pulses(answers), servers)
+
+    def _deadline(self, deadline_secs: float | None) -> float:
+        """When a quorum call given ``deadline_secs`` from now ends, on the loop's clock."""
+        secs = self.settings.timeout_secs if deadline_secs is None else deadline_secs
+        return asyncio.get_running_loop().time() + check_deadline(secs)
+
+    async def _on_quorum(
+        self,
+        op: Op,
+        call: Callable[[PacemakerConnection], Coroutine[Any, Any, dict[str, Any]]],
+        need: int,
+        until: float,
+    ) -> Answers:
+        """``call`` on every live connection at once; the answers of those that gave one by
+        the time ``need`` had, or by ``until`` (the loop's clock).
+
+        A request still unanswered then is left to finish (each is bounded by
+        ``timeout_secs``, which marks a silent server down) as a straggler; while a server
+        has a straggler of ``op``, later quorum calls of ``op`` skip it rather than queue
+        behind it, so a silent server holds at most one request of each caller."""
+        loop = asyncio.get_running_loop()
+        asked: dict[asyncio.Task[dict[str, Any]], PacemakerConnection] = {}
+        for connection in await self._live_for(need, until):
+            if self._stragglers.get((_address(connection), op)):
+                continue
+            asked[asyncio.create_task(call(connection))] = connection
+        answers: Answers = []
+        refusal: PacemakerRequestError | None = None
+        pending = set(asked)
+        try:
+            while pending and len(answers) < need and loop.time() < until:
+                done, pending = await asyncio.wait(
+                    pending, timeout=until - loop.time(), return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in done:
+                    answer = self._answered(_address(asked[task]), task)
+                    if isinstance(answer, PacemakerRequestError):
+                        refusal = answer
+                    elif answer is not None:
+                        answers.append((asked[task], answer))
+        finally:
+            for task in pending:
+                self._straggle(_address(asked[task]), op, task)
+        if refusal is not None and len(answers) < need:
+            raise refusal  # the reason the quorum was missed is the caller's to see
+        return answers
+
+    def _answered(
+        self, address: Address, task: asyncio.Task[dict[str, Any]]
+    ) -> dict[str, Any] | PacemakerRequestError | None:
+        """A finished request's answer, or its refusal (logged once until the server
+        answers again), or None when the server failed (it is reconnected at once)."""
+        error = None if task.cancelled() else task.exception()
+        if task.cancelled() or (error is not None and not isinstance(error, Exception)):
+            return None
+        if isinstance(error, PacemakerRequestError):
+            if self._refused.get(address) != error.code:
+                self._refused[address] = error.code
+                log.warning(
+                    "event=pacemaker_refused server=%s:%d error=%s",
+                    *address,
+                    str(error)[:200],
+                )
+            return error
+        if error is not None:
+            self._next_try[address] = 0.0
+            return None
+        self._refused.pop(address, None)
+        return task.result()
+
+    def _straggle(self, address: Address, op: Op, task: asyncio.Task[dict[str, Any]]) -> None:
+        """Keep ``task`` (an answer no call waits for any more) until it ends."""
+        key = (address, op)
+        self._stragglers.setdefault(key, set()).add(task)
+
+        def ended(finished: asyncio.Task[dict[str, Any]]) -> None:
+            waiting = self._stragglers.get(key, set())
+            waiting.discard(finished)
+            if not waiting:
+                self._stragglers.pop(key, None)
+            self._answered(address, finished)
+
+        task.add_done_callback(ended)
+
     # --- the servers --------------------------------------------------------------------
     async def _live(self) -> list[PacemakerConnection]:
         """The open connections. Each due server (down, and not tried for RECONNECT_SECS) is
         reconnected in the background; a call waits for those attempts only while no server
         is connected (a new pool, or every server down), so a server that hangs holds up no
         call that another server answers."""
+        attempts = self._reconnect_due()
+        if attempts and not self._open():
+            await asyncio.wait(attempts)
+            _raise_refusals(attempts)
+        return self._open()
+
+    async def _live_for(self, need: int, until: float) -> list[PacemakerConnection]:
+        """The open connections, once ``need`` are open, no attempt is left under way, or at
+        ``until`` (the loop's clock): a server that hangs while connecting holds up a quorum
+        call only while the others are too few."""
+        attempts = set(self._reconnect_due())
+        loop = asyncio.get_running_loop()
+        while attempts and len(self._open()) < need and loop.time() < until:
+            done, attempts = await asyncio.wait(
+                attempts, timeout=until - loop.time(), return_when=asyncio.FIRST_COMPLETED
+            )
+            _raise_refusals(done)
+        return self._open()
+
+    def _reconnect_due(self) -> list[asyncio.Task[None]]:
+        """Start a connection attempt to each due server; every attempt under way."""
         now = self._clock()
         for address in self.settings.servers:
             connection = self._connections.get(address)
@@ -358,24 +327,18 @@ class PacemakerPool:
             task = asyncio.create_task(self._connect(address))
             self._opening[address] = task
             task.add_done_callback(functools.partial(self._opened, address))
-        attempts = list(self._opening.values())
-        if attempts and not self._open():
-            await asyncio.wait(attempts)
-            for task in attempts:
-                if not task.cancelled():
-                    task.result()  # refused credentials: raised to the caller
-        return self._open()
+        return list(self._opening.values())
 
     def _open(self) -> list[PacemakerConnection]:
         return [c for c in self._connections.values() if not c.closed]
 
-    def _opened(self, address: tuple[str, int], task: asyncio.Task[None]) -> None:
+    def _opened(self, address: Address, task: asyncio.Task[None]) -> None:
         """A connection attempt ended; its error is the awaiting call's, or dropped here."""
         self._opening.pop(address, None)
         if not task.cancelled():
             task.exception()  # retrieved: a background attempt has nobody else to raise to
 
-    async def _connect(self, address: tuple[str, int]) -> None:
+    async def _connect(self, address: Address) -> None:
         old = self._connections.pop(address, None)
         if old is not None:
             await old.close()
@@ -420,18 +383,30 @@ class PacemakerPool:
         return answers
 
 
-def _granted(answer: dict[str, Any]) -> str | None:
-    """The subtree a Kerberos handshake's last answer grants a supervisor (None: a nimbus,
-    which writes everywhere)."""
-    subtree = answer.get("subtree")
-    if answer.get("role") != PacemakerRole.SUPERVISOR.value or not isinstance(subtree, str):
-        return None
-    return subtree
+def _address(connection: PacemakerConnection) -> Address:
+    return (connection.host, connection.port)
 
 
-def _merged(
-    answers: list[tuple[PacemakerConnection, dict[str, Any]]], value: T, servers: int
-) -> PoolRead[T]:
+def _raise_refusals(attempts: Iterable[asyncio.Task[None]]) -> None:
+    """Raise the error of a finished connection attempt that was refused (credentials, a
+    subtree): retrying at once would not help, and the caller must see why."""
+    for task in attempts:
+        if task.done() and not task.cancelled():
+            task.result()
+
+
+def _newest_pulses(answers: Answers) -> dict[str, Pulse]:
+    """The pulses of ``get_all_pulses_for_path`` answers, the newest of each path."""
+    merged: dict[str, Pulse] = {}
+    for _, answer in answers:
+        for key, (data, when) in answer["pulses"].items():
+            known = merged.get(key)
+            if known is None or when > known.time:
+                merged[key] = Pulse(data, when)
+    return merged
+
+
+def _merged(answers: Answers, value: T, servers: int) -> PoolRead[T]:
     warming = all(answer.get("warming", False) for _, answer in answers)
     return PoolRead(value, warming, len(answers), servers)
 

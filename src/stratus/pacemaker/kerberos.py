@@ -21,8 +21,9 @@ The principals file has one principal a line, ``<principal>@<REALM> <role>``, no
 
 The realm is required (no default realm: ``alice@OTHER`` from a trusted realm must not pass
 for ``alice``). A supervisor's subtree is named by its principal's instance, the host:
-``supervisor/node7.example.org@EXAMPLE.ORG`` writes ``/supervisors/node7.example.org``; a
-principal without an instance (``node7@EXAMPLE.ORG``) writes ``/supervisors/node7``.
+``supervisor/node7.example.org@EXAMPLE.ORG`` writes ``/supervisors/node7.example.org`` (and
+``/beats/node7.example.org``); a principal without an instance (``node7@EXAMPLE.ORG``) writes
+``/supervisors/node7``.
 """
 
 from __future__ import annotations

@@ -35,3 +35,17 @@ class BadRoundError(StratusError):
         )
         self.owner = owner
         self.reason = reason
+
+
+class BadBeatError(StratusError):
+    """A pacemaker pulse under ``/beats`` is not a beat of a format this release reads: not
+    msgpack, another version, a field of the wrong kind, or above the size of any beat. The
+    reader skips it and logs it; that supervisor's beats then read as missing."""
+
+    def __init__(self, supervisor: str, reason: str) -> None:
+        super().__init__(
+            f"the beat of supervisor {supervisor!r} is not readable: {reason}; it is skipped "
+            "(is that supervisor of another stratus version?)"
+        )
+        self.supervisor = supervisor
+        self.reason = reason

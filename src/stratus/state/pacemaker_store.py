@@ -89,7 +89,7 @@ class PacemakerStateStore:
         pulse to every live server, stamped with this host's wall clock (servers merge by
         it). A heartbeat of ``owner`` that ``round_`` lacks is gone with the old round."""
         target = owned_subtree(owner)
-        with self._call(target):
+        with pacemaker_call(target):
             self._pool.send_pulses([(target, encode_round(round_), self._wall())])
 
     def set(self, path: str, data: bytes) -> None:
@@ -117,7 +117,7 @@ class PacemakerStateStore:
                 {**old.workers, **change.workers},
             )
             pulses.append((owned_subtree(owner), encode_round(merged), now))
-        with self._call(self._scope):
+        with pacemaker_call(self._scope):
             self._pool.send_pulses(pulses)
 
     def get(self, path: str) -> bytes | None:
@@ -132,7 +132,7 @@ class PacemakerStateStore:
         incomplete when every server that answered is warming up, partial when a configured
         server did not answer. A round that cannot be
         read is skipped with a warning, as a torn heartbeat is."""
-        with self._call(self._scope):
+        with pacemaker_call(self._scope):
             read = self._pool.get_all_pulses_for_path(self._scope)
         rounds = {}
         for where, pulse in read.value.items():
@@ -197,7 +197,7 @@ class PacemakerStateStore:
         """Supervisor ``owner``'s round, the newest of the servers, and its time; None if
         no server holds a readable one."""
         target = owned_subtree(owner)
-        with self._call(target):
+        with pacemaker_call(target):
             pulse = self._pool.get_pulse(target).value
         packed = _decoded(owner, pulse) if pulse is not None else None
         found = _unpacked(packed) if packed is not None else None
@@ -217,18 +217,21 @@ class PacemakerStateStore:
         if len(kept) == len(old):
             return
         target = owned_subtree(owner)
-        with self._call(target):
+        with pacemaker_call(target):
             if len(kept):
                 self._pool.send_pulses([(target, encode_round(kept), when)])
             else:
                 self._pool.delete_path(target)
 
-    @contextmanager
-    def _call(self, path: str) -> Iterator[None]:
-        try:
-            yield
-        except PacemakerUnavailableError as exc:
-            raise StateStoreUnavailableError(STORE_NAME, path, str(exc)) from None
+
+@contextmanager
+def pacemaker_call(path: str) -> Iterator[None]:
+    """A call of the pacemakers about ``path``: one that cannot be made (no server reached,
+    no answer in time) raises ``StateStoreUnavailableError``, as every store's calls do."""
+    try:
+        yield
+    except PacemakerUnavailableError as exc:
+        raise StateStoreUnavailableError(STORE_NAME, path, str(exc)) from None
 
 
 def _decoded(owner: str, pulse: Pulse) -> PackedRound | None:

@@ -30,6 +30,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -69,6 +70,7 @@ class ProcessRecord(BaseModel):
     monitor: Pid
     worker: Pid
     boot_id: str
+    role: Literal["active", "standby"] = "active"  # a standby worker is adopted as one
 
     @classmethod
     def read(cls, directory: Path) -> ProcessRecord | None:
@@ -97,9 +99,10 @@ class ProcessRecord(BaseModel):
         """Whether this worker may go on as ``assignment``'s: the same pipeline, generation
         and code, and an assignment no older than the one it started with (a newer epoch or
         token is a new leader's stamp on the same run, which a supervisor that never left
-        would not restart either)."""
+        would not restart either). A standby worker runs no assignment until it is promoted."""
         return (
-            assignment.pipeline == self.pipeline
+            self.role == "active"
+            and assignment.pipeline == self.pipeline
             and assignment.generation == self.generation
             and assignment.digest == self.digest
             and assignment.epoch >= self.epoch
@@ -118,6 +121,7 @@ def identity(cluster: ClusterIdentity, spec: WorkerSpec, user: str | None) -> di
         "token": spec.token.model_dump(),
         "digest": spec.digest,
         "user": user,
+        "role": spec.role,
     }
 
 

@@ -3,7 +3,8 @@
 Guarantees: every read goes to ZooKeeper itself, after a ``sync`` (so a server that lags
 behind the leader catches up first), with the children listed and then every assignment
 fetched in one pipelined batch, each with its ``FencingToken`` taken from the stats read
-(the assignment znode's ``mzxid``, the ``assignments`` znode's ``ctime``); a read is
+(the assignment znode's ``mzxid``, the ``assignments`` znode's ``ctime``), and the standby
+worker placements under ``standby-workers`` in the same read and batch; a read is
 bounded in time and never runs on the control loop's thread, which gets the outcome as a
 message (``AssignmentsRead`` stamped with the time the read *started*, or
 ``ReadFailed``). Watches only ask for a read::
@@ -20,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
@@ -29,6 +30,7 @@ from pydantic import ValidationError
 
 from stratus.api.clock import Clock
 from stratus.api.records import Assignment, FencingToken
+from stratus.api.standby_workers import StandbyWorkerPlacement
 from stratus.supervisor.errors import AssignmentsUnavailableError
 from stratus.zk.paths import ClusterPaths
 
@@ -39,10 +41,23 @@ READ_TIMEOUT_SECS = 5.0  # one whole read; a slower one is tried again
 
 @dataclass(frozen=True)
 class AssignmentsRead:
-    """Every assignment in ZooKeeper, as read by a read that started at ``started``."""
+    """Every assignment and standby worker placement in ZooKeeper, as read by a read that
+    started at ``started``; ``era`` is the ``assignments`` znode's creation time (the era
+    of every fencing token), None when the read did not get it."""
 
     started: float  # monotonic
     assignments: dict[str, Assignment]
+    placements: dict[str, StandbyWorkerPlacement] = field(default_factory=dict)
+    era: int | None = None
+
+
+@dataclass(frozen=True)
+class ClusterRead:
+    """What ``read_assignments`` returns: the assignments, the placements and the era."""
+
+    assignments: dict[str, Assignment]
+    placements: dict[str, StandbyWorkerPlacement]
+    era: int
 
 
 @dataclass(frozen=True)
@@ -52,8 +67,10 @@ class ReadFailed:
 
 def read_assignments(
     client: KazooClient, paths: ClusterPaths, timeout: float = READ_TIMEOUT_SECS
-) -> dict[str, Assignment]:
-    """Every valid assignment by pipeline; ``AssignmentsUnavailableError`` past ``timeout``."""
+) -> ClusterRead:
+    """Every valid assignment by pipeline, and every valid standby worker placement, read
+    after one ``sync``: each parent's children listed, then every child fetched in one
+    pipelined batch; ``AssignmentsUnavailableError`` past ``timeout``."""
     deadline = time.monotonic() + timeout
 
     def left() -> float:
@@ -61,10 +78,15 @@ def read_assignments(
 
     try:
         client.sync_async(paths.assignments).get(timeout=left())
-        names, parent = client.get_children_async(paths.assignments, include_data=True).get(
-            timeout=left()
-        )
+        names_async = client.get_children_async(paths.assignments, include_data=True)
+        placed_async = client.get_children_async(paths.standby_workers)
+        names, parent = names_async.get(timeout=left())
+        try:
+            placed = placed_async.get(timeout=left())
+        except NoNodeError:  # a cluster created by an older release, not upgraded yet
+            placed = []
         pending = {name: client.get_async(paths.assignment(name)) for name in names}
+        pending_placed = {name: client.get_async(paths.standby_worker(name)) for name in placed}
         found = {}
         for name, result in pending.items():
             try:
@@ -75,12 +97,35 @@ def read_assignments(
             if assignment is not None:
                 token = FencingToken(era=parent.ctime, zxid=stat.mzxid)
                 found[name] = assignment.model_copy(update={"token": token})
-        return found
+        placements = {}
+        for name, result in pending_placed.items():
+            try:
+                raw, _ = result.get(timeout=left())
+            except NoNodeError:
+                continue
+            placement = _decode_placement(name, raw)
+            if placement is not None:
+                placements[name] = placement
+        return ClusterRead(found, placements, parent.ctime)
     except (KazooException, KazooTimeoutError) as exc:
         raise AssignmentsUnavailableError(
             f"cannot read the assignments under {paths.assignments} ({type(exc).__name__}); "
             "the running workers are kept and the read is tried again"
         ) from None
+
+
+def _decode_placement(name: str, raw: bytes) -> StandbyWorkerPlacement | None:
+    try:
+        placement = StandbyWorkerPlacement.model_validate_json(raw)
+    except ValidationError as exc:
+        log.warning(
+            "event=bad_standby_placement pipeline=%s error=%s", name, exc.errors()[0]["msg"]
+        )
+        return None
+    if placement.pipeline != name:
+        log.warning("event=bad_standby_placement pipeline=%s names=%s", name, placement.pipeline)
+        return None
+    return placement
 
 
 def _decode(name: str, raw: bytes) -> Assignment | None:
@@ -141,8 +186,7 @@ class AssignmentReader:
             return ReadFailed("not connected to ZooKeeper")  # a read would only queue
         started = self._clock()
         try:
-            return AssignmentsRead(
-                started, read_assignments(self._client, self._paths, self._timeout)
-            )
+            read = read_assignments(self._client, self._paths, self._timeout)
         except AssignmentsUnavailableError as exc:
             return ReadFailed(str(exc))
+        return AssignmentsRead(started, read.assignments, read.placements, read.era)

@@ -57,6 +57,7 @@ from stratus.api.records import (
     WarmMemory,
     WorkerHeartbeat,
 )
+from stratus.api.standby_workers import StandbyWorkerPlacement
 from stratus.codedist.distributor import CodeDistributor
 from stratus.codedist.factory import create_distributor
 from stratus.codedist.package_store import PackageStore
@@ -64,6 +65,7 @@ from stratus.errors import StratusError
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.supervisor.assignment_reader import AssignmentReader
+from stratus.supervisor.beat_keeper import beat_keeper
 from stratus.supervisor.code_cache import CodeCache
 from stratus.supervisor.control_loop import SHUTDOWN_MARGIN_SECS, ControlLoop
 from stratus.supervisor.endpoint import Fencing, SupervisorEndpoint, WorkerLog, check_reachable
@@ -72,7 +74,13 @@ from stratus.supervisor.heartbeat_lease import HeartbeatLease, LeaseState
 from stratus.supervisor.heartbeat_publisher import HeartbeatPublisher, HeartbeatRound
 from stratus.supervisor.launcher import WorkerLauncher
 from stratus.supervisor.local_dir import TakenDir, take_local_dir
-from stratus.supervisor.loop_messages import LEAVE, SHUTDOWN, Adopted, FenceOrder
+from stratus.supervisor.loop_messages import (
+    LEAVE,
+    SHUTDOWN,
+    Adopted,
+    FenceOrder,
+    PipelineFenceOrder,
+)
 from stratus.supervisor.metrics import SupervisorMetrics
 from stratus.supervisor.outage_watch import (
     PROBE_TIMEOUT_SECS,
@@ -88,8 +96,9 @@ from stratus.supervisor.run_logs import kept_runs, pick_kept, run_over
 from stratus.supervisor.run_outcome import RunEnd
 from stratus.supervisor.run_records import RunBook, newest_change
 from stratus.supervisor.settings import SupervisorSettings
+from stratus.supervisor.standby_worker import StandbyWorkers
 from stratus.supervisor.warm_pool import WarmPool
-from stratus.supervisor.warm_start import WarmStart, choose_warm
+from stratus.supervisor.warm_start import WarmStart, choose_warm, spare_budget, with_standby
 from stratus.supervisor.worker_log import RunLog
 from stratus.supervisor.worker_monitor import EXIT_FILE
 from stratus.supervisor.worker_process import (
@@ -265,6 +274,7 @@ class Supervisor:
             monitor=self._monitor_settings(),
         )
         self._start_run_book(client, taken.killed_runs)
+        self._spare_budget = spare_budget(self.settings)
         self._build_loop(launcher, warm, taken.adopted(users, self.id))
         self._opened.callback(start_purger(client, self.paths, self.settings, users).close)
         self._start_threads()
@@ -307,6 +317,7 @@ class Supervisor:
             ready=self._readiness,
             fencing=Fencing(
                 order=self._fence_ordered,
+                pipelines=self._pipelines_fence_ordered,
                 wait_secs=self.settings.loop.timeouts.stop_secs + SHUTDOWN_MARGIN_SECS,
             ),
         )
@@ -344,6 +355,12 @@ class Supervisor:
         self.control.post(order)
         return order
 
+    def _pipelines_fence_ordered(self, epoch: int, pipelines: frozenset[str]) -> PipelineFenceOrder:
+        """A leader's pipeline fence, handed to the control loop (the endpoint waits)."""
+        order = PipelineFenceOrder(epoch, pipelines)
+        self.control.post(order)
+        return order
+
     def _worker_beats(self) -> list[WorkerHeartbeat]:
         round_ = self._last_round
         return [] if round_ is None else list(round_.workers.values())
@@ -373,6 +390,7 @@ class Supervisor:
             endpoint_tls=endpoint.tls if endpoint is not None else False,
             zookeeper_outage=outage["mode"],
             ride_unavailable=outage["unavailable"],
+            beat_lease=self.settings.beat.advertised() if self.settings.beat else None,
         )
         self.registration = SupervisorRegistration(
             self.session.client,
@@ -430,8 +448,12 @@ class Supervisor:
         return self._warm.pool
 
     def warm_memory(self) -> WarmMemory | None:
-        """The warm workers and their memory, as the registration shows them (any thread)."""
-        return self._warm.memory()
+        """The warm workers and their memory, as the registration shows them (any thread);
+        the standby workers of the last heartbeat round counted in."""
+        memory, round_ = self._warm.memory(), self._last_round
+        if memory is None or round_ is None:
+            return memory
+        return with_standby(memory, self._spare_budget, round_.supervisor.standby_workers)
 
     def _show_warm(self) -> None:
         """After a heartbeat round: the registration shows the warm workers' memory."""
@@ -461,6 +483,8 @@ class Supervisor:
             lease_file=settings.spec.lease_path,
             adopted=adopted,
             runs=self.runs,
+            beats=beat_keeper(settings),
+            standby=StandbyWorkers(self._spare_budget, clock=self._clock),
             clock=self._clock,
             wall=self._wall,
         )
@@ -502,6 +526,8 @@ class Supervisor:
         self.reader.start()
         self._opened.callback(self.reader.close)
         WatchedChildren(client, self.paths.assignments, Assignment, self.reader.request).start()
+        placements = self.paths.standby_workers
+        WatchedChildren(client, placements, StandbyWorkerPlacement, self.reader.request).start()
         self.session.add_listener(self._connection_changed)
         self._opened.callback(self.session.remove_listener, self._connection_changed)
         self.publisher.start()

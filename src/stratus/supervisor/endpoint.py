@@ -7,7 +7,7 @@ request head size and time, TLS handshake time). ``/health`` and ``/metrics`` ne
 ``read``; a worker's log may hold the pipeline's data: it needs an owner or a reader of the
 pipeline, or an admin (``stratus.security.authorizer``), judged against the conf of the
 worker's spec, which names the owner (``pipeline.owner``, from its assignment); the probes
-``/healthz`` and ``/readyz`` (``stratus.web.probes``) need none; a leader's fence needs
+``/healthz`` and ``/readyz`` (``stratus.web.probes``) need none; a leader's fences need
 ``admin``. Every refusal is the API's JSON error body; a fence, a log and every refusal are
 written to the audit trail (``stratus.web.audit``). The address is advertised in the
 supervisor's registration (``SupervisorSummary.endpoint``), where every nimbus finds it::
@@ -31,6 +31,14 @@ of the assignments after it. It answers 200 (``FenceAnswer``) once no worker pro
 left, 409 ``stale_epoch`` when ``E`` is older than an epoch the supervisor has seen (a
 deposed leader's), and 503 ``unavailable`` when the workers are not gone within the stop
 grace and a margin, or the control loop does not run.
+
+``POST /api/v1/fence/pipelines`` with ``{"epoch": E, "supervisor": ID, "pipelines": [...]}``
+(1 to 1024 pipeline names, each once) is the leader's pipeline fence, before it runs those
+pipelines elsewhere: refused as the fence is (``wrong_supervisor``, ``stale_epoch``, 503),
+else the control loop stops those pipelines' workers only, keeps its lease and every other
+worker, and starts none of them again before an assignment with a newer fencing token
+(``pipeline_fence``). It answers 200 (``PipelineFenceAnswer``) once no process of those
+workers is left.
 """
 
 from __future__ import annotations
@@ -58,13 +66,24 @@ from stratus.api.errors import (
     WrongSupervisorError,
 )
 from stratus.api.names import check_pipeline_name
-from stratus.api.records import FenceAnswer, FenceRequest
+from stratus.api.records import (
+    MAX_FENCED_PIPELINES,
+    FenceAnswer,
+    FenceRequest,
+    PipelineFenceAnswer,
+    PipelineFenceRequest,
+)
 from stratus.api.redaction import LineRedactor
 from stratus.security.authorizer import PipelineAccess, Verb, check_pipeline_access
 from stratus.security.loopback import is_loopback
 from stratus.security.roles import Role
 from stratus.supervisor.errors import SupervisorStartError, UnreachableEndpointError
-from stratus.supervisor.loop_messages import FenceOrder, FenceVerdict
+from stratus.supervisor.loop_messages import (
+    FenceOrder,
+    FenceVerdict,
+    LeaderOrder,
+    PipelineFenceOrder,
+)
 from stratus.supervisor.metrics import CONTENT_TYPE_LATEST, SupervisorMetrics
 from stratus.supervisor.settings import EndpointSettings
 from stratus.supervisor.worker_log import read_run, tail_lines
@@ -72,7 +91,7 @@ from stratus.web.audit import AuditTrail, changes_only
 from stratus.web.authorization import RequireRole, caller_of
 from stratus.web.bounds import bounded_app
 from stratus.web.probes import Checks, add_probe_routes
-from stratus.web.responses import error_response
+from stratus.web.responses import describe_validation, error_response
 from stratus.web.threaded_server import ThreadedServer
 
 log = logging.getLogger(__name__)
@@ -81,6 +100,9 @@ LOGS_PREFIX = "/api/v1/logs"
 HEALTH_PATH = "/health"
 METRICS_PATH = "/metrics"
 FENCE_PATH = "/api/v1/fence"
+PIPELINE_FENCE_PATH = "/api/v1/fence/pipelines"
+FENCE_BODY = '{"epoch": <integer>, "supervisor": "<id>"}'
+PIPELINE_FENCE_BODY = '{"epoch": <integer>, "supervisor": "<id>", "pipelines": ["<name>", ...]}'
 LOOPBACK = "127.0.0.1"
 FOLLOW_POLL_SECS = 0.2  # how often a follow looks for new lines
 
@@ -107,18 +129,23 @@ class Fencing:
 
     order: Callable[[int], FenceOrder]  # epoch -> the order, posted to the control loop
     wait_secs: float  # supervisor.worker.stop.secs and a margin
+    # (epoch, pipelines) -> the pipeline fence, posted to the control loop; None: refused
+    pipelines: Callable[[int, frozenset[str]], PipelineFenceOrder] | None = None
 
 
 def required_role(method: str, path: str) -> Role:
-    """A leader's fence needs ``admin``, the rest ``read`` (a worker's log: then its owners
+    """A leader's fences need ``admin``, the rest ``read`` (a worker's log: then its owners
     and readers are judged)."""
-    return Role.ADMIN if path == FENCE_PATH else Role.READ
+    return Role.ADMIN if path in (FENCE_PATH, PIPELINE_FENCE_PATH) else Role.READ
 
 
 def audited_call(method: str, path: str) -> tuple[str, str | None] | None:
-    """The audit trail's (verb, pipeline) of a worker's log and of every change (a fence)."""
+    """The audit trail's (verb, pipeline) of a worker's log and of every change (a fence,
+    ``fence-pipelines``)."""
     if path.startswith(LOGS_PREFIX + "/"):
         return "logs", path.removeprefix(LOGS_PREFIX + "/")
+    if path == PIPELINE_FENCE_PATH:
+        return "fence-pipelines", None
     return changes_only(method, path)
 
 
@@ -175,11 +202,16 @@ def create_app(
         return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(_request: Request, _exc: RequestValidationError) -> JSONResponse:
-        return error_response(
-            InvalidRequestError(
-                'invalid request: a fence\'s body is {"epoch": <integer>, "supervisor": "<id>"}'
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        if request.url.path == PIPELINE_FENCE_PATH:
+            return error_response(
+                InvalidRequestError(
+                    f"{describe_validation(exc.errors())}; a pipeline fence's body is "
+                    f"{PIPELINE_FENCE_BODY} (1 to {MAX_FENCED_PIPELINES} names, each once)"
+                )
             )
+        return error_response(
+            InvalidRequestError(f"invalid request: a fence's body is {FENCE_BODY}")
         )
 
     @app.get(HEALTH_PATH)
@@ -219,43 +251,81 @@ def create_app(
             media_type="text/plain; charset=utf-8",
         )
 
-    @app.post(FENCE_PATH)
-    def fence(request: FenceRequest) -> JSONResponse:
-        if request.supervisor != supervisor:
-            log.error(
-                "event=fence_refused supervisor=%s asked_for=%r epoch=%d reason=wrong_supervisor",
-                supervisor,
-                clip(request.supervisor),
-                request.epoch,
-            )
-            raise WrongSupervisorError(
-                f"supervisor {supervisor} refuses a fence meant for supervisor "
-                f"{clip(request.supervisor)!r}: nothing was stopped. The leader reached this "
-                "endpoint through that supervisor's registration, which names this one's "
-                "address: give that supervisor an endpoint of its own (supervisor.host, "
-                "nimbus.auth.tokens.file)"
-            )
-        if fencing is None or not healthy():
-            raise UnavailableError(f"supervisor {supervisor}: its control loop is not running")
-        order = fencing.order(request.epoch)
-        verdict = order.wait(fencing.wait_secs)
-        if verdict is FenceVerdict.REFUSED:
-            raise StaleEpochError(
-                f"supervisor {supervisor} refuses a fence of epoch {request.epoch}: it has "
-                f"seen epoch {order.newest_epoch}, so the caller is not the leader any more"
-            )
-        if verdict is not FenceVerdict.STOPPED:
-            raise UnavailableError(
-                f"supervisor {supervisor}: its workers did not all stop within "
-                f"{fencing.wait_secs:g} s of the fence; they are being killed, retry"
-            )
-        answer = FenceAnswer(supervisor=supervisor, epoch=request.epoch, stopped=order.stopped)
-        return JSONResponse(answer.model_dump())
+    add_fence_routes(app, supervisor, fencing, healthy)
 
     guarded = AuditTrail(
         RequireRole(app, settings.policy, required_role), "supervisor", audited_call
     )
     return bounded_app(guarded, settings.bounds)
+
+
+def add_fence_routes(
+    app: FastAPI, supervisor: str, fencing: Fencing | None, healthy: Callable[[], bool]
+) -> None:
+    """The leader's fences: of the whole supervisor, and of some of its pipelines."""
+
+    def check_meant_for_me(asked_for: str, epoch: int, event: str, what: str) -> None:
+        """A fence names the supervisor it is for: another one refuses it, stopping nothing."""
+        if asked_for == supervisor:
+            return
+        log.error(
+            "event=%s supervisor=%s asked_for=%r epoch=%d reason=wrong_supervisor",
+            event,
+            supervisor,
+            clip(asked_for),
+            epoch,
+        )
+        raise WrongSupervisorError(
+            f"supervisor {supervisor} refuses {what} meant for supervisor "
+            f"{clip(asked_for)!r}: nothing was stopped. The leader reached this "
+            "endpoint through that supervisor's registration, which names this one's "
+            "address: give that supervisor an endpoint of its own (supervisor.host, "
+            "nimbus.auth.tokens.file)"
+        )
+
+    def obeyed(order: LeaderOrder, kind: str, workers: str) -> None:
+        """Wait for the control loop's verdict on ``order``: refused, or its workers gone."""
+        assert fencing is not None
+        verdict = order.wait(fencing.wait_secs)
+        if verdict is FenceVerdict.REFUSED:
+            raise StaleEpochError(
+                f"supervisor {supervisor} refuses a {kind} of epoch {order.epoch}: it has "
+                f"seen epoch {order.newest_epoch}, so the caller is not the leader any more"
+            )
+        if verdict is not FenceVerdict.STOPPED:
+            raise UnavailableError(
+                f"supervisor {supervisor}: {workers} did not all stop within "
+                f"{fencing.wait_secs:g} s of the {kind}; they are being killed, retry"
+            )
+
+    @app.post(FENCE_PATH)
+    def fence(request: FenceRequest) -> JSONResponse:
+        check_meant_for_me(request.supervisor, request.epoch, "fence_refused", "a fence")
+        if fencing is None or not healthy():
+            raise UnavailableError(f"supervisor {supervisor}: its control loop is not running")
+        order = fencing.order(request.epoch)
+        obeyed(order, "fence", "its workers")
+        answer = FenceAnswer(supervisor=supervisor, epoch=request.epoch, stopped=order.stopped)
+        return JSONResponse(answer.model_dump())
+
+    @app.post(PIPELINE_FENCE_PATH)
+    def fence_pipelines(request: PipelineFenceRequest) -> JSONResponse:
+        check_meant_for_me(
+            request.supervisor, request.epoch, "pipeline_fence_refused", "a pipeline fence"
+        )
+        if fencing is None or fencing.pipelines is None or not healthy():
+            raise UnavailableError(f"supervisor {supervisor}: its control loop is not running")
+        pipelines = frozenset(request.pipelines)
+        order = fencing.pipelines(request.epoch, pipelines)
+        named = ", ".join(sorted(pipelines)[:5]) + (", ..." if len(pipelines) > 5 else "")
+        obeyed(order, "pipeline fence", f"the workers of {named}")
+        answer = PipelineFenceAnswer(
+            supervisor=supervisor,
+            epoch=request.epoch,
+            pipelines=sorted(pipelines),
+            stopped=order.stopped,
+        )
+        return JSONResponse(answer.model_dump())
 
 
 class SupervisorEndpoint:

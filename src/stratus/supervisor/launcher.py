@@ -15,10 +15,12 @@ tests use fakes::
     launcher.code("etl", CodeMeta(digest, size))          # CodePending, then PipelineCode
     launcher.spawn(assignment, code, WorkerPaths.of(local, "etl"))
     launcher.preflight(update, new_code).poll()        # an update's entry point imported?
+    launcher.spawn_standby(placement, code, paths, era)  # a standby worker (standby_worker)
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -26,9 +28,11 @@ from collections.abc import Sequence, Set
 
 from stratus.api.locations import is_local_master
 from stratus.api.pipeline_conf import env_entries
-from stratus.api.records import Assignment
+from stratus.api.records import Assignment, FencingToken
+from stratus.api.standby_workers import StandbyWorkerPlacement
 from stratus.checkpoints import local_pipeline_directory
 from stratus.codedist.distributor import CodeMeta
+from stratus.files import PRIVATE_FILE_MODE, write_atomically
 from stratus.supervisor.code_cache import CodeCache, CodePending, CodeState, PipelineCode
 from stratus.supervisor.launch_protocols import PreflightCheck, RunningProcess
 from stratus.supervisor.preflight import PreflightPassed, start_preflight
@@ -40,15 +44,21 @@ from stratus.supervisor.worker_access import worker_identity
 from stratus.supervisor.worker_env import worker_environment
 from stratus.supervisor.worker_log import WorkerLogSettings
 from stratus.supervisor.worker_process import (
+    WORKER_MODULE,
     MonitorSettings,
     WorkerPaths,
     WorkerProcess,
     build_spec,
     default_worker_command,
 )
+from stratus.worker.promotion import PROMOTE_FILE
 from stratus.worker.spec import WorkerSpec
 
 PYSPARK_PYTHON = "PYSPARK_PYTHON"
+STANDBY_MODULE = "stratus.worker.standby"
+# promote.json of a worker of another user: the supervisor's file in the worker's own work
+# directory (2770: no one else enters it), read by that worker
+PROMOTION_FILE_MODE = 0o644
 # Hadoop's own umask, for what Spark writes (checkpoints): as the worker's, so that the
 # daemons' group may delete a pipeline's checkpoints written by a worker of another user
 HADOOP_UMASK_KEY = "spark.hadoop.fs.permissions.umask-mode"
@@ -121,8 +131,49 @@ class WorkerLauncher:
                 self._supervisor,
                 reason or self._warm.why_cold(),
             )
+        return self._start_cold(spec, code, paths, list(self._command or default_worker_command()))
+
+    def spawn_standby(
+        self, placement: StandbyWorkerPlacement, code: PipelineCode, paths: WorkerPaths, era: int
+    ) -> RunningProcess:
+        """Start the standby worker of ``placement`` (``python -m stratus.worker.standby``)
+        under a monitor, as a cold worker starts: its spec of role ``standby`` names
+        ``<work>/promote.json`` (any left there by an earlier process removed first); its
+        token carries the cluster's ``era``, and it claims nothing with it."""
+        spec = build_spec(
+            self._settings, self._supervisor, placement_assignment(placement, era), code, paths
+        )
+        spec = spec.model_copy(
+            update={"role": "standby", "promote_path": paths.work / PROMOTE_FILE}
+        )
+        if self._users is not None:
+            spec = _walled(spec)
+        (paths.work / PROMOTE_FILE).unlink(missing_ok=True)
+        return self._start_cold(spec, code, paths, standby_command(self._command))
+
+    def promote(self, assignment: Assignment, code: PipelineCode, paths: WorkerPaths) -> None:
+        """Promote the standby worker in ``paths``: write, whole and by a rename, the active
+        worker's spec of ``assignment`` (as ``spawn`` would) to its ``promote.json``. A
+        worker of another user reads it through its own work directory, which only it and
+        the supervisor's group may enter (the file is readable there as its spec is to it);
+        it inherits the standby process's history descriptor."""
+        spec = build_spec(self._settings, self._supervisor, assignment, code, paths)
+        mode = PRIVATE_FILE_MODE
+        if self._users is not None:
+            spec = _walled(spec)
+            with contextlib.suppress(OSError, ValueError):
+                spec = spec.model_copy(
+                    update={"history_fd": WorkerSpec.read(paths.spec).history_fd}
+                )
+            mode = PROMOTION_FILE_MODE
+        write_atomically(
+            paths.work / PROMOTE_FILE, spec.model_dump_json(indent=2).encode(), mode=mode
+        )
+
+    def _start_cold(
+        self, spec: WorkerSpec, code: PipelineCode, paths: WorkerPaths, command: list[str]
+    ) -> RunningProcess:
         env = worker_environment(os.environ, self._settings.env_names, spec.conf)
-        command = list(self._command or default_worker_command())
         if code.python is not None:  # the command's interpreter is the environment's
             command[0] = str(code.python)
             # Spark's Python workers too, when they run here; a cluster's executors keep the
@@ -174,6 +225,33 @@ class WorkerLauncher:
         self._cache.retain(digests)
         if self._envs is not None:
             self._envs.forget_failures()  # a failed set is tried again by a new assignment
+
+
+def placement_assignment(placement: StandbyWorkerPlacement, era: int) -> Assignment:
+    """The assignment a standby worker's spec is built from: the placement's pipeline, code,
+    conf and generation, a token of the cluster's ``era`` with zxid 0 (below every claim:
+    a standby worker claims nothing with it, and a promotion brings the real one)."""
+    return Assignment(
+        pipeline=placement.pipeline,
+        supervisor=placement.supervisor or "",
+        epoch=placement.epoch,
+        generation=placement.generation,
+        digest=placement.digest,
+        size_bytes=placement.size_bytes,
+        blake3=placement.blake3,
+        conf=placement.conf,
+        assigned=placement.placed,
+        token=FencingToken(era=era, zxid=0),
+    )
+
+
+def standby_command(command: Sequence[str] | None) -> list[str]:
+    """A standby worker's command: the worker's (a test's stand-in included) with
+    ``stratus.worker.standby`` for its module."""
+    argv = list(command or default_worker_command())
+    if argv[1:3] == ["-m", WORKER_MODULE]:
+        argv[2] = STANDBY_MODULE
+    return argv
 
 
 def _walled(spec: WorkerSpec) -> WorkerSpec:

@@ -1,12 +1,14 @@
 """The messages the supervisor's control loop takes through ``post`` (``control_loop.py``):
 what other threads tell its one owner of the workers. Reads of the assignments (and their
 failures, ``assignment_reader``), heartbeat rounds written whole, an outage of ZooKeeper
-proven, a leader's fence and the order to shut down; and a worker found running at start::
+proven, a leader's fence (of the supervisor, or of some of its pipelines) and the order to
+shut down; and a worker found running at start::
 
     loop.post(HeartbeatWritten(started))
     order = FenceOrder(epoch=7)
     loop.post(order)
     order.wait(timeout=10.0)   # FenceVerdict.STOPPED once no worker process is left
+    loop.post(PipelineFenceOrder(epoch=7, pipelines=frozenset({"etl"})))  # etl's worker only
     loop.post(SHUTDOWN)        # LEAVE: the workers run on, for a supervisor started again
 """
 
@@ -59,15 +61,16 @@ class FenceVerdict(StrEnum):
     STOPPED = "stopped"  # no worker process of the supervisor is left
 
 
-class FenceOrder:
-    """A leader's order, in its term ``epoch``, to stop every worker; the control loop
-    decides it and the endpoint's thread waits for the verdict."""
+class LeaderOrder:
+    """A leader's order in its term ``epoch``, that the control loop decides and another
+    thread (the endpoint's) waits for: refused when its epoch is older than one the
+    supervisor has seen, else done once the workers it stops are gone."""
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
         self.verdict = FenceVerdict.PENDING
         self.newest_epoch = 0  # the newest epoch the supervisor had seen, when refused
-        self.stopped: list[str] = []  # the pipelines whose workers the fence stopped
+        self.stopped: list[str] = []  # the pipelines whose workers the order stopped
         self._decided = threading.Event()
 
     def wait(self, timeout: float) -> FenceVerdict:
@@ -85,6 +88,27 @@ class FenceOrder:
         self._decided.set()
 
 
+class FenceOrder(LeaderOrder):
+    """A leader's order to stop every worker (and take the lease away)."""
+
+
+class PipelineFenceOrder(LeaderOrder):
+    """A leader's order to stop the workers of ``pipelines`` only, each to start again only
+    for an assignment with a newer fencing token; the lease and the other workers stay."""
+
+    def __init__(self, epoch: int, pipelines: frozenset[str]) -> None:
+        super().__init__(epoch)
+        self.pipelines = pipelines
+
+
 SHUTDOWN = Shutdown()
 LEAVE = Shutdown(workers=False)
-Message = AssignmentsRead | ReadFailed | HeartbeatWritten | OutageProven | FenceOrder | Shutdown
+Message = (
+    AssignmentsRead
+    | ReadFailed
+    | HeartbeatWritten
+    | OutageProven
+    | FenceOrder
+    | PipelineFenceOrder
+    | Shutdown
+)

@@ -23,6 +23,7 @@ import httpx
 
 from stratus.api.locations import is_local_master
 from stratus.api.records import ClusterIdentity, WarmHeld
+from stratus.api.standby_workers import BeatLease
 from stratus.client_settings import package_limits
 from stratus.codedist.factory import DistributorSettings
 from stratus.codedist.package_check import PackageLimits
@@ -48,13 +49,14 @@ from stratus.supervisor.heartbeat_lease import ride_back_secs
 from stratus.supervisor.worker_log import WorkerLogSettings
 from stratus.trail import TrailSettings
 from stratus.web.bounds import HttpBounds
-from stratus.worker.lease_file import LEASE_FILE
+from stratus.worker.lease_file import BEAT_LEASE_FILE, LEASE_FILE
 from stratus.zk.session import ZkSettings
 
 SUPERVISOR_ID = re.compile(SUPERVISOR_ID_PATTERN)  # as supervisor.id is checked at load
 RECONCILE_PERIODS = 5  # a read every this many heartbeat periods, in case a watch is missed
 MAX_TICK_SECS = 0.2
 LEGACY_LOCAL_DIR_PREFIX = "stratus-supervisor-"  # <tmp>/<this><id>: the default up to 0.2.0
+BEAT_POLL_SECS = 0.02  # how often a hot worker reads its beat lease (advertised with it)
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,39 @@ class LoopSettings:
 
 
 @dataclass(frozen=True)
+class BeatSettings:
+    """The fast beats (``supervisor.beat.*``): sent by the beat agent of a supervisor with
+    the pacemaker store while it holds a hot worker, which stops once the beat lease they
+    renew has ended (``lease_path``, read every ``poll_secs``; SIGKILL ``stop_secs`` later)."""
+
+    interval_secs: float  # supervisor.beat.interval.ms, in seconds
+    lease_secs: float  # supervisor.beat.lease.secs
+    stop_secs: float  # supervisor.beat.stop.secs
+    lease_path: Path  # <local>/lease.beat: the beat agent writes the lease's end there
+    poll_secs: float = BEAT_POLL_SECS
+
+    def advertised(self) -> BeatLease:
+        """What the registration tells the leader: the floor of silence it may act on."""
+        return BeatLease(
+            lease_secs=self.lease_secs, stop_secs=self.stop_secs, poll_secs=self.poll_secs
+        )
+
+
+def beat_settings(conf: StratusConfig, local_dir: Path) -> BeatSettings | None:
+    """The fast beats with ``cluster.state.store`` pacemaker; None with ZooKeeper, where
+    beats would load the ensemble (a hot pipeline's standby worker is then promoted on the
+    ordinary timeout)."""
+    if conf.cluster_state_store != "pacemaker":
+        return None
+    return BeatSettings(
+        interval_secs=conf.supervisor_beat_interval_ms / 1000,
+        lease_secs=conf.supervisor_beat_lease_secs,
+        stop_secs=conf.supervisor_beat_stop_secs,
+        lease_path=local_dir / BEAT_LEASE_FILE,
+    )
+
+
+@dataclass(frozen=True)
 class SpecSettings:
     """What the cluster puts in every worker's spec, unless the pipeline's conf says otherwise."""
 
@@ -106,6 +141,7 @@ class SpecSettings:
     cluster: ClusterIdentity | None = None  # the cluster: workers refuse others' checkpoints
     legacy_checkpoint_root: str | None = None  # the default root up to 0.2.0, if default
     preflight_timeout_secs: float = 120.0  # supervisor.update.preflight.timeout.secs
+    beat: BeatSettings | None = None  # a hot pipeline's worker watches the beat lease
 
 
 @dataclass(frozen=True)
@@ -240,6 +276,7 @@ class SupervisorSettings:
     users: UserSettings = UserSettings()
     adopt: bool = True  # supervisor.worker.adopt: workers outlive the supervisor
     runs_keep: int = 50  # pipeline.runs.keep: run records kept per pipeline
+    beat: BeatSettings | None = None  # supervisor.beat.*, with the pacemaker store only
 
     @classmethod
     def from_config(cls, conf: StratusConfig) -> SupervisorSettings:
@@ -255,6 +292,7 @@ class SupervisorSettings:
             if conf.supervisor_local_dir
             else default_local_dir(conf, supervisor_id)
         )
+        beat = beat_settings(conf, local_dir)
         return cls(
             id=supervisor_id,
             host=host,
@@ -290,6 +328,7 @@ class SupervisorSettings:
                 cluster=ClusterIdentity.of(conf.zookeeper_hosts(), conf.zookeeper_root),
                 legacy_checkpoint_root=conf.legacy_checkpoint_root(),
                 preflight_timeout_secs=conf.supervisor_update_preflight_timeout_secs,
+                beat=beat,
             ),
             code=CodeSettings(
                 distributor=distributor_settings(conf),
@@ -332,6 +371,7 @@ class SupervisorSettings:
             ),
             adopt=conf.supervisor_worker_adopt,
             runs_keep=conf.pipeline_runs_keep,
+            beat=beat,
         )
 
 

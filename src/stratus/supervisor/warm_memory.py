@@ -15,13 +15,22 @@ spares: a pipeline needs the memory more). ``plan_warm`` is the pure decision; t
     plan = plan_warm(WarmInputs(wanted=2, costs=(700 * MIB,), starting=0,
                                 budget=budget.bytes, estimate=ESTIMATE_BYTES, machine=machine))
     plan.keep, plan.start, plan.held, plan.why
+
+Standby workers share the budget, first (``plan_spares``): each that asks starts if the
+standby workers' use with it stays within the budget and the machine keeps its reserve once
+the warm workers gave theirs back; else it is refused with the reason; the warm workers then
+plan in what is left::
+
+    spares = plan_spares(SpareInputs(standby=(700 * MIB,), asking=1,
+                                     standby_estimate=ESTIMATE_BYTES, warm=inputs))
+    spares.admitted, spares.refused, spares.warm
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from stratus.api.records import MIB, WarmHeld
@@ -122,12 +131,69 @@ def _over_budget(used: int, more: int, budget: int) -> str:
     )
 
 
-def _short(machine: Machine, more: int) -> str:
-    needs = f", a warm worker needs {more // MIB} MiB," if more else ""
+def _short(machine: Machine, more: int, what: str = "a warm worker") -> str:
+    needs = f", {what} needs {more // MIB} MiB," if more else ""
     return (
         f"the machine's available memory is short: {machine.available // MIB} MiB available"
         f"{needs} and {machine.reserve // MIB} MiB ({RESERVE_SHARE:.0%} of "
         f"{machine.total // MIB} MiB) stay available"
+    )
+
+
+@dataclass(frozen=True)
+class SpareInputs:
+    """What the spare budget's decision looks at: the standby workers admitted, those that
+    ask, and the warm workers (``warm``: its budget the whole spare budget)."""
+
+    standby: Sequence[int]  # each standby worker admitted: measured if up, else the estimate
+    asking: int  # standby workers waiting for memory to start, in their order
+    standby_estimate: int  # what a standby worker not measured yet counts for
+    warm: WarmInputs
+
+
+@dataclass(frozen=True)
+class SparePlan:
+    """How many of the standby workers asking start (the first ones), why the others are
+    refused, and the warm workers' plan within what the standby workers leave."""
+
+    admitted: int
+    refused: str | None
+    warm: WarmPlan
+
+
+def plan_spares(inputs: SpareInputs) -> SparePlan:
+    """Warm and standby workers share one spare budget (``supervisor.worker.warm.memory.mb``),
+    standby workers first: one starts if the standby workers' use with it stays within the
+    budget and the machine keeps its reserve once the warm workers gave theirs back;
+    otherwise it is refused, with the reason. The warm workers then plan (``plan_warm``)
+    within what the standby workers leave of the budget and of the machine: the newest
+    yield first."""
+    warm = inputs.warm
+    budget, machine, more = warm.budget, warm.machine, inputs.standby_estimate
+    used = sum(inputs.standby)
+    freed = sum(warm.costs)  # what the warm workers give back if they must
+    admitted, refused = 0, None
+    for _ in range(inputs.asking):
+        if used + more > budget:
+            refused = _spare_over_budget(used, more, budget, len(inputs.standby) + admitted)
+            break
+        if machine is not None and machine.available + freed - more < machine.reserve:
+            refused = _short(machine, more, "a standby worker")
+            break
+        admitted += 1
+        used += more
+        if machine is not None:
+            machine = replace(machine, available=machine.available - more)
+    left = replace(warm, budget=max(0, budget - used), machine=machine)
+    return SparePlan(admitted, refused, plan_warm(left))
+
+
+def _spare_over_budget(used: int, more: int, budget: int, standby: int) -> str:
+    workers = f"{standby} standby worker{'' if standby == 1 else 's'}"
+    return (
+        f"another standby worker ({more // MIB} MiB) would pass the spare budget: "
+        f"{used // MIB} of {budget // MIB} MiB used by {workers}, warm workers yielding "
+        "(supervisor.worker.warm.memory.mb)"
     )
 
 

@@ -173,24 +173,31 @@ class WarmPool:
         another thread (it reads a copy of the list and the ready files)."""
         return sum(self._is_ready(warm) for warm in list(self._warm))
 
-    def keep(self, wanted: int, *, pipelines_starting: bool = False) -> None:
+    def keep(
+        self,
+        wanted: int,
+        *,
+        pipelines_starting: bool = False,
+        plan: Callable[[WarmInputs], WarmPlan] = plan_warm,
+    ) -> None:
         """Notice the warm workers that died; stop those past ``wanted`` or past what memory
-        allows (``plan_warm``); start one if fewer, when none is starting (JVMs start one at
-        a time) and no pipeline's worker is (``pipelines_starting``: a spare never slows
-        a pipeline's start)."""
+        allows (``plan``: ``plan_warm``, or the spare budget's decision, which gives the
+        standby workers their share first); start one if fewer, when none is starting (JVMs
+        start one at a time) and no pipeline's worker is (``pipelines_starting``: a spare
+        never slows a pipeline's start)."""
         now = self._clock()
         self._reap(now)
         if now >= self._next_measure:
             self._measure(now)
-        plan = plan_warm(self._inputs(wanted, pipelines_starting))
-        while len(self._warm) > plan.keep:
+        plan_ = plan(self._inputs(wanted, pipelines_starting))
+        while len(self._warm) > plan_.keep:
             past_wanted = len(self._warm) > max(0, wanted)
-            reason = "not_needed" if past_wanted or plan.held is None else plan.held.value
+            reason = "not_needed" if past_wanted or plan_.held is None else plan_.held.value
             self._kill(self._warm.pop(), reason)
             self._next_measure = now  # what it freed shows in the next measurement
-        if plan.start and now >= self._next_start:
+        if plan_.start and now >= self._next_start:
             self._start()
-        self._note(plan)
+        self._note(plan_)
 
     def why_cold(self) -> str:
         """Why no warm worker was ready for a pipeline, for the cold start's log line."""

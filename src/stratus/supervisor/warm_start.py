@@ -10,6 +10,7 @@ the registration shows (``WarmMemory.held``)::
     warm = choose_warm(settings, "s1", local_dir / "warm", command=None, monitor=monitor)
     warm.pool       # a WarmPool (its owner stops it), or None
     warm.memory()   # the warm workers' memory, or why there are none (any thread)
+    spare_budget(settings)   # the budget standby workers share with them, warm or not
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stratus.api.records import MIB, WarmHeld, WarmMemory
+from stratus.api.standby_workers import StandbyWorkerBeat, StandbyWorkerState
 from stratus.supervisor.errors import SupervisorStartError
 from stratus.supervisor.settings import SupervisorSettings
-from stratus.supervisor.warm_memory import read_machine, warm_budget
+from stratus.supervisor.warm_memory import ESTIMATE_BYTES, Budget, read_machine, warm_budget
 from stratus.supervisor.warm_pool import WarmPool
 from stratus.supervisor.worker_env import worker_environment
 from stratus.supervisor.worker_process import MonitorSettings
@@ -41,6 +43,32 @@ class WarmStart:
     def memory(self) -> WarmMemory | None:
         """The warm workers and their memory, as the registration shows them."""
         return self.pool.memory if self.pool is not None else self.off
+
+
+def spare_budget(settings: SupervisorSettings) -> Budget:
+    """The spare budget standby workers share with the warm workers, whether warm workers
+    are kept or not (``warm_budget``); ``SupervisorStartError`` naming what cannot be read."""
+    try:
+        return warm_budget(settings.warm.memory_mb, read_machine(), os.environ)
+    except ValueError as exc:
+        raise SupervisorStartError(str(exc)) from None
+
+
+def with_standby(memory: WarmMemory, budget: Budget, beats: list[StandbyWorkerBeat]) -> WarmMemory:
+    """``memory`` with the standby workers of ``beats`` that run (each at its measured
+    memory, else the estimate) counted in: they share the spare budget ``budget``."""
+    live = [b for b in beats if b.state in (StandbyWorkerState.STARTING, StandbyWorkerState.READY)]
+    if not live:
+        return memory
+    used = sum(ESTIMATE_BYTES // MIB if b.rss_mb is None else b.rss_mb for b in live)
+    return memory.model_copy(
+        update={
+            "budget_mb": max(memory.budget_mb, budget.mb),
+            "used_mb": memory.used_mb + used,
+            "standby_workers": len(live),
+            "standby_mb": used,
+        }
+    )
 
 
 def choose_warm(

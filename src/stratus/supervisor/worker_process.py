@@ -49,6 +49,7 @@ from typing import Any
 
 from stratus.api.locations import is_local_master
 from stratus.api.records import Assignment, ClusterIdentity
+from stratus.api.standby_workers import wants_standby_worker
 from stratus.checkpoints import checkpoint_location
 from stratus.codedist.manifest import TRIGGER_CONF_KEY
 from stratus.files import PRIVATE_DIR_MODE
@@ -199,7 +200,21 @@ def build_spec(
         log_format=settings.log.format,
         history_file=settings.history.file,
         lease_path=settings.lease_path,
+        **_beat_lease_fields(settings, pipeline_conf),
     )
+
+
+def _beat_lease_fields(settings: SpecSettings, conf: Mapping[str, object]) -> dict[str, Any]:
+    """A hot worker's (a pipeline with a standby worker, the pacemaker store) beat lease:
+    the file it watches, how often, and the grace before its group is SIGKILLed."""
+    beat = settings.beat
+    if beat is None or not wants_standby_worker(conf):
+        return {}
+    return {
+        "beat_lease_path": beat.lease_path,
+        "beat_poll_secs": beat.poll_secs,
+        "beat_stop_secs": beat.stop_secs,
+    }
 
 
 def prepare_run(

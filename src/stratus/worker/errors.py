@@ -19,3 +19,8 @@ class SdpProjectError(WorkerError):
 
 class SparkStartError(WorkerError):
     """Spark did not start (a bad master, a missing Java, a refused setting)."""
+
+
+class PromotionError(WorkerError):
+    """A standby worker's promotion file is unreadable, or does not fit what the standby
+    worker prepared (another pipeline, other code, another session): it claims nothing."""

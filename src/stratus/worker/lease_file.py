@@ -15,6 +15,14 @@ same timeline as the supervisor's own fence::
 The moment is on ``time.monotonic()``, one clock for every process of a Linux machine, and a
 worker always runs on its supervisor's machine. A file that is missing or unreadable is a
 lapsed lease: a worker never runs on a lease it cannot see.
+
+A worker of a pipeline with a standby worker (a hot worker) watches a second file, the
+**beat lease** its supervisor's beat agent writes (``lease.beat``: the fast beats to the
+pacemakers, ``stratus.supervisor.beat_agent``), far more often and with a far shorter grace:
+once it has ended, the worker is asked to stop and its process group is SIGKILLed
+``stop_secs`` later, whether or not the stop finished (``watch_beat_lease``)::
+
+    watch_beat_lease(path, poll_secs=0.02, stop_secs=0.1, stop=stop.request, kill=die)
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from stratus.files import write_atomically
 log = logging.getLogger(__name__)
 
 LEASE_FILE = "lease"
+BEAT_LEASE_FILE = "lease.beat"  # the beat agent's, beside the supervisor's
 POLL_SECS = 0.2  # how often a worker looks: the supervisor's own loop ticks as often
 MAX_BYTES = 64
 # Every worker reads it, whichever user it runs as; it holds a time and nothing else.
@@ -65,8 +74,10 @@ class LeaseWatch:
         *,
         clock: Callable[[], float] = time.monotonic,
         poll_secs: float = POLL_SECS,
+        what: str = "the supervisor's lease",
     ) -> None:
         self._path = path
+        self._what = what
         self._on_lapsed = on_lapsed
         self._clock = clock
         self._poll_secs = poll_secs
@@ -83,11 +94,11 @@ class LeaseWatch:
         """Why the lease has ended now, or None while it holds."""
         until = read_lease(self._path)
         if until is None:
-            return f"the supervisor's lease file {self._path} is missing or unreadable"
+            return f"{self._what} file {self._path} is missing or unreadable"
         late = self._clock() - until
         if late < 0:
             return None
-        return f"the supervisor's lease ended {late:.1f} s ago and was not renewed"
+        return f"{self._what} ended {late:.1f} s ago and was not renewed"
 
     def _run(self) -> None:
         while not self._stop.wait(self._poll_secs):
@@ -96,3 +107,26 @@ class LeaseWatch:
                 log.warning("event=worker_fenced reason=%r", reason)
                 self._on_lapsed(reason)
                 return
+
+
+def watch_beat_lease(
+    path: Path,
+    *,
+    poll_secs: float,
+    stop_secs: float,
+    stop: Callable[[str], None],
+    kill: Callable[[], None],
+) -> LeaseWatch:
+    """A hot worker's watch of its beat lease, started: once it has ended, ``stop(reason)``
+    at once and ``kill()`` (SIGKILL of the worker's process group) ``stop_secs`` later, on a
+    timer of its own that nothing the stop does can hold up."""
+
+    def lapsed(reason: str) -> None:
+        timer = threading.Timer(stop_secs, kill)
+        timer.daemon = True
+        timer.start()  # first: the stop may block
+        stop(reason)
+
+    watch = LeaseWatch(path, on_lapsed=lapsed, poll_secs=poll_secs, what="the beat lease")
+    watch.start()
+    return watch

@@ -13,7 +13,9 @@ starts this module in a process group of its own, stdin a pipe the monitor holds
    the first higher one;
 3. stops on SIGTERM (or SIGINT), on EOF on stdin (its monitor is gone: it must not
    outlive it), or once its supervisor's lease has ended unrenewed (``lease_file``: a
-   supervisor frozen or stalled cannot fence its workers, so they fence themselves):
+   supervisor frozen or stalled cannot fence its workers, so they fence themselves); a
+   worker of a pipeline with a standby worker also once its beat lease has ended
+   (``beat_lease_path``), its process group SIGKILLed ``beat_stop_secs`` after that:
    streaming queries stop with their checkpoints kept, an sdp run's process group is taken
    down, Spark stops. A stop while STARTING (Spark still starting, nothing
    ran) exits at once. A run that has not ended ``stop_grace_secs`` after the request is
@@ -53,6 +55,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
 from pydantic import ValidationError
 from pyspark.sql import SparkSession
@@ -67,11 +70,11 @@ from stratus.worker.checkpoint_origin import (
 )
 from stratus.worker.checkpoint_owner import CheckpointOwners, OwnerFence
 from stratus.worker.heartbeat_file import HeartbeatReporter
-from stratus.worker.lease_file import LeaseWatch
+from stratus.worker.lease_file import POLL_SECS, LeaseWatch, watch_beat_lease
 from stratus.worker.outcome import OK_EXIT, USAGE_EXIT, Outcome
 from stratus.worker.run_trail import WorkerTrail
 from stratus.worker.sdp_run import run_sdp
-from stratus.worker.spark_app import run_app
+from stratus.worker.spark_app import PreparedApp, run_app
 from stratus.worker.spec import WorkerSpec
 from stratus.worker.stop_request import StopRequest
 
@@ -80,11 +83,11 @@ log = logging.getLogger(__name__)
 
 def main(argv: list[str] | None = None) -> int:
     """Run the worker of the spec file named on the command line; the exit code."""
-    args = _parser().parse_args(argv)
-    try:
-        spec = WorkerSpec.read(args.spec)
-    except (OSError, ValidationError) as exc:
-        print(f"error: cannot use the worker spec {args.spec}: {exc}", file=sys.stderr)
+    args = worker_parser(
+        "python -m stratus.worker.main", "Run one pipeline as its supervisor's spec file says."
+    ).parse_args(argv)
+    spec = read_worker_spec(args.spec)
+    if spec is None:
         return USAGE_EXIT
     configure_worker_logging(spec)
     return run_worker(spec, stdin_fd=None if args.ignore_stdin else sys.stdin.fileno())
@@ -96,11 +99,15 @@ def run_worker(
     stdin_fd: int | None,
     stop: StopRequest | None = None,
     session: SparkSession | None = None,
+    prepared: PreparedApp | None = None,
 ) -> int:
     """Run ``spec``'s pipeline to its outcome (see the module docstring); the exit code.
 
     A warm worker (``stratus.worker.warm``) passes its own ``stop`` (it watches stdin
-    itself) and the ``session`` it started before the pipeline was handed to it."""
+    itself) and the ``session`` it started before the pipeline was handed to it. A promoted
+    standby worker (``stratus.worker.standby``) passes its ``stop``, the session it started
+    for this pipeline and what it ``prepared`` (the entry point imported): the run skips
+    those steps, and claims the checkpoint and calls the function as any worker."""
     reporter = HeartbeatReporter(spec)
     reporter.start()
     history = WorkerTrail.open(spec)
@@ -112,6 +119,14 @@ def run_worker(
     stop.on_request(lambda: _exit_after_grace(reporter, history, stop, spec.stop_grace_secs))
     if spec.lease_path is not None:
         LeaseWatch(spec.lease_path, on_lapsed=stop.request).start()
+    if spec.beat_lease_path is not None:  # a hot worker: gone soon after its beats stopped
+        watch_beat_lease(
+            spec.beat_lease_path,
+            poll_secs=spec.beat_poll_secs or POLL_SECS,
+            stop_secs=spec.beat_stop_secs or 0.0,
+            stop=stop.request,
+            kill=lambda: _abandon(reporter, history, stop, "its beat lease ended"),
+        )
     log.info(
         "event=worker_started generation=%d token=%s kind=%s master=%s pid=%d",
         spec.generation,
@@ -121,7 +136,7 @@ def run_worker(
         os.getpid(),
     )
     history.started()
-    outcome = _run(spec, stop, reporter, session, history)
+    outcome = _run(spec, stop, reporter, history, session=session, prepared=prepared)
     reporter.finish(outcome)
     history.stopped(outcome.state)
     log.info(
@@ -146,8 +161,10 @@ def _run(
     spec: WorkerSpec,
     stop: StopRequest,
     reporter: HeartbeatReporter,
-    session: SparkSession | None,
     history: WorkerTrail,
+    *,
+    session: SparkSession | None,
+    prepared: PreparedApp | None,
 ) -> Outcome:
     """The pipeline's outcome; a bug of the worker itself is a FAILED outcome too."""
     try:
@@ -168,7 +185,15 @@ def _run(
             origin = CheckpointOrigin.now(spec.cluster, spec.pipeline, spec.token.era)
             record_origin(spec.checkpoint_location, origin)
         if spec.kind == "app":
-            return run_app(spec, stop, reporter, session=session, history=history, fence=fence)
+            return run_app(
+                spec,
+                stop,
+                reporter,
+                session=session,
+                prepared=prepared,
+                history=history,
+                fence=fence,
+            )
         return run_sdp(spec, stop, reporter, fence=fence)
     except Exception as exc:
         traceback.print_exc()
@@ -210,7 +235,15 @@ def _exit_now_if_starting(reporter: HeartbeatReporter, history: WorkerTrail) -> 
         _exit(OK_EXIT)
 
 
-def _exit(code: int) -> None:
+def exit_with_group(code: int) -> NoReturn:
+    """Leave now, from any thread, with the rest of this worker's process group (its Spark
+    JVM): a warm worker gone before its hand-over, a standby worker stopped before its
+    promotion, have nothing to stop gracefully."""
+    _kill_the_rest_of_the_group()
+    _exit(code)
+
+
+def _exit(code: int) -> NoReturn:
     """Leave now, from any thread, without waiting for the main thread's work."""
     sys.stdout.flush()
     sys.stderr.flush()
@@ -222,17 +255,22 @@ def _exit_after_grace(
 ) -> None:
     """Exit ``grace`` seconds from now if the run has not ended by then."""
 
-    def give_up() -> None:
-        reporter.finish(stop.outcome(f"the run did not end within {grace:g} s of the stop request"))
-        log.warning("event=worker_abandoned_run grace_secs=%g", grace)
-        _kill_the_rest_of_the_group()
-        final = reporter.outcome
-        history.stopped(final.state if final is not None else None)
-        _exit(final.exit_code if final is not None else OK_EXIT)
-
-    timer = threading.Timer(grace, give_up)
+    note = f"the run did not end within {grace:g} s of the stop request"
+    timer = threading.Timer(grace, lambda: _abandon(reporter, history, stop, note))
     timer.daemon = True
     timer.start()
+
+
+def _abandon(
+    reporter: HeartbeatReporter, history: WorkerTrail, stop: StopRequest, note: str
+) -> None:
+    """Give the run up now: its final heartbeat, SIGKILL of the rest of the group, exit."""
+    reporter.finish(stop.outcome(note))
+    log.warning("event=worker_abandoned_run reason=%r", note)
+    _kill_the_rest_of_the_group()
+    final = reporter.outcome
+    history.stopped(final.state if final is not None else None)
+    _exit(final.exit_code if final is not None else OK_EXIT)
 
 
 def _kill_the_rest_of_the_group() -> None:
@@ -242,11 +280,18 @@ def _kill_the_rest_of_the_group() -> None:
         kill_others_in_group()
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m stratus.worker.main",
-        description="Run one pipeline as its supervisor's spec file says.",
-    )
+def read_worker_spec(path: Path) -> WorkerSpec | None:
+    """The spec in ``path``; None, the error on stderr, if it is missing or invalid."""
+    try:
+        return WorkerSpec.read(path)
+    except (OSError, ValidationError) as exc:
+        print(f"error: cannot use the worker spec {path}: {exc}", file=sys.stderr)
+        return None
+
+
+def worker_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The command line of a process started on a spec file: the file, ``--ignore-stdin``."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("spec", type=Path, help="the WorkerSpec file (spec.json)")
     parser.add_argument(
         "--ignore-stdin",

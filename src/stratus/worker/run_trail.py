@@ -60,6 +60,7 @@ class WorkerTrail:
             query=progress.name or progress.id,
             batch_id=progress.batch_id,
             rows=progress.num_input_rows,
+            duration_secs=progress.batch_duration_secs,
         )
 
     def stopped(self, state: WorkerState | None) -> None:

@@ -30,6 +30,7 @@ import shutil
 import subprocess
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark import SparkContext
@@ -56,12 +57,22 @@ JVM_EXIT_SECS = 10.0  # after closing the JVM's stdin, how long before it is kil
 CODE_ARCHIVE = "pipeline-code"  # <work_dir>/pipeline-code.zip, shipped to remote executors
 
 
+@dataclass(frozen=True)
+class PreparedApp:
+    """What a standby worker did before its promotion, which ``run_app`` does not do again:
+    its entry point imported (``function``), and the session it passes along started for this
+    pipeline (``start_session``: its code and requirements already reach the executors)."""
+
+    function: Callable[..., Any]
+
+
 def run_app(
     spec: WorkerSpec,
     stop: StopRequest,
     reporter: HeartbeatReporter,
     *,
     session: SparkSession | None = None,
+    prepared: PreparedApp | None = None,
     history: WorkerTrail | None = None,
     fence: OwnerFence | None = None,
 ) -> Outcome:
@@ -69,20 +80,30 @@ def run_app(
     Spark session is torn down, so a supervisor's SIGKILL during the teardown loses nothing.
 
     ``session``: a warm worker's, already started; the pipeline's runtime conf is set on it
-    and its code shipped to it (``adopt_session``) instead of starting one. ``history``
+    and its code shipped to it (``adopt_session``) instead of starting one. With
+    ``prepared`` (a promoted standby worker), its function is not imported again and its
+    session, started for this pipeline, gets only the runtime conf. ``history``
     records every micro-batch the queries commit; ``fence`` checks the checkpoint's claims
     after each, and stops the run (FENCED) once a newer worker claimed it."""
     assert spec.entrypoint is not None  # the manifest requires it for kind app
     context = PipelineContext.from_spec(spec, stop.event)
     try:
-        function = load_entrypoint(spec.entrypoint, spec.code_dir)
+        function = (
+            prepared.function
+            if prepared is not None
+            else load_entrypoint(spec.entrypoint, spec.code_dir)
+        )
     except EntrypointError as exc:
         traceback.print_exc()
         return Outcome.failed(str(exc))
     if stop.requested():
         return stop.outcome()
     try:
-        spark = start_session(spec) if session is None else adopt_session(session, spec)
+        spark = (
+            start_session(spec)
+            if session is None
+            else adopt_session(session, spec, ship_code=prepared is None)
+        )
     except SparkStartError as exc:
         traceback.print_exc()
         return Outcome.failed(str(exc))
@@ -141,11 +162,14 @@ def start_session(spec: WorkerSpec) -> SparkSession:
     return spark
 
 
-def adopt_session(spark: SparkSession, spec: WorkerSpec) -> SparkSession:
-    """A warm worker's session made ``spec``'s: each ``spark.*`` key of the pipeline's conf
-    that differs from the session's is set, which only runtime keys allow (the supervisor
-    hands a warm worker only pipelines whose static keys match), and the package is shipped
-    as a zip, since the JVM's Python workers started before the package was known."""
+def adopt_session(spark: SparkSession, spec: WorkerSpec, *, ship_code: bool = True) -> SparkSession:
+    """A session started before ``spec`` was known made ``spec``'s: each ``spark.*`` key of
+    the pipeline's conf that differs from the session's is set, which only runtime keys allow
+    (the supervisor hands a warm worker only pipelines whose static keys match; a standby
+    worker refuses a promotion whose static keys differ from those it started with), and,
+    with ``ship_code`` (a warm worker's session), the package is shipped as a zip, since the
+    JVM's Python workers started before the package was known. A standby worker's session,
+    started for its pipeline, has the package already."""
     for key, value in spark_conf(spec.conf).items():
         if key == "spark.master" or spark.conf.get(key, None) == value:
             continue
@@ -157,7 +181,8 @@ def adopt_session(spark: SparkSession, spec: WorkerSpec) -> SparkSession:
                 f"{type(exc).__name__}: {without_stack(str(exc))}; a static Spark conf key "
                 "needs a cold start: set supervisor.worker.warm=false or report the key"
             ) from exc
-    _ship_code(spark, spec)
+    if ship_code:
+        _ship_code(spark, spec)
     return spark
 
 

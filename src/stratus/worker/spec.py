@@ -123,6 +123,31 @@ class WorkerSpec(BaseModel):
         "worker run by hand)",
     )
 
+    role: Literal["active", "standby"] = Field(
+        default="active",
+        description="active: runs the pipeline; standby: a standby worker, which imports the "
+        "code, starts its session and waits for promote_path, claiming nothing before",
+    )
+    promote_path: Path | None = Field(
+        default=None,
+        description="standby: the file its supervisor writes, with the active worker's spec, "
+        "to promote it (None: an active worker)",
+    )
+    beat_lease_path: Path | None = Field(
+        default=None,
+        description="the file where the supervisor's beat agent records when the fast beats' "
+        "lease ends: a worker of a pipeline with a standby worker stops once that has passed "
+        "(None: no beat lease)",
+    )
+    beat_poll_secs: float | None = Field(
+        default=None, gt=0, description="how often the worker reads beat_lease_path"
+    )
+    beat_stop_secs: float | None = Field(
+        default=None,
+        ge=0,
+        description="from the beat lease's end to the kill of the worker's processes",
+    )
+
     def log_settings(self) -> LogSettings:
         """How the worker logs: as its supervisor does."""
         return LogSettings(logging.getLevelNamesMapping()[self.log_level], self.log_format)

@@ -5,8 +5,8 @@ pipeline assigned to it skips the Spark start (most of a cold start). The warm w
 
 1. starts a SparkSession with the cluster's default static conf (``warm_settings(MASTER)``
    of ``session_conf``: stratus's defaults, the app name ``stratus-warm``, the master), and
-   warms it up with one small streaming query (``warm_up``: a pipeline's first batch then
-   finds Spark's code loaded and compiled);
+   warms it up with one small streaming query (``warm_up``, shared with the standby worker: a
+   pipeline's first batch then finds Spark's code loaded and compiled);
 2. creates ``ready-<pid>`` in its working directory, then waits for one line on stdin,
    the path of a ``WorkerSpec`` its supervisor wrote (the hand-over); stdin is a pipe that
    only its monitor holds (``stratus.supervisor.worker_monitor``), which passes on what its
@@ -30,22 +30,25 @@ import argparse
 import logging
 import os
 import sys
-import tempfile
 import threading
 import traceback
 from pathlib import Path
 
-from pydantic import ValidationError
-from pyspark.sql import SparkSession, functions
+from pyspark.sql import SparkSession
 
 from stratus.logs import configure_daemon_logging
-from stratus.process import kill_others_in_group
 from stratus.worker.errors import SparkStartError
-from stratus.worker.main import configure_worker_logging, run_worker
+from stratus.worker.main import (
+    configure_worker_logging,
+    exit_with_group,
+    read_worker_spec,
+    run_worker,
+)
 from stratus.worker.outcome import FAILED_EXIT, OK_EXIT, USAGE_EXIT
 from stratus.worker.session_conf import warm_settings
-from stratus.worker.spec import WorkerSpec, warm_ready_file
+from stratus.worker.spec import warm_ready_file
 from stratus.worker.stop_request import STDIN_CLOSED, StopRequest
+from stratus.worker.warm_up import warm_up
 
 log = logging.getLogger(__name__)
 
@@ -64,39 +67,6 @@ def start_warm_session(master: str) -> SparkSession:
             f"the warm worker's Spark did not start with master {master!r}: "
             f"{type(exc).__name__}: {exc}; check pipeline.spark.master"
         ) from exc
-
-
-def warm_up(spark: SparkSession) -> None:
-    """Run one small stateful streaming query to its end (a windowed count with a watermark,
-    from JSON files into parquet, ``availableNow``): the JVM loads and compiles Spark's
-    streaming, state store, shuffle and parquet code now, so a pipeline's first batch does
-    not. A failure costs only the warm-up: it is logged, and the worker waits all the same."""
-    with tempfile.TemporaryDirectory(prefix="warm-up-", dir=os.getcwd()) as scratch:
-        source = Path(scratch, "in")
-        source.mkdir()
-        (source / "rows.json").write_text(
-            '{"id": 1, "time": "2020-01-01T00:00:00"}\n{"id": 2, "time": "2020-01-01T00:00:07"}\n'
-        )
-        try:
-            spark.conf.set("spark.sql.shuffle.partitions", "2")
-            rows = spark.readStream.schema("id LONG, time TIMESTAMP").json(str(source))
-            counts = (
-                rows.withWatermark("time", "1 second")
-                .groupBy(functions.window("time", "5 seconds"))
-                .count()
-            )
-            query = (
-                counts.writeStream.format("parquet")
-                .outputMode("append")
-                .option("checkpointLocation", str(Path(scratch, "checkpoint")))
-                .trigger(availableNow=True)
-                .start(str(Path(scratch, "out")))
-            )
-            query.awaitTermination()
-        except Exception as exc:
-            log.warning("event=warm_up_failed error=%r", exc)
-        finally:
-            spark.conf.unset("spark.sql.shuffle.partitions")
 
 
 class Handover:
@@ -138,11 +108,7 @@ class Handover:
 
 def _gone_before_handover() -> None:
     """No pipeline was handed over and none can be: take the JVM down and leave now."""
-    if os.getpgrp() == os.getpid():
-        kill_others_in_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(OK_EXIT)
+    exit_with_group(OK_EXIT)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,10 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     Path(warm_ready_file(os.getpid())).touch()  # in its working directory, the pool's
     log.info("event=warm_worker_ready master=%s pid=%d", args.master, os.getpid())
     spec_path = handover.wait()
-    try:
-        spec = WorkerSpec.read(spec_path)
-    except (OSError, ValidationError) as exc:
-        print(f"error: cannot use the worker spec {spec_path}: {exc}", file=sys.stderr)
+    spec = read_worker_spec(spec_path)
+    if spec is None:
         return USAGE_EXIT
     configure_worker_logging(spec)
     log.info("event=warm_worker_handed_over pid=%d", os.getpid())

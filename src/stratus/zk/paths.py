@@ -119,6 +119,8 @@ class ClusterPaths:
                                         be deleted; written by the leader only, removed once done
     ``<root>/purge-outcomes/<name>.<id>.<n>``  persistent, PurgeOutcome: a supervisor's
                                         answer to attempt n of order id (removed with it)
+    ``<root>/standby-workers/<name>``   persistent, StandbyWorkerPlacement: where a pipeline's
+                                        standby worker waits; written by the leader only
     ``<root>/heartbeats/...``           the ZooKeeper cluster state store's own paths
     ``<root>/leader-terms/<epoch>``     persistent, LeaderTerm of each nimbus term (the newest)
     ``<root>/runs/<name>/run-<seq>``    persistent sequential, RunRecord of each run of a
@@ -232,6 +234,13 @@ class ClusterPaths:
         return join(self.pipeline_runs(pipeline), f"{RUN_NODE_PREFIX}{number:010d}")
 
     @property
+    def standby_workers(self) -> str:
+        return join(self.root, "standby-workers")
+
+    def standby_worker(self, pipeline: str) -> str:
+        return join(self.standby_workers, pipeline)
+
+    @property
     def heartbeats(self) -> str:
         """Root of the ZooKeeper cluster state store (``cluster.state.store: zookeeper``)."""
         return join(self.root, "heartbeats")
@@ -252,4 +261,5 @@ class ClusterPaths:
             self.heartbeats,
             self.leader_terms,
             self.runs,
+            self.standby_workers,
         )

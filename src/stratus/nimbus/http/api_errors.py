@@ -22,7 +22,7 @@ from starlette.types import Scope
 from stratus.api.echo import MAX_ECHO_CHARS, clip
 from stratus.api.errors import ApiError, InvalidRequestError
 from stratus.api.records import ErrorBody
-from stratus.web.responses import error_response
+from stratus.web.responses import describe_validation, error_response
 
 
 def add_error_handlers(app: FastAPI) -> None:
@@ -37,7 +37,7 @@ def add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(InvalidRequestError(_describe_validation(exc)))
+        return error_response(InvalidRequestError(describe_validation(exc.errors())))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -58,14 +58,3 @@ def _allowed_methods(app: FastAPI, scope: Scope) -> str:
         if route.matches(scope)[0] is not Match.NONE:
             methods.update(getattr(route, "methods", None) or ())
     return ", ".join(sorted(methods))
-
-
-def _describe_validation(exc: RequestValidationError) -> str:
-    """The first problems, each ``where: what``; never the input, which may be huge."""
-    problems = []
-    errors = exc.errors()
-    for error in errors[:5]:
-        where = clip(".".join(str(part) for part in error.get("loc", ())), MAX_ECHO_CHARS)
-        problems.append(f"{where}: {clip(str(error.get('msg', 'invalid')))}")
-    more = f"; and {len(errors) - 5} more" if len(errors) > 5 else ""
-    return "invalid request: " + "; ".join(problems) + more

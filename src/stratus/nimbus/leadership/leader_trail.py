@@ -7,13 +7,15 @@ library, whose ``on_fenced_write`` listener is ``wrote``: one place, not one per
     trail = LeaderTrail(TrailRecorder.open(path, Actor("nimbus", "n1:6627")))
     Coordinator(session, on_fenced_write=trail.wrote)
     trail.won(term); trail.lost(term, RevokeReason.SESSION_LOST)
+    trail.promoted(epoch=7, pipeline="orders", from_supervisor="s1", to_supervisor="s2",
+                   how="floor", silent_secs=1.1, floor_secs=1.02)
 """
 
 from __future__ import annotations
 
 from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import FencedWrite, RevokeReason
-from stratus.trail import LEADER_LOST, LEADER_WON, LEADER_WRITE, TrailRecorder
+from stratus.trail import LEADER_LOST, LEADER_WON, LEADER_WRITE, WORKER_PROMOTED, TrailRecorder
 
 
 class LeaderTrail:
@@ -39,6 +41,31 @@ class LeaderTrail:
             began_wall=write.began_wall,
             began_mono=write.began_mono,
             ops=[f"{op} {path}" for op, path in write.ops],
+        )
+
+    def promoted(
+        self,
+        *,
+        epoch: int,
+        pipeline: str,
+        from_supervisor: str,
+        to_supervisor: str,
+        how: str,
+        silent_secs: float,
+        floor_secs: float,
+    ) -> None:
+        """A standby worker's promotion committed in the term at ``epoch``: ``how`` is the
+        verdict on ``from_supervisor``, after ``silent_secs`` of silence against its
+        ``floor_secs`` (``stratus.nimbus.failover.promotion_plan.How``)."""
+        self._recorder.record(
+            WORKER_PROMOTED,
+            epoch=epoch,
+            pipeline=pipeline,
+            from_supervisor=from_supervisor,
+            to_supervisor=to_supervisor,
+            how=how,
+            silent_secs=round(silent_secs, 3),
+            floor_secs=round(floor_secs, 3),
         )
 
     def close(self) -> None:

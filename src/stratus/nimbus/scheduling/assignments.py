@@ -15,7 +15,7 @@ from a stale read writes nothing. The change of each pipeline that the plan note
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
@@ -26,7 +26,7 @@ from stratus.api.records import Assignment, AssignmentChange
 from stratus.coordination.leadership import FencedTransaction, Leadership
 from stratus.nimbus.records.assignment_history import AssignmentHistoryLog
 from stratus.nimbus.scheduling.scheduler import Plan
-from stratus.zk.paths import ClusterPaths
+from stratus.zk.paths import ClusterPaths, join
 
 log = logging.getLogger(__name__)
 
@@ -56,16 +56,10 @@ class AssignmentTable:
 
     def read_all(self) -> dict[str, tuple[Assignment, int]]:
         """Every assignment with its znode version, from ZooKeeper itself (reads pipelined)."""
-        names = self._client.get_children(self._paths.assignments)
-        pending = {name: self._client.get_async(self._paths.assignment(name)) for name in names}
         found: dict[str, tuple[Assignment, int]] = {}
-        for name, result in pending.items():
+        for name, (raw, version) in read_children(self._client, self._paths.assignments).items():
             try:
-                raw, stat = result.get()
-            except NoNodeError:
-                continue  # deleted since the listing
-            try:
-                found[name] = (Assignment.model_validate_json(raw), stat.version)
+                found[name] = (Assignment.model_validate_json(raw), version)
             except ValidationError as exc:
                 error = exc.errors(include_input=False)[0]  # the input may hold secrets
                 log.warning("event=bad_assignment pipeline=%s error=%s", name, error)
@@ -76,18 +70,15 @@ class AssignmentTable:
         each with its change in the pipeline's history in the same transaction."""
         writes = [*self._writes(plan.assign, current), *self._deletes(plan.unassign, current)]
         existing = self._history.existing(w.pipeline for w in writes if w.pipeline in plan.changes)
-        tx, ops = term.transaction(), 0
-        for write in writes:
-            write.add_to(tx)
+
+        def with_its_change(tx: FencedTransaction, write: VersionedWrite) -> int:
             change = plan.changes.get(write.pipeline)
-            if change is not None:
-                self._history.add_change(tx, write.pipeline, change, existing[write.pipeline])
-            ops += 1 + _HISTORY_OPS * (change is not None)
-            if ops >= OPS_PER_TRANSACTION:
-                tx.commit()
-                tx, ops = term.transaction(), 0
-        if ops:
-            tx.commit()
+            if change is None:
+                return 0
+            self._history.add_change(tx, write.pipeline, change, existing[write.pipeline])
+            return _HISTORY_OPS
+
+        commit_in_batches(term, writes, with_its_change)
         for name, (source, target) in plan.moved.items():
             log.info(
                 "event=pipeline_moved pipeline=%s epoch=%d from=%s to=%s",
@@ -97,15 +88,17 @@ class AssignmentTable:
                 target or "-",
             )
 
-    def _writes(self, assign: Mapping[str, Assignment], current: Versioned) -> Iterator[_Write]:
+    def _writes(
+        self, assign: Mapping[str, Assignment], current: Versioned
+    ) -> Iterator[VersionedWrite]:
         for name, assignment in assign.items():
             version = current[name][1] if name in current else None
-            yield _Write(name, self._paths.assignment(name), assignment.encode(), version)
+            yield VersionedWrite(name, self._paths.assignment(name), assignment.encode(), version)
 
-    def _deletes(self, names: Iterable[str], current: Versioned) -> Iterator[_Write]:
+    def _deletes(self, names: Iterable[str], current: Versioned) -> Iterator[VersionedWrite]:
         for name in names:
             if name in current:
-                yield _Write(name, self._paths.assignment(name), None, current[name][1])
+                yield VersionedWrite(name, self._paths.assignment(name), None, current[name][1])
 
     def history(self, pipeline: str) -> list[AssignmentChange]:
         """``pipeline``'s assignment changes, newest first, read from ZooKeeper itself."""
@@ -120,8 +113,9 @@ _HISTORY_OPS = 3  # a change's usual operations: the record's check, the create,
 
 
 @dataclass(frozen=True)
-class _Write:
-    """One pipeline's assignment write: data None deletes; version None creates."""
+class VersionedWrite:
+    """One pipeline's znode written by the leader (its assignment, its standby worker's
+    placement): data None deletes; version None creates; else a set of the version read."""
 
     pipeline: str
     path: str
@@ -136,3 +130,39 @@ class _Write:
             tx.create(self.path, self.data)
         else:
             tx.set_data(self.path, self.data, self.version)
+
+
+def read_children(client: KazooClient, parent: str) -> dict[str, tuple[bytes, int]]:
+    """Every child of ``parent`` with its data and znode version, from ZooKeeper itself: one
+    listing, then the reads of what it lists, pipelined; one deleted since the listing is
+    left out. ``NoNodeError`` when ``parent`` is missing."""
+    names = client.get_children(parent)
+    pending = {name: client.get_async(join(parent, name)) for name in names}
+    found: dict[str, tuple[bytes, int]] = {}
+    for name, result in pending.items():
+        try:
+            raw, stat = result.get()
+        except NoNodeError:
+            continue  # deleted since the listing
+        found[name] = (raw, stat.version)
+    return found
+
+
+def commit_in_batches(
+    term: Leadership,
+    writes: Iterable[VersionedWrite],
+    with_each: Callable[[FencedTransaction, VersionedWrite], int] = lambda _tx, _write: 0,
+) -> None:
+    """Commit ``writes`` in the term's fenced transactions of about ``OPS_PER_TRANSACTION``
+    operations; ``with_each`` adds what goes with a write into its transaction (its change
+    in the history) and says how many operations that took. A write whose version no
+    longer holds refuses its whole transaction (``TransactionFailedError``)."""
+    tx, ops = term.transaction(), 0
+    for write in writes:
+        write.add_to(tx)
+        ops += 1 + with_each(tx, write)
+        if ops >= OPS_PER_TRANSACTION:
+            tx.commit()
+            tx, ops = term.transaction(), 0
+    if ops:
+        tx.commit()

@@ -15,6 +15,7 @@ then writes the plan in its fenced transactions::
         drained_from={"web": "s3"},   # taken off s3 by the drain, not placed yet
         still_running={"web"},        # unassigned, but a live supervisor still runs its worker
         warm={"s2": 1},               # ready warm workers, as the heartbeats say
+        reserved={"s1": 1},           # standby workers placed there
     )
     plan.assign, plan.unassign, plan.moved, plan.changes, plan.drain_moving, plan.no_room
 
@@ -57,9 +58,13 @@ history goes with its record).
 Only supervisors of ``capacity`` that are also in ``keep_on`` take new work, never more than
 their slots; the pipelines that stay on a supervisor count against its slots. A supervisor
 that already runs more than its slots (it came back with fewer) keeps them but gets nothing
-new. A round costs O((P + S) log S) for P pipelines and S supervisors: the free slots are a
-heap, not a scan per pipeline; only a moved pipeline's choice of a warm worker scans the
-supervisors that report one.
+new. A standby worker placed on a supervisor (``reserved``) takes one of its slots too: a
+pipeline goes to a supervisor with a slot free of both first, and takes a standby worker's
+slot only when no supervisor has such a slot left (active workers first: that standby
+worker then yields, and the leader places it elsewhere, ``standby_plan``). A round costs
+O((P + S) log S) for P pipelines and S supervisors: the free slots are a heap, not a scan
+per pipeline; only a moved pipeline's choice of a warm worker scans the supervisors that
+report one.
 """
 
 from __future__ import annotations
@@ -114,6 +119,7 @@ def plan_round(  # noqa: PLR0913 keyword-only: the snapshot a round plans from
     drained_from: Mapping[str, str] | None = None,
     still_running: Set[str] = frozenset(),
     warm: Mapping[str, int] | None = None,
+    reserved: Mapping[str, int] | None = None,
 ) -> Plan:
     """The changes that bring ``assignments`` in line with the rules of the module docstring.
 
@@ -124,7 +130,8 @@ def plan_round(  # noqa: PLR0913 keyword-only: the snapshot a round plans from
     ``drained_from``: pipelines a drain took off a supervisor and that have no assignment
     yet, with that supervisor. ``still_running``: pipelines with no assignment whose worker
     a supervisor of ``keep_on`` still runs. ``warm``: each supervisor's ready warm workers.
-    ``epoch`` and ``now`` go into every assignment written.
+    ``reserved``: the standby workers placed on each supervisor, whose slots a pipeline takes
+    last. ``epoch`` and ``now`` go into every assignment written.
     """
     drained_from = drained_from or {}
     round_ = _Round(epoch, now)
@@ -147,7 +154,7 @@ def plan_round(  # noqa: PLR0913 keyword-only: the snapshot a round plans from
         to_place.append(_Candidate(name, record, assignment))
     on_the_way, new, held = _unassigned(pipelines, assignments, drained_from, still_running)
     to_place.extend(new)
-    slots = _FreeSlots(capacity, keep_on, staying.values(), warm or {})
+    slots = _FreeSlots(capacity, keep_on, staying.values(), warm or {}, reserved or {})
     for candidate in sorted(on_the_way, key=_Candidate.order):
         round_.arrive(candidate, slots, waits=candidate.name in still_running)
     for _ in range(held):
@@ -316,17 +323,25 @@ class _Round:
         )
 
     def _assignment(self, name: str, record: PipelineRecord, supervisor: str) -> Assignment:
-        return Assignment(
-            pipeline=name,
-            supervisor=supervisor,
-            epoch=self._epoch,
-            generation=record.generation,
-            digest=record.digest,
-            size_bytes=record.size_bytes,
-            blake3=record.blake3,
-            conf=assignment_conf(record),
-            assigned=self._now,
-        )
+        return assignment_of(name, record, supervisor, epoch=self._epoch, now=self._now)
+
+
+def assignment_of(
+    name: str, record: PipelineRecord, supervisor: str, *, epoch: int, now: float
+) -> Assignment:
+    """The assignment of pipeline ``name`` (``record``, as it is now) to ``supervisor``,
+    written in term ``epoch`` at wall-clock time ``now``."""
+    return Assignment(
+        pipeline=name,
+        supervisor=supervisor,
+        epoch=epoch,
+        generation=record.generation,
+        digest=record.digest,
+        size_bytes=record.size_bytes,
+        blake3=record.blake3,
+        conf=assignment_conf(record),
+        assigned=now,
+    )
 
 
 def assignment_conf(record: PipelineRecord) -> dict[str, Any]:
@@ -341,7 +356,8 @@ class _FreeSlots:
     """Free slots per supervisor, the most free first: a heap with lazy deletion.
 
     Every change pushes a new entry; an entry whose free count is no longer the supervisor's
-    is stale and skipped when it comes up.
+    is stale and skipped when it comes up. A slot ``reserved`` for a standby worker is taken
+    only once no supervisor has a slot free of both pipelines and standby workers.
     """
 
     def __init__(
@@ -350,13 +366,15 @@ class _FreeSlots:
         keep_on: Set[str],
         staying: Iterable[Assignment],
         warm: Mapping[str, int] | None = None,
+        reserved: Mapping[str, int] | None = None,
     ) -> None:
         used: dict[str, int] = {}
         for assignment in staying:
             used[assignment.supervisor] = used.get(assignment.supervisor, 0) + 1
         self._slots = {sid: n for sid, n in capacity.items() if sid in keep_on}
         self._used = {sid: used.get(sid, 0) for sid in self._slots}
-        self._heap: list[tuple[int, int, str]] = []
+        self._reserved = {sid: n for sid, n in (reserved or {}).items() if sid in self._slots}
+        self._heap: list[tuple[int, int, int, str]] = []
         for sid in self._slots:
             self._push(sid)
         self._warm = {sid: n for sid, n in (warm or {}).items() if n > 0 and sid in self._slots}
@@ -376,7 +394,7 @@ class _FreeSlots:
         target = None
         while self._heap:
             entry = heapq.heappop(self._heap)
-            sid = entry[2]
+            sid = entry[-1]
             if entry != self._entry(sid):
                 continue  # stale
             if sid == avoid:
@@ -398,7 +416,7 @@ class _FreeSlots:
             for sid, count in self._warm.items()
             if count > 0 and sid != avoid and self._used[sid] < self._slots[sid]
         ]
-        return min(fits)[2] if fits else None
+        return min(fits)[-1] if fits else None
 
     def release(self, sid: str) -> None:
         """A pipeline left ``sid``: one more free slot there, if it takes work."""
@@ -406,14 +424,16 @@ class _FreeSlots:
             self._used[sid] -= 1
             self._push(sid)
 
-    def _entry(self, sid: str) -> tuple[int, int, str]:
-        used = self._used[sid]
-        return (used - self._slots[sid], used, sid)  # most free first, then fewest used
+    def _entry(self, sid: str) -> tuple[int, int, int, str]:
+        """Free of standby workers too first, the most free first, then fewest used; then
+        those with only reserved slots left, the most free for pipelines first."""
+        used, slots = self._used[sid], self._slots[sid]
+        spare = slots - used - self._reserved.get(sid, 0)
+        return (0, -spare, used, sid) if spare > 0 else (1, used - slots, used, sid)
 
     def _push(self, sid: str) -> None:
-        entry = self._entry(sid)
-        if entry[0] < 0:
-            heapq.heappush(self._heap, entry)
+        if self._used[sid] < self._slots[sid]:
+            heapq.heappush(self._heap, self._entry(sid))
 
 
 _REWRITES = {

@@ -21,7 +21,13 @@ waits out the supervisor's lease, as without a fence::
     for sid in verdicts.start:
         fencing.start(registered[sid], epoch=7, silent_since=silences[sid].since)
     verdicts.fenced                  # supervisors whose pipelines may move now
+    fencing.fence_pipelines(registered["s1"], ["etl"], epoch=7, timeout=1.5)  # True: gone
     fencing.close()
+
+The pipeline fence (``fence_pipelines``, ``POST /api/v1/fence/pipelines``) is the failover's:
+the same endpoint, client, TLS and credentials stop the workers of some pipelines only, the
+supervisor keeping its lease and its other workers; the caller's thread waits for the answer,
+bounded by the time it has.
 """
 
 from __future__ import annotations
@@ -29,17 +35,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
 from stratus.api.clock import Clock
 from stratus.api.echo import clip
 from stratus.api.errors import UntrustedEndpointError
-from stratus.api.records import FenceAnswer, FenceRequest, SupervisorSummary
+from stratus.api.records import (
+    FenceAnswer,
+    FenceRequest,
+    PipelineFenceAnswer,
+    PipelineFenceRequest,
+    SupervisorSummary,
+)
 from stratus.ha.fencing import Fencer, FenceTarget, FencingContext, StandbyAsker
 from stratus.nimbus.scheduling.supervisor_endpoints import endpoint_url, loopback_elsewhere
 from stratus.nimbus.settings import FencingSettings
@@ -48,6 +61,9 @@ from stratus.security.client_auth import NO_AUTH, ClientAuth
 log = logging.getLogger(__name__)
 
 FENCE_PATH = "/api/v1/fence"
+PIPELINE_FENCE_PATH = "/api/v1/fence/pipelines"
+SUPERVISOR_EVENT = "supervisor_fence_attempt"  # the log line of a fence's failed call
+PIPELINES_EVENT = "pipeline_fence_attempt"
 CONNECT_TIMEOUT_SECS = 5.0  # at most; never more than nimbus.supervisor.fencing.timeout.secs
 MAX_FENCES_AT_ONCE = 4  # supervisors fenced in parallel; more wait their turn
 GRACEFUL = "graceful"
@@ -211,19 +227,84 @@ class SupervisorFencing:
 
     def _graceful(self, supervisor: SupervisorSummary, epoch: int) -> str | None:
         """Ask its endpoint to stop every worker; GRACEFUL once it said none is left."""
+        detail = f"method={GRACEFUL}"
+        body = FenceRequest(epoch=epoch, supervisor=supervisor.id)
+        response = self._post(
+            supervisor, FENCE_PATH, body, self.settings.timeout_secs, SUPERVISOR_EVENT, detail
+        )
+        if response is None:
+            return None
+        if response.status_code == 200:
+            answer = FenceAnswer.model_validate_json(response.content)
+            if answer.supervisor == supervisor.id and answer.epoch == epoch:
+                return GRACEFUL
+        _failed(SUPERVISOR_EVENT, supervisor, detail, response)
+        return None
+
+    # ------------------------------------------------------------------ a pipeline fence
+
+    def fence_pipelines(
+        self, supervisor: SupervisorSummary, pipelines: Collection[str], epoch: int, timeout: float
+    ) -> bool:
+        """Ask ``supervisor``'s endpoint to stop the workers of ``pipelines`` only, in the
+        term ``epoch`` (``POST /api/v1/fence/pipelines``), on the caller's thread, with the
+        graceful fence's client, TLS and credentials; connecting and waiting for the answer
+        each take at most ``timeout``. True once the supervisor answered that no process of
+        those workers is left there (and that none starts again before a newer assignment);
+        False when it has no endpoint to trust, refused, failed or did not answer in time,
+        or ``timeout`` is not positive (nothing is sent).
+        ``ValueError`` when ``pipelines`` is empty, too long or names an invalid pipeline."""
+        body = pipeline_fence_request(supervisor.id, pipelines, epoch)
+        detail = f"pipelines={clip(','.join(body.pipelines))} epoch={epoch}"
+        if timeout <= 0:  # no time left: the caller waits for its floor
+            log.warning(
+                "event=%s supervisor=%s %s result=failed reason=no_time_left",
+                PIPELINES_EVENT,
+                supervisor.id,
+                detail,
+            )
+            return False
+        response = self._post(
+            supervisor, PIPELINE_FENCE_PATH, body, timeout, PIPELINES_EVENT, detail
+        )
+        if response is None:
+            return False
+        if response.status_code == 200 and pipelines_gone(response.content, body):
+            log.warning(
+                "event=supervisor_pipelines_fenced supervisor=%s pipelines=%s epoch=%d",
+                supervisor.id,
+                ",".join(body.pipelines),
+                epoch,
+            )
+            return True
+        _failed(PIPELINES_EVENT, supervisor, detail, response)
+        return False
+
+    # ------------------------------------------------------------------ the endpoint
+
+    def _post(
+        self,
+        supervisor: SupervisorSummary,
+        path: str,
+        body: BaseModel,
+        timeout: float,
+        event: str,
+        detail: str,
+    ) -> httpx.Response | None:
+        """POST ``body`` to ``path`` on the supervisor's endpoint; None (logged) when it has
+        none to trust or the call failed."""
         if supervisor.endpoint is None:
             return None
         try:
-            url = endpoint_url(supervisor, FENCE_PATH, self._auth)
+            url = endpoint_url(supervisor, path, self._auth)
         except UntrustedEndpointError:
             log.warning(
-                "event=supervisor_fence_attempt supervisor=%s method=%s result=refused "
-                "reason=untrusted_endpoint",
+                "event=%s supervisor=%s %s result=refused reason=untrusted_endpoint",
+                event,
                 supervisor.id,
-                GRACEFUL,
+                detail,
             )
             return None  # why is logged (event=supervisor_endpoint_refused); nothing was sent
-        timeout = self.settings.timeout_secs
         try:
             with httpx.Client(
                 timeout=httpx.Timeout(timeout, connect=min(CONNECT_TIMEOUT_SECS, timeout)),
@@ -231,32 +312,16 @@ class SupervisorFencing:
                 trust_env=False,
                 follow_redirects=False,
             ) as http:
-                response = http.post(
-                    url,
-                    json=FenceRequest(epoch=epoch, supervisor=supervisor.id).model_dump(),
-                    headers=self._auth.headers(),
-                )
+                return http.post(url, json=body.model_dump(), headers=self._auth.headers())
         except httpx.HTTPError as exc:
             log.warning(
-                "event=supervisor_fence_attempt supervisor=%s method=%s result=failed error=%s",
+                "event=%s supervisor=%s %s result=failed error=%s",
+                event,
                 supervisor.id,
-                GRACEFUL,
+                detail,
                 clip(f"{type(exc).__name__}: {exc}"),
             )
             return None
-        if response.status_code == 200:
-            answer = FenceAnswer.model_validate_json(response.content)
-            if answer.supervisor == supervisor.id and answer.epoch == epoch:
-                return GRACEFUL
-        log.warning(
-            "event=supervisor_fence_attempt supervisor=%s method=%s result=failed status=%d "
-            "body=%s",
-            supervisor.id,
-            GRACEFUL,
-            response.status_code,
-            clip(response.text),
-        )
-        return None
 
     def _methods(self, supervisor: SupervisorSummary) -> str | None:
         """The configured methods in order, aimed at the supervisor's endpoint; the name of
@@ -281,6 +346,43 @@ class SupervisorFencing:
         if not Fencer(specs, context, heard).fence(target):
             return None
         return str(specs[len(results) - 1])
+
+
+def pipeline_fence_request(
+    supervisor: str, pipelines: Collection[str], epoch: int
+) -> PipelineFenceRequest:
+    """The body of a pipeline fence: each pipeline once, sorted (pure). ``ValueError`` (a
+    ``ValidationError``) when there is none, more than a supervisor runs, or a bad name."""
+    return PipelineFenceRequest(
+        epoch=epoch, supervisor=supervisor, pipelines=sorted(set(pipelines))
+    )
+
+
+def pipelines_gone(content: bytes, asked: PipelineFenceRequest) -> bool:
+    """Whether a supervisor's 200 answer to ``asked`` says the workers of exactly those
+    pipelines are gone, there, in that term (pure); an answer that does not parse is not."""
+    try:
+        answer = PipelineFenceAnswer.model_validate_json(content)
+    except ValidationError:
+        return False
+    return (
+        answer.supervisor == asked.supervisor
+        and answer.epoch == asked.epoch
+        and sorted(answer.pipelines) == sorted(asked.pipelines)
+    )
+
+
+def _failed(
+    event: str, supervisor: SupervisorSummary, detail: str, response: httpx.Response
+) -> None:
+    log.warning(
+        "event=%s supervisor=%s %s result=failed status=%d body=%s",
+        event,
+        supervisor.id,
+        detail,
+        response.status_code,
+        clip(response.text),
+    )
 
 
 def _target(supervisor: SupervisorSummary, reachable: bool) -> FenceTarget:

@@ -347,6 +347,7 @@ function clusterView() {
       el("td", {}, `${s.used} / ${s.slots}`),
       el("td", {}, s.heartbeat_age_secs === null ? "none" : `${s.heartbeat_age_secs.toFixed(1)} s`),
       el("td", {}, s.running.join(", ")),
+      el("td", { class: "standby" }, standbyCount(s.warm)),
       el("td", { class: "scheduling" }, s.draining ? "draining" : s.cordoned ? "cordoned" : ""),
       el("td", {}, s.stopping ? "stopping" : ""),
     ),
@@ -374,7 +375,7 @@ function clusterView() {
     el("h2", {}, "Nimbuses"),
     table(["nimbus", "role", "epoch", "uptime", "ZooKeeper", "version"], nimbusRows, { id: "nimbuses" }),
     el("h2", {}, "Supervisors"),
-    table(["id", "host", "slots used", "heartbeat age", "runs", "scheduling", ""], supervisorRows, { id: "supervisors" }),
+    table(["id", "host", "slots used", "heartbeat age", "runs", "standby workers", "scheduling", ""], supervisorRows, { id: "supervisors" }),
     el("h3", {}, "Slots"),
     StratusCharts.slotBars(state.supervisors ? state.supervisors.supervisors : []),
     el("h2", {}, "Pipelines"),
@@ -387,6 +388,42 @@ function clusterView() {
     el("h2", {}, "Leader terms"),
     termsView(),
     el("p", { class: "links" }, el("a", { href: "/api/v1/docs" }, "API"), " · ", el("a", { href: "/metrics" }, "metrics")),
+  ];
+}
+
+// A supervisor's standby workers and their memory, from its registration; "" for none.
+function standbyCount(warm) {
+  if (!warm || !warm.standby_workers) return "";
+  return `${warm.standby_workers} (${warm.standby_mb} MiB)`;
+}
+
+// A pipeline's standby worker: where, its state, since when and its memory, or why none;
+// then the newest refusals. Nothing for a pipeline that wants none.
+function standbyView(standby) {
+  if (!standby) return null;
+  const refusalRows = standby.refusals.map((r) =>
+    el("tr", {}, el("td", {}, iso(r.at)), el("td", {}, r.supervisor), el("td", { class: "clip", title: r.reason }, r.reason)),
+  );
+  const refusals = refusalRows.length ? table(["time", "supervisor", "reason"], refusalRows, { id: "standby-refusals" }) : null;
+  if (standby.supervisor === null) {
+    return [el("h3", {}, "Standby worker"), el("p", { id: "standby-worker", class: "none" }, `none: ${standby.unplaced_because || "not placed"}`), refusals];
+  }
+  const row = el(
+    "tr",
+    {},
+    el("td", {}, standby.supervisor),
+    el("td", {}, standby.host || ""),
+    el("td", { class: "state" }, standby.state || "not reported yet"),
+    el("td", {}, iso(standby.since)),
+    el("td", {}, standby.rss_mb === null ? "" : `${standby.rss_mb} MiB`),
+    el("td", {}, standby.pid === null ? "" : standby.pid),
+    el("td", {}, standby.generation === null ? "" : standby.generation),
+    el("td", { class: "clip", title: standby.error || "" }, standby.error || ""),
+  );
+  return [
+    el("h3", {}, "Standby worker"),
+    table(["supervisor", "host", "state", "since", "memory", "pid", "generation", "error"], [row], { id: "standby-worker" }),
+    refusals,
   ];
 }
 
@@ -508,6 +545,7 @@ function pipelineView(name) {
     table(["time", "epoch", "reason", "supervisor", "from", "generation", "package"], historyRows, { id: "history" }),
     el("h3", {}, "Workers"),
     table(["supervisor", "state", "pid", "epoch", "restarts", "batch", "rows/s", "Spark", "heartbeat", "error"], workerRows, { id: "workers" }),
+    standbyView(placement.standby_worker),
     el("h3", {}, "Crashes"),
     table(["time", "supervisor", "ended by", "restarts", "error"], crashRows, { id: "crashes" }),
     el("h3", {}, "Log"),

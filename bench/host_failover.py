@@ -1,0 +1,823 @@
+"""Host failover: a host of the active worker dies; how long until its pipeline commits elsewhere.
+
+The cluster: three hosts, each a Linux network namespace of its own on one bridge
+(``tests/harness/netns_hosts.py``), each running a ZooKeeper quorum member, a nimbus (supervised
+by its failover controller, the default), a supervisor of ``SLOTS`` slots and a pacemaker
+(``cluster.state.store: pacemaker``: every heartbeat goes to the three pacemakers), built with
+``tests/harness/hosts_cluster.py``, with tokens and pacemaker digest authentication as on a
+real network, and the test clusters' short timeouts (``tests/harness/pipeline_cluster.py``:
+a silent supervisor is judged dead after ``nimbus.supervisor.timeout.secs``, 4 s). One
+directory every host reaches holds the checkpoints, the input and the output. The pipeline is
+the streaming example (``stratus/examples/streaming``) with
+``pipeline.trigger.interval.secs=0.5``, fed 50 events a second.
+
+A round: wait until the cluster is steady (the pipeline running, the leader nimbus on another
+host than its worker, every supervisor registered, the row's spares ready on the other hosts,
+then ``STEADY_BATCHES`` batches committed); kill the worker's host: cut it off the network
+(its veth down: packets dropped) and SIGKILL every process running on it (its ZooKeeper member,
+nimbus, supervisor, pacemaker, the worker and its Spark), each kill recorded in the trail
+(``process_killed``) as the chaos suite does; wait for the pipeline's first batch committed on
+another host; heal the host and start its daemons again. Every step's end is read from the
+trail the processes record (``history.file``: one file per host, ``stratus.trail``), on the
+machine's monotonic clock, the one every host shares:
+
+* **detection**: kill → the leader's write of the pipeline's new assignment (its
+  ``leader_write`` line);
+* **worker start**: → the new worker's ``worker_started`` on another host;
+* **first batch**: → that worker's first ``batch_committed``;
+* **kill → first batch**, the sum; and the **batch gap**, from the last batch committed before
+  the kill to that first one.
+
+The baseline is the **physical limit** of a round: the detection's timeout
+(``nimbus.supervisor.timeout.secs``) + one trigger interval + that round's first batch's own
+duration (Spark's ``triggerExecution``, recorded in its ``batch_committed`` line): no failover
+judged by that timeout commits sooner. Printed: each step's p50, p99 and max, kill → first
+batch against the limit (the ratio), each row against the goal of a host failover (p50 <= 2 s,
+p99 <= 4 s: met or MISSED), warm against cold. After a row's rounds the feeder stops and the
+output is checked exactly once (``check_exactly_once``: every event counted once), the trails
+single-run (``check_single_run``: never a worker running past the start of the next), both from
+``stratus.chaos.oracle``.
+
+Rows (``--rows``), each on a cluster of its own:
+
+* **cold**: ``supervisor.worker.warm=false``: the new worker starts its Spark after the move;
+* **warm**: the defaults: a warm worker (its Spark up) on the target takes the pipeline; a round
+  waits for ``SLOTS`` ready warm workers on every other supervisor before its kill;
+* **hot**: ``pipeline.standby=hot``: a standby worker is promoted. Not yet built: promotion
+  does not exist yet; the row is listed in ``ROWS`` and prints "hot: not yet built".
+
+Needs root and ``ip`` (iproute2), Java and Spark::
+
+    .venv/bin/python bench/host_failover.py                  # 3 rounds of cold and of warm
+    .venv/bin/python bench/host_failover.py --rows warm --rounds 10 --json out.json --keep
+    .venv/bin/python bench/host_failover.py --quick --rows cold    # 1 round: a smoke run
+
+The exit code is 0 even when a target is missed (benchmarks never fail the build); it is 1
+only when the benchmark itself could not run (no root, a daemon that did not start, a pipeline
+that did not move in time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from _harness import (
+    ADMIN,
+    PEER,
+    SUBMIT,
+    HostsCluster,
+    NetnsHosts,
+    Started,
+    cluster_options,
+    options,
+    secret_file,
+    token_file,
+    unavailable,
+)
+from _report import (
+    Interrupted,
+    handle_interrupts,
+    machine,
+    percentile,
+    print_verdicts,
+    raise_interrupted,
+    report_console,
+    write_json,
+)
+from reassign import (
+    EXAMPLE,
+    INPUT_KEY,
+    OUTPUT_KEY,
+    BenchError,
+    memory_verdict,
+    poll_until,
+    running_beat,
+    wait_warm,
+    warm_memory,
+)
+from stratus.chaos.oracle import (
+    check_exactly_once,
+    check_single_run,
+    streaming_counted,
+    streaming_expected,
+)
+from stratus.chaos.trail_events import Clocks, Event
+from stratus.client import NimbusClient
+from stratus.errors import StratusError
+from stratus.local.cluster import PULSE_TTL_SECS, pacemaker_options
+from stratus.local.examples_io import Feeder, read_rows, window_count_total
+from stratus.local.processes import PacemakerProcess, stop_all
+from stratus.trail import (
+    BATCH_COMMITTED,
+    LEADER_WRITE,
+    PROCESS_KILLED,
+    WORKER_STARTED,
+    Actor,
+    TrailRecorder,
+)
+
+HOSTS = ("h1", "h2", "h3")
+SLOTS = 2
+PIPELINE = "streaming-counts"  # the example's name (its stratus.yaml)
+TRIGGER_SECS = 0.5
+PACEMAKER_PORT = 6699  # pacemaker.port's default: one pacemaker per host, on its address
+STEADY_BATCHES = 6  # batches committed where the pipeline runs, the cluster whole, before a kill
+WAIT_SECS = 300.0  # a cold start on a loaded 2-core machine, a leader, a registration
+READY_SECS = 120.0  # a daemon started again on a host
+DRAIN_SECS = 300.0  # the output to count every event fed, once the feeder stopped
+KILL_PASSES = 10  # listings of a host's processes, killing what each finds, until none is left
+KILL_PASS_SECS = 0.05
+TARGET_P50_SECS = 2.0  # the goal of a host failover: kill → first batch elsewhere
+TARGET_P99_SECS = 4.0
+ROUNDS = 3  # per row, by default
+SHOWN_VIOLATIONS = 5
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows: the cluster configurations a host is killed under
+
+
+Spares = Callable[[NimbusClient, str], None]  # waits for a supervisor's spares, before a kill
+
+
+def no_spares(client: NimbusClient, supervisor: str) -> None:
+    """Nothing to wait for: the new worker starts cold."""
+
+
+def warm_spares(client: NimbusClient, supervisor: str) -> None:
+    """A ready warm worker on each free slot of ``supervisor`` (as on a node that has run for
+    a while): the target of the move hands the pipeline to one."""
+    wait_warm(client, supervisor, SLOTS)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One configuration of the cluster, measured on a cluster of its own."""
+
+    name: str
+    what: str
+    supervisor_settings: Mapping[str, object] = field(default_factory=dict)
+    pipeline_conf: Mapping[str, object] = field(default_factory=dict)
+    spares: Spares = no_spares
+    built: bool = True  # False: listed for the report, not yet measurable
+
+
+ROWS: dict[str, Row] = {
+    "cold": Row(
+        "cold",
+        "no warm worker (supervisor.worker.warm=false): the new worker starts Spark",
+        supervisor_settings={"supervisor.worker.warm": False},
+    ),
+    "warm": Row(
+        "warm",
+        "the defaults: a warm worker on the target takes the pipeline",
+        spares=warm_spares,
+    ),
+    # Promotion of a standby worker: its spares are a READY standby worker on another host,
+    # its detection the leader's promotion (``worker_promoted``); built with promotion.
+    "hot": Row(
+        "hot",
+        "a standby worker is promoted (pipeline.standby=hot)",
+        supervisor_settings={"supervisor.worker.warm": False},
+        pipeline_conf={"pipeline.standby": "hot"},
+        built=False,
+    ),
+}
+DEFAULT_ROWS = ("cold", "warm")
+
+
+# ---------------------------------------------------------------------------------------------
+# The cluster
+
+
+def _pairs(arguments: Sequence[str]) -> dict[str, str]:
+    """``["-c", "k=v", ...]`` as ``{k: v}``."""
+    return dict(argument.partition("=")[::2] for argument in arguments[1::2])
+
+
+# the detection's timeout: a silent supervisor's pipelines move after it
+DETECTION_TIMEOUT_SECS = float(_pairs(cluster_options(Path()))["nimbus.supervisor.timeout.secs"])
+
+
+class FailoverHosts(Started):
+    """Three hosts, each a ZooKeeper member, a nimbus, a supervisor and a pacemaker; see the
+    module docstring. ``with`` starts them all and kills them all."""
+
+    def __init__(self, hosts: NetnsHosts, workdir: Path, row: Row) -> None:
+        self.hosts = hosts
+        self.workdir = workdir
+        self.shared = workdir / "shared"
+        pacemaker_auth = {
+            "pacemaker.auth.method": "digest",
+            "pacemaker.auth.file": str(self._pacemaker_secrets()),
+        }
+        self.pacemakers = {
+            name: PacemakerProcess(
+                # pulses outlive the leader's timeouts, as its clients check
+                options({**pacemaker_auth, "pacemaker.pulse.ttl.secs": PULSE_TTL_SECS}),
+                port=PACEMAKER_PORT,
+                log_dir=workdir,
+                host=hosts[name].address,
+                command_prefix=hosts[name].command,
+            )
+            for name in HOSTS
+        }
+        addresses = [pacemaker.address for pacemaker in self.pacemakers.values()]
+        self.settings: dict[str, object] = {
+            **_pairs(cluster_options(self.shared / "checkpoints")),
+            **_pairs(pacemaker_options(addresses)),
+            **pacemaker_auth,
+            "nimbus.auth.tokens.file": str(token_file(workdir)),
+            "client.auth.token.file": str(secret_file(workdir / "peer.token", PEER)),
+            "pipeline.min.replication.count": 2,  # the code outlives a host
+        }
+        admin = str(secret_file(workdir / "admin.token", ADMIN))
+        self.nodes = HostsCluster(
+            hosts,
+            workdir,
+            settings=self.settings,
+            nimbus_settings={
+                "nimbus.ha.mode": "supervised",  # the default
+                "pacemaker.auth.principal": "nimbus",
+                "client.auth.token.file": admin,  # the leader's graceful fence needs admin
+            },
+            supervisor_settings=row.supervisor_settings,
+            host_settings={name: {"history.file": str(self.history_file(name))} for name in HOSTS},
+            client_settings={
+                "client.auth.token.file": str(secret_file(workdir / "submit.token", SUBMIT))
+            },
+        )
+
+    def _pacemaker_secrets(self) -> Path:
+        """The pacemakers' digest credentials: the nimbuses', and each supervisor's (its id is
+        its host's name)."""
+        lines = [f"nimbus nimbus {secrets.token_hex(16)}"]
+        lines += [f"{name} supervisor {secrets.token_hex(16)}" for name in HOSTS]
+        return secret_file(self.workdir / "pacemaker.secrets", "\n".join(lines))
+
+    def history_file(self, name: str) -> Path:
+        """Where the processes of host ``name`` (or the bench, ``driver``) record their trail."""
+        return self.workdir / f"history-{name}.jsonl"
+
+    def history_files(self) -> list[Path]:
+        return sorted(self.workdir.glob("history-*.jsonl"))
+
+    def start(self) -> None:
+        for directory in ("checkpoints", "input"):
+            (self.shared / directory).mkdir(parents=True, exist_ok=True)
+        for pacemaker in self.pacemakers.values():
+            pacemaker.start()
+        for pacemaker in self.pacemakers.values():
+            pacemaker.wait_ready(READY_SECS)
+        self.nodes.start()
+        for name in HOSTS:
+            self.nodes.add_supervisor(name, slots=SLOTS)
+
+    def close(self) -> None:
+        handle_interrupts(signal.SIG_IGN)  # let the cleanup finish (seconds at most)
+        try:
+            self.nodes.close()
+            stop_all(list(self.pacemakers.values()))
+        finally:
+            handle_interrupts(raise_interrupted)
+
+    def kill_host(self, name: str) -> list[int]:
+        """Cut host ``name`` off the network, then SIGKILL every process running on it
+        (listing them again until none is left: a monitor may have started one meanwhile);
+        the pids killed."""
+        self.hosts.cut(name)
+        killed: list[int] = []
+        for _ in range(KILL_PASSES):
+            found = [pid for pid in self.hosts.pids(name) if pid not in killed]
+            if not found:
+                break
+            for pid in found:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            killed += found
+            time.sleep(KILL_PASS_SECS)
+        return killed
+
+    def restore_host(self, name: str) -> None:
+        """Put host ``name`` back on the network and start its daemons again (each killed
+        process reaped first), waiting until each is ready."""
+        self.hosts.heal(name)
+        zookeeper = self.nodes.zookeepers[name]
+        zookeeper.kill()
+        zookeeper.launch()
+        zookeeper.wait_serving(READY_SECS)
+        pacemaker = self.pacemakers[name]
+        pacemaker.kill()
+        pacemaker.start()
+        pacemaker.wait_ready(READY_SECS)
+        nimbus = self.nodes.nimbuses[name]
+        nimbus.kill()
+        nimbus.start()
+        nimbus.wait_ready(READY_SECS)
+        supervisor = self.nodes.supervisors[name]
+        supervisor.kill()
+        supervisor.start()
+        supervisor.wait_ready(READY_SECS)
+
+    def leader_not_on(self, name: str) -> str:
+        """The leader's host once every nimbus agrees, moved off host ``name`` if it was there:
+        that nimbus stops (giving its lead up), another wins, and it starts again."""
+        leader = self.nodes.wait_for_agreed_leader(timeout=WAIT_SECS)
+        if leader != name:
+            return leader
+        nimbus = self.nodes.nimbuses[name]
+        nimbus.stop()
+        others = [host for host in HOSTS if host != name]
+        self.nodes.wait_for_agreed_leader(among=others, timeout=WAIT_SECS)
+        nimbus.start()
+        nimbus.wait_ready(READY_SECS)
+        leader = self.nodes.wait_for_agreed_leader(timeout=WAIT_SECS)
+        if leader == name:
+            raise BenchError(f"the lead came back to {name} when its nimbus started again")
+        return leader
+
+
+class TrailTail:
+    """Every event of the trail's files, read on as they grow (whole lines only)."""
+
+    def __init__(self, files: Callable[[], list[Path]]) -> None:
+        self._files = files
+        self._read: dict[Path, tuple[int, int]] = {}  # offset, lines
+        self.events: list[Event] = []
+
+    def read(self) -> list[Event]:
+        """Every event so far, the new ones read."""
+        for path in self._files():
+            offset, number = self._read.get(path, (0, 0))
+            with path.open("rb") as lines:
+                lines.seek(offset)
+                data = lines.read()
+            whole = data[: data.rfind(b"\n") + 1]
+            for raw in whole.splitlines():
+                number += 1
+                with contextlib.suppress(ValueError):
+                    fields = json.loads(raw)
+                    if isinstance(fields, dict):
+                        self.events.append(Event(fields, f"{path}:{number}"))
+            self._read[path] = (offset + len(whole), number)
+        return self.events
+
+
+# ---------------------------------------------------------------------------------------------
+# A round
+
+
+@dataclass(frozen=True)
+class Round:
+    """One host killed under the active worker, and its pipeline's first batch elsewhere."""
+
+    row: str
+    number: int
+    victim: str  # the host killed (its supervisor's id is its name)
+    leader: str  # the leader nimbus's host, before and through the kill
+    target: str  # where the pipeline went
+    killed: int  # processes killed on the victim
+    detection: float  # seconds: kill → the assignment's change
+    worker_start: float  # → the new worker's start
+    first_batch: float  # → its first committed batch
+    total: float  # kill → first batch
+    batch_gap: float  # the last batch before the kill → the first after
+    batch_secs: float | None  # that first batch's own duration (triggerExecution)
+    limit: float | None  # the physical limit: timeout + trigger + batch_secs
+
+
+def _of_pipeline(event: Event, name: str) -> bool:
+    return event.name == name and event.get("pipeline") == PIPELINE
+
+
+def committed_on(events: Sequence[Event], supervisor: str, since: float) -> int:
+    """The pipeline's batches committed on ``supervisor`` after ``since`` (monotonic)."""
+    return sum(
+        1
+        for e in events
+        if _of_pipeline(e, BATCH_COMMITTED)
+        and e.get("supervisor") == supervisor
+        and e.at.mono > since
+    )
+
+
+def first_batch_elsewhere(events: Sequence[Event], victim: str, since: float) -> Event | None:
+    """The pipeline's first batch committed off ``victim`` after ``since``."""
+    batches = [
+        e
+        for e in events
+        if _of_pipeline(e, BATCH_COMMITTED) and e.get("supervisor") != victim and e.at.mono > since
+    ]
+    return min(batches, key=lambda e: e.at.mono, default=None)
+
+
+def moved(
+    events: Sequence[Event], first: Event, since: float
+) -> tuple[Event | None, Event | None, Event | None]:
+    """Around the first batch ``first`` after ``since``: the leader's write of the pipeline's
+    assignment after ``since``, the start of the worker that committed ``first``, and the
+    last batch committed before ``since``."""
+    writes = [
+        e
+        for e in events
+        if e.name == LEADER_WRITE
+        and since < e.at.mono <= first.at.mono
+        and any(_assigns(op) for op in e.get("ops", []))
+    ]
+    starts = [
+        e
+        for e in events
+        if _of_pipeline(e, WORKER_STARTED)
+        and e.process == first.process
+        and e.at.mono <= first.at.mono
+    ]
+    before = [e for e in events if _of_pipeline(e, BATCH_COMMITTED) and e.at.mono <= since]
+    return (
+        min(writes, key=lambda e: e.at.mono, default=None),
+        max(starts, key=lambda e: e.at.mono, default=None),
+        max(before, key=lambda e: e.at.mono, default=None),
+    )
+
+
+def _assigns(op: str) -> bool:
+    """Whether a fenced write's operation (``"set_data <path>"``) writes the pipeline's
+    assignment (``<root>/assignments/<pipeline>``)."""
+    name, _, path = op.partition(" ")
+    return name in ("create", "set_data") and path.endswith(f"/assignments/{PIPELINE}")
+
+
+def wait_steady(
+    cluster: FailoverHosts, client: NimbusClient, trail: TrailTail, row: Row
+) -> tuple[str, str]:
+    """Wait until the pipeline runs, the leader is on another host, every supervisor is
+    registered, the row's spares are ready elsewhere and ``STEADY_BATCHES`` batches were
+    committed after that; the worker's host and the leader's."""
+    poll_until(f"{PIPELINE} to run", lambda: running_beat(client, PIPELINE) is not None, WAIT_SECS)
+    beat = running_beat(client, PIPELINE)
+    if beat is None:
+        raise BenchError(f"{PIPELINE} stopped running")
+    active = beat.supervisor
+    triggers = {query.trigger_interval_secs for query in beat.queries}
+    if triggers - {None, TRIGGER_SECS}:
+        raise BenchError(f"{PIPELINE} runs with a trigger of {triggers} s, not {TRIGGER_SECS} s")
+    leader = cluster.leader_not_on(active)
+    poll_until(
+        "every supervisor to be registered",
+        lambda: {s.id for s in client.cluster().supervisors} >= set(HOSTS),
+        WAIT_SECS,
+    )
+    for other in HOSTS:
+        if other != active:
+            row.spares(client, other)
+    since = time.monotonic()
+    poll_until(
+        f"{STEADY_BATCHES} batches of {PIPELINE} on {active}",
+        lambda: committed_on(trail.read(), active, since) >= STEADY_BATCHES,
+        WAIT_SECS,
+    )
+    beat = running_beat(client, PIPELINE)
+    if beat is None or beat.supervisor != active:
+        raise BenchError(f"{PIPELINE} left {active} while the cluster settled")
+    return active, leader
+
+
+def kill_round(
+    cluster: FailoverHosts,
+    client: NimbusClient,
+    trail: TrailTail,
+    driver: TrailRecorder,
+    row: Row,
+    number: int,
+    console: Console,
+) -> Round:
+    """Wait until steady, kill the worker's host, time its pipeline's move, restore the host."""
+    victim, leader = wait_steady(cluster, client, trail, row)
+    began = time.monotonic()
+    killed = cluster.kill_host(victim)
+    for pid in killed:  # as a fault injector records a host's death: its supervisor's id
+        driver.record(
+            PROCESS_KILLED,
+            of_host=socket.gethostname(),
+            of_pid=pid,
+            target="host",
+            supervisor=victim,
+        )
+    found: list[Event] = []
+
+    def committed_elsewhere() -> bool:
+        first = first_batch_elsewhere(trail.read(), victim, began)
+        found[:] = [first] if first is not None else []
+        return first is not None
+
+    poll_until(f"a batch of {PIPELINE} committed off {victim}", committed_elsewhere, WAIT_SECS)
+    first = found[0]
+    write, start, before = moved(trail.events, first, began)
+    if write is None or start is None or before is None:
+        raise BenchError(
+            f"round {number}: the trail lacks the assignment's write, the new worker's start "
+            f"or the last batch before the kill (found {write}, {start}, {before})"
+        )
+    duration = first.get("duration_secs")
+    batch_secs = float(duration) if duration is not None else None
+    limit = DETECTION_TIMEOUT_SECS + TRIGGER_SECS + batch_secs if batch_secs is not None else None
+    result = Round(
+        row=row.name,
+        number=number,
+        victim=victim,
+        leader=leader,
+        target=str(first.get("supervisor")),
+        killed=len(killed),
+        detection=write.at.mono - began,
+        worker_start=start.at.mono - write.at.mono,
+        first_batch=first.at.mono - start.at.mono,
+        total=first.at.mono - began,
+        batch_gap=first.at.mono - before.at.mono,
+        batch_secs=batch_secs,
+        limit=limit,
+    )
+    console.print(describe(result))
+    cluster.restore_host(victim)
+    return result
+
+
+def describe(r: Round) -> str:
+    batch = "-" if r.batch_secs is None else f"{r.batch_secs:.2f} s"
+    limit = "-" if r.limit is None else f"{r.limit:.2f} s"
+    return (
+        f"{r.row} round {r.number}: host {r.victim} killed ({r.killed} processes; leader on "
+        f"{r.leader}) → {r.target}: detection {r.detection:.2f} s, worker start "
+        f"{r.worker_start:.2f} s, first batch {r.first_batch:.2f} s (its own {batch}); "
+        f"total {r.total:.2f} s, physical limit {limit}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# A row
+
+
+@dataclass
+class RowResult:
+    """A row's rounds and the checks of its whole run."""
+
+    row: str
+    rounds: list[Round]
+    fed: int
+    exactly_once: list[str]
+    single_run: list[str]
+    warm_rss_mib: list[tuple[float, float]] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def row_cluster(row: Row, console: Console, *, keep: bool) -> Iterator[FailoverHosts]:
+    """The row's cluster on three new hosts; its logs and trails kept when something fails,
+    or when asked (``keep``)."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"stratus-bench-host-failover-{row.name}-"))
+    console.rule(f"{row.name}: {row.what}")
+    try:
+        with NetnsHosts(HOSTS) as hosts, FailoverHosts(hosts, workdir, row) as cluster:
+            console.print(
+                f"hosts {', '.join(f'{h.name} {h.address}' for h in hosts)}: each a ZooKeeper "
+                f"member, a nimbus, a supervisor of {SLOTS} slots and a pacemaker; logs and "
+                f"trails in {workdir}"
+            )
+            yield cluster
+    except (StratusError, BenchError, AssertionError, OSError, RuntimeError) as exc:
+        raise BenchError(f"{row.name}: {exc} (logs kept in {workdir})") from exc
+    if keep:
+        console.print(f"{row.name}: logs and trails kept in {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_row(row: Row, rounds: int, console: Console, *, keep: bool = False) -> RowResult:
+    """Submit the pipeline on the row's cluster, kill ``rounds`` hosts, then check the run."""
+    with row_cluster(row, console, keep=keep) as cluster:
+        driver = TrailRecorder.open(cluster.history_file("driver"), Actor("client", "bench"))
+        trail = TrailTail(cluster.history_files)
+        output = cluster.shared / "output"
+        feeder = Feeder(cluster.shared / "input")
+        with cluster.nodes.client() as client:
+            conf = {
+                INPUT_KEY: str(cluster.shared / "input"),
+                OUTPUT_KEY: str(output),
+                "pipeline.trigger.interval.secs": TRIGGER_SECS,
+                **row.pipeline_conf,
+            }
+            client.submit(PIPELINE, EXAMPLE, conf)
+            feeder.start()
+            try:
+                results = [
+                    kill_round(cluster, client, trail, driver, row, number, console)
+                    for number in range(1, rounds + 1)
+                ]
+            finally:
+                fed = feeder.stop()
+            with contextlib.suppress(BenchError):  # what is missing, the check says
+                poll_until(
+                    f"all {fed} events counted",
+                    lambda: window_count_total(output) >= fed,
+                    DRAIN_SECS,
+                )
+            memory = warm_memory() if row.spares is warm_spares else []
+        driver.close()
+        once = check_exactly_once(
+            streaming_expected(range(fed)), streaming_counted(read_rows(output))
+        )
+        single = check_single_run(trail.read(), Clocks())  # one machine: one monotonic clock
+    return RowResult(
+        row.name, results, fed, [str(v) for v in once], [str(v) for v in single], memory
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+
+def _ratio(r: Round) -> float | None:
+    return None if r.limit is None else r.total / r.limit
+
+
+STEPS: list[tuple[str, str, Callable[[Round], float | None]]] = [
+    ("detection", "kill → the leader writes the new assignment", lambda r: r.detection),
+    ("worker start", "→ the new worker starts on another host", lambda r: r.worker_start),
+    ("first batch", "→ it commits its first batch", lambda r: r.first_batch),
+    ("kill → first batch", "the sum", lambda r: r.total),
+    ("batch gap", "last batch before the kill → first after", lambda r: r.batch_gap),
+    ("first batch's own", "that batch's triggerExecution", lambda r: r.batch_secs),
+    ("physical limit", "timeout + trigger + first batch's own", lambda r: r.limit),
+    ("over the limit", "kill → first batch / physical limit", _ratio),
+]
+
+
+def cells(values: Sequence[float | None]) -> tuple[str, str, str]:
+    """p50, p99 and max of the known values."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return "-", "-", "-"
+    p50, p99, top = percentile(known, 50), percentile(known, 99), max(known)
+    return f"{p50:.2f}", f"{p99:.2f}", f"{top:.2f}"
+
+
+def report(results: list[RowResult], timeout: float, console: Console) -> list[str]:
+    table = Table(
+        title=f"A host of the active worker dies → its pipeline's first batch elsewhere (trigger "
+        f"{TRIGGER_SECS:g} s, detection timeout {timeout:g} s): seconds",
+        caption="each step from the trail the processes recorded; the physical limit of a "
+        "round: the detection's timeout + one trigger + that round's first batch's own duration",
+        box=box.SIMPLE_HEAD,
+    )
+    table.add_column("step")
+    table.add_column("until")
+    for result in results:
+        for stat in ("p50", "p99", "max"):
+            table.add_column(f"{result.row} {stat}", justify="right")
+    for name, until, value in STEPS:
+        row_cells = [c for result in results for c in cells([value(r) for r in result.rounds])]
+        table.add_row(name, until, *row_cells)
+    console.print(table)
+    return verdicts(results, timeout)
+
+
+def verdicts(results: list[RowResult], timeout: float) -> list[str]:
+    lines = []
+    totals = {result.row: [r.total for r in result.rounds] for result in results}
+    for result in results:
+        total = totals[result.row]
+        p50, p99 = percentile(total, 50), percentile(total, 99)
+        limits = [r.limit for r in result.rounds if r.limit is not None]
+        ratios = [x for x in map(_ratio, result.rounds) if x is not None]
+        against = (
+            f" = {percentile(ratios, 50):.2f}x its physical limit at p50 "
+            f"({percentile(limits, 50):.2f} s: timeout {timeout:g} s + trigger "
+            f"{TRIGGER_SECS:g} s + the first batch's own)"
+            if ratios
+            else " (no first batch's own duration recorded: no physical limit)"
+        )
+        lines.append(
+            f"{result.row}: kill → first batch elsewhere p50 {p50:.2f} s, p99 {p99:.2f} s, max "
+            f"{max(total):.2f} s over {len(total)} rounds{against}"
+        )
+        lines.append(
+            f"{result.row}: the host failover goal p50 <= {TARGET_P50_SECS:g} s: "
+            f"{'met' if p50 <= TARGET_P50_SECS else 'MISSED'}; p99 <= {TARGET_P99_SECS:g} s: "
+            f"{'met' if p99 <= TARGET_P99_SECS else 'MISSED'}"
+        )
+    if "cold" in totals and "warm" in totals:
+        cold, warm = percentile(totals["cold"], 50), percentile(totals["warm"], 50)
+        lines.append(f"warm: p50 {warm:.2f} s = {warm / cold:.2f}x the cold p50 {cold:.2f} s")
+    for result in results:
+        lines.append(
+            f"{result.row}: exactly once, {result.fed} events fed: {_checked(result.exactly_once)}"
+        )
+        lines.append(f"{result.row}: single run on the trails: {_checked(result.single_run)}")
+        if result.warm_rss_mib:
+            lines.append(f"{result.row}: {memory_verdict(result.warm_rss_mib)}")
+    return lines
+
+
+def _checked(violations: list[str]) -> str:
+    return f"{len(violations)} violations, MISSED" if violations else "met"
+
+
+def violations_shown(results: list[RowResult], console: Console) -> None:
+    for result in results:
+        for violation in [*result.exactly_once, *result.single_run][:SHOWN_VIOLATIONS]:
+            console.print(f"[red]{result.row}: {violation}[/]")
+
+
+# ---------------------------------------------------------------------------------------------
+# Main
+
+
+def parse_rows(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in ROWS]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"rows are a comma-separated list of {', '.join(ROWS)}, not {text!r}"
+        )
+    return list(dict.fromkeys(names))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument(
+        "--rows",
+        type=parse_rows,
+        default=list(DEFAULT_ROWS),
+        help=f"rows to measure, comma-separated (default: {','.join(DEFAULT_ROWS)})",
+    )
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="hosts killed per row")
+    parser.add_argument("--quick", action="store_true", help="one round per row: a smoke run")
+    parser.add_argument("--json", type=Path, help="also write every round to this file")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep every row's logs and trails (a temp directory)"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds = 1
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, not {args.rounds}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    handle_interrupts(raise_interrupted)
+    console = report_console(width=160)
+    console.rule("Host failover: " + ", ".join(args.rows))
+    info = machine(("kazoo", "pyspark"))
+    reproduce = shlex.join(
+        [".venv/bin/python", "bench/host_failover.py", *(sys.argv[1:] if argv is None else argv)]
+    )
+    for key, value in info.items():
+        console.print(f"[bold]{key:>9}[/]: {value}")
+    console.print(f"[bold]{'reproduce':>9}[/]: {reproduce}")
+    reason = unavailable()
+    if reason is not None:
+        console.print(f"[bold red]benchmark cannot run:[/] no network-namespace hosts: {reason}")
+        return 1
+    later = [ROWS[name] for name in args.rows if not ROWS[name].built]
+    if "hot" not in args.rows:
+        later.append(ROWS["hot"])
+    results: list[RowResult] = []
+    try:
+        for name in args.rows:
+            if ROWS[name].built:
+                results.append(run_row(ROWS[name], args.rounds, console, keep=args.keep))
+    except BenchError as exc:
+        console.print(f"[bold red]benchmark failed:[/] {exc}")
+        return 1
+    except Interrupted as exc:
+        console.print(f"[yellow]interrupted ({exc})[/]")
+        return 128 + exc.signum
+    lines = report(results, DETECTION_TIMEOUT_SECS, console) if results else []
+    lines += [f"{row.name}: not yet built; {row.what}" for row in later]
+    print_verdicts(console, lines)
+    violations_shown(results, console)
+    samples: dict[str, Any] = {result.row: asdict(result) for result in results}
+    write_json(args.json, args, machine=info, reproduce=reproduce, verdicts=lines, samples=samples)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

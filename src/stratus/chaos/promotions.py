@@ -1,0 +1,110 @@
+"""(f) Promotions explained: never a standby worker promoted without a failure of the
+supervisor it took the pipeline from (``docs/reliability.md``)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from stratus.chaos.trail_events import Clocks, Event, Instant, Violation, began_at
+from stratus.trail import HOST_CUT, HOST_STRESSED, PROCESS_KILLED, PROCESS_PAUSED, WORKER_PROMOTED
+
+PLANNED_STOP = "stopped"  # a promotion's ``how`` when its supervisor was stopped on purpose
+FAULT_EVENTS = (PROCESS_KILLED, PROCESS_PAUSED, HOST_CUT, HOST_STRESSED)
+SILENCING_TARGETS = frozenset({"supervisor", "host"})  # the victims whose supervisor goes silent
+# The longest the leader may hear a supervisor's last beat after it was sent (a beat's interval,
+# a pacemaker's answer, a read's poll, with room to spare): a fault that ended this much before
+# the silence began may still be its cause.
+HEARING_LAG_SECS = 1.0
+
+
+@dataclass(frozen=True)
+class Outage:
+    """A fault of the trail that concerns a supervisor (``line``): it began at ``began``, ended
+    by its line, and kept the supervisor silent for ``secs`` (a kill: until its process is
+    started again, unbounded here; a fault that does not silence it, such as a stress or a
+    pause of its worker: zero)."""
+
+    supervisor: str
+    began: Instant
+    line: Event
+    secs: float
+
+
+def outages(events: Iterable[Event]) -> list[Outage]:
+    """The faults the trail records, with the supervisor each concerns: a kill or a pause of
+    its process or its host, a cut of its host (each silences it: ``Outage.secs``), and what
+    leaves it beating (a stress of its host, a fault of another process of its host)."""
+    return [
+        Outage(str(event.get("supervisor")), began_at(event), event, _silenced_secs(event))
+        for event in events
+        if event.name in FAULT_EVENTS and event.get("supervisor")
+    ]
+
+
+def _silenced_secs(fault: Event) -> float:
+    """How long the fault of line ``fault`` kept its supervisor silent."""
+    if fault.name == HOST_CUT:
+        return float(fault.get("secs", 0.0))
+    if fault.name == HOST_STRESSED or fault.get("target") not in SILENCING_TARGETS:
+        return 0.0
+    if fault.name == PROCESS_KILLED:
+        return math.inf
+    return float(fault.get("secs", 0.0))
+
+
+def check_promotions_explained(
+    events: Iterable[Event], clocks: Clocks, lag_secs: float = HEARING_LAG_SECS
+) -> list[Violation]:
+    """(f) Never a promotion without a failure: every ``worker_promoted`` that took a pipeline
+    off a supervisor follows a kill, a cut or a pause of that supervisor (its process or its
+    host) that kept it silent for the promotion's ``floor_secs`` at least, or was a planned
+    stop (``how: stopped``: a drain, an update). The fault began before the promotion and
+    was still going when the supervisor fell silent (``silent_secs`` before the promotion,
+    ``lag_secs`` earlier still: see ``HEARING_LAG_SECS``), as far as the clocks tell. Any
+    other promotion is a false suspicion: the failure detector acted on a silence that no
+    failure made (a loaded host, a pause shorter than the floor). Its violation holds the
+    promotion and the faults of that supervisor near it. A run without promotions passes."""
+    events = list(events)
+    by_supervisor: dict[str, list[Outage]] = defaultdict(list)
+    for outage in outages(events):
+        by_supervisor[outage.supervisor].append(outage)
+    violations = []
+    for promotion in events:
+        if promotion.name != WORKER_PROMOTED or promotion.get("how") == PLANNED_STOP:
+            continue
+        old = str(promotion.get("from_supervisor", ""))
+        floor = float(promotion.get("floor_secs", 0.0))
+        silent = float(promotion.get("silent_secs", 0.0))
+        fell_silent = _earlier(promotion.at, silent + lag_secs)
+        near = [
+            outage
+            for outage in by_supervisor.get(old, [])
+            if not clocks.before(promotion.at, outage.began)
+            and not clocks.before(outage.line.at, fell_silent)
+        ]
+        if any(outage.secs >= floor for outage in near):
+            continue
+        violations.append(
+            Violation(
+                "promotions_explained",
+                f"pipeline {promotion.get('pipeline')!r} was promoted from supervisor {old!r} "
+                f"to {promotion.get('to_supervisor')!r} at {_utc(promotion.at.wall)} (how: "
+                f"{promotion.get('how')}, silent {silent:.3f} s) with no kill, cut or pause "
+                f"of {old!r} lasting its floor of {floor:g} s: an unexplained promotion",
+                (promotion, *(outage.line for outage in near)),
+            )
+        )
+    return violations
+
+
+def _earlier(moment: Instant, secs: float) -> Instant:
+    """``moment`` less ``secs`` on both of its host's clocks."""
+    return Instant(moment.host, moment.wall - secs, moment.mono - secs)
+
+
+def _utc(wall: float) -> str:
+    return datetime.fromtimestamp(wall, UTC).isoformat(timespec="milliseconds")

@@ -1,0 +1,9 @@
+"""The leader's fast failover lane, for pipelines that have a standby worker: the failure
+detector that judges their supervisors from fast beats (``phi``), the watch that feeds it
+the beats read from the pacemakers (``beat_watch``) and the pure plan of which standby
+workers to promote (``promotion_plan``); the lane's thread and the promotion's transaction
+later.
+
+May import ``submission``, ``leadership``, ``scheduling``, ``local_dir``, ``settings`` and
+what lies below them; never ``duties``, ``service``, ``ui`` or ``http``, which stand above.
+"""

@@ -1,0 +1,357 @@
+"""The failover lane: the leader's thread that promotes the standby workers of hot pipelines.
+
+Guarantees: a hot pipeline's standby worker is promoted off a supervisor only on a verdict
+that its active worker is gone (``promotion_plan``): ``floor``, the supervisor is suspected
+and has been silent on the fast beats for at least its floor (``beat_watch``), so its hot
+workers have stopped themselves; or ``fenced``, a pipeline fence it answered in this term
+named the pipeline. Each promotion is one fenced transaction of the term
+(``promotion.Promoter``), logged (``event=worker_promoted``) and recorded in the trail
+(``worker_promoted``). With no hot pipeline the lane reads nothing at all: no beat, no
+znode::
+
+    lane = FailoverLane(watch, promoter, view.supervisors, poll_secs=0.1)
+    lane.start(term)                 # on gaining a term: its thread polls every poll_secs
+    lane.note(hot_snapshot(...))     # after every scheduling round: what is hot, and where
+    lane.suspected()                 # the supervisors it suspects: the round moves none of
+                                     # their hot pipelines and gives them nothing new
+    lane.stop()                      # on losing the term, and when the nimbus stops
+
+**What it reads.** The beats, through ``BeatWatch.poll``, and nothing else: the pipelines,
+assignments, placements and heartbeats come from the scheduling round's last snapshot of the
+term (``HotSnapshot``, with the znode versions the round read), the registrations from the
+cluster view. A snapshot older than a write it does not know of only makes a promotion's
+transaction fail on its version; the next round's snapshot has the new ones. Only the
+supervisors holding a hot pipeline's active worker, and advertising a beat lease, are judged.
+
+**The fence.** A supervisor is **suspected** once its phi reached ``nimbus.detector.threshold``
+(on a calm host about 0.66 s after its last beat), before its floor (1.02 s by default).
+With ``fence_pipelines`` (the nimbus's ``SupervisorFencing``, unless
+``nimbus.supervisor.fence.after.secs`` is 0), the lane asks a suspected supervisor, once per
+suspicion, to stop the workers of its hot pipelines, waiting no longer than the time left to
+its floor: if it answers, they are promoted at once as ``fenced``; if not (a dead host
+answers nothing), they are promoted as ``floor`` once its silence reaches its floor.
+Suspicion alone promotes nothing.
+
+One thread per term, started by ``start`` and ended by ``stop``; the watch is reset at every
+start (a new term judges nothing from an earlier one's beats) and whenever the round restarts
+its silences (``restart_silences``). ``step`` is one poll, for tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping, Set
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from stratus.api.clock import Clock
+from stratus.api.records import (
+    Assignment,
+    PipelineRecord,
+    SupervisorHeartbeat,
+    SupervisorSummary,
+)
+from stratus.api.standby_workers import StandbyWorkerPlacement, wants_standby_worker
+from stratus.coordination.errors import CommitOutcomeUnknownError, LeadershipLostError
+from stratus.coordination.leadership import Leadership
+from stratus.nimbus.failover.beat_watch import BeatWatch, ReadOutcome, Suspicion, beat_floors
+from stratus.nimbus.failover.promotion import Promoter
+from stratus.nimbus.failover.promotion_plan import (
+    How,
+    Promotion,
+    PromotionRefusal,
+    plan_promotions,
+)
+
+log = logging.getLogger(__name__)
+
+
+class FencePipelines(Protocol):
+    """Stop the workers of ``pipelines`` on ``supervisor`` for the term at ``epoch``, waiting
+    ``timeout`` seconds at most: True once the supervisor answered that they are gone
+    (``SupervisorFencing.fence_pipelines``)."""
+
+    def __call__(
+        self, supervisor: SupervisorSummary, pipelines: Collection[str], epoch: int, timeout: float
+    ) -> bool: ...
+
+
+PHI_ONLY_SECS = 1e-9  # the floor passed to BeatWatch to learn who phi alone suspects
+
+
+@dataclass(frozen=True)
+class HotSnapshot:
+    """What a scheduling round read of the hot pipelines (ACTIVE, ``pipeline.standby: hot``,
+    assigned), in the term at ``epoch``: their records, assignments and placements with the
+    znode versions read, and every supervisor's heartbeat."""
+
+    epoch: int
+    pipelines: Mapping[str, PipelineRecord] = field(default_factory=dict)
+    assignments: Mapping[str, tuple[Assignment, int]] = field(default_factory=dict)
+    placements: Mapping[str, tuple[StandbyWorkerPlacement | None, int]] = field(
+        default_factory=dict
+    )
+    heartbeats: Mapping[str, SupervisorHeartbeat] = field(default_factory=dict)
+
+    @property
+    def holders(self) -> set[str]:
+        """The supervisors holding a hot pipeline's active worker."""
+        return {assignment.supervisor for assignment, _ in self.assignments.values()}
+
+    def without(self, pipeline: str) -> HotSnapshot:
+        """The snapshot with ``pipeline`` left out (promoted: its versions read are spent)."""
+        return replace(
+            self,
+            pipelines={k: v for k, v in self.pipelines.items() if k != pipeline},
+            assignments={k: v for k, v in self.assignments.items() if k != pipeline},
+            placements={k: v for k, v in self.placements.items() if k != pipeline},
+        )
+
+
+def hot_snapshot(
+    epoch: int,
+    pipelines: Mapping[str, PipelineRecord],
+    assignments: Mapping[str, tuple[Assignment, int]],
+    placements: Mapping[str, tuple[StandbyWorkerPlacement | None, int]],
+    heartbeats: Mapping[str, SupervisorHeartbeat],
+    *,
+    written: Set[str] = frozenset(),
+) -> HotSnapshot:
+    """The hot pipelines of a round's read, but those whose assignment or placement the
+    round wrote since (``written``: their versions read no longer hold)."""
+    hot = {
+        name: record
+        for name, record in pipelines.items()
+        if name in assignments
+        and name not in written
+        and record.status.runs
+        and wants_standby_worker(record.conf)
+    }
+    return HotSnapshot(
+        epoch=epoch,
+        pipelines=hot,
+        assignments={name: assignments[name] for name in hot},
+        placements={name: placements[name] for name in hot if name in placements},
+        heartbeats=dict(heartbeats) if hot else {},
+    )
+
+
+class FailoverLane:
+    """The thread that runs BeatWatch, the fence and the promotions; see the module docstring.
+
+    ``registered``: the supervisors' registrations (the cluster view). ``wall``: the
+    assignments' timestamps.
+    """
+
+    def __init__(
+        self,
+        watch: BeatWatch,
+        promoter: Promoter,
+        registered: Callable[[], Mapping[str, SupervisorSummary]],
+        *,
+        poll_secs: float,
+        fence_pipelines: FencePipelines | None = None,
+        clock: Clock = time.monotonic,
+        wall: Clock = time.time,
+    ) -> None:
+        if not poll_secs > 0:
+            raise ValueError(f"the failover lane's poll must be positive seconds, not {poll_secs}")
+        self._watch = watch
+        self._promoter = promoter
+        self._registered = registered
+        self._poll_secs = poll_secs
+        self._fence = fence_pipelines
+        self._clock = clock
+        self._wall = wall
+        self._lock = threading.Lock()  # guards what the round and the thread share:
+        self._snapshot: HotSnapshot | None = None
+        self._suspected: frozenset[str] = frozenset()
+        self._restart = False  # the round restarted its silences: so does the watch
+        self._refused: dict[str, str] = {}  # pipeline -> the refusal last logged
+        self._fences: dict[str, frozenset[str]] = {}  # supervisor -> what its fence answered
+        # for (empty: asked, no answer), for as long as it stays suspected
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._term: Leadership | None = None
+        self.outcome: ReadOutcome | None = None  # the last read's, this term; None: none yet
+
+    # ------------------------------------------------------------------ shared with the round
+
+    def note(self, snapshot: HotSnapshot) -> None:
+        """The round's newest read of the hot pipelines (any thread)."""
+        with self._lock:
+            self._snapshot = snapshot
+
+    def restart_silences(self) -> None:
+        """Start every silence again at the next poll, as the round does after a stretch it
+        could not see (any thread)."""
+        with self._lock:
+            self._restart = True
+
+    def suspected(self) -> frozenset[str]:
+        """The supervisors suspected at the lane's last judgement in this term (any thread)."""
+        with self._lock:
+            return self._suspected
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, term: Leadership) -> None:
+        """Start the thread for ``term`` (the controller's ``on_gained``)."""
+        if self._term is term and self._thread is not None and self._thread.is_alive():
+            return
+        self.stop()
+        self._watch.reset()
+        with self._lock:
+            self._snapshot, self._suspected = None, frozenset()
+        self._refused.clear()
+        self._fences.clear()
+        self.outcome = None
+        self._term = term
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(term, self._stop), name="failover-lane", daemon=True
+        )
+        self._thread.start()
+        log.info("event=failover_lane_started epoch=%d poll_secs=%g", term.epoch, self._poll_secs)
+
+    def stop(self) -> None:
+        """Stop the thread, if one runs (the controller's ``on_lost``; the nimbus's stop)."""
+        thread, self._thread = self._thread, None
+        self._stop.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        with self._lock:
+            self._suspected = frozenset()
+        if thread is not None and self._term is not None:
+            log.info("event=failover_lane_stopped epoch=%d", self._term.epoch)
+        self._term = None
+
+    def _run(self, term: Leadership, stop: threading.Event) -> None:
+        while not stop.wait(self._poll_secs):
+            try:
+                self.step(term)
+            except LeadershipLostError as exc:
+                log.info(
+                    "event=failover_lane_ends epoch=%d reason=term_lost error=%s", term.epoch, exc
+                )
+                return
+            except CommitOutcomeUnknownError as exc:
+                log.warning("event=promotion_unknown epoch=%d error=%s", term.epoch, exc)
+                with self._lock:
+                    self._snapshot = None  # read back: wait for the next round's snapshot
+            except Exception:  # the lane must outlive one bad step
+                log.exception("event=failover_lane_step_failed epoch=%d", term.epoch)
+
+    # ------------------------------------------------------------------ one poll
+
+    def step(self, term: Leadership) -> tuple[Promotion, ...]:
+        """One poll: judge the holders of hot pipelines, promote what the verdicts allow;
+        the promotions committed."""
+        with self._lock:
+            snapshot, restart, self._restart = self._snapshot, self._restart, False
+        if restart:
+            self._watch.reset()
+            self._fences.clear()
+        if not term.is_leader:
+            return ()  # stepped down: on_lost stops the thread
+        if snapshot is None or snapshot.epoch != term.epoch or not snapshot.assignments:
+            self._set_suspected({})
+            return ()  # nothing hot: no read at all
+        registered = self._registered()
+        holders = snapshot.holders
+        floors = beat_floors({sid: s for sid, s in registered.items() if sid in holders})
+        if not floors:
+            self._set_suspected({})
+            return ()
+        self.outcome = self._watch.poll()
+        suspicions = {  # phi alone (the floors name who is judged), each with its real floor
+            sid: replace(suspicion, floor_secs=floors[sid])
+            for sid, suspicion in self._watch.suspected(
+                dict.fromkeys(floors, PHI_ONLY_SECS)
+            ).items()
+        }
+        self._set_suspected(suspicions)
+        for sid in set(self._fences) - set(suspicions):
+            del self._fences[sid]  # heard again: a later suspicion asks the fence again
+        if not suspicions:
+            return ()
+        verdicts, fenced = self._verdicts(term, snapshot, registered, suspicions)
+        if not verdicts:
+            return ()  # suspected, neither fenced nor past its floor yet
+        plan = plan_promotions(
+            verdicts=verdicts,
+            pipelines=snapshot.pipelines,
+            assignments=snapshot.assignments,
+            placements=snapshot.placements,
+            heartbeats=snapshot.heartbeats,
+            suspected=set(suspicions),
+            registered=set(registered),
+            epoch=term.epoch,
+            now=self._wall(),
+            fenced=fenced,
+        )
+        self._log_refusals(term, plan.refusals)
+        done = []
+        for promotion in plan.promotions:
+            suspicion = suspicions[promotion.from_supervisor]
+            if self._promoter.promote(
+                term,
+                promotion,
+                silent_secs=suspicion.silence_secs,
+                floor_secs=suspicion.floor_secs,
+            ):
+                done.append(promotion)
+            with self._lock:
+                if self._snapshot is snapshot:  # either way its versions are spent
+                    self._snapshot = snapshot = snapshot.without(promotion.pipeline)
+        return tuple(done)
+
+    def _verdicts(
+        self,
+        term: Leadership,
+        snapshot: HotSnapshot,
+        registered: Mapping[str, SupervisorSummary],
+        suspicions: Mapping[str, Suspicion],
+    ) -> tuple[dict[str, How], dict[str, Set[str]]]:
+        """``fenced`` for a suspected supervisor whose fence answered for its hot pipelines
+        (asked once per suspicion, within the time left to its floor), else ``floor`` once
+        its silence reached its floor; no verdict before."""
+        verdicts: dict[str, How] = {}
+        fenced: dict[str, Set[str]] = {}
+        for sid, suspicion in sorted(suspicions.items()):
+            left = suspicion.floor_secs - suspicion.silence_secs
+            if sid not in self._fences and self._fence is not None and sid in registered:
+                hot = frozenset(
+                    name for name, (a, _) in snapshot.assignments.items() if a.supervisor == sid
+                )
+                answered = left > 0 and self._fence(registered[sid], hot, term.epoch, left)
+                self._fences[sid] = hot if answered else frozenset()
+            if self._fences.get(sid):
+                verdicts[sid], fenced[sid] = How.FENCED, self._fences[sid]
+            elif left <= 0:
+                verdicts[sid] = How.FLOOR
+        return verdicts, fenced
+
+    def _set_suspected(self, suspicions: Mapping[str, Suspicion]) -> None:
+        with self._lock:
+            self._suspected = frozenset(suspicions)
+
+    def _log_refusals(self, term: Leadership, refusals: tuple[PromotionRefusal, ...]) -> None:
+        """Each refusal once, until its reason changes (the lane polls ten times a second)."""
+        for refusal in refusals:
+            if self._refused.get(refusal.pipeline) == refusal.reason.value:
+                continue
+            self._refused[refusal.pipeline] = refusal.reason.value
+            log.warning(
+                "event=promotion_refused pipeline=%s epoch=%d from=%s how=%s reason=%s "
+                "standby=%s detail=%s action=moved_the_ordinary_way",
+                refusal.pipeline,
+                term.epoch,
+                refusal.from_supervisor,
+                refusal.how.value,
+                refusal.reason.value,
+                refusal.standby or "-",
+                refusal.detail.replace(" ", "_"),
+            )

@@ -1,0 +1,286 @@
+"""The failover lane's poll (``FailoverLane.step``) and the round's snapshot of the hot
+pipelines (``hot_snapshot``), on an injected clock with scripted beats: pure logic, no
+pacemaker, no ZooKeeper. The promoter on the other side is a recording stand-in; the
+transaction itself is tested on a real ZooKeeper (tests/cluster/test_failover_lane.py).
+
+Pipeline "orders" (hot) runs on s1 with its standby worker READY on s2; "web" (not hot)
+runs on s3. Beats come every 100 ms, and the lane polls every 100 ms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+import pytest
+
+from stratus.api.records import (
+    Assignment,
+    AssignmentReason,
+    PipelineRecord,
+    SupervisorSummary,
+)
+from stratus.api.standby_workers import BeatLease
+from stratus.coordination.leadership import Leadership
+from stratus.nimbus.failover.beat_watch import BeatWatch
+from stratus.nimbus.failover.lane import FailoverLane, HotSnapshot, hot_snapshot
+from stratus.nimbus.failover.promotion_plan import How, Promotion
+from stratus.nimbus.settings import DetectorSettings
+from stratus.state.beats import Beat, BeatRead
+from tests.harness.supervisor_fakes import FakeClock
+from tests.unit.test_promotion_plan import (
+    assignment,
+    heartbeat,
+    placement,
+    record,
+    standby_beat,
+)
+
+SETTINGS = DetectorSettings(
+    threshold=8.0, window=200, pause_secs=0.3, min_std_secs=0.05, poll_secs=0.1
+)
+POLL = SETTINGS.poll_secs
+LEASE = BeatLease(lease_secs=0.8, stop_secs=0.1, poll_secs=0.02)
+EPOCH = 9
+
+
+@dataclass
+class Term:
+    """The term as the lane uses it: its epoch, and whether it is still held."""
+
+    epoch: int = EPOCH
+    is_leader: bool = True
+
+
+class Beats:
+    """The pacemakers as the lane reads them, counting the reads."""
+
+    def __init__(self) -> None:
+        self.beats: dict[str, Beat] = {}
+        self.reads = 0
+
+    def beat(self, supervisor: str) -> None:
+        last = self.beats.get(supervisor)
+        self.beats[supervisor] = Beat("boot-1", last.seq + 1 if last else 0, LEASE.lease_secs)
+
+    def read(self) -> BeatRead:
+        self.reads += 1
+        return BeatRead(dict(self.beats), 3, 3, False)
+
+
+class Promoter:
+    """Records the promotions asked; ``moved`` makes each one find its version moved."""
+
+    def __init__(self) -> None:
+        self.asked: list[Promotion] = []
+        self.promoted: list[tuple[Promotion, float, float]] = []
+        self.moved = False
+
+    def promote(
+        self, _term: Any, promotion: Promotion, *, silent_secs: float, floor_secs: float
+    ) -> bool:
+        self.asked.append(promotion)
+        if self.moved:
+            return False
+        self.promoted.append((promotion, silent_secs, floor_secs))
+        return True
+
+
+def snapshot() -> HotSnapshot:
+    orders, web = record("orders"), record("web", standby=None, submitted=11.0)
+    placed = placement(orders, "s2")
+    return hot_snapshot(
+        EPOCH,
+        {"orders": orders, "web": web},
+        {"orders": (assignment(orders, "s1"), 11), "web": (assignment(web, "s3"), 5)},
+        {"orders": (placed, 4)},
+        {"s2": heartbeat("s2", standby_beat(placed))},
+    )
+
+
+class Fence:
+    """A pipeline fence that answers (or not), recording what it was asked."""
+
+    def __init__(self, answers: bool) -> None:
+        self.answers = answers
+        self.asked: list[tuple[str, frozenset[str], int, float]] = []
+
+    def __call__(
+        self, supervisor: SupervisorSummary, pipelines: Any, epoch: int, timeout: float
+    ) -> bool:
+        self.asked.append((supervisor.id, frozenset(pipelines), epoch, timeout))
+        return self.answers
+
+
+class Lane:
+    """A lane over scripted beats, with every supervisor registered with a beat lease."""
+
+    def __init__(self, fence: Fence | None = None) -> None:
+        self.clock = FakeClock()
+        self.beats = Beats()
+        self.promoter = Promoter()
+        self.registered = {
+            sid: SupervisorSummary(id=sid, beat_lease=LEASE) for sid in ("s1", "s2", "s3")
+        }
+        self.lane = FailoverLane(
+            BeatWatch(SETTINGS, self.beats.read, clock=self.clock),
+            cast(Any, self.promoter),
+            lambda: self.registered,
+            poll_secs=POLL,
+            fence_pipelines=fence,
+            clock=self.clock,
+            wall=lambda: 1_700_000_100.0,
+        )
+        self.term = cast(Leadership, Term())
+
+    def run(self, secs: float, beating: set[str]) -> list[Promotion]:
+        """``secs`` of polls, each supervisor of ``beating`` beating between two polls."""
+        done: list[Promotion] = []
+        end = self.clock() + secs
+        while self.clock() < end - 1e-9:
+            self.clock.advance(POLL)
+            for sid in beating:
+                self.beats.beat(sid)
+            done.extend(self.lane.step(self.term))
+        return done
+
+
+@pytest.fixture
+def lane() -> Lane:
+    return Lane()
+
+
+def test_a_silent_supervisor_past_its_floor_has_its_hot_pipeline_promoted(lane: Lane) -> None:
+    lane.lane.note(snapshot())
+    assert lane.run(2.0, {"s1", "s2", "s3"}) == []
+    done = lane.run(2.0, {"s2", "s3"})  # s1 falls silent
+    assert [(p.pipeline, p.from_supervisor, p.to_supervisor, p.how) for p in done] == [
+        ("orders", "s1", "s2", How.FLOOR)
+    ]
+    promotion = done[0]
+    assert promotion.change.reason is AssignmentReason.STANDBY_PROMOTED
+    assert (promotion.assignment_version, promotion.placement_version) == (11, 4)
+    _, silent, floor = lane.promoter.promoted[0]
+    assert silent >= floor
+    assert len(lane.promoter.asked) == 1  # once: its versions are spent
+    assert lane.lane.suspected() == frozenset()  # nothing hot is left on s1: not judged
+
+
+def test_beats_with_jitter_below_the_floor_promote_nothing(lane: Lane) -> None:
+    lane.lane.note(snapshot())
+    for gap in (0.1, 0.3, 0.1, 0.5, 0.2, 0.7, 0.1, 0.4) * 3:
+        lane.run(gap - POLL, {"s2", "s3"})
+        lane.run(POLL, {"s1", "s2", "s3"})
+    assert lane.promoter.asked == []
+    assert lane.promoter.promoted == []
+
+
+def test_a_pipeline_not_hot_is_never_judged_nor_promoted(lane: Lane) -> None:
+    lane.lane.note(snapshot())
+    lane.run(3.0, {"s1", "s2"})  # s3, holding only "web", falls silent
+    assert lane.lane.suspected() == frozenset()
+    assert lane.promoter.asked == []
+
+
+def test_no_hot_pipeline_reads_no_beat(lane: Lane) -> None:
+    lane.run(1.0, set())  # no snapshot yet
+    web = record("web", standby=None)
+    lane.lane.note(hot_snapshot(EPOCH, {"web": web}, {"web": (assignment(web, "s3"), 5)}, {}, {}))
+    lane.run(1.0, set())
+    assert lane.beats.reads == 0
+
+
+def test_a_snapshot_of_another_term_is_not_acted_on(lane: Lane) -> None:
+    lane.lane.note(HotSnapshot(**{**snapshot().__dict__, "epoch": EPOCH - 1}))
+    lane.run(3.0, set())
+    assert lane.beats.reads == 0
+    assert lane.promoter.asked == []
+
+
+def test_a_lost_version_race_promotes_nothing_and_waits_for_a_new_snapshot(lane: Lane) -> None:
+    lane.lane.note(snapshot())
+    lane.promoter.moved = True
+    assert lane.run(3.0, {"s2", "s3"}) == []
+    assert len(lane.promoter.asked) == 1  # not asked again from the same read
+    assert lane.promoter.promoted == []
+    lane.promoter.moved = False
+    lane.lane.note(snapshot())  # the next round's read; the watch, unread meanwhile, is
+    # blind to the stretch: s1 gets a whole floor again
+    assert [p.pipeline for p in lane.run(3.0, {"s2", "s3"})] == ["orders"]
+
+
+def test_a_suspected_supervisor_that_answers_its_fence_is_promoted_before_its_floor() -> None:
+    fence = Fence(answers=True)
+    lane = Lane(fence)
+    lane.lane.note(snapshot())
+    lane.run(2.0, {"s1", "s2", "s3"})
+    done = lane.run(2.0, {"s2", "s3"})
+    assert [(p.pipeline, p.how) for p in done] == [("orders", How.FENCED)]
+    assert [(sid, pipelines, epoch) for sid, pipelines, epoch, _ in fence.asked] == [
+        ("s1", frozenset({"orders"}), EPOCH)  # its hot pipelines only: not "web"
+    ]
+    (_, _, _, within), (_, silent, floor) = fence.asked[0], lane.promoter.promoted[0]
+    assert 0 < within <= floor
+    assert silent < floor  # promoted on the fence's answer, before the floor
+
+
+def test_a_fence_that_gets_no_answer_is_asked_once_and_the_floor_promotes() -> None:
+    fence = Fence(answers=False)
+    lane = Lane(fence)
+    lane.lane.note(snapshot())
+    lane.run(2.0, {"s1", "s2", "s3"})
+    done = lane.run(2.0, {"s2", "s3"})
+    assert [(p.pipeline, p.how) for p in done] == [("orders", How.FLOOR)]
+    assert len(fence.asked) == 1
+    _, silent, floor = lane.promoter.promoted[0]
+    assert silent >= floor
+
+
+def test_suspicion_before_the_floor_promotes_nothing_without_a_fence(lane: Lane) -> None:
+    lane.lane.note(snapshot())
+    lane.run(2.0, {"s1", "s2", "s3"})
+    while not lane.lane.suspected():
+        assert lane.run(POLL, {"s2", "s3"}) == []
+    assert lane.lane.suspected() == {"s1"}  # phi has spoken: the round moves nothing of it
+    assert lane.promoter.asked == []  # but its floor has not passed
+
+
+def test_silences_restarted_by_the_round_give_a_supervisor_a_whole_floor_again(
+    lane: Lane,
+) -> None:
+    lane.lane.note(snapshot())
+    lane.run(2.0, {"s1", "s2", "s3"})
+    assert lane.run(0.9, {"s2", "s3"}) == []  # s1 silent, short of its floor
+    lane.lane.restart_silences()  # the round could not see a stretch: nor can the lane trust it
+    assert lane.run(0.5, {"s2", "s3"}) == []  # 1.4 s of silence, 0.5 s since the restart
+    assert [p.pipeline for p in lane.run(2.0, {"s2", "s3"})] == ["orders"]
+
+
+def test_a_term_no_longer_held_reads_nothing(lane: Lane) -> None:
+    lane.lane.note(snapshot())
+    cast(Term, lane.term).is_leader = False
+    lane.run(3.0, set())
+    assert lane.beats.reads == 0
+
+
+def test_the_snapshot_leaves_out_what_the_round_wrote() -> None:
+    orders, other = record("orders"), record("other", submitted=12.0)
+    current: dict[str, tuple[Assignment, int]] = {
+        "orders": (assignment(orders), 1),
+        "other": (assignment(other), 2),
+    }
+    pipelines: dict[str, PipelineRecord] = {"orders": orders, "other": other}
+    taken = hot_snapshot(EPOCH, pipelines, current, {}, {}, written={"other"})
+    assert set(taken.assignments) == {"orders"}
+    assert taken.holders == {"s1"}
+
+
+def test_a_poll_of_no_positive_seconds_is_refused() -> None:
+    clock = FakeClock()
+    with pytest.raises(ValueError, match="poll must be positive"):
+        FailoverLane(
+            BeatWatch(SETTINGS, Beats().read, clock=clock),
+            cast(Any, Promoter()),
+            dict,
+            poll_secs=0,
+        )
