@@ -16,7 +16,8 @@ unreachable, and fencing happens on time::
 Its parts, each one concept: a leader's fences, of the supervisor or of some pipelines,
 refused when older than an epoch seen (``leader_fences``); the hot workers' gate on the
 beat lease (``hot_workers``); the standby workers' start, stop, promotion and adoption
-(``standby_actions``); the workers a previous supervisor left running (``left_running``).
+(``standby_actions``); the workers a previous supervisor left running (``left_running``);
+the lease's end handed to the workers through the lease file (``lease_handover``).
 A leader's fence (``FenceOrder``, posted by the endpoint) takes the lease away and stops
 every worker as a lapse does.
 
@@ -53,6 +54,7 @@ from stratus.supervisor.heartbeat_publisher import HeartbeatRound
 from stratus.supervisor.hot_workers import HotWorkers
 from stratus.supervisor.launch_protocols import Launcher
 from stratus.supervisor.leader_fences import LeaderFences
+from stratus.supervisor.lease_handover import LeaseHandover
 from stratus.supervisor.left_running import LeftRunning
 from stratus.supervisor.loop_messages import (
     Adopted,
@@ -82,7 +84,6 @@ from stratus.supervisor.standby_worker import (
 )
 from stratus.supervisor.warm_memory import Budget, WarmInputs, WarmPlan
 from stratus.supervisor.worker_process import WorkerPaths
-from stratus.worker.lease_file import write_lease
 
 log = logging.getLogger(__name__)
 
@@ -150,9 +151,7 @@ class ControlLoop:
         self._hot = HotWorkers(supervisor, beats, request_read=request_read)
         self._clock = clock
         self._wall = wall
-        self._lease_file = lease_file
-        self._handed: float | None = None  # the lease's end last written to lease_file
-        self._hand_failed = False
+        self._handover = LeaseHandover(lease_file)  # the workers stop at its end
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self.workers: dict[str, ManagedWorker] = {}
         self._seen_epochs: dict[str, int] = {}
@@ -229,7 +228,7 @@ class ControlLoop:
         now = self._clock()
         if self._lease.check(now):
             self._fence()
-        self._hand_lease()
+        self._handover.hand(self._lease.ends_at())  # before any worker starts
         if now >= self._next_read:
             self._next_read = now + self._settings.reconcile_secs
             self._request_read()
@@ -270,28 +269,6 @@ class ControlLoop:
             worker.alive and round_.workers[name].state is WorkerState.STARTING
             for name, worker in self.workers.items()
         )
-
-    def _hand_lease(self) -> None:
-        """Write the lease's end to ``lease_file`` when it changed, before any worker starts:
-        the workers stop themselves once it has passed (``stratus.worker.lease_file``), so a
-        supervisor that stops running cannot leave them running past its lease."""
-        if self._lease_file is None:
-            return
-        ends = self._lease.ends_at()
-        if ends is None and self._handed is None:
-            return  # never held: a previous supervisor's lease stands until the first renewal
-        until = ends or 0.0
-        if until == self._handed:
-            return
-        try:
-            write_lease(self._lease_file, until)
-        except OSError as exc:  # the workers see no newer lease and stop: safe, and loud
-            if not self._hand_failed:
-                log.error("event=lease_file_not_written path=%s error=%r", self._lease_file, exc)
-            self._hand_failed = True
-            return
-        self._handed = until
-        self._hand_failed = False
 
     def free_for_warm(self) -> int:
         """How many warm workers fit: slots whose pipeline has no process (a pipeline about

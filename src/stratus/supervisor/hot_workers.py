@@ -26,7 +26,8 @@ from stratus.supervisor.heartbeat_lease import LeaseState
 from stratus.supervisor.managed_worker import ManagedWorker, Phase
 from stratus.supervisor.run_outcome import StopReason
 
-log = logging.getLogger(__name__)
+# the control loop's events: under its logger, as operators filter them
+log = logging.getLogger("stratus.supervisor.control_loop")
 
 
 def hot(assignment: Assignment) -> bool:

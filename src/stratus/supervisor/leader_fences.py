@@ -31,7 +31,8 @@ from stratus.supervisor.managed_worker import ManagedWorker
 from stratus.supervisor.pipeline_fence import PipelineHolds, newest
 from stratus.supervisor.run_outcome import StopReason
 
-log = logging.getLogger(__name__)
+# the control loop's events: under its logger, as operators filter them
+log = logging.getLogger("stratus.supervisor.control_loop")
 
 
 @dataclass(frozen=True, eq=False)

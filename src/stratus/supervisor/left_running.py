@@ -25,7 +25,8 @@ from stratus.supervisor.loop_messages import Adopted
 from stratus.supervisor.managed_worker import ManagedWorker
 from stratus.supervisor.run_outcome import RunEnd, RunRecorder
 
-log = logging.getLogger(__name__)
+# the control loop's events: under its logger, as operators filter them
+log = logging.getLogger("stratus.supervisor.control_loop")
 
 
 @dataclass

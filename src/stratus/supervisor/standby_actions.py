@@ -39,7 +39,8 @@ from stratus.supervisor.standby_worker import (
 )
 from stratus.supervisor.worker_process import WorkerPaths
 
-log = logging.getLogger(__name__)
+# the control loop's events: under its logger, as operators filter them
+log = logging.getLogger("stratus.supervisor.control_loop")
 
 
 class StandbyActions:
