@@ -17,7 +17,9 @@ Its parts, each one concept: a leader's fences, of the supervisor or of some pip
 refused when older than an epoch seen (``leader_fences``); the hot workers' gate on the
 beat lease (``hot_workers``); the standby workers' start, stop, promotion and adoption
 (``standby_actions``); the workers a previous supervisor left running (``left_running``);
-the lease's end handed to the workers through the lease file (``lease_handover``).
+the lease's end handed to the workers through the lease file (``lease_handover``); the
+warm workers kept to the free slots (``warm_keeping``); what it takes from the supervisor's
+other parts (``loop_protocols``).
 A leader's fence (``FenceOrder``, posted by the endpoint) takes the lease away and stops
 every worker as a lapse does.
 
@@ -37,22 +39,19 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Set
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Protocol
 
 from stratus.api.clock import Clock
 from stratus.api.records import (
     Assignment,
     SupervisorHeartbeat,
-    WorkerState,
 )
 from stratus.supervisor.assignment_reader import AssignmentsRead, ReadFailed
 from stratus.supervisor.beat_keeper import BeatKeeper
 from stratus.supervisor.heartbeat_lease import HeartbeatLease
 from stratus.supervisor.heartbeat_publisher import HeartbeatRound
 from stratus.supervisor.hot_workers import HotWorkers
-from stratus.supervisor.launch_protocols import Launcher
 from stratus.supervisor.leader_fences import LeaderFences
 from stratus.supervisor.lease_handover import LeaseHandover
 from stratus.supervisor.left_running import LeftRunning
@@ -65,6 +64,7 @@ from stratus.supervisor.loop_messages import (
     PipelineFenceOrder,
     Shutdown,
 )
+from stratus.supervisor.loop_protocols import CodeLauncher, WarmKeeper, WorkerPathsFactory
 from stratus.supervisor.managed_worker import ManagedWorker
 from stratus.supervisor.reconcile import (
     Action,
@@ -79,40 +79,14 @@ from stratus.supervisor.run_outcome import NoRecorder, RunRecorder, StopReason
 from stratus.supervisor.settings import LoopSettings
 from stratus.supervisor.standby_actions import StandbyActions
 from stratus.supervisor.standby_worker import (
-    StandbyLauncher,
     StandbyWorkers,
 )
-from stratus.supervisor.warm_memory import Budget, WarmInputs, WarmPlan
-from stratus.supervisor.worker_process import WorkerPaths
+from stratus.supervisor.warm_keeping import WarmKeeping
+from stratus.supervisor.warm_memory import Budget
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_MARGIN_SECS = 2.0  # past the stop grace, how long a shutdown waits for exits
-
-
-class CodeLauncher(Launcher, StandbyLauncher, Protocol):
-    """A launcher that also keeps the code of the digests still needed, and starts and
-    promotes standby workers."""
-
-    def retain(self, digests: Set[str]) -> None: ...
-
-
-class WarmKeeper(Protocol):
-    """The warm workers (``WarmPool``): kept to a number, stopped with the supervisor."""
-
-    def keep(
-        self,
-        wanted: int,
-        *,
-        pipelines_starting: bool = False,
-        plan: Callable[[WarmInputs], WarmPlan] = ...,
-    ) -> None: ...
-
-    def stop(self) -> None: ...
-
-
-class WorkerPathsFactory(Protocol):
-    def __call__(self, pipeline: str) -> WorkerPaths: ...
 
 
 class ControlLoop:
@@ -147,7 +121,6 @@ class ControlLoop:
         self._settings = settings
         self._request_read = request_read
         self._offer = offer
-        self._warm = warm
         self._hot = HotWorkers(supervisor, beats, request_read=request_read)
         self._clock = clock
         self._wall = wall
@@ -174,6 +147,7 @@ class ControlLoop:
         self._stop_workers = True  # at the end of the loop (Shutdown.workers)
         # standby workers placed here (``standby_worker``); none without a spare budget
         self.standby = standby or StandbyWorkers(Budget(0, "no spare budget"))
+        self._warm = WarmKeeping(warm, self.standby, slots=slots)
         self._standby_actions = StandbyActions(
             supervisor,
             self.standby,
@@ -252,29 +226,8 @@ class ControlLoop:
         self._sweep()
         self._fences.answer(self.workers, self._left)
         round_ = self.heartbeat_round()
-        if self._warm is not None and not self._shutdown_posted.is_set():
-            self._warm.keep(
-                self.free_for_warm(),
-                pipelines_starting=self._starting(round_),
-                plan=self.standby.plan,
-            )
-        else:
-            self.standby.plan_alone()
+        self._warm.keep(round_, self.workers, stopping=self._shutdown_posted.is_set())
         self._offer(round_)
-
-    def _starting(self, round_: HeartbeatRound) -> bool:
-        """Whether a pipeline's worker process runs and has not said RUNNING yet (its JVM
-        is starting: no warm worker starts beside it)."""
-        return any(
-            worker.alive and round_.workers[name].state is WorkerState.STARTING
-            for name, worker in self.workers.items()
-        )
-
-    def free_for_warm(self) -> int:
-        """How many warm workers fit: slots whose pipeline has no process (a pipeline about
-        to start keeps its slot's warm worker, which it may be handed), nor a standby worker."""
-        standby = sum(w.held().takes_slot for w in self.standby)
-        return max(0, self.slots - sum(w.alive for w in self.workers.values()) - standby)
 
     def _drain(self) -> None:
         """Apply every message waiting, after waiting up to one tick for the first."""
@@ -506,8 +459,7 @@ class ControlLoop:
             self.supervisor,
             ",".join(sorted(n for n, w in self.workers.items() if w.alive)) or "-",
         )
-        if self._warm is not None:
-            self._warm.stop()
+        self._warm.stop()
         self._hot.leave()
         for worker in self.workers.values():
             worker.leave()
@@ -526,8 +478,7 @@ class ControlLoop:
         for worker in self.workers.values():  # first: their grace runs from now, together
             worker.stop(StopReason.SHUTDOWN)
         self._standby_actions.stop_all()
-        if self._warm is not None:
-            self._warm.stop()
+        self._warm.stop()
         self._left.kill_unreconciled()  # left running, never reconciled: they go too
         self._left.kill_orphans()
         deadline = self._clock() + self._settings.timeouts.stop_secs + SHUTDOWN_MARGIN_SECS
