@@ -393,15 +393,18 @@ class ControlLoop:
             standby.stop()
 
     def _keep_beats(self, now: float) -> bool:
-        """Keep the beat agent while a hot worker is held or assigned here (started only
-        while the lease holds), none otherwise; retire every hot worker running once the beat
-        lease has ended. Whether hot workers may start on the newest read."""
+        """Keep the beat agent while a hot worker or a standby worker is held or assigned
+        here (started only while the lease holds), none otherwise; retire every hot worker
+        running once the beat lease has ended. Whether hot workers may start on the newest
+        read. A standby worker keeps the agent so that its promotion finds the beat lease
+        already held: starting the agent then would cost the failover its start and a read."""
         beats = self._beats
         if beats is None:
             return True
         if self._last_read is not None and not self._shutdown_posted.is_set():
             held = (w for w in self.workers.values() if w.alive or not w.retiring)
-            hot = self._hot_assigned or any(_hot(w.assignment) for w in held)
+            standby = bool(self.standby.workers)
+            hot = self._hot_assigned or standby or any(_hot(w.assignment) for w in held)
             if not hot:
                 beats.keep(False)
             elif self._lease.state is LeaseState.HELD:
