@@ -622,8 +622,11 @@ class ControlLoop:
             self._promote(self.standby.workers[name], action.assignment)
 
     def _waits_for_beat_lease(self, assignment: Assignment | None) -> bool:
+        """Whether a hot promotion waits: asked of the read being applied, not of the last
+        tick's (that read may be the one begun after the beat lease was regained, which
+        nothing but the next periodic read would otherwise follow)."""
         hot = assignment is not None and _hot(assignment)
-        return self._beats is not None and hot and not self._hot_may_start
+        return self._beats is not None and hot and not self._beats.may_start(self._last_read)
 
     def _new_standby(self, placement: StandbyWorkerPlacement, era: int) -> ManagedStandbyWorker:
         return ManagedStandbyWorker(
