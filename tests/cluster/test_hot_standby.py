@@ -184,10 +184,10 @@ def test_a_dead_hosts_hot_pipeline_is_promoted_to_its_standby_worker_exactly_onc
             for pacemaker in pacemakers:  # a cluster that has run for a while
                 wait_until(partial(warmed_up, pacemaker), MOVE_SECS, "a pacemaker's warm-up")
             _, before = driver.now()
-            wait_until(
-                lambda: batches_after(trail, active.supervisor, before),
+            wait_until(  # steady: the backlog of the first batch is done
+                lambda: len(batches_after(trail, active.supervisor, before)) >= 2,
                 MOVE_SECS,
-                "a batch before the kill",
+                "two batches before the kill",
             )
 
             _, killed_at = driver.now()
