@@ -156,7 +156,9 @@ class ControlLoop:
             settings=settings,
             runs=self._runs,
             new_worker=self._new_worker,
-            promotion_waits=self._hot.promotion_waits,
+            promotion_waits=lambda assignment: self._hot.promotion_waits(
+                assignment, self._last_read
+            ),
             read_soon=self._read_soon,
             clock=clock,
             wall=wall,
@@ -213,6 +215,7 @@ class ControlLoop:
             last_read=self._last_read,
             lease=self._lease.state,
             stopping=self._shutdown_posted.is_set(),
+            holds_standby=bool(self.standby.workers),
         )
         for worker in list(self.workers.values()):
             hot = self._hot.is_hot(worker.assignment)

@@ -45,7 +45,6 @@ class HotWorkers:
         self._beats = beats  # the pacemaker store: hot workers run on the beat lease
         self._request_read = request_read
         self._assigned = False  # the newest read assigns a hot pipeline here
-        self._may_start = False  # the last keep's: hot workers may start (or be promoted)
 
     def is_hot(self, assignment: Assignment) -> bool:
         """Whether ``assignment``'s worker runs on the beat lease here."""
@@ -55,10 +54,15 @@ class HotWorkers:
         """The newest read's assignments here: whether a hot pipeline is among them."""
         self._assigned = any(hot(assignment) for assignment in desired.values())
 
-    def promotion_waits(self, assignment: Assignment | None) -> bool:
+    def promotion_waits(self, assignment: Assignment | None, read: float | None) -> bool:
         """Whether a promotion to ``assignment`` waits for the beat lease (a promoted
-        worker is a hot worker); the beat lease's regain asks for the next read."""
-        return assignment is not None and self.is_hot(assignment) and not self._may_start
+        worker is a hot worker); the beat lease's regain asks for the next read. Asked of
+        ``read``, the start of the read being applied, not of the last keep's: that read may
+        be the one begun after the beat lease was regained, which nothing but the next
+        periodic read would otherwise follow."""
+        if assignment is None or not self.is_hot(assignment):
+            return False
+        return self._beats is not None and not self._beats.may_start(read)
 
     def keep(
         self,
@@ -68,17 +72,19 @@ class HotWorkers:
         last_read: float | None,
         lease: LeaseState,
         stopping: bool,
+        holds_standby: bool = False,
     ) -> bool:
-        """Keep the beat agent while a hot worker is held or assigned here (started only
-        while the lease holds), none otherwise; retire every hot worker running once the beat
-        lease has ended. Whether hot workers may start on the newest read."""
+        """Keep the beat agent while a hot worker or a standby worker is held or assigned
+        here (started only while the lease holds), none otherwise; retire every hot worker
+        running once the beat lease has ended. Whether hot workers may start on the newest
+        read. A standby worker keeps the agent so that its promotion finds the beat lease
+        already held: starting the agent then would cost the failover its start and a read."""
         beats = self._beats
         if beats is None:
-            self._may_start = True
             return True
         if last_read is not None and not stopping:
             held = (w for w in workers.values() if w.alive or not w.retiring)
-            wanted = self._assigned or any(hot(w.assignment) for w in held)
+            wanted = self._assigned or holds_standby or any(hot(w.assignment) for w in held)
             if not wanted:
                 beats.keep(False)
             elif lease is LeaseState.HELD:
@@ -102,8 +108,7 @@ class HotWorkers:
             )
             for worker in lapsed:
                 worker.retire(StopReason.FENCED)
-        self._may_start = beats.may_start(last_read)
-        return self._may_start
+        return beats.may_start(last_read)
 
     def leave(self) -> None:
         """The supervisor leaves its workers running: the beat agent is left too."""
