@@ -367,8 +367,7 @@ class NimbusSection(Section):
         description="phi at which the leader suspects the supervisor of a pipeline with a "
         "standby worker, once that supervisor is also silent for its floor: phi 8 means "
         "one chance in 10^8 that its next beat still comes; higher waits longer before a "
-        "failover, lower moves pipelines off hosts that are only slow (standby-workers.md; the "
-        "detector these nimbus.detector.* keys tune is not used yet)",
+        "failover, lower moves pipelines off hosts that are only slow (standby-workers.md)",
     )
     nimbus_detector_window: int = Field(
         default=200,
