@@ -13,13 +13,14 @@ the streaming example (``stratus/examples/streaming``) with
 
 A round: wait until the cluster is steady (the pipeline running, the leader nimbus on another
 host than its worker, every supervisor registered, the row's spares ready on the other hosts,
-then ``STEADY_BATCHES`` batches committed); kill the worker's host: cut it off the network
-(its veth down: packets dropped) and SIGKILL every process running on it (its ZooKeeper member,
-nimbus, supervisor, pacemaker, the worker and its Spark), each kill recorded in the trail
-(``process_killed``) as the chaos suite does; wait for the pipeline's first batch committed on
-another host; heal the host and start its daemons again. Every step's end is read from the
-trail the processes record (``history.file``: one file per host, ``stratus.trail``), on the
-machine's monotonic clock, the one every host shares:
+a pacemaker of another host past its warm-up, then ``STEADY_BATCHES`` batches committed); kill
+the worker's host: cut it off the network (its veth down: packets dropped) and SIGKILL every
+process running on it (its ZooKeeper member, nimbus, supervisor, pacemaker, the worker and its
+Spark); wait for the pipeline's first batch committed on another host; heal the host and start
+its daemons again, then record each kill in the trail (``process_killed``, with the kill's time
+as ``began_wall``/``began_mono``: a fault's line is written once it is undone). Every step's
+end is read from the trail the processes record (``history.file``: one file per host,
+``stratus.trail``), on the machine's monotonic clock, the one every host shares:
 
 * **detection**: kill → the leader's write of the pipeline's new assignment (its
   ``leader_write`` line), or, where a standby worker was promoted, the leader's
@@ -255,6 +256,7 @@ class FailoverHosts(Started):
             )
             for name in HOSTS
         }
+        self.pacemaker_started: dict[str, float] = {}  # monotonic, by host
         addresses = [pacemaker.address for pacemaker in self.pacemakers.values()]
         self.settings: dict[str, object] = {
             **_pairs(cluster_options(self.shared / "checkpoints")),
@@ -298,8 +300,9 @@ class FailoverHosts(Started):
     def start(self) -> None:
         for directory in ("checkpoints", "input"):
             (self.shared / directory).mkdir(parents=True, exist_ok=True)
-        for pacemaker in self.pacemakers.values():
+        for name, pacemaker in self.pacemakers.items():
             pacemaker.start()
+            self.pacemaker_started[name] = time.monotonic()
         for pacemaker in self.pacemakers.values():
             pacemaker.wait_ready(READY_SECS)
         self.nodes.start()
@@ -342,6 +345,7 @@ class FailoverHosts(Started):
         pacemaker = self.pacemakers[name]
         pacemaker.kill()
         pacemaker.start()
+        self.pacemaker_started[name] = time.monotonic()
         pacemaker.wait_ready(READY_SECS)
         nimbus = self.nodes.nimbuses[name]
         nimbus.kill()
@@ -351,6 +355,17 @@ class FailoverHosts(Started):
         supervisor.kill()
         supervisor.start()
         supervisor.wait_ready(READY_SECS)
+
+    def warm_up_over(self, name: str) -> bool:
+        """Whether a pacemaker of a host other than ``name`` has run for its pulse TTL: one
+        that ran shorter may have missed beats, and while every pacemaker answering is in that
+        warm-up the leader judges nobody from the beats (nor from the heartbeats)."""
+        now = time.monotonic()
+        return any(
+            now - started >= PULSE_TTL_SECS
+            for host, started in self.pacemaker_started.items()
+            if host != name
+        )
 
     def leader_not_on(self, name: str) -> str:
         """The leader's host once every nimbus agrees, moved off host ``name`` if it was there:
@@ -548,6 +563,11 @@ def wait_steady(
             row.spares(client, other)
     if row.hot:
         wait_standby(client, active)
+    poll_until(
+        f"a pacemaker off {active} past its warm-up ({PULSE_TTL_SECS:g} s)",
+        lambda: cluster.warm_up_over(active),
+        PULSE_TTL_SECS + WAIT_SECS,
+    )
     since = time.monotonic()
     poll_until(
         f"{STEADY_BATCHES} batches of {PIPELINE} on {active}",
@@ -572,16 +592,8 @@ def kill_round(
 ) -> Round:
     """Wait until steady, kill the worker's host, time its pipeline's move, restore the host."""
     victim, leader, standby = wait_steady(cluster, client, trail, row)
-    began = time.monotonic()
+    began_wall, began = driver.now()
     killed = cluster.kill_host(victim)
-    for pid in killed:  # as a fault injector records a host's death: its supervisor's id
-        driver.record(
-            PROCESS_KILLED,
-            of_host=socket.gethostname(),
-            of_pid=pid,
-            target="host",
-            supervisor=victim,
-        )
     found: list[Event] = []
 
     def committed_elsewhere() -> bool:
@@ -626,6 +638,16 @@ def kill_round(
     )
     console.print(describe(result))
     cluster.restore_host(victim)
+    for pid in killed:  # a fault's line once it is undone, with its start: the host's death
+        driver.record(
+            PROCESS_KILLED,
+            of_host=socket.gethostname(),
+            of_pid=pid,
+            target="host",
+            supervisor=victim,
+            began_wall=began_wall,
+            began_mono=began,
+        )
     return result
 
 
