@@ -868,13 +868,13 @@ def verdicts(results: list[RowResult], timeout: float) -> list[str]:
 
 def standby_memory(rounds: Sequence[Round]) -> str:
     """The standby workers' resident memory before each kill, as their supervisors report it."""
-    known = [r.standby_rss_mb for r in rounds if r.standby_rss_mb is not None]
+    known = [float(r.standby_rss_mb) for r in rounds if r.standby_rss_mb is not None]
     if not known:
         return "a standby worker's memory (RSS): not reported"
-    each = ", ".join(f"{mb} MiB" for mb in known)
+    each = ", ".join(f"{mb:.0f} MiB" for mb in known)
     return (
         f"a standby worker's memory (RSS, its JVM included) p50 {percentile(known, 50):.0f} MiB, "
-        f"max {max(known)} MiB, over {len(known)} standby workers ({each})"
+        f"max {max(known):.0f} MiB, over {len(known)} standby workers ({each})"
     )
 
 
