@@ -26,13 +26,27 @@ Parts (``--part``, repeatable; all by default):
   and with heartbeats in ZooKeeper, in the same run (real processes: ZooKeeper, a nimbus,
   two supervisors, Spark; the kill rounds are ``bench/reassign.py``'s). Minutes.
 
+* **beats**: the fast beats of hot pipelines. ``--supervisors`` simulated supervisors (200)
+  each beat every ``supervisor.beat.interval.ms`` (100 ms: 2,000 beats a second) through the
+  real ``BeatBoard.beat`` to 3 real pacemakers, a beat counting once a majority stored it,
+  from ``--clients`` processes (4; each one pacemaker pool, as a process has, and a thread
+  per supervisor); meanwhile this process reads ``/beats`` with ``BeatBoard.read`` every
+  ``nimbus.detector.poll.ms`` (100 ms), as the leader's detector does. Reported: the beats a
+  majority stored per second of those asked, each beat's acknowledgement time (from its send
+  to the majority's answer), each pacemaker's CPU and RSS, the read's wall time and its own
+  CPU, and how many reads a majority answered. The baseline, in the same run on the same
+  pacemakers, is the same beats once a second: the rate of the heartbeats the pacemakers
+  take today. Targets: acknowledgement p99 under 100 ms (a beat counts well within its 0.8 s
+  lease), the read's p99 under 50 ms, each pacemaker under 30 % of one core.
+
     .venv/bin/python bench/pacemaker_scale.py [--secs 30] [--clients 4] [--json out.json]
     .venv/bin/python bench/pacemaker_scale.py --part scale --supervisors 200 --workers 50
     .venv/bin/python bench/pacemaker_scale.py --part detection [--rounds 3]
+    .venv/bin/python bench/pacemaker_scale.py --part beats [--supervisors 200] [--clients 4]
     .venv/bin/python bench/pacemaker_scale.py --quick   # 20 supervisors, 2 s; no kill
 
-``--quick`` runs the scale part small and prints the derived timeout, leaving the kills out
-unless ``--part detection`` is named (then one round per store). The exit code is 0 even
+``--quick`` runs the scale and beats parts small and prints the derived timeout, leaving the
+kills out unless ``--part detection`` is named (then one round per store). The exit code is 0 even
 when a target is missed; it is 1 only when the benchmark itself could not run.
 """
 
@@ -46,6 +60,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -71,11 +86,14 @@ from _report import (
 from pacemaker import start_pacemaker
 from reassign import BenchError, PartResult, describe_round, run_kill_rounds
 from stratus.api.records import SupervisorHeartbeat, WorkerHeartbeat, WorkerState
+from stratus.config.nimbus import NimbusSection
+from stratus.config.supervisor import SupervisorSection
 from stratus.errors import StratusError
 from stratus.local import cluster as local
 from stratus.local.cluster import LocalCluster
 from stratus.pacemaker.blocking import BlockingPacemakerPool
 from stratus.pacemaker.settings import PacemakerClientSettings
+from stratus.state.beats import BEATS_PATH, BeatBoard
 from stratus.state.errors import StateStoreUnavailableError
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.pacemaker_store import PacemakerStateStore
@@ -616,11 +634,384 @@ def kill_rounds(store: str, rounds: int, console: Console) -> list[float]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Part: beats
+
+BEAT_INTERVAL_SECS = SupervisorSection.model_fields["supervisor_beat_interval_ms"].default / 1000
+BEAT_LEASE_SECS: float = SupervisorSection.model_fields["supervisor_beat_lease_secs"].default
+DETECTOR_POLL_SECS = NimbusSection.model_fields["nimbus_detector_poll_ms"].default / 1000
+BASELINE_INTERVAL_SECS = 1.0  # the supervisors' heartbeat: once a second
+BEAT_ACK_TARGET_SECS = 0.100  # well within the beat lease (0.8 s)
+BEAT_SERVERS = 3
+
+
+@dataclass(frozen=True)
+class BeatLoad:
+    """What one client process simulates: supervisors ``sids`` beating every ``interval``."""
+
+    servers: tuple[tuple[str, int], ...]
+    sids: list[str]
+    interval: float
+
+
+@dataclass(frozen=True)
+class BeatSent:
+    """One beat as its supervisor saw it."""
+
+    sent: float  # wall clock when it was sent
+    took: float  # seconds until a majority answered (or the deadline, or the call's error)
+    counted: bool  # a majority stored it
+
+
+@dataclass(frozen=True)
+class BeatRow:
+    """Every supervisor beating every ``interval`` seconds, over the steady window."""
+
+    interval: float
+    window_secs: float
+    beats_per_sec: float  # counted beats (a majority stored them) per second
+    target_per_sec: float
+    acks: list[float]  # seconds from send to the majority's answer, every beat of the window
+    uncounted: int  # beats of the window that no majority stored by the deadline
+    cpu_percent: list[float]  # of one core, each pacemaker process alone
+    clients_cpu_percent: float  # of one core, the client processes together: the load's cost
+    rss_mb: list[float]  # each pacemaker's resident memory at the window's end
+    reads: list[float]  # seconds per BeatBoard.read on the wall clock
+    read_cpu: list[float]  # CPU seconds of the reading process per read (every thread)
+    majority_reads: int  # reads answered by a majority of the pacemakers
+    beats_read: int  # supervisors in the last read answered by a majority
+
+    @property
+    def ack_p50(self) -> float:
+        return _percentile(self.acks, 50)
+
+    @property
+    def ack_p99(self) -> float:
+        return _percentile(self.acks, 99)
+
+    @property
+    def read_p50(self) -> float:
+        return _percentile(self.reads, 50)
+
+    @property
+    def read_p99(self) -> float:
+        return _percentile(self.reads, 99)
+
+    @property
+    def read_cpu_p99(self) -> float:
+        return _percentile(self.read_cpu, 99)
+
+    def summary(self) -> dict[str, Any]:
+        """The row for ``--json``: every read, and the beats' percentiles (not every beat)."""
+        row = asdict(self)
+        del row["acks"]
+        return row | {
+            "beats": len(self.acks),
+            "ack_p50": self.ack_p50,
+            "ack_p99": self.ack_p99,
+            "read_p50": self.read_p50,
+            "read_p99": self.read_p99,
+        }
+
+
+def beat_settings(servers: tuple[tuple[str, int], ...]) -> PacemakerClientSettings:
+    """The pacemaker client settings of a beat agent (and of the leader) of ``servers``."""
+    return PacemakerClientSettings(servers=servers)
+
+
+def _beat_loop(
+    board: BeatBoard, sid: str, phase: float, load: BeatLoad, stop: Any, sent: list[BeatSent]
+) -> None:
+    """One simulated supervisor's beat agent: a beat every ``load.interval``, from ``phase``."""
+    boot_id = f"bench-{os.getpid()}-{sid}"
+    due = time.monotonic() + phase
+    seq = 0
+    while not stop.is_set():
+        delay = due - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)  # pacing at the beat interval, not synchronization
+        elif delay < -load.interval:  # a beat behind: carry on from now, never in a burst
+            due = time.monotonic()
+        at, began = time.time(), time.perf_counter()
+        try:
+            counted = board.beat(sid, boot_id, seq, BEAT_LEASE_SECS).counted
+        except StateStoreUnavailableError:
+            counted = False  # an overloaded client or server: counted as not counted
+        sent.append(BeatSent(at, time.perf_counter() - began, counted))
+        seq += 1
+        due += load.interval
+
+
+def _beaters(load: BeatLoad, start: Any, stop: Any, result: Any) -> None:
+    """A client process: one pacemaker pool (a process's), one thread and one ``BeatBoard``
+    per simulated supervisor, their beats spread evenly over the interval; returns every
+    beat sent."""
+    try:
+        pool = BlockingPacemakerPool(beat_settings(load.servers), call_timeout_secs=BEAT_LEASE_SECS)
+        pool.connect()
+        sent: list[BeatSent] = []
+        start.wait()
+        threads = [
+            threading.Thread(
+                target=_beat_loop,
+                args=(BeatBoard(pool), sid, load.interval * n / len(load.sids), load, stop, sent),
+                daemon=True,
+            )
+            for n, sid in enumerate(load.sids)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        pool.close()
+        result.put(("ok", [(b.sent, b.took, b.counted) for b in sent]))
+    except Exception as exc:
+        result.put(("error", repr(exc)))
+
+
+@dataclass
+class BeatReads:
+    """The leader's ``BeatBoard.read`` over the window, one every detector poll."""
+
+    wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    majority: int = 0
+    seen: int = 0
+
+
+def wait_beating(board: BeatBoard, sids: int, processes: list[Any], console: Console) -> None:
+    """Until a majority read holds every supervisor's beat, or the fill time."""
+    deadline = time.monotonic() + FILL_TIMEOUT_SECS
+    with console.status(f"beats: waiting until the leader reads all {sids} supervisors' beats"):
+        while True:
+            try:
+                read = board.read()
+                seen = len(read.beats) if read.from_majority else 0
+            except StateStoreUnavailableError:
+                seen = 0
+            if seen >= sids:
+                return
+            if not any(p.is_alive() for p in processes):
+                raise BenchError("beats: every client process ended before every beat was read")
+            if time.monotonic() > deadline:
+                console.print(f"beats: {seen} of {sids} supervisors' beats after the fill time")
+                return
+            time.sleep(0.2)
+
+
+def beat_reads(board: BeatBoard, secs: float) -> BeatReads:
+    """``BeatBoard.read`` every detector poll for ``secs``, as the leader's detector does."""
+    reads = BeatReads()
+    ends = time.monotonic() + secs
+    while time.monotonic() < ends:
+        began, cpu = time.perf_counter(), time.process_time()
+        try:
+            read = board.read()
+            if read.from_majority:
+                reads.majority += 1
+                reads.seen = len(read.beats)
+        except StateStoreUnavailableError:
+            pass  # timed as what it cost; not answered by a majority
+        took = time.perf_counter() - began
+        reads.wall.append(took)
+        reads.cpu.append(time.process_time() - cpu)
+        time.sleep(max(0.0, DETECTOR_POLL_SECS - took))  # the detector's period
+    return reads
+
+
+def measure_beats(
+    servers: tuple[tuple[str, int], ...],
+    pids: list[int],
+    interval: float,
+    args: argparse.Namespace,
+    console: Console,
+) -> BeatRow:
+    """Every simulated supervisor beating every ``interval`` to ``servers``, the leader
+    reading every detector poll; see the module docstring."""
+    sids = [f"sim-{n:04d}" for n in range(args.supervisors)]
+    context = multiprocessing.get_context("spawn")
+    start, stop, result = context.Event(), context.Event(), context.Queue()
+    processes = [
+        context.Process(
+            target=_beaters,
+            args=(BeatLoad(servers, sids[c :: args.clients], interval), start, stop, result),
+        )
+        for c in range(min(args.clients, args.supervisors))
+    ]
+    settings = beat_settings(servers)
+    pool = BlockingPacemakerPool(settings, call_timeout_secs=settings.timeout_secs)
+    board = BeatBoard(pool)
+    try:
+        pool.delete_path(BEATS_PATH)  # the beats of a run before: the wait is for this run's
+        for process in processes:
+            process.start()
+        start.set()
+        wait_beating(board, len(sids), processes, console)
+        time.sleep(args.settle)  # every supervisor past its first beats: not the measured part
+        with console.status(f"beats every {interval:g} s: steady window of {args.secs:g} s"):
+            clients = [process.pid for process in processes if process.pid is not None]
+            w0, c0 = time.time(), [cpu_secs(pid) for pid in pids + clients]
+            reads = beat_reads(board, args.secs)
+            w1, c1 = time.time(), [cpu_secs(pid) for pid in pids + clients]
+            rss = [memory_mb(pid)[0] for pid in pids]
+        stop.set()
+        window_beats: list[tuple[float, float, bool]] = []
+        for _ in processes:
+            status, value = result.get(timeout=CALL_TIMEOUT_SECS + 60)
+            if status != "ok":
+                raise BenchError(f"beats: a client process failed: {value}")
+            window_beats += [b for b in value if w0 <= b[0] <= w1]
+    finally:
+        stop.set()
+        pool.close()
+        for process in processes:
+            process.join(CALL_TIMEOUT_SECS)
+            if process.is_alive():
+                process.kill()
+    window = w1 - w0
+    used = [100.0 * (after - before) / window for before, after in zip(c0, c1, strict=True)]
+    return BeatRow(
+        interval=interval,
+        window_secs=window,
+        beats_per_sec=sum(1 for b in window_beats if b[2]) / window,
+        target_per_sec=len(sids) / interval,
+        acks=[b[1] for b in window_beats],
+        uncounted=sum(1 for b in window_beats if not b[2]),
+        cpu_percent=used[: len(pids)],
+        clients_cpu_percent=sum(used[len(pids) :]),
+        rss_mb=rss,
+        reads=reads.wall,
+        read_cpu=reads.cpu,
+        majority_reads=reads.majority,
+        beats_read=reads.seen,
+    )
+
+
+def beats_part(args: argparse.Namespace, console: Console) -> PartResult:
+    console.print(
+        f"beats: {args.supervisors} simulated supervisors each beating every "
+        f"{BEAT_INTERVAL_SECS:g} s ({args.supervisors / BEAT_INTERVAL_SECS:,.0f} beats/s) "
+        f"through BeatBoard.beat to {BEAT_SERVERS} pacemakers (a majority counts), from "
+        f"{min(args.clients, args.supervisors)} client processes; BeatBoard.read every "
+        f"{DETECTOR_POLL_SECS:g} s; window {args.secs:g} s; baseline: the same beats at "
+        f"{BASELINE_INTERVAL_SECS:g} Hz, the heartbeat's rate"
+    )
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="stratus-bench-pacemaker-beats-") as tmp:
+        pacemakers: list[Any] = []
+        try:
+            for n in range(BEAT_SERVERS):
+                pacemakers.append(start_pacemaker(Path(tmp, f"pacemaker-{n}.log")))
+            servers = tuple(("127.0.0.1", int(p.port)) for p in pacemakers)
+            pids = [p.pid for p in pacemakers]
+            for interval in (BEAT_INTERVAL_SECS, BASELINE_INTERVAL_SECS):
+                rows.append(measure_beats(servers, pids, interval, args, console))
+                console.print(f"beats every {interval:g} s: {describe_beats(rows[-1])}")
+        finally:
+            for pacemaker in pacemakers:
+                pacemaker.send_signal(signal.SIGTERM)
+            for pacemaker in pacemakers:
+                pacemaker.wait(30)
+    return beats_report(rows, console)
+
+
+def describe_beats(row: BeatRow) -> str:
+    return (
+        f"{row.beats_per_sec:,.0f} beats/s counted of {row.target_per_sec:,.0f}, "
+        f"acknowledgement p99 {ms(row.ack_p99)} ms, {row.uncounted} not counted, pacemaker CPU "
+        f"{_each(row.cpu_percent)} %, read p99 {ms(row.read_p99)} ms, "
+        f"{row.majority_reads} of {len(row.reads)} reads answered by a majority, the client "
+        f"processes {row.clients_cpu_percent:.0f} % of one core"
+    )
+
+
+def _each(values: list[float], digits: int = 1) -> str:
+    """One figure per pacemaker: ``7.1/6.9/7.3``."""
+    return "/".join(f"{value:.{digits}f}" for value in values)
+
+
+def beats_report(rows: list[BeatRow], console: Console) -> PartResult:
+    table = Table(
+        title=f"fast beats to {BEAT_SERVERS} pacemakers (a majority counts), the leader "
+        f"reading /beats every {DETECTOR_POLL_SECS:g} s, over the window",
+        caption="times in ms; rate: beats a majority stored, per second, of those asked; ack: "
+        "from send to the majority's answer (BeatBoard.beat); CPU: % of one core, and RSS, of "
+        "each pacemaker; read: BeatBoard.read on the wall clock, and its CPU (the reading "
+        "process, every thread); majority: reads a majority answered, of all",
+        box=box.SIMPLE,
+        pad_edge=False,
+    )
+    headers = (
+        "beats",
+        "rate",
+        "ack p50",
+        "ack p99",
+        "CPU %",
+        "RSS MB",
+        "read p50",
+        "read p99",
+        "read CPU p99",
+        "majority",
+    )
+    for header in headers:
+        table.add_column(header, justify="left" if header == "beats" else "right")
+    for row in rows:
+        table.add_row(
+            f"{1 / row.interval:g} Hz",
+            f"{row.beats_per_sec:,.0f}/{row.target_per_sec:,.0f}",
+            ms(row.ack_p50),
+            ms(row.ack_p99),
+            _each(row.cpu_percent),
+            _each(row.rss_mb, 0),
+            ms(row.read_p50),
+            ms(row.read_p99),
+            ms(row.read_cpu_p99),
+            f"{row.majority_reads}/{len(row.reads)}",
+        )
+    console.print(table)
+    fast, slow = rows
+    verdicts = []
+    for row in rows:
+        achieved = row.beats_per_sec / row.target_per_sec
+        if achieved < 0.95 or row.uncounted or row.majority_reads < len(row.reads):
+            verdicts.append(
+                f"beats every {row.interval:g} s: the clients achieved {row.beats_per_sec:,.0f} "
+                f"of {row.target_per_sec:,.0f} beats/s ({achieved:.0%}; {row.uncounted} beats "
+                f"not counted, {len(row.reads) - row.majority_reads} of {len(row.reads)} reads "
+                "not answered by a majority); its figures are at that rate"
+            )
+    busiest = max(fast.cpu_percent)
+    verdicts += [
+        f"beats, rate: {fast.beats_per_sec:,.0f} of {fast.target_per_sec:,.0f} beats/s counted "
+        f"by a majority ({fast.beats_per_sec / fast.target_per_sec:.0%})",
+        f"beats, acknowledgement p99 {ms(fast.ack_p99)} ms, p50 {ms(fast.ack_p50)} ms (target < "
+        f"{ms(BEAT_ACK_TARGET_SECS)} ms, lease {BEAT_LEASE_SECS:g} s; at "
+        f"{BASELINE_INTERVAL_SECS:g} Hz p99 {ms(slow.ack_p99)} ms) "
+        + ("met" if fast.ack_p99 < BEAT_ACK_TARGET_SECS else "MISSED"),
+        f"beats, leader BeatBoard.read of {fast.beats_read} beats: p99 {ms(fast.read_p99)} ms, "
+        f"p50 {ms(fast.read_p50)} ms (target < {ms(READ_TARGET_SECS)} ms; at "
+        f"{BASELINE_INTERVAL_SECS:g} Hz p99 {ms(slow.read_p99)} ms) "
+        + ("met" if fast.read_p99 < READ_TARGET_SECS else "MISSED"),
+        f"beats, leader BeatBoard.read's own CPU: p99 {ms(fast.read_cpu_p99)} ms; "
+        f"{fast.majority_reads} of {len(fast.reads)} reads answered by a majority",
+        f"beats, pacemaker CPU {_each(fast.cpu_percent)} % of one core each (target < "
+        f"{CPU_TARGET_PERCENT:g} %; at {BASELINE_INTERVAL_SECS:g} Hz {_each(slow.cpu_percent)} %) "
+        + ("met" if busiest < CPU_TARGET_PERCENT else "MISSED"),
+        f"beats, pacemaker RSS {_each(fast.rss_mb, 0)} MB each (at "
+        f"{BASELINE_INTERVAL_SECS:g} Hz {_each(slow.rss_mb, 0)} MB)",
+        f"beats, the simulated supervisors' client processes: {fast.clients_cpu_percent:.0f} % "
+        f"of one core together (at {BASELINE_INTERVAL_SECS:g} Hz "
+        f"{slow.clients_cpu_percent:.0f} %), on the machine's {os.cpu_count()} CPUs",
+    ]
+    return PartResult(verdicts, {"beats": [row.summary() for row in rows]})
+
+
+# ---------------------------------------------------------------------------------------------
 # Main
 
 PARTS: dict[str, Callable[[argparse.Namespace, Console], PartResult]] = {
     "scale": scale_part,
     "detection": detection_part,
+    "beats": beats_part,
 }
 
 

@@ -9,7 +9,8 @@ pipelines, and the leader with its epoch):
   watch-fed cluster view;
 * **zookeeper** (the baseline): a kazoo client that reads ``<root>/nimbuses``,
   ``<root>/pipelines``, ``<root>/supervisors`` and ``<root>/groups/nimbus/slots`` (children,
-  then the data of every child) and builds the same ``ClusterSummary``. Its reads are
+  then the data of every child) and builds the same ``ClusterSummary`` (each pipeline's
+  record read whole, then summarized as the nimbus does). Its reads are
   pipelined: the four ``get_children_async`` go out together, then every ``get_async``, so a
   request costs two round trips to ZooKeeper, not one per znode.
 
@@ -83,6 +84,7 @@ from stratus.api.records import (
 from stratus.codedist.package_build import package_bytes
 from stratus.coordination.records import SlotRecord
 from stratus.local.processes import NimbusProcess, ProcessStartError
+from stratus.security.authorizer import pipeline_summary
 from stratus.zk.errors import ZooKeeperServerError
 from stratus.zk.paths import NIMBUS_GROUP, ClusterPaths, GroupPaths, join
 from stratus.zk.ports import pick_free_port
@@ -183,7 +185,9 @@ class ZooKeeperSummaryClient:
                 for reg in registrations
             ],
             supervisors=[SupervisorSummary.model_validate_json(raw) for _, raw in supervisors],
-            pipelines=[PipelineRecord.model_validate_json(raw) for _, raw in pipelines],
+            pipelines=[
+                pipeline_summary(PipelineRecord.model_validate_json(raw)) for _, raw in pipelines
+            ],
             leader=leader,
         )
 

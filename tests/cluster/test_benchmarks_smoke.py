@@ -34,7 +34,7 @@ HOST_FAILOVER_SMOKE = "STRATUS_HOST_FAILOVER_SMOKE"
         ("reassign.py", ["--quick"], "schedule, steady"),
         ("pacemaker.py", ["--quick", "--writers", "1"], "pacemaker/ZooKeeper"),
         ("zkfc_failover.py", ["--quick"], "kill -9, zkfc p99"),
-        ("pacemaker_scale.py", ["--quick"], "derived safe supervisor timeout"),
+        ("pacemaker_scale.py", ["--quick"], "beats, acknowledgement p99"),  # every part
         ("cli_start.py", ["--quick"], "stratus --version: "),
     ],
 )

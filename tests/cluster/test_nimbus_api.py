@@ -19,7 +19,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from stratus.api.records import PipelineRecord
+from stratus.api.records import PipelineRecord, PipelineSummary
 from stratus.cli.main import main
 from stratus.zk.server import ZooKeeperServer
 from tests.harness.nimbus_cluster import NimbusCluster, nimbus_cluster
@@ -91,6 +91,47 @@ def test_every_nimbus_answers_the_cluster_summary_with_the_leader_marked(cluster
         response = httpx.get(f"{nimbus.url}/api/v1/pipelines")
         assert response.headers["x-stratus-epoch"] == str(summary.leader.epoch)
         assert all(n.version and n.uptime_secs >= 0 for n in summary.nimbuses)
+
+
+def listed_on(url: str, name: str) -> dict[str, Any] | None:
+    """``name``'s entry in the cluster summary of the nimbus at ``url``, if it lists it."""
+    pipelines = httpx.get(f"{url}/api/v1/cluster").json()["pipelines"]
+    return next((p for p in pipelines if p["name"] == name), None)
+
+
+def lists_status(url: str, name: str, status: str) -> bool:
+    listed = listed_on(url, name)
+    return listed is not None and listed["status"] == status
+
+
+def test_the_summary_lists_a_pipeline_and_its_own_read_holds_the_rest(cluster):
+    url = leader_url(cluster)
+    conf = {"spark.a": "1", "pipeline.owners": "bob,carol"}
+    created = submit(url, "summarized", package("summarized-1"), conf=json.dumps(conf))
+    assert created.status_code == 201, created.text
+    for nimbus in cluster.nimbuses:
+        wait_until(
+            functools.partial(listed_on, nimbus.url, "summarized"),
+            10,
+            f"{nimbus.address} to list it",
+        )
+        listed = listed_on(nimbus.url, "summarized")
+        record = httpx.get(f"{nimbus.url}/api/v1/pipelines/summarized").json()
+        assert listed is not None and list(listed) == list(PipelineSummary.model_fields)
+        assert PipelineRecord.model_validate(listed).digest == record["digest"]  # older clients
+        owners = listed.pop("owners")
+        assert listed == {key: record[key] for key in listed}  # the record's values
+        assert owners == ["bob", "carol"]  # no token file: no submitter
+        assert record["conf"] == conf and [v["version"] for v in record["versions"]] == [1]
+    httpx.post(f"{url}/api/v1/pipelines/summarized/deactivate")
+    for nimbus in cluster.nimbuses:  # the cached answer follows the view
+        wait_until(
+            functools.partial(lists_status, nimbus.url, "summarized", "INACTIVE"),
+            10,
+            f"{nimbus.address} to list it INACTIVE",
+        )
+    httpx.post(f"{url}/api/v1/pipelines/summarized/kill", json={"wait_secs": 0})
+    wait_until(lambda: listed_on(url, "summarized") is None, 10, "the killed record removed")
 
 
 @pytest.mark.parametrize(("method", "path", "kwargs"), LEADER_ONLY)
@@ -238,6 +279,18 @@ def test_the_openapi_document_describes_every_route(cluster):
     assert drain["get"]["responses"]["200"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/CordonStatus"
     }
+
+
+def test_the_openapi_document_gives_the_summary_its_own_pipeline_entries(cluster):
+    doc = httpx.get(f"{cluster.nimbuses[0].url}/api/v1/openapi.json").json()
+    answer = doc["paths"]["/api/v1/cluster"]["get"]["responses"]["200"]["content"]
+    schemas = doc["components"]["schemas"]
+
+    assert answer["application/json"]["schema"] == {"$ref": "#/components/schemas/ClusterSummary"}
+    listed = schemas["ClusterSummary"]["properties"]["pipelines"]["items"]
+    assert listed == {"$ref": "#/components/schemas/PipelineSummary"}
+    assert list(schemas["PipelineSummary"]["properties"]) == list(PipelineSummary.model_fields)
+    assert "conf" in schemas["PipelineRecord"]["properties"]  # the pipeline's own read
 
 
 def zookeeper_packets_from(zk: ZooKeeperServer, session_id: int) -> int:

@@ -36,7 +36,7 @@ from stratus.api.standby_workers import (
 )
 from stratus.codedist.package_store import StoredPackage
 from stratus.coordination.coordinator import Coordinator
-from stratus.coordination.errors import LeadershipLostError
+from stratus.coordination.errors import LeadershipLostError, TransactionFailedError
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.duties.scheduling import SchedulingDuty
 from stratus.nimbus.failover.promotion import Promoter
@@ -984,6 +984,36 @@ def test_a_standby_worker_leaves_a_supervisor_judged_dead(cluster):
     assert moved is not None
     assert moved.supervisor not in (None, active, first.supervisor)
     assert cluster.where("hot") == active
+
+
+def test_a_placement_planned_against_an_assignment_promoted_since_is_not_written(cluster):
+    for sid in ("s1", "s2"):
+        cluster.supervisor(sid, slots=2)
+    cluster.submit("hot", {"pipeline.standby": "hot"})
+    cluster.round()
+    active, standby = cluster.where("hot"), cluster.standby.read("hot")
+    assert standby is not None and standby.supervisor not in (None, active)
+    client = cluster.coordinator.session.client
+    read_placements = cluster.standby.read_all
+
+    def promoted_after_the_assignments_were_read() -> Any:
+        # the failover lane's promotion lands between the round's read of the assignments
+        # and its read of the placements: the pipeline now runs where its standby waited
+        assignment = cluster.table.read("hot")
+        assert assignment is not None
+        moved = assignment.model_copy(update={"supervisor": standby.supervisor})
+        client.set(PATHS.assignment("hot"), moved.encode())
+        client.delete(PATHS.standby_worker("hot"))
+        cluster.standby.read_all = read_placements
+        return read_placements()
+
+    cluster.standby.read_all = promoted_after_the_assignments_were_read
+    with pytest.raises(TransactionFailedError, match="check"):
+        cluster.round()  # it would place a standby worker where the pipeline now runs
+    assert cluster.standby.read("hot") is None
+    cluster.round()  # the next round reads again
+    again = cluster.standby.read("hot")
+    assert again is not None and again.supervisor == active != cluster.where("hot")
 
 
 def reported(placed: StandbyWorkerPlacement, state: StandbyWorkerState) -> list[StandbyWorkerBeat]:

@@ -518,6 +518,7 @@ def test_a_finished_batch_is_reported_and_not_restarted(cluster) -> None:
         assert sum(log.read_text().count("mode=finish") for log in logs) == 1
 
 
+@pytest.mark.solo  # a 1 s worker timeout: a start slowed past it by a loaded machine is killed
 def test_a_worker_whose_heartbeat_stops_is_killed_and_restarted(cluster) -> None:
     meta = cluster.code.upload("etl")
     conf = cluster.conf(

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from stratus.api.standby_workers import STANDBY_CONF_KEY, BeatLease
+from stratus.api.standby_workers import STANDBY_CONF_KEY, BeatLease, StandbyWorkerPlacement
 from stratus.config import config_from_mapping
 from stratus.errors import ConfigError
 from stratus.pacemaker.auth import AuthMethod
@@ -45,6 +45,7 @@ from tests.harness.supervisor_fakes import (
     assignment,
     code,
 )
+from tests.unit.test_standby_worker_lifecycle import ready_file, started
 
 PACEMAKER = {"cluster.state.store": "pacemaker", "supervisor.id": "s1"}
 LEASE = 0.8
@@ -349,3 +350,91 @@ def test_the_loop_runs_hot_workers_on_the_beat_lease_and_retires_them_when_it_en
 
     feed(AssignmentsRead(101.6, {"cold": both["cold"]}))
     assert keeper.wanted[-1] is False  # no hot worker left: the agent may go
+
+
+def test_a_standby_worker_keeps_the_beat_agent_before_its_promotion(tmp_path: Path) -> None:
+    clock, launcher = FakeClock(100.0), FakeLauncher(tmp_path)
+    keeper = KeeperWithoutAgent(
+        BeatSettings(0.1, LEASE, 0.1, tmp_path / BEAT_LEASE_FILE),
+        tmp_path,
+        AgentConfig("s1", 0.1, LEASE, PacemakerClientSettings(servers=(("p", 1),))),
+        clock=clock,
+    )
+    keeper.wanted = []
+    loop = ControlLoop(
+        "s1",
+        2,
+        launcher=launcher,
+        paths_of=lambda name: WorkerPaths.of(tmp_path, name),
+        lease=HeartbeatLease(timeout_secs=6.0),
+        settings=LoopSettings(heartbeat_secs=1.0, restart=RESTART_SETTINGS, timeouts=TIMEOUTS),
+        request_read=lambda: None,
+        offer=lambda _round: None,
+        beats=keeper,
+        clock=clock,
+        wall=clock,
+    )
+    hot = assignment("hot", conf={STANDBY_CONF_KEY: "hot"})
+    placed = StandbyWorkerPlacement(
+        pipeline="hot",
+        supervisor="s1",
+        epoch=hot.epoch,
+        generation=hot.generation,
+        digest=hot.digest,
+        size_bytes=hot.size_bytes,
+        conf=hot.conf,
+        placed=100.0,
+    )
+
+    loop._apply(HeartbeatWritten(100.0))
+    loop._apply(AssignmentsRead(100.1, {}, {"hot": placed}, era=1))
+    loop.tick()
+    assert "hot" in loop.standby.workers
+    assert keeper.wanted[-1] is True  # beating before the promotion needs it
+
+    loop._apply(AssignmentsRead(100.2, {}, {}, era=1))  # the placement gone
+    loop.tick()
+    assert loop.standby.workers == {}  # never started: gone at once
+    loop.tick()
+    assert keeper.wanted[-1] is False  # nothing hot left here: the agent may go
+
+
+def test_a_standby_worker_is_promoted_on_the_first_read_begun_after_the_beat_lease_held(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock(100.0)
+    keeper = KeeperWithoutAgent(
+        BeatSettings(0.1, LEASE, 0.1, tmp_path / BEAT_LEASE_FILE),
+        tmp_path,
+        AgentConfig("s2", 0.1, LEASE, PacemakerClientSettings(servers=(("p", 1),))),
+        clock=clock,
+    )
+    keeper.wanted = []
+    loop = ControlLoop(
+        "s2",
+        2,
+        launcher=FakeLauncher(tmp_path),
+        paths_of=lambda name: WorkerPaths.of(tmp_path, name),
+        lease=HeartbeatLease(timeout_secs=6.0),
+        settings=LoopSettings(heartbeat_secs=1.0, restart=RESTART_SETTINGS, timeouts=TIMEOUTS),
+        request_read=lambda: None,
+        offer=lambda _round: None,
+        beats=keeper,
+        clock=clock,
+        wall=clock,
+    )
+    standby, standby_launcher = started(tmp_path, clock)  # etl's, on s2
+    ready_file(tmp_path, pid=standby_launcher.standby[0].pid)
+    standby.step(may_start=True)
+    loop.standby.workers["etl"] = standby
+    loop._apply(HeartbeatWritten(100.0))
+    loop.tick()
+    promoted = assignment("etl", "s2", generation=3, conf={STANDBY_CONF_KEY: "hot"}, zxid=50)
+    loop._apply(AssignmentsRead(100.0, {"etl": promoted}, era=1))
+    assert standby_launcher.promoted == []  # no beat lease held yet: the promotion waits
+
+    clock.advance(0.5)
+    write_lease(tmp_path / BEAT_LEASE_FILE, 101.4)  # the agent's first counted beat
+    loop.tick()  # regained at 100.5
+    loop._apply(AssignmentsRead(100.6, {"etl": promoted}, era=1))
+    assert standby_launcher.promoted == [promoted]  # on this read, not the next periodic one

@@ -43,6 +43,7 @@ from stratus.client import (
     UnknownPipelineError,
 )
 from stratus.errors import ConfigError, StratusError
+from stratus.security.authorizer import pipeline_summary
 from tests.harness.package_factory import valid_package, valid_package_dir
 
 A, B, C = "10.0.0.1:6627", "10.0.0.2:6627", "10.0.0.3:6627"
@@ -589,7 +590,7 @@ def test_cli_cluster_marks_the_leader(cluster):
             ),
         ],
         supervisors=[],
-        pipelines=[record()],
+        pipelines=[pipeline_summary(record(owner="alice", conf={"pipeline.owners": "bob"}))],
         leader=LeaderInfo(address=B, epoch=7),
     )
     cluster.nimbuses[A] = Nimbus(answers=[ok(summary)])
@@ -602,7 +603,36 @@ def test_cli_cluster_marks_the_leader(cluster):
     assert "leader" in leader_row
     standby_row = next(line for line in result.stdout.splitlines() if "1m 30s" in line)
     assert "standby" in standby_row
-    assert "abababababab" in result.stdout  # the digest prefix of the pipeline
+    pipeline_row = next(line for line in result.stdout.splitlines() if "wordcount" in line)
+    assert "abababababab" in pipeline_row  # the digest prefix of the pipeline
+    assert "alice, bob" in pipeline_row  # its owners, listed in the summary without its conf
+
+
+def test_cli_cluster_reads_an_older_nimbus_summary_of_whole_records(cluster):
+    """Mid-upgrade, a nimbus older than the slim summary answers whole pipeline records."""
+    whole = record(owner="alice", conf={"pipeline.owners": "bob", "spark.a": 1}, version=4)
+    answer = {
+        "nimbuses": [],
+        "supervisors": [],
+        "pipelines": [whole.model_dump(mode="json")],
+        "leader": {"address": B, "epoch": 7},
+        "cordons": [],
+    }
+    cluster.nimbuses[A] = Nimbus(answers=[httpx.Response(200, json=answer) for _ in range(2)])
+
+    shown = run_cli(cluster, "cluster")
+    with NimbusClient([A], transport=httpx.MockTransport(cluster)) as client:
+        (listed,) = client.cluster().pipelines
+
+    assert shown.exit_code == 0, shown.output
+    row = next(line for line in shown.stdout.splitlines() if "wordcount" in line)
+    assert "alice" in row and "bob" not in row  # no owners listed: the submitter alone
+    assert (listed.name, listed.version, listed.owner, listed.owners) == (
+        "wordcount",
+        4,
+        "alice",
+        None,
+    )
 
 
 def test_cli_version_shows_each_nimbus_release_the_leader_first(cluster):

@@ -24,7 +24,13 @@ from stratus.config import config_from_mapping
 from stratus.errors import ConfigError
 from stratus.nimbus.scheduling.scheduler import assignment_conf
 from stratus.security.access import AccessPolicy, Caller
-from stratus.security.authorizer import PipelineAccess, Verb, check_pipeline_access, decide
+from stratus.security.authorizer import (
+    PipelineAccess,
+    Verb,
+    check_pipeline_access,
+    decide,
+    pipeline_summary,
+)
 from stratus.security.errors import TokenFileError
 from stratus.security.roles import Role
 from stratus.security.tokens import hash_token, load_credentials, parse_credentials
@@ -175,6 +181,31 @@ def test_access_comes_from_the_owner_and_the_conf_or_from_an_assignment_conf() -
     assert access.all_owners() == ["bob", "carol", "erin"]
     assert PipelineAccess.of(None, assignment_conf(record)) == access  # what a supervisor sees
     assert assignment_conf(record.model_copy(update={"owner": None})) == record.conf
+
+
+def test_the_summary_of_a_record_lists_its_owners_and_leaves_its_conf_out() -> None:
+    record = PipelineRecord(
+        name="etl",
+        status=PipelineStatus.FAILED,
+        digest="0" * 64,
+        size_bytes=1,
+        conf={"pipeline.owners": "erin, carol", "spark.secret.key": "***"},
+        submitted=1.0,
+        updated=2.0,
+        epoch=3,
+        owner="bob",
+        reason="its worker failed",
+        version=4,
+    )
+    summary = pipeline_summary(record)
+    shown = summary.model_dump(mode="json")
+
+    assert summary.owners == ["bob", "carol", "erin"]  # as all_owners orders them
+    assert "conf" not in shown and "versions" not in shown
+    assert {key: value for key, value in shown.items() if key != "owners"} == {
+        key: value for key, value in record.model_dump(mode="json").items() if key in shown
+    }
+    assert pipeline_summary(record.model_copy(update={"owner": None})).owners == ["carol", "erin"]
 
 
 def test_the_owner_keys_are_checked_and_pipeline_owner_is_the_nimbus_own() -> None:

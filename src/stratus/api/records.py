@@ -781,12 +781,76 @@ class LeaderTerms(BaseModel):
     terms: list[LeaderTerm]
 
 
+class PipelineSummary(BaseModel):
+    """One pipeline as the cluster summary lists it: what a list of pipelines shows.
+
+    The rest of its record (its conf, kept versions, staged update, request ids) is the
+    pipeline's own read, ``GET /api/v1/pipelines/{name}``, as a Storm topology's conf is not
+    in Storm's cluster summary. Every field a ``PipelineRecord`` requires is here, with the
+    record's meaning, so a client that reads the summary's pipelines as records (0.2.0 and
+    earlier) still reads them."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    name: str
+    status: PipelineStatus
+    digest: str = Field(description="sha256 of the package, hex")
+    size_bytes: int
+    submitted: float = Field(description="wall-clock time of the submit, seconds since the epoch")
+    updated: float = Field(description="wall-clock time of the last change")
+    epoch: int = Field(description="leadership epoch of the nimbus that last wrote the record")
+    rebalances: int = Field(default=0, description="how many times the pipeline was rebalanced")
+    replication: int = Field(default=1, description="nimbuses holding the code")
+    replication_required: int = Field(
+        default=1, description="pipeline.min.replication.count for this pipeline"
+    )
+    reason: str | None = Field(
+        default=None,
+        description="why the pipeline FAILED, or a note on its activation short of the "
+        "required replication; secrets redacted",
+    )
+    version: int = Field(default=1, description="the code version")
+    owner: str | None = Field(
+        default=None, description="the principal that submitted the pipeline (null: none known)"
+    )
+    owners: list[str] | None = Field(
+        default=None,
+        description="who owns the pipeline: its submitter first, then the principals of its "
+        "conf's pipeline.owners (null: the answer of a nimbus older than this field, whose "
+        "summary carried the whole record)",
+    )
+
+    @classmethod
+    def of(cls, record: PipelineRecord, owners: list[str]) -> PipelineSummary:
+        """``record`` as the summary lists it; ``owners`` as ``PipelineAccess.all_owners``
+        reads them from its owner and conf."""
+        return cls(
+            name=record.name,
+            status=record.status,
+            digest=record.digest,
+            size_bytes=record.size_bytes,
+            submitted=record.submitted,
+            updated=record.updated,
+            epoch=record.epoch,
+            rebalances=record.rebalances,
+            replication=record.replication,
+            replication_required=record.replication_required,
+            reason=record.reason,
+            version=record.version,
+            owner=record.owner,
+            owners=owners,
+        )
+
+
 class ClusterSummary(BaseModel):
     """The cluster summary: nimbuses (the leader marked), supervisors and pipelines."""
 
     nimbuses: list[NimbusSummary]
     supervisors: list[SupervisorSummary]
-    pipelines: list[PipelineRecord]
+    pipelines: list[PipelineSummary] = Field(
+        description="every pipeline, by name, with what a list shows; its whole record is "
+        "GET /api/v1/pipelines/{name}"
+    )
     leader: LeaderInfo
     cordons: list[SupervisorCordon] = Field(
         default_factory=list,

@@ -7,7 +7,8 @@ its "zk outage" says whether it rides out an outage of ZooKeeper, and why not wh
 told to); ``-o wide`` adds the leader's epoch and whether a nimbus serves without TLS and
 tokens, each supervisor's machine memory, why its warm workers are held back, its endpoint,
 start and cordon (when, by whom), and the pipelines' wide columns (``pipeline_views.py``:
-where each runs, its standby worker); ``-o json`` and ``-o yaml`` are the API's
+where each runs, its standby worker), each pipeline's row from the summary alone (no conf:
+its owners are listed in it); ``-o json`` and ``-o yaml`` are the API's
 ``ClusterSummary``::
 
     show_cluster(out, OutputFormat.WIDE, client.cluster(), where=placements(overview))
@@ -31,7 +32,6 @@ from stratus.api.records import (
     WarmHeld,
     WarmMemory,
 )
-from stratus.api.redaction import redact_record
 from stratus.cli.output import (
     Column,
     OutputFormat,
@@ -41,7 +41,7 @@ from stratus.cli.output import (
     records_table,
     when,
 )
-from stratus.cli.pipeline_views import format_size, show_pipelines
+from stratus.cli.pipeline_views import format_size, show_pipeline_rows
 
 
 def show_cluster(
@@ -55,9 +55,7 @@ def show_cluster(
     """The cluster as ``output`` asks; ``where`` (pipeline to supervisor) and ``standby``
     (pipeline to its standby worker's cell) fill ``-o wide``."""
     if output.is_document:
-        redacted = [redact_record(record) for record in summary.pipelines]
-        shown = summary.model_copy(update={"pipelines": redacted})
-        print_document(out, output, as_document(shown))
+        print_document(out, output, as_document(summary))
         return
     wide = output is OutputFormat.WIDE
     out.print(leader_line(summary.leader))
@@ -68,7 +66,7 @@ def show_cluster(
         print_table(out, records_table("supervisors", SUPERVISOR_COLUMNS, rows, wide=wide))
     else:
         out.print("no supervisors")
-    show_pipelines(out, output, summary.pipelines, where=where, standby=standby)
+    show_pipeline_rows(out, output, summary.pipelines, where=where, standby=standby)
 
 
 def print_cluster(out: Console, summary: ClusterSummary) -> None:

@@ -4,11 +4,14 @@ A pipeline's row and its workers' rows are ``Column`` lists (``output.py``): the
 under ``-o wide`` more columns after those (where it runs, its version, its standby worker,
 its workers' epoch, generation and pid); ``stratus status`` adds a line for the standby
 worker of a pipeline that wants one; ``-o json`` and ``-o yaml`` are the API's records,
-secrets redacted even if the nimbus that answered did not redact them::
+secrets redacted even if the nimbus that answered did not redact them. A row shows what the
+cluster summary lists of a pipeline (``PipelineSummary``), so ``stratus cluster`` shows
+its pipelines with the same rows, from the summary alone::
 
     overview = client.workers_overview()
     show_pipelines(out, OutputFormat.WIDE, client.list_pipelines(),
                    where=placements(overview), standby=standby_cells(overview))
+    show_pipeline_rows(out, OutputFormat.TABLE, client.cluster().pipelines)
     show_status(out, OutputFormat.YAML, client.status("etl"), client.workers("etl"))
 """
 
@@ -28,6 +31,7 @@ from stratus.api.records import (
     MIB,
     PipelineRecord,
     PipelineStatus,
+    PipelineSummary,
     PipelineWorkers,
     RunRecord,
     WorkerHeartbeat,
@@ -47,7 +51,7 @@ from stratus.cli.output import (
     when,
 )
 from stratus.cli.run_output import failed_runs_lines, last_run_lines
-from stratus.security.authorizer import PipelineAccess
+from stratus.security.authorizer import PipelineAccess, pipeline_summary
 
 _STATUS_STYLE = {
     PipelineStatus.PENDING: "cyan",
@@ -67,11 +71,28 @@ def show_pipelines(
     where: Mapping[str, str] | None = None,
     standby: Mapping[str, str] | None = None,
 ) -> None:
-    """Pipelines as ``output`` asks; ``where`` (pipeline to supervisor) and ``standby``
-    (pipeline to its standby worker's cell) fill ``-o wide``."""
+    """Pipeline records as ``output`` asks: the records themselves as a document, else one
+    row each, as ``show_pipeline_rows`` shows the cluster summary's pipelines."""
     shown = [redact_record(record) for record in records]
+    if output.is_document:
+        print_document(out, output, [as_document(record) for record in shown])
+        return
+    rows = [pipeline_summary(record) for record in shown]
+    show_pipeline_rows(out, output, rows, where=where, standby=standby)
+
+
+def show_pipeline_rows(
+    out: Console,
+    output: OutputFormat,
+    pipelines: Sequence[PipelineSummary],
+    *,
+    where: Mapping[str, str] | None = None,
+    standby: Mapping[str, str] | None = None,
+) -> None:
+    """Pipelines' rows as ``output`` asks; ``where`` (pipeline to supervisor) and ``standby``
+    (pipeline to its standby worker's cell) fill ``-o wide``."""
     columns = pipeline_columns(where or {}, standby or {})
-    render(out, output, shown, columns, title="pipelines", empty="no pipelines")
+    render(out, output, pipelines, columns, title="pipelines", empty="no pipelines")
 
 
 def placements(overview: WorkersOverview) -> dict[str, str]:
@@ -101,13 +122,13 @@ def standby_cells(overview: WorkersOverview) -> dict[str, str]:
 
 def pipeline_columns(
     where: Mapping[str, str], standby: Mapping[str, str] | None = None
-) -> list[Column[PipelineRecord]]:
+) -> list[Column[PipelineSummary]]:
     """A pipeline's row: as ``stratus list`` always showed it, then ``-o wide``'s columns."""
     standby = standby or {}
     return [
         Column("pipeline", lambda r: r.name),
         Column("status", lambda r: status_text(r.status)),
-        Column("owners", owners),
+        Column("owners", listed_owners),
         Column("digest", lambda r: r.digest[:DIGEST_PREFIX]),
         Column("size", lambda r: format_size(r.size_bytes)),
         Column("submitted", lambda r: when(r.submitted)),
@@ -192,6 +213,14 @@ def version_text(record: PipelineRecord) -> str:
     if kept:
         text += f"; kept to roll back to: {', '.join(kept)}"
     return text
+
+
+def listed_owners(pipeline: PipelineSummary) -> str:
+    """Who owns a listed pipeline; ``-`` none. A nimbus older than the summary's ``owners``
+    names only the submitter."""
+    if pipeline.owners is None:
+        return pipeline.owner or "-"
+    return ", ".join(pipeline.owners) or "-"
 
 
 def owners(record: PipelineRecord) -> str:

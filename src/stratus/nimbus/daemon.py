@@ -29,7 +29,6 @@ from kazoo.client import KazooClient
 from stratus import __version__
 from stratus.api.clock import Clock
 from stratus.api.errors import UnknownPipelineError
-from stratus.api.purges import nimbus_party
 from stratus.api.records import (
     NimbusRegistration,
     PipelineRecord,
@@ -43,16 +42,9 @@ from stratus.coordination.leadership import Leadership
 from stratus.coordination.records import LeaderChange, RevokeReason
 from stratus.nimbus.cluster_view import ClusterView
 from stratus.nimbus.code_wiring import open_code
-from stratus.nimbus.duties.checkpoint_retention import ExpireKeptCheckpoints
 from stratus.nimbus.duties.killed import RemoveKilled
-from stratus.nimbus.duties.lost_code import FailLostCode
-from stratus.nimbus.duties.purges import CarryOutPurges, PurgeOrders
-from stratus.nimbus.duties.replication import ActivateReplicated
 from stratus.nimbus.duties.round import DutyRound
-from stratus.nimbus.duties.scheduling import SchedulingDuty
-from stratus.nimbus.failover.beat_watch import BeatWatch
-from stratus.nimbus.failover.lane import FailoverLane
-from stratus.nimbus.failover.promotion import Promoter
+from stratus.nimbus.duty_wiring import build_duties
 from stratus.nimbus.http.api import create_app
 from stratus.nimbus.http.exposure import InsecureReminder, check_exposure
 from stratus.nimbus.http.listening import NimbusStartError, listen_socket
@@ -75,13 +67,9 @@ from stratus.nimbus.scheduling.pipeline_metrics import ObservedRound, PipelineMe
 from stratus.nimbus.scheduling.pipeline_series import PipelineSeriesStore
 from stratus.nimbus.scheduling.placement import Placement
 from stratus.nimbus.scheduling.series_sampler import SeriesSampler
-from stratus.nimbus.scheduling.standby_workers import StandbyWorkerTable
-from stratus.nimbus.scheduling.supervisor_fencing import SupervisorFencing
 from stratus.nimbus.service import NimbusService
 from stratus.nimbus.settings import HAMode, NimbusSettings
 from stratus.nimbus.submission import Submitter
-from stratus.pacemaker.blocking import BlockingPacemakerPool
-from stratus.state.beats import BeatBoard
 from stratus.state.factory import create_state_store
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.trail import Actor, TrailRecorder
@@ -299,9 +287,31 @@ class Nimbus:
             self.view.pipelines,
             leading=lambda: self._leading_epoch() is not None,
         )
-        duties = self._build_duties(ops, board, assignments, cordons, drains)
+        duties = build_duties(
+            self.settings,
+            self._opened,
+            session=self.session,
+            paths=self.paths,
+            view=self.view,
+            history=self.history,
+            metrics=self.metrics,
+            ops=ops,
+            board=board,
+            assignments=assignments,
+            cordons=cordons,
+            drains=drains,
+            removal=self.removal,
+            distributor=self.distributor,
+            code_sync=self.code_sync,
+            observed=self._observed,
+            leading=lambda: self._leading_epoch() is not None,
+            address=self.address,
+            clock=self._clock,
+            wall=self._wall,
+        )
+        self.lane = duties.lane
         lock = GrantedLock() if self.settings.ha.mode is HAMode.ZKFC else None
-        self.controller = self._build_controller(readiness, duties, lock)
+        self.controller = self._build_controller(readiness, duties.round, lock)
         self.ha = NimbusHAService(
             self.settings.ha,
             self.address,
@@ -357,119 +367,6 @@ class Nimbus:
             reminder.start()
 
     # ------------------------------------------------------------------ parts
-
-    def _build_duties(
-        self,
-        ops: PipelineOps,
-        board: HeartbeatBoard,
-        assignments: AssignmentTable,
-        cordons: CordonTable,
-        drains: DrainMemory,
-    ) -> DutyRound:
-        """The leader's duties, in the order of a round."""
-        promoter = Promoter(
-            self.session.client,
-            self.paths,
-            on_promoted=lambda term, promotion, silent, floor: self.history.promoted(
-                epoch=term.epoch,
-                pipeline=promotion.pipeline,
-                from_supervisor=promotion.from_supervisor,
-                to_supervisor=promotion.to_supervisor,
-                how=promotion.how.value,
-                silent_secs=silent,
-                floor_secs=floor,
-            ),
-        )
-        fencing = self._supervisor_fencing()
-        self.lane = self._failover_lane(promoter, fencing)
-        scheduling = SchedulingDuty(
-            ops=ops,
-            assignments=assignments,
-            board=board,
-            registered=self.view.supervisors,
-            settings=self.settings.scheduling,
-            clock=self._clock,
-            wall=self._wall,
-            on_unknown=lambda reason: self.metrics.heartbeats_unknown.labels(reason).inc(),
-            on_observed=self._observed,
-            connections=lambda: self.session.connections,
-            zookeeper_epoch=self.session.zookeeper_epoch,
-            fencing=fencing,
-            cordons=cordons,
-            drains=drains,
-            standby=StandbyWorkerTable(self.session.client, self.paths),
-            lane=self.lane,
-            promoter=promoter,
-        )
-        purges = CarryOutPurges(
-            PurgeOrders(self.session.client, self.paths),
-            checkpoint_root=self.settings.pipelines.checkpoint_root,
-            by=self.settings.pipelines.purge_by,
-            here=nimbus_party(self.address),
-            live=self.view.supervisors,
-            wall=self._wall,
-        )
-        purges.report_while(lambda: self._leading_epoch() is not None)
-        self.metrics.declare_purges(purges.count)
-        duties = DutyRound(
-            [
-                self.removal,
-                ExpireKeptCheckpoints(
-                    ops,
-                    checkpoint_root=self.settings.pipelines.checkpoint_root,
-                    retention_secs=self.settings.pipelines.checkpoint_retention_secs,
-                    wall=self._wall,
-                    clock=self._clock,
-                ),
-                purges,
-                ActivateReplicated(self.view.pipelines, self.distributor, ops),
-                FailLostCode(self.code_sync.lost, ops),
-                scheduling,
-            ],
-            on_failure=self.metrics.duty_failed,
-        )
-        self.metrics.declare_duties(duties.names)
-        return duties
-
-    def _supervisor_fencing(self) -> SupervisorFencing | None:
-        """The leader's fence of silent supervisors, with this nimbus's client credentials
-        (None when it never fences)."""
-        if self.settings.fencing is None:
-            return None
-        fencing = SupervisorFencing(
-            self.settings.fencing,
-            self.settings.api.client,
-            clock=self._clock,
-            on_outcome=lambda result, method: self.metrics.supervisor_fences.labels(
-                result, method
-            ).inc(),
-        )
-        self._opened.callback(fencing.close)
-        return fencing
-
-    def _failover_lane(
-        self, promoter: Promoter, fencing: SupervisorFencing | None
-    ) -> FailoverLane | None:
-        """The leader's failover lane, reading the beats from the pacemakers; None with the
-        ZooKeeper state store, where no supervisor sends beats. With ``fencing``, it fences
-        the hot pipelines of a suspected supervisor; without, it waits for the floor."""
-        store = self.settings.state_store
-        if store.pacemaker is None:
-            return None
-        pool = BlockingPacemakerPool(store.pacemaker, call_timeout_secs=store.call_timeout_secs)
-        self._opened.callback(pool.close)
-        detector = self.settings.detector
-        lane = FailoverLane(
-            BeatWatch(detector, BeatBoard(pool).read, clock=self._clock),
-            promoter,
-            self.view.supervisors,
-            poll_secs=detector.poll_secs,
-            fence_pipelines=fencing.fence_pipelines if fencing is not None else None,
-            clock=self._clock,
-            wall=self._wall,
-        )
-        self._opened.callback(lane.stop)
-        return lane
 
     def _build_controller(
         self, readiness: CodeReadiness, duties: DutyRound, granted: GrantedLock | None

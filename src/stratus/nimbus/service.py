@@ -47,6 +47,7 @@ from stratus.api.records import (
     LeaderInfo,
     NimbusSummary,
     PipelineRecord,
+    PipelineSummary,
     PipelineWorkers,
     RunRecord,
     SupervisorSummary,
@@ -62,7 +63,12 @@ from stratus.nimbus.scheduling.placement import Placement
 from stratus.nimbus.settings import ServiceSettings
 from stratus.nimbus.submission import Submitter
 from stratus.security.access import Caller
-from stratus.security.authorizer import PipelineAccess, Verb, check_pipeline_access
+from stratus.security.authorizer import (
+    PipelineAccess,
+    Verb,
+    check_pipeline_access,
+    pipeline_summary,
+)
 from stratus.security.roles import Role
 
 log = logging.getLogger(__name__)
@@ -113,6 +119,7 @@ class NimbusService:
         self._on_change = on_change
         self._wall = wall  # wall clock: uptimes from the registrations' start times
         self._summary_cache: tuple[tuple[int, int], bytes] | None = None
+        self._listed: tuple[int, list[PipelineSummary]] | None = None  # by view version
         self._cordons = cordons  # None: this nimbus cordons nothing (tests of other parts)
         self._drains = drains or DrainMemory()
 
@@ -149,7 +156,7 @@ class NimbusService:
         return ClusterSummary(
             nimbuses=nimbuses,
             supervisors=supervisors,
-            pipelines=self.pipelines(),
+            pipelines=self._listed_pipelines(),
             leader=self.view.leader(),
             cordons=[cordon for _, cordon in sorted(self.view.cordons().items())],
         )
@@ -163,6 +170,16 @@ class NimbusService:
         body = self.cluster_summary().model_dump_json().encode()
         self._summary_cache = (key, body)
         return body
+
+    def _listed_pipelines(self) -> list[PipelineSummary]:
+        """Every pipeline as the summary lists it, redacted: built again only when the view
+        changed, not every second with the uptimes (the version is read first, so a change
+        that lands meanwhile is built again at the next call)."""
+        version = self.view.version
+        cached = self._listed
+        if cached is None or cached[0] != version:
+            cached = self._listed = (version, [pipeline_summary(r) for r in self.pipelines()])
+        return cached[1]
 
     def pipelines(self) -> list[PipelineRecord]:
         return [redact_record(record) for _, record in sorted(self.view.pipelines().items())]

@@ -13,6 +13,7 @@ is no caller and everything is allowed, as before::
     access = PipelineAccess.of(record.owner, record.conf)
     decide(Caller("alice", Role.SUBMIT), Verb.KILL, access)    # Decision(allowed=..., why=...)
     check_pipeline_access(caller, Verb.LOGS, "etl", access)    # or ForbiddenError
+    pipeline_summary(record).owners                            # ["alice", "bob"]: its owners
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 from stratus.api.errors import ForbiddenError
 from stratus.api.pipeline_conf import OWNER_KEY, OWNERS_KEY, READERS_KEY, principal_list
+from stratus.api.records import PipelineRecord, PipelineSummary
 from stratus.security.access import Caller
 from stratus.security.roles import Role
 
@@ -73,6 +75,11 @@ class PipelineAccess:
         """The submitter first, then the conf's owners, each once."""
         first = [self.owner] if self.owner else []
         return first + sorted(self.owners - set(first))
+
+
+def pipeline_summary(record: PipelineRecord) -> PipelineSummary:
+    """``record`` as the cluster summary lists it, its owners as ``all_owners`` orders them."""
+    return PipelineSummary.of(record, PipelineAccess.of(record.owner, record.conf).all_owners())
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,7 @@ from stratus.supervisor.endpoint import Fencing, SupervisorEndpoint, WorkerLog, 
 from stratus.supervisor.errors import SupervisorStartError
 from stratus.supervisor.heartbeat_lease import HeartbeatLease, LeaseState
 from stratus.supervisor.heartbeat_publisher import HeartbeatPublisher, HeartbeatRound
+from stratus.supervisor.last_heartbeat import FINAL_HEARTBEAT_SECS, hand_last_lease, publish_last
 from stratus.supervisor.launcher import WorkerLauncher
 from stratus.supervisor.local_dir import TakenDir, take_local_dir
 from stratus.supervisor.loop_messages import (
@@ -106,7 +107,6 @@ from stratus.supervisor.worker_process import (
     WorkerPaths,
     default_worker_command,
 )
-from stratus.worker.lease_file import write_lease
 from stratus.worker.spec import WorkerSpec
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.quorum_probe import ensemble_config
@@ -118,7 +118,6 @@ log = logging.getLogger(__name__)
 CLAIM_MARGIN_SECS = 2.0  # past the session timeout, how long a dead holder's node is waited for
 STOP_WITH_WORKERS = signal.SIGUSR1  # ``stratus supervisor``: stop the workers too, then leave
 SESSION_FILE = "session"  # the ZooKeeper session of the supervisor's registration
-FINAL_HEARTBEAT_SECS = 5.0  # how long the last heartbeat may take at a stop
 
 
 class Supervisor:
@@ -575,44 +574,13 @@ class Supervisor:
                 self._session_record.write(self.session.session_id)
 
     def _publish_last(self, *, renew: bool) -> None:
-        """The workers' last heartbeats (STOPPED, when they were stopped) and the
-        supervisor's with ``stopping=True``, listing the workers that run on; with ``renew``,
-        a successful write renews their lease (``_hand_last_lease``)."""
+        """The last heartbeat round (``last_heartbeat``); with ``renew``, a successful
+        write renews the workers' lease."""
         final = self.control.heartbeat_round(stopping=True)
-        done = threading.Event()
         started = self._clock()
         may_renew = self._may_renew_lease()()
-
-        def publish() -> None:
-            if self.publisher.publish(final):
-                done.set()
-
-        thread = threading.Thread(target=publish, name="last-heartbeat", daemon=True)
-        thread.start()
-        thread.join(timeout=FINAL_HEARTBEAT_SECS)
-        log.info(
-            "event=last_heartbeat supervisor=%s stopping=true written=%s",
-            self.id,
-            "yes" if done.is_set() else "no",
-        )
-        if done.is_set() and may_renew and renew:
-            self._hand_last_lease(started)
-
-    def _hand_last_lease(self, started: float) -> None:
-        """The last heartbeat, written after the control loop ended, renews the lease as any
-        write would (the leader saw it no earlier than ``started``): the workers left running
-        get the whole lease from it, so the next start has that long to take them over."""
-        if self.lease.state is not LeaseState.HELD:
-            return  # lapsed or fenced: nothing to extend
-        self.lease.renewed(write_started=started, now=self._clock())
-        until = self.lease.ends_at()
-        path = self.settings.spec.lease_path
-        if until is None or path is None:
-            return
-        try:
-            write_lease(path, until)
-        except OSError as exc:  # the workers stop at the lease they saw: safe
-            log.warning("event=lease_file_not_written path=%s error=%r", path, exc)
+        if publish_last(self.publisher.publish, final, supervisor=self.id) and may_renew and renew:
+            hand_last_lease(self.lease, started, self.settings.spec.lease_path, clock=self._clock)
 
     def _close_opened(self) -> None:
         """Close what is open, newest first: a close that fails is logged, and the rest

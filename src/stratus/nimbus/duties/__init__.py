@@ -6,5 +6,9 @@ they kept once the operator's retention is over (``checkpoint_retention``), seei
 recorded purge through until whoever can write the checkpoint root did it (``purges``),
 activating pipelines whose
 code reached its replication (``replication``), failing pipelines whose code is lost
-(``lost_code``), and the scheduling round (``scheduling``).
+(``lost_code``), and the scheduling round (``scheduling``), whose parts stand beside it:
+the heartbeats and their silences (``heartbeat_judge``, restarted after a new ZooKeeper
+quorum by ``quorum_watch``), the fencing decisions (``round_fencing``), the standby workers'
+promotions and placements (``standby_round``) and the workers' outcomes
+(``worker_outcomes``).
 """

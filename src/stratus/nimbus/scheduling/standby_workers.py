@@ -23,7 +23,7 @@ from kazoo.exceptions import NoNodeError
 from pydantic import ValidationError
 
 from stratus.api.standby_workers import StandbyWorkerPlacement
-from stratus.coordination.leadership import Leadership
+from stratus.coordination.leadership import FencedTransaction, Leadership
 from stratus.nimbus.scheduling.assignments import (
     VersionedWrite,
     commit_in_batches,
@@ -70,9 +70,26 @@ class StandbyWorkerTable:
                 found[name] = (None, version)
         return found
 
-    def apply(self, term: Leadership, plan: StandbyPlan, current: Placements) -> None:
-        """Write the plan: creates, sets and deletes, each against the version read."""
-        commit_in_batches(term, self._writes(plan, current))
+    def apply(
+        self,
+        term: Leadership,
+        plan: StandbyPlan,
+        current: Placements,
+        assignment_versions: Mapping[str, int] | None = None,
+    ) -> None:
+        """Write the plan: creates, sets and deletes, each against the version read. A write
+        of a pipeline in ``assignment_versions`` also checks that its assignment is still at
+        that version: a placement planned against an assignment the failover lane has since
+        rewritten (a promotion) would name the supervisor the pipeline now runs on."""
+        checked = assignment_versions or {}
+
+        def check_assignment(tx: FencedTransaction, write: VersionedWrite) -> int:
+            if write.pipeline not in checked:
+                return 0
+            tx.check(self._paths.assignment(write.pipeline), checked[write.pipeline])
+            return 1
+
+        commit_in_batches(term, self._writes(plan, current), check_assignment)
         for write in plan.writes:
             placement = write.placement
             unplaced = placement is not None and placement.supervisor is None

@@ -1,0 +1,199 @@
+"""The standby workers' part of a scheduling round: promotions, placements, the lane's snapshot.
+
+Before the round plans, the standby worker of each hot pipeline of a supervisor judged dead
+is promoted when it is READY (``promotion_plan``, verdict ``dead``: one fenced transaction
+each); after the plan is applied, the standby workers are placed against the assignments as
+it left them (``standby_plan``), and the failover lane gets the hot pipelines of the round's
+read (``HotSnapshot``). Kept apart from the round so that the round reads as the ordinary
+scheduling, with the standby workers' collaborators (their table, the promoter, the lane)
+behind one small interface; each is optional, and without it its step does nothing::
+
+    standby = StandbyRound(settings.standby, table=table, promoter=promoter, lane=lane)
+    placements = standby.read_placements()
+    if not standby.promote_dead(term, snapshot, dead=dead, silent_for=..., floor_secs=...):
+        return  # a version moved: the next round reads again
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from stratus.api.clock import Clock
+from stratus.api.records import (
+    Assignment,
+    PipelineRecord,
+    SupervisorHeartbeat,
+    SupervisorSummary,
+)
+from stratus.api.standby_workers import StandbyWorkerPlacement
+from stratus.coordination.leadership import Leadership
+from stratus.nimbus.failover.lane import FailoverLane, hot_snapshot
+from stratus.nimbus.failover.promotion import Promoter
+from stratus.nimbus.failover.promotion_plan import How, plan_promotions
+from stratus.nimbus.scheduling.standby_plan import plan_standby_workers
+from stratus.nimbus.scheduling.standby_workers import Placements, StandbyWorkerTable
+from stratus.nimbus.settings import StandbySettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RoundRead:
+    """What a scheduling round read, as the promotions leave it: ``current`` (each
+    assignment with its version), ``assignments`` and ``placements`` change with each
+    promotion; the rest is read only."""
+
+    pipelines: Mapping[str, PipelineRecord]
+    current: dict[str, tuple[Assignment, int]]
+    assignments: dict[str, Assignment]
+    placements: dict[str, tuple[StandbyWorkerPlacement | None, int]]
+    supervisors: Mapping[str, SupervisorHeartbeat]  # the heartbeats
+    registered: Mapping[str, SupervisorSummary]
+
+
+class StandbyRound:
+    """The standby workers' steps of a scheduling round; see the module docstring."""
+
+    def __init__(
+        self,
+        settings: StandbySettings,
+        *,
+        table: StandbyWorkerTable | None = None,
+        promoter: Promoter | None = None,
+        lane: FailoverLane | None = None,
+        wall: Clock = time.time,
+    ) -> None:
+        self._settings = settings
+        self._table = table  # None: no standby worker is ever placed (tests of other rules)
+        self._promoter = promoter  # None: no standby worker is promoted on a dead supervisor
+        self._lane = lane  # None: no supervisor is suspected on the fast beats
+        self._wall = wall  # only for the records' timestamps
+
+    def read_placements(self) -> dict[str, tuple[StandbyWorkerPlacement | None, int]]:
+        """Every standby worker's placement, with its version (none without a table)."""
+        return self._table.read_all() if self._table is not None else {}
+
+    def lane_suspected(self) -> frozenset[str]:
+        """The supervisors the failover lane suspects (none without a lane)."""
+        return self._lane.suspected() if self._lane is not None else frozenset()
+
+    def promote_dead(
+        self,
+        term: Leadership,
+        read: RoundRead,
+        *,
+        dead: set[str],
+        silent_for: Callable[[str], float],
+        floor_secs: float,
+    ) -> bool:
+        """Promote the standby workers of the hot pipelines of dead supervisors (verdict
+        ``dead``) and apply the promotions to ``read``; False when one found a version moved
+        (the lane promoted it meanwhile, or the read is stale): the next round reads again.
+        ``silent_for`` says how long a supervisor has been silent, for the trail."""
+        if self._promoter is None or not dead:
+            return True
+        plan = plan_promotions(
+            verdicts=dict.fromkeys(dead, How.DEAD),
+            pipelines=read.pipelines,
+            assignments=read.current,
+            placements=read.placements,
+            heartbeats=read.supervisors,
+            suspected=set(self._lane.suspected()) if self._lane is not None else set(),
+            registered=set(read.registered),
+            epoch=term.epoch,
+            now=self._wall(),
+        )
+        for refusal in plan.refusals:
+            log.info(
+                "event=promotion_refused pipeline=%s epoch=%d from=%s how=dead reason=%s "
+                "standby=%s action=moved_the_ordinary_way",
+                refusal.pipeline,
+                term.epoch,
+                refusal.from_supervisor,
+                refusal.reason.value,
+                refusal.standby or "-",
+            )
+        for promotion in plan.promotions:
+            name = promotion.pipeline
+            silent = silent_for(promotion.from_supervisor)
+            if not self._promoter.promote(
+                term, promotion, silent_secs=silent, floor_secs=floor_secs
+            ):
+                return False
+            read.current[name] = (promotion.assignment, promotion.assignment_version + 1)
+            read.assignments[name] = promotion.assignment
+            read.placements.pop(name, None)
+        return True
+
+    def place(
+        self,
+        term: Leadership,
+        read: RoundRead,
+        assignments: Mapping[str, Assignment],
+        *,
+        cordoned: set[str],
+        dead: set[str],
+        suspected: set[str],
+        rewritten: set[str],
+    ) -> set[str]:
+        """Place, move, rewrite and drop the standby workers of hot pipelines against
+        ``assignments`` (as the round's plan left them); write what changes, fenced, each
+        with the check that the pipeline's assignment is still as the round read it (but
+        those the round ``rewritten`` itself); the pipelines whose placement it wrote (none
+        without a ``StandbyWorkerTable``)."""
+        if self._table is None:
+            return set()
+        plan = plan_standby_workers(
+            pipelines=read.pipelines,
+            assignments=assignments,
+            supervisors=read.registered,
+            heartbeats=read.supervisors,
+            placements={name: placement for name, (placement, _) in read.placements.items()},
+            cordoned=cordoned,
+            dead=dead,
+            suspected=suspected,
+            stopping={sid for sid, beat in read.supervisors.items() if beat.stopping},
+            max_workers=self._settings.max_workers,
+            needs_beat_lease=self._settings.needs_beat_lease,
+            epoch=term.epoch,
+            now=self._wall(),
+        )
+        if plan.empty:
+            return set()
+        unchanged = {
+            name: version for name, (_, version) in read.current.items() if name not in rewritten
+        }
+        self._table.apply(term, plan, read.placements, unchanged)
+        return {write.pipeline for write in plan.writes}
+
+    def hand_to_lane(self, term: Leadership, read: RoundRead, *, written: set[str]) -> None:
+        """Hand the failover lane what it promotes from: the hot pipelines of the round's
+        read, but those whose znodes the round wrote (their versions read no longer hold)."""
+        if self._lane is not None:
+            self._lane.note(
+                hot_snapshot(
+                    term.epoch,
+                    read.pipelines,
+                    read.current,
+                    read.placements,
+                    read.supervisors,
+                    written=written,
+                )
+            )
+
+    def restart_silences(self) -> None:
+        """The failover lane's silences start again (nothing without a lane)."""
+        if self._lane is not None:
+            self._lane.restart_silences()
+
+
+def reserved_slots(placements: Placements) -> dict[str, int]:
+    """The standby workers placed on each supervisor, whose slots pipelines take last."""
+    reserved: dict[str, int] = {}
+    for placement, _ in placements.values():
+        if placement is not None and placement.supervisor is not None:
+            reserved[placement.supervisor] = reserved.get(placement.supervisor, 0) + 1
+    return reserved
