@@ -113,9 +113,11 @@ bench-cli-start: install
 bench-host-failover: install
 	$(BIN)/python bench/host_failover.py
 
-# The host failover benchmark's one-round smoke test, left out of `make test` for its cost.
+# The host failover benchmark's one-round smoke test, left out of `make test` for its cost;
+# `make bench-host-failover-smoke SMOKE_ROWS=cold,hot` runs those rows' (default: cold).
+SMOKE_ROWS ?= cold
 bench-host-failover-smoke: install
-	STRATUS_HOST_FAILOVER_SMOKE=1 $(BIN)/pytest -q -n 0 tests/cluster/test_benchmarks_smoke.py \
+	STRATUS_HOST_FAILOVER_SMOKE=$(SMOKE_ROWS) $(BIN)/pytest -q -n 0 tests/cluster/test_benchmarks_smoke.py \
 	-k host_failover
 
 clean:

@@ -13,44 +13,53 @@ the streaming example (``stratus/examples/streaming``) with
 
 A round: wait until the cluster is steady (the pipeline running, the leader nimbus on another
 host than its worker, every supervisor registered, the row's spares ready on the other hosts,
-then ``STEADY_BATCHES`` batches committed); kill the worker's host: cut it off the network
-(its veth down: packets dropped) and SIGKILL every process running on it (its ZooKeeper member,
-nimbus, supervisor, pacemaker, the worker and its Spark), each kill recorded in the trail
-(``process_killed``) as the chaos suite does; wait for the pipeline's first batch committed on
-another host; heal the host and start its daemons again. Every step's end is read from the
-trail the processes record (``history.file``: one file per host, ``stratus.trail``), on the
-machine's monotonic clock, the one every host shares:
+a pacemaker of another host past its warm-up, then ``STEADY_BATCHES`` batches committed); kill
+the worker's host: cut it off the network (its veth down: packets dropped) and SIGKILL every
+process running on it (its ZooKeeper member, nimbus, supervisor, pacemaker, the worker and its
+Spark); wait for the pipeline's first batch committed on another host; heal the host and start
+its daemons again, then record each kill in the trail (``process_killed``, with the kill's time
+as ``began_wall``/``began_mono``: a fault's line is written once it is undone). Every step's
+end is read from the trail the processes record (``history.file``: one file per host,
+``stratus.trail``), on the machine's monotonic clock, the one every host shares:
 
 * **detection**: kill → the leader's write of the pipeline's new assignment (its
-  ``leader_write`` line);
+  ``leader_write`` line), or, where a standby worker was promoted, the leader's
+  ``worker_promoted`` line (written once the promotion's transaction committed);
 * **worker start**: → the new worker's ``worker_started`` on another host;
 * **first batch**: → that worker's first ``batch_committed``;
 * **kill → first batch**, the sum; and the **batch gap**, from the last batch committed before
   the kill to that first one.
 
 The baseline is the **physical limit** of a round: the detection's timeout
-(``nimbus.supervisor.timeout.secs``) + one trigger interval + that round's first batch's own
-duration (Spark's ``triggerExecution``, recorded in its ``batch_committed`` line): no failover
-judged by that timeout commits sooner. Printed: each step's p50, p99 and max, kill → first
-batch against the limit (the ratio), each row against the goal of a host failover (p50 <= 2 s,
-p99 <= 4 s: met or MISSED), warm against cold. After a row's rounds the feeder stops and the
-output is checked exactly once (``check_exactly_once``: every event counted once), the trails
-single-run (``check_single_run``: never a worker running past the start of the next), both from
-``stratus.chaos.oracle``.
+(``nimbus.supervisor.timeout.secs``; for a promotion, the silence the leader's verdict waited
+for, ``silent_secs`` of its ``worker_promoted`` line) + one trigger interval + that round's first
+batch's own duration (Spark's ``triggerExecution``, recorded in its ``batch_committed`` line):
+no failover judged after that silence commits sooner. Printed: each step's p50, p99 and max,
+kill → first batch against the limit (the ratio), each row against the goal of a host failover
+(p50 <= 2 s, p99 <= 4 s: met or MISSED), warm and hot against cold, hot against warm. After a
+row's rounds the feeder stops and the output is checked exactly once (``check_exactly_once``:
+every event counted once), the trails single-run (``check_single_run``: never a worker running
+past the start of the next), both from ``stratus.chaos.oracle``, and every promotion explained
+by a failure of the supervisor it took the pipeline from (``check_promotions_explained``, from
+``stratus.chaos.promotions``).
 
 Rows (``--rows``), each on a cluster of its own:
 
 * **cold**: ``supervisor.worker.warm=false``: the new worker starts its Spark after the move;
 * **warm**: the defaults: a warm worker (its Spark up) on the target takes the pipeline; a round
   waits for ``SLOTS`` ready warm workers on every other supervisor before its kill;
-* **hot**: ``pipeline.standby=hot``: a standby worker is promoted. Not yet built: promotion
-  does not exist yet; the row is listed in ``ROWS`` and prints "hot: not yet built".
+* **hot**: ``pipeline.standby=hot`` (warm workers off, ``supervisor.worker.warm=false``, to
+  spare the cores): a standby worker is promoted; a round waits for the pipeline's standby
+  worker READY on another host than the active worker's before its kill (the next round thus
+  waits for the new standby worker placed after a promotion), and records its resident memory
+  (``rss_mb`` of ``standby_worker`` in ``GET /api/v1/pipelines/NAME/workers``).
 
 Needs root and ``ip`` (iproute2), Java and Spark::
 
-    .venv/bin/python bench/host_failover.py                  # 3 rounds of cold and of warm
+    .venv/bin/python bench/host_failover.py                  # 3 rounds of each row
     .venv/bin/python bench/host_failover.py --rows warm --rounds 10 --json out.json --keep
     .venv/bin/python bench/host_failover.py --quick --rows cold    # 1 round: a smoke run
+    .venv/bin/python bench/host_failover.py --rows hot --rounds 3  # standby workers promoted
 
 The exit code is 0 even when a target is missed (benchmarks never fail the build); it is 1
 only when the benchmark itself could not run (no root, a daemon that did not start, a pipeline
@@ -114,12 +123,14 @@ from reassign import (
     wait_warm,
     warm_memory,
 )
+from stratus.api.standby_workers import STANDBY_CONF_KEY, StandbyWorkerState, StandbyWorkerView
 from stratus.chaos.oracle import (
     check_exactly_once,
     check_single_run,
     streaming_counted,
     streaming_expected,
 )
+from stratus.chaos.promotions import check_promotions_explained
 from stratus.chaos.trail_events import Clocks, Event
 from stratus.client import NimbusClient
 from stratus.errors import StratusError
@@ -130,6 +141,7 @@ from stratus.trail import (
     BATCH_COMMITTED,
     LEADER_WRITE,
     PROCESS_KILLED,
+    WORKER_PROMOTED,
     WORKER_STARTED,
     Actor,
     TrailRecorder,
@@ -178,7 +190,11 @@ class Row:
     supervisor_settings: Mapping[str, object] = field(default_factory=dict)
     pipeline_conf: Mapping[str, object] = field(default_factory=dict)
     spares: Spares = no_spares
-    built: bool = True  # False: listed for the report, not yet measurable
+
+    @property
+    def hot(self) -> bool:
+        """Whether its pipeline keeps a standby worker, promoted when its host dies."""
+        return self.pipeline_conf.get(STANDBY_CONF_KEY) == "hot"
 
 
 ROWS: dict[str, Row] = {
@@ -192,17 +208,16 @@ ROWS: dict[str, Row] = {
         "the defaults: a warm worker on the target takes the pipeline",
         spares=warm_spares,
     ),
-    # Promotion of a standby worker: its spares are a READY standby worker on another host,
-    # its detection the leader's promotion (``worker_promoted``); built with promotion.
+    # Its spare is a READY standby worker on another host (``wait_standby``), its detection
+    # the leader's promotion (``worker_promoted``); warm workers off to spare the cores.
     "hot": Row(
         "hot",
-        "a standby worker is promoted (pipeline.standby=hot)",
+        "a standby worker is promoted (pipeline.standby=hot, supervisor.worker.warm=false)",
         supervisor_settings={"supervisor.worker.warm": False},
-        pipeline_conf={"pipeline.standby": "hot"},
-        built=False,
+        pipeline_conf={STANDBY_CONF_KEY: "hot"},
     ),
 }
-DEFAULT_ROWS = ("cold", "warm")
+DEFAULT_ROWS = tuple(ROWS)  # every row
 
 
 # ---------------------------------------------------------------------------------------------
@@ -241,6 +256,7 @@ class FailoverHosts(Started):
             )
             for name in HOSTS
         }
+        self.pacemaker_started: dict[str, float] = {}  # monotonic, by host
         addresses = [pacemaker.address for pacemaker in self.pacemakers.values()]
         self.settings: dict[str, object] = {
             **_pairs(cluster_options(self.shared / "checkpoints")),
@@ -284,8 +300,9 @@ class FailoverHosts(Started):
     def start(self) -> None:
         for directory in ("checkpoints", "input"):
             (self.shared / directory).mkdir(parents=True, exist_ok=True)
-        for pacemaker in self.pacemakers.values():
+        for name, pacemaker in self.pacemakers.items():
             pacemaker.start()
+            self.pacemaker_started[name] = time.monotonic()
         for pacemaker in self.pacemakers.values():
             pacemaker.wait_ready(READY_SECS)
         self.nodes.start()
@@ -328,6 +345,7 @@ class FailoverHosts(Started):
         pacemaker = self.pacemakers[name]
         pacemaker.kill()
         pacemaker.start()
+        self.pacemaker_started[name] = time.monotonic()
         pacemaker.wait_ready(READY_SECS)
         nimbus = self.nodes.nimbuses[name]
         nimbus.kill()
@@ -337,6 +355,17 @@ class FailoverHosts(Started):
         supervisor.kill()
         supervisor.start()
         supervisor.wait_ready(READY_SECS)
+
+    def warm_up_over(self, name: str) -> bool:
+        """Whether a pacemaker of a host other than ``name`` has run for its pulse TTL: one
+        that ran shorter may have missed beats, and while every pacemaker answering is in that
+        warm-up the leader judges nobody from the beats (nor from the heartbeats)."""
+        now = time.monotonic()
+        return any(
+            now - started >= PULSE_TTL_SECS
+            for host, started in self.pacemaker_started.items()
+            if host != name
+        )
 
     def leader_not_on(self, name: str) -> str:
         """The leader's host once every nimbus agrees, moved off host ``name`` if it was there:
@@ -396,13 +425,19 @@ class Round:
     leader: str  # the leader nimbus's host, before and through the kill
     target: str  # where the pipeline went
     killed: int  # processes killed on the victim
-    detection: float  # seconds: kill → the assignment's change
+    detection: float  # seconds: kill → the assignment's change (or the promotion's record)
     worker_start: float  # → the new worker's start
     first_batch: float  # → its first committed batch
     total: float  # kill → first batch
     batch_gap: float  # the last batch before the kill → the first after
     batch_secs: float | None  # that first batch's own duration (triggerExecution)
-    limit: float | None  # the physical limit: timeout + trigger + batch_secs
+    limit: float | None  # the physical limit: timeout (or silent_secs) + trigger + batch_secs
+    # the promotion of a standby worker, if one took the pipeline: the verdict's ``how``, the
+    # silence it waited for and its floor; and that standby worker's RSS before the kill
+    how: str | None = None
+    silent_secs: float | None = None
+    floor_secs: float | None = None
+    standby_rss_mb: int | None = None
 
 
 def _of_pipeline(event: Event, name: str) -> bool:
@@ -458,6 +493,43 @@ def moved(
     )
 
 
+def promotion(events: Sequence[Event], victim: str, since: float, until: float) -> Event | None:
+    """The leader's first promotion of the pipeline's standby worker off ``victim`` between
+    ``since`` and ``until`` (monotonic)."""
+    promotions = [
+        e
+        for e in events
+        if _of_pipeline(e, WORKER_PROMOTED)
+        and e.get("from_supervisor") == victim
+        and since < e.at.mono <= until
+    ]
+    return min(promotions, key=lambda e: e.at.mono, default=None)
+
+
+def ready_standby(client: NimbusClient, active: str) -> StandbyWorkerView | None:
+    """The pipeline's standby worker if it is READY on another supervisor than ``active``."""
+    view = client.workers(PIPELINE).standby_worker
+    if view is None or view.state is not StandbyWorkerState.READY:
+        return None
+    return view if view.supervisor not in (None, active) else None
+
+
+def wait_standby(client: NimbusClient, active: str) -> StandbyWorkerView:
+    """Wait until the pipeline's standby worker is READY on another host than ``active``."""
+    found: list[StandbyWorkerView] = []
+
+    def ready() -> bool:
+        view = ready_standby(client, active)
+        found[:] = [view] if view is not None else []
+        return view is not None
+
+    try:
+        poll_until(f"{PIPELINE}'s standby worker READY off {active}", ready, WAIT_SECS)
+    except BenchError as exc:
+        raise BenchError(f"{exc}; last seen: {client.workers(PIPELINE).standby_worker}") from exc
+    return found[0]
+
+
 def _assigns(op: str) -> bool:
     """Whether a fenced write's operation (``"set_data <path>"``) writes the pipeline's
     assignment (``<root>/assignments/<pipeline>``)."""
@@ -467,10 +539,11 @@ def _assigns(op: str) -> bool:
 
 def wait_steady(
     cluster: FailoverHosts, client: NimbusClient, trail: TrailTail, row: Row
-) -> tuple[str, str]:
+) -> tuple[str, str, StandbyWorkerView | None]:
     """Wait until the pipeline runs, the leader is on another host, every supervisor is
-    registered, the row's spares are ready elsewhere and ``STEADY_BATCHES`` batches were
-    committed after that; the worker's host and the leader's."""
+    registered, the row's spares are ready elsewhere (a hot row's: its standby worker READY
+    on another host) and ``STEADY_BATCHES`` batches were committed after that; the worker's
+    host, the leader's and the standby worker seen last."""
     poll_until(f"{PIPELINE} to run", lambda: running_beat(client, PIPELINE) is not None, WAIT_SECS)
     beat = running_beat(client, PIPELINE)
     if beat is None:
@@ -488,6 +561,13 @@ def wait_steady(
     for other in HOSTS:
         if other != active:
             row.spares(client, other)
+    if row.hot:
+        wait_standby(client, active)
+    poll_until(
+        f"a pacemaker off {active} past its warm-up ({PULSE_TTL_SECS:g} s)",
+        lambda: cluster.warm_up_over(active),
+        PULSE_TTL_SECS + WAIT_SECS,
+    )
     since = time.monotonic()
     poll_until(
         f"{STEADY_BATCHES} batches of {PIPELINE} on {active}",
@@ -497,7 +577,8 @@ def wait_steady(
     beat = running_beat(client, PIPELINE)
     if beat is None or beat.supervisor != active:
         raise BenchError(f"{PIPELINE} left {active} while the cluster settled")
-    return active, leader
+    standby = wait_standby(client, active) if row.hot else None  # still READY: its RSS now
+    return active, leader, standby
 
 
 def kill_round(
@@ -510,17 +591,9 @@ def kill_round(
     console: Console,
 ) -> Round:
     """Wait until steady, kill the worker's host, time its pipeline's move, restore the host."""
-    victim, leader = wait_steady(cluster, client, trail, row)
-    began = time.monotonic()
+    victim, leader, standby = wait_steady(cluster, client, trail, row)
+    began_wall, began = driver.now()
     killed = cluster.kill_host(victim)
-    for pid in killed:  # as a fault injector records a host's death: its supervisor's id
-        driver.record(
-            PROCESS_KILLED,
-            of_host=socket.gethostname(),
-            of_pid=pid,
-            target="host",
-            supervisor=victim,
-        )
     found: list[Event] = []
 
     def committed_elsewhere() -> bool:
@@ -536,9 +609,14 @@ def kill_round(
             f"round {number}: the trail lacks the assignment's write, the new worker's start "
             f"or the last batch before the kill (found {write}, {start}, {before})"
         )
+    promoted = promotion(trail.events, victim, began, first.at.mono)
+    detected = write if promoted is None else promoted
+    silent = float(promoted.get("silent_secs")) if promoted is not None else None
+    floor = float(promoted.get("floor_secs")) if promoted is not None else None
     duration = first.get("duration_secs")
     batch_secs = float(duration) if duration is not None else None
-    limit = DETECTION_TIMEOUT_SECS + TRIGGER_SECS + batch_secs if batch_secs is not None else None
+    silence = DETECTION_TIMEOUT_SECS if silent is None else silent
+    limit = silence + TRIGGER_SECS + batch_secs if batch_secs is not None else None
     result = Round(
         row=row.name,
         number=number,
@@ -546,25 +624,44 @@ def kill_round(
         leader=leader,
         target=str(first.get("supervisor")),
         killed=len(killed),
-        detection=write.at.mono - began,
-        worker_start=start.at.mono - write.at.mono,
+        detection=detected.at.mono - began,
+        worker_start=start.at.mono - detected.at.mono,
         first_batch=first.at.mono - start.at.mono,
         total=first.at.mono - began,
         batch_gap=first.at.mono - before.at.mono,
         batch_secs=batch_secs,
         limit=limit,
+        how=None if promoted is None else str(promoted.get("how")),
+        silent_secs=silent,
+        floor_secs=floor,
+        standby_rss_mb=None if standby is None else standby.rss_mb,
     )
     console.print(describe(result))
     cluster.restore_host(victim)
+    for pid in killed:  # a fault's line once it is undone, with its start: the host's death
+        driver.record(
+            PROCESS_KILLED,
+            of_host=socket.gethostname(),
+            of_pid=pid,
+            target="host",
+            supervisor=victim,
+            began_wall=began_wall,
+            began_mono=began,
+        )
     return result
 
 
 def describe(r: Round) -> str:
     batch = "-" if r.batch_secs is None else f"{r.batch_secs:.2f} s"
     limit = "-" if r.limit is None else f"{r.limit:.2f} s"
+    promoted = (
+        ""
+        if r.how is None
+        else f" (promoted: how {r.how}, silent {r.silent_secs:.2f} s, floor {r.floor_secs:.2f} s)"
+    )
     return (
         f"{r.row} round {r.number}: host {r.victim} killed ({r.killed} processes; leader on "
-        f"{r.leader}) → {r.target}: detection {r.detection:.2f} s, worker start "
+        f"{r.leader}) → {r.target}: detection {r.detection:.2f} s{promoted}, worker start "
         f"{r.worker_start:.2f} s, first batch {r.first_batch:.2f} s (its own {batch}); "
         f"total {r.total:.2f} s, physical limit {limit}"
     )
@@ -583,6 +680,7 @@ class RowResult:
     fed: int
     exactly_once: list[str]
     single_run: list[str]
+    promotions_explained: list[str] = field(default_factory=list)
     warm_rss_mib: list[tuple[float, float]] = field(default_factory=list)
 
 
@@ -642,9 +740,17 @@ def run_row(row: Row, rounds: int, console: Console, *, keep: bool = False) -> R
         once = check_exactly_once(
             streaming_expected(range(fed)), streaming_counted(read_rows(output))
         )
-        single = check_single_run(trail.read(), Clocks())  # one machine: one monotonic clock
+        events = trail.read()
+        single = check_single_run(events, Clocks())  # one machine: one monotonic clock
+        explained = check_promotions_explained(events, Clocks())
     return RowResult(
-        row.name, results, fed, [str(v) for v in once], [str(v) for v in single], memory
+        row.name,
+        results,
+        fed,
+        [str(v) for v in once],
+        [str(v) for v in single],
+        [str(v) for v in explained],
+        memory,
     )
 
 
@@ -657,13 +763,14 @@ def _ratio(r: Round) -> float | None:
 
 
 STEPS: list[tuple[str, str, Callable[[Round], float | None]]] = [
-    ("detection", "kill → the leader writes the new assignment", lambda r: r.detection),
+    ("detection", "kill → the leader's new assignment or promotion", lambda r: r.detection),
     ("worker start", "→ the new worker starts on another host", lambda r: r.worker_start),
     ("first batch", "→ it commits its first batch", lambda r: r.first_batch),
     ("kill → first batch", "the sum", lambda r: r.total),
     ("batch gap", "last batch before the kill → first after", lambda r: r.batch_gap),
     ("first batch's own", "that batch's triggerExecution", lambda r: r.batch_secs),
-    ("physical limit", "timeout + trigger + first batch's own", lambda r: r.limit),
+    ("verdict's silence", "the promotion's silent_secs", lambda r: r.silent_secs),
+    ("physical limit", "timeout or silence + trigger + batch's own", lambda r: r.limit),
     ("over the limit", "kill → first batch / physical limit", _ratio),
 ]
 
@@ -682,7 +789,8 @@ def report(results: list[RowResult], timeout: float, console: Console) -> list[s
         title=f"A host of the active worker dies → its pipeline's first batch elsewhere (trigger "
         f"{TRIGGER_SECS:g} s, detection timeout {timeout:g} s): seconds",
         caption="each step from the trail the processes recorded; the physical limit of a "
-        "round: the detection's timeout + one trigger + that round's first batch's own duration",
+        "round: the detection's timeout (a promotion: the verdict's silence) + one trigger + "
+        "that round's first batch's own duration",
         box=box.SIMPLE_HEAD,
     )
     table.add_column("step")
@@ -705,9 +813,16 @@ def verdicts(results: list[RowResult], timeout: float) -> list[str]:
         p50, p99 = percentile(total, 50), percentile(total, 99)
         limits = [r.limit for r in result.rounds if r.limit is not None]
         ratios = [x for x in map(_ratio, result.rounds) if x is not None]
+        promoted = [r for r in result.rounds if r.how is not None]
+        silences = [r.silent_secs for r in promoted if r.silent_secs is not None]
+        detection = (
+            f"the verdict's silence, p50 {percentile(silences, 50):.2f} s"
+            if silences
+            else f"timeout {timeout:g} s"
+        )
         against = (
             f" = {percentile(ratios, 50):.2f}x its physical limit at p50 "
-            f"({percentile(limits, 50):.2f} s: timeout {timeout:g} s + trigger "
+            f"({percentile(limits, 50):.2f} s: {detection} + trigger "
             f"{TRIGGER_SECS:g} s + the first batch's own)"
             if ratios
             else " (no first batch's own duration recorded: no physical limit)"
@@ -721,17 +836,46 @@ def verdicts(results: list[RowResult], timeout: float) -> list[str]:
             f"{'met' if p50 <= TARGET_P50_SECS else 'MISSED'}; p99 <= {TARGET_P99_SECS:g} s: "
             f"{'met' if p99 <= TARGET_P99_SECS else 'MISSED'}"
         )
-    if "cold" in totals and "warm" in totals:
-        cold, warm = percentile(totals["cold"], 50), percentile(totals["warm"], 50)
-        lines.append(f"warm: p50 {warm:.2f} s = {warm / cold:.2f}x the cold p50 {cold:.2f} s")
+        if ROWS[result.row].hot:
+            promoted = [r for r in result.rounds if r.how is not None]
+            hows = ", ".join(sorted({str(r.how) for r in promoted})) or "none"
+            lines.append(
+                f"{result.row}: standby worker promoted in {len(promoted)} of "
+                f"{len(result.rounds)} rounds (how: {hows})"
+            )
+    p50s = {row: percentile(total, 50) for row, total in totals.items()}
+    for faster, slower in (("warm", "cold"), ("hot", "cold"), ("hot", "warm")):
+        if faster in p50s and slower in p50s:
+            lines.append(
+                f"{faster}: p50 {p50s[faster]:.2f} s = {p50s[faster] / p50s[slower]:.2f}x the "
+                f"{slower} p50 {p50s[slower]:.2f} s"
+            )
     for result in results:
         lines.append(
             f"{result.row}: exactly once, {result.fed} events fed: {_checked(result.exactly_once)}"
         )
         lines.append(f"{result.row}: single run on the trails: {_checked(result.single_run)}")
+        if ROWS[result.row].hot:
+            lines.append(
+                f"{result.row}: every promotion explained by a failure: "
+                f"{_checked(result.promotions_explained)}"
+            )
+            lines.append(f"{result.row}: {standby_memory(result.rounds)}")
         if result.warm_rss_mib:
             lines.append(f"{result.row}: {memory_verdict(result.warm_rss_mib)}")
     return lines
+
+
+def standby_memory(rounds: Sequence[Round]) -> str:
+    """The standby workers' resident memory before each kill, as their supervisors report it."""
+    known = [float(r.standby_rss_mb) for r in rounds if r.standby_rss_mb is not None]
+    if not known:
+        return "a standby worker's memory (RSS): not reported"
+    each = ", ".join(f"{mb:.0f} MiB" for mb in known)
+    return (
+        f"a standby worker's memory (RSS, its JVM included) p50 {percentile(known, 50):.0f} MiB, "
+        f"max {max(known):.0f} MiB, over {len(known)} standby workers ({each})"
+    )
 
 
 def _checked(violations: list[str]) -> str:
@@ -740,7 +884,8 @@ def _checked(violations: list[str]) -> str:
 
 def violations_shown(results: list[RowResult], console: Console) -> None:
     for result in results:
-        for violation in [*result.exactly_once, *result.single_run][:SHOWN_VIOLATIONS]:
+        found = [*result.exactly_once, *result.single_run, *result.promotions_explained]
+        for violation in found[:SHOWN_VIOLATIONS]:
             console.print(f"[red]{result.row}: {violation}[/]")
 
 
@@ -796,22 +941,17 @@ def main(argv: list[str] | None = None) -> int:
     if reason is not None:
         console.print(f"[bold red]benchmark cannot run:[/] no network-namespace hosts: {reason}")
         return 1
-    later = [ROWS[name] for name in args.rows if not ROWS[name].built]
-    if "hot" not in args.rows:
-        later.append(ROWS["hot"])
     results: list[RowResult] = []
     try:
         for name in args.rows:
-            if ROWS[name].built:
-                results.append(run_row(ROWS[name], args.rounds, console, keep=args.keep))
+            results.append(run_row(ROWS[name], args.rounds, console, keep=args.keep))
     except BenchError as exc:
         console.print(f"[bold red]benchmark failed:[/] {exc}")
         return 1
     except Interrupted as exc:
         console.print(f"[yellow]interrupted ({exc})[/]")
         return 128 + exc.signum
-    lines = report(results, DETECTION_TIMEOUT_SECS, console) if results else []
-    lines += [f"{row.name}: not yet built; {row.what}" for row in later]
+    lines = report(results, DETECTION_TIMEOUT_SECS, console)
     print_verdicts(console, lines)
     violations_shown(results, console)
     samples: dict[str, Any] = {result.row: asdict(result) for result in results}
