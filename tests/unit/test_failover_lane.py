@@ -9,8 +9,11 @@ runs on s3. Beats come every 100 ms, and the lane polls every 100 ms.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import pytest
 
@@ -35,6 +38,8 @@ from tests.unit.test_promotion_plan import (
     record,
     standby_beat,
 )
+
+T = TypeVar("T")
 
 SETTINGS = DetectorSettings(
     threshold=8.0, window=200, pause_secs=0.3, min_std_secs=0.05, poll_secs=0.1
@@ -112,10 +117,20 @@ class Fence:
         return self.answers
 
 
+class Immediate(Executor):
+    """Runs each call at once, on the caller's thread: a fence's answer is there at the same
+    poll, as the scripted clock needs."""
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        done: Future[T] = Future()
+        done.set_result(fn(*args, **kwargs))
+        return done
+
+
 class Lane:
     """A lane over scripted beats, with every supervisor registered with a beat lease."""
 
-    def __init__(self, fence: Fence | None = None) -> None:
+    def __init__(self, fence: Any = None, executor: Executor | None = None) -> None:
         self.clock = FakeClock()
         self.beats = Beats()
         self.promoter = Promoter()
@@ -128,6 +143,7 @@ class Lane:
             lambda: self.registered,
             poll_secs=POLL,
             fence_pipelines=fence,
+            fence_executor=executor or Immediate(),
             clock=self.clock,
             wall=lambda: 1_700_000_100.0,
         )
@@ -234,6 +250,23 @@ def test_a_fence_that_gets_no_answer_is_asked_once_and_the_floor_promotes() -> N
     assert len(fence.asked) == 1
     _, silent, floor = lane.promoter.promoted[0]
     assert silent >= floor
+
+
+@pytest.mark.timeout(60)
+def test_a_fence_a_dead_host_never_answers_does_not_stop_the_lane_reading_beats() -> None:
+    released = threading.Event()
+
+    def hanging_fence(supervisor: SupervisorSummary, pipelines: Any, epoch: int, _t: float) -> bool:
+        released.wait()  # a dead host's packets are dropped: no answer within the call
+        return False
+
+    with ThreadPoolExecutor(max_workers=1) as fencing:
+        lane = Lane(hanging_fence, fencing)
+        lane.lane.note(snapshot())
+        lane.run(2.0, {"s1", "s2", "s3"})
+        done = lane.run(2.0, {"s2", "s3"})  # the fence still waits: the floor promotes
+        released.set()
+    assert [(p.pipeline, p.how) for p in done] == [("orders", How.FLOOR)]
 
 
 def test_suspicion_before_the_floor_promotes_nothing_without_a_fence(lane: Lane) -> None:

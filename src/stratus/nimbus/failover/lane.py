@@ -30,7 +30,10 @@ With ``fence_pipelines`` (the nimbus's ``SupervisorFencing``, unless
 suspicion, to stop the workers of its hot pipelines, waiting no longer than the time left to
 its floor: if it answers, they are promoted at once as ``fenced``; if not (a dead host
 answers nothing), they are promoted as ``floor`` once its silence reaches its floor.
-Suspicion alone promotes nothing.
+Suspicion alone promotes nothing. The fence is asked on a thread of its own
+(``fence_executor``): the lane goes on reading the beats while it waits, since a pause of
+its reads longer than three polls would read as blindness and restart every silence (a dead
+host's fence waits out its whole timeout: its packets are dropped).
 
 One thread per term, started by ``start`` and ended by ``stop``; the watch is reset at every
 start (a new term judges nothing from an earlier one's beats) and whenever the round restarts
@@ -43,6 +46,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Set
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -153,6 +157,7 @@ class FailoverLane:
         *,
         poll_secs: float,
         fence_pipelines: FencePipelines | None = None,
+        fence_executor: Executor | None = None,
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
     ) -> None:
@@ -163,6 +168,9 @@ class FailoverLane:
         self._registered = registered
         self._poll_secs = poll_secs
         self._fence = fence_pipelines
+        self._fence_executor = fence_executor or ThreadPoolExecutor(
+            max_workers=4, thread_name_prefix="pipeline-fence"
+        )  # each call bounded by the time left to a floor
         self._clock = clock
         self._wall = wall
         self._lock = threading.Lock()  # guards what the round and the thread share:
@@ -170,8 +178,8 @@ class FailoverLane:
         self._suspected: frozenset[str] = frozenset()
         self._restart = False  # the round restarted its silences: so does the watch
         self._refused: dict[str, str] = {}  # pipeline -> the refusal last logged
-        self._fences: dict[str, frozenset[str]] = {}  # supervisor -> what its fence answered
-        # for (empty: asked, no answer), for as long as it stays suspected
+        self._fences: dict[str, Future[frozenset[str]]] = {}  # supervisor -> what its fence
+        # answered for (empty: no answer), asked once for as long as it stays suspected
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._term: Leadership | None = None
@@ -322,17 +330,32 @@ class FailoverLane:
         fenced: dict[str, Set[str]] = {}
         for sid, suspicion in sorted(suspicions.items()):
             left = suspicion.floor_secs - suspicion.silence_secs
-            if sid not in self._fences and self._fence is not None and sid in registered:
+            asked = self._fences.get(sid)
+            if asked is None and left > 0 and self._fence is not None and sid in registered:
                 hot = frozenset(
                     name for name, (a, _) in snapshot.assignments.items() if a.supervisor == sid
                 )
-                answered = left > 0 and self._fence(registered[sid], hot, term.epoch, left)
-                self._fences[sid] = hot if answered else frozenset()
-            if self._fences.get(sid):
-                verdicts[sid], fenced[sid] = How.FENCED, self._fences[sid]
+                asked = self._fences[sid] = self._fence_executor.submit(
+                    self._fenced, registered[sid], hot, term.epoch, left
+                )
+            answered = asked.result() if asked is not None and asked.done() else frozenset()
+            if answered:
+                verdicts[sid], fenced[sid] = How.FENCED, answered
             elif left <= 0:
                 verdicts[sid] = How.FLOOR
         return verdicts, fenced
+
+    def _fenced(
+        self, supervisor: SupervisorSummary, pipelines: frozenset[str], epoch: int, within: float
+    ) -> frozenset[str]:
+        """``pipelines`` if ``supervisor`` answered their fence ``within`` seconds, else none
+        (on the fence's thread)."""
+        assert self._fence is not None
+        try:
+            return pipelines if self._fence(supervisor, pipelines, epoch, within) else frozenset()
+        except Exception:  # a fence that fails is one that got no answer
+            log.exception("event=pipeline_fence_failed supervisor=%s", supervisor.id)
+            return frozenset()
 
     def _set_suspected(self, suspicions: Mapping[str, Suspicion]) -> None:
         with self._lock:
