@@ -317,6 +317,6 @@ def test_stratus_drain_exits_non_zero_naming_the_pipeline_that_finds_no_room(
         assert cluster.where("etl") == "s1"  # it keeps running there
         shown = CliRunner().invoke(main, ["cluster", *seeds])
         assert shown.exit_code == 0, shown.output
-        assert re.search(r"^s1\t.*\tdraining\tride$", shown.output, re.M), shown.output
+        assert re.search(r"^s1\t.*\tdraining\tride\t-$", shown.output, re.M), shown.output
         status = CliRunner().invoke(main, ["uncordon", "s1", *seeds])
         assert "supervisor s1 is schedulable; still there: etl" in status.output
