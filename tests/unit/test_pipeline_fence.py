@@ -5,7 +5,6 @@ the order by hand (with fakes), and the leader's side of the call (its body, its
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -22,9 +21,7 @@ from stratus.process import boot_id, start_time
 from stratus.security.roles import Role
 from stratus.supervisor.adoption import Pid, ProcessRecord
 from stratus.supervisor.assignment_reader import AssignmentsRead
-from stratus.supervisor.control_loop import ControlLoop
 from stratus.supervisor.endpoint import PIPELINE_FENCE_PATH, audited_call, required_role
-from stratus.supervisor.heartbeat_lease import HeartbeatLease
 from stratus.supervisor.loop_messages import (
     Adopted,
     FenceVerdict,
@@ -33,17 +30,14 @@ from stratus.supervisor.loop_messages import (
 )
 from stratus.supervisor.managed_worker import Phase
 from stratus.supervisor.pipeline_fence import PipelineHolds
-from stratus.supervisor.settings import LoopSettings
-from stratus.supervisor.worker_process import WorkerPaths
 from tests.harness.supervisor_fakes import (
     DIGEST,
-    RESTART_SETTINGS,
-    TIMEOUTS,
     FakeClock,
     FakeLauncher,
     FakeProcess,
     assignment,
 )
+from tests.unit.test_adoption_unit import control_loop, feed
 
 # ---------------------------------------------------------------------- the request's bounds
 
@@ -121,30 +115,6 @@ def test_a_read_without_the_pipeline_releases_its_hold_and_an_unknown_one_is_not
 
 
 # ---------------------------------------------------------------------- the control loop
-
-
-def control_loop(
-    tmp_path: Path, clock: FakeClock, launcher: FakeLauncher, **adopted: Adopted
-) -> ControlLoop:
-    return ControlLoop(
-        "s1",
-        2,
-        launcher=launcher,
-        paths_of=lambda name: WorkerPaths.of(tmp_path, name),
-        lease=HeartbeatLease(timeout_secs=6.0),
-        settings=LoopSettings(heartbeat_secs=1.0, restart=RESTART_SETTINGS, timeouts=TIMEOUTS),
-        request_read=lambda: None,
-        offer=lambda _round: None,
-        adopted=adopted,
-        clock=clock,
-        wall=clock,
-    )
-
-
-def feed(loop: ControlLoop, *messages: object) -> None:
-    for message in messages:
-        loop._apply(message)  # type: ignore[arg-type]
-    loop.tick()
 
 
 def fence(epoch: int, *pipelines: str) -> PipelineFenceOrder:
