@@ -218,8 +218,13 @@ def test_a_purge_that_no_one_can_do_is_reported_with_its_reason_never_as_done(
     seen = purge_of(cluster, "etl")
     assert seen.purge is not None and seen.purge.state is PurgeState.FAILED  # still recorded
     leader = cluster.nimbuses.by_address(cluster.nimbuses.wait_for_agreed_leader())
-    metrics = httpx.get(f"{leader.url}/metrics").text
-    assert 'stratus_nimbus_purges{state="failed"} 1.0' in metrics
+    wait_until(  # the gauge shows what the leader's last round saw
+        lambda: (
+            'stratus_nimbus_purges{state="failed"} 1.0' in httpx.get(f"{leader.url}/metrics").text
+        ),
+        30,
+        "the failed purge in the leader's metrics",
+    )
     with pytest.raises(PurgePendingError):
         cluster.client.submit("etl", valid_package("etl"), {})
 

@@ -98,9 +98,12 @@ class StandInLeader:
         return f"{self.cluster.root}/standby-workers/{name}"
 
 
-def standby_beat(cluster: Cluster, name: str, supervisor: str = "s2") -> StandbyWorkerBeat | None:
+def standby_beat(
+    cluster: Cluster, name: str, supervisor: str = "s2", *, since: float = 0.0
+) -> StandbyWorkerBeat | None:
+    """``name``'s standby worker in ``supervisor``'s heartbeat, one written after ``since``."""
     beat = cluster.supervisor_beat(supervisor)
-    if beat is None:
+    if beat is None or beat.time <= since:
         return None
     return next((b for b in beat.standby_workers if b.pipeline == name), None)
 
@@ -112,11 +115,12 @@ def wait_standby(
     *,
     where: Callable[[StandbyWorkerBeat], bool] = lambda _beat: True,
     timeout: float = SPARK_SECS,
+    since: float = 0.0,
 ) -> StandbyWorkerBeat:
     found: list[StandbyWorkerBeat] = []
 
     def seen() -> bool:
-        beat = standby_beat(cluster, name)
+        beat = standby_beat(cluster, name, since=since)
         if beat is not None and beat.state is state and where(beat):
             found[:] = [beat]
             return True
@@ -179,8 +183,10 @@ def test_a_placed_standby_worker_is_ready_and_promoted_in_place_after_an_adoptio
 
         supervisor.stop()  # the workers run on: a supervisor started again adopts them
         assert not process_gone(ready.pid)
+        restarted = time.time()
         supervisor = supervisor_on_spark(cluster, tmp_path)
-        adopted = wait_standby(cluster, "pt", StandbyWorkerState.READY, timeout=30)
+        # the new supervisor's heartbeat, not the one the stopped supervisor left
+        adopted = wait_standby(cluster, "pt", StandbyWorkerState.READY, timeout=30, since=restarted)
         assert adopted.pid == ready.pid
 
         write_ids(tmp_path / "in", range(10))

@@ -393,6 +393,7 @@ def test_a_standby_worker_keeps_the_beat_agent_before_its_promotion(tmp_path: Pa
     assert keeper.wanted[-1] is True  # beating before the promotion needs it
 
     loop._apply(AssignmentsRead(100.2, {}, {}, era=1))  # the placement gone
+    loop._apply(AssignmentsRead(100.3, {}, {}, era=1))  # and a second read agrees
     loop.tick()
     assert loop.standby.workers == {}  # never started: gone at once
     loop.tick()

@@ -13,6 +13,7 @@ from stratus.supervisor.reconcile import (
     StandbyKind,
     plan_with_standby,
     standby_workers_for,
+    vanished_placements_kept,
 )
 from tests.harness.supervisor_fakes import assignment
 
@@ -137,3 +138,26 @@ def test_without_standby_workers_the_plan_is_the_ordinary_one() -> None:
     decided = plan_with_standby(desired, {}, 1, {}, {})
     assert [(a.kind, a.pipeline) for a in decided.actions] == [(ActionKind.START, "a")]
     assert decided.standby == [] and decided.waiting == ["b"]
+
+
+def test_a_placement_one_read_lacks_is_kept_until_a_second_read_agrees() -> None:
+    """A read between a promotion's two writes may see the placement gone and the
+    assignment not here yet: the READY standby worker runs on until the next read."""
+    held = {"etl": HeldStandby(placement(), ready=True)}
+    placed, vanished = vanished_placements_kept({}, held, {}, frozenset())
+    assert placed == {"etl": placement()} and vanished == {"etl"}
+    assert plan_with_standby({}, {}, 2, placed, held).standby == []  # not stopped yet
+
+    promoted = {"etl": assigned_here()}  # the next read: the promotion, whole
+    placed, vanished = vanished_placements_kept({}, held, promoted, vanished)
+    assert vanished == frozenset()
+    decided = plan_with_standby(promoted, {}, 2, placed, held)
+    assert kinds(decided.standby) == [(StandbyKind.PROMOTE, "etl")]
+
+
+def test_a_placement_two_reads_in_a_row_lack_stops_its_standby_worker() -> None:
+    held = {"etl": HeldStandby(placement(), ready=True)}
+    placed, vanished = vanished_placements_kept({}, held, {}, frozenset({"etl"}))
+    assert placed == {} and vanished == frozenset()
+    decided = plan_with_standby({}, {}, 2, placed, held)
+    assert kinds(decided.standby) == [(StandbyKind.STOP_STANDBY, "etl")]

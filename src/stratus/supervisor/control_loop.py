@@ -73,6 +73,7 @@ from stratus.supervisor.reconcile import (
     plan_with_standby,
     stale_assignments,
     standby_workers_for,
+    vanished_placements_kept,
 )
 from stratus.supervisor.restart_policy import RestartPolicy
 from stratus.supervisor.run_outcome import NoRecorder, RunRecorder, StopReason
@@ -164,6 +165,7 @@ class ControlLoop:
             wall=wall,
         )
         self._seen_placements: dict[str, int] = {}  # epochs of placements, as _seen_epochs
+        self._vanished: frozenset[str] = frozenset()  # placements one read lacked, kept
 
     # ------------------------------------------------------------------ other threads' side
 
@@ -353,6 +355,9 @@ class ControlLoop:
         )
         held = {name: worker.held() for name, worker in self.workers.items()}
         standby = {name: worker.held() for name, worker in self.standby.workers.items()}
+        placed, self._vanished = vanished_placements_kept(placed, standby, desired, self._vanished)
+        if self._vanished:
+            self._read_soon()  # the second read that confirms them gone
         decided = plan_with_standby(desired, held, self.slots, placed, standby)
         for action in decided.actions:
             self._act(action)

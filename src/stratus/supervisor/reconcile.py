@@ -200,6 +200,30 @@ class StandbyPlan:
     waiting: list[str]
 
 
+def vanished_placements_kept(
+    placed: Mapping[str, StandbyWorkerPlacement],
+    standby: Mapping[str, HeldStandby],
+    desired: Mapping[str, Assignment],
+    vanished_before: frozenset[str],
+) -> tuple[dict[str, StandbyWorkerPlacement], frozenset[str]]:
+    """``placed``, with the placement of each standby worker held here that this read lacks
+    (and whose pipeline is not assigned here) kept for one more read; the pipelines so kept.
+
+    A read lists the assignments, then the placements: one that falls between them may see
+    a promotion's transaction (the assignment here, the placement deleted) by halves, the
+    placement gone and the assignment not yet here. Its standby worker would stop and the
+    promotion start cold. A placement is taken as gone when two reads in a row lack it."""
+    kept = dict(placed)
+    vanished = set()
+    for name, held in standby.items():
+        if held.placement is None or name in placed or name in desired:
+            continue
+        if name not in vanished_before:
+            kept[name] = held.placement
+            vanished.add(name)
+    return kept, frozenset(vanished)
+
+
 def promotable(held: HeldStandby | None, assignment: Assignment) -> bool:
     """Whether ``assignment`` can be run by promoting the standby worker ``held``: READY for
     the same generation and code, and an assignment read with its fencing token."""
