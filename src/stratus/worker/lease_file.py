@@ -65,7 +65,9 @@ def read_lease(path: Path) -> float | None:
 
 
 class LeaseWatch:
-    """A thread that calls ``on_lapsed(reason)`` once, when the lease in ``path`` has ended."""
+    """A thread that calls ``on_lapsed(reason)`` once, when the lease in ``path`` has ended
+    (``grace_secs`` ago: a standby worker's, which ends only as an orphan; a file missing or
+    unreadable at once)."""
 
     def __init__(
         self,
@@ -75,9 +77,13 @@ class LeaseWatch:
         clock: Callable[[], float] = time.monotonic,
         poll_secs: float = POLL_SECS,
         what: str = "the supervisor's lease",
+        grace_secs: float = 0.0,
     ) -> None:
+        if not (math.isfinite(grace_secs) and grace_secs >= 0):
+            raise ValueError(f"a lease's grace must be seconds, 0 or more, not {grace_secs!r}")
         self._path = path
         self._what = what
+        self._grace = grace_secs
         self._on_lapsed = on_lapsed
         self._clock = clock
         self._poll_secs = poll_secs
@@ -96,7 +102,7 @@ class LeaseWatch:
         if until is None:
             return f"{self._what} file {self._path} is missing or unreadable"
         late = self._clock() - until
-        if late < 0:
+        if late < 0 or (self._grace > 0 and late < self._grace):
             return None
         return f"{self._what} ended {late:.1f} s ago and was not renewed"
 
