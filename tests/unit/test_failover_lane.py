@@ -317,3 +317,27 @@ def test_a_poll_of_no_positive_seconds_is_refused() -> None:
             dict,
             poll_secs=0,
         )
+
+
+def test_the_lane_logs_a_suspicion_a_blind_read_and_a_holder_left_to_the_round(
+    lane: Lane, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What an operator reads when a failover was the round's, not the lane's: each once."""
+    caplog.set_level("INFO", logger="stratus.nimbus.failover.lane")
+    lane.lane.note(snapshot())
+    lane.run(2.0, {"s1", "s2", "s3"})
+    lane.run(0.8, {"s2", "s3"})  # s1 silent: suspected before its floor (1.02 s)
+    lane.clock.advance(4 * POLL)  # the lane's reads paused: every silence starts again
+    lane.run(POLL, {"s2", "s3"})
+    del lane.registered["s1"]  # its session ended: the lane no longer judges it
+    lane.run(0.5, {"s2", "s3"})
+    events = [r.getMessage() for r in caplog.records if "event=failover" not in r.getMessage()]
+    assert [e.split()[0] for e in events] == [
+        "event=supervisor_suspected",
+        "event=beat_watch_blind",
+        "event=supervisor_not_judged",
+    ]
+    assert "supervisor=s1" in events[0]
+    assert "gap_secs=0.500" in events[1]
+    assert "supervisor=s1 reason=unregistered action=left_to_the_round" in events[2]
+    assert lane.promoter.asked == []

@@ -178,6 +178,7 @@ class FailoverLane:
         self._suspected: frozenset[str] = frozenset()
         self._restart = False  # the round restarted its silences: so does the watch
         self._refused: dict[str, str] = {}  # pipeline -> the refusal last logged
+        self._unjudged: frozenset[str] = frozenset()  # holders left to the round, logged
         self._fences: dict[str, Future[frozenset[str]]] = {}  # supervisor -> what its fence
         # answered for (empty: no answer), asked once for as long as it stays suspected
         self._thread: threading.Thread | None = None
@@ -214,6 +215,7 @@ class FailoverLane:
         with self._lock:
             self._snapshot, self._suspected = None, frozenset()
         self._refused.clear()
+        self._unjudged = frozenset()
         self._fences.clear()
         self.outcome = None
         self._term = term
@@ -262,6 +264,7 @@ class FailoverLane:
         if restart:
             self._watch.reset()
             self._fences.clear()
+            log.info("event=beat_watch_reset epoch=%d reason=round_restarted_silences", term.epoch)
         if not term.is_leader:
             return ()  # stepped down: on_lost stops the thread
         if snapshot is None or snapshot.epoch != term.epoch or not snapshot.assignments:
@@ -270,16 +273,25 @@ class FailoverLane:
         registered = self._registered()
         holders = snapshot.holders
         floors = beat_floors({sid: s for sid, s in registered.items() if sid in holders})
+        self._log_unjudged(term, holders - set(floors), registered)
         if not floors:
             self._set_suspected({})
             return ()
+        judged_before = self._watch.judged_at
         self.outcome = self._watch.poll()
+        if self.outcome is ReadOutcome.BLIND:
+            log.warning(
+                "event=beat_watch_blind epoch=%d gap_secs=%.3f action=every_silence_restarts",
+                term.epoch,
+                (self._watch.judged_at or 0.0) - (judged_before or 0.0),
+            )
         suspicions = {  # phi alone (the floors name who is judged), each with its real floor
             sid: replace(suspicion, floor_secs=floors[sid])
             for sid, suspicion in self._watch.suspected(
                 dict.fromkeys(floors, PHI_ONLY_SECS)
             ).items()
         }
+        self._log_suspicions(term, suspicions)
         self._set_suspected(suspicions)
         for sid in set(self._fences) - set(suspicions):
             del self._fences[sid]  # heard again: a later suspicion asks the fence again
@@ -356,6 +368,38 @@ class FailoverLane:
         except Exception:  # a fence that fails is one that got no answer
             log.exception("event=pipeline_fence_failed supervisor=%s", supervisor.id)
             return frozenset()
+
+    def _log_suspicions(self, term: Leadership, suspicions: Mapping[str, Suspicion]) -> None:
+        """Each supervisor newly suspected, once (the lane polls ten times a second)."""
+        with self._lock:
+            before = self._suspected
+        for sid in sorted(suspicions.keys() - before):
+            suspicion = suspicions[sid]
+            log.info(
+                "event=supervisor_suspected epoch=%d supervisor=%s phi=%.1f silent_secs=%.3f "
+                "floor_secs=%.3f",
+                term.epoch,
+                sid,
+                suspicion.phi,
+                suspicion.silence_secs,
+                suspicion.floor_secs,
+            )
+
+    def _log_unjudged(
+        self, term: Leadership, unjudged: Set[str], registered: Mapping[str, SupervisorSummary]
+    ) -> None:
+        """Each holder of a hot pipeline the lane cannot judge, once until that changes: no
+        registration (its session ended: only the round judges it now), or one without a
+        beat lease."""
+        for sid in sorted(unjudged - self._unjudged):
+            log.info(
+                "event=supervisor_not_judged epoch=%d supervisor=%s reason=%s "
+                "action=left_to_the_round",
+                term.epoch,
+                sid,
+                "no_beat_lease" if sid in registered else "unregistered",
+            )
+        self._unjudged = frozenset(unjudged)
 
     def _set_suspected(self, suspicions: Mapping[str, Suspicion]) -> None:
         with self._lock:
