@@ -21,7 +21,13 @@ assignments, placements and heartbeats come from the scheduling round's last sna
 term (``HotSnapshot``, with the znode versions the round read), the registrations from the
 cluster view. A snapshot older than a write it does not know of only makes a promotion's
 transaction fail on its version; the next round's snapshot has the new ones. Only the
-supervisors holding a hot pipeline's active worker, and advertising a beat lease, are judged.
+supervisors holding a hot pipeline's active worker, and advertising a beat lease in a
+registration seen in this term, are judged. One whose registration has left since (its
+ZooKeeper session ended: a dead host's does about a session timeout after its death) is
+judged on, from the beat lease its newest registration advertised: a floor verdict rests on
+the beat lease and the pacemakers, not on ZooKeeper, and a supervisor that registers again
+replaces it. Otherwise a dead host whose silence restarted (a blind read, a new term) would
+be left to the round's timeout whenever its session ended before its floor passed.
 
 **The fence.** A supervisor is **suspected** once its phi reached ``nimbus.detector.threshold``
 (on a calm host about 0.66 s after its last beat), before its floor (1.02 s by default).
@@ -179,6 +185,8 @@ class FailoverLane:
         self._restart = False  # the round restarted its silences: so does the watch
         self._refused: dict[str, str] = {}  # pipeline -> the refusal last logged
         self._unjudged: frozenset[str] = frozenset()  # holders left to the round, logged
+        self._seen: dict[str, SupervisorSummary] = {}  # each holder's newest registration seen
+        # in this term, kept once it is gone (its beat lease gives its floor)
         self._fences: dict[str, Future[frozenset[str]]] = {}  # supervisor -> what its fence
         # answered for (empty: no answer), asked once for as long as it stays suspected
         self._thread: threading.Thread | None = None
@@ -216,6 +224,7 @@ class FailoverLane:
             self._snapshot, self._suspected = None, frozenset()
         self._refused.clear()
         self._unjudged = frozenset()
+        self._seen = {}
         self._fences.clear()
         self.outcome = None
         self._term = term
@@ -272,8 +281,10 @@ class FailoverLane:
             return ()  # nothing hot: no read at all
         registered = self._registered()
         holders = snapshot.holders
-        floors = beat_floors({sid: s for sid, s in registered.items() if sid in holders})
-        self._log_unjudged(term, holders - set(floors), registered)
+        seen = {**self._seen, **registered}  # a registration gone: its newest seen this term
+        self._seen = {sid: summary for sid, summary in seen.items() if sid in holders}
+        floors = beat_floors(self._seen)
+        self._log_unjudged(term, holders - set(floors), self._seen)
         if not floors:
             self._set_suspected({})
             return ()
@@ -386,18 +397,18 @@ class FailoverLane:
             )
 
     def _log_unjudged(
-        self, term: Leadership, unjudged: Set[str], registered: Mapping[str, SupervisorSummary]
+        self, term: Leadership, unjudged: Set[str], seen: Mapping[str, SupervisorSummary]
     ) -> None:
         """Each holder of a hot pipeline the lane cannot judge, once until that changes: no
-        registration (its session ended: only the round judges it now), or one without a
-        beat lease."""
+        registration seen in this term (only the round judges it), or one without a beat
+        lease."""
         for sid in sorted(unjudged - self._unjudged):
             log.info(
                 "event=supervisor_not_judged epoch=%d supervisor=%s reason=%s "
                 "action=left_to_the_round",
                 term.epoch,
                 sid,
-                "no_beat_lease" if sid in registered else "unregistered",
+                "no_beat_lease" if sid in seen else "unregistered",
             )
         self._unjudged = frozenset(unjudged)
 
