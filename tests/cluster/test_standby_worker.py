@@ -8,6 +8,7 @@ Each test starts at most one Spark: a JVM start costs seconds on a 2-core machin
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -194,7 +195,9 @@ def test_an_orphaned_standby_worker_leaves_without_a_claim(tmp_path, start_stand
     keeps it, ``test_standby_lease_lapse``): it leaves at its first look, whatever its
     phase."""
     lease = tmp_path / "lease"
-    write_lease(lease, until=time.monotonic() - ORPHAN_SECS - 1.0)
+    write_lease(lease, until=0.0)  # lapsed, and not written since
+    long_ago = time.time() - ORPHAN_SECS - 1.0
+    os.utime(lease, (long_ago, long_ago))
     standby = start_standby(standby_spec(tmp_path, lease_path=lease))
     assert_left_without_a_claim(standby, OK_EXIT)
     assert "lease ended" in standby.output()

@@ -66,8 +66,11 @@ def read_lease(path: Path) -> float | None:
 
 class LeaseWatch:
     """A thread that calls ``on_lapsed(reason)`` once, when the lease in ``path`` has ended
-    (``grace_secs`` ago: a standby worker's, which ends only as an orphan; a file missing or
-    unreadable at once)."""
+    (a file missing or unreadable has at once). With ``grace_secs`` (a standby worker's, which
+    ends only as an orphan), once it has ended and the file has not been written for that
+    long: a supervisor writes 0 when its lease lapses, so the grace runs from the later of the
+    lease's end and the file's last write (its modification time, on the wall clock), and a
+    renewal starts it again."""
 
     def __init__(
         self,
@@ -101,10 +104,24 @@ class LeaseWatch:
         until = read_lease(self._path)
         if until is None:
             return f"{self._what} file {self._path} is missing or unreadable"
-        late = self._clock() - until
-        if late < 0 or (self._grace > 0 and late < self._grace):
+        now = self._clock()
+        late = now - until
+        if late < 0:
             return None
+        if self._grace > 0:
+            ended_for = now - max(until, self._written(now))
+            if ended_for < self._grace:
+                return None
+            return f"{self._what} ended and was not written for {ended_for:.1f} s"
         return f"{self._what} ended {late:.1f} s ago and was not renewed"
+
+    def _written(self, now: float) -> float:
+        """When the file was last written, on the watch's clock (now if that is unknown)."""
+        try:
+            age = time.time() - self._path.stat().st_mtime
+        except OSError:
+            return now
+        return now - max(0.0, age)
 
     def _run(self) -> None:
         while not self._stop.wait(self._poll_secs):
