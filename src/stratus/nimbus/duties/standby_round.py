@@ -6,9 +6,9 @@ each); after the plan is applied, the standby workers are placed against the ass
 it left them (``standby_plan``), the failover lane gets the hot pipelines of the round's read
 (``HotSnapshot``), and the metrics their standby workers' census (``standby_census``). A
 promotion refused is logged each round and counted once per verdict (``RefusalMemory``). Kept
-apart from the round so that the round reads as the ordinary
-scheduling, with the standby workers' collaborators (their table, the promoter, the lane)
-behind one small interface; each is optional, and without it its step does nothing::
+apart from the round so that the round reads as the ordinary scheduling, with the standby
+workers' collaborators (their table, the promoter, the lane) behind one small interface;
+each is optional, and without it its step does nothing::
 
     standby = StandbyRound(settings.standby, table=table, promoter=promoter, lane=lane)
     placements = standby.read_placements()
