@@ -11,8 +11,11 @@ monitors and their process groups, its beat agent), all with SIGKILL. What is pr
 leader's failover lane promotes the standby worker (the assignment moves with reason
 ``standby_promoted``), the process that runs the pipeline after is the standby worker's own,
 batches go on, every event is counted once on the output, and the trail shows a single run at
-a time and no promotion without the kill that explains it. The time from the kill to the first
-batch after it is printed (``-s``), for information only.
+a time and no promotion without the kill that explains it. The metrics say so too: before the
+kill the standby worker's supervisor shows one READY standby worker and the leader a whole
+coverage and the active supervisor's phi; after it, the leader has counted one promotion,
+``floor``. The time from the kill to the first batch after it is printed (``-s``), for
+information only.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from stratus.api.records import AssignmentReason
 from stratus.chaos.oracle import (
@@ -138,6 +143,49 @@ def kill_host(cluster: PipelineCluster, sid: str, driver: TrailRecorder) -> list
     return [supervisor.pid, *pids]
 
 
+def metric(url: str, name: str, **labels: str) -> float | None:
+    """The value of the sample ``name`` with ``labels`` that ``url/metrics`` shows now."""
+    response = httpx.get(f"{url}/metrics", timeout=10.0)
+    response.raise_for_status()
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    return None
+
+
+def supervisor_url(cluster: PipelineCluster, sid: str) -> str:
+    """The base URL of supervisor ``sid``'s endpoint, from its registration."""
+    nimbuses = cluster.nimbuses
+    summary = nimbuses.summary(nimbuses.nimbuses[0])
+    (endpoint,) = [s.endpoint for s in summary.supervisors if s.id == sid and s.endpoint]
+    return f"http://{endpoint}"
+
+
+def metrics_before_the_kill(cluster: PipelineCluster, active: str, standby: str) -> str:
+    """Wait for the metrics of a covered hot pipeline: its standby worker's supervisor shows
+    one READY and the memory it holds, the leader a whole coverage, the phi of ``active``
+    and no promotion yet. The leader's URL."""
+    leader = cluster.nimbuses.nimbuses[0].url
+    at = supervisor_url(cluster, standby)
+    ready = partial(metric, at, "stratus_supervisor_standby_workers", supervisor=standby)
+    wait_until(lambda: ready(state="ready") == 1.0, MOVE_SECS, "the supervisor's READY gauge")
+    held = partial(metric, at, "stratus_supervisor_standby_memory_bytes", supervisor=standby)
+    wait_until(lambda: (held() or 0.0) > 0, MOVE_SECS, "the standby worker's memory measured")
+    wait_until(
+        lambda: (
+            metric(leader, "stratus_nimbus_hot_pipelines") == 1.0
+            and metric(leader, "stratus_nimbus_standby_coverage") == 1.0
+        ),
+        MOVE_SECS,
+        "the leader's coverage of its hot pipeline",
+    )
+    phi = partial(metric, leader, "stratus_nimbus_supervisor_phi", supervisor=active)
+    wait_until(lambda: phi() is not None, MOVE_SECS, "the phi of the active supervisor")
+    assert metric(leader, "stratus_nimbus_promotions_total", how="floor") == 0.0
+    return leader
+
+
 def batches_after(trail: Path, supervisor: str, mono: float) -> list[float]:
     """The monotonic times of the pipeline's batches committed on ``supervisor`` after ``mono``."""
     return sorted(
@@ -184,6 +232,7 @@ def test_a_dead_hosts_hot_pipeline_is_promoted_to_its_standby_worker_exactly_onc
             ((standby_supervisor, standby_pid),) = found
             for pacemaker in pacemakers:  # a cluster that has run for a while
                 wait_until(partial(warmed_up, pacemaker), MOVE_SECS, "a pacemaker's warm-up")
+            leader = metrics_before_the_kill(cluster, active.supervisor, standby_supervisor)
             _, before = driver.now()
             wait_until(  # steady: the backlog of the first batch is done
                 lambda: len(batches_after(trail, active.supervisor, before)) >= 2,
@@ -206,6 +255,8 @@ def test_a_dead_hosts_hot_pipeline_is_promoted_to_its_standby_worker_exactly_onc
                 active.supervisor,
                 standby_supervisor,
             )
+            assert metric(leader, "stratus_nimbus_promotions_total", how="floor") == 1.0
+            assert metric(leader, "stratus_nimbus_promotions_total", how="dead") == 0.0
             wait_until(
                 lambda: len(batches_after(trail, standby_supervisor, killed_at)) >= 3,
                 MOVE_SECS,
