@@ -63,8 +63,8 @@ PIPELINE = "streaming-counts"  # the example's name
 READY_SECS = 300.0  # two Spark drivers starting on a loaded 2-core machine
 MOVE_SECS = 120.0  # far past the floor and the round's own timeout (4 s)
 DRAIN_SECS = 300.0
-PULSE_TTL_SECS = 65  # above nimbus.task.timeout.secs (60) of the cluster harness: a pacemaker
-# warms up for one TTL, which this test waits out
+TASK_TIMEOUT_SECS = 25  # the cluster harness's 60, lowered so that the pulse TTL can be
+PULSE_TTL_SECS = 30  # above it: a pacemaker warms up for one TTL, which this test waits out
 
 
 @pytest.fixture
@@ -84,6 +84,8 @@ def hot_options(pacemakers: list[PacemakerProcess], trail: Path) -> list[str]:
         "-c", "cluster.state.store=pacemaker",
         "-c", f"pacemaker.servers={servers}",
         "-c", f"pacemaker.pulse.ttl.secs={PULSE_TTL_SECS}",
+        "-c", f"nimbus.task.timeout.secs={TASK_TIMEOUT_SECS}",
+        "-c", f"supervisor.worker.timeout.secs={TASK_TIMEOUT_SECS - 5}",  # below it, as checked
         "-c", "pacemaker.client.timeout.secs=1",
         "-c", "supervisor.worker.warm=false",  # two drivers are enough for 2 cores
         "-c", "supervisor.worker.warm.memory.mb=4096",  # room for the standby worker
