@@ -92,7 +92,6 @@ def test_a_hot_cluster_signals_and_pauses_the_beat_agent_where_the_worker_runs()
     assert Target.BEAT_AGENT not in cold.targets() + cold.pause_targets()
 
 
-
 def test_the_short_runs_seeds_draw_the_plans_they_drew_before_beat_agents() -> None:
     """``make test``'s short chaos run (seed 4556, three faults per mode) replays as before:
     a cluster without a hot pipeline never draws a beat agent."""
