@@ -47,6 +47,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,7 @@ PIPELINE_BOUND_SECS = 90.0  # reported, as the chaos suite's (a cold restart on 
 # lease watch's line; the supervisor's loop may see the lease held again before it looks).
 FENCE_ANSWERED = "event=supervisor_pipelines_fenced "
 FENCE_UNANSWERED = "event=pipeline_fence_attempt "
-LEASE_LAPSED = "the beat lease ended"
+LEASE_LAPSED = 'event=worker_fenced reason="the beat lease ended'
 
 
 def chaos_seed() -> int:
@@ -138,6 +139,7 @@ def test_false_suspicions_under_stress_and_short_pauses(hosts: NetnsHosts, tmp_p
                 settle(cluster)
                 for number, fault in enumerate(plan, 1):
                     pause(cluster, injector, number, fault)
+            paused_until = time.time()  # what the logs say after it is the drain's and close's
         finally:
             fed = feeder.stop()
         output = cluster.shared / "output"
@@ -146,7 +148,7 @@ def test_false_suspicions_under_stress_and_short_pauses(hosts: NetnsHosts, tmp_p
         driver.close()
         rows = read_rows(output)
         events = load_events(cluster.history_files())
-        logs = log_counts(tmp_path)
+        logs = log_counts(tmp_path, paused_until)
     violations, report = judge(events, fed, rows, plan)
     report = {"seed": seed, "minutes": (time.monotonic() - began) / 60, **report, **logs}
     (tmp_path / "hot-chaos-report.json").write_text(json.dumps(report, indent=2))
@@ -253,15 +255,23 @@ def judge(
     return violations, report
 
 
-def log_counts(workdir: Path) -> dict[str, int]:
+def log_counts(workdir: Path, until: float) -> dict[str, int]:
     """How many pipeline fences the leader asked (answered or not) and how many times the hot
-    worker stopped on its beat lease's lapse, from the daemons' and workers' logs."""
-    counts = Counter[str]()
-    for log in workdir.rglob("*.log"):
+    worker stopped on its beat lease's lapse, from the daemons' and workers' logs, up to
+    ``until`` (wall clock: the cluster's stop lapses every beat lease)."""
+    last = datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:23]
+    seen: dict[str, set[str]] = {
+        FENCE_ANSWERED: set(),
+        FENCE_UNANSWERED: set(),
+        LEASE_LAPSED: set(),
+    }
+    for log in workdir.rglob("*.log"):  # a run's worker.log is a link to its worker's: a set
         with log.open(errors="replace") as lines:
             for line in lines:
-                for needle in (FENCE_ANSWERED, FENCE_UNANSWERED, LEASE_LAPSED):
-                    counts[needle] += needle in line
+                for needle, found in seen.items():
+                    if needle in line and line[:23] <= last:  # ISO times sort as text
+                        found.add(line)
+    counts = {needle: len(found) for needle, found in seen.items()}
     return {
         "pipeline_fences_answered": counts[FENCE_ANSWERED],
         "pipeline_fences_unanswered": counts[FENCE_UNANSWERED],
