@@ -25,9 +25,11 @@ expects no promotion. What fails it: two workers of the pipeline at once
 A promotion is counted, not failed: every pause is shorter than the floor, so a promotion
 ``check_promotions_explained`` cannot explain is a **false suspicion** acted on, which costs
 the pipeline a move for nothing; a pause of the beat agent as long as the beat lease (0.8 s,
-with the beat's phase) stops the hot worker anyway (its lease lapsed), and the lane then
-promotes its standby worker rather than wait for its restart in place. What the run saw is
-printed and written to ``hot-chaos-report.json`` in the test's directory, even when it fails:
+with the beat's phase) stops the hot worker anyway (its lease lapsed), and the lane may then
+promote its standby worker (if its own count of the silence, from the beat's arrival, reached
+the lease too) where the worker would otherwise start again in place. What the run saw is
+printed and written to ``hot-chaos-report.json`` in the test's directory, even when its checks
+fail:
 the promotions and the false suspicions among them, the pipeline fences the leader asked (one
 per suspicion, once the supervisor's silence reached its beat lease) and how many were
 answered, the hot worker's stops on a lapse of its beat lease, the hot worker's starts,
@@ -35,7 +37,7 @@ and the pipeline's gaps between batches::
 
     STRATUS_CHAOS_HOT=1 pytest -m chaos tests/cluster/test_hot_standby_chaos.py -s  # chaos-hot
 
-It takes minutes of both cores, more than ``make test`` can spend: it is skipped unless
+It takes 7 to 16 minutes of both cores, more than ``make test`` can spend: it is skipped unless
 ``STRATUS_CHAOS_HOT`` is set (``make chaos-hot`` sets it). ``STRATUS_CHAOS_SEED`` replays a
 plan (the seed is printed first), as in the chaos suite.
 """
