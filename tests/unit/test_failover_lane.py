@@ -239,7 +239,37 @@ def test_a_suspected_supervisor_that_answers_its_fence_is_promoted_before_its_fl
     ]
     (_, _, _, within), (_, silent, floor) = fence.asked[0], lane.promoter.promoted[0]
     assert 0 < within <= floor
-    assert silent < floor  # promoted on the fence's answer, before the floor
+    assert LEASE.lease_secs <= silent < floor  # on the fence's answer, before the floor
+
+
+def test_a_stall_shorter_than_the_beat_lease_asks_no_fence_and_promotes_nothing() -> None:
+    """A beat agent stalled on a loaded host (0.7 s: phi suspects its supervisor, whose beat
+    lease still holds) then beating again: its hot worker ran on its lease all along, and a
+    fence would have stopped it for nothing."""
+    fence = Fence(answers=True)
+    lane = Lane(fence)
+    lane.lane.note(snapshot())
+    lane.run(2.0, {"s1", "s2", "s3"})
+    suspected = False
+    for _ in range(7):  # 0.7 s without a beat of s1
+        lane.run(POLL, {"s2", "s3"})
+        suspected = suspected or "s1" in lane.lane.suspected()
+    assert suspected  # phi has spoken, before the beat lease ran out
+    assert lane.run(2.0, {"s1", "s2", "s3"}) == []
+    assert fence.asked == [] and lane.promoter.asked == []
+
+
+def test_the_fence_is_asked_once_the_silence_reached_the_beat_lease() -> None:
+    fence = Fence(answers=False)
+    lane = Lane(fence)
+    lane.lane.note(snapshot())
+    lane.run(2.0, {"s1", "s2", "s3"})
+    last_beat = lane.clock()
+    while not fence.asked:
+        lane.run(POLL, {"s2", "s3"})
+    assert lane.clock() - last_beat >= LEASE.lease_secs - 1e-9
+    [(_, _, _, within)] = fence.asked
+    assert 0 < within <= LEASE.floor_secs(0.1) - LEASE.lease_secs + 1e-9
 
 
 def test_a_fence_that_gets_no_answer_is_asked_once_and_the_floor_promotes() -> None:

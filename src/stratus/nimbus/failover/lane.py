@@ -25,16 +25,23 @@ transaction fail on its version; the next round's snapshot has the new ones. Onl
 supervisors holding a hot pipeline's active worker, and advertising a beat lease, are judged.
 
 **The fence.** A supervisor is **suspected** once its phi reached ``nimbus.detector.threshold``
-(on a calm host about 0.66 s after its last beat), before its floor (1.02 s by default).
-With ``fence_pipelines`` (the nimbus's ``SupervisorFencing``, unless
+(on a calm host about 0.66 s after its last beat), before its floor (1.02 s by default). With
+``fence_pipelines`` (the nimbus's ``SupervisorFencing``, unless
 ``nimbus.supervisor.fence.after.secs`` is 0), the lane asks a suspected supervisor, once per
-suspicion, to stop the workers of its hot pipelines, waiting no longer than the time left to
-its floor: if it answers, they are promoted at once as ``fenced``; if not (a dead host
-answers nothing), they are promoted as ``floor`` once its silence reaches its floor.
-Suspicion alone promotes nothing. The fence is asked on a thread of its own
-(``fence_executor``): the lane goes on reading the beats while it waits, since a pause of
-its reads longer than three polls would read as blindness and restart every silence (a dead
-host's fence waits out its whole timeout: its packets are dropped).
+suspicion, to stop the workers of its hot pipelines, once its silence has also reached its beat
+lease (``lease_secs``, 0.8 s by default), waiting no longer than the time left to its floor: if
+it answers, they are promoted at once as ``fenced``; if not (a dead host answers nothing), they
+are promoted as ``floor`` once its silence reaches its floor. Suspicion alone promotes nothing,
+and stops nothing: a supervisor merely slow to beat (its beat agent stalled on a loaded host)
+is alive and obeys a fence, while its hot workers run on their beat lease until the lease runs
+out; asked earlier, the fence would stop a worker that the next beat keeps, and the supervisor
+answers only once it has stopped (a Spark driver's stop, far longer than the time left to the
+floor), so the lane would not hear it and the stopped pipeline would wait, held, for a new
+assignment. Once the silence reached the beat lease, the hot workers are stopping themselves:
+the fence stops nothing that would run on. The fence is asked on a thread of its own
+(``fence_executor``): the lane goes on reading the beats while it waits, since a pause of its
+reads longer than three polls would read as blindness and restart every silence (a dead host's
+fence waits out its whole timeout: its packets are dropped).
 
 One thread per term, started by ``start`` and ended by ``stop``; the watch is reset at every
 start (a new term judges nothing from an earlier one's beats) and whenever the round restarts
@@ -142,6 +149,15 @@ def hot_snapshot(
         placements={name: placements[name] for name in hot if name in placements},
         heartbeats=dict(heartbeats) if hot else {},
     )
+
+
+def lease_ran_out(supervisor: SupervisorSummary, suspicion: Suspicion) -> bool:
+    """Whether ``supervisor``'s silence has reached the beat lease it advertises: its hot
+    workers no longer hold it (a beat the judging read did not show renewed nothing past
+    then), so they are stopping themselves, and a pipeline fence stops nothing that would
+    run on."""
+    lease = supervisor.beat_lease
+    return lease is not None and suspicion.silence_secs >= lease.lease_secs
 
 
 class FailoverLane:
@@ -336,14 +352,21 @@ class FailoverLane:
         suspicions: Mapping[str, Suspicion],
     ) -> tuple[dict[str, How], dict[str, Set[str]]]:
         """``fenced`` for a suspected supervisor whose fence answered for its hot pipelines
-        (asked once per suspicion, within the time left to its floor), else ``floor`` once
-        its silence reached its floor; no verdict before."""
+        (asked once per suspicion, once its silence reached its beat lease, within the time
+        left to its floor), else ``floor`` once its silence reached its floor; no verdict
+        before."""
         verdicts: dict[str, How] = {}
         fenced: dict[str, Set[str]] = {}
         for sid, suspicion in sorted(suspicions.items()):
             left = suspicion.floor_secs - suspicion.silence_secs
             asked = self._fences.get(sid)
-            if asked is None and left > 0 and self._fence is not None and sid in registered:
+            if (
+                asked is None
+                and left > 0
+                and self._fence is not None
+                and sid in registered
+                and lease_ran_out(registered[sid], suspicion)
+            ):
                 hot = frozenset(
                     name for name, (a, _) in snapshot.assignments.items() if a.supervisor == sid
                 )
