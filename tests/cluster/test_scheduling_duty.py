@@ -1066,6 +1066,68 @@ def test_a_dead_supervisors_hot_pipeline_whose_standby_worker_is_not_ready_moves
     assert newest.reason is not AssignmentReason.STANDBY_PROMOTED
 
 
+def drain_the_active(cluster: Cluster, standby: StandbyWorkerState) -> tuple[str, str]:
+    """A hot pipeline on one of three supervisors, its standby worker on another in state
+    ``standby``, and a drain of the first, whose round takes the assignment off it while its
+    worker still runs: (the drained supervisor, the standby worker's)."""
+    for sid in ("s1", "s2", "s3"):
+        cluster.supervisor(sid)
+    cluster.submit("hot", {"pipeline.standby": "hot"})
+    cluster.round()
+    active, placed = cluster.where("hot"), cluster.standby.read("hot")
+    assert active is not None and placed is not None and placed.supervisor not in (None, active)
+    cluster.worker_on("hot", active, WorkerState.RUNNING)
+    cluster.heartbeat(placed.supervisor, standby=reported(placed, standby))
+    cluster.cordons.put(cluster.term, active, by="ops", drain=True, now=1.0)
+    cluster.round()
+    assert cluster.where("hot") is None  # first its worker stops, as in every drain
+    drain = cluster.drains.last(cluster.term.epoch)
+    assert drain is not None and drain.moving == {"hot": active}
+    assert cluster.standby.read("hot") == placed  # its standby worker waits where it was
+    return active, placed.supervisor
+
+
+def test_a_drained_hot_pipeline_is_promoted_to_its_ready_standby_worker_once_stopped(cluster):
+    drained, standby = drain_the_active(cluster, StandbyWorkerState.READY)
+
+    cluster.round()  # its old worker still runs: no promotion yet
+    assert cluster.where("hot") is None
+
+    cluster.worker_on("hot", drained, WorkerState.STOPPED)
+    cluster.round()
+
+    assert cluster.where("hot") == standby
+    assert reasons(cluster, "hot")[-2:] == [
+        ("drained", None, drained),
+        ("standby_promoted", standby, drained),
+    ]
+    assert cluster.drains.last(cluster.term.epoch).moving == {}
+    behind = cluster.standby.read("hot")  # a new standby worker, placed in the same round
+    assert behind is not None and behind.supervisor not in (None, drained, standby)
+
+
+def test_a_drained_hot_pipeline_whose_standby_worker_is_not_ready_moves_as_any_drained_one(
+    cluster,
+):
+    drained, _ = drain_the_active(cluster, StandbyWorkerState.STARTING)
+    cluster.worker_on("hot", drained, WorkerState.STOPPED)
+    cluster.round()
+
+    assert cluster.where("hot") not in (None, drained)
+    assert reasons(cluster, "hot")[-1][0] == "drained"  # placed, not promoted
+
+
+def test_a_drained_hot_pipeline_is_not_promoted_to_a_supervisor_drained_too(cluster):
+    drained, standby = drain_the_active(cluster, StandbyWorkerState.READY)
+    cluster.worker_on("hot", drained, WorkerState.STOPPED)
+    cluster.cordons.put(cluster.term, standby, by="ops", drain=True, now=2.0)
+    cluster.round()
+
+    (other,) = {"s1", "s2", "s3"} - {drained, standby}
+    assert cluster.where("hot") == other
+    assert reasons(cluster, "hot")[-1] == ("drained", other, drained)
+
+
 def test_a_pipeline_takes_the_slot_of_a_standby_worker_when_no_other_is_free(cluster):
     cluster.supervisor("s1", slots=1)
     cluster.supervisor("s2", slots=1)
