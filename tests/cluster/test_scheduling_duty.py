@@ -45,6 +45,7 @@ from stratus.nimbus.records.pipeline_ops import PipelineOps
 from stratus.nimbus.records.replication_policy import ReplicationPolicy
 from stratus.nimbus.scheduling.assignments import AssignmentTable
 from stratus.nimbus.scheduling.cordons import CordonTable, DrainMemory
+from stratus.nimbus.scheduling.scheduler import assignment_of
 from stratus.nimbus.scheduling.standby_workers import StandbyWorkerTable
 from stratus.nimbus.settings import SchedulingSettings, StandbySettings
 from stratus.state.heartbeats import HeartbeatBoard
@@ -1126,6 +1127,31 @@ def test_a_drained_hot_pipeline_is_not_promoted_to_a_supervisor_drained_too(clus
     (other,) = {"s1", "s2", "s3"} - {drained, standby}
     assert cluster.where("hot") == other
     assert reasons(cluster, "hot")[-1] == ("drained", other, drained)
+
+
+def test_a_drained_pipelines_promotion_writes_nothing_if_it_was_assigned_since(cluster):
+    drained, standby = drain_the_active(cluster, StandbyWorkerState.READY)
+    cluster.worker_on("hot", drained, WorkerState.STOPPED)
+    (other,) = {"s1", "s2", "s3"} - {drained, standby}
+    client = cluster.coordinator.session.client
+    read_placements = cluster.standby.read_all
+
+    def assigned_after_the_assignments_were_read() -> Any:
+        # a write the round did not read lands before its promotion: the create must fail
+        record = cluster.ops.read("hot")
+        assert record is not None
+        elsewhere = assignment_of("hot", record, other, epoch=cluster.term.epoch, now=2.0)
+        client.create(PATHS.assignment("hot"), elsewhere.encode())
+        cluster.standby.read_all = read_placements
+        return read_placements()
+
+    cluster.standby.read_all = assigned_after_the_assignments_were_read
+    assert cluster.round().empty  # the promotion found the assignment there: nothing more
+
+    assert cluster.where("hot") == other
+    assert reasons(cluster, "hot")[-1] == ("drained", None, drained)  # no standby_promoted
+    placed = cluster.standby.read("hot")
+    assert placed is not None and placed.supervisor == standby  # its placement untouched
 
 
 def test_a_pipeline_takes_the_slot_of_a_standby_worker_when_no_other_is_free(cluster):
