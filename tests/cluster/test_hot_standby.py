@@ -19,8 +19,13 @@ leader judges no silence on the beats, as in a cluster that has run for a while)
   with SIGKILL. The leader's failover lane promotes the standby worker (``how: floor``), the
   process that runs the pipeline after is the standby worker's own, batches go on; at the end
   every event fed since the module's start is counted once on the output, and the trail shows
-  a single run at a time and no promotion without the kill or the drain that explains it. The
-  time from the kill to the first batch after it is printed (``-s``), for information only.
+  a single run at a time and no promotion without the kill or the drain that explains it.
+  The metrics say so too: before the kill the standby worker's supervisor shows one READY
+  standby worker and the leader a whole coverage and the active supervisor's phi; after it,
+  the leader has counted one promotion, ``floor``.
+
+The leader counts the drain's promotion as ``stopped``. The times from the drain and from the
+kill to the first batch after each are printed (``-s``), for information only.
 """
 
 from __future__ import annotations
@@ -33,8 +38,10 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import httpx
 import pytest
 from kazoo.client import KazooClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from stratus.api.records import AssignmentReason, WorkerHeartbeat
 from stratus.chaos.oracle import (
@@ -69,8 +76,8 @@ PIPELINE = "streaming-counts"  # the example's name
 READY_SECS = 300.0  # two Spark drivers starting on a loaded 2-core machine
 MOVE_SECS = 120.0  # far past the floor and the round's own timeout (4 s)
 DRAIN_SECS = 300.0
-PULSE_TTL_SECS = 65  # above nimbus.task.timeout.secs (60) of the cluster harness: a pacemaker
-# warms up for one TTL, which this test waits out
+TASK_TIMEOUT_SECS = 25  # the cluster harness's 60, lowered so that the pulse TTL can be
+PULSE_TTL_SECS = 30  # above it: a pacemaker warms up for one TTL, which this test waits out
 
 
 @dataclass(frozen=True)
@@ -130,6 +137,8 @@ def hot_options(pacemakers: list[PacemakerProcess], trail: Path) -> list[str]:
         "-c", "cluster.state.store=pacemaker",
         "-c", f"pacemaker.servers={servers}",
         "-c", f"pacemaker.pulse.ttl.secs={PULSE_TTL_SECS}",
+        "-c", f"nimbus.task.timeout.secs={TASK_TIMEOUT_SECS}",
+        "-c", f"supervisor.worker.timeout.secs={TASK_TIMEOUT_SECS - 5}",  # below it, as checked
         "-c", "pacemaker.client.timeout.secs=1",
         "-c", "supervisor.worker.warm=false",  # two drivers are enough for 2 cores
         "-c", "supervisor.worker.warm.memory.mb=4096",  # room for the standby worker
@@ -187,6 +196,49 @@ def kill_host(cluster: PipelineCluster, sid: str, driver: TrailRecorder) -> list
             os.kill(pid, signal.SIGKILL)
     supervisor.kill()
     return [supervisor.pid, *pids]
+
+
+def metric(url: str, name: str, **labels: str) -> float | None:
+    """The value of the sample ``name`` with ``labels`` that ``url/metrics`` shows now."""
+    response = httpx.get(f"{url}/metrics", timeout=10.0)
+    response.raise_for_status()
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    return None
+
+
+def supervisor_url(cluster: PipelineCluster, sid: str) -> str:
+    """The base URL of supervisor ``sid``'s endpoint, from its registration."""
+    nimbuses = cluster.nimbuses
+    summary = nimbuses.summary(nimbuses.nimbuses[0])
+    (endpoint,) = [s.endpoint for s in summary.supervisors if s.id == sid and s.endpoint]
+    return f"http://{endpoint}"
+
+
+def metrics_before_the_kill(cluster: PipelineCluster, active: str, standby: str) -> str:
+    """Wait for the metrics of a covered hot pipeline: its standby worker's supervisor shows
+    one READY and the memory it holds, the leader a whole coverage, the phi of ``active``
+    and no promotion yet. The leader's URL."""
+    leader = cluster.nimbuses.nimbuses[0].url
+    at = supervisor_url(cluster, standby)
+    ready = partial(metric, at, "stratus_supervisor_standby_workers", supervisor=standby)
+    wait_until(lambda: ready(state="ready") == 1.0, MOVE_SECS, "the supervisor's READY gauge")
+    held = partial(metric, at, "stratus_supervisor_standby_memory_bytes", supervisor=standby)
+    wait_until(lambda: (held() or 0.0) > 0, MOVE_SECS, "the standby worker's memory measured")
+    wait_until(
+        lambda: (
+            metric(leader, "stratus_nimbus_hot_pipelines") == 1.0
+            and metric(leader, "stratus_nimbus_standby_coverage") == 1.0
+        ),
+        MOVE_SECS,
+        "the leader's coverage of its hot pipeline",
+    )
+    phi = partial(metric, leader, "stratus_nimbus_supervisor_phi", supervisor=active)
+    wait_until(lambda: phi() is not None, MOVE_SECS, "the phi of the active supervisor")
+    assert metric(leader, "stratus_nimbus_promotions_total", how="floor") == 0.0
+    return leader
 
 
 def batches_after(trail: Path, supervisor: str, mono: float) -> list[float]:
@@ -265,6 +317,8 @@ def test_a_drain_moves_a_hot_pipeline_to_its_standby_worker_once_its_old_worker_
             (AssignmentReason.DRAINED, active.supervisor, None),  # its old worker stops first
         ]
         assert promotions_after(hot.trail, drained_at) == ["stopped"]
+        leader = cluster.nimbuses.nimbuses[0].url
+        assert metric(leader, "stratus_nimbus_promotions_total", how="stopped") == 1.0
         cluster.client.wait_drained(active.supervisor, timeout=MOVE_SECS)
         wait_until(
             lambda: len(batches_after(hot.trail, standby_supervisor, drained_at)) >= 3,
@@ -307,6 +361,7 @@ def test_a_dead_hosts_hot_pipeline_is_promoted_to_its_standby_worker_exactly_onc
     cluster, trail, driver = hot.cluster, hot.trail, hot.driver
     try:
         active, standby_supervisor, standby_pid = steady(hot)
+        leader = metrics_before_the_kill(cluster, active.supervisor, standby_supervisor)
 
         _, killed_at = driver.now()
         for pid in kill_host(cluster, active.supervisor, driver):
@@ -322,6 +377,8 @@ def test_a_dead_hosts_hot_pipeline_is_promoted_to_its_standby_worker_exactly_onc
             active.supervisor,
             standby_supervisor,
         )
+        assert metric(leader, "stratus_nimbus_promotions_total", how="floor") == 1.0
+        assert metric(leader, "stratus_nimbus_promotions_total", how="dead") == 0.0
         wait_until(
             lambda: len(batches_after(trail, standby_supervisor, killed_at)) >= 3,
             MOVE_SECS,

@@ -23,11 +23,11 @@ from stratus.api.records import (
     PipelineRecord,
     SupervisorSummary,
 )
-from stratus.api.standby_workers import BeatLease
+from stratus.api.standby_workers import BeatLease, StandbyWorkerState
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.failover.beat_watch import BeatWatch
 from stratus.nimbus.failover.lane import FailoverLane, HotSnapshot, hot_snapshot
-from stratus.nimbus.failover.promotion_plan import How, Promotion
+from stratus.nimbus.failover.promotion_plan import How, Promotion, PromotionRefusal, Refusal
 from stratus.nimbus.settings import DetectorSettings
 from stratus.state.beats import Beat, BeatRead
 from tests.harness.supervisor_fakes import FakeClock
@@ -91,7 +91,7 @@ class Promoter:
         return True
 
 
-def snapshot() -> HotSnapshot:
+def snapshot(standby: StandbyWorkerState = StandbyWorkerState.READY) -> HotSnapshot:
     orders, web = record("orders"), record("web", standby=None, submitted=11.0)
     placed = placement(orders, "s2")
     return hot_snapshot(
@@ -99,7 +99,7 @@ def snapshot() -> HotSnapshot:
         {"orders": orders, "web": web},
         {"orders": (assignment(orders, "s1"), 11), "web": (assignment(web, "s3"), 5)},
         {"orders": (placed, 4)},
-        {"s2": heartbeat("s2", standby_beat(placed))},
+        {"s2": heartbeat("s2", standby_beat(placed, standby))},
     )
 
 
@@ -131,6 +131,7 @@ class Lane:
     """A lane over scripted beats, with every supervisor registered with a beat lease."""
 
     def __init__(self, fence: Any = None, executor: Executor | None = None) -> None:
+        self.refused: list[PromotionRefusal] = []
         self.clock = FakeClock()
         self.beats = Beats()
         self.promoter = Promoter()
@@ -144,6 +145,7 @@ class Lane:
             poll_secs=POLL,
             fence_pipelines=fence,
             fence_executor=executor or Immediate(),
+            on_refused=self.refused.append,
             clock=self.clock,
             wall=lambda: 1_700_000_100.0,
         )
@@ -287,6 +289,31 @@ def test_silences_restarted_by_the_round_give_a_supervisor_a_whole_floor_again(
     lane.lane.restart_silences()  # the round could not see a stretch: nor can the lane trust it
     assert lane.run(0.5, {"s2", "s3"}) == []  # 1.4 s of silence, 0.5 s since the restart
     assert [p.pipeline for p in lane.run(2.0, {"s2", "s3"})] == ["orders"]
+
+
+def test_the_lane_shows_the_phi_of_each_supervisor_it_judges(lane: Lane) -> None:
+    lane.lane.note(snapshot())
+    assert lane.lane.phi() == {}  # nothing judged yet
+    lane.run(2.0, {"s1", "s2", "s3"})
+    calm = lane.lane.phi()
+    assert set(calm) == {"s1"}  # the holder of a hot pipeline's active worker, no other
+    assert calm["s1"] < SETTINGS.threshold
+    lane.run(0.9, {"s2", "s3"})  # s1 silent, short of its floor: phi has spoken already
+    assert lane.lane.phi()["s1"] >= SETTINGS.threshold
+    lane.lane.stop()  # the term is over: a nimbus that does not lead shows none
+    assert lane.lane.phi() == {}
+
+
+def test_a_refused_promotion_is_told_once_per_suspicion_of_its_supervisor(lane: Lane) -> None:
+    lane.lane.note(snapshot(StandbyWorkerState.STARTING))
+    lane.run(2.0, {"s1", "s2", "s3"})
+    assert lane.run(2.0, {"s2", "s3"}) == []  # s1 past its floor: about ten plans refused
+    assert [(r.pipeline, r.how, r.reason) for r in lane.refused] == [
+        ("orders", How.FLOOR, Refusal.NOT_READY)
+    ]
+    lane.run(1.0, {"s1", "s2", "s3"})  # s1 heard again: no longer suspected
+    lane.run(2.0, {"s2", "s3"})  # and silent again: a new suspicion, told again
+    assert [r.reason for r in lane.refused] == [Refusal.NOT_READY, Refusal.NOT_READY]
 
 
 def test_a_term_no_longer_held_reads_nothing(lane: Lane) -> None:

@@ -298,6 +298,14 @@ class NimbusSection(Section):
         alias="nimbus.code.download.part.min.bytes",
         description="packages smaller than this are fetched in one request",
     )
+    nimbus_code_download_connect_timeout_secs: float = Field(
+        default=2.0,
+        gt=0,
+        alias="nimbus.code.download.connect.timeout.secs",
+        description="how long a nimbus or supervisor fetching code waits for a holder to take "
+        "the connection before it asks the next holder (a dead host answers nothing); "
+        "client.request.timeout.secs still bounds each read, and this never exceeds it",
+    )
     nimbus_code_port: int = Field(
         default=6628,
         ge=-1,

@@ -38,7 +38,8 @@ cluster state store (never from a view that may lag), then:
    is not cordoned (one fenced transaction each; one that finds a version moved ends the
    round, which the next reads again), and plans step 6 from the assignments so promoted;
    with a ``FailoverLane``, moves no pipeline of a supervisor the lane suspects, gives it none,
-   and hands the lane the hot pipelines of its read (``HotSnapshot``) at its end.
+   and hands the lane the hot pipelines of its read (``HotSnapshot``) at its end; the
+   census of their standby workers is kept for the metrics (``standby_census``).
 
 The liveness memory starts afresh with every term: a new leader has seen no heartbeat yet,
 so it judges nothing dead before a whole timeout of its own term has passed (Storm
@@ -91,11 +92,13 @@ from stratus.nimbus.duties.standby_round import RoundRead, StandbyRound, reserve
 from stratus.nimbus.duties.worker_outcomes import WorkerOutcomes, Workers
 from stratus.nimbus.failover.lane import FailoverLane
 from stratus.nimbus.failover.promotion import Promoter
+from stratus.nimbus.failover.promotion_plan import PromotionRefusal
 from stratus.nimbus.records.pipeline_ops import PipelineOps
 from stratus.nimbus.scheduling.assignments import AssignmentTable
 from stratus.nimbus.scheduling.cordons import CordonTable, DrainMemory, DrainRound
 from stratus.nimbus.scheduling.pipeline_metrics import ObservedRound
 from stratus.nimbus.scheduling.scheduler import Plan, plan_round
+from stratus.nimbus.scheduling.standby_census import StandbyCensus
 from stratus.nimbus.scheduling.standby_workers import StandbyWorkerTable
 from stratus.nimbus.scheduling.supervisor_fencing import SupervisorFencing
 from stratus.nimbus.settings import SchedulingSettings
@@ -132,10 +135,16 @@ class SchedulingDuty:
         standby: StandbyWorkerTable | None = None,
         lane: FailoverLane | None = None,
         promoter: Promoter | None = None,
+        on_refused: Callable[[PromotionRefusal], None] = lambda _refusal: None,
     ) -> None:
         self._ops = ops
         self._standby = StandbyRound(
-            settings.standby, table=standby, promoter=promoter, lane=lane, wall=wall
+            settings.standby,
+            table=standby,
+            promoter=promoter,
+            lane=lane,
+            on_refused=on_refused,
+            wall=wall,
         )
         self._cordons = cordons  # None: nothing is ever cordoned (tests of other rules)
         self._drains = drains or DrainMemory()
@@ -163,6 +172,12 @@ class SchedulingDuty:
             fencing, self._heartbeats, supervisor_timeout_secs=settings.supervisor_timeout_secs
         )
         self._outcomes = WorkerOutcomes(ops, settings.rollback)
+
+    @property
+    def standby_census(self) -> StandbyCensus | None:
+        """The hot pipelines' standby workers as the last round read them (any thread);
+        None before the first round."""
+        return self._standby.census
 
     def run(self, term: Leadership) -> Plan:
         """One round; the plan it applied (empty when nothing had to change)."""
@@ -254,9 +269,10 @@ class SchedulingDuty:
             suspected=suspected,
             rewritten={*plan.assign, *plan.unassign},
         )
-        written = {*plan.assign, *plan.unassign, *placed}  # their versions read are spent
-        # the failover lane promotes from the round's read, but what the round wrote
-        self._standby.hand_to_lane(term, read, written=written)
+        # the failover lane promotes from the round's read, but what the round wrote (their
+        # versions read are spent)
+        self._standby.hand_to_lane(term, read, written={*plan.assign, *plan.unassign, *placed})
+        self._standby.take_census(read)
         return plan
 
     def _drained_from(self, unassigned: list[str]) -> dict[str, str]:

@@ -4,17 +4,19 @@ Before the round plans, the standby worker of each hot pipeline of a supervisor 
 (verdict ``dead``), and of each hot pipeline a drain took off a supervisor once its old
 worker stopped (``stopped``), is promoted when it is READY (``promotion_plan``: one fenced
 transaction each); after the plan is applied, the standby workers are placed against the
-assignments as it left them (``standby_plan``), and the failover lane gets the hot pipelines
-of the round's read (``HotSnapshot``). Kept apart from the round so that the round reads as
-the ordinary scheduling, with the standby workers' collaborators (their table, the promoter,
-the lane) behind one small interface; each is optional, and without it its step does
-nothing::
+assignments as it left them (``standby_plan``), the failover lane gets the hot pipelines of
+the round's read (``HotSnapshot``), and the metrics their standby workers' census
+(``standby_census``). A promotion refused is logged each round and counted once per verdict
+(``RefusalMemory``). Kept apart from the round so that the round reads as the ordinary
+scheduling, with the standby workers' collaborators (their table, the promoter, the lane)
+behind one small interface; each is optional, and without it its step does nothing::
 
     standby = StandbyRound(settings.standby, table=table, promoter=promoter, lane=lane)
     placements = standby.read_placements()
     if not standby.promote(term, read, dead=dead, stopped=stopped, cordoned=cordoned,
                            silent_for=..., floor_secs=...):
         return  # a version moved: the next round reads again
+    standby.take_census(read)   # standby.census: the metrics' (any thread)
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ from stratus.api.standby_workers import StandbyWorkerPlacement
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.failover.lane import FailoverLane, hot_snapshot
 from stratus.nimbus.failover.promotion import Promoter
-from stratus.nimbus.failover.promotion_plan import How, plan_promotions
+from stratus.nimbus.failover.promotion_plan import How, PromotionRefusal, plan_promotions
+from stratus.nimbus.failover.refusals import RefusalMemory
+from stratus.nimbus.scheduling.standby_census import StandbyCensus, standby_census
 from stratus.nimbus.scheduling.standby_plan import plan_standby_workers
 from stratus.nimbus.scheduling.standby_workers import Placements, StandbyWorkerTable
 from stratus.nimbus.settings import StandbySettings
@@ -58,7 +62,8 @@ class RoundRead:
 
 
 class StandbyRound:
-    """The standby workers' steps of a scheduling round; see the module docstring."""
+    """The standby workers' steps of a scheduling round; see the module docstring.
+    ``on_refused``: each refused promotion once per verdict on its supervisor."""
 
     def __init__(
         self,
@@ -67,6 +72,7 @@ class StandbyRound:
         table: StandbyWorkerTable | None = None,
         promoter: Promoter | None = None,
         lane: FailoverLane | None = None,
+        on_refused: Callable[[PromotionRefusal], None] = lambda _refusal: None,
         wall: Clock = time.time,
     ) -> None:
         self._settings = settings
@@ -74,6 +80,9 @@ class StandbyRound:
         self._promoter = promoter  # None: the round promotes no standby worker
         self._lane = lane  # None: no supervisor is suspected on the fast beats
         self._wall = wall  # only for the records' timestamps
+        self._on_refused = on_refused
+        self._told = RefusalMemory()  # the refusals counted, once per verdict
+        self.census: StandbyCensus | None = None  # the last round's (read by any thread)
 
     def read_placements(self) -> dict[str, tuple[StandbyWorkerPlacement | None, int]]:
         """Every standby worker's placement, with its version (none without a table)."""
@@ -101,6 +110,7 @@ class StandbyRound:
         promoted it meanwhile, or the read is stale): the next round reads again.
         ``silent_for`` says how long a dead supervisor has been silent, for the trail, and
         ``floor_secs`` the silence its verdict waited for (a drain's waited for none)."""
+        self._told.keep(under=dead | set(stopped.values()))
         if self._promoter is None or not (dead or stopped):
             return True
         plan = plan_promotions(
@@ -127,6 +137,8 @@ class StandbyRound:
                 refusal.reason.value,
                 refusal.standby or "-",
             )
+        for refusal in self._told.news(plan.refusals):
+            self._on_refused(refusal)
         for promotion in plan.promotions:
             name = promotion.pipeline
             planned = promotion.how is How.STOPPED  # a drain: no silence, no floor
@@ -198,6 +210,10 @@ class StandbyRound:
                     written=written,
                 )
             )
+
+    def take_census(self, read: RoundRead) -> None:
+        """The census of the round's read, as its promotions left it (``census``)."""
+        self.census = standby_census(read.pipelines, read.placements, read.supervisors)
 
     def restart_silences(self) -> None:
         """The failover lane's silences start again (nothing without a lane)."""

@@ -14,6 +14,7 @@ znode::
     lane.note(hot_snapshot(...))     # after every scheduling round: what is hot, and where
     lane.suspected()                 # the supervisors it suspects: the round moves none of
                                      # their hot pipelines and gives them nothing new
+    lane.phi()                       # {"s1": 0.4}: the phi of each supervisor it judges
     lane.stop()                      # on losing the term, and when the nimbus stops
 
 **What it reads.** The beats, through ``BeatWatch.poll``, and nothing else: the pipelines,
@@ -68,6 +69,7 @@ from stratus.nimbus.failover.promotion_plan import (
     PromotionRefusal,
     plan_promotions,
 )
+from stratus.nimbus.failover.refusals import RefusalMemory
 
 log = logging.getLogger(__name__)
 
@@ -146,10 +148,11 @@ class FailoverLane:
     """The thread that runs BeatWatch, the fence and the promotions; see the module docstring.
 
     ``registered``: the supervisors' registrations (the cluster view). ``wall``: the
-    assignments' timestamps.
+    assignments' timestamps. ``on_refused``: each refusal once per suspicion of its
+    supervisor (``RefusalMemory``), as it is logged (the refusals' counter).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only: collaborators, callbacks, clocks
         self,
         watch: BeatWatch,
         promoter: Promoter,
@@ -158,6 +161,7 @@ class FailoverLane:
         poll_secs: float,
         fence_pipelines: FencePipelines | None = None,
         fence_executor: Executor | None = None,
+        on_refused: Callable[[PromotionRefusal], None] = lambda _refusal: None,
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
     ) -> None:
@@ -176,8 +180,10 @@ class FailoverLane:
         self._lock = threading.Lock()  # guards what the round and the thread share:
         self._snapshot: HotSnapshot | None = None
         self._suspected: frozenset[str] = frozenset()
+        self._phi: Mapping[str, float] = {}  # each judged supervisor's, at the last judgement
         self._restart = False  # the round restarted its silences: so does the watch
-        self._refused: dict[str, str] = {}  # pipeline -> the refusal last logged
+        self._told = RefusalMemory()  # the refusals logged, once per suspicion
+        self._on_refused = on_refused
         self._fences: dict[str, Future[frozenset[str]]] = {}  # supervisor -> what its fence
         # answered for (empty: no answer), asked once for as long as it stays suspected
         self._thread: threading.Thread | None = None
@@ -203,6 +209,12 @@ class FailoverLane:
         with self._lock:
             return self._suspected
 
+    def phi(self) -> Mapping[str, float]:
+        """The phi of each supervisor judged at the lane's last judgement in this term,
+        suspected or not (any thread); empty while it judges no one."""
+        with self._lock:
+            return self._phi
+
     # ------------------------------------------------------------------ lifecycle
 
     def start(self, term: Leadership) -> None:
@@ -212,8 +224,8 @@ class FailoverLane:
         self.stop()
         self._watch.reset()
         with self._lock:
-            self._snapshot, self._suspected = None, frozenset()
-        self._refused.clear()
+            self._snapshot, self._suspected, self._phi = None, frozenset(), {}
+        self._told.clear()
         self._fences.clear()
         self.outcome = None
         self._term = term
@@ -231,7 +243,7 @@ class FailoverLane:
         if thread is not None and thread is not threading.current_thread():
             thread.join()
         with self._lock:
-            self._suspected = frozenset()
+            self._suspected, self._phi = frozenset(), {}
         if thread is not None and self._term is not None:
             log.info("event=failover_lane_stopped epoch=%d", self._term.epoch)
         self._term = None
@@ -280,7 +292,7 @@ class FailoverLane:
                 dict.fromkeys(floors, PHI_ONLY_SECS)
             ).items()
         }
-        self._set_suspected(suspicions)
+        self._set_suspected(suspicions, self._watch.phis())
         for sid in set(self._fences) - set(suspicions):
             del self._fences[sid]  # heard again: a later suspicion asks the fence again
         if not suspicions:
@@ -357,16 +369,20 @@ class FailoverLane:
             log.exception("event=pipeline_fence_failed supervisor=%s", supervisor.id)
             return frozenset()
 
-    def _set_suspected(self, suspicions: Mapping[str, Suspicion]) -> None:
+    def _set_suspected(
+        self, suspicions: Mapping[str, Suspicion], phi: Mapping[str, float] | None = None
+    ) -> None:
+        """What the last judgement says (nobody judged: no phi); a refusal off a supervisor
+        no longer suspected is forgotten, so that its next suspicion tells it again."""
+        self._told.keep(under=suspicions.keys())
         with self._lock:
-            self._suspected = frozenset(suspicions)
+            self._suspected, self._phi = frozenset(suspicions), dict(phi or {})
 
     def _log_refusals(self, term: Leadership, refusals: tuple[PromotionRefusal, ...]) -> None:
-        """Each refusal once, until its reason changes (the lane polls ten times a second)."""
-        for refusal in refusals:
-            if self._refused.get(refusal.pipeline) == refusal.reason.value:
-                continue
-            self._refused[refusal.pipeline] = refusal.reason.value
+        """Each refusal once per suspicion of its supervisor, until its reason changes (the
+        lane polls ten times a second); each one told is counted (``on_refused``)."""
+        for refusal in self._told.news(refusals):
+            self._on_refused(refusal)
             log.warning(
                 "event=promotion_refused pipeline=%s epoch=%d from=%s how=%s reason=%s "
                 "standby=%s detail=%s action=moved_the_ordinary_way",
