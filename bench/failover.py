@@ -756,7 +756,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--warmup", type=int, default=1, help="unmeasured rounds first, in each scenario"
     )
     parser.add_argument(
-        "--quick", action="store_true", help="1 round each, in each scenario, no warm-up: a smoke run"
+        "--quick", action="store_true", help="1 round each, no warm-up: a smoke run"
     )
     parser.add_argument("--json", type=Path, help="also write every sample to this file")
     parser.add_argument("--keep-logs", type=Path, help="keep every process's log in this dir")
