@@ -973,7 +973,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--warmup", type=int, default=1, help="unmeasured rounds first, per cluster (1)"
     )
     parser.add_argument(
-        "--quick", action="store_true", help="1 round of 1 and 10 MB, 1 sync-only, no warm-up: a smoke"
+        "--quick",
+        action="store_true",
+        help="1 round of 1 and 10 MB, 1 sync-only, no warm-up: a smoke run",
     )
     parser.add_argument("--json", type=Path, help="also write every sample to this file")
     parser.add_argument("--keep-logs", type=Path, help="work (and log) directory to keep")
