@@ -337,8 +337,8 @@ class FailoverLane:
             snapshot, restart, self._restart = self._snapshot, self._restart, False
         if restart:
             self._watch.reset()
-            self._late.extend(self._fences.items())
-            self._fences.clear()
+            self._late += [(sid, f) for sid, f in self._fences.items() if not f.done()]
+            self._fences.clear()  # asked anew; one still waited for is handed when answered
         if not term.is_leader:
             return ()  # stepped down: on_lost stops the thread
         if snapshot is None or snapshot.epoch != term.epoch or not snapshot.assignments:
