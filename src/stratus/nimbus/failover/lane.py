@@ -232,7 +232,7 @@ class FailoverLane:
         self._late: list[tuple[str, Future[Mapping[str, int]]]] = []  # the fences of
         # supervisors no longer suspected: what they answer is handed to the round
         self._held: dict[str, tuple[str, int]] = {}  # pipeline -> (supervisor, assignment
-        # version) a fence stopped and holds, its promotion refused: the round moves it
+        # version) a fence stopped and holds, not promoted: the round moves it
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._term: Leadership | None = None
@@ -258,7 +258,8 @@ class FailoverLane:
 
     def fence_held(self, current: Mapping[str, tuple[Assignment, int]]) -> frozenset[str]:
         """The pipelines a fence answered in this term stopped and holds on their supervisor,
-        and whose promotion was refused, still assigned as the fence found them in ``current``
+        whose promotion was refused (or that none followed: the answer came once the
+        supervisor was heard again), still assigned as the fence found them in ``current``
         (the round's read: each assignment with its version): the round moves them the
         ordinary way. Any other is forgotten: moved, rewritten or gone (any thread)."""
         with self._lock:
