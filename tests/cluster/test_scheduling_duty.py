@@ -47,6 +47,7 @@ from stratus.nimbus.records.pipeline_ops import PipelineOps
 from stratus.nimbus.records.replication_policy import ReplicationPolicy
 from stratus.nimbus.scheduling.assignments import AssignmentTable
 from stratus.nimbus.scheduling.cordons import CordonTable, DrainMemory
+from stratus.nimbus.scheduling.scheduler import assignment_of
 from stratus.nimbus.scheduling.standby_workers import StandbyWorkerTable
 from stratus.nimbus.settings import SchedulingSettings, StandbySettings
 from stratus.state.heartbeats import HeartbeatBoard
@@ -1168,6 +1169,93 @@ def test_no_pipeline_is_assigned_anew_while_its_fence_is_unanswered(cluster):
     assert cluster.round().empty
     assert client.exists(PATHS.assignment("hot")).mzxid == fenced_at.mzxid
     assert cluster.where("hot") == active
+
+
+def drain_the_active(cluster: Cluster, standby: StandbyWorkerState) -> tuple[str, str]:
+    """A hot pipeline on one of three supervisors, its standby worker on another in state
+    ``standby``, and a drain of the first, whose round takes the assignment off it while its
+    worker still runs: (the drained supervisor, the standby worker's)."""
+    for sid in ("s1", "s2", "s3"):
+        cluster.supervisor(sid)
+    cluster.submit("hot", {"pipeline.standby": "hot"})
+    cluster.round()
+    active, placed = cluster.where("hot"), cluster.standby.read("hot")
+    assert active is not None and placed is not None and placed.supervisor not in (None, active)
+    cluster.worker_on("hot", active, WorkerState.RUNNING)
+    cluster.heartbeat(placed.supervisor, standby=reported(placed, standby))
+    cluster.cordons.put(cluster.term, active, by="ops", drain=True, now=1.0)
+    cluster.round()
+    assert cluster.where("hot") is None  # first its worker stops, as in every drain
+    drain = cluster.drains.last(cluster.term.epoch)
+    assert drain is not None and drain.moving == {"hot": active}
+    assert cluster.standby.read("hot") == placed  # its standby worker waits where it was
+    return active, placed.supervisor
+
+
+def test_a_drained_hot_pipeline_is_promoted_to_its_ready_standby_worker_once_stopped(cluster):
+    drained, standby = drain_the_active(cluster, StandbyWorkerState.READY)
+
+    cluster.round()  # its old worker still runs: no promotion yet
+    assert cluster.where("hot") is None
+
+    cluster.worker_on("hot", drained, WorkerState.STOPPED)
+    cluster.round()
+
+    assert cluster.where("hot") == standby
+    assert reasons(cluster, "hot")[-2:] == [
+        ("drained", None, drained),
+        ("standby_promoted", standby, drained),
+    ]
+    assert cluster.drains.last(cluster.term.epoch).moving == {}
+    behind = cluster.standby.read("hot")  # a new standby worker, placed in the same round
+    assert behind is not None and behind.supervisor not in (None, drained, standby)
+
+
+def test_a_drained_hot_pipeline_whose_standby_worker_is_not_ready_moves_as_any_drained_one(
+    cluster,
+):
+    drained, _ = drain_the_active(cluster, StandbyWorkerState.STARTING)
+    cluster.worker_on("hot", drained, WorkerState.STOPPED)
+    cluster.round()
+
+    assert cluster.where("hot") not in (None, drained)
+    assert reasons(cluster, "hot")[-1][0] == "drained"  # placed, not promoted
+
+
+def test_a_drained_hot_pipeline_is_not_promoted_to_a_supervisor_drained_too(cluster):
+    drained, standby = drain_the_active(cluster, StandbyWorkerState.READY)
+    cluster.worker_on("hot", drained, WorkerState.STOPPED)
+    cluster.cordons.put(cluster.term, standby, by="ops", drain=True, now=2.0)
+    cluster.round()
+
+    (other,) = {"s1", "s2", "s3"} - {drained, standby}
+    assert cluster.where("hot") == other
+    assert reasons(cluster, "hot")[-1] == ("drained", other, drained)
+
+
+def test_a_drained_pipelines_promotion_writes_nothing_if_it_was_assigned_since(cluster):
+    drained, standby = drain_the_active(cluster, StandbyWorkerState.READY)
+    cluster.worker_on("hot", drained, WorkerState.STOPPED)
+    (other,) = {"s1", "s2", "s3"} - {drained, standby}
+    client = cluster.coordinator.session.client
+    read_placements = cluster.standby.read_all
+
+    def assigned_after_the_assignments_were_read() -> Any:
+        # a write the round did not read lands before its promotion: the create must fail
+        record = cluster.ops.read("hot")
+        assert record is not None
+        elsewhere = assignment_of("hot", record, other, epoch=cluster.term.epoch, now=2.0)
+        client.create(PATHS.assignment("hot"), elsewhere.encode())
+        cluster.standby.read_all = read_placements
+        return read_placements()
+
+    cluster.standby.read_all = assigned_after_the_assignments_were_read
+    assert cluster.round().empty  # the promotion found the assignment there: nothing more
+
+    assert cluster.where("hot") == other
+    assert reasons(cluster, "hot")[-1] == ("drained", None, drained)  # no standby_promoted
+    placed = cluster.standby.read("hot")
+    assert placed is not None and placed.supervisor == standby  # its placement untouched
 
 
 def test_a_pipeline_takes_the_slot_of_a_standby_worker_when_no_other_is_free(cluster):

@@ -197,7 +197,15 @@ def test_the_round_counts_a_refused_promotion_once_per_verdict() -> None:
             supervisors={"s2": heartbeat("s2", standby_beat(placed, StandbyWorkerState.FAILED))},
             registered=cast(Any, {"s1": None, "s2": None}),
         )
-        assert standby.promote_dead(term, read, dead=dead, silent_for=lambda _s: 9.0, floor_secs=4)
+        assert standby.promote(
+            term,
+            read,
+            dead=dead,
+            stopped={},
+            cordoned=set(),
+            silent_for=lambda _s: 9.0,
+            floor_secs=4,
+        )
 
     for dead in ({"s1"}, {"s1"}, {"s1"}, set(), {"s1"}):  # s1 dead, back, dead again
         round_(dead)

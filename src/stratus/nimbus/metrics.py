@@ -157,7 +157,7 @@ class NimbusMetrics:
             "standby workers of hot pipelines this nimbus promoted as leader, by the verdict "
             "on the active worker's supervisor: `fenced` (it answered a pipeline fence), "
             "`floor` (silent on the fast beats for its floor), `dead` (the scheduling round "
-            "judged it dead), `stopped` (a drain or update whose old worker stopped)",
+            "judged it dead), `stopped` (a drain whose old worker stopped)",
             ["how"],
             registry=self.registry,
         )

@@ -32,10 +32,12 @@ cluster state store (never from a view that may lag), then:
    gives a pipeline a standby worker's slot only when no supervisor has another. With no
    hot pipeline this costs one listing of ``standby-workers/`` and writes nothing;
 8. with a ``Promoter``, before step 6, promotes the standby worker of each hot pipeline of a
-   supervisor judged dead when it is READY (``promotion_plan``, verdict ``dead``: one
-   fenced transaction each; one that finds a version moved ends the round, which the next
-   reads again), and plans step 6 from the assignments so promoted; with a
-   ``FailoverLane``, moves no pipeline of a supervisor the lane suspects, gives it none,
+   supervisor judged dead (``promotion_plan``, verdict ``dead``), and of each hot pipeline
+   on the way from a drained supervisor whose old worker stopped (``stopped``: the drain's
+   second step, a promotion instead of a placement), when it is READY on a supervisor that
+   is not cordoned (one fenced transaction each; one that finds a version moved ends the
+   round, which the next reads again), and plans step 6 from the assignments so promoted;
+   with a ``FailoverLane``, moves no pipeline of a supervisor the lane suspects, gives it none,
    and hands the lane the hot pipelines of its read (``HotSnapshot``) at its end; but
    writes a new assignment for each pipeline the lane hands back (``fence_held``: a fence
    it asked stopped the worker and holds the pipeline, and the promotion was refused); the
@@ -208,28 +210,30 @@ class SchedulingDuty:
             dead, timed_out = judge.unseen_spared(term, dead, timed_out, read_began)
         silences = self._fencing.silences(registered, assignments, dead, heartbeats, read_began)
         dead |= self._fencing.fenced(term, registered, silences, read_began)
-        read = RoundRead(pipelines, current, assignments, placements, supervisors, registered)
-        if not self._standby.promote_dead(
-            term,
-            read,
-            dead=dead,
-            silent_for=judge.supervisor_silent_for,
-            floor_secs=self._supervisor_timeout,
-        ):
-            return Plan(assign={}, unassign=[], moved={})  # a version moved: the next round
-        lane_suspected = self._standby.lane_suspected()
-        timed_out -= _promoting(assignments, lane_suspected, dead)
         keep_on = known - dead
         unassigned = [
             name for name, record in pipelines.items()
             if record.status.runs and name not in assignments
         ]  # fmt: skip
         draining = {sid for sid, cordon in cordons.items() if cordon.drain}
-        suspected = {s for s in registered if self._fencing.due(s, read_began)} | lane_suspected
         drained_from = self._drained_from(unassigned) if draining else {}
         still_running = _still_running(unassigned, workers, keep_on)
         if not heartbeats.complete or heartbeats.partial:
             still_running |= set(drained_from)  # a heartbeat missing may be a worker running
+        read = RoundRead(pipelines, current, assignments, placements, supervisors, registered)
+        if not self._standby.promote(
+            term,
+            read,
+            dead=dead,
+            stopped={n: s for n, s in drained_from.items() if n not in still_running},
+            cordoned=set(cordons),
+            silent_for=judge.supervisor_silent_for,
+            floor_secs=self._supervisor_timeout,
+        ):
+            return Plan(assign={}, unassign=[], moved={})  # a version moved: the next round
+        lane_suspected = self._standby.lane_suspected()
+        timed_out -= _promoting(assignments, lane_suspected, dead)
+        suspected = {s for s in registered if self._fencing.due(s, read_began)} | lane_suspected
         plan = plan_round(
             pipelines=pipelines,
             assignments=assignments,
