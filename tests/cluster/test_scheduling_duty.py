@@ -39,6 +39,8 @@ from stratus.coordination.coordinator import Coordinator
 from stratus.coordination.errors import LeadershipLostError, TransactionFailedError
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.duties.scheduling import SchedulingDuty
+from stratus.nimbus.failover.beat_watch import BeatWatch
+from stratus.nimbus.failover.lane import FailoverLane
 from stratus.nimbus.failover.promotion import Promoter
 from stratus.nimbus.records.assignment_history import AssignmentHistoryLog
 from stratus.nimbus.records.pipeline_ops import PipelineOps
@@ -53,7 +55,10 @@ from stratus.state.zk_store import ZooKeeperStateStore
 from stratus.zk.ensemble import ZooKeeperEnsemble
 from stratus.zk.errors import ZooKeeperUnavailableError
 from stratus.zk.paths import ClusterPaths
+from tests.harness.supervisor_fakes import FakeClock as LaneClock
 from tests.harness.zkfixtures import chroot_for, kazoo_client, wait_until
+from tests.unit.test_failover_lane import LEASE, POLL, Beats, Fence, Immediate
+from tests.unit.test_failover_lane import SETTINGS as DETECTOR
 
 PATHS = ClusterPaths("/stratus")
 SETTINGS = SchedulingSettings(
@@ -95,6 +100,7 @@ class Cluster:
         self.cordons = CordonTable(client, PATHS)
         self.drains = DrainMemory()
         self.standby = StandbyWorkerTable(client, PATHS)
+        self.lane: FailoverLane | None = None  # with_lane: the failover lane's
         self.duty = self.new_duty()
         self.term = coordinator.nominate("nimbus", "leader", timeout=10)
         self.beats = 0
@@ -109,7 +115,7 @@ class Cluster:
             else (lambda: self.connections),
             zookeeper_epoch=session.zookeeper_epoch if self.real_session else self.learn_epoch,
             cordons=self.cordons, drains=self.drains, standby=self.standby,
-            promoter=Promoter(session.client, PATHS),
+            promoter=Promoter(session.client, PATHS), lane=self.lane,
         )  # fmt: skip
 
     def learn_epoch(self) -> int | None:
@@ -1065,6 +1071,104 @@ def test_a_dead_supervisors_hot_pipeline_whose_standby_worker_is_not_ready_moves
     assert cluster.where("hot") == placed.supervisor  # the only one left: a cold start
     newest = cluster.table.history("hot")[0]
     assert newest.reason is not AssignmentReason.STANDBY_PROMOTED
+
+
+class LaneOnBeats:
+    """The failover lane of ``cluster``'s duty, over beats the test writes, on a clock of
+    its own, asking fences that answer or not (``answers``); each supervisor advertises a
+    beat lease."""
+
+    def __init__(self, cluster: Cluster, *, answers: bool) -> None:
+        self.clock = LaneClock()
+        self.beats = Beats()
+        self.fence = Fence(answers)
+        for sid, summary in cluster.registered.items():
+            cluster.registered[sid] = summary.model_copy(update={"beat_lease": LEASE})
+        self.lane = FailoverLane(
+            BeatWatch(DETECTOR, self.beats.read, clock=self.clock),
+            Promoter(cluster.coordinator.session.client, PATHS),
+            lambda: cluster.registered,
+            poll_secs=POLL,
+            fence_pipelines=self.fence,
+            fence_executor=Immediate(),
+            clock=self.clock,
+        )
+        self.term = cluster.term
+        cluster.lane = self.lane
+        cluster.duty = cluster.new_duty()
+
+    def run(self, secs: float, beating: set[str]) -> None:
+        """``secs`` of the lane's polls, each supervisor of ``beating`` beating between two."""
+        end = self.clock() + secs
+        while self.clock() < end - 1e-9:
+            self.clock.advance(POLL)
+            for sid in beating:
+                self.beats.beat(sid)
+            assert self.lane.step(self.term) == ()  # the standby worker is never READY
+
+
+def hot_with_its_standby_worker_starting(cluster: Cluster, *, answers: bool) -> LaneOnBeats:
+    """ "hot" on one of s1 and s2, its standby worker STARTING on the other, and the lane
+    knowing both from the round's snapshot; the other supervisor's name is the lane's
+    ``standby``."""
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    lane = LaneOnBeats(cluster, answers=answers)
+    cluster.submit("hot", {"pipeline.standby": "hot"})
+    cluster.round()
+    placed = cluster.standby.read("hot")
+    assert placed is not None and placed.supervisor not in (None, cluster.where("hot"))
+    cluster.heartbeat(placed.supervisor, standby=reported(placed, StandbyWorkerState.STARTING))
+    cluster.round()  # the lane's snapshot: the standby worker STARTING
+    return lane
+
+
+def test_a_pipeline_its_fence_stopped_and_its_promotion_refused_is_assigned_anew(cluster):
+    """The lane fenced the active's supervisor (it answered: its worker is gone, and it holds
+    the pipeline until a newer assignment), the promotion was refused: the next round writes
+    a new assignment, here on the same supervisor once it is heard again (a stall, not a
+    failure), whose newer fencing token ends the hold; once."""
+    lane = hot_with_its_standby_worker_starting(cluster, answers=True)
+    active = cluster.where("hot")
+    assert active is not None
+    standby = ({"s1", "s2"} - {active}).pop()
+    client = cluster.coordinator.session.client
+    fenced_at = client.exists(PATHS.assignment("hot"))
+
+    lane.run(2.0, {"s1", "s2"})
+    lane.run(2.0, {standby})  # the active's supervisor stalls: fenced, promotion refused
+    assert lane.fence.asked and lane.lane.suspected() == {active}
+    lane.run(1.0, {"s1", "s2"})  # heard again: no longer suspected
+    assert lane.lane.suspected() == frozenset()
+    plan = cluster.round()
+
+    assert set(plan.assign) == {"hot"}
+    assert cluster.where("hot") == active  # the most free slots: its own
+    assert reasons(cluster, "hot")[-1] == ("fenced", active, active)
+    moved_at = client.exists(PATHS.assignment("hot"))
+    assert moved_at.mzxid > fenced_at.mzxid  # a newer fencing token: the hold ends
+    assert cluster.round().empty  # once
+    assert client.exists(PATHS.assignment("hot")).mzxid == moved_at.mzxid
+
+
+def test_no_pipeline_is_assigned_anew_while_its_fence_is_unanswered(cluster):
+    """A fence that got no answer proves nothing: the worker may still run. The promotion
+    refused on the floor moves nothing, and neither does the round."""
+    lane = hot_with_its_standby_worker_starting(cluster, answers=False)
+    active = cluster.where("hot")
+    assert active is not None
+    standby = ({"s1", "s2"} - {active}).pop()
+    client = cluster.coordinator.session.client
+    fenced_at = client.exists(PATHS.assignment("hot"))
+
+    lane.run(2.0, {"s1", "s2"})
+    lane.run(2.0, {standby})  # asked, no answer; past the floor: refused too
+    assert lane.fence.asked and lane.lane.suspected() == {active}
+    assert cluster.round().empty
+    lane.run(1.0, {"s1", "s2"})
+    assert cluster.round().empty
+    assert client.exists(PATHS.assignment("hot")).mzxid == fenced_at.mzxid
+    assert cluster.where("hot") == active
 
 
 def drain_the_active(cluster: Cluster, standby: StandbyWorkerState) -> tuple[str, str]:

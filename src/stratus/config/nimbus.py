@@ -348,8 +348,10 @@ class NimbusSection(Section):
         default=10.0,
         gt=0,
         alias="nimbus.supervisor.fencing.timeout.secs",
-        description="longest wait for a supervisor's answer to a graceful stop, and time one "
-        "shell, process or ssh fence may take before it is killed and counted as failed",
+        description="longest wait for a supervisor's answer to a graceful stop or to a "
+        "pipeline fence of the failover lane (past the floor: a late answer still counts), and "
+        "time one shell, process or ssh fence may take before it is killed and counted as "
+        "failed",
     )
     nimbus_task_timeout_secs: float = Field(
         default=30.0,

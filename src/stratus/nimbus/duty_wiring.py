@@ -234,6 +234,7 @@ def failover_lane(
         view.supervisors,
         poll_secs=detector.poll_secs,
         fence_pipelines=fencing.fence_pipelines if fencing is not None else None,
+        fence_answer_secs=fencing.settings.timeout_secs if fencing is not None else 0.0,
         on_refused=on_refused,
         clock=clock,
         wall=wall,

@@ -38,7 +38,9 @@ cluster state store (never from a view that may lag), then:
    is not cordoned (one fenced transaction each; one that finds a version moved ends the
    round, which the next reads again), and plans step 6 from the assignments so promoted;
    with a ``FailoverLane``, moves no pipeline of a supervisor the lane suspects, gives it none,
-   and hands the lane the hot pipelines of its read (``HotSnapshot``) at its end; the
+   and hands the lane the hot pipelines of its read (``HotSnapshot``) at its end; but
+   writes a new assignment for each pipeline the lane hands back (``fence_held``: a fence
+   it asked stopped the worker and holds the pipeline, and the promotion was refused); the
    census of their standby workers is kept for the metrics (``standby_census``).
 
 The liveness memory starts afresh with every term: a new leader has seen no heartbeat yet,
@@ -245,6 +247,7 @@ class SchedulingDuty:
             },
             keep_on=keep_on,
             timed_out=timed_out,
+            fenced=self._standby.fence_held(read),  # stopped by a fence, not promoted
             epoch=term.epoch,
             now=self._wall(),
             draining=draining,

@@ -92,6 +92,12 @@ class StandbyRound:
         """The supervisors the failover lane suspects (none without a lane)."""
         return self._lane.suspected() if self._lane is not None else frozenset()
 
+    def fence_held(self, read: RoundRead) -> frozenset[str]:
+        """The pipelines the failover lane hands the round: a fence it asked stopped their
+        worker, their supervisor holds them until a newer assignment, and their promotion was
+        refused (``FailoverLane.fence_held``; none without a lane)."""
+        return self._lane.fence_held(read.current) if self._lane is not None else frozenset()
+
     def promote(
         self,
         term: Leadership,

@@ -14,6 +14,7 @@ znode::
     lane.note(hot_snapshot(...))     # after every scheduling round: what is hot, and where
     lane.suspected()                 # the supervisors it suspects: the round moves none of
                                      # their hot pipelines and gives them nothing new
+    lane.fence_held(current)         # but these: fenced, promotion refused (see below)
     lane.phi()                       # {"s1": 0.4}: the phi of each supervisor it judges
     lane.stop()                      # on losing the term, and when the nimbus stops
 
@@ -29,9 +30,9 @@ supervisors holding a hot pipeline's active worker, and advertising a beat lease
 ``fence_pipelines`` (the nimbus's ``SupervisorFencing``, unless
 ``nimbus.supervisor.fence.after.secs`` is 0), the lane asks a suspected supervisor, once per
 suspicion, to stop the workers of its hot pipelines, once its silence has also reached its beat
-lease (``lease_secs``, 0.8 s by default), waiting no longer than the time left to its floor: if
-it answers, they are promoted at once as ``fenced``; if not (a dead host answers nothing), they
-are promoted as ``floor`` once its silence reaches its floor. Suspicion alone promotes nothing,
+lease (``lease_secs``, 0.8 s by default), while time is left to its floor: if it answers,
+they are promoted at once as ``fenced``; if not (a dead host answers nothing), they are
+promoted as ``floor`` once its silence reaches its floor. Suspicion alone promotes nothing,
 and stops nothing: a supervisor merely slow to beat (its beat agent stalled on a loaded host)
 is alive and obeys a fence, while its hot workers run on their beat lease until the lease runs
 out; asked earlier, the fence would stop a worker that the next beat keeps, and the supervisor
@@ -42,6 +43,19 @@ the fence stops nothing that would run on. The fence is asked on a thread of its
 (``fence_executor``): the lane goes on reading the beats while it waits, since a pause of its
 reads longer than three polls would read as blindness and restart every silence (a dead host's
 fence waits out its whole timeout: its packets are dropped).
+
+**A fence answered, a promotion refused.** A supervisor that answered a pipeline fence has
+stopped the pipeline's worker and holds the pipeline back until an assignment with a newer
+fencing token; if the promotion is then refused (its standby worker not ``READY``, say), the
+lane hands the pipeline to the round (``fence_held``) as it logs the refusal: the next round
+writes it a new assignment, on the supervisor it picks (its own included), whether or not
+the lane still suspects its supervisor, and the lane plans no promotion of it while its
+assignment is the one the fence stopped. A fence's answer is the proof that its worker is
+gone; without one (a refusal on ``floor``) nothing is handed. The answer is waited for
+``fence_answer_secs`` (the leader's ``nimbus.supervisor.fencing.timeout.secs``), or the time
+left to the floor if longer, on the fence's thread: one that comes after the floor turns a
+``floor`` verdict into ``fenced``, and one that comes once the supervisor is heard again,
+when the lane promotes nothing off it, hands its pipelines to the round just the same.
 
 One thread per term, started by ``start`` and ended by ``stop``; the watch is reset at every
 start (a new term judges nothing from an earlier one's beats) and whenever the round restarts
@@ -151,6 +165,16 @@ def hot_snapshot(
     )
 
 
+def _still_at(answered: Mapping[str, int], snapshot: HotSnapshot) -> frozenset[str]:
+    """Of the pipelines a fence ``answered`` for, those whose assignment ``snapshot`` holds at
+    the version the fence was asked at."""
+    return frozenset(
+        name
+        for name, version in answered.items()
+        if name in snapshot.assignments and snapshot.assignments[name][1] == version
+    )
+
+
 def lease_ran_out(supervisor: SupervisorSummary, suspicion: Suspicion) -> bool:
     """Whether ``supervisor``'s silence has reached the beat lease it advertises: its hot
     workers no longer hold it (a beat the judging read did not show renewed nothing past
@@ -177,6 +201,7 @@ class FailoverLane:
         poll_secs: float,
         fence_pipelines: FencePipelines | None = None,
         fence_executor: Executor | None = None,
+        fence_answer_secs: float = 0.0,
         on_refused: Callable[[PromotionRefusal], None] = lambda _refusal: None,
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
@@ -190,7 +215,8 @@ class FailoverLane:
         self._fence = fence_pipelines
         self._fence_executor = fence_executor or ThreadPoolExecutor(
             max_workers=4, thread_name_prefix="pipeline-fence"
-        )  # each call bounded by the time left to a floor
+        )  # each call bounded by the time left to a floor, or fence_answer_secs
+        self._answer_secs = fence_answer_secs  # how long a fence's answer is waited for
         self._clock = clock
         self._wall = wall
         self._lock = threading.Lock()  # guards what the round and the thread share:
@@ -200,8 +226,13 @@ class FailoverLane:
         self._restart = False  # the round restarted its silences: so does the watch
         self._told = RefusalMemory()  # the refusals logged, once per suspicion
         self._on_refused = on_refused
-        self._fences: dict[str, Future[frozenset[str]]] = {}  # supervisor -> what its fence
-        # answered for (empty: no answer), asked once for as long as it stays suspected
+        self._fences: dict[str, Future[Mapping[str, int]]] = {}  # supervisor -> what its
+        # fence answered for, with the assignment versions it was asked at (empty: no
+        # answer), asked once for as long as it stays suspected
+        self._late: list[tuple[str, Future[Mapping[str, int]]]] = []  # the fences of
+        # supervisors no longer suspected: what they answer is handed to the round
+        self._held: dict[str, tuple[str, int]] = {}  # pipeline -> (supervisor, assignment
+        # version) a fence stopped and holds, not promoted: the round moves it
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._term: Leadership | None = None
@@ -225,6 +256,22 @@ class FailoverLane:
         with self._lock:
             return self._suspected
 
+    def fence_held(self, current: Mapping[str, tuple[Assignment, int]]) -> frozenset[str]:
+        """The pipelines a fence answered in this term stopped and holds on their supervisor,
+        whose promotion was refused (or that none followed: the answer came once the
+        supervisor was heard again), still assigned as the fence found them in ``current``
+        (the round's read: each assignment with its version): the round moves them the
+        ordinary way. Any other is forgotten: moved, rewritten or gone (any thread)."""
+        with self._lock:
+            self._held = {
+                name: (sid, version)
+                for name, (sid, version) in self._held.items()
+                if name in current
+                and current[name][0].supervisor == sid
+                and current[name][1] == version
+            }
+            return frozenset(self._held)
+
     def phi(self) -> Mapping[str, float]:
         """The phi of each supervisor judged at the lane's last judgement in this term,
         suspected or not (any thread); empty while it judges no one."""
@@ -241,8 +288,10 @@ class FailoverLane:
         self._watch.reset()
         with self._lock:
             self._snapshot, self._suspected, self._phi = None, frozenset(), {}
+            self._held = {}
         self._told.clear()
         self._fences.clear()
+        self._late.clear()
         self.outcome = None
         self._term = term
         self._stop = threading.Event()
@@ -289,7 +338,8 @@ class FailoverLane:
             snapshot, restart, self._restart = self._snapshot, self._restart, False
         if restart:
             self._watch.reset()
-            self._fences.clear()
+            self._late += [(sid, f) for sid, f in self._fences.items() if not f.done()]
+            self._fences.clear()  # asked anew; one still waited for is handed when answered
         if not term.is_leader:
             return ()  # stepped down: on_lost stops the thread
         if snapshot is None or snapshot.epoch != term.epoch or not snapshot.assignments:
@@ -309,25 +359,28 @@ class FailoverLane:
             ).items()
         }
         self._set_suspected(suspicions, self._watch.phis())
-        for sid in set(self._fences) - set(suspicions):
-            del self._fences[sid]  # heard again: a later suspicion asks the fence again
+        for sid in set(self._fences) - set(suspicions):  # heard again: a later suspicion
+            self._late.append((sid, self._fences.pop(sid)))  # asks the fence again
+        self._hand_late()
         if not suspicions:
             return ()
         verdicts, fenced = self._verdicts(term, snapshot, registered, suspicions)
         if not verdicts:
             return ()  # suspected, neither fenced nor past its floor yet
+        offered = self._without_held(snapshot)  # the round moves those it holds
         plan = plan_promotions(
             verdicts=verdicts,
-            pipelines=snapshot.pipelines,
-            assignments=snapshot.assignments,
-            placements=snapshot.placements,
-            heartbeats=snapshot.heartbeats,
+            pipelines=offered.pipelines,
+            assignments=offered.assignments,
+            placements=offered.placements,
+            heartbeats=offered.heartbeats,
             suspected=set(suspicions),
             registered=set(registered),
             epoch=term.epoch,
             now=self._wall(),
             fenced=fenced,
         )
+        self._hold(snapshot, fenced, plan.refusals)
         self._log_refusals(term, plan.refusals)
         done = []
         for promotion in plan.promotions:
@@ -352,9 +405,9 @@ class FailoverLane:
         suspicions: Mapping[str, Suspicion],
     ) -> tuple[dict[str, How], dict[str, Set[str]]]:
         """``fenced`` for a suspected supervisor whose fence answered for its hot pipelines
-        (asked once per suspicion, once its silence reached its beat lease, within the time
-        left to its floor), else ``floor`` once its silence reached its floor; no verdict
-        before."""
+        (asked once per suspicion, once its silence reached its beat lease, while time is left
+        to its floor; its answer counts whenever it comes, for the assignments it was asked
+        at), else ``floor`` once its silence reached its floor; no verdict before."""
         verdicts: dict[str, How] = {}
         fenced: dict[str, Set[str]] = {}
         for sid, suspicion in sorted(suspicions.items()):
@@ -367,30 +420,72 @@ class FailoverLane:
                 and sid in registered
                 and lease_ran_out(registered[sid], suspicion)
             ):
-                hot = frozenset(
-                    name for name, (a, _) in snapshot.assignments.items() if a.supervisor == sid
-                )
+                hot = {
+                    name: version
+                    for name, (a, version) in snapshot.assignments.items()
+                    if a.supervisor == sid
+                }
                 asked = self._fences[sid] = self._fence_executor.submit(
-                    self._fenced, registered[sid], hot, term.epoch, left
+                    self._fenced, registered[sid], hot, term.epoch, max(left, self._answer_secs)
                 )
-            answered = asked.result() if asked is not None and asked.done() else frozenset()
-            if answered:
-                verdicts[sid], fenced[sid] = How.FENCED, answered
+            answered = asked.result() if asked is not None and asked.done() else {}
+            answered_now = _still_at(answered, snapshot)  # a rewrite since is not fenced
+            if answered_now:
+                verdicts[sid], fenced[sid] = How.FENCED, answered_now
             elif left <= 0:
                 verdicts[sid] = How.FLOOR
         return verdicts, fenced
 
     def _fenced(
-        self, supervisor: SupervisorSummary, pipelines: frozenset[str], epoch: int, within: float
-    ) -> frozenset[str]:
-        """``pipelines`` if ``supervisor`` answered their fence ``within`` seconds, else none
-        (on the fence's thread)."""
+        self, supervisor: SupervisorSummary, pipelines: Mapping[str, int], epoch: int, within: float
+    ) -> Mapping[str, int]:
+        """``pipelines`` (with their assignments' versions) if ``supervisor`` answered their
+        fence ``within`` seconds, else none (on the fence's thread)."""
         assert self._fence is not None
         try:
-            return pipelines if self._fence(supervisor, pipelines, epoch, within) else frozenset()
+            return pipelines if self._fence(supervisor, frozenset(pipelines), epoch, within) else {}
         except Exception:  # a fence that fails is one that got no answer
             log.exception("event=pipeline_fence_failed supervisor=%s", supervisor.id)
-            return frozenset()
+            return {}
+
+    def _hand_late(self) -> None:
+        """Hand the round what the fences of supervisors no longer suspected answered, late
+        or not: the lane promotes nothing off a supervisor it does not suspect, and the
+        supervisor holds those pipelines until a newer assignment (``fence_held``)."""
+        pending = []
+        for sid, asked in self._late:
+            if not asked.done():
+                pending.append((sid, asked))
+                continue
+            with self._lock:
+                for name, version in asked.result().items():
+                    self._held[name] = (sid, version)
+        self._late = pending
+
+    def _without_held(self, snapshot: HotSnapshot) -> HotSnapshot:
+        """``snapshot`` without the pipelines handed to the round at the assignment it read:
+        the round moves them, the lane promotes none of them."""
+        with self._lock:
+            held = dict(self._held)
+        for name, (sid, version) in held.items():
+            assignment, read = snapshot.assignments.get(name, (None, None))
+            if assignment is not None and assignment.supervisor == sid and read == version:
+                snapshot = snapshot.without(name)
+        return snapshot
+
+    def _hold(
+        self,
+        snapshot: HotSnapshot,
+        fenced: Mapping[str, Set[str]],
+        refusals: tuple[PromotionRefusal, ...],
+    ) -> None:
+        """Hand the round each refused pipeline that a fence answered for: its worker is gone
+        and its supervisor holds it until a newer assignment (``fence_held``)."""
+        with self._lock:
+            for refusal in refusals:
+                name, sid = refusal.pipeline, refusal.from_supervisor
+                if refusal.how is How.FENCED and name in fenced.get(sid, ()):
+                    self._held[name] = (sid, snapshot.assignments[name][1])  # as fenced
 
     def _set_suspected(
         self, suspicions: Mapping[str, Suspicion], phi: Mapping[str, float] | None = None
