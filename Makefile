@@ -9,7 +9,7 @@ FUZZ_AUTH_EXAMPLES ?= 200  # each case is sent four times: owner, stranger, read
 CHAOS_FAULTS ?= 200
 CHAOS_SEED ?= $(shell date +%s)
 
-.PHONY: install run check test lint typecheck unit stress chaos fuzz bench bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc bench-zk-outage bench-operations bench-cli-start bench-host-failover bench-host-failover-smoke ui-screenshots clean
+.PHONY: install run check test lint typecheck unit stress chaos chaos-hot fuzz bench bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc bench-zk-outage bench-operations bench-cli-start bench-host-failover bench-host-failover-smoke ui-screenshots clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "stratus needs Python 3.11 or newer")'
@@ -66,6 +66,16 @@ chaos: install
 	STRATUS_CHAOS_FAULTS=$(CHAOS_FAULTS) STRATUS_CHAOS_SEED=$(CHAOS_SEED) \
 	STRATUS_CHAOS_MAX_QUORUM_LOSS_SECS=60 $(BIN)/pytest -m chaos tests/cluster/test_chaos.py -s \
 	-k seeded_run --basetemp=$(CURDIR)/.chaos
+
+# False suspicions (tests/cluster/test_hot_standby_chaos.py): a hot pipeline on the chaos
+# cluster, every host stressed, CHAOS_PAUSES pauses shorter than the failure detector's floor;
+# no standby worker may be promoted. Left out of `make test` (skipped without STRATUS_CHAOS_HOT).
+# CHAOS_SEED=N replays another plan of pauses (default: the test's fixed seed).
+CHAOS_PAUSES ?= 20
+chaos-hot: install
+	STRATUS_CHAOS_HOT=1 STRATUS_CHAOS_PAUSES=$(CHAOS_PAUSES) \
+	$(if $(filter command line,$(origin CHAOS_SEED)),STRATUS_CHAOS_SEED=$(CHAOS_SEED)) \
+	$(BIN)/pytest -m chaos -n 0 tests/cluster/test_hot_standby_chaos.py -s --basetemp=$(CURDIR)/.chaos-hot
 
 fuzz: install
 	STRATUS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) STRATUS_FUZZ_AUTH_EXAMPLES=$(FUZZ_AUTH_EXAMPLES) \

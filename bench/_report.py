@@ -7,6 +7,7 @@ this module is imported as ``_report``::
 
     handle_interrupts(raise_interrupted)  # SIGINT/SIGTERM unwind through ``finally`` blocks
     print(machine())                      # nproc, cpu, kernel, python, java, zookeeper, kazoo
+    info, reproduce = print_header(console, "reassign.py", argv, ("kazoo",))  # and the command
     print(ms(percentile([1.9, 2.0, 2.1], 99)))  # "2098"
     write_json(args.json, args, machine=info, samples=samples)  # --json PATH, if given
 """
@@ -19,6 +20,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import signal
 import subprocess
 import sys
@@ -83,6 +85,19 @@ def machine(packages: tuple[str, ...] = ("kazoo",)) -> dict[str, str]:
         except PackageNotFoundError:
             info[package] = "not installed"
     return info
+
+
+def print_header(
+    console: Console, script: str, argv: list[str] | None, packages: tuple[str, ...]
+) -> tuple[dict[str, str], str]:
+    """Print what a run measures on (:func:`machine` with ``packages``) and the command that
+    runs it again (``bench/<script>`` with its arguments); return both, for ``--json``."""
+    info = machine(packages)
+    arguments = sys.argv[1:] if argv is None else argv
+    reproduce = shlex.join([".venv/bin/python", f"bench/{script}", *arguments])
+    for key, value in {**info, "reproduce": reproduce}.items():
+        console.print(f"[bold]{key:>9}[/]: {value}")
+    return info, reproduce
 
 
 class Interrupted(Exception):  # noqa: N818 (a signal, not an error)

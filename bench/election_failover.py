@@ -16,7 +16,7 @@ The start is ``time.monotonic()`` just before the signal is sent, the end the ne
 ``time.monotonic()`` when its write returned (the clock is system-wide on Linux).
 
     .venv/bin/python bench/election_failover.py [--rounds 20] [--session-timeout 2.0]
-    .venv/bin/python bench/election_failover.py --quick      # 3 rounds, a smoke run
+    .venv/bin/python bench/election_failover.py --quick      # 1 round, a smoke run
 
 The exit code is 0 even when a target is missed (benchmarks never fail the build); it is 1
 only when the benchmark itself could not run (no leader elected, a contender crashed...).
@@ -456,11 +456,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--session-timeout", type=float, default=2.0, help="ZooKeeper session timeout, s"
     )
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first")
-    parser.add_argument("--quick", action="store_true", help="3 rounds: a smoke run for CI")
+    parser.add_argument("--quick", action="store_true", help="1 round, no warm-up: a smoke run")
     parser.add_argument("--json", type=Path, help="also write every sample to this file")
     args = parser.parse_args(argv)
     if args.quick:
-        args.rounds = 3
+        args.rounds, args.warmup = 1, 0
     if args.rounds < 1 or args.warmup < 0:
         parser.error("--rounds must be >= 1 and --warmup >= 0")
     if args.session_timeout * 1000 < 2 * TICK_TIME_MS:

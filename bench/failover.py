@@ -41,7 +41,7 @@ the two systems are interleaved (the first alternating), so that machine noise h
     .venv/bin/python bench/failover.py [--rounds 20] [--term-rounds 20] [--session-timeout 2]
     .venv/bin/python bench/failover.py --scenario term --term-spark-rounds 10
     .venv/bin/python bench/failover.py --only spark --scenario kill --spark-rounds 10
-    .venv/bin/python bench/failover.py --quick       # 3 rounds each, both scenarios: a smoke run
+    .venv/bin/python bench/failover.py --quick       # 1 round each, both scenarios: a smoke run
 
 The exit code is 0 even when a target is missed (benchmarks never fail the build); it is 1
 only when the benchmark itself could not run (a master did not start, no leader...).
@@ -756,13 +756,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--warmup", type=int, default=1, help="unmeasured rounds first, in each scenario"
     )
     parser.add_argument(
-        "--quick", action="store_true", help="3 rounds each, in each scenario: a smoke run"
+        "--quick", action="store_true", help="1 round each, no warm-up: a smoke run"
     )
     parser.add_argument("--json", type=Path, help="also write every sample to this file")
     parser.add_argument("--keep-logs", type=Path, help="keep every process's log in this dir")
     args = parser.parse_args(argv)
     if args.quick:
-        args.rounds = args.spark_rounds = args.term_rounds = args.term_spark_rounds = 3
+        args.rounds = args.spark_rounds = args.term_rounds = args.term_spark_rounds = 1
+        args.warmup = 0
     if args.spark_rounds is None:
         args.spark_rounds = args.rounds
     if args.term_spark_rounds is None:

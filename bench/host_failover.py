@@ -73,7 +73,6 @@ import contextlib
 import json
 import os
 import secrets
-import shlex
 import shutil
 import signal
 import socket
@@ -105,8 +104,8 @@ from _harness import (
 from _report import (
     Interrupted,
     handle_interrupts,
-    machine,
     percentile,
+    print_header,
     print_verdicts,
     raise_interrupted,
     report_console,
@@ -945,13 +944,7 @@ def main(argv: list[str] | None = None) -> int:
     handle_interrupts(raise_interrupted)
     console = report_console(width=160)
     console.rule("Host failover: " + ", ".join(args.rows))
-    info = machine(("kazoo", "pyspark"))
-    reproduce = shlex.join(
-        [".venv/bin/python", "bench/host_failover.py", *(sys.argv[1:] if argv is None else argv)]
-    )
-    for key, value in info.items():
-        console.print(f"[bold]{key:>9}[/]: {value}")
-    console.print(f"[bold]{'reproduce':>9}[/]: {reproduce}")
+    info, reproduce = print_header(console, "host_failover.py", argv, ("kazoo", "pyspark"))
     reason = unavailable()
     if reason is not None:
         console.print(f"[bold red]benchmark cannot run:[/] no network-namespace hosts: {reason}")

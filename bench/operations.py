@@ -48,7 +48,6 @@ import argparse
 import contextlib
 import itertools
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -67,7 +66,7 @@ from rich.table import Table
 from _report import (
     Interrupted,
     handle_interrupts,
-    machine,
+    print_header,
     print_verdicts,
     raise_interrupted,
     report_console,
@@ -404,13 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     handle_interrupts(raise_interrupted)
     console = report_console(width=120)
     console.rule("Operations: " + ", ".join(args.op))
-    info = machine(("kazoo", "pyspark"))
-    reproduce = shlex.join(
-        [".venv/bin/python", "bench/operations.py", *(sys.argv[1:] if argv is None else argv)]
-    )
-    for key, value in info.items():
-        console.print(f"[bold]{key:>9}[/]: {value}")
-    console.print(f"[bold]{'reproduce':>9}[/]: {reproduce}")
+    info, reproduce = print_header(console, "operations.py", argv, ("kazoo", "pyspark"))
     try:
         outcomes = run_adoption(args, console) + run_drains(args, console)
     except BenchError as exc:

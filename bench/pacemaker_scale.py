@@ -65,7 +65,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
 from rich import box
@@ -109,6 +109,8 @@ ZK_ROOT = "/bench-scale/heartbeats"
 CALL_TIMEOUT_SECS = 30.0
 FILL_TIMEOUT_SECS = 180.0  # every worker's heartbeat written once (ZooKeeper creates them)
 PACKAGES = ("kazoo", "msgpack", "pydantic")
+
+T = TypeVar("T")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,6 +262,68 @@ def memory_mb(pid: int) -> tuple[float, float]:
     return values["VmRSS"], values["VmHWM"]
 
 
+@dataclass(frozen=True)
+class Window:
+    """The steady window: its bounds on the wall clock, and what the measured processes used."""
+
+    began: float
+    ended: float
+    cpu_percent: list[float]  # of one core, each server process alone
+    clients_cpu_percent: float  # of one core, the client processes together: the load's cost
+    memory_mb: list[tuple[float, float]]  # each server's RSS and peak RSS at the window's end
+
+    @property
+    def secs(self) -> float:
+        return self.ended - self.began
+
+
+def run_load(
+    label: str,
+    target: Callable[[Any, Any, Any, Any], None],
+    loads: list[Any],
+    servers: list[int],
+    wait: Callable[[list[Any]], None],
+    measure: Callable[[], T],
+    args: argparse.Namespace,
+    console: Console,
+) -> tuple[T, Window, list[Any]]:
+    """One spawned client process per load, running ``target(load, start, stop, result)``;
+    once ``wait(processes)`` has seen the whole load and ``--settle`` has passed, ``measure()``
+    over the steady window while the CPU of the ``servers`` (pids) and of the clients is
+    sampled. Returns what ``measure`` returned, the window, and each client's result."""
+    context = multiprocessing.get_context("spawn")
+    start, stop, result = context.Event(), context.Event(), context.Queue()
+    processes = [context.Process(target=target, args=(load, start, stop, result)) for load in loads]
+    try:
+        for process in processes:
+            process.start()
+        start.set()
+        wait(processes)
+        time.sleep(args.settle)  # every client past its first rounds: not the measured part
+        watched = servers + [process.pid for process in processes if process.pid is not None]
+        with console.status(f"{label}: steady window of {args.secs:g} s"):
+            began, before = time.time(), [cpu_secs(pid) for pid in watched]
+            measured = measure()
+            ended, after = time.time(), [cpu_secs(pid) for pid in watched]
+            memory = [memory_mb(pid) for pid in servers]
+        stop.set()
+        values = []
+        for _ in processes:
+            status, value = result.get(timeout=CALL_TIMEOUT_SECS + 60)
+            if status != "ok":
+                raise BenchError(f"{label}: a client process failed: {value}")
+            values.append(value)
+    finally:
+        stop.set()
+        for process in processes:
+            process.join(CALL_TIMEOUT_SECS + 30)
+            if process.is_alive():
+                process.kill()
+    used = [100.0 * (a - b) / (ended - began) for b, a in zip(before, after, strict=True)]
+    window = Window(began, ended, used[: len(servers)], sum(used[len(servers) :]), memory)
+    return measured, window, values
+
+
 def count_workers(board: HeartbeatBoard) -> int:
     """Workers in one leader read; 0 when the store did not answer in time."""
     try:
@@ -337,51 +401,35 @@ def measure_scale(
     """The whole load against one store; see the module docstring."""
     total = args.supervisors * args.workers
     sids = [f"sim-{n:04d}" for n in range(args.supervisors)]
-    context = multiprocessing.get_context("spawn")
-    start, stop, result = context.Event(), context.Event(), context.Queue()
-    processes = [
-        context.Process(
-            target=_supervisors,
-            args=(Load(kind, address, sids[c :: args.clients], args.workers), start, stop, result),
-        )
-        for c in range(args.clients)
+    loads = [
+        Load(kind, address, sids[c :: args.clients], args.workers) for c in range(args.clients)
     ]
     store, release = build_store(kind, address)
     board = HeartbeatBoard(store)
     try:
-        for process in processes:
-            process.start()
-        start.set()
-        wait_filled(kind, board, total, processes, console)
-        time.sleep(args.settle)  # every client past its first round: not the measured part
-        with console.status(f"{kind}: steady window of {args.secs:g} s"):
-            w0, c0 = time.time(), cpu_secs(pid)
-            reads = leader_reads(board, store, args.secs, args.read_every)
-            w1, c1 = time.time(), cpu_secs(pid)
-            rss, peak = memory_mb(pid)
-        stop.set()
-        acknowledged = failed = 0
-        for _ in processes:
-            status, value = result.get(timeout=CALL_TIMEOUT_SECS + 60)
-            if status != "ok":
-                raise BenchError(f"{kind}: a client process failed: {value}")
-            times, failures = value
-            acknowledged += sum(1 for t in times if w0 <= t <= w1)
-            failed += failures
+        reads, window, values = run_load(
+            kind,
+            _supervisors,
+            loads,
+            [pid],
+            lambda processes: wait_filled(kind, board, total, processes, console),
+            lambda: leader_reads(board, store, args.secs, args.read_every),
+            args,
+            console,
+        )
     finally:
-        stop.set()
         release()
-        for process in processes:
-            process.join(CALL_TIMEOUT_SECS + 30)
-            if process.is_alive():
-                process.kill()
-    window = w1 - w0
+    acknowledged = failed = 0
+    for times, failures in values:
+        acknowledged += sum(1 for t in times if window.began <= t <= window.ended)
+        failed += failures
+    rss, peak = window.memory_mb[0]
     return ScaleRow(
         store=kind,
-        window_secs=window,
-        workers_per_sec=acknowledged * args.workers / window,
+        window_secs=window.secs,
+        workers_per_sec=acknowledged * args.workers / window.secs,
         target_per_sec=float(total),
-        cpu_percent=100.0 * (c1 - c0) / window,
+        cpu_percent=window.cpu_percent[0],
         rss_mb=rss,
         peak_rss_mb=peak,
         reads=reads.tree,
@@ -828,13 +876,8 @@ def measure_beats(
     """Every simulated supervisor beating every ``interval`` to ``servers``, the leader
     reading every detector poll; see the module docstring."""
     sids = [f"sim-{n:04d}" for n in range(args.supervisors)]
-    context = multiprocessing.get_context("spawn")
-    start, stop, result = context.Event(), context.Event(), context.Queue()
-    processes = [
-        context.Process(
-            target=_beaters,
-            args=(BeatLoad(servers, sids[c :: args.clients], interval), start, stop, result),
-        )
+    loads = [
+        BeatLoad(servers, sids[c :: args.clients], interval)
         for c in range(min(args.clients, args.supervisors))
     ]
     settings = beat_settings(servers)
@@ -842,43 +885,29 @@ def measure_beats(
     board = BeatBoard(pool)
     try:
         pool.delete_path(BEATS_PATH)  # the beats of a run before: the wait is for this run's
-        for process in processes:
-            process.start()
-        start.set()
-        wait_beating(board, len(sids), processes, console)
-        time.sleep(args.settle)  # every supervisor past its first beats: not the measured part
-        with console.status(f"beats every {interval:g} s: steady window of {args.secs:g} s"):
-            clients = [process.pid for process in processes if process.pid is not None]
-            w0, c0 = time.time(), [cpu_secs(pid) for pid in pids + clients]
-            reads = beat_reads(board, args.secs)
-            w1, c1 = time.time(), [cpu_secs(pid) for pid in pids + clients]
-            rss = [memory_mb(pid)[0] for pid in pids]
-        stop.set()
-        window_beats: list[tuple[float, float, bool]] = []
-        for _ in processes:
-            status, value = result.get(timeout=CALL_TIMEOUT_SECS + 60)
-            if status != "ok":
-                raise BenchError(f"beats: a client process failed: {value}")
-            window_beats += [b for b in value if w0 <= b[0] <= w1]
+        reads, window, values = run_load(
+            f"beats every {interval:g} s",
+            _beaters,
+            loads,
+            pids,
+            lambda processes: wait_beating(board, len(sids), processes, console),
+            lambda: beat_reads(board, args.secs),
+            args,
+            console,
+        )
     finally:
-        stop.set()
         pool.close()
-        for process in processes:
-            process.join(CALL_TIMEOUT_SECS)
-            if process.is_alive():
-                process.kill()
-    window = w1 - w0
-    used = [100.0 * (after - before) / window for before, after in zip(c0, c1, strict=True)]
+    window_beats = [b for value in values for b in value if window.began <= b[0] <= window.ended]
     return BeatRow(
         interval=interval,
-        window_secs=window,
-        beats_per_sec=sum(1 for b in window_beats if b[2]) / window,
+        window_secs=window.secs,
+        beats_per_sec=sum(1 for b in window_beats if b[2]) / window.secs,
         target_per_sec=len(sids) / interval,
         acks=[b[1] for b in window_beats],
         uncounted=sum(1 for b in window_beats if not b[2]),
-        cpu_percent=used[: len(pids)],
-        clients_cpu_percent=sum(used[len(pids) :]),
-        rss_mb=rss,
+        cpu_percent=window.cpu_percent,
+        clients_cpu_percent=window.clients_cpu_percent,
+        rss_mb=[rss for rss, _ in window.memory_mb],
         reads=reads.wall,
         read_cpu=reads.cpu,
         majority_reads=reads.majority,

@@ -973,14 +973,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--warmup", type=int, default=1, help="unmeasured rounds first, per cluster (1)"
     )
     parser.add_argument(
-        "--quick", action="store_true", help="1 round of 1 and 10 MB, 1 sync-only: a smoke run"
+        "--quick",
+        action="store_true",
+        help="1 round of 1 and 10 MB, 1 sync-only, no warm-up: a smoke run",
     )
     parser.add_argument("--json", type=Path, help="also write every sample to this file")
     parser.add_argument("--keep-logs", type=Path, help="work (and log) directory to keep")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.sizes, args.sync_rounds = 1, [1, 10], min(args.sync_rounds, 1)
-        args.api_rounds = min(args.api_rounds, 1)
+        args.api_rounds, args.warmup = min(args.api_rounds, 1), 0
     if args.rounds < 1 or min(args.sync_rounds, args.api_rounds, args.warmup) < 0:
         parser.error("--rounds must be >= 1, --api-rounds, --sync-rounds and --warmup >= 0")
     if min(args.sizes) < 1 or args.sync_secs <= 0:

@@ -34,7 +34,7 @@ Killed processes are restarted, and each round waits until the cluster is whole 
 master, the others STANDBY).
 
     .venv/bin/python bench/zkfc_failover.py [--rounds 20] [--session-timeout 2]
-    .venv/bin/python bench/zkfc_failover.py --quick      # 2 rounds each, no Spark: a smoke run
+    .venv/bin/python bench/zkfc_failover.py --quick      # 1 round each, no Spark: a smoke run
     .venv/bin/python bench/zkfc_failover.py --quick --spark-rounds 2   # with Spark (JVMs)
 
 The exit code is 0 even when a target is missed; 1 only when the benchmark itself could not
@@ -489,14 +489,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_false",
         help="no Spark worker registered with the masters (recovery has nothing to recover)",
     )
-    parser.add_argument("--quick", action="store_true", help="2 rounds of each: a smoke run")
+    parser.add_argument("--quick", action="store_true", help="1 round of each: a smoke run")
     parser.add_argument(
         "--keep-logs", type=Path, help="keep every process's log here (and the client's)"
     )
     parser.add_argument("--json", type=Path, help="also write every sample to this file")
     args = parser.parse_args(argv)
     if args.quick:
-        args.rounds, args.stop_rounds, args.host_rounds = 2, 2, 2
+        args.rounds, args.stop_rounds, args.host_rounds = 1, 1, 1
     if args.spark_rounds is None:  # Spark's JVMs cost tens of seconds: off in a smoke run
         args.spark_rounds = 0 if args.quick else SPARK_ROUNDS
     return args

@@ -256,6 +256,7 @@ def distributor_settings(conf: StratusConfig) -> DistributorSettings:
             parts=conf.nimbus_code_download_parts,
             part_min_bytes=conf.nimbus_code_download_part_min_bytes,
             timeout=conf.client_request_timeout_secs,
+            connect_timeout=conf.nimbus_code_download_connect_timeout_secs,
             auth=client_auth(conf),
         ),
     )

@@ -64,7 +64,7 @@ from tests.harness.worker_users import (
     traversable_dir,
     walled_hosts,
 )
-from tests.harness.zkfixtures import wait_until
+from tests.harness.zkfixtures import holds_within, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.chaos, needs_root]
 
@@ -141,7 +141,7 @@ def test_a_seeded_run_of_faults_leaves_a_history_without_violations(
         finally:
             fed = feeder.stop()
         output = cluster.shared / "output"
-        drained = poll(lambda: window_count_total(output) >= fed, DRAIN_SECS)
+        drained = holds_within(lambda: window_count_total(output) >= fed, DRAIN_SECS)
         final = {record.name for record in client.list_pipelines()}
         client.close()
         driver.close()
@@ -179,7 +179,7 @@ def run_fault(
     print(f"fault {number}/{count}: {fault}", flush=True)
     injector.apply(fault)
     undone = time.monotonic()
-    seen = committed_batches(cluster)
+    seen = cluster.committed_batches()
     cluster.nodes.wait_for_agreed_leader(timeout=RECOVERY_SECS)
     wait_for_batches(cluster, more_than=seen)
     done = time.monotonic()
@@ -190,32 +190,8 @@ def run_fault(
     return {"fault": str(fault), "held": undone - started, "recovery": done - undone}
 
 
-def committed_batches(cluster: ChaosCluster) -> int:
-    """The streaming pipeline's batches committed so far, as the histories say."""
-    needle = b'"event":"batch_committed"'
-    count = 0
-    for path in cluster.history_files():
-        with path.open("rb") as lines:
-            count += sum(1 for line in lines if needle in line)
-    return count
-
-
 def wait_for_batches(cluster: ChaosCluster, *, more_than: int) -> None:
-    wait_until(
-        lambda: committed_batches(cluster) > more_than,
-        RECOVERY_SECS + SPARK_START_SECS,
-        f"the streaming pipeline to commit a batch (more than {more_than})",
-    )
-
-
-def poll(condition: Any, timeout: float) -> bool:
-    """Whether ``condition`` held within ``timeout`` (a check that reports, not a wait that
-    fails: the oracle says what was lost)."""
-    try:
-        wait_until(condition, timeout, "the condition")
-    except AssertionError:
-        return False
-    return True
+    cluster.wait_for_batches(more_than=more_than, timeout=RECOVERY_SECS + SPARK_START_SECS)
 
 
 def judge(
@@ -290,7 +266,7 @@ def test_the_oracle_flags_a_run_on_a_build_with_fencing_turned_off(
             others = [name for name in HOSTS if name != home]
             cluster.hosts.cut(home)
             wait_running_on(cluster.nodes.client(without=[home]), others)
-            moved = committed_batches(cluster)
+            moved = cluster.committed_batches()
             wait_for_batches(cluster, more_than=moved + 3)
             cluster.hosts.heal(home)
         finally:

@@ -92,6 +92,39 @@ class OneHost:
         assert (target, host) == (Target.SUPERVISOR, "h1")
         return self._supervisor
 
+    def beat_agent(self, host: str) -> int | None:
+        """The beat agent of h1's supervisor: the same real process stands for it."""
+        return self._supervisor.pid if host == "h1" else None
+
+
+class RunningOn:
+    """What the injector asks a client: the streaming worker's heartbeat, RUNNING on h1."""
+
+    def workers(self, pipeline: str) -> Any:
+        beat = SimpleNamespace(state=SimpleNamespace(value="RUNNING"), pid=1, supervisor="h1")
+        return SimpleNamespace(on_assigned=lambda: beat)
+
+
+def test_the_injector_pauses_the_beat_agent_of_the_streaming_workers_supervisor(
+    sleeper: ProcessGroup, tmp_path: Path
+) -> None:
+    history = tmp_path / "history-driver.jsonl"
+    driver = TrailRecorder.open(history, Actor("client", "chaos"))
+    cluster = cast(ChaosCluster, OneHost(sleeper, tmp_path))
+    client = cast(NimbusClient, RunningOn())
+    injector = Injector(cluster, client, driver, Workload("p", b"", ""))
+    with contextlib.closing(driver):
+        injector.apply(Fault(Action.PAUSE, Target.BEAT_AGENT, hold_secs=0.3))
+    report = os.waitid(os.P_PID, sleeper.pid, os.WCONTINUED | os.WNOHANG)
+    assert report is not None and report.si_code == os.CLD_CONTINUED
+    [paused] = load_events([history])
+    assert (paused.name, paused.get("of_pid"), paused.get("target")) == (
+        "process_paused",
+        sleeper.pid,
+        "beat_agent",
+    )
+    assert paused.get("supervisor") == "h1" and paused.get("secs") >= 0.3
+
 
 def test_the_injector_records_a_pause_and_a_stress_as_the_oracle_reads_them(
     sleeper: ProcessGroup, tmp_path: Path

@@ -1,18 +1,31 @@
-"""A hot pipeline's host dies and its standby worker takes over: the whole chain on real
-processes. One nimbus, two supervisors of two slots, three pacemakers
+"""A hot pipeline moves to its standby worker, planned (a drain) and not (its host dies): the
+whole chain on real processes. One nimbus, two supervisors of two slots, three pacemakers
 (``cluster.state.store: pacemaker``), the streaming example with ``pipeline.standby: hot``, a
-0.5 s trigger and a steady input, every process recording the trail.
+0.5 s trigger and a steady input, every process recording the trail. The two tests share that
+cluster and its stream (a module fixture: a cluster and two Spark drivers cost a minute), the
+drain first, the host's death last.
 
-Once the standby worker is READY on the other supervisor (as the API shows it) and the
-pacemakers are past their warm-up (one pulse TTL after their start, during which the leader
-judges no silence on the beats, as in a cluster that has run for a while), the active
-worker's supervisor is killed with every process of its host (the supervisor, its workers'
-monitors and their process groups, its beat agent), all with SIGKILL. What is proved: the
-leader's failover lane promotes the standby worker (the assignment moves with reason
-``standby_promoted``), the process that runs the pipeline after is the standby worker's own,
-batches go on, every event is counted once on the output, and the trail shows a single run at
-a time and no promotion without the kill that explains it. The time from the kill to the first
-batch after it is printed (``-s``), for information only.
+Each starts once the standby worker is READY on the other supervisor (as the API shows it)
+and the pacemakers are past their warm-up (one pulse TTL after their start, during which the
+leader judges no silence on the beats, as in a cluster that has run for a while).
+
+- **A drain** of the active worker's supervisor: its worker stops gracefully, and once the
+  leader sees it stopped it promotes the standby worker (``standby_promoted`` after
+  ``drained``, the trail's promotion ``how: stopped``); the same process runs on, batches
+  go on, the trail shows a single run at a time. Uncordoned, the drained supervisor gets the
+  new standby worker placed behind the promoted one.
+- **The host's death**: the active worker's supervisor is killed with every process of its
+  host (the supervisor, its workers' monitors and their process groups, its beat agent), all
+  with SIGKILL. The leader's failover lane promotes the standby worker (``how: floor``), the
+  process that runs the pipeline after is the standby worker's own, batches go on; at the end
+  every event fed since the module's start is counted once on the output, and the trail shows
+  a single run at a time and no promotion without the kill or the drain that explains it.
+  The metrics say so too: before the kill the standby worker's supervisor shows one READY
+  standby worker and the leader a whole coverage and the active supervisor's phi; after it,
+  the leader has counted one promotion, ``floor``.
+
+The leader counts the drain's promotion as ``stopped``. The times from the drain and from the
+kill to the first batch after each are printed (``-s``), for information only.
 """
 
 from __future__ import annotations
@@ -21,12 +34,16 @@ import contextlib
 import os
 import signal
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import httpx
 import pytest
+from kazoo.client import KazooClient
+from prometheus_client.parser import text_string_to_metric_families
 
-from stratus.api.records import AssignmentReason
+from stratus.api.records import AssignmentReason, WorkerHeartbeat
 from stratus.chaos.oracle import (
     check_exactly_once,
     check_single_run,
@@ -34,7 +51,7 @@ from stratus.chaos.oracle import (
     streaming_expected,
 )
 from stratus.chaos.promotions import check_promotions_explained
-from stratus.chaos.trail_events import Clocks, load_events
+from stratus.chaos.trail_events import Clocks, Event, load_events
 from stratus.local.examples_io import Feeder, read_rows
 from stratus.pacemaker.blocking import BlockingPacemakerPool
 from stratus.pacemaker.settings import PacemakerClientSettings
@@ -47,10 +64,11 @@ from stratus.trail import (
     Actor,
     TrailRecorder,
 )
+from stratus.zk.server import ZooKeeperServer
 from tests.harness.pacemaker_process import PacemakerProcess
 from tests.harness.pipeline_cluster import PipelineCluster, pipeline_cluster
 from tests.harness.spark_packages import example_package
-from tests.harness.zkfixtures import process_gone, wait_until
+from tests.harness.zkfixtures import chroot_for, process_gone, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -58,19 +76,59 @@ PIPELINE = "streaming-counts"  # the example's name
 READY_SECS = 300.0  # two Spark drivers starting on a loaded 2-core machine
 MOVE_SECS = 120.0  # far past the floor and the round's own timeout (4 s)
 DRAIN_SECS = 300.0
-PULSE_TTL_SECS = 65  # above nimbus.task.timeout.secs (60) of the cluster harness: a pacemaker
-# warms up for one TTL, which this test waits out
+TASK_TIMEOUT_SECS = 25  # the cluster harness's 60, lowered so that the pulse TTL can be
+PULSE_TTL_SECS = 30  # above it: a pacemaker warms up for one TTL, which this test waits out
 
 
-@pytest.fixture
-def pacemakers(tmp_path: Path) -> Iterator[list[PacemakerProcess]]:
-    started = [
+@dataclass(frozen=True)
+class HotPipeline:
+    """The module's cluster, running the hot streaming pipeline: its input, its output, the
+    trail every process records and the test's own recorder on it."""
+
+    cluster: PipelineCluster
+    pacemakers: list[PacemakerProcess]
+    feeder: Feeder
+    output: Path
+    trail: Path
+    driver: TrailRecorder
+
+
+@pytest.fixture(scope="module")
+def hot(
+    zk_server: ZooKeeperServer, _zk_admin: KazooClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HotPipeline]:
+    tmp_path = tmp_path_factory.mktemp("hot-standby")
+    chroot = chroot_for("test_hot_standby")
+    _zk_admin.ensure_path(chroot)
+    pacemakers = [
         PacemakerProcess(tmp_path, [f"pacemaker.pulse.ttl.secs={PULSE_TTL_SECS}"]).start()
         for _ in range(3)
     ]
-    yield started
-    for pacemaker in started:
-        pacemaker.stop()
+    trail = tmp_path / "trail.jsonl"
+    extra = hot_options(pacemakers, trail)
+    try:
+        with pipeline_cluster(
+            zk_server.connect_string + chroot, tmp_path, "test_hot_standby", extra=extra
+        ) as cluster:
+            feeder = Feeder(tmp_path / "input")
+            feeder.directory.mkdir()
+            output = tmp_path / "output"
+            conf = {
+                "spark.stratus.example.input": str(feeder.directory),
+                "spark.stratus.example.output": str(output),
+                "pipeline.trigger.interval.secs": 0.5,
+                "pipeline.standby": "hot",
+            }
+            cluster.client.submit(PIPELINE, example_package("streaming"), conf)
+            feeder.start()
+            driver = TrailRecorder.open(trail, Actor("client", "test"))
+            try:
+                yield HotPipeline(cluster, pacemakers, feeder, output, trail, driver)
+            finally:
+                feeder.halt()
+    finally:
+        for pacemaker in pacemakers:
+            pacemaker.stop()
 
 
 def hot_options(pacemakers: list[PacemakerProcess], trail: Path) -> list[str]:
@@ -79,6 +137,8 @@ def hot_options(pacemakers: list[PacemakerProcess], trail: Path) -> list[str]:
         "-c", "cluster.state.store=pacemaker",
         "-c", f"pacemaker.servers={servers}",
         "-c", f"pacemaker.pulse.ttl.secs={PULSE_TTL_SECS}",
+        "-c", f"nimbus.task.timeout.secs={TASK_TIMEOUT_SECS}",
+        "-c", f"supervisor.worker.timeout.secs={TASK_TIMEOUT_SECS - 5}",  # below it, as checked
         "-c", "pacemaker.client.timeout.secs=1",
         "-c", "supervisor.worker.warm=false",  # two drivers are enough for 2 cores
         "-c", "supervisor.worker.warm.memory.mb=4096",  # room for the standby worker
@@ -138,6 +198,49 @@ def kill_host(cluster: PipelineCluster, sid: str, driver: TrailRecorder) -> list
     return [supervisor.pid, *pids]
 
 
+def metric(url: str, name: str, **labels: str) -> float | None:
+    """The value of the sample ``name`` with ``labels`` that ``url/metrics`` shows now."""
+    response = httpx.get(f"{url}/metrics", timeout=10.0)
+    response.raise_for_status()
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    return None
+
+
+def supervisor_url(cluster: PipelineCluster, sid: str) -> str:
+    """The base URL of supervisor ``sid``'s endpoint, from its registration."""
+    nimbuses = cluster.nimbuses
+    summary = nimbuses.summary(nimbuses.nimbuses[0])
+    (endpoint,) = [s.endpoint for s in summary.supervisors if s.id == sid and s.endpoint]
+    return f"http://{endpoint}"
+
+
+def metrics_before_the_kill(cluster: PipelineCluster, active: str, standby: str) -> str:
+    """Wait for the metrics of a covered hot pipeline: its standby worker's supervisor shows
+    one READY and the memory it holds, the leader a whole coverage, the phi of ``active``
+    and no promotion yet. The leader's URL."""
+    leader = cluster.nimbuses.nimbuses[0].url
+    at = supervisor_url(cluster, standby)
+    ready = partial(metric, at, "stratus_supervisor_standby_workers", supervisor=standby)
+    wait_until(lambda: ready(state="ready") == 1.0, MOVE_SECS, "the supervisor's READY gauge")
+    held = partial(metric, at, "stratus_supervisor_standby_memory_bytes", supervisor=standby)
+    wait_until(lambda: (held() or 0.0) > 0, MOVE_SECS, "the standby worker's memory measured")
+    wait_until(
+        lambda: (
+            metric(leader, "stratus_nimbus_hot_pipelines") == 1.0
+            and metric(leader, "stratus_nimbus_standby_coverage") == 1.0
+        ),
+        MOVE_SECS,
+        "the leader's coverage of its hot pipeline",
+    )
+    phi = partial(metric, leader, "stratus_nimbus_supervisor_phi", supervisor=active)
+    wait_until(lambda: phi() is not None, MOVE_SECS, "the phi of the active supervisor")
+    assert metric(leader, "stratus_nimbus_promotions_total", how="floor") == 0.0
+    return leader
+
+
 def batches_after(trail: Path, supervisor: str, mono: float) -> list[float]:
     """The monotonic times of the pipeline's batches committed on ``supervisor`` after ``mono``."""
     return sorted(
@@ -150,79 +253,149 @@ def batches_after(trail: Path, supervisor: str, mono: float) -> list[float]:
     )
 
 
-def test_a_dead_hosts_hot_pipeline_is_promoted_to_its_standby_worker_exactly_once(
-    zk_hosts: str,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-    pacemakers: list[PacemakerProcess],
+def steady(hot: HotPipeline) -> tuple[WorkerHeartbeat, str, int]:
+    """Once the pipeline runs, its standby worker is READY on the other supervisor, the
+    pacemakers are past their warm-up and two batches committed (the backlog of a first
+    batch is done): the active worker, and the standby worker's supervisor and pid."""
+    cluster = hot.cluster
+    active = cluster.wait_running(PIPELINE, timeout=READY_SECS)
+    found: list[tuple[str, int]] = []
+
+    def ready() -> bool:
+        seen = standby_ready(cluster, active.supervisor)
+        found[:] = [seen] if seen else []
+        return bool(seen)
+
+    wait_until(ready, READY_SECS, "the standby worker to be READY on the other supervisor")
+    for pacemaker in hot.pacemakers:  # a cluster that has run for a while
+        wait_until(partial(warmed_up, pacemaker), MOVE_SECS, "a pacemaker's warm-up")
+    _, before = hot.driver.now()
+    wait_until(
+        lambda: len(batches_after(hot.trail, active.supervisor, before)) >= 2,
+        MOVE_SECS,
+        "two batches of the active worker",
+    )
+    ((standby_supervisor, standby_pid),) = found
+    return active, standby_supervisor, standby_pid
+
+
+def promotions_after(trail: Path, mono: float) -> list[object]:
+    """The ``how`` of each promotion the leader recorded after ``mono``."""
+    return [
+        event.get("how")
+        for event in load_events([trail])
+        if event.name == WORKER_PROMOTED and event.at.mono > mono
+    ]
+
+
+def first_after(events: list[Event], name: str, mono: float, **fields: str) -> float:
+    """The monotonic time of the first ``name`` event after ``mono`` with ``fields``."""
+    return min(
+        event.at.mono
+        for event in events
+        if event.name == name
+        and event.at.mono > mono
+        and all(event.get(key) == value for key, value in fields.items())
+    )
+
+
+def test_a_drain_moves_a_hot_pipeline_to_its_standby_worker_once_its_old_worker_stopped(
+    hot: HotPipeline,
 ) -> None:
-    trail = tmp_path / "trail.jsonl"
-    extra = hot_options(pacemakers, trail)
-    driver = TrailRecorder.open(trail, Actor("client", "test"))
-    with pipeline_cluster(zk_hosts, tmp_path, request.node.name, extra=extra) as cluster:
-        feeder = Feeder(tmp_path / "input")
-        feeder.directory.mkdir()
-        output = tmp_path / "output"
-        conf = {
-            "spark.stratus.example.input": str(feeder.directory),
-            "spark.stratus.example.output": str(output),
-            "pipeline.trigger.interval.secs": 0.5,
-            "pipeline.standby": "hot",
-        }
-        cluster.client.submit(PIPELINE, example_package("streaming"), conf)
-        feeder.start()
-        try:
-            active = cluster.wait_running(PIPELINE, timeout=READY_SECS)
-            found: list[tuple[str, int]] = []
+    cluster = hot.cluster
+    active, standby_supervisor, standby_pid = steady(hot)
 
-            def ready() -> bool:
-                seen = standby_ready(cluster, active.supervisor)
-                found[:] = [seen] if seen else []
-                return bool(seen)
-
-            wait_until(ready, READY_SECS, "the standby worker to be READY on the other supervisor")
-            ((standby_supervisor, standby_pid),) = found
-            for pacemaker in pacemakers:  # a cluster that has run for a while
-                wait_until(partial(warmed_up, pacemaker), MOVE_SECS, "a pacemaker's warm-up")
-            _, before = driver.now()
-            wait_until(  # steady: the backlog of the first batch is done
-                lambda: len(batches_after(trail, active.supervisor, before)) >= 2,
-                MOVE_SECS,
-                "two batches before the kill",
-            )
-
-            _, killed_at = driver.now()
-            for pid in kill_host(cluster, active.supervisor, driver):
-                wait_until(partial(process_gone, pid), 30, f"process {pid} to be gone")
-
-            promoted = cluster.wait_running(PIPELINE, not_on=active.supervisor, timeout=MOVE_SECS)
-            assert promoted.supervisor == standby_supervisor
-            assert promoted.pid == standby_pid  # the standby worker's own process runs it
-            history = cluster.client.history(PIPELINE).changes
-            assert history[0].reason is AssignmentReason.STANDBY_PROMOTED
-            promotions = [e for e in load_events([trail]) if e.name == WORKER_PROMOTED]
-            assert [e.get("how") for e in promotions] == ["floor"]  # the lane's, on the beats
-            assert (history[0].previous, history[0].supervisor) == (
-                active.supervisor,
-                standby_supervisor,
-            )
-            wait_until(
-                lambda: len(batches_after(trail, standby_supervisor, killed_at)) >= 3,
-                MOVE_SECS,
-                "batches to go on after the promotion",
-            )
-            first = batches_after(trail, standby_supervisor, killed_at)[0]
-            print(f"\nkill -> first batch on the promoted worker: {first - killed_at:.2f} s")
-        finally:
-            fed = feeder.stop()
-
-        expected = streaming_expected(range(fed))
+    _, drained_at = hot.driver.now()
+    cluster.client.drain(active.supervisor)
+    try:
+        moved = cluster.wait_running(PIPELINE, not_on=active.supervisor, timeout=MOVE_SECS)
+        assert moved.supervisor == standby_supervisor
+        assert moved.pid == standby_pid  # the standby worker's own process runs it
+        changes = cluster.client.history(PIPELINE).changes
+        assert [(c.reason, c.previous, c.supervisor) for c in changes[:2]] == [
+            (AssignmentReason.STANDBY_PROMOTED, active.supervisor, standby_supervisor),
+            (AssignmentReason.DRAINED, active.supervisor, None),  # its old worker stops first
+        ]
+        assert promotions_after(hot.trail, drained_at) == ["stopped"]
+        leader = cluster.nimbuses.nimbuses[0].url
+        assert metric(leader, "stratus_nimbus_promotions_total", how="stopped") == 1.0
+        cluster.client.wait_drained(active.supervisor, timeout=MOVE_SECS)
         wait_until(
-            lambda: sum(count for _, count in streaming_counted(read_rows(output))) >= fed,
-            DRAIN_SECS,
-            f"the output to count the {fed} events fed",
+            lambda: len(batches_after(hot.trail, standby_supervisor, drained_at)) >= 3,
+            MOVE_SECS,
+            "batches to go on after the promotion",
         )
-        assert check_exactly_once(expected, streaming_counted(read_rows(output))) == []
+        events = load_events([hot.trail])
+        assert check_single_run(events, Clocks()) == []
+        promoted = first_after(events, WORKER_PROMOTED, drained_at, pipeline=PIPELINE)
+        stopped = max(  # its stop, or its last batch if its stop's grace ran out
+            e.at.mono for e in events if e.get("kind") == "worker" and e.process[1] == active.pid
+        )
+        assert stopped < promoted  # break before make: the old worker's last line came first
+        first = batches_after(hot.trail, standby_supervisor, drained_at)[0]
+    finally:
+        _, uncordoned_at = hot.driver.now()
+        cluster.client.uncordon(active.supervisor)
+
+    behind: list[tuple[str, int]] = []
+
+    def placed_behind() -> bool:  # on the supervisor it left, the only other one
+        seen = standby_ready(cluster, standby_supervisor)
+        behind[:] = [seen] if seen else []
+        return bool(seen)
+
+    wait_until(placed_behind, READY_SECS, "a new standby worker READY behind the promoted one")
+    assert behind[0][0] == active.supervisor
+    _, ready_at = hot.driver.now()
+    print(
+        f"\ndrain -> old worker's last line: {stopped - drained_at:.2f} s, promoted: "
+        f"{promoted - drained_at:.2f} s, first batch on the promoted worker: "
+        f"{first - drained_at:.2f} s; uncordon -> new standby worker READY: "
+        f"{ready_at - uncordoned_at:.2f} s (at most: the test polls)"
+    )
+
+
+def test_a_dead_hosts_hot_pipeline_is_promoted_to_its_standby_worker_exactly_once(
+    hot: HotPipeline,
+) -> None:
+    cluster, trail, driver = hot.cluster, hot.trail, hot.driver
+    try:
+        active, standby_supervisor, standby_pid = steady(hot)
+        leader = metrics_before_the_kill(cluster, active.supervisor, standby_supervisor)
+
+        _, killed_at = driver.now()
+        for pid in kill_host(cluster, active.supervisor, driver):
+            wait_until(partial(process_gone, pid), 30, f"process {pid} to be gone")
+
+        promoted = cluster.wait_running(PIPELINE, not_on=active.supervisor, timeout=MOVE_SECS)
+        assert promoted.supervisor == standby_supervisor
+        assert promoted.pid == standby_pid  # the standby worker's own process runs it
+        history = cluster.client.history(PIPELINE).changes
+        assert history[0].reason is AssignmentReason.STANDBY_PROMOTED
+        assert promotions_after(trail, killed_at) == ["floor"]  # the lane's, on the beats
+        assert (history[0].previous, history[0].supervisor) == (
+            active.supervisor,
+            standby_supervisor,
+        )
+        assert metric(leader, "stratus_nimbus_promotions_total", how="floor") == 1.0
+        assert metric(leader, "stratus_nimbus_promotions_total", how="dead") == 0.0
+        wait_until(
+            lambda: len(batches_after(trail, standby_supervisor, killed_at)) >= 3,
+            MOVE_SECS,
+            "batches to go on after the promotion",
+        )
+        first = batches_after(trail, standby_supervisor, killed_at)[0]
+        print(f"\nkill -> first batch on the promoted worker: {first - killed_at:.2f} s")
+    finally:
+        fed = hot.feeder.stop()
+
+    expected = streaming_expected(range(fed))
+    wait_until(
+        lambda: sum(count for _, count in streaming_counted(read_rows(hot.output))) >= fed,
+        DRAIN_SECS,
+        f"the output to count the {fed} events fed",
+    )
+    assert check_exactly_once(expected, streaming_counted(read_rows(hot.output))) == []
     events = load_events([trail])
     assert check_single_run(events, Clocks()) == []
     assert check_promotions_explained(events, Clocks()) == []

@@ -39,12 +39,15 @@ from stratus.coordination.coordinator import Coordinator
 from stratus.coordination.errors import LeadershipLostError, TransactionFailedError
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.duties.scheduling import SchedulingDuty
+from stratus.nimbus.failover.beat_watch import BeatWatch
+from stratus.nimbus.failover.lane import FailoverLane
 from stratus.nimbus.failover.promotion import Promoter
 from stratus.nimbus.records.assignment_history import AssignmentHistoryLog
 from stratus.nimbus.records.pipeline_ops import PipelineOps
 from stratus.nimbus.records.replication_policy import ReplicationPolicy
 from stratus.nimbus.scheduling.assignments import AssignmentTable
 from stratus.nimbus.scheduling.cordons import CordonTable, DrainMemory
+from stratus.nimbus.scheduling.scheduler import assignment_of
 from stratus.nimbus.scheduling.standby_workers import StandbyWorkerTable
 from stratus.nimbus.settings import SchedulingSettings, StandbySettings
 from stratus.state.heartbeats import HeartbeatBoard
@@ -52,7 +55,10 @@ from stratus.state.zk_store import ZooKeeperStateStore
 from stratus.zk.ensemble import ZooKeeperEnsemble
 from stratus.zk.errors import ZooKeeperUnavailableError
 from stratus.zk.paths import ClusterPaths
+from tests.harness.supervisor_fakes import FakeClock as LaneClock
 from tests.harness.zkfixtures import chroot_for, kazoo_client, wait_until
+from tests.unit.test_failover_lane import LEASE, POLL, Beats, Fence, Immediate
+from tests.unit.test_failover_lane import SETTINGS as DETECTOR
 
 PATHS = ClusterPaths("/stratus")
 SETTINGS = SchedulingSettings(
@@ -94,6 +100,7 @@ class Cluster:
         self.cordons = CordonTable(client, PATHS)
         self.drains = DrainMemory()
         self.standby = StandbyWorkerTable(client, PATHS)
+        self.lane: FailoverLane | None = None  # with_lane: the failover lane's
         self.duty = self.new_duty()
         self.term = coordinator.nominate("nimbus", "leader", timeout=10)
         self.beats = 0
@@ -108,7 +115,7 @@ class Cluster:
             else (lambda: self.connections),
             zookeeper_epoch=session.zookeeper_epoch if self.real_session else self.learn_epoch,
             cordons=self.cordons, drains=self.drains, standby=self.standby,
-            promoter=Promoter(session.client, PATHS),
+            promoter=Promoter(session.client, PATHS), lane=self.lane,
         )  # fmt: skip
 
     def learn_epoch(self) -> int | None:
@@ -1064,6 +1071,191 @@ def test_a_dead_supervisors_hot_pipeline_whose_standby_worker_is_not_ready_moves
     assert cluster.where("hot") == placed.supervisor  # the only one left: a cold start
     newest = cluster.table.history("hot")[0]
     assert newest.reason is not AssignmentReason.STANDBY_PROMOTED
+
+
+class LaneOnBeats:
+    """The failover lane of ``cluster``'s duty, over beats the test writes, on a clock of
+    its own, asking fences that answer or not (``answers``); each supervisor advertises a
+    beat lease."""
+
+    def __init__(self, cluster: Cluster, *, answers: bool) -> None:
+        self.clock = LaneClock()
+        self.beats = Beats()
+        self.fence = Fence(answers)
+        for sid, summary in cluster.registered.items():
+            cluster.registered[sid] = summary.model_copy(update={"beat_lease": LEASE})
+        self.lane = FailoverLane(
+            BeatWatch(DETECTOR, self.beats.read, clock=self.clock),
+            Promoter(cluster.coordinator.session.client, PATHS),
+            lambda: cluster.registered,
+            poll_secs=POLL,
+            fence_pipelines=self.fence,
+            fence_executor=Immediate(),
+            clock=self.clock,
+        )
+        self.term = cluster.term
+        cluster.lane = self.lane
+        cluster.duty = cluster.new_duty()
+
+    def run(self, secs: float, beating: set[str]) -> None:
+        """``secs`` of the lane's polls, each supervisor of ``beating`` beating between two."""
+        end = self.clock() + secs
+        while self.clock() < end - 1e-9:
+            self.clock.advance(POLL)
+            for sid in beating:
+                self.beats.beat(sid)
+            assert self.lane.step(self.term) == ()  # the standby worker is never READY
+
+
+def hot_with_its_standby_worker_starting(cluster: Cluster, *, answers: bool) -> LaneOnBeats:
+    """ "hot" on one of s1 and s2, its standby worker STARTING on the other, and the lane
+    knowing both from the round's snapshot; the other supervisor's name is the lane's
+    ``standby``."""
+    cluster.supervisor("s1")
+    cluster.supervisor("s2")
+    lane = LaneOnBeats(cluster, answers=answers)
+    cluster.submit("hot", {"pipeline.standby": "hot"})
+    cluster.round()
+    placed = cluster.standby.read("hot")
+    assert placed is not None and placed.supervisor not in (None, cluster.where("hot"))
+    cluster.heartbeat(placed.supervisor, standby=reported(placed, StandbyWorkerState.STARTING))
+    cluster.round()  # the lane's snapshot: the standby worker STARTING
+    return lane
+
+
+def test_a_pipeline_its_fence_stopped_and_its_promotion_refused_is_assigned_anew(cluster):
+    """The lane fenced the active's supervisor (it answered: its worker is gone, and it holds
+    the pipeline until a newer assignment), the promotion was refused: the next round writes
+    a new assignment, here on the same supervisor once it is heard again (a stall, not a
+    failure), whose newer fencing token ends the hold; once."""
+    lane = hot_with_its_standby_worker_starting(cluster, answers=True)
+    active = cluster.where("hot")
+    assert active is not None
+    standby = ({"s1", "s2"} - {active}).pop()
+    client = cluster.coordinator.session.client
+    fenced_at = client.exists(PATHS.assignment("hot"))
+
+    lane.run(2.0, {"s1", "s2"})
+    lane.run(2.0, {standby})  # the active's supervisor stalls: fenced, promotion refused
+    assert lane.fence.asked and lane.lane.suspected() == {active}
+    lane.run(1.0, {"s1", "s2"})  # heard again: no longer suspected
+    assert lane.lane.suspected() == frozenset()
+    plan = cluster.round()
+
+    assert set(plan.assign) == {"hot"}
+    assert cluster.where("hot") == active  # the most free slots: its own
+    assert reasons(cluster, "hot")[-1] == ("fenced", active, active)
+    moved_at = client.exists(PATHS.assignment("hot"))
+    assert moved_at.mzxid > fenced_at.mzxid  # a newer fencing token: the hold ends
+    assert cluster.round().empty  # once
+    assert client.exists(PATHS.assignment("hot")).mzxid == moved_at.mzxid
+
+
+def test_no_pipeline_is_assigned_anew_while_its_fence_is_unanswered(cluster):
+    """A fence that got no answer proves nothing: the worker may still run. The promotion
+    refused on the floor moves nothing, and neither does the round."""
+    lane = hot_with_its_standby_worker_starting(cluster, answers=False)
+    active = cluster.where("hot")
+    assert active is not None
+    standby = ({"s1", "s2"} - {active}).pop()
+    client = cluster.coordinator.session.client
+    fenced_at = client.exists(PATHS.assignment("hot"))
+
+    lane.run(2.0, {"s1", "s2"})
+    lane.run(2.0, {standby})  # asked, no answer; past the floor: refused too
+    assert lane.fence.asked and lane.lane.suspected() == {active}
+    assert cluster.round().empty
+    lane.run(1.0, {"s1", "s2"})
+    assert cluster.round().empty
+    assert client.exists(PATHS.assignment("hot")).mzxid == fenced_at.mzxid
+    assert cluster.where("hot") == active
+
+
+def drain_the_active(cluster: Cluster, standby: StandbyWorkerState) -> tuple[str, str]:
+    """A hot pipeline on one of three supervisors, its standby worker on another in state
+    ``standby``, and a drain of the first, whose round takes the assignment off it while its
+    worker still runs: (the drained supervisor, the standby worker's)."""
+    for sid in ("s1", "s2", "s3"):
+        cluster.supervisor(sid)
+    cluster.submit("hot", {"pipeline.standby": "hot"})
+    cluster.round()
+    active, placed = cluster.where("hot"), cluster.standby.read("hot")
+    assert active is not None and placed is not None and placed.supervisor not in (None, active)
+    cluster.worker_on("hot", active, WorkerState.RUNNING)
+    cluster.heartbeat(placed.supervisor, standby=reported(placed, standby))
+    cluster.cordons.put(cluster.term, active, by="ops", drain=True, now=1.0)
+    cluster.round()
+    assert cluster.where("hot") is None  # first its worker stops, as in every drain
+    drain = cluster.drains.last(cluster.term.epoch)
+    assert drain is not None and drain.moving == {"hot": active}
+    assert cluster.standby.read("hot") == placed  # its standby worker waits where it was
+    return active, placed.supervisor
+
+
+def test_a_drained_hot_pipeline_is_promoted_to_its_ready_standby_worker_once_stopped(cluster):
+    drained, standby = drain_the_active(cluster, StandbyWorkerState.READY)
+
+    cluster.round()  # its old worker still runs: no promotion yet
+    assert cluster.where("hot") is None
+
+    cluster.worker_on("hot", drained, WorkerState.STOPPED)
+    cluster.round()
+
+    assert cluster.where("hot") == standby
+    assert reasons(cluster, "hot")[-2:] == [
+        ("drained", None, drained),
+        ("standby_promoted", standby, drained),
+    ]
+    assert cluster.drains.last(cluster.term.epoch).moving == {}
+    behind = cluster.standby.read("hot")  # a new standby worker, placed in the same round
+    assert behind is not None and behind.supervisor not in (None, drained, standby)
+
+
+def test_a_drained_hot_pipeline_whose_standby_worker_is_not_ready_moves_as_any_drained_one(
+    cluster,
+):
+    drained, _ = drain_the_active(cluster, StandbyWorkerState.STARTING)
+    cluster.worker_on("hot", drained, WorkerState.STOPPED)
+    cluster.round()
+
+    assert cluster.where("hot") not in (None, drained)
+    assert reasons(cluster, "hot")[-1][0] == "drained"  # placed, not promoted
+
+
+def test_a_drained_hot_pipeline_is_not_promoted_to_a_supervisor_drained_too(cluster):
+    drained, standby = drain_the_active(cluster, StandbyWorkerState.READY)
+    cluster.worker_on("hot", drained, WorkerState.STOPPED)
+    cluster.cordons.put(cluster.term, standby, by="ops", drain=True, now=2.0)
+    cluster.round()
+
+    (other,) = {"s1", "s2", "s3"} - {drained, standby}
+    assert cluster.where("hot") == other
+    assert reasons(cluster, "hot")[-1] == ("drained", other, drained)
+
+
+def test_a_drained_pipelines_promotion_writes_nothing_if_it_was_assigned_since(cluster):
+    drained, standby = drain_the_active(cluster, StandbyWorkerState.READY)
+    cluster.worker_on("hot", drained, WorkerState.STOPPED)
+    (other,) = {"s1", "s2", "s3"} - {drained, standby}
+    client = cluster.coordinator.session.client
+    read_placements = cluster.standby.read_all
+
+    def assigned_after_the_assignments_were_read() -> Any:
+        # a write the round did not read lands before its promotion: the create must fail
+        record = cluster.ops.read("hot")
+        assert record is not None
+        elsewhere = assignment_of("hot", record, other, epoch=cluster.term.epoch, now=2.0)
+        client.create(PATHS.assignment("hot"), elsewhere.encode())
+        cluster.standby.read_all = read_placements
+        return read_placements()
+
+    cluster.standby.read_all = assigned_after_the_assignments_were_read
+    assert cluster.round().empty  # the promotion found the assignment there: nothing more
+
+    assert cluster.where("hot") == other
+    assert reasons(cluster, "hot")[-1] == ("drained", None, drained)  # no standby_promoted
+    placed = cluster.standby.read("hot")
+    assert placed is not None and placed.supervisor == standby  # its placement untouched
 
 
 def test_a_pipeline_takes_the_slot_of_a_standby_worker_when_no_other_is_free(cluster):

@@ -1,14 +1,14 @@
-"""The chaos suite's cluster: three hosts of their own network namespace, each with a
-ZooKeeper member, a nimbus and a supervisor. ``ha_mode`` is the nimbuses' ``nimbus.ha.mode``:
-``supervised`` (the default: each ``stratus nimbus`` is a failover controller running its
-nimbus as a child; a nimbus fault hits the child, a zkfc fault the controller), ``self``, or
-``zkfc`` (a ``stratus zkfc`` of its host beside each nimbus);
-pacemakers on two of them, carrying every heartbeat. Every process records its history in its
-host's file (``history.file``), the suite's driver in its own. The nimbuses, supervisors and zkfcs
-require tokens (``tests/harness/secure_cluster.py``; the clients hold a submitter's, so the owners
-of each pipeline are checked), the pacemakers digest, the ZooKeeper quorum SASL: every server that
-listens on a host's address authenticates, as on a real network. One directory that every host
-reaches holds the pipelines' checkpoints, input and output (``shared``). With ``walls``
+"""The chaos suite's cluster: three hosts of their own network namespace, each with a ZooKeeper
+member, a nimbus and a supervisor. ``ha_mode`` is the nimbuses' ``nimbus.ha.mode``: ``supervised``
+(the default: each ``stratus nimbus`` is a failover controller running its nimbus as a child; a
+nimbus fault hits the child, a zkfc fault the controller), ``self``, or ``zkfc`` (a ``stratus
+zkfc`` of its host beside each nimbus); pacemakers on two of them (with ``hot``, on all three: see
+below), carrying every heartbeat. Every process records its history in its host's file
+(``history.file``), the suite's driver in its own. The nimbuses, supervisors and zkfcs require
+tokens (``tests/harness/secure_cluster.py``; the clients hold a submitter's, so the owners of each
+pipeline are checked), the pacemakers digest, the ZooKeeper quorum SASL: every server that listens
+on a host's address authenticates, as on a real network. One directory that every host reaches
+holds the pipelines' checkpoints, input and output (``shared``). With ``walls``
 (``tests/harness/worker_users.py``), each host's supervisor runs its workers as users of its own
 (``supervisor.worker.run.as: pool``), on an interpreter they may run, and ``shared`` is open to
 their group: ``workdir`` must then be a directory other users may pass::
@@ -21,6 +21,17 @@ their group: ``workdir`` must then be a directory other users may pass::
 
 Every process is one the cluster can start again after a fault: ``restart`` starts what was
 killed (a pacemaker starts empty) and waits until it is ready.
+
+With ``hot`` the cluster is ready for a hot pipeline (``pipeline.standby: hot``, which the test
+submits): a pacemaker on every host, since a beat counts once a majority of the pacemakers
+stored it and two make a majority of all (one down or cut would lapse every beat lease); no
+warm worker, to spare the cores for the active and the standby worker; and its shape lets a
+plan hit the beat agent of the hot worker's supervisor (``beat_agent``). Nothing else
+changes, so a cluster without ``hot`` draws and runs the plans it always did::
+
+    with ChaosCluster(hosts, base, hot=True) as cluster:
+        cluster.wait_pacemakers_warmed_up(timeout=120)   # the failover lane judges from now
+        cluster.beat_agent("h2")                          # its pid, while it runs
 """
 
 from __future__ import annotations
@@ -33,9 +44,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
+import httpx
+
 from stratus.chaos.faults import ClusterShape, Target
 from stratus.local.cluster import pacemaker_options, zkfc_options
 from stratus.local.processes import NimbusProcess, PacemakerProcess, ZkfcProcess, stop_all
+from stratus.supervisor.beat_agent import AgentRecord
 from stratus.zk.auth import ServerAuth, ZkCredentials
 from stratus.zk.server import ZooKeeperServer
 from tests.harness.hosts_cluster import NIMBUS_PORT, SESSION_SECS, HostsCluster, options
@@ -48,10 +62,15 @@ from tests.harness.zk_acl import secret_file
 from tests.harness.zkfixtures import wait_until
 
 HOSTS = ("h1", "h2", "h3")
-PACEMAKER_HOSTS = ("h1", "h2")
+PACEMAKER_HOSTS = ("h1", "h2")  # without a hot pipeline; with one, every host (HOSTS)
 PACEMAKER_PORT = 6699
 READY_SECS = 90.0
 ZK_READY_SECS = 60.0
+HOT_SUPERVISOR_SETTINGS: dict[str, object] = {
+    "supervisor.worker.warm": False,  # the cores go to the active and the standby worker
+    "supervisor.worker.warm.memory.mb": 4096,  # room for the standby worker, whatever the host
+}
+PROBE_SECS = 2.0  # a pacemaker's readiness asked once
 
 
 class Restartable(Protocol):
@@ -88,10 +107,13 @@ class ChaosCluster(Started):
         *,
         ha_mode: str = "supervised",
         walls: WalledHosts | None = None,
+        hot: bool = False,
     ) -> None:
         self.hosts = hosts
         self.workdir = workdir
         self.ha_mode = ha_mode
+        self.hot = hot
+        self.pacemaker_hosts = HOSTS if hot else PACEMAKER_HOSTS
         zkfc = ha_mode == "zkfc"
         self.walls = walls
         self.shared = workdir / "shared"
@@ -107,7 +129,7 @@ class ChaosCluster(Started):
                 host=hosts[name].address,
                 command_prefix=hosts[name].command,
             )
-            for name in PACEMAKER_HOSTS
+            for name in self.pacemaker_hosts
         }
         addresses = [pacemaker.address for pacemaker in self.pacemakers.values()]
         tokens = {
@@ -142,6 +164,7 @@ class ChaosCluster(Started):
                 "pacemaker.auth.principal": "nimbus",
                 **admin,  # the leader's graceful fence of a silent supervisor needs admin
             },
+            supervisor_settings=HOT_SUPERVISOR_SETTINGS if hot else {},
             host_settings={name: {"history.file": self.history_file(name)} for name in HOSTS},
             # the clients submit, kill and update as a submitter, whose pipelines they own
             client_settings={
@@ -189,10 +212,35 @@ class ChaosCluster(Started):
         """What a fault plan may hit in this cluster."""
         return ClusterShape(
             hosts=HOSTS,
-            pacemakers=PACEMAKER_HOSTS,
+            pacemakers=self.pacemaker_hosts,
             zkfc=self.ha_mode != "self",
             session_secs=SESSION_SECS,
+            hot=self.hot,
         )
+
+    def beat_agent(self, host: str) -> int | None:
+        """The pid of the beat agent of ``host``'s supervisor while one runs (its supervisor
+        holds a hot worker), else None."""
+        record = AgentRecord.read(self.nodes.supervisors[host].local_dir)
+        return record.pid if record is not None and record.alive() else None
+
+    def pacemakers_warmed_up(self) -> bool:
+        """Whether every pacemaker is past its warm-up (one pulse TTL after its start; its
+        ``/readyz`` answers 200): until a majority is, the leader judges no silence from the
+        beats, and a test of the failure detector would judge nothing."""
+        for pacemaker in self.pacemakers.values():
+            try:
+                answer = httpx.get(
+                    f"http://{pacemaker.address}/readyz", timeout=PROBE_SECS, trust_env=False
+                )
+            except httpx.HTTPError:
+                return False
+            if answer.status_code != 200:  # 503 while it warms up
+                return False
+        return True
+
+    def wait_pacemakers_warmed_up(self, timeout: float) -> None:
+        wait_until(self.pacemakers_warmed_up, timeout, "every pacemaker past its warm-up")
 
     def history_file(self, name: str) -> Path:
         """Where the processes of host ``name`` record their history."""
@@ -201,6 +249,23 @@ class ChaosCluster(Started):
     def history_files(self) -> list[Path]:
         """Every history file written so far, the driver's included."""
         return sorted(self.workdir.glob("history-*.jsonl"))
+
+    def committed_batches(self) -> int:
+        """The batches committed so far (every pipeline's), as the histories say."""
+        needle = b'"event":"batch_committed"'
+        count = 0
+        for path in self.history_files():
+            with path.open("rb") as lines:
+                count += sum(1 for line in lines if needle in line)
+        return count
+
+    def wait_for_batches(self, *, more_than: int, timeout: float) -> None:
+        """Wait until more than ``more_than`` batches were committed."""
+        wait_until(
+            lambda: self.committed_batches() > more_than,
+            timeout,
+            f"the streaming pipeline to commit a batch (more than {more_than})",
+        )
 
     def start(self) -> None:
         # the checkpoint root is the supervisors' (they hand each pipeline's directory to its

@@ -12,8 +12,15 @@ Signals hit the daemon's own process (``ip netns exec`` execs it): SIGKILL and S
 followed by a start of the daemon (SIGTERM: once it has stopped by itself, SIGKILL after the
 stop timeout), SIGSTOP (a freeze, a pause) by SIGCONT after the fault's hold, whatever happens
 meanwhile (``stopped``). The streaming pipeline's worker is found where it runs when the fault
-is applied; its supervisor starts it again. A stress runs CPU burners and direct writes to the
-host's data directory (``stressed``), in process groups of their own, SIGKILLed at its end.
+is applied, and so is the beat agent of its supervisor (in a cluster running the pipeline hot);
+their supervisor starts them again. A stress runs CPU burners and direct writes to the host's
+data directory (``stressed``), in process groups of their own, SIGKILLed at its end; the
+scenarios that judge the failure detector stress every host at once for as long as they run
+their pauses (``stressing``)::
+
+    with injector.stressing(HOSTS, hold_secs=600):
+        for fault in pauses:
+            injector.apply(fault)      # e.g. SIGSTOP of the beat agent for 0.61 s, then SIGCONT
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stratus.chaos.faults import CLIENT_ACTIONS, Action, Fault, Target
+from stratus.chaos.faults import CLIENT_ACTIONS, WHERE_IT_RUNS, Action, Fault, Target
 from stratus.client import NimbusClient
 from stratus.errors import StratusError
 from stratus.process import KILL_WAIT_SECS, ProcessGroup, live_in_group
@@ -124,16 +131,16 @@ class Injector:
     # ------------------------------------------------------------------ signals
 
     def _kill(self, fault: Fault) -> None:
-        if fault.target is Target.WORKER:
-            self._signal_worker(signal.SIGKILL)
+        if fault.target in WHERE_IT_RUNS:
+            self._signal_where_it_runs(fault.target, signal.SIGKILL)
             return
         self._killed(fault, self._cluster.process(fault.target, fault.host).pid)
         self._cluster.process(fault.target, fault.host).signal(signal.SIGKILL)
         self._cluster.restart(fault.target, fault.host)
 
     def _terminate(self, fault: Fault) -> None:
-        if fault.target is Target.WORKER:
-            self._signal_worker(signal.SIGTERM)
+        if fault.target in WHERE_IT_RUNS:
+            self._signal_where_it_runs(fault.target, signal.SIGTERM)
             return
         process = self._cluster.process(fault.target, fault.host)
         pid = process.pid
@@ -145,7 +152,11 @@ class Injector:
     def _pause(self, fault: Fault) -> None:
         """SIGSTOP for the fault's hold, then SIGCONT (a worker: its whole process group,
         Spark included); recorded once continued, with how long it was stopped."""
-        victim = self._worker() if fault.target is Target.WORKER else self._daemon(fault)
+        victim = (
+            self._where_it_runs(fault.target)
+            if fault.target in WHERE_IT_RUNS
+            else self._daemon(fault)
+        )
         if victim is None:
             return
         pid, supervisor = victim
@@ -159,15 +170,30 @@ class Injector:
                 **self._span(began_wall, began_mono),
             )
 
-    def _signal_worker(self, signum: int) -> None:
-        worker = self._worker()
-        if worker is None:
+    def _signal_where_it_runs(self, target: Target, signum: int) -> None:
+        """Signal the streaming pipeline's worker, or its supervisor's beat agent, where it
+        runs now; its supervisor starts it again."""
+        victim = self._where_it_runs(target)
+        if victim is None:
             return
-        pid, supervisor = worker
+        pid, supervisor = victim
         if signum == signal.SIGKILL:
-            self._driver.record(PROCESS_KILLED, **self._victim(Target.WORKER, pid, supervisor))
+            self._driver.record(PROCESS_KILLED, **self._victim(target, pid, supervisor))
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
+
+    def _where_it_runs(self, target: Target) -> tuple[int, str] | None:
+        """The pid of the streaming pipeline's running worker (``target`` worker) or of its
+        supervisor's beat agent (``beat_agent``), and that supervisor; None if none runs."""
+        worker = self._worker()
+        if worker is None or target is Target.WORKER:
+            return worker
+        supervisor = worker[1]
+        agent = self._cluster.beat_agent(supervisor)
+        if agent is None:
+            self._say(f"  no beat agent on {supervisor} to hit")
+            return None
+        return agent, supervisor
 
     def _worker(self) -> tuple[int, str] | None:
         """The pid of the streaming pipeline's running worker and its supervisor, or None
@@ -234,18 +260,33 @@ class Injector:
     def _stress(self, fault: Fault) -> None:
         """CPU burners and direct writes to the data directory of the host's supervisor for
         the fault's hold, on the host; recorded once they are gone."""
-        directory = self._cluster.nodes.supervisors[fault.host].local_dir
-        began_wall, began_mono = self._driver.now()
-        prefix = self._cluster.hosts[fault.host].command
-        with stressed(directory, fault.hold_secs, prefix=prefix) as burners:
+        with self.stressing([fault.host], fault.hold_secs):
             time.sleep(fault.hold_secs)
-        self._driver.record(
-            HOST_STRESSED,
-            supervisor=fault.host,
-            burners=burners.count,
-            cpu=burners.kind,
-            **self._span(began_wall, began_mono),
-        )
+
+    @contextlib.contextmanager
+    def stressing(self, hosts: Sequence[str], hold_secs: float) -> Iterator[list[Burners]]:
+        """``hosts`` stressed at once inside (``stressed``, on each host, in the data directory
+        of its supervisor; their burners quit by themselves ``STRESS_BACKSTOP_SECS`` after
+        ``hold_secs``, should the driver die); each host's stress recorded once its burners
+        are gone (``host_stressed``)."""
+        began_wall, began_mono = self._driver.now()
+        with contextlib.ExitStack() as stack:
+            burners = [
+                stack.enter_context(
+                    stressed(
+                        self._cluster.nodes.supervisors[host].local_dir,
+                        hold_secs,
+                        prefix=self._cluster.hosts[host].command,
+                    )
+                )
+                for host in hosts
+            ]
+            yield burners
+        span = self._span(began_wall, began_mono)
+        for host, burner in zip(hosts, burners, strict=True):
+            self._driver.record(
+                HOST_STRESSED, supervisor=host, burners=burner.count, cpu=burner.kind, **span
+            )
 
     # ------------------------------------------------------------------ clients
 

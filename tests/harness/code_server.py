@@ -24,6 +24,7 @@ from stratus.nimbus.http.code_routes import add_code_routes
 from tests.harness.zkfixtures import wait_until
 
 START_TIMEOUT_SECS = 10.0
+QUEUE_PROBE_SECS = 0.1  # a connect to a queue with room takes microseconds on loopback
 
 
 class ConnectionCutError(Exception):
@@ -161,3 +162,23 @@ def free_address() -> str:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+@contextlib.contextmanager
+def unanswered_address() -> Iterator[str]:
+    """A local address whose connects are never answered, as a dead host's: a listener that
+    never accepts, its accept queue (backlog 0) held full, so the kernel drops every new SYN
+    (no refusal, no answer) until the block ends."""
+    with contextlib.ExitStack() as stack:
+        listener = stack.enter_context(socket.socket())
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        address = listener.getsockname()
+        while True:  # one connection fills a queue of backlog 0; a probe proves it full
+            sock = stack.enter_context(socket.socket())
+            sock.settimeout(QUEUE_PROBE_SECS)
+            try:
+                sock.connect(address)
+            except TimeoutError:
+                break
+        yield f"127.0.0.1:{address[1]}"

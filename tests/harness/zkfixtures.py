@@ -37,6 +37,16 @@ def wait_until(condition: Callable[[], object], timeout: float, what: str) -> No
         time.sleep(POLL_SECS)
 
 
+def holds_within(condition: Callable[[], object], timeout: float) -> bool:
+    """Whether ``condition`` held within ``timeout`` (a check that reports, not a wait that
+    fails: an oracle then says what was lost)."""
+    try:
+        wait_until(condition, timeout, "the condition")
+    except AssertionError:
+        return False
+    return True
+
+
 def expire_session(
     current: Callable[[], int | None],
     client_id: tuple[int, bytes],

@@ -5,6 +5,7 @@ does with the workers a previous supervisor left (adopt, stop, or leave them on 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from stratus.supervisor.adoption import (
     survey,
 )
 from stratus.supervisor.assignment_reader import AssignmentsRead
+from stratus.supervisor.beat_keeper import BeatKeeper
 from stratus.supervisor.control_loop import ControlLoop
 from stratus.supervisor.errors import AdoptionRefusedError
 from stratus.supervisor.heartbeat_lease import HeartbeatLease
@@ -95,17 +97,29 @@ def test_a_record_that_cannot_be_read_refuses_the_start_and_touches_nothing(tmp_
     assert (worker / PROCESS_FILE).read_text().startswith('{"supervisor": "s1"')
 
 
-def control_loop(tmp_path: Path, clock: FakeClock, launcher: FakeLauncher, **adopted: Adopted):
+def control_loop(
+    tmp_path: Path,
+    clock: FakeClock,
+    launcher: FakeLauncher,
+    *,
+    supervisor: str = "s1",
+    beats: BeatKeeper | None = None,
+    request_read: Callable[[], None] = lambda: None,
+    **adopted: Adopted,
+) -> ControlLoop:
+    """A control loop of two slots on the fakes; ``beats`` is its keeper of the beat lease
+    (none: no hot workers here), ``adopted`` the workers a previous supervisor left."""
     return ControlLoop(
-        "s1",
+        supervisor,
         2,
         launcher=launcher,
         paths_of=lambda name: WorkerPaths.of(tmp_path, name),
         lease=HeartbeatLease(timeout_secs=6.0),
         settings=LoopSettings(heartbeat_secs=1.0, restart=RESTART_SETTINGS, timeouts=TIMEOUTS),
-        request_read=lambda: None,
+        request_read=request_read,
         offer=lambda _round: None,
         adopted=adopted,
+        beats=beats,
         clock=clock,
         wall=clock,
     )

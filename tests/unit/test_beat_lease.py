@@ -31,20 +31,17 @@ from stratus.supervisor.beat_agent import (
     write_config,
 )
 from stratus.supervisor.beat_keeper import BeatChange, BeatKeeper
-from stratus.supervisor.control_loop import ControlLoop
-from stratus.supervisor.heartbeat_lease import HeartbeatLease
 from stratus.supervisor.loop_messages import HeartbeatWritten
-from stratus.supervisor.settings import BeatSettings, LoopSettings, SupervisorSettings
+from stratus.supervisor.settings import BeatSettings, SupervisorSettings
 from stratus.supervisor.worker_process import WorkerPaths, build_spec
 from stratus.worker.lease_file import BEAT_LEASE_FILE, read_lease, write_lease
 from tests.harness.supervisor_fakes import (
-    RESTART_SETTINGS,
-    TIMEOUTS,
     FakeClock,
     FakeLauncher,
     assignment,
     code,
 )
+from tests.unit.test_adoption_unit import control_loop, feed
 from tests.unit.test_standby_worker_lifecycle import ready_file, started
 
 PACEMAKER = {"cluster.state.store": "pacemaker", "supervisor.id": "s1"}
@@ -292,88 +289,60 @@ class KeeperWithoutAgent(BeatKeeper):
         self.wanted.append(wanted)
 
 
+def keeper_without_agent(tmp_path: Path, clock: FakeClock, supervisor: str) -> KeeperWithoutAgent:
+    keeper = KeeperWithoutAgent(
+        BeatSettings(0.1, LEASE, 0.1, tmp_path / BEAT_LEASE_FILE),
+        tmp_path,
+        AgentConfig(supervisor, 0.1, LEASE, PacemakerClientSettings(servers=(("p", 1),))),
+        clock=clock,
+    )
+    keeper.wanted = []
+    return keeper
+
+
 def test_the_loop_runs_hot_workers_on_the_beat_lease_and_retires_them_when_it_ends(
     tmp_path: Path,
 ) -> None:
     clock, launcher = FakeClock(100.0), FakeLauncher(tmp_path)
-    keeper = KeeperWithoutAgent(
-        BeatSettings(0.1, LEASE, 0.1, tmp_path / BEAT_LEASE_FILE),
-        tmp_path,
-        AgentConfig("s1", 0.1, LEASE, PacemakerClientSettings(servers=(("p", 1),))),
-        clock=clock,
-    )
-    keeper.wanted = []
+    keeper = keeper_without_agent(tmp_path, clock, "s1")
     reads: list[float] = []
-    loop = ControlLoop(
-        "s1",
-        2,
-        launcher=launcher,
-        paths_of=lambda name: WorkerPaths.of(tmp_path, name),
-        lease=HeartbeatLease(timeout_secs=6.0),
-        settings=LoopSettings(heartbeat_secs=1.0, restart=RESTART_SETTINGS, timeouts=TIMEOUTS),
-        request_read=lambda: reads.append(clock()),
-        offer=lambda _round: None,
-        beats=keeper,
-        clock=clock,
-        wall=clock,
+    loop = control_loop(
+        tmp_path, clock, launcher, beats=keeper, request_read=lambda: reads.append(clock())
     )
     both = {"hot": assignment("hot", conf={STANDBY_CONF_KEY: "hot"}), "cold": assignment("cold")}
 
-    def feed(*messages: object) -> None:
-        for message in messages:
-            loop._apply(message)  # type: ignore[arg-type]
-        loop.tick()
-
-    feed(HeartbeatWritten(100.0), AssignmentsRead(100.1, both))
+    feed(loop, HeartbeatWritten(100.0), AssignmentsRead(100.1, both))
     assert [p.pid for p in launcher.processes] == [100]  # the cold one; no beat lease yet
     assert keeper.wanted[-1] is True  # the agent is asked for
 
     clock.advance(0.5)
     write_lease(tmp_path / BEAT_LEASE_FILE, 101.4)  # the agent's first counted beat
     reads.clear()
-    feed()
+    feed(loop)
     assert reads == [100.5]  # a read newer than the beat lease is asked for
     assert len(launcher.processes) == 1  # the read applied began before it was held
-    feed(AssignmentsRead(100.6, both))
+    feed(loop, AssignmentsRead(100.6, both))
     hot = launcher.last
     assert len(launcher.processes) == 2
 
     clock.now = 101.4  # the beat lease ends: no beat counted since
-    feed()
+    feed(loop)
     assert hot.signals == ["TERM"]  # retired, as at a fence
     assert launcher.processes[0].signals == []  # the cold worker runs on
     hot.exit_code = -9
-    feed(AssignmentsRead(101.5, both))
-    feed()
+    feed(loop, AssignmentsRead(101.5, both))
+    feed(loop)
     assert len(launcher.processes) == 2  # not started again: no beat lease
     assert keeper.wanted[-1] is True  # still assigned here: the agent is kept
 
-    feed(AssignmentsRead(101.6, {"cold": both["cold"]}))
+    feed(loop, AssignmentsRead(101.6, {"cold": both["cold"]}))
     assert keeper.wanted[-1] is False  # no hot worker left: the agent may go
 
 
 def test_a_standby_worker_keeps_the_beat_agent_before_its_promotion(tmp_path: Path) -> None:
     clock, launcher = FakeClock(100.0), FakeLauncher(tmp_path)
-    keeper = KeeperWithoutAgent(
-        BeatSettings(0.1, LEASE, 0.1, tmp_path / BEAT_LEASE_FILE),
-        tmp_path,
-        AgentConfig("s1", 0.1, LEASE, PacemakerClientSettings(servers=(("p", 1),))),
-        clock=clock,
-    )
-    keeper.wanted = []
-    loop = ControlLoop(
-        "s1",
-        2,
-        launcher=launcher,
-        paths_of=lambda name: WorkerPaths.of(tmp_path, name),
-        lease=HeartbeatLease(timeout_secs=6.0),
-        settings=LoopSettings(heartbeat_secs=1.0, restart=RESTART_SETTINGS, timeouts=TIMEOUTS),
-        request_read=lambda: None,
-        offer=lambda _round: None,
-        beats=keeper,
-        clock=clock,
-        wall=clock,
-    )
+    keeper = keeper_without_agent(tmp_path, clock, "s1")
+    loop = control_loop(tmp_path, clock, launcher, beats=keeper)
     hot = assignment("hot", conf={STANDBY_CONF_KEY: "hot"})
     placed = StandbyWorkerPlacement(
         pipeline="hot",
@@ -404,26 +373,8 @@ def test_a_standby_worker_is_promoted_on_the_first_read_begun_after_the_beat_lea
     tmp_path: Path,
 ) -> None:
     clock = FakeClock(100.0)
-    keeper = KeeperWithoutAgent(
-        BeatSettings(0.1, LEASE, 0.1, tmp_path / BEAT_LEASE_FILE),
-        tmp_path,
-        AgentConfig("s2", 0.1, LEASE, PacemakerClientSettings(servers=(("p", 1),))),
-        clock=clock,
-    )
-    keeper.wanted = []
-    loop = ControlLoop(
-        "s2",
-        2,
-        launcher=FakeLauncher(tmp_path),
-        paths_of=lambda name: WorkerPaths.of(tmp_path, name),
-        lease=HeartbeatLease(timeout_secs=6.0),
-        settings=LoopSettings(heartbeat_secs=1.0, restart=RESTART_SETTINGS, timeouts=TIMEOUTS),
-        request_read=lambda: None,
-        offer=lambda _round: None,
-        beats=keeper,
-        clock=clock,
-        wall=clock,
-    )
+    keeper = keeper_without_agent(tmp_path, clock, "s2")
+    loop = control_loop(tmp_path, clock, FakeLauncher(tmp_path), supervisor="s2", beats=keeper)
     standby, standby_launcher = started(tmp_path, clock)  # etl's, on s2
     ready_file(tmp_path, pid=standby_launcher.standby[0].pid)
     standby.step(may_start=True)

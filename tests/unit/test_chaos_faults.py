@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -71,6 +72,40 @@ def test_stress_and_pauses_are_drawn_when_weighted_pauses_shorter_than_the_floor
     assert all(fault.target is Target.HOST and 1 <= fault.hold_secs <= 6 for fault in stresses)
     only_pauses = plan_faults(9, 50, shape, {Action.PAUSE: 1})
     assert {fault.action for fault in only_pauses} == {Action.PAUSE}
+
+
+def test_a_hot_cluster_signals_and_pauses_the_beat_agent_where_the_worker_runs() -> None:
+    hot = ClusterShape(hosts=("a", "b", "c"), pacemakers=("a", "b", "c"), hot=True)
+    plan = plan_faults(4, 2000, hot, {**WEIGHTS, Action.PAUSE: 5})
+    agents = [fault for fault in plan if fault.target is Target.BEAT_AGENT]
+    assert {fault.action for fault in agents} == {
+        Action.KILL,
+        Action.FREEZE,
+        Action.TERMINATE,
+        Action.PAUSE,
+    }
+    assert all(fault.host == "" for fault in agents)  # its worker's supervisor's, when applied
+    assert str(Fault(Action.PAUSE, Target.BEAT_AGENT, hold_secs=0.5)) == (
+        "pause beat_agent for 0.5 s"
+    )
+    cold = ClusterShape(hosts=("a", "b", "c"), pacemakers=("a", "b", "c"))
+    assert Target.BEAT_AGENT not in cold.targets() + cold.pause_targets()
+
+
+def test_the_short_runs_seeds_draw_the_plans_they_drew_before_beat_agents() -> None:
+    """``make test``'s short chaos run (seed 4556, three faults per mode) replays as before:
+    a cluster without a hot pipeline never draws a beat agent."""
+    short = replace(SHAPE, session_secs=2.0, max_quorum_loss_secs=10)
+    assert [str(fault) for fault in plan_faults(4556, 3, short)] == [
+        "kill nimbus on h3",
+        "client submit",
+        "cut host on h3 for 6 s",
+    ]
+    assert [str(fault) for fault in plan_faults(4557, 3, short)] == [
+        "freeze supervisor on h3 for 4 s",
+        "quorum_loss ensemble but h3 for 10 s",
+        "kill zkfc on h3",
+    ]
 
 
 def test_a_cluster_without_pacemakers_gets_no_pacemaker_fault() -> None:

@@ -389,6 +389,24 @@ def test_a_promotion_after_a_pause_shorter_than_its_floor_is_found() -> None:
     assert check_promotions_explained(paused(until=11.1), EXACT) == []  # 1.1 s: past the floor
 
 
+def test_a_pause_of_the_supervisors_beat_agent_explains_only_past_its_floor() -> None:
+    """The beat agent sends the beats the detector judges: stopped, it silences them."""
+
+    def agent_paused(until: float) -> list[Event]:
+        history = [
+            fault("process_paused", until, began=10.0, of_pid=43, target="beat_agent"),
+            promotion(11.3, silent=1.1),
+        ]
+        return events_of(history)
+
+    assert check_promotions_explained(agent_paused(until=11.1), EXACT) == []  # 1.1 s: past it
+    [violation] = check_promotions_explained(agent_paused(until=10.7), EXACT)
+    assert [(e.name, e.get("target")) for e in violation.lines] == [
+        ("worker_promoted", None),
+        ("process_paused", "beat_agent"),
+    ]
+
+
 @pytest.mark.parametrize(
     "not_a_cause",
     [

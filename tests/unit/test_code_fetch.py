@@ -12,10 +12,12 @@ import contextlib
 import hashlib
 import logging
 import os
+import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import blake3
@@ -26,6 +28,7 @@ from stratus.codedist.errors import CodeUnavailableError, DigestMismatchError
 from stratus.codedist.package_store import PackageStore
 from stratus.codedist.transfer import client as http_body
 from stratus.codedist.transfer import splice
+from stratus.codedist.transfer.client import CodeClient
 from stratus.codedist.transfer.fetch import (
     FetchSettings,
     fetch_package,
@@ -33,7 +36,15 @@ from stratus.codedist.transfer.fetch import (
     part_path,
 )
 from stratus.codedist.transfer.plan import split_ranges
-from tests.harness.code_server import CodeServer, Recorder, code_server, free_address, stored
+from tests.harness.code_server import (
+    CodeServer,
+    Recorder,
+    code_server,
+    free_address,
+    stored,
+    unanswered_address,
+)
+from tests.harness.supervisor_fakes import FakeClock
 
 MIB = 1 << 20
 DATA = os.urandom(3 * MIB + 4321)
@@ -232,6 +243,74 @@ def test_a_holder_that_stalls_past_the_timeout_is_skipped(holders, dest):
     path = fetch_package("etl", META, [holders[0].address, holders[1].address], dest, settings)
     assert fetched(path) == DATA
     assert holders[1].recorder.ranges() == [None]
+
+
+CONNECT_SECS = 0.25  # far below the read timeout: what a holder on a dead host costs
+ONE_STREAM_DEAD = replace(ONE_STREAM, connect_timeout=CONNECT_SECS)
+IN_PARTS_DEAD = replace(IN_PARTS, connect_timeout=CONNECT_SECS)
+WITH_A_DEAD_HOLDER = pytest.mark.parametrize(
+    "settings", [ONE_STREAM_DEAD, IN_PARTS_DEAD], ids=["one-stream", "in-parts"]
+)
+
+
+@WITH_A_DEAD_HOLDER
+def test_a_holder_that_takes_no_connection_is_left_after_the_connect_timeout(
+    holders, dest, settings
+):
+    with unanswered_address() as dead:
+        began = time.monotonic()
+        path = fetch_package("etl", META, [dead, holders[0].address], dest, settings)
+        took = time.monotonic() - began
+    assert fetched(path) == DATA
+    assert holders[0].recorder.ranges()  # the live holder sent it all
+    assert took < settings.timeout  # one connect timeout, not the read timeout of 10 s
+
+
+class CountingClient(CodeClient):
+    """The real client, counting the TCP connects it starts, per holder."""
+
+    def __init__(self, settings: FetchSettings, clock: FakeClock) -> None:
+        super().__init__(
+            settings.timeout,
+            connect_timeout=settings.connect_timeout,
+            max_idle=settings.parts,
+            clock=clock,
+        )
+        self.connects: Counter[str] = Counter()
+
+    def _create_connection(
+        self,
+        address: tuple[str, int],
+        timeout: float | None,
+        source_address: tuple[str, int] | None = None,
+    ) -> socket.socket:
+        self.connects[f"{address[0]}:{address[1]}"] += 1
+        return super()._create_connection(address, timeout, source_address)
+
+
+@WITH_A_DEAD_HOLDER
+def test_a_holder_that_took_no_connection_is_asked_last_for_one_request_timeout(
+    holders, tmp_path, settings
+):
+    clock = FakeClock(100.0)
+    client = CountingClient(settings, clock)
+    with unanswered_address() as dead, contextlib.closing(client):
+        addresses = [dead, holders[0].address, holders[1].address]
+
+        def fetch(into: str) -> Path:
+            (tmp_path / into).mkdir()
+            return fetch_package("etl", META, addresses, tmp_path / into, settings, client=client)
+
+        assert fetched(fetch("first")) == DATA
+        assert client.connects[dead] >= 1 and client.suspected(dead)
+        tried = client.connects[dead]
+
+        assert fetched(fetch("second")) == DATA  # from the others: it is not asked again
+        assert client.connects[dead] == tried
+
+        clock.advance(settings.timeout)  # no longer a suspect: asked in its turn again
+        assert fetched(fetch("third")) == DATA
+        assert client.connects[dead] > tried
 
 
 def test_no_holder_at_all_is_unavailable(dest):

@@ -23,14 +23,15 @@ from stratus.api.records import (
     PipelineRecord,
     SupervisorSummary,
 )
-from stratus.api.standby_workers import BeatLease
+from stratus.api.standby_workers import BeatLease, StandbyWorkerState
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.failover.beat_watch import BeatWatch
 from stratus.nimbus.failover.lane import FailoverLane, HotSnapshot, hot_snapshot
-from stratus.nimbus.failover.promotion_plan import How, Promotion
+from stratus.nimbus.failover.promotion_plan import How, Promotion, PromotionRefusal, Refusal
 from stratus.nimbus.settings import DetectorSettings
 from stratus.state.beats import Beat, BeatRead
 from tests.harness.supervisor_fakes import FakeClock
+from tests.harness.zkfixtures import wait_until
 from tests.unit.test_promotion_plan import (
     assignment,
     heartbeat,
@@ -47,6 +48,7 @@ SETTINGS = DetectorSettings(
 POLL = SETTINGS.poll_secs
 LEASE = BeatLease(lease_secs=0.8, stop_secs=0.1, poll_secs=0.02)
 EPOCH = 9
+ANSWER_SECS = 10.0  # how long a fence's answer is waited for, past the floor
 
 
 @dataclass
@@ -91,7 +93,7 @@ class Promoter:
         return True
 
 
-def snapshot() -> HotSnapshot:
+def snapshot(standby: StandbyWorkerState = StandbyWorkerState.READY) -> HotSnapshot:
     orders, web = record("orders"), record("web", standby=None, submitted=11.0)
     placed = placement(orders, "s2")
     return hot_snapshot(
@@ -99,7 +101,7 @@ def snapshot() -> HotSnapshot:
         {"orders": orders, "web": web},
         {"orders": (assignment(orders, "s1"), 11), "web": (assignment(web, "s3"), 5)},
         {"orders": (placed, 4)},
-        {"s2": heartbeat("s2", standby_beat(placed))},
+        {"s2": heartbeat("s2", standby_beat(placed, standby))},
     )
 
 
@@ -131,6 +133,7 @@ class Lane:
     """A lane over scripted beats, with every supervisor registered with a beat lease."""
 
     def __init__(self, fence: Any = None, executor: Executor | None = None) -> None:
+        self.refused: list[PromotionRefusal] = []
         self.clock = FakeClock()
         self.beats = Beats()
         self.promoter = Promoter()
@@ -144,6 +147,8 @@ class Lane:
             poll_secs=POLL,
             fence_pipelines=fence,
             fence_executor=executor or Immediate(),
+            fence_answer_secs=ANSWER_SECS,
+            on_refused=self.refused.append,
             clock=self.clock,
             wall=lambda: 1_700_000_100.0,
         )
@@ -236,8 +241,37 @@ def test_a_suspected_supervisor_that_answers_its_fence_is_promoted_before_its_fl
         ("s1", frozenset({"orders"}), EPOCH)  # its hot pipelines only: not "web"
     ]
     (_, _, _, within), (_, silent, floor) = fence.asked[0], lane.promoter.promoted[0]
-    assert 0 < within <= floor
-    assert silent < floor  # promoted on the fence's answer, before the floor
+    assert within == ANSWER_SECS  # an answer counts whenever it comes
+    assert LEASE.lease_secs <= silent < floor  # on the fence's answer, before the floor
+
+
+def test_a_stall_shorter_than_the_beat_lease_asks_no_fence_and_promotes_nothing() -> None:
+    """A beat agent stalled on a loaded host (0.7 s: phi suspects its supervisor, whose beat
+    lease still holds) then beating again: its hot worker ran on its lease all along, and a
+    fence would have stopped it for nothing."""
+    fence = Fence(answers=True)
+    lane = Lane(fence)
+    lane.lane.note(snapshot())
+    lane.run(2.0, {"s1", "s2", "s3"})
+    suspected = False
+    for _ in range(7):  # 0.7 s without a beat of s1
+        lane.run(POLL, {"s2", "s3"})
+        suspected = suspected or "s1" in lane.lane.suspected()
+    assert suspected  # phi has spoken, before the beat lease ran out
+    assert lane.run(2.0, {"s1", "s2", "s3"}) == []
+    assert fence.asked == [] and lane.promoter.asked == []
+
+
+def test_the_fence_is_asked_once_the_silence_reached_the_beat_lease() -> None:
+    fence = Fence(answers=False)
+    lane = Lane(fence)
+    lane.lane.note(snapshot())
+    lane.run(2.0, {"s1", "s2", "s3"})
+    last_beat = lane.clock()
+    while not fence.asked:
+        lane.run(POLL, {"s2", "s3"})
+    assert lane.clock() - last_beat >= LEASE.lease_secs - 1e-9
+    assert lane.clock() - last_beat < LEASE.floor_secs(0.1)  # with time left to the floor
 
 
 def test_a_fence_that_gets_no_answer_is_asked_once_and_the_floor_promotes() -> None:
@@ -287,6 +321,131 @@ def test_silences_restarted_by_the_round_give_a_supervisor_a_whole_floor_again(
     lane.lane.restart_silences()  # the round could not see a stretch: nor can the lane trust it
     assert lane.run(0.5, {"s2", "s3"}) == []  # 1.4 s of silence, 0.5 s since the restart
     assert [p.pipeline for p in lane.run(2.0, {"s2", "s3"})] == ["orders"]
+
+
+def test_the_lane_shows_the_phi_of_each_supervisor_it_judges(lane: Lane) -> None:
+    lane.lane.note(snapshot())
+    assert lane.lane.phi() == {}  # nothing judged yet
+    lane.run(2.0, {"s1", "s2", "s3"})
+    calm = lane.lane.phi()
+    assert set(calm) == {"s1"}  # the holder of a hot pipeline's active worker, no other
+    assert calm["s1"] < SETTINGS.threshold
+    lane.run(0.9, {"s2", "s3"})  # s1 silent, short of its floor: phi has spoken already
+    assert lane.lane.phi()["s1"] >= SETTINGS.threshold
+    lane.lane.stop()  # the term is over: a nimbus that does not lead shows none
+    assert lane.lane.phi() == {}
+
+
+def test_a_refused_promotion_is_told_once_per_suspicion_of_its_supervisor(lane: Lane) -> None:
+    lane.lane.note(snapshot(StandbyWorkerState.STARTING))
+    lane.run(2.0, {"s1", "s2", "s3"})
+    assert lane.run(2.0, {"s2", "s3"}) == []  # s1 past its floor: about ten plans refused
+    assert [(r.pipeline, r.how, r.reason) for r in lane.refused] == [
+        ("orders", How.FLOOR, Refusal.NOT_READY)
+    ]
+    lane.run(1.0, {"s1", "s2", "s3"})  # s1 heard again: no longer suspected
+    lane.run(2.0, {"s2", "s3"})  # and silent again: a new suspicion, told again
+    assert [r.reason for r in lane.refused] == [Refusal.NOT_READY, Refusal.NOT_READY]
+
+
+def test_a_fenced_pipeline_whose_promotion_is_refused_is_handed_to_the_round() -> None:
+    """The supervisor answered the fence (its worker is gone, it holds the pipeline until a
+    newer assignment), the standby worker is not READY: the round moves the pipeline, even
+    once its supervisor is heard again, and the lane promotes it no more."""
+    lane = Lane(Fence(answers=True))
+    starting = snapshot(StandbyWorkerState.STARTING)
+    lane.lane.note(starting)
+    lane.run(2.0, {"s1", "s2", "s3"})
+    assert lane.lane.fence_held(starting.assignments) == frozenset()
+    assert lane.run(2.0, {"s2", "s3"}) == []
+    assert [(r.pipeline, r.how, r.reason) for r in lane.refused] == [
+        ("orders", How.FENCED, Refusal.NOT_READY)
+    ]
+    lane.run(1.0, {"s1", "s2", "s3"})  # a stall only: s1 is heard again
+    assert lane.lane.suspected() == frozenset()
+    assert lane.lane.fence_held(starting.assignments) == {"orders"}
+    lane.lane.note(snapshot())  # the standby worker READY, the assignment still the fenced one
+    assert lane.run(2.0, {"s2", "s3"}) == []  # the round moves it, not the lane
+    assert lane.promoter.asked == []
+    assert lane.lane.fence_held(starting.assignments) == {"orders"}  # until it is moved
+    moved = {name: (a, version + 1) for name, (a, version) in starting.assignments.items()}
+    assert lane.lane.fence_held(moved) == frozenset()  # the round wrote it: spent
+    assert lane.lane.fence_held(starting.assignments) == frozenset()  # and forgotten
+
+
+def test_a_refused_promotion_without_a_fence_answered_is_not_handed_to_the_round() -> None:
+    """No answer: the worker may still run (until the floor), and the supervisor holds
+    nothing it was not asked; the floor's refusal hands nothing either."""
+    lane = Lane(Fence(answers=False))
+    starting = snapshot(StandbyWorkerState.STARTING)
+    lane.lane.note(starting)
+    lane.run(2.0, {"s1", "s2", "s3"})
+    assert lane.run(2.0, {"s2", "s3"}) == []
+    assert [(r.how, r.reason) for r in lane.refused] == [(How.FLOOR, Refusal.NOT_READY)]
+    assert lane.lane.fence_held(starting.assignments) == frozenset()
+
+
+class LateFence(Fence):
+    """A fence the supervisor obeys at once but answers only once ``answer`` is set (its
+    worker's stop takes longer than the time left to the floor)."""
+
+    def __init__(self) -> None:
+        super().__init__(answers=True)
+        self.answer = threading.Event()
+
+    def __call__(
+        self, supervisor: SupervisorSummary, pipelines: Any, epoch: int, timeout: float
+    ) -> bool:
+        super().__call__(supervisor, pipelines, epoch, timeout)
+        return self.answer.wait(timeout=30)
+
+
+def held_once_answered(lane: Lane, beating: set[str], current: Any) -> frozenset[str]:
+    """Poll until the late answer is in and the lane acted on it; what it hands the round."""
+    wait_until(
+        lambda: lane.run(POLL, beating) == [] and lane.lane.fence_held(current),
+        timeout=20,
+        what="the late answer handed to the round",
+    )
+    return lane.lane.fence_held(current)
+
+
+@pytest.mark.timeout(60)
+def test_a_fence_answered_after_the_floor_counts_and_its_refused_pipeline_is_handed() -> None:
+    fence = LateFence()
+    with ThreadPoolExecutor(max_workers=1) as fencing:
+        lane = Lane(fence, fencing)
+        starting = snapshot(StandbyWorkerState.STARTING)
+        lane.lane.note(starting)
+        lane.run(2.0, {"s1", "s2", "s3"})
+        assert lane.run(2.0, {"s2", "s3"}) == []  # no answer yet: refused on the floor
+        assert [r.how for r in lane.refused] == [How.FLOOR]
+        assert lane.lane.fence_held(starting.assignments) == frozenset()
+        fence.answer.set()  # the worker has stopped: the supervisor answers, late
+        assert held_once_answered(lane, {"s2", "s3"}, starting.assignments) == {"orders"}
+    assert [r.how for r in lane.refused] == [How.FLOOR, How.FENCED]
+    [(_, _, _, waited)] = fence.asked
+    assert waited == ANSWER_SECS  # longer than the time left to the floor
+
+
+@pytest.mark.timeout(60)
+def test_a_fence_answered_once_its_supervisor_is_heard_again_hands_its_pipeline() -> None:
+    """The stall ended before the floor and the answer came after: no verdict, no promotion,
+    and the supervisor holds the pipeline; the round moves it."""
+    fence = LateFence()
+    with ThreadPoolExecutor(max_workers=1) as fencing:
+        lane = Lane(fence, fencing)
+        lane.lane.note(snapshot())
+        lane.run(2.0, {"s1", "s2", "s3"})
+        while not fence.asked:
+            lane.run(POLL, {"s2", "s3"})
+        lane.run(POLL, {"s1", "s2", "s3"})  # heard again before the floor
+        assert lane.lane.suspected() == frozenset()
+        assert lane.lane.fence_held(snapshot().assignments) == frozenset()
+        fence.answer.set()
+        held = held_once_answered(lane, {"s1", "s2", "s3"}, snapshot().assignments)
+    assert held == {"orders"}
+    assert lane.promoter.asked == []
 
 
 def test_a_term_no_longer_held_reads_nothing(lane: Lane) -> None:

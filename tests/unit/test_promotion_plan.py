@@ -2,7 +2,8 @@
 
 Pure logic: records, assignments, placements and heartbeats are built here. Unless a test says
 otherwise, pipeline "orders" runs on s1, its standby worker waits READY on s2, and s1 is
-silent past its floor.
+silent past its floor. A drained pipeline (``stopped``) has no assignment: the drain deleted
+it, and its old worker on s1 stopped.
 """
 
 from __future__ import annotations
@@ -132,6 +133,7 @@ class Cluster:
         self.registered = {"s1", "s2", "s3", "s4"}
         self.suspected: set[str] = set()
         self.stopping: set[str] = set()
+        self.cordoned: set[str] = set()
 
     def add(
         self,
@@ -149,15 +151,26 @@ class Cluster:
             self.beats.setdefault(standby, []).append(standby_beat(placed, state))
         return placed
 
+    def drained(self, pipeline: PipelineRecord, **kwargs: Any) -> StandbyWorkerPlacement:
+        """``pipeline`` as a drain leaves it once its old worker stopped: no assignment."""
+        placed = self.add(pipeline, **kwargs)
+        del self.assignments[pipeline.name]
+        return placed
+
     def plan(
         self,
         verdicts: Mapping[str, How] | None = None,
         fenced: Mapping[str, set[str]] | None = None,
+        stopped: Mapping[str, str] | None = None,
     ) -> PromotionPlan:
         supervisors = self.registered | set(self.beats)
+        if verdicts is None:
+            verdicts = {} if stopped else {"s1": How.FLOOR}
         return plan_promotions(
-            verdicts={"s1": How.FLOOR} if verdicts is None else verdicts,
+            verdicts=verdicts,
             fenced=fenced,
+            stopped=stopped,
+            cordoned=self.cordoned,
             pipelines=self.pipelines,
             assignments=self.assignments,
             placements=self.placements,
@@ -208,7 +221,7 @@ def test_a_ready_standby_worker_is_promoted_off_a_supervisor_silent_past_its_flo
     assert plan.refusals == ()
 
 
-@pytest.mark.parametrize("how", [How.FENCED, How.FLOOR, How.DEAD, How.STOPPED])
+@pytest.mark.parametrize("how", [How.FENCED, How.FLOOR, How.DEAD])
 def test_every_verdict_promotes(how: How) -> None:
     cluster = Cluster()
     cluster.add(record())
@@ -379,3 +392,99 @@ def test_an_unknown_verdict_is_refused_by_name() -> None:
     cluster.add(record())
     with pytest.raises(ValueError, match="verdict on supervisor s1 is 'gone'"):
         cluster.plan({"s1": "gone"})  # type: ignore[dict-item]
+
+
+def test_no_promotion_to_a_cordoned_standby_supervisor() -> None:
+    cluster = Cluster()
+    cluster.add(record("orders"))
+    cluster.drained(record("clicks"))
+    cluster.cordoned = {"s2"}  # cordoned, or drained too: it takes no new pipeline
+    plan = cluster.plan({"s1": How.DEAD}, stopped={"clicks": "s1"})
+    assert plan.promotions == ()
+    assert {(r.pipeline, r.how, r.reason) for r in plan.refusals} == {
+        ("orders", How.DEAD, Refusal.STANDBY_CORDONED),
+        ("clicks", How.STOPPED, Refusal.STANDBY_CORDONED),
+    }
+
+
+# ---------------------------------------------------------------------- drains
+
+
+def test_a_drained_pipeline_whose_old_worker_stopped_is_promoted_creating_its_assignment() -> None:
+    cluster = Cluster()
+    orders = record()
+    cluster.drained(orders)
+
+    plan = cluster.plan(stopped={"orders": "s1"})
+
+    [promotion] = plan.promotions
+    assert (promotion.pipeline, promotion.from_supervisor, promotion.to_supervisor) == (
+        "orders",
+        "s1",
+        "s2",
+    )
+    assert promotion.how is How.STOPPED
+    assert (promotion.assignment_version, promotion.placement_version) == (None, 4)
+    assert (promotion.assignment.supervisor, promotion.assignment.generation) == (
+        "s2",
+        orders.generation,
+    )
+    change = promotion.change
+    assert change.reason is AssignmentReason.STANDBY_PROMOTED
+    assert (change.previous, change.supervisor) == ("s1", "s2")
+    assert plan.refusals == ()
+
+
+def test_a_drained_pipeline_is_promoted_beside_a_dead_supervisors() -> None:
+    cluster = Cluster()
+    cluster.add(record("orders", submitted=1.0), active="s3", standby="s2")
+    cluster.drained(record("clicks", submitted=2.0), standby="s4")
+    plan = cluster.plan({"s3": How.DEAD}, stopped={"clicks": "s1"})
+    assert [(p.pipeline, p.how, p.assignment_version) for p in plan.promotions] == [
+        ("orders", How.DEAD, 11),
+        ("clicks", How.STOPPED, None),
+    ]
+
+
+def test_a_drained_pipeline_is_refused_as_a_dead_supervisors_is() -> None:
+    cluster = Cluster()
+    cluster.drained(record(), state=StandbyWorkerState.STARTING)
+    plan = cluster.plan(stopped={"orders": "s1"})
+    assert refusal(plan) is Refusal.NOT_READY
+    assert (plan.refusals[0].how, plan.refusals[0].from_supervisor) == (How.STOPPED, "s1")
+    cluster = Cluster()
+    cluster.drained(record(), standby=None)
+    assert refusal(cluster.plan(stopped={"orders": "s1"})) is Refusal.NO_STANDBY_WORKER
+    cluster = Cluster()
+    cluster.drained(record())
+    assert refusal(cluster.plan({"s2": How.DEAD}, stopped={"orders": "s1"})) is (
+        Refusal.STANDBY_UNDER_VERDICT
+    )
+
+
+def test_a_drained_pipeline_whose_old_worker_still_runs_is_not_considered() -> None:
+    cluster = Cluster()
+    cluster.drained(record())  # the round lists it in stopped only once its worker stopped
+    assert cluster.plan({}, stopped={}) == PromotionPlan()
+    assert cluster.plan({"s1": How.DEAD}) == PromotionPlan()  # nor as a dead one's
+
+
+def test_a_drained_pipeline_not_hot_or_not_running_is_never_promoted() -> None:
+    cluster = Cluster()
+    cluster.drained(record("orders", standby=None))
+    cluster.drained(record("clicks", status=PipelineStatus.INACTIVE))
+    assert cluster.plan(stopped={"orders": "s1", "clicks": "s1"}) == PromotionPlan()
+
+
+def test_stopped_is_never_a_verdict_on_a_supervisor() -> None:
+    cluster = Cluster()
+    cluster.add(record())  # a drain that found no room keeps it running on s1
+    with pytest.raises(ValueError, match="supervisor s1 is 'stopped', which is a pipeline's"):
+        cluster.plan({"s1": How.STOPPED})
+
+
+def test_a_stopped_pipeline_that_has_an_assignment_is_refused_by_name() -> None:
+    cluster = Cluster()
+    cluster.add(record())
+    with pytest.raises(ValueError, match="pipeline orders is listed as stopped off s1, but it"):
+        cluster.plan({}, stopped={"orders": "s1"})

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stratus.api.records import Assignment, PipelineRecord, PipelineStatus
+from stratus.api.records import Assignment, AssignmentReason, PipelineRecord, PipelineStatus
 from stratus.nimbus.scheduling.scheduler import Plan, plan_round
 
 EPOCH = 7
@@ -59,6 +59,7 @@ def plan(
     capacity: Mapping[str, int],
     keep_on: set[str] | None = None,
     timed_out: set[str] | None = None,
+    fenced: set[str] | None = None,
     warm: Mapping[str, int] | None = None,
     reserved: Mapping[str, int] | None = None,
 ) -> Plan:
@@ -68,6 +69,7 @@ def plan(
         capacity=capacity,
         keep_on=set(capacity) if keep_on is None else keep_on,
         timed_out=timed_out or set(),
+        fenced=fenced or set(),
         epoch=EPOCH,
         now=NOW,
         warm=warm,
@@ -220,6 +222,41 @@ def test_a_timed_out_worker_that_stays_still_gets_its_rebalance() -> None:
         records(record("etl", rebalances=1)), current, capacity={"a": 1}, timed_out={"etl"}
     )
     assert result.assign["etl"].supervisor == "a" and result.assign["etl"].generation == 1
+
+
+def test_a_fenced_pipeline_is_assigned_anew_on_its_own_supervisor_when_it_has_most_room() -> None:
+    """A pipeline fence stopped its worker and the supervisor holds it until a newer
+    assignment: rewritten there, which is no move."""
+    etl = record("etl")
+    current = {"etl": assignment(etl, "a")}
+    result = plan(records(etl), current, capacity={"a": 2, "b": 1}, fenced={"etl"})
+    assert result.assign["etl"].supervisor == "a" and result.assign["etl"].epoch == EPOCH
+    assert result.moved == {}
+    change = result.changes["etl"]
+    assert (change.reason, change.supervisor, change.previous) == (
+        AssignmentReason.FENCED,
+        "a",
+        "a",
+    )
+
+
+def test_a_fenced_pipeline_goes_where_the_most_room_is_or_a_warm_worker_waits() -> None:
+    etl = record("etl")
+    current = {"etl": assignment(etl, "a")}
+    assert plan(records(etl), current, capacity={"a": 1, "b": 3}, fenced={"etl"}).moved == {
+        "etl": ("a", "b")
+    }
+    warm = plan(records(etl), current, capacity={"a": 3, "w": 1}, fenced={"etl"}, warm={"w": 1})
+    assert warm.moved == {"etl": ("a", "w")}
+    suspected = plan(records(etl), current, capacity={"b": 1}, keep_on={"a", "b"}, fenced={"etl"})
+    assert suspected.moved == {"etl": ("a", "b")}  # its own takes no work: elsewhere
+
+
+def test_a_fenced_pipeline_with_no_room_anywhere_stays_and_nothing_is_written() -> None:
+    etl = record("etl")
+    current = {"etl": assignment(etl, "a")}
+    result = plan(records(etl), current, capacity={"b": 0}, keep_on={"a", "b"}, fenced={"etl"})
+    assert result.empty and result.moved == {}
 
 
 def test_the_slot_a_timed_out_worker_leaves_is_free_for_the_next_pipeline() -> None:

@@ -1,6 +1,6 @@
 """Code transfer with authentication: a real package server with a token file and TLS, and
 the real fetch client presenting (or not) a token and a certificate; and the supervisor's
-and nimbus's fetch settings carrying the client's credentials."""
+and nimbus's fetch settings carrying the client's credentials and the connect timeout."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from stratus.codedist.distributor import CodeMeta
 from stratus.codedist.errors import CodeUnavailableError
 from stratus.codedist.package_store import PackageStore
-from stratus.codedist.transfer.fetch import FetchSettings, fetch_package
+from stratus.codedist.transfer.fetch import FetchSettings, fetch_package, http_client
 from stratus.codedist.transfer.server import PackageServer
 from stratus.config import config_from_mapping
 from stratus.security.access import AccessPolicy
@@ -113,3 +113,19 @@ def test_nimbuses_and_supervisors_fetch_with_the_clients_credentials(tmp_path: P
     expected = ClientAuth(token=TOKEN, tls=TlsSettings(ca="/etc/ca.pem"))
     assert distributor_settings(conf).fetch.auth == expected
     assert SupervisorSettings.from_config(conf).code.distributor.fetch.auth == expected
+
+
+def test_nimbuses_and_supervisors_connect_to_holders_within_the_connect_timeout() -> None:
+    conf = config_from_mapping(
+        {"nimbus.code.download.connect.timeout.secs": 0.5, "supervisor.id": "s1"}
+    )
+    for fetch in (
+        distributor_settings(conf).fetch,
+        SupervisorSettings.from_config(conf).code.distributor.fetch,
+    ):
+        assert (fetch.connect_timeout, fetch.timeout) == (0.5, 10.0)
+        assert http_client(fetch).connect_timeout == 0.5
+    longer = config_from_mapping(
+        {"nimbus.code.download.connect.timeout.secs": 5, "client.request.timeout.secs": 1}
+    )
+    assert http_client(distributor_settings(longer).fetch).connect_timeout == 1.0  # never past it

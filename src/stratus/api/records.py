@@ -99,6 +99,8 @@ class AssignmentReason(StrEnum):
     PLACED = "placed"  # it had none: its first placement, after an activate, or room found
     SUPERVISOR_DEAD = "supervisor_dead"  # moved off a supervisor judged dead or gone
     WORKER_SILENT = "worker_silent"  # moved off a live supervisor: its worker fell silent
+    FENCED = "fenced"  # assigned anew (its own supervisor too): a leader's pipeline fence
+    # stopped its worker, and its standby worker was not promoted
     REBALANCED = "rebalanced"  # rewritten in place: a new generation (its conf changed)
     UPDATED = "updated"  # rewritten in place: new code
     ROLLED_BACK = "rolled_back"  # rewritten in place: a kept version's code again

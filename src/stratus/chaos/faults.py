@@ -11,8 +11,9 @@ a sequence of independent faults, each judged by the oracle afterwards::
     str(plan[0])   # 'kill nimbus on h2'
 
 Two faults stay out of the default draw (``WEIGHTS``), for the runs that judge the failure
-detector: ``stress`` (a host's CPU and disk loaded) and ``pause`` (a supervisor or a worker
-stopped for less than the detector's floor). A plan draws them when its weights name them::
+detector: ``stress`` (a host's CPU and disk loaded) and ``pause`` (a supervisor, a worker or,
+in a cluster running a hot pipeline, a beat agent stopped for less than the detector's floor).
+A plan draws them when its weights name them::
 
     plan = plan_faults(seed=42, count=50, shape=shape, weights={**WEIGHTS, Action.PAUSE: 4})
     [str(fault) for fault in plan if fault.action is Action.PAUSE][0]
@@ -56,6 +57,7 @@ class Target(StrEnum):
     SUPERVISOR = "supervisor"
     PACEMAKER = "pacemaker"
     WORKER = "worker"  # the streaming pipeline's worker, wherever it runs
+    BEAT_AGENT = "beat_agent"  # the beat agent of the streaming worker's supervisor (hot only)
     HOST = "host"  # every process of a host (a cut, a stress)
     ENSEMBLE = "ensemble"  # ZooKeeper as a whole (a quorum loss)
     CLIENT = "client"  # a client's request
@@ -64,6 +66,7 @@ class Target(StrEnum):
 SIGNALS = (Action.KILL, Action.FREEZE, Action.TERMINATE)
 CLIENT_ACTIONS = (Action.SUBMIT, Action.KILL_PIPELINE, Action.UPDATE)
 PAUSE_TARGETS = (Target.SUPERVISOR, Target.WORKER)  # the processes a pause stops
+WHERE_IT_RUNS = (Target.WORKER, Target.BEAT_AGENT)  # found when the fault is applied: no host
 PAUSE_FRACTIONS = (0.3, 0.9)  # a pause lasts this fraction of the floor: never a silence to act on
 MIN_STRESS_SECS = 1.0
 
@@ -74,11 +77,14 @@ class ClusterShape:
     zkfcs; and the bounds of the faults that last (seconds). ``floor_secs`` is the failure
     detector's floor for a supervisor (the silence it needs before it acts): a pause is drawn
     shorter. Its default is the floor of the default settings (beat lease 0.8 s, beat stop,
-    worker poll and a 0.1 s margin); a cluster with other settings passes its own."""
+    worker poll and a 0.1 s margin); a cluster with other settings passes its own. ``hot``:
+    the streaming pipeline keeps a standby worker (``pipeline.standby: hot``), so its
+    worker's supervisor runs a beat agent, which signals and pauses may hit too."""
 
     hosts: tuple[str, ...]
     pacemakers: tuple[str, ...] = ()
     zkfc: bool = False
+    hot: bool = False
     session_secs: float = 2.0  # ZooKeeper's session timeout: a freeze outlasts it
     max_cut_secs: float = 15.0
     max_quorum_loss_secs: float = 60.0
@@ -105,7 +111,13 @@ class ClusterShape:
             kinds.append(Target.ZKFC)
         if self.pacemakers:
             kinds.append(Target.PACEMAKER)
+        if self.hot:
+            kinds.append(Target.BEAT_AGENT)
         return tuple(kinds)
+
+    def pause_targets(self) -> tuple[Target, ...]:
+        """The kinds of process a pause can stop in this cluster."""
+        return (*PAUSE_TARGETS, Target.BEAT_AGENT) if self.hot else PAUSE_TARGETS
 
 
 @dataclass(frozen=True)
@@ -114,7 +126,8 @@ class Fault:
 
     action: Action
     target: Target
-    host: str = ""  # a quorum loss: the member left running; empty for a client and a worker
+    host: str = ""  # a quorum loss: the member left running; empty for a client, a worker
+    # and a beat agent (``WHERE_IT_RUNS``)
     hold_secs: float = 0.0
 
     def __str__(self) -> str:
@@ -170,12 +183,12 @@ def _fault(rng: random.Random, action: Action, shape: ClusterShape) -> Fault:
         hold = _secs(rng, MIN_STRESS_SECS, shape.max_stress_secs)
         return Fault(action, Target.HOST, rng.choice(shape.hosts), hold)
     if action is Action.PAUSE:
-        target = rng.choice(PAUSE_TARGETS)
-        host = "" if target is Target.WORKER else rng.choice(shape.hosts)
+        target = rng.choice(shape.pause_targets())
+        host = "" if target in WHERE_IT_RUNS else rng.choice(shape.hosts)
         hold = round(rng.uniform(*PAUSE_FRACTIONS) * shape.floor_secs, 2)
         return Fault(action, target, host, hold)
     target = rng.choice(shape.targets())
-    host = "" if target is Target.WORKER else _host_of(rng, target, shape)
+    host = "" if target in WHERE_IT_RUNS else _host_of(rng, target, shape)
     frozen = action is Action.FREEZE
     hold = _secs(rng, shape.session_secs + 1, shape.session_secs + 4) if frozen else 0.0
     return Fault(action, target, host, hold)

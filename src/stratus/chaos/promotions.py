@@ -14,7 +14,9 @@ from stratus.trail import HOST_CUT, HOST_STRESSED, PROCESS_KILLED, PROCESS_PAUSE
 
 PLANNED_STOP = "stopped"  # a promotion's ``how`` when its supervisor was stopped on purpose
 FAULT_EVENTS = (PROCESS_KILLED, PROCESS_PAUSED, HOST_CUT, HOST_STRESSED)
-SILENCING_TARGETS = frozenset({"supervisor", "host"})  # the victims whose supervisor goes silent
+# the victims whose supervisor goes silent: its process, its host, or its beat agent (the
+# process that sends the beats the failure detector judges)
+SILENCING_TARGETS = frozenset({"supervisor", "host", "beat_agent"})
 # The longest the leader may hear a supervisor's last beat after it was sent (a beat's interval,
 # a pacemaker's answer, a read's poll, with room to spare): a fault that ended this much before
 # the silence began may still be its cause.
@@ -36,8 +38,9 @@ class Outage:
 
 def outages(events: Iterable[Event]) -> list[Outage]:
     """The faults the trail records, with the supervisor each concerns: a kill or a pause of
-    its process or its host, a cut of its host (each silences it: ``Outage.secs``), and what
-    leaves it beating (a stress of its host, a fault of another process of its host)."""
+    its process, its beat agent or its host, a cut of its host (each silences it:
+    ``Outage.secs``), and what leaves it beating (a stress of its host, a fault of another
+    process of its host)."""
     return [
         Outage(str(event.get("supervisor")), began_at(event), event, _silenced_secs(event))
         for event in events
@@ -60,9 +63,9 @@ def check_promotions_explained(
     events: Iterable[Event], clocks: Clocks, lag_secs: float = HEARING_LAG_SECS
 ) -> list[Violation]:
     """(f) Never a promotion without a failure: every ``worker_promoted`` that took a pipeline
-    off a supervisor follows a kill, a cut or a pause of that supervisor (its process or its
-    host) that kept it silent for the promotion's ``floor_secs`` at least, or was a planned
-    stop (``how: stopped``: a drain, an update). The fault began before the promotion and
+    off a supervisor follows a kill, a cut or a pause of that supervisor (its process, its beat
+    agent or its host) that kept it silent for the promotion's ``floor_secs`` at least, or was
+    a planned stop (``how: stopped``: a drain, an update). The fault began before the promotion and
     was still going when the supervisor fell silent (``silent_secs`` before the promotion,
     ``lag_secs`` earlier still: see ``HEARING_LAG_SECS``), as far as the clocks tell. Any
     other promotion is a false suspicion: the failure detector acted on a silence that no

@@ -298,6 +298,14 @@ class NimbusSection(Section):
         alias="nimbus.code.download.part.min.bytes",
         description="packages smaller than this are fetched in one request",
     )
+    nimbus_code_download_connect_timeout_secs: float = Field(
+        default=2.0,
+        gt=0,
+        alias="nimbus.code.download.connect.timeout.secs",
+        description="how long a nimbus or supervisor fetching code waits for a holder to take "
+        "the connection before it asks the next holder (a dead host answers nothing); "
+        "client.request.timeout.secs still bounds each read, and this never exceeds it",
+    )
     nimbus_code_port: int = Field(
         default=6628,
         ge=-1,
@@ -340,8 +348,10 @@ class NimbusSection(Section):
         default=10.0,
         gt=0,
         alias="nimbus.supervisor.fencing.timeout.secs",
-        description="longest wait for a supervisor's answer to a graceful stop, and time one "
-        "shell, process or ssh fence may take before it is killed and counted as failed",
+        description="longest wait for a supervisor's answer to a graceful stop or to a "
+        "pipeline fence of the failover lane (past the floor: a late answer still counts), and "
+        "time one shell, process or ssh fence may take before it is killed and counted as "
+        "failed",
     )
     nimbus_task_timeout_secs: float = Field(
         default=30.0,

@@ -5,9 +5,10 @@ expiry of kept checkpoints, purges, activations of replicated code, failures of 
 and last the scheduling, with its fences of silent supervisors and its standby workers'
 promotions. The failover lane (pipelines with a standby worker, judged on the pacemakers'
 fast beats) is built beside the round with the same promoter and fencing; with the
-ZooKeeper state store there is no lane. What opens a connection or a thread notes its
-close on the daemon's stack (``opened``); nothing is started here: the daemon starts the
-lane with each term::
+ZooKeeper state store there is no lane. Their metrics (promotions, refusals, phi, the
+standby workers' census) are declared here, read while this nimbus leads. What opens a
+connection or a thread notes its close on the daemon's stack (``opened``); nothing is
+started here: the daemon starts the lane with each term::
 
     duties = build_duties(settings, opened, session=session, paths=paths, view=view, ...)
     controller = LeadershipController(..., lambda term: duties.round.run(term), ...)
@@ -25,6 +26,7 @@ from stratus.api.clock import Clock
 from stratus.api.purges import nimbus_party
 from stratus.codedist.code_sync import CodeSync
 from stratus.codedist.distributor import CodeDistributor
+from stratus.coordination.leadership import Leadership
 from stratus.nimbus.cluster_view import ClusterView
 from stratus.nimbus.duties.checkpoint_retention import ExpireKeptCheckpoints
 from stratus.nimbus.duties.killed import RemoveKilled
@@ -36,12 +38,14 @@ from stratus.nimbus.duties.scheduling import SchedulingDuty
 from stratus.nimbus.failover.beat_watch import BeatWatch
 from stratus.nimbus.failover.lane import FailoverLane
 from stratus.nimbus.failover.promotion import Promoter
+from stratus.nimbus.failover.promotion_plan import How, Promotion, PromotionRefusal, Refusal
 from stratus.nimbus.leadership.leader_trail import LeaderTrail
 from stratus.nimbus.metrics import NimbusMetrics
 from stratus.nimbus.records.pipeline_ops import PipelineOps
 from stratus.nimbus.scheduling.assignments import AssignmentTable
 from stratus.nimbus.scheduling.cordons import CordonTable, DrainMemory
 from stratus.nimbus.scheduling.pipeline_metrics import ObservedRound
+from stratus.nimbus.scheduling.standby_census import CENSUS_STATES, StandbyCensus
 from stratus.nimbus.scheduling.standby_workers import StandbyWorkerTable
 from stratus.nimbus.scheduling.supervisor_fencing import SupervisorFencing
 from stratus.nimbus.settings import NimbusSettings
@@ -84,10 +88,10 @@ def build_duties(  # noqa: PLR0913 keyword-only: the daemon's collaborators
     wall: Clock,
 ) -> LeaderDuties:
     """The leader's duties, in the order of a round, and the failover lane beside them."""
-    promoter = Promoter(
-        session.client,
-        paths,
-        on_promoted=lambda term, promotion, silent, floor: history.promoted(
+
+    def promoted(term: Leadership, promotion: Promotion, silent: float, floor: float) -> None:
+        metrics.promotions.labels(promotion.how.value).inc()
+        history.promoted(
             epoch=term.epoch,
             pipeline=promotion.pipeline,
             from_supervisor=promotion.from_supervisor,
@@ -95,10 +99,16 @@ def build_duties(  # noqa: PLR0913 keyword-only: the daemon's collaborators
             how=promotion.how.value,
             silent_secs=silent,
             floor_secs=floor,
-        ),
-    )
+        )
+
+    def refused(refusal: PromotionRefusal) -> None:
+        metrics.promotion_refusals.labels(refusal.reason.value).inc()
+
+    promoter = Promoter(session.client, paths, on_promoted=promoted)
     fencing = supervisor_fencing(settings, opened, metrics, clock=clock)
-    lane = failover_lane(settings, opened, promoter, fencing, view, clock=clock, wall=wall)
+    lane = failover_lane(
+        settings, opened, promoter, fencing, view, on_refused=refused, clock=clock, wall=wall
+    )
     scheduling = SchedulingDuty(
         ops=ops,
         assignments=assignments,
@@ -117,7 +127,9 @@ def build_duties(  # noqa: PLR0913 keyword-only: the daemon's collaborators
         standby=StandbyWorkerTable(session.client, paths),
         lane=lane,
         promoter=promoter,
+        on_refused=refused,
     )
+    declare_failover_metrics(metrics, lane, scheduling, leading)
     purges = CarryOutPurges(
         PurgeOrders(session.client, paths),
         checkpoint_root=settings.pipelines.checkpoint_root,
@@ -149,6 +161,36 @@ def build_duties(  # noqa: PLR0913 keyword-only: the daemon's collaborators
     return LeaderDuties(duties, lane)
 
 
+def declare_failover_metrics(
+    metrics: NimbusMetrics,
+    lane: FailoverLane | None,
+    scheduling: SchedulingDuty,
+    leading: Callable[[], bool],
+) -> None:
+    """The hot pipelines' metrics: every verdict and refusal reason at 0, the lane's phi, and
+    the census of the scheduling round's last read while this nimbus leads (none on a
+    standby: its last round may be an old term's)."""
+
+    def census() -> StandbyCensus:
+        last = scheduling.standby_census
+        return last if last is not None and leading() else _NO_CENSUS
+
+    metrics.declare_failover(
+        hows=[how.value for how in How],
+        reasons=[reason.value for reason in Refusal],
+        phi=lane.phi if lane is not None else dict,
+    )
+    metrics.declare_standby(
+        states=CENSUS_STATES,
+        count=lambda state: census().states.get(state, 0),
+        hot=lambda: census().hot,
+        coverage=lambda: census().coverage,
+    )
+
+
+_NO_CENSUS = StandbyCensus(states={}, hot=0, covered=0)  # not leading, or no round yet
+
+
 def supervisor_fencing(
     settings: NimbusSettings, opened: ExitStack, metrics: NimbusMetrics, *, clock: Clock
 ) -> SupervisorFencing | None:
@@ -173,6 +215,7 @@ def failover_lane(
     fencing: SupervisorFencing | None,
     view: ClusterView,
     *,
+    on_refused: Callable[[PromotionRefusal], None],
     clock: Clock,
     wall: Clock,
 ) -> FailoverLane | None:
@@ -191,6 +234,8 @@ def failover_lane(
         view.supervisors,
         poll_secs=detector.poll_secs,
         fence_pipelines=fencing.fence_pipelines if fencing is not None else None,
+        fence_answer_secs=fencing.settings.timeout_secs if fencing is not None else 0.0,
+        on_refused=on_refused,
         clock=clock,
         wall=wall,
     )

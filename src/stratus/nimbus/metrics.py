@@ -4,16 +4,22 @@ Scraped at ``GET /metrics``: what every daemon shows (``stratus.web.metrics``: b
 process), whether this nimbus leads and in which epoch, its HA state, the epoch it acts under
 and the HA transitions it made, how often the leadership changed, which leader duties raised,
 requests by route and status with their latency, whether the ZooKeeper connection is up, how
-this nimbus's code sync is doing, the scheduling rounds that could not see the heartbeats, and
-the recorded purges of checkpoints not done yet.
-Counters are declared without ``_total``, which the client library appends.
+this nimbus's code sync is doing, the scheduling rounds that could not see the heartbeats, the
+recorded purges of checkpoints not done yet, and the hot pipelines' failover: the failure
+detector's phi of each supervisor it judges, the promotions of standby workers and the refused
+ones, the standby workers by state and the hot pipelines they cover.
+Counters are declared without ``_total``, which the client library appends. What only the
+leader knows is 0 (or empty) on a standby, as the leader's is 0 until its first round.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from stratus.api.purges import PurgeState
 from stratus.ha.protocol import HAState
@@ -28,6 +34,8 @@ from stratus.web.metrics import (
 __all__ = ["CONTENT_TYPE_LATEST", "NimbusMetrics"]
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
+_S = TypeVar("_S")
+
 FAILOVER_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 20, 30, 60)
 
 
@@ -144,6 +152,23 @@ class NimbusMetrics:
             ["result", "method"],
             registry=self.registry,
         )
+        self.promotions = Counter(
+            "stratus_nimbus_promotions",
+            "standby workers of hot pipelines this nimbus promoted as leader, by the verdict "
+            "on the active worker's supervisor: `fenced` (it answered a pipeline fence), "
+            "`floor` (silent on the fast beats for its floor), `dead` (the scheduling round "
+            "judged it dead), `stopped` (a drain whose old worker stopped)",
+            ["how"],
+            registry=self.registry,
+        )
+        self.promotion_refusals = Counter(
+            "stratus_nimbus_promotion_refusals",
+            "hot pipelines under a verdict whose standby worker this nimbus could not promote "
+            "as leader, by reason (each once per verdict on its supervisor): they moved the "
+            "warm or cold way",
+            ["reason"],
+            registry=self.registry,
+        )
         self.requests = Counter(
             "stratus_nimbus_requests",
             "HTTP requests answered",
@@ -176,6 +201,64 @@ class NimbusMetrics:
         for state in PurgeState:
             gauge.labels(state.value).set_function(_counted(count, state))
 
+    def declare_failover(
+        self,
+        *,
+        hows: Iterable[str],
+        reasons: Iterable[str],
+        phi: Callable[[], Mapping[str, float]],
+    ) -> None:
+        """Show the promotions of every verdict and the refusals of every reason, at 0 until
+        one happens, and ``stratus_nimbus_supervisor_phi{supervisor}``: ``phi()`` at each
+        scrape, the failover lane's (empty while it judges no one)."""
+        for how in hows:
+            self.promotions.labels(how)
+        for reason in reasons:
+            self.promotion_refusals.labels(reason)
+        self.registry.register(
+            _LabelledGauge(
+                "stratus_nimbus_supervisor_phi",
+                "the failure detector's phi of each supervisor holding a hot pipeline's active "
+                "worker, at the failover lane's last read of the fast beats (suspected at "
+                "nimbus.detector.threshold and past its floor); the leader's only",
+                "supervisor",
+                phi,
+            )
+        )
+
+    def declare_standby(
+        self,
+        *,
+        states: Iterable[str],
+        count: Callable[[str], int],
+        hot: Callable[[], int],
+        coverage: Callable[[], float],
+    ) -> None:
+        """``stratus_nimbus_standby_workers{state}`` (``count(state)``), the hot pipelines and
+        the fraction of them covered, as the leader's last scheduling round read them."""
+        gauge = Gauge(
+            "stratus_nimbus_standby_workers",
+            "standby workers placed for hot pipelines, by the state their supervisors report "
+            "(fetching, starting, ready, refused, failed; unreported: not reported yet; "
+            "unplaced: no supervisor fits), as the leader's last round saw them",
+            ["state"],
+            registry=self.registry,
+        )
+        for state in states:
+            gauge.labels(state).set_function(_counted(count, state))
+        Gauge(
+            "stratus_nimbus_hot_pipelines",
+            "ACTIVE pipelines with pipeline.standby: hot, as the leader's last round saw them",
+            registry=self.registry,
+        ).set_function(lambda: float(hot()))
+        Gauge(
+            "stratus_nimbus_standby_coverage",
+            "the fraction of hot pipelines whose standby worker is READY for the code they run "
+            "now, so that a failover of their host promotes it (1 with no hot pipeline, and on "
+            "a nimbus that does not lead), as the leader's last round saw them",
+            registry=self.registry,
+        ).set_function(lambda: float(coverage()))
+
     def duty_failed(self, name: str) -> None:
         self.duty_failures.labels(name).inc()
 
@@ -187,8 +270,30 @@ class NimbusMetrics:
         return exposition(self.registry)
 
 
-def _counted(count: Callable[[PurgeState], int], state: PurgeState) -> Callable[[], float]:
+def _counted(count: Callable[[_S], int], state: _S) -> Callable[[], float]:
     return lambda: float(count(state))
+
+
+class _LabelledGauge(Collector):
+    """A gauge of one label whose values come and go, read at each scrape (``read()``:
+    label value -> value)."""
+
+    def __init__(
+        self, name: str, documentation: str, label: str, read: Callable[[], Mapping[str, float]]
+    ) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._label = label
+        self._read = read
+
+    def collect(self) -> Iterator[Metric]:
+        gauge = GaugeMetricFamily(self._name, self._documentation, labels=[self._label])
+        for value, number in sorted(self._read().items()):
+            gauge.add_metric([value], float(number))
+        yield gauge
+
+    def describe(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(self._name, self._documentation, labels=[self._label])
 
 
 def _or_minus_one(value: int | None) -> int:

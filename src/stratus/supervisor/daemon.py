@@ -57,7 +57,7 @@ from stratus.api.records import (
     WarmMemory,
     WorkerHeartbeat,
 )
-from stratus.api.standby_workers import StandbyWorkerPlacement
+from stratus.api.standby_workers import StandbyWorkerBeat, StandbyWorkerPlacement
 from stratus.codedist.distributor import CodeDistributor
 from stratus.codedist.factory import create_distributor
 from stratus.codedist.package_store import PackageStore
@@ -311,7 +311,10 @@ class Supervisor:
                 fences=lambda: self.lease.fences,
                 lease_held=self._lease_held,
                 warm=self.warm_memory,
+                standby=self._standby_beats,
+                beat_lease=self.settings.beat.lease_path if self.settings.beat else None,
                 wall=self._wall,
+                clock=self._clock,
             ),
             ready=self._readiness,
             fencing=Fencing(
@@ -363,6 +366,10 @@ class Supervisor:
     def _worker_beats(self) -> list[WorkerHeartbeat]:
         round_ = self._last_round
         return [] if round_ is None else list(round_.workers.values())
+
+    def _standby_beats(self) -> list[StandbyWorkerBeat]:
+        round_ = self._last_round
+        return [] if round_ is None else list(round_.supervisor.standby_workers)
 
     def _lease_held(self) -> bool:
         return self.lease.state is LeaseState.HELD

@@ -1,7 +1,10 @@
 """The supervisor's Prometheus metrics, in a registry of its own, scraped at its endpoint's
 ``GET /metrics``: what every daemon shows (``stratus.web.metrics``: build info, process),
 its lease and fences, and one series per worker it holds (pipelines bounded by its slots);
-the machine's memory and the warm workers' (their budget, use, number, and why fewer).
+the machine's memory and the warm workers' (their budget, use, number, and why fewer); its
+standby workers by state and the memory they hold, and, with fast beats, what is left of its
+beat lease (read from ``lease.beat`` at the scrape, on the machine's monotonic clock, which
+the beat agent writes it on).
 
 Every worker series is labelled ``supervisor`` and ``pipeline`` and read at the scrape from
 the supervisor's last round of heartbeats, so a worker that is gone disappears with it. The
@@ -17,14 +20,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from stratus.api.clock import Clock
 from stratus.api.records import MIB, WarmHeld, WarmMemory, WorkerHeartbeat, WorkerState
+from stratus.api.standby_workers import StandbyWorkerBeat, StandbyWorkerState
 from stratus.supervisor.warm_memory import Machine, read_machine
 from stratus.web.metrics import CONTENT_TYPE_LATEST, CallbackCounter, daemon_registry, exposition
+from stratus.worker.lease_file import read_lease
 
 __all__ = ["CONTENT_TYPE_LATEST", "SupervisorMetrics"]
 
@@ -32,9 +38,11 @@ _WORKER = ["supervisor", "pipeline"]
 
 
 class SupervisorMetrics(Collector):
-    """Every metric of one supervisor; see the module docstring."""
+    """Every metric of one supervisor; see the module docstring. ``standby``: the standby
+    workers of its last heartbeat round; ``beat_lease``: ``lease.beat`` with fast beats
+    (None: no beat lease, no series)."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only: what each series reads, and the clocks
         self,
         supervisor: str,
         *,
@@ -43,10 +51,16 @@ class SupervisorMetrics(Collector):
         lease_held: Callable[[], bool],
         warm: Callable[[], WarmMemory | None] = lambda: None,
         machine: Callable[[], Machine | None] = read_machine,
+        standby: Callable[[], Sequence[StandbyWorkerBeat]] = lambda: (),
+        beat_lease: Path | None = None,
         wall: Clock = time.time,
+        clock: Clock = time.monotonic,
     ) -> None:
         self._supervisor = supervisor
         self._workers = workers
+        self._standby = standby
+        self._beat_lease = beat_lease
+        self._clock = clock
         self._lease_held = lease_held
         self._warm = warm
         self._machine = machine
@@ -119,6 +133,7 @@ class SupervisorMetrics(Collector):
             age.add_metric(labels, max(0.0, now - beat.time))
         yield from (up, restarts, batch, rows, rate, age)
         yield from self._memory()
+        yield from self._standby_workers()
 
     def _memory(self) -> Iterator[Metric]:
         """The machine's memory now, and the warm workers' as the supervisor last saw them."""
@@ -163,6 +178,41 @@ class SupervisorMetrics(Collector):
         for reason in WarmHeld:
             held.add_metric([supervisor, reason.value], float(warm.held is reason))
         yield held
+
+    def _standby_workers(self) -> Iterator[Metric]:
+        """The standby workers as the last round reported them, and the beat lease now."""
+        supervisor = self._supervisor
+        standby = list(self._standby())
+        states = GaugeMetricFamily(
+            "stratus_supervisor_standby_workers",
+            "standby workers the supervisor runs for hot pipelines, by state (fetching, "
+            "starting, ready, refused, failed)",
+            labels=["supervisor", "state"],
+        )
+        for state in StandbyWorkerState:
+            count = sum(1 for beat in standby if beat.state is state)
+            states.add_metric([supervisor, state.value.lower()], float(count))
+        yield states
+        memory = GaugeMetricFamily(
+            "stratus_supervisor_standby_memory_bytes",
+            "resident memory of the standby workers' processes (JVM included), as last measured",
+            labels=["supervisor"],
+        )
+        held = sum(beat.rss_mb or 0 for beat in standby)
+        memory.add_metric([supervisor], float(held * MIB))
+        yield memory
+        if self._beat_lease is None:
+            return
+        ends = read_lease(self._beat_lease)
+        remaining = GaugeMetricFamily(
+            "stratus_supervisor_beat_lease_remaining_seconds",
+            "seconds until the beat lease ends unless a beat renews it (0: it has ended, or "
+            "no beat agent runs: no hot worker or standby worker here)",
+            labels=["supervisor"],
+        )
+        left = 0.0 if ends is None else max(0.0, ends - self._clock())
+        remaining.add_metric([supervisor], left)
+        yield remaining
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # read at every scrape; nothing to check at registration

@@ -5,12 +5,18 @@
 ``splice.py``): only the bytes that ``http.client`` read along with the headers pass
 through Python. Elsewhere, or if the socket or file refuses, the body is read into a buffer
 and written from there. A network failure is a ``TransferError`` naming what failed; an
-error writing the file is the ``OSError`` it is::
+error writing the file is the ``OSError`` it is.
 
-    client = CodeClient(timeout=10.0, max_idle=4)
+A connect waits ``connect_timeout`` (short: a holder on a dead host answers no SYN), each
+read the longer ``timeout``. A holder that did not take a connection is a suspect for one
+``timeout``: ``suspects_last`` puts it after the others, and it is trusted again as soon as
+it takes one::
+
+    client = CodeClient(timeout=10.0, connect_timeout=2.0, max_idle=4)
     with client.get("host-a:40123", digest, "bytes=0-1023") as body:
         body.status, body.header("content-range")      # 206, "bytes 0-1023/4096"
         n = body.move_into(fd, offset=0, limit=1024)   # 0 once the body has ended
+    client.suspects_last(["host-b:40123", "host-a:40123"])  # host-b last if it did not connect
     client.close()
 
 Never through a proxy: nimbus to nimbus (or supervisor).
@@ -25,7 +31,8 @@ import select
 import socket
 import ssl
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 
 from stratus.codedist.transfer.splice import (
     SocketReadError,
@@ -50,18 +57,31 @@ class TransferError(Exception):
 class CodeClient:
     """GETs of ``/api/v1/code/<digest>``, on connections kept alive per holder.
 
-    ``timeout`` bounds the connect and each read; up to ``max_idle`` connections per holder
+    ``connect_timeout`` bounds the TCP connect (never past ``timeout``), ``timeout`` each
+    read after it (the TLS handshake's included); up to ``max_idle`` connections per holder
     are kept for the next requests. ``auth`` is the token sent and, with TLS settings, makes
-    every connection https (a body then goes through the TLS layer, never ``splice``).
+    every connection https (a body then goes through the TLS layer, never ``splice``). A
+    holder whose connect failed is a suspect for one ``timeout`` (``suspects_last``).
     """
 
-    def __init__(self, timeout: float, *, max_idle: int, auth: ClientAuth = NO_AUTH) -> None:
+    def __init__(
+        self,
+        timeout: float,
+        *,
+        connect_timeout: float,
+        max_idle: int,
+        auth: ClientAuth = NO_AUTH,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.timeout = timeout
+        self.connect_timeout = min(connect_timeout, timeout)
         self.max_idle = max_idle
         self._auth_headers = auth.headers()
         self._ssl = auth.ssl_context()
+        self._clock = clock
         self._lock = threading.Lock()
         self._idle: dict[str, list[http.client.HTTPConnection]] = {}
+        self._suspects: dict[str, float] = {}  # a holder that did not connect -> until when
 
     @contextlib.contextmanager
     def get(self, holder: str, digest: str, byte_range: str | None = None) -> Iterator[Body]:
@@ -75,7 +95,7 @@ class CodeClient:
         if byte_range is not None:
             headers["Range"] = byte_range
         try:
-            _connect(connection)
+            self._connect(holder, connection)
             try:
                 connection.request("GET", f"{CODE_PATH}{digest}", headers=headers)
                 response = connection.getresponse()
@@ -91,6 +111,19 @@ class CodeClient:
             raise
         self._release(holder, connection, response)
 
+    def suspected(self, holder: str) -> bool:
+        """Whether ``holder`` did not take a connection within the last ``timeout``."""
+        with self._lock:
+            until = self._suspects.get(holder)
+            if until is not None and until <= self._clock():
+                del self._suspects[holder]
+                until = None
+        return until is not None
+
+    def suspects_last(self, holders: Sequence[str]) -> list[str]:
+        """``holders`` in their order, the suspects moved to the end (in their order)."""
+        return sorted(holders, key=self.suspected)
+
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, {}
@@ -103,14 +136,47 @@ class CodeClient:
         while True:
             with self._lock:
                 idle = self._idle.get(holder)
-                connection = idle.pop() if idle else None
-            if connection is None and self._ssl is not None:
-                return http.client.HTTPSConnection(holder, timeout=self.timeout, context=self._ssl)
-            if connection is None:
-                return http.client.HTTPConnection(holder, timeout=self.timeout)
-            if _alive(connection):
-                return connection
-            connection.close()
+                kept = idle.pop() if idle else None
+            if kept is None:
+                return self._new_connection(holder)
+            if _alive(kept):
+                return kept
+            kept.close()
+
+    def _new_connection(self, holder: str) -> http.client.HTTPConnection:
+        connection = (
+            http.client.HTTPSConnection(holder, timeout=self.timeout, context=self._ssl)
+            if self._ssl is not None
+            else http.client.HTTPConnection(holder, timeout=self.timeout)
+        )
+        connection._create_connection = self._create_connection  # type: ignore[attr-defined]
+        return connection
+
+    def _create_connection(
+        self,
+        address: tuple[str, int],
+        timeout: float | None,
+        source_address: tuple[str, int] | None = None,
+    ) -> socket.socket:
+        """``http.client``'s connect: the TCP connect waits ``connect_timeout``, the reads
+        on the socket after it the connection's ``timeout``."""
+        sock = socket.create_connection(address, self.connect_timeout, source_address)
+        sock.settimeout(timeout)
+        return sock
+
+    def _connect(self, holder: str, connection: http.client.HTTPConnection) -> None:
+        """Connect a new connection (a kept one is connected already); a holder that does
+        not take it is a suspect for one ``timeout``, one that does is trusted again."""
+        if connection.sock is not None:
+            return
+        try:
+            connection.connect()
+        except OSError as exc:
+            with self._lock:
+                self._suspects[holder] = self._clock() + self.timeout
+            raise TransferError(f"ConnectError: {exc}") from None
+        with self._lock:
+            self._suspects.pop(holder, None)
 
     def _release(
         self,
@@ -127,16 +193,6 @@ class CodeClient:
                 idle.append(connection)
                 return
         connection.close()
-
-
-def _connect(connection: http.client.HTTPConnection) -> None:
-    """Connect a new connection (a kept one is connected already)."""
-    if connection.sock is not None:
-        return
-    try:
-        connection.connect()
-    except OSError as exc:
-        raise TransferError(f"ConnectError: {exc}") from None
 
 
 def _alive(connection: http.client.HTTPConnection) -> bool:

@@ -3,13 +3,16 @@
 Guarantees: the file returned holds the package's bytes, checked against the record
 (``check.copy_check``: its BLAKE3 when recorded, else its sha256); a holder that is down,
 does not have the package, stalls, cuts the body short or sends other bytes is skipped for
-the next one; an interrupted download resumes where it stopped (``Range``), within one call
-or the next, from the part file ``<dir>/.download-<digest>.part`` (``stream.py``); a large
-package is fetched in byte ranges from several holders at once (``parts.py``).
+the next one; one that takes no connection within ``connect_timeout`` (a dead host answers
+no SYN) is skipped after that, not after the longer read ``timeout``, and stays a suspect
+for one ``timeout``: asked last, and given no part (``CodeClient``); an interrupted download
+resumes where it stopped (``Range``), within one call or the next, from the part file
+``<dir>/.download-<digest>.part`` (``stream.py``); a large package is fetched in byte
+ranges from several holders at once (``parts.py``).
 ``DigestMismatchError`` or ``CodeUnavailableError`` name the pipeline, the digest and what
 each holder did::
 
-    settings = FetchSettings(parts=4, part_min_bytes=8 << 20, timeout=10.0)
+    settings = FetchSettings(parts=4, part_min_bytes=8 << 20, timeout=10.0, connect_timeout=2.0)
     part = fetch_package("etl", meta, ["host-a:6627", "host-b:6627"], store.directory, settings)
     store.adopt(part, meta.digest)      # renamed to <digest>.pkg
 
@@ -44,7 +47,8 @@ class FetchSettings:
 
     parts: int = 4  # byte ranges fetched at once when several nimbuses hold a package
     part_min_bytes: int = 8 << 20  # smaller packages come in one request
-    timeout: float = 10.0  # connect, and each read, of one request
+    timeout: float = 10.0  # each read of one request (client.request.timeout.secs)
+    connect_timeout: float = 2.0  # its TCP connect (nimbus.code.download.connect.timeout.secs)
     keep_partial: bool = True  # leave an interrupted download for the next call to resume
     auth: ClientAuth = NO_AUTH  # the token and TLS presented to holders (client.auth.*, .tls.*)
 
@@ -93,7 +97,12 @@ def fetch_package(
 
 def http_client(settings: FetchSettings) -> CodeClient:
     """A client for ``fetch_package``: up to one kept connection per part and holder."""
-    return CodeClient(settings.timeout, max_idle=max(settings.parts, 1), auth=settings.auth)
+    return CodeClient(
+        settings.timeout,
+        connect_timeout=settings.connect_timeout,
+        max_idle=max(settings.parts, 1),
+        auth=settings.auth,
+    )
 
 
 class _Fetch:
@@ -116,12 +125,15 @@ class _Fetch:
         self.failures: dict[str, str] = {}  # holder (or "parts from ...") -> what went wrong
 
     def run(self, holders: list[str]) -> bool:
-        """True once ``part`` holds the package: resumed, in parts, or from one holder."""
+        """True once ``part`` holds the package: resumed, in parts from the holders not
+        suspected, or from one holder, the suspects last."""
         if self._complete_already():
             return True
-        if self._parts_wanted(holders) and self._in_parts(holders):
+        ordered = self.client.suspects_last(holders)
+        trusted = [holder for holder in ordered if not self.client.suspected(holder)]
+        if self._parts_wanted(trusted) and self._in_parts(trusted):
             return True
-        for holder in holders:
+        for holder in ordered:
             if holder in self.failures and not sent_wrong_bytes(self.failures[holder]):
                 continue  # unreachable, or without the package, a moment ago
             if self._whole_from(holder):

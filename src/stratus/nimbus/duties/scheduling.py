@@ -32,11 +32,16 @@ cluster state store (never from a view that may lag), then:
    gives a pipeline a standby worker's slot only when no supervisor has another. With no
    hot pipeline this costs one listing of ``standby-workers/`` and writes nothing;
 8. with a ``Promoter``, before step 6, promotes the standby worker of each hot pipeline of a
-   supervisor judged dead when it is READY (``promotion_plan``, verdict ``dead``: one
-   fenced transaction each; one that finds a version moved ends the round, which the next
-   reads again), and plans step 6 from the assignments so promoted; with a
-   ``FailoverLane``, moves no pipeline of a supervisor the lane suspects, gives it none,
-   and hands the lane the hot pipelines of its read (``HotSnapshot``) at its end.
+   supervisor judged dead (``promotion_plan``, verdict ``dead``), and of each hot pipeline
+   on the way from a drained supervisor whose old worker stopped (``stopped``: the drain's
+   second step, a promotion instead of a placement), when it is READY on a supervisor that
+   is not cordoned (one fenced transaction each; one that finds a version moved ends the
+   round, which the next reads again), and plans step 6 from the assignments so promoted;
+   with a ``FailoverLane``, moves no pipeline of a supervisor the lane suspects, gives it none,
+   and hands the lane the hot pipelines of its read (``HotSnapshot``) at its end; but
+   writes a new assignment for each pipeline the lane hands back (``fence_held``: a fence
+   it asked stopped the worker and holds the pipeline, and the promotion was refused); the
+   census of their standby workers is kept for the metrics (``standby_census``).
 
 The liveness memory starts afresh with every term: a new leader has seen no heartbeat yet,
 so it judges nothing dead before a whole timeout of its own term has passed (Storm
@@ -89,11 +94,13 @@ from stratus.nimbus.duties.standby_round import RoundRead, StandbyRound, reserve
 from stratus.nimbus.duties.worker_outcomes import WorkerOutcomes, Workers
 from stratus.nimbus.failover.lane import FailoverLane
 from stratus.nimbus.failover.promotion import Promoter
+from stratus.nimbus.failover.promotion_plan import PromotionRefusal
 from stratus.nimbus.records.pipeline_ops import PipelineOps
 from stratus.nimbus.scheduling.assignments import AssignmentTable
 from stratus.nimbus.scheduling.cordons import CordonTable, DrainMemory, DrainRound
 from stratus.nimbus.scheduling.pipeline_metrics import ObservedRound
 from stratus.nimbus.scheduling.scheduler import Plan, plan_round
+from stratus.nimbus.scheduling.standby_census import StandbyCensus
 from stratus.nimbus.scheduling.standby_workers import StandbyWorkerTable
 from stratus.nimbus.scheduling.supervisor_fencing import SupervisorFencing
 from stratus.nimbus.settings import SchedulingSettings
@@ -130,10 +137,16 @@ class SchedulingDuty:
         standby: StandbyWorkerTable | None = None,
         lane: FailoverLane | None = None,
         promoter: Promoter | None = None,
+        on_refused: Callable[[PromotionRefusal], None] = lambda _refusal: None,
     ) -> None:
         self._ops = ops
         self._standby = StandbyRound(
-            settings.standby, table=standby, promoter=promoter, lane=lane, wall=wall
+            settings.standby,
+            table=standby,
+            promoter=promoter,
+            lane=lane,
+            on_refused=on_refused,
+            wall=wall,
         )
         self._cordons = cordons  # None: nothing is ever cordoned (tests of other rules)
         self._drains = drains or DrainMemory()
@@ -161,6 +174,12 @@ class SchedulingDuty:
             fencing, self._heartbeats, supervisor_timeout_secs=settings.supervisor_timeout_secs
         )
         self._outcomes = WorkerOutcomes(ops, settings.rollback)
+
+    @property
+    def standby_census(self) -> StandbyCensus | None:
+        """The hot pipelines' standby workers as the last round read them (any thread);
+        None before the first round."""
+        return self._standby.census
 
     def run(self, term: Leadership) -> Plan:
         """One round; the plan it applied (empty when nothing had to change)."""
@@ -191,28 +210,30 @@ class SchedulingDuty:
             dead, timed_out = judge.unseen_spared(term, dead, timed_out, read_began)
         silences = self._fencing.silences(registered, assignments, dead, heartbeats, read_began)
         dead |= self._fencing.fenced(term, registered, silences, read_began)
-        read = RoundRead(pipelines, current, assignments, placements, supervisors, registered)
-        if not self._standby.promote_dead(
-            term,
-            read,
-            dead=dead,
-            silent_for=judge.supervisor_silent_for,
-            floor_secs=self._supervisor_timeout,
-        ):
-            return Plan(assign={}, unassign=[], moved={})  # a version moved: the next round
-        lane_suspected = self._standby.lane_suspected()
-        timed_out -= _promoting(assignments, lane_suspected, dead)
         keep_on = known - dead
         unassigned = [
             name for name, record in pipelines.items()
             if record.status.runs and name not in assignments
         ]  # fmt: skip
         draining = {sid for sid, cordon in cordons.items() if cordon.drain}
-        suspected = {s for s in registered if self._fencing.due(s, read_began)} | lane_suspected
         drained_from = self._drained_from(unassigned) if draining else {}
         still_running = _still_running(unassigned, workers, keep_on)
         if not heartbeats.complete or heartbeats.partial:
             still_running |= set(drained_from)  # a heartbeat missing may be a worker running
+        read = RoundRead(pipelines, current, assignments, placements, supervisors, registered)
+        if not self._standby.promote(
+            term,
+            read,
+            dead=dead,
+            stopped={n: s for n, s in drained_from.items() if n not in still_running},
+            cordoned=set(cordons),
+            silent_for=judge.supervisor_silent_for,
+            floor_secs=self._supervisor_timeout,
+        ):
+            return Plan(assign={}, unassign=[], moved={})  # a version moved: the next round
+        lane_suspected = self._standby.lane_suspected()
+        timed_out -= _promoting(assignments, lane_suspected, dead)
+        suspected = {s for s in registered if self._fencing.due(s, read_began)} | lane_suspected
         plan = plan_round(
             pipelines=pipelines,
             assignments=assignments,
@@ -226,6 +247,7 @@ class SchedulingDuty:
             },
             keep_on=keep_on,
             timed_out=timed_out,
+            fenced=self._standby.fence_held(read),  # stopped by a fence, not promoted
             epoch=term.epoch,
             now=self._wall(),
             draining=draining,
@@ -250,9 +272,10 @@ class SchedulingDuty:
             suspected=suspected,
             rewritten={*plan.assign, *plan.unassign},
         )
-        written = {*plan.assign, *plan.unassign, *placed}  # their versions read are spent
-        # the failover lane promotes from the round's read, but what the round wrote
-        self._standby.hand_to_lane(term, read, written=written)
+        # the failover lane promotes from the round's read, but what the round wrote (their
+        # versions read are spent)
+        self._standby.hand_to_lane(term, read, written={*plan.assign, *plan.unassign, *placed})
+        self._standby.take_census(read)
         return plan
 
     def _drained_from(self, unassigned: list[str]) -> dict[str, str]:

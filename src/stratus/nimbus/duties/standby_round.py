@@ -1,17 +1,22 @@
 """The standby workers' part of a scheduling round: promotions, placements, the lane's snapshot.
 
 Before the round plans, the standby worker of each hot pipeline of a supervisor judged dead
-is promoted when it is READY (``promotion_plan``, verdict ``dead``: one fenced transaction
-each); after the plan is applied, the standby workers are placed against the assignments as
-it left them (``standby_plan``), and the failover lane gets the hot pipelines of the round's
-read (``HotSnapshot``). Kept apart from the round so that the round reads as the ordinary
+(verdict ``dead``), and of each hot pipeline a drain took off a supervisor once its old
+worker stopped (``stopped``), is promoted when it is READY (``promotion_plan``: one fenced
+transaction each); after the plan is applied, the standby workers are placed against the
+assignments as it left them (``standby_plan``), the failover lane gets the hot pipelines of
+the round's read (``HotSnapshot``), and the metrics their standby workers' census
+(``standby_census``). A promotion refused is logged each round and counted once per verdict
+(``RefusalMemory``). Kept apart from the round so that the round reads as the ordinary
 scheduling, with the standby workers' collaborators (their table, the promoter, the lane)
 behind one small interface; each is optional, and without it its step does nothing::
 
     standby = StandbyRound(settings.standby, table=table, promoter=promoter, lane=lane)
     placements = standby.read_placements()
-    if not standby.promote_dead(term, snapshot, dead=dead, silent_for=..., floor_secs=...):
+    if not standby.promote(term, read, dead=dead, stopped=stopped, cordoned=cordoned,
+                           silent_for=..., floor_secs=...):
         return  # a version moved: the next round reads again
+    standby.take_census(read)   # standby.census: the metrics' (any thread)
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ from stratus.api.standby_workers import StandbyWorkerPlacement
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.failover.lane import FailoverLane, hot_snapshot
 from stratus.nimbus.failover.promotion import Promoter
-from stratus.nimbus.failover.promotion_plan import How, plan_promotions
+from stratus.nimbus.failover.promotion_plan import How, PromotionRefusal, plan_promotions
+from stratus.nimbus.failover.refusals import RefusalMemory
+from stratus.nimbus.scheduling.standby_census import StandbyCensus, standby_census
 from stratus.nimbus.scheduling.standby_plan import plan_standby_workers
 from stratus.nimbus.scheduling.standby_workers import Placements, StandbyWorkerTable
 from stratus.nimbus.settings import StandbySettings
@@ -55,7 +62,8 @@ class RoundRead:
 
 
 class StandbyRound:
-    """The standby workers' steps of a scheduling round; see the module docstring."""
+    """The standby workers' steps of a scheduling round; see the module docstring.
+    ``on_refused``: each refused promotion once per verdict on its supervisor."""
 
     def __init__(
         self,
@@ -64,13 +72,17 @@ class StandbyRound:
         table: StandbyWorkerTable | None = None,
         promoter: Promoter | None = None,
         lane: FailoverLane | None = None,
+        on_refused: Callable[[PromotionRefusal], None] = lambda _refusal: None,
         wall: Clock = time.time,
     ) -> None:
         self._settings = settings
         self._table = table  # None: no standby worker is ever placed (tests of other rules)
-        self._promoter = promoter  # None: no standby worker is promoted on a dead supervisor
+        self._promoter = promoter  # None: the round promotes no standby worker
         self._lane = lane  # None: no supervisor is suspected on the fast beats
         self._wall = wall  # only for the records' timestamps
+        self._on_refused = on_refused
+        self._told = RefusalMemory()  # the refusals counted, once per verdict
+        self.census: StandbyCensus | None = None  # the last round's (read by any thread)
 
     def read_placements(self) -> dict[str, tuple[StandbyWorkerPlacement | None, int]]:
         """Every standby worker's placement, with its version (none without a table)."""
@@ -80,50 +92,71 @@ class StandbyRound:
         """The supervisors the failover lane suspects (none without a lane)."""
         return self._lane.suspected() if self._lane is not None else frozenset()
 
-    def promote_dead(
+    def fence_held(self, read: RoundRead) -> frozenset[str]:
+        """The pipelines the failover lane hands the round: a fence it asked stopped their
+        worker, their supervisor holds them until a newer assignment, and their promotion was
+        refused (``FailoverLane.fence_held``; none without a lane)."""
+        return self._lane.fence_held(read.current) if self._lane is not None else frozenset()
+
+    def promote(
         self,
         term: Leadership,
         read: RoundRead,
         *,
         dead: set[str],
+        stopped: Mapping[str, str],
+        cordoned: set[str],
         silent_for: Callable[[str], float],
         floor_secs: float,
     ) -> bool:
         """Promote the standby workers of the hot pipelines of dead supervisors (verdict
-        ``dead``) and apply the promotions to ``read``; False when one found a version moved
-        (the lane promoted it meanwhile, or the read is stale): the next round reads again.
-        ``silent_for`` says how long a supervisor has been silent, for the trail."""
-        if self._promoter is None or not dead:
+        ``dead``) and of those a drain took off a supervisor whose old worker stopped
+        (``stopped``: pipeline -> that supervisor), never to a ``cordoned`` supervisor, and
+        apply the promotions to ``read``; False when one found a version moved (the lane
+        promoted it meanwhile, or the read is stale): the next round reads again.
+        ``silent_for`` says how long a dead supervisor has been silent, for the trail, and
+        ``floor_secs`` the silence its verdict waited for (a drain's waited for none)."""
+        self._told.keep(under=dead | set(stopped.values()))
+        if self._promoter is None or not (dead or stopped):
             return True
         plan = plan_promotions(
             verdicts=dict.fromkeys(dead, How.DEAD),
+            stopped=stopped,
             pipelines=read.pipelines,
             assignments=read.current,
             placements=read.placements,
             heartbeats=read.supervisors,
             suspected=set(self._lane.suspected()) if self._lane is not None else set(),
             registered=set(read.registered),
+            cordoned=cordoned,
             epoch=term.epoch,
             now=self._wall(),
         )
         for refusal in plan.refusals:
             log.info(
-                "event=promotion_refused pipeline=%s epoch=%d from=%s how=dead reason=%s "
+                "event=promotion_refused pipeline=%s epoch=%d from=%s how=%s reason=%s "
                 "standby=%s action=moved_the_ordinary_way",
                 refusal.pipeline,
                 term.epoch,
                 refusal.from_supervisor,
+                refusal.how.value,
                 refusal.reason.value,
                 refusal.standby or "-",
             )
+        for refusal in self._told.news(plan.refusals):
+            self._on_refused(refusal)
         for promotion in plan.promotions:
             name = promotion.pipeline
-            silent = silent_for(promotion.from_supervisor)
+            planned = promotion.how is How.STOPPED  # a drain: no silence, no floor
             if not self._promoter.promote(
-                term, promotion, silent_secs=silent, floor_secs=floor_secs
+                term,
+                promotion,
+                silent_secs=0.0 if planned else silent_for(promotion.from_supervisor),
+                floor_secs=0.0 if planned else floor_secs,
             ):
                 return False
-            read.current[name] = (promotion.assignment, promotion.assignment_version + 1)
+            written = promotion.assignment_version
+            read.current[name] = (promotion.assignment, 0 if written is None else written + 1)
             read.assignments[name] = promotion.assignment
             read.placements.pop(name, None)
         return True
@@ -183,6 +216,10 @@ class StandbyRound:
                     written=written,
                 )
             )
+
+    def take_census(self, read: RoundRead) -> None:
+        """The census of the round's read, as its promotions left it (``census``)."""
+        self.census = standby_census(read.pipelines, read.placements, read.supervisors)
 
     def restart_silences(self) -> None:
         """The failover lane's silences start again (nothing without a lane)."""

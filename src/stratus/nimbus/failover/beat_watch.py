@@ -15,6 +15,7 @@ apart restart every window. Each term starts empty::
     floors = beat_floors(registered)       # {supervisor: floor}, from each one's beat lease
     watch.suspected(floors)                # {"s1": Suspicion("s1", phi=12.3, silence_secs=1.1,
                                            #  floor_secs=1.02)}
+    watch.phis()                           # {"s1": 12.3, "s2": 0.4}: every one judged, for a metric
 
 **Arrivals.** A beat is ``[boot_id, seq]``; a read that shows a supervisor's beat with a
 higher ``seq`` than the last one seen, or another ``boot_id`` (its beat agent started again,
@@ -51,7 +52,7 @@ from enum import StrEnum
 
 from stratus.api.clock import Clock
 from stratus.api.records import SupervisorSummary
-from stratus.nimbus.failover.phi import PhiWindow, blind, restart, suspicions
+from stratus.nimbus.failover.phi import PhiWindow, blind, phis, restart, suspicions
 from stratus.nimbus.settings import DetectorSettings
 from stratus.pacemaker.errors import PacemakerRequestError
 from stratus.state.beats import BeatRead
@@ -127,6 +128,13 @@ class BeatWatch:
         """The start of the read the suspicions are judged at; None before the first good
         read of the term."""
         return self._judged_at
+
+    def phis(self) -> dict[str, float]:
+        """The phi of every supervisor judged at the last ``suspected``, at the judging read
+        (suspected or not); empty before the first judged read of the term."""
+        if self._judged_at is None:
+            return {}
+        return phis(self._windows, self._judged_at)
 
     def reset(self) -> None:
         """Forget everything and start every silence now: at every gain of leadership (a new

@@ -14,6 +14,8 @@ znode::
     lane.note(hot_snapshot(...))     # after every scheduling round: what is hot, and where
     lane.suspected()                 # the supervisors it suspects: the round moves none of
                                      # their hot pipelines and gives them nothing new
+    lane.fence_held(current)         # but these: fenced, promotion refused (see below)
+    lane.phi()                       # {"s1": 0.4}: the phi of each supervisor it judges
     lane.stop()                      # on losing the term, and when the nimbus stops
 
 **What it reads.** The beats, through ``BeatWatch.poll``, and nothing else: the pipelines,
@@ -30,16 +32,36 @@ replaces it. Otherwise a dead host whose silence restarted (a blind read, a new 
 be left to the round's timeout whenever its session ended before its floor passed.
 
 **The fence.** A supervisor is **suspected** once its phi reached ``nimbus.detector.threshold``
-(on a calm host about 0.66 s after its last beat), before its floor (1.02 s by default).
-With ``fence_pipelines`` (the nimbus's ``SupervisorFencing``, unless
+(on a calm host about 0.66 s after its last beat), before its floor (1.02 s by default). With
+``fence_pipelines`` (the nimbus's ``SupervisorFencing``, unless
 ``nimbus.supervisor.fence.after.secs`` is 0), the lane asks a suspected supervisor, once per
-suspicion, to stop the workers of its hot pipelines, waiting no longer than the time left to
-its floor: if it answers, they are promoted at once as ``fenced``; if not (a dead host
-answers nothing), they are promoted as ``floor`` once its silence reaches its floor.
-Suspicion alone promotes nothing. The fence is asked on a thread of its own
-(``fence_executor``): the lane goes on reading the beats while it waits, since a pause of
-its reads longer than three polls would read as blindness and restart every silence (a dead
-host's fence waits out its whole timeout: its packets are dropped).
+suspicion, to stop the workers of its hot pipelines, once its silence has also reached its beat
+lease (``lease_secs``, 0.8 s by default), while time is left to its floor: if it answers,
+they are promoted at once as ``fenced``; if not (a dead host answers nothing), they are
+promoted as ``floor`` once its silence reaches its floor. Suspicion alone promotes nothing,
+and stops nothing: a supervisor merely slow to beat (its beat agent stalled on a loaded host)
+is alive and obeys a fence, while its hot workers run on their beat lease until the lease runs
+out; asked earlier, the fence would stop a worker that the next beat keeps, and the supervisor
+answers only once it has stopped (a Spark driver's stop, far longer than the time left to the
+floor), so the lane would not hear it and the stopped pipeline would wait, held, for a new
+assignment. Once the silence reached the beat lease, the hot workers are stopping themselves:
+the fence stops nothing that would run on. The fence is asked on a thread of its own
+(``fence_executor``): the lane goes on reading the beats while it waits, since a pause of its
+reads longer than three polls would read as blindness and restart every silence (a dead host's
+fence waits out its whole timeout: its packets are dropped).
+
+**A fence answered, a promotion refused.** A supervisor that answered a pipeline fence has
+stopped the pipeline's worker and holds the pipeline back until an assignment with a newer
+fencing token; if the promotion is then refused (its standby worker not ``READY``, say), the
+lane hands the pipeline to the round (``fence_held``) as it logs the refusal: the next round
+writes it a new assignment, on the supervisor it picks (its own included), whether or not
+the lane still suspects its supervisor, and the lane plans no promotion of it while its
+assignment is the one the fence stopped. A fence's answer is the proof that its worker is
+gone; without one (a refusal on ``floor``) nothing is handed. The answer is waited for
+``fence_answer_secs`` (the leader's ``nimbus.supervisor.fencing.timeout.secs``), or the time
+left to the floor if longer, on the fence's thread: one that comes after the floor turns a
+``floor`` verdict into ``fenced``, and one that comes once the supervisor is heard again,
+when the lane promotes nothing off it, hands its pipelines to the round just the same.
 
 One thread per term, started by ``start`` and ended by ``stop``; the watch is reset at every
 start (a new term judges nothing from an earlier one's beats) and whenever the round restarts
@@ -74,6 +96,7 @@ from stratus.nimbus.failover.promotion_plan import (
     PromotionRefusal,
     plan_promotions,
 )
+from stratus.nimbus.failover.refusals import RefusalMemory
 
 log = logging.getLogger(__name__)
 
@@ -148,14 +171,34 @@ def hot_snapshot(
     )
 
 
+def _still_at(answered: Mapping[str, int], snapshot: HotSnapshot) -> frozenset[str]:
+    """Of the pipelines a fence ``answered`` for, those whose assignment ``snapshot`` holds at
+    the version the fence was asked at."""
+    return frozenset(
+        name
+        for name, version in answered.items()
+        if name in snapshot.assignments and snapshot.assignments[name][1] == version
+    )
+
+
+def lease_ran_out(supervisor: SupervisorSummary, suspicion: Suspicion) -> bool:
+    """Whether ``supervisor``'s silence has reached the beat lease it advertises: its hot
+    workers no longer hold it (a beat the judging read did not show renewed nothing past
+    then), so they are stopping themselves, and a pipeline fence stops nothing that would
+    run on."""
+    lease = supervisor.beat_lease
+    return lease is not None and suspicion.silence_secs >= lease.lease_secs
+
+
 class FailoverLane:
     """The thread that runs BeatWatch, the fence and the promotions; see the module docstring.
 
     ``registered``: the supervisors' registrations (the cluster view). ``wall``: the
-    assignments' timestamps.
+    assignments' timestamps. ``on_refused``: each refusal once per suspicion of its
+    supervisor (``RefusalMemory``), as it is logged (the refusals' counter).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only: collaborators, callbacks, clocks
         self,
         watch: BeatWatch,
         promoter: Promoter,
@@ -164,6 +207,8 @@ class FailoverLane:
         poll_secs: float,
         fence_pipelines: FencePipelines | None = None,
         fence_executor: Executor | None = None,
+        fence_answer_secs: float = 0.0,
+        on_refused: Callable[[PromotionRefusal], None] = lambda _refusal: None,
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
     ) -> None:
@@ -176,19 +221,27 @@ class FailoverLane:
         self._fence = fence_pipelines
         self._fence_executor = fence_executor or ThreadPoolExecutor(
             max_workers=4, thread_name_prefix="pipeline-fence"
-        )  # each call bounded by the time left to a floor
+        )  # each call bounded by the time left to a floor, or fence_answer_secs
+        self._answer_secs = fence_answer_secs  # how long a fence's answer is waited for
         self._clock = clock
         self._wall = wall
         self._lock = threading.Lock()  # guards what the round and the thread share:
         self._snapshot: HotSnapshot | None = None
         self._suspected: frozenset[str] = frozenset()
+        self._phi: Mapping[str, float] = {}  # each judged supervisor's, at the last judgement
         self._restart = False  # the round restarted its silences: so does the watch
-        self._refused: dict[str, str] = {}  # pipeline -> the refusal last logged
+        self._told = RefusalMemory()  # the refusals logged, once per suspicion
+        self._on_refused = on_refused
+        self._fences: dict[str, Future[Mapping[str, int]]] = {}  # supervisor -> what its
+        # fence answered for, with the assignment versions it was asked at (empty: no
+        # answer), asked once for as long as it stays suspected
+        self._late: list[tuple[str, Future[Mapping[str, int]]]] = []  # the fences of
+        # supervisors no longer suspected: what they answer is handed to the round
+        self._held: dict[str, tuple[str, int]] = {}  # pipeline -> (supervisor, assignment
+        # version) a fence stopped and holds, not promoted: the round moves it
         self._unjudged: frozenset[str] = frozenset()  # holders left to the round, logged
         self._seen: dict[str, SupervisorSummary] = {}  # each holder's newest registration seen
         # in this term, kept once it is gone (its beat lease gives its floor)
-        self._fences: dict[str, Future[frozenset[str]]] = {}  # supervisor -> what its fence
-        # answered for (empty: no answer), asked once for as long as it stays suspected
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._term: Leadership | None = None
@@ -212,6 +265,28 @@ class FailoverLane:
         with self._lock:
             return self._suspected
 
+    def fence_held(self, current: Mapping[str, tuple[Assignment, int]]) -> frozenset[str]:
+        """The pipelines a fence answered in this term stopped and holds on their supervisor,
+        whose promotion was refused (or that none followed: the answer came once the
+        supervisor was heard again), still assigned as the fence found them in ``current``
+        (the round's read: each assignment with its version): the round moves them the
+        ordinary way. Any other is forgotten: moved, rewritten or gone (any thread)."""
+        with self._lock:
+            self._held = {
+                name: (sid, version)
+                for name, (sid, version) in self._held.items()
+                if name in current
+                and current[name][0].supervisor == sid
+                and current[name][1] == version
+            }
+            return frozenset(self._held)
+
+    def phi(self) -> Mapping[str, float]:
+        """The phi of each supervisor judged at the lane's last judgement in this term,
+        suspected or not (any thread); empty while it judges no one."""
+        with self._lock:
+            return self._phi
+
     # ------------------------------------------------------------------ lifecycle
 
     def start(self, term: Leadership) -> None:
@@ -221,11 +296,13 @@ class FailoverLane:
         self.stop()
         self._watch.reset()
         with self._lock:
-            self._snapshot, self._suspected = None, frozenset()
-        self._refused.clear()
+            self._snapshot, self._suspected, self._phi = None, frozenset(), {}
+            self._held = {}
+        self._told.clear()
         self._unjudged = frozenset()
         self._seen = {}
         self._fences.clear()
+        self._late.clear()
         self.outcome = None
         self._term = term
         self._stop = threading.Event()
@@ -242,7 +319,7 @@ class FailoverLane:
         if thread is not None and thread is not threading.current_thread():
             thread.join()
         with self._lock:
-            self._suspected = frozenset()
+            self._suspected, self._phi = frozenset(), {}
         if thread is not None and self._term is not None:
             log.info("event=failover_lane_stopped epoch=%d", self._term.epoch)
         self._term = None
@@ -272,7 +349,8 @@ class FailoverLane:
             snapshot, restart, self._restart = self._snapshot, self._restart, False
         if restart:
             self._watch.reset()
-            self._fences.clear()
+            self._late += [(sid, f) for sid, f in self._fences.items() if not f.done()]
+            self._fences.clear()  # asked anew; one still waited for is handed when answered
             log.info("event=beat_watch_reset epoch=%d reason=round_restarted_silences", term.epoch)
         if not term.is_leader:
             return ()  # stepped down: on_lost stops the thread
@@ -303,26 +381,29 @@ class FailoverLane:
             ).items()
         }
         self._log_suspicions(term, suspicions)
-        self._set_suspected(suspicions)
-        for sid in set(self._fences) - set(suspicions):
-            del self._fences[sid]  # heard again: a later suspicion asks the fence again
+        self._set_suspected(suspicions, self._watch.phis())
+        for sid in set(self._fences) - set(suspicions):  # heard again: a later suspicion
+            self._late.append((sid, self._fences.pop(sid)))  # asks the fence again
+        self._hand_late()
         if not suspicions:
             return ()
         verdicts, fenced = self._verdicts(term, snapshot, registered, suspicions)
         if not verdicts:
             return ()  # suspected, neither fenced nor past its floor yet
+        offered = self._without_held(snapshot)  # the round moves those it holds
         plan = plan_promotions(
             verdicts=verdicts,
-            pipelines=snapshot.pipelines,
-            assignments=snapshot.assignments,
-            placements=snapshot.placements,
-            heartbeats=snapshot.heartbeats,
+            pipelines=offered.pipelines,
+            assignments=offered.assignments,
+            placements=offered.placements,
+            heartbeats=offered.heartbeats,
             suspected=set(suspicions),
             registered=set(registered),
             epoch=term.epoch,
             now=self._wall(),
             fenced=fenced,
         )
+        self._hold(snapshot, fenced, plan.refusals)
         self._log_refusals(term, plan.refusals)
         done = []
         for promotion in plan.promotions:
@@ -347,38 +428,48 @@ class FailoverLane:
         suspicions: Mapping[str, Suspicion],
     ) -> tuple[dict[str, How], dict[str, Set[str]]]:
         """``fenced`` for a suspected supervisor whose fence answered for its hot pipelines
-        (asked once per suspicion, within the time left to its floor), else ``floor`` once
-        its silence reached its floor; no verdict before."""
+        (asked once per suspicion, once its silence reached its beat lease, while time is left
+        to its floor; its answer counts whenever it comes, for the assignments it was asked
+        at), else ``floor`` once its silence reached its floor; no verdict before."""
         verdicts: dict[str, How] = {}
         fenced: dict[str, Set[str]] = {}
         for sid, suspicion in sorted(suspicions.items()):
             left = suspicion.floor_secs - suspicion.silence_secs
             asked = self._fences.get(sid)
-            if asked is None and left > 0 and self._fence is not None and sid in registered:
-                hot = frozenset(
-                    name for name, (a, _) in snapshot.assignments.items() if a.supervisor == sid
-                )
+            if (
+                asked is None
+                and left > 0
+                and self._fence is not None
+                and sid in registered
+                and lease_ran_out(registered[sid], suspicion)
+            ):
+                hot = {
+                    name: version
+                    for name, (a, version) in snapshot.assignments.items()
+                    if a.supervisor == sid
+                }
                 asked = self._fences[sid] = self._fence_executor.submit(
-                    self._fenced, registered[sid], hot, term.epoch, left
+                    self._fenced, registered[sid], hot, term.epoch, max(left, self._answer_secs)
                 )
-            answered = asked.result() if asked is not None and asked.done() else frozenset()
-            if answered:
-                verdicts[sid], fenced[sid] = How.FENCED, answered
+            answered = asked.result() if asked is not None and asked.done() else {}
+            answered_now = _still_at(answered, snapshot)  # a rewrite since is not fenced
+            if answered_now:
+                verdicts[sid], fenced[sid] = How.FENCED, answered_now
             elif left <= 0:
                 verdicts[sid] = How.FLOOR
         return verdicts, fenced
 
     def _fenced(
-        self, supervisor: SupervisorSummary, pipelines: frozenset[str], epoch: int, within: float
-    ) -> frozenset[str]:
-        """``pipelines`` if ``supervisor`` answered their fence ``within`` seconds, else none
-        (on the fence's thread)."""
+        self, supervisor: SupervisorSummary, pipelines: Mapping[str, int], epoch: int, within: float
+    ) -> Mapping[str, int]:
+        """``pipelines`` (with their assignments' versions) if ``supervisor`` answered their
+        fence ``within`` seconds, else none (on the fence's thread)."""
         assert self._fence is not None
         try:
-            return pipelines if self._fence(supervisor, pipelines, epoch, within) else frozenset()
+            return pipelines if self._fence(supervisor, frozenset(pipelines), epoch, within) else {}
         except Exception:  # a fence that fails is one that got no answer
             log.exception("event=pipeline_fence_failed supervisor=%s", supervisor.id)
-            return frozenset()
+            return {}
 
     def _log_suspicions(self, term: Leadership, suspicions: Mapping[str, Suspicion]) -> None:
         """Each supervisor newly suspected, once (the lane polls ten times a second)."""
@@ -412,16 +503,59 @@ class FailoverLane:
             )
         self._unjudged = frozenset(unjudged)
 
-    def _set_suspected(self, suspicions: Mapping[str, Suspicion]) -> None:
+    def _hand_late(self) -> None:
+        """Hand the round what the fences of supervisors no longer suspected answered, late
+        or not: the lane promotes nothing off a supervisor it does not suspect, and the
+        supervisor holds those pipelines until a newer assignment (``fence_held``)."""
+        pending = []
+        for sid, asked in self._late:
+            if not asked.done():
+                pending.append((sid, asked))
+                continue
+            with self._lock:
+                for name, version in asked.result().items():
+                    self._held[name] = (sid, version)
+        self._late = pending
+
+    def _without_held(self, snapshot: HotSnapshot) -> HotSnapshot:
+        """``snapshot`` without the pipelines handed to the round at the assignment it read:
+        the round moves them, the lane promotes none of them."""
         with self._lock:
-            self._suspected = frozenset(suspicions)
+            held = dict(self._held)
+        for name, (sid, version) in held.items():
+            assignment, read = snapshot.assignments.get(name, (None, None))
+            if assignment is not None and assignment.supervisor == sid and read == version:
+                snapshot = snapshot.without(name)
+        return snapshot
+
+    def _hold(
+        self,
+        snapshot: HotSnapshot,
+        fenced: Mapping[str, Set[str]],
+        refusals: tuple[PromotionRefusal, ...],
+    ) -> None:
+        """Hand the round each refused pipeline that a fence answered for: its worker is gone
+        and its supervisor holds it until a newer assignment (``fence_held``)."""
+        with self._lock:
+            for refusal in refusals:
+                name, sid = refusal.pipeline, refusal.from_supervisor
+                if refusal.how is How.FENCED and name in fenced.get(sid, ()):
+                    self._held[name] = (sid, snapshot.assignments[name][1])  # as fenced
+
+    def _set_suspected(
+        self, suspicions: Mapping[str, Suspicion], phi: Mapping[str, float] | None = None
+    ) -> None:
+        """What the last judgement says (nobody judged: no phi); a refusal off a supervisor
+        no longer suspected is forgotten, so that its next suspicion tells it again."""
+        self._told.keep(under=suspicions.keys())
+        with self._lock:
+            self._suspected, self._phi = frozenset(suspicions), dict(phi or {})
 
     def _log_refusals(self, term: Leadership, refusals: tuple[PromotionRefusal, ...]) -> None:
-        """Each refusal once, until its reason changes (the lane polls ten times a second)."""
-        for refusal in refusals:
-            if self._refused.get(refusal.pipeline) == refusal.reason.value:
-                continue
-            self._refused[refusal.pipeline] = refusal.reason.value
+        """Each refusal once per suspicion of its supervisor, until its reason changes (the
+        lane polls ten times a second); each one told is counted (``on_refused``)."""
+        for refusal in self._told.news(refusals):
+            self._on_refused(refusal)
             log.warning(
                 "event=promotion_refused pipeline=%s epoch=%d from=%s how=%s reason=%s "
                 "standby=%s detail=%s action=moved_the_ordinary_way",

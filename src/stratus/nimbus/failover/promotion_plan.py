@@ -1,11 +1,12 @@
 """Which standby workers the leader promotes: the pure plan, from verdicts on supervisors.
 
 Guarantees: a pipeline is promoted only off a supervisor under a verdict that says its active
-worker is gone, only to the supervisor of its placement, never to the active's own, and only
-when that supervisor is registered, neither suspected nor under a verdict itself, and reports
-the pipeline's standby worker READY with the generation and code of the pipeline's record now;
-at most once per plan. Everything else is refused, with the reason, and moves the ordinary way
-(a warm or cold start, ``scheduler.plan_round``)::
+worker is gone, or once a drain's stop of its old worker is seen done (``stopped``), only to
+the supervisor of its placement, never to the active's own, and only when that supervisor is
+registered, neither suspected, cordoned nor under a verdict itself, and reports the
+pipeline's standby worker READY with the generation and code of the pipeline's record now; at
+most once per plan. Everything else is refused, with the reason, and moves the ordinary way (a
+warm or cold start, ``scheduler.plan_round``)::
 
     plan = plan_promotions(
         verdicts={"s1": How.FLOOR},          # s1 silent for at least its floor
@@ -16,6 +17,8 @@ at most once per plan. Everything else is refused, with the reason, and moves th
         heartbeats=supervisor_beats,         # {supervisor: SupervisorHeartbeat}
         suspected={"s1"}, registered={"s1", "s2"},
         epoch=term.epoch, now=time.time(),
+        stopped={"clicks": "s3"},            # How.STOPPED: drained off s3, its worker stopped
+        cordoned={"s4"},                     # no promotion to a cordoned supervisor
     )
     plan.promotions   # (Promotion("orders", from_supervisor="s1", to_supervisor="s2", ...),)
     plan.refusals     # (PromotionRefusal("web", "s1", How.FLOOR, Refusal.NOT_READY, ...),)
@@ -24,15 +27,20 @@ at most once per plan. Everything else is refused, with the reason, and moves th
 pipeline in this term (its worker is gone; ``fenced`` names the pipelines each fence covered,
 and a pipeline of that supervisor outside it is refused: its worker may still run);
 ``floor``, the supervisor has been silent for at least its floor, so its hot workers have
-stopped themselves (``beat_watch``); ``dead``, the round judged it dead; ``stopped``, a drain
-or an update whose old worker stopped.
+stopped themselves (``beat_watch``); ``dead``, the round judged it dead. ``stopped`` is a
+pipeline's, never a supervisor's: a drain took the pipeline's assignment off the supervisor
+and no live supervisor reports its old worker running any more (the drain's second step,
+``scheduler`` rule 5). Its other pipelines may still run there (a drain that found no room
+for them keeps them), so ``stopped`` as a verdict on a supervisor is refused
+(``ValueError``); the round passes ``stopped``, pipeline by pipeline.
 
 Only a pipeline that runs (ACTIVE) and asks for a standby worker (``pipeline.standby: hot``) is
 considered: another pipeline of that supervisor is not refused, it is none of this plan's
 business (nothing changes for pipelines that did not ask). Each promotion carries the new
 assignment and its history change (``standby_promoted``), and the znode versions its
 transaction checks: the assignment and the placement as read, so that a plan made from a stale
-read writes nothing.
+read writes nothing. A ``stopped`` pipeline has no assignment (the drain deleted it): its
+promotion creates one (``assignment_version`` None), which fails if anything created one since.
 """
 
 from __future__ import annotations
@@ -63,7 +71,7 @@ class How(StrEnum):
     FENCED = "fenced"  # the supervisor answered a pipeline fence for it in this term
     FLOOR = "floor"  # silent for at least its floor: its hot workers stopped themselves
     DEAD = "dead"  # the round judged it dead (nimbus.supervisor.timeout.secs)
-    STOPPED = "stopped"  # a drain or an update whose old worker stopped
+    STOPPED = "stopped"  # a pipeline's: drained off the supervisor, its old worker stopped
 
 
 class Refusal(StrEnum):
@@ -76,6 +84,7 @@ class Refusal(StrEnum):
     STANDBY_UNREGISTERED = "standby_unregistered"
     STANDBY_UNDER_VERDICT = "standby_under_verdict"  # its supervisor's workers are gone too
     STANDBY_SUSPECTED = "standby_suspected"
+    STANDBY_CORDONED = "standby_cordoned"  # cordoned or drained: it takes no new pipeline
     STANDBY_STOPPING = "standby_stopping"  # its supervisor is shutting down
     NOT_REPORTED = "not_reported"  # its supervisor's heartbeat does not report it
     NOT_READY = "not_ready"  # FETCHING, STARTING, REFUSED or FAILED
@@ -86,14 +95,15 @@ class Refusal(StrEnum):
 @dataclass(frozen=True)
 class Promotion:
     """One pipeline's standby worker to promote, in one fenced transaction: write
-    ``assignment`` (checking ``assignment_version``), delete the placement (checking
-    ``placement_version``) and record ``change``."""
+    ``assignment`` (checking ``assignment_version``; None: there is none, a drain deleted
+    it, and the write creates it), delete the placement (checking ``placement_version``) and
+    record ``change``."""
 
     pipeline: str
     from_supervisor: str
     to_supervisor: str
     how: How
-    assignment_version: int
+    assignment_version: int | None
     placement_version: int
     assignment: Assignment
     change: AssignmentChange
@@ -138,31 +148,46 @@ def plan_promotions(  # noqa: PLR0913 keyword-only: the snapshot a promotion pla
     epoch: int,
     now: float,
     fenced: Mapping[str, Set[str]] | None = None,
+    stopped: Mapping[str, str] | None = None,
+    cordoned: Set[str] = frozenset(),
 ) -> PromotionPlan:
     """The promotions the rules of the module docstring allow, and the refusals.
 
-    ``verdicts``: supervisor -> ``How``. ``assignments`` and ``placements``: as read, with
-    their znode versions (a placement None: unreadable). ``heartbeats``: each supervisor's
-    newest heartbeat, whose ``standby_workers`` report its standby workers. ``suspected``:
-    the supervisors the failure detector suspects. ``registered``: the supervisors with a
-    registration. ``fenced``: for each supervisor under a ``fenced`` verdict, the pipelines
-    its fence answered for. ``epoch`` and ``now`` go into each new assignment and change.
-    ``ValueError`` for a verdict that is not a ``How``.
+    ``verdicts``: supervisor -> ``How`` (never ``stopped``). ``assignments`` and
+    ``placements``: as read, with their znode versions (a placement None: unreadable).
+    ``heartbeats``: each supervisor's newest heartbeat, whose ``standby_workers`` report its
+    standby workers. ``suspected``: the supervisors the failure detector suspects.
+    ``registered``: the supervisors with a registration. ``fenced``: for each supervisor
+    under a ``fenced`` verdict, the pipelines its fence answered for. ``stopped``: pipeline
+    -> the supervisor a drain took it off, for the pipelines with no assignment whose old
+    worker no live supervisor reports running. ``cordoned``: the cordoned supervisors
+    (drained ones too). ``epoch`` and ``now`` go into each new assignment and change.
+    ``ValueError`` for a verdict that is not a ``How``, for ``stopped`` as a supervisor's
+    verdict, and for a ``stopped`` pipeline that has an assignment.
     """
     hows = {supervisor: _how(supervisor, how) for supervisor, how in verdicts.items()}
+    stopped = stopped or {}
+    assigned = sorted(set(stopped) & set(assignments))
+    if assigned:
+        name = assigned[0]
+        raise ValueError(
+            f"pipeline {name} is listed as stopped off {stopped[name]}, but it is assigned "
+            f"to {assignments[name][0].supervisor}: only a pipeline with no assignment is "
+            "promoted as stopped"
+        )
     promotions: list[Promotion] = []
     refusals: list[PromotionRefusal] = []
-    others = _Others(hows, heartbeats, suspected, registered, fenced or {})
+    others = _Others(hows, heartbeats, suspected, registered, fenced or {}, cordoned)
     hot = sorted(
         (record.submitted, name)
         for name, record in pipelines.items()
-        if name in assignments and record.status.runs and wants_standby_worker(record.conf)
+        if (name in assignments or name in stopped)
+        and record.status.runs
+        and wants_standby_worker(record.conf)
     )
     for _, name in hot:
         record = pipelines[name]
-        assignment, assignment_version = assignments[name]
-        source = assignment.supervisor
-        how = hows.get(source)
+        source, how, assignment_version = _source(name, assignments, stopped, hows)
         if how is None:
             continue
         entry = placements.get(name)
@@ -197,14 +222,34 @@ def plan_promotions(  # noqa: PLR0913 keyword-only: the snapshot a promotion pla
     return PromotionPlan(tuple(promotions), tuple(refusals))
 
 
+def _source(
+    name: str,
+    assignments: Mapping[str, tuple[Assignment, int]],
+    stopped: Mapping[str, str],
+    hows: Mapping[str, How],
+) -> tuple[str, How | None, int | None]:
+    """Where ``name``'s active worker was, the verdict that says it is gone (None: none), and
+    the version of its assignment (None: it has none)."""
+    if name in stopped:
+        return stopped[name], How.STOPPED, None
+    assignment, version = assignments[name]
+    return assignment.supervisor, hows.get(assignment.supervisor), version
+
+
 def _how(supervisor: str, how: str) -> How:
     try:
-        return How(how)
+        verdict = How(how)
     except ValueError:
         raise ValueError(
             f"the verdict on supervisor {supervisor} is {how!r}, not one of "
-            f"{', '.join(h.value for h in How)}"
+            f"{', '.join(h.value for h in How if h is not How.STOPPED)}"
         ) from None
+    if verdict is How.STOPPED:
+        raise ValueError(
+            f"the verdict on supervisor {supervisor} is 'stopped', which is a pipeline's "
+            "(a drain whose old worker stopped): pass those pipelines in stopped"
+        )
+    return verdict
 
 
 @dataclass(frozen=True)
@@ -216,6 +261,7 @@ class _Others:
     suspected: Set[str]
     registered: Set[str]
     fenced: Mapping[str, Set[str]]
+    cordoned: Set[str]
 
     def refusal(
         self,
@@ -239,12 +285,9 @@ class _Others:
             return Refusal.NO_STANDBY_WORKER, f"placed nowhere: {because}"
         if target == source:
             return Refusal.ON_ACTIVE_SUPERVISOR, f"its standby worker is on {source} too"
-        if target not in self.registered:
-            return Refusal.STANDBY_UNREGISTERED, f"{target} is not registered"
-        if target in self.verdicts:
-            return Refusal.STANDBY_UNDER_VERDICT, f"{target} is {self.verdicts[target].value} too"
-        if target in self.suspected:
-            return Refusal.STANDBY_SUSPECTED, f"{target} is suspected"
+        unfit = self._unfit(target)
+        if unfit is not None:
+            return unfit
         stale = _stale(placement.generation, placement.digest, record.generation, record.digest)
         if stale is not None:
             return stale[0], f"placed for {stale[1]}"
@@ -262,6 +305,18 @@ class _Others:
         if beat.state is not StandbyWorkerState.READY:
             error = f": {beat.error}" if beat.error else ""
             return Refusal.NOT_READY, f"{target} reports it {beat.state.value}{error}"
+        return None
+
+    def _unfit(self, target: str) -> tuple[Refusal, str] | None:
+        """Why supervisor ``target`` takes no promotion, whatever the pipeline; None: it may."""
+        if target not in self.registered:
+            return Refusal.STANDBY_UNREGISTERED, f"{target} is not registered"
+        if target in self.verdicts:
+            return Refusal.STANDBY_UNDER_VERDICT, f"{target} is {self.verdicts[target].value} too"
+        if target in self.suspected:
+            return Refusal.STANDBY_SUSPECTED, f"{target} is suspected"
+        if target in self.cordoned:
+            return Refusal.STANDBY_CORDONED, f"{target} is cordoned"
         return None
 
 

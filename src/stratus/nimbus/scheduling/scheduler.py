@@ -10,6 +10,7 @@ then writes the plan in its fenced transactions::
                                       # stopping, not cordoned
         keep_on={"s1", "s2", "s3"},   # not judged dead: their assignments stay put
         timed_out={"etl"},            # pipelines whose worker went silent
+        fenced={"orders"},            # whose worker a pipeline fence stopped: placed again
         epoch=term.epoch, now=time.time(),
         draining={"s3"},              # cordoned with a drain: its pipelines move away
         drained_from={"web": "s3"},   # taken off s3 by the drain, not placed yet
@@ -31,7 +32,12 @@ The rules, in the order a round applies them:
    supervisor's, a timed-out one) prefers a supervisor with a ready warm worker (``warm``),
    where its new worker skips the Spark start. A timed-out one goes to another
    supervisor than its own, or stays where it is when no other has room; a dead supervisor's
-   pipeline that finds no room is unassigned (and placed again once room appears).
+   pipeline that finds no room is unassigned (and placed again once room appears). A
+   pipeline of ``fenced`` (the leader's pipeline fence stopped its worker on a live
+   supervisor, which holds it back until a newer assignment, and its standby worker was not
+   promoted) gets a new assignment on the supervisor with the most free slots, its own
+   included (the new fencing token ends the hold there), preferring a ready warm worker;
+   with no room anywhere it stays as it is, and a later round places it.
 4. An ACTIVE pipeline with no assignment whose worker a supervisor not judged dead still
    runs (``still_running``: its assignment was just deleted, and that worker stops) is not
    placed yet: the old worker stops before a new one claims the checkpoint, as after any
@@ -115,6 +121,7 @@ def plan_round(  # noqa: PLR0913 keyword-only: the snapshot a round plans from
     timed_out: Set[str],
     epoch: int,
     now: float,
+    fenced: Set[str] = frozenset(),
     draining: Set[str] = frozenset(),
     drained_from: Mapping[str, str] | None = None,
     still_running: Set[str] = frozenset(),
@@ -131,7 +138,8 @@ def plan_round(  # noqa: PLR0913 keyword-only: the snapshot a round plans from
     yet, with that supervisor. ``still_running``: pipelines with no assignment whose worker
     a supervisor of ``keep_on`` still runs. ``warm``: each supervisor's ready warm workers.
     ``reserved``: the standby workers placed on each supervisor, whose slots a pipeline takes
-    last. ``epoch`` and ``now`` go into every assignment written.
+    last. ``epoch`` and ``now`` go into every assignment written. ``fenced``: pipelines whose
+    worker a pipeline fence stopped on a live supervisor, to assign anew.
     """
     drained_from = drained_from or {}
     round_ = _Round(epoch, now)
@@ -147,7 +155,7 @@ def plan_round(  # noqa: PLR0913 keyword-only: the snapshot a round plans from
             continue
         if assignment.supervisor in keep_on:
             staying[name] = assignment
-            if name not in timed_out:
+            if name not in timed_out and name not in fenced:
                 if assignment.supervisor in draining:
                     to_drain.append(_Candidate(name, record, assignment))
                 continue
@@ -160,11 +168,11 @@ def plan_round(  # noqa: PLR0913 keyword-only: the snapshot a round plans from
     for _ in range(held):
         slots.take()  # no room for others meanwhile
     for candidate in sorted(to_place, key=_Candidate.order):
-        round_.place(candidate, slots, keep_on)
+        round_.place(candidate, slots, keep_on, fenced)
     for candidate in sorted(to_drain, key=_Candidate.order):
         round_.drain(candidate, slots)
     for name, assignment in staying.items():
-        if name not in round_.moved and name not in round_.drain_moving:
+        if name not in round_.assign and name not in round_.drain_moving:
             round_.keep(name, pipelines[name], assignment)
     return Plan(
         assign=round_.assign,
@@ -264,8 +272,11 @@ class _Round:
         self.drain_moving[name] = current.supervisor
         self.note(name, record, AssignmentReason.DRAINED, None, current.supervisor)
 
-    def place(self, candidate: _Candidate, slots: _FreeSlots, keep_on: Set[str]) -> None:
-        """Place a new pipeline, a dead supervisor's, or a timed-out one (kept if no room)."""
+    def place(
+        self, candidate: _Candidate, slots: _FreeSlots, keep_on: Set[str], fenced: Set[str]
+    ) -> None:
+        """Place a new pipeline, a dead supervisor's, a fenced one or a timed-out one (the
+        last two kept if no room)."""
         name, record, current = candidate.name, candidate.record, candidate.current
         if current is None:
             target = slots.take()
@@ -282,6 +293,14 @@ class _Round:
                 self.assign[name] = self._assignment(name, record, target)
                 reason = AssignmentReason.SUPERVISOR_DEAD
                 self.note(name, record, reason, target, current.supervisor)
+        elif name in fenced:  # anew, its own supervisor too: its slot there is free again
+            slots.release(current.supervisor)
+            target = slots.take(prefer_warm=True)
+            if target is not None:
+                if target != current.supervisor:
+                    self.moved[name] = (current.supervisor, target)
+                self.assign[name] = self._assignment(name, record, target)
+                self.note(name, record, AssignmentReason.FENCED, target, current.supervisor)
         else:  # timed out on a live supervisor: elsewhere, or nowhere
             target = slots.take(avoid=current.supervisor, prefer_warm=True)
             if target is not None:
