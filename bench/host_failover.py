@@ -836,12 +836,7 @@ def verdicts(results: list[RowResult], timeout: float) -> list[str]:
             f"{'met' if p99 <= TARGET_P99_SECS else 'MISSED'}"
         )
         if ROWS[result.row].hot:
-            promoted = [r for r in result.rounds if r.how is not None]
-            hows = ", ".join(sorted({str(r.how) for r in promoted})) or "none"
-            lines.append(
-                f"{result.row}: standby worker promoted in {len(promoted)} of "
-                f"{len(result.rounds)} rounds (how: {hows})"
-            )
+            lines.extend(promotion_verdicts(result.row, result.rounds))
     p50s = {row: percentile(total, 50) for row, total in totals.items()}
     for faster, slower in (("warm", "cold"), ("hot", "cold"), ("hot", "warm")):
         if faster in p50s and slower in p50s:
@@ -863,6 +858,26 @@ def verdicts(results: list[RowResult], timeout: float) -> list[str]:
         if result.warm_rss_mib:
             lines.append(f"{result.row}: {memory_verdict(result.warm_rss_mib)}")
     return lines
+
+
+def promotion_verdicts(row: str, rounds: Sequence[Round]) -> list[str]:
+    """How a hot row's rounds moved: every round's standby worker was READY at the kill, so
+    each round should promote it (a round that moved the ordinary way, cold, is a miss), and
+    by the failover lane's verdict (``floor``, ``fenced``) rather than the round's timeout
+    (``dead``)."""
+    promoted = [r for r in rounds if r.how is not None]
+    hows = ", ".join(sorted({str(r.how) for r in promoted})) or "none"
+    cold = [str(r.number) for r in rounds if r.how is None]
+    lane = [r for r in promoted if r.how in ("floor", "fenced")]
+    by_round = [str(r.number) for r in promoted if r not in lane]
+    return [
+        f"{row}: standby worker promoted in {len(promoted)} of {len(rounds)} rounds (how: "
+        f"{hows}), each READY at its kill: "
+        + ("met" if not cold else f"MISSED (moved the ordinary way: round {', '.join(cold)})"),
+        f"{row}: promoted by the failover lane (floor or fenced) in {len(lane)} of "
+        f"{len(rounds)} rounds"
+        + (f" (by the round's timeout: round {', '.join(by_round)})" if by_round else ""),
+    ]
 
 
 def standby_memory(rounds: Sequence[Round]) -> str:

@@ -8,7 +8,9 @@ Each test starts at most one Spark: a JVM start costs seconds on a 2-core machin
 
 from __future__ import annotations
 
+import os
 import signal
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from stratus.worker.lease_file import write_lease
 from stratus.worker.outcome import FENCED_EXIT, OK_EXIT, REFUSED_EXIT, USAGE_EXIT
 from stratus.worker.promotion import PROMOTE_FILE, StandbyReady, read_standby_ready, standby_file
 from stratus.worker.spec import WorkerSpec
+from stratus.worker.standby import ORPHAN_SECS
 from tests.cluster.test_worker import rows_total_is
 from tests.harness.spark_packages import (
     FIRST_TOKEN,
@@ -188,9 +191,13 @@ def test_a_standby_worker_stopped_before_its_promotion_leaves_without_a_claim(
 
 
 def test_an_orphaned_standby_worker_leaves_without_a_claim(tmp_path, start_standby):
-    """Its supervisor's lease has ended: it leaves at its first look, whatever its phase."""
+    """Its supervisor's lease has been over for longer than ORPHAN_SECS (a shorter lapse
+    keeps it, ``test_standby_lease_lapse``): it leaves at its first look, whatever its
+    phase."""
     lease = tmp_path / "lease"
-    write_lease(lease, until=0.0)
+    write_lease(lease, until=0.0)  # lapsed, and not written since
+    long_ago = time.time() - ORPHAN_SECS - 1.0
+    os.utime(lease, (long_ago, long_ago))
     standby = start_standby(standby_spec(tmp_path, lease_path=lease))
     assert_left_without_a_claim(standby, OK_EXIT)
     assert "lease ended" in standby.output()

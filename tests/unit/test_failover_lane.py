@@ -476,3 +476,63 @@ def test_a_poll_of_no_positive_seconds_is_refused() -> None:
             dict,
             poll_secs=0,
         )
+
+
+def test_a_holder_whose_registration_left_is_judged_on_and_promoted_at_its_floor(
+    lane: Lane,
+) -> None:
+    """A dead host's session ends about a session timeout after its death; a silence that
+    started again meanwhile (a blind read, a new term) must not leave it to the round."""
+    lane.lane.note(snapshot())
+    lane.run(2.0, {"s1", "s2", "s3"})
+    lane.run(0.5, {"s2", "s3"})  # s1 falls silent
+    lane.clock.advance(4 * POLL)  # the lane's reads paused: every silence starts again
+    lane.run(POLL, {"s2", "s3"})
+    del lane.registered["s1"]  # its session ended before its floor passed
+    done = lane.run(1.5, {"s2", "s3"})
+    assert [(p.pipeline, p.from_supervisor, p.to_supervisor, p.how) for p in done] == [
+        ("orders", "s1", "s2", How.FLOOR)
+    ]
+    _, silent, floor = lane.promoter.promoted[0]
+    assert silent >= floor == LEASE.floor_secs(0.1)  # the beat lease it last advertised
+
+
+def test_a_holder_never_registered_in_the_term_is_left_to_the_round(lane: Lane) -> None:
+    del lane.registered["s1"]
+    lane.lane.note(snapshot())
+    lane.run(3.0, {"s2", "s3"})
+    assert lane.lane.suspected() == frozenset()
+    assert lane.promoter.asked == []
+
+
+def test_the_lane_logs_a_suspicion_a_blind_read_and_a_holder_left_to_the_round(
+    lane: Lane, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What an operator reads when a failover was the round's, not the lane's: each once."""
+    caplog.set_level("INFO", logger="stratus.nimbus.failover.lane")
+    del lane.registered["s3"]  # never seen registered: "web" is not hot, so s3 holds none
+    orders = record("orders")
+    other = record("other", submitted=12.0)
+    lane.lane.note(
+        hot_snapshot(
+            EPOCH,
+            {"orders": orders, "other": other},
+            {"orders": (assignment(orders, "s1"), 11), "other": (assignment(other, "s3"), 3)},
+            {"orders": (placement(orders, "s2"), 4)},
+            {"s2": heartbeat("s2", standby_beat(placement(orders, "s2")))},
+        )
+    )
+    lane.run(2.0, {"s1", "s2", "s3"})
+    lane.run(0.8, {"s2", "s3"})  # s1 silent: suspected before its floor (1.02 s)
+    lane.clock.advance(4 * POLL)  # the lane's reads paused: every silence starts again
+    lane.run(POLL, {"s2", "s3"})
+    events = [r.getMessage() for r in caplog.records if "event=failover" not in r.getMessage()]
+    assert [e.split()[0] for e in events] == [
+        "event=supervisor_not_judged",
+        "event=supervisor_suspected",
+        "event=beat_watch_blind",
+    ]
+    assert "supervisor=s3 reason=unregistered action=left_to_the_round" in events[0]
+    assert "supervisor=s1" in events[1]
+    assert "gap_secs=0.500" in events[2]
+    assert lane.promoter.asked == []

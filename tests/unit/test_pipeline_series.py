@@ -5,6 +5,7 @@ starts at the previous leader's last sign of life."""
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -183,6 +184,23 @@ def test_the_worker_reads_duration_and_watermark_as_spark_reports_them() -> None
     [progress] = tracker.snapshot()
     assert (progress.batch_duration_secs, progress.trigger_interval_secs) == (29.0, 2.0)
     assert progress.watermark_lag_secs == 10.0
+
+
+def test_the_first_batch_of_each_query_is_logged_with_its_phases(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("INFO", logger="stratus.worker.query_progress")
+    tracker = QueryTracker()
+    for batch_id in (57, 58):  # a restarted query's first batch, then the next
+        tracker.progressed(
+            "q", name="counts", batch_id=batch_id, num_input_rows=0, input_rows_per_second=0.0,
+            processed_rows_per_second=0.0,
+            phases={"triggerExecution": 4646, "addBatch": 3100, "queryPlanning": 900},
+        )  # fmt: skip
+    assert [r.getMessage() for r in caplog.records] == [
+        "event=first_batch query=counts batch_id=57 rows=0 "
+        "phases_ms=addBatch:3100,queryPlanning:900,triggerExecution:4646"
+    ]
 
 
 def term(*, ended_at: float | None, timeout: float | None = 9.0) -> LeaderTerm:

@@ -21,7 +21,11 @@ the lease's end handed to the workers through the lease file (``lease_handover``
 warm workers kept to the free slots (``warm_keeping``); what it takes from the supervisor's
 other parts (``loop_protocols``).
 A leader's fence (``FenceOrder``, posted by the endpoint) takes the lease away and stops
-every worker as a lapse does.
+every worker as a lapse does. Neither stops a standby worker: it runs nothing of the
+pipeline's and claims nothing, and its promotion waits, as a worker's start does, for the
+lease and a read begun after it was regained; so a supervisor whose ZooKeeper session was
+cut for a moment (its member died) still holds a READY standby worker when a leader promotes
+it.
 
 Each tick: fence if the lease lapsed; apply the newest read (epoch filter, then the plan);
 keep the beat agent, retiring the hot workers if the beat lease ended; step every worker
@@ -157,9 +161,7 @@ class ControlLoop:
             settings=settings,
             runs=self._runs,
             new_worker=self._new_worker,
-            promotion_waits=lambda assignment: self._hot.promotion_waits(
-                assignment, self._last_read
-            ),
+            promotion_waits=self._promotion_waits,
             read_soon=self._read_soon,
             clock=clock,
             wall=wall,
@@ -302,11 +304,23 @@ class ControlLoop:
         self._retire_all()
 
     def _retire_all(self) -> None:
-        """Fenced: retire every worker and stop every standby worker."""
+        """Fenced: retire every worker. The standby workers stay: they run and claim nothing,
+        and a promotion waits for the lease again (``_promotion_waits``)."""
         for worker in self.workers.values():
             if not worker.done:
                 worker.retire(StopReason.FENCED)
-        self._standby_actions.stop_all()
+
+    def _promotion_waits(self, assignment: Assignment | None) -> str | None:
+        """Why a promotion to ``assignment`` waits, or None: it may go. It starts the
+        pipeline's worker, so it waits as a start does for the lease and a read begun after
+        the lease was (re)gained (``lease_not_held``; the regain asks for that read), and a
+        hot one also for the beat lease (``beat_lease_not_held``). Asked while the read being
+        applied is ``_last_read``."""
+        if not self._lease.may_start(self._last_read):
+            return "lease_not_held"
+        if self._hot.promotion_waits(assignment, self._last_read):
+            return "beat_lease_not_held"
+        return None
 
     def _fence_ordered(self, order: FenceOrder) -> None:
         """A leader fences this supervisor: refuse an older term than one seen; else take

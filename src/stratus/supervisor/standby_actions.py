@@ -3,10 +3,11 @@
 The reconcile's plan (``reconcile.plan_with_standby``) names the standby actions; this
 performs them on the supervisor's ``StandbyWorkers``. A PROMOTE hands a READY standby
 worker's process to a new ``ManagedWorker`` under a new run, as the pipeline's worker; it
-waits while the beat lease does not hold (``hot_workers``). At the first reconcile, the
-standby workers a previous supervisor left running are adopted when their placement still
-names this supervisor with the same generation and code. Used by the control loop's thread
-only::
+waits, as a worker's start does, while the supervisor's lease does not hold or the read was
+begun before it was regained, and while the beat lease does not hold (``hot_workers``). At
+the first reconcile, the standby workers a previous supervisor left running are adopted when
+their placement still names this supervisor with the same generation and code. Used by the
+control loop's thread only::
 
     actions = StandbyActions("s1", standby, launcher=..., new_worker=..., ...)
     actions.adopt_left(left.take_standby_workers(), desired, placed, era, orphan=left.orphan)
@@ -56,7 +57,7 @@ class StandbyActions:
         settings: LoopSettings,
         runs: RunRecorder,
         new_worker: Callable[[Assignment], ManagedWorker],
-        promotion_waits: Callable[[Assignment | None], bool],
+        promotion_waits: Callable[[Assignment | None], str | None],
         read_soon: Callable[[], None],
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
@@ -89,14 +90,14 @@ class StandbyActions:
                 self.standby.workers[name] = self._new_standby(action.placement, era)
         elif action.kind is StandbyKind.STOP_STANDBY:
             self.standby.workers[name].stop()
-        elif self._promotion_waits(action.assignment):
-            # a promoted worker is a hot worker: it runs only under a held beat lease, and
-            # the beat agent is kept from this read on; its regain asks for the next read
+        elif (waits := self._promotion_waits(action.assignment)) is not None:
+            # a promotion starts the pipeline's worker: it waits for the lease, and for the
+            # beat lease (a hot worker's), each regain asking for the next read
             log.info(
-                "event=standby_worker_promotion_waits pipeline=%s supervisor=%s "
-                "reason=beat_lease_not_held",
+                "event=standby_worker_promotion_waits pipeline=%s supervisor=%s reason=%s",
                 name,
                 self.supervisor,
+                waits,
             )
         else:
             assert action.assignment is not None

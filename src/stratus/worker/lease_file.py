@@ -65,7 +65,12 @@ def read_lease(path: Path) -> float | None:
 
 
 class LeaseWatch:
-    """A thread that calls ``on_lapsed(reason)`` once, when the lease in ``path`` has ended."""
+    """A thread that calls ``on_lapsed(reason)`` once, when the lease in ``path`` has ended
+    (a file missing or unreadable has at once). With ``grace_secs`` (a standby worker's, which
+    ends only as an orphan), once it has ended and the file has not been written for that
+    long: a supervisor writes 0 when its lease lapses, so the grace runs from the later of the
+    lease's end and the file's last write (its modification time, on the wall clock), and a
+    renewal starts it again."""
 
     def __init__(
         self,
@@ -75,9 +80,13 @@ class LeaseWatch:
         clock: Callable[[], float] = time.monotonic,
         poll_secs: float = POLL_SECS,
         what: str = "the supervisor's lease",
+        grace_secs: float = 0.0,
     ) -> None:
+        if not (math.isfinite(grace_secs) and grace_secs >= 0):
+            raise ValueError(f"a lease's grace must be seconds, 0 or more, not {grace_secs!r}")
         self._path = path
         self._what = what
+        self._grace = grace_secs
         self._on_lapsed = on_lapsed
         self._clock = clock
         self._poll_secs = poll_secs
@@ -95,10 +104,24 @@ class LeaseWatch:
         until = read_lease(self._path)
         if until is None:
             return f"{self._what} file {self._path} is missing or unreadable"
-        late = self._clock() - until
+        now = self._clock()
+        late = now - until
         if late < 0:
             return None
+        if self._grace > 0:
+            ended_for = now - max(until, self._written(now))
+            if ended_for < self._grace:
+                return None
+            return f"{self._what} ended and was not written for {ended_for:.1f} s"
         return f"{self._what} ended {late:.1f} s ago and was not renewed"
+
+    def _written(self, now: float) -> float:
+        """When the file was last written, on the watch's clock (now if that is unknown)."""
+        try:
+            age = time.time() - self._path.stat().st_mtime
+        except OSError:
+            return now
+        return now - max(0.0, age)
 
     def _run(self) -> None:
         while not self._stop.wait(self._poll_secs):

@@ -19,10 +19,16 @@ falls behind::
     spark.streams.addListener(tracker_listener(tracker))
     tracker.snapshot()      # [QueryProgress(name='counts', batch_id=3, rows_total=120, ...)]
     tracker.failure()       # None, or "streaming query 'counts' (<id>) failed: ..."
+
+The first batch each query commits in this process is logged with Spark's phases of it
+(``durationMs``: ``latestOffset``, ``queryPlanning``, ``addBatch``, ``walCommit``, ...;
+``event=first_batch``): after a failover that batch restores the state and takes the outage's
+backlog, and its phases say where its time goes.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from collections.abc import Callable, Mapping
@@ -39,6 +45,8 @@ from pyspark.sql.streaming.listener import (
 
 from stratus.api.records import QueryProgress
 from stratus.worker.outcome import without_stack
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -94,7 +102,7 @@ class QueryTracker:
             query.name = name
             query.failure = None
 
-    def progressed(
+    def progressed(  # noqa: PLR0913 keyword-only: one progress event's fields
         self,
         query_id: str,
         *,
@@ -105,12 +113,15 @@ class QueryTracker:
         processed_rows_per_second: float,
         batch_duration_secs: float | None = None,
         watermark_lag_secs: float | None = None,
+        phases: Mapping[str, int] | None = None,
     ) -> None:
-        """One completed micro-batch of the query."""
+        """One completed micro-batch of the query; ``phases``, Spark's ``durationMs`` of it,
+        are logged for the query's first batch in this process."""
         with self._lock:
             query = self._queries.setdefault(query_id, self._new(query_id, name))
             if batch_id <= query.batch_id:
                 return  # counted already
+            first = query.batch_id < 0
             query.name = name
             query.batch_id = batch_id
             query.num_input_rows = num_input_rows
@@ -120,6 +131,14 @@ class QueryTracker:
             query.batch_duration_secs = batch_duration_secs
             query.watermark_lag_secs = watermark_lag_secs
             progress = query.progress()
+        if first:
+            log.info(
+                "event=first_batch query=%s batch_id=%d rows=%d phases_ms=%s",
+                name or query_id,
+                batch_id,
+                num_input_rows,
+                ",".join(f"{phase}:{ms}" for phase, ms in sorted((phases or {}).items())) or "-",
+            )
         if self._on_batch is not None:
             self._on_batch(progress)
 
@@ -163,6 +182,7 @@ def tracker_listener(tracker: QueryTracker) -> StreamingQueryListener:
                 processed_rows_per_second=progress.processedRowsPerSecond,
                 batch_duration_secs=batch_duration_secs(progress.durationMs),
                 watermark_lag_secs=watermark_lag_secs(progress.timestamp, progress.eventTime),
+                phases=progress.durationMs,
             )
 
         def onQueryIdle(self, event: QueryIdleEvent) -> None:  # noqa: N802

@@ -10,22 +10,26 @@ worker. Its phases, in the main thread, one after the other (``StandbyPhase``)::
     STARTING   start the pipeline's SparkSession as its active worker would (start_session:
                its master and conf, its code shipped to a cluster's executors); warm_up
     READY      write <work_dir>/standby.json; look for promote_path every 20 ms, until it
-               appears, a stop, or the end of its supervisor's lease
+               appears, a stop, or its supervisor's lease over for ORPHAN_SECS
     PROMOTED   read the promotion (promotion.read_promotion: the active worker's spec, of
                the same pipeline and code) and become that worker: run_worker with the
                session and the entry point prepared, which heartbeats, claims the checkpoint
                with the promotion's token and calls the function
 
 Before PROMOTED it claims nothing, writes no heartbeat and records nothing in the trail: a stop
-(SIGTERM or SIGINT, EOF on stdin: its monitor is gone) or the lapse of its supervisor's lease
-(an orphan) ends it at once with its Spark JVM, exit 0. From PROMOTED on it is an ordinary
-worker (``stratus.worker.main``): its heartbeats, stops, fencing and exit codes. Exit codes
-before the promotion:
+(SIGTERM or SIGINT, EOF on stdin: its monitor is gone) ends it at once with its Spark JVM,
+exit 0, and so does its supervisor's lease once it has been over for ``ORPHAN_SECS`` (an
+orphan: its supervisor is gone and no new one adopted it). A lapse shorter than that does not
+end it: its supervisor lost the lease for a moment (its ZooKeeper session was cut while its
+member died, say) and stopped its workers, but a standby worker runs nothing of the
+pipeline's, and its promotion is written only by a supervisor holding the lease again. From
+PROMOTED on it is an ordinary worker (``stratus.worker.main``): its heartbeats, stops,
+fencing (its supervisor's lease at once) and exit codes. Exit codes before the promotion:
 
     ====  ===================================================================
     exit  when
     ====  ===================================================================
-    0     stopped, or its supervisor's lease ended: nothing claimed
+    0     stopped, or an orphan (its supervisor's lease long over): nothing claimed
     1     the entry point could not be imported, or Spark did not start
     2     the spec is missing or not a standby worker's (role, promote_path, an app);
           the promotion is unreadable or does not fit (another pipeline, other code,
@@ -76,6 +80,7 @@ from stratus.worker.warm_up import warm_up
 log = logging.getLogger(__name__)
 
 PROMOTE_POLL_SECS = 0.02  # how often a READY standby worker looks for its promotion
+ORPHAN_SECS = 60.0  # its supervisor's lease over this long: gone, and no supervisor adopted it
 
 
 class StandbyPhase(StrEnum):
@@ -129,6 +134,18 @@ class StandbyWorker:
             self._leave(OK_EXIT)
 
 
+def orphan_watch(
+    lease_path: Path,
+    on_orphaned: Callable[[str], None],
+    *,
+    clock: Callable[[], float] = time.monotonic,
+) -> LeaseWatch:
+    """The watch (not started) of a standby worker's supervisor's lease: ``on_orphaned``
+    once that lease has been over for ``ORPHAN_SECS``, not at a shorter lapse (module
+    docstring)."""
+    return LeaseWatch(lease_path, on_lapsed=on_orphaned, clock=clock, grace_secs=ORPHAN_SECS)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the standby worker of the spec file named on the command line; the exit code."""
     args = worker_parser(
@@ -157,7 +174,7 @@ def run_standby(spec: WorkerSpec, *, stdin_fd: int | None) -> int:
         stop.watch(stdin_fd)
     lease = None
     if spec.lease_path is not None:
-        lease = LeaseWatch(spec.lease_path, on_lapsed=stop.request)
+        lease = orphan_watch(spec.lease_path, on_orphaned=stop.request)
         lease.start()
     log.info(
         "event=standby_worker_started generation=%d master=%s pid=%d",

@@ -23,7 +23,13 @@ assignments, placements and heartbeats come from the scheduling round's last sna
 term (``HotSnapshot``, with the znode versions the round read), the registrations from the
 cluster view. A snapshot older than a write it does not know of only makes a promotion's
 transaction fail on its version; the next round's snapshot has the new ones. Only the
-supervisors holding a hot pipeline's active worker, and advertising a beat lease, are judged.
+supervisors holding a hot pipeline's active worker, and advertising a beat lease in a
+registration seen in this term, are judged. One whose registration has left since (its
+ZooKeeper session ended: a dead host's does about a session timeout after its death) is
+judged on, from the beat lease its newest registration advertised: a floor verdict rests on
+the beat lease and the pacemakers, not on ZooKeeper, and a supervisor that registers again
+replaces it. Otherwise a dead host whose silence restarted (a blind read, a new term) would
+be left to the round's timeout whenever its session ended before its floor passed.
 
 **The fence.** A supervisor is **suspected** once its phi reached ``nimbus.detector.threshold``
 (on a calm host about 0.66 s after its last beat), before its floor (1.02 s by default). With
@@ -233,6 +239,9 @@ class FailoverLane:
         # supervisors no longer suspected: what they answer is handed to the round
         self._held: dict[str, tuple[str, int]] = {}  # pipeline -> (supervisor, assignment
         # version) a fence stopped and holds, not promoted: the round moves it
+        self._unjudged: frozenset[str] = frozenset()  # holders left to the round, logged
+        self._seen: dict[str, SupervisorSummary] = {}  # each holder's newest registration seen
+        # in this term, kept once it is gone (its beat lease gives its floor)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._term: Leadership | None = None
@@ -290,6 +299,8 @@ class FailoverLane:
             self._snapshot, self._suspected, self._phi = None, frozenset(), {}
             self._held = {}
         self._told.clear()
+        self._unjudged = frozenset()
+        self._seen = {}
         self._fences.clear()
         self._late.clear()
         self.outcome = None
@@ -340,6 +351,7 @@ class FailoverLane:
             self._watch.reset()
             self._late += [(sid, f) for sid, f in self._fences.items() if not f.done()]
             self._fences.clear()  # asked anew; one still waited for is handed when answered
+            log.info("event=beat_watch_reset epoch=%d reason=round_restarted_silences", term.epoch)
         if not term.is_leader:
             return ()  # stepped down: on_lost stops the thread
         if snapshot is None or snapshot.epoch != term.epoch or not snapshot.assignments:
@@ -347,17 +359,28 @@ class FailoverLane:
             return ()  # nothing hot: no read at all
         registered = self._registered()
         holders = snapshot.holders
-        floors = beat_floors({sid: s for sid, s in registered.items() if sid in holders})
+        seen = {**self._seen, **registered}  # a registration gone: its newest seen this term
+        self._seen = {sid: summary for sid, summary in seen.items() if sid in holders}
+        floors = beat_floors(self._seen)
+        self._log_unjudged(term, holders - set(floors), self._seen)
         if not floors:
             self._set_suspected({})
             return ()
+        judged_before = self._watch.judged_at
         self.outcome = self._watch.poll()
+        if self.outcome is ReadOutcome.BLIND:
+            log.warning(
+                "event=beat_watch_blind epoch=%d gap_secs=%.3f action=every_silence_restarts",
+                term.epoch,
+                (self._watch.judged_at or 0.0) - (judged_before or 0.0),
+            )
         suspicions = {  # phi alone (the floors name who is judged), each with its real floor
             sid: replace(suspicion, floor_secs=floors[sid])
             for sid, suspicion in self._watch.suspected(
                 dict.fromkeys(floors, PHI_ONLY_SECS)
             ).items()
         }
+        self._log_suspicions(term, suspicions)
         self._set_suspected(suspicions, self._watch.phis())
         for sid in set(self._fences) - set(suspicions):  # heard again: a later suspicion
             self._late.append((sid, self._fences.pop(sid)))  # asks the fence again
@@ -447,6 +470,38 @@ class FailoverLane:
         except Exception:  # a fence that fails is one that got no answer
             log.exception("event=pipeline_fence_failed supervisor=%s", supervisor.id)
             return {}
+
+    def _log_suspicions(self, term: Leadership, suspicions: Mapping[str, Suspicion]) -> None:
+        """Each supervisor newly suspected, once (the lane polls ten times a second)."""
+        with self._lock:
+            before = self._suspected
+        for sid in sorted(suspicions.keys() - before):
+            suspicion = suspicions[sid]
+            log.info(
+                "event=supervisor_suspected epoch=%d supervisor=%s phi=%.1f silent_secs=%.3f "
+                "floor_secs=%.3f",
+                term.epoch,
+                sid,
+                suspicion.phi,
+                suspicion.silence_secs,
+                suspicion.floor_secs,
+            )
+
+    def _log_unjudged(
+        self, term: Leadership, unjudged: Set[str], seen: Mapping[str, SupervisorSummary]
+    ) -> None:
+        """Each holder of a hot pipeline the lane cannot judge, once until that changes: no
+        registration seen in this term (only the round judges it), or one without a beat
+        lease."""
+        for sid in sorted(unjudged - self._unjudged):
+            log.info(
+                "event=supervisor_not_judged epoch=%d supervisor=%s reason=%s "
+                "action=left_to_the_round",
+                term.epoch,
+                sid,
+                "no_beat_lease" if sid in seen else "unregistered",
+            )
+        self._unjudged = frozenset(unjudged)
 
     def _hand_late(self) -> None:
         """Hand the round what the fences of supervisors no longer suspected answered, late
