@@ -51,12 +51,11 @@ from stratus.chaos.unavailability import (
 from stratus.client import NimbusClient
 from stratus.errors import StratusError
 from stratus.local.examples_io import Feeder, read_rows, window_count_total
-from stratus.trail import SUBMIT_ACKNOWLEDGED, Actor, TrailRecorder
+from stratus.trail import Actor, TrailRecorder
 from tests.harness.chaos_cluster import HOSTS, ChaosCluster
-from tests.harness.chaos_injector import Injector, Workload
+from tests.harness.chaos_injector import STREAMING, Injector, Workload, submit_streaming
 from tests.harness.netns_hosts import NetnsHosts, unavailable
 from tests.harness.pipeline_cluster import SPARK_START_SECS
-from tests.harness.spark_packages import example_package
 from tests.harness.worker_users import (
     WalledHosts,
     keep_files,
@@ -68,7 +67,6 @@ from tests.harness.zkfixtures import holds_within, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.chaos, needs_root]
 
-STREAMING = "streaming-counts"
 DEFAULT_SEED = 4556  # the short run: a nimbus, a host, the quorum, a zkfc, a supervisor, a client
 FAULTS = int(os.environ.get("STRATUS_CHAOS_FAULTS", "6"))  # across both modes
 MAX_QUORUM_LOSS_SECS = float(os.environ.get("STRATUS_CHAOS_MAX_QUORUM_LOSS_SECS", "10"))
@@ -158,15 +156,7 @@ def test_a_seeded_run_of_faults_leaves_a_history_without_violations(
 
 def start_workload(cluster: ChaosCluster, client: NimbusClient, driver: TrailRecorder) -> Workload:
     """Submit the streaming example on the shared directory; the clients' workload."""
-    package = example_package("streaming")
-    conf = {
-        "spark.stratus.example.input": str(cluster.shared / "input"),
-        "spark.stratus.example.output": str(cluster.shared / "output"),
-    }
-    (cluster.shared / "input").mkdir(parents=True, exist_ok=True)
-    client.submit(STREAMING, package, conf, request_id="chaos-streaming")
-    driver.record(SUBMIT_ACKNOWLEDGED, pipeline=STREAMING, request_id="chaos-streaming")
-    return Workload(STREAMING, package, str(cluster.shared / "batch"))
+    return submit_streaming(cluster, client, driver, request_id="chaos-streaming")
 
 
 def run_fault(

@@ -71,18 +71,16 @@ from stratus.chaos.unavailability import pipeline_unavailability
 from stratus.client import NimbusClient
 from stratus.errors import StratusError
 from stratus.local.examples_io import Feeder, read_rows, window_count_total
-from stratus.trail import SUBMIT_ACKNOWLEDGED, WORKER_PROMOTED, WORKER_STARTED, Actor, TrailRecorder
+from stratus.trail import WORKER_PROMOTED, WORKER_STARTED, Actor, TrailRecorder
 from tests.harness.chaos_cluster import HOSTS, ChaosCluster
-from tests.harness.chaos_injector import Injector, Workload
+from tests.harness.chaos_injector import STREAMING, Injector, Workload, submit_streaming
 from tests.harness.netns_hosts import NetnsHosts, unavailable
 from tests.harness.pipeline_cluster import SPARK_START_SECS
-from tests.harness.spark_packages import example_package
 from tests.harness.zkfixtures import holds_within, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.chaos]
 
 HOT_CHAOS = "STRATUS_CHAOS_HOT"  # set: the scenario runs (make chaos-hot)
-STREAMING = "streaming-counts"  # the example's name
 PAUSES = int(os.environ.get("STRATUS_CHAOS_PAUSES", "20"))
 DEFAULT_SEED = 2011  # its 20 pauses: 9 of the beat agent (0.33 to 0.79 s), 4 of the worker, 7 of
 # a supervisor
@@ -165,17 +163,8 @@ def test_false_suspicions_under_stress_and_short_pauses(hosts: NetnsHosts, tmp_p
 
 def submit_hot(cluster: ChaosCluster, client: NimbusClient, driver: TrailRecorder) -> Workload:
     """Submit the streaming example, hot, on the shared directory."""
-    package = example_package("streaming")
-    conf = {
-        "spark.stratus.example.input": str(cluster.shared / "input"),
-        "spark.stratus.example.output": str(cluster.shared / "output"),
-        "pipeline.trigger.interval.secs": TRIGGER_SECS,
-        STANDBY_CONF_KEY: "hot",
-    }
-    (cluster.shared / "input").mkdir(parents=True, exist_ok=True)
-    client.submit(STREAMING, package, conf, request_id="chaos-hot")
-    driver.record(SUBMIT_ACKNOWLEDGED, pipeline=STREAMING, request_id="chaos-hot")
-    return Workload(STREAMING, package, str(cluster.shared / "batch"))
+    conf = {"pipeline.trigger.interval.secs": TRIGGER_SECS, STANDBY_CONF_KEY: "hot"}
+    return submit_streaming(cluster, client, driver, request_id="chaos-hot", conf=conf)
 
 
 def wait_ready(cluster: ChaosCluster, client: NimbusClient) -> str:

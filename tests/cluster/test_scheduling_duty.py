@@ -1107,10 +1107,12 @@ class LaneOnBeats:
             assert self.lane.step(self.term) == ()  # the standby worker is never READY
 
 
-def hot_with_its_standby_worker_starting(cluster: Cluster, *, answers: bool) -> LaneOnBeats:
+def hot_with_its_standby_worker_starting(
+    cluster: Cluster, *, answers: bool
+) -> tuple[LaneOnBeats, str, str]:
     """ "hot" on one of s1 and s2, its standby worker STARTING on the other, and the lane
-    knowing both from the round's snapshot; the other supervisor's name is the lane's
-    ``standby``."""
+    knowing both from the round's snapshot: the lane, the active's supervisor and the
+    standby worker's."""
     cluster.supervisor("s1")
     cluster.supervisor("s2")
     lane = LaneOnBeats(cluster, answers=answers)
@@ -1120,7 +1122,9 @@ def hot_with_its_standby_worker_starting(cluster: Cluster, *, answers: bool) -> 
     assert placed is not None and placed.supervisor not in (None, cluster.where("hot"))
     cluster.heartbeat(placed.supervisor, standby=reported(placed, StandbyWorkerState.STARTING))
     cluster.round()  # the lane's snapshot: the standby worker STARTING
-    return lane
+    active = cluster.where("hot")
+    assert active is not None
+    return lane, active, placed.supervisor
 
 
 def test_a_pipeline_its_fence_stopped_and_its_promotion_refused_is_assigned_anew(cluster):
@@ -1128,10 +1132,7 @@ def test_a_pipeline_its_fence_stopped_and_its_promotion_refused_is_assigned_anew
     the pipeline until a newer assignment), the promotion was refused: the next round writes
     a new assignment, here on the same supervisor once it is heard again (a stall, not a
     failure), whose newer fencing token ends the hold; once."""
-    lane = hot_with_its_standby_worker_starting(cluster, answers=True)
-    active = cluster.where("hot")
-    assert active is not None
-    standby = ({"s1", "s2"} - {active}).pop()
+    lane, active, standby = hot_with_its_standby_worker_starting(cluster, answers=True)
     client = cluster.coordinator.session.client
     fenced_at = client.exists(PATHS.assignment("hot"))
 
@@ -1154,10 +1155,7 @@ def test_a_pipeline_its_fence_stopped_and_its_promotion_refused_is_assigned_anew
 def test_no_pipeline_is_assigned_anew_while_its_fence_is_unanswered(cluster):
     """A fence that got no answer proves nothing: the worker may still run. The promotion
     refused on the floor moves nothing, and neither does the round."""
-    lane = hot_with_its_standby_worker_starting(cluster, answers=False)
-    active = cluster.where("hot")
-    assert active is not None
-    standby = ({"s1", "s2"} - {active}).pop()
+    lane, active, standby = hot_with_its_standby_worker_starting(cluster, answers=False)
     client = cluster.coordinator.session.client
     fenced_at = client.exists(PATHS.assignment("hot"))
 

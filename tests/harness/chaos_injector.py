@@ -54,7 +54,7 @@ from stratus.trail import (
     TrailRecorder,
 )
 from tests.harness.chaos_cluster import HOSTS, ChaosCluster
-from tests.harness.spark_packages import batch_package
+from tests.harness.spark_packages import batch_package, example_package
 from tests.harness.zkfixtures import wait_until
 
 STRESS_FILE = "chaos-stress.io"  # what a stress writes in the host's data directory
@@ -74,6 +74,31 @@ class Workload:
     submitted: list[str] = field(default_factory=list)
     killed: set[str] = field(default_factory=set)
     updates: int = 0
+
+
+STREAMING = "streaming-counts"  # the streaming example's name
+
+
+def submit_streaming(
+    cluster: ChaosCluster,
+    client: NimbusClient,
+    driver: TrailRecorder,
+    *,
+    request_id: str,
+    conf: dict[str, Any] | None = None,
+) -> Workload:
+    """Submit the streaming example on the cluster's shared directory, with ``conf`` beside
+    its input and output; the acknowledgement on the driver's trail. The clients' workload."""
+    package = example_package("streaming")
+    settings = {
+        "spark.stratus.example.input": str(cluster.shared / "input"),
+        "spark.stratus.example.output": str(cluster.shared / "output"),
+        **(conf or {}),
+    }
+    (cluster.shared / "input").mkdir(parents=True, exist_ok=True)
+    client.submit(STREAMING, package, settings, request_id=request_id)
+    driver.record(SUBMIT_ACKNOWLEDGED, pipeline=STREAMING, request_id=request_id)
+    return Workload(STREAMING, package, str(cluster.shared / "batch"))
 
 
 class Injector:
