@@ -16,7 +16,8 @@ znode::
                                      # their hot pipelines and gives them nothing new
     lane.fence_held(current)         # but these: fenced, promotion refused (see below)
     lane.phi()                       # {"s1": 0.4}: the phi of each supervisor it judges
-    lane.stop()                      # on losing the term, and when the nimbus stops
+    lane.stop()                      # on losing the term
+    lane.close()                     # when the nimbus stops: the fences' threads too
 
 **What it reads.** The beats, through ``BeatWatch.poll``, and nothing else: the pipelines,
 assignments, placements and heartbeats come from the scheduling round's last snapshot of the
@@ -24,12 +25,14 @@ term (``HotSnapshot``, with the znode versions the round read), the registration
 cluster view. A snapshot older than a write it does not know of only makes a promotion's
 transaction fail on its version; the next round's snapshot has the new ones. Only the
 supervisors holding a hot pipeline's active worker, and advertising a beat lease in a
-registration seen in this term, are judged. One whose registration has left since (its
-ZooKeeper session ended: a dead host's does about a session timeout after its death) is
-judged on, from the beat lease its newest registration advertised: a floor verdict rests on
-the beat lease and the pacemakers, not on ZooKeeper, and a supervisor that registers again
-replaces it. Otherwise a dead host whose silence restarted (a blind read, a new term) would
-be left to the round's timeout whenever its session ended before its floor passed.
+registration seen in this term or in the heartbeat of the round's snapshot, are judged. One
+whose registration has left since (its ZooKeeper session ended: a dead host's does about a
+session timeout after its death) is judged on, from the beat lease its newest registration
+advertised; one whose registration this term never saw (a new term that began after its host
+died), from the beat lease its last heartbeat advertised: a floor verdict rests on the beat
+lease and the pacemakers, not on ZooKeeper, and a supervisor that registers again replaces
+it. Otherwise a dead host whose silence restarted (a blind read of the store, a new term)
+would be left to the round's timeout whenever its session ended before its floor passed.
 
 **The fence.** A supervisor is **suspected** once its phi reached ``nimbus.detector.threshold``
 (on a calm host about 0.66 s after its last beat), before its floor (1.02 s by default). With
@@ -46,9 +49,9 @@ answers only once it has stopped (a Spark driver's stop, far longer than the tim
 floor), so the lane would not hear it and the stopped pipeline would wait, held, for a new
 assignment. Once the silence reached the beat lease, the hot workers are stopping themselves:
 the fence stops nothing that would run on. The fence is asked on a thread of its own
-(``fence_executor``): the lane goes on reading the beats while it waits, since a pause of its
-reads longer than three polls would read as blindness and restart every silence (a dead host's
-fence waits out its whole timeout: its packets are dropped).
+(``fence_executor``): the lane goes on reading the beats while it waits, so that a floor
+verdict never waits on a fence (a dead host's fence waits out its whole timeout: its packets
+are dropped).
 
 **A fence answered, a promotion refused.** A supervisor that answered a pipeline fence has
 stopped the pipeline's worker and holds the pipeline back until an assignment with a newer
@@ -63,9 +66,18 @@ left to the floor if longer, on the fence's thread: one that comes after the flo
 ``floor`` verdict into ``fenced``, and one that comes once the supervisor is heard again,
 when the lane promotes nothing off it, hands its pipelines to the round just the same.
 
+**Its own silences.** The round restarts its silences after a stretch it could not see
+(the heartbeat store unreadable, ZooKeeper's leader changed across a reconnection); the lane
+does not follow it: a floor verdict rests on the beat lease and the pacemakers alone, and the
+lane's own reads tell it when the pacemakers did not answer (``BeatWatch``'s blindness).
+Following the round would restart a dead host's silence whenever the host took ZooKeeper's
+leader with it, a whole floor later than needed. A stretch in which the lane reads nothing
+(no hot pipeline, no supervisor to judge) forgets the watch: whoever is judged next gets a
+whole floor from its first read.
+
 One thread per term, started by ``start`` and ended by ``stop``; the watch is reset at every
-start (a new term judges nothing from an earlier one's beats) and whenever the round restarts
-its silences (``restart_silences``). ``step`` is one poll, for tests.
+start (a new term judges nothing from an earlier one's beats). ``step`` is one poll, for
+tests.
 """
 
 from __future__ import annotations
@@ -219,6 +231,7 @@ class FailoverLane:
         self._registered = registered
         self._poll_secs = poll_secs
         self._fence = fence_pipelines
+        self._own_executor = fence_executor is None  # made here: shut down by close()
         self._fence_executor = fence_executor or ThreadPoolExecutor(
             max_workers=4, thread_name_prefix="pipeline-fence"
         )  # each call bounded by the time left to a floor, or fence_answer_secs
@@ -229,7 +242,6 @@ class FailoverLane:
         self._snapshot: HotSnapshot | None = None
         self._suspected: frozenset[str] = frozenset()
         self._phi: Mapping[str, float] = {}  # each judged supervisor's, at the last judgement
-        self._restart = False  # the round restarted its silences: so does the watch
         self._told = RefusalMemory()  # the refusals logged, once per suspicion
         self._on_refused = on_refused
         self._fences: dict[str, Future[Mapping[str, int]]] = {}  # supervisor -> what its
@@ -253,12 +265,6 @@ class FailoverLane:
         """The round's newest read of the hot pipelines (any thread)."""
         with self._lock:
             self._snapshot = snapshot
-
-    def restart_silences(self) -> None:
-        """Start every silence again at the next poll, as the round does after a stretch it
-        could not see (any thread)."""
-        with self._lock:
-            self._restart = True
 
     def suspected(self) -> frozenset[str]:
         """The supervisors suspected at the lane's last judgement in this term (any thread)."""
@@ -324,6 +330,14 @@ class FailoverLane:
             log.info("event=failover_lane_stopped epoch=%d", self._term.epoch)
         self._term = None
 
+    def close(self) -> None:
+        """Stop the thread and the fences' threads (the nimbus's close, not each term's end):
+        a fence still waiting is left to finish on its own, never waited for, and none
+        queued starts."""
+        self.stop()
+        if self._own_executor and isinstance(self._fence_executor, ThreadPoolExecutor):
+            self._fence_executor.shutdown(wait=False, cancel_futures=True)
+
     def _run(self, term: Leadership, stop: threading.Event) -> None:
         while not stop.wait(self._poll_secs):
             try:
@@ -346,25 +360,23 @@ class FailoverLane:
         """One poll: judge the holders of hot pipelines, promote what the verdicts allow;
         the promotions committed."""
         with self._lock:
-            snapshot, restart, self._restart = self._snapshot, self._restart, False
-        if restart:
-            self._watch.reset()
-            self._late += [(sid, f) for sid, f in self._fences.items() if not f.done()]
-            self._fences.clear()  # asked anew; one still waited for is handed when answered
-            log.info("event=beat_watch_reset epoch=%d reason=round_restarted_silences", term.epoch)
+            snapshot = self._snapshot
         if not term.is_leader:
             return ()  # stepped down: on_lost stops the thread
         if snapshot is None or snapshot.epoch != term.epoch or not snapshot.assignments:
-            self._set_suspected({})
+            self._idle()
             return ()  # nothing hot: no read at all
         registered = self._registered()
         holders = snapshot.holders
         seen = {**self._seen, **registered}  # a registration gone: its newest seen this term
         self._seen = {sid: summary for sid, summary in seen.items() if sid in holders}
-        floors = beat_floors(self._seen)
+        floors = {  # a registration's beat lease first; else the one its heartbeat says
+            **beat_floors({s: b for s, b in snapshot.heartbeats.items() if s in holders}),
+            **beat_floors(self._seen),
+        }
         self._log_unjudged(term, holders - set(floors), self._seen)
         if not floors:
-            self._set_suspected({})
+            self._idle()
             return ()
         judged_before = self._watch.judged_at
         self.outcome = self._watch.poll()
@@ -541,6 +553,18 @@ class FailoverLane:
                 name, sid = refusal.pipeline, refusal.from_supervisor
                 if refusal.how is How.FENCED and name in fenced.get(sid, ()):
                     self._held[name] = (sid, snapshot.assignments[name][1])  # as fenced
+
+    def _idle(self) -> None:
+        """Nobody to judge at this poll: no suspicion, and a watch that forgets what it
+        judged (once), so that whoever is judged after this stretch without reads gets a
+        whole floor from its first read. A fence still waited for is handed to the round
+        when it answers."""
+        self._set_suspected({})
+        if self._watch.judged_at is None:
+            return
+        self._watch.reset()
+        self._late += list(self._fences.items())
+        self._fences.clear()
 
     def _set_suspected(
         self, suspicions: Mapping[str, Suspicion], phi: Mapping[str, float] | None = None
