@@ -578,16 +578,3 @@ def test_the_lane_logs_a_suspicion_a_blind_read_and_a_holder_left_to_the_round(
     assert "supervisor=s1" in events[1]
     assert "gap_secs=0.500" in events[2]
     assert lane.promoter.asked == []
-
-
-def test_closing_the_lane_shuts_the_fence_threads_it_made_down() -> None:
-    lane = FailoverLane(
-        BeatWatch(SETTINGS, Beats().read, clock=FakeClock()),
-        cast(Any, Promoter()),
-        dict,
-        poll_secs=POLL,
-        fence_pipelines=Fence(answers=True),
-    )
-    lane.close()
-    with pytest.raises(RuntimeError, match="after shutdown"):
-        lane._fence_executor.submit(print)
