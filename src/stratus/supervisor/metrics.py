@@ -208,17 +208,17 @@ class SupervisorMetrics(Collector):
         held = sum(beat.rss_mb or 0 for beat in standby)
         memory.add_metric([supervisor], float(held * MIB))
         yield memory
-        if self._beat_lease is None:
-            return
-        ends = read_lease(self._beat_lease)
         remaining = GaugeMetricFamily(
             "stratus_supervisor_beat_lease_remaining_seconds",
             "seconds until the beat lease ends unless a beat renews it (0: it has ended, or "
-            "no beat agent runs: no hot worker or standby worker here)",
+            "no beat agent runs: no hot worker or standby worker here); no series without "
+            "fast beats",
             labels=["supervisor"],
         )
-        left = 0.0 if ends is None else max(0.0, ends - self._clock())
-        remaining.add_metric([supervisor], left)
+        if self._beat_lease is not None:  # without one, the family alone, as phi's
+            ends = read_lease(self._beat_lease)
+            left = 0.0 if ends is None else max(0.0, ends - self._clock())
+            remaining.add_metric([supervisor], left)
         yield remaining
         yield from self._beat_acks()
 
