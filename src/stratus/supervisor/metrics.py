@@ -223,27 +223,26 @@ class SupervisorMetrics(Collector):
         yield from self._beat_acks()
 
     def _beat_acks(self) -> Iterator[Metric]:
-        """The beat agent's tally (``beat_ack_stats``), next to ``lease.beat``; no series
-        while no agent has written one."""
-        assert self._beat_lease is not None
-        tally = read_tally(self._beat_lease.with_name(ACK_STATS_FILE))
-        if tally is None:
-            return
+        """The beat agent's tally (``beat_ack_stats``), next to ``lease.beat``: the families
+        always, a series once an agent has written one."""
         acks = HistogramMetricFamily(
             "stratus_supervisor_beat_ack_seconds",
             "seconds from a fast beat's start to its acknowledgement by a majority of the "
             "pacemakers, for the beats that counted (since the beat agent started)",
             labels=["supervisor"],
         )
-        acks.add_metric([self._supervisor], tally.cumulative(), sum_value=tally.sum_secs)
-        yield acks
         missed = CounterMetricFamily(
             "stratus_supervisor_beats_not_counted",
             "fast beats that did not count: fewer than a majority of the pacemakers stored "
             "them within half the beat lease (since the beat agent started)",
             labels=["supervisor"],
         )
-        missed.add_metric([self._supervisor], float(tally.missed))
+        lease = self._beat_lease
+        tally = read_tally(lease.with_name(ACK_STATS_FILE)) if lease is not None else None
+        if tally is not None:
+            acks.add_metric([self._supervisor], tally.cumulative(), sum_value=tally.sum_secs)
+            missed.add_metric([self._supervisor], float(tally.missed))
+        yield acks
         yield missed
 
     def describe(self) -> Iterator[Metric]:
