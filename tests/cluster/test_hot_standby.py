@@ -1,9 +1,9 @@
 """A hot pipeline moves to its standby worker, planned (a drain) and not (its host dies): the
 whole chain on real processes. One nimbus, two supervisors of two slots, three pacemakers
 (``cluster.state.store: pacemaker``), the streaming example with ``pipeline.standby: hot``, a
-0.5 s trigger and a steady input, every process recording the trail. The two tests share that
-cluster and its stream (a module fixture: a cluster and two Spark drivers cost a minute), the
-drain first, the host's death last.
+0.5 s trigger and a steady input, every process recording the trail. The three tests share
+that cluster and its stream (a module fixture: a cluster and two Spark drivers cost a minute),
+the drain first, then an update, the host's death last.
 
 Each starts once the standby worker is READY on the other supervisor (as the API shows it)
 and the pacemakers are past their warm-up (one pulse TTL after their start, during which the
@@ -14,6 +14,12 @@ leader judges no silence on the beats, as in a cluster that has run for a while)
   ``drained``, the trail's promotion ``how: stopped``); the same process runs on, batches
   go on, the trail shows a single run at a time. Uncordoned, the drained supervisor gets the
   new standby worker placed behind the promoted one.
+- **An update** (new code): the old worker runs on while the standby worker is replaced by
+  one of the new generation; once that one is READY the leader deletes the assignment
+  (``updated``, to no supervisor), the old worker stops, and the leader promotes the standby
+  worker (``standby_promoted``, the trail's promotion ``how: stopped``): the new generation
+  runs in the process that waited as the standby worker, never in place, and every window
+  closed so far is counted once.
 - **The host's death**: the active worker's supervisor is killed with every process of its
   host (the supervisor, its workers' monitors and their process groups, its beat agent), all
   with SIGKILL. The leader's failover lane promotes the standby worker (``how: floor``), the
@@ -44,6 +50,7 @@ from kazoo.client import KazooClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from stratus.api.records import AssignmentReason, WorkerHeartbeat
+from stratus.api.standby_workers import StandbyWorkerState
 from stratus.chaos.oracle import (
     check_exactly_once,
     check_single_run,
@@ -52,6 +59,7 @@ from stratus.chaos.oracle import (
 )
 from stratus.chaos.promotions import check_promotions_explained
 from stratus.chaos.trail_events import Clocks, Event, load_events
+from stratus.codedist.package_build import build_package
 from stratus.local.examples_io import Feeder, read_rows
 from stratus.pacemaker.blocking import BlockingPacemakerPool
 from stratus.pacemaker.settings import PacemakerClientSettings
@@ -67,7 +75,7 @@ from stratus.trail import (
 from stratus.zk.server import ZooKeeperServer
 from tests.harness.pacemaker_process import PacemakerProcess
 from tests.harness.pipeline_cluster import PipelineCluster, pipeline_cluster
-from tests.harness.spark_packages import example_package
+from tests.harness.spark_packages import example_package, unpack
 from tests.harness.zkfixtures import chroot_for, process_gone, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -142,6 +150,7 @@ def hot_options(pacemakers: list[PacemakerProcess], trail: Path) -> list[str]:
         "-c", "pacemaker.client.timeout.secs=1",
         "-c", "supervisor.worker.warm=false",  # two drivers are enough for 2 cores
         "-c", "supervisor.worker.warm.memory.mb=4096",  # room for the standby worker
+        "-c", f"nimbus.standby.update.hold.secs={READY_SECS:g}",  # a driver's start, loaded
         "-c", f"history.file={trail}",
     ]  # fmt: skip
 
@@ -352,6 +361,70 @@ def test_a_drain_moves_a_hot_pipeline_to_its_standby_worker_once_its_old_worker_
         f"{promoted - drained_at:.2f} s, first batch on the promoted worker: "
         f"{first - drained_at:.2f} s; uncordon -> new standby worker READY: "
         f"{ready_at - uncordoned_at:.2f} s (at most: the test polls)"
+    )
+
+
+def new_code(directory: Path) -> bytes:
+    """The streaming example with one file more: other code (another digest), same pipeline."""
+    code = unpack(example_package("streaming"), directory / "code")
+    (code / "RELEASE").write_text("2\n")
+    return build_package(code, directory / "package.zip").read_bytes()
+
+
+def test_an_update_runs_its_new_generation_in_the_process_that_was_its_standby_worker(
+    hot: HotPipeline, tmp_path: Path
+) -> None:
+    cluster = hot.cluster
+    active, _, _ = steady(hot)
+    package = new_code(tmp_path)
+
+    _, updated_at = hot.driver.now()
+    record = cluster.client.wait_updated(cluster.client.update(PIPELINE, package))
+    new = record.generation
+    seen: list[tuple[str, int]] = []
+
+    def ready_for_the_new_generation() -> bool:  # seen until its promotion deletes it
+        view = cluster.workers(PIPELINE).standby_worker
+        if (
+            view is not None
+            and view.generation == new
+            and view.supervisor not in (None, active.supervisor)
+            and view.state is StandbyWorkerState.READY
+            and view.pid is not None
+        ):
+            seen[:] = [(view.supervisor, view.pid)]
+        return bool(seen)
+
+    wait_until(ready_for_the_new_generation, READY_SECS, "a standby worker of the new code")
+    moved = cluster.wait_running(PIPELINE, not_on=active.supervisor, timeout=MOVE_SECS)
+    ((standby_supervisor, standby_pid),) = seen
+    assert (moved.supervisor, moved.pid) == (standby_supervisor, standby_pid)
+    assert (moved.generation, moved.digest) == (new, record.digest)
+    changes = cluster.client.history(PIPELINE).changes
+    assert [(c.reason, c.previous, c.supervisor, c.generation) for c in changes[:2]] == [
+        (AssignmentReason.STANDBY_PROMOTED, active.supervisor, standby_supervisor, new),
+        (AssignmentReason.UPDATED, active.supervisor, None, new),  # not rewritten in place
+    ]
+    assert promotions_after(hot.trail, updated_at) == ["stopped"]
+    wait_until(
+        lambda: len(batches_after(hot.trail, standby_supervisor, updated_at)) >= 3,
+        MOVE_SECS,
+        "batches of the new code after the promotion",
+    )
+    events = load_events([hot.trail])
+    assert check_single_run(events, Clocks()) == []
+    promoted = first_after(events, WORKER_PROMOTED, updated_at, pipeline=PIPELINE)
+    stopped = max(
+        e.at.mono for e in events if e.get("kind") == "worker" and e.process[1] == active.pid
+    )
+    assert stopped < promoted  # break before make: the old worker's last line came first
+    counted = streaming_counted(read_rows(hot.output))
+    fed = streaming_expected(range(hot.feeder.fed))  # every window written is closed: all fed
+    assert check_exactly_once({cell: fed[cell] for cell, _ in counted}, counted) == []
+    first = batches_after(hot.trail, standby_supervisor, updated_at)[0]
+    print(
+        f"\nupdate -> promoted: {promoted - updated_at:.2f} s, first batch of the new code: "
+        f"{first - updated_at:.2f} s (the standby worker's start included)"
     )
 
 

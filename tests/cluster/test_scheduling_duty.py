@@ -1302,3 +1302,113 @@ def test_with_no_hot_pipeline_a_round_lists_the_placements_once_and_writes_none(
     assert standby == [f"list {PATHS.standby_workers}"] * 2  # one listing a round, no read
     parent = client.exists(PATHS.standby_workers)
     assert (parent.numChildren, parent.cversion) == (0, 0)  # nothing ever written
+
+
+# ---------------------------------------------------------------------- updates through the standby
+
+
+def hot_updated(cluster: Cluster) -> tuple[str, str]:
+    """A hot pipeline running on one of three supervisors, its standby worker READY on
+    another, updated to new code, and the round that sees the update: (the active worker's
+    supervisor, the standby worker's)."""
+    for sid in ("s1", "s2", "s3"):
+        cluster.supervisor(sid)
+    cluster.submit("hot", {"pipeline.standby": "hot"})
+    cluster.round()
+    active, placed = cluster.where("hot"), cluster.standby.read("hot")
+    assert active is not None and placed is not None and placed.supervisor not in (None, active)
+    cluster.worker("hot", WorkerState.RUNNING)
+    cluster.heartbeat(placed.supervisor, standby=reported(placed, StandbyWorkerState.READY))
+    updated(cluster, "hot", "e" * 64)
+    cluster.round()
+    return active, placed.supervisor
+
+
+def standby_reports(cluster: Cluster, state: StandbyWorkerState) -> None:
+    """The standby worker's supervisor reports the one of its placement now in ``state``."""
+    placed = cluster.standby.read("hot")
+    assert placed is not None and placed.supervisor is not None
+    cluster.heartbeat(placed.supervisor, standby=reported(placed, state))
+
+
+def test_a_hot_pipelines_update_runs_on_while_its_standby_worker_starts_then_moves_to_it(
+    cluster,
+):
+    active, standby = hot_updated(cluster)
+    record = cluster.ops.read("hot")
+    held = cluster.table.read("hot")
+    assert held is not None and held.supervisor == active  # the old worker runs on
+    assert (held.generation, held.digest) == (record.generation - 1, "d" * 64)
+    assert reasons(cluster, "hot") == [("placed", active, None)]
+    placed = cluster.standby.read("hot")  # rewritten for the new generation, where it was
+    assert placed is not None and placed.supervisor == standby
+    assert (placed.generation, placed.digest) == (record.generation, "e" * 64)
+    standby_reports(cluster, StandbyWorkerState.STARTING)
+    cluster.round()
+    assert cluster.table.read("hot") == held and record.on_trial
+
+    standby_reports(cluster, StandbyWorkerState.READY)
+    cluster.round()
+    assert cluster.where("hot") is None  # break before make: the old worker stops first
+    assert reasons(cluster, "hot")[-1] == ("updated", None, active)
+    cluster.round()  # its old worker still runs: no promotion yet
+    assert cluster.where("hot") is None
+
+    cluster.worker_on("hot", active, WorkerState.STOPPED)
+    cluster.round()
+    promoted = cluster.table.read("hot")
+    assert promoted is not None and promoted.supervisor == standby
+    assert (promoted.generation, promoted.digest) == (record.generation, "e" * 64)
+    assert reasons(cluster, "hot")[-1] == ("standby_promoted", standby, active)
+    assert cluster.ops.read("hot").on_trial  # judged from the promoted worker's beats
+    behind = cluster.standby.read("hot")
+    assert behind is not None and behind.supervisor not in (None, standby)
+
+    cluster.beats += 1
+    cluster.board.put_worker(
+        WorkerHeartbeat(
+            pipeline="hot", supervisor=standby, epoch=promoted.epoch,
+            generation=promoted.generation, digest=promoted.digest,
+            state=WorkerState.RUNNING, time=float(cluster.beats),
+            queries=[QueryProgress(name="q", batch_id=0, rows_total=3)],
+        )
+    )  # fmt: skip
+    cluster.round()
+    assert not cluster.ops.read("hot").on_trial  # proven by its first batch
+
+
+def test_a_hot_pipelines_update_is_applied_in_place_once_its_hold_ran_out(cluster):
+    active, _ = hot_updated(cluster)
+    standby_reports(cluster, StandbyWorkerState.STARTING)
+    cluster.clock.now += SETTINGS.standby.update_hold_secs
+    for sid in cluster.registered:
+        cluster.heartbeat(sid)
+    standby_reports(cluster, StandbyWorkerState.STARTING)
+    cluster.worker("hot", WorkerState.RUNNING)
+    cluster.round()
+
+    assert reasons(cluster, "hot")[-1] == ("updated", active, active)
+    assignment = cluster.table.read("hot")
+    assert assignment is not None and assignment.digest == "e" * 64
+
+
+def test_a_hot_pipelines_update_is_applied_in_place_when_its_standby_worker_fails(cluster):
+    active, _ = hot_updated(cluster)
+    standby_reports(cluster, StandbyWorkerState.FAILED)
+    cluster.round()
+
+    assert reasons(cluster, "hot")[-1] == ("updated", active, active)
+
+
+def test_an_update_whose_standby_worker_stopped_being_ready_is_placed_the_ordinary_way(cluster):
+    active, _ = hot_updated(cluster)
+    standby_reports(cluster, StandbyWorkerState.READY)
+    cluster.round()
+    assert reasons(cluster, "hot")[-1] == ("updated", None, active)
+
+    standby_reports(cluster, StandbyWorkerState.STARTING)  # it restarted meanwhile
+    cluster.worker_on("hot", active, WorkerState.STOPPED)
+    cluster.round()
+
+    assert cluster.where("hot") is not None
+    assert reasons(cluster, "hot")[-1][0] == "placed"  # a Spark start, not a promotion

@@ -120,6 +120,8 @@ def test_a_stop_reason_is_the_runs_outcome_but_a_removal_which_history_decides(
         (change(1.0, AssignmentReason.DEACTIVATED, None), RunOutcome.STOPPED),
         (change(1.0, AssignmentReason.SUPERVISOR_DEAD, "s2"), RunOutcome.MOVED),
         (change(1.0, AssignmentReason.DRAINED, None), RunOutcome.MOVED),
+        (change(1.0, AssignmentReason.UPDATED, None), RunOutcome.MOVED),  # to its standby
+        (change(1.0, AssignmentReason.REBALANCED, None), RunOutcome.MOVED),
         (change(1.0, AssignmentReason.PLACED, "s1"), RunOutcome.STOPPED),
     ],
 )

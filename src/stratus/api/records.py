@@ -101,10 +101,12 @@ class AssignmentReason(StrEnum):
     WORKER_SILENT = "worker_silent"  # moved off a live supervisor: its worker fell silent
     FENCED = "fenced"  # assigned anew (its own supervisor too): a leader's pipeline fence
     # stopped its worker, and its standby worker was not promoted
-    REBALANCED = "rebalanced"  # rewritten in place: a new generation (its conf changed)
-    UPDATED = "updated"  # rewritten in place: new code
-    ROLLED_BACK = "rolled_back"  # rewritten in place: a kept version's code again
-    RESTARTED = "restarted"  # rewritten in place, or placed again: stratus restart
+    # a new generation, rewritten in place; or a hot pipeline's assignment deleted (to no
+    # supervisor) for its standby worker to take over once the old worker stopped
+    REBALANCED = "rebalanced"  # its conf changed
+    UPDATED = "updated"  # new code
+    ROLLED_BACK = "rolled_back"  # a kept version's code again
+    RESTARTED = "restarted"  # stratus restart (or placed again)
     NO_ROOM = "no_room"  # its supervisor died and no other had a free slot: unassigned
     DRAINED = "drained"  # moved off a drained supervisor: first unassigned (its worker
     # stops there), then placed elsewhere once that worker has stopped
@@ -114,6 +116,23 @@ class AssignmentReason(StrEnum):
     FAILED = "failed"  # unassigned: the pipeline FAILED
     STANDBY_PROMOTED = "standby_promoted"  # moved to its standby worker's supervisor, which
     # runs on at once (stratus.api.standby_workers)
+
+    @property
+    def new_generation(self) -> bool:
+        """Whether the change is the pipeline's new generation (an update, a rollback, a
+        restart or a rebalance): its assignment rewritten in place, or deleted (to no
+        supervisor) so that its old worker stops before its standby worker takes over."""
+        return self in _NEW_GENERATION_REASONS
+
+
+_NEW_GENERATION_REASONS = frozenset(
+    {
+        AssignmentReason.UPDATED,
+        AssignmentReason.ROLLED_BACK,
+        AssignmentReason.RESTARTED,
+        AssignmentReason.REBALANCED,
+    }
+)
 
 
 class KeptVersion(RewrittenRecord):

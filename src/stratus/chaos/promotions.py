@@ -65,7 +65,7 @@ def check_promotions_explained(
     """(f) Never a promotion without a failure: every ``worker_promoted`` that took a pipeline
     off a supervisor follows a kill, a cut or a pause of that supervisor (its process, its beat
     agent or its host) that kept it silent for the promotion's ``floor_secs`` at least, or was
-    a planned stop (``how: stopped``: a drain). The fault began before the promotion and
+    a planned stop (``how: stopped``: a drain, an update). The fault began before it and
     was still going when the supervisor fell silent (``silent_secs`` before the promotion,
     ``lag_secs`` earlier still: see ``HEARING_LAG_SECS``), as far as the clocks tell. Any
     other promotion is a false suspicion: the failure detector acted on a silence that no

@@ -369,6 +369,16 @@ class NimbusSection(Section):
         "and the memory of a Spark driver on its supervisor); a hot pipeline past it runs "
         "without one and its placement says so; 0: none; -1: no bound",
     )
+    nimbus_standby_update_hold_secs: float = Field(
+        default=120.0,
+        ge=0,
+        alias="nimbus.standby.update.hold.secs",
+        description="longest the leader keeps a pipeline with pipeline.standby: hot on its "
+        "old generation after an update, a rollback, a restart or a rebalance, while its "
+        "standby worker starts for the new one: once that worker is READY the old worker "
+        "stops and the standby worker is promoted (no Spark start); past this bound, or with "
+        "no standby worker, the pipeline restarts in place; 0: always in place",
+    )
 
     nimbus_detector_threshold: float = Field(
         default=8.0,

@@ -99,6 +99,9 @@ class StandbySettings:
     # cluster.state.store is pacemaker: a standby worker goes only to a supervisor that sends
     # fast beats (it advertises a beat lease); with zookeeper none does, and none needs to
     needs_beat_lease: bool = True
+    # nimbus.standby.update.hold.secs: how long a new generation waits for its standby
+    # worker to be READY before it is applied in place; 0: always in place
+    update_hold_secs: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -257,6 +260,7 @@ class NimbusSettings:
                 standby=StandbySettings(
                     max_workers=conf.nimbus_standby_workers_max,
                     needs_beat_lease=conf.cluster_state_store != "zookeeper",
+                    update_hold_secs=conf.nimbus_standby_update_hold_secs,
                 ),
             ),
             fencing=_fencing(conf),

@@ -57,11 +57,14 @@ def stop_outcome(reason: StopReason) -> RunOutcome | None:
 
 def removal_outcome(change: AssignmentChange | None, supervisor: str) -> RunOutcome:
     """A run whose assignment left ``supervisor``: MOVED if the pipeline's newest change sends
-    it to another supervisor (or moves it off a dead, silent or drained one), else STOPPED."""
+    it to another supervisor (or moves it off a dead, silent or drained one, or takes it off
+    for its standby worker to run its new generation), else STOPPED."""
     if change is None:
         return RunOutcome.STOPPED
     if change.supervisor is not None and change.supervisor != supervisor:
         return RunOutcome.MOVED
+    if change.supervisor is None and change.reason.new_generation:
+        return RunOutcome.MOVED  # to its standby worker, once this run stopped
     return RunOutcome.MOVED if change.reason in _MOVES else RunOutcome.STOPPED
 
 

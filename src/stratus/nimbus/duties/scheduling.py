@@ -34,9 +34,15 @@ cluster state store (never from a view that may lag), then:
 8. with a ``Promoter``, before step 6, promotes the standby worker of each hot pipeline of a
    supervisor judged dead (``promotion_plan``, verdict ``dead``), and of each hot pipeline
    on the way from a drained supervisor whose old worker stopped (``stopped``: the drain's
-   second step, a promotion instead of a placement), when it is READY on a supervisor that
-   is not cordoned (one fenced transaction each; one that finds a version moved ends the
-   round, which the next reads again), and plans step 6 from the assignments so promoted;
+   second step, a promotion instead of a placement), and of each hot pipeline on the way to
+   its standby worker for a new generation (its newest change ``updated``, ``rolled_back``,
+   ``restarted`` or ``rebalanced`` to no supervisor) whose old worker stopped, by the same
+   rule, when it is READY on a supervisor that is not cordoned (one fenced transaction
+   each; one that finds a version moved ends the round, which the next reads again), and
+   plans step 6 from the assignments so promoted; it also tells step 6 which hot
+   pipelines' new generations wait for their standby worker (``holding``, at most
+   ``nimbus.standby.update.hold.secs``) and which go to it (``switching``: the assignment
+   is deleted, break before make; ``update_moves``);
    with a ``FailoverLane``, moves no pipeline of a supervisor the lane suspects, gives it none,
    and hands the lane the hot pipelines of its read (``HotSnapshot``) at its end; but
    writes a new assignment for each pipeline the lane hands back (``fence_held``: a fence
@@ -83,15 +89,17 @@ from stratus.api.clock import Clock
 from stratus.api.records import (
     Assignment,
     AssignmentReason,
+    PipelineRecord,
     SupervisorHeartbeat,
     SupervisorSummary,
 )
+from stratus.api.standby_workers import wants_standby_worker
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.duties.heartbeat_judge import HeartbeatJudge
 from stratus.nimbus.duties.quorum_watch import QuorumWatch
 from stratus.nimbus.duties.round_fencing import RoundFencing
 from stratus.nimbus.duties.standby_round import RoundRead, StandbyRound, reserved_slots
-from stratus.nimbus.duties.worker_outcomes import WorkerOutcomes, Workers
+from stratus.nimbus.duties.worker_outcomes import WorkerOutcomes, Workers, current_beat
 from stratus.nimbus.failover.lane import FailoverLane
 from stratus.nimbus.failover.promotion import Promoter
 from stratus.nimbus.failover.promotion_plan import PromotionRefusal
@@ -147,6 +155,7 @@ class SchedulingDuty:
             lane=lane,
             on_refused=on_refused,
             wall=wall,
+            clock=clock,
         )
         self._cordons = cordons  # None: nothing is ever cordoned (tests of other rules)
         self._drains = drains or DrainMemory()
@@ -205,21 +214,23 @@ class SchedulingDuty:
         silences = self._fencing.silences(registered, assignments, dead, heartbeats, read_began)
         dead |= self._fencing.fenced(term, registered, silences, read_began)
         keep_on = known - dead
-        unassigned = [
-            name for name, record in pipelines.items()
-            if record.status.runs and name not in assignments
-        ]  # fmt: skip
         draining = {sid for sid, cordon in cordons.items() if cordon.drain}
-        drained_from = self._drained_from(unassigned) if draining else {}
-        still_running = _still_running(unassigned, workers, keep_on)
-        if not heartbeats.complete or heartbeats.partial:
-            still_running |= set(drained_from)  # a heartbeat missing may be a worker running
+        drained_from, updated_from, still_running = self._unassigned(
+            pipelines,
+            assignments,
+            workers,
+            keep_on,
+            draining=draining,
+            sure=heartbeats.complete and not heartbeats.partial,
+        )
         read = RoundRead(pipelines, current, assignments, placements, supervisors, registered)
         if not self._standby.promote(
             term,
             read,
             dead=dead,
-            stopped={n: s for n, s in drained_from.items() if n not in still_running},
+            stopped={
+                n: s for n, s in (drained_from | updated_from).items() if n not in still_running
+            },
             cordoned=set(cordons),
             silent_for=judge.supervisor_silent_for,
             floor_secs=self._supervisor_timeout,
@@ -228,6 +239,14 @@ class SchedulingDuty:
         lane_suspected = self._standby.lane_suspected()
         timed_out -= _promoting(assignments, lane_suspected, dead)
         suspected = {s for s in registered if self._fencing.due(s, read_began)} | lane_suspected
+        updates = self._standby.update_moves(
+            term,
+            read,
+            serving=_serving(read.assignments, workers),
+            dead=dead,
+            suspected=suspected,
+            cordoned=set(cordons),
+        )
         plan = plan_round(
             pipelines=pipelines,
             assignments=assignments,
@@ -249,10 +268,12 @@ class SchedulingDuty:
             still_running=still_running,
             warm={sid: beat.warm_ready for sid, beat in supervisors.items()},
             reserved=reserved_slots(placements),
+            holding=updates.holding,
+            switching=updates.switching,
         )
         if plan.assign or plan.unassign:
             self._assignments.apply(term, plan, current)
-        self._note_drains(term, plan)
+        self._note_moves(term, plan, updates.switching)
         if term.is_leader:  # the state store's deletes are not fenced by the epoch
             self._forget_departed(dead, registered, assignments, plan, workers)
         else:
@@ -272,19 +293,71 @@ class SchedulingDuty:
         self._standby.take_census(read)
         return plan
 
-    def _drained_from(self, unassigned: list[str]) -> dict[str, str]:
-        """Of the unassigned pipelines, those a drain took off a supervisor (their newest
-        change), with that supervisor."""
-        return {
-            name: change.previous
-            for name, change in self._assignments.newest_changes(unassigned).items()
-            if change.reason is AssignmentReason.DRAINED
-            and change.supervisor is None
-            and change.previous is not None
-        }
+    def _unassigned(
+        self,
+        pipelines: Mapping[str, PipelineRecord],
+        assignments: Mapping[str, Assignment],
+        workers: Workers,
+        keep_on: set[str],
+        *,
+        draining: set[str],
+        sure: bool,
+    ) -> tuple[dict[str, str], dict[str, str], set[str]]:
+        """The ACTIVE pipelines with no assignment: those on the way from a drained
+        supervisor, those on the way to their standby worker (a new generation), and those
+        whose old worker still runs (``_still_running``; with a read of the heartbeats that
+        is not ``sure``, every one on the way: a heartbeat missing may be a worker running)."""
+        unassigned = [
+            name for name, record in pipelines.items()
+            if record.status.runs and name not in assignments
+        ]  # fmt: skip
+        drained_from, updated_from = self._on_the_way(unassigned, pipelines, draining=draining)
+        still_running = _still_running(unassigned, workers, keep_on)
+        if not sure:
+            still_running |= set(drained_from) | set(updated_from)
+        return drained_from, updated_from, still_running
 
-    def _note_drains(self, term: Leadership, plan: Plan) -> None:
-        """What the round did and saw of the drains: logged, and kept for the API."""
+    def _on_the_way(
+        self, unassigned: list[str], pipelines: Mapping[str, PipelineRecord], *, draining: set[str]
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        """Of the unassigned pipelines, by their newest change: those a drain took off a
+        supervisor (while any supervisor is drained), and the hot ones whose new generation
+        took them off theirs for their standby worker; each with that supervisor. Only
+        those histories are read: none in a round with no drain and no unassigned hot
+        pipeline."""
+        asked = [
+            name for name in unassigned if draining or wants_standby_worker(pipelines[name].conf)
+        ]
+        drained: dict[str, str] = {}
+        updated: dict[str, str] = {}
+        for name, change in self._assignments.newest_changes(asked).items() if asked else ():
+            if change.supervisor is not None or change.previous is None:
+                continue
+            if change.reason is AssignmentReason.DRAINED and draining:
+                drained[name] = change.previous
+            elif change.reason.new_generation and wants_standby_worker(pipelines[name].conf):
+                updated[name] = change.previous
+        return drained, updated
+
+    def _note_moves(
+        self,
+        term: Leadership,
+        plan: Plan,
+        switching: frozenset[str],
+    ) -> None:
+        """What the round did and saw of the drains (logged, and kept for the API) and of
+        the new generations that go through a standby worker (logged)."""
+        for name in sorted(switching & set(plan.unassign)):
+            change = plan.changes[name]
+            log.info(
+                "event=update_through_standby pipeline=%s epoch=%d generation=%d reason=%s "
+                "from=%s step=old_worker_stops",
+                name,
+                term.epoch,
+                change.generation,
+                change.reason.value,
+                change.previous,
+            )
         for name in sorted(set(plan.drain_moving) & set(plan.unassign)):
             log.info(
                 "event=pipeline_drained pipeline=%s epoch=%d from=%s step=old_worker_stops",
@@ -348,6 +421,16 @@ def _still_running(unassigned: list[str], workers: Workers, keep_on: set[str]) -
         if any(
             sid in keep_on and not beat.state.final for sid, beat in workers.get(name, {}).items()
         )
+    }
+
+
+def _serving(assignments: Mapping[str, Assignment], workers: Workers) -> set[str]:
+    """The pipelines whose assigned worker runs: its supervisor reports it, of the
+    assignment's generation and code, in no final state."""
+    return {
+        name
+        for name, assignment in assignments.items()
+        if (beat := current_beat(assignment, workers)) is not None and not beat.state.final
     }
 
 

@@ -1,9 +1,11 @@
 """The standby workers' part of a scheduling round: promotions, placements, the lane's snapshot.
 
 Before the round plans, the standby worker of each hot pipeline of a supervisor judged dead
-(verdict ``dead``), and of each hot pipeline a drain took off a supervisor once its old
-worker stopped (``stopped``), is promoted when it is READY (``promotion_plan``: one fenced
-transaction each); after the plan is applied, the standby workers are placed against the
+(verdict ``dead``), and of each hot pipeline a drain or a new generation took off a
+supervisor once its old worker stopped (``stopped``), is promoted when it is READY
+(``promotion_plan``: one fenced transaction each); then the round asks which hot pipelines'
+new generations wait for their standby worker or go to it (``update_moves``, the hold counted
+on the leader's clock); after the plan is applied, the standby workers are placed against the
 assignments as it left them (``standby_plan``), the failover lane gets the hot pipelines of
 the round's read (``HotSnapshot``), and the metrics their standby workers' census
 (``standby_census``). A promotion refused is logged each round and counted once per verdict
@@ -16,6 +18,8 @@ behind one small interface; each is optional, and without it its step does nothi
     if not standby.promote(term, read, dead=dead, stopped=stopped, cordoned=cordoned,
                            silent_for=..., floor_secs=...):
         return  # a version moved: the next round reads again
+    updates = standby.update_moves(term, read, serving=..., dead=..., suspected=...,
+                                   cordoned=...)   # updates.holding, updates.switching
     standby.take_census(read)   # standby.census: the metrics' (any thread)
 """
 
@@ -39,6 +43,7 @@ from stratus.nimbus.failover.lane import FailoverLane, hot_snapshot
 from stratus.nimbus.failover.promotion import Promoter
 from stratus.nimbus.failover.promotion_plan import How, PromotionRefusal, plan_promotions
 from stratus.nimbus.failover.refusals import RefusalMemory
+from stratus.nimbus.failover.update_moves import HoldMemory, UpdateMoves, plan_update_moves
 from stratus.nimbus.scheduling.standby_census import StandbyCensus, standby_census
 from stratus.nimbus.scheduling.standby_plan import plan_standby_workers
 from stratus.nimbus.scheduling.standby_workers import Placements, StandbyWorkerTable
@@ -74,6 +79,7 @@ class StandbyRound:
         lane: FailoverLane | None = None,
         on_refused: Callable[[PromotionRefusal], None] = lambda _refusal: None,
         wall: Clock = time.time,
+        clock: Clock = time.monotonic,
     ) -> None:
         self._settings = settings
         self._table = table  # None: no standby worker is ever placed (tests of other rules)
@@ -82,6 +88,8 @@ class StandbyRound:
         self._wall = wall  # only for the records' timestamps
         self._on_refused = on_refused
         self._told = RefusalMemory()  # the refusals counted, once per verdict
+        self._holds = HoldMemory(clock)  # since when each new generation waits
+        self._held: frozenset[str] = frozenset()  # the last round's holds, to log their ends
         self.census: StandbyCensus | None = None  # the last round's (read by any thread)
 
     def read_placements(self) -> dict[str, tuple[StandbyWorkerPlacement | None, int]]:
@@ -110,12 +118,13 @@ class StandbyRound:
         floor_secs: float,
     ) -> bool:
         """Promote the standby workers of the hot pipelines of dead supervisors (verdict
-        ``dead``) and of those a drain took off a supervisor whose old worker stopped
+        ``dead``) and of those a drain or a new generation took off a supervisor whose old
+        worker stopped
         (``stopped``: pipeline -> that supervisor), never to a ``cordoned`` supervisor, and
         apply the promotions to ``read``; False when one found a version moved (the lane
         promoted it meanwhile, or the read is stale): the next round reads again.
         ``silent_for`` says how long a dead supervisor has been silent, for the trail, and
-        ``floor_secs`` the silence its verdict waited for (a drain's waited for none)."""
+        ``floor_secs`` the silence its verdict waited for (a planned stop's waited for none)."""
         self._told.keep(under=dead | set(stopped.values()))
         if self._promoter is None or not (dead or stopped):
             return True
@@ -147,7 +156,7 @@ class StandbyRound:
             self._on_refused(refusal)
         for promotion in plan.promotions:
             name = promotion.pipeline
-            planned = promotion.how is How.STOPPED  # a drain: no silence, no floor
+            planned = promotion.how is How.STOPPED  # a drain, an update: no silence, no floor
             if not self._promoter.promote(
                 term,
                 promotion,
@@ -160,6 +169,56 @@ class StandbyRound:
             read.assignments[name] = promotion.assignment
             read.placements.pop(name, None)
         return True
+
+    def update_moves(
+        self,
+        term: Leadership,
+        read: RoundRead,
+        *,
+        serving: set[str],
+        dead: set[str],
+        suspected: set[str],
+        cordoned: set[str],
+    ) -> UpdateMoves:
+        """Which hot pipelines' new generations wait for their standby worker, which go to
+        it, and which are applied in place (``update_moves``; every one in place without a
+        ``StandbyWorkerTable``); a hold's start and end are logged. ``serving``: the
+        pipelines whose old worker runs."""
+        moves = plan_update_moves(
+            pipelines=read.pipelines,
+            assignments=read.current,
+            placements=read.placements,
+            heartbeats=read.supervisors,
+            serving=serving,
+            held_for=self._holds.waited(read.pipelines, read.current),
+            hold_secs=self._settings.update_hold_secs if self._table is not None else 0.0,
+            dead=dead,
+            suspected=suspected,
+            registered=set(read.registered),
+            cordoned=cordoned,
+        )
+        for name in sorted(moves.holding - self._held):
+            log.info(
+                "event=update_held pipeline=%s epoch=%d generation=%d supervisor=%s "
+                "standby=%s hold_secs=%g",
+                name,
+                term.epoch,
+                read.pipelines[name].generation,
+                read.assignments[name].supervisor,
+                _standby_of(read, name),
+                self._settings.update_hold_secs,
+            )
+        for name, why in sorted(moves.in_place.items()):
+            if name in self._held:
+                log.warning(
+                    "event=update_in_place pipeline=%s epoch=%d generation=%d reason=%s",
+                    name,
+                    term.epoch,
+                    read.pipelines[name].generation,
+                    why.value,
+                )
+        self._held = moves.holding
+        return moves
 
     def place(
         self,
@@ -220,6 +279,12 @@ class StandbyRound:
     def take_census(self, read: RoundRead) -> None:
         """The census of the round's read, as its promotions left it (``census``)."""
         self.census = standby_census(read.pipelines, read.placements, read.supervisors)
+
+
+def _standby_of(read: RoundRead, name: str) -> str:
+    """The supervisor of ``name``'s standby worker as the round read it, or ``-``."""
+    placement, _ = read.placements.get(name, (None, 0))
+    return placement.supervisor if placement is not None and placement.supervisor else "-"
 
 
 def reserved_slots(placements: Placements) -> dict[str, int]:

@@ -2,7 +2,9 @@
 detector that judges their supervisors from fast beats (``phi``), the watch that feeds it
 the beats read from the pacemakers (``beat_watch``), the pure plan of which standby workers
 to promote (``promotion_plan``), the promotion's fenced transaction (``promotion``), the
-lane's thread (``lane``) and the memory of the refusals it has told (``refusals``).
+lane's thread (``lane``), the memory of the refusals it has told (``refusals``), and the
+pure plan of which hot pipelines' new generations wait for their standby worker or go to it
+(``update_moves``).
 
 May import ``submission``, ``leadership``, ``scheduling``, ``local_dir``, ``settings`` and
 what lies below them; never ``duties``, ``service``, ``ui`` or ``http``, which stand above.

@@ -1,14 +1,14 @@
 """A standby worker's promotion, written: one fenced transaction per pipeline.
 
 Guarantees: a promotion (``promotion_plan.Promotion``) is written whole or not at all, in the
-leader's term: the pipeline's assignment is set to the standby worker's supervisor (checking
-the version the plan read; created where a drain deleted it, which fails if one was created
-since), its placement is deleted (checking that version too) and its ``standby_promoted``
-change goes into its history, all in one transaction with the check of the leader's epoch.
-A plan made from a stale read (a round or the failover lane wrote either znode since) writes
-nothing and says so; the next plan, from a fresh read, tries again. A committed promotion is
-logged (``event=worker_promoted``) and handed to ``on_promoted`` (the nimbus records it in its
-trail as ``worker_promoted``)::
+leader's term: the pipeline's assignment is set to the standby worker's supervisor (checking the
+version the plan read; created where a drain or a new generation deleted it, which fails if one
+was created since), its placement is deleted (checking that version too) and its
+``standby_promoted`` change goes into its history, all in one transaction with the check of the
+leader's epoch. A plan made from a stale read (a round or the failover lane wrote either znode
+since) writes nothing and says so; the next plan, from a fresh read, tries again. A committed
+promotion is logged (``event=worker_promoted``) and handed to ``on_promoted`` (the nimbus
+records it in its trail as ``worker_promoted``)::
 
     promoter = Promoter(client, ClusterPaths("/stratus"), on_promoted=trail_note)
     promoter.promote(term, promotion, silent_secs=1.1, floor_secs=1.02)

@@ -1,7 +1,7 @@
 """Which standby workers the leader promotes: the pure plan, from verdicts on supervisors.
 
 Guarantees: a pipeline is promoted only off a supervisor under a verdict that says its active
-worker is gone, or once a drain's stop of its old worker is seen done (``stopped``), only to
+worker is gone, or once a planned stop of its old worker is seen done (``stopped``), only to
 the supervisor of its placement, never to the active's own, and only when that supervisor is
 registered, neither suspected, cordoned nor under a verdict itself, and reports the
 pipeline's standby worker READY with the generation and code of the pipeline's record now; at
@@ -17,7 +17,8 @@ warm or cold start, ``scheduler.plan_round``)::
         heartbeats=supervisor_beats,         # {supervisor: SupervisorHeartbeat}
         suspected={"s1"}, registered={"s1", "s2"},
         epoch=term.epoch, now=time.time(),
-        stopped={"clicks": "s3"},            # How.STOPPED: drained off s3, its worker stopped
+        stopped={"clicks": "s3"},            # How.STOPPED: drained off s3 (or a new
+                                             # generation took it off), its worker stopped
         cordoned={"s4"},                     # no promotion to a cordoned supervisor
     )
     plan.promotions   # (Promotion("orders", from_supervisor="s1", to_supervisor="s2", ...),)
@@ -30,8 +31,9 @@ and a pipeline of that supervisor outside it is refused: its worker may still ru
 stopped themselves (``beat_watch``); ``dead``, the round judged it dead. ``stopped`` is a
 pipeline's, never a supervisor's: a drain took the pipeline's assignment off the supervisor
 and no live supervisor reports its old worker running any more (the drain's second step,
-``scheduler`` rule 5). Its other pipelines may still run there (a drain that found no room
-for them keeps them), so ``stopped`` as a verdict on a supervisor is refused
+``scheduler`` rule 5), or a new generation did, its standby worker READY for it
+(``update_moves``, ``scheduler`` rule 2). Its other pipelines may still run there (a drain
+that found no room for them keeps them), so ``stopped`` as a verdict on a supervisor is refused
 (``ValueError``); the round passes ``stopped``, pipeline by pipeline.
 
 Only a pipeline that runs (ACTIVE) and asks for a standby worker (``pipeline.standby: hot``) is
@@ -71,7 +73,7 @@ class How(StrEnum):
     FENCED = "fenced"  # the supervisor answered a pipeline fence for it in this term
     FLOOR = "floor"  # silent for at least its floor: its hot workers stopped themselves
     DEAD = "dead"  # the round judged it dead (nimbus.supervisor.timeout.secs)
-    STOPPED = "stopped"  # a pipeline's: drained off the supervisor, its old worker stopped
+    STOPPED = "stopped"  # a pipeline's: drained or updated off it, its old worker stopped
 
 
 class Refusal(StrEnum):
@@ -159,11 +161,11 @@ def plan_promotions(  # noqa: PLR0913 keyword-only: the snapshot a promotion pla
     standby workers. ``suspected``: the supervisors the failure detector suspects.
     ``registered``: the supervisors with a registration. ``fenced``: for each supervisor
     under a ``fenced`` verdict, the pipelines its fence answered for. ``stopped``: pipeline
-    -> the supervisor a drain took it off, for the pipelines with no assignment whose old
-    worker no live supervisor reports running. ``cordoned``: the cordoned supervisors
-    (drained ones too). ``epoch`` and ``now`` go into each new assignment and change.
-    ``ValueError`` for a verdict that is not a ``How``, for ``stopped`` as a supervisor's
-    verdict, and for a ``stopped`` pipeline that has an assignment.
+    -> the supervisor a drain (or a new generation) took it off, for the pipelines with no
+    assignment whose old worker no live supervisor reports running. ``cordoned``: the
+    cordoned supervisors (drained ones too). ``epoch`` and ``now`` go into each new
+    assignment and change. ``ValueError`` for a verdict that is not a ``How``, for
+    ``stopped`` as a supervisor's verdict, and for a ``stopped`` pipeline that has an assignment.
     """
     hows = {supervisor: _how(supervisor, how) for supervisor, how in verdicts.items()}
     stopped = stopped or {}
@@ -247,7 +249,7 @@ def _how(supervisor: str, how: str) -> How:
     if verdict is How.STOPPED:
         raise ValueError(
             f"the verdict on supervisor {supervisor} is 'stopped', which is a pipeline's "
-            "(a drain whose old worker stopped): pass those pipelines in stopped"
+            "(a planned stop whose old worker stopped): pass those pipelines in stopped"
         )
     return verdict
 

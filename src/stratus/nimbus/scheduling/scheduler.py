@@ -17,6 +17,8 @@ then writes the plan in its fenced transactions::
         still_running={"web"},        # unassigned, but a live supervisor still runs its worker
         warm={"s2": 1},               # ready warm workers, as the heartbeats say
         reserved={"s1": 1},           # standby workers placed there
+        holding={"ads"},              # a hot pipeline's new generation waits for its standby
+        switching={"orders"},         # its standby worker is READY for the new generation
     )
     plan.assign, plan.unassign, plan.moved, plan.changes, plan.drain_moving, plan.no_room
 
@@ -24,7 +26,14 @@ The rules, in the order a round applies them:
 
 1. An assignment of a pipeline that is gone or does not run (not ACTIVE) is deleted.
 2. An assignment on a supervisor in ``keep_on`` stays there; a new generation (a rebalance,
-   an update) or digest rewrites it in place, which restarts its worker with the new conf.
+   an update, a rollback, a restart) or digest rewrites it in place, which restarts its
+   worker with the new conf; but a hot pipeline's new generation may go through its standby
+   worker (``failover.update_moves`` decides, from the standby workers' beats): one in
+   ``holding`` keeps its old assignment as it is (its old worker runs on while its standby
+   worker starts for the new generation), and one in ``switching`` loses it, break before
+   make, recorded with the generation's reason (``updated``, ...) to no supervisor: its old
+   worker stops, and the leader then promotes the standby worker, or places the pipeline
+   by rule 4 once that worker stopped.
 3. The pipelines of supervisors not in ``keep_on`` (judged dead), the ACTIVE pipelines with
    no assignment, and those whose worker timed out are then placed, oldest submit first
    (then by name), each on the supervisor with the most free slots (ties: fewer pipelines
@@ -127,6 +136,8 @@ def plan_round(  # noqa: PLR0913 keyword-only: the snapshot a round plans from
     still_running: Set[str] = frozenset(),
     warm: Mapping[str, int] | None = None,
     reserved: Mapping[str, int] | None = None,
+    holding: Set[str] = frozenset(),
+    switching: Set[str] = frozenset(),
 ) -> Plan:
     """The changes that bring ``assignments`` in line with the rules of the module docstring.
 
@@ -139,7 +150,9 @@ def plan_round(  # noqa: PLR0913 keyword-only: the snapshot a round plans from
     a supervisor of ``keep_on`` still runs. ``warm``: each supervisor's ready warm workers.
     ``reserved``: the standby workers placed on each supervisor, whose slots a pipeline takes
     last. ``epoch`` and ``now`` go into every assignment written. ``fenced``: pipelines whose
-    worker a pipeline fence stopped on a live supervisor, to assign anew.
+    worker a pipeline fence stopped on a live supervisor, to assign anew. ``holding`` and
+    ``switching``: hot pipelines whose new generation waits for their standby worker, or
+    goes to it (rule 2); each only for an assignment that stays.
     """
     drained_from = drained_from or {}
     round_ = _Round(epoch, now)
@@ -173,7 +186,9 @@ def plan_round(  # noqa: PLR0913 keyword-only: the snapshot a round plans from
         round_.drain(candidate, slots)
     for name, assignment in staying.items():
         if name not in round_.assign and name not in round_.drain_moving:
-            round_.keep(name, pipelines[name], assignment)
+            if name in holding:
+                continue  # its old worker runs on while its standby worker gets ready
+            round_.keep(name, pipelines[name], assignment, switch=name in switching)
     return Plan(
         assign=round_.assign,
         unassign=sorted(round_.unassign),
@@ -310,17 +325,18 @@ class _Round:
                 reason = AssignmentReason.WORKER_SILENT
                 self.note(name, record, reason, target, current.supervisor)
 
-    def keep(self, name: str, record: PipelineRecord, current: Assignment) -> None:
-        """An assignment that stays: rewritten in place if the pipeline changed."""
-        if current.generation != record.generation or current.digest != record.digest:
-            self.assign[name] = self._assignment(name, record, current.supervisor)
-            self.note(
-                name,
-                record,
-                _rewrite_reason(record, current),
-                current.supervisor,
-                current.supervisor,
-            )
+    def keep(self, name: str, record: PipelineRecord, current: Assignment, *, switch: bool) -> None:
+        """An assignment that stays: rewritten in place if the pipeline changed, or deleted
+        (``switch``: its standby worker is ready for the new generation)."""
+        if current.generation == record.generation and current.digest == record.digest:
+            return
+        reason = _rewrite_reason(record, current)
+        if switch:
+            self.unassign.append(name)
+            self.note(name, record, reason, None, current.supervisor)
+            return
+        self.assign[name] = self._assignment(name, record, current.supervisor)
+        self.note(name, record, reason, current.supervisor, current.supervisor)
 
     def note(
         self,
@@ -455,20 +471,13 @@ class _FreeSlots:
             heapq.heappush(self._heap, self._entry(sid))
 
 
-_REWRITES = {
-    reason.value: reason
-    for reason in (
-        AssignmentReason.UPDATED,
-        AssignmentReason.ROLLED_BACK,
-        AssignmentReason.RESTARTED,
-        AssignmentReason.REBALANCED,
-    )
-}
+_REWRITES = {reason.value: reason for reason in AssignmentReason if reason.new_generation}
 
 
 def _rewrite_reason(record: PipelineRecord, current: Assignment) -> AssignmentReason:
-    """Why an assignment kept in place is rewritten: what changed the record's generation
-    last (``generation_cause``), or, in a record older than it, new code or a rebalance."""
+    """Why an assignment that stays is rewritten in place, or deleted for the standby worker:
+    what changed the record's generation last (``generation_cause``), or, in a record older
+    than it, new code or a rebalance."""
     cause = _REWRITES.get(record.generation_cause or "")
     if cause is not None:
         return cause
