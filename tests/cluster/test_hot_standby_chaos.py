@@ -55,7 +55,7 @@ from typing import Any
 
 import pytest
 
-from stratus.api.standby_workers import STANDBY_CONF_KEY, StandbyWorkerState
+from stratus.api.standby_workers import STANDBY_CONF_KEY
 from stratus.chaos.faults import Action, Fault, plan_faults
 from stratus.chaos.oracle import (
     check_exactly_once,
@@ -69,14 +69,19 @@ from stratus.chaos.promotions import check_promotions_explained
 from stratus.chaos.trail_events import Clocks, Event, Violation, load_events
 from stratus.chaos.unavailability import pipeline_unavailability
 from stratus.client import NimbusClient
-from stratus.errors import StratusError
 from stratus.local.examples_io import Feeder, read_rows, window_count_total
 from stratus.trail import WORKER_PROMOTED, WORKER_STARTED, Actor, TrailRecorder
-from tests.harness.chaos_cluster import HOSTS, ChaosCluster
-from tests.harness.chaos_injector import STREAMING, Injector, Workload, submit_streaming
+from tests.harness.chaos_cluster import HOSTS, WARM_UP_SECS, ChaosCluster
+from tests.harness.chaos_injector import (
+    STREAMING,
+    Injector,
+    Workload,
+    submit_streaming,
+    wait_standby_ready,
+)
 from tests.harness.netns_hosts import NetnsHosts, unavailable
 from tests.harness.pipeline_cluster import SPARK_START_SECS
-from tests.harness.zkfixtures import holds_within, wait_until
+from tests.harness.zkfixtures import holds_within
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.chaos]
 
@@ -87,7 +92,6 @@ DEFAULT_SEED = 2011  # its 20 pauses: 9 of the beat agent (0.33 to 0.79 s), 4 of
 TRIGGER_SECS = 0.5
 STEADY_BATCHES = 3  # committed once the cluster is ready, and again once the stress began
 READY_SECS = 300.0 + SPARK_START_SECS  # two Spark drivers starting on a loaded 2-core machine
-WARM_UP_SECS = 180.0  # a pacemaker's pulse TTL (60 s by default), with room
 RECOVERY_SECS = 300.0 + SPARK_START_SECS  # a hot worker stopped by a lapse starts again cold
 STRESS_BACKSTOP_SECS = 30.0 * PAUSES  # the stress ends with the pauses; its burners quit by
 # themselves after this (and 30 s more), should the driver die
@@ -171,27 +175,12 @@ def wait_ready(cluster: ChaosCluster, client: NimbusClient) -> str:
     """Wait until the hot worker runs, its standby worker is READY on another supervisor,
     every pacemaker is past its warm-up and ``STEADY_BATCHES`` batches were committed after;
     the hot worker's supervisor."""
-    found: list[str] = []
-
-    def ready() -> bool:
-        try:
-            workers = client.workers(STREAMING)
-        except StratusError:
-            return False
-        beat, standby = workers.on_assigned(), workers.standby_worker
-        if beat is None or beat.state.value != "RUNNING" or standby is None:
-            return False
-        if standby.state is not StandbyWorkerState.READY or standby.supervisor == beat.supervisor:
-            return False
-        found[:] = [beat.supervisor]
-        return True
-
-    wait_until(ready, READY_SECS, "the hot worker RUNNING and its standby worker READY")
+    active = wait_standby_ready(client, READY_SECS)
     cluster.wait_pacemakers_warmed_up(WARM_UP_SECS)
     cluster.wait_for_batches(
         more_than=cluster.committed_batches() + STEADY_BATCHES, timeout=READY_SECS
     )
-    return found[0]
+    return active
 
 
 def settle(cluster: ChaosCluster) -> None:
