@@ -62,7 +62,8 @@ stress: install
 # The chaos suite (tests/cluster/test_chaos.py): CHAOS_FAULTS faults, half with supervised nimbuses
 # (the default), half self-elected, quorum losses up to 60 s; CHAOS_SEED=N replays a run (its seed is printed).
 # The streaming pipeline keeps a standby worker (CHAOS_STANDBY=hot), so every fault also meets
-# its placement and promotion; CHAOS_STANDBY=none runs it without one.
+# its placement and promotion, its workers running as their supervisors' user (docs/reliability.md);
+# CHAOS_STANDBY=none runs it without one, walled off.
 # `make test` runs a short version (6 faults, a fixed seed, quorum losses up to 10 s, no standby worker).
 CHAOS_STANDBY ?= hot
 chaos: install
