@@ -46,9 +46,9 @@ from rich.table import Table
 from _report import (
     Interrupted,
     handle_interrupts,
-    machine,
     ms,
     percentile,
+    print_header,
     print_verdicts,
     raise_interrupted,
     report_console,
@@ -151,9 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     handle_interrupts(raise_interrupted)
     console = report_console(width=100)
     console.rule("stratus: the start of a command against import click")
-    info = machine(("click", "pydantic", "httpx"))
-    for key, value in info.items():
-        console.print(f"[bold]{key:>9}[/]: {value}")
+    info, reproduce = print_header(console, "cli_start.py", argv, ("click", "pydantic", "httpx"))
     console.print(f"[bold]{'run':>9}[/]: {args.runs} processes of each row, rows taking turns")
     measured = rows()
     try:
@@ -165,7 +163,14 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[bold red]benchmark failed:[/] {type(exc).__name__}: {exc}")
         return 1
     verdicts = report(console, measured)
-    write_json(args.json, args, machine=info, verdicts=verdicts, rows=[asdict(r) for r in measured])
+    write_json(
+        args.json,
+        args,
+        machine=info,
+        reproduce=reproduce,
+        verdicts=verdicts,
+        rows=[asdict(r) for r in measured],
+    )
     return 0
 
 

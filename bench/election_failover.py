@@ -47,9 +47,9 @@ from rich.table import Table
 from _report import (
     Interrupted,
     handle_interrupts,
-    machine,
     ms,
     percentile,
+    print_header,
     print_verdicts,
     raise_interrupted,
     report_console,
@@ -519,9 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     handle_interrupts(raise_interrupted)  # explicitly: a background job inherits an ignored SIGINT
     console = report_console(width=100)
     console.rule("Election failover: stratus Coordinator vs kazoo Election")
-    info = machine()
-    for key, value in info.items():
-        console.print(f"[bold]{key:>9}[/]: {value}")
+    info, reproduce = print_header(console, "election_failover.py", argv, ())
     console.print(
         f"[bold]{'run':>9}[/]: {args.rounds} rounds (+{args.warmup} warm-up), "
         f"session timeout {args.session_timeout:g} s, ZooKeeper tick {TICK_TIME_MS} ms, "
@@ -536,7 +534,9 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[yellow]interrupted ({exc}); every process was stopped[/]")
         return 128 + exc.signum
     report(console, samples, args.session_timeout)
-    write_json(args.json, args, machine=info, samples=[s.__dict__ for s in samples])
+    write_json(
+        args.json, args, machine=info, reproduce=reproduce, samples=[s.__dict__ for s in samples]
+    )
     return 0
 
 

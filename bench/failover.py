@@ -81,9 +81,9 @@ from _masters import (
 from _report import (
     Interrupted,
     handle_interrupts,
-    machine,
     ms,
     percentile,
+    print_header,
     print_verdicts,
     raise_interrupted,
     report_console,
@@ -883,9 +883,7 @@ def main(argv: list[str] | None = None) -> int:
     handle_interrupts(raise_interrupted)  # explicitly: a background job inherits an ignored SIGINT
     console = report_console(width=110)
     console.rule("Control-plane failover: stratus nimbus vs Spark standalone Master HA")
-    info = machine(("kazoo", "pyspark", "httpx"))
-    for key, value in info.items():
-        console.print(f"[bold]{key:>9}[/]: {value}")
+    info, reproduce = print_header(console, "failover.py", argv, ("kazoo", "pyspark", "httpx"))
     spark_session = (
         SPARK_SESSION_REQUEST_MS / 1000 if args.spark_native_session else args.session_timeout
     )
@@ -922,6 +920,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json,
         args,
         machine=info,
+        reproduce=reproduce,
         spark_session_timeout=spark_session,
         verdicts=verdicts,
         samples=[asdict(s) for s in samples],

@@ -28,7 +28,12 @@ end is read from the trail the processes record (``history.file``: one file per 
 * **worker start**: → the new worker's ``worker_started`` on another host;
 * **first batch**: → that worker's first ``batch_committed``;
 * **kill → first batch**, the sum; and the **batch gap**, from the last batch committed before
-  the kill to that first one.
+  the kill to that first one;
+* the **control plane**, kill → the new worker's start: stratus's part, before Spark's query
+  start and first batch. A hot row prints it and kill → first batch over every round, and
+  apart for the rounds whose kill took ZooKeeper's leader too (each host runs a member: no
+  write, the promotion included, commits until the quorum elects another), which each round
+  names.
 
 The baseline is the **physical limit** of a round: the detection's timeout
 (``nimbus.supervisor.timeout.secs``; for a promotion, the silence the leader's verdict waited
@@ -366,6 +371,13 @@ class FailoverHosts(Started):
             if host != name
         )
 
+    def zookeeper_leader(self) -> str | None:
+        """The host whose ZooKeeper member leads the quorum now (None: none answers so)."""
+        return next(
+            (name for name, member in self.nodes.zookeepers.items() if member.mode() == "leader"),
+            None,
+        )
+
     def leader_not_on(self, name: str) -> str:
         """The leader's host once every nimbus agrees, moved off host ``name`` if it was there:
         that nimbus stops (giving its lead up), another wins, and it starts again."""
@@ -437,6 +449,18 @@ class Round:
     silent_secs: float | None = None
     floor_secs: float | None = None
     standby_rss_mb: int | None = None
+    zk_leader: str | None = None  # the host of ZooKeeper's leader at the kill (None: unknown)
+
+    @property
+    def zk_leader_killed(self) -> bool:
+        """Whether the kill took ZooKeeper's leader too: no write commits until the quorum
+        elects another (its followers notice after ``syncLimit``), the promotion included."""
+        return self.zk_leader == self.victim
+
+    @property
+    def control_plane(self) -> float:
+        """Kill → the new worker's start: the control plane's part, before Spark's."""
+        return self.detection + self.worker_start
 
 
 def _of_pipeline(event: Event, name: str) -> bool:
@@ -591,6 +615,7 @@ def kill_round(
 ) -> Round:
     """Wait until steady, kill the worker's host, time its pipeline's move, restore the host."""
     victim, leader, standby = wait_steady(cluster, client, trail, row)
+    zk_leader = cluster.zookeeper_leader()
     began_wall, began = driver.now()
     killed = cluster.kill_host(victim)
     found: list[Event] = []
@@ -634,6 +659,7 @@ def kill_round(
         silent_secs=silent,
         floor_secs=floor,
         standby_rss_mb=None if standby is None else standby.rss_mb,
+        zk_leader=zk_leader,
     )
     console.print(describe(result))
     cluster.restore_host(victim)
@@ -658,9 +684,15 @@ def describe(r: Round) -> str:
         if r.how is None
         else f" (promoted: how {r.how}, silent {r.silent_secs:.2f} s, floor {r.floor_secs:.2f} s)"
     )
+    zookeeper = (
+        "ZooKeeper's leader killed too"
+        if r.zk_leader_killed
+        else f"ZooKeeper's leader on {r.zk_leader or 'unknown'}"
+    )
     return (
         f"{r.row} round {r.number}: host {r.victim} killed ({r.killed} processes; leader on "
-        f"{r.leader}) → {r.target}: detection {r.detection:.2f} s{promoted}, worker start "
+        f"{r.leader}; {zookeeper}) → {r.target}: detection {r.detection:.2f} s{promoted}, "
+        "worker start "
         f"{r.worker_start:.2f} s, first batch {r.first_batch:.2f} s (its own {batch}); "
         f"total {r.total:.2f} s, physical limit {limit}"
     )
@@ -764,6 +796,7 @@ def _ratio(r: Round) -> float | None:
 STEPS: list[tuple[str, str, Callable[[Round], float | None]]] = [
     ("detection", "kill → the leader's new assignment or promotion", lambda r: r.detection),
     ("worker start", "→ the new worker starts on another host", lambda r: r.worker_start),
+    ("control plane", "kill → that start: detection + worker start", lambda r: r.control_plane),
     ("first batch", "→ it commits its first batch", lambda r: r.first_batch),
     ("kill → first batch", "the sum", lambda r: r.total),
     ("batch gap", "last batch before the kill → first after", lambda r: r.batch_gap),
@@ -871,6 +904,7 @@ def promotion_verdicts(row: str, rounds: Sequence[Round]) -> list[str]:
     lane = [r for r in promoted if r.how in ("floor", "fenced")]
     by_round = [str(r.number) for r in promoted if r not in lane]
     return [
+        *control_plane_verdicts(row, rounds),
         f"{row}: standby worker promoted in {len(promoted)} of {len(rounds)} rounds (how: "
         f"{hows}), each READY at its kill: "
         + ("met" if not cold else f"MISSED (moved the ordinary way: round {', '.join(cold)})"),
@@ -878,6 +912,30 @@ def promotion_verdicts(row: str, rounds: Sequence[Round]) -> list[str]:
         f"{len(rounds)} rounds"
         + (f" (by the round's timeout: round {', '.join(by_round)})" if by_round else ""),
     ]
+
+
+def control_plane_verdicts(row: str, rounds: Sequence[Round]) -> list[str]:
+    """Kill → the promoted worker's start (the control plane's part, before Spark's query
+    start and first batch), over every round and over those whose kill left ZooKeeper's
+    leader alive (the others wait for a new quorum leader before any write commits)."""
+    lines = []
+    for label, chosen in (
+        ("every round", list(rounds)),
+        ("ZooKeeper's leader alive", [r for r in rounds if not r.zk_leader_killed]),
+        ("ZooKeeper's leader killed too", [r for r in rounds if r.zk_leader_killed]),
+    ):
+        if not chosen:
+            continue
+        plane = [r.control_plane for r in chosen]
+        total = [r.total for r in chosen]
+        lines.append(
+            f"{row}: {label} ({len(chosen)} round{'' if len(chosen) == 1 else 's'}): control "
+            f"plane (kill → the new worker's start) p50 {percentile(plane, 50):.2f} s, "
+            f"p99 {percentile(plane, 99):.2f} s; "
+            f"kill → first batch p50 {percentile(total, 50):.2f} s, p99 "
+            f"{percentile(total, 99):.2f} s"
+        )
+    return lines
 
 
 def standby_memory(rounds: Sequence[Round]) -> str:

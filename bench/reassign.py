@@ -71,7 +71,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import shlex
 import shutil
 import signal
 import sys
@@ -89,9 +88,9 @@ from rich.table import Table
 from _report import (
     Interrupted,
     handle_interrupts,
-    machine,
     ms,
     percentile,
+    print_header,
     print_verdicts,
     raise_interrupted,
     report_console,
@@ -862,13 +861,7 @@ def main(argv: list[str] | None = None) -> int:
     handle_interrupts(raise_interrupted)  # explicitly: a background job inherits an ignored SIGINT
     console = report_console(width=120)
     console.rule("Reassignment: " + ", ".join(args.part))
-    info = machine(("kazoo", "pydantic", "pyspark"))
-    reproduce = shlex.join(
-        [".venv/bin/python", "bench/reassign.py", *(sys.argv[1:] if argv is None else argv)]
-    )
-    for key, value in info.items():
-        console.print(f"[bold]{key:>9}[/]: {value}")
-    console.print(f"[bold]{'reproduce':>9}[/]: {reproduce}")
+    info, reproduce = print_header(console, "reassign.py", argv, ("kazoo", "pydantic", "pyspark"))
     for name in args.skipped:
         console.print(
             f"{name}: left out by --quick (real processes and Spark, minutes); "

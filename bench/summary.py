@@ -66,9 +66,9 @@ from rich.table import Table
 from _report import (
     Interrupted,
     handle_interrupts,
-    machine,
     ms,
     percentile,
+    print_header,
     print_verdicts,
     raise_interrupted,
     write_json,
@@ -743,9 +743,9 @@ def main(argv: list[str] | None = None) -> int:
     handle_interrupts(raise_interrupted)  # explicitly: a background job inherits an ignored SIGINT
     console = Console() if sys.stdout.isatty() else Console(width=110)
     console.rule("Cluster summary: nimbus GET /api/v1/cluster vs a ZooKeeper client")
-    info = machine(("kazoo", "httpx", "fastapi", "uvicorn"))
-    for key, value in info.items():
-        console.print(f"[bold]{key:>9}[/]: {value}")
+    info, reproduce = print_header(
+        console, "summary.py", argv, ("kazoo", "httpx", "fastapi", "uvicorn")
+    )
     console.print(
         f"[bold]{'run':>9}[/]: {args.rounds} rounds, {args.requests} nimbus / "
         f"{args.direct_requests} ZooKeeper-client requests per phase, 1 and {args.clients} "
@@ -760,7 +760,13 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[yellow]interrupted ({exc}); every process was stopped[/]")
         return 128 + exc.signum
     report(console, phases, sorted({1, args.clients}))
-    write_json(args.json, args, machine=info, phases=[asdict(phase) for phase in phases])
+    write_json(
+        args.json,
+        args,
+        machine=info,
+        reproduce=reproduce,
+        phases=[asdict(phase) for phase in phases],
+    )
     return 0
 
 

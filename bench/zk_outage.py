@@ -30,7 +30,6 @@ The exit code is 0 even when a target is missed; 1 only when the benchmark could
 from __future__ import annotations
 
 import argparse
-import shlex
 import shutil
 import signal
 import sys
@@ -47,7 +46,7 @@ from rich.table import Table
 from _report import (
     Interrupted,
     handle_interrupts,
-    machine,
+    print_header,
     print_verdicts,
     raise_interrupted,
     report_console,
@@ -257,13 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     handle_interrupts(raise_interrupted)
     console = report_console(width=120)
     console.rule("ZooKeeper outage")
-    info = machine(("kazoo", "pyspark"))
-    reproduce = shlex.join(
-        [".venv/bin/python", "bench/zk_outage.py", *(sys.argv[1:] if argv is None else argv)]
-    )
-    for key, value in info.items():
-        console.print(f"[bold]{key:>9}[/]: {value}")
-    console.print(f"[bold]{'reproduce':>9}[/]: {reproduce}")
+    info, reproduce = print_header(console, "zk_outage.py", argv, ("kazoo", "pyspark"))
     outages: list[Outage] = []
     try:
         for members in SETUPS[args.zookeeper]:
@@ -276,7 +269,9 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[yellow]interrupted ({exc})[/]")
         return 1
     print_verdicts(console, report(console, outages))
-    write_json(args.json, args, machine=info, samples=[asdict(o) for o in outages])
+    write_json(
+        args.json, args, machine=info, reproduce=reproduce, samples=[asdict(o) for o in outages]
+    )
     return 0
 
 

@@ -65,9 +65,9 @@ from _masters import SparkCluster
 from _report import (
     Interrupted,
     handle_interrupts,
-    machine,
     ms,
     percentile,
+    print_header,
     print_verdicts,
     raise_interrupted,
     report_console,
@@ -510,9 +510,7 @@ def main(argv: list[str] | None = None) -> int:
         "Nimbus failover: supervised (default) vs under zkfcs vs self-elected vs Spark's "
         "standalone master HA"
     )
-    info = machine(("kazoo", "pyspark", "httpx"))
-    for key, value in info.items():
-        console.print(f"[bold]{key:>9}[/]: {value}")
+    info, reproduce = print_header(console, "zkfc_failover.py", argv, ("kazoo", "pyspark", "httpx"))
     console.print(
         f"[bold]{'run':>9}[/]: kill -9 {args.rounds} rounds per mode "
         f"({args.spark_rounds} of Spark's standalone masters), SIGSTOP "
@@ -540,7 +538,12 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"measured in {time.monotonic() - began:.0f} s")
     verdicts = report(console, samples, args)
     write_json(
-        args.json, args, machine=info, verdicts=verdicts, samples=[asdict(s) for s in samples]
+        args.json,
+        args,
+        machine=info,
+        reproduce=reproduce,
+        verdicts=verdicts,
+        samples=[asdict(s) for s in samples],
     )
     return 0
 

@@ -34,6 +34,7 @@ from stratus.pacemaker.settings import PacemakerClientSettings
 from stratus.process import ProcessGroup
 from stratus.state.heartbeats import HeartbeatBoard
 from stratus.state.pacemaker_store import PacemakerStateStore
+from stratus.supervisor.beat_ack_stats import ACK_STATS_FILE, read_tally
 from stratus.supervisor.beat_agent import AgentConfig, AgentRecord
 from stratus.supervisor.beat_keeper import BeatKeeper
 from stratus.supervisor.settings import BeatSettings
@@ -200,6 +201,13 @@ def test_the_beat_lease_keeps_ahead_while_a_majority_of_pacemakers_answers(
         assert until > seen_at  # renewed while still held: never a lapse
     assert keeper.held(time.monotonic())
 
+    def tallied() -> bool:  # the agent's tally of the acknowledgements, for the metrics
+        tally = read_tally(tmp_path / ACK_STATS_FILE)
+        return tally is not None and tally.count >= 10 and tally.sum_secs > 0
+
+    wait_until(tallied, WITHIN_SECS, "the agent's tally of ten counted beats")
+    assert stat.S_IMODE((tmp_path / ACK_STATS_FILE).stat().st_mode) == 0o600
+
 
 def test_with_a_majority_of_pacemakers_stopped_the_hot_worker_is_killed_after_the_lease_ends(
     keeper: BeatKeeper, pacemakers: list[PacemakerProcess], tmp_path: Path
@@ -232,6 +240,12 @@ def test_with_a_majority_of_pacemakers_stopped_the_hot_worker_is_killed_after_th
     assert ended is not None and lapsed["lease"] == ended  # the end it stopped on, unmoved
     assert ended <= lapsed["seen"] <= killed  # the lease ended, then it stopped, then the kill
     assert not keeper.held(time.monotonic())
+
+    def missed() -> bool:
+        tally = read_tally(tmp_path / ACK_STATS_FILE)
+        return tally is not None and tally.missed > 0
+
+    wait_until(missed, WITHIN_SECS, "the agent's tally to count the beats that did not count")
 
 
 @pytest.fixture

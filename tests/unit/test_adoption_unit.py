@@ -23,6 +23,7 @@ from stratus.supervisor.beat_keeper import BeatKeeper
 from stratus.supervisor.control_loop import ControlLoop
 from stratus.supervisor.errors import AdoptionRefusedError
 from stratus.supervisor.heartbeat_lease import HeartbeatLease
+from stratus.supervisor.heartbeat_publisher import HeartbeatRound
 from stratus.supervisor.loop_messages import LEAVE, Adopted, HeartbeatWritten
 from stratus.supervisor.managed_worker import Phase
 from stratus.supervisor.settings import LoopSettings
@@ -105,10 +106,14 @@ def control_loop(
     supervisor: str = "s1",
     beats: BeatKeeper | None = None,
     request_read: Callable[[], None] = lambda: None,
+    offer: Callable[[HeartbeatRound], None] = lambda _round: None,
+    lease_file: Path | None = None,
     **adopted: Adopted,
 ) -> ControlLoop:
     """A control loop of two slots on the fakes; ``beats`` is its keeper of the beat lease
-    (none: no hot workers here), ``adopted`` the workers a previous supervisor left."""
+    (none: no hot workers here), ``offer`` hears each heartbeat round, ``lease_file`` is
+    where it hands its workers the lease, ``adopted`` the workers a previous supervisor
+    left."""
     return ControlLoop(
         supervisor,
         2,
@@ -117,7 +122,8 @@ def control_loop(
         lease=HeartbeatLease(timeout_secs=6.0),
         settings=LoopSettings(heartbeat_secs=1.0, restart=RESTART_SETTINGS, timeouts=TIMEOUTS),
         request_read=request_read,
-        offer=lambda _round: None,
+        offer=offer,
+        lease_file=lease_file,
         adopted=adopted,
         beats=beats,
         clock=clock,

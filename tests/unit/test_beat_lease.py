@@ -339,6 +339,20 @@ def test_the_loop_runs_hot_workers_on_the_beat_lease_and_retires_them_when_it_en
     assert keeper.wanted[-1] is False  # no hot worker left: the agent may go
 
 
+def test_the_heartbeat_says_the_beat_lease_the_hot_workers_run_under(tmp_path: Path) -> None:
+    """A leader whose term began after this supervisor's registration left judges its beats
+    from its last heartbeat's beat lease."""
+    clock, launcher = FakeClock(100.0), FakeLauncher(tmp_path)
+    with_beats = control_loop(
+        tmp_path, clock, launcher, beats=keeper_without_agent(tmp_path, clock, "s1")
+    )
+    assert with_beats.heartbeat_round().supervisor.beat_lease == BeatLease(
+        lease_secs=LEASE, stop_secs=0.1, poll_secs=BeatSettings(0.1, LEASE, 0.1, tmp_path).poll_secs
+    )
+    without = control_loop(tmp_path / "zk", clock, launcher)
+    assert without.heartbeat_round().supervisor.beat_lease is None
+
+
 def test_a_standby_worker_keeps_the_beat_agent_before_its_promotion(tmp_path: Path) -> None:
     clock, launcher = FakeClock(100.0), FakeLauncher(tmp_path)
     keeper = keeper_without_agent(tmp_path, clock, "s1")

@@ -129,22 +129,69 @@ def test_a_minority_read_judges_nothing(clock: FakeClock, board: Board, watch: B
     assert watch.suspected(floors) == {}
 
 
-def test_a_leader_pause_of_more_than_three_polls_restarts_every_window(
+def test_a_leader_pause_keeps_every_silence_and_judges_at_the_first_read_after_it(
     clock: FakeClock, board: Board, watch: BeatWatch
 ) -> None:
     floors = {"s1": FLOOR, "s2": FLOOR}
     run(clock, board, watch, 3.0, {"s1", "s2"})
-    clock.advance(3.5 * POLL)  # 0.35 s between two reads: the leader paused, or a GC
-    assert watch.poll() is ReadOutcome.BLIND
-    assert watch.suspected(floors) == {}
+    clock.advance(0.3)  # s1's host dies; s2 beats on
+    board.beat("s2")
+    clock.advance(0.5)  # then the leader does not read for 0.8 s: a loaded machine, a GC
+    board.beat("s2")
+    assert watch.poll() is ReadOutcome.JUDGED  # late, but the store answered every read
+    assert watch.suspected(floors) == {}  # 0.8 s of silence: short of the floor
 
-    clock.advance(5.0)  # a long pause, in which nobody's beats could be seen
+    clock.advance(3.5 * POLL)  # late again
+    board.beat("s2")
+    assert watch.poll() is ReadOutcome.JUDGED
+    suspicions = watch.suspected(floors)
+    assert list(suspicions) == ["s1"]  # silent since its last beat heard, pauses included
+    assert suspicions["s1"].silence_secs >= FLOOR  # s2's newer beat is an arrival: spared
+
+
+def test_a_live_supervisor_after_a_long_leader_pause_is_an_arrival_not_a_suspect(
+    clock: FakeClock, board: Board, watch: BeatWatch
+) -> None:
+    floors = {"s1": FLOOR}
+    run(clock, board, watch, 3.0, {"s1"})
+    clock.advance(5.0)  # the leader paused; s1 beat on, unseen
+    board.beat("s1")
+    assert watch.poll() is ReadOutcome.JUDGED
+    assert watch.suspected(floors) == {}
+    run(clock, board, watch, 0.9, set())  # then it falls silent
+    assert watch.suspected(floors) == {}  # counted from the arrival after the pause
+    run(clock, board, watch, 0.2, set())
+    assert list(watch.suspected(floors)) == ["s1"]
+
+
+def test_a_store_outage_of_more_than_three_polls_restarts_every_window(
+    clock: FakeClock, board: Board, watch: BeatWatch
+) -> None:
+    floors = {"s1": FLOOR, "s2": FLOOR}
+    run(clock, board, watch, 3.0, {"s1", "s2"})
+    board.down = True  # no pacemaker answers the leader, nor, maybe, the supervisors
+    assert set(run(clock, board, watch, 5.0, set())) == {ReadOutcome.FAILED}
+    board.down = False
     assert watch.poll() is ReadOutcome.BLIND
     assert watch.suspected(floors) == {}  # silences start again at that read
     run(clock, board, watch, 0.9, set())
     assert watch.suspected(floors) == {}  # not one floor of silence seen yet
     run(clock, board, watch, 0.2, set())
     assert set(watch.suspected(floors)) == {"s1", "s2"}
+
+
+def test_one_failed_read_within_three_polls_is_no_blindness(
+    clock: FakeClock, board: Board, watch: BeatWatch
+) -> None:
+    floors = {"s1": FLOOR}
+    run(clock, board, watch, 2.0, {"s1"})
+    run(clock, board, watch, 0.9, set())
+    board.down = True
+    assert watch.poll() is ReadOutcome.FAILED
+    board.down = False
+    clock.advance(2 * POLL)  # the good reads 0.21 s apart: within three polls
+    assert watch.poll() is ReadOutcome.JUDGED
+    assert list(watch.suspected(floors)) == ["s1"]  # the silence ran on across the failure
 
 
 def test_a_slow_read_within_three_polls_is_no_blindness(

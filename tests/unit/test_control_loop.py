@@ -4,61 +4,31 @@ leader's fence, unless its epoch is older than one the supervisor has seen."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from stratus.api.records import Assignment, WorkerState
 from stratus.supervisor.assignment_reader import AssignmentsRead
 from stratus.supervisor.code_cache import PipelineCode
 from stratus.supervisor.control_loop import ControlLoop
-from stratus.supervisor.heartbeat_lease import HeartbeatLease
 from stratus.supervisor.heartbeat_publisher import HeartbeatRound
 from stratus.supervisor.loop_messages import SHUTDOWN, FenceOrder, FenceVerdict, HeartbeatWritten
 from stratus.supervisor.managed_worker import Phase
 from stratus.supervisor.reconcile import Held
-from stratus.supervisor.settings import LoopSettings
 from stratus.supervisor.worker_process import WorkerPaths
 from stratus.worker.lease_file import read_lease, write_lease
 from tests.harness.supervisor_fakes import (
     DIGEST,
-    RESTART_SETTINGS,
     TIMEOUTS,
     FakeClock,
     FakeLauncher,
     FakeProcess,
     assignment,
 )
-
-
-def control_loop(
-    tmp_path: Path, clock: FakeClock, launcher: FakeLauncher, lease_file: Path | None = None
-) -> tuple[ControlLoop, list[HeartbeatRound], list[str]]:
-    rounds: list[HeartbeatRound] = []
-    reads: list[str] = []
-    loop = ControlLoop(
-        "s1",
-        2,
-        launcher=launcher,
-        paths_of=lambda name: WorkerPaths.of(tmp_path, name),
-        lease=HeartbeatLease(timeout_secs=6.0),
-        settings=LoopSettings(heartbeat_secs=1.0, restart=RESTART_SETTINGS, timeouts=TIMEOUTS),
-        request_read=lambda: reads.append("read"),
-        offer=rounds.append,
-        lease_file=lease_file,
-        clock=clock,
-        wall=clock,
-    )
-    return loop, rounds, reads
-
-
-def feed(loop: ControlLoop, *messages: object) -> None:
-    for message in messages:
-        loop._apply(message)  # type: ignore[arg-type]
-    loop.tick()
+from tests.unit.test_adoption_unit import control_loop, feed
 
 
 def test_workers_start_only_once_the_lease_is_held_and_a_newer_read_came(tmp_path) -> None:
     clock, launcher = FakeClock(100.0), FakeLauncher(tmp_path)
-    loop, rounds, _ = control_loop(tmp_path, clock, launcher)
+    rounds: list[HeartbeatRound] = []
+    loop = control_loop(tmp_path, clock, launcher, offer=rounds.append)
     feed(loop, AssignmentsRead(99.0, {"etl": assignment()}))
     assert launcher.processes == []
     assert rounds[-1].workers["etl"].state is WorkerState.STARTING
@@ -73,7 +43,8 @@ def test_workers_start_only_once_the_lease_is_held_and_a_newer_read_came(tmp_pat
 
 def test_a_lapsed_lease_stops_every_worker_and_starts_none_before_a_fresh_read(tmp_path) -> None:
     clock, launcher = FakeClock(100.0), FakeLauncher(tmp_path)
-    loop, rounds, _ = control_loop(tmp_path, clock, launcher)
+    rounds: list[HeartbeatRound] = []
+    loop = control_loop(tmp_path, clock, launcher, offer=rounds.append)
     both = {"a": assignment("a"), "b": assignment("b")}
     feed(loop, HeartbeatWritten(100.0), AssignmentsRead(100.1, both))
     assert [p.signals for p in launcher.processes] == [[], []]
@@ -97,7 +68,7 @@ def test_a_lapsed_lease_stops_every_worker_and_starts_none_before_a_fresh_read(t
 
 def test_stale_reads_and_stale_epochs_change_nothing(tmp_path) -> None:
     clock, launcher = FakeClock(100.0), FakeLauncher(tmp_path)
-    loop, _, _ = control_loop(tmp_path, clock, launcher)
+    loop = control_loop(tmp_path, clock, launcher)
     feed(loop, HeartbeatWritten(100.0), AssignmentsRead(100.2, {"etl": assignment(epoch=5)}))
     feed(loop, AssignmentsRead(100.1, {}))  # older than the read applied
     feed(loop, AssignmentsRead(100.3, {"etl": assignment(epoch=4, generation=9)}))
@@ -107,7 +78,8 @@ def test_stale_reads_and_stale_epochs_change_nothing(tmp_path) -> None:
 
 def test_a_slot_freed_asks_for_a_read_for_the_pipelines_that_wait(tmp_path) -> None:
     clock, launcher = FakeClock(100.0), FakeLauncher(tmp_path)
-    loop, _, reads = control_loop(tmp_path, clock, launcher)
+    reads: list[str] = []
+    loop = control_loop(tmp_path, clock, launcher, request_read=lambda: reads.append("read"))
     three = {name: assignment(name, assigned=i) for i, name in enumerate("abc")}
     feed(loop, HeartbeatWritten(100.0), AssignmentsRead(100.1, three))
     assert set(loop.workers) == {"a", "b"}
@@ -123,7 +95,8 @@ def test_a_slot_freed_asks_for_a_read_for_the_pipelines_that_wait(tmp_path) -> N
 
 def test_a_leaders_fence_stops_every_worker_and_is_answered_once_none_is_left(tmp_path) -> None:
     clock, launcher = FakeClock(100.0), FakeLauncher(tmp_path)
-    loop, rounds, _ = control_loop(tmp_path, clock, launcher)
+    rounds: list[HeartbeatRound] = []
+    loop = control_loop(tmp_path, clock, launcher, offer=rounds.append)
     both = {"a": assignment("a"), "b": assignment("b")}
     feed(loop, HeartbeatWritten(100.0), AssignmentsRead(100.1, both))
     order = FenceOrder(epoch=1)
@@ -149,7 +122,7 @@ def test_a_fenced_supervisor_starts_nothing_before_a_newer_heartbeat_and_a_read_
     tmp_path,
 ) -> None:
     clock, launcher = FakeClock(100.0), FakeLauncher(tmp_path)
-    loop, _, _ = control_loop(tmp_path, clock, launcher)
+    loop = control_loop(tmp_path, clock, launcher)
     feed(loop, HeartbeatWritten(100.0), AssignmentsRead(100.1, {"etl": assignment()}))
     clock.advance(1.0)
     fenced_at = clock()
@@ -169,7 +142,7 @@ def test_a_fenced_supervisor_starts_nothing_before_a_newer_heartbeat_and_a_read_
 
 def test_a_fence_of_an_older_epoch_than_seen_is_refused_and_stops_nothing(tmp_path) -> None:
     clock, launcher = FakeClock(100.0), FakeLauncher(tmp_path)
-    loop, _, _ = control_loop(tmp_path, clock, launcher)
+    loop = control_loop(tmp_path, clock, launcher)
     feed(loop, HeartbeatWritten(100.0), AssignmentsRead(100.1, {"etl": assignment(epoch=5)}))
     stale = FenceOrder(epoch=4)
     feed(loop, stale)
@@ -191,7 +164,7 @@ def test_the_lease_is_handed_to_the_workers_before_they_start_and_its_lapse_too(
     clock, launcher = FakeClock(100.0), FakeLauncher(tmp_path)
     lease_file = tmp_path / "lease"
     write_lease(lease_file, 103.0)  # a previous supervisor's, which its workers run on
-    loop, _, _ = control_loop(tmp_path, clock, launcher, lease_file)
+    loop = control_loop(tmp_path, clock, launcher, lease_file=lease_file)
     feed(loop)
     assert read_lease(lease_file) == 103.0  # not held yet: the old lease stands, untouched
     feed(loop, HeartbeatWritten(100.0), AssignmentsRead(100.1, {"etl": assignment()}))
@@ -210,7 +183,7 @@ def test_a_shutdown_posted_during_a_tick_starts_no_further_worker(tmp_path) -> N
     thread, must not wait behind the starts of every other pipeline of that tick."""
     clock = FakeClock(100.0)
     launcher = PostingLauncher(tmp_path)
-    loop, _, _ = control_loop(tmp_path, clock, launcher)
+    loop = control_loop(tmp_path, clock, launcher)
     launcher.loop = loop
     both = {"a": assignment("a"), "b": assignment("b")}
     feed(loop, HeartbeatWritten(100.0), AssignmentsRead(100.1, both))

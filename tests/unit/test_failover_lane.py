@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar, cast
 
 import pytest
@@ -21,15 +21,17 @@ from stratus.api.records import (
     Assignment,
     AssignmentReason,
     PipelineRecord,
+    SupervisorHeartbeat,
     SupervisorSummary,
 )
 from stratus.api.standby_workers import BeatLease, StandbyWorkerState
 from stratus.coordination.leadership import Leadership
-from stratus.nimbus.failover.beat_watch import BeatWatch
+from stratus.nimbus.failover.beat_watch import BeatWatch, ReadOutcome
 from stratus.nimbus.failover.lane import FailoverLane, HotSnapshot, hot_snapshot
 from stratus.nimbus.failover.promotion_plan import How, Promotion, PromotionRefusal, Refusal
 from stratus.nimbus.settings import DetectorSettings
 from stratus.state.beats import Beat, BeatRead
+from stratus.state.errors import StateStoreUnavailableError
 from tests.harness.supervisor_fakes import FakeClock
 from tests.harness.zkfixtures import wait_until
 from tests.unit.test_promotion_plan import (
@@ -65,6 +67,7 @@ class Beats:
     def __init__(self) -> None:
         self.beats: dict[str, Beat] = {}
         self.reads = 0
+        self.down = False  # no pacemaker answers
 
     def beat(self, supervisor: str) -> None:
         last = self.beats.get(supervisor)
@@ -72,6 +75,8 @@ class Beats:
 
     def read(self) -> BeatRead:
         self.reads += 1
+        if self.down:
+            raise StateStoreUnavailableError("pacemaker", "/beats", "no pacemaker answered")
         return BeatRead(dict(self.beats), 3, 3, False)
 
 
@@ -312,15 +317,17 @@ def test_suspicion_before_the_floor_promotes_nothing_without_a_fence(lane: Lane)
     assert lane.promoter.asked == []  # but its floor has not passed
 
 
-def test_silences_restarted_by_the_round_give_a_supervisor_a_whole_floor_again(
-    lane: Lane,
-) -> None:
+def test_a_late_read_keeps_the_silence_of_a_dead_host(lane: Lane) -> None:
+    """The lane's thread not scheduled for 0.5 s (a loaded machine) is no blindness: the
+    first read after it shows no newer beat of s1, so s1 was silent all along."""
     lane.lane.note(snapshot())
     lane.run(2.0, {"s1", "s2", "s3"})
-    assert lane.run(0.9, {"s2", "s3"}) == []  # s1 silent, short of its floor
-    lane.lane.restart_silences()  # the round could not see a stretch: nor can the lane trust it
-    assert lane.run(0.5, {"s2", "s3"}) == []  # 1.4 s of silence, 0.5 s since the restart
-    assert [p.pipeline for p in lane.run(2.0, {"s2", "s3"})] == ["orders"]
+    assert lane.run(0.6, {"s2", "s3"}) == []  # s1 silent, short of its floor
+    lane.clock.advance(5 * POLL)
+    for sid in ("s2", "s3"):
+        lane.beats.beat(sid)
+    assert [p.pipeline for p in lane.lane.step(lane.term)] == ["orders"]
+    assert lane.lane.outcome is ReadOutcome.JUDGED
 
 
 def test_the_lane_shows_the_phi_of_each_supervisor_it_judges(lane: Lane) -> None:
@@ -482,12 +489,16 @@ def test_a_holder_whose_registration_left_is_judged_on_and_promoted_at_its_floor
     lane: Lane,
 ) -> None:
     """A dead host's session ends about a session timeout after its death; a silence that
-    started again meanwhile (a blind read, a new term) must not leave it to the round."""
+    started again meanwhile (a blind read of the store, a new term) must not leave it to the
+    round."""
     lane.lane.note(snapshot())
     lane.run(2.0, {"s1", "s2", "s3"})
     lane.run(0.5, {"s2", "s3"})  # s1 falls silent
-    lane.clock.advance(4 * POLL)  # the lane's reads paused: every silence starts again
+    lane.beats.down = True  # the pacemakers answer nothing for 0.4 s: every silence restarts
+    lane.run(4 * POLL, {"s2", "s3"})
+    lane.beats.down = False
     lane.run(POLL, {"s2", "s3"})
+    assert lane.lane.outcome is ReadOutcome.BLIND
     del lane.registered["s1"]  # its session ended before its floor passed
     done = lane.run(1.5, {"s2", "s3"})
     assert [(p.pipeline, p.from_supervisor, p.to_supervisor, p.how) for p in done] == [
@@ -498,11 +509,40 @@ def test_a_holder_whose_registration_left_is_judged_on_and_promoted_at_its_floor
 
 
 def test_a_holder_never_registered_in_the_term_is_left_to_the_round(lane: Lane) -> None:
-    del lane.registered["s1"]
+    del lane.registered["s1"]  # and its heartbeat, from an older release, says no beat lease
     lane.lane.note(snapshot())
     lane.run(3.0, {"s2", "s3"})
     assert lane.lane.suspected() == frozenset()
     assert lane.promoter.asked == []
+
+
+def test_a_holder_never_registered_in_the_term_is_judged_from_its_heartbeats_beat_lease(
+    lane: Lane,
+) -> None:
+    """A new term that began after the host died never sees its registration (its session
+    ended first); its last heartbeat, in the pacemakers, still says its beat lease."""
+    del lane.registered["s1"]
+    hot = snapshot()
+    last = SupervisorHeartbeat(id="s1", time=8.0, slots=4, beat_lease=LEASE)
+    lane.lane.note(replace(hot, heartbeats={**hot.heartbeats, "s1": last}))
+    lane.run(1.0, {"s1", "s2", "s3"})  # its last beats, seen first in this term
+    done = lane.run(1.5, {"s2", "s3"})
+    assert [(p.pipeline, p.from_supervisor, p.how) for p in done] == [("orders", "s1", How.FLOOR)]
+    _, silent, floor = lane.promoter.promoted[0]
+    assert silent >= floor == LEASE.floor_secs(0.1)
+
+
+def test_a_stretch_with_nothing_hot_gives_the_next_holder_a_whole_floor(lane: Lane) -> None:
+    lane.lane.note(snapshot())
+    lane.run(2.0, {"s1", "s2", "s3"})
+    lane.run(0.5, {"s2", "s3"})  # s1 falls silent
+    lane.lane.note(HotSnapshot(epoch=EPOCH))  # then nothing is hot for a while: no read
+    reads = lane.beats.reads
+    lane.run(2.0, {"s2", "s3"})
+    assert lane.beats.reads == reads
+    lane.lane.note(snapshot())  # hot again, on s1
+    assert lane.run(0.9, {"s2", "s3"}) == []  # its silence counts from the first read again
+    assert [p.pipeline for p in lane.run(0.3, {"s2", "s3"})] == ["orders"]
 
 
 def test_the_lane_logs_a_suspicion_a_blind_read_and_a_holder_left_to_the_round(
@@ -524,7 +564,9 @@ def test_the_lane_logs_a_suspicion_a_blind_read_and_a_holder_left_to_the_round(
     )
     lane.run(2.0, {"s1", "s2", "s3"})
     lane.run(0.8, {"s2", "s3"})  # s1 silent: suspected before its floor (1.02 s)
-    lane.clock.advance(4 * POLL)  # the lane's reads paused: every silence starts again
+    lane.beats.down = True  # the pacemakers answer nothing for 0.4 s: every silence restarts
+    lane.run(4 * POLL, {"s2", "s3"})
+    lane.beats.down = False
     lane.run(POLL, {"s2", "s3"})
     events = [r.getMessage() for r in caplog.records if "event=failover" not in r.getMessage()]
     assert [e.split()[0] for e in events] == [

@@ -69,11 +69,13 @@ def test_an_older_release_ignores_the_standby_workers_a_newer_supervisor_reports
             }
         ],
         "beat_lease": {"lease_secs": 0.8, "stop_secs": 0.1, "poll_secs": 0.02},
+        "a_field_of_a_later_release": {"x": 1},
     }
     beat = SupervisorHeartbeat.model_validate(newer)
     assert beat.standby_workers[0].state is StandbyWorkerState.READY
     assert beat.standby_workers[0].rss_mb == 702
-    assert "beat_lease" not in beat.model_dump()  # a heartbeat does not carry the lease
+    assert beat.beat_lease == BeatLease(lease_secs=0.8, stop_secs=0.1, poll_secs=0.02)
+    assert "a_field_of_a_later_release" not in beat.model_dump()
 
 
 def test_the_floor_of_a_beat_lease_adds_its_stop_its_poll_and_the_margin() -> None:

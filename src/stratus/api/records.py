@@ -712,6 +712,12 @@ class SupervisorHeartbeat(StoredRecord):
     standby_workers: list[StandbyWorkerBeat] = Field(
         default_factory=list, description="the standby workers it runs, and their states"
     )
+    beat_lease: BeatLease | None = Field(
+        default=None,
+        description="the fast beats' lease its hot workers run under, as its registration "
+        "advertises it: the leader judges its beats from it even once the registration is "
+        "gone (a new term after its host died); null: no fast beats, or an older release",
+    )
 
 
 class PipelineWorkers(BaseModel):

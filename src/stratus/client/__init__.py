@@ -22,8 +22,9 @@ ZooKeeper.
 Retries (tenacity: full-jitter exponential backoff, at most ``BACKOFF_MAX_SECS`` between
 attempts) cover connection failures, timeouts, ``not_leader`` and ``unavailable``, until
 ``retry_deadline`` seconds after the call began; the deadline bounds when the last attempt
-starts, and each attempt is bounded by ``request_timeout``. Every other API error is raised
-at once as its class from ``stratus.api.errors`` (re-exported here).
+starts, and each attempt is bounded by ``request_timeout``; its connect by the shorter
+``connect_timeout``, so that a nimbus on a dead host is left soon for the next. Every other
+API error is raised at once as its class from ``stratus.api.errors`` (re-exported here).
 """
 
 from stratus.api.errors import (

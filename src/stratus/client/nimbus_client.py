@@ -82,6 +82,7 @@ class NimbusClient:
         *,
         retry_deadline: float = 30.0,
         request_timeout: float = 10.0,
+        connect_timeout: float = 2.0,
         auth: ClientAuth = NO_AUTH,
         transport: httpx.BaseTransport | None = None,
         clock: Clock = time.monotonic,
@@ -93,6 +94,7 @@ class NimbusClient:
             seeds,
             retry_deadline=retry_deadline,
             request_timeout=request_timeout,
+            connect_timeout=connect_timeout,
             auth=auth,
             transport=transport,
             clock=clock,
@@ -114,12 +116,14 @@ class NimbusClient:
         on_retry: RetryListener | None = None,
     ) -> NimbusClient:
         """A client for ``nimbus.seeds`` with ``client.retry.deadline.secs``,
-        ``client.request.timeout.secs``, and the token and TLS of ``client.auth.*`` and
-        ``client.tls.*`` (or ``STRATUS_TOKEN``); ``on_retry`` hears of its retries."""
+        ``client.request.timeout.secs``, ``client.connect.timeout.secs``, and the token and
+        TLS of ``client.auth.*`` and ``client.tls.*`` (or ``STRATUS_TOKEN``); ``on_retry``
+        hears of its retries."""
         return cls(
             conf.nimbus_seeds,
             retry_deadline=conf.client_retry_deadline_secs,
             request_timeout=conf.client_request_timeout_secs,
+            connect_timeout=conf.client_connect_timeout_secs,
             auth=client_auth(conf),
             transport=transport,
             package_limits=limits_of(conf),

@@ -12,7 +12,12 @@ client backs off and asks again rather than waiting on it a second time (the oth
 the new leader meanwhile). ``on_retry`` is told of every retry and of the end of a call that
 was retried (a :class:`RetryNotice`), so that a command can say why it waits::
 
-    router = NimbusRouter(["10.0.0.1:6627", "10.0.0.2:6627"], retry_deadline=30.0)
+    router = NimbusRouter(
+        ["10.0.0.1:6627", "10.0.0.2:6627"],
+        retry_deadline=30.0,
+        request_timeout=10.0,
+        connect_timeout=2.0,
+    )
     response = router.call_leader("POST", "/api/v1/pipelines/etl/activate")
     response = router.read("GET", "/api/v1/cluster")
 """
@@ -112,18 +117,22 @@ class _Deadline:
 class NimbusRouter:
     """Sends a client's requests to the right nimbus, retrying; see the module docstring.
 
+    A request waits ``connect_timeout`` for a nimbus to take the connection (a dead host
+    answers nothing: the next nimbus is asked soon), then ``request_timeout`` for each read,
+    write and the TLS handshake (a slow answer is waited for).
     ``auth`` is the bearer token sent with every request and the TLS that makes them https.
     ``on_retry`` hears of retries (see the module docstring); it must not raise.
     ``transport``, ``clock`` and ``sleep`` exist so that tests can drive it without a network
     or a real clock. Thread-safe as httpx's client is; the remembered leader is one attribute.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 keyword-only options
         self,
         seeds: Sequence[str],
         *,
         retry_deadline: float,
         request_timeout: float,
+        connect_timeout: float,
         auth: ClientAuth = NO_AUTH,
         transport: httpx.BaseTransport | None = None,
         clock: Clock = time.monotonic,
@@ -139,7 +148,7 @@ class NimbusRouter:
         self._sleep = sleep
         self._scheme = auth.scheme
         self._http = httpx.Client(
-            timeout=request_timeout,
+            timeout=httpx.Timeout(request_timeout, connect=min(connect_timeout, request_timeout)),
             transport=transport,
             trust_env=False,
             follow_redirects=False,

@@ -27,6 +27,14 @@ class ClientSection(Section):
         alias="client.request.timeout.secs",
         description="timeout of one HTTP request from a client to a nimbus",
     )
+    client_connect_timeout_secs: float = Field(
+        default=2.0,
+        gt=0,
+        alias="client.connect.timeout.secs",
+        description="how long a client waits for a nimbus to take the connection before it "
+        "asks the next one (a dead host answers nothing); client.request.timeout.secs still "
+        "bounds the answer, and this never exceeds it",
+    )
     client_auth_token: str | None = Field(
         default=None,
         alias="client.auth.token",

@@ -239,5 +239,5 @@ def failover_lane(
         clock=clock,
         wall=wall,
     )
-    opened.callback(lane.stop)
+    opened.callback(lane.close)
     return lane

@@ -27,6 +27,7 @@ client with its beat board; it never talks to ZooKeeper and reads no configurati
     write_config(local_dir, AgentConfig(...))     # the supervisor, then starts the agent
     AgentRecord.read(local_dir)                   # who runs: proven with .alive()
     read_lease(local_dir / "lease.beat")          # the beat lease's end (time.monotonic())
+    read_tally(local_dir / "beat-ack.json")       # how long its beats took to count
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from stratus.process import boot_id, same_process, start_time
 from stratus.security.tls import TlsSettings
 from stratus.state.beats import BeatAck, BeatBoard
 from stratus.state.errors import StateStoreUnavailableError
+from stratus.supervisor.beat_ack_stats import ACK_STATS_FILE, BeatAckTally
 from stratus.supervisor.heartbeat_lease import HeartbeatLease
 from stratus.worker.lease_file import BEAT_LEASE_FILE, LEASE_FILE, read_lease, write_lease
 
@@ -202,6 +204,7 @@ class BeatAgent:
         *,
         lease_path: Path,
         supervisor_lease_path: Path,
+        ack_stats_path: Path | None = None,
         clock: Callable[[], float] = time.monotonic,
         incarnation: str | None = None,
     ) -> None:
@@ -209,6 +212,8 @@ class BeatAgent:
         self._board = board
         self._lease_path = lease_path
         self._supervisor_lease_path = supervisor_lease_path
+        self._ack_stats_path = ack_stats_path  # None: the tally is kept, not written
+        self.acks = BeatAckTally()
         self._clock = clock
         self.lease = HeartbeatLease(config.lease_secs)
         self.incarnation = incarnation or uuid.uuid4().hex  # the beats' boot_id
@@ -240,6 +245,10 @@ class BeatAgent:
         started = self._clock()
         counted = self._send()
         now = self._clock()
+        if counted:
+            self.acks.counted(now - started)
+        else:
+            self.acks.not_counted()
         if counted and self.lease.renewed(write_started=started, now=now):
             log.info(
                 "event=beat_lease_held supervisor=%s seq=%d lease_secs=%g",
@@ -257,6 +266,7 @@ class BeatAgent:
             )
         self.seq += 1
         self._hand()
+        self._write_acks(now)
 
     def _send(self) -> bool:
         """Whether this beat counted (a majority of the pacemakers stored it in time)."""
@@ -299,6 +309,17 @@ class BeatAgent:
             return
         self._handed = ends
 
+    def _write_acks(self, now: float) -> None:
+        """Write the acknowledgement tally for the supervisor's metrics, once a second."""
+        if self._ack_stats_path is None:
+            return
+        try:
+            self.acks.write_if_due(self._ack_stats_path, now)
+        except OSError as exc:  # a metric missing: logged, never a beat missed
+            log.warning(
+                "event=beat_ack_stats_not_written path=%s error=%r", self._ack_stats_path, exc
+            )
+
     def _supervisor_gone(self) -> str | None:
         """Why the supervisor's lease no longer holds (it ended, or its file is gone)."""
         until = read_lease(self._supervisor_lease_path)
@@ -327,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         BeatBoard(pool),
         lease_path=local_dir / BEAT_LEASE_FILE,
         supervisor_lease_path=local_dir / LEASE_FILE,
+        ack_stats_path=local_dir / ACK_STATS_FILE,
     )
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: agent.stop())

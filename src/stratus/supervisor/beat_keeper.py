@@ -32,6 +32,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from stratus.api.clock import Clock
+from stratus.api.standby_workers import BeatLease
 from stratus.files import PRIVATE_FILE_MODE
 from stratus.process import ProcessGroup
 from stratus.state.pacemaker_store import owned_subtree
@@ -125,6 +126,11 @@ class BeatKeeper:
         self._adopt()
 
     # ------------------------------------------------------------------ the agent
+
+    def advertised(self) -> BeatLease:
+        """The beat lease the hot workers run under, as the registration and the heartbeat
+        tell the leader (its floor of silence)."""
+        return self._settings.advertised()
 
     @property
     def agent_pid(self) -> int | None:

@@ -127,6 +127,7 @@ class ControlLoop:
         self._request_read = request_read
         self._offer = offer
         self._hot = HotWorkers(supervisor, beats, request_read=request_read)
+        self._beat_lease = beats.advertised() if beats is not None else None
         self._clock = clock
         self._wall = wall
         self._handover = LeaseHandover(lease_file)  # the workers stop at its end
@@ -463,6 +464,7 @@ class ControlLoop:
                 running=running,  # after a stop with the workers: none alive, none listed
                 stopping=stopping,
                 standby_workers=[] if stopping else self.standby.beats(),
+                beat_lease=self._beat_lease,
             ),
             workers={name: w.heartbeat() for name, w in self.workers.items()},
             used=sum(w.held().takes_slot for w in self.workers.values()),

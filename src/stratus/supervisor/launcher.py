@@ -32,7 +32,6 @@ from stratus.api.records import Assignment, FencingToken
 from stratus.api.standby_workers import StandbyWorkerPlacement
 from stratus.checkpoints import local_pipeline_directory
 from stratus.codedist.distributor import CodeMeta
-from stratus.files import PRIVATE_FILE_MODE, write_atomically
 from stratus.supervisor.code_cache import CodeCache, CodePending, CodeState, PipelineCode
 from stratus.supervisor.launch_protocols import PreflightCheck, RunningProcess
 from stratus.supervisor.preflight import PreflightPassed, start_preflight
@@ -40,7 +39,7 @@ from stratus.supervisor.requirements_env import EnvFailed, EnvPending, Requireme
 from stratus.supervisor.run_as import UserPool
 from stratus.supervisor.settings import SpecSettings
 from stratus.supervisor.warm_pool import WarmPool, cold_reason
-from stratus.supervisor.worker_access import worker_identity
+from stratus.supervisor.worker_access import hand_to_worker, worker_identity
 from stratus.supervisor.worker_env import worker_environment
 from stratus.supervisor.worker_log import WorkerLogSettings
 from stratus.supervisor.worker_process import (
@@ -56,9 +55,6 @@ from stratus.worker.spec import WorkerSpec
 
 PYSPARK_PYTHON = "PYSPARK_PYTHON"
 STANDBY_MODULE = "stratus.worker.standby"
-# promote.json of a worker of another user: the supervisor's file in the worker's own work
-# directory (2770: no one else enters it), read by that worker
-PROMOTION_FILE_MODE = 0o644
 # Hadoop's own umask, for what Spark writes (checkpoints): as the worker's, so that the
 # daemons' group may delete a pipeline's checkpoints written by a worker of another user
 HADOOP_UMASK_KEY = "spark.hadoop.fs.permissions.umask-mode"
@@ -154,21 +150,17 @@ class WorkerLauncher:
     def promote(self, assignment: Assignment, code: PipelineCode, paths: WorkerPaths) -> None:
         """Promote the standby worker in ``paths``: write, whole and by a rename, the active
         worker's spec of ``assignment`` (as ``spawn`` would) to its ``promote.json``. A
-        worker of another user reads it through its own work directory, which only it and
-        the supervisor's group may enter (the file is readable there as its spec is to it);
-        it inherits the standby process's history descriptor."""
+        worker of another user gets it as ``worker_access.hand_to_worker`` hands it (its own
+        file from a root supervisor, else the supervisor's that only the worker's user may
+        read); it inherits the standby process's history descriptor."""
         spec = build_spec(self._settings, self._supervisor, assignment, code, paths)
-        mode = PRIVATE_FILE_MODE
-        if self._users is not None:
-            spec = _walled(spec)
-            with contextlib.suppress(OSError, ValueError):
-                spec = spec.model_copy(
-                    update={"history_fd": WorkerSpec.read(paths.spec).history_fd}
-                )
-            mode = PROMOTION_FILE_MODE
-        write_atomically(
-            paths.work / PROMOTE_FILE, spec.model_dump_json(indent=2).encode(), mode=mode
-        )
+        if self._users is None:
+            spec.write(paths.work / PROMOTE_FILE)
+            return
+        spec = _walled(spec)
+        with contextlib.suppress(OSError, ValueError):
+            spec = spec.model_copy(update={"history_fd": WorkerSpec.read(paths.spec).history_fd})
+        hand_to_worker(paths.work, PROMOTE_FILE, spec.model_dump_json(indent=2).encode())
 
     def _start_cold(
         self, spec: WorkerSpec, code: PipelineCode, paths: WorkerPaths, command: list[str]

@@ -4,7 +4,8 @@ its lease and fences, and one series per worker it holds (pipelines bounded by i
 the machine's memory and the warm workers' (their budget, use, number, and why fewer); its
 standby workers by state and the memory they hold, and, with fast beats, what is left of its
 beat lease (read from ``lease.beat`` at the scrape, on the machine's monotonic clock, which
-the beat agent writes it on).
+the beat agent writes it on) and how long its beats take to count (the agent's tally in
+``beat-ack.json``, ``beat_ack_stats``).
 
 Every worker series is labelled ``supervisor`` and ``pipeline`` and read at the scrape from
 the supervisor's last round of heartbeats, so a worker that is gone disappears with it. The
@@ -22,12 +23,18 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from stratus.api.clock import Clock
 from stratus.api.records import MIB, WarmHeld, WarmMemory, WorkerHeartbeat, WorkerState
 from stratus.api.standby_workers import StandbyWorkerBeat, StandbyWorkerState
+from stratus.supervisor.beat_ack_stats import ACK_STATS_FILE, read_tally
 from stratus.supervisor.warm_memory import Machine, read_machine
 from stratus.web.metrics import CONTENT_TYPE_LATEST, CallbackCounter, daemon_registry, exposition
 from stratus.worker.lease_file import read_lease
@@ -201,18 +208,42 @@ class SupervisorMetrics(Collector):
         held = sum(beat.rss_mb or 0 for beat in standby)
         memory.add_metric([supervisor], float(held * MIB))
         yield memory
-        if self._beat_lease is None:
-            return
-        ends = read_lease(self._beat_lease)
         remaining = GaugeMetricFamily(
             "stratus_supervisor_beat_lease_remaining_seconds",
             "seconds until the beat lease ends unless a beat renews it (0: it has ended, or "
-            "no beat agent runs: no hot worker or standby worker here)",
+            "no beat agent runs: no hot worker or standby worker here); no series without "
+            "fast beats",
             labels=["supervisor"],
         )
-        left = 0.0 if ends is None else max(0.0, ends - self._clock())
-        remaining.add_metric([supervisor], left)
+        if self._beat_lease is not None:  # without one, the family alone, as phi's
+            ends = read_lease(self._beat_lease)
+            left = 0.0 if ends is None else max(0.0, ends - self._clock())
+            remaining.add_metric([supervisor], left)
         yield remaining
+        yield from self._beat_acks()
+
+    def _beat_acks(self) -> Iterator[Metric]:
+        """The beat agent's tally (``beat_ack_stats``), next to ``lease.beat``: the families
+        always, a series once an agent has written one."""
+        acks = HistogramMetricFamily(
+            "stratus_supervisor_beat_ack_seconds",
+            "seconds from a fast beat's start to its acknowledgement by a majority of the "
+            "pacemakers, for the beats that counted (since the beat agent started)",
+            labels=["supervisor"],
+        )
+        missed = CounterMetricFamily(
+            "stratus_supervisor_beats_not_counted",
+            "fast beats that did not count: fewer than a majority of the pacemakers stored "
+            "them within half the beat lease (since the beat agent started)",
+            labels=["supervisor"],
+        )
+        lease = self._beat_lease
+        tally = read_tally(lease.with_name(ACK_STATS_FILE)) if lease is not None else None
+        if tally is not None:
+            acks.add_metric([self._supervisor], tally.cumulative(), sum_value=tally.sum_secs)
+            missed.add_metric([self._supervisor], float(tally.missed))
+        yield acks
+        yield missed
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # read at every scrape; nothing to check at registration

@@ -29,6 +29,8 @@ path                        owner, group                 mode   written / read b
 ``W/work/spec.json``        worker                       0600   the worker's copy
 ``W/work/heartbeat.json``   worker, supervisor's group   0640   the worker, its supervisor
 ``W/work/tmp``              worker                       0700   ``TMPDIR``, Spark's scratch
+``W/work/promote.json``     worker (root supervisor)     0600   a standby worker's promotion
+                            supervisor (else)            0604   (``hand_to_worker``)
 ``<local>/lease``           supervisor                   0644   every worker (a time only)
 ``<root>/<pipeline>``       worker, supervisor's group   2770   checkpoints; a default ACL
                                                                 lets the daemons' group
@@ -66,6 +68,10 @@ TRAVERSE_DIR_MODE = 0o711  # a worker of another user may pass through, not list
 WORKER_DIR_MODE = 0o2770
 WORKER_TMP_MODE = 0o700
 CHECKPOINT_DIR_MODE = 0o2770  # the daemons' group may delete what the worker wrote (a purge)
+# a file a supervisor that is not root hands a worker of another user in its ``work``: the
+# worker's user reads it as one of the others, the only other who enters ``work`` (2770); the
+# supervisor's group, which may enter it, reads nothing
+HANDED_FILE_MODE = 0o604
 WORKER_UMASK = 0o007
 ALWAYS_BANNED = frozenset({"root"})
 
@@ -173,6 +179,20 @@ def prepare_worker(
             _own_tree(checkpoint_dir.name, root_fd, user.uid, group, CHECKPOINT_DIR_MODE, acl=True)
 
 
+def hand_to_worker(work: Path, name: str, data: bytes) -> None:
+    """Replace ``name`` in ``work``, the own directory of a worker of another user, with
+    ``data`` for that worker to read: as the worker's own file (0600, as its copy of the
+    spec) when the caller is root, else as the caller's, readable by the worker's user only
+    (``HANDED_FILE_MODE``). Neither ``work`` nor the temporary file is followed through a
+    symbolic link (WorkerUserError for ``work``)."""
+    with _opened(work) as work_fd:
+        if os.geteuid() == 0:
+            owner = os.fstat(work_fd)  # prepare_worker gave ``work`` to the worker's user
+            _write_owned(name, work_fd, data, owner.st_uid, owner.st_gid)
+        else:
+            _write_owned(name, work_fd, data, None, None, mode=HANDED_FILE_MODE)
+
+
 def closed_to_others(path: Path) -> Path | None:
     """The first directory on the way to ``path`` (itself included, once resolved) that
     other users may not pass (no ``o+x``), or ``path`` itself if it is a file they may not
@@ -243,16 +263,26 @@ def _opened(path: Path | str, dir_fd: int | None = None, *, follow: bool = False
         os.close(fd)
 
 
-def _write_owned(name: str, dir_fd: int, data: bytes, uid: int, gid: int) -> None:
+def _write_owned(
+    name: str,
+    dir_fd: int,
+    data: bytes,
+    uid: int | None,
+    gid: int | None,
+    *,
+    mode: int = PRIVATE_FILE_MODE,
+) -> None:
     """Replace ``name`` in the directory ``dir_fd`` (one its worker's user may write) with
-    ``data``, as a file of ``uid`` only (0600). The temporary file has a name nobody can
-    guess and is created, never opened if it exists: a link planted there is not written
-    through."""
+    ``data``, as a file of ``uid`` (None: the caller's) with ``mode`` (0600: ``uid`` only).
+    The temporary file has a name nobody can guess and is created, never opened if it
+    exists: a link planted there is not written through."""
     temp = f".{name}.{secrets.token_hex(8)}.tmp"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-    fd = os.open(temp, flags, PRIVATE_FILE_MODE, dir_fd=dir_fd)
+    fd = os.open(temp, flags, mode, dir_fd=dir_fd)
     try:
-        os.fchown(fd, uid, gid)
+        os.fchmod(fd, mode)  # the umask narrowed it
+        if uid is not None and gid is not None:
+            os.fchown(fd, uid, gid)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]

@@ -144,25 +144,13 @@ class CodeClient:
             kept.close()
 
     def _new_connection(self, holder: str) -> http.client.HTTPConnection:
-        connection = (
-            http.client.HTTPSConnection(holder, timeout=self.timeout, context=self._ssl)
+        connection: _Connection = (
+            _TLSConnection(holder, timeout=self.timeout, context=self._ssl)
             if self._ssl is not None
-            else http.client.HTTPConnection(holder, timeout=self.timeout)
+            else _Connection(holder, timeout=self.timeout)
         )
-        connection._create_connection = self._create_connection  # type: ignore[attr-defined]
+        connection.connect_timeout = self.connect_timeout
         return connection
-
-    def _create_connection(
-        self,
-        address: tuple[str, int],
-        timeout: float | None,
-        source_address: tuple[str, int] | None = None,
-    ) -> socket.socket:
-        """``http.client``'s connect: the TCP connect waits ``connect_timeout``, the reads
-        on the socket after it the connection's ``timeout``."""
-        sock = socket.create_connection(address, self.connect_timeout, source_address)
-        sock.settimeout(timeout)
-        return sock
 
     def _connect(self, holder: str, connection: http.client.HTTPConnection) -> None:
         """Connect a new connection (a kept one is connected already); a holder that does
@@ -193,6 +181,27 @@ class CodeClient:
                 idle.append(connection)
                 return
         connection.close()
+
+
+class _Connection(http.client.HTTPConnection):
+    """A connection whose TCP connect waits ``connect_timeout``, every read on its socket
+    after it the connection's ``timeout``."""
+
+    connect_timeout: float  # set by ``CodeClient`` before the first connect
+
+    def connect(self) -> None:
+        read_timeout = self.timeout
+        self.timeout = self.connect_timeout
+        try:
+            super().connect()
+        finally:
+            self.timeout = read_timeout
+        self.sock.settimeout(read_timeout)
+
+
+class _TLSConnection(http.client.HTTPSConnection, _Connection):
+    """Over TLS: ``HTTPSConnection.connect`` wraps the socket of ``_Connection.connect``
+    (next in the method order), so the TLS handshake waits ``timeout``, as every read."""
 
 
 def _alive(connection: http.client.HTTPConnection) -> bool:

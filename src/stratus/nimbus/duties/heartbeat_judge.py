@@ -40,8 +40,8 @@ class HeartbeatJudge:
     """The silences of one leader's scheduling rounds; see the module docstring.
 
     ``on_unknown`` counts a round whose heartbeats were unknown ("unavailable", "warming",
-    "unreachable"); ``on_restart`` restarts the silences kept elsewhere (the failover lane's)
-    whenever these restart after a blind stretch."""
+    "unreachable"). The failover lane keeps silences of its own and does not restart them
+    with these (``stratus.nimbus.failover.lane``)."""
 
     def __init__(
         self,
@@ -50,7 +50,6 @@ class HeartbeatJudge:
         *,
         clock: Clock = time.monotonic,
         on_unknown: Callable[[str], None] = lambda _reason: None,
-        on_restart: Callable[[], None] = lambda: None,
     ) -> None:
         self._board = board
         self._supervisor_timeout = settings.supervisor_timeout_secs
@@ -59,7 +58,6 @@ class HeartbeatJudge:
         self._liveness = Liveness(clock=clock)
         self._epoch: int | None = None  # the term the liveness memory belongs to
         self._on_unknown = on_unknown
-        self._on_restart = on_restart
         self._blind = False  # the last read of the heartbeats failed
         self._unregistered_since: dict[str, float] = {}  # this term's first round without it
 
@@ -71,9 +69,8 @@ class HeartbeatJudge:
             self._epoch = term.epoch
 
     def restart_silences(self) -> None:
-        """Every silence starts again now: the round's, and those ``on_restart`` keeps."""
+        """Every silence of the round starts again now."""
         self._liveness.reset()
-        self._on_restart()
 
     # ------------------------------------------------------------------ reading
 

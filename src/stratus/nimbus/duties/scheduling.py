@@ -155,13 +155,7 @@ class SchedulingDuty:
         self._registered = registered  # the supervisors' registrations, from the cluster view
         self._supervisor_timeout = settings.supervisor_timeout_secs
         self._wall = wall  # only for the assignments' timestamps
-        self._heartbeats = HeartbeatJudge(
-            board,
-            settings,
-            clock=clock,
-            on_unknown=on_unknown,
-            on_restart=self._standby.restart_silences,
-        )
+        self._heartbeats = HeartbeatJudge(board, settings, clock=clock, on_unknown=on_unknown)
         self._quorum = QuorumWatch(
             enabled=settings.blind_after_reconnect,
             connections=connections,

@@ -221,11 +221,6 @@ class StandbyRound:
         """The census of the round's read, as its promotions left it (``census``)."""
         self.census = standby_census(read.pipelines, read.placements, read.supervisors)
 
-    def restart_silences(self) -> None:
-        """The failover lane's silences start again (nothing without a lane)."""
-        if self._lane is not None:
-            self._lane.restart_silences()
-
 
 def reserved_slots(placements: Placements) -> dict[str, int]:
     """The standby workers placed on each supervisor, whose slots pipelines take last."""

@@ -4,9 +4,10 @@ Guarantees: a supervisor is suspected only from reads that a majority of the pac
 answered, with a silence measured from a moment no earlier than its last beat's start to the
 start of the read that judges it (the beats counted before a read began are all in it), and
 only once that silence reached its floor and its phi the threshold
-(``stratus.nimbus.failover.phi``). A stretch the watch could not see (a leader pause, a store
-outage) never counts as silence: two successful reads more than ``BLIND_AFTER_POLLS`` polls
-apart restart every window. Each term starts empty::
+(``stratus.nimbus.failover.phi``). A stretch in which the store did not answer (reads that
+failed, or that fewer than a majority answered) restarts every window once it lasted more than
+``BLIND_AFTER_POLLS`` polls; a stretch in which the leader merely read late (a pause of its
+own) restarts nothing (**Blindness** below). Each term starts empty::
 
     watch = BeatWatch(settings.detector, board.read)    # clock=time.monotonic
     watch.reset()                          # at every gain of leadership, and when the round
@@ -31,6 +32,20 @@ read was not counted before it began. A read answered by fewer, or that failed, 
 and judges nothing; the judgement of the last good read stands, and the gap to the next good
 read counts towards blindness.
 
+**Blindness.** Only a stretch of the *store's* silence is blindness: two good reads more than
+``BLIND_AFTER_POLLS`` polls apart with a read between them that failed, or that fewer than a
+majority (or only warming pacemakers) answered. The pacemakers did not answer the leader, so
+they may not have answered the supervisors either, whose hot workers then stop on their beat
+leases and start again in place once the beats count again: restarting every window at the
+first good read gives each a whole floor to be heard, rather than promoting every hot
+pipeline at once. A stretch in which the leader merely read late (its thread not scheduled on
+a loaded machine, a pause of its process) is not: a majority read proves that no beat newer
+than the last one seen was counted before it began, however long ago the read before it was,
+so the silence counted from the last arrival is one the supervisor really kept, and a live
+supervisor's newer beat in that read is an arrival at its return, after the judging read's
+start. Restarting there would only delay the verdict on a dead host, by a whole floor each
+time (every second or two on a loaded machine).
+
 **Who is judged.** Exactly the supervisors the caller passes floors for: those that hold the
 active worker of a hot pipeline and advertise a beat lease (``beat_floors``). One that was not
 judged before is watched from the term's start (or the last blindness) at the first
@@ -49,9 +64,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 from stratus.api.clock import Clock
-from stratus.api.records import SupervisorSummary
+from stratus.api.standby_workers import BeatLease
 from stratus.nimbus.failover.phi import PhiWindow, blind, phis, restart, suspicions
 from stratus.nimbus.settings import DetectorSettings
 from stratus.pacemaker.errors import PacemakerRequestError
@@ -65,7 +81,7 @@ class ReadOutcome(StrEnum):
     """What one read of the beats did to the watch."""
 
     JUDGED = "judged"  # a majority answered: arrivals noted, silences judged at its start
-    BLIND = "blind"  # judged, but too long after the last good read: every window restarted
+    BLIND = "blind"  # judged, after reads that judged nothing for too long: windows restarted
     MINORITY = "minority"  # fewer than a majority of the pacemakers answered: nothing judged
     WARMING = "warming"  # only warming pacemakers answered: a missing beat is unknown
     FAILED = "failed"  # no answer at all (``BeatWatch.error`` says why)
@@ -81,12 +97,19 @@ class Suspicion:
     floor_secs: float
 
 
+class AdvertisesBeatLease(Protocol):
+    """A supervisor's registration or heartbeat: both say the beat lease it runs with."""
+
+    @property
+    def beat_lease(self) -> BeatLease | None: ...
+
+
 def beat_floors(
-    supervisors: Mapping[str, SupervisorSummary], *, margin_secs: float = FLOOR_MARGIN_SECS
+    supervisors: Mapping[str, AdvertisesBeatLease], *, margin_secs: float = FLOOR_MARGIN_SECS
 ) -> dict[str, float]:
-    """Each registered supervisor's floor, from the beat lease it advertises
-    (``BeatLease.floor_secs``); one without a beat lease (the ZooKeeper state store, an older
-    release) is left out: the watch never judges it."""
+    """Each supervisor's floor, from the beat lease its registration or its heartbeat
+    advertises (``BeatLease.floor_secs``); one without a beat lease (the ZooKeeper state
+    store, an older release) is left out: the watch never judges it."""
     return {
         supervisor: summary.beat_lease.floor_secs(margin_secs)
         for supervisor, summary in supervisors.items()
@@ -120,6 +143,7 @@ class BeatWatch:
         self._good_at = 0.0  # the start of the last good read (or the reset)
         self._judged_at: float | None = None  # the start of the read judged from, this term
         self._watch_from: float | None = None  # where a new window's silence starts; None: now
+        self._missed = False  # a read since the last good one judged nothing (the store's)
         self.error: str | None = None  # why the last read failed
         self.reset()
 
@@ -147,6 +171,7 @@ class BeatWatch:
         self._good_at = now
         self._judged_at = None
         self._watch_from = now
+        self._missed = False
         self.error = None
 
     def poll(self) -> ReadOutcome:
@@ -158,6 +183,7 @@ class BeatWatch:
             read = self._read()
         except (StateStoreUnavailableError, PacemakerRequestError) as exc:
             self.error = str(exc)
+            self._missed = True
             return ReadOutcome.FAILED
         self.error = None
         return self.observe(read, began=began, ended=self._clock())
@@ -171,15 +197,18 @@ class BeatWatch:
                 f"good read began at {self._good_at!r}): pass one monotonic clock's times, in order"
             )
         if not read.from_majority:
+            self._missed = True
             return ReadOutcome.MINORITY
         if read.warming:
+            self._missed = True
             return ReadOutcome.WARMING
         outcome = ReadOutcome.JUDGED
-        if blind(self._good_at, began, self.settings.poll_secs):
+        if self._missed and blind(self._good_at, began, self.settings.poll_secs):
             restart(self._windows, began)
             self._watch_from = began
             outcome = ReadOutcome.BLIND
         self._good_at = self._judged_at = began
+        self._missed = False
         for supervisor, beat in read.beats.items():
             mark = (beat.boot_id, beat.seq)
             last = self._seen.get(supervisor)

@@ -16,7 +16,8 @@ znode::
                                      # their hot pipelines and gives them nothing new
     lane.fence_held(current)         # but these: fenced, promotion refused (see below)
     lane.phi()                       # {"s1": 0.4}: the phi of each supervisor it judges
-    lane.stop()                      # on losing the term, and when the nimbus stops
+    lane.stop()                      # on losing the term
+    lane.close()                     # when the nimbus stops: the fences' threads too
 
 **What it reads.** The beats, through ``BeatWatch.poll``, and nothing else: the pipelines,
 assignments, placements and heartbeats come from the scheduling round's last snapshot of the
@@ -24,12 +25,14 @@ term (``HotSnapshot``, with the znode versions the round read), the registration
 cluster view. A snapshot older than a write it does not know of only makes a promotion's
 transaction fail on its version; the next round's snapshot has the new ones. Only the
 supervisors holding a hot pipeline's active worker, and advertising a beat lease in a
-registration seen in this term, are judged. One whose registration has left since (its
-ZooKeeper session ended: a dead host's does about a session timeout after its death) is
-judged on, from the beat lease its newest registration advertised: a floor verdict rests on
-the beat lease and the pacemakers, not on ZooKeeper, and a supervisor that registers again
-replaces it. Otherwise a dead host whose silence restarted (a blind read, a new term) would
-be left to the round's timeout whenever its session ended before its floor passed.
+registration seen in this term or in the heartbeat of the round's snapshot, are judged. One
+whose registration has left since (its ZooKeeper session ended: a dead host's does about a
+session timeout after its death) is judged on, from the beat lease its newest registration
+advertised; one whose registration this term never saw (a new term that began after its host
+died), from the beat lease its last heartbeat advertised: a floor verdict rests on the beat
+lease and the pacemakers, not on ZooKeeper, and a supervisor that registers again replaces
+it. Otherwise a dead host whose silence restarted (a blind read of the store, a new term)
+would be left to the round's timeout whenever its session ended before its floor passed.
 
 **The fence.** A supervisor is **suspected** once its phi reached ``nimbus.detector.threshold``
 (on a calm host about 0.66 s after its last beat), before its floor (1.02 s by default). With
@@ -46,9 +49,9 @@ answers only once it has stopped (a Spark driver's stop, far longer than the tim
 floor), so the lane would not hear it and the stopped pipeline would wait, held, for a new
 assignment. Once the silence reached the beat lease, the hot workers are stopping themselves:
 the fence stops nothing that would run on. The fence is asked on a thread of its own
-(``fence_executor``): the lane goes on reading the beats while it waits, since a pause of its
-reads longer than three polls would read as blindness and restart every silence (a dead host's
-fence waits out its whole timeout: its packets are dropped).
+(``pipeline_fences``): the lane goes on reading the beats while it waits, so that a floor
+verdict never waits on a fence (a dead host's fence waits out its whole timeout: its packets
+are dropped).
 
 **A fence answered, a promotion refused.** A supervisor that answered a pipeline fence has
 stopped the pipeline's worker and holds the pipeline back until an assignment with a newer
@@ -63,9 +66,18 @@ left to the floor if longer, on the fence's thread: one that comes after the flo
 ``floor`` verdict into ``fenced``, and one that comes once the supervisor is heard again,
 when the lane promotes nothing off it, hands its pipelines to the round just the same.
 
+**Its own silences.** The round restarts its silences after a stretch it could not see
+(the heartbeat store unreadable, ZooKeeper's leader changed across a reconnection); the lane
+does not follow it: a floor verdict rests on the beat lease and the pacemakers alone, and the
+lane's own reads tell it when the pacemakers did not answer (``BeatWatch``'s blindness).
+Following the round would restart a dead host's silence whenever the host took ZooKeeper's
+leader with it, a whole floor later than needed. A stretch in which the lane reads nothing
+(no hot pipeline, no supervisor to judge) forgets the watch: whoever is judged next gets a
+whole floor from its first read.
+
 One thread per term, started by ``start`` and ended by ``stop``; the watch is reset at every
-start (a new term judges nothing from an earlier one's beats) and whenever the round restarts
-its silences (``restart_silences``). ``step`` is one poll, for tests.
+start (a new term judges nothing from an earlier one's beats). ``step`` is one poll, for
+tests.
 """
 
 from __future__ import annotations
@@ -73,10 +85,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Set
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Set
+from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
-from typing import Protocol
 
 from stratus.api.clock import Clock
 from stratus.api.records import (
@@ -89,6 +100,7 @@ from stratus.api.standby_workers import StandbyWorkerPlacement, wants_standby_wo
 from stratus.coordination.errors import CommitOutcomeUnknownError, LeadershipLostError
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.failover.beat_watch import BeatWatch, ReadOutcome, Suspicion, beat_floors
+from stratus.nimbus.failover.pipeline_fences import FencePipelines, PipelineFences
 from stratus.nimbus.failover.promotion import Promoter
 from stratus.nimbus.failover.promotion_plan import (
     How,
@@ -99,16 +111,6 @@ from stratus.nimbus.failover.promotion_plan import (
 from stratus.nimbus.failover.refusals import RefusalMemory
 
 log = logging.getLogger(__name__)
-
-
-class FencePipelines(Protocol):
-    """Stop the workers of ``pipelines`` on ``supervisor`` for the term at ``epoch``, waiting
-    ``timeout`` seconds at most: True once the supervisor answered that they are gone
-    (``SupervisorFencing.fence_pipelines``)."""
-
-    def __call__(
-        self, supervisor: SupervisorSummary, pipelines: Collection[str], epoch: int, timeout: float
-    ) -> bool: ...
 
 
 PHI_ONLY_SECS = 1e-9  # the floor passed to BeatWatch to learn who phi alone suspects
@@ -171,16 +173,6 @@ def hot_snapshot(
     )
 
 
-def _still_at(answered: Mapping[str, int], snapshot: HotSnapshot) -> frozenset[str]:
-    """Of the pipelines a fence ``answered`` for, those whose assignment ``snapshot`` holds at
-    the version the fence was asked at."""
-    return frozenset(
-        name
-        for name, version in answered.items()
-        if name in snapshot.assignments and snapshot.assignments[name][1] == version
-    )
-
-
 def lease_ran_out(supervisor: SupervisorSummary, suspicion: Suspicion) -> bool:
     """Whether ``supervisor``'s silence has reached the beat lease it advertises: its hot
     workers no longer hold it (a beat the judging read did not show renewed nothing past
@@ -218,27 +210,19 @@ class FailoverLane:
         self._promoter = promoter
         self._registered = registered
         self._poll_secs = poll_secs
-        self._fence = fence_pipelines
-        self._fence_executor = fence_executor or ThreadPoolExecutor(
-            max_workers=4, thread_name_prefix="pipeline-fence"
-        )  # each call bounded by the time left to a floor, or fence_answer_secs
-        self._answer_secs = fence_answer_secs  # how long a fence's answer is waited for
+        self._fences = (  # None: no fence, promotions wait for the floor
+            PipelineFences(fence_pipelines, answer_secs=fence_answer_secs, executor=fence_executor)
+            if fence_pipelines is not None
+            else None
+        )
         self._clock = clock
         self._wall = wall
         self._lock = threading.Lock()  # guards what the round and the thread share:
         self._snapshot: HotSnapshot | None = None
         self._suspected: frozenset[str] = frozenset()
         self._phi: Mapping[str, float] = {}  # each judged supervisor's, at the last judgement
-        self._restart = False  # the round restarted its silences: so does the watch
         self._told = RefusalMemory()  # the refusals logged, once per suspicion
         self._on_refused = on_refused
-        self._fences: dict[str, Future[Mapping[str, int]]] = {}  # supervisor -> what its
-        # fence answered for, with the assignment versions it was asked at (empty: no
-        # answer), asked once for as long as it stays suspected
-        self._late: list[tuple[str, Future[Mapping[str, int]]]] = []  # the fences of
-        # supervisors no longer suspected: what they answer is handed to the round
-        self._held: dict[str, tuple[str, int]] = {}  # pipeline -> (supervisor, assignment
-        # version) a fence stopped and holds, not promoted: the round moves it
         self._unjudged: frozenset[str] = frozenset()  # holders left to the round, logged
         self._seen: dict[str, SupervisorSummary] = {}  # each holder's newest registration seen
         # in this term, kept once it is gone (its beat lease gives its floor)
@@ -254,12 +238,6 @@ class FailoverLane:
         with self._lock:
             self._snapshot = snapshot
 
-    def restart_silences(self) -> None:
-        """Start every silence again at the next poll, as the round does after a stretch it
-        could not see (any thread)."""
-        with self._lock:
-            self._restart = True
-
     def suspected(self) -> frozenset[str]:
         """The supervisors suspected at the lane's last judgement in this term (any thread)."""
         with self._lock:
@@ -271,15 +249,7 @@ class FailoverLane:
         supervisor was heard again), still assigned as the fence found them in ``current``
         (the round's read: each assignment with its version): the round moves them the
         ordinary way. Any other is forgotten: moved, rewritten or gone (any thread)."""
-        with self._lock:
-            self._held = {
-                name: (sid, version)
-                for name, (sid, version) in self._held.items()
-                if name in current
-                and current[name][0].supervisor == sid
-                and current[name][1] == version
-            }
-            return frozenset(self._held)
+        return self._fences.held(current) if self._fences is not None else frozenset()
 
     def phi(self) -> Mapping[str, float]:
         """The phi of each supervisor judged at the lane's last judgement in this term,
@@ -297,12 +267,11 @@ class FailoverLane:
         self._watch.reset()
         with self._lock:
             self._snapshot, self._suspected, self._phi = None, frozenset(), {}
-            self._held = {}
         self._told.clear()
         self._unjudged = frozenset()
         self._seen = {}
-        self._fences.clear()
-        self._late.clear()
+        if self._fences is not None:
+            self._fences.clear()
         self.outcome = None
         self._term = term
         self._stop = threading.Event()
@@ -323,6 +292,14 @@ class FailoverLane:
         if thread is not None and self._term is not None:
             log.info("event=failover_lane_stopped epoch=%d", self._term.epoch)
         self._term = None
+
+    def close(self) -> None:
+        """Stop the thread and the fences' threads (the nimbus's close, not each term's end):
+        a fence still waiting is left to finish on its own, never waited for, and none
+        queued starts."""
+        self.stop()
+        if self._fences is not None:
+            self._fences.close()
 
     def _run(self, term: Leadership, stop: threading.Event) -> None:
         while not stop.wait(self._poll_secs):
@@ -346,25 +323,23 @@ class FailoverLane:
         """One poll: judge the holders of hot pipelines, promote what the verdicts allow;
         the promotions committed."""
         with self._lock:
-            snapshot, restart, self._restart = self._snapshot, self._restart, False
-        if restart:
-            self._watch.reset()
-            self._late += [(sid, f) for sid, f in self._fences.items() if not f.done()]
-            self._fences.clear()  # asked anew; one still waited for is handed when answered
-            log.info("event=beat_watch_reset epoch=%d reason=round_restarted_silences", term.epoch)
+            snapshot = self._snapshot
         if not term.is_leader:
             return ()  # stepped down: on_lost stops the thread
         if snapshot is None or snapshot.epoch != term.epoch or not snapshot.assignments:
-            self._set_suspected({})
+            self._idle()
             return ()  # nothing hot: no read at all
         registered = self._registered()
         holders = snapshot.holders
         seen = {**self._seen, **registered}  # a registration gone: its newest seen this term
         self._seen = {sid: summary for sid, summary in seen.items() if sid in holders}
-        floors = beat_floors(self._seen)
+        floors = {  # a registration's beat lease first; else the one its heartbeat says
+            **beat_floors({s: b for s, b in snapshot.heartbeats.items() if s in holders}),
+            **beat_floors(self._seen),
+        }
         self._log_unjudged(term, holders - set(floors), self._seen)
         if not floors:
-            self._set_suspected({})
+            self._idle()
             return ()
         judged_before = self._watch.judged_at
         self.outcome = self._watch.poll()
@@ -382,9 +357,8 @@ class FailoverLane:
         }
         self._log_suspicions(term, suspicions)
         self._set_suspected(suspicions, self._watch.phis())
-        for sid in set(self._fences) - set(suspicions):  # heard again: a later suspicion
-            self._late.append((sid, self._fences.pop(sid)))  # asks the fence again
-        self._hand_late()
+        if self._fences is not None:  # heard again: a later suspicion asks its fence again
+            self._fences.keep_asked(suspected=set(suspicions))
         if not suspicions:
             return ()
         verdicts, fenced = self._verdicts(term, snapshot, registered, suspicions)
@@ -433,13 +407,13 @@ class FailoverLane:
         at), else ``floor`` once its silence reached its floor; no verdict before."""
         verdicts: dict[str, How] = {}
         fenced: dict[str, Set[str]] = {}
+        fences = self._fences
         for sid, suspicion in sorted(suspicions.items()):
             left = suspicion.floor_secs - suspicion.silence_secs
-            asked = self._fences.get(sid)
             if (
-                asked is None
+                fences is not None
+                and not fences.asked(sid)
                 and left > 0
-                and self._fence is not None
                 and sid in registered
                 and lease_ran_out(registered[sid], suspicion)
             ):
@@ -448,28 +422,13 @@ class FailoverLane:
                     for name, (a, version) in snapshot.assignments.items()
                     if a.supervisor == sid
                 }
-                asked = self._fences[sid] = self._fence_executor.submit(
-                    self._fenced, registered[sid], hot, term.epoch, max(left, self._answer_secs)
-                )
-            answered = asked.result() if asked is not None and asked.done() else {}
-            answered_now = _still_at(answered, snapshot)  # a rewrite since is not fenced
-            if answered_now:
-                verdicts[sid], fenced[sid] = How.FENCED, answered_now
+                fences.ask(registered[sid], hot, term.epoch, left)
+            answered = fences.answered(sid, snapshot.assignments) if fences else frozenset()
+            if answered:
+                verdicts[sid], fenced[sid] = How.FENCED, answered
             elif left <= 0:
                 verdicts[sid] = How.FLOOR
         return verdicts, fenced
-
-    def _fenced(
-        self, supervisor: SupervisorSummary, pipelines: Mapping[str, int], epoch: int, within: float
-    ) -> Mapping[str, int]:
-        """``pipelines`` (with their assignments' versions) if ``supervisor`` answered their
-        fence ``within`` seconds, else none (on the fence's thread)."""
-        assert self._fence is not None
-        try:
-            return pipelines if self._fence(supervisor, frozenset(pipelines), epoch, within) else {}
-        except Exception:  # a fence that fails is one that got no answer
-            log.exception("event=pipeline_fence_failed supervisor=%s", supervisor.id)
-            return {}
 
     def _log_suspicions(self, term: Leadership, suspicions: Mapping[str, Suspicion]) -> None:
         """Each supervisor newly suspected, once (the lane polls ten times a second)."""
@@ -503,28 +462,13 @@ class FailoverLane:
             )
         self._unjudged = frozenset(unjudged)
 
-    def _hand_late(self) -> None:
-        """Hand the round what the fences of supervisors no longer suspected answered, late
-        or not: the lane promotes nothing off a supervisor it does not suspect, and the
-        supervisor holds those pipelines until a newer assignment (``fence_held``)."""
-        pending = []
-        for sid, asked in self._late:
-            if not asked.done():
-                pending.append((sid, asked))
-                continue
-            with self._lock:
-                for name, version in asked.result().items():
-                    self._held[name] = (sid, version)
-        self._late = pending
-
     def _without_held(self, snapshot: HotSnapshot) -> HotSnapshot:
         """``snapshot`` without the pipelines handed to the round at the assignment it read:
         the round moves them, the lane promotes none of them."""
-        with self._lock:
-            held = dict(self._held)
-        for name, (sid, version) in held.items():
-            assignment, read = snapshot.assignments.get(name, (None, None))
-            if assignment is not None and assignment.supervisor == sid and read == version:
+        if self._fences is None:
+            return snapshot
+        for name, (assignment, version) in snapshot.assignments.items():
+            if self._fences.holds(name, assignment, version):
                 snapshot = snapshot.without(name)
         return snapshot
 
@@ -536,11 +480,23 @@ class FailoverLane:
     ) -> None:
         """Hand the round each refused pipeline that a fence answered for: its worker is gone
         and its supervisor holds it until a newer assignment (``fence_held``)."""
-        with self._lock:
-            for refusal in refusals:
-                name, sid = refusal.pipeline, refusal.from_supervisor
-                if refusal.how is How.FENCED and name in fenced.get(sid, ()):
-                    self._held[name] = (sid, snapshot.assignments[name][1])  # as fenced
+        if self._fences is None:
+            return
+        for refusal in refusals:
+            name, sid = refusal.pipeline, refusal.from_supervisor
+            if refusal.how is How.FENCED and name in fenced.get(sid, ()):
+                self._fences.hold(sid, {name: snapshot.assignments[name][1]})  # as fenced
+
+    def _idle(self) -> None:
+        """Nobody to judge at this poll: no suspicion, and a watch that forgets what it
+        judged (once), so that whoever is judged after this stretch without reads gets a
+        whole floor from its first read. A fence still waited for is handed to the round
+        when it answers."""
+        self._set_suspected({})
+        if self._fences is not None:
+            self._fences.keep_asked(suspected=set())
+        if self._watch.judged_at is not None:
+            self._watch.reset()
 
     def _set_suspected(
         self, suspicions: Mapping[str, Suspicion], phi: Mapping[str, float] | None = None

@@ -28,7 +28,7 @@ decides, later::
     suspicions(windows, now, floors)        # frozenset({"s1"}) once s1 is silent enough
     phis(windows, now)                      # {"s1": 12.3}: each supervisor's phi, for a metric
     if blind(last_read_at, read_at, settings.detector.poll_secs):
-        restart(windows, read_at)           # a pause or an outage of the reader: start afresh
+        restart(windows, read_at)           # the store did not answer for that long: afresh
 
 No clock of its own: every call is given the time, on one monotonic clock. Not thread-safe:
 one thread (the leader's failover lane) owns the windows.
@@ -42,7 +42,7 @@ from collections.abc import Mapping
 
 from stratus.nimbus.settings import DetectorSettings
 
-BLIND_AFTER_POLLS = 3  # two successful reads further apart than this many polls: blindness
+BLIND_AFTER_POLLS = 3  # good reads further apart than this many polls, the store silent between
 
 _LN10 = math.log(10.0)
 
@@ -184,6 +184,7 @@ def restart(windows: Mapping[str, PhiWindow], at: float) -> None:
 
 def blind(previous_read: float, read: float, poll_secs: float) -> bool:
     """Whether two successful reads of the beats, begun at ``previous_read`` and ``read``,
-    are more than ``BLIND_AFTER_POLLS`` polls apart: the reader paused or the store was
-    unreachable, and every silence it measures would count its own absence."""
+    are more than ``BLIND_AFTER_POLLS`` polls apart: blindness, if the store did not answer
+    the reads between them (the caller knows), since the supervisors' beats may not have
+    counted either."""
     return read - previous_read > BLIND_AFTER_POLLS * poll_secs
