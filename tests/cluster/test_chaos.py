@@ -10,9 +10,23 @@ the end, every input row counted exactly once, never a standby worker promoted w
 failure of its pipeline's supervisor; and the workers ran walled off, as users of
 their supervisors' pools (every file of the output is one of theirs). The unavailability of
 the leader and of the streaming pipeline is reported against its bound (and written to
-``chaos-report.json`` in the test's directory).
+``chaos-report.json`` in the test's directory), with the promotions of its standby worker.
 
-    STRATUS_CHAOS_FAULTS=200 STRATUS_CHAOS_SEED=7 pytest -m chaos tests/cluster/test_chaos.py -s
+With ``STRATUS_CHAOS_STANDBY=hot`` (``make chaos`` sets it) the streaming pipeline keeps a
+standby worker (``pipeline.standby: hot``) on a cluster ready for it (``ChaosCluster``'s
+``hot``: a pacemaker on every host; a plan may hit the hot worker's beat agent too): the
+faults begin once the standby worker is READY on another host, and each fault is followed,
+once the cluster recovered, by a wait until a standby worker is READY off the active one
+again, so that every fault finds one to promote (or to place anew when its host was hit).
+The workers then run as their supervisors' user, not walled off: each supervisor hands the
+pipeline's checkpoint directory to its own worker user as it starts its worker, the standby
+worker too, so the active and the standby worker, users of two hosts' pools, take it from
+each other, and the one whose user lost it cannot read the location's origin (exit 4: the
+pipeline FAILED). Unset, or ``none``, the pipeline runs without a standby worker, walled off:
+the short run of ``make test``.
+
+    STRATUS_CHAOS_STANDBY=hot STRATUS_CHAOS_FAULTS=200 STRATUS_CHAOS_SEED=7 \
+        pytest -m chaos tests/cluster/test_chaos.py -s -k seeded_run
 
 The seed is printed first; the same seed replays the same faults in the same order. Without
 ``STRATUS_CHAOS_SEED`` the short run of ``make test`` uses a fixed seed (the same faults
@@ -31,6 +45,7 @@ from typing import Any
 
 import pytest
 
+from stratus.api.standby_workers import STANDBY_CONF_KEY, STANDBY_MODES
 from stratus.chaos.faults import Fault, plan_faults
 from stratus.chaos.oracle import (
     check_exactly_once,
@@ -51,9 +66,15 @@ from stratus.chaos.unavailability import (
 from stratus.client import NimbusClient
 from stratus.errors import StratusError
 from stratus.local.examples_io import Feeder, read_rows, window_count_total
-from stratus.trail import Actor, TrailRecorder
-from tests.harness.chaos_cluster import HOSTS, ChaosCluster
-from tests.harness.chaos_injector import STREAMING, Injector, Workload, submit_streaming
+from stratus.trail import WORKER_PROMOTED, Actor, TrailRecorder
+from tests.harness.chaos_cluster import HOSTS, WARM_UP_SECS, ChaosCluster
+from tests.harness.chaos_injector import (
+    STREAMING,
+    Injector,
+    Workload,
+    submit_streaming,
+    wait_standby_ready,
+)
 from tests.harness.netns_hosts import NetnsHosts, unavailable
 from tests.harness.pipeline_cluster import SPARK_START_SECS
 from tests.harness.worker_users import (
@@ -75,10 +96,24 @@ LEADER_BOUND_SECS = 15.0  # a leader killed, frozen or cut: a session timeout an
 PIPELINE_BOUND_SECS = 90.0  # a worker moved or restarted cold on Spark, on a loaded machine
 DRAIN_SECS = 300.0
 REQUESTS_SECS = 180.0  # a client's request, retried through a failover or a quorum loss
+STANDBY = "STRATUS_CHAOS_STANDBY"  # hot: the streaming pipeline keeps a standby worker
+STANDBY_READY_SECS = RECOVERY_SECS + SPARK_START_SECS  # placed, then a Spark driver started
 
 
 def chaos_seed() -> int:
     return int(os.environ.get("STRATUS_CHAOS_SEED", DEFAULT_SEED))
+
+
+def chaos_standby() -> str:
+    """The streaming pipeline's ``pipeline.standby`` in the seeded run (``STRATUS_CHAOS_STANDBY``,
+    ``none`` unset); ``ValueError`` naming the variable for another value."""
+    value = os.environ.get(STANDBY, "none")
+    if value not in STANDBY_MODES:
+        raise ValueError(
+            f"{STANDBY} is one of {', '.join(STANDBY_MODES)} (the streaming pipeline's "
+            f"pipeline.standby in the seeded run), not {value!r}"
+        )
+    return value
 
 
 @pytest.fixture
@@ -116,23 +151,30 @@ def test_a_seeded_run_of_faults_leaves_a_history_without_violations(
     base, walls = walled
     seed = chaos_seed() + (ha_mode != "self")  # each mode draws a plan of its own
     count = max(1, FAULTS // 2)
+    standby = chaos_standby()
+    hot = standby == "hot"
     print(
-        f"\nchaos: seed {seed}, {count} faults, nimbuses {ha_mode}; replay with "
-        f"STRATUS_CHAOS_SEED={chaos_seed()} STRATUS_CHAOS_FAULTS={FAULTS}"
+        f"\nchaos: seed {seed}, {count} faults, nimbuses {ha_mode}, standby worker {standby}; "
+        f"replay with STRATUS_CHAOS_SEED={chaos_seed()} STRATUS_CHAOS_FAULTS={FAULTS} "
+        f"{STANDBY}={standby}"
     )
-    with ChaosCluster(hosts, base, ha_mode=ha_mode, walls=walls) as cluster:
+    # hot: the workers run as their supervisors' user (a limit of standby workers, above)
+    workers = None if hot else walls
+    with ChaosCluster(hosts, base, ha_mode=ha_mode, walls=workers, hot=hot) as cluster:
         shape = replace(cluster.shape, max_quorum_loss_secs=MAX_QUORUM_LOSS_SECS)
         plan = plan_faults(seed, count, shape)
         driver = TrailRecorder.open(cluster.history_file("driver"), Actor("client", "chaos"))
         client = cluster.nodes.client()
-        workload = start_workload(cluster, client, driver)
+        workload = start_workload(cluster, client, driver, standby=standby)
         feeder = Feeder(cluster.shared / "input")
         feeder.start()
         try:
             wait_for_batches(cluster, more_than=0)
+            if hot:
+                wait_hot(cluster, client)
             injector = Injector(cluster, client, driver, workload)
             applied = [
-                run_fault(cluster, injector, number, count, fault)
+                run_fault(cluster, client, injector, number, fault, count=count, hot=hot)
                 for number, fault in enumerate(plan, 1)
             ]
             injector.finish(REQUESTS_SECS)
@@ -145,26 +187,48 @@ def test_a_seeded_run_of_faults_leaves_a_history_without_violations(
         driver.close()
         rows = read_rows(output)
         history = cluster.history_files()
-        assert_written_by_pool_users(output, walls)
+        if workers is not None:
+            assert_written_by_pool_users(output, workers)
     violations, report = judge(history, final, workload, fed, rows)
-    report = {"seed": seed, "nimbuses": ha_mode, "faults": applied, **report}
+    report = {"seed": seed, "nimbuses": ha_mode, "standby": standby, "faults": applied, **report}
     (tmp_path / "chaos-report.json").write_text(json.dumps(report, indent=2))
-    print(json.dumps(report["unavailability"], indent=2))
+    print(json.dumps({k: report[k] for k in ("unavailability", "promotions")}, indent=2))
     assert violations == [], "\n".join(map(str, violations))
     assert drained, f"only {window_count_total(output)} of {fed} events counted"
 
 
-def start_workload(cluster: ChaosCluster, client: NimbusClient, driver: TrailRecorder) -> Workload:
-    """Submit the streaming example on the shared directory; the clients' workload."""
-    return submit_streaming(cluster, client, driver, request_id="chaos-streaming")
+def start_workload(
+    cluster: ChaosCluster, client: NimbusClient, driver: TrailRecorder, *, standby: str = "none"
+) -> Workload:
+    """Submit the streaming example on the shared directory, with ``standby`` as its
+    ``pipeline.standby`` (``none``: the key left out, as before it existed); the clients'
+    workload."""
+    conf = {STANDBY_CONF_KEY: standby} if standby != "none" else {}
+    return submit_streaming(cluster, client, driver, request_id="chaos-streaming", conf=conf)
+
+
+def wait_hot(cluster: ChaosCluster, client: NimbusClient) -> None:
+    """Wait until the hot worker runs with its standby worker READY on another host, and every
+    pacemaker is past its warm-up (the failover lane judges the beats from then on)."""
+    active = wait_standby_ready(client, STANDBY_READY_SECS)
+    cluster.wait_pacemakers_warmed_up(WARM_UP_SECS)
+    print(f"hot: the worker on {active}, its standby worker READY on another host", flush=True)
 
 
 def run_fault(
-    cluster: ChaosCluster, injector: Injector, number: int, count: int, fault: Fault
+    cluster: ChaosCluster,
+    client: NimbusClient,
+    injector: Injector,
+    number: int,
+    fault: Fault,
+    *,
+    count: int,
+    hot: bool,
 ) -> dict[str, Any]:
     """Apply one fault, then wait for the cluster to recover: a leader every nimbus names,
-    and a batch of the streaming pipeline committed after the fault was undone. What was
-    done, and how long it took to undo and to recover."""
+    and a batch of the streaming pipeline committed after the fault was undone; a hot
+    pipeline, then, its standby worker READY off the active one again. What was done, and
+    how long it took to undo, to recover and (hot) to have a standby worker again."""
     started = time.monotonic()
     print(f"fault {number}/{count}: {fault}", flush=True)
     injector.apply(fault)
@@ -173,11 +237,18 @@ def run_fault(
     cluster.nodes.wait_for_agreed_leader(timeout=RECOVERY_SECS)
     wait_for_batches(cluster, more_than=seen)
     done = time.monotonic()
-    print(
-        f"  undone after {undone - started:.1f} s, recovered {done - undone:.1f} s later",
-        flush=True,
-    )
-    return {"fault": str(fault), "held": undone - started, "recovery": done - undone}
+    applied: dict[str, Any] = {
+        "fault": str(fault),
+        "held": undone - started,
+        "recovery": done - undone,
+    }
+    said = f"  undone after {undone - started:.1f} s, recovered {done - undone:.1f} s later"
+    if hot:
+        wait_standby_ready(client, STANDBY_READY_SECS)
+        applied["standby_ready"] = time.monotonic() - done
+        said += f", a standby worker READY {applied['standby_ready']:.1f} s after"
+    print(said, flush=True)
+    return applied
 
 
 def wait_for_batches(cluster: ChaosCluster, *, more_than: int) -> None:
@@ -204,6 +275,7 @@ def judge(
     ]
     leader = leader_unavailability(events, LEADER_BOUND_SECS)
     pipelines = pipeline_unavailability(events, PIPELINE_BOUND_SECS)
+    promotions = [event for event in events if event.name == WORKER_PROMOTED]
     report = {
         "violations": [str(v) for v in violations],
         "events": len(events),
@@ -211,6 +283,10 @@ def judge(
         "submitted": workload.submitted,
         "killed": sorted(workload.killed),
         "updates": workload.updates,
+        "promotions": [
+            {k: e.get(k) for k in ("from_supervisor", "to_supervisor", "how", "silent_secs")}
+            for e in promotions
+        ],
         "unavailability": {u.subject: _stats(u) for u in [leader, *pipelines]},
     }
     return violations, report

@@ -40,6 +40,13 @@ and the pipeline's gaps between batches::
 It takes 7 to 16 minutes of both cores, more than ``make test`` can spend: it is skipped unless
 ``STRATUS_CHAOS_HOT`` is set (``make chaos-hot`` sets it). ``STRATUS_CHAOS_SEED`` replays a
 plan (the seed is printed first), as in the chaos suite.
+
+The second test is the proof that the check counting those false suspicions, and failing the
+chaos suite's hot run on them (``check_promotions_explained``), can fail: on a build whose
+leader suspects the hot worker's supervisor at every poll (``tests/harness/
+promote_without_verdict``), a run without a single fault promotes the standby worker, and
+the check flags every promotion. It is skipped with the first, and ``-k promotes_without``
+runs it alone.
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ from typing import Any
 
 import pytest
 
-from stratus.api.standby_workers import STANDBY_CONF_KEY, StandbyWorkerState
+from stratus.api.standby_workers import STANDBY_CONF_KEY
 from stratus.chaos.faults import Action, Fault, plan_faults
 from stratus.chaos.oracle import (
     check_exactly_once,
@@ -69,11 +76,16 @@ from stratus.chaos.promotions import check_promotions_explained
 from stratus.chaos.trail_events import Clocks, Event, Violation, load_events
 from stratus.chaos.unavailability import pipeline_unavailability
 from stratus.client import NimbusClient
-from stratus.errors import StratusError
 from stratus.local.examples_io import Feeder, read_rows, window_count_total
 from stratus.trail import WORKER_PROMOTED, WORKER_STARTED, Actor, TrailRecorder
-from tests.harness.chaos_cluster import HOSTS, ChaosCluster
-from tests.harness.chaos_injector import STREAMING, Injector, Workload, submit_streaming
+from tests.harness.chaos_cluster import HOSTS, WARM_UP_SECS, ChaosCluster
+from tests.harness.chaos_injector import (
+    STREAMING,
+    Injector,
+    Workload,
+    submit_streaming,
+    wait_standby_ready,
+)
 from tests.harness.netns_hosts import NetnsHosts, unavailable
 from tests.harness.pipeline_cluster import SPARK_START_SECS
 from tests.harness.zkfixtures import holds_within, wait_until
@@ -87,7 +99,6 @@ DEFAULT_SEED = 2011  # its 20 pauses: 9 of the beat agent (0.33 to 0.79 s), 4 of
 TRIGGER_SECS = 0.5
 STEADY_BATCHES = 3  # committed once the cluster is ready, and again once the stress began
 READY_SECS = 300.0 + SPARK_START_SECS  # two Spark drivers starting on a loaded 2-core machine
-WARM_UP_SECS = 180.0  # a pacemaker's pulse TTL (60 s by default), with room
 RECOVERY_SECS = 300.0 + SPARK_START_SECS  # a hot worker stopped by a lapse starts again cold
 STRESS_BACKSTOP_SECS = 30.0 * PAUSES  # the stress ends with the pauses; its burners quit by
 # themselves after this (and 30 s more), should the driver die
@@ -171,27 +182,12 @@ def wait_ready(cluster: ChaosCluster, client: NimbusClient) -> str:
     """Wait until the hot worker runs, its standby worker is READY on another supervisor,
     every pacemaker is past its warm-up and ``STEADY_BATCHES`` batches were committed after;
     the hot worker's supervisor."""
-    found: list[str] = []
-
-    def ready() -> bool:
-        try:
-            workers = client.workers(STREAMING)
-        except StratusError:
-            return False
-        beat, standby = workers.on_assigned(), workers.standby_worker
-        if beat is None or beat.state.value != "RUNNING" or standby is None:
-            return False
-        if standby.state is not StandbyWorkerState.READY or standby.supervisor == beat.supervisor:
-            return False
-        found[:] = [beat.supervisor]
-        return True
-
-    wait_until(ready, READY_SECS, "the hot worker RUNNING and its standby worker READY")
+    active = wait_standby_ready(client, READY_SECS)
     cluster.wait_pacemakers_warmed_up(WARM_UP_SECS)
     cluster.wait_for_batches(
         more_than=cluster.committed_batches() + STEADY_BATCHES, timeout=READY_SECS
     )
-    return found[0]
+    return active
 
 
 def settle(cluster: ChaosCluster) -> None:
@@ -268,3 +264,54 @@ def log_counts(workdir: Path, until: float) -> dict[str, int]:
         "pipeline_fences_unanswered": counts[FENCE_UNANSWERED],
         "hot_worker_lapses": counts[LEASE_LAPSED],
     }
+
+
+# its sitecustomize makes the leader's failover lane promote without a failure
+BROKEN_VERDICTS = Path(__file__).resolve().parents[1] / "harness" / "promote_without_verdict"
+PROMOTION_SECS = 300.0 + SPARK_START_SECS  # two Spark drivers started, the standby READY
+
+
+@pytest.mark.timeout(0)  # every wait inside is bounded
+def test_the_oracle_flags_promotions_on_a_build_that_promotes_without_a_failure(
+    hosts: NetnsHosts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The proof that the promotions check can fail: every process of this cluster starts with
+    ``tests/harness/promote_without_verdict`` on ``PYTHONPATH``, whose ``sitecustomize`` makes
+    the leader's watch of the beats suspect the hot worker's supervisor at every poll, silent
+    for a minute, whatever its beats say. The hot pipeline runs, no fault is applied, and the
+    failover lane promotes its standby worker as soon as it is READY (``how: floor``), off a
+    supervisor that beats on time, with its worker still running; ``check_promotions_explained``
+    flags every promotion of the run. No other check asks whether a promotion had a cause:
+    they judge what the workers did, and a standby worker promoted for nothing whose old
+    worker stopped in time breaks none of them."""
+    monkeypatch.setenv("PYTHONPATH", str(BROKEN_VERDICTS))
+    with ChaosCluster(hosts, tmp_path, hot=True) as cluster:
+        driver = TrailRecorder.open(cluster.history_file("driver"), Actor("client", "chaos"))
+        client = cluster.nodes.client()
+        submit_hot(cluster, client, driver)
+        feeder = Feeder(cluster.shared / "input")
+        feeder.start()
+        try:
+            wait_until(
+                lambda: promotions(load_events(cluster.history_files())),
+                PROMOTION_SECS,
+                "a promotion of the streaming pipeline's standby worker",
+            )
+        finally:
+            feeder.stop()
+        client.close()
+        driver.close()
+        events = load_events(cluster.history_files())
+    promoted = promotions(events)
+    flagged = check_promotions_explained(events, Clocks())
+    print(f"promotions: {[str(e) for e in promoted]}")
+    print(f"flagged: {[str(v) for v in flagged]}")
+    print(f"double runs: {[str(v) for v in check_single_run(events, Clocks())]}")
+    assert {v.lines[0].source for v in flagged} == {e.source for e in promoted}, (
+        f"the oracle did not flag every promotion of a run without faults: {flagged}"
+    )
+
+
+def promotions(events: list[Event]) -> list[Event]:
+    """The promotions of the streaming pipeline's standby worker the trail records."""
+    return [e for e in events if e.name == WORKER_PROMOTED and e.get("pipeline") == STREAMING]

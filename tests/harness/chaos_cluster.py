@@ -71,6 +71,7 @@ HOT_SUPERVISOR_SETTINGS: dict[str, object] = {
     "supervisor.worker.warm.memory.mb": 4096,  # room for the standby worker, whatever the host
 }
 PROBE_SECS = 2.0  # a pacemaker's readiness asked once
+WARM_UP_SECS = 180.0  # a pacemaker's warm-up: its pulse TTL (60 s by default), with room
 
 
 class Restartable(Protocol):

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stratus.api.standby_workers import StandbyWorkerState
 from stratus.chaos.faults import CLIENT_ACTIONS, WHERE_IT_RUNS, Action, Fault, Target
 from stratus.client import NimbusClient
 from stratus.errors import StratusError
@@ -99,6 +100,36 @@ def submit_streaming(
     client.submit(STREAMING, package, settings, request_id=request_id)
     driver.record(SUBMIT_ACKNOWLEDGED, pipeline=STREAMING, request_id=request_id)
     return Workload(STREAMING, package, str(cluster.shared / "batch"))
+
+
+def standby_ready(client: NimbusClient, pipeline: str = STREAMING) -> str | None:
+    """The supervisor of ``pipeline``'s worker while it runs and its standby worker is READY
+    on another supervisor (a hot pipeline that a failure of that supervisor would promote);
+    None otherwise, or while no leader answers."""
+    try:
+        workers = client.workers(pipeline)
+    except StratusError:
+        return None
+    beat, standby = workers.on_assigned(), workers.standby_worker
+    if beat is None or beat.state.value != "RUNNING" or standby is None:
+        return None
+    if standby.state is not StandbyWorkerState.READY or standby.supervisor == beat.supervisor:
+        return None
+    return beat.supervisor
+
+
+def wait_standby_ready(client: NimbusClient, timeout: float, pipeline: str = STREAMING) -> str:
+    """Wait until ``pipeline``'s worker runs and its standby worker is READY on another
+    supervisor (``standby_ready``); that worker's supervisor."""
+    found: list[str] = []
+
+    def ready() -> bool:
+        active = standby_ready(client, pipeline)
+        found[:] = [active] if active is not None else []
+        return active is not None
+
+    wait_until(ready, timeout, f"the worker of {pipeline} RUNNING and its standby worker READY")
+    return found[0]
 
 
 class Injector:
