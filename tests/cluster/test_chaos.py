@@ -18,12 +18,10 @@ standby worker (``pipeline.standby: hot``) on a cluster ready for it (``ChaosClu
 faults begin once the standby worker is READY on another host, and each fault is followed,
 once the cluster recovered, by a wait until a standby worker is READY off the active one
 again, so that every fault finds one to promote (or to place anew when its host was hit).
-The workers then run as their supervisors' user, not walled off: each supervisor hands the
-pipeline's checkpoint directory to its own worker user as it starts its worker, the standby
-worker too, so the active and the standby worker, users of two hosts' pools, take it from
-each other, and the one whose user lost it cannot read the location's origin (exit 4: the
-pipeline FAILED). Unset, or ``none``, the pipeline runs without a standby worker, walled off:
-the short run of ``make test``.
+The workers are walled off either way: the active and the standby worker run as users of
+two hosts' pools, and the standby worker's user gets the checkpoint directory only at its
+promotion. Unset, or ``none``, the pipeline runs without a standby worker: the short run of
+``make test``.
 
     STRATUS_CHAOS_STANDBY=hot STRATUS_CHAOS_FAULTS=200 STRATUS_CHAOS_SEED=7 \
         pytest -m chaos tests/cluster/test_chaos.py -s -k seeded_run
@@ -158,9 +156,7 @@ def test_a_seeded_run_of_faults_leaves_a_history_without_violations(
         f"replay with STRATUS_CHAOS_SEED={chaos_seed()} STRATUS_CHAOS_FAULTS={FAULTS} "
         f"{STANDBY}={standby}"
     )
-    # hot: the workers run as their supervisors' user (a limit of standby workers, above)
-    workers = None if hot else walls
-    with ChaosCluster(hosts, base, ha_mode=ha_mode, walls=workers, hot=hot) as cluster:
+    with ChaosCluster(hosts, base, ha_mode=ha_mode, walls=walls, hot=hot) as cluster:
         shape = replace(cluster.shape, max_quorum_loss_secs=MAX_QUORUM_LOSS_SECS)
         plan = plan_faults(seed, count, shape)
         driver = TrailRecorder.open(cluster.history_file("driver"), Actor("client", "chaos"))
@@ -187,8 +183,7 @@ def test_a_seeded_run_of_faults_leaves_a_history_without_violations(
         driver.close()
         rows = read_rows(output)
         history = cluster.history_files()
-        if workers is not None:
-            assert_written_by_pool_users(output, workers)
+        assert_written_by_pool_users(output, walls)
     violations, report = judge(history, final, workload, fed, rows)
     report = {"seed": seed, "nimbuses": ha_mode, "standby": standby, "faults": applied, **report}
     (tmp_path / "chaos-report.json").write_text(json.dumps(report, indent=2))

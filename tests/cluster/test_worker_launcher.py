@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from stratus.api.purges import PurgeCause, PurgeOrder, PurgeOutcome
-from stratus.api.records import WorkerState
+from stratus.api.records import FencingToken, WorkerState
 from stratus.config import load_config
 from stratus.errors import ConfigError
 from stratus.process import ProcessGroup
@@ -34,6 +34,8 @@ from stratus.supervisor.errors import SupervisorStartError, WorkerUserError
 from stratus.supervisor.run_as import DirectSwitch, UserPool
 from stratus.supervisor.settings import SupervisorSettings, UserSettings
 from stratus.supervisor.worker_access import (
+    ENV_FILE,
+    WORK_DIR,
     WORKER_UMASK,
     WorkerUser,
     closed_to_others,
@@ -43,6 +45,7 @@ from stratus.supervisor.worker_access import (
     resolve_user,
 )
 from stratus.supervisor.worker_launcher import REFUSED_EXIT, main
+from stratus.worker.spec import HEARTBEAT_FILE, SPEC_FILE, WorkerSpec
 from stratus.zk.paths import ClusterPaths
 from tests.cluster.test_supervisor import SUPERVISOR_WITH_STAND_IN, Cluster, running
 from tests.cluster.test_trail_cluster import RECORDING_WORKER
@@ -636,3 +639,79 @@ def test_the_launcher_purges_a_worker_users_checkpoints_under_its_own_root_only(
     assert main(["purge", "etl", str(root)], config_path=config) == 0
     assert not (root / "etl").exists()
     assert (root / "report").is_dir()
+
+
+@needs_root
+def test_a_standby_workers_user_takes_the_checkpoints_at_its_promotion_not_at_its_start(
+    walls, capsys
+) -> None:
+    """A hot pipeline's active worker (a user of one supervisor's pool) writes on while its
+    standby worker (another user, on another supervisor) starts: the standby's start leaves
+    the checkpoints alone, and its promotion gives them to its user, through the launcher
+    (``launch-standby``, ``take-checkpoints``) as directly."""
+    base, (first, second) = walls
+    a, b = resolve_user(first, min_uid=1000), resolve_user(second, min_uid=1000)
+    checkpoints = base / "checkpoints" / "etl"
+    prepare_worker(base / "s1" / "workers" / "etl", b"{}", a, group=0, checkpoint_dir=checkpoints)
+    assert run_as(a, WRITES_A_BATCH, checkpoints) == 0
+
+    standby = base / "s2" / "workers" / "etl"
+    spec = (
+        WorkerSpec(
+            pipeline="etl",
+            supervisor="s2",
+            epoch=1,
+            generation=0,
+            token=FencingToken(era=1, zxid=0),
+            digest="0" * 64,
+            kind="app",
+            entrypoint="etl:run",
+            code_dir=base / "code",
+            work_dir=standby / WORK_DIR,
+            conf={},
+            spark_master="local[1]",
+            checkpoint_location=str(checkpoints),
+            heartbeat_path=standby / WORK_DIR / HEARTBEAT_FILE,
+            heartbeat_interval_secs=0.5,
+            stop_grace_secs=1.0,
+        )
+        .model_dump_json()
+        .encode()
+    )
+    standby.mkdir(parents=True)
+    (standby / SPEC_FILE).write_bytes(spec)
+    (standby / SPEC_FILE).chmod(0o600)
+    (standby / ENV_FILE).write_text("{}")
+    (standby / ENV_FILE).chmod(0o600)
+    config = launcher_config(base, [second], local_dir=base / "s2")
+    started = subprocess.run(  # launch-standby execs the worker: in a child of its own
+        [
+            sys.executable,
+            "-c",
+            LAUNCHER_SCRIPT.format(config=str(config)),
+            "launch-standby",
+            "etl",
+            second,
+            "--",
+            "/bin/true",
+        ],
+        capture_output=True,
+        check=False,
+    )
+    assert started.returncode == 0, started.stderr
+    assert (standby / WORK_DIR).stat().st_uid == b.uid  # its own directory: prepared
+    assert {path.stat().st_uid for path in checkpoints.rglob("*")} == {a.uid}  # untouched
+    assert run_as(a, "echo 1 > offsets/1", checkpoints) == 0  # the active worker writes on
+
+    assert main(["take-checkpoints", "etl"], config_path=config) == 0  # the promotion
+    assert {path.stat().st_uid for path in checkpoints.rglob("*")} == {b.uid}
+    assert run_as(b, "cat offsets/1 && echo 2 > offsets/2 && rm offsets/0", checkpoints) == 0
+
+    os.chown(standby / WORK_DIR, 0, 0)  # a work directory no allowed user owns
+    assert main(["take-checkpoints", "etl"], config_path=config) == REFUSED_EXIT
+    assert "not in allowed.users" in capsys.readouterr().err
+
+    direct = base / "s3" / "workers" / "etl"
+    prepare_worker(direct, b"{}", a, group=0, checkpoint_dir=None)  # a root supervisor's
+    DirectSwitch(group=0).take_checkpoints("etl", direct / WORK_DIR, checkpoints)
+    assert {path.stat().st_uid for path in checkpoints.rglob("*")} == {a.uid}

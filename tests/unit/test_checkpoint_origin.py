@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from fsspec.implementations.local import LocalFileSystem
 
 from stratus.api.records import ClusterIdentity, FencingToken
 from stratus.cluster_names import cluster_dir_name, cluster_root
@@ -125,6 +126,25 @@ def test_an_origin_stratus_did_not_write_is_refused(tmp_path: Path) -> None:
     (location / OWNERS_DIR / "origin.json").write_text(json.dumps({"pipeline": "etl"}))
     error = check_origin(str(location), A, "etl", TOKEN.era)
     assert error is not None and "not one stratus wrote" in error
+
+
+def test_an_origin_a_standby_worker_may_not_read_yet_is_left_to_its_promotion(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A standby worker of another user than the active worker's may not read the location
+    before its promotion gives it to its user (the tests run as root, who reads everything:
+    the denial is the file system's answer stood in for)."""
+    location = str(tmp_path / "etl")
+    CheckpointOwners(location, TOKEN).claim()
+    record_origin(location, CheckpointOrigin.now(B, "etl", TOKEN.era + 1))
+
+    def denied(_self: object, path: str, *args: object, **kwargs: object) -> bytes:
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(LocalFileSystem, "cat_file", denied)
+    error = check_origin(location, A, "etl", TOKEN.era)
+    assert error is not None and "cannot be read" in error  # a worker: refused
+    assert check_origin(location, A, "etl", TOKEN.era, denied_is_unknown=True) is None
 
 
 def test_this_clusters_checkpoints_move_from_the_old_default_root(tmp_path: Path) -> None:

@@ -145,14 +145,19 @@ class WorkerLauncher:
         if self._users is not None:
             spec = _walled(spec)
         (paths.work / PROMOTE_FILE).unlink(missing_ok=True)
-        return self._start_cold(spec, code, paths, standby_command(self._command))
+        # the checkpoints stay the active worker's (another user's) until the promotion
+        return self._start_cold(
+            spec, code, paths, standby_command(self._command), take_checkpoints=False
+        )
 
     def promote(self, assignment: Assignment, code: PipelineCode, paths: WorkerPaths) -> None:
         """Promote the standby worker in ``paths``: write, whole and by a rename, the active
         worker's spec of ``assignment`` (as ``spawn`` would) to its ``promote.json``. A
-        worker of another user gets it as ``worker_access.hand_to_worker`` hands it (its own
-        file from a root supervisor, else the supervisor's that only the worker's user may
-        read); it inherits the standby process's history descriptor."""
+        worker of another user is first given the pipeline's local checkpoint directory,
+        which its start left to the active worker's user, then gets the file as
+        ``worker_access.hand_to_worker`` hands it (its own file from a root supervisor, else
+        the supervisor's that only the worker's user may read); it inherits the standby
+        process's history descriptor. WorkerUserError if the checkpoints cannot be given."""
         spec = build_spec(self._settings, self._supervisor, assignment, code, paths)
         if self._users is None:
             spec.write(paths.work / PROMOTE_FILE)
@@ -160,10 +165,19 @@ class WorkerLauncher:
         spec = _walled(spec)
         with contextlib.suppress(OSError, ValueError):
             spec = spec.model_copy(update={"history_fd": WorkerSpec.read(paths.spec).history_fd})
+        checkpoints = local_pipeline_directory(self._settings.checkpoint_root, spec.pipeline)
+        if checkpoints is not None:  # the old worker is gone: its user gives them up
+            self._users.switch.take_checkpoints(spec.pipeline, paths.work, checkpoints)
         hand_to_worker(paths.work, PROMOTE_FILE, spec.model_dump_json(indent=2).encode())
 
     def _start_cold(
-        self, spec: WorkerSpec, code: PipelineCode, paths: WorkerPaths, command: list[str]
+        self,
+        spec: WorkerSpec,
+        code: PipelineCode,
+        paths: WorkerPaths,
+        command: list[str],
+        *,
+        take_checkpoints: bool = True,
     ) -> RunningProcess:
         env = worker_environment(os.environ, self._settings.env_names, spec.conf)
         if code.python is not None:  # the command's interpreter is the environment's
@@ -194,7 +208,11 @@ class WorkerLauncher:
             log=self._log,
             monitor=self._monitor,
             run_as=run_as,  # the rest is for a worker of another user only
-            checkpoint_dir=local_pipeline_directory(self._settings.checkpoint_root, spec.pipeline),
+            checkpoint_dir=(
+                local_pipeline_directory(self._settings.checkpoint_root, spec.pipeline)
+                if take_checkpoints
+                else None
+            ),
             history_file=self._settings.history.file,
         )
 

@@ -50,6 +50,7 @@ from stratus.supervisor.worker_access import (
     kill_user_processes,
     prepare_worker,
     resolve_user,
+    take_checkpoints,
 )
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,17 @@ class UserSwitch(Protocol):
         pipeline: str,
         user: WorkerUser,
         env: Mapping[str, str],
-    ) -> tuple[list[str], dict[str, Any]]: ...
+        checkpoints: bool = True,
+    ) -> tuple[list[str], dict[str, Any]]:
+        """How to start ``argv`` as ``user``; with ``checkpoints``, the pipeline's local
+        checkpoint directory is given to it first (a standby worker's start does not)."""
+        ...
+
+    def take_checkpoints(self, pipeline: str, work: Path, checkpoint_dir: Path) -> None:
+        """Give ``checkpoint_dir`` to the user that owns ``work``, the own directory of
+        ``pipeline``'s standby worker being promoted (``worker_access.take_checkpoints``);
+        WorkerUserError if refused."""
+        ...
 
     def signal(
         self, user: WorkerUser, group: SignalTarget, signum: int, *, whole_group: bool
@@ -118,6 +129,7 @@ class DirectSwitch:
         pipeline: str,
         user: WorkerUser,
         env: Mapping[str, str],
+        checkpoints: bool = True,  # prepare gave them already, or not
     ) -> tuple[list[str], dict[str, Any]]:
         # setgroups, setgid and setuid happen in the child between fork and exec, in C:
         # no Python runs there (the supervisor's kazoo threads), no capability survives.
@@ -130,6 +142,9 @@ class DirectSwitch:
             "umask": WORKER_UMASK,
         }
         return list(argv), popen
+
+    def take_checkpoints(self, pipeline: str, work: Path, checkpoint_dir: Path) -> None:
+        take_checkpoints(work, checkpoint_dir, group=self._group)
 
     def signal(
         self, user: WorkerUser, group: SignalTarget, signum: int, *, whole_group: bool
@@ -171,12 +186,14 @@ class SudoSwitch:
         pipeline: str,
         user: WorkerUser,
         env: Mapping[str, str],
+        checkpoints: bool = True,
     ) -> tuple[list[str], dict[str, Any]]:
         # sudo resets the environment and closes other descriptors: the worker's environment
         # (pipeline.env.* secrets included) goes through a file only the supervisor reads,
         # never on a command line that every user of the host can see.
         write_atomically(directory / ENV_FILE, json.dumps(dict(env)).encode())
-        launch = [*self._command, "launch", pipeline, user.name, "--", *argv]
+        verb = "launch" if checkpoints else "launch-standby"
+        launch = [*self._command, verb, pipeline, user.name, "--", *argv]
         return launch, {"cwd": directory, "env": {"PATH": os.environ.get("PATH", os.defpath)}}
 
     def signal(
@@ -197,21 +214,30 @@ class SudoSwitch:
     def purge_checkpoints(self, root: str, pipeline: str) -> None:
         """The launcher deletes ``<its pipeline.checkpoint.root>/<pipeline>``, if that root is
         ``root``: it never takes a root from its caller."""
-        args = [*self._command, "purge", pipeline, root]
+        self._require(["purge", pipeline, root], "purge", PURGE_TIMEOUT_SECS)
+
+    def take_checkpoints(self, pipeline: str, work: Path, checkpoint_dir: Path) -> None:
+        """The launcher gives ``<its pipeline.checkpoint.root>/<pipeline>`` to the user that
+        owns the pipeline's worker directory: it never takes a user or a root from its
+        caller."""
+        self._require(["take-checkpoints", pipeline], "hand the checkpoints over")
+
+    def _require(self, args: list[str], what: str, timeout: float = LAUNCHER_TIMEOUT_SECS) -> None:
+        """Run the launcher with ``args``; WorkerUserError, naming ``what``, unless it did."""
         try:
             done = subprocess.run(
-                args,
+                [*self._command, *args],
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
-                timeout=PURGE_TIMEOUT_SECS,
+                timeout=timeout,
                 check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise WorkerUserError(f"the worker launcher could not purge: {exc!r}") from None
+            raise WorkerUserError(f"the worker launcher could not {what}: {exc!r}") from None
         if done.returncode != 0:
             error = done.stderr.decode(errors="replace").strip()[-500:]
             raise WorkerUserError(
-                f"the worker launcher refused to purge (exit {done.returncode}): {error}"
+                f"the worker launcher refused to {what} (exit {done.returncode}): {error}"
             )
 
     def _run(self, args: list[str]) -> None:

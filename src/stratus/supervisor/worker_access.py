@@ -174,9 +174,26 @@ def prepare_worker(
             _write_owned(SPEC_FILE, work_fd, spec, user.uid, group)
             _own_tree(TMP_DIR, work_fd, user.uid, group, WORKER_TMP_MODE)
     if checkpoint_dir is not None:
-        checkpoint_dir.parent.mkdir(parents=True, exist_ok=True)
-        with _opened(checkpoint_dir.parent, follow=True) as root_fd:
-            _own_tree(checkpoint_dir.name, root_fd, user.uid, group, CHECKPOINT_DIR_MODE, acl=True)
+        _own_checkpoints(checkpoint_dir, user.uid, group)
+
+
+def take_checkpoints(work: Path, checkpoint_dir: Path, *, group: int) -> None:
+    """Give ``checkpoint_dir`` (a pipeline's local checkpoint directory) to the user that
+    owns ``work``, the own directory of a standby worker being promoted: its start did not
+    take it (``prepare_worker`` without ``checkpoint_dir``), since the active worker, of
+    another user on another supervisor, was still writing there. Needs root; ``work`` is
+    not followed through a symbolic link (WorkerUserError)."""
+    with _opened(work) as work_fd:
+        uid = os.fstat(work_fd).st_uid
+    if uid == 0:
+        raise WorkerUserError(f"{work} is root's: not a worker's own directory")
+    _own_checkpoints(checkpoint_dir, uid, group)
+
+
+def _own_checkpoints(checkpoint_dir: Path, uid: int, group: int) -> None:
+    checkpoint_dir.parent.mkdir(parents=True, exist_ok=True)
+    with _opened(checkpoint_dir.parent, follow=True) as root_fd:
+        _own_tree(checkpoint_dir.name, root_fd, uid, group, CHECKPOINT_DIR_MODE, acl=True)
 
 
 def hand_to_worker(work: Path, name: str, data: bytes) -> None:

@@ -17,6 +17,8 @@ alone::
 Commands (exit 0: done, 2: a usage error, 3: refused; the reason on stderr)::
 
     stratus-worker-launcher launch PIPELINE USER -- ARGV...   # prepare, then exec as USER
+    stratus-worker-launcher launch-standby PIPELINE USER -- ARGV...  # the same, checkpoints kept
+    stratus-worker-launcher take-checkpoints PIPELINE         # to the user of its worker dir
     stratus-worker-launcher signal USER PID SIGNAL [--all]    # TERM, INT, CONT or KILL
     stratus-worker-launcher kill-user USER                    # every process of USER
     stratus-worker-launcher purge PIPELINE ROOT               # delete <root>/PIPELINE
@@ -33,6 +35,10 @@ nor a uid below ``min.uid``. ``purge`` deletes a pipeline's checkpoints
 (``<pipeline.checkpoint.root>/PIPELINE`` of its own configuration, which ROOT must name:
 the caller never chooses where) when the supervisor's own rights did not reach every file a
 worker user wrote there; only that directory, resolved and checked to be inside the root.
+``launch-standby`` is ``launch`` without the checkpoint directory: a standby worker's start
+leaves it to the active worker, whose user runs on elsewhere; ``take-checkpoints`` gives it,
+at the standby worker's promotion, to the user that owns ``<local>/workers/PIPELINE/work``
+(the one ``launch-standby`` prepared it for), never to a user the caller names.
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ from stratus.supervisor.worker_access import (
     prepare_worker,
     process_uids,
     resolve_user,
+    take_checkpoints,
     worker_identity,
 )
 from stratus.worker.spec import SPEC_FILE, WorkerSpec
@@ -135,8 +142,9 @@ class _UsageError(Exception):
 
 
 _USAGE = (
-    "usage: stratus-worker-launcher launch PIPELINE USER -- ARGV... | "
-    "signal USER PID SIGNAL [--all] | kill-user USER | purge PIPELINE ROOT"
+    "usage: stratus-worker-launcher launch|launch-standby PIPELINE USER -- ARGV... | "
+    "take-checkpoints PIPELINE | signal USER PID SIGNAL [--all] | kill-user USER | "
+    "purge PIPELINE ROOT"
 )
 
 
@@ -148,10 +156,15 @@ def _dispatch(args: list[str], config_path: Path) -> int:
         raise WorkerUserError("it must run as root (through sudo -n)")
     config = LauncherConfig.load(config_path)
     supervisor = _check_caller(config)
-    if command == "launch":
+    if command in ("launch", "launch-standby"):
         if len(rest) < 4 or rest[2] != "--":
-            raise _UsageError("launch needs PIPELINE USER -- ARGV...")
-        return _launch(config, supervisor, rest[0], rest[1], rest[3:])
+            raise _UsageError(f"{command} needs PIPELINE USER -- ARGV...")
+        checkpoints = command == "launch"
+        return _launch(config, supervisor, rest[0], rest[1], rest[3:], checkpoints=checkpoints)
+    if command == "take-checkpoints":
+        if len(rest) != 1:
+            raise _UsageError("take-checkpoints needs PIPELINE")
+        return _take_checkpoints(config, supervisor, rest[0])
     if command == "signal":
         whole = rest[3:] == ["--all"]
         if len(rest) not in (3, 4) or (len(rest) == 4 and not whole):
@@ -195,6 +208,8 @@ def _launch(
     pipeline: str,
     name: str,
     argv: list[str],
+    *,
+    checkpoints: bool = True,
 ) -> int:
     user = _allowed_user(config, supervisor, name)
     check_pipeline_name(pipeline)
@@ -211,18 +226,43 @@ def _launch(
     ):
         raise WorkerUserError(f"{directory / ENV_FILE} is not an environment")
     env.update(worker_identity(user, directory))
-    checkpoints = config.checkpoint_root / pipeline if config.checkpoint_root else None
+    own = config.checkpoint_root / pipeline if config.checkpoint_root and checkpoints else None
     prepare_worker(
         directory,
         spec,
         user,
         group=supervisor.pw_gid,
-        checkpoint_dir=checkpoints,
+        checkpoint_dir=own,
         owner=supervisor.pw_uid,
     )
     _become(user)
     os.chdir(directory / WORK_DIR)
     os.execvpe(argv[0], argv, env)
+
+
+def _take_checkpoints(config: LauncherConfig, supervisor: pwd.struct_passwd, pipeline: str) -> int:
+    """Give ``<checkpoint_root>/<pipeline>`` of the configuration to the allowed user that
+    owns the pipeline's worker directory (a standby worker's, at its promotion)."""
+    check_pipeline_name(pipeline)
+    if config.checkpoint_root is None:
+        return 0  # no local root: the checkpoints are not this host's to hand over
+    directory = config.local_dir / "workers" / pipeline
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != supervisor.pw_uid:
+        raise WorkerUserError(f"{directory} is not a directory of {config.supervisor_user}")
+    work = os.lstat(directory / WORK_DIR)
+    if not stat.S_ISDIR(work.st_mode):
+        raise WorkerUserError(f"{directory / WORK_DIR} is not a worker's directory")
+    try:
+        name = pwd.getpwuid(work.st_uid).pw_name
+    except KeyError:
+        raise WorkerUserError(
+            f"{directory / WORK_DIR} belongs to no user (uid {work.st_uid})"
+        ) from None
+    _allowed_user(config, supervisor, name)  # never root, the supervisor or a stranger
+    checkpoints = config.checkpoint_root / pipeline
+    take_checkpoints(directory / WORK_DIR, checkpoints, group=supervisor.pw_gid)
+    return 0
 
 
 def _purge(config: LauncherConfig, pipeline: str, root: str) -> int:

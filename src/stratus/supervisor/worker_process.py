@@ -363,6 +363,7 @@ class WorkerProcess:
                     pipeline=spec.pipeline,
                     user=run_as.user,
                     env=env,
+                    checkpoints=checkpoint_dir is not None,
                 )
                 popen = {key: str(v) if key == "cwd" else v for key, v in popen.items()}
                 group_kill = run_as.switch.group_kill_command(run_as.user)

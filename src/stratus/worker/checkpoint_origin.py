@@ -98,16 +98,29 @@ def refusal(location: str, pipeline: str, problem: str) -> str:
     )
 
 
-def check_origin(location: str, cluster: ClusterIdentity, pipeline: str, era: int) -> str | None:
+def check_origin(
+    location: str,
+    cluster: ClusterIdentity,
+    pipeline: str,
+    era: int,
+    *,
+    denied_is_unknown: bool = False,
+) -> str | None:
     """The refusal of ``location`` if its origin names another pipeline or cluster (or
     cannot be read); None if it is this pipeline's of this cluster (whose tokens carry
-    ``era``), or has no origin."""
+    ``era``), or has no origin. With ``denied_is_unknown`` an origin this process may not
+    read is no refusal either (None): a standby worker's, whose user gets the location only
+    at its promotion, where the promoted worker checks it again."""
     fs, root = fsspec.core.url_to_fs(location)
     path = origin_path(root)
     try:
         raw = fs.cat_file(path)
     except FileNotFoundError:
         return None
+    except PermissionError as exc:
+        if denied_is_unknown:
+            return None
+        return refusal(location, pipeline, f"its origin {path} cannot be read ({exc})")
     except OSError as exc:
         return refusal(location, pipeline, f"its origin {path} cannot be read ({exc})")
     try:

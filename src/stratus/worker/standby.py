@@ -6,7 +6,8 @@ supervisor (docs/standby-workers.md). Its supervisor writes a ``WorkerSpec`` of 
 worker. Its phases, in the main thread, one after the other (``StandbyPhase``)::
 
     PREPARING  import the entry point (load_entrypoint); read the checkpoint location's
-               origin (check_origin), writing nothing there
+               origin (check_origin), writing nothing there (a worker of another user than
+               the active worker's may not read it before its promotion: checked then)
     STARTING   start the pipeline's SparkSession as its active worker would (start_session:
                its master and conf, its code shipped to a cluster's executors); warm_up
     READY      write <work_dir>/standby.json; look for promote_path every 20 ms, until it
@@ -192,8 +193,12 @@ def run_standby(spec: WorkerSpec, *, stdin_fd: int | None) -> int:
         log.error("event=standby_worker_failed phase=%s error=%s", standby.phase, exc)
         return FAILED_EXIT
     if spec.cluster is not None:
-        refused = check_origin(
-            spec.checkpoint_location, spec.cluster, spec.pipeline, spec.token.era
+        refused = check_origin(  # early; a worker of another user may not read it yet
+            spec.checkpoint_location,
+            spec.cluster,
+            spec.pipeline,
+            spec.token.era,
+            denied_is_unknown=True,
         )
         if refused is not None:
             log.error(
