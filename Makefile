@@ -62,14 +62,17 @@ stress: install
 # The chaos suite (tests/cluster/test_chaos.py): CHAOS_FAULTS faults, half with supervised nimbuses
 # (the default), half self-elected, quorum losses up to 60 s; CHAOS_SEED=N replays a run (its seed is printed).
 # The streaming pipeline keeps a standby worker (CHAOS_STANDBY=hot), so every fault also meets
-# its placement and promotion, its workers running as their supervisors' user (docs/reliability.md);
-# CHAOS_STANDBY=none runs it without one, walled off.
-# `make test` runs a short version (6 faults, a fixed seed, quorum losses up to 10 s, no standby worker).
+# its placement and promotion, its workers walled off as users of their supervisors' pools
+# (docs/reliability.md); CHAOS_STANDBY=none runs it without one. Then the proof that the suite
+# can fail, on a build with fencing turned off (STRATUS_CHAOS_PROOFS).
+# `make test` runs a short version (6 faults, a fixed seed, quorum losses up to 10 s, no standby
+# worker, no proof).
 CHAOS_STANDBY ?= hot
 chaos: install
 	STRATUS_CHAOS_FAULTS=$(CHAOS_FAULTS) STRATUS_CHAOS_SEED=$(CHAOS_SEED) \
 	STRATUS_CHAOS_STANDBY=$(CHAOS_STANDBY) STRATUS_CHAOS_MAX_QUORUM_LOSS_SECS=60 \
-	$(BIN)/pytest -m chaos tests/cluster/test_chaos.py -s -k seeded_run --basetemp=$(CURDIR)/.chaos
+	STRATUS_CHAOS_PROOFS=1 $(BIN)/pytest -m chaos tests/cluster/test_chaos.py -s \
+	-k "seeded_run or fencing_turned_off" --basetemp=$(CURDIR)/.chaos
 
 # False suspicions (tests/cluster/test_hot_standby_chaos.py): a hot pipeline on the chaos
 # cluster, every host stressed, CHAOS_PAUSES pauses shorter than the failure detector's floor;

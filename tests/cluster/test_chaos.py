@@ -95,6 +95,7 @@ PIPELINE_BOUND_SECS = 90.0  # a worker moved or restarted cold on Spark, on a lo
 DRAIN_SECS = 300.0
 REQUESTS_SECS = 180.0  # a client's request, retried through a failover or a quorum loss
 STANDBY = "STRATUS_CHAOS_STANDBY"  # hot: the streaming pipeline keeps a standby worker
+PROOFS = "STRATUS_CHAOS_PROOFS"  # set: the proof that the suite can fail runs too
 STANDBY_READY_SECS = RECOVERY_SECS + SPARK_START_SECS  # placed, then a Spark driver started
 
 
@@ -304,10 +305,16 @@ def _stats(unavailability: Unavailability) -> dict[str, Any]:
 FENCING_OFF = Path(__file__).resolve().parents[1] / "harness" / "fencing_off"
 
 
+@pytest.mark.skipif(
+    not os.environ.get(PROOFS), reason=f"set {PROOFS}=1 (make chaos does) to run the proof"
+)
 def test_the_oracle_flags_a_run_on_a_build_with_fencing_turned_off(
     hosts: NetnsHosts, walled: tuple[Path, WalledHosts], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The proof that the suite can fail: every process of this cluster starts with the
+    """Run by ``make chaos`` (``STRATUS_CHAOS_PROOFS=1``), not by ``make test``: a cluster and
+    two Spark drivers for a proof about the oracle, whose checks the unit tests run.
+
+    The proof that the suite can fail: every process of this cluster starts with the
     supervisors' self-fencing turned off (``tests/harness/fencing_off``). The host of the streaming
     pipeline's worker is cut off; the leader moves the pipeline to another host while the
     cut-off worker, no longer fenced, goes on committing batches; the oracle says so."""

@@ -432,3 +432,45 @@ def test_a_planned_stop_and_a_run_without_promotions_pass() -> None:
     assert check_promotions_explained(events_of(quiet), EXACT) == []
     drained = [*quiet, promotion(5.0, silent=0.2, how="stopped")]
     assert check_promotions_explained(events_of(drained), EXACT) == []
+
+
+def test_a_promotion_off_a_supervisor_whose_worker_had_stopped_before_its_silence_is_explained():
+    """Its supervisor fenced the worker (its own lease lapsed when ZooKeeper lost its leader
+    with another host, say): the pipeline was down there before the detector judged."""
+    w1 = worker(1)
+    started = w1("worker_started", 0.0, supervisor="s1")
+    fenced = w1("worker_stopped", 8.0, supervisor="s1", state="STOPPED")
+    # silent 1.0 s at 11.0: silent since 10.0, heard up to 1 s later (9.0)
+    assert (
+        check_promotions_explained(
+            events_of([started, fenced, promotion(11.0, silent=1.0, how="fenced")]), EXACT
+        )
+        == []
+    )
+    again = w1("worker_started", 9.5, supervisor="s1")  # started again there: running
+    assert (
+        len(
+            check_promotions_explained(
+                events_of([started, fenced, again, promotion(11.0, silent=1.0)]), EXACT
+            )
+        )
+        == 1
+    )
+    by_the_fence = w1("worker_stopped", 10.5, supervisor="s1", state="STOPPED")  # the lane's
+    assert (
+        len(
+            check_promotions_explained(
+                events_of([started, by_the_fence, promotion(11.0, silent=1.0, how="fenced")]), EXACT
+            )
+        )
+        == 1
+    )
+    elsewhere = w1("worker_stopped", 8.0, supervisor="s3", state="STOPPED")
+    assert (
+        len(
+            check_promotions_explained(
+                events_of([started, elsewhere, promotion(11.0, silent=1.0)]), EXACT
+            )
+        )
+        == 1
+    )

@@ -10,7 +10,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from stratus.chaos.trail_events import Clocks, Event, Instant, Violation, began_at
-from stratus.trail import HOST_CUT, HOST_STRESSED, PROCESS_KILLED, PROCESS_PAUSED, WORKER_PROMOTED
+from stratus.trail import (
+    HOST_CUT,
+    HOST_STRESSED,
+    PROCESS_KILLED,
+    PROCESS_PAUSED,
+    WORKER_PROMOTED,
+    WORKER_STARTED,
+    WORKER_STOPPED,
+)
 
 PLANNED_STOP = "stopped"  # a promotion's ``how`` when its supervisor was stopped on purpose
 FAULT_EVENTS = (PROCESS_KILLED, PROCESS_PAUSED, HOST_CUT, HOST_STRESSED)
@@ -67,10 +75,15 @@ def check_promotions_explained(
     agent or its host) that kept it silent for the promotion's ``floor_secs`` at least, or was
     a planned stop (``how: stopped``: a drain, an update). The fault began before it and
     was still going when the supervisor fell silent (``silent_secs`` before the promotion,
-    ``lag_secs`` earlier still: see ``HEARING_LAG_SECS``), as far as the clocks tell. Any
-    other promotion is a false suspicion: the failure detector acted on a silence that no
-    failure made (a loaded host, a pause shorter than the floor). Its violation holds the
-    promotion and the faults of that supervisor near it. A run without promotions passes."""
+    ``lag_secs`` earlier still: see ``HEARING_LAG_SECS``), as far as the clocks tell. A
+    promotion also has its failure when the pipeline's worker on that supervisor had stopped
+    before the supervisor fell silent, and had not started again by the promotion: its
+    supervisor fenced it (its own lease lapsed, say, when ZooKeeper lost its leader with
+    another host), the pipeline was down there before the detector judged anything, and no
+    fence the detector asked can have stopped it. Any other promotion is a false suspicion:
+    the failure detector acted on a silence that no failure made (a loaded host, a pause
+    shorter than the floor). Its violation holds the promotion and the faults of that
+    supervisor near it. A run without promotions passes."""
     events = list(events)
     by_supervisor: dict[str, list[Outage]] = defaultdict(list)
     for outage in outages(events):
@@ -91,6 +104,8 @@ def check_promotions_explained(
         ]
         if any(outage.secs >= floor for outage in near):
             continue
+        if _stopped_before(events, clocks, promotion, old, fell_silent):
+            continue
         violations.append(
             Violation(
                 "promotions_explained",
@@ -102,6 +117,25 @@ def check_promotions_explained(
             )
         )
     return violations
+
+
+def _stopped_before(
+    events: list[Event], clocks: Clocks, promotion: Event, supervisor: str, fell_silent: Instant
+) -> bool:
+    """Whether the promoted pipeline's worker on ``supervisor`` stopped before
+    ``fell_silent`` and none started there again before ``promotion``."""
+    pipeline = promotion.get("pipeline")
+    last: Event | None = None  # its newest start or stop there before the promotion
+    for event in events:
+        if (
+            event.name in (WORKER_STARTED, WORKER_STOPPED)
+            and event.get("pipeline") == pipeline
+            and event.get("supervisor") == supervisor
+            and clocks.before(event.at, promotion.at)
+            and (last is None or clocks.before(last.at, event.at))
+        ):
+            last = event
+    return last is not None and last.name == WORKER_STOPPED and clocks.before(last.at, fell_silent)
 
 
 def _earlier(moment: Instant, secs: float) -> Instant:
