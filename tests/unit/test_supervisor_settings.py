@@ -39,8 +39,6 @@ def test_every_record_carries_the_keys_of_its_component(tmp_path: Path) -> None:
                 "supervisor.worker.restart.backoff.secs": 0.5,
                 "supervisor.worker.restart.reset.secs": 30,
                 "worker.heartbeat.frequency.secs": 1.5,
-                "worker.state.snapshot.min.deltas": 4,
-                "worker.state.maintenance.secs": 0.25,
                 "pipeline.spark.master": "spark://m:7077",
                 "pipeline.checkpoint.root": "s3://ck",
                 "zookeeper.session.timeout.secs": 4,
@@ -70,10 +68,6 @@ def test_every_record_carries_the_keys_of_its_component(tmp_path: Path) -> None:
         lease_path=tmp_path / "lease",
         cluster=ClusterIdentity(root="/prod", servers=("127.0.0.1:2181",)),
         legacy_checkpoint_root=None,  # a configured root stays as configured
-        spark_defaults={
-            "spark.sql.streaming.stateStore.minDeltasForSnapshot": "4",
-            "spark.sql.streaming.stateStore.maintenanceInterval": "250ms",
-        },
     )
     assert (settings.code.max_package_bytes, settings.code.retry_secs) == (4096, 0.5)
     assert settings.deps == DepsSettings(

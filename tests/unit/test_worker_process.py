@@ -14,13 +14,11 @@ from stratus.config import config_from_mapping
 from stratus.logs import LogFormat, LogSettings
 from stratus.supervisor.errors import UnfencedAssignmentError
 from stratus.supervisor.settings import SupervisorSettings
-from stratus.supervisor.warm_pool import WARM_MODULE, warm_command
 from stratus.supervisor.worker_process import WorkerPaths, build_spec, log_tail, spark_master
 from stratus.worker.sdp_run import sdp_environment, sdp_settings
-from stratus.worker.session_conf import DEPS_DIR, warm_settings
+from stratus.worker.session_conf import DEPS_DIR
 from stratus.worker.spark_app import spark_settings
 from stratus.worker.spec import WorkerSpec
-from stratus.worker.warm import command_parser as warm_parser
 from tests.harness.supervisor_fakes import assignment, code
 
 CLUSTER = SupervisorSettings.from_config(
@@ -175,58 +173,3 @@ def test_the_log_tail_is_that_of_the_last_run(tmp_path) -> None:
 
 
 # ---------------------------------------------------------------------- a worker's lifecycle
-
-
-SNAPSHOT_KEYS = (
-    "spark.sql.streaming.stateStore.minDeltasForSnapshot",
-    "spark.sql.streaming.stateStore.maintenanceInterval",
-)
-
-
-def test_the_state_snapshot_keys_reach_every_workers_session_under_the_pipelines_conf(
-    tmp_path,
-) -> None:
-    """worker.state.* become the Spark keys of a cold, standby or sdp worker's session (the
-    spec carries them), and of a warm worker's (its command); a pipeline's own value wins."""
-    settings = SupervisorSettings.from_config(
-        config_from_mapping(
-            {
-                "supervisor.id": "s1",
-                "worker.state.snapshot.min.deltas": 3,
-                "worker.state.maintenance.secs": 1.5,
-            }
-        )
-    ).spec
-    paths = WorkerPaths.of(tmp_path, "etl")
-    spec = build_spec(settings, "s1", assignment(), code(tmp_path), paths)
-    wanted = dict(zip(SNAPSHOT_KEYS, ("3", "1500ms"), strict=True))
-    assert spec.conf == {}  # the pipeline's conf stays its own
-    assert WorkerSpec.model_validate_json(spec.model_dump_json()).spark_defaults == wanted
-    assert {key: spark_settings(spec)[key] for key in SNAPSHOT_KEYS} == wanted
-    assert {key: sdp_settings(spec)[key] for key in SNAPSHOT_KEYS} == wanted
-
-    own = {SNAPSHOT_KEYS[0]: 10}
-    spec = build_spec(settings, "s1", assignment(conf=own), code(tmp_path), paths)
-    assert spark_settings(spec)[SNAPSHOT_KEYS[0]] == "10"
-    assert spark_settings(spec)[SNAPSHOT_KEYS[1]] == "1500ms"
-
-    command = warm_command("local[*]", settings.spark_defaults)
-    args = warm_parser().parse_args(command[command.index(WARM_MODULE) + 1 :])
-    assert {key: warm_settings(args.master, dict(args.conf))[key] for key in SNAPSHOT_KEYS} == (
-        wanted
-    )
-
-
-def test_the_state_snapshot_defaults_are_stratus_own(tmp_path) -> None:
-    """Without worker.state.* in the configuration: a snapshot after 2 deltas, looked for
-    every 2 s (Spark's own: 10 deltas, 60 s); a spec of an older supervisor has none."""
-    spec = build_spec(CLUSTER, "s1", assignment(), code(tmp_path), WorkerPaths.of(tmp_path, "x"))
-    assert spec.spark_defaults == dict(zip(SNAPSHOT_KEYS, ("2", "2000ms"), strict=True))
-    older = spec.model_dump(mode="json")
-    del older["spark_defaults"]
-    assert WorkerSpec.model_validate(older).spark_defaults == {}
-
-
-def test_a_warm_worker_refuses_a_conf_that_is_no_spark_key() -> None:
-    with pytest.raises(SystemExit):
-        warm_parser().parse_args(["local[*]", "--conf=minDeltas=2"])

@@ -50,7 +50,6 @@ from stratus.supervisor.worker_log import WorkerLogSettings
 from stratus.trail import TrailSettings
 from stratus.web.bounds import HttpBounds
 from stratus.worker.lease_file import BEAT_LEASE_FILE, LEASE_FILE
-from stratus.worker.session_conf import state_snapshots
 from stratus.zk.session import ZkSettings
 
 SUPERVISOR_ID = re.compile(SUPERVISOR_ID_PATTERN)  # as supervisor.id is checked at load
@@ -143,8 +142,6 @@ class SpecSettings:
     legacy_checkpoint_root: str | None = None  # the default root up to 0.2.0, if default
     preflight_timeout_secs: float = 120.0  # supervisor.update.preflight.timeout.secs
     beat: BeatSettings | None = None  # a hot pipeline's worker watches the beat lease
-    # worker.state.*: Spark keys every worker's session gets under its pipeline's conf
-    spark_defaults: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -332,9 +329,6 @@ class SupervisorSettings:
                 legacy_checkpoint_root=conf.legacy_checkpoint_root(),
                 preflight_timeout_secs=conf.supervisor_update_preflight_timeout_secs,
                 beat=beat,
-                spark_defaults=state_snapshots(
-                    conf.worker_state_snapshot_min_deltas, conf.worker_state_maintenance_secs
-                ),
             ),
             code=CodeSettings(
                 distributor=distributor_settings(conf),

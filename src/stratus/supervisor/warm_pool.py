@@ -88,11 +88,9 @@ WARM_LOG = "warm.log"  # a warm worker's output before its hand-over, in its own
 MAX_BACKOFF_FACTOR = 30.0
 
 
-def warm_command(master: str, spark_defaults: Mapping[str, str] | None = None) -> list[str]:
-    """The command of a warm worker of the cluster's ``master``, its session started with
-    the cluster's ``spark_defaults`` (``SpecSettings.spark_defaults``)."""
-    conf = [f"--conf={key}={value}" for key, value in (spark_defaults or {}).items()]
-    return [sys.executable, "-m", WARM_MODULE, master, *conf]
+def warm_command(master: str) -> list[str]:
+    """The command of a warm worker of the cluster's ``master``."""
+    return [sys.executable, "-m", WARM_MODULE, master]
 
 
 def cold_reason(spec: WorkerSpec, code: PipelineCode, master: str) -> str | None:
@@ -137,7 +135,6 @@ class WarmPool:
         monitor: MonitorSettings,
         log: WorkerLogSettings | None = None,
         command: Sequence[str] | None = None,
-        spark_defaults: Mapping[str, str] | None = None,
         budget: Budget,
         machine: Callable[[], Machine | None] = read_machine,
         rss: Callable[[Iterable[int]], dict[int, int]] = groups_rss,
@@ -157,7 +154,7 @@ class WarmPool:
         self._env = dict(env)
         self._monitor = monitor
         self._log_settings = log or WorkerLogSettings()
-        self._command = list(command or warm_command(master, spark_defaults))
+        self._command = list(command or warm_command(master))
         self._clock = clock
         self._warm: list[_Warm] = []
         self._deaths = 0  # in a row, before a hand-over

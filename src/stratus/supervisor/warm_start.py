@@ -118,7 +118,6 @@ def choose_warm(
         env=worker_environment(os.environ, spec.env_names, {}),
         log=settings.log,
         command=command,
-        spark_defaults=spec.spark_defaults,
         monitor=monitor,
         budget=budget,
     )

@@ -180,7 +180,6 @@ def build_spec(
         work_dir=paths.work,
         conf=pipeline_conf,
         spark_master=master,
-        spark_defaults=settings.spark_defaults,
         deps_archive=None if is_local_master(master) else code.deps_archive,
         checkpoint_location=checkpoint_location(
             settings.checkpoint_root, pipeline_conf, assignment.pipeline

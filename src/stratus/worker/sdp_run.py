@@ -197,7 +197,6 @@ def sdp_settings(spec: WorkerSpec) -> dict[str, str]:
     """The Spark settings of every run: defaults, then the pipeline's conf."""
     settings = {
         **SPARK_DEFAULTS,
-        **spec.spark_defaults,
         **CONNECT_SERVER,
         "spark.app.name": f"stratus-{spec.pipeline}",
         "spark.sql.warehouse.dir": _child(spec.checkpoint_location, WAREHOUSE_DIR),

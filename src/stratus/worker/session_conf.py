@@ -38,10 +38,6 @@ SPARK_DEFAULTS: dict[str, str] = {
 }
 WARM_APP_NAME = "stratus-warm"
 
-# The state store's snapshots, set from the cluster's worker.state.* keys (``state_snapshots``)
-SNAPSHOT_MIN_DELTAS = "spark.sql.streaming.stateStore.minDeltasForSnapshot"
-STATE_MAINTENANCE_INTERVAL = "spark.sql.streaming.stateStore.maintenanceInterval"
-
 # Spark's StaticSQLConf (and the Hive metastore's): spark.sql.* keys read once per session.
 STATIC_SQL_PREFIXES = (
     "spark.sql.warehouse.dir",
@@ -176,29 +172,10 @@ def conf_value(value: Any) -> str:
     return str(value)
 
 
-def state_snapshots(min_deltas: int, maintenance_secs: float) -> dict[str, str]:
-    """The Spark keys of how often the state store writes a snapshot: once ``min_deltas``
-    delta files followed the last one, looked for every ``maintenance_secs`` by its
-    maintenance thread. A restarted query's first batch restores each state partition from
-    its last snapshot and the delta files after it: the fewer, the sooner it runs. Runtime
-    SQL keys, but the maintenance thread reads its interval once, when the session's first
-    query opens a state store: a warm worker's session starts with them."""
-    return {
-        SNAPSHOT_MIN_DELTAS: str(min_deltas),
-        STATE_MAINTENANCE_INTERVAL: f"{round(maintenance_secs * 1000)}ms",
-    }
-
-
-def warm_settings(master: str, defaults: Mapping[str, str] | None = None) -> dict[str, str]:
+def warm_settings(master: str) -> dict[str, str]:
     """Every setting of a warm worker's session: what a cold worker of a pipeline whose conf
-    sets no ``spark.*`` key gets (with the cluster's ``defaults``, the runtime keys of
-    ``WorkerSpec.spark_defaults``), but for the app name, which no pipeline is known for yet."""
-    return {
-        **SPARK_DEFAULTS,
-        **(defaults or {}),
-        "spark.app.name": WARM_APP_NAME,
-        "spark.master": master,
-    }
+    sets no ``spark.*`` key gets, but for the app name, which no pipeline is known for yet."""
+    return {**SPARK_DEFAULTS, "spark.app.name": WARM_APP_NAME, "spark.master": master}
 
 
 def is_runtime_key(key: str) -> bool:

@@ -128,13 +128,12 @@ def run_app(
 
 
 def spark_settings(spec: WorkerSpec) -> dict[str, str]:
-    """Every setting of the worker's session: stratus's defaults and the cluster's
-    (``spec.spark_defaults``), the conf's spark.* keys, the master; with an archive of
-    requirements, its directory first on the executors' PYTHONPATH (a relative path: Python
-    workers start in the executor's working directory, where Spark unpacks archives)."""
+    """Every setting of the worker's session: defaults, the conf's spark.* keys, the master;
+    with an archive of requirements, its directory first on the executors' PYTHONPATH (a
+    relative path: Python workers start in the executor's working directory, where Spark
+    unpacks archives)."""
     settings = {
         **SPARK_DEFAULTS,
-        **spec.spark_defaults,
         "spark.app.name": f"stratus-{spec.pipeline}",
         **spark_conf(spec.conf),
         "spark.master": spec.spark_master,
@@ -165,13 +164,13 @@ def start_session(spec: WorkerSpec) -> SparkSession:
 
 def adopt_session(spark: SparkSession, spec: WorkerSpec, *, ship_code: bool = True) -> SparkSession:
     """A session started before ``spec`` was known made ``spec``'s: each ``spark.*`` key of
-    the cluster's defaults and the pipeline's conf that differs from the session's is set,
-    which only runtime keys allow (the supervisor hands a warm worker only pipelines whose
-    static keys match; a standby worker refuses a promotion whose static keys differ from
-    those it started with), and, with ``ship_code`` (a warm worker's session), the package
-    is shipped as a zip, since the JVM's Python workers started before the package was
-    known. A standby worker's session, started for its pipeline, has the package already."""
-    for key, value in {**spec.spark_defaults, **spark_conf(spec.conf)}.items():
+    the pipeline's conf that differs from the session's is set, which only runtime keys allow
+    (the supervisor hands a warm worker only pipelines whose static keys match; a standby
+    worker refuses a promotion whose static keys differ from those it started with), and,
+    with ``ship_code`` (a warm worker's session), the package is shipped as a zip, since the
+    JVM's Python workers started before the package was known. A standby worker's session,
+    started for its pipeline, has the package already."""
+    for key, value in spark_conf(spec.conf).items():
         if key == "spark.master" or spark.conf.get(key, None) == value:
             continue
         try:

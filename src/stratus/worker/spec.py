@@ -68,12 +68,6 @@ class WorkerSpec(BaseModel):
     work_dir: Path = Field(description="the worker's own scratch directory")
     conf: dict[str, Any] = Field(description="the pipeline's conf (spark.* and pipeline.*)")
     spark_master: str = Field(description="spark.master: the pipeline's, else the cluster's")
-    spark_defaults: dict[str, str] = Field(
-        default_factory=dict,
-        description="Spark keys the cluster sets in the session under the pipeline's conf "
-        "(worker.state.*: how often the streaming state is snapshotted); none from a "
-        "supervisor that predates them",
-    )
     deps_archive: Path | None = Field(
         default=None,
         description="the requirements' environment packed for a cluster master's executors "

@@ -1,12 +1,10 @@
-"""``python -m stratus.worker.warm MASTER [--conf KEY=VALUE ...]``: a worker that starts Spark
-before its pipeline.
+"""``python -m stratus.worker.warm MASTER``: a worker that starts Spark before its pipeline.
 
 A supervisor with ``supervisor.worker.warm`` keeps one of these per free slot, so that a
 pipeline assigned to it skips the Spark start (most of a cold start). The warm worker:
 
 1. starts a SparkSession with the cluster's default static conf (``warm_settings(MASTER)``
-   of ``session_conf``: stratus's defaults, the cluster's ``--conf KEY=VALUE`` ones, the app
-   name ``stratus-warm``, the master), and
+   of ``session_conf``: stratus's defaults, the app name ``stratus-warm``, the master), and
    warms it up with one small streaming query (``warm_up``, shared with the standby worker: a
    pipeline's first batch then finds Spark's code loaded and compiled);
 2. creates ``ready-<pid>`` in its working directory, then waits for one line on stdin,
@@ -57,11 +55,10 @@ log = logging.getLogger(__name__)
 READ_BYTES = 4096
 
 
-def start_warm_session(master: str, defaults: dict[str, str] | None = None) -> SparkSession:
-    """The warm worker's session, with the cluster's Spark ``defaults`` (``--conf``);
-    ``SparkStartError`` if Spark does not start."""
+def start_warm_session(master: str) -> SparkSession:
+    """The warm worker's session; ``SparkStartError`` if Spark does not start."""
     builder = SparkSession.builder
-    for key, value in warm_settings(master, defaults).items():
+    for key, value in warm_settings(master).items():
         builder = builder.config(key, value)
     try:
         return builder.getOrCreate()
@@ -116,13 +113,13 @@ def _gone_before_handover() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Start Spark, wait for a pipeline, run it; the exit code of its worker."""
-    args = command_parser().parse_args(argv)
+    args = _parser().parse_args(argv)
     configure_daemon_logging(context={"pipeline": "-"})  # as the pipeline's, once handed one
     stop = StopRequest()
     handover = Handover(sys.stdin.fileno(), stop)
     log.info("event=warm_worker_starting master=%s pid=%d", args.master, os.getpid())
     try:
-        spark = start_warm_session(args.master, dict(args.conf))
+        spark = start_warm_session(args.master)
     except SparkStartError:
         traceback.print_exc()
         return FAILED_EXIT
@@ -138,28 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     return run_worker(spec, stdin_fd=None, stop=stop, session=spark)
 
 
-def command_parser() -> argparse.ArgumentParser:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m stratus.worker.warm",
         description="Start Spark, then run the pipeline whose spec path arrives on stdin.",
     )
     parser.add_argument("master", help="spark.master of the session (pipeline.spark.master)")
-    parser.add_argument(
-        "--conf",
-        action="append",
-        default=[],
-        type=_conf_pair,
-        metavar="KEY=VALUE",
-        help="a Spark key of the cluster's defaults (worker.state.*), set as the session starts",
-    )
     return parser
-
-
-def _conf_pair(text: str) -> tuple[str, str]:
-    key, equals, value = text.partition("=")
-    if not equals or not key.startswith("spark."):
-        raise argparse.ArgumentTypeError(f"--conf takes spark.KEY=VALUE, not {text!r}")
-    return key, value
 
 
 if __name__ == "__main__":
