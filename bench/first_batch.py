@@ -72,15 +72,8 @@ job = importlib.import_module("streaming_counts.job")  # the example pipeline's 
 PREPARE_TRIGGER_SECS = 0.5
 EVENTS_PER_BATCH = 50
 CHILD_TIMEOUT_SECS = 600.0
-TRIAL_PREFIX = "trial-"
-SHOWN = (
-    "start",
-    "first_batch",
-    "trigger",
-    "add_batch",
-    "next_trigger",
-    "load",
-)  # the restart's own input file, removed before the next restart
+TRIAL_PREFIX = "trial-"  # the restart's own input files, removed before the next restart
+SHOWN = ("start", "first_batch", "trigger", "add_batch", "next_trigger", "load")  # per restart
 
 SNAPSHOTS = "spark.sql.streaming.stateStore.minDeltasForSnapshot"
 MAINTENANCE = "spark.sql.streaming.stateStore.maintenanceInterval"
@@ -198,6 +191,14 @@ def prepare(name: str, root: Path, batches: int) -> dict[str, Any]:
     return {"state_files_partition_0": files}
 
 
+def write_trial(input_dir: Path, name: str, *, start_id: int) -> None:
+    """A restart's own input file, whole at once (Spark's file source skips dot files)."""
+    events = make_events(EVENTS_PER_BATCH, start_id=start_id)
+    temporary = input_dir / f".{TRIAL_PREFIX}{name}.tmp"
+    temporary.write_text("".join(json.dumps(event) + "\n" for event in events))
+    os.replace(temporary, input_dir / f"{TRIAL_PREFIX}{name}.json")
+
+
 def restart(name: str, root: Path) -> dict[str, Any]:
     """Restart the prepared query in a fresh, warmed-up session; time its start and batch."""
     spark = session(ROWS[name], root)
@@ -208,8 +209,7 @@ def restart(name: str, root: Path) -> dict[str, Any]:
     for part in ("checkpoint", "output"):
         shutil.rmtree(root / part)
         shutil.copytree(root / "pristine" / part, root / part)
-    trial = write_events(root / "input", make_events(EVENTS_PER_BATCH, start_id=10**6))
-    trial.rename(trial.with_name(TRIAL_PREFIX + trial.name))
+    write_trial(root / "input", "first", start_id=10**6)
     began = time.monotonic()
     job.run(spark, example_context(root, None))
     started = time.monotonic()
@@ -217,9 +217,7 @@ def restart(name: str, root: Path) -> dict[str, Any]:
     event = progress.events[0]
     durations = event.get("durationMs", {})
     state = (event.get("stateOperators") or [{}])[0]
-    write_events(root / "input", make_events(EVENTS_PER_BATCH, start_id=2 * 10**6)).rename(
-        root / "input" / f"{TRIAL_PREFIX}next.json"
-    )
+    write_trial(root / "input", "next", start_id=2 * 10**6)
     progress.wait_for(2, CHILD_TIMEOUT_SECS)
     steady = progress.events[1].get("durationMs", {})
     for query in spark.streams.active:
@@ -242,8 +240,9 @@ def restart(name: str, root: Path) -> dict[str, Any]:
 def child(args: argparse.Namespace) -> None:
     """One prepare or restart, its figures as one JSON line on stdout."""
     root = Path(args.root)
-    result = prepare(args.row, root, args.batches) if args.child == "prepare" else None
-    if result is None:
+    if args.child == "prepare":
+        result = prepare(args.row, root, args.batches)
+    else:
         result = restart(args.row, root)
     print("RESULT " + json.dumps(result), flush=True)
 
