@@ -9,7 +9,7 @@ FUZZ_AUTH_EXAMPLES ?= 200  # each case is sent four times: owner, stranger, read
 CHAOS_FAULTS ?= 200
 CHAOS_SEED ?= $(shell date +%s)
 
-.PHONY: install run check test lint typecheck unit stress chaos chaos-hot fuzz bench bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc bench-zk-outage bench-operations bench-cli-start bench-host-failover bench-host-failover-smoke ui-screenshots clean
+.PHONY: install run check test lint typecheck unit stress chaos chaos-hot fuzz bench bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc bench-zk-outage bench-operations bench-cli-start bench-first-batch bench-host-failover bench-host-failover-smoke ui-screenshots clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "stratus needs Python 3.11 or newer")'
@@ -127,6 +127,10 @@ bench-operations: install
 
 bench-cli-start: install
 	$(BIN)/python bench/cli_start.py
+
+# A tuning experiment of Spark's state store (minutes of Spark JVMs), so `make bench` leaves it out.
+bench-first-batch: install
+	$(BIN)/python bench/first_batch.py
 
 # Needs root and `ip` (hosts of network namespaces), so `make bench` leaves it out.
 bench-host-failover: install
