@@ -316,7 +316,8 @@ def test_a_zookeeper_quorum_spans_hosts_and_a_cut_off_member_serves_again_once_h
 def test_a_host_lists_the_processes_running_on_it_and_no_others(hosts):
     sleeper = hosts.popen("h1", ["sleep", "600"])
     try:
-        assert sleeper.pid in hosts.pids("h1")  # ip netns exec execs the command itself
+        # ip netns exec execs the command itself, once it has entered the namespace
+        wait_until(lambda: sleeper.pid in hosts.pids("h1"), 10, "the sleeper on h1")
         assert sleeper.pid not in hosts.pids("h2")
     finally:
         sleeper.kill()
