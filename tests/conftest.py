@@ -20,12 +20,16 @@
 No ZooKeeper JVM outlives the run: fixtures stop what they start, every server has a
 finalizer that kills its JVM at interpreter exit, on Linux the kernel kills JVMs whose parent
 died, and ``pytest_sessionfinish`` kills any ZooKeeper child process still left.
+
+A run started with SIGINT ignored (in the background of a shell without job control) hears it
+again: the tests that stop a command with Ctrl-C's signal would otherwise wait in vain.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -45,6 +49,11 @@ from tests.harness.zkfixtures import (
 
 SHARED_TICK_MS = 100
 os.environ[BUDGET_ENV_VAR] = "0"  # no warm workers by default; see ``warm_defaults``
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    # a run started in the background of a shell without job control ignores Ctrl-C, and so
+    # would every process a test starts (an ignored signal stays ignored across exec): the
+    # tests that stop a command with SIGINT, as a user's Ctrl-C does, need it heard
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
