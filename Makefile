@@ -9,7 +9,7 @@ FUZZ_AUTH_EXAMPLES ?= 200  # each case is sent four times: owner, stranger, read
 CHAOS_FAULTS ?= 200
 CHAOS_SEED ?= $(shell date +%s)
 
-.PHONY: install run check test lint typecheck unit stress chaos chaos-hot fuzz bench bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc bench-zk-outage bench-operations bench-cli-start bench-first-batch bench-host-failover bench-host-failover-smoke ui-screenshots clean
+.PHONY: install run check test lint typecheck unit stress chaos chaos-hot standby-e2e fuzz bench bench-election bench-summary bench-failover bench-replication bench-reassign bench-pacemaker bench-zkfc bench-zk-outage bench-operations bench-cli-start bench-first-batch bench-host-failover bench-host-failover-smoke ui-screenshots clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "stratus needs Python 3.11 or newer")'
@@ -81,6 +81,11 @@ chaos: install
 # without STRATUS_CHAOS_HOT).
 # CHAOS_SEED=N replays another plan of pauses (default: the test's fixed seed).
 CHAOS_PAUSES ?= 20
+# The hot standby module whole (tests/cluster/test_hot_standby.py): a drain, an update and a
+# host's death on one cluster; `make test` runs it without the update (a Spark driver's start).
+standby-e2e: install
+	STRATUS_HOT_UPDATE_E2E=1 $(BIN)/pytest -n 0 tests/cluster/test_hot_standby.py -s
+
 chaos-hot: install
 	STRATUS_CHAOS_HOT=1 STRATUS_CHAOS_PAUSES=$(CHAOS_PAUSES) \
 	$(if $(filter command line,$(origin CHAOS_SEED)),STRATUS_CHAOS_SEED=$(CHAOS_SEED)) \
