@@ -147,11 +147,15 @@ def _no_worker_left(request: pytest.FixtureRequest) -> Iterator[None]:
     kill_left_workers(f"{request.node.nodeid} ")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``make test`` runs two workers, ``--dist loadgroup``) every Spark
     test, and every ``solo`` one (randomized stress with short sessions), runs on the same
     worker, one at a time: two Spark JVMs at once on a 2-core machine would slow both past
-    the tests' waits, while the other worker runs the rest."""
+    the tests' waits, while the other worker runs the rest.
+
+    First of the hooks: xdist's worker turns the group into the test's id in its own hook,
+    and a group marked after that is silently ignored (``test_xdist_groups.py`` checks it)."""
     for item in items:
         if item.get_closest_marker("spark") or item.get_closest_marker("solo"):
             item.add_marker(pytest.mark.xdist_group("spark"))
