@@ -174,9 +174,11 @@ class Leader:
         self.registered[summary.id] = summary
         self.heartbeat(summary.id)
 
-    def heartbeat(self, sid: str) -> None:
+    def heartbeat(self, sid: str, *, stopping: bool = False) -> None:
         self.beats += 1
-        self.board.put_supervisor(SupervisorHeartbeat(id=sid, time=float(self.beats), slots=2))
+        self.board.put_supervisor(
+            SupervisorHeartbeat(id=sid, time=float(self.beats), slots=2, stopping=stopping)
+        )
 
     def round(self) -> Any:
         return self.duty.run(self.term)
@@ -311,6 +313,27 @@ def test_a_supervisor_heard_from_after_its_fence_keeps_its_pipelines(coordinator
     leader.heartbeat("s2")
     assert not leader.round().moved
     assert leader.where("etl") == "s1"
+
+
+def test_a_supervisor_silent_after_saying_it_stops_is_waited_out_not_fenced(coordinator) -> None:
+    """A restart (its last heartbeat says stopping, its workers run on) slower than the fence
+    threshold on a loaded machine: a fence would stop the workers the restart keeps."""
+    leader = Leader(coordinator, fencing_settings(MethodSpec("shell", "exit 0")))
+    leader.supervisor(SupervisorSummary(id="s1", slots=2, endpoint=refusing_endpoint()))
+    leader.submit("etl")
+    leader.round()
+    assert leader.where("etl") == "s1"
+    leader.heartbeat("s1", stopping=True)
+    leader.round()
+    leader.supervisor(SupervisorSummary(id="s2", slots=2))
+    leader.clock.now += 6
+    leader.heartbeat("s2")
+    assert not leader.round().moved
+    assert leader.fencing.attempts() == {}
+
+    leader.clock.now += 4.1  # past the timeout: judged dead, as any silent supervisor
+    leader.heartbeat("s2")
+    assert leader.round().moved == {"etl": ("s1", "s2")}
 
 
 def test_a_deposed_leader_fences_no_supervisor(coordinator) -> None:

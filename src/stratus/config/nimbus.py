@@ -330,7 +330,9 @@ class NimbusSection(Section):
         description="the leader fences a supervisor that holds pipelines once it has seen no "
         "heartbeat of it for this long (a graceful stop through its endpoint, then "
         "nimbus.supervisor.fencing.methods), and moves its pipelines as soon as a fence "
-        "succeeds; must be less than nimbus.supervisor.timeout.secs and more than "
+        "succeeds (not one whose last heartbeat said it was stopping: a restart keeps its "
+        "workers running, and is waited out up to the timeout); must be less than "
+        "nimbus.supervisor.timeout.secs and more than "
         "nimbus.monitor.freq.secs + worker.heartbeat.frequency.secs; 0: never, the leader "
         "waits out the timeout (default: half of nimbus.supervisor.timeout.secs, or never "
         "when that half is not more than that sum)",

@@ -3,7 +3,9 @@
 With a ``SupervisorFencing``, the round fences (off its thread) each registered supervisor
 that holds pipelines and was silent for ``nimbus.supervisor.fence.after.secs``, gives it no
 new pipeline meanwhile, and judges it dead as soon as a fence of that silence succeeded, in
-a round whose read began after it (``fence_verdicts``). Without one, silent supervisors are
+a round whose read began after it (``fence_verdicts``). One whose last heartbeat said it
+was stopping is not fenced: a restart, whose workers run on, is waited out up to its lease,
+since a fence would stop exactly what the restart keeps. Without one, silent supervisors are
 only waited out and every method here is a no-op. Kept apart from the round: the verdicts
 read the silences the ``HeartbeatJudge`` keeps, and act through the fencing alone::
 
@@ -49,7 +51,7 @@ class RoundFencing:
         judged_at: float,
     ) -> dict[str, Silence]:
         """The silences of the registered supervisors that hold pipelines and are not dead
-        yet, but for those an incomplete read leaves unknown."""
+        yet, but for those an incomplete read leaves unknown and those stopping."""
         if self._fencing is None:
             return {}
         silences = {}
@@ -58,6 +60,9 @@ class RoundFencing:
                 continue  # no address to fence it at: its lease is waited out
             if not heartbeats.complete and sid not in heartbeats.supervisors:
                 continue  # unknown, not silent
+            beat = heartbeats.supervisors.get(sid)
+            if beat is not None and beat.stopping:
+                continue  # restarting, its workers running on: its lease is waited out
             since = self._judge.supervisor_changed_at(sid)
             silences[sid] = Silence(since=since, secs=max(0.0, judged_at - since))
         return silences
