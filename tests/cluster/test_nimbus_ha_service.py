@@ -348,6 +348,7 @@ def facts(**changes: object) -> HealthFacts:
     fields: dict[str, object] = {
         "stopping": False,
         "zookeeper": "connected",
+        "zookeeper_may_resume": False,
         "controller_running": True,
         "package_server_serving": True,
         "failing_duties": (),
@@ -375,3 +376,11 @@ def test_the_verdict_names_every_problem_and_nothing_when_healthy() -> None:
         "duties_failing",
     ]
     assert verdict(facts(failed_rounds=FAILED_ROUNDS_UNHEALTHY - 1)) == []
+
+
+def test_a_suspension_shorter_than_the_session_timeout_is_no_health_problem() -> None:
+    """ZooKeeper electing a leader of its own suspends every client: a blip, not a failover."""
+    assert verdict(facts(zookeeper="suspended", zookeeper_may_resume=True)) == []
+    too_long = verdict(facts(zookeeper="suspended", zookeeper_may_resume=False))
+    assert [p.split(":")[0] for p in too_long] == ["zookeeper_disconnected"]
+    assert verdict(facts(zookeeper="expired")) != []

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,12 +82,19 @@ class Writes:
 class ZkfcNimbuses:
     """The nimbus cluster, a zkfc beside each nimbus, and a ZooKeeper reader."""
 
-    def __init__(self, cluster: NimbusCluster, zk: KazooClient, log_dir: Path, zk_connect: str):
+    def __init__(
+        self,
+        cluster: NimbusCluster,
+        zk: KazooClient,
+        log_dir: Path,
+        zk_connect: str,
+        extra: Sequence[str] = (),
+    ):
         self.cluster = cluster
         self.zk = zk
         self.group = GroupPaths(cluster.root, NIMBUS_GROUP)
         self.paths = ClusterPaths(cluster.root)
-        options = zkfc_options(zk_connect, cluster.root)
+        options = [*zkfc_options(zk_connect, cluster.root), *extra]
         self.zkfcs = {
             n.address: ZkfcProcess(options, target=n.address, log_dir=log_dir)
             for n in cluster.nimbuses

@@ -161,6 +161,27 @@ def test_two_reports_of_a_wrong_state_quit_and_rejoin_only_after_the_delay() -> 
     c.stop()
 
 
+def test_an_active_service_standing_by_for_its_suspended_session_is_left_be() -> None:
+    """Standby with ``term_suspended``: its ZooKeeper connection dropped and the term comes
+    back with it. A plain standby report, the same number of times, is a mismatch."""
+    service, elector, clock = FakeService(), FakeElector(), Clock()
+    c, _ = controller(service, elector, clock, [])
+    c.service_status(READY)
+    c.enter_health_state(HealthState.SERVICE_HEALTHY)
+    settle(c)
+    c.become_active(7)
+    suspended = READY.model_copy(update={"term_suspended": True})
+    for _ in range(5):
+        c.service_status(suspended)
+    settle(c)
+    assert elector.calls == ["join h:1"] and c.given is HAState.ACTIVE
+    c.service_status(READY)
+    c.service_status(READY)
+    settle(c)
+    assert elector.calls == ["join h:1", "quit fence=True"]
+    c.stop()
+
+
 def test_a_not_ready_service_never_joins() -> None:
     service, elector, clock = FakeService(), FakeElector(), Clock()
     c, _ = controller(service, elector, clock, [])

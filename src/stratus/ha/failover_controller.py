@@ -20,7 +20,9 @@ other, so the order of events is one order and the two locks cannot deadlock.
 A service that reports twice in a row a state other than the one it was last given (its
 status answered ``active`` while it was made standby, say) has changed behind the
 controller's back: the controller quits the election asking to be fenced, and rejoins after
-``rejoin_delay`` once the service is healthy again.
+``rejoin_delay`` once the service is healthy again. A service made active that says standby
+with ``term_suspended`` has not: it stopped acting while its own ZooKeeper connection is
+suspended, and acts again under the same term once its session is back.
 
 A controller given ``kill_unresponsive`` (a supervised nimbus's: its service is its child)
 kills a service it made active that stops responding, before it quits the election: the next
@@ -124,6 +126,10 @@ def plan(snap: Snapshot) -> Action:
     return Action.QUIT_FENCE  # unhealthy or not responding: it may still act as active
 
 
+def _suspended_active(given: HAState, status: ServiceStatus) -> bool:
+    return given is HAState.ACTIVE and status.state is HAState.STANDBY and status.term_suspended
+
+
 @dataclass(frozen=True)
 class ControllerSettings:
     """``ha.zkfc.rejoin.delay.secs``: the wait before rejoining after a bad reported state."""
@@ -214,14 +220,19 @@ class FailoverController:
             self.status = status
             if self.address is None:
                 self.address = status.address or self._service.address
-            bad_state = self._verify_state(status.state)
+            bad_state = self._verify_state(status)
         if bad_state:
             self._apply(Action.QUIT_FENCE)
         self._recheck_electability()
 
-    def _verify_state(self, reported: HAState) -> bool:
-        """Count a report that differs from the state given; True when it is the second."""
-        if self.given is None or reported is self.given:
+    def _verify_state(self, status: ServiceStatus) -> bool:
+        """Count a report that differs from the state given; True when it is the second.
+
+        A service made active that says standby only while its ZooKeeper connection is
+        suspended (``term_suspended``) holds its term still, and acts again with its session.
+        """
+        reported = status.state
+        if self.given is None or reported is self.given or _suspended_active(self.given, status):
             self._mismatches = 0
             return False
         self._mismatches += 1

@@ -72,6 +72,11 @@ class ServiceStatus(BaseModel):
 
     state: HAState
     epoch: int | None = Field(None, description="the fencing epoch the service acts under")
+    term_suspended: bool = Field(
+        False,
+        description="standby only while its ZooKeeper connection is suspended: it holds the term "
+        "it was given and acts under it again once the session is back",
+    )
     ready_to_become_active: bool = False
     not_ready_reason: str | None = None
     address: str | None = Field(None, description="the service's advertised host:port")

@@ -145,6 +145,7 @@ class Nimbus:
         self.health = HealthWatch(
             stopping=self._stopping.is_set,
             zookeeper=lambda: self.session.state.value,
+            zookeeper_may_resume=lambda: self.session.may_resume(),  # noqa: PLW0108 (built later)
             controller_running=lambda: self.controller.running,
             package_server_serving=self._package_server_serving,
         )
@@ -324,6 +325,7 @@ class Nimbus:
             initialized=lambda: self._registered.is_set() and self.code_sync.rounds > 0,
             health=self.health.problems,
             stopping=self._stopping.is_set,
+            may_resume=self.session.may_resume,
             on_transition=lambda state: self.metrics.ha_transitions.labels(state.value).inc(),
             clock=self._clock,
         )

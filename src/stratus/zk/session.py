@@ -201,6 +201,16 @@ class ZkSession:
     def connected(self) -> bool:
         return self._state is SessionState.CONNECTED
 
+    def may_resume(self) -> bool:
+        """True while the connection is suspended for less than the granted session timeout:
+        the server may still hold the session, and what it holds comes back with it."""
+        since = self._disconnected_at
+        return (
+            self._state is SessionState.SUSPENDED
+            and since is not None
+            and self.clock() - since < self.granted_session_timeout
+        )
+
     @property
     def connections(self) -> int:
         """How many times the session became connected (its first connection, every

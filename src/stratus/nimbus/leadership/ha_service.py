@@ -12,10 +12,18 @@ In ``nimbus.ha.mode: self`` the nimbus elects itself, and both transitions answe
   the nimbus group's current term or whose leader record names another nimbus; else it
   adopts that term (``Coordinator.adopt_term``), grants it, and waits until the controller
   accepted it: every leader write is then fenced by that epoch;
+- ``to_active`` for the epoch of a term that is granted but suspended (see below) accepts it
+  as it stands, as it would an active one: the same grant, acting again on its own;
 - ``to_standby()`` takes the term back at once (it stops holding, so no fenced write
   starts), then waits until the controller's round under way is over;
 - a transition asked by an operator (``source: user``) is refused unless forced
   (``user_forced``): automatic failover is on, and only the zkfc steers the nimbus.
+
+A granted term is *suspended* while the nimbus's ZooKeeper connection is down for less than
+the session timeout (``may_resume``): the nimbus stops acting at once (its lease ended) and
+says ``standby`` with ``term_suspended``, and it acts under the same epoch again as soon as the
+session is back. Its failover controller leaves it be meanwhile: ZooKeeper electing a leader
+of its own suspends every client for a second or two, which is no reason for a failover.
 
 Transitions are serialized by one lock, and both are idempotent::
 
@@ -75,6 +83,7 @@ class NimbusHAService:
         initialized: Callable[[], bool],
         health: Callable[[], list[str]],
         stopping: Callable[[], bool] = lambda: False,
+        may_resume: Callable[[], bool] = lambda: False,
         on_transition: Callable[[HAState], None] = lambda _state: None,
         clock: Clock = time.monotonic,
     ) -> None:
@@ -87,6 +96,7 @@ class NimbusHAService:
         self._initialized = initialized
         self._health = health
         self._stopping = stopping
+        self._may_resume = may_resume
         self._on_transition = on_transition
         self._clock = clock
         self._transitions = threading.Lock()
@@ -106,12 +116,22 @@ class NimbusHAService:
         term = self._controller.accepted_term()
         return term.epoch if term is not None else None
 
+    def suspended_term(self) -> Leadership | None:
+        """The term granted to this nimbus that does not hold now only because its ZooKeeper
+        connection is suspended (and may resume); None otherwise."""
+        term = self._lock.granted if self._lock is not None else None
+        if term is None or term.is_leader or not self._may_resume():
+            return None
+        return term
+
     def status(self) -> ServiceStatus:
         state = self.state()
-        reason = self._not_ready(state)
+        suspended = state is HAState.STANDBY and self.suspended_term() is not None
+        reason = None if suspended else self._not_ready(state)
         return ServiceStatus(
             state=state,
             epoch=self.epoch(),
+            term_suspended=suspended,
             ready_to_become_active=reason is None,
             not_ready_reason=reason,
             address=self.address,
@@ -137,6 +157,8 @@ class NimbusHAService:
         problems = self._health()
         if problems:
             return f"unhealthy: {'; '.join(problems)}"
+        if self._may_resume():
+            return "zookeeper_suspended: its code is checked again once the connection is back"
         try:
             return self._readiness.to_queue()
         except (StratusError, KazooException) as exc:
@@ -149,9 +171,9 @@ class NimbusHAService:
         with self._transitions:
             self._refuse_in_self_mode("active")
             self._refuse_unforced_user(source, "active")
-            current = self._controller.accepted_term()
+            current = self._controller.accepted_term() or self.suspended_term()
             if current is not None and current.epoch == epoch:
-                return self.status()  # already active for that term: nothing changes
+                return self.status()  # already given that term: nothing changes
             if self.highest_epoch is not None and epoch < self.highest_epoch:
                 raise StaleEpochError(
                     f"nimbus {self.address} was already given epoch {self.highest_epoch}; "

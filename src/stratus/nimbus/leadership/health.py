@@ -4,7 +4,11 @@ A pure function of what the daemon observes (``HealthFacts``) returns the proble
 none when healthy. Unhealthy means the nimbus cannot do a leader's work, whatever its role:
 
 - it is stopping;
-- its ZooKeeper session is not connected (it can neither write fenced nor see the cluster);
+- its ZooKeeper session is not connected (it can neither write fenced nor see the cluster),
+  unless the connection is only suspended, for less than the session timeout: ZooKeeper electing
+  a new leader of its own, or a server restarting, suspends every client at once, and the
+  session (with the term a leader holds) comes back with the connection. No other nimbus
+  could do better meanwhile, and a failover would cost a whole takeover for a blip;
 - its leadership controller's thread is dead (it would never act on a transition);
 - its package server is down (with ``nimbus.code.distributor: local``, the other nimbuses
   cannot fetch the code it holds, nor supervisors the code it assigns);
@@ -30,6 +34,7 @@ class HealthFacts:
 
     stopping: bool
     zookeeper: str  # the session's state: connected, suspended, expired, ...
+    zookeeper_may_resume: bool  # suspended for less than the session timeout
     controller_running: bool
     package_server_serving: bool | None  # None: this nimbus serves no packages (by config)
     failing_duties: Sequence[str]  # the duties that failed in each of the last rounds
@@ -41,7 +46,7 @@ def verdict(facts: HealthFacts) -> list[str]:
     problems = []
     if facts.stopping:
         problems.append("stopping: the nimbus is shutting down")
-    if facts.zookeeper != "connected":
+    if facts.zookeeper != "connected" and not facts.zookeeper_may_resume:
         problems.append(f"zookeeper_disconnected: the ZooKeeper session is {facts.zookeeper}")
     if not facts.controller_running:
         problems.append("controller_stopped: the leadership controller's thread is not running")
@@ -63,11 +68,13 @@ class HealthWatch:
         *,
         stopping: Callable[[], bool],
         zookeeper: Callable[[], str],
+        zookeeper_may_resume: Callable[[], bool],
         controller_running: Callable[[], bool],
         package_server_serving: Callable[[], bool | None],
     ) -> None:
         self._stopping = stopping
         self._zookeeper = zookeeper
+        self._zookeeper_may_resume = zookeeper_may_resume
         self._controller_running = controller_running
         self._package_server_serving = package_server_serving
         self._mutex = threading.Lock()
@@ -93,6 +100,7 @@ class HealthWatch:
         return HealthFacts(
             stopping=self._stopping(),
             zookeeper=self._zookeeper(),
+            zookeeper_may_resume=self._zookeeper_may_resume(),
             controller_running=self._controller_running(),
             package_server_serving=self._package_server_serving(),
             failing_duties=failing,
