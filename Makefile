@@ -142,11 +142,13 @@ bench-host-failover: install
 	$(BIN)/python bench/host_failover.py
 
 # The host failover benchmark's one-round smoke test, left out of `make test` for its cost;
-# `make bench-host-failover-smoke SMOKE_ROWS=cold,hot` runs those rows' (default: cold).
+# `make bench-host-failover-smoke SMOKE_ROWS=cold,hot` runs those rows' (default: cold), on the
+# layouts of SMOKE_LAYOUTS (default: apart; `SMOKE_LAYOUTS=apart,shared`: both).
 SMOKE_ROWS ?= cold
+SMOKE_LAYOUTS ?= apart
 bench-host-failover-smoke: install
-	STRATUS_HOST_FAILOVER_SMOKE=$(SMOKE_ROWS) $(BIN)/pytest -q -n 0 tests/cluster/test_benchmarks_smoke.py \
-	-k host_failover
+	STRATUS_HOST_FAILOVER_SMOKE=$(SMOKE_ROWS) STRATUS_HOST_FAILOVER_SMOKE_LAYOUTS=$(SMOKE_LAYOUTS) \
+	$(BIN)/pytest -q -n 0 tests/cluster/test_benchmarks_smoke.py -k host_failover
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

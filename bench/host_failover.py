@@ -1,25 +1,40 @@
 """Host failover: a host of the active worker dies; how long until its pipeline commits elsewhere.
 
-The cluster: three hosts, each a Linux network namespace of its own on one bridge
-(``tests/harness/netns_hosts.py``), each running a ZooKeeper quorum member, a nimbus (supervised
-by its failover controller, the default), a supervisor of ``SLOTS`` slots and a pacemaker
-(``cluster.state.store: pacemaker``: every heartbeat goes to the three pacemakers), built with
-``tests/harness/hosts_cluster.py``, with tokens and pacemaker digest authentication as on a
-real network, and the test clusters' short timeouts (``tests/harness/pipeline_cluster.py``:
-a silent supervisor is judged dead after ``nimbus.supervisor.timeout.secs``, 4 s). One
-directory every host reaches holds the checkpoints, the input and the output. The pipeline is
-the streaming example (``stratus/examples/streaming``) with
-``pipeline.trigger.interval.secs=0.5``, fed 50 events a second.
+The cluster: hosts each a Linux network namespace of its own on one bridge
+(``tests/harness/netns_hosts.py``), laid out in one of two ways (``--layout``):
+
+* **apart**, the default: three control hosts, c1, c2 and c3, each running a ZooKeeper quorum
+  member, a nimbus (supervised by its failover controller, the default) and a pacemaker; three
+  worker hosts, w1, w2 and w3, each running a supervisor of ``SLOTS`` slots alone, hence the
+  pipeline's workers. A killed host is always a worker host: ZooKeeper's quorum, its leader
+  and the leader nimbus live through every round, as in a deployment that keeps ZooKeeper,
+  nimbuses and pacemakers off the worker hosts. What a round measures is then stratus's
+  recovery alone;
+* **shared**: three hosts, h1, h2 and h3, each running all four daemons. A killed worker host
+  takes its ZooKeeper member with it, ZooKeeper's leader whenever that member led, and then no
+  write commits until the quorum has elected another (2 to 4 s of ZooKeeper's own recovery,
+  not stratus's): the layout of the runs before ``--layout`` existed.
+
+Every heartbeat goes to the three pacemakers (``cluster.state.store: pacemaker``). The cluster
+is built with ``tests/harness/hosts_cluster.py`` (its ``control`` hosts: those of a quorum
+member and a nimbus), with tokens and pacemaker digest authentication as on a real network
+(each supervisor's id is its host's name), and the test clusters' short timeouts
+(``tests/harness/pipeline_cluster.py``: a silent supervisor is judged dead after
+``nimbus.supervisor.timeout.secs``, 4 s). One directory every host reaches holds the
+checkpoints, the input and the output. The pipeline is the streaming example
+(``stratus/examples/streaming``) with ``pipeline.trigger.interval.secs=0.5``, fed 50 events a
+second.
 
 A round: wait until the cluster is steady (the pipeline running, the leader nimbus on another
-host than its worker, every supervisor registered, the row's spares ready on the other hosts,
-a pacemaker of another host past its warm-up, then ``STEADY_BATCHES`` batches committed); kill
-the worker's host: cut it off the network (its veth down: packets dropped) and SIGKILL every
-process running on it (its ZooKeeper member, nimbus, supervisor, pacemaker, the worker and its
-Spark); wait for the pipeline's first batch committed on another host; heal the host and start
-its daemons again, then record each kill in the trail (``process_killed``, with the kill's time
-as ``began_wall``/``began_mono``: a fault's line is written once it is undone). Every step's
-end is read from the trail the processes record (``history.file``: one file per host,
+host than its worker, every supervisor registered, the row's spares ready on the other worker
+hosts, a pacemaker of another host past its warm-up, then ``STEADY_BATCHES`` batches
+committed); kill the worker's host: cut it off the network (its veth down: packets dropped)
+and SIGKILL every process running on it (its supervisor, the worker and its Spark; in the
+shared layout its ZooKeeper member, nimbus and pacemaker too); wait for the pipeline's first
+batch committed on another host; heal the host and start its daemons again, then record each
+kill in the trail (``process_killed``, with the kill's time as ``began_wall``/``began_mono``:
+a fault's line is written once it is undone). Every step's end is read from the trail the
+processes record (``history.file``: one file per host, control and worker hosts alike,
 ``stratus.trail``), on the machine's monotonic clock, the one every host shares:
 
 * **detection**: kill → the leader's write of the pipeline's new assignment (its
@@ -31,9 +46,9 @@ end is read from the trail the processes record (``history.file``: one file per 
   the kill to that first one;
 * the **control plane**, kill → the new worker's start: stratus's part, before Spark's query
   start and first batch. A hot row prints it and kill → first batch over every round, and
-  apart for the rounds whose kill took ZooKeeper's leader too (each host runs a member: no
-  write, the promotion included, commits until the quorum elects another), which each round
-  names.
+  apart for the rounds whose kill took ZooKeeper's leader too (shared layout: each host runs a
+  member, and no write, the promotion included, commits until the quorum elects another),
+  which each round names; in the apart layout no round does.
 
 The baseline is the **physical limit** of a round: the detection's timeout
 (``nimbus.supervisor.timeout.secs``; for a promotion, the silence the leader's verdict waited
@@ -48,7 +63,7 @@ past the start of the next), both from ``stratus.chaos.oracle``, and every promo
 by a failure of the supervisor it took the pipeline from (``check_promotions_explained``, from
 ``stratus.chaos.promotions``).
 
-Rows (``--rows``), each on a cluster of its own:
+Rows (``--rows``), each on a cluster of its own, of the layout chosen:
 
 * **cold**: ``supervisor.worker.warm=false``: the new worker starts its Spark after the move;
 * **warm**: the defaults: a warm worker (its Spark up) on the target takes the pipeline; a round
@@ -61,10 +76,13 @@ Rows (``--rows``), each on a cluster of its own:
 
 Needs root and ``ip`` (iproute2), Java and Spark::
 
-    .venv/bin/python bench/host_failover.py                  # 3 rounds of each row
+    .venv/bin/python bench/host_failover.py                  # 3 rounds of each row, apart
     .venv/bin/python bench/host_failover.py --rows warm --rounds 10 --json out.json --keep
     .venv/bin/python bench/host_failover.py --quick --rows cold    # 1 round: a smoke run
     .venv/bin/python bench/host_failover.py --rows hot --rounds 3  # standby workers promoted
+    .venv/bin/python bench/host_failover.py --layout shared --rows hot  # every daemon per host
+
+The report's header and ``--json`` (``"layout"``, and the hosts of each kind) name the layout.
 
 The exit code is 0 even when a target is missed (benchmarks never fail the build); it is 1
 only when the benchmark itself could not run (no root, a daemon that did not start, a pipeline
@@ -151,7 +169,6 @@ from stratus.trail import (
     TrailRecorder,
 )
 
-HOSTS = ("h1", "h2", "h3")
 SLOTS = 2
 PIPELINE = "streaming-counts"  # the example's name (its stratus.yaml)
 TRIGGER_SECS = 0.5
@@ -225,6 +242,49 @@ DEFAULT_ROWS = tuple(ROWS)  # every row
 
 
 # ---------------------------------------------------------------------------------------------
+# Layouts: which hosts run the control plane, which the workers
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the daemons run: a ZooKeeper member, a nimbus and a pacemaker on each ``control``
+    host, a supervisor on each ``workers`` host (a host of both runs all four)."""
+
+    name: str
+    what: str
+    control: tuple[str, ...]
+    workers: tuple[str, ...]
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """Every host, each once: the control hosts first."""
+        return tuple(dict.fromkeys((*self.control, *self.workers)))
+
+    def daemons(self, name: str) -> tuple[str, ...]:
+        """What host ``name`` runs, in words."""
+        control = ("a ZooKeeper member", "a nimbus", "a pacemaker") if name in self.control else ()
+        return (*control, *((f"a supervisor of {SLOTS} slots",) if name in self.workers else ()))
+
+
+LAYOUTS: dict[str, Layout] = {
+    "apart": Layout(
+        "apart",
+        "the control plane off the worker hosts: a worker host's death never takes ZooKeeper's "
+        "leader, a nimbus or a pacemaker with it",
+        control=("c1", "c2", "c3"),
+        workers=("w1", "w2", "w3"),
+    ),
+    "shared": Layout(
+        "shared",
+        "every host runs every daemon: a worker host's death may take ZooKeeper's leader too",
+        control=("h1", "h2", "h3"),
+        workers=("h1", "h2", "h3"),
+    ),
+}
+DEFAULT_LAYOUT = "apart"
+
+
+# ---------------------------------------------------------------------------------------------
 # The cluster
 
 
@@ -238,12 +298,14 @@ DETECTION_TIMEOUT_SECS = float(_pairs(cluster_options(Path()))["nimbus.superviso
 
 
 class FailoverHosts(Started):
-    """Three hosts, each a ZooKeeper member, a nimbus, a supervisor and a pacemaker; see the
-    module docstring. ``with`` starts them all and kills them all."""
+    """The hosts of ``layout``: a ZooKeeper member, a nimbus and a pacemaker on each control
+    host, a supervisor on each worker host; see the module docstring. ``with`` starts them all
+    and kills them all."""
 
-    def __init__(self, hosts: NetnsHosts, workdir: Path, row: Row) -> None:
+    def __init__(self, hosts: NetnsHosts, workdir: Path, row: Row, layout: Layout) -> None:
         self.hosts = hosts
         self.workdir = workdir
+        self.layout = layout
         self.shared = workdir / "shared"
         pacemaker_auth = {
             "pacemaker.auth.method": "digest",
@@ -258,7 +320,7 @@ class FailoverHosts(Started):
                 host=hosts[name].address,
                 command_prefix=hosts[name].command,
             )
-            for name in HOSTS
+            for name in layout.control
         }
         self.pacemaker_started: dict[str, float] = {}  # monotonic, by host
         addresses = [pacemaker.address for pacemaker in self.pacemakers.values()]
@@ -274,6 +336,7 @@ class FailoverHosts(Started):
         self.nodes = HostsCluster(
             hosts,
             workdir,
+            control=layout.control,
             settings=self.settings,
             nimbus_settings={
                 "nimbus.ha.mode": "supervised",  # the default
@@ -281,7 +344,10 @@ class FailoverHosts(Started):
                 "client.auth.token.file": admin,  # the leader's graceful fence needs admin
             },
             supervisor_settings=row.supervisor_settings,
-            host_settings={name: {"history.file": str(self.history_file(name))} for name in HOSTS},
+            # every host's processes record: its nimbus, or its supervisor and their workers
+            host_settings={
+                name: {"history.file": str(self.history_file(name))} for name in layout.hosts
+            },
             client_settings={
                 "client.auth.token.file": str(secret_file(workdir / "submit.token", SUBMIT))
             },
@@ -291,7 +357,7 @@ class FailoverHosts(Started):
         """The pacemakers' digest credentials: the nimbuses', and each supervisor's (its id is
         its host's name)."""
         lines = [f"nimbus nimbus {secrets.token_hex(16)}"]
-        lines += [f"{name} supervisor {secrets.token_hex(16)}" for name in HOSTS]
+        lines += [f"{name} supervisor {secrets.token_hex(16)}" for name in self.layout.workers]
         return secret_file(self.workdir / "pacemaker.secrets", "\n".join(lines))
 
     def history_file(self, name: str) -> Path:
@@ -310,7 +376,7 @@ class FailoverHosts(Started):
         for pacemaker in self.pacemakers.values():
             pacemaker.wait_ready(READY_SECS)
         self.nodes.start()
-        for name in HOSTS:
+        for name in self.layout.workers:
             self.nodes.add_supervisor(name, slots=SLOTS)
 
     def close(self) -> None:
@@ -340,8 +406,18 @@ class FailoverHosts(Started):
 
     def restore_host(self, name: str) -> None:
         """Put host ``name`` back on the network and start its daemons again (each killed
-        process reaped first), waiting until each is ready."""
+        process reaped first), waiting until each is ready: a control host's ZooKeeper
+        member, pacemaker and nimbus, a worker host's supervisor."""
         self.hosts.heal(name)
+        if name in self.layout.control:
+            self._restore_control(name)
+        if name in self.layout.workers:
+            supervisor = self.nodes.supervisors[name]
+            supervisor.kill()
+            supervisor.start()
+            supervisor.wait_ready(READY_SECS)
+
+    def _restore_control(self, name: str) -> None:
         zookeeper = self.nodes.zookeepers[name]
         zookeeper.kill()
         zookeeper.launch()
@@ -355,10 +431,6 @@ class FailoverHosts(Started):
         nimbus.kill()
         nimbus.start()
         nimbus.wait_ready(READY_SECS)
-        supervisor = self.nodes.supervisors[name]
-        supervisor.kill()
-        supervisor.start()
-        supervisor.wait_ready(READY_SECS)
 
     def warm_up_over(self, name: str) -> bool:
         """Whether a pacemaker of a host other than ``name`` has run for its pulse TTL: one
@@ -380,13 +452,14 @@ class FailoverHosts(Started):
 
     def leader_not_on(self, name: str) -> str:
         """The leader's host once every nimbus agrees, moved off host ``name`` if it was there:
-        that nimbus stops (giving its lead up), another wins, and it starts again."""
+        that nimbus stops (giving its lead up), another wins, and it starts again (never, when
+        ``name`` is a worker host alone: no nimbus runs there)."""
         leader = self.nodes.wait_for_agreed_leader(timeout=WAIT_SECS)
         if leader != name:
             return leader
         nimbus = self.nodes.nimbuses[name]
         nimbus.stop()
-        others = [host for host in HOSTS if host != name]
+        others = [host for host in self.layout.control if host != name]
         self.nodes.wait_for_agreed_leader(among=others, timeout=WAIT_SECS)
         nimbus.start()
         nimbus.wait_ready(READY_SECS)
@@ -578,10 +651,10 @@ def wait_steady(
     leader = cluster.leader_not_on(active)
     poll_until(
         "every supervisor to be registered",
-        lambda: {s.id for s in client.cluster().supervisors} >= set(HOSTS),
+        lambda: {s.id for s in client.cluster().supervisors} >= set(cluster.layout.workers),
         WAIT_SECS,
     )
-    for other in HOSTS:
+    for other in cluster.layout.workers:
         if other != active:
             row.spares(client, other)
     if row.hot:
@@ -715,19 +788,33 @@ class RowResult:
     warm_rss_mib: list[tuple[float, float]] = field(default_factory=list)
 
 
+def hosts_line(layout: Layout, hosts: NetnsHosts) -> str:
+    """Each kind of host of ``layout``, its hosts (name and address) and what each runs."""
+    kinds: dict[tuple[str, ...], list[str]] = {}
+    for host in hosts:
+        kinds.setdefault(layout.daemons(host.name), []).append(f"{host.name} {host.address}")
+    return "; ".join(
+        f"hosts {', '.join(names)}: each {', '.join(daemons[:-1])} and {daemons[-1]}"
+        if len(daemons) > 1
+        else f"hosts {', '.join(names)}: each {daemons[0]}"
+        for daemons, names in kinds.items()
+    )
+
+
 @contextlib.contextmanager
-def row_cluster(row: Row, console: Console, *, keep: bool) -> Iterator[FailoverHosts]:
-    """The row's cluster on three new hosts; its logs and trails kept when something fails,
-    or when asked (``keep``)."""
+def row_cluster(
+    row: Row, layout: Layout, console: Console, *, keep: bool
+) -> Iterator[FailoverHosts]:
+    """The row's cluster on new hosts of ``layout``; its logs and trails kept when something
+    fails, or when asked (``keep``)."""
     workdir = Path(tempfile.mkdtemp(prefix=f"stratus-bench-host-failover-{row.name}-"))
     console.rule(f"{row.name}: {row.what}")
     try:
-        with NetnsHosts(HOSTS) as hosts, FailoverHosts(hosts, workdir, row) as cluster:
-            console.print(
-                f"hosts {', '.join(f'{h.name} {h.address}' for h in hosts)}: each a ZooKeeper "
-                f"member, a nimbus, a supervisor of {SLOTS} slots and a pacemaker; logs and "
-                f"trails in {workdir}"
-            )
+        with (
+            NetnsHosts(layout.hosts) as hosts,
+            FailoverHosts(hosts, workdir, row, layout) as cluster,
+        ):
+            console.print(f"{hosts_line(layout, hosts)}; logs and trails in {workdir}")
             yield cluster
     except (StratusError, BenchError, AssertionError, OSError, RuntimeError) as exc:
         raise BenchError(f"{row.name}: {exc} (logs kept in {workdir})") from exc
@@ -737,9 +824,11 @@ def row_cluster(row: Row, console: Console, *, keep: bool) -> Iterator[FailoverH
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def run_row(row: Row, rounds: int, console: Console, *, keep: bool = False) -> RowResult:
+def run_row(
+    row: Row, layout: Layout, rounds: int, console: Console, *, keep: bool = False
+) -> RowResult:
     """Submit the pipeline on the row's cluster, kill ``rounds`` hosts, then check the run."""
-    with row_cluster(row, console, keep=keep) as cluster:
+    with row_cluster(row, layout, console, keep=keep) as cluster:
         driver = TrailRecorder.open(cluster.history_file("driver"), Actor("client", "bench"))
         trail = TrailTail(cluster.history_files)
         output = cluster.shared / "output"
@@ -816,10 +905,10 @@ def cells(values: Sequence[float | None]) -> tuple[str, str, str]:
     return f"{p50:.2f}", f"{p99:.2f}", f"{top:.2f}"
 
 
-def report(results: list[RowResult], timeout: float, console: Console) -> list[str]:
+def report(results: list[RowResult], layout: Layout, timeout: float, console: Console) -> list[str]:
     table = Table(
-        title=f"A host of the active worker dies → its pipeline's first batch elsewhere (trigger "
-        f"{TRIGGER_SECS:g} s, detection timeout {timeout:g} s): seconds",
+        title=f"A host of the active worker dies → its pipeline's first batch elsewhere (layout "
+        f"{layout.name}, trigger {TRIGGER_SECS:g} s, detection timeout {timeout:g} s): seconds",
         caption="each step from the trail the processes recorded; the physical limit of a "
         "round: the detection's timeout (a promotion: the verdict's silence) + one trigger + "
         "that round's first batch's own duration",
@@ -917,7 +1006,8 @@ def promotion_verdicts(row: str, rounds: Sequence[Round]) -> list[str]:
 def control_plane_verdicts(row: str, rounds: Sequence[Round]) -> list[str]:
     """Kill → the promoted worker's start (the control plane's part, before Spark's query
     start and first batch), over every round and over those whose kill left ZooKeeper's
-    leader alive (the others wait for a new quorum leader before any write commits)."""
+    leader alive (the others wait for a new quorum leader before any write commits); a group
+    without rounds (in the apart layout, every kill leaves ZooKeeper's leader alive) says so."""
     lines = []
     for label, chosen in (
         ("every round", list(rounds)),
@@ -925,6 +1015,7 @@ def control_plane_verdicts(row: str, rounds: Sequence[Round]) -> list[str]:
         ("ZooKeeper's leader killed too", [r for r in rounds if r.zk_leader_killed]),
     ):
         if not chosen:
+            lines.append(f"{row}: {label}: no round")
             continue
         plane = [r.control_plane for r in chosen]
         total = [r.total for r in chosen]
@@ -983,6 +1074,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=list(DEFAULT_ROWS),
         help=f"rows to measure, comma-separated (default: {','.join(DEFAULT_ROWS)})",
     )
+    parser.add_argument(
+        "--layout",
+        choices=list(LAYOUTS),
+        default=DEFAULT_LAYOUT,
+        help="apart: ZooKeeper, nimbuses and pacemakers on hosts of their own, supervisors on "
+        f"the others; shared: every daemon on every host (default: {DEFAULT_LAYOUT})",
+    )
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="hosts killed per row")
     parser.add_argument("--quick", action="store_true", help="one round per row: a smoke run")
     parser.add_argument("--json", type=Path, help="also write every round to this file")
@@ -1000,9 +1098,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     handle_interrupts(raise_interrupted)
+    layout = LAYOUTS[args.layout]
     console = report_console(width=160)
-    console.rule("Host failover: " + ", ".join(args.rows))
+    console.rule(f"Host failover, layout {layout.name}: " + ", ".join(args.rows))
     info, reproduce = print_header(console, "host_failover.py", argv, ("kazoo", "pyspark"))
+    console.print(f"[bold]{'layout':>9}[/]: {layout.name}: {layout.what}")
     reason = unavailable()
     if reason is not None:
         console.print(f"[bold red]benchmark cannot run:[/] no network-namespace hosts: {reason}")
@@ -1010,18 +1110,27 @@ def main(argv: list[str] | None = None) -> int:
     results: list[RowResult] = []
     try:
         for name in args.rows:
-            results.append(run_row(ROWS[name], args.rounds, console, keep=args.keep))
+            results.append(run_row(ROWS[name], layout, args.rounds, console, keep=args.keep))
     except BenchError as exc:
         console.print(f"[bold red]benchmark failed:[/] {exc}")
         return 1
     except Interrupted as exc:
         console.print(f"[yellow]interrupted ({exc})[/]")
         return 128 + exc.signum
-    lines = report(results, DETECTION_TIMEOUT_SECS, console)
+    lines = report(results, layout, DETECTION_TIMEOUT_SECS, console)
     print_verdicts(console, lines)
     violations_shown(results, console)
     samples: dict[str, Any] = {result.row: asdict(result) for result in results}
-    write_json(args.json, args, machine=info, reproduce=reproduce, verdicts=lines, samples=samples)
+    write_json(
+        args.json,
+        args,
+        machine=info,
+        reproduce=reproduce,
+        layout=layout.name,
+        hosts={"control": layout.control, "workers": layout.workers},
+        verdicts=lines,
+        samples=samples,
+    )
     return 0
 
 

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.slow
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 HOST_FAILOVER_SMOKE = "STRATUS_HOST_FAILOVER_SMOKE"
+HOST_FAILOVER_LAYOUTS = "STRATUS_HOST_FAILOVER_SMOKE_LAYOUTS"
 
 
 @pytest.mark.parametrize(
@@ -58,16 +59,25 @@ def smoke_rows() -> list[str]:
     return ["cold"] if value == "1" else [row.strip() for row in value.split(",") if row.strip()]
 
 
+def smoke_layouts() -> list[str]:
+    """The host failover layouts the smoke test runs its rows on:
+    ``STRATUS_HOST_FAILOVER_SMOKE_LAYOUTS`` names them, comma-separated (``apart``,
+    ``shared``); unset: the benchmark's default, apart."""
+    value = os.environ.get(HOST_FAILOVER_LAYOUTS, "apart")
+    return [layout.strip() for layout in value.split(",") if layout.strip()]
+
+
 @pytest.mark.spark
 @pytest.mark.timeout(1500)
+@pytest.mark.parametrize("layout", ["apart", "shared"])
 @pytest.mark.parametrize("row", ["cold", "hot"])
-def test_the_host_failover_benchmark_runs_one_round_in_its_quick_mode(row, tmp_path):
-    if row not in smoke_rows():
-        # Three hosts and a Spark move: two to four minutes of both cores, more than the whole
+def test_the_host_failover_benchmark_runs_one_round_in_its_quick_mode(row, layout, tmp_path):
+    if row not in smoke_rows() or layout not in smoke_layouts():
+        # Hosts and a Spark move: two to four minutes of both cores, more than the whole
         # suite's budget allows; `make bench-host-failover-smoke` runs it.
         pytest.skip(
-            f"set {HOST_FAILOVER_SMOKE}={row} (or 1 for cold; make bench-host-failover-smoke) "
-            "to run it"
+            f"set {HOST_FAILOVER_SMOKE}={row} (1: cold) and {HOST_FAILOVER_LAYOUTS}={layout} "
+            "(unset: apart), or run make bench-host-failover-smoke, to run it"
         )
     reason = unavailable()
     if reason is not None:
@@ -76,7 +86,7 @@ def test_the_host_failover_benchmark_runs_one_round_in_its_quick_mode(row, tmp_p
         [
             sys.executable,
             str(BENCH / "host_failover.py"),
-            *("--quick", "--rows", row, "--json", str(tmp_path / "out.json")),
+            *("--quick", "--rows", row, "--layout", layout, "--json", str(tmp_path / "out.json")),
         ],
         # the supervisors' spare memory as a shell's run derives it: the tests' budget of 0
         # leaves no room for a standby worker (refused: it would pass the spare budget)
@@ -88,9 +98,14 @@ def test_the_host_failover_benchmark_runs_one_round_in_its_quick_mode(row, tmp_p
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"{row}: kill → first batch elsewhere p50" in result.stdout
-    rounds = json.loads((tmp_path / "out.json").read_text())["samples"][row]["rounds"]
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert out["layout"] == layout
+    rounds = out["samples"][row]["rounds"]
     assert len(rounds) == 1
     assert rounds[0]["target"] != rounds[0]["victim"]  # the pipeline left the killed host
+    if layout == "apart":  # a worker host killed: ZooKeeper's leader and the nimbuses live on
+        assert rounds[0]["victim"] in out["hosts"]["workers"]
+        assert rounds[0]["zk_leader"] != rounds[0]["victim"]
     if row == "hot":  # a standby worker took it, promoted by the leader's verdict
         assert rounds[0]["how"] is not None, result.stdout[-3000:]
         assert "every promotion explained by a failure: met" in result.stdout

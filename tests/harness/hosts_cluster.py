@@ -1,6 +1,8 @@
 """A stratus cluster across hosts: on each host of ``NetnsHosts``, a ZooKeeper quorum member,
 a nimbus and (when asked) a supervisor, every one a real process listening on its host's
-address, so that cutting a host off is a real network partition.
+address, so that cutting a host off is a real network partition. ``control`` names the hosts
+that run a quorum member and a nimbus, when not every host does (the others then run
+supervisors alone, as worker hosts of a deployment that keeps ZooKeeper off them).
 
 Settings that every daemon gets, or only nimbuses, supervisors, the daemons of one host
 (its certificate) or the test's clients, are given as mappings (``settings``,
@@ -22,6 +24,10 @@ hosts share a user), on ``python``, an interpreter those users may run
     with NetnsHosts(["h1", "h2", "h3"]) as hosts, HostsCluster(hosts, tmp_path) as cluster:
         leader = cluster.wait_for_agreed_leader()
         cluster.add_supervisor("h2")
+
+    with NetnsHosts(["c1", "c2", "c3", "w1"]) as hosts:
+        with HostsCluster(hosts, tmp_path, control=["c1", "c2", "c3"]) as cluster:
+            cluster.add_supervisor("w1")  # w1 runs this supervisor alone
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import shlex
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +51,7 @@ from stratus.zk.ports import pick_free_port
 from stratus.zk.server import Quorum, QuorumPeer, ZooKeeperServer
 from stratus.zk.tls import ServerTls
 from tests.harness.lifecycle import Started
-from tests.harness.netns_hosts import NetnsHosts
+from tests.harness.netns_hosts import Host, NetnsHosts
 from tests.harness.zkfixtures import wait_until
 
 ZK_TICK_MS = 100  # sessions from 200 ms, as the shared test server allows
@@ -69,14 +75,16 @@ def _text(value: object) -> str:
 
 
 def zookeeper_quorum(
-    hosts: NetnsHosts,
+    hosts: Iterable[Host],
     base_dir: Path,
     auth: ServerAuth | None = None,
     tls: Mapping[str, ServerTls] | None = None,
 ) -> dict[str, ZooKeeperServer]:
-    """One quorum member per host, listening on the host's address, its JVM on the host;
-    ``auth``: what each demands of its clients; ``tls``: each host's secure port and stores
-    (its plain port then listens on the host's loopback alone)."""
+    """One quorum member per host of ``hosts`` (every host of a ``NetnsHosts``, or some),
+    listening on the host's address, its JVM on the host; ``auth``: what each demands of its
+    clients; ``tls``: each host's secure port and stores (its plain port then listens on the
+    host's loopback alone)."""
+    members = list(hosts)  # read twice: the peers, then a member per peer
     peers = tuple(
         QuorumPeer(
             server_id=index,
@@ -85,7 +93,7 @@ def zookeeper_quorum(
             election_port=pick_free_port(),
             host=host.address,
         )
-        for index, host in enumerate(hosts, start=1)
+        for index, host in enumerate(members, start=1)
     )
     return {
         host.name: ZooKeeperServer(
@@ -96,7 +104,7 @@ def zookeeper_quorum(
             auth=auth,
             tls=tls[host.name] if tls else None,
         )
-        for host, peer in zip(hosts, peers, strict=True)
+        for host, peer in zip(members, peers, strict=True)
     }
 
 
@@ -108,8 +116,22 @@ def start_quorum(servers: Sequence[ZooKeeperServer], timeout: float = ZK_START_S
         server.wait_serving(timeout)
 
 
+def control_hosts(hosts: NetnsHosts, names: Sequence[str] | None) -> list[Host]:
+    """The hosts named ``names`` (None: every host), in that order: those of a quorum member
+    and a nimbus each."""
+    if names is None:
+        return list(hosts)
+    unknown = [name for name in names if name not in hosts.hosts]
+    if not names or unknown or len(set(names)) != len(names):
+        raise ValueError(f"control hosts must be distinct hosts of {list(hosts.hosts)}: {names}")
+    return [hosts[name] for name in names]
+
+
 class HostsCluster(Started):
-    """ZooKeeper, nimbuses and supervisors on ``hosts``; see the module docstring."""
+    """ZooKeeper, nimbuses and supervisors on ``hosts``; see the module docstring.
+
+    ``control``: the hosts that run a ZooKeeper member and a nimbus (None: every host); the
+    quorum, the nimbuses, the seeds and the probes are theirs. Supervisors go on any host."""
 
     def __init__(  # noqa: PLR0913 keyword-only options
         self,
@@ -125,16 +147,18 @@ class HostsCluster(Started):
         zookeeper_tls: Mapping[str, ServerTls] | None = None,
         worker_users: Mapping[str, Sequence[str]] = {},
         python: str | None = None,
+        control: Sequence[str] | None = None,
     ) -> None:
         shared = [user for users in worker_users.values() for user in users]
         if len(shared) != len(set(shared)):
             raise ValueError(f"hosts share a worker user: {dict(worker_users)}")
         self.hosts = hosts
         self.workdir = workdir
-        self.zookeepers = zookeeper_quorum(hosts, workdir, zookeeper_auth, zookeeper_tls)
+        self.control = control_hosts(hosts, control)
+        self.zookeepers = zookeeper_quorum(self.control, workdir, zookeeper_auth, zookeeper_tls)
         servers = [zk.secure_connect_string or zk.connect_string for zk in self.zookeepers.values()]
         self.zk_connect = ",".join(servers)  # the secure ports, with TLS
-        self.seeds = [f"{host.address}:{NIMBUS_PORT}" for host in hosts]
+        self.seeds = [f"{host.address}:{NIMBUS_PORT}" for host in self.control]
         common = {
             "zookeeper.servers": servers,
             "zookeeper.session.timeout.secs": SESSION_SECS,
@@ -163,11 +187,12 @@ class HostsCluster(Started):
                 auth=auth,
                 code_port=None,  # one nimbus per host: the default port, as in production
             )
-            for host in hosts
+            for host in self.control
         }
         self.supervisors: dict[str, SupervisorProcess] = {}
         self._probes = {  # each asks its host's nimbus alone, once
-            host.name: self._client([f"{host.address}:{NIMBUS_PORT}"], PROBE) for host in hosts
+            host.name: self._client([f"{host.address}:{NIMBUS_PORT}"], PROBE)
+            for host in self.control
         }
 
     def start(self) -> None:
