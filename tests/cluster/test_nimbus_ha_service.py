@@ -323,6 +323,8 @@ def test_health_turns_unhealthy_when_the_zookeeper_connection_is_cut(
         assert client.check_health().healthy
         proxy.cut()
         wait_until(lambda: not nimbus.session.connected, WAIT_SECS, "the session to drop")
+        # healthy while the session may come back, unhealthy once it cannot have lived on
+        wait_until(lambda: not nimbus.session.may_resume(), WAIT_SECS, "a session timeout")
         with pytest.raises(ServiceUnhealthyError, match="zookeeper_disconnected"):
             client.check_health()
         proxy.heal()

@@ -113,6 +113,8 @@ def test_an_operator_with_a_client_certificate_fails_over_and_a_stranger_cannot(
         (active,) = cluster.actives()
         standby = "b" if active == "a" else "a"
         wait_until(lambda: "service_standby" in cluster.zkfc_log(standby), WAIT, "a standby")
+        for name in (active, standby):  # registered: their zkfcs may be found (a loaded
+            cluster.zkfc_endpoint(name)  # machine: registration comes after the election)
         source, target = cluster.nodes[active].address, cluster.nodes[standby].address
 
         stranger = haadmin(cluster, pki.client("stranger"), "-failover", source, target)

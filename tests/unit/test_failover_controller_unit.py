@@ -21,6 +21,7 @@ from tests.harness.zkfixtures import wait_until
 
 READY = ServiceStatus(state=HAState.STANDBY, ready_to_become_active=True, address="h:1")
 NOT_READY = ServiceStatus(state=HAState.STANDBY, ready_to_become_active=False, address="h:1")
+SUSPENDED = NOT_READY.model_copy(update={"term_suspended": True})
 
 
 def snap(health: HealthState, *, status=READY, joined=False, given=None, now=0.0, nb=0.0):
@@ -40,6 +41,11 @@ def snap(health: HealthState, *, status=READY, joined=False, given=None, now=0.0
             snap(HealthState.SERVICE_HEALTHY, status=NOT_READY, joined=True, given=HAState.ACTIVE),
             Action.QUIT_FENCE,
         ),
+        (
+            snap(HealthState.SERVICE_HEALTHY, status=SUSPENDED, joined=True, given=HAState.ACTIVE),
+            Action.NONE,
+        ),
+        (snap(HealthState.SERVICE_HEALTHY, status=SUSPENDED, joined=True), Action.QUIT_CLEAN),
         (snap(HealthState.SERVICE_UNHEALTHY, joined=True), Action.QUIT_FENCE),
         (snap(HealthState.SERVICE_NOT_RESPONDING, joined=True), Action.QUIT_FENCE),
         (snap(HealthState.INITIALIZING, joined=True), Action.QUIT_CLEAN),
@@ -170,9 +176,8 @@ def test_an_active_service_standing_by_for_its_suspended_session_is_left_be() ->
     c.enter_health_state(HealthState.SERVICE_HEALTHY)
     settle(c)
     c.become_active(7)
-    suspended = READY.model_copy(update={"term_suspended": True})
     for _ in range(5):
-        c.service_status(suspended)
+        c.service_status(SUSPENDED)
     settle(c)
     assert elector.calls == ["join h:1"] and c.given is HAState.ACTIVE
     c.service_status(READY)

@@ -113,7 +113,7 @@ def plan(snap: Snapshot) -> Action:
     if snap.health is HealthState.SERVICE_HEALTHY:
         ready = snap.status is not None and snap.status.ready_to_become_active
         if not ready:
-            if not snap.joined:
+            if not snap.joined or _holds_suspended_term(snap.given, snap.status):
                 return Action.NONE
             return Action.QUIT_FENCE if snap.given is HAState.ACTIVE else Action.QUIT_CLEAN
         if snap.joined:
@@ -126,8 +126,15 @@ def plan(snap: Snapshot) -> Action:
     return Action.QUIT_FENCE  # unhealthy or not responding: it may still act as active
 
 
-def _suspended_active(given: HAState, status: ServiceStatus) -> bool:
-    return given is HAState.ACTIVE and status.state is HAState.STANDBY and status.term_suspended
+def _holds_suspended_term(given: HAState | None, status: ServiceStatus | None) -> bool:
+    """Made active, it says standby only while its own ZooKeeper connection is suspended:
+    it holds its term still, and acts under it again once its session is back."""
+    return (
+        given is HAState.ACTIVE
+        and status is not None
+        and status.state is HAState.STANDBY
+        and status.term_suspended
+    )
 
 
 @dataclass(frozen=True)
@@ -226,13 +233,14 @@ class FailoverController:
         self._recheck_electability()
 
     def _verify_state(self, status: ServiceStatus) -> bool:
-        """Count a report that differs from the state given; True when it is the second.
-
-        A service made active that says standby only while its ZooKeeper connection is
-        suspended (``term_suspended``) holds its term still, and acts again with its session.
-        """
+        """Count a report that differs from the state given (but a suspended term's); True
+        when it is the second."""
         reported = status.state
-        if self.given is None or reported is self.given or _suspended_active(self.given, status):
+        if (
+            self.given is None
+            or reported is self.given
+            or _holds_suspended_term(self.given, status)
+        ):
             self._mismatches = 0
             return False
         self._mismatches += 1

@@ -127,7 +127,7 @@ class NimbusHAService:
     def status(self) -> ServiceStatus:
         state = self.state()
         suspended = state is HAState.STANDBY and self.suspended_term() is not None
-        reason = None if suspended else self._not_ready(state)
+        reason = self._not_ready(state)
         return ServiceStatus(
             state=state,
             epoch=self.epoch(),
