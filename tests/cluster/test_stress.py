@@ -388,6 +388,20 @@ class Monitor:
                 self.violations.append(f"the monitor failed: {exc!r}")
                 return
 
+    def poll_until_read(self, timeout: float) -> None:
+        """One whole poll, asked again while ZooKeeper is not back (or this client's session
+        is: a restart slower than the session timeout the server grants expires it, and
+        kazoo then opens a new one)."""
+
+        def polled() -> bool:
+            try:
+                self.poll()
+            except KazooException:
+                return False
+            return True
+
+        wait_until(polled, timeout, "the monitor to read every term")
+
     def poll(self) -> None:
         for term in read_terms(self.client):
             self.terms.setdefault((term.group, term.slot, term.epoch), term)
@@ -649,7 +663,7 @@ def test_random_faults_never_break_fencing_or_the_leader_bound(
             try:
                 driver.run(STRESS_SECS)
                 wait_until(lambda: zk_restartable.mode() is not None, 30, "ZooKeeper serving")
-                monitor.poll()
+                monitor.poll_until_read(30)
                 driver.kill_every_leader()
             finally:
                 driver.run_due(everything=True)  # after a failure: thaw, restart ZooKeeper
