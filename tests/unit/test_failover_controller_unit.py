@@ -117,6 +117,15 @@ def settle(c: FailoverController) -> None:
     assert c.flush(5)
 
 
+def joined_controller(service: FakeService, elector: FakeElector, clock: Clock):
+    """A controller whose service reported healthy and ready: it joined the election."""
+    c, _ = controller(service, elector, clock, [])
+    c.service_status(READY)
+    c.enter_health_state(HealthState.SERVICE_HEALTHY)
+    settle(c)
+    return c
+
+
 def test_healthy_joins_unhealthy_quits_with_fencing_and_active_carries_the_epoch() -> None:
     service, elector, clock = FakeService(), FakeElector(), Clock()
     fenced: list[str] = []
@@ -145,10 +154,7 @@ def test_a_failed_transition_to_active_raises_to_the_elector() -> None:
 
 def test_two_reports_of_a_wrong_state_quit_and_rejoin_only_after_the_delay() -> None:
     service, elector, clock = FakeService(), FakeElector(), Clock()
-    c, _ = controller(service, elector, clock, [])
-    c.service_status(READY)
-    c.enter_health_state(HealthState.SERVICE_HEALTHY)
-    settle(c)
+    c = joined_controller(service, elector, clock)
     c.become_standby()
     active = ServiceStatus(state=HAState.ACTIVE, ready_to_become_active=True, address="h:1")
     c.service_status(active)  # once: may cross a transition
@@ -171,10 +177,7 @@ def test_an_active_service_standing_by_for_its_suspended_session_is_left_be() ->
     """Standby with ``term_suspended``: its ZooKeeper connection dropped and the term comes
     back with it. A plain standby report, the same number of times, is a mismatch."""
     service, elector, clock = FakeService(), FakeElector(), Clock()
-    c, _ = controller(service, elector, clock, [])
-    c.service_status(READY)
-    c.enter_health_state(HealthState.SERVICE_HEALTHY)
-    settle(c)
+    c = joined_controller(service, elector, clock)
     c.become_active(7)
     for _ in range(5):
         c.service_status(SUSPENDED)
@@ -220,10 +223,7 @@ def test_an_activation_that_crossed_a_quit_does_not_check_the_state_later() -> N
 
 def test_cede_active_stands_down_without_a_fence_and_stays_out_until_told() -> None:
     service, elector, clock = FakeService(), FakeElector(), Clock()
-    c, _ = controller(service, elector, clock, [])
-    c.service_status(READY)
-    c.enter_health_state(HealthState.SERVICE_HEALTHY)
-    settle(c)
+    c = joined_controller(service, elector, clock)
     c.become_active(3)
     assert c.wait_active(0)
 

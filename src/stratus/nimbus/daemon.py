@@ -145,7 +145,7 @@ class Nimbus:
         self.health = HealthWatch(
             stopping=self._stopping.is_set,
             zookeeper=lambda: self.session.state.value,
-            zookeeper_may_resume=lambda: self.session.may_resume(),  # noqa: PLW0108 (built later)
+            zookeeper_may_resume=self.session.may_resume,
             controller_running=lambda: self.controller.running,
             package_server_serving=self._package_server_serving,
         )

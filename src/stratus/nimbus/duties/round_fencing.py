@@ -58,9 +58,9 @@ class RoundFencing:
         for sid in {a.supervisor for a in assignments.values()} - dead:
             if sid not in registered:
                 continue  # no address to fence it at: its lease is waited out
-            if not heartbeats.complete and sid not in heartbeats.supervisors:
-                continue  # unknown, not silent
             beat = heartbeats.supervisors.get(sid)
+            if beat is None and not heartbeats.complete:
+                continue  # unknown, not silent
             if beat is not None and beat.stopping:
                 continue  # restarting, its workers running on: its lease is waited out
             since = self._judge.supervisor_changed_at(sid)
