@@ -203,7 +203,9 @@ def test_a_silent_supervisor_has_its_hot_pipeline_promoted_and_its_other_pipelin
             assert placed is None or placed.supervisor != "s2"  # the promoted one is gone
             web = assignments.read("web")
             assert web is not None and web.supervisor == "s1"  # not hot: the lane leaves it
-            (promoted,) = promotions(tmp_path / "trail.jsonl")
+            trail = tmp_path / "trail.jsonl"  # written just after the promotion's commit
+            wait_until(lambda: promotions(trail), 10, "the promotion's line in the trail")
+            (promoted,) = promotions(trail)
             assert promoted["pipeline"] == "orders"
             assert (promoted["from_supervisor"], promoted["to_supervisor"]) == ("s1", "s2")
             assert promoted["how"] == "floor"
