@@ -1392,12 +1392,36 @@ def test_a_hot_pipelines_update_is_applied_in_place_once_its_hold_ran_out(cluste
     assert assignment is not None and assignment.digest == "e" * 64
 
 
-def test_a_hot_pipelines_update_is_applied_in_place_when_its_standby_worker_fails(cluster):
+def test_a_hot_pipelines_update_is_applied_in_place_when_its_standby_worker_is_refused(cluster):
     active, _ = hot_updated(cluster)
-    standby_reports(cluster, StandbyWorkerState.FAILED)
+    standby_reports(cluster, StandbyWorkerState.REFUSED)
     cluster.round()
 
     assert reasons(cluster, "hot")[-1] == ("updated", active, active)
+
+
+def test_a_hot_pipelines_update_whose_standby_worker_fails_is_withdrawn_its_worker_untouched(
+    cluster,
+):
+    active, standby = hot_updated(cluster)
+    held = cluster.table.read("hot")
+    assert held is not None and cluster.ops.read("hot").on_trial
+    standby_reports(cluster, StandbyWorkerState.FAILED)
+    cluster.round()
+
+    back = cluster.ops.read("hot")
+    assert (back.status, back.version, back.digest) == (PipelineStatus.ACTIVE, 1, "d" * 64)
+    assert back.generation == held.generation and not back.on_trial
+    assert back.reason == (
+        "rolled back from version 2 to 1: its standby worker failed for it, its running "
+        "worker was not touched: no error reported"
+    )
+    cluster.round()
+    assert cluster.table.read("hot") == held  # no restart: the assignment is as it was
+    assert reasons(cluster, "hot") == [("placed", active, None)]
+    placed = cluster.standby.read("hot")  # for the version that runs, off the one that failed
+    assert placed is not None and placed.supervisor not in (None, active, standby)
+    assert (placed.generation, placed.digest) == (held.generation, "d" * 64)
 
 
 def test_an_update_whose_standby_worker_stopped_being_ready_is_placed_the_ordinary_way(cluster):

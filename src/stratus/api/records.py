@@ -238,14 +238,17 @@ class PipelineRecord(RewrittenRecord, StoredRecord):
         default=0,
         ge=0,
         description="generations added by rollbacks and restarts, so that the generation "
-        "grows at every change even when the version goes back",
+        "grows at every change even when the version goes back (a held update withdrawn "
+        "takes back the generation of the worker that runs)",
     )
 
     @property
     def generation(self) -> int:
         """What its assignments carry: one more at every rebalance, update applied, rollback
         and restart, so each restarts the worker (the same count as ``rebalances`` before any
-        update)."""
+        update). A held update withdrawn (``update_withdrawal``) goes back to the generation
+        of the worker that runs, which is not restarted; a number may so come again later
+        with other code, so a generation is always compared with its digest."""
         return self.rebalances + self.version - 1 + self.generation_offset
 
     def kept(self, version: int) -> KeptVersion | None:

@@ -7,8 +7,10 @@ cluster state store (never from a view that may lag), then:
    compares what it saw, never wall clocks across machines);
 2. records the outcomes workers report: an updated version that committed its first batch
    is proven, one that failed before is rolled back to the previous kept version
-   (``update_trial``), a batch that finished makes its pipeline FINISHED, a worker its
-   supervisor gave up on makes it FAILED with the worker's error (``worker_outcomes``);
+   (``update_trial``), a hot pipeline's held update whose standby worker FAILED is
+   withdrawn, its running worker untouched (``update_withdrawal``), a batch that finished
+   makes its pipeline FINISHED, a worker its supervisor gave up on makes it FAILED with the
+   worker's error (``worker_outcomes``);
 3. judges supervisors dead when none of their heartbeats changed for
    ``nimbus.supervisor.timeout.secs``, and workers silent when theirs did not for
    ``nimbus.task.timeout.secs``. A supervisor that stopped (its last heartbeat says
@@ -98,7 +100,12 @@ from stratus.coordination.leadership import Leadership
 from stratus.nimbus.duties.heartbeat_judge import HeartbeatJudge
 from stratus.nimbus.duties.quorum_watch import QuorumWatch
 from stratus.nimbus.duties.round_fencing import RoundFencing
-from stratus.nimbus.duties.standby_round import RoundRead, StandbyRound, reserved_slots
+from stratus.nimbus.duties.standby_round import (
+    RoundRead,
+    StandbyRound,
+    reported_standby,
+    reserved_slots,
+)
 from stratus.nimbus.duties.worker_outcomes import WorkerOutcomes, Workers, current_beat
 from stratus.nimbus.failover.lane import FailoverLane
 from stratus.nimbus.failover.promotion import Promoter
@@ -201,7 +208,8 @@ class SchedulingDuty:
         workers, supervisors = heartbeats.workers, heartbeats.supervisors
         placements = self._standby.read_placements()
         judge.observe(assignments, workers, supervisors)
-        pipelines.update(self._outcomes.record(term, pipelines, assignments, workers))
+        standby = reported_standby(placements, supervisors)
+        pipelines.update(self._outcomes.record(term, pipelines, assignments, workers, standby))
         self._on_observed(judge.observed(term, pipelines, assignments, workers))
         dead = judge.dead(registered, supervisors, assignments, read_began)
         known = set(registered) | set(supervisors) | {a.supervisor for a in assignments.values()}

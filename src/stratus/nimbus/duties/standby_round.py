@@ -37,7 +37,7 @@ from stratus.api.records import (
     SupervisorHeartbeat,
     SupervisorSummary,
 )
-from stratus.api.standby_workers import StandbyWorkerPlacement
+from stratus.api.standby_workers import StandbyWorkerBeat, StandbyWorkerPlacement
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.failover.lane import FailoverLane, hot_snapshot
 from stratus.nimbus.failover.promotion import Promoter
@@ -45,7 +45,7 @@ from stratus.nimbus.failover.promotion_plan import How, PromotionRefusal, plan_p
 from stratus.nimbus.failover.refusals import RefusalMemory
 from stratus.nimbus.failover.update_moves import HoldMemory, UpdateMoves, plan_update_moves
 from stratus.nimbus.scheduling.standby_census import StandbyCensus, standby_census
-from stratus.nimbus.scheduling.standby_plan import plan_standby_workers
+from stratus.nimbus.scheduling.standby_plan import placement_beat, plan_standby_workers
 from stratus.nimbus.scheduling.standby_workers import Placements, StandbyWorkerTable
 from stratus.nimbus.settings import StandbySettings
 
@@ -294,3 +294,15 @@ def reserved_slots(placements: Placements) -> dict[str, int]:
         if placement is not None and placement.supervisor is not None:
             reserved[placement.supervisor] = reserved.get(placement.supervisor, 0) + 1
     return reserved
+
+
+def reported_standby(
+    placements: Placements, heartbeats: Mapping[str, SupervisorHeartbeat]
+) -> dict[str, StandbyWorkerBeat]:
+    """What the supervisor of each pipeline's standby worker reports of it, for its
+    placement's generation and code (pipelines it reports nothing of are left out)."""
+    return {
+        name: beat
+        for name, (placement, _) in placements.items()
+        if placement is not None and (beat := placement_beat(placement, heartbeats)) is not None
+    }

@@ -32,7 +32,10 @@ generation has waited less than ``hold_secs``, and the standby worker is on its 
 on a supervisor, and not reported REFUSED or FAILED for the new generation and code (its
 placement not yet rewritten, its supervisor not reporting it yet, FETCHING or STARTING, or
 its supervisor unfit now: the standby workers' round moves it). **In place**, with the reason,
-in every other case; with ``hold_secs`` 0 every new generation is applied in place.
+in every other case; with ``hold_secs`` 0 every new generation is applied in place. An
+update whose standby worker FAILED is withdrawn before this plan sees it, where it can be
+(``update_withdrawal``): ``standby_gave_up`` is left for a REFUSED one, and for a FAILED one
+with no version before it to go back to.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ class InPlace(StrEnum):
     HOLD_OFF = "hold_off"  # nimbus.standby.update.hold.secs is 0
     OLD_WORKER_NOT_RUNNING = "old_worker_not_running"  # no heartbeat, or a final state
     NO_STANDBY_WORKER = "no_standby_worker"  # no placement, or one placed nowhere
-    STANDBY_GAVE_UP = "standby_gave_up"  # REFUSED or FAILED for the new generation
+    STANDBY_GAVE_UP = "standby_gave_up"  # REFUSED, or FAILED and not withdrawn
     HOLD_EXPIRED = "hold_expired"  # waited nimbus.standby.update.hold.secs
 
 

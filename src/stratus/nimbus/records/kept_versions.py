@@ -92,11 +92,27 @@ def offset_for(record: PipelineRecord, version: int) -> int:
 
 
 def rollback_changes(
-    record: PipelineRecord, target: KeptVersion, why: str, *, now: float, keep: int
+    record: PipelineRecord,
+    target: KeptVersion,
+    why: str,
+    *,
+    now: float,
+    keep: int,
+    generation: int | None = None,
 ) -> dict[str, Any]:
     """The changes to ``record`` that run its kept version ``target`` again: its code and
     conf, ACTIVE, off trial, with a new generation and the reason ``rolled back from
-    version N to M: <why>``."""
+    version N to M: <why>``. ``generation``: that one instead of a new one (a held update
+    withdrawn: the generation of the assignment that runs ``target`` still); ValueError
+    where ``target`` cannot have it."""
+    offset = offset_for(record, target.version)
+    if generation is not None:
+        offset = generation - (record.rebalances + target.version - 1)
+        if offset < 0:
+            raise ValueError(
+                f"version {target.version} of pipeline {record.name!r} cannot have "
+                f"generation {generation}"
+            )
     run_again = target.model_copy(update={"applied": max(now, record.updated)})
     return {
         **runs(target),
@@ -105,7 +121,7 @@ def rollback_changes(
         "reason": f"rolled back from version {record.version} to {target.version}: {why}",
         "on_trial": False,
         "generation_cause": AssignmentReason.ROLLED_BACK.value,
-        "generation_offset": offset_for(record, target.version),
+        "generation_offset": offset,
     }
 
 

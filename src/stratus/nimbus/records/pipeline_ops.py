@@ -430,6 +430,7 @@ class PipelineOps(PipelineRecords):
         why: str,
         request_id: str = "",
         generation: int | None = None,
+        as_generation: int | None = None,
     ) -> PipelineRecord:
         """Run a kept version of ``name`` again: ``to_version``, or the one before the
         current. One fenced write: the record names the kept version's code and conf, a new
@@ -437,7 +438,9 @@ class PipelineOps(PipelineRecords):
         a pipeline KILLED or waiting for replication, or while an update waits; a version
         not kept is UnknownVersionError (nothing changes). ``generation``: only if the
         record is still at that generation (the leader's automatic rollback of what it
-        judged); a retry with a remembered ``request_id`` changes nothing."""
+        judged); ``as_generation``: with that generation rather than a new one (a held
+        update withdrawn, ``update_withdrawal``); a retry with a remembered ``request_id``
+        changes nothing."""
 
         def rolled_back(record: PipelineRecord) -> PipelineRecord | None:
             if request_id and request_id in record.requests:
@@ -447,9 +450,17 @@ class PipelineOps(PipelineRecords):
             refuse_if_not_rerunnable(record, "roll back")
             refuse_if_update_waits(record, "roll back")
             target = rollback_target(record, to_version)
-            changes = rollback_changes(
-                record, target, why, now=self._wall(), keep=self._versions_keep
-            )
+            try:
+                changes = rollback_changes(
+                    record,
+                    target,
+                    why,
+                    now=self._wall(),
+                    keep=self._versions_keep,
+                    generation=as_generation,
+                )
+            except ValueError as exc:
+                raise InvalidTransitionError(f"cannot roll back pipeline {name!r}: {exc}") from exc
             requests = _remembered(record.requests, request_id)
             return self._changed(record, term, **changes, requests=requests)
 
