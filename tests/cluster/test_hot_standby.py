@@ -314,6 +314,27 @@ def first_after(events: list[Event], name: str, mono: float, **fields: str) -> f
     )
 
 
+def broke_before_make(
+    hot: HotPipeline, active: WorkerHeartbeat, standby_supervisor: str, since: float
+) -> tuple[float, float, float]:
+    """After a move to the standby worker (at ``since``, on the driver's clock): batches go
+    on there, the trail holds a single run, and the old worker's last line came before the
+    promotion. The times of that last line, of the promotion and of the first batch there."""
+    wait_until(
+        lambda: len(batches_after(hot.trail, standby_supervisor, since)) >= 3,
+        MOVE_SECS,
+        "batches to go on after the promotion",
+    )
+    events = load_events([hot.trail])
+    assert check_single_run(events, Clocks()) == []
+    promoted = first_after(events, WORKER_PROMOTED, since, pipeline=PIPELINE)
+    stopped = max(  # its stop, or its last batch if its stop's grace ran out
+        e.at.mono for e in events if e.get("kind") == "worker" and e.process[1] == active.pid
+    )
+    assert stopped < promoted  # break before make: the old worker's last line came first
+    return stopped, promoted, batches_after(hot.trail, standby_supervisor, since)[0]
+
+
 def test_a_drain_moves_a_hot_pipeline_to_its_standby_worker_once_its_old_worker_stopped(
     hot: HotPipeline,
 ) -> None:
@@ -335,19 +356,7 @@ def test_a_drain_moves_a_hot_pipeline_to_its_standby_worker_once_its_old_worker_
         leader = cluster.nimbuses.nimbuses[0].url
         assert metric(leader, "stratus_nimbus_promotions_total", how="stopped") == 1.0
         cluster.client.wait_drained(active.supervisor, timeout=MOVE_SECS)
-        wait_until(
-            lambda: len(batches_after(hot.trail, standby_supervisor, drained_at)) >= 3,
-            MOVE_SECS,
-            "batches to go on after the promotion",
-        )
-        events = load_events([hot.trail])
-        assert check_single_run(events, Clocks()) == []
-        promoted = first_after(events, WORKER_PROMOTED, drained_at, pipeline=PIPELINE)
-        stopped = max(  # its stop, or its last batch if its stop's grace ran out
-            e.at.mono for e in events if e.get("kind") == "worker" and e.process[1] == active.pid
-        )
-        assert stopped < promoted  # break before make: the old worker's last line came first
-        first = batches_after(hot.trail, standby_supervisor, drained_at)[0]
+        stopped, promoted, first = broke_before_make(hot, active, standby_supervisor, drained_at)
     finally:
         _, uncordoned_at = hot.driver.now()
         cluster.client.uncordon(active.supervisor)
@@ -413,22 +422,10 @@ def test_an_update_runs_its_new_generation_in_the_process_that_was_its_standby_w
         (AssignmentReason.UPDATED, active.supervisor, None, new),  # not rewritten in place
     ]
     assert promotions_after(hot.trail, updated_at) == ["stopped"]
-    wait_until(
-        lambda: len(batches_after(hot.trail, standby_supervisor, updated_at)) >= 3,
-        MOVE_SECS,
-        "batches of the new code after the promotion",
-    )
-    events = load_events([hot.trail])
-    assert check_single_run(events, Clocks()) == []
-    promoted = first_after(events, WORKER_PROMOTED, updated_at, pipeline=PIPELINE)
-    stopped = max(
-        e.at.mono for e in events if e.get("kind") == "worker" and e.process[1] == active.pid
-    )
-    assert stopped < promoted  # break before make: the old worker's last line came first
+    _, promoted, first = broke_before_make(hot, active, standby_supervisor, updated_at)
     counted = streaming_counted(read_rows(hot.output))
     fed = streaming_expected(range(hot.feeder.fed))  # every window written is closed: all fed
     assert check_exactly_once({cell: fed[cell] for cell, _ in counted}, counted) == []
-    first = batches_after(hot.trail, standby_supervisor, updated_at)[0]
     print(
         f"\nupdate -> promoted: {promoted - updated_at:.2f} s, first batch of the new code: "
         f"{first - updated_at:.2f} s (the standby worker's start included)"

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from stratus.supervisor.warm_memory import BUDGET_ENV_VAR
+from tests.harness.spark_defaults import SPARK_CONF_DIR
 from tests.harness.zkfixtures import descendants, left_behind
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -37,7 +38,7 @@ def _environment() -> dict[str, str]:
     env = {
         key: value
         for key, value in os.environ.items()
-        if key not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", BUDGET_ENV_VAR}
+        if key not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", BUDGET_ENV_VAR, SPARK_CONF_DIR}
     }
     env["COLUMNS"] = "200"
     return env

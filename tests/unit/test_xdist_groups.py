@@ -13,6 +13,7 @@ pytestmark = pytest.mark.spark
 
 
 def test_a_spark_test_runs_in_the_spark_group(request: pytest.FixtureRequest) -> None:
-    if not request.config.getvalue("loadgroup"):
+    # set on an xdist worker only, from its --dist (pytest without -n has no such option)
+    if not getattr(request.config.option, "loadgroup", False):
         pytest.skip("not under --dist loadgroup: nothing is grouped")
     assert request.node.nodeid.endswith("@spark"), request.node.nodeid
