@@ -58,8 +58,10 @@ from tests.harness.worker_users import traversable_dir, worker_python
 from tests.harness.zkfixtures import wait_until
 from tests.unit.test_deploy_files import DEPLOY, UNITS
 
-# One module at a time: it may make the host's stratus user, and removes what it made.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("stratus-user")]
+# One module at a time: it may make the host's stratus user, and removes what it made. In the
+# Spark group (tests/conftest.py), as one of its tests runs Spark: a group of its own would
+# run beside the Spark group.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark")]
 
 USER = "stratus"
 DOCS = DEPLOY.parent / "docs" / "deploy.md"

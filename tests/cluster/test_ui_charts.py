@@ -30,7 +30,9 @@ from tests.harness.pipeline_cluster import PipelineCluster, pipeline_cluster
 from tests.harness.spark_packages import example_package
 from tests.harness.zkfixtures import wait_until
 
-pytestmark = [pytest.mark.spark, pytest.mark.browser, pytest.mark.xdist_group("browser")]
+# Spark tests: in the Spark group (tests/conftest.py), not the browser tests' own, which would
+# run beside it
+pytestmark = [pytest.mark.spark, pytest.mark.browser]
 
 NAME = "counts"
 SHOWN_MS = 30_000  # what a page waits for a picture: a few polling rounds, with room
