@@ -1,12 +1,12 @@
 """A hot pipeline moves to its standby worker, planned (a drain) and not (its host dies): the
 whole chain on real processes. One nimbus, two supervisors of two slots, three pacemakers
 (``cluster.state.store: pacemaker``), the streaming example with ``pipeline.standby: hot``, a
-0.5 s trigger and a steady input, every process recording the trail. The three tests share
+0.5 s trigger and a steady input, every process recording the trail. The tests share
 that cluster and its stream (a module fixture: a cluster and two Spark drivers cost a minute),
-the drain first, then an update, the host's death last. The update's test runs with
-``STRATUS_HOT_UPDATE_E2E=1`` (``make standby-e2e``), not in ``make test``, whose time it would
-take a Spark driver's start more; the round's rules it follows are tested on a real ZooKeeper
-in ``tests/cluster/test_scheduling_duty.py`` there.
+the drain first, then the updates, the host's death last. The updates' tests run with
+``STRATUS_HOT_UPDATE_E2E=1`` (``make standby-e2e``), not in ``make test``, whose time each
+would take a Spark driver's start more; the round's rules they follow are tested on a real
+ZooKeeper in ``tests/cluster/test_scheduling_duty.py`` there.
 
 The drain and the host's death start once the standby worker is READY on the other
 supervisor (as the API shows it) and the pacemakers are past their warm-up (one pulse TTL
@@ -25,6 +25,10 @@ placed (a Spark driver's start spared: the update replaces it anyway).
   worker (``standby_promoted``, the trail's promotion ``how: stopped``): the new generation
   runs in the process that waited as the standby worker, never in place, and every window
   closed so far is counted once.
+- **An update whose standby worker fails** (its requirements cannot be installed): the
+  leader withdraws it; the record is back at the version that runs, with that worker's
+  generation, and the worker runs on untouched, its pid and assignment the same
+  (``make standby-e2e`` too).
 - **The host's death**: the active worker's supervisor is killed with every process of its
   host (the supervisor, its workers' monitors and their process groups, its beat agent), all
   with SIGKILL. The leader's failover lane promotes the standby worker (``how: floor``), the
@@ -51,6 +55,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from kazoo.client import KazooClient
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -64,6 +69,7 @@ from stratus.chaos.oracle import (
 )
 from stratus.chaos.promotions import check_promotions_explained
 from stratus.chaos.trail_events import Clocks, Event, load_events
+from stratus.client.errors import RolloutFailedError
 from stratus.codedist.package_build import build_package
 from stratus.local.examples_io import Feeder, read_rows
 from stratus.pacemaker.blocking import BlockingPacemakerPool
@@ -158,6 +164,7 @@ def hot_options(pacemakers: list[PacemakerProcess], trail: Path) -> list[str]:
         "-c", "supervisor.worker.warm.memory.mb=4096",  # room for the standby worker
         "-c", f"nimbus.standby.update.hold.secs={READY_SECS:g}",  # a driver's start, loaded
         "-c", f"history.file={trail}",
+        "-c", "supervisor.deps.offline=true",  # an unresolvable requirement fails at once
     ]  # fmt: skip
 
 
@@ -383,10 +390,13 @@ def new_code(directory: Path) -> bytes:
     return build_package(code, directory / "package.zip").read_bytes()
 
 
-@pytest.mark.skipif(
+update_e2e = pytest.mark.skipif(
     not os.environ.get(UPDATE_E2E),
     reason=f"set {UPDATE_E2E}=1 (make standby-e2e does) to run it: a Spark driver's start more",
 )
+
+
+@update_e2e
 def test_an_update_runs_its_new_generation_in_the_process_that_was_its_standby_worker(
     hot: HotPipeline, tmp_path: Path
 ) -> None:
@@ -429,6 +439,53 @@ def test_an_update_runs_its_new_generation_in_the_process_that_was_its_standby_w
     print(
         f"\nupdate -> promoted: {promoted - updated_at:.2f} s, first batch of the new code: "
         f"{first - updated_at:.2f} s (the standby worker's start included)"
+    )
+
+
+def unresolvable_code(directory: Path) -> bytes:
+    """The streaming example requiring a project that no index has (the supervisors install
+    offline): a standby worker of that code FAILS as soon as its environment is built."""
+    code = unpack(example_package("streaming"), directory / "code")
+    manifest = yaml.safe_load((code / "stratus.yaml").read_text())
+    manifest["requirements"] = ["no-such-project-anywhere>=1"]
+    (code / "stratus.yaml").write_text(yaml.safe_dump(manifest))
+    return build_package(code, directory / "package.zip").read_bytes()
+
+
+@update_e2e
+def test_an_update_its_standby_worker_fails_is_withdrawn_and_the_running_worker_runs_on(
+    hot: HotPipeline, tmp_path: Path
+) -> None:
+    cluster = hot.cluster
+    running = cluster.wait_running(PIPELINE, timeout=READY_SECS)
+
+    def placed() -> bool:  # the update is held for it, not applied in place
+        view = cluster.workers(PIPELINE).standby_worker
+        return view is not None and view.supervisor not in (None, running.supervisor)
+
+    wait_until(placed, READY_SECS, "a standby worker placed on the other supervisor")
+    before = cluster.client.status(PIPELINE)
+    changes_before = cluster.client.history(PIPELINE).changes
+    _, updated_at = hot.driver.now()
+    record = cluster.client.wait_updated(
+        cluster.client.update(PIPELINE, unresolvable_code(tmp_path))
+    )
+    assert record.version == before.version + 1
+
+    with pytest.raises(RolloutFailedError, match="its standby worker failed for it"):
+        cluster.client.wait_running(record, timeout=READY_SECS)
+
+    back = cluster.client.status(PIPELINE)
+    assert (back.version, back.digest) == (before.version, before.digest)
+    assert back.generation == running.generation  # the generation that runs, not a new one
+    assert "no-such-project-anywhere" in (back.reason or "")
+    still = cluster.wait_running(PIPELINE, timeout=MOVE_SECS)
+    assert (still.supervisor, still.pid) == (running.supervisor, running.pid)  # never stopped
+    assert cluster.client.history(PIPELINE).changes == changes_before  # nothing reassigned
+    wait_until(
+        lambda: len(batches_after(hot.trail, running.supervisor, updated_at)) >= 3,
+        MOVE_SECS,
+        "the running worker's batches to go on",
     )
 
 

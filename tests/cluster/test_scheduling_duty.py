@@ -1419,9 +1419,10 @@ def test_a_hot_pipelines_update_whose_standby_worker_fails_is_withdrawn_its_work
     cluster.round()
     assert cluster.table.read("hot") == held  # no restart: the assignment is as it was
     assert reasons(cluster, "hot") == [("placed", active, None)]
-    placed = cluster.standby.read("hot")  # for the version that runs, off the one that failed
-    assert placed is not None and placed.supervisor not in (None, active, standby)
+    placed = cluster.standby.read("hot")  # rewritten where it was, for the version that runs:
+    assert placed is not None and placed.supervisor == standby  # it failed other code
     assert (placed.generation, placed.digest) == (held.generation, "d" * 64)
+    assert placed.refusals == []
 
 
 def test_an_update_whose_standby_worker_stopped_being_ready_is_placed_the_ordinary_way(cluster):

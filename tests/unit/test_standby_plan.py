@@ -434,6 +434,27 @@ def test_a_refusal_of_an_older_generation_moves_nothing():
     assert result.empty
 
 
+@pytest.mark.parametrize(
+    ("state", "moves"), [(StandbyWorkerState.FAILED, False), (StandbyWorkerState.REFUSED, True)]
+)
+def test_a_failure_of_other_code_than_the_records_is_rewritten_in_place_a_refusal_moves(
+    state, moves
+):
+    a = record("a")  # its update to other code was withdrawn: the placement is of that code
+    withdrawn = a.model_copy(update={"digest": "e1", "version": 2})
+    result = plan(
+        [a],
+        [summary("s1", "h1"), summary("s2", "h2"), summary("s3", "h3")],
+        assignments=[assignment(a, "s1")],
+        placements={"a": placement(withdrawn, "s2")},
+        heartbeats=[heartbeat("s2", standby_beat(withdrawn, state, error="no-such-project"))],
+    )
+    write = only(result)
+    assert write.placement is not None
+    assert where(result) == {"a": "s3" if moves else "s2"}
+    assert (write.placement.digest, bool(write.placement.refusals)) == ("d0", moves)
+
+
 def test_a_supervisor_that_refused_is_not_asked_again_for_ten_minutes():
     a = record("a")
     supervisors = [summary("s1", "h1"), summary("s2", "h2")]

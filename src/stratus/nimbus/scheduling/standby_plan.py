@@ -23,8 +23,10 @@ The rules, in the order a round applies them:
    (neither registered nor heartbeating), no longer advertises a beat lease where one is
    needed, or has no slot left for it once active workers took theirs; and when that
    supervisor's beat reports it REFUSED or FAILED for the placement's generation and code
-   (the refusal is kept in the placement, newest first, at most ``MAX_REFUSALS``). One that
-   stays but is of an older generation or other code is rewritten in place.
+   (the refusal is kept in the placement, newest first, at most ``MAX_REFUSALS``), unless it
+   FAILED with other code than the record's: that failure says nothing of the code the
+   pipeline runs now (an update withdrawn, or replaced). One that stays but is of an older
+   generation or other code is rewritten in place.
 3. The hot pipelines without a standby worker are placed, oldest submit first (then by
    name), while fewer than ``max_workers`` are placed (-1: no bound; when the bound is
    lowered, the newest submits lose theirs first). Never on the supervisor of the active
@@ -188,6 +190,12 @@ _GIVEN_UP = {  # what a standby worker's beat may say that moves it elsewhere
     StandbyWorkerState.REFUSED: StandbyReason.REFUSED,
     StandbyWorkerState.FAILED: StandbyReason.FAILED,
 }
+
+
+def _failed_other_code(record: PipelineRecord, beat: StandbyWorkerBeat) -> bool:
+    """Whether ``beat`` is a failure of other code than ``record`` runs (an update
+    withdrawn, or replaced): it says nothing of the code the placement is rewritten for."""
+    return beat.state is StandbyWorkerState.FAILED and beat.digest != record.digest
 
 
 def _hot(record: PipelineRecord) -> bool:
@@ -372,7 +380,7 @@ class _Round:
         if cause is not None:
             return cause
         beat = self._cluster.beat(placement)
-        if beat is not None and beat.state in _GIVEN_UP:
+        if beat is not None and beat.state in _GIVEN_UP and not _failed_other_code(record, beat):
             return _GIVEN_UP[beat.state]
         if self._standby[sid] >= self._cluster.slots(sid) - self._active[sid]:
             return StandbyReason.NO_SLOT
