@@ -288,8 +288,10 @@ def test_code_lost_on_every_nimbus_fails_that_pipeline_and_a_nimbus_leads(zk, tm
         with client_for(cluster) as client:
             lost = client.submit("lost", valid_package("lost"))
             kept = client.submit("kept", valid_package("kept"))
+        # every copy made before any is lost: the first one killed may hold the only one yet
         for nimbus in cluster.nimbuses:
             wait_until(has_code(nimbus, lost.digest), 20, "replicas")
+        for nimbus in cluster.nimbuses:
             nimbus.kill()
             (nimbus.local_dir / "packages" / f"{lost.digest}.pkg").unlink()
         for nimbus in cluster.nimbuses:
