@@ -1005,28 +1005,34 @@ def promotion_verdicts(row: str, rounds: Sequence[Round]) -> list[str]:
 
 def control_plane_verdicts(row: str, rounds: Sequence[Round]) -> list[str]:
     """Kill → the promoted worker's start (the control plane's part, before Spark's query
-    start and first batch), over every round and over those whose kill left ZooKeeper's
-    leader alive (the others wait for a new quorum leader before any write commits); a group
-    without rounds (in the apart layout, every kill leaves ZooKeeper's leader alive) says so."""
-    lines = []
-    for label, chosen in (
-        ("every round", list(rounds)),
-        ("ZooKeeper's leader alive", [r for r in rounds if not r.zk_leader_killed]),
-        ("ZooKeeper's leader killed too", [r for r in rounds if r.zk_leader_killed]),
-    ):
-        if not chosen:
-            lines.append(f"{row}: {label}: no round")
-            continue
-        plane = [r.control_plane for r in chosen]
-        total = [r.total for r in chosen]
-        lines.append(
-            f"{row}: {label} ({len(chosen)} round{'' if len(chosen) == 1 else 's'}): control "
-            f"plane (kill → the new worker's start) p50 {percentile(plane, 50):.2f} s, "
-            f"p99 {percentile(plane, 99):.2f} s; "
-            f"kill → first batch p50 {percentile(total, 50):.2f} s, p99 "
-            f"{percentile(total, 99):.2f} s"
-        )
-    return lines
+    start and first batch), over every round, and apart over those whose kill left
+    ZooKeeper's leader alive and those whose kill took it too (they wait for a new quorum
+    leader before any write commits) when the run had both; otherwise the one line says
+    which they all were (in the apart layout, every kill leaves ZooKeeper's leader alive)."""
+    alive = [r for r in rounds if not r.zk_leader_killed]
+    killed = [r for r in rounds if r.zk_leader_killed]
+    if alive and killed:
+        groups = [
+            ("every round", list(rounds)),
+            ("ZooKeeper's leader alive", alive),
+            ("ZooKeeper's leader killed too", killed),
+        ]
+    else:
+        each = "alive" if alive else "killed too"
+        groups = [(f"every round (ZooKeeper's leader {each} in each)", list(rounds))]
+    return [_control_plane_line(row, label, chosen) for label, chosen in groups if chosen]
+
+
+def _control_plane_line(row: str, label: str, chosen: Sequence[Round]) -> str:
+    plane = [r.control_plane for r in chosen]
+    total = [r.total for r in chosen]
+    return (
+        f"{row}: {label} ({len(chosen)} round{'' if len(chosen) == 1 else 's'}): control "
+        f"plane (kill → the new worker's start) p50 {percentile(plane, 50):.2f} s, "
+        f"p99 {percentile(plane, 99):.2f} s; "
+        f"kill → first batch p50 {percentile(total, 50):.2f} s, p99 "
+        f"{percentile(total, 99):.2f} s"
+    )
 
 
 def standby_memory(rounds: Sequence[Round]) -> str:
