@@ -25,12 +25,15 @@ than a minute: the restore replays every delta file), ``snapshots`` (a snapshot 
 deltas pile up, maintenance every 2 s), ``cores2`` (``local[2]``: the two partitions restore
 in parallel), ``both``, and ``rocksdb`` (the RocksDB state store with changelog
 checkpointing; a provider fixed in the checkpoint when the query first ran: new pipelines
-only). Reported per row:
+only), and ``c1jit`` (the driver's JVM compiling with the JIT's first tier only,
+``-XX:TieredStopAtLevel=1`` in ``spark.driver.extraJavaOptions``: no optimizing compiles
+competing with the first batch for the CPU, at the cost of slower steady code). Reported
+per row:
 the median over the rounds of each figure, the median over the rounds of the row's total
 over the baseline's of the same round (``/ baseline``), and the median ``triggerExecution``
 of the batch after the first (``next``: a steady batch, for scale).
 
-    .venv/bin/python bench/first_batch.py                      # 3 rounds of 5 rows
+    .venv/bin/python bench/first_batch.py                      # 3 rounds of 6 rows
     .venv/bin/python bench/first_batch.py --rounds 5 --json out.json
     .venv/bin/python bench/first_batch.py --rows baseline,cores2 --batches 10
 
@@ -80,6 +83,8 @@ MAINTENANCE = "spark.sql.streaming.stateStore.maintenanceInterval"
 PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"  # read before the driver's JVM starts
+C1_ONLY = "-XX:TieredStopAtLevel=1"  # the JIT's first tier only: no optimizing compiles
 SPARK_SNAPSHOT_DEFAULTS = {SNAPSHOTS: "10", MAINTENANCE: "60s"}
 FREQUENT_SNAPSHOTS = {SNAPSHOTS: "2", MAINTENANCE: "2s"}
 
@@ -98,6 +103,7 @@ ROWS: dict[str, Row] = {
     "cores2": Row("local[2]", SPARK_SNAPSHOT_DEFAULTS),
     "both": Row("local[2]", FREQUENT_SNAPSHOTS),
     "rocksdb": Row("local[1]", {**SPARK_SNAPSHOT_DEFAULTS, PROVIDER: ROCKSDB, CHANGELOG: "true"}),
+    "c1jit": Row("local[1]", {**SPARK_SNAPSHOT_DEFAULTS, DRIVER_JAVA_OPTIONS: C1_ONLY}),
 }
 
 
