@@ -81,6 +81,7 @@ Needs root and ``ip`` (iproute2), Java and Spark::
     .venv/bin/python bench/host_failover.py --quick --rows cold    # 1 round: a smoke run
     .venv/bin/python bench/host_failover.py --rows hot --rounds 3  # standby workers promoted
     .venv/bin/python bench/host_failover.py --layout shared --rows hot  # every daemon per host
+    .venv/bin/python bench/host_failover.py --rows hot --driver-java-options=-XX:TieredStopAtLevel=1
 
 The report's header and ``--json`` (``"layout"``, and the hosts of each kind) name the layout.
 
@@ -92,6 +93,7 @@ that did not move in time).
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import json
 import os
@@ -182,6 +184,7 @@ KILL_PASS_SECS = 0.05
 TARGET_P50_SECS = 2.0  # the goal of a host failover: kill → first batch elsewhere
 TARGET_P99_SECS = 4.0
 ROUNDS = 3  # per row, by default
+SPARK_CONF_DIR = "SPARK_CONF_DIR"  # where every Spark JVM of a daemon reads its defaults
 SHOWN_VIOLATIONS = 5
 
 
@@ -1072,6 +1075,18 @@ def parse_rows(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def spark_conf_dir(driver_java_options: str) -> Path:
+    """A directory, removed at exit, holding a ``spark-defaults.conf`` that gives every
+    worker's driver JVM ``driver_java_options``."""
+    directory = Path(tempfile.mkdtemp(prefix="host-failover-spark-conf-"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    directory.chmod(0o755)
+    (directory / "spark-defaults.conf").write_text(
+        f"spark.driver.extraJavaOptions {driver_java_options}\n"
+    )
+    return directory
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument(
@@ -1093,7 +1108,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--keep", action="store_true", help="keep every row's logs and trails (a temp directory)"
     )
+    parser.add_argument(
+        "--driver-java-options",
+        metavar="OPTIONS",
+        help="the workers' driver JVM options, as an operator sets them "
+        "(spark.driver.extraJavaOptions in a spark-defaults.conf of the run, SPARK_CONF_DIR "
+        "for every daemon), e.g. -XX:TieredStopAtLevel=1 (default: none, Spark's)",
+    )
     args = parser.parse_args(argv)
+    if args.driver_java_options and os.environ.get(SPARK_CONF_DIR):
+        parser.error(f"--driver-java-options writes a {SPARK_CONF_DIR} of its own: unset yours")
     if args.quick:
         args.rounds = 1
     if args.rounds < 1:
@@ -1113,6 +1137,9 @@ def main(argv: list[str] | None = None) -> int:
     if reason is not None:
         console.print(f"[bold red]benchmark cannot run:[/] no network-namespace hosts: {reason}")
         return 1
+    if args.driver_java_options:
+        os.environ[SPARK_CONF_DIR] = str(spark_conf_dir(args.driver_java_options))
+    console.print(f"[bold]{'driver JVM':>9}[/]: {args.driver_java_options or 'Spark defaults'}")
     results: list[RowResult] = []
     try:
         for name in args.rows:
