@@ -19,11 +19,14 @@ from tests.harness.lifecycle import Started
 from tests.harness.netns_hosts import NetnsHosts, unavailable
 from tests.harness.pipeline_cluster import cluster_options
 from tests.harness.secure_cluster import ADMIN, PEER, SUBMIT, token_file
+from tests.harness.spark_defaults import DRIVER_JAVA_OPTIONS, SPARK_CONF_DIR, spark_conf_dir
 from tests.harness.zk_acl import secret_file
 
 __all__ = [
     "ADMIN",
+    "DRIVER_JAVA_OPTIONS",
     "PEER",
+    "SPARK_CONF_DIR",
     "SUBMIT",
     "HostsCluster",
     "NetnsHosts",
@@ -31,6 +34,7 @@ __all__ = [
     "cluster_options",
     "options",
     "secret_file",
+    "spark_conf_dir",
     "token_file",
     "unavailable",
 ]

@@ -93,7 +93,6 @@ that did not move in time).
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import json
 import os
@@ -115,7 +114,9 @@ from rich.table import Table
 
 from _harness import (
     ADMIN,
+    DRIVER_JAVA_OPTIONS,
     PEER,
+    SPARK_CONF_DIR,
     SUBMIT,
     HostsCluster,
     NetnsHosts,
@@ -123,6 +124,7 @@ from _harness import (
     cluster_options,
     options,
     secret_file,
+    spark_conf_dir,
     token_file,
     unavailable,
 )
@@ -184,7 +186,6 @@ KILL_PASS_SECS = 0.05
 TARGET_P50_SECS = 2.0  # the goal of a host failover: kill → first batch elsewhere
 TARGET_P99_SECS = 4.0
 ROUNDS = 3  # per row, by default
-SPARK_CONF_DIR = "SPARK_CONF_DIR"  # where every Spark JVM of a daemon reads its defaults
 SHOWN_VIOLATIONS = 5
 
 
@@ -1075,18 +1076,6 @@ def parse_rows(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def spark_conf_dir(driver_java_options: str) -> Path:
-    """A directory, removed at exit, holding a ``spark-defaults.conf`` that gives every
-    worker's driver JVM ``driver_java_options``."""
-    directory = Path(tempfile.mkdtemp(prefix="host-failover-spark-conf-"))
-    atexit.register(shutil.rmtree, directory, ignore_errors=True)
-    directory.chmod(0o755)
-    (directory / "spark-defaults.conf").write_text(
-        f"spark.driver.extraJavaOptions {driver_java_options}\n"
-    )
-    return directory
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument(
@@ -1138,7 +1127,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[bold red]benchmark cannot run:[/] no network-namespace hosts: {reason}")
         return 1
     if args.driver_java_options:
-        os.environ[SPARK_CONF_DIR] = str(spark_conf_dir(args.driver_java_options))
+        driver = {DRIVER_JAVA_OPTIONS: args.driver_java_options}
+        os.environ[SPARK_CONF_DIR] = str(spark_conf_dir(driver))
     console.print(f"[bold]{'driver JVM':>9}[/]: {args.driver_java_options or 'Spark defaults'}")
     results: list[RowResult] = []
     try:

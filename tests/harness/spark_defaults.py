@@ -14,23 +14,26 @@ from __future__ import annotations
 import atexit
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 SPARK_CONF_DIR = "SPARK_CONF_DIR"
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 DEFAULTS = {
-    "spark.driver.extraJavaOptions": JAVA_OPTIONS,
+    DRIVER_JAVA_OPTIONS: JAVA_OPTIONS,
     "spark.executor.extraJavaOptions": JAVA_OPTIONS,
 }
 
 
-def spark_conf_dir() -> Path:
-    """A new directory holding the run's ``spark-defaults.conf``, readable by every user (a
-    test's workers may run as another), removed when this process exits."""
-    directory = Path(tempfile.mkdtemp(prefix="stratus-test-spark-conf-"))
+def spark_conf_dir(defaults: Mapping[str, str] = DEFAULTS) -> Path:
+    """A new directory holding a ``spark-defaults.conf`` of ``defaults`` (the run's unless
+    told), readable by every user (a test's workers may run as another), removed when this
+    process exits."""
+    directory = Path(tempfile.mkdtemp(prefix="stratus-spark-conf-"))
     atexit.register(shutil.rmtree, directory, ignore_errors=True)
     directory.chmod(0o755)
     conf = directory / "spark-defaults.conf"
-    conf.write_text("".join(f"{key} {value}\n" for key, value in DEFAULTS.items()))
+    conf.write_text("".join(f"{key} {value}\n" for key, value in defaults.items()))
     conf.chmod(0o644)
     return directory

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from stratus.api.records import Assignment, PipelineRecord, PipelineStatus
 from stratus.api.standby_workers import StandbyWorkerBeat, StandbyWorkerState
-from stratus.nimbus.records.kept_versions import previous_version, runs
+from stratus.nimbus.records.kept_versions import previous_version, runs, unshifted_generation
 from stratus.nimbus.scheduling.scheduler import assignment_conf
 
 
@@ -61,7 +61,7 @@ def withdrawal(
     before = record.model_copy(update=runs(previous))
     if (before.digest, assignment_conf(before)) != (assignment.digest, assignment.conf):
         return None  # the assignment runs another version: it would restart anyway
-    if assignment.generation < before.generation - before.generation_offset:
+    if assignment.generation < unshifted_generation(record, previous.version):
         return None  # no offset gives the version before that generation
     error = beat.error or "no error reported"
     why = f"its standby worker failed for it, its running worker was not touched: {error}"

@@ -85,9 +85,15 @@ def kept_list(record: PipelineRecord) -> str:
     return f"the versions kept are {listed} (current {record.version})"
 
 
+def unshifted_generation(record: PipelineRecord, version: int) -> int:
+    """The generation ``record`` would have at ``version`` with no ``generation_offset``:
+    the lowest it can have there."""
+    return record.rebalances + version - 1
+
+
 def offset_for(record: PipelineRecord, version: int) -> int:
     """The ``generation_offset`` that makes ``record`` at ``version`` one generation newer."""
-    offset = record.generation + 1 - (record.rebalances + version - 1)
+    offset = record.generation + 1 - unshifted_generation(record, version)
     return max(offset, record.generation_offset + 1)
 
 
@@ -107,7 +113,7 @@ def rollback_changes(
     where ``target`` cannot have it."""
     offset = offset_for(record, target.version)
     if generation is not None:
-        offset = generation - (record.rebalances + target.version - 1)
+        offset = generation - unshifted_generation(record, target.version)
         if offset < 0:
             raise ValueError(
                 f"version {target.version} of pipeline {record.name!r} cannot have "
