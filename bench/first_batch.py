@@ -14,7 +14,9 @@ counts of JSON events into parquet, two shuffle partitions):
    then the next round) so that a busy machine slows them alike: a fresh process starts
    its session with the row's settings and runs the warm workers' warm-up query (as a
    standby worker does before it is promoted), the row's checkpoint and output are put
-   back as the prepare left them, one more input file is written, and the clock starts:
+   back as the prepare left them (after the warm-up, ``SETTLE_SECS`` of waiting, as a READY
+   standby worker waits: the JIT's compiles of the warm-up are done by then), one more input
+   file is written, and the clock starts:
    *start* is the example's function (the query's ``start()``), *first batch* from there to
    the first progress event; that batch's ``triggerExecution`` and ``addBatch`` are
    Spark's own figures.
@@ -27,13 +29,17 @@ in parallel), ``both``, and ``rocksdb`` (the RocksDB state store with changelog
 checkpointing; a provider fixed in the checkpoint when the query first ran: new pipelines
 only), and ``c1jit`` (the driver's JVM compiling with the JIT's first tier only,
 ``-XX:TieredStopAtLevel=1`` in ``spark.driver.extraJavaOptions``: no optimizing compiles
-competing with the first batch for the CPU, at the cost of slower steady code). Reported
+competing with the first batch for the CPU, at the cost of slower steady code), ``warm10``,
+``warm20`` and ``warm40`` (Spark's defaults, the warm-up run for that many micro-batches
+instead of one, as ``supervisor.standby.warmup.batches`` has a standby worker do: more of
+Spark's hot code compiled before the restart) and ``c1warm20`` (the first tier only and 20
+warm-up batches). Reported
 per row:
 the median over the rounds of each figure, the median over the rounds of the row's total
 over the baseline's of the same round (``/ baseline``), and the median ``triggerExecution``
 of the batch after the first (``next``: a steady batch, for scale).
 
-    .venv/bin/python bench/first_batch.py                      # 3 rounds of 6 rows
+    .venv/bin/python bench/first_batch.py                      # 3 rounds of 10 rows
     .venv/bin/python bench/first_batch.py --rounds 5 --json out.json
     .venv/bin/python bench/first_batch.py --rows baseline,cores2 --batches 10
 
@@ -75,6 +81,7 @@ job = importlib.import_module("streaming_counts.job")  # the example pipeline's 
 PREPARE_TRIGGER_SECS = 0.5
 EVENTS_PER_BATCH = 50
 CHILD_TIMEOUT_SECS = 600.0
+SETTLE_SECS = 5.0  # after the warm-up: a READY standby worker waits before its promotion
 TRIAL_PREFIX = "trial-"  # the restart's own input files, removed before the next restart
 SHOWN = ("start", "first_batch", "trigger", "add_batch", "next_trigger", "load")  # per restart
 
@@ -95,6 +102,7 @@ class Row:
 
     master: str
     conf: dict[str, str]
+    warm_up_batches: int = 1
 
 
 ROWS: dict[str, Row] = {
@@ -104,6 +112,12 @@ ROWS: dict[str, Row] = {
     "both": Row("local[2]", FREQUENT_SNAPSHOTS),
     "rocksdb": Row("local[1]", {**SPARK_SNAPSHOT_DEFAULTS, PROVIDER: ROCKSDB, CHANGELOG: "true"}),
     "c1jit": Row("local[1]", {**SPARK_SNAPSHOT_DEFAULTS, DRIVER_JAVA_OPTIONS: C1_ONLY}),
+    "warm10": Row("local[1]", SPARK_SNAPSHOT_DEFAULTS, warm_up_batches=10),
+    "warm20": Row("local[1]", SPARK_SNAPSHOT_DEFAULTS, warm_up_batches=20),
+    "warm40": Row("local[1]", SPARK_SNAPSHOT_DEFAULTS, warm_up_batches=40),
+    "c1warm20": Row(
+        "local[1]", {**SPARK_SNAPSHOT_DEFAULTS, DRIVER_JAVA_OPTIONS: C1_ONLY}, warm_up_batches=20
+    ),
 }
 
 
@@ -208,7 +222,8 @@ def write_trial(input_dir: Path, name: str, *, start_id: int) -> None:
 def restart(name: str, root: Path) -> dict[str, Any]:
     """Restart the prepared query in a fresh, warmed-up session; time its start and batch."""
     spark = session(ROWS[name], root)
-    warm_up(spark)
+    warm_up(spark, batches=ROWS[name].warm_up_batches)
+    time.sleep(SETTLE_SECS)
     progress = Progress(spark)
     for path in (root / "input").glob(f"{TRIAL_PREFIX}*"):
         path.unlink()

@@ -104,7 +104,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +178,7 @@ PIPELINE = "streaming-counts"  # the example's name (its stratus.yaml)
 TRIGGER_SECS = 0.5
 PACEMAKER_PORT = 6699  # pacemaker.port's default: one pacemaker per host, on its address
 STEADY_BATCHES = 6  # batches committed where the pipeline runs, the cluster whole, before a kill
+STANDBY_STARTED = "event=standby_worker_started"  # a standby worker's first line in its log
 WAIT_SECS = 300.0  # a cold start on a loaded 2-core machine, a leader, a registration
 READY_SECS = 120.0  # a daemon started again on a host
 DRAIN_SECS = 300.0  # the output to count every event fed, once the feeder stopped
@@ -630,6 +631,25 @@ def wait_standby(client: NimbusClient, active: str) -> StandbyWorkerView:
     return found[0]
 
 
+def wait_warmed_up(cluster: FailoverHosts, standby: StandbyWorkerView) -> None:
+    """Wait until ``standby``'s warm-up has ended (``event=warm_up_done`` in its log after its
+    start): a host dies at any time, and a standby worker warms up for a minute or so of the
+    hours it waits (supervisor.standby.warmup.batches); a failed warm-up is an error."""
+    assert standby.supervisor is not None  # wait_standby: READY on a supervisor
+    log = cluster.nodes.supervisors[standby.supervisor].local_dir / "workers" / PIPELINE
+    log = log / "worker.log"
+
+    def ended() -> bool:
+        with contextlib.suppress(OSError):
+            own = log.read_text(errors="replace").rpartition(STANDBY_STARTED)[2]
+            if "event=warm_up_failed" in own:
+                raise BenchError(f"the standby worker's warm-up failed; see {log}")
+            return "event=warm_up_done" in own
+        return False
+
+    poll_until(f"the standby worker's warm-up on {standby.supervisor}", ended, WAIT_SECS)
+
+
 def _assigns(op: str) -> bool:
     """Whether a fenced write's operation (``"set_data <path>"``) writes the pipeline's
     assignment (``<root>/assignments/<pipeline>``)."""
@@ -662,7 +682,7 @@ def wait_steady(
         if other != active:
             row.spares(client, other)
     if row.hot:
-        wait_standby(client, active)
+        wait_warmed_up(cluster, wait_standby(client, active))
     poll_until(
         f"a pacemaker off {active} past its warm-up ({PULSE_TTL_SECS:g} s)",
         lambda: cluster.warm_up_over(active),
@@ -1076,6 +1096,14 @@ def parse_rows(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def with_warm_up(row: Row, batches: int | None) -> Row:
+    """``row`` with its standby workers' warm-up of ``batches`` (a hot row; None: as is)."""
+    if batches is None or not row.hot:
+        return row
+    settings = {**row.supervisor_settings, "supervisor.standby.warmup.batches": batches}
+    return replace(row, supervisor_settings=settings)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument(
@@ -1104,6 +1132,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(spark.driver.extraJavaOptions in a spark-defaults.conf of the run, SPARK_CONF_DIR "
         "for every daemon), e.g. -XX:TieredStopAtLevel=1 (default: none, Spark's)",
     )
+    parser.add_argument(
+        "--standby-warmup-batches",
+        type=int,
+        metavar="N",
+        help="the hot row's supervisor.standby.warmup.batches (default: the supervisor's)",
+    )
     args = parser.parse_args(argv)
     if args.driver_java_options and os.environ.get(SPARK_CONF_DIR):
         parser.error(f"--driver-java-options writes a {SPARK_CONF_DIR} of its own: unset yours")
@@ -1130,10 +1164,13 @@ def main(argv: list[str] | None = None) -> int:
         driver = {DRIVER_JAVA_OPTIONS: args.driver_java_options}
         os.environ[SPARK_CONF_DIR] = str(spark_conf_dir(driver))
     console.print(f"[bold]{'driver JVM':>9}[/]: {args.driver_java_options or 'Spark defaults'}")
+    warm_up = args.standby_warmup_batches or "the supervisor's default"
+    console.print(f"[bold]{'warm-up':>9}[/]: a standby worker's batches: {warm_up}")
     results: list[RowResult] = []
     try:
         for name in args.rows:
-            results.append(run_row(ROWS[name], layout, args.rounds, console, keep=args.keep))
+            row = with_warm_up(ROWS[name], args.standby_warmup_batches)
+            results.append(run_row(row, layout, args.rounds, console, keep=args.keep))
     except BenchError as exc:
         console.print(f"[bold red]benchmark failed:[/] {exc}")
         return 1

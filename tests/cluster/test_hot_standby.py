@@ -162,6 +162,7 @@ def hot_options(pacemakers: list[PacemakerProcess], trail: Path) -> list[str]:
         "-c", "pacemaker.client.timeout.secs=1",
         "-c", "supervisor.worker.warm=false",  # two drivers are enough for 2 cores
         "-c", "supervisor.worker.warm.memory.mb=4096",  # room for the standby worker
+        "-c", "supervisor.standby.warmup.batches=3",  # the cores go to the tests' drivers
         "-c", f"nimbus.standby.update.hold.secs={READY_SECS:g}",  # a driver's start, loaded
         "-c", f"history.file={trail}",
         "-c", "supervisor.deps.offline=true",  # an unresolvable requirement fails at once

@@ -11,6 +11,7 @@ import pytest
 
 from stratus.api.records import ClusterIdentity
 from stratus.config import config_from_mapping
+from stratus.errors import ConfigError
 from stratus.state.factory import StateStoreSettings
 from stratus.supervisor.adoption import check_owner
 from stratus.supervisor.errors import SupervisorStartError
@@ -48,6 +49,7 @@ def test_every_record_carries_the_keys_of_its_component(tmp_path: Path) -> None:
                 "supervisor.deps.find.links": ["/srv/wheelhouse", "/mnt/wheels"],
                 "supervisor.deps.offline": True,
                 "supervisor.deps.install.timeout.secs": 90,
+                "supervisor.standby.warmup.batches": 7,
             }
         )
     )
@@ -68,6 +70,7 @@ def test_every_record_carries_the_keys_of_its_component(tmp_path: Path) -> None:
         lease_path=tmp_path / "lease",
         cluster=ClusterIdentity(root="/prod", servers=("127.0.0.1:2181",)),
         legacy_checkpoint_root=None,  # a configured root stays as configured
+        standby_warm_up_batches=7,
     )
     assert (settings.code.max_package_bytes, settings.code.retry_secs) == (4096, 0.5)
     assert settings.deps == DepsSettings(
@@ -147,3 +150,11 @@ def test_an_upgraded_supervisor_on_defaults_keeps_the_local_dir_that_names_its_c
     assert SupervisorSettings.from_config(other).local_dir == (
         tmp_path / "stratus-supervisor-s1.other"
     )
+
+
+def test_standby_workers_warm_up_for_40_batches_unless_the_operator_says_otherwise() -> None:
+    conf = {"supervisor.id": "s1", "supervisor.host": "10.0.0.11"}
+    default = SupervisorSettings.from_config(config_from_mapping(conf)).spec
+    assert default.standby_warm_up_batches == 40
+    with pytest.raises(ConfigError, match=r"supervisor\.standby\.warmup\.batches"):
+        config_from_mapping({**conf, "supervisor.standby.warmup.batches": 0})

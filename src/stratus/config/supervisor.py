@@ -246,6 +246,15 @@ class SupervisorSection(Section):
         description="runs of a pipeline whose worker logs a supervisor keeps (workers/"
         "<pipeline>/runs/<run>/); a new run deletes the oldest beyond it",
     )
+    supervisor_standby_warmup_batches: int = Field(
+        default=40,
+        ge=1,
+        le=1000,
+        alias="supervisor.standby.warmup.batches",
+        description="micro-batches of the small streaming query a standby worker warms its "
+        "SparkSession up with: the first before it is READY, the others while it waits, so "
+        "that the JVM has compiled Spark's hot code before a promotion (docs/standby-workers.md)",
+    )
     supervisor_beat_interval_ms: int = Field(
         default=100,
         ge=10,

@@ -140,7 +140,11 @@ class WorkerLauncher:
             self._settings, self._supervisor, placement_assignment(placement, era), code, paths
         )
         spec = spec.model_copy(
-            update={"role": "standby", "promote_path": paths.work / PROMOTE_FILE}
+            update={
+                "role": "standby",
+                "promote_path": paths.work / PROMOTE_FILE,
+                "warm_up_batches": self._settings.standby_warm_up_batches,
+            }
         )
         if self._users is not None:
             spec = _walled(spec)

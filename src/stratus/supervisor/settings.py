@@ -142,6 +142,7 @@ class SpecSettings:
     legacy_checkpoint_root: str | None = None  # the default root up to 0.2.0, if default
     preflight_timeout_secs: float = 120.0  # supervisor.update.preflight.timeout.secs
     beat: BeatSettings | None = None  # a hot pipeline's worker watches the beat lease
+    standby_warm_up_batches: int = 1  # supervisor.standby.warmup.batches
 
 
 @dataclass(frozen=True)
@@ -329,6 +330,7 @@ class SupervisorSettings:
                 legacy_checkpoint_root=conf.legacy_checkpoint_root(),
                 preflight_timeout_secs=conf.supervisor_update_preflight_timeout_secs,
                 beat=beat,
+                standby_warm_up_batches=conf.supervisor_standby_warmup_batches,
             ),
             code=CodeSettings(
                 distributor=distributor_settings(conf),

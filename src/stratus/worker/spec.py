@@ -133,6 +133,12 @@ class WorkerSpec(BaseModel):
         description="standby: the file its supervisor writes, with the active worker's spec, "
         "to promote it (None: an active worker)",
     )
+    warm_up_batches: int = Field(
+        default=1,
+        ge=1,
+        description="standby: micro-batches of its warm-up query (stratus.worker.warm_up), the "
+        "first before READY and the others while it waits (supervisor.standby.warmup.batches)",
+    )
     beat_lease_path: Path | None = Field(
         default=None,
         description="the file where the supervisor's beat agent records when the fast beats' "

@@ -9,9 +9,11 @@ worker. Its phases, in the main thread, one after the other (``StandbyPhase``)::
                origin (check_origin), writing nothing there (a worker of another user than
                the active worker's may not read it before its promotion: checked then)
     STARTING   start the pipeline's SparkSession as its active worker would (start_session:
-               its master and conf, its code shipped to a cluster's executors); warm_up
+               its master and conf, its code shipped to a cluster's executors); the first
+               micro-batch of its warm-up (WarmUp, spec.warm_up_batches in all)
     READY      write <work_dir>/standby.json; look for promote_path every 20 ms, until it
-               appears, a stop, or its supervisor's lease over for ORPHAN_SECS
+               appears, a stop, or its supervisor's lease over for ORPHAN_SECS; the warm-up's
+               other batches run meanwhile, and a promotion ends them
     PROMOTED   read the promotion (promotion.read_promotion: the active worker's spec, of
                the same pipeline and code) and become that worker: run_worker with the
                session and the entry point prepared, which heartbeats, claims the checkpoint
@@ -76,7 +78,7 @@ from stratus.worker.promotion import (
 from stratus.worker.spark_app import PreparedApp, start_session, stop_session
 from stratus.worker.spec import WorkerSpec
 from stratus.worker.stop_request import StopRequest
-from stratus.worker.warm_up import warm_up
+from stratus.worker.warm_up import WarmUp
 
 log = logging.getLogger(__name__)
 
@@ -192,19 +194,12 @@ def run_standby(spec: WorkerSpec, *, stdin_fd: int | None) -> int:
         traceback.print_exc()
         log.error("event=standby_worker_failed phase=%s error=%s", standby.phase, exc)
         return FAILED_EXIT
-    if spec.cluster is not None:
-        refused = check_origin(  # early; a worker of another user may not read it yet
-            spec.checkpoint_location,
-            spec.cluster,
-            spec.pipeline,
-            spec.token.era,
-            denied_is_unknown=True,
+    refused = _origin_refused(spec)
+    if refused is not None:
+        log.error(
+            "event=checkpoint_refused location=%s error=%s", spec.checkpoint_location, refused
         )
-        if refused is not None:
-            log.error(
-                "event=checkpoint_refused location=%s error=%s", spec.checkpoint_location, refused
-            )
-            return REFUSED_EXIT
+        return REFUSED_EXIT
     standby.enter(StandbyPhase.STARTING)
     try:
         spark = start_session(spec)
@@ -214,11 +209,12 @@ def run_standby(spec: WorkerSpec, *, stdin_fd: int | None) -> int:
         return FAILED_EXIT
     try:
         stop.install_signal_handlers()  # pyspark replaced SIGINT's handler with its own
-        warm_up(spark)
+        warming = WarmUp.begin(spark, batches=spec.warm_up_batches)
         write_standby_ready(spec.work_dir, StandbyReady.now(spec))
         standby.enter(StandbyPhase.READY)
         if not _promotion_appeared(spec.promote_path, stop):
             return OK_EXIT  # stopped: the stop's own callback is leaving already
+        warming.stop(wait=False)  # the pipeline's turn: its batch in flight ends meanwhile
         try:
             promoted = read_promotion(spec)
         except PromotionError as exc:
@@ -243,6 +239,21 @@ def run_standby(spec: WorkerSpec, *, stdin_fd: int | None) -> int:
         )
     finally:
         stop_session(spark)  # nothing left to stop if the pipeline's run stopped it
+
+
+def _origin_refused(spec: WorkerSpec) -> str | None:
+    """Why the checkpoint location is another pipeline's or cluster's, read early (None: it
+    is not, or no cluster to check); an origin this worker's user may not read yet is
+    unknown, checked again at the promotion."""
+    if spec.cluster is None:
+        return None
+    return check_origin(
+        spec.checkpoint_location,
+        spec.cluster,
+        spec.pipeline,
+        spec.token.era,
+        denied_is_unknown=True,
+    )
 
 
 def _promotion_appeared(path: Path, stop: StopRequest) -> bool:

@@ -1,61 +1,189 @@
 """A session's warm-up: one small stateful streaming query, run before any pipeline's.
 
 A warm worker (``stratus.worker.warm``) and a standby worker (``stratus.worker.standby``)
-start their SparkSession before their pipeline runs in it; each then runs ``warm_up``, so
-that the JVM has loaded and compiled Spark's streaming, state store, shuffle and parquet code
-by the time the pipeline's first batch needs it::
+start their SparkSession before their pipeline runs in it; each then warms it up, so that
+the JVM has loaded Spark's streaming, state store, shuffle and parquet code, and compiled
+its hot methods, by the time the pipeline's first batch needs it::
 
     spark = start_session(spec)
-    warm_up(spark)      # in the working directory: a scratch directory, removed after
+    warm_up(spark)                          # one micro-batch: the classes loaded
+    warming = WarmUp.begin(spark, batches=40)  # the first now, the others in a thread
+    ...                                     # READY meanwhile
+    warming.stop(wait=False)                # promoted: the pipeline's turn
+
+One batch loads the classes; the JIT compiles a method only once it has run many times, and
+until then the pipeline's first batches run it interpreted and pay for its compiles. More
+batches move those compiles before the promotion: a promoted standby worker's first batch
+took about two thirds as long after 40 as after one (docs/benchmarks.md). Past the first,
+they run in the background, so that a standby worker is READY as early as with one; once
+they are done, a full collection gives back the heap they grew.
+
+The query runs in a session of its own (``SparkSession.newSession``: the same JVM, its own
+SQL conf and query listeners), in a scratch directory of the working directory, removed once
+it has stopped. A failure costs only the warm-up: it is logged, and the caller goes on.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import shutil
 import tempfile
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from pyspark.sql import SparkSession, functions
+from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger(__name__)
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+EPOCH = datetime(2020, 1, 1)
+EVENT_STEP_SECS = 7  # event time gained per batch: windows close, and rows reach the sink
+STOP_WAIT_SECS = 15.0  # a stopped query's processAllAvailable returns within 10 s (Spark's wait)
 
 
-def warm_up(spark: SparkSession) -> None:
-    """Run one small stateful streaming query to its end (a windowed count with a watermark,
-    from JSON files into parquet, ``availableNow``) in a scratch directory of the working
-    directory. The session's own ``spark.sql.shuffle.partitions`` (a pipeline's, for a
-    standby worker) is back in place afterwards. A failure costs only the warm-up: it is
-    logged, and the caller goes on all the same."""
-    with tempfile.TemporaryDirectory(prefix="warm-up-", dir=os.getcwd()) as scratch:
-        source = Path(scratch, "in")
-        source.mkdir()
-        (source / "rows.json").write_text(
-            '{"id": 1, "time": "2020-01-01T00:00:00"}\n{"id": 2, "time": "2020-01-01T00:00:07"}\n'
-        )
-        own_partitions = spark.conf.get(SHUFFLE_PARTITIONS, None)
+class WarmUp:
+    """A warm-up under way: ``begin`` it, ``stop`` it (once its batches are done, or early).
+
+    ``batches_done`` counts the micro-batches run so far; ``finished`` is set once the
+    background batches have ended (all run, stopped, or failed)."""
+
+    def __init__(
+        self,
+        query: StreamingQuery | None,
+        scratch: Path,
+        batches: int,
+        collect: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._query = query
+        self._collect = collect
+        self._scratch = scratch
+        self._batches = batches
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self.batches_done = 0
+        self.finished = threading.Event()
+
+    @classmethod
+    def begin(cls, spark: SparkSession, *, batches: int = 1) -> WarmUp:
+        """Start the warm-up query and run its first micro-batch; the others (up to
+        ``batches`` in all) run on a daemon thread after the return."""
+        scratch = Path(tempfile.mkdtemp(prefix="warm-up-", dir=os.getcwd()))
+        query = _start_query(spark, scratch)
+        warming = cls(query, scratch, max(batches, 1), lambda: _collect_garbage(spark))
+        if warming._query is None:
+            warming.finished.set()
+            return warming
+        if not warming._run_batches(1):
+            warming.finished.set()
+        elif warming._batches == 1:
+            warming._run_the_rest()  # nothing left to run: logs the end
+        else:
+            threading.Thread(target=warming._run_the_rest, name="warm-up", daemon=True).start()
+        return warming
+
+    def stop(self, *, wait: bool = True) -> None:
+        """End the warm-up: no batch after the one running, its query stopped and its scratch
+        directory removed; with ``wait`` False on a daemon thread, so that the caller (a
+        promotion) goes on at once. Idempotent."""
+        with self._lock:
+            if self._stopping.is_set():
+                return
+            self._stopping.set()
+        if wait:
+            self._end()
+        else:
+            threading.Thread(target=self._end, name="warm-up-stop", daemon=True).start()
+
+    def _run_the_rest(self) -> None:
+        if self._run_batches(self._batches) and not self._stopping.is_set():
+            if self._batches > 1:
+                self._collect()
+            log.info("event=warm_up_done batches=%d", self.batches_done)
+        self.finished.set()
+
+    def _run_batches(self, upto: int) -> bool:
+        """Run batches until ``upto`` are done or a stop; False if one failed (logged)."""
+        assert self._query is not None
         try:
-            spark.conf.set(SHUFFLE_PARTITIONS, "2")
-            rows = spark.readStream.schema("id LONG, time TIMESTAMP").json(str(source))
-            counts = (
-                rows.withWatermark("time", "1 second")
-                .groupBy(functions.window("time", "5 seconds"))
-                .count()
-            )
-            query = (
-                counts.writeStream.format("parquet")
-                .outputMode("append")
-                .option("checkpointLocation", str(Path(scratch, "checkpoint")))
-                .trigger(availableNow=True)
-                .start(str(Path(scratch, "out")))
-            )
-            query.awaitTermination()
+            while self.batches_done < upto and not self._stopping.is_set():
+                _write_batch(self._scratch / "in", self.batches_done)
+                self._query.processAllAvailable()  # returns early once the query is stopped
+                self.batches_done += 1
         except Exception as exc:
-            log.warning("event=warm_up_failed error=%r", exc)
+            if not self._stopping.is_set():
+                log.warning("event=warm_up_failed batches=%d error=%r", self.batches_done, exc)
+            return False
+        return True
+
+    def _end(self) -> None:
+        try:
+            if self._query is not None:
+                self._query.stop()
+        except Exception as exc:
+            log.warning("event=warm_up_stop_failed error=%r", exc)
         finally:
-            if own_partitions is None:
-                spark.conf.unset(SHUFFLE_PARTITIONS)
-            else:
-                spark.conf.set(SHUFFLE_PARTITIONS, own_partitions)
+            self.finished.wait(timeout=STOP_WAIT_SECS)  # its last batch has returned
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            log.info("event=warm_up_stopped batches=%d", self.batches_done)
+
+
+def warm_up(spark: SparkSession, *, batches: int = 1) -> None:
+    """Warm ``spark`` up with ``batches`` micro-batches, all of them before the return."""
+    warming = WarmUp.begin(spark, batches=batches)
+    warming.finished.wait()
+    warming.stop()
+
+
+def _collect_garbage(spark: SparkSession) -> None:
+    """A full collection in the session's JVM: the heap its warm-up batches grew (about 250
+    MiB after 40) is given back to the machine, which a standby worker holds for hours."""
+    jvm = spark.sparkContext._jvm  # py4j's view of the driver's JVM: no public equivalent
+    try:
+        if jvm is not None:
+            jvm.System.gc()
+    except Exception as exc:
+        log.warning("event=warm_up_collect_failed error=%r", exc)
+
+
+def _start_query(spark: SparkSession, scratch: Path) -> StreamingQuery | None:
+    """The warm-up's query (a windowed count with a watermark, from JSON files into parquet)
+    in a session of its own; None if it could not start (logged)."""
+    try:
+        session = spark.newSession()
+        session.conf.set(SHUFFLE_PARTITIONS, "2")
+        source = scratch / "in"
+        source.mkdir()
+        rows = session.readStream.schema("id LONG, time TIMESTAMP").json(str(source))
+        counts = (
+            rows.withWatermark("time", "1 second")
+            .groupBy(functions.window("time", "5 seconds"))
+            .count()
+        )
+        return (
+            counts.writeStream.format("parquet")
+            .outputMode("append")
+            .option("checkpointLocation", str(scratch / "checkpoint"))
+            .start(str(scratch / "out"))
+        )
+    except Exception as exc:
+        log.warning("event=warm_up_failed batches=0 error=%r", exc)
+        return None
+
+
+def _write_batch(source: Path, number: int) -> None:
+    """Batch ``number``'s input file, whole at once (the file source skips dot files)."""
+    start = EPOCH + timedelta(seconds=number * EVENT_STEP_SECS)
+    lines = (
+        json.dumps(
+            {"id": number * 2 + offset, "time": (start + timedelta(seconds=offset)).isoformat()}
+        )
+        for offset in (0, 1)
+    )
+    temporary = source / f".{number}.tmp"
+    temporary.write_text("\n".join(lines) + "\n")
+    os.replace(temporary, source / f"{number}.json")
