@@ -70,6 +70,7 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 from rich import box
 from rich.table import Table
 
+from _harness import DRIVER_JAVA_OPTIONS  # read before the driver's JVM starts
 from _report import handle_interrupts, ms, print_header, raise_interrupted, report_console
 from stratus.local.examples_io import make_events, write_events
 from stratus.worker.session_conf import SPARK_DEFAULTS
@@ -90,7 +91,6 @@ MAINTENANCE = "spark.sql.streaming.stateStore.maintenanceInterval"
 PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
-DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"  # read before the driver's JVM starts
 C1_ONLY = "-XX:TieredStopAtLevel=1"  # the JIT's first tier only: no optimizing compiles
 SPARK_SNAPSHOT_DEFAULTS = {SNAPSHOTS: "10", MAINTENANCE: "60s"}
 FREQUENT_SNAPSHOTS = {SNAPSHOTS: "2", MAINTENANCE: "2s"}

@@ -636,8 +636,8 @@ def wait_warmed_up(cluster: FailoverHosts, standby: StandbyWorkerView) -> None:
     start): a host dies at any time, and a standby worker warms up for a minute or so of the
     hours it waits (supervisor.standby.warmup.batches); a failed warm-up is an error."""
     assert standby.supervisor is not None  # wait_standby: READY on a supervisor
-    log = cluster.nodes.supervisors[standby.supervisor].local_dir / "workers" / PIPELINE
-    log = log / "worker.log"
+    supervisor = cluster.nodes.supervisors[standby.supervisor]
+    log = supervisor.local_dir / "workers" / PIPELINE / "worker.log"
 
     def ended() -> bool:
         with contextlib.suppress(OSError):

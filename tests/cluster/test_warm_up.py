@@ -15,7 +15,7 @@ pytestmark = pytest.mark.spark
 
 SCRIPT = textwrap.dedent(
     """
-    import json, os, sys, time
+    import json, os, sys, tempfile, time
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.listener import StreamingQueryListener
     from stratus.worker.warm_up import WarmUp
@@ -26,10 +26,10 @@ SCRIPT = textwrap.dedent(
     seen = []
 
     class Listener(StreamingQueryListener):
-        def onQueryStarted(self, event): seen.append("started")
-        def onQueryProgress(self, event): seen.append("progress")
+        def onQueryStarted(self, event): seen.append(["started", str(event.id)])
+        def onQueryProgress(self, event): seen.append(["progress", str(event.progress.id)])
         def onQueryIdle(self, event): pass
-        def onQueryTerminated(self, event): seen.append("terminated")
+        def onQueryTerminated(self, event): seen.append(["terminated", str(event.id)])
 
     spark.streams.addListener(Listener())
     result = {}
@@ -39,8 +39,8 @@ SCRIPT = textwrap.dedent(
     result["scratch_during_whole"] = sorted(os.listdir("."))
     result["whole_finished"] = whole.finished.wait(timeout=300)
     result["whole_done"] = whole.batches_done
+    result["scratch_left_after_whole"] = sorted(os.listdir("."))  # removed once it ended
     whole.stop()
-    result["scratch_left_after_whole"] = sorted(os.listdir("."))
 
     cut = WarmUp.begin(spark, batches=1000)
     result["cut_after_begin"] = cut.batches_done
@@ -54,7 +54,17 @@ SCRIPT = textwrap.dedent(
 
     result["own_partitions"] = spark.conf.get("spark.sql.shuffle.partitions")
     result["own_queries"] = len(spark.streams.active)
-    time.sleep(1)  # listener events are delivered asynchronously: give a stray one time
+    # a query of the pipeline's session: its listener hears it, after any stray event before
+    empty = tempfile.mkdtemp()
+    control = (
+        spark.readStream.schema("x LONG").json(empty)
+        .writeStream.format("noop").trigger(availableNow=True).start()
+    )
+    control.awaitTermination()
+    deadline = time.monotonic() + 60
+    while ["terminated", str(control.id)] not in seen and time.monotonic() < deadline:
+        time.sleep(0.05)
+    result["control_query"] = str(control.id)
     result["own_listener_events"] = seen
     print("RESULT " + json.dumps(result), flush=True)
     spark.stop()
@@ -104,4 +114,6 @@ def test_the_pipelines_session_sees_nothing_of_the_warm_up(
 ) -> None:
     assert warm_up_run["own_partitions"] == "7"
     assert warm_up_run["own_queries"] == 0
-    assert warm_up_run["own_listener_events"] == []
+    events = warm_up_run["own_listener_events"]
+    assert isinstance(events, list) and ["terminated", warm_up_run["control_query"]] in events
+    assert {query for _, query in events} == {warm_up_run["control_query"]}

@@ -16,11 +16,13 @@ until then the pipeline's first batches run it interpreted and pay for its compi
 batches move those compiles before the promotion: a promoted standby worker's first batch
 took about two thirds as long after 40 as after one (docs/benchmarks.md). Past the first,
 they run in the background, so that a standby worker is READY as early as with one; once
-they are done, a full collection gives back the heap they grew.
+they are done, the query stops, its files go, and a full collection gives back the heap
+they grew.
 
 The query runs in a session of its own (``SparkSession.newSession``: the same JVM, its own
 SQL conf and query listeners), in a scratch directory of the working directory, removed once
-it has stopped. A failure costs only the warm-up: it is logged, and the caller goes on.
+it has stopped (a process killed before leaves it behind: a few kilobytes). A failure
+costs only the warm-up: it is logged, and the caller goes on.
 """
 
 from __future__ import annotations
@@ -31,12 +33,13 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from pyspark.sql import SparkSession, functions
 from pyspark.sql.streaming.query import StreamingQuery
+
+from stratus.files import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -47,24 +50,22 @@ STOP_WAIT_SECS = 15.0  # a stopped query's processAllAvailable returns within 10
 
 
 class WarmUp:
-    """A warm-up under way: ``begin`` it, ``stop`` it (once its batches are done, or early).
+    """A warm-up under way: ``begin`` it; ``stop`` it early (a promotion) or let it end.
 
-    ``batches_done`` counts the micro-batches run so far; ``finished`` is set once the
-    background batches have ended (all run, stopped, or failed)."""
+    ``batches_done`` counts the micro-batches run so far; ``finished`` is set once the warm-up
+    is over: all its batches run (its query then stopped, its scratch directory removed and
+    the heap collected, on its own), stopped early, or failed."""
 
     def __init__(
-        self,
-        query: StreamingQuery | None,
-        scratch: Path,
-        batches: int,
-        collect: Callable[[], None] = lambda: None,
+        self, spark: SparkSession, query: StreamingQuery | None, scratch: Path, batches: int
     ) -> None:
+        self._spark = spark
         self._query = query
-        self._collect = collect
         self._scratch = scratch
         self._batches = batches
         self._stopping = threading.Event()
         self._lock = threading.Lock()
+        self._batches_over = threading.Event()  # no batch runs or will run
         self.batches_done = 0
         self.finished = threading.Event()
 
@@ -73,15 +74,12 @@ class WarmUp:
         """Start the warm-up query and run its first micro-batch; the others (up to
         ``batches`` in all) run on a daemon thread after the return."""
         scratch = Path(tempfile.mkdtemp(prefix="warm-up-", dir=os.getcwd()))
-        query = _start_query(spark, scratch)
-        warming = cls(query, scratch, max(batches, 1), lambda: _collect_garbage(spark))
-        if warming._query is None:
-            warming.finished.set()
-            return warming
-        if not warming._run_batches(1):
-            warming.finished.set()
+        warming = cls(spark, _start_query(spark, scratch), scratch, max(batches, 1))
+        if warming._query is None or not warming._run_batches(1):
+            warming._batches_over.set()
+            warming.finished.set()  # failed: ``stop`` removes the scratch directory
         elif warming._batches == 1:
-            warming._run_the_rest()  # nothing left to run: logs the end
+            warming._run_the_rest()  # nothing left to run: ends it here
         else:
             threading.Thread(target=warming._run_the_rest, name="warm-up", daemon=True).start()
         return warming
@@ -100,9 +98,12 @@ class WarmUp:
             threading.Thread(target=self._end, name="warm-up-stop", daemon=True).start()
 
     def _run_the_rest(self) -> None:
-        if self._run_batches(self._batches) and not self._stopping.is_set():
+        done = self._run_batches(self._batches) and not self._stopping.is_set()
+        self._batches_over.set()
+        if done:
+            self.stop()  # on this thread: the query and its files are of no more use
             if self._batches > 1:
-                self._collect()
+                _collect_garbage(self._spark)
             log.info("event=warm_up_done batches=%d", self.batches_done)
         self.finished.set()
 
@@ -127,8 +128,9 @@ class WarmUp:
         except Exception as exc:
             log.warning("event=warm_up_stop_failed error=%r", exc)
         finally:
-            self.finished.wait(timeout=STOP_WAIT_SECS)  # its last batch has returned
+            self._batches_over.wait(timeout=STOP_WAIT_SECS)  # its last batch has returned
             shutil.rmtree(self._scratch, ignore_errors=True)
+        if self.batches_done < self._batches:
             log.info("event=warm_up_stopped batches=%d", self.batches_done)
 
 
@@ -176,7 +178,8 @@ def _start_query(spark: SparkSession, scratch: Path) -> StreamingQuery | None:
 
 
 def _write_batch(source: Path, number: int) -> None:
-    """Batch ``number``'s input file, whole at once (the file source skips dot files)."""
+    """Batch ``number``'s input file, whole at once (its temporary name is a dot file, which
+    the file source skips)."""
     start = EPOCH + timedelta(seconds=number * EVENT_STEP_SECS)
     lines = (
         json.dumps(
@@ -184,6 +187,4 @@ def _write_batch(source: Path, number: int) -> None:
         )
         for offset in (0, 1)
     )
-    temporary = source / f".{number}.tmp"
-    temporary.write_text("\n".join(lines) + "\n")
-    os.replace(temporary, source / f"{number}.json")
+    write_atomically(source / f"{number}.json", ("\n".join(lines) + "\n").encode())
