@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from stratus.api.overview import NimbusSelf
 from stratus.api.records import ClusterSummary, LeaderInfo
 from stratus.local.processes import NimbusProcess
 from stratus.security.client_auth import NO_AUTH, ClientAuth
@@ -115,6 +116,15 @@ class NimbusCluster:
 
         wait_until(agree, timeout, "every nimbus to name the same leader")
         return agreed[0]
+
+    def leads_a_term(self, nimbus: NimbusProcess) -> bool:
+        """Whether ``nimbus`` says it leads (``GET /api/v1/nimbus``): its term has begun, so
+        it answers leader-only calls. An elected nimbus is named leader by every nimbus a
+        moment before: until its term begins it answers them 421."""
+        with contextlib.suppress(httpx.HTTPError):
+            answer = self.http.get(f"{nimbus.url}/api/v1/nimbus")
+            return answer.is_success and NimbusSelf.model_validate_json(answer.content).is_leader
+        return False
 
 
 @contextlib.contextmanager

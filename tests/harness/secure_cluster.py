@@ -22,7 +22,7 @@ import httpx
 from stratus.local.processes import NimbusProcess
 from stratus.security.client_auth import ClientAuth
 from tests.harness.nimbus_cluster import NimbusCluster
-from tests.harness.zkfixtures import chroot_for
+from tests.harness.zkfixtures import chroot_for, wait_until
 
 ADMIN = "admin-token-6f1d2c9a8b7e4f30"
 SUBMIT = "submit-token-0c4e9b1a2d3f5e67"
@@ -79,8 +79,11 @@ class SecureCluster(NimbusCluster):
         return nimbus.url
 
     def leader(self) -> NimbusProcess:
-        """The nimbus every nimbus names as leader, once they agree."""
-        return self.by_address(self.wait_for_agreed_leader(WAIT_SECS))
+        """The nimbus every nimbus names as leader, once they agree and its term has begun
+        (a leader-only call sent to it is then answered)."""
+        leader = self.by_address(self.wait_for_agreed_leader(WAIT_SECS))
+        wait_until(lambda: self.leads_a_term(leader), WAIT_SECS, f"{leader.address}'s term")
+        return leader
 
     def standby(self) -> NimbusProcess:
         leader = self.leader()

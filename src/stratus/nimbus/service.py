@@ -305,11 +305,7 @@ class NimbusService:
         term = self._leadership()
         if term is not None:
             return term
-        leader = self.view.leader().address
-        if leader == self.address:
-            leader = None  # the view lags behind our own loss of leadership
-        where = f"the leader is {leader}" if leader else "no leader is elected right now"
-        raise NotLeaderError(f"nimbus {self.address} is not the leader; {where}", leader)
+        raise not_leader(self.address, self.view.leader().address)
 
     def submit(
         self,
@@ -537,3 +533,20 @@ def _parse_conf(conf_json: str) -> dict[str, Any]:
     if not isinstance(conf, dict):
         raise InvalidRequestError(f"conf must be a JSON object, not {type(conf).__name__}")
     return conf
+
+
+def not_leader(address: str, elected: str | None) -> NotLeaderError:
+    """The refusal of a leader-only call by the nimbus at ``address``, which leads no term,
+    naming the leader the election names (``elected``) when another nimbus is.
+
+    When the election names this very nimbus, its term has not begun (it is checking that it
+    holds every pipeline's code) or has just ended (the election has not caught up): no
+    leader to follow is named, and a client asks again after a moment."""
+    if elected == address:
+        return NotLeaderError(
+            f"nimbus {address} is elected but leads no term right now: its term has not "
+            "begun yet or has just ended; retry in a moment",
+            None,
+        )
+    where = f"the leader is {elected}" if elected else "no leader is elected right now"
+    return NotLeaderError(f"nimbus {address} is not the leader; {where}", elected)
