@@ -252,7 +252,7 @@ def test_a_standby_worker_past_the_spare_budget_is_refused_with_the_reason(
         refused = wait_standby(cluster, "pt", StandbyWorkerState.REFUSED, timeout=30)
         assert refused.pid is None
         assert refused.error is not None
-        assert refused.error.startswith("another standby worker (768 MiB) would pass the spare")
+        assert refused.error.startswith("another standby worker (1024 MiB) would pass the spare")
         assert "0 of 1 MiB used by 0 standby workers" in refused.error
         assert "supervisor.worker.warm.memory.mb" in refused.error
         assert not (tmp_path / "s2" / "workers" / "pt" / "process.json").exists()

@@ -202,4 +202,4 @@ def test_the_spare_budget_refuses_one_that_does_not_fit_and_admits_it_once_it_do
     workers.budget = Budget(2048 * MIB, "test")
     workers.plan_alone()
     assert stage(worker) is Stage.STARTING
-    assert workers.counts() == (1, 768)
+    assert workers.counts() == (1, 1024)

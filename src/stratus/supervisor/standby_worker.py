@@ -65,8 +65,8 @@ from stratus.supervisor.restart_policy import GiveUp, RestartPolicy
 from stratus.supervisor.run_outcome import signal_name
 from stratus.supervisor.settings import WorkerTimeouts
 from stratus.supervisor.warm_memory import (
-    ESTIMATE_BYTES,
     MEASURE_SECS,
+    STANDBY_ESTIMATE_BYTES,
     Budget,
     Machine,
     SpareInputs,
@@ -430,7 +430,7 @@ class StandbyWorkers:
         self._clock = clock
         self._machine: Machine | None = None
         self._next_measure = 0.0
-        self._estimate = ESTIMATE_BYTES
+        self._estimate = STANDBY_ESTIMATE_BYTES
         self._may_start = False
 
     def __iter__(self) -> Iterator[ManagedStandbyWorker]:

@@ -22,7 +22,7 @@ the warm workers gave theirs back; else it is refused with the reason; the warm 
 plan in what is left::
 
     spares = plan_spares(SpareInputs(standby=(700 * MIB,), asking=1,
-                                     standby_estimate=ESTIMATE_BYTES, warm=inputs))
+                                     standby_estimate=STANDBY_ESTIMATE_BYTES, warm=inputs))
     spares.admitted, spares.refused, spares.warm
 """
 
@@ -40,6 +40,10 @@ RESERVE_SHARE = 0.10  # no warm worker starts if less than this share would stay
 # a ready warm worker before one was measured here: 630-820 MiB resident with local[1]
 # (docs/benchmarks.md, "kill, warm starts off and on")
 ESTIMATE_BYTES = 768 * MIB
+# a standby worker before one was measured here: it grows while it warms up (40 micro-batches
+# by default), 773-1091 MiB resident with local[1], about 790 MiB once done
+# (docs/benchmarks.md, "the hot row with standby workers warmed up for 40 batches")
+STANDBY_ESTIMATE_BYTES = 1024 * MIB
 MEASURE_SECS = 2.0  # the machine and the warm workers are measured at most this often
 # the default budget in MiB where the configuration sets none: a fleet's (or a test run's)
 # way to change the derived default without a configuration file
