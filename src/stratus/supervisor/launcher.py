@@ -136,16 +136,7 @@ class WorkerLauncher:
         under a monitor, as a cold worker starts: its spec of role ``standby`` names
         ``<work>/promote.json`` (any left there by an earlier process removed first); its
         token carries the cluster's ``era``, and it claims nothing with it."""
-        spec = build_spec(
-            self._settings, self._supervisor, placement_assignment(placement, era), code, paths
-        )
-        spec = spec.model_copy(
-            update={
-                "role": "standby",
-                "promote_path": paths.work / PROMOTE_FILE,
-                "warm_up_batches": self._settings.standby_warm_up_batches,
-            }
-        )
+        spec = standby_spec(self._settings, self._supervisor, placement, code, paths, era)
         if self._users is not None:
             spec = _walled(spec)
         (paths.work / PROMOTE_FILE).unlink(missing_ok=True)
@@ -239,6 +230,27 @@ class WorkerLauncher:
         self._cache.retain(digests)
         if self._envs is not None:
             self._envs.forget_failures()  # a failed set is tried again by a new assignment
+
+
+def standby_spec(
+    settings: SpecSettings,
+    supervisor: str,
+    placement: StandbyWorkerPlacement,
+    code: PipelineCode,
+    paths: WorkerPaths,
+    era: int,
+) -> WorkerSpec:
+    """The spec of ``placement``'s standby worker: the active worker's (``build_spec``) of
+    its ``placement_assignment``, of role ``standby``, waiting on ``<work>/promote.json``,
+    warming up for ``supervisor.standby.warmup.batches``."""
+    spec = build_spec(settings, supervisor, placement_assignment(placement, era), code, paths)
+    return spec.model_copy(
+        update={
+            "role": "standby",
+            "promote_path": paths.work / PROMOTE_FILE,
+            "warm_up_batches": settings.standby_warm_up_batches,
+        }
+    )
 
 
 def placement_assignment(placement: StandbyWorkerPlacement, era: int) -> Assignment:
