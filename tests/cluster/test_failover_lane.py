@@ -146,6 +146,7 @@ def nimbus(zk_hosts: str, tmp_path: Path, pacemaker: PacemakerProcess) -> Iterat
             "pacemaker.servers": [f"127.0.0.1:{pacemaker.port}"],
             "pacemaker.client.timeout.secs": 1,
             "history.file": str(tmp_path / "trail.jsonl"),
+            "nimbus.standby.place.wait.secs": 0,  # no worker here commits a batch
         }
     )
     daemon = Nimbus(NimbusSettings.from_config(conf))

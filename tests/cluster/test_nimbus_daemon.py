@@ -330,7 +330,10 @@ def test_the_leader_places_a_hot_pipelines_standby_worker_beside_its_rounds(
 ):
     paths = ClusterPaths("/stratus")
     nimbus = in_process_nimbus(
-        zk_hosts, tmp_path, Gate(open_=True), **{"nimbus.monitor.freq.secs": 0.1}
+        zk_hosts,
+        tmp_path,
+        Gate(open_=True),
+        **{"nimbus.monitor.freq.secs": 0.1, "nimbus.standby.place.wait.secs": 0},
     )
     nimbus.start()
     nimbuses.append(nimbus)

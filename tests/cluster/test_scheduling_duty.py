@@ -65,7 +65,8 @@ SETTINGS = SchedulingSettings(
     supervisor_timeout_secs=10,
     task_timeout_secs=30,
     blind_after_reconnect=True,
-    standby=StandbySettings(needs_beat_lease=False),  # the ZooKeeper state store: no fast beats
+    # the ZooKeeper state store: no fast beats; no worker here commits a batch
+    standby=StandbySettings(needs_beat_lease=False, place_wait_secs=0.0),
 )
 ONE_COPY = ReplicationPolicy(required=1, wait_secs=60)
 

@@ -70,7 +70,11 @@ class Stand:
 @pytest.fixture(scope="module")
 def stand(zk_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stand]:
     logs = tmp_path_factory.mktemp("standby-view")
-    extra = ["-c", "nimbus.supervisor.timeout.secs=600", "-c", "nimbus.monitor.freq.secs=0.5"]
+    extra = [
+        "-c", "nimbus.supervisor.timeout.secs=600",
+        "-c", "nimbus.monitor.freq.secs=0.5",
+        "-c", "nimbus.standby.place.wait.secs=0",  # no worker here commits a batch
+    ]  # fmt: skip
     with nimbus_cluster(
         zk_server.connect_string, logs, "standby-view", size=2, extra=extra
     ) as nimbuses:

@@ -131,6 +131,7 @@ def plan(  # noqa: PLR0913 the snapshot, with the defaults of a quiet cluster
     max_workers: int = -1,
     needs_beat_lease: bool = True,
     now: float = NOW,
+    deferred: Set[str] = frozenset(),
 ) -> StandbyPlan:
     return plan_standby_workers(
         pipelines={p.name: p for p in pipelines},
@@ -146,6 +147,7 @@ def plan(  # noqa: PLR0913 the snapshot, with the defaults of a quiet cluster
         needs_beat_lease=needs_beat_lease,
         epoch=EPOCH,
         now=now,
+        deferred=deferred,
     )
 
 
@@ -573,3 +575,32 @@ def test_a_second_round_over_the_first_ones_writes_writes_nothing():
         pipelines, supervisors, assignments=assignments, placements=applied(first, placements)
     )
     assert second.empty  # placed ones stay, the unplaced one's reason is the same
+
+
+# ---------------------------------------------------------------------- recovery first
+
+
+def test_a_pipeline_awaiting_its_first_batch_gets_no_standby_worker_yet_and_keeps_its_turn():
+    old, new = record("old", submitted=1.0), record("new", submitted=2.0)
+    supervisors = [summary("s1", "h1"), summary("s2", "h2"), summary("s3", "h3")]
+    assignments = [assignment(old, "s1"), assignment(new, "s1")]
+    waiting = plan(
+        [old, new], supervisors, assignments=assignments, max_workers=1, deferred={"old"}
+    )
+    over = only(waiting)  # nothing for "old"; "new" stays behind it under the bound
+    assert (over.pipeline, over.reason) == ("new", StandbyReason.OVER_MAX)
+    later = plan([old, new], supervisors, assignments=assignments, max_workers=1)
+    assert where(later) == {"old": "s2", "new": None}
+
+
+def test_a_deferred_pipeline_keeps_the_standby_worker_it_has():
+    a = record("a")
+    placements = {"a": placement(a, "s2")}
+    result = plan(
+        [a],
+        [summary("s1", "h1"), summary("s2", "h2")],
+        assignments=[assignment(a, "s1")],
+        placements=placements,
+        deferred={"a"},
+    )
+    assert result.empty

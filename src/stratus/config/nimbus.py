@@ -381,6 +381,16 @@ class NimbusSection(Section):
         "stops and the standby worker is promoted (no Spark start); past this bound, or with "
         "no standby worker, the pipeline restarts in place; 0: always in place",
     )
+    nimbus_standby_place_wait_secs: float = Field(
+        default=10.0,
+        ge=0,
+        alias="nimbus.standby.place.wait.secs",
+        description="longest the leader waits, after a pipeline with pipeline.standby: hot was "
+        "assigned (a promotion, a move, a submit), before it places the pipeline's next "
+        "standby worker: it places it as soon as the active worker has committed a batch, so "
+        "that the standby worker's start (a Spark driver's) does not take the CPU of a "
+        "pipeline that is recovering; 0: at once",
+    )
 
     nimbus_detector_threshold: float = Field(
         default=8.0,

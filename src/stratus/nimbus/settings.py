@@ -102,6 +102,9 @@ class StandbySettings:
     # nimbus.standby.update.hold.secs: how long a new generation waits for its standby
     # worker to be READY before it is applied in place; 0: always in place
     update_hold_secs: float = 120.0
+    # nimbus.standby.place.wait.secs: how long a hot pipeline's next standby worker waits
+    # for the first batch of the pipeline's new assignment before it is placed; 0: at once
+    place_wait_secs: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -261,6 +264,7 @@ class NimbusSettings:
                     max_workers=conf.nimbus_standby_workers_max,
                     needs_beat_lease=conf.cluster_state_store != "zookeeper",
                     update_hold_secs=conf.nimbus_standby_update_hold_secs,
+                    place_wait_secs=conf.nimbus_standby_place_wait_secs,
                 ),
             ),
             fencing=_fencing(conf),

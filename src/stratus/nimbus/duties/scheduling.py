@@ -294,6 +294,7 @@ class SchedulingDuty:
             dead=dead,
             suspected=suspected,
             rewritten={*plan.assign, *plan.unassign},
+            workers=workers,
         )
         # the failover lane promotes from the round's read, but what the round wrote (their
         # versions read are spent)

@@ -39,6 +39,7 @@ from stratus.api.records import (
 )
 from stratus.api.standby_workers import StandbyWorkerBeat, StandbyWorkerPlacement
 from stratus.coordination.leadership import Leadership
+from stratus.nimbus.duties.worker_outcomes import Workers, current_beat
 from stratus.nimbus.failover.lane import FailoverLane, hot_snapshot
 from stratus.nimbus.failover.promotion import Promoter
 from stratus.nimbus.failover.promotion_plan import How, PromotionRefusal, plan_promotions
@@ -85,7 +86,7 @@ class StandbyRound:
         self._table = table  # None: no standby worker is ever placed (tests of other rules)
         self._promoter = promoter  # None: the round promotes no standby worker
         self._lane = lane  # None: no supervisor is suspected on the fast beats
-        self._wall = wall  # only for the records' timestamps
+        self._wall = wall  # the records' timestamps, and the age of an assignment
         self._on_refused = on_refused
         self._told = RefusalMemory()  # the refusals counted, once per verdict
         self._holds = HoldMemory(clock)  # since when each new generation waits
@@ -230,14 +231,18 @@ class StandbyRound:
         dead: set[str],
         suspected: set[str],
         rewritten: set[str],
+        workers: Workers,
     ) -> set[str]:
         """Place, move, rewrite and drop the standby workers of hot pipelines against
         ``assignments`` (as the round's plan left them); write what changes, fenced, each
         with the check that the pipeline's assignment is still as the round read it (but
         those the round ``rewritten`` itself); the pipelines whose placement it wrote (none
-        without a ``StandbyWorkerTable``)."""
+        without a ``StandbyWorkerTable``). A pipeline whose active worker (in ``workers``,
+        the heartbeats) has not committed a batch of a young assignment is placed later
+        (``awaiting_first_batch``)."""
         if self._table is None:
             return set()
+        now = self._wall()
         plan = plan_standby_workers(
             pipelines=read.pipelines,
             assignments=assignments,
@@ -251,7 +256,10 @@ class StandbyRound:
             max_workers=self._settings.max_workers,
             needs_beat_lease=self._settings.needs_beat_lease,
             epoch=term.epoch,
-            now=self._wall(),
+            now=now,
+            deferred=awaiting_first_batch(
+                assignments, workers, now=now, wait_secs=self._settings.place_wait_secs
+            ),
         )
         if plan.empty:
             return set()
@@ -306,3 +314,27 @@ def reported_standby(
         for name, (placement, _) in placements.items()
         if placement is not None and (beat := placement_beat(placement, heartbeats)) is not None
     }
+
+
+def awaiting_first_batch(
+    assignments: Mapping[str, Assignment], workers: Workers, *, now: float, wait_secs: float
+) -> set[str]:
+    """The assigned pipelines whose worker has not yet reported a committed batch (or an
+    sdp run) of its assignment, made less than ``wait_secs`` before ``now`` (wall clock, the
+    assignment's ``assigned``): a promoted standby worker's first batch, a moved pipeline's
+    or a new one's. Their next standby worker is placed once that batch is in, so that its
+    start does not take the CPU they recover with; ``wait_secs`` bounds the wait for a
+    pipeline that commits nothing (no new data) or whose worker fails."""
+    return {
+        name
+        for name, assignment in assignments.items()
+        if now - assignment.assigned < wait_secs and not _committed(assignment, workers)
+    }
+
+
+def _committed(assignment: Assignment, workers: Workers) -> bool:
+    """Whether the worker of ``assignment`` reported a batch committed (or an sdp run)."""
+    beat = current_beat(assignment, workers)
+    if beat is None or beat.epoch != assignment.epoch:
+        return False
+    return beat.last_batch_id >= 0 or beat.runs > 0

@@ -11,6 +11,7 @@ it gets back in its fenced transactions (``standby_workers.StandbyWorkerTable``)
         cordoned={"s3"}, dead=set(), suspected=set(), stopping=set(),
         placements=placements,                      # {pipeline: placement, None: unreadable}
         max_workers=-1, needs_beat_lease=True, epoch=term.epoch, now=time.time(),
+        deferred={"orders"},                        # rule 5: its new worker's first batch
     )
     standby.writes  # (StandbyWrite(pipeline, kind, reason, placement or None, previous), ...)
 
@@ -38,6 +39,10 @@ The rules, in the order a round applies them:
    workers.
 4. A pipeline no supervisor fits gets a placement naming none, with ``unplaced_because``;
    it is placed by a later round once one fits.
+5. A hot pipeline without a standby worker whose active worker has just been assigned and
+   has not committed a batch yet (``deferred``: a promotion, a move, a submit; the caller
+   says which) is not placed in this round: recovery first. Its place under
+   ``max_workers`` is kept, and nothing is written for it.
 
 Nothing is written that would not change: a placement that stays where it is, of its
 generation and code, and an unplaced one whose reason and refusals are the same, keep their
@@ -139,6 +144,7 @@ def plan_standby_workers(  # noqa: PLR0913 keyword-only: the snapshot a round pl
     needs_beat_lease: bool,
     epoch: int,
     now: float,
+    deferred: Set[str] = frozenset(),
 ) -> StandbyPlan:
     """The writes that bring ``placements`` in line with the rules of the module docstring.
 
@@ -148,7 +154,7 @@ def plan_standby_workers(  # noqa: PLR0913 keyword-only: the snapshot a round pl
     does not decode. ``max_workers``: ``nimbus.standby.workers.max`` (-1: no bound).
     ``needs_beat_lease``: a supervisor must advertise a beat lease to hold one (not with
     the ZooKeeper state store). ``epoch`` and ``now`` (wall clock) go into every placement
-    written.
+    written. ``deferred``: the pipelines whose placement waits (rule 5).
     """
     if max_workers < -1:
         raise ValueError(f"{MAX_WORKERS_KEY} must be -1 (no bound) or more, got {max_workers}")
@@ -181,6 +187,8 @@ def plan_standby_workers(  # noqa: PLR0913 keyword-only: the snapshot a round pl
     for record in waiting:
         if round_.placed >= bound:
             round_.unplace(record, StandbyWriteKind.PLACE, StandbyReason.OVER_MAX, _over(bound))
+        elif record.name in deferred:
+            round_.placed += 1  # its place under the bound is kept for the next rounds
         else:
             round_.place(record)
     return StandbyPlan(writes=tuple(sorted(round_.writes, key=lambda w: w.pipeline)))
