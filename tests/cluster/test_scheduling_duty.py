@@ -106,12 +106,12 @@ class Cluster:
         self.term = coordinator.nominate("nimbus", "leader", timeout=10)
         self.beats = 0
 
-    def new_duty(self) -> SchedulingDuty:
+    def new_duty(self, settings: SchedulingSettings = SETTINGS) -> SchedulingDuty:
         """A leader's duty with no memory: a nimbus that just started leading."""
         session = self.coordinator.session
         return SchedulingDuty(
             ops=self.ops, assignments=self.table, board=self.board,
-            registered=lambda: self.registered, settings=SETTINGS, clock=self.clock,
+            registered=lambda: self.registered, settings=settings, clock=self.clock,
             connections=(lambda: session.connections) if self.real_session
             else (lambda: self.connections),
             zookeeper_epoch=session.zookeeper_epoch if self.real_session else self.learn_epoch,
@@ -177,7 +177,13 @@ class Cluster:
             )
         )  # fmt: skip
 
-    def worker(self, name: str, state: WorkerState, error: str | None = None) -> None:
+    def worker(
+        self,
+        name: str,
+        state: WorkerState,
+        error: str | None = None,
+        queries: list[QueryProgress] | None = None,
+    ) -> None:
         assignment = self.table.read(name)
         assert assignment is not None
         self.beats += 1
@@ -185,7 +191,7 @@ class Cluster:
             WorkerHeartbeat(
                 pipeline=name, supervisor=assignment.supervisor, epoch=assignment.epoch,
                 generation=assignment.generation, digest=assignment.digest, state=state,
-                time=float(self.beats), error=error,
+                time=float(self.beats), error=error, queries=queries or [],
             )
         )  # fmt: skip
 
@@ -971,6 +977,25 @@ def test_a_hot_pipeline_gets_a_standby_worker_on_another_supervisor_until_it_is_
     cluster.round()
     assert cluster.standby.read("hot") is None
     assert cluster.where("hot") == active  # the active worker stays where it runs
+
+
+def test_a_hot_pipelines_standby_worker_waits_for_the_first_batch_of_its_assignment(cluster):
+    waiting = dataclasses.replace(SETTINGS.standby, place_wait_secs=600.0)
+    cluster.duty = cluster.new_duty(dataclasses.replace(SETTINGS, standby=waiting))
+    for sid in ("s1", "s2"):
+        cluster.supervisor(sid)
+    cluster.submit("hot", {"pipeline.standby": "hot"})
+    cluster.round()
+    assert cluster.where("hot") is not None
+    assert cluster.standby.read("hot") is None  # its worker is not even heard of
+    cluster.worker("hot", WorkerState.RUNNING)
+    cluster.round()
+    assert cluster.standby.read("hot") is None  # running, no batch committed yet
+
+    cluster.worker("hot", WorkerState.RUNNING, queries=[QueryProgress(name="q", batch_id=0)])
+    cluster.round()
+    placement = cluster.standby.read("hot")
+    assert placement is not None and placement.supervisor not in (None, cluster.where("hot"))
 
 
 def test_a_standby_worker_leaves_a_supervisor_judged_dead(cluster):
