@@ -178,6 +178,7 @@ PIPELINE = "streaming-counts"  # the example's name (its stratus.yaml)
 TRIGGER_SECS = 0.5
 PACEMAKER_PORT = 6699  # pacemaker.port's default: one pacemaker per host, on its address
 STEADY_BATCHES = 6  # batches committed where the pipeline runs, the cluster whole, before a kill
+SETTLE_TRIES = 3  # a round settles again after a move before its kill, at most this often
 STANDBY_STARTED = "event=standby_worker_started"  # a standby worker's first line in its log
 WAIT_SECS = 300.0  # a cold start on a loaded 2-core machine, a leader, a registration
 READY_SECS = 120.0  # a daemon started again on a host
@@ -657,6 +658,10 @@ def _assigns(op: str) -> bool:
     return name in ("create", "set_data") and path.endswith(f"/assignments/{PIPELINE}")
 
 
+class MovedBeforeKillError(BenchError):
+    """The pipeline moved before the round's kill."""
+
+
 def wait_steady(
     cluster: FailoverHosts, client: NimbusClient, trail: TrailTail, row: Row
 ) -> tuple[str, str, StandbyWorkerView | None]:
@@ -689,14 +694,17 @@ def wait_steady(
         PULSE_TTL_SECS + WAIT_SECS,
     )
     since = time.monotonic()
-    poll_until(
-        f"{STEADY_BATCHES} batches of {PIPELINE} on {active}",
-        lambda: committed_on(trail.read(), active, since) >= STEADY_BATCHES,
-        WAIT_SECS,
-    )
+
+    def steady() -> bool:
+        beat = running_beat(client, PIPELINE)
+        if beat is not None and beat.supervisor != active:
+            raise MovedBeforeKillError(f"{PIPELINE} left {active} for {beat.supervisor}")
+        return committed_on(trail.read(), active, since) >= STEADY_BATCHES
+
+    poll_until(f"{STEADY_BATCHES} batches of {PIPELINE} on {active}", steady, WAIT_SECS)
     beat = running_beat(client, PIPELINE)
     if beat is None or beat.supervisor != active:
-        raise BenchError(f"{PIPELINE} left {active} while the cluster settled")
+        raise MovedBeforeKillError(f"{PIPELINE} left {active} while the cluster settled")
     standby = wait_standby(client, active) if row.hot else None  # still READY: its RSS now
     return active, leader, standby
 
@@ -710,8 +718,17 @@ def kill_round(
     number: int,
     console: Console,
 ) -> Round:
-    """Wait until steady, kill the worker's host, time its pipeline's move, restore the host."""
-    victim, leader, standby = wait_steady(cluster, client, trail, row)
+    """Wait until steady, kill the worker's host, time its pipeline's move, restore the host.
+    A move that no kill caused while the cluster settles (a false suspicion on a loaded
+    machine) is printed, and the round settles again, up to ``SETTLE_TRIES`` times."""
+    for attempt in range(1, SETTLE_TRIES + 1):
+        try:
+            victim, leader, standby = wait_steady(cluster, client, trail, row)
+            break
+        except MovedBeforeKillError as exc:
+            console.print(f"{row.name} round {number}: {exc} before its kill (no kill caused it)")
+            if attempt == SETTLE_TRIES:
+                raise BenchError(f"{exc}, {SETTLE_TRIES} times in a row") from None
     zk_leader = cluster.zookeeper_leader()
     began_wall, began = driver.now()
     killed = cluster.kill_host(victim)

@@ -1178,6 +1178,25 @@ def test_a_pipeline_its_fence_stopped_and_its_promotion_refused_is_assigned_anew
     assert client.exists(PATHS.assignment("hot")).mzxid == moved_at.mzxid
 
 
+def test_a_pipeline_its_fence_stopped_goes_to_its_standby_worker_once_that_is_ready(cluster):
+    """As above, but the standby worker is READY by the round after: the round promotes it
+    (``fenced``: the fence's answer proves the old worker gone) instead of a Spark start."""
+    lane, active, standby = hot_with_its_standby_worker_starting(cluster, answers=True)
+    placed = cluster.standby.read("hot")
+    assert placed is not None
+
+    lane.run(2.0, {"s1", "s2"})
+    lane.run(2.0, {standby})  # the active's supervisor stalls: fenced, promotion refused
+    lane.run(1.0, {"s1", "s2"})  # heard again before the lane promoted anything
+    assert lane.fence.asked and lane.lane.suspected() == frozenset()
+    cluster.heartbeat(standby, standby=reported(placed, StandbyWorkerState.READY))
+    cluster.round()
+
+    assert cluster.where("hot") == standby
+    assert reasons(cluster, "hot")[-1] == ("standby_promoted", standby, active)
+    assert cluster.standby.read("hot") is None or cluster.standby.read("hot").supervisor != standby
+
+
 def test_no_pipeline_is_assigned_anew_while_its_fence_is_unanswered(cluster):
     """A fence that got no answer proves nothing: the worker may still run. The promotion
     refused on the floor moves nothing, and neither does the round."""

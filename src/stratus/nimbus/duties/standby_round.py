@@ -42,7 +42,12 @@ from stratus.coordination.leadership import Leadership
 from stratus.nimbus.duties.worker_outcomes import Workers, current_beat
 from stratus.nimbus.failover.lane import FailoverLane, hot_snapshot
 from stratus.nimbus.failover.promotion import Promoter
-from stratus.nimbus.failover.promotion_plan import How, PromotionRefusal, plan_promotions
+from stratus.nimbus.failover.promotion_plan import (
+    How,
+    PromotionRefusal,
+    Refusal,
+    plan_promotions,
+)
 from stratus.nimbus.failover.refusals import RefusalMemory
 from stratus.nimbus.failover.update_moves import HoldMemory, UpdateMoves, plan_update_moves
 from stratus.nimbus.scheduling.standby_census import StandbyCensus, standby_census
@@ -119,18 +124,22 @@ class StandbyRound:
         floor_secs: float,
     ) -> bool:
         """Promote the standby workers of the hot pipelines of dead supervisors (verdict
-        ``dead``) and of those a drain or a new generation took off a supervisor whose old
-        worker stopped
-        (``stopped``: pipeline -> that supervisor), never to a ``cordoned`` supervisor, and
+        ``dead``), of those a drain or a new generation took off a supervisor whose old
+        worker stopped (``stopped``: pipeline -> that supervisor), and of those a fence of the
+        failover lane stopped and handed to the round (``fence_held``: their supervisor was
+        heard again before the lane promoted them), never to a ``cordoned`` supervisor, and
         apply the promotions to ``read``; False when one found a version moved (the lane
         promoted it meanwhile, or the read is stale): the next round reads again.
         ``silent_for`` says how long a dead supervisor has been silent, for the trail, and
-        ``floor_secs`` the silence its verdict waited for (a planned stop's waited for none)."""
-        self._told.keep(under=dead | set(stopped.values()))
-        if self._promoter is None or not (dead or stopped):
+        ``floor_secs`` the silence its verdict waited for (a planned stop's waited for none).
+        A held pipeline whose standby worker is not READY is moved by the round as before."""
+        fenced = self._fenced_off(read, dead)
+        self._told.keep(under=dead | set(stopped.values()) | set(fenced))
+        if self._promoter is None or not (dead or stopped or fenced):
             return True
         plan = plan_promotions(
-            verdicts=dict.fromkeys(dead, How.DEAD),
+            verdicts={**dict.fromkeys(fenced, How.FENCED), **dict.fromkeys(dead, How.DEAD)},
+            fenced=fenced,
             stopped=stopped,
             pipelines=read.pipelines,
             assignments=read.current,
@@ -142,7 +151,8 @@ class StandbyRound:
             epoch=term.epoch,
             now=self._wall(),
         )
-        for refusal in plan.refusals:
+        refusals = [r for r in plan.refusals if r.reason is not Refusal.NOT_FENCED]
+        for refusal in refusals:
             log.info(
                 "event=promotion_refused pipeline=%s epoch=%d from=%s how=%s reason=%s "
                 "standby=%s action=moved_the_ordinary_way",
@@ -153,7 +163,7 @@ class StandbyRound:
                 refusal.reason.value,
                 refusal.standby or "-",
             )
-        for refusal in self._told.news(plan.refusals):
+        for refusal in self._told.news(refusals):
             self._on_refused(refusal)
         for promotion in plan.promotions:
             name = promotion.pipeline
@@ -170,6 +180,17 @@ class StandbyRound:
             read.assignments[name] = promotion.assignment
             read.placements.pop(name, None)
         return True
+
+    def _fenced_off(self, read: RoundRead, dead: set[str]) -> dict[str, set[str]]:
+        """The pipelines the lane's fences stopped and hold (``fence_held``), by the
+        supervisor each was stopped on, but those of ``dead`` supervisors (promoted as
+        ``dead``). Their other pipelines run on: a ``fenced`` verdict names only these."""
+        by_supervisor: dict[str, set[str]] = {}
+        for name in self.fence_held(read):
+            supervisor = read.assignments[name].supervisor
+            if supervisor not in dead:
+                by_supervisor.setdefault(supervisor, set()).add(name)
+        return by_supervisor
 
     def update_moves(
         self,

@@ -57,7 +57,8 @@ are dropped).
 stopped the pipeline's worker and holds the pipeline back until an assignment with a newer
 fencing token; if the promotion is then refused (its standby worker not ``READY``, say), the
 lane hands the pipeline to the round (``fence_held``) as it logs the refusal: the next round
-writes it a new assignment, on the supervisor it picks (its own included), whether or not
+promotes its standby worker if that is READY by then (``fenced``), else writes it a new
+assignment, on the supervisor it picks (its own included), whether or not
 the lane still suspects its supervisor, and the lane plans no promotion of it while its
 assignment is the one the fence stopped. A fence's answer is the proof that its worker is
 gone; without one (a refusal on ``floor``) nothing is handed. The answer is waited for
