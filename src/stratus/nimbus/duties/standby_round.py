@@ -167,12 +167,14 @@ class StandbyRound:
             self._on_refused(refusal)
         for promotion in plan.promotions:
             name = promotion.pipeline
-            planned = promotion.how is How.STOPPED  # a drain, an update: no silence, no floor
+            # a drain, an update, or a fence's answer (its supervisor heard again): no
+            # silence waited for, no floor
+            waited = promotion.how is How.DEAD
             if not self._promoter.promote(
                 term,
                 promotion,
-                silent_secs=0.0 if planned else silent_for(promotion.from_supervisor),
-                floor_secs=0.0 if planned else floor_secs,
+                silent_secs=silent_for(promotion.from_supervisor) if waited else 0.0,
+                floor_secs=floor_secs if waited else 0.0,
             ):
                 return False
             written = promotion.assignment_version
