@@ -93,8 +93,12 @@ def test_a_supervisor_with_the_defaults_keeps_warm_workers_and_a_pipeline_starts
         assert memory is not None and memory.held is None and memory.up == 2
         assert memory.budget_mb == budget_mb and memory.machine_mb is not None
         assert 0 < memory.used_mb <= budget_mb  # measured: the stand-ins' processes
-        summary = next(s for s in cluster.client.cluster().supervisors if s.id == "s1")
-        assert summary.warm is not None and summary.warm.up == 2  # the API's cluster summary
+
+        def summarised() -> bool:  # the API's cluster summary: the nimbus's view, a moment later
+            summary = next((s for s in cluster.client.cluster().supervisors if s.id == "s1"), None)
+            return summary is not None and summary.warm is not None and summary.warm.up == 2
+
+        wait_until(summarised, WAIT_SECS, "the cluster summary to show two warm workers up")
         row = r"^s1\t.*\t2 up, [\d.]+ [MG]iB of [\d.]+ GiB\tschedulable\tride\t-$"
         assert re.search(row, shown(cluster), re.M)
         exposed = metrics(supervisor)
@@ -148,7 +152,12 @@ def test_a_tiny_budget_starts_no_warm_worker_and_says_why(
         assert memory is not None and memory.up == 0 and memory.budget_mb == 1
         assert memory.why is not None and "would pass the budget" in memory.why
         assert supervisor.warm is not None and supervisor.warm.pids == []
-        assert re.search(r"^s1\t.*\t0 up, 0 B of 1.0 MiB, held: budget\t", shown(cluster), re.M)
+        listed = r"^s1\t.*\t0 up, 0 B of 1.0 MiB, held: budget\t"
+        wait_until(  # the nimbus's view follows the registration a moment later
+            lambda: re.search(listed, shown(cluster), re.M) is not None,
+            WAIT_SECS,
+            "the CLI to list the budget's hold",
+        )
         assert "would pass the budget: 0 of 1 MiB used" in shown(cluster, "-o", "wide")
         exposed = metrics(supervisor)
         assert exposed[series("stratus_supervisor_warm_held", reason="budget")] == 1
