@@ -104,16 +104,23 @@ def test_data_survives_a_clean_stop_and_a_crash(zk_restartable: ZooKeeperServer)
     assert zk_restartable.port == port
 
 
+SURVIVING_SECS = 30.0  # the session of the restart test
+
+
 def test_session_survives_a_restart_within_its_timeout(zk_restartable: ZooKeeperServer) -> None:
     states: list[str] = []
-    with kazoo_client(zk_restartable.connect_string, session_timeout=10.0) as client:
+    # a long session: each of kazoo's connection attempts waits for an answer a share of it,
+    # and a server just restarted on a loaded machine answered its first one late (CI)
+    with kazoo_client(zk_restartable.connect_string, session_timeout=SURVIVING_SECS) as client:
         client.add_listener(states.append)
         session_id = client.client_id[0]
         client.create("/owned", b"", ephemeral=True)
         zk_restartable.stop()
         wait_until(lambda: client.state != KazooState.CONNECTED, 10, "the client to notice")
         zk_restartable.start()
-        wait_until(lambda: client.state == KazooState.CONNECTED, 10, "the client to reconnect")
+        wait_until(
+            lambda: client.state == KazooState.CONNECTED, SURVIVING_SECS, "the client to reconnect"
+        )
         assert client.client_id[0] == session_id
         stat = client.exists("/owned")
         assert KazooState.LOST not in states  # before stop() below ends the session
