@@ -668,7 +668,8 @@ def wait_steady(
     """Wait until the pipeline runs, the leader is on another host, every supervisor is
     registered, the row's spares are ready elsewhere (a hot row's: its standby worker READY
     on another host) and ``STEADY_BATCHES`` batches were committed after that; the worker's
-    host, the leader's and the standby worker seen last."""
+    host, the leader's and the standby worker seen last. ``MovedBeforeKillError`` when the
+    pipeline leaves its supervisor meanwhile."""
     poll_until(f"{PIPELINE} to run", lambda: running_beat(client, PIPELINE) is not None, WAIT_SECS)
     beat = running_beat(client, PIPELINE)
     if beat is None:
