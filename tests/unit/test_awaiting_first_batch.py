@@ -54,6 +54,12 @@ def test_the_wait_is_bounded():
     assert not waiting(assigned(WAIT, epoch=5), beat(batch_id=None))
 
 
+def test_an_assignment_dated_by_a_clock_far_ahead_waits_at_most_twice_the_bound():
+    assert waiting(assigned(-1.0), {})  # its writer's clock a second ahead: still waits
+    assert not waiting(assigned(-WAIT), {})  # ahead by the bound or more: placed now
+    assert not waiting(assigned(-3600.0), {})
+
+
 def test_a_beat_of_another_assignment_does_not_end_the_wait():
     assert waiting(assigned(1.0), beat(batch_id=142, epoch=4))  # an earlier term's worker
     assert waiting(assigned(1.0), beat(batch_id=142, supervisor="s1"))  # the old supervisor's

@@ -347,11 +347,14 @@ def awaiting_first_batch(
     assignment's ``assigned``): a promoted standby worker's first batch, a moved pipeline's
     or a new one's. Their next standby worker is placed once that batch is in, so that its
     start does not take the CPU they recover with; ``wait_secs`` bounds the wait for a
-    pipeline that commits nothing (no new data) or whose worker fails."""
+    pipeline that commits nothing (no new data) or whose worker fails. An assignment dated
+    more than ``wait_secs`` ahead of ``now`` (a nimbus whose clock ran ahead wrote it) waits
+    for nothing either, so that a skewed clock delays a standby worker by at most twice the
+    bound, never by the skew."""
     return {
         name
         for name, assignment in assignments.items()
-        if now - assignment.assigned < wait_secs and not _committed(assignment, workers)
+        if abs(now - assignment.assigned) < wait_secs and not _committed(assignment, workers)
     }
 
 
