@@ -98,6 +98,20 @@ def test_a_calm_supervisor_is_suspected_only_after_its_floor(
     assert suspicions["s1"].floor_secs == FLOOR
 
 
+def test_the_silences_of_every_supervisor_judged_suspected_or_not(
+    clock: FakeClock, board: Board, watch: BeatWatch
+) -> None:
+    floors = {"s1": FLOOR, "s2": FLOOR}
+    assert watch.silences() == {}  # nothing judged yet
+    run(clock, board, watch, 2.0, {"s1", "s2"})
+    run(clock, board, watch, 0.5, {"s2"})  # s1 silent, short of its floor: no suspect
+    assert watch.suspected(floors) == {}
+    silences = watch.silences()
+    assert set(silences) == {"s1", "s2"}
+    assert 0.4 < silences["s1"] <= 0.5
+    assert silences["s2"] < POLL
+
+
 def test_a_minority_read_judges_nothing(clock: FakeClock, board: Board, watch: BeatWatch) -> None:
     floors = {"s1": FLOOR}
     run(clock, board, watch, 3.0, {"s1"})

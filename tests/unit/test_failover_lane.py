@@ -267,6 +267,61 @@ def test_a_stall_shorter_than_the_beat_lease_asks_no_fence_and_promotes_nothing(
     assert fence.asked == [] and lane.promoter.asked == []
 
 
+def jittery(lane: Lane) -> None:
+    """s1's beat agent stalls again and again (gaps of 0.1 to 0.7 s): phi learns it."""
+    lane.lane.note(snapshot())
+    for gap in (0.1, 0.3, 0.1, 0.5, 0.2, 0.7, 0.1, 0.4) * 3:
+        lane.run(gap - POLL, {"s2", "s3"})
+        lane.run(POLL, {"s1", "s2", "s3"})
+
+
+def silent(lane: Lane, secs: float) -> bool:
+    """``secs`` without a beat of s1; whether phi suspected s1 meanwhile."""
+    suspected = False
+    for _ in range(round(secs / POLL)):
+        lane.run(POLL, {"s2", "s3"})
+        suspected = suspected or "s1" in lane.lane.suspected()
+    return suspected
+
+
+def test_a_silence_past_the_beat_lease_that_phi_does_not_suspect_asks_the_fence() -> None:
+    """A host whose beat agent stalls often: phi, which learnt its rhythm, stays below the
+    threshold at a silence of 0.9 s, but the beat lease (0.8 s) has run out, so its hot
+    worker stopped itself. The fence's answer promotes the standby worker, rather than
+    leaving the supervisor to start the worker again in place (a Spark driver's start)."""
+    fence = Fence(answers=True)
+    lane = Lane(fence)
+    jittery(lane)
+    assert not silent(lane, 0.9)  # phi never suspected s1
+    lane.run(1.0, {"s1", "s2", "s3"})  # heard again
+    assert [(sid, pipelines) for sid, pipelines, _, _ in fence.asked] == [
+        ("s1", frozenset({"orders"}))
+    ]
+    promoted = [
+        (p.pipeline, p.from_supervisor, p.to_supervisor, p.how)
+        for p, _, _ in lane.promoter.promoted
+    ]
+    assert promoted == [("orders", "s1", "s2", How.FENCED)]
+    _, silence, _ = lane.promoter.promoted[0]
+    assert silence >= LEASE.lease_secs
+
+
+def test_past_its_floor_without_phi_a_supervisor_is_fenced_never_promoted_unanswered() -> None:
+    """Phi still decides the ``floor`` verdict: a silence past the floor that it does not
+    suspect promotes nothing without the fence's answer."""
+    fence = Fence(answers=False)
+    lane = Lane(fence)
+    jittery(lane)
+    lane.lane.note(snapshot())
+    lane.clock.advance(1.1)  # the leader's own pause: the next read finds s1 past its floor
+    for sid in ("s2", "s3"):
+        lane.beats.beat(sid)
+    assert lane.lane.step(lane.term) == ()
+    assert "s1" not in lane.lane.suspected()
+    assert [sid for sid, _, _, _ in fence.asked] == ["s1"]
+    assert lane.promoter.asked == []
+
+
 def test_the_fence_is_asked_once_the_silence_reached_the_beat_lease() -> None:
     fence = Fence(answers=False)
     lane = Lane(fence)

@@ -17,6 +17,7 @@ own) restarts nothing (**Blindness** below). Each term starts empty::
     watch.suspected(floors)                # {"s1": Suspicion("s1", phi=12.3, silence_secs=1.1,
                                            #  floor_secs=1.02)}
     watch.phis()                           # {"s1": 12.3, "s2": 0.4}: every one judged, for a metric
+    watch.silences()                       # {"s1": 1.1, "s2": 0.05}: every one judged
 
 **Arrivals.** A beat is ``[boot_id, seq]``; a read that shows a supervisor's beat with a
 higher ``seq`` than the last one seen, or another ``boot_id`` (its beat agent started again,
@@ -159,6 +160,13 @@ class BeatWatch:
         if self._judged_at is None:
             return {}
         return phis(self._windows, self._judged_at)
+
+    def silences(self) -> dict[str, float]:
+        """The silence of every supervisor judged at the last ``suspected``, at the judging
+        read (suspected or not); empty before the first judged read of the term."""
+        if self._judged_at is None:
+            return {}
+        return {sid: window.silence(self._judged_at) for sid, window in self._windows.items()}
 
     def reset(self) -> None:
         """Forget everything and start every silence now: at every gain of leadership (a new

@@ -53,6 +53,16 @@ the fence stops nothing that would run on. The fence is asked on a thread of its
 verdict never waits on a fence (a dead host's fence waits out its whole timeout: its packets
 are dropped).
 
+**The beat lease, not phi, asks the fence.** A supervisor whose silence reached its beat
+lease is asked its fence the same way when phi does not suspect it (logged
+``event=beat_lease_ran_out``), at any time of its silence: phi learns a host's rhythm, and on
+a host whose beat agent stalls again and again it stays below the threshold at silences its
+hot workers do not survive, since their beat lease is one fixed timeout. Without the fence,
+their supervisor would start them again in place once it is heard again, a Spark driver's
+start (20 to 45 s on a loaded host), while their standby workers wait READY; with it, the
+answer promotes them (``fenced``) within about a second. Phi still decides the ``floor``
+verdict (no answer) and who is suspected.
+
 **A fence answered, a promotion refused.** A supervisor that answered a pipeline fence has
 stopped the pipeline's worker and holds the pipeline back until an assignment with a newer
 fencing token; if the promotion is then refused (its standby worker not ``READY``, say), the
@@ -356,13 +366,15 @@ class FailoverLane:
                 dict.fromkeys(floors, PHI_ONLY_SECS)
             ).items()
         }
+        phis = self._watch.phis()
+        judged = {**self._past_lease(floors, registered, phis), **suspicions}
         self._log_suspicions(term, suspicions)
-        self._set_suspected(suspicions, self._watch.phis())
-        if self._fences is not None:  # heard again: a later suspicion asks its fence again
-            self._fences.keep_asked(suspected=set(suspicions))
-        if not suspicions:
+        self._set_suspected(suspicions, phis, silent=set(judged))
+        if self._fences is not None:  # heard again: a later silence asks its fence again
+            self._fences.keep_asked(suspected=set(judged))
+        if not judged:
             return ()
-        verdicts, fenced = self._verdicts(term, snapshot, registered, suspicions)
+        verdicts, fenced = self._verdicts(term, snapshot, registered, judged, set(suspicions))
         if not verdicts:
             return ()  # suspected, neither fenced nor past its floor yet
         offered = self._without_held(snapshot)  # the round moves those it holds
@@ -382,7 +394,7 @@ class FailoverLane:
         self._log_refusals(term, plan.refusals)
         done = []
         for promotion in plan.promotions:
-            suspicion = suspicions[promotion.from_supervisor]
+            suspicion = judged[promotion.from_supervisor]
             if self._promoter.promote(
                 term,
                 promotion,
@@ -395,29 +407,57 @@ class FailoverLane:
                     self._snapshot = snapshot = snapshot.without(promotion.pipeline)
         return tuple(done)
 
+    def _past_lease(
+        self,
+        floors: Mapping[str, float],
+        registered: Mapping[str, SupervisorSummary],
+        phis: Mapping[str, float],
+    ) -> dict[str, Suspicion]:
+        """The registered supervisors judged whose silence reached their beat lease, phi or
+        not: their hot workers are stopping themselves, so their fence is asked (``The
+        fence``)."""
+        silences = self._watch.silences()
+        past = {}
+        for sid, floor in floors.items():
+            silence = Suspicion(sid, phis.get(sid, 0.0), silences.get(sid, 0.0), floor)
+            if sid in registered and lease_ran_out(registered[sid], silence):
+                past[sid] = silence
+        return past
+
     def _verdicts(
         self,
         term: Leadership,
         snapshot: HotSnapshot,
         registered: Mapping[str, SupervisorSummary],
-        suspicions: Mapping[str, Suspicion],
+        judged: Mapping[str, Suspicion],
+        suspected: Set[str],
     ) -> tuple[dict[str, How], dict[str, Set[str]]]:
-        """``fenced`` for a suspected supervisor whose fence answered for its hot pipelines
-        (asked once per suspicion, once its silence reached its beat lease, while time is left
-        to its floor; its answer counts whenever it comes, for the assignments it was asked
-        at), else ``floor`` once its silence reached its floor; no verdict before."""
+        """``fenced`` for a supervisor whose fence answered for its hot pipelines (asked once
+        per silence, once that reached its beat lease: while time is left to its floor if phi
+        suspects it, at any time if not; its answer counts whenever it comes, for the
+        assignments it was asked at), else ``floor`` once a supervisor of ``suspected`` (phi)
+        has been silent for its floor; no verdict before."""
         verdicts: dict[str, How] = {}
         fenced: dict[str, Set[str]] = {}
         fences = self._fences
-        for sid, suspicion in sorted(suspicions.items()):
+        for sid, suspicion in sorted(judged.items()):
             left = suspicion.floor_secs - suspicion.silence_secs
             if (
                 fences is not None
                 and not fences.asked(sid)
-                and left > 0
+                and (left > 0 or sid not in suspected)
                 and sid in registered
                 and lease_ran_out(registered[sid], suspicion)
             ):
+                if sid not in suspected:
+                    log.info(
+                        "event=beat_lease_ran_out epoch=%d supervisor=%s phi=%.1f "
+                        "silent_secs=%.3f action=fence_hot_pipelines",
+                        term.epoch,
+                        sid,
+                        suspicion.phi,
+                        suspicion.silence_secs,
+                    )
                 hot = {
                     name: version
                     for name, (a, version) in snapshot.assignments.items()
@@ -427,7 +467,7 @@ class FailoverLane:
             answered = fences.answered(sid, snapshot.assignments) if fences else frozenset()
             if answered:
                 verdicts[sid], fenced[sid] = How.FENCED, answered
-            elif left <= 0:
+            elif left <= 0 and sid in suspected:
                 verdicts[sid] = How.FLOOR
         return verdicts, fenced
 
@@ -500,11 +540,16 @@ class FailoverLane:
             self._watch.reset()
 
     def _set_suspected(
-        self, suspicions: Mapping[str, Suspicion], phi: Mapping[str, float] | None = None
+        self,
+        suspicions: Mapping[str, Suspicion],
+        phi: Mapping[str, float] | None = None,
+        *,
+        silent: Set[str] = frozenset(),
     ) -> None:
         """What the last judgement says (nobody judged: no phi); a refusal off a supervisor
-        no longer suspected is forgotten, so that its next suspicion tells it again."""
-        self._told.keep(under=suspicions.keys())
+        neither suspected nor ``silent`` past its beat lease any more is forgotten, so that
+        its next silence tells it again."""
+        self._told.keep(under=suspicions.keys() | silent)
         with self._lock:
             self._suspected, self._phi = frozenset(suspicions), dict(phi or {})
 
