@@ -60,8 +60,8 @@ a host whose beat agent stalls again and again it stays below the threshold at s
 hot workers do not survive, since their beat lease is one fixed timeout. Without the fence,
 their supervisor would start them again in place once it is heard again, a Spark driver's
 start (20 to 45 s on a loaded host), while their standby workers wait READY; with it, the
-answer promotes them (``fenced``) within about a second. Phi still decides the ``floor``
-verdict (no answer) and who is suspected.
+answer promotes them (``fenced``). Phi still decides the ``floor`` verdict (no answer) and
+who is suspected.
 
 **A fence answered, a promotion refused.** A supervisor that answered a pipeline fence has
 stopped the pipeline's worker and holds the pipeline back until an assignment with a newer
