@@ -1198,6 +1198,30 @@ def test_a_pipeline_its_fence_stopped_goes_to_its_standby_worker_once_that_is_re
     assert behind is None or behind.supervisor != standby
 
 
+def test_a_hot_pipeline_whose_worker_starts_cold_goes_to_its_ready_standby_worker(cluster):
+    """The active's worker stopped on its host (its beat lease lapsed for a stall the lane
+    did not see as one) and starts again in place, a Spark start, while its standby worker
+    is READY: the round hands the start to the lane, whose pipeline fence stops it, and the
+    next round promotes the standby worker (``fenced``)."""
+    lane, active, standby = hot_with_its_standby_worker_starting(cluster, answers=True)
+    placed = cluster.standby.read("hot")
+    assert placed is not None
+    cluster.heartbeat(standby, standby=reported(placed, StandbyWorkerState.READY))
+    cluster.worker("hot", WorkerState.RUNNING)
+    cluster.round()
+    lane.run(1.0, {"s1", "s2"})
+    assert lane.fence.asked == []  # running: nothing to fence
+
+    cluster.worker("hot", WorkerState.STARTING)  # started again in place
+    cluster.round()
+    lane.run(POLL, {"s1", "s2"})
+    assert [(sid, set(pipelines)) for sid, pipelines, *_ in lane.fence.asked] == [(active, {"hot"})]
+    cluster.round()
+
+    assert cluster.where("hot") == standby
+    assert reasons(cluster, "hot")[-1] == ("standby_promoted", standby, active)
+
+
 def test_no_pipeline_is_assigned_anew_while_its_fence_is_unanswered(cluster):
     """A fence that got no answer proves nothing: the worker may still run. The promotion
     refused on the floor moves nothing, and neither does the round."""

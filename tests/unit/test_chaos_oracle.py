@@ -474,3 +474,25 @@ def test_a_promotion_off_a_supervisor_whose_worker_had_stopped_before_its_silenc
         )
         == 1
     )
+
+
+def test_a_promotion_off_a_worker_that_stopped_and_started_again_cold_is_explained() -> None:
+    """Its beat lease lapsed (a stall shorter than the floor), its supervisor started it
+    again in place, and the leader fenced that start to promote the standby worker: the
+    pipeline was down there since the stop, whatever the detector saw."""
+    w1 = worker(1)
+    w2 = worker(2)
+    ran = [w1("worker_started", 0.0, supervisor="s1"), w1("batch_committed", 5.0, supervisor="s1")]
+    lapsed = w1("worker_stopped", 8.0, supervisor="s1", state="STOPPED")
+    again = w2("worker_started", 9.0, supervisor="s1")
+    fenced = w2("worker_stopped", 11.5, supervisor="s1", state="STOPPED")
+    cold = [*ran, lapsed, again, fenced, promotion(12.0, silent=0.0, how="fenced")]
+    assert check_promotions_explained(events_of(cold), EXACT) == []
+    # without the start in place, the stop is the fence's own: a running worker moved
+    moved = [*ran, fenced, promotion(12.0, silent=0.0, how="fenced")]
+    assert len(check_promotions_explained(events_of(moved), EXACT)) == 1
+    # started again in place and not stopped by the promotion's fence: it may run
+    assert len(check_promotions_explained(events_of(cold[:-2] + cold[-1:]), EXACT)) == 1
+    # a batch committed by the start in place: it ran
+    ran_again = [*cold[:-2], w2("batch_committed", 11.0, supervisor="s1"), *cold[-2:]]
+    assert len(check_promotions_explained(events_of(ran_again), EXACT)) == 1

@@ -322,6 +322,25 @@ def test_past_its_floor_without_phi_a_supervisor_is_fenced_never_promoted_unansw
     assert lane.promoter.asked == []
 
 
+def test_a_cold_start_is_fenced_once_and_handed_to_the_round_on_the_answer() -> None:
+    """The round saw "orders" start cold on s1, its standby worker READY: the lane asks
+    s1's pipeline fence once for that assignment, beating or not, and hands the answer to
+    the round (``fence_held``), promoting nothing itself."""
+    fence = Fence(answers=True)
+    lane = Lane(fence)
+    cold = replace(snapshot(), cold_starts={"orders": 11})
+    lane.lane.note(cold)
+    assert lane.run(1.0, {"s1", "s2", "s3"}) == []
+    assert [(sid, pipelines) for sid, pipelines, _, _ in fence.asked] == [
+        ("s1", frozenset({"orders"}))
+    ]
+    assert lane.lane.fence_held(cold.assignments) == {"orders"}
+    assert lane.promoter.asked == []
+    lane.lane.note(replace(snapshot(), cold_starts={"orders": 12}))  # a later assignment's
+    lane.run(POLL, {"s1", "s2", "s3"})
+    assert len(fence.asked) == 2
+
+
 def test_the_fence_is_asked_once_the_silence_reached_the_beat_lease() -> None:
     fence = Fence(answers=False)
     lane = Lane(fence)

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 from stratus.chaos.trail_events import Clocks, Event, Instant, Violation, began_at
 from stratus.trail import (
+    BATCH_COMMITTED,
     HOST_CUT,
     HOST_STRESSED,
     PROCESS_KILLED,
@@ -80,7 +81,9 @@ def check_promotions_explained(
     before the supervisor fell silent, and had not started again by the promotion: its
     supervisor fenced it (its own lease lapsed, say, when ZooKeeper lost its leader with
     another host), the pipeline was down there before the detector judged anything, and no
-    fence the detector asked can have stopped it. Any other promotion is a false suspicion:
+    fence the detector asked can have stopped it; and when that worker, stopped since its
+    last batch there, had started there again, cold, and the leader fenced that start to
+    promote the standby worker instead (``cold_starts``). Any other promotion is a false suspicion:
     the failure detector acted on a silence that no failure made (a loaded host, a pause
     shorter than the floor). Its violation holds the promotion and the faults of that
     supervisor near it. A run without promotions passes."""
@@ -105,6 +108,8 @@ def check_promotions_explained(
         if any(outage.secs >= floor for outage in near):
             continue
         if _stopped_before(events, clocks, promotion, old, fell_silent):
+            continue
+        if _started_cold(events, clocks, promotion):
             continue
         violations.append(
             Violation(
@@ -136,6 +141,33 @@ def _stopped_before(
         ):
             last = event
     return last is not None and last.name == WORKER_STOPPED and clocks.before(last.at, fell_silent)
+
+
+def _started_cold(events: list[Event], clocks: Clocks, promotion: Event) -> bool:
+    """Whether the promoted pipeline's worker on its old supervisor had stopped since its
+    last batch committed there, started there again, and stopped again before the
+    promotion, committing nothing: the leader fenced a start in place, cold, and promoted
+    the standby worker (``cold_starts``). The pipeline was down there since the first stop,
+    which no fence of this promotion made (a pipeline fence holds the pipeline: nothing
+    starts after it)."""
+    pipeline, supervisor = promotion.get("pipeline"), promotion.get("from_supervisor")
+    there = sorted(
+        (
+            event
+            for event in events
+            if event.name in (WORKER_STARTED, WORKER_STOPPED, BATCH_COMMITTED)
+            and event.get("pipeline") == pipeline
+            and event.get("supervisor") == supervisor
+            and clocks.before(event.at, promotion.at)
+        ),
+        key=lambda event: event.at.mono,  # a worker's lines: its supervisor's host
+    )
+    since_batch = [event.name for event in there]
+    if BATCH_COMMITTED in since_batch:
+        since_batch = since_batch[len(since_batch) - since_batch[::-1].index(BATCH_COMMITTED) :]
+    if WORKER_STOPPED not in since_batch or since_batch[-1] != WORKER_STOPPED:
+        return False  # never stopped there since, or started again and running
+    return WORKER_STARTED in since_batch[since_batch.index(WORKER_STOPPED) :]
 
 
 def _earlier(moment: Instant, secs: float) -> Instant:

@@ -298,7 +298,13 @@ class SchedulingDuty:
         )
         # the failover lane promotes from the round's read, but what the round wrote (their
         # versions read are spent)
-        self._standby.hand_to_lane(term, read, written={*plan.assign, *plan.unassign, *placed})
+        self._standby.hand_to_lane(
+            term,
+            read,
+            written={*plan.assign, *plan.unassign, *placed},
+            workers=workers,
+            cordoned=set(cordons),
+        )
         self._standby.take_census(read)
         return plan
 

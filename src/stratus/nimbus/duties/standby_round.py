@@ -7,7 +7,9 @@ supervisor once its old worker stopped (``stopped``), is promoted when it is REA
 new generations wait for their standby worker or go to it (``update_moves``, the hold counted
 on the leader's clock); after the plan is applied, the standby workers are placed against the
 assignments as it left them (``standby_plan``), the failover lane gets the hot pipelines of
-the round's read (``HotSnapshot``), and the metrics their standby workers' census
+the round's read (``HotSnapshot``, with those whose worker starts cold while their standby
+worker is READY: ``cold_starts``, for the lane to fence), and the metrics their standby
+workers' census
 (``standby_census``). A promotion refused is logged each round and counted once per verdict
 (``RefusalMemory``). Kept apart from the round so that the round reads as the ordinary
 scheduling, with the standby workers' collaborators (their table, the promoter, the lane)
@@ -39,6 +41,7 @@ from stratus.api.records import (
 )
 from stratus.api.standby_workers import StandbyWorkerBeat, StandbyWorkerPlacement
 from stratus.coordination.leadership import Leadership
+from stratus.nimbus.duties.cold_starts import starting_cold
 from stratus.nimbus.duties.worker_outcomes import Workers, current_beat
 from stratus.nimbus.failover.lane import FailoverLane, hot_snapshot
 from stratus.nimbus.failover.promotion import Promoter
@@ -292,20 +295,44 @@ class StandbyRound:
         self._table.apply(term, plan, read.placements, unchanged)
         return {write.pipeline for write in plan.writes}
 
-    def hand_to_lane(self, term: Leadership, read: RoundRead, *, written: set[str]) -> None:
+    def hand_to_lane(
+        self,
+        term: Leadership,
+        read: RoundRead,
+        *,
+        written: set[str],
+        workers: Workers,
+        cordoned: set[str],
+    ) -> None:
         """Hand the failover lane what it promotes from: the hot pipelines of the round's
-        read, but those whose znodes the round wrote (their versions read no longer hold)."""
-        if self._lane is not None:
-            self._lane.note(
-                hot_snapshot(
-                    term.epoch,
-                    read.pipelines,
-                    read.current,
-                    read.placements,
-                    read.supervisors,
-                    written=written,
-                )
+        read, but those whose znodes the round wrote (their versions read no longer hold),
+        with those whose worker starts cold while their standby worker is READY (in
+        ``workers``, the heartbeats: ``cold_starts``), for the lane to fence."""
+        if self._lane is None:
+            return
+        cold = starting_cold(
+            pipelines=read.pipelines,
+            assignments=read.current,
+            placements=read.placements,
+            heartbeats=read.supervisors,
+            workers=workers,
+            registered=set(read.registered),
+            suspected=self._lane.suspected(),
+            cordoned=cordoned,
+            epoch=term.epoch,
+            now=self._wall(),
+        )
+        self._lane.note(
+            hot_snapshot(
+                term.epoch,
+                read.pipelines,
+                read.current,
+                read.placements,
+                read.supervisors,
+                written=written,
+                cold_starts=cold,
             )
+        )
 
     def take_census(self, read: RoundRead) -> None:
         """The census of the round's read, as its promotions left it (``census``)."""

@@ -63,6 +63,12 @@ start (20 to 45 s on a loaded host), while their standby workers wait READY; wit
 answer promotes them (``fenced``). Phi still decides the ``floor`` verdict (no answer) and
 who is suspected.
 
+**A cold start.** The round also hands the lane the hot pipelines whose worker starts again
+in place, cold, while their standby worker is READY (``HotSnapshot.cold_starts``: a beat
+lease lapsed on a stall the lane did not count as one); the lane asks their supervisor's
+pipeline fence once per assignment, outside any suspicion, and hands the answer to the round
+(``fence_held``), which promotes the standby worker.
+
 **A fence answered, a promotion refused.** A supervisor that answered a pipeline fence has
 stopped the pipeline's worker and holds the pipeline back until an assignment with a newer
 fencing token; if the promotion is then refused (its standby worker not ``READY``, say), the
@@ -140,6 +146,8 @@ class HotSnapshot:
         default_factory=dict
     )
     heartbeats: Mapping[str, SupervisorHeartbeat] = field(default_factory=dict)
+    cold_starts: Mapping[str, int] = field(default_factory=dict)  # pipeline -> the version
+    # of its assignment whose worker starts cold, its standby worker READY (``cold_starts``)
 
     @property
     def holders(self) -> set[str]:
@@ -153,6 +161,7 @@ class HotSnapshot:
             pipelines={k: v for k, v in self.pipelines.items() if k != pipeline},
             assignments={k: v for k, v in self.assignments.items() if k != pipeline},
             placements={k: v for k, v in self.placements.items() if k != pipeline},
+            cold_starts={k: v for k, v in self.cold_starts.items() if k != pipeline},
         )
 
 
@@ -164,9 +173,11 @@ def hot_snapshot(
     heartbeats: Mapping[str, SupervisorHeartbeat],
     *,
     written: Set[str] = frozenset(),
+    cold_starts: Mapping[str, int] | None = None,
 ) -> HotSnapshot:
     """The hot pipelines of a round's read, but those whose assignment or placement the
-    round wrote since (``written``: their versions read no longer hold)."""
+    round wrote since (``written``: their versions read no longer hold); ``cold_starts``:
+    those whose worker starts cold, their standby worker READY."""
     hot = {
         name: record
         for name, record in pipelines.items()
@@ -181,6 +192,7 @@ def hot_snapshot(
         assignments={name: assignments[name] for name in hot},
         placements={name: placements[name] for name in hot if name in placements},
         heartbeats=dict(heartbeats) if hot else {},
+        cold_starts={name: v for name, v in (cold_starts or {}).items() if name in hot},
     )
 
 
@@ -235,6 +247,7 @@ class FailoverLane:
         self._told = RefusalMemory()  # the refusals logged, once per suspicion
         self._on_refused = on_refused
         self._unjudged: frozenset[str] = frozenset()  # holders left to the round, logged
+        self._cold_asked: set[tuple[str, int]] = set()  # cold starts fenced this term
         self._seen: dict[str, SupervisorSummary] = {}  # each holder's newest registration seen
         # in this term, kept once it is gone (its beat lease gives its floor)
         self._thread: threading.Thread | None = None
@@ -281,6 +294,7 @@ class FailoverLane:
         self._told.clear()
         self._unjudged = frozenset()
         self._seen = {}
+        self._cold_asked = set()
         if self._fences is not None:
             self._fences.clear()
         self.outcome = None
@@ -341,6 +355,7 @@ class FailoverLane:
             self._idle()
             return ()  # nothing hot: no read at all
         registered = self._registered()
+        self._fence_cold_starts(term, snapshot, registered)
         holders = snapshot.holders
         seen = {**self._seen, **registered}  # a registration gone: its newest seen this term
         self._seen = {sid: summary for sid, summary in seen.items() if sid in holders}
@@ -406,6 +421,31 @@ class FailoverLane:
                 if self._snapshot is snapshot:  # either way its versions are spent
                     self._snapshot = snapshot = snapshot.without(promotion.pipeline)
         return tuple(done)
+
+    def _fence_cold_starts(
+        self, term: Leadership, snapshot: HotSnapshot, registered: Mapping[str, SupervisorSummary]
+    ) -> None:
+        """Ask the pipeline fence of each hot pipeline whose worker starts cold while its
+        standby worker is READY (``HotSnapshot.cold_starts``), once per assignment version:
+        the answer hands it to the round, which promotes the standby worker."""
+        if self._fences is None:
+            return
+        for name, version in sorted(snapshot.cold_starts.items()):
+            if (name, version) in self._cold_asked:
+                continue
+            supervisor = snapshot.assignments[name][0].supervisor
+            summary = registered.get(supervisor)
+            if summary is None:
+                continue
+            self._cold_asked.add((name, version))
+            log.info(
+                "event=cold_start_fenced epoch=%d pipeline=%s supervisor=%s "
+                "action=promote_standby_worker",
+                term.epoch,
+                name,
+                supervisor,
+            )
+            self._fences.ask_for_round(summary, {name: version}, term.epoch)
 
     def _past_lease(
         self,

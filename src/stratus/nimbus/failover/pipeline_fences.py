@@ -9,6 +9,7 @@ scheduling round moves it the ordinary way (``held``) and the lane promotes none
 
     fences = PipelineFences(supervisor_fencing.fence_pipelines, answer_secs=10.0)
     fences.ask(summary, {"orders": 11}, epoch=9, within=0.2)   # once per suspicion
+    fences.ask_for_round(summary, {"clicks": 4}, epoch=9)      # a cold start: held when answered
     fences.answered("s1", assignments)     # frozenset({"orders"}) once s1 answered
     fences.keep_asked(suspected={"s2"})    # s1 heard again: a later suspicion asks anew
     fences.hold("s1", {"orders": 11})      # answered, promotion refused: the round moves it
@@ -97,6 +98,15 @@ class PipelineFences:
         self._asked[supervisor.id] = self._executor.submit(
             self._call, supervisor, pipelines, epoch, max(within, self._answer_secs)
         )
+
+    def ask_for_round(
+        self, supervisor: SupervisorSummary, pipelines: Mapping[str, int], epoch: int
+    ) -> None:
+        """Ask ``supervisor`` to stop ``pipelines`` (each with its assignment's version) for
+        the round, outside any suspicion: what it answers is held for the round
+        (``keep_asked``), which promotes them; the lane promotes none of them itself."""
+        asked = self._executor.submit(self._call, supervisor, pipelines, epoch, self._answer_secs)
+        self._late.append((supervisor.id, asked))
 
     def answered(self, supervisor: str, assignments: Assignments) -> frozenset[str]:
         """The pipelines ``supervisor``'s fence answered for that ``assignments`` still holds
