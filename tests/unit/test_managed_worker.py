@@ -232,6 +232,25 @@ def test_exit_zero_without_finishing_is_a_crash(tmp_path) -> None:
     assert phase(worker) is Phase.BACKOFF
 
 
+def test_a_worker_that_stopped_itself_on_a_lease_starts_again_without_a_crash(tmp_path) -> None:
+    """A hot worker whose beat lease ended exits 0, its last heartbeat STOPPED: not a crash.
+    Five in a row leave no crash, no backoff and no FAILED (max.restarts is 3 here)."""
+    clock, launcher = FakeClock(), FakeLauncher(tmp_path)
+    worker = managed(tmp_path, clock, launcher)
+    worker.step(may_start=True)
+    for started in range(1, 6):
+        write_beat(tmp_path, WorkerState.STOPPED)
+        launcher.last.exit_code = 0
+        worker.step(may_start=False)  # the beat lease does not hold yet
+        assert phase(worker) is Phase.PREPARING
+        beat = worker.heartbeat()
+        assert (beat.state, beat.restarts, beat.last_crash) == (WorkerState.STARTING, 0, None)
+        assert len(launcher.processes) == started
+        worker.step(may_start=True)  # it holds again: started at once, no backoff
+        assert phase(worker) is Phase.RUNNING
+    assert len(launcher.processes) == 6
+
+
 def test_a_stop_is_sigterm_then_sigkill_of_the_group_after_the_grace(tmp_path) -> None:
     clock, launcher = FakeClock(), FakeLauncher(tmp_path)
     worker = managed(tmp_path, clock, launcher)

@@ -18,6 +18,8 @@ Phases::
     PREPARING --its requirements cannot be installed--> FAILED (at once, no restart)
     RUNNING --exit REFUSED (its checkpoint location is another's)--> FAILED (at once, no
             restart): until the assignment changes
+    RUNNING --exit 0 + STOPPED heartbeat, unasked (a lease it runs on ended)--> PREPARING:
+            no crash, no backoff
     RUNNING --exit FENCED (a newer worker claimed the checkpoint)--> FENCED: not started
             again (no crash, no backoff) until its assignment has a newer fencing token
             than the one it ran with; then PREPARING at once
@@ -447,12 +449,25 @@ class ManagedWorker:
             self._end_run(RunOutcome.FENCED, code, beat.error)
             self._fenced(beat.error)
             return
+        if code == 0 and beat is not None and beat.state is WorkerState.STOPPED:
+            self._stopped_itself(beat.error)
+            return
         if code == REFUSED_EXIT and beat is not None and beat.state is WorkerState.FAILED:
             # Starting it again would fail the same way: no backoff, no restart loop.
             self.error = redact_text(beat.error or "-", self.assignment.conf)
             self._enter(Phase.FAILED, crashes_in_row=0, exit_code=code, error=self.error)
             return
         self._crashed(now, f"the worker {_describe_exit(code)}: {self._last_error()}", code)
+
+    def _stopped_itself(self, why: str | None) -> None:
+        """Its process stopped unasked, as a stop ends (exit 0, its last heartbeat
+        ``STOPPED``): a lease it runs on ended (a hot worker's beat lease, the supervisor's
+        lease). Not a crash: no backoff, none counted towards
+        ``supervisor.worker.max.restarts`` (a hot pipeline on a host that stalls now and
+        then would otherwise end FAILED); it starts again once it may, a hot worker once the
+        beat lease holds again."""
+        self._end_run(RunOutcome.FENCED, 0, why)
+        self._enter(Phase.PREPARING, reason="stopped_itself", why=why or "-")
 
     def _fenced(self, error: str | None) -> None:
         """Its process found a higher token on the checkpoint and stopped: not a crash. It
