@@ -36,6 +36,27 @@ ZOOKEEPER_LINE = re.compile(r"ZooKeeper serving at (\S+)")
 
 
 @pytest.mark.timeout(420)
+def cli_leader(seeds: list[str], ca: str, env: dict[str, str]) -> str:
+    """What ``stratus leader`` prints once it names a leader: the nimbus asked sees the
+    election a moment after ``stratus local`` printed how a client connects."""
+    command = [
+        sys.executable, "-m", "stratus", "leader",
+        "-c", f"nimbus.seeds={','.join(seeds)}", "-c", f"client.tls.ca={ca}",
+    ]  # fmt: skip
+    printed: list[str] = []
+
+    def names_the_leader() -> bool:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=60, env=env, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        printed[:] = [done.stdout]
+        return "no nimbus leads" not in done.stdout
+
+    wait_until(names_the_leader, 60.0, "stratus leader to name the leader")
+    return printed[0]
+
+
 def test_stratus_local_secure_refuses_anonymous_calls_and_serves_the_printed_token(tmp_path):
     log = tmp_path / "local.log"
     with log.open("w") as out:
@@ -74,13 +95,7 @@ def test_stratus_local_secure_refuses_anonymous_calls_and_serves_the_printed_tok
 
         env = {**os.environ, "STRATUS_TOKEN": token}
         env.pop("STRATUS_CONF", None)
-        listed = subprocess.run(
-            [sys.executable, "-m", "stratus", "leader", "-c", f"nimbus.seeds={','.join(seeds)}",
-             "-c", f"client.tls.ca={ca}"],
-            capture_output=True, text=True, timeout=60, env=env, check=False,
-        )  # fmt: skip
-        assert listed.returncode == 0, listed.stderr
-        assert "leader: 127.0.0.1:" in listed.stdout
+        assert "leader: 127.0.0.1:" in cli_leader(seeds, ca, env)
 
         made_up = ZkCredentials("intruder", "made-up")  # ZooKeeper's digest takes any pair
         for stranger in (

@@ -19,8 +19,9 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from stratus.api.records import PipelineRecord, PipelineSummary
+from stratus.api.records import ClusterSummary, PipelineRecord, PipelineSummary
 from stratus.cli.main import main
+from stratus.local.processes import NimbusProcess
 from stratus.zk.server import ZooKeeperServer
 from tests.harness.nimbus_cluster import NimbusCluster, nimbus_cluster
 from tests.harness.package_factory import valid_package
@@ -81,11 +82,24 @@ def error_of(response: httpx.Response) -> str:
     return str(response.json()["error"])
 
 
+def summary_listing_every_nimbus(cluster: NimbusCluster, nimbus: NimbusProcess) -> ClusterSummary:
+    """``nimbus``'s cluster summary once it lists every nimbus: its view follows the others'
+    registrations a moment after the election."""
+    summaries: list[ClusterSummary] = []
+
+    def lists_every_nimbus() -> bool:
+        summaries[:] = [cluster.summary(nimbus)]
+        listed = sorted(f"{n.host}:{n.port}" for n in summaries[0].nimbuses)
+        return listed == sorted(cluster.seeds)
+
+    wait_until(lists_every_nimbus, 20.0, f"{nimbus.url}'s summary to list every nimbus")
+    return summaries[0]
+
+
 def test_every_nimbus_answers_the_cluster_summary_with_the_leader_marked(cluster):
     leader = cluster.wait_for_agreed_leader()
     for nimbus in cluster.nimbuses:
-        summary = cluster.summary(nimbus)
-        assert sorted(f"{n.host}:{n.port}" for n in summary.nimbuses) == sorted(cluster.seeds)
+        summary = summary_listing_every_nimbus(cluster, nimbus)
         assert [f"{n.host}:{n.port}" for n in summary.nimbuses if n.is_leader] == [leader]
         assert summary.leader.address == leader
         response = httpx.get(f"{nimbus.url}/api/v1/pipelines")
