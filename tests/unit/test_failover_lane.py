@@ -312,7 +312,6 @@ def test_past_its_floor_without_phi_a_supervisor_is_fenced_never_promoted_unansw
     fence = Fence(answers=False)
     lane = Lane(fence)
     jittery(lane)
-    lane.lane.note(snapshot())
     lane.clock.advance(1.1)  # the leader's own pause: the next read finds s1 past its floor
     for sid in ("s2", "s3"):
         lane.beats.beat(sid)

@@ -162,10 +162,13 @@ def _started_cold(events: list[Event], clocks: Clocks, promotion: Event) -> bool
         ),
         key=lambda event: event.at.mono,  # a worker's lines: its supervisor's host
     )
-    since_batch = [event.name for event in there]
-    if BATCH_COMMITTED in since_batch:
-        since_batch = since_batch[len(since_batch) - since_batch[::-1].index(BATCH_COMMITTED) :]
-    if WORKER_STOPPED not in since_batch or since_batch[-1] != WORKER_STOPPED:
+    since_batch: list[str] = []  # its starts and stops there since its last batch there
+    for event in there:
+        if event.name == BATCH_COMMITTED:
+            since_batch.clear()
+        else:
+            since_batch.append(event.name)
+    if not since_batch or since_batch[-1] != WORKER_STOPPED:
         return False  # never stopped there since, or started again and running
     return WORKER_STARTED in since_batch[since_batch.index(WORKER_STOPPED) :]
 

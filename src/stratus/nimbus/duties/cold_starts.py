@@ -9,7 +9,10 @@ their supervisor's pipeline fence (``pipeline_fences``: the starting worker is s
 held until a newer assignment); the answer hands them back to the round (``fence_held``),
 which promotes the standby worker (``fenced``). Pure::
 
-    cold = starting_cold(read, workers, suspected=lane_suspected)   # {"orders": 11}
+    cold = starting_cold(pipelines=..., assignments=current, placements=..., heartbeats=...,
+                         workers=workers, registered=..., suspected=lane_suspected,
+                         cordoned=..., epoch=term.epoch, now=time.time())
+    cold                                            # {"orders": 11}: its assignment's version
 
 A worker **starts cold** when the heartbeat of the assignment's worker on its supervisor
 says ``STARTING`` and no crash since the assignment (``restarts`` 0: a crash loop is the
