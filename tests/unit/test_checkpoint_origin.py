@@ -128,6 +128,41 @@ def test_an_origin_stratus_did_not_write_is_refused(tmp_path: Path) -> None:
     assert error is not None and "not one stratus wrote" in error
 
 
+def test_an_empty_origin_left_by_a_write_cut_short_is_none_and_written_again(
+    tmp_path: Path,
+) -> None:
+    """A worker of an earlier release stopped between opening the origin and writing it
+    left it empty: that names no one, so the location is this pipeline's to claim."""
+    location = tmp_path / "etl"
+    CheckpointOwners(str(location), TOKEN).claim()
+    (location / OWNERS_DIR / "origin.json").write_bytes(b"")
+
+    assert check_origin(str(location), A, "etl", TOKEN.era) is None
+    record_origin(str(location), CheckpointOrigin.now(A, "etl", TOKEN.era))
+    assert check_origin(str(location), B, "report", TOKEN.era + 1) is not None  # written
+    assert (location / OWNERS_DIR / "origin.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_an_origin_is_replaced_whole_so_a_worker_stopped_in_its_write_leaves_the_old_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing of a new origin is visible before all of it is: a worker stopped before
+    the rename (stood in for by a failing one) leaves the previous owner's origin whole."""
+    location = str(tmp_path / "etl")
+    CheckpointOwners(location, TOKEN).claim()
+    record_origin(location, CheckpointOrigin.now(A, "etl", TOKEN.era))
+
+    def stopped(*args: object) -> None:
+        raise OSError("stopped before the rename")
+
+    monkeypatch.setattr("stratus.files.os.replace", stopped)
+    with pytest.raises(OSError, match="before the rename"):
+        record_origin(location, CheckpointOrigin.now(B, "report", TOKEN.era + 1))
+    monkeypatch.undo()
+    assert check_origin(location, A, "etl", TOKEN.era) is None  # still the previous one
+    assert check_origin(location, B, "report", TOKEN.era + 1) is not None
+
+
 def test_an_origin_a_standby_worker_may_not_read_yet_is_left_to_its_promotion(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

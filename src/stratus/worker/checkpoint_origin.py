@@ -11,7 +11,11 @@ address), or else when ``ClusterIdentity.same`` says so (the same root, a server
 common: a cluster whose ZooKeeper was set up again under the same names). Another is
 refused: the worker writes no claim there and ends FAILED, not restarted, with an error
 that names the location and the ways out. A location with no origin (new, or written by a
-release before origins) is taken as it is, and its origin written once this worker owns it::
+release before origins) is taken as it is, and its origin written once this worker owns it.
+So is an empty origin: a write cut short by the death of a worker of a release that wrote it
+in place (stratus never writes an empty one; on a local disk it now writes a temporary file
+and renames it over the origin, so that a reader sees the old origin or the new one, never
+a part)::
 
     problem = check_origin(spec.checkpoint_location, cluster, "etl", token.era)  # None: ours
     ...claim...
@@ -43,7 +47,7 @@ from fsspec.implementations.local import LocalFileSystem
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stratus.api.records import ClusterIdentity, FencingToken
-from stratus.files import make_private_file, private_dirs
+from stratus.files import private_dirs, write_atomically
 from stratus.worker.checkpoint_owner import OWNERS_DIR, token_of
 
 log = logging.getLogger(__name__)
@@ -123,6 +127,13 @@ def check_origin(
         return refusal(location, pipeline, f"its origin {path} cannot be read ({exc})")
     except OSError as exc:
         return refusal(location, pipeline, f"its origin {path} cannot be read ({exc})")
+    if not raw:
+        log.warning(
+            "event=checkpoint_origin_empty path=%s action=taken_as_none reason=%r",
+            path,
+            "a write of it was cut short",
+        )
+        return None
     try:
         origin = CheckpointOrigin.model_validate_json(raw)
     except ValidationError as exc:
@@ -133,12 +144,17 @@ def check_origin(
 
 
 def record_origin(location: str, origin: CheckpointOrigin) -> None:
-    """Write ``origin.json`` (the owner does, right after its claim succeeded)."""
+    """Write ``origin.json`` (the owner does, right after its claim succeeded): on a local
+    disk through a temporary file renamed over it, since a worker may be stopped at any
+    moment of its start; elsewhere in one write of the store (an object store's put
+    replaces an object whole)."""
     fs, path = fsspec.core.url_to_fs(location)
     target = origin_path(path)
-    fs.pipe_file(target, origin.model_dump_json().encode())
+    data = origin.model_dump_json().encode()
     if isinstance(fs, LocalFileSystem):
-        make_private_file(Path(target))
+        write_atomically(Path(target), data)
+    else:
+        fs.pipe_file(target, data)
 
 
 def adopt_legacy(legacy: str, location: str, token: FencingToken) -> str | None:
