@@ -1108,6 +1108,7 @@ class LaneOnBeats:
         self.clock = LaneClock()
         self.beats = Beats()
         self.fence = Fence(answers)
+        self.woken = 0  # the rounds the lane asked for at once (on_held)
         for sid, summary in cluster.registered.items():
             cluster.registered[sid] = summary.model_copy(update={"beat_lease": LEASE})
         self.lane = FailoverLane(
@@ -1117,11 +1118,15 @@ class LaneOnBeats:
             poll_secs=POLL,
             fence_pipelines=self.fence,
             fence_executor=Immediate(),
+            on_held=self.wake,
             clock=self.clock,
         )
         self.term = cluster.term
         cluster.lane = self.lane
         cluster.duty = cluster.new_duty()
+
+    def wake(self) -> None:
+        self.woken += 1
 
     def run(self, secs: float, beating: set[str]) -> None:
         """``secs`` of the lane's polls, each supervisor of ``beating`` beating between two."""
@@ -1165,6 +1170,7 @@ def test_a_pipeline_its_fence_stopped_and_its_promotion_refused_is_assigned_anew
     lane.run(2.0, {"s1", "s2"})
     lane.run(2.0, {standby})  # the active's supervisor stalls: fenced, promotion refused
     assert lane.fence.asked and lane.lane.suspected() == {active}
+    assert lane.woken == 1  # handed to the round, which runs now
     lane.run(1.0, {"s1", "s2"})  # heard again: no longer suspected
     assert lane.lane.suspected() == frozenset()
     plan = cluster.round()
@@ -1202,7 +1208,7 @@ def test_a_hot_pipeline_whose_worker_starts_cold_goes_to_its_ready_standby_worke
     """The active's worker stopped on its host (its beat lease lapsed for a stall the lane
     did not see as one) and starts again in place, a Spark start, while its standby worker
     is READY: the round hands the start to the lane, whose pipeline fence stops it, and the
-    next round promotes the standby worker (``fenced``)."""
+    round it then runs at once promotes the standby worker (``fenced``)."""
     lane, active, standby = hot_with_its_standby_worker_starting(cluster, answers=True)
     placed = cluster.standby.read("hot")
     assert placed is not None
@@ -1216,6 +1222,7 @@ def test_a_hot_pipeline_whose_worker_starts_cold_goes_to_its_ready_standby_worke
     cluster.round()
     lane.run(POLL, {"s1", "s2"})
     assert [(sid, set(pipelines)) for sid, pipelines, *_ in lane.fence.asked] == [(active, {"hot"})]
+    assert lane.woken == 1  # the answer asks for a round now
     cluster.round()
 
     assert cluster.where("hot") == standby

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -77,6 +78,50 @@ def test_the_fence_of_a_supervisor_heard_again_is_held_for_the_round_when_it_ans
         assert fences.held(assigned(11)) == frozenset()
     finally:
         fences.close()
+
+
+def test_a_fence_asked_for_the_round_is_held_as_it_answers_and_wakes_the_round() -> None:
+    released = threading.Event()
+    woken = threading.Event()
+
+    def slow(
+        supervisor: SupervisorSummary, pipelines: Collection[str], epoch: int, timeout: float
+    ) -> bool:
+        return released.wait(5)
+
+    fences = PipelineFences(slow, on_held=woken.set)
+    try:
+        fences.ask_for_round(S1, {"orders": 11}, epoch=9)
+        assert not woken.is_set() and fences.held(assigned(11)) == frozenset()
+        released.set()
+        assert woken.wait(5), "the answer woke the round"
+        assert fences.held(assigned(11)) == {"orders"}  # no poll of the lane in between
+    finally:
+        fences.close()
+
+
+def test_holding_wakes_the_round_and_an_answer_asked_in_an_earlier_term_holds_nothing() -> None:
+    released = threading.Event()
+    woken: list[None] = []
+
+    def slow(
+        supervisor: SupervisorSummary, pipelines: Collection[str], epoch: int, timeout: float
+    ) -> bool:
+        return released.wait(5)
+
+    pool = ThreadPoolExecutor(max_workers=1)
+    fences = PipelineFences(slow, executor=pool, on_held=lambda: woken.append(None))
+    fences.hold("s1", {})
+    assert woken == []  # nothing held, nothing to run a round for
+    fences.hold("s1", {"orders": 11})
+    assert len(woken) == 1
+    fences.clear()
+    fences.ask_for_round(S1, {"orders": 12}, epoch=9)
+    fences.clear()  # a new term before the answer
+    released.set()
+    pool.shutdown(wait=True)  # the answer came, and its callback ran
+    assert fences.held(assigned(12)) == frozenset()
+    assert len(woken) == 1
 
 
 def test_a_new_term_forgets_every_fence_and_every_hold() -> None:

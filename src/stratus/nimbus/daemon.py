@@ -306,6 +306,7 @@ class Nimbus:
             code_sync=self.code_sync,
             observed=self._observed,
             leading=lambda: self._leading_epoch() is not None,
+            wake_round=lambda: self.controller.cluster_changed(),  # noqa: PLW0108 built below
             address=self.address,
             clock=self._clock,
             wall=self._wall,

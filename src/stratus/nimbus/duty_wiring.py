@@ -83,11 +83,13 @@ def build_duties(  # noqa: PLR0913 keyword-only: the daemon's collaborators
     code_sync: CodeSync,
     observed: Callable[[ObservedRound], None],
     leading: Callable[[], bool],
+    wake_round: Callable[[], None],
     address: str,
     clock: Clock,
     wall: Clock,
 ) -> LeaderDuties:
-    """The leader's duties, in the order of a round, and the failover lane beside them."""
+    """The leader's duties, in the order of a round, and the failover lane beside them;
+    ``wake_round`` runs a round now (from any thread, never blocking)."""
 
     def promoted(term: Leadership, promotion: Promotion, silent: float, floor: float) -> None:
         metrics.promotions.labels(promotion.how.value).inc()
@@ -107,7 +109,15 @@ def build_duties(  # noqa: PLR0913 keyword-only: the daemon's collaborators
     promoter = Promoter(session.client, paths, on_promoted=promoted)
     fencing = supervisor_fencing(settings, opened, metrics, clock=clock)
     lane = failover_lane(
-        settings, opened, promoter, fencing, view, on_refused=refused, clock=clock, wall=wall
+        settings,
+        opened,
+        promoter,
+        fencing,
+        view,
+        on_refused=refused,
+        on_held=wake_round,
+        clock=clock,
+        wall=wall,
     )
     scheduling = SchedulingDuty(
         ops=ops,
@@ -208,7 +218,7 @@ def supervisor_fencing(
     return fencing
 
 
-def failover_lane(
+def failover_lane(  # noqa: PLR0913 keyword-only: callbacks and clocks
     settings: NimbusSettings,
     opened: ExitStack,
     promoter: Promoter,
@@ -216,6 +226,7 @@ def failover_lane(
     view: ClusterView,
     *,
     on_refused: Callable[[PromotionRefusal], None],
+    on_held: Callable[[], None],
     clock: Clock,
     wall: Clock,
 ) -> FailoverLane | None:
@@ -236,6 +247,7 @@ def failover_lane(
         fence_pipelines=fencing.fence_pipelines if fencing is not None else None,
         fence_answer_secs=fencing.settings.timeout_secs if fencing is not None else 0.0,
         on_refused=on_refused,
+        on_held=on_held,
         clock=clock,
         wall=wall,
     )

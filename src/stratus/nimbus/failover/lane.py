@@ -67,7 +67,13 @@ who is suspected.
 in place, cold, while their standby worker is READY (``HotSnapshot.cold_starts``: a beat
 lease lapsed on a stall the lane did not count as one); the lane asks their supervisor's
 pipeline fence once per assignment, outside any suspicion, and hands the answer to the round
-(``fence_held``), which promotes the standby worker.
+(``fence_held``) as it comes, which promotes the standby worker.
+
+**The round runs at once.** Whenever pipelines are handed to the round (a cold start's
+answer, a promotion refused after an answer, an answer that came once the supervisor was
+heard again), ``on_held`` is called, and the leader runs its round then rather than at its
+next tick (``nimbus.monitor.freq.secs``, 2 s by default): each is stopped, and waits for that
+round alone.
 
 **A fence answered, a promotion refused.** A supervisor that answered a pipeline fence has
 stopped the pipeline's worker and holds the pipeline back until an assignment with a newer
@@ -210,7 +216,9 @@ class FailoverLane:
 
     ``registered``: the supervisors' registrations (the cluster view). ``wall``: the
     assignments' timestamps. ``on_refused``: each refusal once per suspicion of its
-    supervisor (``RefusalMemory``), as it is logged (the refusals' counter).
+    supervisor (``RefusalMemory``), as it is logged (the refusals' counter). ``on_held``:
+    pipelines were handed to the round (``fence_held``), on any thread, never blocking (the
+    leader runs a round at once).
     """
 
     def __init__(  # noqa: PLR0913 keyword-only: collaborators, callbacks, clocks
@@ -224,6 +232,7 @@ class FailoverLane:
         fence_executor: Executor | None = None,
         fence_answer_secs: float = 0.0,
         on_refused: Callable[[PromotionRefusal], None] = lambda _refusal: None,
+        on_held: Callable[[], None] = lambda: None,
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
     ) -> None:
@@ -234,7 +243,12 @@ class FailoverLane:
         self._registered = registered
         self._poll_secs = poll_secs
         self._fences = (  # None: no fence, promotions wait for the floor
-            PipelineFences(fence_pipelines, answer_secs=fence_answer_secs, executor=fence_executor)
+            PipelineFences(
+                fence_pipelines,
+                answer_secs=fence_answer_secs,
+                executor=fence_executor,
+                on_held=on_held,
+            )
             if fence_pipelines is not None
             else None
         )

@@ -5,9 +5,12 @@ of its hot pipelines, on a thread of its own (the lane reads on meanwhile); its 
 whenever it comes, and only for the assignment versions it was asked at. A pipeline whose
 fence answered but that was not promoted (the promotion refused, or its supervisor heard
 again first) is **held**: its supervisor keeps it stopped until a newer assignment, so the
-scheduling round moves it the ordinary way (``held``) and the lane promotes none of it::
+scheduling round moves it the ordinary way (``held``) and the lane promotes none of it. Each
+time pipelines are held, ``on_held`` is called (the leader runs a round at once: a fenced
+pipeline is stopped, and waits for that round alone)::
 
-    fences = PipelineFences(supervisor_fencing.fence_pipelines, answer_secs=10.0)
+    fences = PipelineFences(supervisor_fencing.fence_pipelines, answer_secs=10.0,
+                            on_held=controller.cluster_changed)
     fences.ask(summary, {"orders": 11}, epoch=9, within=0.2)   # once per suspicion
     fences.ask_for_round(summary, {"clicks": 4}, epoch=9)      # a cold start: held when answered
     fences.answered("s1", assignments)     # frozenset({"orders"}) once s1 answered
@@ -16,14 +19,15 @@ scheduling round moves it the ordinary way (``held``) and the lane promotes none
     fences.held(current)                   # the round's view (any thread)
     fences.close()                         # the nimbus stops: the threads too
 
-Owned by the lane's thread but for ``held``, which the round calls.
+Owned by the lane's thread but for ``held``, which the round calls, and the answers to
+``ask_for_round``, held on the fence's thread as they come.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Collection, Mapping, Set
+from collections.abc import Callable, Collection, Mapping, Set
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Protocol
 
@@ -49,7 +53,8 @@ class FencePipelines(Protocol):
 class PipelineFences:
     """The fences of one term; see the module docstring. ``answer_secs``: how long an
     answer is waited for at least (the leader's ``nimbus.supervisor.fencing.timeout.secs``);
-    ``executor``: where the fences wait (a pool of ``FENCE_THREADS`` made here if None)."""
+    ``executor``: where the fences wait (a pool of ``FENCE_THREADS`` made here if None);
+    ``on_held``: called (on any thread, never blocking) once pipelines are held."""
 
     def __init__(
         self,
@@ -57,9 +62,11 @@ class PipelineFences:
         *,
         answer_secs: float = 0.0,
         executor: Executor | None = None,
+        on_held: Callable[[], None] = lambda: None,
     ) -> None:
         self._fence = fence
         self._answer_secs = answer_secs
+        self._on_held = on_held
         self._own_executor = executor is None  # made here: shut down by close()
         self._executor = executor or ThreadPoolExecutor(
             max_workers=FENCE_THREADS, thread_name_prefix="pipeline-fence"
@@ -68,8 +75,9 @@ class PipelineFences:
         # its fence answered for, with the versions asked at (empty: no answer)
         self._late: list[tuple[str, Future[Mapping[str, int]]]] = []  # of supervisors no
         # longer suspected: what they answer is held for the round
-        self._lock = threading.Lock()  # guards _held, which the round reads
+        self._lock = threading.Lock()  # guards _held, which the round reads, and _term
         self._held: dict[str, tuple[str, int]] = {}  # pipeline -> (supervisor, version)
+        self._term = 0  # counts the clears: an answer asked for before one is not held
 
     def clear(self) -> None:
         """Forget every fence: a new term asks its own."""
@@ -77,6 +85,7 @@ class PipelineFences:
         self._late.clear()
         with self._lock:
             self._held = {}
+            self._term += 1
 
     def close(self) -> None:
         """Shut the fences' threads down (the nimbus stops): a fence still waiting finishes
@@ -103,10 +112,12 @@ class PipelineFences:
         self, supervisor: SupervisorSummary, pipelines: Mapping[str, int], epoch: int
     ) -> None:
         """Ask ``supervisor`` to stop ``pipelines`` (each with its assignment's version) for
-        the round, outside any suspicion: what it answers is held for the round
-        (``keep_asked``), which promotes them; the lane promotes none of them itself."""
+        the round, outside any suspicion: what it answers is held for the round as it comes,
+        which promotes them; the lane promotes none of them itself."""
+        with self._lock:
+            term = self._term
         asked = self._executor.submit(self._call, supervisor, pipelines, epoch, self._answer_secs)
-        self._late.append((supervisor.id, asked))
+        asked.add_done_callback(lambda done: self._hold_answer(supervisor.id, done, term))
 
     def answered(self, supervisor: str, assignments: Assignments) -> frozenset[str]:
         """The pipelines ``supervisor``'s fence answered for that ``assignments`` still holds
@@ -130,20 +141,24 @@ class PipelineFences:
             self._late.append((sid, self._asked.pop(sid)))
         pending = []
         for sid, asked in self._late:
-            if not asked.done():
+            if asked.done():
+                self.hold(sid, asked.result())
+            else:
                 pending.append((sid, asked))
-                continue
-            with self._lock:
-                for name, version in asked.result().items():
-                    self._held[name] = (sid, version)
         self._late = pending
 
-    def hold(self, supervisor: str, pipelines: Mapping[str, int]) -> None:
+    def hold(self, supervisor: str, pipelines: Mapping[str, int], term: int | None = None) -> None:
         """Hold ``pipelines`` (each at the assignment version its fence stopped) for the
-        round: their workers are gone and ``supervisor`` keeps them stopped."""
+        round: their workers are gone and ``supervisor`` keeps them stopped. ``term``: the
+        count of clears when the fence was asked (None: now); an earlier one holds nothing."""
+        if not pipelines:
+            return
         with self._lock:
+            if term is not None and term != self._term:
+                return
             for name, version in pipelines.items():
                 self._held[name] = (supervisor, version)
+        self._on_held()
 
     def holds(self, name: str, assignment: Assignment, version: int) -> bool:
         """Whether the round moves ``name``, assigned as given: the lane promotes none of it."""
@@ -167,6 +182,11 @@ class PipelineFences:
             return frozenset(self._held)
 
     # ------------------------------------------------------------------ a fence's thread
+
+    def _hold_answer(self, supervisor: str, asked: Future[Mapping[str, int]], term: int) -> None:
+        """Hold what a fence asked for the round answered for (``ask_for_round``)."""
+        if not asked.cancelled():  # the nimbus stopped first
+            self.hold(supervisor, asked.result(), term)
 
     def _call(
         self, supervisor: SupervisorSummary, pipelines: Mapping[str, int], epoch: int, within: float
