@@ -60,8 +60,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from stratus.api.records import PipelineStatus
 from stratus.api.standby_workers import STANDBY_CONF_KEY
 from stratus.chaos.faults import Action, Fault, plan_faults
 from stratus.chaos.oracle import (
@@ -76,6 +78,7 @@ from stratus.chaos.promotions import check_promotions_explained
 from stratus.chaos.trail_events import Clocks, Event, Violation, load_events
 from stratus.chaos.unavailability import pipeline_unavailability
 from stratus.client import NimbusClient
+from stratus.errors import StratusError
 from stratus.local.examples_io import Feeder, read_rows, window_count_total
 from stratus.trail import WORKER_PROMOTED, WORKER_STARTED, Actor, TrailRecorder
 from tests.harness.chaos_cluster import HOSTS, WARM_UP_SECS, ChaosCluster
@@ -149,7 +152,7 @@ def test_false_suspicions_under_stress_and_short_pauses(hosts: NetnsHosts, tmp_p
                 print(f"stress: {burners[0].count} {burners[0].kind} burners on each host")
                 settle(cluster)
                 for number, fault in enumerate(plan, 1):
-                    pause(cluster, injector, number, fault)
+                    pause(cluster, client, injector, number, fault)
             paused_until = time.time()  # what the logs say after it is the drain's and close's
         finally:
             fed = feeder.stop()
@@ -198,15 +201,33 @@ def settle(cluster: ChaosCluster) -> None:
     )
 
 
-def pause(cluster: ChaosCluster, injector: Injector, number: int, fault: Fault) -> None:
-    """Apply one pause, then wait for a batch committed after it."""
+def pause(
+    cluster: ChaosCluster, client: NimbusClient, injector: Injector, number: int, fault: Fault
+) -> None:
+    """Apply one pause, then wait for a batch committed after it (failing at once if the
+    pipeline ended FAILED: no batch would come)."""
     started = time.monotonic()
     seen = cluster.committed_batches()
     print(f"pause {number}/{PAUSES}: {fault}", flush=True)
     injector.apply(fault)
     undone = time.monotonic()
-    cluster.wait_for_batches(more_than=seen, timeout=RECOVERY_SECS)
+    cluster.wait_for_batches(
+        more_than=seen, timeout=RECOVERY_SECS, check=lambda: not_failed(client)
+    )
     print(f"  next batch {time.monotonic() - undone:.1f} s after ({undone - started:.1f} s held)")
+
+
+def not_failed(client: NimbusClient) -> None:
+    """Fail if the streaming pipeline ended FAILED (an answer the cluster cannot give now
+    is no verdict)."""
+    try:
+        record = client.status(STREAMING)
+    except (StratusError, httpx.HTTPError):
+        return
+    assert record.status is not PipelineStatus.FAILED, (
+        f"the pipeline ended FAILED ({record.reason}): no batch will come; its workers' "
+        "logs are under the run's supervisor-*/workers/"
+    )
 
 
 def judge(

@@ -40,7 +40,8 @@ import contextlib
 import os
 import secrets
 import signal
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -71,6 +72,7 @@ HOT_SUPERVISOR_SETTINGS: dict[str, object] = {
     "supervisor.worker.warm.memory.mb": 4096,  # room for the standby worker, whatever the host
 }
 PROBE_SECS = 2.0  # a pacemaker's readiness asked once
+CHECK_EVERY_SECS = 2.0  # a wait for batches checks that they can still come this often
 WARM_UP_SECS = 180.0  # a pacemaker's warm-up: its pulse TTL (60 s by default), with room
 
 
@@ -260,12 +262,29 @@ class ChaosCluster(Started):
                 count += sum(1 for line in lines if needle in line)
         return count
 
-    def wait_for_batches(self, *, more_than: int, timeout: float) -> None:
-        """Wait until more than ``more_than`` batches were committed."""
+    def wait_for_batches(
+        self,
+        *,
+        more_than: int,
+        timeout: float,
+        check: Callable[[], None] = lambda: None,
+    ) -> None:
+        """Wait until more than ``more_than`` batches were committed; ``check`` runs every
+        ``CHECK_EVERY_SECS`` meanwhile and raises to end the wait at once (a pipeline that
+        will never commit again: FAILED, say)."""
+        checked = time.monotonic()
+
+        def committed() -> bool:
+            nonlocal checked
+            if self.committed_batches() > more_than:
+                return True
+            if time.monotonic() - checked >= CHECK_EVERY_SECS:
+                check()
+                checked = time.monotonic()
+            return False
+
         wait_until(
-            lambda: self.committed_batches() > more_than,
-            timeout,
-            f"the streaming pipeline to commit a batch (more than {more_than})",
+            committed, timeout, f"the streaming pipeline to commit a batch (more than {more_than})"
         )
 
     def start(self) -> None:
