@@ -277,29 +277,42 @@ def batches_after(trail: Path, supervisor: str, mono: float) -> list[float]:
 
 
 def steady(hot: HotPipeline) -> tuple[WorkerHeartbeat, str, int]:
-    """Once the pipeline runs, its standby worker is READY on the other supervisor, the
-    pacemakers are past their warm-up and two batches committed (the backlog of a first
-    batch is done): the active worker, and the standby worker's supervisor and pid."""
+    """Once the pipeline runs, the pacemakers are past their warm-up, its standby worker is
+    READY on the other supervisor and the worker running now committed two batches (the
+    backlog of a first batch is done): the active worker, and the standby worker's
+    supervisor and pid. Each is read again until all hold at once: a loaded machine may
+    stall a beat agent past its beat lease meanwhile, and the pipeline then goes to its
+    standby worker."""
     cluster = hot.cluster
-    active = cluster.wait_running(PIPELINE, timeout=READY_SECS)
-    found: list[tuple[str, int]] = []
-
-    def ready() -> bool:
-        seen = standby_ready(cluster, active.supervisor)
-        found[:] = [seen] if seen else []
-        return bool(seen)
-
-    wait_until(ready, READY_SECS, "the standby worker to be READY on the other supervisor")
+    cluster.wait_running(PIPELINE, timeout=READY_SECS)
     for pacemaker in hot.pacemakers:  # a cluster that has run for a while
         wait_until(partial(warmed_up, pacemaker), MOVE_SECS, "a pacemaker's warm-up")
     _, before = hot.driver.now()
-    wait_until(
-        lambda: len(batches_after(hot.trail, active.supervisor, before)) >= 2,
-        MOVE_SECS,
-        "two batches of the active worker",
+    found: list[tuple[WorkerHeartbeat, str, int]] = []
+
+    def settled() -> bool:
+        active = cluster.running_on(PIPELINE)
+        standby = standby_ready(cluster, active.supervisor) if active is not None else None
+        if active is None or standby is None:
+            return False
+        found[:] = [(active, *standby)]
+        return len(batches_of(hot.trail, active.pid, before)) >= 2
+
+    wait_until(settled, READY_SECS, "two batches of the active worker, its standby READY")
+    return found[0]
+
+
+def batches_of(trail: Path, pid: int | None, mono: float) -> list[float]:
+    """The monotonic times of the pipeline's batches committed by process ``pid`` after
+    ``mono``."""
+    return sorted(
+        event.at.mono
+        for event in load_events([trail])
+        if event.name == BATCH_COMMITTED
+        and event.get("pipeline") == PIPELINE
+        and event.get("pid") == pid
+        and event.at.mono > mono
     )
-    ((standby_supervisor, standby_pid),) = found
-    return active, standby_supervisor, standby_pid
 
 
 def promotions_after(trail: Path, mono: float) -> list[object]:

@@ -158,7 +158,9 @@ def test_a_placed_standby_worker_is_ready_and_promoted_in_place_after_an_adoptio
 ) -> None:
     """Placed: READY with its pid and memory in s2's heartbeat and its registration, nothing
     claimed. s2 stops leaving it running and starts again: adopted READY, the same pid.
-    Assigned to s2: that pid runs the pipeline, claims the checkpoint and commits the rows."""
+    Assigned to s2: that pid runs the pipeline, claims the checkpoint and commits the rows.
+    s2 stops and starts again once more: the promoted worker is adopted as any worker is, and
+    runs on."""
     meta = cluster.code.upload("pt", passthrough_package("pt"))
     conf = passthrough_conf(tmp_path / "in", tmp_path / "out")
     leader = StandInLeader(cluster, meta, conf)
@@ -213,8 +215,35 @@ def test_a_placed_standby_worker_is_ready_and_promoted_in_place_after_an_adoptio
         assert run is not None
         run_log = WorkerPaths(local, run).log.read_text()
         assert "event=standby_worker_promoted" in run_log and "function_called" in run_log
+
+        supervisor = restarted_adopting(cluster, tmp_path, supervisor, ready.pid)
+        write_ids(tmp_path / "in", range(10, 20))
+        wait_until(lambda: read_ids(tmp_path / "out") == list(range(20)), 60, "the new rows")
     finally:
         supervisor.stop(workers=True)
+
+
+def restarted_adopting(
+    cluster: Cluster, tmp_path: Path, supervisor: Supervisor, pid: int
+) -> Supervisor:
+    """``supervisor`` stopped with its workers left running and started again (s2 on Spark),
+    once its heartbeat shows the pipeline's worker ``pid`` RUNNING: adopted, the same pid."""
+    supervisor.stop()  # the promoted worker runs on, as any worker does
+    assert not process_gone(pid)
+    restarted = time.time()
+    supervisor = supervisor_on_spark(cluster, tmp_path)
+
+    def adopted_running() -> bool:
+        beat = cluster.worker_beat("pt", "s2")
+        return (
+            beat is not None
+            and beat.time >= restarted
+            and beat.state is WorkerState.RUNNING
+            and beat.pid == pid
+        )
+
+    wait_until(adopted_running, 30, "the promoted worker adopted RUNNING, the same pid")
+    return supervisor
 
 
 @pytest.mark.spark
