@@ -264,14 +264,17 @@ def metrics_before_the_kill(cluster: PipelineCluster, active: str, standby: str)
     return leader
 
 
-def batches_after(trail: Path, supervisor: str, mono: float) -> list[float]:
-    """The monotonic times of the pipeline's batches committed on ``supervisor`` after ``mono``."""
+def batches_after(
+    trail: Path, whose: str | int | None, mono: float, *, by: str = "supervisor"
+) -> list[float]:
+    """The monotonic times of the pipeline's batches committed after ``mono`` on supervisor
+    ``whose`` (with ``by="pid"``: by process ``whose``)."""
     return sorted(
         event.at.mono
         for event in load_events([trail])
         if event.name == BATCH_COMMITTED
         and event.get("pipeline") == PIPELINE
-        and event.get("supervisor") == supervisor
+        and event.get(by) == whose
         and event.at.mono > mono
     )
 
@@ -296,23 +299,10 @@ def steady(hot: HotPipeline) -> tuple[WorkerHeartbeat, str, int]:
         if active is None or standby is None:
             return False
         found[:] = [(active, *standby)]
-        return len(batches_of(hot.trail, active.pid, before)) >= 2
+        return len(batches_after(hot.trail, active.pid, before, by="pid")) >= 2
 
     wait_until(settled, READY_SECS, "two batches of the active worker, its standby READY")
     return found[0]
-
-
-def batches_of(trail: Path, pid: int | None, mono: float) -> list[float]:
-    """The monotonic times of the pipeline's batches committed by process ``pid`` after
-    ``mono``."""
-    return sorted(
-        event.at.mono
-        for event in load_events([trail])
-        if event.name == BATCH_COMMITTED
-        and event.get("pipeline") == PIPELINE
-        and event.get("pid") == pid
-        and event.at.mono > mono
-    )
 
 
 def promotions_after(trail: Path, mono: float) -> list[object]:
