@@ -125,6 +125,20 @@ def test_a_proof_that_began_after_the_lease_ran_out_revives_nothing() -> None:
     assert lease.check(now=107.0)
 
 
+def test_a_write_begun_after_the_lease_ran_out_renews_nothing_until_the_fence() -> None:
+    """A loop (or a machine) stalled past the lease's end, its next write done before the
+    next check: the lease lapsed in between, and the workers must stop (a fence), never ride
+    on a renewal that came too late to cover the gap."""
+    lease = HeartbeatLease(timeout_secs=6.0)
+    lease.renewed(write_started=100.0, now=100.1)
+    assert not lease.renewed(write_started=106.5, now=106.6)
+    assert lease.check(now=106.7)  # the fence
+    assert lease.fences == 1
+    assert lease.renewed(write_started=106.8, now=106.9)  # regained, by a newer write
+    assert not lease.may_start(read_started=106.6)
+    assert lease.may_start(read_started=107.0)
+
+
 def test_a_leaders_revocation_is_regained_only_by_a_write_begun_after_it() -> None:
     lease = HeartbeatLease(timeout_secs=6.0)
     lease.renewed(write_started=10.0, now=10.1)

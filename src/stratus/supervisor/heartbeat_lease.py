@@ -72,10 +72,16 @@ class HeartbeatLease:
         (re)gains the lease.
 
         A write that completes later than the timeout after its start renews nothing: the
-        leader may have judged this supervisor dead meanwhile.
+        leader may have judged this supervisor dead meanwhile. Nor does a write that started
+        after the held lease had run out (a loop or a whole machine stalled past its end, no
+        ``check`` in between): the lease lapsed before it began, so ``check`` fences first,
+        and a write that starts after that gains it again.
         """
         if self._renewed_to is not None and write_started <= self._renewed_to:
             return False
+        ends = self.ends_at()
+        if ends is not None and write_started >= ends:
+            return False  # lapsed before this write began: check() says so, then fences
         late = now - write_started >= self.timeout_secs
         if late and self.state is LeaseState.HELD:
             return False  # renews nothing: the lease's own end stands (a proof's, say)
