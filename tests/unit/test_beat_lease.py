@@ -34,7 +34,7 @@ from stratus.supervisor.beat_keeper import BeatChange, BeatKeeper
 from stratus.supervisor.loop_messages import HeartbeatWritten
 from stratus.supervisor.settings import BeatSettings, SupervisorSettings
 from stratus.supervisor.worker_process import WorkerPaths, build_spec
-from stratus.worker.lease_file import BEAT_LEASE_FILE, read_lease, write_lease
+from stratus.worker.lease_file import BEAT_LEASE_FILE, read_lease, since_path, write_lease
 from tests.harness.supervisor_fakes import (
     FakeClock,
     FakeLauncher,
@@ -208,6 +208,31 @@ def test_a_beat_acknowledged_later_than_the_lease_renews_nothing(tmp_path: Path)
     agent.beat_once()
     assert read_lease(tmp_path / BEAT_LEASE_FILE) == held_until
     assert agent.lease.ends_at() is None  # lapsed: the worker stops, the loop retires it
+
+
+def test_an_agent_stalled_past_its_lease_lapses_it_and_records_the_gain_after(
+    tmp_path: Path,
+) -> None:
+    """A beat that begins after the lease ran out renews nothing: the lease lapsed (its
+    ``beat_lease_lapsed``), and the next beat gains it again, recorded in ``lease.beat.since``
+    first, so that a hot worker that did not look across the gap stops all the same."""
+    clock = Clock()
+    agent = agent_of(tmp_path, clock, Board(clock))
+    since = since_path(tmp_path / BEAT_LEASE_FILE)
+    agent.beat_once()
+    assert read_lease(since) == 100.0  # gained by the first beat
+    clock.now += 0.1
+    agent.beat_once()
+    assert read_lease(since) == 100.0  # renewed, not gained again
+    held_until = read_lease(tmp_path / BEAT_LEASE_FILE)
+    clock.now += LEASE + 0.5  # the agent is not scheduled past the lease's end
+    agent.beat_once()
+    assert agent.lease.ends_at() is None and agent.lease.fences == 1
+    assert read_lease(tmp_path / BEAT_LEASE_FILE) == held_until  # its end, now past
+    gained_at = clock.now
+    agent.beat_once()
+    assert read_lease(since) == pytest.approx(gained_at)
+    assert read_lease(tmp_path / BEAT_LEASE_FILE) == pytest.approx(gained_at + LEASE)
 
 
 def test_a_beat_a_majority_did_not_store_renews_nothing_and_the_lease_runs_out(

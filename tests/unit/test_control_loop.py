@@ -13,7 +13,7 @@ from stratus.supervisor.loop_messages import SHUTDOWN, FenceOrder, FenceVerdict,
 from stratus.supervisor.managed_worker import Phase
 from stratus.supervisor.reconcile import Held
 from stratus.supervisor.worker_process import WorkerPaths
-from stratus.worker.lease_file import read_lease, write_lease
+from stratus.worker.lease_file import read_lease, since_path, write_lease
 from tests.harness.supervisor_fakes import (
     DIGEST,
     TIMEOUTS,
@@ -176,6 +176,27 @@ def test_the_lease_is_handed_to_the_workers_before_they_start_and_its_lapse_too(
     clock.advance(6.0)  # no heartbeat written since
     feed(loop)
     assert read_lease(lease_file) == 0.0
+
+
+def test_a_loop_stalled_past_its_lease_fences_though_a_heartbeat_was_written_meanwhile(
+    tmp_path,
+) -> None:
+    """The heartbeat thread wrote while the loop did not run (a stalled machine): that write
+    began after the lease's end, so the loop fences on waking and hands the lease gained
+    again by a later write with the moment of its gain (``lease.since``), which the workers
+    that did not look across the gap judge by."""
+    clock, launcher = FakeClock(100.0), FakeLauncher(tmp_path)
+    lease_file = tmp_path / "lease"
+    loop = control_loop(tmp_path, clock, launcher, lease_file=lease_file)
+    feed(loop, HeartbeatWritten(100.0), AssignmentsRead(100.1, {"etl": assignment()}))
+    assert read_lease(since_path(lease_file)) == 100.0
+    clock.advance(7.0)  # the loop is not scheduled past the lease's end (106.0)
+    feed(loop, HeartbeatWritten(106.5))
+    assert launcher.processes[0].signals == ["TERM"]
+    clock.advance(0.5)
+    feed(loop, HeartbeatWritten(107.5))
+    assert read_lease(since_path(lease_file)) == 107.5
+    assert read_lease(lease_file) == 113.5
 
 
 def test_a_shutdown_posted_during_a_tick_starts_no_further_worker(tmp_path) -> None:

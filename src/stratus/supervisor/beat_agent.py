@@ -219,6 +219,7 @@ class BeatAgent:
         self.incarnation = incarnation or uuid.uuid4().hex  # the beats' boot_id
         self.seq = 0
         self._handed: float | None = None  # the lease's end last written
+        self._handed_since: float | None = None  # when the lease last written was gained
         self._failing: str | None = None  # why beats do not count, as last logged
         self._stopped = threading.Event()
 
@@ -298,16 +299,18 @@ class BeatAgent:
         self._failing = why
 
     def _hand(self) -> None:
-        """Write the lease's end when it moved (a lapsed lease's end stays: it has passed)."""
-        ends = self.lease.ends_at()
+        """Write the lease's end when it moved (a lapsed lease's end stays: it has passed),
+        and when it was gained first when that moved too (``write_lease``)."""
+        ends, since = self.lease.ends_at(), self.lease.held_since
         if ends is None or ends == self._handed:
             return
+        gained = since if since != self._handed_since else None  # a gain: recorded first
         try:
-            write_lease(self._lease_path, ends)
+            write_lease(self._lease_path, ends, since=gained)
         except OSError as exc:  # the workers see no newer lease and stop: safe, and loud
             log.error("event=lease_file_not_written path=%s error=%r", self._lease_path, exc)
             return
-        self._handed = ends
+        self._handed, self._handed_since = ends, since
 
     def _write_acks(self, now: float) -> None:
         """Write the acknowledgement tally for the supervisor's metrics, once a second."""

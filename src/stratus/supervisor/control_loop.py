@@ -209,7 +209,8 @@ class ControlLoop:
         now = self._clock()
         if self._lease.check(now):
             self._fence()
-        self._handover.hand(self._lease.ends_at())  # before any worker starts
+        # before any worker starts
+        self._handover.hand(self._lease.ends_at(), since=self._lease.held_since)
         if now >= self._next_read:
             self._next_read = now + self._settings.reconcile_secs
             self._request_read()

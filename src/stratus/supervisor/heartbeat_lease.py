@@ -128,6 +128,12 @@ class HeartbeatLease:
             return None
         return self._renewed_to + self._length
 
+    @property
+    def held_since(self) -> float | None:
+        """The start of the write that gained the lease held now (None if not held): the
+        same through every renewal, a later one after each lapse."""
+        return self._held_since if self.state is LeaseState.HELD else None
+
     def revoke(self, now: float) -> bool:
         """A leader fenced this supervisor at ``now``: the lease is not held, and only a
         write that starts later gains it again; True if it was held until now (the caller

@@ -16,6 +16,14 @@ The moment is on ``time.monotonic()``, one clock for every process of a Linux ma
 worker always runs on its supervisor's machine. A file that is missing or unreadable is a
 lapsed lease: a worker never runs on a lease it cannot see.
 
+A worker that was not scheduled across the end it last saw (the whole machine stalled, a VM
+paused) may look again only after its supervisor has gained the lease again, and see a
+lease that holds. So, each time the lease is gained, the writer first records when beside it
+(``<lease>.since``, ``write_lease(..., since=)``): a lease gained after the end the worker
+last saw had lapsed in between, and the worker stops as at a lapse. A lease renewed without
+a break keeps its ``since``; a writer of an earlier release writes none, and the worker then
+judges by the end alone, as before.
+
 A worker of a pipeline with a standby worker (a hot worker) watches a second file, the
 **beat lease** its supervisor's beat agent writes (``lease.beat``: the fast beats to the
 pacemakers, ``stratus.supervisor.beat_agent``), far more often and with a far shorter grace:
@@ -46,9 +54,18 @@ MAX_BYTES = 64
 LEASE_FILE_MODE = 0o644
 
 
-def write_lease(path: Path, until: float) -> None:
-    """Record that the lease ends at ``until`` (``time.monotonic()``; 0: it has lapsed)."""
+def write_lease(path: Path, until: float, *, since: float | None = None) -> None:
+    """Record that the lease ends at ``until`` (``time.monotonic()``; 0: it has lapsed); with
+    ``since``, first that the lease ending then was gained at ``since`` (a writer passes it
+    when it changes: at a gain)."""
+    if since is not None:
+        write_atomically(since_path(path), f"{since!r}\n".encode(), mode=LEASE_FILE_MODE)
     write_atomically(path, f"{until!r}\n".encode(), mode=LEASE_FILE_MODE)
+
+
+def since_path(path: Path) -> Path:
+    """Where the writer of the lease in ``path`` records when it gained it."""
+    return path.with_name(path.name + ".since")
 
 
 def read_lease(path: Path) -> float | None:
@@ -92,6 +109,7 @@ class LeaseWatch:
         self._poll_secs = poll_secs
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lease-watch", daemon=True)
+        self._seen: float | None = None  # the lease's end at the last look that held
 
     def start(self) -> None:
         self._thread.start()
@@ -107,13 +125,28 @@ class LeaseWatch:
         now = self._clock()
         late = now - until
         if late < 0:
-            return None
+            return self._gap(now, until)
         if self._grace > 0:
             ended_for = now - max(until, self._written(now))
             if ended_for < self._grace:
                 return None
             return f"{self._what} ended and was not written for {ended_for:.1f} s"
         return f"{self._what} ended {late:.1f} s ago and was not renewed"
+
+    def _gap(self, now: float, until: float) -> str | None:
+        """Why a lease that holds now had lapsed since the last look (gained again after the
+        end seen then, which passed before this look), or None. A watch with a grace
+        outlasts such a gap."""
+        seen, self._seen = self._seen, until
+        if seen is None or now < seen or self._grace > 0:
+            return None
+        since = read_lease(since_path(self._path))
+        if since is None or since <= seen:
+            return None  # unbroken since before the end seen (or a writer that records none)
+        return (
+            f"{self._what} ended {now - seen:.1f} s ago, while this worker was not looking, "
+            f"and was gained again {since - seen:.1f} s after its end"
+        )
 
     def _written(self, now: float) -> float:
         """When the file was last written, on the watch's clock (now if that is unknown)."""
