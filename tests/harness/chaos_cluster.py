@@ -49,7 +49,13 @@ import httpx
 
 from stratus.chaos.faults import ClusterShape, Target
 from stratus.local.cluster import pacemaker_options, zkfc_options
-from stratus.local.processes import NimbusProcess, PacemakerProcess, ZkfcProcess, stop_all
+from stratus.local.processes import (
+    NimbusProcess,
+    PacemakerProcess,
+    SupervisorProcess,
+    ZkfcProcess,
+    stop_all,
+)
 from stratus.supervisor.beat_agent import AgentRecord
 from stratus.zk.auth import ServerAuth, ZkCredentials
 from stratus.zk.server import ZooKeeperServer
@@ -339,10 +345,12 @@ class ChaosCluster(Started):
             self._children[host].wait_restarted(READY_SECS)  # its controller starts it again
             return
         daemon = self._daemons(target)[host]
-        # SIGTERM (it may have been sent one already), SIGKILL after a while. A supervisor's
-        # stop takes its workers too (``kill_left_workers``): the suite's kill of a supervisor
-        # is one of its workers as well (docs/reliability.md, "The suite's supervisor kill")
-        daemon.stop()
+        if isinstance(daemon, SupervisorProcess):
+            # killed or stopped alone, as the fault says: its workers and its beat agent run on
+            # for its next start to adopt (a stop with its workers would kill what is left)
+            daemon.stop(workers=False)
+        else:
+            daemon.stop()  # SIGTERM (it may have been sent one already), SIGKILL after a while
         daemon.start()
         daemon.wait_ready(READY_SECS)
 

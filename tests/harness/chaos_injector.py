@@ -190,20 +190,27 @@ class Injector:
         if fault.target in WHERE_IT_RUNS:
             self._signal_where_it_runs(fault.target, signal.SIGKILL)
             return
-        self._killed(fault, self._cluster.process(fault.target, fault.host).pid)
-        self._cluster.process(fault.target, fault.host).signal(signal.SIGKILL)
-        self._cluster.restart(fault.target, fault.host)
+        self._signal_and_restart(fault, signal.SIGKILL)
 
     def _terminate(self, fault: Fault) -> None:
         if fault.target in WHERE_IT_RUNS:
             self._signal_where_it_runs(fault.target, signal.SIGTERM)
             return
+        self._signal_and_restart(fault, signal.SIGTERM)
+
+    def _signal_and_restart(self, fault: Fault, signum: int) -> None:
+        """Signal the fault's daemon and start it again (after a SIGTERM, once it stopped);
+        recorded once it runs again, with when the signal was sent and how long the daemon
+        was down: its supervisor may fall silent at any time in between (its beat agent stops
+        once the supervisor's lease has ended), which the oracle's (f) counts as the fault's."""
         process = self._cluster.process(fault.target, fault.host)
         pid = process.pid
         began_wall, began_mono = self._driver.now()
-        process.signal(signal.SIGTERM)
+        process.signal(signum)
         self._cluster.restart(fault.target, fault.host)  # waits for the stop first
-        self._killed(fault, pid, began_wall=began_wall, began_mono=began_mono)
+        if pid is not None:
+            victim = self._victim(fault.target, pid, fault.host)
+            self._driver.record(PROCESS_KILLED, **victim, **self._span(began_wall, began_mono))
 
     def _pause(self, fault: Fault) -> None:
         """SIGSTOP for the fault's hold, then SIGCONT (a worker: its whole process group,
@@ -268,11 +275,6 @@ class Injector:
             self._say(f"  no {fault.target.value} on {fault.host} to hit")
             return None
         return pid, fault.host
-
-    def _killed(self, fault: Fault, pid: int | None, **began: float) -> None:
-        if pid is not None:
-            victim = self._victim(fault.target, pid, fault.host)
-            self._driver.record(PROCESS_KILLED, **victim, **began)
 
     def _victim(self, target: Target, pid: int, supervisor: str) -> dict[str, Any]:
         """The fields naming a fault's victim: its process, its kind, and the supervisor of

@@ -253,6 +253,21 @@ def test_the_leaders_gaps_run_from_a_loss_or_a_death_to_the_next_win() -> None:
     assert leader_unavailability(history, bound_secs=5.0).violations == []
 
 
+def test_a_kill_recorded_once_its_daemon_runs_again_ends_the_term_at_its_signal() -> None:
+    """The injector writes a kill's line once the daemon is started again (``began_*``: the
+    signal); the leader it killed stopped leading then, not at the line."""
+    n1, n2 = leader(1), leader(2)
+    history = events_of(
+        [
+            n1("leader_won", 0.0, 1),
+            fault("process_killed", 9.0, began=5.0, of_host="h1", of_pid=1, target="nimbus"),
+            n2("leader_won", 7.0, 2),
+        ]
+    )
+    [gap] = leader_unavailability(history, bound_secs=3.0).gaps
+    assert round(gap.secs, 3) == 2.0
+
+
 def test_a_pipelines_gaps_between_batches_count_its_moves() -> None:
     w1, w2 = worker(1), worker(2)
     history = events_of(
@@ -357,6 +372,20 @@ def test_a_promotion_after_its_supervisors_host_was_killed_or_cut_is_explained()
     assert check_promotions_explained(events_of(host_killed), EXACT) == []
     cut = [promotion(11.5, silent=1.3, how="fenced"), fault("host_cut", 14.0, began=10.0)]
     assert check_promotions_explained(events_of(cut), EXACT) == []
+
+
+def test_a_supervisor_killed_and_down_past_its_lease_explains_a_later_silence() -> None:
+    """Its beat agent beats on until the killed supervisor's own lease ends, then stops: the
+    silence begins seconds after the signal, while the supervisor is down (the kill's line,
+    written once it runs again, spans it); a kill long over by the silence explains nothing."""
+    silent_later = promotion(13.0, silent=1.3)  # silent since 11.7, 1.7 s after the signal
+
+    def killed(restarted: float) -> list[Event]:
+        kill = fault("process_killed", restarted, began=10.0, of_pid=42, target="supervisor")
+        return events_of([kill, silent_later])
+
+    assert check_promotions_explained(killed(restarted=14.5), EXACT) == []
+    assert len(check_promotions_explained(killed(restarted=10.5), EXACT)) == 1
 
 
 def test_a_promotion_without_a_failure_is_found_with_its_pipeline_and_time() -> None:

@@ -105,3 +105,10 @@ def began_at(event: Event) -> Instant:
         float(event.get("began_wall", event.at.wall)),
         float(event.get("began_mono", event.at.mono)),
     )
+
+
+def as_began(event: Event) -> Event:
+    """``event`` as if its line were written when what it records began (``began_at``): a
+    kill's line, written once the daemon runs again, as the moment of the signal."""
+    began = began_at(event)
+    return Event({**event.fields, "wall": began.wall, "mono": began.mono}, event.source)

@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from stratus.chaos.trail_events import Event, Violation
+from stratus.chaos.trail_events import Event, Violation, as_began
 from stratus.trail import BATCH_COMMITTED, LEADER_LOST, LEADER_WON, PROCESS_KILLED
 
 
@@ -67,12 +67,13 @@ def leader_unavailability(
     events: Iterable[Event], bound_secs: float, group: str = "nimbus"
 ) -> Unavailability:
     """(e) The gaps between leaders of ``group``: a term lasts from its ``leader_won`` to its
-    ``leader_lost``, else to its process's death (a ``process_killed`` line naming it), else
-    to its process's last line; a gap runs from the end of every term to the next win.
-    Wall clocks: a gap between hosts is uncertain by ``skew_secs``."""
+    ``leader_lost``, else to its process's death (a ``process_killed`` line naming it, as of
+    its signal: ``as_began``), else to its process's last line; a gap runs from the end of
+    every term to the next win. Wall clocks: a gap between hosts is uncertain by
+    ``skew_secs``."""
     events = list(events)
     killed = {
-        (str(e.get("of_host")), int(e.get("of_pid", 0))): e
+        (str(e.get("of_host")), int(e.get("of_pid", 0))): as_began(e)
         for e in events
         if e.name == PROCESS_KILLED
     }
