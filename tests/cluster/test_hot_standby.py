@@ -29,6 +29,9 @@ placed (a Spark driver's start spared: the update replaces it anyway).
   leader withdraws it; the record is back at the version that runs, with that worker's
   generation, and the worker runs on untouched, its pid and assignment the same
   (``make standby-e2e`` too).
+- **A kill of the hot worker** alone (``kill -9``, as the kernel's OOM killer does): its
+  supervisor starts it again in place, the leader fences that start and promotes the standby
+  worker (``how: fenced``), whose process runs the next batch (``make standby-e2e`` too).
 - **The host's death**: the active worker's supervisor is killed with every process of its
   host (the supervisor, its workers' monitors and their process groups, its beat agent), all
   with SIGKILL. The leader's failover lane promotes the standby worker (``how: floor``), the
@@ -490,6 +493,41 @@ def test_an_update_its_standby_worker_fails_is_withdrawn_and_the_running_worker_
         lambda: len(batches_after(hot.trail, running.supervisor, updated_at)) >= 3,
         MOVE_SECS,
         "the running worker's batches to go on",
+    )
+
+
+@update_e2e
+def test_a_killed_hot_worker_is_replaced_by_its_standby_worker_not_a_start_in_place(
+    hot: HotPipeline,
+) -> None:
+    cluster, driver = hot.cluster, hot.driver
+    active, standby_supervisor, standby_pid = steady(hot)
+    assert active.pid is not None
+
+    _, killed_at = driver.now()
+    driver.record(
+        PROCESS_KILLED,
+        of_pid=active.pid,
+        target="worker",
+        supervisor=active.supervisor,
+        pipeline=PIPELINE,
+    )
+    os.kill(active.pid, signal.SIGKILL)  # as the kernel's OOM killer would
+
+    promoted = cluster.wait_running(PIPELINE, not_on=active.supervisor, timeout=MOVE_SECS)
+    assert (promoted.supervisor, promoted.pid) == (standby_supervisor, standby_pid)
+    history = cluster.client.history(PIPELINE).changes
+    assert (history[0].reason, history[0].previous, history[0].supervisor) == (
+        AssignmentReason.STANDBY_PROMOTED,
+        active.supervisor,
+        standby_supervisor,
+    )
+    assert promotions_after(hot.trail, killed_at) == ["fenced"]  # its start in place fenced
+    _, promoted_at, first = broke_before_make(hot, active, standby_supervisor, killed_at)
+    assert check_promotions_explained(load_events([hot.trail]), Clocks()) == []
+    print(
+        f"\nkill of the hot worker -> promoted: {promoted_at - killed_at:.2f} s, first batch "
+        f"on the promoted worker: {first - killed_at:.2f} s"
     )
 
 

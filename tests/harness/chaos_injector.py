@@ -241,7 +241,9 @@ class Injector:
             return
         pid, supervisor = victim
         if signum == signal.SIGKILL:
-            self._driver.record(PROCESS_KILLED, **self._victim(target, pid, supervisor))
+            # the worker's pipeline too: a killed worker writes no line of its own
+            pipeline = {"pipeline": self._workload.streaming} if target is Target.WORKER else {}
+            self._driver.record(PROCESS_KILLED, **self._victim(target, pid, supervisor), **pipeline)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
 

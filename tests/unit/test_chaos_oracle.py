@@ -525,3 +525,20 @@ def test_a_promotion_off_a_worker_that_stopped_and_started_again_cold_is_explain
     # a batch committed by the start in place: it ran
     ran_again = [*cold[:-2], w2("batch_committed", 11.0, supervisor="s1"), *cold[-2:]]
     assert len(check_promotions_explained(events_of(ran_again), EXACT)) == 1
+
+
+def test_a_promotion_off_a_worker_killed_and_started_again_cold_is_explained() -> None:
+    """A killed worker writes no line: the injector's ``process_killed`` of it (its
+    pipeline, its supervisor) is its stop. Its supervisor started it again in place, and the
+    leader fenced that start to promote the standby worker."""
+    w1, w2 = worker(1), worker(2)
+    ran = [w1("worker_started", 0.0, supervisor="s1"), w1("batch_committed", 5.0, supervisor="s1")]
+    killed = line(
+        "process_killed", 8.0, pid=9, of_pid=1, target="worker", supervisor="s1", pipeline="p"
+    )
+    again = w2("worker_started", 9.0, supervisor="s1")
+    fenced = w2("worker_stopped", 11.5, supervisor="s1", state="STOPPED")
+    cold = [*ran, killed, again, fenced, promotion(12.0, silent=0.0, how="fenced")]
+    assert check_promotions_explained(events_of(cold), EXACT) == []
+    of_another = [*ran, {**killed, "pipeline": "q"}, again, fenced, cold[-1]]
+    assert len(check_promotions_explained(events_of(of_another), EXACT)) == 1

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from stratus.api.records import PipelineRecord, WorkerHeartbeat, WorkerState
+from stratus.api.records import PipelineRecord, WorkerCrash, WorkerHeartbeat, WorkerState
 from stratus.api.standby_workers import StandbyWorkerState
 from stratus.nimbus.duties.cold_starts import starting_cold
 from tests.unit.test_promotion_plan import (
@@ -21,7 +21,18 @@ ACTIVE = assignment(ORDERS, "s1")
 PLACED = placement(ORDERS, "s2")
 
 
-def worker(state: WorkerState, *, restarts: int = 0, epoch: int = ACTIVE.epoch) -> WorkerHeartbeat:
+def worker(
+    state: WorkerState,
+    *,
+    restarts: int = 0,
+    epoch: int = ACTIVE.epoch,
+    crashed_after: int | None = None,
+) -> WorkerHeartbeat:
+    """The active worker's heartbeat; ``crashed_after``: its last crash came after its
+    process had reported that batch id (-1: none)."""
+    crash = None
+    if crashed_after is not None:
+        crash = WorkerCrash(time=NOW - 1, signal="SIGKILL", error="-", last_batch_id=crashed_after)
     return WorkerHeartbeat(
         pipeline="orders",
         supervisor="s1",
@@ -31,6 +42,7 @@ def worker(state: WorkerState, *, restarts: int = 0, epoch: int = ACTIVE.epoch) 
         state=state,
         time=NOW,
         restarts=restarts,
+        last_crash=crash,
     )
 
 
@@ -64,8 +76,19 @@ def test_a_running_worker_or_none_heard_is_left_alone() -> None:
     assert cold(None) == {}
 
 
-def test_a_crash_restart_is_the_restart_policys() -> None:
-    assert cold(worker(WorkerState.STARTING, restarts=1)) == {}
+def test_a_crash_before_a_first_batch_is_the_restart_policys() -> None:
+    """At its start, or on a batch that kills every worker that runs it: promoted, its
+    standby worker would crash too."""
+    assert cold(worker(WorkerState.STARTING, restarts=1, crashed_after=-1)) == {}
+    assert cold(worker(WorkerState.STARTING, restarts=1)) == {}  # an older supervisor's
+
+
+def test_a_start_after_a_crash_of_a_worker_that_ran_starts_cold() -> None:
+    """A worker killed (the OOM killer, say) after it had committed batches: its standby
+    worker takes the next batch at once, as after a stop of its own."""
+    assert cold(worker(WorkerState.STARTING, restarts=1, crashed_after=67)) == {"orders": 11}
+    assert cold(worker(WorkerState.STARTING, restarts=3, crashed_after=0)) == {"orders": 11}
+    assert cold(worker(WorkerState.RESTARTING, restarts=1, crashed_after=67)) == {}
 
 
 def test_a_start_of_another_assignment_is_not_this_ones() -> None:

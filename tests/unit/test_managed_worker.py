@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 
-from stratus.api.records import Assignment, RunOutcome, WorkerHeartbeat, WorkerState
+from stratus.api.records import (
+    Assignment,
+    QueryProgress,
+    RunOutcome,
+    WorkerHeartbeat,
+    WorkerState,
+)
 from stratus.codedist.distributor import CodeMeta
 from stratus.supervisor.code_cache import CodeFailed, CodePending, CodeState, PipelineCode
 from stratus.supervisor.launch_protocols import PreflightCheck
@@ -64,8 +70,13 @@ def phase(worker: ManagedWorker) -> Phase:
 
 
 def write_beat(
-    tmp_path: Path, state: WorkerState, error: str | None = None, time: float = 1.0
+    tmp_path: Path,
+    state: WorkerState,
+    error: str | None = None,
+    time: float = 1.0,
+    batch_id: int | None = None,
 ) -> None:
+    """The worker's own heartbeat file; ``batch_id``: its query reported that batch."""
     beat = WorkerHeartbeat(
         pipeline="etl",
         supervisor="s1",
@@ -75,6 +86,7 @@ def write_beat(
         state=state,
         time=time,
         error=error,
+        queries=[] if batch_id is None else [QueryProgress(name="q", batch_id=batch_id)],
     )
     heartbeat = WorkerPaths.of(tmp_path, "etl").heartbeat
     heartbeat.parent.mkdir(parents=True, exist_ok=True)  # the worker's own directory
@@ -328,6 +340,10 @@ def test_the_last_crash_stays_in_the_heartbeat_after_the_restart_that_follows(tm
         "SIGKILL",
     )
     assert "ValueError: *** broke" in crash.error and "hunter2" not in crash.error
+    assert crash.last_batch_id == -1  # killed before a batch: the restart policy's
+    write_beat(tmp_path, WorkerState.RUNNING, time=7.5, batch_id=68)
+    clock.advance(0.1)
+    worker.step(may_start=True)
     launcher.last.exit_code = 3  # the next crash replaces it, with its exit code
     clock.advance(0.1)
     worker.step(may_start=True)
@@ -337,6 +353,7 @@ def test_the_last_crash_stays_in_the_heartbeat_after_the_restart_that_follows(tm
         None,
         "exit code 3",
     )
+    assert crash.last_batch_id == 68  # after it ran a batch: a cold start its standby takes
 
 
 class CodeByDigest:

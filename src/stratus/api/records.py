@@ -580,6 +580,12 @@ class WorkerCrash(BaseModel):
     )
     signal: str | None = Field(default=None, description="the signal that ended it (SIGKILL, ...)")
     error: str = Field(description="its error, or its log's tail: bounded, secrets redacted")
+    last_batch_id: int = Field(
+        default=-1,
+        ge=-1,
+        description="the highest batch id its queries had reported by its last heartbeat; "
+        "-1: none (it crashed at its start, or on its first batch)",
+    )
 
     @property
     def exit(self) -> str:

@@ -145,7 +145,8 @@ def _stopped_before(
 
 def _started_cold(events: list[Event], clocks: Clocks, promotion: Event) -> bool:
     """Whether the promoted pipeline's worker on its old supervisor had stopped since its
-    last batch committed there, started there again, and stopped again before the
+    last batch committed there (or was killed: a ``process_killed`` of that worker, which
+    writes no line of its own), started there again, and stopped again before the
     promotion, committing nothing: the leader fenced a start in place, cold, and promoted
     the standby worker (``cold_starts``). The pipeline was down there since the first stop,
     which no fence of this promotion made (a pipeline fence holds the pipeline: nothing
@@ -155,19 +156,22 @@ def _started_cold(events: list[Event], clocks: Clocks, promotion: Event) -> bool
         (
             event
             for event in events
-            if event.name in (WORKER_STARTED, WORKER_STOPPED, BATCH_COMMITTED)
+            if (
+                event.name in (WORKER_STARTED, WORKER_STOPPED, BATCH_COMMITTED)
+                or (event.name == PROCESS_KILLED and event.get("target") == "worker")
+            )
             and event.get("pipeline") == pipeline
             and event.get("supervisor") == supervisor
             and clocks.before(event.at, promotion.at)
         ),
-        key=lambda event: event.at.mono,  # a worker's lines: its supervisor's host
+        key=lambda event: event.at.mono,  # one machine's clock: the chaos suite's hosts
     )
     since_batch: list[str] = []  # its starts and stops there since its last batch there
     for event in there:
         if event.name == BATCH_COMMITTED:
             since_batch.clear()
         else:
-            since_batch.append(event.name)
+            since_batch.append(WORKER_STOPPED if event.name == PROCESS_KILLED else event.name)
     if not since_batch or since_batch[-1] != WORKER_STOPPED:
         return False  # never stopped there since, or started again and running
     return WORKER_STARTED in since_batch[since_batch.index(WORKER_STOPPED) :]

@@ -492,6 +492,7 @@ class ManagedWorker:
             exit_code=exit_code if exit_code is not None and exit_code >= 0 else None,
             signal=signal_name(-exit_code) if exit_code is not None and exit_code < 0 else None,
             error=error,
+            last_batch_id=self._beat.last_batch_id if self._beat is not None else -1,
         )
         decision = self._policy.crashed(now)
         if isinstance(decision, GiveUp):

@@ -15,12 +15,16 @@ which promotes the standby worker (``fenced``). Pure::
     cold                                            # {"orders": 11}: its assignment's version
 
 A worker **starts cold** when the heartbeat of the assignment's worker on its supervisor
-says ``STARTING`` and no crash since the assignment (``restarts`` 0: a crash loop is the
-restart policy's, and its standby worker would crash too). It is handed only when its
-promotion would be allowed now: the rules of ``promotion_plan`` on a ``fenced`` verdict for
-this pipeline alone (its standby worker READY for the pipeline's generation and code, on a
-registered supervisor neither suspected nor cordoned), so that no fence stops a start that
-nothing faster would replace.
+says ``STARTING`` and either no crash came since the assignment (``restarts`` 0: it stopped
+itself) or its last crash came after its process had run a batch
+(``last_crash.last_batch_id``: it was killed, by the kernel's OOM killer say, or failed on its
+way, after it ran). A crash before a first batch (at its start, or on a batch that kills
+every worker that runs it) is the restart policy's: its standby worker would crash too, and
+promotions would move the pipeline from host to host without end, where the policy ends it
+FAILED. It is handed only when its promotion would be allowed now: the rules of
+``promotion_plan`` on a ``fenced`` verdict for this pipeline alone (its standby worker READY
+for the pipeline's generation and code, on a registered supervisor neither suspected nor
+cordoned), so that no fence stops a start that nothing faster would replace.
 """
 
 from __future__ import annotations
@@ -71,11 +75,10 @@ def starting_cold(  # noqa: PLR0913 keyword-only: the round's read
 
 
 def _starting_cold(assignment: Assignment, workers: Workers) -> bool:
-    """Whether the worker of ``assignment`` reports a start, without a crash before it."""
+    """Whether the worker of ``assignment`` reports a start, after no crash or after a crash
+    of a process that had run a batch (module docstring)."""
     beat = current_beat(assignment, workers)
-    return (
-        beat is not None
-        and beat.epoch == assignment.epoch
-        and beat.state is WorkerState.STARTING
-        and beat.restarts == 0
-    )
+    if beat is None or beat.epoch != assignment.epoch or beat.state is not WorkerState.STARTING:
+        return False
+    crash = beat.last_crash
+    return beat.restarts == 0 or (crash is not None and crash.last_batch_id >= 0)
