@@ -540,5 +540,10 @@ def test_a_promotion_off_a_worker_killed_and_started_again_cold_is_explained() -
     fenced = w2("worker_stopped", 11.5, supervisor="s1", state="STOPPED")
     cold = [*ran, killed, again, fenced, promotion(12.0, silent=0.0, how="fenced")]
     assert check_promotions_explained(events_of(cold), EXACT) == []
+    # fenced before its start in place wrote a line (a loaded host): down since the kill
+    fenced_early = [*ran, killed, cold[-1]]
+    assert check_promotions_explained(events_of(fenced_early), EXACT) == []
     of_another = [*ran, {**killed, "pipeline": "q"}, again, fenced, cold[-1]]
     assert len(check_promotions_explained(events_of(of_another), EXACT)) == 1
+    ran_since = [*ran, killed, again, w2("batch_committed", 10.5, supervisor="s1"), *cold[-2:]]
+    assert len(check_promotions_explained(events_of(ran_since), EXACT)) == 1

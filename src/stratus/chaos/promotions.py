@@ -145,12 +145,13 @@ def _stopped_before(
 
 def _started_cold(events: list[Event], clocks: Clocks, promotion: Event) -> bool:
     """Whether the promoted pipeline's worker on its old supervisor had stopped since its
-    last batch committed there (or was killed: a ``process_killed`` of that worker, which
-    writes no line of its own), started there again, and stopped again before the
+    last batch committed there, started there again, and stopped again before the
     promotion, committing nothing: the leader fenced a start in place, cold, and promoted
     the standby worker (``cold_starts``). The pipeline was down there since the first stop,
     which no fence of this promotion made (a pipeline fence holds the pipeline: nothing
-    starts after it)."""
+    starts after it). A kill of that worker since its last batch there (the injector's
+    ``process_killed``: a killed worker writes no line) is such a first stop, whether or not
+    its start in place got as far as its own ``worker_started`` before the fence."""
     pipeline, supervisor = promotion.get("pipeline"), promotion.get("from_supervisor")
     there = sorted(
         (
@@ -171,7 +172,9 @@ def _started_cold(events: list[Event], clocks: Clocks, promotion: Event) -> bool
         if event.name == BATCH_COMMITTED:
             since_batch.clear()
         else:
-            since_batch.append(WORKER_STOPPED if event.name == PROCESS_KILLED else event.name)
+            since_batch.append(event.name)
+    if PROCESS_KILLED in since_batch:
+        return True  # down there since its kill
     if not since_batch or since_batch[-1] != WORKER_STOPPED:
         return False  # never stopped there since, or started again and running
     return WORKER_STARTED in since_batch[since_batch.index(WORKER_STOPPED) :]
