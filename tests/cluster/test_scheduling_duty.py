@@ -42,6 +42,7 @@ from stratus.nimbus.duties.scheduling import SchedulingDuty
 from stratus.nimbus.failover.beat_watch import BeatWatch
 from stratus.nimbus.failover.lane import FailoverLane
 from stratus.nimbus.failover.promotion import Promoter
+from stratus.nimbus.failover.promotion_plan import Promotion
 from stratus.nimbus.records.assignment_history import AssignmentHistoryLog
 from stratus.nimbus.records.pipeline_ops import PipelineOps
 from stratus.nimbus.records.replication_policy import ReplicationPolicy
@@ -102,6 +103,7 @@ class Cluster:
         self.drains = DrainMemory()
         self.standby = StandbyWorkerTable(client, PATHS)
         self.lane: FailoverLane | None = None  # with_lane: the failover lane's
+        self.promoted: list[Promotion] = []  # the round's promotions, as the trail gets them
         self.duty = self.new_duty()
         self.term = coordinator.nominate("nimbus", "leader", timeout=10)
         self.beats = 0
@@ -116,7 +118,10 @@ class Cluster:
             else (lambda: self.connections),
             zookeeper_epoch=session.zookeeper_epoch if self.real_session else self.learn_epoch,
             cordons=self.cordons, drains=self.drains, standby=self.standby,
-            promoter=Promoter(session.client, PATHS), lane=self.lane,
+            promoter=Promoter(
+                session.client, PATHS, on_promoted=lambda _t, p, _s, _f: self.promoted.append(p)
+            ),
+            lane=self.lane,
         )  # fmt: skip
 
     def learn_epoch(self) -> int | None:
@@ -1202,6 +1207,8 @@ def test_a_pipeline_its_fence_stopped_goes_to_its_standby_worker_once_that_is_re
     assert reasons(cluster, "hot")[-1] == ("standby_promoted", standby, active)
     behind = cluster.standby.read("hot")
     assert behind is None or behind.supervisor != standby
+    (promoted,) = cluster.promoted
+    assert promoted.cold_start_fenced is None  # a fence on a silence, not of a cold start
 
 
 def test_a_hot_pipeline_whose_worker_starts_cold_goes_to_its_ready_standby_worker(cluster):
@@ -1227,6 +1234,8 @@ def test_a_hot_pipeline_whose_worker_starts_cold_goes_to_its_ready_standby_worke
 
     assert cluster.where("hot") == standby
     assert reasons(cluster, "hot")[-1] == ("standby_promoted", standby, active)
+    (promoted,) = cluster.promoted  # its trail line says when the fence was asked
+    assert promoted.cold_start_fenced is not None
 
 
 def test_no_pipeline_is_assigned_anew_while_its_fence_is_unanswered(cluster):

@@ -547,3 +547,23 @@ def test_a_promotion_off_a_worker_killed_and_started_again_cold_is_explained() -
     assert len(check_promotions_explained(events_of(of_another), EXACT)) == 1
     ran_since = [*ran, killed, again, w2("batch_committed", 10.5, supervisor="s1"), *cold[-2:]]
     assert len(check_promotions_explained(events_of(ran_since), EXACT)) == 1
+
+
+def test_a_cold_start_fenced_after_its_worker_stopped_is_explained_by_the_fences_ask() -> None:
+    """The supervisor fenced itself (its lease lapsed in a ZooKeeper fault) and stopped its
+    worker; the leader fenced its start in place before that start wrote a line, and says
+    when it asked (``fence_asked_*``). A stop after the ask is the fence's own: a running
+    worker moved."""
+    w1 = worker(1)
+    ran = [w1("worker_started", 0.0, supervisor="s1"), w1("batch_committed", 5.0, supervisor="s1")]
+    stopped = w1("worker_stopped", 8.0, supervisor="s1", state="STOPPED")
+
+    def fenced_at(asked: float) -> list[Event]:
+        moved = promotion(9.0, silent=0.0, how="fenced", fence_asked_wall=asked)
+        moved["fence_asked_mono"] = asked
+        return events_of([*ran, stopped, moved])
+
+    assert check_promotions_explained(fenced_at(8.5), EXACT) == []
+    assert len(check_promotions_explained(fenced_at(7.5), EXACT)) == 1
+    without = events_of([*ran, stopped, promotion(9.0, silent=0.0, how="fenced")])
+    assert len(check_promotions_explained(without, EXACT)) == 1  # when it asked: unknown

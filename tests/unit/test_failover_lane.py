@@ -335,9 +335,13 @@ def test_a_cold_start_is_fenced_once_and_handed_to_the_round_on_the_answer() -> 
     ]
     assert lane.lane.fence_held(cold.assignments) == {"orders"}
     assert lane.promoter.asked == []
+    asked = lane.lane.cold_start_fenced("orders", 11)  # for the promotion's trail line
+    assert asked is not None and asked[0] == 1_700_000_100.0 and asked[1] <= lane.clock()
+    assert lane.lane.cold_start_fenced("orders", 12) is None
     lane.lane.note(replace(snapshot(), cold_starts={"orders": 12}))  # a later assignment's
     lane.run(POLL, {"s1", "s2", "s3"})
     assert len(fence.asked) == 2
+    assert lane.lane.cold_start_fenced("orders", 12) is not None
 
 
 def test_the_fence_is_asked_once_the_silence_reached_the_beat_lease() -> None:

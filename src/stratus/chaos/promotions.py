@@ -83,9 +83,11 @@ def check_promotions_explained(
     another host), the pipeline was down there before the detector judged anything, and no
     fence the detector asked can have stopped it; and when that worker, stopped since its
     last batch there, had started there again, cold, and the leader fenced that start to
-    promote the standby worker instead (``cold_starts``). Any other promotion is a false suspicion:
-    the failure detector acted on a silence that no failure made (a loaded host, a pause
-    shorter than the floor). Its violation holds the promotion and the faults of that
+    promote the standby worker instead (``cold_starts``), or, where the leader's line says
+    when it asked that fence, when that worker had stopped before it (whether or not its
+    start in place wrote its line). Any other promotion is a false suspicion: the failure
+    detector acted on a silence that no failure made (a loaded host, a pause shorter than
+    the floor). Its violation holds the promotion and the faults of that
     supervisor near it. A run without promotions passes."""
     events = list(events)
     by_supervisor: dict[str, list[Outage]] = defaultdict(list)
@@ -109,7 +111,9 @@ def check_promotions_explained(
             continue
         if _stopped_before(events, clocks, promotion, old, fell_silent):
             continue
-        if _started_cold(events, clocks, promotion):
+        if _started_cold(events, clocks, promotion) or _stopped_before_its_fence(
+            events, clocks, promotion
+        ):
             continue
         violations.append(
             Violation(
@@ -178,6 +182,41 @@ def _started_cold(events: list[Event], clocks: Clocks, promotion: Event) -> bool
     if not since_batch or since_batch[-1] != WORKER_STOPPED:
         return False  # never stopped there since, or started again and running
     return WORKER_STARTED in since_batch[since_batch.index(WORKER_STOPPED) :]
+
+
+def _stopped_before_its_fence(events: list[Event], clocks: Clocks, promotion: Event) -> bool:
+    """Whether the promotion followed the leader's fence of a cold start (its line's
+    ``fence_asked_wall`` and ``fence_asked_mono``: the leader fences a start in place only
+    once the supervisor reports the worker starting) and the pipeline's worker on its old
+    supervisor had stopped there (or was killed) since its last batch there, before that
+    fence was asked: the pipeline was down there before the leader acted, whether or not
+    the start in place got as far as its own ``worker_started``."""
+    wall, mono = promotion.get("fence_asked_wall"), promotion.get("fence_asked_mono")
+    if wall is None or mono is None:
+        return False
+    asked = Instant(promotion.at.host, float(wall), float(mono))
+    pipeline, supervisor = promotion.get("pipeline"), promotion.get("from_supervisor")
+    there = sorted(
+        (
+            event
+            for event in events
+            if (
+                event.name in (WORKER_STOPPED, BATCH_COMMITTED)
+                or (event.name == PROCESS_KILLED and event.get("target") == "worker")
+            )
+            and event.get("pipeline") == pipeline
+            and event.get("supervisor") == supervisor
+            and clocks.before(event.at, promotion.at)
+        ),
+        key=lambda event: event.at.mono,  # one machine's clock: the chaos suite's hosts
+    )
+    down = False  # stopped since its last batch there, before the fence was asked
+    for event in there:
+        if event.name == BATCH_COMMITTED:
+            down = False
+        elif clocks.before(event.at, asked):
+            down = True
+    return down
 
 
 def _earlier(moment: Instant, secs: float) -> Instant:

@@ -101,6 +101,7 @@ def build_duties(  # noqa: PLR0913 keyword-only: the daemon's collaborators
             how=promotion.how.value,
             silent_secs=silent,
             floor_secs=floor,
+            cold_start_fenced=promotion.cold_start_fenced,
         )
 
     def refused(refusal: PromotionRefusal) -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from stratus.api.clock import Clock
 from stratus.api.records import (
@@ -47,6 +47,7 @@ from stratus.nimbus.failover.lane import FailoverLane, hot_snapshot
 from stratus.nimbus.failover.promotion import Promoter
 from stratus.nimbus.failover.promotion_plan import (
     How,
+    Promotion,
     PromotionRefusal,
     Refusal,
     plan_promotions,
@@ -168,8 +169,9 @@ class StandbyRound:
             )
         for refusal in self._told.news(refusals):
             self._on_refused(refusal)
-        for promotion in plan.promotions:
-            name = promotion.pipeline
+        for planned in plan.promotions:
+            name = planned.pipeline
+            promotion = self._with_cold_start(planned)
             # a drain, an update, or a fence's answer (its supervisor heard again): no
             # silence waited for, no floor
             waited = promotion.how is How.DEAD
@@ -185,6 +187,13 @@ class StandbyRound:
             read.assignments[name] = promotion.assignment
             read.placements.pop(name, None)
         return True
+
+    def _with_cold_start(self, promotion: Promotion) -> Promotion:
+        """``promotion`` with when the lane asked the fence of its cold start, if it did."""
+        if promotion.how is not How.FENCED or self._lane is None:
+            return promotion
+        asked = self._lane.cold_start_fenced(promotion.pipeline, promotion.assignment_version)
+        return replace(promotion, cold_start_fenced=asked) if asked is not None else promotion
 
     def _fenced_off(self, read: RoundRead, dead: set[str]) -> dict[str, set[str]]:
         """The pipelines the lane's fences stopped and hold (``fence_held``), by the

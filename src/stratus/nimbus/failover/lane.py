@@ -261,7 +261,8 @@ class FailoverLane:
         self._told = RefusalMemory()  # the refusals logged, once per suspicion
         self._on_refused = on_refused
         self._unjudged: frozenset[str] = frozenset()  # holders left to the round, logged
-        self._cold_asked: set[tuple[str, int]] = set()  # cold starts fenced this term
+        # the cold starts fenced this term, by pipeline and assignment version: when (wall, mono)
+        self._cold_asked: dict[tuple[str, int], tuple[float, float]] = {}
         self._seen: dict[str, SupervisorSummary] = {}  # each holder's newest registration seen
         # in this term, kept once it is gone (its beat lease gives its floor)
         self._thread: threading.Thread | None = None
@@ -289,6 +290,14 @@ class FailoverLane:
         ordinary way. Any other is forgotten: moved, rewritten or gone (any thread)."""
         return self._fences.held(current) if self._fences is not None else frozenset()
 
+    def cold_start_fenced(self, pipeline: str, version: int | None) -> tuple[float, float] | None:
+        """When this term asked the pipeline fence of ``pipeline``'s cold start at its
+        assignment's ``version`` (wall, monotonic), or None (any thread)."""
+        if version is None:
+            return None
+        with self._lock:
+            return self._cold_asked.get((pipeline, version))
+
     def phi(self) -> Mapping[str, float]:
         """The phi of each supervisor judged at the lane's last judgement in this term,
         suspected or not (any thread); empty while it judges no one."""
@@ -308,7 +317,8 @@ class FailoverLane:
         self._told.clear()
         self._unjudged = frozenset()
         self._seen = {}
-        self._cold_asked = set()
+        with self._lock:
+            self._cold_asked = {}
         if self._fences is not None:
             self._fences.clear()
         self.outcome = None
@@ -451,7 +461,8 @@ class FailoverLane:
             summary = registered.get(supervisor)
             if summary is None:
                 continue
-            self._cold_asked.add((name, version))
+            with self._lock:
+                self._cold_asked[(name, version)] = (self._wall(), self._clock())
             log.info(
                 "event=cold_start_fenced epoch=%d pipeline=%s supervisor=%s "
                 "action=promote_standby_worker",

@@ -99,7 +99,8 @@ class Promotion:
     """One pipeline's standby worker to promote, in one fenced transaction: write
     ``assignment`` (checking ``assignment_version``; None: there is none, a drain deleted
     it, and the write creates it), delete the placement (checking ``placement_version``) and
-    record ``change``."""
+    record ``change``. ``cold_start_fenced``: when the leader asked the pipeline fence of its
+    worker's start in place, cold (wall, monotonic), for the trail; None for any other."""
 
     pipeline: str
     from_supervisor: str
@@ -109,6 +110,7 @@ class Promotion:
     placement_version: int
     assignment: Assignment
     change: AssignmentChange
+    cold_start_fenced: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)

@@ -53,10 +53,19 @@ class LeaderTrail:
         how: str,
         silent_secs: float,
         floor_secs: float,
+        cold_start_fenced: tuple[float, float] | None = None,
     ) -> None:
         """A standby worker's promotion committed in the term at ``epoch``: ``how`` is the
         verdict on ``from_supervisor``, after ``silent_secs`` of silence against its
-        ``floor_secs`` (``stratus.nimbus.failover.promotion_plan.How``)."""
+        ``floor_secs`` (``stratus.nimbus.failover.promotion_plan.How``); after a fence of its
+        worker's start in place, cold, asked at ``cold_start_fenced`` (wall, monotonic):
+        ``fence_asked_wall`` and ``fence_asked_mono``."""
+        asked = {}
+        if cold_start_fenced is not None:
+            asked = {
+                "fence_asked_wall": cold_start_fenced[0],
+                "fence_asked_mono": cold_start_fenced[1],
+            }
         self._recorder.record(
             WORKER_PROMOTED,
             epoch=epoch,
@@ -66,6 +75,7 @@ class LeaderTrail:
             how=how,
             silent_secs=round(silent_secs, 3),
             floor_secs=round(floor_secs, 3),
+            **asked,
         )
 
     def close(self) -> None:
