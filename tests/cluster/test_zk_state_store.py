@@ -24,7 +24,7 @@ from stratus.state.factory import StateStoreSettings, create_state_store
 from stratus.state.zk_store import ZooKeeperStateStore, check_path
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.server import ZooKeeperServer
-from tests.harness.zkfixtures import kazoo_client, wait_until
+from tests.harness.zkfixtures import kazoo_client, process_stopped, wait_until
 
 ROOT = "/stratus/heartbeats"
 
@@ -352,6 +352,7 @@ def test_a_call_the_server_does_not_answer_fails_at_its_timeout(
         assert pid is not None
         os.kill(pid, signal.SIGSTOP)  # frozen: the connection stays open, nothing answers
         try:
+            wait_until(lambda: process_stopped(pid), 10, "every thread of the JVM to stop")
             with pytest.raises(StateStoreUnavailableError, match=r"no answer within 0\.3 s"):
                 store.get("/s1")
         finally:

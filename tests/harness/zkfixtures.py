@@ -185,6 +185,17 @@ def process_gone(pid: int) -> bool:
     return "\nState:\tZ" in status
 
 
+def process_stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is stopped (SIGSTOP): ``kill`` returns once the
+    signal is sent, and each thread of a JVM stops on its own way back from the kernel."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        states = [(task / "status").read_text() for task in tasks]
+    except OSError:
+        return False
+    return bool(states) and all("\nState:\tT" in status for status in states)
+
+
 def kill_stray_zookeepers() -> list[int]:
     """SIGKILL ZooKeeper JVMs that this process started and left running; their pids."""
     strays = zookeeper_jvm_pids()
