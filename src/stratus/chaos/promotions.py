@@ -156,23 +156,8 @@ def _started_cold(events: list[Event], clocks: Clocks, promotion: Event) -> bool
     starts after it). A kill of that worker since its last batch there (the injector's
     ``process_killed``: a killed worker writes no line) is such a first stop, whether or not
     its start in place got as far as its own ``worker_started`` before the fence."""
-    pipeline, supervisor = promotion.get("pipeline"), promotion.get("from_supervisor")
-    there = sorted(
-        (
-            event
-            for event in events
-            if (
-                event.name in (WORKER_STARTED, WORKER_STOPPED, BATCH_COMMITTED)
-                or (event.name == PROCESS_KILLED and event.get("target") == "worker")
-            )
-            and event.get("pipeline") == pipeline
-            and event.get("supervisor") == supervisor
-            and clocks.before(event.at, promotion.at)
-        ),
-        key=lambda event: event.at.mono,  # one machine's clock: the chaos suite's hosts
-    )
     since_batch: list[str] = []  # its starts and stops there since its last batch there
-    for event in there:
+    for event in _worker_lines_before(events, clocks, promotion):
         if event.name == BATCH_COMMITTED:
             since_batch.clear()
         else:
@@ -195,13 +180,25 @@ def _stopped_before_its_fence(events: list[Event], clocks: Clocks, promotion: Ev
     if wall is None or mono is None:
         return False
     asked = Instant(promotion.at.host, float(wall), float(mono))
+    down = False  # stopped since its last batch there, before the fence was asked
+    for event in _worker_lines_before(events, clocks, promotion):
+        if event.name == BATCH_COMMITTED:
+            down = False
+        elif event.name != WORKER_STARTED and clocks.before(event.at, asked):
+            down = True
+    return down
+
+
+def _worker_lines_before(events: list[Event], clocks: Clocks, promotion: Event) -> list[Event]:
+    """The starts, stops, batches and kills of the promoted pipeline's worker on its old
+    supervisor before ``promotion``, in order."""
     pipeline, supervisor = promotion.get("pipeline"), promotion.get("from_supervisor")
-    there = sorted(
+    return sorted(
         (
             event
             for event in events
             if (
-                event.name in (WORKER_STOPPED, BATCH_COMMITTED)
+                event.name in (WORKER_STARTED, WORKER_STOPPED, BATCH_COMMITTED)
                 or (event.name == PROCESS_KILLED and event.get("target") == "worker")
             )
             and event.get("pipeline") == pipeline
@@ -210,13 +207,6 @@ def _stopped_before_its_fence(events: list[Event], clocks: Clocks, promotion: Ev
         ),
         key=lambda event: event.at.mono,  # one machine's clock: the chaos suite's hosts
     )
-    down = False  # stopped since its last batch there, before the fence was asked
-    for event in there:
-        if event.name == BATCH_COMMITTED:
-            down = False
-        elif clocks.before(event.at, asked):
-            down = True
-    return down
 
 
 def _earlier(moment: Instant, secs: float) -> Instant:
