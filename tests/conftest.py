@@ -17,9 +17,11 @@
   Spark JVMs, and the run's many supervisors would start them by the dozen
   (``STRATUS_WARM_MEMORY_MB=0``, the derived budget's override, is set here at import).
 
-Every Spark JVM of the run reads the run's ``spark-defaults.conf``
-(``tests/harness/spark_defaults.py``: ``SPARK_CONF_DIR``, set here at import unless the shell
-names one), whose JIT and collector flags start it for a third less CPU.
+Every Spark driver of the run reads the run's ``SPARK_SUBMIT_OPTS``
+(``tests/harness/spark_defaults.py``, set here at import unless the shell names it or a
+``SPARK_CONF_DIR``): JIT and collector flags, and a class archive that the first Spark test of
+each pytest process makes unless it is there (``_spark_class_archive``), start it for about
+half the CPU.
 
 No ZooKeeper JVM outlives the run: fixtures stop what they start, every server has a
 finalizer that kills its JVM at interpreter exit, on Linux the kernel kills JVMs whose parent
@@ -43,8 +45,14 @@ import pytest
 from stratus.supervisor.warm_memory import BUDGET_ENV_VAR
 from stratus.zk.ensemble import ZooKeeperEnsemble
 from stratus.zk.server import ZooKeeperServer
+from tests.harness.class_archive import archive_of, ensure
 from tests.harness.kdc import Kdc, KdcUnavailableError, running_kdc
-from tests.harness.spark_defaults import SPARK_CONF_DIR, spark_conf_dir
+from tests.harness.spark_defaults import (
+    SPARK_CONF_DIR,
+    SPARK_SUBMIT_OPTS,
+    driver_options,
+    run_dir,
+)
 from tests.harness.zkfixtures import (
     chroot_for,
     kazoo_client,
@@ -54,13 +62,21 @@ from tests.harness.zkfixtures import (
 
 SHARED_TICK_MS = 100
 os.environ[BUDGET_ENV_VAR] = "0"  # no warm workers by default; see ``warm_defaults``
-if SPARK_CONF_DIR not in os.environ:  # the run's Spark JVMs start for less CPU
-    os.environ[SPARK_CONF_DIR] = str(spark_conf_dir())
+if SPARK_CONF_DIR not in os.environ and SPARK_SUBMIT_OPTS not in os.environ:
+    # the run's Spark drivers start for less CPU; xdist's workers inherit the controller's
+    os.environ[SPARK_SUBMIT_OPTS] = driver_options(run_dir("stratus-class-archive-"))
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     # a run started in the background of a shell without job control ignores Ctrl-C, and so
     # would every process a test starts (an ignored signal stays ignored across exec): the
     # tests that stop a command with SIGINT, as a user's Ctrl-C does, need it heard
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(autouse=True)
+def _spark_class_archive(request: pytest.FixtureRequest) -> None:
+    """Before a Spark test, the run's class archive is in place (made here by the first)."""
+    if request.node.get_closest_marker("spark"):
+        ensure(archive_of(os.environ))
 
 
 @pytest.fixture

@@ -53,6 +53,7 @@ from stratus.supervisor.settings import SupervisorSettings
 from stratus.supervisor.worker_process import WorkerPaths
 from stratus.worker.spec import read_heartbeat
 from stratus.zk.server import ZooKeeperServer
+from tests.harness.class_archive import archive_of
 from tests.harness.nimbus_cluster import nimbus_cluster
 from tests.harness.pacemaker_process import PacemakerProcess
 from tests.harness.package_factory import package_files, valid_package
@@ -1010,6 +1011,37 @@ def test_a_spark_pipeline_stops_when_unassigned_and_never_outlives_a_killed_supe
         workers = descendants(supervisor.pid or 0)
         supervisor.kill()  # SIGKILL: no stop order reaches the worker; its lease ends
         wait_until(all_gone(workers), 60, "the orphaned worker and its JVM to exit")
+    finally:
+        supervisor.stop()
+
+
+def maps_file(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` has ``path`` mapped."""
+    with contextlib.suppress(OSError):
+        return str(path) in Path(f"/proc/{pid}/maps").read_text()
+    return False
+
+
+@pytest.mark.spark
+def test_a_workers_driver_gets_the_supervisors_spark_submit_opts(cluster, tmp_path) -> None:
+    """``SPARK_SUBMIT_OPTS`` reaches a worker's driver JVM through the allow-list: the test
+    run's names a class archive (``tests/harness/class_archive.py``), which the JVM maps."""
+    archive = archive_of(os.environ)
+    if archive is None:
+        pytest.skip("the shell named SPARK_CONF_DIR or SPARK_SUBMIT_OPTS: no run's archive")
+    assert archive.exists()  # made before the run's first Spark test
+    meta = cluster.code.upload("pt", passthrough_package("pt"))
+    options = cluster.options(**SPARK, **{"pipeline.checkpoint.root": tmp_path / "checkpoints"})
+    supervisor = SupervisorProcess(options, id="s1", slots=1, log_dir=tmp_path)
+    try:
+        supervisor.start()
+        supervisor.wait_ready()
+        cluster.assign(meta, "pt", conf=passthrough_conf(tmp_path / "in", tmp_path / "out"))
+        cluster.wait_for_worker(
+            WorkerState.RUNNING, "pt", where=lambda b: bool(b.app_id), timeout=SPARK_SECS
+        )
+        workers = descendants(supervisor.pid or 0)
+        assert any(maps_file(pid, archive) for pid in workers), workers
     finally:
         supervisor.stop()
 

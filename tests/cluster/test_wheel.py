@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from stratus.supervisor.warm_memory import BUDGET_ENV_VAR
-from tests.harness.spark_defaults import SPARK_CONF_DIR
+from tests.harness.spark_defaults import SPARK_CONF_DIR, SPARK_SUBMIT_OPTS
 from tests.harness.zkfixtures import descendants, left_behind
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -29,17 +29,17 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "src")
 INSTALL_SECS = 900  # pyspark and the rest, from the index pip is configured with
 DEMO_SECS = 900
+# This checkout's, and the test run's settings (no warm workers, its Spark JVM options)
+NOT_INHERITED = frozenset(
+    {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", BUDGET_ENV_VAR, SPARK_CONF_DIR, SPARK_SUBMIT_OPTS}
+)
 COUNTED = re.compile(r"(?P<fed>\d+) events fed, (?P<counted>\d+) counted in its output")
 
 
 def _environment() -> dict[str, str]:
     """This process's environment with no trace of this checkout, nor of the test run's
     settings: the demo runs as ``make run`` runs it, warm workers by default included."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in {"PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", BUDGET_ENV_VAR, SPARK_CONF_DIR}
-    }
+    env = {key: value for key, value in os.environ.items() if key not in NOT_INHERITED}
     env["COLUMNS"] = "200"
     return env
 

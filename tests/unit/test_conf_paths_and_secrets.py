@@ -522,6 +522,7 @@ def test_the_worker_environment_is_the_allow_list_plus_the_pipelines_entries():
         "HOME": "/home/s",
         "LC_ALL": "C.UTF-8",
         "JAVA_HOME": "/jdk",
+        "SPARK_SUBMIT_OPTS": "-XX:SharedArchiveFile=/var/cache/spark.jsa",
         "STRATUS_TOKEN": "supervisor-secret",
         "AWS_SECRET_ACCESS_KEY": "cloud-secret",
         "KRB5CCNAME": "/tmp/krb",
@@ -533,6 +534,7 @@ def test_the_worker_environment_is_the_allow_list_plus_the_pipelines_entries():
         "HOME": "/home/s",
         "LC_ALL": "C.UTF-8",
         "JAVA_HOME": "/jdk",
+        "SPARK_SUBMIT_OPTS": "-XX:SharedArchiveFile=/var/cache/spark.jsa",  # the driver's JVM
         "KRB5CCNAME": "/tmp/krb",  # the operator's supervisor.worker.env
         "REGION": "eu",
         "PYTHONUNBUFFERED": "1",

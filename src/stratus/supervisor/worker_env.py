@@ -31,6 +31,7 @@ ALLOWED_NAMES = frozenset(
         "JAVA_HOME",
         "SPARK_HOME",
         "SPARK_CONF_DIR",
+        "SPARK_SUBMIT_OPTS",
         "SPARK_LOCAL_IP",
         "SPARK_LOCAL_HOSTNAME",
         "HADOOP_HOME",
