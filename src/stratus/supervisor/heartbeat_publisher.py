@@ -12,12 +12,16 @@ including those a previous life of this supervisor left behind. The registration
 count follows each round. With ``warm_ready`` (the warm pool's count of ready warm workers)
 each round's supervisor heartbeat says how many are ready at its write, which the leader
 prefers when it places a moved pipeline; ``after_round`` runs after each round written (the
-registration then shows the warm workers' memory). Writes may block while the store is
-unreachable: they run on this thread, never on the control loop's, which fences on its own
-clock::
+registration then shows the warm workers' memory). A round offered that changes a worker's
+state (one started, stopped, crashed, gone) is published at once rather than at the period's
+end, at most once between two rounds on time: the leader acts on those changes (a hot
+worker started again in place is fenced and its standby worker promoted), and the store's
+load stays bounded. Writes may block while the store is unreachable: they run on this thread,
+never on the control loop's, which fences on its own clock::
 
     publisher = HeartbeatPublisher(board, "s1", interval_secs=1.0, on_written=loop.post_written)
-    publisher.offer(round_)     # the control loop's latest picture; the newest wins
+    publisher.offer(round_)     # the control loop's latest picture; the newest wins; a
+                                # change of a worker's state wakes the loop
     publisher.start()
     publisher.stop()
     publisher.publish(final_round)   # the last one (stopping=True), on the caller's thread
@@ -35,7 +39,7 @@ from typing import Protocol
 from kazoo.exceptions import KazooException
 
 from stratus.api.clock import Clock
-from stratus.api.records import SupervisorHeartbeat, WorkerHeartbeat
+from stratus.api.records import SupervisorHeartbeat, WorkerHeartbeat, WorkerState
 from stratus.errors import StratusError
 
 log = logging.getLogger(__name__)
@@ -60,6 +64,10 @@ class HeartbeatRound:
     supervisor: SupervisorHeartbeat
     workers: dict[str, WorkerHeartbeat] = field(default_factory=dict)
     used: int = 0  # the registration's ``used``
+
+    def worker_states(self) -> dict[str, WorkerState]:
+        """Each worker's state, by pipeline: what a round published at once is about."""
+        return {pipeline: beat.state for pipeline, beat in self.workers.items()}
 
 
 class HeartbeatPublisher:
@@ -91,6 +99,8 @@ class HeartbeatPublisher:
         self._lock = threading.Lock()
         self._latest: HeartbeatRound | None = None
         self._offered = threading.Event()
+        self._changed = threading.Event()  # a round offered changes a worker's state
+        self._taken: dict[str, WorkerState] | None = None  # the states of the last round taken
         self._stopping = threading.Event()
         self._published: set[str] | None = None  # worker heartbeats of ours in the store
         self._used: int | None = None
@@ -100,6 +110,8 @@ class HeartbeatPublisher:
         """The round to publish next (replacing one not published yet); never blocks."""
         with self._lock:
             self._latest = round_
+            if self._taken is not None and round_.worker_states() != self._taken:
+                self._changed.set()
         self._offered.set()
 
     def start(self) -> None:
@@ -109,6 +121,7 @@ class HeartbeatPublisher:
         """End the loop (a round under way finishes first, within ``timeout``)."""
         self._stopping.set()
         self._offered.set()
+        self._changed.set()
         self._thread.join(timeout=timeout)
 
     def publish(self, round_: HeartbeatRound) -> bool:
@@ -156,13 +169,26 @@ class HeartbeatPublisher:
 
     def _run(self) -> None:
         self._offered.wait()  # the first picture of the control loop
+        may_hurry = True
         while not self._stopping.is_set():
             started = self._clock()
             with self._lock:
                 round_ = self._latest
+                self._changed.clear()
+                self._taken = None if round_ is None else round_.worker_states()
             if round_ is not None:
                 self.publish(round_)
-            self._stopping.wait(max(0.0, self._interval - (self._clock() - started)))
+            hurried = self._wait(started + self._interval, may_hurry=may_hurry)
+            may_hurry = not hurried  # at most one round early between two on time
+
+    def _wait(self, due: float, *, may_hurry: bool) -> bool:
+        """Wait until ``due`` or the stop, or, with ``may_hurry``, until a round that changes
+        a worker's state is offered; whether such a round ended the wait."""
+        timeout = max(0.0, due - self._clock())
+        if not may_hurry:
+            self._stopping.wait(timeout)
+            return False
+        return self._changed.wait(timeout) and not self._stopping.is_set()
 
     def _write(self, round_: HeartbeatRound) -> None:
         if self._published is None:
