@@ -14,9 +14,11 @@ each round's supervisor heartbeat says how many are ready at its write, which th
 prefers when it places a moved pipeline; ``after_round`` runs after each round written (the
 registration then shows the warm workers' memory). A round offered that changes a worker's
 state (one started, stopped, crashed, gone) is published at once rather than at the period's
-end, at most once between two rounds on time: the leader acts on those changes (a hot
-worker started again in place is fenced and its standby worker promoted), and the store's
-load stays bounded. Writes may block while the store is unreachable: they run on this thread,
+end, but no sooner than ``early_gap_secs`` (a quarter period by default) after the round
+before: the leader acts on those changes (a hot worker started again in place is fenced and
+its standby worker promoted; a crash then a start are two changes 0.3 s apart), and the
+store's load stays bounded (four rounds a period at most, while states change at every
+tick). Writes may block while the store is unreachable: they run on this thread,
 never on the control loop's, which fences on its own clock::
 
     publisher = HeartbeatPublisher(board, "s1", interval_secs=1.0, on_written=loop.post_written)
@@ -79,6 +81,7 @@ class HeartbeatPublisher:
         supervisor: str,
         *,
         interval_secs: float,
+        early_gap_secs: float | None = None,
         on_written: Callable[[float], None],
         on_used: Callable[[int], None] = lambda _used: None,
         may_renew: Callable[[], bool] = lambda: True,
@@ -89,6 +92,7 @@ class HeartbeatPublisher:
         self._board = board
         self._supervisor = supervisor
         self._interval = interval_secs
+        self._early_gap = interval_secs / 4 if early_gap_secs is None else early_gap_secs
         self._on_written = on_written
         self._on_used = on_used
         self._may_renew = may_renew
@@ -169,7 +173,6 @@ class HeartbeatPublisher:
 
     def _run(self) -> None:
         self._offered.wait()  # the first picture of the control loop
-        may_hurry = True
         while not self._stopping.is_set():
             started = self._clock()
             with self._lock:
@@ -178,17 +181,14 @@ class HeartbeatPublisher:
                 self._taken = None if round_ is None else round_.worker_states()
             if round_ is not None:
                 self.publish(round_)
-            hurried = self._wait(started + self._interval, may_hurry=may_hurry)
-            may_hurry = not hurried  # at most one round early between two on time
+            self._wait(started)
 
-    def _wait(self, due: float, *, may_hurry: bool) -> bool:
-        """Wait until ``due`` or the stop, or, with ``may_hurry``, until a round that changes
-        a worker's state is offered; whether such a round ended the wait."""
-        timeout = max(0.0, due - self._clock())
-        if not may_hurry:
-            self._stopping.wait(timeout)
-            return False
-        return self._changed.wait(timeout) and not self._stopping.is_set()
+    def _wait(self, started: float) -> None:
+        """Wait until the period that began at ``started`` ends, or the stop, or a round that
+        changes a worker's state is offered once the early gap has passed."""
+        if self._stopping.wait(max(0.0, started + self._early_gap - self._clock())):
+            return
+        self._changed.wait(max(0.0, started + self._interval - self._clock()))
 
     def _write(self, round_: HeartbeatRound) -> None:
         if self._published is None:
