@@ -14,7 +14,8 @@ The run starts Spark drivers by the dozen, each for seconds:
 Neither changes what a pipeline computes. Not a ``spark-defaults.conf``: Spark puts
 ``SPARK_CONF_DIR`` first on a driver's class path, and the JVM maps no class archive whose
 class path holds a non-empty directory. The benchmarks keep a ``spark-defaults.conf`` of the
-JIT's flags (``spark_conf_dir``), as do the ZooKeeper JVMs of the run (``stratus.zk.server``).
+JIT's flags (``spark_conf_dir``); the run's ZooKeeper JVMs start with those flags too
+(``stratus.zk.server``).
 """
 
 from __future__ import annotations
