@@ -9,7 +9,7 @@ pytest process calls ``ensure``: under a lock (two workers never make it twice),
 loaded as it exits, and the file is renamed into place whole. A failure to make it is
 reported once, and the run goes on without it::
 
-    ensure(archive_of(os.environ))      # True once the archive is in place
+    ensure(archive_of(os.environ))      # the archive is in place, or was tried here
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD = "tests.harness.class_archive_workload"
 PID_LINE = "driver jvm pid: "  # the workload's line, among its JVM's own
 MAKE_SECS = 300.0  # a driver's start, two queries and the dump, on a loaded 2-core machine
-_attempted: dict[Path, bool] = {}  # archive -> whether it is in place, once tried here
+_attempted: set[Path] = set()  # the archives this process made, or found, or failed to make
 
 
 def archive_of(environ: Mapping[str, str]) -> Path | None:
@@ -41,27 +41,19 @@ def archive_of(environ: Mapping[str, str]) -> Path | None:
     return None
 
 
-def ensure(archive: Path | None) -> bool:
-    """Make ``archive`` unless it is in place or this process tried already; whether it is
-    in place."""
-    if archive is None:
-        return False
-    if archive not in _attempted:
-        _attempted[archive] = _ensure(archive)
-    return _attempted[archive]
-
-
-def _ensure(archive: Path) -> bool:
+def ensure(archive: Path | None) -> None:
+    """Make ``archive`` unless it is in place or this process tried already."""
+    if archive is None or archive in _attempted:
+        return
+    _attempted.add(archive)
     with (archive.parent / f"{archive.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not archive.exists():
-            try:
-                _make(archive)
-            except (OSError, subprocess.SubprocessError, ValueError) as error:
-                warnings.warn(
-                    f"no class archive for the run's Spark drivers: {error}", stacklevel=1
-                )
-        return archive.exists()
+        if archive.exists():
+            return
+        try:
+            _make(archive)
+        except (OSError, subprocess.SubprocessError, ValueError) as error:
+            warnings.warn(f"no class archive for the run's Spark drivers: {error}", stacklevel=1)
 
 
 def _make(archive: Path) -> None:
