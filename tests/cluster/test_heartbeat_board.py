@@ -169,6 +169,15 @@ def test_a_supervisor_period_written_at_once_reads_back_with_every_other(
     assert read.supervisors == {"s1": supervisor("s1", time=2000.0), "s2": supervisor("s2")}
 
 
+def test_one_supervisors_workers_read_alone(board: HeartbeatBoard) -> None:
+    board.put_round(supervisor("s1"), [worker("etl", "s1"), worker("web", "s1")])
+    board.put_round(supervisor("s2"), [worker("etl", "s2", time=2000.0)])
+
+    assert board.workers_on("s1") == {"etl": worker("etl", "s1"), "web": worker("web", "s1")}
+    assert board.workers_on("s2") == {"etl": worker("etl", "s2", time=2000.0)}
+    assert board.workers_on("s3") == {}
+
+
 def test_values_that_are_json_fragments_never_move_a_heartbeat_onto_another_name(
     board: HeartbeatBoard, store: ZooKeeperStateStore
 ) -> None:

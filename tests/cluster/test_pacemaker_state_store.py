@@ -254,6 +254,34 @@ def test_the_leader_reads_one_pulse_per_supervisor(pair) -> None:
             leader.remove_worker(f"p{k}", sid)
 
 
+def test_the_failover_lane_reads_one_supervisors_workers_from_its_round_alone(pair) -> None:
+    """``workers_on`` gets one supervisor's worker heartbeats in one ``get_pulse`` per
+    pacemaker, never a read of every round; a supervisor without a round has none."""
+    first, second = pair
+    board_on(first, second, owner="q1").put_round(
+        supervisor("q1"), [worker("etl", "q1", 7.0), worker("web", "q1")]
+    )
+    board_on(first, second, owner="q2").put_round(supervisor("q2"), [worker("etl", "q2")])
+    leader = board_on(first, second)
+    before = [(requests_counted(s, "get_pulse"), requests_counted(s, "get_all_pulses_for_path"))
+              for s in pair]  # fmt: skip
+
+    found = leader.workers_on("q1")
+
+    after = [(requests_counted(s, "get_pulse"), requests_counted(s, "get_all_pulses_for_path"))
+             for s in pair]  # fmt: skip
+    assert found == {"etl": worker("etl", "q1", 7.0), "web": worker("web", "q1")}
+    for (singles, wholes), (singles_after, wholes_after) in zip(before, after, strict=True):
+        assert (singles_after - singles, wholes_after - wholes) == (1, 0)
+    assert leader.workers_on("q3") == {}
+    leader.remove_supervisor("q1")
+    assert leader.workers_on("q1") == {"etl": worker("etl", "q1", 7.0), "web": worker("web", "q1")}
+    leader.remove_pipeline("etl")
+    leader.remove_worker("web", "q1")
+    leader.remove_supervisor("q2")
+    assert leader.workers_on("q1") == {} and leader.workers_on("q2") == {}
+
+
 def test_the_leader_decodes_the_heartbeats_without_running_the_garbage_collector(pair) -> None:
     """1,000 worker heartbeats decoded: the same records decoded with the collector on run
     it several times (so this test sees collections when there are some); the leader's

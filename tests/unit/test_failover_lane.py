@@ -27,7 +27,7 @@ from stratus.api.records import (
 from stratus.api.standby_workers import BeatLease, StandbyWorkerState
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.failover.beat_watch import BeatWatch, ReadOutcome
-from stratus.nimbus.failover.lane import FailoverLane, HotSnapshot, hot_snapshot
+from stratus.nimbus.failover.lane import ColdStartsNow, FailoverLane, HotSnapshot, hot_snapshot
 from stratus.nimbus.failover.promotion_plan import How, Promotion, PromotionRefusal, Refusal
 from stratus.nimbus.settings import DetectorSettings
 from stratus.state.beats import Beat, BeatRead
@@ -137,7 +137,12 @@ class Immediate(Executor):
 class Lane:
     """A lane over scripted beats, with every supervisor registered with a beat lease."""
 
-    def __init__(self, fence: Any = None, executor: Executor | None = None) -> None:
+    def __init__(
+        self,
+        fence: Any = None,
+        executor: Executor | None = None,
+        cold_starts_now: ColdStartsNow | None = None,
+    ) -> None:
         self.refused: list[PromotionRefusal] = []
         self.clock = FakeClock()
         self.beats = Beats()
@@ -154,6 +159,7 @@ class Lane:
             fence_executor=executor or Immediate(),
             fence_answer_secs=ANSWER_SECS,
             on_refused=self.refused.append,
+            cold_starts_now=cold_starts_now,
             clock=self.clock,
             wall=lambda: 1_700_000_100.0,
         )
@@ -342,6 +348,59 @@ def test_a_cold_start_is_fenced_once_and_handed_to_the_round_on_the_answer() -> 
     lane.run(POLL, {"s1", "s2", "s3"})
     assert len(fence.asked) == 2
     assert lane.lane.cold_start_fenced("orders", 12) is not None
+
+
+class ColdNow:
+    """``cold_starts_now`` as the nimbus's ``ColdStartWatch`` answers it: the pipelines
+    of ``cold`` among those of the snapshot it is given, recording each call's."""
+
+    def __init__(self, cold: dict[str, int]) -> None:
+        self.cold = cold
+        self.seen: list[set[str]] = []
+        self.down = False  # the heartbeats cannot be read
+
+    def __call__(self, snapshot: HotSnapshot, *, registered: Any, suspected: Any) -> dict[str, int]:
+        self.seen.append(set(snapshot.assignments))
+        if self.down:
+            raise StateStoreUnavailableError("pacemaker", "/supervisors/s1", "no answer")
+        return {name: v for name, v in self.cold.items() if name in snapshot.assignments}
+
+
+def test_a_cold_start_between_rounds_is_fenced_at_the_next_poll_and_handed_once() -> None:
+    """The round saw "orders" running; its worker then starts cold (the lane's own look
+    at the heartbeats): the fence is asked at the next poll, once for that assignment,
+    and the answer handed to the round, as for a cold start the round saw."""
+    fence = Fence(answers=True)
+    now = ColdNow({})
+    lane = Lane(fence, cold_starts_now=now)
+    lane.lane.note(snapshot())
+    assert lane.run(0.5, {"s1", "s2", "s3"}) == []
+    assert fence.asked == [] and now.seen[-1] == {"orders"}  # looked at, every poll
+    now.cold = {"orders": 11}
+    lane.run(POLL, {"s1", "s2", "s3"})
+    assert [(sid, pipelines) for sid, pipelines, _, _ in fence.asked] == [
+        ("s1", frozenset({"orders"}))
+    ]
+    assert lane.lane.fence_held(snapshot().assignments) == {"orders"}
+    assert lane.lane.cold_start_fenced("orders", 11) is not None
+    calls = len(now.seen)
+    lane.run(0.5, {"s1", "s2", "s3"})
+    assert len(fence.asked) == 1  # asked once
+    assert len(now.seen) == calls  # and nothing left to look at: no read spent
+
+
+def test_heartbeats_that_cannot_be_read_fence_nothing_and_the_beats_are_judged_on() -> None:
+    fence = Fence(answers=True)
+    now = ColdNow({"orders": 11})
+    now.down = True
+    lane = Lane(fence, cold_starts_now=now)
+    lane.lane.note(snapshot())
+    reads = lane.beats.reads
+    assert lane.run(0.5, {"s1", "s2", "s3"}) == []
+    assert fence.asked == [] and lane.beats.reads == reads + 5
+    now.down = False
+    lane.run(POLL, {"s1", "s2", "s3"})
+    assert [sid for sid, _, _, _ in fence.asked] == ["s1"]
 
 
 def test_the_fence_is_asked_once_the_silence_reached_the_beat_lease() -> None:

@@ -29,6 +29,7 @@ from stratus.codedist.distributor import CodeDistributor
 from stratus.coordination.leadership import Leadership
 from stratus.nimbus.cluster_view import ClusterView
 from stratus.nimbus.duties.checkpoint_retention import ExpireKeptCheckpoints
+from stratus.nimbus.duties.cold_starts import ColdStartWatch
 from stratus.nimbus.duties.killed import RemoveKilled
 from stratus.nimbus.duties.lost_code import FailLostCode
 from stratus.nimbus.duties.purges import CarryOutPurges, PurgeOrders
@@ -52,6 +53,7 @@ from stratus.nimbus.settings import NimbusSettings
 from stratus.pacemaker.blocking import BlockingPacemakerPool
 from stratus.state.beats import BeatBoard
 from stratus.state.heartbeats import HeartbeatBoard
+from stratus.state.pacemaker_store import PacemakerStateStore
 from stratus.zk.paths import ClusterPaths
 from stratus.zk.session import ZkSession
 
@@ -249,6 +251,11 @@ def failover_lane(  # noqa: PLR0913 keyword-only: callbacks and clocks
         fence_answer_secs=fencing.settings.timeout_secs if fencing is not None else 0.0,
         on_refused=on_refused,
         on_held=on_held,
+        cold_starts_now=(
+            ColdStartWatch(HeartbeatBoard(PacemakerStateStore(pool)).workers_on, wall=wall)
+            if fencing is not None
+            else None
+        ),
         clock=clock,
         wall=wall,
     )

@@ -8,6 +8,7 @@ round and removes those of pipelines and supervisors that are gone::
     board.put_supervisor(supervisor_heartbeat)  # /supervisors/<id>
     board.put_round(supervisor_heartbeat, [worker_heartbeat])  # all of them, one message
     board.workers()["etl"]["supervisor-1"]    # WorkerHeartbeat
+    board.workers_on("supervisor-1")["etl"]   # the same, from that supervisor's alone
     board.supervisors()["supervisor-1"]       # SupervisorHeartbeat
     board.read()                              # both at once, and whether the read is complete
     board.remove_pipeline("etl")              # every worker heartbeat of the pipeline
@@ -61,6 +62,8 @@ class _RoundStore(Protocol):
     def set_round(self, owner: str, round_: Round) -> None: ...
 
     def read_rounds(self) -> RoundsRead: ...
+
+    def read_round(self, owner: str) -> PackedRound | None: ...
 
 
 @dataclass(frozen=True)
@@ -152,6 +155,19 @@ class HeartbeatBoard:
             if beats:
                 found[pipeline] = beats
         return found
+
+    def workers_on(self, supervisor: str) -> dict[str, WorkerHeartbeat]:
+        """The worker heartbeats of supervisor ``supervisor``, by pipeline: on the pacemakers
+        one read of its round alone, which the failover lane makes between two of the
+        leader's rounds."""
+        if isinstance(self._store, _RoundStore):
+            packed = self._store.read_round(_segment(supervisor))
+            if packed is None or packed.workers == EMPTY_ARRAY:
+                return {}
+            with collector_paused():
+                return {beat.pipeline: beat for beat in _round_workers(packed)}
+        return {name: beats[supervisor] for name, beats in self.workers().items()
+                if supervisor in beats}  # fmt: skip
 
     def remove_worker(self, pipeline: str, supervisor: str) -> None:
         self._store.delete(_worker_path(pipeline, supervisor))

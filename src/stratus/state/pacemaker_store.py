@@ -193,15 +193,25 @@ class PacemakerStateStore:
         """Close the pool: its connections and its event loop's thread."""
         self._pool.close()
 
+    def read_round(self, owner: str) -> PackedRound | None:
+        """Supervisor ``owner``'s round alone, the newest of the servers, from one read;
+        None if no server holds a readable one."""
+        pulse = self._round_pulse(owner)
+        return _decoded(owner, pulse) if pulse is not None else None
+
     def _round(self, owner: str) -> tuple[Round, float] | None:
         """Supervisor ``owner``'s round, the newest of the servers, and its time; None if
         no server holds a readable one."""
-        target = owned_subtree(owner)
-        with pacemaker_call(target):
-            pulse = self._pool.get_pulse(target).value
+        pulse = self._round_pulse(owner)
         packed = _decoded(owner, pulse) if pulse is not None else None
         found = _unpacked(packed) if packed is not None else None
         return None if found is None or pulse is None else (found, pulse.time)
+
+    def _round_pulse(self, owner: str) -> Pulse | None:
+        target = owned_subtree(owner)
+        with pacemaker_call(target):
+            pulse: Pulse | None = self._pool.get_pulse(target).value
+        return pulse
 
     def _remove(self, owner: str, pipelines: Collection[str | None]) -> None:
         """Remove from ``owner``'s round the worker heartbeats of ``pipelines`` (None: the

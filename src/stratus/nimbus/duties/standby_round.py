@@ -340,6 +340,7 @@ class StandbyRound:
                 read.supervisors,
                 written=written,
                 cold_starts=cold,
+                cordoned=cordoned,
             )
         )
 

@@ -67,7 +67,10 @@ who is suspected.
 in place, cold, while their standby worker is READY (``HotSnapshot.cold_starts``: a beat
 lease lapsed on a stall the lane did not count as one); the lane asks their supervisor's
 pipeline fence once per assignment, outside any suspicion, and hands the answer to the round
-(``fence_held``) as it comes, which promotes the standby worker.
+(``fence_held``) as it comes, which promotes the standby worker. With ``cold_starts_now``
+(the nimbus's ``ColdStartWatch``) it also looks for them itself at each poll, from the
+newest heartbeats of the supervisors whose hot pipeline's standby worker could take over,
+so that a hot worker that crashed or stopped itself waits for no round to be fenced.
 
 **The round runs at once.** Whenever pipelines are handed to the round (a cold start's
 answer, a promotion refused after an answer, an answer that came once the supervisor was
@@ -111,6 +114,7 @@ import time
 from collections.abc import Callable, Mapping, Set
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from stratus.api.clock import Clock
 from stratus.api.records import (
@@ -132,11 +136,21 @@ from stratus.nimbus.failover.promotion_plan import (
     plan_promotions,
 )
 from stratus.nimbus.failover.refusals import RefusalMemory
+from stratus.state.errors import StateStoreUnavailableError
 
 log = logging.getLogger(__name__)
 
 
 PHI_ONLY_SECS = 1e-9  # the floor passed to BeatWatch to learn who phi alone suspects
+
+
+class ColdStartsNow(Protocol):
+    """The hot pipelines of ``snapshot`` whose active worker starts cold now, while their
+    standby worker could take over, each with its assignment's version (``ColdStartWatch``)."""
+
+    def __call__(
+        self, snapshot: HotSnapshot, *, registered: Set[str], suspected: Set[str]
+    ) -> Mapping[str, int]: ...
 
 
 @dataclass(frozen=True)
@@ -154,6 +168,7 @@ class HotSnapshot:
     heartbeats: Mapping[str, SupervisorHeartbeat] = field(default_factory=dict)
     cold_starts: Mapping[str, int] = field(default_factory=dict)  # pipeline -> the version
     # of its assignment whose worker starts cold, its standby worker READY (``cold_starts``)
+    cordoned: frozenset[str] = frozenset()  # the supervisors no promotion may go to
 
     @property
     def holders(self) -> set[str]:
@@ -180,10 +195,12 @@ def hot_snapshot(
     *,
     written: Set[str] = frozenset(),
     cold_starts: Mapping[str, int] | None = None,
+    cordoned: Set[str] = frozenset(),
 ) -> HotSnapshot:
     """The hot pipelines of a round's read, but those whose assignment or placement the
     round wrote since (``written``: their versions read no longer hold); ``cold_starts``:
-    those whose worker starts cold, their standby worker READY."""
+    those whose worker starts cold, their standby worker READY; ``cordoned``: the
+    supervisors the round read cordoned."""
     hot = {
         name: record
         for name, record in pipelines.items()
@@ -199,6 +216,7 @@ def hot_snapshot(
         placements={name: placements[name] for name in hot if name in placements},
         heartbeats=dict(heartbeats) if hot else {},
         cold_starts={name: v for name, v in (cold_starts or {}).items() if name in hot},
+        cordoned=frozenset(cordoned),
     )
 
 
@@ -214,11 +232,12 @@ def lease_ran_out(supervisor: SupervisorSummary, suspicion: Suspicion) -> bool:
 class FailoverLane:
     """The thread that runs BeatWatch, the fence and the promotions; see the module docstring.
 
-    ``registered``: the supervisors' registrations (the cluster view). ``wall``: the
-    assignments' timestamps. ``on_refused``: each refusal once per suspicion of its
-    supervisor (``RefusalMemory``), as it is logged (the refusals' counter). ``on_held``:
-    pipelines were handed to the round (``fence_held``), on any thread, never blocking (the
-    leader runs a round at once).
+    ``registered``: the supervisors' registrations (the cluster view). ``cold_starts_now``:
+    the hot pipelines of a snapshot whose worker starts cold now, from fresh heartbeats
+    (``A cold start``). ``wall``: the assignments' timestamps. ``on_refused``: each refusal
+    once per suspicion of its supervisor (``RefusalMemory``), as it is logged (the refusals'
+    counter). ``on_held``: pipelines were handed to the round (``fence_held``), on any
+    thread, never blocking (the leader runs a round at once).
     """
 
     def __init__(  # noqa: PLR0913 keyword-only: collaborators, callbacks, clocks
@@ -233,6 +252,7 @@ class FailoverLane:
         fence_answer_secs: float = 0.0,
         on_refused: Callable[[PromotionRefusal], None] = lambda _refusal: None,
         on_held: Callable[[], None] = lambda: None,
+        cold_starts_now: ColdStartsNow | None = None,
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
     ) -> None:
@@ -252,6 +272,7 @@ class FailoverLane:
             if fence_pipelines is not None
             else None
         )
+        self._cold_starts_now = cold_starts_now
         self._clock = clock
         self._wall = wall
         self._lock = threading.Lock()  # guards what the round and the thread share:
@@ -454,7 +475,8 @@ class FailoverLane:
         the answer hands it to the round, which promotes the standby worker."""
         if self._fences is None:
             return
-        for name, version in sorted(snapshot.cold_starts.items()):
+        cold = {**snapshot.cold_starts, **self._fresh_cold_starts(snapshot, registered)}
+        for name, version in sorted(cold.items()):
             if (name, version) in self._cold_asked:
                 continue
             supervisor = snapshot.assignments[name][0].supervisor
@@ -471,6 +493,29 @@ class FailoverLane:
                 supervisor,
             )
             self._fences.ask_for_round(summary, {name: version}, term.epoch)
+
+    def _fresh_cold_starts(
+        self, snapshot: HotSnapshot, registered: Mapping[str, SupervisorSummary]
+    ) -> Mapping[str, int]:
+        """The cold starts ``cold_starts_now`` finds among the snapshot's hot pipelines that
+        the round did not hand and whose fence was not asked yet; none if a read failed (the
+        round's next read looks again)."""
+        if self._cold_starts_now is None:
+            return {}
+        with self._lock:
+            asked = {name for name, _ in self._cold_asked}
+        left = snapshot
+        for name in asked | set(snapshot.cold_starts):
+            left = left.without(name)
+        if not left.assignments:
+            return {}
+        try:
+            return self._cold_starts_now(
+                left, registered=set(registered), suspected=self.suspected()
+            )
+        except StateStoreUnavailableError as exc:
+            log.debug("event=cold_starts_unread error=%s", exc)
+            return {}
 
     def _past_lease(
         self,
