@@ -350,6 +350,9 @@ def test_a_cold_start_is_fenced_once_and_handed_to_the_round_on_the_answer() -> 
     assert lane.lane.cold_start_fenced("orders", 12) is not None
 
 
+ACTIVE_S1 = snapshot().assignments["orders"][0]
+
+
 class ColdNow:
     """``cold_starts_now`` as the nimbus's ``ColdStartWatch`` answers it: the pipelines
     of ``cold`` among those of the snapshot it is given, recording each call's."""
@@ -387,6 +390,12 @@ def test_a_cold_start_between_rounds_is_fenced_at_the_next_poll_and_handed_once(
     lane.run(0.5, {"s1", "s2", "s3"})
     assert len(fence.asked) == 1  # asked once
     assert len(now.seen) == calls  # and nothing left to look at: no read spent
+    moved = snapshot()  # promoted, then back on s1 at a later version, starting cold again
+    later = replace(moved, assignments={**moved.assignments, "orders": (ACTIVE_S1, 12)})
+    lane.lane.note(later)
+    now.cold = {"orders": 12}
+    lane.run(POLL, {"s1", "s2", "s3"})
+    assert len(fence.asked) == 2 and lane.lane.cold_start_fenced("orders", 12) is not None
 
 
 def test_heartbeats_that_cannot_be_read_fence_nothing_and_the_beats_are_judged_on() -> None:

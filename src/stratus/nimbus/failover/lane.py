@@ -498,15 +498,16 @@ class FailoverLane:
         self, snapshot: HotSnapshot, registered: Mapping[str, SupervisorSummary]
     ) -> Mapping[str, int]:
         """The cold starts ``cold_starts_now`` finds among the snapshot's hot pipelines that
-        the round did not hand and whose fence was not asked yet; none if a read failed (the
-        round's next read looks again)."""
+        the round did not hand and whose fence was not asked yet at their assignment's
+        version; none if a read failed (the round's next read looks again)."""
         if self._cold_starts_now is None:
             return {}
         with self._lock:
-            asked = {name for name, _ in self._cold_asked}
+            asked = set(self._cold_asked)
         left = snapshot
-        for name in asked | set(snapshot.cold_starts):
-            left = left.without(name)
+        for name, (_, version) in snapshot.assignments.items():
+            if (name, version) in asked or name in snapshot.cold_starts:
+                left = left.without(name)
         if not left.assignments:
             return {}
         try:
