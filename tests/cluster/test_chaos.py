@@ -152,10 +152,11 @@ def test_a_seeded_run_of_faults_leaves_a_history_without_violations(
     count = max(1, FAULTS // 2)
     standby = chaos_standby()
     hot = standby == "hot"
+    drawn = "" if seed == chaos_seed() else " (the run's, plus one)"
     print(
-        f"\nchaos: seed {seed}, {count} faults, nimbuses {ha_mode}, standby worker {standby}; "
-        f"replay with STRATUS_CHAOS_SEED={chaos_seed()} STRATUS_CHAOS_FAULTS={FAULTS} "
-        f"{STANDBY}={standby}"
+        f"\nchaos: seed {seed}{drawn}, {count} faults, nimbuses {ha_mode}, standby worker "
+        f"{standby}; replay with STRATUS_CHAOS_SEED={chaos_seed()} "
+        f"STRATUS_CHAOS_FAULTS={FAULTS} {STANDBY}={standby}"
     )
     with ChaosCluster(hosts, base, ha_mode=ha_mode, walls=walls, hot=hot) as cluster:
         shape = replace(cluster.shape, max_quorum_loss_secs=MAX_QUORUM_LOSS_SECS)
