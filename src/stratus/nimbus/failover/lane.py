@@ -19,20 +19,22 @@ znode::
     lane.stop()                      # on losing the term
     lane.close()                     # when the nimbus stops: the fences' threads too
 
-**What it reads.** The beats, through ``BeatWatch.poll``, and nothing else: the pipelines,
-assignments, placements and heartbeats come from the scheduling round's last snapshot of the
-term (``HotSnapshot``, with the znode versions the round read), the registrations from the
-cluster view. A snapshot older than a write it does not know of only makes a promotion's
-transaction fail on its version; the next round's snapshot has the new ones. Only the
-supervisors holding a hot pipeline's active worker, and advertising a beat lease in a
-registration seen in this term or in the heartbeat of the round's snapshot, are judged. One
-whose registration has left since (its ZooKeeper session ended: a dead host's does about a
-session timeout after its death) is judged on, from the beat lease its newest registration
-advertised; one whose registration this term never saw (a new term that began after its host
-died), from the beat lease its last heartbeat advertised: a floor verdict rests on the beat
-lease and the pacemakers, not on ZooKeeper, and a supervisor that registers again replaces
-it. Otherwise a dead host whose silence restarted (a blind read of the store, a new term)
-would be left to the round's timeout whenever its session ended before its floor passed.
+**What it reads.** The beats, through ``BeatWatch.poll``, and the heartbeats of a few
+supervisors whose hot worker may start cold (``cold_starts_now``, below), nothing else: the
+pipelines, assignments, placements and other heartbeats come from the scheduling round's
+last snapshot of the term (``HotSnapshot``, with the znode versions the round read), the
+registrations from the cluster view. A snapshot older than a write it does not know of only
+makes a promotion's transaction fail on its version; the next round's snapshot has the new
+ones. Only the supervisors holding a hot pipeline's active worker, and advertising a beat
+lease in a registration seen in this term or in the heartbeat of the round's snapshot, are
+judged. One whose registration has left since (its ZooKeeper session ended: a dead host's
+does about a session timeout after its death) is judged on, from the beat lease its newest
+registration advertised; one whose registration this term never saw (a new term that began
+after its host died), from the beat lease its last heartbeat advertised: a floor verdict
+rests on the beat lease and the pacemakers, not on ZooKeeper, and a supervisor that
+registers again replaces it. Otherwise a dead host whose silence restarted (a blind read of
+the store, a new term) would be left to the round's timeout whenever its session ended
+before its floor passed.
 
 **The fence.** A supervisor is **suspected** once its phi reached ``nimbus.detector.threshold``
 (on a calm host about 0.66 s after its last beat), before its floor (1.02 s by default). With
