@@ -180,6 +180,7 @@ PACEMAKER_PORT = 6699  # pacemaker.port's default: one pacemaker per host, on it
 STEADY_BATCHES = 6  # batches committed where the pipeline runs, the cluster whole, before a kill
 SETTLE_TRIES = 3  # a round settles again after a move before its kill, at most this often
 STANDBY_STARTED = "event=standby_worker_started"  # a standby worker's first line in its log
+STANDBY_PROMOTED = "event=standby_worker_promoted"  # its line once promoted: its warm-up stops
 WAIT_SECS = 300.0  # a cold start on a loaded 2-core machine, a leader, a registration
 READY_SECS = 120.0  # a daemon started again on a host
 DRAIN_SECS = 300.0  # the output to count every event fed, once the feeder stopped
@@ -635,7 +636,8 @@ def wait_standby(client: NimbusClient, active: str) -> StandbyWorkerView:
 def wait_warmed_up(cluster: FailoverHosts, standby: StandbyWorkerView) -> None:
     """Wait until ``standby``'s warm-up has ended (``event=warm_up_done`` in its log after its
     start): a host dies at any time, and a standby worker warms up for a minute or so of the
-    hours it waits (supervisor.standby.warmup.batches); a failed warm-up is an error."""
+    hours it waits (supervisor.standby.warmup.batches); a failed warm-up is an error, and a
+    promotion during it (a move that no kill caused) is ``MovedBeforeKillError``."""
     assert standby.supervisor is not None  # wait_standby: READY on a supervisor
     supervisor = cluster.nodes.supervisors[standby.supervisor]
     log = supervisor.local_dir / "workers" / PIPELINE / "worker.log"
@@ -645,6 +647,11 @@ def wait_warmed_up(cluster: FailoverHosts, standby: StandbyWorkerView) -> None:
             own = log.read_text(errors="replace").rpartition(STANDBY_STARTED)[2]
             if "event=warm_up_failed" in own:
                 raise BenchError(f"the standby worker's warm-up failed; see {log}")
+            if STANDBY_PROMOTED in own:
+                raise MovedBeforeKillError(
+                    f"{PIPELINE}'s standby worker on {standby.supervisor} was promoted during "
+                    "its warm-up"
+                )
             return "event=warm_up_done" in own
         return False
 
