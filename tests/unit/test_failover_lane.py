@@ -130,7 +130,10 @@ class Immediate(Executor):
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         done: Future[T] = Future()
-        done.set_result(fn(*args, **kwargs))
+        try:
+            done.set_result(fn(*args, **kwargs))
+        except Exception as exc:  # as a pool's thread would: the future holds it
+            done.set_exception(exc)
         return done
 
 
@@ -142,6 +145,7 @@ class Lane:
         fence: Any = None,
         executor: Executor | None = None,
         cold_starts_now: ColdStartsNow | None = None,
+        look_executor: Executor | None = None,
     ) -> None:
         self.refused: list[PromotionRefusal] = []
         self.clock = FakeClock()
@@ -160,6 +164,7 @@ class Lane:
             fence_answer_secs=ANSWER_SECS,
             on_refused=self.refused.append,
             cold_starts_now=cold_starts_now,
+            look_executor=look_executor or Immediate(),
             clock=self.clock,
             wall=lambda: 1_700_000_100.0,
         )
@@ -369,10 +374,11 @@ class ColdNow:
         return {name: v for name, v in self.cold.items() if name in snapshot.assignments}
 
 
-def test_a_cold_start_between_rounds_is_fenced_at_the_next_poll_and_handed_once() -> None:
+def test_a_cold_start_between_rounds_is_fenced_at_the_poll_after_a_look_and_once() -> None:
     """The round saw "orders" running; its worker then starts cold (the lane's own look
-    at the heartbeats): the fence is asked at the next poll, once for that assignment,
-    and the answer handed to the round, as for a cold start the round saw."""
+    at the heartbeats, which counts at the poll after it ended): the fence is asked then,
+    once for that assignment, and the answer handed to the round, as for a cold start the
+    round saw."""
     fence = Fence(answers=True)
     now = ColdNow({})
     lane = Lane(fence, cold_starts_now=now)
@@ -380,7 +386,9 @@ def test_a_cold_start_between_rounds_is_fenced_at_the_next_poll_and_handed_once(
     assert lane.run(0.5, {"s1", "s2", "s3"}) == []
     assert fence.asked == [] and now.seen[-1] == {"orders"}  # looked at, every poll
     now.cold = {"orders": 11}
-    lane.run(POLL, {"s1", "s2", "s3"})
+    lane.run(POLL, {"s1", "s2", "s3"})  # the look that finds it
+    assert fence.asked == []
+    lane.run(POLL, {"s1", "s2", "s3"})  # what it found counts
     assert [(sid, pipelines) for sid, pipelines, _, _ in fence.asked] == [
         ("s1", frozenset({"orders"}))
     ]
@@ -394,7 +402,7 @@ def test_a_cold_start_between_rounds_is_fenced_at_the_next_poll_and_handed_once(
     later = replace(moved, assignments={**moved.assignments, "orders": (ACTIVE_S1, 12)})
     lane.lane.note(later)
     now.cold = {"orders": 12}
-    lane.run(POLL, {"s1", "s2", "s3"})
+    lane.run(2 * POLL, {"s1", "s2", "s3"})
     assert len(fence.asked) == 2 and lane.lane.cold_start_fenced("orders", 12) is not None
 
 
@@ -408,8 +416,31 @@ def test_heartbeats_that_cannot_be_read_fence_nothing_and_the_beats_are_judged_o
     assert lane.run(0.5, {"s1", "s2", "s3"}) == []
     assert fence.asked == [] and lane.beats.reads == reads + 5
     now.down = False
-    lane.run(POLL, {"s1", "s2", "s3"})
+    lane.run(2 * POLL, {"s1", "s2", "s3"})
     assert [sid for sid, _, _, _ in fence.asked] == ["s1"]
+
+
+def test_a_look_that_hangs_holds_up_neither_the_beats_nor_a_floor_verdict() -> None:
+    """A look whose read hangs (a pacemaker cut off, up to the client's timeout) runs on its
+    own thread: the beats are read at every poll meanwhile, and a silent supervisor is
+    promoted at its floor."""
+    release, returned = threading.Event(), threading.Event()
+
+    def hanging(snapshot: HotSnapshot, *, registered: Any, suspected: Any) -> dict[str, int]:
+        release.wait(5)
+        returned.set()
+        return {}
+
+    with ThreadPoolExecutor(max_workers=1) as looks:
+        lane = Lane(Fence(answers=False), cold_starts_now=hanging, look_executor=looks)
+        lane.lane.note(snapshot())
+        reads = lane.beats.reads
+        assert lane.run(1.0, {"s1", "s2", "s3"}) == []
+        assert not returned.is_set()  # ten polls went by while the first look hung
+        assert lane.beats.reads == reads + 10
+        done = lane.run(2.0, {"s2", "s3"})  # s1 falls silent
+        release.set()
+    assert [(p.pipeline, p.how) for p in done] == [("orders", How.FLOOR)]
 
 
 def test_the_fence_is_asked_once_the_silence_reached_the_beat_lease() -> None:

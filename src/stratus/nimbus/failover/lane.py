@@ -72,7 +72,9 @@ pipeline fence once per assignment, outside any suspicion, and hands the answer 
 (``fence_held``) as it comes, which promotes the standby worker. With ``cold_starts_now``
 (the nimbus's ``ColdStartWatch``) it also looks for them itself at each poll, from the
 newest heartbeats of the supervisors whose hot pipeline's standby worker could take over,
-so that a hot worker that crashed or stopped itself waits for no round to be fenced.
+so that a hot worker that crashed or stopped itself waits for no round to be fenced. Each
+look runs on a thread of its own, and what it found counts at the poll after it ended: a
+read that hangs delays the next look, never the beats' poll.
 
 **The round runs at once.** Whenever pipelines are handed to the round (a cold start's
 answer, a promotion refused after an answer, an answer that came once the supervisor was
@@ -114,7 +116,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Set
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -236,7 +238,8 @@ class FailoverLane:
 
     ``registered``: the supervisors' registrations (the cluster view). ``cold_starts_now``:
     the hot pipelines of a snapshot whose worker starts cold now, from fresh heartbeats
-    (``A cold start``). ``wall``: the assignments' timestamps. ``on_refused``: each refusal
+    (``A cold start``), called on ``look_executor`` (a thread of its own by default).
+    ``wall``: the assignments' timestamps. ``on_refused``: each refusal
     once per suspicion of its supervisor (``RefusalMemory``), as it is logged (the refusals'
     counter). ``on_held``: pipelines were handed to the round (``fence_held``), on any
     thread, never blocking (the leader runs a round at once).
@@ -255,6 +258,7 @@ class FailoverLane:
         on_refused: Callable[[PromotionRefusal], None] = lambda _refusal: None,
         on_held: Callable[[], None] = lambda: None,
         cold_starts_now: ColdStartsNow | None = None,
+        look_executor: Executor | None = None,
         clock: Clock = time.monotonic,
         wall: Clock = time.time,
     ) -> None:
@@ -275,6 +279,10 @@ class FailoverLane:
             else None
         )
         self._cold_starts_now = cold_starts_now
+        self._look_executor = look_executor or ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="cold-start-look"
+        )
+        self._look: Future[Mapping[str, int]] | None = None  # the look under way, or done
         self._clock = clock
         self._wall = wall
         self._lock = threading.Lock()  # guards what the round and the thread share:
@@ -342,6 +350,7 @@ class FailoverLane:
         self._seen = {}
         with self._lock:
             self._cold_asked = {}
+        self._look = None  # an earlier term's look, if still under way, is not read
         if self._fences is not None:
             self._fences.clear()
         self.outcome = None
@@ -370,6 +379,7 @@ class FailoverLane:
         a fence still waiting is left to finish on its own, never waited for, and none
         queued starts."""
         self.stop()
+        self._look_executor.shutdown(wait=False, cancel_futures=True)
         if self._fences is not None:
             self._fences.close()
 
@@ -499,26 +509,47 @@ class FailoverLane:
     def _fresh_cold_starts(
         self, snapshot: HotSnapshot, registered: Mapping[str, SupervisorSummary]
     ) -> Mapping[str, int]:
-        """The cold starts ``cold_starts_now`` finds among the snapshot's hot pipelines that
-        the round did not hand and whose fence was not asked yet at their assignment's
-        version; none if a read failed (the round's next read looks again)."""
+        """The cold starts the last look of ``cold_starts_now`` found, still at the versions
+        of ``snapshot``; then the next look begins, on its own thread, among the snapshot's
+        hot pipelines that the round did not hand and whose fence was not asked yet at their
+        assignment's version. A look reads the pacemakers, and one that hangs (a pacemaker cut
+        off: up to ``pacemaker.client.timeout.secs``) must not hold up the beats' poll: it
+        delays only the next look. A look that failed finds nothing (the round looks too)."""
         if self._cold_starts_now is None:
             return {}
-        with self._lock:
-            asked = set(self._cold_asked)
-        left = snapshot
-        for name, (_, version) in snapshot.assignments.items():
-            if (name, version) in asked or name in snapshot.cold_starts:
-                left = left.without(name)
-        if not left.assignments:
+        found = self._looked(snapshot)
+        if self._look is None or self._look.done():
+            with self._lock:
+                asked = set(self._cold_asked)
+            left = snapshot
+            for name, (_, version) in snapshot.assignments.items():
+                if (name, version) in asked or name in snapshot.cold_starts:
+                    left = left.without(name)
+            self._look = None
+            if left.assignments:
+                self._look = self._look_executor.submit(
+                    self._cold_starts_now,
+                    left,
+                    registered=set(registered),
+                    suspected=self.suspected(),
+                )
+        return found
+
+    def _looked(self, snapshot: HotSnapshot) -> Mapping[str, int]:
+        """What the finished look found, at the versions ``snapshot`` still holds."""
+        look = self._look
+        if look is None or not look.done():
             return {}
         try:
-            return self._cold_starts_now(
-                left, registered=set(registered), suspected=self.suspected()
-            )
+            found = look.result()
         except StateStoreUnavailableError as exc:
             log.debug("event=cold_starts_unread error=%s", exc)
             return {}
+        except Exception:  # a bug of the look must not end the lane
+            log.exception("event=cold_starts_look_failed")
+            return {}
+        held = snapshot.assignments
+        return {name: v for name, v in found.items() if name in held and held[name][1] == v}
 
     def _past_lease(
         self,
