@@ -179,14 +179,16 @@ class HotSnapshot:
         """The supervisors holding a hot pipeline's active worker."""
         return {assignment.supervisor for assignment, _ in self.assignments.values()}
 
-    def without(self, pipeline: str) -> HotSnapshot:
-        """The snapshot with ``pipeline`` left out (promoted: its versions read are spent)."""
+    def without(self, *pipelines: str) -> HotSnapshot:
+        """The snapshot with ``pipelines`` left out (promoted: their versions read are spent;
+        or fenced already)."""
+        gone = set(pipelines)
         return replace(
             self,
-            pipelines={k: v for k, v in self.pipelines.items() if k != pipeline},
-            assignments={k: v for k, v in self.assignments.items() if k != pipeline},
-            placements={k: v for k, v in self.placements.items() if k != pipeline},
-            cold_starts={k: v for k, v in self.cold_starts.items() if k != pipeline},
+            pipelines={k: v for k, v in self.pipelines.items() if k not in gone},
+            assignments={k: v for k, v in self.assignments.items() if k not in gone},
+            placements={k: v for k, v in self.placements.items() if k not in gone},
+            cold_starts={k: v for k, v in self.cold_starts.items() if k not in gone},
         )
 
 
@@ -521,10 +523,13 @@ class FailoverLane:
         if self._look is None or self._look.done():
             with self._lock:
                 asked = set(self._cold_asked)
-            left = snapshot
-            for name, (_, version) in snapshot.assignments.items():
-                if (name, version) in asked or name in snapshot.cold_starts:
-                    left = left.without(name)
+            left = snapshot.without(
+                *(
+                    name
+                    for name, (_, version) in snapshot.assignments.items()
+                    if (name, version) in asked or name in snapshot.cold_starts
+                )
+            )
             self._look = None
             if left.assignments:
                 self._look = self._look_executor.submit(
